@@ -1,0 +1,32 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+
+/**
+ * Bearer-token check. Both sides are hashed first so the compare is constant-time whatever the
+ * lengths. An empty configured token means no authentication.
+ */
+export class BearerAuth {
+  private readonly expected: Buffer | undefined;
+
+  constructor(token: string) {
+    this.expected = token ? digest(token) : undefined;
+  }
+
+  get enabled(): boolean {
+    return this.expected !== undefined;
+  }
+
+  check(req: IncomingMessage): boolean {
+    if (!this.expected) return true;
+    const header = req.headers.authorization ?? '';
+    const m = /^Bearer\s+(.+)$/i.exec(header);
+    if (!m) return false;
+    return timingSafeEqual(digest(m[1].trim()), this.expected);
+  }
+}
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+export const AUTH_CHALLENGE = 'Bearer realm="svc"';

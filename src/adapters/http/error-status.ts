@@ -1,0 +1,29 @@
+import type { ErrorCode } from '../../domain/errors.js';
+import { errorMessage, isDomainError } from '../../domain/errors.js';
+
+/** The one mapping from domain error code to HTTP status (HTTP and WebSocket upgrades use it). */
+export const STATUS_BY_CODE: Record<ErrorCode, number> = {
+  invalid_argument: 400,
+  invalid_state: 400,
+  not_found: 404,
+  already_exists: 409,
+  resource_exhausted: 429,
+  payload_too_large: 413,
+  unauthenticated: 401,
+  not_supported: 501,
+  agent_unavailable: 503,
+  agent_failure: 502,
+  deadline_exceeded: 504,
+  internal: 500,
+};
+
+export interface HttpError {
+  status: number;
+  body: { error: string; code: string };
+}
+
+/** Turns anything thrown into a status and an `{error}` body; unknown errors are 500. */
+export function toHttpError(err: unknown): HttpError {
+  if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
+  return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };
+}

@@ -1,0 +1,102 @@
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { Counter, Histogram, type Registry } from 'prom-client';
+import type { Logger } from '../../ports/logger.js';
+import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
+import { toHttpError } from './error-status.js';
+import { pathMatcher, type RouteDef } from './route.js';
+
+export const JSON_LIMIT_BYTES = 1024 * 1024;
+
+export interface HttpAppDeps {
+  routes: RouteDef[];
+  auth: BearerAuth;
+  registry: Registry;
+  log: Logger;
+}
+
+/**
+ * Builds the express app: request metrics, bearer auth (all but GET /healthz), a 1 MiB JSON body
+ * limit, the routes, 405/404 for everything else, and one error handler that speaks `{error}`.
+ */
+export function createHttpApp(d: HttpAppDeps): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+
+  const requests = new Counter({
+    name: 'svc_http_requests_total', help: 'HTTP requests by route, method and status',
+    labelNames: ['method', 'route', 'status'], registers: [d.registry],
+  });
+  const latency = new Histogram({
+    name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route', labelNames: ['method', 'route'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120], registers: [d.registry],
+  });
+
+  app.use((req, res, next) => {
+    const t0 = process.hrtime.bigint();
+    res.on('finish', () => {
+      const route = (res.locals.route as string | undefined) ?? 'unmatched';
+      requests.inc({ method: req.method, route, status: String(res.statusCode) });
+      latency.observe({ method: req.method, route }, Number(process.hrtime.bigint() - t0) / 1e9);
+    });
+    next();
+  });
+
+  app.use((req, res, next) => {
+    if (req.method === 'GET' && (req.path === '/healthz' || req.path === '/healthz/')) return next();
+    if (d.auth.check(req)) return next();
+    res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
+    res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
+  });
+
+  const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
+  const jsonBody = (req: Request, res: Response, next: NextFunction) => {
+    const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+    if (!hasBody) return next();
+    if (!req.is('application/json')) {
+      return void res.status(400).json({ error: 'request body must be application/json', code: 'invalid_argument' });
+    }
+    return json(req, res, next);
+  };
+
+  for (const r of d.routes) {
+    const body = r.method === 'post' || r.method === 'delete' ? [jsonBody] : [];
+    app[r.method](r.path, (_req, res, next) => {
+      res.locals.route = r.path;
+      next();
+    }, ...body, r.handler);
+  }
+
+  const matchers = d.routes.map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
+  app.use((req, res) => {
+    const allowed = [...new Set(matchers.filter((m) => m.re.test(req.path)).map((m) => m.method))];
+    if (allowed.length > 0) {
+      if (allowed.includes('GET')) allowed.push('HEAD');
+      res.setHeader('Allow', allowed.join(', '));
+      return void res.status(405).json({ error: `method ${req.method} not allowed on ${req.path}; use ${allowed.join(', ')}`, code: 'invalid_argument' });
+    }
+    res.status(404).json({ error: `no route ${req.method} ${req.path}`, code: 'not_found' });
+  });
+
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const e = err as { type?: string; status?: number; message?: string };
+    if (e?.type === 'entity.too.large') {
+      return void res.status(413).json({ error: `request body larger than ${JSON_LIMIT_BYTES} bytes`, code: 'payload_too_large' });
+    }
+    if (e?.type === 'entity.parse.failed') {
+      return void res.status(400).json({ error: `invalid JSON body: ${e.message}`, code: 'invalid_argument' });
+    }
+    if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.type) {
+      return void res.status(e.status).json({ error: e.message ?? 'bad request', code: 'invalid_argument' });
+    }
+    const { status, body } = toHttpError(err);
+    if (status >= 500) d.log.error({ method: req.method, path: req.path, err: body.error }, 'request failed');
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    res.status(status).json(body);
+  });
+  return app;
+}

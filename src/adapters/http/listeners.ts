@@ -1,0 +1,76 @@
+import { chmod, unlink } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { parseApiAddress } from '../../app/config.js';
+
+export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+export class ListenError extends Error {}
+
+/** Is something accepting connections on this Unix socket path right now? */
+function socketLive(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(path);
+    s.once('connect', () => { s.destroy(); resolve(true); });
+    s.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * Serves one request listener on a Unix socket (0600) and, when `api` is set, on a TCP bind.
+ * A stale socket file is replaced; a live one means another daemon, and start() refuses.
+ */
+export class HttpListeners {
+  private readonly servers: Server[] = [];
+  tcpPort: number | undefined;
+
+  constructor(private readonly app: RequestListener, private readonly upgrade?: UpgradeHandler) {}
+
+  async start(opts: { socket: string; api: string }): Promise<void> {
+    if (await socketLive(opts.socket)) {
+      throw new ListenError(`another svcd is already serving on ${opts.socket}`);
+    }
+    await unlink(opts.socket).catch(() => undefined);
+    const unix = this.server();
+    const old = process.umask(0o177);
+    try {
+      await listen(unix, () => unix.listen(opts.socket));
+    } finally {
+      process.umask(old);
+    }
+    await chmod(opts.socket, 0o600);
+    if (opts.api) {
+      const { host, port } = parseApiAddress(opts.api);
+      const tcp = this.server();
+      await listen(tcp, () => tcp.listen(port, host)).catch((err: Error) => {
+        throw new ListenError(`cannot listen on ${opts.api}: ${err.message}`);
+      });
+      this.tcpPort = (tcp.address() as AddressInfo).port;
+    }
+  }
+
+  private server(): Server {
+    const s = createServer({ keepAliveTimeout: 65_000 }, this.app);
+    if (this.upgrade) s.on('upgrade', this.upgrade);
+    this.servers.push(s);
+    return s;
+  }
+
+  /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then closes the rest. */
+  async stop(graceMs = 5000): Promise<void> {
+    await Promise.all(this.servers.map((s) => new Promise<void>((resolve) => {
+      const timer = setTimeout(() => s.closeAllConnections(), graceMs);
+      s.close(() => { clearTimeout(timer); resolve(); });
+      s.closeIdleConnections();
+    })));
+  }
+}
+
+function listen(server: Server, start: () => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.once('listening', () => { server.off('error', reject); resolve(); });
+    start();
+  });
+}

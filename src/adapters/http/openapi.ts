@@ -1,0 +1,189 @@
+/**
+ * The daemon's OpenAPI 3 description, built as data so a test can compare its paths with the
+ * routes express serves. Operations with `x-svc-planned: true` are described but not served yet.
+ */
+type Schema = Record<string, unknown>;
+const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
+const err = (description: string) => ({ description, content: { 'application/json': { schema: ref('Error') } } });
+const json = (description: string, schema: Schema) => ({ description, content: { 'application/json': { schema } } });
+const nameParam = { name: 'name', in: 'path', required: true, schema: { type: 'string', pattern: '^[a-z][a-z0-9-]{0,62}$' } };
+const q = (name: string, schema: Schema, description?: string, required = false) => ({ name, in: 'query', required, schema, ...(description ? { description } : {}) });
+const pathQ = q('path', { type: 'string' }, 'absolute guest path', true);
+const message = json('done', ref('Message'));
+const proxyErrors = {
+  '400': err('bad input'), '401': err('missing or invalid token'), '404': err('vm or guest path not found'),
+  '502': err('the agent answered with an error or garbage'), '503': err('the agent cannot be reached'),
+};
+
+function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {
+  return { summary, responses: { '401': err('missing or invalid token'), ...responses }, ...extra };
+}
+
+const schemas: Record<string, Schema> = {
+  Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
+  Message: { type: 'object', required: ['message', 'name'], properties: { message: { type: 'string' }, name: { type: 'string' } } },
+  Forward: {
+    type: 'object', required: ['host_port', 'guest_port', 'proto', 'kind'],
+    properties: {
+      host_port: { type: 'integer' }, guest_port: { type: 'integer' }, proto: { type: 'string', enum: ['tcp', 'udp'] },
+      kind: { type: 'string', enum: ['boot', 'live'] }, pid: { type: 'integer' },
+    },
+  },
+  PortForward: {
+    type: 'object', required: ['guest_port'],
+    properties: { host_port: { type: 'integer', description: '0 allocates a free host port' }, guest_port: { type: 'integer' }, proto: { type: 'string', enum: ['tcp', 'udp'], default: 'tcp' } },
+  },
+  LiveForward: { type: 'object', required: ['host_port', 'guest_port'], properties: { host_port: { type: 'integer' }, guest_port: { type: 'integer' }, pid: { type: 'integer' } } },
+  Mount: { type: 'object', required: ['host', 'guest'], properties: { host: { type: 'string' }, guest: { type: 'string' }, tag: { type: 'string' }, readonly: { type: 'boolean' } } },
+  Instance: {
+    type: 'object',
+    required: ['name', 'status', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'ip', 'ssh_port', 'agent_port', 'agent_cid', 'forwards'],
+    properties: {
+      name: { type: 'string' }, status: { type: 'string', enum: ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] },
+      suspended_at: { type: 'string', format: 'date-time' }, persistent: { type: 'boolean' }, cpus: { type: 'integer' },
+      memory_mb: { type: 'integer' }, disk_gb: { type: 'integer' }, image: { type: 'string' }, ip: { type: 'string' },
+      ssh_port: { type: 'integer' }, agent_port: { type: 'integer' }, agent_cid: { type: 'integer' },
+      forwards: { type: 'array', items: ref('Forward') }, tags: { type: 'object', additionalProperties: { type: 'string' } },
+      mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
+      created_at: { type: 'string', format: 'date-time' }, updated_at: { type: 'string', format: 'date-time' }, error: { type: 'string' },
+    },
+  },
+  CreateRequest: {
+    type: 'object', additionalProperties: false,
+    properties: {
+      name: { type: 'string' }, persistent: { type: 'boolean', default: false }, cpus: { type: 'integer', minimum: 1, maximum: 64 },
+      memory_mb: { type: 'integer', minimum: 64 }, disk_gb: { type: 'integer', minimum: 1 }, image: { type: 'string' },
+      tags: { type: 'object', additionalProperties: { type: 'string' } }, userdata: { type: 'string' },
+      forwards: { type: 'array', items: ref('PortForward') }, mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
+    },
+  },
+  CreateProgressEvent: {
+    type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
+    properties: {
+      phase: { type: 'string', enum: ['accepted', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error'] },
+      message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
+      instance: ref('Instance'), error: { type: 'string' }, code: { type: 'string' },
+    },
+  },
+  ActivityEvent: {
+    type: 'object', required: ['id', 't', 'action', 'target', 'status', 'duration_ms'],
+    properties: {
+      id: { type: 'integer' }, t: { type: 'string', format: 'date-time' }, action: { type: 'string' }, target: { type: 'string' },
+      status: { type: 'string', enum: ['ok', 'error'] }, duration_ms: { type: 'integer' }, message: { type: 'string' },
+    },
+  },
+  Secret: {
+    type: 'object', required: ['name', 'size', 'mode', 'created_at', 'updated_at'],
+    properties: { name: { type: 'string' }, size: { type: 'integer' }, mode: { type: 'string' }, created_at: { type: 'string' }, updated_at: { type: 'string' } },
+  },
+  SecretInput: {
+    type: 'object', required: ['name'],
+    properties: { name: { type: 'string' }, value: { type: 'string' }, data_base64: { type: 'string' }, mode: { type: 'string', default: '0600' } },
+  },
+  AgentHealth: {
+    type: 'object', required: ['hostname', 'agent_version', 'agent_uptime_sec', 'userdata_ran'],
+    properties: {
+      hostname: { type: 'string' }, agent_version: { type: 'string' }, agent_uptime_sec: { type: 'number' },
+      userdata_ran: { type: 'boolean' }, readiness: { type: 'object', additionalProperties: { type: 'string' } },
+    },
+  },
+  Stats: {
+    type: 'object', required: ['uptime_sec', 'load1', 'load5', 'load15', 'mem_total_bytes', 'mem_available_bytes'],
+    properties: Object.fromEntries(['uptime_sec', 'load1', 'load5', 'load15', 'cpus', 'mem_total_bytes', 'mem_available_bytes', 'disk_total_bytes', 'disk_free_bytes'].map((k) => [k, { type: 'number' }])),
+  },
+  MetricsHistory: {
+    type: 'object', required: ['name', 'enabled', 'interval_sec', 'capacity', 'points'],
+    properties: {
+      name: { type: 'string' }, enabled: { type: 'boolean' }, interval_sec: { type: 'number' }, capacity: { type: 'integer' },
+      points: { type: 'array', items: { type: 'object', properties: Object.fromEntries(['t_ms', 'uptime_sec', 'load1', 'mem_total_bytes', 'mem_available_bytes', 'disk_total_bytes', 'disk_free_bytes'].map((k) => [k, { type: 'number' }])) } },
+    },
+  },
+  ExecResult: {
+    type: 'object', required: ['stdout', 'stderr', 'exit_code'],
+    properties: { stdout: { type: 'string' }, stderr: { type: 'string' }, exit_code: { type: 'integer' }, error: { type: 'string' }, truncated: { type: 'boolean' } },
+  },
+  ExecFrame: {
+    type: 'object', required: ['type', 't'],
+    properties: {
+      type: { type: 'string', enum: ['started', 'stdout', 'stderr', 'exit', 'error'] }, t: { type: 'string' }, pid: { type: 'integer' },
+      data: { type: 'string' }, exit_code: { type: 'integer' }, error: { type: 'string' },
+    },
+  },
+  FSInfo: {
+    type: 'object', required: ['name', 'path', 'type', 'size', 'mode', 'mtime'],
+    properties: {
+      name: { type: 'string' }, path: { type: 'string' }, type: { type: 'string', enum: ['file', 'directory', 'symlink', 'other'] },
+      size: { type: 'integer' }, mode: { type: 'string' }, mtime: { type: 'string', format: 'date-time' }, target: { type: 'string' },
+    },
+  },
+};
+
+export function openApiDocument(version: string): Record<string, unknown> {
+  const lifecycle = (summary: string, ok: unknown) => ({ post: op(summary, { '200': ok, '400': err('not allowed from the current state'), '404': err('no such vm') }, { parameters: [nameParam] }) });
+  return {
+    openapi: '3.0.3',
+    info: { title: 'svc daemon API', version: '0.2.2', description: `svcd ${version}: lightweight QEMU VMs and their guest agents.` },
+    servers: [{ url: 'http://127.0.0.1:7474' }],
+    security: [{ bearer: [] }],
+    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } }, schemas },
+    paths: {
+      '/healthz': { get: { summary: 'Liveness; never needs a token', security: [], responses: { '200': json('ok', { type: 'object', properties: { status: { type: 'string' } } }) } } },
+      '/info': { get: op('Daemon name and version', { '200': json('info', { type: 'object', required: ['name', 'version'], properties: { name: { type: 'string' }, version: { type: 'string' }, api_version: { type: 'string' }, hypervisor: { type: 'string' } } }) }) },
+      '/metrics': { get: op('Prometheus text exposition', { '200': { description: 'metrics', content: { 'text/plain': { schema: { type: 'string' } } } } }) },
+      '/openapi.yaml': { get: op('This document', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
+      '/openapi.json': { get: op('This document (served as YAML, as the spec says)', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
+      '/activity': { get: op('Control-plane activity, newest first', { '200': json('events', { type: 'object', properties: { events: { type: 'array', items: ref('ActivityEvent') } } }), '400': err('bad limit or since') }, { parameters: [q('limit', { type: 'integer', maximum: 1000 }), q('since', { type: 'integer' }, 'only events with a larger id')] }) },
+      '/vms': {
+        get: op('List VMs', { '200': json('VMs', { type: 'array', items: ref('Instance') }) }),
+        post: op('Create a VM', {
+          '201': json('the ready VM', ref('Instance')),
+          '200': { description: 'progress stream (stream=1 or Accept: application/x-ndjson)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
+          '400': err('invalid request'), '409': err('name taken'), '413': err('body too large'), '429': err('a resource cap would be exceeded'),
+          '500': err('the create failed; nothing is left behind'), '504': err('the create deadline passed'),
+        }, {
+          parameters: [
+            q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string', enum: ['auto', 'ssh', 'agent', 'userdata', 'bootstrap', 'true', '1'] }),
+            q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
+          ],
+          requestBody: { required: false, content: { 'application/json': { schema: ref('CreateRequest') } } },
+        }),
+      },
+      '/vms/{name}': {
+        get: op('Get a VM', { '200': json('the VM', ref('Instance')), '404': err('no such vm') }, { parameters: [nameParam] }),
+        delete: op('Delete a VM, whatever its state', { '200': message, '404': err('no such vm') }, { parameters: [nameParam] }),
+      },
+      '/vms/{name}/start': lifecycle('Start a stopped (or failed) persistent VM', json('the running VM', ref('Instance'))),
+      '/vms/{name}/shutdown': lifecycle('Shut down; ephemeral VMs are removed', message),
+      '/vms/{name}/pause': lifecycle('Pause the guest CPUs', message),
+      '/vms/{name}/resume': lifecycle('Resume a paused VM', message),
+      '/vms/{name}/suspend': lifecycle('Save state and stop the process (persistent VMs)', message),
+      '/vms/{name}/restore': lifecycle('Start a suspended VM from its saved state', json('the running VM', ref('Instance'))),
+      '/vms/{name}/metrics': { get: op('Guest stats history (metrics.ring), oldest first', { '200': json('history', ref('MetricsHistory')), '404': err('no such vm') }, { parameters: [nameParam, q('since', { type: 'integer' }, 't_ms lower bound'), q('limit', { type: 'integer' })] }) },
+      '/vms/{name}/forwards': { post: op('Open a live SSH forward from 127.0.0.1:host_port', { '201': json('the forward', ref('LiveForward')), '400': err('bad forward'), '404': err('no such vm'), '409': err('host port busy'), '503': err('vm not running') }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: ref('PortForward') } } } }) },
+      '/vms/{name}/forwards/{hostPort}': { delete: op('Close a live forward', { '200': json('closed', { type: 'object', properties: { message: { type: 'string' }, name: { type: 'string' }, host_port: { type: 'integer' } } }), '404': err('no such forward') }, { parameters: [nameParam, { name: 'hostPort', in: 'path', required: true, schema: { type: 'integer' } }] }) },
+      '/secrets': {
+        get: op('List secret metadata', { '200': json('secrets', { type: 'array', items: ref('Secret') }) }),
+        post: op('Create or replace a secret', { '200': json('the secret record', ref('Secret')), '400': err('invalid secret') }, { requestBody: { required: true, content: { 'application/json': { schema: ref('SecretInput') } } } }),
+      },
+      '/secrets/{name}': { delete: op('Delete a secret', { '200': message, '404': err('no such secret') }, { parameters: [{ ...nameParam, schema: { type: 'string' } }] }) },
+      '/vms/{name}/secrets/{secretName}': { post: op('Materialize a host secret in the guest', { '200': json('where it was written', { type: 'object', properties: { name: { type: 'string' }, secret: { type: 'string' }, path: { type: 'string' }, mode: { type: 'string' } } }), ...proxyErrors }, { parameters: [nameParam, { name: 'secretName', in: 'path', required: true, schema: { type: 'string' } }], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { path: { type: 'string' }, mode: { type: 'string' }, uid: { type: 'integer' }, gid: { type: 'integer' } } } } } } }) },
+      '/vms/{name}/agent/health': { get: op('Guest agent health', { '200': json('health', ref('AgentHealth')), '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam] }) },
+      '/vms/{name}/agent/deploy': { post: op('Deploy or refresh the agent over SSH', { '200': json('deployed', { type: 'object', properties: { name: { type: 'string' }, agent_version: { type: 'string' } } }), ...proxyErrors }, { parameters: [nameParam] }) },
+      '/vms/{name}/stats': { get: op('Guest stats snapshot', { '200': json('stats', ref('Stats')), '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam] }) },
+      '/vms/{name}/exec': { post: op('Run a command in the guest', { '200': { description: 'ExecResult, or NDJSON frames with buffered=false', content: { 'application/json': { schema: ref('ExecResult') }, 'application/x-ndjson': { schema: ref('ExecFrame') } } }, ...proxyErrors }, { parameters: [nameParam, q('cmd', { type: 'string' }, 'command', true), { name: 'args', in: 'query', schema: { type: 'array', items: { type: 'string' } }, style: 'form', explode: true }, q('buffered', { type: 'string', enum: ['true', 'false'], default: 'true' }), q('cwd', { type: 'string' }), q('uid', { type: 'integer' }), q('gid', { type: 'integer' }), q('timeout', { type: 'string' }), q('encoding', { type: 'string', enum: ['utf8', 'base64'] })], requestBody: { required: false, description: 'stdin of the command', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } } }) },
+      '/vms/{name}/cp': {
+        put: op('Write a file or a tar into the guest', { '204': { description: 'written' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] }), q('permissions', { type: 'string' }), q('uid', { type: 'integer' }), q('gid', { type: 'integer' })], requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'application/x-tar': { schema: { type: 'string', format: 'binary' } } } } }),
+        get: op('Read a file or a tar from the guest', { '200': { description: 'bytes', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'application/x-tar': { schema: { type: 'string', format: 'binary' } } } }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] })] }),
+      },
+      '/vms/{name}/fs/readdir': { get: op('List a guest directory', { '200': json('entries', { type: 'array', items: ref('FSInfo') }), ...proxyErrors }, { parameters: [nameParam, pathQ] }) },
+      '/vms/{name}/fs/stat': { get: op('Stat a guest path (links not followed)', { '200': json('entry', ref('FSInfo')), ...proxyErrors }, { parameters: [nameParam, pathQ] }) },
+      '/vms/{name}/fs/mkdir': { post: op('Make a guest directory', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path'], properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } } } } } } }) },
+      '/vms/{name}/fs/symlink': { post: op('Make a guest symlink', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path', 'target'], properties: { path: { type: 'string' }, target: { type: 'string' } } } } } } }) },
+      '/vms/{name}/fs/remove': { delete: op('Remove a guest path', { '204': { description: 'removed' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] }) },
+      '/vms/{name}/shell': { get: op('Interactive shell (WebSocket upgrade)', { '101': { description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}' }, '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam, q('cols', { type: 'integer' }), q('rows', { type: 'integer' }), q('shell', { type: 'string' })] }) },
+    },
+  };
+}
+
+/** Paths whose operations are served over WebSocket upgrades rather than express routes. */
+export const WEBSOCKET_PATHS = ['/vms/{name}/shell'];

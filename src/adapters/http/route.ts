@@ -1,0 +1,33 @@
+import type { Request, Response } from 'express';
+
+export type Method = 'get' | 'post' | 'put' | 'delete';
+
+/** One route: express path syntax (`/vms/:name`), handler, and its OpenAPI summary. */
+export interface RouteDef {
+  method: Method;
+  path: string;
+  handler: (req: Request, res: Response) => Promise<void> | void;
+}
+
+/** `/vms/:name` -> `/vms/{name}` (OpenAPI form). */
+export function toOpenApiPath(path: string): string {
+  return path.replace(/:([A-Za-z]+)/g, '{$1}');
+}
+
+export function pathMatcher(path: string): RegExp {
+  const body = path.split('/').map((seg) => (seg.startsWith(':') ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/');
+  return new RegExp(`^${body}/?$`);
+}
+
+export function queryString(req: Request, key: string): string | undefined {
+  const v = req.query[key];
+  if (v === undefined) return undefined;
+  if (Array.isArray(v)) return String(v[v.length - 1]);
+  return typeof v === 'string' ? v : undefined;
+}
+
+export function queryList(req: Request, key: string): string[] {
+  const v = req.query[key];
+  if (v === undefined) return [];
+  return (Array.isArray(v) ? v : [v]).map(String);
+}

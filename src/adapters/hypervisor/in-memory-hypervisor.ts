@@ -1,0 +1,206 @@
+import { InternalError, InvalidArgumentError, InvalidStateError } from '../../domain/errors.js';
+import type {
+  ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
+} from '../../ports/hypervisor.js';
+
+type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
+
+interface FakeVm {
+  spec: VmSpec;
+  state: FakeState;
+  snapshot: boolean;
+  bootedAt: number;
+  handle?: VmHandle;
+  /** Extra process the fake runs for the VM (a local svc-agent), stopped with it. */
+  sidecar?: { pid: number; stop(): Promise<void> };
+}
+
+/**
+ * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
+ * `fail-provision` and `fail-boot` fail at those steps.
+ */
+export const FAKE_IMAGES: Record<string, ImageInfo> = {
+  default: { id: 'default', agent_ready: true, ssh_user: 'svc' },
+  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc' },
+  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc' },
+  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc' },
+  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc' },
+};
+
+export interface InMemoryHypervisorOptions {
+  /** How long after launch the fake guest "answers" (ssh banner, agent health). */
+  bootDelayMs?: number;
+  /**
+   * Starts something per VM on launch (the real svc-agent, with config fake_agent) and returns
+   * the port it listens on. Without it the agent port is a placeholder number.
+   */
+  sidecar?: (spec: VmSpec) => Promise<{ port: number; pid: number; stop(): Promise<void> }>;
+}
+
+/**
+ * A hypervisor with no VMs behind it: a real state machine with boot delay and failure injection,
+ * so the whole control plane runs without QEMU (config `hypervisor: fake`, and unit tests).
+ */
+export class InMemoryHypervisor implements Hypervisor {
+  readonly kind = 'fake';
+  private readonly vms = new Map<string, FakeVm>();
+  private readonly listeners: ExitListener[] = [];
+  private readonly failures = new Map<string, string>();
+  private nextPort = 40000;
+  private readonly bootDelayMs: number;
+
+  constructor(private readonly options: InMemoryHypervisorOptions = {}) {
+    this.bootDelayMs = options.bootDelayMs ?? 0;
+  }
+
+  /** Makes the next call of `op` ('provision', 'launch', 'pause', ...) throw InternalError(message). */
+  failNext(op: string, message = `injected ${op} failure`): void {
+    this.failures.set(op, message);
+  }
+
+  /** Simulates the VM process dying on its own. */
+  async crash(name: string, reason = 'killed by signal 9'): Promise<void> {
+    const vm = this.vms.get(name);
+    if (!vm || (vm.state !== 'running' && vm.state !== 'paused')) return;
+    await this.halt(vm);
+    for (const l of this.listeners) l(name, reason);
+  }
+
+  /** True when the VM's guest would answer now: running, booted, and not a never-ready image. */
+  guestUp(name: string): boolean {
+    const vm = this.vms.get(name);
+    return !!vm && vm.state === 'running' && Date.now() - vm.bootedAt >= this.bootDelayMs && vm.spec.image !== 'never-ready';
+  }
+
+  /** Which VM a fake host port belongs to. */
+  vmByPort(port: number): string | undefined {
+    for (const [name, vm] of this.vms) {
+      if (vm.handle && (vm.handle.ssh_port === port || vm.handle.agent_port === port)) return name;
+    }
+    return undefined;
+  }
+
+  state(name: string): FakeState | undefined {
+    return this.vms.get(name)?.state;
+  }
+
+  /** Names of VMs with a live (running or paused) fake process. */
+  live(): string[] {
+    return [...this.vms].filter(([, v]) => v.state === 'running' || v.state === 'paused').map(([n]) => n);
+  }
+
+  private maybeFail(op: string): void {
+    const msg = this.failures.get(op);
+    if (msg !== undefined) {
+      this.failures.delete(op);
+      throw new InternalError(msg);
+    }
+  }
+
+  async resolveImage(image: string): Promise<ImageInfo> {
+    const info = FAKE_IMAGES[image];
+    if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(FAKE_IMAGES).join(', ')})`);
+    return info;
+  }
+
+  async provision(spec: VmSpec): Promise<void> {
+    this.maybeFail('provision');
+    if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
+    if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot: false, bootedAt: 0 });
+  }
+
+  async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
+    this.maybeFail('launch');
+    const vm = this.vms.get(spec.name);
+    if (!vm) throw new InternalError(`vm ${spec.name} was never provisioned`);
+    if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${spec.name} is already running`);
+    if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
+    vm.spec = spec;
+    const fromSnapshot = !!options.restore && vm.snapshot;
+    vm.snapshot = false;
+    const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;
+    vm.sidecar = sidecar;
+    vm.state = 'running';
+    vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
+    vm.handle = {
+      ip: '10.0.2.15',
+      ssh_port: this.nextPort++,
+      agent_port: sidecar?.port ?? this.nextPort++,
+      agent_cid: 0,
+      pid: sidecar?.pid,
+      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })),
+      runtime: { fake: true, restored_from_snapshot: fromSnapshot },
+    };
+    return { ...vm.handle, runtime: { ...vm.handle.runtime } };
+  }
+
+  async stop(ref: VmRef): Promise<void> {
+    this.maybeFail('stop');
+    const vm = this.vms.get(ref.name);
+    if (!vm) return;
+    vm.snapshot = false;
+    if (vm.state === 'running' || vm.state === 'paused') await this.halt(vm);
+  }
+
+  async kill(ref: VmRef): Promise<void> {
+    const vm = this.vms.get(ref.name);
+    if (vm && (vm.state === 'running' || vm.state === 'paused')) await this.halt(vm);
+  }
+
+  async pause(ref: VmRef): Promise<void> {
+    this.maybeFail('pause');
+    const vm = this.mustRun(ref.name, 'running');
+    vm.state = 'paused';
+  }
+
+  async resume(ref: VmRef): Promise<void> {
+    this.maybeFail('resume');
+    const vm = this.mustRun(ref.name, 'paused');
+    vm.state = 'running';
+  }
+
+  async suspend(ref: VmRef): Promise<{ snapshot: boolean }> {
+    this.maybeFail('suspend');
+    const vm = this.vms.get(ref.name);
+    if (!vm || (vm.state !== 'running' && vm.state !== 'paused')) throw new InvalidStateError(`vm ${ref.name} is not running`);
+    await this.halt(vm);
+    vm.snapshot = true;
+    return { snapshot: true };
+  }
+
+  /** In-memory processes do not survive the daemon: nothing to re-attach to. */
+  async reattach(_ref: VmRef, _handle: VmHandle): Promise<VmHandle | null> {
+    return null;
+  }
+
+  async destroy(ref: VmRef): Promise<void> {
+    const vm = this.vms.get(ref.name);
+    if (!vm) return;
+    await this.halt(vm);
+    this.vms.delete(ref.name);
+  }
+
+  onExit(listener: ExitListener): void {
+    this.listeners.push(listener);
+  }
+
+  /** Stops every sidecar (daemon shutdown in fake mode). */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
+  }
+
+  private async halt(vm: FakeVm): Promise<void> {
+    if (vm.state === 'running' || vm.state === 'paused') vm.state = 'stopped';
+    vm.handle = undefined;
+    const s = vm.sidecar;
+    vm.sidecar = undefined;
+    await s?.stop();
+  }
+
+  private mustRun(name: string, want: FakeState): FakeVm {
+    const vm = this.vms.get(name);
+    if (!vm || vm.state !== want) throw new InvalidStateError(`vm ${name} is not ${want}`);
+    return vm;
+  }
+}

@@ -1,0 +1,51 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ControlMetrics } from '../../ports/metrics.js';
+
+/** The spec's series plus create duration and the process defaults, on an injected registry. */
+export class PromControlMetrics implements ControlMetrics {
+  readonly registry: Registry;
+  private readonly created: Counter;
+  private readonly deleted: Counter;
+  private readonly failed: Counter;
+  private readonly duration: Histogram<'outcome'>;
+  private runningSource: () => number = () => 0;
+
+  constructor(registry = new Registry(), withDefaults = true) {
+    this.registry = registry;
+    if (withDefaults) collectDefaultMetrics({ register: registry, prefix: 'svc_' });
+    this.created = new Counter({ name: 'svc_vms_created_total', help: 'VMs created', registers: [registry] });
+    this.deleted = new Counter({ name: 'svc_vms_deleted_total', help: 'VMs deleted', registers: [registry] });
+    this.failed = new Counter({ name: 'svc_create_errors_total', help: 'Failed creates', registers: [registry] });
+    this.duration = new Histogram({
+      name: 'svc_create_duration_seconds', help: 'Time from create accepted to ready or failed', labelNames: ['outcome'],
+      buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300], registers: [registry],
+    });
+    const self = this;
+    new Gauge({
+      name: 'svc_vms_running', help: 'Running VMs, computed from state at scrape time', registers: [registry],
+      collect() {
+        this.set(self.runningSource());
+      },
+    });
+  }
+
+  vmCreated(): void {
+    this.created.inc();
+  }
+
+  vmDeleted(): void {
+    this.deleted.inc();
+  }
+
+  createFailed(): void {
+    this.failed.inc();
+  }
+
+  createDuration(seconds: number, outcome: 'ok' | 'error'): void {
+    this.duration.observe({ outcome }, seconds);
+  }
+
+  setRunningSource(count: () => number): void {
+    this.runningSource = count;
+  }
+}

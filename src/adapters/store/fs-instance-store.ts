@@ -1,0 +1,72 @@
+import { copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { inject, injectable } from 'inversify';
+import type { InstanceRecord } from '../../domain/instance.js';
+import { VM_NAME_RE } from '../../domain/names.js';
+import type { Config } from '../../app/config.js';
+import { AppConfig } from '../../app/tokens.js';
+import { Logger } from '../../ports/logger.js';
+import type { InstanceStore } from '../../ports/stores.js';
+import { writeFileAtomic } from './atomic-file.js';
+
+/** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
+const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log'];
+
+/** Records in `<data_dir>/vms/<name>/instance.json`, written with writeFileAtomic. */
+@injectable()
+export class FsInstanceStore implements InstanceStore {
+  private readonly root: string;
+
+  constructor(@inject(AppConfig) private readonly config: Config, @inject(Logger) private readonly log: Logger) {
+    this.root = join(config.data_dir, 'vms');
+  }
+
+  dir(name: string): string {
+    return join(this.root, name);
+  }
+
+  async list(): Promise<InstanceRecord[]> {
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
+    const out: InstanceRecord[] = [];
+    for (const name of await readdir(this.root)) {
+      if (!VM_NAME_RE.test(name)) continue;
+      const rec = await this.get(name);
+      if (rec) out.push(rec);
+    }
+    return out;
+  }
+
+  async get(name: string): Promise<InstanceRecord | undefined> {
+    let text: string;
+    try {
+      text = await readFile(join(this.dir(name), 'instance.json'), 'utf8');
+    } catch {
+      return undefined;
+    }
+    try {
+      return JSON.parse(text) as InstanceRecord;
+    } catch (err) {
+      this.log.error({ vm: name, err: (err as Error).message }, 'unreadable instance record; ignoring it');
+      return undefined;
+    }
+  }
+
+  async put(record: InstanceRecord): Promise<void> {
+    const dir = this.dir(record.name);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await writeFileAtomic(join(dir, 'instance.json'), JSON.stringify(record, null, 2) + '\n');
+  }
+
+  async remove(name: string): Promise<void> {
+    await rm(this.dir(name), { recursive: true, force: true });
+  }
+
+  async keepLogs(name: string): Promise<void> {
+    const logs = join(this.config.data_dir, 'logs');
+    await mkdir(logs, { recursive: true, mode: 0o700 });
+    const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+    for (const f of LOG_FILES) {
+      await copyFile(join(this.dir(name), f), join(logs, `${name}-${stamp}-${f}`)).catch(() => undefined);
+    }
+  }
+}

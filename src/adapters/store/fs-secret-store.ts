@@ -1,0 +1,109 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { inject, injectable } from 'inversify';
+import { NotFoundError } from '../../domain/errors.js';
+import type { SecretRecord } from '../../domain/events.js';
+import { SECRET_NAME_RE } from '../../domain/names.js';
+import type { Config } from '../../app/config.js';
+import { AppConfig } from '../../app/tokens.js';
+import { Clock } from '../../ports/clock.js';
+import type { SecretStore } from '../../ports/stores.js';
+import { writeFileAtomic } from './atomic-file.js';
+
+interface StoredSecret extends SecretRecord {
+  iv: string;
+  tag: string;
+  ciphertext: string;
+}
+
+/**
+ * Secrets in `<data_dir>/secrets/<name>.json`, each value sealed with AES-256-GCM under a key in
+ * `<data_dir>/secret.key` (0600, made on first use). The name is bound in as associated data, so
+ * a sealed value copied to another name does not decrypt.
+ */
+@injectable()
+export class FsSecretStore implements SecretStore {
+  private readonly dir: string;
+  private readonly keyPath: string;
+  private key: Promise<Buffer> | undefined;
+
+  constructor(@inject(AppConfig) config: Config, @inject(Clock) private readonly clock: Clock) {
+    this.dir = join(config.data_dir, 'secrets');
+    this.keyPath = join(config.data_dir, 'secret.key');
+  }
+
+  private getKey(): Promise<Buffer> {
+    this.key ??= (async () => {
+      try {
+        const k = await readFile(this.keyPath);
+        if (k.length === 32) return k;
+      } catch {
+        // made below
+      }
+      const k = randomBytes(32);
+      await writeFileAtomic(this.keyPath, k, 0o600);
+      return k;
+    })();
+    return this.key;
+  }
+
+  async list(): Promise<SecretRecord[]> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const out: SecretRecord[] = [];
+    for (const f of (await readdir(this.dir)).sort()) {
+      const name = f.replace(/\.json$/, '');
+      if (!f.endsWith('.json') || !SECRET_NAME_RE.test(name)) continue;
+      const s = await this.read(name).catch(() => undefined);
+      if (s) out.push(publicRecord(s));
+    }
+    return out;
+  }
+
+  async put(name: string, value: Buffer, mode: string): Promise<SecretRecord> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const key = await this.getKey();
+    const now = new Date(this.clock.now()).toISOString();
+    const prev = await this.read(name).catch(() => undefined);
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', key, iv);
+    cipher.setAAD(Buffer.from(name));
+    const ciphertext = Buffer.concat([cipher.update(value), cipher.final()]);
+    const stored: StoredSecret = {
+      name, size: value.length, mode, created_at: prev?.created_at ?? now, updated_at: now,
+      iv: iv.toString('base64'), tag: cipher.getAuthTag().toString('base64'), ciphertext: ciphertext.toString('base64'),
+    };
+    await writeFileAtomic(this.file(name), JSON.stringify(stored), 0o600);
+    return publicRecord(stored);
+  }
+
+  async get(name: string): Promise<{ record: SecretRecord; value: Buffer }> {
+    const s = await this.read(name);
+    const decipher = createDecipheriv('aes-256-gcm', await this.getKey(), Buffer.from(s.iv, 'base64'));
+    decipher.setAAD(Buffer.from(name));
+    decipher.setAuthTag(Buffer.from(s.tag, 'base64'));
+    const value = Buffer.concat([decipher.update(Buffer.from(s.ciphertext, 'base64')), decipher.final()]);
+    return { record: publicRecord(s), value };
+  }
+
+  async remove(name: string): Promise<void> {
+    await this.read(name);
+    await rm(this.file(name), { force: true });
+  }
+
+  private file(name: string): string {
+    return join(this.dir, `${name}.json`);
+  }
+
+  private async read(name: string): Promise<StoredSecret> {
+    try {
+      return JSON.parse(await readFile(this.file(name), 'utf8')) as StoredSecret;
+    } catch {
+      throw new NotFoundError(`secret ${name} not found`);
+    }
+  }
+}
+
+function publicRecord(s: SecretRecord): SecretRecord {
+  return { name: s.name, size: s.size, mode: s.mode, created_at: s.created_at, updated_at: s.updated_at };
+}

@@ -1,0 +1,34 @@
+/**
+ * A push-to-pull bridge: a producer pushes events, any number of reads consume them as an
+ * AsyncIterable. The producer runs on its own, so a consumer that stops reading (a client gone
+ * away) does not stop the work.
+ */
+export class AsyncQueue<T> implements AsyncIterable<T> {
+  private readonly items: T[] = [];
+  private waiters: (() => void)[] = [];
+  private closed = false;
+
+  push(item: T): void {
+    this.items.push(item);
+    this.wake();
+  }
+
+  close(): void {
+    this.closed = true;
+    this.wake();
+  }
+
+  private wake(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      while (this.items.length > 0) yield this.items.shift() as T;
+      if (this.closed) return;
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+  }
+}

@@ -1,0 +1,173 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { parseDuration } from '../domain/duration.js';
+
+/** The daemon's configuration after defaults, aliases and env overrides (decisions.md, "Config"). */
+export interface Config {
+  data_dir: string;
+  socket: string;
+  api: string;
+  api_token: string;
+  hypervisor: 'qemu' | 'fake';
+  ready_timeout_ms: number;
+  create_buffer_ms: number;
+  shutdown_timeout_ms: number;
+  cpus: number;
+  memory_mb: number;
+  disk_gb: number;
+  image: string;
+  max_vms: number;
+  max_cpus_total: number;
+  max_memory_mb_total: number;
+  sandbox_metrics_enabled: boolean;
+  sandbox_metrics_interval_ms: number;
+  sandbox_metrics_points: number;
+  log_level: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  agent_transport: 'auto' | 'tcp' | 'vsock';
+  qemu_binary: string;
+  accel: 'auto' | 'kvm' | 'tcg';
+  fake_boot_delay_ms: number;
+  fake_agent: boolean;
+}
+
+export class ConfigError extends Error {}
+
+type Kind = 'string' | 'bool' | 'int' | 'duration' | { oneOf: readonly string[] };
+
+/** Key in the file -> [field in Config, kind, default]. Durations are given as text and kept in ms. */
+const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
+  data_dir: ['data_dir', 'string', ''],
+  socket: ['socket', 'string', ''],
+  api: ['api', 'string', '127.0.0.1:7474'],
+  api_token: ['api_token', 'string', ''],
+  hypervisor: ['hypervisor', { oneOf: ['qemu', 'fake'] }, 'qemu'],
+  ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
+  create_buffer: ['create_buffer_ms', 'duration', '60s'],
+  shutdown_timeout: ['shutdown_timeout_ms', 'duration', '30s'],
+  cpus: ['cpus', 'int', 1],
+  memory_mb: ['memory_mb', 'int', 512],
+  disk_gb: ['disk_gb', 'int', 4],
+  image: ['image', 'string', 'default'],
+  max_vms: ['max_vms', 'int', 0],
+  max_cpus_total: ['max_cpus_total', 'int', 0],
+  max_memory_mb_total: ['max_memory_mb_total', 'int', 0],
+  sandbox_metrics_enabled: ['sandbox_metrics_enabled', 'bool', true],
+  sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
+  sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],
+  log_level: ['log_level', { oneOf: ['debug', 'info', 'warn', 'error', 'silent'] }, 'info'],
+  agent_transport: ['agent_transport', { oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
+  qemu_binary: ['qemu_binary', 'string', 'qemu-system-x86_64'],
+  accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
+  fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
+  fake_agent: ['fake_agent', 'bool', false],
+};
+
+const ALIASES: Record<string, string> = { auth_token: 'api_token' };
+
+export const CONFIG_KEYS = Object.keys(KEYS);
+
+function coerce(key: string, kind: Kind, value: unknown, fromEnv: boolean): unknown {
+  const bad = (what: string) => new ConfigError(`config key "${key}": ${what}, got ${JSON.stringify(value)}`);
+  if (typeof kind === 'object') {
+    if (typeof value !== 'string' || !kind.oneOf.includes(value)) throw bad(`must be one of ${kind.oneOf.join('|')}`);
+    return value;
+  }
+  switch (kind) {
+    case 'string':
+      if (typeof value !== 'string') throw bad('must be a string');
+      return value;
+    case 'bool':
+      if (fromEnv && typeof value === 'string' && /^(true|false|1|0)$/.test(value)) return value === 'true' || value === '1';
+      if (typeof value !== 'boolean') throw bad('must be true or false');
+      return value;
+    case 'int': {
+      const n = fromEnv && typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) throw bad('must be a non-negative integer');
+      return n;
+    }
+    case 'duration':
+      if (typeof value !== 'string' && typeof value !== 'number') throw bad('must be a duration such as 90s');
+      try {
+        return parseDuration(String(value), key);
+      } catch {
+        throw bad('must be a duration such as 90s or 3m');
+      }
+  }
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+export function parseApiAddress(api: string): { host: string; port: number } {
+  const m = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(api);
+  if (!m || Number(m[2]) > 65535) throw new ConfigError(`config key "api": must be HOST:PORT or empty, got ${JSON.stringify(api)}`);
+  return { host: m[1].replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+}
+
+/**
+ * Builds the config from a parsed YAML object and the environment (`SVC_<KEY>` overrides any key,
+ * for example SVC_DATA_DIR, SVC_API_TOKEN). Throws ConfigError naming the bad key.
+ */
+export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, home = homedir()): Config {
+  if (raw === null || raw === undefined) raw = {};
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('config file must be a YAML mapping');
+  const given: Record<string, unknown> = {};
+  for (const [k0, v] of Object.entries(raw as Record<string, unknown>)) {
+    const k = ALIASES[k0] ?? k0;
+    if (!(k in KEYS)) throw new ConfigError(`config key "${k0}": unknown key (known keys: ${CONFIG_KEYS.join(', ')})`);
+    if (k in given) throw new ConfigError(`config key "${k0}": given twice (auth_token is an alias of api_token)`);
+    given[k] = v;
+  }
+  const out: Record<string, unknown> = {};
+  for (const [key, [field, kind, def]] of Object.entries(KEYS)) {
+    const envValue = env[`SVC_${key.toUpperCase()}`];
+    if (envValue !== undefined) out[field] = coerce(`SVC_${key.toUpperCase()}`, kind, envValue, true);
+    else if (key in given) out[field] = coerce(key, kind, given[key], false);
+    else out[field] = coerce(key, kind, def, false);
+  }
+  const cfg = out as unknown as Config;
+  cfg.data_dir = cfg.data_dir ? resolve(cfg.data_dir.replace(/^~(?=\/|$)/, home)) : join(home, '.svc');
+  cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
+  if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
+  if (cfg.api !== '') {
+    const { host } = parseApiAddress(cfg.api);
+    if (!isLoopback(host) && cfg.api_token === '') {
+      throw new ConfigError(`config key "api": ${cfg.api} is not a loopback address; set api_token to expose the API`);
+    }
+  }
+  for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points'] as const) {
+    if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
+  }
+  if (cfg.sandbox_metrics_interval_ms < 1000) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 1s');
+  return cfg;
+}
+
+/** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */
+export function configPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, home = homedir()): string | undefined {
+  if (flag) return flag;
+  if (env.SVC_CONFIG) return env.SVC_CONFIG;
+  const def = join(home, '.svc', 'config.yaml');
+  return existsSync(def) ? def : undefined;
+}
+
+export function loadConfig(flag?: string, env: NodeJS.ProcessEnv = process.env): Config {
+  const path = configPath(flag, env);
+  let raw: unknown = {};
+  if (path) {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+    }
+    try {
+      raw = parseYaml(text);
+    } catch (err) {
+      throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
+    }
+  }
+  return buildConfig(raw, env);
+}

@@ -1,0 +1,59 @@
+import { inject, injectable } from 'inversify';
+import { parseMode, formatMode } from '../domain/agent.js';
+import { InvalidArgumentError } from '../domain/errors.js';
+import type { SecretRecord } from '../domain/events.js';
+import { assertSecretName } from '../domain/names.js';
+import { ActivityLog, SecretStore } from '../ports/stores.js';
+
+export const MAX_SECRET_BYTES = 512 * 1024;
+
+/** Host secrets: validated here, encrypted by the store, never logged or echoed. */
+@injectable()
+export class SecretService {
+  constructor(
+    @inject(SecretStore) private readonly store: SecretStore,
+    @inject(ActivityLog) private readonly activity: ActivityLog,
+  ) {}
+
+  list(): Promise<SecretRecord[]> {
+    return this.store.list();
+  }
+
+  /** Body `{name, value}` or `{name, data_base64}`, optional `mode`. Creates or replaces. */
+  async put(body: unknown): Promise<SecretRecord> {
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw new InvalidArgumentError('secret body must be a JSON object {name, value | data_base64, mode?}');
+    }
+    const b = body as Record<string, unknown>;
+    for (const k of Object.keys(b)) {
+      if (!['name', 'value', 'data_base64', 'mode'].includes(k)) throw new InvalidArgumentError(`unknown field "${k}" in secret`);
+    }
+    const name = assertSecretName(b.name);
+    if ((b.value === undefined) === (b.data_base64 === undefined)) {
+      throw new InvalidArgumentError('give exactly one of value or data_base64');
+    }
+    let value: Buffer;
+    if (b.value !== undefined) {
+      if (typeof b.value !== 'string') throw new InvalidArgumentError('value must be a string');
+      value = Buffer.from(b.value, 'utf8');
+    } else {
+      if (typeof b.data_base64 !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b.data_base64)) {
+        throw new InvalidArgumentError('data_base64 must be base64 text');
+      }
+      value = Buffer.from(b.data_base64, 'base64');
+    }
+    if (value.length > MAX_SECRET_BYTES) throw new InvalidArgumentError(`secret is larger than ${MAX_SECRET_BYTES} bytes`);
+    const mode = parseMode(b.mode, 0o600);
+    if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
+    const rec = await this.store.put(name, value, formatMode(mode));
+    this.activity.record({ action: 'secret.set', target: name, status: 'ok', duration_ms: 0 });
+    return rec;
+  }
+
+  async remove(name: string): Promise<{ message: string; name: string }> {
+    assertSecretName(name);
+    await this.store.remove(name);
+    this.activity.record({ action: 'secret.delete', target: name, status: 'ok', duration_ms: 0 });
+    return { message: `secret ${name} deleted`, name };
+  }
+}

@@ -1,0 +1,93 @@
+/** Shapes the guest agent speaks (decisions.md, "Agent shapes"); shared by agent, daemon and client. */
+
+export interface Readiness {
+  state?: string;
+  phase?: string;
+  message?: string;
+  [key: string]: string | undefined;
+}
+
+export interface AgentHealth {
+  hostname: string;
+  agent_version: string;
+  agent_uptime_sec: number;
+  userdata_ran: boolean;
+  readiness: Readiness;
+}
+
+export interface ExecRequest {
+  cmd: string;
+  args: string[];
+  cwd?: string;
+  uid?: number;
+  gid?: number;
+  timeoutMs?: number;
+  encoding?: 'utf8' | 'base64';
+  env?: Record<string, string>;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exit_code: number;
+  error?: string;
+  truncated?: boolean;
+}
+
+export type ExecFrameType = 'started' | 'stdout' | 'stderr' | 'exit' | 'error';
+
+export interface ExecFrame {
+  type: ExecFrameType;
+  t: string;
+  pid?: number;
+  data?: string;
+  exit_code?: number;
+  error?: string;
+}
+
+export type FsType = 'file' | 'directory' | 'symlink' | 'other';
+
+export interface FsInfo {
+  name: string;
+  path: string;
+  type: FsType;
+  size: number;
+  mode: string;
+  mtime: string;
+  target?: string;
+}
+
+export interface GuestStats {
+  uptime_sec: number;
+  load1: number;
+  load5: number;
+  load15: number;
+  cpus: number;
+  mem_total_bytes: number;
+  mem_available_bytes: number;
+  disk_total_bytes?: number;
+  disk_free_bytes?: number;
+}
+
+export type CopyMode = 'binary' | 'tar';
+
+export interface MaterializeRequest {
+  name: string;
+  data: string;
+  mode?: string;
+  path?: string;
+  uid?: number;
+  gid?: number;
+}
+
+/** Parses a file mode given as an octal string ("0644", "600") or number. */
+export function parseMode(v: unknown, fallback: number): number {
+  if (v === undefined || v === null || v === '') return fallback;
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 0o7777) return v;
+  if (typeof v === 'string' && /^0?[0-7]{1,4}$/.test(v)) return parseInt(v, 8);
+  return NaN;
+}
+
+export function formatMode(mode: number): string {
+  return '0' + (mode & 0o7777).toString(8).padStart(3, '0');
+}

@@ -1,0 +1,180 @@
+import { parseDuration } from './duration.js';
+import { InvalidArgumentError } from './errors.js';
+import type { Mount, Proto } from './instance.js';
+import { assertVmName } from './names.js';
+
+export interface PortForwardRequest {
+  host_port: number;
+  guest_port: number;
+  proto: Proto;
+}
+
+export interface CreateRequest {
+  name?: string;
+  persistent: boolean;
+  cpus?: number;
+  memory_mb?: number;
+  disk_gb?: number;
+  image?: string;
+  tags: Record<string, string>;
+  userdata?: string;
+  forwards: PortForwardRequest[];
+  mounts: Mount[];
+  metrics_enabled?: boolean;
+}
+
+export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
+export type WaitMode = (typeof WAIT_MODES)[number];
+
+export const LIMITS = {
+  cpus: [1, 64],
+  memory_mb: [64, 262_144],
+  disk_gb: [1, 2048],
+  userdataBytes: 256 * 1024,
+  tags: 64,
+} as const;
+
+const FIELDS = new Set([
+  'name', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'tags', 'userdata', 'forwards', 'mounts', 'metrics_enabled',
+]);
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function intIn(v: unknown, field: string, lo: number, hi: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
+    throw new InvalidArgumentError(`${field} must be an integer from ${lo} to ${hi}, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+function bool(v: unknown, field: string): boolean {
+  if (typeof v !== 'boolean') throw new InvalidArgumentError(`${field} must be a boolean, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function str(v: unknown, field: string): string {
+  if (typeof v !== 'string') throw new InvalidArgumentError(`${field} must be a string, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function rejectUnknown(obj: Record<string, unknown>, allowed: readonly string[], where: string): void {
+  for (const k of Object.keys(obj)) {
+    if (!allowed.includes(k)) throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
+  }
+}
+
+export function parsePortForward(v: unknown, where: string): PortForwardRequest {
+  if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object`);
+  rejectUnknown(v, ['host_port', 'guest_port', 'proto'], where);
+  if (v.guest_port === undefined) throw new InvalidArgumentError(`${where}.guest_port is required`);
+  const guest_port = intIn(v.guest_port, `${where}.guest_port`, 1, 65535);
+  const host_port = v.host_port === undefined ? 0 : intIn(v.host_port, `${where}.host_port`, 0, 65535);
+  if (host_port !== 0 && host_port < 1024) {
+    throw new InvalidArgumentError(`${where}.host_port ${host_port} is privileged; use 0 or a port from 1024`);
+  }
+  const proto = v.proto === undefined ? 'tcp' : str(v.proto, `${where}.proto`);
+  if (proto !== 'tcp' && proto !== 'udp') throw new InvalidArgumentError(`${where}.proto must be tcp or udp`);
+  return { host_port, guest_port, proto };
+}
+
+const MOUNT_TAG_RE = /^[A-Za-z0-9_-]{1,31}$/;
+
+function parseMount(v: unknown, where: string): Mount {
+  if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object`);
+  rejectUnknown(v, ['host', 'guest', 'tag', 'readonly'], where);
+  const host = str(v.host, `${where}.host`);
+  const guest = str(v.guest, `${where}.guest`);
+  for (const [k, p] of [['host', host], ['guest', guest]] as const) {
+    if (!p.startsWith('/')) throw new InvalidArgumentError(`${where}.${k} must be an absolute path`);
+    if (/[\0\n,]/.test(p)) throw new InvalidArgumentError(`${where}.${k} must not contain commas, newlines or NUL`);
+  }
+  const m: Mount = { host, guest };
+  if (v.tag !== undefined) {
+    const tag = str(v.tag, `${where}.tag`);
+    if (!MOUNT_TAG_RE.test(tag)) throw new InvalidArgumentError(`${where}.tag must match ${MOUNT_TAG_RE.source}`);
+    m.tag = tag;
+  }
+  if (v.readonly !== undefined) m.readonly = bool(v.readonly, `${where}.readonly`);
+  return m;
+}
+
+/**
+ * Validates a create body: types, bounds, unknown fields. `undefined`/`null` body means all
+ * defaults. Does not check things that need host state (name taken, image present, caps).
+ */
+export function parseCreateRequest(body: unknown): CreateRequest {
+  if (body === undefined || body === null) body = {};
+  if (!isObject(body)) throw new InvalidArgumentError('create request body must be a JSON object');
+  for (const k of Object.keys(body)) {
+    if (!FIELDS.has(k)) throw new InvalidArgumentError(`unknown field "${k}" in create request`);
+  }
+  const b = body;
+  const req: CreateRequest = { persistent: false, tags: {}, forwards: [], mounts: [] };
+  if (b.name !== undefined) req.name = assertVmName(b.name);
+  if (b.persistent !== undefined) req.persistent = bool(b.persistent, 'persistent');
+  if (b.cpus !== undefined) req.cpus = intIn(b.cpus, 'cpus', ...LIMITS.cpus);
+  if (b.memory_mb !== undefined) req.memory_mb = intIn(b.memory_mb, 'memory_mb', ...LIMITS.memory_mb);
+  if (b.disk_gb !== undefined) req.disk_gb = intIn(b.disk_gb, 'disk_gb', ...LIMITS.disk_gb);
+  if (b.image !== undefined) {
+    const image = str(b.image, 'image');
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(image)) throw new InvalidArgumentError(`invalid image name ${JSON.stringify(image)}`);
+    req.image = image;
+  }
+  if (b.tags !== undefined) {
+    if (!isObject(b.tags)) throw new InvalidArgumentError('tags must be an object of string to string');
+    const entries = Object.entries(b.tags);
+    if (entries.length > LIMITS.tags) throw new InvalidArgumentError(`tags: at most ${LIMITS.tags} entries`);
+    for (const [k, v] of entries) {
+      if (!/^[A-Za-z0-9._/-]{1,63}$/.test(k)) throw new InvalidArgumentError(`tags: invalid key ${JSON.stringify(k)}`);
+      req.tags[k] = str(v, `tags.${k}`);
+    }
+  }
+  if (b.userdata !== undefined) {
+    const u = str(b.userdata, 'userdata');
+    if (Buffer.byteLength(u) > LIMITS.userdataBytes) throw new InvalidArgumentError(`userdata: at most ${LIMITS.userdataBytes} bytes`);
+    req.userdata = u;
+  }
+  if (b.forwards !== undefined) {
+    if (!Array.isArray(b.forwards)) throw new InvalidArgumentError('forwards must be an array');
+    req.forwards = b.forwards.map((f, i) => parsePortForward(f, `forwards[${i}]`));
+    const seen = new Set<string>();
+    for (const f of req.forwards) {
+      if (f.host_port === 0) continue;
+      const key = `${f.proto}:${f.host_port}`;
+      if (seen.has(key)) throw new InvalidArgumentError(`forwards: host port ${f.host_port}/${f.proto} given twice`);
+      seen.add(key);
+    }
+  }
+  if (b.mounts !== undefined) {
+    if (!Array.isArray(b.mounts)) throw new InvalidArgumentError('mounts must be an array');
+    req.mounts = b.mounts.map((m, i) => parseMount(m, `mounts[${i}]`));
+    const tags = req.mounts.map((m, i) => m.tag ?? `mount${i}`);
+    if (new Set(tags).size !== tags.length) throw new InvalidArgumentError('mounts: tags must be unique');
+  }
+  if (b.metrics_enabled !== undefined) req.metrics_enabled = bool(b.metrics_enabled, 'metrics_enabled');
+  return req;
+}
+
+/** `wait` query: omitted/empty = auto; legacy true/1 = ssh; false/0 refused. */
+export function parseWaitMode(raw: unknown): WaitMode {
+  if (raw === undefined || raw === '') return 'auto';
+  if (typeof raw !== 'string') throw new InvalidArgumentError('wait must be given once');
+  const v = raw.toLowerCase();
+  if (v === 'true' || v === '1') return 'ssh';
+  if (v === 'false' || v === '0') {
+    throw new InvalidArgumentError(`wait=${raw} is not supported: a create always waits; use wait=ssh|agent|userdata|bootstrap|auto`);
+  }
+  if ((WAIT_MODES as readonly string[]).includes(v)) return v as WaitMode;
+  throw new InvalidArgumentError(`invalid wait mode "${raw}"; use auto, ssh, agent, userdata or bootstrap`);
+}
+
+/** `timeout` query: a duration; omitted means the daemon default. */
+export function parseCreateTimeout(raw: unknown): number | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (typeof raw !== 'string') throw new InvalidArgumentError('timeout must be given once');
+  const ms = parseDuration(raw, 'timeout');
+  if (ms <= 0 || ms > 3_600_000) throw new InvalidArgumentError('timeout must be between 1ms and 1h');
+  return ms;
+}

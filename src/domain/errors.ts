@@ -1,0 +1,104 @@
+/**
+ * Domain errors carry a stable string `code` and no transport status. Exactly one mapping
+ * from code to HTTP status lives in the HTTP adapter (adapters/http/error-status.ts).
+ */
+export type ErrorCode =
+  | 'invalid_argument'
+  | 'invalid_state'
+  | 'not_found'
+  | 'already_exists'
+  | 'resource_exhausted'
+  | 'payload_too_large'
+  | 'unauthenticated'
+  | 'not_supported'
+  | 'agent_unavailable'
+  | 'agent_failure'
+  | 'deadline_exceeded'
+  | 'internal';
+
+export abstract class DomainError extends Error {
+  abstract readonly code: ErrorCode;
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** The caller sent something malformed: bad name, bad field, bad query value. */
+export class InvalidArgumentError extends DomainError {
+  readonly code = 'invalid_argument' as const;
+}
+
+/** The verb is not allowed from the VM's current status. The message names the verb to use. */
+export class InvalidStateError extends DomainError {
+  readonly code = 'invalid_state' as const;
+}
+
+export class NotFoundError extends DomainError {
+  readonly code = 'not_found' as const;
+}
+
+export class AlreadyExistsError extends DomainError {
+  readonly code = 'already_exists' as const;
+}
+
+/** A configured cap (max_vms, max_cpus_total, max_memory_mb_total) would be exceeded. */
+export class ResourceExhaustedError extends DomainError {
+  readonly code = 'resource_exhausted' as const;
+}
+
+export class PayloadTooLargeError extends DomainError {
+  readonly code = 'payload_too_large' as const;
+}
+
+export class UnauthenticatedError extends DomainError {
+  readonly code = 'unauthenticated' as const;
+}
+
+/** The adapter in use cannot do this (for example vsock on a host without it). */
+export class NotSupportedError extends DomainError {
+  readonly code = 'not_supported' as const;
+}
+
+/** The guest agent cannot be reached: VM not running, no endpoint, connect refused or timed out. */
+export class AgentUnavailableError extends DomainError {
+  readonly code = 'agent_unavailable' as const;
+}
+
+/** The guest agent answered, but with garbage or a 5xx. */
+export class AgentFailureError extends DomainError {
+  readonly code = 'agent_failure' as const;
+}
+
+export class DeadlineExceededError extends DomainError {
+  readonly code = 'deadline_exceeded' as const;
+}
+
+/** Something on the host failed (hypervisor, disk). Not the caller's fault. */
+export class InternalError extends DomainError {
+  readonly code = 'internal' as const;
+}
+
+/** Every concrete domain error class, so a test can prove each one has a transport mapping. */
+export const ALL_DOMAIN_ERRORS = [
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+  AlreadyExistsError,
+  ResourceExhaustedError,
+  PayloadTooLargeError,
+  UnauthenticatedError,
+  NotSupportedError,
+  AgentUnavailableError,
+  AgentFailureError,
+  DeadlineExceededError,
+  InternalError,
+] as const;
+
+export function isDomainError(err: unknown): err is DomainError {
+  return err instanceof DomainError;
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

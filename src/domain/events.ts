@@ -1,0 +1,49 @@
+import type { Instance } from './instance.js';
+
+export const CREATE_PHASES = [
+  'accepted', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error',
+] as const;
+export type CreatePhase = (typeof CREATE_PHASES)[number];
+
+/** One line of the create progress stream. The last is `ready` (with instance) or `error`. */
+export interface CreateProgressEvent {
+  phase: CreatePhase;
+  message: string;
+  name: string;
+  t: string;
+  elapsed_ms: number;
+  instance?: Instance;
+  error?: string;
+  /** Stable domain error code on `error` events, so clients can tell a timeout from a crash. */
+  code?: string;
+}
+
+export interface ActivityEvent {
+  id: number;
+  t: string;
+  action: string;
+  target: string;
+  status: 'ok' | 'error';
+  duration_ms: number;
+  message?: string;
+}
+
+/** Host-side metadata of a secret. The value never appears in it. */
+export interface SecretRecord {
+  name: string;
+  size: number;
+  mode: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One sample of the per-VM stats history (metrics.ring). */
+export interface MetricsPoint {
+  t_ms: number;
+  uptime_sec: number;
+  load1: number;
+  mem_total_bytes: number;
+  mem_available_bytes: number;
+  disk_total_bytes?: number;
+  disk_free_bytes?: number;
+}

@@ -1,0 +1,109 @@
+import { InvalidStateError } from './errors.js';
+
+export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
+export type VmStatus = (typeof VM_STATUSES)[number];
+
+export type Proto = 'tcp' | 'udp';
+
+/** A forward as it appears in an Instance: `boot` ones are QEMU hostfwd, `live` ones SSH tunnels. */
+export interface Forward {
+  host_port: number;
+  guest_port: number;
+  proto: Proto;
+  kind: 'boot' | 'live';
+  pid?: number;
+}
+
+export interface Mount {
+  host: string;
+  guest: string;
+  tag?: string;
+  readonly?: boolean;
+}
+
+/** The public shape of a VM, as the API returns it. `userdata` is never part of it. */
+export interface Instance {
+  name: string;
+  status: VmStatus;
+  suspended_at?: string;
+  persistent: boolean;
+  cpus: number;
+  memory_mb: number;
+  disk_gb: number;
+  image: string;
+  ip: string;
+  ssh_port: number;
+  agent_port: number;
+  agent_cid: number;
+  forwards: Forward[];
+  tags: Record<string, string>;
+  mounts: Mount[];
+  metrics_enabled: boolean;
+  created_at: string;
+  updated_at: string;
+  error?: string;
+}
+
+/**
+ * What the daemon persists for a VM: the public Instance plus what only the host needs.
+ * `runtime` is the hypervisor's opaque data for re-attaching after a daemon restart.
+ */
+export interface InstanceRecord extends Instance {
+  userdata?: string;
+  runtime?: Record<string, unknown>;
+}
+
+export function toPublic(record: InstanceRecord): Instance {
+  const { userdata: _u, runtime: _r, ...pub } = record;
+  if (pub.status !== 'suspended') delete pub.suspended_at;
+  if (pub.status !== 'error') delete pub.error;
+  return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };
+}
+
+export type LifecycleVerb = 'start' | 'shutdown' | 'pause' | 'resume' | 'suspend' | 'restore';
+
+/** Allowed source states per verb (decisions.md, "States"). */
+export const ALLOWED_SOURCES: Record<LifecycleVerb, readonly VmStatus[]> = {
+  start: ['stopped', 'error'],
+  shutdown: ['running', 'paused', 'suspended', 'stopped'],
+  pause: ['running'],
+  resume: ['paused'],
+  suspend: ['running', 'paused'],
+  restore: ['suspended'],
+};
+
+/** What to tell a caller who used the wrong verb: the verb that fits the current status. */
+const HINT: Record<VmStatus, string> = {
+  creating: 'wait for the create to finish',
+  running: 'use pause, suspend or shutdown',
+  paused: 'use resume',
+  suspended: 'use restore',
+  stopped: 'use start',
+  error: 'use start or delete',
+};
+
+/** Throws InvalidStateError (with a hint) unless `verb` may run from the record's status. */
+export function assertTransition(record: Pick<InstanceRecord, 'name' | 'status' | 'persistent'>, verb: LifecycleVerb): void {
+  const { name, status } = record;
+  if (verb === 'suspend' && !record.persistent) {
+    throw new InvalidStateError(`vm ${name} is ephemeral; only persistent vms can be suspended`);
+  }
+  if (verb === 'start' && !record.persistent && status === 'error') {
+    throw new InvalidStateError(`vm ${name} is ephemeral and failed; delete it and create a new one`);
+  }
+  if (ALLOWED_SOURCES[verb].includes(status)) return;
+  const already = (verb === 'pause' && status === 'paused') || (verb === 'start' && status === 'running') ||
+    (verb === 'suspend' && status === 'suspended') || (verb === 'resume' && status === 'running');
+  const what = already ? `already ${status}` : status;
+  throw new InvalidStateError(`vm ${name} is ${what}; ${HINT[status]}`);
+}
+
+/** Statuses in which a hypervisor process exists for the VM. */
+export function hasProcess(status: VmStatus): boolean {
+  return status === 'running' || status === 'paused' || status === 'creating';
+}
+
+/** Resources a VM holds against the caps: suspended and stopped VMs hold none. */
+export function holdsResources(status: VmStatus): boolean {
+  return hasProcess(status);
+}

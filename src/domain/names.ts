@@ -1,0 +1,32 @@
+import { InvalidArgumentError } from './errors.js';
+
+export const VM_NAME_RE = /^[a-z][a-z0-9-]{0,62}$/;
+export const SECRET_NAME_RE = /^[A-Za-z][A-Za-z0-9._-]{0,62}$/;
+
+export function assertVmName(name: unknown): string {
+  if (typeof name !== 'string' || !VM_NAME_RE.test(name)) {
+    throw new InvalidArgumentError(
+      `invalid vm name ${JSON.stringify(name)}: use 1-63 characters a-z, 0-9 and '-', starting with a letter`,
+    );
+  }
+  return name;
+}
+
+export function assertSecretName(name: unknown): string {
+  if (typeof name !== 'string' || !SECRET_NAME_RE.test(name)) {
+    throw new InvalidArgumentError(
+      `invalid secret name ${JSON.stringify(name)}: use 1-63 characters A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter`,
+    );
+  }
+  return name;
+}
+
+/** The name an omitted VM name becomes: `vm-N`, one more than the highest N in use. */
+export function nextDefaultName(existing: Iterable<string>): string {
+  let max = 0;
+  for (const n of existing) {
+    const m = /^vm-(\d+)$/.exec(n);
+    if (m) max = Math.max(max, Number(m[1]));
+  }
+  return `vm-${max + 1}`;
+}

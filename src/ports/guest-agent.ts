@@ -1,0 +1,67 @@
+import type { Duplex, Readable } from 'node:stream';
+import type {
+  AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+} from '../domain/agent.js';
+
+/** Where a VM's agent answers: a host TCP port (user-net forward) or a vsock CID, port 7475. */
+export interface AgentEndpoint {
+  host: string;
+  port: number;
+  cid?: number;
+}
+
+export interface UploadOptions {
+  path: string;
+  mode: CopyMode;
+  permissions?: string;
+  uid?: number;
+  gid?: number;
+}
+
+export interface ShellOptions {
+  cols?: number;
+  rows?: number;
+  shell?: string;
+}
+
+/** A terminal session: binary data both ways, resize, and the exit code when the shell ends. */
+export interface ShellSession {
+  write(data: Buffer): void;
+  resize(cols: number, rows: number): void;
+  onData(listener: (data: Buffer) => void): void;
+  onExit(listener: (exitCode: number | null) => void): void;
+  close(): void;
+}
+
+export type FsOp =
+  | { op: 'readdir'; path: string }
+  | { op: 'stat'; path: string }
+  | { op: 'mkdir'; path: string; recursive?: boolean; mode?: string }
+  | { op: 'symlink'; path: string; target: string }
+  | { op: 'remove'; path: string; recursive?: boolean };
+
+export const GuestAgent = Symbol('GuestAgent');
+/**
+ * Talks to the agent inside one guest. Every method throws AgentUnavailableError when the agent
+ * cannot be reached (refused, timed out), AgentFailureError when it answers garbage or 5xx, and
+ * passes the agent's own 400/404 through as InvalidArgumentError/NotFoundError.
+ */
+export interface GuestAgent {
+  /** Idempotent. `timeoutMs` bounds the whole call (readiness probes use ~500 ms). */
+  health(ep: AgentEndpoint, timeoutMs?: number): Promise<AgentHealth>;
+  readiness(ep: AgentEndpoint): Promise<Readiness>;
+  stats(ep: AgentEndpoint): Promise<GuestStats>;
+  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): Promise<ExecResult>;
+  /** Frames as they arrive; breaking out of the loop kills the remote command. */
+  execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame>;
+  /** Streams `body` into the guest with backpressure. */
+  upload(ep: AgentEndpoint, opts: UploadOptions, body: Readable): Promise<void>;
+  /** A stream of the guest file (binary) or tar; the caller must consume or destroy it. */
+  download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable }>;
+  fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void>;
+  materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }>;
+  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession>;
+}
+
+/** A raw byte pipe to a guest port; adapters that can offer one (for shell proxying) implement it. */
+export type RawStream = Duplex;

@@ -1,0 +1,41 @@
+export interface SshTarget {
+  host: string;
+  port: number;
+  user: string;
+}
+
+export interface TunnelInfo {
+  host_port: number;
+  guest_port: number;
+  /** The process carrying the tunnel (the daemon itself for in-process ssh2 tunnels). */
+  pid: number;
+}
+
+export const Tunnels = Symbol('Tunnels');
+/** Live host-to-guest TCP forwards over SSH. */
+export interface Tunnels {
+  /**
+   * Listens on 127.0.0.1:hostPort (0 = a free high port) and carries each connection to the guest
+   * port over SSH. Throws AlreadyExistsError when the host port is busy.
+   */
+  open(vm: string, target: SshTarget, hostPort: number, guestPort: number): Promise<TunnelInfo>;
+  /** Idempotent: closing an unknown forward resolves. */
+  close(vm: string, hostPort: number): Promise<void>;
+  /** Closes every forward of the VM. Idempotent. */
+  closeAll(vm: string): Promise<void>;
+  list(vm: string): TunnelInfo[];
+}
+
+export const SshProbe = Symbol('SshProbe');
+/** Tells whether a guest's SSH server is up (its banner arrived), for `wait=ssh`. */
+export interface SshProbe {
+  /** Resolves true once `SSH-` was read within `timeoutMs`; false otherwise. Never throws. */
+  ready(host: string, port: number, timeoutMs: number): Promise<boolean>;
+}
+
+export const SshKeys = Symbol('SshKeys');
+/** The daemon's own key pair, used to log into guests. */
+export interface SshKeys {
+  publicKey(): Promise<string>;
+  privateKey(): Promise<Buffer>;
+}
