@@ -1,5 +1,5 @@
 /** Layers point inward: domain <- ports <- app <- adapters <- composition root (src/bin, src/app/container.ts). */
-const adapterOnly = '^(express|ws|ssh2|prom-client|node-pty|pino|tar-stream|child_process|node:child_process|node:net|net|node:http|http|node:dgram)$';
+const adapterOnly = '^(node_modules/(express|ws|ssh2|prom-client|node-pty|pino|tar-stream|yaml)/|(node:)?(child_process|net|http|https|dgram)$)';
 module.exports = {
   forbidden: [
     { name: 'domain-is-pure', severity: 'error',
@@ -20,6 +20,6 @@ module.exports = {
     doNotFollow: { path: 'node_modules' },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
-    exclude: { path: '^(dist|node_modules)' },
+    exclude: { path: '^dist' },
   },
 };

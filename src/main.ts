@@ -109,6 +109,8 @@ export interface RunningDaemon {
   container: Container;
   /** The TCP port actually bound (useful with `api: 127.0.0.1:0`). */
   tcpPort?: number;
+  /** Every route served, as `method path` in express syntax (WebSocket routes included). */
+  routes: { method: string; path: string }[];
   stop(): Promise<void>;
 }
 
@@ -143,6 +145,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     config,
     container,
     tcpPort: listeners.tcpPort,
+    routes: routes.map((r) => ({ method: r.method, path: r.path })),
     stop: () => (stopped ??= (async () => {
       await listeners.stop();
       await instances.close();

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-import { ConfigError, loadConfig } from '../app/config.js';
+import { ConfigError } from '../app/config.js';
+import { loadConfig } from '../adapters/config/yaml-config-file.js';
 import { ListenError } from '../adapters/http/listeners.js';
 import { startDaemon } from '../main.js';
 import { VERSION } from '../version.js';

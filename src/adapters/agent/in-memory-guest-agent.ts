@@ -42,7 +42,6 @@ export class InMemoryGuestAgent implements GuestAgent {
     throw new NotSupportedError(NO_GUEST);
   }
 
-  // eslint-disable-next-line require-yield
   async *execStream(): AsyncIterable<ExecFrame> {
     throw new NotSupportedError(NO_GUEST);
   }

@@ -118,6 +118,23 @@ const schemas: Record<string, Schema> = {
   },
 };
 
+/** Operations described but not served yet; each carries `x-svc-planned: true`. */
+export const PLANNED = new Set<string>([
+  'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}', 'post /vms/{name}/secrets/{secretName}',
+  'get /vms/{name}/agent/health', 'post /vms/{name}/agent/deploy', 'get /vms/{name}/stats', 'post /vms/{name}/exec',
+  'put /vms/{name}/cp', 'get /vms/{name}/cp', 'get /vms/{name}/fs/readdir', 'get /vms/{name}/fs/stat', 'post /vms/{name}/fs/mkdir',
+  'post /vms/{name}/fs/symlink', 'delete /vms/{name}/fs/remove', 'get /vms/{name}/shell', 'get /vms/{name}/metrics',
+]);
+
+function markPlanned(paths: Record<string, Record<string, Schema>>): Record<string, Record<string, Schema>> {
+  for (const [path, ops] of Object.entries(paths)) {
+    for (const [method, o] of Object.entries(ops)) {
+      if (PLANNED.has(`${method} ${path}`)) o['x-svc-planned'] = true;
+    }
+  }
+  return paths;
+}
+
 export function openApiDocument(version: string): Record<string, unknown> {
   const lifecycle = (summary: string, ok: unknown) => ({ post: op(summary, { '200': ok, '400': err('not allowed from the current state'), '404': err('no such vm') }, { parameters: [nameParam] }) });
   return {
@@ -126,7 +143,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
     servers: [{ url: 'http://127.0.0.1:7474' }],
     security: [{ bearer: [] }],
     components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } }, schemas },
-    paths: {
+    paths: markPlanned({
       '/healthz': { get: { summary: 'Liveness; never needs a token', security: [], responses: { '200': json('ok', { type: 'object', properties: { status: { type: 'string' } } }) } } },
       '/info': { get: op('Daemon name and version', { '200': json('info', { type: 'object', required: ['name', 'version'], properties: { name: { type: 'string' }, version: { type: 'string' }, api_version: { type: 'string' }, hypervisor: { type: 'string' } } }) }) },
       '/metrics': { get: op('Prometheus text exposition', { '200': { description: 'metrics', content: { 'text/plain': { schema: { type: 'string' } } } } }) },
@@ -181,9 +198,6 @@ export function openApiDocument(version: string): Record<string, unknown> {
       '/vms/{name}/fs/symlink': { post: op('Make a guest symlink', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path', 'target'], properties: { path: { type: 'string' }, target: { type: 'string' } } } } } } }) },
       '/vms/{name}/fs/remove': { delete: op('Remove a guest path', { '204': { description: 'removed' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] }) },
       '/vms/{name}/shell': { get: op('Interactive shell (WebSocket upgrade)', { '101': { description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}' }, '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam, q('cols', { type: 'integer' }), q('rows', { type: 'integer' }), q('shell', { type: 'string' })] }) },
-    },
+    }),
   };
 }
-
-/** Paths whose operations are served over WebSocket upgrades rather than express routes. */
-export const WEBSOCKET_PATHS = ['/vms/{name}/shell'];

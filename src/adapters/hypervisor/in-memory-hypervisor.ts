@@ -112,8 +112,12 @@ export class InMemoryHypervisor implements Hypervisor {
 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     this.maybeFail('launch');
-    const vm = this.vms.get(spec.name);
-    if (!vm) throw new InternalError(`vm ${spec.name} was never provisioned`);
+    // The fake keeps no disks across daemon restarts: a VM it does not know has a disk "on disk".
+    let vm = this.vms.get(spec.name);
+    if (!vm) {
+      vm = { spec, state: 'provisioned', snapshot: false, bootedAt: 0 };
+      this.vms.set(spec.name, vm);
+    }
     if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${spec.name} is already running`);
     if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
     vm.spec = spec;

@@ -20,11 +20,11 @@ export class PromControlMetrics implements ControlMetrics {
       name: 'svc_create_duration_seconds', help: 'Time from create accepted to ready or failed', labelNames: ['outcome'],
       buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300], registers: [registry],
     });
-    const self = this;
+    const running = () => this.runningSource();
     new Gauge({
       name: 'svc_vms_running', help: 'Running VMs, computed from state at scrape time', registers: [registry],
       collect() {
-        this.set(self.runningSource());
+        this.set(running());
       },
     });
   }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The one test command (README, .ci/run): install, build, lint, layer check, unit, integration, e2e.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund
+npm run build
+npx eslint src test
+npx depcruise src --config .dependency-cruiser.cjs --output-type err
+npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
+npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+if [ -d dist/test/e2e ] && ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
+  bash scripts/ensure-host-deps.sh
+  npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
+fi

@@ -1,0 +1,32 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { buildConfig, ConfigError, type Config } from '../../app/config.js';
+
+/** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */
+export function configPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, home = homedir()): string | undefined {
+  if (flag) return flag;
+  if (env.SVC_CONFIG) return env.SVC_CONFIG;
+  const def = join(home, '.svc', 'config.yaml');
+  return existsSync(def) ? def : undefined;
+}
+
+export function loadConfig(flag?: string, env: NodeJS.ProcessEnv = process.env): Config {
+  const path = configPath(flag, env);
+  let raw: unknown = {};
+  if (path) {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+    }
+    try {
+      raw = parseYaml(text);
+    } catch (err) {
+      throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
+    }
+  }
+  return buildConfig(raw, env);
+}

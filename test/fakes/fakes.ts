@@ -1,0 +1,68 @@
+import type { InstanceRecord } from '../../src/domain/instance.js';
+import type { ActivityEvent } from '../../src/domain/events.js';
+import type { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
+import type { Logger } from '../../src/ports/logger.js';
+import type { ControlMetrics } from '../../src/ports/metrics.js';
+import type { SshKeys } from '../../src/ports/tunnels.js';
+
+/** Small Map-backed fakes of the ports, for unit tests. */
+export class MemoryInstanceStore implements InstanceStore {
+  readonly records = new Map<string, InstanceRecord>();
+  readonly logsKept: string[] = [];
+  async list() {
+    return [...this.records.values()].map((r) => structuredClone(r));
+  }
+  async get(name: string) {
+    const r = this.records.get(name);
+    return r && structuredClone(r);
+  }
+  async put(record: InstanceRecord) {
+    this.records.set(record.name, structuredClone(record));
+  }
+  async remove(name: string) {
+    this.records.delete(name);
+  }
+  dir(name: string) {
+    return `/nonexistent/vms/${name}`;
+  }
+  async keepLogs(name: string) {
+    this.logsKept.push(name);
+  }
+}
+
+export class MemoryActivityLog implements ActivityLog {
+  readonly events: ActivityEvent[] = [];
+  record(e: Omit<ActivityEvent, 'id' | 't'>) {
+    this.events.push({ id: this.events.length + 1, t: new Date().toISOString(), ...e });
+  }
+  async list() {
+    return [...this.events].reverse();
+  }
+  async flush() {}
+}
+
+export class SilentLogger implements Logger {
+  readonly lines: { level: string; obj: object; msg?: string }[] = [];
+  debug(obj: object, msg?: string) { this.lines.push({ level: 'debug', obj, msg }); }
+  info(obj: object, msg?: string) { this.lines.push({ level: 'info', obj, msg }); }
+  warn(obj: object, msg?: string) { this.lines.push({ level: 'warn', obj, msg }); }
+  error(obj: object, msg?: string) { this.lines.push({ level: 'error', obj, msg }); }
+  child() { return this; }
+}
+
+export class CountingMetrics implements ControlMetrics {
+  created = 0;
+  deleted = 0;
+  failed = 0;
+  running: () => number = () => 0;
+  vmCreated() { this.created++; }
+  vmDeleted() { this.deleted++; }
+  createFailed() { this.failed++; }
+  createDuration() {}
+  setRunningSource(f: () => number) { this.running = f; }
+}
+
+export class StaticKeys implements SshKeys {
+  async publicKey() { return 'ssh-ed25519 AAAAtest svcd'; }
+  async privateKey() { return Buffer.from('none'); }
+}

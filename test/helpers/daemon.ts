@@ -1,0 +1,48 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildConfig, type Config } from '../../src/app/config.js';
+import { startDaemon, type DaemonOverrides, type RunningDaemon } from '../../src/main.js';
+import { call, type Reply, type Target } from './http.js';
+
+export interface TestDaemon {
+  daemon: RunningDaemon;
+  config: Config;
+  dir: string;
+  unix: Target;
+  tcp: Target;
+  /** Calls over the Unix socket with the token. */
+  call(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Reply>;
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function tempDir(prefix = 'svc-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+/** Starts a real daemon (fake hypervisor unless told otherwise) on a temp socket and TCP port 0. */
+export async function startTestDaemon(raw: Record<string, unknown> = {}, overrides: DaemonOverrides = {}, dir = tempDir()): Promise<TestDaemon> {
+  const config = buildConfig({
+    data_dir: join(dir, 'data'), api: '127.0.0.1:0', hypervisor: 'fake', api_token: 'test-token', log_level: 'silent',
+    fake_boot_delay: '10ms', ...raw,
+  }, {});
+  let daemon = await startDaemon(config, overrides);
+  const td: TestDaemon = {
+    daemon, config, dir,
+    unix: { socketPath: config.socket, token: config.api_token },
+    tcp: { port: daemon.tcpPort, token: config.api_token },
+    call: (m, p, b, h) => call(td.unix, m, p, b, h),
+    async restart() {
+      await daemon.stop();
+      daemon = await startDaemon(config, overrides);
+      td.daemon = daemon;
+      td.tcp = { port: daemon.tcpPort, token: config.api_token };
+    },
+    async stop() {
+      await daemon.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return td;
+}

@@ -1,0 +1,51 @@
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+
+export interface Target {
+  socketPath?: string;
+  host?: string;
+  port?: number;
+  token?: string;
+}
+
+export interface Reply {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  json: any;
+}
+
+/** A small HTTP client over a Unix socket or TCP, for tests. Bodies that are objects go as JSON. */
+export function call(t: Target, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const h: Record<string, string> = { ...headers };
+    if (t.token && h.authorization === undefined) h.authorization = `Bearer ${t.token}`;
+    let payload: Buffer | undefined;
+    if (body !== undefined) {
+      payload = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+      h['content-type'] ??= 'application/json';
+      h['content-length'] = String(payload.length);
+    }
+    const req = httpRequest({ socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, method, path, headers: h }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let json: unknown;
+        try {
+          json = JSON.parse(text);
+        } catch {
+          json = undefined;
+        }
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+export function ndjson(text: string): Record<string, unknown>[] {
+  return text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+}

@@ -1,0 +1,39 @@
+import { expect } from 'chai';
+import { validate } from '@readme/openapi-parser';
+import { parse } from 'yaml';
+import { PLANNED } from '../../src/adapters/http/openapi.js';
+import { toOpenApiPath } from '../../src/adapters/http/route.js';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+
+describe('OpenAPI description', function () {
+  this.timeout(20000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon();
+  });
+  after(async () => {
+    await d.stop();
+  });
+
+  it('is a valid OpenAPI 3 document, version 0.2.2', async () => {
+    const doc = parse((await d.call('GET', '/openapi.yaml')).text);
+    expect(doc.info.version).to.equal('0.2.2');
+    const result = await validate(structuredClone(doc));
+    expect(result.valid, JSON.stringify((result as { errors?: unknown }).errors ?? [], null, 1)).to.equal(true);
+  });
+
+  it('lists exactly the routes the daemon serves, plus the marked planned ones', async () => {
+    const doc = parse((await d.call('GET', '/openapi.yaml')).text);
+    const described = new Set<string>();
+    const planned = new Set<string>();
+    for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, Record<string, unknown>>>)) {
+      for (const [method, o] of Object.entries(ops)) {
+        (o['x-svc-planned'] ? planned : described).add(`${method} ${path}`);
+      }
+    }
+    const served = new Set(d.daemon.routes.map((r) => `${r.method} ${toOpenApiPath(r.path)}`));
+    expect([...described].sort()).to.deep.equal([...served].sort());
+    expect([...planned].sort()).to.deep.equal([...PLANNED].sort());
+    for (const p of planned) expect(served.has(p), `${p} is served but still marked planned`).to.equal(false);
+  });
+});

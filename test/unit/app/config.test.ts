@@ -1,0 +1,67 @@
+import { expect } from 'chai';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ConfigError, buildConfig } from '../../../src/app/config.js';
+import { configPath, loadConfig } from '../../../src/adapters/config/yaml-config-file.js';
+import { tempDir } from '../../helpers/daemon.js';
+
+describe('app/config', () => {
+  it('applies the documented defaults', () => {
+    const c = buildConfig({}, {}, '/home/u');
+    expect(c.data_dir).to.equal('/home/u/.svc');
+    expect(c.socket).to.equal('/home/u/.svc/svc.sock');
+    expect(c.api).to.equal('127.0.0.1:7474');
+    expect(c.hypervisor).to.equal('qemu');
+    expect(c.ready_timeout_ms).to.equal(120_000);
+    expect(c.create_buffer_ms).to.equal(60_000);
+    expect([c.cpus, c.memory_mb, c.disk_gb]).to.deep.equal([1, 512, 4]);
+    expect(c.sandbox_metrics_enabled).to.equal(true);
+    expect(c.sandbox_metrics_interval_ms).to.equal(15_000);
+    expect(c.sandbox_metrics_points).to.equal(5760);
+    expect(c.max_vms).to.equal(0);
+  });
+
+  it('takes auth_token as an alias of api_token, but not both', () => {
+    expect(buildConfig({ auth_token: 't' }, {}).api_token).to.equal('t');
+    expect(() => buildConfig({ auth_token: 't', api_token: 'u' }, {})).to.throw(ConfigError, /given twice/);
+  });
+
+  it('lets SVC_<KEY> env override file values', () => {
+    const c = buildConfig({ cpus: 2, api_token: 'file' }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
+    expect(c.cpus).to.equal(4);
+    expect(c.api_token).to.equal('env');
+    expect(c.fake_agent).to.equal(true);
+  });
+
+  const bad: [string, Record<string, unknown>, RegExp][] = [
+    ['unknown key', { cpu: 2 }, /config key "cpu": unknown key/],
+    ['bad duration', { ready_timeout: 'soon' }, /config key "ready_timeout": must be a duration/],
+    ['wrong type', { cpus: 'two' }, /config key "cpus"/],
+    ['bad enum', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
+    ['bad api', { api: 'localhost' }, /config key "api": must be HOST:PORT/],
+    ['public api without token', { api: '0.0.0.0:7474' }, /not a loopback address; set api_token/],
+  ];
+  for (const [what, raw, re] of bad) {
+    it(`refuses ${what}, naming the key`, () => {
+      expect(() => buildConfig(raw, {})).to.throw(ConfigError, re);
+    });
+  }
+
+  it('allows a public api with a token and an empty api', () => {
+    expect(buildConfig({ api: '0.0.0.0:7474', api_token: 'x' }, {}).api).to.equal('0.0.0.0:7474');
+    expect(buildConfig({ api: '' }, {}).api).to.equal('');
+  });
+
+  it('finds the file by flag, then SVC_CONFIG, and reads YAML', () => {
+    const dir = tempDir();
+    const f = join(dir, 'c.yaml');
+    writeFileSync(f, 'cpus: 3\nhypervisor: fake\n');
+    expect(configPath(undefined, { SVC_CONFIG: f }, dir)).to.equal(f);
+    expect(configPath('/x.yaml', { SVC_CONFIG: f }, dir)).to.equal('/x.yaml');
+    expect(configPath(undefined, {}, dir)).to.equal(undefined);
+    expect(loadConfig(f, {}).cpus).to.equal(3);
+    writeFileSync(f, 'cpus: [\n');
+    expect(() => loadConfig(f, {})).to.throw(ConfigError, /not valid YAML/);
+    expect(() => loadConfig(join(dir, 'missing.yaml'), {})).to.throw(ConfigError, /cannot read/);
+  });
+});

@@ -1,0 +1,231 @@
+import 'reflect-metadata';
+import { expect } from 'chai';
+import { buildConfig, type Config } from '../../../src/app/config.js';
+import { InstanceService } from '../../../src/app/instance-service.js';
+import { LifecycleEvents } from '../../../src/app/lifecycle-events.js';
+import { InMemoryGuestAgent } from '../../../src/adapters/agent/in-memory-guest-agent.js';
+import { SystemClock } from '../../../src/adapters/clock/system-clock.js';
+import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/in-memory-hypervisor.js';
+import { InMemorySshProbe } from '../../../src/adapters/ssh/in-memory-ssh-probe.js';
+import type { CreateProgressEvent } from '../../../src/domain/events.js';
+import {
+  AlreadyExistsError, DeadlineExceededError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError,
+} from '../../../src/domain/errors.js';
+import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, SilentLogger, StaticKeys } from '../../fakes/fakes.js';
+
+interface World {
+  svc: InstanceService;
+  hv: InMemoryHypervisor;
+  store: MemoryInstanceStore;
+  activity: MemoryActivityLog;
+  metrics: CountingMetrics;
+  events: LifecycleEvents;
+  config: Config;
+}
+
+function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
+  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {});
+  const activity = new MemoryActivityLog();
+  const metrics = new CountingMetrics();
+  const events = new LifecycleEvents();
+  const svc = new InstanceService(
+    config, hv, new InMemoryGuestAgent(hv), new InMemorySshProbe(hv), new StaticKeys(), store, activity, metrics,
+    new SystemClock(), new SilentLogger(), events,
+  );
+  return { svc, hv, store, activity, metrics, events, config };
+}
+
+async function collect(events: AsyncIterable<CreateProgressEvent>): Promise<CreateProgressEvent[]> {
+  const out: CreateProgressEvent[] = [];
+  for await (const e of events) out.push(e);
+  return out;
+}
+
+describe('app/InstanceService', () => {
+  it('creates a running vm and streams the phases in order', async () => {
+    const w = world();
+    const job = await w.svc.create({ name: 'web', persistent: true }, {});
+    const events = await collect(job.events);
+    expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
+    const inst = await job.done;
+    expect(inst.status).to.equal('running');
+    expect(events.at(-1)!.instance).to.deep.equal(inst);
+    expect(w.store.records.get('web')!.status).to.equal('running');
+    expect(w.metrics.created).to.equal(1);
+    expect(w.metrics.running()).to.equal(1);
+    expect(w.activity.events.at(-1)).to.include({ action: 'create', target: 'web', status: 'ok' });
+  });
+
+  it('waits for ssh on images that are not agent-ready, and in the modes asked for', async () => {
+    const w = world();
+    const ssh = await collect((await w.svc.create({ name: 'a', image: 'ssh-only' }, {})).events);
+    expect(ssh.map((e) => e.phase)).to.include('wait_ssh').and.not.include('wait_agent');
+    const ud = await collect((await w.svc.create({ name: 'b' }, { wait: 'userdata' })).events);
+    expect(ud.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'userdata', 'ready']);
+    const bs = await collect((await w.svc.create({ name: 'c' }, { wait: 'bootstrap' })).events);
+    expect(bs.map((e) => e.phase)).to.include('bootstrap');
+  });
+
+  it('names vms vm-N when no name is given', async () => {
+    const w = world();
+    expect((await w.svc.create({}, {})).name).to.equal('vm-1');
+    expect((await w.svc.create(undefined, {})).name).to.equal('vm-2');
+  });
+
+  it('refuses duplicates, bad input and unknown images before anything exists', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'web' }, {})).done;
+    let err = await w.svc.create({ name: 'web' }, {}).catch((e) => e);
+    expect(err).to.be.instanceOf(AlreadyExistsError);
+    err = await w.svc.create({ name: 'x', image: 'nope' }, {}).catch((e) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    err = await w.svc.create({ name: 'x' }, { wait: 'false' }).catch((e) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect(w.svc.list().map((i) => i.name)).to.deep.equal(['web']);
+  });
+
+  for (const [image, re] of [['fail-provision', /disk failure/], ['fail-boot', /boot failure/]] as const) {
+    it(`removes every trace of a create that fails (${image})`, async () => {
+      const w = world();
+      const job = await w.svc.create({ name: 'bad', image }, {});
+      const events = await collect(job.events);
+      expect(events.at(-1)).to.include({ phase: 'error' });
+      expect(events.at(-1)!.error).to.match(re);
+      expect(await job.done.catch((e) => e)).to.be.instanceOf(InternalError);
+      expect(w.svc.list()).to.deep.equal([]);
+      expect(w.store.records.size).to.equal(0);
+      expect(w.hv.state('bad')).to.equal(undefined);
+      expect(w.store.logsKept).to.deep.equal(['bad']);
+      expect(w.metrics.failed).to.equal(1);
+    });
+  }
+
+  it('fails a create at its deadline with DeadlineExceeded and cleans up', async () => {
+    const w = world();
+    const job = await w.svc.create({ name: 'slow', image: 'never-ready' }, { timeout: '400ms' });
+    const err = await job.done.catch((e) => e);
+    expect(err).to.be.instanceOf(DeadlineExceededError);
+    expect(w.svc.list()).to.deep.equal([]);
+    expect(w.hv.live()).to.deep.equal([]);
+  });
+
+  it('fails a create at once when the vm process dies while waiting', async () => {
+    const w = world();
+    const job = await w.svc.create({ name: 'dies', image: 'never-ready' }, { timeout: '30s' });
+    setTimeout(() => void w.hv.crash('dies'), 100);
+    const t0 = Date.now();
+    const err = await job.done.catch((e) => e);
+    expect(err).to.be.instanceOf(InternalError);
+    expect(err.message).to.match(/stopped while waiting/);
+    expect(Date.now() - t0).to.be.below(5000);
+  });
+
+  it('checks caps atomically: of concurrent creates only those that fit succeed (429 for the rest)', async () => {
+    const w = world({ max_vms: 3 });
+    const results = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => w.svc.create({ name: `v${i}` }, {})));
+    expect(results.filter((r) => r.status === 'fulfilled')).to.have.length(3);
+    for (const r of results.filter((r) => r.status === 'rejected')) {
+      expect((r as PromiseRejectedResult).reason).to.be.instanceOf(ResourceExhaustedError);
+    }
+  });
+
+  it('counts cpus and memory only of vms that hold them', async () => {
+    const w = world({ max_cpus_total: 2 });
+    await (await w.svc.create({ name: 'a', cpus: 2, persistent: true }, {})).done;
+    expect(await w.svc.create({ name: 'b' }, {}).catch((e) => e)).to.be.instanceOf(ResourceExhaustedError);
+    await w.svc.suspend('a');
+    await (await w.svc.create({ name: 'b' }, {})).done;
+  });
+
+  it('walks the whole lifecycle of a persistent vm', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await w.svc.pause('p');
+    expect(w.svc.get('p').status).to.equal('paused');
+    expect(w.hv.state('p')).to.equal('paused');
+    await w.svc.resume('p');
+    await w.svc.suspend('p');
+    const s = w.svc.get('p');
+    expect(s.status).to.equal('suspended');
+    expect(s.suspended_at).to.be.a('string');
+    const r = await w.svc.restore('p');
+    expect(r.status).to.equal('running');
+    expect(r.suspended_at).to.equal(undefined);
+    expect(w.store.records.get('p')!.runtime!.runtime).to.deep.include({ restored_from_snapshot: true });
+    await w.svc.shutdown('p');
+    expect(w.svc.get('p').status).to.equal('stopped');
+    expect((await w.svc.shutdown('p')).message).to.match(/already stopped/);
+    expect((await w.svc.start('p')).status).to.equal('running');
+    await w.svc.delete('p');
+    expect(() => w.svc.get('p')).to.throw(NotFoundError);
+    expect(w.metrics.deleted).to.equal(1);
+  });
+
+  it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'e' }, {})).done;
+    expect(await w.svc.suspend('e').catch((x) => x)).to.be.instanceOf(InvalidStateError);
+    const out = await w.svc.shutdown('e');
+    expect(out.message).to.match(/removed/);
+    expect(() => w.svc.get('e')).to.throw(NotFoundError);
+    expect(w.store.records.has('e')).to.equal(false);
+  });
+
+  it('refuses wrong transitions with the verb to use', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    const err = await w.svc.resume('p').catch((e) => e);
+    expect(err).to.be.instanceOf(InvalidStateError);
+    expect(err.message).to.equal('vm p is already running; use pause, suspend or shutdown');
+    expect(await w.svc.restore('p').catch((e) => e)).to.be.instanceOf(InvalidStateError);
+    expect(await w.svc.start('p').catch((e) => e).then((e) => e.message)).to.match(/already running/);
+  });
+
+  it('marks a vm whose process dies as error, and a persistent one can start again', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await w.hv.crash('p', 'killed by signal 9');
+    await new Promise((r) => setTimeout(r, 20));
+    const inst = w.svc.get('p');
+    expect(inst.status).to.equal('error');
+    expect(inst.error).to.match(/signal 9/);
+    expect((await w.svc.start('p')).status).to.equal('running');
+  });
+
+  it('serializes operations on one vm', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    const results = await Promise.allSettled([w.svc.pause('p'), w.svc.pause('p'), w.svc.resume('p')]);
+    expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'fulfilled']);
+    expect(w.svc.get('p').status).to.equal('running');
+  });
+
+  it('rolls back interrupted creates and handles dead processes at init', async () => {
+    const w = world();
+    await (await w.svc.create({ name: 'keep', persistent: true }, {})).done;
+    await (await w.svc.create({ name: 'eph' }, {})).done;
+    await (await w.svc.create({ name: 'stopped', persistent: true }, {})).done;
+    await w.svc.shutdown('stopped');
+    const half = structuredClone(w.store.records.get('keep')!);
+    half.name = 'half';
+    half.status = 'creating';
+    await w.store.put(half);
+    // A new daemon over the same store: the in-memory processes are gone.
+    const w2 = world({}, w.store);
+    await w2.svc.init();
+    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([['keep', 'error'], ['stopped', 'stopped']]);
+    expect(w2.store.records.has('half')).to.equal(false);
+    expect(w2.store.records.has('eph')).to.equal(false);
+  });
+
+  it('emits lifecycle events for other services', async () => {
+    const w = world();
+    const seen: string[] = [];
+    for (const e of ['up', 'down', 'removed'] as const) w.events.on(e, (r) => void seen.push(`${e}:${r.name}`));
+    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await w.svc.suspend('p');
+    await w.svc.restore('p');
+    await w.svc.delete('p');
+    expect(seen).to.deep.equal(['up:p', 'down:p', 'up:p', 'removed:p']);
+  });
+});
