@@ -7,6 +7,8 @@ export interface RouteDef {
   method: Method;
   path: string;
   handler: (req: Request, res: Response) => Promise<void> | void;
+  /** `raw` leaves the body unread for the handler to stream (exec stdin, cp). Default: JSON on POST/DELETE. */
+  body?: 'json' | 'raw';
 }
 
 /** `/vms/:name` -> `/vms/{name}` (OpenAPI form). */

@@ -1,22 +1,8 @@
-import type { Response } from 'express';
 import type { InstanceService } from '../../app/instance-service.js';
 import type { RouteDef } from './route.js';
 import { queryString } from './route.js';
 import { toHttpError } from './error-status.js';
-
-/** Writes an AsyncIterable of objects as NDJSON; stops reading when the client goes away. */
-export async function writeNdjson(res: Response, events: AsyncIterable<object>): Promise<void> {
-  res.status(200).type('application/x-ndjson');
-  res.setHeader('Cache-Control', 'no-store');
-  res.flushHeaders();
-  for await (const ev of events) {
-    if (res.destroyed || res.writableEnded) break;
-    if (!res.write(JSON.stringify(ev) + '\n')) {
-      await new Promise<void>((r) => { res.once('drain', r); res.once('close', r); });
-    }
-  }
-  if (!res.writableEnded) res.end();
-}
+import { writeNdjson } from './ndjson.js';
 
 export function vmRoutes(instances: InstanceService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({

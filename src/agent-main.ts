@@ -1,0 +1,93 @@
+import 'reflect-metadata';
+import { Container, ContainerModule } from 'inversify';
+import type { AddressInfo } from 'node:net';
+import { createServer, type Server } from 'node:http';
+import { Registry } from 'prom-client';
+import { AgentOptions } from './app/guest/agent-options.js';
+import { AgentService } from './app/guest/agent-service.js';
+import { ExecService } from './app/guest/exec-service.js';
+import { FileService } from './app/guest/file-service.js';
+import { ShellService } from './app/guest/shell-service.js';
+import { agentRoutes } from './adapters/guest/agent-routes.js';
+import { NodeGuestFiles } from './adapters/guest/node-guest-files.js';
+import { NodeProcessRunner } from './adapters/guest/node-process-runner.js';
+import { NodePtyFactory } from './adapters/guest/node-pty-factory.js';
+import { ProcStatsSource } from './adapters/guest/proc-stats-source.js';
+import { rejectUpgrade, ShellSocket } from './adapters/guest/shell-socket.js';
+import { startVsockRelay } from './adapters/guest/vsock-relay.js';
+import { BearerAuth } from './adapters/http/auth.js';
+import { createHttpApp } from './adapters/http/http-app.js';
+import { PinoLogger } from './adapters/log/pino-logger.js';
+import { NotFoundError } from './domain/errors.js';
+import { GuestFiles, StatsSource } from './ports/guest/guest-files.js';
+import { ProcessRunner } from './ports/guest/process-runner.js';
+import { PtyFactory } from './ports/guest/pty.js';
+import type { Logger } from './ports/logger.js';
+
+/** Guest-side adapters a test or embedder may replace. */
+export interface AgentOverrides {
+  runner?: ProcessRunner;
+  pty?: PtyFactory;
+  files?: GuestFiles;
+  stats?: StatsSource;
+  logger?: Logger;
+}
+
+export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}): Container {
+  const c = new Container();
+  c.load(new ContainerModule(({ bind }) => {
+    bind(AgentOptions).toConstantValue(opts);
+    if (o.runner) bind(ProcessRunner).toConstantValue(o.runner);
+    else bind(ProcessRunner).to(NodeProcessRunner).inSingletonScope();
+    if (o.pty) bind(PtyFactory).toConstantValue(o.pty);
+    else bind(PtyFactory).to(NodePtyFactory).inSingletonScope();
+    if (o.files) bind(GuestFiles).toConstantValue(o.files);
+    else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
+    bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
+  }), new ContainerModule(({ bind }) => {
+    bind(AgentService).toSelf().inSingletonScope();
+    bind(ExecService).toSelf().inSingletonScope();
+    bind(FileService).toSelf().inSingletonScope();
+    bind(ShellService).toSelf().inSingletonScope();
+  }));
+  return c;
+}
+
+export interface RunningAgent {
+  host: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Promise<RunningAgent> {
+  const c = buildAgentContainer(opts, o);
+  const log = o.logger ?? PinoLogger.create(process.env.SVC_AGENT_LOG_LEVEL ?? 'info', 'svc-agent');
+  const app = createHttpApp({
+    routes: agentRoutes(c.get(AgentService), c.get(ExecService), c.get(FileService)),
+    auth: new BearerAuth(''), registry: new Registry(), log,
+  });
+  const shell = new ShellSocket(c.get(ShellService));
+  const server: Server = createServer({ keepAliveTimeout: 65_000 }, app);
+  server.on('upgrade', (req, socket, head) => {
+    if (new URL(req.url ?? '/', 'http://agent').pathname === '/shell') shell.handleUpgrade(req, socket, head);
+    else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
+  });
+  const m = /^(.*):(\d+)$/.exec(opts.listen);
+  if (!m) throw new Error(`--listen must be HOST:PORT, got ${opts.listen}`);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(m[2]), m[1].replace(/^\[|\]$/g, ''), () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const relay = opts.vsockPort > 0 ? startVsockRelay(opts.vsockPort, port, undefined, (msg) => log.info({}, msg)) : undefined;
+  log.info({ listen: `${m[1]}:${port}`, version: opts.version }, 'svc-agent listening');
+  return {
+    host: m[1],
+    port,
+    stop: async () => {
+      relay?.stop();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}

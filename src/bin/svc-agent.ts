@@ -1,0 +1,42 @@
+#!/usr/bin/env node
+import { startAgent } from '../agent-main.js';
+import { VERSION } from '../version.js';
+
+const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-dir DIR] [--run-dir DIR]
+
+The svc guest agent. Defaults: --listen 0.0.0.0:7475, --vsock-port 7475 (0 disables; used only
+when the kernel has AF_VSOCK and socat is present), --state-dir /var/lib/svc, --run-dir /run/svc.
+On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
+
+async function main(argv: string[]): Promise<void> {
+  const opts = { listen: '0.0.0.0:7475', vsockPort: 7475, stateDir: '/var/lib/svc', runDir: '/run/svc', version: VERSION };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i].split(/=(.*)/s, 2);
+    const value = () => inline ?? argv[++i];
+    switch (flag) {
+      case '--listen': opts.listen = value(); break;
+      case '--vsock-port': opts.vsockPort = Number(value()); break;
+      case '--state-dir': opts.stateDir = value(); break;
+      case '--run-dir': opts.runDir = value(); break;
+      case '--version': console.log(VERSION); return;
+      case '--help': case '-h': console.log(USAGE); return;
+      default:
+        console.error(`svc-agent: unknown argument ${argv[i]}\n${USAGE}`);
+        process.exit(2);
+    }
+  }
+  if (!Number.isInteger(opts.vsockPort) || opts.vsockPort < 0) {
+    console.error('svc-agent: --vsock-port must be a non-negative integer');
+    process.exit(2);
+  }
+  const agent = await startAgent(opts);
+  process.stdout.write(JSON.stringify({ listening: `${agent.host}:${agent.port}` }) + '\n');
+  const stop = () => void agent.stop().then(() => process.exit(0));
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  console.error(`svc-agent: ${(err as Error).message}`);
+  process.exit(1);
+});

@@ -1,0 +1,36 @@
+import type { Readable, Writable } from 'node:stream';
+
+export interface SpawnRequest {
+  cmd: string;
+  args: string[];
+  cwd?: string;
+  uid?: number;
+  gid?: number;
+  env?: Record<string, string>;
+}
+
+export interface ProcessExit {
+  /** Exit code, or null when killed by a signal. */
+  code: number | null;
+  signal: string | null;
+}
+
+export interface RunningProcess {
+  pid: number;
+  stdin: Writable;
+  stdout: Readable;
+  stderr: Readable;
+  /** Resolves when the process has exited and its output streams have ended. */
+  exited: Promise<ProcessExit>;
+  /** Kills the process and everything it started (its process group). Idempotent. */
+  kill(): void;
+}
+
+export const ProcessRunner = Symbol('ProcessRunner');
+/** Starts guest processes. */
+export interface ProcessRunner {
+  /** Throws SpawnError when the command cannot start (not found, not permitted, bad cwd). */
+  spawn(req: SpawnRequest): Promise<RunningProcess>;
+}
+
+export class SpawnError extends Error {}

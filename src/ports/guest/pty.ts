@@ -1,0 +1,25 @@
+export interface PtyOptions {
+  shell: string;
+  cols: number;
+  rows: number;
+  cwd?: string;
+  env?: Record<string, string>;
+}
+
+export interface PtySession {
+  pid: number;
+  write(data: string | Buffer): void;
+  resize(cols: number, rows: number): void;
+  onData(listener: (data: Buffer) => void): void;
+  onExit(listener: (exitCode: number) => void): void;
+  /** Idempotent. */
+  kill(): void;
+}
+
+export const PtyFactory = Symbol('PtyFactory');
+/** Opens terminals. Linux guests only have real ones. */
+export interface PtyFactory {
+  open(opts: PtyOptions): PtySession;
+  /** The shell to use when the caller names none. */
+  defaultShell(): string;
+}
