@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund
 npm run build
+npm run build:agent >/dev/null
 npx eslint src test
 npx depcruise src --config .dependency-cruiser.cjs --output-type err
 npx mocha --reporter dot 'dist/test/unit/**/*.test.js'

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 
 /** The package version, read once from package.json (two levels up from dist/src or src). */
 export const VERSION: string = (() => {
+  if (process.env.SVC_BAKED_VERSION) return process.env.SVC_BAKED_VERSION;
   for (const rel of ['../../package.json', '../package.json']) {
     try {
       const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as { name?: string; version?: string };

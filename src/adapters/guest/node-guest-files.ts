@@ -167,7 +167,8 @@ export class NodeGuestFiles implements GuestFiles {
     } catch (err) {
       body.destroy();
       ex.destroy();
-      throw err;
+      if (err instanceof InvalidArgumentError || err instanceof NotFoundError || err instanceof AlreadyExistsError) throw err;
+      throw new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
     }
     for (const [d, t] of dirTimes.reverse()) await utimes(d, t, t).catch(() => undefined);
   }

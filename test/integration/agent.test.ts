@@ -1,0 +1,401 @@
+import { expect } from 'chai';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/local-agent-process.js';
+import { call, type Target } from '../helpers/http.js';
+import { tempDir } from '../helpers/daemon.js';
+import { makeTar, readTar } from '../helpers/tar.js';
+import { openShell } from '../helpers/ws-shell.js';
+
+const isRoot = process.getuid?.() === 0;
+
+describe('svc-agent over HTTP (real agent process)', function () {
+  this.timeout(60000);
+  let dir: string;
+  let agent: LocalAgent;
+  let t: Target;
+  let work: string;
+  const q = (o: Record<string, string | string[]>) => {
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
+    return p.toString();
+  };
+
+  before(async () => {
+    dir = tempDir('svc-agent-');
+    agent = await startLocalAgent(dir);
+    t = { port: agent.port };
+    work = join(dir, 'work');
+    mkdirSync(work);
+  });
+  after(async () => {
+    await agent.stop();
+  });
+
+  describe('health and readiness', () => {
+    it('reports health (GET and HEAD) and the readiness files', async () => {
+      const h = await call(t, 'GET', '/health');
+      expect(h.json).to.include.keys('hostname', 'agent_version', 'agent_uptime_sec', 'userdata_ran', 'readiness');
+      expect(h.json.userdata_ran).to.equal(false);
+      expect(h.json.readiness).to.deep.equal({});
+      expect((await call(t, 'HEAD', '/health')).status).to.equal(200);
+      const state = join(dir, 'guest', 'var-lib-svc');
+      mkdirSync(join(state, 'readiness'), { recursive: true });
+      writeFileSync(join(state, 'readiness', 'state'), 'running\n');
+      writeFileSync(join(state, 'readiness', 'phase'), 'install');
+      writeFileSync(join(state, 'userdata-ran'), '');
+      expect((await call(t, 'GET', '/readiness')).json).to.deep.equal({ state: 'running', phase: 'install' });
+      const h2 = await call(t, 'GET', '/health');
+      expect(h2.json.userdata_ran).to.equal(true);
+      expect(h2.json.readiness.state).to.equal('running');
+    });
+  });
+
+  describe('exec', () => {
+    it('returns stdout, stderr and a non-zero exit code with 200', async () => {
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'echo out; echo err >&2; exit 7'] })}`);
+      expect(r.status).to.equal(200);
+      expect(r.json).to.deep.equal({ stdout: 'out\n', stderr: 'err\n', exit_code: 7 });
+    });
+
+    it('keeps arguments intact (spaces, quotes, unicode)', async () => {
+      const args = ['a b', '"q"', 'ünï', '$HOME', ''];
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'printf', args: ['%s|', ...args] })}`);
+      expect(r.json.stdout).to.equal(args.map((a) => `${a}|`).join(''));
+    });
+
+    it('runs in cwd, feeds stdin, and reports a command that cannot start as 127', async () => {
+      expect((await call(t, 'POST', `/exec?${q({ cmd: 'pwd', cwd: work })}`)).json.stdout).to.equal(`${work}\n`);
+      const stdin = randomBytes(100_000).toString('base64');
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sha256sum' })}`, stdin, { 'content-type': 'application/octet-stream' });
+      expect(r.json.stdout.split(' ')[0]).to.equal(createHash('sha256').update(stdin).digest('hex'));
+      const nf = await call(t, 'POST', `/exec?${q({ cmd: '/no/such/binary' })}`);
+      expect(nf.status).to.equal(200);
+      expect(nf.json.exit_code).to.equal(127);
+      expect(nf.json.error).to.match(/cannot start/);
+      const badCwd = await call(t, 'POST', `/exec?${q({ cmd: 'true', cwd: '/no/such/dir' })}`);
+      expect(badCwd.json.exit_code).to.equal(127);
+    });
+
+    it('runs as another uid and gid', async function () {
+      if (!isRoot) this.skip(); // switching users needs root; CI runs as root
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'id', uid: '65534', gid: '65534' })}`);
+      expect(r.json.stdout).to.match(/uid=65534.*gid=65534/);
+    });
+
+    it('kills a command at its timeout, with its children, and reports exit -1', async () => {
+      const t0 = Date.now();
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeout: '500ms' })}`);
+      expect(Date.now() - t0).to.be.below(5000);
+      expect(r.json.exit_code).to.equal(-1);
+      expect(r.json.error).to.match(/timed out/);
+    });
+
+    it('returns base64 output with encoding=base64 and caps buffered output with truncated', async () => {
+      const b = await call(t, 'POST', `/exec?${q({ cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' })}`);
+      expect(Buffer.from(b.json.stdout, 'base64')).to.deep.equal(Buffer.from([0xff, 0]));
+      const big = await call(t, 'POST', `/exec?${q({ cmd: 'head', args: ['-c', String(17 * 1024 * 1024), '/dev/zero'] })}`);
+      expect(big.json.truncated).to.equal(true);
+      expect(big.json.stdout.length).to.equal(16 * 1024 * 1024);
+    });
+
+    it('streams frames in order, delivering output while the command still runs', async () => {
+      const frames: { frame: Record<string, unknown>; at: number }[] = [];
+      const t0 = Date.now();
+      await new Promise<void>((resolve, reject) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${q({ cmd: 'sh', args: ['-c', 'echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4'], buffered: 'false' })}` }, (res) => {
+          expect(res.headers['content-type']).to.match(/ndjson/);
+          let buf = '';
+          res.on('data', (c: Buffer) => {
+            buf += c.toString();
+            let i;
+            while ((i = buf.indexOf('\n')) >= 0) {
+              frames.push({ frame: JSON.parse(buf.slice(0, i)), at: Date.now() - t0 });
+              buf = buf.slice(i + 1);
+            }
+          });
+          res.on('end', resolve);
+        });
+        req.on('error', reject);
+        req.end();
+      });
+      expect(frames.map((f) => f.frame.type)).to.deep.equal(['started', 'stdout', 'stderr', 'stdout', 'exit']);
+      expect(frames[0].frame.pid).to.be.a('number');
+      expect(frames.map((f) => f.frame.data).filter(Boolean)).to.deep.equal(['one\n', 'two\n', 'three\n']);
+      expect(frames.at(-1)!.frame.exit_code).to.equal(4);
+      // "one" arrived about 2 s before the command ended, not at the end.
+      expect(frames.at(-1)!.at - frames[1].at).to.be.above(1500);
+    });
+
+    it('kills a streamed command when the client goes away', async () => {
+      const marker = join(work, 'still-running');
+      await new Promise<void>((resolve) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${q({ cmd: 'sh', args: ['-c', `echo started; sleep 2; touch ${marker}`], buffered: 'false' })}` }, (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        });
+        req.end();
+      });
+      await new Promise((r) => setTimeout(r, 3000));
+      expect(existsSync(marker)).to.equal(false);
+    });
+
+    it('refuses bad exec input with 400', async () => {
+      for (const path of ['/exec', `/exec?${q({ cmd: 'true', buffered: 'maybe' })}`, `/exec?${q({ cmd: 'true', uid: '-1' })}`, `/exec?${q({ cmd: 'true', timeout: 'x' })}`, `/exec?${q({ cmd: 'true', cwd: 'rel' })}`]) {
+        const r = await call(t, 'POST', path);
+        expect(r.status, path).to.equal(400);
+        expect(r.json.error).to.be.a('string');
+      }
+    });
+  });
+
+  describe('shell', () => {
+    it('runs a real terminal: round trip, resize seen by stty size, exit code', async () => {
+      const sh = await openShell(`ws://127.0.0.1:${agent.port}/shell?cols=100&rows=30&shell=/bin/sh`);
+      sh.send('stty size\n');
+      await sh.waitFor(/30 100/);
+      sh.resize(120, 40);
+      await new Promise((r) => setTimeout(r, 200));
+      sh.send('stty size; tty\n');
+      await sh.waitFor(/40 120/);
+      await sh.waitFor(/\/dev\/pts\/\d+/);
+      sh.send('exit 3\n');
+      const exit = await sh.exit;
+      expect(exit).to.deep.equal({ exit_code: 3, closeCode: 1000 });
+    });
+
+    it('kills the shell when the socket closes', async () => {
+      const sh = await openShell(`ws://127.0.0.1:${agent.port}/shell?shell=/bin/sh`);
+      sh.send('echo PID=$$\n');
+      const pid = Number((await sh.waitFor(/PID=\d+/)).slice(4));
+      sh.ws.close();
+      await new Promise((r) => setTimeout(r, 500));
+      expect(existsSync(`/proc/${pid}`)).to.equal(false);
+    });
+
+    it('refuses bad shell parameters before upgrading', async () => {
+      const err = await openShell(`ws://127.0.0.1:${agent.port}/shell?cols=0`).catch((e) => e);
+      expect(err.status).to.equal(400);
+    });
+  });
+
+  describe('cp', () => {
+    it('round-trips a binary file byte-exact with permissions, creating parents', async () => {
+      const data = randomBytes(3 * 1024 * 1024 + 17);
+      const path = join(work, 'deep', 'er', 'blob.bin');
+      const put = await call(t, 'PUT', `/cp?${q({ path, permissions: '0640' })}`, data, { 'content-type': 'application/octet-stream' });
+      expect(put.status).to.equal(204);
+      expect(statSync(path).mode & 0o777).to.equal(0o640);
+      const got = await rawGet(agent.port, `/cp?${q({ path })}`);
+      expect(got.type).to.equal('application/octet-stream');
+      expect(got.body.equals(data)).to.equal(true);
+    });
+
+    it('writes atomically: a failed upload leaves the old file whole', async () => {
+      const path = join(work, 'atomic.txt');
+      writeFileSync(path, 'old content');
+      await new Promise<void>((resolve) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${q({ path })}`, headers: { 'content-length': '1000000' } });
+        req.on('error', () => resolve());
+        req.write(Buffer.alloc(1000, 1), () => setTimeout(() => { req.destroy(); resolve(); }, 200));
+      });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(readFileSync(path, 'utf8')).to.equal('old content');
+    });
+
+    it('sets uid and gid', async function () {
+      if (!isRoot) this.skip(); // chown needs root; CI runs as root
+      const path = join(work, 'owned');
+      await call(t, 'PUT', `/cp?${q({ path, uid: '65534', gid: '65534' })}`, Buffer.from('x'), { 'content-type': 'application/octet-stream' });
+      expect(statSync(path).uid).to.equal(65534);
+    });
+
+    it('copies a 200 MiB file both ways with bounded agent memory', async () => {
+      // A fresh agent, so its peak RSS (VmHWM) belongs to this copy alone.
+      const own = await startLocalAgent(tempDir('svc-agent-big-'));
+      try {
+        await bigCopy(own);
+      } finally {
+        await own.stop();
+      }
+    });
+
+    async function bigCopy(agent: LocalAgent): Promise<void> {
+      const src = join(dir, 'big.src');
+      const hash = createHash('sha256');
+      const out = createWriteStream(src);
+      for (let i = 0; i < 200; i++) {
+        const chunk = randomBytes(1024 * 1024);
+        hash.update(chunk);
+        if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()));
+      }
+      await new Promise<void>((r) => out.end(() => r()));
+      const digest = hash.digest('hex');
+      const dst = join(work, 'big.dst');
+      await new Promise<void>((resolve, reject) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${q({ path: dst })}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(200 * 1024 * 1024) } }, (res) => {
+          res.resume();
+          res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+        });
+        req.on('error', reject);
+        createReadStream(src).pipe(req);
+      });
+      const back = createHash('sha256');
+      await new Promise<void>((resolve, reject) => {
+        request({ host: '127.0.0.1', port: agent.port, path: `/cp?${q({ path: dst })}` }, (res) => {
+          expect(res.headers['content-length']).to.equal(String(200 * 1024 * 1024));
+          res.on('data', (c: Buffer) => back.update(c));
+          res.on('end', resolve);
+          res.on('error', reject);
+        }).end();
+      });
+      expect(back.digest('hex')).to.equal(digest);
+      const hwm = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${agent.pid}/status`, 'utf8'))![1]) * 1024;
+      expect(hwm, `agent peak RSS ${Math.round(hwm / 1048576)} MiB`).to.be.below(160 * 1024 * 1024);
+    }
+
+    it('round-trips a tree as tar with modes and symlinks', async () => {
+      const tree = join(work, 'tree');
+      mkdirSync(join(tree, 'sub', 'deeper'), { recursive: true });
+      writeFileSync(join(tree, 'a.sh'), '#!/bin/sh\necho a\n', { mode: 0o755 });
+      writeFileSync(join(tree, 'sub', 'b.txt'), 'bee', { mode: 0o600 });
+      writeFileSync(join(tree, 'sub', 'deeper', 'c'), randomBytes(5000));
+      symlinkSync('sub/b.txt', join(tree, 'link'));
+      const tarBuf = (await rawGet(agent.port, `/cp?${q({ path: tree, mode: 'tar' })}`)).body;
+      const listing = await readTar(tarBuf);
+      expect([...listing.keys()].sort()).to.deep.equal(['a.sh', 'link', 'sub', 'sub/b.txt', 'sub/deeper', 'sub/deeper/c']);
+      expect(listing.get('a.sh')!.mode).to.equal(0o755);
+      expect(listing.get('link')).to.include({ type: 'symlink', linkname: 'sub/b.txt' });
+      const copy = join(work, 'tree-copy');
+      const put = await call(t, 'PUT', `/cp?${q({ path: copy, mode: 'tar' })}`, tarBuf, { 'content-type': 'application/x-tar' });
+      expect(put.status).to.equal(204);
+      expect(statSync(join(copy, 'a.sh')).mode & 0o777).to.equal(0o755);
+      expect(statSync(join(copy, 'sub', 'b.txt')).mode & 0o777).to.equal(0o600);
+      expect(readFileSync(join(copy, 'sub', 'deeper', 'c')).equals(readFileSync(join(tree, 'sub', 'deeper', 'c')))).to.equal(true);
+      expect(lstatSync(join(copy, 'link')).isSymbolicLink()).to.equal(true);
+      expect(readlinkSync(join(copy, 'link'))).to.equal('sub/b.txt');
+      const one = await readTar((await rawGet(agent.port, `/cp?${q({ path: join(tree, 'sub', 'b.txt'), mode: 'tar' })}`)).body);
+      expect([...one.keys()]).to.deep.equal(['b.txt']);
+      expect(one.get('b.txt')!.data.toString()).to.equal('bee');
+    });
+
+    it('refuses every tar entry that would escape the target (400), writing nothing outside', async () => {
+      const target = join(work, 'jail');
+      mkdirSync(target, { recursive: true });
+      symlinkSync(dir, join(target, 'door'));
+      const attacks = [
+        [{ name: '../escaped-dotdot', data: 'x' }],
+        [{ name: 'a/../../escaped-nested', data: 'x' }],
+        [{ name: '/tmp/escaped-absolute', data: 'x' }],
+        [{ name: 'evil', type: 'symlink' as const, linkname: '/etc' }],
+        [{ name: 'evil2', type: 'symlink' as const, linkname: '../../..' }],
+        [{ name: 'door/escaped-through-link', data: 'x' }],
+        [{ name: 'hard', type: 'link' as const, linkname: '/etc/passwd' }],
+      ];
+      for (const entries of attacks) {
+        const r = await call(t, 'PUT', `/cp?${q({ path: target, mode: 'tar' })}`, await makeTar(entries), { 'content-type': 'application/x-tar' });
+        expect(r.status, JSON.stringify(entries)).to.equal(400);
+        expect(r.json.error).to.match(/outside|out of|hard links/);
+      }
+      for (const f of ['escaped-dotdot', 'escaped-nested', 'escaped-through-link']) {
+        expect(existsSync(join(work, f)) || existsSync(join(dir, f))).to.equal(false);
+      }
+      expect(existsSync('/tmp/escaped-absolute')).to.equal(false);
+      expect(existsSync(join(target, 'evil'))).to.equal(false);
+      const garbage = await call(t, 'PUT', `/cp?${q({ path: target, mode: 'tar' })}`, randomBytes(2048), { 'content-type': 'application/x-tar' });
+      expect(garbage.status).to.equal(400);
+    });
+
+    it('answers 400 for a binary GET of a directory and 404 for a missing file', async () => {
+      expect((await call(t, 'GET', `/cp?${q({ path: work })}`)).status).to.equal(400);
+      expect((await call(t, 'GET', `/cp?${q({ path: join(work, 'missing') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', `/cp?${q({ path: 'relative' })}`)).status).to.equal(400);
+      expect((await call(t, 'GET', `/cp?${q({ path: work, mode: 'zip' })}`)).status).to.equal(400);
+    });
+  });
+
+  describe('fs', () => {
+    it('makes, lists, stats, links and removes, with the right statuses', async () => {
+      const base = join(work, 'fs');
+      expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x', 'y'), recursive: true, mode: '0700' })).status).to.equal(204);
+      expect(statSync(join(base, 'x', 'y')).mode & 0o777).to.equal(0o700);
+      expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'p', 'q') })).status).to.equal(404);
+      expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x') })).status).to.equal(409);
+      writeFileSync(join(base, 'b.txt'), 'hello');
+      expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'a-link'), target: 'b.txt' })).status).to.equal(204);
+      const list = (await call(t, 'GET', `/fs/readdir?${q({ path: base })}`)).json;
+      expect(list.map((e: { name: string }) => e.name)).to.deep.equal(['a-link', 'b.txt', 'x']);
+      expect(list[0]).to.include({ type: 'symlink', target: 'b.txt' });
+      expect(list[1]).to.include({ type: 'file', size: 5, path: join(base, 'b.txt') });
+      expect(list[1].mode).to.match(/^0[0-7]{3}$/);
+      expect(new Date(list[1].mtime).getTime()).to.be.above(0);
+      const st = (await call(t, 'GET', `/fs/stat?${q({ path: join(base, 'a-link') })}`)).json;
+      expect(st).to.include({ type: 'symlink', target: 'b.txt', name: 'a-link' });
+      expect((await call(t, 'GET', `/fs/stat?${q({ path: join(base, 'nope') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', `/fs/readdir?${q({ path: join(base, 'nope') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', '/fs/stat?path=relative')).status).to.equal(400);
+      expect((await call(t, 'GET', '/fs/stat')).status).to.equal(400);
+      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'x') })}`)).status).to.equal(409);
+      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'x'), recursive: 'true' })}`)).status).to.equal(204);
+      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'a-link') })}`)).status).to.equal(204);
+      expect(existsSync(join(base, 'b.txt'))).to.equal(true);
+      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'gone') })}`)).status).to.equal(404);
+      expect((await call(t, 'POST', '/fs/mkdir', { path: 'rel' })).status).to.equal(400);
+      expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'm'), mode: 'rwx' })).status).to.equal(400);
+      expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'l2') })).status).to.equal(400);
+    });
+  });
+
+  describe('stats and secrets', () => {
+    it('reports plausible stats', async () => {
+      const s = (await call(t, 'GET', '/stats')).json;
+      expect(s.uptime_sec).to.be.above(0);
+      expect(s.mem_total_bytes).to.be.above(s.mem_available_bytes);
+      expect(s.mem_available_bytes).to.be.above(0);
+      expect(s.load1).to.be.at.least(0);
+      expect(s.cpus).to.be.at.least(1);
+      expect(s.disk_total_bytes).to.be.above(s.disk_free_bytes);
+    });
+
+    it('materializes secrets atomically with their mode, default path under run-dir', async () => {
+      const value = 'p@ss w0rd\n';
+      const r = await call(t, 'POST', '/secrets/materialize', { name: 'DB_PASS', data: Buffer.from(value).toString('base64') });
+      expect(r.status).to.equal(200);
+      const expected = join(dir, 'guest', 'run-svc', 'secrets', 'DB_PASS');
+      expect(r.json).to.deep.equal({ path: expected, mode: '0600' });
+      expect(readFileSync(expected, 'utf8')).to.equal(value);
+      expect(statSync(expected).mode & 0o777).to.equal(0o600);
+      expect(statSync(join(dir, 'guest', 'run-svc', 'secrets')).mode & 0o777).to.equal(0o700);
+      const custom = join(work, 'etc', 'app.key');
+      const r2 = await call(t, 'POST', '/secrets/materialize', { name: 'k', data: 'AAEC', path: custom, mode: '0440' });
+      expect(r2.json).to.deep.equal({ path: custom, mode: '0440' });
+      expect(readFileSync(custom)).to.deep.equal(Buffer.from([0, 1, 2]));
+      expect(statSync(custom).mode & 0o777).to.equal(0o440);
+      expect(readFileSync(join(dir, 'agent.log'), 'utf8')).not.to.contain('p@ss');
+      for (const body of [{ name: 'x' }, { name: '1x', data: '' }, { name: 'x', data: '!!' }, { name: 'x', data: '', path: 'rel' }, { name: 'x', data: '', mode: '9' }]) {
+        expect((await call(t, 'POST', '/secrets/materialize', body)).status, JSON.stringify(body)).to.equal(400);
+      }
+    });
+  });
+
+  it('answers 404 {error} on unknown routes', async () => {
+    const r = await call(t, 'GET', '/nope');
+    expect(r.status).to.equal(404);
+    expect(r.json.error).to.be.a('string');
+  });
+});
+
+function rawGet(port: number, path: string): Promise<{ type: string; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', port, path }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => resolve({ type: String(res.headers['content-type']).split(';')[0], body: Buffer.concat(parts) }));
+      res.on('error', reject);
+    }).on('error', reject).end();
+  });
+}
