@@ -1,15 +1,24 @@
 import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
-import type { IncomingMessage } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { mkdirSync } from 'node:fs';
 import type { Config } from './app/config.js';
+import { AgentDeployService } from './app/agent-deploy-service.js';
+import { ForwardService } from './app/forward-service.js';
+import { GuestService } from './app/guest-service.js';
 import { InstanceService } from './app/instance-service.js';
+import { MetricsSampler } from './app/metrics-sampler.js';
 import { LifecycleEvents } from './app/lifecycle-events.js';
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
+import { DistAgentArtifact } from './adapters/agent/dist-agent-artifact.js';
+import { HttpGuestAgent } from './adapters/agent/http-guest-agent.js';
 import { InMemoryGuestAgent } from './adapters/agent/in-memory-guest-agent.js';
+import { pickConnector } from './adapters/agent/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
 import { InMemoryHypervisor } from './adapters/hypervisor/in-memory-hypervisor.js';
+import { startLocalGuest } from './adapters/hypervisor/local-guest.js';
+import { guestRoutes } from './adapters/http/guest-routes.js';
+import { ShellProxy } from './adapters/http/shell-proxy.js';
 import { BearerAuth } from './adapters/http/auth.js';
 import { createHttpApp } from './adapters/http/http-app.js';
 import { HttpListeners } from './adapters/http/listeners.js';
@@ -22,6 +31,11 @@ import { PinoLogger } from './adapters/log/pino-logger.js';
 import { PromControlMetrics } from './adapters/metrics/prom-control-metrics.js';
 import { FsSshKeys } from './adapters/ssh/fs-ssh-keys.js';
 import { InMemorySshProbe } from './adapters/ssh/in-memory-ssh-probe.js';
+import { Ssh2Connections } from './adapters/ssh/ssh2-connections.js';
+import { Ssh2RemoteShell } from './adapters/ssh/ssh2-remote-shell.js';
+import { Ssh2Tunnels } from './adapters/ssh/ssh2-tunnels.js';
+import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
+import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsActivityLog } from './adapters/store/fs-activity-log.js';
 import { FsInstanceStore } from './adapters/store/fs-instance-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
@@ -30,16 +44,16 @@ import { GuestAgent } from './ports/guest-agent.js';
 import { Hypervisor } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
-import { ActivityLog, InstanceStore, SecretStore } from './ports/stores.js';
-import { SshKeys, SshProbe } from './ports/tunnels.js';
+import { ActivityLog, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
+import { AgentArtifact, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
-import { mkdirSync } from 'node:fs';
 
 /** Adapters an embedder may supply instead of the defaults the config selects. */
 export interface DaemonOverrides {
   hypervisor?: Hypervisor;
   guestAgent?: GuestAgent;
   sshProbe?: SshProbe;
+  tunnels?: Tunnels;
   logger?: Logger;
   clock?: Clock;
 }
@@ -60,7 +74,19 @@ function storeModule(): ContainerModule {
     bind(InstanceStore).to(FsInstanceStore).inSingletonScope();
     bind(ActivityLog).to(FsActivityLog).inSingletonScope();
     bind(SecretStore).to(FsSecretStore).inSingletonScope();
+    bind(MetricsHistory).to(FsMetricsHistory).inSingletonScope();
+  });
+}
+
+/** The daemon's SSH side: its key pair, one connection per guest, tunnels and remote exec. */
+function sshModule(o: DaemonOverrides): ContainerModule {
+  return new ContainerModule(({ bind }) => {
     bind(SshKeys).to(FsSshKeys).inSingletonScope();
+    bind(Ssh2Connections).toDynamicValue((ctx) => new Ssh2Connections(ctx.get<SshKeys>(SshKeys))).inSingletonScope();
+    if (o.tunnels) bind(Tunnels).toConstantValue(o.tunnels);
+    else bind(Tunnels).toDynamicValue((ctx) => new Ssh2Tunnels(ctx.get(Ssh2Connections))).inSingletonScope();
+    bind(RemoteShell).toDynamicValue((ctx) => new Ssh2RemoteShell(ctx.get(Ssh2Connections))).inSingletonScope();
+    bind(AgentArtifact).toConstantValue(new DistAgentArtifact());
   });
 }
 
@@ -70,21 +96,23 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
     if (o.hypervisor) {
       bind(Hypervisor).toConstantValue(o.hypervisor);
     } else if (config.hypervisor === 'fake') {
-      bind(Hypervisor).toConstantValue(new InMemoryHypervisor({ bootDelayMs: config.fake_boot_delay_ms }));
+      bind(Hypervisor).toConstantValue(new InMemoryHypervisor({
+        bootDelayMs: config.fake_boot_delay_ms, sidecar: config.fake_agent ? startLocalGuest : undefined,
+      }));
     } else {
       throw new Error('hypervisor: qemu is not available in this build yet; use hypervisor: fake');
     }
+    // Without fake_agent the fake has no guest: its in-memory agent and probe stand in.
+    const noGuest = config.hypervisor === 'fake' && !config.fake_agent && !o.hypervisor;
     bind(GuestAgent).toDynamicValue((ctx) => {
       if (o.guestAgent) return o.guestAgent;
-      const hv = ctx.get<Hypervisor>(Hypervisor);
-      if (hv instanceof InMemoryHypervisor) return new InMemoryGuestAgent(hv);
-      throw new Error('no guest agent adapter for this hypervisor');
+      if (noGuest) return new InMemoryGuestAgent(ctx.get<Hypervisor>(Hypervisor) as InMemoryHypervisor);
+      return new HttpGuestAgent(pickConnector(config.agent_transport));
     }).inSingletonScope();
     bind(SshProbe).toDynamicValue((ctx) => {
       if (o.sshProbe) return o.sshProbe;
-      const hv = ctx.get<Hypervisor>(Hypervisor);
-      if (hv instanceof InMemoryHypervisor) return new InMemorySshProbe(hv);
-      throw new Error('no ssh probe for this hypervisor');
+      if (noGuest) return new InMemorySshProbe(ctx.get<Hypervisor>(Hypervisor) as InMemoryHypervisor);
+      return new TcpSshProbe();
     }).inSingletonScope();
   });
 }
@@ -94,13 +122,17 @@ function appModule(): ContainerModule {
     bind(LifecycleEvents).toSelf().inSingletonScope();
     bind(InstanceService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
+    bind(GuestService).toSelf().inSingletonScope();
+    bind(ForwardService).toSelf().inSingletonScope();
+    bind(MetricsSampler).toSelf().inSingletonScope();
+    bind(AgentDeployService).toSelf().inSingletonScope();
   });
 }
 
 export function buildContainer(config: Config, overrides: DaemonOverrides = {}): { container: Container; metrics: PromControlMetrics } {
   const metrics = new PromControlMetrics();
   const container = new Container();
-  container.load(coreModule(config, overrides, metrics), storeModule(), hypervisorModule(config, overrides), appModule());
+  container.load(coreModule(config, overrides, metrics), storeModule(), sshModule(overrides), hypervisorModule(config, overrides), appModule());
   return { container, metrics };
 }
 
@@ -122,6 +154,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const instances = container.get(InstanceService);
   const secrets = container.get(SecretService);
   const hv = container.get<Hypervisor>(Hypervisor);
+  // Services that follow VMs subscribe before init, so re-attached VMs get their forwards and sampling.
+  const forwards = container.get(ForwardService);
+  const sampler = container.get(MetricsSampler);
   await instances.init();
 
   const routes: RouteDef[] = [
@@ -131,12 +166,12 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     }),
     ...vmRoutes(instances),
     ...secretRoutes(secrets),
+    ...guestRoutes({ guest: container.get(GuestService), forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
-  const app = createHttpApp({ routes, auth: new BearerAuth(config.api_token), registry: metrics.registry, log });
-  const upgrade = (_req: IncomingMessage, socket: Duplex) => {
-    socket.end('HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{"error":"no websocket route"}');
-  };
-  const listeners = new HttpListeners(app, upgrade);
+  const auth = new BearerAuth(config.api_token);
+  const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
+  const shell = new ShellProxy(container.get(GuestService), auth);
+  const listeners = new HttpListeners(app, shell.handleUpgrade);
   await listeners.start({ socket: config.socket, api: config.api });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
 
@@ -148,8 +183,15 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     routes: routes.map((r) => ({ method: r.method, path: r.path })),
     stop: () => (stopped ??= (async () => {
       await listeners.stop();
+      sampler.stopAll();
+      const tunnels = container.get<Tunnels>(Tunnels);
+      if (tunnels instanceof Ssh2Tunnels) await tunnels.closeEverything();
+      container.get(Ssh2Connections).end();
+      const agent = container.get<GuestAgent>(GuestAgent);
+      if (agent instanceof HttpGuestAgent) agent.close();
       await instances.close();
-      if (hv instanceof InMemoryHypervisor) await hv.closeAll();
+      // A hypervisor the daemon made dies with it; an embedder's own outlives it (like QEMU processes).
+      if (hv instanceof InMemoryHypervisor && !overrides.hypervisor) await hv.closeAll();
       log.info({}, 'svcd stopped');
       if (log instanceof PinoLogger) log.flush();
     })()),

@@ -139,6 +139,6 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points'] as const) {
     if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
   }
-  if (cfg.sandbox_metrics_interval_ms < 1000) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 1s');
+  if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
   return cfg;
 }

@@ -3,7 +3,10 @@ import { parseMode, formatMode } from '../domain/agent.js';
 import { InvalidArgumentError } from '../domain/errors.js';
 import type { SecretRecord } from '../domain/events.js';
 import { assertSecretName } from '../domain/names.js';
+import { GuestAgent } from '../ports/guest-agent.js';
 import { ActivityLog, SecretStore } from '../ports/stores.js';
+import { GuestService } from './guest-service.js';
+import { InstanceService } from './instance-service.js';
 
 export const MAX_SECRET_BYTES = 512 * 1024;
 
@@ -13,7 +16,35 @@ export class SecretService {
   constructor(
     @inject(SecretStore) private readonly store: SecretStore,
     @inject(ActivityLog) private readonly activity: ActivityLog,
+    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(GuestAgent) private readonly agent: GuestAgent,
   ) {}
+
+  /**
+   * Decrypts a host secret and materializes it in the guest through the agent. Optional body
+   * `{path, mode, uid, gid}`; the default path is `/run/svc/secrets/<name>`, mode the secret's.
+   */
+  async inject(vm: string, secretName: string, body: unknown): Promise<{ name: string; secret: string; path: string; mode: string }> {
+    assertSecretName(secretName);
+    const b = (body ?? {}) as Record<string, unknown>;
+    if (typeof b !== 'object' || Array.isArray(b)) throw new InvalidArgumentError('body must be a JSON object {path?, mode?, uid?, gid?}');
+    for (const k of Object.keys(b)) if (!['path', 'mode', 'uid', 'gid'].includes(k)) throw new InvalidArgumentError(`unknown field "${k}"`);
+    if (b.path !== undefined && (typeof b.path !== 'string' || !b.path.startsWith('/'))) throw new InvalidArgumentError('path must be an absolute guest path');
+    const mode = b.mode === undefined ? undefined : parseMode(b.mode, 0o600);
+    if (mode !== undefined && Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
+    for (const k of ['uid', 'gid'] as const) {
+      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0)) throw new InvalidArgumentError(`${k} must be a non-negative integer`);
+    }
+    const ep = GuestService.endpointOf(this.instances.record(vm));
+    const { record, value } = await this.store.get(secretName);
+    const t0 = Date.now();
+    const out = await this.agent.materialize(ep, {
+      name: secretName, data: value.toString('base64'), mode: mode === undefined ? record.mode : formatMode(mode),
+      path: b.path as string | undefined, uid: b.uid as number | undefined, gid: b.gid as number | undefined,
+    });
+    this.activity.record({ action: 'secret.inject', target: `${vm}:${secretName}`, status: 'ok', duration_ms: Date.now() - t0 });
+    return { name: vm, secret: secretName, path: out.path, mode: out.mode };
+  }
 
   list(): Promise<SecretRecord[]> {
     return this.store.list();

@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { startAgent } from '../agent-main.js';
 import { VERSION } from '../version.js';
 
@@ -30,6 +32,13 @@ async function main(argv: string[]): Promise<void> {
     process.exit(2);
   }
   const agent = await startAgent(opts);
+  // The guest's supervisor and agent deploy find the running agent through this file.
+  try {
+    mkdirSync(opts.runDir, { recursive: true });
+    writeFileSync(join(opts.runDir, 'agent.pid'), `${process.pid}\n`);
+  } catch {
+    // a read-only run dir only costs deploy its restart
+  }
   process.stdout.write(JSON.stringify({ listening: `${agent.host}:${agent.port}` }) + '\n');
   const stop = () => void agent.stop().then(() => process.exit(0));
   process.on('SIGTERM', stop);

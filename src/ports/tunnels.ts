@@ -39,3 +39,24 @@ export interface SshKeys {
   publicKey(): Promise<string>;
   privateKey(): Promise<Buffer>;
 }
+
+export interface RemoteResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export const RemoteShell = Symbol('RemoteShell');
+/** Runs commands in a guest over SSH (agent deploy). */
+export interface RemoteShell {
+  /** Throws AgentUnavailableError when SSH cannot be reached or refuses the daemon's key. */
+  exec(target: SshTarget, command: string, stdin?: import('node:stream').Readable): Promise<RemoteResult>;
+}
+
+export const AgentArtifact = Symbol('AgentArtifact');
+/** The built agent (dist/agent) as a tar stream, and its version. */
+export interface AgentArtifact {
+  version(): Promise<string>;
+  /** Throws NotSupportedError when the artifact has not been built. */
+  tar(): Promise<import('node:stream').Readable>;
+}

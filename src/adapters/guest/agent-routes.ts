@@ -4,12 +4,8 @@ import type { ExecService } from '../../app/guest/exec-service.js';
 import type { FileService } from '../../app/guest/file-service.js';
 import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
 import { writeNdjson } from '../http/ndjson.js';
-import type { RouteDef } from '../http/route.js';
+import { hasBody, type RouteDef } from '../http/route.js';
 
-/** A request carries a body when it says so; an exec without one gets an empty stdin. */
-export function hasBody(req: Request): boolean {
-  return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
-}
 
 export function agentRoutes(agent: AgentService, exec: ExecService, files: FileService): RouteDef[] {
   const q = (req: Request) => req.query as Record<string, unknown>;

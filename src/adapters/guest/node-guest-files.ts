@@ -173,10 +173,12 @@ export class NodeGuestFiles implements GuestFiles {
     for (const [d, t] of dirTimes.reverse()) await utimes(d, t, t).catch(() => undefined);
   }
 
-  async packTar(path: string): Promise<Readable> {
+  /** `keep` (adapter-only) filters entries by their name in the archive. */
+  async packTar(path: string, keep: (name: string) => boolean = () => true): Promise<Readable> {
     const st = await lstat(path).catch((e) => { throw fsError(e, path); });
     const pack = tar.pack();
     const add = async (abs: string, name: string) => {
+      if (name && !keep(name)) return;
       const s = await lstat(abs);
       const base = { name, mode: s.mode & 0o7777, mtime: s.mtime, uid: s.uid, gid: s.gid };
       if (s.isDirectory()) {

@@ -119,12 +119,7 @@ const schemas: Record<string, Schema> = {
 };
 
 /** Operations described but not served yet; each carries `x-svc-planned: true`. */
-export const PLANNED = new Set<string>([
-  'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}', 'post /vms/{name}/secrets/{secretName}',
-  'get /vms/{name}/agent/health', 'post /vms/{name}/agent/deploy', 'get /vms/{name}/stats', 'post /vms/{name}/exec',
-  'put /vms/{name}/cp', 'get /vms/{name}/cp', 'get /vms/{name}/fs/readdir', 'get /vms/{name}/fs/stat', 'post /vms/{name}/fs/mkdir',
-  'post /vms/{name}/fs/symlink', 'delete /vms/{name}/fs/remove', 'get /vms/{name}/shell', 'get /vms/{name}/metrics',
-]);
+export const PLANNED = new Set<string>([]);
 
 function markPlanned(paths: Record<string, Record<string, Schema>>): Record<string, Record<string, Schema>> {
   for (const [path, ops] of Object.entries(paths)) {

@@ -33,3 +33,8 @@ export function queryList(req: Request, key: string): string[] {
   if (v === undefined) return [];
   return (Array.isArray(v) ? v : [v]).map(String);
 }
+
+/** A request carries a body when it says so; an exec without one gets an empty stdin. */
+export function hasBody(req: Request): boolean {
+  return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+}

@@ -12,7 +12,7 @@ interface FakeVm {
   bootedAt: number;
   handle?: VmHandle;
   /** Extra process the fake runs for the VM (a local svc-agent), stopped with it. */
-  sidecar?: { pid: number; stop(): Promise<void> };
+  sidecar?: Sidecar;
 }
 
 /**
@@ -27,6 +27,15 @@ export const FAKE_IMAGES: Record<string, ImageInfo> = {
   'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc' },
 };
 
+/** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
+export interface Sidecar {
+  port: number;
+  pid: number;
+  sshPort?: number;
+  runtime?: Record<string, unknown>;
+  stop(): Promise<void>;
+}
+
 export interface InMemoryHypervisorOptions {
   /** How long after launch the fake guest "answers" (ssh banner, agent health). */
   bootDelayMs?: number;
@@ -34,7 +43,7 @@ export interface InMemoryHypervisorOptions {
    * Starts something per VM on launch (the real svc-agent, with config fake_agent) and returns
    * the port it listens on. Without it the agent port is a placeholder number.
    */
-  sidecar?: (spec: VmSpec) => Promise<{ port: number; pid: number; stop(): Promise<void> }>;
+  sidecar?: (spec: VmSpec) => Promise<Sidecar>;
 }
 
 /**
@@ -129,12 +138,12 @@ export class InMemoryHypervisor implements Hypervisor {
     vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
     vm.handle = {
       ip: '10.0.2.15',
-      ssh_port: this.nextPort++,
+      ssh_port: sidecar?.sshPort ?? this.nextPort++,
       agent_port: sidecar?.port ?? this.nextPort++,
       agent_cid: 0,
       pid: sidecar?.pid,
       forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })),
-      runtime: { fake: true, restored_from_snapshot: fromSnapshot },
+      runtime: { fake: true, restored_from_snapshot: fromSnapshot, ...sidecar?.runtime },
     };
     return { ...vm.handle, runtime: { ...vm.handle.runtime } };
   }
@@ -173,9 +182,14 @@ export class InMemoryHypervisor implements Hypervisor {
     return { snapshot: true };
   }
 
-  /** In-memory processes do not survive the daemon: nothing to re-attach to. */
-  async reattach(_ref: VmRef, _handle: VmHandle): Promise<VmHandle | null> {
-    return null;
+  /**
+   * A fresh instance knows no VMs (in-memory processes die with the daemon). An instance handed
+   * to a restarted daemon (embedders, tests) re-attaches to the VMs it still runs.
+   */
+  async reattach(ref: VmRef, _handle: VmHandle): Promise<VmHandle | null> {
+    const vm = this.vms.get(ref.name);
+    if (!vm?.handle || (vm.state !== 'running' && vm.state !== 'paused')) return null;
+    return { ...vm.handle, runtime: { ...vm.handle.runtime } };
   }
 
   async destroy(ref: VmRef): Promise<void> {

@@ -1,0 +1,265 @@
+import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import WebSocket from 'ws';
+import type {
+  AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+} from '../../domain/agent.js';
+import { formatDuration } from '../../domain/duration.js';
+import {
+  AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError,
+} from '../../domain/errors.js';
+import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, UploadOptions } from '../../ports/guest-agent.js';
+import { tcpConnector, type Connector } from './transport.js';
+
+const CONNECT_TIMEOUT_MS = 2000;
+
+function where(ep: AgentEndpoint): string {
+  return ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;
+}
+
+/** Transport failures (refused, reset, timed out) mean the agent is unavailable: 503. */
+function unavailable(ep: AgentEndpoint, err: Error): AgentUnavailableError {
+  return new AgentUnavailableError(`guest agent at ${where(ep)} unavailable: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+}
+
+/** The agent's own 4xx pass through; 5xx and garbage are the agent's failure: 502. */
+function fromStatus(status: number, text: string): Error {
+  let msg = text.slice(0, 500);
+  try {
+    const j = JSON.parse(text) as { error?: string };
+    if (typeof j.error === 'string') msg = j.error;
+  } catch {
+    if (status < 500) return new AgentFailureError(`guest agent answered ${status} without a JSON error`);
+  }
+  if (status === 400) return new InvalidArgumentError(msg);
+  if (status === 404) return new NotFoundError(msg);
+  if (status === 409) return new AlreadyExistsError(msg);
+  if (status === 501) return new NotSupportedError(msg);
+  return new AgentFailureError(`guest agent failed (${status}): ${msg}`);
+}
+
+function execQuery(req: ExecRequest, buffered: boolean): string {
+  const p = new URLSearchParams({ cmd: req.cmd, buffered: String(buffered) });
+  for (const a of req.args) p.append('args', a);
+  if (req.cwd) p.set('cwd', req.cwd);
+  if (req.uid !== undefined) p.set('uid', String(req.uid));
+  if (req.gid !== undefined) p.set('gid', String(req.gid));
+  if (req.timeoutMs) p.set('timeout', formatDuration(req.timeoutMs));
+  if (req.encoding) p.set('encoding', req.encoding);
+  return p.toString();
+}
+
+interface CallOptions {
+  method: string;
+  path: string;
+  body?: Buffer | Readable;
+  contentType?: string;
+  timeoutMs?: number;
+}
+
+/**
+ * The GuestAgent port over HTTP, on TCP (the agent port's host forward) or vsock (through a
+ * Connector). Keeps connections alive per endpoint; connects with a short timeout; streams bodies
+ * both ways with backpressure and tears a stream down when either side goes away.
+ */
+export class HttpGuestAgent implements GuestAgent {
+  private readonly agents = new Map<string, Agent>();
+
+  constructor(private readonly connector: Connector = tcpConnector) {}
+
+  private agentFor(ep: AgentEndpoint): Agent {
+    const key = where(ep);
+    let a = this.agents.get(key);
+    if (!a) {
+      a = new Agent({ keepAlive: true, maxSockets: 64, keepAliveMsecs: 10_000 });
+      const connector = this.connector;
+      (a as unknown as { createConnection: (opts: unknown, cb: unknown) => unknown }).createConnection = () => connector(ep);
+      this.agents.set(key, a);
+    }
+    return a;
+  }
+
+  /** Sends a request and resolves with the response once headers arrive. Maps transport errors. */
+  private send(ep: AgentEndpoint, o: CallOptions): Promise<{ res: IncomingMessage; req: ClientRequest }> {
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string> = {};
+      if (o.contentType) headers['content-type'] = o.contentType;
+      if (Buffer.isBuffer(o.body)) headers['content-length'] = String(o.body.length);
+      const req = request({ agent: this.agentFor(ep), host: ep.host, port: ep.port, method: o.method, path: o.path, headers });
+      let settled = false;
+      const fail = (err: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        req.destroy();
+        reject(err);
+      };
+      const timer = setTimeout(() => fail(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))), o.timeoutMs ?? CONNECT_TIMEOUT_MS);
+      req.on('socket', (s) => {
+        // Once connected, only an explicit overall timeout still applies.
+        const connected = () => { if (!o.timeoutMs) clearTimeout(timer); };
+        if ((s as { connecting?: boolean }).connecting) s.once('connect', connected);
+        else connected();
+      });
+      req.on('error', (err) => fail(unavailable(ep, err)));
+      req.on('response', (res) => {
+        if (settled) return void res.resume();
+        settled = true;
+        if (!o.timeoutMs) clearTimeout(timer);
+        else res.once('end', () => clearTimeout(timer));
+        resolve({ res, req });
+      });
+      if (o.body === undefined) req.end();
+      else if (Buffer.isBuffer(o.body)) req.end(o.body);
+      else {
+        const body = o.body;
+        body.on('error', (err) => fail(unavailable(ep, err)));
+        // A client that goes away mid-upload must not leave a half request open to the agent.
+        body.on('close', () => { if (!body.readableEnded) fail(new AgentFailureError('the upload was cut off by the client')); });
+        body.pipe(req);
+      }
+    });
+  }
+
+  private async readAll(res: IncomingMessage, ep: AgentEndpoint): Promise<string> {
+    const parts: Buffer[] = [];
+    try {
+      for await (const c of res) parts.push(c as Buffer);
+    } catch (err) {
+      throw new AgentFailureError(`guest agent at ${where(ep)} broke off its answer: ${(err as Error).message}`);
+    }
+    return Buffer.concat(parts).toString('utf8');
+  }
+
+  private async json<T>(ep: AgentEndpoint, o: CallOptions): Promise<T> {
+    const { res } = await this.send(ep, o);
+    const text = await this.readAll(res, ep);
+    const status = res.statusCode ?? 0;
+    if (status >= 300) throw fromStatus(status, text);
+    if (status === 204) return undefined as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(text.slice(0, 80))}`);
+    }
+  }
+
+  health(ep: AgentEndpoint, timeoutMs?: number): Promise<AgentHealth> {
+    return this.json(ep, { method: 'GET', path: '/health', timeoutMs });
+  }
+
+  readiness(ep: AgentEndpoint): Promise<Readiness> {
+    return this.json(ep, { method: 'GET', path: '/readiness', timeoutMs: 2000 });
+  }
+
+  stats(ep: AgentEndpoint): Promise<GuestStats> {
+    return this.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
+  }
+
+  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): Promise<ExecResult> {
+    return this.json(ep, { method: 'POST', path: `/exec?${execQuery(req, true)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined });
+  }
+
+  async *execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame> {
+    const { res, req: creq } = await this.send(ep, {
+      method: 'POST', path: `/exec?${execQuery(req, false)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined,
+    });
+    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+    let sawExit = false;
+    try {
+      for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
+        if (!line.trim()) continue;
+        let frame: ExecFrame;
+        try {
+          frame = JSON.parse(line) as ExecFrame;
+        } catch {
+          throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
+        }
+        if (frame.type === 'exit') sawExit = true;
+        yield frame;
+      }
+      if (!sawExit) throw new AgentFailureError('guest agent ended the exec stream without an exit frame');
+    } finally {
+      // Leaving early (client gone) closes the agent connection, which kills the command there.
+      if (!sawExit) creq.destroy();
+    }
+  }
+
+  async upload(ep: AgentEndpoint, o: UploadOptions, body: Readable): Promise<void> {
+    const p = new URLSearchParams({ path: o.path, mode: o.mode });
+    if (o.permissions) p.set('permissions', o.permissions);
+    if (o.uid !== undefined) p.set('uid', String(o.uid));
+    if (o.gid !== undefined) p.set('gid', String(o.gid));
+    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, contentType: o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' });
+  }
+
+  async download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {
+    const { res } = await this.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
+    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+    const len = res.headers['content-length'];
+    return { contentType: String(res.headers['content-type'] ?? 'application/octet-stream'), body: res, size: len ? Number(len) : undefined };
+  }
+
+  async fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void> {
+    switch (op.op) {
+      case 'readdir': return this.json(ep, { method: 'GET', path: `/fs/readdir?${new URLSearchParams({ path: op.path })}` });
+      case 'stat': return this.json(ep, { method: 'GET', path: `/fs/stat?${new URLSearchParams({ path: op.path })}` });
+      case 'mkdir': return this.json(ep, { method: 'POST', path: '/fs/mkdir', body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })), contentType: 'application/json' });
+      case 'symlink': return this.json(ep, { method: 'POST', path: '/fs/symlink', body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })), contentType: 'application/json' });
+      case 'remove': return this.json(ep, { method: 'DELETE', path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}` });
+    }
+  }
+
+  materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }> {
+    return this.json(ep, { method: 'POST', path: '/secrets/materialize', body: Buffer.from(JSON.stringify(req)), contentType: 'application/json' });
+  }
+
+  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession> {
+    const p = new URLSearchParams();
+    if (opts.cols) p.set('cols', String(opts.cols));
+    if (opts.rows) p.set('rows', String(opts.rows));
+    if (opts.shell) p.set('shell', opts.shell);
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(`ws://${ep.host}:${ep.port}/shell?${p}`, {
+        perMessageDeflate: false, handshakeTimeout: CONNECT_TIMEOUT_MS, createConnection: () => this.connector(ep) as never,
+      });
+      const dataListeners: ((d: Buffer) => void)[] = [];
+      const exitListeners: ((c: number | null) => void)[] = [];
+      let exitCode: number | null = null;
+      ws.on('unexpected-response', (_r, res) => {
+        void this.readAll(res, ep).then((text) => reject(fromStatus(res.statusCode ?? 0, text)), reject);
+      });
+      ws.once('error', (err) => reject(unavailable(ep, err)));
+      ws.on('message', (data, isBinary) => {
+        const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
+        if (isBinary) for (const l of dataListeners) l(buf);
+        else {
+          try {
+            const m = JSON.parse(buf.toString('utf8')) as { type?: string; exit_code?: number };
+            if (m.type === 'exit') exitCode = m.exit_code ?? null;
+          } catch {
+            // ignore malformed control frames
+          }
+        }
+      });
+      ws.on('close', () => { for (const l of exitListeners) l(exitCode); });
+      ws.once('open', () => {
+        ws.on('error', () => ws.terminate());
+        resolve({
+          write: (d) => { if (ws.readyState === ws.OPEN) ws.send(d, { binary: true }); },
+          resize: (cols, rows) => { if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows })); },
+          onData: (l) => void dataListeners.push(l),
+          onExit: (l) => void exitListeners.push(l),
+          close: () => ws.close(),
+        });
+      });
+    });
+  }
+
+  /** Closes kept-alive connections (daemon stop). */
+  close(): void {
+    for (const a of this.agents.values()) a.destroy();
+    this.agents.clear();
+  }
+}

@@ -1,0 +1,69 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { GuestService } from '../../app/guest-service.js';
+import { NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
+import { assertVmName } from '../../domain/names.js';
+import type { ShellSession } from '../../ports/guest-agent.js';
+import { rejectUpgrade } from '../guest/shell-socket.js';
+import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
+
+const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
+
+/**
+ * WebSocket upgrades on the daemon: GET /vms/{name}/shell, authenticated like every route,
+ * joined to the agent's /shell. Bytes and resize frames pass through; when either side closes,
+ * the other is closed too. Errors before the upgrade use the one HTTP error mapping.
+ */
+export class ShellProxy {
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
+
+  constructor(private readonly guest: GuestService, private readonly auth: BearerAuth) {}
+
+  handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    void this.upgrade(req, socket, head);
+  };
+
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on('error', () => socket.destroy());
+    const url = new URL(req.url ?? '/', 'http://svcd');
+    if (!this.auth.check(req)) {
+      return rejectUpgrade(socket, new UnauthenticatedError('missing or invalid bearer token'), `WWW-Authenticate: ${AUTH_CHALLENGE}\r\n`);
+    }
+    const m = SHELL_PATH.exec(url.pathname);
+    if (!m) return rejectUpgrade(socket, new NotFoundError(`no websocket route ${url.pathname}`));
+    let session: ShellSession;
+    try {
+      const name = assertVmName(decodeURIComponent(m[1]));
+      const dim = (k: string) => (url.searchParams.has(k) ? Number(url.searchParams.get(k)) : undefined);
+      session = await this.guest.shell(name, { cols: dim('cols'), rows: dim('rows'), shell: url.searchParams.get('shell') ?? undefined });
+    } catch (err) {
+      return rejectUpgrade(socket, err);
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.join(ws, session));
+  }
+
+  private join(ws: WebSocket, s: ShellSession): void {
+    s.onData((d) => {
+      if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
+    });
+    s.onExit((code) => {
+      if (ws.readyState === ws.OPEN) {
+        if (code !== null) ws.send(JSON.stringify({ type: 'exit', exit_code: code }));
+        ws.close(1000, 'shell exited');
+      }
+    });
+    ws.on('message', (data, isBinary) => {
+      const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
+      if (isBinary) return s.write(buf);
+      try {
+        const msg = JSON.parse(buf.toString('utf8')) as { type?: string; cols?: number; rows?: number };
+        if (msg.type === 'resize' && Number.isInteger(msg.cols) && Number.isInteger(msg.rows)) s.resize(msg.cols!, msg.rows!);
+      } catch {
+        s.write(buf);
+      }
+    });
+    ws.on('close', () => s.close());
+    ws.on('error', () => s.close());
+  }
+}

@@ -1,0 +1,90 @@
+import { inject, injectable } from 'inversify';
+import { parsePortForward } from '../domain/create-request.js';
+import { InvalidArgumentError, InvalidStateError, NotFoundError, errorMessage } from '../domain/errors.js';
+import type { Forward, InstanceRecord } from '../domain/instance.js';
+import { Hypervisor } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { ActivityLog } from '../ports/stores.js';
+import { Tunnels, type SshTarget } from '../ports/tunnels.js';
+import { InstanceService } from './instance-service.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+
+/**
+ * Live forwards: SSH tunnels from 127.0.0.1:host_port to a guest port. They are part of the
+ * instance record, closed when the VM goes down, and re-opened (same host ports) when it is up
+ * again: after start, restore, and a daemon restart that re-attached to it.
+ */
+@injectable()
+export class ForwardService {
+  constructor(
+    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(Tunnels) private readonly tunnels: Tunnels,
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(ActivityLog) private readonly activity: ActivityLog,
+    @inject(Logger) private readonly log: Logger,
+    @inject(LifecycleEvents) events: LifecycleEvents,
+  ) {
+    events.on('up', (rec) => this.reopen(rec));
+    events.on('down', (rec) => this.closeAll(rec));
+    events.on('removed', (rec) => this.closeAll(rec));
+  }
+
+  async add(name: string, body: unknown): Promise<Forward> {
+    const f = parsePortForward(body, 'forward');
+    if (f.proto !== 'tcp') throw new InvalidArgumentError('live forwards carry tcp only; give udp forwards at create time');
+    return this.instances.withLock(name, async (rec) => {
+      if (rec.status !== 'running') throw new InvalidStateError(`vm ${name} is ${rec.status}; live forwards need a running vm`);
+      if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
+        throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
+      }
+      const t0 = Date.now();
+      const info = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
+      const fwd: Forward = { host_port: info.host_port, guest_port: f.guest_port, proto: 'tcp', kind: 'live', pid: info.pid };
+      rec.forwards.push(fwd);
+      await this.instances.saveRecord(rec);
+      this.activity.record({ action: 'forward.add', target: `${name}:${info.host_port}`, status: 'ok', duration_ms: Date.now() - t0 });
+      return fwd;
+    });
+  }
+
+  async remove(name: string, hostPortRaw: string): Promise<{ message: string; name: string; host_port: number }> {
+    if (!/^\d{1,5}$/.test(hostPortRaw)) throw new InvalidArgumentError(`invalid host port ${JSON.stringify(hostPortRaw)}`);
+    const hostPort = Number(hostPortRaw);
+    return this.instances.withLock(name, async (rec) => {
+      const i = rec.forwards.findIndex((f) => f.kind === 'live' && f.host_port === hostPort);
+      if (i < 0) throw new NotFoundError(`vm ${name} has no live forward on host port ${hostPort}`);
+      await this.tunnels.close(name, hostPort);
+      rec.forwards.splice(i, 1);
+      await this.instances.saveRecord(rec);
+      this.activity.record({ action: 'forward.remove', target: `${name}:${hostPort}`, status: 'ok', duration_ms: 0 });
+      return { message: `forward ${hostPort} of vm ${name} closed`, name, host_port: hostPort };
+    });
+  }
+
+  private async target(rec: InstanceRecord): Promise<SshTarget> {
+    const image = await this.hv.resolveImage(rec.image);
+    return { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
+  }
+
+  /** Re-opens the record's live forwards on their host ports; a failure is logged, not fatal. */
+  private async reopen(rec: InstanceRecord): Promise<void> {
+    const live = rec.forwards.filter((f) => f.kind === 'live');
+    if (live.length === 0) return;
+    const target = await this.target(rec);
+    for (const f of live) {
+      try {
+        const info = await this.tunnels.open(rec.name, target, f.host_port, f.guest_port);
+        f.pid = info.pid;
+      } catch (err) {
+        delete f.pid;
+        this.log.error({ vm: rec.name, host_port: f.host_port, err: errorMessage(err) }, 'could not re-open live forward');
+      }
+    }
+    await this.instances.saveRecord(rec).catch(() => undefined);
+  }
+
+  private async closeAll(rec: InstanceRecord): Promise<void> {
+    await this.tunnels.closeAll(rec.name);
+    for (const f of rec.forwards) if (f.kind === 'live') delete f.pid;
+  }
+}

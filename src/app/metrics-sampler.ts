@@ -1,0 +1,86 @@
+import { inject, injectable } from 'inversify';
+import { errorMessage } from '../domain/errors.js';
+import type { InstanceRecord } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
+import { GuestAgent } from '../ports/guest-agent.js';
+import { Logger } from '../ports/logger.js';
+import { MetricsHistory, type MetricsSeries } from '../ports/stores.js';
+import type { Config } from './config.js';
+import { InstanceService } from './instance-service.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+import { agentEndpoint } from './readiness.js';
+import { AppConfig } from './tokens.js';
+
+/**
+ * Samples guest stats of each running VM with metrics enabled every `sandbox_metrics_interval`
+ * into its metrics.ring. The history stays readable when sampling stops.
+ */
+@injectable()
+export class MetricsSampler {
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(GuestAgent) private readonly agent: GuestAgent,
+    @inject(MetricsHistory) private readonly history: MetricsHistory,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+    @inject(LifecycleEvents) events: LifecycleEvents,
+  ) {
+    events.on('up', (rec) => this.start(rec));
+    events.on('down', (rec) => this.stop(rec.name));
+    events.on('removed', (rec) => this.stop(rec.name));
+  }
+
+  private start(rec: InstanceRecord): void {
+    this.stop(rec.name);
+    if (!rec.metrics_enabled) return;
+    const name = rec.name;
+    const tick = async () => {
+      let cur: InstanceRecord;
+      try {
+        cur = this.instances.record(name);
+      } catch {
+        return this.stop(name);
+      }
+      if (cur.status !== 'running') return;
+      try {
+        const s = await this.agent.stats(agentEndpoint(cur));
+        await this.history.append(name, {
+          t_ms: this.clock.now(), uptime_sec: s.uptime_sec, load1: s.load1, mem_total_bytes: s.mem_total_bytes,
+          mem_available_bytes: s.mem_available_bytes, disk_total_bytes: s.disk_total_bytes, disk_free_bytes: s.disk_free_bytes,
+        });
+      } catch (err) {
+        this.log.debug({ vm: name, err: errorMessage(err) }, 'stats sample skipped');
+      }
+    };
+    const timer = setInterval(() => void tick(), this.config.sandbox_metrics_interval_ms);
+    timer.unref();
+    this.timers.set(name, timer);
+    void tick();
+  }
+
+  private stop(name: string): void {
+    const t = this.timers.get(name);
+    if (t) clearInterval(t);
+    this.timers.delete(name);
+    void this.history.close(name).catch(() => undefined);
+  }
+
+  stopAll(): void {
+    for (const name of [...this.timers.keys()]) this.stop(name);
+  }
+
+  /** GET /vms/{name}/metrics: the ring, oldest first. */
+  async read(name: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries & { name: string; enabled: boolean; interval_sec: number }> {
+    const rec = this.instances.record(name);
+    const series = await this.history.read(name, opts);
+    return {
+      name, enabled: rec.metrics_enabled,
+      interval_sec: (series.interval_ms || this.config.sandbox_metrics_interval_ms) / 1000,
+      capacity: series.capacity || this.config.sandbox_metrics_points,
+      interval_ms: series.interval_ms, points: series.points,
+    };
+  }
+}

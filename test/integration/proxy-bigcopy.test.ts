@@ -1,0 +1,74 @@
+import { expect } from 'chai';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { call } from '../helpers/http.js';
+import { tempDir } from '../helpers/daemon.js';
+
+const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
+const SIZE = 256 * 1024 * 1024;
+
+describe('cp through a svcd process: streamed, not buffered', function () {
+  this.timeout(120000);
+  let daemon: ChildProcess;
+  let socket: string;
+
+  before(async () => {
+    const dir = tempDir('svc-bigcp-');
+    const cfg = join(dir, 'config.yaml');
+    socket = join(dir, 'svc.sock');
+    writeFileSync(cfg, `data_dir: ${dir}/data\nsocket: ${socket}\napi: ''\nhypervisor: fake\nfake_agent: true\nlog_level: warn\n`);
+    daemon = spawn(process.execPath, [SVCD, '--config', cfg], { stdio: ['ignore', 'ignore', 'inherit'] });
+    for (let i = 0; i < 100; i++) {
+      const ok = await call({ socketPath: socket }, 'GET', '/healthz').then(() => true, () => false);
+      if (ok) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect((await call({ socketPath: socket }, 'POST', '/vms', { name: 'big' })).status).to.equal(201);
+  });
+  after(() => {
+    daemon.kill('SIGTERM');
+  });
+
+  it('moves 256 MiB both ways byte-exact while the daemon stays far below that in memory', async () => {
+    const hash = createHash('sha256');
+    const chunk = randomBytes(1024 * 1024);
+    const guestPath = '/tmp/svc-bigcp-' + process.pid + '.bin';
+    await new Promise<void>((resolve, reject) => {
+      const req = request({ socketPath: socket, method: 'PUT', path: `/vms/big/cp?path=${guestPath}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(SIZE) } }, (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`PUT ${res.statusCode}`))));
+      });
+      req.on('error', reject);
+      let sent = 0;
+      const pump = () => {
+        while (sent < SIZE) {
+          const c = Buffer.from(chunk);
+          c.writeUInt32LE(sent / chunk.length, 0);
+          hash.update(c);
+          sent += c.length;
+          if (!req.write(c)) return void req.once('drain', pump);
+        }
+        req.end();
+      };
+      pump();
+    });
+    const back = createHash('sha256');
+    let got = 0;
+    await new Promise<void>((resolve, reject) => {
+      request({ socketPath: socket, path: `/vms/big/cp?path=${guestPath}` }, (res) => {
+        expect(res.statusCode).to.equal(200);
+        res.on('data', (c: Buffer) => { back.update(c); got += c.length; });
+        res.on('end', resolve);
+        res.on('error', reject);
+      }).end();
+    });
+    expect(got).to.equal(SIZE);
+    expect(back.digest('hex')).to.equal(hash.digest('hex'));
+    const hwm = Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${daemon.pid}/status`, 'utf8'))![1]) * 1024;
+    expect(hwm, `svcd peak RSS ${Math.round(hwm / 1048576)} MiB`).to.be.below(SIZE / 2);
+  });
+});
