@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
@@ -17,6 +18,8 @@ import { pickConnector } from './adapters/agent/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
 import { InMemoryHypervisor } from './adapters/hypervisor/in-memory-hypervisor.js';
 import { startLocalGuest } from './adapters/hypervisor/local-guest.js';
+import { ImageCatalog } from './adapters/hypervisor/image-catalog.js';
+import { QemuHypervisor } from './adapters/hypervisor/qemu-hypervisor.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
 import { ShellProxy } from './adapters/http/shell-proxy.js';
 import { BearerAuth } from './adapters/http/auth.js';
@@ -100,7 +103,10 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
         bootDelayMs: config.fake_boot_delay_ms, sidecar: config.fake_agent ? startLocalGuest : undefined,
       }));
     } else {
-      throw new Error('hypervisor: qemu is not available in this build yet; use hypervisor: fake');
+      bind(Hypervisor).toDynamicValue((ctx) => new QemuHypervisor({
+        qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(join(config.data_dir, 'images')),
+        log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp',
+      })).inSingletonScope();
     }
     // Without fake_agent the fake has no guest: its in-memory agent and probe stand in.
     const noGuest = config.hypervisor === 'fake' && !config.fake_agent && !o.hypervisor;
@@ -192,6 +198,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       await instances.close();
       // A hypervisor the daemon made dies with it; an embedder's own outlives it (like QEMU processes).
       if (hv instanceof InMemoryHypervisor && !overrides.hypervisor) await hv.closeAll();
+      // QEMU processes are detached and keep running; the next daemon re-attaches to them.
+      if (hv instanceof QemuHypervisor) hv.detachAll();
       log.info({}, 'svcd stopped');
       if (log instanceof PinoLogger) log.flush();
     })()),

@@ -20,7 +20,7 @@ import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { LifecycleEvents } from './lifecycle-events.js';
-import { waitReady } from './readiness.js';
+import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 
 export interface CreateJob {
@@ -315,6 +315,7 @@ export class InstanceService {
     const image = await this.hv.resolveImage(rec.image).catch(() => ({ agent_ready: false }));
     try {
       await this.awaitReady(rec, image.agent_ready ? 'agent' : 'ssh', this.clock.now() + this.config.ready_timeout_ms, () => undefined);
+      if (restore && image.agent_ready) await this.resetClock(rec);
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       rec.status = 'error';
@@ -324,6 +325,13 @@ export class InstanceService {
       throw err;
     }
     await this.events.emit('up', rec);
+  }
+
+  /** A guest restored from a snapshot wakes with the clock of the moment it was saved. */
+  private async resetClock(rec: InstanceRecord): Promise<void> {
+    const seconds = Math.floor(this.clock.now() / 1000);
+    const r = await this.agent.exec(agentEndpoint(rec), { cmd: 'date', args: ['-u', '-s', `@${seconds}`] }).catch((e: Error) => ({ exit_code: -1, stderr: e.message }));
+    if (r.exit_code !== 0) this.log.warn({ vm: rec.name, err: r.stderr }, 'could not reset the guest clock after restore');
   }
 
   private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: InstanceRecord) => Promise<T>): Promise<T> {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the host packages svc needs to run real VMs and build its guest image, when missing.
+# What it installs, and why:
+#   qemu-system-x86   the hypervisor (qemu-system-x86_64)
+#   qemu-utils        qemu-img: qcow2 golden disks and per-VM overlays
+#   linux-image-amd64 the guest kernel (vmlinuz + modules) the image is built from
+#   busybox-static    the guest userland and the initramfs
+#   dropbear-bin      the guest SSH server
+#   e2fsprogs         mke2fs -d: the root filesystem without mounting
+#   genisoimage       the cloud-init NoCloud seed (cidata) of each VM
+#   kmod              modprobe --show-depends / depmod for the guest's modules
+#   cpio              the initramfs
+#   xz-utils          unpacking vmlinux from vmlinuz
+#   fakeroot          building the root filesystem when not root
+#   socat             vsock relay (agent side) and vsock connector (daemon side)
+set -euo pipefail
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "svc: installing host packages: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
