@@ -1,7 +1,6 @@
 import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
@@ -104,7 +103,7 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
       }));
     } else {
       bind(Hypervisor).toDynamicValue((ctx) => new QemuHypervisor({
-        qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(join(config.data_dir, 'images')),
+        qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
         log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp',
       })).inSingletonScope();
     }
@@ -155,6 +154,7 @@ export interface RunningDaemon {
 /** Builds the daemon from config (and optional adapters), restores state, and starts listening. */
 export async function startDaemon(config: Config, overrides: DaemonOverrides = {}): Promise<RunningDaemon> {
   mkdirSync(config.data_dir, { recursive: true, mode: 0o700 });
+  await HttpListeners.claim(config.socket);
   const { container, metrics } = buildContainer(config, overrides);
   const log = container.get<Logger>(Logger);
   const instances = container.get(InstanceService);

@@ -5,6 +5,7 @@ import { parseDuration } from '../domain/duration.js';
 /** The daemon's configuration after defaults, aliases and env overrides (decisions.md, "Config"). */
 export interface Config {
   data_dir: string;
+  images_dir: string;
   socket: string;
   api: string;
   api_token: string;
@@ -37,6 +38,7 @@ type Kind = 'string' | 'bool' | 'int' | 'duration' | { oneOf: readonly string[] 
 /** Key in the file -> [field in Config, kind, default]. Durations are given as text and kept in ms. */
 const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   data_dir: ['data_dir', 'string', ''],
+  images_dir: ['images_dir', 'string', ''],
   socket: ['socket', 'string', ''],
   api: ['api', 'string', '127.0.0.1:7474'],
   api_token: ['api_token', 'string', ''],
@@ -128,6 +130,7 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   }
   const cfg = out as unknown as Config;
   cfg.data_dir = cfg.data_dir ? resolve(cfg.data_dir.replace(/^~(?=\/|$)/, home)) : join(home, '.svc');
+  cfg.images_dir = cfg.images_dir ? resolve(cfg.images_dir.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'images');
   cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
   if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
   if (cfg.api !== '') {

@@ -93,6 +93,7 @@ export class InstanceService {
       } else {
         rec.status = 'error';
         rec.error = 'the vm process was gone when the daemon started';
+        this.clearRuntime(rec);
         await this.save(rec);
       }
     }

@@ -27,10 +27,16 @@ export class HttpListeners {
 
   constructor(private readonly app: RequestListener, private readonly upgrade?: UpgradeHandler) {}
 
+  /**
+   * Refuses when another daemon serves the socket. Called before the daemon touches any state, so
+   * a second daemon started by mistake changes nothing.
+   */
+  static async claim(socket: string): Promise<void> {
+    if (await socketLive(socket)) throw new ListenError(`another svcd is already serving on ${socket}`);
+  }
+
   async start(opts: { socket: string; api: string }): Promise<void> {
-    if (await socketLive(opts.socket)) {
-      throw new ListenError(`another svcd is already serving on ${opts.socket}`);
-    }
+    await HttpListeners.claim(opts.socket);
     await unlink(opts.socket).catch(() => undefined);
     const unix = this.server();
     const old = process.umask(0o177);
