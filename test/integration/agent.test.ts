@@ -93,6 +93,14 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(r.json.error).to.match(/timed out/);
     });
 
+    it('returns when the command exits even if a background child keeps its output pipes open', async () => {
+      const t0 = Date.now();
+      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'echo before; sleep 30 & echo after'] })}`);
+      expect(Date.now() - t0).to.be.below(5000);
+      expect(r.json).to.include({ exit_code: 0 });
+      expect(r.json.stdout).to.equal('before\nafter\n');
+    });
+
     it('returns base64 output with encoding=base64 and caps buffered output with truncated', async () => {
       const b = await call(t, 'POST', `/exec?${q({ cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' })}`);
       expect(Buffer.from(b.json.stdout, 'base64')).to.deep.equal(Buffer.from([0xff, 0]));

@@ -3,6 +3,8 @@ import { stat } from 'node:fs/promises';
 import { injectable } from 'inversify';
 import { SpawnError, type ProcessExit, type ProcessRunner, type RunningProcess, type SpawnRequest } from '../../ports/guest/process-runner.js';
 
+const EXIT_GRACE_MS = 300;
+
 /**
  * child_process with each command in its own process group, so a kill (timeout, client gone)
  * takes whatever the command started with it.
@@ -29,10 +31,24 @@ export class NodeProcessRunner implements ProcessRunner {
     if (started) throw new SpawnError(`cannot start ${req.cmd}: ${started.message}`);
     const pid = child.pid!;
     let done = false;
+    // Normally 'close' follows 'exit' once the pipes drain. A background child that inherited the
+    // pipes would hold them open forever, so after the exit its output gets a short grace, then
+    // the pipes are let go (as a shell prompt returns while a daemon it started keeps running).
     const exited = new Promise<ProcessExit>((resolve) => {
-      child.once('close', (code, signal) => {
+      let graceTimer: NodeJS.Timeout | undefined;
+      const finish = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (done) return;
         done = true;
+        clearTimeout(graceTimer);
         resolve({ code, signal });
+      };
+      child.once('close', finish);
+      child.once('exit', (code, signal) => {
+        graceTimer = setTimeout(() => {
+          child.stdout.destroy();
+          child.stderr.destroy();
+          finish(code, signal);
+        }, EXIT_GRACE_MS);
       });
     });
     return {

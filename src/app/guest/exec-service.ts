@@ -84,10 +84,15 @@ export class ExecService {
           const data = dec ? dec.write(c) : c.toString('base64');
           if (data) q.push({ type: which, t: now(), data });
         });
-        proc[which].on('end', () => {
+        let flushed = false;
+        const flush = () => {
+          if (flushed) return;
+          flushed = true;
           const rest = dec?.end();
           if (rest) q.push({ type: which, t: now(), data: rest });
-        });
+        };
+        proc[which].on('end', flush);
+        proc[which].on('close', flush);
       }
       this.feed(proc, stdin);
       const timedOut = this.armTimeout(proc, req.timeoutMs);

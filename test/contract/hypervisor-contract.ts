@@ -1,0 +1,101 @@
+import { expect } from 'chai';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { InvalidArgumentError } from '../../src/domain/errors.js';
+import type { Hypervisor, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
+import { tempDir } from '../helpers/daemon.js';
+
+export interface ContractSubject {
+  hv: Hypervisor;
+  image: string;
+  /** Resolves once the guest answers (agent health), or throws after `ms`. */
+  waitUp(name: string, h: VmHandle, ms: number): Promise<void>;
+  /** True while the guest answers within a short time. */
+  answers(name: string, h: VmHandle): Promise<boolean>;
+  /** Kills the VM's process from outside the adapter. */
+  crash(name: string, h: VmHandle): Promise<void>;
+  /** Live VM processes the adapter knows, by name. */
+  live(): string[];
+  bootMs: number;
+}
+
+/**
+ * One contract, run against InMemoryHypervisor (unit) and QemuHypervisor (e2e), so the fake
+ * cannot drift from the real thing.
+ */
+export function hypervisorContract(label: string, make: () => Promise<ContractSubject>, teardown: () => Promise<void> = async () => undefined): void {
+  describe(`Hypervisor contract: ${label}`, function () {
+    let s: ContractSubject;
+    let dir: string;
+    const exits: [string, string][] = [];
+    const spec = (name: string): VmSpec => {
+      const d = join(dir, name);
+      mkdirSync(d, { recursive: true });
+      return { name, dir: d, cpus: 1, memory_mb: 384, disk_gb: 2, image: s.image, hostname: name, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }], mounts: [] };
+    };
+    before(async () => {
+      s = await make();
+      dir = tempDir('svc-contract-');
+      s.hv.onExit((n, r) => exits.push([n, r]));
+    });
+    after(async () => {
+      for (const n of s.live()) await s.hv.destroy({ name: n, dir: join(dir, n) });
+      await teardown();
+    });
+
+    it('refuses an unknown image with InvalidArgument', async () => {
+      expect(await s.hv.resolveImage('no-such-image').catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+      expect((await s.hv.resolveImage(s.image)).id).to.equal(s.image);
+    });
+
+    it('provisions, launches with forwards, pauses and resumes; stop is graceful, idempotent and not a crash', async function () {
+      this.timeout(s.bootMs * 3 + 60_000);
+      const sp = spec('c1');
+      await s.hv.provision(sp);
+      const h = await s.hv.launch(sp);
+      expect(h.ssh_port).to.be.above(0);
+      expect(h.agent_port).to.be.above(0);
+      expect(h.forwards).to.have.length(1);
+      expect(h.forwards[0].host_port).to.be.above(1023);
+      await s.waitUp('c1', h, s.bootMs);
+      await s.hv.pause(sp);
+      expect(await s.answers('c1', h)).to.equal(false);
+      await s.hv.resume(sp);
+      await s.waitUp('c1', h, 10_000);
+      await s.hv.stop(sp, 30_000);
+      expect(s.live()).not.to.include('c1');
+      await s.hv.stop(sp, 30_000);
+      expect(exits.filter(([n]) => n === 'c1')).to.deep.equal([]);
+    });
+
+    it('suspends to a snapshot and restores from it; without a snapshot launch cold-boots', async function () {
+      this.timeout(s.bootMs * 3 + 60_000);
+      const sp = spec('c1');
+      const h = await s.hv.launch(sp);
+      expect(h.runtime.restored_from_snapshot).to.equal(false);
+      await s.waitUp('c1', h, s.bootMs);
+      expect(await s.hv.suspend(sp)).to.deep.equal({ snapshot: true });
+      expect(s.live()).not.to.include('c1');
+      const r = await s.hv.launch(sp, { restore: true });
+      expect(r.runtime.restored_from_snapshot).to.equal(true);
+      await s.waitUp('c1', r, 20_000);
+      await s.hv.stop(sp, 30_000);
+      const cold = await s.hv.launch(sp, { restore: true });
+      expect(cold.runtime.restored_from_snapshot).to.equal(false);
+      await s.hv.kill(sp);
+      expect(exits.filter(([n]) => n === 'c1')).to.deep.equal([]);
+    });
+
+    it('reports a process that dies on its own, and destroy is idempotent', async function () {
+      this.timeout(s.bootMs + 60_000);
+      const sp = spec('c1');
+      const h = await s.hv.launch(sp);
+      await s.crash('c1', h);
+      for (let i = 0; i < 50 && !exits.some(([n]) => n === 'c1'); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(exits.find(([n]) => n === 'c1')?.[1]).to.be.a('string');
+      expect(s.live()).not.to.include('c1');
+      await s.hv.destroy(sp);
+      await s.hv.destroy(sp);
+    });
+  });
+}

@@ -1,0 +1,28 @@
+import { HttpGuestAgent } from '../../src/adapters/agent/http-guest-agent.js';
+import { ImageCatalog } from '../../src/adapters/hypervisor/image-catalog.js';
+import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu-hypervisor.js';
+import { SilentLogger } from '../fakes/fakes.js';
+import { hypervisorContract } from '../contract/hypervisor-contract.js';
+import { ensureImage } from './image.js';
+
+const agent = new HttpGuestAgent();
+let hv: QemuHypervisor;
+
+hypervisorContract('QemuHypervisor (real guests)', async () => {
+  hv = new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false });
+  return {
+    hv, image: 'default', bootMs: 90_000,
+    waitUp: async (_name, h, ms) => {
+      const end = Date.now() + ms;
+      for (;;) {
+        const ok = await agent.health({ host: '127.0.0.1', port: h.agent_port }, 500).then(() => true, () => false);
+        if (ok) return;
+        if (Date.now() > end) throw new Error('guest did not answer');
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    },
+    answers: (_name, h) => agent.health({ host: '127.0.0.1', port: h.agent_port }, 1500).then(() => true, () => false),
+    crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
+    live: () => Object.keys(hv.pids()),
+  };
+}, async () => agent.close());

@@ -1,0 +1,191 @@
+import { expect } from 'chai';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { SilentLogger } from '../fakes/fakes.js';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { ndjson } from '../helpers/http.js';
+import { openShell } from '../helpers/ws-shell.js';
+import { ensureImage, qemuProcesses } from './image.js';
+
+const q = (o: Record<string, string | string[]>) => {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
+  return p.toString();
+};
+
+/** Userdata of the main test VM: a web page served by busybox httpd, and bootstrap readiness. */
+const USERDATA = `#!/bin/sh
+mkdir -p /srv/www && echo "hello from the guest" > /srv/www/index.html
+busybox httpd -p 8080 -h /srv/www
+echo running > /var/lib/svc/readiness/state
+sleep 1
+echo ready > /var/lib/svc/readiness/state
+`;
+
+describe('svcd with QEMU: real guests end to end', function () {
+  this.timeout(240_000);
+  let d: TestDaemon;
+  const logs = new SilentLogger();
+  const names = ['main', 'eph', 'ud'];
+
+  before(async () => {
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s' }, { logger: logs });
+  });
+  after(async () => {
+    for (const n of names) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
+    await d.stop();
+  });
+
+  it('creates: non-stream with wait=bootstrap (userdata sets readiness), streamed with wait=ssh, wait=userdata', async () => {
+    const [main, eph, ud] = await Promise.all([
+      d.call('POST', '/vms?wait=bootstrap', { name: 'main', persistent: true, memory_mb: 512, userdata: USERDATA, forwards: [{ guest_port: 8080 }] }),
+      d.call('POST', '/vms?stream=1&wait=ssh', { name: 'eph', memory_mb: 384 }),
+      d.call('POST', '/vms?wait=userdata', { name: 'ud', memory_mb: 384, userdata: '#!/bin/sh\nsleep 2\necho done > /root/ud\n' }),
+    ]);
+    expect(main.status, main.text).to.equal(201);
+    expect(main.json.status).to.equal('running');
+    const events = ndjson(eph.text);
+    expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_ssh', 'ready']);
+    expect(ud.status, ud.text).to.equal(201);
+    const udFile = await d.call('POST', `/vms/ud/exec?${q({ cmd: 'cat', args: ['/root/ud'] })}`);
+    expect(udFile.json.stdout).to.equal('done\n');
+    const health = (await d.call('GET', '/vms/main/agent/health')).json;
+    expect(health).to.include({ hostname: 'main', userdata_ran: true });
+    expect(health.readiness.state).to.equal('ready');
+    const boot = main.json.forwards.find((f: { guest_port: number }) => f.guest_port === 8080);
+    expect(await httpGet(boot.host_port)).to.equal('hello from the guest\n');
+  });
+
+  it('runs exec, cp both ways, fs ops and a shell in the guest', async () => {
+    const r = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'uname -s; cat; exit 3'] })}`, 'stdin!', { 'content-type': 'application/octet-stream' });
+    expect(r.json).to.deep.equal({ stdout: 'Linux\nstdin!', stderr: '', exit_code: 3 });
+    const blob = randomBytes(2 * 1024 * 1024 + 5);
+    expect((await d.call('PUT', '/vms/main/cp?path=/root/blob.bin&permissions=0600', blob, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
+    const sum = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'stat -c %a /root/blob.bin; md5sum /root/blob.bin'] })}`);
+    expect(sum.json.stdout).to.match(/^600\n[0-9a-f]{32}/);
+    const back = await rawGet(d, '/vms/main/cp?path=/root/blob.bin');
+    expect(back.equals(blob)).to.equal(true);
+    expect((await d.call('POST', '/vms/main/fs/mkdir', { path: '/root/a/b', recursive: true })).status).to.equal(204);
+    expect((await d.call('POST', '/vms/main/fs/symlink', { path: '/root/a/l', target: 'b' })).status).to.equal(204);
+    const ls = (await d.call('GET', '/vms/main/fs/readdir?path=/root/a')).json;
+    expect(ls.map((e: { name: string; type: string }) => `${e.name}:${e.type}`)).to.deep.equal(['b:directory', 'l:symlink']);
+    expect((await d.call('GET', '/vms/main/fs/stat?path=/root/none')).status).to.equal(404);
+    expect((await d.call('DELETE', '/vms/main/fs/remove?path=/root/a&recursive=true')).status).to.equal(204);
+    const sh = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/main/shell?cols=77&rows=22`, { authorization: 'Bearer test-token' });
+    sh.send('stty size; hostname\n');
+    await sh.waitFor(/22 77/);
+    await sh.waitFor(/main/);
+    sh.send('exit 0\n');
+    expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it('carries a live forward to a server in the guest and materializes a secret', async () => {
+    const f = await d.call('POST', '/vms/main/forwards', { guest_port: 8080 });
+    expect(f.status, f.text).to.equal(201);
+    expect(await httpGet(f.json.host_port)).to.equal('hello from the guest\n');
+    await d.call('POST', '/secrets', { name: 'TOKEN', value: 'e2e-secret-value' });
+    const s = await d.call('POST', '/vms/main/secrets/TOKEN');
+    expect(s.json).to.deep.equal({ name: 'main', secret: 'TOKEN', path: '/run/svc/secrets/TOKEN', mode: '0600' });
+    const cat = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'stat -c %a /run/svc/secrets/TOKEN; cat /run/svc/secrets/TOKEN'] })}`);
+    expect(cat.json.stdout).to.equal('600\ne2e-secret-value');
+    expect(JSON.stringify(logs.lines)).not.to.contain('e2e-secret-value');
+  });
+
+  it('fills the stats history', async () => {
+    await new Promise((r) => setTimeout(r, 3500));
+    const m = (await d.call('GET', '/vms/main/metrics')).json;
+    expect(m.points.length).to.be.at.least(2);
+    expect(m.points.at(-1).mem_total_bytes).to.be.above(100 * 1024 * 1024);
+  });
+
+  it('pauses (the agent stops answering) and resumes', async () => {
+    await d.call('POST', '/vms/main/pause');
+    expect((await d.call('GET', '/vms/main')).json.status).to.equal('paused');
+    expect((await d.call('GET', '/vms/main/agent/health')).status).to.equal(503);
+    await d.call('POST', '/vms/main/resume');
+    expect((await d.call('GET', '/vms/main/agent/health')).status).to.equal(200);
+  });
+
+  it('suspends and restores: the guest keeps a process and a file, the clock is reset', async () => {
+    await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; (sleep 100000 &) ; true'] })}`);
+    const pid = (await d.call('POST', `/vms/main/exec?${q({ cmd: 'pgrep', args: ['-f', 'sleep 100000'] })}`)).json.stdout.trim();
+    expect(pid).to.match(/^\d+$/);
+    const s = await d.call('POST', '/vms/main/suspend');
+    expect(s.json.message).to.equal('vm main suspended');
+    expect(qemuProcesses(['main'])).to.deep.equal([]);
+    await new Promise((r) => setTimeout(r, 3000));
+    const r = await d.call('POST', '/vms/main/restore');
+    expect(r.json.status).to.equal('running');
+    const check = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`);
+    const [kept, alive, secs] = check.json.stdout.trim().split('\n');
+    expect([kept, alive]).to.deep.equal(['kept', 'alive']);
+    expect(Math.abs(Number(secs) - Date.now() / 1000)).to.be.below(5);
+    const fwd = (await d.call('GET', '/vms/main')).json.forwards.find((f: { kind: string }) => f.kind === 'live');
+    expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
+  });
+
+  it('survives a daemon restart with VMs running', async () => {
+    await d.restart();
+    const list = (await d.call('GET', '/vms')).json.map((i: { name: string; status: string }) => `${i.name}:${i.status}`);
+    expect(list).to.deep.equal(['eph:running', 'main:running', 'ud:running']);
+    expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
+    const fwd = (await d.call('GET', '/vms/main')).json.forwards.find((f: { kind: string }) => f.kind === 'live');
+    expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
+  });
+
+  it('shuts down and starts a persistent VM, keeping its disk; an ephemeral one is removed', async () => {
+    expect((await d.call('POST', '/vms/main/shutdown')).json.message).to.equal('vm main shut down');
+    expect(qemuProcesses(['main'])).to.deep.equal([]);
+    const started = await d.call('POST', '/vms/main/start');
+    expect(started.json.status).to.equal('running');
+    expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
+    expect((await d.call('POST', '/vms/eph/shutdown')).json.message).to.match(/removed/);
+    expect((await d.call('GET', '/vms/eph')).status).to.equal(404);
+    expect(existsSync(join(d.config.data_dir, 'vms', 'eph'))).to.equal(false);
+  });
+
+  it('marks a VM whose QEMU is killed from outside as error', async () => {
+    const [line] = qemuProcesses(['ud']);
+    process.kill(Number(line.trim().split(/\s+/)[0]), 'SIGKILL');
+    let inst;
+    for (let i = 0; i < 50; i++) {
+      inst = (await d.call('GET', '/vms/ud')).json;
+      if (inst.status === 'error') break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(inst.status).to.equal('error');
+    expect(inst.error).to.match(/unexpectedly/);
+  });
+
+  it('deletes everything and leaves no QEMU process or VM directory behind', async () => {
+    for (const n of ['main', 'ud']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
+    expect(qemuProcesses(names)).to.deep.equal([]);
+    expect(readdirSync(join(d.config.data_dir, 'vms'))).to.deep.equal([]);
+    const activity = (await d.call('GET', '/activity')).json.events.map((e: { action: string }) => e.action);
+    expect(activity).to.include.members(['create', 'suspend', 'restore', 'shutdown', 'start', 'crash', 'delete']);
+    expect(readFileSync(join(d.config.data_dir, 'activity.json'), 'utf8')).not.to.contain('e2e-secret-value');
+  });
+});
+
+function httpGet(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', port, path: '/' }, (res) => {
+      let s = '';
+      res.on('data', (c) => (s += c));
+      res.on('end', () => resolve(s));
+    }).on('error', reject).end();
+  });
+}
+
+function rawGet(d: TestDaemon, path: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    request({ socketPath: d.config.socket, path, headers: { authorization: 'Bearer test-token' } }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => resolve(Buffer.concat(parts)));
+    }).on('error', reject).end();
+  });
+}
+
