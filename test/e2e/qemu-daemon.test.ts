@@ -109,8 +109,8 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('suspends and restores: the guest keeps a process and a file, the clock is reset', async () => {
-    await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; (sleep 100000 &) ; true'] })}`);
-    const pid = (await d.call('POST', `/vms/main/exec?${q({ cmd: 'pgrep', args: ['-f', 'sleep 100000'] })}`)).json.stdout.trim();
+    const started = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!'] })}`);
+    const pid = started.json.stdout.trim();
     expect(pid).to.match(/^\d+$/);
     const s = await d.call('POST', '/vms/main/suspend');
     expect(s.json.message).to.equal('vm main suspended');
