@@ -38,6 +38,7 @@ import { Ssh2RemoteShell } from './adapters/ssh/ssh2-remote-shell.js';
 import { Ssh2Tunnels } from './adapters/ssh/ssh2-tunnels.js';
 import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
+import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
 import { FsActivityLog } from './adapters/store/fs-activity-log.js';
 import { FsInstanceStore } from './adapters/store/fs-instance-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
@@ -46,7 +47,7 @@ import { GuestAgent } from './ports/guest-agent.js';
 import { Hypervisor } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
-import { ActivityLog, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
+import { ActivityLog, ConsoleLogs, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
 import { AgentArtifact, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
 
@@ -77,6 +78,7 @@ function storeModule(): ContainerModule {
     bind(ActivityLog).to(FsActivityLog).inSingletonScope();
     bind(SecretStore).to(FsSecretStore).inSingletonScope();
     bind(MetricsHistory).to(FsMetricsHistory).inSingletonScope();
+    bind(ConsoleLogs).to(FsConsoleLogs).inSingletonScope();
   });
 }
 
@@ -172,7 +174,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     }),
     ...vmRoutes(instances),
     ...secretRoutes(secrets),
-    ...guestRoutes({ guest: container.get(GuestService), forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
+    ...guestRoutes({ guest: container.get(GuestService), logs: container.get<ConsoleLogs>(ConsoleLogs), instances, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
   const auth = new BearerAuth(config.api_token);
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-console.log(`usage: svc <command> [args]
+import { runCli } from '../adapters/cli/cli.js';
 
-The svc command line is not built yet (issue 6). Until then, talk to the daemon's HTTP API:
-  curl --unix-socket ~/.svc/svc.sock http://svc/vms`);
+runCli(process.argv).then((code) => {
+  process.exitCode = code;
+});

@@ -53,3 +53,13 @@ export interface MetricsHistory {
   read(vm: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries>;
   close(vm: string): Promise<void>;
 }
+
+export const ConsoleLogs = Symbol('ConsoleLogs');
+/** A VM's console (serial) log. */
+export interface ConsoleLogs {
+  /**
+   * The last `tail` bytes (all when omitted), then, with `follow`, what is appended until `signal`
+   * aborts. An absent log reads as empty.
+   */
+  read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer>;
+}

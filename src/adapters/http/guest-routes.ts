@@ -2,7 +2,9 @@ import type { AgentDeployService } from '../../app/agent-deploy-service.js';
 import type { ForwardService } from '../../app/forward-service.js';
 import type { GuestService } from '../../app/guest-service.js';
 import type { MetricsSampler } from '../../app/metrics-sampler.js';
+import type { InstanceService } from '../../app/instance-service.js';
 import type { SecretService } from '../../app/secret-service.js';
+import type { ConsoleLogs } from '../../ports/stores.js';
 import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { writeNdjson } from './ndjson.js';
@@ -11,6 +13,8 @@ import { optionalInt } from './system-routes.js';
 
 export interface GuestRouteDeps {
   guest: GuestService;
+  logs: ConsoleLogs;
+  instances: InstanceService;
   forwards: ForwardService;
   secrets: SecretService;
   sampler: MetricsSampler;
@@ -107,6 +111,24 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
         const limit = optionalInt(queryOne(q(req), 'limit'), 'limit', 1_000_000);
         const { interval_ms: _i, ...out } = await d.sampler.read(name(req.params), { since, limit });
         res.json(out);
+      },
+    },
+    {
+      method: 'get', path: '/vms/:name/logs',
+      handler: async (req, res) => {
+        d.instances.get(name(req.params));
+        const tail = optionalInt(queryOne(q(req), 'tail'), 'tail', 64 * 1024 * 1024);
+        const follow = parseBool(q(req), 'follow', false);
+        const ac = new AbortController();
+        res.on('close', () => ac.abort());
+        res.status(200).type('text/plain; charset=utf-8');
+        res.setHeader('Cache-Control', 'no-store');
+        res.flushHeaders();
+        for await (const chunk of d.logs.read(name(req.params), { tail, follow, signal: ac.signal })) {
+          if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r); });
+          if (ac.signal.aborted) break;
+        }
+        res.end();
       },
     },
     {

@@ -1,3 +1,5 @@
+import { appendFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { InternalError, InvalidArgumentError, InvalidStateError } from '../../domain/errors.js';
 import type {
   ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
@@ -135,6 +137,8 @@ export class InMemoryHypervisor implements Hypervisor {
     const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;
     vm.sidecar = sidecar;
     vm.state = 'running';
+    // A console log, as a real guest leaves one (read by GET /vms/{name}/logs).
+    await appendFile(join(spec.dir, 'serial.log'), `[fake] ${spec.name} ${fromSnapshot ? 'restored from snapshot' : 'booted'}\n`).catch(() => undefined);
     vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
     vm.handle = {
       ip: '10.0.2.15',

@@ -1,0 +1,241 @@
+import { readFileSync } from 'node:fs';
+import { Command, Option } from 'commander';
+import type { WaitMode } from '../../domain/create-request.js';
+import type { CreateProgressEvent } from '../../domain/events.js';
+import type { Instance } from '../../domain/instance.js';
+import { parseDuration } from '../../domain/duration.js';
+import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
+import { completionScript } from './completion.js';
+import { copy, parseEndpoint } from './copy.js';
+import { bytes, ms, sparkline, table } from './format.js';
+import { interactiveShell } from './interactive-shell.js';
+
+/** Thrown to leave with a given exit code (the remote command's, the shell's). */
+class Exit extends Error {
+  constructor(readonly code: number) {
+    super(`exit ${code}`);
+  }
+}
+
+const collect = (v: string, prev: string[]) => [...prev, v];
+
+function vmRows(list: Instance[]): string {
+  return table(list.map((i) => [
+    i.name, i.status, i.persistent ? 'yes' : 'no', i.cpus, `${i.memory_mb}M`, `${i.disk_gb}G`, i.image,
+    i.ssh_port || '-', i.agent_port || '-', i.forwards.map((f) => `${f.host_port}->${f.guest_port}/${f.proto}`).join(',') || '-',
+  ]), ['NAME', 'STATUS', 'PERSISTENT', 'CPUS', 'MEMORY', 'DISK', 'IMAGE', 'SSH', 'AGENT', 'FORWARDS']);
+}
+
+function print(json: boolean, value: unknown, human: () => string): void {
+  process.stdout.write((json ? JSON.stringify(value, null, 2) : human()) + '\n');
+}
+
+async function readStdin(): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of process.stdin) parts.push(c as Buffer);
+  return Buffer.concat(parts);
+}
+
+/** Renders create progress: one updating line on a terminal, plain lines otherwise. */
+function progress(e: CreateProgressEvent, tty: boolean): void {
+  const line = `${e.phase.padEnd(10)} ${e.message} (${ms(e.elapsed_ms)})`;
+  if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
+  else process.stderr.write(`${line}\n`);
+}
+
+export function buildCli(): Command {
+  const program = new Command('svc')
+    .description('svc: lightweight QEMU VMs, their agents, files, shells and ports')
+    .option('--socket <path>', 'daemon Unix socket (env SVC_SOCKET; default from the config, ~/.svc/svc.sock)')
+    .option('--api <url>', 'daemon URL such as http://127.0.0.1:7474 (env SVC_API)')
+    .showHelpAfterError()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+  const client = () => {
+    const o = program.opts<{ socket?: string; api?: string }>();
+    return new SvcClient({ socket: o.socket, api: o.api });
+  };
+
+  program.command('ls').description('list VMs').option('--json').option('--names', 'names only')
+    .action(async (o) => {
+      const list = await client().list();
+      if (o.names) return void process.stdout.write(list.map((i) => i.name).join('\n') + (list.length ? '\n' : ''));
+      print(o.json, list, () => (list.length ? vmRows(list) : 'no vms'));
+    });
+
+  program.command('new').argument('[name]').description('create a VM and wait until it is ready')
+    .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
+    .option('--cpus <n>', 'vCPUs', Number).option('--memory <mb>', 'memory in MB', Number).option('--disk <gb>', 'disk in GB', Number)
+    .option('--image <id>').option('--tag <k=v>', 'tag (repeatable)', collect, [])
+    .option('--userdata <file>', 'userdata script or cloud-config file')
+    .option('-P, --publish <host:guest[/udp]>', 'forward a host port at boot (repeatable)', collect, [])
+    .option('--no-metrics', 'do not keep a stats history')
+    .addOption(new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']))
+    .option('--timeout <duration>', 'create deadline, e.g. 3m').option('--json', 'print the Instance as JSON')
+    .action(async (name: string | undefined, o) => {
+      const req: CreateInput = { persistent: !!o.persistent };
+      if (name) req.name = name;
+      if (o.cpus !== undefined) req.cpus = o.cpus;
+      if (o.memory !== undefined) req.memory_mb = o.memory;
+      if (o.disk !== undefined) req.disk_gb = o.disk;
+      if (o.image) req.image = o.image;
+      if (o.metrics === false) req.metrics_enabled = false;
+      if (o.userdata) req.userdata = readFileSync(o.userdata, 'utf8');
+      if (o.tag.length) req.tags = Object.fromEntries((o.tag as string[]).map((t) => { const i = t.indexOf('='); if (i < 1) throw new Error(`--tag ${t}: use key=value`); return [t.slice(0, i), t.slice(i + 1)]; }));
+      if (o.publish.length) {
+        req.forwards = (o.publish as string[]).map((p) => {
+          const m = /^(?:(\d+):)?(\d+)(?:\/(tcp|udp))?$/.exec(p);
+          if (!m) throw new Error(`-P ${p}: use [host:]guest[/udp]`);
+          return { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]), proto: (m[3] ?? 'tcp') as 'tcp' | 'udp' };
+        });
+      }
+      const tty = !!process.stderr.isTTY;
+      let inst: Instance | undefined;
+      for await (const e of client().createStream(req, { wait: o.wait as WaitMode | undefined, timeout: o.timeout })) {
+        if (!o.json) progress(e, tty);
+        if (e.phase === 'error') throw new SvcError(500, e.error ?? e.message, e.code);
+        if (e.phase === 'ready') inst = e.instance;
+      }
+      if (!inst) throw new SvcError(502, 'the create stream ended without ready or error');
+      print(o.json, inst, () => vmRows([inst!]));
+    });
+
+  program.command('get').argument('<name>').option('--json').description('show a VM')
+    .action(async (name: string, o) => {
+      const i = await client().get(name);
+      print(o.json, i, () => [vmRows([i]), i.error ? `error: ${i.error}` : '', Object.keys(i.tags).length ? `tags: ${JSON.stringify(i.tags)}` : ''].filter(Boolean).join('\n'));
+    });
+
+  program.command('rm').argument('<names...>').description('delete VMs, whatever their state')
+    .action(async (names: string[]) => { for (const n of names) console.log((await client().delete(n)).message); });
+
+  for (const [verb, desc] of [['start', 'start a stopped VM'], ['stop', 'shut a VM down (ephemeral VMs are removed)'], ['pause', 'pause'], ['resume', 'resume'], ['suspend', 'save state and stop'], ['restore', 'start from the saved state']] as const) {
+    program.command(verb).argument('<name>').option('--json').description(desc).action(async (name: string, o) => {
+      const c = client();
+      const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
+      print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
+    });
+  }
+
+  program.command('x').argument('<name>').argument('<cmd>').argument('[args...]').description('run a command in a VM: svc x NAME -- CMD ARGS...')
+    .option('--cwd <dir>').option('--uid <n>', 'user id', Number).option('--gid <n>', 'group id', Number).option('--timeout <duration>')
+    .action(async (name: string, cmd: string, args: string[], o) => {
+      const stdin = process.stdin.isTTY ? undefined : process.stdin;
+      let code = 0;
+      for await (const f of client().execStream(name, { cmd, args, cwd: o.cwd, uid: o.uid, gid: o.gid, timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined }, stdin)) {
+        if (f.type === 'stdout') process.stdout.write(f.data ?? '');
+        else if (f.type === 'stderr') process.stderr.write(f.data ?? '');
+        else if (f.type === 'error') process.stderr.write(`svc: ${f.error}\n`);
+        else if (f.type === 'exit') code = f.exit_code ?? 1;
+      }
+      throw new Exit(code < 0 ? 124 : code);
+    });
+
+  program.command('sh').argument('<name>').option('--shell <path>').description('open an interactive shell in a VM')
+    .action(async (name: string, o) => { throw new Exit(await interactiveShell(client(), name, o.shell)); });
+
+  program.command('cp').argument('<src>').argument('<dst>').description('copy files: NAME:/path on one side; directories go as tar')
+    .action(async (src: string, dst: string) => copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY));
+
+  const fs = program.command('fs').description('guest filesystem operations');
+  fs.command('ls').argument('<name>').argument('<path>').option('--json').action(async (name: string, path: string, o) => {
+    const list = await client().readdir(name, path);
+    print(o.json, list, () => table(list.map((e) => [e.mode, e.type, e.size, e.mtime, e.target ? `${e.name} -> ${e.target}` : e.name]), ['MODE', 'TYPE', 'SIZE', 'MTIME', 'NAME']));
+  });
+  fs.command('stat').argument('<name>').argument('<path>').option('--json').action(async (name: string, path: string, o) => {
+    const e = await client().stat(name, path);
+    print(o.json, e, () => table([[e.path, e.type, e.size, e.mode, e.mtime, e.target]], ['PATH', 'TYPE', 'SIZE', 'MODE', 'MTIME', 'TARGET']));
+  });
+  fs.command('mkdir').argument('<name>').argument('<path>').option('-p, --parents').option('--mode <octal>')
+    .action(async (name: string, path: string, o) => client().mkdir(name, path, { recursive: !!o.parents, mode: o.mode }));
+  fs.command('rm').argument('<name>').argument('<path>').option('-r, --recursive')
+    .action(async (name: string, path: string, o) => client().remove(name, path, { recursive: !!o.recursive }));
+  fs.command('ln').argument('<name>').argument('<target>').argument('<path>').description('make PATH a symlink to TARGET')
+    .action(async (name: string, target: string, path: string) => client().symlink(name, path, target));
+
+  const fwd = program.command('fwd').description('live port forwards');
+  fwd.command('ls').argument('<name>').option('--json').action(async (name: string, o) => {
+    const f = (await client().get(name)).forwards;
+    print(o.json, f, () => table(f.map((x) => [x.host_port, x.guest_port, x.proto, x.kind, x.pid]), ['HOST', 'GUEST', 'PROTO', 'KIND', 'PID']));
+  });
+  fwd.command('add').argument('<name>').argument('<[host:]guest>').option('--json').action(async (name: string, spec: string, o) => {
+    const m = /^(?:(\d+):)?(\d+)$/.exec(spec);
+    if (!m) throw new Error(`fwd add: use [host:]guest, got ${spec}`);
+    const f = await client().addForward(name, { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]) });
+    print(o.json, f, () => `127.0.0.1:${f.host_port} -> ${name}:${f.guest_port}`);
+  });
+  fwd.command('rm').argument('<name>').argument('<hostPort>').action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
+
+  const secret = program.command('secret').description('host secrets');
+  secret.command('ls').option('--json').action(async (o) => {
+    const s = await client().listSecrets();
+    print(o.json, s, () => table(s.map((x) => [x.name, x.size, x.mode, x.updated_at]), ['NAME', 'SIZE', 'MODE', 'UPDATED']));
+  });
+  secret.command('set').argument('<name>').option('--file <path>', 'read the value from a file (default: standard input)').option('--mode <octal>')
+    .description('create or replace a secret; the value comes from --file or stdin, never from argv')
+    .action(async (name: string, o) => {
+      const value = o.file ? readFileSync(o.file) : await readStdin();
+      const r = await client().setSecret({ name, data_base64: value.toString('base64'), mode: o.mode });
+      console.log(`secret ${r.name} set (${r.size} bytes, mode ${r.mode})`);
+    });
+  secret.command('rm').argument('<name>').action(async (name: string) => console.log((await client().deleteSecret(name)).message));
+  secret.command('inject').argument('<vm>').argument('<secret>').option('--path <guestPath>').option('--mode <octal>').option('--json')
+    .action(async (vm: string, s: string, o) => {
+      const r = await client().injectSecret(vm, s, { path: o.path, mode: o.mode });
+      print(o.json, r, () => `${r.secret} -> ${vm}:${r.path} (${r.mode})`);
+    });
+
+  program.command('stats').argument('<name>').option('--json').action(async (name: string, o) => {
+    const s = await client().stats(name);
+    print(o.json, s, () => table([[ms(Math.round(s.uptime_sec * 1000)), `${s.load1} ${s.load5} ${s.load15}`, s.cpus, `${bytes(s.mem_total_bytes - s.mem_available_bytes)} / ${bytes(s.mem_total_bytes)}`, s.disk_total_bytes ? `${bytes(s.disk_total_bytes - (s.disk_free_bytes ?? 0))} / ${bytes(s.disk_total_bytes)}` : '-']], ['UPTIME', 'LOAD', 'CPUS', 'MEMORY', 'DISK']));
+  });
+
+  program.command('metrics').argument('<name>').option('--limit <n>', 'points', Number).option('--json').description('stats history as a small chart')
+    .action(async (name: string, o) => {
+      const m = await client().metricsHistory(name, { limit: o.limit });
+      print(o.json, m, () => {
+        if (m.points.length === 0) return `no samples yet (every ${m.interval_sec}s while running${m.enabled ? '' : '; sampling is disabled for this vm'})`;
+        const used = m.points.map((p) => p.mem_total_bytes - p.mem_available_bytes);
+        const first = new Date(m.points[0].t_ms).toISOString();
+        const last = new Date(m.points.at(-1)!.t_ms).toISOString();
+        return [`${m.points.length} samples, every ${m.interval_sec}s, ${first} .. ${last}`,
+          `mem used ${sparkline(used)} ${bytes(used.at(-1))}`, `load1    ${sparkline(m.points.map((p) => p.load1))} ${m.points.at(-1)!.load1}`].join('\n');
+      });
+    });
+
+  program.command('activity').option('--limit <n>', 'entries', Number, 20).option('--json').action(async (o) => {
+    const ev = await client().activity({ limit: o.limit });
+    print(o.json, ev, () => table(ev.map((e) => [e.id, e.t, e.action, e.target, e.status, ms(e.duration_ms), e.message]), ['ID', 'TIME', 'ACTION', 'TARGET', 'STATUS', 'TOOK', 'MESSAGE']));
+  });
+
+  program.command('info').option('--json').action(async (o) => {
+    const c = client();
+    const i = await c.info();
+    print(o.json, i, () => table([[i.name, i.version, i.api_version, i.hypervisor, c.where]], ['NAME', 'VERSION', 'API', 'HYPERVISOR', 'DAEMON']));
+  });
+
+  program.command('logs').argument('<name>').option('-f, --follow', 'keep printing as the log grows').option('--tail <bytes>', 'last N bytes', Number)
+    .description('the guest serial console log').action(async (name: string, o) => {
+      const ac = new AbortController();
+      process.once('SIGINT', () => ac.abort());
+      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal })) process.stdout.write(c);
+    });
+
+  program.command('completion').argument('<shell>', 'bash or zsh').description('print a shell completion script')
+    .action((shell: string) => void process.stdout.write(completionScript(shell)));
+  return program;
+}
+
+/** Runs the CLI; resolves with the process exit code. Errors are one line on stderr. */
+export async function runCli(argv: string[]): Promise<number> {
+  const program = buildCli().exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof Exit) return err.code;
+    const e = err as { code?: string; exitCode?: number; message?: string };
+    if (typeof e.code === 'string' && e.code.startsWith('commander.')) return e.exitCode ?? 2;
+    process.stderr.write(`svc: ${e.message ?? String(err)}\n`);
+    return err instanceof SvcError ? (err.status === 0 ? 3 : 1) : 1;
+  }
+}

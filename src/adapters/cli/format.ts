@@ -1,0 +1,45 @@
+/** Output helpers for the CLI: aligned tables, sizes, durations, a sparkline. */
+
+export function table(rows: (string | number | undefined)[][], header: string[]): string {
+  const all = [header, ...rows.map((r) => r.map((c) => (c === undefined ? '' : String(c))))];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
+  return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : (c ?? '').padEnd(widths[i]))).join('  ').trimEnd()).join('\n');
+}
+
+export function bytes(n: number | undefined): string {
+  if (n === undefined || Number.isNaN(n)) return '-';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v < 10 && i > 0 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+
+export function ms(n: number): string {
+  return n < 1000 ? `${n} ms` : `${(n / 1000).toFixed(1)} s`;
+}
+
+const BLOCKS = '▁▂▃▄▅▆▇█';
+
+/** A one-line chart of a series, scaled to its own range. */
+export function sparkline(values: number[], width = 60): string {
+  if (values.length === 0) return '';
+  const v = values.length > width ? values.slice(-width) : values;
+  const lo = Math.min(...v);
+  const hi = Math.max(...v);
+  return v.map((x) => BLOCKS[hi === lo ? 0 : Math.round(((x - lo) / (hi - lo)) * (BLOCKS.length - 1))]).join('');
+}
+
+/** `[#####.....] 45% 1.2 GiB 85 MiB/s` for long copies on a terminal. */
+export function progressBar(done: number, total: number | undefined, startedMs: number): string {
+  const secs = Math.max(0.001, (Date.now() - startedMs) / 1000);
+  const rate = `${bytes(done / secs)}/s`;
+  if (!total) return `${bytes(done)} ${rate}`;
+  const frac = Math.min(1, done / total);
+  const w = 30;
+  const fill = Math.round(frac * w);
+  return `[${'#'.repeat(fill)}${'.'.repeat(w - fill)}] ${Math.round(frac * 100)}% ${bytes(done)}/${bytes(total)} ${rate}`;
+}

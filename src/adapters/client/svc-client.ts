@@ -1,0 +1,290 @@
+import { request as httpRequest, type IncomingMessage, type RequestOptions } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { Readable } from 'node:stream';
+import WebSocket from 'ws';
+import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../../domain/agent.js';
+import { formatDuration } from '../../domain/duration.js';
+import type { CreateRequest, PortForwardRequest, WaitMode } from '../../domain/create-request.js';
+import type { ActivityEvent, CreateProgressEvent, MetricsPoint, SecretRecord } from '../../domain/events.js';
+import type { Forward, Instance, Mount } from '../../domain/instance.js';
+import { loadConfig } from '../config/yaml-config-file.js';
+
+/** An error answer of the daemon (or a failure to reach it), with the HTTP status and `{error}` text. */
+export class SvcError extends Error {
+  constructor(readonly status: number, message: string, readonly code?: string) {
+    super(message);
+    this.name = 'SvcError';
+  }
+}
+
+/** The daemon is not there: the socket or port refused or does not exist. */
+export class DaemonUnreachableError extends SvcError {
+  constructor(where: string, cause: string) {
+    super(0, `cannot reach svcd at ${where} (${cause}); start it with: npm start (or svcd --config FILE)`, 'unreachable');
+    this.name = 'DaemonUnreachableError';
+  }
+}
+
+export interface SvcClientOptions {
+  /** Unix socket of the daemon (default: the config's socket, ~/.svc/svc.sock). */
+  socket?: string;
+  /** `http(s)://host:port` instead of the socket. */
+  api?: string;
+  /** Bearer token (default: SVC_TOKEN, else the config's api_token). */
+  token?: string;
+  env?: NodeJS.ProcessEnv;
+}
+
+export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & { forwards?: Partial<PortForwardRequest>[]; mounts?: Mount[] };
+export interface CreateOptions { wait?: WaitMode | 'true' | '1'; timeout?: string }
+export interface MetricsHistoryResponse { name: string; enabled: boolean; interval_sec: number; capacity: number; points: MetricsPoint[] }
+export interface Message { message: string; name: string }
+
+/** Every daemon route the client calls, in OpenAPI form (a test checks it against /openapi.yaml). */
+export const CLIENT_ROUTES = [
+  'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity',
+  'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}',
+  'post /vms/{name}/start', 'post /vms/{name}/shutdown', 'post /vms/{name}/pause', 'post /vms/{name}/resume',
+  'post /vms/{name}/suspend', 'post /vms/{name}/restore', 'get /vms/{name}/metrics', 'get /vms/{name}/logs',
+  'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}',
+  'get /secrets', 'post /secrets', 'delete /secrets/{name}', 'post /vms/{name}/secrets/{secretName}',
+  'get /vms/{name}/agent/health', 'post /vms/{name}/agent/deploy', 'get /vms/{name}/stats', 'post /vms/{name}/exec',
+  'put /vms/{name}/cp', 'get /vms/{name}/cp', 'get /vms/{name}/fs/readdir', 'get /vms/{name}/fs/stat',
+  'post /vms/{name}/fs/mkdir', 'post /vms/{name}/fs/symlink', 'delete /vms/{name}/fs/remove', 'get /vms/{name}/shell',
+] as const;
+
+const enc = encodeURIComponent;
+
+function qs(o: Record<string, string | number | boolean | string[] | undefined>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(o)) {
+    if (v === undefined) continue;
+    for (const x of Array.isArray(v) ? v : [v]) p.append(k, String(x));
+  }
+  const s = p.toString();
+  return s ? `?${s}` : '';
+}
+
+function execQuery(r: ExecRequest, buffered: boolean): string {
+  return qs({ cmd: r.cmd, args: r.args, buffered: String(buffered), cwd: r.cwd, uid: r.uid, gid: r.gid,
+    timeout: r.timeoutMs ? formatDuration(r.timeoutMs) : undefined, encoding: r.encoding });
+}
+
+/** A shell in a VM: terminal bytes both ways, resize, and the shell's exit code. */
+export interface ShellConnection {
+  write(data: Buffer | string): void;
+  resize(cols: number, rows: number): void;
+  onData(listener: (data: Buffer) => void): void;
+  /** Resolves with the shell's exit code (null when the connection broke). */
+  exited: Promise<number | null>;
+  close(): void;
+}
+
+/**
+ * A typed client of every svcd route, over the Unix socket (default) or http(s). Streams are
+ * AsyncIterables (create progress, exec frames, logs) and Node streams (cp); errors are SvcError.
+ */
+export class SvcClient {
+  readonly socket?: string;
+  readonly api?: URL;
+  private readonly token?: string;
+
+  constructor(o: SvcClientOptions = {}) {
+    const env = o.env ?? process.env;
+    let cfg: { socket: string; api_token: string } | undefined;
+    try {
+      cfg = loadConfig(undefined, env);
+    } catch {
+      cfg = undefined;
+    }
+    const api = o.api ?? env.SVC_API;
+    if (api) this.api = new URL(api);
+    else this.socket = o.socket ?? env.SVC_SOCKET ?? cfg?.socket ?? join(homedir(), '.svc', 'svc.sock');
+    this.token = o.token ?? env.SVC_TOKEN ?? (cfg?.api_token || undefined);
+  }
+
+  get where(): string {
+    return this.api ? this.api.origin : this.socket!;
+  }
+
+  /** Sends a request; resolves with the response once headers arrive (any status). */
+  raw(method: string, path: string, body?: Buffer | Readable, headers: Record<string, string> = {}): Promise<IncomingMessage> {
+    const h: Record<string, string> = { ...headers };
+    if (this.token) h.authorization = `Bearer ${this.token}`;
+    if (Buffer.isBuffer(body)) h['content-length'] = String(body.length);
+    const opts: RequestOptions = this.api
+      ? { protocol: this.api.protocol, host: this.api.hostname, port: this.api.port, method, path, headers: h }
+      : { socketPath: this.socket, method, path, headers: h };
+    const req = (this.api?.protocol === 'https:' ? httpsRequest : httpRequest)(opts);
+    return new Promise((resolve, reject) => {
+      req.on('response', resolve);
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        if (['ENOENT', 'ECONNREFUSED', 'EACCES'].includes(err.code ?? '')) reject(new DaemonUnreachableError(this.where, err.code!));
+        else reject(new SvcError(0, `request to svcd failed: ${err.message}`));
+      });
+      if (body === undefined) req.end();
+      else if (Buffer.isBuffer(body)) req.end(body);
+      else body.pipe(req);
+    });
+  }
+
+  private async text(res: IncomingMessage): Promise<string> {
+    const parts: Buffer[] = [];
+    for await (const c of res) parts.push(c as Buffer);
+    return Buffer.concat(parts).toString('utf8');
+  }
+
+  private async fail(res: IncomingMessage): Promise<never> {
+    const t = await this.text(res);
+    let msg = t || `HTTP ${res.statusCode}`;
+    let code: string | undefined;
+    try {
+      const j = JSON.parse(t) as { error?: string; code?: string };
+      if (j.error) msg = j.error;
+      code = j.code;
+    } catch {
+      // not JSON
+    }
+    throw new SvcError(res.statusCode ?? 0, msg, code);
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const res = await this.raw(method, path, payload, payload ? { 'content-type': 'application/json' } : {});
+    if ((res.statusCode ?? 0) >= 300) return this.fail(res);
+    const t = await this.text(res);
+    if (!t) return undefined as T;
+    try {
+      return JSON.parse(t) as T;
+    } catch {
+      return t as T;
+    }
+  }
+
+  private async *lines<T>(res: IncomingMessage): AsyncIterable<T> {
+    if ((res.statusCode ?? 0) >= 300) await this.fail(res);
+    for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
+      if (line.trim()) yield JSON.parse(line) as T;
+    }
+  }
+
+  // --- system
+  healthz(): Promise<{ status: string }> { return this.call('GET', '/healthz'); }
+  info(): Promise<{ name: string; version: string; api_version: string; hypervisor: string }> { return this.call('GET', '/info'); }
+  metricsText(): Promise<string> { return this.call('GET', '/metrics'); }
+  openapi(format: 'yaml' | 'json' = 'yaml'): Promise<string> { return this.call('GET', `/openapi.${format}`); }
+  async activity(o: { limit?: number; since?: number } = {}): Promise<ActivityEvent[]> {
+    return (await this.call<{ events: ActivityEvent[] }>('GET', `/activity${qs(o)}`)).events;
+  }
+
+  // --- lifecycle
+  list(): Promise<Instance[]> { return this.call('GET', '/vms'); }
+  get(name: string): Promise<Instance> { return this.call('GET', `/vms/${enc(name)}`); }
+  create(req: CreateInput = {}, o: CreateOptions = {}): Promise<Instance> { return this.call('POST', `/vms${qs({ wait: o.wait, timeout: o.timeout })}`, req); }
+  async *createStream(req: CreateInput = {}, o: CreateOptions = {}): AsyncIterable<CreateProgressEvent> {
+    const body = Buffer.from(JSON.stringify(req));
+    yield* this.lines<CreateProgressEvent>(await this.raw('POST', `/vms${qs({ stream: '1', wait: o.wait, timeout: o.timeout })}`, body, { 'content-type': 'application/json' }));
+  }
+  delete(name: string): Promise<Message> { return this.call('DELETE', `/vms/${enc(name)}`); }
+  start(name: string): Promise<Instance> { return this.call('POST', `/vms/${enc(name)}/start`); }
+  shutdown(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/shutdown`); }
+  pause(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/pause`); }
+  resume(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/resume`); }
+  suspend(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/suspend`); }
+  restore(name: string): Promise<Instance> { return this.call('POST', `/vms/${enc(name)}/restore`); }
+  metricsHistory(name: string, o: { since?: number; limit?: number } = {}): Promise<MetricsHistoryResponse> { return this.call('GET', `/vms/${enc(name)}/metrics${qs(o)}`); }
+  async *logs(name: string, o: { follow?: boolean; tail?: number; signal?: AbortSignal } = {}): AsyncIterable<Buffer> {
+    const res = await this.raw('GET', `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail })}`);
+    if ((res.statusCode ?? 0) >= 300) await this.fail(res);
+    o.signal?.addEventListener('abort', () => res.destroy());
+    try {
+      for await (const c of res) yield c as Buffer;
+    } catch (err) {
+      if (!o.signal?.aborted) throw err;
+    }
+  }
+
+  // --- forwards
+  addForward(name: string, f: { host_port?: number; guest_port: number }): Promise<Forward> { return this.call('POST', `/vms/${enc(name)}/forwards`, f); }
+  removeForward(name: string, hostPort: number): Promise<Message & { host_port: number }> { return this.call('DELETE', `/vms/${enc(name)}/forwards/${hostPort}`); }
+
+  // --- secrets
+  listSecrets(): Promise<SecretRecord[]> { return this.call('GET', '/secrets'); }
+  setSecret(s: { name: string; value?: string; data_base64?: string; mode?: string }): Promise<SecretRecord> { return this.call('POST', '/secrets', s); }
+  deleteSecret(name: string): Promise<Message> { return this.call('DELETE', `/secrets/${enc(name)}`); }
+  injectSecret(vm: string, secret: string, o: { path?: string; mode?: string; uid?: number; gid?: number } = {}): Promise<{ name: string; secret: string; path: string; mode: string }> {
+    return this.call('POST', `/vms/${enc(vm)}/secrets/${enc(secret)}`, o);
+  }
+
+  // --- agent proxy
+  agentHealth(name: string): Promise<AgentHealth> { return this.call('GET', `/vms/${enc(name)}/agent/health`); }
+  deployAgent(name: string): Promise<{ name: string; agent_version: string }> { return this.call('POST', `/vms/${enc(name)}/agent/deploy`); }
+  stats(name: string): Promise<GuestStats> { return this.call('GET', `/vms/${enc(name)}/stats`); }
+  async exec(name: string, r: ExecRequest, stdin?: Readable | Buffer): Promise<ExecResult> {
+    const res = await this.raw('POST', `/vms/${enc(name)}/exec${execQuery(r, true)}`, stdin, stdin ? { 'content-type': 'application/octet-stream' } : {});
+    if ((res.statusCode ?? 0) >= 300) return this.fail(res);
+    return JSON.parse(await this.text(res)) as ExecResult;
+  }
+  async *execStream(name: string, r: ExecRequest, stdin?: Readable | Buffer): AsyncIterable<ExecFrame> {
+    const headers: Record<string, string> = stdin ? { 'content-type': 'application/octet-stream' } : {};
+    if (stdin && !Buffer.isBuffer(stdin)) headers['transfer-encoding'] = 'chunked';
+    yield* this.lines<ExecFrame>(await this.raw('POST', `/vms/${enc(name)}/exec${execQuery(r, false)}`, stdin, headers));
+  }
+  async upload(name: string, o: { path: string; mode?: CopyMode; permissions?: string; uid?: number; gid?: number }, body: Readable | Buffer, size?: number): Promise<void> {
+    const mode = o.mode ?? 'binary';
+    const headers: Record<string, string> = { 'content-type': mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' };
+    if (size !== undefined) headers['content-length'] = String(size);
+    const res = await this.raw('PUT', `/vms/${enc(name)}/cp${qs({ path: o.path, mode, permissions: o.permissions, uid: o.uid, gid: o.gid })}`, body, headers);
+    if ((res.statusCode ?? 0) >= 300) return this.fail(res);
+    res.resume();
+  }
+  async download(name: string, path: string, mode: CopyMode = 'binary'): Promise<{ body: Readable; size?: number; contentType: string }> {
+    const res = await this.raw('GET', `/vms/${enc(name)}/cp${qs({ path, mode })}`);
+    if ((res.statusCode ?? 0) >= 300) return this.fail(res);
+    const len = res.headers['content-length'];
+    return { body: res, size: len ? Number(len) : undefined, contentType: String(res.headers['content-type']) };
+  }
+  readdir(name: string, path: string): Promise<FsInfo[]> { return this.call('GET', `/vms/${enc(name)}/fs/readdir${qs({ path })}`); }
+  stat(name: string, path: string): Promise<FsInfo> { return this.call('GET', `/vms/${enc(name)}/fs/stat${qs({ path })}`); }
+  mkdir(name: string, path: string, o: { recursive?: boolean; mode?: string } = {}): Promise<void> { return this.call('POST', `/vms/${enc(name)}/fs/mkdir`, { path, ...o }); }
+  symlink(name: string, path: string, target: string): Promise<void> { return this.call('POST', `/vms/${enc(name)}/fs/symlink`, { path, target }); }
+  remove(name: string, path: string, o: { recursive?: boolean } = {}): Promise<void> { return this.call('DELETE', `/vms/${enc(name)}/fs/remove${qs({ path, recursive: o.recursive ? 'true' : undefined })}`); }
+
+  /** Opens the VM's shell (WebSocket). */
+  shell(name: string, o: { cols?: number; rows?: number; shell?: string } = {}): Promise<ShellConnection> {
+    const path = `/vms/${enc(name)}/shell${qs(o)}`;
+    const headers: Record<string, string> = this.token ? { authorization: `Bearer ${this.token}` } : {};
+    const url = this.api ? `${this.api.protocol === 'https:' ? 'wss' : 'ws'}://${this.api.host}${path}` : `ws+unix://${this.socket}:${path}`;
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url, { headers, perMessageDeflate: false });
+      const listeners: ((d: Buffer) => void)[] = [];
+      let code: number | null = null;
+      const exited = new Promise<number | null>((r) => ws.on('close', () => r(code)));
+      ws.on('unexpected-response', (_req, res) => void this.fail(res).catch(reject));
+      ws.once('error', (err) => reject(new DaemonUnreachableError(this.where, err.message)));
+      ws.on('message', (data, isBinary) => {
+        const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
+        if (isBinary) for (const l of listeners) l(buf);
+        else {
+          try {
+            const m = JSON.parse(buf.toString()) as { type?: string; exit_code?: number };
+            if (m.type === 'exit') code = m.exit_code ?? null;
+          } catch {
+            // ignore
+          }
+        }
+      });
+      ws.once('open', () => resolve({
+        write: (d) => ws.send(typeof d === 'string' ? Buffer.from(d) : d, { binary: true }),
+        resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+        onData: (l) => void listeners.push(l),
+        exited,
+        close: () => ws.close(),
+      }));
+    });
+  }
+}
+
