@@ -11,7 +11,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['test/**/*.ts', 'bench/**/*.ts', 'src/bin/**/*.ts', 'src/adapters/cli/**/*.ts'],
+    files: ['test/**/*.ts', 'bench/**/*.ts', 'examples/**/*.ts', 'src/bin/**/*.ts', 'src/adapters/cli/**/*.ts'],
     rules: { 'no-console': 'off', '@typescript-eslint/no-unused-expressions': 'off' },
   },
 );

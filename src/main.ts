@@ -109,16 +109,18 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
         log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp',
       })).inSingletonScope();
     }
-    // Without fake_agent the fake has no guest: its in-memory agent and probe stand in.
-    const noGuest = config.hypervisor === 'fake' && !config.fake_agent && !o.hypervisor;
+    // An in-memory hypervisor without stand-in guests has no agent: its in-memory agent and probe answer.
+    const noGuest = (hv: Hypervisor): hv is InMemoryHypervisor => hv instanceof InMemoryHypervisor && !hv.hasGuests;
     bind(GuestAgent).toDynamicValue((ctx) => {
+      const hv = ctx.get<Hypervisor>(Hypervisor);
       if (o.guestAgent) return o.guestAgent;
-      if (noGuest) return new InMemoryGuestAgent(ctx.get<Hypervisor>(Hypervisor) as InMemoryHypervisor);
+      if (noGuest(hv)) return new InMemoryGuestAgent(hv);
       return new HttpGuestAgent(pickConnector(config.agent_transport));
     }).inSingletonScope();
     bind(SshProbe).toDynamicValue((ctx) => {
+      const hv = ctx.get<Hypervisor>(Hypervisor);
       if (o.sshProbe) return o.sshProbe;
-      if (noGuest) return new InMemorySshProbe(ctx.get<Hypervisor>(Hypervisor) as InMemoryHypervisor);
+      if (noGuest(hv)) return new InMemorySshProbe(hv);
       return new TcpSshProbe();
     }).inSingletonScope();
   });

@@ -64,6 +64,11 @@ export class InMemoryHypervisor implements Hypervisor {
     this.bootDelayMs = options.bootDelayMs ?? 0;
   }
 
+  /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */
+  get hasGuests(): boolean {
+    return !!this.options.sidecar;
+  }
+
   /** Makes the next call of `op` ('provision', 'launch', 'pause', ...) throw InternalError(message). */
   failNext(op: string, message = `injected ${op} failure`): void {
     this.failures.set(op, message);

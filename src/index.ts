@@ -1,0 +1,26 @@
+/**
+ * svc as a library: the typed client, and what an embedder needs to run the daemon in-process
+ * with adapters of its own (docs/embedding.md).
+ */
+export { SvcClient, SvcError, DaemonUnreachableError, CLIENT_ROUTES } from './adapters/client/svc-client.js';
+export type { SvcClientOptions, CreateInput, CreateOptions, ShellConnection, MetricsHistoryResponse } from './adapters/client/svc-client.js';
+export { startDaemon, buildContainer } from './main.js';
+export type { DaemonOverrides, RunningDaemon } from './main.js';
+export { buildConfig, ConfigError } from './app/config.js';
+export type { Config } from './app/config.js';
+export { loadConfig } from './adapters/config/yaml-config-file.js';
+export { Hypervisor } from './ports/hypervisor.js';
+export type { VmSpec, VmHandle, VmRef, ImageInfo, LaunchOptions, ExitListener } from './ports/hypervisor.js';
+export { GuestAgent } from './ports/guest-agent.js';
+export type { AgentEndpoint, ShellSession, UploadOptions, FsOp } from './ports/guest-agent.js';
+export { Tunnels, SshProbe } from './ports/tunnels.js';
+export { InMemoryHypervisor } from './adapters/hypervisor/in-memory-hypervisor.js';
+export { QemuHypervisor } from './adapters/hypervisor/qemu-hypervisor.js';
+export { HttpGuestAgent } from './adapters/agent/http-guest-agent.js';
+export { tcpConnector, socatVsockConnector, pickConnector } from './adapters/agent/transport.js';
+export type { Connector } from './adapters/agent/transport.js';
+export { startAgent } from './agent-main.js';
+export * from './domain/errors.js';
+export type { Instance, InstanceRecord, Forward, Mount, VmStatus } from './domain/instance.js';
+export type { CreateProgressEvent, ActivityEvent, SecretRecord, MetricsPoint } from './domain/events.js';
+export type { ExecFrame, ExecResult, ExecRequest, FsInfo, GuestStats, AgentHealth } from './domain/agent.js';

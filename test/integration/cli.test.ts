@@ -1,0 +1,119 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pty from 'node-pty';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+
+const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
+
+interface Run { code: number; stdout: string; stderr: string }
+
+describe('svc CLI as a subprocess against a real daemon', function () {
+  this.timeout(60000);
+  let d: TestDaemon;
+  let env: NodeJS.ProcessEnv;
+  const svc = (args: string[], input?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Run> => new Promise((resolve) => {
+    const p = spawn(process.execPath, [SVC, ...args], { env: { ...env, ...extraEnv } });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (c) => (stdout += c));
+    p.stderr.on('data', (c) => (stderr += c));
+    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    p.stdin.end(input);
+  });
+
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+    env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
+  });
+  after(async () => d.stop());
+
+  it('creates with progress lines, lists with --json and as a table', async () => {
+    const r = await svc(['new', 'c1', '-p', '--tag', 'team=a', '-P', '18080:80', '--cpus', '2']);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr.split('\n').filter(Boolean).map((l) => l.split(/\s+/)[0])).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
+    expect(r.stdout).to.match(/^NAME\s+STATUS/);
+    const j = await svc(['ls', '--json']);
+    const list = JSON.parse(j.stdout);
+    expect(list[0]).to.include({ name: 'c1', status: 'running', cpus: 2, persistent: true });
+    expect(list[0].tags).to.deep.equal({ team: 'a' });
+    expect(list[0].forwards[0]).to.include({ host_port: 18080, guest_port: 80 });
+    expect((await svc(['get', 'c1', '--json'])).stdout).to.contain('"name": "c1"');
+  });
+
+  it('runs commands with their exit code and piped stdin', async () => {
+    const r = await svc(['x', 'c1', '--', 'sh', '-c', 'echo out; echo err >&2; exit 5']);
+    expect(r).to.deep.equal({ code: 5, stdout: 'out\n', stderr: 'err\n' });
+    const cat = await svc(['x', 'c1', '--', 'tr', 'a-z', 'A-Z'], 'piped in\n');
+    expect(cat.stdout).to.equal('PIPED IN\n');
+    expect(cat.code).to.equal(0);
+  });
+
+  it('copies files and directories both ways', async () => {
+    const root = join(d.config.data_dir, 'vms', 'c1', 'guest');
+    const local = join(d.dir, 'tree');
+    mkdirSync(join(local, 'sub'), { recursive: true });
+    writeFileSync(join(local, 'sub', 'f.txt'), 'tree file');
+    writeFileSync(join(d.dir, 'one.txt'), 'one file');
+    expect((await svc(['cp', local, `c1:${root}/tree`])).code).to.equal(0);
+    expect((await svc(['cp', join(d.dir, 'one.txt'), `c1:${root}/one.txt`])).code).to.equal(0);
+    expect(readFileSync(join(root, 'tree', 'sub', 'f.txt'), 'utf8')).to.equal('tree file');
+    expect((await svc(['cp', `c1:${root}/tree`, join(d.dir, 'back')])).code).to.equal(0);
+    expect(readFileSync(join(d.dir, 'back', 'sub', 'f.txt'), 'utf8')).to.equal('tree file');
+    expect((await svc(['cp', `c1:${root}/one.txt`, join(d.dir, 'one-back.txt')])).code).to.equal(0);
+    expect(readFileSync(join(d.dir, 'one-back.txt'), 'utf8')).to.equal('one file');
+    const ls = JSON.parse((await svc(['fs', 'ls', 'c1', `${root}/tree`, '--json'])).stdout);
+    expect(ls.map((e: { name: string }) => e.name)).to.deep.equal(['sub']);
+    expect((await svc(['cp', 'a', 'b'])).stderr).to.match(/exactly one/);
+  });
+
+  it('manages secrets from stdin (never argv), forwards and shows history, activity, info and logs', async () => {
+    expect((await svc(['secret', 'set', 'TOK'], 'from-stdin')).stdout).to.match(/secret TOK set \(10 bytes/);
+    const inj = JSON.parse((await svc(['secret', 'inject', 'c1', 'TOK', '--json'])).stdout);
+    expect(readFileSync(inj.path, 'utf8')).to.equal('from-stdin');
+    const f = JSON.parse((await svc(['fwd', 'add', 'c1', '22', '--json'])).stdout);
+    expect((await svc(['fwd', 'ls', 'c1'])).stdout).to.contain(String(f.host_port));
+    expect((await svc(['fwd', 'rm', 'c1', String(f.host_port)])).code).to.equal(0);
+    expect((await svc(['metrics', 'c1'])).stdout).to.match(/samples|no samples/);
+    expect(JSON.parse((await svc(['activity', '--json'])).stdout)[0]).to.have.keys('id', 't', 'action', 'target', 'status', 'duration_ms');
+    expect(JSON.parse((await svc(['info', '--json'])).stdout).hypervisor).to.equal('fake');
+    expect((await svc(['logs', 'c1'])).stdout).to.contain('[fake] c1 booted');
+    expect((await svc(['completion', 'bash'])).stdout).to.contain('complete -F _svc svc');
+    expect((await svc(['completion', 'zsh'])).stdout).to.contain('compdef _svc svc');
+  });
+
+  it('drives an interactive shell through a pseudo-terminal, with resize and the exit code', async () => {
+    const term = pty.spawn(process.execPath, [SVC, 'sh', 'c1', '--shell', '/bin/sh'], { cols: 91, rows: 29, env: env as Record<string, string> });
+    let out = '';
+    term.onData((s) => (out += s));
+    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
+    const waitFor = async (re: RegExp) => {
+      for (let i = 0; i < 100 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(out).to.match(re);
+    };
+    await new Promise((r) => setTimeout(r, 500));
+    term.write('stty size\r');
+    await waitFor(/29 91/);
+    term.resize(100, 33);
+    await new Promise((r) => setTimeout(r, 300));
+    term.write('stty size\r');
+    await waitFor(/33 100/);
+    term.write('exit 6\r');
+    expect(await exit).to.equal(6);
+  });
+
+  it('fails with one line on stderr and a non-zero exit; says how to start the daemon', async () => {
+    const nf = await svc(['get', 'ghost']);
+    expect(nf.code).to.equal(1);
+    expect(nf.stderr).to.equal('svc: vm ghost not found\n');
+    const down = await svc(['ls'], undefined, { SVC_SOCKET: join(d.dir, 'none.sock') });
+    expect(down.code).to.equal(3);
+    expect(down.stderr).to.match(/^svc: cannot reach svcd .* start it with: npm start/);
+    const bad = await svc(['new', '--wait', 'never']);
+    expect(bad.code).to.equal(1);
+    expect((await svc(['stop', 'c1'])).stdout).to.equal('vm c1 shut down\n');
+    expect((await svc(['rm', 'c1'])).stdout).to.equal('vm c1 deleted\n');
+  });
+});
