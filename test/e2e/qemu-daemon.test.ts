@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { SilentLogger } from '../fakes/fakes.js';
@@ -8,6 +10,8 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { ensureImage, qemuProcesses } from './image.js';
+
+const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
 const q = (o: Record<string, string | string[]>) => {
   const p = new URLSearchParams();
@@ -79,6 +83,24 @@ describe('svcd with QEMU: real guests end to end', function () {
     await sh.waitFor(/main/);
     sh.send('exit 0\n');
     expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it('works through the svc CLI: x with stdin and exit code, cp round trip', async () => {
+    const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
+    const svc = (args: string[], input?: string) => new Promise<{ code: number; stdout: string }>((resolve) => {
+      const p = spawn(process.execPath, [SVC_BIN, ...args], { env });
+      let stdout = '';
+      p.stdout.on('data', (c) => (stdout += c));
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout }));
+      p.stdin.end(input);
+    });
+    const x = await svc(['x', 'main', '--', 'sh', '-c', 'tr a-z A-Z; exit 4'], 'guest\n');
+    expect(x).to.deep.equal({ code: 4, stdout: 'GUEST\n' });
+    const local = join(d.dir, 'cli.txt');
+    writeFileSync(local, 'via cli');
+    expect((await svc(['cp', local, 'main:/root/cli.txt'])).code).to.equal(0);
+    expect((await svc(['cp', 'main:/root/cli.txt', join(d.dir, 'cli-back.txt')])).code).to.equal(0);
+    expect(readFileSync(join(d.dir, 'cli-back.txt'), 'utf8')).to.equal('via cli');
   });
 
   it('carries a live forward to a server in the guest and materializes a secret', async () => {
