@@ -21,6 +21,8 @@ import { PinoLogger } from './adapters/log/pino-logger.js';
 import { NotFoundError } from './domain/errors.js';
 import { GuestFiles, StatsSource } from './ports/guest/guest-files.js';
 import { ProcessRunner } from './ports/guest/process-runner.js';
+import { SystemIdentity } from './ports/guest/system-identity.js';
+import { LinuxSystemIdentity } from './adapters/guest/linux-system-identity.js';
 import { PtyFactory } from './ports/guest/pty.js';
 import type { Logger } from './ports/logger.js';
 
@@ -30,6 +32,7 @@ export interface AgentOverrides {
   pty?: PtyFactory;
   files?: GuestFiles;
   stats?: StatsSource;
+  identity?: SystemIdentity;
   logger?: Logger;
 }
 
@@ -44,6 +47,7 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
     if (o.files) bind(GuestFiles).toConstantValue(o.files);
     else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
     bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
+    bind(SystemIdentity).toConstantValue(o.identity ?? new LinuxSystemIdentity());
   }), new ContainerModule(({ bind }) => {
     bind(AgentService).toSelf().inSingletonScope();
     bind(ExecService).toSelf().inSingletonScope();

@@ -7,6 +7,7 @@ import { ForwardService } from './app/forward-service.js';
 import { GuestService } from './app/guest-service.js';
 import { InstanceService } from './app/instance-service.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
+import { PoolService } from './app/pool-service.js';
 import { LifecycleEvents } from './app/lifecycle-events.js';
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
@@ -135,6 +136,7 @@ function appModule(): ContainerModule {
     bind(ForwardService).toSelf().inSingletonScope();
     bind(MetricsSampler).toSelf().inSingletonScope();
     bind(AgentDeployService).toSelf().inSingletonScope();
+    bind(PoolService).toSelf().inSingletonScope();
   });
 }
 
@@ -152,6 +154,8 @@ export interface RunningDaemon {
   tcpPort?: number;
   /** Every route served, as `method path` in express syntax (WebSocket routes included). */
   routes: { method: string; path: string }[];
+  /** Waits until the warm pool has finished its current refill round. */
+  poolSettled(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -167,6 +171,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   // Services that follow VMs subscribe before init, so re-attached VMs get their forwards and sampling.
   const forwards = container.get(ForwardService);
   const sampler = container.get(MetricsSampler);
+  const pool = container.get(PoolService);
   await instances.init();
 
   const routes: RouteDef[] = [
@@ -175,6 +180,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       openapi: () => openApiDocument(VERSION),
     }),
     ...vmRoutes(instances),
+    { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...guestRoutes({ guest: container.get(GuestService), logs: container.get<ConsoleLogs>(ConsoleLogs), instances, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
@@ -184,6 +190,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const listeners = new HttpListeners(app, shell.handleUpgrade);
   await listeners.start({ socket: config.socket, api: config.api });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
+  pool.refill();
 
   let stopped: Promise<void> | undefined;
   return {
@@ -191,8 +198,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     container,
     tcpPort: listeners.tcpPort,
     routes: routes.map((r) => ({ method: r.method, path: r.path })),
+    poolSettled: () => pool.settled(),
     stop: () => (stopped ??= (async () => {
       await listeners.stop();
+      pool.stop();
+      await pool.settled();
       sampler.stopAll();
       const tunnels = container.get<Tunnels>(Tunnels);
       if (tunnels instanceof Ssh2Tunnels) await tunnels.closeEverything();

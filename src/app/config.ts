@@ -29,6 +29,8 @@ export interface Config {
   accel: 'auto' | 'kvm' | 'tcg';
   fake_boot_delay_ms: number;
   fake_agent: boolean;
+  /** Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates. */
+  warm_pool: { template: string; size: number; running: boolean };
 }
 
 export class ConfigError extends Error {}
@@ -62,6 +64,9 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
   fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
   fake_agent: ['fake_agent', 'bool', false],
+  'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
+  'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
+  'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],
 };
 
 const ALIASES: Record<string, string> = { auth_token: 'api_token' };
@@ -115,7 +120,14 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   if (raw === null || raw === undefined) raw = {};
   if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('config file must be a YAML mapping');
   const given: Record<string, unknown> = {};
-  for (const [k0, v] of Object.entries(raw as Record<string, unknown>)) {
+  const flat: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+    // Nested mappings (warm_pool: {template, size}) become dotted keys.
+    if (k === 'warm_pool' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      for (const [k2, v2] of Object.entries(v)) flat[`warm_pool.${k2}`] = v2;
+    } else flat[k] = v;
+  }
+  for (const [k0, v] of Object.entries(flat)) {
     const k = ALIASES[k0] ?? k0;
     if (!(k in KEYS)) throw new ConfigError(`config key "${k0}": unknown key (known keys: ${CONFIG_KEYS.join(', ')})`);
     if (k in given) throw new ConfigError(`config key "${k0}": given twice (auth_token is an alias of api_token)`);
@@ -123,10 +135,15 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   }
   const out: Record<string, unknown> = {};
   for (const [key, [field, kind, def]] of Object.entries(KEYS)) {
-    const envValue = env[`SVC_${key.toUpperCase()}`];
-    if (envValue !== undefined) out[field] = coerce(`SVC_${key.toUpperCase()}`, kind, envValue, true);
-    else if (key in given) out[field] = coerce(key, kind, given[key], false);
-    else out[field] = coerce(key, kind, def, false);
+    const envKey = `SVC_${key.toUpperCase().replace('.', '_')}`;
+    const envValue = env[envKey];
+    let value: unknown;
+    if (envValue !== undefined) value = coerce(envKey, kind, envValue, true);
+    else if (key in given) value = coerce(key, kind, given[key], false);
+    else value = coerce(key, kind, def, false);
+    if (key.startsWith('warm_pool.')) {
+      out.warm_pool = { ...(out.warm_pool as object), [key.slice('warm_pool.'.length)]: value };
+    } else out[field] = value;
   }
   const cfg = out as unknown as Config;
   cfg.data_dir = cfg.data_dir ? resolve(cfg.data_dir.replace(/^~(?=\/|$)/, home)) : join(home, '.svc');
@@ -142,6 +159,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points'] as const) {
     if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
   }
+  if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
+  if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');
+  if (cfg.warm_pool.running) throw new ConfigError('config key "warm_pool.running": running pool members are not supported yet; members are kept suspended (a claim restores one in about a second)');
   if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
   return cfg;
 }

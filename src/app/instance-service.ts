@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import {
-  AlreadyExistsError, DeadlineExceededError, InternalError, NotFoundError, ResourceExhaustedError, errorMessage, isDomainError,
+  AlreadyExistsError, DeadlineExceededError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError,
+  ResourceExhaustedError, errorMessage, isDomainError,
 } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, InstanceRecord, LifecycleVerb } from '../domain/instance.js';
@@ -99,8 +101,14 @@ export class InstanceService {
     }
   }
 
+  /** Every VM but unclaimed warm pool members, by name. */
   list(): Instance[] {
-    return [...this.records.values()].sort((a, b) => a.name.localeCompare(b.name)).map(toPublic);
+    return [...this.records.values()].filter((r) => !r.pool).sort((a, b) => a.name.localeCompare(b.name)).map(toPublic);
+  }
+
+  /** Warm pool members of a template (GET /pool). */
+  poolMembers(template: string): InstanceRecord[] {
+    return [...this.records.values()].filter((r) => r.pool === template);
   }
 
   get(name: string): Instance {
@@ -125,18 +133,95 @@ export class InstanceService {
    * Validates a create, reserves the name and resources, and starts the create in the background.
    * Throws (before anything exists) InvalidArgumentError, AlreadyExistsError or ResourceExhaustedError.
    */
-  async create(body: unknown, query: { wait?: unknown; timeout?: unknown }): Promise<CreateJob> {
+  async create(body: unknown, query: { wait?: unknown; timeout?: unknown }, internal: { pool?: string } = {}): Promise<CreateJob> {
     const req = parseCreateRequest(body);
     const wait = parseWaitMode(query.wait);
     const timeoutMs = parseCreateTimeout(query.timeout) ?? this.config.ready_timeout_ms + this.config.create_buffer_ms;
-    const image = await this.hv.resolveImage(req.image ?? this.config.image);
+    if (req.from_pool) {
+      const pool = this.config.warm_pool.template;
+      if (!pool) throw new InvalidArgumentError('from_pool: no warm_pool is configured');
+      const claimed = await this.claim(req, wait, timeoutMs);
+      if (claimed) return claimed;
+      req.from = pool; // the pool is empty: clone the template directly
+    }
+    const template = req.from === undefined ? undefined : this.templateOf(req.from);
+    const image = await this.hv.resolveImage(template?.image ?? req.image ?? this.config.image);
     const pubKey = await this.keys.publicKey();
     // From here to the map insert there is no await: the checks and the reservation are atomic.
-    const rec = this.reserve(req, image);
+    const rec = this.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
+    if (template) rec.from = template.name;
+    if (internal.pool) rec.pool = internal.pool;
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.locks.run(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, pubKey, queue));
+    const done = this.locks.run(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, pubKey, queue, template));
     done.catch(() => undefined);
     return { name: rec.name, events: queue, done };
+  }
+
+  /**
+   * Hands out a suspended warm pool member: picked, renamed and marked in one synchronous step (so
+   * concurrent creates never get the same one), then restored with the request's tags and forwards
+   * and given its identity. Resolves undefined when no member is ready.
+   */
+  private async claim(req: CreateRequest, wait: WaitMode, timeoutMs: number): Promise<CreateJob | undefined> {
+    const pool = this.config.warm_pool.template;
+    const image = await this.hv.resolveImage(this.records.get(pool)?.image ?? this.config.image);
+    const pubKey = await this.keys.publicKey();
+    const member = [...this.records.values()].find((r) => r.pool === pool && r.status === 'suspended');
+    if (!member) return undefined;
+    const name = req.name ?? nextDefaultName(this.records.keys());
+    if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
+    this.checkCaps(member.cpus, member.memory_mb);
+    const oldName = member.name;
+    this.records.delete(oldName);
+    Object.assign(member, {
+      name, status: 'creating', persistent: req.persistent, tags: req.tags, from: pool,
+      metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
+      forwards: [], created_at: new Date(this.clock.now()).toISOString(),
+    });
+    delete member.pool;
+    delete member.suspended_at;
+    this.records.set(name, member);
+    const queue = new AsyncQueue<CreateProgressEvent>();
+    const done = this.locks.run(name, () => this.runClaim(member, oldName, req, image, wait, timeoutMs, pubKey, queue));
+    done.catch(() => undefined);
+    return { name, events: queue, done };
+  }
+
+  private async runClaim(
+    rec: InstanceRecord, oldName: string, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
+    queue: AsyncQueue<CreateProgressEvent>,
+  ): Promise<Instance> {
+    const t0 = this.clock.now();
+    const deadline = t0 + timeoutMs;
+    const emit = this.emitter(rec, queue, t0);
+    emit('accepted', `claiming warm pool member ${oldName} of template ${rec.from}`);
+    void this.events.emit('claimed', rec);
+    try {
+      await this.store.rename(oldName, rec.name);
+      await this.hv.rename({ name: oldName, dir: this.store.dir(oldName) }, this.ref(rec));
+      await this.save(rec);
+      emit('boot', `restoring ${oldName} as ${rec.name}`);
+      const handle = await this.beforeDeadline(deadline, this.hv.launch(this.spec(rec, req.forwards, pubKey), { restore: true }));
+      this.applyHandle(rec, handle);
+      await this.save(rec);
+      await this.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
+      if (image.agent_ready) await this.beforeDeadline(deadline, this.setIdentity(rec, true));
+      return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
+    } catch (err) {
+      return await this.createFailed(rec, err, t0, emit);
+    } finally {
+      queue.close();
+    }
+  }
+
+  /** A template is a persistent VM that is stopped or suspended. */
+  private templateOf(name: string): InstanceRecord {
+    const t = this.records.get(name);
+    if (!t) throw new InvalidArgumentError(`template vm ${name} not found`);
+    if (!t.persistent || (t.status !== 'stopped' && t.status !== 'suspended')) {
+      throw new InvalidStateError(`vm ${name} is ${t.persistent ? t.status : 'ephemeral'}; a template must be a persistent vm that is stopped or suspended`);
+    }
+    return t;
   }
 
   private reserve(req: CreateRequest, image: ImageInfo): InstanceRecord {
@@ -144,17 +229,9 @@ export class InstanceService {
     if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
     const cpus = req.cpus ?? this.config.cpus;
     const memory = req.memory_mb ?? this.config.memory_mb;
-    const { max_vms, max_cpus_total, max_memory_mb_total } = this.config;
+    const { max_vms } = this.config;
     if (max_vms && this.records.size + 1 > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
-    const holding = [...this.records.values()].filter((r) => holdsResources(r.status));
-    const usedCpus = holding.reduce((s, r) => s + r.cpus, 0);
-    const usedMem = holding.reduce((s, r) => s + r.memory_mb, 0);
-    if (max_cpus_total && usedCpus + cpus > max_cpus_total) {
-      throw new ResourceExhaustedError(`max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`);
-    }
-    if (max_memory_mb_total && usedMem + memory > max_memory_mb_total) {
-      throw new ResourceExhaustedError(`max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`);
-    }
+    this.checkCaps(cpus, memory);
     const now = new Date(this.clock.now()).toISOString();
     const rec: InstanceRecord = {
       name, status: 'creating', persistent: req.persistent, cpus, memory_mb: memory,
@@ -167,48 +244,88 @@ export class InstanceService {
     return rec;
   }
 
+  /** Throws ResourceExhausted when running `cpus` and `memory` more would pass a cap. */
+  private checkCaps(cpus: number, memory: number): void {
+    const { max_cpus_total, max_memory_mb_total } = this.config;
+    const holding = [...this.records.values()].filter((r) => holdsResources(r.status));
+    const usedCpus = holding.reduce((s, r) => s + r.cpus, 0);
+    const usedMem = holding.reduce((s, r) => s + r.memory_mb, 0);
+    if (max_cpus_total && usedCpus + cpus > max_cpus_total) {
+      throw new ResourceExhaustedError(`max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`);
+    }
+    if (max_memory_mb_total && usedMem + memory > max_memory_mb_total) {
+      throw new ResourceExhaustedError(`max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`);
+    }
+  }
+
   private async runCreate(
     rec: InstanceRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
-    queue: AsyncQueue<CreateProgressEvent>,
+    queue: AsyncQueue<CreateProgressEvent>, template?: InstanceRecord,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     const deadline = t0 + timeoutMs;
-    const emit = (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
-      queue.push({ phase, message, name: rec.name, t: new Date(this.clock.now()).toISOString(), elapsed_ms: this.clock.now() - t0, ...extra });
+    const emit = this.emitter(rec, queue, t0);
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
       await this.beforeDeadline(deadline, this.save(rec));
       const spec = this.spec(rec, req.forwards, pubKey);
-      emit('disk', `preparing a ${rec.disk_gb} GB disk`);
-      await this.beforeDeadline(deadline, this.hv.provision(spec));
-      emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
-      const handle = await this.beforeDeadline(deadline, this.hv.launch(spec));
+      let snapshot = false;
+      if (template) {
+        emit('disk', `copying the disk of template ${template.name}`);
+        snapshot = (await this.beforeDeadline(deadline, this.locks.run(template.name, async () => {
+          this.templateOf(template.name);
+          return this.hv.clone(this.ref(template), spec);
+        }))).snapshot;
+        emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
+      } else {
+        emit('disk', `preparing a ${rec.disk_gb} GB disk`);
+        await this.beforeDeadline(deadline, this.hv.provision(spec));
+        emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
+      }
+      const handle = await this.beforeDeadline(deadline, this.hv.launch(spec, { restore: snapshot }));
       this.applyHandle(rec, handle);
       await this.save(rec);
       await this.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
-      rec.status = 'running';
-      await this.save(rec);
-      await this.events.emit('up', rec);
-      const seconds = (this.clock.now() - t0) / 1000;
-      this.metrics.vmCreated();
-      this.metrics.createDuration(seconds, 'ok');
-      this.activity.record({ action: 'create', target: rec.name, status: 'ok', duration_ms: this.clock.now() - t0 });
-      this.log.info({ vm: rec.name, image: image.id, wait, duration_ms: this.clock.now() - t0 }, 'create timing');
-      const inst = toPublic(rec);
-      emit('ready', `vm ${rec.name} is ready`, { instance: inst });
-      return inst;
+      // A clone must not be its template's twin: new name, machine id and clock before it is ready.
+      if (template && image.agent_ready) await this.beforeDeadline(deadline, this.setIdentity(rec, true));
+      return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
     } catch (err) {
-      const domainErr = isDomainError(err) ? err : new InternalError(errorMessage(err));
-      await this.purge(rec, true);
-      this.metrics.createFailed();
-      this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
-      this.activity.record({ action: 'create', target: rec.name, status: 'error', duration_ms: this.clock.now() - t0, message: domainErr.message });
-      this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
-      emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
-      throw domainErr;
+      return await this.createFailed(rec, err, t0, emit);
     } finally {
       queue.close();
     }
+  }
+
+  /** A progress emitter for one create; `t0` is when it was accepted. */
+  private emitter(rec: InstanceRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
+    return (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
+      queue.push({ phase, message, name: rec.name, t: new Date(this.clock.now()).toISOString(), elapsed_ms: this.clock.now() - t0, ...extra });
+  }
+
+  /** The end of every successful create: running, announced, counted, logged, `ready`. */
+  private async created(rec: InstanceRecord, t0: number, emit: ReturnType<InstanceService['emitter']>, log: object, message?: string): Promise<Instance> {
+    rec.status = 'running';
+    await this.save(rec);
+    await this.events.emit('up', rec);
+    this.metrics.vmCreated();
+    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
+    this.activity.record({ action: 'create', target: rec.name, status: 'ok', duration_ms: this.clock.now() - t0, message });
+    this.log.info({ vm: rec.name, ...log, duration_ms: this.clock.now() - t0 }, message ? 'pool claim timing' : 'create timing');
+    const inst = toPublic(rec);
+    emit('ready', `vm ${rec.name} is ready`, { instance: inst });
+    return inst;
+  }
+
+  /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
+  private async createFailed(rec: InstanceRecord, err: unknown, t0: number, emit: ReturnType<InstanceService['emitter']>): Promise<never> {
+    const domainErr = isDomainError(err) ? err : new InternalError(errorMessage(err));
+    await this.purge(rec, true);
+    this.metrics.createFailed();
+    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
+    this.activity.record({ action: 'create', target: rec.name, status: 'error', duration_ms: this.clock.now() - t0, message: domainErr.message });
+    this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
+    emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
+    throw domainErr;
   }
 
   private async awaitReady(rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void): Promise<void> {
@@ -316,7 +433,7 @@ export class InstanceService {
     const image = await this.hv.resolveImage(rec.image).catch(() => ({ agent_ready: false }));
     try {
       await this.awaitReady(rec, image.agent_ready ? 'agent' : 'ssh', this.clock.now() + this.config.ready_timeout_ms, () => undefined);
-      if (restore && image.agent_ready) await this.resetClock(rec);
+      if (restore && image.agent_ready) await this.setIdentity(rec, false);
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       rec.status = 'error';
@@ -328,11 +445,19 @@ export class InstanceService {
     await this.events.emit('up', rec);
   }
 
-  /** A guest restored from a snapshot wakes with the clock of the moment it was saved. */
-  private async resetClock(rec: InstanceRecord): Promise<void> {
-    const seconds = Math.floor(this.clock.now() / 1000);
-    const r = await this.agent.exec(agentEndpoint(rec), { cmd: 'date', args: ['-u', '-s', `@${seconds}`] }).catch((e: Error) => ({ exit_code: -1, stderr: e.message }));
-    if (r.exit_code !== 0) this.log.warn({ vm: rec.name, err: r.stderr }, 'could not reset the guest clock after restore');
+  /**
+   * A guest restored from a snapshot wakes with the clock (and, for a clone, the name) of the moment
+   * it was saved: tell it who it is and what time it is. A clone also gets a fresh machine id.
+   */
+  private async setIdentity(rec: InstanceRecord, fresh: boolean): Promise<void> {
+    try {
+      await this.agent.setIdentity(agentEndpoint(rec), {
+        hostname: rec.name, time_ms: this.clock.now(), machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
+      });
+    } catch (err) {
+      if (fresh) throw err;
+      this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'could not reset the guest clock after restore');
+    }
   }
 
   private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: InstanceRecord) => Promise<T>): Promise<T> {

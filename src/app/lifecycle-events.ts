@@ -1,13 +1,14 @@
 import { injectable } from 'inversify';
 import type { InstanceRecord } from '../domain/instance.js';
 
-export type LifecycleEvent = 'up' | 'down' | 'removed';
+export type LifecycleEvent = 'up' | 'down' | 'removed' | 'claimed';
 type Listener = (record: InstanceRecord) => Promise<void> | void;
 
 /**
  * Lets other services follow VMs without the instance service knowing them: `up` when a VM has
  * just become running (create, start, restore, reattach), `down` when its process stops
- * (shutdown, suspend, crash), `removed` when it is gone. Listener failures are reported, not thrown.
+ * (shutdown, suspend, crash), `removed` when it is gone, `claimed` when a
+ * warm pool member was handed out. Listener failures are reported, not thrown.
  */
 @injectable()
 export class LifecycleEvents {

@@ -91,3 +91,11 @@ export function parseMode(v: unknown, fallback: number): number {
 export function formatMode(mode: number): string {
   return '0' + (mode & 0o7777).toString(8).padStart(3, '0');
 }
+
+/** What a guest is told after a restore or clone: who it is now and what time it is. */
+export interface GuestIdentity {
+  hostname: string;
+  time_ms: number;
+  /** A new machine id (32 hex) for a clone; omitted keeps the current one (a restore). */
+  machine_id?: string;
+}

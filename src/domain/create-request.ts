@@ -21,6 +21,10 @@ export interface CreateRequest {
   forwards: PortForwardRequest[];
   mounts: Mount[];
   metrics_enabled?: boolean;
+  /** Clone this template (a persistent VM, stopped or suspended) instead of booting the image. */
+  from?: string;
+  /** Claim a member of the warm pool instead of creating one. */
+  from_pool?: boolean;
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -36,6 +40,7 @@ export const LIMITS = {
 
 const FIELDS = new Set([
   'name', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'tags', 'userdata', 'forwards', 'mounts', 'metrics_enabled',
+  'from', 'from_pool',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -154,6 +159,15 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     if (new Set(tags).size !== tags.length) throw new InvalidArgumentError('mounts: tags must be unique');
   }
   if (b.metrics_enabled !== undefined) req.metrics_enabled = bool(b.metrics_enabled, 'metrics_enabled');
+  if (b.from !== undefined) req.from = assertVmName(b.from);
+  if (b.from_pool !== undefined) req.from_pool = bool(b.from_pool, 'from_pool');
+  if (req.from !== undefined || req.from_pool) {
+    if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
+    // The machine comes from a snapshot: its shape and first boot are the template's.
+    for (const k of ['cpus', 'memory_mb', 'disk_gb', 'image', 'userdata', 'mounts'] as const) {
+      if (b[k] !== undefined) throw new InvalidArgumentError(`${k} cannot be set on a clone: it is the template's`);
+    }
+  }
   return req;
 }
 

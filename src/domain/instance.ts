@@ -42,6 +42,8 @@ export interface Instance {
   created_at: string;
   updated_at: string;
   error?: string;
+  /** The template this VM was cloned from. */
+  from?: string;
 }
 
 /**
@@ -51,10 +53,12 @@ export interface Instance {
 export interface InstanceRecord extends Instance {
   userdata?: string;
   runtime?: Record<string, unknown>;
+  /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
+  pool?: string;
 }
 
 export function toPublic(record: InstanceRecord): Instance {
-  const { userdata: _u, runtime: _r, ...pub } = record;
+  const { userdata: _u, runtime: _r, pool: _p, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
   return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };

@@ -1,6 +1,6 @@
 import type { Duplex, Readable } from 'node:stream';
 import type {
-  AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+  AgentHealth, CopyMode, GuestIdentity, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
 } from '../domain/agent.js';
 
 /** Where a VM's agent answers: a host TCP port (user-net forward) or a vsock CID, port 7475. */
@@ -61,6 +61,8 @@ export interface GuestAgent {
   fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void>;
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }>;
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession>;
+  /** Gives the guest its identity (hostname, clock, machine id). Idempotent. */
+  setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void>;
 }
 
 /** A raw byte pipe to a guest port; adapters that can offer one (for shell proxying) implement it. */

@@ -71,6 +71,14 @@ export interface Hypervisor {
   /** Creates the VM's disk and seed in `spec.dir`. Not idempotent: call once per VM. */
   provision(spec: VmSpec): Promise<void>;
 
+  /**
+   * Makes `spec`'s disk a copy of the template's (its suspend snapshot included) and writes the
+   * new VM's own seed. Resolves with whether the copy holds a snapshot a `launch(spec, {restore:
+   * true})` will start from. The template must not run meanwhile (the caller holds its lock).
+   * Not idempotent.
+   */
+  clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }>;
+
   /** Starts the VM process, detached so it outlives the daemon. Resolves once the process runs. */
   launch(spec: VmSpec, options?: LaunchOptions): Promise<VmHandle>;
 
@@ -100,6 +108,12 @@ export interface Hypervisor {
    * Returns null when the process is gone (or the pid was recycled by something else).
    */
   reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
+
+  /**
+   * Follows a VM that is not running to a new name (a claimed warm pool member); the store has
+   * already moved its directory to `to.dir`. Not idempotent.
+   */
+  rename(from: VmRef, to: VmRef): Promise<void>;
 
   /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
   destroy(vm: VmRef): Promise<void>;

@@ -11,6 +11,8 @@ export interface InstanceStore {
   put(record: InstanceRecord): Promise<void>;
   /** Removes the record and the whole VM directory. Idempotent. */
   remove(name: string): Promise<void>;
+  /** Moves a VM's record and directory to a new name (a claimed pool member). Not idempotent. */
+  rename(from: string, to: string): Promise<void>;
   /** The VM's directory (disks, sockets, metrics.ring live there). */
   dir(name: string): string;
   /** Copies files worth keeping after a failed create (hypervisor logs) to the logs directory. */

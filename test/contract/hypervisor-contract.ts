@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
 import type { Hypervisor, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
@@ -30,7 +30,8 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
     const exits: [string, string][] = [];
     const spec = (name: string): VmSpec => {
       const d = join(dir, name);
-      mkdirSync(d, { recursive: true });
+      if (name === 'c3') rmSync(d, { recursive: true, force: true });
+      else mkdirSync(d, { recursive: true });
       return { name, dir: d, cpus: 1, memory_mb: 384, disk_gb: 2, image: s.image, hostname: name, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }], mounts: [] };
     };
     before(async () => {
@@ -84,6 +85,30 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       expect(cold.runtime.restored_from_snapshot).to.equal(false);
       await s.hv.kill(sp);
       expect(exits.filter(([n]) => n === 'c1')).to.deep.equal([]);
+    });
+
+    it('clones a suspended VM from its snapshot, and a renamed stopped VM launches under its new name', async function () {
+      this.timeout(s.bootMs * 2 + 60_000);
+      const sp = spec('c1');
+      const h = await s.hv.launch(sp);
+      await s.waitUp('c1', h, s.bootMs);
+      expect(await s.hv.suspend(sp)).to.deep.equal({ snapshot: true });
+      const cs = spec('c2');
+      expect(await s.hv.clone(sp, cs)).to.deep.equal({ snapshot: true });
+      const ch = await s.hv.launch(cs, { restore: true });
+      expect(ch.runtime.restored_from_snapshot).to.equal(true);
+      expect(ch.agent_port).not.to.equal(h.agent_port);
+      await s.waitUp('c2', ch, 20_000);
+      await s.hv.kill(cs);
+      const renamed = spec('c3');
+      renameSync(cs.dir, renamed.dir);
+      await s.hv.rename(cs, renamed);
+      const rh = await s.hv.launch(renamed);
+      await s.waitUp('c3', rh, s.bootMs);
+      expect(s.live()).to.include('c3');
+      await s.hv.destroy(renamed);
+      await s.hv.stop(sp, 30_000);
+      expect(exits.filter(([n]) => n.startsWith('c'))).to.deep.equal([]);
     });
 
     it('reports a process that dies on its own, and destroy is idempotent', async function () {

@@ -22,6 +22,11 @@ export class MemoryInstanceStore implements InstanceStore {
   async remove(name: string) {
     this.records.delete(name);
   }
+  async rename(from: string, to: string) {
+    const r = this.records.get(from);
+    this.records.delete(from);
+    if (r) this.records.set(to, { ...r, name: to });
+  }
   dir(name: string) {
     return `/nonexistent/vms/${name}`;
   }

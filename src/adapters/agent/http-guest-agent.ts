@@ -3,7 +3,7 @@ import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type {
-  AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+  AgentHealth, CopyMode, ExecFrame, GuestIdentity, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import {
@@ -255,6 +255,10 @@ export class HttpGuestAgent implements GuestAgent {
         });
       });
     });
+  }
+
+  async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
+    await this.json(ep, { method: 'POST', path: '/identity', body: Buffer.from(JSON.stringify(id)), contentType: 'application/json', timeoutMs: 10_000 });
   }
 
   /** Closes kept-alive connections (daemon stop). */

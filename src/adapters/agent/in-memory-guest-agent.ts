@@ -62,6 +62,10 @@ export class InMemoryGuestAgent implements GuestAgent {
     throw new NotSupportedError(NO_GUEST);
   }
 
+  async setIdentity(ep: AgentEndpoint): Promise<void> {
+    this.vm(ep);
+  }
+
   async shell(): Promise<ShellSession> {
     throw new NotSupportedError(NO_GUEST);
   }

@@ -46,7 +46,7 @@ export interface Message { message: string; name: string }
 /** Every daemon route the client calls, in OpenAPI form (a test checks it against /openapi.yaml). */
 export const CLIENT_ROUTES = [
   'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity',
-  'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}',
+  'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}', 'post /vms/{name}/clone', 'get /pool',
   'post /vms/{name}/start', 'post /vms/{name}/shutdown', 'post /vms/{name}/pause', 'post /vms/{name}/resume',
   'post /vms/{name}/suspend', 'post /vms/{name}/restore', 'get /vms/{name}/metrics', 'get /vms/{name}/logs',
   'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}',
@@ -189,6 +189,9 @@ export class SvcClient {
     yield* this.lines<CreateProgressEvent>(await this.raw('POST', `/vms${qs({ stream: '1', wait: o.wait, timeout: o.timeout })}`, body, { 'content-type': 'application/json' }));
   }
   delete(name: string): Promise<Message> { return this.call('DELETE', `/vms/${enc(name)}`); }
+  /** Clones a stopped or suspended persistent VM (from its snapshot when it has one). */
+  clone(template: string, req: Omit<CreateInput, 'from' | 'from_pool'> = {}, o: CreateOptions = {}): Promise<Instance> { return this.call('POST', `/vms/${enc(template)}/clone${qs({ wait: o.wait, timeout: o.timeout })}`, req); }
+  pool(): Promise<{ template: string; size: number; running: boolean; ready: number; members: { name: string; status: string }[] }> { return this.call('GET', '/pool'); }
   start(name: string): Promise<Instance> { return this.call('POST', `/vms/${enc(name)}/start`); }
   shutdown(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/shutdown`); }
   pause(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/pause`); }

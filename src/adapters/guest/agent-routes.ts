@@ -52,6 +52,7 @@ export function agentRoutes(agent: AgentService, exec: ExecService, files: FileS
       method: 'delete', path: '/fs/remove',
       handler: async (req, res) => void (await files.remove(requiredPath(q(req)), parseBool(q(req), 'recursive', false)), res.status(204).end()),
     },
+    { method: 'post', path: '/identity', handler: async (req, res) => void (await agent.setIdentity(req.body), res.status(204).end()) },
     { method: 'post', path: '/secrets/materialize', handler: async (req, res) => void res.json(await agent.materialize(req.body)) },
   ];
 }

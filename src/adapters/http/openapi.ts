@@ -55,6 +55,8 @@ const schemas: Record<string, Schema> = {
       memory_mb: { type: 'integer', minimum: 64 }, disk_gb: { type: 'integer', minimum: 1 }, image: { type: 'string' },
       tags: { type: 'object', additionalProperties: { type: 'string' } }, userdata: { type: 'string' },
       forwards: { type: 'array', items: ref('PortForward') }, mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
+      from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
+      from_pool: { type: 'boolean', description: 'claim a warm pool member' },
     },
   },
   CreateProgressEvent: {
@@ -164,6 +166,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
         get: op('Get a VM', { '200': json('the VM', ref('Instance')), '404': err('no such vm') }, { parameters: [nameParam] }),
         delete: op('Delete a VM, whatever its state', { '200': message, '404': err('no such vm') }, { parameters: [nameParam] }),
       },
+      '/vms/{name}/clone': { post: op('Clone a stopped or suspended persistent VM (from its snapshot when it has one)', {
+        '201': json('the ready clone', ref('Instance')), '200': { description: 'progress stream (stream=1)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
+        '400': err('invalid request or not a template'), '409': err('name taken'), '429': err('a resource cap would be exceeded'), '500': err('the clone failed'), '504': err('deadline passed'),
+      }, { parameters: [nameParam, q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string' }), q('timeout', { type: 'string' })], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, persistent: { type: 'boolean' }, tags: { type: 'object', additionalProperties: { type: 'string' } }, forwards: { type: 'array', items: ref('PortForward') }, metrics_enabled: { type: 'boolean' } } } } } } }) },
+      '/pool': { get: op('The warm pool', { '200': json('pool', { type: 'object', properties: { template: { type: 'string' }, size: { type: 'integer' }, running: { type: 'boolean' }, ready: { type: 'integer' }, members: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, status: { type: 'string' } } } } } }) }) },
       '/vms/{name}/start': lifecycle('Start a stopped (or failed) persistent VM', json('the running VM', ref('Instance'))),
       '/vms/{name}/shutdown': lifecycle('Shut down; ephemeral VMs are removed', message),
       '/vms/{name}/pause': lifecycle('Pause the guest CPUs', message),

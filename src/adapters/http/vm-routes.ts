@@ -1,8 +1,22 @@
-import type { InstanceService } from '../../app/instance-service.js';
+import type { Request, Response } from 'express';
+import type { CreateJob, InstanceService } from '../../app/instance-service.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
 import type { RouteDef } from './route.js';
 import { queryString } from './route.js';
 import { toHttpError } from './error-status.js';
 import { writeNdjson } from './ndjson.js';
+
+/** Answers a create: NDJSON progress when asked for, else 201 with the ready Instance. */
+async function answerCreate(req: Request, res: Response, job: CreateJob): Promise<void> {
+  if (queryString(req, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
+  try {
+    res.status(201).json(await job.done);
+  } catch (err) {
+    const e = toHttpError(err);
+    // A create that was accepted and then failed is the host's failure, not the caller's.
+    res.status(e.body.code === 'deadline_exceeded' ? 504 : 500).json(e.body);
+  }
+}
 
 export function vmRoutes(instances: InstanceService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
@@ -12,17 +26,16 @@ export function vmRoutes(instances: InstanceService): RouteDef[] {
     { method: 'get', path: '/vms', handler: (_req, res) => void res.json(instances.list()) },
     {
       method: 'post', path: '/vms',
+      handler: async (req, res) => answerCreate(req, res, await instances.create(req.body, { wait: req.query.wait, timeout: req.query.timeout })),
+    },
+    {
+      // Sugar for POST /vms {from: name, ...}: clone a stopped or suspended persistent vm.
+      method: 'post', path: '/vms/:name/clone',
       handler: async (req, res) => {
-        const stream = queryString(req, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '');
-        const job = await instances.create(req.body, { wait: req.query.wait, timeout: req.query.timeout });
-        if (stream) return writeNdjson(res, job.events);
-        try {
-          res.status(201).json(await job.done);
-        } catch (err) {
-          const e = toHttpError(err);
-          // A create that was accepted and then failed is the host's failure, not the caller's.
-          res.status(e.body.code === 'deadline_exceeded' ? 504 : 500).json(e.body);
-        }
+        const body = (req.body ?? {}) as Record<string, unknown>;
+        if (typeof body !== 'object' || Array.isArray(body)) throw new InvalidArgumentError('clone body must be a JSON object');
+        if ('from' in body || 'from_pool' in body) throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
+        return answerCreate(req, res, await instances.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
       },
     },
     { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(instances.get(String(req.params.name))) },

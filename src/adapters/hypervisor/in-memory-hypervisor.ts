@@ -126,6 +126,14 @@ export class InMemoryHypervisor implements Hypervisor {
     this.vms.set(spec.name, { spec, state: 'provisioned', snapshot: false, bootedAt: 0 });
   }
 
+  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    this.maybeFail('clone');
+    if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    const snapshot = this.vms.get(template.name)?.snapshot ?? false;
+    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
+    return { snapshot };
+  }
+
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     this.maybeFail('launch');
     // The fake keeps no disks across daemon restarts: a VM it does not know has a disk "on disk".
@@ -199,6 +207,15 @@ export class InMemoryHypervisor implements Hypervisor {
     const vm = this.vms.get(ref.name);
     if (!vm?.handle || (vm.state !== 'running' && vm.state !== 'paused')) return null;
     return { ...vm.handle, runtime: { ...vm.handle.runtime } };
+  }
+
+  async rename(from: VmRef, to: VmRef): Promise<void> {
+    const vm = this.vms.get(from.name);
+    if (!vm) return;
+    if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${from.name} is running`);
+    this.vms.delete(from.name);
+    vm.spec = { ...vm.spec, name: to.name, dir: to.dir };
+    this.vms.set(to.name, vm);
   }
 
   async destroy(ref: VmRef): Promise<void> {

@@ -23,7 +23,7 @@ export async function startLocalAgent(dir: string, extraEnv: Record<string, stri
   mkdirSync(stateDir, { recursive: true });
   mkdirSync(runDir, { recursive: true });
   const log = openSync(join(dir, 'agent.log'), 'a');
-  const child = spawn(process.execPath, [AGENT_BIN, '--listen', '127.0.0.1:0', '--vsock-port', '0', '--state-dir', stateDir, '--run-dir', runDir], {
+  const child = spawn(process.execPath, [AGENT_BIN, '--listen', '127.0.0.1:0', '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
     stdio: ['ignore', 'pipe', log], env: { ...process.env, ...extraEnv },
   });
   const port = await new Promise<number>((resolve, reject) => {

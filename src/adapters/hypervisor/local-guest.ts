@@ -31,7 +31,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   const startAgentOnce = async (): Promise<number> => {
     const deployed = join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs');
     const script = existsSync(deployed) ? deployed : AGENT_BIN;
-    const c = spawn(process.execPath, [script, '--listen', `127.0.0.1:${port}`, '--vsock-port', '0', '--state-dir', stateDir, '--run-dir', runDir], {
+    const c = spawn(process.execPath, [script, '--listen', `127.0.0.1:${port}`, '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
       stdio: ['ignore', 'pipe', log],
     });
     child = c;

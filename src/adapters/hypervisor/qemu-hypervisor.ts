@@ -1,7 +1,8 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
-import { rm, unlink, writeFile } from 'node:fs/promises';
+import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -111,6 +112,24 @@ export class QemuHypervisor implements Hypervisor {
       instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
       authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
     });
+  }
+
+  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    const from = layout(template.dir);
+    const to = layout(spec.dir);
+    try {
+      // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
+      await copyFile(from.disk, to.disk, constants.COPYFILE_FICLONE);
+    } catch (err) {
+      throw new InternalError(`cannot copy the disk of template ${template.name}: ${(err as Error).message}`);
+    }
+    await writeSeed(to.seed, {
+      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
+      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
+    });
+    const snapshot = existsSync(join(template.dir, MARKER));
+    if (snapshot) await copyFile(join(template.dir, MARKER), join(spec.dir, MARKER));
+    return { snapshot };
   }
 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
@@ -301,6 +320,11 @@ export class QemuHypervisor implements Hypervisor {
     }
     this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid });
     return handle;
+  }
+
+  /** Nothing to do: every file is in the VM directory, and a stopped VM has no live state here. */
+  async rename(from: VmRef, _to: VmRef): Promise<void> {
+    if (this.live.has(from.name)) throw new InvalidStateError(`vm ${from.name} is running`);
   }
 
   async destroy(vm: VmRef): Promise<void> {

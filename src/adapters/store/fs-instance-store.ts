@@ -1,4 +1,4 @@
-import { copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, rename as renameDir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
 import type { InstanceRecord } from '../../domain/instance.js';
@@ -55,6 +55,10 @@ export class FsInstanceStore implements InstanceStore {
     const dir = this.dir(record.name);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await writeFileAtomic(join(dir, 'instance.json'), JSON.stringify(record, null, 2) + '\n');
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    await renameDir(this.dir(from), this.dir(to));
   }
 
   async remove(name: string): Promise<void> {

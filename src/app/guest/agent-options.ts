@@ -6,4 +6,9 @@ export interface AgentOptions {
   stateDir: string;
   runDir: string;
   version: string;
+  /**
+   * Apply identities to the system (hostname, /etc/machine-id, clock). Off for stand-in guests
+   * that run on a developer's host (fake_agent, tests): they only record it.
+   */
+  systemIdentity: boolean;
 }

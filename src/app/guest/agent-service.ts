@@ -2,7 +2,8 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
-import type { AgentHealth, GuestStats, MaterializeRequest, Readiness } from '../../domain/agent.js';
+import type { AgentHealth, GuestIdentity, GuestStats, MaterializeRequest, Readiness } from '../../domain/agent.js';
+import { SystemIdentity } from '../../ports/guest/system-identity.js';
 import { formatMode, parseMode } from '../../domain/agent.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { assertSecretName } from '../../domain/names.js';
@@ -18,11 +19,13 @@ export class AgentService {
     @inject(AgentOptions) private readonly opts: AgentOptions,
     @inject(GuestFiles) private readonly files: GuestFiles,
     @inject(StatsSource) private readonly statsSource: StatsSource,
+    @inject(SystemIdentity) private readonly system: SystemIdentity,
   ) {}
 
   async health(): Promise<AgentHealth> {
+    const recorded = this.opts.systemIdentity ? undefined : await this.recordedIdentity();
     return {
-      hostname: hostname(),
+      hostname: recorded?.hostname ?? hostname(),
       agent_version: this.opts.version,
       agent_uptime_sec: Math.round((Date.now() - this.started) / 100) / 10,
       userdata_ran: await this.files.exists(join(this.opts.stateDir, 'userdata-ran')),
@@ -31,6 +34,32 @@ export class AgentService {
   }
 
   /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
+  private async recordedIdentity(): Promise<GuestIdentity | undefined> {
+    const t = await this.files.readTextDir(join(this.opts.stateDir, 'identity'));
+    return t.hostname ? { hostname: t.hostname, time_ms: Number(t.time_ms), machine_id: t.machine_id } : undefined;
+  }
+
+  /**
+   * A restored or cloned guest learns who it is: hostname, a fresh machine id, the clock. Always
+   * recorded under `<state-dir>/identity/`; applied to the system only with systemIdentity.
+   */
+  async setIdentity(body: unknown): Promise<void> {
+    if (typeof body !== 'object' || body === null) throw new InvalidArgumentError('body must be {hostname, time_ms, machine_id?}');
+    const b = body as Record<string, unknown>;
+    if (typeof b.hostname !== 'string' || !/^[a-z0-9][a-z0-9-]{0,62}$/.test(b.hostname)) throw new InvalidArgumentError('hostname must be a valid host name');
+    if (typeof b.time_ms !== 'number' || !Number.isFinite(b.time_ms) || b.time_ms <= 0) throw new InvalidArgumentError('time_ms must be a positive number');
+    const machineId = b.machine_id === undefined ? undefined : String(b.machine_id);
+    if (machineId !== undefined && !/^[0-9a-f]{32}$/.test(machineId)) throw new InvalidArgumentError('machine_id must be 32 hex digits');
+    const dir = join(this.opts.stateDir, 'identity');
+    await this.files.mkdir(dir, true, 0o755);
+    const entries: [string, string | undefined][] = [['hostname', b.hostname], ['time_ms', String(b.time_ms)], ['machine_id', machineId]];
+    for (const [k, v] of entries) {
+      if (v !== undefined) await this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644 });
+    }
+    if (!this.opts.systemIdentity) return;
+    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId });
+  }
+
   readiness(): Promise<Readiness> {
     return this.files.readTextDir(join(this.opts.stateDir, 'readiness'));
   }

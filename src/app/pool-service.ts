@@ -1,0 +1,114 @@
+import { inject, injectable } from 'inversify';
+import { errorMessage } from '../domain/errors.js';
+import { Clock } from '../ports/clock.js';
+import { Logger } from '../ports/logger.js';
+import type { Config } from './config.js';
+import { InstanceService } from './instance-service.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+import { AppConfig } from './tokens.js';
+
+export interface PoolStatus {
+  template: string;
+  size: number;
+  running: boolean;
+  ready: number;
+  members: { name: string; status: string }[];
+}
+
+const RETRY_MS = 30_000;
+
+/**
+ * Keeps `warm_pool.size` suspended clones of `warm_pool.template` ready. A member is a clone
+ * started from the template's snapshot, then suspended itself, so a claim is a restore (about a
+ * second) instead of a boot. Refills one member at a time in the background after each claim.
+ */
+@injectable()
+export class PoolService {
+  private filling: Promise<void> | undefined;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+    @inject(LifecycleEvents) events: LifecycleEvents,
+  ) {
+    events.on('claimed', () => this.refill());
+  }
+
+  get enabled(): boolean {
+    return this.config.warm_pool.size > 0;
+  }
+
+  status(): PoolStatus {
+    const { template, size, running } = this.config.warm_pool;
+    const members = template ? this.instances.poolMembers(template) : [];
+    return {
+      template, size, running, ready: members.filter((m) => m.status === 'suspended').length,
+      members: members.map((m) => ({ name: m.name, status: m.status })).sort((a, b) => a.name.localeCompare(b.name)),
+    };
+  }
+
+  /** Starts (or asks for another round of) filling; never runs two rounds at once. */
+  refill(): void {
+    if (!this.enabled || this.stopped) return;
+    if (this.filling) {
+      this.again = true;
+      return;
+    }
+    this.filling = this.fill().finally(() => {
+      this.filling = undefined;
+      if (this.again && !this.stopped) {
+        this.again = false;
+        this.refill();
+      }
+    });
+  }
+
+  /** Waits for the current round (tests, benchmarks). */
+  async settled(): Promise<void> {
+    while (this.filling) await this.filling;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  private async fill(): Promise<void> {
+    const { template, size } = this.config.warm_pool;
+    for (;;) {
+      const members = this.instances.poolMembers(template);
+      if (members.length >= size || this.stopped) return;
+      const name = this.freeName(template);
+      const t0 = this.clock.now();
+      try {
+        const job = await this.instances.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
+        await job.done;
+        await this.instances.suspend(name);
+        this.log.info({ member: name, template, duration_ms: this.clock.now() - t0 }, 'warm pool member ready');
+      } catch (err) {
+        this.log.error({ template, err: errorMessage(err) }, `warm pool refill failed; retrying in ${RETRY_MS / 1000} s`);
+        clearTimeout(this.timer);
+        this.timer = setTimeout(() => this.refill(), RETRY_MS);
+        this.timer.unref();
+        return;
+      }
+    }
+  }
+
+  private freeName(template: string): string {
+    const base = `pool-${template}`.slice(0, 56);
+    for (let i = 1; ; i++) {
+      const n = `${base}-${i}`;
+      try {
+        this.instances.get(n);
+      } catch {
+        return n;
+      }
+    }
+  }
+}
