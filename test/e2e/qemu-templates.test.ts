@@ -1,0 +1,78 @@
+import { expect } from 'chai';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { ndjson } from '../helpers/http.js';
+import { ensureImage, qemuProcesses } from './image.js';
+
+describe('svcd with QEMU: templates, clones and the warm pool', function () {
+  this.timeout(240_000);
+  let d: TestDaemon;
+  const sh = async (vm: string, script: string): Promise<string> => {
+    const r = await d.call('POST', `/vms/${vm}/exec?${new URLSearchParams({ cmd: 'sh', args: '-c' })}&args=${encodeURIComponent(script)}`);
+    expect(r.status, r.text).to.equal(200);
+    return r.json.stdout.trim();
+  };
+
+  before(async () => {
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
+  });
+  after(async () => {
+    for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+    for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
+    await d.stop();
+  });
+
+  let tplMachineId = '';
+
+  it('clones a suspended template from its snapshot: own hostname and machine id, the template files, the template untouched', async () => {
+    expect((await d.call('POST', '/vms', { name: 'tpl', persistent: true, memory_mb: 384 })).status).to.equal(201);
+    await sh('tpl', 'echo from-template > /root/tpl.txt; sync');
+    tplMachineId = await sh('tpl', 'cat /etc/machine-id');
+    expect((await d.call('POST', '/vms/tpl/suspend')).status).to.equal(200);
+    const t0 = Date.now();
+    const events = ndjson((await d.call('POST', '/vms?stream=1', { name: 'c1', from: 'tpl' })).text);
+    expect(events.at(-1)!.phase, JSON.stringify(events.at(-1))).to.equal('ready');
+    expect(events.find((e) => e.phase === 'boot')!.message).to.match(/restoring from the snapshot of template tpl/);
+    // Not cold-booted: the guest's uptime goes on from the template's, longer than this create took.
+    const uptime = Number((await sh('c1', 'cut -d" " -f1 /proc/uptime')));
+    expect(uptime * 1000).to.be.above(Date.now() - t0);
+    expect(await sh('c1', 'hostname')).to.equal('c1');
+    expect(await sh('c1', 'cat /root/tpl.txt')).to.equal('from-template');
+    expect(await sh('c1', 'cat /etc/machine-id')).to.not.equal(tplMachineId);
+    expect(Math.abs(Number(await sh('c1', 'date +%s')) - Date.now() / 1000)).to.be.below(5);
+    expect((await d.call('GET', '/vms/tpl')).json.status).to.equal('suspended');
+  });
+
+  it('runs two clones at once, each answering on its own ports', async () => {
+    const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2' });
+    expect(c2.status, c2.text).to.equal(201);
+    const c1 = (await d.call('GET', '/vms/c1')).json;
+    expect(c2.json.agent_port).to.not.equal(c1.agent_port);
+    expect(await sh('c1', 'hostname')).to.equal('c1');
+    expect(await sh('c2', 'hostname')).to.equal('c2');
+    expect(qemuProcesses(['c1', 'c2'])).to.have.length(2);
+    await sh('c2', 'echo only-c2 > /root/mine');
+    expect(await sh('c1', 'cat /root/mine 2>/dev/null || echo absent')).to.equal('absent');
+  });
+
+  it('fills the pool, gives 5 concurrent claims 5 distinct VMs, and refills', async () => {
+    await d.restart(); // the pool fills when the daemon starts with its template in place
+    await d.daemon.poolSettled();
+    expect((await d.call('GET', '/pool')).json.ready).to.equal(2);
+    const results = await Promise.all([1, 2, 3, 4, 5].map((i) => d.call('POST', '/vms', { name: `p${i}`, from_pool: true, tags: { i: String(i) } })));
+    for (const r of results) expect(r.status, r.text).to.equal(201);
+    expect(new Set(results.map((r) => r.json.name)).size).to.equal(5);
+    for (let i = 1; i <= 5; i++) expect(await sh(`p${i}`, 'hostname; cat /root/tpl.txt')).to.equal(`p${i}\nfrom-template`);
+    const claimed = (await d.call('GET', '/activity')).json.events.filter((e: { message?: string }) => /^claimed /.test(e.message ?? ''));
+    expect(claimed).to.have.length(2);
+    await d.daemon.poolSettled();
+    const pool = (await d.call('GET', '/pool')).json;
+    expect(pool.ready).to.equal(2);
+    for (const i of [1, 2, 3, 4, 5]) await d.call('DELETE', `/vms/p${i}`);
+  });
+
+  it('leaves the template as it was', async () => {
+    const r = await d.call('POST', '/vms/tpl/restore');
+    expect(r.json.status).to.equal('running');
+    expect(await sh('tpl', 'hostname; cat /etc/machine-id; cat /root/mine 2>/dev/null || echo absent')).to.equal(`tpl\n${tplMachineId}\nabsent`);
+  });
+});
