@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund
 npm run build
 npm run build:agent >/dev/null
-npx eslint src test examples
+npx eslint src test examples bench
 npx depcruise src --config .dependency-cruiser.cjs --output-type err
 npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
 npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'

@@ -107,7 +107,8 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
     } else {
       bind(Hypervisor).toDynamicValue((ctx) => new QemuHypervisor({
         qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
-        log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp',
+        log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
+        overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined,
       })).inSingletonScope();
     }
     // An in-memory hypervisor without stand-in guests has no agent: its in-memory agent and probe answer.

@@ -27,6 +27,10 @@ export interface Config {
   agent_transport: 'auto' | 'tcp' | 'vsock';
   qemu_binary: string;
   accel: 'auto' | 'kvm' | 'tcg';
+  mount_driver: '9p' | 'virtiofs';
+  network: 'user' | 'overlay';
+  /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
+  overlay_mcast: string;
   fake_boot_delay_ms: number;
   fake_agent: boolean;
   /** Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates. */
@@ -62,6 +66,9 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   agent_transport: ['agent_transport', { oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
   qemu_binary: ['qemu_binary', 'string', 'qemu-system-x86_64'],
   accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
+  mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
+  network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
+  overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],
   fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
   fake_agent: ['fake_agent', 'bool', false],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
@@ -158,6 +165,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   }
   for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points'] as const) {
     if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
+  }
+  if (!/^2(2[4-9]|3\d)\.\d{1,3}\.\d{1,3}\.\d{1,3}:\d{1,5}$/.test(cfg.overlay_mcast)) {
+    throw new ConfigError(`config key "overlay_mcast": must be a multicast GROUP:PORT (224.0.0.0-239.255.255.255), got ${JSON.stringify(cfg.overlay_mcast)}`);
   }
   if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
   if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');

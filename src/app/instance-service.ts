@@ -145,6 +145,7 @@ export class InstanceService {
       req.from = pool; // the pool is empty: clone the template directly
     }
     const template = req.from === undefined ? undefined : this.templateOf(req.from);
+    await this.hv.checkMounts(req.mounts);
     const image = await this.hv.resolveImage(template?.image ?? req.image ?? this.config.image);
     const pubKey = await this.keys.publicKey();
     // From here to the map insert there is no await: the checks and the reservation are atomic.
@@ -240,8 +241,16 @@ export class InstanceService {
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
       created_at: now, updated_at: now, userdata: req.userdata,
     };
+    if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     this.records.set(name, rec);
     return rec;
+  }
+
+  /** The lowest free address on the overlay segment, 10.77.0.2 to .254. */
+  private freeOverlayIp(): string {
+    const used = new Set([...this.records.values()].map((r) => r.overlay_ip));
+    for (let n = 2; n < 255; n++) if (!used.has(`10.77.0.${n}/24`)) return `10.77.0.${n}/24`;
+    throw new ResourceExhaustedError('the overlay segment 10.77.0.0/24 has no free address');
   }
 
   /** Throws ResourceExhausted when running `cpus` and `memory` more would pass a cap. */
@@ -453,6 +462,7 @@ export class InstanceService {
     try {
       await this.agent.setIdentity(agentEndpoint(rec), {
         hostname: rec.name, time_ms: this.clock.now(), machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
+        overlay_ip: fresh ? rec.overlay_ip : undefined,
       });
     } catch (err) {
       if (fresh) throw err;
@@ -524,7 +534,7 @@ export class InstanceService {
   private spec(rec: InstanceRecord, forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[], key: string): VmSpec {
     return {
       name: rec.name, dir: this.store.dir(rec.name), cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb,
-      image: rec.image, hostname: rec.name, userdata: rec.userdata, mounts: rec.mounts,
+      image: rec.image, hostname: rec.name, userdata: rec.userdata, mounts: rec.mounts, overlay_ip: rec.overlay_ip,
       forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
       ssh_authorized_key: key,
     };

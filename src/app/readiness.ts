@@ -22,7 +22,7 @@ export interface WaitContext {
   died(): string | undefined;
 }
 
-const POLL_MS = 150;
+const POLL_MS = 50;
 
 export function agentEndpoint(record: Pick<InstanceRecord, 'agent_port' | 'agent_cid'>): AgentEndpoint {
   return { host: '127.0.0.1', port: record.agent_port, cid: record.agent_cid || undefined };

@@ -98,4 +98,6 @@ export interface GuestIdentity {
   time_ms: number;
   /** A new machine id (32 hex) for a clone; omitted keeps the current one (a restore). */
   machine_id?: string;
+  /** The overlay address (`10.77.0.N/24`) a clone must take instead of its template's. */
+  overlay_ip?: string;
 }

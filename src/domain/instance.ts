@@ -55,10 +55,12 @@ export interface InstanceRecord extends Instance {
   runtime?: Record<string, unknown>;
   /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
   pool?: string;
+  /** Overlay segment address with prefix (network: overlay); `ip` shows it without the prefix. */
+  overlay_ip?: string;
 }
 
 export function toPublic(record: InstanceRecord): Instance {
-  const { userdata: _u, runtime: _r, pool: _p, ...pub } = record;
+  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
   return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };

@@ -22,6 +22,8 @@ export interface VmSpec {
   mounts: Mount[];
   /** The daemon's SSH public key, authorised for the guest's default user. */
   ssh_authorized_key?: string;
+  /** Address on the overlay segment (network: overlay), as `10.77.0.N/24`; none in user mode. */
+  overlay_ip?: string;
 }
 
 /** What a running VM looks like from the host. `runtime` is opaque adapter state kept in the record. */
@@ -67,6 +69,12 @@ export interface Hypervisor {
 
   /** Resolves an image name. Throws InvalidArgumentError when the image does not exist. */
   resolveImage(image: string): Promise<ImageInfo>;
+
+  /**
+   * Checks mounts before anything is made: InvalidArgumentError when a host path is not an
+   * existing directory, NotSupportedError when the configured mount driver is missing here.
+   */
+  checkMounts(mounts: Mount[]): Promise<void>;
 
   /** Creates the VM's disk and seed in `spec.dir`. Not idempotent: call once per VM. */
   provision(spec: VmSpec): Promise<void>;

@@ -9,7 +9,7 @@ const agent = new HttpGuestAgent();
 let hv: QemuHypervisor;
 
 hypervisorContract('QemuHypervisor (real guests)', async () => {
-  hv = new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false });
+  hv = new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
   return {
     hv, image: 'default', bootMs: 90_000,
     waitUp: async (_name, h, ms) => {

@@ -18,6 +18,11 @@ export class LinuxSystemIdentity implements SystemIdentity {
       await writeFile('/etc/hosts', `127.0.0.1 localhost ${id.hostname}\n`).catch(() => undefined);
       if (id.machine_id) await writeFile('/etc/machine-id', `${id.machine_id}\n`).catch(() => undefined);
       await run('date', ['-u', '-s', `@${Math.floor(id.time_ms / 1000)}`]);
+      if (id.overlay_ip) {
+        await run('ip', ['addr', 'flush', 'dev', 'eth1']);
+        await run('ip', ['addr', 'add', id.overlay_ip, 'dev', 'eth1']);
+        await run('ip', ['link', 'set', 'eth1', 'up']);
+      }
     } catch (err) {
       throw new InternalError(`cannot apply the identity: ${(err as Error).message}`);
     }

@@ -1,6 +1,8 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError, InvalidArgumentError, InvalidStateError } from '../../domain/errors.js';
+import type { Mount } from '../../domain/instance.js';
+import { checkHostDirs } from './mounts.js';
 import type {
   ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
 } from '../../ports/hypervisor.js';
@@ -119,6 +121,11 @@ export class InMemoryHypervisor implements Hypervisor {
     return info;
   }
 
+  /** Host paths are checked as for real VMs; the fake has no driver to miss. */
+  async checkMounts(mounts: Mount[]): Promise<void> {
+    await checkHostDirs(mounts);
+  }
+
   async provision(spec: VmSpec): Promise<void> {
     this.maybeFail('provision');
     if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
@@ -154,7 +161,7 @@ export class InMemoryHypervisor implements Hypervisor {
     await appendFile(join(spec.dir, 'serial.log'), `[fake] ${spec.name} ${fromSnapshot ? 'restored from snapshot' : 'booted'}\n`).catch(() => undefined);
     vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
     vm.handle = {
-      ip: '10.0.2.15',
+      ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15',
       ssh_port: sidecar?.sshPort ?? this.nextPort++,
       agent_port: sidecar?.port ?? this.nextPort++,
       agent_cid: 0,

@@ -22,6 +22,11 @@ export interface QemuLaunch {
   forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[];
   loadSnapshot?: string;
   vsockCid?: number;
+  /** Shares: 9p (`-virtfs`) or virtio-fs (a virtiofsd socket each, and shared guest RAM). */
+  mounts?: { tag: string; host: string; readonly: boolean; socket?: string }[];
+  mountDriver?: '9p' | 'virtiofs';
+  /** A second NIC on the overlay segment: multicast group:port and a per-VM MAC. */
+  overlay?: { mcast: string; mac: string };
 }
 
 /** The process name QEMU runs under; re-attach checks it, so a recycled pid is not taken for a VM. */
@@ -52,6 +57,18 @@ export function qemuArgs(l: QemuLaunch): string[] {
     '-qmp', `unix:${l.layout.qmp},server=on,wait=off`,
     '-pidfile', l.layout.pidfile,
   ];
+  if (l.overlay) {
+    args.push('-netdev', `socket,id=overlay0,mcast=${l.overlay.mcast},localaddr=127.0.0.1`, '-device', `virtio-net-pci,netdev=overlay0,mac=${l.overlay.mac}`);
+  }
+  const mounts = l.mounts ?? [];
+  if (mounts.length && l.mountDriver === 'virtiofs') {
+    // vhost-user-fs needs the guest RAM in a shared memory backend.
+    args.push('-object', `memory-backend-memfd,id=mem,size=${l.memory_mb}M,share=on`, '-numa', 'node,memdev=mem');
+    mounts.forEach((m, i) => args.push('-chardev', `socket,id=vfs${i},path=${m.socket}`, '-device', `vhost-user-fs-pci,chardev=vfs${i},tag=${m.tag}`));
+  } else {
+    // Paths and tags were validated: no commas reach this option string.
+    mounts.forEach((m, i) => args.push('-virtfs', `local,path=${m.host},mount_tag=${m.tag},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`));
+  }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
   if (l.loadSnapshot) args.push('-loadvm', l.loadSnapshot);
   return args;

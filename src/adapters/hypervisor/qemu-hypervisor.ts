@@ -12,7 +12,9 @@ import type { ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRe
 import { chooseAccel, type Accel } from './accel-probe.js';
 import { freePort, portFree } from './free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
-import { writeSeed } from './nocloud-seed.js';
+import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
+import { checkDriver, checkHostDirs, cloudInitMounts, mountScript, mountTag, virtiofsd } from './mounts.js';
+import type { Mount } from '../../domain/instance.js';
 import { processTag, qemuArgs, type QemuLayout } from './qemu-args.js';
 import { QmpClient } from './qmp-client.js';
 
@@ -37,6 +39,9 @@ export interface QemuOptions {
   log: Logger;
   /** Use a vhost-vsock device when the host has /dev/vhost-vsock (agent_transport auto|vsock). */
   vsock: boolean;
+  mountDriver: '9p' | 'virtiofs';
+  /** The overlay segment's multicast group:port (network: overlay); absent in user mode. */
+  overlayMcast?: string;
 }
 
 /** Is the process running? A zombie (dead, not yet reaped by a parent that is gone) is not. */
@@ -99,6 +104,21 @@ export class QemuHypervisor implements Hypervisor {
     return { id: m.id, agent_ready: m.agent_ready, ssh_user: m.ssh_user };
   }
 
+  async checkMounts(mounts: Mount[]): Promise<void> {
+    await checkHostDirs(mounts);
+    if (mounts.length) checkDriver(this.o.mountDriver);
+  }
+
+  private seed(spec: VmSpec): SeedData {
+    return {
+      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
+      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
+      mountsScript: spec.mounts.length ? mountScript(spec.mounts, this.o.mountDriver) : undefined,
+      vendorData: spec.mounts.length ? cloudInitMounts(spec.mounts, this.o.mountDriver) : undefined,
+      overlayIp: spec.overlay_ip,
+    };
+  }
+
   async provision(spec: VmSpec): Promise<void> {
     const img = await this.o.images.get(spec.image);
     const l = layout(spec.dir);
@@ -108,10 +128,7 @@ export class QemuHypervisor implements Hypervisor {
     } catch (err) {
       throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
     }
-    await writeSeed(l.seed, {
-      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
-      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
-    });
+    await writeSeed(l.seed, this.seed(spec));
   }
 
   async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
@@ -123,10 +140,7 @@ export class QemuHypervisor implements Hypervisor {
     } catch (err) {
       throw new InternalError(`cannot copy the disk of template ${template.name}: ${(err as Error).message}`);
     }
-    await writeSeed(to.seed, {
-      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
-      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
-    });
+    await writeSeed(to.seed, this.seed(spec));
     const snapshot = existsSync(join(template.dir, MARKER));
     if (snapshot) await copyFile(join(template.dir, MARKER), join(spec.dir, MARKER));
     return { snapshot };
@@ -147,9 +161,12 @@ export class QemuHypervisor implements Hypervisor {
       const agentPort = await freePort();
       const forwards = await Promise.all(spec.forwards.map(async (f) => ({ ...f, host_port: f.host_port || (await freePort(f.proto)) })));
       const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
+      const mounts = await this.startMounts(spec);
       const args = qemuArgs({
         name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel, image: img, layout: l, sshPort, agentPort,
         forwards, vsockCid: cid || undefined, loadSnapshot: restore ? SUSPEND_TAG : undefined,
+        mounts, mountDriver: this.o.mountDriver,
+        overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
       });
       await unlink(l.qmp).catch(() => undefined);
       const logPath = join(spec.dir, 'qemu.log');
@@ -175,11 +192,32 @@ export class QemuHypervisor implements Hypervisor {
       if (restore) await unlink(marker).catch(() => undefined);
       this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
       return {
-        ip: '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
+        ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
         runtime: { pid, qmp: l.qmp, accel, restored_from_snapshot: restore, started_at: new Date().toISOString() },
       };
     }
+  }
+
+  /**
+   * The shares of a VM as QEMU needs them. For virtio-fs, one virtiofsd per share, detached like
+   * QEMU; each exits by itself when QEMU closes its socket.
+   */
+  private async startMounts(spec: VmSpec): Promise<{ tag: string; host: string; readonly: boolean; socket?: string }[]> {
+    const mounts = spec.mounts.map((m, i) => ({ tag: mountTag(m, i), host: m.host, readonly: !!m.readonly, socket: undefined as string | undefined }));
+    if (!mounts.length || this.o.mountDriver !== 'virtiofs') return mounts;
+    checkDriver('virtiofs');
+    for (const [i, m] of mounts.entries()) {
+      m.socket = join(spec.dir, `vfs${i}.sock`);
+      await unlink(m.socket).catch(() => undefined);
+      const logFd = openSync(join(spec.dir, 'virtiofsd.log'), 'a');
+      const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd] });
+      closeSync(logFd);
+      d.unref();
+      for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
+      if (!existsSync(m.socket)) throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
+    }
+    return mounts;
   }
 
   private freeCid(): number {

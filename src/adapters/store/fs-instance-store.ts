@@ -10,7 +10,7 @@ import type { InstanceStore } from '../../ports/stores.js';
 import { writeFileAtomic } from './atomic-file.js';
 
 /** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
-const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log'];
+const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
 
 /** Records in `<data_dir>/vms/<name>/instance.json`, written with writeFileAtomic. */
 @injectable()

@@ -57,7 +57,10 @@ export class AgentService {
       if (v !== undefined) await this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644 });
     }
     if (!this.opts.systemIdentity) return;
-    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId });
+    if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
+      throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
+    }
+    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip as string | undefined });
   }
 
   readiness(): Promise<Readiness> {

@@ -1,0 +1,69 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { request, Agent } from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SvcClient } from '../src/index.js';
+
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const SVCD = join(REPO, 'dist', 'src', 'bin', 'svcd.js');
+
+export interface Stats { n: number; p50: number; p95: number; mean: number; min: number; max: number }
+
+export function stats(xs: number[]): Stats {
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (q: number) => s[Math.min(s.length - 1, Math.floor(q * (s.length - 1) + 0.5))];
+  return { n: s.length, p50: at(0.5), p95: at(0.95), mean: s.reduce((a, b) => a + b, 0) / s.length, min: s[0], max: s[s.length - 1] };
+}
+
+export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number {
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+}
+
+/** Resets a process's peak RSS (VmHWM) so the next peak belongs to what follows. */
+export function resetPeak(pid: number): void {
+  writeFileSync(`/proc/${pid}/clear_refs`, '5');
+}
+
+export interface Daemon { proc: ChildProcess; socket: string; port: number; client: SvcClient; stop(): Promise<void> }
+
+/** Runs svcd as its own process (so its memory is its own) with the given config. */
+export async function startSvcd(dir: string, config: Record<string, unknown>): Promise<Daemon> {
+  const socket = join(dir, 'svc.sock');
+  const yaml = Object.entries({ data_dir: join(dir, 'data'), socket, api: '127.0.0.1:0', log_level: 'info', ...config })
+    .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v === '' ? "''" : v}`).join('\n');
+  writeFileSync(join(dir, 'config.yaml'), yaml + '\n');
+  const proc = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let port = 0;
+  proc.stderr!.on('data', (c: Buffer) => {
+    const m = /"tcp_port":(\d+)/.exec(c.toString());
+    if (m) port = Number(m[1]);
+  });
+  const client = new SvcClient({ socket, env: {} });
+  for (let i = 0; i < 200 && !port; i++) await new Promise((r) => setTimeout(r, 50));
+  if (!port) throw new Error('svcd did not start');
+  return {
+    proc, socket, port, client,
+    stop: async () => {
+      const gone = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await gone;
+    },
+  };
+}
+
+/** One HTTP POST with a kept-alive agent; resolves when the body is read. */
+export function post(agent: Agent, target: { socketPath?: string; port?: number }, path: string, token?: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = request({ agent, ...target, host: '127.0.0.1', method: 'POST', path, headers: token ? { authorization: `Bearer ${token}` } : {} }, (res) => {
+      res.resume();
+      res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export function fmt(n: number, digits = 1): string {
+  return Number.isFinite(n) ? n.toFixed(digits) : '-';
+}

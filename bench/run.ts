@@ -1,0 +1,240 @@
+// npm run bench: measures what svc promises, each figure beside its peer or limit in the same run,
+// prints a table and writes bench/results/<time>.json and bench/results/latest.json.
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem, tmpdir } from 'node:os';
+import { Agent, request } from 'node:http';
+import { createServer, connect } from 'node:net';
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fmt, post, REPO, resetPeak, rssKiB, startSvcd, stats, type Stats } from './lib.js';
+
+const N = Number(process.env.BENCH_N ?? 5);
+const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
+const only = (process.env.BENCH_ONLY ?? 'boot,exec,cp,control,memory').split(',');
+const results: Record<string, unknown> = {};
+const rows: string[][] = [];
+const row = (...c: (string | number)[]) => rows.push(c.map(String));
+
+async function timeIt(fn: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+}
+
+function ensureImage(): string {
+  const images = join(REPO, '.svc-test', 'images');
+  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, 'default'), join(REPO, 'dist', 'agent')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  return images;
+}
+
+/** 1. create-to-ready: cold boot vs clone from snapshot vs pool claim; 2. exec round trip; 5b. QEMU RSS. */
+async function qemuBenchmarks(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+  const d = await startSvcd(dir, { hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: N }, sandbox_metrics_enabled: false, memory_mb: 384 });
+  try {
+    const c = d.client;
+    if (only.includes('boot')) {
+      const cold: number[] = [];
+      for (let i = 0; i < N; i++) {
+        cold.push(await timeIt(() => c.create({ name: `cold${i}` })));
+        await c.delete(`cold${i}`);
+      }
+      await c.create({ name: 'tpl', persistent: true });
+      await c.suspend('tpl');
+      const clone: number[] = [];
+      for (let i = 0; i < N; i++) {
+        clone.push(await timeIt(() => c.create({ name: `clone${i}`, from: 'tpl' })));
+        await c.delete(`clone${i}`);
+      }
+      // restart so the pool fills from the template, then wait until it is full
+      await d.stop();
+      const d2 = await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N }, sandbox_metrics_enabled: false, memory_mb: 384 });
+      Object.assign(d, d2);
+      for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
+      const claim: number[] = [];
+      for (let i = 0; i < N; i++) claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
+      const sc = stats(cold);
+      const sk = stats(clone);
+      const sp = stats(claim);
+      results.create_to_ready_ms = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50 };
+      row('create-to-ready: cold boot', `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${N})`, '');
+      row('create-to-ready: clone from snapshot', `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster (target >= 10x)`);
+      row('create-to-ready: pool claim', `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
+    }
+    const c2 = d.client;
+    if (!(await c2.list()).some((i) => i.name === 'ex')) await c2.create({ name: 'ex' });
+    if (only.includes('exec')) {
+      const inst = await c2.get('ex');
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      const path = '/exec?cmd=true';
+      const targets = {
+        direct: () => post(agent, { port: inst.agent_port }, path),
+        daemon_tcp: () => post(agent, { port: d.port }, `/vms/ex${path}`),
+        daemon_unix: () => post(agent, { socketPath: d.socket }, `/vms/ex${path}`),
+      };
+      const samples: Record<string, number[]> = { direct: [], daemon_tcp: [], daemon_unix: [] };
+      for (const f of Object.values(targets)) for (let i = 0; i < 10; i++) await f(); // warm up
+      for (let i = 0; i < 200; i++) for (const [k, f] of Object.entries(targets)) samples[k].push(await timeIt(f));
+      const s = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, stats(v)])) as Record<string, Stats>;
+      results.exec_true_ms = { ...s, overhead_p50_tcp: s.daemon_tcp.p50 - s.direct.p50, overhead_p50_unix: s.daemon_unix.p50 - s.direct.p50 };
+      row('exec `true` round trip: direct to agent', `p50 ${fmt(s.direct.p50, 2)} ms, p95 ${fmt(s.direct.p95, 2)} ms (n=200)`, '');
+      row('exec `true`: through daemon, TCP', `p50 ${fmt(s.daemon_tcp.p50, 2)} ms, p95 ${fmt(s.daemon_tcp.p95, 2)} ms`, `+${fmt(s.daemon_tcp.p50 - s.direct.p50, 2)} ms p50 (target <= 1 ms)`);
+      row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `+${fmt(s.daemon_unix.p50 - s.direct.p50, 2)} ms p50 (target <= 1 ms)`);
+      agent.destroy();
+    }
+    if (only.includes('memory')) {
+      const pids = execFileSync('pgrep', ['-f', 'process=svc-'], { encoding: 'utf8' }).trim().split('\n').map(Number);
+      const rss = pids.map((p) => rssKiB(p) / 1024);
+      results.qemu_rss_mib = stats(rss);
+      row('QEMU RSS per guest (384 MB, TCG)', `p50 ${fmt(stats(rss).p50, 0)} MiB (n=${rss.length})`, '');
+    }
+  } finally {
+    for (const i of await d.client.list().catch(() => [])) await d.client.delete(i.name).catch(() => undefined);
+    for (const m of (await d.client.pool().catch(() => ({ members: [] as { name: string }[] }))).members) await d.client.delete(m.name).catch(() => undefined);
+    await d.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** 3. cp of 1 GiB: raw loopback socket (the limit) vs direct to an agent vs through the daemon. */
+async function cpBenchmarks(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-cp-'));
+  const d = await startSvcd(dir, { hypervisor: 'fake', fake_agent: true, sandbox_metrics_enabled: false });
+  try {
+    const inst = await d.client.create({ name: 'cp' });
+    if (only.includes('exec')) {
+      // The proxy's own cost, with the agent on this host instead of a TCG guest sharing the cores.
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      const direct = () => post(agent, { port: inst.agent_port }, '/exec?cmd=true');
+      const viaUnix = () => post(agent, { socketPath: d.socket }, '/vms/cp/exec?cmd=true');
+      for (let i = 0; i < 20; i++) { await direct(); await viaUnix(); }
+      const a: number[] = [];
+      const b: number[] = [];
+      for (let i = 0; i < 300; i++) { a.push(await timeIt(direct)); b.push(await timeIt(viaUnix)); }
+      const sa = stats(a);
+      const sb = stats(b);
+      results.exec_true_local_agent_ms = { direct: sa, daemon_unix: sb, overhead_p50: sb.p50 - sa.p50 };
+      row('exec `true`, local agent: direct', `p50 ${fmt(sa.p50, 2)} ms, p95 ${fmt(sa.p95, 2)} ms (n=300)`, '');
+      row('exec `true`, local agent: through daemon (Unix)', `p50 ${fmt(sb.p50, 2)} ms, p95 ${fmt(sb.p95, 2)} ms`, `+${fmt(sb.p50 - sa.p50, 2)} ms p50 (target <= 1 ms)`);
+      agent.destroy();
+    }
+    const guestFile = join(dir, 'data', 'vms', 'cp', 'guest', 'big.bin');
+    const chunk = Buffer.alloc(1024 * 1024, 7);
+    const send = (opts: { port?: number; socketPath?: string; path: string; method: string }) => new Promise<void>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', ...opts, headers: { 'content-type': 'application/octet-stream', 'content-length': String(GIB) } }, (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+      });
+      req.on('error', reject);
+      let sent = 0;
+      const pump = () => {
+        while (sent < GIB) {
+          sent += chunk.length;
+          if (!req.write(chunk)) return void req.once('drain', pump);
+        }
+        req.end();
+      };
+      pump();
+    });
+    const fetchAll = (opts: { port?: number; socketPath?: string; path: string }) => new Promise<void>((resolve, reject) => {
+      request({ host: '127.0.0.1', ...opts }, (res) => {
+        res.on('data', () => undefined);
+        res.on('end', resolve);
+        res.on('error', reject);
+      }).on('error', reject).end();
+    });
+    const raw = await timeIt(() => new Promise<void>((resolve) => {
+      const srv = createServer((s) => { s.on('data', () => undefined); s.on('end', () => { srv.close(); resolve(); }); });
+      srv.listen(0, '127.0.0.1', () => {
+        const s = connect((srv.address() as { port: number }).port, '127.0.0.1', () => {
+          let sent = 0;
+          const pump = () => {
+            while (sent < GIB) {
+              sent += chunk.length;
+              if (!s.write(chunk)) return void s.once('drain', pump);
+            }
+            s.end();
+          };
+          pump();
+        });
+      });
+    }));
+    const q = `/cp?path=${encodeURIComponent(guestFile)}`;
+    const upDirect = await timeIt(() => send({ port: inst.agent_port, path: q, method: 'PUT' }));
+    const downDirect = await timeIt(() => fetchAll({ port: inst.agent_port, path: q }));
+    resetPeak(d.proc.pid!);
+    const upDaemon = await timeIt(() => send({ socketPath: d.socket, path: `/vms/cp${q}`, method: 'PUT' }));
+    const downDaemon = await timeIt(() => fetchAll({ socketPath: d.socket, path: `/vms/cp${q}` }));
+    const peak = rssKiB(d.proc.pid!, 'VmHWM') / 1024;
+    const mbs = (ms: number) => GIB / 1048576 / (ms / 1000);
+    results.cp_mib_per_s = {
+      bytes: GIB, raw_loopback: mbs(raw), upload_direct: mbs(upDirect), upload_daemon: mbs(upDaemon), download_direct: mbs(downDirect),
+      download_daemon: mbs(downDaemon), upload_ratio: upDirect / upDaemon, download_ratio: downDirect / downDaemon, daemon_peak_rss_mib: peak,
+    };
+    const gib = `${fmt(GIB / 1073741824, 2)} GiB`;
+    row(`cp ${gib}: raw loopback socket (limit)`, `${fmt(mbs(raw), 0)} MiB/s`, '');
+    row(`cp ${gib} upload: direct to agent`, `${fmt(mbs(upDirect), 0)} MiB/s`, '');
+    row(`cp ${gib} upload: through daemon`, `${fmt(mbs(upDaemon), 0)} MiB/s`, `${fmt((upDirect / upDaemon) * 100, 0)}% of direct (target >= 90%)`);
+    row(`cp ${gib} download: direct to agent`, `${fmt(mbs(downDirect), 0)} MiB/s`, '');
+    row(`cp ${gib} download: through daemon`, `${fmt(mbs(downDaemon), 0)} MiB/s`, `${fmt((downDirect / downDaemon) * 100, 0)}% of direct (target >= 90%)`);
+    row('daemon peak RSS during the copies', `${fmt(peak, 0)} MiB`, `vs ${gib} moved`);
+  } finally {
+    await d.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** 4. control plane on the fake hypervisor; 5a. daemon RSS idle and with 100 VMs. */
+async function controlBenchmarks(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-ctl-'));
+  const d = await startSvcd(dir, { hypervisor: 'fake', fake_boot_delay: '0ms', sandbox_metrics_enabled: false });
+  try {
+    const c = d.client;
+    await new Promise((r) => setTimeout(r, 500));
+    const idle = rssKiB(d.proc.pid!) / 1024;
+    const t0 = performance.now();
+    const OPS = 200;
+    for (let i = 0; i < OPS; i++) {
+      await c.create({ name: `op${i}` });
+      await c.delete(`op${i}`);
+    }
+    const opsPerSec = OPS / ((performance.now() - t0) / 1000);
+    for (let i = 0; i < 100; i++) await c.create({ name: `m${i}` });
+    const with100 = rssKiB(d.proc.pid!) / 1024;
+    for (let i = 100; i < 1000; i += 10) await Promise.all(Array.from({ length: 10 }, (_, k) => c.create({ name: `m${i + k}` })));
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const list: number[] = [];
+    const get = () => new Promise<void>((resolve, reject) => {
+      request({ agent, socketPath: d.socket, path: '/vms' }, (res) => {
+        const h = createHash('sha1');
+        res.on('data', (x) => h.update(x));
+        res.on('end', resolve);
+      }).on('error', reject).end();
+    });
+    for (let i = 0; i < 5; i++) await get();
+    for (let i = 0; i < 50; i++) list.push(await timeIt(get));
+    const s = stats(list);
+    results.control_plane = { create_delete_ops_per_s: opsPerSec, get_vms_1000_ms: s, daemon_rss_idle_mib: idle, daemon_rss_100_vms_mib: with100 };
+    row('control plane (fake): create+delete', `${fmt(opsPerSec, 0)} ops/s (sequential, n=${OPS})`, '');
+    row('GET /vms with 1,000 VMs', `p50 ${fmt(s.p50, 2)} ms, p95 ${fmt(s.p95, 2)} ms`, 'target < 10 ms');
+    row('daemon RSS idle / with 100 VMs (fake)', `${fmt(idle, 0)} MiB / ${fmt(with100, 0)} MiB`, '');
+    agent.destroy();
+  } finally {
+    await d.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const machine = { cpus: cpus().length, cpu_model: cpus()[0]?.model, mem_gib: Math.round(totalmem() / 2 ** 30), node: process.version,
+  qemu: (() => { try { return execFileSync('qemu-system-x86_64', ['--version'], { encoding: 'utf8' }).split('\n')[0]; } catch { return 'absent'; } })() };
+if (only.includes('boot') || only.includes('exec') || only.includes('memory')) await qemuBenchmarks();
+if (only.includes('cp')) await cpBenchmarks();
+if (only.includes('control')) await controlBenchmarks();
+const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];
+console.log(`svc benchmarks, ${new Date().toISOString()}, ${machine.cpus} cpus (${machine.cpu_model}), ${machine.mem_gib} GiB, ${machine.qemu}\n`);
+for (const r of rows) console.log(`${r[0].padEnd(w[0])}  ${r[1].padEnd(w[1])}  ${r[2]}`);
+const out = { at: new Date().toISOString(), machine, n: N, results };
+mkdirSync(join(REPO, 'bench', 'results'), { recursive: true });
+writeFileSync(join(REPO, 'bench', 'results', `${out.at.replace(/[:.]/g, '-')}.json`), JSON.stringify(out, null, 2));
+writeFileSync(join(REPO, 'bench', 'results', 'latest.json'), JSON.stringify(out, null, 2));

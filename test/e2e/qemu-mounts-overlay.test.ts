@@ -1,0 +1,79 @@
+import { expect } from 'chai';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { ensureImage } from './image.js';
+
+async function sh(d: TestDaemon, vm: string, script: string): Promise<{ stdout: string; stderr: string; exit_code: number }> {
+  const r = await d.call('POST', `/vms/${vm}/exec?cmd=sh&args=-c&args=${encodeURIComponent(script)}`);
+  expect(r.status, r.text).to.equal(200);
+  return r.json;
+}
+
+for (const driver of ['9p', 'virtiofs'] as const) {
+  describe(`svcd with QEMU: host folders in guests (${driver})`, function () {
+    this.timeout(240_000);
+    let d: TestDaemon;
+    const host = tempDir('svc-share-');
+    const ro = tempDir('svc-share-ro-');
+    before(async () => {
+      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), mount_driver: driver, sandbox_metrics_enabled: false });
+    });
+    after(async () => {
+      await d.call('DELETE', '/vms/m');
+      await d.stop();
+    });
+
+    it('refuses bad mount input with 400 before anything exists', async () => {
+      for (const mounts of [[{ host: join(host, 'missing'), guest: '/mnt/x' }], [{ host, guest: 'relative' }], [{ host: `${host},readonly=off`, guest: '/x' }], [{ host, guest: '/x', tag: 'a,b' }]]) {
+        const r = await d.call('POST', '/vms', { name: 'bad', mounts });
+        expect(r.status, JSON.stringify(mounts)).to.equal(400);
+      }
+      expect((await d.call('GET', '/vms')).json).to.deep.equal([]);
+    });
+
+    it('shares a folder both ways, honours read-only, and keeps it across shutdown and start', async () => {
+      writeFileSync(join(host, 'from-host.txt'), 'written on the host');
+      writeFileSync(join(ro, 'ro.txt'), 'read only');
+      const r = await d.call('POST', '/vms', { name: 'm', persistent: true, memory_mb: 384, mounts: [{ host, guest: '/mnt/share', tag: 'share' }, { host: ro, guest: '/mnt/ro', readonly: true }] });
+      expect(r.status, r.text).to.equal(201);
+      expect(r.json.mounts).to.have.length(2);
+      expect((await sh(d, 'm', 'cat /mnt/share/from-host.txt')).stdout).to.equal('written on the host');
+      await sh(d, 'm', 'echo written in the guest > /mnt/share/from-guest.txt; sync');
+      expect(readFileSync(join(host, 'from-guest.txt'), 'utf8')).to.equal('written in the guest\n');
+      mkdirSync(join(host, 'later'));
+      writeFileSync(join(host, 'later', 'live.txt'), 'live');
+      expect((await sh(d, 'm', 'cat /mnt/share/later/live.txt')).stdout).to.equal('live');
+      expect((await sh(d, 'm', 'cat /mnt/ro/ro.txt')).stdout).to.equal('read only');
+      const w = await sh(d, 'm', 'echo x > /mnt/ro/nope.txt');
+      expect(w.exit_code).to.not.equal(0);
+      expect(w.stderr).to.match(/Read-only/i);
+      await d.call('POST', '/vms/m/shutdown');
+      expect((await d.call('POST', '/vms/m/start')).json.status).to.equal('running');
+      expect((await sh(d, 'm', 'cat /mnt/share/from-guest.txt')).stdout).to.equal('written in the guest\n');
+    });
+  });
+}
+
+describe('svcd with QEMU: the overlay network', function () {
+  this.timeout(240_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), network: 'overlay', overlay_mcast: `230.0.74.${1 + (process.pid % 200)}:${47000 + (process.pid % 1000)}`, sandbox_metrics_enabled: false });
+  });
+  after(async () => {
+    for (const n of ['a', 'b']) await d.call('DELETE', `/vms/${n}`);
+    await d.stop();
+  });
+
+  it('gives each VM its own address, and one VM reaches a server on the other', async () => {
+    const [a, b] = await Promise.all([d.call('POST', '/vms', { name: 'a', memory_mb: 384 }), d.call('POST', '/vms', { name: 'b', memory_mb: 384 })]);
+    expect(a.json.ip).to.match(/^10\.77\.0\.\d+$/);
+    expect(b.json.ip).to.match(/^10\.77\.0\.\d+$/);
+    expect(a.json.ip).to.not.equal(b.json.ip);
+    expect((await sh(d, 'a', 'ip -4 addr show eth1')).stdout).to.contain(a.json.ip);
+    await sh(d, 'a', 'mkdir -p /srv && echo hello-over-overlay > /srv/index.html && busybox httpd -p 8088 -h /srv');
+    const got = await sh(d, 'b', `wget -q -O - http://${a.json.ip}:8088/index.html`);
+    expect(got.stdout).to.equal('hello-over-overlay\n');
+  });
+});

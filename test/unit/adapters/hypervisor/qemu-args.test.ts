@@ -1,0 +1,60 @@
+import { expect } from 'chai';
+import { qemuArgs, type QemuLaunch } from '../../../../src/adapters/hypervisor/qemu-args.js';
+import { cloudInitMounts, mountScript } from '../../../../src/adapters/hypervisor/mounts.js';
+import { metaData, overlayMac } from '../../../../src/adapters/hypervisor/nocloud-seed.js';
+import { parseCreateRequest } from '../../../../src/domain/create-request.js';
+import { InvalidArgumentError } from '../../../../src/domain/errors.js';
+
+const base: QemuLaunch = {
+  name: 'web', cpus: 2, memory_mb: 512, accel: 'tcg',
+  image: { id: 'default', dir: '/img', kernel: 'vmlinux', initrd: 'initrd.img', disk: 'disk.qcow2', disk_gb: 1, cmdline: 'console=ttyS0', ssh_user: 'root', agent_ready: true, format: 1 },
+  layout: { dir: '/vm', disk: '/vm/disk.qcow2', seed: '/vm/seed.iso', qmp: '/vm/qmp.sock', serial: '/vm/serial.log', pidfile: '/vm/qemu.pid' },
+  sshPort: 2222, agentPort: 7000, forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp' }, { host_port: 5353, guest_port: 53, proto: 'udp' }],
+};
+
+const opt = (args: string[], flag: string) => args.filter((_, i) => args[i - 1] === flag);
+
+describe('adapters/hypervisor/qemu-args', () => {
+  it('forwards on loopback only, names the process for re-attach, picks the CPU model by accelerator', () => {
+    const a = qemuArgs(base);
+    expect(opt(a, '-netdev')[0]).to.equal('user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53');
+    expect(opt(a, '-name')[0]).to.equal('svc-web,process=svc-web');
+    expect(opt(a, '-cpu')[0]).to.equal('max');
+    expect(opt(qemuArgs({ ...base, accel: 'kvm' }), '-cpu')[0]).to.equal('host');
+    expect(a).not.to.include('-loadvm');
+    expect(opt(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), '-loadvm')).to.deep.equal(['svc-suspend']);
+  });
+
+  it('adds 9p shares, read-only where asked, and virtio-fs with shared memory', () => {
+    const mounts = [{ tag: 'src', host: '/home/u/src', readonly: false }, { tag: 'ro', host: '/data', readonly: true }];
+    expect(opt(qemuArgs({ ...base, mounts, mountDriver: '9p' }), '-virtfs')).to.deep.equal([
+      'local,path=/home/u/src,mount_tag=src,security_model=none,id=fs0',
+      'local,path=/data,mount_tag=ro,security_model=none,id=fs1,readonly=on',
+    ]);
+    const v = qemuArgs({ ...base, mountDriver: 'virtiofs', mounts: mounts.map((m, i) => ({ ...m, socket: `/vm/vfs${i}.sock` })) });
+    expect(opt(v, '-object')).to.deep.equal(['memory-backend-memfd,id=mem,size=512M,share=on']);
+    expect(opt(v, '-device')).to.include('vhost-user-fs-pci,chardev=vfs1,tag=ro');
+    expect(opt(v, '-chardev')).to.include('socket,id=vfs0,path=/vm/vfs0.sock');
+  });
+
+  it('adds the overlay NIC with a MAC derived from its address', () => {
+    const a = qemuArgs({ ...base, overlay: { mcast: '230.0.74.1:47475', mac: overlayMac('10.77.0.12/24') } });
+    expect(opt(a, '-netdev')[1]).to.equal('socket,id=overlay0,mcast=230.0.74.1:47475,localaddr=127.0.0.1');
+    expect(opt(a, '-device')).to.include('virtio-net-pci,netdev=overlay0,mac=52:54:00:4f:00:0c');
+  });
+
+  it('never lets mount input inject QEMU options: commas and bad tags are refused at the API', () => {
+    for (const m of [{ host: '/a,readonly=off', guest: '/x' }, { host: '/a', guest: '/x', tag: 't,id=evil' }, { host: '/a', guest: '/x', tag: 'a=b' }, { host: 'rel', guest: '/x' }]) {
+      expect(() => parseCreateRequest({ mounts: [m] })).to.throw(InvalidArgumentError);
+    }
+  });
+
+  it('writes the seed: overlay address in meta-data, mounts as a boot script and as cloud-init mounts', () => {
+    expect(metaData({ instanceId: 'i', hostname: 'h', authorizedKeys: ['ssh-ed25519 AAAA k'], overlayIp: '10.77.0.3/24' }))
+      .to.equal('instance-id: i\nlocal-hostname: h\nsvc-overlay-ip: 10.77.0.3/24\npublic-keys:\n  - ssh-ed25519 AAAA k\n');
+    const m = [{ host: '/h', guest: '/mnt/h', readonly: true }];
+    expect(mountScript(m, '9p')).to.contain("mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro mount0 '/mnt/h'");
+    expect(mountScript(m, 'virtiofs')).to.contain("mount -t virtiofs -o ro mount0 '/mnt/h'");
+    expect(cloudInitMounts(m, '9p')).to.equal('#cloud-config\nmounts:\n  - [mount0, "/mnt/h", 9p, "trans=virtio,version=9p2000.L,ro,nofail", "0", "0"]\n');
+  });
+});
