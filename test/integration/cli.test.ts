@@ -104,6 +104,16 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await exit).to.equal(6);
   });
 
+  it('clones a suspended VM and shows the pool', async () => {
+    expect((await svc(['new', 'tpl', '-p'])).code).to.equal(0);
+    expect((await svc(['suspend', 'tpl'])).code).to.equal(0);
+    const c = JSON.parse((await svc(['clone', 'tpl', 'cl1', '--json'])).stdout);
+    expect(c).to.include({ name: 'cl1', from: 'tpl', status: 'running' });
+    expect(JSON.parse((await svc(['new', 'cl2', '--from', 'tpl', '--json'])).stdout).from).to.equal('tpl');
+    expect((await svc(['pool'])).stdout).to.equal('no warm pool configured\n');
+    for (const n of ['cl1', 'cl2', 'tpl']) expect((await svc(['rm', n])).code).to.equal(0);
+  });
+
   it('fails with one line on stderr and a non-zero exit; says how to start the daemon', async () => {
     const nf = await svc(['get', 'ghost']);
     expect(nf.code).to.equal(1);

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
 import type { CreateProgressEvent } from '../../domain/events.js';
@@ -69,6 +70,9 @@ export function buildCli(): Command {
     .option('--userdata <file>', 'userdata script or cloud-config file')
     .option('-P, --publish <host:guest[/udp]>', 'forward a host port at boot (repeatable)', collect, [])
     .option('--no-metrics', 'do not keep a stats history')
+    .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
+    .option('--pool', 'claim a warm pool member')
+    .option('-m, --mount <host:guest[:ro]>', 'share a host directory (repeatable)', collect, [])
     .addOption(new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']))
     .option('--timeout <duration>', 'create deadline, e.g. 3m').option('--json', 'print the Instance as JSON')
     .action(async (name: string | undefined, o) => {
@@ -79,6 +83,15 @@ export function buildCli(): Command {
       if (o.disk !== undefined) req.disk_gb = o.disk;
       if (o.image) req.image = o.image;
       if (o.metrics === false) req.metrics_enabled = false;
+      if (o.from) req.from = o.from;
+      if (o.pool) req.from_pool = true;
+      if (o.mount.length) {
+        req.mounts = (o.mount as string[]).map((m) => {
+          const [host, guest, flag] = m.split(':');
+          if (!host || !guest || (flag && flag !== 'ro')) throw new Error(`--mount ${m}: use host:guest[:ro]`);
+          return { host: resolve(host), guest, ...(flag ? { readonly: true } : {}) };
+        });
+      }
       if (o.userdata) req.userdata = readFileSync(o.userdata, 'utf8');
       if (o.tag.length) req.tags = Object.fromEntries((o.tag as string[]).map((t) => { const i = t.indexOf('='); if (i < 1) throw new Error(`--tag ${t}: use key=value`); return [t.slice(0, i), t.slice(i + 1)]; }));
       if (o.publish.length) {
@@ -98,6 +111,17 @@ export function buildCli(): Command {
       if (!inst) throw new SvcError(502, 'the create stream ended without ready or error');
       print(o.json, inst, () => vmRows([inst!]));
     });
+
+  program.command('clone').argument('<template>').argument('[name]').option('-p, --persistent').option('--json')
+    .description('clone a stopped or suspended persistent VM').action(async (template: string, name: string | undefined, o) => {
+      const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
+      print(o.json, inst, () => vmRows([inst]));
+    });
+
+  program.command('pool').option('--json').description('the warm pool').action(async (o) => {
+    const p = await client().pool();
+    print(o.json, p, () => (p.size ? `template ${p.template}: ${p.ready}/${p.size} ready\n${table(p.members.map((m) => [m.name, m.status]), ['MEMBER', 'STATUS'])}` : 'no warm pool configured'));
+  });
 
   program.command('get').argument('<name>').option('--json').description('show a VM')
     .action(async (name: string, o) => {
