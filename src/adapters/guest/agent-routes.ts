@@ -4,7 +4,7 @@ import type { ExecService } from '../../app/guest/exec-service.js';
 import type { FileService } from '../../app/guest/file-service.js';
 import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
 import { writeNdjson } from '../http/ndjson.js';
-import { hasBody, type RouteDef } from '../http/route.js';
+import { hasBody, sendStream, type RouteDef } from '../http/route.js';
 
 
 export function agentRoutes(agent: AgentService, exec: ExecService, files: FileService): RouteDef[] {
@@ -36,12 +36,7 @@ export function agentRoutes(agent: AgentService, exec: ExecService, files: FileS
     {
       method: 'get', path: '/cp',
       handler: async (req, res) => {
-        const out = await files.get(requiredPath(q(req)), parseCopyMode(q(req)));
-        res.status(200).type(out.contentType);
-        if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
-        out.body.on('error', () => res.destroy());
-        res.on('close', () => out.body.destroy());
-        out.body.pipe(res);
+        sendStream(res, await files.get(requiredPath(q(req)), parseCopyMode(q(req))));
       },
     },
     { method: 'get', path: '/fs/readdir', handler: async (req, res) => void res.json(await files.readdir(requiredPath(q(req)))) },

@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { ShellService } from '../../app/guest/shell-service.js';
 import { toHttpError } from '../http/error-status.js';
+import { joinTerminal } from '../http/terminal-socket.js';
 
 /** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */
 export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
@@ -33,29 +34,6 @@ export class ShellSocket {
   }
 
   private join(ws: WebSocket, pty: ReturnType<ShellService['open']>): void {
-    pty.onData((d) => {
-      if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
-    });
-    pty.onExit((code) => {
-      if (ws.readyState === ws.OPEN) {
-        ws.send(JSON.stringify({ type: 'exit', exit_code: code }));
-        ws.close(1000, 'shell exited');
-      }
-    });
-    ws.on('message', (data, isBinary) => {
-      const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
-      if (isBinary) return pty.write(buf);
-      try {
-        const msg = JSON.parse(buf.toString('utf8')) as { type?: string; cols?: number; rows?: number };
-        if (msg.type === 'resize' && Number.isInteger(msg.cols) && Number.isInteger(msg.rows) && msg.cols! > 0 && msg.rows! > 0) {
-          pty.resize(msg.cols!, msg.rows!);
-        }
-      } catch {
-        // not JSON: treat as keystrokes, as a plain text client would mean them
-        pty.write(buf);
-      }
-    });
-    ws.on('close', () => pty.kill());
-    ws.on('error', () => pty.kill());
+    joinTerminal(ws, { write: (d) => pty.write(d), resize: (c, r) => pty.resize(c, r), onData: (l) => pty.onData(l), onExit: (l) => pty.onExit(l), close: () => pty.kill() });
   }
 }

@@ -8,7 +8,7 @@ import type { ConsoleLogs } from '../../ports/stores.js';
 import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { writeNdjson } from './ndjson.js';
-import { hasBody, type RouteDef } from './route.js';
+import { hasBody, sendStream, type RouteDef } from './route.js';
 import { optionalInt } from './system-routes.js';
 
 export interface GuestRouteDeps {
@@ -58,12 +58,7 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
     {
       method: 'get', path: '/vms/:name/cp',
       handler: async (req, res) => {
-        const out = await d.guest.download(name(req.params), requiredPath(q(req)), parseCopyMode(q(req)));
-        res.status(200).type(out.contentType);
-        if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
-        out.body.on('error', () => res.destroy());
-        res.on('close', () => out.body.destroy());
-        out.body.pipe(res);
+        sendStream(res, await d.guest.download(name(req.params), requiredPath(q(req)), parseCopyMode(q(req))));
       },
     },
     { method: 'get', path: '/vms/:name/fs/readdir', handler: async (req, res) => void res.json(await d.guest.fs(name(req.params), { op: 'readdir', path: requiredPath(q(req)) })) },

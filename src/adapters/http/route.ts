@@ -38,3 +38,12 @@ export function queryList(req: Request, key: string): string[] {
 export function hasBody(req: Request): boolean {
   return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
 }
+
+/** Answers with a stream (cp downloads): type, length when known, torn down if either side goes. */
+export function sendStream(res: Response, out: { contentType: string; size?: number; body: import('node:stream').Readable }): void {
+  res.status(200).type(out.contentType);
+  if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
+  out.body.on('error', () => res.destroy());
+  res.on('close', () => out.body.destroy());
+  out.body.pipe(res);
+}

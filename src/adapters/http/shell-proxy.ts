@@ -7,6 +7,7 @@ import { assertVmName } from '../../domain/names.js';
 import type { ShellSession } from '../../ports/guest-agent.js';
 import { rejectUpgrade } from '../guest/shell-socket.js';
 import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
+import { joinTerminal } from './terminal-socket.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 
@@ -44,26 +45,6 @@ export class ShellProxy {
   }
 
   private join(ws: WebSocket, s: ShellSession): void {
-    s.onData((d) => {
-      if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
-    });
-    s.onExit((code) => {
-      if (ws.readyState === ws.OPEN) {
-        if (code !== null) ws.send(JSON.stringify({ type: 'exit', exit_code: code }));
-        ws.close(1000, 'shell exited');
-      }
-    });
-    ws.on('message', (data, isBinary) => {
-      const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
-      if (isBinary) return s.write(buf);
-      try {
-        const msg = JSON.parse(buf.toString('utf8')) as { type?: string; cols?: number; rows?: number };
-        if (msg.type === 'resize' && Number.isInteger(msg.cols) && Number.isInteger(msg.rows)) s.resize(msg.cols!, msg.rows!);
-      } catch {
-        s.write(buf);
-      }
-    });
-    ws.on('close', () => s.close());
-    ws.on('error', () => s.close());
+    joinTerminal(ws, s);
   }
 }
