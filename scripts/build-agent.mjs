@@ -43,12 +43,12 @@ copyFileSync(join(pty, 'build', 'Release', 'pty.node'), join(ptyOut, 'build', 'R
 if (process.env.SVC_SKIP_SEA !== '1') {
   const seaConfig = join(out, 'sea-config.json');
   writeFileSync(seaConfig, JSON.stringify({ main: bundlePath, output: join(out, 'sea-prep.blob'), disableExperimentalSEAWarning: true }));
-  execFileSync(process.execPath, ['--experimental-sea-config', seaConfig], { stdio: 'inherit' });
+  execFileSync(process.execPath, ['--experimental-sea-config', seaConfig], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exe = join(out, 'svc-agent');
   copyFileSync(process.execPath, exe);
   chmodSync(exe, 0o755);
   execFileSync(process.execPath, [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), exe, 'NODE_SEA_BLOB', join(out, 'sea-prep.blob'),
-    '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { stdio: 'inherit' });
+    '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { stdio: 'pipe' }); // its section warnings are noise; a failure throws with them
   rmSync(join(out, 'sea-prep.blob'));
   rmSync(seaConfig);
 }

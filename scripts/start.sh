@@ -12,6 +12,6 @@ args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in --config) config=${args[$((i + 1))]:-} ;; --config=*) config=${args[$i]#--config=} ;; esac
 done
-hv=${SVC_HYPERVISOR:-$(sed -n 's/^hypervisor: *\([a-z]*\).*/\1/p' "$config" 2>/dev/null | head -1)}
+hv=${SVC_HYPERVISOR:-$( { sed -n 's/^hypervisor: *\([a-z]*\).*/\1/p' "$config" 2>/dev/null || true; } | head -1)}
 [ "${hv:-qemu}" = qemu ] && bash scripts/ensure-host-deps.sh
 exec node dist/src/bin/svcd.js "$@"
