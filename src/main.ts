@@ -5,7 +5,10 @@ import type { Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestService } from './app/guest-service.js';
+import { CreateService } from './app/create-service.js';
+import { InstanceRegistry } from './app/instance-registry.js';
 import { InstanceService } from './app/instance-service.js';
+import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
 import { PoolService } from './app/pool-service.js';
 import { LifecycleEvents } from './app/lifecycle-events.js';
@@ -131,7 +134,10 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
 function appModule(): ContainerModule {
   return new ContainerModule(({ bind }) => {
     bind(LifecycleEvents).toSelf().inSingletonScope();
+    bind(InstanceRegistry).toSelf().inSingletonScope();
+    bind(VmKeeper).toSelf().inSingletonScope();
     bind(InstanceService).toSelf().inSingletonScope();
+    bind(CreateService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestService).toSelf().inSingletonScope();
     bind(ForwardService).toSelf().inSingletonScope();
@@ -180,7 +186,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(instances),
+    ...vmRoutes(instances, container.get(CreateService)),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...guestRoutes({ guest: container.get(GuestService), logs: container.get<ConsoleLogs>(ConsoleLogs), instances, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),

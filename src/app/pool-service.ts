@@ -3,6 +3,7 @@ import { errorMessage } from '../domain/errors.js';
 import { Clock } from '../ports/clock.js';
 import { Logger } from '../ports/logger.js';
 import type { Config } from './config.js';
+import { CreateService } from './create-service.js';
 import { InstanceService } from './instance-service.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
@@ -32,6 +33,7 @@ export class PoolService {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(CreateService) private readonly creates: CreateService,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) events: LifecycleEvents,
@@ -86,7 +88,7 @@ export class PoolService {
       const name = this.freeName(template);
       const t0 = this.clock.now();
       try {
-        const job = await this.instances.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
+        const job = await this.creates.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
         await job.done;
         await this.instances.suspend(name);
         this.log.info({ member: name, template, duration_ms: this.clock.now() - t0 }, 'warm pool member ready');

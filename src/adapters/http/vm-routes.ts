@@ -1,5 +1,6 @@
 import type { Request, Response } from 'express';
-import type { CreateJob, InstanceService } from '../../app/instance-service.js';
+import type { CreateJob, CreateService } from '../../app/create-service.js';
+import type { InstanceService } from '../../app/instance-service.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { RouteDef } from './route.js';
 import { queryString } from './route.js';
@@ -18,7 +19,7 @@ async function answerCreate(req: Request, res: Response, job: CreateJob): Promis
   }
 }
 
-export function vmRoutes(instances: InstanceService): RouteDef[] {
+export function vmRoutes(instances: InstanceService, creates: CreateService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post', path, handler: async (req, res) => void res.json(await fn(String(req.params.name))),
   });
@@ -26,7 +27,7 @@ export function vmRoutes(instances: InstanceService): RouteDef[] {
     { method: 'get', path: '/vms', handler: (_req, res) => void res.json(instances.list()) },
     {
       method: 'post', path: '/vms',
-      handler: async (req, res) => answerCreate(req, res, await instances.create(req.body, { wait: req.query.wait, timeout: req.query.timeout })),
+      handler: async (req, res) => answerCreate(req, res, await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout })),
     },
     {
       // Sugar for POST /vms {from: name, ...}: clone a stopped or suspended persistent vm.
@@ -35,7 +36,7 @@ export function vmRoutes(instances: InstanceService): RouteDef[] {
         const body = (req.body ?? {}) as Record<string, unknown>;
         if (typeof body !== 'object' || Array.isArray(body)) throw new InvalidArgumentError('clone body must be a JSON object');
         if ('from' in body || 'from_pool' in body) throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
-        return answerCreate(req, res, await instances.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
+        return answerCreate(req, res, await creates.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
       },
     },
     { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(instances.get(String(req.params.name))) },

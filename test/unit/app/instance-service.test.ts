@@ -1,7 +1,10 @@
 import 'reflect-metadata';
 import { expect } from 'chai';
 import { buildConfig, type Config } from '../../../src/app/config.js';
+import { CreateService } from '../../../src/app/create-service.js';
+import { InstanceRegistry } from '../../../src/app/instance-registry.js';
 import { InstanceService } from '../../../src/app/instance-service.js';
+import { VmKeeper } from '../../../src/app/vm-keeper.js';
 import { LifecycleEvents } from '../../../src/app/lifecycle-events.js';
 import { InMemoryGuestAgent } from '../../../src/adapters/agent/in-memory-guest-agent.js';
 import { SystemClock } from '../../../src/adapters/clock/system-clock.js';
@@ -15,6 +18,7 @@ import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, SilentLogger, 
 
 interface World {
   svc: InstanceService;
+  creates: CreateService;
   hv: InMemoryHypervisor;
   store: MemoryInstanceStore;
   activity: MemoryActivityLog;
@@ -28,11 +32,13 @@ function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStor
   const activity = new MemoryActivityLog();
   const metrics = new CountingMetrics();
   const events = new LifecycleEvents();
-  const svc = new InstanceService(
-    config, hv, new InMemoryGuestAgent(hv), new InMemorySshProbe(hv), new StaticKeys(), store, activity, metrics,
-    new SystemClock(), new SilentLogger(), events,
-  );
-  return { svc, hv, store, activity, metrics, events, config };
+  const clock = new SystemClock();
+  const log = new SilentLogger();
+  const registry = new InstanceRegistry(config, clock);
+  const keeper = new VmKeeper(hv, new InMemoryGuestAgent(hv), new InMemorySshProbe(hv), store, activity, clock, log, events, registry);
+  const svc = new InstanceService(config, hv, new StaticKeys(), store, activity, metrics, clock, log, events, registry, keeper);
+  const creates = new CreateService(config, hv, new StaticKeys(), store, activity, metrics, clock, log, events, registry, keeper);
+  return { svc, creates, hv, store, activity, metrics, events, config };
 }
 
 async function collect(events: AsyncIterable<CreateProgressEvent>): Promise<CreateProgressEvent[]> {
@@ -44,7 +50,7 @@ async function collect(events: AsyncIterable<CreateProgressEvent>): Promise<Crea
 describe('app/InstanceService', () => {
   it('creates a running vm and streams the phases in order', async () => {
     const w = world();
-    const job = await w.svc.create({ name: 'web', persistent: true }, {});
+    const job = await w.creates.create({ name: 'web', persistent: true }, {});
     const events = await collect(job.events);
     expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
     const inst = await job.done;
@@ -58,28 +64,28 @@ describe('app/InstanceService', () => {
 
   it('waits for ssh on images that are not agent-ready, and in the modes asked for', async () => {
     const w = world();
-    const ssh = await collect((await w.svc.create({ name: 'a', image: 'ssh-only' }, {})).events);
+    const ssh = await collect((await w.creates.create({ name: 'a', image: 'ssh-only' }, {})).events);
     expect(ssh.map((e) => e.phase)).to.include('wait_ssh').and.not.include('wait_agent');
-    const ud = await collect((await w.svc.create({ name: 'b' }, { wait: 'userdata' })).events);
+    const ud = await collect((await w.creates.create({ name: 'b' }, { wait: 'userdata' })).events);
     expect(ud.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'userdata', 'ready']);
-    const bs = await collect((await w.svc.create({ name: 'c' }, { wait: 'bootstrap' })).events);
+    const bs = await collect((await w.creates.create({ name: 'c' }, { wait: 'bootstrap' })).events);
     expect(bs.map((e) => e.phase)).to.include('bootstrap');
   });
 
   it('names vms vm-N when no name is given', async () => {
     const w = world();
-    expect((await w.svc.create({}, {})).name).to.equal('vm-1');
-    expect((await w.svc.create(undefined, {})).name).to.equal('vm-2');
+    expect((await w.creates.create({}, {})).name).to.equal('vm-1');
+    expect((await w.creates.create(undefined, {})).name).to.equal('vm-2');
   });
 
   it('refuses duplicates, bad input and unknown images before anything exists', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'web' }, {})).done;
-    let err = await w.svc.create({ name: 'web' }, {}).catch((e) => e);
+    await (await w.creates.create({ name: 'web' }, {})).done;
+    let err = await w.creates.create({ name: 'web' }, {}).catch((e) => e);
     expect(err).to.be.instanceOf(AlreadyExistsError);
-    err = await w.svc.create({ name: 'x', image: 'nope' }, {}).catch((e) => e);
+    err = await w.creates.create({ name: 'x', image: 'nope' }, {}).catch((e) => e);
     expect(err).to.be.instanceOf(InvalidArgumentError);
-    err = await w.svc.create({ name: 'x' }, { wait: 'false' }).catch((e) => e);
+    err = await w.creates.create({ name: 'x' }, { wait: 'false' }).catch((e) => e);
     expect(err).to.be.instanceOf(InvalidArgumentError);
     expect(w.svc.list().map((i) => i.name)).to.deep.equal(['web']);
   });
@@ -87,7 +93,7 @@ describe('app/InstanceService', () => {
   for (const [image, re] of [['fail-provision', /disk failure/], ['fail-boot', /boot failure/]] as const) {
     it(`removes every trace of a create that fails (${image})`, async () => {
       const w = world();
-      const job = await w.svc.create({ name: 'bad', image }, {});
+      const job = await w.creates.create({ name: 'bad', image }, {});
       const events = await collect(job.events);
       expect(events.at(-1)).to.include({ phase: 'error' });
       expect(events.at(-1)!.error).to.match(re);
@@ -102,7 +108,7 @@ describe('app/InstanceService', () => {
 
   it('fails a create at its deadline with DeadlineExceeded and cleans up', async () => {
     const w = world();
-    const job = await w.svc.create({ name: 'slow', image: 'never-ready' }, { timeout: '400ms' });
+    const job = await w.creates.create({ name: 'slow', image: 'never-ready' }, { timeout: '400ms' });
     const err = await job.done.catch((e) => e);
     expect(err).to.be.instanceOf(DeadlineExceededError);
     expect(w.svc.list()).to.deep.equal([]);
@@ -111,7 +117,7 @@ describe('app/InstanceService', () => {
 
   it('fails a create at once when the vm process dies while waiting', async () => {
     const w = world();
-    const job = await w.svc.create({ name: 'dies', image: 'never-ready' }, { timeout: '30s' });
+    const job = await w.creates.create({ name: 'dies', image: 'never-ready' }, { timeout: '30s' });
     setTimeout(() => void w.hv.crash('dies'), 100);
     const t0 = Date.now();
     const err = await job.done.catch((e) => e);
@@ -122,7 +128,7 @@ describe('app/InstanceService', () => {
 
   it('checks caps atomically: of concurrent creates only those that fit succeed (429 for the rest)', async () => {
     const w = world({ max_vms: 3 });
-    const results = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => w.svc.create({ name: `v${i}` }, {})));
+    const results = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => w.creates.create({ name: `v${i}` }, {})));
     expect(results.filter((r) => r.status === 'fulfilled')).to.have.length(3);
     for (const r of results.filter((r) => r.status === 'rejected')) {
       expect((r as PromiseRejectedResult).reason).to.be.instanceOf(ResourceExhaustedError);
@@ -131,15 +137,15 @@ describe('app/InstanceService', () => {
 
   it('counts cpus and memory only of vms that hold them', async () => {
     const w = world({ max_cpus_total: 2 });
-    await (await w.svc.create({ name: 'a', cpus: 2, persistent: true }, {})).done;
-    expect(await w.svc.create({ name: 'b' }, {}).catch((e) => e)).to.be.instanceOf(ResourceExhaustedError);
+    await (await w.creates.create({ name: 'a', cpus: 2, persistent: true }, {})).done;
+    expect(await w.creates.create({ name: 'b' }, {}).catch((e) => e)).to.be.instanceOf(ResourceExhaustedError);
     await w.svc.suspend('a');
-    await (await w.svc.create({ name: 'b' }, {})).done;
+    await (await w.creates.create({ name: 'b' }, {})).done;
   });
 
   it('walks the whole lifecycle of a persistent vm', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     await w.svc.pause('p');
     expect(w.svc.get('p').status).to.equal('paused');
     expect(w.hv.state('p')).to.equal('paused');
@@ -163,7 +169,7 @@ describe('app/InstanceService', () => {
 
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'e' }, {})).done;
+    await (await w.creates.create({ name: 'e' }, {})).done;
     expect(await w.svc.suspend('e').catch((x) => x)).to.be.instanceOf(InvalidStateError);
     const out = await w.svc.shutdown('e');
     expect(out.message).to.match(/removed/);
@@ -173,7 +179,7 @@ describe('app/InstanceService', () => {
 
   it('refuses wrong transitions with the verb to use', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     const err = await w.svc.resume('p').catch((e) => e);
     expect(err).to.be.instanceOf(InvalidStateError);
     expect(err.message).to.equal('vm p is already running; use pause, suspend or shutdown');
@@ -183,7 +189,7 @@ describe('app/InstanceService', () => {
 
   it('marks a vm whose process dies as error, and a persistent one can start again', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     await w.hv.crash('p', 'killed by signal 9');
     await new Promise((r) => setTimeout(r, 20));
     const inst = w.svc.get('p');
@@ -194,7 +200,7 @@ describe('app/InstanceService', () => {
 
   it('serializes operations on one vm', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     const results = await Promise.allSettled([w.svc.pause('p'), w.svc.pause('p'), w.svc.resume('p')]);
     expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'fulfilled']);
     expect(w.svc.get('p').status).to.equal('running');
@@ -202,9 +208,9 @@ describe('app/InstanceService', () => {
 
   it('rolls back interrupted creates and handles dead processes at init', async () => {
     const w = world();
-    await (await w.svc.create({ name: 'keep', persistent: true }, {})).done;
-    await (await w.svc.create({ name: 'eph' }, {})).done;
-    await (await w.svc.create({ name: 'stopped', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'keep', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'eph' }, {})).done;
+    await (await w.creates.create({ name: 'stopped', persistent: true }, {})).done;
     await w.svc.shutdown('stopped');
     const half = structuredClone(w.store.records.get('keep')!);
     half.name = 'half';
@@ -222,7 +228,7 @@ describe('app/InstanceService', () => {
     const w = world();
     const seen: string[] = [];
     for (const e of ['up', 'down', 'removed'] as const) w.events.on(e, (r) => void seen.push(`${e}:${r.name}`));
-    await (await w.svc.create({ name: 'p', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     await w.svc.suspend('p');
     await w.svc.restore('p');
     await w.svc.delete('p');

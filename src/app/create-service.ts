@@ -1,0 +1,212 @@
+import { inject, injectable } from 'inversify';
+import type { CreateRequest, WaitMode } from '../domain/create-request.js';
+import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
+import { DeadlineExceededError, InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
+import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
+import type { Instance, InstanceRecord } from '../domain/instance.js';
+import { toPublic } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
+import { Hypervisor } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { ControlMetrics } from '../ports/metrics.js';
+import { ActivityLog, InstanceStore } from '../ports/stores.js';
+import { SshKeys } from '../ports/tunnels.js';
+import { AsyncQueue } from './async-queue.js';
+import type { Config } from './config.js';
+import { InstanceRegistry } from './instance-registry.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+import { AppConfig } from './tokens.js';
+import { VmKeeper } from './vm-keeper.js';
+
+export interface CreateJob {
+  name: string;
+  /** Progress events; the last is `ready` or `error`. Reading is optional: the create runs anyway. */
+  events: AsyncIterable<CreateProgressEvent>;
+  /** Resolves with the ready instance or rejects with the domain error that failed the create. */
+  done: Promise<Instance>;
+}
+
+/**
+ * Creating VMs: from the image (cold boot), from a template (a copy of its disk, restored from its
+ * snapshot when it has one), or from the warm pool (a suspended member renamed and restored). A
+ * create runs on its own; its progress goes to a queue the caller may read. A failed create
+ * leaves nothing behind but its logs.
+ */
+@injectable()
+export class CreateService {
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(SshKeys) private readonly keys: SshKeys,
+    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(ActivityLog) private readonly activity: ActivityLog,
+    @inject(ControlMetrics) private readonly metrics: ControlMetrics,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+    @inject(LifecycleEvents) private readonly events: LifecycleEvents,
+    @inject(InstanceRegistry) private readonly registry: InstanceRegistry,
+    @inject(VmKeeper) private readonly keeper: VmKeeper,
+  ) {}
+
+  /**
+   * Validates a create, reserves the name and resources, and starts the create in the background.
+   * Throws (before anything exists) InvalidArgumentError, AlreadyExistsError or ResourceExhaustedError.
+   */
+  async create(body: unknown, query: { wait?: unknown; timeout?: unknown }, internal: { pool?: string } = {}): Promise<CreateJob> {
+    const req = parseCreateRequest(body);
+    const wait = parseWaitMode(query.wait);
+    const timeoutMs = parseCreateTimeout(query.timeout) ?? this.config.ready_timeout_ms + this.config.create_buffer_ms;
+    if (req.from_pool) {
+      const pool = this.config.warm_pool.template;
+      if (!pool) throw new InvalidArgumentError('from_pool: no warm_pool is configured');
+      const claimed = await this.claim(req, wait, timeoutMs);
+      if (claimed) return claimed;
+      req.from = pool; // the pool is empty: clone the template directly
+    }
+    const template = req.from === undefined ? undefined : this.registry.templateOf(req.from);
+    await this.hv.checkMounts(req.mounts);
+    const image = await this.hv.resolveImage(template?.image ?? req.image ?? this.config.image);
+    const pubKey = await this.keys.publicKey();
+    // From here to the map insert there is no await: the checks and the reservation are atomic.
+    const rec = this.registry.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
+    if (template) rec.from = template.name;
+    if (internal.pool) rec.pool = internal.pool;
+    const queue = new AsyncQueue<CreateProgressEvent>();
+    const done = this.registry.locks.run(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, pubKey, queue, template));
+    done.catch(() => undefined);
+    return { name: rec.name, events: queue, done };
+  }
+
+  /**
+   * Hands out a suspended warm pool member: picked, renamed and marked in one synchronous step (so
+   * concurrent creates never get the same one), then restored with the request's tags and forwards
+   * and given its identity. Resolves undefined when no member is ready.
+   */
+  private async claim(req: CreateRequest, wait: WaitMode, timeoutMs: number): Promise<CreateJob | undefined> {
+    const pool = this.config.warm_pool.template;
+    const image = await this.hv.resolveImage(this.registry.records.get(pool)?.image ?? this.config.image);
+    const pubKey = await this.keys.publicKey();
+    const name = req.name ?? this.registry.nextName();
+    const taken = this.registry.takePoolMember(pool, name);
+    if (!taken) return undefined;
+    const { member, oldName } = taken;
+    Object.assign(member, {
+      status: 'creating', persistent: req.persistent, tags: req.tags, from: pool,
+      metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
+      forwards: [], created_at: new Date(this.clock.now()).toISOString(),
+    });
+    delete member.suspended_at;
+    const queue = new AsyncQueue<CreateProgressEvent>();
+    const done = this.registry.locks.run(name, () => this.runClaim(member, oldName, req, image, wait, timeoutMs, pubKey, queue));
+    done.catch(() => undefined);
+    return { name, events: queue, done };
+  }
+
+  private async runClaim(
+    rec: InstanceRecord, oldName: string, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
+    queue: AsyncQueue<CreateProgressEvent>,
+  ): Promise<Instance> {
+    const t0 = this.clock.now();
+    const deadline = t0 + timeoutMs;
+    const emit = this.emitter(rec, queue, t0);
+    emit('accepted', `claiming warm pool member ${oldName} of template ${rec.from}`);
+    void this.events.emit('claimed', rec);
+    try {
+      await this.store.rename(oldName, rec.name);
+      await this.hv.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
+      await this.keeper.save(rec);
+      emit('boot', `restoring ${oldName} as ${rec.name}`);
+      const handle = await this.beforeDeadline(deadline, this.hv.launch(this.keeper.spec(rec, req.forwards, pubKey), { restore: true }));
+      this.keeper.applyHandle(rec, handle);
+      await this.keeper.save(rec);
+      await this.keeper.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
+      if (image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
+    } catch (err) {
+      return await this.createFailed(rec, err, t0, emit);
+    } finally {
+      queue.close();
+    }
+  }
+
+  private async runCreate(
+    rec: InstanceRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
+    queue: AsyncQueue<CreateProgressEvent>, template?: InstanceRecord,
+  ): Promise<Instance> {
+    const t0 = this.clock.now();
+    const deadline = t0 + timeoutMs;
+    const emit = this.emitter(rec, queue, t0);
+    emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
+    try {
+      await this.beforeDeadline(deadline, this.keeper.save(rec));
+      const spec = this.keeper.spec(rec, req.forwards, pubKey);
+      let snapshot = false;
+      if (template) {
+        emit('disk', `copying the disk of template ${template.name}`);
+        snapshot = (await this.beforeDeadline(deadline, this.registry.locks.run(template.name, async () => {
+          this.registry.templateOf(template.name);
+          return this.hv.clone(this.keeper.ref(template), spec);
+        }))).snapshot;
+        emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
+      } else {
+        emit('disk', `preparing a ${rec.disk_gb} GB disk`);
+        await this.beforeDeadline(deadline, this.hv.provision(spec));
+        emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
+      }
+      const handle = await this.beforeDeadline(deadline, this.hv.launch(spec, { restore: snapshot }));
+      this.keeper.applyHandle(rec, handle);
+      await this.keeper.save(rec);
+      await this.keeper.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
+      // A clone must not be its template's twin: new name, machine id and clock before it is ready.
+      if (template && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
+    } catch (err) {
+      return await this.createFailed(rec, err, t0, emit);
+    } finally {
+      queue.close();
+    }
+  }
+
+  /** A progress emitter for one create; `t0` is when it was accepted. */
+  private emitter(rec: InstanceRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
+    return (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
+      queue.push({ phase, message, name: rec.name, t: new Date(this.clock.now()).toISOString(), elapsed_ms: this.clock.now() - t0, ...extra });
+  }
+
+  /** The end of every successful create: running, announced, counted, logged, `ready`. */
+  private async created(rec: InstanceRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
+    rec.status = 'running';
+    await this.keeper.save(rec);
+    await this.events.emit('up', rec);
+    this.metrics.vmCreated();
+    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
+    this.activity.record({ action: 'create', target: rec.name, status: 'ok', duration_ms: this.clock.now() - t0, message });
+    this.log.info({ vm: rec.name, ...log, duration_ms: this.clock.now() - t0 }, message ? 'pool claim timing' : 'create timing');
+    const inst = toPublic(rec);
+    emit('ready', `vm ${rec.name} is ready`, { instance: inst });
+    return inst;
+  }
+
+  /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
+  private async createFailed(rec: InstanceRecord, err: unknown, t0: number, emit: ReturnType<CreateService['emitter']>): Promise<never> {
+    const domainErr = isDomainError(err) ? err : new InternalError(errorMessage(err));
+    await this.keeper.purge(rec, true);
+    this.metrics.createFailed();
+    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
+    this.activity.record({ action: 'create', target: rec.name, status: 'error', duration_ms: this.clock.now() - t0, message: domainErr.message });
+    this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
+    emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
+    throw domainErr;
+  }
+
+  private beforeDeadline<T>(deadline: number, p: Promise<T>): Promise<T> {
+    const left = deadline - this.clock.now();
+    if (left <= 0) return Promise.reject(new DeadlineExceededError('create deadline passed'));
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new DeadlineExceededError('create deadline passed')), left);
+    });
+    return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+  }
+}

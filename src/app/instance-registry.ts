@@ -1,0 +1,108 @@
+import { inject, injectable } from 'inversify';
+import type { CreateRequest } from '../domain/create-request.js';
+import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError } from '../domain/errors.js';
+import type { InstanceRecord } from '../domain/instance.js';
+import { holdsResources } from '../domain/instance.js';
+import { assertVmName, nextDefaultName } from '../domain/names.js';
+import { Clock } from '../ports/clock.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
+import type { Config } from './config.js';
+import { KeyedMutex } from './keyed-mutex.js';
+import { AppConfig } from './tokens.js';
+
+/**
+ * Every VM record, in memory (the store persists them), and the per-VM locks. Reservation is
+ * synchronous: the checks against the caps and the insert happen in one step, so concurrent
+ * creates cannot overshoot a cap or take the same name or pool member.
+ */
+@injectable()
+export class InstanceRegistry {
+  readonly records = new Map<string, InstanceRecord>();
+  /** Operations on one VM run one at a time; different VMs run concurrently. */
+  readonly locks = new KeyedMutex();
+
+  constructor(@inject(AppConfig) private readonly config: Config, @inject(Clock) private readonly clock: Clock) {}
+
+  /** A suspended warm pool member of `template`, moved to `name` in the map at once; or undefined. */
+  takePoolMember(template: string, name: string): { member: InstanceRecord; oldName: string } | undefined {
+    const member = [...this.records.values()].find((r) => r.pool === template && r.status === 'suspended');
+    if (!member) return undefined;
+    if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
+    this.checkCaps(member.cpus, member.memory_mb);
+    const oldName = member.name;
+    this.records.delete(oldName);
+    member.name = name;
+    delete member.pool;
+    this.records.set(name, member);
+    return { member, oldName };
+  }
+
+  nextName(): string {
+    return nextDefaultName(this.records.keys());
+  }
+
+  /** A template is a persistent VM that is stopped or suspended. */
+  templateOf(name: string): InstanceRecord {
+    const t = this.records.get(name);
+    if (!t) throw new InvalidArgumentError(`template vm ${name} not found`);
+    if (!t.persistent || (t.status !== 'stopped' && t.status !== 'suspended')) {
+      throw new InvalidStateError(`vm ${name} is ${t.persistent ? t.status : 'ephemeral'}; a template must be a persistent vm that is stopped or suspended`);
+    }
+    return t;
+  }
+
+  reserve(req: CreateRequest, image: ImageInfo): InstanceRecord {
+    const name = req.name ?? this.nextName();
+    if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
+    const cpus = req.cpus ?? this.config.cpus;
+    const memory = req.memory_mb ?? this.config.memory_mb;
+    const { max_vms } = this.config;
+    if (max_vms && this.records.size + 1 > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
+    this.checkCaps(cpus, memory);
+    const now = new Date(this.clock.now()).toISOString();
+    const rec: InstanceRecord = {
+      name, status: 'creating', persistent: req.persistent, cpus, memory_mb: memory,
+      disk_gb: req.disk_gb ?? this.config.disk_gb, image: image.id, ip: '', ssh_port: 0, agent_port: 0, agent_cid: 0,
+      forwards: [], tags: req.tags, mounts: req.mounts,
+      metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
+      created_at: now, updated_at: now, userdata: req.userdata,
+    };
+    if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
+    this.records.set(name, rec);
+    return rec;
+  }
+
+  /** The lowest free address on the overlay segment, 10.77.0.2 to .254. */
+  freeOverlayIp(): string {
+    const used = new Set([...this.records.values()].map((r) => r.overlay_ip));
+    for (let n = 2; n < 255; n++) if (!used.has(`10.77.0.${n}/24`)) return `10.77.0.${n}/24`;
+    throw new ResourceExhaustedError('the overlay segment 10.77.0.0/24 has no free address');
+  }
+
+  /** Throws ResourceExhausted when running `cpus` and `memory` more would pass a cap. */
+  checkCaps(cpus: number, memory: number): void {
+    const { max_cpus_total, max_memory_mb_total } = this.config;
+    const holding = [...this.records.values()].filter((r) => holdsResources(r.status));
+    const usedCpus = holding.reduce((s, r) => s + r.cpus, 0);
+    const usedMem = holding.reduce((s, r) => s + r.memory_mb, 0);
+    if (max_cpus_total && usedCpus + cpus > max_cpus_total) {
+      throw new ResourceExhaustedError(`max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`);
+    }
+    if (max_memory_mb_total && usedMem + memory > max_memory_mb_total) {
+      throw new ResourceExhaustedError(`max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`);
+    }
+  }
+
+  mustGet(name: string): InstanceRecord {
+    assertVmName(name);
+    const rec = this.records.get(name);
+    if (!rec) throw new NotFoundError(`vm ${name} not found`);
+    return rec;
+  }
+
+  count(pred: (r: InstanceRecord) => boolean): number {
+    let n = 0;
+    for (const r of this.records.values()) if (pred(r)) n++;
+    return n;
+  }
+}
