@@ -171,7 +171,6 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   }
   if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
   if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');
-  if (cfg.warm_pool.running) throw new ConfigError('config key "warm_pool.running": running pool members are not supported yet; members are kept suspended (a claim restores one in about a second)');
   if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
   return cfg;
 }

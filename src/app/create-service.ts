@@ -6,7 +6,7 @@ import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, InstanceRecord } from '../domain/instance.js';
 import { toPublic } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
-import type { ImageInfo } from '../ports/hypervisor.js';
+import type { ImageInfo, VmHandle } from '../ports/hypervisor.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { ControlMetrics } from '../ports/metrics.js';
@@ -88,9 +88,9 @@ export class CreateService {
     const image = await this.hv.resolveImage(this.registry.records.get(pool)?.image ?? this.config.image);
     const pubKey = await this.keys.publicKey();
     const name = req.name ?? this.registry.nextName();
-    const taken = this.registry.takePoolMember(pool, name);
+    const taken = this.registry.takePoolMember(pool, name, this.config.warm_pool.running);
     if (!taken) return undefined;
-    const { member, oldName } = taken;
+    const { member, oldName, wasRunning } = taken;
     Object.assign(member, {
       status: 'creating', persistent: req.persistent, tags: req.tags, from: pool,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
@@ -98,14 +98,14 @@ export class CreateService {
     });
     delete member.suspended_at;
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.registry.locks.run(name, () => this.runClaim(member, oldName, req, image, wait, timeoutMs, pubKey, queue));
+    const done = this.registry.locks.run(name, () => this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, pubKey, queue));
     done.catch(() => undefined);
     return { name, events: queue, done };
   }
 
   private async runClaim(
-    rec: InstanceRecord, oldName: string, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
-    queue: AsyncQueue<CreateProgressEvent>,
+    rec: InstanceRecord, oldName: string, wasRunning: boolean, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
+    pubKey: string, queue: AsyncQueue<CreateProgressEvent>,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     const deadline = t0 + timeoutMs;
@@ -116,9 +116,17 @@ export class CreateService {
       await this.store.rename(oldName, rec.name);
       await this.hv.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
       await this.keeper.save(rec);
-      emit('boot', `restoring ${oldName} as ${rec.name}`);
-      const handle = await this.beforeDeadline(deadline, this.hv.launch(this.keeper.spec(rec, req.forwards, pubKey), { restore: true }));
-      this.keeper.applyHandle(rec, handle);
+      if (wasRunning) {
+        // A running member: already booted; it only needs the request's forwards added live.
+        emit('boot', `taking over running member ${oldName} as ${rec.name}`);
+        const added = await this.hv.addForwards(this.keeper.ref(rec), req.forwards);
+        const handle = rec.runtime as unknown as VmHandle;
+        handle.forwards = [...handle.forwards, ...added];
+        this.keeper.applyHandle(rec, handle);
+      } else {
+        emit('boot', `restoring ${oldName} as ${rec.name}`);
+        this.keeper.applyHandle(rec, await this.beforeDeadline(deadline, this.hv.launch(this.keeper.spec(rec, req.forwards, pubKey), { restore: true })));
+      }
       await this.keeper.save(rec);
       await this.keeper.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
       if (image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));

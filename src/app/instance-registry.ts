@@ -23,18 +23,22 @@ export class InstanceRegistry {
 
   constructor(@inject(AppConfig) private readonly config: Config, @inject(Clock) private readonly clock: Clock) {}
 
-  /** A suspended warm pool member of `template`, moved to `name` in the map at once; or undefined. */
-  takePoolMember(template: string, name: string): { member: InstanceRecord; oldName: string } | undefined {
-    const member = [...this.records.values()].find((r) => r.pool === template && r.status === 'suspended');
+  /**
+   * A ready warm pool member of `template` (suspended, or running for a running pool), moved to
+   * `name` in the map at once; or undefined.
+   */
+  takePoolMember(template: string, name: string, running: boolean): { member: InstanceRecord; oldName: string; wasRunning: boolean } | undefined {
+    const ready = running ? 'running' : 'suspended';
+    const member = [...this.records.values()].find((r) => r.pool === template && r.status === ready);
     if (!member) return undefined;
     if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
-    this.checkCaps(member.cpus, member.memory_mb);
+    if (!running) this.checkCaps(member.cpus, member.memory_mb);
     const oldName = member.name;
     this.records.delete(oldName);
     member.name = name;
     delete member.pool;
     this.records.set(name, member);
-    return { member, oldName };
+    return { member, oldName, wasRunning: running };
   }
 
   nextName(): string {

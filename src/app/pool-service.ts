@@ -19,9 +19,9 @@ export interface PoolStatus {
 const RETRY_MS = 30_000;
 
 /**
- * Keeps `warm_pool.size` suspended clones of `warm_pool.template` ready. A member is a clone
- * started from the template's snapshot, then suspended itself, so a claim is a restore (about a
- * second) instead of a boot. Refills one member at a time in the background after each claim.
+ * Keeps `warm_pool.size` clones of `warm_pool.template` ready. A member is a clone started from
+ * the template's snapshot, then suspended itself (a claim is a restore, about a second), or, with
+ * `running: true`, left running (a claim is a rename, added forwards and a new identity). Refills one member at a time in the background after each claim.
  */
 @injectable()
 export class PoolService {
@@ -49,7 +49,7 @@ export class PoolService {
     const { template, size, running } = this.config.warm_pool;
     const members = template ? this.instances.poolMembers(template) : [];
     return {
-      template, size, running, ready: members.filter((m) => m.status === 'suspended').length,
+      template, size, running, ready: members.filter((m) => m.status === (running ? 'running' : 'suspended')).length,
       members: members.map((m) => ({ name: m.name, status: m.status })).sort((a, b) => a.name.localeCompare(b.name)),
     };
   }
@@ -90,7 +90,7 @@ export class PoolService {
       try {
         const job = await this.creates.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
         await job.done;
-        await this.instances.suspend(name);
+        if (!this.config.warm_pool.running) await this.instances.suspend(name);
         this.log.info({ member: name, template, duration_ms: this.clock.now() - t0 }, 'warm pool member ready');
       } catch (err) {
         this.log.error({ template, err: errorMessage(err) }, `warm pool refill failed; retrying in ${RETRY_MS / 1000} s`);

@@ -118,10 +118,16 @@ export interface Hypervisor {
   reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
 
   /**
-   * Follows a VM that is not running to a new name (a claimed warm pool member); the store has
-   * already moved its directory to `to.dir`. Not idempotent.
+   * Follows a VM to a new name (a claimed warm pool member), running or not; the store has already
+   * moved its directory to `to.dir`. Not idempotent.
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
+
+  /**
+   * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is
+   * allocated). Resolves with the forwards as bound. AlreadyExistsError for a busy host port.
+   */
+  addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]>;
 
   /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
   destroy(vm: VmRef): Promise<void>;

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
-import { ndjson } from '../helpers/http.js';
+import { call, ndjson } from '../helpers/http.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 describe('svcd with QEMU: templates, clones and the warm pool', function () {
@@ -76,3 +76,38 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(await sh('tpl', 'hostname; cat /etc/machine-id; cat /root/mine 2>/dev/null || echo absent')).to.equal(`tpl\n${tplMachineId}\nabsent`);
   });
 });
+
+describe('svcd with QEMU: a warm pool of running members', function () {
+  this.timeout(240_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'rtpl', size: 2, running: true }, sandbox_metrics_enabled: false });
+    expect((await d.call('POST', '/vms', { name: 'rtpl', persistent: true, memory_mb: 384 })).status).to.equal(201);
+    await d.call('POST', '/vms/rtpl/suspend');
+    await d.restart();
+    await d.daemon.poolSettled();
+  });
+  after(async () => {
+    for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+    for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
+    await d.stop();
+  });
+
+  it('claims running members: renamed, own identity, forwards added live, and they survive a daemon restart', async () => {
+    expect((await d.call('GET', '/pool')).json).to.include({ running: true, ready: 2 });
+    const results = await Promise.all([1, 2, 3].map((i) => d.call('POST', '/vms', { name: `q${i}`, from_pool: true, forwards: [{ guest_port: 7475 }] })));
+    for (const r of results) expect(r.status, r.text).to.equal(201);
+    for (const r of results) {
+      const f = r.json.forwards.find((x: { guest_port: number }) => x.guest_port === 7475);
+      const direct = await call({ port: f.host_port }, 'GET', '/health');
+      expect(direct.json.hostname).to.equal(r.json.name);
+    }
+    await d.restart();
+    for (const i of [1, 2, 3]) {
+      expect((await d.call('GET', `/vms/q${i}`)).json.status).to.equal('running');
+      const h = await d.call('POST', `/vms/q${i}/exec?cmd=hostname`);
+      expect(h.json.stdout).to.equal(`q${i}\n`);
+    }
+  });
+});
+

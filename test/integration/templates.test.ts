@@ -91,4 +91,32 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
       }
     });
   });
+
+  describe('warm pool of running members (fake_agent)', () => {
+    let d: TestDaemon;
+    before(async () => {
+      d = await startTestDaemon({ fake_agent: true, warm_pool: { template: 'rt', size: 2, running: true } });
+      await d.call('POST', '/vms', { name: 'rt', persistent: true });
+      await d.call('POST', '/vms/rt/shutdown');
+      await d.restart();
+      await d.daemon.poolSettled();
+    });
+    after(async () => d.stop());
+
+    it('keeps members running and hands them out renamed, with their agent following', async () => {
+      const pool = (await d.call('GET', '/pool')).json;
+      expect(pool).to.include({ running: true, ready: 2 });
+      expect(pool.members.map((m: { status: string }) => m.status)).to.deep.equal(['running', 'running']);
+      const results = await Promise.all([1, 2, 3].map((i) => d.call('POST', '/vms', { name: `r${i}`, from_pool: true, forwards: [{ guest_port: 9999 }] })));
+      for (const r of results) expect(r.status, r.text).to.equal(201);
+      expect(new Set(results.map((r) => r.json.name)).size).to.equal(3);
+      for (const r of results) {
+        expect(r.json.forwards.find((f: { guest_port: number }) => f.guest_port === 9999)).to.include({ kind: 'boot' });
+        const h = await d.call('GET', `/vms/${r.json.name}/agent/health`);
+        expect(h.json.hostname).to.equal(r.json.name);
+      }
+      await d.daemon.poolSettled();
+      expect((await d.call('GET', '/pool')).json.ready).to.equal(2);
+    });
+  });
 });

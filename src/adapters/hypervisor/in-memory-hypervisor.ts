@@ -4,7 +4,7 @@ import { InternalError, InvalidArgumentError, InvalidStateError } from '../../do
 import type { Mount } from '../../domain/instance.js';
 import { checkHostDirs } from './mounts.js';
 import type {
-  ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
 } from '../../ports/hypervisor.js';
 
 type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
@@ -37,6 +37,8 @@ export interface Sidecar {
   pid: number;
   sshPort?: number;
   runtime?: Record<string, unknown>;
+  /** Follows the VM directory to a new place (rename of a running VM). */
+  relocate?(dir: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -219,10 +221,17 @@ export class InMemoryHypervisor implements Hypervisor {
   async rename(from: VmRef, to: VmRef): Promise<void> {
     const vm = this.vms.get(from.name);
     if (!vm) return;
-    if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${from.name} is running`);
     this.vms.delete(from.name);
     vm.spec = { ...vm.spec, name: to.name, dir: to.dir };
     this.vms.set(to.name, vm);
+    await vm.sidecar?.relocate?.(to.dir);
+  }
+
+  async addForwards(ref: VmRef, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]> {
+    const vm = this.mustRun(ref.name, 'running');
+    const added = forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ }));
+    vm.handle!.forwards.push(...added);
+    return added;
   }
 
   async destroy(ref: VmRef): Promise<void> {

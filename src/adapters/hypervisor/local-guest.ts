@@ -19,13 +19,14 @@ let hostKey: string | undefined;
  * this host, and the userdata run with `userdata-ran` written when it finishes.
  */
 export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
-  const root = join(spec.dir, 'guest');
-  const stateDir = join(root, 'var', 'lib', 'svc');
-  const runDir = join(root, 'run', 'svc');
+  let root = join(spec.dir, 'guest');
+  let stateDir = join(root, 'var', 'lib', 'svc');
+  let runDir = join(root, 'run', 'svc');
   for (const d of [stateDir, runDir, join(root, 'opt', 'svc')]) mkdirSync(d, { recursive: true });
-  const log = openSync(join(spec.dir, 'agent.log'), 'a');
+  let log = openSync(join(spec.dir, 'agent.log'), 'a');
 
   let stopping = false;
+  let relocating = false;
   let child: ChildProcess | undefined;
   let port = 0;
   const startAgentOnce = async (): Promise<number> => {
@@ -41,7 +42,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     });
     c.stdout!.resume();
     c.once('exit', () => {
-      if (!stopping) setTimeout(() => void startAgentOnce().catch(() => undefined), 100);
+      if (!stopping && !relocating) setTimeout(() => void startAgentOnce().catch(() => undefined), 100);
     });
     return Number((JSON.parse(line) as { listening: string }).listening.split(':').pop());
   };
@@ -52,12 +53,12 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     const file = join(stateDir, 'userdata');
     writeFileSync(file, spec.userdata, { mode: 0o700 });
     const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log] });
-    u.once('exit', () => { if (!stopping) writeFileSync(userdataDone, ''); });
+    u.once('exit', () => { if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), ''); });
   } else {
     writeFileSync(userdataDone, '');
   }
 
-  const sshd = await startSshServer(spec.ssh_authorized_key ?? '', root);
+  const sshd = await startSshServer(spec.ssh_authorized_key ?? '', () => root);
   return {
     port,
     get pid() {
@@ -65,6 +66,22 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     },
     sshPort: sshd.port,
     runtime: { guest_root: root },
+    /** The VM directory moved (a claimed running pool member): restart the agent there, same port. */
+    relocate: async (dir: string) => {
+      relocating = true;
+      root = join(dir, 'guest');
+      stateDir = join(root, 'var', 'lib', 'svc');
+      runDir = join(root, 'run', 'svc');
+      log = openSync(join(dir, 'agent.log'), 'a');
+      const c = child;
+      if (c && c.exitCode === null && c.signalCode === null) {
+        const gone = new Promise((r) => c.once('exit', r));
+        c.kill('SIGKILL');
+        await gone;
+      }
+      await startAgentOnce();
+      relocating = false;
+    },
     stop: async () => {
       stopping = true;
       sshd.stop();
@@ -78,7 +95,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   };
 }
 
-async function startSshServer(authorizedKey: string, cwd: string): Promise<{ port: number; stop(): void }> {
+async function startSshServer(authorizedKey: string, cwd: () => string): Promise<{ port: number; stop(): void }> {
   hostKey ??= ssh2.utils.generateKeyPairSync('ed25519').private;
   const allowed = ssh2.utils.parseKey(authorizedKey);
   const allowedPub = allowed instanceof Error ? undefined : (Array.isArray(allowed) ? allowed[0] : allowed);
@@ -100,7 +117,7 @@ async function startSshServer(authorizedKey: string, cwd: string): Promise<{ por
         const session = accept();
         session.on('exec', (acceptExec, _reject, info) => {
           const ch = acceptExec();
-          const p = spawn('/bin/sh', ['-c', info.command], { cwd, stdio: 'pipe' });
+          const p = spawn('/bin/sh', ['-c', info.command], { cwd: cwd(), stdio: 'pipe' });
           ch.pipe(p.stdin);
           p.stdin.on('error', () => undefined);
           p.stdout.pipe(ch, { end: false });

@@ -4,11 +4,11 @@ import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
 import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../domain/errors.js';
 import type { Logger } from '../../ports/logger.js';
-import type { ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec } from '../../ports/hypervisor.js';
+import type { BootForwardSpec, ExitListener, Hypervisor, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec } from '../../ports/hypervisor.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
 import { freePort, portFree } from './free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
@@ -23,6 +23,8 @@ export const SUSPEND_TAG = 'svc-suspend';
 const MARKER = 'suspend.marker';
 
 interface Live {
+  /** The VM's current name (a claimed pool member is renamed while it runs). */
+  name: string;
   pid: number;
   qmp: QmpClient;
   child?: ChildProcess;
@@ -194,7 +196,7 @@ export class QemuHypervisor implements Hypervisor {
       return {
         ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
-        runtime: { pid, qmp: l.qmp, accel, restored_from_snapshot: restore, started_at: new Date().toISOString() },
+        runtime: { pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, restored_from_snapshot: restore, started_at: new Date().toISOString() },
       };
     }
   }
@@ -247,19 +249,19 @@ export class QemuHypervisor implements Hypervisor {
     return new Error('qemu did not open its monitor within 15 s');
   }
 
-  private track(name: string, v: Omit<Live, 'gone'>): void {
+  private track(name: string, v: Omit<Live, 'gone' | 'name'>): void {
     let resolveGone!: () => void;
     const gone = new Promise<void>((r) => (resolveGone = r));
-    const entry: Live = { ...v, gone };
+    const entry: Live = { ...v, name, gone };
     this.live.set(name, entry);
     let done = false;
     const finish = (reason: string) => {
       if (done) return;
       done = true;
       entry.qmp.close();
-      if (this.live.get(name) === entry) this.live.delete(name);
+      if (this.live.get(entry.name) === entry) this.live.delete(entry.name);
       resolveGone();
-      if (!entry.expected) for (const l of this.listeners) l(name, reason);
+      if (!entry.expected) for (const l of this.listeners) l(entry.name, reason);
     };
     v.child?.once('exit', (code, signal) => finish(signal ? `killed by ${signal}` : `exited with status ${code}`));
     // When the daemon is not QEMU's parent (after a restart), the monitor closing is the sign.
@@ -339,7 +341,7 @@ export class QemuHypervisor implements Hypervisor {
   }
 
   async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
-    const rt = handle.runtime as { pid?: number; qmp?: string };
+    const rt = handle.runtime as { pid?: number; qmp?: string; tag?: string; disk?: string };
     const pid = rt.pid ?? handle.pid;
     if (!pid || !alive(pid)) return null;
     let cmdline = '';
@@ -349,10 +351,15 @@ export class QemuHypervisor implements Hypervisor {
       return null;
     }
     // A recycled pid belongs to something else: it must be this VM's QEMU, with this VM's disk.
-    if (!cmdline.includes(processTag(vm.name)) || !cmdline.includes(layout(vm.dir).disk)) return null;
+    // (A renamed pool member still shows the name and disk path it was launched with.)
+    if (!cmdline.includes(rt.tag ?? processTag(vm.name)) || !cmdline.includes(rt.disk ?? layout(vm.dir).disk)) return null;
     let qmp: QmpClient;
     try {
-      qmp = await QmpClient.connect(rt.qmp ?? layout(vm.dir).qmp, 3000);
+      // A socket inside the VM directory moved with it (a renamed member; its old directory may
+      // belong to another VM by now); one in the temp dir (long paths) stayed where it was.
+      const inDir = !rt.qmp || (rt.disk !== undefined && rt.qmp === join(dirname(rt.disk), 'qmp.sock'));
+      const qmpPath = inDir ? layout(vm.dir).qmp : rt.qmp!;
+      qmp = await QmpClient.connect(qmpPath, 3000);
     } catch {
       return null;
     }
@@ -360,9 +367,29 @@ export class QemuHypervisor implements Hypervisor {
     return handle;
   }
 
-  /** Nothing to do: every file is in the VM directory, and a stopped VM has no live state here. */
-  async rename(from: VmRef, _to: VmRef): Promise<void> {
-    if (this.live.has(from.name)) throw new InvalidStateError(`vm ${from.name} is running`);
+  /**
+   * Every file is in the VM directory the store moved. A running VM keeps its process (whose
+   * command line still shows the old name and disk path: re-attach checks the tag and disk the
+   * launch recorded) and is re-keyed here.
+   */
+  async rename(from: VmRef, to: VmRef): Promise<void> {
+    const v = this.live.get(from.name);
+    if (!v) return;
+    this.live.delete(from.name);
+    v.name = to.name;
+    this.live.set(to.name, v);
+  }
+
+  async addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]> {
+    const v = this.get_(vm);
+    const added: BootForwardSpec[] = [];
+    for (const f of forwards) {
+      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+      const host_port = f.host_port || (await freePort(f.proto));
+      await v.qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
+      added.push({ ...f, host_port });
+    }
+    return added;
   }
 
   async destroy(vm: VmRef): Promise<void> {
