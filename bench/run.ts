@@ -54,13 +54,29 @@ async function qemuBenchmarks(): Promise<void> {
       for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
       const claim: number[] = [];
       for (let i = 0; i < N; i++) claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
+      // The same pool with members kept running: a claim is a rename, forwards and an identity.
+      for (let i = 0; i < N; i++) await d.client.delete(`claim${i}`);
+      await d.stop();
+      const d3 = await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N, running: true }, sandbox_metrics_enabled: false, memory_mb: 384 });
+      Object.assign(d, d3);
+      for (const m of (await d.client.pool()).members) if (m.status === 'suspended') await d.client.delete(m.name);
+      await d.stop();
+      Object.assign(d, await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N, running: true }, sandbox_metrics_enabled: false, memory_mb: 384 }));
+      for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
+      const hot: number[] = [];
+      for (let i = 0; i < N; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
       const sc = stats(cold);
       const sk = stats(clone);
       const sp = stats(claim);
-      results.create_to_ready_ms = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50 };
+      const sh = stats(hot);
+      results.create_to_ready_ms = {
+        cold: sc, clone: sk, pool_claim: sp, pool_claim_running: sh,
+        speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50, speedup_claim_running: sc.p50 / sh.p50,
+      };
       row('create-to-ready: cold boot', `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${N})`, '');
       row('create-to-ready: clone from snapshot', `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster (target >= 10x)`);
-      row('create-to-ready: pool claim', `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
+      row('create-to-ready: pool claim (suspended members)', `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
+      row('create-to-ready: pool claim (running members)', `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster (target >= 10x)`);
     }
     const c2 = d.client;
     if (!(await c2.list()).some((i) => i.name === 'ex')) await c2.create({ name: 'ex' });

@@ -16,9 +16,14 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
   });
   after(async () => {
+    // A refill still in flight would add a member after the listing: let it finish first, and
+    // delete the template so nothing can refill behind the cleanup.
+    await d.daemon.poolSettled();
     for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+    await d.daemon.poolSettled();
     for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
     await d.stop();
+    expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', 'pool-tpl-1', 'pool-tpl-2', 'pool-tpl-3', 'pool-rtpl-1', 'pool-rtpl-2', 'pool-rtpl-3'])).to.deep.equal([]);
   });
 
   let tplMachineId = '';
@@ -88,9 +93,14 @@ describe('svcd with QEMU: a warm pool of running members', function () {
     await d.daemon.poolSettled();
   });
   after(async () => {
+    // A refill still in flight would add a member after the listing: let it finish first, and
+    // delete the template so nothing can refill behind the cleanup.
+    await d.daemon.poolSettled();
     for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+    await d.daemon.poolSettled();
     for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
     await d.stop();
+    expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', 'pool-tpl-1', 'pool-tpl-2', 'pool-tpl-3', 'pool-rtpl-1', 'pool-rtpl-2', 'pool-rtpl-3'])).to.deep.equal([]);
   });
 
   it('claims running members: renamed, own identity, forwards added live, and they survive a daemon restart', async () => {
