@@ -3,6 +3,21 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
+/**
+ * Deletes every VM and pool member and stops the daemon. A refill still in flight would add a
+ * member after the listing, so it is let finish first; the template goes with the VMs, so nothing
+ * refills behind the cleanup.
+ */
+async function removeAll(d: TestDaemon): Promise<void> {
+  await d.daemon.poolSettled();
+  for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+  await d.daemon.poolSettled();
+  const members = (await d.call('GET', '/pool')).json.members as { name: string }[];
+  for (const m of members) await d.call('DELETE', `/vms/${m.name}`);
+  await d.stop();
+  expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', ...members.map((m) => m.name)])).to.deep.equal([]);
+}
+
 describe('svcd with QEMU: templates, clones and the warm pool', function () {
   this.timeout(240_000);
   let d: TestDaemon;
@@ -15,16 +30,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   before(async () => {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
   });
-  after(async () => {
-    // A refill still in flight would add a member after the listing: let it finish first, and
-    // delete the template so nothing can refill behind the cleanup.
-    await d.daemon.poolSettled();
-    for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
-    await d.daemon.poolSettled();
-    for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
-    await d.stop();
-    expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', 'pool-tpl-1', 'pool-tpl-2', 'pool-tpl-3', 'pool-rtpl-1', 'pool-rtpl-2', 'pool-rtpl-3'])).to.deep.equal([]);
-  });
+  after(async () => removeAll(d));
 
   let tplMachineId = '';
 
@@ -92,16 +98,7 @@ describe('svcd with QEMU: a warm pool of running members', function () {
     await d.restart();
     await d.daemon.poolSettled();
   });
-  after(async () => {
-    // A refill still in flight would add a member after the listing: let it finish first, and
-    // delete the template so nothing can refill behind the cleanup.
-    await d.daemon.poolSettled();
-    for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
-    await d.daemon.poolSettled();
-    for (const m of (await d.call('GET', '/pool')).json.members as { name: string }[]) await d.call('DELETE', `/vms/${m.name}`);
-    await d.stop();
-    expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', 'pool-tpl-1', 'pool-tpl-2', 'pool-tpl-3', 'pool-rtpl-1', 'pool-rtpl-2', 'pool-rtpl-3'])).to.deep.equal([]);
-  });
+  after(async () => removeAll(d));
 
   it('claims running members: renamed, own identity, forwards added live, and they survive a daemon restart', async () => {
     expect((await d.call('GET', '/pool')).json).to.include({ running: true, ready: 2 });

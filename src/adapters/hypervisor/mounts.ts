@@ -1,7 +1,11 @@
-import { existsSync } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, openSync } from 'node:fs';
+import { stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { InternalError, InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
 import type { Mount } from '../../domain/instance.js';
+import type { VmSpec } from '../../ports/hypervisor.js';
+import { tail } from './qemu-files.js';
 
 export const VIRTIOFSD_PATHS = ['/usr/lib/qemu/virtiofsd', '/usr/libexec/virtiofsd', '/usr/bin/virtiofsd'];
 
@@ -49,4 +53,25 @@ export function cloudInitMounts(mounts: Mount[], driver: '9p' | 'virtiofs'): str
     return `  - [${mountTag(m, i)}, "${m.guest}", ${driver}, "${opts},nofail", "0", "0"]`;
   });
   return `#cloud-config\nmounts:\n${entries.join('\n')}\n`;
+}
+
+/**
+ * The shares of a VM as QEMU needs them. For virtio-fs, one virtiofsd per share, detached like
+ * QEMU; each exits by itself when QEMU closes its socket.
+ */
+export async function startMounts(spec: VmSpec, driver: '9p' | 'virtiofs'): Promise<{ tag: string; host: string; readonly: boolean; socket?: string }[]> {
+  const mounts = spec.mounts.map((m, i) => ({ tag: mountTag(m, i), host: m.host, readonly: !!m.readonly, socket: undefined as string | undefined }));
+  if (!mounts.length || driver !== 'virtiofs') return mounts;
+  checkDriver('virtiofs');
+  for (const [i, m] of mounts.entries()) {
+    m.socket = join(spec.dir, `vfs${i}.sock`);
+    await unlink(m.socket).catch(() => undefined);
+    const logFd = openSync(join(spec.dir, 'virtiofsd.log'), 'a');
+    const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd] });
+    closeSync(logFd);
+    d.unref();
+    for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
+    if (!existsSync(m.socket)) throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
+  }
+  return mounts;
 }

@@ -1,9 +1,7 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
 import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../domain/errors.js';
@@ -13,9 +11,10 @@ import { chooseAccel, type Accel } from './accel-probe.js';
 import { freePort, portFree } from './free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
-import { checkDriver, checkHostDirs, cloudInitMounts, mountScript, mountTag, virtiofsd } from './mounts.js';
+import { checkDriver, checkHostDirs, cloudInitMounts, mountScript, startMounts } from './mounts.js';
 import type { Mount } from '../../domain/instance.js';
-import { processTag, qemuArgs, type QemuLayout } from './qemu-args.js';
+import { processTag, qemuArgs } from './qemu-args.js';
+import { alive, layout, tail, waitForQmp } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
 
 const run = promisify(execFile);
@@ -44,39 +43,6 @@ export interface QemuOptions {
   mountDriver: '9p' | 'virtiofs';
   /** The overlay segment's multicast group:port (network: overlay); absent in user mode. */
   overlayMcast?: string;
-}
-
-/** Is the process running? A zombie (dead, not yet reaped by a parent that is gone) is not. */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
-
-/** The QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
-function qmpPath(dir: string): string {
-  const p = join(dir, 'qmp.sock');
-  return p.length < 100 ? p : join(tmpdir(), `svc-qmp-${createHash('sha1').update(dir).digest('hex').slice(0, 16)}.sock`);
-}
-
-export function layout(dir: string): QemuLayout {
-  return { dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), qmp: qmpPath(dir), serial: join(dir, 'serial.log'), pidfile: join(dir, 'qemu.pid') };
-}
-
-function tail(path: string, lines = 5): string {
-  try {
-    return readFileSync(path, 'utf8').trim().split('\n').slice(-lines).join(' | ');
-  } catch {
-    return '';
-  }
 }
 
 /**
@@ -163,7 +129,7 @@ export class QemuHypervisor implements Hypervisor {
       const agentPort = await freePort();
       const forwards = await Promise.all(spec.forwards.map(async (f) => ({ ...f, host_port: f.host_port || (await freePort(f.proto)) })));
       const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
-      const mounts = await this.startMounts(spec);
+      const mounts = await startMounts(spec, this.o.mountDriver);
       const args = qemuArgs({
         name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel, image: img, layout: l, sshPort, agentPort,
         forwards, vsockCid: cid || undefined, loadSnapshot: restore ? SUSPEND_TAG : undefined,
@@ -177,7 +143,7 @@ export class QemuHypervisor implements Hypervisor {
       const child = spawn(this.o.qemuBinary, args, { detached: true, stdio: ['ignore', logFd, logFd] });
       closeSync(logFd);
       child.unref();
-      const started = await this.waitForQmp(child, l.qmp);
+      const started = await waitForQmp(child, l.qmp);
       if (started instanceof Error) {
         const why = tail(logPath);
         if (restore) {
@@ -201,52 +167,11 @@ export class QemuHypervisor implements Hypervisor {
     }
   }
 
-  /**
-   * The shares of a VM as QEMU needs them. For virtio-fs, one virtiofsd per share, detached like
-   * QEMU; each exits by itself when QEMU closes its socket.
-   */
-  private async startMounts(spec: VmSpec): Promise<{ tag: string; host: string; readonly: boolean; socket?: string }[]> {
-    const mounts = spec.mounts.map((m, i) => ({ tag: mountTag(m, i), host: m.host, readonly: !!m.readonly, socket: undefined as string | undefined }));
-    if (!mounts.length || this.o.mountDriver !== 'virtiofs') return mounts;
-    checkDriver('virtiofs');
-    for (const [i, m] of mounts.entries()) {
-      m.socket = join(spec.dir, `vfs${i}.sock`);
-      await unlink(m.socket).catch(() => undefined);
-      const logFd = openSync(join(spec.dir, 'virtiofsd.log'), 'a');
-      const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd] });
-      closeSync(logFd);
-      d.unref();
-      for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
-      if (!existsSync(m.socket)) throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
-    }
-    return mounts;
-  }
-
   private freeCid(): number {
     const used = new Set([...this.live.values()].map((v) => v.cid));
     let cid = 3;
     while (used.has(cid)) cid++;
     return cid;
-  }
-
-  /** Resolves with a connected QMP client, or an Error when QEMU exits or never opens its socket. */
-  private async waitForQmp(child: ChildProcess, path: string): Promise<QmpClient | Error> {
-    let exited = false;
-    child.once('exit', () => { exited = true; });
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      if (exited) return new Error('qemu exited during start');
-      if (existsSync(path)) {
-        try {
-          return await QmpClient.connect(path, 3000);
-        } catch {
-          // not accepting yet
-        }
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    child.kill('SIGKILL');
-    return new Error('qemu did not open its monitor within 15 s');
   }
 
   private track(name: string, v: Omit<Live, 'gone' | 'name'>): void {

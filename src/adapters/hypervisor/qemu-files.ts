@@ -1,0 +1,60 @@
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { QemuLayout } from './qemu-args.js';
+import { QmpClient } from './qmp-client.js';
+
+/** Is the process running? A zombie (dead, not yet reaped by a parent that is gone) is not. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** The QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
+export function qmpPath(dir: string): string {
+  const p = join(dir, 'qmp.sock');
+  return p.length < 100 ? p : join(tmpdir(), `svc-qmp-${createHash('sha1').update(dir).digest('hex').slice(0, 16)}.sock`);
+}
+
+export function layout(dir: string): QemuLayout {
+  return { dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), qmp: qmpPath(dir), serial: join(dir, 'serial.log'), pidfile: join(dir, 'qemu.pid') };
+}
+
+export function tail(path: string, lines = 5): string {
+  try {
+    return readFileSync(path, 'utf8').trim().split('\n').slice(-lines).join(' | ');
+  } catch {
+    return '';
+  }
+}
+
+/** Resolves with a connected QMP client, or an Error when QEMU exits or never opens its socket. */
+export async function waitForQmp(child: ChildProcess, path: string): Promise<QmpClient | Error> {
+  let exited = false;
+  child.once('exit', () => { exited = true; });
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    if (exited) return new Error('qemu exited during start');
+    if (existsSync(path)) {
+      try {
+        return await QmpClient.connect(path, 3000);
+      } catch {
+        // not accepting yet
+      }
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  child.kill('SIGKILL');
+  return new Error('qemu did not open its monitor within 15 s');
+}
