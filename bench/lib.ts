@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { request, Agent } from 'node:http';
+import type { Writable } from 'node:stream';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SvcClient } from '../src/index.js';
@@ -66,4 +67,17 @@ export function post(agent: Agent, target: { socketPath?: string; port?: number 
 
 export function fmt(n: number, digits = 1): string {
   return Number.isFinite(n) ? n.toFixed(digits) : '-';
+}
+
+/** Writes `total` bytes of `chunk` copies with backpressure, then ends the stream. */
+export function pump(w: Writable, chunk: Buffer, total: number): void {
+  let sent = 0;
+  const more = () => {
+    while (sent < total) {
+      sent += chunk.length;
+      if (!w.write(chunk)) return void w.once('drain', more);
+    }
+    w.end();
+  };
+  more();
 }

@@ -7,7 +7,7 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { fmt, post, REPO, resetPeak, rssKiB, startSvcd, stats, type Stats } from './lib.js';
+import { fmt, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
@@ -31,7 +31,12 @@ function ensureImage(): string {
 /** 1. create-to-ready: cold boot vs clone from snapshot vs pool claim; 2. exec round trip; 5b. QEMU RSS. */
 async function qemuBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const d = await startSvcd(dir, { hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: N }, sandbox_metrics_enabled: false, memory_mb: 384 });
+  const images = ensureImage();
+  /** svcd on QEMU with a warm pool of `tpl` (suspended or running members). */
+  const qemuSvcd = (running: boolean) => startSvcd(dir, {
+    hypervisor: 'qemu', images_dir: images, warm_pool: { template: 'tpl', size: N, running }, sandbox_metrics_enabled: false, memory_mb: 384,
+  });
+  const d = await qemuSvcd(false);
   try {
     const c = d.client;
     if (only.includes('boot')) {
@@ -49,19 +54,17 @@ async function qemuBenchmarks(): Promise<void> {
       }
       // restart so the pool fills from the template, then wait until it is full
       await d.stop();
-      const d2 = await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N }, sandbox_metrics_enabled: false, memory_mb: 384 });
-      Object.assign(d, d2);
+      Object.assign(d, await qemuSvcd(false));
       for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
       const claim: number[] = [];
       for (let i = 0; i < N; i++) claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
       // The same pool with members kept running: a claim is a rename, forwards and an identity.
       for (let i = 0; i < N; i++) await d.client.delete(`claim${i}`);
       await d.stop();
-      const d3 = await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N, running: true }, sandbox_metrics_enabled: false, memory_mb: 384 });
-      Object.assign(d, d3);
+      Object.assign(d, await qemuSvcd(true));
       for (const m of (await d.client.pool()).members) if (m.status === 'suspended') await d.client.delete(m.name);
       await d.stop();
-      Object.assign(d, await startSvcd(dir, { hypervisor: 'qemu', images_dir: join(REPO, '.svc-test', 'images'), warm_pool: { template: 'tpl', size: N, running: true }, sandbox_metrics_enabled: false, memory_mb: 384 }));
+      Object.assign(d, await qemuSvcd(true));
       for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
       const hot: number[] = [];
       for (let i = 0; i < N; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
@@ -143,15 +146,7 @@ async function cpBenchmarks(): Promise<void> {
         res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
       });
       req.on('error', reject);
-      let sent = 0;
-      const pump = () => {
-        while (sent < GIB) {
-          sent += chunk.length;
-          if (!req.write(chunk)) return void req.once('drain', pump);
-        }
-        req.end();
-      };
-      pump();
+      pump(req, chunk, GIB);
     });
     const fetchAll = (opts: { port?: number; socketPath?: string; path: string }) => new Promise<void>((resolve, reject) => {
       request({ host: '127.0.0.1', ...opts }, (res) => {
@@ -163,17 +158,7 @@ async function cpBenchmarks(): Promise<void> {
     const raw = await timeIt(() => new Promise<void>((resolve) => {
       const srv = createServer((s) => { s.on('data', () => undefined); s.on('end', () => { srv.close(); resolve(); }); });
       srv.listen(0, '127.0.0.1', () => {
-        const s = connect((srv.address() as { port: number }).port, '127.0.0.1', () => {
-          let sent = 0;
-          const pump = () => {
-            while (sent < GIB) {
-              sent += chunk.length;
-              if (!s.write(chunk)) return void s.once('drain', pump);
-            }
-            s.end();
-          };
-          pump();
-        });
+        const s = connect((srv.address() as { port: number }).port, '127.0.0.1', () => pump(s, chunk, GIB));
       });
     }));
     const q = `/cp?path=${encodeURIComponent(guestFile)}`;

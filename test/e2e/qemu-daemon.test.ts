@@ -7,17 +7,12 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { SilentLogger } from '../fakes/fakes.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
-import { ndjson } from '../helpers/http.js';
+import { ndjson, qs } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
-const q = (o: Record<string, string | string[]>) => {
-  const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
-  return p.toString();
-};
 
 /** Userdata of the main test VM: a web page served by busybox httpd, and bootstrap readiness. */
 const USERDATA = `#!/bin/sh
@@ -53,7 +48,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     const events = ndjson(eph.text);
     expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_ssh', 'ready']);
     expect(ud.status, ud.text).to.equal(201);
-    const udFile = await d.call('POST', `/vms/ud/exec?${q({ cmd: 'cat', args: ['/root/ud'] })}`);
+    const udFile = await d.call('POST', `/vms/ud/exec?${qs({ cmd: 'cat', args: ['/root/ud'] })}`);
     expect(udFile.json.stdout).to.equal('done\n');
     const health = (await d.call('GET', '/vms/main/agent/health')).json;
     expect(health).to.include({ hostname: 'main', userdata_ran: true });
@@ -63,11 +58,11 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('runs exec, cp both ways, fs ops and a shell in the guest', async () => {
-    const r = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'uname -s; cat; exit 3'] })}`, 'stdin!', { 'content-type': 'application/octet-stream' });
+    const r = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'uname -s; cat; exit 3'] })}`, 'stdin!', { 'content-type': 'application/octet-stream' });
     expect(r.json).to.deep.equal({ stdout: 'Linux\nstdin!', stderr: '', exit_code: 3 });
     const blob = randomBytes(2 * 1024 * 1024 + 5);
     expect((await d.call('PUT', '/vms/main/cp?path=/root/blob.bin&permissions=0600', blob, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
-    const sum = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'stat -c %a /root/blob.bin; md5sum /root/blob.bin'] })}`);
+    const sum = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /root/blob.bin; md5sum /root/blob.bin'] })}`);
     expect(sum.json.stdout).to.match(/^600\n[0-9a-f]{32}/);
     const back = await rawGet(d, '/vms/main/cp?path=/root/blob.bin');
     expect(back.equals(blob)).to.equal(true);
@@ -110,7 +105,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     await d.call('POST', '/secrets', { name: 'TOKEN', value: 'e2e-secret-value' });
     const s = await d.call('POST', '/vms/main/secrets/TOKEN');
     expect(s.json).to.deep.equal({ name: 'main', secret: 'TOKEN', path: '/run/svc/secrets/TOKEN', mode: '0600' });
-    const cat = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'stat -c %a /run/svc/secrets/TOKEN; cat /run/svc/secrets/TOKEN'] })}`);
+    const cat = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /run/svc/secrets/TOKEN; cat /run/svc/secrets/TOKEN'] })}`);
     expect(cat.json.stdout).to.equal('600\ne2e-secret-value');
     expect(JSON.stringify(logs.lines)).not.to.contain('e2e-secret-value');
   });
@@ -131,7 +126,7 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('suspends and restores: the guest keeps a process and a file, the clock is reset', async () => {
-    const started = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!'] })}`);
+    const started = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!'] })}`);
     const pid = started.json.stdout.trim();
     expect(pid).to.match(/^\d+$/);
     const s = await d.call('POST', '/vms/main/suspend');
@@ -140,7 +135,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     await new Promise((r) => setTimeout(r, 3000));
     const r = await d.call('POST', '/vms/main/restore');
     expect(r.json.status).to.equal('running');
-    const check = await d.call('POST', `/vms/main/exec?${q({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`);
+    const check = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`);
     const [kept, alive, secs] = check.json.stdout.trim().split('\n');
     expect([kept, alive]).to.deep.equal(['kept', 'alive']);
     expect(Math.abs(Number(secs) - Date.now() / 1000)).to.be.below(5);

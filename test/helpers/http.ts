@@ -49,3 +49,10 @@ export function call(t: Target, method: string, path: string, body?: unknown, he
 export function ndjson(text: string): Record<string, unknown>[] {
   return text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
 }
+
+/** A query string from an object; arrays become repeated keys (`args=a&args=b`). */
+export function qs(o: Record<string, string | string[]>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
+  return p.toString();
+}

@@ -4,7 +4,7 @@ import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, 
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/local-agent-process.js';
-import { call, type Target } from '../helpers/http.js';
+import { call, type Target, qs } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';
 import { openShell } from '../helpers/ws-shell.js';
@@ -17,11 +17,6 @@ describe('svc-agent over HTTP (real agent process)', function () {
   let agent: LocalAgent;
   let t: Target;
   let work: string;
-  const q = (o: Record<string, string | string[]>) => {
-    const p = new URLSearchParams();
-    for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
-    return p.toString();
-  };
 
   before(async () => {
     dir = tempDir('svc-agent-');
@@ -55,39 +50,39 @@ describe('svc-agent over HTTP (real agent process)', function () {
 
   describe('exec', () => {
     it('returns stdout, stderr and a non-zero exit code with 200', async () => {
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'echo out; echo err >&2; exit 7'] })}`);
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sh', args: ['-c', 'echo out; echo err >&2; exit 7'] })}`);
       expect(r.status).to.equal(200);
       expect(r.json).to.deep.equal({ stdout: 'out\n', stderr: 'err\n', exit_code: 7 });
     });
 
     it('keeps arguments intact (spaces, quotes, unicode)', async () => {
       const args = ['a b', '"q"', 'ünï', '$HOME', ''];
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'printf', args: ['%s|', ...args] })}`);
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'printf', args: ['%s|', ...args] })}`);
       expect(r.json.stdout).to.equal(args.map((a) => `${a}|`).join(''));
     });
 
     it('runs in cwd, feeds stdin, and reports a command that cannot start as 127', async () => {
-      expect((await call(t, 'POST', `/exec?${q({ cmd: 'pwd', cwd: work })}`)).json.stdout).to.equal(`${work}\n`);
+      expect((await call(t, 'POST', `/exec?${qs({ cmd: 'pwd', cwd: work })}`)).json.stdout).to.equal(`${work}\n`);
       const stdin = randomBytes(100_000).toString('base64');
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sha256sum' })}`, stdin, { 'content-type': 'application/octet-stream' });
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sha256sum' })}`, stdin, { 'content-type': 'application/octet-stream' });
       expect(r.json.stdout.split(' ')[0]).to.equal(createHash('sha256').update(stdin).digest('hex'));
-      const nf = await call(t, 'POST', `/exec?${q({ cmd: '/no/such/binary' })}`);
+      const nf = await call(t, 'POST', `/exec?${qs({ cmd: '/no/such/binary' })}`);
       expect(nf.status).to.equal(200);
       expect(nf.json.exit_code).to.equal(127);
       expect(nf.json.error).to.match(/cannot start/);
-      const badCwd = await call(t, 'POST', `/exec?${q({ cmd: 'true', cwd: '/no/such/dir' })}`);
+      const badCwd = await call(t, 'POST', `/exec?${qs({ cmd: 'true', cwd: '/no/such/dir' })}`);
       expect(badCwd.json.exit_code).to.equal(127);
     });
 
     it('runs as another uid and gid', async function () {
       if (!isRoot) this.skip(); // switching users needs root; CI runs as root
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'id', uid: '65534', gid: '65534' })}`);
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'id', uid: '65534', gid: '65534' })}`);
       expect(r.json.stdout).to.match(/uid=65534.*gid=65534/);
     });
 
     it('kills a command at its timeout, with its children, and reports exit -1', async () => {
       const t0 = Date.now();
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeout: '500ms' })}`);
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeout: '500ms' })}`);
       expect(Date.now() - t0).to.be.below(5000);
       expect(r.json.exit_code).to.equal(-1);
       expect(r.json.error).to.match(/timed out/);
@@ -95,16 +90,16 @@ describe('svc-agent over HTTP (real agent process)', function () {
 
     it('returns when the command exits even if a background child keeps its output pipes open', async () => {
       const t0 = Date.now();
-      const r = await call(t, 'POST', `/exec?${q({ cmd: 'sh', args: ['-c', 'echo before; sleep 30 & echo after'] })}`);
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sh', args: ['-c', 'echo before; sleep 30 & echo after'] })}`);
       expect(Date.now() - t0).to.be.below(5000);
       expect(r.json).to.include({ exit_code: 0 });
       expect(r.json.stdout).to.equal('before\nafter\n');
     });
 
     it('returns base64 output with encoding=base64 and caps buffered output with truncated', async () => {
-      const b = await call(t, 'POST', `/exec?${q({ cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' })}`);
+      const b = await call(t, 'POST', `/exec?${qs({ cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' })}`);
       expect(Buffer.from(b.json.stdout, 'base64')).to.deep.equal(Buffer.from([0xff, 0]));
-      const big = await call(t, 'POST', `/exec?${q({ cmd: 'head', args: ['-c', String(17 * 1024 * 1024), '/dev/zero'] })}`);
+      const big = await call(t, 'POST', `/exec?${qs({ cmd: 'head', args: ['-c', String(17 * 1024 * 1024), '/dev/zero'] })}`);
       expect(big.json.truncated).to.equal(true);
       expect(big.json.stdout.length).to.equal(16 * 1024 * 1024);
     });
@@ -113,7 +108,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const frames: { frame: Record<string, unknown>; at: number }[] = [];
       const t0 = Date.now();
       await new Promise<void>((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${q({ cmd: 'sh', args: ['-c', 'echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4'], buffered: 'false' })}` }, (res) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${qs({ cmd: 'sh', args: ['-c', 'echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4'], buffered: 'false' })}` }, (res) => {
           expect(res.headers['content-type']).to.match(/ndjson/);
           let buf = '';
           res.on('data', (c: Buffer) => {
@@ -140,7 +135,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('kills a streamed command when the client goes away', async () => {
       const marker = join(work, 'still-running');
       await new Promise<void>((resolve) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${q({ cmd: 'sh', args: ['-c', `echo started; sleep 2; touch ${marker}`], buffered: 'false' })}` }, (res) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${qs({ cmd: 'sh', args: ['-c', `echo started; sleep 2; touch ${marker}`], buffered: 'false' })}` }, (res) => {
           res.once('data', () => {
             req.destroy();
             resolve();
@@ -153,7 +148,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
     });
 
     it('refuses bad exec input with 400', async () => {
-      for (const path of ['/exec', `/exec?${q({ cmd: 'true', buffered: 'maybe' })}`, `/exec?${q({ cmd: 'true', uid: '-1' })}`, `/exec?${q({ cmd: 'true', timeout: 'x' })}`, `/exec?${q({ cmd: 'true', cwd: 'rel' })}`]) {
+      for (const path of ['/exec', `/exec?${qs({ cmd: 'true', buffered: 'maybe' })}`, `/exec?${qs({ cmd: 'true', uid: '-1' })}`, `/exec?${qs({ cmd: 'true', timeout: 'x' })}`, `/exec?${qs({ cmd: 'true', cwd: 'rel' })}`]) {
         const r = await call(t, 'POST', path);
         expect(r.status, path).to.equal(400);
         expect(r.json.error).to.be.a('string');
@@ -195,10 +190,10 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('round-trips a binary file byte-exact with permissions, creating parents', async () => {
       const data = randomBytes(3 * 1024 * 1024 + 17);
       const path = join(work, 'deep', 'er', 'blob.bin');
-      const put = await call(t, 'PUT', `/cp?${q({ path, permissions: '0640' })}`, data, { 'content-type': 'application/octet-stream' });
+      const put = await call(t, 'PUT', `/cp?${qs({ path, permissions: '0640' })}`, data, { 'content-type': 'application/octet-stream' });
       expect(put.status).to.equal(204);
       expect(statSync(path).mode & 0o777).to.equal(0o640);
-      const got = await rawGet(agent.port, `/cp?${q({ path })}`);
+      const got = await rawGet(agent.port, `/cp?${qs({ path })}`);
       expect(got.type).to.equal('application/octet-stream');
       expect(got.body.equals(data)).to.equal(true);
     });
@@ -207,7 +202,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const path = join(work, 'atomic.txt');
       writeFileSync(path, 'old content');
       await new Promise<void>((resolve) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${q({ path })}`, headers: { 'content-length': '1000000' } });
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${qs({ path })}`, headers: { 'content-length': '1000000' } });
         req.on('error', () => resolve());
         req.write(Buffer.alloc(1000, 1), () => setTimeout(() => { req.destroy(); resolve(); }, 200));
       });
@@ -218,7 +213,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('sets uid and gid', async function () {
       if (!isRoot) this.skip(); // chown needs root; CI runs as root
       const path = join(work, 'owned');
-      await call(t, 'PUT', `/cp?${q({ path, uid: '65534', gid: '65534' })}`, Buffer.from('x'), { 'content-type': 'application/octet-stream' });
+      await call(t, 'PUT', `/cp?${qs({ path, uid: '65534', gid: '65534' })}`, Buffer.from('x'), { 'content-type': 'application/octet-stream' });
       expect(statSync(path).uid).to.equal(65534);
     });
 
@@ -245,7 +240,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const digest = hash.digest('hex');
       const dst = join(work, 'big.dst');
       await new Promise<void>((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${q({ path: dst })}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(200 * 1024 * 1024) } }, (res) => {
+        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${qs({ path: dst })}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(200 * 1024 * 1024) } }, (res) => {
           res.resume();
           res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
         });
@@ -254,7 +249,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
       });
       const back = createHash('sha256');
       await new Promise<void>((resolve, reject) => {
-        request({ host: '127.0.0.1', port: agent.port, path: `/cp?${q({ path: dst })}` }, (res) => {
+        request({ host: '127.0.0.1', port: agent.port, path: `/cp?${qs({ path: dst })}` }, (res) => {
           expect(res.headers['content-length']).to.equal(String(200 * 1024 * 1024));
           res.on('data', (c: Buffer) => back.update(c));
           res.on('end', resolve);
@@ -273,20 +268,20 @@ describe('svc-agent over HTTP (real agent process)', function () {
       writeFileSync(join(tree, 'sub', 'b.txt'), 'bee', { mode: 0o600 });
       writeFileSync(join(tree, 'sub', 'deeper', 'c'), randomBytes(5000));
       symlinkSync('sub/b.txt', join(tree, 'link'));
-      const tarBuf = (await rawGet(agent.port, `/cp?${q({ path: tree, mode: 'tar' })}`)).body;
+      const tarBuf = (await rawGet(agent.port, `/cp?${qs({ path: tree, mode: 'tar' })}`)).body;
       const listing = await readTar(tarBuf);
       expect([...listing.keys()].sort()).to.deep.equal(['a.sh', 'link', 'sub', 'sub/b.txt', 'sub/deeper', 'sub/deeper/c']);
       expect(listing.get('a.sh')!.mode).to.equal(0o755);
       expect(listing.get('link')).to.include({ type: 'symlink', linkname: 'sub/b.txt' });
       const copy = join(work, 'tree-copy');
-      const put = await call(t, 'PUT', `/cp?${q({ path: copy, mode: 'tar' })}`, tarBuf, { 'content-type': 'application/x-tar' });
+      const put = await call(t, 'PUT', `/cp?${qs({ path: copy, mode: 'tar' })}`, tarBuf, { 'content-type': 'application/x-tar' });
       expect(put.status).to.equal(204);
       expect(statSync(join(copy, 'a.sh')).mode & 0o777).to.equal(0o755);
       expect(statSync(join(copy, 'sub', 'b.txt')).mode & 0o777).to.equal(0o600);
       expect(readFileSync(join(copy, 'sub', 'deeper', 'c')).equals(readFileSync(join(tree, 'sub', 'deeper', 'c')))).to.equal(true);
       expect(lstatSync(join(copy, 'link')).isSymbolicLink()).to.equal(true);
       expect(readlinkSync(join(copy, 'link'))).to.equal('sub/b.txt');
-      const one = await readTar((await rawGet(agent.port, `/cp?${q({ path: join(tree, 'sub', 'b.txt'), mode: 'tar' })}`)).body);
+      const one = await readTar((await rawGet(agent.port, `/cp?${qs({ path: join(tree, 'sub', 'b.txt'), mode: 'tar' })}`)).body);
       expect([...one.keys()]).to.deep.equal(['b.txt']);
       expect(one.get('b.txt')!.data.toString()).to.equal('bee');
     });
@@ -305,7 +300,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
         [{ name: 'hard', type: 'link' as const, linkname: '/etc/passwd' }],
       ];
       for (const entries of attacks) {
-        const r = await call(t, 'PUT', `/cp?${q({ path: target, mode: 'tar' })}`, await makeTar(entries), { 'content-type': 'application/x-tar' });
+        const r = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, await makeTar(entries), { 'content-type': 'application/x-tar' });
         expect(r.status, JSON.stringify(entries)).to.equal(400);
         expect(r.json.error).to.match(/outside|out of|hard links/);
       }
@@ -314,15 +309,15 @@ describe('svc-agent over HTTP (real agent process)', function () {
       }
       expect(existsSync('/tmp/escaped-absolute')).to.equal(false);
       expect(existsSync(join(target, 'evil'))).to.equal(false);
-      const garbage = await call(t, 'PUT', `/cp?${q({ path: target, mode: 'tar' })}`, randomBytes(2048), { 'content-type': 'application/x-tar' });
+      const garbage = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, randomBytes(2048), { 'content-type': 'application/x-tar' });
       expect(garbage.status).to.equal(400);
     });
 
     it('answers 400 for a binary GET of a directory and 404 for a missing file', async () => {
-      expect((await call(t, 'GET', `/cp?${q({ path: work })}`)).status).to.equal(400);
-      expect((await call(t, 'GET', `/cp?${q({ path: join(work, 'missing') })}`)).status).to.equal(404);
-      expect((await call(t, 'GET', `/cp?${q({ path: 'relative' })}`)).status).to.equal(400);
-      expect((await call(t, 'GET', `/cp?${q({ path: work, mode: 'zip' })}`)).status).to.equal(400);
+      expect((await call(t, 'GET', `/cp?${qs({ path: work })}`)).status).to.equal(400);
+      expect((await call(t, 'GET', `/cp?${qs({ path: join(work, 'missing') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', `/cp?${qs({ path: 'relative' })}`)).status).to.equal(400);
+      expect((await call(t, 'GET', `/cp?${qs({ path: work, mode: 'zip' })}`)).status).to.equal(400);
     });
   });
 
@@ -335,23 +330,23 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x') })).status).to.equal(409);
       writeFileSync(join(base, 'b.txt'), 'hello');
       expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'a-link'), target: 'b.txt' })).status).to.equal(204);
-      const list = (await call(t, 'GET', `/fs/readdir?${q({ path: base })}`)).json;
+      const list = (await call(t, 'GET', `/fs/readdir?${qs({ path: base })}`)).json;
       expect(list.map((e: { name: string }) => e.name)).to.deep.equal(['a-link', 'b.txt', 'x']);
       expect(list[0]).to.include({ type: 'symlink', target: 'b.txt' });
       expect(list[1]).to.include({ type: 'file', size: 5, path: join(base, 'b.txt') });
       expect(list[1].mode).to.match(/^0[0-7]{3}$/);
       expect(new Date(list[1].mtime).getTime()).to.be.above(0);
-      const st = (await call(t, 'GET', `/fs/stat?${q({ path: join(base, 'a-link') })}`)).json;
+      const st = (await call(t, 'GET', `/fs/stat?${qs({ path: join(base, 'a-link') })}`)).json;
       expect(st).to.include({ type: 'symlink', target: 'b.txt', name: 'a-link' });
-      expect((await call(t, 'GET', `/fs/stat?${q({ path: join(base, 'nope') })}`)).status).to.equal(404);
-      expect((await call(t, 'GET', `/fs/readdir?${q({ path: join(base, 'nope') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', `/fs/stat?${qs({ path: join(base, 'nope') })}`)).status).to.equal(404);
+      expect((await call(t, 'GET', `/fs/readdir?${qs({ path: join(base, 'nope') })}`)).status).to.equal(404);
       expect((await call(t, 'GET', '/fs/stat?path=relative')).status).to.equal(400);
       expect((await call(t, 'GET', '/fs/stat')).status).to.equal(400);
-      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'x') })}`)).status).to.equal(409);
-      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'x'), recursive: 'true' })}`)).status).to.equal(204);
-      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'a-link') })}`)).status).to.equal(204);
+      expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'x') })}`)).status).to.equal(409);
+      expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'x'), recursive: 'true' })}`)).status).to.equal(204);
+      expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'a-link') })}`)).status).to.equal(204);
       expect(existsSync(join(base, 'b.txt'))).to.equal(true);
-      expect((await call(t, 'DELETE', `/fs/remove?${q({ path: join(base, 'gone') })}`)).status).to.equal(404);
+      expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'gone') })}`)).status).to.equal(404);
       expect((await call(t, 'POST', '/fs/mkdir', { path: 'rel' })).status).to.equal(400);
       expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'm'), mode: 'rwx' })).status).to.equal(400);
       expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'l2') })).status).to.equal(400);

@@ -7,16 +7,12 @@ import { join } from 'node:path';
 import { InMemoryHypervisor } from '../../src/adapters/hypervisor/in-memory-hypervisor.js';
 import { startLocalGuest } from '../../src/adapters/hypervisor/local-guest.js';
 import { SilentLogger } from '../fakes/fakes.js';
+import { qs } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 import { makeTar, readTar } from '../helpers/tar.js';
 import { openShell } from '../helpers/ws-shell.js';
 
-const q = (o: Record<string, string | string[]>) => {
-  const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
-  return p.toString();
-};
 
 /** A TCP echo server standing in for a service in the guest. */
 async function echoServer(): Promise<{ port: number; server: Server }> {
@@ -60,7 +56,7 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
     });
 
     it('runs buffered exec with stdin and a non-zero exit as 200', async () => {
-      const r = await d.call('POST', `/vms/g/exec?${q({ cmd: 'sh', args: ['-c', 'cat; echo oops >&2; exit 5'] })}`, 'piped in', { 'content-type': 'application/octet-stream' });
+      const r = await d.call('POST', `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'cat; echo oops >&2; exit 5'] })}`, 'piped in', { 'content-type': 'application/octet-stream' });
       expect(r.status).to.equal(200);
       expect(r.json).to.deep.equal({ stdout: 'piped in', stderr: 'oops\n', exit_code: 5 });
     });
@@ -69,7 +65,7 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const t0 = Date.now();
       const arrivals: { type: string; at: number }[] = [];
       await new Promise<void>((resolve, reject) => {
-        const req = request({ socketPath: d.config.socket, method: 'POST', path: `/vms/g/exec?${q({ cmd: 'sh', args: ['-c', 'echo a; sleep 1.5; echo b'], buffered: 'false' })}`, headers: { authorization: 'Bearer test-token' } }, (res) => {
+        const req = request({ socketPath: d.config.socket, method: 'POST', path: `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'echo a; sleep 1.5; echo b'], buffered: 'false' })}`, headers: { authorization: 'Bearer test-token' } }, (res) => {
           expect(res.statusCode).to.equal(200);
           let buf = '';
           res.on('data', (c) => {
@@ -92,19 +88,19 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const data = randomBytes(5 * 1024 * 1024 + 3);
       const root = join(d.config.data_dir, 'vms', 'g', 'guest');
       const path = join(root, 'home', 'f.bin');
-      expect((await d.call('PUT', `/vms/g/cp?${q({ path, permissions: '0600' })}`, data, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
+      expect((await d.call('PUT', `/vms/g/cp?${qs({ path, permissions: '0600' })}`, data, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
       expect(statSync(path).mode & 0o777).to.equal(0o600);
-      const back = await rawGet(d, `/vms/g/cp?${q({ path })}`);
+      const back = await rawGet(d, `/vms/g/cp?${qs({ path })}`);
       expect(back.type).to.equal('application/octet-stream');
       expect(back.body.equals(data)).to.equal(true);
       const tarIn = await makeTar([{ name: 'dir', type: 'directory', mode: 0o750 }, { name: 'dir/x.txt', data: 'x', mode: 0o640 }, { name: 'ln', type: 'symlink', linkname: 'dir/x.txt' }]);
       const dest = join(root, 'tree');
-      expect((await d.call('PUT', `/vms/g/cp?${q({ path: dest, mode: 'tar' })}`, tarIn, { 'content-type': 'application/x-tar' })).status).to.equal(204);
-      const listing = await readTar((await rawGet(d, `/vms/g/cp?${q({ path: dest, mode: 'tar' })}`)).body);
+      expect((await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, tarIn, { 'content-type': 'application/x-tar' })).status).to.equal(204);
+      const listing = await readTar((await rawGet(d, `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`)).body);
       expect([...listing.keys()].sort()).to.deep.equal(['dir', 'dir/x.txt', 'ln']);
       expect(listing.get('dir/x.txt')!.mode).to.equal(0o640);
       const evil = await makeTar([{ name: '../../escape', data: 'x' }]);
-      const refused = await d.call('PUT', `/vms/g/cp?${q({ path: dest, mode: 'tar' })}`, evil, { 'content-type': 'application/x-tar' });
+      const refused = await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, evil, { 'content-type': 'application/x-tar' });
       expect(refused.status).to.equal(400);
       expect(refused.json.error).to.match(/outside/);
     });
@@ -114,14 +110,14 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       expect((await d.call('POST', '/vms/g/fs/mkdir', { path: join(root, 'm', 'n'), recursive: true })).status).to.equal(204);
       expect((await d.call('POST', '/vms/g/fs/mkdir', { path: join(root, 'm') })).status).to.equal(409);
       expect((await d.call('POST', '/vms/g/fs/symlink', { path: join(root, 'lnk'), target: 'm' })).status).to.equal(204);
-      const ls = await d.call('GET', `/vms/g/fs/readdir?${q({ path: root })}`);
+      const ls = await d.call('GET', `/vms/g/fs/readdir?${qs({ path: root })}`);
       expect(ls.json.find((e: { name: string }) => e.name === 'lnk')).to.include({ type: 'symlink', target: 'm' });
-      expect((await d.call('GET', `/vms/g/fs/stat?${q({ path: join(root, 'nope') })}`)).status).to.equal(404);
+      expect((await d.call('GET', `/vms/g/fs/stat?${qs({ path: join(root, 'nope') })}`)).status).to.equal(404);
       expect((await d.call('GET', '/vms/g/fs/stat?path=relative')).status).to.equal(400);
       expect((await d.call('GET', '/vms/g/fs/readdir')).status).to.equal(400);
-      expect((await d.call('DELETE', `/vms/g/fs/remove?${q({ path: join(root, 'm') })}`)).status).to.equal(409);
-      expect((await d.call('DELETE', `/vms/g/fs/remove?${q({ path: join(root, 'm'), recursive: 'true' })}`)).status).to.equal(204);
-      expect((await d.call('GET', `/vms/nope/fs/stat?${q({ path: '/' })}`)).status).to.equal(404);
+      expect((await d.call('DELETE', `/vms/g/fs/remove?${qs({ path: join(root, 'm') })}`)).status).to.equal(409);
+      expect((await d.call('DELETE', `/vms/g/fs/remove?${qs({ path: join(root, 'm'), recursive: 'true' })}`)).status).to.equal(204);
+      expect((await d.call('GET', `/vms/nope/fs/stat?${qs({ path: '/' })}`)).status).to.equal(404);
       expect((await d.call('POST', `/vms/g/exec?cmd=`)).status).to.equal(400);
     });
 
