@@ -1,4 +1,10 @@
-/** Layers point inward: domain <- ports <- app <- adapters <- composition root (src/bin, src/app/container.ts). */
+/**
+ * Layers point inward: domain <- ports <- app <- adapters <- composition roots (src/main.ts for
+ * svcd, src/agent-main.ts for svc-agent, src/bin/*). Folder rooms (docs/architecture.md):
+ * `agent/` folders are svc-agent, the program in the guest; the daemon never imports them and they
+ * import nothing of the daemon's but the shared logger, clock and queue. `*-kit` adapter folders are plumbing that several programs share
+ * and import no other adapter folder. The two hypervisor adapters do not know each other.
+ */
 const adapterOnly = '^(node_modules/(express|ws|ssh2|prom-client|node-pty|pino|tar-stream|yaml)/|(node:)?(child_process|net|http|https|dgram)$)';
 module.exports = {
   forbidden: [
@@ -10,10 +16,21 @@ module.exports = {
     { name: 'ports-see-only-domain', severity: 'error',
       from: { path: '^src/ports' }, to: { path: '^src/(app|adapters|bin)' } },
     { name: 'app-does-not-know-adapters', severity: 'error',
-      from: { path: '^src/app', pathNot: '^src/main\\.ts$' }, to: { path: '^src/(adapters|bin)' } },
+      from: { path: '^src/app' }, to: { path: '^src/(adapters|bin)' } },
     { name: 'no-io-packages-outside-adapters', severity: 'error',
-      from: { path: '^src/(domain|ports|app)', pathNot: '^src/main\\.ts$' },
-      to: { path: adapterOnly } },
+      from: { path: '^src/(domain|ports|app)' }, to: { path: adapterOnly } },
+    { name: 'daemon-does-not-import-the-agent', severity: 'error',
+      from: { path: '^src/', pathNot: '^src/((app|ports|adapters)/agent/|agent-main\\.ts$|bin/svc-agent\\.ts$|index\\.ts$)' },
+      to: { path: '^src/((app|ports|adapters)/agent/|agent-main\\.ts$)' } },
+    { name: 'agent-does-not-import-the-daemon', severity: 'error',
+      from: { path: '^src/((app|ports|adapters)/agent/|agent-main\\.ts$)' },
+      to: { path: '^src/', pathNot: '^src/(domain/|version\\.ts$|(app|ports|adapters)/agent/|adapters/[a-z-]+-kit/|ports/(logger|clock)\\.ts$|app/async-queue\\.ts$|adapters/log/)' } },
+    { name: 'kits-import-no-other-adapter', severity: 'error',
+      from: { path: '^src/adapters/([a-z-]+-kit)/' }, to: { path: '^src/adapters/', pathNot: '^src/adapters/$1/' } },
+    { name: 'hypervisor-adapters-do-not-know-each-other', severity: 'error',
+      from: { path: '^src/adapters/hypervisor/(qemu|fake)/' }, to: { path: '^src/adapters/hypervisor/(qemu|fake)/', pathNot: '^src/adapters/hypervisor/$1/' } },
+    { name: 'adapter-folders-do-not-import-in-a-circle', severity: 'error',
+      from: { path: '^src/adapters/http/' }, to: { path: '^src/adapters/(agent|guest-link|hypervisor|store|ssh|cli|client)/' } },
     { name: 'no-circular', severity: 'error', from: {}, to: { circular: true } },
   ],
   options: {

@@ -14,11 +14,11 @@ export type { VmSpec, VmHandle, VmRef, ImageInfo, LaunchOptions, ExitListener } 
 export { GuestAgent } from './ports/guest-agent.js';
 export type { AgentEndpoint, ShellSession, UploadOptions, FsOp } from './ports/guest-agent.js';
 export { Tunnels, SshProbe } from './ports/tunnels.js';
-export { InMemoryHypervisor } from './adapters/hypervisor/in-memory-hypervisor.js';
-export { QemuHypervisor } from './adapters/hypervisor/qemu-hypervisor.js';
-export { HttpGuestAgent } from './adapters/agent/http-guest-agent.js';
-export { tcpConnector, socatVsockConnector, pickConnector } from './adapters/agent/transport.js';
-export type { Connector } from './adapters/agent/transport.js';
+export { InMemoryHypervisor } from './adapters/hypervisor/fake/in-memory-hypervisor.js';
+export { QemuHypervisor } from './adapters/hypervisor/qemu/qemu-hypervisor.js';
+export { HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
+export { tcpConnector, socatVsockConnector, pickConnector } from './adapters/guest-link/transport.js';
+export type { Connector } from './adapters/guest-link/transport.js';
 export { startAgent } from './agent-main.js';
 export * from './domain/errors.js';
 export type { Instance, InstanceRecord, Forward, Mount, VmStatus } from './domain/instance.js';

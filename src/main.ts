@@ -4,9 +4,11 @@ import { mkdirSync } from 'node:fs';
 import type { Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
-import { GuestService } from './app/guest-service.js';
+import { GuestProxy } from './app/guest-proxy.js';
 import { CreateService } from './app/create-service.js';
-import { InstanceRegistry } from './app/instance-registry.js';
+import { Activity } from './app/activity.js';
+import { RecoveryService } from './app/recovery-service.js';
+import { Vms } from './app/vms.js';
 import { InstanceService } from './app/instance-service.js';
 import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
@@ -14,32 +16,30 @@ import { PoolService } from './app/pool-service.js';
 import { LifecycleEvents } from './app/lifecycle-events.js';
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
-import { DistAgentArtifact } from './adapters/agent/dist-agent-artifact.js';
-import { HttpGuestAgent } from './adapters/agent/http-guest-agent.js';
-import { InMemoryGuestAgent } from './adapters/agent/in-memory-guest-agent.js';
-import { pickConnector } from './adapters/agent/transport.js';
+import { DistAgentArtifact } from './adapters/guest-link/dist-agent-artifact.js';
+import { HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
+import { pickConnector } from './adapters/guest-link/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
-import { InMemoryHypervisor } from './adapters/hypervisor/in-memory-hypervisor.js';
-import { startLocalGuest } from './adapters/hypervisor/local-guest.js';
-import { ImageCatalog } from './adapters/hypervisor/image-catalog.js';
-import { QemuHypervisor } from './adapters/hypervisor/qemu-hypervisor.js';
+import { standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
+import { fakeDriver } from './adapters/hypervisor/fake/fake-driver.js';
+import { qemuDriver } from './adapters/hypervisor/qemu/qemu-driver.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
 import { ShellProxy } from './adapters/http/shell-proxy.js';
-import { BearerAuth } from './adapters/http/auth.js';
-import { createHttpApp } from './adapters/http/http-app.js';
+import { BearerAuth } from './adapters/http-kit/auth.js';
+import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { HttpListeners } from './adapters/http/listeners.js';
 import { openApiDocument } from './adapters/http/openapi.js';
-import type { RouteDef } from './adapters/http/route.js';
+import type { RouteDef } from './adapters/http-kit/route.js';
 import { secretRoutes } from './adapters/http/secret-routes.js';
 import { systemRoutes } from './adapters/http/system-routes.js';
 import { vmRoutes } from './adapters/http/vm-routes.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
 import { PromControlMetrics } from './adapters/metrics/prom-control-metrics.js';
 import { FsSshKeys } from './adapters/ssh/fs-ssh-keys.js';
-import { InMemorySshProbe } from './adapters/ssh/in-memory-ssh-probe.js';
 import { Ssh2Connections } from './adapters/ssh/ssh2-connections.js';
 import { Ssh2RemoteShell } from './adapters/ssh/ssh2-remote-shell.js';
 import { Ssh2Tunnels } from './adapters/ssh/ssh2-tunnels.js';
+import { SshAgentInstaller } from './adapters/ssh/ssh-agent-installer.js';
 import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
@@ -48,16 +48,16 @@ import { FsInstanceStore } from './adapters/store/fs-instance-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
 import { Clock } from './ports/clock.js';
 import { GuestAgent } from './ports/guest-agent.js';
-import { Hypervisor } from './ports/hypervisor.js';
+import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
 import { ActivityLog, ConsoleLogs, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
-import { AgentArtifact, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
+import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
 
 /** Adapters an embedder may supply instead of the defaults the config selects. */
 export interface DaemonOverrides {
-  hypervisor?: Hypervisor;
+  hypervisor?: HypervisorAdapter;
   guestAgent?: GuestAgent;
   sshProbe?: SshProbe;
   tunnels?: Tunnels;
@@ -94,52 +94,41 @@ function sshModule(o: DaemonOverrides): ContainerModule {
     if (o.tunnels) bind(Tunnels).toConstantValue(o.tunnels);
     else bind(Tunnels).toDynamicValue((ctx) => new Ssh2Tunnels(ctx.get(Ssh2Connections))).inSingletonScope();
     bind(RemoteShell).toDynamicValue((ctx) => new Ssh2RemoteShell(ctx.get(Ssh2Connections))).inSingletonScope();
+    bind(AgentInstaller).toDynamicValue((ctx) => new SshAgentInstaller(ctx.get<RemoteShell>(RemoteShell))).inSingletonScope();
     bind(AgentArtifact).toConstantValue(new DistAgentArtifact());
   });
 }
 
-/** Picks the hypervisor adapter (and the guest-side adapters that go with it) from config. */
+/** The hypervisors the daemon can drive, by the config's `hypervisor`. A third is one more line. */
+const DRIVERS: Record<Config['hypervisor'], HypervisorDriver> = { qemu: qemuDriver, fake: fakeDriver };
+
+/**
+ * Binds the hypervisor adapter from config (or the embedder's), each of its capability ports, and
+ * the guest-side adapters that fit it: stand-ins where its VMs have no guest, HTTP and SSH otherwise.
+ */
 function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
   return new ContainerModule(({ bind }) => {
-    if (o.hypervisor) {
-      bind(Hypervisor).toConstantValue(o.hypervisor);
-    } else if (config.hypervisor === 'fake') {
-      bind(Hypervisor).toConstantValue(new InMemoryHypervisor({
-        bootDelayMs: config.fake_boot_delay_ms, sidecar: config.fake_agent ? startLocalGuest : undefined,
-      }));
-    } else {
-      bind(Hypervisor).toDynamicValue((ctx) => new QemuHypervisor({
-        qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
-        log: ctx.get<Logger>(Logger), vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
-        overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined,
-      })).inSingletonScope();
-    }
-    // An in-memory hypervisor without stand-in guests has no agent: its in-memory agent and probe answer.
-    const noGuest = (hv: Hypervisor): hv is InMemoryHypervisor => hv instanceof InMemoryHypervisor && !hv.hasGuests;
-    bind(GuestAgent).toDynamicValue((ctx) => {
-      const hv = ctx.get<Hypervisor>(Hypervisor);
-      if (o.guestAgent) return o.guestAgent;
-      if (noGuest(hv)) return new InMemoryGuestAgent(hv);
-      return new HttpGuestAgent(pickConnector(config.agent_transport));
-    }).inSingletonScope();
-    bind(SshProbe).toDynamicValue((ctx) => {
-      const hv = ctx.get<Hypervisor>(Hypervisor);
-      if (o.sshProbe) return o.sshProbe;
-      if (noGuest(hv)) return new InMemorySshProbe(hv);
-      return new TcpSshProbe();
-    }).inSingletonScope();
+    const Adapter = Symbol('HypervisorAdapter');
+    bind(Adapter).toDynamicValue((ctx) => o.hypervisor ?? DRIVERS[config.hypervisor].create(config, ctx.get<Logger>(Logger))).inSingletonScope();
+    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toDynamicValue((ctx) => ctx.get(Adapter));
+    bind(GuestAgent).toDynamicValue((ctx) =>
+      o.guestAgent ?? standInsOf(ctx.get(Adapter))?.guestAgent ?? new HttpGuestAgent(pickConnector(config.agent_transport))).inSingletonScope();
+    bind(SshProbe).toDynamicValue((ctx) => o.sshProbe ?? standInsOf(ctx.get(Adapter))?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
   });
 }
 
-function appModule(): ContainerModule {
+/** The use cases; every port they need is bound by the other modules (or a test's fakes). */
+export function appModule(): ContainerModule {
   return new ContainerModule(({ bind }) => {
     bind(LifecycleEvents).toSelf().inSingletonScope();
-    bind(InstanceRegistry).toSelf().inSingletonScope();
+    bind(Vms).toSelf().inSingletonScope();
+    bind(Activity).toSelf().inSingletonScope();
+    bind(RecoveryService).toSelf().inSingletonScope();
     bind(VmKeeper).toSelf().inSingletonScope();
     bind(InstanceService).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
-    bind(GuestService).toSelf().inSingletonScope();
+    bind(GuestProxy).toSelf().inSingletonScope();
     bind(ForwardService).toSelf().inSingletonScope();
     bind(MetricsSampler).toSelf().inSingletonScope();
     bind(AgentDeployService).toSelf().inSingletonScope();
@@ -173,27 +162,29 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const { container, metrics } = buildContainer(config, overrides);
   const log = container.get<Logger>(Logger);
   const instances = container.get(InstanceService);
+  const vms = container.get(Vms);
+  metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   const secrets = container.get(SecretService);
   const hv = container.get<Hypervisor>(Hypervisor);
   // Services that follow VMs subscribe before init, so re-attached VMs get their forwards and sampling.
   const forwards = container.get(ForwardService);
   const sampler = container.get(MetricsSampler);
   const pool = container.get(PoolService);
-  await instances.init();
+  await container.get(RecoveryService).init();
 
   const routes: RouteDef[] = [
     ...systemRoutes({
       version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(instances, container.get(CreateService)),
+    ...vmRoutes(vms, instances, container.get(CreateService)),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
-    ...guestRoutes({ guest: container.get(GuestService), logs: container.get<ConsoleLogs>(ConsoleLogs), instances, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
+    ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
   const auth = new BearerAuth(config.api_token);
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
-  const shell = new ShellProxy(container.get(GuestService), auth);
+  const shell = new ShellProxy(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(app, shell.handleUpgrade);
   await listeners.start({ socket: config.socket, api: config.api });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
@@ -211,16 +202,13 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       pool.stop();
       await pool.settled();
       sampler.stopAll();
-      const tunnels = container.get<Tunnels>(Tunnels);
-      if (tunnels instanceof Ssh2Tunnels) await tunnels.closeEverything();
+      await container.get<Tunnels>(Tunnels).closeEverything();
       container.get(Ssh2Connections).end();
-      const agent = container.get<GuestAgent>(GuestAgent);
-      if (agent instanceof HttpGuestAgent) agent.close();
-      await instances.close();
-      // A hypervisor the daemon made dies with it; an embedder's own outlives it (like QEMU processes).
-      if (hv instanceof InMemoryHypervisor && !overrides.hypervisor) await hv.closeAll();
-      // QEMU processes are detached and keep running; the next daemon re-attaches to them.
-      if (hv instanceof QemuHypervisor) hv.detachAll();
+      container.get<GuestAgent>(GuestAgent).close();
+      await container.get(Activity).flush();
+      // The daemon's own hypervisor lets go of its VMs (QEMU's keep running; in-memory ones stop);
+      // an embedder's outlives the daemon.
+      if (!overrides.hypervisor) await hv.release();
       log.info({}, 'svcd stopped');
       if (log instanceof PinoLogger) log.flush();
     })()),

@@ -6,18 +6,18 @@ import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, InstanceRecord } from '../domain/instance.js';
 import { toPublic } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
-import type { ImageInfo, VmHandle } from '../ports/hypervisor.js';
-import { Hypervisor } from '../ports/hypervisor.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
+import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { ControlMetrics } from '../ports/metrics.js';
-import { ActivityLog, InstanceStore } from '../ports/stores.js';
-import { SshKeys } from '../ports/tunnels.js';
+import { InstanceStore } from '../ports/stores.js';
+import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
-import { InstanceRegistry } from './instance-registry.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 import { VmKeeper } from './vm-keeper.js';
+import { Vms } from './vms.js';
 
 export interface CreateJob {
   name: string;
@@ -38,14 +38,16 @@ export class CreateService {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Hypervisor) private readonly hv: Hypervisor,
-    @inject(SshKeys) private readonly keys: SshKeys,
+    @inject(VmDisks) private readonly disks: VmDisks,
+    @inject(GuestImages) private readonly images: GuestImages,
+    @inject(HostLinks) private readonly links: HostLinks,
     @inject(InstanceStore) private readonly store: InstanceStore,
-    @inject(ActivityLog) private readonly activity: ActivityLog,
     @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(Activity) private readonly activity: Activity,
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
-    @inject(InstanceRegistry) private readonly registry: InstanceRegistry,
+    @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
   ) {}
 
@@ -64,16 +66,15 @@ export class CreateService {
       if (claimed) return claimed;
       req.from = pool; // the pool is empty: clone the template directly
     }
-    const template = req.from === undefined ? undefined : this.registry.templateOf(req.from);
-    await this.hv.checkMounts(req.mounts);
-    const image = await this.hv.resolveImage(template?.image ?? req.image ?? this.config.image);
-    const pubKey = await this.keys.publicKey();
+    const template = req.from === undefined ? undefined : this.vms.templateOf(req.from);
+    await this.links.checkMounts(req.mounts);
+    const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
-    const rec = this.registry.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
+    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
     if (template) rec.from = template.name;
     if (internal.pool) rec.pool = internal.pool;
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.registry.locks.run(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, pubKey, queue, template));
+    const done = this.vms.locked(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, queue, template));
     done.catch(() => undefined);
     return { name: rec.name, events: queue, done };
   }
@@ -85,10 +86,9 @@ export class CreateService {
    */
   private async claim(req: CreateRequest, wait: WaitMode, timeoutMs: number): Promise<CreateJob | undefined> {
     const pool = this.config.warm_pool.template;
-    const image = await this.hv.resolveImage(this.registry.records.get(pool)?.image ?? this.config.image);
-    const pubKey = await this.keys.publicKey();
-    const name = req.name ?? this.registry.nextName();
-    const taken = this.registry.takePoolMember(pool, name, this.config.warm_pool.running);
+    const image = await this.images.resolveImage(this.vms.find(pool)?.image ?? this.config.image);
+    const name = req.name ?? this.vms.nextName();
+    const taken = this.vms.takePoolMember(pool, name, this.config.warm_pool.running);
     if (!taken) return undefined;
     const { member, oldName, wasRunning } = taken;
     Object.assign(member, {
@@ -98,14 +98,14 @@ export class CreateService {
     });
     delete member.suspended_at;
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.registry.locks.run(name, () => this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, pubKey, queue));
+    const done = this.vms.locked(name, () => this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, queue));
     done.catch(() => undefined);
     return { name, events: queue, done };
   }
 
   private async runClaim(
     rec: InstanceRecord, oldName: string, wasRunning: boolean, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
-    pubKey: string, queue: AsyncQueue<CreateProgressEvent>,
+    queue: AsyncQueue<CreateProgressEvent>,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     const deadline = t0 + timeoutMs;
@@ -114,21 +114,18 @@ export class CreateService {
     void this.events.emit('claimed', rec);
     try {
       await this.store.rename(oldName, rec.name);
-      await this.hv.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
-      await this.keeper.save(rec);
+      await this.disks.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
+      await this.vms.save(rec);
       if (wasRunning) {
         // A running member: already booted; it only needs the request's forwards added live.
         emit('boot', `taking over running member ${oldName} as ${rec.name}`);
-        const added = await this.hv.addForwards(this.keeper.ref(rec), req.forwards);
-        const handle = rec.runtime as unknown as VmHandle;
-        handle.forwards = [...handle.forwards, ...added];
-        this.keeper.applyHandle(rec, handle);
+        this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
       } else {
         emit('boot', `restoring ${oldName} as ${rec.name}`);
-        this.keeper.applyHandle(rec, await this.beforeDeadline(deadline, this.hv.launch(this.keeper.spec(rec, req.forwards, pubKey), { restore: true })));
+        this.keeper.applyHandle(rec, await this.beforeDeadline(deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true })));
       }
-      await this.keeper.save(rec);
-      await this.keeper.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
+      await this.vms.save(rec);
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit);
       if (image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
@@ -139,7 +136,7 @@ export class CreateService {
   }
 
   private async runCreate(
-    rec: InstanceRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number, pubKey: string,
+    rec: InstanceRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>, template?: InstanceRecord,
   ): Promise<Instance> {
     const t0 = this.clock.now();
@@ -147,25 +144,25 @@ export class CreateService {
     const emit = this.emitter(rec, queue, t0);
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
-      await this.beforeDeadline(deadline, this.keeper.save(rec));
-      const spec = this.keeper.spec(rec, req.forwards, pubKey);
+      await this.beforeDeadline(deadline, this.vms.save(rec));
+      const spec = await this.keeper.spec(rec, req.forwards);
       let snapshot = false;
       if (template) {
         emit('disk', `copying the disk of template ${template.name}`);
-        snapshot = (await this.beforeDeadline(deadline, this.registry.locks.run(template.name, async () => {
-          this.registry.templateOf(template.name);
-          return this.hv.clone(this.keeper.ref(template), spec);
+        snapshot = (await this.beforeDeadline(deadline, this.vms.locked(template.name, async () => {
+          this.vms.templateOf(template.name);
+          return this.disks.clone(this.keeper.ref(template), spec);
         }))).snapshot;
         emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
       } else {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
-        await this.beforeDeadline(deadline, this.hv.provision(spec));
+        await this.beforeDeadline(deadline, this.disks.provision(spec));
         emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
       }
       const handle = await this.beforeDeadline(deadline, this.hv.launch(spec, { restore: snapshot }));
       this.keeper.applyHandle(rec, handle);
-      await this.keeper.save(rec);
-      await this.keeper.awaitReady(rec, wait === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : wait, deadline, emit);
+      await this.vms.save(rec);
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready.
       if (template && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
@@ -185,11 +182,11 @@ export class CreateService {
   /** The end of every successful create: running, announced, counted, logged, `ready`. */
   private async created(rec: InstanceRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
     rec.status = 'running';
-    await this.keeper.save(rec);
+    await this.vms.save(rec);
     await this.events.emit('up', rec);
     this.metrics.vmCreated();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
-    this.activity.record({ action: 'create', target: rec.name, status: 'ok', duration_ms: this.clock.now() - t0, message });
+    this.activity.record('create', rec.name, 'ok', message, this.clock.now() - t0);
     this.log.info({ vm: rec.name, ...log, duration_ms: this.clock.now() - t0 }, message ? 'pool claim timing' : 'create timing');
     const inst = toPublic(rec);
     emit('ready', `vm ${rec.name} is ready`, { instance: inst });
@@ -202,7 +199,7 @@ export class CreateService {
     await this.keeper.purge(rec, true);
     this.metrics.createFailed();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
-    this.activity.record({ action: 'create', target: rec.name, status: 'error', duration_ms: this.clock.now() - t0, message: domainErr.message });
+    this.activity.record('create', rec.name, 'error', domainErr.message, this.clock.now() - t0);
     this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
     emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
     throw domainErr;

@@ -2,12 +2,12 @@ import { inject, injectable } from 'inversify';
 import { parsePortForward } from '../domain/create-request.js';
 import { InvalidArgumentError, InvalidStateError, NotFoundError, errorMessage } from '../domain/errors.js';
 import type { Forward, InstanceRecord } from '../domain/instance.js';
-import { Hypervisor } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
-import { ActivityLog } from '../ports/stores.js';
 import { Tunnels, type SshTarget } from '../ports/tunnels.js';
-import { InstanceService } from './instance-service.js';
+import { Activity } from './activity.js';
 import { LifecycleEvents } from './lifecycle-events.js';
+import { Vms } from './vms.js';
 
 /**
  * Live forwards: SSH tunnels from 127.0.0.1:host_port to a guest port. They are part of the
@@ -17,10 +17,10 @@ import { LifecycleEvents } from './lifecycle-events.js';
 @injectable()
 export class ForwardService {
   constructor(
-    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(Vms) private readonly vms: Vms,
     @inject(Tunnels) private readonly tunnels: Tunnels,
-    @inject(Hypervisor) private readonly hv: Hypervisor,
-    @inject(ActivityLog) private readonly activity: ActivityLog,
+    @inject(GuestImages) private readonly images: GuestImages,
+    @inject(Activity) private readonly activity: Activity,
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) events: LifecycleEvents,
   ) {
@@ -32,37 +32,34 @@ export class ForwardService {
   async add(name: string, body: unknown): Promise<Forward> {
     const f = parsePortForward(body, 'forward');
     if (f.proto !== 'tcp') throw new InvalidArgumentError('live forwards carry tcp only; give udp forwards at create time');
-    return this.instances.withLock(name, async (rec) => {
+    return this.vms.withVm(name, (rec) => this.activity.timed('forward.add', name, async () => {
       if (rec.status !== 'running') throw new InvalidStateError(`vm ${name} is ${rec.status}; live forwards need a running vm`);
       if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
         throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
       }
-      const t0 = Date.now();
       const info = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
       const fwd: Forward = { host_port: info.host_port, guest_port: f.guest_port, proto: 'tcp', kind: 'live', pid: info.pid };
       rec.forwards.push(fwd);
-      await this.instances.saveRecord(rec);
-      this.activity.record({ action: 'forward.add', target: `${name}:${info.host_port}`, status: 'ok', duration_ms: Date.now() - t0 });
+      await this.vms.save(rec);
       return fwd;
-    });
+    }, (fwd) => `${name}:${fwd.host_port}`));
   }
 
   async remove(name: string, hostPortRaw: string): Promise<{ message: string; name: string; host_port: number }> {
     if (!/^\d{1,5}$/.test(hostPortRaw)) throw new InvalidArgumentError(`invalid host port ${JSON.stringify(hostPortRaw)}`);
     const hostPort = Number(hostPortRaw);
-    return this.instances.withLock(name, async (rec) => {
+    return this.vms.withVm(name, (rec) => this.activity.timed('forward.remove', `${name}:${hostPort}`, async () => {
       const i = rec.forwards.findIndex((f) => f.kind === 'live' && f.host_port === hostPort);
       if (i < 0) throw new NotFoundError(`vm ${name} has no live forward on host port ${hostPort}`);
       await this.tunnels.close(name, hostPort);
       rec.forwards.splice(i, 1);
-      await this.instances.saveRecord(rec);
-      this.activity.record({ action: 'forward.remove', target: `${name}:${hostPort}`, status: 'ok', duration_ms: 0 });
+      await this.vms.save(rec);
       return { message: `forward ${hostPort} of vm ${name} closed`, name, host_port: hostPort };
-    });
+    }));
   }
 
   private async target(rec: InstanceRecord): Promise<SshTarget> {
-    const image = await this.hv.resolveImage(rec.image);
+    const image = await this.images.resolveImage(rec.image);
     return { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
   }
 
@@ -80,7 +77,7 @@ export class ForwardService {
         this.log.error({ vm: rec.name, host_port: f.host_port, err: errorMessage(err) }, 'could not re-open live forward');
       }
     }
-    await this.instances.saveRecord(rec).catch(() => undefined);
+    await this.vms.save(rec).catch(() => undefined);
   }
 
   private async closeAll(rec: InstanceRecord): Promise<void> {

@@ -6,7 +6,7 @@ import { GuestAgent } from '../ports/guest-agent.js';
 import { Logger } from '../ports/logger.js';
 import { MetricsHistory, type MetricsSeries } from '../ports/stores.js';
 import type { Config } from './config.js';
-import { InstanceService } from './instance-service.js';
+import { Vms } from './vms.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { agentEndpoint } from './readiness.js';
 import { AppConfig } from './tokens.js';
@@ -21,7 +21,7 @@ export class MetricsSampler {
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
-    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(Vms) private readonly vms: Vms,
     @inject(GuestAgent) private readonly agent: GuestAgent,
     @inject(MetricsHistory) private readonly history: MetricsHistory,
     @inject(Clock) private readonly clock: Clock,
@@ -40,7 +40,7 @@ export class MetricsSampler {
     const tick = async () => {
       let cur: InstanceRecord;
       try {
-        cur = this.instances.record(name);
+        cur = this.vms.get(name);
       } catch {
         return this.stop(name);
       }
@@ -74,7 +74,7 @@ export class MetricsSampler {
 
   /** GET /vms/{name}/metrics: the ring, oldest first. */
   async read(name: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries & { name: string; enabled: boolean; interval_sec: number }> {
-    const rec = this.instances.record(name);
+    const rec = this.vms.get(name);
     const series = await this.history.read(name, opts);
     return {
       name, enabled: rec.metrics_enabled,

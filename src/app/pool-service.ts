@@ -5,6 +5,7 @@ import { Logger } from '../ports/logger.js';
 import type { Config } from './config.js';
 import { CreateService } from './create-service.js';
 import { InstanceService } from './instance-service.js';
+import { Vms } from './vms.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 
@@ -32,6 +33,7 @@ export class PoolService {
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
+    @inject(Vms) private readonly vms: Vms,
     @inject(InstanceService) private readonly instances: InstanceService,
     @inject(CreateService) private readonly creates: CreateService,
     @inject(Clock) private readonly clock: Clock,
@@ -47,7 +49,7 @@ export class PoolService {
 
   status(): PoolStatus {
     const { template, size, running } = this.config.warm_pool;
-    const members = template ? this.instances.poolMembers(template) : [];
+    const members = template ? this.vms.poolMembers(template) : [];
     return {
       template, size, running, ready: members.filter((m) => m.status === (running ? 'running' : 'suspended')).length,
       members: members.map((m) => ({ name: m.name, status: m.status })).sort((a, b) => a.name.localeCompare(b.name)),
@@ -83,7 +85,7 @@ export class PoolService {
   private async fill(): Promise<void> {
     const { template, size } = this.config.warm_pool;
     for (;;) {
-      const members = this.instances.poolMembers(template);
+      const members = this.vms.poolMembers(template);
       if (members.length >= size || this.stopped) return;
       const name = this.freeName(template);
       const t0 = this.clock.now();
@@ -106,11 +108,7 @@ export class PoolService {
     const base = `pool-${template}`.slice(0, 56);
     for (let i = 1; ; i++) {
       const n = `${base}-${i}`;
-      try {
-        this.instances.get(n);
-      } catch {
-        return n;
-      }
+      if (!this.vms.find(n)) return n;
     }
   }
 }

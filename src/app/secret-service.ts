@@ -4,9 +4,10 @@ import { InvalidArgumentError } from '../domain/errors.js';
 import type { SecretRecord } from '../domain/events.js';
 import { assertSecretName } from '../domain/names.js';
 import { GuestAgent } from '../ports/guest-agent.js';
-import { ActivityLog, SecretStore } from '../ports/stores.js';
-import { GuestService } from './guest-service.js';
-import { InstanceService } from './instance-service.js';
+import { SecretStore } from '../ports/stores.js';
+import { Activity } from './activity.js';
+import { GuestProxy } from './guest-proxy.js';
+import { Vms } from './vms.js';
 
 export const MAX_SECRET_BYTES = 512 * 1024;
 
@@ -15,8 +16,8 @@ export const MAX_SECRET_BYTES = 512 * 1024;
 export class SecretService {
   constructor(
     @inject(SecretStore) private readonly store: SecretStore,
-    @inject(ActivityLog) private readonly activity: ActivityLog,
-    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(Activity) private readonly activity: Activity,
+    @inject(Vms) private readonly vms: Vms,
     @inject(GuestAgent) private readonly agent: GuestAgent,
   ) {}
 
@@ -35,14 +36,12 @@ export class SecretService {
     for (const k of ['uid', 'gid'] as const) {
       if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0)) throw new InvalidArgumentError(`${k} must be a non-negative integer`);
     }
-    const ep = GuestService.endpointOf(this.instances.record(vm));
+    const ep = GuestProxy.endpointOf(this.vms.get(vm));
     const { record, value } = await this.store.get(secretName);
-    const t0 = Date.now();
-    const out = await this.agent.materialize(ep, {
+    const out = await this.activity.timed('secret.inject', `${vm}:${secretName}`, () => this.agent.materialize(ep, {
       name: secretName, data: value.toString('base64'), mode: mode === undefined ? record.mode : formatMode(mode),
       path: b.path as string | undefined, uid: b.uid as number | undefined, gid: b.gid as number | undefined,
-    });
-    this.activity.record({ action: 'secret.inject', target: `${vm}:${secretName}`, status: 'ok', duration_ms: Date.now() - t0 });
+    }));
     return { name: vm, secret: secretName, path: out.path, mode: out.mode };
   }
 
@@ -77,14 +76,14 @@ export class SecretService {
     const mode = parseMode(b.mode, 0o600);
     if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
     const rec = await this.store.put(name, value, formatMode(mode));
-    this.activity.record({ action: 'secret.set', target: name, status: 'ok', duration_ms: 0 });
+    this.activity.record('secret.set', name);
     return rec;
   }
 
   async remove(name: string): Promise<{ message: string; name: string }> {
     assertSecretName(name);
     await this.store.remove(name);
-    this.activity.record({ action: 'secret.delete', target: name, status: 'ok', duration_ms: 0 });
+    this.activity.record('secret.delete', name);
     return { message: `secret ${name} deleted`, name };
   }
 }

@@ -6,18 +6,21 @@ import type { CreatePhase } from '../domain/events.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
-import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
-import { Hypervisor } from '../ports/hypervisor.js';
+import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
+import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
-import { ActivityLog, InstanceStore } from '../ports/stores.js';
-import { SshProbe } from '../ports/tunnels.js';
-import { InstanceRegistry } from './instance-registry.js';
+import { InstanceStore } from '../ports/stores.js';
+import { SshKeys, SshProbe } from '../ports/tunnels.js';
+import { Activity } from './activity.js';
+import type { Config } from './config.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { agentEndpoint, waitReady } from './readiness.js';
+import { AppConfig } from './tokens.js';
+import { Vms } from './vms.js';
 
 /**
- * What lifecycle and creation both do to one VM: persist it, turn it into a hypervisor spec and
- * back, wait for its guest, give it its identity, remove every trace of it, and notice when its
+ * What lifecycle and creation both do to one VM: turn it into a hypervisor spec and back, boot it
+ * and wait for its guest, give it its identity, remove every trace of it, and notice when its
  * process dies on its own.
  */
 @injectable()
@@ -28,17 +31,25 @@ export class VmKeeper {
   private readonly stopping = new Set<string>();
 
   constructor(
+    @inject(AppConfig) private readonly config: Config,
     @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(GuestImages) private readonly images: GuestImages,
     @inject(GuestAgent) private readonly agent: GuestAgent,
     @inject(SshProbe) private readonly ssh: SshProbe,
+    @inject(SshKeys) private readonly keys: SshKeys,
     @inject(InstanceStore) private readonly store: InstanceStore,
-    @inject(ActivityLog) private readonly activity: ActivityLog,
+    @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
-    @inject(InstanceRegistry) private readonly registry: InstanceRegistry,
+    @inject(Vms) private readonly vms: Vms,
   ) {
     hv.onExit((name, reason) => void this.onProcessExit(name, reason));
+  }
+
+  /** What `wait=auto` means for an image: agent readiness for golden images, SSH otherwise. */
+  static waitFor(mode: WaitMode, image: Pick<ImageInfo, 'agent_ready'>): Exclude<WaitMode, 'auto'> {
+    return mode === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : mode;
   }
 
   async awaitReady(rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void): Promise<void> {
@@ -46,6 +57,32 @@ export class VmKeeper {
     await waitReady({ agent: this.agent, ssh: this.ssh, clock: this.clock }, {
       record: rec, mode, deadline, phase, died: () => this.deaths.get(rec.name),
     });
+  }
+
+  /**
+   * Boots a stopped, suspended or failed VM (start, restore) and waits for its guest; on failure
+   * the process is killed and the VM is left `error`, and the error is thrown.
+   */
+  async boot(rec: InstanceRecord, restore: boolean): Promise<void> {
+    const handle = await this.hv.launch(await this.spec(rec, rec.forwards.filter((f) => f.kind === 'boot')), { restore });
+    this.applyHandle(rec, handle);
+    rec.status = 'running';
+    delete rec.error;
+    delete rec.suspended_at;
+    await this.vms.save(rec);
+    const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false }));
+    try {
+      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined);
+      if (restore && image.agent_ready) await this.setIdentity(rec, false);
+    } catch (err) {
+      await this.hv.kill(this.ref(rec)).catch(() => undefined);
+      rec.status = 'error';
+      rec.error = errorMessage(err);
+      this.clearRuntime(rec);
+      await this.vms.save(rec);
+      throw err;
+    }
+    await this.events.emit('up', rec);
   }
 
   /**
@@ -76,17 +113,17 @@ export class VmKeeper {
   async onProcessExit(name: string, reason: string): Promise<void> {
     if (this.stopping.has(name)) return;
     this.deaths.set(name, reason);
-    const rec = this.registry.records.get(name);
+    const rec = this.vms.find(name);
     if (!rec || (rec.status !== 'running' && rec.status !== 'paused')) return;
-    await this.registry.locks.run(name, async () => {
-      const cur = this.registry.records.get(name);
+    await this.vms.locked(name, async () => {
+      const cur = this.vms.find(name);
       if (!cur || (cur.status !== 'running' && cur.status !== 'paused')) return;
       this.log.error({ vm: name, reason }, 'vm process exited unexpectedly');
       cur.status = 'error';
       cur.error = `vm process exited unexpectedly: ${reason}`;
       this.clearRuntime(cur);
-      await this.save(cur);
-      this.activity.record({ action: 'crash', target: name, status: 'error', duration_ms: 0, message: cur.error });
+      await this.vms.save(cur);
+      this.activity.record('crash', name, 'error', cur.error);
       await this.events.emit('down', cur);
     });
   }
@@ -98,19 +135,21 @@ export class VmKeeper {
       this.log.error({ vm: rec.name, err: errorMessage(err) }, 'hypervisor destroy failed'));
     if (keepLogs) await this.store.keepLogs(rec.name).catch(() => undefined);
     await this.store.remove(rec.name);
-    this.registry.records.delete(rec.name);
+    this.vms.forget(rec.name);
     this.deaths.delete(rec.name);
   }
 
-  spec(rec: InstanceRecord, forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[], key: string): VmSpec {
+  /** The hypervisor's view of the VM, with these boot forwards and the daemon's SSH key. */
+  async spec(rec: InstanceRecord, forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[]): Promise<VmSpec> {
     return {
       name: rec.name, dir: this.store.dir(rec.name), cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb,
       image: rec.image, hostname: rec.name, userdata: rec.userdata, mounts: rec.mounts, overlay_ip: rec.overlay_ip,
       forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
-      ssh_authorized_key: key,
+      ssh_authorized_key: await this.keys.publicKey(),
     };
   }
 
+  /** Takes what the hypervisor says of the running VM into the record. */
   applyHandle(rec: InstanceRecord, h: VmHandle): void {
     rec.ip = h.ip;
     rec.ssh_port = h.ssh_port;
@@ -118,7 +157,18 @@ export class VmKeeper {
     rec.agent_cid = h.agent_cid;
     const live = rec.forwards.filter((f) => f.kind === 'live');
     rec.forwards = [...h.forwards.map((f) => ({ ...f, kind: 'boot' as const, pid: h.pid })), ...live];
-    rec.runtime = h as unknown as Record<string, unknown>;
+    rec.runtime = h.state;
+  }
+
+  /** The handle the record describes (for re-attaching), or undefined when it keeps no adapter state. */
+  handleOf(rec: InstanceRecord): VmHandle | undefined {
+    if (!rec.runtime) return undefined;
+    const boot = rec.forwards.filter((f) => f.kind === 'boot');
+    return {
+      ip: rec.ip, ssh_port: rec.ssh_port, agent_port: rec.agent_port, agent_cid: rec.agent_cid, pid: boot[0]?.pid,
+      forwards: boot.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
+      restored_from_snapshot: false, state: rec.runtime,
+    };
   }
 
   /**
@@ -135,11 +185,5 @@ export class VmKeeper {
 
   ref(rec: InstanceRecord): VmRef {
     return { name: rec.name, dir: this.store.dir(rec.name) };
-  }
-
-  async save(rec: InstanceRecord): Promise<void> {
-    rec.updated_at = new Date(this.clock.now()).toISOString();
-    if (this.registry.records.get(rec.name) !== rec) return; // purged meanwhile
-    await this.store.put(rec);
   }
 }

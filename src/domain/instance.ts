@@ -46,13 +46,20 @@ export interface Instance {
   from?: string;
 }
 
+declare const adapterStateBrand: unique symbol;
+/**
+ * What a hypervisor adapter keeps in a VM's record to find its process again after a daemon
+ * restart. Opaque: the daemon stores it and hands it back; only the adapter that made it reads it.
+ */
+export type AdapterState = { readonly [adapterStateBrand]: 'adapter-state' };
+
 /**
  * What the daemon persists for a VM: the public Instance plus what only the host needs.
- * `runtime` is the hypervisor's opaque data for re-attaching after a daemon restart.
+ * `runtime` is the hypervisor's opaque state for re-attaching after a daemon restart.
  */
 export interface InstanceRecord extends Instance {
   userdata?: string;
-  runtime?: Record<string, unknown>;
+  runtime?: AdapterState;
   /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
   pool?: string;
   /** Overlay segment address with prefix (network: overlay); `ip` shows it without the prefix. */

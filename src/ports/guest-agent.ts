@@ -63,6 +63,9 @@ export interface GuestAgent {
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession>;
   /** Gives the guest its identity (hostname, clock, machine id). Idempotent. */
   setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void>;
+
+  /** The daemon is stopping: drops kept-alive connections. Idempotent. */
+  close(): void;
 }
 
 /** A raw byte pipe to a guest port; adapters that can offer one (for shell proxying) implement it. */

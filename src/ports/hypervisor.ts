@@ -1,4 +1,6 @@
-import type { Mount, Proto } from '../domain/instance.js';
+import type { AdapterState, Mount, Proto } from '../domain/instance.js';
+
+export type { AdapterState } from '../domain/instance.js';
 
 export interface BootForwardSpec {
   /** 0 asks the adapter to allocate a free host port. */
@@ -26,15 +28,18 @@ export interface VmSpec {
   overlay_ip?: string;
 }
 
-/** What a running VM looks like from the host. `runtime` is opaque adapter state kept in the record. */
+/** What a running VM looks like from the host. */
 export interface VmHandle {
   ip: string;
   ssh_port: number;
   agent_port: number;
   agent_cid: number;
-  forwards: { host_port: number; guest_port: number; proto: Proto }[];
+  forwards: BootForwardSpec[];
   pid?: number;
-  runtime: Record<string, unknown>;
+  /** The guest was resumed from a snapshot rather than cold-booted. */
+  restored_from_snapshot: boolean;
+  /** The adapter's own data for `reattach`; the daemon keeps it in the record without reading it. */
+  state: AdapterState;
 }
 
 export interface ImageInfo {
@@ -59,23 +64,63 @@ export interface VmRef {
 
 export const Hypervisor = Symbol('Hypervisor');
 /**
- * Drives VM processes. The control plane (InstanceService) owns state; the adapter only drives.
- * Methods take the VM name and the spec or handle they need; none of them touches the instance
- * store. Unless noted, methods throw InternalError on host failures.
+ * The lifecycle of VM processes. The control plane owns state; the adapter only drives processes
+ * and never touches the instance store. Unless noted, methods throw InternalError on host
+ * failures and InvalidStateError when the VM is not in the state the verb needs.
  */
 export interface Hypervisor {
   /** Adapter name reported by /info ("qemu", "fake"). */
   readonly kind: string;
 
-  /** Resolves an image name. Throws InvalidArgumentError when the image does not exist. */
-  resolveImage(image: string): Promise<ImageInfo>;
+  /**
+   * Starts the VM process, detached so it outlives the daemon (where the adapter can). Resolves
+   * once the process runs. AlreadyExistsError for a busy host port. Not idempotent.
+   */
+  launch(spec: VmSpec, options?: LaunchOptions): Promise<VmHandle>;
 
   /**
-   * Checks mounts before anything is made: InvalidArgumentError when a host path is not an
-   * existing directory, NotSupportedError when the configured mount driver is missing here.
+   * Stops the VM: graceful power-off, then kill after `timeoutMs`, and forgets any suspend
+   * snapshot so the next launch cold-boots. Idempotent: a VM that is not running resolves.
    */
-  checkMounts(mounts: Mount[]): Promise<void>;
+  stop(vm: VmRef, timeoutMs: number): Promise<void>;
 
+  /** Kills the process at once. Idempotent. */
+  kill(vm: VmRef): Promise<void>;
+
+  /** Freezes the guest CPUs; the process stays. */
+  pause(vm: VmRef): Promise<void>;
+
+  /** Continues a paused guest. */
+  resume(vm: VmRef): Promise<void>;
+
+  /**
+   * Saves a snapshot (best effort) and stops the process, freeing host RAM. Resolves with whether
+   * a snapshot was written; a later `launch(spec, {restore: true})` loads it.
+   */
+  suspend(vm: VmRef): Promise<{ snapshot: boolean }>;
+
+  /**
+   * Finds a VM's process again after a daemon restart, from the handle the record kept. Returns
+   * null when the process is gone (or its pid now belongs to something else). Never throws.
+   */
+  reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
+
+  /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
+  destroy(vm: VmRef): Promise<void>;
+
+  /** Subscribes to unexpected process exits (not those asked for by stop/kill/suspend/destroy). */
+  onExit(listener: ExitListener): void;
+
+  /**
+   * The daemon is stopping: let go of the VMs. Detached processes (QEMU) keep running for the
+   * next daemon to re-attach; processes that cannot outlive the daemon are stopped. Idempotent.
+   */
+  release(): Promise<void>;
+}
+
+export const VmDisks = Symbol('VmDisks');
+/** A VM's disk and the files beside it. */
+export interface VmDisks {
   /** Creates the VM's disk and seed in `spec.dir`. Not idempotent: call once per VM. */
   provision(spec: VmSpec): Promise<void>;
 
@@ -87,51 +132,37 @@ export interface Hypervisor {
    */
   clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }>;
 
-  /** Starts the VM process, detached so it outlives the daemon. Resolves once the process runs. */
-  launch(spec: VmSpec, options?: LaunchOptions): Promise<VmHandle>;
-
-  /**
-   * Stops the VM: graceful power-off, then kill after `timeoutMs`, and forgets any suspend
-   * snapshot marker so the next launch cold-boots. Idempotent: a VM that is not running resolves.
-   */
-  stop(vm: VmRef, timeoutMs: number): Promise<void>;
-
-  /** Kills the process at once. Idempotent. */
-  kill(vm: VmRef): Promise<void>;
-
-  /** Freezes the guest CPUs (monitor `stop`); the process stays. */
-  pause(vm: VmRef): Promise<void>;
-
-  /** Continues a paused guest (monitor `cont`). */
-  resume(vm: VmRef): Promise<void>;
-
-  /**
-   * Saves a snapshot (best effort) and stops the process, freeing host RAM. Resolves with whether
-   * a snapshot was written; a later `launch(spec, {restore: true})` loads it.
-   */
-  suspend(vm: VmRef): Promise<{ snapshot: boolean }>;
-
-  /**
-   * Re-attaches to a VM process after a daemon restart, from the handle saved in the record.
-   * Returns null when the process is gone (or the pid was recycled by something else).
-   */
-  reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
-
   /**
    * Follows a VM to a new name (a claimed warm pool member), running or not; the store has already
    * moved its directory to `to.dir`. Not idempotent.
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
+}
+
+export const GuestImages = Symbol('GuestImages');
+/** The guest images VMs are made from. */
+export interface GuestImages {
+  /** Resolves an image name. Throws InvalidArgumentError when the image does not exist. */
+  resolveImage(image: string): Promise<ImageInfo>;
+}
+
+export const HostLinks = Symbol('HostLinks');
+/** What joins a VM to the host: host folders shared into it and host ports forwarded to it. */
+export interface HostLinks {
+  /**
+   * Checks mounts before anything is made: InvalidArgumentError when a host path is not an
+   * existing directory, NotSupportedError when the configured mount driver is missing here.
+   * Idempotent (it only reads).
+   */
+  checkMounts(mounts: Mount[]): Promise<void>;
 
   /**
    * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is
-   * allocated). Resolves with the forwards as bound. AlreadyExistsError for a busy host port.
+   * allocated). Resolves with the VM's handle with the new forwards in it. AlreadyExistsError for
+   * a busy host port; InvalidStateError when the VM is not running. Not idempotent.
    */
-  addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]>;
-
-  /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
-  destroy(vm: VmRef): Promise<void>;
-
-  /** Subscribes to unexpected process exits (not those asked for by stop/kill/suspend). */
-  onExit(listener: ExitListener): void;
+  addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle>;
 }
+
+/** One adapter that offers every hypervisor capability (what an embedder may hand the daemon). */
+export type HypervisorAdapter = Hypervisor & VmDisks & GuestImages & HostLinks;

@@ -24,6 +24,8 @@ export interface Tunnels {
   /** Closes every forward of the VM. Idempotent. */
   closeAll(vm: string): Promise<void>;
   list(vm: string): TunnelInfo[];
+  /** Closes every forward of every VM (the daemon is stopping). Idempotent. */
+  closeEverything(): Promise<void>;
 }
 
 export const SshProbe = Symbol('SshProbe');
@@ -59,4 +61,17 @@ export interface AgentArtifact {
   version(): Promise<string>;
   /** Throws NotSupportedError when the artifact has not been built. */
   tar(): Promise<import('node:stream').Readable>;
+}
+
+export const AgentInstaller = Symbol('AgentInstaller');
+/** Puts the agent onto a guest that the daemon reaches over SSH (POST /vms/{name}/agent/deploy). */
+export interface AgentInstaller {
+  /**
+   * Unpacks the agent tar into the guest's `/opt/svc/agent`, swapped in whole (a failed upload
+   * leaves the old agent). Not idempotent. AgentUnavailableError when SSH is unreachable,
+   * InternalError when the guest's install step fails.
+   */
+  install(target: SshTarget, agentTar: import('node:stream').Readable): Promise<void>;
+  /** Stops the running agent through its pidfile so the guest's supervisor starts the new one. Idempotent. */
+  restart(target: SshTarget): Promise<void>;
 }

@@ -2,11 +2,11 @@ import { expect } from 'chai';
 import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
-import type { Hypervisor, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
+import type { HypervisorAdapter, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 
 export interface ContractSubject {
-  hv: Hypervisor;
+  hv: HypervisorAdapter;
   image: string;
   /** Resolves once the guest answers (agent health), or throws after `ms`. */
   waitUp(name: string, h: VmHandle, ms: number): Promise<void>;
@@ -73,16 +73,16 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       this.timeout(s.bootMs * 3 + 60_000);
       const sp = spec('c1');
       const h = await s.hv.launch(sp);
-      expect(h.runtime.restored_from_snapshot).to.equal(false);
+      expect(h.restored_from_snapshot).to.equal(false);
       await s.waitUp('c1', h, s.bootMs);
       expect(await s.hv.suspend(sp)).to.deep.equal({ snapshot: true });
       expect(s.live()).not.to.include('c1');
       const r = await s.hv.launch(sp, { restore: true });
-      expect(r.runtime.restored_from_snapshot).to.equal(true);
+      expect(r.restored_from_snapshot).to.equal(true);
       await s.waitUp('c1', r, 20_000);
       await s.hv.stop(sp, 30_000);
       const cold = await s.hv.launch(sp, { restore: true });
-      expect(cold.runtime.restored_from_snapshot).to.equal(false);
+      expect(cold.restored_from_snapshot).to.equal(false);
       await s.hv.kill(sp);
       expect(exits.filter(([n]) => n === 'c1')).to.deep.equal([]);
     });
@@ -96,7 +96,7 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       const cs = spec('c2');
       expect(await s.hv.clone(sp, cs)).to.deep.equal({ snapshot: true });
       const ch = await s.hv.launch(cs, { restore: true });
-      expect(ch.runtime.restored_from_snapshot).to.equal(true);
+      expect(ch.restored_from_snapshot).to.equal(true);
       expect(ch.agent_port).not.to.equal(h.agent_port);
       await s.waitUp('c2', ch, 20_000);
       await s.hv.kill(cs);

@@ -1,6 +1,6 @@
-import { HttpGuestAgent } from '../../src/adapters/agent/http-guest-agent.js';
-import { ImageCatalog } from '../../src/adapters/hypervisor/image-catalog.js';
-import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu-hypervisor.js';
+import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
+import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { hypervisorContract } from '../contract/hypervisor-contract.js';
 import { ensureImage } from './image.js';

@@ -3,7 +3,8 @@ import type { ActivityEvent } from '../../src/domain/events.js';
 import type { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
 import type { Logger } from '../../src/ports/logger.js';
 import type { ControlMetrics } from '../../src/ports/metrics.js';
-import type { SshKeys } from '../../src/ports/tunnels.js';
+import { AlreadyExistsError } from '../../src/domain/errors.js';
+import type { SshKeys, SshTarget, TunnelInfo, Tunnels } from '../../src/ports/tunnels.js';
 
 /** Small Map-backed fakes of the ports, for unit tests. */
 export class MemoryInstanceStore implements InstanceStore {
@@ -70,4 +71,31 @@ export class CountingMetrics implements ControlMetrics {
 export class StaticKeys implements SshKeys {
   async publicKey() { return 'ssh-ed25519 AAAAtest svcd'; }
   async privateKey() { return Buffer.from('none'); }
+}
+
+/** Tunnels that bind nothing: host port 0 gets the next number from 50000; a taken port is AlreadyExists. */
+export class MemoryTunnels implements Tunnels {
+  readonly open_ = new Map<string, Map<number, TunnelInfo>>();
+  private next = 50000;
+  busy = new Set<number>();
+  async open(vm: string, _target: SshTarget, hostPort: number, guestPort: number): Promise<TunnelInfo> {
+    const port = hostPort || this.next++;
+    if (this.busy.has(port)) throw new AlreadyExistsError(`host port ${port} is busy`);
+    const info = { host_port: port, guest_port: guestPort, pid: process.pid };
+    if (!this.open_.has(vm)) this.open_.set(vm, new Map());
+    this.open_.get(vm)!.set(port, info);
+    return info;
+  }
+  async close(vm: string, hostPort: number) {
+    this.open_.get(vm)?.delete(hostPort);
+  }
+  async closeAll(vm: string) {
+    this.open_.delete(vm);
+  }
+  list(vm: string): TunnelInfo[] {
+    return [...(this.open_.get(vm)?.values() ?? [])];
+  }
+  async closeEverything() {
+    this.open_.clear();
+  }
 }

@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/local-agent-process.js';
+import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
 import { call, type Target, qs } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { validate } from '@readme/openapi-parser';
 import { parse } from 'yaml';
 import { PLANNED } from '../../src/adapters/http/openapi.js';
-import { toOpenApiPath } from '../../src/adapters/http/route.js';
+import { toOpenApiPath } from '../../src/adapters/http-kit/route.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 describe('OpenAPI description', function () {

@@ -4,8 +4,8 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import { connect, createServer as createTcpServer, type AddressInfo, type Server } from 'node:net';
 import { join } from 'node:path';
-import { InMemoryHypervisor } from '../../src/adapters/hypervisor/in-memory-hypervisor.js';
-import { startLocalGuest } from '../../src/adapters/hypervisor/local-guest.js';
+import { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { startLocalGuest } from '../../src/adapters/hypervisor/fake/local-guest.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { qs } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
@@ -287,7 +287,7 @@ describe('daemon <-> guest: failures and restarts', function () {
       }
     } finally {
       await d.stop();
-      await hv.closeAll();
+      await hv.release();
     }
   });
 
@@ -314,7 +314,7 @@ describe('daemon <-> guest: failures and restarts', function () {
     } finally {
       echo.server.close();
       await d.stop();
-      await hv.closeAll();
+      await hv.release();
     }
   });
 });

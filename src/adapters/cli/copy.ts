@@ -1,9 +1,9 @@
-import { createReadStream, createWriteStream } from 'node:fs';
-import { rename, stat, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { createReadStream } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import { NodeGuestFiles } from '../guest/node-guest-files.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { extractTree, packTree } from '../fs-kit/tar-tree.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { progressBar } from './format.js';
 
@@ -41,15 +41,14 @@ function meter(total: number | undefined, tty: boolean): Transform {
 
 /**
  * svc cp SRC DST: one side is `NAME:/path`. Directories travel as tar (the agent packs and
- * extracts on its side, NodeGuestFiles on ours); files as bytes, written locally via temp + rename.
+ * extracts on its side, fs-kit's tar-tree on ours); files as bytes, written locally with writeFileAtomic.
  */
 export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty: boolean): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
-  const files = new NodeGuestFiles();
   if (dst.vm) {
     const st = await stat(src.path);
     if (st.isDirectory()) {
-      const tar = await files.packTar(src.path);
+      const tar = await packTree(src.path);
       await client.upload(dst.vm, { path: dst.path, mode: 'tar' }, tar.pipe(meter(undefined, tty)) as unknown as Readable);
     } else {
       const body = createReadStream(src.path).pipe(meter(st.size, tty));
@@ -60,17 +59,11 @@ export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty:
   const info = await client.stat(src.vm!, src.path);
   if (info.type === 'directory') {
     const { body } = await client.download(src.vm!, src.path, 'tar');
-    await files.extractTar(dst.path, body.pipe(meter(undefined, tty)));
+    await mkdir(dst.path, { recursive: true });
+    await extractTree(dst.path, body.pipe(meter(undefined, tty)));
     return;
   }
   const target = await stat(dst.path).then((s) => (s.isDirectory() ? join(dst.path, info.name) : dst.path), () => dst.path);
-  const tmp = join(dirname(target), `.svc-cp-${process.pid}-${Date.now()}`);
   const { body, size } = await client.download(src.vm!, src.path, 'binary');
-  try {
-    await pipeline(body, meter(size, tty), createWriteStream(tmp, { mode: parseInt(info.mode, 8) & 0o777 }));
-    await rename(tmp, target);
-  } catch (err) {
-    await unlink(tmp).catch(() => undefined);
-    throw err;
-  }
+  await writeFileAtomic(target, body.pipe(meter(size, tty)), { mode: parseInt(info.mode, 8) & 0o777 });
 }

@@ -1,20 +1,20 @@
 import type { AgentDeployService } from '../../app/agent-deploy-service.js';
 import type { ForwardService } from '../../app/forward-service.js';
-import type { GuestService } from '../../app/guest-service.js';
+import type { GuestProxy } from '../../app/guest-proxy.js';
 import type { MetricsSampler } from '../../app/metrics-sampler.js';
-import type { InstanceService } from '../../app/instance-service.js';
+import type { Vms } from '../../app/vms.js';
 import type { SecretService } from '../../app/secret-service.js';
 import type { ConsoleLogs } from '../../ports/stores.js';
 import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { writeNdjson } from './ndjson.js';
-import { hasBody, sendStream, type RouteDef } from './route.js';
+import { writeNdjson } from '../http-kit/ndjson.js';
+import { hasBody, sendStream, type RouteDef } from '../http-kit/route.js';
 import { optionalInt } from './system-routes.js';
 
 export interface GuestRouteDeps {
-  guest: GuestService;
+  guest: GuestProxy;
   logs: ConsoleLogs;
-  instances: InstanceService;
+  vms: Vms;
   forwards: ForwardService;
   secrets: SecretService;
   sampler: MetricsSampler;
@@ -111,7 +111,7 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
     {
       method: 'get', path: '/vms/:name/logs',
       handler: async (req, res) => {
-        d.instances.get(name(req.params));
+        d.vms.get(name(req.params));
         const tail = optionalInt(queryOne(q(req), 'tail'), 'tail', 64 * 1024 * 1024);
         const follow = parseBool(q(req), 'follow', false);
         const ac = new AbortController();

@@ -1,5 +1,5 @@
 import type { SecretService } from '../../app/secret-service.js';
-import type { RouteDef } from './route.js';
+import type { RouteDef } from '../http-kit/route.js';
 
 export function secretRoutes(secrets: SecretService): RouteDef[] {
   return [

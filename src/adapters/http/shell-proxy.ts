@@ -1,13 +1,13 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { GuestService } from '../../app/guest-service.js';
+import type { GuestProxy } from '../../app/guest-proxy.js';
 import { NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
 import type { ShellSession } from '../../ports/guest-agent.js';
-import { rejectUpgrade } from '../guest/shell-socket.js';
-import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
-import { joinTerminal } from './terminal-socket.js';
+import { rejectUpgrade } from '../http-kit/terminal-socket.js';
+import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
+import { joinTerminal } from '../http-kit/terminal-socket.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 
@@ -19,7 +19,7 @@ const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 export class ShellProxy {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
 
-  constructor(private readonly guest: GuestService, private readonly auth: BearerAuth) {}
+  constructor(private readonly guest: GuestProxy, private readonly auth: BearerAuth) {}
 
   handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     void this.upgrade(req, socket, head);

@@ -2,8 +2,8 @@ import type { Registry } from 'prom-client';
 import { stringify } from 'yaml';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { ActivityLog } from '../../ports/stores.js';
-import type { RouteDef } from './route.js';
-import { queryString } from './route.js';
+import type { RouteDef } from '../http-kit/route.js';
+import { queryString } from '../http-kit/route.js';
 
 export interface SystemDeps {
   version: string;

@@ -1,11 +1,13 @@
 import type { Request, Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
 import type { InstanceService } from '../../app/instance-service.js';
+import type { Vms } from '../../app/vms.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import type { RouteDef } from './route.js';
-import { queryString } from './route.js';
-import { toHttpError } from './error-status.js';
-import { writeNdjson } from './ndjson.js';
+import { toPublic } from '../../domain/instance.js';
+import type { RouteDef } from '../http-kit/route.js';
+import { queryString } from '../http-kit/route.js';
+import { toHttpError } from '../http-kit/error-status.js';
+import { writeNdjson } from '../http-kit/ndjson.js';
 
 /** Answers a create: NDJSON progress when asked for, else 201 with the ready Instance. */
 async function answerCreate(req: Request, res: Response, job: CreateJob): Promise<void> {
@@ -19,12 +21,12 @@ async function answerCreate(req: Request, res: Response, job: CreateJob): Promis
   }
 }
 
-export function vmRoutes(instances: InstanceService, creates: CreateService): RouteDef[] {
+export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post', path, handler: async (req, res) => void res.json(await fn(String(req.params.name))),
   });
   return [
-    { method: 'get', path: '/vms', handler: (_req, res) => void res.json(instances.list()) },
+    { method: 'get', path: '/vms', handler: (_req, res) => void res.json(vms.list()) },
     {
       method: 'post', path: '/vms',
       handler: async (req, res) => answerCreate(req, res, await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout })),
@@ -39,7 +41,7 @@ export function vmRoutes(instances: InstanceService, creates: CreateService): Ro
         return answerCreate(req, res, await creates.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
       },
     },
-    { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(instances.get(String(req.params.name))) },
+    { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(toPublic(vms.get(String(req.params.name)))) },
     { method: 'delete', path: '/vms/:name', handler: async (req, res) => void res.json(await instances.delete(String(req.params.name))) },
     verb('/vms/:name/start', (n) => instances.start(n)),
     verb('/vms/:name/shutdown', (n) => instances.shutdown(n)),

@@ -5,7 +5,7 @@ import ssh2 from 'ssh2';
 import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import type { SshKeys } from '../../ports/tunnels.js';
-import { writeFileAtomic } from '../store/atomic-file.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
 /** The daemon's own ed25519 key pair in `<data_dir>/ssh/`, made on first use. */
 @injectable()

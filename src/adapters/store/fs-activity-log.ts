@@ -6,7 +6,7 @@ import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Clock } from '../../ports/clock.js';
 import type { ActivityLog } from '../../ports/stores.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
 export const ACTIVITY_CAPACITY = 1000;
 const FLUSH_DELAY_MS = 100;

@@ -7,7 +7,7 @@ import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Logger } from '../../ports/logger.js';
 import type { InstanceStore } from '../../ports/stores.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
 /** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
 const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];

@@ -9,7 +9,7 @@ import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Clock } from '../../ports/clock.js';
 import type { SecretStore } from '../../ports/stores.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
 interface StoredSecret extends SecretRecord {
   iv: string;

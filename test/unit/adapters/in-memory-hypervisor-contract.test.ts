@@ -1,4 +1,4 @@
-import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/in-memory-hypervisor.js';
+import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { hypervisorContract } from '../../contract/hypervisor-contract.js';
 
 hypervisorContract('InMemoryHypervisor', async () => {

@@ -1,44 +1,16 @@
-import 'reflect-metadata';
 import { expect } from 'chai';
-import { buildConfig, type Config } from '../../../src/app/config.js';
-import { CreateService } from '../../../src/app/create-service.js';
-import { InstanceRegistry } from '../../../src/app/instance-registry.js';
-import { InstanceService } from '../../../src/app/instance-service.js';
-import { VmKeeper } from '../../../src/app/vm-keeper.js';
-import { LifecycleEvents } from '../../../src/app/lifecycle-events.js';
-import { InMemoryGuestAgent } from '../../../src/adapters/agent/in-memory-guest-agent.js';
-import { SystemClock } from '../../../src/adapters/clock/system-clock.js';
-import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/in-memory-hypervisor.js';
-import { InMemorySshProbe } from '../../../src/adapters/ssh/in-memory-ssh-probe.js';
+import { toPublic } from '../../../src/domain/instance.js';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import {
   AlreadyExistsError, DeadlineExceededError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError,
 } from '../../../src/domain/errors.js';
-import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, SilentLogger, StaticKeys } from '../../fakes/fakes.js';
+import { world as appWorld, type World } from '../../fakes/world.js';
 
-interface World {
-  svc: InstanceService;
-  creates: CreateService;
-  hv: InMemoryHypervisor;
-  store: MemoryInstanceStore;
-  activity: MemoryActivityLog;
-  metrics: CountingMetrics;
-  events: LifecycleEvents;
-  config: Config;
-}
-
-function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
-  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {});
-  const activity = new MemoryActivityLog();
-  const metrics = new CountingMetrics();
-  const events = new LifecycleEvents();
-  const clock = new SystemClock();
-  const log = new SilentLogger();
-  const registry = new InstanceRegistry(config, clock);
-  const keeper = new VmKeeper(hv, new InMemoryGuestAgent(hv), new InMemorySshProbe(hv), store, activity, clock, log, events, registry);
-  const svc = new InstanceService(config, hv, new StaticKeys(), store, activity, metrics, clock, log, events, registry, keeper);
-  const creates = new CreateService(config, hv, new StaticKeys(), store, activity, metrics, clock, log, events, registry, keeper);
-  return { svc, creates, hv, store, activity, metrics, events, config };
+/** The world, with the reads the daemon's routes make (list, get) as the API answers them. */
+function world(...args: Parameters<typeof appWorld>): World & { svc: World['svc'] & { list(): ReturnType<World['vms']['list']>; get(n: string): ReturnType<typeof toPublic> } } {
+  const w = appWorld(...args);
+  const svc = Object.assign(Object.create(w.svc) as World['svc'], { list: () => w.vms.list(), get: (n: string) => toPublic(w.vms.get(n)) });
+  return { ...w, svc };
 }
 
 async function collect(events: AsyncIterable<CreateProgressEvent>): Promise<CreateProgressEvent[]> {
@@ -154,10 +126,17 @@ describe('app/InstanceService', () => {
     const s = w.svc.get('p');
     expect(s.status).to.equal('suspended');
     expect(s.suspended_at).to.be.a('string');
+    const launch = w.hv.launch.bind(w.hv);
+    let restored: boolean | undefined;
+    w.hv.launch = async (...a) => {
+      const h = await launch(...a);
+      restored = h.restored_from_snapshot;
+      return h;
+    };
     const r = await w.svc.restore('p');
     expect(r.status).to.equal('running');
     expect(r.suspended_at).to.equal(undefined);
-    expect(w.store.records.get('p')!.runtime!.runtime).to.deep.include({ restored_from_snapshot: true });
+    expect(restored).to.equal(true);
     await w.svc.shutdown('p');
     expect(w.svc.get('p').status).to.equal('stopped');
     expect((await w.svc.shutdown('p')).message).to.match(/already stopped/);
@@ -218,7 +197,7 @@ describe('app/InstanceService', () => {
     await w.store.put(half);
     // A new daemon over the same store: the in-memory processes are gone.
     const w2 = world({}, w.store);
-    await w2.svc.init();
+    await w2.recovery.init();
     expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([['keep', 'error'], ['stopped', 'stopped']]);
     expect(w2.store.records.has('half')).to.equal(false);
     expect(w2.store.records.has('eph')).to.equal(false);

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
-import { qemuArgs, type QemuLaunch } from '../../../../src/adapters/hypervisor/qemu-args.js';
-import { cloudInitMounts, mountScript } from '../../../../src/adapters/hypervisor/mounts.js';
-import { metaData, overlayMac } from '../../../../src/adapters/hypervisor/nocloud-seed.js';
+import { qemuArgs, type QemuLaunch } from '../../../../src/adapters/hypervisor/qemu/qemu-args.js';
+import { cloudInitMounts, mountScript } from '../../../../src/adapters/hypervisor/qemu/mounts.js';
+import { metaData, overlayMac } from '../../../../src/adapters/hypervisor/qemu/nocloud-seed.js';
 import { parseCreateRequest } from '../../../../src/domain/create-request.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 

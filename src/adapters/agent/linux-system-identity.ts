@@ -1,0 +1,30 @@
+import { execFile } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { injectable } from 'inversify';
+import { InternalError } from '../../domain/errors.js';
+import type { GuestIdentity } from '../../domain/agent.js';
+import type { SystemIdentity } from '../../ports/agent/system-identity.js';
+
+const run = promisify(execFile);
+
+/** Sets hostname (kernel and /etc/hostname), /etc/machine-id and the clock of a Linux guest. */
+@injectable()
+export class LinuxSystemIdentity implements SystemIdentity {
+  async apply(id: GuestIdentity): Promise<void> {
+    try {
+      await writeFile('/proc/sys/kernel/hostname', id.hostname);
+      await writeFile('/etc/hostname', `${id.hostname}\n`);
+      await writeFile('/etc/hosts', `127.0.0.1 localhost ${id.hostname}\n`).catch(() => undefined);
+      if (id.machine_id) await writeFile('/etc/machine-id', `${id.machine_id}\n`).catch(() => undefined);
+      await run('date', ['-u', '-s', `@${Math.floor(id.time_ms / 1000)}`]);
+      if (id.overlay_ip) {
+        await run('ip', ['addr', 'flush', 'dev', 'eth1']);
+        await run('ip', ['addr', 'add', id.overlay_ip, 'dev', 'eth1']);
+        await run('ip', ['link', 'set', 'eth1', 'up']);
+      }
+    } catch (err) {
+      throw new InternalError(`cannot apply the identity: ${(err as Error).message}`);
+    }
+  }
+}

@@ -1,0 +1,70 @@
+import { spawn } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import { injectable } from 'inversify';
+import { SpawnError, type ProcessExit, type ProcessRunner, type RunningProcess, type SpawnRequest } from '../../ports/agent/process-runner.js';
+
+const EXIT_GRACE_MS = 300;
+
+/**
+ * child_process with each command in its own process group, so a kill (timeout, client gone)
+ * takes whatever the command started with it.
+ */
+@injectable()
+export class NodeProcessRunner implements ProcessRunner {
+  async spawn(req: SpawnRequest): Promise<RunningProcess> {
+    if (req.cwd) {
+      const st = await stat(req.cwd).catch(() => undefined);
+      if (!st?.isDirectory()) throw new SpawnError(`cwd ${req.cwd} is not a directory`);
+    }
+    let child;
+    try {
+      child = spawn(req.cmd, req.args, {
+        cwd: req.cwd, uid: req.uid, gid: req.gid, env: { ...process.env, ...req.env }, detached: true, stdio: 'pipe',
+      });
+    } catch (err) {
+      throw new SpawnError(`cannot start ${req.cmd}: ${(err as Error).message}`);
+    }
+    const started = await new Promise<Error | undefined>((resolve) => {
+      child.once('spawn', () => resolve(undefined));
+      child.once('error', resolve);
+    });
+    if (started) throw new SpawnError(`cannot start ${req.cmd}: ${started.message}`);
+    const pid = child.pid!;
+    let done = false;
+    // Normally 'close' follows 'exit' once the pipes drain. A background child that inherited the
+    // pipes would hold them open forever, so after the exit its output gets a short grace, then
+    // the pipes are let go (as a shell prompt returns while a daemon it started keeps running).
+    const exited = new Promise<ProcessExit>((resolve) => {
+      let graceTimer: NodeJS.Timeout | undefined;
+      const finish = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (done) return;
+        done = true;
+        clearTimeout(graceTimer);
+        resolve({ code, signal });
+      };
+      child.once('close', finish);
+      child.once('exit', (code, signal) => {
+        graceTimer = setTimeout(() => {
+          child.stdout.destroy();
+          child.stderr.destroy();
+          finish(code, signal);
+        }, EXIT_GRACE_MS);
+      });
+    });
+    return {
+      pid,
+      stdin: child.stdin,
+      stdout: child.stdout,
+      stderr: child.stderr,
+      exited,
+      kill: () => {
+        if (done) return;
+        try {
+          process.kill(-pid, 'SIGKILL');
+        } catch {
+          child.kill('SIGKILL');
+        }
+      },
+    };
+  }
+}

@@ -1,0 +1,31 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { ShellService } from '../../app/agent/shell-service.js';
+import { joinTerminal, rejectUpgrade } from '../http-kit/terminal-socket.js';
+
+/**
+ * GET /shell: a WebSocket joined to a PTY. Binary frames are terminal bytes both ways; a text
+ * frame `{type:"resize",cols,rows}` resizes; when the shell exits the agent sends
+ * `{type:"exit",exit_code}` and closes with 1000. Closing the socket kills the PTY.
+ */
+export class ShellSocket {
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
+
+  constructor(private readonly shells: ShellService) {}
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const url = new URL(req.url ?? '/', 'http://agent');
+    let session;
+    try {
+      session = this.shells.open(Object.fromEntries(url.searchParams));
+    } catch (err) {
+      return rejectUpgrade(socket, err);
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.join(ws, session));
+  }
+
+  private join(ws: WebSocket, pty: ReturnType<ShellService['open']>): void {
+    joinTerminal(ws, { write: (d) => pty.write(d), resize: (c, r) => pty.resize(c, r), onData: (l) => pty.onData(l), onExit: (l) => pty.onExit(l), close: () => pty.kill() });
+  }
+}

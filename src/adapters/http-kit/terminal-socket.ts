@@ -1,0 +1,52 @@
+import type { Duplex } from 'node:stream';
+import type { WebSocket } from 'ws';
+import { toHttpError } from './error-status.js';
+
+/** A terminal on either end of the shell protocol: a PTY in the agent, an agent session in the daemon. */
+export interface TerminalEnd {
+  write(data: Buffer): void;
+  resize(cols: number, rows: number): void;
+  onData(listener: (data: Buffer) => void): void;
+  onExit(listener: (exitCode: number | null) => void): void;
+  close(): void;
+}
+
+/**
+ * Joins a WebSocket to a terminal with the shell protocol: binary frames are terminal bytes both
+ * ways; a text frame `{type:"resize",cols,rows}` resizes (other text is typed as keystrokes); when
+ * the terminal exits, `{type:"exit",exit_code}` is sent and the socket closes with 1000. Closing
+ * the socket closes the terminal.
+ */
+export function joinTerminal(ws: WebSocket, t: TerminalEnd): void {
+  t.onData((d) => {
+    if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
+  });
+  t.onExit((code) => {
+    if (ws.readyState === ws.OPEN) {
+      if (code !== null) ws.send(JSON.stringify({ type: 'exit', exit_code: code }));
+      ws.close(1000, 'shell exited');
+    }
+  });
+  ws.on('message', (data, isBinary) => {
+    const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
+    if (isBinary) return t.write(buf);
+    try {
+      const msg = JSON.parse(buf.toString('utf8')) as { type?: string; cols?: number; rows?: number };
+      if (msg.type === 'resize' && Number.isInteger(msg.cols) && Number.isInteger(msg.rows) && msg.cols! > 0 && msg.rows! > 0) {
+        t.resize(msg.cols!, msg.rows!);
+      }
+    } catch {
+      t.write(buf);
+    }
+  });
+  ws.on('close', () => t.close());
+  ws.on('error', () => t.close());
+}
+
+/** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */
+export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
+  const { status, body } = toHttpError(err);
+  const text = JSON.stringify(body);
+  socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+}
+

@@ -1,0 +1,28 @@
+import type { Config } from '../../app/config.js';
+import type { GuestAgent } from '../../ports/guest-agent.js';
+import type { HypervisorAdapter } from '../../ports/hypervisor.js';
+import type { Logger } from '../../ports/logger.js';
+import type { SshProbe } from '../../ports/tunnels.js';
+
+/**
+ * How the daemon makes one kind of hypervisor from config. Adding a hypervisor means a folder
+ * beside `qemu/` and `fake/` with a driver, and one line in the composition root's table.
+ */
+export interface HypervisorDriver {
+  create(config: Config, log: Logger): HypervisorAdapter;
+}
+
+/** Guest-side adapters that answer for VMs with no real guest behind them (the fake without agents). */
+export interface GuestStandIns {
+  guestAgent: GuestAgent;
+  sshProbe: SshProbe;
+}
+
+/**
+ * An adapter whose VMs may have no guest offers stand-ins for the guest agent and SSH probe;
+ * every other adapter's guests are reached over HTTP and SSH.
+ */
+export function standInsOf(hv: HypervisorAdapter): GuestStandIns | undefined {
+  const offer = (hv as Partial<{ guestStandIns(): GuestStandIns | undefined }>).guestStandIns;
+  return typeof offer === 'function' ? offer.call(hv) : undefined;
+}

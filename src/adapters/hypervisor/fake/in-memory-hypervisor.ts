@@ -1,0 +1,279 @@
+import { appendFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
+import type { Mount } from '../../../domain/instance.js';
+import { checkHostDirs } from '../host-dirs.js';
+import type {
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
+} from '../../../ports/hypervisor.js';
+import { toState } from '../adapter-state.js';
+import type { GuestStandIns } from '../driver.js';
+import type { FakeGuests } from './fake-guests.js';
+import { InMemoryGuestAgent } from './in-memory-guest-agent.js';
+import { InMemorySshProbe } from './in-memory-ssh-probe.js';
+
+type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
+
+interface FakeVm {
+  spec: VmSpec;
+  state: FakeState;
+  snapshot: boolean;
+  bootedAt: number;
+  handle?: VmHandle;
+  /** Extra process the fake runs for the VM (a local svc-agent), stopped with it. */
+  sidecar?: Sidecar;
+}
+
+/**
+ * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
+ * `fail-provision` and `fail-boot` fail at those steps.
+ */
+export const FAKE_IMAGES: Record<string, ImageInfo> = {
+  default: { id: 'default', agent_ready: true, ssh_user: 'svc' },
+  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc' },
+  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc' },
+  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc' },
+  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc' },
+};
+
+/** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
+export interface Sidecar {
+  port: number;
+  pid: number;
+  sshPort?: number;
+  /** Follows the VM directory to a new place (rename of a running VM). */
+  relocate?(dir: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface InMemoryHypervisorOptions {
+  /** How long after launch the fake guest "answers" (ssh banner, agent health). */
+  bootDelayMs?: number;
+  /**
+   * Starts something per VM on launch (the real svc-agent, with config fake_agent) and returns
+   * the port it listens on. Without it the agent port is a placeholder number.
+   */
+  sidecar?: (spec: VmSpec) => Promise<Sidecar>;
+}
+
+function copyHandle(h: VmHandle): VmHandle {
+  return { ...h, forwards: h.forwards.map((f) => ({ ...f })) };
+}
+
+/**
+ * A hypervisor with no VMs behind it: a real state machine with boot delay and failure injection,
+ * so the whole control plane runs without QEMU (config `hypervisor: fake`, and unit tests).
+ */
+export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
+  readonly kind = 'fake';
+  private readonly vms = new Map<string, FakeVm>();
+  private readonly listeners: ExitListener[] = [];
+  private readonly failures = new Map<string, string>();
+  private nextPort = 40000;
+  private readonly bootDelayMs: number;
+
+  constructor(private readonly options: InMemoryHypervisorOptions = {}) {
+    this.bootDelayMs = options.bootDelayMs ?? 0;
+  }
+
+  /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */
+  get hasGuests(): boolean {
+    return !!this.options.sidecar;
+  }
+
+  /** Without local agents, the in-memory agent and SSH probe answer for the fake guests. */
+  guestStandIns(): GuestStandIns | undefined {
+    return this.hasGuests ? undefined : { guestAgent: new InMemoryGuestAgent(this), sshProbe: new InMemorySshProbe(this) };
+  }
+
+  /** Makes the next call of `op` ('provision', 'launch', 'pause', ...) throw InternalError(message). */
+  failNext(op: string, message = `injected ${op} failure`): void {
+    this.failures.set(op, message);
+  }
+
+  /** Simulates the VM process dying on its own. */
+  async crash(name: string, reason = 'killed by signal 9'): Promise<void> {
+    const vm = this.vms.get(name);
+    if (!vm || (vm.state !== 'running' && vm.state !== 'paused')) return;
+    await this.halt(vm);
+    for (const l of this.listeners) l(name, reason);
+  }
+
+  /** True when the VM's guest would answer now: running, booted, and not a never-ready image. */
+  guestUp(name: string): boolean {
+    const vm = this.vms.get(name);
+    return !!vm && vm.state === 'running' && Date.now() - vm.bootedAt >= this.bootDelayMs && vm.spec.image !== 'never-ready';
+  }
+
+  /** Which VM a fake host port belongs to. */
+  vmByPort(port: number): string | undefined {
+    for (const [name, vm] of this.vms) {
+      if (vm.handle && (vm.handle.ssh_port === port || vm.handle.agent_port === port)) return name;
+    }
+    return undefined;
+  }
+
+  state(name: string): FakeState | undefined {
+    return this.vms.get(name)?.state;
+  }
+
+  /** Names of VMs with a live (running or paused) fake process. */
+  live(): string[] {
+    return [...this.vms].filter(([, v]) => v.state === 'running' || v.state === 'paused').map(([n]) => n);
+  }
+
+  private maybeFail(op: string): void {
+    const msg = this.failures.get(op);
+    if (msg !== undefined) {
+      this.failures.delete(op);
+      throw new InternalError(msg);
+    }
+  }
+
+  async resolveImage(image: string): Promise<ImageInfo> {
+    const info = FAKE_IMAGES[image];
+    if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(FAKE_IMAGES).join(', ')})`);
+    return info;
+  }
+
+  /** Host paths are checked as for real VMs; the fake has no driver to miss. */
+  async checkMounts(mounts: Mount[]): Promise<void> {
+    await checkHostDirs(mounts);
+  }
+
+  async provision(spec: VmSpec): Promise<void> {
+    this.maybeFail('provision');
+    if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
+    if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot: false, bootedAt: 0 });
+  }
+
+  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    this.maybeFail('clone');
+    if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    const snapshot = this.vms.get(template.name)?.snapshot ?? false;
+    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
+    return { snapshot };
+  }
+
+  async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
+    this.maybeFail('launch');
+    // The fake keeps no disks across daemon restarts: a VM it does not know has a disk "on disk".
+    let vm = this.vms.get(spec.name);
+    if (!vm) {
+      vm = { spec, state: 'provisioned', snapshot: false, bootedAt: 0 };
+      this.vms.set(spec.name, vm);
+    }
+    if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${spec.name} is already running`);
+    if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
+    vm.spec = spec;
+    const fromSnapshot = !!options.restore && vm.snapshot;
+    vm.snapshot = false;
+    const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;
+    vm.sidecar = sidecar;
+    vm.state = 'running';
+    // A console log, as a real guest leaves one (read by GET /vms/{name}/logs).
+    await appendFile(join(spec.dir, 'serial.log'), `[fake] ${spec.name} ${fromSnapshot ? 'restored from snapshot' : 'booted'}\n`).catch(() => undefined);
+    vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
+    vm.handle = {
+      ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15',
+      ssh_port: sidecar?.sshPort ?? this.nextPort++,
+      agent_port: sidecar?.port ?? this.nextPort++,
+      agent_cid: 0,
+      pid: sidecar?.pid,
+      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })),
+      restored_from_snapshot: fromSnapshot,
+      state: toState({ fake: true }),
+    };
+    return copyHandle(vm.handle);
+  }
+
+  async stop(ref: VmRef): Promise<void> {
+    this.maybeFail('stop');
+    const vm = this.vms.get(ref.name);
+    if (!vm) return;
+    vm.snapshot = false;
+    if (vm.state === 'running' || vm.state === 'paused') await this.halt(vm);
+  }
+
+  async kill(ref: VmRef): Promise<void> {
+    const vm = this.vms.get(ref.name);
+    if (vm && (vm.state === 'running' || vm.state === 'paused')) await this.halt(vm);
+  }
+
+  async pause(ref: VmRef): Promise<void> {
+    this.maybeFail('pause');
+    const vm = this.mustRun(ref.name, 'running');
+    vm.state = 'paused';
+  }
+
+  async resume(ref: VmRef): Promise<void> {
+    this.maybeFail('resume');
+    const vm = this.mustRun(ref.name, 'paused');
+    vm.state = 'running';
+  }
+
+  async suspend(ref: VmRef): Promise<{ snapshot: boolean }> {
+    this.maybeFail('suspend');
+    const vm = this.vms.get(ref.name);
+    if (!vm || (vm.state !== 'running' && vm.state !== 'paused')) throw new InvalidStateError(`vm ${ref.name} is not running`);
+    await this.halt(vm);
+    vm.snapshot = true;
+    return { snapshot: true };
+  }
+
+  /**
+   * A fresh instance knows no VMs (in-memory processes die with the daemon). An instance handed
+   * to a restarted daemon (embedders, tests) re-attaches to the VMs it still runs.
+   */
+  async reattach(ref: VmRef, _handle: VmHandle): Promise<VmHandle | null> {
+    const vm = this.vms.get(ref.name);
+    if (!vm?.handle || (vm.state !== 'running' && vm.state !== 'paused')) return null;
+    return copyHandle(vm.handle);
+  }
+
+  async rename(from: VmRef, to: VmRef): Promise<void> {
+    const vm = this.vms.get(from.name);
+    if (!vm) return;
+    this.vms.delete(from.name);
+    vm.spec = { ...vm.spec, name: to.name, dir: to.dir };
+    this.vms.set(to.name, vm);
+    await vm.sidecar?.relocate?.(to.dir);
+  }
+
+  async addForwards(ref: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
+    const vm = this.mustRun(ref.name, 'running');
+    vm.handle!.forwards.push(...forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })));
+    return copyHandle(vm.handle!);
+  }
+
+  async destroy(ref: VmRef): Promise<void> {
+    const vm = this.vms.get(ref.name);
+    if (!vm) return;
+    await this.halt(vm);
+    this.vms.delete(ref.name);
+  }
+
+  onExit(listener: ExitListener): void {
+    this.listeners.push(listener);
+  }
+
+  /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
+  async release(): Promise<void> {
+    await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
+  }
+
+  private async halt(vm: FakeVm): Promise<void> {
+    if (vm.state === 'running' || vm.state === 'paused') vm.state = 'stopped';
+    vm.handle = undefined;
+    const s = vm.sidecar;
+    vm.sidecar = undefined;
+    await s?.stop();
+  }
+
+  private mustRun(name: string, want: FakeState): FakeVm {
+    const vm = this.vms.get(name);
+    if (!vm || vm.state !== want) throw new InvalidStateError(`vm ${name} is not ${want}`);
+    return vm;
+  }
+}

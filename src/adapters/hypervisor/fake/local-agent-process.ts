@@ -1,0 +1,56 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, openSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export interface LocalAgent {
+  port: number;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** The compiled agent entry point beside this file (dist/src/bin/svc-agent.js). */
+export const AGENT_BIN = fileURLToPath(new URL('../../../bin/svc-agent.js', import.meta.url));
+
+/**
+ * Runs the real svc-agent as a local child process on a free loopback port, with its state and
+ * run directories under `dir`. Used by the fake hypervisor's `fake_agent` mode and by tests.
+ */
+export async function startLocalAgent(dir: string, extraEnv: Record<string, string> = {}): Promise<LocalAgent> {
+  const stateDir = join(dir, 'guest', 'var-lib-svc');
+  const runDir = join(dir, 'guest', 'run-svc');
+  mkdirSync(stateDir, { recursive: true });
+  mkdirSync(runDir, { recursive: true });
+  const log = openSync(join(dir, 'agent.log'), 'a');
+  const child = spawn(process.execPath, [AGENT_BIN, '--listen', '127.0.0.1:0', '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
+    stdio: ['ignore', 'pipe', log], env: { ...process.env, ...extraEnv },
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    const rl = createInterface({ input: child.stdout! });
+    const timer = setTimeout(() => reject(new Error('svc-agent did not start within 10 s')), 10_000);
+    rl.once('line', (line) => {
+      clearTimeout(timer);
+      try {
+        resolve(Number((JSON.parse(line) as { listening: string }).listening.split(':').pop()));
+      } catch {
+        reject(new Error(`unexpected svc-agent output: ${line}`));
+      }
+      rl.close();
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`svc-agent exited with ${code}`));
+    });
+  });
+  child.stdout!.resume();
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  return {
+    port,
+    pid: child.pid!,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}

@@ -1,0 +1,151 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { timingSafeEqual } from 'node:crypto';
+import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { connect, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import ssh2 from 'ssh2';
+import type { VmSpec } from '../../../ports/hypervisor.js';
+import type { Sidecar } from './in-memory-hypervisor.js';
+import { AGENT_BIN } from './local-agent-process.js';
+
+let hostKey: string | undefined;
+
+/**
+ * A stand-in guest for the fake hypervisor's `fake_agent` mode: a directory tree laid out like a
+ * guest (`<dir>/guest/{var/lib/svc,run/svc,opt/svc}`), the real svc-agent supervised on a fixed
+ * loopback port (restarted when it exits, from `opt/svc/agent/` once a deploy put one there), a
+ * real SSH server (ssh2) that accepts only the daemon's key and runs exec and direct-tcpip on
+ * this host, and the userdata run with `userdata-ran` written when it finishes.
+ */
+export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
+  let root = join(spec.dir, 'guest');
+  let stateDir = join(root, 'var', 'lib', 'svc');
+  let runDir = join(root, 'run', 'svc');
+  for (const d of [stateDir, runDir, join(root, 'opt', 'svc')]) mkdirSync(d, { recursive: true });
+  let log = openSync(join(spec.dir, 'agent.log'), 'a');
+
+  let stopping = false;
+  let relocating = false;
+  let child: ChildProcess | undefined;
+  let port = 0;
+  const startAgentOnce = async (): Promise<number> => {
+    const deployed = join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs');
+    const script = existsSync(deployed) ? deployed : AGENT_BIN;
+    const c = spawn(process.execPath, [script, '--listen', `127.0.0.1:${port}`, '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
+      stdio: ['ignore', 'pipe', log],
+    });
+    child = c;
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: c.stdout! }).once('line', resolve);
+      c.once('exit', (code) => reject(new Error(`svc-agent exited with ${code}`)));
+    });
+    c.stdout!.resume();
+    c.once('exit', () => {
+      if (!stopping && !relocating) setTimeout(() => void startAgentOnce().catch(() => undefined), 100);
+    });
+    return Number((JSON.parse(line) as { listening: string }).listening.split(':').pop());
+  };
+  port = await startAgentOnce();
+
+  const userdataDone = join(stateDir, 'userdata-ran');
+  if (spec.userdata) {
+    const file = join(stateDir, 'userdata');
+    writeFileSync(file, spec.userdata, { mode: 0o700 });
+    const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log] });
+    u.once('exit', () => { if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), ''); });
+  } else {
+    writeFileSync(userdataDone, '');
+  }
+
+  const sshd = await startSshServer(spec.ssh_authorized_key ?? '', () => root);
+  return {
+    port,
+    get pid() {
+      return child?.pid ?? 0;
+    },
+    sshPort: sshd.port,
+    /** The VM directory moved (a claimed running pool member): restart the agent there, same port. */
+    relocate: async (dir: string) => {
+      relocating = true;
+      root = join(dir, 'guest');
+      stateDir = join(root, 'var', 'lib', 'svc');
+      runDir = join(root, 'run', 'svc');
+      log = openSync(join(dir, 'agent.log'), 'a');
+      const c = child;
+      if (c && c.exitCode === null && c.signalCode === null) {
+        const gone = new Promise((r) => c.once('exit', r));
+        c.kill('SIGKILL');
+        await gone;
+      }
+      await startAgentOnce();
+      relocating = false;
+    },
+    stop: async () => {
+      stopping = true;
+      sshd.stop();
+      const c = child;
+      if (c && c.exitCode === null && c.signalCode === null) {
+        const gone = new Promise((r) => c.once('exit', r));
+        c.kill('SIGKILL');
+        await gone;
+      }
+    },
+  };
+}
+
+async function startSshServer(authorizedKey: string, cwd: () => string): Promise<{ port: number; stop(): void }> {
+  hostKey ??= ssh2.utils.generateKeyPairSync('ed25519').private;
+  const allowed = ssh2.utils.parseKey(authorizedKey);
+  const allowedPub = allowed instanceof Error ? undefined : (Array.isArray(allowed) ? allowed[0] : allowed);
+  const clients = new Set<ssh2.Connection>();
+  const server = new ssh2.Server({ hostKeys: [hostKey] }, (client) => {
+    clients.add(client);
+    client.on('close', () => clients.delete(client));
+    client.on('error', () => client.end());
+    client.on('authentication', (ctx) => {
+      if (ctx.method !== 'publickey' || !allowedPub) return ctx.reject(['publickey']);
+      const want = allowedPub.getPublicSSH();
+      const same = ctx.key.algo === allowedPub.type && ctx.key.data.length === want.length && timingSafeEqual(ctx.key.data, want);
+      if (!same) return ctx.reject(['publickey']);
+      if (ctx.signature && !allowedPub.verify(ctx.blob!, ctx.signature, ctx.hashAlgo)) return ctx.reject(['publickey']);
+      ctx.accept();
+    });
+    client.on('ready', () => {
+      client.on('session', (accept) => {
+        const session = accept();
+        session.on('exec', (acceptExec, _reject, info) => {
+          const ch = acceptExec();
+          // SVC_GUEST_ROOT tells scripts (agent deploy) where this stand-in guest's root is; real guests have none.
+          const p = spawn('/bin/sh', ['-c', info.command], { cwd: cwd(), stdio: 'pipe', env: { ...process.env, SVC_GUEST_ROOT: cwd() } });
+          ch.pipe(p.stdin);
+          p.stdin.on('error', () => undefined);
+          p.stdout.pipe(ch, { end: false });
+          p.stderr.pipe(ch.stderr, { end: false });
+          p.on('close', (code) => {
+            ch.exit(code ?? 255);
+            ch.end();
+          });
+        });
+      });
+      client.on('tcpip', (accept, reject, info) => {
+        const sock = connect({ port: info.destPort, host: '127.0.0.1', allowHalfOpen: true });
+        sock.once('connect', () => {
+          const ch = accept();
+          sock.pipe(ch).pipe(sock);
+          ch.on('error', () => sock.destroy());
+          sock.on('error', () => ch.destroy());
+        });
+        sock.once('error', () => reject());
+      });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    port: (server.address() as AddressInfo).port,
+    stop: () => {
+      for (const c of clients) c.end();
+      server.close();
+    },
+  };
+}

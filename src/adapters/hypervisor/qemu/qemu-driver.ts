@@ -1,0 +1,12 @@
+import type { HypervisorDriver } from '../driver.js';
+import { ImageCatalog } from './image-catalog.js';
+import { QemuHypervisor } from './qemu-hypervisor.js';
+
+/** `hypervisor: qemu`: one detached QEMU process per VM. */
+export const qemuDriver: HypervisorDriver = {
+  create: (config, log) => new QemuHypervisor({
+    qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
+    log, vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
+    overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined,
+  }),
+};

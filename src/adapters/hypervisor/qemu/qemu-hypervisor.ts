@@ -1,0 +1,364 @@
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
+import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
+import type { Logger } from '../../../ports/logger.js';
+import type { BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import { fromState, toState } from '../adapter-state.js';
+import { chooseAccel, type Accel } from './accel-probe.js';
+import { freePort, portFree } from './free-port.js';
+import type { ImageCatalog } from './image-catalog.js';
+import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
+import { checkHostDirs } from '../host-dirs.js';
+import { checkDriver, cloudInitMounts, mountScript, startMounts } from './mounts.js';
+import type { Mount } from '../../../domain/instance.js';
+import { processTag, qemuArgs } from './qemu-args.js';
+import { alive, layout, tail, waitForQmp } from './qemu-files.js';
+import { QmpClient } from './qmp-client.js';
+
+const run = promisify(execFile);
+export const SUSPEND_TAG = 'svc-suspend';
+const MARKER = 'suspend.marker';
+
+interface Live {
+  /** The VM's current name (a claimed pool member is renamed while it runs). */
+  name: string;
+  pid: number;
+  qmp: QmpClient;
+  child?: ChildProcess;
+  /** Set before the service stops the VM, so the exit is not reported as a crash. */
+  expected: boolean;
+  gone: Promise<void>;
+  cid: number;
+  /** What launch or reattach answered, kept current as forwards are added. */
+  handle?: VmHandle;
+}
+
+/** What the record keeps for re-attaching (the adapter state). */
+interface QemuState {
+  pid: number;
+  qmp: string;
+  tag: string;
+  disk: string;
+  accel: Accel;
+  started_at: string;
+  /** Records written before the state was typed nested it here. */
+  runtime?: Omit<QemuState, 'runtime'>;
+}
+
+export interface QemuOptions {
+  qemuBinary: string;
+  accel: 'auto' | 'kvm' | 'tcg';
+  images: ImageCatalog;
+  log: Logger;
+  /** Use a vhost-vsock device when the host has /dev/vhost-vsock (agent_transport auto|vsock). */
+  vsock: boolean;
+  mountDriver: '9p' | 'virtiofs';
+  /** The overlay segment's multicast group:port (network: overlay); absent in user mode. */
+  overlayMcast?: string;
+}
+
+/**
+ * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
+ * over QMP; user-mode networking with loopback host forwards; a qcow2 overlay per VM on the
+ * image's golden disk; suspend as an internal qcow2 snapshot (`svc-suspend`) plus a marker file.
+ */
+export class QemuHypervisor implements HypervisorAdapter {
+  readonly kind = 'qemu';
+  private readonly live = new Map<string, Live>();
+  private readonly listeners: ExitListener[] = [];
+  private accel: Promise<Accel> | undefined;
+
+  constructor(private readonly o: QemuOptions) {}
+
+  /** The accelerator in use, probed once. */
+  accelerator(): Promise<Accel> {
+    this.accel ??= chooseAccel(this.o.accel, this.o.qemuBinary).then((a) => {
+      this.o.log.info({ accel: a }, 'qemu accelerator chosen');
+      return a;
+    });
+    return this.accel;
+  }
+
+  async resolveImage(image: string): Promise<ImageInfo> {
+    const m = await this.o.images.get(image);
+    return { id: m.id, agent_ready: m.agent_ready, ssh_user: m.ssh_user };
+  }
+
+  async checkMounts(mounts: Mount[]): Promise<void> {
+    await checkHostDirs(mounts);
+    if (mounts.length) checkDriver(this.o.mountDriver);
+  }
+
+  private seed(spec: VmSpec): SeedData {
+    return {
+      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
+      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
+      mountsScript: spec.mounts.length ? mountScript(spec.mounts, this.o.mountDriver) : undefined,
+      vendorData: spec.mounts.length ? cloudInitMounts(spec.mounts, this.o.mountDriver) : undefined,
+      overlayIp: spec.overlay_ip,
+    };
+  }
+
+  async provision(spec: VmSpec): Promise<void> {
+    const img = await this.o.images.get(spec.image);
+    const l = layout(spec.dir);
+    const size = Math.max(spec.disk_gb, img.disk_gb);
+    try {
+      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${size}G`]);
+    } catch (err) {
+      throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
+    }
+    await writeSeed(l.seed, this.seed(spec));
+  }
+
+  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    const from = layout(template.dir);
+    const to = layout(spec.dir);
+    try {
+      // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
+      await copyFile(from.disk, to.disk, constants.COPYFILE_FICLONE);
+    } catch (err) {
+      throw new InternalError(`cannot copy the disk of template ${template.name}: ${(err as Error).message}`);
+    }
+    await writeSeed(to.seed, this.seed(spec));
+    const snapshot = existsSync(join(template.dir, MARKER));
+    if (snapshot) await copyFile(join(template.dir, MARKER), join(spec.dir, MARKER));
+    return { snapshot };
+  }
+
+  async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
+    if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
+    const img = await this.o.images.get(spec.image);
+    const accel = await this.accelerator();
+    const l = layout(spec.dir);
+    for (const f of spec.forwards) {
+      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+    }
+    const marker = join(spec.dir, MARKER);
+    let restore = !!options.restore && existsSync(marker);
+    for (let attempt = 1; ; attempt++) {
+      const sshPort = await freePort();
+      const agentPort = await freePort();
+      const forwards = await Promise.all(spec.forwards.map(async (f) => ({ ...f, host_port: f.host_port || (await freePort(f.proto)) })));
+      const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
+      const mounts = await startMounts(spec, this.o.mountDriver);
+      const args = qemuArgs({
+        name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel, image: img, layout: l, sshPort, agentPort,
+        forwards, vsockCid: cid || undefined, loadSnapshot: restore ? SUSPEND_TAG : undefined,
+        mounts, mountDriver: this.o.mountDriver,
+        overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
+      });
+      await unlink(l.qmp).catch(() => undefined);
+      const logPath = join(spec.dir, 'qemu.log');
+      const logFd = openSync(logPath, 'a');
+      const t0 = Date.now();
+      const child = spawn(this.o.qemuBinary, args, { detached: true, stdio: ['ignore', logFd, logFd] });
+      closeSync(logFd);
+      child.unref();
+      const started = await waitForQmp(child, l.qmp);
+      if (started instanceof Error) {
+        const why = tail(logPath);
+        if (restore) {
+          this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
+          restore = false;
+          continue;
+        }
+        if (attempt < 3 && /hostfwd|host forwarding|Address already in use/i.test(why)) continue;
+        throw new InternalError(`qemu failed to start vm ${spec.name}: ${why || started.message}`);
+      }
+      const qmp = started;
+      const pid = child.pid!;
+      this.track(spec.name, { pid, qmp, child, expected: false, cid });
+      if (restore) await unlink(marker).catch(() => undefined);
+      this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
+      const handle: VmHandle = {
+        ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
+        forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
+        restored_from_snapshot: restore,
+        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString() }),
+      };
+      this.live.get(spec.name)!.handle = handle;
+      return { ...handle, forwards: [...handle.forwards] };
+    }
+  }
+
+  private freeCid(): number {
+    const used = new Set([...this.live.values()].map((v) => v.cid));
+    let cid = 3;
+    while (used.has(cid)) cid++;
+    return cid;
+  }
+
+  private track(name: string, v: Omit<Live, 'gone' | 'name'>): void {
+    let resolveGone!: () => void;
+    const gone = new Promise<void>((r) => (resolveGone = r));
+    const entry: Live = { ...v, name, gone };
+    this.live.set(name, entry);
+    let done = false;
+    const finish = (reason: string) => {
+      if (done) return;
+      done = true;
+      entry.qmp.close();
+      if (this.live.get(entry.name) === entry) this.live.delete(entry.name);
+      resolveGone();
+      if (!entry.expected) for (const l of this.listeners) l(entry.name, reason);
+    };
+    v.child?.once('exit', (code, signal) => finish(signal ? `killed by ${signal}` : `exited with status ${code}`));
+    // When the daemon is not QEMU's parent (after a restart), the monitor closing is the sign.
+    v.qmp.on('close', () => {
+      const poll = () => (alive(v.pid) ? setTimeout(poll, 200) : finish('the qemu process is gone'));
+      if (!v.child) poll();
+    });
+  }
+
+  private get_(vm: VmRef): Live {
+    const v = this.live.get(vm.name);
+    if (!v) throw new InvalidStateError(`vm ${vm.name} has no running qemu process`);
+    return v;
+  }
+
+  private async waitGone(v: Live, ms: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const ok = await Promise.race([v.gone.then(() => true), new Promise<boolean>((r) => { timer = setTimeout(() => r(false), ms); })]);
+    clearTimeout(timer);
+    return ok;
+  }
+
+  async stop(vm: VmRef, timeoutMs: number): Promise<void> {
+    await unlink(join(vm.dir, MARKER)).catch(() => undefined);
+    const v = this.live.get(vm.name);
+    if (!v) return;
+    v.expected = true;
+    try {
+      const st = await v.qmp.execute<{ status: string }>('query-status');
+      if (st.status === 'paused') await v.qmp.execute('cont');
+      await v.qmp.execute('system_powerdown');
+    } catch {
+      // the monitor is gone: fall through to the kill
+    }
+    if (await this.waitGone(v, timeoutMs)) return;
+    this.o.log.warn({ vm: vm.name, timeout_ms: timeoutMs }, 'guest ignored the power-off; killing it');
+    await this.kill(vm);
+  }
+
+  async kill(vm: VmRef): Promise<void> {
+    const v = this.live.get(vm.name);
+    if (!v) return;
+    v.expected = true;
+    try {
+      process.kill(v.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    if (!(await this.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
+  }
+
+  async pause(vm: VmRef): Promise<void> {
+    await this.get_(vm).qmp.execute('stop');
+  }
+
+  async resume(vm: VmRef): Promise<void> {
+    await this.get_(vm).qmp.execute('cont');
+  }
+
+  async suspend(vm: VmRef): Promise<{ snapshot: boolean }> {
+    const v = this.get_(vm);
+    v.expected = true;
+    let snapshot = false;
+    const t0 = Date.now();
+    try {
+      await v.qmp.execute('stop');
+      await v.qmp.hmp(`savevm ${SUSPEND_TAG}`);
+      await writeFile(join(vm.dir, MARKER), `${SUSPEND_TAG}\n${new Date().toISOString()}\n`);
+      snapshot = true;
+    } catch (err) {
+      this.o.log.warn({ vm: vm.name, err: (err as Error).message }, 'suspend snapshot failed; restore will cold-boot');
+    }
+    this.o.log.info({ vm: vm.name, snapshot, savevm_ms: Date.now() - t0 }, 'suspend timing');
+    await v.qmp.execute('quit').catch(() => undefined);
+    if (!(await this.waitGone(v, 10_000))) await this.kill(vm);
+    return { snapshot };
+  }
+
+  async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
+    const saved = fromState<QemuState>(handle.state);
+    const rt = saved.runtime ?? saved;
+    const pid = rt.pid ?? handle.pid;
+    if (!pid || !alive(pid)) return null;
+    let cmdline = '';
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      return null;
+    }
+    // A recycled pid belongs to something else: it must be this VM's QEMU, with this VM's disk.
+    // (A renamed pool member still shows the name and disk path it was launched with.)
+    if (!cmdline.includes(rt.tag ?? processTag(vm.name)) || !cmdline.includes(rt.disk ?? layout(vm.dir).disk)) return null;
+    let qmp: QmpClient;
+    try {
+      // A socket inside the VM directory moved with it (a renamed member; its old directory may
+      // belong to another VM by now); one in the temp dir (long paths) stayed where it was.
+      const inDir = !rt.qmp || (rt.disk !== undefined && rt.qmp === join(dirname(rt.disk), 'qmp.sock'));
+      const qmpPath = inDir ? layout(vm.dir).qmp : rt.qmp!;
+      qmp = await QmpClient.connect(qmpPath, 3000);
+    } catch {
+      return null;
+    }
+    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle });
+    return handle;
+  }
+
+  /**
+   * Every file is in the VM directory the store moved. A running VM keeps its process (whose
+   * command line still shows the old name and disk path: re-attach checks the tag and disk the
+   * launch recorded) and is re-keyed here.
+   */
+  async rename(from: VmRef, to: VmRef): Promise<void> {
+    const v = this.live.get(from.name);
+    if (!v) return;
+    this.live.delete(from.name);
+    v.name = to.name;
+    this.live.set(to.name, v);
+  }
+
+  async addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
+    const v = this.get_(vm);
+    if (!v.handle) throw new InvalidStateError(`vm ${vm.name} has no handle to add forwards to`);
+    for (const f of forwards) {
+      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+      const host_port = f.host_port || (await freePort(f.proto));
+      await v.qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
+      v.handle.forwards.push({ ...f, host_port });
+    }
+    return { ...v.handle, forwards: [...v.handle.forwards] };
+  }
+
+  async destroy(vm: VmRef): Promise<void> {
+    await this.kill(vm);
+    const l = layout(vm.dir);
+    for (const f of [l.disk, l.seed, l.qmp, l.pidfile, join(vm.dir, MARKER)]) await rm(f, { force: true });
+  }
+
+  onExit(listener: ExitListener): void {
+    this.listeners.push(listener);
+  }
+
+  /** Live QEMU pids by VM name (tests, benchmarks). */
+  pids(): Record<string, number> {
+    return Object.fromEntries([...this.live].map(([n, v]) => [n, v.pid]));
+  }
+
+  /** Drops monitor connections without touching the VMs (daemon stop: they keep running). */
+  async release(): Promise<void> {
+    for (const v of this.live.values()) {
+      v.expected = true;
+      v.qmp.removeAllListeners('close');
+      v.qmp.close();
+    }
+    this.live.clear();
+  }
+}

@@ -1,0 +1,104 @@
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { inject, injectable } from 'inversify';
+import type { AgentHealth, GuestIdentity, GuestStats, MaterializeRequest, Readiness } from '../../domain/agent.js';
+import { SystemIdentity } from '../../ports/agent/system-identity.js';
+import { formatMode, parseMode } from '../../domain/agent.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import { assertSecretName } from '../../domain/names.js';
+import { GuestFiles, StatsSource } from '../../ports/agent/guest-files.js';
+import { AgentOptions } from './agent-options.js';
+
+/** Health, readiness, stats and secret materialization: the agent's small use cases. */
+@injectable()
+export class AgentService {
+  private readonly started = Date.now();
+
+  constructor(
+    @inject(AgentOptions) private readonly opts: AgentOptions,
+    @inject(GuestFiles) private readonly files: GuestFiles,
+    @inject(StatsSource) private readonly statsSource: StatsSource,
+    @inject(SystemIdentity) private readonly system: SystemIdentity,
+  ) {}
+
+  async health(): Promise<AgentHealth> {
+    const recorded = this.opts.systemIdentity ? undefined : await this.recordedIdentity();
+    return {
+      hostname: recorded?.hostname ?? hostname(),
+      agent_version: this.opts.version,
+      agent_uptime_sec: Math.round((Date.now() - this.started) / 100) / 10,
+      userdata_ran: await this.files.exists(join(this.opts.stateDir, 'userdata-ran')),
+      readiness: await this.readiness(),
+    };
+  }
+
+  /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
+  private async recordedIdentity(): Promise<GuestIdentity | undefined> {
+    const t = await this.files.readTextDir(join(this.opts.stateDir, 'identity'));
+    return t.hostname ? { hostname: t.hostname, time_ms: Number(t.time_ms), machine_id: t.machine_id } : undefined;
+  }
+
+  /**
+   * A restored or cloned guest learns who it is: hostname, a fresh machine id, the clock. Always
+   * recorded under `<state-dir>/identity/`; applied to the system only with systemIdentity.
+   */
+  async setIdentity(body: unknown): Promise<void> {
+    if (typeof body !== 'object' || body === null) throw new InvalidArgumentError('body must be {hostname, time_ms, machine_id?}');
+    const b = body as Record<string, unknown>;
+    if (typeof b.hostname !== 'string' || !/^[a-z0-9][a-z0-9-]{0,62}$/.test(b.hostname)) throw new InvalidArgumentError('hostname must be a valid host name');
+    if (typeof b.time_ms !== 'number' || !Number.isFinite(b.time_ms) || b.time_ms <= 0) throw new InvalidArgumentError('time_ms must be a positive number');
+    const machineId = b.machine_id === undefined ? undefined : String(b.machine_id);
+    if (machineId !== undefined && !/^[0-9a-f]{32}$/.test(machineId)) throw new InvalidArgumentError('machine_id must be 32 hex digits');
+    const dir = join(this.opts.stateDir, 'identity');
+    await this.files.mkdir(dir, true, 0o755);
+    const entries: [string, string | undefined][] = [['hostname', b.hostname], ['time_ms', String(b.time_ms)], ['machine_id', machineId]];
+    for (const [k, v] of entries) {
+      if (v !== undefined) await this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644 });
+    }
+    if (!this.opts.systemIdentity) return;
+    if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
+      throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
+    }
+    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip as string | undefined });
+  }
+
+  readiness(): Promise<Readiness> {
+    return this.files.readTextDir(join(this.opts.stateDir, 'readiness'));
+  }
+
+  stats(): Promise<GuestStats> {
+    return this.statsSource.read();
+  }
+
+  /** Writes a secret atomically (default `<run-dir>/secrets/<name>`, mode 0600). Never logs the value. */
+  async materialize(body: unknown): Promise<{ path: string; mode: string }> {
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new InvalidArgumentError('body must be a JSON object');
+    const b = body as Partial<MaterializeRequest> & Record<string, unknown>;
+    const name = assertSecretName(b.name);
+    if (typeof b.data !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b.data)) throw new InvalidArgumentError('data must be base64 text');
+    const mode = parseMode(b.mode, 0o600);
+    if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
+    for (const k of ['uid', 'gid'] as const) {
+      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0)) throw new InvalidArgumentError(`${k} must be a non-negative integer`);
+    }
+    let path: string;
+    if (b.path === undefined || b.path === '') {
+      const dir = join(this.opts.runDir, 'secrets');
+      await this.files.mkdir(dir, true, 0o700);
+      path = join(dir, name);
+    } else {
+      path = absolutePath(b.path, 'path');
+    }
+    await this.files.writeFile(path, Readable.from([Buffer.from(b.data, 'base64')]), { mode, uid: b.uid, gid: b.gid });
+    return { path, mode: formatMode(mode) };
+  }
+}
+
+/** Agent paths must be absolute and free of NUL; `..` is resolved by the filesystem as usual. */
+export function absolutePath(p: unknown, what = 'path'): string {
+  if (typeof p !== 'string' || p === '') throw new InvalidArgumentError(`${what} is required`);
+  if (!p.startsWith('/')) throw new InvalidArgumentError(`${what} must be absolute, got ${JSON.stringify(p)}`);
+  if (p.includes('\0')) throw new InvalidArgumentError(`${what} must not contain NUL`);
+  return p;
+}

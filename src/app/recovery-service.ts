@@ -1,0 +1,50 @@
+import { inject, injectable } from 'inversify';
+import { hasProcess } from '../domain/instance.js';
+import { Hypervisor } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+import { VmKeeper } from './vm-keeper.js';
+import { Vms } from './vms.js';
+
+/**
+ * Daemon start: loads the records and re-attaches to VMs that were running when the daemon
+ * stopped. A create that a crash interrupted is rolled back; an ephemeral VM whose process is
+ * gone is removed; a persistent one becomes `error` and can be started again.
+ */
+@injectable()
+export class RecoveryService {
+  constructor(
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(Logger) private readonly log: Logger,
+    @inject(LifecycleEvents) private readonly events: LifecycleEvents,
+    @inject(Vms) private readonly vms: Vms,
+    @inject(VmKeeper) private readonly keeper: VmKeeper,
+  ) {}
+
+  async init(): Promise<void> {
+    for (const rec of await this.vms.load()) {
+      if (rec.status === 'creating') {
+        this.log.warn({ vm: rec.name }, 'rolling back a create interrupted by a daemon stop');
+        await this.keeper.purge(rec);
+        continue;
+      }
+      if (!hasProcess(rec.status)) continue;
+      const saved = this.keeper.handleOf(rec);
+      const handle = saved ? await this.hv.reattach(this.keeper.ref(rec), saved).catch(() => null) : null;
+      if (handle) {
+        this.keeper.applyHandle(rec, handle);
+        await this.vms.save(rec);
+        this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
+        if (rec.status === 'running') await this.events.emit('up', rec);
+      } else if (!rec.persistent) {
+        this.log.warn({ vm: rec.name }, 'ephemeral vm process is gone; removing it');
+        await this.keeper.purge(rec);
+      } else {
+        rec.status = 'error';
+        rec.error = 'the vm process was gone when the daemon started';
+        this.keeper.clearRuntime(rec);
+        await this.vms.save(rec);
+      }
+    }
+  }
+}

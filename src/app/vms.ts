@@ -1,0 +1,165 @@
+import { inject, injectable } from 'inversify';
+import type { CreateRequest } from '../domain/create-request.js';
+import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError } from '../domain/errors.js';
+import type { InstanceRecord } from '../domain/instance.js';
+import { holdsResources } from '../domain/instance.js';
+import { assertVmName, nextDefaultName } from '../domain/names.js';
+import type { Instance } from '../domain/instance.js';
+import { toPublic } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
+import { InstanceStore } from '../ports/stores.js';
+import type { Config } from './config.js';
+import { KeyedMutex } from './keyed-mutex.js';
+import { AppConfig } from './tokens.js';
+
+/**
+ * The unit of work for VMs that every use case goes through: the records, in memory (the store
+ * persists each change), read with `get`, changed under the VM's lock with `withVm`, persisted
+ * with `save`. Reservation is synchronous: the checks against the caps and the insert happen in
+ * one step, so concurrent creates cannot overshoot a cap or take the same name or pool member.
+ */
+@injectable()
+export class Vms {
+  private readonly records = new Map<string, InstanceRecord>();
+  /** Operations on one VM run one at a time; different VMs run concurrently. */
+  private readonly locks = new KeyedMutex();
+
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(InstanceStore) private readonly store: InstanceStore,
+  ) {}
+
+  /** The VM's record. InvalidArgumentError for a bad name, NotFoundError for an unknown one. */
+  get(name: string): InstanceRecord {
+    assertVmName(name);
+    const rec = this.records.get(name);
+    if (!rec) throw new NotFoundError(`vm ${name} not found`);
+    return rec;
+  }
+
+  /** The VM's record, or undefined (no name check). */
+  find(name: string): InstanceRecord | undefined {
+    return this.records.get(name);
+  }
+
+  /** Runs `fn` on the VM's record while holding its lock, so it cannot interleave with another change. */
+  withVm<T>(name: string, fn: (rec: InstanceRecord) => Promise<T>): Promise<T> {
+    assertVmName(name);
+    return this.locks.run(name, async () => fn(this.get(name)));
+  }
+
+  /** Runs `fn` under the VM's lock whether or not the record exists yet (creates, deletes). */
+  locked<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(name, fn);
+  }
+
+  /** Persists the record (temp + fsync + rename in the store). A record purged meanwhile is not written back. */
+  async save(rec: InstanceRecord): Promise<void> {
+    rec.updated_at = new Date(this.clock.now()).toISOString();
+    if (this.records.get(rec.name) !== rec) return;
+    await this.store.put(rec);
+  }
+
+  /** Loads every persisted record (daemon start). */
+  async load(): Promise<InstanceRecord[]> {
+    for (const rec of await this.store.list()) this.records.set(rec.name, rec);
+    return [...this.records.values()];
+  }
+
+  /** Forgets a record (its files are the caller's to remove). */
+  forget(name: string): void {
+    this.records.delete(name);
+  }
+
+  /** Every VM but unclaimed warm pool members, by name, as the API shows them. */
+  list(): Instance[] {
+    return [...this.records.values()].filter((r) => !r.pool).sort((a, b) => a.name.localeCompare(b.name)).map(toPublic);
+  }
+
+  /** Warm pool members of a template. */
+  poolMembers(template: string): InstanceRecord[] {
+    return [...this.records.values()].filter((r) => r.pool === template);
+  }
+
+  /**
+   * A ready warm pool member of `template` (suspended, or running for a running pool), moved to
+   * `name` in the map at once; or undefined.
+   */
+  takePoolMember(template: string, name: string, running: boolean): { member: InstanceRecord; oldName: string; wasRunning: boolean } | undefined {
+    const ready = running ? 'running' : 'suspended';
+    const member = [...this.records.values()].find((r) => r.pool === template && r.status === ready);
+    if (!member) return undefined;
+    if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
+    if (!running) this.checkCaps(member.cpus, member.memory_mb);
+    const oldName = member.name;
+    this.records.delete(oldName);
+    member.name = name;
+    delete member.pool;
+    this.records.set(name, member);
+    return { member, oldName, wasRunning: running };
+  }
+
+  nextName(): string {
+    return nextDefaultName(this.records.keys());
+  }
+
+  /** A template is a persistent VM that is stopped or suspended. */
+  templateOf(name: string): InstanceRecord {
+    const t = this.records.get(name);
+    if (!t) throw new InvalidArgumentError(`template vm ${name} not found`);
+    if (!t.persistent || (t.status !== 'stopped' && t.status !== 'suspended')) {
+      throw new InvalidStateError(`vm ${name} is ${t.persistent ? t.status : 'ephemeral'}; a template must be a persistent vm that is stopped or suspended`);
+    }
+    return t;
+  }
+
+  reserve(req: CreateRequest, image: ImageInfo): InstanceRecord {
+    const name = req.name ?? this.nextName();
+    if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
+    const cpus = req.cpus ?? this.config.cpus;
+    const memory = req.memory_mb ?? this.config.memory_mb;
+    const { max_vms } = this.config;
+    if (max_vms && this.records.size + 1 > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
+    this.checkCaps(cpus, memory);
+    const now = new Date(this.clock.now()).toISOString();
+    const rec: InstanceRecord = {
+      name, status: 'creating', persistent: req.persistent, cpus, memory_mb: memory,
+      disk_gb: req.disk_gb ?? this.config.disk_gb, image: image.id, ip: '', ssh_port: 0, agent_port: 0, agent_cid: 0,
+      forwards: [], tags: req.tags, mounts: req.mounts,
+      metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
+      created_at: now, updated_at: now, userdata: req.userdata,
+    };
+    if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
+    this.records.set(name, rec);
+    return rec;
+  }
+
+  /** The lowest free address on the overlay segment, 10.77.0.2 to .254. */
+  freeOverlayIp(): string {
+    const used = new Set([...this.records.values()].map((r) => r.overlay_ip));
+    for (let n = 2; n < 255; n++) if (!used.has(`10.77.0.${n}/24`)) return `10.77.0.${n}/24`;
+    throw new ResourceExhaustedError('the overlay segment 10.77.0.0/24 has no free address');
+  }
+
+  /** Throws ResourceExhausted when running `cpus` and `memory` more would pass a cap. */
+  checkCaps(cpus: number, memory: number): void {
+    const { max_cpus_total, max_memory_mb_total } = this.config;
+    const holding = [...this.records.values()].filter((r) => holdsResources(r.status));
+    const usedCpus = holding.reduce((s, r) => s + r.cpus, 0);
+    const usedMem = holding.reduce((s, r) => s + r.memory_mb, 0);
+    if (max_cpus_total && usedCpus + cpus > max_cpus_total) {
+      throw new ResourceExhaustedError(`max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`);
+    }
+    if (max_memory_mb_total && usedMem + memory > max_memory_mb_total) {
+      throw new ResourceExhaustedError(`max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`);
+    }
+  }
+
+  count(pred: (r: InstanceRecord) => boolean): number {
+    let n = 0;
+    for (const r of this.records.values()) if (pred(r)) n++;
+    return n;
+  }
+}

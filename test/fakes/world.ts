@@ -1,0 +1,75 @@
+import 'reflect-metadata';
+import { Container, ContainerModule } from 'inversify';
+import { buildConfig, type Config } from '../../src/app/config.js';
+import { CreateService } from '../../src/app/create-service.js';
+import { ForwardService } from '../../src/app/forward-service.js';
+import { InstanceService } from '../../src/app/instance-service.js';
+import { LifecycleEvents } from '../../src/app/lifecycle-events.js';
+import { PoolService } from '../../src/app/pool-service.js';
+import { RecoveryService } from '../../src/app/recovery-service.js';
+import { AppConfig } from '../../src/app/tokens.js';
+import { VmKeeper } from '../../src/app/vm-keeper.js';
+import { Vms } from '../../src/app/vms.js';
+import { SystemClock } from '../../src/adapters/clock/system-clock.js';
+import { InMemoryGuestAgent } from '../../src/adapters/hypervisor/fake/in-memory-guest-agent.js';
+import { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { InMemorySshProbe } from '../../src/adapters/hypervisor/fake/in-memory-ssh-probe.js';
+import { appModule } from '../../src/main.js';
+import { Clock } from '../../src/ports/clock.js';
+import { GuestAgent } from '../../src/ports/guest-agent.js';
+import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
+import { Logger } from '../../src/ports/logger.js';
+import { ControlMetrics } from '../../src/ports/metrics.js';
+import { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
+import { AgentArtifact, AgentInstaller, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
+import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
+
+/** The daemon's use cases wired as in production, on in-memory fakes of every port. */
+export interface World {
+  container: Container;
+  config: Config;
+  hv: InMemoryHypervisor;
+  store: MemoryInstanceStore;
+  activity: MemoryActivityLog;
+  metrics: CountingMetrics;
+  tunnels: MemoryTunnels;
+  events: LifecycleEvents;
+  vms: Vms;
+  keeper: VmKeeper;
+  svc: InstanceService;
+  creates: CreateService;
+  recovery: RecoveryService;
+  forwards: ForwardService;
+  pool: PoolService;
+}
+
+export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
+  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {});
+  const activity = new MemoryActivityLog();
+  const metrics = new CountingMetrics();
+  const tunnels = new MemoryTunnels();
+  const container = new Container();
+  container.load(new ContainerModule(({ bind }) => {
+    bind(AppConfig).toConstantValue(config);
+    bind(Clock).toConstantValue(new SystemClock());
+    bind(Logger).toConstantValue(new SilentLogger());
+    bind(ControlMetrics).toConstantValue(metrics);
+    bind(InstanceStore).toConstantValue(store);
+    bind(ActivityLog).toConstantValue(activity);
+    bind(SshKeys).toConstantValue(new StaticKeys());
+    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
+    bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
+    bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
+    bind(Tunnels).toConstantValue(tunnels);
+    bind(AgentInstaller).toConstantValue({ install: async () => undefined, restart: async () => undefined });
+    bind(AgentArtifact).toConstantValue({ version: async () => 'test', tar: async () => { throw new Error('no artifact in unit tests'); } });
+  }), appModule());
+  const vms = container.get(Vms);
+  metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
+  return {
+    container, config, hv, store, activity, metrics, tunnels, vms,
+    events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(InstanceService),
+    creates: container.get(CreateService), recovery: container.get(RecoveryService), forwards: container.get(ForwardService),
+    pool: container.get(PoolService),
+  };
+}

@@ -1,0 +1,78 @@
+import { expect } from 'chai';
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-agent.js';
+import { pickConnector, type Connector } from '../../../../src/adapters/guest-link/transport.js';
+import { AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError } from '../../../../src/domain/errors.js';
+
+function server(handler: Parameters<typeof createServer>[1]): Promise<{ port: number; srv: Server }> {
+  const srv = createServer(handler);
+  return new Promise((r) => srv.listen(0, '127.0.0.1', () => r({ port: (srv.address() as AddressInfo).port, srv })));
+}
+
+describe('adapters/guest-link/HttpGuestAgent', () => {
+  it('maps transport failures to AgentUnavailable and answers to the right domain errors', async () => {
+    const agent = new HttpGuestAgent();
+    const refused = await agent.health({ host: '127.0.0.1', port: 1 }).catch((e) => e);
+    expect(refused).to.be.instanceOf(AgentUnavailableError);
+    const statuses: Record<string, [number, string]> = {
+      '/fs/stat?path=%2Fa': [404, '{"error":"no such"}'], '/fs/readdir?path=%2Fa': [400, '{"error":"bad"}'],
+      '/stats': [500, 'kaboom'], '/health': [200, 'not json'], '/readiness': [418, 'teapot'],
+    };
+    const { port, srv } = await server((req, res) => {
+      if (req.url === '/fs/mkdir') return void res.writeHead(409).end('{"error":"exists"}');
+      const [status, body] = statuses[req.url ?? ''] ?? [200, '{}'];
+      res.writeHead(status).end(body);
+    });
+    try {
+      const ep = { host: '127.0.0.1', port };
+      expect(await agent.fs(ep, { op: 'stat', path: '/a' }).catch((e) => e)).to.be.instanceOf(NotFoundError);
+      expect(await agent.fs(ep, { op: 'readdir', path: '/a' }).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+      expect(await agent.fs(ep, { op: 'mkdir', path: '/a' }).catch((e) => e)).to.be.instanceOf(AlreadyExistsError);
+      expect(await agent.stats(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
+      expect(await agent.health(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
+      expect(await agent.readiness(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
+    } finally {
+      srv.close();
+      agent.close();
+    }
+  });
+
+  it('times out an agent that accepts but never answers', async () => {
+    const { port, srv } = await server(() => undefined);
+    const agent = new HttpGuestAgent();
+    try {
+      const t0 = Date.now();
+      expect(await agent.health({ host: '127.0.0.1', port }, 300).catch((e) => e)).to.be.instanceOf(AgentUnavailableError);
+      expect(Date.now() - t0).to.be.below(2000);
+    } finally {
+      srv.closeAllConnections();
+      srv.close();
+      agent.close();
+    }
+  });
+
+  it('sends requests for vsock endpoints through the vsock connector, and TCP ones over TCP', async () => {
+    const { port, srv } = await server((req, res) => res.end(JSON.stringify({ hostname: req.url, agent_version: '1', agent_uptime_sec: 0, userdata_ran: false, readiness: {} })));
+    const used: string[] = [];
+    // Stands in for socat: records the CID and carries the bytes over TCP to the test server.
+    const fakeVsock: Connector = (ep) => {
+      used.push(`vsock:${ep.cid}:${ep.port}`);
+      return connect(port, '127.0.0.1');
+    };
+    try {
+      const auto = new HttpGuestAgent(pickConnector('auto', fakeVsock));
+      expect((await auto.health({ host: '127.0.0.1', port: 1, cid: 42 })).hostname).to.equal('/health');
+      expect(used).to.deep.equal(['vsock:42:7475']);
+      expect((await auto.health({ host: '127.0.0.1', port })).agent_version).to.equal('1');
+      expect(used).to.have.length(1);
+      const tcpOnly = new HttpGuestAgent(pickConnector('tcp', fakeVsock));
+      await tcpOnly.health({ host: '127.0.0.1', port, cid: 42 });
+      expect(used).to.have.length(1);
+      auto.close();
+      tcpOnly.close();
+    } finally {
+      srv.close();
+    }
+  });
+});
