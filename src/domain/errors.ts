@@ -74,6 +74,19 @@ export class DeadlineExceededError extends DomainError {
   readonly code = 'deadline_exceeded' as const;
 }
 
+/**
+ * A create that was accepted and then failed. Whatever failed it, that is the host's failure, not
+ * the caller's: it keeps the cause's code and message, and the HTTP mapping answers 500 (504 when
+ * the deadline passed).
+ */
+export class AcceptedCreateFailedError extends DomainError {
+  readonly code: ErrorCode;
+  constructor(override readonly cause: DomainError) {
+    super(cause.message);
+    this.code = cause.code;
+  }
+}
+
 /** Something on the host failed (hypervisor, disk). Not the caller's fault. */
 export class InternalError extends DomainError {
   readonly code = 'internal' as const;

@@ -1,3 +1,4 @@
+import type { UploadQuery } from '../domain/query.js';
 import type { Duplex, Readable } from 'node:stream';
 import type {
   AgentHealth, CopyMode, GuestIdentity, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
@@ -10,13 +11,8 @@ export interface AgentEndpoint {
   cid?: number;
 }
 
-export interface UploadOptions {
-  path: string;
-  mode: CopyMode;
-  permissions?: string;
-  uid?: number;
-  gid?: number;
-}
+/** Where and how an upload lands: the cp query, shared with the agent. */
+export type UploadOptions = UploadQuery;
 
 export interface ShellOptions {
   cols?: number;

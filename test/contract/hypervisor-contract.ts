@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { InvalidArgumentError } from '../../src/domain/errors.js';
+import { createServer, type AddressInfo } from 'node:net';
+import { AlreadyExistsError, InvalidArgumentError, InvalidStateError } from '../../src/domain/errors.js';
 import type { HypervisorAdapter, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -16,6 +17,11 @@ export interface ContractSubject {
   crash(name: string, h: VmHandle): Promise<void>;
   /** Live VM processes the adapter knows, by name. */
   live(): string[];
+  /**
+   * What a restarted daemon would get: the adapter it re-attaches with (QEMU: a new instance after
+   * the old one released its VMs; the fake: the same instance, whose VMs live in memory).
+   */
+  restart(): Promise<HypervisorAdapter>;
   bootMs: number;
 }
 
@@ -109,6 +115,61 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await s.hv.destroy(renamed);
       await s.hv.stop(sp, 30_000);
       expect(exits.filter(([n]) => n.startsWith('c'))).to.deep.equal([]);
+    });
+
+    it('checks mounts: a missing host folder is InvalidArgument, an existing one passes', async () => {
+      expect(await s.hv.checkMounts([{ host: join(dir, 'no-such-dir'), guest: '/mnt/x' }]).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+      await s.hv.checkMounts([{ host: dir, guest: '/mnt/x' }]);
+      await s.hv.checkMounts([]);
+    });
+
+    it('adds host forwards to a running VM, refuses a busy host port, and kill is idempotent and not a crash', async function () {
+      this.timeout(s.bootMs + 60_000);
+      const sp = spec('c5');
+      await s.hv.provision(sp);
+      const h = await s.hv.launch(sp);
+      await s.waitUp('c5', h, s.bootMs);
+      const added = await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 7475, proto: 'tcp' }]);
+      expect(added.forwards).to.have.length(2);
+      const fwd = added.forwards.find((f) => f.guest_port === 7475)!;
+      expect(fwd.host_port).to.be.above(1023);
+      // The added forward reaches the guest's agent port.
+      expect(await s.answers('c5', { ...h, agent_port: fwd.host_port })).to.equal(true);
+      const busy = createServer();
+      await new Promise<void>((r) => busy.listen(0, '127.0.0.1', () => r()));
+      try {
+        const port = (busy.address() as AddressInfo).port;
+        expect(await s.hv.addForwards(sp, [{ host_port: port, guest_port: 80, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(AlreadyExistsError);
+      } finally {
+        busy.close();
+      }
+      await s.hv.kill(sp);
+      expect(s.live()).not.to.include('c5');
+      await s.hv.kill(sp);
+      expect(await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 80, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(InvalidStateError);
+      expect(exits.filter(([n]) => n === 'c5')).to.deep.equal([]);
+      await s.hv.destroy(sp);
+    });
+
+    it('re-attaches to a running VM from the handle a record kept, and finds nothing once it is gone', async function () {
+      this.timeout(s.bootMs + 60_000);
+      const sp = spec('c4');
+      await s.hv.provision(sp);
+      const h = await s.hv.launch(sp);
+      await s.waitUp('c4', h, s.bootMs);
+      const saved: VmHandle = JSON.parse(JSON.stringify(h)) as VmHandle;
+      s.hv = await s.restart();
+      s.hv.onExit((n, r) => exits.push([n, r]));
+      const again = await s.hv.reattach(sp, saved);
+      expect(again).not.to.equal(null);
+      expect(again!.agent_port).to.equal(h.agent_port);
+      expect(s.live()).to.include('c4');
+      expect(await s.answers('c4', again!)).to.equal(true);
+      await s.hv.pause(sp);
+      await s.hv.resume(sp);
+      await s.hv.kill(sp);
+      expect(await s.hv.reattach(sp, saved)).to.equal(null);
+      await s.hv.destroy(sp);
     });
 
     it('reports a process that dies on its own, and destroy is idempotent', async function () {

@@ -8,8 +8,10 @@ import { ensureImage } from './image.js';
 const agent = new HttpGuestAgent();
 let hv: QemuHypervisor;
 
+const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+
 hypervisorContract('QemuHypervisor (real guests)', async () => {
-  hv = new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+  hv = make();
   return {
     hv, image: 'default', bootMs: 90_000,
     waitUp: async (_name, h, ms) => {
@@ -24,5 +26,10 @@ hypervisorContract('QemuHypervisor (real guests)', async () => {
     answers: (_name, h) => agent.health({ host: '127.0.0.1', port: h.agent_port }, 1500).then(() => true, () => false),
     crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
     live: () => Object.keys(hv.pids()),
+    restart: async () => {
+      await hv.release();
+      hv = make();
+      return hv;
+    },
   };
 }, async () => agent.close());

@@ -7,7 +7,7 @@ import type {
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import {
-  AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError,
+  AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError, InvalidStateError, PayloadTooLargeError, ResourceExhaustedError, type ErrorCode,
 } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, UploadOptions } from '../../ports/guest-agent.js';
 import { tcpConnector, type Connector } from './transport.js';
@@ -23,20 +23,26 @@ function unavailable(ep: AgentEndpoint, err: Error): AgentUnavailableError {
   return new AgentUnavailableError(`guest agent at ${where(ep)} unavailable: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
 }
 
-/** The agent's own 4xx pass through; 5xx and garbage are the agent's failure: 502. */
+/** The caller's mistakes the agent reports pass through by their code; anything else is the agent's failure. */
+const PASS_THROUGH: Partial<Record<ErrorCode, new (message: string) => Error>> = {
+  invalid_argument: InvalidArgumentError, invalid_state: InvalidStateError, not_found: NotFoundError, already_exists: AlreadyExistsError,
+  not_supported: NotSupportedError, payload_too_large: PayloadTooLargeError, resource_exhausted: ResourceExhaustedError,
+};
+
+/**
+ * Maps an agent error reply by its `{error, code}` body, not its status: a known caller-side code
+ * passes through; other codes, a missing code and garbage are the agent's failure (502).
+ */
 function fromStatus(status: number, text: string): Error {
-  let msg = text.slice(0, 500);
+  let body: { error?: unknown; code?: unknown } = {};
   try {
-    const j = JSON.parse(text) as { error?: string };
-    if (typeof j.error === 'string') msg = j.error;
+    body = JSON.parse(text) as typeof body;
   } catch {
-    if (status < 500) return new AgentFailureError(`guest agent answered ${status} without a JSON error`);
+    return new AgentFailureError(`guest agent answered ${status} without a JSON error: ${JSON.stringify(text.slice(0, 200))}`);
   }
-  if (status === 400) return new InvalidArgumentError(msg);
-  if (status === 404) return new NotFoundError(msg);
-  if (status === 409) return new AlreadyExistsError(msg);
-  if (status === 501) return new NotSupportedError(msg);
-  return new AgentFailureError(`guest agent failed (${status}): ${msg}`);
+  const msg = typeof body.error === 'string' ? body.error.slice(0, 2000) : `status ${status}`;
+  const Pass = typeof body.code === 'string' ? PASS_THROUGH[body.code as ErrorCode] : undefined;
+  return Pass ? new Pass(msg) : new AgentFailureError(`guest agent failed (${status}): ${msg}`);
 }
 
 function execQuery(req: ExecRequest, buffered: boolean): string {

@@ -1,13 +1,11 @@
 import type { Response } from 'express';
 
 /**
- * Writes an AsyncIterable of objects as NDJSON with backpressure. When the client goes away it
- * stops reading and calls `onGone` (for example to kill a command).
+ * Writes chunks to a response with backpressure (the one write loop both servers use). When the
+ * client goes away it stops reading and calls `onGone` (for example to kill a command). Ends the
+ * response when the chunks end.
  */
-export async function writeNdjson(res: Response, events: AsyncIterable<object>, onGone?: () => void): Promise<void> {
-  res.status(200).type('application/x-ndjson');
-  res.setHeader('Cache-Control', 'no-store');
-  res.flushHeaders();
+export async function pumpTo(res: Response, chunks: AsyncIterable<string | Buffer>, onGone?: () => void): Promise<void> {
   let gone = false;
   const markGone = () => {
     if (!res.writableFinished) {
@@ -17,9 +15,9 @@ export async function writeNdjson(res: Response, events: AsyncIterable<object>, 
   };
   res.once('close', markGone);
   try {
-    for await (const ev of events) {
+    for await (const chunk of chunks) {
       if (gone || res.destroyed) break;
-      if (!res.write(JSON.stringify(ev) + '\n')) {
+      if (!res.write(chunk)) {
         await new Promise<void>((r) => {
           res.once('drain', r);
           res.once('close', r);
@@ -31,4 +29,14 @@ export async function writeNdjson(res: Response, events: AsyncIterable<object>, 
     if (gone) onGone?.();
     if (!res.writableEnded) res.end();
   }
+}
+
+/** Writes an AsyncIterable of objects as NDJSON (one JSON object a line), with backpressure. */
+export async function writeNdjson(res: Response, events: AsyncIterable<object>, onGone?: () => void): Promise<void> {
+  res.status(200).type('application/x-ndjson');
+  res.setHeader('Cache-Control', 'no-store');
+  res.flushHeaders();
+  await pumpTo(res, (async function* () {
+    for await (const ev of events) yield JSON.stringify(ev) + '\n';
+  })(), onGone);
 }

@@ -21,19 +21,6 @@ export function pathMatcher(path: string): RegExp {
   return new RegExp(`^${body}/?$`);
 }
 
-export function queryString(req: Request, key: string): string | undefined {
-  const v = req.query[key];
-  if (v === undefined) return undefined;
-  if (Array.isArray(v)) return String(v[v.length - 1]);
-  return typeof v === 'string' ? v : undefined;
-}
-
-export function queryList(req: Request, key: string): string[] {
-  const v = req.query[key];
-  if (v === undefined) return [];
-  return (Array.isArray(v) ? v : [v]).map(String);
-}
-
 /** A request carries a body when it says so; an exec without one gets an empty stdin. */
 export function hasBody(req: Request): boolean {
   return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;

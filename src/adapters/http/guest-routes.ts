@@ -5,11 +5,11 @@ import type { MetricsSampler } from '../../app/metrics-sampler.js';
 import type { Vms } from '../../app/vms.js';
 import type { SecretService } from '../../app/secret-service.js';
 import type { ConsoleLogs } from '../../ports/stores.js';
-import { parseBool, parseCopyMode, parseExecQuery, requiredPath, optUint, queryOne } from '../../domain/exec-query.js';
+import { parseBool, queryInt, requiredPath, type Query } from '../../domain/query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { writeNdjson } from '../http-kit/ndjson.js';
-import { hasBody, sendStream, type RouteDef } from '../http-kit/route.js';
-import { optionalInt } from './system-routes.js';
+import { downloadHandler, execHandler, uploadHandler } from '../http-kit/guest-handlers.js';
+import { pumpTo } from '../http-kit/ndjson.js';
+import type { RouteDef } from '../http-kit/route.js';
 
 export interface GuestRouteDeps {
   guest: GuestProxy;
@@ -24,43 +24,20 @@ export interface GuestRouteDeps {
 /** Agent proxy, live forwards, secret injection, stats history and deploy: /vms/{name}/... */
 export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
   const name = (p: Record<string, unknown>) => String(p.name);
-  const q = (r: { query: unknown }) => r.query as Record<string, unknown>;
+  const q = (r: { query: unknown }) => r.query as Query;
   return [
     { method: 'get', path: '/vms/:name/agent/health', handler: async (req, res) => void res.json(await d.guest.health(name(req.params))) },
     { method: 'post', path: '/vms/:name/agent/deploy', handler: async (req, res) => void res.json(await d.deploy.deploy(name(req.params))) },
     { method: 'get', path: '/vms/:name/stats', handler: async (req, res) => void res.json(await d.guest.stats(name(req.params))) },
     {
       method: 'post', path: '/vms/:name/exec', body: 'raw',
-      handler: async (req, res) => {
-        const { buffered, ...er } = parseExecQuery(q(req));
-        const stdin = hasBody(req) ? req : undefined;
-        if (buffered) return void res.json(await d.guest.exec(name(req.params), er, stdin));
-        const frames = d.guest.execStream(name(req.params), er, stdin);
-        // Open the stream before answering, so a 503/404 is still a status, not a broken stream.
-        const it = frames[Symbol.asyncIterator]();
-        const first = await it.next();
-        await writeNdjson(res, (async function* () {
-          if (!first.done) yield first.value;
-          for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
-        })(), () => void it.return?.());
-      },
+      handler: execHandler({
+        buffered: (req, er, stdin) => d.guest.exec(name(req.params), er, stdin),
+        stream: (req, er, stdin) => d.guest.execStream(name(req.params), er, stdin),
+      }),
     },
-    {
-      method: 'put', path: '/vms/:name/cp',
-      handler: async (req, res) => {
-        await d.guest.upload(name(req.params), {
-          path: requiredPath(q(req)), mode: parseCopyMode(q(req)), permissions: queryOne(q(req), 'permissions'),
-          uid: optUint(q(req), 'uid'), gid: optUint(q(req), 'gid'),
-        }, req);
-        res.status(204).end();
-      },
-    },
-    {
-      method: 'get', path: '/vms/:name/cp',
-      handler: async (req, res) => {
-        sendStream(res, await d.guest.download(name(req.params), requiredPath(q(req)), parseCopyMode(q(req))));
-      },
-    },
+    { method: 'put', path: '/vms/:name/cp', handler: uploadHandler((req, o, body) => d.guest.upload(name(req.params), o, body)) },
+    { method: 'get', path: '/vms/:name/cp', handler: downloadHandler((req, path, mode) => d.guest.download(name(req.params), path, mode)) },
     { method: 'get', path: '/vms/:name/fs/readdir', handler: async (req, res) => void res.json(await d.guest.fs(name(req.params), { op: 'readdir', path: requiredPath(q(req)) })) },
     { method: 'get', path: '/vms/:name/fs/stat', handler: async (req, res) => void res.json(await d.guest.fs(name(req.params), { op: 'stat', path: requiredPath(q(req)) })) },
     {
@@ -102,8 +79,8 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
     {
       method: 'get', path: '/vms/:name/metrics',
       handler: async (req, res) => {
-        const since = optionalInt(queryOne(q(req), 'since'), 'since', Number.MAX_SAFE_INTEGER);
-        const limit = optionalInt(queryOne(q(req), 'limit'), 'limit', 1_000_000);
+        const since = queryInt(q(req), 'since', Number.MAX_SAFE_INTEGER);
+        const limit = queryInt(q(req), 'limit', 1_000_000);
         const { interval_ms: _i, ...out } = await d.sampler.read(name(req.params), { since, limit });
         res.json(out);
       },
@@ -112,18 +89,14 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
       method: 'get', path: '/vms/:name/logs',
       handler: async (req, res) => {
         d.vms.get(name(req.params));
-        const tail = optionalInt(queryOne(q(req), 'tail'), 'tail', 64 * 1024 * 1024);
+        const tail = queryInt(q(req), 'tail', 64 * 1024 * 1024);
         const follow = parseBool(q(req), 'follow', false);
         const ac = new AbortController();
         res.on('close', () => ac.abort());
         res.status(200).type('text/plain; charset=utf-8');
         res.setHeader('Cache-Control', 'no-store');
         res.flushHeaders();
-        for await (const chunk of d.logs.read(name(req.params), { tail, follow, signal: ac.signal })) {
-          if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r); });
-          if (ac.signal.aborted) break;
-        }
-        res.end();
+        await pumpTo(res, d.logs.read(name(req.params), { tail, follow, signal: ac.signal }), () => ac.abort());
       },
     },
     {

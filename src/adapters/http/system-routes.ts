@@ -1,9 +1,8 @@
 import type { Registry } from 'prom-client';
 import { stringify } from 'yaml';
-import { InvalidArgumentError } from '../../domain/errors.js';
+import { queryInt, type Query } from '../../domain/query.js';
 import type { ActivityLog } from '../../ports/stores.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { queryString } from '../http-kit/route.js';
 
 export interface SystemDeps {
   version: string;
@@ -13,13 +12,6 @@ export interface SystemDeps {
   openapi: () => object;
 }
 
-function optionalInt(raw: string | undefined, what: string, max: number): number | undefined {
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d+$/.test(raw) || Number(raw) > max) throw new InvalidArgumentError(`${what} must be an integer from 0 to ${max}`);
-  return Number(raw);
-}
-
-export { optionalInt };
 
 export function systemRoutes(d: SystemDeps): RouteDef[] {
   let yamlDoc: string | undefined;
@@ -42,8 +34,8 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
     {
       method: 'get', path: '/activity',
       handler: async (req, res) => {
-        const limit = optionalInt(queryString(req, 'limit'), 'limit', 1000);
-        const since = optionalInt(queryString(req, 'since'), 'since', Number.MAX_SAFE_INTEGER);
+        const limit = queryInt(req.query as Query, 'limit', 1000);
+        const since = queryInt(req.query as Query, 'since', Number.MAX_SAFE_INTEGER);
         res.json({ events: await d.activity.list({ limit, since }) });
       },
     },

@@ -2,23 +2,19 @@ import type { Request, Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
 import type { InstanceService } from '../../app/instance-service.js';
 import type { Vms } from '../../app/vms.js';
-import { InvalidArgumentError } from '../../domain/errors.js';
+import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
 import { toPublic } from '../../domain/instance.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { queryString } from '../http-kit/route.js';
-import { toHttpError } from '../http-kit/error-status.js';
+import { queryOne, type Query } from '../../domain/query.js';
 import { writeNdjson } from '../http-kit/ndjson.js';
 
 /** Answers a create: NDJSON progress when asked for, else 201 with the ready Instance. */
 async function answerCreate(req: Request, res: Response, job: CreateJob): Promise<void> {
-  if (queryString(req, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
-  try {
-    res.status(201).json(await job.done);
-  } catch (err) {
-    const e = toHttpError(err);
-    // A create that was accepted and then failed is the host's failure, not the caller's.
-    res.status(e.body.code === 'deadline_exceeded' ? 504 : 500).json(e.body);
-  }
+  if (queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
+  const inst = await job.done.catch((err: unknown) => {
+    throw isDomainError(err) ? new AcceptedCreateFailedError(err) : err;
+  });
+  res.status(201).json(inst);
 }
 
 export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateService): RouteDef[] {

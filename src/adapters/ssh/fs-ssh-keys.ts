@@ -1,11 +1,11 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
-import ssh2 from 'ssh2';
 import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import type { SshKeys } from '../../ports/tunnels.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { generateEd25519 } from './keygen.js';
 
 /** The daemon's own ed25519 key pair in `<data_dir>/ssh/`, made on first use. */
 @injectable()
@@ -25,7 +25,7 @@ export class FsSshKeys implements SshKeys {
         return { priv: await readFile(privPath), pub: (await readFile(pubPath, 'utf8')).trim() };
       } catch {
         await mkdir(this.dir, { recursive: true, mode: 0o700 });
-        const kp = ssh2.utils.generateKeyPairSync('ed25519', { comment: 'svcd' });
+        const kp = generateEd25519('svcd');
         await writeFileAtomic(privPath, kp.private, 0o600);
         await writeFileAtomic(pubPath, kp.public + '\n', 0o644);
         return { priv: Buffer.from(kp.private), pub: kp.public.trim() };

@@ -2,16 +2,11 @@ import type { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import { parseMode, type CopyMode, type FsInfo } from '../../domain/agent.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
+import type { UploadQuery } from '../../domain/query.js';
 import { GuestFiles } from '../../ports/agent/guest-files.js';
 import { absolutePath } from './agent-service.js';
 
-export interface PutOptions {
-  path: string;
-  mode: CopyMode;
-  permissions?: string;
-  uid?: number;
-  gid?: number;
-}
+export type PutOptions = UploadQuery;
 
 /** cp and fs use cases of the agent: input checks, then the GuestFiles port. */
 @injectable()

@@ -16,5 +16,6 @@ hypervisorContract('InMemoryHypervisor', async () => {
     answers: async (name) => hv.guestUp(name),
     crash: (name) => hv.crash(name),
     live: () => hv.live(),
+    restart: async () => hv,
   };
 });

@@ -1,8 +1,9 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import type { Mount } from '../../../domain/instance.js';
 import { checkHostDirs } from '../host-dirs.js';
+import { portFree } from '../free-port.js';
 import type {
   BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
@@ -54,6 +55,13 @@ export interface InMemoryHypervisorOptions {
    * the port it listens on. Without it the agent port is a placeholder number.
    */
   sidecar?: (spec: VmSpec) => Promise<Sidecar>;
+}
+
+/** As with real VMs, an explicit host port must be free on loopback (the fake binds nothing itself). */
+async function assertPortsFree(forwards: BootForwardSpec[]): Promise<void> {
+  for (const f of forwards) {
+    if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+  }
 }
 
 function copyHandle(h: VmHandle): VmHandle {
@@ -166,6 +174,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     }
     if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${spec.name} is already running`);
     if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
+    await assertPortsFree(spec.forwards);
     vm.spec = spec;
     const fromSnapshot = !!options.restore && vm.snapshot;
     vm.snapshot = false;
@@ -243,6 +252,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
 
   async addForwards(ref: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
     const vm = this.mustRun(ref.name, 'running');
+    await assertPortsFree(forwards);
     vm.handle!.forwards.push(...forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })));
     return copyHandle(vm.handle!);
   }

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -17,14 +17,25 @@ export const AGENT_BIN = fileURLToPath(new URL('../../../bin/svc-agent.js', impo
  * Runs the real svc-agent as a local child process on a free loopback port, with its state and
  * run directories under `dir`. Used by the fake hypervisor's `fake_agent` mode and by tests.
  */
-export async function startLocalAgent(dir: string, extraEnv: Record<string, string> = {}): Promise<LocalAgent> {
-  const stateDir = join(dir, 'guest', 'var-lib-svc');
-  const runDir = join(dir, 'guest', 'run-svc');
-  mkdirSync(stateDir, { recursive: true });
-  mkdirSync(runDir, { recursive: true });
-  const log = openSync(join(dir, 'agent.log'), 'a');
-  const child = spawn(process.execPath, [AGENT_BIN, '--listen', '127.0.0.1:0', '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
-    stdio: ['ignore', 'pipe', log], env: { ...process.env, ...extraEnv },
+export interface AgentSpawn {
+  /** The agent script (the built one, or one a deploy put in the stand-in guest). */
+  script?: string;
+  /** `127.0.0.1:PORT`; port 0 picks a free one. */
+  listen: string;
+  stateDir: string;
+  runDir: string;
+  /** File descriptor the agent's stderr goes to. */
+  log: number;
+  env?: Record<string, string>;
+}
+
+/**
+ * Starts svc-agent as a local child process and resolves with it and the port it listens on, read
+ * from its first line (`{"listening": "host:port"}`). Rejects when it exits first or takes 10 s.
+ */
+export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, [o.script ?? AGENT_BIN, '--listen', o.listen, '--vsock-port', '0', '--no-system-identity', '--state-dir', o.stateDir, '--run-dir', o.runDir], {
+    stdio: ['ignore', 'pipe', o.log], env: { ...process.env, ...o.env },
   });
   const port = await new Promise<number>((resolve, reject) => {
     const rl = createInterface({ input: child.stdout! });
@@ -44,6 +55,15 @@ export async function startLocalAgent(dir: string, extraEnv: Record<string, stri
     });
   });
   child.stdout!.resume();
+  return { child, port };
+}
+
+export async function startLocalAgent(dir: string, extraEnv: Record<string, string> = {}): Promise<LocalAgent> {
+  const stateDir = join(dir, 'guest', 'var-lib-svc');
+  const runDir = join(dir, 'guest', 'run-svc');
+  mkdirSync(stateDir, { recursive: true });
+  mkdirSync(runDir, { recursive: true });
+  const { child, port } = await spawnAgent({ listen: '127.0.0.1:0', stateDir, runDir, log: openSync(join(dir, 'agent.log'), 'a'), env: extraEnv });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return {
     port,

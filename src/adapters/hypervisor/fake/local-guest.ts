@@ -3,11 +3,11 @@ import { timingSafeEqual } from 'node:crypto';
 import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import ssh2 from 'ssh2';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import type { Sidecar } from './in-memory-hypervisor.js';
-import { AGENT_BIN } from './local-agent-process.js';
+import { generateEd25519 } from '../../ssh/keygen.js';
+import { AGENT_BIN, spawnAgent } from './local-agent-process.js';
 
 let hostKey: string | undefined;
 
@@ -32,19 +32,12 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   const startAgentOnce = async (): Promise<number> => {
     const deployed = join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs');
     const script = existsSync(deployed) ? deployed : AGENT_BIN;
-    const c = spawn(process.execPath, [script, '--listen', `127.0.0.1:${port}`, '--vsock-port', '0', '--no-system-identity', '--state-dir', stateDir, '--run-dir', runDir], {
-      stdio: ['ignore', 'pipe', log],
-    });
+    const { child: c, port: bound } = await spawnAgent({ script, listen: `127.0.0.1:${port}`, stateDir, runDir, log });
     child = c;
-    const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: c.stdout! }).once('line', resolve);
-      c.once('exit', (code) => reject(new Error(`svc-agent exited with ${code}`)));
-    });
-    c.stdout!.resume();
     c.once('exit', () => {
       if (!stopping && !relocating) setTimeout(() => void startAgentOnce().catch(() => undefined), 100);
     });
-    return Number((JSON.parse(line) as { listening: string }).listening.split(':').pop());
+    return bound;
   };
   port = await startAgentOnce();
 
@@ -95,7 +88,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
 }
 
 async function startSshServer(authorizedKey: string, cwd: () => string): Promise<{ port: number; stop(): void }> {
-  hostKey ??= ssh2.utils.generateKeyPairSync('ed25519').private;
+  hostKey ??= generateEd25519().private;
   const allowed = ssh2.utils.parseKey(authorizedKey);
   const allowedPub = allowed instanceof Error ? undefined : (Array.isArray(allowed) ? allowed[0] : allowed);
   const clients = new Set<ssh2.Connection>();

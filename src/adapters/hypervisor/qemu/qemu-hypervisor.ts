@@ -9,7 +9,7 @@ import type { Logger } from '../../../ports/logger.js';
 import type { BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
-import { freePort, portFree } from './free-port.js';
+import { freePort, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';

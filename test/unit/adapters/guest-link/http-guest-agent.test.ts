@@ -16,11 +16,14 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
     const refused = await agent.health({ host: '127.0.0.1', port: 1 }).catch((e) => e);
     expect(refused).to.be.instanceOf(AgentUnavailableError);
     const statuses: Record<string, [number, string]> = {
-      '/fs/stat?path=%2Fa': [404, '{"error":"no such"}'], '/fs/readdir?path=%2Fa': [400, '{"error":"bad"}'],
+      '/fs/stat?path=%2Fa': [404, '{"error":"no such","code":"not_found"}'], '/fs/readdir?path=%2Fa': [400, '{"error":"bad","code":"invalid_argument"}'],
+      // The code decides, not the status: a 404 that says internal is the agent's failure, a 500 that says not_found is not.
+      '/fs/stat?path=%2Fb': [404, '{"error":"oops","code":"internal"}'], '/fs/stat?path=%2Fc': [500, '{"error":"gone","code":"not_found"}'],
+      '/fs/readdir?path=%2Fb': [400, '{"error":"no code"}'],
       '/stats': [500, 'kaboom'], '/health': [200, 'not json'], '/readiness': [418, 'teapot'],
     };
     const { port, srv } = await server((req, res) => {
-      if (req.url === '/fs/mkdir') return void res.writeHead(409).end('{"error":"exists"}');
+      if (req.url === '/fs/mkdir') return void res.writeHead(409).end('{"error":"exists","code":"already_exists"}');
       const [status, body] = statuses[req.url ?? ''] ?? [200, '{}'];
       res.writeHead(status).end(body);
     });
@@ -29,6 +32,9 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
       expect(await agent.fs(ep, { op: 'stat', path: '/a' }).catch((e) => e)).to.be.instanceOf(NotFoundError);
       expect(await agent.fs(ep, { op: 'readdir', path: '/a' }).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
       expect(await agent.fs(ep, { op: 'mkdir', path: '/a' }).catch((e) => e)).to.be.instanceOf(AlreadyExistsError);
+      expect(await agent.fs(ep, { op: 'stat', path: '/b' }).catch((e) => e)).to.be.instanceOf(AgentFailureError);
+      expect(await agent.fs(ep, { op: 'stat', path: '/c' }).catch((e) => e)).to.be.instanceOf(NotFoundError);
+      expect(await agent.fs(ep, { op: 'readdir', path: '/b' }).catch((e) => e)).to.be.instanceOf(AgentFailureError);
       expect(await agent.stats(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
       expect(await agent.health(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
       expect(await agent.readiness(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);

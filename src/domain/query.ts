@@ -1,0 +1,95 @@
+import type { CopyMode, ExecRequest } from './agent.js';
+import { parseDuration } from './duration.js';
+import { InvalidArgumentError } from './errors.js';
+
+/**
+ * Query parsing for both servers (the daemon's API and the agent's). The one rule for repeated
+ * keys: a key that takes one value and is given twice is a 400 ("give it once"); only list keys
+ * (exec `args`) take every value, in order.
+ */
+export type Query = Record<string, unknown>;
+
+/** One value of `key`, or undefined; InvalidArgumentError when it is repeated. */
+export function queryOne(q: Query, key: string): string | undefined {
+  const v = q[key];
+  if (v === undefined) return undefined;
+  if (Array.isArray(v)) throw new InvalidArgumentError(`${key} must be given once`);
+  return String(v);
+}
+
+/** Every value of a list key, in order. */
+export function queryList(q: Query, key: string): string[] {
+  const v = q[key];
+  if (v === undefined) return [];
+  return (Array.isArray(v) ? v : [v]).map(String);
+}
+
+/** An optional whole number from 0 to `max`; empty means absent. */
+export function queryInt(q: Query, key: string, max: number): number | undefined {
+  const v = queryOne(q, key);
+  if (v === undefined || v === '') return undefined;
+  if (!/^\d+$/.test(v) || Number(v) > max) throw new InvalidArgumentError(`${key} must be an integer from 0 to ${max}`);
+  return Number(v);
+}
+
+/** An optional uid/gid-sized whole number. */
+export function optUint(q: Query, key: string): number | undefined {
+  const v = queryOne(q, key);
+  if (v === undefined || v === '') return undefined;
+  if (!/^\d+$/.test(v) || Number(v) > 0xffffffff) throw new InvalidArgumentError(`${key} must be a non-negative integer`);
+  return Number(v);
+}
+
+export function parseBool(q: Query, key: string, def: boolean): boolean {
+  const v = queryOne(q, key);
+  if (v === undefined || v === '') return def;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new InvalidArgumentError(`${key} must be true or false`);
+}
+
+/** The exec query: cmd, repeated args, buffered, cwd, uid, gid, timeout, encoding. */
+export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
+  const cmd = queryOne(q, 'cmd');
+  if (!cmd) throw new InvalidArgumentError('cmd is required');
+  const req: ExecRequest & { buffered: boolean } = { cmd, args: queryList(q, 'args'), buffered: parseBool(q, 'buffered', true) };
+  const cwd = queryOne(q, 'cwd');
+  if (cwd) {
+    if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
+    req.cwd = cwd;
+  }
+  req.uid = optUint(q, 'uid');
+  req.gid = optUint(q, 'gid');
+  const timeout = queryOne(q, 'timeout');
+  if (timeout) req.timeoutMs = parseDuration(timeout, 'timeout');
+  const enc = queryOne(q, 'encoding');
+  if (enc !== undefined && enc !== '' && enc !== 'utf8' && enc !== 'base64') throw new InvalidArgumentError('encoding must be utf8 or base64');
+  if (enc === 'base64') req.encoding = 'base64';
+  return req;
+}
+
+export function parseCopyMode(q: Query): CopyMode {
+  const m = queryOne(q, 'mode') ?? 'binary';
+  if (m !== 'binary' && m !== 'tar') throw new InvalidArgumentError('mode must be binary or tar');
+  return m;
+}
+
+export function requiredPath(q: Query): string {
+  const p = queryOne(q, 'path');
+  if (!p) throw new InvalidArgumentError('path is required');
+  if (!p.startsWith('/')) throw new InvalidArgumentError(`path must be absolute, got ${JSON.stringify(p)}`);
+  return p;
+}
+
+/** PUT cp's query: where, how (binary or tar), and the file's permissions and owner. */
+export interface UploadQuery {
+  path: string;
+  mode: CopyMode;
+  permissions?: string;
+  uid?: number;
+  gid?: number;
+}
+
+export function parseUploadQuery(q: Query): UploadQuery {
+  return { path: requiredPath(q), mode: parseCopyMode(q), permissions: queryOne(q, 'permissions'), uid: optUint(q, 'uid'), gid: optUint(q, 'gid') };
+}

@@ -1,0 +1,13 @@
+import { expect } from 'chai';
+import ssh2 from 'ssh2';
+import { generateEd25519 } from '../../../src/adapters/ssh/keygen.js';
+
+describe('adapters/ssh/keygen', () => {
+  it('only hands out keys ssh2 can parse (some it generates, it cannot)', function () {
+    this.timeout(20_000);
+    for (let i = 0; i < 500; i++) {
+      const kp = generateEd25519('svcd');
+      expect(ssh2.utils.parseKey(kp.private)).not.to.be.instanceOf(Error);
+    }
+  });
+});

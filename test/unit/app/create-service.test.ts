@@ -1,0 +1,77 @@
+import { expect } from 'chai';
+import type { CreateProgressEvent } from '../../../src/domain/events.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../src/domain/errors.js';
+import { world } from '../../fakes/world.js';
+
+async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
+  const out: string[] = [];
+  for await (const e of events) out.push(e.phase);
+  return out;
+}
+
+describe('app/CreateService', () => {
+  it('clones a suspended template from its snapshot with the template\'s size, and leaves the template as it was', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'tpl', persistent: true, cpus: 2, memory_mb: 768 }, {})).done;
+    await w.svc.suspend('tpl');
+    const job = await w.creates.create({ name: 'c1', from: 'tpl' }, {});
+    expect(await phases(job.events)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
+    const inst = await job.done;
+    expect(inst).to.include({ name: 'c1', from: 'tpl', cpus: 2, memory_mb: 768, status: 'running' });
+    expect(w.vms.get('tpl').status).to.equal('suspended');
+    expect(w.hv.state('tpl')).to.equal('stopped');
+  });
+
+  it('refuses a template that is running, ephemeral or missing before anything is made', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'run', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'eph' }, {})).done;
+    expect(await w.creates.create({ from: 'run' }, {}).catch((e) => e)).to.be.instanceOf(InvalidStateError);
+    expect(await w.creates.create({ from: 'eph' }, {}).catch((e) => e)).to.be.instanceOf(InvalidStateError);
+    expect(await w.creates.create({ from: 'nope' }, {}).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+    expect(w.vms.list().map((i) => i.name)).to.deep.equal(['eph', 'run']);
+  });
+
+  it('leaves nothing but logs behind when the disk step fails, and the name is free again', async () => {
+    const w = world();
+    w.hv.failNext('provision', 'disk full');
+    const job = await w.creates.create({ name: 'x', persistent: true }, {});
+    const err = await job.done.catch((e) => e);
+    expect(err).to.be.instanceOf(InternalError).with.property('message', 'disk full');
+    expect(w.vms.find('x')).to.equal(undefined);
+    expect(w.store.records.has('x')).to.equal(false);
+    expect(w.store.logsKept).to.deep.equal(['x']);
+    expect(w.activity.events.at(-1)).to.include({ action: 'create', target: 'x', status: 'error' });
+    await (await w.creates.create({ name: 'x' }, {})).done;
+  });
+
+  it('refuses a second create of the same name while the first is still booting', async () => {
+    const w = world();
+    const first = await w.creates.create({ name: 'dup' }, {});
+    expect(await w.creates.create({ name: 'dup' }, {}).catch((e) => e)).to.be.instanceOf(AlreadyExistsError);
+    await first.done;
+  });
+
+  it('claims from the warm pool when it has a member, and clones the template when it is empty', async () => {
+    const w = world({ warm_pool: { template: 'tpl', size: 1 } });
+    await (await w.creates.create({ name: 'tpl', persistent: true }, {})).done;
+    await w.svc.suspend('tpl');
+    w.pool.refill();
+    await w.pool.settled();
+    const [member] = w.vms.poolMembers('tpl');
+    expect(member.status).to.equal('suspended');
+    const claimed = await (await w.creates.create({ name: 'a', from_pool: true, tags: { t: '1' } }, {})).done;
+    expect(claimed).to.include({ name: 'a', from: 'tpl', status: 'running' });
+    expect(claimed.tags).to.deep.equal({ t: '1' });
+    expect(w.store.records.get('a')).to.include({ name: 'a', status: 'running' }).and.not.have.property('pool');
+    await w.pool.settled();
+    w.pool.stop();
+    const job = await w.creates.create({ name: 'b', from_pool: true }, {});
+    expect((await job.done).from).to.equal('tpl');
+  });
+
+  it('refuses from_pool when no warm pool is configured', async () => {
+    const w = world();
+    expect(await w.creates.create({ from_pool: true }, {}).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+  });
+});

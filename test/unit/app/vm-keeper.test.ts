@@ -1,0 +1,74 @@
+import { expect } from 'chai';
+import type { InstanceRecord } from '../../../src/domain/instance.js';
+import { world } from '../../fakes/world.js';
+
+describe('app/VmKeeper', () => {
+  it('keeps the adapter state opaque: what a handle puts in a record comes back as the same handle', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'a', persistent: true, forwards: [{ host_port: 0, guest_port: 80 }] }, {})).done;
+    const rec = w.vms.get('a');
+    const h = w.keeper.handleOf(rec)!;
+    expect(h.state).to.equal(rec.runtime);
+    expect(h.agent_port).to.equal(rec.agent_port);
+    expect(h.forwards.map((f) => f.guest_port)).to.deep.equal([80]);
+    expect(await w.hv.reattach(w.keeper.ref(rec), h)).to.include({ agent_port: rec.agent_port });
+  });
+
+  it('clears what belonged to a stopped process but keeps forwards (live ones without their tunnel pid)', () => {
+    const w = world();
+    const rec = {
+      name: 'r', ssh_port: 1, agent_port: 2, agent_cid: 3, runtime: {} as InstanceRecord['runtime'],
+      forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live', pid: 9 }],
+    } as InstanceRecord;
+    w.keeper.clearRuntime(rec);
+    expect(rec).to.include({ ssh_port: 0, agent_port: 0, agent_cid: 0 });
+    expect(rec.runtime).to.equal(undefined);
+    expect(rec.forwards).to.deep.equal([
+      { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot' }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live' },
+    ]);
+    expect(w.keeper.handleOf(rec)).to.equal(undefined);
+  });
+
+  it('marks a vm whose process dies on its own as error, persists it, logs a crash and announces it down', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'c', persistent: true }, {})).done;
+    const down: string[] = [];
+    w.events.on('down', (r) => void down.push(r.name));
+    await w.hv.crash('c', 'killed by SIGKILL');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(w.vms.get('c')).to.include({ status: 'error', error: 'vm process exited unexpectedly: killed by SIGKILL' });
+    expect(w.store.records.get('c')!.status).to.equal('error');
+    expect(w.activity.events.at(-1)).to.include({ action: 'crash', target: 'c', status: 'error' });
+    expect(down).to.deep.equal(['c']);
+  });
+
+  it('does not call an exit it asked for a crash', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 's', persistent: true }, {})).done;
+    await w.svc.shutdown('s');
+    expect(w.vms.get('s').status).to.equal('stopped');
+    expect(w.activity.events.some((e) => e.action === 'crash')).to.equal(false);
+  });
+
+  it('leaves a vm that fails to boot in error with no process, and it can be started again', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'b', persistent: true }, {})).done;
+    await w.svc.shutdown('b');
+    w.hv.failNext('launch', 'no memory');
+    expect((await w.svc.start('b').catch((e) => e)).message).to.equal('no memory');
+    expect(w.vms.get('b').status).to.equal('stopped');
+    expect((await w.svc.start('b')).status).to.equal('running');
+  });
+
+  it('purges every trace: process, record, store, and announces the removal', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'p' }, {})).done;
+    const removed: string[] = [];
+    w.events.on('removed', (r) => void removed.push(r.name));
+    await w.keeper.purge(w.vms.get('p'));
+    expect(w.vms.find('p')).to.equal(undefined);
+    expect(w.store.records.has('p')).to.equal(false);
+    expect(w.hv.live()).to.deep.equal([]);
+    expect(removed).to.deep.equal(['p']);
+  });
+});
