@@ -24,7 +24,7 @@ async function timeIt(fn: () => Promise<unknown>): Promise<number> {
 
 function ensureImage(): string {
   const images = join(REPO, '.svc-test', 'images');
-  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, 'default'), join(REPO, 'dist', 'agent')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, 'minimal'), join(REPO, 'dist', 'agent'), 'minimal'], { stdio: ['ignore', 'ignore', 'inherit'] });
   return images;
 }
 
@@ -34,7 +34,7 @@ async function qemuBenchmarks(): Promise<void> {
   const images = ensureImage();
   /** svcd on QEMU with a warm pool of `tpl` (suspended or running members). */
   const qemuSvcd = (running: boolean) => startSvcd(dir, {
-    hypervisor: 'qemu', images_dir: images, warm_pool: { template: 'tpl', size: N, running }, sandbox_metrics_enabled: false, memory_mb: 384,
+    hypervisor: 'qemu', images_dir: images, image: 'minimal', warm_pool: { template: 'tpl', size: N, running }, sandbox_metrics_enabled: false, memory_mb: 384,
   });
   const d = await qemuSvcd(false);
   try {

@@ -13,8 +13,9 @@
 #   xz-utils          unpacking vmlinux from vmlinuz
 #   fakeroot          building the root filesystem when not root
 #   socat             vsock relay (agent side) and vsock connector (daemon side)
+#   mmdebstrap        the debian image's root filesystem, from the host's apt sources
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat)
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,8 @@ import { CreateService } from './app/create-service.js';
 import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
 import { Vms } from './app/vms.js';
+import { ImageService } from './app/image-service.js';
+import { imageRoutes } from './adapters/http/image-routes.js';
 import { InstanceService } from './app/instance-service.js';
 import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
@@ -133,6 +135,7 @@ export function appModule(): ContainerModule {
     bind(MetricsSampler).toSelf().inSingletonScope();
     bind(AgentDeployService).toSelf().inSingletonScope();
     bind(PoolService).toSelf().inSingletonScope();
+    bind(ImageService).toSelf().inSingletonScope();
   });
 }
 
@@ -180,6 +183,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...vmRoutes(vms, instances, container.get(CreateService)),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
+    ...imageRoutes(container.get(ImageService)),
     ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
   const auth = new BearerAuth(config.api_token);

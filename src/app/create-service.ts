@@ -69,6 +69,8 @@ export class CreateService {
     const template = req.from === undefined ? undefined : this.vms.templateOf(req.from);
     await this.links.checkMounts(req.mounts);
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
+    const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
+    if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
     const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
     if (template) rec.from = template.name;
@@ -140,11 +142,17 @@ export class CreateService {
     queue: AsyncQueue<CreateProgressEvent>, template?: InstanceRecord,
   ): Promise<Instance> {
     const t0 = this.clock.now();
-    const deadline = t0 + timeoutMs;
+    let deadline = t0 + timeoutMs;
     const emit = this.emitter(rec, queue, t0);
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
       await this.beforeDeadline(deadline, this.vms.save(rec));
+      if (!image.built) {
+        // The first create of a built-in image builds it (shared with any create that asks meanwhile).
+        emit('image', `building image ${image.id} (first use)`, { percent: 0 });
+        await this.images.ensureImage(image.id, (p) => emit('image', p.message, { percent: p.percent }));
+        deadline = this.clock.now() + timeoutMs; // the deadline is the VM's: it starts once the image is there
+      }
       const spec = await this.keeper.spec(rec, req.forwards);
       let snapshot = false;
       if (template) {

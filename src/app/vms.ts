@@ -78,6 +78,11 @@ export class Vms {
     return [...this.records.values()].filter((r) => !r.pool).sort((a, b) => a.name.localeCompare(b.name)).map(toPublic);
   }
 
+  /** Every record, pool members included. */
+  all(): InstanceRecord[] {
+    return [...this.records.values()];
+  }
+
   /** Warm pool members of a template. */
   poolMembers(template: string): InstanceRecord[] {
     return [...this.records.values()].filter((r) => r.pool === template);

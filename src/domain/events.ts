@@ -1,7 +1,7 @@
 import type { Instance } from './instance.js';
 
 export const CREATE_PHASES = [
-  'accepted', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error',
+  'accepted', 'image', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error',
 ] as const;
 export type CreatePhase = (typeof CREATE_PHASES)[number];
 
@@ -14,6 +14,8 @@ export interface CreateProgressEvent {
   elapsed_ms: number;
   instance?: Instance;
   error?: string;
+  /** How far an image build is (phase `image`), 0 to 100. */
+  percent?: number;
   /** Stable domain error code on `error` events, so clients can tell a timeout from a crash. */
   code?: string;
 }

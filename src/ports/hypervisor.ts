@@ -43,10 +43,35 @@ export interface VmHandle {
 }
 
 export interface ImageInfo {
+  /** The image's id, aliases resolved (`default` names `debian`). */
   id: string;
   /** The image starts svc-agent by itself, so `wait=auto` means agent readiness. */
   agent_ready: boolean;
   ssh_user: string;
+  /** The smallest disk a VM of this image may have (the image's own size). */
+  min_disk_gb: number;
+  /** False for a built-in image not built yet (the first create builds it, with progress). */
+  built: boolean;
+}
+
+/** A built image, as GET /images shows it. */
+export interface ImageDetails extends ImageInfo {
+  os: string;
+  description: string;
+  size_bytes: number;
+  created_at: string;
+  /** `kernel`: the project's kernel booted directly; `firmware`: the disk's own bootloader. */
+  boot: 'kernel' | 'firmware';
+  /** What it was made from: `debian`, `minimal`, a recipe's base, a VM. */
+  source: string;
+  /** VMs (templates and warm pool members included) whose disks stand on this image. */
+  in_use_by: string[];
+}
+
+/** How far an image build is. */
+export interface ImageProgress {
+  percent: number;
+  message: string;
 }
 
 export interface LaunchOptions {
@@ -142,8 +167,26 @@ export interface VmDisks {
 export const GuestImages = Symbol('GuestImages');
 /** The guest images VMs are made from. */
 export interface GuestImages {
-  /** Resolves an image name. Throws InvalidArgumentError when the image does not exist. */
+  /**
+   * Resolves an image name (aliases included) without building anything. InvalidArgumentError when
+   * no such image is built or buildable. Idempotent.
+   */
   resolveImage(image: string): Promise<ImageInfo>;
+
+  /**
+   * Makes sure the image is built: a built-in image that is missing is built (once, however many
+   * callers wait), reporting progress. A failed build leaves nothing. InternalError when it fails.
+   */
+  ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void>;
+
+  /** Every built image; `inUse` says which VMs stand on an image id. */
+  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]>;
+
+  /** One built image. NotFoundError when it is not built. */
+  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails>;
+
+  /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
+  removeImage(image: string): Promise<void>;
 }
 
 export const HostLinks = Symbol('HostLinks');

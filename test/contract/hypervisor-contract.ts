@@ -53,6 +53,8 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
     it('refuses an unknown image with InvalidArgument', async () => {
       expect(await s.hv.resolveImage('no-such-image').catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
       expect((await s.hv.resolveImage(s.image)).id).to.equal(s.image);
+      // `default` names the debian image, on every hypervisor.
+      expect((await s.hv.resolveImage('default')).id).to.equal('debian');
     });
 
     it('provisions, launches with forwards, pauses and resumes; stop is graceful, idempotent and not a crash', async function () {

@@ -1,19 +1,45 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 export const E2E_IMAGES = join(REPO, '.svc-test', 'images');
-let built = false;
+const built = new Set<string>();
 
-/** Builds the project's guest image once per test run, with the agent just built. */
-export function ensureImage(): string {
-  if (!built) {
-    if (!existsSync(join(REPO, 'dist', 'agent', 'svc-agent.cjs'))) throw new Error('run npm run build:agent first');
-    execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(E2E_IMAGES, 'default'), join(REPO, 'dist', 'agent')], { stdio: ['ignore', 'ignore', 'inherit'] });
-    built = true;
+function files(dir: string): string[] {
+  return readdirSync(dir).sort().flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
+}
+
+/** What an image is built from: the build scripts and rootfs, the agent bundle, the kernel, node. */
+function inputsKey(kind: string): string {
+  const h = createHash('sha256').update(kind);
+  for (const f of [...files(join(REPO, 'image')), join(REPO, 'dist', 'agent', 'svc-agent.cjs')]) h.update(f.slice(REPO.length)).update(readFileSync(f));
+  h.update(readdirSync('/lib/modules').sort().join(',')).update(process.version);
+  return h.digest('hex');
+}
+
+/**
+ * Builds one of the project's guest images (`minimal`, `debian`) once per test run, and across runs
+ * only when its inputs changed: the images live under `.svc-test/images`, keyed by a hash of what
+ * they are built from. Returns the images directory.
+ */
+export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
+  if (built.has(kind)) return E2E_IMAGES;
+  if (!existsSync(join(REPO, 'dist', 'agent', 'svc-agent.cjs'))) throw new Error('run npm run build:agent first');
+  const out = join(E2E_IMAGES, kind);
+  const key = inputsKey(kind);
+  const stamp = join(out, '.inputs');
+  if (!(existsSync(join(out, 'manifest.json')) && existsSync(stamp) && readFileSync(stamp, 'utf8') === key)) {
+    const tmp = join(E2E_IMAGES, `.build-${kind}-${process.pid}`);
+    rmSync(tmp, { recursive: true, force: true });
+    execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), tmp, join(REPO, 'dist', 'agent'), kind], { stdio: ['ignore', 'ignore', 'inherit'] });
+    writeFileSync(join(tmp, '.inputs'), key);
+    rmSync(out, { recursive: true, force: true });
+    renameSync(tmp, out);
   }
+  built.add(kind);
   return E2E_IMAGES;
 }
 

@@ -13,7 +13,7 @@ const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel:
 hypervisorContract('QemuHypervisor (real guests)', async () => {
   hv = make();
   return {
-    hv, image: 'default', bootMs: 90_000,
+    hv, image: 'minimal', bootMs: 90_000,
     waitUp: async (_name, h, ms) => {
       const end = Date.now() + ms;
       for (;;) {

@@ -30,7 +30,7 @@ describe('svcd with QEMU: real guests end to end', function () {
   const names = ['main', 'eph', 'ud'];
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s' }, { logger: logs });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s' }, { logger: logs });
   });
   after(async () => {
     for (const n of names) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);

@@ -17,7 +17,7 @@ for (const driver of ['9p', 'virtiofs'] as const) {
     const host = tempDir('svc-share-');
     const ro = tempDir('svc-share-ro-');
     before(async () => {
-      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), mount_driver: driver, sandbox_metrics_enabled: false });
+      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', mount_driver: driver, sandbox_metrics_enabled: false });
     });
     after(async () => {
       await d.call('DELETE', '/vms/m');
@@ -59,7 +59,7 @@ describe('svcd with QEMU: the overlay network', function () {
   this.timeout(240_000);
   let d: TestDaemon;
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), network: 'overlay', overlay_mcast: `230.0.74.${1 + (process.pid % 200)}:${47000 + (process.pid % 1000)}`, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', network: 'overlay', overlay_mcast: `230.0.74.${1 + (process.pid % 200)}:${47000 + (process.pid % 1000)}`, sandbox_metrics_enabled: false });
   });
   after(async () => {
     for (const n of ['a', 'b']) await d.call('DELETE', `/vms/${n}`);

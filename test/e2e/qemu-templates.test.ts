@@ -28,7 +28,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   };
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
   });
   after(async () => removeAll(d));
 
@@ -92,7 +92,7 @@ describe('svcd with QEMU: a warm pool of running members', function () {
   this.timeout(240_000);
   let d: TestDaemon;
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), warm_pool: { template: 'rtpl', size: 2, running: true }, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'rtpl', size: 2, running: true }, sandbox_metrics_enabled: false });
     expect((await d.call('POST', '/vms', { name: 'rtpl', persistent: true, memory_mb: 384 })).status).to.equal(201);
     await d.call('POST', '/vms/rtpl/suspend');
     await d.restart();

@@ -61,7 +61,7 @@ describe('daemon over HTTP (fake hypervisor)', function () {
     it('blocks until ready and answers 201 with the Instance', async () => {
       const r = await d.call('POST', '/vms', { name: 'web', cpus: 2, memory_mb: 256, tags: { a: 'b' }, userdata: 'echo hi', forwards: [{ guest_port: 80 }] });
       expect(r.status).to.equal(201);
-      expect(r.json).to.include({ name: 'web', status: 'running', persistent: false, cpus: 2, memory_mb: 256, disk_gb: 4, image: 'default' });
+      expect(r.json).to.include({ name: 'web', status: 'running', persistent: false, cpus: 2, memory_mb: 256, disk_gb: 4, image: 'debian' });
       expect(r.json).not.to.have.property('userdata');
       expect(r.json.forwards).to.have.length(1);
       expect(r.json.forwards[0]).to.include({ guest_port: 80, proto: 'tcp', kind: 'boot' });

@@ -118,6 +118,17 @@ export function buildCli(): Command {
       print(o.json, inst, () => vmRows([inst]));
     });
 
+  const image = program.command('image').description('guest images');
+  image.command('ls').option('--json').description('list built images').action(async (o) => {
+    const list = await client().listImages();
+    print(o.json, list, () => table(list.map((i) => [i.id, i.os, bytes(i.size_bytes), `${i.min_disk_gb} GB`, i.in_use_by.join(',') || '-']), ['ID', 'OS', 'SIZE', 'MIN DISK', 'USED BY']));
+  });
+  image.command('inspect').argument('<id>').option('--json').action(async (id: string, o) => {
+    const i = await client().getImage(id);
+    print(o.json, i, () => Object.entries(i).map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`).join('\n'));
+  });
+  image.command('rm').argument('<id>').description('delete a built image that no VM uses').action(async (id: string) => console.log((await client().deleteImage(id)).message));
+
   program.command('pool').option('--json').description('the warm pool').action(async (o) => {
     const p = await client().pool();
     print(o.json, p, () => (p.size ? `template ${p.template}: ${p.ready}/${p.size} ready\n${table(p.members.map((m) => [m.name, m.status]), ['MEMBER', 'STATUS'])}` : 'no warm pool configured'));

@@ -62,9 +62,18 @@ const schemas: Record<string, Schema> = {
   CreateProgressEvent: {
     type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
     properties: {
-      phase: { type: 'string', enum: ['accepted', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error'] },
+      phase: { type: 'string', enum: ['accepted', 'image', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error'] },
       message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
-      instance: ref('Instance'), error: { type: 'string' }, code: { type: 'string' },
+      instance: ref('Instance'), error: { type: 'string' }, code: { type: 'string' }, percent: { type: 'integer', description: 'image build progress (phase image)' },
+    },
+  },
+  Image: {
+    type: 'object', required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
+    properties: {
+      id: { type: 'string' }, os: { type: 'string' }, description: { type: 'string' }, size_bytes: { type: 'integer' },
+      created_at: { type: 'string', format: 'date-time' }, agent_ready: { type: 'boolean' }, boot: { type: 'string', enum: ['kernel', 'firmware'] },
+      source: { type: 'string' }, min_disk_gb: { type: 'integer' }, ssh_user: { type: 'string' }, built: { type: 'boolean' },
+      in_use_by: { type: 'array', items: { type: 'string' } },
     },
   },
   ActivityEvent: {
@@ -170,6 +179,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
         '201': json('the ready clone', ref('Instance')), '200': { description: 'progress stream (stream=1)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
         '400': err('invalid request or not a template'), '409': err('name taken'), '429': err('a resource cap would be exceeded'), '500': err('the clone failed'), '504': err('deadline passed'),
       }, { parameters: [nameParam, q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string' }), q('timeout', { type: 'string' })], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, persistent: { type: 'boolean' }, tags: { type: 'object', additionalProperties: { type: 'string' } }, forwards: { type: 'array', items: ref('PortForward') }, metrics_enabled: { type: 'boolean' } } } } } } }) },
+      '/images': { get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }) },
+      '/images/{id}': {
+        get: op('Get a built image', { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
+        delete: op('Delete a built image nothing uses', { '200': json('deleted', { type: 'object', properties: { message: { type: 'string' }, id: { type: 'string' } } }), '404': err('not built'), '409': err('in use by a vm, a template or the warm pool') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
+      },
       '/pool': { get: op('The warm pool', { '200': json('pool', { type: 'object', properties: { template: { type: 'string' }, size: { type: 'integer' }, running: { type: 'boolean' }, ready: { type: 'integer' }, members: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, status: { type: 'string' } } } } } }) }) },
       '/vms/{name}/start': lifecycle('Start a stopped (or failed) persistent VM', json('the running VM', ref('Instance'))),
       '/vms/{name}/shutdown': lifecycle('Shut down; ephemeral VMs are removed', message),

@@ -11,7 +11,7 @@ hypervisorContract('InMemoryHypervisor', async () => {
     }
   };
   return {
-    hv, image: 'default', bootMs: 1000,
+    hv, image: 'minimal', bootMs: 1000,
     waitUp: (name, _h, ms) => wait(name, ms),
     answers: async (name) => hv.guestUp(name),
     crash: (name) => hv.crash(name),

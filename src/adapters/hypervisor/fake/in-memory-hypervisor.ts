@@ -1,11 +1,11 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
 import type { Mount } from '../../../domain/instance.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
 import type { GuestStandIns } from '../driver.js';
@@ -30,12 +30,15 @@ interface FakeVm {
  * `fail-provision` and `fail-boot` fail at those steps.
  */
 export const FAKE_IMAGES: Record<string, ImageInfo> = {
-  default: { id: 'default', agent_ready: true, ssh_user: 'svc' },
-  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc' },
-  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc' },
-  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc' },
-  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc' },
+  debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, built: true },
+  minimal: { id: 'minimal', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
 };
+/** As on QEMU, `default` names the debian image. */
+const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
 
 /** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
 export interface Sidecar {
@@ -77,6 +80,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   private readonly vms = new Map<string, FakeVm>();
   private readonly listeners: ExitListener[] = [];
   private readonly failures = new Map<string, string>();
+  private readonly removed = new Set<string>();
   private nextPort = 40000;
   private readonly bootDelayMs: number;
 
@@ -139,9 +143,32 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   }
 
   async resolveImage(image: string): Promise<ImageInfo> {
-    const info = FAKE_IMAGES[image];
+    const info = FAKE_IMAGES[FAKE_ALIASES[image] ?? image];
     if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(FAKE_IMAGES).join(', ')})`);
-    return info;
+    return { ...info };
+  }
+
+  /** The fake's images are always built. */
+  async ensureImage(image: string): Promise<void> {
+    await this.resolveImage(image);
+  }
+
+  async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
+    return Promise.all(Object.keys(FAKE_IMAGES).map((id) => this.getImage(id, inUse)));
+  }
+
+  async getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
+    const info = FAKE_IMAGES[FAKE_ALIASES[image] ?? image];
+    if (!info || this.removed.has(info.id)) throw new NotFoundError(`image ${image} is not built`);
+    return {
+      ...info, os: 'fake', description: `the fake hypervisor's ${info.id} image`, size_bytes: 0, created_at: new Date(0).toISOString(),
+      boot: 'kernel', source: info.id, in_use_by: inUse(info.id),
+    };
+  }
+
+  async removeImage(image: string): Promise<void> {
+    await this.getImage(image, () => []);
+    this.removed.add(FAKE_ALIASES[image] ?? image);
   }
 
   /** Host paths are checked as for real VMs; the fake has no driver to miss. */

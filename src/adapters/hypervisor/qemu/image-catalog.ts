@@ -1,16 +1,18 @@
-import { execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import { InternalError, InvalidArgumentError } from '../../../domain/errors.js';
+import { InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
 
-const run = promisify(execFile);
-
-/** `data_dir/images/<id>/manifest.json` as image/build-image.sh writes it. */
+/** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
   id: string;
   format: number;
+  os?: string;
+  description?: string;
   kernel: string;
   initrd: string;
   disk: string;
@@ -18,6 +20,8 @@ export interface ImageManifest {
   cmdline: string;
   ssh_user: string;
   agent_ready: boolean;
+  boot?: 'kernel' | 'firmware';
+  source?: string;
   agent_version?: string;
 }
 
@@ -29,12 +33,24 @@ const REPO = fileURLToPath(new URL('../../../../../', import.meta.url));
 export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
 export const AGENT_DIR = join(REPO, 'dist', 'agent');
 
+/** The images the project builds itself from Debian packages, on first use. */
+export const BUILTIN_IMAGES: Record<string, Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb'>> = {
+  debian: { os: 'Debian GNU/Linux (the host\'s release)', description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image', min_disk_gb: 2 },
+  minimal: { os: 'svc minimal (busybox)', description: 'The small image: busybox init, dropbear and the agent; the fastest boots', min_disk_gb: 1 },
+};
+/** `default` names the default image. */
+export const IMAGE_ALIASES: Record<string, string> = { default: 'debian' };
+
+const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
 /**
- * The images the QEMU adapter can boot. The project's own image, `default`, is built on first
- * use when it is missing (image/build-image.sh, from Debian packages; see docs/image.md).
+ * The images the QEMU adapter can boot, one directory each with a manifest written last. The
+ * built-in images are built on first use (image/build-image.sh): once, even when several creates
+ * ask at the same time, into a temporary directory that is renamed into place only when complete,
+ * so a failed or interrupted build leaves no image a later create would boot.
  */
 export class ImageCatalog {
-  private building: Promise<void> | undefined;
+  private readonly building = new Map<string, { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress }>();
 
   constructor(private readonly root: string) {}
 
@@ -42,34 +58,141 @@ export class ImageCatalog {
     return join(this.root, id);
   }
 
-  async get(id: string): Promise<ResolvedImage> {
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(id)) throw new InvalidArgumentError(`invalid image name ${JSON.stringify(id)}`);
-    const dir = this.dir(id);
-    const manifest = join(dir, 'manifest.json');
-    if (!existsSync(manifest)) {
-      if (id !== 'default') throw new InvalidArgumentError(`unknown image "${id}" (no ${manifest})`);
-      await this.build(id);
+  /** The image's id after aliases; InvalidArgumentError for a malformed name. */
+  canonical(name: string): string {
+    const id = IMAGE_ALIASES[name] ?? name;
+    if (!ID.test(id)) throw new InvalidArgumentError(`invalid image name ${JSON.stringify(name)}: lowercase letters, digits, '.', '_' and '-', at most 63`);
+    return id;
+  }
+
+  private manifest(id: string): ImageManifest | undefined {
+    const path = join(this.dir(id), 'manifest.json');
+    if (!existsSync(path)) return undefined;
+    try {
+      return JSON.parse(readFileSync(path, 'utf8')) as ImageManifest;
+    } catch (err) {
+      throw new InternalError(`image ${id}: unreadable manifest: ${(err as Error).message}`);
     }
-    const m = JSON.parse(readFileSync(manifest, 'utf8')) as ImageManifest;
+  }
+
+  /** What a create needs to know, built or not. InvalidArgumentError for an unknown image. */
+  info(name: string): ImageInfo {
+    const id = this.canonical(name);
+    const m = this.manifest(id);
+    if (m) return { id, agent_ready: m.agent_ready, ssh_user: m.ssh_user, min_disk_gb: m.disk_gb, built: true };
+    const b = BUILTIN_IMAGES[id];
+    if (!b) throw new InvalidArgumentError(`unknown image "${name}" (built-in: ${Object.keys(BUILTIN_IMAGES).join(', ')}; GET /images lists what is built)`);
+    return { id, agent_ready: true, ssh_user: 'root', min_disk_gb: b.min_disk_gb, built: false };
+  }
+
+  /** A built image's files; builds a built-in image that is missing. */
+  async get(name: string): Promise<ResolvedImage> {
+    const id = this.canonical(name);
+    if (!this.manifest(id)) await this.ensure(id);
+    const m = this.manifest(id);
+    if (!m) throw new InvalidArgumentError(`unknown image "${name}"`);
+    const dir = this.dir(id);
     for (const f of [m.kernel, m.disk]) {
       if (!existsSync(join(dir, f))) throw new InternalError(`image ${id} is incomplete: ${f} missing`);
     }
     return { ...m, id, dir };
   }
 
-  /** Builds an image once even when several creates ask at the same time. */
-  build(id = 'default'): Promise<void> {
-    this.building ??= (async () => {
-      if (!existsSync(join(AGENT_DIR, 'svc-agent.cjs'))) {
-        throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
-      }
-      try {
-        await run('bash', [BUILD_SCRIPT, this.dir(id), AGENT_DIR], { maxBuffer: 16 << 20, timeout: 600_000 });
-      } catch (err) {
-        const e = err as { stderr?: string; message: string };
-        throw new InternalError(`building image ${id} failed: ${(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' | ')}`);
-      }
-    })().finally(() => { this.building = undefined; });
-    return this.building;
+  /** Makes sure the image is built; a built-in one that is missing is built, once, with progress. */
+  async ensure(name: string, progress?: (p: ImageProgress) => void): Promise<void> {
+    const id = this.canonical(name);
+    if (this.manifest(id)) return;
+    if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`unknown image "${name}"`);
+    let b = this.building.get(id);
+    if (!b) {
+      const entry: { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress } = { listeners: new Set(), done: Promise.resolve() };
+      entry.done = this.build(id, (p) => {
+        entry.last = p;
+        for (const l of entry.listeners) l(p);
+      }).finally(() => this.building.delete(id));
+      this.building.set(id, entry);
+      b = entry;
+    }
+    if (progress) {
+      b.listeners.add(progress);
+      if (b.last) progress(b.last);
+    }
+    try {
+      await b.done;
+    } finally {
+      if (progress) b.listeners.delete(progress);
+    }
   }
+
+  private async build(id: string, progress: (p: ImageProgress) => void): Promise<void> {
+    if (!existsSync(join(AGENT_DIR, 'svc-agent.cjs'))) {
+      throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
+    }
+    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    progress({ percent: 0, message: `building image ${id} from Debian packages` });
+    try {
+      await runBuild(['bash', BUILD_SCRIPT, tmp, AGENT_DIR, id], progress);
+      await rm(this.dir(id), { recursive: true, force: true });
+      await rename(tmp, this.dir(id));
+      progress({ percent: 100, message: `image ${id} built` });
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** Every built image. */
+  async list(inUse: (id: string) => string[] = () => []): Promise<ImageDetails[]> {
+    const names = await readdir(this.root).catch(() => [] as string[]);
+    const out: ImageDetails[] = [];
+    for (const id of names.sort()) {
+      if (id.startsWith('.')) continue;
+      const d = await this.details(id, inUse).catch(() => undefined);
+      if (d) out.push(d);
+    }
+    return out;
+  }
+
+  async details(name: string, inUse: (id: string) => string[] = () => []): Promise<ImageDetails> {
+    const id = this.canonical(name);
+    const m = this.manifest(id);
+    if (!m) throw new NotFoundError(`image ${name} is not built`);
+    const dir = this.dir(id);
+    let size = 0;
+    for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
+    return {
+      id, os: m.os ?? 'unknown', description: m.description ?? '', size_bytes: size,
+      created_at: (await stat(join(dir, 'manifest.json'))).mtime.toISOString(),
+      agent_ready: m.agent_ready, boot: m.boot ?? 'kernel', source: m.source ?? id, min_disk_gb: m.disk_gb, ssh_user: m.ssh_user,
+      built: true, in_use_by: inUse(id),
+    };
+  }
+
+  /** Removes a built image. NotFoundError when it is not built. */
+  async remove(name: string): Promise<void> {
+    const id = this.canonical(name);
+    if (!this.manifest(id)) throw new NotFoundError(`image ${name} is not built`);
+    await rm(this.dir(id), { recursive: true, force: true });
+  }
+}
+
+/** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
+function runBuild(argv: string[], progress: (p: ImageProgress) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
+    const tail: string[] = [];
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      const m = /^svc-progress (\d+) (.*)$/.exec(line);
+      if (m) return progress({ percent: Number(m[1]), message: m[2] });
+      tail.push(line);
+      if (tail.length > 5) tail.shift();
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 1_800_000);
+    child.once('error', (err) => reject(new InternalError(`image build could not start: ${err.message}`)));
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve();
+      else reject(new InternalError(`image build failed (${signal ?? `exit ${code}`}): ${tail.join(' | ')}`));
+    });
+  });
 }

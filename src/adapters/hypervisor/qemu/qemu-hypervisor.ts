@@ -4,9 +4,11 @@ import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import type { Logger } from '../../../ports/logger.js';
-import type { BootForwardSpec, ExitListener, HypervisorAdapter, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type {
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, VmHandle, VmRef, VmSpec,
+} from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
 import { freePort, portFree } from '../free-port.js';
@@ -84,8 +86,23 @@ export class QemuHypervisor implements HypervisorAdapter {
   }
 
   async resolveImage(image: string): Promise<ImageInfo> {
-    const m = await this.o.images.get(image);
-    return { id: m.id, agent_ready: m.agent_ready, ssh_user: m.ssh_user };
+    return this.o.images.info(image);
+  }
+
+  ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void> {
+    return this.o.images.ensure(image, progress);
+  }
+
+  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
+    return this.o.images.list(inUse);
+  }
+
+  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
+    return this.o.images.details(image, inUse);
+  }
+
+  removeImage(image: string): Promise<void> {
+    return this.o.images.remove(image);
   }
 
   async checkMounts(mounts: Mount[]): Promise<void> {
@@ -106,9 +123,9 @@ export class QemuHypervisor implements HypervisorAdapter {
   async provision(spec: VmSpec): Promise<void> {
     const img = await this.o.images.get(spec.image);
     const l = layout(spec.dir);
-    const size = Math.max(spec.disk_gb, img.disk_gb);
+    if (spec.disk_gb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${spec.disk_gb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
     try {
-      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${size}G`]);
+      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${spec.disk_gb}G`]);
     } catch (err) {
       throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
     }

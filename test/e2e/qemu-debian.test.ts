@@ -1,0 +1,94 @@
+import { expect } from 'chai';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { ensureImage } from './image.js';
+
+interface ExecOut { exit_code: number; stdout: string; stderr: string }
+
+/** The default image, a normal Debian with systemd, on real QEMU guests. */
+describe('svcd with QEMU: the debian image', function () {
+  this.timeout(600_000);
+  let d: TestDaemon;
+  const sh = async (vm: string, script: string, q = ''): Promise<ExecOut> => {
+    const r = await d.call('POST', `/vms/${vm}/exec?cmd=/bin/bash&args=-c&args=${encodeURIComponent(script)}${q}`);
+    expect(r.status, r.text).to.equal(200);
+    return r.json as ExecOut;
+  };
+
+  before(async () => {
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage('debian'), sandbox_metrics_enabled: false, ready_timeout: '240s', memory_mb: 768 });
+  });
+  after(async () => {
+    for (const vm of ['deb', 'deb2']) await d.call('DELETE', `/vms/${vm}`);
+    await d.stop();
+  });
+
+  it('is the default image: a create without an image boots debian, with a disk as large as asked for', async () => {
+    const r = await d.call('POST', '/vms', { name: 'deb', disk_gb: 5, persistent: true });
+    expect(r.status, r.text).to.equal(201);
+    expect(r.json).to.include({ image: 'debian', disk_gb: 5 });
+    const df = await sh('deb', "df -B1 --output=size / | tail -1");
+    const size = Number(df.stdout.trim());
+    expect(Math.abs(size - 5 * 2 ** 30) / (5 * 2 ** 30), `df / says ${size}`).to.be.below(0.05);
+  });
+
+  it('is a normal Debian: python3, bash, apt, git, curl, the FHS, systemd running', async () => {
+    const py = await sh('deb', "python3 -c 'import sys, json; print(json.dumps({\"v\": sys.version_info[0], \"sum\": sum(range(10))}))'");
+    expect(JSON.parse(py.stdout)).to.deep.equal({ v: 3, sum: 45 });
+    const tools = await sh('deb', 'for t in bash apt-get git curl sudo systemctl ip ps less; do command -v $t >/dev/null || echo missing $t; done; cat /etc/debian_version');
+    expect(tools.stdout).not.to.match(/missing/);
+    expect(tools.stdout.trim()).to.match(/^\d+\.\d+/);
+    const fhs = await sh('deb', 'for d in /var/tmp /usr/local /srv /home /opt /tmp; do test -d $d || echo missing $d; done; echo hi > /var/tmp/x && cat /var/tmp/x');
+    expect(fhs.stdout.trim()).to.equal('hi');
+    const state = await sh('deb', 'systemctl is-system-running --wait; systemctl --failed --no-legend --plain');
+    expect(state.stdout.split('\n')[0], state.stdout).to.match(/^(running|degraded)$/);
+    // apt works from the archive the host's apt uses (the guest reaches it through QEMU's NAT).
+    const apt = await sh('deb', 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq > /tmp/apt.log 2>&1; echo $?; echo \'{"a": [1, 2]}\' | jq -c .a', '&timeout=300s');
+    expect(apt.stdout.trim().split('\n'), apt.stdout + apt.stderr).to.deep.equal(['0', '[1,2]']);
+  });
+
+  it('has a svc user with passwordless sudo, and exec runs as it with uid and gid', async () => {
+    const id = await sh('deb', 'id -u svc; id -g svc');
+    const [uid, gid] = id.stdout.trim().split('\n').map(Number);
+    expect(uid).to.be.above(999);
+    const as = await sh('deb', 'id -un; sudo -n id -un', `&uid=${uid}&gid=${gid}`);
+    expect(as.stdout.trim().split('\n')).to.deep.equal(['svc', 'root']);
+  });
+
+  it('starts a systemd service installed in the guest', async () => {
+    const unit = '[Service]\nExecStart=/usr/bin/python3 -m http.server 8099 --directory /srv\n[Install]\nWantedBy=multi-user.target\n';
+    const r = await sh('deb', `printf '${unit}' > /etc/systemd/system/web.service && echo ok > /srv/index.txt && systemctl daemon-reload && systemctl enable --now web.service && for i in $(seq 50); do curl -fsS localhost:8099/index.txt && break; sleep 0.2; done; systemctl is-active web.service`);
+    expect(r.stdout.trim().split('\n')).to.deep.equal(['ok', 'active']);
+  });
+
+  it('refuses a disk smaller than the image with 400 naming the minimum', async () => {
+    const r = await d.call('POST', '/vms', { name: 'tiny', disk_gb: 1 });
+    expect(r.status).to.equal(400);
+    expect((r.json as { error: string }).error).to.match(/at least \d/);
+    expect((await d.call('GET', '/vms/tiny')).status).to.equal(404);
+  });
+
+  it('suspends and restores, and a clone of the suspended vm gets its own name and machine id', async () => {
+    await sh('deb', 'echo kept > /root/kept');
+    const id0 = (await sh('deb', 'cat /etc/machine-id')).stdout.trim();
+    expect((await d.call('POST', '/vms/deb/suspend')).status).to.equal(200);
+    const c = await d.call('POST', '/vms/deb/clone', { name: 'deb2' });
+    expect(c.status, c.text).to.equal(201);
+    const clone = await sh('deb2', 'hostname; cat /etc/machine-id; cat /root/kept');
+    const [host, mid, kept] = clone.stdout.trim().split('\n');
+    expect(host).to.equal('deb2');
+    expect(mid).not.to.equal(id0);
+    expect(kept).to.equal('kept');
+    expect((await d.call('POST', '/vms/deb/restore')).status).to.equal(200);
+    expect((await sh('deb', 'hostname; cat /root/kept')).stdout.trim().split('\n')).to.deep.equal(['deb', 'kept']);
+  });
+
+  it('lists the images it has built, and refuses to delete one in use with 409', async () => {
+    const list = await d.call('GET', '/images');
+    const deb = (list.json as { id: string; in_use_by: string[]; os: string; size_bytes: number }[]).find((i) => i.id === 'debian')!;
+    expect(deb.os).to.match(/Debian GNU\/Linux/);
+    expect(deb.size_bytes).to.be.above(100 << 20);
+    expect(deb.in_use_by).to.include('deb');
+    expect((await d.call('DELETE', '/images/debian')).status).to.equal(409);
+    expect((await d.call('GET', '/images/default')).json).to.include({ id: 'debian' });
+  });
+});
