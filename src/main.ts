@@ -10,6 +10,7 @@ import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
 import { Vms } from './app/vms.js';
 import { ImageService } from './app/image-service.js';
+import { ImageBuilder } from './app/image-builder.js';
 import { imageRoutes } from './adapters/http/image-routes.js';
 import { InstanceService } from './app/instance-service.js';
 import { VmKeeper } from './app/vm-keeper.js';
@@ -136,6 +137,7 @@ export function appModule(): ContainerModule {
     bind(AgentDeployService).toSelf().inSingletonScope();
     bind(PoolService).toSelf().inSingletonScope();
     bind(ImageService).toSelf().inSingletonScope();
+    bind(ImageBuilder).toSelf().inSingletonScope();
   });
 }
 
@@ -183,7 +185,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...vmRoutes(vms, instances, container.get(CreateService)),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
-    ...imageRoutes(container.get(ImageService)),
+    ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
   ];
   const auth = new BearerAuth(config.api_token);

@@ -1,5 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { AlreadyExistsError } from '../domain/errors.js';
+import { assertImageId } from '../domain/image-request.js';
 import type { ImageDetails } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Activity } from './activity.js';
@@ -25,12 +26,12 @@ export class ImageService {
   }
 
   get(id: string): Promise<ImageDetails> {
-    return this.images.getImage(id, this.inUse);
+    return this.images.getImage(assertImageId(id, 'image'), this.inUse);
   }
 
   /** 409 while a VM, a template or the warm pool's template uses it. */
   async remove(id: string): Promise<{ message: string; id: string }> {
-    const img = await this.images.getImage(id, this.inUse);
+    const img = await this.get(id);
     return this.activity.timed('image.delete', img.id, async () => {
       if (img.in_use_by.length) throw new AlreadyExistsError(`image ${img.id} is in use by ${img.in_use_by.join(', ')}; delete those vms first`);
       const pool = this.config.warm_pool.template;

@@ -49,3 +49,19 @@ export interface MetricsPoint {
   disk_total_bytes?: number;
   disk_free_bytes?: number;
 }
+
+export const IMAGE_BUILD_PHASES = ['accepted', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] as const;
+export type ImageBuildPhase = (typeof IMAGE_BUILD_PHASES)[number];
+
+/** One line of POST /images progress. The last is `ready` (with the image) or `error`. */
+export interface ImageBuildEvent {
+  phase: ImageBuildPhase;
+  message: string;
+  name: string;
+  t: string;
+  elapsed_ms: number;
+  /** The built image (GET /images/{id}'s shape). */
+  image?: object;
+  error?: string;
+  code?: string;
+}

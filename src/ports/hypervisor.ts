@@ -187,6 +187,13 @@ export interface GuestImages {
 
   /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
   removeImage(image: string): Promise<void>;
+
+  /**
+   * Bakes a stopped VM's disk (flattened: its image's disk plus what the VM wrote) into a new image
+   * `id` with the VM's image's kernel and boot settings. Appears whole or not at all.
+   * AlreadyExistsError when `id` is built; not idempotent.
+   */
+  bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void>;
 }
 
 export const HostLinks = Symbol('HostLinks');

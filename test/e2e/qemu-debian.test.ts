@@ -18,7 +18,8 @@ describe('svcd with QEMU: the debian image', function () {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage('debian'), sandbox_metrics_enabled: false, ready_timeout: '240s', memory_mb: 768 });
   });
   after(async () => {
-    for (const vm of ['deb', 'deb2']) await d.call('DELETE', `/vms/${vm}`);
+    for (const vm of ['deb', 'deb2', 'withjq', 'frombaked', 'bakesrc']) await d.call('DELETE', `/vms/${vm}`);
+    for (const img of ['deb-jq', 'deb-baked']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
   });
 
@@ -90,5 +91,30 @@ describe('svcd with QEMU: the debian image', function () {
     expect(deb.in_use_by).to.include('deb');
     expect((await d.call('DELETE', '/images/debian')).status).to.equal(409);
     expect((await d.call('GET', '/images/default')).json).to.include({ id: 'debian' });
+  });
+
+  it('builds an image from a recipe (an extra package, a file, an env line) that boots with them', async () => {
+    const r = await d.call('POST', '/images?stream=1', {
+      name: 'deb-jq', from: 'debian', packages: ['jq'], env: { APP_MODE: 'test' },
+      files: [{ path: '/etc/app.json', content: Buffer.from('{"n": 7}').toString('base64'), mode: '0640' }],
+      run: ['jq -r .n /etc/app.json > /srv/n'],
+    });
+    const events = r.text.trim().split('\n').map((l) => JSON.parse(l) as { phase: string; error?: string });
+    expect(events.at(-1), r.text.slice(-500)).to.include({ phase: 'ready' });
+    expect(events.map((e) => e.phase)).to.include.members(['boot', 'packages', 'files', 'env', 'run', 'bake']);
+    expect((await d.call('POST', '/vms', { name: 'withjq', image: 'deb-jq' })).status).to.equal(201);
+    const out = await sh('withjq', 'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment');
+    expect(out.stdout.trim().split('\n')).to.deep.equal(['jq-1.6', '7', '640', 'APP_MODE="test"']);
+  });
+
+  it('bakes a stopped vm into an image that carries a file written in it', async () => {
+    expect((await d.call('POST', '/vms', { name: 'bakesrc', persistent: true })).status).to.equal(201);
+    await sh('bakesrc', 'echo baked-in > /srv/marker');
+    expect((await d.call('POST', '/vms/bakesrc/shutdown')).status).to.equal(200);
+    const b = await d.call('POST', '/images', { name: 'deb-baked', from_vm: 'bakesrc' });
+    expect(b.status, b.text).to.equal(201);
+    expect(b.json).to.include({ id: 'deb-baked', source: 'vm:bakesrc' });
+    expect((await d.call('POST', '/vms', { name: 'frombaked', image: 'deb-baked' })).status).to.equal(201);
+    expect((await sh('frombaked', 'cat /srv/marker; hostname')).stdout.trim().split('\n')).to.deep.equal(['baked-in', 'frombaked']);
   });
 });

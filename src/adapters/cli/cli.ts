@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
-import type { CreateProgressEvent } from '../../domain/events.js';
+import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import type { Instance } from '../../domain/instance.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
@@ -38,7 +38,7 @@ async function readStdin(): Promise<Buffer> {
 }
 
 /** Renders create progress: one updating line on a terminal, plain lines otherwise. */
-function progress(e: CreateProgressEvent, tty: boolean): void {
+function progress(e: Pick<CreateProgressEvent, 'phase' | 'message' | 'elapsed_ms'> | Pick<ImageBuildEvent, 'phase' | 'message' | 'elapsed_ms'>, tty: boolean): void {
   const line = `${e.phase.padEnd(10)} ${e.message} (${ms(e.elapsed_ms)})`;
   if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
   else process.stderr.write(`${line}\n`);
@@ -127,6 +127,32 @@ export function buildCli(): Command {
     const i = await client().getImage(id);
     print(o.json, i, () => Object.entries(i).map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`).join('\n'));
   });
+  const buildOrBake = async (req: Record<string, unknown>, json: boolean) => {
+    let last: ImageBuildEvent | undefined;
+    for await (const e of client().buildImageStream(req)) {
+      last = e;
+      if (!json) progress(e, process.stderr.isTTY === true);
+    }
+    if (!last || last.phase !== 'ready') throw new Error(last?.error ?? 'the build ended without an answer');
+    print(json, last.image, () => `image ${req.name} built`);
+  };
+  image.command('build').argument('<name>').requiredOption('--from <image>', 'base image, such as debian')
+    .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
+    .option('--run <line>', 'a shell line to run, in order (repeat)', collect, [])
+    .option('--file <local:guest[:mode]>', 'copy a local file into the image (repeat)', collect, [])
+    .option('--env <KEY=VALUE>', 'an environment variable for /etc/environment (repeat)', collect, [])
+    .option('--description <text>').option('--json').description('build an image from a recipe, with live progress')
+    .action(async (name: string, o) => {
+      const files = (o.file as string[]).map((spec) => {
+        const [local, guest, mode] = spec.split(':');
+        if (!local || !guest) throw new Error(`--file ${spec}: give LOCAL:GUEST[:MODE]`);
+        return { path: guest, content: readFileSync(local).toString('base64'), mode: mode ?? '0644' };
+      });
+      const env = Object.fromEntries((o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+      await buildOrBake({ name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description }, !!o.json);
+    });
+  image.command('bake').argument('<name>').argument('<vm>').option('--description <text>').option('--json')
+    .description('bake a stopped VM\'s disk into a new image').action(async (name: string, vm: string, o) => buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json));
   image.command('rm').argument('<id>').description('delete a built image that no VM uses').action(async (id: string) => console.log((await client().deleteImage(id)).message));
 
   program.command('pool').option('--json').description('the warm pool').action(async (o) => {

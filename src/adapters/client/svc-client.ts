@@ -8,7 +8,7 @@ import WebSocket from 'ws';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import type { CreateRequest, PortForwardRequest, WaitMode } from '../../domain/create-request.js';
-import type { ActivityEvent, CreateProgressEvent, MetricsPoint, SecretRecord } from '../../domain/events.js';
+import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord } from '../../domain/events.js';
 import type { Forward, Instance, Mount } from '../../domain/instance.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
@@ -48,7 +48,7 @@ export interface Message { message: string; name: string }
 export const CLIENT_ROUTES = [
   'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity',
   'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}', 'post /vms/{name}/clone', 'get /pool',
-  'get /images', 'get /images/{id}', 'delete /images/{id}',
+  'get /images', 'post /images', 'get /images/{id}', 'delete /images/{id}',
   'post /vms/{name}/start', 'post /vms/{name}/shutdown', 'post /vms/{name}/pause', 'post /vms/{name}/resume',
   'post /vms/{name}/suspend', 'post /vms/{name}/restore', 'get /vms/{name}/metrics', 'get /vms/{name}/logs',
   'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}',
@@ -194,6 +194,10 @@ export class SvcClient {
   /** Clones a stopped or suspended persistent VM (from its snapshot when it has one). */
   clone(template: string, req: Omit<CreateInput, 'from' | 'from_pool'> = {}, o: CreateOptions = {}): Promise<Instance> { return this.call('POST', `/vms/${enc(template)}/clone${qs({ wait: o.wait, timeout: o.timeout })}`, req); }
   listImages(): Promise<ImageDetails[]> { return this.call('GET', '/images'); }
+  buildImage(req: Record<string, unknown>): Promise<ImageDetails> { return this.call('POST', '/images', req); }
+  async *buildImageStream(req: Record<string, unknown>): AsyncIterable<ImageBuildEvent> {
+    yield* this.lines<ImageBuildEvent>(await this.raw('POST', '/images?stream=1', Buffer.from(JSON.stringify(req)), { 'content-type': 'application/json' }));
+  }
   getImage(id: string): Promise<ImageDetails> { return this.call('GET', `/images/${enc(id)}`); }
   deleteImage(id: string): Promise<{ message: string; id: string }> { return this.call('DELETE', `/images/${enc(id)}`); }
   pool(): Promise<{ template: string; size: number; running: boolean; ready: number; members: { name: string; status: string }[] }> { return this.call('GET', '/pool'); }

@@ -1,10 +1,21 @@
+import type { ImageBuilder } from '../../app/image-builder.js';
 import type { ImageService } from '../../app/image-service.js';
+import { queryOne, type Query } from '../../domain/query.js';
+import { writeNdjson } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
 
-/** /images: the built guest images. */
-export function imageRoutes(images: ImageService): RouteDef[] {
+/** /images: the built guest images, and building new ones (recipes, baked VMs). */
+export function imageRoutes(images: ImageService, builder: ImageBuilder): RouteDef[] {
   return [
     { method: 'get', path: '/images', handler: async (_req, res) => void res.json(await images.list()) },
+    {
+      method: 'post', path: '/images',
+      handler: async (req, res) => {
+        const job = await builder.build(req.body);
+        if (queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
+        res.status(201).json(await job.done);
+      },
+    },
     { method: 'get', path: '/images/:id', handler: async (req, res) => void res.json(await images.get(String(req.params.id))) },
     { method: 'delete', path: '/images/:id', handler: async (req, res) => void res.json(await images.remove(String(req.params.id))) },
   ];

@@ -67,6 +67,24 @@ const schemas: Record<string, Schema> = {
       instance: ref('Instance'), error: { type: 'string' }, code: { type: 'string' }, percent: { type: 'integer', description: 'image build progress (phase image)' },
     },
   },
+  ImageRequest: {
+    type: 'object', required: ['name'],
+    properties: {
+      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }, description: { type: 'string' },
+      from: { type: 'string', description: 'base image of a recipe, such as debian' }, from_vm: { type: 'string', description: 'a stopped VM to bake' },
+      packages: { type: 'array', items: { type: 'string' } }, run: { type: 'array', items: { type: 'string' } },
+      files: { type: 'array', items: { type: 'object', required: ['path', 'content'], properties: { path: { type: 'string' }, content: { type: 'string', format: 'byte' }, mode: { type: 'string' } } } },
+      env: { type: 'object', additionalProperties: { type: 'string' } },
+    },
+  },
+  ImageBuildEvent: {
+    type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
+    properties: {
+      phase: { type: 'string', enum: ['accepted', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] },
+      message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
+      image: ref('Image'), error: { type: 'string' }, code: { type: 'string' },
+    },
+  },
   Image: {
     type: 'object', required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
     properties: {
@@ -179,7 +197,14 @@ export function openApiDocument(version: string): Record<string, unknown> {
         '201': json('the ready clone', ref('Instance')), '200': { description: 'progress stream (stream=1)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
         '400': err('invalid request or not a template'), '409': err('name taken'), '429': err('a resource cap would be exceeded'), '500': err('the clone failed'), '504': err('deadline passed'),
       }, { parameters: [nameParam, q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string' }), q('timeout', { type: 'string' })], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, persistent: { type: 'boolean' }, tags: { type: 'object', additionalProperties: { type: 'string' } }, forwards: { type: 'array', items: ref('PortForward') }, metrics_enabled: { type: 'boolean' } } } } } } }) },
-      '/images': { get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }) },
+      '/images': {
+        get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }),
+        post: op('Build an image from a recipe, or bake a stopped VM', {
+          '201': json('the built image', ref('Image')),
+          '200': { description: 'progress stream (stream=1 or Accept: application/x-ndjson)', content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } } },
+          '400': err('invalid recipe, or a step of it failed'), '404': err('no such vm'), '409': err('the image exists'), '500': err('the build failed'),
+        }, { parameters: [q('stream', { type: 'string', enum: ['1'] })], requestBody: { required: true, content: { 'application/json': { schema: ref('ImageRequest') } } } }),
+      },
       '/images/{id}': {
         get: op('Get a built image', { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
         delete: op('Delete a built image nothing uses', { '200': json('deleted', { type: 'object', properties: { message: { type: 'string' }, id: { type: 'string' } } }), '404': err('not built'), '409': err('in use by a vm, a template or the warm pool') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),

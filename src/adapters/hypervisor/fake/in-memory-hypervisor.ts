@@ -40,6 +40,7 @@ export const FAKE_IMAGES: Record<string, ImageInfo> = {
 /** As on QEMU, `default` names the debian image. */
 const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
 
+
 /** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
 export interface Sidecar {
   port: number;
@@ -81,6 +82,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   private readonly listeners: ExitListener[] = [];
   private readonly failures = new Map<string, string>();
   private readonly removed = new Set<string>();
+  /** This instance's images: the fixed ones plus those baked. */
+  private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
   private nextPort = 40000;
   private readonly bootDelayMs: number;
 
@@ -143,8 +146,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   }
 
   async resolveImage(image: string): Promise<ImageInfo> {
-    const info = FAKE_IMAGES[FAKE_ALIASES[image] ?? image];
-    if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(FAKE_IMAGES).join(', ')})`);
+    const info = this.images[FAKE_ALIASES[image] ?? image];
+    if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`);
     return { ...info };
   }
 
@@ -154,16 +157,26 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   }
 
   async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return Promise.all(Object.keys(FAKE_IMAGES).map((id) => this.getImage(id, inUse)));
+    return Promise.all(Object.keys(this.images).map((id) => this.getImage(id, inUse)));
   }
 
   async getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
-    const info = FAKE_IMAGES[FAKE_ALIASES[image] ?? image];
+    const info = this.images[FAKE_ALIASES[image] ?? image];
     if (!info || this.removed.has(info.id)) throw new NotFoundError(`image ${image} is not built`);
     return {
       ...info, os: 'fake', description: `the fake hypervisor's ${info.id} image`, size_bytes: 0, created_at: new Date(0).toISOString(),
       boot: 'kernel', source: info.id, in_use_by: inUse(info.id),
     };
+  }
+
+  /** A baked image is the base image's info under a new id. */
+  async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
+    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const state = this.vms.get(vm.name)?.state;
+    if (state === 'running' || state === 'paused') throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
+    const base = await this.resolveImage(meta.from_image);
+    this.images[id] = { ...base, id };
+    this.removed.delete(id);
   }
 
   async removeImage(image: string): Promise<void> {

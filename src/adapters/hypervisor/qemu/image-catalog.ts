@@ -1,10 +1,12 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { readdir, rename, rm, stat } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -168,12 +170,45 @@ export class ImageCatalog {
     };
   }
 
+  /**
+   * A new image from a VM's disk: flattened into a fresh qcow2 (the backing image and what the VM
+   * wrote; its snapshots stay behind), with the base image's kernel, initramfs and boot settings.
+   * Made in a temporary directory and renamed into place.
+   */
+  async bake(name: string, vmDisk: string, meta: { from_image: string; description: string; source: string }): Promise<void> {
+    const id = this.canonical(name);
+    if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const base = await this.get(meta.from_image);
+    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    try {
+      await mkdir(tmp, { recursive: true });
+      await runBuild(['qemu-img', 'convert', '-q', '-O', 'qcow2', vmDisk, join(tmp, 'disk.qcow2')], () => undefined);
+      for (const f of [base.kernel, base.initrd]) await copyFile(join(base.dir, f), join(tmp, f));
+      const { dir: _d, ...manifest } = base;
+      const sizeGb = await virtualSizeGb(join(tmp, 'disk.qcow2'));
+      await writeFile(join(tmp, 'manifest.json'), JSON.stringify({
+        ...manifest, id, disk: 'disk.qcow2', disk_gb: sizeGb, description: meta.description, source: meta.source,
+      }, null, 2) + '\n');
+      if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+      await rename(tmp, this.dir(id));
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
   /** Removes a built image. NotFoundError when it is not built. */
   async remove(name: string): Promise<void> {
     const id = this.canonical(name);
     if (!this.manifest(id)) throw new NotFoundError(`image ${name} is not built`);
     await rm(this.dir(id), { recursive: true, force: true });
   }
+}
+
+/** A qcow2's virtual size in whole GB (rounded up). */
+async function virtualSizeGb(path: string): Promise<number> {
+  const { stdout } = await promisify(execFile)('qemu-img', ['info', '--output=json', path]);
+  return Math.ceil((JSON.parse(stdout) as { 'virtual-size': number })['virtual-size'] / 2 ** 30);
 }
 
 /** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */

@@ -105,6 +105,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     return this.o.images.remove(image);
   }
 
+  bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void> {
+    if (this.live.has(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
+    return this.o.images.bake(id, layout(vm.dir).disk, meta);
+  }
+
   async checkMounts(mounts: Mount[]): Promise<void> {
     await checkHostDirs(mounts);
     if (mounts.length) checkDriver(this.o.mountDriver);

@@ -1,0 +1,106 @@
+import { InvalidArgumentError } from './errors.js';
+import { assertVmName } from './names.js';
+
+/** An image id: what `images_dir/<id>` and `image:` in a create take. */
+export const IMAGE_ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+export interface RecipeFile {
+  path: string;
+  /** The file's bytes. */
+  content: Buffer;
+  mode: number;
+}
+
+/** POST /images from a recipe: a base image plus packages, files, environment and shell lines. */
+export interface ImageRecipe {
+  kind: 'recipe';
+  name: string;
+  from: string;
+  packages: string[];
+  run: string[];
+  files: RecipeFile[];
+  env: Record<string, string>;
+  description?: string;
+}
+
+/** POST /images from a VM: bake a stopped VM's disk into a golden image (grain's bake). */
+export interface ImageBake {
+  kind: 'bake';
+  name: string;
+  from_vm: string;
+  description?: string;
+}
+
+export type ImageRequest = ImageRecipe | ImageBake;
+
+export const RECIPE_LIMITS = { packages: 200, run: 100, files: 100, fileBytes: 1 << 20, env: 100 } as const;
+
+const PACKAGE = /^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+~:-]{1,64})?$/;
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+
+function obj(v: unknown, what: string): Record<string, unknown> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidArgumentError(`${what} must be a JSON object`);
+  return v as Record<string, unknown>;
+}
+
+function list(v: unknown, what: string, max: number): unknown[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) throw new InvalidArgumentError(`${what} must be an array`);
+  if (v.length > max) throw new InvalidArgumentError(`${what}: at most ${max} entries`);
+  return v;
+}
+
+export function assertImageId(v: unknown, what = 'name'): string {
+  if (typeof v !== 'string' || !IMAGE_ID.test(v)) {
+    throw new InvalidArgumentError(`${what} must be an image name: lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63`);
+  }
+  return v;
+}
+
+/** Validates a POST /images body. Throws InvalidArgumentError naming the field. */
+export function parseImageRequest(body: unknown): ImageRequest {
+  const b = obj(body, 'image request');
+  const allowed = ['name', 'from', 'from_vm', 'packages', 'run', 'files', 'env', 'description'];
+  for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
+  const name = assertImageId(b.name);
+  if (name === 'default') throw new InvalidArgumentError('name: "default" names the default image; choose another');
+  const description = b.description === undefined ? undefined : String(b.description).slice(0, 500);
+  if (b.from_vm !== undefined) {
+    for (const k of ['from', 'packages', 'run', 'files', 'env']) {
+      if (b[k] !== undefined) throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
+    }
+    return { kind: 'bake', name, from_vm: assertVmName(b.from_vm), description };
+  }
+  if (b.from === undefined) throw new InvalidArgumentError('give from (a base image such as "debian") or from_vm (a stopped VM)');
+  const from = assertImageId(b.from, 'from');
+  const packages = list(b.packages, 'packages', RECIPE_LIMITS.packages).map((p, i) => {
+    if (typeof p !== 'string' || !PACKAGE.test(p)) throw new InvalidArgumentError(`packages[${i}]: ${JSON.stringify(p)} is not a Debian package name`);
+    return p;
+  });
+  const run = list(b.run, 'run', RECIPE_LIMITS.run).map((l, i) => {
+    if (typeof l !== 'string' || l.trim() === '' || l.includes('\0')) throw new InvalidArgumentError(`run[${i}] must be a non-empty shell line`);
+    return l;
+  });
+  const files = list(b.files, 'files', RECIPE_LIMITS.files).map((f, i) => {
+    const o = obj(f, `files[${i}]`);
+    for (const k of Object.keys(o)) if (!['path', 'content', 'mode'].includes(k)) throw new InvalidArgumentError(`files[${i}]: unknown field "${k}"`);
+    if (typeof o.path !== 'string' || !o.path.startsWith('/') || o.path.includes('\0') || o.path.split('/').includes('..')) {
+      throw new InvalidArgumentError(`files[${i}].path must be an absolute guest path without ..`);
+    }
+    if (typeof o.content !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(o.content)) throw new InvalidArgumentError(`files[${i}].content must be base64`);
+    const content = Buffer.from(o.content, 'base64');
+    if (content.length > RECIPE_LIMITS.fileBytes) throw new InvalidArgumentError(`files[${i}]: larger than ${RECIPE_LIMITS.fileBytes} bytes`);
+    const modeText = o.mode === undefined ? '0644' : o.mode;
+    if (typeof modeText !== 'string' || !/^0?[0-7]{3,4}$/.test(modeText)) throw new InvalidArgumentError(`files[${i}].mode must be an octal string such as "0644"`);
+    return { path: o.path, content, mode: parseInt(modeText, 8) };
+  });
+  const envObj = b.env === undefined ? {} : obj(b.env, 'env');
+  if (Object.keys(envObj).length > RECIPE_LIMITS.env) throw new InvalidArgumentError(`env: at most ${RECIPE_LIMITS.env} variables`);
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(envObj)) {
+    if (!ENV_KEY.test(k)) throw new InvalidArgumentError(`env: ${JSON.stringify(k)} is not a variable name`);
+    if (typeof v !== 'string' || /[\0\n]/.test(v)) throw new InvalidArgumentError(`env.${k} must be a one-line string`);
+    env[k] = v;
+  }
+  return { kind: 'recipe', name, from, packages, run, files, env, description };
+}

@@ -1,0 +1,44 @@
+import { expect } from 'chai';
+import { InvalidArgumentError } from '../../../src/domain/errors.js';
+import { parseImageRequest } from '../../../src/domain/image-request.js';
+
+describe('domain/parseImageRequest', () => {
+  it('reads a recipe: base, packages, files (base64, octal mode), env and run lines', () => {
+    const r = parseImageRequest({
+      name: 'py-tools', from: 'debian', packages: ['jq', 'python3-venv', 'curl=7.88.1-10+deb12u5'], run: ['echo hi > /etc/motd'],
+      files: [{ path: '/etc/app.conf', content: Buffer.from('x=1\n').toString('base64'), mode: '0600' }], env: { APP_ENV: 'prod' },
+    });
+    expect(r).to.deep.include({ kind: 'recipe', name: 'py-tools', from: 'debian', run: ['echo hi > /etc/motd'], env: { APP_ENV: 'prod' } });
+    if (r.kind !== 'recipe') throw new Error('not a recipe');
+    expect(r.packages).to.have.length(3);
+    expect(r.files[0]).to.deep.include({ path: '/etc/app.conf', mode: 0o600 });
+    expect(r.files[0].content.toString()).to.equal('x=1\n');
+  });
+
+  it('reads a bake of a vm', () => {
+    expect(parseImageRequest({ name: 'web-v1', from_vm: 'web' })).to.deep.equal({ kind: 'bake', name: 'web-v1', from_vm: 'web', description: undefined });
+  });
+
+  const bad: [string, unknown, RegExp][] = [
+    ['no body', undefined, /must be a JSON object/],
+    ['a bad name', { name: 'Bad Name', from: 'debian' }, /name must be an image name/],
+    ['the default alias as a name', { name: 'default', from: 'debian' }, /default/],
+    ['neither from nor from_vm', { name: 'x' }, /give from/],
+    ['from_vm with a recipe field', { name: 'x', from_vm: 'web', packages: ['jq'] }, /belongs to a recipe/],
+    ['an unknown field', { name: 'x', from: 'debian', pkgs: [] }, /unknown field "pkgs"/],
+    ['a package that is not a package name', { name: 'x', from: 'debian', packages: ['jq; rm -rf /'] }, /packages\[0\]/],
+    ['packages that are not a list', { name: 'x', from: 'debian', packages: 'jq' }, /packages must be an array/],
+    ['an empty run line', { name: 'x', from: 'debian', run: ['  '] }, /run\[0\]/],
+    ['a relative file path', { name: 'x', from: 'debian', files: [{ path: 'etc/x', content: '' }] }, /files\[0\]\.path/],
+    ['a file path with ..', { name: 'x', from: 'debian', files: [{ path: '/etc/../x', content: '' }] }, /files\[0\]\.path/],
+    ['content that is not base64', { name: 'x', from: 'debian', files: [{ path: '/x', content: 'not base64!' }] }, /base64/],
+    ['a bad mode', { name: 'x', from: 'debian', files: [{ path: '/x', content: '', mode: 'rw' }] }, /octal/],
+    ['a bad env name', { name: 'x', from: 'debian', env: { 'A-B': '1' } }, /not a variable name/],
+    ['a multi-line env value', { name: 'x', from: 'debian', env: { A: '1\n2' } }, /one-line/],
+  ];
+  for (const [what, body, msg] of bad) {
+    it(`refuses ${what}`, () => {
+      expect(() => parseImageRequest(body)).to.throw(InvalidArgumentError, msg);
+    });
+  }
+});
