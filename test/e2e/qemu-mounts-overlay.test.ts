@@ -10,14 +10,17 @@ async function sh(d: TestDaemon, vm: string, script: string): Promise<{ stdout: 
   return r.json;
 }
 
-for (const driver of ['9p', 'virtiofs'] as const) {
-  describe(`svcd with QEMU: host folders in guests (${driver})`, function () {
-    this.timeout(240_000);
+/** 9p and virtio-fs on the fast image; 9p on debian too, whose systemd boot mounts them its own way. */
+const MOUNT_CASES = [['minimal', '9p'], ['minimal', 'virtiofs'], ['debian', '9p']] as const;
+
+for (const [image, driver] of MOUNT_CASES) {
+  describe(`svcd with QEMU: host folders in guests (${image}, ${driver})`, function () {
+    this.timeout(image === 'debian' ? 480_000 : 240_000);
     let d: TestDaemon;
     const host = tempDir('svc-share-');
     const ro = tempDir('svc-share-ro-');
     before(async () => {
-      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', mount_driver: driver, sandbox_metrics_enabled: false });
+      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, mount_driver: driver, sandbox_metrics_enabled: false, ready_timeout: '240s' });
     });
     after(async () => {
       await d.call('DELETE', '/vms/m');
@@ -35,7 +38,7 @@ for (const driver of ['9p', 'virtiofs'] as const) {
     it('shares a folder both ways, honours read-only, and keeps it across shutdown and start', async () => {
       writeFileSync(join(host, 'from-host.txt'), 'written on the host');
       writeFileSync(join(ro, 'ro.txt'), 'read only');
-      const r = await d.call('POST', '/vms', { name: 'm', persistent: true, memory_mb: 384, mounts: [{ host, guest: '/mnt/share', tag: 'share' }, { host: ro, guest: '/mnt/ro', readonly: true }] });
+      const r = await d.call('POST', '/vms', { name: 'm', persistent: true, memory_mb: image === 'debian' ? 512 : 384, mounts: [{ host, guest: '/mnt/share', tag: 'share' }, { host: ro, guest: '/mnt/ro', readonly: true }] });
       expect(r.status, r.text).to.equal(201);
       expect(r.json.mounts).to.have.length(2);
       expect((await sh(d, 'm', 'cat /mnt/share/from-host.txt')).stdout).to.equal('written on the host');
@@ -55,11 +58,17 @@ for (const driver of ['9p', 'virtiofs'] as const) {
   });
 }
 
-describe('svcd with QEMU: the overlay network', function () {
-  this.timeout(240_000);
+/** How each image serves a file and fetches one: busybox on minimal, python3 and curl on debian. */
+const WEB = {
+  minimal: { serve: 'busybox httpd -p 8088 -h /srv', fetch: 'wget -q -O -' },
+  debian: { serve: '(cd /srv && setsid python3 -m http.server 8088 >/var/tmp/http.log 2>&1 &)', fetch: 'curl -sS --retry 20 --retry-delay 1 --retry-all-errors' },
+} as const;
+
+for (const [n, image] of (['minimal', 'debian'] as const).entries()) describe(`svcd with QEMU: the overlay network (${image})`, function () {
+  this.timeout(image === 'debian' ? 480_000 : 240_000);
   let d: TestDaemon;
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', network: 'overlay', overlay_mcast: `230.0.74.${1 + (process.pid % 200)}:${47000 + (process.pid % 1000)}`, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, network: 'overlay', overlay_mcast: `230.0.74.${1 + ((process.pid + n) % 200)}:${47000 + ((process.pid + n) % 1000)}`, sandbox_metrics_enabled: false, ready_timeout: '240s' });
   });
   after(async () => {
     for (const n of ['a', 'b']) await d.call('DELETE', `/vms/${n}`);
@@ -67,13 +76,16 @@ describe('svcd with QEMU: the overlay network', function () {
   });
 
   it('gives each VM its own address, and one VM reaches a server on the other', async () => {
-    const [a, b] = await Promise.all([d.call('POST', '/vms', { name: 'a', memory_mb: 384 }), d.call('POST', '/vms', { name: 'b', memory_mb: 384 })]);
+    const memory_mb = image === 'debian' ? 512 : 384;
+    const [a, b] = await Promise.all([d.call('POST', '/vms', { name: 'a', memory_mb }), d.call('POST', '/vms', { name: 'b', memory_mb })]);
+    expect(a.status, a.text).to.equal(201);
+    expect(b.status, b.text).to.equal(201);
     expect(a.json.ip).to.match(/^10\.77\.0\.\d+$/);
     expect(b.json.ip).to.match(/^10\.77\.0\.\d+$/);
     expect(a.json.ip).to.not.equal(b.json.ip);
     expect((await sh(d, 'a', 'ip -4 addr show eth1')).stdout).to.contain(a.json.ip);
-    await sh(d, 'a', 'mkdir -p /srv && echo hello-over-overlay > /srv/index.html && busybox httpd -p 8088 -h /srv');
-    const got = await sh(d, 'b', `wget -q -O - http://${a.json.ip}:8088/index.html`);
-    expect(got.stdout).to.equal('hello-over-overlay\n');
+    await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB[image].serve}`);
+    const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
+    expect(got.stdout, `${got.stderr}\n${(await sh(d, 'a', 'ss -ltn; ip addr; cat /var/tmp/http.log')).stdout}`).to.equal('hello-over-overlay\n');
   });
 });
