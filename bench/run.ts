@@ -7,11 +7,11 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { fmt, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Stats } from './lib.js';
+import { fmt, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
-const only = (process.env.BENCH_ONLY ?? 'boot,exec,cp,control,memory').split(',');
+const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
 const row = (...c: (string | number)[]) => rows.push(c.map(String));
@@ -22,65 +22,100 @@ async function timeIt(fn: () => Promise<unknown>): Promise<number> {
   return performance.now() - t0;
 }
 
-function ensureImage(): string {
+function ensureImage(kind: 'minimal' | 'debian'): string {
   const images = join(REPO, '.svc-test', 'images');
-  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, 'minimal'), join(REPO, 'dist', 'agent'), 'minimal'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, kind), join(REPO, 'dist', 'agent'), kind], { stdio: ['ignore', 'ignore', 'inherit'] });
   return images;
 }
 
-/** 1. create-to-ready: cold boot vs clone from snapshot vs pool claim; 2. exec round trip; 5b. QEMU RSS. */
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One image's guests on QEMU, with a warm pool of `tpl` (suspended or running members). */
+function qemuSvcd(dir: string, image: 'minimal' | 'debian', n: number, running: boolean): Promise<Daemon> {
+  return startSvcd(dir, {
+    hypervisor: 'qemu', images_dir: ensureImage(image), image, warm_pool: { template: 'tpl', size: n, running },
+    sandbox_metrics_enabled: false, memory_mb: image === 'debian' ? 512 : 384, ready_timeout: '240s',
+  });
+}
+
+async function poolFull(d: Daemon, n: number): Promise<void> {
+  for (let i = 0; i < 1200 && (await d.client.pool()).ready < n; i++) await sleep(500);
+}
+
+/**
+ * 1. create-to-ready for one image: cold boot vs clone of a suspended template vs pool claim
+ * (suspended members, and running members when `running`). Leaves `d` serving that image.
+ */
+async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n: number, running: boolean): Promise<void> {
+  const c = d.client;
+  const cold: number[] = [];
+  for (let i = 0; i < n; i++) {
+    cold.push(await timeIt(() => c.create({ name: `cold${i}` })));
+    await c.delete(`cold${i}`);
+  }
+  await c.create({ name: 'tpl', persistent: true });
+  await c.suspend('tpl');
+  const clone: number[] = [];
+  for (let i = 0; i < n; i++) {
+    clone.push(await timeIt(() => c.create({ name: `clone${i}`, from: 'tpl' })));
+    await c.delete(`clone${i}`);
+  }
+  // restart so the pool fills from the template, then wait until it is full
+  await d.stop();
+  Object.assign(d, await qemuSvcd(dir, image, n, false));
+  await poolFull(d, n);
+  const claim: number[] = [];
+  for (let i = 0; i < n; i++) claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
+  for (let i = 0; i < n; i++) await d.client.delete(`claim${i}`);
+  const sc = stats(cold);
+  const sk = stats(clone);
+  const sp = stats(claim);
+  const r: Record<string, unknown> = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50 };
+  row(`create-to-ready (${image}): cold boot`, `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${n})`, '');
+  row(`create-to-ready (${image}): clone from snapshot`, `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster (target >= 10x)`);
+  row(`create-to-ready (${image}): pool claim (suspended members)`, `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
+  if (running) {
+    // The same pool with members kept running: a claim is a rename, forwards and an identity.
+    await d.stop();
+    Object.assign(d, await qemuSvcd(dir, image, n, true));
+    for (const m of (await d.client.pool()).members) if (m.status === 'suspended') await d.client.delete(m.name);
+    await d.stop();
+    Object.assign(d, await qemuSvcd(dir, image, n, true));
+    await poolFull(d, n);
+    const hot: number[] = [];
+    for (let i = 0; i < n; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
+    const sh = stats(hot);
+    Object.assign(r, { pool_claim_running: sh, speedup_claim_running: sc.p50 / sh.p50 });
+    row(`create-to-ready (${image}): pool claim (running members)`, `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster (target >= 10x)`);
+  }
+  results[image === 'minimal' ? 'create_to_ready_ms' : `create_to_ready_ms_${image}`] = r;
+}
+
+async function removeAll(d: Daemon): Promise<void> {
+  for (const i of await d.client.list().catch(() => [])) await d.client.delete(i.name).catch(() => undefined);
+  for (const m of (await d.client.pool().catch(() => ({ members: [] as { name: string }[] }))).members) await d.client.delete(m.name).catch(() => undefined);
+}
+
+/** 1 on debian (the default image): cold boot, clone and pool claim of a debian template. */
+async function debianBenchmarks(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-deb-'));
+  const n = Number(process.env.BENCH_DEBIAN_N ?? 3);
+  const d = await qemuSvcd(dir, 'debian', n, false);
+  try {
+    await bootSeries(dir, d, 'debian', n, false);
+  } finally {
+    await removeAll(d);
+    await d.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** 1 on minimal; 2. exec round trip; 5b. QEMU RSS. */
 async function qemuBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const images = ensureImage();
-  /** svcd on QEMU with a warm pool of `tpl` (suspended or running members). */
-  const qemuSvcd = (running: boolean) => startSvcd(dir, {
-    hypervisor: 'qemu', images_dir: images, image: 'minimal', warm_pool: { template: 'tpl', size: N, running }, sandbox_metrics_enabled: false, memory_mb: 384,
-  });
-  const d = await qemuSvcd(false);
+  const d = await qemuSvcd(dir, 'minimal', N, false);
   try {
-    const c = d.client;
-    if (only.includes('boot')) {
-      const cold: number[] = [];
-      for (let i = 0; i < N; i++) {
-        cold.push(await timeIt(() => c.create({ name: `cold${i}` })));
-        await c.delete(`cold${i}`);
-      }
-      await c.create({ name: 'tpl', persistent: true });
-      await c.suspend('tpl');
-      const clone: number[] = [];
-      for (let i = 0; i < N; i++) {
-        clone.push(await timeIt(() => c.create({ name: `clone${i}`, from: 'tpl' })));
-        await c.delete(`clone${i}`);
-      }
-      // restart so the pool fills from the template, then wait until it is full
-      await d.stop();
-      Object.assign(d, await qemuSvcd(false));
-      for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
-      const claim: number[] = [];
-      for (let i = 0; i < N; i++) claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
-      // The same pool with members kept running: a claim is a rename, forwards and an identity.
-      for (let i = 0; i < N; i++) await d.client.delete(`claim${i}`);
-      await d.stop();
-      Object.assign(d, await qemuSvcd(true));
-      for (const m of (await d.client.pool()).members) if (m.status === 'suspended') await d.client.delete(m.name);
-      await d.stop();
-      Object.assign(d, await qemuSvcd(true));
-      for (let i = 0; i < 600 && (await d.client.pool()).ready < N; i++) await new Promise((r) => setTimeout(r, 500));
-      const hot: number[] = [];
-      for (let i = 0; i < N; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
-      const sc = stats(cold);
-      const sk = stats(clone);
-      const sp = stats(claim);
-      const sh = stats(hot);
-      results.create_to_ready_ms = {
-        cold: sc, clone: sk, pool_claim: sp, pool_claim_running: sh,
-        speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50, speedup_claim_running: sc.p50 / sh.p50,
-      };
-      row('create-to-ready: cold boot', `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${N})`, '');
-      row('create-to-ready: clone from snapshot', `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster (target >= 10x)`);
-      row('create-to-ready: pool claim (suspended members)', `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
-      row('create-to-ready: pool claim (running members)', `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster (target >= 10x)`);
-    }
+    if (only.includes('boot')) await bootSeries(dir, d, 'minimal', N, true);
     const c2 = d.client;
     if (!(await c2.list()).some((i) => i.name === 'ex')) await c2.create({ name: 'ex' });
     if (only.includes('exec')) {
@@ -109,8 +144,7 @@ async function qemuBenchmarks(): Promise<void> {
       row('QEMU RSS per guest (384 MB, TCG)', `p50 ${fmt(stats(rss).p50, 0)} MiB (n=${rss.length})`, '');
     }
   } finally {
-    for (const i of await d.client.list().catch(() => [])) await d.client.delete(i.name).catch(() => undefined);
-    for (const m of (await d.client.pool().catch(() => ({ members: [] as { name: string }[] }))).members) await d.client.delete(m.name).catch(() => undefined);
+    await removeAll(d);
     await d.stop();
     rmSync(dir, { recursive: true, force: true });
   }
@@ -230,6 +264,7 @@ async function controlBenchmarks(): Promise<void> {
 const machine = { cpus: cpus().length, cpu_model: cpus()[0]?.model, mem_gib: Math.round(totalmem() / 2 ** 30), node: process.version,
   qemu: (() => { try { return execFileSync('qemu-system-x86_64', ['--version'], { encoding: 'utf8' }).split('\n')[0]; } catch { return 'absent'; } })() };
 if (only.includes('boot') || only.includes('exec') || only.includes('memory')) await qemuBenchmarks();
+if (only.includes('debian')) await debianBenchmarks();
 if (only.includes('cp')) await cpBenchmarks();
 if (only.includes('control')) await controlBenchmarks();
 const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];
