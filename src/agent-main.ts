@@ -17,6 +17,7 @@ import { ShellSocket } from './adapters/agent/shell-socket.js';
 import { rejectUpgrade } from './adapters/http-kit/terminal-socket.js';
 import { startVsockRelay } from './adapters/agent/vsock-relay.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
+import { browserGuard, guardRequests, guardUpgrades } from './adapters/http-kit/browser-guard.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
 import { NotFoundError } from './domain/errors.js';
@@ -72,11 +73,13 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
     auth: new BearerAuth(''), registry: new Registry(), log,
   });
   const shell = new ShellSocket(c.get(ShellService));
-  const server: Server = createServer({ keepAliveTimeout: 65_000 }, app);
-  server.on('upgrade', (req, socket, head) => {
+  // The agent's port is forwarded to the host's loopback, where web pages can send to it too.
+  const refuse = browserGuard({ bindHost: '', allowedHosts: [], allowedOrigins: [], anyIpHost: true });
+  const server: Server = createServer({ keepAliveTimeout: 65_000 }, guardRequests(app, refuse));
+  server.on('upgrade', guardUpgrades((req, socket, head) => {
     if (new URL(req.url ?? '/', 'http://agent').pathname === '/shell') shell.handleUpgrade(req, socket, head);
     else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
-  });
+  }, refuse));
   const m = /^(.*):(\d+)$/.exec(opts.listen);
   if (!m) throw new Error(`--listen must be HOST:PORT, got ${opts.listen}`);
   await new Promise<void>((resolve, reject) => {

@@ -192,7 +192,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
   const shell = new ShellProxy(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(app, shell.handleUpgrade);
-  await listeners.start({ socket: config.socket, api: config.api });
+  await listeners.start({ socket: config.socket, api: config.api, allowedHosts: config.allowed_hosts, allowedOrigins: config.allowed_origins });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
   pool.refill();
 

@@ -9,6 +9,12 @@ export interface Config {
   socket: string;
   api: string;
   api_token: string;
+  /** Host names the TCP listener answers to besides its bind address and the loopback names. */
+  allowed_hosts: string[];
+  /** Origins besides the daemon's own that may change things over TCP (docs/security.md). */
+  allowed_origins: string[];
+  /** Host folders (and what is under them) that `mounts` may share; default the user's home. */
+  mount_dirs: string[];
   hypervisor: 'qemu' | 'fake';
   ready_timeout_ms: number;
   create_buffer_ms: number;
@@ -39,7 +45,7 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
-type Kind = 'string' | 'bool' | 'int' | 'duration' | { oneOf: readonly string[] };
+type Kind = 'string' | 'bool' | 'int' | 'duration' | 'list' | { oneOf: readonly string[] };
 
 /** Key in the file -> [field in Config, kind, default]. Durations are given as text and kept in ms. */
 const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
@@ -48,6 +54,9 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   socket: ['socket', 'string', ''],
   api: ['api', 'string', '127.0.0.1:7474'],
   api_token: ['api_token', 'string', ''],
+  allowed_hosts: ['allowed_hosts', 'list', []],
+  allowed_origins: ['allowed_origins', 'list', []],
+  mount_dirs: ['mount_dirs', 'list', ['~']],
   hypervisor: ['hypervisor', { oneOf: ['qemu', 'fake'] }, 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
   create_buffer: ['create_buffer_ms', 'duration', '60s'],
@@ -90,6 +99,12 @@ function coerce(key: string, kind: Kind, value: unknown, fromEnv: boolean): unkn
     case 'string':
       if (typeof value !== 'string') throw bad('must be a string');
       return value;
+    case 'list': {
+      // A YAML list of strings, or in the environment one comma-separated string.
+      const items = fromEnv && typeof value === 'string' ? value.split(',').map((x) => x.trim()).filter(Boolean) : value;
+      if (!Array.isArray(items) || items.some((x) => typeof x !== 'string' || x === '')) throw bad('must be a list of non-empty strings');
+      return items;
+    }
     case 'bool':
       if (fromEnv && typeof value === 'string' && /^(true|false|1|0)$/.test(value)) return value === 'true' || value === '1';
       if (typeof value !== 'boolean') throw bad('must be true or false');
@@ -157,6 +172,11 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   cfg.images_dir = cfg.images_dir ? resolve(cfg.images_dir.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'images');
   cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
   if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
+  cfg.mount_dirs = cfg.mount_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
+  if (cfg.mount_dirs.includes('/')) throw new ConfigError('config key "mount_dirs": "/" would share the whole host; list the folders to share');
+  for (const o of cfg.allowed_origins) {
+    if (!/^https?:\/\/[^/\s]+$/.test(o)) throw new ConfigError(`config key "allowed_origins": ${JSON.stringify(o)} is not an origin such as http://localhost:3000`);
+  }
   if (cfg.api !== '') {
     const { host } = parseApiAddress(cfg.api);
     if (!isLoopback(host) && cfg.api_token === '') {

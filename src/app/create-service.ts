@@ -67,7 +67,7 @@ export class CreateService {
       req.from = pool; // the pool is empty: clone the template directly
     }
     const template = req.from === undefined ? undefined : this.vms.templateOf(req.from);
-    await this.links.checkMounts(req.mounts);
+    req.mounts = await this.links.checkMounts(req.mounts, { allowed: this.config.mount_dirs, forbidden: [this.config.data_dir, this.config.images_dir] });
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
     const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
     if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);

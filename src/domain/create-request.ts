@@ -93,8 +93,11 @@ function parseMount(v: unknown, where: string): Mount {
   const guest = str(v.guest, `${where}.guest`);
   for (const [k, p] of [['host', host], ['guest', guest]] as const) {
     if (!p.startsWith('/')) throw new InvalidArgumentError(`${where}.${k} must be an absolute path`);
-    if (/[\0\n,]/.test(p)) throw new InvalidArgumentError(`${where}.${k} must not contain commas, newlines or NUL`);
+    // Commas would reach QEMU's option syntax; quotes, `$`, `\` and control characters the guest's boot shell.
+    if (/[\0-\x1f\x7f,]/.test(p)) throw new InvalidArgumentError(`${where}.${k} must not contain commas or control characters`);
   }
+  if (/["'`$\\]/.test(guest)) throw new InvalidArgumentError(`${where}.guest must not contain quotes, backquotes, $ or \\`);
+  if (guest.split('/').includes('..')) throw new InvalidArgumentError(`${where}.guest must not contain ..`);
   const m: Mount = { host, guest };
   if (v.tag !== undefined) {
     const tag = str(v.tag, `${where}.tag`);

@@ -10,6 +10,7 @@ export type ErrorCode =
   | 'resource_exhausted'
   | 'payload_too_large'
   | 'unauthenticated'
+  | 'permission_denied'
   | 'not_supported'
   | 'agent_unavailable'
   | 'agent_failure'
@@ -53,6 +54,11 @@ export class PayloadTooLargeError extends DomainError {
 
 export class UnauthenticatedError extends DomainError {
   readonly code = 'unauthenticated' as const;
+}
+
+/** The caller is known (or needs no token) but this request may not be served: a foreign Host or Origin. */
+export class PermissionDeniedError extends DomainError {
+  readonly code = 'permission_denied' as const;
 }
 
 /** The adapter in use cannot do this (for example vsock on a host without it). */
@@ -100,6 +106,7 @@ export const ALL_DOMAIN_ERRORS = [
   AlreadyExistsError,
   ResourceExhaustedError,
   PayloadTooLargeError,
+  PermissionDeniedError,
   UnauthenticatedError,
   NotSupportedError,
   AgentUnavailableError,

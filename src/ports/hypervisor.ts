@@ -196,15 +196,22 @@ export interface GuestImages {
   bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void>;
 }
 
+/** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */
+export interface MountRule {
+  allowed: readonly string[];
+  forbidden: readonly string[];
+}
+
 export const HostLinks = Symbol('HostLinks');
 /** What joins a VM to the host: host folders shared into it and host ports forwarded to it. */
 export interface HostLinks {
   /**
    * Checks mounts before anything is made: InvalidArgumentError when a host path is not an
-   * existing directory, NotSupportedError when the configured mount driver is missing here.
-   * Idempotent (it only reads).
+   * existing directory or breaks the rule (links resolved), NotSupportedError when the configured
+   * mount driver is missing here. Resolves with the mounts as they will be shared (real host
+   * paths). Idempotent (it only reads).
    */
-  checkMounts(mounts: Mount[]): Promise<void>;
+  checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]>;
 
   /**
    * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is

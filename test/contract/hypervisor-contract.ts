@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdirSync, renameSync, rmSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError } from '../../src/domain/errors.js';
@@ -119,10 +119,27 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       expect(exits.filter(([n]) => n.startsWith('c'))).to.deep.equal([]);
     });
 
-    it('checks mounts: a missing host folder is InvalidArgument, an existing one passes', async () => {
-      expect(await s.hv.checkMounts([{ host: join(dir, 'no-such-dir'), guest: '/mnt/x' }]).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
-      await s.hv.checkMounts([{ host: dir, guest: '/mnt/x' }]);
-      await s.hv.checkMounts([]);
+    it('checks mounts against the rule: real paths inside allowed folders, never / or the data dir', async () => {
+      const share = join(dir, 'share');
+      const data = join(dir, 'data');
+      mkdirSync(join(share, 'sub'), { recursive: true });
+      mkdirSync(data, { recursive: true });
+      symlinkSync(data, join(share, 'to-data'));
+      symlinkSync('/etc', join(share, 'to-etc'));
+      const rule = { allowed: [share, data], forbidden: [data] };
+      const refused = async (host: string, what: RegExp) => {
+        const e = await s.hv.checkMounts([{ host, guest: '/mnt/x' }], rule).catch((x: Error) => x);
+        expect(e, host).to.be.instanceOf(InvalidArgumentError);
+        expect((e as Error).message, host).to.match(what);
+      };
+      await refused(join(dir, 'no-such-dir'), /not an existing directory/);
+      await refused('/', /whole host/);
+      await refused('/etc', /outside the folders that may be shared.*mount_dirs/);
+      await refused(join(share, 'to-etc'), /\(\/etc\) is outside/);
+      await refused(join(share, 'to-data'), /inside svc's data dir/);
+      await refused(dir, /holds svc's data dir|outside/);
+      expect(await s.hv.checkMounts([{ host: join(share, 'sub', '..', 'sub'), guest: '/mnt/x', readonly: true }], rule)).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
+      expect(await s.hv.checkMounts([], rule)).to.deep.equal([]);
     });
 
     it('adds host forwards to a running VM, refuses a busy host port, and kill is idempotent and not a crash', async function () {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
@@ -20,7 +21,7 @@ for (const [image, driver] of MOUNT_CASES) {
     const host = tempDir('svc-share-');
     const ro = tempDir('svc-share-ro-');
     before(async () => {
-      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, mount_driver: driver, sandbox_metrics_enabled: false, ready_timeout: '240s' });
+      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, mount_driver: driver, mount_dirs: [host, ro], sandbox_metrics_enabled: false, ready_timeout: '240s' });
     });
     after(async () => {
       await d.call('DELETE', '/vms/m');
@@ -28,7 +29,7 @@ for (const [image, driver] of MOUNT_CASES) {
     });
 
     it('refuses bad mount input with 400 before anything exists', async () => {
-      for (const mounts of [[{ host: join(host, 'missing'), guest: '/mnt/x' }], [{ host, guest: 'relative' }], [{ host: `${host},readonly=off`, guest: '/x' }], [{ host, guest: '/x', tag: 'a,b' }]]) {
+      for (const mounts of [[{ host: join(host, 'missing'), guest: '/mnt/x' }], [{ host: '/', guest: '/mnt/x' }], [{ host: tmpdir(), guest: '/mnt/x' }], [{ host, guest: "/mnt/x'y" }], [{ host, guest: 'relative' }], [{ host: `${host},readonly=off`, guest: '/x' }], [{ host, guest: '/x', tag: 'a,b' }]]) {
         const r = await d.call('POST', '/vms', { name: 'bad', mounts });
         expect(r.status, JSON.stringify(mounts)).to.equal(400);
       }

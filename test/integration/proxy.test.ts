@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import { connect, createServer as createTcpServer, type AddressInfo, type Server } from 'node:net';
 import { join } from 'node:path';
@@ -93,6 +93,14 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const back = await rawGet(d, `/vms/g/cp?${qs({ path })}`);
       expect(back.type).to.equal('application/octet-stream');
       expect(back.body.equals(data)).to.equal(true);
+      // A page written by the guest comes back as an attachment the browser may not sniff or render.
+      const page = join(root, 'home', 'pagé".html');
+      writeFileSync(page, '<script>alert(1)</script>');
+      const html = await d.call('GET', `/vms/g/cp?${qs({ path: page })}`);
+      expect(html.headers['content-type']).to.match(/^application\/octet-stream/);
+      expect(html.headers['x-content-type-options']).to.equal('nosniff');
+      expect(html.headers['content-disposition']).to.equal(`attachment; filename="pag__.html"; filename*=UTF-8''${encodeURIComponent('pagé".html')}`);
+      expect((await d.call('GET', `/vms/g/cp?${qs({ path: join(root, 'home'), mode: 'tar' })}`)).headers['content-disposition']).to.match(/^attachment; filename="home\.tar"/);
       const tarIn = await makeTar([{ name: 'dir', type: 'directory', mode: 0o750 }, { name: 'dir/x.txt', data: 'x', mode: 0o640 }, { name: 'ln', type: 'symlink', linkname: 'dir/x.txt' }]);
       const dest = join(root, 'tree');
       expect((await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, tarIn, { 'content-type': 'application/x-tar' })).status).to.equal(204);

@@ -10,6 +10,7 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   resource_exhausted: 429,
   payload_too_large: 413,
   unauthenticated: 401,
+  permission_denied: 403,
   not_supported: 501,
   agent_unavailable: 503,
   agent_failure: 502,

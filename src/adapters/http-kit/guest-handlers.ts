@@ -1,3 +1,4 @@
+import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import type { CopyMode, ExecFrame, ExecRequest } from '../../domain/agent.js';
@@ -42,7 +43,12 @@ export function uploadHandler(put: (req: Request, q: UploadQuery, body: Readable
   };
 }
 
-/** GET cp: the file (or a tar of the tree with mode=tar) streamed back, torn down if either side goes. */
-export function downloadHandler(get: (req: Request, path: string, mode: CopyMode) => Promise<{ contentType: string; size?: number; body: Readable }>): Handler {
-  return async (req, res) => sendStream(res, await get(req, requiredPath(query(req)), parseCopyMode(query(req))));
+/** GET cp: the file (or a tar of the tree with mode=tar) streamed back as an attachment, torn down if either side goes. */
+export function downloadHandler(get: (req: Request, path: string, mode: CopyMode) => Promise<{ size?: number; body: Readable }>): Handler {
+  return async (req, res) => {
+    const path = requiredPath(query(req));
+    const mode = parseCopyMode(query(req));
+    const got = await get(req, path, mode);
+    sendStream(res, { ...got, name: posix.basename(path), tar: mode === 'tar' });
+  };
 }

@@ -26,11 +26,24 @@ export function hasBody(req: Request): boolean {
   return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
 }
 
-/** Answers with a stream (cp downloads): type, length when known, torn down if either side goes. */
-export function sendStream(res: Response, out: { contentType: string; size?: number; body: import('node:stream').Readable }): void {
-  res.status(200).type(out.contentType);
+/**
+ * Answers with a download (cp): the type comes from what was asked (a file or a tar), never from
+ * the guest, and the browser is told not to sniff or render it (a guest could otherwise serve a
+ * page under the daemon's origin). Length when known; torn down if either side goes.
+ */
+export function sendStream(res: Response, out: { name: string; tar: boolean; size?: number; body: import('node:stream').Readable }): void {
+  res.status(200).type(out.tar ? 'application/x-tar' : 'application/octet-stream');
+  res.setHeader('X-Content-Type-Options', 'nosniff');
+  res.setHeader('Content-Disposition', attachment(out.tar ? `${out.name || 'root'}.tar` : out.name || 'download'));
+  res.setHeader('Content-Security-Policy', "default-src 'none'; sandbox");
   if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
   out.body.on('error', () => res.destroy());
   res.on('close', () => out.body.destroy());
   out.body.pipe(res);
+}
+
+/** `attachment` with an ASCII fallback name and the exact one in RFC 5987 form. */
+export function attachment(name: string): string {
+  const ascii = name.replace(/[^\x20-\x7e]|["\\]/g, '_');
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name)}`;
 }

@@ -47,6 +47,6 @@ export function joinTerminal(ws: WebSocket, t: TerminalEnd): void {
 export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
   const { status, body } = toHttpError(err);
   const text = JSON.stringify(body);
-  socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
 }
 

@@ -1,10 +1,9 @@
 import { chmod, unlink } from 'node:fs/promises';
-import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import { createServer, type RequestListener, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
-import type { Duplex } from 'node:stream';
 import { parseApiAddress } from '../../app/config.js';
+import { browserGuard, guardRequests, guardUpgrades, type Refusal, type UpgradeHandler } from '../http-kit/browser-guard.js';
 
-export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 
 export class ListenError extends Error {}
 
@@ -35,7 +34,11 @@ export class HttpListeners {
     if (await socketLive(socket)) throw new ListenError(`another svcd is already serving on ${socket}`);
   }
 
-  async start(opts: { socket: string; api: string }): Promise<void> {
+  /**
+   * The TCP listener refuses foreign `Host`s and cross-origin changes (browser-guard.ts); the Unix
+   * socket, which browsers cannot reach, serves any `Host`.
+   */
+  async start(opts: { socket: string; api: string; allowedHosts?: readonly string[]; allowedOrigins?: readonly string[] }): Promise<void> {
     await HttpListeners.claim(opts.socket);
     await unlink(opts.socket).catch(() => undefined);
     const unix = this.server();
@@ -48,7 +51,7 @@ export class HttpListeners {
     await chmod(opts.socket, 0o600);
     if (opts.api) {
       const { host, port } = parseApiAddress(opts.api);
-      const tcp = this.server();
+      const tcp = this.server(browserGuard({ bindHost: host, allowedHosts: opts.allowedHosts ?? [], allowedOrigins: opts.allowedOrigins ?? [] }));
       await listen(tcp, () => tcp.listen(port, host)).catch((err: Error) => {
         throw new ListenError(`cannot listen on ${opts.api}: ${err.message}`);
       });
@@ -56,9 +59,9 @@ export class HttpListeners {
     }
   }
 
-  private server(): Server {
-    const s = createServer({ keepAliveTimeout: 65_000 }, this.app);
-    if (this.upgrade) s.on('upgrade', this.upgrade);
+  private server(refuse?: Refusal): Server {
+    const s = createServer({ keepAliveTimeout: 65_000 }, refuse ? guardRequests(this.app, refuse) : this.app);
+    if (this.upgrade) s.on('upgrade', refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
     this.servers.push(s);
     return s;
   }

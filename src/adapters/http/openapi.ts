@@ -11,12 +11,12 @@ const q = (name: string, schema: Schema, description?: string, required = false)
 const pathQ = q('path', { type: 'string' }, 'absolute guest path', true);
 const message = json('done', ref('Message'));
 const proxyErrors = {
-  '400': err('bad input'), '401': err('missing or invalid token'), '404': err('vm or guest path not found'),
+  '400': err('bad input'), '401': err('missing or invalid token'), '403': err('over TCP: a foreign Host or Origin'), '404': err('vm or guest path not found'),
   '502': err('the agent answered with an error or garbage'), '503': err('the agent cannot be reached'),
 };
 
 function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {
-  return { summary, responses: { '401': err('missing or invalid token'), ...responses }, ...extra };
+  return { summary, responses: { '401': err('missing or invalid token'), '403': err('over TCP: a Host that is not the daemon\'s, or a change from a foreign Origin'), ...responses }, ...extra };
 }
 
 const schemas: Record<string, Schema> = {

@@ -1,11 +1,36 @@
-import { stat } from 'node:fs/promises';
+import { realpath, stat } from 'node:fs/promises';
+import { sep } from 'node:path';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { Mount } from '../../domain/instance.js';
+import type { MountRule } from '../../ports/hypervisor.js';
 
-/** Every hypervisor shares host folders the same way: each `host` must be an existing directory. */
-export async function checkHostDirs(mounts: Mount[]): Promise<void> {
+const within = (path: string, dir: string) => path === dir || path.startsWith(dir.endsWith(sep) ? dir : dir + sep);
+
+/** A folder's real path, or the path itself when it does not exist (so a rule can name a future folder). */
+const real = (p: string) => realpath(p).catch(() => p);
+
+/**
+ * Every hypervisor shares host folders the same way: each `host` must be an existing directory
+ * that, with its links resolved, lies inside one of the rule's allowed folders, and neither is nor
+ * holds nor lies inside a forbidden one (the data dir: keys and disks). Returns the mounts with
+ * their real host paths, which is what gets shared, so a link swapped later cannot redirect them.
+ */
+export async function checkHostDirs(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
+  const allowed = await Promise.all(rule.allowed.map(real));
+  const forbidden = await Promise.all(rule.forbidden.map(real));
+  const out: Mount[] = [];
   for (const [i, m] of mounts.entries()) {
+    const where = `mounts[${i}].host`;
     const st = await stat(m.host).catch(() => undefined);
-    if (!st?.isDirectory()) throw new InvalidArgumentError(`mounts[${i}].host: ${m.host} is not an existing directory`);
+    if (!st?.isDirectory()) throw new InvalidArgumentError(`${where}: ${m.host} is not an existing directory`);
+    const host = await realpath(m.host);
+    if (host === '/') throw new InvalidArgumentError(`${where}: sharing / would give the guest the whole host`);
+    const bad = forbidden.find((f) => within(host, f) || within(f, host));
+    if (bad) throw new InvalidArgumentError(`${where}: ${m.host} ${within(host, bad) ? 'is inside' : 'holds'} svc's data dir ${bad} (keys and disks); share another folder`);
+    if (!allowed.some((a) => within(host, a))) {
+      throw new InvalidArgumentError(`${where}: ${m.host}${host !== m.host ? ` (${host})` : ''} is outside the folders that may be shared (mount_dirs: ${allowed.join(', ') || 'none'}); add it to mount_dirs in the daemon's config`);
+    }
+    out.push({ ...m, host });
   }
+  return out;
 }

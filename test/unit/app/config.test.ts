@@ -40,12 +40,23 @@ describe('app/config', () => {
     ['bad enum', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
     ['bad api', { api: 'localhost' }, /config key "api": must be HOST:PORT/],
     ['public api without token', { api: '0.0.0.0:7474' }, /not a loopback address; set api_token/],
+    ['a mount_dirs that is not a list', { mount_dirs: '/srv' }, /config key "mount_dirs": must be a list of non-empty strings/],
+    ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
+    ['an allowed_origins entry that is not an origin', { allowed_origins: ['evil.example'] }, /config key "allowed_origins": "evil.example" is not an origin/],
   ];
   for (const [what, raw, re] of bad) {
     it(`refuses ${what}, naming the key`, () => {
       expect(() => buildConfig(raw, {})).to.throw(ConfigError, re);
     });
   }
+
+  it('takes lists from YAML and comma-separated from the environment; mount_dirs defaults to the home', () => {
+    expect(buildConfig({}, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u']);
+    expect(buildConfig({ mount_dirs: ['~/src', '/srv/x/../y'] }, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u/src', '/srv/y']);
+    const c = buildConfig({ allowed_hosts: ['a'] }, { SVC_ALLOWED_HOSTS: 'svc.lan, box', SVC_ALLOWED_ORIGINS: 'http://localhost:3000' }, '/home/u');
+    expect(c.allowed_hosts).to.deep.equal(['svc.lan', 'box']);
+    expect(c.allowed_origins).to.deep.equal(['http://localhost:3000']);
+  });
 
   it('allows a public api with a token and an empty api', () => {
     expect(buildConfig({ api: '0.0.0.0:7474', api_token: 'x' }, {}).api).to.equal('0.0.0.0:7474');

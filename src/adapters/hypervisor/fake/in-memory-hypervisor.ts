@@ -5,7 +5,7 @@ import type { Mount } from '../../../domain/instance.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, LaunchOptions, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
 import type { GuestStandIns } from '../driver.js';
@@ -185,8 +185,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   }
 
   /** Host paths are checked as for real VMs; the fake has no driver to miss. */
-  async checkMounts(mounts: Mount[]): Promise<void> {
-    await checkHostDirs(mounts);
+  checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
+    return checkHostDirs(mounts, rule);
   }
 
   async provision(spec: VmSpec): Promise<void> {

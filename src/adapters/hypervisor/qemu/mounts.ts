@@ -25,16 +25,20 @@ export function checkDriver(driver: '9p' | 'virtiofs'): void {
   }
 }
 
+/** One shell word for a POSIX shell, whatever `s` holds (the create request refuses quotes too). */
+export const shellWord = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
+
 /** The guest script (seed `mounts.sh`) that mounts each share at boot. */
 export function mountScript(mounts: Mount[], driver: '9p' | 'virtiofs'): string {
   const lines = ['#!/bin/sh', '# svc mounts, run by the guest init at boot', driver === '9p' ? 'modprobe -q 9pnet_virtio; modprobe -q 9p' : 'modprobe -q virtiofs'];
   for (const [i, m] of mounts.entries()) {
     const tag = mountTag(m, i);
     const ro = m.readonly ? ',ro' : '';
-    lines.push(`mkdir -p '${m.guest}'`);
+    const guest = shellWord(m.guest);
+    lines.push(`mkdir -p ${guest}`);
     lines.push(driver === '9p'
-      ? `mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144${ro} ${tag} '${m.guest}'`
-      : `mount -t virtiofs -o ${m.readonly ? 'ro' : 'rw'} ${tag} '${m.guest}'`);
+      ? `mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144${ro} ${tag} ${guest}`
+      : `mount -t virtiofs -o ${m.readonly ? 'ro' : 'rw'} ${tag} ${guest}`);
   }
   return lines.join('\n') + '\n';
 }
@@ -43,7 +47,7 @@ export function mountScript(mounts: Mount[], driver: '9p' | 'virtiofs'): string 
 export function cloudInitMounts(mounts: Mount[], driver: '9p' | 'virtiofs'): string {
   const entries = mounts.map((m, i) => {
     const opts = driver === '9p' ? `trans=virtio,version=9p2000.L${m.readonly ? ',ro' : ''}` : (m.readonly ? 'ro' : 'defaults');
-    return `  - [${mountTag(m, i)}, "${m.guest}", ${driver}, "${opts},nofail", "0", "0"]`;
+    return `  - [${mountTag(m, i)}, ${JSON.stringify(m.guest)}, ${driver}, "${opts},nofail", "0", "0"]`;
   });
   return `#cloud-config\nmounts:\n${entries.join('\n')}\n`;
 }

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
@@ -110,9 +110,10 @@ export class QemuHypervisor implements HypervisorAdapter {
     return this.o.images.bake(id, layout(vm.dir).disk, meta);
   }
 
-  async checkMounts(mounts: Mount[]): Promise<void> {
-    await checkHostDirs(mounts);
+  async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
+    const real = await checkHostDirs(mounts, rule);
     if (mounts.length) checkDriver(this.o.mountDriver);
+    return real;
   }
 
   private seed(spec: VmSpec): SeedData {

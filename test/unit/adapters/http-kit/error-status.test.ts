@@ -18,6 +18,7 @@ describe('adapters/http/error-status', () => {
     expect(STATUS_BY_CODE.invalid_state).to.equal(400);
     expect(STATUS_BY_CODE.not_found).to.equal(404);
     expect(STATUS_BY_CODE.already_exists).to.equal(409);
+    expect(STATUS_BY_CODE.permission_denied).to.equal(403);
     expect(STATUS_BY_CODE.resource_exhausted).to.equal(429);
     expect(STATUS_BY_CODE.agent_unavailable).to.equal(503);
     expect(STATUS_BY_CODE.agent_failure).to.equal(502);

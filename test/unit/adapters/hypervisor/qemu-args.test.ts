@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { qemuArgs, type QemuLaunch } from '../../../../src/adapters/hypervisor/qemu/qemu-args.js';
-import { cloudInitMounts, mountScript } from '../../../../src/adapters/hypervisor/qemu/mounts.js';
+import { cloudInitMounts, mountScript, shellWord } from '../../../../src/adapters/hypervisor/qemu/mounts.js';
+import { execFileSync } from 'node:child_process';
 import { metaData, overlayMac } from '../../../../src/adapters/hypervisor/qemu/nocloud-seed.js';
 import { parseCreateRequest } from '../../../../src/domain/create-request.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
@@ -56,5 +57,11 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(mountScript(m, '9p')).to.contain("mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro mount0 '/mnt/h'");
     expect(mountScript(m, 'virtiofs')).to.contain("mount -t virtiofs -o ro mount0 '/mnt/h'");
     expect(cloudInitMounts(m, '9p')).to.equal('#cloud-config\nmounts:\n  - [mount0, "/mnt/h", 9p, "trans=virtio,version=9p2000.L,ro,nofail", "0", "0"]\n');
+  });
+
+  it('quotes a guest path as one shell word whatever it holds', () => {
+    for (const p of ["/mnt/a'b", "/mnt/'; touch /tmp/pwned; '", '/mnt/$(id) `id` "x"']) {
+      expect(execFileSync('sh', ['-c', `printf %s ${shellWord(p)}`], { encoding: 'utf8' })).to.equal(p);
+    }
   });
 });
