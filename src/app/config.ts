@@ -26,6 +26,9 @@ export interface Config {
   max_vms: number;
   max_cpus_total: number;
   max_memory_mb_total: number;
+  /** Concurrent execs and shells per VM and in all (0 = no cap); past one, 429 with Retry-After. */
+  max_execs_per_vm: number;
+  max_execs_total: number;
   sandbox_metrics_enabled: boolean;
   sandbox_metrics_interval_ms: number;
   sandbox_metrics_points: number;
@@ -68,6 +71,8 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   max_vms: ['max_vms', 'int', 0],
   max_cpus_total: ['max_cpus_total', 'int', 0],
   max_memory_mb_total: ['max_memory_mb_total', 'int', 0],
+  max_execs_per_vm: ['max_execs_per_vm', 'int', 32],
+  max_execs_total: ['max_execs_total', 'int', 256],
   sandbox_metrics_enabled: ['sandbox_metrics_enabled', 'bool', true],
   sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
   sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],

@@ -4,19 +4,28 @@ import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo,
 import { AgentUnavailableError } from '../domain/errors.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { GuestAgent, type AgentEndpoint, type FsOp, type ShellOptions, type ShellSession, type UploadOptions } from '../ports/guest-agent.js';
-import { Vms } from './vms.js';
+import { CallGate } from './call-gate.js';
+import type { Config } from './config.js';
 import { agentEndpoint } from './readiness.js';
+import { AppConfig } from './tokens.js';
+import { Vms } from './vms.js';
 
 /**
  * The agent proxy use cases: find the VM (404), make sure its agent can be reached (503 when
- * the VM is not running), then hand the call to the GuestAgent port.
+ * the VM is not running), then hand the call to the GuestAgent port. Execs and shells, which may
+ * run for ever, count against max_execs_per_vm and max_execs_total (429 past them).
  */
 @injectable()
 export class GuestProxy {
+  readonly gate: CallGate;
+
   constructor(
     @inject(Vms) private readonly vms: Vms,
     @inject(GuestAgent) private readonly agent: GuestAgent,
-  ) {}
+    @inject(AppConfig) config: Config,
+  ) {
+    this.gate = new CallGate(config.max_execs_per_vm, config.max_execs_total);
+  }
 
   endpoint(name: string): AgentEndpoint {
     return GuestProxy.endpointOf(this.vms.get(name));
@@ -38,12 +47,28 @@ export class GuestProxy {
     return this.agent.stats(this.endpoint(name));
   }
 
-  exec(name: string, req: ExecRequest, stdin?: Readable): Promise<ExecResult> {
-    return this.agent.exec(this.endpoint(name), req, stdin);
+  /** `signal` is the caller leaving: the command is killed in the guest. */
+  async exec(name: string, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
+    const ep = this.endpoint(name);
+    const leave = this.gate.enter(name);
+    try {
+      return await this.agent.exec(ep, req, stdin, signal);
+    } finally {
+      leave();
+    }
   }
 
-  execStream(name: string, req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame> {
-    return this.agent.execStream(this.endpoint(name), req, stdin);
+  execStream(name: string, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): AsyncIterable<ExecFrame> {
+    const ep = this.endpoint(name);
+    const leave = this.gate.enter(name);
+    const frames = this.agent.execStream(ep, req, stdin, signal);
+    return (async function* () {
+      try {
+        yield* frames;
+      } finally {
+        leave();
+      }
+    })();
   }
 
   upload(name: string, opts: UploadOptions, body: Readable): Promise<void> {
@@ -58,7 +83,19 @@ export class GuestProxy {
     return this.agent.fs(this.endpoint(name), op);
   }
 
-  shell(name: string, opts: ShellOptions): Promise<ShellSession> {
-    return this.agent.shell(this.endpoint(name), opts);
+  async shell(name: string, opts: ShellOptions): Promise<ShellSession> {
+    const ep = this.endpoint(name);
+    const leave = this.gate.enter(name);
+    try {
+      const s = await this.agent.shell(ep, opts);
+      s.onExit(leave);
+      return {
+        write: (d) => s.write(d), resize: (c, r) => s.resize(c, r), onData: (l) => s.onData(l), onExit: (l) => s.onExit(l),
+        close: () => { leave(); s.close(); },
+      };
+    } catch (err) {
+      leave();
+      throw err;
+    }
   }
 }

@@ -43,9 +43,15 @@ export class AlreadyExistsError extends DomainError {
   readonly code = 'already_exists' as const;
 }
 
-/** A configured cap (max_vms, max_cpus_total, max_memory_mb_total) would be exceeded. */
+/**
+ * A configured cap (max_vms, max_cpus_total, max_memory_mb_total, max_execs_*) would be exceeded.
+ * `retryAfterS` is set when waiting helps (a running call will end), not for a full host.
+ */
 export class ResourceExhaustedError extends DomainError {
   readonly code = 'resource_exhausted' as const;
+  constructor(message: string, readonly retryAfterS?: number) {
+    super(message);
+  }
 }
 
 export class PayloadTooLargeError extends DomainError {

@@ -47,9 +47,10 @@ export interface GuestAgent {
   health(ep: AgentEndpoint, timeoutMs?: number): Promise<AgentHealth>;
   readiness(ep: AgentEndpoint): Promise<Readiness>;
   stats(ep: AgentEndpoint): Promise<GuestStats>;
-  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): Promise<ExecResult>;
-  /** Frames as they arrive; breaking out of the loop kills the remote command. */
-  execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame>;
+  /** `signal` aborts the call (the caller went away): the agent's connection is dropped, which kills the command. */
+  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult>;
+  /** Frames as they arrive; breaking out of the loop, or `signal`, kills the remote command. */
+  execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): AsyncIterable<ExecFrame>;
   /** Streams `body` into the guest with backpressure. */
   upload(ep: AgentEndpoint, opts: UploadOptions, body: Readable): Promise<void>;
   /** A stream of the guest file (binary) or tar; the caller must consume or destroy it. */

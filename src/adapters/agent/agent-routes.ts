@@ -15,7 +15,7 @@ export function agentRoutes(agent: AgentService, exec: ExecService, files: FileS
     { method: 'get', path: '/stats', handler: async (_req, res) => void res.json(await agent.stats()) },
     {
       method: 'post', path: '/exec', body: 'raw',
-      handler: execHandler({ buffered: (_req, er, stdin) => exec.buffered(er, stdin), stream: (_req, er, stdin) => exec.stream(er, stdin) }),
+      handler: execHandler({ buffered: (_req, er, stdin, gone) => exec.buffered(er, stdin, gone), stream: (_req, er, stdin, gone) => exec.stream(er, stdin, gone) }),
     },
     { method: 'put', path: '/cp', handler: uploadHandler((_req, o, body) => files.put(o, body)) },
     { method: 'get', path: '/cp', handler: downloadHandler((_req, path, mode) => files.get(path, mode)) },

@@ -1,8 +1,9 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocketServer } from 'ws';
 import type { ShellService } from '../../app/agent/shell-service.js';
-import { joinTerminal, rejectUpgrade } from '../http-kit/terminal-socket.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
 
 /**
  * GET /shell: a WebSocket joined to a PTY. Binary frames are terminal bytes both ways; a text
@@ -16,16 +17,14 @@ export class ShellSocket {
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const url = new URL(req.url ?? '/', 'http://agent');
+    if (!isWebSocketUpgrade(req)) return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
     let session;
     try {
       session = this.shells.open(Object.fromEntries(url.searchParams));
     } catch (err) {
       return rejectUpgrade(socket, err);
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.join(ws, session));
-  }
-
-  private join(ws: WebSocket, pty: ReturnType<ShellService['open']>): void {
-    joinTerminal(ws, { write: (d) => pty.write(d), resize: (c, r) => pty.resize(c, r), onData: (l) => pty.onData(l), onExit: (l) => pty.onExit(l), close: () => pty.kill() });
+    const pty = session;
+    upgradeToTerminal(this.wss, req, socket, head, { write: (d) => pty.write(d), resize: (c, r) => pty.resize(c, r), onData: (l) => pty.onData(l), onExit: (l) => pty.onExit(l), close: () => pty.kill() });
   }
 }

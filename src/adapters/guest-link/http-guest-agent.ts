@@ -1,5 +1,4 @@
 import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
-import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type {
@@ -13,6 +12,17 @@ import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, Uploa
 import { tcpConnector, type Connector } from './transport.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
+/** How long past its own timeout an exec may take to answer (the agent kills, then reports). */
+const EXEC_GRACE_MS = 30_000;
+/** fs operations and secret writes answer in well under this, or the guest is not answering. */
+const FS_TIMEOUT_MS = 120_000;
+
+/**
+ * What the daemon reads from a guest, at most (docs/security.md: guests are hostile). Small
+ * answers (health, stats, fs, errors) fit in 1 MiB; a buffered exec's two 16 MiB streams fit in
+ * 64 MiB even JSON-escaped as base64; one streamed exec frame carries one output chunk.
+ */
+export const REPLY_LIMITS = { json: 1 << 20, exec: 64 << 20, frame: 4 << 20, shellMessage: 1 << 20 } as const;
 
 function where(ep: AgentEndpoint): string {
   return ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;
@@ -61,7 +71,12 @@ interface CallOptions {
   path: string;
   body?: Buffer | Readable;
   contentType?: string;
+  /** A deadline for the whole call, answer included; without one only connecting is timed. */
   timeoutMs?: number;
+  /** The most bytes of answer to read (REPLY_LIMITS.json unless given). */
+  maxBytes?: number;
+  /** Aborting drops the call (request and answer). */
+  signal?: AbortSignal;
 }
 
 /**
@@ -94,10 +109,12 @@ export class HttpGuestAgent implements GuestAgent {
       if (Buffer.isBuffer(o.body)) headers['content-length'] = String(o.body.length);
       const req = request({ agent: this.agentFor(ep), host: ep.host, port: ep.port, method: o.method, path: o.path, headers });
       let settled = false;
+      const started = Date.now();
       const fail = (err: Error) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        unhook();
         req.destroy();
         reject(err);
       };
@@ -109,11 +126,24 @@ export class HttpGuestAgent implements GuestAgent {
         else connected();
       });
       req.on('error', (err) => fail(unavailable(ep, err)));
+      const abort = () => {
+        fail(new AgentUnavailableError('the caller went away'));
+        req.destroy();
+      };
+      const unhook = () => o.signal?.removeEventListener('abort', abort);
+      if (o.signal?.aborted) return abort();
+      o.signal?.addEventListener('abort', abort, { once: true });
       req.on('response', (res) => {
         if (settled) return void res.resume();
         settled = true;
-        if (!o.timeoutMs) clearTimeout(timer);
-        else res.once('end', () => clearTimeout(timer));
+        clearTimeout(timer);
+        res.once('close', unhook);
+        if (o.timeoutMs) {
+          // The deadline covers the answer too: a guest that stalls mid-body is cut off.
+          const left = Math.max(1, o.timeoutMs - (Date.now() - started));
+          const late = setTimeout(() => res.destroy(new AgentFailureError(`guest agent at ${where(ep)} did not finish its answer within ${o.timeoutMs} ms`)), left);
+          res.once('close', () => clearTimeout(late));
+        }
         resolve({ res, req });
       });
       if (o.body === undefined) req.end();
@@ -128,11 +158,24 @@ export class HttpGuestAgent implements GuestAgent {
     });
   }
 
-  private async readAll(res: IncomingMessage, ep: AgentEndpoint): Promise<string> {
+  /** Reads an answer up to `max` bytes; past it the connection is dropped and the call fails. */
+  private async readAll(res: IncomingMessage, ep: AgentEndpoint, max: number = REPLY_LIMITS.json): Promise<string> {
+    const declared = Number(res.headers['content-length'] ?? 0);
+    const tooBig = () => {
+      res.destroy();
+      return new AgentFailureError(`guest agent at ${where(ep)} answered more than ${max} bytes; the answer was dropped`);
+    };
+    if (declared > max) throw tooBig();
     const parts: Buffer[] = [];
+    let size = 0;
     try {
-      for await (const c of res) parts.push(c as Buffer);
+      for await (const c of res) {
+        size += (c as Buffer).length;
+        if (size > max) throw tooBig();
+        parts.push(c as Buffer);
+      }
     } catch (err) {
+      if (err instanceof AgentFailureError) throw err;
       throw new AgentFailureError(`guest agent at ${where(ep)} broke off its answer: ${(err as Error).message}`);
     }
     return Buffer.concat(parts).toString('utf8');
@@ -140,7 +183,7 @@ export class HttpGuestAgent implements GuestAgent {
 
   private async json<T>(ep: AgentEndpoint, o: CallOptions): Promise<T> {
     const { res } = await this.send(ep, o);
-    const text = await this.readAll(res, ep);
+    const text = await this.readAll(res, ep, o.maxBytes);
     const status = res.statusCode ?? 0;
     if (status >= 300) throw fromStatus(status, text);
     if (status === 204) return undefined as T;
@@ -163,18 +206,21 @@ export class HttpGuestAgent implements GuestAgent {
     return this.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
   }
 
-  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): Promise<ExecResult> {
-    return this.json(ep, { method: 'POST', path: `/exec?${execQuery(req, true)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined });
+  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
+    return this.json(ep, {
+      method: 'POST', path: `/exec?${execQuery(req, true)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined,
+      maxBytes: REPLY_LIMITS.exec, timeoutMs: req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined, signal,
+    });
   }
 
-  async *execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame> {
+  async *execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): AsyncIterable<ExecFrame> {
     const { res, req: creq } = await this.send(ep, {
-      method: 'POST', path: `/exec?${execQuery(req, false)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined,
+      method: 'POST', path: `/exec?${execQuery(req, false)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined, signal,
     });
     if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
     let sawExit = false;
     try {
-      for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
+      for await (const line of boundedLines(res, REPLY_LIMITS.frame)) {
         if (!line.trim()) continue;
         let frame: ExecFrame;
         try {
@@ -182,6 +228,7 @@ export class HttpGuestAgent implements GuestAgent {
         } catch {
           throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
         }
+        if (!isFrame(frame)) throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
         if (frame.type === 'exit') sawExit = true;
         yield frame;
       }
@@ -209,16 +256,16 @@ export class HttpGuestAgent implements GuestAgent {
 
   async fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void> {
     switch (op.op) {
-      case 'readdir': return this.json(ep, { method: 'GET', path: `/fs/readdir?${new URLSearchParams({ path: op.path })}` });
-      case 'stat': return this.json(ep, { method: 'GET', path: `/fs/stat?${new URLSearchParams({ path: op.path })}` });
-      case 'mkdir': return this.json(ep, { method: 'POST', path: '/fs/mkdir', body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })), contentType: 'application/json' });
-      case 'symlink': return this.json(ep, { method: 'POST', path: '/fs/symlink', body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })), contentType: 'application/json' });
-      case 'remove': return this.json(ep, { method: 'DELETE', path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}` });
+      case 'readdir': return this.json(ep, { method: 'GET', path: `/fs/readdir?${new URLSearchParams({ path: op.path })}`, timeoutMs: FS_TIMEOUT_MS, maxBytes: REPLY_LIMITS.exec });
+      case 'stat': return this.json(ep, { method: 'GET', path: `/fs/stat?${new URLSearchParams({ path: op.path })}`, timeoutMs: FS_TIMEOUT_MS });
+      case 'mkdir': return this.json(ep, { method: 'POST', path: '/fs/mkdir', body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
+      case 'symlink': return this.json(ep, { method: 'POST', path: '/fs/symlink', body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
+      case 'remove': return this.json(ep, { method: 'DELETE', path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}`, timeoutMs: FS_TIMEOUT_MS });
     }
   }
 
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }> {
-    return this.json(ep, { method: 'POST', path: '/secrets/materialize', body: Buffer.from(JSON.stringify(req)), contentType: 'application/json' });
+    return this.json(ep, { method: 'POST', path: '/secrets/materialize', body: Buffer.from(JSON.stringify(req)), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
   }
 
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession> {
@@ -228,7 +275,7 @@ export class HttpGuestAgent implements GuestAgent {
     if (opts.shell) p.set('shell', opts.shell);
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}/shell?${p}`, {
-        perMessageDeflate: false, handshakeTimeout: CONNECT_TIMEOUT_MS, createConnection: () => this.connector(ep) as never,
+        perMessageDeflate: false, handshakeTimeout: CONNECT_TIMEOUT_MS, maxPayload: REPLY_LIMITS.shellMessage, createConnection: () => this.connector(ep) as never,
       });
       const dataListeners: ((d: Buffer) => void)[] = [];
       const exitListeners: ((c: number | null) => void)[] = [];
@@ -272,4 +319,36 @@ export class HttpGuestAgent implements GuestAgent {
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
   }
+}
+
+/** Lines of a stream, each at most `max` bytes: a guest cannot make the daemon buffer an endless line. */
+async function* boundedLines(input: AsyncIterable<unknown>, max: number): AsyncIterable<string> {
+  let pending: Buffer[] = [];
+  let size = 0;
+  for await (const c of input) {
+    let chunk = c as Buffer;
+    for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10)) {
+      if (size + nl > max) break;
+      pending.push(chunk.subarray(0, nl));
+      yield Buffer.concat(pending).toString('utf8');
+      pending = [];
+      size = 0;
+      chunk = chunk.subarray(nl + 1);
+    }
+    size += chunk.length;
+    if (size > max) throw new AgentFailureError(`guest agent sent an exec frame longer than ${max} bytes`);
+    pending.push(chunk);
+  }
+  if (size > 0) yield Buffer.concat(pending).toString('utf8');
+}
+
+const FRAME_TYPES = new Set(['started', 'stdout', 'stderr', 'exit', 'error']);
+
+/** A frame the daemon passes on has a known type and fields of the right kinds. */
+function isFrame(f: unknown): f is ExecFrame {
+  if (typeof f !== 'object' || f === null) return false;
+  const x = f as Record<string, unknown>;
+  if (typeof x.type !== 'string' || !FRAME_TYPES.has(x.type)) return false;
+  if ((x.type === 'stdout' || x.type === 'stderr') && typeof x.data !== 'string') return false;
+  return x.type !== 'exit' || typeof x.exit_code === 'number';
 }

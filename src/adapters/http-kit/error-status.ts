@@ -1,5 +1,5 @@
 import type { ErrorCode } from '../../domain/errors.js';
-import { AcceptedCreateFailedError, errorMessage, isDomainError } from '../../domain/errors.js';
+import { AcceptedCreateFailedError, errorMessage, isDomainError, ResourceExhaustedError } from '../../domain/errors.js';
 
 /** The one mapping from domain error code to HTTP status (HTTP and WebSocket upgrades use it). */
 export const STATUS_BY_CODE: Record<ErrorCode, number> = {
@@ -21,12 +21,17 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
 export interface HttpError {
   status: number;
   body: { error: string; code: string };
+  /** Extra response headers (Retry-After on a cap that frees up). */
+  headers?: Record<string, string>;
 }
 
 /** Turns anything thrown into a status and an `{error}` body; unknown errors are 500. */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof AcceptedCreateFailedError) {
     return { status: err.code === 'deadline_exceeded' ? 504 : 500, body: { error: err.message, code: err.code } };
+  }
+  if (err instanceof ResourceExhaustedError && err.retryAfterS !== undefined) {
+    return { status: 429, body: { error: err.message, code: err.code }, headers: { 'Retry-After': String(err.retryAfterS) } };
   }
   if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
   return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };

@@ -10,9 +10,10 @@ type Handler = RouteDef['handler'];
 const query = (req: Request) => req.query as Query;
 
 export interface ExecTarget {
-  buffered(req: Request, er: ExecRequest, stdin?: Readable): Promise<unknown>;
-  /** Frames as output arrives; `cancel` (when given) kills the command. */
-  stream(req: Request, er: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame> & { cancel?(): void };
+  /** `gone` aborts when the client leaves before the answer: the command is killed. */
+  buffered(req: Request, er: ExecRequest, stdin: Readable | undefined, gone: AbortSignal): Promise<unknown>;
+  /** Frames as output arrives; `gone` aborts when the client leaves: the command is killed. */
+  stream(req: Request, er: ExecRequest, stdin: Readable | undefined, gone: AbortSignal): AsyncIterable<ExecFrame>;
 }
 
 /**
@@ -24,14 +25,16 @@ export function execHandler(t: ExecTarget): Handler {
   return async (req, res) => {
     const { buffered, ...er } = parseExecQuery(query(req));
     const stdin = hasBody(req) ? req : undefined;
-    if (buffered) return void res.json(await t.buffered(req, er, stdin));
-    const frames = t.stream(req, er, stdin);
-    const it = frames[Symbol.asyncIterator]();
+    // A pending read cannot be interrupted by ending an iterator, so leaving is a signal.
+    const gone = new AbortController();
+    res.once('close', () => { if (!res.writableFinished) gone.abort(); });
+    if (buffered) return void res.json(await t.buffered(req, er, stdin, gone.signal));
+    const it = t.stream(req, er, stdin, gone.signal)[Symbol.asyncIterator]();
     const first = await it.next();
     await writeNdjson(res, (async function* () {
       if (!first.done) yield first.value;
       for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
-    })(), () => (frames.cancel ? frames.cancel() : void it.return?.()));
+    })(), () => gone.abort());
   };
 }
 

@@ -90,12 +90,13 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.type) {
       return void res.status(e.status).json({ error: e.message ?? 'bad request', code: 'invalid_argument' });
     }
-    const { status, body } = toHttpError(err);
+    const { status, body, headers } = toHttpError(err);
     if (status >= 500) d.log.error({ method: req.method, path: req.path, err: body.error }, 'request failed');
     if (res.headersSent) {
       res.destroy();
       return;
     }
+    if (headers) res.set(headers);
     res.status(status).json(body);
   });
   return app;

@@ -1,5 +1,6 @@
 import type { Duplex } from 'node:stream';
-import type { WebSocket } from 'ws';
+import type { IncomingMessage } from 'node:http';
+import type { WebSocket, WebSocketServer } from 'ws';
 import { toHttpError } from './error-status.js';
 
 /** A terminal on either end of the shell protocol: a PTY in the agent, an agent session in the daemon. */
@@ -45,8 +46,28 @@ export function joinTerminal(ws: WebSocket, t: TerminalEnd): void {
 
 /** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */
 export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
-  const { status, body } = toHttpError(err);
+  const { status, body, headers } = toHttpError(err);
   const text = JSON.stringify(body);
+  for (const [k, v] of Object.entries(headers ?? {})) extraHeaders += `${k}: ${v}\r\n`;
   socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
 }
 
+
+/** The headers a WebSocket upgrade needs; checked before a terminal is opened for it. */
+export function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  return /^[A-Za-z0-9+/]{22}==$/.test(String(req.headers['sec-websocket-key'] ?? '')) && req.headers['sec-websocket-version'] === '13';
+}
+
+/**
+ * Completes the upgrade and joins the socket to the terminal. A client that went away while the
+ * terminal opened, or a handshake that fails, closes the terminal: it is never left behind.
+ */
+export function upgradeToTerminal(wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer, t: TerminalEnd): void {
+  let joined = false;
+  socket.once('close', () => { if (!joined) t.close(); });
+  if (socket.destroyed) return t.close();
+  wss.handleUpgrade(req, socket, head, (ws) => {
+    joined = true;
+    joinTerminal(ws, t);
+  });
+}

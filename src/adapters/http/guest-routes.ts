@@ -32,8 +32,8 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
     {
       method: 'post', path: '/vms/:name/exec', body: 'raw',
       handler: execHandler({
-        buffered: (req, er, stdin) => d.guest.exec(name(req.params), er, stdin),
-        stream: (req, er, stdin) => d.guest.execStream(name(req.params), er, stdin),
+        buffered: (req, er, stdin, gone) => d.guest.exec(name(req.params), er, stdin, gone),
+        stream: (req, er, stdin, gone) => d.guest.execStream(name(req.params), er, stdin, gone),
       }),
     },
     { method: 'put', path: '/vms/:name/cp', handler: uploadHandler((req, o, body) => d.guest.upload(name(req.params), o, body)) },

@@ -1,13 +1,12 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocketServer } from 'ws';
 import type { GuestProxy } from '../../app/guest-proxy.js';
-import { NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
+import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
 import type { ShellSession } from '../../ports/guest-agent.js';
-import { rejectUpgrade } from '../http-kit/terminal-socket.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
-import { joinTerminal } from '../http-kit/terminal-socket.js';
+import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 
@@ -33,6 +32,9 @@ export class ShellProxy {
     }
     const m = SHELL_PATH.exec(url.pathname);
     if (!m) return rejectUpgrade(socket, new NotFoundError(`no websocket route ${url.pathname}`));
+    if (!isWebSocketUpgrade(req)) {
+      return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
+    }
     let session: ShellSession;
     try {
       const name = assertVmName(decodeURIComponent(m[1]));
@@ -41,10 +43,6 @@ export class ShellProxy {
     } catch (err) {
       return rejectUpgrade(socket, err);
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.join(ws, session));
-  }
-
-  private join(ws: WebSocket, s: ShellSession): void {
-    joinTerminal(ws, s);
+    upgradeToTerminal(this.wss, req, socket, head, session);
   }
 }

@@ -20,7 +20,8 @@ function now(): string {
 export class ExecService {
   constructor(@inject(ProcessRunner) private readonly runner: ProcessRunner) {}
 
-  async buffered(req: ExecRequest, stdin?: Readable): Promise<ExecResult> {
+  /** `signal` is the caller leaving: the process group is killed. */
+  async buffered(req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
     let proc: RunningProcess;
     try {
       proc = await this.runner.spawn(req);
@@ -44,7 +45,11 @@ export class ExecService {
     }
     this.feed(proc, stdin);
     const timedOut = this.armTimeout(proc, req.timeoutMs);
+    const gone = () => proc.kill();
+    if (signal?.aborted) gone();
+    signal?.addEventListener('abort', gone, { once: true });
     const exit = await proc.exited;
+    signal?.removeEventListener('abort', gone);
     clearTimeout(timedOut.timer);
     const enc = req.encoding === 'base64' ? 'base64' : 'utf8';
     const result: ExecResult = {
@@ -61,7 +66,7 @@ export class ExecService {
   /**
    * Frames as they come. Stopping the iteration early (client gone) kills the process.
    */
-  stream(req: ExecRequest, stdin?: Readable): AsyncIterable<ExecFrame> & { cancel(): void } {
+  stream(req: ExecRequest, stdin?: Readable, signal?: AbortSignal): AsyncIterable<ExecFrame> & { cancel(): void } {
     const q = new AsyncQueue<ExecFrame>();
     let proc: RunningProcess | undefined;
     let cancelled = false;
@@ -105,12 +110,13 @@ export class ExecService {
       q.close();
     };
     void run();
-    return Object.assign(q, {
-      cancel: () => {
-        cancelled = true;
-        proc?.kill();
-      },
-    });
+    const cancel = () => {
+      cancelled = true;
+      proc?.kill();
+    };
+    if (signal?.aborted) cancel();
+    signal?.addEventListener('abort', cancel, { once: true });
+    return Object.assign(q, { cancel });
   }
 
   private feed(proc: RunningProcess, stdin?: Readable): void {

@@ -82,3 +82,83 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
     }
   });
 });
+
+/** A guest agent that floods, stalls and lies: the daemon's reads stay bounded and fail clearly. */
+describe('adapters/guest-link/HttpGuestAgent against a hostile agent', function () {
+  this.timeout(20_000);
+  let srv: Server;
+  let ep: { host: string; port: number };
+  const endless = (res: import('node:http').ServerResponse, line = false) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const chunk = Buffer.alloc(64 * 1024, line ? 'a' : '[');
+    const more = () => { while (res.write(chunk)); };
+    res.on('drain', more);
+    res.on('close', () => res.off('drain', more));
+    more();
+  };
+  before(async () => {
+    const s = await server((req, res) => {
+      const url = req.url ?? '';
+      if (url === '/stats' || url.startsWith('/fs/stat')) return endless(res);
+      if (url === '/health') return void res.writeHead(200, { 'content-length': '100' }).write('{"sta'); // then stalls
+      if (url.startsWith('/exec') && url.includes('buffered=false')) {
+        if (url.includes('cmd=flood')) return endless(res, true);
+        return void res.writeHead(200).end('{"type":"stdout","data":"x"}\n{"type":"surprise"}\n');
+      }
+      if (url.startsWith('/exec')) return void res.writeHead(200, { 'content-length': String(200 << 20) }).end();
+      res.writeHead(200).end('{}');
+    });
+    srv = s.srv;
+    ep = { host: '127.0.0.1', port: s.port };
+  });
+  after(() => {
+    srv.closeAllConnections();
+    srv.close();
+  });
+
+  it('drops an endless answer at its cap with a clear error, and the daemon does not grow', async () => {
+    const agent = new HttpGuestAgent();
+    const before = process.memoryUsage().rss;
+    for (let i = 0; i < 5; i++) {
+      const e = await agent.stats(ep).catch((x: Error) => x);
+      expect(e).to.be.instanceOf(AgentFailureError);
+      expect((e as Error).message).to.match(/answered more than 1048576 bytes; the answer was dropped/);
+    }
+    expect(await agent.fs(ep, { op: 'stat', path: '/x' }).catch((x: Error) => x.message)).to.match(/more than 1048576 bytes/);
+    expect(process.memoryUsage().rss - before).to.be.below(64 << 20);
+    agent.close();
+  });
+
+  it('refuses an answer that declares more than the cap before reading it', async () => {
+    const agent = new HttpGuestAgent();
+    const e = await agent.exec(ep, { cmd: 'true', args: [] }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/answered more than 67108864 bytes/);
+    agent.close();
+  });
+
+  it('cuts off an answer that stalls past the deadline', async () => {
+    const agent = new HttpGuestAgent();
+    const t0 = Date.now();
+    const e = await agent.health(ep, 300).catch((x: Error) => x);
+    expect(e).to.be.instanceOf(AgentFailureError);
+    expect((e as Error).message).to.match(/did not finish its answer within 300 ms|broke off/);
+    expect(Date.now() - t0).to.be.below(3000);
+    agent.close();
+  });
+
+  it('fails a streamed exec on an endless line or a frame it does not know', async () => {
+    const agent = new HttpGuestAgent();
+    const drain = async (cmd: string) => {
+      const seen: string[] = [];
+      try {
+        for await (const f of agent.execStream(ep, { cmd, args: [] })) seen.push(f.type);
+        return seen;
+      } catch (err) {
+        return `${seen.join(',')}|${(err as Error).message}`;
+      }
+    };
+    expect(await drain('flood')).to.match(/^\|guest agent sent an exec frame longer than 4194304 bytes/);
+    expect(await drain('lies')).to.match(/^stdout\|guest agent sent a bad exec frame/);
+    agent.close();
+  });
+});

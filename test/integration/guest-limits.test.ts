@@ -1,0 +1,86 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { request } from 'node:http';
+import { connect } from 'node:net';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Processes on this host whose command line is exactly `sleep <secs>` (fake_agent runs guests' commands here). */
+const sleepers = (secs: string) => {
+  try {
+    return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+  } catch {
+    return 0;
+  }
+};
+async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
+  for (const t0 = Date.now(); Date.now() - t0 < ms; await sleep(50)) if (ok()) return true;
+  return ok();
+}
+
+/** Hung execs, clients that leave, and aborted shell upgrades on a daemon with small caps. */
+describe('execs and shells: caps, cancellation and aborted upgrades (real local agents)', function () {
+  this.timeout(60_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true, max_execs_per_vm: 2, max_execs_total: 3, sandbox_metrics_enabled: false });
+    for (const name of ['a', 'b']) expect((await d.call('POST', '/vms', { name })).status).to.equal(201);
+  });
+  after(async () => d.stop());
+
+  /** Opens an exec and leaves it open; resolves once the command runs, with a function that hangs up. */
+  const openExec = (vm: string, secs: string, buffered: boolean) => new Promise<() => void>((resolve, reject) => {
+    const req = request({ socketPath: d.config.socket, method: 'POST', path: `/vms/${vm}/exec?cmd=sleep&args=${secs}&buffered=${buffered}`, headers: { authorization: 'Bearer test-token' } }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+    });
+    req.on('error', () => undefined);
+    req.end();
+    void until(() => sleepers(secs) > 0).then(() => resolve(() => req.destroy()));
+  });
+
+  it('refuses an exec past the per-VM and total caps with 429 and Retry-After, and frees the slot when a client leaves', async () => {
+    const hang = [await openExec('a', '301', false), await openExec('a', '302', true)];
+    const over = await d.call('POST', '/vms/a/exec?cmd=true');
+    expect(over.status).to.equal(429);
+    expect(over.headers['retry-after']).to.equal('1');
+    expect(over.json.error).to.match(/max_execs_per_vm/);
+    hang.push(await openExec('b', '303', false));
+    const total = await d.call('POST', '/vms/b/exec?cmd=true');
+    expect(total.status).to.equal(429);
+    expect(total.json.error).to.match(/max_execs_total/);
+    // Clients that leave kill their commands in the guest, streamed and buffered alike.
+    for (const h of hang) h();
+    expect(await until(() => sleepers('301') + sleepers('302') + sleepers('303') === 0), `commands killed: ${sleepers('301')} ${sleepers('302')} ${sleepers('303')}`).to.equal(true);
+    await sleep(100);
+    expect((await d.call('POST', '/vms/a/exec?cmd=true')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/b/exec?cmd=true')).status).to.equal(200);
+  });
+
+  it('closes the guest shell of an upgrade whose client is gone, so its slot comes back', async () => {
+    for (let i = 0; i < 4; i++) {
+      await new Promise<void>((resolve) => {
+        const s = connect(d.config.socket, () => {
+          s.write('GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n'
+            + 'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+          // gone before the daemon has the guest's shell
+          setTimeout(() => { s.destroy(); resolve(); }, i * 5);
+        });
+        s.on('error', () => resolve());
+      });
+    }
+    await sleep(500);
+    const r = await Promise.all([d.call('POST', '/vms/a/exec?cmd=true'), d.call('POST', '/vms/a/exec?cmd=true')]);
+    expect(r.map((x) => x.status)).to.deep.equal([200, 200]);
+  });
+
+  it('refuses an upgrade without the WebSocket headers before opening a shell', async () => {
+    const text = await new Promise<string>((resolve) => {
+      const s = connect(d.config.socket, () => s.write('GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'));
+      let got = '';
+      s.on('data', (c) => (got += c.toString()));
+      s.on('close', () => resolve(got));
+    });
+    expect(text).to.match(/^HTTP\/1.1 400/);
+    expect(text).to.match(/Sec-WebSocket-Key/);
+  });
+});
