@@ -14,8 +14,9 @@
 #   fakeroot          building the root filesystem when not root
 #   socat             vsock relay (agent side) and vsock connector (daemon side)
 #   mmdebstrap        the debian image's root filesystem, from the host's apt sources
+#   libarchive-tools  bsdtar: the tests check that archives it makes (and GNU tar's) copy in intact
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap)
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { createReadStream, createWriteStream, existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
@@ -286,7 +287,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(one.get('b.txt')!.data.toString()).to.equal('bee');
     });
 
-    it('refuses every tar entry that would escape the target (400), writing nothing outside', async () => {
+    it('refuses every tar entry that would land outside or go through a link (400), writing nothing outside', async () => {
       const target = join(work, 'jail');
       mkdirSync(target, { recursive: true });
       symlinkSync(dir, join(target, 'door'));
@@ -294,23 +295,52 @@ describe('svc-agent over HTTP (real agent process)', function () {
         [{ name: '../escaped-dotdot', data: 'x' }],
         [{ name: 'a/../../escaped-nested', data: 'x' }],
         [{ name: '/tmp/escaped-absolute', data: 'x' }],
-        [{ name: 'evil', type: 'symlink' as const, linkname: '/etc' }],
-        [{ name: 'evil2', type: 'symlink' as const, linkname: '../../..' }],
         [{ name: 'door/escaped-through-link', data: 'x' }],
+        [{ name: 'evil', type: 'symlink' as const, linkname: dir }, { name: 'evil/escaped-abs-link', data: 'x' }],
+        // a chain of links, each harmless alone: x -> . then x/y -> .. then a file under x/y/
+        [{ name: 'x', type: 'symlink' as const, linkname: '.' }, { name: 'x/y', type: 'symlink' as const, linkname: '..' }, { name: 'x/y/escaped-chain', data: 'x' }],
+        [{ name: 'up', type: 'symlink' as const, linkname: '..' }, { name: 'up/escaped-dir', type: 'directory' as const }],
         [{ name: 'hard', type: 'link' as const, linkname: '/etc/passwd' }],
+        [{ name: 'hard2', type: 'link' as const, linkname: '../outside' }],
+        [{ name: 'hard3', type: 'link' as const, linkname: 'door/secret' }],
       ];
+      writeFileSync(join(dir, 'secret'), 'host secret');
       for (const entries of attacks) {
         const r = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, await makeTar(entries), { 'content-type': 'application/x-tar' });
         expect(r.status, JSON.stringify(entries)).to.equal(400);
-        expect(r.json.error).to.match(/outside|out of|hard links/);
+        expect(r.json.error, JSON.stringify(entries)).to.match(/outside|through the link|not a file extracted/);
       }
-      for (const f of ['escaped-dotdot', 'escaped-nested', 'escaped-through-link']) {
-        expect(existsSync(join(work, f)) || existsSync(join(dir, f))).to.equal(false);
+      for (const f of ['escaped-dotdot', 'escaped-nested', 'escaped-through-link', 'escaped-abs-link', 'escaped-chain', 'escaped-dir']) {
+        expect(existsSync(join(work, f)) || existsSync(join(dir, f)), f).to.equal(false);
       }
       expect(existsSync('/tmp/escaped-absolute')).to.equal(false);
-      expect(existsSync(join(target, 'evil'))).to.equal(false);
+      expect(existsSync(join(target, 'hard3'))).to.equal(false);
       const garbage = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, randomBytes(2048), { 'content-type': 'application/x-tar' });
       expect(garbage.status).to.equal(400);
+    });
+
+    it('copies in trees as GNU tar and bsdtar make them: ./ entries, absolute links (a venv), hard links, long names', async () => {
+      const src = join(work, 'venv-src');
+      const long = 'd'.repeat(120);
+      mkdirSync(join(src, 'bin'), { recursive: true });
+      mkdirSync(join(src, 'lib', 'python3.11', 'site-packages', long), { recursive: true });
+      symlinkSync('/usr/bin/python3', join(src, 'bin', 'python3'));
+      symlinkSync('python3', join(src, 'bin', 'python'));
+      writeFileSync(join(src, 'bin', 'activate'), 'export VIRTUAL_ENV=/opt/venv\n', { mode: 0o755 });
+      writeFileSync(join(src, 'lib', 'python3.11', 'site-packages', long, `${'f'.repeat(150)}.py`), 'print(1)\n');
+      writeFileSync(join(src, 'pyvenv.cfg'), 'home = /usr/bin\n');
+      linkSync(join(src, 'pyvenv.cfg'), join(src, 'pyvenv-hard.cfg'));
+      symlinkSync('/nonexistent/anywhere', join(src, 'dangling'));
+      const makers: [string, string[]][] = [['gnu', ['tar', '-C', src, '-cf', '-', '.']], ['gnu-posix', ['tar', '--format=posix', '-C', src, '-cf', '-', '.']], ['bsdtar', ['bsdtar', '-C', src, '-cf', '-', '.']]];
+      for (const [what, [cmd, ...args]] of makers) {
+        const archive = execFileSync(cmd, args, { maxBuffer: 1 << 26 });
+        const dest = join(work, `venv-${what}`);
+        mkdirSync(dest);
+        const r = await call(t, 'PUT', `/cp?${qs({ path: dest, mode: 'tar' })}`, archive, { 'content-type': 'application/x-tar' });
+        expect(r.status, `${what}: ${r.text}`).to.equal(204);
+        expect(treeOf(dest), what).to.deep.equal(treeOf(src));
+        expect(lstatSync(join(dest, 'pyvenv-hard.cfg')).ino, `${what}: hard link`).to.equal(lstatSync(join(dest, 'pyvenv.cfg')).ino);
+      }
     });
 
     it('answers 400 for a binary GET of a directory and 404 for a missing file', async () => {
@@ -401,4 +431,23 @@ function rawGet(port: number, path: string): Promise<{ type: string; body: Buffe
       res.on('error', reject);
     }).on('error', reject).end();
   });
+}
+
+/** A tree as a comparable listing: each path with its type, mode, link target and content hash. */
+function treeOf(root: string): string[] {
+  const out: string[] = [];
+  const walk = (rel: string) => {
+    for (const name of readdirSync(join(root, rel)).sort()) {
+      const p = rel ? `${rel}/${name}` : name;
+      const st = lstatSync(join(root, p));
+      const mode = (st.mode & 0o7777).toString(8);
+      if (st.isSymbolicLink()) out.push(`${p} -> ${readlinkSync(join(root, p))}`);
+      else if (st.isDirectory()) {
+        out.push(`${p}/ ${mode}`);
+        walk(p);
+      } else out.push(`${p} ${mode} ${createHash('sha1').update(readFileSync(join(root, p))).digest('hex')}`);
+    }
+  };
+  walk('');
+  return out;
 }

@@ -1,73 +1,113 @@
-import { createReadStream, readlinkSync } from 'node:fs';
-import { chmod, lchown, lstat, mkdir, readdir, realpath, rm, symlink, utimes } from 'node:fs/promises';
-import { basename, dirname, join, posix, relative, resolve } from 'node:path';
+import { constants as fsConstants, createReadStream, readlinkSync } from 'node:fs';
+import { lchown, link, lstat, mkdir, open, readdir, realpath, rm, symlink } from 'node:fs/promises';
+import { basename, join, relative } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import { writeFileAtomic } from './atomic-file.js';
 
-function inside(root: string, p: string): boolean {
-  const rel = relative(root, p);
-  return rel === '' || (!rel.startsWith('..') && !posix.isAbsolute(rel));
+const NOFOLLOW = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW;
+
+/**
+ * A tar entry's name as path components under the destination: `./` and `.` parts dropped, so
+ * `./`, `./dir/` and `dir` are all fine; absolute names and `..` are refused. [] is the root.
+ */
+export function entryParts(name: string, dir: string): string[] {
+  if (name.startsWith('/') || name.includes('\0')) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
+  const parts = name.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.includes('..')) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
+  return parts;
+}
+
+/**
+ * The directory an entry lands in, made where missing, walking one component at a time from the
+ * root and never through a link: a symlink on the way, whether the archive made it or it was there
+ * before, is refused, so nothing is ever written outside the root.
+ */
+async function parentOf(root: string, parts: string[], name: string, dir: string, make = true): Promise<string> {
+  let cur = root;
+  for (const p of parts.slice(0, -1)) {
+    cur = join(cur, p);
+    const st = await lstat(cur).catch(() => undefined);
+    if (st === undefined && !make) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} links to a file that was not extracted in ${dir}`);
+    if (st === undefined) await mkdir(cur, { mode: 0o755 });
+    else if (st.isSymbolicLink()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} goes through the link ${relative(root, cur)} in ${dir}; entries are never written through links`);
+    else if (!st.isDirectory()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)}: ${relative(root, cur)} in ${dir} is not a directory`);
+  }
+  return cur;
+}
+
+/** Clears what stands where an entry goes (a link is removed, never followed); keeps a directory for a directory. */
+async function clear(target: string, keepDir: boolean): Promise<void> {
+  const st = await lstat(target).catch(() => undefined);
+  if (st === undefined || (keepDir && st.isDirectory())) return;
+  await rm(target, { recursive: st.isDirectory(), force: true });
+}
+
+/** Sets times and owner through a descriptor opened without following links. */
+async function setMeta(target: string, h: tar.Header, mode?: number): Promise<void> {
+  const fh = await open(target, NOFOLLOW).catch(() => undefined);
+  if (!fh) return;
+  try {
+    if (mode !== undefined) await fh.chmod(mode);
+    if (process.getuid?.() === 0 && (h.uid !== undefined || h.gid !== undefined)) await fh.chown(h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
+    if (h.mtime && mode === undefined) await fh.utimes(h.mtime, h.mtime).catch(() => undefined);
+  } finally {
+    await fh.close();
+  }
 }
 
 /**
  * Extracts a tar stream into the existing directory `dir` (the agent's cp and the CLI's cp share
- * it). Entries that would land outside `dir`, or go through a link out of it, are refused with
- * InvalidArgumentError; so is anything that is not a tar stream.
+ * it), as tar makes them: `./` entries, symlinks pointing anywhere (they are only links in the
+ * destination), hard links to files inside it. No entry is ever written through a link, whether
+ * the archive made the link or it was already there, and metadata calls never follow links.
+ * Anything else (a name outside, a hard link out, a device, not a tar stream) is InvalidArgument.
  */
 export async function extractTree(dir: string, body: Readable): Promise<void> {
   const root = await realpath(dir);
   const ex = tar.extract();
   const dirTimes: [string, Date][] = [];
-  const check = async (name: string): Promise<string> => {
-    const clean = name.replace(/^\.\/+/, '');
-    if (clean.startsWith('/') || clean.split('/').includes('..')) {
-      throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
-    }
-    const target = resolve(root, clean);
-    if (!inside(root, target)) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
-    // A parent created by an earlier entry might be a symlink pointing out: resolve what exists.
-    const parent = await realpath(dirname(target)).catch(() => undefined);
-    if (parent !== undefined && !inside(root, parent)) {
-      throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} goes through a link out of ${dir}`);
-    }
-    return target;
-  };
   const consume = (async () => {
     for await (const entry of ex) {
       const h = entry.header;
       try {
-        const target = await check(h.name);
+        const parts = entryParts(h.name, dir);
         const mode = (h.mode ?? 0o644) & 0o7777;
-        await mkdir(dirname(target), { recursive: true });
+        if (parts.length === 0) {
+          // `./`: the destination itself, which is the caller's; its mode and owner stay.
+          entry.resume();
+          continue;
+        }
+        const target = join(await parentOf(root, parts, h.name, dir), parts[parts.length - 1]);
         if (h.type === 'directory') {
-          await mkdir(target, { recursive: true, mode });
-          await chmod(target, mode);
+          await clear(target, true);
+          await mkdir(target, { mode }).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw e; });
+          await setMeta(target, h, mode);
           if (h.mtime) dirTimes.push([target, h.mtime]);
           entry.resume();
         } else if (h.type === 'file' || h.type === 'contiguous-file') {
-          const existing = await lstat(target).catch(() => undefined);
-          if (existing?.isSymbolicLink() || existing?.isDirectory()) await rm(target, { recursive: true, force: true });
+          await clear(target, false);
           await writeFileAtomic(target, entry as unknown as Readable, { mode, durable: false });
-          if (h.mtime) await utimes(target, h.mtime, h.mtime).catch(() => undefined);
+          await setMeta(target, h);
         } else if (h.type === 'symlink') {
-          const linkTarget = h.linkname ?? '';
-          const resolved = posix.isAbsolute(linkTarget) ? resolve(root, '.' + linkTarget) : resolve(dirname(target), linkTarget);
-          if (posix.isAbsolute(linkTarget) || !inside(root, resolved)) {
-            throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)} is a symlink pointing out of ${dir} (${linkTarget})`);
-          }
-          await rm(target, { force: true, recursive: true });
-          await symlink(linkTarget, target);
+          await clear(target, false);
+          await symlink(h.linkname ?? '', target);
+          if (process.getuid?.() === 0) await lchown(target, h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
           entry.resume();
         } else if (h.type === 'link') {
-          throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)}: hard links are not supported`);
-        } else {
+          const from = entryParts(h.linkname ?? '', dir);
+          const src = join(await parentOf(root, from, h.name, dir, false), from[from.length - 1] ?? '');
+          const st = from.length ? await lstat(src).catch(() => undefined) : undefined;
+          if (!st?.isFile()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)} is a hard link to ${JSON.stringify(h.linkname)}, which is not a file extracted in ${dir}`);
+          await clear(target, false);
+          await link(src, target);
           entry.resume();
-        }
-        if (process.getuid?.() === 0 && h.type !== 'symlink' && (h.uid !== undefined || h.gid !== undefined)) {
-          await lchown(target, h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
+        } else if (h.type === 'character-device' || h.type === 'block-device' || h.type === 'fifo') {
+          entry.resume(); // devices and fifos are not copied
+        } else {
+          throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)} has a type svc does not extract (${String(h.type)}); GNU sparse files need tar without --sparse`);
         }
       } catch (err) {
         entry.resume();
@@ -86,7 +126,11 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
     if (err instanceof InvalidArgumentError || err instanceof NotFoundError || err instanceof AlreadyExistsError) throw err;
     throw new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
   }
-  for (const [d, t] of dirTimes.reverse()) await utimes(d, t, t).catch(() => undefined);
+  for (const [d, t] of dirTimes.reverse()) {
+    const fh = await open(d, NOFOLLOW).catch(() => undefined);
+    await fh?.utimes(t, t).catch(() => undefined);
+    await fh?.close();
+  }
 }
 
 /** Packs a file or a directory tree as a tar stream; `keep` filters entries by their name. */
