@@ -153,7 +153,7 @@ async function qemuBenchmarks(): Promise<void> {
 /** 3. cp of 1 GiB: raw loopback socket (the limit) vs direct to an agent vs through the daemon. */
 async function cpBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-cp-'));
-  const d = await startSvcd(dir, { hypervisor: 'fake', fake_agent: true, sandbox_metrics_enabled: false });
+  const d = await startSvcd(dir, { hypervisor: 'fake', fake_agent: true, test_mode: true, sandbox_metrics_enabled: false });
   try {
     const inst = await d.client.create({ name: 'cp' });
     if (only.includes('exec')) {

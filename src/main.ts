@@ -175,6 +175,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const forwards = container.get(ForwardService);
   const sampler = container.get(MetricsSampler);
   const pool = container.get(PoolService);
+  await container.get<SecretStore>(SecretStore).verify();
   await container.get(RecoveryService).init();
 
   const routes: RouteDef[] = [

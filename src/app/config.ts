@@ -41,7 +41,13 @@ export interface Config {
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
   overlay_mcast: string;
   fake_boot_delay_ms: number;
+  /** Each VM log (serial, QEMU, virtiofsd) is capped at this, plus one older copy. */
+  log_max_mb: number;
+  /** `data_dir/logs` (logs kept from deleted VMs) is pruned, oldest first, to this. */
+  logs_dir_max_mb: number;
   fake_agent: boolean;
+  /** Allows what only tests may do (fake_agent runs guests' commands on this host). */
+  test_mode: boolean;
   /** Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates. */
   warm_pool: { template: string; size: number; running: boolean };
 }
@@ -83,8 +89,11 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],
+  log_max_mb: ['log_max_mb', 'int', 16],
+  logs_dir_max_mb: ['logs_dir_max_mb', 'int', 256],
   fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
   fake_agent: ['fake_agent', 'bool', false],
+  test_mode: ['test_mode', 'bool', false],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],
@@ -188,11 +197,14 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
       throw new ConfigError(`config key "api": ${cfg.api} is not a loopback address; set api_token to expose the API`);
     }
   }
-  for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points'] as const) {
+  for (const k of ['cpus', 'memory_mb', 'disk_gb', 'sandbox_metrics_points', 'log_max_mb'] as const) {
     if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
   }
   if (!/^2(2[4-9]|3\d)\.\d{1,3}\.\d{1,3}\.\d{1,3}:\d{1,5}$/.test(cfg.overlay_mcast)) {
     throw new ConfigError(`config key "overlay_mcast": must be a multicast GROUP:PORT (224.0.0.0-239.255.255.255), got ${JSON.stringify(cfg.overlay_mcast)}`);
+  }
+  if (cfg.fake_agent && !(cfg.test_mode && cfg.hypervisor === 'fake')) {
+    throw new ConfigError('config key "fake_agent": runs every guest command on this host as the daemon\'s user, with no isolation; it is for tests only and needs hypervisor: fake and test_mode: true');
   }
   if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
   if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');

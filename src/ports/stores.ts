@@ -31,6 +31,8 @@ export interface ActivityLog {
 export const SecretStore = Symbol('SecretStore');
 /** Host secrets, encrypted at rest. */
 export interface SecretStore {
+  /** Checks the sealing key can be used (a fresh data dir has none yet); InternalError naming the file otherwise. */
+  verify(): Promise<void>;
   list(): Promise<SecretRecord[]>;
   /** Creates or replaces. */
   put(name: string, value: Buffer, mode: string): Promise<SecretRecord>;

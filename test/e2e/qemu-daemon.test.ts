@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { request } from 'node:http';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ describe('svcd with QEMU: real guests end to end', function () {
   const names = ['main', 'eph', 'ud'];
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s' }, { logger: logs });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s', log_max_mb: 1 }, { logger: logs });
   });
   after(async () => {
     for (const n of names) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
@@ -115,6 +115,24 @@ describe('svcd with QEMU: real guests end to end', function () {
     const m = (await d.call('GET', '/vms/main/metrics')).json;
     expect(m.points.length).to.be.at.least(2);
     expect(m.points.at(-1).mem_total_bytes).to.be.above(100 * 1024 * 1024);
+  });
+
+  it('caps the serial log of a guest that prints without end (log_max_mb), keeping one older copy', async () => {
+    const serial = join(d.config.data_dir, 'vms', 'main', 'serial.log');
+    const r = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', "head -c 1300000 /dev/zero | tr '\\0' x > /dev/ttyS0; echo done"], timeout: '120s' })}`);
+    expect(r.json.stdout, r.text).to.equal('done\n');
+    let size = Infinity;
+    for (let i = 0; i < 40 && !(existsSync(`${serial}.1`) && size <= 1 << 20); i++) {
+      await new Promise((res) => setTimeout(res, 1000));
+      size = statSync(serial).size;
+    }
+    expect(existsSync(`${serial}.1`), 'older copy').to.equal(true);
+    expect(statSync(`${serial}.1`).size).to.be.above(1 << 20);
+    expect(size).to.be.at.most(1 << 20);
+    // QEMU carries on writing to the capped file
+    await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'echo after-the-cap > /dev/ttyS0'] })}`);
+    await new Promise((res) => setTimeout(res, 500));
+    expect(readFileSync(serial, 'utf8')).to.contain('after-the-cap');
   });
 
   it('pauses (the agent stops answering) and resumes', async () => {

@@ -24,7 +24,7 @@ export function tempDir(prefix = 'svc-test-'): string {
 /** Starts a real daemon (fake hypervisor unless told otherwise) on a temp socket and TCP port 0. */
 export async function startTestDaemon(raw: Record<string, unknown> = {}, overrides: DaemonOverrides = {}, dir = tempDir()): Promise<TestDaemon> {
   const config = buildConfig({
-    data_dir: join(dir, 'data'), api: '127.0.0.1:0', hypervisor: 'fake', api_token: 'test-token', log_level: 'silent',
+    data_dir: join(dir, 'data'), api: '127.0.0.1:0', hypervisor: 'fake', api_token: 'test-token', log_level: 'silent', test_mode: true,
     fake_boot_delay: '10ms', ...raw,
   }, {});
   let daemon = await startDaemon(config, overrides);

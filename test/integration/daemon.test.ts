@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { call, ndjson } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
@@ -248,6 +248,25 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect((await d.call('GET', '/secrets')).json).to.have.length(2);
       expect((await d.call('DELETE', '/secrets/DB_PASS')).json).to.deep.equal({ message: 'secret DB_PASS deleted', name: 'DB_PASS' });
       expect((await d.call('DELETE', '/secrets/DB_PASS')).status).to.equal(404);
+    });
+
+    it('stops the daemon with the reason when secret.key is damaged or missing with secrets stored, and never replaces it', async () => {
+      expect((await d.call('POST', '/secrets', { name: 'KEEP', value: 'v' })).status).to.equal(200);
+      const keyPath = join(d.config.data_dir, 'secret.key');
+      const key = readFileSync(keyPath);
+      await d.daemon.stop();
+      writeFileSync(keyPath, key.subarray(0, 7));
+      const damaged = await d.restart().then(() => undefined, (e: Error) => e);
+      expect(damaged?.message).to.match(/secret\.key is damaged \(7 bytes, not 32\); svcd will not replace it/);
+      expect(readFileSync(keyPath).length).to.equal(7);
+      rmSync(keyPath);
+      const missing = await d.restart().then(() => undefined, (e: Error) => e);
+      expect(missing?.message).to.match(/secret\.key is missing but \d+ secret\(s\) are stored/);
+      expect(existsSync(keyPath)).to.equal(false);
+      writeFileSync(keyPath, key, { mode: 0o600 });
+      await d.restart();
+      expect((await d.call('GET', '/secrets')).json.map((x: { name: string }) => x.name)).to.include('KEEP');
+      await d.call('DELETE', '/secrets/KEEP');
     });
 
     it('refuses bad secrets', async () => {

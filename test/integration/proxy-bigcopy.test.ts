@@ -20,7 +20,7 @@ describe('cp through a svcd process: streamed, not buffered', function () {
     const dir = tempDir('svc-bigcp-');
     const cfg = join(dir, 'config.yaml');
     socket = join(dir, 'svc.sock');
-    writeFileSync(cfg, `data_dir: ${dir}/data\nsocket: ${socket}\napi: ''\nhypervisor: fake\nfake_agent: true\nlog_level: warn\n`);
+    writeFileSync(cfg, `data_dir: ${dir}/data\nsocket: ${socket}\napi: ''\nhypervisor: fake\nfake_agent: true\ntest_mode: true\nlog_level: warn\n`);
     daemon = spawn(process.execPath, [SVCD, '--config', cfg], { stdio: ['ignore', 'ignore', 'inherit'] });
     for (let i = 0; i < 100; i++) {
       const ok = await call({ socketPath: socket }, 'GET', '/healthz').then(() => true, () => false);

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
 import { Duplex } from 'node:stream';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
+import { childEnv } from '../process-kit/child-env.js';
 
 /** Opens a byte stream to an agent endpoint; http requests ride on it. */
 export type Connector = (ep: AgentEndpoint) => Duplex;
@@ -15,7 +16,7 @@ export const tcpConnector: Connector = (ep) => connect({ host: ep.host, port: ep
  */
 export function socatVsockConnector(socat = 'socat'): Connector {
   return (ep) => {
-    const child = spawn(socat, ['-', `VSOCK-CONNECT:${ep.cid}:${ep.port}`], { stdio: ['pipe', 'pipe', 'ignore'] });
+    const child = spawn(socat, ['-', `VSOCK-CONNECT:${ep.cid}:${ep.port}`], { stdio: ['pipe', 'pipe', 'ignore'], env: childEnv() });
     const d = Duplex.from({ readable: child.stdout, writable: child.stdin });
     child.once('error', (err) => d.destroy(err));
     child.once('exit', (code) => {

@@ -8,6 +8,7 @@ import { AppConfig } from '../../app/tokens.js';
 import { Logger } from '../../ports/logger.js';
 import type { InstanceStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { capDir } from '../fs-kit/log-cap.js';
 
 /** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
 const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
@@ -72,5 +73,6 @@ export class FsInstanceStore implements InstanceStore {
     for (const f of LOG_FILES) {
       await copyFile(join(this.dir(name), f), join(logs, `${name}-${stamp}-${f}`)).catch(() => undefined);
     }
+    await capDir(logs, this.config.logs_dir_max_mb * 1024 * 1024);
   }
 }

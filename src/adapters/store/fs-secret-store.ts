@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
-import { NotFoundError } from '../../domain/errors.js';
+import { InternalError, NotFoundError } from '../../domain/errors.js';
 import type { SecretRecord } from '../../domain/events.js';
 import { SECRET_NAME_RE } from '../../domain/names.js';
 import type { Config } from '../../app/config.js';
@@ -33,19 +33,38 @@ export class FsSecretStore implements SecretStore {
     this.keyPath = join(config.data_dir, 'secret.key');
   }
 
+  /**
+   * The key, made on first use in a fresh data dir. A key that cannot be read or is not 32 bytes,
+   * or a missing key while secrets are stored, is an error naming the file: it is never replaced,
+   * because every stored secret would be lost without a word.
+   */
   private getKey(): Promise<Buffer> {
     this.key ??= (async () => {
+      const broken = (why: string) => new InternalError(`${this.keyPath} ${why}; svcd will not replace it, since every stored secret would be lost. Restore it from a backup, or move ${this.dir} and the key away to start without secrets`);
+      let k: Buffer;
       try {
-        const k = await readFile(this.keyPath);
-        if (k.length === 32) return k;
-      } catch {
-        // made below
+        k = await readFile(this.keyPath);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT') throw broken(`cannot be read (${code ?? (err as Error).message})`);
+        const stored = (await readdir(this.dir).catch(() => [] as string[])).filter((f) => f.endsWith('.json'));
+        if (stored.length) throw broken(`is missing but ${stored.length} secret(s) are stored in ${this.dir}`);
+        k = randomBytes(32);
+        await writeFileAtomic(this.keyPath, k, 0o600);
+        return k;
       }
-      const k = randomBytes(32);
-      await writeFileAtomic(this.keyPath, k, 0o600);
+      if (k.length !== 32) throw broken(`is damaged (${k.length} bytes, not 32)`);
       return k;
     })();
+    this.key.catch(() => { this.key = undefined; });
     return this.key;
+  }
+
+  /** Checks the key at start: the daemon stops with the reason rather than run without its secrets. */
+  async verify(): Promise<void> {
+    const stored = (await readdir(this.dir).catch(() => [] as string[])).some((f) => f.endsWith('.json'));
+    const exists = await readFile(this.keyPath).then(() => true, (e: NodeJS.ErrnoException) => e.code !== 'ENOENT');
+    if (stored || exists) await this.getKey();
   }
 
   async list(): Promise<SecretRecord[]> {

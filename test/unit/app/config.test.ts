@@ -27,7 +27,7 @@ describe('app/config', () => {
   });
 
   it('lets SVC_<KEY> env override file values', () => {
-    const c = buildConfig({ cpus: 2, api_token: 'file' }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
+    const c = buildConfig({ cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
     expect(c.cpus).to.equal(4);
     expect(c.api_token).to.equal('env');
     expect(c.fake_agent).to.equal(true);
@@ -40,6 +40,8 @@ describe('app/config', () => {
     ['bad enum', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
     ['bad api', { api: 'localhost' }, /config key "api": must be HOST:PORT/],
     ['public api without token', { api: '0.0.0.0:7474' }, /not a loopback address; set api_token/],
+    ['fake_agent outside test mode', { hypervisor: 'fake', fake_agent: true }, /config key "fake_agent": runs every guest command on this host.*test_mode: true/],
+    ['fake_agent with qemu', { hypervisor: 'qemu', fake_agent: true, test_mode: true }, /needs hypervisor: fake/],
     ['a mount_dirs that is not a list', { mount_dirs: '/srv' }, /config key "mount_dirs": must be a list of non-empty strings/],
     ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
     ['an allowed_origins entry that is not an origin', { allowed_origins: ['evil.example'] }, /config key "allowed_origins": "evil.example" is not an origin/],

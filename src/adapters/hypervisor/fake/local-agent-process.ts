@@ -3,6 +3,7 @@ import { mkdirSync, openSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { childEnv } from '../../process-kit/child-env.js';
 
 export interface LocalAgent {
   port: number;
@@ -35,7 +36,7 @@ export interface AgentSpawn {
  */
 export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(process.execPath, [o.script ?? AGENT_BIN, '--listen', o.listen, '--vsock-port', '0', '--no-system-identity', '--state-dir', o.stateDir, '--run-dir', o.runDir], {
-    stdio: ['ignore', 'pipe', o.log], env: { ...process.env, ...o.env },
+    stdio: ['ignore', 'pipe', o.log], env: childEnv(o.env),
   });
   const port = await new Promise<number>((resolve, reject) => {
     const rl = createInterface({ input: child.stdout! });

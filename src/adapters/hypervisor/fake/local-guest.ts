@@ -8,6 +8,7 @@ import type { VmSpec } from '../../../ports/hypervisor.js';
 import type { Sidecar } from './in-memory-hypervisor.js';
 import { generateEd25519 } from '../../ssh/keygen.js';
 import { AGENT_BIN, spawnAgent } from './local-agent-process.js';
+import { childEnv } from '../../process-kit/child-env.js';
 
 let hostKey: string | undefined;
 
@@ -45,7 +46,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   if (spec.userdata) {
     const file = join(stateDir, 'userdata');
     writeFileSync(file, spec.userdata, { mode: 0o700 });
-    const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log] });
+    const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log], env: childEnv() });
     u.once('exit', () => { if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), ''); });
   } else {
     writeFileSync(userdataDone, '');
@@ -110,7 +111,7 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
         session.on('exec', (acceptExec, _reject, info) => {
           const ch = acceptExec();
           // SVC_GUEST_ROOT tells scripts (agent deploy) where this stand-in guest's root is; real guests have none.
-          const p = spawn('/bin/sh', ['-c', info.command], { cwd: cwd(), stdio: 'pipe', env: { ...process.env, SVC_GUEST_ROOT: cwd() } });
+          const p = spawn('/bin/sh', ['-c', info.command], { cwd: cwd(), stdio: 'pipe', env: childEnv({ SVC_GUEST_ROOT: cwd() }) });
           ch.pipe(p.stdin);
           p.stdin.on('error', () => undefined);
           p.stdout.pipe(ch, { end: false });

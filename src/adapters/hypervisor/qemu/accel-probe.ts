@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { childEnv } from '../../process-kit/child-env.js';
 
 export type Accel = 'kvm' | 'tcg';
 
@@ -29,7 +30,7 @@ export async function kvmWorks(qemu: string, timeoutMs = 5000): Promise<boolean>
       const child = spawn(qemu, [
         '-accel', 'kvm', '-cpu', 'host', '-machine', 'pc', '-nodefaults', '-display', 'none', '-no-reboot',
         '-device', 'isa-debug-exit,iobase=0xf4,iosize=0x04', '-drive', `file=${img},format=raw,if=ide`,
-      ], { stdio: 'ignore' });
+      ], { stdio: 'ignore', env: childEnv() });
       const timer = setTimeout(() => { child.kill('SIGKILL'); resolve(false); }, timeoutMs);
       child.once('error', () => { clearTimeout(timer); resolve(false); });
       child.once('exit', (code) => { clearTimeout(timer); resolve(code === 3); });

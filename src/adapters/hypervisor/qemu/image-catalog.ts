@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
+import { childEnv } from '../../process-kit/child-env.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
@@ -214,7 +215,7 @@ async function virtualSizeGb(path: string): Promise<number> {
 /** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
 function runBuild(argv: string[], progress: (p: ImageProgress) => void): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv() });
     const tail: string[] = [];
     createInterface({ input: child.stderr! }).on('line', (line) => {
       const m = /^svc-progress (\d+) (.*)$/.exec(line);

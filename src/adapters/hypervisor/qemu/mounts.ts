@@ -6,6 +6,7 @@ import { InternalError, NotSupportedError } from '../../../domain/errors.js';
 import type { Mount } from '../../../domain/instance.js';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import { tail } from './qemu-files.js';
+import { childEnv } from '../../process-kit/child-env.js';
 
 export const VIRTIOFSD_PATHS = ['/usr/lib/qemu/virtiofsd', '/usr/libexec/virtiofsd', '/usr/bin/virtiofsd'];
 
@@ -64,7 +65,7 @@ export async function startMounts(spec: VmSpec, driver: '9p' | 'virtiofs'): Prom
     m.socket = join(spec.dir, `vfs${i}.sock`);
     await unlink(m.socket).catch(() => undefined);
     const logFd = openSync(join(spec.dir, 'virtiofsd.log'), 'a');
-    const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd] });
+    const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd], env: childEnv() });
     closeSync(logFd);
     d.unref();
     for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));

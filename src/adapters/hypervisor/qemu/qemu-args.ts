@@ -53,7 +53,8 @@ export function qemuArgs(l: QemuLaunch): string[] {
     '-drive', `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
     '-netdev', `user,id=net0,${fwd.join(',')}`, '-device', 'virtio-net-pci,netdev=net0',
     '-device', 'virtio-rng-pci',
-    '-serial', `file:${l.layout.serial}`,
+    // append=on: the daemon caps the log by copying it aside and truncating it in place.
+    '-chardev', `file,id=serial0,path=${l.layout.serial},append=on`, '-serial', 'chardev:serial0',
     '-qmp', `unix:${l.layout.qmp},server=on,wait=off`,
     '-pidfile', l.layout.pidfile,
   ];

@@ -20,6 +20,8 @@ import type { Mount } from '../../../domain/instance.js';
 import { processTag, qemuArgs } from './qemu-args.js';
 import { alive, layout, tail, waitForQmp } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
+import { childEnv } from '../../process-kit/child-env.js';
+import { capLog } from '../../fs-kit/log-cap.js';
 
 const run = promisify(execFile);
 export const SUSPEND_TAG = 'svc-suspend';
@@ -37,6 +39,8 @@ interface Live {
   cid: number;
   /** What launch or reattach answered, kept current as forwards are added. */
   handle?: VmHandle;
+  /** The VM's directory (its logs), kept current across renames. */
+  dir: string;
 }
 
 /** What the record keeps for re-attaching (the adapter state). */
@@ -61,7 +65,12 @@ export interface QemuOptions {
   mountDriver: '9p' | 'virtiofs';
   /** The overlay segment's multicast group:port (network: overlay); absent in user mode. */
   overlayMcast?: string;
+  /** Each VM's serial, QEMU and virtiofsd log is kept under this (plus one older copy). */
+  logMaxBytes?: number;
 }
+
+const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
+const LOG_CHECK_MS = 10_000;
 
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
@@ -73,8 +82,19 @@ export class QemuHypervisor implements HypervisorAdapter {
   private readonly live = new Map<string, Live>();
   private readonly listeners: ExitListener[] = [];
   private accel: Promise<Accel> | undefined;
+  private readonly logTimer: NodeJS.Timeout;
 
-  constructor(private readonly o: QemuOptions) {}
+  constructor(private readonly o: QemuOptions) {
+    this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
+  }
+
+  /** Caps the logs of running VMs (a guest can print without end). */
+  async capLogs(): Promise<void> {
+    const max = this.o.logMaxBytes ?? 16 << 20;
+    for (const v of [...this.live.values()]) {
+      for (const f of LOGS) await capLog(join(v.dir, f), max).catch(() => undefined);
+    }
+  }
 
   /** The accelerator in use, probed once. */
   accelerator(): Promise<Accel> {
@@ -179,7 +199,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       const logPath = join(spec.dir, 'qemu.log');
       const logFd = openSync(logPath, 'a');
       const t0 = Date.now();
-      const child = spawn(this.o.qemuBinary, args, { detached: true, stdio: ['ignore', logFd, logFd] });
+      const child = spawn(this.o.qemuBinary, args, { detached: true, stdio: ['ignore', logFd, logFd], env: childEnv() });
       closeSync(logFd);
       child.unref();
       const started = await waitForQmp(child, l.qmp);
@@ -195,7 +215,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
       const qmp = started;
       const pid = child.pid!;
-      this.track(spec.name, { pid, qmp, child, expected: false, cid });
+      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir });
       if (restore) await unlink(marker).catch(() => undefined);
       this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
       const handle: VmHandle = {
@@ -331,7 +351,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     } catch {
       return null;
     }
-    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle });
+    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
     return handle;
   }
 
@@ -345,6 +365,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     if (!v) return;
     this.live.delete(from.name);
     v.name = to.name;
+    v.dir = to.dir;
     this.live.set(to.name, v);
   }
 
@@ -377,6 +398,7 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   /** Drops monitor connections without touching the VMs (daemon stop: they keep running). */
   async release(): Promise<void> {
+    clearInterval(this.logTimer);
     for (const v of this.live.values()) {
       v.expected = true;
       v.qmp.removeAllListeners('close');
