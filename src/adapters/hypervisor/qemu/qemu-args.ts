@@ -46,6 +46,8 @@ export function qemuArgs(l: QemuLaunch): string[] {
     '-machine', 'pc', '-accel', l.accel, '-cpu', l.accel === 'kvm' ? 'host' : 'max',
     '-smp', String(l.cpus), '-m', String(l.memory_mb),
     '-nodefaults', '-display', 'none', '-no-reboot', '-no-user-config',
+    // seccomp: a guest that breaks into QEMU cannot exec, setuid, or use obsolete syscalls.
+    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
     '-kernel', `${l.image.dir}/${l.image.kernel}`,
     ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
     '-append', l.image.cmdline,

@@ -26,6 +26,13 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), '-loadvm')).to.deep.equal(['svc-suspend']);
   });
 
+  it('runs QEMU under seccomp, and its serial log appends so it can be capped', () => {
+    const a = qemuArgs(base);
+    expect(opt(a, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny']);
+    expect(opt(a, '-chardev')).to.include('file,id=serial0,path=/vm/serial.log,append=on');
+    expect(opt(a, '-serial')).to.deep.equal(['chardev:serial0']);
+  });
+
   it('adds 9p shares, read-only where asked, and virtio-fs with shared memory', () => {
     const mounts = [{ tag: 'src', host: '/home/u/src', readonly: false }, { tag: 'ro', host: '/data', readonly: true }];
     expect(opt(qemuArgs({ ...base, mounts, mountDriver: '9p' }), '-virtfs')).to.deep.equal([
