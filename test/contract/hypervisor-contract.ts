@@ -191,6 +191,20 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await s.hv.destroy(sp);
     });
 
+    it('destroys a VM it never re-attached to (a crash before its record was saved): nothing keeps running', async function () {
+      this.timeout(s.bootMs + 60_000);
+      const sp = spec('orphan');
+      await s.hv.provision(sp);
+      const h = await s.hv.launch(sp);
+      await s.waitUp('orphan', h, s.bootMs);
+      s.hv = await s.restart();
+      s.hv.onExit((n, r) => exits.push([n, r]));
+      await s.hv.destroy(sp);
+      expect(await s.answers('orphan', h)).to.equal(false);
+      expect(s.live()).not.to.include('orphan');
+      await s.hv.destroy(sp); // idempotent
+    });
+
     it('reports a process that dies on its own, and destroy is idempotent', async function () {
       this.timeout(s.bootMs + 60_000);
       const sp = spec('c1');

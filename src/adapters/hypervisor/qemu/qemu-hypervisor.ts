@@ -1,6 +1,6 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
-import { copyFile, rm, unlink, writeFile } from 'node:fs/promises';
+import { copyFile, readFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -290,7 +290,7 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   async kill(vm: VmRef): Promise<void> {
     const v = this.live.get(vm.name);
-    if (!v) return;
+    if (!v) return this.killStray(vm);
     v.expected = true;
     try {
       process.kill(v.pid, 'SIGKILL');
@@ -298,6 +298,26 @@ export class QemuHypervisor implements HypervisorAdapter {
       // already gone
     }
     if (!(await this.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
+  }
+
+  /**
+   * A QEMU of this VM the adapter does not track (a crash between spawn and record, a monitor that
+   * no longer answers): found by the pidfile QEMU writes at start and checked by its command line
+   * (this VM's disk), so a recycled pid is never killed.
+   */
+  private async killStray(vm: VmRef): Promise<void> {
+    const pid = Number(await readFile(layout(vm.dir).pidfile, 'utf8').catch(() => ''));
+    if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.includes(layout(vm.dir).disk)) return;
+    this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on');
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      return;
+    }
+    for (let i = 0; i < 200 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+    if (alive(pid)) throw new InternalError(`qemu pid ${pid} of vm ${vm.name} did not die`);
   }
 
   async pause(vm: VmRef): Promise<void> {
@@ -349,6 +369,13 @@ export class QemuHypervisor implements HypervisorAdapter {
       const qmpPath = inDir ? layout(vm.dir).qmp : rt.qmp!;
       qmp = await QmpClient.connect(qmpPath, 3000);
     } catch {
+      // This VM's QEMU, but no way to drive it: stop it rather than leave it running unrecorded.
+      this.o.log.warn({ vm: vm.name, pid }, 'qemu runs but its monitor does not answer; killing it');
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
       return null;
     }
     this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
