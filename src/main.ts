@@ -31,6 +31,8 @@ import { ShellProxy } from './adapters/http/shell-proxy.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { HttpListeners } from './adapters/http/listeners.js';
+import { mcpRoutes } from './adapters/mcp/mcp-http.js';
+import { SvcClient } from './adapters/client/svc-client.js';
 import { openApiDocument } from './adapters/http/openapi.js';
 import type { RouteDef } from './adapters/http-kit/route.js';
 import { secretRoutes } from './adapters/http/secret-routes.js';
@@ -188,6 +190,10 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
+    // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
+    ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
+      readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms,
+    }),
   ];
   const auth = new BearerAuth(config.api_token);
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });

@@ -48,6 +48,10 @@ export interface Config {
   fake_agent: boolean;
   /** Allows what only tests may do (fake_agent runs guests' commands on this host). */
   test_mode: boolean;
+  /** MCP at /mcp (and the defaults of `svc mcp`): read-only tools only, allowed images, a cap on VMs made through it. */
+  mcp_read_only: boolean;
+  mcp_images: string[];
+  mcp_max_vms: number;
   /** Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates. */
   warm_pool: { template: string; size: number; running: boolean };
 }
@@ -94,6 +98,9 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
   fake_agent: ['fake_agent', 'bool', false],
   test_mode: ['test_mode', 'bool', false],
+  mcp_read_only: ['mcp_read_only', 'bool', false],
+  mcp_images: ['mcp_images', 'list', []],
+  mcp_max_vms: ['mcp_max_vms', 'int', 0],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],

@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -78,6 +80,18 @@ describe('svcd with QEMU: real guests end to end', function () {
     await sh.waitFor(/main/);
     sh.send('exit 0\n');
     expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it('runs a command in the guest through MCP (/mcp, the SDK\'s client)', async () => {
+    const c = new Client({ name: 'svc-e2e', version: '1.0.0' });
+    await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${d.config.api_token}` } } }));
+    try {
+      const r = await c.callTool({ name: 'exec', arguments: { name: 'main', cmd: 'sh', args: ['-c', 'uname -s; cat /proc/sys/kernel/hostname'] } });
+      const out = JSON.parse((r as { content: { text: string }[] }).content[0].text) as { exit_code: number; stdout: string };
+      expect(out).to.deep.equal({ exit_code: 0, stdout: 'Linux\nmain\n', stderr: '' });
+    } finally {
+      await c.close();
+    }
   });
 
   it('works through the svc CLI: x with stdin and exit code, cp round trip', async () => {

@@ -10,6 +10,7 @@ import { completionScript } from './completion.js';
 import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
+import { serveMcpStdio } from '../mcp/mcp-stdio.js';
 
 /** Thrown to leave with a given exit code (the remote command's, the shell's). */
 class Exit extends Error {
@@ -49,11 +50,12 @@ export function buildCli(): Command {
     .description('svc: lightweight QEMU VMs, their agents, files, shells and ports')
     .option('--socket <path>', 'daemon Unix socket (env SVC_SOCKET; default from the config, ~/.svc/svc.sock)')
     .option('--api <url>', 'daemon URL such as http://127.0.0.1:7474 (env SVC_API)')
+    .option('--token <token>', 'bearer token (env SVC_TOKEN; default the config\'s api_token)')
     .showHelpAfterError()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) });
   const client = () => {
-    const o = program.opts<{ socket?: string; api?: string }>();
-    return new SvcClient({ socket: o.socket, api: o.api });
+    const o = program.opts<{ socket?: string; api?: string; token?: string }>();
+    return new SvcClient({ socket: o.socket, api: o.api, token: o.token });
   };
 
   program.command('ls').description('list VMs').option('--json').option('--names', 'names only')
@@ -279,6 +281,14 @@ export function buildCli(): Command {
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
       for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal })) process.stdout.write(c);
+    });
+
+  program.command('mcp').description('serve MCP over stdio for AI agents (docs/mcp.md); talks to the daemon like the other commands')
+    .option('--read-only', 'only the tools that read: list, get, read_file, list_dir, stat, list_images, stats')
+    .option('--allow-image <id>', 'images create_vm may use (repeat; default any)', (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option('--max-vms <n>', 'VMs created through MCP that may exist at once (0: no cap)', Number, 0)
+    .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number }) => {
+      await serveMcpStdio(client(), { readOnly: !!o.readOnly, images: o.allowImage, maxVms: o.maxVms });
     });
 
   program.command('completion').argument('<shell>', 'bash or zsh').description('print a shell completion script')

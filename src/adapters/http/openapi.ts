@@ -209,6 +209,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
         get: op('Get a built image', { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
         delete: op('Delete a built image nothing uses', { '200': json('deleted', { type: 'object', properties: { message: { type: 'string' }, id: { type: 'string' } } }), '404': err('not built'), '409': err('in use by a vm, a template or the warm pool') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
       },
+      '/mcp': {
+        post: op('Model Context Protocol over Streamable HTTP (stateless): JSON-RPC in, JSON or an SSE stream out; docs/mcp.md', { '200': { description: 'a JSON-RPC answer, or text/event-stream with progress notifications then the answer' }, '202': { description: 'a notification or response was accepted' }, '400': err('not a JSON-RPC message') }, { requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } } }),
+        get: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
+        delete: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
+      },
       '/pool': { get: op('The warm pool', { '200': json('pool', { type: 'object', properties: { template: { type: 'string' }, size: { type: 'integer' }, running: { type: 'boolean' }, ready: { type: 'integer' }, members: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, status: { type: 'string' } } } } } }) }) },
       '/vms/{name}/start': lifecycle('Start a stopped (or failed) persistent VM', json('the running VM', ref('Instance'))),
       '/vms/{name}/shutdown': lifecycle('Shut down; ephemeral VMs are removed', message),

@@ -1,0 +1,33 @@
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { RouteDef } from '../http-kit/route.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { buildMcpServer, type McpPolicy } from './mcp-server.js';
+
+/**
+ * MCP over Streamable HTTP at /mcp, behind the daemon's auth like every route. Stateless: each
+ * POST gets its own server and transport (no session to keep or leak), answered as JSON or an
+ * SSE stream (progress notifications of a create). GET and DELETE, which only sessions use, are 405.
+ */
+export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
+  const noSessions: RouteDef['handler'] = (_req, res) => {
+    res.setHeader('Allow', 'POST');
+    res.status(405).json({ error: 'this MCP endpoint is stateless: POST JSON-RPC messages to it', code: 'invalid_argument' });
+  };
+  return [
+    {
+      method: 'post', path: '/mcp',
+      handler: async (req, res) => {
+        const server = buildMcpServer(client, policy);
+        const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+        res.on('close', () => {
+          void transport.close();
+          void server.close();
+        });
+        await server.connect(transport);
+        await transport.handleRequest(req, res, req.body);
+      },
+    },
+    { method: 'get', path: '/mcp', handler: noSessions },
+    { method: 'delete', path: '/mcp', handler: noSessions },
+  ];
+}

@@ -1,0 +1,160 @@
+import { expect } from 'chai';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { fileURLToPath } from 'node:url';
+import { call } from '../helpers/http.js';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+
+const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
+
+type ToolResult = { isError?: boolean; content: { type: string; text: string }[] };
+const textOf = (r: unknown) => (r as ToolResult).content.map((c) => c.text).join('');
+const resourceText = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
+
+/** The MCP server on both transports, driven by the SDK's own Client, on the fake hypervisor with real local agents. */
+describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
+  this.timeout(60_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true, sandbox_metrics_enabled: false });
+  });
+  after(async () => d.stop());
+
+  const httpClient = async (token = 'test-token') => {
+    const c = new Client({ name: 'svc-test', version: '1.0.0' });
+    await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+    return c;
+  };
+  const stdioClient = async (...flags: string[]) => {
+    const c = new Client({ name: 'svc-test', version: '1.0.0' });
+    await c.connect(new StdioClientTransport({ command: process.execPath, args: [SVC_BIN, '--socket', d.config.socket, '--token', 'test-token', 'mcp', ...flags], stderr: 'ignore' }));
+    return c;
+  };
+
+  it('lists tools with schemas, creates a VM with progress notifications, and runs a command in it (HTTP)', async () => {
+    const c = await httpClient();
+    try {
+      const tools = (await c.listTools()).tools;
+      const names = tools.map((t) => t.name);
+      expect(names).to.include.members(['list_vms', 'get_vm', 'create_vm', 'delete_vm', 'start_vm', 'stop_vm', 'pause_vm', 'resume_vm', 'suspend_vm', 'restore_vm',
+        'clone_vm', 'exec', 'read_file', 'write_file', 'list_dir', 'stat', 'mkdir', 'remove', 'add_forward', 'remove_forward', 'list_images', 'inject_secret', 'stats']);
+      const exec = tools.find((t) => t.name === 'exec')!;
+      expect(exec.description).to.match(/stdout, stderr and the exit code/);
+      expect(exec.inputSchema.required).to.include.members(['name', 'cmd']);
+      const progress: string[] = [];
+      const made = await c.callTool({ name: 'create_vm', arguments: { name: 'm1', persistent: true } }, undefined, { onprogress: (p) => void progress.push(String(p.message)) });
+      expect((made as ToolResult).isError, textOf(made)).to.not.equal(true);
+      expect(JSON.parse(textOf(made))).to.include({ name: 'm1', status: 'running' });
+      expect(progress[0]).to.match(/^accepted/);
+      expect(progress.at(-1)).to.match(/^ready/);
+      const out = await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3'], cwd: '/tmp', env: { GREETING: 'hi' } } });
+      expect(JSON.parse(textOf(out))).to.deep.equal({ exit_code: 3, stdout: 'hi from /tmp\n', stderr: 'oops\n' });
+      const big = await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', "head -c 100000 /dev/zero | tr '\\0' a"] } });
+      expect(JSON.parse(textOf(big)).stdout).to.match(/\[stdout truncated: 34464 more bytes/);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('writes then reads a file, lists and stats, and reads resources', async () => {
+    const c = await httpClient();
+    try {
+      const guestTmp = JSON.parse(textOf(await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'mktemp -d'] } }))).stdout.trim();
+      const path = `${guestTmp}/note.txt`;
+      expect(textOf(await c.callTool({ name: 'write_file', arguments: { name: 'm1', path, content: 'hello from MCP\n', mode: '0600' } }))).to.equal(`wrote 15 bytes to ${path}`);
+      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal('hello from MCP\n');
+      const listing = JSON.parse(textOf(await c.callTool({ name: 'list_dir', arguments: { name: 'm1', path: guestTmp } }))) as { name: string }[];
+      expect(listing.map((e) => e.name)).to.deep.equal(['note.txt']);
+      expect(JSON.parse(textOf(await c.callTool({ name: 'stat', arguments: { name: 'm1', path } })))).to.include({ size: 15, mode: '0600' });
+      const vms = await c.readResource({ uri: 'svc://vms' });
+      expect(JSON.parse(resourceText(vms)).map((v: { name: string }) => v.name)).to.include('m1');
+      const one = await c.readResource({ uri: 'svc://vms/m1' });
+      expect(JSON.parse(resourceText(one))).to.include({ name: 'm1' });
+      const templates = (await c.listResourceTemplates()).resourceTemplates.map((t) => t.uriTemplate);
+      expect(templates).to.include.members(['svc://vms/{name}', 'svc://vms/{name}/console']);
+      expect((await c.listResources()).resources.map((r) => r.uri)).to.include.members(['svc://vms', 'svc://activity', 'svc://vms/m1']);
+      const activity = JSON.parse(resourceText(await c.readResource({ uri: 'svc://activity' }))) as { action: string }[];
+      expect(activity.some((a) => a.action === 'create')).to.equal(true);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('answers a missing VM with a tool error carrying the daemon\'s message, and injects a secret without its value', async () => {
+    const c = await httpClient();
+    try {
+      const missing = (await c.callTool({ name: 'get_vm', arguments: { name: 'nope' } })) as ToolResult;
+      expect(missing.isError).to.equal(true);
+      expect(textOf(missing)).to.match(/nope.*not found|not found.*nope/i);
+      expect(textOf(missing)).to.match(/not_found, HTTP 404/);
+      expect((await d.call('POST', '/secrets', { name: 'API_KEY', value: 'sk-very-secret' })).status).to.equal(200);
+      const injected = await c.callTool({ name: 'inject_secret', arguments: { name: 'm1', secret: 'API_KEY' } });
+      expect(textOf(injected)).to.not.contain('sk-very-secret');
+      const path = JSON.parse(textOf(injected)).path as string;
+      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal('sk-very-secret');
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('refuses /mcp without the token (401) and from a foreign Origin (403)', async () => {
+    const body = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
+    const headers = { accept: 'application/json, text/event-stream' };
+    expect((await call({ port: d.tcp.port }, 'POST', '/mcp', body, headers)).status).to.equal(401);
+    expect((await call({ port: d.tcp.port, token: 'test-token' }, 'POST', '/mcp', body, { ...headers, origin: 'http://evil.example' })).status).to.equal(403);
+    expect((await call({ port: d.tcp.port, token: 'test-token' }, 'GET', '/mcp')).status).to.equal(405);
+    const bad = await httpClient('wrong').catch((e: Error) => e);
+    expect(bad).to.be.instanceOf(Error);
+  });
+
+  it('serves read-only mode over stdio: only tools that read, and a create is refused', async () => {
+    const c = await stdioClient('--read-only');
+    try {
+      const names = (await c.listTools()).tools.map((t) => t.name).sort();
+      expect(names).to.deep.equal(['get_vm', 'list_dir', 'list_images', 'list_vms', 'read_file', 'stat', 'stats']);
+      const refused = await c.callTool({ name: 'create_vm', arguments: { name: 'ro' } }).then((r) => r as ToolResult, (e: Error) => ({ isError: true, content: [{ type: 'text', text: e.message }] }));
+      expect(refused.isError).to.equal(true);
+      expect(JSON.parse(textOf(await c.callTool({ name: 'list_vms', arguments: {} }))).map((v: { name: string }) => v.name)).to.include('m1');
+      expect((await d.call('GET', '/vms/ro')).status).to.equal(404);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('keeps to the image allowlist and the cap on VMs created through MCP (stdio)', async () => {
+    // m1, made through MCP above, counts: a cap of 2 leaves room for one more
+    const c = await stdioClient('--allow-image', 'minimal', '--max-vms', '2');
+    try {
+      const wrongImage = (await c.callTool({ name: 'create_vm', arguments: { name: 'deb', image: 'debian' } })) as ToolResult;
+      expect(wrongImage.isError).to.equal(true);
+      expect(textOf(wrongImage)).to.match(/image debian is not allowed through MCP here \(allowed: minimal\)/);
+      expect((await c.callTool({ name: 'create_vm', arguments: { name: 'first', image: 'minimal' } }) as ToolResult).isError).to.not.equal(true);
+      const second = (await c.callTool({ name: 'create_vm', arguments: { name: 'second', image: 'minimal' } })) as ToolResult;
+      expect(second.isError).to.equal(true);
+      expect(textOf(second)).to.match(/at most 2 VMs may be created through MCP here; 2 exist/);
+      expect(textOf(await c.callTool({ name: 'delete_vm', arguments: { name: 'first' } }))).to.match(/deleted/);
+      expect((await c.callTool({ name: 'create_vm', arguments: { name: 'second', image: 'minimal' } }) as ToolResult).isError).to.not.equal(true);
+      await c.callTool({ name: 'delete_vm', arguments: { name: 'second' } });
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('MCP with mcp_read_only in the daemon config', function () {
+  this.timeout(30_000);
+  it('lists only the tools that read at /mcp', async () => {
+    const d = await startTestDaemon({ mcp_read_only: true });
+    try {
+      const c = new Client({ name: 'svc-test', version: '1.0.0' });
+      await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: 'Bearer test-token' } } }));
+      const names = (await c.listTools()).tools.map((t) => t.name);
+      expect(names).to.not.include('create_vm');
+      expect(names).to.include('list_vms');
+      await c.close();
+    } finally {
+      await d.stop();
+    }
+  });
+});
