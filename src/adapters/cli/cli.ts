@@ -10,7 +10,6 @@ import { completionScript } from './completion.js';
 import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
-import { serveMcpStdio } from '../mcp/mcp-stdio.js';
 
 /** Thrown to leave with a given exit code (the remote command's, the shell's). */
 class Exit extends Error {
@@ -288,6 +287,8 @@ export function buildCli(): Command {
     .option('--allow-image <id>', 'images create_vm may use (repeat; default any)', (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option('--max-vms <n>', 'VMs created through MCP that may exist at once (0: no cap)', Number, 0)
     .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number }) => {
+      // loaded here: the SDK is not every command's start-up cost
+      const { serveMcpStdio } = await import('../mcp/mcp-stdio.js');
       await serveMcpStdio(client(), { readOnly: !!o.readOnly, images: o.allowImage, maxVms: o.maxVms });
     });
 

@@ -1,7 +1,14 @@
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { buildMcpServer, type McpPolicy } from './mcp-server.js';
+import type { McpPolicy } from './mcp-server.js';
+
+/** The SDK (and zod, ajv) load on the first MCP request, so a daemon nobody uses MCP with stays small. */
+const sdk = async () => {
+  const [{ StreamableHTTPServerTransport }, { buildMcpServer }] = await Promise.all([
+    import('@modelcontextprotocol/sdk/server/streamableHttp.js'), import('./mcp-server.js'),
+  ]);
+  return { StreamableHTTPServerTransport, buildMcpServer };
+};
 
 /**
  * MCP over Streamable HTTP at /mcp, behind the daemon's auth like every route. Stateless: each
@@ -17,6 +24,7 @@ export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
     {
       method: 'post', path: '/mcp',
       handler: async (req, res) => {
+        const { StreamableHTTPServerTransport, buildMcpServer } = await sdk();
         const server = buildMcpServer(client, policy);
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
         res.on('close', () => {
