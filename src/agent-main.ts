@@ -75,7 +75,8 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   const shell = new ShellSocket(c.get(ShellService));
   // The agent's port is forwarded to the host's loopback, where web pages can send to it too.
   const refuse = browserGuard({ bindHost: '', allowedHosts: [], allowedOrigins: [], anyIpHost: true });
-  const server: Server = createServer({ keepAliveTimeout: 65_000 }, guardRequests(app, refuse));
+  // Headers within 20 s (slowloris); bodies and answers unbounded (long execs, shells, big copies).
+  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 }, guardRequests(app, refuse));
   server.on('upgrade', guardUpgrades((req, socket, head) => {
     if (new URL(req.url ?? '/', 'http://agent').pathname === '/shell') shell.handleUpgrade(req, socket, head);
     else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));

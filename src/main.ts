@@ -198,7 +198,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const auth = new BearerAuth(config.api_token);
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
   const shell = new ShellProxy(container.get(GuestProxy), auth);
-  const listeners = new HttpListeners(app, shell.handleUpgrade);
+  const listeners = new HttpListeners(app, shell.handleUpgrade, config.header_timeout_ms);
   await listeners.start({ socket: config.socket, api: config.api, allowedHosts: config.allowed_hosts, allowedOrigins: config.allowed_origins });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
   pool.refill();

@@ -9,6 +9,8 @@ export interface Config {
   socket: string;
   api: string;
   api_token: string;
+  /** Request headers must arrive within this (slow clients are cut off; bodies and streams are not). */
+  header_timeout_ms: number;
   /** Host names the TCP listener answers to besides its bind address and the loopback names. */
   allowed_hosts: string[];
   /** Origins besides the daemon's own that may change things over TCP (docs/security.md). */
@@ -67,6 +69,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   socket: ['socket', 'string', ''],
   api: ['api', 'string', '127.0.0.1:7474'],
   api_token: ['api_token', 'string', ''],
+  header_timeout: ['header_timeout_ms', 'duration', '20s'],
   allowed_hosts: ['allowed_hosts', 'list', []],
   allowed_origins: ['allowed_origins', 'list', []],
   mount_dirs: ['mount_dirs', 'list', ['~']],

@@ -2,7 +2,9 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { request } from 'node:http';
 import { connect } from 'node:net';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Processes on this host whose command line is exactly `sleep <secs>` (fake_agent runs guests' commands here). */
@@ -82,5 +84,54 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
     });
     expect(text).to.match(/^HTTP\/1.1 400/);
     expect(text).to.match(/Sec-WebSocket-Key/);
+  });
+});
+
+/** Slowloris on both listeners, while slow bodies and long answers keep working. */
+describe('slow clients (header_timeout 1s)', function () {
+  this.timeout(30_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true, header_timeout: '1s', sandbox_metrics_enabled: false });
+    expect((await d.call('POST', '/vms', { name: 's' })).status).to.equal(201);
+  });
+  after(async () => d.stop());
+
+  const trickleHeaders = (opts: { port?: number; path?: string }) => new Promise<{ ms: number; got: string }>((resolve) => {
+    const t0 = Date.now();
+    const s = opts.path ? connect(opts.path) : connect(opts.port!, '127.0.0.1');
+    let got = '';
+    s.on('connect', () => s.write('GET /vms HTTP/1.1\r\nHost: 127.0.0.1\r\n')); // and never the end of the headers
+    s.on('data', (c) => (got += c.toString()));
+    s.on('close', () => resolve({ ms: Date.now() - t0, got }));
+    s.on('error', () => undefined);
+  });
+
+  it('closes a connection whose headers do not arrive in time, on the socket and on TCP', async () => {
+    for (const r of await Promise.all([trickleHeaders({ path: d.config.socket }), trickleHeaders({ port: d.tcp.port })])) {
+      expect(r.ms).to.be.within(900, 6000);
+      expect(r.got).to.match(/^(HTTP\/1.1 408|)/);
+    }
+  });
+
+  it('keeps a long exec stream and a slow upload going past it', async () => {
+    const stream = await d.call('POST', '/vms/s/exec?cmd=sh&args=-c&args=sleep+2.5%3B+echo+late');
+    expect(stream.status).to.equal(200);
+    expect(stream.text).to.contain('late');
+    const path = join(tempDir(), 'slow.bin');
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request({ socketPath: d.config.socket, method: 'PUT', path: `/vms/s/cp?path=${encodeURIComponent(path)}`, headers: { authorization: 'Bearer test-token', 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      let n = 0;
+      const tick = setInterval(() => {
+        req.write(Buffer.alloc(1024, 1));
+        if (++n === 5) { clearInterval(tick); req.end(); }
+      }, 600);
+    });
+    expect(status).to.equal(204);
+    expect(readFileSync(path).length).to.equal(5 * 1024);
   });
 });

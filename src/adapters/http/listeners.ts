@@ -24,7 +24,11 @@ export class HttpListeners {
   private readonly servers: Server[] = [];
   tcpPort: number | undefined;
 
-  constructor(private readonly app: RequestListener, private readonly upgrade?: UpgradeHandler) {}
+  /**
+   * `headerTimeoutMs`: a client must send its request headers within this (slowloris); bodies and
+   * answers have no overall limit, so long exec streams, shells and big copies keep working.
+   */
+  constructor(private readonly app: RequestListener, private readonly upgrade?: UpgradeHandler, private readonly headerTimeoutMs = 20_000) {}
 
   /**
    * Refuses when another daemon serves the socket. Called before the daemon touches any state, so
@@ -60,7 +64,10 @@ export class HttpListeners {
   }
 
   private server(refuse?: Refusal): Server {
-    const s = createServer({ keepAliveTimeout: 65_000 }, refuse ? guardRequests(this.app, refuse) : this.app);
+    const s = createServer({
+      keepAliveTimeout: 65_000, headersTimeout: this.headerTimeoutMs, requestTimeout: 0,
+      connectionsCheckingInterval: Math.min(30_000, Math.max(250, this.headerTimeoutMs / 4)),
+    }, refuse ? guardRequests(this.app, refuse) : this.app);
     if (this.upgrade) s.on('upgrade', refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
     this.servers.push(s);
     return s;
