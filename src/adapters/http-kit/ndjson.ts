@@ -1,4 +1,5 @@
-import type { Response } from 'express';
+import type { Request, Response } from 'express';
+import { queryOne, type Query } from '../../domain/query.js';
 
 /**
  * Writes chunks to a response with backpressure (the one write loop both servers use). When the
@@ -39,4 +40,12 @@ export async function writeNdjson(res: Response, events: AsyncIterable<object>, 
   await pumpTo(res, (async function* () {
     for await (const ev of events) yield JSON.stringify(ev) + '\n';
   })(), onGone);
+}
+
+/**
+ * Does the caller want NDJSON progress (`stream=1` or `Accept: application/x-ndjson`)? Read before
+ * anything starts, so a bad `stream` (given twice) is a 400 that changed nothing.
+ */
+export function wantsNdjson(req: Request): boolean {
+  return queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '');
 }

@@ -1,7 +1,6 @@
 import type { ImageBuilder } from '../../app/image-builder.js';
 import type { ImageService } from '../../app/image-service.js';
-import { queryOne, type Query } from '../../domain/query.js';
-import { writeNdjson } from '../http-kit/ndjson.js';
+import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
 
 /** /images: the built guest images, and building new ones (recipes, baked VMs). */
@@ -11,8 +10,9 @@ export function imageRoutes(images: ImageService, builder: ImageBuilder): RouteD
     {
       method: 'post', path: '/images',
       handler: async (req, res) => {
+        const stream = wantsNdjson(req);
         const job = await builder.build(req.body);
-        if (queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
+        if (stream) return writeNdjson(res, job.events);
         res.status(201).json(await job.done);
       },
     },

@@ -1,16 +1,15 @@
-import type { Request, Response } from 'express';
+import type { Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
 import type { InstanceService } from '../../app/instance-service.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
 import { toPublic } from '../../domain/instance.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { queryOne, type Query } from '../../domain/query.js';
-import { writeNdjson } from '../http-kit/ndjson.js';
+import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 
-/** Answers a create: NDJSON progress when asked for, else 201 with the ready Instance. */
-async function answerCreate(req: Request, res: Response, job: CreateJob): Promise<void> {
-  if (queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '')) return writeNdjson(res, job.events);
+/** Answers a create: NDJSON progress when asked for (`stream`, read before the create began), else 201 with the ready Instance. */
+async function answerCreate(res: Response, stream: boolean, job: CreateJob): Promise<void> {
+  if (stream) return writeNdjson(res, job.events);
   const inst = await job.done.catch((err: unknown) => {
     throw isDomainError(err) ? new AcceptedCreateFailedError(err) : err;
   });
@@ -25,7 +24,10 @@ export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateSe
     { method: 'get', path: '/vms', handler: (_req, res) => void res.json(vms.list()) },
     {
       method: 'post', path: '/vms',
-      handler: async (req, res) => answerCreate(req, res, await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout })),
+      handler: async (req, res) => {
+        const stream = wantsNdjson(req);
+        return answerCreate(res, stream, await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout }));
+      },
     },
     {
       // Sugar for POST /vms {from: name, ...}: clone a stopped or suspended persistent vm.
@@ -34,7 +36,8 @@ export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateSe
         const body = (req.body ?? {}) as Record<string, unknown>;
         if (typeof body !== 'object' || Array.isArray(body)) throw new InvalidArgumentError('clone body must be a JSON object');
         if ('from' in body || 'from_pool' in body) throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
-        return answerCreate(req, res, await creates.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
+        const stream = wantsNdjson(req);
+        return answerCreate(res, stream, await creates.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
       },
     },
     { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(toPublic(vms.get(String(req.params.name)))) },
