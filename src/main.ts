@@ -59,6 +59,8 @@ import { ControlMetrics } from './ports/metrics.js';
 import { ActivityLog, ConsoleLogs, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
+import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
+import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
 
 /** Adapters an embedder may supply instead of the defaults the config selects. */
 export interface DaemonOverrides {
@@ -73,6 +75,9 @@ export interface DaemonOverrides {
 function coreModule(config: Config, o: DaemonOverrides, metrics: PromControlMetrics): ContainerModule {
   return new ContainerModule(({ bind }) => {
     bind(AppConfig).toConstantValue(config);
+    // A test can arm one failpoint (test_mode only): the daemon dies there, as in a crash.
+    const point = process.env.SVC_FAILPOINT;
+    bind(Failpoints).toConstantValue(config.test_mode && point && (FAILPOINTS as readonly string[]).includes(point) ? new KillFailpoints(point) : NO_FAILPOINTS);
     bind(DaemonVersion).toConstantValue(VERSION);
     bind(Logger).toConstantValue(o.logger ?? PinoLogger.create(config.log_level));
     if (o.clock) bind(Clock).toConstantValue(o.clock);

@@ -18,6 +18,7 @@ import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
+import { Failpoints } from '../ports/failpoints.js';
 
 export interface CreateJob {
   name: string;
@@ -49,6 +50,7 @@ export class CreateService {
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
+    @inject(Failpoints) private readonly failpoints: Failpoints,
   ) {}
 
   /**
@@ -147,6 +149,7 @@ export class CreateService {
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
       await this.beforeDeadline(deadline, this.vms.save(rec));
+      this.failpoints.hit('create.saved');
       if (!image.built) {
         // The first create of a built-in image builds it (shared with any create that asks meanwhile).
         emit('image', `building image ${image.id} (first use)`, { percent: 0 });
@@ -161,18 +164,22 @@ export class CreateService {
           this.vms.templateOf(template.name);
           return this.disks.clone(this.keeper.ref(template), spec);
         }))).snapshot;
+        this.failpoints.hit('clone.copied');
         emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
       } else {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
         await this.beforeDeadline(deadline, this.disks.provision(spec));
+        this.failpoints.hit('create.disk');
         emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
       }
       const handle = await this.beforeDeadline(deadline, this.hv.launch(spec, { restore: snapshot }));
+      this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);
       await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready.
       if (template && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      this.failpoints.hit('create.ready');
       return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);

@@ -11,6 +11,7 @@ import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
+import { Failpoints } from '../ports/failpoints.js';
 
 export interface MessageResult {
   message: string;
@@ -32,6 +33,7 @@ export class InstanceService {
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
+    @inject(Failpoints) private readonly failpoints: Failpoints,
   ) {}
 
   async delete(name: string): Promise<MessageResult> {
@@ -62,6 +64,7 @@ export class InstanceService {
       if (rec.status === 'stopped') return { message: `vm ${name} is already stopped`, name };
       await this.events.emit('down', rec);
       await this.keeper.expectExit(rec, () => this.hv.stop(this.keeper.ref(rec), this.config.shutdown_timeout_ms));
+      this.failpoints.hit('shutdown.stopped');
       if (!rec.persistent) {
         await this.keeper.purge(rec);
         this.metrics.vmDeleted();
@@ -96,7 +99,9 @@ export class InstanceService {
   async suspend(name: string): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
+      this.failpoints.hit('suspend.saving');
       const { snapshot } = await this.keeper.expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec)));
+      this.failpoints.hit('suspend.saved');
       rec.status = 'suspended';
       rec.suspended_at = new Date(this.clock.now()).toISOString();
       this.keeper.clearRuntime(rec);

@@ -28,6 +28,11 @@ export class RecoveryService {
         await this.keeper.purge(rec);
         continue;
       }
+      if (rec.deleting) {
+        this.log.warn({ vm: rec.name }, 'finishing a delete interrupted by a daemon stop');
+        await this.keeper.purge(rec);
+        continue;
+      }
       if (!hasProcess(rec.status)) continue;
       const saved = this.keeper.handleOf(rec);
       const handle = saved ? await this.hv.reattach(this.keeper.ref(rec), saved).catch(() => null) : null;

@@ -17,6 +17,7 @@ import { LifecycleEvents } from './lifecycle-events.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 import { Vms } from './vms.js';
+import { Failpoints } from '../ports/failpoints.js';
 
 /**
  * What lifecycle and creation both do to one VM: turn it into a hypervisor spec and back, boot it
@@ -43,6 +44,7 @@ export class VmKeeper {
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
     @inject(Vms) private readonly vms: Vms,
+    @inject(Failpoints) private readonly failpoints: Failpoints,
   ) {
     hv.onExit((name, reason) => void this.onProcessExit(name, reason));
   }
@@ -65,6 +67,7 @@ export class VmKeeper {
    */
   async boot(rec: InstanceRecord, restore: boolean): Promise<void> {
     const handle = await this.hv.launch(await this.spec(rec, rec.forwards.filter((f) => f.kind === 'boot')), { restore });
+    if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     rec.status = 'running';
     delete rec.error;
@@ -130,9 +133,15 @@ export class VmKeeper {
 
   /** Removes every trace of a VM: process, disk, directory, record. With keepLogs, logs survive. */
   async purge(rec: InstanceRecord, keepLogs = false): Promise<void> {
+    // Intent first: from here on a crash leaves a record that says to finish the delete.
+    if (rec.status !== 'creating' && !rec.deleting) {
+      rec.deleting = true;
+      await this.vms.save(rec);
+    }
     await this.events.emit('removed', rec);
     await this.expectExit(rec, () => this.hv.destroy(this.ref(rec))).catch((err) =>
       this.log.error({ vm: rec.name, err: errorMessage(err) }, 'hypervisor destroy failed'));
+    this.failpoints.hit('delete.destroyed');
     if (keepLogs) await this.store.keepLogs(rec.name).catch(() => undefined);
     await this.store.remove(rec.name);
     this.vms.forget(rec.name);

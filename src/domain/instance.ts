@@ -64,10 +64,12 @@ export interface InstanceRecord extends Instance {
   pool?: string;
   /** Overlay segment address with prefix (network: overlay); `ip` shows it without the prefix. */
   overlay_ip?: string;
+  /** Saved before a delete destroys anything: a daemon that dies mid-delete finishes it at start. */
+  deleting?: boolean;
 }
 
 export function toPublic(record: InstanceRecord): Instance {
-  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, ...pub } = record;
+  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
   return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };

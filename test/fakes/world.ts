@@ -23,6 +23,7 @@ import { ControlMetrics } from '../../src/ports/metrics.js';
 import { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
+import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
 
 /** The daemon's use cases wired as in production, on in-memory fakes of every port. */
 export interface World {
@@ -57,6 +58,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(InstanceStore).toConstantValue(store);
     bind(ActivityLog).toConstantValue(activity);
     bind(SshKeys).toConstantValue(new StaticKeys());
+    bind(Failpoints).toConstantValue(NO_FAILPOINTS);
     for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
     bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
     bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));

@@ -1,0 +1,19 @@
+/**
+ * Named steps where a test can make the daemon die (SIGKILL) to prove that a crash there loses
+ * nothing (docs/architecture.md, "Crash matrix"). Production binds the no-op; the daemon arms one
+ * only with `test_mode: true` and `SVC_FAILPOINT=<name>` in its environment.
+ */
+export const FAILPOINTS = [
+  'create.saved', 'create.disk', 'create.launched', 'create.ready',
+  'clone.copied', 'suspend.saving', 'suspend.saved', 'restore.launched',
+  'shutdown.stopped', 'delete.destroyed',
+] as const;
+export type Failpoint = (typeof FAILPOINTS)[number];
+
+export const Failpoints = Symbol('Failpoints');
+export interface Failpoints {
+  /** Does nothing, unless the test armed this point: then the process dies here. */
+  hit(point: Failpoint): void;
+}
+
+export const NO_FAILPOINTS: Failpoints = { hit: () => undefined };

@@ -1,0 +1,77 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildConfig } from '../../src/app/config.js';
+import { startDaemon } from '../../src/main.js';
+import type { Failpoint } from '../../src/ports/failpoints.js';
+import { SilentLogger } from '../fakes/fakes.js';
+import { call, type Target } from '../helpers/http.js';
+import { tempDir } from '../helpers/daemon.js';
+import { ensureImage, qemuProcesses } from './image.js';
+
+const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
+
+/** The QEMU steps of the crash matrix: after a SIGKILL of the daemon, no QEMU runs without a record that holds it. */
+describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
+  this.timeout(300_000);
+  const vm = `crash${process.pid % 10_000}`;
+  const cases: { point: Failpoint; run: (t: Target) => Promise<unknown> }[] = [
+    { point: 'create.launched', run: (t) => call(t, 'POST', '/vms', { name: vm, persistent: true }) },
+    {
+      point: 'suspend.saving',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        return call(t, 'POST', `/vms/${vm}/suspend`);
+      },
+    },
+    {
+      point: 'delete.destroyed',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        return call(t, 'DELETE', `/vms/${vm}`);
+      },
+    },
+  ];
+  for (const c of cases) {
+    it(`dies at ${c.point}; a restarted daemon holds or removes every QEMU, and the VM works again`, async () => {
+      const dir = tempDir('svc-qcrash-');
+      const socket = join(dir, 'svc.sock');
+      const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', memory_mb: 384, test_mode: true, log_level: 'warn', sandbox_metrics_enabled: false, ready_timeout: '180s' };
+      writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${v === '' ? "''" : String(v)}`).join('\n') + '\n');
+      const child = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { env: { ...process.env, SVC_FAILPOINT: c.point }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+      const died = new Promise<NodeJS.Signals | null>((r) => child.once('exit', (_code, sig) => r(sig)));
+      for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+      const t: Target = { socketPath: socket };
+      await c.run(t).catch(() => undefined);
+      expect(await died, stderr).to.equal('SIGKILL');
+
+      const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
+      try {
+        const rec = await call(t, 'GET', `/vms/${vm}`);
+        const procs = qemuProcesses([vm]);
+        if (rec.status === 404) {
+          expect(procs, 'no QEMU without a record').to.deep.equal([]);
+          expect(existsSync(join(raw.data_dir, 'vms', vm))).to.equal(false);
+        } else {
+          expect(['running', 'error', 'stopped', 'suspended'], c.point).to.include(rec.json.status);
+          // a record that says running holds its QEMU (re-attached); any other holds none
+          expect(procs.length, `${rec.json.status}: ${procs.join('; ')}`).to.equal(rec.json.status === 'running' ? 1 : 0);
+          if (rec.json.status === 'error') expect((await call(t, 'POST', `/vms/${vm}/start`)).status).to.equal(200);
+        }
+        if ((await call(t, 'GET', `/vms/${vm}`)).status === 404) expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        const r = await call(t, 'POST', `/vms/${vm}/exec?cmd=hostname`);
+        expect(r.json?.stdout, r.text).to.equal(`${vm}\n`);
+        expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
+        expect(qemuProcesses([vm])).to.deep.equal([]);
+        expect(readdirSync(join(raw.data_dir, 'vms'))).to.deep.equal([]);
+      } finally {
+        await call(t, 'DELETE', `/vms/${vm}`).catch(() => undefined);
+        await d.stop();
+      }
+    });
+  }
+});
