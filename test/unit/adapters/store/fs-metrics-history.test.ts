@@ -41,6 +41,7 @@ describe('adapters/store/FsMetricsHistory (metrics.ring)', () => {
     expect(s.points[1]).to.deep.equal({ t_ms: 1008, uptime_sec: 8, load1: 0.8, mem_total_bytes: 1 << 30, mem_available_bytes: 1 << 29 });
     expect((await h.read('vm', { limit: 2 })).points.map((p) => p.uptime_sec)).to.deep.equal([10, 11]);
     expect((await h.read('vm', { since: 1009 })).points.map((p) => p.uptime_sec)).to.deep.equal([10, 11]);
+    await h.close('vm');
   });
 
   it('continues the sequence after a restart and keeps its own capacity', async () => {
@@ -52,6 +53,7 @@ describe('adapters/store/FsMetricsHistory (metrics.ring)', () => {
     const s = await h2.read('vm', {});
     expect(s.capacity).to.equal(5);
     expect(s.points.map((p) => p.uptime_sec)).to.deep.equal([3, 4, 5, 6, 7]);
+    await h2.close('vm');
   });
 
   it('skips a torn record (crash mid-write) instead of reading garbage', async () => {
@@ -71,5 +73,6 @@ describe('adapters/store/FsMetricsHistory (metrics.ring)', () => {
     await h.append('vm', point(1));
     expect((await h.read('vm', {})).points).to.have.length(1);
     expect(readFileSync(join(root, 'vm', 'metrics.ring.corrupt'), 'utf8')).to.equal('not a ring at all');
+    await h.close('vm');
   });
 });
