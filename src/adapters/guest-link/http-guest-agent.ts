@@ -12,6 +12,7 @@ import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, Uploa
 import { tcpConnector, type Connector } from './transport.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
+const IDLE_SOCKET_MS = 10_000;
 /** How long past its own timeout an exec may take to answer (the agent kills, then reports). */
 const EXEC_GRACE_MS = 30_000;
 /** fs operations and secret writes answer in well under this, or the guest is not answering. */
@@ -93,7 +94,8 @@ export class HttpGuestAgent implements GuestAgent {
     const key = where(ep);
     let a = this.agents.get(key);
     if (!a) {
-      a = new Agent({ keepAlive: true, maxSockets: 64, keepAliveMsecs: 10_000 });
+      // Idle kept-alive sockets close after 10 s (before the agent's 65 s), so a burst leaves no files open.
+      a = new Agent({ keepAlive: true, maxSockets: 64, keepAliveMsecs: 10_000, timeout: IDLE_SOCKET_MS });
       const connector = this.connector;
       (a as unknown as { createConnection: (opts: unknown, cb: unknown) => unknown }).createConnection = () => connector(ep);
       this.agents.set(key, a);

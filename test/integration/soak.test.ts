@@ -1,0 +1,118 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { tempDir } from '../helpers/daemon.js';
+
+const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
+const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 45);
+const CLIENTS = 200;
+const VMS = 8;
+
+const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+const fds = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
+const pct = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor(q * (s.length - 1) + 0.5))] : NaN;
+};
+
+/**
+ * 200 concurrent clients of mixed list/get/exec/cp (and 4 that create and delete VMs) against a svcd process on the fake
+ * hypervisor with real local agents, for SVC_SOAK_SECONDS (45 in CI): every request that should
+ * succeed does, p50/p99 per route are printed, and the daemon's open files and memory come back
+ * to their baseline once it ends.
+ */
+describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor, real local agents)`, function () {
+  this.timeout((SECONDS + 120) * 1000);
+
+  it('fails no request that should succeed, and returns to its baseline', async () => {
+    const dir = tempDir('svc-soak-');
+    const socket = join(dir, 'svc.sock');
+    const raw = { data_dir: join(dir, 'data'), socket, api: "''", hypervisor: 'fake', fake_agent: true, test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, max_execs_per_vm: 64, max_execs_total: 512 };
+    writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${String(v)}`).join('\n') + '\n');
+    const proc = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
+    const req = (method: string, path: string, body?: Buffer | string, type = 'application/json') => new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const r = request({ agent, socketPath: socket, method, path, headers: body === undefined ? {} : { 'content-type': type, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(parts).toString() }));
+        res.on('error', reject);
+      });
+      r.on('error', reject);
+      r.end(body);
+    });
+    try {
+      for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+      for (let i = 0; i < VMS; i++) expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
+      await new Promise((r) => setTimeout(r, 500));
+      const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      const lat: Record<string, number[]> = {};
+      const failures: string[] = [];
+      let made = 0;
+      const end = Date.now() + SECONDS * 1000;
+      const client = async (c: number) => {
+        for (let n = 0; Date.now() < end; n++) {
+          const vm = `s${(c + n) % VMS}`;
+          // 4 of the clients create and delete VMs (each fake VM starts a real agent process and an
+          // SSH server on this host); the others list, get, exec and copy
+          const roll = c % 50 === 0 ? 99 : (c * 7919 + n * 104729) % 97;
+          const t0 = performance.now();
+          let route: string;
+          let ok: boolean;
+          let r: { status: number; text: string };
+          if (roll < 30) {
+            route = 'GET /vms';
+            r = await req('GET', '/vms');
+            ok = r.status === 200;
+          } else if (roll < 50) {
+            route = 'GET /vms/{name}';
+            r = await req('GET', `/vms/${vm}`);
+            ok = r.status === 200;
+          } else if (roll < 80) {
+            route = 'POST exec';
+            r = await req('POST', `/vms/${vm}/exec?cmd=echo&args=${c}-${n}`);
+            ok = r.status === 200 && JSON.parse(r.text).stdout === `${c}-${n}\n`;
+          } else if (roll < 97) {
+            route = 'PUT+GET cp';
+            const path = join(dir, 'data', 'vms', vm, 'guest', `f-${c}.txt`);
+            const up = await req('PUT', `/vms/${vm}/cp?path=${encodeURIComponent(path)}`, `${c}:${n}`, 'application/octet-stream');
+            r = await req('GET', `/vms/${vm}/cp?path=${encodeURIComponent(path)}`);
+            ok = up.status === 204 && r.status === 200 && r.text === `${c}:${n}`;
+          } else {
+            route = 'POST+DELETE vm';
+            const name = `e${c}-${n}`;
+            r = await req('POST', '/vms', JSON.stringify({ name }));
+            const del = r.status === 201 ? await req('DELETE', `/vms/${name}`) : r;
+            ok = r.status === 201 && del.status === 200;
+            if (ok) made++;
+          }
+          (lat[route] ??= []).push(performance.now() - t0);
+          if (!ok && failures.length < 10) failures.push(`${route} ${vm}: ${r.status} ${r.text.slice(0, 200)}`);
+        }
+      };
+      await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
+      agent.destroy();
+      // kept-alive sockets to the agents close after 10 s idle
+      for (let i = 0; i < 40 && fds(proc.pid!) > base.fds + 4; i++) await new Promise((r) => setTimeout(r, 500));
+      const after = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      const total = Object.values(lat).reduce((n, x) => n + x.length, 0);
+      console.log(`      soak: ${total} requests in ${SECONDS} s by ${CLIENTS} clients (${made} VMs created and deleted)`);
+      for (const [route, xs] of Object.entries(lat).sort()) console.log(`      ${route.padEnd(16)} n=${String(xs.length).padStart(6)}  p50 ${pct(xs, 0.5).toFixed(1)} ms  p99 ${pct(xs, 0.99).toFixed(1)} ms`);
+      console.log(`      daemon RSS ${base.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${after.fds}`);
+      expect(failures, failures.join('\n')).to.deep.equal([]);
+      expect(made).to.be.above(0);
+      expect(after.fds, 'open files back to the baseline').to.be.at.most(base.fds + 4);
+      expect(after.rss - base.rss, 'RSS back near the baseline').to.be.below(96);
+      const vms = JSON.parse((await req('GET', '/vms')).text) as { name: string }[];
+      expect(vms.map((v) => v.name).sort()).to.deep.equal(Array.from({ length: VMS }, (_, i) => `s${i}`).sort());
+    } finally {
+      agent.destroy();
+      const gone = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await gone;
+    }
+  });
+});
