@@ -33,7 +33,12 @@ export class RecoveryService {
         await this.keeper.purge(rec);
         continue;
       }
-      if (!hasProcess(rec.status)) continue;
+      if (!hasProcess(rec.status)) {
+        // Stopped or suspended: no process should run. One that does was started by a verb the
+        // daemon died in (a restore, a start) and is held by nothing: stop it.
+        await this.hv.kill(this.keeper.ref(rec)).catch((err: unknown) => this.log.warn({ vm: rec.name, err: String(err) }, 'could not stop a stray vm process'));
+        continue;
+      }
       const saved = this.keeper.handleOf(rec);
       const handle = saved ? await this.hv.reattach(this.keeper.ref(rec), saved).catch(() => null) : null;
       if (handle) {

@@ -17,8 +17,33 @@ const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
   this.timeout(300_000);
   const vm = `crash${process.pid % 10_000}`;
+  const tpl = `${vm}-tpl`;
   const cases: { point: Failpoint; run: (t: Target) => Promise<unknown> }[] = [
+    { point: 'create.disk', run: (t) => call(t, 'POST', '/vms', { name: vm, persistent: true }) },
     { point: 'create.launched', run: (t) => call(t, 'POST', '/vms', { name: vm, persistent: true }) },
+    {
+      point: 'clone.copied',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: tpl, persistent: true })).status).to.equal(201);
+        expect((await call(t, 'POST', `/vms/${tpl}/suspend`)).status).to.equal(200);
+        return call(t, 'POST', `/vms/${tpl}/clone`, { name: vm, persistent: true });
+      },
+    },
+    {
+      point: 'restore.launched',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        expect((await call(t, 'POST', `/vms/${vm}/suspend`)).status).to.equal(200);
+        return call(t, 'POST', `/vms/${vm}/restore`);
+      },
+    },
+    {
+      point: 'shutdown.stopped',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        return call(t, 'POST', `/vms/${vm}/shutdown`);
+      },
+    },
     {
       point: 'suspend.saving',
       run: async (t) => {
@@ -60,16 +85,23 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
           expect(['running', 'error', 'stopped', 'suspended'], c.point).to.include(rec.json.status);
           // a record that says running holds its QEMU (re-attached); any other holds none
           expect(procs.length, `${rec.json.status}: ${procs.join('; ')}`).to.equal(rec.json.status === 'running' ? 1 : 0);
-          if (rec.json.status === 'error') expect((await call(t, 'POST', `/vms/${vm}/start`)).status).to.equal(200);
+          const again: Record<string, string> = { error: 'start', stopped: 'start', suspended: 'restore' };
+          if (again[rec.json.status]) {
+            const r = await call(t, 'POST', `/vms/${vm}/${again[rec.json.status]}`);
+            expect(r.status, r.text).to.equal(200);
+          }
         }
+        expect(qemuProcesses([tpl]), 'the template holds no QEMU').to.deep.equal([]);
         if ((await call(t, 'GET', `/vms/${vm}`)).status === 404) expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
         const r = await call(t, 'POST', `/vms/${vm}/exec?cmd=hostname`);
         expect(r.json?.stdout, r.text).to.equal(`${vm}\n`);
         expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
-        expect(qemuProcesses([vm])).to.deep.equal([]);
+        await call(t, 'DELETE', `/vms/${tpl}`);
+        expect(qemuProcesses([vm, tpl])).to.deep.equal([]);
         expect(readdirSync(join(raw.data_dir, 'vms'))).to.deep.equal([]);
       } finally {
         await call(t, 'DELETE', `/vms/${vm}`).catch(() => undefined);
+        await call(t, 'DELETE', `/vms/${tpl}`).catch(() => undefined);
         await d.stop();
       }
     });
