@@ -206,6 +206,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const listeners = new HttpListeners(app, shell.handleUpgrade, config.header_timeout_ms);
   await listeners.start({ socket: config.socket, api: config.api, allowedHosts: config.allowed_hosts, allowedOrigins: config.allowed_origins });
   log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
+  if (config.api && !/^(127\.|localhost:|\[::1\]:)/.test(config.api)) {
+    log.warn({ api: config.api }, 'the API listens beyond loopback over plain HTTP: the token and everything else cross the network unencrypted; put it behind TLS (a reverse proxy or an SSH tunnel)');
+  }
   pool.refill();
 
   let stopped: Promise<void> | undefined;

@@ -136,6 +136,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     if (entries.length > LIMITS.tags) throw new InvalidArgumentError(`tags: at most ${LIMITS.tags} entries`);
     for (const [k, v] of entries) {
       if (!/^[A-Za-z0-9._/-]{1,63}$/.test(k)) throw new InvalidArgumentError(`tags: invalid key ${JSON.stringify(k)}`);
+      if (k === '__proto__' || k === 'constructor' || k === 'prototype') throw new InvalidArgumentError(`tags: ${k} is not allowed as a key`);
       req.tags[k] = str(v, `tags.${k}`);
     }
   }

@@ -43,6 +43,7 @@ describe('domain/create-request', () => {
     ['duplicate host port', { forwards: [{ host_port: 8080, guest_port: 1 }, { host_port: 8080, guest_port: 2 }] }, /given twice/],
     ['relative mount', { mounts: [{ host: 'tmp', guest: '/x' }] }, /absolute/],
     ['comma in mount path', { mounts: [{ host: '/tmp,readonly=on', guest: '/x' }] }, /commas/],
+    ['__proto__ as a tag key', JSON.parse('{"tags":{"__proto__":"x"}}'), /tags: __proto__ is not allowed/],
     ['quote in a guest mount path', { mounts: [{ host: '/tmp', guest: "/mnt/x'; reboot; '" }] }, /quotes/],
     ['$ in a guest mount path', { mounts: [{ host: '/tmp', guest: '/mnt/$(reboot)' }] }, /quotes, backquotes, \$/],
     ['newline in a guest mount path', { mounts: [{ host: '/tmp', guest: '/mnt/a\nb' }] }, /control characters/],
