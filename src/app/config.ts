@@ -37,6 +37,8 @@ export interface Config {
   log_level: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   agent_transport: 'auto' | 'tcp' | 'vsock';
   qemu_binary: string;
+  /** When the daemon runs as root, QEMU drops to this user (`-runas`) once its files are open; '' keeps root. */
+  qemu_user: string;
   accel: 'auto' | 'kvm' | 'tcg';
   mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
@@ -92,6 +94,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   log_level: ['log_level', { oneOf: ['debug', 'info', 'warn', 'error', 'silent'] }, 'info'],
   agent_transport: ['agent_transport', { oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
   qemu_binary: ['qemu_binary', 'string', 'qemu-system-x86_64'],
+  qemu_user: ['qemu_user', 'string', 'nobody'],
   accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],

@@ -8,7 +8,7 @@ import { ensureImage } from './image.js';
 const agent = new HttpGuestAgent();
 let hv: QemuHypervisor;
 
-const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p', qemuUser: 'nobody' });
 
 hypervisorContract('QemuHypervisor (real guests)', async () => {
   hv = make();

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { randomBytes } from 'node:crypto';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { request } from 'node:http';
@@ -80,6 +80,14 @@ describe('svcd with QEMU: real guests end to end', function () {
     await sh.waitFor(/main/);
     sh.send('exit 0\n');
     expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it('runs QEMU as an unprivileged user (qemu_user) when the daemon is root, under seccomp', async () => {
+    const pid = Number(qemuProcesses(['main'])[0]?.split(' ')[0]);
+    const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+    // a root daemon drops QEMU to nobody; a daemon run by a user starts it as that user
+    expect(uid).to.equal(process.getuid?.() === 0 ? Number(execFileSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).trim()) : process.getuid?.());
+    expect(readFileSync(`/proc/${pid}/status`, 'utf8')).to.match(/^Seccomp:\s+2$/m);
   });
 
   it('runs a command in the guest through MCP (/mcp, the SDK\'s client)', async () => {

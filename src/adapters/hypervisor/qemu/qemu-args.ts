@@ -27,6 +27,8 @@ export interface QemuLaunch {
   mountDriver?: '9p' | 'virtiofs';
   /** A second NIC on the overlay segment: multicast group:port and a per-VM MAC. */
   overlay?: { mcast: string; mac: string };
+  /** Drop to this user once QEMU has opened its files (`-runas`; the daemon runs as root). */
+  runAs?: string;
 }
 
 /** The process name QEMU runs under; re-attach checks it, so a recycled pid is not taken for a VM. */
@@ -46,8 +48,10 @@ export function qemuArgs(l: QemuLaunch): string[] {
     '-machine', 'pc', '-accel', l.accel, '-cpu', l.accel === 'kvm' ? 'host' : 'max',
     '-smp', String(l.cpus), '-m', String(l.memory_mb),
     '-nodefaults', '-display', 'none', '-no-reboot', '-no-user-config',
-    // seccomp: a guest that breaks into QEMU cannot exec, setuid, or use obsolete syscalls.
-    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    // seccomp: a guest that breaks into QEMU cannot exec or use obsolete syscalls, nor setuid; with
+    // -runas the filter must let QEMU drop to the user itself, after which setuid cannot gain anything.
+    '-sandbox', `on,obsolete=deny,elevateprivileges=${l.runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
+    ...(l.runAs ? ['-runas', l.runAs] : []),
     '-kernel', `${l.image.dir}/${l.image.kernel}`,
     ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
     '-append', l.image.cmdline,

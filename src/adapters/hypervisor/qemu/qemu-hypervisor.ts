@@ -67,6 +67,8 @@ export interface QemuOptions {
   overlayMcast?: string;
   /** Each VM's serial, QEMU and virtiofsd log is kept under this (plus one older copy). */
   logMaxBytes?: number;
+  /** When the daemon is root, QEMU drops to this user after opening its files (empty: it stays root). */
+  qemuUser?: string;
 }
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
@@ -86,6 +88,16 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
+  }
+
+  /**
+   * The user QEMU drops to: `qemu_user` when the daemon is root, except for a VM with 9p shares,
+   * which QEMU itself serves and which would then be limited to what that user may touch.
+   */
+  private runAs(spec: VmSpec): string | undefined {
+    if (!this.o.qemuUser || process.getuid?.() !== 0) return undefined;
+    if (spec.mounts.length && this.o.mountDriver === '9p') return undefined;
+    return this.o.qemuUser;
   }
 
   /** Caps the logs of running VMs (a guest can print without end). */
@@ -194,6 +206,7 @@ export class QemuHypervisor implements HypervisorAdapter {
         forwards, vsockCid: cid || undefined, loadSnapshot: restore ? SUSPEND_TAG : undefined,
         mounts, mountDriver: this.o.mountDriver,
         overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
+        runAs: this.runAs(spec),
       });
       await unlink(l.qmp).catch(() => undefined);
       const logPath = join(spec.dir, 'qemu.log');

@@ -31,6 +31,10 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(a, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny']);
     expect(opt(a, '-chardev')).to.include('file,id=serial0,path=/vm/serial.log,append=on');
     expect(opt(a, '-serial')).to.deep.equal(['chardev:serial0']);
+    expect(a).not.to.include('-runas');
+    const dropped = qemuArgs({ ...base, runAs: 'nobody' });
+    expect(opt(dropped, '-runas')).to.deep.equal(['nobody']);
+    expect(opt(dropped, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny']);
   });
 
   it('adds 9p shares, read-only where asked, and virtio-fs with shared memory', () => {
