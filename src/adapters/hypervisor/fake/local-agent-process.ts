@@ -38,6 +38,7 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
   const child = spawn(process.execPath, [o.script ?? AGENT_BIN, '--listen', o.listen, '--vsock-port', '0', '--no-system-identity', '--state-dir', o.stateDir, '--run-dir', o.runDir], {
     stdio: ['ignore', 'pipe', o.log], env: childEnv(o.env),
   });
+  // An agent that did not start is killed, not left running without an owner.
   const port = await new Promise<number>((resolve, reject) => {
     const rl = createInterface({ input: child.stdout! });
     const timer = setTimeout(() => reject(new Error('svc-agent did not start within 10 s')), 10_000);
@@ -54,6 +55,9 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
       clearTimeout(timer);
       reject(new Error(`svc-agent exited with ${code}`));
     });
+  }).catch((err: Error) => {
+    child.kill('SIGKILL');
+    throw err;
   });
   child.stdout!.resume();
   return { child, port };
