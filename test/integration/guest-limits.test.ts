@@ -58,6 +58,32 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
     expect((await d.call('POST', '/vms/b/exec?cmd=true')).status).to.equal(200);
   });
 
+  it('frees the slot and kills the command of a streamed exec whose client leaves mid-stream, while output is backed up', async () => {
+    for (let i = 0; i < 3; i++) {
+      await new Promise<void>((resolve) => {
+        const req = request({ socketPath: d.config.socket, method: 'POST', path: '/vms/a/exec?cmd=yes&args=svc-soak-yes&buffered=false', headers: { authorization: 'Bearer test-token' } }, (res) => {
+          res.once('data', () => {
+            res.pause(); // let the daemon's writes back up, then leave
+            setTimeout(() => { req.destroy(); resolve(); }, 300);
+          });
+        });
+        req.on('error', () => undefined);
+        req.end();
+      });
+    }
+    const yesCount = () => {
+      try {
+        return execFileSync('pgrep', ['-fx', 'yes svc-soak-yes'], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+      } catch {
+        return 0;
+      }
+    };
+    expect(await until(() => yesCount() === 0), 'yes killed').to.equal(true);
+    await sleep(200);
+    const r = await Promise.all([d.call('POST', '/vms/a/exec?cmd=true'), d.call('POST', '/vms/a/exec?cmd=true')]);
+    expect(r.map((x) => x.status)).to.deep.equal([200, 200]);
+  });
+
   it('closes the guest shell of an upgrade whose client is gone, so its slot comes back', async () => {
     for (let i = 0; i < 4; i++) {
       await new Promise<void>((resolve) => {

@@ -32,8 +32,14 @@ export function execHandler(t: ExecTarget): Handler {
     const it = t.stream(req, er, stdin, gone.signal)[Symbol.asyncIterator]();
     const first = await it.next();
     await writeNdjson(res, (async function* () {
-      if (!first.done) yield first.value;
-      for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
+      try {
+        if (!first.done) yield first.value;
+        for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
+      } finally {
+        // Closing early (the client left between frames) must close the source too: it holds the
+        // command and its exec slot until its own cleanup runs.
+        await it.return?.();
+      }
     })(), () => gone.abort());
   };
 }
