@@ -1,18 +1,19 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { tempDir } from '../helpers/daemon.js';
 
 const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
-const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 45);
+const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 60);
 const CLIENTS = 200;
 const VMS = 8;
 
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 const fds = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
+const fdTargets = (pid: number) => readdirSync(`/proc/${pid}/fd`).map((f) => { try { return readlinkSync(`/proc/${pid}/fd/${f}`); } catch { return '?'; } });
 const pct = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.min(s.length - 1, Math.floor(q * (s.length - 1) + 0.5))] : NaN;
@@ -20,9 +21,9 @@ const pct = (xs: number[], q: number) => {
 
 /**
  * 200 concurrent clients of mixed list/get/exec/cp (and 4 that create and delete VMs) against a svcd process on the fake
- * hypervisor with real local agents, for SVC_SOAK_SECONDS (45 in CI): every request that should
- * succeed does, p50/p99 per route are printed, and the daemon's open files and memory come back
- * to their baseline once it ends.
+ * hypervisor with real local agents, for SVC_SOAK_SECONDS (60 in CI, two rounds): every request
+ * that should succeed does, p50/p99 per route are printed, the daemon's open files come back to
+ * their baseline after each round, and its RSS does not grow from the first round to the second.
  */
 describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor, real local agents)`, function () {
   this.timeout((SECONDS + 120) * 1000);
@@ -51,10 +52,11 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       for (let i = 0; i < VMS; i++) expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
       await new Promise((r) => setTimeout(r, 500));
       const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      const baseTargets = fdTargets(proc.pid!);
       const lat: Record<string, number[]> = {};
       const failures: string[] = [];
       let made = 0;
-      const end = Date.now() + SECONDS * 1000;
+      let end = 0;
       const client = async (c: number) => {
         for (let n = 0; Date.now() < end; n++) {
           const vm = `s${(c + n) % VMS}`;
@@ -95,19 +97,27 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
           if (!ok && failures.length < 10) failures.push(`${route} ${vm}: ${r.status} ${r.text.slice(0, 200)}`);
         }
       };
-      await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
-      agent.destroy();
-      // kept-alive sockets to the agents close after 10 s idle
-      for (let i = 0; i < 40 && fds(proc.pid!) > base.fds + 4; i++) await new Promise((r) => setTimeout(r, 500));
-      const after = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      /** One round of load, then the daemon at rest: kept-alive sockets to agents close after 10 s idle. */
+      const round = async () => {
+        end = Date.now() + (SECONDS / 2) * 1000;
+        await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
+        agent.destroy();
+        for (let i = 0; i < 40 && fds(proc.pid!) > base.fds + 4; i++) await new Promise((r) => setTimeout(r, 500));
+        return { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      };
+      // The first round grows the heap to its working size; a leak shows as growth in the second.
+      const first = await round();
+      const after = await round();
       const total = Object.values(lat).reduce((n, x) => n + x.length, 0);
-      console.log(`      soak: ${total} requests in ${SECONDS} s by ${CLIENTS} clients (${made} VMs created and deleted)`);
+      console.log(`      soak: ${total} requests in ${SECONDS} s (two rounds) by ${CLIENTS} clients (${made} VMs created and deleted)`);
       for (const [route, xs] of Object.entries(lat).sort()) console.log(`      ${route.padEnd(16)} n=${String(xs.length).padStart(6)}  p50 ${pct(xs, 0.5).toFixed(1)} ms  p99 ${pct(xs, 0.99).toFixed(1)} ms`);
-      console.log(`      daemon RSS ${base.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${after.fds}`);
+      console.log(`      daemon RSS ${base.rss.toFixed(0)} -> ${first.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${first.fds} -> ${after.fds}`);
       expect(failures, failures.join('\n')).to.deep.equal([]);
       expect(made).to.be.above(0);
-      expect(after.fds, 'open files back to the baseline').to.be.at.most(base.fds + 4);
-      expect(after.rss - base.rss, 'RSS back near the baseline').to.be.below(96);
+      const extra = fdTargets(proc.pid!).filter((t) => !baseTargets.includes(t) || t.startsWith('socket:'));
+      expect(after.fds, `open files back to the baseline; now open: ${extra.join(', ')}`).to.be.at.most(base.fds + 4);
+      expect(first.fds, 'open files back to the baseline after the first round').to.be.at.most(base.fds + 4);
+      expect(after.rss - first.rss, 'no growth from the first round to the second (a leak would show here)').to.be.below(48);
       const vms = JSON.parse((await req('GET', '/vms')).text) as { name: string }[];
       expect(vms.map((v) => v.name).sort()).to.deep.equal(Array.from({ length: VMS }, (_, i) => `s${i}`).sort());
     } finally {

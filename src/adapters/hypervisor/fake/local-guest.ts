@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { timingSafeEqual } from 'node:crypto';
-import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
@@ -25,6 +25,11 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   let runDir = join(root, 'run', 'svc');
   for (const d of [stateDir, runDir, join(root, 'opt', 'svc')]) mkdirSync(d, { recursive: true });
   let log = openSync(join(spec.dir, 'agent.log'), 'a');
+  /** Once: a second close could hit a descriptor the process has reused since. */
+  const closeLog = () => {
+    if (log >= 0) closeSync(log);
+    log = -1;
+  };
 
   let stopping = false;
   let relocating = false;
@@ -65,6 +70,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
       root = join(dir, 'guest');
       stateDir = join(root, 'var', 'lib', 'svc');
       runDir = join(root, 'run', 'svc');
+      closeLog();
       log = openSync(join(dir, 'agent.log'), 'a');
       const c = child;
       if (c && c.exitCode === null && c.signalCode === null) {
@@ -84,6 +90,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
         c.kill('SIGKILL');
         await gone;
       }
+      closeLog(); // the children have their own copies; the daemon's is let go with the VM
     },
   };
 }
