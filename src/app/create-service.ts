@@ -118,6 +118,7 @@ export class CreateService {
     void this.events.emit('claimed', rec);
     try {
       await this.store.rename(oldName, rec.name);
+      this.failpoints.hit('claim.renamed');
       await this.disks.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
       await this.vms.save(rec);
       if (wasRunning) {

@@ -6,7 +6,7 @@
 export const FAILPOINTS = [
   'create.saved', 'create.disk', 'create.launched', 'create.ready',
   'clone.copied', 'suspend.saving', 'suspend.saved', 'restore.launched',
-  'shutdown.stopped', 'delete.destroyed',
+  'shutdown.stopped', 'delete.destroyed', 'claim.renamed',
 ] as const;
 export type Failpoint = (typeof FAILPOINTS)[number];
 

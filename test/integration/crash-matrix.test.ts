@@ -13,7 +13,7 @@ import { tempDir } from '../helpers/daemon.js';
 const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 
 /** The steps that lead to a failpoint, then how to retry what was cut off. */
-const MATRIX: { point: Failpoint; run: (t: Target) => Promise<unknown>; retry: (t: Target) => Promise<unknown> }[] = [
+const MATRIX: { point: Failpoint; setup?: (t: Target) => Promise<unknown>; run: (t: Target) => Promise<unknown>; retry: (t: Target) => Promise<unknown> }[] = [
   ...(['create.saved', 'create.disk', 'create.launched', 'create.ready'] as const).map((point) => ({
     point,
     run: (t: Target) => call(t, 'POST', '/vms', { name: 'v', persistent: true }),
@@ -64,6 +64,23 @@ const MATRIX: { point: Failpoint; run: (t: Target) => Promise<unknown>; retry: (
     },
   },
   {
+    point: 'claim.renamed',
+    // the template exists before the armed daemon starts, which fills its pool at once
+    setup: async (t) => {
+      expect((await call(t, 'POST', '/vms', { name: 'tpl', persistent: true })).status).to.equal(201);
+      expect((await call(t, 'POST', '/vms/tpl/suspend')).status).to.equal(200);
+    },
+    run: async (t) => {
+      for (let i = 0; i < 400 && (await call(t, 'GET', '/pool')).json.ready < 1; i++) await new Promise((r) => setTimeout(r, 25));
+      expect((await call(t, 'GET', '/pool')).json.ready).to.equal(1);
+      return call(t, 'POST', '/vms', { name: 'claimed', from_pool: true });
+    },
+    retry: async (t) => {
+      expect((await call(t, 'GET', '/vms/claimed')).status).to.equal(404);
+      expect((await call(t, 'POST', '/vms', { name: 'claimed', from_pool: true })).status).to.equal(201);
+    },
+  },
+  {
     point: 'delete.destroyed',
     run: async (t) => {
       expect((await call(t, 'POST', '/vms', { name: 'd', persistent: true })).status).to.equal(201);
@@ -87,15 +104,27 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
     it(`dies at ${m.point}, restarts clean, and the operation can be retried`, async () => {
       const dir = tempDir('svc-crash-');
       const socket = join(dir, 'svc.sock');
-      const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false };
-      writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${v === '' ? "''" : String(v)}`).join('\n') + '\n');
+      const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, warm_pool: { template: 'tpl', size: 1 } };
+      writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${v === '' ? "''" : typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join('\n') + '\n');
+      const t: Target = { socketPath: socket };
+      if (m.setup) {
+        const plain = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'ignore'] });
+        for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+        await m.setup(t);
+        const gone = new Promise((r) => plain.once('exit', r));
+        plain.kill('SIGTERM');
+        await gone;
+      }
       const child = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { env: { ...process.env, SVC_FAILPOINT: m.point }, stdio: ['ignore', 'ignore', 'pipe'] });
       let stderr = '';
       child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
       const died = new Promise<NodeJS.Signals | null>((r) => child.once('exit', (_code, sig) => r(sig)));
       for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
-      const t: Target = { socketPath: socket };
-      await m.run(t).catch(() => undefined); // the daemon dies under this request
+      const ran = await m.run(t).then(() => 'answered', (e: Error) => (e.name === 'AssertionError' ? e : 'cut off'));
+      if (ran instanceof Error) {
+        child.kill('SIGKILL');
+        throw ran;
+      }
       expect(await died, stderr).to.equal('SIGKILL');
       expect(stderr).to.contain(`failpoint ${m.point}`);
 
@@ -103,8 +132,11 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
       try {
         const vms = (await call(t, 'GET', '/vms')).json as { name: string; status: string }[];
         for (const v of vms) expect(['running', 'paused', 'stopped', 'suspended', 'error'], `${v.name} after ${m.point}`).to.include(v.status);
+        // warm pool members are records too, hidden from the list; the pool refills at start
+        await d.poolSettled();
         const dirs = existsSync(join(raw.data_dir, 'vms')) ? readdirSync(join(raw.data_dir, 'vms')).sort() : [];
-        expect(dirs, 'a directory for every record and none other').to.deep.equal(vms.map((v) => v.name).sort());
+        const members = ((await call(t, 'GET', '/pool')).json.members as { name: string }[] | undefined ?? []).map((m) => m.name);
+        expect(dirs, 'a directory for every record and none other').to.deep.equal([...vms.map((v) => v.name), ...members].sort());
         await m.retry(t);
       } finally {
         await d.stop();

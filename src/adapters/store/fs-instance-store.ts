@@ -32,7 +32,16 @@ export class FsInstanceStore implements InstanceStore {
     for (const name of await readdir(this.root)) {
       if (!VM_NAME_RE.test(name)) continue;
       const rec = await this.get(name);
-      if (rec) out.push(rec);
+      if (!rec) continue;
+      if (rec.name !== name) {
+        // A rename cut off by a crash (a pool claim renames the member's directory, then saves the
+        // record under its new name): the directory is the truth; mark it unfinished so recovery
+        // rolls it back like any interrupted create.
+        this.log.warn({ vm: name, recorded_as: rec.name }, 'a record whose directory was renamed under it; rolling it back');
+        out.push({ ...rec, name, status: 'creating' });
+        continue;
+      }
+      out.push(rec);
     }
     return out;
   }
