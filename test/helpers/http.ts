@@ -29,21 +29,24 @@ export function call(t: Target, method: string, path: string, body?: unknown, he
     const req = httpRequest({ socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, method, path, headers: h }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json: unknown;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-      });
+      res.on('end', () => resolve(toReply(res.statusCode ?? 0, res.headers, Buffer.concat(chunks))));
       res.on('error', reject);
     });
     req.on('error', reject);
     req.end(payload);
   });
+}
+
+/** A Reply from an answer's status, headers and body (`json` when the body parses). */
+export function toReply(status: number, headers: IncomingHttpHeaders, body: Buffer): Reply {
+  const text = body.toString('utf8');
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status, headers, text, json };
 }
 
 export function ndjson(text: string): Record<string, unknown>[] {

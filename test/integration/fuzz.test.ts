@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { parse } from 'yaml';
 import { request } from 'node:http';
-import type { Reply } from '../helpers/http.js';
+import { toReply, type Reply } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 interface Op { method: string; path: string; params: { name: string; in: string }[]; fiveXX: string[] }
@@ -42,14 +42,7 @@ function fuzzCall(socketPath: string, method: string, path: string, body: Buffer
       let size = 0;
       const done = () => {
         clearTimeout(cut);
-        const text = Buffer.concat(parts).toString('utf8');
-        let json: unknown;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+        resolve(toReply(res.statusCode ?? 0, res.headers, Buffer.concat(parts)));
       };
       const cut = setTimeout(() => { res.destroy(); done(); }, 3000);
       res.on('data', (c: Buffer) => { if ((size += c.length) <= 1 << 16) parts.push(c); });

@@ -21,6 +21,20 @@ export function alive(pid: number): boolean {
   }
 }
 
+/**
+ * Is `pid` a QEMU this adapter started for the VM? Its command line must hold every mark (the
+ * disk path, the process tag), so a recycled pid is never taken for it.
+ */
+export function isQemuOf(pid: number, ...marks: string[]): boolean {
+  let cmdline: string;
+  try {
+    cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return false;
+  }
+  return marks.every((m) => cmdline.includes(m));
+}
+
 /** The QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
 export function qmpPath(dir: string): string {
   const p = join(dir, 'qmp.sock');

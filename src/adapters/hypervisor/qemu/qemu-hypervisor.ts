@@ -1,5 +1,5 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
+import { existsSync, openSync, closeSync } from 'node:fs';
 import { copyFile, readFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -18,7 +18,7 @@ import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver, cloudInitMounts, mountScript, startMounts } from './mounts.js';
 import type { Mount } from '../../../domain/instance.js';
 import { processTag, qemuArgs } from './qemu-args.js';
-import { alive, layout, tail, waitForQmp } from './qemu-files.js';
+import { alive, isQemuOf, layout, tail, waitForQmp } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
 import { childEnv } from '../../process-kit/child-env.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -321,8 +321,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   private async killStray(vm: VmRef): Promise<void> {
     const pid = Number(await readFile(layout(vm.dir).pidfile, 'utf8').catch(() => ''));
     if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (!cmdline.includes(layout(vm.dir).disk)) return;
+    if (!isQemuOf(pid, layout(vm.dir).disk)) return;
     this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on');
     try {
       process.kill(pid, 'SIGKILL');
@@ -365,15 +364,9 @@ export class QemuHypervisor implements HypervisorAdapter {
     const rt = saved.runtime ?? saved;
     const pid = rt.pid ?? handle.pid;
     if (!pid || !alive(pid)) return null;
-    let cmdline = '';
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      return null;
-    }
     // A recycled pid belongs to something else: it must be this VM's QEMU, with this VM's disk.
     // (A renamed pool member still shows the name and disk path it was launched with.)
-    if (!cmdline.includes(rt.tag ?? processTag(vm.name)) || !cmdline.includes(rt.disk ?? layout(vm.dir).disk)) return null;
+    if (!isQemuOf(pid, rt.tag ?? processTag(vm.name), rt.disk ?? layout(vm.dir).disk)) return null;
     let qmp: QmpClient;
     try {
       // A socket inside the VM directory moved with it (a renamed member; its old directory may
