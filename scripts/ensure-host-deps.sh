@@ -15,8 +15,12 @@
 #   socat             vsock relay (agent side) and vsock connector (daemon side)
 #   mmdebstrap        the debian image's root filesystem, from the host's apt sources
 #   libarchive-tools  bsdtar: the tests check that archives it makes (and GNU tar's) copy in intact
+#   skopeo, umoci     importing container images (oci-archive:, docker-archive:): copy, then unpack layers
+#   syslinux, syslinux-common, mtools, dosfstools, fdisk
+#                     the tests' cloud-style disk (a bootloader, a FAT boot partition, a partition table)
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools)
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools
+  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,8 @@ export interface Config {
   allowed_origins: string[];
   /** Host folders (and what is under them) that `mounts` may share; default the user's home. */
   mount_dirs: string[];
+  /** Host folders POST /images may import files from (`oci-archive:`, `docker-archive:`, `disk:`); default none. */
+  import_dirs: string[];
   hypervisor: 'qemu' | 'fake';
   ready_timeout_ms: number;
   create_buffer_ms: number;
@@ -75,6 +77,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   allowed_hosts: ['allowed_hosts', 'list', []],
   allowed_origins: ['allowed_origins', 'list', []],
   mount_dirs: ['mount_dirs', 'list', ['~']],
+  import_dirs: ['import_dirs', 'list', []],
   hypervisor: ['hypervisor', { oneOf: ['qemu', 'fake'] }, 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
   create_buffer: ['create_buffer_ms', 'duration', '60s'],
@@ -200,6 +203,7 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
   if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
   cfg.mount_dirs = cfg.mount_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
+  cfg.import_dirs = cfg.import_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
   if (cfg.mount_dirs.includes('/')) throw new ConfigError('config key "mount_dirs": "/" would share the whole host; list the folders to share');
   for (const o of cfg.allowed_origins) {
     if (!/^https?:\/\/[^/\s]+$/.test(o)) throw new ConfigError(`config key "allowed_origins": ${JSON.stringify(o)} is not an origin such as http://localhost:3000`);

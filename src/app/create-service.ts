@@ -75,6 +75,8 @@ export class CreateService {
     if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
     const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
+    // A clone has its template's disk: an agent deployed there is in the clone too.
+    if (template && !template.agent_missing) delete rec.agent_missing;
     if (template) rec.from = template.name;
     if (internal.pool) rec.pool = internal.pool;
     const queue = new AsyncQueue<CreateProgressEvent>();
@@ -130,7 +132,7 @@ export class CreateService {
         this.keeper.applyHandle(rec, await this.beforeDeadline(deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true })));
       }
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit);
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image);
       if (image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
@@ -177,7 +179,7 @@ export class CreateService {
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit);
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready.
       if (template && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       this.failpoints.hit('create.ready');

@@ -36,6 +36,9 @@ export class GuestProxy {
       throw new AgentUnavailableError(`vm ${rec.name} is ${rec.status}; its agent answers only while it is running`);
     }
     if (!rec.agent_port && !rec.agent_cid) throw new AgentUnavailableError(`vm ${rec.name} has no agent endpoint`);
+    if (rec.agent_missing) {
+      throw new AgentUnavailableError(`vm ${rec.name} runs image ${rec.image}, which has no svc agent yet: deploy it with POST /vms/${rec.name}/agent/deploy (svc agent deploy ${rec.name})`);
+    }
     return agentEndpoint(rec);
   }
 

@@ -1,7 +1,9 @@
 import { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
-import { AlreadyExistsError, InternalError, InvalidStateError, errorMessage, isDomainError } from '../domain/errors.js';
-import type { ImageBake, ImageRecipe, ImageRequest } from '../domain/image-request.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, errorMessage, isDomainError } from '../domain/errors.js';
+import type { ImageBake, ImageImport, ImageRecipe, ImageRequest } from '../domain/image-request.js';
+import type { Config } from './config.js';
+import { AppConfig } from './tokens.js';
 import { parseImageRequest } from '../domain/image-request.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageBuildEvent, ImageBuildPhase } from '../domain/events.js';
@@ -47,6 +49,7 @@ export class ImageBuilder {
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(AppConfig) private readonly config: Config,
   ) {}
 
   /** Validates and starts a build. Throws (before anything exists) InvalidArgument, AlreadyExists, InvalidState, NotFound. */
@@ -56,7 +59,11 @@ export class ImageBuilder {
       throw new AlreadyExistsError(`image ${req.name} already exists`);
     }
     if (req.kind === 'recipe') await this.images.resolveImage(req.from);
-    else {
+    else if (req.kind === 'import') {
+      if (!this.config.import_dirs.length) {
+        throw new InvalidArgumentError(`from: this daemon imports no host files (import_dirs is empty); add the folder holding ${req.source.path} to import_dirs in its config`);
+      }
+    } else {
       const vm = this.vms.get(req.from_vm);
       if (vm.status !== 'stopped') throw new InvalidStateError(`vm ${vm.name} is ${vm.status}; shut it down before baking it`);
     }
@@ -83,9 +90,11 @@ export class ImageBuilder {
     return { name: req.name, events: queue, done };
   }
 
-  private async run(req: ImageRequest, emit: (p: ImageBuildPhase, m: string) => void): Promise<ImageDetails> {
-    emit('accepted', req.kind === 'bake' ? `baking vm ${req.from_vm} into image ${req.name}` : `building image ${req.name} from ${req.from}`);
+  private async run(req: ImageRequest, emit: (p: ImageBuildPhase, m: string, extra?: Partial<ImageBuildEvent>) => void): Promise<ImageDetails> {
+    const from = req.kind === 'bake' ? `vm ${req.from_vm}` : req.kind === 'import' ? `${req.source.type}:${req.source.path}` : req.from;
+    emit('accepted', `${req.kind === 'bake' ? 'baking' : req.kind === 'import' ? 'importing' : 'building'} image ${req.name} from ${from}`);
     if (req.kind === 'bake') return this.bake(req, emit);
+    if (req.kind === 'import') return this.import(req, emit);
     return this.fromRecipe(req, emit);
   }
 
@@ -98,6 +107,12 @@ export class ImageBuilder {
       });
       return this.imageService.get(req.name);
     });
+  }
+
+  private async import(req: ImageImport, emit: (p: ImageBuildPhase, m: string, extra?: Partial<ImageBuildEvent>) => void): Promise<ImageDetails> {
+    await this.images.importImage(req.name, req.source, this.config.import_dirs, { ssh_user: req.ssh_user, description: req.description },
+      (p) => emit('import', p.message, { percent: p.percent }));
+    return this.imageService.get(req.name);
   }
 
   private async fromRecipe(r: ImageRecipe, emit: (p: ImageBuildPhase, m: string) => void): Promise<ImageDetails> {

@@ -4,11 +4,12 @@ import type { CreatePhase } from '../domain/events.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import type { Clock } from '../ports/clock.js';
 import type { AgentEndpoint, GuestAgent } from '../ports/guest-agent.js';
-import type { SshProbe } from '../ports/tunnels.js';
+import type { RemoteShell, SshProbe } from '../ports/tunnels.js';
 
 export interface ReadinessDeps {
   agent: GuestAgent;
   ssh: SshProbe;
+  remote: RemoteShell;
   clock: Clock;
 }
 
@@ -20,6 +21,22 @@ export interface WaitContext {
   phase(phase: CreatePhase, message: string): void;
   /** Returns a reason when the VM process died, so waiting stops at once. */
   died(): string | undefined;
+  /** For an image without an agent: the user the daemon logs in as; `userdata` then asks cloud-init over SSH. */
+  sshUser?: string;
+}
+
+const CLOUD_INIT_POLL_MS = 1000;
+
+/** cloud-init's answer to `status --long`: done, failed (with its detail), or still going. */
+export function cloudInitState(out: string): { done: true } | { failed: string } | undefined {
+  const status = /^status:\s*(\S+)/m.exec(out)?.[1];
+  if (status === 'done') return { done: true };
+  if (status === 'error' || status === 'degraded') {
+    const detail = out.split('\n').filter((l) => l.trim() && !/^(status|time|boot_status_code|extended_status|last_update):/.test(l)).map((l) => l.trim());
+    return { failed: `cloud-init reports ${status}: ${detail.join(' ').slice(0, 500) || 'no detail'}` };
+  }
+  if (!status && /not found|No such file/i.test(out)) return { failed: 'the guest has no cloud-init to wait for (wait=userdata needs it)' };
+  return undefined;
 }
 
 const POLL_MS = 50;
@@ -51,6 +68,21 @@ export async function waitReady(deps: ReadinessDeps, ctx: WaitContext): Promise<
   if (ctx.mode === 'ssh') {
     ctx.phase('wait_ssh', `waiting for ssh on 127.0.0.1:${record.ssh_port}`);
     await until('ssh', async () => ((await deps.ssh.ready('127.0.0.1', record.ssh_port, 1000)) ? true : undefined));
+    return;
+  }
+  if (ctx.mode === 'userdata' && ctx.sshUser !== undefined) {
+    const target = { host: '127.0.0.1', port: record.ssh_port, user: ctx.sshUser };
+    ctx.phase('wait_ssh', `waiting for ssh on 127.0.0.1:${record.ssh_port}`);
+    await until('ssh', async () => ((await deps.ssh.ready('127.0.0.1', record.ssh_port, 1000)) ? true : undefined));
+    ctx.phase('userdata', 'waiting for cloud-init to finish the user-data');
+    const r = await until('cloud-init', async () => {
+      // Before cloud-init has installed the daemon's key the login is refused: keep asking.
+      const out = await deps.remote.exec(target, 'cloud-init status --long 2>&1 || true').catch(() => undefined);
+      const state = out ? cloudInitState(out.stdout + out.stderr) : undefined;
+      if (!state) await deps.clock.sleep(CLOUD_INIT_POLL_MS);
+      return state;
+    });
+    if ('failed' in r) throw new InternalError(`vm ${record.name}: user-data failed: ${r.failed}`);
     return;
   }
   const ep = agentEndpoint(record);

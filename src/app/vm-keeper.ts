@@ -10,7 +10,7 @@ import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js'
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { InstanceStore } from '../ports/stores.js';
-import { SshKeys, SshProbe } from '../ports/tunnels.js';
+import { RemoteShell, SshKeys, SshProbe } from '../ports/tunnels.js';
 import { Activity } from './activity.js';
 import type { Config } from './config.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -37,6 +37,7 @@ export class VmKeeper {
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(GuestAgent) private readonly agent: GuestAgent,
     @inject(SshProbe) private readonly ssh: SshProbe,
+    @inject(RemoteShell) private readonly remote: RemoteShell,
     @inject(SshKeys) private readonly keys: SshKeys,
     @inject(InstanceStore) private readonly store: InstanceStore,
     @inject(Activity) private readonly activity: Activity,
@@ -54,10 +55,14 @@ export class VmKeeper {
     return mode === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : mode;
   }
 
-  async awaitReady(rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void): Promise<void> {
+  async awaitReady(
+    rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
+    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
+  ): Promise<void> {
     this.deaths.delete(rec.name);
-    await waitReady({ agent: this.agent, ssh: this.ssh, clock: this.clock }, {
+    await waitReady({ agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock }, {
       record: rec, mode, deadline, phase, died: () => this.deaths.get(rec.name),
+      sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
     });
   }
 
@@ -73,9 +78,9 @@ export class VmKeeper {
     delete rec.error;
     delete rec.suspended_at;
     await this.vms.save(rec);
-    const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false }));
+    const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
-      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined);
+      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image);
       if (restore && image.agent_ready) await this.setIdentity(rec, false);
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);

@@ -137,6 +137,7 @@ export class Vms {
       created_at: now, updated_at: now, userdata: req.userdata,
     };
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
+    if (!image.agent_ready) rec.agent_missing = true;
     this.records.set(name, rec);
     return rec;
   }

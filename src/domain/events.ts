@@ -50,7 +50,7 @@ export interface MetricsPoint {
   disk_free_bytes?: number;
 }
 
-export const IMAGE_BUILD_PHASES = ['accepted', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] as const;
+export const IMAGE_BUILD_PHASES = ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] as const;
 export type ImageBuildPhase = (typeof IMAGE_BUILD_PHASES)[number];
 
 /** One line of POST /images progress. The last is `ready` (with the image) or `error`. */
@@ -60,6 +60,8 @@ export interface ImageBuildEvent {
   name: string;
   t: string;
   elapsed_ms: number;
+  /** How far an import is (phase `import`). */
+  percent?: number;
   /** The built image (GET /images/{id}'s shape). */
   image?: object;
   error?: string;

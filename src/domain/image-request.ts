@@ -31,7 +31,27 @@ export interface ImageBake {
   description?: string;
 }
 
-export type ImageRequest = ImageRecipe | ImageBake;
+/** Where an imported image comes from: a container image archive or a disk with its own bootloader. */
+export interface ImageSource {
+  type: 'oci-archive' | 'docker-archive' | 'disk';
+  /** An absolute host path; the daemon reads it only inside its import_dirs. */
+  path: string;
+}
+
+/** POST /images from a file on the daemon's host (`from: "oci-archive:PATH"` and the like). */
+export interface ImageImport {
+  kind: 'import';
+  name: string;
+  source: ImageSource;
+  /** The user the daemon logs in as over SSH (disk images); default root. */
+  ssh_user?: string;
+  description?: string;
+}
+
+export type ImageRequest = ImageRecipe | ImageBake | ImageImport;
+
+export const IMPORT_TYPES = ['oci-archive', 'docker-archive', 'disk'] as const;
+const USER = /^[a-z_][a-z0-9_-]{0,31}$/;
 
 export const RECIPE_LIMITS = { packages: 200, run: 100, files: 100, fileBytes: 1 << 20, env: 100 } as const;
 
@@ -60,18 +80,31 @@ export function assertImageId(v: unknown, what = 'name'): string {
 /** Validates a POST /images body. Throws InvalidArgumentError naming the field. */
 export function parseImageRequest(body: unknown): ImageRequest {
   const b = obj(body, 'image request');
-  const allowed = ['name', 'from', 'from_vm', 'packages', 'run', 'files', 'env', 'description'];
+  const allowed = ['name', 'from', 'from_vm', 'packages', 'run', 'files', 'env', 'description', 'ssh_user'];
   for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
   const name = assertImageId(b.name);
   if (name === 'default') throw new InvalidArgumentError('name: "default" names the default image; choose another');
   const description = b.description === undefined ? undefined : String(b.description).slice(0, 500);
   if (b.from_vm !== undefined) {
-    for (const k of ['from', 'packages', 'run', 'files', 'env']) {
+    for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user']) {
       if (b[k] !== undefined) throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
     }
     return { kind: 'bake', name, from_vm: assertVmName(b.from_vm), description };
   }
-  if (b.from === undefined) throw new InvalidArgumentError('give from (a base image such as "debian") or from_vm (a stopped VM)');
+  if (b.from === undefined) throw new InvalidArgumentError('give from (a base image such as "debian", or "oci-archive:PATH", "docker-archive:PATH", "disk:PATH") or from_vm (a stopped VM)');
+  const scheme = typeof b.from === 'string' ? /^([a-z-]+):(.*)$/s.exec(b.from) : null;
+  if (scheme) {
+    const type = scheme[1] as ImageSource['type'];
+    if (!(IMPORT_TYPES as readonly string[]).includes(type)) throw new InvalidArgumentError(`from: unknown source "${scheme[1]}:" (${IMPORT_TYPES.map((t) => `${t}:PATH`).join(', ')})`);
+    const path = scheme[2];
+    if (!path.startsWith('/') || path.includes('\0') || path.length > 4096) throw new InvalidArgumentError(`from: ${type}: takes an absolute path on the daemon's host`);
+    for (const k of ['packages', 'run', 'files', 'env']) {
+      if (b[k] !== undefined) throw new InvalidArgumentError(`from ${type}: imports a file as it is; ${k} belongs to a recipe (build one from the imported image)`);
+    }
+    if (b.ssh_user !== undefined && (typeof b.ssh_user !== 'string' || !USER.test(b.ssh_user))) throw new InvalidArgumentError('ssh_user must be a user name');
+    return { kind: 'import', name, source: { type, path }, ssh_user: b.ssh_user as string | undefined, description };
+  }
+  if (b.ssh_user !== undefined) throw new InvalidArgumentError('ssh_user belongs to an import (from: "disk:PATH")');
   const from = assertImageId(b.from, 'from');
   const packages = list(b.packages, 'packages', RECIPE_LIMITS.packages).map((p, i) => {
     if (typeof p !== 'string' || !PACKAGE.test(p)) throw new InvalidArgumentError(`packages[${i}]: ${JSON.stringify(p)} is not a Debian package name`);

@@ -66,10 +66,12 @@ export interface InstanceRecord extends Instance {
   overlay_ip?: string;
   /** Saved before a delete destroys anything: a daemon that dies mid-delete finishes it at start. */
   deleting?: boolean;
+  /** Its image has no agent and none was deployed yet (agent routes answer 503 saying to deploy it). */
+  agent_missing?: boolean;
 }
 
 export function toPublic(record: InstanceRecord): Instance {
-  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, ...pub } = record;
+  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
   return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };

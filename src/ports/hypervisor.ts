@@ -164,6 +164,8 @@ export interface VmDisks {
   rename(from: VmRef, to: VmRef): Promise<void>;
 }
 
+import type { ImageSource } from '../domain/image-request.js';
+
 export const GuestImages = Symbol('GuestImages');
 /** The guest images VMs are made from. */
 export interface GuestImages {
@@ -194,6 +196,15 @@ export interface GuestImages {
    * AlreadyExistsError when `id` is built; not idempotent.
    */
   bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void>;
+
+  /**
+   * Imports image `id` from a file on the host (a container image archive, or a disk with its own
+   * bootloader), read only when its real path lies inside one of `allowed`. Appears whole or not
+   * at all, reporting progress. InvalidArgumentError for a path outside `allowed`, a link leading
+   * out, or a file that is not what its type says (nothing is left behind); AlreadyExistsError
+   * when `id` is built; InternalError when a build step fails. Not idempotent.
+   */
+  importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string; description?: string }, progress: (p: ImageProgress) => void): Promise<void>;
 }
 
 /** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */

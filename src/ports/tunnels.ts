@@ -59,19 +59,30 @@ export const AgentArtifact = Symbol('AgentArtifact');
 /** The built agent (dist/agent) as a tar stream, and its version. */
 export interface AgentArtifact {
   version(): Promise<string>;
-  /** Throws NotSupportedError when the artifact has not been built. */
-  tar(): Promise<import('node:stream').Readable>;
+  /**
+   * The agent as a tar: the bundled script and its PTY addon, plus the single executable (node
+   * inside) when `executable` is set, for guests without a node of their own. Throws
+   * NotSupportedError when the artifact has not been built.
+   */
+  tar(opts?: { executable?: boolean }): Promise<import('node:stream').Readable>;
 }
 
 export const AgentInstaller = Symbol('AgentInstaller');
 /** Puts the agent onto a guest that the daemon reaches over SSH (POST /vms/{name}/agent/deploy). */
 export interface AgentInstaller {
+  /** What the guest offers the agent: a node (20 or newer) to run the script with. AgentUnavailableError when SSH is unreachable. */
+  probe(target: SshTarget): Promise<{ node: boolean }>;
   /**
    * Unpacks the agent tar into the guest's `/opt/svc/agent`, swapped in whole (a failed upload
-   * leaves the old agent). Not idempotent. AgentUnavailableError when SSH is unreachable,
+   * leaves the old agent), with a `run` launcher and, on a systemd guest, a service that starts it
+   * at boot. As root, or through `sudo -n` for another user. Not idempotent. AgentUnavailableError when SSH is unreachable,
    * InternalError when the guest's install step fails.
    */
   install(target: SshTarget, agentTar: import('node:stream').Readable): Promise<void>;
-  /** Stops the running agent through its pidfile so the guest's supervisor starts the new one. Idempotent. */
+  /**
+   * Starts the new agent: on a systemd guest the installed `svc-agent.service` is restarted (and
+   * enabled, so it survives a reboot); elsewhere the running agent is stopped through its pidfile so
+   * the guest's supervisor starts the new one. Idempotent.
+   */
   restart(target: SshTarget): Promise<void>;
 }

@@ -53,3 +53,20 @@ export function qemuProcesses(names: string[]): string[] {
   }
   return out.split('\n').filter((l) => names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)));
 }
+
+/**
+ * A test fixture made by a script under test/e2e/fixtures (a cloud disk built from Debian packages,
+ * say), built once and kept under `.svc-test/fixtures` keyed by the script's content. Returns its path.
+ */
+export function ensureFixture(script: string, ext: string): string {
+  const src = join(REPO, 'test', 'e2e', 'fixtures', script);
+  const key = createHash('sha256').update(readFileSync(src)).update(readdirSync('/lib/modules').sort().join(',')).digest('hex').slice(0, 16);
+  const dir = join(REPO, '.svc-test', 'fixtures');
+  const out = join(dir, `${script.replace(/\.sh$/, '')}-${key}.${ext}`);
+  if (!existsSync(out)) {
+    execFileSync('mkdir', ['-p', dir]);
+    for (const old of readdirSync(dir).filter((n) => n.startsWith(script.replace(/\.sh$/, '')))) rmSync(join(dir, old), { force: true });
+    execFileSync('bash', [src, out], { stdio: ['ignore', 'ignore', 'inherit'] });
+  }
+  return out;
+}

@@ -21,7 +21,7 @@ import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hyp
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
 import { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
-import { AgentArtifact, AgentInstaller, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
+import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
 import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
 
@@ -63,7 +63,8 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
     bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
     bind(Tunnels).toConstantValue(tunnels);
-    bind(AgentInstaller).toConstantValue({ install: async () => undefined, restart: async () => undefined });
+    bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
+    bind(AgentInstaller).toConstantValue({ probe: async () => ({ node: true }), install: async () => undefined, restart: async () => undefined });
     bind(AgentArtifact).toConstantValue({ version: async () => 'test', tar: async () => { throw new Error('no artifact in unit tests'); } });
   }), appModule());
   const vms = container.get(Vms);

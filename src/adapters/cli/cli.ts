@@ -135,7 +135,7 @@ export function buildCli(): Command {
       if (!json) progress(e, process.stderr.isTTY === true);
     }
     if (!last || last.phase !== 'ready') throw new Error(last?.error ?? 'the build ended without an answer');
-    print(json, last.image, () => `image ${req.name} built`);
+    print(json, last.image, () => `image ${req.name} ${req.from && /^[a-z-]+:/.test(String(req.from)) ? 'imported' : 'built'}`);
   };
   image.command('build').argument('<name>').requiredOption('--from <image>', 'base image, such as debian')
     .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
@@ -154,6 +154,15 @@ export function buildCli(): Command {
     });
   image.command('bake').argument('<name>').argument('<vm>').option('--description <text>').option('--json')
     .description('bake a stopped VM\'s disk into a new image').action(async (name: string, vm: string, o) => buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json));
+  image.command('import').argument('<name>').argument('<source>', 'oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon\'s import_dirs)')
+    .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)').option('--description <text>').option('--json')
+    .description('import a container image archive or a cloud disk as an image, with live progress')
+    .action(async (name: string, source: string, o) => {
+      const m = /^([a-z-]+):(.+)$/s.exec(source);
+      if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar`);
+      // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.
+      await buildOrBake({ name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description }, !!o.json);
+    });
   image.command('rm').argument('<id>').description('delete a built image that no VM uses').action(async (id: string) => console.log((await client().deleteImage(id)).message));
 
   program.command('pool').option('--json').description('the warm pool').action(async (o) => {
@@ -274,6 +283,13 @@ export function buildCli(): Command {
     const i = await c.info();
     print(o.json, i, () => table([[i.name, i.version, i.api_version, i.hypervisor, c.where]], ['NAME', 'VERSION', 'API', 'HYPERVISOR', 'DAEMON']));
   });
+
+  program.command('agent').description('the guest agent').command('deploy').argument('<name>').option('--json')
+    .description('install the svc agent over SSH (images without one, such as imported cloud disks) and wait until it answers')
+    .action(async (name: string, o) => {
+      const r = await client().deployAgent(name);
+      print(o.json, r, () => `agent ${r.agent_version} runs in vm ${r.name}`);
+    });
 
   program.command('logs').argument('<name>').option('-f, --follow', 'keep printing as the log grows').option('--tail <bytes>', 'last N bytes', Number)
     .description('the guest serial console log').action(async (name: string, o) => {

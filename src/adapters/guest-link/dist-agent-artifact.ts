@@ -6,7 +6,7 @@ import type { AgentArtifact } from '../../ports/tunnels.js';
 import { packTree } from '../fs-kit/tar-tree.js';
 import { VERSION } from '../../version.js';
 
-/** The `dist/agent/` directory (less the single executable) that `npm run build:agent` makes, as a tar of its contents. */
+/** The `dist/agent/` directory (the single executable only when asked) that `npm run build:agent` makes, as a tar of its contents. */
 export class DistAgentArtifact implements AgentArtifact {
   constructor(readonly dir = fileURLToPath(new URL('../../../agent/', import.meta.url))) {}
 
@@ -19,9 +19,10 @@ export class DistAgentArtifact implements AgentArtifact {
     }
   }
 
-  async tar(): Promise<Readable> {
+  async tar(opts: { executable?: boolean } = {}): Promise<Readable> {
     if (!existsSync(`${this.dir}/svc-agent.cjs`)) throw new NotSupportedError(`the agent artifact is not built (${this.dir}); run npm run build:agent`);
-    // Guests get the bundled script and the PTY addon; the 100 MB single executable stays home.
-    return packTree(this.dir, (name) => name !== 'svc-agent');
+    // Guests get the bundled script and the PTY addon; the 100 MB single executable only when they have no node.
+    if (opts.executable && !existsSync(`${this.dir}/svc-agent`)) throw new NotSupportedError(`the agent's single executable is not built (${this.dir}/svc-agent); run npm run build:agent`);
+    return packTree(this.dir, (name) => opts.executable || name !== 'svc-agent');
   }
 }

@@ -71,7 +71,9 @@ const schemas: Record<string, Schema> = {
     type: 'object', required: ['name'],
     properties: {
       name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }, description: { type: 'string' },
-      from: { type: 'string', description: 'base image of a recipe, such as debian' }, from_vm: { type: 'string', description: 'a stopped VM to bake' },
+      from: { type: 'string', description: 'base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon\'s import_dirs)' },
+      from_vm: { type: 'string', description: 'a stopped VM to bake' },
+      ssh_user: { type: 'string', description: 'imports from disk: the user the daemon logs in as over SSH (default root)' },
       packages: { type: 'array', items: { type: 'string' } }, run: { type: 'array', items: { type: 'string' } },
       files: { type: 'array', items: { type: 'object', required: ['path', 'content'], properties: { path: { type: 'string' }, content: { type: 'string', format: 'byte' }, mode: { type: 'string' } } } },
       env: { type: 'object', additionalProperties: { type: 'string' } },
@@ -80,9 +82,9 @@ const schemas: Record<string, Schema> = {
   ImageBuildEvent: {
     type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
     properties: {
-      phase: { type: 'string', enum: ['accepted', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] },
+      phase: { type: 'string', enum: ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] },
       message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
-      image: ref('Image'), error: { type: 'string' }, code: { type: 'string' },
+      image: ref('Image'), error: { type: 'string' }, code: { type: 'string' }, percent: { type: 'integer', description: 'import progress (phase import)' },
     },
   },
   Image: {
@@ -199,10 +201,10 @@ export function openApiDocument(version: string): Record<string, unknown> {
       }, { parameters: [nameParam, q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string' }), q('timeout', { type: 'string' })], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, persistent: { type: 'boolean' }, tags: { type: 'object', additionalProperties: { type: 'string' } }, forwards: { type: 'array', items: ref('PortForward') }, metrics_enabled: { type: 'boolean' } } } } } } }) },
       '/images': {
         get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }),
-        post: op('Build an image from a recipe, or bake a stopped VM', {
+        post: op('Build an image from a recipe, bake a stopped VM, or import a container image archive or a cloud disk', {
           '201': json('the built image', ref('Image')),
           '200': { description: 'progress stream (stream=1 or Accept: application/x-ndjson)', content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } } },
-          '400': err('invalid recipe, or a step of it failed'), '404': err('no such vm'), '409': err('the image exists'), '500': err('the build failed'),
+          '400': err('invalid recipe, a step of it failed, or an import refused (outside import_dirs, not what it claims)'), '404': err('no such vm'), '409': err('the image exists'), '500': err('the build failed'),
         }, { parameters: [q('stream', { type: 'string', enum: ['1'] })], requestBody: { required: true, content: { 'application/json': { schema: ref('ImageRequest') } } } }),
       },
       '/images/{id}': {

@@ -1,28 +1,77 @@
 import type { Readable } from 'node:stream';
+import { createGzip } from 'node:zlib';
 import { InternalError } from '../../domain/errors.js';
 import type { AgentInstaller, RemoteShell, SshTarget } from '../../ports/tunnels.js';
 
+/** Single-quotes a string for sh. */
+const shq = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
+
+const ROOT = '"${SVC_GUEST_ROOT:-}"';
+const DIR = `${ROOT}/opt/svc`;
+
+/** Starts whichever agent was installed: the single executable, else the script with the guest's node. */
+const LAUNCHER = `#!/bin/sh
+# svc agent launcher (written by agent deploy)
+here=$(dirname "$0")
+[ -x "$here/svc-agent" ] && exec "$here/svc-agent" "$@"
+exec node "$here/svc-agent.cjs" "$@"
+`;
+
+/** The service a systemd guest starts the agent with, at boot and on deploy. */
+const UNIT = `[Unit]
+Description=svc guest agent
+After=network.target
+
+[Service]
+Environment=HOME=/root SHELL=/bin/sh PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=/opt/svc/agent/run --listen 0.0.0.0:7475 --vsock-port 7475 --state-dir /var/lib/svc --run-dir /run/svc
+Restart=always
+RestartSec=200ms
+StandardOutput=null
+
+[Install]
+WantedBy=multi-user.target
+`;
+
 /**
- * Installs the agent with shell commands over SSH. Paths are under `$SVC_GUEST_ROOT` when the
- * guest's SSH server sets it (the fake hypervisor's stand-in guests live in a directory); real
- * guests leave it unset, so the paths are the guest's own `/opt/svc` and `/run/svc`.
+ * Installs the agent with shell commands over SSH: as root, or through `sudo -n` for another user
+ * (cloud images log in as their default user). Paths are under `$SVC_GUEST_ROOT` when the guest's
+ * SSH server sets it (the fake hypervisor's stand-in guests live in a directory; they get no
+ * service); real guests leave it unset, so the paths are the guest's own `/opt/svc` and `/run/svc`.
  */
 export class SshAgentInstaller implements AgentInstaller {
   constructor(private readonly remote: RemoteShell) {}
 
+  /** The script run as root: as it is for root (and stand-in guests), through sudo otherwise. */
+  private asRoot(script: string): string {
+    return `if [ "$(id -u)" -eq 0 ] || [ -n "\${SVC_GUEST_ROOT:-}" ]; then sh -c ${shq(script)}; else sudo -n sh -c ${shq(script)}; fi`;
+  }
+
+  async probe(target: SshTarget): Promise<{ node: boolean }> {
+    const out = await this.remote.exec(target, `node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' >/dev/null 2>&1 && echo node=1 || echo node=0`);
+    return { node: /node=1/.test(out.stdout) };
+  }
+
   async install(target: SshTarget, agentTar: Readable): Promise<void> {
-    const dir = '"${SVC_GUEST_ROOT:-}"/opt/svc';
     const script = [
-      'set -e', `mkdir -p ${dir}`, `rm -rf ${dir}/agent.new ${dir}/agent.old`, `mkdir ${dir}/agent.new`, `tar -x -C ${dir}/agent.new`,
-      `if [ -d ${dir}/agent ]; then mv ${dir}/agent ${dir}/agent.old; fi`, `mv ${dir}/agent.new ${dir}/agent`, `rm -rf ${dir}/agent.old`,
+      'set -e', `mkdir -p ${DIR}`, `rm -rf ${DIR}/agent.new ${DIR}/agent.old`, `mkdir ${DIR}/agent.new`, `tar -xz -C ${DIR}/agent.new`,
+      `printf %s ${shq(LAUNCHER)} > ${DIR}/agent.new/run`, `chmod 0755 ${DIR}/agent.new/run`,
+      `if [ -d ${DIR}/agent ]; then mv ${DIR}/agent ${DIR}/agent.old; fi`, `mv ${DIR}/agent.new ${DIR}/agent`, `rm -rf ${DIR}/agent.old`,
+      // A systemd guest of its own (not a stand-in) gets the service, enabled for the next boot
+      // (the project's debian image has its own, which is kept).
+      `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -d /run/systemd/system ] && [ ! -f /etc/systemd/system/svc-agent.service ]; then printf %s ${shq(UNIT)} > /etc/systemd/system/svc-agent.service; systemctl daemon-reload; systemctl enable -q svc-agent.service; fi`,
     ].join('; ');
-    const up = await this.remote.exec(target, script, agentTar);
-    if (up.code !== 0) throw new InternalError(`agent upload failed (exit ${up.code}): ${up.stderr.trim()}`);
+    const gz = createGzip({ level: 1 });
+    agentTar.on('error', (err) => gz.destroy(err));
+    const up = await this.remote.exec(target, this.asRoot(script), agentTar.pipe(gz));
+    if (up.code !== 0) throw new InternalError(`agent upload failed (exit ${up.code}): ${up.stderr.trim().slice(-500)}`);
   }
 
   async restart(target: SshTarget): Promise<void> {
-    const pidfile = '"${SVC_GUEST_ROOT:-}"/run/svc/agent.pid';
-    const out = await this.remote.exec(target, `if [ -f ${pidfile} ]; then kill "$(cat ${pidfile})" 2>/dev/null || true; fi`);
-    if (out.code !== 0) throw new InternalError(`agent restart failed: ${out.stderr.trim()}`);
+    const pidfile = `${ROOT}/run/svc/agent.pid`;
+    const script = `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -f /etc/systemd/system/svc-agent.service ] && [ -d /run/systemd/system ]; then systemctl restart svc-agent.service; `
+      + `elif [ -f ${pidfile} ]; then kill "$(cat ${pidfile})" 2>/dev/null || true; fi`;
+    const out = await this.remote.exec(target, this.asRoot(script));
+    if (out.code !== 0) throw new InternalError(`agent restart failed: ${out.stderr.trim().slice(-500)}`);
   }
 }

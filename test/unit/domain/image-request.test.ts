@@ -19,7 +19,23 @@ describe('domain/parseImageRequest', () => {
     expect(parseImageRequest({ name: 'web-v1', from_vm: 'web' })).to.deep.equal({ kind: 'bake', name: 'web-v1', from_vm: 'web', description: undefined });
   });
 
+  it('reads imports: container archives and disks, with an ssh user for a disk', () => {
+    expect(parseImageRequest({ name: 'app', from: 'oci-archive:/srv/in/app.tar' })).to.deep.equal({
+      kind: 'import', name: 'app', source: { type: 'oci-archive', path: '/srv/in/app.tar' }, ssh_user: undefined, description: undefined,
+    });
+    expect(parseImageRequest({ name: 'app', from: 'docker-archive:/a:b.tar' })).to.deep.include({ source: { type: 'docker-archive', path: '/a:b.tar' } });
+    expect(parseImageRequest({ name: 'cloud', from: 'disk:/srv/in/bookworm.qcow2', ssh_user: 'debian' })).to.deep.include({
+      kind: 'import', source: { type: 'disk', path: '/srv/in/bookworm.qcow2' }, ssh_user: 'debian',
+    });
+  });
+
   const bad: [string, unknown, RegExp][] = [
+    ['an unknown import type', { name: 'x', from: 'http://example/x.tar' }, /unknown source "http:"/],
+    ['a relative import path', { name: 'x', from: 'oci-archive:app.tar' }, /absolute path/],
+    ['an import with recipe fields', { name: 'x', from: 'disk:/x.qcow2', packages: ['jq'] }, /belongs to a recipe/],
+    ['a bad ssh user', { name: 'x', from: 'disk:/x.qcow2', ssh_user: 'root; id' }, /ssh_user must be a user name/],
+    ['an ssh user on a recipe', { name: 'x', from: 'debian', ssh_user: 'debian' }, /belongs to an import/],
+    ['an ssh user on a bake', { name: 'x', from_vm: 'web', ssh_user: 'debian' }, /ssh_user belongs to a recipe|from_vm bakes/],
     ['no body', undefined, /must be a JSON object/],
     ['a bad name', { name: 'Bad Name', from: 'debian' }, /name must be an image name/],
     ['the default alias as a name', { name: 'default', from: 'debian' }, /default/],

@@ -2,10 +2,11 @@ import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
 import type { Mount } from '../../../domain/instance.js';
-import { checkHostDirs } from '../host-dirs.js';
+import { checkHostDirs, checkImportFile, sniffImportFile } from '../host-dirs.js';
+import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
 import type { GuestStandIns } from '../driver.js';
@@ -176,6 +177,17 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     if (state === 'running' || state === 'paused') throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
     const base = await this.resolveImage(meta.from_image);
     this.images[id] = { ...base, id };
+    this.removed.delete(id);
+  }
+
+  /** Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent one. */
+  async importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string }, progress: (p: ImageProgress) => void): Promise<void> {
+    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const file = await checkImportFile(source.path, allowed);
+    await sniffImportFile(file, source.type);
+    progress({ percent: 50, message: `importing ${source.type}:${file}` });
+    const disk = source.type === 'disk';
+    this.images[id] = { id, agent_ready: !disk, ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root', min_disk_gb: 1, built: true };
     this.removed.delete(id);
   }
 

@@ -8,6 +8,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
+import type { ImageSource } from '../../../domain/image-request.js';
+import { checkImportFile } from '../host-dirs.js';
+import { importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { childEnv } from '../../process-kit/child-env.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -95,7 +98,7 @@ export class ImageCatalog {
     const m = this.manifest(id);
     if (!m) throw new InvalidArgumentError(`unknown image "${name}"`);
     const dir = this.dir(id);
-    for (const f of [m.kernel, m.disk]) {
+    for (const f of m.boot === 'firmware' ? [m.disk] : [m.kernel, m.disk]) {
       if (!existsSync(join(dir, f))) throw new InternalError(`image ${id} is incomplete: ${f} missing`);
     }
     return { ...m, id, dir };
@@ -184,7 +187,7 @@ export class ImageCatalog {
     try {
       await mkdir(tmp, { recursive: true });
       await runBuild(['qemu-img', 'convert', '-q', '-O', 'qcow2', vmDisk, join(tmp, 'disk.qcow2')], () => undefined);
-      for (const f of [base.kernel, base.initrd]) await copyFile(join(base.dir, f), join(tmp, f));
+      for (const f of [base.kernel, base.initrd]) if (f) await copyFile(join(base.dir, f), join(tmp, f));
       const { dir: _d, ...manifest } = base;
       const sizeGb = await virtualSizeGb(join(tmp, 'disk.qcow2'));
       await writeFile(join(tmp, 'manifest.json'), JSON.stringify({
@@ -195,6 +198,34 @@ export class ImageCatalog {
     } catch (err) {
       await rm(tmp, { recursive: true, force: true });
       throw err;
+    }
+  }
+
+  /**
+   * A new image from a file on the host (`oci-archive:`, `docker-archive:`, `disk:`), read only
+   * inside `allowed` (import_dirs). Made in a temporary directory and renamed into place, so a
+   * refused or failed import leaves nothing.
+   */
+  async import(name: string, source: ImageSource, allowed: readonly string[], meta: Omit<ImportMeta, 'id'>, progress: (p: ImageProgress) => void): Promise<void> {
+    const id = this.canonical(name);
+    if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const file = await checkImportFile(source.path, allowed);
+    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    const work = `${tmp}.work`;
+    this.building.set(id, { done: Promise.resolve(), listeners: new Set() });
+    try {
+      await mkdir(this.root, { recursive: true });
+      if (source.type === 'disk') await importDisk(file, tmp, { ...meta, id }, progress);
+      else await importContainer(file, source.type, tmp, work, { ...meta, id }, { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild }, progress);
+      if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+      await rename(tmp, this.dir(id));
+      progress({ percent: 100, message: `image ${id} imported` });
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    } finally {
+      this.building.delete(id);
+      await rm(work, { recursive: true, force: true });
     }
   }
 
@@ -213,9 +244,9 @@ async function virtualSizeGb(path: string): Promise<number> {
 }
 
 /** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
-function runBuild(argv: string[], progress: (p: ImageProgress) => void): Promise<void> {
+function runBuild(argv: string[], progress: (p: ImageProgress) => void, env: Record<string, string> = {}): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv() });
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv(env) });
     const tail: string[] = [];
     createInterface({ input: child.stderr! }).on('line', (line) => {
       const m = /^svc-progress (\d+) (.*)$/.exec(line);

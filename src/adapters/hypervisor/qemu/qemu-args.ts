@@ -52,9 +52,12 @@ export function qemuArgs(l: QemuLaunch): string[] {
     // -runas the filter must let QEMU drop to the user itself, after which setuid cannot gain anything.
     '-sandbox', `on,obsolete=deny,elevateprivileges=${l.runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
     ...(l.runAs ? ['-runas', l.runAs] : []),
-    '-kernel', `${l.image.dir}/${l.image.kernel}`,
-    ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
-    '-append', l.image.cmdline,
+    // The project's images boot its kernel directly; an imported disk boots its own bootloader.
+    ...(l.image.boot === 'firmware' ? [] : [
+      '-kernel', `${l.image.dir}/${l.image.kernel}`,
+      ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
+      '-append', l.image.cmdline,
+    ]),
     '-drive', `file=${l.layout.disk},if=virtio,format=qcow2,cache=writeback,discard=unmap`,
     '-drive', `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
     '-netdev', `user,id=net0,${fwd.join(',')}`, '-device', 'virtio-net-pci,netdev=net0',

@@ -17,6 +17,7 @@ import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver, cloudInitMounts, mountScript, startMounts } from './mounts.js';
 import type { Mount } from '../../../domain/instance.js';
+import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag, qemuArgs } from './qemu-args.js';
 import { alive, isQemuOf, layout, tail, waitForQmp } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
@@ -142,6 +143,10 @@ export class QemuHypervisor implements HypervisorAdapter {
     return this.o.images.bake(id, layout(vm.dir).disk, meta);
   }
 
+  importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string; description?: string }, progress: (p: ImageProgress) => void): Promise<void> {
+    return this.o.images.import(id, source, allowed, meta, progress);
+  }
+
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
     const real = await checkHostDirs(mounts, rule);
     if (mounts.length) checkDriver(this.o.mountDriver);
@@ -153,7 +158,8 @@ export class QemuHypervisor implements HypervisorAdapter {
       instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
       authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
       mountsScript: spec.mounts.length ? mountScript(spec.mounts, this.o.mountDriver) : undefined,
-      vendorData: spec.mounts.length ? cloudInitMounts(spec.mounts, this.o.mountDriver) : undefined,
+      // cloud-init (imported cloud disks): the daemon's key also for root, and the shares.
+      vendorData: `#cloud-config\ndisable_root: false\n${spec.mounts.length ? cloudInitMounts(spec.mounts, this.o.mountDriver).replace('#cloud-config\n', '') : ''}`,
       overlayIp: spec.overlay_ip,
     };
   }

@@ -1,0 +1,98 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import fc from 'fast-check';
+import { InvalidArgumentError } from '../../../../src/domain/errors.js';
+import { checkImportFile, sniffImportFile } from '../../../../src/adapters/hypervisor/host-dirs.js';
+import { checkLayers, escapes, imageEnvScript } from '../../../../src/adapters/hypervisor/qemu/oci-layout.js';
+import { makeTar } from '../../../helpers/tar.js';
+
+describe('adapters/hypervisor/oci-layout and import checks', () => {
+  let dir: string;
+  beforeEach(() => { dir = mkdtempSync(join(tmpdir(), 'svc-oci-')); });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('says which names climb out of the root', () => {
+    for (const ok of ['etc/passwd', './etc/x', '/abs/inside', 'a/../b', 'a/b/../../c', '.', './']) expect(escapes(ok), ok).to.equal(false);
+    for (const bad of ['../x', 'a/../../x', '/../etc', './..', 'a/b/../../../c', 'x\0y']) expect(escapes(bad), bad).to.equal(true);
+  });
+
+  it('agrees with a path resolver on random names', () => {
+    const part = fc.constantFrom('a', 'b', '.', '..', '');
+    fc.assert(fc.property(fc.array(part, { maxLength: 8 }), (parts) => {
+      const name = parts.join('/');
+      let depth = 0;
+      let out = false;
+      for (const p of parts) {
+        depth += p === '..' ? -1 : p === '' || p === '.' ? 0 : 1;
+        if (depth < 0) out = true;
+      }
+      expect(escapes(name)).to.equal(out);
+    }));
+  });
+
+  it('checks plain and gzip layers, naming the entry that escapes', async () => {
+    const good = join(dir, 'good');
+    writeFileSync(good, gzipSync(await makeTar([{ name: 'etc/x', data: 'x' }, { name: 'bin/sh', type: 'symlink', linkname: '/bin/busybox' }])));
+    const evil = join(dir, 'evil');
+    writeFileSync(evil, await makeTar([{ name: 'etc/x', data: 'x' }, { name: 'etc/../../y', data: 'y' }]));
+    const link = join(dir, 'link');
+    writeFileSync(link, await makeTar([{ name: 'etc/h', type: 'link', linkname: '../../etc/shadow' }]));
+    await checkLayers([good]);
+    let err = await checkLayers([good, evil]).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect((err as Error).message).to.match(/layer 2 of 2: entry "etc\/..\/..\/y" would land outside/);
+    err = await checkLayers([link]).catch((e: unknown) => e);
+    expect((err as Error).message).to.match(/hard link "etc\/h" points outside/);
+    writeFileSync(join(dir, 'junk'), Buffer.alloc(2048, 9));
+    err = await checkLayers([join(dir, 'junk')]).catch((e: unknown) => e);
+    expect((err as Error).message).to.match(/not a readable tar/);
+  });
+
+  it('writes the image config as a shell environment, quoted', () => {
+    const env = imageEnvScript({ Env: ['A=1', "Q=it's $HOME `x`", 'bad name=1', 'PATH=/app/bin:/bin'], WorkingDir: '/srv/my app' });
+    writeFileSync(join(dir, 'image.env'), env.replace('/opt/svc/bin/busybox mkdir', 'mkdir').replace(/'\/srv\/my app'/g, `'${dir}/my app'`));
+    const out = execFileSync('sh', ['-c', `cd ${dir}; . ./image.env; echo "$A|$Q|$PATH"; pwd`], { encoding: 'utf8' });
+    expect(out.split('\n').slice(0, 2)).to.deep.equal([`1|it's $HOME \`x\`|/app/bin:/bin`, `${dir}/my app`]);
+  });
+
+  it('reads only regular files inside import_dirs, links resolved', async () => {
+    const inside = join(dir, 'in');
+    const outside = join(dir, 'out');
+    mkdirSync(inside);
+    mkdirSync(outside);
+    writeFileSync(join(inside, 'a.tar'), 'x');
+    writeFileSync(join(outside, 'b.tar'), 'x');
+    symlinkSync(join(outside, 'b.tar'), join(inside, 'b.tar'));
+    expect(await checkImportFile(join(inside, 'a.tar'), [inside])).to.equal(join(inside, 'a.tar'));
+    const refused = async (p: string, allowed: string[], why: RegExp) => {
+      const e = await checkImportFile(p, allowed).catch((x: unknown) => x);
+      expect(e, p).to.be.instanceOf(InvalidArgumentError);
+      expect((e as Error).message).to.match(why);
+    };
+    await refused(join(inside, 'a.tar'), [], /import_dirs is empty/);
+    await refused(join(inside, 'b.tar'), [inside], /a link to .* is outside/);
+    await refused(join(outside, 'b.tar'), [inside], /is outside the folders/);
+    await refused(inside, [dir], /not a regular file/);
+    await refused('rel/a.tar', [inside], /absolute/);
+  });
+
+  it('sniffs what a file is before anything reads it further', async () => {
+    const f = join(dir, 'f');
+    writeFileSync(f, 'text\n'.repeat(300));
+    for (const t of ['disk', 'oci-archive', 'docker-archive'] as const) {
+      const e = await sniffImportFile(f, t).catch((x: unknown) => x);
+      expect(e, t).to.be.instanceOf(InvalidArgumentError);
+    }
+    const mbr = Buffer.alloc(1024);
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    writeFileSync(f, mbr);
+    await sniffImportFile(f, 'disk');
+    writeFileSync(f, await makeTar([{ name: 'x', data: 'y' }]));
+    await sniffImportFile(f, 'oci-archive');
+  });
+});
