@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pty from 'node-pty';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
@@ -25,7 +26,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   });
 
   before(async () => {
-    d = await startTestDaemon({ fake_agent: true });
+    d = await startTestDaemon({ fake_agent: true, import_dirs: [tmpdir()] });
     env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
   });
   after(async () => d.stop());
@@ -41,6 +42,43 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(list[0].tags).to.deep.equal({ team: 'a' });
     expect(list[0].forwards[0]).to.include({ host_port: 18080, guest_port: 80 });
     expect((await svc(['get', 'c1', '--json'])).stdout).to.contain('"name": "c1"');
+  });
+
+  it('imports an image from a relative path, with progress or --json, and says why an import is refused', async () => {
+    const cwd = join(d.dir, 'imports');
+    mkdirSync(cwd);
+    const mbr = Buffer.alloc(1024);
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    writeFileSync(join(cwd, 'cloud.raw'), mbr);
+    writeFileSync(join(cwd, 'notes.txt'), 'not a disk\n'.repeat(200));
+    const run = (args: string[]) => new Promise<Run>((resolve) => {
+      const p = spawn(process.execPath, [SVC, ...args], { env, cwd });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (c) => (stdout += c));
+      p.stderr.on('data', (c) => (stderr += c));
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    });
+    const r = await run(['image', 'import', 'cloud1', 'disk:cloud.raw', '--ssh-user', 'debian']);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr).to.match(/^accepted .*disk:\/.*\/imports\/cloud\.raw/m);
+    expect(r.stderr).to.match(/^import /m);
+    expect(r.stdout.trim()).to.equal('image cloud1 imported');
+    const j = await run(['image', 'import', 'cloud2', 'disk:./cloud.raw', '--json']);
+    expect(JSON.parse(j.stdout)).to.include({ id: 'cloud2', agent_ready: false, ssh_user: 'root' });
+    const bad = await run(['image', 'import', 'cloud3', 'disk:notes.txt']);
+    expect(bad.code).to.not.equal(0);
+    expect(bad.stderr).to.match(/neither a qcow2 nor a raw disk/);
+    const c = await svc(['new', 'cl', '--image', 'cloud1']);
+    expect(c.code, c.stderr).to.equal(0);
+    const x = await svc(['x', 'cl', '--', 'true']);
+    expect(x.stderr).to.match(/deploy it with .*svc agent deploy cl/);
+    const dep = await svc(['agent', 'deploy', 'cl']);
+    expect(dep.code, dep.stderr).to.equal(0);
+    expect(dep.stdout).to.match(/^agent \S+ runs in vm cl/);
+    expect((await svc(['x', 'cl', '--', 'true'])).code).to.equal(0);
+    expect((await svc(['rm', 'cl'])).code).to.equal(0);
   });
 
   it('runs commands with their exit code and piped stdin', async () => {

@@ -180,6 +180,27 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const after = (await d.call('GET', '/vms/g/agent/health')).json;
       expect(after.agent_uptime_sec).to.be.below(before.agent_uptime_sec);
     });
+
+    it('answers 503 naming agent/deploy on a VM of an image without an agent, until the agent is deployed', async () => {
+      const c = await d.call('POST', '/vms', { name: 'noagent', image: 'ssh-only' });
+      expect(c.status, c.text).to.equal(201);
+      for (const [m, p] of [['POST', '/vms/noagent/exec?cmd=true'], ['GET', '/vms/noagent/agent/health'], ['GET', '/vms/noagent/fs/readdir?path=/']]) {
+        const r = await d.call(m, p);
+        expect(r.status, `${m} ${p}: ${r.text}`).to.equal(503);
+        expect(r.json.error).to.match(/image ssh-only, which has no svc agent yet: deploy it with POST \/vms\/noagent\/agent\/deploy/);
+      }
+      expect((await d.call('GET', '/vms/noagent')).json).not.to.have.property('agent_missing');
+      const record = () => JSON.parse(readFileSync(join(d.config.data_dir, 'vms', 'noagent', 'instance.json'), 'utf8'));
+      expect(record().agent_missing).to.equal(true);
+      const dep = await d.call('POST', '/vms/noagent/agent/deploy');
+      expect(dep.status, dep.text).to.equal(200);
+      const r = await d.call('POST', '/vms/noagent/exec?cmd=echo&args=deployed');
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.stdout).to.equal('deployed\n');
+      // Saved, so a restarted daemon remembers it.
+      expect(record()).not.to.have.property('agent_missing');
+      await d.call('DELETE', '/vms/noagent');
+    });
   });
 
   describe('live forwards', () => {
