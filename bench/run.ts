@@ -11,7 +11,7 @@ import { fmt, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
-const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory').split(',');
+const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
 const row = (...c: (string | number)[]) => rows.push(c.map(String));
@@ -105,6 +105,59 @@ async function debianBenchmarks(): Promise<void> {
     await bootSeries(dir, d, 'debian', n, false);
   } finally {
     await removeAll(d);
+    await d.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * 6. Images people bring: import time of each kind (an OCI archive, the same image as a docker
+ * archive, a cloud disk), and create-to-ready of VMs of them beside debian's cold boot, in one run.
+ */
+async function importBenchmarks(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-import-'));
+  const n = Number(process.env.BENCH_IMPORT_N ?? 2);
+  const { ensureFixture } = await import('../test/e2e/image.js');
+  const imports = join(dir, 'imports');
+  console.log('import: building the fixtures (an OCI archive with umoci, a cloud disk from Debian packages)');
+  execFileSync('bash', [join(REPO, 'test', 'e2e', 'fixtures', 'make-oci.sh'), imports], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const disk = ensureFixture('make-cloud-disk.sh', 'qcow2');
+  const d = await startSvcd(join(dir, 'd'), {
+    hypervisor: 'qemu', images_dir: ensureImage('debian'), import_dirs: [imports, join(REPO, '.svc-test', 'fixtures')],
+    sandbox_metrics_enabled: false, memory_mb: 1024, ready_timeout: '600s',
+  });
+  const c = d.client;
+  const r: Record<string, unknown> = {};
+  try {
+    for (const [name, from] of [['b-oci', `oci-archive:${imports}/app.oci.tar`], ['b-docker', `docker-archive:${imports}/app.docker.tar`], ['b-cloud', `disk:${disk}`]]) {
+      await c.deleteImage(name).catch(() => undefined);
+      const ms = await timeIt(() => c.buildImage({ name, from }));
+      r[`import_${name}`] = ms;
+      console.log(`import: ${from.split(':')[0]} in ${fmt(ms / 1000)} s`);
+      row(`import ${from.split(':')[0]}`, `${fmt(ms / 1000)} s`, name === 'b-cloud' ? '750 MB qcow2 copied' : 'two-layer busybox image');
+    }
+    const boot = async (label: string, image: string, wait?: string) => {
+      const xs: number[] = [];
+      for (let i = 0; i < n; i++) {
+        xs.push(await timeIt(() => c.create({ name: `bi${i}`, image }, { wait: wait as never, timeout: '900s' })));
+        console.log(`import: ${label} create-to-ready ${fmt(xs.at(-1)! / 1000)} s`);
+        await c.delete(`bi${i}`);
+      }
+      return stats(xs);
+    };
+    const deb = await boot('debian', 'debian');
+    const oci = await boot('oci image', 'b-oci');
+    const cloud = await boot('cloud disk (ssh)', 'b-cloud');
+    const cloudUd = await boot('cloud disk (userdata)', 'b-cloud', 'userdata');
+    Object.assign(r, { debian: deb, oci, cloud_ssh: cloud, cloud_userdata: cloudUd });
+    row('create-to-ready: debian (cold boot)', `p50 ${fmt(deb.p50, 0)} ms (n=${n})`, '');
+    row('create-to-ready: imported OCI image (agent)', `p50 ${fmt(oci.p50, 0)} ms`, `${fmt(deb.p50 / oci.p50)}x debian's speed`);
+    row('create-to-ready: imported cloud disk (wait=ssh)', `p50 ${fmt(cloud.p50, 0)} ms`, `${fmt(cloud.p50 / deb.p50)}x debian's time`);
+    row('create-to-ready: imported cloud disk (wait=userdata)', `p50 ${fmt(cloudUd.p50, 0)} ms`, `${fmt(cloudUd.p50 / deb.p50)}x debian's time`);
+    results.import = r;
+  } finally {
+    await removeAll(d);
+    for (const name of ['b-oci', 'b-docker', 'b-cloud']) await c.deleteImage(name).catch(() => undefined);
     await d.stop();
     rmSync(dir, { recursive: true, force: true });
   }
@@ -266,6 +319,7 @@ const machine = { cpus: cpus().length, cpu_model: cpus()[0]?.model, mem_gib: Mat
 if (only.includes('boot') || only.includes('exec') || only.includes('memory')) await qemuBenchmarks();
 if (only.includes('debian')) await debianBenchmarks();
 if (only.includes('cp')) await cpBenchmarks();
+if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();
 const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];
 console.log(`svc benchmarks, ${new Date().toISOString()}, ${machine.cpus} cpus (${machine.cpu_model}), ${machine.mem_gib} GiB, ${machine.qemu}\n`);
