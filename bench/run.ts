@@ -122,6 +122,7 @@ async function importBenchmarks(): Promise<void> {
   console.log('import: building the fixtures (an OCI archive with umoci, a cloud disk from Debian packages)');
   execFileSync('bash', [join(REPO, 'test', 'e2e', 'fixtures', 'make-oci.sh'), imports], { stdio: ['ignore', 'ignore', 'inherit'] });
   const disk = ensureFixture('make-cloud-disk.sh', 'qcow2');
+  mkdirSync(join(dir, 'd'));
   const d = await startSvcd(join(dir, 'd'), {
     hypervisor: 'qemu', images_dir: ensureImage('debian'), import_dirs: [imports, join(REPO, '.svc-test', 'fixtures')],
     sandbox_metrics_enabled: false, memory_mb: 1024, ready_timeout: '600s',

@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 
 export interface TarEntry {
   name: string;
-  type?: 'file' | 'directory' | 'symlink' | 'link';
+  type?: 'file' | 'directory' | 'symlink' | 'link' | 'block-device' | 'character-device';
   data?: string | Buffer;
   mode?: number;
   linkname?: string;

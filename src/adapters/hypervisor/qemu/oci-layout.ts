@@ -88,7 +88,7 @@ export function escapes(name: string): boolean {
 
 /**
  * Checks every entry of every layer before anything is unpacked: a name or hard-link target that
- * climbs out of the image root (`../`) is refused with InvalidArgumentError naming it. (umoci would
+ * climbs out of the image root (`../`), or a device node, is refused with InvalidArgumentError naming it. (umoci would
  * confine such entries; an image that carries them is refused rather than quietly changed.)
  */
 export async function checkLayers(layers: string[]): Promise<void> {
@@ -107,6 +107,8 @@ export async function checkLayers(layers: string[]): Promise<void> {
         if (++entries > MAX_ENTRIES) bad = `more than ${MAX_ENTRIES} entries`;
         else if (escapes(h.name)) bad = `entry ${JSON.stringify(h.name)} would land outside the image root`;
         else if (h.type === 'link' && escapes(h.linkname ?? '')) bad = `hard link ${JSON.stringify(h.name)} points outside the image root (${JSON.stringify(h.linkname)})`;
+        // The guest's /dev is a devtmpfs; a device node in a layer would be made on the host while importing.
+        else if (h.type === 'block-device' || h.type === 'character-device') bad = `entry ${JSON.stringify(h.name)} is a device node; images carry none (the guest's /dev is made at boot)`;
         if (bad) throw new InvalidArgumentError(`layer ${i + 1} of ${layers.length}: ${bad}`);
         entry.resume();
       }

@@ -47,6 +47,10 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
     expect((err as Error).message).to.match(/layer 2 of 2: entry "etc\/..\/..\/y" would land outside/);
     err = await checkLayers([link]).catch((e: unknown) => e);
     expect((err as Error).message).to.match(/hard link "etc\/h" points outside/);
+    const dev = join(dir, 'dev');
+    writeFileSync(dev, await makeTar([{ name: 'dev/sda', type: 'block-device' }]));
+    err = await checkLayers([dev]).catch((e: unknown) => e);
+    expect((err as Error).message).to.match(/"dev\/sda" is a device node/);
     writeFileSync(join(dir, 'junk'), Buffer.alloc(2048, 9));
     err = await checkLayers([join(dir, 'junk')]).catch((e: unknown) => e);
     expect((err as Error).message).to.match(/not a readable tar/);
