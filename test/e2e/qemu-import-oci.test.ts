@@ -50,7 +50,7 @@ describe('svcd with QEMU: images from container image archives', function () {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: imagesDir, import_dirs: [imports], sandbox_metrics_enabled: false, ready_timeout: '120s' });
   });
   after(async () => {
-    for (const vm of ['oci1']) await d.call('DELETE', `/vms/${vm}`);
+    await d.call('DELETE', '/vms/oci1');
     for (const img of ['oci-app', 'docker-app']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
     execFileSync('rm', ['-rf', imports]);
@@ -64,7 +64,7 @@ describe('svcd with QEMU: images from container image archives', function () {
     expect(last.phase, r.text).to.equal('ready');
     expect(events.filter((e) => e.phase === 'import').length, r.text).to.be.greaterThan(2);
     expect(last.image).to.include({ id: 'oci-app', agent_ready: true, boot: 'kernel', source: 'oci-archive:app.oci.tar' });
-    const c = await d.call('POST', '/vms', { name: 'oci1', image: 'oci-app', disk_gb: 2 });
+    const c = await d.call('POST', '/vms', { name: 'oci1', image: 'oci-app', disk_gb: 2, persistent: true });
     expect(c.status, c.text).to.equal(201);
     const out = await sh('oci1', 'echo "$GREETING_ENV"; pwd; cat /etc/greeting; test -e /etc/gone && echo gone-is-there || echo gone-is-gone; cat /srv/app/added; cat /etc/passwd');
     expect(out.stdout.trim().split('\n'), out.stdout + out.stderr).to.deep.equal(['from-image', '/srv/app', 'upper', 'gone-is-gone', 'added', 'root:x:0:0:root:/root:/bin/sh']);
@@ -75,6 +75,18 @@ describe('svcd with QEMU: images from container image archives', function () {
     const up = await d.call('PUT', '/vms/oci1/cp?path=/srv/app/in.txt', Buffer.from('hello from the host'), { 'content-type': 'application/octet-stream' });
     expect(up.status, up.text).to.equal(204);
     expect((await sh('oci1', 'cat in.txt')).stdout).to.equal('hello from the host');
+  });
+
+  it('powers off on the power button and boots again with its files and environment', async () => {
+    const s = await d.call('POST', '/vms/oci1/shutdown');
+    expect(s.status, s.text).to.equal(200);
+    expect((await d.call('GET', '/vms/oci1')).json).to.include({ status: 'stopped' });
+    // The init's power-button handler ran (a graceful power-off, not the daemon's kill).
+    const log = await d.call('GET', '/vms/oci1/logs');
+    expect(log.text).to.contain('svc-init: power button: powering off');
+    expect((await d.call('POST', '/vms/oci1/start')).status).to.equal(200);
+    const out = await sh('oci1', 'cat in.txt; echo "$GREETING_ENV"');
+    expect(out.stdout).to.equal('hello from the hostfrom-image\n');
   });
 
   it('imports a docker archive of the same image', async () => {
