@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError } from '../../src/domain/errors.js';
@@ -140,6 +140,28 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await refused(dir, /holds svc's data dir|outside/);
       expect(await s.hv.checkMounts([{ host: join(share, 'sub', '..', 'sub'), guest: '/mnt/x', readonly: true }], rule)).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
       expect(await s.hv.checkMounts([], rule)).to.deep.equal([]);
+    });
+
+    it('imports only files inside the allowed folders that are what they claim, and a refused import leaves no image', async () => {
+      const inbox = join(dir, 'inbox');
+      mkdirSync(inbox, { recursive: true });
+      writeFileSync(join(inbox, 'notes.qcow2'), 'not a disk\n'.repeat(100));
+      writeFileSync(join(dir, 'outside.raw'), Buffer.alloc(1024));
+      symlinkSync(join(dir, 'outside.raw'), join(inbox, 'link.raw'));
+      const before = (await s.hv.listImages(() => [])).map((i) => i.id);
+      const refused = async (type: 'disk' | 'oci-archive', path: string, allowed: string[], what: RegExp) => {
+        const e = await s.hv.importImage('contract-import', { type, path }, allowed, {}, () => undefined).catch((x: Error) => x);
+        expect(e, path).to.be.instanceOf(InvalidArgumentError);
+        expect((e as Error).message, path).to.match(what);
+      };
+      await refused('disk', join(inbox, 'notes.qcow2'), [], /import_dirs is empty/);
+      await refused('disk', join(dir, 'outside.raw'), [inbox], /outside the folders images may be imported from/);
+      await refused('disk', join(inbox, 'link.raw'), [inbox], /a link to .* is outside/);
+      await refused('disk', join(inbox, 'notes.qcow2'), [inbox], /neither a qcow2 nor a raw disk/);
+      await refused('oci-archive', join(inbox, 'notes.qcow2'), [inbox], /not a tar archive/);
+      await refused('disk', inbox, [dir], /not a regular file/);
+      expect((await s.hv.listImages(() => [])).map((i) => i.id)).to.deep.equal(before);
+      expect(await s.hv.resolveImage('contract-import').catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
     });
 
     it('adds host forwards to a running VM, refuses a busy host port, and kill is idempotent and not a crash', async function () {
