@@ -14,7 +14,13 @@ const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
 const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
-const row = (...c: (string | number)[]) => rows.push(c.map(String));
+/** A table row, also printed at once, so a long run shows it is alive. */
+const row = (...c: (string | number)[]) => {
+  rows.push(c.map(String));
+  console.log(`bench: ${c.filter((x) => x !== '').join(' | ')}`);
+};
+/** "(target >= 10x: met)" for a ratio measured in this run. */
+const target = (ok: boolean, goal: string) => `(target ${goal}: ${ok ? 'met' : 'missed'})`;
 
 async function timeIt(fn: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
@@ -72,8 +78,8 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const sp = stats(claim);
   const r: Record<string, unknown> = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50 };
   row(`create-to-ready (${image}): cold boot`, `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${n})`, '');
-  row(`create-to-ready (${image}): clone from snapshot`, `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster (target >= 10x)`);
-  row(`create-to-ready (${image}): pool claim (suspended members)`, `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster (target >= 10x)`);
+  row(`create-to-ready (${image}): clone from snapshot`, `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster ${target(sc.p50 / sk.p50 >= 10, '>= 10x')}`);
+  row(`create-to-ready (${image}): pool claim (suspended members)`, `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster ${target(sc.p50 / sp.p50 >= 10, '>= 10x')}`);
   if (running) {
     // The same pool with members kept running: a claim is a rename, forwards and an identity.
     await d.stop();
@@ -86,7 +92,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
     for (let i = 0; i < n; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
     const sh = stats(hot);
     Object.assign(r, { pool_claim_running: sh, speedup_claim_running: sc.p50 / sh.p50 });
-    row(`create-to-ready (${image}): pool claim (running members)`, `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster (target >= 10x)`);
+    row(`create-to-ready (${image}): pool claim (running members)`, `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster ${target(sc.p50 / sh.p50 >= 10, '>= 10x')}`);
   }
   results[image === 'minimal' ? 'create_to_ready_ms' : `create_to_ready_ms_${image}`] = r;
 }
@@ -187,8 +193,8 @@ async function qemuBenchmarks(): Promise<void> {
       const s = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, stats(v)])) as Record<string, Stats>;
       results.exec_true_ms = { ...s, overhead_p50_tcp: s.daemon_tcp.p50 - s.direct.p50, overhead_p50_unix: s.daemon_unix.p50 - s.direct.p50 };
       row('exec `true` round trip: direct to agent', `p50 ${fmt(s.direct.p50, 2)} ms, p95 ${fmt(s.direct.p95, 2)} ms (n=200)`, '');
-      row('exec `true`: through daemon, TCP', `p50 ${fmt(s.daemon_tcp.p50, 2)} ms, p95 ${fmt(s.daemon_tcp.p95, 2)} ms`, `+${fmt(s.daemon_tcp.p50 - s.direct.p50, 2)} ms p50 (target <= 1 ms)`);
-      row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `+${fmt(s.daemon_unix.p50 - s.direct.p50, 2)} ms p50 (target <= 1 ms)`);
+      row('exec `true`: through daemon, TCP', `p50 ${fmt(s.daemon_tcp.p50, 2)} ms, p95 ${fmt(s.daemon_tcp.p95, 2)} ms`, `+${fmt(s.daemon_tcp.p50 - s.direct.p50, 2)} ms p50 ${target(s.daemon_tcp.p50 - s.direct.p50 <= 1, '<= 1 ms')}`);
+      row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `+${fmt(s.daemon_unix.p50 - s.direct.p50, 2)} ms p50 ${target(s.daemon_unix.p50 - s.direct.p50 <= 1, '<= 1 ms')}`);
       agent.destroy();
     }
     if (only.includes('memory')) {
@@ -223,7 +229,7 @@ async function cpBenchmarks(): Promise<void> {
       const sb = stats(b);
       results.exec_true_local_agent_ms = { direct: sa, daemon_unix: sb, overhead_p50: sb.p50 - sa.p50 };
       row('exec `true`, local agent: direct', `p50 ${fmt(sa.p50, 2)} ms, p95 ${fmt(sa.p95, 2)} ms (n=300)`, '');
-      row('exec `true`, local agent: through daemon (Unix)', `p50 ${fmt(sb.p50, 2)} ms, p95 ${fmt(sb.p95, 2)} ms`, `+${fmt(sb.p50 - sa.p50, 2)} ms p50 (target <= 1 ms)`);
+      row('exec `true`, local agent: through daemon (Unix)', `p50 ${fmt(sb.p50, 2)} ms, p95 ${fmt(sb.p95, 2)} ms`, `+${fmt(sb.p50 - sa.p50, 2)} ms p50 ${target(sb.p50 - sa.p50 <= 1, '<= 1 ms')}`);
       agent.destroy();
     }
     const guestFile = join(dir, 'data', 'vms', 'cp', 'guest', 'big.bin');
@@ -264,9 +270,9 @@ async function cpBenchmarks(): Promise<void> {
     const gib = `${fmt(GIB / 1073741824, 2)} GiB`;
     row(`cp ${gib}: raw loopback socket (limit)`, `${fmt(mbs(raw), 0)} MiB/s`, '');
     row(`cp ${gib} upload: direct to agent`, `${fmt(mbs(upDirect), 0)} MiB/s`, '');
-    row(`cp ${gib} upload: through daemon`, `${fmt(mbs(upDaemon), 0)} MiB/s`, `${fmt((upDirect / upDaemon) * 100, 0)}% of direct (target >= 90%)`);
+    row(`cp ${gib} upload: through daemon`, `${fmt(mbs(upDaemon), 0)} MiB/s`, `${fmt((upDirect / upDaemon) * 100, 0)}% of direct ${target(upDirect / upDaemon >= 0.9, '>= 90%')}`);
     row(`cp ${gib} download: direct to agent`, `${fmt(mbs(downDirect), 0)} MiB/s`, '');
-    row(`cp ${gib} download: through daemon`, `${fmt(mbs(downDaemon), 0)} MiB/s`, `${fmt((downDirect / downDaemon) * 100, 0)}% of direct (target >= 90%)`);
+    row(`cp ${gib} download: through daemon`, `${fmt(mbs(downDaemon), 0)} MiB/s`, `${fmt((downDirect / downDaemon) * 100, 0)}% of direct ${target(downDirect / downDaemon >= 0.9, '>= 90%')}`);
     row('daemon peak RSS during the copies', `${fmt(peak, 0)} MiB`, `vs ${gib} moved`);
   } finally {
     await d.stop();
@@ -306,7 +312,7 @@ async function controlBenchmarks(): Promise<void> {
     const s = stats(list);
     results.control_plane = { create_delete_ops_per_s: opsPerSec, get_vms_1000_ms: s, daemon_rss_idle_mib: idle, daemon_rss_100_vms_mib: with100 };
     row('control plane (fake): create+delete', `${fmt(opsPerSec, 0)} ops/s (sequential, n=${OPS})`, '');
-    row('GET /vms with 1,000 VMs', `p50 ${fmt(s.p50, 2)} ms, p95 ${fmt(s.p95, 2)} ms`, 'target < 10 ms');
+    row('GET /vms with 1,000 VMs', `p50 ${fmt(s.p50, 2)} ms, p95 ${fmt(s.p95, 2)} ms`, target(s.p50 < 10, '< 10 ms p50'));
     row('daemon RSS idle / with 100 VMs (fake)', `${fmt(idle, 0)} MiB / ${fmt(with100, 0)} MiB`, '');
     agent.destroy();
   } finally {
