@@ -1,17 +1,15 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { buildConfig } from '../../src/app/config.js';
 import { startDaemon } from '../../src/main.js';
 import type { Failpoint } from '../../src/ports/failpoints.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { call, type Target } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
+import { spawnSvcd } from '../helpers/svcd-process.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
-const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 
 /** The QEMU steps of the crash matrix: after a SIGKILL of the daemon, no QEMU runs without a record that holds it. */
 describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
@@ -64,15 +62,10 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       const dir = tempDir('svc-qcrash-');
       const socket = join(dir, 'svc.sock');
       const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', memory_mb: 384, test_mode: true, log_level: 'warn', sandbox_metrics_enabled: false, ready_timeout: '180s' };
-      writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${v === '' ? "''" : String(v)}`).join('\n') + '\n');
-      const child = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { env: { ...process.env, SVC_FAILPOINT: c.point }, stdio: ['ignore', 'ignore', 'pipe'] });
-      let stderr = '';
-      child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
-      const died = new Promise<NodeJS.Signals | null>((r) => child.once('exit', (_code, sig) => r(sig)));
-      for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+      const child = await spawnSvcd(dir, raw, { failpoint: c.point });
       const t: Target = { socketPath: socket };
       await c.run(t).catch(() => undefined);
-      expect(await died, stderr).to.equal('SIGKILL');
+      expect(await child.exited, child.stderr()).to.equal('SIGKILL');
 
       const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
       try {

@@ -1,16 +1,14 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { buildConfig } from '../../src/app/config.js';
 import { startDaemon } from '../../src/main.js';
 import type { Failpoint } from '../../src/ports/failpoints.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { call, type Target } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
+import { spawnSvcd } from '../helpers/svcd-process.js';
 
-const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 
 /** The steps that lead to a failpoint, then how to retry what was cut off. */
 const MATRIX: { point: Failpoint; setup?: (t: Target) => Promise<unknown>; run: (t: Target) => Promise<unknown>; retry: (t: Target) => Promise<unknown> }[] = [
@@ -105,28 +103,20 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
       const dir = tempDir('svc-crash-');
       const socket = join(dir, 'svc.sock');
       const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, warm_pool: { template: 'tpl', size: 1 } };
-      writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${v === '' ? "''" : typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join('\n') + '\n');
       const t: Target = { socketPath: socket };
       if (m.setup) {
-        const plain = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'ignore'] });
-        for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+        const plain = await spawnSvcd(dir, raw, { stderr: 'ignore' });
         await m.setup(t);
-        const gone = new Promise((r) => plain.once('exit', r));
-        plain.kill('SIGTERM');
-        await gone;
+        await plain.stop();
       }
-      const child = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { env: { ...process.env, SVC_FAILPOINT: m.point }, stdio: ['ignore', 'ignore', 'pipe'] });
-      let stderr = '';
-      child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
-      const died = new Promise<NodeJS.Signals | null>((r) => child.once('exit', (_code, sig) => r(sig)));
-      for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
+      const child = await spawnSvcd(dir, raw, { failpoint: m.point });
       const ran = await m.run(t).then(() => 'answered', (e: Error) => (e.name === 'AssertionError' ? e : 'cut off'));
       if (ran instanceof Error) {
-        child.kill('SIGKILL');
+        child.proc.kill('SIGKILL');
         throw ran;
       }
-      expect(await died, stderr).to.equal('SIGKILL');
-      expect(stderr).to.contain(`failpoint ${m.point}`);
+      expect(await child.exited, child.stderr()).to.equal('SIGKILL');
+      expect(child.stderr()).to.contain(`failpoint ${m.point}`);
 
       const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
       try {

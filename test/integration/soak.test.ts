@@ -1,12 +1,10 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { tempDir } from '../helpers/daemon.js';
+import { spawnSvcd } from '../helpers/svcd-process.js';
 
-const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 60);
 const CLIENTS = 200;
 const VMS = 8;
@@ -33,9 +31,9 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
     const socket = join(dir, 'svc.sock');
     // Caps above the client count: a slow agent lets execs pile up on one VM, and 429 there would be
     // the cap doing its job (tested in guest-limits), not a failure of the daemon under load.
-    const raw = { data_dir: join(dir, 'data'), socket, api: "''", hypervisor: 'fake', fake_agent: true, test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, max_execs_per_vm: 256, max_execs_total: 512 };
-    writeFileSync(join(dir, 'config.yaml'), Object.entries(raw).map(([k, v]) => `${k}: ${String(v)}`).join('\n') + '\n');
-    const proc = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', fake_agent: true, test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, max_execs_per_vm: 256, max_execs_total: 512 };
+    const svcd = await spawnSvcd(dir, raw, { stderr: 'inherit' });
+    const proc = svcd.proc;
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
     const req = (method: string, path: string, body?: Buffer | string, type = 'application/json') => new Promise<{ status: number; text: string }>((resolve, reject) => {
       const r = request({ agent, socketPath: socket, method, path, headers: body === undefined ? {} : { 'content-type': type, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
@@ -48,7 +46,6 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       r.end(body);
     });
     try {
-      for (let i = 0; i < 200 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 25));
       for (let i = 0; i < VMS; i++) expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
       await new Promise((r) => setTimeout(r, 500));
       const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
@@ -122,9 +119,7 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       expect(vms.map((v) => v.name).sort()).to.deep.equal(Array.from({ length: VMS }, (_, i) => `s${i}`).sort());
     } finally {
       agent.destroy();
-      const gone = new Promise((r) => proc.once('exit', r));
-      proc.kill('SIGTERM');
-      await gone;
+      await svcd.stop();
     }
   });
 });

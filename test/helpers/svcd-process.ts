@@ -1,0 +1,42 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { stringify } from 'yaml';
+
+const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
+
+/** svcd as a process of its own, as people run it: what the crash matrices kill and the soak measures. */
+export interface SvcdProcess {
+  proc: ChildProcess;
+  socket: string;
+  /** What it wrote on stderr so far (when started with `stderr: 'pipe'`). */
+  stderr(): string;
+  /** The signal that ended it (null for an exit). */
+  exited: Promise<NodeJS.Signals | null>;
+  /** SIGTERM, and waits for the exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Writes `raw` as `dir/config.yaml` and starts svcd on it, armed with `failpoint` when given
+ * (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once its Unix socket exists.
+ */
+export async function spawnSvcd(dir: string, raw: Record<string, unknown>, o: { failpoint?: string; stderr?: 'pipe' | 'inherit' | 'ignore' } = {}): Promise<SvcdProcess> {
+  const config = join(dir, 'config.yaml');
+  writeFileSync(config, stringify(raw));
+  const env = o.failpoint ? { ...process.env, SVC_FAILPOINT: o.failpoint } : process.env;
+  const proc = spawn(process.execPath, [SVCD, '--config', config], { env, stdio: ['ignore', 'ignore', o.stderr ?? 'pipe'] });
+  let err = '';
+  proc.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+  const exited = new Promise<NodeJS.Signals | null>((r) => proc.once('exit', (_code, sig) => r(sig)));
+  const socket = String(raw.socket);
+  for (let i = 0; i < 200 && !existsSync(socket) && proc.exitCode === null; i++) await new Promise((r) => setTimeout(r, 25));
+  return {
+    proc, socket, exited, stderr: () => err,
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
