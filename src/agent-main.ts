@@ -49,7 +49,7 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
     if (o.files) bind(GuestFiles).toConstantValue(o.files);
     else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
     bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
-    bind(SystemIdentity).toConstantValue(o.identity ?? new LinuxSystemIdentity());
+    bind(SystemIdentity).toConstantValue(o.identity ?? new LinuxSystemIdentity(opts.toolsDir));
   }), new ContainerModule(({ bind }) => {
     bind(AgentService).toSelf().inSingletonScope();
     bind(ExecService).toSelf().inSingletonScope();

@@ -44,7 +44,8 @@ export class MetricsSampler {
       } catch {
         return this.stop(name);
       }
-      if (cur.status !== 'running') return;
+      // No agent to ask yet (an imported disk before agent/deploy).
+      if (cur.status !== 'running' || cur.agent_missing) return;
       try {
         const s = await this.agent.stats(agentEndpoint(cur));
         await this.history.append(name, {

@@ -2,17 +2,19 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startAgent } from '../agent-main.js';
+import type { AgentOptions } from '../app/agent/agent-options.js';
 import { VERSION } from '../version.js';
 
-const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-dir DIR] [--run-dir DIR] [--no-system-identity]
+const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-dir DIR] [--run-dir DIR] [--no-system-identity] [--tools-dir DIR]
 
 The svc guest agent. Defaults: --listen 0.0.0.0:7475, --vsock-port 7475 (0 disables; used only
 when the kernel has AF_VSOCK and socat is present), --state-dir /var/lib/svc, --run-dir /run/svc.
 --no-system-identity records identities (POST /identity) without touching hostname, machine id or
-clock: for stand-in guests on a developer's host. On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
+clock: for stand-in guests on a developer's host. --tools-dir names where date and ip are when the
+guest's PATH has none (images from container images). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
 
 async function main(argv: string[]): Promise<void> {
-  const opts = { listen: '0.0.0.0:7475', vsockPort: 7475, stateDir: '/var/lib/svc', runDir: '/run/svc', version: VERSION, systemIdentity: true };
+  const opts: AgentOptions = { listen: '0.0.0.0:7475', vsockPort: 7475, stateDir: '/var/lib/svc', runDir: '/run/svc', version: VERSION, systemIdentity: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
     const value = () => inline ?? argv[++i];
@@ -22,6 +24,7 @@ async function main(argv: string[]): Promise<void> {
       case '--state-dir': opts.stateDir = value(); break;
       case '--run-dir': opts.runDir = value(); break;
       case '--no-system-identity': opts.systemIdentity = false; break;
+      case '--tools-dir': opts.toolsDir = value(); break;
       case '--version': console.log(VERSION); return;
       case '--help': case '-h': console.log(USAGE); return;
       default:

@@ -50,7 +50,7 @@ describe('svcd with QEMU: images from container image archives', function () {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: imagesDir, import_dirs: [imports], sandbox_metrics_enabled: false, ready_timeout: '120s' });
   });
   after(async () => {
-    await d.call('DELETE', '/vms/oci1');
+    for (const vm of ['oci2', 'oci1']) await d.call('DELETE', `/vms/${vm}`);
     for (const img of ['oci-app', 'docker-app']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
     execFileSync('rm', ['-rf', imports]);
@@ -81,12 +81,23 @@ describe('svcd with QEMU: images from container image archives', function () {
     const s = await d.call('POST', '/vms/oci1/shutdown');
     expect(s.status, s.text).to.equal(200);
     expect((await d.call('GET', '/vms/oci1')).json).to.include({ status: 'stopped' });
-    // The init's power-button handler ran (a graceful power-off, not the daemon's kill).
+    // The init's power-button handler ran and the kernel powered off (not the daemon's kill after
+    // shutdown_timeout).
     const log = await d.call('GET', '/vms/oci1/logs');
     expect(log.text).to.contain('svc-init: power button: powering off');
+    expect(log.text).to.contain('reboot: Power down');
     expect((await d.call('POST', '/vms/oci1/start')).status).to.equal(200);
     const out = await sh('oci1', 'cat in.txt; echo "$GREETING_ENV"');
     expect(out.stdout).to.equal('hello from the hostfrom-image\n');
+  });
+
+  it('clones from a suspended template of it: the clone has its own name and clock (the image has no date or ip of its own)', async () => {
+    expect((await d.call('POST', '/vms/oci1/suspend')).status).to.equal(200);
+    const c = await d.call('POST', '/vms', { name: 'oci2', from: 'oci1' });
+    expect(c.status, c.text).to.equal(201);
+    const out = await sh('oci2', 'cat /proc/sys/kernel/hostname; cat in.txt; echo; echo "$GREETING_ENV"');
+    expect(out.stdout.trim().split('\n')).to.deep.equal(['oci2', 'hello from the host', 'from-image']);
+    expect((await d.call('DELETE', '/vms/oci2')).status).to.equal(200);
   });
 
   it('imports a docker archive of the same image', async () => {

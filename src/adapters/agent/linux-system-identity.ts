@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
@@ -8,20 +9,30 @@ import type { SystemIdentity } from '../../ports/agent/system-identity.js';
 
 const run = promisify(execFile);
 
-/** Sets hostname (kernel and /etc/hostname), /etc/machine-id and the clock of a Linux guest. */
+/**
+ * Sets hostname (kernel and /etc/hostname), /etc/machine-id and the clock of a Linux guest.
+ * `toolsDir` holds `date` and `ip` where the guest's own PATH may have none (images made from
+ * container images carry busybox under /opt/svc/bin); otherwise they are looked up on PATH.
+ */
 @injectable()
 export class LinuxSystemIdentity implements SystemIdentity {
+  constructor(private readonly toolsDir?: string) {}
+
+  private tool(name: string): string {
+    return this.toolsDir ? join(this.toolsDir, name) : name;
+  }
+
   async apply(id: GuestIdentity): Promise<void> {
     try {
       await writeFile('/proc/sys/kernel/hostname', id.hostname);
       await writeFile('/etc/hostname', `${id.hostname}\n`);
       await writeFile('/etc/hosts', `127.0.0.1 localhost ${id.hostname}\n`).catch(() => undefined);
       if (id.machine_id) await writeFile('/etc/machine-id', `${id.machine_id}\n`).catch(() => undefined);
-      await run('date', ['-u', '-s', `@${Math.floor(id.time_ms / 1000)}`]);
+      await run(this.tool('date'), ['-u', '-s', `@${Math.floor(id.time_ms / 1000)}`]);
       if (id.overlay_ip) {
-        await run('ip', ['addr', 'flush', 'dev', 'eth1']);
-        await run('ip', ['addr', 'add', id.overlay_ip, 'dev', 'eth1']);
-        await run('ip', ['link', 'set', 'eth1', 'up']);
+        await run(this.tool('ip'), ['addr', 'flush', 'dev', 'eth1']);
+        await run(this.tool('ip'), ['addr', 'add', id.overlay_ip, 'dev', 'eth1']);
+        await run(this.tool('ip'), ['link', 'set', 'eth1', 'up']);
       }
     } catch (err) {
       throw new InternalError(`cannot apply the identity: ${(err as Error).message}`);
