@@ -58,6 +58,10 @@ export class ImageBuilder {
     if (this.pending.has(req.name) || (await this.images.getImage(req.name, () => []).then(() => true, () => false))) {
       throw new AlreadyExistsError(`image ${req.name} already exists`);
     }
+    // A built-in image not built yet is still taken: its name means the project's image.
+    if (await this.images.resolveImage(req.name).then(() => true, () => false)) {
+      throw new AlreadyExistsError(`image ${req.name} is a built-in image name; choose another`);
+    }
     if (req.kind === 'recipe') await this.images.resolveImage(req.from);
     else if (req.kind === 'import') {
       if (!this.config.import_dirs.length) {

@@ -60,4 +60,11 @@ describe('images API (fake hypervisor with real local agents)', function () {
     expect((await d.call('POST', '/images', { name: 'x', from_vm: 'ghost' })).status).to.equal(404);
     expect((await d.call('POST', '/images', { name: 'debian', from: 'minimal' })).status).to.equal(409);
   });
+
+  it('keeps built-in names for the built-in images, built or not', async () => {
+    expect((await d.call('DELETE', '/images/minimal')).status).to.equal(200);
+    const r = await d.call('POST', '/images', { name: 'minimal', from: 'debian' });
+    expect(r.status, r.text).to.equal(409);
+    expect(r.json.error).to.match(/built-in image name/);
+  });
 });
