@@ -1,6 +1,7 @@
-import { open, realpath, stat } from 'node:fs/promises';
+import { realpath, stat } from 'node:fs/promises';
 import { sep } from 'node:path';
 import { InvalidArgumentError } from '../../domain/errors.js';
+import { fileHead } from '../fs-kit/file-head.js';
 import type { Mount } from '../../domain/instance.js';
 import type { MountRule } from '../../ports/hypervisor.js';
 import type { ImageSource } from '../../domain/image-request.js';
@@ -62,14 +63,8 @@ export async function checkImportFile(path: string, allowed: readonly string[], 
  * magic), a disk is a qcow2 or a raw disk with a partition table. InvalidArgumentError otherwise.
  */
 export async function sniffImportFile(file: string, type: ImageSource['type']): Promise<void> {
-  const fh = await open(file, 'r');
-  const buf = Buffer.alloc(1024);
-  let n = 0;
-  try {
-    n = (await fh.read(buf, 0, buf.length, 0)).bytesRead;
-  } finally {
-    await fh.close();
-  }
+  const buf = await fileHead(file, 1024);
+  const n = buf.length;
   if (type !== 'disk') {
     if (n < 512 || buf.subarray(257, 262).toString('latin1') !== 'ustar') {
       throw new InvalidArgumentError(`from: ${file} is not a tar archive (an ${type} is what podman save, docker save or skopeo copy write)`);

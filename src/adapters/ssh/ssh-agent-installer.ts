@@ -1,10 +1,8 @@
 import type { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import { InternalError } from '../../domain/errors.js';
+import { shellWord } from '../process-kit/shell-word.js';
 import type { AgentInstaller, RemoteShell, SshTarget } from '../../ports/tunnels.js';
-
-/** Single-quotes a string for sh. */
-const shq = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
 
 const ROOT = '"${SVC_GUEST_ROOT:-}"';
 const DIR = `${ROOT}/opt/svc`;
@@ -44,7 +42,7 @@ export class SshAgentInstaller implements AgentInstaller {
 
   /** The script run as root: as it is for root (and stand-in guests), through sudo otherwise. */
   private asRoot(script: string): string {
-    return `if [ "$(id -u)" -eq 0 ] || [ -n "\${SVC_GUEST_ROOT:-}" ]; then sh -c ${shq(script)}; else sudo -n sh -c ${shq(script)}; fi`;
+    return `if [ "$(id -u)" -eq 0 ] || [ -n "\${SVC_GUEST_ROOT:-}" ]; then sh -c ${shellWord(script)}; else sudo -n sh -c ${shellWord(script)}; fi`;
   }
 
   async probe(target: SshTarget): Promise<{ node: boolean }> {
@@ -55,11 +53,11 @@ export class SshAgentInstaller implements AgentInstaller {
   async install(target: SshTarget, agentTar: Readable): Promise<void> {
     const script = [
       'set -e', `mkdir -p ${DIR}`, `rm -rf ${DIR}/agent.new ${DIR}/agent.old`, `mkdir ${DIR}/agent.new`, `tar -xz -C ${DIR}/agent.new`,
-      `printf %s ${shq(LAUNCHER)} > ${DIR}/agent.new/run`, `chmod 0755 ${DIR}/agent.new/run`,
+      `printf %s ${shellWord(LAUNCHER)} > ${DIR}/agent.new/run`, `chmod 0755 ${DIR}/agent.new/run`,
       `if [ -d ${DIR}/agent ]; then mv ${DIR}/agent ${DIR}/agent.old; fi`, `mv ${DIR}/agent.new ${DIR}/agent`, `rm -rf ${DIR}/agent.old`,
       // A systemd guest of its own (not a stand-in) gets the service, enabled for the next boot
       // (the project's debian image has its own, which is kept).
-      `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -d /run/systemd/system ] && [ ! -f /etc/systemd/system/svc-agent.service ]; then printf %s ${shq(UNIT)} > /etc/systemd/system/svc-agent.service; systemctl daemon-reload; systemctl enable -q svc-agent.service; fi`,
+      `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -d /run/systemd/system ] && [ ! -f /etc/systemd/system/svc-agent.service ]; then printf %s ${shellWord(UNIT)} > /etc/systemd/system/svc-agent.service; systemctl daemon-reload; systemctl enable -q svc-agent.service; fi`,
     ].join('; ');
     const gz = createGzip({ level: 1 });
     agentTar.on('error', (err) => gz.destroy(err));

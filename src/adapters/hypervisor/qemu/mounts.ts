@@ -7,6 +7,7 @@ import type { Mount } from '../../../domain/instance.js';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import { tail } from './qemu-files.js';
 import { childEnv } from '../../process-kit/child-env.js';
+import { shellWord } from '../../process-kit/shell-word.js';
 
 export const VIRTIOFSD_PATHS = ['/usr/lib/qemu/virtiofsd', '/usr/libexec/virtiofsd', '/usr/bin/virtiofsd'];
 
@@ -26,8 +27,6 @@ export function checkDriver(driver: '9p' | 'virtiofs'): void {
   }
 }
 
-/** One shell word for a POSIX shell, whatever `s` holds (the create request refuses quotes too). */
-export const shellWord = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /** The guest script (seed `mounts.sh`) that mounts each share at boot. */
 export function mountScript(mounts: Mount[], driver: '9p' | 'virtiofs'): string {

@@ -1,10 +1,12 @@
 import { createReadStream } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { createGunzip } from 'node:zlib';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import { InvalidArgumentError } from '../../../domain/errors.js';
+import { fileHead } from '../../fs-kit/file-head.js';
+import { shellWord } from '../../process-kit/shell-word.js';
 
 /** The part of an OCI image config svc uses: what `docker run` would start the container with. */
 export interface OciImageConfig {
@@ -94,7 +96,7 @@ export function escapes(name: string): boolean {
 export async function checkLayers(layers: string[]): Promise<void> {
   let entries = 0;
   for (const [i, path] of layers.entries()) {
-    const magic = await head(path, 4);
+    const magic = await fileHead(path, 4);
     if (magic.equals(ZSTD)) throw new InvalidArgumentError(`layer ${i + 1} of ${layers.length} is zstd-compressed; umoci here reads plain and gzip layers (convert with skopeo copy --dest-compress-format gzip)`);
     const gzip = magic[0] === 0x1f && magic[1] === 0x8b;
     const ex = tar.extract();
@@ -125,21 +127,6 @@ export async function checkLayers(layers: string[]): Promise<void> {
 
 const ZSTD = Buffer.from([0x28, 0xb5, 0x2f, 0xfd]);
 
-async function head(path: string, bytes: number): Promise<Buffer> {
-  const fh = await open(path, 'r');
-  try {
-    const buf = Buffer.alloc(bytes);
-    return buf.subarray(0, (await fh.read(buf, 0, bytes, 0)).bytesRead);
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Shell-quotes a value for a POSIX sh script. */
-export function shq(v: string): string {
-  return `'${v.replace(/'/g, `'\\''`)}'`;
-}
-
 /**
  * The image config as the guest init's environment file: a default PATH, the image's `Env`, and a
  * `cd` into its `WorkingDir`, so the agent (and every exec it starts) runs with them.
@@ -148,9 +135,9 @@ export function imageEnvScript(c: OciImageConfig): string {
   const lines = ['# written by svc from the image config', "export PATH='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'", "export HOME='/root'"];
   for (const e of c.Env ?? []) {
     const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(e);
-    if (m && !/[\0\n]/.test(m[2])) lines.push(`export ${m[1]}=${shq(m[2])}`);
+    if (m && !/[\0\n]/.test(m[2])) lines.push(`export ${m[1]}=${shellWord(m[2])}`);
   }
   const wd = c.WorkingDir && c.WorkingDir.startsWith('/') && !/[\0\n]/.test(c.WorkingDir) ? c.WorkingDir : '/';
-  lines.push(`/opt/svc/bin/busybox mkdir -p ${shq(wd)} 2>/dev/null; cd ${shq(wd)} 2>/dev/null || cd /`);
+  lines.push(`/opt/svc/bin/busybox mkdir -p ${shellWord(wd)} 2>/dev/null; cd ${shellWord(wd)} 2>/dev/null || cd /`);
   return lines.join('\n') + '\n';
 }
