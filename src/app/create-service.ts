@@ -74,11 +74,10 @@ export class CreateService {
     const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
     if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
-    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image);
+    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image, internal.pool);
     // A clone has its template's disk: an agent deployed there is in the clone too.
     if (template && !template.agent_missing) delete rec.agent_missing;
     if (template) rec.from = template.name;
-    if (internal.pool) rec.pool = internal.pool;
     const queue = new AsyncQueue<CreateProgressEvent>();
     const done = this.vms.locked(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, queue, template));
     done.catch(() => undefined);

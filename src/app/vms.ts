@@ -1,5 +1,6 @@
 import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
+import type { VmChange } from '../domain/events.js';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError } from '../domain/errors.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { holdsResources } from '../domain/instance.js';
@@ -24,6 +25,7 @@ export class Vms {
   private readonly records = new Map<string, InstanceRecord>();
   /** Operations on one VM run one at a time; different VMs run concurrently. */
   private readonly locks = new KeyedMutex();
+  private readonly watchers = new Set<(change: VmChange) => void>();
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
@@ -60,6 +62,25 @@ export class Vms {
     rec.updated_at = new Date(this.clock.now()).toISOString();
     if (this.records.get(rec.name) !== rec) return;
     await this.store.put(rec);
+    this.changed(rec);
+  }
+
+  /**
+   * Follows every change the API can see (a record reserved, saved, renamed from the pool, or
+   * forgotten); warm pool members stay hidden until claimed. Returns the unsubscribe.
+   * Watchers run synchronously and must not throw or block: they queue and return.
+   */
+  watch(watcher: (change: VmChange) => void): () => void {
+    this.watchers.add(watcher);
+    return () => this.watchers.delete(watcher);
+  }
+
+  private notify(change: VmChange): void {
+    for (const w of this.watchers) w(change);
+  }
+
+  private changed(rec: InstanceRecord): void {
+    if (!rec.pool) this.notify({ event: 'vm', vm: toPublic(rec) });
   }
 
   /** Loads every persisted record (daemon start). */
@@ -70,7 +91,9 @@ export class Vms {
 
   /** Forgets a record (its files are the caller's to remove). */
   forget(name: string): void {
+    const rec = this.records.get(name);
     this.records.delete(name);
+    if (rec && !rec.pool) this.notify({ event: 'removed', name });
   }
 
   /** Every VM but unclaimed warm pool members, by name, as the API shows them. */
@@ -103,6 +126,7 @@ export class Vms {
     member.name = name;
     delete member.pool;
     this.records.set(name, member);
+    this.changed(member);
     return { member, oldName, wasRunning: running };
   }
 
@@ -120,7 +144,8 @@ export class Vms {
     return t;
   }
 
-  reserve(req: CreateRequest, image: ImageInfo): InstanceRecord {
+  /** Reserves the VM's name and resources; `pool` marks a warm pool member (hidden from the list and the feed). */
+  reserve(req: CreateRequest, image: ImageInfo, pool?: string): InstanceRecord {
     const name = req.name ?? this.nextName();
     if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
     const cpus = req.cpus ?? this.config.cpus;
@@ -138,7 +163,9 @@ export class Vms {
     };
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     if (!image.agent_ready) rec.agent_missing = true;
+    if (pool) rec.pool = pool;
     this.records.set(name, rec);
+    this.changed(rec);
     return rec;
   }
 

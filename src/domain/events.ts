@@ -67,3 +67,12 @@ export interface ImageBuildEvent {
   error?: string;
   code?: string;
 }
+
+/** A change to a VM as the API shows it: the VM now, or that it is gone. */
+export type VmChange = { event: 'vm'; vm: Instance } | { event: 'removed'; name: string };
+
+/**
+ * A line of the change feed (GET /events): a snapshot of every VM first, then changes, a `ping`
+ * now and then, and `overflow` (then the end) for a reader too far behind.
+ */
+export type VmEvent = { event: 'snapshot'; vms: Instance[] } | VmChange | { event: 'ping' } | { event: 'overflow'; message: string };

@@ -44,6 +44,24 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['get', 'c1', '--json'])).stdout).to.contain('"name": "c1"');
   });
 
+  it('follows VM changes with svc events until interrupted', async () => {
+    const p = spawn(process.execPath, [SVC, 'events'], { env });
+    let out = '';
+    p.stdout.on('data', (c) => (out += c));
+    const until = async (re: RegExp) => {
+      for (let i = 0; i < 100 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 50));
+      expect(out).to.match(re);
+    };
+    await until(/^c1 running$/m);
+    expect((await d.call('POST', '/vms', { name: 'ev-cli' })).status).to.equal(201);
+    await until(/^ev-cli creating$/m);
+    await until(/^ev-cli running$/m);
+    expect((await d.call('DELETE', '/vms/ev-cli')).status).to.equal(200);
+    await until(/^ev-cli removed$/m);
+    p.kill('SIGINT');
+    expect(await new Promise((r) => p.on('close', r))).to.equal(0);
+  });
+
   it('imports an image from a relative path, with progress or --json, and says why an import is refused', async () => {
     const cwd = join(d.dir, 'imports');
     mkdirSync(cwd);

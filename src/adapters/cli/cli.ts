@@ -278,6 +278,20 @@ export function buildCli(): Command {
     print(o.json, ev, () => table(ev.map((e) => [e.id, e.t, e.action, e.target, e.status, ms(e.duration_ms), e.message]), ['ID', 'TIME', 'ACTION', 'TARGET', 'STATUS', 'TOOK', 'MESSAGE']));
   });
 
+  program.command('events').option('--json', 'the feed\'s NDJSON lines as they come')
+    .description('follow VM changes (create, every state change, delete) until interrupted')
+    .action(async (o) => {
+      const ac = new AbortController();
+      process.once('SIGINT', () => ac.abort());
+      for await (const ev of client().events({ signal: ac.signal })) {
+        if (o.json) console.log(JSON.stringify(ev));
+        else if (ev.event === 'snapshot') for (const v of ev.vms) console.log(`${v.name} ${v.status}`);
+        else if (ev.event === 'vm') console.log(`${ev.vm.name} ${ev.vm.status}`);
+        else if (ev.event === 'removed') console.log(`${ev.name} removed`);
+        else if (ev.event === 'overflow') console.error(ev.message);
+      }
+    });
+
   program.command('info').option('--json').action(async (o) => {
     const c = client();
     const i = await c.info();

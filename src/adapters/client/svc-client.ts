@@ -8,7 +8,7 @@ import WebSocket from 'ws';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import type { CreateRequest, PortForwardRequest, WaitMode } from '../../domain/create-request.js';
-import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord } from '../../domain/events.js';
+import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord, VmEvent } from '../../domain/events.js';
 import type { Forward, Instance, Mount } from '../../domain/instance.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
@@ -46,7 +46,7 @@ export interface Message { message: string; name: string }
 
 /** Every daemon route the client calls, in OpenAPI form (a test checks it against /openapi.yaml). */
 export const CLIENT_ROUTES = [
-  'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity',
+  'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity', 'get /events',
   'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}', 'post /vms/{name}/clone', 'get /pool',
   'get /images', 'post /images', 'get /images/{id}', 'delete /images/{id}',
   'post /vms/{name}/start', 'post /vms/{name}/shutdown', 'post /vms/{name}/pause', 'post /vms/{name}/resume',
@@ -180,6 +180,20 @@ export class SvcClient {
   openapi(format: 'yaml' | 'json' = 'yaml'): Promise<string> { return this.call('GET', `/openapi.${format}`); }
   async activity(o: { limit?: number; since?: number } = {}): Promise<ActivityEvent[]> {
     return (await this.call<{ events: ActivityEvent[] }>('GET', `/activity${qs(o)}`)).events;
+  }
+
+  /**
+   * The VM change feed (GET /events): a `snapshot`, then `vm` / `removed` lines and `ping`s, until
+   * `signal` aborts or the daemon goes.
+   */
+  async *events(o: { signal?: AbortSignal } = {}): AsyncIterable<VmEvent> {
+    const res = await this.raw('GET', '/events');
+    o.signal?.addEventListener('abort', () => res.destroy());
+    try {
+      yield* this.lines<VmEvent>(res);
+    } catch (err) {
+      if (!o.signal?.aborted) throw err;
+    }
   }
 
   // --- lifecycle
