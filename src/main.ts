@@ -29,6 +29,9 @@ import { qemuDriver } from './adapters/hypervisor/qemu/qemu-driver.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
 import { ShellProxy } from './adapters/http/shell-proxy.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
+import { BrowserSessions } from './adapters/http-kit/sessions.js';
+import { eventRoutes } from './adapters/http/event-routes.js';
+import { uiRoutes } from './adapters/http/ui-routes.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { HttpListeners } from './adapters/http/listeners.js';
 import { mcpRoutes } from './adapters/mcp/mcp-http.js';
@@ -185,12 +188,16 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   await container.get<SecretStore>(SecretStore).verify();
   await container.get(RecoveryService).init();
 
+  const sessions = new BrowserSessions(config.ui_session_ms);
+  const auth = new BearerAuth(config.api_token, sessions);
+  const closing = new AbortController();
   const routes: RouteDef[] = [
     ...systemRoutes({
       version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
     ...vmRoutes(vms, instances, container.get(CreateService)),
+    ...eventRoutes(vms, closing.signal),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
@@ -199,8 +206,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms,
     }),
+    ...uiRoutes(auth, sessions),
   ];
-  const auth = new BearerAuth(config.api_token);
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
   const shell = new ShellProxy(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(app, shell.handleUpgrade, config.header_timeout_ms);
@@ -219,6 +226,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     routes: routes.map((r) => ({ method: r.method, path: r.path })),
     poolSettled: () => pool.settled(),
     stop: () => (stopped ??= (async () => {
+      closing.abort();
       await listeners.stop();
       pool.stop();
       await pool.settled();

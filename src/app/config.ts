@@ -15,6 +15,8 @@ export interface Config {
   allowed_hosts: string[];
   /** Origins besides the daemon's own that may change things over TCP (docs/security.md). */
   allowed_origins: string[];
+  /** How long a dashboard log-in lasts (docs/dashboard.md). */
+  ui_session_ms: number;
   /** Host folders (and what is under them) that `mounts` may share; default the user's home. */
   mount_dirs: string[];
   /** Host folders POST /images may import files from (`oci-archive:`, `docker-archive:`, `disk:`); default none. */
@@ -76,6 +78,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   header_timeout: ['header_timeout_ms', 'duration', '20s'],
   allowed_hosts: ['allowed_hosts', 'list', []],
   allowed_origins: ['allowed_origins', 'list', []],
+  ui_session: ['ui_session_ms', 'duration', '12h'],
   mount_dirs: ['mount_dirs', 'list', ['~']],
   import_dirs: ['import_dirs', 'list', []],
   hypervisor: ['hypervisor', { oneOf: ['qemu', 'fake'] }, 'qemu'],

@@ -1,15 +1,22 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { BrowserSessions } from './sessions.js';
 
 /**
  * Bearer-token check. Both sides are hashed first so the compare is constant-time whatever the
- * lengths. An empty configured token means no authentication.
+ * lengths. An empty configured token means no authentication. A live dashboard session cookie
+ * (sessions.ts) stands for the token.
  */
 export class BearerAuth {
   private readonly expected: Buffer | undefined;
 
-  constructor(token: string) {
+  constructor(token: string, readonly sessions?: BrowserSessions) {
     this.expected = token ? digest(token) : undefined;
+  }
+
+  /** Is `token` the configured token? (The dashboard's log-in.) */
+  matches(token: string): boolean {
+    return this.expected !== undefined && timingSafeEqual(digest(token), this.expected);
   }
 
   get enabled(): boolean {
@@ -20,7 +27,7 @@ export class BearerAuth {
     if (!this.expected) return true;
     const header = req.headers.authorization ?? '';
     const m = /^Bearer\s+(.+)$/i.exec(header);
-    if (!m) return false;
+    if (!m) return this.sessions?.valid(req) ?? false;
     return timingSafeEqual(digest(m[1].trim()), this.expected);
   }
 }

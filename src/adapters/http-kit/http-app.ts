@@ -15,7 +15,7 @@ export interface HttpAppDeps {
 }
 
 /**
- * Builds the express app: request metrics, bearer auth (all but GET /healthz), a 1 MiB JSON body
+ * Builds the express app: request metrics, bearer auth (all but routes marked `auth: 'none'`), a 1 MiB JSON body
  * limit, the routes, 405/404 for everything else, and one error handler that speaks `{error}`.
  */
 export function createHttpApp(d: HttpAppDeps): express.Express {
@@ -43,8 +43,9 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     next();
   });
 
+  const open = d.routes.filter((r) => r.auth === 'none').map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
   app.use((req, res, next) => {
-    if (req.method === 'GET' && (req.path === '/healthz' || req.path === '/healthz/')) return next();
+    if (open.some((o) => (o.method === req.method || (o.method === 'GET' && req.method === 'HEAD')) && o.re.test(req.path))) return next();
     if (d.auth.check(req)) return next();
     res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
     res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });

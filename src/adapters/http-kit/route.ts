@@ -9,6 +9,8 @@ export interface RouteDef {
   handler: (req: Request, res: Response) => Promise<void> | void;
   /** `raw` leaves the body unread for the handler to stream (exec stdin, cp). Default: JSON on POST/DELETE. */
   body?: 'json' | 'raw';
+  /** `none`: served without the token (health, the dashboard's files and log-in). Default: bearer auth. */
+  auth?: 'none';
 }
 
 /** `/vms/:name` -> `/vms/{name}` (OpenAPI form). */

@@ -103,6 +103,10 @@ const schemas: Record<string, Schema> = {
       status: { type: 'string', enum: ['ok', 'error'] }, duration_ms: { type: 'integer' }, message: { type: 'string' },
     },
   },
+  UiSession: {
+    type: 'object', required: ['token_required', 'authenticated'],
+    properties: { token_required: { type: 'boolean' }, authenticated: { type: 'boolean' }, expires_in_sec: { type: 'integer' } },
+  },
   Secret: {
     type: 'object', required: ['name', 'size', 'mode', 'created_at', 'updated_at'],
     properties: { name: { type: 'string' }, size: { type: 'integer' }, mode: { type: 'string' }, created_at: { type: 'string' }, updated_at: { type: 'string' } },
@@ -176,6 +180,14 @@ export function openApiDocument(version: string): Record<string, unknown> {
       '/openapi.yaml': { get: op('This document', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
       '/openapi.json': { get: op('This document (served as YAML, as the spec says)', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
       '/activity': { get: op('Control-plane activity, newest first', { '200': json('events', { type: 'object', properties: { events: { type: 'array', items: ref('ActivityEvent') } } }), '400': err('bad limit or since') }, { parameters: [q('limit', { type: 'integer', maximum: 1000 }), q('since', { type: 'integer' }, 'only events with a larger id')] }) },
+      '/events': { get: op('The VM change feed (NDJSON): a snapshot line, then a line per change, a ping every 15 s', { '200': { description: 'stream', content: { 'application/x-ndjson': { schema: { type: 'object', required: ['event'], properties: { event: { type: 'string', enum: ['snapshot', 'vm', 'removed', 'ping', 'overflow'] }, vms: { type: 'array', items: ref('Instance') }, vm: ref('Instance'), name: { type: 'string' }, message: { type: 'string' } } } } } } }) },
+      '/ui': { get: { summary: 'The web dashboard at /ui/ (docs/dashboard.md); its files need no token', security: [], responses: { '200': { description: 'the page', content: { 'text/html': { schema: { type: 'string' } } } }, '308': { description: 'from /ui to /ui/' } } } },
+      '/ui/{file}': { get: { summary: 'A file of the dashboard (index.html, app.js, app.css)', security: [], parameters: [{ name: 'file', in: 'path', required: true, schema: { type: 'string' } }], responses: { '200': { description: 'the file' }, '404': err('not a dashboard file') } } },
+      '/ui/session': {
+        get: { summary: 'Does this browser need to log in?', security: [], responses: { '200': json('session', ref('UiSession')) } },
+        post: { summary: 'Log in: trade the token for an HttpOnly, SameSite=Strict session cookie', security: [], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['token'], properties: { token: { type: 'string' } } } } } }, responses: { '200': json('logged in (Set-Cookie)', ref('UiSession')), '401': err('wrong token'), '403': err('from a foreign Origin') } },
+        delete: { summary: 'Log out: the session ends and the cookie is cleared', security: [], responses: { '204': { description: 'logged out' } } },
+      },
       '/vms': {
         get: op('List VMs', { '200': json('VMs', { type: 'array', items: ref('Instance') }) }),
         post: op('Create a VM', {

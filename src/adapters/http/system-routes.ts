@@ -17,7 +17,7 @@ export function systemRoutes(d: SystemDeps): RouteDef[] {
   let yamlDoc: string | undefined;
   const doc = () => (yamlDoc ??= stringify(d.openapi(), { aliasDuplicateObjects: false }));
   return [
-    { method: 'get', path: '/healthz', handler: (_req, res) => void res.json({ status: 'ok' }) },
+    { method: 'get', path: '/healthz', auth: 'none', handler: (_req, res) => void res.json({ status: 'ok' }) },
     {
       method: 'get', path: '/info',
       handler: (_req, res) => void res.json({ name: 'svc', version: d.version, api_version: '0.2.2', hypervisor: d.hypervisor }),

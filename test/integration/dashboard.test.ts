@@ -1,0 +1,234 @@
+/// <reference lib="dom" />
+import { expect } from 'chai';
+import { randomBytes, createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import type { Browser, Page } from 'puppeteer-core';
+import { launchBrowser, screenshot, until } from '../helpers/browser.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/**
+ * The dashboard in Debian's chromium against a daemon on the fake hypervisor whose VMs run real
+ * local agents (commands, files and shells are real; the "guest" is this host, under a temp dir).
+ * The tests run in order, as a user would click through, and write the screenshots in docs/dashboard/.
+ */
+describe('dashboard in a real browser (chromium)', function () {
+  this.timeout(120_000);
+  let d: TestDaemon;
+  let browser: Browser;
+  let page: Page;
+  let base: string;
+  const vm = 'web1';
+  const work = tempDir('svc-ui-files-');
+
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true, sandbox_metrics_interval: '300ms', sandbox_metrics_points: 200 });
+    base = `http://127.0.0.1:${d.tcp.port}`;
+    browser = await launchBrowser();
+    page = await browser.newPage();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await d?.stop();
+  });
+
+  const text = (sel: string) => page.$eval(sel, (e) => (e as HTMLElement).innerText);
+  const rowStatus = (name: string) => `document.querySelector('tr[data-vm="${name}"] [data-test=status]')?.textContent`;
+
+  it('asks for the token once, refuses a wrong one, and gives an HttpOnly SameSite=Strict expiring session', async () => {
+    await page.goto(`${base}/ui/`);
+    await page.waitForSelector('[data-test=login]');
+    await screenshot(page, 'login');
+    await page.type('[data-test=token]', 'not-the-token');
+    await page.click('[data-test=login-submit]');
+    await until(page, `document.querySelector('[role=alert]')?.textContent.includes('401')`);
+    await page.$eval('[data-test=token]', (e) => { (e as HTMLInputElement).value = ''; });
+    await page.type('[data-test=token]', d.config.api_token);
+    await page.click('[data-test=login-submit]');
+    await page.waitForSelector('[data-test=create-form]');
+    const cookies = await browser.cookies();
+    const session = cookies.find((c) => c.name === 'svc_session');
+    expect(session, JSON.stringify(cookies)).to.not.equal(undefined);
+    expect(session!.httpOnly).to.equal(true);
+    expect(session!.sameSite).to.equal('Strict');
+    expect(session!.expires * 1000).to.be.greaterThan(Date.now() + 3600_000);
+    // The page cannot read it.
+    expect(await page.evaluate(() => document.cookie)).to.not.include('svc_session');
+  });
+
+  it('creates a VM from the form and shows its progress, then running', async () => {
+    await page.type('form[data-test=create-form] input[name=name]', vm);
+    await page.click('form[data-test=create-form] input[name=persistent]');
+    await page.click('[data-test=create-submit]');
+    await until(page, `document.querySelector('[data-test=create-progress] .phase-ready')`);
+    const progress = await text('[data-test=create-progress]');
+    expect(progress).to.match(/accepted/).and.to.match(/boot/).and.to.match(/ready/);
+    await until(page, `${rowStatus(vm)} === 'running'`);
+    expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');
+    await screenshot(page, 'vms');
+  });
+
+  it('shows a change made through the API without a reload', async () => {
+    await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
+    expect((await d.call('POST', `/vms/${vm}/pause`)).status).to.equal(200);
+    await until(page, `${rowStatus(vm)} === 'paused'`);
+    expect((await d.call('POST', `/vms/${vm}/resume`)).status).to.equal(200);
+    await until(page, `${rowStatus(vm)} === 'running'`);
+    // Same document all along: the marker set before the changes is still there.
+    expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).to.equal(42);
+    // A VM made elsewhere appears too.
+    expect((await d.call('POST', '/vms', { name: 'other' })).status).to.equal(201);
+    await until(page, `${rowStatus('other')} === 'running'`);
+  });
+
+  it('runs an action from the list (pause, then resume) and the row follows', async () => {
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-pause]`);
+    await until(page, `${rowStatus(vm)} === 'paused'`);
+    expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('paused');
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-resume]`);
+    await until(page, `${rowStatus(vm)} === 'running'`);
+  });
+
+  it('shows the VM page: fields, forwards, a stats chart from the history, the console', async () => {
+    await page.click(`tr[data-vm="${vm}"] a`);
+    await page.waitForSelector('[data-test=fields]');
+    expect(await text('[data-test=vm-title]')).to.include(vm);
+    expect(await text('[data-test=fields]')).to.include('persistent').and.to.include('512 MB');
+    await until(page, `document.querySelector('[data-test=stats-chart] canvas')`, 20_000);
+    await page.waitForSelector('[data-test=console]');
+    await screenshot(page, 'vm');
+  });
+
+  it('opens a terminal that runs what is typed and follows the window size', async () => {
+    await page.click('[data-test=tab-terminal]');
+    await until(page, `document.querySelector('[data-test=terminal-state]')?.textContent === 'connected'`);
+    const screen = () => page.$eval('[data-test=terminal] .xterm-rows', (e) => (e as HTMLElement).innerText);
+    await page.keyboard.type('echo dash-$((6*7)); stty size\n');
+    await until(page, `document.querySelector('[data-test=terminal] .xterm-rows')?.innerText.includes('dash-42')`);
+    const size = async () => {
+      const m = [...(await screen()).matchAll(/^(\d+) (\d+)\s*$/gm)];
+      return m.length > 0 ? m[m.length - 1].slice(1).map(Number) : [];
+    };
+    await until(page, `/^\\d+ \\d+\\s*$/m.test(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '')`);
+    const [rows1, cols1] = await size();
+    expect(cols1).to.be.greaterThan(40);
+    await screenshot(page, 'terminal');
+    await page.setViewport({ width: 900, height: 700 });
+    await new Promise((r) => setTimeout(r, 300));
+    await page.keyboard.type('clear; stty size\n');
+    await until(page, `(() => { const m = [...(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '').matchAll(/^(\\d+) (\\d+)\\s*$/gm)]; return m.length > 0 && Number(m[m.length - 1][2]) < ${cols1}; })()`);
+    const [rows2, cols2] = await size();
+    expect(cols2).to.be.lessThan(cols1);
+    expect(rows2).to.be.lessThan(rows1);
+    await page.setViewport({ width: 1366, height: 900 });
+  });
+
+  it('browses files: upload, download back byte-exact, make a directory, remove with confirmation', async () => {
+    const dir = join(work, 'box');
+    mkdirSync(dir);
+    const data = randomBytes(300_000);
+    const src = join(work, 'blob.bin');
+    writeFileSync(src, data);
+    await page.click('[data-test=tab-files]');
+    await page.waitForSelector('[data-test=files-path]');
+    await page.$eval('[data-test=files-path]', (e) => { (e as HTMLInputElement).value = ''; });
+    await page.type('[data-test=files-path]', `${dir}\n`);
+    const input = await page.waitForSelector('[data-test=upload]');
+    await (input as unknown as { uploadFile(p: string): Promise<void> }).uploadFile(src);
+    await page.waitForSelector('tr[data-file="blob.bin"]', { timeout: 20_000 });
+    expect(sha(readFileSync(join(dir, 'blob.bin')))).to.equal(sha(data));
+
+    const downloads = join(work, 'downloads');
+    mkdirSync(downloads);
+    const cdp = await page.createCDPSession();
+    await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: downloads });
+    await page.click('tr[data-file="blob.bin"] [data-test=download]');
+    const got = join(downloads, 'blob.bin');
+    for (let i = 0; i < 100 && !(existsSync(got) && statSync(got).size === data.length && readdirSync(downloads).length === 1); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(sha(readFileSync(got))).to.equal(sha(data));
+
+    await page.type('[data-test=mkdir-name]', 'made-here');
+    await page.click('[data-test=mkdir]');
+    await page.waitForSelector('tr[data-file="made-here"]');
+    expect(statSync(join(dir, 'made-here')).isDirectory()).to.equal(true);
+    await screenshot(page, 'files');
+
+    await page.click('tr[data-file="blob.bin"] [data-test=remove]');
+    await page.waitForSelector('dialog[data-test=confirm][open]');
+    await page.click('[data-test=confirm-ok]');
+    await until(page, `!document.querySelector('tr[data-file="blob.bin"]')`);
+    expect(existsSync(join(dir, 'blob.bin'))).to.equal(false);
+  });
+
+  it('shows images, host secrets by name only, and the activity log', async () => {
+    const value = 'sup3r-s3cret-value-that-must-not-show';
+    expect((await d.call('POST', '/secrets', { name: 'DB_PASSWORD', value })).status).to.equal(200);
+    await page.goto(`${base}/ui/#/images`);
+    await page.waitForSelector('[data-test=images] tbody tr');
+    await screenshot(page, 'images');
+    await page.goto(`${base}/ui/#/secrets`);
+    await until(page, `document.querySelector('[data-test=secrets]')?.innerText.includes('DB_PASSWORD')`);
+    expect(await page.content()).to.not.include(value);
+    await screenshot(page, 'secrets');
+    await page.goto(`${base}/ui/#/activity`);
+    await until(page, `document.querySelector('[data-test=activity]')?.innerText.includes('${vm}')`);
+    await screenshot(page, 'activity');
+  });
+
+  it('deletes a VM only after the confirmation', async () => {
+    await page.goto(`${base}/ui/#/`);
+    await until(page, `${rowStatus(vm)} === 'running'`);
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-delete]`);
+    await page.waitForSelector('dialog[data-test=confirm][open]');
+    await screenshot(page, 'delete-confirm');
+    await page.keyboard.press('Escape');
+    await until(page, `!document.querySelector('dialog[data-test=confirm]')`);
+    expect((await d.call('GET', `/vms/${vm}`)).status).to.equal(200);
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-delete]`);
+    await page.waitForSelector('dialog[data-test=confirm][open]');
+    await page.click('[data-test=confirm-ok]');
+    await until(page, `!document.querySelector('tr[data-vm="${vm}"]')`);
+    expect((await d.call('GET', `/vms/${vm}`)).status).to.equal(404);
+  });
+
+  it('a page of another origin cannot change anything, even on the same site with the cookie', async () => {
+    const evil: Server = createServer((_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end(`<form id=f method=POST action="${base}/vms" enctype="text/plain"><input name='{"name":"pwned","x":"' value='"}'></form>
+        <script>fetch(${JSON.stringify(`${base}/vms`)}, { method: 'POST', mode: 'no-cors', credentials: 'include', body: '{"name":"pwned2"}' }).finally(() => document.getElementById('f').submit());</script>`);
+    });
+    await new Promise<void>((r) => evil.listen(0, '127.0.0.1', r));
+    try {
+      const port = (evil.address() as { port: number }).port;
+      const other = await browser.newPage();
+      const answers: number[] = [];
+      other.on('response', (res) => { if (res.url().startsWith(`${base}/vms`)) answers.push(res.status()); });
+      await other.goto(`http://127.0.0.1:${port}/`);
+      for (let i = 0; i < 50 && answers.length < 1; i++) await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 500));
+      await other.close();
+      expect(answers.length).to.be.greaterThan(0);
+      for (const s of answers) expect(s).to.equal(403);
+      const names = (await d.call('GET', '/vms')).json.map((v: { name: string }) => v.name);
+      expect(names).to.not.include('pwned').and.to.not.include('pwned2');
+    } finally {
+      evil.close();
+    }
+  });
+
+  it('logs out: the session ends and the page asks for the token again', async () => {
+    await page.goto(`${base}/ui/#/`);
+    await page.waitForSelector('[data-test=logout]');
+    const before = (await browser.cookies()).find((c) => c.name === 'svc_session')!.value;
+    await page.click('[data-test=logout]');
+    await page.waitForSelector('[data-test=login]');
+    expect((await browser.cookies()).find((c) => c.name === 'svc_session')).to.equal(undefined);
+    // The old id is dead on the server too, not only forgotten by the browser.
+    const r = await d.call('GET', '/vms', undefined, { authorization: '', cookie: `svc_session=${before}` });
+    expect(r.status).to.equal(401);
+  });
+});

@@ -1,0 +1,118 @@
+/** The daemon's API as the dashboard calls it: same origin, the session cookie, JSON in and out. */
+
+export class ApiError extends Error {
+  constructor(readonly status: number, message: string, readonly code?: string) {
+    super(message);
+  }
+}
+
+type Listener = () => void;
+const unauthenticated = new Set<Listener>();
+
+/** Called whenever the daemon answers 401 (the session expired or was logged out elsewhere). */
+export function onUnauthenticated(l: Listener): () => void {
+  unauthenticated.add(l);
+  return () => unauthenticated.delete(l);
+}
+
+async function failure(res: Response): Promise<ApiError> {
+  if (res.status === 401) for (const l of unauthenticated) l();
+  const text = await res.text().catch(() => '');
+  try {
+    const body = JSON.parse(text) as { error?: string; code?: string };
+    return new ApiError(res.status, body.error ?? `${res.status} ${res.statusText}`, body.code);
+  } catch {
+    return new ApiError(res.status, text.slice(0, 300) || `${res.status} ${res.statusText}`);
+  }
+}
+
+export interface CallOptions {
+  body?: unknown;
+  /** Raw bytes (uploads) instead of JSON. */
+  raw?: Blob;
+  signal?: AbortSignal;
+  accept?: string;
+}
+
+export async function request(method: string, path: string, o: CallOptions = {}): Promise<Response> {
+  const headers: Record<string, string> = {};
+  let body: BodyInit | undefined;
+  if (o.raw !== undefined) {
+    headers['content-type'] = 'application/octet-stream';
+    body = o.raw;
+  } else if (o.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = JSON.stringify(o.body);
+  }
+  if (o.accept) headers.accept = o.accept;
+  const res = await fetch(path, { method, headers, body, credentials: 'same-origin', signal: o.signal, cache: 'no-store' });
+  if (!res.ok) throw await failure(res);
+  return res;
+}
+
+/** A JSON call; 204 gives undefined. */
+export async function api<T = unknown>(method: string, path: string, o: CallOptions = {}): Promise<T> {
+  const res = await request(method, path, o);
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/** An NDJSON stream (create progress, the change feed), one object a line. */
+export async function* ndjson<T = Record<string, unknown>>(method: string, path: string, o: CallOptions = {}): AsyncGenerator<T> {
+  const res = await request(method, path, { ...o, accept: 'application/x-ndjson' });
+  if (!res.body) return;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (line) yield JSON.parse(line) as T;
+    }
+  }
+}
+
+export const enc = encodeURIComponent;
+
+export interface Instance {
+  name: string;
+  status: string;
+  persistent: boolean;
+  cpus: number;
+  memory_mb: number;
+  disk_gb: number;
+  image: string;
+  ip: string;
+  ssh_port: number;
+  agent_port: number;
+  forwards: { host_port: number; guest_port: number; kind?: string; pid?: number }[];
+  tags?: Record<string, string>;
+  created_at: string;
+  updated_at: string;
+  suspended_at?: string;
+  [k: string]: unknown;
+}
+
+export interface ProgressEvent {
+  phase: string;
+  message: string;
+  name: string;
+  elapsed_ms: number;
+  percent?: number;
+  error?: string;
+  instance?: Instance;
+}
+
+export interface FsInfo {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+  mode: string;
+  mtime: string;
+  target?: string;
+}

@@ -1,0 +1,78 @@
+import { useEffect, useState } from 'preact/hooks';
+import { ndjson, type Instance } from './api.js';
+
+type Line = { event: 'snapshot'; vms: Instance[] } | { event: 'vm'; vm: Instance } | { event: 'removed'; name: string } | { event: 'ping' } | { event: 'overflow' };
+
+/**
+ * The VM list kept live from GET /events: a snapshot, then a line per change. When the stream
+ * ends or fails it reconnects (with a growing pause) and starts again from a fresh snapshot.
+ */
+class VmFeed {
+  vms = new Map<string, Instance>();
+  connected = false;
+  private readonly listeners = new Set<() => void>();
+  private running = false;
+  private abort: AbortController | undefined;
+
+  subscribe(l: () => void): () => void {
+    this.listeners.add(l);
+    if (!this.running) void this.run();
+    return () => this.listeners.delete(l);
+  }
+
+  /** Stops following (log-out); the next subscriber starts again. */
+  stop(): void {
+    this.running = false;
+    this.abort?.abort();
+  }
+
+  private emit(): void {
+    for (const l of this.listeners) l();
+  }
+
+  private async run(): Promise<void> {
+    this.running = true;
+    let pause = 500;
+    while (this.running) {
+      this.abort = new AbortController();
+      try {
+        for await (const line of ndjson<Line>('GET', '/events', { signal: this.abort.signal })) {
+          if (line.event === 'snapshot') {
+            this.vms = new Map(line.vms.map((v) => [v.name, v]));
+            this.connected = true;
+            pause = 500;
+          } else if (line.event === 'vm') {
+            this.vms.set(line.vm.name, line.vm);
+          } else if (line.event === 'removed') {
+            this.vms.delete(line.name);
+          } else {
+            continue;
+          }
+          this.emit();
+        }
+      } catch {
+        // The stream failed; reconnect below.
+      }
+      this.connected = false;
+      this.emit();
+      if (!this.running) break;
+      await new Promise((r) => setTimeout(r, pause));
+      pause = Math.min(pause * 2, 10_000);
+    }
+  }
+}
+
+export const feed = new VmFeed();
+
+/** The live VM list (sorted by name) and whether the feed is connected. */
+export function useVms(): { vms: Instance[]; connected: boolean } {
+  const [, tick] = useState(0);
+  useEffect(() => feed.subscribe(() => tick((n) => n + 1)), []);
+  return { vms: [...feed.vms.values()].sort((a, b) => a.name.localeCompare(b.name)), connected: feed.connected };
+}
+
+/** One VM from the feed, or undefined while unknown. */
+export function useVm(name: string): { vm: Instance | undefined; connected: boolean } {
+  const { vms, connected } = useVms();
+  return { vm: vms.find((v) => v.name === name), connected };
+}
