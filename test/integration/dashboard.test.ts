@@ -93,14 +93,35 @@ describe('dashboard in a real browser (chromium)', function () {
     await until(page, `${rowStatus(vm)} === 'running'`);
   });
 
+  it('suspends, clones under a name asked in a dialog, and restores from the list', async () => {
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-suspend]`);
+    await until(page, `${rowStatus(vm)} === 'suspended'`);
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-clone]`);
+    await page.waitForSelector('dialog[data-test=confirm][open] input');
+    await page.type('dialog[data-test=confirm] input', 'web1-copy');
+    await page.click('[data-test=confirm-ok]');
+    await until(page, `${rowStatus('web1-copy')} === 'running'`);
+    expect((await d.call('GET', '/vms/web1-copy')).json.status).to.equal('running');
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-restore]`);
+    await until(page, `${rowStatus(vm)} === 'running'`);
+  });
+
   it('shows the VM page: fields, forwards, a stats chart from the history, the console', async () => {
     await page.click(`tr[data-vm="${vm}"] a`);
     await page.waitForSelector('[data-test=fields]');
     expect(await text('[data-test=vm-title]')).to.include(vm);
     expect(await text('[data-test=fields]')).to.include('persistent').and.to.include('512 MB');
+    await page.type('[data-test=forwards] input[name=guest_port]', '8080');
+    await page.click('[data-test=forwards] button[type=submit]');
+    await until(page, `document.querySelector('[data-test=forwards] tbody')?.innerText.includes('8080')`);
+    const fwd = (await d.call('GET', `/vms/${vm}`)).json.forwards as { guest_port: number; kind: string }[];
+    expect(fwd.map((f) => `${f.guest_port}/${f.kind}`)).to.include('8080/live');
     await until(page, `document.querySelector('[data-test=stats-chart] canvas')`, 20_000);
     await page.waitForSelector('[data-test=console]');
     await screenshot(page, 'vm');
+    await page.click('[data-test=forwards] tbody button');
+    await until(page, `!document.querySelector('[data-test=forwards] tbody')`);
+    expect((await d.call('GET', `/vms/${vm}`)).json.forwards).to.deep.equal([]);
   });
 
   it('opens a terminal that runs what is typed and follows the window size', async () => {

@@ -40,8 +40,8 @@ function Forwards({ vm }: { vm: Instance }) {
         <td>${f.kind === 'live' ? html`<button type="button" class="small" onClick=${() => run(() => api('DELETE', `/vms/${enc(vm.name)}/forwards/${f.host_port}`))}>remove</button>` : null}</td></tr>`)}
     </tbody></table>`}
     <form class="row" onSubmit=${add}>
-      <label>Guest port <input type="number" min="1" max="65535" required value=${guest} onInput=${(e: Event) => setGuest((e.target as HTMLInputElement).value)} /></label>
-      <label>Host port <input type="number" min="1024" max="65535" placeholder="any" value=${host} onInput=${(e: Event) => setHost((e.target as HTMLInputElement).value)} /></label>
+      <label>Guest port <input name="guest_port" type="number" min="1" max="65535" required value=${guest} onInput=${(e: Event) => setGuest((e.target as HTMLInputElement).value)} /></label>
+      <label>Host port <input name="host_port" type="number" min="1024" max="65535" placeholder="any" value=${host} onInput=${(e: Event) => setHost((e.target as HTMLInputElement).value)} /></label>
       <button type="submit" disabled=${vm.status !== 'running'}>Add forward</button>
     </form>
     <${ErrorLine} error=${error} />
