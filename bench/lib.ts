@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { request, Agent } from 'node:http';
 import type { Writable } from 'node:stream';
 import { join } from 'node:path';
@@ -22,6 +22,36 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
 }
 
 /** Resets a process's peak RSS (VmHWM) so the next peak belongs to what follows. */
+/** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
+export function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** The process listening on 127.0.0.1:`port` (TCP), found through /proc; undefined if none is visible. */
+export function pidListeningOn(port: number): number | undefined {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && f[1].endsWith(`:${hex}`) && f[3] === '0A') inodes.add(f[9]);
+    }
+  }
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (m && inodes.has(m[1])) return Number(pid);
+      }
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return undefined;
+}
+
 export function resetPeak(pid: number): void {
   writeFileSync(`/proc/${pid}/clear_refs`, '5');
 }
@@ -34,7 +64,7 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
   const yaml = Object.entries({ data_dir: join(dir, 'data'), socket, api: '127.0.0.1:0', log_level: 'info', ...config })
     .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v === '' ? "''" : v}`).join('\n');
   writeFileSync(join(dir, 'config.yaml'), yaml + '\n');
-  const proc = spawn(process.execPath, [SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(process.execPath, [...(process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : []), SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let port = 0;
   proc.stderr!.on('data', (c: Buffer) => {
     const m = /"tcp_port":(\d+)/.exec(c.toString());

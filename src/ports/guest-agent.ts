@@ -11,8 +11,11 @@ export interface AgentEndpoint {
   cid?: number;
 }
 
-/** Where and how an upload lands: the cp query, shared with the agent. */
-export type UploadOptions = UploadQuery;
+/**
+ * Where and how an upload lands: the cp query, shared with the agent, and the body's length when
+ * the caller declared one (the daemon then passes the body on as is, without chunked framing).
+ */
+export type UploadOptions = UploadQuery & { size?: number };
 
 export interface ShellOptions {
   cols?: number;

@@ -12,6 +12,8 @@ class VmFeed {
   connected = false;
   private readonly listeners = new Set<() => void>();
   private running = false;
+  /** Each run has its own number, so a run stopped while it waited never carries on beside a newer one. */
+  private generation = 0;
   private abort: AbortController | undefined;
 
   subscribe(l: () => void): () => void {
@@ -23,6 +25,7 @@ class VmFeed {
   /** Stops following (log-out); the next subscriber starts again. */
   stop(): void {
     this.running = false;
+    this.connected = false;
     this.abort?.abort();
   }
 
@@ -32,8 +35,10 @@ class VmFeed {
 
   private async run(): Promise<void> {
     this.running = true;
+    const mine = ++this.generation;
+    const live = () => this.running && this.generation === mine;
     let pause = 500;
-    while (this.running) {
+    while (live()) {
       this.abort = new AbortController();
       try {
         for await (const line of ndjson<Line>('GET', '/events', { signal: this.abort.signal })) {
@@ -53,9 +58,9 @@ class VmFeed {
       } catch {
         // The stream failed; reconnect below.
       }
+      if (!live()) break;
       this.connected = false;
       this.emit();
-      if (!this.running) break;
       await new Promise((r) => setTimeout(r, pause));
       pause = Math.min(pause * 2, 10_000);
     }

@@ -5,11 +5,13 @@ import type {
   AgentHealth, CopyMode, ExecFrame, GuestIdentity, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import {
-  AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError, InvalidStateError, PayloadTooLargeError, ResourceExhaustedError, type ErrorCode,
-} from '../../domain/errors.js';
+import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, UploadOptions } from '../../ports/guest-agent.js';
+import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+import { rawDownload } from './raw-download.js';
 import { tcpConnector, type Connector } from './transport.js';
+
+export { REPLY_LIMITS } from './agent-replies.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
 const IDLE_SOCKET_MS = 10_000;
@@ -17,44 +19,6 @@ const IDLE_SOCKET_MS = 10_000;
 const EXEC_GRACE_MS = 30_000;
 /** fs operations and secret writes answer in well under this, or the guest is not answering. */
 const FS_TIMEOUT_MS = 120_000;
-
-/**
- * What the daemon reads from a guest, at most (docs/security.md: guests are hostile). Small
- * answers (health, stats, fs, errors) fit in 1 MiB; a buffered exec's two 16 MiB streams fit in
- * 64 MiB even JSON-escaped as base64; one streamed exec frame carries one output chunk.
- */
-export const REPLY_LIMITS = { json: 1 << 20, exec: 64 << 20, frame: 4 << 20, shellMessage: 1 << 20 } as const;
-
-function where(ep: AgentEndpoint): string {
-  return ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;
-}
-
-/** Transport failures (refused, reset, timed out) mean the agent is unavailable: 503. */
-function unavailable(ep: AgentEndpoint, err: Error): AgentUnavailableError {
-  return new AgentUnavailableError(`guest agent at ${where(ep)} unavailable: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
-}
-
-/** The caller's mistakes the agent reports pass through by their code; anything else is the agent's failure. */
-const PASS_THROUGH: Partial<Record<ErrorCode, new (message: string) => Error>> = {
-  invalid_argument: InvalidArgumentError, invalid_state: InvalidStateError, not_found: NotFoundError, already_exists: AlreadyExistsError,
-  not_supported: NotSupportedError, payload_too_large: PayloadTooLargeError, resource_exhausted: ResourceExhaustedError,
-};
-
-/**
- * Maps an agent error reply by its `{error, code}` body, not its status: a known caller-side code
- * passes through; other codes, a missing code and garbage are the agent's failure (502).
- */
-function fromStatus(status: number, text: string): Error {
-  let body: { error?: unknown; code?: unknown } = {};
-  try {
-    body = JSON.parse(text) as typeof body;
-  } catch {
-    return new AgentFailureError(`guest agent answered ${status} without a JSON error: ${JSON.stringify(text.slice(0, 200))}`);
-  }
-  const msg = typeof body.error === 'string' ? body.error.slice(0, 2000) : `status ${status}`;
-  const Pass = typeof body.code === 'string' ? PASS_THROUGH[body.code as ErrorCode] : undefined;
-  return Pass ? new Pass(msg) : new AgentFailureError(`guest agent failed (${status}): ${msg}`);
-}
 
 function execQuery(req: ExecRequest, buffered: boolean): string {
   const p = new URLSearchParams({ cmd: req.cmd, buffered: String(buffered) });
@@ -71,6 +35,8 @@ interface CallOptions {
   method: string;
   path: string;
   body?: Buffer | Readable;
+  /** The length of a streamed body, when known: sent as Content-Length, so the bytes go on unframed. */
+  bodyLength?: number;
   contentType?: string;
   /** A deadline for the whole call, answer included; without one only connecting is timed. */
   timeoutMs?: number;
@@ -109,6 +75,7 @@ export class HttpGuestAgent implements GuestAgent {
       const headers: Record<string, string> = {};
       if (o.contentType) headers['content-type'] = o.contentType;
       if (Buffer.isBuffer(o.body)) headers['content-length'] = String(o.body.length);
+      else if (o.bodyLength !== undefined) headers['content-length'] = String(o.bodyLength);
       const req = request({ agent: this.agentFor(ep), host: ep.host, port: ep.port, method: o.method, path: o.path, headers });
       let settled = false;
       const started = Date.now();
@@ -246,10 +213,15 @@ export class HttpGuestAgent implements GuestAgent {
     if (o.permissions) p.set('permissions', o.permissions);
     if (o.uid !== undefined) p.set('uid', String(o.uid));
     if (o.gid !== undefined) p.set('gid', String(o.gid));
-    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, contentType: o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' });
+    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType: o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' });
   }
 
   async download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {
+    // A single file's bytes skip the HTTP client (raw-download.ts); a tar's length is not known ahead.
+    if (mode === 'binary') {
+      const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`);
+      return { contentType: 'application/octet-stream', ...raw };
+    }
     const { res } = await this.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
     if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
     const len = res.headers['content-length'];

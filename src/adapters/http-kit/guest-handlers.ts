@@ -44,10 +44,15 @@ export function execHandler(t: ExecTarget): Handler {
   };
 }
 
-/** PUT cp: the body (a file, or a tar with mode=tar) goes to `put`; 204 when it is written. */
-export function uploadHandler(put: (req: Request, q: UploadQuery, body: Readable) => Promise<void>): Handler {
+/**
+ * PUT cp: the body (a file, or a tar with mode=tar) goes to `put` with its declared length, if
+ * any; 204 when it is written.
+ */
+export function uploadHandler(put: (req: Request, q: UploadQuery & { size?: number }, body: Readable) => Promise<void>): Handler {
   return async (req, res: Response) => {
-    await put(req, parseUploadQuery(query(req)), req);
+    const declared = req.headers['transfer-encoding'] === undefined ? req.headers['content-length'] : undefined;
+    const size = declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : undefined;
+    await put(req, { ...parseUploadQuery(query(req)), size }, req);
     res.status(204).end();
   };
 }

@@ -1,0 +1,168 @@
+import type { Duplex } from 'node:stream';
+import { Readable } from 'node:stream';
+import { AgentFailureError } from '../../domain/errors.js';
+import type { AgentEndpoint } from '../../ports/guest-agent.js';
+import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+
+/** An answer's status line and headers must fit in this (a guest could send a head without end). */
+export const HEAD_LIMIT = 16 * 1024;
+const HEAD_TIMEOUT_MS = 120_000;
+
+interface Head { status: number; headers: Map<string, string>; rest: Buffer }
+
+/**
+ * A download (GET /cp, a single file) over its own connection, read without Node's HTTP client:
+ * the answer's head is parsed here, bounded and checked, and the body of a 200 is handed on as the
+ * socket's own bytes, cut at its Content-Length. Parsing the body through the HTTP client costs the
+ * daemon as much CPU as the copy itself; this is the hop's whole cost (docs/benchmarks.md).
+ * Errors map like every other agent answer (a known caller-side code passes through, else 502).
+ */
+export async function rawDownload(socket: Duplex, ep: AgentEndpoint, path: string): Promise<{ body: Readable; size: number }> {
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nConnection: close\r\n\r\n`);
+  const head = await readHead(socket, ep);
+  if (head.status !== 200) throw fromStatus(head.status, await readError(socket, head));
+  if (head.headers.has('transfer-encoding')) return fail(socket, `guest agent at ${where(ep)} answered a download without its length`);
+  const len = head.headers.get('content-length');
+  if (len === undefined || !/^\d{1,15}$/.test(len)) return fail(socket, `guest agent at ${where(ep)} answered a download without a valid length`);
+  return { body: new BoundedBody(socket, head.rest, Number(len), ep), size: Number(len) };
+}
+
+function fail(socket: Duplex, message: string): never {
+  socket.destroy();
+  throw new AgentFailureError(message);
+}
+
+function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
+  return new Promise((resolve, reject) => {
+    let buf: Buffer = Buffer.alloc(0);
+    const done = (err?: Error, head?: Head) => {
+      clearTimeout(timer);
+      socket.off('data', onData).off('error', onError).off('end', onEnd);
+      if (err) {
+        socket.destroy();
+        reject(err);
+      } else resolve(head!);
+    };
+    const onData = (c: Buffer) => {
+      buf = buf.length === 0 ? c : Buffer.concat([buf, c]);
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (buf.length > HEAD_LIMIT) done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
+        return;
+      }
+      if (end > HEAD_LIMIT) return done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
+      socket.pause();
+      try {
+        done(undefined, { ...parseHead(buf.subarray(0, end).toString('latin1'), ep), rest: buf.subarray(end + 4) });
+      } catch (err) {
+        done(err as Error);
+      }
+    };
+    const onError = (err: Error) => done(unavailable(ep, err));
+    const onEnd = () => done(new AgentFailureError(`guest agent at ${where(ep)} closed the connection before answering`));
+    const timer = setTimeout(() => done(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))), HEAD_TIMEOUT_MS);
+    socket.on('data', onData).on('error', onError).on('end', onEnd);
+  });
+}
+
+/** The status and headers (names lower-cased) of an HTTP/1.1 answer head; garbage is the agent's failure. */
+export function parseHead(text: string, ep: AgentEndpoint): { status: number; headers: Map<string, string> } {
+  const lines = text.split('\r\n');
+  const m = /^HTTP\/1\.[01] (\d{3})(?: .*)?$/.exec(lines[0]);
+  if (!m) throw new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(lines[0].slice(0, 80))}`);
+  const headers = new Map<string, string>();
+  for (const line of lines.slice(1)) {
+    const colon = line.indexOf(':');
+    if (colon <= 0 || /^\s/.test(line)) throw new AgentFailureError(`guest agent at ${where(ep)} sent a bad header line: ${JSON.stringify(line.slice(0, 80))}`);
+    const name = line.slice(0, colon).trim().toLowerCase();
+    const value = line.slice(colon + 1).trim();
+    const seen = headers.get(name);
+    if (seen !== undefined && name === 'content-length' && seen !== value) {
+      throw new AgentFailureError(`guest agent at ${where(ep)} sent two different lengths`);
+    }
+    headers.set(name, seen !== undefined && name !== 'content-length' ? `${seen}, ${value}` : value);
+  }
+  return { status: Number(m[1]), headers };
+}
+
+/** The body of an error answer, up to the JSON limit (the connection closes after it). */
+async function readError(socket: Duplex, head: Head): Promise<string> {
+  const parts: Buffer[] = [head.rest];
+  let size = head.rest.length;
+  socket.resume();
+  try {
+    for await (const c of socket) {
+      size += (c as Buffer).length;
+      if (size > REPLY_LIMITS.json) break;
+      parts.push(c as Buffer);
+    }
+  } catch {
+    // what arrived is the answer
+  } finally {
+    socket.destroy();
+  }
+  const raw = Buffer.concat(parts);
+  return (/chunked/i.test(head.headers.get('transfer-encoding') ?? '') ? dechunk(raw) : raw).toString('utf8');
+}
+
+/** Chunked framing taken off a (small, complete or cut) error body. */
+function dechunk(raw: Buffer): Buffer {
+  const out: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const nl = raw.indexOf('\r\n', at);
+    if (nl < 0) break;
+    const size = parseInt(raw.subarray(at, nl).toString('latin1'), 16);
+    if (!Number.isFinite(size) || size <= 0) break;
+    out.push(raw.subarray(nl + 2, nl + 2 + size));
+    at = nl + 2 + size + 2;
+  }
+  return Buffer.concat(out);
+}
+
+/**
+ * The body of a 200: the bytes after the head, then the socket's, with backpressure, ending at
+ * `length` (anything more the guest sends is dropped with the connection); a connection that ends
+ * early fails the stream, so the client sees a cut copy, never a short one that looks whole.
+ */
+class BoundedBody extends Readable {
+  private left: number;
+
+  constructor(private readonly socket: Duplex, first: Buffer, length: number, private readonly ep: AgentEndpoint) {
+    super({ highWaterMark: 256 * 1024 });
+    this.left = length;
+    socket.on('data', (c: Buffer) => this.accept(c));
+    socket.on('end', () => this.cut());
+    socket.on('close', () => this.cut());
+    socket.on('error', (err) => this.destroy(unavailable(ep, err)));
+    if (first.length > 0) this.accept(first);
+    if (this.left === 0) this.finish();
+  }
+
+  private accept(c: Buffer): void {
+    if (this.left <= 0 || this.destroyed) return;
+    const part = c.length > this.left ? c.subarray(0, this.left) : c;
+    this.left -= part.length;
+    const more = this.push(part);
+    if (this.left === 0) this.finish();
+    else if (!more) this.socket.pause();
+  }
+
+  private finish(): void {
+    this.push(null);
+    this.socket.destroy();
+  }
+
+  private cut(): void {
+    if (this.left > 0 && !this.destroyed) this.destroy(new AgentFailureError(`guest agent at ${where(this.ep)} broke off the download with ${this.left} bytes to go`));
+  }
+
+  override _read(): void {
+    if (this.left > 0) this.socket.resume();
+  }
+
+  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    this.socket.destroy();
+    cb(err);
+  }
+}
