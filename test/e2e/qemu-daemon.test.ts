@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -88,6 +88,47 @@ describe('svcd with QEMU: real guests end to end', function () {
     // a root daemon drops QEMU to nobody; a daemon run by a user starts it as that user
     expect(uid).to.equal(process.getuid?.() === 0 ? Number(execFileSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).trim()) : process.getuid?.());
     expect(readFileSync(`/proc/${pid}/status`, 'utf8')).to.match(/^Seccomp:\s+2$/m);
+  });
+
+  it('copies 200 MiB both ways through the daemon, byte-exact, streamed', async () => {
+    const size = 200 * 1024 * 1024;
+    const up = createHash('sha256');
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request({
+        socketPath: d.config.socket, method: 'PUT', path: '/vms/main/cp?path=/root/big.bin',
+        headers: { authorization: 'Bearer test-token', 'content-type': 'application/octet-stream', 'content-length': String(size) },
+      }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode ?? 0)); });
+      req.on('error', reject);
+      let left = size;
+      const more = () => {
+        while (left > 0) {
+          const c = randomBytes(Math.min(left, 1 << 20));
+          left -= c.length;
+          up.update(c);
+          if (!req.write(c)) return void req.once('drain', more);
+        }
+        req.end();
+      };
+      more();
+    });
+    expect(status).to.equal(204);
+    const sent = up.digest('hex');
+    const inGuest = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'sha256sum /root/big.bin; stat -c %s /root/big.bin'] })}`);
+    expect(inGuest.json.stdout).to.equal(`${sent}  /root/big.bin\n${size}\n`);
+    const down = createHash('sha256');
+    let got = 0;
+    await new Promise<void>((resolve, reject) => {
+      request({ socketPath: d.config.socket, path: '/vms/main/cp?path=/root/big.bin', headers: { authorization: 'Bearer test-token' } }, (res) => {
+        expect(res.statusCode).to.equal(200);
+        expect(res.headers['content-length']).to.equal(String(size));
+        res.on('data', (c: Buffer) => { got += c.length; down.update(c); });
+        res.on('end', resolve);
+        res.on('error', reject);
+      }).on('error', reject).end();
+    });
+    expect(got).to.equal(size);
+    expect(down.digest('hex')).to.equal(sent);
+    expect((await d.call('DELETE', '/vms/main/fs/remove?path=/root/big.bin')).status).to.equal(204);
   });
 
   it('runs a command in the guest through MCP (/mcp, the SDK\'s client)', async () => {

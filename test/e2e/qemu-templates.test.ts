@@ -65,6 +65,22 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(await sh('c1', 'cat /root/mine 2>/dev/null || echo absent')).to.equal('absent');
   });
 
+  it('deletes a template that has a live clone; the clone keeps running, suspends and restores (clones are copies)', async () => {
+    expect((await d.call('POST', '/vms', { name: 'dt', persistent: true, memory_mb: 384 })).status).to.equal(201);
+    await sh('dt', 'echo from-dt > /root/dt.txt; sync');
+    expect((await d.call('POST', '/vms/dt/suspend')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/dt/clone', { name: 'dc', persistent: true })).status).to.equal(201);
+    const del = await d.call('DELETE', '/vms/dt');
+    expect(del.status, del.text).to.equal(200);
+    expect((await d.call('GET', '/vms/dt')).status).to.equal(404);
+    expect(await sh('dc', 'hostname; cat /root/dt.txt')).to.equal('dc\nfrom-dt');
+    expect((await d.call('POST', '/vms/dc/suspend')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/dc/restore')).json.status).to.equal('running');
+    expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
+    expect((await d.call('DELETE', '/vms/dc')).status).to.equal(200);
+    expect(qemuProcesses(['dt', 'dc'])).to.deep.equal([]);
+  });
+
   it('fills the pool, gives 5 concurrent claims 5 distinct VMs, and refills', async () => {
     await d.restart(); // the pool fills when the daemon starts with its template in place
     await d.daemon.poolSettled();
