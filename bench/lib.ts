@@ -111,3 +111,32 @@ export function pump(w: Writable, chunk: Buffer, total: number): void {
   };
   more();
 }
+
+export interface Target { port?: number; socketPath?: string; path: string; token?: string }
+
+const auth = (t: Target): Record<string, string> => (t.token ? { authorization: `Bearer ${t.token}` } : {});
+
+/** PUTs `total` bytes (a repeated 1 MiB chunk) with their Content-Length; resolves on a 2xx. */
+export function putBytes(t: Target & { method: string }, total: number): Promise<void> {
+  const chunk = Buffer.alloc(1024 * 1024, 7);
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, method: t.method, headers: { ...auth(t), 'content-type': 'application/octet-stream', 'content-length': String(total) } }, (res) => {
+      res.resume();
+      res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    pump(req, chunk, total);
+  });
+}
+
+/** GETs a body and throws it away; rejects on a non-2xx. */
+export function fetchAll(t: Target): Promise<void> {
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, headers: auth(t) }, (res) => {
+      if (res.statusCode! >= 300) reject(new Error(`status ${res.statusCode}`));
+      res.on('data', () => undefined);
+      res.on('end', resolve);
+      res.on('error', reject);
+    }).on('error', reject).end();
+  });
+}

@@ -7,10 +7,12 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { cpuSeconds, fmt, pidListeningOn, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
+import { cpuSeconds, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
+/** The copy into and out of a TCG guest (about 5 MiB/s each way under TCG, so smaller than the local one). */
+const GUEST_CP_MIB = Number(process.env.BENCH_CP_GUEST_MIB ?? 64);
 const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -197,6 +199,30 @@ async function qemuBenchmarks(): Promise<void> {
       row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `+${fmt(s.daemon_unix.p50 - s.direct.p50, 2)} ms p50 ${target(s.daemon_unix.p50 - s.direct.p50 <= 1, '<= 1 ms')}`);
       agent.destroy();
     }
+    if (only.includes('cp')) {
+      // The copy users make: into and out of a TCG guest, where the guest's own cost dwarfs the hop.
+      const inst = await c2.get('ex');
+      const bytes = GUEST_CP_MIB * 1024 * 1024;
+      const q = '/cp?path=/root/cp.bin';
+      // The guest is noisy (page cache, its own scheduler): three rounds, alternating which goes first, medians.
+      const t = { upDirect: [] as number[], upDaemon: [] as number[], downDirect: [] as number[], downDaemon: [] as number[] };
+      for (let round = 0; round < 3; round++) {
+        const pairs: [number[], () => Promise<void>][] = [
+          [t.upDirect, () => putBytes({ port: inst.agent_port, path: q, method: 'PUT' }, bytes)],
+          [t.upDaemon, () => putBytes({ socketPath: d.socket, path: `/vms/ex${q}`, method: 'PUT' }, bytes)],
+          [t.downDirect, () => fetchAll({ port: inst.agent_port, path: q })],
+          [t.downDaemon, () => fetchAll({ socketPath: d.socket, path: `/vms/ex${q}` })],
+        ];
+        const order = round % 2 === 0 ? [0, 1, 2, 3] : [1, 0, 3, 2];
+        for (const i of order) pairs[i][0].push(await timeIt(pairs[i][1]));
+      }
+      const up = { direct: stats(t.upDirect).p50, daemon: stats(t.upDaemon).p50 };
+      const down = { direct: stats(t.downDirect).p50, daemon: stats(t.downDaemon).p50 };
+      const mbs = (ms: number) => GUEST_CP_MIB / (ms / 1000);
+      results.cp_tcg_guest_mib_per_s = { bytes, upload_direct: mbs(up.direct), upload_daemon: mbs(up.daemon), download_direct: mbs(down.direct), download_daemon: mbs(down.daemon) };
+      row(`cp ${GUEST_CP_MIB} MiB into a TCG guest: direct / through daemon (median of 3)`, `${fmt(mbs(up.direct), 1)} / ${fmt(mbs(up.daemon), 1)} MiB/s`, `${fmt((up.direct / up.daemon) * 100, 0)}% of direct ${target(up.direct / up.daemon >= 0.9, '>= 90%')}`);
+      row(`cp ${GUEST_CP_MIB} MiB out of a TCG guest: direct / through daemon (median of 3)`, `${fmt(mbs(down.direct), 1)} / ${fmt(mbs(down.daemon), 1)} MiB/s`, `${fmt((down.direct / down.daemon) * 100, 0)}% of direct ${target(down.direct / down.daemon >= 0.9, '>= 90%')}`);
+    }
     if (only.includes('memory')) {
       const pids = execFileSync('pgrep', ['-f', 'process=svc-'], { encoding: 'utf8' }).trim().split('\n').map(Number);
       const rss = pids.map((p) => rssKiB(p) / 1024);
@@ -234,21 +260,7 @@ async function cpBenchmarks(): Promise<void> {
     }
     const guestFile = join(dir, 'data', 'vms', 'cp', 'guest', 'big.bin');
     const chunk = Buffer.alloc(1024 * 1024, 7);
-    const send = (opts: { port?: number; socketPath?: string; path: string; method: string }) => new Promise<void>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', ...opts, headers: { 'content-type': 'application/octet-stream', 'content-length': String(GIB) } }, (res) => {
-        res.resume();
-        res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
-      });
-      req.on('error', reject);
-      pump(req, chunk, GIB);
-    });
-    const fetchAll = (opts: { port?: number; socketPath?: string; path: string }) => new Promise<void>((resolve, reject) => {
-      request({ host: '127.0.0.1', ...opts }, (res) => {
-        res.on('data', () => undefined);
-        res.on('end', resolve);
-        res.on('error', reject);
-      }).on('error', reject).end();
-    });
+    const send = (opts: Target & { method: string }) => putBytes(opts, GIB);
     const raw = await timeIt(() => new Promise<void>((resolve) => {
       const srv = createServer((s) => { s.on('data', () => undefined); s.on('end', () => { srv.close(); resolve(); }); });
       srv.listen(0, '127.0.0.1', () => {
@@ -340,7 +352,7 @@ async function controlBenchmarks(): Promise<void> {
 
 const machine = { cpus: cpus().length, cpu_model: cpus()[0]?.model, mem_gib: Math.round(totalmem() / 2 ** 30), node: process.version,
   qemu: (() => { try { return execFileSync('qemu-system-x86_64', ['--version'], { encoding: 'utf8' }).split('\n')[0]; } catch { return 'absent'; } })() };
-if (only.includes('boot') || only.includes('exec') || only.includes('memory')) await qemuBenchmarks();
+if (only.includes('boot') || only.includes('exec') || only.includes('memory') || only.includes('cp')) await qemuBenchmarks();
 if (only.includes('debian')) await debianBenchmarks();
 if (only.includes('cp')) await cpBenchmarks();
 if (only.includes('import')) await importBenchmarks();

@@ -122,17 +122,21 @@ export class CreateService {
       this.failpoints.hit('claim.renamed');
       await this.disks.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
       await this.vms.save(rec);
+      // A running member, or one restored from its snapshot, already runs its agent: the identity is the first call.
+      let running = true;
       if (wasRunning) {
         // A running member: already booted; it only needs the request's forwards added live.
         emit('boot', `taking over running member ${oldName} as ${rec.name}`);
         this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
       } else {
         emit('boot', `restoring ${oldName} as ${rec.name}`);
-        this.keeper.applyHandle(rec, await this.beforeDeadline(deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true })));
+        const handle = await this.beforeDeadline(deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }));
+        running = handle.restored_from_snapshot;
+        this.keeper.applyHandle(rec, handle);
       }
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image);
-      if (image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, running ? { fresh: true } : undefined);
+      if (!running && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
@@ -178,9 +182,11 @@ export class CreateService {
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image);
-      // A clone must not be its template's twin: new name, machine id and clock before it is ready.
-      if (template && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      // A clone must not be its template's twin: new name, machine id and clock before it is ready
+      // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
+      const restored = snapshot && handle.restored_from_snapshot;
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, restored ? { fresh: true } : undefined);
+      if (template && !restored && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
       this.failpoints.hit('create.ready');
       return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
     } catch (err) {

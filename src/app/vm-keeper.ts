@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
-import { errorMessage } from '../domain/errors.js';
+import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
@@ -55,15 +55,25 @@ export class VmKeeper {
     return mode === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : mode;
   }
 
+  /**
+   * Waits for the guest under `mode`. `identity` (a guest restored from a snapshot, with an agent):
+   * its identity is set as the first agent call, instead of a health probe followed by the identity
+   * (`fresh` for a clone or a pool member: a new machine id, and a failure fails the wait; otherwise a
+   * restore of the VM itself, whose failure to set the clock is only logged).
+   */
   async awaitReady(
     rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
-    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
+    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean },
   ): Promise<void> {
     this.deaths.delete(rec.name);
+    const folded = identity && image?.agent_ready && mode !== 'ssh';
     await waitReady({ agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock }, {
       record: rec, mode, deadline, phase, died: () => this.deaths.get(rec.name),
       sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
+      firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
     });
+    // A guest waited for over SSH still needs its identity once its agent answers.
+    if (identity && image?.agent_ready && !folded) await this.setIdentity(rec, identity.fresh);
   }
 
   /**
@@ -80,8 +90,7 @@ export class VmKeeper {
     await this.vms.save(rec);
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
-      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image);
-      if (restore && image.agent_ready) await this.setIdentity(rec, false);
+      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image, handle.restored_from_snapshot ? { fresh: false } : undefined);
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       rec.status = 'error';
@@ -104,7 +113,8 @@ export class VmKeeper {
         overlay_ip: fresh ? rec.overlay_ip : undefined,
       });
     } catch (err) {
-      if (fresh) throw err;
+      // Not reached yet: the caller decides whether to try again.
+      if (fresh || err instanceof AgentUnavailableError) throw err;
       this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'could not reset the guest clock after restore');
     }
   }

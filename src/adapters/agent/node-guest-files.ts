@@ -75,7 +75,7 @@ export class NodeGuestFiles implements GuestFiles {
       body.resume();
       throw new InvalidArgumentError(`${path}: is a directory; use mode=tar to write into it`);
     }
-    await writeFileAtomic(path, body, { mode: opts.mode, uid: opts.uid, gid: opts.gid }).catch((err: unknown) => {
+    await writeFileAtomic(path, body, { mode: opts.mode, uid: opts.uid, gid: opts.gid, durable: opts.durable }).catch((err: unknown) => {
       body.resume();
       throw fsError(err, path);
     });

@@ -5,6 +5,8 @@ export interface WriteOptions {
   mode: number;
   uid?: number;
   gid?: number;
+  /** false: no fsync of the file and its directory (notes the agent can lose in a crash). Default true. */
+  durable?: boolean;
 }
 
 export const GuestFiles = Symbol('GuestFiles');
