@@ -21,7 +21,6 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
   return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 }
 
-/** Resets a process's peak RSS (VmHWM) so the next peak belongs to what follows. */
 /** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
 export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -52,6 +51,7 @@ export function pidListeningOn(port: number): number | undefined {
   return undefined;
 }
 
+/** Resets a process's peak RSS (VmHWM) so the next peak belongs to what follows. */
 export function resetPeak(pid: number): void {
   writeFileSync(`/proc/${pid}/clear_refs`, '5');
 }
@@ -112,15 +112,13 @@ export function pump(w: Writable, chunk: Buffer, total: number): void {
   more();
 }
 
-export interface Target { port?: number; socketPath?: string; path: string; token?: string }
-
-const auth = (t: Target): Record<string, string> => (t.token ? { authorization: `Bearer ${t.token}` } : {});
+export interface Target { port?: number; socketPath?: string; path: string }
 
 /** PUTs `total` bytes (a repeated 1 MiB chunk) with their Content-Length; resolves on a 2xx. */
 export function putBytes(t: Target & { method: string }, total: number): Promise<void> {
   const chunk = Buffer.alloc(1024 * 1024, 7);
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, method: t.method, headers: { ...auth(t), 'content-type': 'application/octet-stream', 'content-length': String(total) } }, (res) => {
+    const req = request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, method: t.method, headers: { 'content-type': 'application/octet-stream', 'content-length': String(total) } }, (res) => {
       res.resume();
       res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
     });
@@ -132,7 +130,7 @@ export function putBytes(t: Target & { method: string }, total: number): Promise
 /** GETs a body and throws it away; rejects on a non-2xx. */
 export function fetchAll(t: Target): Promise<void> {
   return new Promise((resolve, reject) => {
-    request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, headers: auth(t) }, (res) => {
+    request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path }, (res) => {
       if (res.statusCode! >= 300) reject(new Error(`status ${res.statusCode}`));
       res.on('data', () => undefined);
       res.on('end', resolve);

@@ -78,41 +78,7 @@ export async function* ndjson<T = Record<string, unknown>>(method: string, path:
 
 export const enc = encodeURIComponent;
 
-export interface Instance {
-  name: string;
-  status: string;
-  persistent: boolean;
-  cpus: number;
-  memory_mb: number;
-  disk_gb: number;
-  image: string;
-  ip: string;
-  ssh_port: number;
-  agent_port: number;
-  forwards: { host_port: number; guest_port: number; kind?: string; pid?: number }[];
-  tags?: Record<string, string>;
-  created_at: string;
-  updated_at: string;
-  suspended_at?: string;
-  [k: string]: unknown;
-}
-
-export interface ProgressEvent {
-  phase: string;
-  message: string;
-  name: string;
-  elapsed_ms: number;
-  percent?: number;
-  error?: string;
-  instance?: Instance;
-}
-
-export interface FsInfo {
-  name: string;
-  path: string;
-  type: string;
-  size: number;
-  mode: string;
-  mtime: string;
-  target?: string;
-}
+// The API's shapes are the daemon's own (type-only imports: nothing of the daemon is bundled).
+export type { Instance } from '../../src/domain/instance.js';
+export type { CreateProgressEvent as ProgressEvent, VmEvent } from '../../src/domain/events.js';
+export type { FsInfo } from '../../src/domain/agent.js';

@@ -1,7 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { ndjson, type Instance } from './api.js';
-
-type Line = { event: 'snapshot'; vms: Instance[] } | { event: 'vm'; vm: Instance } | { event: 'removed'; name: string } | { event: 'ping' } | { event: 'overflow' };
+import { ndjson, type Instance, type VmEvent } from './api.js';
 
 /**
  * The VM list kept live from GET /events: a snapshot, then a line per change. When the stream
@@ -41,7 +39,7 @@ class VmFeed {
     while (live()) {
       this.abort = new AbortController();
       try {
-        for await (const line of ndjson<Line>('GET', '/events', { signal: this.abort.signal })) {
+        for await (const line of ndjson<VmEvent>('GET', '/events', { signal: this.abort.signal })) {
           if (line.event === 'snapshot') {
             this.vms = new Map(line.vms.map((v) => [v.name, v]));
             this.connected = true;

@@ -46,11 +46,8 @@ function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
     const onData = (c: Buffer) => {
       buf = buf.length === 0 ? c : Buffer.concat([buf, c]);
       const end = buf.indexOf('\r\n\r\n');
-      if (end < 0) {
-        if (buf.length > HEAD_LIMIT) done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
-        return;
-      }
-      if (end > HEAD_LIMIT) return done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
+      if ((end < 0 ? buf.length : end) > HEAD_LIMIT) return done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
+      if (end < 0) return;
       socket.pause();
       try {
         done(undefined, { ...parseHead(buf.subarray(0, end).toString('latin1'), ep), rest: buf.subarray(end + 4) });

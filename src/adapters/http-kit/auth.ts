@@ -28,7 +28,7 @@ export class BearerAuth {
     const header = req.headers.authorization ?? '';
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) return this.sessions?.valid(req) ?? false;
-    return timingSafeEqual(digest(m[1].trim()), this.expected);
+    return this.matches(m[1].trim());
   }
 }
 
