@@ -1,7 +1,7 @@
 import { inject, injectable } from 'inversify';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { DeadlineExceededError, InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
+import { InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, InstanceRecord } from '../domain/instance.js';
 import { toPublic } from '../domain/instance.js';
@@ -16,6 +16,7 @@ import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
+import { beforeDeadline } from './deadline.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
@@ -130,13 +131,12 @@ export class CreateService {
         this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
       } else {
         emit('boot', `restoring ${oldName} as ${rec.name}`);
-        const handle = await this.beforeDeadline(deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }));
+        const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }));
         running = handle.restored_from_snapshot;
         this.keeper.applyHandle(rec, handle);
       }
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, running ? { fresh: true } : undefined);
-      if (!running && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, { fresh: true, restored: running });
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
@@ -154,7 +154,7 @@ export class CreateService {
     const emit = this.emitter(rec, queue, t0);
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
-      await this.beforeDeadline(deadline, this.vms.save(rec));
+      await beforeDeadline(this.clock, deadline, this.vms.save(rec));
       this.failpoints.hit('create.saved');
       if (!image.built) {
         // The first create of a built-in image builds it (shared with any create that asks meanwhile).
@@ -166,7 +166,7 @@ export class CreateService {
       let snapshot = false;
       if (template) {
         emit('disk', `copying the disk of template ${template.name}`);
-        snapshot = (await this.beforeDeadline(deadline, this.vms.locked(template.name, async () => {
+        snapshot = (await beforeDeadline(this.clock, deadline, this.vms.locked(template.name, async () => {
           this.vms.templateOf(template.name);
           return this.disks.clone(this.keeper.ref(template), spec);
         }))).snapshot;
@@ -174,19 +174,17 @@ export class CreateService {
         emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
       } else {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
-        await this.beforeDeadline(deadline, this.disks.provision(spec));
+        await beforeDeadline(this.clock, deadline, this.disks.provision(spec));
         this.failpoints.hit('create.disk');
         emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
       }
-      const handle = await this.beforeDeadline(deadline, this.hv.launch(spec, { restore: snapshot }));
+      const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(spec, { restore: snapshot }));
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
-      const restored = snapshot && handle.restored_from_snapshot;
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, restored ? { fresh: true } : undefined);
-      if (template && !restored && image.agent_ready) await this.beforeDeadline(deadline, this.keeper.setIdentity(rec, true));
+      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined);
       this.failpoints.hit('create.ready');
       return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
     } catch (err) {
@@ -226,15 +224,5 @@ export class CreateService {
     this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
     emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
     throw domainErr;
-  }
-
-  private beforeDeadline<T>(deadline: number, p: Promise<T>): Promise<T> {
-    const left = deadline - this.clock.now();
-    if (left <= 0) return Promise.reject(new DeadlineExceededError('create deadline passed'));
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new DeadlineExceededError('create deadline passed')), left);
-    });
-    return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
   }
 }

@@ -14,6 +14,7 @@ import { RemoteShell, SshKeys, SshProbe } from '../ports/tunnels.js';
 import { Activity } from './activity.js';
 import type { Config } from './config.js';
 import { LifecycleEvents } from './lifecycle-events.js';
+import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 import { Vms } from './vms.js';
@@ -56,24 +57,25 @@ export class VmKeeper {
   }
 
   /**
-   * Waits for the guest under `mode`. `identity` (a guest restored from a snapshot, with an agent):
-   * its identity is set as the first agent call, instead of a health probe followed by the identity
-   * (`fresh` for a clone or a pool member: a new machine id, and a failure fails the wait; otherwise a
-   * restore of the VM itself, whose failure to set the clock is only logged).
+   * Waits for the guest under `mode`, and gives a guest with an agent its `identity` when asked
+   * (`fresh` for a clone or a pool member: a new machine id, and a failure fails the wait; otherwise
+   * a restore of the VM itself, whose failure to set the clock is only logged). A guest `restored`
+   * from a snapshot already runs its agent: the identity is the first agent call, in place of the
+   * health probe; otherwise it follows the wait, within the deadline.
    */
   async awaitReady(
     rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
-    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean },
+    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean; restored: boolean },
   ): Promise<void> {
     this.deaths.delete(rec.name);
-    const folded = identity && image?.agent_ready && mode !== 'ssh';
+    const viaAgent = identity !== undefined && !!image?.agent_ready;
+    const folded = viaAgent && identity.restored && mode !== 'ssh';
     await waitReady({ agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock }, {
       record: rec, mode, deadline, phase, died: () => this.deaths.get(rec.name),
       sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
       firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
     });
-    // A guest waited for over SSH still needs its identity once its agent answers.
-    if (identity && image?.agent_ready && !folded) await this.setIdentity(rec, identity.fresh);
+    if (viaAgent && !folded) await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh));
   }
 
   /**
@@ -90,7 +92,7 @@ export class VmKeeper {
     await this.vms.save(rec);
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
-      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image, handle.restored_from_snapshot ? { fresh: false } : undefined);
+      await this.awaitReady(rec, VmKeeper.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image, handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined);
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       rec.status = 'error';
