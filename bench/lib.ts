@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { request, Agent } from 'node:http';
 import type { Writable } from 'node:stream';
 import { join } from 'node:path';
@@ -137,4 +137,29 @@ export function fetchAll(t: Target): Promise<void> {
       res.on('error', reject);
     }).on('error', reject).end();
   });
+}
+
+/**
+ * Disk use of VM directories as the filesystem allocates it: each file counted once by inode; an
+ * inode linked from more than one place (a shared layer) goes to `shared`, the rest to its directory.
+ */
+export function diskUse(dirs: string[]): { own: number[]; shared: number } {
+  const seen = new Set<string>();
+  let shared = 0;
+  const own = dirs.map((dir) => {
+    let bytes = 0;
+    for (const name of readdirSync(dir)) {
+      const st = lstatSync(join(dir, name));
+      if (!st.isFile()) continue;
+      const key = `${st.dev}:${st.ino}`;
+      if (st.nlink > 1) {
+        if (!seen.has(key)) shared += st.blocks * 512;
+        seen.add(key);
+      } else {
+        bytes += st.blocks * 512;
+      }
+    }
+    return bytes;
+  });
+  return { own, shared };
 }

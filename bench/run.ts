@@ -1,18 +1,20 @@
 // npm run bench: measures what svc promises, each figure beside its peer or limit in the same run,
 // prints a table and writes bench/results/<time>.json and bench/results/latest.json.
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem, tmpdir } from 'node:os';
 import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { cpuSeconds, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
+import { cpuSeconds, diskUse, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
 /** The copy into and out of a TCG guest (about 5 MiB/s each way under TCG, so smaller than the local one). */
 const GUEST_CP_MIB = Number(process.env.BENCH_CP_GUEST_MIB ?? 64);
+/** How many clones of one template run at once for the disk-sharing row. */
+const CLONES = Number(process.env.BENCH_CLONES ?? 20);
 const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -68,6 +70,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
     clone.push(await timeIt(() => c.create({ name: `clone${i}`, from: 'tpl' })));
     await c.delete(`clone${i}`);
   }
+  const shareRow = image === 'minimal' && CLONES > 0 ? await sharedDisk(dir, c) : undefined;
   // restart so the pool fills from the template, then wait until it is full
   await d.stop();
   Object.assign(d, await qemuSvcd(dir, image, n, false));
@@ -78,7 +81,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const sc = stats(cold);
   const sk = stats(clone);
   const sp = stats(claim);
-  const r: Record<string, unknown> = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50 };
+  const r: Record<string, unknown> = { cold: sc, clone: sk, pool_claim: sp, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50, ...(shareRow ? { clones_disk: shareRow } : {}) };
   row(`create-to-ready (${image}): cold boot`, `p50 ${fmt(sc.p50, 0)} ms, p95 ${fmt(sc.p95, 0)} ms (n=${n})`, '');
   row(`create-to-ready (${image}): clone from snapshot`, `p50 ${fmt(sk.p50, 0)} ms, p95 ${fmt(sk.p95, 0)} ms`, `${fmt(sc.p50 / sk.p50)}x faster ${target(sc.p50 / sk.p50 >= 10, '>= 10x')}`);
   row(`create-to-ready (${image}): pool claim (suspended members)`, `p50 ${fmt(sp.p50, 0)} ms, p95 ${fmt(sp.p95, 0)} ms`, `${fmt(sc.p50 / sp.p50)}x faster ${target(sc.p50 / sp.p50 >= 10, '>= 10x')}`);
@@ -97,6 +100,27 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
     row(`create-to-ready (${image}): pool claim (running members)`, `p50 ${fmt(sh.p50, 0)} ms, p95 ${fmt(sh.p95, 0)} ms`, `${fmt(sc.p50 / sh.p50)}x faster ${target(sc.p50 / sh.p50 >= 10, '>= 10x')}`);
   }
   results[image === 'minimal' ? 'create_to_ready_ms' : `create_to_ready_ms_${image}`] = r;
+}
+
+/**
+ * `CLONES` clones of the suspended `tpl` running at once: the disk they take (each file counted
+ * once; the template's frozen layer and saved state are shared) beside what as many full copies
+ * of the template's disk and state would take.
+ */
+async function sharedDisk(dir: string, c: Daemon['client']): Promise<Record<string, number>> {
+  const names = Array.from({ length: CLONES }, (_, i) => `many${i}`);
+  for (const name of names) await c.create({ name, from: 'tpl' });
+  const vms = join(dir, 'data', 'vms');
+  const use = diskUse(names.map((name) => join(vms, name)));
+  // The template's saved state, which every clone loaded (and a full copy would carry).
+  const state = readdirSync(join(vms, 'tpl')).filter((f) => /^base-[0-9a-f]{16}\.state$/.test(f)).reduce((a, f) => a + lstatSync(join(vms, 'tpl', f)).blocks * 512, 0);
+  const own = use.own.reduce((a, b) => a + b, 0) / names.length;
+  const shared = use.shared + state;
+  const r = { clones: names.length, shared_bytes: shared, own_bytes_per_clone: own, bytes_per_clone: (shared + own * names.length) / names.length, copy_bytes_per_clone: shared + own };
+  row(`disk of ${names.length} running clones of one template`, `${fmt(r.bytes_per_clone / 2 ** 20)} MiB per clone (own ${fmt(own / 2 ** 20)} MiB + ${fmt(shared / 2 ** 20)} MiB shared once)`,
+    `full copies: ${fmt(r.copy_bytes_per_clone / 2 ** 20)} MiB each, ${fmt(r.copy_bytes_per_clone / r.bytes_per_clone)}x more ${target(r.bytes_per_clone < r.copy_bytes_per_clone, 'less than copies')}`);
+  for (const name of names) await c.delete(name);
+  return r;
 }
 
 async function removeAll(d: Daemon): Promise<void> {

@@ -165,7 +165,7 @@ export class CreateService {
       const spec = await this.keeper.spec(rec, req.forwards);
       let snapshot = false;
       if (template) {
-        emit('disk', `copying the disk of template ${template.name}`);
+        emit('disk', `sharing the disk of template ${template.name}`);
         snapshot = (await beforeDeadline(this.clock, deadline, this.vms.locked(template.name, async () => {
           this.vms.templateOf(template.name);
           return this.disks.clone(this.keeper.ref(template), spec);

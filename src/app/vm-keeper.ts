@@ -109,11 +109,13 @@ export class VmKeeper {
    * it was saved: tell it who it is and what time it is. A clone also gets a fresh machine id.
    */
   async setIdentity(rec: InstanceRecord, fresh: boolean): Promise<void> {
+    const t0 = this.clock.now();
     try {
       await this.agent.setIdentity(agentEndpoint(rec), {
         hostname: rec.name, time_ms: this.clock.now(), machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
         overlay_ip: fresh ? rec.overlay_ip : undefined,
       });
+      this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');
     } catch (err) {
       // Not reached yet: the caller decides whether to try again.
       if (fresh || err instanceof AgentUnavailableError) throw err;

@@ -150,10 +150,11 @@ export interface VmDisks {
   provision(spec: VmSpec): Promise<void>;
 
   /**
-   * Makes `spec`'s disk a copy of the template's (its suspend snapshot included) and writes the
-   * new VM's own seed. Resolves with whether the copy holds a snapshot a `launch(spec, {restore:
-   * true})` will start from. The template must not run meanwhile (the caller holds its lock).
-   * Not idempotent.
+   * Gives `spec` a disk with the template's content (its saved state included) and writes the new
+   * VM's own seed: a copy, or shared files that outlive the template (QEMU shares them; see
+   * docs/suspend-and-clones.md). Resolves with whether the new VM has a saved state a
+   * `launch(spec, {restore: true})` will start from. The template must not run meanwhile (the
+   * caller holds its lock), and its later deletion must not affect the clone. Not idempotent.
    */
   clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }>;
 

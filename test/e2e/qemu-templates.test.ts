@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
 import { ensureImage, qemuProcesses } from './image.js';
@@ -26,6 +28,10 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(r.status, r.text).to.equal(200);
     return r.json.stdout.trim();
   };
+
+  const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
+  /** The frozen layers a VM's directory links (disk-layers.ts). */
+  const layersIn = (vm: string) => readdirSync(dirOf(vm)).filter((n) => /^base-[0-9a-f]{16}\.qcow2$/.test(n));
 
   before(async () => {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
@@ -63,21 +69,37 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(qemuProcesses(['c1', 'c2'])).to.have.length(2);
     await sh('c2', 'echo only-c2 > /root/mine');
     expect(await sh('c1', 'cat /root/mine 2>/dev/null || echo absent')).to.equal('absent');
+    // Nothing was copied: the template's disk became one frozen layer that both clones link.
+    const [layer, ...more] = layersIn('c1');
+    expect(more).to.deep.equal([]);
+    expect(layersIn('c2')).to.deep.equal([layer]);
+    const ino = statSync(join(dirOf('tpl'), layer)).ino;
+    for (const vm of ['c1', 'c2']) expect(statSync(join(dirOf(vm), layer)).ino, vm).to.equal(ino);
+    expect(statSync(join(dirOf('tpl'), layer)).mode & 0o222, 'a layer is never written').to.equal(0);
   });
 
-  it('deletes a template that has a live clone; the clone keeps running, suspends and restores (clones are copies)', async () => {
+  it('deletes a template that has a live clone; the clone keeps the shared layer, runs, suspends, restores and cold-boots', async () => {
     expect((await d.call('POST', '/vms', { name: 'dt', persistent: true, memory_mb: 384 })).status).to.equal(201);
     await sh('dt', 'echo from-dt > /root/dt.txt; sync');
     expect((await d.call('POST', '/vms/dt/suspend')).status).to.equal(200);
     expect((await d.call('POST', '/vms/dt/clone', { name: 'dc', persistent: true })).status).to.equal(201);
+    const [layer] = layersIn('dc');
+    const links = statSync(join(dirOf('dc'), layer)).nlink;
     const del = await d.call('DELETE', '/vms/dt');
     expect(del.status, del.text).to.equal(200);
     expect((await d.call('GET', '/vms/dt')).status).to.equal(404);
+    expect(existsSync(dirOf('dt'))).to.equal(false);
+    // The layer lives on in the clone's directory, one link fewer.
+    expect(statSync(join(dirOf('dc'), layer)).nlink).to.equal(links - 1);
     expect(await sh('dc', 'hostname; cat /root/dt.txt')).to.equal('dc\nfrom-dt');
     expect((await d.call('POST', '/vms/dc/suspend')).status).to.equal(200);
     expect((await d.call('POST', '/vms/dc/restore')).json.status).to.equal('running');
     expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
+    expect((await d.call('POST', '/vms/dc/shutdown')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/dc/start')).json.status).to.equal('running');
+    expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
     expect((await d.call('DELETE', '/vms/dc')).status).to.equal(200);
+    expect(existsSync(dirOf('dc'))).to.equal(false);
     expect(qemuProcesses(['dt', 'dc'])).to.deep.equal([]);
   });
 

@@ -20,7 +20,17 @@ export interface QemuLaunch {
   sshPort: number;
   agentPort: number;
   forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[];
+  /** Legacy restore: the internal qcow2 snapshot of that name (`-loadvm`). */
   loadSnapshot?: string;
+  /**
+   * The disk as inherited descriptors (a read-write and a read-only one, `-add-fd`): QEMU that
+   * dropped to another user cannot open the disk by its path again, and suspending (migration)
+   * reopens it read-only. `backing` is the disk's backing file by its full path, since a relative
+   * name would resolve against /dev/fdset.
+   */
+  diskFds?: { rw: number; ro: number; backing?: string };
+  /** Restore: the saved migration stream arrives on this inherited descriptor (`-incoming fd:N`). */
+  incomingFd?: number;
   vsockCid?: number;
   /** Shares: 9p (`-virtfs`) or virtio-fs (a virtiofsd socket each, and shared guest RAM). */
   mounts?: { tag: string; host: string; readonly: boolean; socket?: string }[];
@@ -34,6 +44,20 @@ export interface QemuLaunch {
 /** The process name QEMU runs under; re-attach checks it, so a recycled pid is not taken for a VM. */
 export function processTag(name: string): string {
   return `svc-${name}`;
+}
+
+/** A path inside a QEMU option string: commas are doubled. */
+const optPath = (p: string) => p.replace(/,/g, ',,');
+
+function disk(l: QemuLaunch): string[] {
+  const opts = 'if=virtio,format=qcow2,cache=writeback,discard=unmap';
+  if (!l.diskFds) return ['-drive', `file=${optPath(l.layout.disk)},${opts}`];
+  const { rw, ro, backing } = l.diskFds;
+  return [
+    // The path rides along as the set's note: re-attach finds the VM's disk on QEMU's command line.
+    '-add-fd', `fd=${rw},set=1,opaque=${optPath(l.layout.disk)}`, '-add-fd', `fd=${ro},set=1`,
+    '-drive', `file=/dev/fdset/1,${opts}${backing ? `,backing.file.filename=${optPath(backing)},backing.driver=qcow2` : ''}`,
+  ];
 }
 
 /** The QEMU command line for one VM. Pure, so it is unit-tested; every path comes from the layout. */
@@ -58,7 +82,7 @@ export function qemuArgs(l: QemuLaunch): string[] {
       ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
       '-append', l.image.cmdline,
     ]),
-    '-drive', `file=${l.layout.disk},if=virtio,format=qcow2,cache=writeback,discard=unmap`,
+    ...disk(l),
     '-drive', `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
     '-netdev', `user,id=net0,${fwd.join(',')}`, '-device', 'virtio-net-pci,netdev=net0',
     '-device', 'virtio-rng-pci',
@@ -81,5 +105,6 @@ export function qemuArgs(l: QemuLaunch): string[] {
   }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
   if (l.loadSnapshot) args.push('-loadvm', l.loadSnapshot);
+  if (l.incomingFd !== undefined) args.push('-incoming', `fd:${l.incomingFd}`);
   return args;
 }

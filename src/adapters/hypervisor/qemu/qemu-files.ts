@@ -1,8 +1,10 @@
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { InternalError } from '../../../domain/errors.js';
 import type { QemuLayout } from './qemu-args.js';
 import { QmpClient } from './qmp-client.js';
 
@@ -71,4 +73,23 @@ export async function waitForQmp(child: ChildProcess, path: string): Promise<Qmp
   }
   child.kill('SIGKILL');
   return new Error('qemu did not open its monitor within 15 s');
+}
+
+/**
+ * Kills a QEMU of the VM in `dir` that no adapter tracks (a crash between spawn and record, a
+ * monitor that no longer answers): found by the pidfile QEMU writes at start and checked by its
+ * command line (this VM's disk), so a recycled pid is never killed. `found` hears of it first.
+ */
+export async function killStray(dir: string, found: (pid: number) => void): Promise<void> {
+  const pid = Number(await readFile(layout(dir).pidfile, 'utf8').catch(() => ''));
+  if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
+  if (!isQemuOf(pid, layout(dir).disk)) return;
+  found(pid);
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    return;
+  }
+  for (let i = 0; i < 200 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  if (alive(pid)) throw new InternalError(`qemu pid ${pid} in ${dir} did not die`);
 }

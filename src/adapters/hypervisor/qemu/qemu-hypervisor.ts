@@ -1,6 +1,6 @@
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { existsSync, openSync, closeSync } from 'node:fs';
-import { copyFile, readFile, rm, unlink, writeFile } from 'node:fs/promises';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { copyFile, readdir, rm, unlink } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -19,14 +19,14 @@ import { checkDriver, cloudInitMounts, mountScript, startMounts } from './mounts
 import type { Mount } from '../../../domain/instance.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag, qemuArgs } from './qemu-args.js';
-import { alive, isQemuOf, layout, tail, waitForQmp } from './qemu-files.js';
+import { alive, isQemuOf, killStray, layout } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
-import { childEnv } from '../../process-kit/child-env.js';
 import { capLog } from '../../fs-kit/log-cap.js';
+import { clearSaved, OWN_STATE, readSaved, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
+import { freeze, LAYER, shareInto } from './disk-layers.js';
+import { diskFds, spawnQemu, STATE_FD } from './qemu-spawn.js';
 
 const run = promisify(execFile);
-export const SUSPEND_TAG = 'svc-suspend';
-const MARKER = 'suspend.marker';
 
 interface Live {
   /** The VM's current name (a claimed pool member is renamed while it runs). */
@@ -42,6 +42,8 @@ interface Live {
   handle?: VmHandle;
   /** The VM's directory (its logs), kept current across renames. */
   dir: string;
+  /** The user QEMU dropped to, if any (it must be able to reach the suspend's socket). */
+  runAs?: string;
 }
 
 /** What the record keeps for re-attaching (the adapter state). */
@@ -52,6 +54,8 @@ interface QemuState {
   disk: string;
   accel: Accel;
   started_at: string;
+  /** The user QEMU dropped to (a suspend after a daemon restart must still let it in). */
+  run_as?: string;
   /** Records written before the state was typed nested it here. */
   runtime?: Omit<QemuState, 'runtime'>;
 }
@@ -176,18 +180,28 @@ export class QemuHypervisor implements HypervisorAdapter {
     await writeSeed(l.seed, this.seed(spec));
   }
 
+  /**
+   * A clone shares its template's disk and saved state instead of copying them: the template is
+   * frozen into a layer (once, until it changes again) and the clone gets links and an overlay
+   * (disk-layers.ts). A template suspended by an older daemon (an internal snapshot in its disk)
+   * is still copied whole, snapshot and all.
+   */
   async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
-    const from = layout(template.dir);
-    const to = layout(spec.dir);
+    const saved = await readSaved(template.dir);
+    let snapshot: boolean;
     try {
-      // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
-      await copyFile(from.disk, to.disk, constants.COPYFILE_FICLONE);
+      if (saved?.kind === 'snapshot') {
+        // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
+        await copyFile(layout(template.dir).disk, layout(spec.dir).disk, constants.COPYFILE_FICLONE);
+        await writeSaved(spec.dir, saved);
+        snapshot = true;
+      } else {
+        snapshot = (await shareInto(template.dir, spec.dir, await freeze(template.dir, saved))).snapshot;
+      }
     } catch (err) {
-      throw new InternalError(`cannot copy the disk of template ${template.name}: ${(err as Error).message}`);
+      throw new InternalError(`cannot share the disk of template ${template.name}: ${(err as Error).message}`);
     }
-    await writeSeed(to.seed, this.seed(spec));
-    const snapshot = existsSync(join(template.dir, MARKER));
-    if (snapshot) await copyFile(join(template.dir, MARKER), join(spec.dir, MARKER));
+    await writeSeed(layout(spec.dir).seed, this.seed(spec));
     return { snapshot };
   }
 
@@ -199,49 +213,47 @@ export class QemuHypervisor implements HypervisorAdapter {
     for (const f of spec.forwards) {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
-    const marker = join(spec.dir, MARKER);
-    let restore = !!options.restore && existsSync(marker);
+    const saved = options.restore ? await readSaved(spec.dir) : undefined;
+    let restore = !!saved;
     for (let attempt = 1; ; attempt++) {
       const sshPort = await freePort();
       const agentPort = await freePort();
       const forwards = await Promise.all(spec.forwards.map(async (f) => ({ ...f, host_port: f.host_port || (await freePort(f.proto)) })));
       const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
       const mounts = await startMounts(spec, this.o.mountDriver);
+      const stream = restore && saved?.kind === 'stream' ? join(spec.dir, saved.file) : undefined;
       const args = qemuArgs({
         name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel, image: img, layout: l, sshPort, agentPort,
-        forwards, vsockCid: cid || undefined, loadSnapshot: restore ? SUSPEND_TAG : undefined,
-        mounts, mountDriver: this.o.mountDriver,
+        forwards, vsockCid: cid || undefined,
+        loadSnapshot: restore && saved?.kind === 'snapshot' ? SUSPEND_TAG : undefined, incomingFd: stream ? STATE_FD : undefined,
+        mounts, mountDriver: this.o.mountDriver, diskFds: await diskFds(spec.dir, l.disk),
         overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
         runAs: this.runAs(spec),
       });
       await unlink(l.qmp).catch(() => undefined);
-      const logPath = join(spec.dir, 'qemu.log');
-      const logFd = openSync(logPath, 'a');
       const t0 = Date.now();
-      const child = spawn(this.o.qemuBinary, args, { detached: true, stdio: ['ignore', logFd, logFd], env: childEnv() });
-      closeSync(logFd);
-      child.unref();
-      const started = await waitForQmp(child, l.qmp);
+      const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile: stream });
       if (started instanceof Error) {
-        const why = tail(logPath);
+        const why = started.message;
         if (restore) {
           this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
           restore = false;
           continue;
         }
         if (attempt < 3 && /hostfwd|host forwarding|Address already in use/i.test(why)) continue;
-        throw new InternalError(`qemu failed to start vm ${spec.name}: ${why || started.message}`);
+        throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
       }
-      const qmp = started;
+      const { qmp, child } = started;
       const pid = child.pid!;
-      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir });
-      if (restore) await unlink(marker).catch(() => undefined);
+      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, runAs: this.runAs(spec) });
+      // Restored or cold-booted after all: the saved state no longer matches the disk.
+      if (saved) await clearSaved(spec.dir);
       this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
       const handle: VmHandle = {
         ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
         restored_from_snapshot: restore,
-        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString() }),
+        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString(), run_as: this.runAs(spec) }),
       };
       this.live.get(spec.name)!.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
@@ -291,7 +303,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   }
 
   async stop(vm: VmRef, timeoutMs: number): Promise<void> {
-    await unlink(join(vm.dir, MARKER)).catch(() => undefined);
+    await clearSaved(vm.dir);
     const v = this.live.get(vm.name);
     if (!v) return;
     v.expected = true;
@@ -309,7 +321,7 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   async kill(vm: VmRef): Promise<void> {
     const v = this.live.get(vm.name);
-    if (!v) return this.killStray(vm);
+    if (!v) return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'));
     v.expected = true;
     try {
       process.kill(v.pid, 'SIGKILL');
@@ -317,25 +329,6 @@ export class QemuHypervisor implements HypervisorAdapter {
       // already gone
     }
     if (!(await this.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
-  }
-
-  /**
-   * A QEMU of this VM the adapter does not track (a crash between spawn and record, a monitor that
-   * no longer answers): found by the pidfile QEMU writes at start and checked by its command line
-   * (this VM's disk), so a recycled pid is never killed.
-   */
-  private async killStray(vm: VmRef): Promise<void> {
-    const pid = Number(await readFile(layout(vm.dir).pidfile, 'utf8').catch(() => ''));
-    if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
-    if (!isQemuOf(pid, layout(vm.dir).disk)) return;
-    this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on');
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      return;
-    }
-    for (let i = 0; i < 200 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
-    if (alive(pid)) throw new InternalError(`qemu pid ${pid} of vm ${vm.name} did not die`);
   }
 
   async pause(vm: VmRef): Promise<void> {
@@ -353,13 +346,13 @@ export class QemuHypervisor implements HypervisorAdapter {
     const t0 = Date.now();
     try {
       await v.qmp.execute('stop');
-      await v.qmp.hmp(`savevm ${SUSPEND_TAG}`);
-      await writeFile(join(vm.dir, MARKER), `${SUSPEND_TAG}\n${new Date().toISOString()}\n`);
+      await saveStream(v.qmp, vm.dir, v.runAs);
+      await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {
       this.o.log.warn({ vm: vm.name, err: (err as Error).message }, 'suspend snapshot failed; restore will cold-boot');
     }
-    this.o.log.info({ vm: vm.name, snapshot, savevm_ms: Date.now() - t0 }, 'suspend timing');
+    this.o.log.info({ vm: vm.name, snapshot, save_ms: Date.now() - t0 }, 'suspend timing');
     await v.qmp.execute('quit').catch(() => undefined);
     if (!(await this.waitGone(v, 10_000))) await this.kill(vm);
     return { snapshot };
@@ -390,7 +383,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
       return null;
     }
-    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
+    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir, runAs: rt.run_as });
     return handle;
   }
 
@@ -423,7 +416,10 @@ export class QemuHypervisor implements HypervisorAdapter {
   async destroy(vm: VmRef): Promise<void> {
     await this.kill(vm);
     const l = layout(vm.dir);
-    for (const f of [l.disk, l.seed, l.qmp, l.pidfile, join(vm.dir, MARKER)]) await rm(f, { force: true });
+    await clearSaved(vm.dir);
+    // Its links to shared layers: a layer's file goes with the last directory that links it.
+    const layers = (await readdir(vm.dir).catch(() => [] as string[])).filter((n) => LAYER.test(n) || n === 'layer.json');
+    for (const f of [l.disk, l.seed, l.qmp, l.pidfile, ...layers.map((n) => join(vm.dir, n))]) await rm(f, { force: true });
   }
 
   onExit(listener: ExitListener): void {

@@ -27,6 +27,16 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), '-loadvm')).to.deep.equal(['svc-suspend']);
   });
 
+  it('hands the disk over as inherited descriptors with its backing by full path, and restores from a stream on an fd', () => {
+    expect(opt(qemuArgs(base), '-drive')[0]).to.equal('file=/vm/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap');
+    const a = qemuArgs({ ...base, diskFds: { rw: 4, ro: 5, backing: '/vm,x/base-0123456789abcdef.qcow2' }, incomingFd: 3 });
+    expect(opt(a, '-add-fd')).to.deep.equal(['fd=4,set=1,opaque=/vm/disk.qcow2', 'fd=5,set=1']);
+    expect(opt(a, '-drive')[0]).to.equal('file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2');
+    expect(opt(a, '-incoming')).to.deep.equal(['fd:3']);
+    expect(a).not.to.include('-loadvm');
+    expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal('file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap');
+  });
+
   it('runs QEMU under seccomp, and its serial log appends so it can be capped', () => {
     const a = qemuArgs(base);
     expect(opt(a, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny']);

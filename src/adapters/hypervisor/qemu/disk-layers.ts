@@ -1,0 +1,125 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmod, copyFile, link, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { childEnv } from '../../process-kit/child-env.js';
+import { OWN_STATE, writeSaved, type Saved } from './saved-state.js';
+
+const run = promisify(execFile);
+
+/** A frozen layer's file name; the `.state` beside it is the saved state that goes with it. */
+export const LAYER = /^base-[0-9a-f]{16}\.qcow2$/;
+const DISK = 'disk.qcow2';
+/** What the last freeze left: the layer and the disk it put on top, to know whether it still holds. */
+const NOTE = 'layer.json';
+
+interface Note {
+  layer: string;
+  state?: string;
+  ino: number;
+  mtimeMs: number;
+  size: number;
+}
+
+/** The top of a frozen template: the layer clones stand on and the saved state they load. */
+export interface Frozen {
+  layer: string;
+  state?: string;
+}
+
+/**
+ * The backing file name a qcow2 image records (header: magic, version, then the name's offset and
+ * length), or undefined when it has none. Read directly: no process per link of the chain.
+ */
+export async function backingName(file: string): Promise<string | undefined> {
+  const fh = await open(file, 'r');
+  try {
+    const head = Buffer.alloc(20);
+    await fh.read(head, 0, 20, 0);
+    if (head.readUInt32BE(0) !== 0x514649fb) throw new Error(`${file} is not a qcow2 image`);
+    const offset = Number(head.readBigUInt64BE(8));
+    const size = head.readUInt32BE(16);
+    if (!offset || !size) return undefined;
+    if (size > 4096) throw new Error(`${file} records an oversized backing file name`);
+    const name = Buffer.alloc(size);
+    await fh.read(name, 0, size, offset);
+    return name.toString('utf8');
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The frozen layers, in `dir`, that `dir`'s disk stands on (top first); the image's disk is not one. */
+export async function layersOf(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  let next = await backingName(join(dir, DISK));
+  while (next && LAYER.test(next) && !out.includes(next)) {
+    out.push(next);
+    next = await backingName(join(dir, next));
+  }
+  return out;
+}
+
+async function overlay(dir: string, file: string, backing: string): Promise<void> {
+  // A relative backing name: it resolves beside the overlay, so a renamed VM directory keeps it.
+  await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'qcow2', join(dir, file)], { env: childEnv() });
+}
+
+/** A hard link, or a copy across filesystems. */
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  try {
+    await link(from, to);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+    await copyFile(from, to);
+  }
+}
+
+/**
+ * Makes the stopped template's disk (and its saved state, when suspended) a frozen layer that
+ * clones can stand on, and puts the template on a thin overlay over it. A template frozen before
+ * and untouched since is not frozen again (its disk is the overlay the last freeze made).
+ * Every step leaves something that starts: the disk and its layer are one file until the rename.
+ */
+export async function freeze(dir: string, saved: Saved | undefined): Promise<Frozen> {
+  const disk = join(dir, DISK);
+  const now = await stat(disk);
+  const note = JSON.parse(await readFile(join(dir, NOTE), 'utf8').catch(() => 'null')) as Note | null;
+  const state = saved?.kind === 'stream' ? saved.file : undefined;
+  if (note && note.ino === now.ino && note.mtimeMs === now.mtimeMs && note.size === now.size && note.state === state) return { layer: note.layer, state };
+  const id = randomBytes(8).toString('hex');
+  const layer = `base-${id}.qcow2`;
+  await link(disk, join(dir, layer));
+  let shared: string | undefined;
+  if (state) {
+    shared = `base-${id}.state`;
+    await link(join(dir, state), join(dir, shared));
+  }
+  await overlay(dir, `${DISK}.new`, layer);
+  if (shared) await writeSaved(dir, { kind: 'stream', file: shared });
+  await rename(join(dir, `${DISK}.new`), disk);
+  if (state === OWN_STATE) await rm(join(dir, OWN_STATE), { force: true });
+  // No VM writes a layer again (QEMU opens backing files read-only).
+  await chmod(join(dir, layer), 0o444);
+  if (shared) await chmod(join(dir, shared), 0o444);
+  const top = await stat(disk);
+  const next: Note = { layer, state: shared, ino: top.ino, mtimeMs: top.mtimeMs, size: top.size };
+  await writeFile(join(dir, `${NOTE}.tmp`), JSON.stringify(next));
+  await rename(join(dir, `${NOTE}.tmp`), join(dir, NOTE));
+  return { layer, state: shared };
+}
+
+/**
+ * Gives the clone in `to` its own links to every layer of the template in `from` and a thin
+ * overlay on the top one; with a saved state, a link to it and a marker. A layer's file lives
+ * as long as one VM directory links it, so a template can go while its clones live on.
+ */
+export async function shareInto(from: string, to: string, top: Frozen): Promise<{ snapshot: boolean }> {
+  for (const name of await layersOf(from)) await linkOrCopy(join(from, name), join(to, name));
+  await overlay(to, DISK, top.layer);
+  if (!top.state) return { snapshot: false };
+  await linkOrCopy(join(from, top.state), join(to, top.state));
+  await writeSaved(to, { kind: 'stream', file: top.state });
+  return { snapshot: true };
+}

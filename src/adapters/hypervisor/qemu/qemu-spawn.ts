@@ -1,0 +1,62 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { isAbsolute, join } from 'node:path';
+import { childEnv } from '../../process-kit/child-env.js';
+import { backingName } from './disk-layers.js';
+import type { QemuLaunch } from './qemu-args.js';
+import { tail, waitForQmp } from './qemu-files.js';
+import type { QmpClient } from './qmp-client.js';
+import { finishIncoming } from './saved-state.js';
+
+/** Descriptor numbers in QEMU: after stdio, the saved state, then the disk read-write and read-only. */
+export const STATE_FD = 3;
+const DISK_RW = 4;
+const DISK_RO = 5;
+
+/** The disk part of the command line: descriptors, and the backing file by full path. */
+export async function diskFds(dir: string, disk: string): Promise<NonNullable<QemuLaunch['diskFds']>> {
+  const backing = await backingName(disk);
+  return { rw: DISK_RW, ro: DISK_RO, backing: backing && !isAbsolute(backing) ? join(dir, backing) : backing };
+}
+
+export interface SpawnInput {
+  binary: string;
+  args: string[];
+  dir: string;
+  disk: string;
+  qmp: string;
+  /** A saved migration stream to load (`args` then has `-incoming fd:3`). */
+  stateFile?: string;
+}
+
+/**
+ * Starts QEMU detached (it outlives the daemon) with its output in `qemu.log`, the disk and the
+ * saved state as inherited descriptors, and waits for its monitor and, when restoring, for the
+ * state to load. An Error carries the log's last lines; QEMU is gone by then.
+ */
+export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; qmp: QmpClient } | Error> {
+  const logPath = join(i.dir, 'qemu.log');
+  const fds = [openSync(logPath, 'a')];
+  try {
+    fds.push(openSync(i.disk, 'r+'), openSync(i.disk, 'r'));
+    if (i.stateFile) fds.push(openSync(i.stateFile, 'r'));
+  } catch (err) {
+    for (const fd of fds) closeSync(fd);
+    return err as Error;
+  }
+  const [log, rw, ro, state] = fds;
+  const child = spawn(i.binary, i.args, { detached: true, stdio: ['ignore', log, log, state ?? 'ignore', rw, ro], env: childEnv() });
+  for (const fd of fds) closeSync(fd);
+  child.unref();
+  const qmp = await waitForQmp(child, i.qmp);
+  let failed = qmp instanceof Error ? qmp : undefined;
+  if (!failed && i.stateFile) failed = await finishIncoming(qmp as QmpClient);
+  if (!failed) return { child, qmp: qmp as QmpClient };
+  if (!(qmp instanceof Error)) qmp.close();
+  try {
+    process.kill(child.pid!, 'SIGKILL');
+  } catch {
+    // gone already
+  }
+  return new Error(tail(logPath) || failed.message);
+}

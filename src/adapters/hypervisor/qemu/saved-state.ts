@@ -1,0 +1,128 @@
+import { execFile } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { chown, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { promisify } from 'node:util';
+import type { QmpClient } from './qmp-client.js';
+
+const run = promisify(execFile);
+
+/** The legacy internal qcow2 snapshot a suspend used to take (still restored when found). */
+export const SUSPEND_TAG = 'svc-suspend';
+/** Says the VM is suspended and from what it restores. */
+export const MARKER = 'suspend.marker';
+/** A suspend's own saved state: QEMU's migration stream in a file. */
+export const OWN_STATE = 'state.mig';
+/** Saved states shared with clones: hard links to one frozen file (see disk-layers.ts). */
+export const SHARED_STATE = /^base-[0-9a-f]{16}\.state$/;
+
+/**
+ * What a suspended VM restores from: a migration stream in a file of its directory (loaded with
+ * `-incoming`), or the internal snapshot older daemons took (loaded with `-loadvm`).
+ */
+export type Saved = { kind: 'stream'; file: string } | { kind: 'snapshot' };
+
+/** The marker's meaning, or undefined when the VM is not suspended (or the marker is not ours). */
+export async function readSaved(dir: string): Promise<Saved | undefined> {
+  const text = await readFile(join(dir, MARKER), 'utf8').catch(() => '');
+  const first = text.split('\n')[0].trim();
+  if (first === SUSPEND_TAG) return { kind: 'snapshot' };
+  const m = /^stream (\S+)$/.exec(first);
+  // Only a name of ours, in this directory: the marker never points anywhere else.
+  if (!m || !(m[1] === OWN_STATE || SHARED_STATE.test(m[1]))) return undefined;
+  const fh = await open(join(dir, m[1]), 'r').catch(() => undefined);
+  if (!fh) return undefined;
+  await fh.close();
+  return { kind: 'stream', file: m[1] };
+}
+
+/** Writes the marker whole or not at all (a temporary file renamed over it). */
+export async function writeSaved(dir: string, saved: Saved): Promise<void> {
+  const line = saved.kind === 'snapshot' ? SUSPEND_TAG : `stream ${saved.file}`;
+  const tmp = join(dir, `${MARKER}.tmp`);
+  await writeFile(tmp, `${line}\n${new Date().toISOString()}\n`);
+  await rename(tmp, join(dir, MARKER));
+}
+
+/** Forgets a suspend: the marker, the VM's own state and its links to shared ones. */
+export async function clearSaved(dir: string): Promise<void> {
+  await unlink(join(dir, MARKER)).catch(() => undefined);
+  const names = await readdir(dir).catch(() => [] as string[]);
+  for (const n of names) if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp`) await rm(join(dir, n), { force: true });
+}
+
+/** The uid and gid of `user` (QEMU's -runas user), from the system's user database. */
+async function ids(user: string): Promise<{ uid: number; gid: number }> {
+  const [u, g] = await Promise.all([run('id', ['-u', user]), run('id', ['-g', user])]);
+  return { uid: Number(u.stdout.trim()), gid: Number(g.stdout.trim()) };
+}
+
+/**
+ * Saves the stopped VM's RAM and device state as a migration stream into `<dir>/state.mig`.
+ * QEMU's sandbox forbids `exec:` and 7.2 has no `file:`, so it streams to a Unix socket the
+ * daemon listens on in a private directory (owned by the -runas user when QEMU dropped to one)
+ * and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
+ * reports the migration completed, so a stranger connecting first gets nothing in.
+ */
+export async function saveStream(qmp: QmpClient, dir: string, runAs?: string): Promise<void> {
+  const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
+  const sockPath = join(sockDir, 'm.sock');
+  const tmp = join(dir, `${OWN_STATE}.tmp`);
+  const server = createServer();
+  try {
+    const who = runAs ? await ids(runAs) : undefined;
+    if (who) await chown(sockDir, who.uid, who.gid);
+    await new Promise<void>((resolve, reject) => server.once('error', reject).listen(sockPath, resolve));
+    if (who) await chown(sockPath, who.uid, who.gid);
+    const received = new Promise<void>((resolve, reject) => {
+      server.once('connection', (sock: Socket) => {
+        server.close();
+        server.on('connection', (other: Socket) => other.destroy());
+        pipeline(sock, createWriteStream(tmp, { mode: 0o600 })).then(resolve, reject);
+      });
+    });
+    // The guest is stopped: nothing to converge, so no reason for the default 128 MiB/s cap.
+    await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 2 ** 40 });
+    await qmp.execute('migrate', { uri: `unix:${sockPath}` });
+    for (;;) {
+      const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
+      if (st.status === 'completed') break;
+      if (st.status === 'failed' || st.status === 'cancelled') throw new Error(`migration ${st.status}: ${st['error-desc'] ?? ''}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await received;
+    const fh = await open(tmp, 'r+');
+    await fh.sync();
+    await fh.close();
+    await rename(tmp, join(dir, OWN_STATE));
+  } finally {
+    server.close();
+    await rm(tmp, { force: true });
+    await rm(sockDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Waits for an `-incoming` load to finish and lets the guest run on. Resolves with an Error
+ * (the caller cold-boots) when the stream does not fit this VM or QEMU goes away meanwhile.
+ */
+export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000): Promise<Error | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  try {
+    while (Date.now() < deadline) {
+      const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
+      if (st.status === 'completed') {
+        await qmp.execute('cont');
+        return undefined;
+      }
+      if (st.status === 'failed' || st.status === 'cancelled') return new Error(`loading the saved state ${st.status}: ${st['error-desc'] ?? ''}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return new Error(`loading the saved state took more than ${timeoutMs} ms`);
+  } catch (err) {
+    return err as Error;
+  }
+}

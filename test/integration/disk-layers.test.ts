@@ -1,0 +1,125 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { backingName, freeze, layersOf, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
+import { clearSaved, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
+import { tempDir } from '../helpers/daemon.js';
+
+// Real qemu-img on real files (scripts/ensure-host-deps.sh installs it before these run).
+const img = (...args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
+/** Fills the disk's first 64 KiB with one character, as a guest would write (through qemu-io). */
+const write = (disk: string, ch: string) => {
+  execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(ch).toString('hex')} 0 64k`, disk], { stdio: 'ignore' });
+};
+/** The byte at offset 0 as the whole chain shows it. */
+const firstByte = (disk: string) => execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', 'read -v 0 1', disk], { encoding: 'utf8' }).split('\n')[0].split(/\s+/)[1];
+
+describe('qemu disk layers: clones share a frozen template instead of copying it', () => {
+  let root: string;
+  let golden: string;
+  const vm = (name: string) => {
+    const dir = join(root, 'vms', name);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  };
+
+  beforeEach(() => {
+    root = tempDir('svc-layers-');
+    golden = join(root, 'golden.qcow2');
+    img('create', '-q', '-f', 'qcow2', golden, '64M');
+    write(golden, 'g');
+  });
+  afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+  it('freezes the template once, links the layer into each clone, and a clone writes only its overlay', async () => {
+    const tpl = vm('tpl');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
+    write(join(tpl, 'disk.qcow2'), 't');
+    writeFileSync(join(tpl, 'state.mig'), 'ram');
+    await writeSaved(tpl, { kind: 'stream', file: 'state.mig' });
+
+    const top = await freeze(tpl, await readSaved(tpl));
+    expect(top.layer).to.match(/^base-[0-9a-f]{16}\.qcow2$/);
+    expect(top.state).to.equal(top.layer.replace('.qcow2', '.state'));
+    // The template now stands on the layer, restores from the shared state, and its own state is gone.
+    expect(await backingName(join(tpl, 'disk.qcow2'))).to.equal(top.layer);
+    expect(await readSaved(tpl)).to.deep.equal({ kind: 'stream', file: top.state });
+    expect(readdirSync(tpl)).to.not.include('state.mig');
+    expect(statSync(join(tpl, top.layer)).mode & 0o222).to.equal(0);
+    // Untouched since: the next clone reuses the layer.
+    expect(await freeze(tpl, await readSaved(tpl))).to.deep.equal(top);
+
+    const clones = ['c1', 'c2'].map(vm);
+    for (const c of clones) expect(await shareInto(tpl, c, top)).to.deep.equal({ snapshot: true });
+    for (const c of clones) {
+      expect(statSync(join(c, top.layer)).ino).to.equal(statSync(join(tpl, top.layer)).ino);
+      expect(statSync(join(c, top.state!)).ino).to.equal(statSync(join(tpl, top.state!)).ino);
+      expect(await readSaved(c)).to.deep.equal({ kind: 'stream', file: top.state });
+      expect(firstByte(join(c, 'disk.qcow2'))).to.equal('74'); // 't', through the chain
+    }
+    write(join(clones[0], 'disk.qcow2'), 'x');
+    expect(firstByte(join(clones[0], 'disk.qcow2'))).to.equal('78');
+    expect(firstByte(join(clones[1], 'disk.qcow2'))).to.equal('74');
+    expect(firstByte(join(tpl, 'disk.qcow2'))).to.equal('74');
+    expect(statSync(join(tpl, top.layer)).nlink).to.equal(3);
+  });
+
+  it('freezes again after the template changed, and a clone of a clone links the whole chain', async () => {
+    const tpl = vm('tpl');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
+    const first = await freeze(tpl, undefined);
+    expect(first.state).to.equal(undefined);
+    write(join(tpl, 'disk.qcow2'), 'u'); // the template ran
+    const second = await freeze(tpl, undefined);
+    expect(second.layer).to.not.equal(first.layer);
+    expect(await layersOf(tpl)).to.deep.equal([second.layer, first.layer]);
+
+    const c = vm('c');
+    expect(await shareInto(tpl, c, second)).to.deep.equal({ snapshot: false });
+    expect(await readSaved(c)).to.equal(undefined);
+    write(join(c, 'disk.qcow2'), 'c');
+    const cTop = await freeze(c, undefined);
+    const cc = vm('cc');
+    await shareInto(c, cc, cTop);
+    expect((await layersOf(cc)).sort()).to.deep.equal([cTop.layer, second.layer, first.layer].sort());
+    // The template and the first clone go; the clone of the clone still reads its whole chain.
+    rmSync(tpl, { recursive: true });
+    renameSync(c, join(root, 'vms', 'renamed')); // a rename (pool claim) keeps relative backing names
+    rmSync(join(root, 'vms', 'renamed'), { recursive: true });
+    expect(firstByte(join(cc, 'disk.qcow2'))).to.equal('63');
+    expect(img('check', '-q', join(cc, 'disk.qcow2'))).to.equal('');
+  });
+
+  it('reads the backing name from the qcow2 header and refuses what is not qcow2', async () => {
+    const dir = vm('x');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(dir, 'disk.qcow2'));
+    expect(await backingName(join(dir, 'disk.qcow2'))).to.equal(golden);
+    expect(await backingName(golden)).to.equal(undefined);
+    writeFileSync(join(dir, 'raw'), Buffer.alloc(512));
+    let err: Error | undefined;
+    await backingName(join(dir, 'raw')).catch((e: Error) => (err = e));
+    expect(err?.message).to.match(/not a qcow2 image/);
+  });
+
+  it('trusts only markers that name a state file of its own in the VM directory', async () => {
+    const dir = vm('m');
+    writeFileSync(join(dir, 'state.mig'), 'ram');
+    for (const [text, want] of [
+      ['svc-suspend\n2026-01-01\n', { kind: 'snapshot' }],
+      ['stream state.mig\n', { kind: 'stream', file: 'state.mig' }],
+      ['stream ../../etc/passwd\n', undefined],
+      ['stream /etc/passwd\n', undefined],
+      ['stream base-0123456789abcdef.state\n', undefined], // not there
+      ['garbage', undefined],
+    ] as const) {
+      writeFileSync(join(dir, 'suspend.marker'), text);
+      expect(await readSaved(dir), text).to.deep.equal(want);
+    }
+    await writeSaved(dir, { kind: 'stream', file: 'state.mig' });
+    expect(readFileSync(join(dir, 'suspend.marker'), 'utf8')).to.match(/^stream state\.mig\n/);
+    writeFileSync(join(dir, 'base-0123456789abcdef.state'), 'shared');
+    await clearSaved(dir);
+    expect(readdirSync(dir)).to.deep.equal([]);
+  });
+});
