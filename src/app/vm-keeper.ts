@@ -18,6 +18,9 @@ import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 import { Vms } from './vms.js';
+
+/** How long a suspend waits for the identity warm-up (a guest that does not answer is saved as is). */
+const WARM_MS = 3000;
 import { Failpoints } from '../ports/failpoints.js';
 
 /**
@@ -121,6 +124,17 @@ export class VmKeeper {
       if (fresh || err instanceof AgentUnavailableError) throw err;
       this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'could not reset the guest clock after restore');
     }
+  }
+
+  /**
+   * Before a running guest is saved: the identity it already has, once more. A restored guest's
+   * first call is its identity, and under TCG a path never taken before the save is slow after it
+   * (page cache, lazily compiled agent code); taken once, it is in the saved RAM, and a clone is
+   * ready in about half the time. Best effort and bounded: a guest without an agent is saved as is.
+   */
+  async warmIdentity(rec: InstanceRecord): Promise<void> {
+    const call = this.agent.setIdentity(agentEndpoint(rec), { hostname: rec.name, time_ms: this.clock.now() }).catch(() => undefined);
+    await Promise.race([call, this.clock.sleep(WARM_MS)]);
   }
 
   async expectExit<T>(rec: InstanceRecord, fn: () => Promise<T>): Promise<T> {

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import type { InstanceRecord } from '../../../src/domain/instance.js';
 import { world } from '../../fakes/world.js';
+import { GuestAgent } from '../../../src/ports/guest-agent.js';
+import type { GuestIdentity } from '../../../src/domain/agent.js';
 
 describe('app/VmKeeper', () => {
   it('keeps the adapter state opaque: what a handle puts in a record comes back as the same handle', async () => {
@@ -70,5 +72,37 @@ describe('app/VmKeeper', () => {
     expect(w.store.records.has('p')).to.equal(false);
     expect(w.hv.live()).to.deep.equal([]);
     expect(removed).to.deep.equal(['p']);
+  });
+
+  it('warms the identity path of a running guest before a suspend saves it; a paused or silent guest is saved as is', async function () {
+    this.timeout(10_000);
+    const w = world();
+    const agent = w.container.get<GuestAgent>(GuestAgent);
+    const calls: GuestIdentity[] = [];
+    let hang = false;
+    agent.setIdentity = async (_ep, id) => {
+      calls.push(id);
+      if (hang) await new Promise(() => undefined);
+    };
+    await (await w.creates.create({ name: 'w', persistent: true }, {})).done;
+    calls.length = 0;
+    await w.svc.suspend('w');
+    expect(calls).to.have.length(1);
+    expect(calls[0]).to.include({ hostname: 'w' });
+    expect(calls[0].machine_id, 'its own identity: no new machine id').to.equal(undefined);
+    expect(Math.abs(calls[0].time_ms - Date.now())).to.be.below(5000);
+    await w.svc.restore('w');
+    await w.svc.pause('w');
+    calls.length = 0;
+    await w.svc.suspend('w');
+    expect(calls).to.deep.equal([]);
+    await w.svc.restore('w');
+    hang = true;
+    calls.length = 0;
+    const t0 = Date.now();
+    await w.svc.suspend('w');
+    expect(calls).to.have.length(1);
+    expect(Date.now() - t0).to.be.below(4500);
+    expect(w.vms.get('w').status).to.equal('suspended');
   });
 });
