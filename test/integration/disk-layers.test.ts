@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { backingName, freeze, layersOf, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
-import { clearSaved, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
+import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { tempDir } from '../helpers/daemon.js';
 
 // Real qemu-img on real files (scripts/ensure-host-deps.sh installs it before these run).
@@ -121,5 +121,10 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     writeFileSync(join(dir, 'base-0123456789abcdef.state'), 'shared');
     await clearSaved(dir);
     expect(readdirSync(dir)).to.deep.equal([]);
+  });
+
+  it('reads the user a process runs as (the suspend socket is made theirs)', async () => {
+    expect(await processOwner(process.pid)).to.deep.equal({ uid: process.getuid!(), gid: process.getgid!() });
+    expect(await processOwner(2 ** 22 + 12345)).to.equal(undefined);
   });
 });

@@ -53,14 +53,16 @@ export class AgentService {
     const dir = join(this.opts.stateDir, 'identity');
     await this.files.mkdir(dir, true, 0o755);
     const entries: [string, string | undefined][] = [['hostname', b.hostname], ['time_ms', String(b.time_ms)], ['machine_id', machineId]];
-    // A note of what the daemon said, not state anything depends on: no fsyncs, which cost a guest
-    // on an emulated disk most of a second (the system's own files below carry the identity).
-    await Promise.all(entries.filter(([, v]) => v !== undefined).map(([k, v]) => this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644, durable: false })));
-    if (!this.opts.systemIdentity) return;
     if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
       throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
     }
-    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip as string | undefined });
+    // A note of what the daemon said, not state anything depends on: no fsyncs, which cost a guest
+    // on an emulated disk most of a second (the system's own files carry the identity). The notes
+    // and the system go together: a restored guest answers this call first, and waits add up.
+    await Promise.all([
+      ...entries.filter(([, v]) => v !== undefined).map(([k, v]) => this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644, durable: false })),
+      this.opts.systemIdentity ? this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip as string | undefined }) : undefined,
+    ]);
   }
 
   readiness(): Promise<Readiness> {

@@ -22,7 +22,7 @@ import { processTag, qemuArgs } from './qemu-args.js';
 import { alive, isQemuOf, killStray, layout } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
 import { capLog } from '../../fs-kit/log-cap.js';
-import { clearSaved, OWN_STATE, readSaved, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
+import { clearSaved, OWN_STATE, processOwner, readSaved, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
 import { freeze, LAYER, shareInto } from './disk-layers.js';
 import { diskFds, spawnQemu, STATE_FD } from './qemu-spawn.js';
 
@@ -42,8 +42,6 @@ interface Live {
   handle?: VmHandle;
   /** The VM's directory (its logs), kept current across renames. */
   dir: string;
-  /** The user QEMU dropped to, if any (it must be able to reach the suspend's socket). */
-  runAs?: string;
 }
 
 /** What the record keeps for re-attaching (the adapter state). */
@@ -54,8 +52,6 @@ interface QemuState {
   disk: string;
   accel: Accel;
   started_at: string;
-  /** The user QEMU dropped to (a suspend after a daemon restart must still let it in). */
-  run_as?: string;
   /** Records written before the state was typed nested it here. */
   runtime?: Omit<QemuState, 'runtime'>;
 }
@@ -245,7 +241,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
       const { qmp, child } = started;
       const pid = child.pid!;
-      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, runAs: this.runAs(spec) });
+      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir });
       // Restored or cold-booted after all: the saved state no longer matches the disk.
       if (saved) await clearSaved(spec.dir);
       this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
@@ -253,7 +249,7 @@ export class QemuHypervisor implements HypervisorAdapter {
         ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
         restored_from_snapshot: restore,
-        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString(), run_as: this.runAs(spec) }),
+        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString() }),
       };
       this.live.get(spec.name)!.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
@@ -346,7 +342,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     const t0 = Date.now();
     try {
       await v.qmp.execute('stop');
-      await saveStream(v.qmp, vm.dir, v.runAs);
+      await saveStream(v.qmp, vm.dir, await processOwner(v.pid));
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {
@@ -383,7 +379,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
       return null;
     }
-    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir, runAs: rt.run_as });
+    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
     return handle;
   }
 

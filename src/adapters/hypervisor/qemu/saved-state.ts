@@ -1,14 +1,10 @@
-import { execFile } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { chown, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { promisify } from 'node:util';
 import type { QmpClient } from './qmp-client.js';
-
-const run = promisify(execFile);
 
 /** The legacy internal qcow2 snapshot a suspend used to take (still restored when found). */
 export const SUSPEND_TAG = 'svc-suspend';
@@ -54,26 +50,28 @@ export async function clearSaved(dir: string): Promise<void> {
   for (const n of names) if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp`) await rm(join(dir, n), { force: true });
 }
 
-/** The uid and gid of `user` (QEMU's -runas user), from the system's user database. */
-async function ids(user: string): Promise<{ uid: number; gid: number }> {
-  const [u, g] = await Promise.all([run('id', ['-u', user]), run('id', ['-g', user])]);
-  return { uid: Number(u.stdout.trim()), gid: Number(g.stdout.trim()) };
+/** The user and group a process runs as (QEMU after -runas), from /proc; undefined when unreadable. */
+export async function processOwner(pid: number): Promise<{ uid: number; gid: number } | undefined> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const uid = /^Uid:\s+(\d+)/m.exec(status)?.[1];
+  const gid = /^Gid:\s+(\d+)/m.exec(status)?.[1];
+  return uid === undefined || gid === undefined ? undefined : { uid: Number(uid), gid: Number(gid) };
 }
 
 /**
  * Saves the stopped VM's RAM and device state as a migration stream into `<dir>/state.mig`.
  * QEMU's sandbox forbids `exec:` and 7.2 has no `file:`, so it streams to a Unix socket the
- * daemon listens on in a private directory (owned by the -runas user when QEMU dropped to one)
- * and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
+ * daemon listens on in a private directory (owned by `owner`, the user QEMU runs as, when that is
+ * not the daemon's) and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
  * reports the migration completed, so a stranger connecting first gets nothing in.
  */
-export async function saveStream(qmp: QmpClient, dir: string, runAs?: string): Promise<void> {
+export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: number; gid: number }): Promise<void> {
   const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
   const sockPath = join(sockDir, 'm.sock');
   const tmp = join(dir, `${OWN_STATE}.tmp`);
   const server = createServer();
   try {
-    const who = runAs ? await ids(runAs) : undefined;
+    const who = owner && owner.uid !== process.getuid?.() ? owner : undefined;
     if (who) await chown(sockDir, who.uid, who.gid);
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(sockPath, resolve));
     if (who) await chown(sockPath, who.uid, who.gid);
@@ -84,6 +82,8 @@ export async function saveStream(qmp: QmpClient, dir: string, runAs?: string): P
         pipeline(sock, createWriteStream(tmp, { mode: 0o600 })).then(resolve, reject);
       });
     });
+    // Awaited only once QEMU says the migration completed; a stream cut short must not go unheard.
+    received.catch(() => undefined);
     // The guest is stopped: nothing to converge, so no reason for the default 128 MiB/s cap.
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 2 ** 40 });
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
