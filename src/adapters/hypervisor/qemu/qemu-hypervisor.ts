@@ -184,20 +184,19 @@ export class QemuHypervisor implements HypervisorAdapter {
    */
   async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
     const saved = await readSaved(template.dir);
-    let snapshot: boolean;
-    try {
-      if (saved?.kind === 'snapshot') {
+    const disk = async (): Promise<boolean> => {
+      try {
+        if (saved?.kind !== 'snapshot') return (await shareInto(template.dir, spec.dir, await freeze(template.dir, saved))).snapshot;
         // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
         await copyFile(layout(template.dir).disk, layout(spec.dir).disk, constants.COPYFILE_FICLONE);
         await writeSaved(spec.dir, saved);
-        snapshot = true;
-      } else {
-        snapshot = (await shareInto(template.dir, spec.dir, await freeze(template.dir, saved))).snapshot;
+        return true;
+      } catch (err) {
+        throw new InternalError(`cannot share the disk of template ${template.name}: ${(err as Error).message}`);
       }
-    } catch (err) {
-      throw new InternalError(`cannot share the disk of template ${template.name}: ${(err as Error).message}`);
-    }
-    await writeSeed(layout(spec.dir).seed, this.seed(spec));
+    };
+    // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
+    const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, this.seed(spec))]);
     return { snapshot };
   }
 
