@@ -3,6 +3,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { InternalError } from '../../../domain/errors.js';
+import type { VmSpec } from '../../../ports/hypervisor.js';
+import { cloudInitMounts, mountScript } from './mounts.js';
 
 const run = promisify(execFile);
 
@@ -17,6 +19,21 @@ export interface SeedData {
   vendorData?: string;
   /** Overlay address with prefix, for the second NIC. */
   overlayIp?: string;
+}
+
+/**
+ * A VM's seed: its instance id, host name and key, user-data, the shares (a mount script for the
+ * project's images, cloud-config for cloud-init in imported disks, which also gets the daemon's
+ * key for root) and the overlay address.
+ */
+export function seedFor(spec: VmSpec, driver: '9p' | 'virtiofs'): SeedData {
+  return {
+    instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
+    authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
+    mountsScript: spec.mounts.length ? mountScript(spec.mounts, driver) : undefined,
+    vendorData: `#cloud-config\ndisable_root: false\n${spec.mounts.length ? cloudInitMounts(spec.mounts, driver).replace('#cloud-config\n', '') : ''}`,
+    overlayIp: spec.overlay_ip,
+  };
 }
 
 /** meta-data in the NoCloud format cloud-init reads (and the project's own init parses). */

@@ -13,9 +13,9 @@ import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
 import { freePort, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
-import { overlayMac, writeSeed, type SeedData } from './nocloud-seed.js';
+import { overlayMac, seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
-import { checkDriver, cloudInitMounts, mountScript, startMounts } from './mounts.js';
+import { checkDriver, startMounts } from './mounts.js';
 import type { Mount } from '../../../domain/instance.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag, qemuArgs } from './qemu-args.js';
@@ -153,17 +153,6 @@ export class QemuHypervisor implements HypervisorAdapter {
     return real;
   }
 
-  private seed(spec: VmSpec): SeedData {
-    return {
-      instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
-      authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
-      mountsScript: spec.mounts.length ? mountScript(spec.mounts, this.o.mountDriver) : undefined,
-      // cloud-init (imported cloud disks): the daemon's key also for root, and the shares.
-      vendorData: `#cloud-config\ndisable_root: false\n${spec.mounts.length ? cloudInitMounts(spec.mounts, this.o.mountDriver).replace('#cloud-config\n', '') : ''}`,
-      overlayIp: spec.overlay_ip,
-    };
-  }
-
   async provision(spec: VmSpec): Promise<void> {
     const img = await this.o.images.get(spec.image);
     const l = layout(spec.dir);
@@ -173,7 +162,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     } catch (err) {
       throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
     }
-    await writeSeed(l.seed, this.seed(spec));
+    await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
   }
 
   /**
@@ -196,7 +185,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
     };
     // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
-    const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, this.seed(spec))]);
+    const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver))]);
     return { snapshot };
   }
 
