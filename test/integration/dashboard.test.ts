@@ -152,16 +152,24 @@ describe('dashboard in a real browser (chromium)', function () {
     const dir = join(work, 'box');
     mkdirSync(dir);
     const data = randomBytes(300_000);
-    const src = join(work, 'blob.bin');
+    // The source lives where the page never lists, so a row named blob.bin can only be the upload.
+    mkdirSync(join(work, 'from'));
+    const src = join(work, 'from', 'blob.bin');
     writeFileSync(src, data);
     await page.click('[data-test=tab-files]');
     await page.waitForSelector('[data-test=files-path]');
-    await page.$eval('[data-test=files-path]', (e) => { (e as HTMLInputElement).value = ''; });
+    // Select what the field holds and type over it, as a person would (clearing .value by script
+    // races the page's own render of the field, which puts /root back).
+    await page.click('[data-test=files-path]', { clickCount: 3 });
     await page.type('[data-test=files-path]', `${dir}\n`);
+    // The upload goes to the directory the page shows: wait until it shows the one typed.
+    await page.waitForSelector(`[data-test=files][data-dir="${dir}"]`);
     const input = await page.waitForSelector('[data-test=upload]');
     await (input as unknown as { uploadFile(p: string): Promise<void> }).uploadFile(src);
     await page.waitForSelector('tr[data-file="blob.bin"]', { timeout: 20_000 });
-    expect(sha(readFileSync(join(dir, 'blob.bin')))).to.equal(sha(data));
+    const up = join(dir, 'blob.bin');
+    for (let i = 0; i < 100 && !(existsSync(up) && statSync(up).size === data.length); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(sha(readFileSync(up))).to.equal(sha(data));
 
     const downloads = join(work, 'downloads');
     mkdirSync(downloads);

@@ -35,8 +35,13 @@ export function FileBrowser({ name }: { name: string }) {
     }).then(() => { input.value = ''; });
   };
   const crumbs = dir.split('/').filter(Boolean);
-  return html`<section class="card files" data-test="files">
-    <form class="row" onSubmit=${(e: Event) => { e.preventDefault(); go(typed.trim() || '/'); }}>
+  return html`<section class="card files" data-test="files" data-dir=${dir}>
+    <form class="row" onSubmit=${(e: Event) => {
+      e.preventDefault();
+      // What the field holds now: the last keystroke's state may not have rendered yet (a fast Enter, a paste).
+      const field = (e.currentTarget as HTMLFormElement).querySelector<HTMLInputElement>('[data-test=files-path]');
+      go((field?.value ?? typed).trim() || '/');
+    }}>
       <label class="grow">Path <input value=${typed} onInput=${(e: Event) => setTyped((e.target as HTMLInputElement).value)} data-test="files-path" /></label>
       <button type="submit">Open</button>
       <button type="button" onClick=${() => go(parent(dir))} disabled=${dir === '/'}>Up</button>
