@@ -46,7 +46,7 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.type('[data-test=token]', 'not-the-token');
     await page.click('[data-test=login-submit]');
     await until(page, `document.querySelector('[role=alert]')?.textContent.includes('401')`);
-    await page.$eval('[data-test=token]', (e) => { (e as HTMLInputElement).value = ''; });
+    await page.click('[data-test=token]', { clickCount: 3 });
     await page.type('[data-test=token]', d.config.api_token);
     await page.click('[data-test=login-submit]');
     await page.waitForSelector('[data-test=create-form]');
