@@ -163,3 +163,26 @@ export function diskUse(dirs: string[]): { own: number[]; shared: number } {
   });
   return { own, shared };
 }
+
+/**
+ * Times each target once per round, the order rotated every round, so the noise of a shared machine
+ * (a TCG guest's exec alone varies by tens of ms) falls on all of them alike. Besides each target's
+ * samples, `paired` holds each target's time minus `base`'s in the same round: the median of those
+ * is the overhead with the round-to-round noise taken out, where the difference of two p50s keeps it.
+ */
+export async function rounds(targets: Record<string, () => Promise<unknown>>, n: number, base: string): Promise<{ samples: Record<string, number[]>; paired: Record<string, number[]> }> {
+  const keys = Object.keys(targets);
+  const samples: Record<string, number[]> = Object.fromEntries(keys.map((k) => [k, []]));
+  for (let i = 0; i < n; i++) {
+    const round: Record<string, number> = {};
+    for (let j = 0; j < keys.length; j++) {
+      const k = keys[(i + j) % keys.length];
+      const t0 = process.hrtime.bigint();
+      await targets[k]();
+      round[k] = Number(process.hrtime.bigint() - t0) / 1e6;
+    }
+    for (const k of keys) samples[k].push(round[k]);
+  }
+  const paired = Object.fromEntries(keys.filter((k) => k !== base).map((k) => [k, samples[k].map((x, i) => x - samples[base][i])]));
+  return { samples, paired };
+}

@@ -7,7 +7,7 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { cpuSeconds, diskUse, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
+import { cpuSeconds, diskUse, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rounds, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
@@ -25,6 +25,7 @@ const row = (...c: (string | number)[]) => {
 };
 /** "(target >= 10x: met)" for a ratio measured in this run. */
 const target = (ok: boolean, goal: string) => `(target ${goal}: ${ok ? 'met' : 'missed'})`;
+const sign = (n: number) => `${n >= 0 ? '+' : ''}${fmt(n, 2)}`;
 
 async function timeIt(fn: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
@@ -213,14 +214,15 @@ async function qemuBenchmarks(): Promise<void> {
         daemon_tcp: () => post(agent, { port: d.port }, `/vms/ex${path}`),
         daemon_unix: () => post(agent, { socketPath: d.socket }, `/vms/ex${path}`),
       };
-      const samples: Record<string, number[]> = { direct: [], daemon_tcp: [], daemon_unix: [] };
       for (const f of Object.values(targets)) for (let i = 0; i < 10; i++) await f(); // warm up
-      for (let i = 0; i < 200; i++) for (const [k, f] of Object.entries(targets)) samples[k].push(await timeIt(f));
+      const { samples, paired } = await rounds(targets, 300, 'direct');
       const s = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, stats(v)])) as Record<string, Stats>;
-      results.exec_true_ms = { ...s, overhead_p50_tcp: s.daemon_tcp.p50 - s.direct.p50, overhead_p50_unix: s.daemon_unix.p50 - s.direct.p50 };
-      row('exec `true` round trip: direct to agent', `p50 ${fmt(s.direct.p50, 2)} ms, p95 ${fmt(s.direct.p95, 2)} ms (n=200)`, '');
-      row('exec `true`: through daemon, TCP', `p50 ${fmt(s.daemon_tcp.p50, 2)} ms, p95 ${fmt(s.daemon_tcp.p95, 2)} ms`, `+${fmt(s.daemon_tcp.p50 - s.direct.p50, 2)} ms p50 ${target(s.daemon_tcp.p50 - s.direct.p50 <= 1, '<= 1 ms')}`);
-      row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `+${fmt(s.daemon_unix.p50 - s.direct.p50, 2)} ms p50 ${target(s.daemon_unix.p50 - s.direct.p50 <= 1, '<= 1 ms')}`);
+      const tcp = stats(paired.daemon_tcp).p50;
+      const unix = stats(paired.daemon_unix).p50;
+      results.exec_true_ms = { ...s, overhead_p50_tcp: s.daemon_tcp.p50 - s.direct.p50, overhead_p50_unix: s.daemon_unix.p50 - s.direct.p50, overhead_paired_p50_tcp: tcp, overhead_paired_p50_unix: unix };
+      row('exec `true` round trip: direct to agent', `p50 ${fmt(s.direct.p50, 2)} ms, p95 ${fmt(s.direct.p95, 2)} ms (n=300)`, '');
+      row('exec `true`: through daemon, TCP', `p50 ${fmt(s.daemon_tcp.p50, 2)} ms, p95 ${fmt(s.daemon_tcp.p95, 2)} ms`, `${sign(tcp)} ms paired p50 (${sign(s.daemon_tcp.p50 - s.direct.p50)} p50-p50) ${target(tcp <= 1, '<= 1 ms')}`);
+      row('exec `true`: through daemon, Unix socket', `p50 ${fmt(s.daemon_unix.p50, 2)} ms, p95 ${fmt(s.daemon_unix.p95, 2)} ms`, `${sign(unix)} ms paired p50 (${sign(s.daemon_unix.p50 - s.direct.p50)} p50-p50) ${target(unix <= 1, '<= 1 ms')}`);
       agent.destroy();
     }
     if (only.includes('cp')) {
@@ -272,14 +274,13 @@ async function cpBenchmarks(): Promise<void> {
       const direct = () => post(agent, { port: inst.agent_port }, '/exec?cmd=true');
       const viaUnix = () => post(agent, { socketPath: d.socket }, '/vms/cp/exec?cmd=true');
       for (let i = 0; i < 20; i++) { await direct(); await viaUnix(); }
-      const a: number[] = [];
-      const b: number[] = [];
-      for (let i = 0; i < 300; i++) { a.push(await timeIt(direct)); b.push(await timeIt(viaUnix)); }
-      const sa = stats(a);
-      const sb = stats(b);
-      results.exec_true_local_agent_ms = { direct: sa, daemon_unix: sb, overhead_p50: sb.p50 - sa.p50 };
-      row('exec `true`, local agent: direct', `p50 ${fmt(sa.p50, 2)} ms, p95 ${fmt(sa.p95, 2)} ms (n=300)`, '');
-      row('exec `true`, local agent: through daemon (Unix)', `p50 ${fmt(sb.p50, 2)} ms, p95 ${fmt(sb.p95, 2)} ms`, `+${fmt(sb.p50 - sa.p50, 2)} ms p50 ${target(sb.p50 - sa.p50 <= 1, '<= 1 ms')}`);
+      const { samples, paired } = await rounds({ direct, daemon_unix: viaUnix }, 400, 'direct');
+      const sa = stats(samples.direct);
+      const sb = stats(samples.daemon_unix);
+      const over = stats(paired.daemon_unix).p50;
+      results.exec_true_local_agent_ms = { direct: sa, daemon_unix: sb, overhead_p50: sb.p50 - sa.p50, overhead_paired_p50: over };
+      row('exec `true`, local agent: direct', `p50 ${fmt(sa.p50, 2)} ms, p95 ${fmt(sa.p95, 2)} ms (n=400)`, '');
+      row('exec `true`, local agent: through daemon (Unix)', `p50 ${fmt(sb.p50, 2)} ms, p95 ${fmt(sb.p95, 2)} ms`, `${sign(over)} ms paired p50 (${sign(sb.p50 - sa.p50)} p50-p50) ${target(over <= 1, '<= 1 ms')}`);
       agent.destroy();
     }
     const guestFile = join(dir, 'data', 'vms', 'cp', 'guest', 'big.bin');
