@@ -6,17 +6,23 @@ import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
 import type { GuestIdentity } from '../../domain/agent.js';
 import type { SystemIdentity } from '../../ports/agent/system-identity.js';
+import { ShellClock } from './shell-clock.js';
 
 const run = promisify(execFile);
 
 /**
- * Sets hostname (kernel and /etc/hostname), /etc/machine-id and the clock of a Linux guest.
- * `toolsDir` holds `date` and `ip` where the guest's own PATH may have none (images made from
+ * Sets hostname (kernel and /etc/hostname), /etc/machine-id and the clock (through a kept shell,
+ * see ShellClock) of a Linux guest.
+ * `toolsDir` holds `date`, `ip` and `sh` where the guest's own PATH may have none (images made from
  * container images carry busybox under /opt/svc/bin); otherwise they are looked up on PATH.
  */
 @injectable()
 export class LinuxSystemIdentity implements SystemIdentity {
-  constructor(private readonly toolsDir?: string) {}
+  private readonly clock: ShellClock;
+
+  constructor(private readonly toolsDir?: string) {
+    this.clock = new ShellClock(this.tool('sh'), this.tool('date'));
+  }
 
   private tool(name: string): string {
     return this.toolsDir ? join(this.toolsDir, name) : name;
@@ -26,7 +32,7 @@ export class LinuxSystemIdentity implements SystemIdentity {
     try {
       // All at once: a guest just restored from a snapshot runs every path slowly the first time.
       await Promise.all([
-        run(this.tool('date'), ['-u', '-s', `@${Math.floor(id.time_ms / 1000)}`]),
+        this.clock.set(Math.floor(id.time_ms / 1000)),
         writeFile('/proc/sys/kernel/hostname', id.hostname),
         writeFile('/etc/hostname', `${id.hostname}\n`),
         writeFile('/etc/hosts', `127.0.0.1 localhost ${id.hostname}\n`).catch(() => undefined),
