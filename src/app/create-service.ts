@@ -117,7 +117,6 @@ export class CreateService {
     const deadline = t0 + timeoutMs;
     const emit = this.emitter(rec, queue, t0);
     emit('accepted', `claiming warm pool member ${oldName} of template ${rec.from}`);
-    void this.events.emit('claimed', rec);
     try {
       await this.store.rename(oldName, rec.name);
       this.failpoints.hit('claim.renamed');
@@ -142,6 +141,9 @@ export class CreateService {
       return await this.createFailed(rec, err, t0, emit);
     } finally {
       queue.close();
+      // The pool refills once the claim has answered (or failed): a refill started beside it takes
+      // the CPU from the guest being handed out, just when its first answer is what the caller waits for.
+      void this.events.emit('claimed', rec);
     }
   }
 

@@ -34,6 +34,24 @@ describe('app/PoolService', () => {
     w.pool.stop();
   });
 
+  it('starts refilling only once a claim has answered, so the refill does not compete with it', async () => {
+    const w = await template({ warm_pool: { template: 'tpl', size: 1 } });
+    w.pool.refill();
+    await w.pool.settled();
+    const claimAtRefill: (string | undefined)[] = [];
+    const launch = w.hv.launch.bind(w.hv);
+    w.hv.launch = async (spec, o) => {
+      if (spec.name.startsWith('pool-')) claimAtRefill.push(w.vms.find('a')?.status);
+      if (spec.name === 'a') await new Promise((r) => setTimeout(r, 100)); // a restore takes a while
+      return launch(spec, o);
+    };
+    await (await w.creates.create({ name: 'a', from_pool: true }, {})).done;
+    await w.pool.settled();
+    expect(claimAtRefill).to.deep.equal(['running']);
+    expect(w.pool.status().ready).to.equal(1);
+    w.pool.stop();
+  });
+
   it('keeps members running for a running pool, and a claim keeps the same process', async () => {
     const w = await template({ warm_pool: { template: 'tpl', size: 1, running: true } });
     w.pool.refill();
