@@ -1,18 +1,13 @@
 import { expect } from 'chai';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 
-interface ExecOut { exit_code: number; stdout: string; stderr: string }
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
   this.timeout(600_000);
   let d: TestDaemon;
-  const sh = async (vm: string, script: string, q = ''): Promise<ExecOut> => {
-    const r = await d.call('POST', `/vms/${vm}/exec?cmd=/bin/bash&args=-c&args=${encodeURIComponent(script)}${q}`);
-    expect(r.status, r.text).to.equal(200);
-    return r.json as ExecOut;
-  };
+  const sh = (vm: string, script: string, query = '') => guestSh(d, vm, script, { shell: '/bin/bash', query });
 
   before(async () => {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage('debian'), sandbox_metrics_enabled: false, ready_timeout: '240s', memory_mb: 768 });

@@ -1,10 +1,9 @@
 import { expect } from 'chai';
 import { dirname } from 'node:path';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
 import { ensureFixture, ensureImage } from './image.js';
 
-interface ExecOut { exit_code: number; stdout: string; stderr: string }
 
 /**
  * A cloud disk people bring (issue 15): built in the test from Debian packages (syslinux, the
@@ -16,11 +15,7 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
   this.timeout(1_500_000);
   let d: TestDaemon;
   let disk: string;
-  const sh = async (vm: string, script: string): Promise<ExecOut> => {
-    const r = await d.call('POST', `/vms/${vm}/exec?cmd=/bin/sh&args=-c&args=${encodeURIComponent(script)}`);
-    expect(r.status, r.text).to.equal(200);
-    return r.json as ExecOut;
-  };
+  const sh = (vm: string, script: string) => guestSh(d, vm, script, { shell: '/bin/sh' });
   const agentUp = async (vm: string, ms: number) => {
     const until = Date.now() + ms;
     for (;;) {

@@ -4,14 +4,13 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
 import { makeTar } from '../helpers/tar.js';
 import { ensureImage } from './image.js';
 
 const FIXTURES = fileURLToPath(new URL('../../../test/e2e/fixtures/', import.meta.url));
 
-interface ExecOut { exit_code: number; stdout: string; stderr: string }
 
 /** A docker archive whose one layer holds `entries` (hostile ones included), as docker save lays it out. */
 async function dockerArchive(path: string, entries: Parameters<typeof makeTar>[0]): Promise<void> {
@@ -36,11 +35,7 @@ describe('svcd with QEMU: images from container image archives', function () {
   let d: TestDaemon;
   let imports: string;
   let imagesDir: string;
-  const sh = async (vm: string, script: string): Promise<ExecOut> => {
-    const r = await d.call('POST', `/vms/${vm}/exec?cmd=/bin/sh&args=-c&args=${encodeURIComponent(script)}`);
-    expect(r.status, r.text).to.equal(200);
-    return r.json as ExecOut;
-  };
+  const sh = (vm: string, script: string) => guestSh(d, vm, script, { shell: '/bin/sh' });
   const leftovers = () => readdirSync(imagesDir).filter((n) => n.startsWith('.build-'));
 
   before(async () => {

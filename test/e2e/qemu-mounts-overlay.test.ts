@@ -2,14 +2,10 @@ import { expect } from 'chai';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 
-async function sh(d: TestDaemon, vm: string, script: string): Promise<{ stdout: string; stderr: string; exit_code: number }> {
-  const r = await d.call('POST', `/vms/${vm}/exec?cmd=sh&args=-c&args=${encodeURIComponent(script)}`);
-  expect(r.status, r.text).to.equal(200);
-  return r.json;
-}
+const sh = (d: TestDaemon, vm: string, script: string) => guestSh(d, vm, script);
 
 /** 9p and virtio-fs on the fast image; 9p on debian too, whose systemd boot mounts them its own way. */
 const MOUNT_CASES = [['minimal', '9p'], ['minimal', 'virtiofs'], ['debian', '9p']] as const;

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
@@ -23,11 +23,7 @@ async function removeAll(d: TestDaemon): Promise<void> {
 describe('svcd with QEMU: templates, clones and the warm pool', function () {
   this.timeout(240_000);
   let d: TestDaemon;
-  const sh = async (vm: string, script: string): Promise<string> => {
-    const r = await d.call('POST', `/vms/${vm}/exec?${new URLSearchParams({ cmd: 'sh', args: '-c' })}&args=${encodeURIComponent(script)}`);
-    expect(r.status, r.text).to.equal(200);
-    return r.json.stdout.trim();
-  };
+  const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
 
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
   /** The frozen layers a VM's directory links (disk-layers.ts). */

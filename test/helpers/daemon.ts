@@ -1,3 +1,4 @@
+import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,4 +46,16 @@ export async function startTestDaemon(raw: Record<string, unknown> = {}, overrid
     },
   };
   return td;
+}
+
+export interface ExecOut { exit_code: number; stdout: string; stderr: string }
+
+/**
+ * Runs `script` with `shell -c` in a VM through the daemon's exec (buffered); fails the test on a
+ * non-200. `query` adds exec parameters (`&uid=1000`, `&timeout=5s`).
+ */
+export async function guestSh(d: Pick<TestDaemon, 'call'>, vm: string, script: string, o: { shell?: string; query?: string } = {}): Promise<ExecOut> {
+  const r = await d.call('POST', `/vms/${encodeURIComponent(vm)}/exec?cmd=${encodeURIComponent(o.shell ?? 'sh')}&args=-c&args=${encodeURIComponent(script)}${o.query ?? ''}`);
+  expect(r.status, r.text).to.equal(200);
+  return r.json as ExecOut;
 }
