@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { backingName, freeze, layersOf, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
+import { backingName, freeze, layersOf, MAX_LAYERS, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -89,6 +89,48 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     rmSync(join(root, 'vms', 'renamed'), { recursive: true });
     expect(firstByte(join(cc, 'disk.qcow2'))).to.equal('63');
     expect(img('check', '-q', join(cc, 'disk.qcow2'))).to.equal('');
+  });
+
+  it(`flattens a template's chain into one layer on the image past ${MAX_LAYERS} layers; older clones keep theirs`, async () => {
+    const tpl = vm('tpl');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
+    /** Cycle i writes its own letter at its own 64 KiB block: every layer holds something. */
+    const letter = (i: number) => String.fromCharCode(0x61 + i);
+    const writeAt = (disk: string, i: number) => execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(letter(i)).toString('hex')} ${(i + 1) * 65536} 64k`, disk], { stdio: 'ignore' });
+    const byteAt = (disk: string, off: number) => execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', `read -v ${off} 1`, disk], { encoding: 'utf8' }).split('\n')[0].split(/\s+/)[1];
+    const shows = (disk: string, n: number) => {
+      expect(byteAt(disk, 0)).to.equal('67'); // the image's 'g'
+      for (let i = 0; i < n; i++) expect(byteAt(disk, (i + 1) * 65536), `block ${i + 1}`).to.equal(Buffer.from(letter(i)).toString('hex'));
+    };
+    writeFileSync(join(tpl, 'state.mig'), 'ram');
+    await writeSaved(tpl, { kind: 'stream', file: 'state.mig' });
+    let top = await freeze(tpl, await readSaved(tpl));
+    for (let i = 1; i < MAX_LAYERS; i++) {
+      writeAt(join(tpl, 'disk.qcow2'), i - 1);
+      top = await freeze(tpl, await readSaved(tpl));
+    }
+    const long = await layersOf(tpl);
+    expect(long).to.have.length(MAX_LAYERS);
+    const before = vm('before');
+    await shareInto(tpl, before, top);
+
+    writeAt(join(tpl, 'disk.qcow2'), MAX_LAYERS - 1);
+    const flat = await freeze(tpl, await readSaved(tpl));
+    expect(await layersOf(tpl)).to.deep.equal([flat.layer]);
+    expect(await backingName(join(tpl, flat.layer))).to.equal(golden);
+    for (const old of long) expect(readdirSync(tpl)).to.not.include(old);
+    expect(readdirSync(tpl).filter((n) => n.endsWith('.tmp'))).to.deep.equal([]);
+    // The same bytes, and the saved state goes with them.
+    shows(join(tpl, 'disk.qcow2'), MAX_LAYERS);
+    expect(await readSaved(tpl)).to.deep.equal({ kind: 'stream', file: flat.state });
+    expect(readFileSync(join(tpl, flat.state!), 'utf8')).to.equal('ram');
+    const after = vm('after');
+    await shareInto(tpl, after, flat);
+    expect(await layersOf(after)).to.deep.equal([flat.layer]);
+    shows(join(after, 'disk.qcow2'), MAX_LAYERS);
+    // The clone made before keeps its whole chain, still readable with the template's links gone.
+    expect(await layersOf(before)).to.deep.equal(long);
+    shows(join(before, 'disk.qcow2'), MAX_LAYERS - 1);
   });
 
   it('reads the backing name from the qcow2 header and refuses what is not qcow2', async () => {

@@ -11,6 +11,12 @@ const run = promisify(execFile);
 /** A frozen layer's file name; the `.state` beside it is the saved state that goes with it. */
 export const LAYER = /^base-[0-9a-f]{16}\.qcow2$/;
 const DISK = 'disk.qcow2';
+/**
+ * The most layers a template stands on. A template that is cloned, run, changed and cloned again
+ * gains a layer each time; past this, its next freeze writes the whole chain (above the image) into
+ * one new layer instead, so reads never walk a long chain. Clones keep the chains they have.
+ */
+export const MAX_LAYERS = 8;
 /** What the last freeze left: the layer and the disk it put on top, to know whether it still holds. */
 const NOTE = 'layer.json';
 
@@ -90,7 +96,9 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   if (note && note.ino === now.ino && note.mtimeMs === now.mtimeMs && note.size === now.size && note.state === state) return { layer: note.layer, state };
   const id = randomBytes(8).toString('hex');
   const layer = `base-${id}.qcow2`;
-  await link(disk, join(dir, layer));
+  const chain = await layersOf(dir);
+  if (chain.length >= MAX_LAYERS) await flatten(dir, chain, layer);
+  else await link(disk, join(dir, layer));
   let shared: string | undefined;
   if (state) {
     shared = `base-${id}.state`;
@@ -100,6 +108,9 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   if (shared) await writeSaved(dir, { kind: 'stream', file: shared });
   await rename(join(dir, `${DISK}.new`), disk);
   if (state === OWN_STATE) await rm(join(dir, OWN_STATE), { force: true });
+  // After a flatten the template no longer stands on the old layers: its links to them go (the
+  // files stay while a clone links them).
+  if (chain.length >= MAX_LAYERS) for (const old of chain) await rm(join(dir, old), { force: true });
   // No VM writes a layer again (QEMU opens backing files read-only).
   await chmod(join(dir, layer), 0o444);
   if (shared) await chmod(join(dir, shared), 0o444);
@@ -108,6 +119,25 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   await writeFile(join(dir, `${NOTE}.tmp`), JSON.stringify(next));
   await rename(join(dir, `${NOTE}.tmp`), join(dir, NOTE));
   return { layer, state: shared };
+}
+
+/**
+ * Writes what the disk shows through its whole chain of layers, minus what the image under the
+ * chain already holds, into one new layer on that image: a copy of the top overlay rebased onto
+ * the image (qemu-img rebase in its safe mode writes every cluster where the two differ). The saved
+ * state goes with it unchanged: the guest sees the same bytes.
+ */
+async function flatten(dir: string, chain: string[], layer: string): Promise<void> {
+  const image = await backingName(join(dir, chain[chain.length - 1]));
+  const tmp = join(dir, `${layer}.tmp`);
+  try {
+    await copyFile(join(dir, DISK), tmp);
+    await run('qemu-img', ['rebase', '-q', '-f', 'qcow2', ...(image ? ['-b', image, '-F', 'qcow2'] : ['-b', '']), tmp], { env: childEnv() });
+    await rename(tmp, join(dir, layer));
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
 }
 
 /**
