@@ -180,7 +180,9 @@ export class CreateService {
         this.failpoints.hit('create.disk');
         emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
       }
-      const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(spec, { restore: snapshot }));
+      // A member of a suspended pool is suspended once up: its start yields the CPU to VMs people wait on.
+      const background = rec.pool !== undefined && !this.config.warm_pool.running;
+      const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(spec, { restore: snapshot, background }));
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);

@@ -77,6 +77,11 @@ export interface ImageProgress {
 export interface LaunchOptions {
   /** Start from the `svc-suspend` snapshot when one exists (restore); otherwise cold boot. */
   restore?: boolean;
+  /**
+   * Nobody waits on this VM yet (a warm pool member being filled): the adapter may run it at a
+   * lower CPU priority, so VMs people are waiting on get the host's CPU first.
+   */
+  background?: boolean;
 }
 
 export type ExitListener = (name: string, reason: string) => void;

@@ -17,7 +17,11 @@ describe('app/PoolService', () => {
     expect(st).to.include({ template: 'tpl', size: 2, running: false, ready: 2 });
     expect(st.members.map((m) => m.status)).to.deep.equal(['suspended', 'suspended']);
     expect(w.vms.list().map((i) => i.name)).to.deep.equal(['tpl']);
+    // Nobody waits on a member being filled: it starts in the background; a claim's restore does not.
+    for (const m of st.members) expect(w.hv.background(m.name)).to.equal(true);
     w.pool.stop();
+    await (await w.creates.create({ name: 'mine', from_pool: true }, {})).done;
+    expect(w.hv.background('mine')).to.equal(false);
   });
 
   it('hands each concurrent claim a different member and refills behind them', async () => {
@@ -58,6 +62,7 @@ describe('app/PoolService', () => {
     await w.pool.settled();
     const [m] = w.pool.status().members;
     expect(m.status).to.equal('running');
+    expect(w.hv.background(m.name)).to.equal(false); // it will be someone's VM as it runs
     w.pool.stop(); // no refill: the member's old name must stay unused
     const claimed = await (await w.creates.create({ name: 'r', from_pool: true, forwards: [{ host_port: 0, guest_port: 81 }] }, {})).done;
     expect(claimed.status).to.equal('running');

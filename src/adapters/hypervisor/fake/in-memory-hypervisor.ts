@@ -21,6 +21,8 @@ interface FakeVm {
   state: FakeState;
   snapshot: boolean;
   bootedAt: number;
+  /** The last launch asked for a lower CPU priority. */
+  background?: boolean;
   handle?: VmHandle;
   /** Extra process the fake runs for the VM (a local svc-agent), stopped with it. */
   sidecar?: Sidecar;
@@ -133,6 +135,11 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return this.vms.get(name)?.state;
   }
 
+  /** Whether the VM's last launch asked to run in the background (tests). */
+  background(name: string): boolean | undefined {
+    return this.vms.get(name)?.background;
+  }
+
   /** Names of VMs with a live (running or paused) fake process. */
   live(): string[] {
     return [...this.vms].filter(([, v]) => v.state === 'running' || v.state === 'paused').map(([n]) => n);
@@ -228,6 +235,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
     await assertPortsFree(spec.forwards);
     vm.spec = spec;
+    vm.background = !!options.background;
     const fromSnapshot = !!options.restore && vm.snapshot;
     vm.snapshot = false;
     const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;

@@ -24,7 +24,7 @@ import { QmpClient } from './qmp-client.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_STATE, processOwner, readSaved, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
 import { freeze, LAYER, shareInto } from './disk-layers.js';
-import { diskFds, spawnQemu, STATE_FD } from './qemu-spawn.js';
+import { diskFds, runInBackground, spawnQemu, STATE_FD } from './qemu-spawn.js';
 
 const run = promisify(execFile);
 
@@ -230,6 +230,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       const { qmp, child } = started;
       const pid = child.pid!;
       this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir });
+      if (options.background) runInBackground(pid);
       // Restored or cold-booted after all: the saved state no longer matches the disk.
       if (saved) await clearSaved(spec.dir);
       this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');

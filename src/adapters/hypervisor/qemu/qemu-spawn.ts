@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, readdirSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { childEnv } from '../../process-kit/child-env.js';
 import { backingName } from './disk-layers.js';
@@ -59,4 +60,28 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
     // gone already
   }
   return new Error(tail(logPath) || failed.message);
+}
+
+/** The nice value of a VM nobody waits on yet (a warm pool member being filled). */
+export const BACKGROUND_NICE = 10;
+
+/**
+ * Lowers the CPU priority of every thread of `pid` (Linux keeps a nice value per thread; threads
+ * started later inherit it from the one that starts them). Best effort: a process gone or a
+ * priority refused leaves it as it was.
+ */
+export function runInBackground(pid: number, nice = BACKGROUND_NICE): void {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return;
+  }
+  for (const tid of tids) {
+    try {
+      setPriority(Number(tid), nice);
+    } catch {
+      // gone meanwhile, or not ours to change
+    }
+  }
 }
