@@ -97,7 +97,8 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   const id = randomBytes(8).toString('hex');
   const layer = `base-${id}.qcow2`;
   const chain = await layersOf(dir);
-  if (chain.length >= MAX_LAYERS) await flatten(dir, chain, layer);
+  const flat = chain.length >= MAX_LAYERS;
+  if (flat) await flatten(dir, chain, layer);
   else await link(disk, join(dir, layer));
   let shared: string | undefined;
   if (state) {
@@ -110,7 +111,7 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   if (state === OWN_STATE) await rm(join(dir, OWN_STATE), { force: true });
   // After a flatten the template no longer stands on the old layers: its links to them go (the
   // files stay while a clone links them).
-  if (chain.length >= MAX_LAYERS) for (const old of chain) await rm(join(dir, old), { force: true });
+  if (flat) for (const old of chain) await rm(join(dir, old), { force: true });
   // No VM writes a layer again (QEMU opens backing files read-only).
   await chmod(join(dir, layer), 0o444);
   if (shared) await chmod(join(dir, shared), 0o444);
