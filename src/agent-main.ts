@@ -13,6 +13,7 @@ import { NodeGuestFiles } from './adapters/agent/node-guest-files.js';
 import { NodeProcessRunner } from './adapters/agent/node-process-runner.js';
 import { NodePtyFactory } from './adapters/agent/node-pty-factory.js';
 import { ProcStatsSource } from './adapters/agent/proc-stats-source.js';
+import { ExecChannelSocket } from './adapters/agent/exec-channel-socket.js';
 import { ShellSocket } from './adapters/agent/shell-socket.js';
 import { rejectUpgrade } from './adapters/http-kit/terminal-socket.js';
 import { startVsockRelay } from './adapters/agent/vsock-relay.js';
@@ -20,6 +21,7 @@ import { BearerAuth } from './adapters/http-kit/auth.js';
 import { browserGuard, guardRequests, guardUpgrades } from './adapters/http-kit/browser-guard.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
+import { EXEC_CHANNEL_PATH } from './domain/agent.js';
 import { NotFoundError } from './domain/errors.js';
 import { GuestFiles, StatsSource } from './ports/agent/guest-files.js';
 import { ProcessRunner } from './ports/agent/process-runner.js';
@@ -73,12 +75,15 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
     auth: new BearerAuth(''), registry: new Registry(), log,
   });
   const shell = new ShellSocket(c.get(ShellService));
+  const execChannel = new ExecChannelSocket(c.get(ExecService));
   // The agent's port is forwarded to the host's loopback, where web pages can send to it too.
   const refuse = browserGuard({ bindHost: '', allowedHosts: [], allowedOrigins: [], anyIpHost: true });
   // Headers within 20 s (slowloris); bodies and answers unbounded (long execs, shells, big copies).
   const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 }, guardRequests(app, refuse));
   server.on('upgrade', guardUpgrades((req, socket, head) => {
-    if (new URL(req.url ?? '/', 'http://agent').pathname === '/shell') shell.handleUpgrade(req, socket, head);
+    const path = new URL(req.url ?? '/', 'http://agent').pathname;
+    if (path === '/shell') shell.handleUpgrade(req, socket, head);
+    else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
     else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
   }, refuse));
   const m = /^(.*):(\d+)$/.exec(opts.listen);

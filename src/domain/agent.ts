@@ -34,6 +34,21 @@ export interface ExecResult {
   truncated?: boolean;
 }
 
+/**
+ * The exec channel (docs/agent.md): one WebSocket to the agent at EXEC_CHANNEL_PATH carries
+ * buffered execs without stdin as numbered text messages, so a call costs the guest one frame
+ * instead of an HTTP request through its router. Daemon to agent: `{id, query}` (the query string
+ * of POST /exec) or `{id, cancel: true}`; agent to daemon: `{id, result}` (an ExecResult) or
+ * `{id, status, error: {error, code}}`. Closing the socket kills every command it started.
+ */
+export const EXEC_CHANNEL_PATH = '/exec/channel';
+
+/** The most a buffered exec's answer may take, on HTTP or the channel: two 16 MiB streams, escaped. */
+export const EXEC_ANSWER_LIMIT = 64 << 20;
+
+export type ExecChannelRequest = { id: number; query: string } | { id: number; cancel: true };
+export type ExecChannelAnswer = { id: number; result: ExecResult } | { id: number; status: number; error: { error: string; code: string } };
+
 export type ExecFrameType = 'started' | 'stdout' | 'stderr' | 'exit' | 'error';
 
 export interface ExecFrame {

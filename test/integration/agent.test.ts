@@ -4,7 +4,11 @@ import { execFileSync } from 'node:child_process';
 import { createReadStream, createWriteStream, existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
+import WebSocket from 'ws';
+import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
+import type { ExecRequest } from '../../src/domain/agent.js';
+import { AgentUnavailableError, InvalidArgumentError } from '../../src/domain/errors.js';
 import { call, type Target, qs } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';
@@ -154,6 +158,65 @@ describe('svc-agent over HTTP (real agent process)', function () {
         expect(r.status, path).to.equal(400);
         expect(r.json.error).to.be.a('string');
       }
+    });
+  });
+
+  describe('exec channel (GET /exec/channel, the daemon\'s way to run buffered execs)', () => {
+    let client: HttpGuestAgent;
+    beforeEach(() => { client = new HttpGuestAgent(); });
+    afterEach(() => client.close());
+
+    it('answers as POST /exec does: output, exit codes, arguments, cwd, base64, a timeout', async () => {
+      const ep = { host: '127.0.0.1', port: agent.port };
+      const cases: ExecRequest[] = [
+        { cmd: 'sh', args: ['-c', 'echo out; echo err >&2; exit 7'] },
+        { cmd: 'printf', args: ['%s|', 'a b', '"q"', 'ünï', '$HOME', ''] },
+        { cmd: 'pwd', args: [], cwd: work },
+        { cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' },
+        { cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeoutMs: 500 },
+        { cmd: 'no-such-command-svc', args: [] },
+      ];
+      for (const er of cases) {
+        const http = await call(t, 'POST', `/exec?${qs({ cmd: er.cmd, args: er.args, ...(er.cwd ? { cwd: er.cwd } : {}), ...(er.encoding ? { encoding: er.encoding } : {}), ...(er.timeoutMs ? { timeout: `${er.timeoutMs}ms` } : {}) })}`);
+        expect(await client.exec(ep, er), er.cmd).to.deep.equal(http.json);
+      }
+      const bad = await client.exec(ep, { cmd: 'true', args: [], cwd: 'relative' }).then(() => undefined, (e: Error) => e);
+      expect(bad).to.be.instanceOf(InvalidArgumentError);
+    });
+
+    it('kills the command of a caller that leaves, and every command of a channel that closes', async () => {
+      const ep = { host: '127.0.0.1', port: agent.port };
+      const sleeping = (secs: number) => {
+        try {
+          return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+        } catch {
+          return 0;
+        }
+      };
+      const settle = async (secs: number, n: number) => {
+        for (let i = 0; i < 100 && sleeping(secs) !== n; i++) await new Promise((r) => setTimeout(r, 50));
+        return sleeping(secs);
+      };
+      const leave = new AbortController();
+      const left = client.exec(ep, { cmd: 'sleep', args: ['71'] }, undefined, leave.signal).catch((e: Error) => e);
+      expect(await settle(71, 1)).to.equal(1);
+      leave.abort();
+      expect(await left).to.be.instanceOf(AgentUnavailableError);
+      expect(await settle(71, 0)).to.equal(0);
+
+      const running = [client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e), client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e)];
+      expect(await settle(72, 2)).to.equal(2);
+      client.close();
+      for (const r of await Promise.all(running)) expect(r).to.be.instanceOf(AgentUnavailableError);
+      expect(await settle(72, 0)).to.equal(0);
+    });
+
+    it('closes the socket (1008) on a message that is not a request', async () => {
+      const ws = new WebSocket(`ws://127.0.0.1:${agent.port}/exec/channel`);
+      await new Promise((r) => ws.once('open', r));
+      const closed = new Promise<number>((r) => ws.once('close', (code) => r(code)));
+      ws.send('{"id":"one","query":"cmd=true"}');
+      expect(await closed).to.equal(1008);
     });
   });
 

@@ -2,6 +2,7 @@
 import {
   AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError, InvalidStateError, PayloadTooLargeError, ResourceExhaustedError, type ErrorCode,
 } from '../../domain/errors.js';
+import { EXEC_ANSWER_LIMIT } from '../../domain/agent.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 
 /**
@@ -9,7 +10,7 @@ import type { AgentEndpoint } from '../../ports/guest-agent.js';
  * answers (health, stats, fs, errors) fit in 1 MiB; a buffered exec's two 16 MiB streams fit in
  * 64 MiB even JSON-escaped as base64; one streamed exec frame carries one output chunk.
  */
-export const REPLY_LIMITS = { json: 1 << 20, exec: 64 << 20, frame: 4 << 20, shellMessage: 1 << 20 } as const;
+export const REPLY_LIMITS = { json: 1 << 20, exec: EXEC_ANSWER_LIMIT, frame: 4 << 20, shellMessage: 1 << 20 } as const;
 
 export function where(ep: AgentEndpoint): string {
   return ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;

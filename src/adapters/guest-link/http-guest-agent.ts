@@ -8,6 +8,7 @@ import { formatDuration } from '../../domain/duration.js';
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+import { ExecChannels } from './exec-channel.js';
 import { rawDownload } from './raw-download.js';
 import { tcpConnector, type Connector } from './transport.js';
 
@@ -53,8 +54,11 @@ interface CallOptions {
  */
 export class HttpGuestAgent implements GuestAgent {
   private readonly agents = new Map<string, Agent>();
+  private readonly channels: ExecChannels;
 
-  constructor(private readonly connector: Connector = tcpConnector) {}
+  constructor(private readonly connector: Connector = tcpConnector) {
+    this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS);
+  }
 
   private agentFor(ep: AgentEndpoint): Agent {
     const key = where(ep);
@@ -175,10 +179,16 @@ export class HttpGuestAgent implements GuestAgent {
     return this.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
   }
 
-  exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
+  /** Without stdin over the agent's exec channel (exec-channel.ts); with stdin, or an agent without one, over HTTP. */
+  async exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
+    const timeoutMs = req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined;
+    if (!stdin) {
+      const r = await this.channels.call(ep, { query: execQuery(req, true), timeoutMs, signal });
+      if (r) return r;
+    }
     return this.json(ep, {
       method: 'POST', path: `/exec?${execQuery(req, true)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined,
-      maxBytes: REPLY_LIMITS.exec, timeoutMs: req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined, signal,
+      maxBytes: REPLY_LIMITS.exec, timeoutMs, signal,
     });
   }
 
@@ -290,6 +300,7 @@ export class HttpGuestAgent implements GuestAgent {
 
   /** Closes kept-alive connections (daemon stop). */
   close(): void {
+    this.channels.close();
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
   }
