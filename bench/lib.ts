@@ -4,6 +4,7 @@ import { request, Agent } from 'node:http';
 import type { Writable } from 'node:stream';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
 import { SvcClient } from '../src/index.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
@@ -93,6 +94,30 @@ export function post(agent: Agent, target: { socketPath?: string; port?: number 
     req.on('error', reject);
     req.end();
   });
+}
+
+/**
+ * A direct client of an agent's exec channel (GET /exec/channel, docs/agent.md), as the daemon
+ * uses it: `call` runs one buffered exec of `query` and resolves when its answer arrives.
+ */
+export async function execChannel(port: number): Promise<{ call(query: string): Promise<void>; close(): void }> {
+  const ws = new WebSocket(`ws://127.0.0.1:${port}/exec/channel`, { perMessageDeflate: false });
+  await new Promise((resolve, reject) => { ws.once('open', resolve); ws.once('error', reject); });
+  const waiting = new Map<number, (ok: boolean) => void>();
+  ws.on('message', (data) => {
+    const m = JSON.parse(String(data)) as { id: number; result?: unknown };
+    waiting.get(m.id)?.(m.result !== undefined);
+    waiting.delete(m.id);
+  });
+  let id = 0;
+  return {
+    call: (query) => new Promise<void>((resolve, reject) => {
+      const n = ++id;
+      waiting.set(n, (ok) => (ok ? resolve() : reject(new Error(`exec channel call ${n} failed`))));
+      ws.send(JSON.stringify({ id: n, query }));
+    }),
+    close: () => ws.close(),
+  };
 }
 
 export function fmt(n: number, digits = 1): string {

@@ -192,6 +192,10 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const auth = new BearerAuth(config.api_token, sessions);
   const closing = new AbortController();
   const routes: RouteDef[] = [
+    // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
+    // tries routes in order. No other route matches a request one of them matches (each ends in its
+    // own word after /vms/:name), so their place changes speed only.
+    ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
     ...systemRoutes({
       version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
@@ -201,7 +205,6 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
-    ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms,
