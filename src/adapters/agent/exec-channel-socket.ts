@@ -21,7 +21,12 @@ const REQUEST_LIMIT = 1 << 20;
 export class ExecChannelSocket {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: REQUEST_LIMIT });
 
-  constructor(private readonly exec: ExecService) {}
+  /**
+   * `idleMs`: a channel with nothing running and no message for this long is closed. The daemon
+   * closes its own after 10 s; this catches one it can no longer close, such as a connection a
+   * guest saved in a snapshot still holds after the restore, when no host is at its other end.
+   */
+  constructor(private readonly exec: ExecService, private readonly idleMs = 65_000) {}
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     if (!isWebSocketUpgrade(req)) return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
@@ -30,19 +35,31 @@ export class ExecChannelSocket {
 
   private serve(ws: WebSocket): void {
     const running = new Map<number, AbortController>();
+    let idle: NodeJS.Timeout | undefined;
+    const rest = () => {
+      clearTimeout(idle);
+      if (running.size === 0) idle = setTimeout(() => ws.terminate(), this.idleMs);
+    };
+    rest();
     ws.on('message', (data, isBinary) => {
+      clearTimeout(idle);
       const msg = isBinary ? undefined : parseMessage(Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]));
       if (!msg) return ws.close(1008, 'not an exec channel request');
-      if ('cancel' in msg) return void running.get(msg.id)?.abort();
+      if ('cancel' in msg) {
+        running.get(msg.id)?.abort();
+        return rest();
+      }
       if (running.has(msg.id)) return ws.close(1008, `id ${msg.id} is already running`);
       const gone = new AbortController();
       running.set(msg.id, gone);
       void this.run(msg.id, msg.query, gone.signal).then((answer) => {
         running.delete(msg.id);
         if (ws.readyState === ws.OPEN) ws.send(answer);
+        rest();
       });
     });
     ws.on('close', () => {
+      clearTimeout(idle);
       for (const gone of running.values()) gone.abort();
       running.clear();
     });
