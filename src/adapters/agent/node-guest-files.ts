@@ -85,7 +85,8 @@ export class NodeGuestFiles implements GuestFiles {
     const st = await stat(path).catch((e) => { throw fsError(e, path); });
     if (st.isDirectory()) throw new InvalidArgumentError(`${path}: is a directory; use mode=tar`);
     if (!st.isFile()) throw new InvalidArgumentError(`${path}: not a regular file`);
-    return { size: st.size, body: createReadStream(path) };
+    // 1 MiB reads (not 64 KiB): a sixteenth of the file reads, and socket writes as big.
+    return { size: st.size, body: createReadStream(path, { highWaterMark: 1 << 20 }) };
   }
 
   async extractTar(dir: string, body: Readable): Promise<void> {

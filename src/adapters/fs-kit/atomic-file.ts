@@ -34,7 +34,9 @@ export async function writeFileAtomic(path: string, data: string | Buffer | Read
         await fh.close();
       }
     } else {
-      await pipeline(data, createWriteStream(tmp, { flags: 'wx', mode }));
+      // Up to 1 MiB queued instead of 16 KiB: the socket keeps flowing while a write is out, and
+      // what queued meanwhile goes in one writev (an agent's upload took 2x the CPU without it).
+      await pipeline(data, createWriteStream(tmp, { flags: 'wx', mode, highWaterMark: 1 << 20 }));
       if (o.durable !== false) await fsyncFile(tmp);
     }
     await chmod(tmp, mode);
