@@ -211,6 +211,18 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(await settle(72, 0)).to.equal(0);
     });
 
+    it('refuses a WebSocket from a web page (a foreign Origin) on the channel and the shell, before anything runs', async () => {
+      for (const path of ['/exec/channel', '/shell']) {
+        const ws = new WebSocket(`ws://127.0.0.1:${agent.port}${path}`, { headers: { origin: 'http://evil.example' } });
+        const status = await new Promise<number>((resolve) => {
+          ws.once('unexpected-response', (_req, res) => { res.resume(); resolve(res.statusCode ?? 0); });
+          ws.once('open', () => { ws.close(); resolve(101); });
+          ws.once('error', () => resolve(-1));
+        });
+        expect(status, path).to.equal(403);
+      }
+    });
+
     it('closes the socket (1008) on a message that is not a request', async () => {
       const ws = new WebSocket(`ws://127.0.0.1:${agent.port}/exec/channel`);
       await new Promise((r) => ws.once('open', r));
