@@ -3,6 +3,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
+import { MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 /**
@@ -97,6 +98,38 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect((await d.call('DELETE', '/vms/dc')).status).to.equal(200);
     expect(existsSync(dirOf('dc'))).to.equal(false);
     expect(qemuProcesses(['dt', 'dc'])).to.deep.equal([]);
+  });
+
+  it(`flattens a template cloned after ${MAX_LAYERS} changes into one layer; clones from before and after see every change`, async () => {
+    expect((await d.call('POST', '/vms', { name: 'ft', persistent: true, memory_mb: 384 })).status).to.equal(201);
+    // Each round changes the template, suspends it and clones it: one more frozen layer each time,
+    // until the freeze that would make the chain longer than MAX_LAYERS writes it into one.
+    for (let i = 0; i <= MAX_LAYERS; i++) {
+      await sh('ft', `echo gen-${i} > /root/gen-${i}; sync`);
+      expect((await d.call('POST', '/vms/ft/suspend')).status).to.equal(200);
+      const c = await d.call('POST', '/vms/ft/clone', { name: `fc${i}`, persistent: true });
+      expect(c.status, c.text).to.equal(201);
+      expect(layersIn(`fc${i}`), `fc${i}`).to.have.length(i < MAX_LAYERS ? i + 1 : 1);
+      if (i < MAX_LAYERS - 1) expect((await d.call('DELETE', `/vms/fc${i}`)).status).to.equal(200);
+      expect((await d.call('POST', '/vms/ft/restore')).json.status).to.equal('running');
+    }
+    const all = (n: number) => Array.from({ length: n }, (_, i) => `gen-${i}`).join('\n');
+    const seen = (vm: string) => sh(vm, 'cat /root/gen-*');
+    // The clone made after the flatten stands on one layer and sees every change, restored from the
+    // saved state that moved with the flattened layer (it runs, it did not cold boot).
+    expect(await seen(`fc${MAX_LAYERS}`)).to.equal(all(MAX_LAYERS + 1));
+    expect(await sh(`fc${MAX_LAYERS}`, 'hostname')).to.equal(`fc${MAX_LAYERS}`);
+    // The template dropped its links to the old layers; the clone made before keeps its chain.
+    expect(layersIn('ft')).to.deep.equal(layersIn(`fc${MAX_LAYERS}`));
+    const early = `fc${MAX_LAYERS - 1}`;
+    expect(layersIn(early)).to.have.length(MAX_LAYERS);
+    expect(await seen(early)).to.equal(all(MAX_LAYERS));
+    expect((await d.call('POST', `/vms/${early}/shutdown`)).status).to.equal(200);
+    expect((await d.call('POST', `/vms/${early}/start`)).json.status).to.equal('running');
+    expect(await seen(early)).to.equal(all(MAX_LAYERS));
+    expect(await seen('ft')).to.equal(all(MAX_LAYERS + 1));
+    for (const vm of ['ft', early, `fc${MAX_LAYERS}`]) expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
+    expect(qemuProcesses(['ft', early, `fc${MAX_LAYERS}`])).to.deep.equal([]);
   });
 
   it('fills the pool, gives 5 concurrent claims 5 distinct VMs, and refills', async () => {
