@@ -57,6 +57,33 @@ describe('adapters/guest-link raw download (GET /cp without the HTTP client)', (
     }
   });
 
+  it('gathers a stream that arrives a network segment at a time into larger reads, byte-exact', async () => {
+    // QEMU's user network writes a guest's stream to the host in ~1460-byte segments; a reader that
+    // woke for each would spend the CPU the guest needs (raw-download.ts, PACE_BELOW).
+    const data = randomBytes(4 * 1024 * 1024);
+    const { port, srv } = await rawAgent((s) => {
+      s.setNoDelay(true);
+      s.write(`HTTP/1.1 200 OK\r\nContent-Length: ${data.length}\r\n\r\n`);
+      let at = 0;
+      const next = () => {
+        if (at >= data.length) return void s.end();
+        s.write(data.subarray(at, at + 1460));
+        at += 1460;
+        setImmediate(next);
+      };
+      next();
+    });
+    try {
+      const got = await agent.download({ host: '127.0.0.1', port }, '/seg', 'binary');
+      const parts: Buffer[] = [];
+      for await (const c of got.body) parts.push(c as Buffer);
+      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
+      expect(data.length / parts.length, 'mean bytes a read').to.be.above(4 * 1460);
+    } finally {
+      srv.close();
+    }
+  });
+
   it('fails the stream when the guest breaks off early, so a cut copy never looks whole', async () => {
     const { port, srv } = await rawAgent((s) => s.end('HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nonly this'));
     try {
