@@ -60,8 +60,11 @@ export interface Config {
   mcp_read_only: boolean;
   mcp_images: string[];
   mcp_max_vms: number;
-  /** Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates. */
-  warm_pool: { template: string; size: number; running: boolean };
+  /**
+   * Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates; refill
+   * once claims have stopped coming for `refill_delay` (milliseconds).
+   */
+  warm_pool: { template: string; size: number; running: boolean; refill_delay: number };
 }
 
 export class ConfigError extends Error {}
@@ -116,6 +119,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],
+  'warm_pool.refill_delay': ['warm_pool' as keyof Config, 'duration', '2s'],
 };
 
 const ALIASES: Record<string, string> = { auth_token: 'api_token' };

@@ -22,7 +22,10 @@ const RETRY_MS = 30_000;
 /**
  * Keeps `warm_pool.size` clones of `warm_pool.template` ready. A member is a clone started from
  * the template's snapshot, then suspended itself (a claim is a restore, about a second), or, with
- * `running: true`, left running (a claim is a rename, added forwards and a new identity). Refills one member at a time in the background after each claim.
+ * `running: true`, left running (a claim is a rename, added forwards and a new identity). Refills
+ * one member at a time in the background, once claims have stopped coming for
+ * `warm_pool.refill_delay`: a refill is a clone, a boot and a suspend, and on a small host a burst
+ * of claims that each ran beside the refill for the one before was half as fast (docs/benchmarks.md).
  */
 @injectable()
 export class PoolService {
@@ -30,6 +33,8 @@ export class PoolService {
   private again = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** The refill waiting for claims to stop, and what resolves when it starts (or is dropped). */
+  private pending: { timer: NodeJS.Timeout; started: () => void; done: Promise<void> } | undefined;
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
@@ -40,7 +45,7 @@ export class PoolService {
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) events: LifecycleEvents,
   ) {
-    events.on('claimed', () => this.refill());
+    events.on('claimed', () => this.refillAfterClaims());
   }
 
   get enabled(): boolean {
@@ -72,14 +77,41 @@ export class PoolService {
     });
   }
 
-  /** Waits for the current round (tests, benchmarks). */
+  /** Refills `refill_delay` after the last of a run of claims (each claim starts the wait again). */
+  refillAfterClaims(): void {
+    const delay = this.config.warm_pool.refill_delay;
+    if (delay <= 0) return this.refill();
+    this.dropPending();
+    let started!: () => void;
+    const done = new Promise<void>((r) => { started = r; });
+    const timer = setTimeout(() => {
+      this.pending = undefined;
+      this.refill();
+      started();
+    }, delay);
+    timer.unref();
+    this.pending = { timer, started, done };
+  }
+
+  /** Waits for a refill that is waiting or running (tests, benchmarks). */
   async settled(): Promise<void> {
-    while (this.filling) await this.filling;
+    while (this.pending || this.filling) {
+      if (this.pending) await this.pending.done;
+      else await this.filling;
+    }
   }
 
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);
+    this.dropPending();
+  }
+
+  private dropPending(): void {
+    if (!this.pending) return;
+    clearTimeout(this.pending.timer);
+    this.pending.started();
+    this.pending = undefined;
   }
 
   private async fill(): Promise<void> {

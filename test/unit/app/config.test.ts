@@ -19,6 +19,9 @@ describe('app/config', () => {
     expect(c.sandbox_metrics_interval_ms).to.equal(15_000);
     expect(c.sandbox_metrics_points).to.equal(5760);
     expect(c.max_vms).to.equal(0);
+    expect(c.warm_pool).to.deep.equal({ template: '', size: 0, running: false, refill_delay: 2000 });
+    expect(buildConfig({ warm_pool: { template: 't', size: 1, refill_delay: '250ms' } }, {}).warm_pool.refill_delay).to.equal(250);
+    expect(buildConfig({}, { SVC_WARM_POOL_REFILL_DELAY: '0s' }).warm_pool.refill_delay).to.equal(0);
   });
 
   it('takes auth_token as an alias of api_token, but not both', () => {

@@ -53,7 +53,7 @@ describe('app/CreateService', () => {
   });
 
   it('claims from the warm pool when it has a member, and clones the template when it is empty', async () => {
-    const w = world({ warm_pool: { template: 'tpl', size: 1 } });
+    const w = world({ warm_pool: { template: 'tpl', size: 1, refill_delay: '0s' } });
     await (await w.creates.create({ name: 'tpl', persistent: true }, {})).done;
     await w.svc.suspend('tpl');
     w.pool.refill();

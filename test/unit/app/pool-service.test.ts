@@ -25,7 +25,7 @@ describe('app/PoolService', () => {
   });
 
   it('hands each concurrent claim a different member and refills behind them', async () => {
-    const w = await template({ warm_pool: { template: 'tpl', size: 2 } });
+    const w = await template({ warm_pool: { template: 'tpl', size: 2, refill_delay: '0s' } });
     w.pool.refill();
     await w.pool.settled();
     const before = w.pool.status().members.map((m) => m.name);
@@ -39,7 +39,7 @@ describe('app/PoolService', () => {
   });
 
   it('starts refilling only once a claim has answered, so the refill does not compete with it', async () => {
-    const w = await template({ warm_pool: { template: 'tpl', size: 1 } });
+    const w = await template({ warm_pool: { template: 'tpl', size: 1, refill_delay: '0s' } });
     w.pool.refill();
     await w.pool.settled();
     const claimAtRefill: (string | undefined)[] = [];
@@ -53,6 +53,30 @@ describe('app/PoolService', () => {
     await w.pool.settled();
     expect(claimAtRefill).to.deep.equal(['running']);
     expect(w.pool.status().ready).to.equal(1);
+    w.pool.stop();
+  });
+
+  it('refills once claims have stopped coming for refill_delay, not beside each claim of a burst', async () => {
+    const w = await template({ warm_pool: { template: 'tpl', size: 3, refill_delay: '150ms' } });
+    w.pool.refill();
+    await w.pool.settled();
+    const refillsAt: number[] = [];
+    const launch = w.hv.launch.bind(w.hv);
+    w.hv.launch = async (spec, o) => {
+      if (spec.name.startsWith('pool-')) refillsAt.push(Date.now());
+      return launch(spec, o);
+    };
+    let lastClaim = 0;
+    for (const name of ['a', 'b', 'c']) {
+      await (await w.creates.create({ name, from_pool: true }, {})).done;
+      lastClaim = Date.now();
+      await new Promise((r) => setTimeout(r, 60)); // the next claim comes before the wait is over
+    }
+    expect(refillsAt, 'no refill during the burst').to.deep.equal([]);
+    await w.pool.settled();
+    expect(refillsAt).to.have.length(3);
+    expect(refillsAt[0] - lastClaim).to.be.at.least(140);
+    expect(w.pool.status().ready).to.equal(3);
     w.pool.stop();
   });
 
