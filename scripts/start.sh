@@ -14,4 +14,5 @@ for ((i = 0; i < ${#args[@]}; i++)); do
 done
 hv=${SVC_HYPERVISOR:-$( { sed -n 's/^hypervisor: *\([a-z]*\).*/\1/p' "$config" 2>/dev/null || true; } | head -1)}
 [ "${hv:-qemu}" = qemu ] && bash scripts/ensure-host-deps.sh
+[ -x dist/native/svc-splice ] || node scripts/build-native.mjs
 exec node dist/src/bin/svcd.js "$@"

@@ -1,0 +1,121 @@
+/*
+ * svc-splice LENGTH [IDLE_SECONDS]
+ *
+ * Moves exactly LENGTH bytes from fd 0 to fd 1 with splice(2) through a pipe, so the bytes of a
+ * copy pass from one socket to the other inside the kernel instead of being read into the daemon
+ * and written out again (docs/benchmarks.md). The daemon hands it the two sockets of a copy once
+ * it has checked the answer's head; both may be non-blocking (they are shared with Node's event
+ * loop, which does not touch them while this runs), so every EAGAIN waits in poll(2).
+ *
+ * A read shorter than PACE_BELOW waits PACE_NS before the next one, as the daemon's own download
+ * does (src/adapters/guest-link/raw-download.ts): QEMU's user network hands a guest's stream to
+ * the host one TCP segment at a time, and a reader that wakes for each takes the CPU the guest
+ * needs; a fast source fills its reads and never waits.
+ *
+ * Never reads past LENGTH: what a guest sends beyond the length it declared stays in the socket.
+ * Exit status: 0 all moved; 2 bad arguments; 3 the source ended early; 4 nothing moved for
+ * IDLE_SECONDS (default 120); 5 the destination failed (the client left); 6 any other error.
+ * Progress is not reported: the daemon knows the length and waits for the exit.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PIECE (1 << 20)
+#define PACE_BELOW (32 * 1024)
+#define PACE_NS 1000000L
+
+static int idle_ms = 120 * 1000;
+
+/* Waits until fd is ready for `events`; 0 when it is (or hung up: the next call tells), -1 on timeout. */
+static int wait_for(int fd, short events) {
+  struct pollfd p = { .fd = fd, .events = events };
+  for (;;) {
+    int n = poll(&p, 1, idle_ms);
+    if (n > 0) return 0;
+    if (n == 0) return -1;
+    if (errno != EINTR) return -1;
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || argc > 3) {
+    fprintf(stderr, "usage: svc-splice LENGTH [IDLE_SECONDS]\n");
+    return 2;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long left = strtoull(argv[1], &end, 10);
+  if (errno || *end || argv[1][0] == '-' || argv[1][0] == '\0') {
+    fprintf(stderr, "svc-splice: bad length %s\n", argv[1]);
+    return 2;
+  }
+  if (argc == 3) {
+    long s = strtol(argv[2], &end, 10);
+    if (*end || s <= 0 || s > INT_MAX / 1000) {
+      fprintf(stderr, "svc-splice: bad idle seconds %s\n", argv[2]);
+      return 2;
+    }
+    idle_ms = (int)s * 1000;
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
+    perror("svc-splice: pipe");
+    return 6;
+  }
+  fcntl(pipefd[1], F_SETPIPE_SZ, PIECE); /* a smaller pipe (an unprivileged limit) still works */
+
+  while (left > 0) {
+    size_t want = left < PIECE ? (size_t)left : PIECE;
+    ssize_t in = splice(0, NULL, pipefd[1], NULL, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (in == 0) {
+      fprintf(stderr, "svc-splice: the source ended with %llu bytes to go\n", left);
+      return 3;
+    }
+    if (in < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        if (wait_for(0, POLLIN) != 0) {
+          fprintf(stderr, "svc-splice: nothing came for %d s with %llu bytes to go\n", idle_ms / 1000, left);
+          return 4;
+        }
+        continue;
+      }
+      fprintf(stderr, "svc-splice: reading: %s\n", strerror(errno));
+      return 3;
+    }
+    left -= (unsigned long long)in;
+    ssize_t moved = in;
+    while (in > 0) {
+      ssize_t out = splice(pipefd[0], NULL, 1, NULL, (size_t)in, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (out < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          if (wait_for(1, POLLOUT) != 0) {
+            fprintf(stderr, "svc-splice: the destination took nothing for %d s\n", idle_ms / 1000);
+            return 4;
+          }
+          continue;
+        }
+        fprintf(stderr, "svc-splice: writing: %s\n", strerror(errno));
+        return 5;
+      }
+      in -= out;
+    }
+    if (moved < PACE_BELOW && left > 0) {
+      struct timespec pace = { .tv_sec = 0, .tv_nsec = PACE_NS };
+      nanosleep(&pace, NULL);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,87 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import type { Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { childEnv } from './child-env.js';
+
+/**
+ * Socket-to-socket copies in the kernel: `svc-splice` (native/svc-splice.c, built into
+ * dist/native/ by `npm run build`) gets the two sockets as its fd 0 and 1 and moves an exact
+ * number of bytes between them with splice(2). Node has no splice; a copy through the daemon's
+ * JavaScript costs two more copies of every byte than a direct one, which on a machine with few
+ * cores is the difference between 60% and 90% of direct for a local agent (docs/benchmarks.md).
+ */
+
+/** Copies smaller than this go through Node: starting the helper costs about a millisecond. */
+export const SPLICE_MIN_BYTES = 4 * 1024 * 1024;
+const DEFAULT_HELPER = fileURLToPath(new URL('../../../native/svc-splice', import.meta.url));
+
+let found: string | null | undefined;
+
+/**
+ * The helper's path, or null when there is none (not built, not Linux, or SVC_SPLICE=off).
+ * SVC_SPLICE may also name another helper; looked up once.
+ */
+export function spliceHelper(): string | null {
+  if (found !== undefined) return found;
+  const setting = process.env.SVC_SPLICE;
+  const path = setting && setting !== 'off' ? setting : DEFAULT_HELPER;
+  found = setting === 'off' || process.platform !== 'linux' || !executable(path) ? null : path;
+  return found;
+}
+
+/** Forgets the looked-up helper (tests). */
+export function resetSpliceHelper(): void {
+  found = undefined;
+}
+
+function executable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The socket's file descriptor when it has one Node can hand to a child (TCP, Unix). */
+export function socketFd(s: unknown): number | undefined {
+  const handle = (s as { _handle?: { fd?: unknown } } | null)?._handle;
+  return typeof handle?.fd === 'number' && handle.fd >= 0 ? handle.fd : undefined;
+}
+
+/** Why a spliced copy failed, from the helper's exit status (native/svc-splice.c). */
+export class SpliceError extends Error {
+  constructor(message: string, readonly side: 'source' | 'destination' | 'helper') {
+    super(message);
+  }
+}
+
+export interface SpliceRun {
+  /** Settles when the helper exits: resolved when all `length` bytes moved. */
+  done: Promise<void>;
+  /** Stops the copy (the client left, the body was destroyed). */
+  kill(): void;
+}
+
+/**
+ * Moves exactly `length` bytes from `source` to `dest` in a helper process. The caller must have
+ * stopped Node's reads of `source` and let every earlier write to `dest` reach the kernel; it must
+ * not read `source` or write `dest` until `done` settles.
+ */
+export function splice(helper: string, source: Socket, dest: Socket, length: number, idleSeconds = 120): SpliceRun {
+  const child: ChildProcess = spawn(helper, [String(length), String(idleSeconds)], {
+    stdio: [source, dest, 'pipe'], env: childEnv(),
+  });
+  let said = '';
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => { if (said.length < 2000) said += d; });
+  const done = new Promise<void>((resolve, reject) => {
+    child.once('error', (err) => reject(new SpliceError(`svc-splice did not start: ${err.message}`, 'helper')));
+    child.once('close', (code, signal) => {
+      if (code === 0) return resolve();
+      const why = said.trim() || (signal ? `killed by ${signal}` : `exit ${code}`);
+      reject(new SpliceError(why, code === 3 || code === 4 ? 'source' : code === 5 ? 'destination' : 'helper'));
+    });
+  });
+  return { done, kill: () => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); } };
+}
