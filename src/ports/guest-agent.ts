@@ -68,5 +68,28 @@ export interface GuestAgent {
   close(): void;
 }
 
+/**
+ * A download's body may offer to move its remaining bytes to the client's connection itself (the
+ * QEMU path does it with splice(2), inside the kernel). Whoever answers the client sends the
+ * answer's head, then calls it with the connection: `true` when every byte went (end the answer
+ * without a body), `false` when it declined and nothing was taken (pipe the body as usual); a
+ * rejection means the copy broke off part way and the connection must be dropped.
+ */
+export const SEND_RAW = Symbol('svc.send-raw');
+export interface RawSendable {
+  [SEND_RAW](connection: Duplex): Promise<boolean>;
+}
+
+/**
+ * An upload's body may offer its connection itself: the client's socket, reads stopped, and what
+ * was read of the body already. Whoever takes it writes `pending`, then the rest of the declared
+ * length straight from `connection`; the client's connection closes after the answer. Undefined
+ * when it cannot be offered (nothing is taken then).
+ */
+export const TAKE_RAW = Symbol('svc.take-raw');
+export interface RawTakeable {
+  [TAKE_RAW](): { connection: Duplex; pending: Buffer } | undefined;
+}
+
 /** A raw byte pipe to a guest port; adapters that can offer one (for shell proxying) implement it. */
 export type RawStream = Duplex;

@@ -10,6 +10,7 @@ import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, Uploa
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 import { ExecChannels } from './exec-channel.js';
 import { rawDownload } from './raw-download.js';
+import { rawUpload } from './raw-upload.js';
 import { tcpConnector, type Connector } from './transport.js';
 
 export { REPLY_LIMITS } from './agent-replies.js';
@@ -223,7 +224,10 @@ export class HttpGuestAgent implements GuestAgent {
     if (o.permissions) p.set('permissions', o.permissions);
     if (o.uid !== undefined) p.set('uid', String(o.uid));
     if (o.gid !== undefined) p.set('gid', String(o.gid));
-    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType: o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' });
+    const contentType = o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream';
+    // A large body of known length goes from the client's socket to the agent's in the kernel (raw-upload.ts).
+    if (o.size !== undefined && await rawUpload(this.connector, ep, { path: `/cp?${p}`, contentType, size: o.size, connectTimeoutMs: CONNECT_TIMEOUT_MS }, body)) return;
+    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType });
   }
 
   async download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {

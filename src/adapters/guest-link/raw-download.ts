@@ -1,7 +1,9 @@
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Readable } from 'node:stream';
 import { AgentFailureError } from '../../domain/errors.js';
-import type { AgentEndpoint } from '../../ports/guest-agent.js';
+import { SEND_RAW, type AgentEndpoint, type RawSendable } from '../../ports/guest-agent.js';
+import { socketFd, splice, SPLICE_MIN_BYTES, spliceHelper, type SpliceRun } from '../process-kit/splice.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 
 /** An answer's status line and headers must fit in this (a guest could send a head without end). */
@@ -18,7 +20,7 @@ const HEAD_TIMEOUT_MS = 120_000;
 export const PACE_BELOW = 32 * 1024;
 export const PACE_MS = 1;
 
-interface Head { status: number; headers: Map<string, string>; rest: Buffer }
+export interface Head { status: number; headers: Map<string, string>; rest: Buffer }
 
 /**
  * A download (GET /cp, a single file) over its own connection, read without Node's HTTP client:
@@ -42,7 +44,8 @@ function fail(socket: Duplex, message: string): never {
   throw new AgentFailureError(message);
 }
 
-function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
+/** An answer's head, bounded and timed; the socket is left paused after it (`rest` holds what came with it). */
+export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
   return new Promise((resolve, reject) => {
     let buf: Buffer = Buffer.alloc(0);
     const done = (err?: Error, head?: Head) => {
@@ -93,7 +96,7 @@ export function parseHead(text: string, ep: AgentEndpoint): { status: number; he
 }
 
 /** The body of an error answer, up to the JSON limit (the connection closes after it). */
-async function readError(socket: Duplex, head: Head): Promise<string> {
+export async function readError(socket: Duplex, head: Head): Promise<string> {
   const parts: Buffer[] = [head.rest];
   let size = head.rest.length;
   socket.resume();
@@ -131,15 +134,20 @@ function dechunk(raw: Buffer): Buffer {
  * The body of a 200: the bytes after the head, then the socket's, with backpressure, ending at
  * `length` (anything more the guest sends is dropped with the connection); a connection that ends
  * early fails the stream, so the client sees a cut copy, never a short one that looks whole.
+ * A large body can instead be handed to the client's connection in the kernel ([SEND_RAW]).
  */
-class BoundedBody extends Readable {
+class BoundedBody extends Readable implements RawSendable {
   private left: number;
   private pacing?: NodeJS.Timeout;
+  /** Set once the bytes left are the splice helper's: Node reads nothing more of the socket. */
+  private handedOff = false;
+  private run?: SpliceRun;
+  private readonly onData = (c: Buffer) => this.accept(c);
 
   constructor(private readonly socket: Duplex, first: Buffer, length: number, private readonly ep: AgentEndpoint) {
     super({ highWaterMark: 256 * 1024 });
     this.left = length;
-    socket.on('data', (c: Buffer) => this.accept(c));
+    socket.on('data', this.onData);
     socket.on('end', () => this.cut());
     socket.on('close', () => this.cut());
     socket.on('error', (err) => this.destroy(unavailable(ep, err)));
@@ -171,16 +179,81 @@ class BoundedBody extends Readable {
   }
 
   private cut(): void {
-    if (this.left > 0 && !this.destroyed) this.destroy(new AgentFailureError(`guest agent at ${where(this.ep)} broke off the download with ${this.left} bytes to go`));
+    if (this.left > 0 && !this.destroyed && !this.handedOff) this.destroy(new AgentFailureError(`guest agent at ${where(this.ep)} broke off the download with ${this.left} bytes to go`));
   }
 
   override _read(): void {
-    if (this.left > 0 && !this.pacing) this.socket.resume();
+    if (this.left > 0 && !this.pacing && !this.handedOff) this.socket.resume();
+  }
+
+  /**
+   * Moves what is left to `connection` with the splice helper when the body is large, the helper
+   * is built and both ends are sockets with descriptors; false (nothing taken) otherwise. Node's
+   * reads of the agent's socket are stopped first, and whatever Node already read (here or in the
+   * socket) is written to `connection` before the helper starts, so the bytes stay in order. The
+   * helper never reads past the declared length.
+   */
+  async [SEND_RAW](connection: Duplex): Promise<boolean> {
+    const helper = spliceHelper();
+    const handle = (this.socket as { _handle?: { readStop?: () => number; reading?: boolean } })._handle;
+    if (!helper || this.left < SPLICE_MIN_BYTES || this.destroyed || this.handedOff || typeof handle?.readStop !== 'function'
+      || socketFd(this.socket) === undefined || socketFd(connection) === undefined) return false;
+    this.handedOff = true;
+    clearTimeout(this.pacing);
+    this.pacing = undefined;
+    this.socket.pause();
+    this.socket.off('data', this.onData);
+    // Stop libuv's reads; `reading` stays set so the socket's _read does not start them again.
+    handle.readStop();
+    handle.reading = true;
+    const pending: Buffer[] = [];
+    for (let c = this.read() as Buffer | null; c !== null; c = this.read() as Buffer | null) pending.push(c);
+    let buffered = Buffer.concat(drain(this.socket));
+    if (buffered.length > this.left) buffered = buffered.subarray(0, this.left);
+    pending.push(buffered);
+    this.left -= buffered.length;
+    try {
+      await writeOut(connection, Buffer.concat(pending));
+      if (this.left > 0) {
+        this.run = splice(helper, this.socket as Socket, connection as Socket, this.left);
+        await this.run.done;
+        this.left = 0;
+        // Handing a socket to a child stops Node's reads of it: the client's next request needs them.
+        connection.resume();
+      }
+    } catch (err) {
+      this.destroy();
+      throw err;
+    }
+    this.push(null);
+    this.socket.destroy();
+    return true;
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    this.run?.kill();
     clearTimeout(this.pacing);
     this.socket.destroy();
     cb(err);
   }
+}
+
+/** What a paused socket has buffered, taken without asking it to read more. */
+function drain(socket: Duplex): Buffer[] {
+  const out: Buffer[] = [];
+  for (let c = socket.read() as Buffer | null; c !== null; c = socket.read() as Buffer | null) out.push(c);
+  return out;
+}
+
+/** Writes `data` and waits until it, and everything written before it, has left Node for the kernel. */
+export function writeOut(connection: Duplex, data: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (connection.destroyed || !connection.writable) return reject(new Error('the client left'));
+    connection.write(data, (err) => {
+      if (err) return reject(err);
+      if (connection.writableLength === 0) return resolve();
+      // Something was written after us (should not happen: nobody else writes); wait for it too.
+      connection.once('drain', () => resolve());
+    });
+  });
 }

@@ -1,5 +1,6 @@
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
+import { TAKE_RAW, type RawTakeable } from '../../ports/guest-agent.js';
 import type { Request, Response } from 'express';
 import type { CopyMode, ExecFrame, ExecRequest } from '../../domain/agent.js';
 import { parseExecQuery, parseCopyMode, parseUploadQuery, requiredPath, type Query, type UploadQuery } from '../../domain/query.js';
@@ -52,9 +53,35 @@ export function uploadHandler(put: (req: Request, q: UploadQuery & { size?: numb
   return async (req, res: Response) => {
     const declared = req.headers['transfer-encoding'] === undefined ? req.headers['content-length'] : undefined;
     const size = declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : undefined;
-    await put(req, { ...parseUploadQuery(query(req)), size }, req);
+    const q = { ...parseUploadQuery(query(req)), size };
+    await put(req, q, size === undefined ? req : offerConnection(req, res));
     res.status(204).end();
   };
+}
+
+/**
+ * The request as an upload body that can also hand over its connection ([TAKE_RAW]), for the
+ * adapter that moves a large body socket to socket: Node's reads of the socket stop (the HTTP
+ * server reads it natively; `reading` stays set so nothing starts them again), what the server
+ * had read of the body comes along, and the answer closes the connection, whose parser still
+ * waits for the body it never saw. Not offered once the body has begun to flow through Node.
+ */
+function offerConnection(req: Request, res: Response): Readable {
+  const body = req as Request & RawTakeable;
+  body[TAKE_RAW] = () => {
+    const socket = req.socket as typeof req.socket & { _handle?: { fd?: number; readStop?: () => number; reading?: boolean } };
+    const handle = socket._handle;
+    if (req.readableFlowing || req.readableEnded || req.complete || typeof handle?.readStop !== 'function' || !(typeof handle.fd === 'number' && handle.fd >= 0)) return undefined;
+    socket.pause();
+    handle.readStop();
+    handle.reading = true;
+    const pending: Buffer[] = [];
+    for (let c = req.read() as Buffer | null; c !== null; c = req.read() as Buffer | null) pending.push(c);
+    res.shouldKeepAlive = false;
+    res.setHeader('Connection', 'close');
+    return { connection: socket, pending: Buffer.concat(pending) };
+  };
+  return body;
 }
 
 /** GET cp: the file (or a tar of the tree with mode=tar) streamed back as an attachment, torn down if either side goes. */

@@ -1,4 +1,5 @@
 import type { Request, Response } from 'express';
+import { SEND_RAW, type RawSendable } from '../../ports/guest-agent.js';
 
 export type Method = 'get' | 'post' | 'put' | 'delete';
 
@@ -31,7 +32,8 @@ export function hasBody(req: Request): boolean {
 /**
  * Answers with a download (cp): the type comes from what was asked (a file or a tar), never from
  * the guest, and the browser is told not to sniff or render it (a guest could otherwise serve a
- * page under the daemon's origin). Length when known; torn down if either side goes.
+ * page under the daemon's origin). Length when known; torn down if either side goes. A body that
+ * can move its bytes to the connection itself ([SEND_RAW]) is offered it once the head is out.
  */
 export function sendStream(res: Response, out: { name: string; tar: boolean; size?: number; body: import('node:stream').Readable }): void {
   res.status(200).type(out.tar ? 'application/x-tar' : 'application/octet-stream');
@@ -41,7 +43,13 @@ export function sendStream(res: Response, out: { name: string; tar: boolean; siz
   if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
   out.body.on('error', () => res.destroy());
   res.on('close', () => out.body.destroy());
-  out.body.pipe(res);
+  const raw = (out.body as Partial<RawSendable>)[SEND_RAW];
+  if (!raw || !res.socket || out.size === undefined) return void out.body.pipe(res);
+  res.flushHeaders();
+  raw.call(out.body, res.socket).then((sent) => {
+    if (sent) res.end();
+    else out.body.pipe(res);
+  }, () => res.destroy());
 }
 
 /** `attachment` with an ASCII fallback name and the exact one in RFC 5987 form. */
