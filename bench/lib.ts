@@ -23,10 +23,11 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
-export function cpuSeconds(pid: number): number {
+export function cpuSeconds(pid: number, withChildren = false): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
+  // utime, stime; cutime, cstime: children that have exited and been waited for (the daemon's svc-splice).
+  return (Number(fields[11]) + Number(fields[12]) + (withChildren ? Number(fields[13]) + Number(fields[14]) : 0)) / 100;
 }
 
 /** The process listening on 127.0.0.1:`port` (TCP), found through /proc; undefined if none is visible. */
