@@ -1,30 +1,56 @@
 import { createServer } from 'node:net';
 import { createSocket } from 'node:dgram';
 
-/** A free loopback port, found by binding port 0. Callers retry if it is taken before they use it. */
-export function freePort(proto: 'tcp' | 'udp' = 'tcp'): Promise<number> {
-  if (proto === 'udp') {
-    return new Promise((resolve, reject) => {
+type Proto = 'tcp' | 'udp';
+
+/** Binds loopback port 0 and keeps it bound until `release`. */
+function hold(proto: Proto): Promise<{ port: number; release(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    if (proto === 'udp') {
       const s = createSocket('udp4');
       s.once('error', reject);
-      s.bind(0, '127.0.0.1', () => {
-        const { port } = s.address();
-        s.close(() => resolve(port));
-      });
-    });
-  }
-  return new Promise((resolve, reject) => {
+      s.bind(0, '127.0.0.1', () => resolve({ port: s.address().port, release: () => new Promise<void>((r) => s.close(() => r())) }));
+      return;
+    }
     const s = createServer();
     s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
+    s.listen(0, '127.0.0.1', () => resolve({ port: (s.address() as { port: number }).port, release: () => new Promise<void>((r) => s.close(() => r())) }));
   });
 }
 
+/** A free loopback port, found by binding port 0. Callers retry if it is taken before they use it. */
+export async function freePort(proto: Proto = 'tcp'): Promise<number> {
+  return (await freePorts([proto]))[0];
+}
+
+/**
+ * Free loopback ports, one per entry and all different for a protocol: each stays bound until all
+ * are found, because a port just closed can be the next one the kernel hands out (two forwards of
+ * one VM on the same port make QEMU refuse to start). Ports in `avoid` (ones the caller chose
+ * itself) are never returned. Callers retry if one is taken before they use it.
+ */
+export async function freePorts(protos: Proto[], avoid: ReadonlySet<number> = new Set()): Promise<number[]> {
+  const held: { port: number; release(): Promise<void> }[] = [];
+  const skipped: { release(): Promise<void> }[] = [];
+  try {
+    for (const proto of protos) {
+      for (;;) {
+        const h = await hold(proto);
+        if (!avoid.has(h.port)) {
+          held.push(h);
+          break;
+        }
+        skipped.push(h);
+      }
+    }
+    return held.map((h) => h.port);
+  } finally {
+    await Promise.all([...held, ...skipped].map((h) => h.release()));
+  }
+}
+
 /** Can this loopback port be bound right now? */
-export function portFree(port: number, proto: 'tcp' | 'udp'): Promise<boolean> {
+export function portFree(port: number, proto: Proto): Promise<boolean> {
   return new Promise((resolve) => {
     if (proto === 'udp') {
       const s = createSocket('udp4');

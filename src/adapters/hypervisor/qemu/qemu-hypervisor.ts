@@ -11,7 +11,7 @@ import type {
 } from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, type Accel } from './accel-probe.js';
-import { freePort, portFree } from '../free-port.js';
+import { freePort, freePorts, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { overlayMac, seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
@@ -74,6 +74,8 @@ export interface QemuOptions {
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
 const LOG_CHECK_MS = 10_000;
+/** QEMU's words when a host port it was given is bound by someone else by the time it starts. */
+const PORT_TAKEN = /hostfwd|host forwarding|Address already in use/i;
 
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
@@ -200,9 +202,9 @@ export class QemuHypervisor implements HypervisorAdapter {
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     let restore = !!saved;
     for (let attempt = 1; ; attempt++) {
-      const sshPort = await freePort();
-      const agentPort = await freePort();
-      const forwards = await Promise.all(spec.forwards.map(async (f) => ({ ...f, host_port: f.host_port || (await freePort(f.proto)) })));
+      const auto = spec.forwards.filter((f) => !f.host_port);
+      const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
+      const forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
       const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
       const mounts = await startMounts(spec, this.o.mountDriver);
       const stream = restore && saved?.kind === 'stream' ? join(spec.dir, saved.file) : undefined;
@@ -219,12 +221,14 @@ export class QemuHypervisor implements HypervisorAdapter {
       const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile: stream });
       if (started instanceof Error) {
         const why = started.message;
+        // A port taken between the pick and QEMU's bind: pick again, and keep restoring (a cold
+        // boot would throw the saved state away).
+        if (attempt < 3 && PORT_TAKEN.test(why)) continue;
         if (restore) {
           this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
           restore = false;
           continue;
         }
-        if (attempt < 3 && /hostfwd|host forwarding|Address already in use/i.test(why)) continue;
         throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
       }
       const { qmp, child } = started;
