@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import { Readable } from 'node:stream';
 import { AgentFailureError } from '../../domain/errors.js';
 import { SEND_RAW, type AgentEndpoint, type RawSendable } from '../../ports/guest-agent.js';
-import { socketFd, splice, SPLICE_MIN_BYTES, spliceHelper, type SpliceRun } from '../process-kit/splice.js';
+import { canStopReads, readBuffered, socketFd, splice, SPLICE_MIN_BYTES, spliceHelper, stopReads, type SpliceRun } from '../process-kit/splice.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 
 /** An answer's status line and headers must fit in this (a guest could send a head without end). */
@@ -195,20 +195,14 @@ class BoundedBody extends Readable implements RawSendable {
    */
   async [SEND_RAW](connection: Duplex): Promise<boolean> {
     const helper = spliceHelper();
-    const handle = (this.socket as { _handle?: { readStop?: () => number; reading?: boolean } })._handle;
-    if (!helper || this.left < SPLICE_MIN_BYTES || this.destroyed || this.handedOff || typeof handle?.readStop !== 'function'
-      || socketFd(this.socket) === undefined || socketFd(connection) === undefined) return false;
+    if (!helper || this.left < SPLICE_MIN_BYTES || this.destroyed || this.handedOff || !canStopReads(this.socket) || socketFd(connection) === undefined) return false;
     this.handedOff = true;
     clearTimeout(this.pacing);
     this.pacing = undefined;
-    this.socket.pause();
     this.socket.off('data', this.onData);
-    // Stop libuv's reads; `reading` stays set so the socket's _read does not start them again.
-    handle.readStop();
-    handle.reading = true;
-    const pending: Buffer[] = [];
-    for (let c = this.read() as Buffer | null; c !== null; c = this.read() as Buffer | null) pending.push(c);
-    let buffered = Buffer.concat(drain(this.socket));
+    stopReads(this.socket);
+    const pending = readBuffered(this);
+    let buffered = Buffer.concat(readBuffered(this.socket));
     if (buffered.length > this.left) buffered = buffered.subarray(0, this.left);
     pending.push(buffered);
     this.left -= buffered.length;
@@ -236,13 +230,6 @@ class BoundedBody extends Readable implements RawSendable {
     this.socket.destroy();
     cb(err);
   }
-}
-
-/** What a paused socket has buffered, taken without asking it to read more. */
-function drain(socket: Duplex): Buffer[] {
-  const out: Buffer[] = [];
-  for (let c = socket.read() as Buffer | null; c !== null; c = socket.read() as Buffer | null) out.push(c);
-  return out;
 }
 
 /** Writes `data` and waits until it, and everything written before it, has left Node for the kernel. */

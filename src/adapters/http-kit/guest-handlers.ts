@@ -65,6 +65,7 @@ export function uploadHandler(put: (req: Request, q: UploadQuery & { size?: numb
  * server reads it natively; `reading` stays set so nothing starts them again), what the server
  * had read of the body comes along, and the answer closes the connection, whose parser still
  * waits for the body it never saw. Not offered once the body has begun to flow through Node.
+ * (The same hand-over as process-kit/splice.ts `stopReads`, kept here: kits import no other adapter.)
  */
 function offerConnection(req: Request, res: Response): Readable {
   const body = req as Request & RawTakeable;

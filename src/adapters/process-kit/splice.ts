@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import type { Socket } from 'node:net';
+import type { Duplex, Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { childEnv } from './child-env.js';
 
@@ -44,10 +45,37 @@ function executable(path: string): boolean {
   }
 }
 
+type Handle = { fd?: unknown; readStop?: () => number; reading?: boolean };
+const handleOf = (s: unknown) => (s as { _handle?: Handle } | null)?._handle;
+
 /** The socket's file descriptor when it has one Node can hand to a child (TCP, Unix). */
 export function socketFd(s: unknown): number | undefined {
-  const handle = (s as { _handle?: { fd?: unknown } } | null)?._handle;
-  return typeof handle?.fd === 'number' && handle.fd >= 0 ? handle.fd : undefined;
+  const fd = handleOf(s)?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
+}
+
+/** Can `stopReads` hand this socket over: a descriptor, and reads libuv can stop? */
+export function canStopReads(socket: Duplex): boolean {
+  return socketFd(socket) !== undefined && typeof handleOf(socket)?.readStop === 'function';
+}
+
+/**
+ * Stops every read of `socket` in the daemon so the helper is its only reader: the stream is
+ * paused and libuv's reads stopped, with `reading` left set so Node's _read does not start them
+ * again. Check `canStopReads` first. What Node had read already stays in the stream (`readBuffered`).
+ */
+export function stopReads(socket: Duplex): void {
+  const handle = handleOf(socket)!;
+  socket.pause();
+  handle.readStop!();
+  handle.reading = true;
+}
+
+/** What a paused stream has buffered, taken without asking it to read more. */
+export function readBuffered(stream: Readable): Buffer[] {
+  const out: Buffer[] = [];
+  for (let c = stream.read() as Buffer | null; c !== null; c = stream.read() as Buffer | null) out.push(c);
+  return out;
 }
 
 /** Why a spliced copy failed, from the helper's exit status (native/svc-splice.c). */

@@ -49,6 +49,22 @@ describe('adapters/guest-link download handed to the client connection (splice h
     resetSpliceHelper();
   });
 
+  /** A download whose body declines [SEND_RAW] (nothing taken) and then streams whole through Node. */
+  async function declinedThenStreamed(data: Buffer, path: string): Promise<void> {
+    const { port, srv } = await agentServer((s) => s.end(Buffer.concat([Buffer.from(head(data.length)), data])));
+    const c = await connection();
+    try {
+      const got = await agent.download({ host: '127.0.0.1', port }, path, 'binary');
+      expect(await (got.body as unknown as RawSendable)[SEND_RAW](c.server)).to.equal(false);
+      const parts: Buffer[] = [];
+      for await (const p of got.body) parts.push(p as Buffer);
+      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
+    } finally {
+      c.close();
+      srv.close();
+    }
+  }
+
   before(() => {
     // npm run build makes it (scripts/build-native.mjs) with the C compiler node-pty needs anyway.
     expect(spliceHelper(), 'dist/native/svc-splice').to.be.a('string');
@@ -121,19 +137,7 @@ describe('adapters/guest-link download handed to the client connection (splice h
   });
 
   it('declines a small body, which then streams through Node as before', async () => {
-    const data = randomBytes(SPLICE_MIN_BYTES - 1);
-    const { port, srv } = await agentServer((s) => s.end(Buffer.concat([Buffer.from(head(data.length)), data])));
-    const c = await connection();
-    try {
-      const got = await agent.download({ host: '127.0.0.1', port }, '/small', 'binary');
-      expect(await (got.body as unknown as RawSendable)[SEND_RAW](c.server)).to.equal(false);
-      const parts: Buffer[] = [];
-      for await (const p of got.body) parts.push(p as Buffer);
-      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
-    } finally {
-      c.close();
-      srv.close();
-    }
+    await declinedThenStreamed(randomBytes(SPLICE_MIN_BYTES - 1), '/small');
   });
 
   it('declines without a helper (SVC_SPLICE=off, or a path that is not there)', async () => {
@@ -142,18 +146,9 @@ describe('adapters/guest-link download handed to the client connection (splice h
       resetSpliceHelper();
       expect(spliceHelper(), setting).to.equal(null);
     }
-    const data = randomBytes(SPLICE_MIN_BYTES + 1);
-    const { port, srv } = await agentServer((s) => s.end(Buffer.concat([Buffer.from(head(data.length)), data])));
-    const c = await connection();
     try {
-      const got = await agent.download({ host: '127.0.0.1', port }, '/nohelper', 'binary');
-      expect(await (got.body as unknown as RawSendable)[SEND_RAW](c.server)).to.equal(false);
-      const parts: Buffer[] = [];
-      for await (const p of got.body) parts.push(p as Buffer);
-      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
+      await declinedThenStreamed(randomBytes(SPLICE_MIN_BYTES + 1), '/nohelper');
     } finally {
-      c.close();
-      srv.close();
       delete process.env.SVC_SPLICE;
       resetSpliceHelper();
       expect(existsSync(spliceHelper() ?? '')).to.equal(true);
