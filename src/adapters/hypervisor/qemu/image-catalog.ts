@@ -58,7 +58,7 @@ const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 export class ImageCatalog {
   private readonly building = new Map<string, { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress }>();
 
-  constructor(private readonly root: string) {}
+  constructor(readonly root: string) {}
 
   dir(id: string): string {
     return join(this.root, id);

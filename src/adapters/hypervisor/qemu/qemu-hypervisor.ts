@@ -10,7 +10,7 @@ import type {
   BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
-import { chooseAccel, type Accel } from './accel-probe.js';
+import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { freePort, freePorts, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { overlayMac, seedFor, writeSeed } from './nocloud-seed.js';
@@ -113,7 +113,8 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   /** The accelerator in use, probed once. */
   accelerator(): Promise<Accel> {
-    this.accel ??= chooseAccel(this.o.accel, this.o.qemuBinary).then((a) => {
+    const root = this.o.images.root;
+    this.accel ??= chooseAccel(this.o.accel, { qemu: this.o.qemuBinary, kernels: probeKernels(root), cacheFile: join(root, '.accel-probe.json') }).then((a) => {
       this.o.log.info({ accel: a }, 'qemu accelerator chosen');
       return a;
     });
