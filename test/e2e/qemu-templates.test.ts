@@ -73,6 +73,15 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     const ino = statSync(join(dirOf('tpl'), layer)).ino;
     for (const vm of ['c1', 'c2']) expect(statSync(join(dirOf(vm), layer)).ino, vm).to.equal(ino);
     expect(statSync(join(dirOf('tpl'), layer)).mode & 0o222, 'a layer is never written').to.equal(0);
+    // Nor was the template's memory loaded twice: its saved state became one RAM image that both
+    // clones' QEMUs map copy-on-write (ram-image.ts).
+    const base = layer.replace('.qcow2', '');
+    expect(readdirSync(dirOf('tpl')).filter((n) => /\.(ram|dev|state|mig)$/.test(n)).sort()).to.deep.equal([`${base}.dev`, `${base}.ram`]);
+    expect(statSync(join(dirOf('tpl'), `${base}.ram`)).mode & 0o222).to.equal(0);
+    for (const vm of ['c1', 'c2']) {
+      const [line] = qemuProcesses([vm]);
+      expect(line, vm).to.include(`mem-path=${join(dirOf(vm), `${base}.ram`)},share=off`).and.include('-incoming defer');
+    }
   });
 
   it('deletes a template that has a live clone; the clone keeps the shared layer, runs, suspends, restores and cold-boots', async () => {
@@ -90,7 +99,10 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(statSync(join(dirOf('dc'), layer)).nlink).to.equal(links - 1);
     expect(await sh('dc', 'hostname; cat /root/dt.txt')).to.equal('dc\nfrom-dt');
     expect((await d.call('POST', '/vms/dc/suspend')).status).to.equal(200);
+    // Its own suspend is a RAM image of its own (the memory it had, shared pages and changes alike).
+    expect(readdirSync(dirOf('dc')).filter((n) => /\.(ram|dev|state|mig)$/.test(n)).sort()).to.deep.equal(['state.dev', 'state.ram']);
     expect((await d.call('POST', '/vms/dc/restore')).json.status).to.equal('running');
+    expect(qemuProcesses(['dc'])[0]).to.include(`mem-path=${join(dirOf('dc'), 'state.ram')},share=off`);
     expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
     expect((await d.call('POST', '/vms/dc/shutdown')).status).to.equal(200);
     expect((await d.call('POST', '/vms/dc/start')).json.status).to.equal('running');

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { backingName, freeze, layersOf, MAX_LAYERS, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
+import { backingName, freeze, layersOf, MAX_LAYERS, replaceState, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -41,10 +41,11 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
 
     const top = await freeze(tpl, await readSaved(tpl));
     expect(top.layer).to.match(/^base-[0-9a-f]{16}\.qcow2$/);
-    expect(top.state).to.equal(top.layer.replace('.qcow2', '.state'));
+    expect(top.state).to.deep.equal({ kind: 'stream', file: top.layer.replace('.qcow2', '.state') });
+    const stateFile = top.layer.replace('.qcow2', '.state');
     // The template now stands on the layer, restores from the shared state, and its own state is gone.
     expect(await backingName(join(tpl, 'disk.qcow2'))).to.equal(top.layer);
-    expect(await readSaved(tpl)).to.deep.equal({ kind: 'stream', file: top.state });
+    expect(await readSaved(tpl)).to.deep.equal(top.state);
     expect(readdirSync(tpl)).to.not.include('state.mig');
     expect(statSync(join(tpl, top.layer)).mode & 0o222).to.equal(0);
     // Untouched since: the next clone reuses the layer.
@@ -54,8 +55,8 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     for (const c of clones) expect(await shareInto(tpl, c, top)).to.deep.equal({ snapshot: true });
     for (const c of clones) {
       expect(statSync(join(c, top.layer)).ino).to.equal(statSync(join(tpl, top.layer)).ino);
-      expect(statSync(join(c, top.state!)).ino).to.equal(statSync(join(tpl, top.state!)).ino);
-      expect(await readSaved(c)).to.deep.equal({ kind: 'stream', file: top.state });
+      expect(statSync(join(c, stateFile)).ino).to.equal(statSync(join(tpl, stateFile)).ino);
+      expect(await readSaved(c)).to.deep.equal(top.state);
       expect(firstByte(join(c, 'disk.qcow2'))).to.equal('74'); // 't', through the chain
     }
     write(join(clones[0], 'disk.qcow2'), 'x');
@@ -122,8 +123,8 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     expect(readdirSync(tpl).filter((n) => n.endsWith('.tmp'))).to.deep.equal([]);
     // The same bytes, and the saved state goes with them.
     shows(join(tpl, 'disk.qcow2'), MAX_LAYERS);
-    expect(await readSaved(tpl)).to.deep.equal({ kind: 'stream', file: flat.state });
-    expect(readFileSync(join(tpl, flat.state!), 'utf8')).to.equal('ram');
+    expect(await readSaved(tpl)).to.deep.equal(flat.state);
+    expect(flat.state?.kind === 'stream' && readFileSync(join(tpl, flat.state.file), 'utf8')).to.equal('ram');
     const after = vm('after');
     await shareInto(tpl, after, flat);
     expect(await layersOf(after)).to.deep.equal([flat.layer]);
@@ -144,6 +145,42 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     expect(err?.message).to.match(/not a qcow2 image/);
   });
 
+  it('freezes a RAM image like a stream: both files shared by link, the own ones gone; a stream put in its place by replaceState', async () => {
+    const tpl = vm('img');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
+    writeFileSync(join(tpl, 'state.ram'), 'memory');
+    writeFileSync(join(tpl, 'state.dev'), 'devices');
+    await writeSaved(tpl, { kind: 'image', base: 'state' });
+    const top = await freeze(tpl, await readSaved(tpl));
+    const base = top.layer.replace('.qcow2', '');
+    expect(top.state).to.deep.equal({ kind: 'image', base });
+    expect(await readSaved(tpl)).to.deep.equal(top.state);
+    expect(readdirSync(tpl).filter((n) => n.startsWith('state.'))).to.deep.equal([]);
+    expect(await freeze(tpl, await readSaved(tpl))).to.deep.equal(top);
+    const c = vm('img-c');
+    await shareInto(tpl, c, top);
+    for (const f of [`${base}.ram`, `${base}.dev`]) {
+      expect(statSync(join(c, f)).ino).to.equal(statSync(join(tpl, f)).ino);
+      expect(statSync(join(tpl, f)).mode & 0o222).to.equal(0);
+    }
+    expect(await readSaved(c)).to.deep.equal(top.state);
+
+    // A template frozen with a stream whose RAM image was made afterwards (qemu-hypervisor's asImage).
+    const t2 = vm('img2');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(t2, 'disk.qcow2'));
+    writeFileSync(join(t2, 'state.mig'), 'stream');
+    await writeSaved(t2, { kind: 'stream', file: 'state.mig' });
+    const streamTop = await freeze(t2, await readSaved(t2));
+    const b2 = streamTop.layer.replace('.qcow2', '');
+    writeFileSync(join(t2, `${b2}.ram`), 'memory');
+    writeFileSync(join(t2, `${b2}.dev`), 'devices');
+    const imageTop = await replaceState(t2, streamTop, { kind: 'image', base: b2 });
+    expect(await readSaved(t2)).to.deep.equal({ kind: 'image', base: b2 });
+    expect(readdirSync(t2)).to.not.include(`${b2}.state`);
+    // The note follows: the next clone reuses the image, nothing is frozen again.
+    expect(await freeze(t2, await readSaved(t2))).to.deep.equal(imageTop);
+  });
+
   it('trusts only markers that name a state file of its own in the VM directory', async () => {
     const dir = vm('m');
     writeFileSync(join(dir, 'state.mig'), 'ram');
@@ -153,14 +190,23 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
       ['stream ../../etc/passwd\n', undefined],
       ['stream /etc/passwd\n', undefined],
       ['stream base-0123456789abcdef.state\n', undefined], // not there
+      ['image state\n', { kind: 'image', base: 'state' }],
+      ['image base-0123456789abcdef\n', undefined], // only its .ram is there
+      ['image ../state\n', undefined],
+      ['image state.ram\n', undefined],
       ['garbage', undefined],
     ] as const) {
+      writeFileSync(join(dir, 'state.ram'), 'ram');
+      writeFileSync(join(dir, 'state.dev'), 'dev');
+      writeFileSync(join(dir, 'base-0123456789abcdef.ram'), 'ram');
       writeFileSync(join(dir, 'suspend.marker'), text);
       expect(await readSaved(dir), text).to.deep.equal(want);
     }
     await writeSaved(dir, { kind: 'stream', file: 'state.mig' });
     expect(readFileSync(join(dir, 'suspend.marker'), 'utf8')).to.match(/^stream state\.mig\n/);
     writeFileSync(join(dir, 'base-0123456789abcdef.state'), 'shared');
+    // A RAM image's files go too, and what a crash left of one being made.
+    for (const f of ['base-0123456789abcdef.dev', 'state.ram.tmp', 'state.dev.tmp']) writeFileSync(join(dir, f), 'x');
     await clearSaved(dir);
     expect(readdirSync(dir)).to.deep.equal([]);
   });

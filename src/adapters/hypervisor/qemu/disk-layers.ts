@@ -4,7 +4,7 @@ import { chmod, copyFile, link, open, readFile, rename, rm, stat, writeFile } fr
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
-import { OWN_STATE, writeSaved, type Saved } from './saved-state.js';
+import { savedFiles, writeSaved, type Saved } from './saved-state.js';
 
 const run = promisify(execFile);
 
@@ -22,6 +22,7 @@ const NOTE = 'layer.json';
 
 interface Note {
   layer: string;
+  /** The saved state's files, space-separated (a stream's one, a RAM image's two). */
   state?: string;
   ino: number;
   mtimeMs: number;
@@ -31,7 +32,7 @@ interface Note {
 /** The top of a frozen template: the layer clones stand on and the saved state they load. */
 export interface Frozen {
   layer: string;
-  state?: string;
+  state?: Saved;
 }
 
 /**
@@ -92,34 +93,53 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   const disk = join(dir, DISK);
   const now = await stat(disk);
   const note = JSON.parse(await readFile(join(dir, NOTE), 'utf8').catch(() => 'null')) as Note | null;
-  const state = saved?.kind === 'stream' ? saved.file : undefined;
-  if (note && note.ino === now.ino && note.mtimeMs === now.mtimeMs && note.size === now.size && note.state === state) return { layer: note.layer, state };
+  const state = saved?.kind === 'stream' || saved?.kind === 'image' ? saved : undefined;
+  const files = savedFiles(state);
+  if (note && note.ino === now.ino && note.mtimeMs === now.mtimeMs && note.size === now.size && note.state === (files.join(' ') || undefined)) return { layer: note.layer, state };
   const id = randomBytes(8).toString('hex');
   const layer = `base-${id}.qcow2`;
   const chain = await layersOf(dir);
   const flat = chain.length >= MAX_LAYERS;
   if (flat) await flatten(dir, chain, layer);
   else await link(disk, join(dir, layer));
-  let shared: string | undefined;
-  if (state) {
-    shared = `base-${id}.state`;
-    await link(join(dir, state), join(dir, shared));
-  }
+  const shared: Saved | undefined = state?.kind === 'stream' ? { kind: 'stream', file: `base-${id}.state` } : state ? { kind: 'image', base: `base-${id}` } : undefined;
+  const sharedFiles = savedFiles(shared);
+  for (const [i, f] of files.entries()) await link(join(dir, f), join(dir, sharedFiles[i]));
   await overlay(dir, `${DISK}.new`, layer);
-  if (shared) await writeSaved(dir, { kind: 'stream', file: shared });
+  if (shared) await writeSaved(dir, shared);
   await rename(join(dir, `${DISK}.new`), disk);
-  if (state === OWN_STATE) await rm(join(dir, OWN_STATE), { force: true });
+  // The VM's own saved state now lives on as the shared one (links to shared ones stay while a clone links them).
+  for (const f of files) if (!sharedFiles.includes(f)) await rm(join(dir, f), { force: true });
   // After a flatten the template no longer stands on the old layers: its links to them go (the
   // files stay while a clone links them).
   if (flat) for (const old of chain) await rm(join(dir, old), { force: true });
   // No VM writes a layer again (QEMU opens backing files read-only).
   await chmod(join(dir, layer), 0o444);
-  if (shared) await chmod(join(dir, shared), 0o444);
-  const top = await stat(disk);
-  const next: Note = { layer, state: shared, ino: top.ino, mtimeMs: top.mtimeMs, size: top.size };
+  for (const f of sharedFiles) await chmod(join(dir, f), 0o444);
+  await writeNote(dir, { layer, state: shared });
+  return { layer, state: shared };
+}
+
+/** Records what the last freeze left, against the disk as it is now. */
+async function writeNote(dir: string, top: Frozen): Promise<void> {
+  const now = await stat(join(dir, DISK));
+  const next: Note = { layer: top.layer, state: savedFiles(top.state).join(' ') || undefined, ino: now.ino, mtimeMs: now.mtimeMs, size: now.size };
   await writeFile(join(dir, `${NOTE}.tmp`), JSON.stringify(next));
   await rename(join(dir, `${NOTE}.tmp`), join(dir, NOTE));
-  return { layer, state: shared };
+}
+
+/**
+ * Puts another saved state in the place of a frozen template's (its RAM image, made from the
+ * stream it froze): the files are in `dir` already; the marker and the note move to them and the
+ * template's link to the old state goes (clones that link it keep it).
+ */
+export async function replaceState(dir: string, top: Frozen, next: Saved): Promise<Frozen> {
+  for (const f of savedFiles(next)) await chmod(join(dir, f), 0o444);
+  await writeSaved(dir, next);
+  const frozen = { layer: top.layer, state: next };
+  await writeNote(dir, frozen);
+  for (const f of savedFiles(top.state)) if (!savedFiles(next).includes(f)) await rm(join(dir, f), { force: true });
+  return frozen;
 }
 
 /**
@@ -150,7 +170,7 @@ export async function shareInto(from: string, to: string, top: Frozen): Promise<
   for (const name of await layersOf(from)) await linkOrCopy(join(from, name), join(to, name));
   await overlay(to, DISK, top.layer);
   if (!top.state) return { snapshot: false };
-  await linkOrCopy(join(from, top.state), join(to, top.state));
-  await writeSaved(to, { kind: 'stream', file: top.state });
+  for (const f of savedFiles(top.state)) await linkOrCopy(join(from, f), join(to, f));
+  await writeSaved(to, top.state);
   return { snapshot: true };
 }

@@ -31,6 +31,17 @@ export interface QemuLaunch {
   diskFds?: { rw: number; ro: number; backing?: string };
   /** Restore: the saved migration stream arrives on this inherited descriptor (`-incoming fd:N`). */
   incomingFd?: number;
+  /**
+   * The guest's RAM as a file (a RAM image, ram-image.ts) instead of anonymous memory: `shared`
+   * writes go to the file (making an image), else the file is mapped copy-on-write (restoring one:
+   * every VM restored from it shares its unchanged pages). Not with virtio-fs shares.
+   */
+  ramFile?: { path: string; shared: boolean };
+  /**
+   * `-incoming defer`: the load is started over QMP (`migrate-incoming fd:<incomingFd>`) once the
+   * capabilities a RAM image's device state needs are set.
+   */
+  incomingDefer?: boolean;
   vsockCid?: number;
   /** Shares: 9p (`-virtfs`) or virtio-fs (a virtiofsd socket each, and shared guest RAM). */
   mounts?: { tag: string; host: string; readonly: boolean; socket?: string }[];
@@ -105,6 +116,11 @@ export function qemuArgs(l: QemuLaunch): string[] {
   }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
   if (l.loadSnapshot) args.push('-loadvm', l.loadSnapshot);
-  if (l.incomingFd !== undefined) args.push('-incoming', `fd:${l.incomingFd}`);
+  if (l.ramFile) {
+    // The id matches the RAM block of a plain `-m` (pc.ram), so a stream saved without the file loads into it.
+    args.push('-object', `memory-backend-file,id=pc.ram,size=${l.memory_mb}M,mem-path=${optPath(l.ramFile.path)},share=${l.ramFile.shared ? 'on' : 'off'}`,
+      '-machine', 'memory-backend=pc.ram');
+  }
+  if (l.incomingFd !== undefined) args.push('-incoming', l.incomingDefer ? 'defer' : `fd:${l.incomingFd}`);
   return args;
 }

@@ -37,10 +37,10 @@ export function isQemuOf(pid: number, ...marks: string[]): boolean {
   return marks.every((m) => cmdline.includes(m));
 }
 
-/** The QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
-export function qmpPath(dir: string): string {
-  const p = join(dir, 'qmp.sock');
-  return p.length < 100 ? p : join(tmpdir(), `svc-qmp-${createHash('sha1').update(dir).digest('hex').slice(0, 16)}.sock`);
+/** A QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
+export function qmpPath(dir: string, name = 'qmp.sock'): string {
+  const p = join(dir, name);
+  return p.length < 100 ? p : join(tmpdir(), `svc-qmp-${createHash('sha1').update(p).digest('hex').slice(0, 16)}.sock`);
 }
 
 export function layout(dir: string): QemuLayout {

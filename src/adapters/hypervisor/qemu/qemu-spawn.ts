@@ -26,8 +26,15 @@ export interface SpawnInput {
   dir: string;
   disk: string;
   qmp: string;
-  /** A saved migration stream to load (`args` then has `-incoming fd:3`). */
+  /** A saved migration stream to load (`args` then has `-incoming fd:3`, or `defer` with `ramImage`). */
   stateFile?: string;
+  /**
+   * The stream is a RAM image's device state (its memory is the file `args` maps): the load is
+   * started over QMP with `x-ignore-shared`, as it was saved (`args` has `-incoming defer`).
+   */
+  ramImage?: boolean;
+  /** Lets the guest run once loaded (the default); false leaves it paused (making a RAM image). */
+  run?: boolean;
 }
 
 /**
@@ -51,7 +58,8 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
   child.unref();
   const qmp = await waitForQmp(child, i.qmp);
   let failed = qmp instanceof Error ? qmp : undefined;
-  if (!failed && i.stateFile) failed = await finishIncoming(qmp as QmpClient);
+  if (!failed && i.stateFile && i.ramImage) failed = await startDeferred(qmp as QmpClient);
+  if (!failed && i.stateFile) failed = await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
   if (!failed) return { child, qmp: qmp as QmpClient };
   if (!(qmp instanceof Error)) qmp.close();
   try {
@@ -60,6 +68,17 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
     // gone already
   }
   return new Error(tail(logPath) || failed.message);
+}
+
+/** Starts a deferred load of a RAM image's device state from the inherited descriptor. */
+async function startDeferred(qmp: QmpClient): Promise<Error | undefined> {
+  try {
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
+    await qmp.execute('migrate-incoming', { uri: `fd:${STATE_FD}` });
+    return undefined;
+  } catch (err) {
+    return err as Error;
+  }
 }
 
 /** The nice value of a VM nobody waits on yet (a warm pool member being filled). */

@@ -14,18 +14,43 @@ export const MARKER = 'suspend.marker';
 export const OWN_STATE = 'state.mig';
 /** Saved states shared with clones: hard links to one frozen file (see disk-layers.ts). */
 export const SHARED_STATE = /^base-[0-9a-f]{16}\.state$/;
+/** A RAM image's base name: the VM's own (`state`) or one shared with clones (`base-<id>`). */
+export const OWN_IMAGE = 'state';
+const IMAGE_BASE = /^(state|base-[0-9a-f]{16})$/;
+/** The two files of a RAM image, own or shared. */
+const IMAGE_FILE = /^(state|base-[0-9a-f]{16})\.(ram|dev)(\.tmp)?$/;
 
 /**
  * What a suspended VM restores from: a migration stream in a file of its directory (loaded with
- * `-incoming`), or the internal snapshot older daemons took (loaded with `-loadvm`).
+ * `-incoming`); a RAM image (`<base>.ram`, the guest's memory as a file QEMU maps copy-on-write,
+ * and `<base>.dev`, the device state saved without that memory: ram-image.ts); or the internal
+ * snapshot older daemons took (loaded with `-loadvm`).
  */
-export type Saved = { kind: 'stream'; file: string } | { kind: 'snapshot' };
+export type Saved = { kind: 'stream'; file: string } | { kind: 'image'; base: string } | { kind: 'snapshot' };
+
+/** The files of a saved state in its VM directory (none for an internal snapshot). */
+export function savedFiles(saved: Saved | undefined): string[] {
+  if (saved?.kind === 'stream') return [saved.file];
+  if (saved?.kind === 'image') return [`${saved.base}.ram`, `${saved.base}.dev`];
+  return [];
+}
 
 /** The marker's meaning, or undefined when the VM is not suspended (or the marker is not ours). */
 export async function readSaved(dir: string): Promise<Saved | undefined> {
   const text = await readFile(join(dir, MARKER), 'utf8').catch(() => '');
   const first = text.split('\n')[0].trim();
   if (first === SUSPEND_TAG) return { kind: 'snapshot' };
+  const img = /^image (\S+)$/.exec(first);
+  if (img) {
+    if (!IMAGE_BASE.test(img[1])) return undefined;
+    const saved: Saved = { kind: 'image', base: img[1] };
+    for (const f of savedFiles(saved)) {
+      const fh = await open(join(dir, f), 'r').catch(() => undefined);
+      if (!fh) return undefined;
+      await fh.close();
+    }
+    return saved;
+  }
   const m = /^stream (\S+)$/.exec(first);
   // Only a name of ours, in this directory: the marker never points anywhere else.
   if (!m || !(m[1] === OWN_STATE || SHARED_STATE.test(m[1]))) return undefined;
@@ -37,7 +62,7 @@ export async function readSaved(dir: string): Promise<Saved | undefined> {
 
 /** Writes the marker whole or not at all (a temporary file renamed over it). */
 export async function writeSaved(dir: string, saved: Saved): Promise<void> {
-  const line = saved.kind === 'snapshot' ? SUSPEND_TAG : `stream ${saved.file}`;
+  const line = saved.kind === 'snapshot' ? SUSPEND_TAG : saved.kind === 'image' ? `image ${saved.base}` : `stream ${saved.file}`;
   const tmp = join(dir, `${MARKER}.tmp`);
   await writeFile(tmp, `${line}\n${new Date().toISOString()}\n`);
   await rename(tmp, join(dir, MARKER));
@@ -47,7 +72,7 @@ export async function writeSaved(dir: string, saved: Saved): Promise<void> {
 export async function clearSaved(dir: string): Promise<void> {
   await unlink(join(dir, MARKER)).catch(() => undefined);
   const names = await readdir(dir).catch(() => [] as string[]);
-  for (const n of names) if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp`) await rm(join(dir, n), { force: true });
+  for (const n of names) if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp` || IMAGE_FILE.test(n)) await rm(join(dir, n), { force: true });
 }
 
 /** The user and group a process runs as (QEMU after -runas), from /proc; undefined when unreadable. */
@@ -59,16 +84,17 @@ export async function processOwner(pid: number): Promise<{ uid: number; gid: num
 }
 
 /**
- * Saves the stopped VM's RAM and device state as a migration stream into `<dir>/state.mig`.
+ * Saves the stopped VM's state as a migration stream into `<dir>/<file>` (`state.mig` unless told);
+ * with `ramImage`, without the RAM its memory file holds (`x-ignore-shared`: a RAM image's `.dev`).
  * QEMU's sandbox forbids `exec:` and 7.2 has no `file:`, so it streams to a Unix socket the
  * daemon listens on in a private directory (owned by `owner`, the user QEMU runs as, when that is
  * not the daemon's) and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
  * reports the migration completed, so a stranger connecting first gets nothing in.
  */
-export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: number; gid: number }): Promise<void> {
+export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: number; gid: number }, file = OWN_STATE, ramImage = false): Promise<void> {
   const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
   const sockPath = join(sockDir, 'm.sock');
-  const tmp = join(dir, `${OWN_STATE}.tmp`);
+  const tmp = join(dir, `${file}.tmp`);
   const server = createServer();
   try {
     const who = owner && owner.uid !== process.getuid?.() ? owner : undefined;
@@ -86,6 +112,8 @@ export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: num
     received.catch(() => undefined);
     // The guest is stopped: nothing to converge, so no reason for the default 128 MiB/s cap.
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 2 ** 40 });
+    // Set either way: a VM restored from a RAM image had it on, and its own stream carries its RAM.
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ramImage }] });
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
     for (;;) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
@@ -97,7 +125,7 @@ export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: num
     const fh = await open(tmp, 'r+');
     await fh.sync();
     await fh.close();
-    await rename(tmp, join(dir, OWN_STATE));
+    await rename(tmp, join(dir, file));
   } finally {
     server.close();
     await rm(tmp, { force: true });
@@ -106,16 +134,16 @@ export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: num
 }
 
 /**
- * Waits for an `-incoming` load to finish and lets the guest run on. Resolves with an Error
+ * Waits for an `-incoming` load to finish and lets the guest run on (unless `run` is false). Resolves with an Error
  * (the caller cold-boots) when the stream does not fit this VM or QEMU goes away meanwhile.
  */
-export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000): Promise<Error | undefined> {
+export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000, run = true): Promise<Error | undefined> {
   const deadline = Date.now() + timeoutMs;
   try {
     while (Date.now() < deadline) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
       if (st.status === 'completed') {
-        await qmp.execute('cont');
+        if (run) await qmp.execute('cont');
         return undefined;
       }
       if (st.status === 'failed' || st.status === 'cancelled') return new Error(`loading the saved state ${st.status}: ${st['error-desc'] ?? ''}`);

@@ -37,6 +37,17 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal('file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap');
   });
 
+  it('maps a RAM image copy-on-write as pc.ram and defers the load; makes one with a shared mapping', () => {
+    const restore = qemuArgs({ ...base, incomingFd: 3, incomingDefer: true, ramFile: { path: '/vm,x/base-0123456789abcdef.ram', shared: false } });
+    expect(opt(restore, '-object')).to.deep.equal(['memory-backend-file,id=pc.ram,size=512M,mem-path=/vm,,x/base-0123456789abcdef.ram,share=off']);
+    expect(opt(restore, '-machine')).to.deep.equal(['pc', 'memory-backend=pc.ram']);
+    expect(opt(restore, '-incoming')).to.deep.equal(['defer']);
+    const make = qemuArgs({ ...base, incomingFd: 3, ramFile: { path: '/vm/state.ram.tmp', shared: true } });
+    expect(opt(make, '-object')[0]).to.match(/mem-path=\/vm\/state\.ram\.tmp,share=on$/);
+    expect(opt(make, '-incoming')).to.deep.equal(['fd:3']);
+    expect(qemuArgs(base)).not.to.include('-object');
+  });
+
   it('runs QEMU under seccomp, and its serial log appends so it can be capped', () => {
     const a = qemuArgs(base);
     expect(opt(a, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny']);
