@@ -45,7 +45,7 @@ describe('QEMU: a VM suspended by an older daemon (internal snapshot)', function
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('restores it with -loadvm, clones it by copying the disk with its snapshot, and suspends it again as a stream', async () => {
+  it('restores it with -loadvm, clones it by copying the disk with its snapshot, and suspends it again as a RAM image', async () => {
     const old = spec('old');
     await hv.provision(old);
     const h = await hv.launch(old);
@@ -75,14 +75,15 @@ describe('QEMU: a VM suspended by an older daemon (internal snapshot)', function
     expect(Number((await sh(yh, 'cat /proc/uptime')).split(' ')[0]) * 1000).to.be.above(Date.now() - t0);
     await hv.destroy(young);
 
-    // The VM itself restores from its internal snapshot; its next suspend is a stream.
+    // The VM itself restores from its internal snapshot; its next suspend is a RAM image (made from a stream).
     const r = await hv.launch(old, { restore: true });
     expect(r.restored_from_snapshot).to.equal(true);
     expect(existsSync(join(old.dir, 'suspend.marker'))).to.equal(false);
     await waitUp(r, 30_000);
     expect(await sh(r, 'cat /root/l.txt')).to.equal('legacy');
     expect(await hv.suspend(old)).to.deep.equal({ snapshot: true });
-    expect(readFileSync(join(old.dir, 'suspend.marker'), 'utf8')).to.match(/^stream state\.mig\n/);
+    expect(readFileSync(join(old.dir, 'suspend.marker'), 'utf8')).to.match(/^image state\n/);
+    expect(existsSync(join(old.dir, 'state.mig'))).to.equal(false);
     const again = await hv.launch(old, { restore: true });
     expect(again.restored_from_snapshot).to.equal(true);
     await waitUp(again, 30_000);
