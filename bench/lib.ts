@@ -23,6 +23,13 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
+/** A process's resident memory in KiB from smaps_rollup: Rss, and Pss (shared pages split among their sharers). */
+export function memoryKiB(pid: number): { rss: number; pss: number } {
+  const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
+  return { rss: field('Rss'), pss: field('Pss') };
+}
+
 export function cpuSeconds(pid: number, withChildren = false): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

@@ -7,7 +7,7 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { cpuSeconds, diskUse, execChannel, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rounds, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
+import { cpuSeconds, diskUse, memoryKiB, execChannel, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rounds, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
 const GIB = Number(process.env.BENCH_CP_MIB ?? 1024) * 1024 * 1024;
@@ -129,12 +129,21 @@ async function sharedDisk(dir: string, c: Daemon['client']): Promise<Record<stri
   const vms = join(dir, 'data', 'vms');
   const use = diskUse(names.map((name) => join(vms, name)));
   // The template's saved state, which every clone loaded (and a full copy would carry).
-  const state = readdirSync(join(vms, 'tpl')).filter((f) => /^base-[0-9a-f]{16}\.state$/.test(f)).reduce((a, f) => a + lstatSync(join(vms, 'tpl', f)).blocks * 512, 0);
+  // (a stream, or a RAM image's memory file and device state).
+  const state = readdirSync(join(vms, 'tpl')).filter((f) => /^base-[0-9a-f]{16}\.(state|ram|dev)$/.test(f)).reduce((a, f) => a + lstatSync(join(vms, 'tpl', f)).blocks * 512, 0);
   const own = use.own.reduce((a, b) => a + b, 0) / names.length;
   const shared = use.shared + state;
   const r = { clones: names.length, shared_bytes: shared, own_bytes_per_clone: own, bytes_per_clone: (shared + own * names.length) / names.length, copy_bytes_per_clone: shared + own };
   row(`disk of ${names.length} running clones of one template`, `${fmt(r.bytes_per_clone / 2 ** 20)} MiB per clone (own ${fmt(own / 2 ** 20)} MiB + ${fmt(shared / 2 ** 20)} MiB shared once)`,
     `full copies: ${fmt(r.copy_bytes_per_clone / 2 ** 20)} MiB each, ${fmt(r.copy_bytes_per_clone / r.bytes_per_clone)}x more ${target(r.bytes_per_clone < r.copy_bytes_per_clone, 'less than copies')}`);
+  // Their QEMUs' memory: Rss counts the pages a clone shares with the others (the RAM image's, in
+  // the page cache) in full, Pss splits them among the sharers.
+  const pids = execFileSync('pgrep', ['-f', 'process=svc-many'], { encoding: 'utf8' }).trim().split('\n').map(Number);
+  const mem = pids.map(memoryKiB);
+  const rss = stats(mem.map((m) => m.rss / 1024));
+  const pss = stats(mem.map((m) => m.pss / 1024));
+  Object.assign(r, { qemu_rss_mib: rss, qemu_pss_mib: pss });
+  row(`memory of ${names.length} running clones of one template (QEMU, 384 MB guests)`, `Pss p50 ${fmt(pss.p50, 0)} MiB per clone`, `Rss p50 ${fmt(rss.p50, 0)} MiB (counts shared pages in full)`);
   for (const name of names) await c.delete(name);
   return r;
 }
