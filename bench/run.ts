@@ -7,6 +7,9 @@ import { Agent, request } from 'node:http';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
+// The tests' image cache (built once, kept by its inputs): a daemon restart mid-run never rebuilds
+// the disk its VMs stand on.
+import { ensureFixture, ensureImage } from '../test/e2e/image.js';
 import { cpuSeconds, diskUse, memoryKiB, execChannel, fetchAll, fmt, pidListeningOn, putBytes, type Target, post, pump, REPO, resetPeak, rounds, rssKiB, startSvcd, stats, type Daemon, type Stats } from './lib.js';
 
 const N = Number(process.env.BENCH_N ?? 5);
@@ -34,11 +37,6 @@ async function timeIt(fn: () => Promise<unknown>): Promise<number> {
   return performance.now() - t0;
 }
 
-function ensureImage(kind: 'minimal' | 'debian'): string {
-  const images = join(REPO, '.svc-test', 'images');
-  execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), join(images, kind), join(REPO, 'dist', 'agent'), kind], { stdio: ['ignore', 'ignore', 'inherit'] });
-  return images;
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -63,6 +61,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const cold: number[] = [];
   for (let i = 0; i < n; i++) {
     cold.push(await timeIt(() => c.create({ name: `cold${i}` })));
+    console.log(`boot (${image}): cold boot ${i + 1}/${n} ${fmt(cold[i], 0)} ms`);
     await c.delete(`cold${i}`);
   }
   await c.create({ name: 'tpl', persistent: true });
@@ -70,6 +69,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const clone: number[] = [];
   for (let i = 0; i < n; i++) {
     clone.push(await timeIt(() => c.create({ name: `clone${i}`, from: 'tpl' })));
+    console.log(`boot (${image}): clone ${i + 1}/${n} ${fmt(clone[i], 0)} ms`);
     await c.delete(`clone${i}`);
   }
   const shareRow = image === 'minimal' && CLONES > 0 ? await sharedDisk(dir, c) : undefined;
@@ -83,11 +83,13 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const claim: number[] = [];
   for (let i = 0; i < n; i++) {
     claim.push(await timeIt(() => d.client.create({ name: `claim${i}`, from_pool: true })));
+    console.log(`boot (${image}): pool claim ${i + 1}/${n} ${fmt(claim[i], 0)} ms`);
     await d.client.delete(`claim${i}`);
     await poolFull(d, n);
   }
   const burst: number[] = [];
   for (let i = 0; i < n; i++) burst.push(await timeIt(() => d.client.create({ name: `burst${i}`, from_pool: true })));
+  console.log(`boot (${image}): a burst of ${n} claims ${burst.map((x) => fmt(x, 0)).join(' / ')} ms`);
   for (let i = 0; i < n; i++) await d.client.delete(`burst${i}`);
   const sc = stats(cold);
   const sk = stats(clone);
@@ -174,7 +176,6 @@ async function debianBenchmarks(): Promise<void> {
 async function importBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-import-'));
   const n = Number(process.env.BENCH_IMPORT_N ?? 2);
-  const { ensureFixture } = await import('../test/e2e/image.js');
   const imports = join(dir, 'imports');
   console.log('import: building the fixtures (an OCI archive with umoci, a cloud disk from Debian packages)');
   execFileSync('bash', [join(REPO, 'test', 'e2e', 'fixtures', 'make-oci.sh'), imports], { stdio: ['ignore', 'ignore', 'inherit'] });

@@ -196,8 +196,12 @@ export class QemuHypervisor implements HypervisorAdapter {
     return { snapshot };
   }
 
-  /** Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares (their RAM is a shared memfd). */
+  /**
+   * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares (their RAM is a shared
+   * memfd); not at all with `SVC_RAM_IMAGE=off` (saved states stay streams: the benchmarks' other half).
+   */
   private ramImageFits(spec: VmSpec): boolean {
+    if (process.env.SVC_RAM_IMAGE === 'off') return false;
     return !(spec.mounts.length && this.o.mountDriver === 'virtiofs');
   }
 

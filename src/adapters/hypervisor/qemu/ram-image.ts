@@ -61,6 +61,8 @@ export async function makeRamImage(m: MakeImage): Promise<Saved> {
   }
   const fh = await open(tmp, 'r+');
   try {
+    // The guest's memory (its secrets among it): as private as the stream was.
+    await fh.chmod(0o600);
     await fh.sync();
   } finally {
     await fh.close();
