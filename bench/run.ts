@@ -96,6 +96,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const sp = stats(claim);
   const sb = stats(burst);
   const r: Record<string, unknown> = {
+    ram_images: process.env.SVC_RAM_IMAGE !== 'off',
     cold: sc, clone: sk, pool_claim: sp, pool_claim_burst: sb, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50, speedup_claim_burst: sc.p50 / sb.p50,
     ...(shareRow ? { clones_disk: shareRow } : {}),
   };

@@ -13,20 +13,20 @@ import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { freePort, freePorts, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
-import { overlayMac, seedFor, writeSeed } from './nocloud-seed.js';
+import { seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
-import { checkDriver, startMounts } from './mounts.js';
+import { checkDriver } from './mounts.js';
 import type { Mount } from '../../../domain/instance.js';
 import type { ImageSource } from '../../../domain/image-request.js';
-import { processTag, qemuArgs, type QemuLaunch } from './qemu-args.js';
-import { alive, isQemuOf, killStray, layout, qmpPath } from './qemu-files.js';
+import { processTag } from './qemu-args.js';
+import { alive, isQemuOf, killStray, layout } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
 import { capLog } from '../../fs-kit/log-cap.js';
-import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, savedFiles, saveStream, SUSPEND_TAG, writeSaved, type Saved } from './saved-state.js';
-import { freeze, LAYER, replaceState, shareInto, type Frozen } from './disk-layers.js';
-import type { ResolvedImage } from './image-catalog.js';
-import { makeRamImage, ramTmp } from './ram-image.js';
-import { diskFds, runInBackground, spawnQemu, STATE_FD } from './qemu-spawn.js';
+import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, savedFiles, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
+import { freeze, LAYER, shareInto } from './disk-layers.js';
+import { RamImages } from './ram-image.js';
+import { VmCommand } from './vm-command.js';
+import { runInBackground, spawnQemu, STATE_FD } from './qemu-spawn.js';
 
 const run = promisify(execFile);
 
@@ -83,8 +83,9 @@ const PORT_TAKEN = /hostfwd|host forwarding|Address already in use/i;
 
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
- * over QMP; user-mode networking with loopback host forwards; a qcow2 overlay per VM on the
- * image's golden disk; suspend as an internal qcow2 snapshot (`svc-suspend`) plus a marker file.
+ * over QMP (its command line: vm-command.ts); user-mode networking with loopback host forwards; a
+ * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
+ * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts).
  */
 export class QemuHypervisor implements HypervisorAdapter {
   readonly kind = 'qemu';
@@ -93,18 +94,13 @@ export class QemuHypervisor implements HypervisorAdapter {
   private accel: Promise<Accel> | undefined;
   private readonly logTimer: NodeJS.Timeout;
 
+  private readonly command: VmCommand;
+  private readonly ramImages: RamImages;
+
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
-  }
-
-  /**
-   * The user QEMU drops to: `qemu_user` when the daemon is root, except for a VM with 9p shares,
-   * which QEMU itself serves and which would then be limited to what that user may touch.
-   */
-  private runAs(spec: VmSpec): string | undefined {
-    if (!this.o.qemuUser || process.getuid?.() !== 0) return undefined;
-    if (spec.mounts.length && this.o.mountDriver === '9p') return undefined;
-    return this.o.qemuUser;
+    this.command = new VmCommand({ ...o, accelerator: () => this.accelerator() });
+    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log });
   }
 
   /** Caps the logs of running VMs (a guest can print without end). */
@@ -182,7 +178,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     const saved = await readSaved(template.dir);
     const disk = async (): Promise<boolean> => {
       try {
-        if (saved?.kind !== 'snapshot') return (await shareInto(template.dir, spec.dir, await this.asImage(template, await freeze(template.dir, saved), spec))).snapshot;
+        if (saved?.kind !== 'snapshot') return (await shareInto(template.dir, spec.dir, await this.ramImages.forTemplate(template, await freeze(template.dir, saved), spec))).snapshot;
         // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
         await copyFile(layout(template.dir).disk, layout(spec.dir).disk, constants.COPYFILE_FICLONE);
         await writeSaved(spec.dir, saved);
@@ -196,72 +192,9 @@ export class QemuHypervisor implements HypervisorAdapter {
     return { snapshot };
   }
 
-  /**
-   * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares (their RAM is a shared
-   * memfd); not at all with `SVC_RAM_IMAGE=off` (saved states stay streams: the benchmarks' other half).
-   */
-  private ramImageFits(spec: VmSpec): boolean {
-    if (process.env.SVC_RAM_IMAGE === 'off') return false;
-    return !(spec.mounts.length && this.o.mountDriver === 'virtiofs');
-  }
-
-  /**
-   * A frozen template whose saved state is a stream gets a RAM image made from it, once (the
-   * note of the freeze remembers it), so its clones map one memory file instead of each loading
-   * the stream. When the image cannot be made the clones load the stream as before.
-   */
-  private async asImage(template: VmRef, top: Frozen, spec: VmSpec): Promise<Frozen> {
-    if (top.state?.kind !== 'stream') return top;
-    const saved = await this.ramImage({ ...spec, name: template.name, dir: template.dir }, top.state.file, top.state.file.replace(/\.state$/, ''));
-    return saved ? replaceState(template.dir, top, saved) : top;
-  }
-
-  /**
-   * Makes a RAM image `<base>.ram`/`<base>.dev` in `spec.dir` from the migration stream `stream`
-   * there, with QEMU set up as for `spec` (ram-image.ts); undefined (and the stream stays what
-   * restores) when the VM cannot use one or it fails.
-   */
-  private async ramImage(spec: VmSpec, stream: string, base: string): Promise<Saved | undefined> {
-    if (!this.ramImageFits(spec)) return undefined;
-    const t0 = Date.now();
-    const qmp = qmpPath(spec.dir, 'ram-image.sock');
-    try {
-      const args = await this.argsFor(spec, await this.o.images.get(spec.image), await this.accelerator(), {
-        incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp },
-      });
-      const saved = await makeRamImage({ binary: this.o.qemuBinary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args });
-      this.o.log.info({ vm: spec.name, ms: Date.now() - t0 }, 'ram image made');
-      return saved;
-    } catch (err) {
-      this.o.log.warn({ vm: spec.name, err: (err as Error).message }, 'cannot make a ram image; the saved stream restores');
-      return undefined;
-    } finally {
-      await rm(qmp, { force: true });
-    }
-  }
-
-  /** QEMU's command line for `spec`: fresh ports unless given, its disk as descriptors, its shares. */
-  private async argsFor(spec: VmSpec, img: ResolvedImage, accel: Accel, extra: Partial<QemuLaunch>): Promise<string[]> {
-    const l = layout(spec.dir);
-    let { sshPort, agentPort, forwards } = extra;
-    if (!sshPort || !agentPort || !forwards) {
-      const auto = spec.forwards.filter((f) => !f.host_port);
-      const [ssh, agent, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
-      [sshPort, agentPort] = [ssh, agent];
-      forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
-    }
-    return qemuArgs({
-      name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel, image: img, layout: l, sshPort, agentPort, forwards,
-      mounts: await startMounts(spec, this.o.mountDriver), mountDriver: this.o.mountDriver, diskFds: await diskFds(spec.dir, l.disk),
-      overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
-      runAs: this.runAs(spec),
-      ...extra,
-    });
-  }
-
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
-    const img = await this.o.images.get(spec.image);
+    await this.o.images.get(spec.image); // an unknown image fails here, before any port is held
     const accel = await this.accelerator();
     const l = layout(spec.dir);
     for (const f of spec.forwards) {
@@ -269,7 +202,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     }
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     let restore = !!saved;
-    if (saved?.kind === 'image' && !this.ramImageFits(spec)) {
+    if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
       this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
       restore = false;
     }
@@ -280,7 +213,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
       const kind = restore ? saved?.kind : undefined;
       const stateFile = kind === 'stream' || kind === 'image' ? join(spec.dir, savedFiles(saved).at(-1)!) : undefined;
-      const args = await this.argsFor(spec, img, accel, {
+      const args = await this.command.args(spec, {
         sshPort, agentPort, forwards, vsockCid: cid || undefined,
         loadSnapshot: kind === 'snapshot' ? SUSPEND_TAG : undefined, incomingFd: stateFile ? STATE_FD : undefined,
         ...(kind === 'image' ? { ramFile: { path: join(spec.dir, savedFiles(saved)[0]), shared: false }, incomingDefer: true } : {}),
@@ -414,7 +347,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     await v.qmp.execute('quit').catch(() => undefined);
     if (!(await this.waitGone(v, 10_000))) await this.kill(vm);
     // Restores (a pool's claims among them) map a RAM image instead of loading the stream.
-    const image = snapshot && v.spec ? await this.ramImage({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE) : undefined;
+    const image = snapshot && v.spec ? await this.ramImages.make({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE) : undefined;
     if (image) {
       await writeSaved(vm.dir, image);
       await rm(join(vm.dir, OWN_STATE), { force: true });

@@ -1,7 +1,12 @@
 import { open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { spawnQemu } from './qemu-spawn.js';
+import type { Logger } from '../../../ports/logger.js';
+import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import { replaceState, type Frozen } from './disk-layers.js';
+import { layout, qmpPath } from './qemu-files.js';
+import { spawnQemu, STATE_FD } from './qemu-spawn.js';
 import { processOwner, saveStream, savedFiles, type Saved } from './saved-state.js';
+import type { VmCommand } from './vm-command.js';
 
 /**
  * A RAM image is a saved state split in two: `<base>.ram`, the guest's memory as a sparse file of
@@ -69,4 +74,50 @@ export async function makeRamImage(m: MakeImage): Promise<Saved> {
   }
   await rename(tmp, join(m.dir, ram));
   return saved;
+}
+
+/** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
+export class RamImages {
+  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger }) {}
+
+  /**
+   * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares; not at all with
+   * `SVC_RAM_IMAGE=off` (saved states stay streams: the benchmarks' other half).
+   */
+  fits(spec: VmSpec): boolean {
+    return process.env.SVC_RAM_IMAGE !== 'off' && this.o.command.ramCanBeFile(spec);
+  }
+
+  /**
+   * A frozen template whose saved state is a stream gets a RAM image made from it, once (the
+   * note of the freeze remembers it), so its clones map one memory file instead of each loading
+   * the stream. When the image cannot be made the clones load the stream as before.
+   */
+  async forTemplate(template: VmRef, top: Frozen, spec: VmSpec): Promise<Frozen> {
+    if (top.state?.kind !== 'stream') return top;
+    const saved = await this.make({ ...spec, name: template.name, dir: template.dir }, top.state.file, top.state.file.replace(/\.state$/, ''));
+    return saved ? replaceState(template.dir, top, saved) : top;
+  }
+
+  /**
+   * Makes a RAM image `<base>.ram`/`<base>.dev` in `spec.dir` from the migration stream `stream`
+   * there, with QEMU set up as for `spec`; undefined (and the stream stays what restores) when the
+   * VM cannot use one or it fails.
+   */
+  async make(spec: VmSpec, stream: string, base: string): Promise<Saved | undefined> {
+    if (!this.fits(spec)) return undefined;
+    const t0 = Date.now();
+    const qmp = qmpPath(spec.dir, 'ram-image.sock');
+    try {
+      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp } });
+      const saved = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args });
+      this.o.log.info({ vm: spec.name, ms: Date.now() - t0 }, 'ram image made');
+      return saved;
+    } catch (err) {
+      this.o.log.warn({ vm: spec.name, err: (err as Error).message }, 'cannot make a ram image; the saved stream restores');
+      return undefined;
+    } finally {
+      await rm(qmp, { force: true });
+    }
+  }
 }
