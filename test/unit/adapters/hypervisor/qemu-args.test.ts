@@ -17,12 +17,14 @@ const base: QemuLaunch = {
 const opt = (args: string[], flag: string) => args.filter((_, i) => args[i - 1] === flag);
 
 describe('adapters/hypervisor/qemu-args', () => {
-  it('forwards on loopback only, names the process for re-attach, picks the CPU model by accelerator', () => {
+  it('forwards on loopback only, names the process for re-attach, picks the CPU model and the code buffer by accelerator', () => {
     const a = qemuArgs(base);
     expect(opt(a, '-netdev')[0]).to.equal('user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53');
     expect(opt(a, '-name')[0]).to.equal('svc-web,process=svc-web');
     expect(opt(a, '-cpu')[0]).to.equal('max');
+    expect(opt(a, '-accel')[0], 'a bounded buffer of translated code').to.equal('tcg,tb-size=256');
     expect(opt(qemuArgs({ ...base, accel: 'kvm' }), '-cpu')[0]).to.equal('host');
+    expect(opt(qemuArgs({ ...base, accel: 'kvm' }), '-accel')[0]).to.equal('kvm');
     expect(a).not.to.include('-loadvm');
     expect(opt(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), '-loadvm')).to.deep.equal(['svc-suspend']);
   });
