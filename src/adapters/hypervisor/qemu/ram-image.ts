@@ -39,19 +39,25 @@ export const ramTmp = (dir: string, base: string) => join(dir, `${base}.ram.tmp`
  * device state without that RAM, and makes both files whole on disk before they get their names:
  * a crash leaves `.tmp` files that no marker names (clearSaved removes them).
  */
-export async function makeRamImage(m: MakeImage): Promise<Saved> {
+export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Record<'load' | 'devices' | 'quit' | 'sync', number> }> {
   const saved: Saved = { kind: 'image', base: m.base };
+  let t = Date.now();
+  const lap = () => -t + (t = Date.now());
+  const ms = { load: 0, devices: 0, quit: 0, sync: 0 };
   const [ram] = savedFiles(saved);
   const tmp = ramTmp(m.dir, m.base);
   await rm(tmp, { force: true });
   const started = await spawnQemu({ binary: m.binary, args: m.args, dir: m.dir, disk: m.disk, qmp: m.qmp, stateFile: join(m.dir, m.stream), run: false });
   if (started instanceof Error) throw started;
+  ms.load = lap();
   const { child, qmp } = started;
   const gone = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
   try {
     await saveStream(qmp, m.dir, await processOwner(child.pid!), savedFiles(saved)[1], true);
+    ms.devices = lap();
     await qmp.execute('quit').catch(() => undefined);
     await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
+    ms.quit = lap();
   } catch (err) {
     await rm(join(m.dir, savedFiles(saved)[1]), { force: true });
     await rm(tmp, { force: true });
@@ -63,6 +69,7 @@ export async function makeRamImage(m: MakeImage): Promise<Saved> {
     } catch {
       // quit already
     }
+    await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
   }
   const fh = await open(tmp, 'r+');
   try {
@@ -73,7 +80,8 @@ export async function makeRamImage(m: MakeImage): Promise<Saved> {
     await fh.close();
   }
   await rename(tmp, join(m.dir, ram));
-  return saved;
+  ms.sync = lap();
+  return { saved, ms };
 }
 
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
@@ -108,16 +116,19 @@ export class RamImages {
     if (!this.fits(spec)) return undefined;
     const t0 = Date.now();
     const qmp = qmpPath(spec.dir, 'ram-image.sock');
+    const pidfile = join(spec.dir, 'ram-image.pid');
     try {
-      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp } });
-      const saved = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args });
-      this.o.log.info({ vm: spec.name, ms: Date.now() - t0 }, 'ram image made');
+      // Its own monitor and pid file, apart from the VM's.
+      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp, pidfile } });
+      const { saved, ms } = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args });
+      this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
       return saved;
     } catch (err) {
       this.o.log.warn({ vm: spec.name, err: (err as Error).message }, 'cannot make a ram image; the saved stream restores');
       return undefined;
     } finally {
       await rm(qmp, { force: true });
+      await rm(pidfile, { force: true });
     }
   }
 }
