@@ -1,0 +1,89 @@
+import { expect } from 'chai';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
+import { readSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
+import { SilentLogger } from '../fakes/fakes.js';
+import { tempDir } from '../helpers/daemon.js';
+import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
+
+/** What a suspend leaves of its saved state in a VM directory. */
+const savedFiles = (dir: string) => readdirSync(dir).filter((n) => /\.(mig|ram|dev|state|tmp)$/.test(n)).sort();
+
+describe('QEMU suspend: the saved state made a RAM image, and what is left when that fails', function () {
+  this.timeout(30_000);
+  let q: FakeQemu;
+  let hv: QemuHypervisor;
+
+  beforeEach(() => {
+    q = installFakeQemu(tempDir('svc-ram-image-'));
+    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+  });
+  afterEach(() => hv.release());
+
+  const opt = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
+
+  it('saves the stream, loads it into a second QEMU whose RAM is the image file, keeps that and the device state, and restores by mapping it', async () => {
+    const spec = q.vm('s');
+    await hv.launch(spec);
+    expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
+    expect(await readSaved(spec.dir)).to.deep.equal({ kind: 'image', base: 'state' });
+    expect(savedFiles(spec.dir)).to.deep.equal(['state.dev', 'state.ram']);
+    // The memory is what the image's QEMU (start 2) wrote into its shared file; the device state is
+    // what it then migrated out, without the RAM.
+    expect(readFileSync(join(spec.dir, 'state.ram'), 'utf8')).to.equal('memory of start 2');
+    expect(readFileSync(join(spec.dir, 'state.dev'), 'utf8')).to.equal('state of start 2');
+    expect(statSync(join(spec.dir, 'state.ram')).mode & 0o077, 'guest memory is private').to.equal(0);
+    const maker = q.calls()[1];
+    expect(maker).to.include(`memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram.tmp')},share=on`);
+    expect(opt(maker, '-incoming')).to.equal('fd:3');
+    expect(opt(maker, '-pidfile')).to.equal(join(spec.dir, 'ram-image.pid'));
+    expect(q.qmp().filter(([n]) => n === 2).map(([, cmd, a]) => (cmd === 'migrate-set-capabilities' ? `${cmd} ${JSON.stringify(a)}` : cmd))).to.deep.equal([
+      'qmp_capabilities', 'query-migrate', // the stream loaded; never `cont`: the guest does not run
+      'migrate-set-parameters', 'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}', 'migrate', 'query-migrate', 'quit',
+    ]);
+    expect(readdirSync(spec.dir)).to.not.include.members(['ram-image.sock', 'ram-image.pid']);
+
+    const h = await hv.launch(spec, { restore: true });
+    expect(h.restored_from_snapshot).to.equal(true);
+    const restore = q.calls()[2];
+    expect(restore).to.include(`memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram')},share=off`);
+    expect(opt(restore, '-incoming')).to.equal('defer');
+    expect(q.qmp().filter(([n]) => n === 3).map(([, cmd, a]) => (cmd.startsWith('migrate') ? `${cmd} ${JSON.stringify(a)}` : cmd)).slice(1, 4)).to.deep.equal([
+      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}', 'migrate-incoming {"uri":"fd:3"}', 'query-migrate',
+    ]);
+    expect(savedFiles(spec.dir), 'restored: the saved state no longer matches the disk').to.deep.equal([]);
+    await hv.kill(spec);
+  });
+
+  it('keeps the stream when the image cannot be made, and restores from it', async () => {
+    const spec = q.vm('f');
+    await hv.launch(spec);
+    q.failing({ 2: 'qemu-system-x86_64: Unknown savevm section or instance' });
+    expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
+    expect(await readSaved(spec.dir)).to.deep.equal({ kind: 'stream', file: 'state.mig' });
+    expect(savedFiles(spec.dir), 'nothing half-made is left').to.deep.equal(['state.mig']);
+    expect(readFileSync(join(spec.dir, 'state.mig'), 'utf8')).to.equal('state of start 1');
+    const h = await hv.launch(spec, { restore: true });
+    expect(h.restored_from_snapshot).to.equal(true);
+    expect(opt(q.calls()[2], '-incoming')).to.equal('fd:3');
+    expect(q.calls()[2].some((a) => a.startsWith('memory-backend-file'))).to.equal(false);
+    await hv.kill(spec);
+  });
+
+  it('keeps streams with SVC_RAM_IMAGE=off', async () => {
+    const spec = q.vm('o');
+    await hv.launch(spec);
+    const before = process.env.SVC_RAM_IMAGE;
+    process.env.SVC_RAM_IMAGE = 'off';
+    try {
+      expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
+    } finally {
+      if (before === undefined) delete process.env.SVC_RAM_IMAGE;
+      else process.env.SVC_RAM_IMAGE = before;
+    }
+    expect(savedFiles(spec.dir)).to.deep.equal(['state.mig']);
+    expect(q.calls()).to.have.length(1);
+  });
+});
