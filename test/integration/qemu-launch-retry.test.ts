@@ -36,6 +36,25 @@ describe('QEMU launch: what a failed start is tried again as', function () {
     await hv.kill(spec);
   });
 
+  it('waits for a disk lock that is going away and keeps restoring; a lock that stays fails the launch', async () => {
+    const spec = await q.suspendedVm('l');
+    const locked = 'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock | Is another process using the image [/dev/fdset/1]?';
+    q.failing({ 1: locked, 2: locked });
+    const h = await hv.launch(spec, { restore: true });
+    expect(q.calls().map((a) => opt(a, '-incoming'))).to.deep.equal(['fd:3', 'fd:3', 'fd:3']);
+    expect(h.restored_from_snapshot).to.equal(true);
+    await hv.kill(spec);
+
+    const held = q.vm('h');
+    q.failing(Object.fromEntries(Array.from({ length: 20 }, (_, i) => [i + 4, locked])));
+    let err: Error | undefined;
+    const t0 = Date.now();
+    await hv.launch(held).catch((e: Error) => (err = e));
+    expect(err?.message).to.match(/Failed to get "write" lock/);
+    expect(q.calls().length - 3, 'ten waits, then it gives up').to.equal(11);
+    expect(Date.now() - t0).to.be.within(1500, 10_000);
+  });
+
   it('cold-boots the same disk when the saved state does not load, and fails after three taken ports', async () => {
     const spec = await q.suspendedVm('b');
     q.failing({ 1: 'qemu-system-x86_64: load of migration failed: Invalid argument' });

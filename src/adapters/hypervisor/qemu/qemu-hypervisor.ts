@@ -80,6 +80,14 @@ const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
 const LOG_CHECK_MS = 10_000;
 /** QEMU's words when a host port it was given is bound by someone else by the time it starts. */
 const PORT_TAKEN = /hostfwd|host forwarding|Address already in use/i;
+/**
+ * QEMU's words when the disk's image lock is still held. Right after this VM's previous QEMU exited
+ * the kernel may not have dropped its lock yet (the last close of a killed process's file can be
+ * deferred), which CI met now and then: a start or restore right after a kill or a shutdown.
+ */
+const DISK_LOCKED = /Failed to get "(write|read)" lock/;
+const LOCK_RETRIES = 10;
+const LOCK_WAIT_MS = 200;
 
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
@@ -206,6 +214,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
       restore = false;
     }
+    let lockWaits = 0;
     for (let attempt = 1; ; attempt++) {
       const auto = spec.forwards.filter((f) => !f.host_port);
       const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
@@ -226,6 +235,14 @@ export class QemuHypervisor implements HypervisorAdapter {
         // A port taken between the pick and QEMU's bind: pick again, and keep restoring (a cold
         // boot would throw the saved state away).
         if (attempt < 3 && PORT_TAKEN.test(why)) continue;
+        // A lock that is still going away: wait and start again, saved state kept (up to 2 s; a disk
+        // that another QEMU really holds fails as before).
+        if (lockWaits < LOCK_RETRIES && DISK_LOCKED.test(why)) {
+          lockWaits++;
+          attempt--;
+          await new Promise((r) => setTimeout(r, LOCK_WAIT_MS));
+          continue;
+        }
         if (restore) {
           this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
           restore = false;
