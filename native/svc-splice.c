@@ -5,16 +5,25 @@
  * copy pass from one socket to the other inside the kernel instead of being read into the daemon
  * and written out again (docs/benchmarks.md). The daemon hands it the two sockets of a copy once
  * it has checked the answer's head; both may be non-blocking (they are shared with Node's event
- * loop, which does not touch them while this runs), so every EAGAIN waits in poll(2).
+ * loop, which does not touch them while this runs), so every EAGAIN waits in poll(2). Node's
+ * spawn makes a child's fds 0-2 blocking, and the file status flags belong to the socket the daemon
+ * shares: the helper makes both non-blocking again first, so its idle limit holds and the daemon's
+ * event loop never meets a blocking socket after a copy (a keep-alive client's next answer).
  *
  * A read shorter than PACE_BELOW waits PACE_NS before the next one, as the daemon's own download
  * does (src/adapters/guest-link/raw-download.ts): QEMU's user network hands a guest's stream to
  * the host one TCP segment at a time, and a reader that wakes for each takes the CPU the guest
  * needs; a fast source fills its reads and never waits.
  *
+ * When fd 1 is a socket its send buffer is raised to SEND_BUFFER (SO_SNDBUFFORCE when the daemon
+ * may, else SO_SNDBUF up to the system's limit): a Unix-socket client gets the kernel's default of
+ * about 200 KiB, a TCP one autotuned up to 4 MiB, and a reader that finds more waiting makes fewer
+ * and larger reads.
+ *
  * Never reads past LENGTH: what a guest sends beyond the length it declared stays in the socket.
  * Exit status: 0 all moved; 2 bad arguments; 3 the source ended early; 4 nothing moved for
- * IDLE_SECONDS (default 120); 5 the destination failed (the client left); 6 any other error.
+ * IDLE_SECONDS (default 120); 5 the destination failed (the client left) or took nothing for
+ * IDLE_SECONDS; 6 any other error.
  * Progress is not reported: the daemon knows the length and waits for the exit.
  */
 #define _GNU_SOURCE
@@ -26,12 +35,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define PIECE (1 << 20)
 #define PACE_BELOW (32 * 1024)
 #define PACE_NS 1000000L
+#define SEND_BUFFER (4 << 20)
 
 static int idle_ms = 120 * 1000;
 
@@ -67,6 +78,16 @@ int main(int argc, char **argv) {
     idle_ms = (int)s * 1000;
   }
   signal(SIGPIPE, SIG_IGN);
+  for (int fd = 0; fd <= 1; fd++) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      perror("svc-splice: fcntl");
+      return 6;
+    }
+  }
+  int sndbuf = SEND_BUFFER;
+  if (setsockopt(1, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf) != 0)
+    setsockopt(1, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf); /* not a socket, or not allowed: fine */
 
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -103,7 +124,7 @@ int main(int argc, char **argv) {
         if (errno == EAGAIN) {
           if (wait_for(1, POLLOUT) != 0) {
             fprintf(stderr, "svc-splice: the destination took nothing for %d s\n", idle_ms / 1000);
-            return 4;
+            return 5;
           }
           continue;
         }

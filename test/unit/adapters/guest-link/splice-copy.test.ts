@@ -1,13 +1,15 @@
 import { expect } from 'chai';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-agent.js';
 import { rawUpload } from '../../../../src/adapters/guest-link/raw-upload.js';
 import { tcpConnector } from '../../../../src/adapters/guest-link/transport.js';
 import { InvalidArgumentError, NotFoundError } from '../../../../src/domain/errors.js';
-import { resetSpliceHelper, spliceHelper, SPLICE_MIN_BYTES } from '../../../../src/adapters/process-kit/splice.js';
+import { resetSpliceHelper, socketFd, splice, SpliceError, spliceHelper, SPLICE_MIN_BYTES, stopReads } from '../../../../src/adapters/process-kit/splice.js';
 import { SEND_RAW, TAKE_RAW, type RawSendable } from '../../../../src/ports/guest-agent.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -259,6 +261,98 @@ describe('adapters/guest-link upload taken from the client connection (splice he
       expect({ connections, offered }).to.deep.equal({ connections: 0, offered: 0 });
     } finally {
       srv.close();
+    }
+  });
+});
+
+describe('process-kit splice helper toward a Unix-socket client', function () {
+  this.timeout(20000);
+
+  /** A Unix-socket client paused from the start, and a TCP source that sends `data` at once. */
+  async function pair(dir: string, data: Buffer) {
+    const unixSrv = createServer();
+    await new Promise<void>((r) => unixSrv.listen(join(dir, 's.sock'), () => r()));
+    const accepted = new Promise<Socket>((r) => unixSrv.once('connection', r));
+    const client = connect(join(dir, 's.sock'));
+    client.pause();
+    const dest = await accepted;
+    // A source closed with bytes unread resets its peer: expected here, not a failure.
+    const tcpSrv = createServer((s) => s.on('error', () => undefined).end(data));
+    await new Promise<void>((r) => tcpSrv.listen(0, '127.0.0.1', () => r()));
+    const source = connect((tcpSrv.address() as AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => source.once('connect', r));
+    stopReads(source);
+    for (const s of [client, dest, source]) s.on('error', () => undefined);
+    const close = () => {
+      for (const s of [client, dest, source]) s.destroy();
+      unixSrv.close();
+      tcpSrv.close();
+    };
+    return { client, dest, source, close };
+  }
+
+  /** O_NONBLOCK of the daemon's descriptor, read from /proc. */
+  const nonBlocking = (s: Socket) => (parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${socketFd(s)}`, 'utf8'))![1], 8) & 0o4000) !== 0;
+
+  it('leaves both sockets non-blocking for the daemon after the copy, though spawning made them blocking', async () => {
+    const helper = spliceHelper()!;
+    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
+    const data = randomBytes(256 * 1024);
+    const p = await pair(dir, data);
+    try {
+      expect(nonBlocking(p.source) && nonBlocking(p.dest), 'before').to.equal(true);
+      const got: Buffer[] = [];
+      p.client.on('data', (c: Buffer) => got.push(c));
+      p.client.resume();
+      await splice(helper, p.source, p.dest, data.length, 2).done;
+      // A blocking socket under libuv would stall the whole event loop on the next full write.
+      expect(nonBlocking(p.source), 'source').to.equal(true);
+      expect(nonBlocking(p.dest), 'destination').to.equal(true);
+      p.dest.end();
+      await new Promise((r) => p.client.once('end', r));
+      expect(sha(Buffer.concat(got))).to.equal(sha(data));
+    } finally {
+      p.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('gives up on a client that takes nothing for its idle limit, as the destination\'s failure', async () => {
+    const helper = spliceHelper()!;
+    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
+    const data = randomBytes(32 * 1024 * 1024);
+    const p = await pair(dir, data);
+    try {
+      const started = Date.now();
+      const err = await splice(helper, p.source, p.dest, data.length, 1).done.then(() => undefined, (e: unknown) => e);
+      expect(err).to.be.instanceOf(SpliceError);
+      expect((err as SpliceError).side).to.equal('destination');
+      expect((err as Error).message).to.match(/took nothing for 1 s/);
+      expect(Date.now() - started).to.be.below(10000);
+    } finally {
+      p.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('queues up to megabytes for a client that is not reading yet, so its reads find large pieces waiting', async () => {
+    const helper = spliceHelper()!;
+    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
+    const data = randomBytes(2 * 1024 * 1024);
+    const p = await pair(dir, data);
+    try {
+      // With the kernel's default send buffer (~200 KiB) the helper would wait for the client and
+      // give up after its 2 s idle limit; with its own 4 MiB buffer all 2 MiB are queued.
+      await splice(helper, p.source, p.dest, data.length, 2).done;
+      const parts: Buffer[] = [];
+      p.client.on('data', (c: Buffer) => parts.push(c));
+      p.client.resume();
+      p.dest.end();
+      await new Promise((r) => p.client.once('end', r));
+      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
+    } finally {
+      p.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
