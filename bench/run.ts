@@ -430,7 +430,7 @@ const machine = { cpus: cpus().length, cpu_model: cpus()[0]?.model, mem_gib: Mat
   qemu: (() => { try { return execFileSync('qemu-system-x86_64', ['--version'], { encoding: 'utf8' }).split('\n')[0]; } catch { return 'absent'; } })() };
 if (only.includes('boot') || only.includes('exec') || only.includes('memory') || only.includes('cp')) await qemuBenchmarks();
 if (only.includes('debian')) await debianBenchmarks();
-if (only.includes('cp')) await cpBenchmarks();
+if (only.includes('cp') || only.includes('cp-local')) await cpBenchmarks();
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();
 const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];
