@@ -4,11 +4,11 @@
  * Moves exactly LENGTH bytes from fd 0 to fd 1 with splice(2) through a pipe, so the bytes of a
  * copy pass from one socket to the other inside the kernel instead of being read into the daemon
  * and written out again (docs/benchmarks.md). The daemon hands it the two sockets of a copy once
- * it has checked the answer's head; both may be non-blocking (they are shared with Node's event
- * loop, which does not touch them while this runs), so every EAGAIN waits in poll(2). Node's
- * spawn makes a child's fds 0-2 blocking, and the file status flags belong to the socket the daemon
- * shares: the helper makes both non-blocking again first, so its idle limit holds and the daemon's
- * event loop never meets a blocking socket after a copy (a keep-alive client's next answer).
+ * it has checked the answer's head. They are shared with Node's event loop, which does not touch
+ * them while this runs; Node's spawn makes a child's fds 0-2 blocking, and those file status flags
+ * belong to the sockets the daemon shares, so the helper first makes both non-blocking again: every
+ * EAGAIN waits in poll(2) (the idle limit holds) and the daemon's event loop never meets a blocking
+ * socket after a copy (a keep-alive client's next answer).
  *
  * A read shorter than PACE_BELOW waits PACE_NS before the next one, as the daemon's own download
  * does (src/adapters/guest-link/raw-download.ts): QEMU's user network hands a guest's stream to
@@ -21,8 +21,8 @@
  * and larger reads.
  *
  * Never reads past LENGTH: what a guest sends beyond the length it declared stays in the socket.
- * Exit status: 0 all moved; 2 bad arguments; 3 the source ended early; 4 nothing moved for
- * IDLE_SECONDS (default 120); 5 the destination failed (the client left) or took nothing for
+ * Exit status: 0 all moved; 2 bad arguments; 3 the source ended early; 4 the source sent
+ * nothing for IDLE_SECONDS (default 120); 5 the destination failed (the client left) or took nothing for
  * IDLE_SECONDS; 6 any other error.
  * Progress is not reported: the daemon knows the length and waits for the exit.
  */

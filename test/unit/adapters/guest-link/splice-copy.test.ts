@@ -267,9 +267,20 @@ describe('adapters/guest-link upload taken from the client connection (splice he
 
 describe('process-kit splice helper toward a Unix-socket client', function () {
   this.timeout(20000);
+  let dir: string;
+  let p: Awaited<ReturnType<typeof pair>> | undefined;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
+  });
+  afterEach(() => {
+    p?.close();
+    p = undefined;
+    rmSync(dir, { recursive: true, force: true });
+  });
 
   /** A Unix-socket client paused from the start, and a TCP source that sends `data` at once. */
-  async function pair(dir: string, data: Buffer) {
+  async function pair(data: Buffer) {
     const unixSrv = createServer();
     await new Promise<void>((r) => unixSrv.listen(join(dir, 's.sock'), () => r()));
     const accepted = new Promise<Socket>((r) => unixSrv.once('connection', r));
@@ -291,68 +302,49 @@ describe('process-kit splice helper toward a Unix-socket client', function () {
     return { client, dest, source, close };
   }
 
+  /** Starts the client reading; settles with all it got once the daemon's end is closed. */
+  function received(client: Socket): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    client.on('data', (c: Buffer) => parts.push(c));
+    client.resume();
+    return new Promise((r) => client.once('end', () => r(Buffer.concat(parts))));
+  }
+
   /** O_NONBLOCK of the daemon's descriptor, read from /proc. */
   const nonBlocking = (s: Socket) => (parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${socketFd(s)}`, 'utf8'))![1], 8) & 0o4000) !== 0;
 
   it('leaves both sockets non-blocking for the daemon after the copy, though spawning made them blocking', async () => {
-    const helper = spliceHelper()!;
-    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
     const data = randomBytes(256 * 1024);
-    const p = await pair(dir, data);
-    try {
-      expect(nonBlocking(p.source) && nonBlocking(p.dest), 'before').to.equal(true);
-      const got: Buffer[] = [];
-      p.client.on('data', (c: Buffer) => got.push(c));
-      p.client.resume();
-      await splice(helper, p.source, p.dest, data.length, 2).done;
-      // A blocking socket under libuv would stall the whole event loop on the next full write.
-      expect(nonBlocking(p.source), 'source').to.equal(true);
-      expect(nonBlocking(p.dest), 'destination').to.equal(true);
-      p.dest.end();
-      await new Promise((r) => p.client.once('end', r));
-      expect(sha(Buffer.concat(got))).to.equal(sha(data));
-    } finally {
-      p.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    p = await pair(data);
+    expect(nonBlocking(p.source) && nonBlocking(p.dest), 'before').to.equal(true);
+    const got = received(p.client);
+    await splice(spliceHelper()!, p.source, p.dest, data.length, 2).done;
+    // A blocking socket under libuv would stall the whole event loop on the next full write.
+    expect(nonBlocking(p.source), 'source').to.equal(true);
+    expect(nonBlocking(p.dest), 'destination').to.equal(true);
+    p.dest.end();
+    expect(sha(await got)).to.equal(sha(data));
   });
 
   it('gives up on a client that takes nothing for its idle limit, as the destination\'s failure', async () => {
-    const helper = spliceHelper()!;
-    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
     const data = randomBytes(32 * 1024 * 1024);
-    const p = await pair(dir, data);
-    try {
-      const started = Date.now();
-      const err = await splice(helper, p.source, p.dest, data.length, 1).done.then(() => undefined, (e: unknown) => e);
-      expect(err).to.be.instanceOf(SpliceError);
-      expect((err as SpliceError).side).to.equal('destination');
-      expect((err as Error).message).to.match(/took nothing for 1 s/);
-      expect(Date.now() - started).to.be.below(10000);
-    } finally {
-      p.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    p = await pair(data);
+    const started = Date.now();
+    const err = await splice(spliceHelper()!, p.source, p.dest, data.length, 1).done.then(() => undefined, (e: unknown) => e);
+    expect(err).to.be.instanceOf(SpliceError);
+    expect((err as SpliceError).side).to.equal('destination');
+    expect((err as Error).message).to.match(/took nothing for 1 s/);
+    expect(Date.now() - started).to.be.below(10000);
   });
 
   it('queues up to megabytes for a client that is not reading yet, so its reads find large pieces waiting', async () => {
-    const helper = spliceHelper()!;
-    const dir = mkdtempSync(join(tmpdir(), 'svc-splice-'));
     const data = randomBytes(2 * 1024 * 1024);
-    const p = await pair(dir, data);
-    try {
-      // With the kernel's default send buffer (~200 KiB) the helper would wait for the client and
-      // give up after its 2 s idle limit; with its own 4 MiB buffer all 2 MiB are queued.
-      await splice(helper, p.source, p.dest, data.length, 2).done;
-      const parts: Buffer[] = [];
-      p.client.on('data', (c: Buffer) => parts.push(c));
-      p.client.resume();
-      p.dest.end();
-      await new Promise((r) => p.client.once('end', r));
-      expect(sha(Buffer.concat(parts))).to.equal(sha(data));
-    } finally {
-      p.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    p = await pair(data);
+    // With the kernel's default send buffer (~200 KiB) the helper would wait for the client and
+    // give up after its 2 s idle limit; with its own 4 MiB buffer all 2 MiB are queued.
+    await splice(spliceHelper()!, p.source, p.dest, data.length, 2).done;
+    const got = received(p.client);
+    p.dest.end();
+    expect(sha(await got)).to.equal(sha(data));
   });
 });
