@@ -1,14 +1,21 @@
 /*
- * svc-splice LENGTH [IDLE_SECONDS]
+ * svc-splice LENGTH [IDLE_SECONDS [splice|copy]]
  *
- * Moves exactly LENGTH bytes from fd 0 to fd 1 with splice(2) through a pipe, so the bytes of a
- * copy pass from one socket to the other inside the kernel instead of being read into the daemon
- * and written out again (docs/benchmarks.md). The daemon hands it the two sockets of a copy once
- * it has checked the answer's head. They are shared with Node's event loop, which does not touch
- * them while this runs; Node's spawn makes a child's fds 0-2 blocking, and those file status flags
- * belong to the sockets the daemon shares, so the helper first makes both non-blocking again: every
- * EAGAIN waits in poll(2) (the idle limit holds) and the daemon's event loop never meets a blocking
- * socket after a copy (a keep-alive client's next answer).
+ * Moves exactly LENGTH bytes from fd 0 to fd 1 outside the daemon's event loop. The daemon hands it
+ * the two sockets of a copy once it has checked the answer's head (docs/benchmarks.md).
+ *
+ * splice (the default) moves the bytes with splice(2) through a pipe: they pass from one socket to
+ * the other inside the kernel. copy reads them into one buffer and writes them out: one more copy
+ * here, but the receiver gets the same compact segments a direct client would send it, where
+ * spliced ones carry the source's page fragments and cost the receiver's kernel more to take in.
+ * For an upload the receiver is the agent, which is what limits the copy's speed, so the daemon asks
+ * for copy there (measured: docs/benchmarks.md, "Uploads: copy, not splice").
+ *
+ * The sockets are shared with Node's event loop, which does not touch them while this runs; Node's
+ * spawn makes a child's fds 0-2 blocking, and those file status flags belong to the sockets the
+ * daemon shares, so the helper first makes both non-blocking again: every EAGAIN waits in poll(2)
+ * (the idle limit holds) and the daemon's event loop never meets a blocking socket after a copy
+ * (a keep-alive client's next answer).
  *
  * A read shorter than PACE_BELOW waits PACE_NS before the next one, as the daemon's own download
  * does (src/adapters/guest-link/raw-download.ts): QEMU's user network hands a guest's stream to
@@ -45,6 +52,21 @@
 #define SEND_BUFFER (4 << 20)
 
 static int idle_ms = 120 * 1000;
+/* copy mode's buffer; NULL when splicing */
+static char *buffer;
+static int pipefd[2];
+
+/* Up to `want` bytes from fd 0 into the pipe or the buffer. */
+static ssize_t take(size_t want) {
+  if (buffer) return read(0, buffer, want);
+  return splice(0, NULL, pipefd[1], NULL, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+}
+
+/* Up to `n` bytes of what was taken out to fd 1, `done` of them already written. */
+static ssize_t give(size_t done, size_t n) {
+  if (buffer) return write(1, buffer + done, n);
+  return splice(pipefd[0], NULL, 1, NULL, n, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+}
 
 /* Waits until fd is ready for `events`; 0 when it is (or hung up: the next call tells), -1 on timeout. */
 static int wait_for(int fd, short events) {
@@ -58,8 +80,8 @@ static int wait_for(int fd, short events) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || argc > 3) {
-    fprintf(stderr, "usage: svc-splice LENGTH [IDLE_SECONDS]\n");
+  if (argc < 2 || argc > 4) {
+    fprintf(stderr, "usage: svc-splice LENGTH [IDLE_SECONDS [splice|copy]]\n");
     return 2;
   }
   char *end;
@@ -69,13 +91,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "svc-splice: bad length %s\n", argv[1]);
     return 2;
   }
-  if (argc == 3) {
+  if (argc >= 3) {
     long s = strtol(argv[2], &end, 10);
     if (*end || s <= 0 || s > INT_MAX / 1000) {
       fprintf(stderr, "svc-splice: bad idle seconds %s\n", argv[2]);
       return 2;
     }
     idle_ms = (int)s * 1000;
+  }
+  int copying = argc == 4 && strcmp(argv[3], "copy") == 0;
+  if (argc == 4 && !copying && strcmp(argv[3], "splice") != 0) {
+    fprintf(stderr, "svc-splice: bad mode %s (splice or copy)\n", argv[3]);
+    return 2;
   }
   signal(SIGPIPE, SIG_IGN);
   for (int fd = 0; fd <= 1; fd++) {
@@ -89,16 +116,23 @@ int main(int argc, char **argv) {
   if (setsockopt(1, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf) != 0)
     setsockopt(1, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf); /* not a socket, or not allowed: fine */
 
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
-    perror("svc-splice: pipe");
-    return 6;
+  if (copying) {
+    buffer = malloc(PIECE);
+    if (!buffer) {
+      perror("svc-splice: malloc");
+      return 6;
+    }
+  } else {
+    if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
+      perror("svc-splice: pipe");
+      return 6;
+    }
+    fcntl(pipefd[1], F_SETPIPE_SZ, PIECE); /* a smaller pipe (an unprivileged limit) still works */
   }
-  fcntl(pipefd[1], F_SETPIPE_SZ, PIECE); /* a smaller pipe (an unprivileged limit) still works */
 
   while (left > 0) {
     size_t want = left < PIECE ? (size_t)left : PIECE;
-    ssize_t in = splice(0, NULL, pipefd[1], NULL, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    ssize_t in = take(want);
     if (in == 0) {
       fprintf(stderr, "svc-splice: the source ended with %llu bytes to go\n", left);
       return 3;
@@ -118,7 +152,7 @@ int main(int argc, char **argv) {
     left -= (unsigned long long)in;
     ssize_t moved = in;
     while (in > 0) {
-      ssize_t out = splice(pipefd[0], NULL, 1, NULL, (size_t)in, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t out = give((size_t)(moved - in), (size_t)in);
       if (out < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) {

@@ -39,7 +39,9 @@ export async function rawUpload(
     const left = o.size - pending.length;
     if (left > 0) {
       try {
-        await splice(helper, taken.connection as Socket, socket as Socket, left).done;
+        // Copied, not spliced: the agent takes compact segments in for less CPU than the client's
+        // page fragments, and the agent is what limits an upload (docs/benchmarks.md).
+        await splice(helper, taken.connection as Socket, socket as Socket, left, { mode: 'copy' }).done;
       } catch (err) {
         socket.resume();
         if (!(err instanceof SpliceError) || err.side !== 'destination') throw new InvalidArgumentError(`the upload broke off before its declared length: ${(err as Error).message}`);

@@ -92,13 +92,24 @@ export interface SpliceRun {
   kill(): void;
 }
 
+export interface SpliceOptions {
+  /** The helper gives up when either side does nothing for this long (default 120). */
+  idleSeconds?: number;
+  /**
+   * `splice` (default): the bytes never leave the kernel. `copy`: the helper reads them into a
+   * buffer and writes them out, which gives the receiver compact segments instead of the source's
+   * page fragments; cheaper for a receiver that limits the copy (an upload's agent).
+   */
+  mode?: 'splice' | 'copy';
+}
+
 /**
  * Moves exactly `length` bytes from `source` to `dest` in a helper process. The caller must have
  * stopped Node's reads of `source` and let every earlier write to `dest` reach the kernel; it must
  * not read `source` or write `dest` until `done` settles.
  */
-export function splice(helper: string, source: Socket, dest: Socket, length: number, idleSeconds = 120): SpliceRun {
-  const child: ChildProcess = spawn(helper, [String(length), String(idleSeconds)], {
+export function splice(helper: string, source: Socket, dest: Socket, length: number, o: SpliceOptions = {}): SpliceRun {
+  const child: ChildProcess = spawn(helper, [String(length), String(o.idleSeconds ?? 120), o.mode ?? 'splice'], {
     stdio: [source, dest, 'pipe'], env: childEnv(),
   });
   let said = '';

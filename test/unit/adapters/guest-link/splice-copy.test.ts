@@ -265,7 +265,7 @@ describe('adapters/guest-link upload taken from the client connection (splice he
   });
 });
 
-describe('process-kit splice helper toward a Unix-socket client', function () {
+describe('process-kit splice helper toward a Unix-socket client, splicing and copying', function () {
   this.timeout(20000);
   let dir: string;
   let p: Awaited<ReturnType<typeof pair>> | undefined;
@@ -313,38 +313,52 @@ describe('process-kit splice helper toward a Unix-socket client', function () {
   /** O_NONBLOCK of the daemon's descriptor, read from /proc. */
   const nonBlocking = (s: Socket) => (parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${socketFd(s)}`, 'utf8'))![1], 8) & 0o4000) !== 0;
 
-  it('leaves both sockets non-blocking for the daemon after the copy, though spawning made them blocking', async () => {
-    const data = randomBytes(256 * 1024);
-    p = await pair(data);
-    expect(nonBlocking(p.source) && nonBlocking(p.dest), 'before').to.equal(true);
-    const got = received(p.client);
-    await splice(spliceHelper()!, p.source, p.dest, data.length, 2).done;
-    // A blocking socket under libuv would stall the whole event loop on the next full write.
-    expect(nonBlocking(p.source), 'source').to.equal(true);
-    expect(nonBlocking(p.dest), 'destination').to.equal(true);
-    p.dest.end();
-    expect(sha(await got)).to.equal(sha(data));
-  });
+  for (const mode of ['splice', 'copy'] as const) {
+    it(`${mode}: leaves both sockets non-blocking for the daemon after the copy, though spawning made them blocking`, async () => {
+      const data = randomBytes(256 * 1024);
+      p = await pair(data);
+      expect(nonBlocking(p.source) && nonBlocking(p.dest), 'before').to.equal(true);
+      const got = received(p.client);
+      await splice(spliceHelper()!, p.source, p.dest, data.length, { idleSeconds: 2, mode }).done;
+      // A blocking socket under libuv would stall the whole event loop on the next full write.
+      expect(nonBlocking(p.source), 'source').to.equal(true);
+      expect(nonBlocking(p.dest), 'destination').to.equal(true);
+      p.dest.end();
+      expect(sha(await got)).to.equal(sha(data));
+    });
 
-  it('gives up on a client that takes nothing for its idle limit, as the destination\'s failure', async () => {
-    const data = randomBytes(32 * 1024 * 1024);
+    it(`${mode}: gives up on a client that takes nothing for its idle limit, as the destination's failure`, async () => {
+      const data = randomBytes(32 * 1024 * 1024);
+      p = await pair(data);
+      const started = Date.now();
+      const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { idleSeconds: 1, mode }).done.then(() => undefined, (e: unknown) => e);
+      expect(err).to.be.instanceOf(SpliceError);
+      expect((err as SpliceError).side).to.equal('destination');
+      expect((err as Error).message).to.match(/took nothing for 1 s/);
+      expect(Date.now() - started).to.be.below(10000);
+    });
+
+    it(`${mode}: queues up to megabytes for a client that is not reading yet, so its reads find large pieces waiting`, async () => {
+      const data = randomBytes(2 * 1024 * 1024);
+      p = await pair(data);
+      // With the kernel's default send buffer (~200 KiB) the helper would wait for the client and
+      // give up after its 2 s idle limit; with its own 4 MiB buffer all 2 MiB are queued.
+      await splice(spliceHelper()!, p.source, p.dest, data.length, { idleSeconds: 2, mode }).done;
+      const got = received(p.client);
+      p.dest.end();
+      expect(sha(await got)).to.equal(sha(data));
+    });
+  }
+
+  it('refuses a mode it does not know, as its own failure, and moves nothing', async () => {
+    const data = randomBytes(64 * 1024);
     p = await pair(data);
-    const started = Date.now();
-    const err = await splice(spliceHelper()!, p.source, p.dest, data.length, 1).done.then(() => undefined, (e: unknown) => e);
+    const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { mode: 'zerocopy' as 'copy' }).done.then(() => undefined, (e: unknown) => e);
     expect(err).to.be.instanceOf(SpliceError);
-    expect((err as SpliceError).side).to.equal('destination');
-    expect((err as Error).message).to.match(/took nothing for 1 s/);
-    expect(Date.now() - started).to.be.below(10000);
-  });
-
-  it('queues up to megabytes for a client that is not reading yet, so its reads find large pieces waiting', async () => {
-    const data = randomBytes(2 * 1024 * 1024);
-    p = await pair(data);
-    // With the kernel's default send buffer (~200 KiB) the helper would wait for the client and
-    // give up after its 2 s idle limit; with its own 4 MiB buffer all 2 MiB are queued.
-    await splice(spliceHelper()!, p.source, p.dest, data.length, 2).done;
+    expect((err as SpliceError).side).to.equal('helper');
+    expect((err as Error).message).to.match(/bad mode zerocopy/);
     const got = received(p.client);
     p.dest.end();
-    expect(sha(await got)).to.equal(sha(data));
+    expect((await got).length).to.equal(0);
   });
 });
