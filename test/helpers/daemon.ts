@@ -18,8 +18,22 @@ export interface TestDaemon {
   stop(): Promise<void>;
 }
 
+const made = new Set<string>();
+
+/**
+ * A fresh directory under the system's temp dir, removed when the test process exits (a run
+ * used to leave a few hundred MiB behind each time); SVC_TEST_KEEP=1 keeps them to look at.
+ */
 export function tempDir(prefix = 'svc-test-'): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  if (made.size === 0) process.once('exit', removeTempDirs);
+  made.add(dir);
+  return dir;
+}
+
+function removeTempDirs(): void {
+  if (process.env.SVC_TEST_KEEP) return;
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
 }
 
 /** Starts a real daemon (fake hypervisor unless told otherwise) on a temp socket and TCP port 0. */

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { call } from '../helpers/http.js';
@@ -30,6 +31,8 @@ describe('cp through a svcd process: streamed, not buffered', function () {
   this.timeout(120000);
   let daemon: ChildProcess;
   let socket: string;
+  // The fake hypervisor's agent runs on this host, so the "guest" path is a host one.
+  const guestPath = join(tmpdir(), `svc-bigcp-${process.pid}.bin`);
 
   before(async () => {
     const dir = tempDir('svc-bigcp-');
@@ -46,12 +49,12 @@ describe('cp through a svcd process: streamed, not buffered', function () {
   });
   after(() => {
     daemon.kill('SIGTERM');
+    rmSync(guestPath, { force: true });
   });
 
-  it('moves 256 MiB both ways byte-exact, both spliced, while the daemon stays far below that in memory', async () => {
+  it('moves 256 MiB both ways byte-exact, both through the splice helper, while the daemon stays far below that in memory', async () => {
     const hash = createHash('sha256');
     const chunk = randomBytes(1024 * 1024);
-    const guestPath = '/tmp/svc-bigcp-' + process.pid + '.bin';
     const upHelpers = new Set<string>();
     await new Promise<void>((resolve, reject) => {
       const req = request({ socketPath: socket, method: 'PUT', path: `/vms/big/cp?path=${guestPath}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(SIZE) } }, (res) => {
