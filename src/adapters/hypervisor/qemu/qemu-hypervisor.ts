@@ -1,4 +1,4 @@
-import { execFile, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { copyFile, readdir, rm, unlink } from 'node:fs/promises';
 import { constants } from 'node:fs';
@@ -22,31 +22,15 @@ import { processTag } from './qemu-args.js';
 import { alive, isQemuOf, killStray, layout } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
 import { capLog } from '../../fs-kit/log-cap.js';
-import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, savedFiles, saveStream, SUSPEND_TAG, writeSaved } from './saved-state.js';
+import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
 import { freeze, LAYER, shareInto } from './disk-layers.js';
 import { RamImages } from './ram-image.js';
 import { VmCommand } from './vm-command.js';
-import { runInBackground, spawnQemu, STATE_FD } from './qemu-spawn.js';
+import { runInBackground, spawnQemu } from './qemu-spawn.js';
+import { LOCK_WAIT_MS, restoreInputs, StartRetries } from './launch-plan.js';
+import { LiveVms } from './live-vms.js';
 
 const run = promisify(execFile);
-
-interface Live {
-  /** The VM's current name (a claimed pool member is renamed while it runs). */
-  name: string;
-  pid: number;
-  qmp: QmpClient;
-  child?: ChildProcess;
-  /** Set before the service stops the VM, so the exit is not reported as a crash. */
-  expected: boolean;
-  gone: Promise<void>;
-  cid: number;
-  /** What launch or reattach answered, kept current as forwards are added. */
-  handle?: VmHandle;
-  /** The VM's directory (its logs), kept current across renames. */
-  dir: string;
-  /** What it was launched with (a suspend makes its RAM image with the same devices); unknown after a re-attach. */
-  spec?: VmSpec;
-}
 
 /** What the record keeps for re-attaching (the adapter state). */
 interface QemuState {
@@ -78,27 +62,17 @@ export interface QemuOptions {
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
 const LOG_CHECK_MS = 10_000;
-/** QEMU's words when a host port it was given is bound by someone else by the time it starts. */
-const PORT_TAKEN = /hostfwd|host forwarding|Address already in use/i;
-/**
- * QEMU's words when the disk's image lock is still held. Right after this VM's previous QEMU exited
- * the kernel may not have dropped its lock yet (the last close of a killed process's file can be
- * deferred), which CI met now and then: a start or restore right after a kill or a shutdown.
- */
-const DISK_LOCKED = /Failed to get "(write|read)" lock/;
-const LOCK_RETRIES = 10;
-const LOCK_WAIT_MS = 200;
-
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
  * over QMP (its command line: vm-command.ts); user-mode networking with loopback host forwards; a
  * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
  * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts).
+ * A launch restores what was saved and tries a failed start again as launch-plan.ts says; the
+ * processes it starts or re-attaches are watched by live-vms.ts.
  */
 export class QemuHypervisor implements HypervisorAdapter {
   readonly kind = 'qemu';
-  private readonly live = new Map<string, Live>();
-  private readonly listeners: ExitListener[] = [];
+  private readonly live = new LiveVms();
   private accel: Promise<Accel> | undefined;
   private readonly logTimer: NodeJS.Timeout;
 
@@ -114,7 +88,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   /** Caps the logs of running VMs (a guest can print without end). */
   async capLogs(): Promise<void> {
     const max = this.o.logMaxBytes ?? 16 << 20;
-    for (const v of [...this.live.values()]) {
+    for (const v of this.live.all()) {
       for (const f of LOGS) await capLog(join(v.dir, f), max).catch(() => undefined);
     }
   }
@@ -209,105 +183,45 @@ export class QemuHypervisor implements HypervisorAdapter {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
-    let restore = !!saved;
+    const retries = new StartRetries(!!saved);
     if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
       this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
-      restore = false;
+      retries.restoring = false;
     }
-    let lockWaits = 0;
-    for (let attempt = 1; ; attempt++) {
+    for (;;) {
       const auto = spec.forwards.filter((f) => !f.host_port);
       const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
       const forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
-      const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.freeCid() : 0;
-      const kind = restore ? saved?.kind : undefined;
-      const stateFile = kind === 'stream' || kind === 'image' ? join(spec.dir, savedFiles(saved).at(-1)!) : undefined;
-      const args = await this.command.args(spec, {
-        sshPort, agentPort, forwards, vsockCid: cid || undefined,
-        loadSnapshot: kind === 'snapshot' ? SUSPEND_TAG : undefined, incomingFd: stateFile ? STATE_FD : undefined,
-        ...(kind === 'image' ? { ramFile: { path: join(spec.dir, savedFiles(saved)[0]), shared: false }, incomingDefer: true } : {}),
-      });
+      const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
+      const restore = restoreInputs(spec.dir, retries.restoring ? saved : undefined);
+      const args = await this.command.args(spec, { sshPort, agentPort, forwards, vsockCid: cid || undefined, ...restore.args });
       await unlink(l.qmp).catch(() => undefined);
       const t0 = Date.now();
-      const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile, ramImage: kind === 'image' });
+      const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: restore.ramImage });
       if (started instanceof Error) {
         const why = started.message;
-        // A port taken between the pick and QEMU's bind: pick again, and keep restoring (a cold
-        // boot would throw the saved state away).
-        if (attempt < 3 && PORT_TAKEN.test(why)) continue;
-        // A lock that is still going away: wait and start again, saved state kept (up to 2 s; a disk
-        // that another QEMU really holds fails as before).
-        if (lockWaits < LOCK_RETRIES && DISK_LOCKED.test(why)) {
-          lockWaits++;
-          attempt--;
-          await new Promise((r) => setTimeout(r, LOCK_WAIT_MS));
-          continue;
-        }
-        if (restore) {
-          this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
-          restore = false;
-          continue;
-        }
-        throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
+        const next = retries.after(why);
+        if (next === 'fail') throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
+        if (next === 'wait') await new Promise((r) => setTimeout(r, LOCK_WAIT_MS));
+        if (next === 'cold') this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
+        continue;
       }
       const { qmp, child } = started;
       const pid = child.pid!;
-      this.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
+      const live = this.live.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
       if (options.background) runInBackground(pid);
       // Restored or cold-booted after all: the saved state no longer matches the disk.
       if (saved) await clearSaved(spec.dir);
-      this.o.log.info({ vm: spec.name, pid, accel, restored: restore, spawn_ms: Date.now() - t0 }, 'spawn timing');
+      this.o.log.info({ vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 }, 'spawn timing');
       const handle: VmHandle = {
         ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
-        restored_from_snapshot: restore,
+        restored_from_snapshot: retries.restoring,
         state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString() }),
       };
-      this.live.get(spec.name)!.handle = handle;
+      live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
     }
-  }
-
-  private freeCid(): number {
-    const used = new Set([...this.live.values()].map((v) => v.cid));
-    let cid = 3;
-    while (used.has(cid)) cid++;
-    return cid;
-  }
-
-  private track(name: string, v: Omit<Live, 'gone' | 'name'>): void {
-    let resolveGone!: () => void;
-    const gone = new Promise<void>((r) => (resolveGone = r));
-    const entry: Live = { ...v, name, gone };
-    this.live.set(name, entry);
-    let done = false;
-    const finish = (reason: string) => {
-      if (done) return;
-      done = true;
-      entry.qmp.close();
-      if (this.live.get(entry.name) === entry) this.live.delete(entry.name);
-      resolveGone();
-      if (!entry.expected) for (const l of this.listeners) l(entry.name, reason);
-    };
-    v.child?.once('exit', (code, signal) => finish(signal ? `killed by ${signal}` : `exited with status ${code}`));
-    // When the daemon is not QEMU's parent (after a restart), the monitor closing is the sign.
-    v.qmp.on('close', () => {
-      const poll = () => (alive(v.pid) ? setTimeout(poll, 200) : finish('the qemu process is gone'));
-      if (!v.child) poll();
-    });
-  }
-
-  private get_(vm: VmRef): Live {
-    const v = this.live.get(vm.name);
-    if (!v) throw new InvalidStateError(`vm ${vm.name} has no running qemu process`);
-    return v;
-  }
-
-  private async waitGone(v: Live, ms: number): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([v.gone.then(() => true), new Promise<boolean>((r) => { timer = setTimeout(() => r(false), ms); })]);
-    clearTimeout(timer);
-    return ok;
   }
 
   async stop(vm: VmRef, timeoutMs: number): Promise<void> {
@@ -322,7 +236,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     } catch {
       // the monitor is gone: fall through to the kill
     }
-    if (await this.waitGone(v, timeoutMs)) return;
+    if (await this.live.waitGone(v, timeoutMs)) return;
     this.o.log.warn({ vm: vm.name, timeout_ms: timeoutMs }, 'guest ignored the power-off; killing it');
     await this.kill(vm);
   }
@@ -336,19 +250,19 @@ export class QemuHypervisor implements HypervisorAdapter {
     } catch {
       // already gone
     }
-    if (!(await this.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
+    if (!(await this.live.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
   }
 
   async pause(vm: VmRef): Promise<void> {
-    await this.get_(vm).qmp.execute('stop');
+    await this.live.running(vm.name).qmp.execute('stop');
   }
 
   async resume(vm: VmRef): Promise<void> {
-    await this.get_(vm).qmp.execute('cont');
+    await this.live.running(vm.name).qmp.execute('cont');
   }
 
   async suspend(vm: VmRef): Promise<{ snapshot: boolean }> {
-    const v = this.get_(vm);
+    const v = this.live.running(vm.name);
     v.expected = true;
     let snapshot = false;
     const t0 = Date.now();
@@ -362,7 +276,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     }
     this.o.log.info({ vm: vm.name, snapshot, save_ms: Date.now() - t0 }, 'suspend timing');
     await v.qmp.execute('quit').catch(() => undefined);
-    if (!(await this.waitGone(v, 10_000))) await this.kill(vm);
+    if (!(await this.live.waitGone(v, 10_000))) await this.kill(vm);
     // Restores (a pool's claims among them) map a RAM image instead of loading the stream.
     const image = snapshot && v.spec ? await this.ramImages.make({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE) : undefined;
     if (image) {
@@ -397,7 +311,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       }
       return null;
     }
-    this.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
+    this.live.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
     return handle;
   }
 
@@ -407,16 +321,11 @@ export class QemuHypervisor implements HypervisorAdapter {
    * launch recorded) and is re-keyed here.
    */
   async rename(from: VmRef, to: VmRef): Promise<void> {
-    const v = this.live.get(from.name);
-    if (!v) return;
-    this.live.delete(from.name);
-    v.name = to.name;
-    v.dir = to.dir;
-    this.live.set(to.name, v);
+    this.live.rename(from.name, to.name, to.dir);
   }
 
   async addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
-    const v = this.get_(vm);
+    const v = this.live.running(vm.name);
     if (!v.handle) throw new InvalidStateError(`vm ${vm.name} has no handle to add forwards to`);
     for (const f of forwards) {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
@@ -437,22 +346,17 @@ export class QemuHypervisor implements HypervisorAdapter {
   }
 
   onExit(listener: ExitListener): void {
-    this.listeners.push(listener);
+    this.live.onExit(listener);
   }
 
   /** Live QEMU pids by VM name (tests, benchmarks). */
   pids(): Record<string, number> {
-    return Object.fromEntries([...this.live].map(([n, v]) => [n, v.pid]));
+    return Object.fromEntries(this.live.all().map((v) => [v.name, v.pid]));
   }
 
   /** Drops monitor connections without touching the VMs (daemon stop: they keep running). */
   async release(): Promise<void> {
     clearInterval(this.logTimer);
-    for (const v of this.live.values()) {
-      v.expected = true;
-      v.qmp.removeAllListeners('close');
-      v.qmp.close();
-    }
-    this.live.clear();
+    this.live.release();
   }
 }

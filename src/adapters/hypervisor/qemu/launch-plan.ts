@@ -1,0 +1,73 @@
+import { join } from 'node:path';
+import type { QemuLaunch } from './qemu-args.js';
+import { STATE_FD } from './qemu-spawn.js';
+import { savedFiles, SUSPEND_TAG, type Saved } from './saved-state.js';
+
+/** QEMU's words when a host port it was given is bound by someone else by the time it starts. */
+const PORT_TAKEN = /hostfwd|host forwarding|Address already in use/i;
+/** Starts in all (the first included) while ports keep being taken. */
+const PORT_TRIES = 3;
+/**
+ * QEMU's words when the disk's image lock is still held. Right after this VM's previous QEMU exited
+ * the kernel may not have dropped its lock yet (the last close of a killed process's file can be
+ * deferred), which CI met now and then: a start or restore right after a kill or a shutdown.
+ */
+const DISK_LOCKED = /Failed to get "(write|read)" lock/;
+const LOCK_WAITS = 10;
+export const LOCK_WAIT_MS = 200;
+
+/**
+ * What a launch does after a QEMU start that failed, from QEMU's own words:
+ * - `again`: a port was taken between the pick and QEMU's bind: pick new ports and start again,
+ *   still restoring (a cold boot would throw the saved state away);
+ * - `wait`: the disk's lock is still going away: wait LOCK_WAIT_MS and start again, saved state
+ *   kept (up to 2 s; a disk another QEMU really holds fails as before);
+ * - `cold`: the saved state did not load: cold-boot the same disk;
+ * - `fail`: give up with QEMU's words.
+ */
+export class StartRetries {
+  private attempt = 1;
+  private lockWaits = 0;
+
+  constructor(public restoring: boolean) {}
+
+  after(why: string): 'again' | 'wait' | 'cold' | 'fail' {
+    if (this.attempt < PORT_TRIES && PORT_TAKEN.test(why)) {
+      this.attempt++;
+      return 'again';
+    }
+    if (this.lockWaits < LOCK_WAITS && DISK_LOCKED.test(why)) {
+      this.lockWaits++;
+      return 'wait';
+    }
+    if (this.restoring) {
+      this.restoring = false;
+      this.attempt++;
+      return 'cold';
+    }
+    return 'fail';
+  }
+}
+
+/** How a VM's saved state enters QEMU: the command line's part, and what spawnQemu opens and loads. */
+export interface RestoreInputs {
+  args: Pick<QemuLaunch, 'loadSnapshot' | 'incomingFd' | 'ramFile' | 'incomingDefer'>;
+  /** The migration stream (or a RAM image's device state) passed as STATE_FD. */
+  stateFile?: string;
+  /** The stream is a RAM image's device state, loaded over QMP once QEMU is up. */
+  ramImage: boolean;
+}
+
+/**
+ * The restore part of a launch from `saved` in `dir` (nothing when cold-booting): an internal
+ * snapshot is loaded by name, a stream from a descriptor, a RAM image mapped copy-on-write with its
+ * device state loaded after QEMU starts (`-incoming defer`).
+ */
+export function restoreInputs(dir: string, saved: Saved | undefined): RestoreInputs {
+  if (!saved) return { args: {}, ramImage: false };
+  if (saved.kind === 'snapshot') return { args: { loadSnapshot: SUSPEND_TAG }, ramImage: false };
+  const files = savedFiles(saved);
+  const stateFile = join(dir, files.at(-1)!);
+  if (saved.kind === 'stream') return { args: { incomingFd: STATE_FD }, stateFile, ramImage: false };
+  return { args: { incomingFd: STATE_FD, ramFile: { path: join(dir, files[0]), shared: false }, incomingDefer: true }, stateFile, ramImage: true };
+}
