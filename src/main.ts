@@ -122,7 +122,7 @@ const DRIVERS: Record<Config['hypervisor'], HypervisorDriver> = { qemu: qemuDriv
 function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
   return new ContainerModule(({ bind }) => {
     const Adapter = Symbol('HypervisorAdapter');
-    bind(Adapter).toDynamicValue((ctx) => o.hypervisor ?? DRIVERS[config.hypervisor].create(config, ctx.get<Logger>(Logger))).inSingletonScope();
+    bind(Adapter).toDynamicValue((ctx) => o.hypervisor ?? DRIVERS[config.hypervisor].create(config, ctx.get<Logger>(Logger), ctx.get<Failpoints>(Failpoints))).inSingletonScope();
     for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toDynamicValue((ctx) => ctx.get(Adapter));
     bind(GuestAgent).toDynamicValue((ctx) =>
       o.guestAgent ?? standInsOf(ctx.get(Adapter))?.guestAgent ?? new HttpGuestAgent(pickConnector(config.agent_transport))).inSingletonScope();

@@ -5,9 +5,10 @@
  */
 export const FAILPOINTS = [
   'create.saved', 'create.disk', 'create.launched', 'create.ready',
-  'clone.copied', 'suspend.saving', 'suspend.saved', 'restore.launched',
+  'clone.copied', 'suspend.saving', 'suspend.image', 'suspend.saved', 'restore.launched',
   'shutdown.stopped', 'delete.destroyed', 'claim.renamed',
 ] as const;
+/** `suspend.image` is the QEMU adapter's: a second QEMU has loaded the saved stream to make a RAM image of it. */
 export type Failpoint = (typeof FAILPOINTS)[number];
 
 export const Failpoints = Symbol('Failpoints');

@@ -50,6 +50,15 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       },
     },
     {
+      // Inside the adapter: a second QEMU has loaded the stream to make a RAM image of it. Left
+      // behind, it would hold the guest's memory and the disk's lock, and the VM could not start.
+      point: 'suspend.image',
+      run: async (t) => {
+        expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        return call(t, 'POST', `/vms/${vm}/suspend`);
+      },
+    },
+    {
       point: 'delete.destroyed',
       run: async (t) => {
         expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);

@@ -1,9 +1,13 @@
 import { expect } from 'chai';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { readSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
+import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
+import { toState } from '../../src/adapters/hypervisor/adapter-state.js';
+import type { VmHandle } from '../../src/ports/hypervisor.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
 import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
@@ -85,5 +89,36 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     }
     expect(savedFiles(spec.dir)).to.deep.equal(['state.mig']);
     expect(q.calls()).to.have.length(1);
+  });
+
+  it('kills an image maker a crashed daemon left, found by its pidfile, when the VM is killed or re-attached; never a pid that is not one', async () => {
+    const spec = q.vm('m');
+    // Stand-ins: a maker's command line names the VM's disk; a process that took a recycled pid does not.
+    const idle = (...args: string[]) => spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', ...args], { stdio: 'ignore' });
+    /** Did `c` end within 5 s? */
+    const ended = (c: ChildProcess) => new Promise<boolean>((r) => {
+      if (c.exitCode !== null || c.signalCode !== null) return r(true);
+      const t = setTimeout(() => r(false), 5000);
+      c.once('exit', () => { clearTimeout(t); r(true); });
+    });
+    const disk = join(spec.dir, 'disk.qcow2');
+    const kids = [idle(), idle(disk), idle(disk)];
+    const [other, first, second] = kids;
+    try {
+      writeFileSync(join(spec.dir, 'ram-image.pid'), String(other.pid));
+      await hv.kill(spec);
+      expect(alive(other.pid!), 'not a maker of this vm: left alone').to.equal(true);
+
+      writeFileSync(join(spec.dir, 'ram-image.pid'), String(first.pid));
+      await hv.kill(spec);
+      expect(await ended(first), 'killed with the vm').to.equal(true);
+
+      writeFileSync(join(spec.dir, 'ram-image.pid'), String(second.pid));
+      const gone: VmHandle = { ip: '10.0.2.15', ssh_port: 0, agent_port: 0, agent_cid: 0, pid: 0, forwards: [], restored_from_snapshot: false, state: toState({}) };
+      expect(await hv.reattach(spec, gone)).to.equal(null);
+      expect(await ended(second), 'killed at re-attach').to.equal(true);
+    } finally {
+      for (const k of kids) k.kill('SIGKILL');
+    }
   });
 });

@@ -1,4 +1,5 @@
 import type { Config } from '../../app/config.js';
+import type { Failpoints } from '../../ports/failpoints.js';
 import type { GuestAgent } from '../../ports/guest-agent.js';
 import type { HypervisorAdapter } from '../../ports/hypervisor.js';
 import type { Logger } from '../../ports/logger.js';
@@ -9,7 +10,8 @@ import type { SshProbe } from '../../ports/tunnels.js';
  * beside `qemu/` and `fake/` with a driver, and one line in the composition root's table.
  */
 export interface HypervisorDriver {
-  create(config: Config, log: Logger): HypervisorAdapter;
+  /** `failpoints`: steps inside the adapter where a test may make the daemon die (test_mode). */
+  create(config: Config, log: Logger, failpoints: Failpoints): HypervisorAdapter;
 }
 
 /** Guest-side adapters that answer for VMs with no real guest behind them (the fake without agents). */

@@ -4,10 +4,10 @@ import { QemuHypervisor } from './qemu-hypervisor.js';
 
 /** `hypervisor: qemu`: one detached QEMU process per VM. */
 export const qemuDriver: HypervisorDriver = {
-  create: (config, log) => new QemuHypervisor({
+  create: (config, log, failpoints) => new QemuHypervisor({
     qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
     log, vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
     overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined, logMaxBytes: config.log_max_mb * 1024 * 1024,
-    qemuUser: config.qemu_user,
+    qemuUser: config.qemu_user, failpoints,
   }),
 };

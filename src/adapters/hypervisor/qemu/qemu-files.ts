@@ -77,11 +77,12 @@ export async function waitForQmp(child: ChildProcess, path: string): Promise<Qmp
 
 /**
  * Kills a QEMU of the VM in `dir` that no adapter tracks (a crash between spawn and record, a
- * monitor that no longer answers): found by the pidfile QEMU writes at start and checked by its
- * command line (this VM's disk), so a recycled pid is never killed. `found` hears of it first.
+ * monitor that no longer answers): found by the pidfile QEMU writes at start (`pidfile`, a name in
+ * `dir`: the VM's own QEMU's by default) and checked by its command line (this VM's disk), so a
+ * recycled pid is never killed. `found` hears of it first.
  */
-export async function killStray(dir: string, found: (pid: number) => void): Promise<void> {
-  const pid = Number(await readFile(layout(dir).pidfile, 'utf8').catch(() => ''));
+export async function killStray(dir: string, found: (pid: number) => void, pidfile?: string): Promise<void> {
+  const pid = Number(await readFile(pidfile ? join(dir, pidfile) : layout(dir).pidfile, 'utf8').catch(() => ''));
   if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
   if (!isQemuOf(pid, layout(dir).disk)) return;
   found(pid);

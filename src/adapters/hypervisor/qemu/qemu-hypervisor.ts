@@ -5,6 +5,7 @@ import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
+import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
   BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
@@ -24,7 +25,7 @@ import { QmpClient } from './qmp-client.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
 import { freeze, LAYER, shareInto } from './disk-layers.js';
-import { RamImages } from './ram-image.js';
+import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { VmCommand } from './vm-command.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
 import { LOCK_WAIT_MS, restoreInputs, StartRetries } from './launch-plan.js';
@@ -58,6 +59,8 @@ export interface QemuOptions {
   logMaxBytes?: number;
   /** When the daemon is root, QEMU drops to this user after opening its files (empty: it stays root). */
   qemuUser?: string;
+  /** Steps inside the adapter where a test may make the daemon die (`suspend.image`). */
+  failpoints?: Failpoints;
 }
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
@@ -82,7 +85,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.command = new VmCommand({ ...o, accelerator: () => this.accelerator() });
-    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log });
+    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints });
   }
 
   /** Caps the logs of running VMs (a guest can print without end). */
@@ -243,7 +246,10 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   async kill(vm: VmRef): Promise<void> {
     const v = this.live.get(vm.name);
-    if (!v) return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'));
+    if (!v) {
+      await this.killLeftoverMaker(vm);
+      return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'));
+    }
     v.expected = true;
     try {
       process.kill(v.pid, 'SIGKILL');
@@ -286,7 +292,17 @@ export class QemuHypervisor implements HypervisorAdapter {
     return { snapshot };
   }
 
+  /**
+   * A RAM image's maker (a second QEMU, ram-image.ts) lives only inside one call of this daemon; one
+   * that is found after a restart was left by a crash: paused, holding the guest's memory and the
+   * disk's lock, which would fail the VM's next start. Found by its own pidfile.
+   */
+  private killLeftoverMaker(vm: VmRef): Promise<void> {
+    return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a ram image maker a crashed daemon left'), MAKER_PIDFILE);
+  }
+
   async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
+    await this.killLeftoverMaker(vm);
     const saved = fromState<QemuState>(handle.state);
     const rt = saved.runtime ?? saved;
     const pid = rt.pid ?? handle.pid;

@@ -1,5 +1,6 @@
 import { open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { replaceState, type Frozen } from './disk-layers.js';
@@ -29,7 +30,12 @@ export interface MakeImage {
   base: string;
   /** QEMU's command line for the VM, with `ramFile` (shared) on `<base>.ram.tmp` and `-incoming fd:3`. */
   args: string[];
+  /** Called once the stream is loaded, before the device state is saved (a test's failpoint). */
+  loaded?: () => void;
 }
+
+/** The pidfile of the QEMU that makes a VM's RAM image, in the VM's directory. */
+export const MAKER_PIDFILE = 'ram-image.pid';
 
 /** Where `makeRamImage` has QEMU write the memory (the args must map this path, shared). */
 export const ramTmp = (dir: string, base: string) => join(dir, `${base}.ram.tmp`);
@@ -50,6 +56,7 @@ export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Re
   const started = await spawnQemu({ binary: m.binary, args: m.args, dir: m.dir, disk: m.disk, qmp: m.qmp, stateFile: join(m.dir, m.stream), run: false });
   if (started instanceof Error) throw started;
   ms.load = lap();
+  m.loaded?.();
   const { child, qmp } = started;
   const gone = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
   try {
@@ -86,7 +93,7 @@ export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Re
 
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
 export class RamImages {
-  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger }) {}
+  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints }) {}
 
   /**
    * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares; not at all with
@@ -116,11 +123,12 @@ export class RamImages {
     if (!this.fits(spec)) return undefined;
     const t0 = Date.now();
     const qmp = qmpPath(spec.dir, 'ram-image.sock');
-    const pidfile = join(spec.dir, 'ram-image.pid');
+    const pidfile = join(spec.dir, MAKER_PIDFILE);
     try {
       // Its own monitor and pid file, apart from the VM's.
       const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp, pidfile } });
-      const { saved, ms } = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args });
+      const loaded = () => this.o.failpoints?.hit('suspend.image');
+      const { saved, ms } = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args, loaded });
       this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
       return saved;
     } catch (err) {
