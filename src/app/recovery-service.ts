@@ -1,5 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { hasProcess } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -8,8 +9,10 @@ import { Vms } from './vms.js';
 
 /**
  * Daemon start: loads the records and re-attaches to VMs that were running when the daemon
- * stopped. A create that a crash interrupted is rolled back; an ephemeral VM whose process is
- * gone is removed; a persistent one becomes `error` and can be started again.
+ * stopped. A create that a crash interrupted is rolled back; a VM whose process is gone but
+ * whose suspend the adapter finished (the daemon died before recording it) is suspended; any other
+ * ephemeral VM whose process is gone is removed; a persistent one becomes `error` and can be
+ * started again.
  */
 @injectable()
 export class RecoveryService {
@@ -18,6 +21,7 @@ export class RecoveryService {
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
     @inject(Vms) private readonly vms: Vms,
+    @inject(Clock) private readonly clock: Clock,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
   ) {}
 
@@ -46,6 +50,12 @@ export class RecoveryService {
         await this.vms.save(rec);
         this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
         if (rec.status === 'running') await this.events.emit('up', rec);
+      } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {
+        this.log.warn({ vm: rec.name }, 'the vm was saved by a suspend the daemon did not get to record; it is suspended');
+        rec.status = 'suspended';
+        rec.suspended_at = new Date(this.clock.now()).toISOString();
+        this.keeper.clearRuntime(rec);
+        await this.vms.save(rec);
       } else if (!rec.persistent) {
         this.log.warn({ vm: rec.name }, 'ephemeral vm process is gone; removing it');
         await this.keeper.purge(rec);

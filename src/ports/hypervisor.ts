@@ -135,6 +135,12 @@ export interface Hypervisor {
    */
   reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
 
+  /**
+   * Does the VM, whose process is not running, hold a complete saved state that a restore would
+   * load? True after a suspend the adapter finished even if the daemon did not get to record it.
+   */
+  hasSavedState(vm: VmRef): Promise<boolean>;
+
   /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
   destroy(vm: VmRef): Promise<void>;
 

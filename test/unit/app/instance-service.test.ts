@@ -203,6 +203,21 @@ describe('app/InstanceService', () => {
     expect(w2.store.records.has('eph')).to.equal(false);
   });
 
+  it('at init, takes a vm whose suspend the adapter finished but the daemon never recorded as suspended, and restores it', async () => {
+    const w = world();
+    await (await w.creates.create({ name: 'saved', persistent: true }, {})).done;
+    await (await w.creates.create({ name: 'lost', persistent: true }, {})).done;
+    // The daemon died right after the adapter saved and stopped the VM: the record still says running.
+    await w.hv.suspend({ name: 'saved', dir: '/nowhere' });
+    await w.hv.kill({ name: 'lost', dir: '/nowhere' });
+    const w2 = world({}, w.store, w.hv);
+    await w2.recovery.init();
+    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([['lost', 'error'], ['saved', 'suspended']]);
+    expect(w2.svc.get('saved').suspended_at).to.be.a('string');
+    await w2.svc.restore('saved');
+    expect(w2.svc.get('saved').status).to.equal('running');
+  });
+
   it('emits lifecycle events for other services', async () => {
     const w = world();
     const seen: string[] = [];

@@ -291,6 +291,11 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return { snapshot: true };
   }
 
+  async hasSavedState(ref: VmRef): Promise<boolean> {
+    const vm = this.vms.get(ref.name);
+    return !!vm?.snapshot && vm.state !== 'running' && vm.state !== 'paused';
+  }
+
   /**
    * A fresh instance knows no VMs (in-memory processes die with the daemon). An instance handed
    * to a restarted daemon (embedders, tests) re-attaches to the VMs it still runs.

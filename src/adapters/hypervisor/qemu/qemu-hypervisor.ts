@@ -331,6 +331,10 @@ export class QemuHypervisor implements HypervisorAdapter {
     return handle;
   }
 
+  async hasSavedState(vm: VmRef): Promise<boolean> {
+    return !this.live.has(vm.name) && (await readSaved(vm.dir)) !== undefined;
+  }
+
   /**
    * Every file is in the VM directory the store moved. A running VM keeps its process (whose
    * command line still shows the old name and disk path: re-attach checks the tag and disk the
