@@ -9,7 +9,7 @@
  * here, but the receiver gets the same compact segments a direct client would send it, where
  * spliced ones carry the source's page fragments and cost the receiver's kernel more to take in.
  * For an upload the receiver is the agent, which is what limits the copy's speed, so the daemon asks
- * for copy there (measured: docs/benchmarks.md, "Uploads: copy, not splice").
+ * for copy there (measured: docs/benchmarks.md, "Uploads copied, downloads spliced").
  *
  * The sockets are shared with Node's event loop, which does not touch them while this runs; Node's
  * spawn makes a child's fds 0-2 blocking, and those file status flags belong to the sockets the
