@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { lstatSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { createWriteStream, lstatSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { request, Agent } from 'node:http';
 import type { Writable } from 'node:stream';
 import { join } from 'node:path';
@@ -75,6 +75,7 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
   writeFileSync(join(dir, 'config.yaml'), yaml + '\n');
   const proc = spawn(process.execPath, [...(process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : []), SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
   let port = 0;
+  if (process.env.BENCH_SVCD_LOG) proc.stderr!.pipe(createWriteStream(process.env.BENCH_SVCD_LOG, { flags: 'a' }));
   proc.stderr!.on('data', (c: Buffer) => {
     const m = /"tcp_port":(\d+)/.exec(c.toString());
     if (m) port = Number(m[1]);

@@ -40,10 +40,15 @@ async function timeIt(fn: () => Promise<unknown>): Promise<number> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** One image's guests on QEMU, with a warm pool of `tpl` (suspended or running members). */
-function qemuSvcd(dir: string, image: 'minimal' | 'debian', n: number, running: boolean): Promise<Daemon> {
+/**
+ * One image's guests on QEMU, with a warm pool of `tpl` (suspended or running members) or none.
+ * The clones are measured without a pool: a pool of `tpl` fills as soon as `tpl` is suspended,
+ * and its clones, boots and saves would run beside the clones being timed.
+ */
+function qemuSvcd(dir: string, image: 'minimal' | 'debian', n: number, pool: 'none' | 'suspended' | 'running'): Promise<Daemon> {
   return startSvcd(dir, {
-    hypervisor: 'qemu', images_dir: ensureImage(image), image, warm_pool: { template: 'tpl', size: n, running },
+    hypervisor: 'qemu', images_dir: ensureImage(image), image,
+    ...(pool === 'none' ? {} : { warm_pool: { template: 'tpl', size: n, running: pool === 'running' } }),
     sandbox_metrics_enabled: false, memory_mb: image === 'debian' ? 512 : 384, ready_timeout: '240s',
   });
 }
@@ -75,7 +80,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const shareRow = image === 'minimal' && CLONES > 0 ? await sharedDisk(dir, c) : undefined;
   // restart so the pool fills from the template, then wait until it is full
   await d.stop();
-  Object.assign(d, await qemuSvcd(dir, image, n, false));
+  Object.assign(d, await qemuSvcd(dir, image, n, 'suspended'));
   await poolFull(d, n);
   // One at a time on a full pool (the pool refilled between claims; each claimed VM deleted, as the
   // cold boots and clones above are, so no claim runs beside idle guests the others left), then a
@@ -107,10 +112,10 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   if (running) {
     // The same pool with members kept running: a claim is a rename, forwards and an identity.
     await d.stop();
-    Object.assign(d, await qemuSvcd(dir, image, n, true));
+    Object.assign(d, await qemuSvcd(dir, image, n, 'running'));
     for (const m of (await d.client.pool()).members) if (m.status === 'suspended') await d.client.delete(m.name);
     await d.stop();
-    Object.assign(d, await qemuSvcd(dir, image, n, true));
+    Object.assign(d, await qemuSvcd(dir, image, n, 'running'));
     await poolFull(d, n);
     const hot: number[] = [];
     for (let i = 0; i < n; i++) hot.push(await timeIt(() => d.client.create({ name: `hot${i}`, from_pool: true })));
@@ -160,7 +165,7 @@ async function removeAll(d: Daemon): Promise<void> {
 async function debianBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-deb-'));
   const n = Number(process.env.BENCH_DEBIAN_N ?? 3);
-  const d = await qemuSvcd(dir, 'debian', n, false);
+  const d = await qemuSvcd(dir, 'debian', n, 'none');
   try {
     await bootSeries(dir, d, 'debian', n, false);
   } finally {
@@ -226,7 +231,7 @@ async function importBenchmarks(): Promise<void> {
 /** 1 on minimal; 2. exec round trip; 5b. QEMU RSS. */
 async function qemuBenchmarks(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const d = await qemuSvcd(dir, 'minimal', N, false);
+  const d = await qemuSvcd(dir, 'minimal', N, 'none');
   try {
     if (only.includes('boot')) await bootSeries(dir, d, 'minimal', N, true);
     const c2 = d.client;
