@@ -27,6 +27,7 @@ import { GuestFiles, StatsSource } from './ports/agent/guest-files.js';
 import { ProcessRunner } from './ports/agent/process-runner.js';
 import { SystemIdentity } from './ports/agent/system-identity.js';
 import { LinuxSystemIdentity } from './adapters/agent/linux-system-identity.js';
+import { RecordedIdentity } from './adapters/agent/recorded-identity.js';
 import { PtyFactory } from './ports/agent/pty.js';
 import type { Logger } from './ports/logger.js';
 
@@ -51,7 +52,7 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
     if (o.files) bind(GuestFiles).toConstantValue(o.files);
     else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
     bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
-    bind(SystemIdentity).toConstantValue(o.identity ?? new LinuxSystemIdentity(opts.toolsDir));
+    bind(SystemIdentity).toConstantValue(o.identity ?? (opts.systemIdentity ? new LinuxSystemIdentity(opts.toolsDir) : new RecordedIdentity()));
   }), new ContainerModule(({ bind }) => {
     bind(AgentService).toSelf().inSingletonScope();
     bind(ExecService).toSelf().inSingletonScope();

@@ -10,7 +10,7 @@ const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-d
 The svc guest agent. Defaults: --listen 0.0.0.0:7475, --vsock-port 7475 (0 disables; used only
 when the kernel has AF_VSOCK and socat is present), --state-dir /var/lib/svc, --run-dir /run/svc.
 --no-system-identity records identities (POST /identity) without touching hostname, machine id or
-clock: for stand-in guests on a developer's host. --tools-dir names where date and ip are when the
+clock: for stand-in guests on a developer's host. --tools-dir names where sh, date, mkdir and ip are when the
 guest's PATH has none (images from container images). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
 
 async function main(argv: string[]): Promise<void> {

@@ -11,6 +11,6 @@ export interface AgentOptions {
    * that run on a developer's host (fake_agent, tests): they only record it.
    */
   systemIdentity: boolean;
-  /** Where the guest's `date`, `ip` and `sh` are when its PATH has none (`--tools-dir`); absent: PATH. */
+  /** Where the guest's `sh`, `date`, `mkdir` and `ip` are when its PATH has none (`--tools-dir`); absent: PATH. */
   toolsDir?: string;
 }

@@ -40,29 +40,21 @@ export class AgentService {
   }
 
   /**
-   * A restored or cloned guest learns who it is: hostname, a fresh machine id, the clock. Always
-   * recorded under `<state-dir>/identity/`; applied to the system only with systemIdentity.
+   * A restored or cloned guest learns who it is: hostname, a fresh machine id, the clock. Applied
+   * to the system (or, for a stand-in agent with systemIdentity off, only recorded) and noted under
+   * `<state-dir>/identity/`, by the SystemIdentity adapter the agent was built with.
    */
   async setIdentity(body: unknown): Promise<void> {
     if (typeof body !== 'object' || body === null) throw new InvalidArgumentError('body must be {hostname, time_ms, machine_id?}');
     const b = body as Record<string, unknown>;
     if (typeof b.hostname !== 'string' || !/^[a-z0-9][a-z0-9-]{0,62}$/.test(b.hostname)) throw new InvalidArgumentError('hostname must be a valid host name');
-    if (typeof b.time_ms !== 'number' || !Number.isFinite(b.time_ms) || b.time_ms <= 0) throw new InvalidArgumentError('time_ms must be a positive number');
+    if (typeof b.time_ms !== 'number' || !Number.isSafeInteger(Math.floor(b.time_ms)) || b.time_ms <= 0) throw new InvalidArgumentError('time_ms must be a positive number');
     const machineId = b.machine_id === undefined ? undefined : String(b.machine_id);
     if (machineId !== undefined && !/^[0-9a-f]{32}$/.test(machineId)) throw new InvalidArgumentError('machine_id must be 32 hex digits');
-    const dir = join(this.opts.stateDir, 'identity');
-    await this.files.mkdir(dir, true, 0o755);
-    const entries: [string, string | undefined][] = [['hostname', b.hostname], ['time_ms', String(b.time_ms)], ['machine_id', machineId]];
     if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
       throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
     }
-    // A note of what the daemon said, not state anything depends on: no fsyncs, which cost a guest
-    // on an emulated disk most of a second (the system's own files carry the identity). The notes
-    // and the system go together: a restored guest answers this call first, and waits add up.
-    await Promise.all([
-      ...entries.filter(([, v]) => v !== undefined).map(([k, v]) => this.files.writeFile(join(dir, k), Readable.from([Buffer.from(`${v}\n`)]), { mode: 0o644, durable: false })),
-      this.opts.systemIdentity ? this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip as string | undefined }) : undefined,
-    ]);
+    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip }, join(this.opts.stateDir, 'identity'));
   }
 
   readiness(): Promise<Readiness> {

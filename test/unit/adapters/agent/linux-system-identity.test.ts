@@ -1,0 +1,89 @@
+import { expect } from 'chai';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LinuxSystemIdentity } from '../../../../src/adapters/agent/linux-system-identity.js';
+
+describe('adapters/agent/linux-system-identity', () => {
+  let dir: string;
+  let root: string;
+  let tools: string;
+  let calls: string;
+  let identity: LinuxSystemIdentity;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'svc-identity-'));
+    root = join(dir, 'root');
+    tools = join(dir, 'tools');
+    calls = join(dir, 'calls');
+    for (const d of ['proc/sys/kernel', 'etc']) mkdirSync(join(root, d), { recursive: true });
+    writeFileSync(join(root, 'etc/hostname'), 'old\n');
+    mkdirSync(tools);
+    symlinkSync('/bin/sh', join(tools, 'sh'));
+    symlinkSync('/bin/mkdir', join(tools, 'mkdir'));
+    // Stand-ins for `date` and `ip`: note their arguments and the process that ran them; `date`
+    // refuses @13, as a guest without the right to set the clock would.
+    const stand = (name: string, extra = '') => {
+      writeFileSync(join(tools, name), `#!/bin/sh\necho "$PPID ${name} $*" >> '${calls}'\n${extra}echo "would print something"\n`);
+      chmodSync(join(tools, name), 0o755);
+    };
+    stand('date', `[ "$3" = "@13" ] && { echo "date: cannot set date: Operation not permitted" >&2; exit 1; }\n`);
+    stand('ip');
+    identity = new LinuxSystemIdentity(tools, root);
+  });
+  afterEach(() => {
+    identity.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const read = (p: string) => readFileSync(join(root, p), 'utf8');
+  const seen = () => (existsSync(calls) ? readFileSync(calls, 'utf8').trim().split('\n').map((l) => l.split(' ')) : []);
+
+  it("applies a clone's identity and records it, every call through one kept shell", async () => {
+    const notes = join(dir, 'state', 'identity');
+    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_000_999, machine_id: 'ab'.repeat(16), overlay_ip: '10.77.0.5/24' }, notes);
+    expect(read('proc/sys/kernel/hostname')).to.equal('web-1');
+    expect(read('etc/hostname')).to.equal('web-1\n');
+    expect(read('etc/hosts')).to.equal('127.0.0.1 localhost web-1\n');
+    expect(read('etc/machine-id')).to.equal(`${'ab'.repeat(16)}\n`);
+    expect(readFileSync(join(notes, 'hostname'), 'utf8')).to.equal('web-1\n');
+    expect(readFileSync(join(notes, 'time_ms'), 'utf8')).to.equal('1700000000999\n');
+    expect(readFileSync(join(notes, 'machine_id'), 'utf8')).to.equal(`${'ab'.repeat(16)}\n`);
+    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_001_000 }, notes);
+    const lines = seen();
+    expect(lines.map((l) => l.slice(1).join(' '))).to.deep.equal([
+      'date -u -s @1700000000', 'ip addr flush dev eth1', 'ip addr add 10.77.0.5/24 dev eth1', 'ip link set eth1 up', 'date -u -s @1700000001',
+    ]);
+    expect(new Set(lines.map((l) => l[0])).size, 'one shell ran them all').to.equal(1);
+    expect(Number(lines[0][0])).to.not.equal(process.pid);
+  });
+
+  it('fails with what date said, leaves the hostname alone, and goes on working', async () => {
+    let err: Error | undefined;
+    await identity.apply({ hostname: 'web-2', time_ms: 13_500 }, join(dir, 'notes')).catch((e: Error) => { err = e; });
+    expect(err?.message).to.match(/cannot apply the identity: exit 1: date: cannot set date: Operation not permitted/);
+    expect(err?.message).to.not.include('would print');
+    expect(read('etc/hostname')).to.equal('old\n');
+    await identity.apply({ hostname: 'web-2', time_ms: 14_000 }, join(dir, 'notes'));
+    expect(read('etc/hostname')).to.equal('web-2\n');
+  });
+
+  it('takes names with quotes and spaces in its paths as they are', async () => {
+    const odd = join(dir, "it's a dir");
+    const other = new LinuxSystemIdentity(tools, odd);
+    try {
+      for (const d of ['proc/sys/kernel', 'etc']) mkdirSync(join(odd, d), { recursive: true });
+      await other.apply({ hostname: 'web-3', time_ms: 20_000 }, join(odd, 'notes $HOME'));
+      expect(readFileSync(join(odd, 'etc/hostname'), 'utf8')).to.equal('web-3\n');
+      expect(readFileSync(join(odd, 'notes $HOME', 'hostname'), 'utf8')).to.equal('web-3\n');
+    } finally {
+      other.close();
+    }
+  });
+
+  it('fails when a file it must write cannot be written, and says which', async () => {
+    rmSync(join(root, 'proc'), { recursive: true });
+    let err: Error | undefined;
+    await identity.apply({ hostname: 'web-4', time_ms: 30_000 }, join(dir, 'notes')).catch((e: Error) => { err = e; });
+    expect(err?.message).to.match(/cannot apply the identity: exit \d+: .*proc\/sys\/kernel\/hostname/);
+  });
+});
