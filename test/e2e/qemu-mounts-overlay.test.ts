@@ -68,7 +68,7 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries()) describe(`s
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, network: 'overlay', overlay_mcast: `230.0.74.${1 + ((process.pid + n) % 200)}:${47000 + ((process.pid + n) % 1000)}`, sandbox_metrics_enabled: false, ready_timeout: '240s' });
   });
   after(async () => {
-    for (const n of ['a', 'b']) await d.call('DELETE', `/vms/${n}`);
+    for (const n of ['a', 'b', 'c', 't']) await d.call('DELETE', `/vms/${n}`);
     await d.stop();
   });
 
@@ -84,5 +84,21 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries()) describe(`s
     await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB[image].serve}`);
     const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
     expect(got.stdout, `${got.stderr}\n${(await sh(d, 'a', 'ss -ltn; ip addr; cat /var/tmp/http.log')).stdout}`).to.equal('hello-over-overlay\n');
+  });
+
+  it('gives a clone of a suspended template its own address in place of the template\'s, and it reaches the others', async () => {
+    const t = await d.call('POST', '/vms', { name: 't', persistent: true, memory_mb: image === 'debian' ? 512 : 384 });
+    expect(t.status, t.text).to.equal(201);
+    expect((await d.call('POST', '/vms/t/suspend')).status).to.equal(200);
+    const c = await d.call('POST', '/vms', { name: 'c', from: 't' });
+    expect(c.status, c.text).to.equal(201);
+    expect(c.json.ip).to.match(/^10\.77\.0\.\d+$/);
+    expect(c.json.ip).to.not.equal(t.json.ip);
+    const eth1 = (await sh(d, 'c', 'ip -4 addr show eth1')).stdout;
+    expect(eth1).to.contain(`${c.json.ip}/`);
+    expect(eth1).to.not.contain(`${t.json.ip}/`);
+    const a = await d.call('GET', '/vms/a');
+    const got = await sh(d, 'c', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
+    expect(got.stdout, got.stderr).to.equal('hello-over-overlay\n');
   });
 });
