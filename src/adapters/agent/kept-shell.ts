@@ -4,9 +4,6 @@ const STATUS = 'svc-shell ';
 const TIMEOUT_MS = 10_000;
 const SAID_LINES = 20;
 
-/** A word for sh: single-quoted, quotes inside closed and reopened. */
-export const shWord = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
-
 /** What a command line run by the shell left: its exit status and the lines it printed before it. */
 export interface ShellAnswer {
   status: number;
@@ -37,7 +34,7 @@ export class KeptShell {
 
   constructor(private readonly sh: string = 'sh', private readonly timeoutMs = TIMEOUT_MS) {}
 
-  /** Runs one command line (its words quoted with shWord) and answers its status and output. */
+  /** Runs one command line (its words quoted with shellWord) and answers its status and output. */
   run(line: string): Promise<ShellAnswer> {
     const next = this.queue.then(() => this.runNow(line));
     this.queue = next.catch(() => undefined);

@@ -3,7 +3,8 @@ import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
 import type { GuestIdentity } from '../../domain/agent.js';
 import type { SystemIdentity } from '../../ports/agent/system-identity.js';
-import { KeptShell, shWord } from './kept-shell.js';
+import { shellWord } from '../process-kit/shell-word.js';
+import { KeptShell } from './kept-shell.js';
 
 /**
  * Sets hostname (kernel and /etc/hostname), /etc/hosts, /etc/machine-id, the clock and a clone's
@@ -29,7 +30,7 @@ export class LinuxSystemIdentity implements SystemIdentity {
 
   /** The command line that applies `id` and records it under `notes`; every word quoted. */
   line(id: GuestIdentity, notes: string): string {
-    const q = shWord;
+    const q = shellWord;
     const at = (p: string) => q(join(this.root, p));
     const put = (text: string, file: string) => `printf '%s\\n' ${q(text)} > ${file}`;
     const note = (k: string, v: string) => put(v, q(join(notes, k)));

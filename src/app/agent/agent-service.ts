@@ -33,9 +33,14 @@ export class AgentService {
     };
   }
 
-  /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
+  /** Where the SystemIdentity adapter notes each identity, a file per field. */
+  private get identityNotes(): string {
+    return join(this.opts.stateDir, 'identity');
+  }
+
+  /** The identity a stand-in agent recorded (it does not apply one to its host). */
   private async recordedIdentity(): Promise<GuestIdentity | undefined> {
-    const t = await this.files.readTextDir(join(this.opts.stateDir, 'identity'));
+    const t = await this.files.readTextDir(this.identityNotes);
     return t.hostname ? { hostname: t.hostname, time_ms: Number(t.time_ms), machine_id: t.machine_id } : undefined;
   }
 
@@ -54,9 +59,10 @@ export class AgentService {
     if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
       throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
     }
-    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip }, join(this.opts.stateDir, 'identity'));
+    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip }, this.identityNotes);
   }
 
+  /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
   readiness(): Promise<Readiness> {
     return this.files.readTextDir(join(this.opts.stateDir, 'readiness'));
   }

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KeptShell, shWord } from '../../../../src/adapters/agent/kept-shell.js';
+import { KeptShell } from '../../../../src/adapters/agent/kept-shell.js';
+import { shellWord } from '../../../../src/adapters/process-kit/shell-word.js';
 
 describe('adapters/agent/kept-shell', () => {
   let dir: string;
@@ -18,7 +19,7 @@ describe('adapters/agent/kept-shell', () => {
     shell.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  const note = (what: string) => `echo "$$ ${what}" >> ${shWord(calls)}`;
+  const note = (what: string) => `echo "$$ ${what}" >> ${shellWord(calls)}`;
   const seen = () => readFileSync(calls, 'utf8').trim().split('\n').map((l) => l.split(' '));
 
   it('runs every line through the same shell, one after another, and answers its status', async () => {
@@ -32,7 +33,7 @@ describe('adapters/agent/kept-shell', () => {
   });
 
   it('answers what a failing line printed, and keeps only its own lines', async () => {
-    const a = await shell.run(`{ echo first; echo "second it's"; ls ${shWord(join(dir, 'no such'))}; } 2>&1`);
+    const a = await shell.run(`{ echo first; echo "second it's"; ls ${shellWord(join(dir, 'no such'))}; } 2>&1`);
     expect(a.status).to.not.equal(0);
     expect(a.said.slice(0, 2)).to.deep.equal(['first', "second it's"]);
     expect(a.said.join(' ')).to.match(/no such/);
