@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
 import { startAgent } from '../agent-main.js';
 import type { AgentOptions } from '../app/agent/agent-options.js';
 import { VERSION } from '../version.js';
@@ -36,6 +37,12 @@ async function main(argv: string[]): Promise<void> {
     console.error('svc-agent: --vsock-port must be a non-negative integer');
     process.exit(2);
   }
+  // V8 drops the bytecode of functions it has not run lately. A guest restored from a saved state
+  // (a clone, a pool claim, a restore) would then parse and compile them again before its first
+  // answer, and under TCG that is about a sixth of the code the guest translates anew for it
+  // (docs/suspend-and-clones.md). The flag is read at each collection, so setting it here holds
+  // for every launcher (the images' scripts, agent deploy, the single executable).
+  setFlagsFromString('--no-flush-bytecode');
   const agent = await startAgent(opts);
   // The guest's supervisor and agent deploy find the running agent through this file.
   try {
