@@ -99,7 +99,7 @@ export class InstanceService {
   async suspend(name: string): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
-      if (rec.status === 'running') await this.keeper.warmIdentity(rec);
+      if (rec.status === 'running') await this.keeper.warmBeforeSave(rec);
       this.failpoints.hit('suspend.saving');
       const { snapshot } = await this.keeper.expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec)));
       this.failpoints.hit('suspend.saved');

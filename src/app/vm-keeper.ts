@@ -19,7 +19,7 @@ import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 import { Vms } from './vms.js';
 
-/** How long a suspend waits for the identity warm-up (a guest that does not answer is saved as is). */
+/** How long a suspend waits for the warm-up (a guest that does not answer is saved as is). */
 const WARM_MS = 3000;
 import { Failpoints } from '../ports/failpoints.js';
 
@@ -127,14 +127,20 @@ export class VmKeeper {
   }
 
   /**
-   * Before a running guest is saved: the identity it already has, once more. A restored guest's
-   * first call is its identity, and under TCG a path never taken before the save is slow after it
-   * (page cache, lazily compiled agent code); taken once, it is in the saved RAM, and a clone is
-   * ready in about half the time. Best effort and bounded: a guest without an agent is saved as is.
+   * Before a running guest is saved: the identity it already has, once more, then one exec of
+   * `sync`. A restored guest's first call is its identity, and under TCG a path never taken before
+   * the save is slow after it (page cache, lazily compiled agent code); taken once, it is in the
+   * saved RAM, and a clone is ready in about half the time. The exec does the same for the first
+   * command people run after a restore, and `sync` leaves no writeback of the template's own for
+   * its clones to do in their first second (docs/suspend-and-clones.md). Best effort and bounded: a
+   * guest without an agent is saved as is.
    */
-  async warmIdentity(rec: InstanceRecord): Promise<void> {
-    const call = this.agent.setIdentity(agentEndpoint(rec), { hostname: rec.name, time_ms: this.clock.now() }).catch(() => undefined);
-    await Promise.race([call, this.clock.sleep(WARM_MS)]);
+  async warmBeforeSave(rec: InstanceRecord): Promise<void> {
+    const ep = agentEndpoint(rec);
+    const calls = this.agent.setIdentity(ep, { hostname: rec.name, time_ms: this.clock.now() })
+      .then(() => this.agent.exec(ep, { cmd: 'sync', args: [], timeoutMs: WARM_MS }))
+      .catch(() => undefined);
+    await Promise.race([calls, this.clock.sleep(WARM_MS)]);
   }
 
   async expectExit<T>(rec: InstanceRecord, fn: () => Promise<T>): Promise<T> {

@@ -74,34 +74,46 @@ describe('app/VmKeeper', () => {
     expect(removed).to.deep.equal(['p']);
   });
 
-  it('warms the identity path of a running guest before a suspend saves it; a paused or silent guest is saved as is', async function () {
+  it('warms the identity and exec paths of a running guest before a suspend saves it; a paused or silent guest is saved as is', async function () {
     this.timeout(10_000);
     const w = world();
     const agent = w.container.get<GuestAgent>(GuestAgent);
     const calls: GuestIdentity[] = [];
+    const execs: string[] = [];
     let hang = false;
     agent.setIdentity = async (_ep, id) => {
       calls.push(id);
       if (hang) await new Promise(() => undefined);
     };
+    const exec = agent.exec.bind(agent);
+    agent.exec = async (ep, req, ...rest) => {
+      execs.push([req.cmd, ...req.args].join(' '));
+      return exec(ep, req, ...rest);
+    };
     await (await w.creates.create({ name: 'w', persistent: true }, {})).done;
     calls.length = 0;
+    execs.length = 0;
     await w.svc.suspend('w');
     expect(calls).to.have.length(1);
+    expect(execs, 'after the identity, one exec that flushes the guest').to.deep.equal(['sync']);
     expect(calls[0]).to.include({ hostname: 'w' });
     expect(calls[0].machine_id, 'its own identity: no new machine id').to.equal(undefined);
     expect(Math.abs(calls[0].time_ms - Date.now())).to.be.below(5000);
     await w.svc.restore('w');
     await w.svc.pause('w');
     calls.length = 0;
+    execs.length = 0;
     await w.svc.suspend('w');
     expect(calls).to.deep.equal([]);
+    expect(execs).to.deep.equal([]);
     await w.svc.restore('w');
     hang = true;
     calls.length = 0;
+    execs.length = 0;
     const t0 = Date.now();
     await w.svc.suspend('w');
     expect(calls).to.have.length(1);
+    expect(execs, 'no exec after an identity that did not answer').to.deep.equal([]);
     expect(Date.now() - t0).to.be.below(4500);
     expect(w.vms.get('w').status).to.equal('suspended');
   });

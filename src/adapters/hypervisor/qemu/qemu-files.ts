@@ -69,7 +69,8 @@ export async function waitForQmp(child: ChildProcess, path: string): Promise<Qmp
         // not accepting yet
       }
     }
-    await new Promise((r) => setTimeout(r, 25));
+    // The socket appears early in QEMU's start (connecting then waits for its greeting): look often.
+    await new Promise((r) => setTimeout(r, 5));
   }
   child.kill('SIGKILL');
   return new Error('qemu did not open its monitor within 15 s');

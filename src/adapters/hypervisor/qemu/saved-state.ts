@@ -138,7 +138,8 @@ export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: num
  * (the caller cold-boots) when the stream does not fit this VM or QEMU goes away meanwhile.
  */
 export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000, run = true): Promise<Error | undefined> {
-  const deadline = Date.now() + timeoutMs;
+  const start = Date.now();
+  const deadline = start + timeoutMs;
   try {
     while (Date.now() < deadline) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
@@ -147,7 +148,9 @@ export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000, run = t
         return undefined;
       }
       if (st.status === 'failed' || st.status === 'cancelled') return new Error(`loading the saved state ${st.status}: ${st['error-desc'] ?? ''}`);
-      await new Promise((r) => setTimeout(r, 10));
+      // A RAM image's device state loads in tens of milliseconds, on the path of a clone: ask often
+      // at first; a whole stream takes seconds.
+      await new Promise((r) => setTimeout(r, Date.now() - start < 200 ? 2 : 10));
     }
     return new Error(`loading the saved state took more than ${timeoutMs} ms`);
   } catch (err) {
