@@ -5,6 +5,7 @@ import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
+import { Failpoints } from '../ports/failpoints.js';
 import { GuestAgent } from '../ports/guest-agent.js';
 import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
@@ -21,7 +22,6 @@ import { Vms } from './vms.js';
 
 /** How long a suspend waits for the warm-up (a guest that does not answer is saved as is). */
 const WARM_MS = 3000;
-import { Failpoints } from '../ports/failpoints.js';
 
 /**
  * What lifecycle and creation both do to one VM: turn it into a hypervisor spec and back, boot it
@@ -137,8 +137,10 @@ export class VmKeeper {
    */
   async warmBeforeSave(rec: InstanceRecord): Promise<void> {
     const ep = agentEndpoint(rec);
+    const until = this.clock.now() + WARM_MS;
+    // The exec gets what is left of the bound, so no `sync` is still running in the saved guest.
     const calls = this.agent.setIdentity(ep, { hostname: rec.name, time_ms: this.clock.now() })
-      .then(() => this.agent.exec(ep, { cmd: 'sync', args: [], timeoutMs: WARM_MS }))
+      .then(() => this.agent.exec(ep, { cmd: 'sync', args: [], timeoutMs: Math.max(1, until - this.clock.now()) }))
       .catch(() => undefined);
     await Promise.race([calls, this.clock.sleep(WARM_MS)]);
   }

@@ -39,7 +39,7 @@ async function main(argv: string[]): Promise<void> {
   }
   // V8 drops the bytecode of functions it has not run lately. A guest restored from a saved state
   // (a clone, a pool claim, a restore) would then parse and compile them again before its first
-  // answer, and under TCG that is about a sixth of the code the guest translates anew for it
+  // answer, and under TCG that was up to a sixth of the code the guest translates anew for it
   // (docs/suspend-and-clones.md). The flag is read at each collection, so setting it here holds
   // for every launcher (the images' scripts, agent deploy, the single executable).
   setFlagsFromString('--no-flush-bytecode');
