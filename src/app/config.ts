@@ -44,6 +44,8 @@ export interface Config {
   /** When the daemon runs as root, QEMU drops to this user (`-runas`) once its files are open; '' keeps root. */
   qemu_user: string;
   accel: 'auto' | 'kvm' | 'tcg';
+  /** Keep one QEMU started ahead (restore held) for the next clone of each recently cloned template. */
+  clone_spares: boolean;
   mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
@@ -105,6 +107,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   qemu_binary: ['qemu_binary', 'string', 'qemu-system-x86_64'],
   qemu_user: ['qemu_user', 'string', 'nobody'],
   accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
+  clone_spares: ['clone_spares', 'bool', true],
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],

@@ -45,13 +45,44 @@ export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
 
 /** QEMU processes of VMs with these names that are still running. */
 export function qemuProcesses(names: string[]): string[] {
-  let out = '';
+  return pgrepLines('process=svc-').filter((l) => names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)));
+}
+
+function pgrepLines(pattern: string): string[] {
   try {
-    out = execFileSync('pgrep', ['-af', 'process=svc-'], { encoding: 'utf8' });
+    return execFileSync('pgrep', ['-af', pattern], { encoding: 'utf8' }).split('\n').filter(Boolean);
   } catch {
     return [];
   }
-  return out.split('\n').filter((l) => names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)));
+}
+
+/**
+ * The command line of the QEMU the record of `vm` (under `dataDir`) names, or undefined when none
+ * runs. A clone's QEMU may have been started ahead as its template's spare, under the spare's name.
+ */
+export function qemuOfVm(dataDir: string, vm: string): string | undefined {
+  const rec = JSON.parse(readFileSync(join(dataDir, 'vms', vm, 'instance.json'), 'utf8')) as { runtime?: { pid?: number } };
+  try {
+    return readFileSync(`/proc/${rec.runtime?.pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every QEMU process of VMs (or spares) whose files are under `dataDir`, whatever its name. */
+export function qemuUnder(dataDir: string): string[] {
+  return pgrepLines('process=svc-').filter((l) => l.includes(`${join(dataDir, 'vms')}/`));
+}
+
+/**
+ * QEMU processes started as spares for the next clone of templates under `dataDir` that no clone
+ * has taken yet (a clone that takes one keeps its command line, but the spare's directory goes).
+ */
+export function waitingSpares(dataDir: string): string[] {
+  return pgrepLines('process=svc-spare-').filter((l) => {
+    const dir = /-pidfile (\S+)\/qemu\.pid/.exec(l)?.[1];
+    return dir?.startsWith(join(dataDir, 'vms')) && existsSync(dir);
+  });
 }
 
 /**

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
 import { MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
-import { ensureImage, qemuProcesses } from './image.js';
+import { ensureImage, qemuOfVm, qemuProcesses, qemuUnder, waitingSpares } from './image.js';
 
 /**
  * Deletes every VM and pool member and stops the daemon. A refill still in flight would add a
@@ -19,6 +19,7 @@ async function removeAll(d: TestDaemon): Promise<void> {
   for (const m of members) await d.call('DELETE', `/vms/${m.name}`);
   await d.stop();
   expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', ...members.map((m) => m.name)])).to.deep.equal([]);
+  expect(qemuUnder(d.config.data_dir), 'clones that took a spare, and spares, are gone too').to.deep.equal([]);
 }
 
 describe('svcd with QEMU: templates, clones and the warm pool', function () {
@@ -29,6 +30,17 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
   /** The frozen layers a VM's directory links (disk-layers.ts). */
   const layersIn = (vm: string) => readdirSync(dirOf(vm)).filter((n) => /^base-[0-9a-f]{16}\.qcow2$/.test(n));
+
+  /**
+   * The QEMU started for the next clone of `template` once a clone of it ran, given time to open its
+   * monitor (a clone that finds none ready starts its own QEMU).
+   */
+  const spareOf = async (template: string) => {
+    const find = () => waitingSpares(d.config.data_dir).find((l) => l.includes(`${dirOf(template)}/spare-`));
+    for (let i = 0; i < 100 && !find(); i++) await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 1000));
+    return find() ?? '';
+  };
 
   before(async () => {
     d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
@@ -56,14 +68,20 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect((await d.call('GET', '/vms/tpl')).json.status).to.equal('suspended');
   });
 
-  it('runs two clones at once, each answering on its own ports', async () => {
-    const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2' });
+  it('runs two clones at once, each answering on its own ports; the second in the QEMU started ahead after the first', async () => {
+    // The pool's refills clone tpl too (and would take its spare): let them finish first.
+    await d.daemon.poolSettled();
+    const spare = await spareOf('tpl');
+    expect(spare, 'the first clone started a spare for the next').to.include(`${dirOf('tpl')}/spare-`).and.include('-incoming defer');
+    const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2', persistent: true });
     expect(c2.status, c2.text).to.equal(201);
     const c1 = (await d.call('GET', '/vms/c1')).json;
     expect(c2.json.agent_port).to.not.equal(c1.agent_port);
     expect(await sh('c1', 'hostname')).to.equal('c1');
     expect(await sh('c2', 'hostname')).to.equal('c2');
-    expect(qemuProcesses(['c1', 'c2'])).to.have.length(2);
+    expect(await sh('c2', 'cat /etc/machine-id')).to.not.equal(tplMachineId).and.not.equal(await sh('c1', 'cat /etc/machine-id'));
+    expect(qemuOfVm(d.config.data_dir, 'c1')).to.include('process=svc-c1');
+    expect(qemuOfVm(d.config.data_dir, 'c2'), 'c2 runs in the spare').to.equal(spare.slice(spare.indexOf(' ') + 1));
     await sh('c2', 'echo only-c2 > /root/mine');
     expect(await sh('c1', 'cat /root/mine 2>/dev/null || echo absent')).to.equal('absent');
     // Nothing was copied: the template's disk became one frozen layer that both clones link.
@@ -78,10 +96,16 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     const base = layer.replace('.qcow2', '');
     expect(readdirSync(dirOf('tpl')).filter((n) => /\.(ram|dev|state|mig)$/.test(n)).sort()).to.deep.equal([`${base}.dev`, `${base}.ram`]);
     expect(statSync(join(dirOf('tpl'), `${base}.ram`)).mode & 0o222).to.equal(0);
-    for (const vm of ['c1', 'c2']) {
-      const [line] = qemuProcesses([vm]);
-      expect(line, vm).to.include(`mem-path=${join(dirOf(vm), `${base}.ram`)},share=off`).and.include('-incoming defer');
-    }
+    expect(qemuOfVm(d.config.data_dir, 'c1')).to.include(`mem-path=${join(dirOf('c1'), `${base}.ram`)},share=off`).and.include('-incoming defer');
+    // The spare mapped the image from its own directory (a link to the same file) before it was c2's.
+    expect(qemuOfVm(d.config.data_dir, 'c2')).to.match(new RegExp(`mem-path=${dirOf('tpl')}/spare-[0-9a-f]{8}/${base}\\.ram,share=off`));
+    // A clone that took a spare suspends and restores like any VM, though the paths its QEMU was
+    // started with are gone: from its own snapshot (the guest's uptime goes on), its changes kept.
+    expect((await d.call('POST', '/vms/c2/suspend')).status).to.equal(200);
+    const t0 = Date.now();
+    expect((await d.call('POST', '/vms/c2/restore')).json.status).to.equal('running');
+    expect(Number(await sh('c2', 'cut -d" " -f1 /proc/uptime')) * 1000).to.be.above(Date.now() - t0);
+    expect(await sh('c2', 'cat /root/mine')).to.equal('only-c2');
   });
 
   it('deletes a template that has a live clone; the clone keeps the shared layer, runs, suspends, restores and cold-boots', async () => {
@@ -90,13 +114,15 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect((await d.call('POST', '/vms/dt/suspend')).status).to.equal(200);
     expect((await d.call('POST', '/vms/dt/clone', { name: 'dc', persistent: true })).status).to.equal(201);
     const [layer] = layersIn('dc');
-    const links = statSync(join(dirOf('dc'), layer)).nlink;
+    expect(await spareOf('dt')).to.include('-incoming defer');
+    expect(statSync(join(dirOf('dc'), layer)).nlink, 'dt, dc and the spare dc started for the next clone of dt').to.equal(3);
     const del = await d.call('DELETE', '/vms/dt');
     expect(del.status, del.text).to.equal(200);
     expect((await d.call('GET', '/vms/dt')).status).to.equal(404);
     expect(existsSync(dirOf('dt'))).to.equal(false);
-    // The layer lives on in the clone's directory, one link fewer.
-    expect(statSync(join(dirOf('dc'), layer)).nlink).to.equal(links - 1);
+    // The layer lives on in the clone's directory; the template's spare went with it.
+    expect(statSync(join(dirOf('dc'), layer)).nlink).to.equal(1);
+    expect(waitingSpares(d.config.data_dir).filter((l) => l.includes(`${dirOf('dt')}/`))).to.deep.equal([]);
     expect(await sh('dc', 'hostname; cat /root/dt.txt')).to.equal('dc\nfrom-dt');
     expect((await d.call('POST', '/vms/dc/suspend')).status).to.equal(200);
     // Its own suspend is a RAM image of its own (the memory it had, shared pages and changes alike).

@@ -9,7 +9,8 @@ import { writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
  * `qmp.jsonl`; the starts listed in `fail.json` (by number, with the words to print) print them,
  * as QEMU would, and exit 1. The others serve QMP on the `-qmp` socket: an incoming or outgoing
  * migration is `completed` at once, `migrate` to `unix:PATH` writes `state of start N` there, a
- * shared memory file (`memory-backend-file,...,share=on`) gets `memory of start N`, `quit` exits.
+ * shared memory file (`memory-backend-file,...,share=on`) gets `memory of start N`, `quit` exits;
+ * it writes its pid to the `-pidfile`.
  */
 const SCRIPT = `#!/usr/bin/env node
 const fs = require('node:fs');
@@ -25,6 +26,7 @@ for (const a of args) {
   const m = /^memory-backend-file,.*mem-path=([^,]+),share=on$/.exec(a);
   if (m) fs.writeFileSync(m[1], 'memory of start ' + n);
 }
+if (args.includes('-pidfile')) fs.writeFileSync(args[args.indexOf('-pidfile') + 1], String(process.pid));
 const qmp = args[args.indexOf('-qmp') + 1].replace(/^unix:/, '').split(',')[0];
 net.createServer((s) => {
   s.write(JSON.stringify({ QMP: { version: {}, capabilities: [] } }) + '\\n');

@@ -8,6 +8,6 @@ export const qemuDriver: HypervisorDriver = {
     qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
     log, vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
     overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined, logMaxBytes: config.log_max_mb * 1024 * 1024,
-    qemuUser: config.qemu_user, failpoints,
+    qemuUser: config.qemu_user, failpoints, spares: config.clone_spares,
   }),
 };

@@ -79,13 +79,14 @@ export async function waitForQmp(child: ChildProcess, path: string): Promise<Qmp
 /**
  * Kills a QEMU of the VM in `dir` that no adapter tracks (a crash between spawn and record, a
  * monitor that no longer answers): found by the pidfile QEMU writes at start (`pidfile`, a name in
- * `dir`: the VM's own QEMU's by default) and checked by its command line (this VM's disk), so a
- * recycled pid is never killed. `found` hears of it first.
+ * `dir`: the VM's own QEMU's by default) and checked by its command line (this VM's disk, or one
+ * of `disks`: a QEMU started as a spare names the disk where it was started), so a recycled pid is
+ * never killed. `found` hears of it first.
  */
-export async function killStray(dir: string, found: (pid: number) => void, pidfile?: string): Promise<void> {
+export async function killStray(dir: string, found: (pid: number) => void, pidfile?: string, disks = [layout(dir).disk]): Promise<void> {
   const pid = Number(await readFile(pidfile ? join(dir, pidfile) : layout(dir).pidfile, 'utf8').catch(() => ''));
   if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
-  if (!isQemuOf(pid, layout(dir).disk)) return;
+  if (!disks.some((d) => isQemuOf(pid, d))) return;
   found(pid);
   try {
     process.kill(pid, 'SIGKILL');

@@ -1,16 +1,12 @@
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { copyFile, readdir, rm, unlink } from 'node:fs/promises';
-import { constants } from 'node:fs';
+import { readdir, rm, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
   BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
-import { fromState, toState } from '../adapter-state.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { freePort, freePorts, portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
@@ -20,30 +16,18 @@ import { checkDriver } from './mounts.js';
 import type { Mount } from '../../../domain/instance.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag } from './qemu-args.js';
-import { alive, isQemuOf, killStray, layout } from './qemu-files.js';
-import { QmpClient } from './qmp-client.js';
+import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
-import { freeze, LAYER, shareInto } from './disk-layers.js';
+import { LAYER } from './disk-layers.js';
 import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { VmCommand } from './vm-command.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
+import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
 import { LOCK_WAIT_MS, restoreInputs, StartRetries } from './launch-plan.js';
 import { LiveVms } from './live-vms.js';
-
-const run = promisify(execFile);
-
-/** What the record keeps for re-attaching (the adapter state). */
-interface QemuState {
-  pid: number;
-  qmp: string;
-  tag: string;
-  disk: string;
-  accel: Accel;
-  started_at: string;
-  /** Records written before the state was typed nested it here. */
-  runtime?: Omit<QemuState, 'runtime'>;
-}
+import { QemuVmDisks } from './vm-disks.js';
+import { findQemu, qemuState } from './qemu-state.js';
 
 export interface QemuOptions {
   qemuBinary: string;
@@ -61,6 +45,8 @@ export interface QemuOptions {
   qemuUser?: string;
   /** Steps inside the adapter where a test may make the daemon die (`suspend.image`). */
   failpoints?: Failpoints;
+  /** Start a QEMU ahead for the next clone of a template once it was cloned (spare-qemus.ts); default true. */
+  spares?: boolean;
 }
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
@@ -69,9 +55,11 @@ const LOG_CHECK_MS = 10_000;
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
  * over QMP (its command line: vm-command.ts); user-mode networking with loopback host forwards; a
  * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
- * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts).
- * A launch restores what was saved and tries a failed start again as launch-plan.ts says; the
- * processes it starts or re-attaches are watched by live-vms.ts.
+ * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts,
+ * vm-disks.ts), started in a QEMU their template's last clone had started ahead when there is one
+ * (spare-qemus.ts). A launch restores what was saved and tries a failed start again as
+ * launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
+ * again after a restart by qemu-state.ts.
  */
 export class QemuHypervisor implements HypervisorAdapter {
   readonly kind = 'qemu';
@@ -81,11 +69,16 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   private readonly command: VmCommand;
   private readonly ramImages: RamImages;
+  private readonly spares: SpareQemus;
+  private readonly disks: QemuVmDisks;
 
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.command = new VmCommand({ ...o, accelerator: () => this.accelerator() });
     this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints });
+    const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
+    this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed });
+    this.disks = new QemuVmDisks({ images: o.images, ramImages: this.ramImages, spares: this.spares, mountDriver: o.mountDriver, vsock: () => this.vsockCid() > 0, useSpares: o.spares ?? true });
   }
 
   /** Caps the logs of running VMs (a guest can print without end). */
@@ -141,50 +134,52 @@ export class QemuHypervisor implements HypervisorAdapter {
     return real;
   }
 
-  async provision(spec: VmSpec): Promise<void> {
-    const img = await this.o.images.get(spec.image);
-    const l = layout(spec.dir);
-    if (spec.disk_gb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${spec.disk_gb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
-    try {
-      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${spec.disk_gb}G`]);
-    } catch (err) {
-      throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
-    }
-    await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
+  provision(spec: VmSpec): Promise<void> {
+    return this.disks.provision(spec);
   }
 
-  /**
-   * A clone shares its template's disk and saved state instead of copying them: the template is
-   * frozen into a layer (once, until it changes again) and the clone gets links and an overlay
-   * (disk-layers.ts). A template suspended by an older daemon (an internal snapshot in its disk)
-   * is still copied whole, snapshot and all.
-   */
-  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
-    const saved = await readSaved(template.dir);
-    const disk = async (): Promise<boolean> => {
-      try {
-        if (saved?.kind !== 'snapshot') return (await shareInto(template.dir, spec.dir, await this.ramImages.forTemplate(template, await freeze(template.dir, saved), spec))).snapshot;
-        // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
-        await copyFile(layout(template.dir).disk, layout(spec.dir).disk, constants.COPYFILE_FICLONE);
-        await writeSaved(spec.dir, saved);
-        return true;
-      } catch (err) {
-        throw new InternalError(`cannot share the disk of template ${template.name}: ${(err as Error).message}`);
-      }
-    };
-    // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
-    const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver))]);
-    return { snapshot };
+  clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    return this.disks.clone(template, spec);
+  }
+
+  /** A vsock context id for a VM starting now, or 0 when the host has no vhost-vsock. */
+  private vsockCid(): number {
+    return this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
+  }
+
+  /** Takes over the clone `spec`'s spare QEMU, restored and running, and adds the forwards. */
+  private async adopt(spec: VmSpec, q: HeldQemu, accel: Accel, options: LaunchOptions): Promise<VmHandle> {
+    const live = this.live.track(spec.name, { pid: q.pid, qmp: q.qmp, child: q.child, expected: false, cid: 0, dir: spec.dir, spec });
+    if (options.background) runInBackground(q.pid);
+    await clearSaved(spec.dir);
+    // Its monitor socket moved with its directory, where re-attach looks for one beside the disk it names.
+    const state = qemuState({ pid: q.pid, qmp: join(dirname(q.disk), 'qmp.sock'), tag: q.tag, disk: q.disk, accel });
+    live.handle = this.handle(spec, { pid: q.pid, ssh_port: q.sshPort, agent_port: q.agentPort, agent_cid: 0, forwards: [], restored_from_snapshot: true, state });
+    this.o.log.info({ vm: spec.name, pid: q.pid, accel, restored: true, spare: true }, 'spawn timing');
+    return this.addForwards(spec, spec.forwards);
+  }
+
+  private handle(spec: VmSpec, h: Omit<VmHandle, 'ip'>): VmHandle {
+    return { ...h, ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15' };
   }
 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
     await this.o.images.get(spec.image); // an unknown image fails here, before any port is held
+    // A template that runs again changes: the QEMU started for its next clone would restore the old one.
+    await this.spares.drop(spec.name, spec.dir);
     const accel = await this.accelerator();
-    const l = layout(spec.dir);
     for (const f of spec.forwards) {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
+    const held = await this.spares.start(spec.name, !!options.restore);
+    const handle = held ? await this.adopt(spec, held, accel, options) : await this.spawn(spec, options, accel);
+    this.spares.launched(spec.name);
+    return handle;
+  }
+
+  private async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {
+    const l = layout(spec.dir);
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     const retries = new StartRetries(!!saved);
     if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
@@ -195,7 +190,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       const auto = spec.forwards.filter((f) => !f.host_port);
       const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
       const forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
-      const cid = this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
+      const cid = this.vsockCid();
       const restore = restoreInputs(spec.dir, retries.restoring ? saved : undefined);
       const args = await this.command.args(spec, { sshPort, agentPort, forwards, vsockCid: cid || undefined, ...restore.args });
       await unlink(l.qmp).catch(() => undefined);
@@ -216,12 +211,12 @@ export class QemuHypervisor implements HypervisorAdapter {
       // Restored or cold-booted after all: the saved state no longer matches the disk.
       if (saved) await clearSaved(spec.dir);
       this.o.log.info({ vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 }, 'spawn timing');
-      const handle: VmHandle = {
-        ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15', ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
+      const handle = this.handle(spec, {
+        ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
         forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
         restored_from_snapshot: retries.restoring,
-        state: toState<QemuState>({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel, started_at: new Date().toISOString() }),
-      };
+        state: qemuState({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel }),
+      });
       live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
     }
@@ -248,7 +243,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     const v = this.live.get(vm.name);
     if (!v) {
       await this.killLeftoverMaker(vm);
-      return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'));
+      await this.spares.sweep(vm.dir);
+      this.spares.forget(vm.name);
+      // Its QEMU may have been started as a spare, under the spare's disk path.
+      const disks = [layout(vm.dir).disk, await spareDisk(vm.dir)].filter((d): d is string => !!d);
+      return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'), undefined, disks);
     }
     v.expected = true;
     try {
@@ -303,32 +302,9 @@ export class QemuHypervisor implements HypervisorAdapter {
 
   async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
     await this.killLeftoverMaker(vm);
-    const saved = fromState<QemuState>(handle.state);
-    const rt = saved.runtime ?? saved;
-    const pid = rt.pid ?? handle.pid;
-    if (!pid || !alive(pid)) return null;
-    // A recycled pid belongs to something else: it must be this VM's QEMU, with this VM's disk.
-    // (A renamed pool member still shows the name and disk path it was launched with.)
-    if (!isQemuOf(pid, rt.tag ?? processTag(vm.name), rt.disk ?? layout(vm.dir).disk)) return null;
-    let qmp: QmpClient;
-    try {
-      // A socket inside the VM directory moved with it (a renamed member; its old directory may
-      // belong to another VM by now); one in the temp dir (long paths) stayed where it was.
-      const inDir = !rt.qmp || (rt.disk !== undefined && rt.qmp === join(dirname(rt.disk), 'qmp.sock'));
-      const qmpPath = inDir ? layout(vm.dir).qmp : rt.qmp!;
-      qmp = await QmpClient.connect(qmpPath, 3000);
-    } catch {
-      // This VM's QEMU, but no way to drive it: stop it rather than leave it running unrecorded.
-      this.o.log.warn({ vm: vm.name, pid }, 'qemu runs but its monitor does not answer; killing it');
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone already
-      }
-      return null;
-    }
-    this.live.track(vm.name, { pid, qmp, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
-    return handle;
+    const found = await findQemu(vm, handle, this.o.log);
+    if (found) this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
+    return found ? handle : null;
   }
 
   async hasSavedState(vm: VmRef): Promise<boolean> {
@@ -341,6 +317,7 @@ export class QemuHypervisor implements HypervisorAdapter {
    * launch recorded) and is re-keyed here.
    */
   async rename(from: VmRef, to: VmRef): Promise<void> {
+    await this.spares.drop(from.name, to.dir);
     this.live.rename(from.name, to.name, to.dir);
   }
 
@@ -357,6 +334,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   }
 
   async destroy(vm: VmRef): Promise<void> {
+    await this.spares.drop(vm.name, vm.dir);
     await this.kill(vm);
     const l = layout(vm.dir);
     await clearSaved(vm.dir);
@@ -369,6 +347,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     this.live.onExit(listener);
   }
 
+  /** Resolves once no spare QEMU is on its way (tests, benchmarks). */
+  sparesSettled(): Promise<void> {
+    return this.spares.settled();
+  }
+
   /** Live QEMU pids by VM name (tests, benchmarks). */
   pids(): Record<string, number> {
     return Object.fromEntries(this.live.all().map((v) => [v.name, v.pid]));
@@ -378,5 +361,6 @@ export class QemuHypervisor implements HypervisorAdapter {
   async release(): Promise<void> {
     clearInterval(this.logTimer);
     this.live.release();
+    await this.spares.stopAll();
   }
 }

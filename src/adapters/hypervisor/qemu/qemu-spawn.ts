@@ -35,6 +35,13 @@ export interface SpawnInput {
   ramImage?: boolean;
   /** Lets the guest run once loaded (the default); false leaves it paused (making a RAM image). */
   run?: boolean;
+  /**
+   * A RAM image's load is not started: QEMU waits with its devices set up and the state's
+   * descriptor open until `loadHeld` (a spare QEMU, spare-qemus.ts).
+   */
+  hold?: boolean;
+  /** Start at this nice value (a spare, which nobody waits on yet, yields the CPU to VMs that run). */
+  nice?: number;
 }
 
 /**
@@ -56,10 +63,10 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
   const child = spawn(i.binary, i.args, { detached: true, stdio: ['ignore', log, log, state ?? 'ignore', rw, ro], env: childEnv() });
   for (const fd of fds) closeSync(fd);
   child.unref();
+  if (i.nice) runInBackground(child.pid!, i.nice);
   const qmp = await waitForQmp(child, i.qmp);
   let failed = qmp instanceof Error ? qmp : undefined;
-  if (!failed && i.stateFile && i.ramImage) failed = await startDeferred(qmp as QmpClient);
-  if (!failed && i.stateFile) failed = await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
+  if (!failed && i.stateFile && !(i.ramImage && i.hold)) failed = i.ramImage ? await loadHeld(qmp as QmpClient, i.run) : await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
   if (!failed) return { child, qmp: qmp as QmpClient };
   if (!(qmp instanceof Error)) qmp.close();
   try {
@@ -70,15 +77,18 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
   return new Error(tail(logPath) || failed.message);
 }
 
-/** Starts a deferred load of a RAM image's device state from the inherited descriptor. */
-async function startDeferred(qmp: QmpClient): Promise<Error | undefined> {
+/**
+ * Loads a RAM image's device state from the inherited descriptor into a QEMU started with
+ * `-incoming defer`, and lets the guest run (unless `run` is false). An Error when it fails.
+ */
+export async function loadHeld(qmp: QmpClient, run = true): Promise<Error | undefined> {
   try {
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
     await qmp.execute('migrate-incoming', { uri: `fd:${STATE_FD}` });
-    return undefined;
   } catch (err) {
     return err as Error;
   }
+  return finishIncoming(qmp, undefined, run);
 }
 
 /** The nice value of a VM nobody waits on yet (a warm pool member being filled). */

@@ -1,0 +1,252 @@
+import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from '../../../ports/logger.js';
+import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import { freePorts } from '../free-port.js';
+import { shareInto, type Frozen } from './disk-layers.js';
+import { restoreInputs } from './launch-plan.js';
+import { processTag } from './qemu-args.js';
+import { alive, killStray, layout } from './qemu-files.js';
+import type { QmpClient } from './qmp-client.js';
+import { BACKGROUND_NICE, loadHeld, runInBackground, spawnQemu } from './qemu-spawn.js';
+import { savedFiles } from './saved-state.js';
+import type { VmCommand } from './vm-command.js';
+
+/** A QEMU started ahead of a clone with its restore held: what the clone takes over. */
+export interface HeldQemu {
+  pid: number;
+  child: ChildProcess;
+  qmp: QmpClient;
+  sshPort: number;
+  agentPort: number;
+  /** Its process tag and disk path as its command line shows them (re-attach checks both). */
+  tag: string;
+  disk: string;
+}
+
+interface Spare extends HeldQemu {
+  key: string;
+  /** Its directory, inside the template's (`templateDir`). */
+  dir: string;
+  templateDir: string;
+  idle: NodeJS.Timeout;
+}
+
+/** A spare's directory inside its template's. */
+const SPARE_DIR = /^spare-[0-9a-f]{8}$/;
+/** Written in a spare's directory, so it moves with the files into the clone's: the disk path its QEMU names. */
+const NOTE = 'spare.json';
+/** A spare no clone takes is stopped after this long. */
+export const SPARE_IDLE_MS = 10 * 60_000;
+
+export interface SpareOptions {
+  binary: string;
+  command: VmCommand;
+  log: Logger;
+  /** Writes the NoCloud seed of `spec` into its directory. */
+  seed: (spec: VmSpec) => Promise<void>;
+  idleMs?: number;
+}
+
+/**
+ * The disk path the QEMU of the VM in `dir` names when that QEMU was started as a spare (its
+ * command line shows the spare's directory), else undefined.
+ */
+export async function spareDisk(dir: string): Promise<string | undefined> {
+  const note = JSON.parse(await readFile(join(dir, NOTE), 'utf8').catch(() => 'null')) as { disk?: unknown } | null;
+  return typeof note?.disk === 'string' ? note.disk : undefined;
+}
+
+/**
+ * One QEMU per recently cloned template, started ahead for its next clone: its overlay and links
+ * made, its devices set up, the RAM image mapped and the device state's descriptor open, the load
+ * held (`-incoming defer`). A clone that matches it (same frozen layer and saved state, image,
+ * CPUs and memory) takes its files into its own directory and starts the load: no QEMU start on
+ * its path (150-200 ms here). Each spare lives in a directory of its template's (same filesystem,
+ * so its files move by rename), is stopped after SPARE_IDLE_MS unclaimed, when its template runs,
+ * is renamed or goes, and when the daemon stops; one a crashed daemon left is found by `sweep`.
+ * Its ports are its own (picked when it starts); a clone's forwards are added live.
+ */
+export class SpareQemus {
+  private readonly spares = new Map<string, Spare>();
+  private readonly filling = new Map<string, { dir: string; done: Promise<void> }>();
+  /** Clones whose files came with a spare, by name: their launch takes it over. */
+  private readonly held = new Map<string, HeldQemu>();
+  /** Clones that start their template's next spare once launched. */
+  private readonly refills = new Map<string, () => void>();
+
+  constructor(private readonly o: SpareOptions) {}
+
+  /**
+   * Gives the clone `spec` of `template` (frozen as `top`) the files of the template's spare when
+   * one matches: true, and its launch takes the spare over (`start`). False: the caller makes the
+   * clone's files. Either way the clone's launch starts the template's next spare (`launched`).
+   */
+  async claim(template: VmRef, top: Frozen, spec: VmSpec): Promise<boolean> {
+    this.refills.set(spec.name, () => this.refill(template, top, spec));
+    const q = await this.take(template, top, spec);
+    if (q) this.held.set(spec.name, q);
+    return q !== undefined;
+  }
+
+  /**
+   * The spare clone `name` holds, its saved state loaded and the guest running; undefined when it
+   * holds none, or (the spare stopped, the clone's files left for a QEMU of its own) when it is not
+   * to restore or the load fails.
+   */
+  async start(name: string, restore: boolean): Promise<HeldQemu | undefined> {
+    const q = this.held.get(name);
+    this.held.delete(name);
+    if (!q) return undefined;
+    // Its guest is one people wait on now (a daemon that is not root cannot raise it back: it stays nice).
+    runInBackground(q.pid, 0);
+    const failed = restore ? await loadHeld(q.qmp) : new Error('asked to cold-boot');
+    if (!failed) return q;
+    this.o.log.warn({ vm: name, err: failed.message }, 'the spare qemu did not restore the clone; starting another');
+    await this.kill(q);
+    return undefined;
+  }
+
+  /** Clone `name` was launched (or failed to be): its template's next spare starts. */
+  launched(name: string): void {
+    const refill = this.refills.get(name);
+    this.refills.delete(name);
+    refill?.();
+  }
+
+  /** Clone `name` goes without a launch: what it held is let go (its QEMU is found by its pidfile). */
+  forget(name: string): void {
+    this.held.get(name)?.qmp.close();
+    this.held.delete(name);
+    this.refills.delete(name);
+  }
+
+  /** What a spare must match: the frozen layer and saved state it restores, and the machine. */
+  static key(top: Frozen, spec: VmSpec): string {
+    return [top.layer, ...savedFiles(top.state), spec.image, spec.cpus, spec.memory_mb].join(' ');
+  }
+
+  /**
+   * Takes the spare of `template` for the clone `spec` when it matches: every file but its seed
+   * moves into `spec.dir` (the seed is the caller's to write). Undefined when there is none; one
+   * that does not match (the template changed since) is stopped.
+   */
+  private async take(template: VmRef, top: Frozen, spec: VmSpec): Promise<HeldQemu | undefined> {
+    const s = this.spares.get(template.name);
+    if (!s) return undefined;
+    this.spares.delete(template.name);
+    clearTimeout(s.idle);
+    if (s.key !== SpareQemus.key(top, spec) || s.templateDir !== template.dir || !alive(s.pid)) {
+      await this.stop(s);
+      return undefined;
+    }
+    try {
+      for (const f of await readdir(s.dir)) if (f !== 'seed.iso') await rename(join(s.dir, f), join(spec.dir, f));
+      await rm(s.dir, { recursive: true, force: true });
+    } catch (err) {
+      await this.stop(s);
+      throw err;
+    }
+    return s;
+  }
+
+  /** Starts a spare for the next clone of `template` (like `spec`) unless one is there or on its way. */
+  private refill(template: VmRef, top: Frozen, spec: VmSpec): void {
+    if (this.spares.has(template.name) || this.filling.has(template.name)) return;
+    const dir = join(template.dir, `spare-${randomBytes(4).toString('hex')}`);
+    const done = this.fill(template, dir, top, spec)
+      .catch((err: unknown) => this.o.log.warn({ vm: template.name, err: (err as Error).message }, 'cannot start a spare qemu; the next clone starts its own'))
+      .finally(() => this.filling.delete(template.name));
+    this.filling.set(template.name, { dir, done });
+  }
+
+  private async fill(template: VmRef, dir: string, top: Frozen, like: VmSpec): Promise<void> {
+    const name = dir.slice(dir.lastIndexOf('/') + 1);
+    const spec: VmSpec = { ...like, name, hostname: name, dir, forwards: [] };
+    const l = layout(dir);
+    await mkdir(dir);
+    try {
+      await shareInto(template.dir, dir, top);
+      await this.o.seed(spec);
+      await writeFile(join(dir, NOTE), JSON.stringify({ disk: l.disk }));
+      const [sshPort, agentPort] = await freePorts(['tcp', 'tcp']);
+      const restore = restoreInputs(dir, top.state);
+      const args = await this.o.command.args(spec, { sshPort, agentPort, forwards: [], ...restore.args });
+      const started = await spawnQemu({ binary: this.o.binary, args, dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: true, hold: true, nice: BACKGROUND_NICE });
+      if (started instanceof Error) throw started;
+      const { child, qmp } = started;
+      const idle = setTimeout(() => void this.drop(template.name), this.o.idleMs ?? SPARE_IDLE_MS).unref();
+      const s: Spare = { pid: child.pid!, child, qmp, sshPort, agentPort, tag: processTag(name), disk: l.disk, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle };
+      child.once('exit', () => {
+        if (this.spares.get(template.name) !== s) return;
+        this.spares.delete(template.name);
+        clearTimeout(idle);
+        qmp.close();
+        void rm(dir, { recursive: true, force: true });
+      });
+      this.spares.set(template.name, s);
+      this.o.log.info({ vm: template.name, pid: s.pid }, 'spare qemu ready for the next clone');
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /**
+   * Stops the spare of `template` (and one on its way), if any, and with `dir` (the template's
+   * directory as it is now) any other spare found there.
+   */
+  async drop(template: string, dir?: string): Promise<void> {
+    await this.filling.get(template)?.done;
+    const s = this.spares.get(template);
+    if (s) {
+      this.spares.delete(template);
+      clearTimeout(s.idle);
+      await this.stop(s);
+    }
+    if (dir) await this.sweep(dir);
+  }
+
+  /**
+   * Stops spares in the VM directory `dir` that this daemon does not hold (a crashed one's): found
+   * by their pidfiles, checked by their command lines.
+   */
+  async sweep(dir: string): Promise<void> {
+    const mine = new Set([...this.spares.values(), ...this.filling.values()].map((s) => s.dir));
+    for (const e of await readdir(dir).catch(() => [] as string[])) {
+      const sub = join(dir, e);
+      if (!SPARE_DIR.test(e) || mine.has(sub)) continue;
+      await killStray(sub, (pid) => this.o.log.warn({ dir: sub, pid }, 'stopping a spare qemu a crashed daemon left'));
+      await rm(sub, { recursive: true, force: true });
+    }
+  }
+
+  /** Every spare stopped (the daemon stops: a spare is not a VM and must not outlive it). */
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.filling.values()].map((f) => f.done));
+    await Promise.all([...this.spares.keys()].map((t) => this.drop(t)));
+  }
+
+  /** Resolves once no spare is on its way (tests, benchmarks). */
+  async settled(): Promise<void> {
+    await Promise.all([...this.filling.values()].map((f) => f.done));
+  }
+
+  private async stop(s: Spare): Promise<void> {
+    await this.kill(s);
+    await rm(s.dir, { recursive: true, force: true });
+  }
+
+  private async kill(q: HeldQemu): Promise<void> {
+    q.qmp.close();
+    const gone = new Promise<void>((r) => (q.child.exitCode !== null || q.child.signalCode !== null ? r() : q.child.once('exit', () => r())));
+    try {
+      process.kill(q.pid, 'SIGKILL');
+    } catch {
+      // gone already
+    }
+    await gone;
+  }
+}

@@ -1,0 +1,84 @@
+import { execFile } from 'node:child_process';
+import { constants } from 'node:fs';
+import { copyFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { InternalError, InvalidArgumentError } from '../../../domain/errors.js';
+import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import { freeze, shareInto, type Frozen } from './disk-layers.js';
+import type { ImageCatalog } from './image-catalog.js';
+import { seedFor, writeSeed } from './nocloud-seed.js';
+import { layout } from './qemu-files.js';
+import type { RamImages } from './ram-image.js';
+import { readSaved, writeSaved } from './saved-state.js';
+import type { SpareQemus } from './spare-qemus.js';
+
+const run = promisify(execFile);
+
+export interface VmDiskOptions {
+  images: ImageCatalog;
+  ramImages: RamImages;
+  spares: SpareQemus;
+  mountDriver: '9p' | 'virtiofs';
+  /** Does the host give VMs a vsock device (which a spare could not have the id of ahead)? */
+  vsock: () => boolean;
+  /** Clones may start in spares (`clone_spares`). */
+  useSpares: boolean;
+}
+
+/** The files a QEMU VM starts from: a new VM's disk and seed, a clone's shared ones (the VmDisks port). */
+export class QemuVmDisks {
+  constructor(private readonly o: VmDiskOptions) {}
+
+  async provision(spec: VmSpec): Promise<void> {
+    const img = await this.o.images.get(spec.image);
+    const l = layout(spec.dir);
+    if (spec.disk_gb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${spec.disk_gb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
+    try {
+      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${spec.disk_gb}G`]);
+    } catch (err) {
+      throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
+    }
+    await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
+  }
+
+  /**
+   * A clone shares its template's disk and saved state instead of copying them: the template is
+   * frozen into a layer (once, until it changes again) and the clone gets links and an overlay
+   * (disk-layers.ts), or the files of the QEMU started ahead for it (spare-qemus.ts). A template
+   * suspended by an older daemon (an internal snapshot in its disk) is still copied whole.
+   */
+  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+    const saved = await readSaved(template.dir);
+    await this.o.spares.sweep(template.dir);
+    const disk = async (): Promise<boolean> => {
+      try {
+        if (saved?.kind !== 'snapshot') {
+          const top = await this.o.ramImages.forTemplate(template, await freeze(template.dir, saved), spec);
+          if (this.spareFits(template, spec, top) && (await this.o.spares.claim(template, top, spec))) return true;
+          return (await shareInto(template.dir, spec.dir, top)).snapshot;
+        }
+        // A reflink where the filesystem has them, else a copy; the overlay keeps its golden backing.
+        await copyFile(layout(template.dir).disk, layout(spec.dir).disk, constants.COPYFILE_FICLONE);
+        await writeSaved(spec.dir, saved);
+        return true;
+      } catch (err) {
+        throw new InternalError(`cannot share the disk of template ${template.name}: ${(err as Error).message}`);
+      }
+    };
+    // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
+    const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver))]);
+    return { snapshot };
+  }
+
+  /**
+   * Can a clone like `spec` of a template frozen as `top` start in a spare? A RAM image to map,
+   * and nothing the spare could not know ahead: shares, an overlay address, a vsock id, a monitor
+   * socket outside the VM directory (a long path).
+   */
+  private spareFits(template: VmRef, spec: VmSpec, top: Frozen): boolean {
+    const inDir = (dir: string) => layout(dir).qmp === join(dir, 'qmp.sock');
+    return this.o.useSpares && top.state?.kind === 'image' && this.o.ramImages.fits(spec) && !spec.mounts.length && !spec.overlay_ip && !this.o.vsock()
+      && inDir(spec.dir) && inDir(join(template.dir, 'spare-00000000'));
+  }
+}

@@ -1,0 +1,145 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
+import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
+import type { VmSpec } from '../../src/ports/hypervisor.js';
+import { SilentLogger } from '../fakes/fakes.js';
+import { tempDir } from '../helpers/daemon.js';
+import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
+
+/** A spare's directory in a template's. */
+const sparesIn = (dir: string) => readdirSync(dir).filter((n) => /^spare-[0-9a-f]{8}$/.test(n));
+const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+const waitGone = async (pid: number) => {
+  for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  return !alive(pid);
+};
+
+describe('QEMU clones: a spare QEMU started ahead for the next clone of a template', function () {
+  this.timeout(30_000);
+  let q: FakeQemu;
+  let hv: QemuHypervisor;
+  let tpl: VmSpec;
+  const opt = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
+  /** A clone's directory and spec, made by the store before a clone (empty). */
+  const fresh = (name: string): VmSpec => {
+    const spec = q.vm(name);
+    rmSync(join(spec.dir, 'disk.qcow2'));
+    return spec;
+  };
+
+  beforeEach(async () => {
+    q = installFakeQemu(tempDir('svc-spare-'));
+    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    tpl = q.vm('tpl');
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(tpl.dir, 'disk.qcow2'), '1M']);
+    await hv.launch(tpl); // start 1
+    await hv.suspend(tpl); // start 2 makes its RAM image
+  });
+  afterEach(() => hv.release());
+
+  it('starts one after the first clone, held before its load; the next clone takes it over with its files, its own seed and forwards', async () => {
+    const c1 = fresh('c1');
+    expect(await hv.clone(tpl, c1)).to.deep.equal({ snapshot: true });
+    await hv.launch(c1, { restore: true }); // start 3: no spare yet
+    await hv.sparesSettled();
+    expect(q.calls()).to.have.length(4);
+    const spareArgs = q.calls()[3];
+    const [spareDir] = sparesIn(tpl.dir);
+    expect(opt(spareArgs, '-name')).to.equal(`svc-${spareDir},process=svc-${spareDir}`);
+    expect(opt(spareArgs, '-incoming')).to.equal('defer');
+    expect(spareArgs.find((a) => a.startsWith('memory-backend-file'))).to.include(`mem-path=${join(tpl.dir, spareDir)}/base-`).and.include(',share=off');
+    expect(q.qmp().filter(([n]) => n === 4).map(([, c]) => c), 'held: nothing loaded yet').to.deep.equal(['qmp_capabilities']);
+
+    const c2 = fresh('c2');
+    expect(await hv.clone(tpl, c2)).to.deep.equal({ snapshot: true });
+    const h = await hv.launch({ ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] }, { restore: true });
+    expect(h.restored_from_snapshot).to.equal(true);
+    expect(cmdline(h.pid!)).to.include(`svc-${spareDir},process=svc-${spareDir}`);
+    expect(opt(spareArgs, '-netdev')).to.include(`hostfwd=tcp:127.0.0.1:${h.agent_port}-:7475`);
+    expect(h.forwards).to.have.length(1);
+    expect(q.qmp().filter(([n]) => n === 4).map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c))).to.deep.equal([
+      'qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`,
+    ]);
+    // Its files are the clone's now; the seed is the clone's own; the saved state is spent.
+    const files = readdirSync(c2.dir);
+    expect(files).to.include.members(['disk.qcow2', 'seed.iso', 'qemu.pid', 'qmp.sock', 'qemu.log', 'spare.json']);
+    expect(files.filter((n) => /\.(ram|dev|marker)$/.test(n))).to.deep.equal([]);
+    expect(readFileSync(join(c2.dir, 'seed.iso'), 'latin1')).to.include('local-hostname: c2');
+    expect(readFileSync(join(c2.dir, 'qemu.pid'), 'utf8')).to.equal(String(h.pid));
+    // The clone started the next spare (start 5) in a new directory.
+    await hv.sparesSettled();
+    expect(q.calls()).to.have.length(5);
+    expect(sparesIn(tpl.dir)).to.have.length(1).and.not.include(spareDir);
+
+    // A daemon that restarts finds the clone's QEMU by what its command line shows, and one that
+    // crashed before recording it kills it by the pidfile in the clone's directory.
+    await hv.release();
+    const hv2 = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    try {
+      expect(await hv2.reattach(c2, h), 're-attached').to.not.equal(null);
+      await hv2.release();
+      await new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' }).kill(c2);
+      expect(await waitGone(h.pid!)).to.equal(true);
+      await hv2.kill(c1);
+    } finally {
+      await hv2.release();
+    }
+  });
+
+  it('starts none with spares off (clone_spares: false)', async () => {
+    await hv.release();
+    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p', spares: false });
+    for (const name of ['c1', 'c2']) {
+      const c = fresh(name);
+      await hv.clone(tpl, c);
+      const h = await hv.launch(c, { restore: true });
+      await hv.sparesSettled();
+      expect(cmdline(h.pid!)).to.include(`svc-${name},process=svc-${name}`);
+      await hv.kill(c);
+    }
+    expect(q.calls()).to.have.length(4);
+    expect(sparesIn(tpl.dir)).to.deep.equal([]);
+  });
+
+  it('stops the spare when its template runs again, goes, or the daemon stops; a crashed daemon\'s is swept', async () => {
+    const c1 = fresh('c1');
+    await hv.clone(tpl, c1);
+    await hv.launch(c1, { restore: true });
+    await hv.sparesSettled();
+    const pid = () => Number(readFileSync(join(tpl.dir, sparesIn(tpl.dir)[0], 'qemu.pid'), 'utf8'));
+    let p = pid();
+    expect(alive(p)).to.equal(true);
+    await hv.launch(tpl, { restore: true });
+    expect(await waitGone(p), 'the template runs: its spare is stale').to.equal(true);
+    expect(sparesIn(tpl.dir)).to.deep.equal([]);
+    await hv.suspend(tpl);
+
+    // The next clone does not find one, makes its own files, and starts the next spare.
+    const c2 = fresh('c2');
+    await hv.clone(tpl, c2);
+    const h2 = await hv.launch(c2, { restore: true });
+    expect(cmdline(h2.pid!)).to.include('svc-c2,process=svc-c2');
+    await hv.sparesSettled();
+    p = pid();
+    await hv.release();
+    expect(await waitGone(p), 'the daemon stopped').to.equal(true);
+
+    // A spare a crashed daemon left (here: one whose daemon forgot it) is stopped at the next clone or delete.
+    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    const c3 = fresh('c3');
+    await hv.clone(tpl, c3);
+    await hv.launch(c3, { restore: true });
+    await hv.sparesSettled();
+    p = pid();
+    const forgetful = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    await forgetful.destroy(tpl);
+    expect(await waitGone(p), 'swept').to.equal(true);
+    expect(existsSync(join(tpl.dir, 'disk.qcow2'))).to.equal(false);
+    expect(sparesIn(tpl.dir)).to.deep.equal([]);
+    for (const c of [c1, c2, c3]) await hv.kill(c);
+  });
+});
