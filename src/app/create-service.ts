@@ -190,7 +190,9 @@ export class CreateService {
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
       await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined);
       this.failpoints.hit('create.ready');
-      return await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
+      const inst = await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
+      if (template) this.disks.cloneReady?.(this.keeper.ref(rec));
+      return inst;
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
     } finally {

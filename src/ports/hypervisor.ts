@@ -174,6 +174,12 @@ export interface VmDisks {
    * moved its directory to `to.dir`. Not idempotent.
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
+
+  /**
+   * A clone made by `clone` is up and has answered: work ahead of its template's next clone may
+   * start now without taking the CPU from this one's first answer. Optional, a hint; idempotent.
+   */
+  cloneReady?(clone: VmRef): void;
 }
 
 import type { ImageSource } from '../domain/image-request.js';

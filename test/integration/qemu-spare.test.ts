@@ -46,6 +46,9 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(await hv.clone(tpl, c1)).to.deep.equal({ snapshot: true });
     await hv.launch(c1, { restore: true }); // start 3: no spare yet
     await hv.sparesSettled();
+    expect(q.calls(), 'nothing beside the clone before its first answer').to.have.length(3);
+    hv.cloneReady(c1); // the next spare starts once the clone answered
+    await hv.sparesSettled();
     expect(q.calls()).to.have.length(4);
     const spareArgs = q.calls()[3];
     const [spareDir] = sparesIn(tpl.dir);
@@ -70,7 +73,8 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(files.filter((n) => /\.(ram|dev|marker)$/.test(n))).to.deep.equal([]);
     expect(readFileSync(join(c2.dir, 'seed.iso'), 'latin1')).to.include('local-hostname: c2');
     expect(readFileSync(join(c2.dir, 'qemu.pid'), 'utf8')).to.equal(String(h.pid));
-    // The clone started the next spare (start 5) in a new directory.
+    // The clone, once up, started the next spare (start 5) in a new directory.
+    hv.cloneReady(c2);
     await hv.sparesSettled();
     expect(q.calls()).to.have.length(5);
     expect(sparesIn(tpl.dir)).to.have.length(1).and.not.include(spareDir);
@@ -97,6 +101,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       const c = fresh(name);
       await hv.clone(tpl, c);
       const h = await hv.launch(c, { restore: true });
+      hv.cloneReady(c);
       await hv.sparesSettled();
       expect(cmdline(h.pid!)).to.include(`svc-${name},process=svc-${name}`);
       await hv.kill(c);
@@ -109,6 +114,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     const c1 = fresh('c1');
     await hv.clone(tpl, c1);
     await hv.launch(c1, { restore: true });
+    hv.cloneReady(c1);
     await hv.sparesSettled();
     const pid = () => Number(readFileSync(join(tpl.dir, sparesIn(tpl.dir)[0], 'qemu.pid'), 'utf8'));
     let p = pid();
@@ -122,6 +128,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     const c2 = fresh('c2');
     await hv.clone(tpl, c2);
     const h2 = await hv.launch(c2, { restore: true });
+    hv.cloneReady(c2);
     expect(cmdline(h2.pid!)).to.include('svc-c2,process=svc-c2');
     await hv.sparesSettled();
     p = pid();
@@ -133,6 +140,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     const c3 = fresh('c3');
     await hv.clone(tpl, c3);
     await hv.launch(c3, { restore: true });
+    hv.cloneReady(c3);
     await hv.sparesSettled();
     p = pid();
     const forgetful = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../src/domain/errors.js';
+import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
@@ -12,12 +13,16 @@ async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<strin
 describe('app/CreateService', () => {
   it('clones a suspended template from its snapshot with the template\'s size, and leaves the template as it was', async () => {
     const w = world();
+    // The hint that work ahead of the next clone may start: once the clone answered, for clones only.
+    const ready: string[] = [];
+    Object.assign(w.hv, { cloneReady: (vm: VmRef) => void ready.push(`${vm.name}:${w.vms.get(vm.name).status}`) });
     await (await w.creates.create({ name: 'tpl', persistent: true, cpus: 2, memory_mb: 768 }, {})).done;
     await w.svc.suspend('tpl');
     const job = await w.creates.create({ name: 'c1', from: 'tpl' }, {});
     expect(await phases(job.events)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
     const inst = await job.done;
     expect(inst).to.include({ name: 'c1', from: 'tpl', cpus: 2, memory_mb: 768, status: 'running' });
+    expect(ready).to.deep.equal(['c1:running']);
     expect(w.vms.get('tpl').status).to.equal('suspended');
     expect(w.hv.state('tpl')).to.equal('stopped');
   });

@@ -142,6 +142,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     return this.disks.clone(template, spec);
   }
 
+  /** Its template's next spare starts now, not beside the clone's first answer (2 cores: 0.1-0.3 s slower). */
+  cloneReady(clone: VmRef): void {
+    this.spares.ready(clone.name);
+  }
+
   /** A vsock context id for a VM starting now, or 0 when the host has no vhost-vsock. */
   private vsockCid(): number {
     return this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
@@ -173,9 +178,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
     const held = await this.spares.start(spec.name, !!options.restore);
-    const handle = held ? await this.adopt(spec, held, accel, options) : await this.spawn(spec, options, accel);
-    this.spares.launched(spec.name);
-    return handle;
+    return held ? this.adopt(spec, held, accel, options) : this.spawn(spec, options, accel);
   }
 
   private async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {

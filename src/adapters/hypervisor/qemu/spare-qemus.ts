@@ -38,6 +38,8 @@ interface Spare extends HeldQemu {
 const SPARE_DIR = /^spare-[0-9a-f]{8}$/;
 /** Written in a spare's directory, so it moves with the files into the clone's: the disk path its QEMU names. */
 const NOTE = 'spare.json';
+/** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
+const FILL_WAIT_MS = 500;
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
 
@@ -74,7 +76,7 @@ export class SpareQemus {
   private readonly filling = new Map<string, { dir: string; done: Promise<void> }>();
   /** Clones whose files came with a spare, by name: their launch takes it over. */
   private readonly held = new Map<string, HeldQemu>();
-  /** Clones that start their template's next spare once launched. */
+  /** Clones that start their template's next spare once they are up. */
   private readonly refills = new Map<string, () => void>();
 
   constructor(private readonly o: SpareOptions) {}
@@ -82,10 +84,13 @@ export class SpareQemus {
   /**
    * Gives the clone `spec` of `template` (frozen as `top`) the files of the template's spare when
    * one matches: true, and its launch takes the spare over (`start`). False: the caller makes the
-   * clone's files. Either way the clone's launch starts the template's next spare (`launched`).
+   * clone's files. Either way the template's next spare starts once the clone is up (`ready`).
    */
   async claim(template: VmRef, top: Frozen, spec: VmSpec): Promise<boolean> {
     this.refills.set(spec.name, () => this.refill(template, top, spec));
+    // One on its way is waited for a while: what is left of its start is less than a start of our own.
+    const filling = this.filling.get(template.name)?.done;
+    if (filling) await Promise.race([filling, new Promise((r) => setTimeout(r, FILL_WAIT_MS).unref())]);
     const q = await this.take(template, top, spec);
     if (q) this.held.set(spec.name, q);
     return q !== undefined;
@@ -109,8 +114,8 @@ export class SpareQemus {
     return undefined;
   }
 
-  /** Clone `name` was launched (or failed to be): its template's next spare starts. */
-  launched(name: string): void {
+  /** Clone `name` is up and answered: its template's next spare starts. */
+  ready(name: string): void {
     const refill = this.refills.get(name);
     this.refills.delete(name);
     refill?.();
