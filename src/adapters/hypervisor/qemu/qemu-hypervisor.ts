@@ -171,8 +171,9 @@ export class QemuHypervisor implements HypervisorAdapter {
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
     await this.o.images.get(spec.image); // an unknown image fails here, before any port is held
-    // A template that runs again changes: the QEMU started for its next clone would restore the old one.
-    await this.spares.drop(spec.name, spec.dir);
+    // A template that runs again changes: the QEMU started for its next clone would restore the old
+    // one. (One a crashed daemon left was swept when this daemon started: the template was stopped.)
+    await this.spares.drop(spec.name);
     const accel = await this.accelerator();
     for (const f of spec.forwards) {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);

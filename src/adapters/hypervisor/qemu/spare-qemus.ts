@@ -36,6 +36,8 @@ interface Spare extends HeldQemu {
 
 /** A spare's directory inside its template's. */
 const SPARE_DIR = /^spare-[0-9a-f]{8}$/;
+/** The directory of a spare of the template in `templateDir` (a fresh id unless given). */
+export const spareDir = (templateDir: string, id = randomBytes(4).toString('hex')) => join(templateDir, `spare-${id}`);
 /** Written in a spare's directory, so it moves with the files into the clone's: the disk path its QEMU names. */
 const NOTE = 'spare.json';
 /** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
@@ -160,7 +162,7 @@ export class SpareQemus {
   /** Starts a spare for the next clone of `template` (like `spec`) unless one is there or on its way. */
   private refill(template: VmRef, top: Frozen, spec: VmSpec): void {
     if (this.spares.has(template.name) || this.filling.has(template.name)) return;
-    const dir = join(template.dir, `spare-${randomBytes(4).toString('hex')}`);
+    const dir = spareDir(template.dir);
     const done = this.fill(template, dir, top, spec)
       .catch((err: unknown) => this.o.log.warn({ vm: template.name, err: (err as Error).message }, 'cannot start a spare qemu; the next clone starts its own'))
       .finally(() => this.filling.delete(template.name));

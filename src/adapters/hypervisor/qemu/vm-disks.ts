@@ -11,7 +11,7 @@ import { seedFor, writeSeed } from './nocloud-seed.js';
 import { layout } from './qemu-files.js';
 import type { RamImages } from './ram-image.js';
 import { readSaved, writeSaved } from './saved-state.js';
-import type { SpareQemus } from './spare-qemus.js';
+import { spareDir, type SpareQemus } from './spare-qemus.js';
 
 const run = promisify(execFile);
 
@@ -79,6 +79,6 @@ export class QemuVmDisks {
   private spareFits(template: VmRef, spec: VmSpec, top: Frozen): boolean {
     const inDir = (dir: string) => layout(dir).qmp === join(dir, 'qmp.sock');
     return this.o.useSpares && top.state?.kind === 'image' && this.o.ramImages.fits(spec) && !spec.mounts.length && !spec.overlay_ip && !this.o.vsock()
-      && inDir(spec.dir) && inDir(join(template.dir, 'spare-00000000'));
+      && inDir(spec.dir) && inDir(spareDir(template.dir, '00000000'));
   }
 }
