@@ -3,9 +3,11 @@
 //   dist/agent/svc-agent.cjs   one bundled script for guests that have node
 //   dist/agent/svc-agent       a Node single executable application for guests without
 //   dist/agent/node_modules/node-pty/   the PTY addon both load from beside themselves
+//   dist/agent/node_modules/svc-sys/    the identity's system calls (native/svc-sys.c), when a C
+//                                       compiler and Node's headers are at hand
 import { build } from 'esbuild';
 import { cpSync, copyFileSync, chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -38,6 +40,20 @@ mkdirSync(join(ptyOut, 'build', 'Release'), { recursive: true });
 cpSync(join(pty, 'lib'), join(ptyOut, 'lib'), { recursive: true, filter: (p) => !p.includes('.test.') && !p.endsWith('.map') });
 copyFileSync(join(pty, 'package.json'), join(ptyOut, 'package.json'));
 copyFileSync(join(pty, 'build', 'Release', 'pty.node'), join(ptyOut, 'build', 'Release', 'pty.node'));
+
+// The identity's addon, built against the headers of the Node that runs this script (the Node the
+// guests get). Optional: without it the agent sets the clock with `date` (docs/agent.md).
+const sysOut = join(out, 'node_modules', 'svc-sys');
+const include = process.env.SVC_NODE_INCLUDE || join(dirname(process.execPath), '..', 'include', 'node');
+mkdirSync(sysOut, { recursive: true });
+const cc = spawnSync(process.env.CC || 'cc', ['-O2', '-Wall', '-Wextra', '-shared', '-fPIC', '-I', include,
+  '-o', join(sysOut, 'svc-sys.node'), join(root, 'native', 'svc-sys.c')], { stdio: 'inherit' });
+if (cc.error || cc.status !== 0) {
+  rmSync(sysOut, { recursive: true, force: true });
+  console.warn(`build-agent: native/svc-sys.c not built (${cc.error?.message ?? `exit ${cc.status}`}; headers looked for in ${include}); the agent sets the clock with date`);
+} else {
+  writeFileSync(join(sysOut, 'package.json'), `${JSON.stringify({ name: 'svc-sys', private: true, main: 'svc-sys.node' })}\n`);
+}
 
 // Single executable application (Node 20: --experimental-sea-config + postject).
 if (process.env.SVC_SKIP_SEA !== '1') {

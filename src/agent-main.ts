@@ -2,13 +2,13 @@ import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import type { AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
-import { Registry } from 'prom-client';
 import { AgentOptions } from './app/agent/agent-options.js';
 import { AgentService } from './app/agent/agent-service.js';
 import { ExecService } from './app/agent/exec-service.js';
 import { FileService } from './app/agent/file-service.js';
 import { ShellService } from './app/agent/shell-service.js';
 import { agentRoutes } from './adapters/agent/agent-routes.js';
+import { identityFirst } from './adapters/agent/identity-request.js';
 import { NodeGuestFiles } from './adapters/agent/node-guest-files.js';
 import { NodeProcessRunner } from './adapters/agent/node-process-runner.js';
 import { NodePtyFactory } from './adapters/agent/node-pty-factory.js';
@@ -71,16 +71,17 @@ export interface RunningAgent {
 export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Promise<RunningAgent> {
   const c = buildAgentContainer(opts, o);
   const log = o.logger ?? PinoLogger.create(process.env.SVC_AGENT_LOG_LEVEL ?? 'info', 'svc-agent');
+  const agent = c.get(AgentService);
   const app = createHttpApp({
-    routes: agentRoutes(c.get(AgentService), c.get(ExecService), c.get(FileService)),
-    auth: new BearerAuth(''), registry: new Registry(), log,
+    routes: agentRoutes(agent, c.get(ExecService), c.get(FileService)),
+    auth: new BearerAuth(''), log,
   });
   const shell = new ShellSocket(c.get(ShellService));
   const execChannel = new ExecChannelSocket(c.get(ExecService));
   // The agent's port is forwarded to the host's loopback, where web pages can send to it too.
   const refuse = browserGuard({ bindHost: '', allowedHosts: [], allowedOrigins: [], anyIpHost: true });
   // Headers within 20 s (slowloris); bodies and answers unbounded (long execs, shells, big copies).
-  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 }, guardRequests(app, refuse));
+  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 }, guardRequests(identityFirst((body) => agent.setIdentity(body), app), refuse));
   server.on('upgrade', guardUpgrades((req, socket, head) => {
     const path = new URL(req.url ?? '/', 'http://agent').pathname;
     if (path === '/shell') shell.handleUpgrade(req, socket, head);

@@ -12,10 +12,11 @@ function files(dir: string): string[] {
   return readdirSync(dir).sort().flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
 }
 
-/** What an image is built from: the build scripts and rootfs, the agent bundle, the kernel, node. */
+/** What an image is built from: the build scripts and rootfs, the agent bundle and its addons, the kernel, node. */
 function inputsKey(kind: string): string {
   const h = createHash('sha256').update(kind);
-  for (const f of [...files(join(REPO, 'image')), join(REPO, 'dist', 'agent', 'svc-agent.cjs')]) h.update(f.slice(REPO.length)).update(readFileSync(f));
+  const agent = join(REPO, 'dist', 'agent');
+  for (const f of [...files(join(REPO, 'image')), join(agent, 'svc-agent.cjs'), ...files(join(agent, 'node_modules'))]) h.update(f.slice(REPO.length)).update(readFileSync(f));
   h.update(readdirSync('/lib/modules').sort().join(',')).update(process.version);
   return h.digest('hex');
 }

@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
@@ -5,22 +6,26 @@ import type { GuestIdentity } from '../../domain/agent.js';
 import type { SystemIdentity } from '../../ports/agent/system-identity.js';
 import { shellWord } from '../process-kit/shell-word.js';
 import { KeptShell } from './kept-shell.js';
+import { loadSysCalls, type SysCalls } from './sys-calls.js';
 
 /**
- * Sets hostname (kernel and /etc/hostname), /etc/hosts, /etc/machine-id, the clock and a clone's
- * overlay address of a Linux guest, and records the identity in the notes directory: all of it one
- * command line to a shell the agent keeps (KeptShell), redirections and one `date`, no file written
- * by Node. A guest restored from a snapshot answers this call first, and under TCG each path it
- * takes for the first time costs (docs/suspend-and-clones.md).
- * `toolsDir` holds `date`, `ip`, `mkdir` and `sh` where the guest's own PATH may have none (images
- * made from container images carry busybox under /opt/svc/bin); otherwise they are looked up on
- * PATH. `root` is `/` but in tests.
+ * Sets the clock, the hostname (kernel and /etc/hostname), /etc/hosts, /etc/machine-id and a
+ * clone's overlay address of a Linux guest. A guest restored from a saved state answers this call
+ * first, and under TCG each path it takes for the first time costs (docs/suspend-and-clones.md),
+ * so it takes as few as it can: with the `svc-sys` addon (`sys`), the clock and the kernel's
+ * hostname are two system calls and the files plain synchronous writes, all in the agent's process;
+ * a restore that keeps its name (the kernel already has it) sets the clock alone. Without the addon,
+ * the whole identity is one command line to a shell the agent keeps (KeptShell): redirections and
+ * one `date`. An overlay address takes `ip`, in that shell, either way.
+ * `toolsDir` holds `date`, `ip` and `sh` where the guest's own PATH may have none (images made from
+ * container images carry busybox under /opt/svc/bin); otherwise they are looked up on PATH. `root`
+ * is `/` but in tests. The notes directory of the port is not written: the system is the record.
  */
 @injectable()
 export class LinuxSystemIdentity implements SystemIdentity {
   private readonly shell: KeptShell;
 
-  constructor(private readonly toolsDir?: string, private readonly root = '/', shell?: KeptShell) {
+  constructor(private readonly toolsDir?: string, private readonly root = '/', shell?: KeptShell, private readonly sys: SysCalls | null = loadSysCalls()) {
     this.shell = shell ?? new KeptShell(this.tool('sh'));
   }
 
@@ -28,34 +33,74 @@ export class LinuxSystemIdentity implements SystemIdentity {
     return this.toolsDir ? join(this.toolsDir, name) : name;
   }
 
-  /** The command line that applies `id` and records it under `notes`; every word quoted. */
-  line(id: GuestIdentity, notes: string): string {
-    const q = shellWord;
-    const at = (p: string) => q(join(this.root, p));
-    const put = (text: string, file: string) => `printf '%s\\n' ${q(text)} > ${file}`;
-    const note = (k: string, v: string) => put(v, q(join(notes, k)));
-    const ip = (...args: string[]) => [q(this.tool('ip')), ...args.map(q)].join(' ');
-    // Best effort, as before: a read-only /etc/hosts or machine-id does not fail the identity.
-    const optional = [
-      `${put(`127.0.0.1 localhost ${id.hostname}`, at('etc/hosts'))} 2>/dev/null`,
-      ...(id.machine_id ? [`${put(id.machine_id, at('etc/machine-id'))} 2>/dev/null`] : []),
-    ];
-    const needed = [
-      `{ [ -d ${q(notes)} ] || ${q(this.tool('mkdir'))} -p ${q(notes)}; }`,
-      note('hostname', id.hostname), note('time_ms', String(id.time_ms)), ...(id.machine_id ? [note('machine_id', id.machine_id)] : []),
-      `${q(this.tool('date'))} -u -s @${Math.floor(id.time_ms / 1000)} >/dev/null`,
-      `printf '%s' ${q(id.hostname)} > ${at('proc/sys/kernel/hostname')}`,
-      put(id.hostname, at('etc/hostname')),
-      ...(id.overlay_ip ? [ip('addr', 'flush', 'dev', 'eth1'), ip('addr', 'add', id.overlay_ip, 'dev', 'eth1'), ip('link', 'set', 'eth1', 'up')] : []),
-    ];
-    return `${optional.join('; ')}; { ${needed.join(' && ')}; } 2>&1`;
+  private at(p: string): string {
+    return join(this.root, p);
   }
 
-  async apply(id: GuestIdentity, notes: string): Promise<void> {
+  /** The command line that applies `id` without the addon; every word quoted. */
+  line(id: GuestIdentity): string {
+    const q = shellWord;
+    const put = (text: string, file: string) => `printf '%s\\n' ${q(text)} > ${q(this.at(file))}`;
+    // Best effort, as before: a read-only /etc/hosts or machine-id does not fail the identity.
+    const optional = [
+      `${put(`127.0.0.1 localhost ${id.hostname}`, 'etc/hosts')} 2>/dev/null`,
+      ...(id.machine_id ? [`${put(id.machine_id, 'etc/machine-id')} 2>/dev/null`] : []),
+    ];
+    const needed = [
+      `${q(this.tool('date'))} -u -s @${Math.floor(id.time_ms / 1000)} >/dev/null`,
+      `printf '%s' ${q(id.hostname)} > ${q(this.at('proc/sys/kernel/hostname'))}`,
+      put(id.hostname, 'etc/hostname'),
+    ];
+    return `${optional.join('; ')}; { ${[...needed, ...this.overlay(id)].join(' && ')}; } 2>&1`;
+  }
+
+  private overlay(id: GuestIdentity): string[] {
+    if (!id.overlay_ip) return [];
+    const ip = (...args: string[]) => [shellWord(this.tool('ip')), ...args.map(shellWord)].join(' ');
+    return [ip('addr', 'flush', 'dev', 'eth1'), ip('addr', 'add', id.overlay_ip, 'dev', 'eth1'), ip('link', 'set', 'eth1', 'up')];
+  }
+
+  async apply(id: GuestIdentity): Promise<void> {
     if (!Number.isSafeInteger(Math.floor(id.time_ms / 1000)) || id.time_ms < 0) throw new InternalError(`cannot apply the identity: not a time: ${id.time_ms}`);
+    if (this.sys) {
+      this.applyInProcess(this.sys, id);
+      const more = this.overlay(id);
+      if (more.length > 0) await this.run(`{ ${more.join(' && ')}; } 2>&1`);
+      return;
+    }
+    await this.run(this.line(id));
+  }
+
+  private applyInProcess(sys: SysCalls, id: GuestIdentity): void {
+    const failed = (err: unknown) => new InternalError(`cannot apply the identity: ${(err as Error).message}`);
+    try {
+      sys.setTime(id.time_ms);
+    } catch (err) {
+      throw failed(err);
+    }
+    // The same name and no new machine id: a restore of the guest itself, whose files already say so.
+    if (id.machine_id === undefined && sys.hostname() === id.hostname) return;
+    const put = (file: string, text: string) => writeFileSync(this.at(file), `${text}\n`);
+    try {
+      put('etc/hosts', `127.0.0.1 localhost ${id.hostname}`);
+    } catch { /* best effort, as in the shell line */ }
+    if (id.machine_id) {
+      try {
+        put('etc/machine-id', id.machine_id);
+      } catch { /* best effort */ }
+    }
+    try {
+      sys.setHostname(id.hostname);
+      put('etc/hostname', id.hostname);
+    } catch (err) {
+      throw failed(err);
+    }
+  }
+
+  private async run(line: string): Promise<void> {
     let answer;
     try {
-      answer = await this.shell.run(this.line(id, notes));
+      answer = await this.shell.run(line);
     } catch (err) {
       throw new InternalError(`cannot apply the identity: ${(err as Error).message}`);
     }

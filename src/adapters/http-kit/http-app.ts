@@ -10,12 +10,13 @@ export const JSON_LIMIT_BYTES = 1024 * 1024;
 export interface HttpAppDeps {
   routes: RouteDef[];
   auth: BearerAuth;
-  registry: Registry;
+  /** Where request counts and latencies go; none, none kept (the guest agent, which serves no metrics). */
+  registry?: Registry;
   log: Logger;
 }
 
 /**
- * Builds the express app: request metrics, bearer auth (all but routes marked `auth: 'none'`), a 1 MiB JSON body
+ * Builds the express app: request metrics (with a registry), bearer auth (when a token is set; all but routes marked `auth: 'none'`), a 1 MiB JSON body
  * limit, the routes, 405/404 for everything else, and one error handler that speaks `{error}`.
  */
 export function createHttpApp(d: HttpAppDeps): express.Express {
@@ -24,32 +25,8 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   app.set('etag', false);
   app.set('query parser', 'simple');
 
-  const requests = new Counter({
-    name: 'svc_http_requests_total', help: 'HTTP requests by route, method and status',
-    labelNames: ['method', 'route', 'status'], registers: [d.registry],
-  });
-  const latency = new Histogram({
-    name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route', labelNames: ['method', 'route'],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120], registers: [d.registry],
-  });
-
-  app.use((req, res, next) => {
-    const t0 = process.hrtime.bigint();
-    res.on('finish', () => {
-      const route = (res.locals.route as string | undefined) ?? 'unmatched';
-      requests.inc({ method: req.method, route, status: String(res.statusCode) });
-      latency.observe({ method: req.method, route }, Number(process.hrtime.bigint() - t0) / 1e9);
-    });
-    next();
-  });
-
-  const open = d.routes.filter((r) => r.auth === 'none').map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
-  app.use((req, res, next) => {
-    if (open.some((o) => (o.method === req.method || (o.method === 'GET' && req.method === 'HEAD')) && o.re.test(req.path))) return next();
-    if (d.auth.check(req)) return next();
-    res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
-    res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
-  });
+  if (d.registry) app.use(requestMetrics(d.registry));
+  if (d.auth.enabled) app.use(bearerAuth(d.routes, d.auth));
 
   const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
   const jsonBody = (req: Request, res: Response, next: NextFunction) => {
@@ -101,4 +78,36 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     res.status(status).json(body);
   });
   return app;
+}
+
+/** Counts every request and times it, by the route it matched. */
+function requestMetrics(registry: Registry): express.RequestHandler {
+  const requests = new Counter({
+    name: 'svc_http_requests_total', help: 'HTTP requests by route, method and status',
+    labelNames: ['method', 'route', 'status'], registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route', labelNames: ['method', 'route'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120], registers: [registry],
+  });
+  return (req, res, next) => {
+    const t0 = process.hrtime.bigint();
+    res.on('finish', () => {
+      const route = (res.locals.route as string | undefined) ?? 'unmatched';
+      requests.inc({ method: req.method, route, status: String(res.statusCode) });
+      latency.observe({ method: req.method, route }, Number(process.hrtime.bigint() - t0) / 1e9);
+    });
+    next();
+  };
+}
+
+/** The bearer token on every route but those marked `auth: 'none'`. */
+function bearerAuth(routes: RouteDef[], auth: BearerAuth): express.RequestHandler {
+  const open = routes.filter((r) => r.auth === 'none').map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
+  return (req, res, next) => {
+    if (open.some((o) => (o.method === req.method || (o.method === 'GET' && req.method === 'HEAD')) && o.re.test(req.path))) return next();
+    if (auth.check(req)) return next();
+    res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
+    res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
+  };
 }

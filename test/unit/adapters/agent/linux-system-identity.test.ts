@@ -3,6 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, sy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LinuxSystemIdentity } from '../../../../src/adapters/agent/linux-system-identity.js';
+import type { SysCalls } from '../../../../src/adapters/agent/sys-calls.js';
 
 describe('adapters/agent/linux-system-identity', () => {
   let dir: string;
@@ -29,7 +30,7 @@ describe('adapters/agent/linux-system-identity', () => {
     };
     stand('date', `[ "$3" = "@13" ] && { echo "date: cannot set date: Operation not permitted" >&2; exit 1; }\n`);
     stand('ip');
-    identity = new LinuxSystemIdentity(tools, root);
+    identity = new LinuxSystemIdentity(tools, root, undefined, null);
   });
   afterEach(() => {
     identity.close();
@@ -38,17 +39,15 @@ describe('adapters/agent/linux-system-identity', () => {
   const read = (p: string) => readFileSync(join(root, p), 'utf8');
   const seen = () => (existsSync(calls) ? readFileSync(calls, 'utf8').trim().split('\n').map((l) => l.split(' ')) : []);
 
-  it("applies a clone's identity and records it, every call through one kept shell", async () => {
+  it("without the addon: applies a clone's identity, every call through one kept shell, and writes no notes", async () => {
     const notes = join(dir, 'state', 'identity');
-    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_000_999, machine_id: 'ab'.repeat(16), overlay_ip: '10.77.0.5/24' }, notes);
+    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_000_999, machine_id: 'ab'.repeat(16), overlay_ip: '10.77.0.5/24' });
     expect(read('proc/sys/kernel/hostname')).to.equal('web-1');
     expect(read('etc/hostname')).to.equal('web-1\n');
     expect(read('etc/hosts')).to.equal('127.0.0.1 localhost web-1\n');
     expect(read('etc/machine-id')).to.equal(`${'ab'.repeat(16)}\n`);
-    expect(readFileSync(join(notes, 'hostname'), 'utf8')).to.equal('web-1\n');
-    expect(readFileSync(join(notes, 'time_ms'), 'utf8')).to.equal('1700000000999\n');
-    expect(readFileSync(join(notes, 'machine_id'), 'utf8')).to.equal(`${'ab'.repeat(16)}\n`);
-    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_001_000 }, notes);
+    expect(existsSync(notes)).to.equal(false);
+    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_001_000 });
     const lines = seen();
     expect(lines.map((l) => l.slice(1).join(' '))).to.deep.equal([
       'date -u -s @1700000000', 'ip addr flush dev eth1', 'ip addr add 10.77.0.5/24 dev eth1', 'ip link set eth1 up', 'date -u -s @1700000001',
@@ -59,22 +58,22 @@ describe('adapters/agent/linux-system-identity', () => {
 
   it('fails with what date said, leaves the hostname alone, and goes on working', async () => {
     let err: Error | undefined;
-    await identity.apply({ hostname: 'web-2', time_ms: 13_500 }, join(dir, 'notes')).catch((e: Error) => { err = e; });
+    await identity.apply({ hostname: 'web-2', time_ms: 13_500 }).catch((e: Error) => { err = e; });
     expect(err?.message).to.match(/cannot apply the identity: exit 1: date: cannot set date: Operation not permitted/);
     expect(err?.message).to.not.include('would print');
     expect(read('etc/hostname')).to.equal('old\n');
-    await identity.apply({ hostname: 'web-2', time_ms: 14_000 }, join(dir, 'notes'));
+    await identity.apply({ hostname: 'web-2', time_ms: 14_000 });
     expect(read('etc/hostname')).to.equal('web-2\n');
   });
 
   it('takes names with quotes and spaces in its paths as they are', async () => {
     const odd = join(dir, "it's a dir");
-    const other = new LinuxSystemIdentity(tools, odd);
+    const other = new LinuxSystemIdentity(tools, odd, undefined, null);
     try {
       for (const d of ['proc/sys/kernel', 'etc']) mkdirSync(join(odd, d), { recursive: true });
-      await other.apply({ hostname: 'web-3', time_ms: 20_000 }, join(odd, 'notes $HOME'));
+      await other.apply({ hostname: 'web-3', time_ms: 20_000 });
       expect(readFileSync(join(odd, 'etc/hostname'), 'utf8')).to.equal('web-3\n');
-      expect(readFileSync(join(odd, 'notes $HOME', 'hostname'), 'utf8')).to.equal('web-3\n');
+      expect(readFileSync(join(odd, 'etc/hosts'), 'utf8')).to.equal('127.0.0.1 localhost web-3\n');
     } finally {
       other.close();
     }
@@ -83,7 +82,78 @@ describe('adapters/agent/linux-system-identity', () => {
   it('fails when a file it must write cannot be written, and says which', async () => {
     rmSync(join(root, 'proc'), { recursive: true });
     let err: Error | undefined;
-    await identity.apply({ hostname: 'web-4', time_ms: 30_000 }, join(dir, 'notes')).catch((e: Error) => { err = e; });
+    await identity.apply({ hostname: 'web-4', time_ms: 30_000 }).catch((e: Error) => { err = e; });
     expect(err?.message).to.match(/cannot apply the identity: exit \d+: .*proc\/sys\/kernel\/hostname/);
+  });
+
+  describe('with the svc-sys addon', () => {
+    // A stand-in for the addon: notes its calls, keeps a kernel hostname, refuses times before 1 s.
+    const fakeSys = (log: string[], kernel = { name: 'old' }): SysCalls => ({
+      setTime: (ms) => {
+        if (ms < 1000) throw Object.assign(new Error('settimeofday: Operation not permitted'), { code: 'EPERM' });
+        log.push(`time ${ms}`);
+      },
+      setHostname: (name) => { log.push(`hostname ${name}`); kernel.name = name; },
+      hostname: () => kernel.name,
+    });
+
+    it("applies a clone's identity in the agent's process: no date, no shell, the files written", async () => {
+      const log: string[] = [];
+      const inProcess = new LinuxSystemIdentity(tools, root, undefined, fakeSys(log));
+      try {
+        await inProcess.apply({ hostname: 'web-5', time_ms: 1_700_000_000_999, machine_id: 'cd'.repeat(16) });
+        expect(log).to.deep.equal(['time 1700000000999', 'hostname web-5']);
+        expect(read('etc/hostname')).to.equal('web-5\n');
+        expect(read('etc/hosts')).to.equal('127.0.0.1 localhost web-5\n');
+        expect(read('etc/machine-id')).to.equal(`${'cd'.repeat(16)}\n`);
+        expect(seen(), 'no tool ran').to.deep.equal([]);
+      } finally {
+        inProcess.close();
+      }
+    });
+
+    it('a restore that keeps its name only sets the clock; an overlay address still goes through ip', async () => {
+      const log: string[] = [];
+      const inProcess = new LinuxSystemIdentity(tools, root, undefined, fakeSys(log, { name: 'web-6' }));
+      try {
+        writeFileSync(join(root, 'etc/hosts'), 'edited by the user\n');
+        await inProcess.apply({ hostname: 'web-6', time_ms: 1_800_000_000_000 });
+        expect(log).to.deep.equal(['time 1800000000000']);
+        expect(read('etc/hostname'), 'left as it was').to.equal('old\n');
+        expect(read('etc/hosts')).to.equal('edited by the user\n');
+        await inProcess.apply({ hostname: 'web-7', time_ms: 1_800_000_001_000, overlay_ip: '10.77.0.9/24' });
+        expect(log.slice(1)).to.deep.equal(['time 1800000001000', 'hostname web-7']);
+        expect(read('etc/hostname')).to.equal('web-7\n');
+        expect(seen().map((l) => l.slice(1).join(' '))).to.deep.equal(['ip addr flush dev eth1', 'ip addr add 10.77.0.9/24 dev eth1', 'ip link set eth1 up']);
+      } finally {
+        inProcess.close();
+      }
+    });
+
+    it('fails with what the system call said and leaves the hostname alone', async () => {
+      const log: string[] = [];
+      const inProcess = new LinuxSystemIdentity(tools, root, undefined, fakeSys(log));
+      try {
+        let err: Error | undefined;
+        await inProcess.apply({ hostname: 'web-8', time_ms: 500 }).catch((e: Error) => { err = e; });
+        expect(err?.message).to.equal('cannot apply the identity: settimeofday: Operation not permitted');
+        expect(log).to.deep.equal([]);
+        expect(read('etc/hostname')).to.equal('old\n');
+      } finally {
+        inProcess.close();
+      }
+    });
+
+    it('fails when /etc/hostname cannot be written, and says which file', async () => {
+      const inProcess = new LinuxSystemIdentity(tools, root, undefined, fakeSys([]));
+      try {
+        rmSync(join(root, 'etc'), { recursive: true });
+        let err: Error | undefined;
+        await inProcess.apply({ hostname: 'web-9', time_ms: 40_000 }).catch((e: Error) => { err = e; });
+        expect(err?.message).to.match(/cannot apply the identity: .*etc\/hostname/);
+      } finally {
+        inProcess.close();
+      }
+    });
   });
 });
