@@ -10,7 +10,7 @@ export const JSON_LIMIT_BYTES = 1024 * 1024;
 export interface HttpAppDeps {
   routes: RouteDef[];
   auth: BearerAuth;
-  /** Where request counts and latencies go; none, none kept (the guest agent, which serves no metrics). */
+  /** Where request counts and latencies go; without one none are kept (the guest agent serves no metrics). */
   registry?: Registry;
   log: Logger;
 }
