@@ -1,6 +1,6 @@
 import type { IncomingMessage, RequestListener } from 'node:http';
 import { InvalidArgumentError, PayloadTooLargeError } from '../../domain/errors.js';
-import { toHttpError } from '../http-kit/error-status.js';
+import { writeHttpError } from '../http-kit/error-status.js';
 
 /** An identity is a name, a time, a machine id and an address: a few hundred bytes. */
 export const IDENTITY_BODY_MAX = 4096;
@@ -20,12 +20,9 @@ export function identityFirst(setIdentity: (body: unknown) => Promise<void>, res
     readJson(req).then(setIdentity).then(() => {
       res.writeHead(204).end();
     }, (err: unknown) => {
-      const { status, body } = toHttpError(err);
       if (res.headersSent) return void res.destroy();
       // A body left unread would be taken as the next request on this connection.
-      const close = !req.complete;
-      res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...(close ? { connection: 'close' } : {}) });
-      res.end(JSON.stringify(body));
+      writeHttpError(res, err, !req.complete);
     });
   };
 }

@@ -11,10 +11,8 @@ export interface SysCalls {
   hostname(): string;
 }
 
-interface Addon {
-  setTime(ms: number): void;
-  setHostname(name: string): void;
-}
+/** What the addon itself exports: the two calls; the hostname is read through node:os. */
+type Addon = Omit<SysCalls, 'hostname'>;
 
 /**
  * The `svc-sys` addon (native/svc-sys.c, built by scripts/build-agent.mjs into the agent's

@@ -2,7 +2,7 @@ import type { IncomingMessage, RequestListener } from 'node:http';
 import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { PermissionDeniedError } from '../../domain/errors.js';
-import { toHttpError } from './error-status.js';
+import { writeHttpError } from './error-status.js';
 import { rejectUpgrade } from './terminal-socket.js';
 
 /** What the TCP listener accepts from browsers: its own names, and origins allowed to change things. */
@@ -81,9 +81,7 @@ export function guardRequests(app: RequestListener, refuse: Refusal): RequestLis
   return (req, res) => {
     const why = refuse(req);
     if (why === undefined) return app(req, res);
-    const { status, body } = toHttpError(new PermissionDeniedError(why));
-    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', connection: 'close' });
-    res.end(JSON.stringify(body));
+    writeHttpError(res, new PermissionDeniedError(why), true);
   };
 }
 

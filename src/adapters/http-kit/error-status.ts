@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { ErrorCode } from '../../domain/errors.js';
 import { AcceptedCreateFailedError, errorMessage, isDomainError, ResourceExhaustedError } from '../../domain/errors.js';
 
@@ -35,4 +36,15 @@ export function toHttpError(err: unknown): HttpError {
   }
   if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
   return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };
+}
+
+/**
+ * Answers `err` on a plain node:http response (outside express: the browser guard, the agent's
+ * identity request) as the app's error handler would: its status, headers and `{error, code}`.
+ * `close` ends the connection after it (a request refused, or a body left unread).
+ */
+export function writeHttpError(res: ServerResponse, err: unknown, close: boolean): void {
+  const { status, body, headers } = toHttpError(err);
+  res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', ...(close ? { connection: 'close' } : {}) });
+  res.end(JSON.stringify(body));
 }
