@@ -23,11 +23,14 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
-/** A process's resident memory in KiB from smaps_rollup: Rss, and Pss (shared pages split among their sharers). */
-export function memoryKiB(pid: number): { rss: number; pss: number } {
+/**
+ * A process's resident memory in KiB from smaps_rollup: Rss, Pss (shared pages split among their
+ * sharers) and its anonymous memory (its own: what it would give back by exiting, unlike file pages).
+ */
+export function memoryKiB(pid: number): { rss: number; pss: number; anon: number } {
   const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
-  return { rss: field('Rss'), pss: field('Pss') };
+  return { rss: field('Rss'), pss: field('Pss'), anon: field('Anonymous') };
 }
 
 export function cpuSeconds(pid: number, withChildren = false): number {

@@ -46,6 +46,7 @@ export interface Config {
   accel: 'auto' | 'kvm' | 'tcg';
   /** Keep one QEMU started ahead (restore held) for the next clone of each recently cloned template. */
   clone_spares: boolean;
+  clone_spares_warm: boolean;
   mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
@@ -108,6 +109,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   qemu_user: ['qemu_user', 'string', 'nobody'],
   accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
   clone_spares: ['clone_spares', 'bool', true],
+  clone_spares_warm: ['clone_spares_warm', 'bool', true],
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],

@@ -52,7 +52,10 @@ export class CreateService {
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(Failpoints) private readonly failpoints: Failpoints,
-  ) {}
+  ) {
+    // A QEMU started ahead of a template's next clone runs its guest once, paused then (clone_spares_warm).
+    disks.warmSpares?.(config.clone_spares_warm ? (ep, name) => keeper.warmSpare(ep, name) : undefined);
+  }
 
   /**
    * Validates a create, reserves the name and resources, and starts the create in the background.

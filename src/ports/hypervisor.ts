@@ -1,4 +1,5 @@
 import type { AdapterState, Mount, Proto } from '../domain/instance.js';
+import type { AgentEndpoint } from './guest-agent.js';
 
 export type { AdapterState } from '../domain/instance.js';
 
@@ -180,7 +181,20 @@ export interface VmDisks {
    * start now without taking the CPU from this one's first answer. Optional, a hint; idempotent.
    */
   cloneReady?(clone: VmRef): void;
+
+  /**
+   * Work ahead of a template's next clone may run its guest (a QEMU started ahead, restored from
+   * the template's saved state, docs/suspend-and-clones.md): `warm` is what it runs, through its
+   * agent, before it waits paused. Optional; the last call wins, undefined turns it off.
+   */
+  warmSpares?(warm: SpareWarmUp | undefined): void;
 }
+
+/**
+ * Runs a guest restored ahead of a clone through the calls the clone's first answer and first
+ * command will take (`name` is its own, not yet the clone's). Rejects when the guest does not answer.
+ */
+export type SpareWarmUp = (agent: AgentEndpoint, name: string) => Promise<void>;
 
 import type { ImageSource } from '../domain/image-request.js';
 

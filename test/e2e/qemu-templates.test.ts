@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { SilentLogger } from '../fakes/fakes.js';
 import { call, ndjson } from '../helpers/http.js';
 import { MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { ensureImage, qemuOfVm, qemuProcesses, qemuUnder, waitingSpares } from './image.js';
@@ -25,6 +26,7 @@ async function removeAll(d: TestDaemon): Promise<void> {
 describe('svcd with QEMU: templates, clones and the warm pool', function () {
   this.timeout(240_000);
   let d: TestDaemon;
+  const log = new SilentLogger();
   const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
 
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
@@ -43,7 +45,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   };
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false }, { logger: log });
   });
   after(async () => removeAll(d));
 
@@ -73,8 +75,16 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     await d.daemon.poolSettled();
     const spare = await spareOf('tpl');
     expect(spare, 'the first clone started a spare for the next').to.include(`${dirOf('tpl')}/spare-`).and.include('-incoming defer');
+    // The spare restored its guest, ran it through an identity of its own and an exec, and paused it.
+    const warmed = () => log.lines.filter((l) => l.msg === 'spare qemu warmed and paused for the next clone' && (l.obj as { pid?: number }).pid === Number(spare.split(' ')[0]));
+    for (let i = 0; i < 100 && warmed().length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(warmed(), 'the spare was warmed').to.have.length(1);
     const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2', persistent: true });
     expect(c2.status, c2.text).to.equal(201);
+    expect(log.lines.find((l) => l.msg === 'spawn timing' && (l.obj as { vm?: string }).vm === 'c2')?.obj).to.include({ spare: 'warm' });
+    // Nothing of the spare's own name is left in the clone: kernel, /etc/hostname, /etc/hosts; its clock is now.
+    expect(await sh('c2', 'hostname; cat /etc/hostname; grep -c spare- /etc/hosts || true')).to.equal('c2\nc2\n0');
+    expect(Math.abs(Number(await sh('c2', 'date +%s')) - Date.now() / 1000)).to.be.below(5);
     const c1 = (await d.call('GET', '/vms/c1')).json;
     expect(c2.json.agent_port).to.not.equal(c1.agent_port);
     expect(await sh('c1', 'hostname')).to.equal('c1');

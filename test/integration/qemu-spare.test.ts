@@ -150,4 +150,93 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(sparesIn(tpl.dir)).to.deep.equal([]);
     for (const c of [c1, c2, c3]) await hv.kill(c);
   });
+
+  describe('warmed (VmDisks.warmSpares)', () => {
+    /** The monitor commands QEMU number `n` got, `hostfwd_add` shown with its arguments. */
+    const qmpOf = (n: number) => q.qmp().filter(([i]) => i === n).map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c));
+    /** c1 cloned and up (start 3), its spare started (start 4). */
+    const firstClone = async () => {
+      const c1 = fresh('c1');
+      await hv.clone(tpl, c1);
+      await hv.launch(c1, { restore: true });
+      hv.cloneReady(c1);
+      return c1;
+    };
+
+    it('restores the spare\'s guest, runs it through the warm-up under its own name and pauses it; the clone only continues it', async () => {
+      const calls: { port: number; host: string; name: string }[] = [];
+      hv.warmSpares((ep, name) => {
+        calls.push({ host: ep.host, port: ep.port, name });
+        return Promise.resolve();
+      });
+      const c1 = await firstClone();
+      await hv.sparesSettled();
+      const [dir] = sparesIn(tpl.dir);
+      expect(calls).to.have.length(1);
+      expect(calls[0]).to.deep.include({ host: '127.0.0.1', name: dir });
+      expect(opt(q.calls()[3], '-netdev')).to.include(`hostfwd=tcp:127.0.0.1:${calls[0].port}-:7475`);
+      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'stop']);
+
+      const c2 = fresh('c2');
+      await hv.clone(tpl, c2);
+      const h = await hv.launch({ ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] }, { restore: true });
+      expect(h.restored_from_snapshot).to.equal(true);
+      expect(h.agent_port).to.equal(calls[0].port);
+      expect(cmdline(h.pid!)).to.include(`svc-${dir},process=svc-${dir}`);
+      expect(qmpOf(4).slice(6), 'nothing loaded again: continued, forwards added').to.deep.equal(['cont', `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`]);
+      for (const c of [c1, c2]) await hv.kill(c);
+    });
+
+    it('stops a spare whose warm-up fails; the next clone starts a QEMU of its own', async () => {
+      hv.warmSpares(() => Promise.reject(new Error('no answer')));
+      const c1 = await firstClone();
+      await hv.sparesSettled();
+      const spare = q.calls()[3];
+      expect(opt(spare, '-name')).to.match(/^svc-spare-/);
+      expect(sparesIn(tpl.dir), 'stopped and removed').to.deep.equal([]);
+      const c2 = fresh('c2');
+      await hv.clone(tpl, c2);
+      const h = await hv.launch(c2, { restore: true });
+      expect(cmdline(h.pid!)).to.include('svc-c2,process=svc-c2');
+      for (const c of [c1, c2]) await hv.kill(c);
+    });
+
+    it('gives a clone that comes while the spare starts the spare held: no warm-up beside the clone', async () => {
+      let warmed = 0;
+      hv.warmSpares(() => {
+        warmed++;
+        return Promise.resolve();
+      });
+      const c1 = await firstClone(); // the spare is starting now
+      const c2 = fresh('c2');
+      await hv.clone(tpl, c2);
+      const h = await hv.launch(c2, { restore: true });
+      await hv.sparesSettled();
+      expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
+      expect(warmed).to.equal(0);
+      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont']);
+      for (const c of [c1, c2]) await hv.kill(c);
+    });
+
+    it('waits for a warm-up under way, then continues the warmed guest', async () => {
+      let release = () => {};
+      let started = () => {};
+      const begun = new Promise<void>((r) => (started = r));
+      hv.warmSpares(() => {
+        started();
+        return new Promise<void>((r) => (release = r));
+      });
+      const c1 = await firstClone();
+      await begun;
+      const c2 = fresh('c2');
+      const cloned = hv.clone(tpl, c2);
+      await new Promise((r) => setTimeout(r, 100));
+      release();
+      await cloned;
+      const h = await hv.launch(c2, { restore: true });
+      expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
+      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'stop', 'cont']);
+      for (const c of [c1, c2]) await hv.kill(c);
+    });
+  });
 });

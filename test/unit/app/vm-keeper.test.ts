@@ -3,6 +3,9 @@ import type { InstanceRecord } from '../../../src/domain/instance.js';
 import { world } from '../../fakes/world.js';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
 import type { GuestIdentity } from '../../../src/domain/agent.js';
+import { AgentFailureError, AgentUnavailableError } from '../../../src/domain/errors.js';
+import type { SpareWarmUp } from '../../../src/ports/hypervisor.js';
+import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 describe('app/VmKeeper', () => {
   it('keeps the adapter state opaque: what a handle puts in a record comes back as the same handle', async () => {
@@ -116,5 +119,39 @@ describe('app/VmKeeper', () => {
     expect(execs, 'no exec after an identity that did not answer').to.deep.equal([]);
     expect(Date.now() - t0).to.be.below(4500);
     expect(w.vms.get('w').status).to.equal('suspended');
+  });
+
+  it('registers a warm-up for spare QEMUs with the adapter (clone_spares_warm): an identity of the spare\'s own, tried again while unreachable, then an exec of true', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
+    let warm: SpareWarmUp | undefined = () => Promise.reject(new Error('not registered'));
+    Object.assign(hv, { warmSpares: (w: SpareWarmUp | undefined) => void (warm = w) });
+    const w = world({}, undefined, hv);
+    const agent = w.container.get<GuestAgent>(GuestAgent);
+    const calls: [number, GuestIdentity][] = [];
+    const execs: string[] = [];
+    let refusals = 2;
+    agent.setIdentity = async (ep, id) => {
+      if (refusals-- > 0) throw new AgentUnavailableError('connection refused');
+      calls.push([ep.port, id]);
+    };
+    agent.exec = async (_ep, req) => {
+      execs.push([req.cmd, ...req.args].join(' '));
+      return { stdout: '', stderr: '', exit_code: 0 } as Awaited<ReturnType<GuestAgent['exec']>>;
+    };
+    await warm!({ host: '127.0.0.1', port: 4242 }, 'spare-0a1b2c3d');
+    expect(calls).to.have.length(1);
+    expect(calls[0][0]).to.equal(4242);
+    expect(calls[0][1]).to.include({ hostname: 'spare-0a1b2c3d' });
+    expect(calls[0][1].machine_id, 'a machine id of its own, as a clone gets').to.match(/^[0-9a-f]{32}$/);
+    expect(Math.abs(calls[0][1].time_ms - Date.now())).to.be.below(5000);
+    expect(execs).to.deep.equal(['true']);
+    // A guest that answers with an error is not tried again: the adapter stops that spare.
+    agent.setIdentity = async () => { throw new AgentFailureError('agent answered 500'); };
+    expect(await warm!({ host: '127.0.0.1', port: 4242 }, 'spare-0a1b2c3d').catch((e: Error) => e.message)).to.match(/500/);
+
+    const off = new InMemoryHypervisor({ bootDelayMs: 5 });
+    Object.assign(off, { warmSpares: (x: SpareWarmUp | undefined) => void (warm = x) });
+    world({ clone_spares_warm: false }, undefined, off);
+    expect(warm, 'clone_spares_warm: false').to.equal(undefined);
   });
 });

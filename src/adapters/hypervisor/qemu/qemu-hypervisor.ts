@@ -5,7 +5,7 @@ import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../d
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, SpareWarmUp, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { freePort, freePorts, portFree } from '../free-port.js';
@@ -147,6 +147,10 @@ export class QemuHypervisor implements HypervisorAdapter {
     this.spares.ready(clone.name);
   }
 
+  warmSpares(warm: SpareWarmUp | undefined): void {
+    this.spares.warmWith(warm);
+  }
+
   /** A vsock context id for a VM starting now, or 0 when the host has no vhost-vsock. */
   private vsockCid(): number {
     return this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
@@ -160,7 +164,7 @@ export class QemuHypervisor implements HypervisorAdapter {
     // Its monitor socket moved with its directory, where re-attach looks for one beside the disk it names.
     const state = qemuState({ pid: q.pid, qmp: join(dirname(q.disk), 'qmp.sock'), tag: q.tag, disk: q.disk, accel });
     live.handle = this.handle(spec, { pid: q.pid, ssh_port: q.sshPort, agent_port: q.agentPort, agent_cid: 0, forwards: [], restored_from_snapshot: true, state });
-    this.o.log.info({ vm: spec.name, pid: q.pid, accel, restored: true, spare: true }, 'spawn timing');
+    this.o.log.info({ vm: spec.name, pid: q.pid, accel, restored: true, spare: q.loaded ? 'warm' : 'held' }, 'spawn timing');
     return this.addForwards(spec, spec.forwards);
   }
 

@@ -1,9 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { Logger } from '../../../ports/logger.js';
-import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { SpareWarmUp, VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { freePorts } from '../free-port.js';
 import { shareInto, type Frozen } from './disk-layers.js';
 import { restoreInputs } from './launch-plan.js';
@@ -24,6 +24,8 @@ export interface HeldQemu {
   /** Its process tag and disk path as its command line shows them (re-attach checks both). */
   tag: string;
   disk: string;
+  /** Its guest is restored already, ran once and is paused (a warmed spare): a launch only continues it. */
+  loaded?: boolean;
 }
 
 interface Spare extends HeldQemu {
@@ -32,6 +34,20 @@ interface Spare extends HeldQemu {
   dir: string;
   templateDir: string;
   idle: NodeJS.Timeout;
+  /** Its warm-up (`warmWith`): true once its guest ran and is paused, false when it failed and the spare was stopped. */
+  warming?: Promise<boolean>;
+  /** Stopped on purpose (a warm-up that fails then is not worth a warning). */
+  stopping?: boolean;
+}
+
+/** A spare on its way: `held` once its QEMU is up (load held), `done` once it is ready (warmed, when it is warmed). */
+interface Filling {
+  dir: string;
+  held: Promise<void>;
+  up: () => void;
+  done: Promise<void>;
+  /** A clone waits for it: it is not warmed (the clone takes it held rather than wait for the warm-up too). */
+  wanted: boolean;
 }
 
 /** A spare's directory inside its template's. */
@@ -44,6 +60,8 @@ const NOTE = 'spare.json';
 const FILL_WAIT_MS = 500;
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
+/** The most a spare's warm-up may take (a minimal guest's takes 0.5-1 s under TCG); a longer one stops the spare. */
+const WARM_MS = 5_000;
 
 export interface SpareOptions {
   binary: string;
@@ -66,22 +84,38 @@ export async function spareDisk(dir: string): Promise<string | undefined> {
 /**
  * One QEMU per recently cloned template, started ahead for its next clone: its overlay and links
  * made, its devices set up, the RAM image mapped and the device state's descriptor open, the load
- * held (`-incoming defer`). A clone that matches it (same frozen layer and saved state, image,
- * CPUs and memory) takes its files into its own directory and starts the load: no QEMU start on
- * its path (150-200 ms here). Each spare lives in a directory of its template's (same filesystem,
- * so its files move by rename), is stopped after SPARE_IDLE_MS unclaimed, when its template runs,
- * is renamed or goes, and when the daemon stops; one a crashed daemon left is found by `sweep`.
- * Its ports are its own (picked when it starts); a clone's forwards are added live.
+ * held (`-incoming defer`). With a warm-up given (`warmWith`), the spare then restores its guest,
+ * runs it through the calls a clone's first answer and first command take, and pauses it. A clone
+ * that matches it (same frozen layer and saved state, image, CPUs and memory) takes its files into
+ * its own directory and continues the paused guest, or starts the load of a held one: no QEMU
+ * start on its path (150-200 ms here), and from a warmed spare none of the first answer's code to
+ * translate either (0.4-0.5 s of a held one's under TCG). Each spare lives in a directory of its
+ * template's (same filesystem, so its files move by rename), is stopped after SPARE_IDLE_MS
+ * unclaimed, when its template runs, is renamed or goes, and when the daemon stops; one a crashed
+ * daemon left is found by `sweep`. Its ports are its own (picked when it starts); a clone's
+ * forwards are added live.
  */
 export class SpareQemus {
   private readonly spares = new Map<string, Spare>();
-  private readonly filling = new Map<string, { dir: string; done: Promise<void> }>();
+  private readonly filling = new Map<string, Filling>();
   /** Clones whose files came with a spare, by name: their launch takes it over. */
   private readonly held = new Map<string, HeldQemu>();
   /** Clones that start their template's next spare once they are up. */
   private readonly refills = new Map<string, () => void>();
 
+  /** What a spare's restored guest runs before it waits (`warmWith`); without it spares wait held. */
+  private warm: SpareWarmUp | undefined;
+
   constructor(private readonly o: SpareOptions) {}
+
+  /**
+   * Spares from now on load their guest, run it through `warm` (the calls a clone's first answer
+   * and first command take, under the spare's own name) and pause it: a clone that takes one then
+   * finds QEMU's translated code and the guest's caches warm, and only continues it.
+   */
+  warmWith(warm: SpareWarmUp | undefined): void {
+    this.warm = warm;
+  }
 
   /**
    * Gives the clone `spec` of `template` (frozen as `top`) the files of the template's spare when
@@ -90,9 +124,13 @@ export class SpareQemus {
    */
   async claim(template: VmRef, top: Frozen, spec: VmSpec): Promise<boolean> {
     this.refills.set(spec.name, () => this.refill(template, top, spec));
-    // One on its way is waited for a while: what is left of its start is less than a start of our own.
-    const filling = this.filling.get(template.name)?.done;
-    if (filling) await Promise.race([filling, new Promise((r) => setTimeout(r, FILL_WAIT_MS).unref())]);
+    // One on its way is waited for a while: what is left of its start is less than a start of our
+    // own. It is not warmed then: its warm-up and the clone's first answer would be the same work twice.
+    const filling = this.filling.get(template.name);
+    if (filling) {
+      filling.wanted = true;
+      await Promise.race([filling.held, new Promise((r) => setTimeout(r, FILL_WAIT_MS).unref())]);
+    }
     const q = await this.take(template, top, spec);
     if (q) this.held.set(spec.name, q);
     return q !== undefined;
@@ -109,7 +147,7 @@ export class SpareQemus {
     if (!q) return undefined;
     // Its guest is one people wait on now (a daemon that is not root cannot raise it back: it stays nice).
     runInBackground(q.pid, 0);
-    const failed = restore ? await loadHeld(q.qmp) : new Error('asked to cold-boot');
+    const failed = !restore ? new Error('asked to cold-boot') : q.loaded ? await q.qmp.execute('cont').then(() => undefined, (err: Error) => err) : await loadHeld(q.qmp);
     if (!failed) return q;
     this.o.log.warn({ vm: name, err: failed.message }, 'the spare qemu did not restore the clone; starting another');
     await this.kill(q);
@@ -145,6 +183,8 @@ export class SpareQemus {
     if (!s) return undefined;
     this.spares.delete(template.name);
     clearTimeout(s.idle);
+    // A warm-up under way is waited for (it is bounded): the clone's first answer then takes a fraction of the time.
+    if (s.warming) await s.warming;
     if (s.key !== SpareQemus.key(top, spec) || s.templateDir !== template.dir || !alive(s.pid)) {
       await this.stop(s);
       return undefined;
@@ -162,18 +202,25 @@ export class SpareQemus {
   /** Starts a spare for the next clone of `template` (like `spec`) unless one is there or on its way. */
   private refill(template: VmRef, top: Frozen, spec: VmSpec): void {
     if (this.spares.has(template.name) || this.filling.has(template.name)) return;
-    const dir = spareDir(template.dir);
-    const done = this.fill(template, dir, top, spec)
+    let up!: () => void;
+    const held = new Promise<void>((r) => (up = r));
+    const f: Filling = { dir: spareDir(template.dir), held, up, done: Promise.resolve(), wanted: false };
+    f.done = this.fill(template, f, top, spec)
       .catch((err: unknown) => this.o.log.warn({ vm: template.name, err: (err as Error).message }, 'cannot start a spare qemu; the next clone starts its own'))
-      .finally(() => this.filling.delete(template.name));
-    this.filling.set(template.name, { dir, done });
+      .finally(() => {
+        f.up(); // one that never came up lets a clone waiting for it go on
+        this.filling.delete(template.name);
+      });
+    this.filling.set(template.name, f);
   }
 
-  private async fill(template: VmRef, dir: string, top: Frozen, like: VmSpec): Promise<void> {
+  private async fill(template: VmRef, f: Filling, top: Frozen, like: VmSpec): Promise<void> {
+    const dir = f.dir;
     const name = dir.slice(dir.lastIndexOf('/') + 1);
     const spec: VmSpec = { ...like, name, hostname: name, dir, forwards: [] };
     const l = layout(dir);
     await mkdir(dir);
+    let s: Spare;
     try {
       await shareInto(template.dir, dir, top);
       await this.o.seed(spec);
@@ -185,19 +232,52 @@ export class SpareQemus {
       if (started instanceof Error) throw started;
       const { child, qmp } = started;
       const idle = setTimeout(() => void this.drop(template.name), this.o.idleMs ?? SPARE_IDLE_MS).unref();
-      const s: Spare = { pid: child.pid!, child, qmp, sshPort, agentPort, tag: processTag(name), disk: l.disk, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle };
+      s = { pid: child.pid!, child, qmp, sshPort, agentPort, tag: processTag(name), disk: l.disk, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle };
+      const spare = s;
       child.once('exit', () => {
-        if (this.spares.get(template.name) !== s) return;
+        if (this.spares.get(template.name) !== spare) return;
         this.spares.delete(template.name);
         clearTimeout(idle);
         qmp.close();
         void rm(dir, { recursive: true, force: true });
       });
-      this.spares.set(template.name, s);
-      this.o.log.info({ vm: template.name, pid: s.pid }, 'spare qemu ready for the next clone');
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       throw err;
+    }
+    this.spares.set(template.name, s);
+    if (this.warm && !f.wanted) s.warming = this.warmUp(template.name, s, this.warm);
+    f.up();
+    this.o.log.info({ vm: template.name, pid: s.pid }, s.warming ? 'spare qemu up; warming it for the next clone' : 'spare qemu ready for the next clone');
+    await s.warming;
+  }
+
+  /**
+   * Restores the spare's guest, runs it through `warm`, and pauses it: true. False when any of it
+   * fails (the spare is stopped; the next clone starts its own QEMU).
+   */
+  private async warmUp(template: string, s: Spare, warm: SpareWarmUp): Promise<boolean> {
+    const t0 = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const failed = await loadHeld(s.qmp);
+      if (failed) throw failed;
+      const bound = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no warm-up within ${WARM_MS} ms`)), WARM_MS)));
+      await Promise.race([warm({ host: '127.0.0.1', port: s.agentPort }, basename(s.dir)), bound]);
+      await s.qmp.execute('stop');
+      s.loaded = true;
+      this.o.log.info({ vm: template, pid: s.pid, warm_ms: Date.now() - t0 }, 'spare qemu warmed and paused for the next clone');
+      return true;
+    } catch (err) {
+      if (!s.stopping) this.o.log.warn({ vm: template, err: (err as Error).message }, 'a spare qemu did not warm up; stopped');
+      if (this.spares.get(template) === s) {
+        this.spares.delete(template);
+        clearTimeout(s.idle);
+      }
+      await this.stop(s);
+      return false;
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -206,7 +286,8 @@ export class SpareQemus {
    * directory as it is now) any other spare found there.
    */
   async drop(template: string, dir?: string): Promise<void> {
-    await this.filling.get(template)?.done;
+    // Once up it is in `spares`: stopped there, not waited for (its warm-up then fails and ends).
+    await this.filling.get(template)?.held;
     const s = this.spares.get(template);
     if (s) {
       this.spares.delete(template);
@@ -232,8 +313,10 @@ export class SpareQemus {
 
   /** Every spare stopped (the daemon stops: a spare is not a VM and must not outlive it). */
   async stopAll(): Promise<void> {
-    await Promise.all([...this.filling.values()].map((f) => f.done));
+    const filling = [...this.filling.values()];
+    await Promise.all(filling.map((f) => f.held));
     await Promise.all([...this.spares.keys()].map((t) => this.drop(t)));
+    await Promise.all(filling.map((f) => f.done));
   }
 
   /** Resolves once no spare is on its way (tests, benchmarks). */
@@ -242,6 +325,7 @@ export class SpareQemus {
   }
 
   private async stop(s: Spare): Promise<void> {
+    s.stopping = true;
     await this.kill(s);
     await rm(s.dir, { recursive: true, force: true });
   }
