@@ -54,7 +54,7 @@ export class CreateService {
     @inject(Failpoints) private readonly failpoints: Failpoints,
   ) {
     // A QEMU started ahead of a template's next clone runs its guest once, paused then (clone_spares_warm).
-    disks.warmSpares?.(config.clone_spares_warm ? (ep, name) => keeper.warmSpare(ep, name) : undefined);
+    disks.warmSpares?.(config.clone_spares_warm ? keeper.spareWarmUp : undefined);
   }
 
   /**

@@ -6,8 +6,8 @@ import type { CreatePhase } from '../domain/events.js';
 import type { InstanceRecord } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
-import { GuestAgent, type AgentEndpoint } from '../ports/guest-agent.js';
-import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
+import { GuestAgent } from '../ports/guest-agent.js';
+import type { ImageInfo, SpareWarmUp, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { InstanceStore } from '../ports/stores.js';
@@ -146,23 +146,29 @@ export class VmKeeper {
   }
 
   /**
-   * A guest restored ahead of a template's next clone (VmDisks.warmSpares): its identity under its
-   * own name with a machine id, then an exec of `true`, the calls a clone's first answer and first
-   * command take; a clone that takes it then finds them translated and cached. A just-restored
-   * agent may not be reachable for a moment: tried again every 100 ms, 20 times at most.
+   * What a guest restored ahead of a template's next clone runs (VmDisks.warmSpares): its identity
+   * under its own name with a machine id, then an exec of `true`, the calls a clone's first answer
+   * and first command take. A just-restored agent may not be reachable for a moment: the identity
+   * is tried again every 100 ms, 20 times at most. An image without `true` still took the exec
+   * path: only a guest that cannot be reached fails that step.
    */
-  async warmSpare(ep: AgentEndpoint, name: string): Promise<void> {
-    for (let tries = 1; ; tries++) {
-      try {
-        await this.agent.setIdentity(ep, { hostname: name, time_ms: this.clock.now(), machine_id: randomUUID().replace(/-/g, '') });
-        break;
-      } catch (err) {
-        if (!(err instanceof AgentUnavailableError) || tries >= 20) throw err;
-        await this.clock.sleep(100);
+  readonly spareWarmUp: SpareWarmUp = {
+    firstAnswer: async (ep, name) => {
+      for (let tries = 1; ; tries++) {
+        try {
+          return await this.agent.setIdentity(ep, { hostname: name, time_ms: this.clock.now(), machine_id: randomUUID().replace(/-/g, '') });
+        } catch (err) {
+          if (!(err instanceof AgentUnavailableError) || tries >= 20) throw err;
+          await this.clock.sleep(100);
+        }
       }
-    }
-    await this.agent.exec(ep, { cmd: 'true', args: [], timeoutMs: WARM_MS });
-  }
+    },
+    firstCommand: async (ep) => {
+      await this.agent.exec(ep, { cmd: 'true', args: [], timeoutMs: WARM_MS }).catch((err: unknown) => {
+        if (err instanceof AgentUnavailableError) throw err;
+      });
+    },
+  };
 
   async expectExit<T>(rec: InstanceRecord, fn: () => Promise<T>): Promise<T> {
     this.stopping.add(rec.name);

@@ -191,10 +191,16 @@ export interface VmDisks {
 }
 
 /**
- * Runs a guest restored ahead of a clone through the calls the clone's first answer and first
- * command will take (`name` is its own, not yet the clone's). Rejects when the guest does not answer.
+ * What a guest restored ahead of a clone runs through its agent before it waits: the calls the
+ * clone's first answer and its first command will take, so that they find their code translated and
+ * cached. `name` is the guest's own, not yet the clone's. Each rejects when the guest does not answer.
  */
-export type SpareWarmUp = (agent: AgentEndpoint, name: string) => Promise<void>;
+export interface SpareWarmUp {
+  /** The clone's first answer (its identity): a clone that comes meanwhile waits for it (its own would race it). */
+  firstAnswer(agent: AgentEndpoint, name: string): Promise<void>;
+  /** The clone's first command: a clone that comes meanwhile takes the guest at once and lets it finish. */
+  firstCommand(agent: AgentEndpoint): Promise<void>;
+}
 
 import type { ImageSource } from '../domain/image-request.js';
 

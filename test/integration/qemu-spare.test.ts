@@ -165,15 +165,17 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
     it('restores the spare\'s guest, runs it through the warm-up under its own name and pauses it; the clone only continues it', async () => {
       const calls: { port: number; host: string; name: string }[] = [];
-      hv.warmSpares((ep, name) => {
-        calls.push({ host: ep.host, port: ep.port, name });
-        return Promise.resolve();
+      const commands: number[] = [];
+      hv.warmSpares({
+        firstAnswer: async (ep, name) => void calls.push({ host: ep.host, port: ep.port, name }),
+        firstCommand: async (ep) => void commands.push(ep.port),
       });
       const c1 = await firstClone();
       await hv.sparesSettled();
       const [dir] = sparesIn(tpl.dir);
       expect(calls).to.have.length(1);
       expect(calls[0]).to.deep.include({ host: '127.0.0.1', name: dir });
+      expect(commands).to.deep.equal([calls[0].port]);
       expect(opt(q.calls()[3], '-netdev')).to.include(`hostfwd=tcp:127.0.0.1:${calls[0].port}-:7475`);
       expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'stop']);
 
@@ -187,26 +189,27 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       for (const c of [c1, c2]) await hv.kill(c);
     });
 
-    it('stops a spare whose warm-up fails; the next clone starts a QEMU of its own', async () => {
-      hv.warmSpares(() => Promise.reject(new Error('no answer')));
-      const c1 = await firstClone();
-      await hv.sparesSettled();
-      const spare = q.calls()[3];
-      expect(opt(spare, '-name')).to.match(/^svc-spare-/);
-      expect(sparesIn(tpl.dir), 'stopped and removed').to.deep.equal([]);
-      const c2 = fresh('c2');
-      await hv.clone(tpl, c2);
-      const h = await hv.launch(c2, { restore: true });
-      expect(cmdline(h.pid!)).to.include('svc-c2,process=svc-c2');
-      for (const c of [c1, c2]) await hv.kill(c);
-    });
+    for (const step of ['firstAnswer', 'firstCommand'] as const) {
+      it(`stops a spare whose warm-up fails (${step}); the next clone starts a QEMU of its own`, async () => {
+        const ok = async () => undefined;
+        hv.warmSpares({ firstAnswer: ok, firstCommand: ok, [step]: () => Promise.reject(new Error('no answer')) });
+        const c1 = await firstClone();
+        await hv.sparesSettled();
+        const spare = q.calls()[3];
+        expect(opt(spare, '-name')).to.match(/^svc-spare-/);
+        expect(sparesIn(tpl.dir), 'stopped and removed').to.deep.equal([]);
+        const c2 = fresh('c2');
+        await hv.clone(tpl, c2);
+        const h = await hv.launch(c2, { restore: true });
+        expect(cmdline(h.pid!)).to.include('svc-c2,process=svc-c2');
+        for (const c of [c1, c2]) await hv.kill(c);
+      });
+    }
 
     it('gives a clone that comes while the spare starts the spare held: no warm-up beside the clone', async () => {
       let warmed = 0;
-      hv.warmSpares(() => {
-        warmed++;
-        return Promise.resolve();
-      });
+      const count = async () => void warmed++;
+      hv.warmSpares({ firstAnswer: count, firstCommand: count });
       const c1 = await firstClone(); // the spare is starting now
       const c2 = fresh('c2');
       await hv.clone(tpl, c2);
@@ -218,24 +221,41 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       for (const c of [c1, c2]) await hv.kill(c);
     });
 
-    it('waits for a warm-up under way, then continues the warmed guest', async () => {
-      let release = () => {};
-      let started = () => {};
-      const begun = new Promise<void>((r) => (started = r));
-      hv.warmSpares(() => {
-        started();
-        return new Promise<void>((r) => (release = r));
+    it('makes a clone that comes during the warm-up wait for its first answer only: the clone takes the guest running, and the rest neither pauses nor stops it', async () => {
+      const gate = () => {
+        let open = () => {};
+        const shut = new Promise<void>((r) => (open = r));
+        return { shut, open: () => open() };
+      };
+      const [answerBegun, answer, command] = [gate(), gate(), gate()];
+      let commandDone = false;
+      hv.warmSpares({
+        firstAnswer: async () => {
+          answerBegun.open();
+          await answer.shut;
+        },
+        firstCommand: async () => {
+          await command.shut;
+          commandDone = true;
+        },
       });
       const c1 = await firstClone();
-      await begun;
+      await answerBegun.shut;
       const c2 = fresh('c2');
-      const cloned = hv.clone(tpl, c2);
+      let cloned = false;
+      const cloning = hv.clone(tpl, c2).then(() => (cloned = true));
       await new Promise((r) => setTimeout(r, 100));
-      release();
-      await cloned;
+      expect(cloned, 'waits for the first answer').to.equal(false);
+      answer.open();
+      await cloning;
+      expect(commandDone, 'taken before the first command ended').to.equal(false);
       const h = await hv.launch(c2, { restore: true });
       expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
-      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'stop', 'cont']);
+      command.open();
+      await hv.sparesSettled();
+      expect(commandDone).to.equal(true);
+      expect(qmpOf(4), 'never paused; continued (a no-op on a running guest)').to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'cont']);
+      expect(alive(h.pid!), 'the clone runs on').to.equal(true);
       for (const c of [c1, c2]) await hv.kill(c);
     });
   });

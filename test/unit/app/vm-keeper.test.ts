@@ -3,7 +3,7 @@ import type { InstanceRecord } from '../../../src/domain/instance.js';
 import { world } from '../../fakes/world.js';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
 import type { GuestIdentity } from '../../../src/domain/agent.js';
-import { AgentFailureError, AgentUnavailableError } from '../../../src/domain/errors.js';
+import { AgentFailureError, AgentUnavailableError, InvalidArgumentError } from '../../../src/domain/errors.js';
 import type { SpareWarmUp } from '../../../src/ports/hypervisor.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
@@ -123,9 +123,10 @@ describe('app/VmKeeper', () => {
 
   it('registers a warm-up for spare QEMUs with the adapter (clone_spares_warm): an identity of the spare\'s own, tried again while unreachable, then an exec of true', async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
-    let warm: SpareWarmUp | undefined = () => Promise.reject(new Error('not registered'));
+    let warm: SpareWarmUp | undefined;
     Object.assign(hv, { warmSpares: (w: SpareWarmUp | undefined) => void (warm = w) });
     const w = world({}, undefined, hv);
+    expect(warm, 'registered').to.not.equal(undefined);
     const agent = w.container.get<GuestAgent>(GuestAgent);
     const calls: [number, GuestIdentity][] = [];
     const execs: string[] = [];
@@ -138,20 +139,29 @@ describe('app/VmKeeper', () => {
       execs.push([req.cmd, ...req.args].join(' '));
       return { stdout: '', stderr: '', exit_code: 0 } as Awaited<ReturnType<GuestAgent['exec']>>;
     };
-    await warm!({ host: '127.0.0.1', port: 4242 }, 'spare-0a1b2c3d');
+    const ep = { host: '127.0.0.1', port: 4242 };
+    await warm!.firstAnswer(ep, 'spare-0a1b2c3d');
     expect(calls).to.have.length(1);
     expect(calls[0][0]).to.equal(4242);
     expect(calls[0][1]).to.include({ hostname: 'spare-0a1b2c3d' });
     expect(calls[0][1].machine_id, 'a machine id of its own, as a clone gets').to.match(/^[0-9a-f]{32}$/);
     expect(Math.abs(calls[0][1].time_ms - Date.now())).to.be.below(5000);
+    expect(execs, 'the command comes apart').to.deep.equal([]);
+    await warm!.firstCommand(ep);
     expect(execs).to.deep.equal(['true']);
-    // A guest that answers with an error is not tried again: the adapter stops that spare.
+    // An image without `true` answers the exec with an error: the path was taken all the same.
+    agent.exec = async () => { throw new InvalidArgumentError('no such file: true'); };
+    await warm!.firstCommand(ep);
+    agent.exec = async () => { throw new AgentUnavailableError('connection reset'); };
+    expect(await warm!.firstCommand(ep).catch((e: Error) => e.message)).to.equal('connection reset');
+    // A guest that answers the identity with an error is not tried again: the adapter stops that spare.
     agent.setIdentity = async () => { throw new AgentFailureError('agent answered 500'); };
-    expect(await warm!({ host: '127.0.0.1', port: 4242 }, 'spare-0a1b2c3d').catch((e: Error) => e.message)).to.match(/500/);
+    expect(await warm!.firstAnswer(ep, 'spare-0a1b2c3d').catch((e: Error) => e.message)).to.match(/500/);
 
     const off = new InMemoryHypervisor({ bootDelayMs: 5 });
-    Object.assign(off, { warmSpares: (x: SpareWarmUp | undefined) => void (warm = x) });
+    let registered: unknown = 'never';
+    Object.assign(off, { warmSpares: (x: SpareWarmUp | undefined) => void (registered = x) });
     world({ clone_spares_warm: false }, undefined, off);
-    expect(warm, 'clone_spares_warm: false').to.equal(undefined);
+    expect(registered, 'clone_spares_warm: false').to.equal(undefined);
   });
 });

@@ -24,7 +24,7 @@ export interface HeldQemu {
   /** Its process tag and disk path as its command line shows them (re-attach checks both). */
   tag: string;
   disk: string;
-  /** Its guest is restored already, ran once and is paused (a warmed spare): a launch only continues it. */
+  /** Its guest is restored already (a warmed spare, paused or still warming up): a launch only continues it. */
   loaded?: boolean;
 }
 
@@ -34,8 +34,13 @@ interface Spare extends HeldQemu {
   dir: string;
   templateDir: string;
   idle: NodeJS.Timeout;
-  /** Its warm-up (`warmWith`): true once its guest ran and is paused, false when it failed and the spare was stopped. */
-  warming?: Promise<boolean>;
+  /**
+   * Its warm-up (`warmWith`) has given the clone's first answer: true, and a clone may take it (what
+   * is left of the warm-up goes on beside the clone); false when it failed and the spare was stopped.
+   */
+  answered?: Promise<boolean>;
+  /** A clone took it: its warm-up, if still under way, neither pauses nor stops it. */
+  taken?: boolean;
   /** Stopped on purpose (a warm-up that fails then is not worth a warning). */
   stopping?: boolean;
 }
@@ -58,10 +63,24 @@ export const spareDir = (templateDir: string, id = randomBytes(4).toString('hex'
 const NOTE = 'spare.json';
 /** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
 const FILL_WAIT_MS = 500;
+/** `p`, or a rejection once WARM_MS have passed. */
+async function bounded<T>(p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${WARM_MS} ms`)), WARM_MS)));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
-/** The most a spare's warm-up may take (a minimal guest's takes 0.5-1 s under TCG); a longer one stops the spare. */
-const WARM_MS = 5_000;
+/**
+ * The most each step of a spare's warm-up may take (a minimal guest's whole warm-up takes 0.6-1.8 s
+ * under TCG, a debian one's 2.6-3.9 s); a longer one stops the spare.
+ */
+const WARM_MS = 10_000;
 
 export interface SpareOptions {
   binary: string;
@@ -183,12 +202,14 @@ export class SpareQemus {
     if (!s) return undefined;
     this.spares.delete(template.name);
     clearTimeout(s.idle);
-    // A warm-up under way is waited for (it is bounded): the clone's first answer then takes a fraction of the time.
-    if (s.warming) await s.warming;
-    if (s.key !== SpareQemus.key(top, spec) || s.templateDir !== template.dir || !alive(s.pid)) {
+    // A warm-up under way is waited for until it has given the first answer (which the clone's own
+    // would race, and which it makes a fraction as long); what is left of it goes on beside the clone.
+    const fits = s.key === SpareQemus.key(top, spec) && s.templateDir === template.dir;
+    if (!fits || (s.answered && !(await s.answered)) || !alive(s.pid)) {
       await this.stop(s);
       return undefined;
     }
+    s.taken = true;
     try {
       for (const f of await readdir(s.dir)) if (f !== 'seed.iso') await rename(join(s.dir, f), join(spec.dir, f));
       await rm(s.dir, { recursive: true, force: true });
@@ -246,39 +267,49 @@ export class SpareQemus {
       throw err;
     }
     this.spares.set(template.name, s);
-    if (this.warm && !f.wanted) s.warming = this.warmUp(template.name, s, this.warm);
+    const warming = this.warm && !f.wanted ? this.warmUp(template.name, s, this.warm) : undefined;
     f.up();
-    this.o.log.info({ vm: template.name, pid: s.pid }, s.warming ? 'spare qemu up; warming it for the next clone' : 'spare qemu ready for the next clone');
-    await s.warming;
+    this.o.log.info({ vm: template.name, pid: s.pid }, warming ? 'spare qemu up; warming it for the next clone' : 'spare qemu ready for the next clone');
+    await warming;
   }
 
   /**
-   * Restores the spare's guest, runs it through `warm`, and pauses it: true. False when any of it
-   * fails (the spare is stopped; the next clone starts its own QEMU).
+   * Restores the spare's guest, runs it through `warm` and pauses it. A clone may take it once the
+   * first answer is given (`answered`); the rest then goes on beside the clone, and the guest is not
+   * paused. Any step that fails (or outlasts WARM_MS) before a clone took it stops the spare, and
+   * the next clone starts its own QEMU.
    */
-  private async warmUp(template: string, s: Spare, warm: SpareWarmUp): Promise<boolean> {
+  private async warmUp(template: string, s: Spare, warm: SpareWarmUp): Promise<void> {
     const t0 = Date.now();
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      const failed = await loadHeld(s.qmp);
-      if (failed) throw failed;
-      const bound = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no warm-up within ${WARM_MS} ms`)), WARM_MS)));
-      await Promise.race([warm({ host: '127.0.0.1', port: s.agentPort }, basename(s.dir)), bound]);
-      await s.qmp.execute('stop');
-      s.loaded = true;
-      this.o.log.info({ vm: template, pid: s.pid, warm_ms: Date.now() - t0 }, 'spare qemu warmed and paused for the next clone');
-      return true;
-    } catch (err) {
+    const ep = { host: '127.0.0.1', port: s.agentPort };
+    let answered!: (ok: boolean) => void;
+    s.answered = new Promise<boolean>((r) => (answered = r));
+    const fail = async (err: unknown) => {
+      answered(false);
       if (!s.stopping) this.o.log.warn({ vm: template, err: (err as Error).message }, 'a spare qemu did not warm up; stopped');
       if (this.spares.get(template) === s) {
         this.spares.delete(template);
         clearTimeout(s.idle);
       }
       await this.stop(s);
-      return false;
-    } finally {
-      clearTimeout(timer);
+    };
+    try {
+      const failed = await loadHeld(s.qmp);
+      if (failed) throw failed;
+      s.loaded = true;
+      await bounded(warm.firstAnswer(ep, basename(s.dir)));
+    } catch (err) {
+      return fail(err);
     }
+    answered(true);
+    try {
+      await bounded(warm.firstCommand(ep));
+      // Sent at once when no clone took it meanwhile: a clone's `cont` can only come after it.
+      if (!s.taken) await s.qmp.execute('stop');
+    } catch (err) {
+      if (!s.taken) return fail(err);
+    }
+    this.o.log.info({ vm: template, pid: s.pid, warm_ms: Date.now() - t0 }, s.taken ? 'spare qemu taken by a clone during its warm-up' : 'spare qemu warmed and paused for the next clone');
   }
 
   /**
