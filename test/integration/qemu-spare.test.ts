@@ -251,6 +251,11 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       expect(commandDone, 'taken before the first command ended').to.equal(false);
       const h = await hv.launch(c2, { restore: true });
       expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
+      // c2 is up: the template's next spare starts though the old warm-up still runs.
+      hv.cloneReady(c2);
+      for (let i = 0; i < 100 && q.calls().length < 5; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(q.calls(), 'a fifth QEMU, the next spare').to.have.length(5);
+      expect(commandDone).to.equal(false);
       command.open();
       await hv.sparesSettled();
       expect(commandDone).to.equal(true);

@@ -117,6 +117,8 @@ export async function spareDisk(dir: string): Promise<string | undefined> {
 export class SpareQemus {
   private readonly spares = new Map<string, Spare>();
   private readonly filling = new Map<string, Filling>();
+  /** Warm-ups of spares clones took, still going on beside them (waited for by `settled`). */
+  private readonly tails = new Set<Promise<void>>();
   /** Clones whose files came with a spare, by name: their launch takes it over. */
   private readonly held = new Map<string, HeldQemu>();
   /** Clones that start their template's next spare once they are up. */
@@ -210,6 +212,13 @@ export class SpareQemus {
       return undefined;
     }
     s.taken = true;
+    // Its warm-up may go on a moment; the template's next spare need not wait for it.
+    const f = this.filling.get(template.name);
+    if (f?.dir === s.dir) {
+      this.filling.delete(template.name);
+      this.tails.add(f.done);
+      void f.done.then(() => this.tails.delete(f.done));
+    }
     try {
       for (const f of await readdir(s.dir)) if (f !== 'seed.iso') await rename(join(s.dir, f), join(spec.dir, f));
       await rm(s.dir, { recursive: true, force: true });
@@ -230,7 +239,7 @@ export class SpareQemus {
       .catch((err: unknown) => this.o.log.warn({ vm: template.name, err: (err as Error).message }, 'cannot start a spare qemu; the next clone starts its own'))
       .finally(() => {
         f.up(); // one that never came up lets a clone waiting for it go on
-        this.filling.delete(template.name);
+        if (this.filling.get(template.name) === f) this.filling.delete(template.name);
       });
     this.filling.set(template.name, f);
   }
@@ -350,9 +359,10 @@ export class SpareQemus {
     await Promise.all(filling.map((f) => f.done));
   }
 
-  /** Resolves once no spare is on its way (tests, benchmarks). */
+  /** Resolves once no spare is on its way and no warm-up goes on (tests, benchmarks). */
   async settled(): Promise<void> {
     await Promise.all([...this.filling.values()].map((f) => f.done));
+    await Promise.all([...this.tails]);
   }
 
   private async stop(s: Spare): Promise<void> {
