@@ -46,6 +46,7 @@ export interface Config {
   accel: 'auto' | 'kvm' | 'tcg';
   /** Keep one QEMU started ahead (restore held) for the next clone of each recently cloned template. */
   clone_spares: boolean;
+  /** That QEMU restores its guest, runs it through a clone's first calls and waits paused (VmDisks.warmSpares). */
   clone_spares_warm: boolean;
   mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
