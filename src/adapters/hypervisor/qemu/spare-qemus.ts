@@ -78,7 +78,7 @@ async function bounded<T>(p: Promise<T>): Promise<T> {
 export const SPARE_IDLE_MS = 10 * 60_000;
 /**
  * The most each step of a spare's warm-up may take (a minimal guest's whole warm-up takes 0.6-1.8 s
- * under TCG, a debian one's 2.6-3.9 s); a longer one stops the spare.
+ * under TCG, a debian one's 2.1-3.9 s); a longer one stops the spare.
  */
 const WARM_MS = 10_000;
 
