@@ -23,7 +23,11 @@ import { DistAgentArtifact } from './adapters/guest-link/dist-agent-artifact.js'
 import { HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
 import { pickConnector } from './adapters/guest-link/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
-import { standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
+import { networkOf, standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
+import { InMemoryGuestNetwork } from './adapters/guest-net/in-memory-guest-network.js';
+import { egressRoutes } from './adapters/http/egress-routes.js';
+import { EgressService } from './app/egress-service.js';
+import { GuestNetwork } from './ports/guest-network.js';
 import { fakeDriver } from './adapters/hypervisor/fake/fake-driver.js';
 import { qemuDriver } from './adapters/hypervisor/qemu/qemu-driver.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
@@ -73,6 +77,8 @@ export interface DaemonOverrides {
   tunnels?: Tunnels;
   logger?: Logger;
   clock?: Clock;
+  /** The guests' networks (default: the hypervisor's own, e.g. QEMU's in svc-netd; none for the fake). */
+  guestNetwork?: GuestNetwork;
 }
 
 function coreModule(config: Config, o: DaemonOverrides, metrics: PromControlMetrics): ContainerModule {
@@ -127,6 +133,7 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
     bind(GuestAgent).toDynamicValue((ctx) =>
       o.guestAgent ?? standInsOf(ctx.get(Adapter))?.guestAgent ?? new HttpGuestAgent(pickConnector(config.agent_transport))).inSingletonScope();
     bind(SshProbe).toDynamicValue((ctx) => o.sshProbe ?? standInsOf(ctx.get(Adapter))?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
+    bind(GuestNetwork).toDynamicValue((ctx) => o.guestNetwork ?? networkOf(ctx.get(Adapter)) ?? new InMemoryGuestNetwork()).inSingletonScope();
   });
 }
 
@@ -148,6 +155,7 @@ export function appModule(): ContainerModule {
     bind(PoolService).toSelf().inSingletonScope();
     bind(ImageService).toSelf().inSingletonScope();
     bind(ImageBuilder).toSelf().inSingletonScope();
+    bind(EgressService).toSelf().inSingletonScope();
   });
 }
 
@@ -185,6 +193,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const forwards = container.get(ForwardService);
   const sampler = container.get(MetricsSampler);
   const pool = container.get(PoolService);
+  const egress = container.get(EgressService);
+  const stopEgress = egress.start();
   await container.get<SecretStore>(SecretStore).verify();
   await container.get(RecoveryService).init();
 
@@ -201,6 +211,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       openapi: () => openApiDocument(VERSION),
     }),
     ...vmRoutes(vms, instances, container.get(CreateService)),
+    ...egressRoutes(egress),
     ...eventRoutes(vms, closing.signal),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
@@ -234,6 +245,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       pool.stop();
       await pool.settled();
       sampler.stopAll();
+      stopEgress();
       await container.get<Tunnels>(Tunnels).closeEverything();
       container.get(Ssh2Connections).end();
       container.get<GuestAgent>(GuestAgent).close();

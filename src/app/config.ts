@@ -1,6 +1,7 @@
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { parseDuration } from '../domain/duration.js';
+import { parseEgressPolicy, type EgressPolicy } from '../domain/egress.js';
 
 /** The daemon's configuration after defaults, aliases and env overrides (decisions.md, "Config"). */
 export interface Config {
@@ -50,6 +51,14 @@ export interface Config {
   clone_spares_warm: boolean;
   mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
+  /**
+   * The other end of a QEMU guest's NIC: `netd` (svc-netd: the egress policy, the host's loopback
+   * closed) or `qemu-user` (QEMU's own user-mode network: no policy, 10.0.2.2 is the host's
+   * loopback; test_mode only, for benchmarks that compare the two).
+   */
+  guest_net: 'netd' | 'qemu-user';
+  /** The egress policy of VMs whose create gives none (docs/network.md). */
+  egress: EgressPolicy;
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
   overlay_mcast: string;
   fake_boot_delay_ms: number;
@@ -113,6 +122,10 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   clone_spares_warm: ['clone_spares_warm', 'bool', true],
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
+  guest_net: ['guest_net', { oneOf: ['netd', 'qemu-user'] }, 'netd'],
+  'egress.default': ['egress' as keyof Config, { oneOf: ['allow', 'deny'] }, 'allow'],
+  'egress.allow': ['egress' as keyof Config, 'list', []],
+  'egress.deny': ['egress' as keyof Config, 'list', []],
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],
   log_max_mb: ['log_max_mb', 'int', 16],
   logs_dir_max_mb: ['logs_dir_max_mb', 'int', 256],
@@ -129,6 +142,8 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
 };
 
 const ALIASES: Record<string, string> = { auth_token: 'api_token' };
+/** Keys that are mappings in the file (and dotted keys here). */
+const NESTED = ['warm_pool', 'egress'];
 
 export const CONFIG_KEYS = Object.keys(KEYS);
 
@@ -187,9 +202,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   const given: Record<string, unknown> = {};
   const flat: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
-    // Nested mappings (warm_pool: {template, size}) become dotted keys.
-    if (k === 'warm_pool' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
-      for (const [k2, v2] of Object.entries(v)) flat[`warm_pool.${k2}`] = v2;
+    // Nested mappings (warm_pool: {template, size}, egress: {default, allow}) become dotted keys.
+    if (NESTED.includes(k) && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      for (const [k2, v2] of Object.entries(v)) flat[`${k}.${k2}`] = v2;
     } else flat[k] = v;
   }
   for (const [k0, v] of Object.entries(flat)) {
@@ -206,8 +221,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
     if (envValue !== undefined) value = coerce(envKey, kind, envValue, true);
     else if (key in given) value = coerce(key, kind, given[key], false);
     else value = coerce(key, kind, def, false);
-    if (key.startsWith('warm_pool.')) {
-      out.warm_pool = { ...(out.warm_pool as object), [key.slice('warm_pool.'.length)]: value };
+    const nest = NESTED.find((n) => key.startsWith(`${n}.`));
+    if (nest) {
+      out[nest] = { ...(out[nest] as object), [key.slice(nest.length + 1)]: value };
     } else out[field] = value;
   }
   const cfg = out as unknown as Config;
@@ -239,5 +255,13 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
   if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');
   if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
+  try {
+    cfg.egress = parseEgressPolicy(cfg.egress, 'egress');
+  } catch (err) {
+    throw new ConfigError(`config key "egress": ${(err as Error).message}`);
+  }
+  if (cfg.guest_net === 'qemu-user' && !cfg.test_mode) {
+    throw new ConfigError('config key "guest_net": qemu-user gives guests QEMU\'s own network, which reaches the host\'s loopback (the daemon\'s API, other VMs\' agents) and has no egress policy; it is for tests only and needs test_mode: true');
+  }
   return cfg;
 }

@@ -20,6 +20,7 @@ import { beforeDeadline } from './deadline.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
+import { GuestNetwork } from '../ports/guest-network.js';
 
 export interface CreateJob {
   name: string;
@@ -52,6 +53,7 @@ export class CreateService {
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(Failpoints) private readonly failpoints: Failpoints,
+    @inject(GuestNetwork) private readonly network: GuestNetwork,
   ) {
     // A QEMU started ahead of a template's next clone runs its guest once, paused then (clone_spares_warm).
     disks.warmSpares?.(config.clone_spares_warm ? keeper.spareWarmUp : undefined);
@@ -78,7 +80,8 @@ export class CreateService {
     const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
     if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
-    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb } : req, image, internal.pool);
+    // A clone is its template's machine: its shape, and its egress policy unless the request gives one.
+    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb, egress: req.egress ?? template.egress } : req, image, internal.pool);
     // A clone has its template's disk: an agent deployed there is in the clone too.
     if (template && !template.agent_missing) delete rec.agent_missing;
     if (template) rec.from = template.name;
@@ -101,7 +104,7 @@ export class CreateService {
     if (!taken) return undefined;
     const { member, oldName, wasRunning } = taken;
     Object.assign(member, {
-      status: 'creating', persistent: req.persistent, tags: req.tags, from: pool,
+      status: 'creating', persistent: req.persistent, tags: req.tags, from: pool, egress: req.egress ?? member.egress,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
       forwards: [], created_at: new Date(this.clock.now()).toISOString(),
     });
@@ -130,6 +133,7 @@ export class CreateService {
       if (wasRunning) {
         // A running member: already booted; it only needs the request's forwards added live.
         emit('boot', `taking over running member ${oldName} as ${rec.name}`);
+        if (req.egress) await this.network.setPolicy(this.keeper.ref(rec), rec.egress);
         this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
       } else {
         emit('boot', `restoring ${oldName} as ${rec.name}`);

@@ -1,6 +1,7 @@
 import { inject, injectable } from 'inversify';
 import { hasProcess } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
+import { GuestNetwork } from '../ports/guest-network.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -23,6 +24,7 @@ export class RecoveryService {
     @inject(Vms) private readonly vms: Vms,
     @inject(Clock) private readonly clock: Clock,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
+    @inject(GuestNetwork) private readonly network: GuestNetwork,
   ) {}
 
   async init(): Promise<void> {
@@ -48,6 +50,9 @@ export class RecoveryService {
       if (handle) {
         this.keeper.applyHandle(rec, handle);
         await this.vms.save(rec);
+        // The network outlived the daemon with its policy; one attached again lets nothing out until this.
+        await this.network.setPolicy(this.keeper.ref(rec), rec.egress).catch((err: unknown) =>
+          this.log.error({ vm: rec.name, err: String(err) }, 'cannot set the egress policy of a re-attached vm'));
         this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
         if (rec.status === 'running') await this.events.emit('up', rec);
       } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {

@@ -85,7 +85,11 @@ export class Vms {
 
   /** Loads every persisted record (daemon start). */
   async load(): Promise<InstanceRecord[]> {
-    for (const rec of await this.store.list()) this.records.set(rec.name, rec);
+    for (const rec of await this.store.list()) {
+      // A record from before egress policies gets the config's default.
+      rec.egress ??= this.config.egress;
+      this.records.set(rec.name, rec);
+    }
     return [...this.records.values()];
   }
 
@@ -159,7 +163,7 @@ export class Vms {
       disk_gb: req.disk_gb ?? this.config.disk_gb, image: image.id, ip: '', ssh_port: 0, agent_port: 0, agent_cid: 0,
       forwards: [], tags: req.tags, mounts: req.mounts,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
-      created_at: now, updated_at: now, userdata: req.userdata,
+      created_at: now, updated_at: now, userdata: req.userdata, egress: req.egress ?? this.config.egress,
     };
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     if (!image.agent_ready) rec.agent_missing = true;

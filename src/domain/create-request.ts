@@ -1,4 +1,5 @@
 import { parseDuration } from './duration.js';
+import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
 import type { Mount, Proto } from './instance.js';
 import { assertVmName } from './names.js';
@@ -25,6 +26,8 @@ export interface CreateRequest {
   from?: string;
   /** Claim a member of the warm pool instead of creating one. */
   from_pool?: boolean;
+  /** What the guest may reach (docs/network.md); omitted: the template's (clones), else the config's `egress`. */
+  egress?: EgressPolicy;
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -40,7 +43,7 @@ export const LIMITS = {
 
 const FIELDS = new Set([
   'name', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'tags', 'userdata', 'forwards', 'mounts', 'metrics_enabled',
-  'from', 'from_pool',
+  'from', 'from_pool', 'egress',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -165,6 +168,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   if (b.metrics_enabled !== undefined) req.metrics_enabled = bool(b.metrics_enabled, 'metrics_enabled');
   if (b.from !== undefined) req.from = assertVmName(b.from);
   if (b.from_pool !== undefined) req.from_pool = bool(b.from_pool, 'from_pool');
+  if (b.egress !== undefined) req.egress = parseEgressPolicy(b.egress, 'egress');
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
     // The machine comes from a snapshot: its shape and first boot are the template's.

@@ -1,3 +1,4 @@
+import type { EgressPolicy } from './egress.js';
 import { InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
@@ -44,6 +45,8 @@ export interface Instance {
   error?: string;
   /** The template this VM was cloned from. */
   from?: string;
+  /** What its guest may reach beyond its own network (docs/network.md). */
+  egress: EgressPolicy;
 }
 
 declare const adapterStateBrand: unique symbol;
@@ -74,7 +77,7 @@ export function toPublic(record: InstanceRecord): Instance {
   const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
-  return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })) };
+  return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })), egress: { ...pub.egress, allow: [...pub.egress.allow], deny: [...pub.egress.deny] } };
 }
 
 export type LifecycleVerb = 'start' | 'shutdown' | 'pause' | 'resume' | 'suspend' | 'restore';

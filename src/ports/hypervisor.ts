@@ -1,3 +1,4 @@
+import type { EgressPolicy } from '../domain/egress.js';
 import type { AdapterState, Mount, Proto } from '../domain/instance.js';
 import type { AgentEndpoint } from './guest-agent.js';
 
@@ -27,6 +28,11 @@ export interface VmSpec {
   ssh_authorized_key?: string;
   /** Address on the overlay segment (network: overlay), as `10.77.0.N/24`; none in user mode. */
   overlay_ip?: string;
+  /**
+   * What the guest may reach beyond its network (docs/network.md); the adapter's network enforces
+   * it from the guest's first packet. Omitted: nothing.
+   */
+  egress?: EgressPolicy;
 }
 
 /** What a running VM looks like from the host. */

@@ -65,6 +65,9 @@ export class CountingMetrics implements ControlMetrics {
   vmDeleted() { this.deleted++; }
   createFailed() { this.failed++; }
   createDuration() {}
+  egress: { vm: string; decision: string; n: number; dns: boolean }[] = [];
+  egressDecision(vm: string, decision: 'allow' | 'deny', repeats: number, dns: boolean) { this.egress.push({ vm, decision, n: 1 + repeats, dns }); }
+  forgetVm(vm: string) { this.egress = this.egress.filter((e) => e.vm !== vm); }
   setRunningSource(f: () => number) { this.running = f; }
 }
 

@@ -24,6 +24,9 @@ import { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
 import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
+import { GuestNetwork } from '../../src/ports/guest-network.js';
+import { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
+import { EgressService } from '../../src/app/egress-service.js';
 
 /** The daemon's use cases wired as in production, on in-memory fakes of every port. */
 export interface World {
@@ -42,6 +45,8 @@ export interface World {
   recovery: RecoveryService;
   forwards: ForwardService;
   pool: PoolService;
+  network: InMemoryGuestNetwork;
+  egress: EgressService;
 }
 
 export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
@@ -49,6 +54,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
   const activity = new MemoryActivityLog();
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();
+  const network = new InMemoryGuestNetwork();
   const container = new Container();
   container.load(new ContainerModule(({ bind }) => {
     bind(AppConfig).toConstantValue(config);
@@ -63,6 +69,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
     bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
     bind(Tunnels).toConstantValue(tunnels);
+    bind(GuestNetwork).toConstantValue(network);
     bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
     bind(AgentInstaller).toConstantValue({ probe: async () => ({ node: true }), install: async () => undefined, restart: async () => undefined });
     bind(AgentArtifact).toConstantValue({ version: async () => 'test', tar: async () => { throw new Error('no artifact in unit tests'); } });
@@ -73,6 +80,6 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     container, config, hv, store, activity, metrics, tunnels, vms,
     events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(InstanceService),
     creates: container.get(CreateService), recovery: container.get(RecoveryService), forwards: container.get(ForwardService),
-    pool: container.get(PoolService),
+    pool: container.get(PoolService), network, egress: container.get(EgressService),
   };
 }

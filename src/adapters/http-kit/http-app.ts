@@ -39,7 +39,7 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   };
 
   for (const r of d.routes) {
-    const body = r.body !== 'raw' && (r.method === 'post' || r.method === 'delete') ? [jsonBody] : [];
+    const body = r.body === 'json' || (r.body !== 'raw' && (r.method === 'post' || r.method === 'delete')) ? [jsonBody] : [];
     app[r.method](r.path, (_req, res, next) => {
       res.locals.route = r.path;
       next();

@@ -8,7 +8,7 @@ export interface RouteDef {
   method: Method;
   path: string;
   handler: (req: Request, res: Response) => Promise<void> | void;
-  /** `raw` leaves the body unread for the handler to stream (exec stdin, cp). Default: JSON on POST/DELETE. */
+  /** `raw` leaves the body unread for the handler to stream (exec stdin, cp); `json` reads JSON (a PUT). Default: JSON on POST/DELETE. */
   body?: 'json' | 'raw';
   /** `none`: served without the token (health, the dashboard's files and log-in). Default: bearer auth. */
   auth?: 'none';

@@ -1,6 +1,7 @@
 import type { Config } from '../../app/config.js';
 import type { Failpoints } from '../../ports/failpoints.js';
 import type { GuestAgent } from '../../ports/guest-agent.js';
+import type { GuestNetwork } from '../../ports/guest-network.js';
 import type { HypervisorAdapter } from '../../ports/hypervisor.js';
 import type { Logger } from '../../ports/logger.js';
 import type { SshProbe } from '../../ports/tunnels.js';
@@ -26,5 +27,11 @@ export interface GuestStandIns {
  */
 export function standInsOf(hv: HypervisorAdapter): GuestStandIns | undefined {
   const offer = (hv as Partial<{ guestStandIns(): GuestStandIns | undefined }>).guestStandIns;
+  return typeof offer === 'function' ? offer.call(hv) : undefined;
+}
+
+/** The guests' networks an adapter runs (QEMU's in svc-netd); undefined when its VMs have none to police. */
+export function networkOf(hv: HypervisorAdapter): GuestNetwork | undefined {
+  const offer = (hv as Partial<{ guestNetwork(): GuestNetwork | undefined }>).guestNetwork;
   return typeof offer === 'function' ? offer.call(hv) : undefined;
 }

@@ -8,6 +8,8 @@ export class PromControlMetrics implements ControlMetrics {
   private readonly deleted: Counter;
   private readonly failed: Counter;
   private readonly duration: Histogram<'outcome'>;
+  private readonly egress: Counter<'vm' | 'decision'>;
+  private readonly dns: Counter<'vm' | 'decision'>;
   private runningSource: () => number = () => 0;
 
   constructor(registry = new Registry(), withDefaults = true) {
@@ -20,6 +22,8 @@ export class PromControlMetrics implements ControlMetrics {
       name: 'svc_create_duration_seconds', help: 'Time from create accepted to ready or failed', labelNames: ['outcome'],
       buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300], registers: [registry],
     });
+    this.egress = new Counter({ name: 'svc_egress_connections_total', help: 'Connections and UDP flows a guest opened beyond its network, by decision', labelNames: ['vm', 'decision'], registers: [registry] });
+    this.dns = new Counter({ name: 'svc_egress_dns_queries_total', help: 'Names a guest asked its network to resolve, by decision', labelNames: ['vm', 'decision'], registers: [registry] });
     const running = () => this.runningSource();
     new Gauge({
       name: 'svc_vms_running', help: 'Running VMs, computed from state at scrape time', registers: [registry],
@@ -43,6 +47,14 @@ export class PromControlMetrics implements ControlMetrics {
 
   createDuration(seconds: number, outcome: 'ok' | 'error'): void {
     this.duration.observe({ outcome }, seconds);
+  }
+
+  egressDecision(vm: string, decision: 'allow' | 'deny', repeats: number, dns: boolean): void {
+    (dns ? this.dns : this.egress).inc({ vm, decision }, 1 + repeats);
+  }
+
+  forgetVm(vm: string): void {
+    for (const c of [this.egress, this.dns]) for (const decision of ['allow', 'deny']) c.remove({ vm, decision });
   }
 
   setRunningSource(count: () => number): void {

@@ -31,6 +31,7 @@ describe('domain/instance state machine', () => {
       name: 'a', status: 'running', persistent: true, cpus: 1, memory_mb: 512, disk_gb: 4, image: 'default', ip: '', ssh_port: 1,
       agent_port: 2, agent_cid: 0, forwards: [], tags: {}, mounts: [], metrics_enabled: true, created_at: '', updated_at: '',
       userdata: 'secret', runtime: { pid: 1 } as unknown as InstanceRecord['runtime'], suspended_at: 'x', error: 'old',
+      egress: { default: 'allow', allow: [], deny: [] },
     };
     const pub = toPublic(rec) as unknown as Record<string, unknown>;
     expect(pub).not.to.have.any.keys('userdata', 'runtime', 'suspended_at', 'error');

@@ -31,6 +31,7 @@ export interface Live {
 export class LiveVms {
   private readonly byName = new Map<string, Live>();
   private readonly listeners: ExitListener[] = [];
+  private readonly gone: ((name: string) => void)[] = [];
 
   get(name: string): Live | undefined {
     return this.byName.get(name);
@@ -55,6 +56,11 @@ export class LiveVms {
     this.listeners.push(listener);
   }
 
+  /** Every end of a process, asked for or not, heard before whoever waits for it goes on. */
+  onGone(listener: (name: string) => void): void {
+    this.gone.push(listener);
+  }
+
   /** Starts watching a process; `gone` settles when it ends. */
   track(name: string, v: Omit<Live, 'gone' | 'name'>): Live {
     let resolveGone!: () => void;
@@ -67,6 +73,7 @@ export class LiveVms {
       done = true;
       entry.qmp.close();
       if (this.byName.get(entry.name) === entry) this.byName.delete(entry.name);
+      for (const l of this.gone) l(entry.name);
       resolveGone();
       if (!entry.expected) for (const l of this.listeners) l(entry.name, reason);
     };

@@ -6,9 +6,21 @@ export interface QemuLayout {
   disk: string;
   seed: string;
   qmp: string;
+  /** Where QEMU listens for svc-netd, the guest NIC's other end (`-netdev stream`). */
+  net: string;
   serial: string;
   pidfile: string;
 }
+
+/**
+ * The other end of the guest's NIC: svc-netd over a stream socket QEMU listens on (the default,
+ * docs/network.md), or QEMU's own user-mode network with host forwards on its command line
+ * (`guest_net: qemu-user`, test_mode only: it has no egress policy and maps 10.0.2.2 to the host's
+ * loopback).
+ */
+export type GuestNic =
+  | { kind: 'netd'; socket: string }
+  | { kind: 'qemu-user'; sshPort: number; agentPort: number; forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[] };
 
 export interface QemuLaunch {
   name: string;
@@ -17,9 +29,7 @@ export interface QemuLaunch {
   accel: Accel;
   image: ResolvedImage;
   layout: QemuLayout;
-  sshPort: number;
-  agentPort: number;
-  forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[];
+  nic: GuestNic;
   /** Legacy restore: the internal qcow2 snapshot of that name (`-loadvm`). */
   loadSnapshot?: string;
   /**
@@ -66,6 +76,9 @@ export function processTag(name: string): string {
  */
 export const TCG_TB_MB = 256;
 
+/** The guest NIC's MAC (QEMU's default for the first one, which images and saved guests already have). */
+export const GUEST_MAC = '52:54:00:12:34:56';
+
 /** A path inside a QEMU option string: commas are doubled. */
 const optPath = (p: string) => p.replace(/,/g, ',,');
 
@@ -81,12 +94,18 @@ function disk(l: QemuLaunch): string[] {
 }
 
 /** The QEMU command line for one VM. Pure, so it is unit-tested; every path comes from the layout. */
-export function qemuArgs(l: QemuLaunch): string[] {
+function netdev(nic: GuestNic): string {
+  // server=on: QEMU listens, svc-netd connects, and connects again after a restart of its own.
+  if (nic.kind === 'netd') return `stream,id=net0,server=on,addr.type=unix,addr.path=${optPath(nic.socket)}`;
   const fwd = [
-    `hostfwd=tcp:127.0.0.1:${l.sshPort}-:22`,
-    `hostfwd=tcp:127.0.0.1:${l.agentPort}-:7475`,
-    ...l.forwards.map((f) => `hostfwd=${f.proto}:127.0.0.1:${f.host_port}-:${f.guest_port}`),
+    `hostfwd=tcp:127.0.0.1:${nic.sshPort}-:22`,
+    `hostfwd=tcp:127.0.0.1:${nic.agentPort}-:7475`,
+    ...nic.forwards.map((f) => `hostfwd=${f.proto}:127.0.0.1:${f.host_port}-:${f.guest_port}`),
   ];
+  return `user,id=net0,${fwd.join(',')}`;
+}
+
+export function qemuArgs(l: QemuLaunch): string[] {
   const args = [
     '-name', `${processTag(l.name)},process=${processTag(l.name)}`,
     '-machine', 'pc', '-accel', l.accel === 'tcg' ? `tcg,tb-size=${TCG_TB_MB}` : l.accel, '-cpu', l.accel === 'kvm' ? 'host' : 'max',
@@ -104,7 +123,8 @@ export function qemuArgs(l: QemuLaunch): string[] {
     ]),
     ...disk(l),
     '-drive', `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
-    '-netdev', `user,id=net0,${fwd.join(',')}`, '-device', 'virtio-net-pci,netdev=net0',
+    // The MAC is QEMU's default for a first NIC, named so svc-netd and a saved guest's ARP cache agree.
+    '-netdev', netdev(l.nic), '-device', `virtio-net-pci,netdev=net0,mac=${GUEST_MAC}`,
     '-device', 'virtio-rng-pci',
     // append=on: the daemon caps the log by copying it aside and truncating it in place.
     '-chardev', `file,id=serial0,path=${l.layout.serial},append=on`, '-serial', 'chardev:serial0',

@@ -37,14 +37,14 @@ export function isQemuOf(pid: number, ...marks: string[]): boolean {
   return marks.every((m) => cmdline.includes(m));
 }
 
-/** A QMP socket path; Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
+/** A socket path in `dir` (QMP, the NIC's); Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
 export function qmpPath(dir: string, name = 'qmp.sock'): string {
   const p = join(dir, name);
-  return p.length < 100 ? p : join(tmpdir(), `svc-qmp-${createHash('sha1').update(p).digest('hex').slice(0, 16)}.sock`);
+  return p.length < 100 ? p : join(tmpdir(), `svc-${name === 'qmp.sock' ? 'qmp' : name.replace(/\.sock$/, '')}-${createHash('sha1').update(p).digest('hex').slice(0, 16)}.sock`);
 }
 
 export function layout(dir: string): QemuLayout {
-  return { dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), qmp: qmpPath(dir), serial: join(dir, 'serial.log'), pidfile: join(dir, 'qemu.pid') };
+  return { dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), qmp: qmpPath(dir), net: qmpPath(dir, 'net.sock'), serial: join(dir, 'serial.log'), pidfile: join(dir, 'qemu.pid') };
 }
 
 export function tail(path: string, lines = 5): string {

@@ -8,7 +8,7 @@ import type {
   BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, SpareWarmUp, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
-import { freePort, freePorts, portFree } from '../free-port.js';
+import { portFree } from '../free-port.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
@@ -27,7 +27,9 @@ import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
 import { LOCK_WAIT_MS, restoreInputs, StartRetries } from './launch-plan.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
-import { findQemu, qemuState } from './qemu-state.js';
+import { findQemu, qemuState, savedNic } from './qemu-state.js';
+import { NicLinks } from './nic-links.js';
+import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 
 export interface QemuOptions {
   qemuBinary: string;
@@ -47,13 +49,18 @@ export interface QemuOptions {
   failpoints?: Failpoints;
   /** Start a QEMU ahead for the next clone of a template once it was cloned (spare-qemus.ts); default true. */
   spares?: boolean;
+  /**
+   * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
+   * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
+   */
+  network?: NetdGuestNetwork;
 }
 
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
 const LOG_CHECK_MS = 10_000;
 /**
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
- * over QMP (its command line: vm-command.ts); user-mode networking with loopback host forwards; a
+ * over QMP (its command line: vm-command.ts); its NIC's other end in svc-netd (nic-links.ts); a
  * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
  * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts,
  * vm-disks.ts), started in a QEMU their template's last clone had started ahead when there is one
@@ -71,13 +78,16 @@ export class QemuHypervisor implements HypervisorAdapter {
   private readonly ramImages: RamImages;
   private readonly spares: SpareQemus;
   private readonly disks: QemuVmDisks;
+  private readonly links: NicLinks;
 
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
-    this.command = new VmCommand({ ...o, accelerator: () => this.accelerator() });
+    this.command = new VmCommand({ ...o, accelerator: () => this.accelerator(), guestNet: o.network ? 'netd' : 'qemu-user' });
     this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints });
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
-    this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed });
+    this.links = new NicLinks({ net: o.network, log: o.log });
+    this.live.onGone((name) => void this.links.down(name));
+    this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
     this.disks = new QemuVmDisks({ images: o.images, ramImages: this.ramImages, spares: this.spares, mountDriver: o.mountDriver, vsock: () => this.vsockCid() > 0, useSpares: o.spares ?? true });
   }
 
@@ -156,14 +166,23 @@ export class QemuHypervisor implements HypervisorAdapter {
     return this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
   }
 
-  /** Takes over the clone `spec`'s spare QEMU, restored and running, and adds the forwards. */
+  /**
+   * Takes over the clone `spec`'s spare QEMU, restored and running: its network (attached under the
+   * spare's name, letting nothing out) becomes the clone's, with the clone's policy and forwards.
+   */
   private async adopt(spec: VmSpec, q: HeldQemu, accel: Accel, options: LaunchOptions): Promise<VmHandle> {
     const live = this.live.track(spec.name, { pid: q.pid, qmp: q.qmp, child: q.child, expected: false, cid: 0, dir: spec.dir, spec });
     if (options.background) runInBackground(q.pid);
     await clearSaved(spec.dir);
-    // Its monitor socket moved with its directory, where re-attach looks for one beside the disk it names.
-    const state = qemuState({ pid: q.pid, qmp: join(dirname(q.disk), 'qmp.sock'), tag: q.tag, disk: q.disk, accel });
+    // Its monitor and NIC sockets moved with its directory, where re-attach looks for them beside the disk it names.
+    const state = qemuState({ pid: q.pid, qmp: join(dirname(q.disk), 'qmp.sock'), net: q.net, tag: q.tag, disk: q.disk, accel });
     live.handle = this.handle(spec, { pid: q.pid, ssh_port: q.sshPort, agent_port: q.agentPort, agent_cid: 0, forwards: [], restored_from_snapshot: true, state });
+    try {
+      await this.links.adopt(q.name, spec, savedNic(spec.dir, state));
+    } catch (err) {
+      await this.kill(spec);
+      throw err;
+    }
     this.o.log.info({ vm: spec.name, pid: q.pid, accel, restored: true, spare: q.loaded ? 'warm' : 'held' }, 'spawn timing');
     return this.addForwards(spec, spec.forwards);
   }
@@ -195,12 +214,10 @@ export class QemuHypervisor implements HypervisorAdapter {
       retries.restoring = false;
     }
     for (;;) {
-      const auto = spec.forwards.filter((f) => !f.host_port);
-      const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
-      const forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
+      const nic = await this.command.nic(spec, l);
       const cid = this.vsockCid();
       const restore = restoreInputs(spec.dir, retries.restoring ? saved : undefined);
-      const args = await this.command.args(spec, { sshPort, agentPort, forwards, vsockCid: cid || undefined, ...restore.args });
+      const args = await this.command.args(spec, { nic, vsockCid: cid || undefined, ...restore.args });
       await unlink(l.qmp).catch(() => undefined);
       const t0 = Date.now();
       const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: restore.ramImage });
@@ -218,12 +235,17 @@ export class QemuHypervisor implements HypervisorAdapter {
       if (options.background) runInBackground(pid);
       // Restored or cold-booted after all: the saved state no longer matches the disk.
       if (saved) await clearSaved(spec.dir);
+      let ports;
+      try {
+        ports = await this.links.up(spec, nic, spec.forwards, spec.egress);
+      } catch (err) {
+        await this.kill(spec);
+        throw err;
+      }
       this.o.log.info({ vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 }, 'spawn timing');
       const handle = this.handle(spec, {
-        ssh_port: sshPort, agent_port: agentPort, agent_cid: cid, pid,
-        forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
-        restored_from_snapshot: retries.restoring,
-        state: qemuState({ pid, qmp: l.qmp, tag: processTag(spec.name), disk: l.disk, accel }),
+        ...ports, agent_cid: cid, pid, restored_from_snapshot: retries.restoring,
+        state: qemuState({ pid, qmp: l.qmp, net: nic.kind === 'netd' ? nic.socket : undefined, tag: processTag(spec.name), disk: l.disk, accel }),
       });
       live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
@@ -250,6 +272,7 @@ export class QemuHypervisor implements HypervisorAdapter {
   async kill(vm: VmRef): Promise<void> {
     const v = this.live.get(vm.name);
     if (!v) {
+      await this.links.down(vm.name);
       await this.killLeftoverMaker(vm);
       await this.spares.sweep(vm.dir);
       this.spares.forget(vm.name);
@@ -311,8 +334,11 @@ export class QemuHypervisor implements HypervisorAdapter {
   async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
     await this.killLeftoverMaker(vm);
     const found = await findQemu(vm, handle, this.o.log);
-    if (found) this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
-    return found ? handle : null;
+    if (!found) return null;
+    this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
+    await this.links.reattach(vm, savedNic(vm.dir, handle.state), handle).catch((err: Error) =>
+      this.o.log.error({ vm: vm.name, err: err.message }, 'cannot attach the vm network again'));
+    return handle;
   }
 
   async hasSavedState(vm: VmRef): Promise<boolean> {
@@ -326,18 +352,15 @@ export class QemuHypervisor implements HypervisorAdapter {
    */
   async rename(from: VmRef, to: VmRef): Promise<void> {
     await this.spares.drop(from.name, to.dir);
+    const v = this.live.get(from.name);
     this.live.rename(from.name, to.name, to.dir);
+    if (v?.handle) await this.links.moved(from.name, to, savedNic(to.dir, v.handle.state));
   }
 
   async addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
     const v = this.live.running(vm.name);
     if (!v.handle) throw new InvalidStateError(`vm ${vm.name} has no handle to add forwards to`);
-    for (const f of forwards) {
-      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
-      const host_port = f.host_port || (await freePort(f.proto));
-      await v.qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
-      v.handle.forwards.push({ ...f, host_port });
-    }
+    v.handle.forwards.push(...(await this.links.forward(vm, v.qmp, forwards)));
     return { ...v.handle, forwards: [...v.handle.forwards] };
   }
 
@@ -355,6 +378,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     this.live.onExit(listener);
   }
 
+  /** The guests' networks (the composition root binds them as the GuestNetwork port). */
+  guestNetwork(): NetdGuestNetwork | undefined {
+    return this.o.network;
+  }
+
   /** Resolves once no spare QEMU is on its way (tests, benchmarks). */
   sparesSettled(): Promise<void> {
     return this.spares.settled();
@@ -370,5 +398,6 @@ export class QemuHypervisor implements HypervisorAdapter {
     clearInterval(this.logTimer);
     this.live.release();
     await this.spares.stopAll();
+    this.o.network?.close();
   }
 }

@@ -3,6 +3,7 @@ import type { Logger } from '../../../ports/logger.js';
 import type { VmHandle, VmRef } from '../../../ports/hypervisor.js';
 import { fromState, toState } from '../adapter-state.js';
 import type { Accel } from './accel-probe.js';
+import { nicSocketNow } from './nic-links.js';
 import { processTag } from './qemu-args.js';
 import { alive, isQemuOf, layout } from './qemu-files.js';
 import { QmpClient } from './qmp-client.js';
@@ -11,6 +12,8 @@ import { QmpClient } from './qmp-client.js';
 export interface QemuState {
   pid: number;
   qmp: string;
+  /** The NIC's socket svc-netd connects to, where QEMU was started (none: QEMU's own user-mode network). */
+  net?: string;
   tag: string;
   disk: string;
   accel: Accel;
@@ -54,4 +57,11 @@ export async function findQemu(vm: VmRef, handle: VmHandle, log: Logger): Promis
     }
     return null;
   }
+}
+
+/** Where the NIC socket of the QEMU a record names is now (undefined: QEMU's own user-mode network). */
+export function savedNic(vmDir: string, state: VmHandle['state']): string | undefined {
+  const saved = fromState<QemuState>(state);
+  const rt = saved.runtime ?? saved;
+  return nicSocketNow(vmDir, rt.net, rt.disk);
 }

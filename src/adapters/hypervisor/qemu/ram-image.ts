@@ -124,9 +124,11 @@ export class RamImages {
     const t0 = Date.now();
     const qmp = qmpPath(spec.dir, 'ram-image.sock');
     const pidfile = join(spec.dir, MAKER_PIDFILE);
+    // A NIC socket nobody connects to: the guest never runs in this QEMU.
+    const net = qmpPath(spec.dir, 'ram-image-net.sock');
     try {
-      // Its own monitor and pid file, apart from the VM's.
-      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp, pidfile } });
+      // Its own monitor, NIC socket and pid file, apart from the VM's.
+      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp, net, pidfile } });
       const loaded = () => this.o.failpoints?.hit('suspend.image');
       const { saved, ms } = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args, loaded });
       this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
@@ -136,6 +138,7 @@ export class RamImages {
       return undefined;
     } finally {
       await rm(qmp, { force: true });
+      await rm(net, { force: true });
       await rm(pidfile, { force: true });
     }
   }

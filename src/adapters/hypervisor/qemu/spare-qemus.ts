@@ -4,7 +4,6 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promise
 import { basename, join } from 'node:path';
 import type { Logger } from '../../../ports/logger.js';
 import type { SpareWarmUp, VmRef, VmSpec } from '../../../ports/hypervisor.js';
-import { freePorts } from '../free-port.js';
 import { shareInto, type Frozen } from './disk-layers.js';
 import { restoreInputs } from './launch-plan.js';
 import { processTag } from './qemu-args.js';
@@ -13,9 +12,13 @@ import type { QmpClient } from './qmp-client.js';
 import { BACKGROUND_NICE, loadHeld, runInBackground, spawnQemu } from './qemu-spawn.js';
 import { savedFiles } from './saved-state.js';
 import type { VmCommand } from './vm-command.js';
+import type { NicLinks } from './nic-links.js';
+import { NO_EGRESS } from '../../guest-net/netd-guest-network.js';
 
 /** A QEMU started ahead of a clone with its restore held: what the clone takes over. */
 export interface HeldQemu {
+  /** The spare's own name (its network is attached under it until a clone takes it). */
+  name: string;
   pid: number;
   child: ChildProcess;
   qmp: QmpClient;
@@ -24,6 +27,8 @@ export interface HeldQemu {
   /** Its process tag and disk path as its command line shows them (re-attach checks both). */
   tag: string;
   disk: string;
+  /** Its NIC's socket where it was started (none: QEMU's own user-mode network). */
+  net?: string;
   /** Its guest is restored already (a warmed spare, paused or still warming up): a launch only continues it. */
   loaded?: boolean;
 }
@@ -88,6 +93,8 @@ export interface SpareOptions {
   log: Logger;
   /** Writes the NoCloud seed of `spec` into its directory. */
   seed: (spec: VmSpec) => Promise<void>;
+  /** Its NIC's other end: attached under the spare's name, letting nothing out, until a clone takes it. */
+  links: NicLinks;
   idleMs?: number;
 }
 
@@ -255,14 +262,25 @@ export class SpareQemus {
       await shareInto(template.dir, dir, top);
       await this.o.seed(spec);
       await writeFile(join(dir, NOTE), JSON.stringify({ disk: l.disk }));
-      const [sshPort, agentPort] = await freePorts(['tcp', 'tcp']);
+      const nic = await this.o.command.nic(spec, l);
       const restore = restoreInputs(dir, top.state);
-      const args = await this.o.command.args(spec, { sshPort, agentPort, forwards: [], ...restore.args });
+      const args = await this.o.command.args(spec, { nic, ...restore.args });
       const started = await spawnQemu({ binary: this.o.binary, args, dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: true, hold: true, nice: BACKGROUND_NICE });
       if (started instanceof Error) throw started;
       const { child, qmp } = started;
+      let ports;
+      try {
+        ports = await this.o.links.up({ name, dir }, nic, [], NO_EGRESS);
+      } catch (err) {
+        child.kill('SIGKILL');
+        qmp.close();
+        throw err;
+      }
       const idle = setTimeout(() => void this.drop(template.name), this.o.idleMs ?? SPARE_IDLE_MS).unref();
-      s = { pid: child.pid!, child, qmp, sshPort, agentPort, tag: processTag(name), disk: l.disk, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle };
+      s = {
+        name, pid: child.pid!, child, qmp, sshPort: ports.ssh_port, agentPort: ports.agent_port, tag: processTag(name), disk: l.disk,
+        net: nic.kind === 'netd' ? nic.socket : undefined, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle,
+      };
       const spare = s;
       child.once('exit', () => {
         if (this.spares.get(template.name) !== spare) return;
@@ -373,6 +391,7 @@ export class SpareQemus {
 
   private async kill(q: HeldQemu): Promise<void> {
     q.qmp.close();
+    await this.o.links.down(q.name);
     const gone = new Promise<void>((r) => (q.child.exitCode !== null || q.child.signalCode !== null ? r() : q.child.once('exit', () => r())));
     try {
       process.kill(q.pid, 'SIGKILL');

@@ -4,7 +4,7 @@ import type { Accel } from './accel-probe.js';
 import type { ImageCatalog } from './image-catalog.js';
 import { startMounts } from './mounts.js';
 import { overlayMac } from './nocloud-seed.js';
-import { qemuArgs, type QemuLaunch } from './qemu-args.js';
+import { qemuArgs, type GuestNic, type QemuLaunch, type QemuLayout } from './qemu-args.js';
 import { layout } from './qemu-files.js';
 import { diskFds } from './qemu-spawn.js';
 
@@ -14,6 +14,8 @@ export interface VmCommandOptions {
   overlayMcast?: string;
   qemuUser?: string;
   accelerator: () => Promise<Accel>;
+  /** The guest NIC's other end: svc-netd (default) or QEMU's own user-mode network (test_mode). */
+  guestNet: 'netd' | 'qemu-user';
 }
 
 /**
@@ -38,19 +40,27 @@ export class VmCommand {
     return !(spec.mounts.length && this.o.mountDriver === 'virtiofs');
   }
 
-  /** The command line for `spec`: fresh ports unless `extra` gives them, its disk as descriptors, its shares started. */
+  /**
+   * The guest NIC for a QEMU of `spec` about to start: svc-netd's socket in `l`, or with QEMU's own
+   * network fresh host ports for SSH, the agent and the spec's forwards (0: picked).
+   */
+  async nic(spec: VmSpec, l: QemuLayout = layout(spec.dir)): Promise<GuestNic> {
+    if (this.o.guestNet === 'netd') return { kind: 'netd', socket: l.net };
+    const auto = spec.forwards.filter((f) => !f.host_port);
+    const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
+    return { kind: 'qemu-user', sshPort, agentPort, forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! })) };
+  }
+
+  get guestNet(): 'netd' | 'qemu-user' {
+    return this.o.guestNet;
+  }
+
+  /** The command line for `spec`: its NIC as `extra` gives it (else a fresh one), its disk as descriptors, its shares started. */
   async args(spec: VmSpec, extra: Partial<QemuLaunch>): Promise<string[]> {
-    const l = layout(spec.dir);
-    let { sshPort, agentPort, forwards } = extra;
-    if (!sshPort || !agentPort || !forwards) {
-      const auto = spec.forwards.filter((f) => !f.host_port);
-      const [ssh, agent, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
-      [sshPort, agentPort] = [ssh, agent];
-      forwards = spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! }));
-    }
+    const l = extra.layout ?? layout(spec.dir);
     return qemuArgs({
       name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel: await this.o.accelerator(), image: await this.o.images.get(spec.image),
-      layout: l, sshPort, agentPort, forwards,
+      layout: l, nic: extra.nic ?? (await this.nic(spec, l)),
       mounts: await startMounts(spec, this.o.mountDriver), mountDriver: this.o.mountDriver, diskFds: await diskFds(spec.dir, l.disk),
       overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
       runAs: this.runAs(spec),

@@ -10,16 +10,23 @@ import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 const base: QemuLaunch = {
   name: 'web', cpus: 2, memory_mb: 512, accel: 'tcg',
   image: { id: 'default', dir: '/img', kernel: 'vmlinux', initrd: 'initrd.img', disk: 'disk.qcow2', disk_gb: 1, cmdline: 'console=ttyS0', ssh_user: 'root', agent_ready: true, format: 1 },
-  layout: { dir: '/vm', disk: '/vm/disk.qcow2', seed: '/vm/seed.iso', qmp: '/vm/qmp.sock', serial: '/vm/serial.log', pidfile: '/vm/qemu.pid' },
-  sshPort: 2222, agentPort: 7000, forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp' }, { host_port: 5353, guest_port: 53, proto: 'udp' }],
+  layout: { dir: '/vm', disk: '/vm/disk.qcow2', seed: '/vm/seed.iso', qmp: '/vm/qmp.sock', net: '/vm/net.sock', serial: '/vm/serial.log', pidfile: '/vm/qemu.pid' },
+  nic: { kind: 'netd', socket: '/vm/net.sock' },
 };
+const userNic: QemuLaunch['nic'] = { kind: 'qemu-user', sshPort: 2222, agentPort: 7000, forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp' }, { host_port: 5353, guest_port: 53, proto: 'udp' }] };
 
 const opt = (args: string[], flag: string) => args.filter((_, i) => args[i - 1] === flag);
 
 describe('adapters/hypervisor/qemu-args', () => {
-  it('forwards on loopback only, names the process for re-attach, picks the CPU model and the code buffer by accelerator', () => {
+  it('hands the NIC to svc-netd on a socket QEMU listens on, with the MAC saved guests know; forwards on loopback only with QEMU\'s own network', () => {
+    expect(opt(qemuArgs(base), '-netdev')[0]).to.equal('stream,id=net0,server=on,addr.type=unix,addr.path=/vm/net.sock');
+    expect(opt(qemuArgs(base), '-device')).to.include('virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56');
+    expect(opt(qemuArgs({ ...base, nic: { kind: 'netd', socket: '/v,m/net.sock' } }), '-netdev')[0]).to.equal('stream,id=net0,server=on,addr.type=unix,addr.path=/v,,m/net.sock');
+    expect(opt(qemuArgs({ ...base, nic: userNic }), '-netdev')[0]).to.equal('user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53');
+  });
+
+  it('names the process for re-attach, picks the CPU model and the code buffer by accelerator', () => {
     const a = qemuArgs(base);
-    expect(opt(a, '-netdev')[0]).to.equal('user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53');
     expect(opt(a, '-name')[0]).to.equal('svc-web,process=svc-web');
     expect(opt(a, '-cpu')[0]).to.equal('max');
     expect(opt(a, '-accel')[0], 'a bounded buffer of translated code').to.equal('tcg,tb-size=256');

@@ -7,7 +7,7 @@ import { SilentLogger } from '../../../fakes/fakes.js';
 
 const spec = (mounts: VmSpec['mounts'] = []): VmSpec => ({ name: 'v', dir: '/nowhere/v', cpus: 1, memory_mb: 128, disk_gb: 1, image: 'minimal', hostname: 'v', forwards: [], mounts });
 const share = [{ host: '/srv/data', guest: '/mnt/data' }];
-const command = (mountDriver: '9p' | 'virtiofs') => new VmCommand({ images: new ImageCatalog('/nowhere'), mountDriver, qemuUser: 'nobody', accelerator: async () => 'tcg' });
+const command = (mountDriver: '9p' | 'virtiofs') => new VmCommand({ images: new ImageCatalog('/nowhere'), mountDriver, qemuUser: 'nobody', accelerator: async () => 'tcg', guestNet: 'netd' });
 
 describe('adapters/hypervisor/vm-command and ram images', () => {
   it('drops QEMU to qemu_user when the daemon is root, except for a VM whose 9p shares QEMU serves itself', () => {

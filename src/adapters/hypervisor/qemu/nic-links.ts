@@ -1,0 +1,106 @@
+import { existsSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import type { EgressPolicy } from '../../../domain/egress.js';
+import type { BootForwardSpec, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { Logger } from '../../../ports/logger.js';
+import { NO_EGRESS, type NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
+import { freePort, portFree } from '../free-port.js';
+import { AlreadyExistsError } from '../../../domain/errors.js';
+import type { GuestNic } from './qemu-args.js';
+import type { QmpClient } from './qmp-client.js';
+
+/** The host ports a running VM answers on. */
+export interface VmPorts {
+  ssh_port: number;
+  agent_port: number;
+  forwards: BootForwardSpec[];
+}
+
+const SSH = 22;
+const AGENT = 7475;
+
+/**
+ * The host's side of a QEMU VM's NIC: with svc-netd (the default) the VM's network is attached
+ * there once QEMU listens, follows the VM when it is renamed or taken by a clone, and is detached
+ * when QEMU stops; with QEMU's own user-mode network (test_mode) the ports were on the command
+ * line and forwards are added over the monitor.
+ */
+export class NicLinks {
+  constructor(private readonly o: { net?: NetdGuestNetwork; log: Logger }) {}
+
+  /**
+   * A QEMU just started with `nic` for `vm`: its network attached with SSH, the agent and `forwards`
+   * (host port 0: picked) and `policy`. Resolves with the ports bound. AlreadyExistsError for a
+   * busy host port (the caller stops the QEMU).
+   */
+  async up(vm: VmRef, nic: GuestNic, forwards: BootForwardSpec[], policy: EgressPolicy | undefined): Promise<VmPorts> {
+    if (nic.kind === 'qemu-user') return { ssh_port: nic.sshPort, agent_port: nic.agentPort, forwards: nic.forwards.map((f) => ({ ...f })) };
+    const bound = await this.netd.attach(vm, nic.socket, [{ host_port: 0, guest_port: SSH, proto: 'tcp' }, { host_port: 0, guest_port: AGENT, proto: 'tcp' }, ...forwards], policy ?? NO_EGRESS);
+    return { ssh_port: bound[0].host_port, agent_port: bound[1].host_port, forwards: bound.slice(2) };
+  }
+
+  private get netd(): NetdGuestNetwork {
+    if (!this.o.net) throw new Error('no svc-netd configured');
+    return this.o.net;
+  }
+
+  /** The VM's QEMU stopped: its network goes. Never throws. */
+  async down(name: string): Promise<void> {
+    if (!this.o.net) return;
+    await this.o.net.detach(name).catch((err: Error) => this.o.log.warn({ vm: name, err: err.message }, 'cannot detach the vm network'));
+  }
+
+  /** A VM's network follows it to a new name and directory; the NIC's socket is now at `socket`. */
+  async moved(from: string, to: VmRef, socket: string | undefined): Promise<void> {
+    if (!this.o.net || !socket) return;
+    await this.o.net.rename(from, to, socket);
+  }
+
+  /** A clone took a spare QEMU (attached under the spare's name, letting nothing out): now it is the clone's. */
+  async adopt(spare: string, spec: VmSpec, socket: string | undefined): Promise<void> {
+    if (!this.o.net || !socket) return;
+    await this.o.net.rename(spare, spec, socket);
+    await this.o.net.setPolicy(spec, spec.egress ?? NO_EGRESS);
+  }
+
+  /** Adds host forwards to a running VM. AlreadyExistsError for a busy host port. */
+  async forward(vm: VmRef, qmp: QmpClient, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]> {
+    if (this.o.net && forwards.length) return this.o.net.forward(vm.name, forwards);
+    const out: BootForwardSpec[] = [];
+    for (const f of forwards) {
+      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+      const host_port = f.host_port || (await freePort(f.proto));
+      await qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
+      out.push({ ...f, host_port });
+    }
+    return out;
+  }
+
+  /**
+   * After a daemon restart: a VM found running has its network in svc-netd still (which outlived the
+   * daemon, or took it back from its state file after a restart of its own); when not, it is
+   * attached again with the ports the record kept, letting nothing out until the policy is set.
+   * A VM whose QEMU an older daemon started on QEMU's own network (no socket) keeps that network.
+   */
+  async reattach(vm: VmRef, socket: string | undefined, ports: VmPorts): Promise<void> {
+    if (!this.o.net) return;
+    if (!socket || !existsSync(socket)) {
+      this.o.log.warn({ vm: vm.name }, 'this vm runs on qemu\'s own user-mode network (started by an older svcd): no egress policy until it is restarted');
+      return;
+    }
+    if (await this.o.net.attached(vm.name)) return;
+    await this.o.net.attach(vm, socket, [
+      { host_port: ports.ssh_port, guest_port: SSH, proto: 'tcp' }, { host_port: ports.agent_port, guest_port: AGENT, proto: 'tcp' }, ...ports.forwards,
+    ], NO_EGRESS);
+  }
+}
+
+/**
+ * Where a VM's NIC socket is now, from where its QEMU was started (`net`, beside `disk`): a socket
+ * beside the disk moved with the files into the VM's directory (a renamed pool member, a clone that
+ * took a spare); one in the temp dir (long paths) stayed where it was.
+ */
+export function nicSocketNow(vmDir: string, net: string | undefined, disk: string | undefined): string | undefined {
+  if (!net) return undefined;
+  return disk && dirname(net) === dirname(disk) ? join(vmDir, basename(net)) : net;
+}

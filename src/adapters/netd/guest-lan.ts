@@ -1,0 +1,524 @@
+import { createSocket, type Socket as DgramSocket } from 'node:dgram';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { HOST_NAME, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
+import { dhcpReply, readDhcp } from './dhcp.js';
+import { DnsOverTcp } from './dns-tcp.js';
+import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
+import { EgressGuard, type EgressEntry } from './egress-guard.js';
+import {
+  arpFrame, ETH_ARP, ETH_IPV4, icmpFrame, IP_ICMP, IP_TCP, IP_UDP, ipFrom, ipToString, macFrom, prohibited, readArp, readEth, readIcmp, readIpv4,
+  readTcp, readUdp, TCP_ACK, TCP_RST, TCP_SYN, udpFrames, type Ipv4, type Link, type Tcp,
+} from './packets.js';
+import { sniff } from './sniff.js';
+import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
+import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
+
+/** The guest's network, as QEMU's user-mode network lays it out (so images and saved guests need no change). */
+export const LAN = {
+  base: ipFrom('10.0.2.0'),
+  gateway: ipFrom('10.0.2.2'),
+  dns: ipFrom('10.0.2.3'),
+  guest: ipFrom('10.0.2.15'),
+};
+const MASK = 0xffffff00;
+/** The gateway's and resolver's MACs, QEMU's user-mode network's own (a restored guest's ARP cache holds them). */
+const GW_MAC = macFrom('52:55:0a:00:02:02');
+const DNS_MAC = macFrom('52:55:0a:00:02:03');
+/** QEMU's MAC for a VM's first NIC, until the guest's own frames say otherwise. */
+const GUEST_MAC = macFrom('52:54:00:12:34:56');
+const BROADCAST = 0xffffffff;
+/** A frame larger than this from QEMU means the stream is out of step. */
+const MAX_FRAME = 70_000;
+/** Frames queued to QEMU past which flows stop sending until it drains. */
+const CONGESTED = 4 << 20;
+/** A guest connection's first bytes are held at most this long for a TLS SNI or HTTP Host. */
+const SNIFF_MAX = 16 << 10;
+const CONNECT_TIMEOUT_MS = 30_000;
+const inLan = (ip: number) => ((ip & MASK) >>> 0) === LAN.base;
+
+export interface LanForward {
+  host_port: number;
+  guest_port: number;
+  proto: 'tcp' | 'udp';
+}
+
+export interface LanOptions {
+  vm: string;
+  policy: EgressPolicy;
+  upstream: DnsUpstream;
+  hostAddresses: HostAddresses;
+  /** Every egress decision. */
+  audit: (e: EgressEntry) => void;
+}
+
+/** A guest TCP connection and what decided it. */
+interface Conn {
+  flow: TcpFlow;
+  /** `out`: to an address beyond the network; `host`: to a host loopback port; `local`: the resolver; `in`: a forward. */
+  kind: 'out' | 'host' | 'local' | 'in';
+  addr: string;
+  port: number;
+  decision: EgressDecision;
+  names: string[];
+  /** The name its TLS SNI or HTTP Host showed. */
+  shown?: string;
+  /** The policy ended it (its rule). */
+  endedBy?: string;
+  error?: string;
+}
+
+interface UdpForward {
+  spec: LanForward;
+  server: Server | DgramSocket;
+}
+
+/**
+ * One VM's network, in place of QEMU's user-mode network: QEMU hands the guest's Ethernet frames
+ * over a stream socket (`-netdev stream`), and this answers them. It is the gateway (10.0.2.2),
+ * resolver (10.0.2.3) and DHCP server of a /24 the guest has to itself, forwards host ports in,
+ * and carries the guest's TCP and UDP out through host sockets, each decided by the VM's egress
+ * policy (EgressGuard). The host's loopback is never a destination, but for the ports a
+ * `host:PORT` rule names, reached at the gateway's address (`host.svc.internal`).
+ */
+export class GuestLan implements FlowHost, UdpHost {
+  readonly guestIp = LAN.guest;
+  readonly mtu = 1500;
+  link: Link = { dstMac: GUEST_MAC, srcMac: GW_MAC };
+  socketPath: string | undefined;
+
+  private qemu: Socket | undefined;
+  private pending: Buffer | undefined;
+  private corked = false;
+  private readonly conns = new Map<string, Conn>();
+  private readonly dirty = new Set<TcpFlow>();
+  private readonly udp: UdpFlows;
+  private readonly guard: EgressGuard;
+  private readonly forwards = new Map<string, UdpForward>();
+  /** Gateway ports that carry a UDP forward's client, to its answers. */
+  private readonly udpClients = new Map<number, { server: DgramSocket; address: string; port: number; idle: NodeJS.Timeout }>();
+  private readonly gwPorts = new Set<number>();
+  private nextPort = 40000;
+  /** Frames from the guest this network could not read (a count, for `list`). */
+  badFrames = 0;
+
+  constructor(private readonly o: LanOptions) {
+    this.guard = new EgressGuard(o.policy, o.upstream, o.hostAddresses, (e) => o.audit(e));
+    this.udp = new UdpFlows(this, (f) => this.udpClosed(f));
+  }
+
+  get policy(): EgressPolicy {
+    return this.guard.policy;
+  }
+
+  get connected(): boolean {
+    return !!this.qemu && !this.qemu.destroyed;
+  }
+
+  /** Connects to QEMU's end of the link (`-netdev stream,server=on`), trying until `timeoutMs` while QEMU starts. */
+  async connect(path: string, timeoutMs = 10_000): Promise<void> {
+    if (this.connected && this.socketPath === path) return;
+    this.disconnect();
+    this.socketPath = path;
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        const sock = await new Promise<Socket>((resolve, reject) => {
+          const s = connect(path);
+          s.once('connect', () => resolve(s));
+          s.once('error', reject);
+        });
+        if (this.socketPath !== path) {
+          sock.destroy();
+          return;
+        }
+        this.qemu = sock;
+        sock.on('data', (d: Buffer) => this.fromQemu(d));
+        sock.on('drain', () => this.pumpAll());
+        sock.on('error', () => undefined);
+        sock.on('close', () => {
+          if (this.qemu === sock) this.qemu = undefined;
+        });
+        return;
+      } catch (err) {
+        if (Date.now() > until || this.socketPath !== path) throw new Error(`cannot reach the vm's network socket ${path}: ${(err as Error).message}`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    }
+  }
+
+  /** Lets go of QEMU's socket (the VM stopped); flows to and from the guest end. */
+  disconnect(): void {
+    this.socketPath = undefined;
+    this.qemu?.destroy();
+    this.qemu = undefined;
+    this.pending = undefined;
+    for (const c of [...this.conns.values()]) c.flow.abort();
+    this.udp.closeAll();
+  }
+
+  setPolicy(policy: EgressPolicy): void {
+    this.guard.setPolicy(policy);
+    // Connections the new policy forbids are closed now.
+    for (const c of [...this.conns.values()]) {
+      if (c.kind === 'in' || c.kind === 'local') continue;
+      let d = c.kind === 'host' ? this.guard.hostPort(c.port) : this.guard.connect(ipFrom(c.addr), c.port, 'tcp');
+      if (d.allow && c.shown) d = this.guard.shown(c.shown, c.port, d);
+      if (!d.allow) {
+        c.endedBy = d.rule;
+        c.flow.abort();
+      } else {
+        c.decision = d;
+      }
+    }
+    for (const f of this.udp.all()) {
+      const d = f.remoteIp === LAN.gateway ? this.guard.hostPort(f.remotePort) : this.guard.connect(f.remoteIp, f.remotePort, 'udp');
+      if (!d.allow) {
+        f.meta.rule = `ended:${d.rule}`;
+        this.udp.close(f);
+      }
+    }
+  }
+
+  /** Opens host ports into the guest (host_port 0: one is picked). Resolves with the ports bound. */
+  async addForwards(specs: LanForward[]): Promise<LanForward[]> {
+    const out: LanForward[] = [];
+    try {
+      for (const s of specs) out.push(await this.addForward(s));
+    } catch (err) {
+      for (const f of out) this.removeForward(f.host_port, f.proto);
+      throw err;
+    }
+    return out;
+  }
+
+  private async addForward(s: LanForward): Promise<LanForward> {
+    const existing = this.forwards.get(`${s.proto}:${s.host_port}`);
+    if (existing && s.host_port) {
+      if (existing.spec.guest_port === s.guest_port) return existing.spec;
+      throw Object.assign(new Error(`host port ${s.host_port}/${s.proto} is forwarded already`), { code: 'EADDRINUSE' });
+    }
+    if (s.proto === 'tcp') {
+      const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (sock) => this.inbound(sock, s.guest_port));
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(s.host_port, '127.0.0.1', () => resolve());
+      });
+      server.on('error', () => undefined);
+      const spec = { ...s, host_port: (server.address() as { port: number }).port };
+      this.forwards.set(`tcp:${spec.host_port}`, { spec, server });
+      return spec;
+    }
+    const server = createSocket('udp4');
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.bind(s.host_port, '127.0.0.1', () => resolve());
+    });
+    server.on('error', () => undefined);
+    const spec = { ...s, host_port: server.address().port };
+    server.on('message', (msg, rinfo) => this.udpInbound(server, spec, msg, rinfo.address, rinfo.port));
+    this.forwards.set(`udp:${spec.host_port}`, { spec, server });
+    return spec;
+  }
+
+  removeForward(hostPort: number, proto: 'tcp' | 'udp'): boolean {
+    const f = this.forwards.get(`${proto}:${hostPort}`);
+    if (!f) return false;
+    this.forwards.delete(`${proto}:${hostPort}`);
+    f.server.close();
+    return true;
+  }
+
+  listForwards(): LanForward[] {
+    return [...this.forwards.values()].map((f) => ({ ...f.spec }));
+  }
+
+  /** Everything closed: the VM is gone. */
+  close(): void {
+    this.disconnect();
+    for (const f of [...this.forwards.values()]) this.removeForward(f.spec.host_port, f.spec.proto);
+    for (const c of this.udpClients.values()) clearTimeout(c.idle);
+    this.udpClients.clear();
+    this.guard.close();
+  }
+
+  stats(): { tcp: number; udp: number; bad_frames: number; connected: boolean } {
+    return { tcp: this.conns.size, udp: this.udp.all().length, bad_frames: this.badFrames, connected: this.connected };
+  }
+
+  // ---- the link to QEMU ----
+
+  emit(frame: Buffer): void {
+    const q = this.qemu;
+    if (!q || q.destroyed) return;
+    if (!this.corked) {
+      this.corked = true;
+      q.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        q.uncork();
+      });
+    }
+    const len = Buffer.allocUnsafe(4);
+    len.writeUInt32BE(frame.length);
+    q.write(len);
+    q.write(frame);
+  }
+
+  congested(): boolean {
+    return (this.qemu?.writableLength ?? 0) > CONGESTED;
+  }
+
+  private pumpAll(): void {
+    for (const c of this.conns.values()) c.flow.pump();
+  }
+
+  private fromQemu(d: Buffer): void {
+    const buf = this.pending ? Buffer.concat([this.pending, d]) : d;
+    let off = 0;
+    while (buf.length - off >= 4) {
+      const len = buf.readUInt32BE(off);
+      if (len > MAX_FRAME) {
+        this.qemu?.destroy();
+        return;
+      }
+      if (buf.length - off - 4 < len) break;
+      const frame = buf.subarray(off + 4, off + 4 + len);
+      off += 4 + len;
+      try {
+        this.frame(frame);
+      } catch {
+        this.badFrames++;
+      }
+    }
+    this.pending = off < buf.length ? Buffer.from(buf.subarray(off)) : undefined;
+    for (const f of this.dirty) f.flushAck();
+    this.dirty.clear();
+  }
+
+  private frame(f: Buffer): void {
+    const eth = readEth(f);
+    const toUs = eth.dst.equals(GW_MAC) || eth.dst.equals(DNS_MAC) || eth.dst.every((b) => b === 0xff);
+    if (!toUs) return;
+    if (eth.type === ETH_ARP) return this.arp(eth.payload, eth.src);
+    if (eth.type !== ETH_IPV4) return; // IPv6 and the rest: the guest's network is IPv4 only
+    const ip = readIpv4(eth.payload);
+    if (ip.src !== this.guestIp && ip.src !== 0) return;
+    if (ip.src === this.guestIp && !eth.src.equals(this.link.dstMac)) this.link = { dstMac: Buffer.from(eth.src), srcMac: GW_MAC };
+    if (ip.fragment) return; // not reassembled: guests send TCP unfragmented, and UDP this large rarely
+    if (ip.proto === IP_TCP) return this.tcp(ip, readTcp(ip.payload));
+    if (ip.proto === IP_UDP) return this.udpIn(ip, Buffer.from(eth.src));
+    if (ip.proto === IP_ICMP) return this.icmp(ip);
+  }
+
+  private arp(payload: Buffer, src: Buffer): void {
+    const a = readArp(payload);
+    if (a.senderIp === this.guestIp) this.link = { dstMac: Buffer.from(a.senderMac), srcMac: GW_MAC };
+    if (a.op !== 1) return;
+    const mac = a.targetIp === LAN.gateway ? GW_MAC : a.targetIp === LAN.dns ? DNS_MAC : undefined;
+    if (mac) this.emit(arpFrame(2, mac, a.targetIp, src, a.senderIp));
+  }
+
+  private icmp(ip: Ipv4): void {
+    const m = readIcmp(ip.payload);
+    if (m.type !== 8) return;
+    if (ip.dst === LAN.gateway || ip.dst === LAN.dns) {
+      this.emit(icmpFrame(this.link, ip.dst, ip.src, 0, 0, ip.payload.subarray(4)));
+      return;
+    }
+    // Pings do not leave the network (no echo tunnel); the guest hears why at once.
+    this.guard.fold({ event: 'deny', proto: 'icmp', addr: ipToString(ip.dst), decision: 'deny', rule: 'icmp' });
+    this.emit(prohibited(this.link, LAN.gateway, ip));
+  }
+
+  // ---- UDP ----
+
+  private udpIn(ip: Ipv4, srcMac: Buffer): void {
+    const u = readUdp(ip.payload);
+    if (u.dstPort === 67 && (ip.dst === BROADCAST || ip.dst === LAN.gateway)) {
+      const req = readDhcp(u.payload);
+      const reply = req && dhcpReply(req, { client: this.guestIp, gateway: LAN.gateway, dns: LAN.dns, mask: MASK, leaseSec: 86400 });
+      if (reply) {
+        for (const f of udpFrames({ dstMac: srcMac, srcMac: GW_MAC }, LAN.gateway, 67, BROADCAST, 68, reply, this.mtu)) this.emit(f);
+      }
+      return;
+    }
+    if (ip.src === 0) return;
+    if (ip.dst === LAN.dns && u.dstPort === 53) {
+      const q = Buffer.from(u.payload);
+      void this.guard.dns(q, false, LAN.gateway).then((a) => {
+        if (a) for (const f of udpFrames(this.link, LAN.dns, 53, this.guestIp, u.srcPort, a, this.mtu)) this.emit(f);
+      });
+      return;
+    }
+    if (ip.dst === LAN.gateway) {
+      const client = this.udpClients.get(u.dstPort);
+      if (client) {
+        client.server.send(Buffer.from(u.payload), client.port, client.address);
+        return;
+      }
+      const d = this.guard.hostPort(u.dstPort);
+      if (!d.allow) return this.refuseUdp(ip, 'host', u.dstPort, d.rule, HOST_NAME);
+      this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: '127.0.0.1', port: u.dstPort }, Buffer.from(u.payload), { rule: d.rule, names: [HOST_NAME] }, (f) => this.udpOpened(f, 'host'));
+      return;
+    }
+    if (inLan(ip.dst) || ip.dst === BROADCAST) return;
+    const d = this.guard.connect(ip.dst, u.dstPort, 'udp');
+    const addr = ipToString(ip.dst);
+    if (!d.allow) return this.refuseUdp(ip, addr, u.dstPort, d.rule, d.names[0]);
+    this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: addr, port: u.dstPort }, Buffer.from(u.payload), { rule: d.rule, names: d.names }, (f) => this.udpOpened(f, addr));
+  }
+
+  private refuseUdp(ip: Ipv4, addr: string, port: number, rule: string, name?: string): void {
+    this.guard.fold({ event: 'deny', proto: 'udp', addr, port, name, decision: 'deny', rule });
+    this.emit(prohibited(this.link, LAN.gateway, ip));
+  }
+
+  private udpOpened(f: UdpFlow, addr: string): void {
+    this.guard.fold({ event: 'open', proto: 'udp', addr, port: f.remotePort, name: f.meta.names[0], decision: 'allow', rule: f.meta.rule });
+  }
+
+  private udpClosed(f: UdpFlow): void {
+    const ended = f.meta.rule.startsWith('ended:') ? f.meta.rule.slice(6) : undefined;
+    this.guard.fold({
+      event: 'close', proto: 'udp', addr: f.remoteIp === LAN.gateway ? 'host' : ipToString(f.remoteIp), port: f.remotePort, name: f.meta.names[0],
+      decision: ended ? 'deny' : 'allow', rule: ended ?? f.meta.rule, bytes_out: f.bytesOut, bytes_in: f.bytesIn, duration_ms: Date.now() - f.openedAt,
+    });
+  }
+
+  /** A datagram to a UDP forward's host port: to the guest, from a gateway port that carries the answers back. */
+  private udpInbound(server: DgramSocket, spec: LanForward, msg: Buffer, address: string, port: number): void {
+    let gwPort = [...this.udpClients.entries()].find(([, c]) => c.server === server && c.address === address && c.port === port)?.[0];
+    if (gwPort === undefined) {
+      gwPort = this.allocPort();
+      const gp = gwPort;
+      this.udpClients.set(gp, { server, address, port, idle: setTimeout(() => undefined, 0) });
+    }
+    const c = this.udpClients.get(gwPort)!;
+    clearTimeout(c.idle);
+    const gp = gwPort;
+    c.idle = setTimeout(() => {
+      this.udpClients.delete(gp);
+      this.gwPorts.delete(gp);
+    }, 60_000).unref();
+    for (const f of udpFrames(this.link, LAN.gateway, gwPort, this.guestIp, spec.guest_port, msg, this.mtu)) this.emit(f);
+  }
+
+  private allocPort(): number {
+    for (let i = 0; i < 25_000; i++) {
+      const p = this.nextPort;
+      this.nextPort = p >= 64999 ? 40000 : p + 1;
+      if (!this.gwPorts.has(p)) {
+        this.gwPorts.add(p);
+        return p;
+      }
+    }
+    throw new Error('no gateway port free');
+  }
+
+  // ---- TCP ----
+
+  private tcp(ip: Ipv4, t: Tcp): void {
+    const c = this.conns.get(flowKey(ip.dst, t.dstPort, t.srcPort));
+    if (c) {
+      c.flow.input(t);
+      if (c.flow.open) this.dirty.add(c.flow);
+      return;
+    }
+    if (!(t.flags & TCP_SYN) || t.flags & TCP_ACK) {
+      if (!(t.flags & TCP_RST)) this.emit(resetFor(this, ip.dst, t));
+      return;
+    }
+    const ends = { remoteIp: ip.dst, remotePort: t.dstPort, guestPort: t.srcPort };
+    if (ip.dst === LAN.dns && t.dstPort === 53) {
+      const flow = TcpFlow.fromGuest(this, ends, t);
+      this.conns.set(flow.key, { flow, kind: 'local', addr: ipToString(ip.dst), port: 53, decision: { allow: true, rule: 'resolver' }, names: [] });
+      flow.connected(new DnsOverTcp((m) => this.guard.dns(m, true, LAN.gateway)));
+      return;
+    }
+    if (ip.dst === LAN.gateway) {
+      const d = this.guard.hostPort(t.dstPort);
+      return this.open(ends, t, d.allow ? { ...d, names: [HOST_NAME] } : { ...d, names: [HOST_NAME] }, 'host', '127.0.0.1');
+    }
+    if (inLan(ip.dst) || ip.dst === BROADCAST || ip.dst >>> 28 === 0xe) {
+      this.emit(resetFor(this, ip.dst, t));
+      return;
+    }
+    this.open(ends, t, this.guard.connect(ip.dst, t.dstPort, 'tcp'), 'out', ipToString(ip.dst));
+  }
+
+  private open(ends: { remoteIp: number; remotePort: number; guestPort: number }, syn: Tcp, d: EgressDecision & { names: string[] }, kind: 'out' | 'host', target: string): void {
+    const addr = kind === 'host' ? 'host' : target;
+    const name = d.names[0];
+    if (!d.allow) {
+      this.guard.fold({ event: 'deny', proto: 'tcp', addr, port: ends.remotePort, name, decision: 'deny', rule: d.rule });
+      this.emit(resetFor(this, ends.remoteIp, syn));
+      return;
+    }
+    const flow = TcpFlow.fromGuest(this, ends, syn);
+    const c: Conn = { flow, kind, addr, port: ends.remotePort, decision: d, names: d.names };
+    this.conns.set(flow.key, c);
+    this.guard.fold({ event: 'open', proto: 'tcp', addr, port: ends.remotePort, name, decision: 'allow', rule: d.rule });
+    // What the connection shows (SNI, Host) is checked when a name let it through or a deny rule names one.
+    if (kind === 'out' && (d.byName || this.guard.policy.deny.length)) {
+      flow.hold();
+      flow.onHeld = () => this.checkShown(c);
+    }
+    const sock = connect({ host: target, port: ends.remotePort, allowHalfOpen: true });
+    sock.setTimeout(CONNECT_TIMEOUT_MS, () => sock.destroy(new Error('connect timed out')));
+    sock.once('connect', () => {
+      sock.setTimeout(0);
+      flow.connected(sock);
+    });
+    sock.once('error', (err: NodeJS.ErrnoException) => {
+      if (flow.state !== 'connecting') return;
+      c.error = err.code ?? err.message;
+      flow.abort();
+    });
+  }
+
+  private checkShown(c: Conn): void {
+    const held = c.flow.heldBytes();
+    const s = sniff(held);
+    if (s.kind === 'more' && held.length < SNIFF_MAX) return;
+    c.flow.onHeld = undefined;
+    if ((s.kind === 'tls' || s.kind === 'http') && s.name) {
+      c.shown = s.name;
+      const d = this.guard.shown(s.name, c.port, c.decision);
+      if (!d.allow) {
+        this.guard.fold({ event: 'deny', proto: 'tcp', addr: c.addr, port: c.port, name: s.name, decision: 'deny', rule: d.rule });
+        c.endedBy = d.rule;
+        c.flow.abort();
+        return;
+      }
+      c.decision = d;
+    }
+    c.flow.release();
+  }
+
+  private inbound(sock: Socket, guestPort: number): void {
+    if (!this.connected) {
+      sock.destroy();
+      return;
+    }
+    const gwPort = this.allocPort();
+    const flow = TcpFlow.toGuest(this, { remoteIp: LAN.gateway, remotePort: gwPort, guestPort }, sock);
+    this.conns.set(flow.key, { flow, kind: 'in', addr: 'guest', port: guestPort, decision: { allow: true, rule: 'forward' }, names: [] });
+  }
+
+  closed(flow: TcpFlow): void {
+    const c = this.conns.get(flow.key);
+    if (!c || c.flow !== flow) return;
+    this.conns.delete(flow.key);
+    this.dirty.delete(flow);
+    if (c.kind === 'in') {
+      this.gwPorts.delete(flow.ends.remotePort);
+      return;
+    }
+    if (c.kind === 'local') return;
+    this.guard.fold({
+      event: 'close', proto: 'tcp', addr: c.addr, port: c.port, name: c.shown ?? c.names[0], decision: c.endedBy ? 'deny' : 'allow',
+      rule: c.endedBy ?? c.decision.rule, bytes_out: flow.bytesOut, bytes_in: flow.bytesIn, duration_ms: Date.now() - flow.openedAt,
+      ...(c.error ? { error: c.error } : {}),
+    });
+  }
+}

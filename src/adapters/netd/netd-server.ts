@@ -1,0 +1,293 @@
+import { existsSync } from 'node:fs';
+import { readFile, unlink } from 'node:fs/promises';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { parseEgressPolicy } from '../../domain/egress.js';
+import type { Logger } from '../../ports/logger.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { NdjsonLog } from '../fs-kit/ndjson-log.js';
+import { DnsUpstream, HostAddresses } from './dns-upstream.js';
+import type { EgressEntry } from './egress-guard.js';
+import { GuestLan } from './guest-lan.js';
+import { MAX_LINE, NETD_PROTOCOL, type NetAttachment, type NetForward, type NetHello, type NetListed, type NetRequest } from './protocol.js';
+
+/** Each VM's egress log is kept under this, plus one older copy. */
+const EGRESS_LOG_MAX = 2 << 20;
+
+export interface NetdOptions {
+  /** The control socket (created 0600). */
+  control: string;
+  /** Where the attachments are kept, so a restarted svc-netd takes its VMs' networks back. */
+  state: string;
+  /** What build this is (the daemon restarts an svc-netd of another build). */
+  build: string;
+  log: Logger;
+  /** With no VM and no client for this long, the process exits (0: never). */
+  idleExitMs?: number;
+  /** Called once the server should end (shutdown asked, the control socket gone, idle). */
+  exit: () => void;
+}
+
+interface Vm {
+  a: NetAttachment;
+  lan: GuestLan;
+  egress: NdjsonLog;
+}
+
+class NetError extends Error {
+  constructor(message: string, readonly code: string) {
+    super(message);
+  }
+}
+
+/**
+ * svc-netd: the networks of every VM on this host (GuestLan each), outside the daemon's process
+ * so that a daemon restart does not cut a guest's connections. The daemon drives it over a
+ * control socket (protocol.ts); what it was asked to keep is written to a state file, and a
+ * restarted svc-netd connects to the VMs' links again and binds their forwards again.
+ */
+export class NetdServer {
+  private readonly vms = new Map<string, Vm>();
+  private readonly clients = new Set<Socket>();
+  private readonly upstream = new DnsUpstream();
+  private readonly hostAddresses = new HostAddresses();
+  private server: Server | undefined;
+  private idleSince = Date.now();
+  private watch: NodeJS.Timeout | undefined;
+  private saving: Promise<void> = Promise.resolve();
+
+  constructor(private readonly o: NetdOptions) {}
+
+  async start(): Promise<void> {
+    // Another svc-netd answering here keeps the socket; a stale file is replaced.
+    if (await answers(this.o.control)) throw new Error(`svc-netd already runs at ${this.o.control}`);
+    await unlink(this.o.control).catch(() => undefined);
+    const server = createServer((s) => this.client(s));
+    const mask = process.umask(0o177);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(this.o.control, () => resolve());
+      });
+    } finally {
+      process.umask(mask);
+    }
+    this.server = server;
+    await this.restore();
+    this.watch = setInterval(() => this.checkExit(), 2000);
+    this.watch.unref();
+  }
+
+  private checkExit(): void {
+    if (!existsSync(this.o.control)) {
+      this.o.log.warn({ control: this.o.control }, 'control socket removed; exiting');
+      return this.o.exit();
+    }
+    const idle = !this.vms.size && !this.clients.size;
+    if (!idle) this.idleSince = Date.now();
+    else if (this.o.idleExitMs && Date.now() - this.idleSince > this.o.idleExitMs) {
+      this.o.log.info({}, 'no vms and no daemon; exiting');
+      this.o.exit();
+    }
+  }
+
+  /** The attachments of the state file, taken back (a VM whose link is gone is dropped). */
+  private async restore(): Promise<void> {
+    const saved = JSON.parse(await readFile(this.o.state, 'utf8').catch(() => '{"vms":[]}')) as { vms?: NetAttachment[] };
+    for (const a of saved.vms ?? []) {
+      try {
+        await this.attach({ ...a, policy: parseEgressPolicy(a.policy) }, 2000);
+        this.o.log.info({ vm: a.vm }, 'network taken back');
+      } catch (err) {
+        this.o.log.warn({ vm: a.vm, err: (err as Error).message }, 'network not taken back');
+      }
+    }
+    await this.save();
+  }
+
+  private save(): Promise<void> {
+    const vms = [...this.vms.values()].map((v) => v.a);
+    this.saving = this.saving.then(() => writeFileAtomic(this.o.state, JSON.stringify({ vms }, null, 1))).catch((err: Error) =>
+      this.o.log.error({ err: err.message }, 'cannot write the state file'));
+    return this.saving;
+  }
+
+  private client(s: Socket): void {
+    this.clients.add(s);
+    let buf = '';
+    s.setEncoding('utf8');
+    s.on('data', (d: string) => {
+      buf += d;
+      if (buf.length > MAX_LINE) return void s.destroy();
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        void this.request(s, line);
+      }
+    });
+    s.on('error', () => undefined);
+    s.on('close', () => this.clients.delete(s));
+  }
+
+  private async request(s: Socket, line: string): Promise<void> {
+    let id = 0;
+    try {
+      const msg = JSON.parse(line) as NetRequest & { id: number };
+      id = msg.id;
+      const result = await this.handle(msg);
+      if (!s.destroyed) s.write(JSON.stringify({ id, ok: true, result }) + '\n');
+    } catch (err) {
+      const e = err as Error & { code?: string };
+      if (!s.destroyed) s.write(JSON.stringify({ id, ok: false, error: e.message, code: e instanceof NetError ? e.code : e.code === 'EADDRINUSE' ? 'in_use' : 'internal' }) + '\n');
+    }
+  }
+
+  private vm(name: string): Vm {
+    const v = this.vms.get(name);
+    if (!v) throw new NetError(`no network for vm ${name}`, 'not_found');
+    return v;
+  }
+
+  private async handle(req: NetRequest): Promise<unknown> {
+    switch (req.op) {
+      case 'hello':
+        return { protocol: NETD_PROTOCOL, build: this.o.build, pid: process.pid } satisfies NetHello;
+      case 'attach':
+        return { forwards: await this.attach({ ...req.attachment, policy: parseEgressPolicy(req.attachment.policy) }) };
+      case 'detach': {
+        const v = this.vms.get(req.vm);
+        if (v) {
+          this.vms.delete(req.vm);
+          v.lan.close();
+          await v.egress.flush();
+          await this.save();
+        }
+        return {};
+      }
+      case 'rename': {
+        const v = this.vm(req.from);
+        if (this.vms.has(req.to)) throw new NetError(`vm ${req.to} has a network already`, 'exists');
+        this.vms.delete(req.from);
+        v.a = { ...v.a, vm: req.to, log: req.log, socket: req.socket };
+        await v.egress.moveTo(req.log);
+        this.vms.set(req.to, v);
+        await this.save();
+        return {};
+      }
+      case 'policy': {
+        const v = this.vm(req.vm);
+        const policy = parseEgressPolicy(req.policy);
+        v.lan.setPolicy(policy);
+        v.a = { ...v.a, policy };
+        await this.save();
+        return {};
+      }
+      case 'forward': {
+        const v = this.vm(req.vm);
+        const added = await v.lan.addForwards(req.forwards);
+        v.a = { ...v.a, forwards: v.lan.listForwards() };
+        await this.save();
+        return { forwards: added };
+      }
+      case 'unforward': {
+        const v = this.vm(req.vm);
+        const removed = v.lan.removeForward(req.host_port, req.proto);
+        v.a = { ...v.a, forwards: v.lan.listForwards() };
+        await this.save();
+        return { removed };
+      }
+      case 'list':
+        return [...this.vms.values()].map((v) => ({ ...v.a, ...v.lan.stats() }) satisfies NetListed);
+      case 'shutdown':
+        await this.save();
+        setImmediate(() => this.o.exit());
+        return {};
+      default:
+        throw new NetError(`unknown op ${(req as { op: string }).op}`, 'invalid');
+    }
+  }
+
+  /**
+   * Attaches (or updates) a VM's network: its link connected, its forwards bound (the ones it had
+   * and no longer has are closed), its policy set. Resolves with the forwards as bound.
+   */
+  private async attach(a: NetAttachment, linkTimeoutMs = 10_000): Promise<NetForward[]> {
+    let v = this.vms.get(a.vm);
+    if (!v) {
+      const egress = new NdjsonLog(a.log, EGRESS_LOG_MAX);
+      const vm = a.vm;
+      const lan = new GuestLan({ vm, policy: a.policy, upstream: this.upstream, hostAddresses: this.hostAddresses, audit: (e) => this.audit(vm, e) });
+      v = { a, lan, egress };
+      try {
+        await lan.connect(a.socket, linkTimeoutMs);
+      } catch (err) {
+        lan.close();
+        throw err;
+      }
+      this.vms.set(a.vm, v);
+    } else {
+      await v.lan.connect(a.socket, linkTimeoutMs);
+      v.lan.setPolicy(a.policy);
+      await v.egress.moveTo(a.log);
+    }
+    const vm = v;
+    const want = new Set(a.forwards.filter((f) => f.host_port).map((f) => `${f.proto}:${f.host_port}`));
+    for (const f of vm.lan.listForwards()) if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.removeForward(f.host_port, f.proto);
+    let bound: NetForward[];
+    try {
+      bound = await bindRetrying(() => vm.lan.addForwards(a.forwards));
+    } catch (err) {
+      if (!this.vms.get(a.vm)?.a.forwards.length) {
+        this.vms.delete(a.vm);
+        vm.lan.close();
+      }
+      throw err;
+    }
+    vm.a = { ...a, vm: a.vm, forwards: vm.lan.listForwards() };
+    await this.save();
+    return bound;
+  }
+
+  private audit(vm: string, e: EgressEntry): void {
+    const v = this.vms.get(vm);
+    const entry = { t: new Date().toISOString(), vm: v?.a.vm ?? vm, ...e };
+    v?.egress.append(entry);
+    const line = JSON.stringify({ event: 'egress', entry }) + '\n';
+    for (const c of this.clients) if (!c.destroyed) c.write(line);
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.watch);
+    await this.save();
+    for (const v of this.vms.values()) {
+      v.lan.close();
+      await v.egress.flush();
+    }
+    for (const c of this.clients) c.destroy();
+    await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
+  }
+}
+
+/** Binds, trying again for a moment while the port is still held (an svc-netd that is exiting). */
+async function bindRetrying<T>(bind: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await bind();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || i >= 20) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/** Does something answer on the Unix socket at `path`? */
+function answers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(path);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}

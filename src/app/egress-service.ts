@@ -1,0 +1,109 @@
+import { inject, injectable } from 'inversify';
+import { parseEgressPolicy, type EgressEvent, type EgressPolicy } from '../domain/egress.js';
+import { hasProcess } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
+import { GuestNetwork } from '../ports/guest-network.js';
+import { ControlMetrics } from '../ports/metrics.js';
+import { InstanceStore } from '../ports/stores.js';
+import { Activity } from './activity.js';
+import { AsyncQueue } from './async-queue.js';
+import { LifecycleEvents } from './lifecycle-events.js';
+import { Vms } from './vms.js';
+
+/** Entries a follower may fall behind by before it is dropped (it reads the log again). */
+const FOLLOW_BACKLOG = 1000;
+/** At most one activity entry of refusals per VM this often; the rest are counted into it. */
+const ACTIVITY_EVERY_MS = 1000;
+
+/**
+ * A VM's egress policy and what it decided (docs/network.md): read and replaced live, the log of
+ * decisions read or followed; every decision counted in the metrics, refusals noted in the
+ * activity log (folded per VM and second, so a guest that scans cannot flood it).
+ */
+@injectable()
+export class EgressService {
+  private readonly refused = new Map<string, { at: number; more: number }>();
+
+  constructor(
+    @inject(Vms) private readonly vms: Vms,
+    @inject(GuestNetwork) private readonly network: GuestNetwork,
+    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(ControlMetrics) private readonly metrics: ControlMetrics,
+    @inject(Activity) private readonly activity: Activity,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(LifecycleEvents) private readonly events: LifecycleEvents,
+  ) {}
+
+  /** Starts counting and noting decisions (the composition root calls it once). */
+  start(): () => void {
+    this.events.on('removed', (rec) => {
+      this.metrics.forgetVm(rec.name);
+      this.refused.delete(rec.name);
+    });
+    return this.network.watch((e) => this.decided(e));
+  }
+
+  get(name: string): EgressPolicy {
+    return this.vms.get(name).egress;
+  }
+
+  /**
+   * Replaces the VM's policy: kept in its record (a restart, a restore and its clones take it), and
+   * for a running VM in force at once, open connections it forbids closed. InvalidArgumentError for
+   * a bad policy, before anything changes.
+   */
+  async put(name: string, body: unknown): Promise<EgressPolicy> {
+    const policy = parseEgressPolicy(body);
+    return this.activity.timed('egress', name, () => this.vms.withVm(name, async (rec) => {
+      rec.egress = policy;
+      await this.vms.save(rec);
+      if (hasProcess(rec.status)) await this.network.setPolicy({ name, dir: this.store.dir(name) }, policy);
+      return policy;
+    }));
+  }
+
+  log(name: string, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]> {
+    this.vms.get(name);
+    return this.network.log({ name, dir: this.store.dir(name) }, query);
+  }
+
+  /** The VM's decisions from now on, until `signal` aborts (or the reader falls too far behind). */
+  follow(name: string, signal: AbortSignal): AsyncIterable<EgressEvent> {
+    this.vms.get(name);
+    const queue = new AsyncQueue<EgressEvent>();
+    let backlog = 0;
+    const stop = () => {
+      unwatch();
+      queue.close();
+    };
+    const unwatch = this.network.watch((e) => {
+      if (e.vm !== name) return;
+      if (++backlog > FOLLOW_BACKLOG) return stop();
+      queue.push(e);
+    });
+    signal.addEventListener('abort', stop, { once: true });
+    return (async function* () {
+      for await (const e of queue) {
+        backlog--;
+        yield e;
+      }
+    })();
+  }
+
+  private decided(e: EgressEvent): void {
+    if (e.event === 'close') return;
+    this.metrics.egressDecision(e.vm, e.decision, e.repeats ?? 0, e.event === 'dns');
+    if (e.decision !== 'deny') return;
+    const now = this.clock.now();
+    const r = this.refused.get(e.vm);
+    if (r && now - r.at < ACTIVITY_EVERY_MS) {
+      r.more++;
+      return;
+    }
+    const more = r?.more ?? 0;
+    this.refused.set(e.vm, { at: now, more: 0 });
+    if (this.refused.size > 10_000) this.refused.clear();
+    const what = `${e.proto} ${e.name ?? ''}${e.name && e.addr ? ' ' : ''}${e.addr ?? ''}${e.port ? `:${e.port}` : ''}`.trim();
+    this.activity.record('egress-deny', e.vm, 'error', `${what} refused by ${e.rule}${more ? ` (and ${more} more refusals)` : ''}`);
+  }
+}
