@@ -11,6 +11,12 @@ export default tseslint.config(
     },
   },
   {
+    // Programs the tests run inside guests, with the guest's own node (CommonJS).
+    files: ['test/e2e/fixtures/**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs' },
+    rules: { '@typescript-eslint/no-require-imports': 'off', 'no-console': 'off' },
+  },
+  {
     files: ['test/**/*.ts', 'bench/**/*.ts', 'examples/**/*.ts', 'src/bin/**/*.ts', 'src/adapters/cli/**/*.ts'],
     rules: { 'no-console': 'off', '@typescript-eslint/no-unused-expressions': 'off' },
   },

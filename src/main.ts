@@ -218,7 +218,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
-      readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms,
+      readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms, egress: config.mcp_egress,
     }),
     ...uiRoutes(auth, sessions),
   ];

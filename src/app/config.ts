@@ -59,6 +59,8 @@ export interface Config {
   guest_net: 'netd' | 'qemu-user';
   /** The egress policy of VMs whose create gives none (docs/network.md). */
   egress: EgressPolicy;
+  /** Resolvers guests' allowed DNS queries go to (HOST or HOST:PORT); empty: the host's /etc/resolv.conf. */
+  guest_dns: string[];
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
   overlay_mcast: string;
   fake_boot_delay_ms: number;
@@ -73,6 +75,8 @@ export interface Config {
   mcp_read_only: boolean;
   mcp_images: string[];
   mcp_max_vms: number;
+  /** MCP clients may change VMs' egress policies (set_egress); off by default. */
+  mcp_egress: boolean;
   /**
    * Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates; refill
    * once claims have stopped coming for `refill_delay` (milliseconds).
@@ -123,6 +127,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
   guest_net: ['guest_net', { oneOf: ['netd', 'qemu-user'] }, 'netd'],
+  guest_dns: ['guest_dns', 'list', []],
   'egress.default': ['egress' as keyof Config, { oneOf: ['allow', 'deny'] }, 'allow'],
   'egress.allow': ['egress' as keyof Config, 'list', []],
   'egress.deny': ['egress' as keyof Config, 'list', []],
@@ -135,6 +140,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   mcp_read_only: ['mcp_read_only', 'bool', false],
   mcp_images: ['mcp_images', 'list', []],
   mcp_max_vms: ['mcp_max_vms', 'int', 0],
+  mcp_egress: ['mcp_egress', 'bool', false],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],
@@ -259,6 +265,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
     cfg.egress = parseEgressPolicy(cfg.egress, 'egress');
   } catch (err) {
     throw new ConfigError(`config key "egress": ${(err as Error).message}`);
+  }
+  for (const r of cfg.guest_dns) {
+    if (!/^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|[0-9a-fA-F:]+|\[[0-9a-fA-F:]+\](:\d{1,5})?)$/.test(r)) throw new ConfigError(`config key "guest_dns": ${JSON.stringify(r)} is not an IP address with an optional :PORT`);
   }
   if (cfg.guest_net === 'qemu-user' && !cfg.test_mode) {
     throw new ConfigError('config key "guest_net": qemu-user gives guests QEMU\'s own network, which reaches the host\'s loopback (the daemon\'s API, other VMs\' agents) and has no egress policy; it is for tests only and needs test_mode: true');

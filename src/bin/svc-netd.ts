@@ -2,7 +2,7 @@
 import { PinoLogger } from '../adapters/log/pino-logger.js';
 import { NetdServer } from '../adapters/netd/netd-server.js';
 
-const USAGE = `usage: svc-netd --control SOCKET --state FILE [--build ID] [--idle-exit SECONDS]
+const USAGE = `usage: svc-netd --control SOCKET --state FILE [--build ID] [--idle-exit SECONDS] [--dns HOST[:PORT],...]
 
 The networks of svc's VMs (docs/network.md): each VM's QEMU hands its guest's Ethernet frames to
 this process, which answers them as the guest's gateway, resolver and DHCP server and carries
@@ -14,6 +14,7 @@ async function main(argv: string[]): Promise<void> {
   let state = '';
   let build = 'dev';
   let idle = 60;
+  let dns: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
     const value = () => inline ?? argv[++i];
@@ -22,6 +23,7 @@ async function main(argv: string[]): Promise<void> {
       case '--state': state = value(); break;
       case '--build': build = value(); break;
       case '--idle-exit': idle = Number(value()); break;
+      case '--dns': dns = value().split(',').filter(Boolean); break;
       case '--help': case '-h': console.log(USAGE); return;
       default:
         console.error(`svc-netd: unknown argument ${argv[i]}\n${USAGE}`);
@@ -34,7 +36,7 @@ async function main(argv: string[]): Promise<void> {
   }
   const log = PinoLogger.create(process.env.SVC_LOG_LEVEL === 'debug' ? 'debug' : 'info', 'svc-netd');
   const exit = () => void server.stop().finally(() => process.exit(0));
-  const server: NetdServer = new NetdServer({ control, state, build, log, idleExitMs: idle * 1000, exit });
+  const server: NetdServer = new NetdServer({ control, state, build, log, idleExitMs: idle * 1000, exit, dns });
   await server.start();
   log.info({ control, pid: process.pid, build }, 'svc-netd listening');
   process.on('SIGTERM', exit);

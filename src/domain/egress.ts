@@ -188,11 +188,13 @@ export class EgressRules {
   }
 
   /**
-   * A connection (TCP) or flow (UDP) to an address beyond the guest's own network. In order:
-   * deny rules (by block, or by a name the address was resolved from); DNS to anything but the
-   * network's own resolver unless a block rule allows it; allow rules by block; allow rules by
-   * name, for TCP only (a TLS SNI or HTTP Host must then match an allowed name too); the special
-   * ranges and the host's own addresses, which only a rule opens; then the default.
+   * A connection (TCP) or flow (UDP) to an address beyond the guest's network. In order: deny
+   * rules (by block, or by a name the address was resolved from); the ranges nothing opens (the
+   * host's loopback, reached through `host:PORT` only; multicast; reserved); allow rules by block;
+   * DNS to anything but the network's own resolver; the private and link-local ranges and the
+   * host's own addresses, which only a block rule opens (a name never does: a DNS answer does not
+   * get to point a guest inside); allow rules by name, for TCP only (a TLS SNI or HTTP Host it
+   * shows must then match an allowed name too); then the default.
    */
   connect(d: Destination, hostAddress: (ip: IpAddr) => boolean): EgressDecision {
     const names = d.names.map(normalName);
@@ -200,17 +202,19 @@ export class EgressRules {
       if (r.kind === 'cidr' && cidrContains(r.cidr, d.ip) && portOk(r, d.port)) return { allow: false, rule: r.text };
       if (r.kind === 'domain' && portOk(r, d.port) && names.some((n) => nameMatches(r, n))) return { allow: false, rule: r.text };
     }
+    const special = specialRange(d.ip);
+    if (special?.never) return { allow: false, rule: special.why };
     const byBlock = this.allow.find((r) => r.kind === 'cidr' && cidrContains(r.cidr, d.ip) && portOk(r, d.port));
     if (byBlock) return { allow: true, rule: byBlock.text };
     if (d.port === 53 || d.port === 853) return { allow: false, rule: 'dns-elsewhere' };
+    if (special) return { allow: false, rule: special.why };
+    if (hostAddress(d.ip)) return { allow: false, rule: 'host-address' };
     if (d.proto === 'tcp') {
       for (const n of names) {
         const r = EgressRules.domainRule(this.allow, n, d.port);
         if (r) return { allow: true, rule: r.text, byName: true };
       }
     }
-    const special = specialRange(d.ip) ?? (hostAddress(d.ip) ? 'host-address' : undefined);
-    if (special) return { allow: false, rule: special };
     return { allow: this.policy.default === 'allow', rule: 'default' };
   }
 

@@ -119,18 +119,21 @@ export function formatCidr(c: Cidr): string {
 }
 
 /**
- * Address blocks a guest never reaches unless a rule names them: the host's loopback and the
- * private, shared, link-local (cloud metadata), multicast and reserved ranges. The host's own
- * addresses are added by whoever knows them (the network process).
+ * Address blocks a guest does not reach by default: the private, shared and link-local (cloud
+ * metadata) ranges, which a block rule may open (`closed`), and the host's loopback, "this
+ * network", multicast and reserved ranges, which nothing opens (`never`: the host's loopback ports
+ * are reached through `host:PORT` rules only). The host's own addresses are added by whoever knows
+ * them (the network process).
  */
-export const SPECIAL_RANGES: readonly { cidr: Cidr; why: string }[] = [
-  ['0.0.0.0/8', 'this-network'], ['10.0.0.0/8', 'private'], ['100.64.0.0/10', 'private'], ['127.0.0.0/8', 'loopback'],
-  ['169.254.0.0/16', 'link-local'], ['172.16.0.0/12', 'private'], ['192.168.0.0/16', 'private'], ['224.0.0.0/4', 'multicast'],
-  ['240.0.0.0/4', 'reserved'], ['::/128', 'this-network'], ['::1/128', 'loopback'], ['fc00::/7', 'private'], ['fe80::/10', 'link-local'],
-  ['ff00::/8', 'multicast'],
-].map(([c, why]) => ({ cidr: parseCidr(c)!, why }));
+export const SPECIAL_RANGES: readonly { cidr: Cidr; why: string; never: boolean }[] = [
+  ['0.0.0.0/8', 'this-network', true], ['10.0.0.0/8', 'private', false], ['100.64.0.0/10', 'private', false], ['127.0.0.0/8', 'loopback', true],
+  ['169.254.0.0/16', 'link-local', false], ['172.16.0.0/12', 'private', false], ['192.168.0.0/16', 'private', false], ['224.0.0.0/4', 'multicast', true],
+  ['240.0.0.0/4', 'reserved', true], ['::/128', 'this-network', true], ['::1/128', 'loopback', true], ['fc00::/7', 'private', false],
+  ['fe80::/10', 'link-local', false], ['ff00::/8', 'multicast', true],
+].map(([c, why, never]) => ({ cidr: parseCidr(c as string)!, why: why as string, never: never as boolean }));
 
-/** Why `ip` is in a special range (`private`, `link-local`, ...), or undefined for a public address. */
-export function specialRange(ip: IpAddr): string | undefined {
-  return SPECIAL_RANGES.find((r) => cidrContains(r.cidr, ip))?.why;
+/** The special range `ip` is in (`private`, `link-local`, ...), or undefined for a public address. */
+export function specialRange(ip: IpAddr): { why: string; never: boolean } | undefined {
+  const r = SPECIAL_RANGES.find((x) => cidrContains(x.cidr, ip));
+  return r && { why: r.why, never: r.never };
 }

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 
 
@@ -37,9 +37,17 @@ describe('svcd with QEMU: the debian image', function () {
     expect(fhs.stdout.trim()).to.equal('hi');
     const state = await sh('deb', 'systemctl is-system-running --wait; systemctl --failed --no-legend --plain');
     expect(state.stdout.split('\n')[0], state.stdout).to.match(/^(running|degraded)$/);
-    // apt works from the archive the host's apt uses (the guest reaches it through QEMU's NAT).
+    // apt works from the archive the host's apt uses (the guest reaches it through svc-netd, under the default policy).
     const apt = await sh('deb', 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq > /tmp/apt.log 2>&1; echo $?; echo \'{"a": [1, 2]}\' | jq -c .a', '&timeout=300s');
     expect(apt.stdout.trim().split('\n'), apt.stdout + apt.stderr).to.deep.equal(['0', '[1,2]']);
+  });
+
+  it('reaches the archive through its egress policy (logged) and none of the host: the API at 10.0.2.2 is refused', async () => {
+    const api = await sh('deb', `curl -s -m 5 -o /dev/null http://10.0.2.2:${d.daemon.tcpPort}/healthz; echo $?`);
+    expect(api.stdout.trim(), 'curl: connection refused').to.equal('7');
+    const events = await egressLogged(d, 'deb', (e) => e.event === 'deny' && e.port === d.daemon.tcpPort && e.rule === 'host-closed', 'the refused API');
+    expect(events.some((e) => e.event === 'dns' && e.rule === 'default'), 'apt\'s names resolved').to.equal(true);
+    expect(events.some((e) => e.event === 'close' && e.proto === 'tcp' && e.rule === 'default' && (e.bytes_in ?? 0) > 0), 'apt\'s connections logged').to.equal(true);
   });
 
   it('has a svc user with passwordless sudo, and exec runs as it with uid and gid', async () => {

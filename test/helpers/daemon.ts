@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, type Config } from '../../src/app/config.js';
+import type { EgressEvent } from '../../src/domain/egress.js';
 import { startDaemon, type DaemonOverrides, type RunningDaemon } from '../../src/main.js';
 import { call, type Reply, type Target } from './http.js';
 
@@ -72,4 +73,17 @@ export async function guestSh(d: Pick<TestDaemon, 'call'>, vm: string, script: s
   const r = await d.call('POST', `/vms/${encodeURIComponent(vm)}/exec?cmd=${encodeURIComponent(o.shell ?? 'sh')}&args=-c&args=${encodeURIComponent(script)}${o.query ?? ''}`);
   expect(r.status, r.text).to.equal(200);
   return r.json as ExecOut;
+}
+
+/**
+ * A VM's egress log once it holds an entry `want` accepts: svc-netd writes its log a moment after
+ * each decision (appends are gathered for up to 100 ms), so a test that just caused one waits.
+ */
+export async function egressLogged(d: Pick<TestDaemon, 'call'>, vm: string, want: (e: EgressEvent) => boolean, what: string): Promise<EgressEvent[]> {
+  for (let i = 0; ; i++) {
+    const entries = (await d.call('GET', `/vms/${vm}/egress/log?limit=10000`)).json.events as EgressEvent[];
+    if (entries.some(want)) return entries;
+    if (i >= 30) throw new Error(`not in the egress log of ${vm}: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

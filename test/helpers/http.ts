@@ -59,3 +59,43 @@ export function qs(o: Record<string, string | string[]>): string {
   for (const [k, v] of Object.entries(o)) for (const x of Array.isArray(v) ? v : [v]) p.append(k, x);
   return p.toString();
 }
+
+/**
+ * Follows an NDJSON stream: every line as it comes goes to `lines`; `until` resolves with the
+ * first line `match` accepts, and `close` ends the stream.
+ */
+export function followNdjson(t: Target, path: string): { lines: Record<string, unknown>[]; until(match: (l: Record<string, unknown>) => boolean, ms: number): Promise<Record<string, unknown>>; close(): void } {
+  const lines: Record<string, unknown>[] = [];
+  const waiters: (() => void)[] = [];
+  let buf = '';
+  const req = httpRequest({ socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, path, headers: t.token ? { authorization: `Bearer ${t.token}` } : {} }, (res) => {
+    res.setEncoding('utf8');
+    res.on('data', (d: string) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        lines.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
+        buf = buf.slice(nl + 1);
+      }
+      for (const w of waiters.splice(0)) w();
+    });
+  });
+  req.on('error', () => undefined);
+  req.end();
+  return {
+    lines,
+    async until(match, ms) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const hit = lines.find(match);
+        if (hit) return hit;
+        if (Date.now() > deadline) throw new Error(`no matching line within ${ms} ms (${lines.length} lines)`);
+        await new Promise<void>((r) => {
+          waiters.push(r);
+          setTimeout(r, 100);
+        });
+      }
+    },
+    close: () => req.destroy(),
+  };
+}

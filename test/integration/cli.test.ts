@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pty from 'node-pty';
+import { GuestNetwork } from '../../src/ports/guest-network.js';
+import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -168,6 +170,26 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(JSON.parse((await svc(['new', 'cl2', '--from', 'tpl', '--json'])).stdout).from).to.equal('tpl');
     expect((await svc(['pool'])).stdout).to.equal('no warm pool configured\n');
     for (const n of ['cl1', 'cl2', 'tpl']) expect((await svc(['rm', n])).code).to.equal(0);
+  });
+
+  it('sets, shows and logs a VM\'s egress policy, and creates with one', async () => {
+    const made = await svc(['new', 'eg1', '--egress-default', 'deny', '--allow', 'PyPI.org', '--allow', 'host:8080', '--deny', '10.0.0.0/8:22', '--json']);
+    expect(made.code, made.stderr).to.equal(0);
+    expect(JSON.parse(made.stdout).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: ['10.0.0.0/8:22'] });
+    expect((await svc(['egress', 'show', 'eg1'])).stdout).to.equal('default deny\nallow   pypi.org\nallow   host:8080\ndeny    10.0.0.0/8:22\n');
+    const set = await svc(['egress', 'set', 'eg1', '--allow', '*.github.com']);
+    expect(set.code, set.stderr).to.equal(0);
+    expect(set.stdout).to.equal('default allow\nallow   *.github.com\n');
+    const bad = await svc(['egress', 'set', 'eg1', '--allow', 'a b']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.match(/^svc: egress.allow: egress rule "a b" is not a domain, an IP or CIDR, or host:PORT\n$/);
+    expect((await svc(['egress', 'set', 'eg1'])).stderr).to.match(/give --file, or --egress-default/);
+    const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
+    net.emit({ t: '2026-01-01T00:00:00.000Z', vm: 'eg1', event: 'close', proto: 'tcp', decision: 'allow', rule: '*.github.com', addr: '140.82.112.3', port: 443, name: 'api.github.com', bytes_out: 2048, bytes_in: 1 << 20 });
+    const log = await svc(['egress', 'log', 'eg1']);
+    expect(log.stdout).to.match(/close\s+allow\s+tcp\s+api\.github\.com \(140\.82\.112\.3:443\)\s+\*\.github\.com\s+2\.0 KiB out, 1\.0 MiB in/);
+    expect(JSON.parse((await svc(['egress', 'log', 'eg1', '--json'])).stdout)).to.include({ rule: '*.github.com', bytes_in: 1 << 20 });
+    expect((await svc(['rm', 'eg1'])).code).to.equal(0);
   });
 
   it('fails with one line on stderr and a non-zero exit; says how to start the daemon', async () => {

@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'puppeteer-core';
 import { launchBrowser, screenshot, until } from '../helpers/browser.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { GuestNetwork } from '../../src/ports/guest-network.js';
+import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -191,6 +193,28 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.click('[data-test=confirm-ok]');
     await until(page, `!document.querySelector('tr[data-file="blob.bin"]')`);
     expect(existsSync(join(dir, 'blob.bin'))).to.equal(false);
+  });
+
+  it('edits a VM\'s egress policy (a bad rule is refused with the daemon\'s words) and lists its decisions', async () => {
+    const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
+    net.emit({ t: new Date().toISOString(), vm, event: 'deny', proto: 'tcp', decision: 'deny', rule: 'host-closed', addr: 'host', port: 7474, name: 'host.svc.internal' });
+    await page.goto(`${base}/ui/#/vm/${vm}/egress`);
+    await page.waitForSelector('[data-test=egress] select[name=egress_default]');
+    await page.waitForSelector('[data-test=egress-log] tbody tr');
+    expect(await text('[data-test=egress-log]')).to.match(/host\.svc\.internal.*7474[\s\S]*host-closed/);
+    await page.select('[data-test=egress] select[name=egress_default]', 'deny');
+    await page.type('[data-test=egress] textarea[name=egress_allow]', 'pypi.org\nnot a rule');
+    await page.click('[data-test=egress-save]');
+    await until(page, `document.querySelector('[data-test=egress] [role=alert]')?.textContent.includes('not a domain')`);
+    expect((await d.call('GET', `/vms/${vm}/egress`)).json.default, 'a refused policy changed nothing').to.equal('allow');
+    await page.click('[data-test=egress] textarea[name=egress_allow]', { clickCount: 3 });
+    await page.keyboard.press('Backspace');
+    await page.type('[data-test=egress] textarea[name=egress_allow]', 'pypi.org\nhost:8080');
+    await page.click('[data-test=egress-save]');
+    await page.waitForSelector('[data-test=egress-saved]');
+    expect((await d.call('GET', `/vms/${vm}/egress`)).json).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
+    expect(net.policies.get(vm), 'in force on the running VM').to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
+    await screenshot(page, 'egress');
   });
 
   it('shows images, host secrets by name only, and the activity log', async () => {

@@ -38,7 +38,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       const tools = (await c.listTools()).tools;
       const names = tools.map((t) => t.name);
       expect(names).to.include.members(['list_vms', 'get_vm', 'create_vm', 'delete_vm', 'start_vm', 'stop_vm', 'pause_vm', 'resume_vm', 'suspend_vm', 'restore_vm',
-        'clone_vm', 'exec', 'read_file', 'write_file', 'list_dir', 'stat', 'mkdir', 'remove', 'add_forward', 'remove_forward', 'list_images', 'inject_secret', 'stats']);
+        'clone_vm', 'exec', 'read_file', 'write_file', 'list_dir', 'stat', 'mkdir', 'remove', 'add_forward', 'remove_forward', 'list_images', 'inject_secret', 'stats', 'egress']);
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.description).to.match(/stdout, stderr and the exit code/);
       expect(exec.inputSchema.required).to.include.members(['name', 'cmd']);
@@ -112,11 +112,34 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     const c = await stdioClient('--read-only');
     try {
       const names = (await c.listTools()).tools.map((t) => t.name).sort();
-      expect(names).to.deep.equal(['get_vm', 'list_dir', 'list_images', 'list_vms', 'read_file', 'stat', 'stats']);
+      expect(names).to.deep.equal(['egress', 'get_vm', 'list_dir', 'list_images', 'list_vms', 'read_file', 'stat', 'stats']);
+      const eg = JSON.parse(textOf(await c.callTool({ name: 'egress', arguments: { name: 'm1' } })));
+      expect(eg).to.deep.equal({ policy: { default: 'allow', allow: [], deny: [] }, log: [] });
       const refused = await c.callTool({ name: 'create_vm', arguments: { name: 'ro' } }).then((r) => r as ToolResult, (e: Error) => ({ isError: true, content: [{ type: 'text', text: e.message }] }));
       expect(refused.isError).to.equal(true);
       expect(JSON.parse(textOf(await c.callTool({ name: 'list_vms', arguments: {} }))).map((v: { name: string }) => v.name)).to.include('m1');
       expect((await d.call('GET', '/vms/ro')).status).to.equal(404);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('changes a VM\'s egress policy only when the operator lets MCP clients (stdio)', async () => {
+    const plain = await stdioClient();
+    try {
+      expect((await plain.listTools()).tools.map((t) => t.name)).to.not.include('set_egress');
+    } finally {
+      await plain.close();
+    }
+    const c = await stdioClient('--allow-egress-changes');
+    try {
+      const set = await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'deny', allow: ['pypi.org', 'host:8080'] } });
+      expect(JSON.parse(textOf(set))).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
+      expect((await d.call('GET', '/vms/m1/egress')).json.default).to.equal('deny');
+      const bad = (await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'deny', allow: ['not a rule'] } })) as ToolResult;
+      expect(bad.isError).to.equal(true);
+      expect(textOf(bad)).to.match(/not a domain, an IP or CIDR, or host:PORT \(invalid_argument, HTTP 400\)/);
+      await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'allow' } });
     } finally {
       await c.close();
     }

@@ -82,3 +82,4 @@ export const enc = encodeURIComponent;
 export type { Instance } from '../../src/domain/instance.js';
 export type { CreateProgressEvent as ProgressEvent, VmEvent } from '../../src/domain/events.js';
 export type { FsInfo } from '../../src/domain/agent.js';
+export type { EgressEvent, EgressPolicy } from '../../src/domain/egress.js';

@@ -3,6 +3,7 @@ import { api, enc, request, type Instance } from './api.js';
 import { VmActions } from './actions.js';
 import { StatsChart, type MetricsPoint } from './chart.js';
 import { useVm } from './feed.js';
+import { Egress } from './egress.js';
 import { FileBrowser } from './files.js';
 import { TerminalView } from './terminal.js';
 import { ErrorLine, html, message, StatusBadge, useLoad, when } from './ui.js';
@@ -72,7 +73,7 @@ function Console({ name }: { name: string }) {
 export function VmPage({ name, tab }: { name: string; tab: string }) {
   const { vm, connected } = useVm(name);
   if (!vm) return html`<section class="card"><p>${connected ? html`No VM named <b>${name}</b>. <a href="#/">Back to the list</a>` : 'Loading…'}</p></section>`;
-  const tabs = [['overview', 'Overview'], ['terminal', 'Terminal'], ['files', 'Files']];
+  const tabs = [['overview', 'Overview'], ['terminal', 'Terminal'], ['files', 'Files'], ['egress', 'Egress']];
   return html`<div>
     <section class="card">
       <h2 data-test="vm-title">${vm.name} <${StatusBadge} status=${vm.status} /></h2>
@@ -81,6 +82,7 @@ export function VmPage({ name, tab }: { name: string; tab: string }) {
     </section>
     ${tab === 'terminal' ? html`<${TerminalView} name=${name} />`
       : tab === 'files' ? html`<${FileBrowser} name=${name} />`
+      : tab === 'egress' ? html`<${Egress} name=${name} />`
       : html`<${Fields} vm=${vm} /><${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`}
   </div>`;
 }

@@ -7,6 +7,7 @@ import type { Instance } from '../../domain/instance.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
+import { egressCommands, egressFlags, policyFromFlags } from './egress-commands.js';
 import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
@@ -64,7 +65,7 @@ export function buildCli(): Command {
       print(o.json, list, () => (list.length ? vmRows(list) : 'no vms'));
     });
 
-  program.command('new').argument('[name]').description('create a VM and wait until it is ready')
+  egressFlags(program.command('new')).argument('[name]').description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
     .option('--cpus <n>', 'vCPUs', Number).option('--memory <mb>', 'memory in MB', Number).option('--disk <gb>', 'disk in GB', Number)
     .option('--image <id>').option('--tag <k=v>', 'tag (repeatable)', collect, [])
@@ -86,6 +87,8 @@ export function buildCli(): Command {
       if (o.metrics === false) req.metrics_enabled = false;
       if (o.from) req.from = o.from;
       if (o.pool) req.from_pool = true;
+      const egress = policyFromFlags(o);
+      if (egress) req.egress = egress as CreateInput['egress'];
       if (o.mount.length) {
         req.mounts = (o.mount as string[]).map((m) => {
           const [host, guest, flag] = m.split(':');
@@ -316,11 +319,14 @@ export function buildCli(): Command {
     .option('--read-only', 'only the tools that read: list, get, read_file, list_dir, stat, list_images, stats')
     .option('--allow-image <id>', 'images create_vm may use (repeat; default any)', (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option('--max-vms <n>', 'VMs created through MCP that may exist at once (0: no cap)', Number, 0)
-    .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number }) => {
+    .option('--allow-egress-changes', 'let the MCP client change VMs\' egress policies (set_egress)')
+    .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number; allowEgressChanges?: boolean }) => {
       // loaded here: the SDK is not every command's start-up cost
       const { serveMcpStdio } = await import('../mcp/mcp-stdio.js');
-      await serveMcpStdio(client(), { readOnly: !!o.readOnly, images: o.allowImage, maxVms: o.maxVms });
+      await serveMcpStdio(client(), { readOnly: !!o.readOnly, images: o.allowImage, maxVms: o.maxVms, egress: !!o.allowEgressChanges });
     });
+
+  egressCommands(program, client);
 
   program.command('completion').argument('<shell>', 'bash or zsh').description('print a shell completion script')
     .action((shell: string) => void process.stdout.write(completionScript(shell)));

@@ -10,6 +10,7 @@ import { formatDuration } from '../../domain/duration.js';
 import type { CreateRequest, PortForwardRequest, WaitMode } from '../../domain/create-request.js';
 import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord, VmEvent } from '../../domain/events.js';
 import type { Forward, Instance, Mount } from '../../domain/instance.js';
+import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
 
@@ -56,6 +57,7 @@ export const CLIENT_ROUTES = [
   'get /vms/{name}/agent/health', 'post /vms/{name}/agent/deploy', 'get /vms/{name}/stats', 'post /vms/{name}/exec',
   'put /vms/{name}/cp', 'get /vms/{name}/cp', 'get /vms/{name}/fs/readdir', 'get /vms/{name}/fs/stat',
   'post /vms/{name}/fs/mkdir', 'post /vms/{name}/fs/symlink', 'delete /vms/{name}/fs/remove', 'get /vms/{name}/shell',
+  'get /vms/{name}/egress', 'put /vms/{name}/egress', 'get /vms/{name}/egress/log',
 ] as const;
 
 const enc = encodeURIComponent;
@@ -228,6 +230,23 @@ export class SvcClient {
     o.signal?.addEventListener('abort', () => res.destroy());
     try {
       for await (const c of res) yield c as Buffer;
+    } catch (err) {
+      if (!o.signal?.aborted) throw err;
+    }
+  }
+
+  // --- egress (docs/network.md)
+  egress(name: string): Promise<EgressPolicy> { return this.call('GET', `/vms/${enc(name)}/egress`); }
+  setEgress(name: string, policy: Partial<EgressPolicy>): Promise<EgressPolicy> { return this.call('PUT', `/vms/${enc(name)}/egress`, policy); }
+  async egressLog(name: string, o: { limit?: number; since?: number | string } = {}): Promise<EgressEvent[]> {
+    return (await this.call<{ events: EgressEvent[] }>('GET', `/vms/${enc(name)}/egress/log${qs(o)}`)).events;
+  }
+  /** The VM's egress decisions: the last `limit` logged, then each as it happens, until `signal` aborts. */
+  async *followEgress(name: string, o: { limit?: number; signal?: AbortSignal } = {}): AsyncIterable<EgressEvent> {
+    const res = await this.raw('GET', `/vms/${enc(name)}/egress/log${qs({ follow: 'true', limit: o.limit })}`);
+    o.signal?.addEventListener('abort', () => res.destroy());
+    try {
+      yield* this.lines<EgressEvent>(res);
     } catch (err) {
       if (!o.signal?.aborted) throw err;
     }

@@ -20,6 +20,8 @@ export interface NetdClientOptions {
   log: Logger;
   /** The svc-netd program (default: the one built beside this daemon). */
   script?: string;
+  /** Resolvers for guests (config guest_dns); empty: the host's. */
+  dns?: string[];
 }
 
 /**
@@ -51,7 +53,8 @@ export class NetdClient {
     } catch {
       // no script: the start below says so
     }
-    return `${VERSION}/${NETD_PROTOCOL}/${stamp}`;
+    // Resolvers are the process's: another list is another build to replace.
+    return `${VERSION}/${NETD_PROTOCOL}/${stamp}/${(this.o.dns ?? []).join(',')}`;
   }
 
   async call<T>(req: NetRequest): Promise<T> {
@@ -134,7 +137,7 @@ export class NetdClient {
     await capLog(logFile, 4 << 20).catch(() => undefined);
     const fd = openSync(logFile, 'a', 0o600);
     try {
-      const child = spawn(process.execPath, [this.script, '--control', this.control, '--state', join(this.o.dataDir, 'netd.json'), '--build', this.build()], {
+      const child = spawn(process.execPath, [this.script, '--control', this.control, '--state', join(this.o.dataDir, 'netd.json'), '--build', this.build(), ...(this.o.dns?.length ? ['--dns', this.o.dns.join(',')] : [])], {
         detached: true, stdio: ['ignore', fd, fd], env: childEnv(),
       });
       child.on('error', () => undefined);

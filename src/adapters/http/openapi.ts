@@ -46,6 +46,24 @@ const schemas: Record<string, Schema> = {
       forwards: { type: 'array', items: ref('Forward') }, tags: { type: 'object', additionalProperties: { type: 'string' } },
       mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
       created_at: { type: 'string', format: 'date-time' }, updated_at: { type: 'string', format: 'date-time' }, error: { type: 'string' },
+      egress: ref('EgressPolicy'),
+    },
+  },
+  EgressPolicy: {
+    type: 'object', additionalProperties: false, description: 'What the guest may reach (docs/network.md). Deny rules win; private, link-local and the host\'s addresses open only by a block rule; the host\'s loopback only by host:PORT.',
+    properties: {
+      default: { type: 'string', enum: ['allow', 'deny'], default: 'allow' },
+      allow: { type: 'array', maxItems: 1000, items: { type: 'string', description: 'a domain (pypi.org, *.github.com), an IP or CIDR with an optional :port ([v6]:port), or host:PORT' } },
+      deny: { type: 'array', maxItems: 1000, items: { type: 'string' } },
+    },
+  },
+  EgressEvent: {
+    type: 'object', required: ['t', 'vm', 'event', 'proto', 'decision', 'rule'],
+    properties: {
+      t: { type: 'string', format: 'date-time' }, vm: { type: 'string' }, event: { type: 'string', enum: ['dns', 'open', 'deny', 'close'] },
+      proto: { type: 'string', enum: ['tcp', 'udp', 'icmp', 'dns'] }, decision: { type: 'string', enum: ['allow', 'deny'] }, rule: { type: 'string' },
+      name: { type: 'string' }, addr: { type: 'string' }, port: { type: 'integer' }, answers: { type: 'array', items: { type: 'string' } },
+      bytes_out: { type: 'integer' }, bytes_in: { type: 'integer' }, duration_ms: { type: 'integer' }, repeats: { type: 'integer' }, error: { type: 'string' },
     },
   },
   CreateRequest: {
@@ -57,6 +75,7 @@ const schemas: Record<string, Schema> = {
       forwards: { type: 'array', items: ref('PortForward') }, mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
+      egress: ref('EgressPolicy'),
     },
   },
   CreateProgressEvent: {
@@ -257,6 +276,18 @@ export function openApiDocument(version: string): Record<string, unknown> {
       '/vms/{name}/fs/mkdir': { post: op('Make a guest directory', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path'], properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } } } } } } }) },
       '/vms/{name}/fs/symlink': { post: op('Make a guest symlink', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path', 'target'], properties: { path: { type: 'string' }, target: { type: 'string' } } } } } } }) },
       '/vms/{name}/fs/remove': { delete: op('Remove a guest path', { '204': { description: 'removed' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] }) },
+      '/vms/{name}/egress': {
+        get: op('The VM\'s egress policy', { '200': json('the policy', ref('EgressPolicy')), '404': err('no such vm') }, { parameters: [nameParam] }),
+        put: op('Replace the VM\'s egress policy, live: open connections it forbids are closed', { '200': json('the policy as understood', ref('EgressPolicy')), '400': err('not a policy'), '404': err('no such vm') }, {
+          parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: ref('EgressPolicy') } } },
+        }),
+      },
+      '/vms/{name}/egress/log': {
+        get: op('The VM\'s egress decisions, oldest first; with follow=true the last `limit`, then each as it happens (NDJSON)', {
+          '200': { description: 'the log', content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, events: { type: 'array', items: ref('EgressEvent') } } } }, 'application/x-ndjson': { schema: ref('EgressEvent') } } },
+          '400': err('bad limit or since'), '404': err('no such vm'),
+        }, { parameters: [nameParam, q('limit', { type: 'integer', default: 100, maximum: 10000 }), q('since', { type: 'string' }, 'milliseconds since the epoch or an RFC 3339 time'), q('follow', { type: 'boolean', default: false })] }),
+      },
       '/vms/{name}/logs': { get: op('The guest serial console log', { '200': { description: 'log text; with follow=true it streams until the client goes away', content: { 'text/plain': { schema: { type: 'string' } } } }, '404': err('no such vm') }, { parameters: [nameParam, q('tail', { type: 'integer' }, 'last N bytes'), q('follow', { type: 'boolean', default: false })] }) },
       '/vms/{name}/shell': { get: op('Interactive shell (WebSocket upgrade)', { '101': { description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}' }, '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam, q('cols', { type: 'integer' }), q('rows', { type: 'integer' }), q('shell', { type: 'string' })] }) },
     }),

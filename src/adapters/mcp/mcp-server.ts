@@ -13,6 +13,11 @@ export interface McpPolicy {
   images: readonly string[];
   /** VMs created through MCP that may exist at once (tag `svc.created-by: mcp`); 0: no cap. */
   maxVms: number;
+  /**
+   * May MCP clients change a VM's egress policy (`set_egress`)? Off by default: the agent on the
+   * other end is often the code the policy contains. Reading the policy and its log is always allowed.
+   */
+  egress?: boolean;
 }
 
 /** How much output a tool result carries: more is cut and the result says so. */
@@ -96,6 +101,11 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     tool(async () => json((await client.listImages()).filter((i) => !policy.images.length || policy.images.includes(i.id)))));
   server.registerTool('stats', { title: 'VM stats', description: 'Live CPU, memory, disk and network figures from inside a running VM.', inputSchema: { name: vmName }, annotations: readOnly }, ({ name }) =>
     tool(async () => json(await client.stats(name))));
+  server.registerTool('egress', {
+    title: 'What a VM may reach, and what it did',
+    description: 'A VM\'s egress policy (default allow or deny; rules: domains such as *.github.com, IPs or CIDRs with an optional :port, host:PORT for a port on the host reached as host.svc.internal) and its latest decisions: names it asked for, connections let out or refused and by which rule, bytes each way.',
+    inputSchema: { name: vmName, limit: z.number().int().min(1).max(1000).optional().describe('how many log entries, newest last (default 50)') }, annotations: readOnly,
+  }, ({ name, limit }) => tool(async () => json({ policy: await client.egress(name), log: await client.egressLog(name, { limit: limit ?? 50 }) })));
 
   registerResources(server, client);
   if (policy.readOnly) return server;
@@ -211,6 +221,14 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     description: 'Writes a secret stored on the host (by its name) into the VM as a file (default /run/svc/secrets/<secret>, mode 0600). The value never passes through this conversation.',
     inputSchema: { name: vmName, secret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/), path: guestPath.optional(), mode: z.string().regex(/^0?[0-7]{3,4}$/).optional() }, annotations: change,
   }, ({ name, secret, path, mode }) => tool(async () => json(await client.injectSecret(name, secret, { path, mode }))));
+  if (policy.egress) {
+    server.registerTool('set_egress', {
+      title: 'Set what a VM may reach',
+      description: 'Replaces a VM\'s egress policy, in force at once (open connections it forbids are closed). default: allow or deny; allow and deny: rules (deny wins): a domain (pypi.org, *.github.com), an IP or CIDR with an optional :port, or host:PORT.',
+      inputSchema: { name: vmName, default: z.enum(['allow', 'deny']), allow: z.array(z.string()).max(1000).optional(), deny: z.array(z.string()).max(1000).optional() },
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: true },
+    }, ({ name, default: def, allow, deny }) => tool(async () => json(await client.setEgress(name, { default: def, allow: allow ?? [], deny: deny ?? [] }))));
+  }
   return server;
 }
 

@@ -16,10 +16,12 @@ export class DnsUpstream {
   private servers: string[] = [];
   private stamp = '';
 
-  constructor(private readonly resolvConf = '/etc/resolv.conf') {}
+  /** `fixed`: resolvers as HOST or HOST:PORT (`[v6]:PORT`) instead of resolv.conf's. */
+  constructor(private readonly fixed: string[] = [], private readonly resolvConf = '/etc/resolv.conf') {}
 
   /** The resolvers, re-read when resolv.conf changed. */
   nameservers(): string[] {
+    if (this.fixed.length) return this.fixed;
     let stamp = '';
     try {
       const st = statSync(this.resolvConf);
@@ -45,8 +47,9 @@ export class DnsUpstream {
   async query(msg: Buffer, tcp = false): Promise<Buffer> {
     let last: Error = new Error('no resolver');
     for (const server of this.nameservers()) {
+      const { host, port } = hostPort(server);
       try {
-        return await (tcp ? queryTcp(server, msg) : queryUdp(server, msg));
+        return await (tcp ? queryTcp(host, port, msg) : queryUdp(host, port, msg));
       } catch (err) {
         last = err as Error;
       }
@@ -55,7 +58,15 @@ export class DnsUpstream {
   }
 }
 
-function queryUdp(server: string, msg: Buffer): Promise<Buffer> {
+/** `1.2.3.4`, `1.2.3.4:5353`, `::1`, `[::1]:5353`. */
+export function hostPort(server: string): { host: string; port: number } {
+  const v6 = /^\[([^\]]+)\](?::(\d+))?$/.exec(server);
+  if (v6) return { host: v6[1], port: Number(v6[2] ?? 53) };
+  const m = /^([^:]+):(\d+)$/.exec(server);
+  return m ? { host: m[1], port: Number(m[2]) } : { host: server, port: 53 };
+}
+
+function queryUdp(server: string, port: number, msg: Buffer): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const s = createSocket(isIP(server) === 6 ? 'udp6' : 'udp4');
     const done = (err: Error | undefined, answer?: Buffer) => {
@@ -70,13 +81,13 @@ function queryUdp(server: string, msg: Buffer): Promise<Buffer> {
       // The answer to this query (its id), from any address the kernel let in on this socket.
       if (answer.length >= 12 && answer.readUInt16BE(0) === msg.readUInt16BE(0)) done(undefined, answer);
     });
-    s.send(msg, 53, server, (err) => err && done(err));
+    s.send(msg, port, server, (err) => err && done(err));
   });
 }
 
-function queryTcp(server: string, msg: Buffer): Promise<Buffer> {
+function queryTcp(server: string, port: number, msg: Buffer): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const sock = connect({ host: server, port: 53 });
+    const sock = connect({ host: server, port });
     const chunks: Buffer[] = [];
     let have = 0;
     const done = (err: Error | undefined, answer?: Buffer) => {

@@ -9,8 +9,9 @@ const NAME_HOLD_MS = 60 * 60_000;
 /** Names kept per address, and addresses tracked, per VM (a guest resolving without end forgets the oldest). */
 const MAX_NAMES = 16;
 const MAX_ADDRESSES = 20_000;
-/** The same refusal (or the same name asked) within this is counted, not logged again. */
+/** The same refusal (or the same name asked) more than FOLD_AFTER times within FOLD_MS is counted, not logged again. */
 const FOLD_MS = 1000;
+const FOLD_AFTER = 5;
 /** Names a deny rule gives are resolved again this often, so their addresses stay refused. */
 const DENIED_REFRESH_MS = 5 * 60_000;
 
@@ -29,7 +30,7 @@ export class EgressGuard {
   /** Addresses the deny rules' names resolve to (looked up by the guard itself). */
   private denied = new Map<string, Set<string>>();
   private deniedTimer: NodeJS.Timeout | undefined;
-  private folds = new Map<string, { at: number; repeats: number }>();
+  private folds = new Map<string, { at: number; seen: number; repeats: number }>();
 
   constructor(
     policy: EgressPolicy,
@@ -173,7 +174,10 @@ export class EgressGuard {
     return this.rules.shown(name, port, earlier);
   }
 
-  /** Logs `e`; a `deny` or `dns` entry that repeats within a second is folded into the next one. */
+  /**
+   * Logs `e`. A `deny` or `dns` entry seen more than FOLD_AFTER times within a second is counted
+   * instead, and the count rides on the next one logged (a flood costs a line a second).
+   */
   fold(e: EgressEntry): void {
     if (e.event === 'open' || e.event === 'close') {
       this.log(e);
@@ -183,11 +187,15 @@ export class EgressGuard {
     const now = Date.now();
     const f = this.folds.get(key);
     if (f && now - f.at < FOLD_MS) {
-      f.repeats++;
+      if (++f.seen > FOLD_AFTER) {
+        f.repeats++;
+        return;
+      }
+      this.log(e);
       return;
     }
     if (this.folds.size > 1000) this.folds.clear();
-    this.folds.set(key, { at: now, repeats: 0 });
+    this.folds.set(key, { at: now, seen: 1, repeats: 0 });
     this.log(f?.repeats ? { ...e, repeats: f.repeats } : e);
   }
 }

@@ -49,6 +49,8 @@ export interface LanOptions {
   hostAddresses: HostAddresses;
   /** Every egress decision. */
   audit: (e: EgressEntry) => void;
+  /** Where a connection to an address beyond the network really goes (tests send public addresses to local servers). */
+  route?: (addr: string, port: number) => { host: string; port: number };
 }
 
 /** A guest TCP connection and what decided it. */
@@ -365,7 +367,8 @@ export class GuestLan implements FlowHost, UdpHost {
     const d = this.guard.connect(ip.dst, u.dstPort, 'udp');
     const addr = ipToString(ip.dst);
     if (!d.allow) return this.refuseUdp(ip, addr, u.dstPort, d.rule, d.names[0]);
-    this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: addr, port: u.dstPort }, Buffer.from(u.payload), { rule: d.rule, names: d.names }, (f) => this.udpOpened(f, addr));
+    const to = this.o.route?.(addr, u.dstPort) ?? { host: addr, port: u.dstPort };
+    this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: to.host, port: to.port }, Buffer.from(u.payload), { rule: d.rule, names: d.names }, (f) => this.udpOpened(f, addr));
   }
 
   private refuseUdp(ip: Ipv4, addr: string, port: number, rule: string, name?: string): void {
@@ -390,12 +393,11 @@ export class GuestLan implements FlowHost, UdpHost {
     let gwPort = [...this.udpClients.entries()].find(([, c]) => c.server === server && c.address === address && c.port === port)?.[0];
     if (gwPort === undefined) {
       gwPort = this.allocPort();
-      const gp = gwPort;
-      this.udpClients.set(gp, { server, address, port, idle: setTimeout(() => undefined, 0) });
+      this.udpClients.set(gwPort, { server, address, port, idle: setTimeout(() => undefined, 0) });
     }
-    const c = this.udpClients.get(gwPort)!;
-    clearTimeout(c.idle);
     const gp = gwPort;
+    const c = this.udpClients.get(gp)!;
+    clearTimeout(c.idle);
     c.idle = setTimeout(() => {
       this.udpClients.delete(gp);
       this.gwPorts.delete(gp);
@@ -436,8 +438,7 @@ export class GuestLan implements FlowHost, UdpHost {
       return;
     }
     if (ip.dst === LAN.gateway) {
-      const d = this.guard.hostPort(t.dstPort);
-      return this.open(ends, t, d.allow ? { ...d, names: [HOST_NAME] } : { ...d, names: [HOST_NAME] }, 'host', '127.0.0.1');
+      return this.open(ends, t, { ...this.guard.hostPort(t.dstPort), names: [HOST_NAME] }, 'host', '127.0.0.1');
     }
     if (inLan(ip.dst) || ip.dst === BROADCAST || ip.dst >>> 28 === 0xe) {
       this.emit(resetFor(this, ip.dst, t));
@@ -463,7 +464,8 @@ export class GuestLan implements FlowHost, UdpHost {
       flow.hold();
       flow.onHeld = () => this.checkShown(c);
     }
-    const sock = connect({ host: target, port: ends.remotePort, allowHalfOpen: true });
+    const to = kind === 'out' ? this.o.route?.(target, ends.remotePort) ?? { host: target, port: ends.remotePort } : { host: target, port: ends.remotePort };
+    const sock = connect({ host: to.host, port: to.port, allowHalfOpen: true });
     sock.setTimeout(CONNECT_TIMEOUT_MS, () => sock.destroy(new Error('connect timed out')));
     sock.once('connect', () => {
       sock.setTimeout(0);

@@ -25,6 +25,8 @@ export interface NetdOptions {
   idleExitMs?: number;
   /** Called once the server should end (shutdown asked, the control socket gone, idle). */
   exit: () => void;
+  /** Resolvers for the guests' allowed queries (HOST[:PORT]); default: the host's /etc/resolv.conf. */
+  dns?: string[];
 }
 
 interface Vm {
@@ -48,14 +50,16 @@ class NetError extends Error {
 export class NetdServer {
   private readonly vms = new Map<string, Vm>();
   private readonly clients = new Set<Socket>();
-  private readonly upstream = new DnsUpstream();
+  private readonly upstream: DnsUpstream;
   private readonly hostAddresses = new HostAddresses();
   private server: Server | undefined;
   private idleSince = Date.now();
   private watch: NodeJS.Timeout | undefined;
   private saving: Promise<void> = Promise.resolve();
 
-  constructor(private readonly o: NetdOptions) {}
+  constructor(private readonly o: NetdOptions) {
+    this.upstream = new DnsUpstream(o.dns ?? []);
+  }
 
   async start(): Promise<void> {
     // Another svc-netd answering here keeps the socket; a stale file is replaced.

@@ -135,6 +135,11 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return this.vms.get(name)?.state;
   }
 
+  /** The spec the VM was last launched with (tests). */
+  launchedWith(name: string): VmSpec | undefined {
+    return this.vms.get(name)?.spec;
+  }
+
   /** Whether the VM's last launch asked to run in the background (tests). */
   background(name: string): boolean | undefined {
     return this.vms.get(name)?.background;
