@@ -5,7 +5,7 @@
  * import nothing of the daemon's but the shared logger, clock and queue. `*-kit` adapter folders are plumbing that several programs share
  * and import no other adapter folder. The two hypervisor adapters do not know each other.
  */
-const adapterOnly = '^(node_modules/(express|ws|ssh2|prom-client|node-pty|pino|tar-stream|yaml)/|(node:)?(child_process|net|http|https|dgram)$)';
+const adapterOnly = '^(node_modules/(express|ws|ssh2|prom-client|node-pty|pino|tar-stream|yaml)/|(node:)?(child_process|net|http|https|dgram|fs|fs/promises)$)';
 module.exports = {
   forbidden: [
     { name: 'domain-is-pure', severity: 'error',
@@ -24,7 +24,7 @@ module.exports = {
       to: { path: '^src/((app|ports|adapters)/agent/|agent-main\\.ts$)' } },
     { name: 'agent-does-not-import-the-daemon', severity: 'error',
       from: { path: '^src/((app|ports|adapters)/agent/|agent-main\\.ts$)' },
-      to: { path: '^src/', pathNot: '^src/(domain/|version\\.ts$|(app|ports|adapters)/agent/|adapters/[a-z-]+-kit/|ports/(logger|clock)\\.ts$|app/async-queue\\.ts$|adapters/log/)' } },
+      to: { path: '^src/', pathNot: '^src/(domain/|version\\.ts$|(app|ports|adapters)/agent/|adapters/[a-z-]+-kit/|ports/(logger|clock|terminal)\\.ts$|app/async-queue\\.ts$|adapters/log/)' } },
     { name: 'netd-is-its-own-program', severity: 'error',
       comment: 'svc-netd (adapters/netd, bin/svc-netd.ts) imports the domain, the kits and the logger; the daemon sees only its protocol',
       from: { path: '^src/(adapters/netd/|bin/svc-netd\\.ts$)' },

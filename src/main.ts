@@ -16,14 +16,18 @@ import { InstanceService } from './app/instance-service.js';
 import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
 import { PoolService } from './app/pool-service.js';
-import { LifecycleEvents } from './app/lifecycle-events.js';
+import { LifecycleContribution, LifecycleContributions, LifecycleEvents } from './app/lifecycle-events.js';
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
 import { DistAgentArtifact } from './adapters/guest-link/dist-agent-artifact.js';
 import { HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
 import { pickConnector } from './adapters/guest-link/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
-import { networkOf, standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
+import { networkOf, speedUpsOf, standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
+import { CloneSpeedUps } from './ports/clone-speed-ups.js';
+import { CrashWatch } from './app/crash-watch.js';
+import { GuestReadiness } from './app/guest-readiness.js';
+import { GuestWarmUp } from './app/guest-warm-up.js';
 import { InMemoryGuestNetwork } from './adapters/guest-net/in-memory-guest-network.js';
 import { egressRoutes } from './adapters/http/egress-routes.js';
 import { EgressService } from './app/egress-service.js';
@@ -134,6 +138,8 @@ function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
       o.guestAgent ?? standInsOf(ctx.get(Adapter))?.guestAgent ?? new HttpGuestAgent(pickConnector(config.agent_transport))).inSingletonScope();
     bind(SshProbe).toDynamicValue((ctx) => o.sshProbe ?? standInsOf(ctx.get(Adapter))?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
     bind(GuestNetwork).toDynamicValue((ctx) => o.guestNetwork ?? networkOf(ctx.get(Adapter)) ?? new InMemoryGuestNetwork()).inSingletonScope();
+    // Optional: undefined where the adapter does no work ahead of clones.
+    bind(CloneSpeedUps).toDynamicValue((ctx) => speedUpsOf(ctx.get(Adapter)) as CloneSpeedUps).inSingletonScope();
   });
 }
 
@@ -145,6 +151,9 @@ export function appModule(): ContainerModule {
     bind(Activity).toSelf().inSingletonScope();
     bind(RecoveryService).toSelf().inSingletonScope();
     bind(VmKeeper).toSelf().inSingletonScope();
+    bind(CrashWatch).toSelf().inSingletonScope();
+    bind(GuestReadiness).toSelf().inSingletonScope();
+    bind(GuestWarmUp).toSelf().inSingletonScope();
     bind(InstanceService).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
@@ -156,6 +165,9 @@ export function appModule(): ContainerModule {
     bind(ImageService).toSelf().inSingletonScope();
     bind(ImageBuilder).toSelf().inSingletonScope();
     bind(EgressService).toSelf().inSingletonScope();
+    // Who follows VMs' lifecycle, in the order they hear of it.
+    bind(LifecycleContributions).toDynamicValue((ctx) => () => ctx.getAll<LifecycleContribution>(LifecycleContribution));
+    for (const follower of [ForwardService, MetricsSampler, EgressService, PoolService]) bind(LifecycleContribution).toService(follower);
   });
 }
 
@@ -189,11 +201,13 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   const secrets = container.get(SecretService);
   const hv = container.get<Hypervisor>(Hypervisor);
-  // Services that follow VMs subscribe before init, so re-attached VMs get their forwards and sampling.
   const forwards = container.get(ForwardService);
   const sampler = container.get(MetricsSampler);
   const pool = container.get(PoolService);
   const egress = container.get(EgressService);
+  // Who listens to what, once: the hypervisor's exits, the warm-up calls offered, egress decisions.
+  container.get(CrashWatch).start();
+  container.get(GuestWarmUp).start();
   const stopEgress = egress.start();
   await container.get<SecretStore>(SecretStore).verify();
   await container.get(RecoveryService).init();

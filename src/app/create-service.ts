@@ -1,10 +1,10 @@
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import { InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, InstanceRecord } from '../domain/instance.js';
-import { toPublic } from '../domain/instance.js';
+import { changeStatus, toPublic } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
@@ -21,6 +21,8 @@ import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
 import { GuestNetwork } from '../ports/guest-network.js';
+import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
+import { GuestReadiness } from './guest-readiness.js';
 
 export interface CreateJob {
   name: string;
@@ -54,10 +56,9 @@ export class CreateService {
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(Failpoints) private readonly failpoints: Failpoints,
     @inject(GuestNetwork) private readonly network: GuestNetwork,
-  ) {
-    // A QEMU started ahead of a template's next clone runs its guest once, paused then (clone_spares_warm).
-    disks.warmSpares?.(config.clone_spares_warm ? keeper.spareWarmUp : undefined);
-  }
+    @inject(GuestReadiness) private readonly readiness: GuestReadiness,
+    @inject(CloneSpeedUps) @optional() private readonly speedUps: CloneSpeedUps | undefined,
+  ) {}
 
   /**
    * Validates a create, reserves the name and resources, and starts the create in the background.
@@ -103,12 +104,12 @@ export class CreateService {
     const taken = this.vms.takePoolMember(pool, name, this.config.warm_pool.running);
     if (!taken) return undefined;
     const { member, oldName, wasRunning } = taken;
+    changeStatus(member, { to: 'creating' });
     Object.assign(member, {
-      status: 'creating', persistent: req.persistent, tags: req.tags, from: pool, egress: req.egress ?? member.egress,
+      persistent: req.persistent, tags: req.tags, from: pool, egress: req.egress ?? member.egress,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
       forwards: [], created_at: new Date(this.clock.now()).toISOString(),
     });
-    delete member.suspended_at;
     const queue = new AsyncQueue<CreateProgressEvent>();
     const done = this.vms.locked(name, () => this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, queue));
     done.catch(() => undefined);
@@ -142,7 +143,7 @@ export class CreateService {
         this.keeper.applyHandle(rec, handle);
       }
       await this.vms.save(rec);
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, { fresh: true, restored: running });
+      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, { fresh: true, restored: running });
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
@@ -195,10 +196,10 @@ export class CreateService {
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
-      await this.keeper.awaitReady(rec, VmKeeper.waitFor(wait, image), deadline, emit, image, template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined);
+      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined);
       this.failpoints.hit('create.ready');
       const inst = await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
-      if (template) this.disks.cloneReady?.(this.keeper.ref(rec));
+      if (template) this.speedUps?.cloneReady(this.keeper.ref(rec));
       return inst;
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
@@ -215,7 +216,7 @@ export class CreateService {
 
   /** The end of every successful create: running, announced, counted, logged, `ready`. */
   private async created(rec: InstanceRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
-    rec.status = 'running';
+    changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);
     await this.events.emit('up', rec);
     this.metrics.vmCreated();

@@ -1,13 +1,13 @@
 import { inject, injectable } from 'inversify';
 import { parseEgressPolicy, type EgressEvent, type EgressPolicy } from '../domain/egress.js';
-import { hasProcess } from '../domain/instance.js';
+import { hasProcess, type InstanceRecord } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { ControlMetrics } from '../ports/metrics.js';
 import { InstanceStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
-import { LifecycleEvents } from './lifecycle-events.js';
+import type { LifecycleContribution } from './lifecycle-events.js';
 import { Vms } from './vms.js';
 
 /** Entries a follower may fall behind by before it is dropped (it reads the log again). */
@@ -21,7 +21,7 @@ const ACTIVITY_EVERY_MS = 1000;
  * activity log (folded per VM and second, so a guest that scans cannot flood it).
  */
 @injectable()
-export class EgressService {
+export class EgressService implements LifecycleContribution {
   private readonly refused = new Map<string, { at: number; more: number }>();
 
   constructor(
@@ -31,16 +31,17 @@ export class EgressService {
     @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
-    @inject(LifecycleEvents) private readonly events: LifecycleEvents,
   ) {}
 
   /** Starts counting and noting decisions (the composition root calls it once). */
   start(): () => void {
-    this.events.on('removed', (rec) => {
-      this.metrics.forgetVm(rec.name);
-      this.refused.delete(rec.name);
-    });
     return this.network.watch((e) => this.decided(e));
+  }
+
+  /** A deleted VM's series go. */
+  onRemoved(rec: InstanceRecord): void {
+    this.metrics.forgetVm(rec.name);
+    this.refused.delete(rec.name);
   }
 
   get(name: string): EgressPolicy {

@@ -6,7 +6,7 @@ import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Tunnels, type SshTarget } from '../ports/tunnels.js';
 import { Activity } from './activity.js';
-import { LifecycleEvents } from './lifecycle-events.js';
+import type { LifecycleContribution } from './lifecycle-events.js';
 import { Vms } from './vms.js';
 
 /**
@@ -15,18 +15,25 @@ import { Vms } from './vms.js';
  * again: after start, restore, and a daemon restart that re-attached to it.
  */
 @injectable()
-export class ForwardService {
+export class ForwardService implements LifecycleContribution {
   constructor(
     @inject(Vms) private readonly vms: Vms,
     @inject(Tunnels) private readonly tunnels: Tunnels,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(Activity) private readonly activity: Activity,
     @inject(Logger) private readonly log: Logger,
-    @inject(LifecycleEvents) events: LifecycleEvents,
-  ) {
-    events.on('up', (rec) => this.reopen(rec));
-    events.on('down', (rec) => this.closeAll(rec));
-    events.on('removed', (rec) => this.closeAll(rec));
+  ) {}
+
+  onUp(rec: InstanceRecord): Promise<void> {
+    return this.reopen(rec);
+  }
+
+  onDown(rec: InstanceRecord): Promise<void> {
+    return this.closeAll(rec);
+  }
+
+  onRemoved(rec: InstanceRecord): Promise<void> {
+    return this.closeAll(rec);
   }
 
   async add(name: string, body: unknown): Promise<Forward> {
@@ -37,8 +44,7 @@ export class ForwardService {
       if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
         throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
       }
-      const info = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
-      const fwd: Forward = { host_port: info.host_port, guest_port: f.guest_port, proto: 'tcp', kind: 'live', pid: info.pid };
+      const fwd = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
       rec.forwards.push(fwd);
       await this.vms.save(rec);
       return fwd;

@@ -3,12 +3,13 @@ import { inject, injectable } from 'inversify';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../domain/agent.js';
 import { AgentUnavailableError } from '../domain/errors.js';
 import type { InstanceRecord } from '../domain/instance.js';
-import { GuestAgent, type AgentEndpoint, type FsOp, type ShellOptions, type ShellSession, type UploadOptions } from '../ports/guest-agent.js';
+import { GuestAgent, type AgentEndpoint, type FsOp, type ShellOptions, type UploadOptions } from '../ports/guest-agent.js';
 import { CallGate } from './call-gate.js';
 import type { Config } from './config.js';
 import { agentEndpoint } from './readiness.js';
 import { AppConfig } from './tokens.js';
 import { Vms } from './vms.js';
+import type { Terminal } from '../ports/terminal.js';
 
 /**
  * The agent proxy use cases: find the VM (404), make sure its agent can be reached (503 when
@@ -86,7 +87,7 @@ export class GuestProxy {
     return this.agent.fs(this.endpoint(name), op);
   }
 
-  async shell(name: string, opts: ShellOptions): Promise<ShellSession> {
+  async shell(name: string, opts: ShellOptions): Promise<Terminal> {
     const ep = this.endpoint(name);
     const leave = this.gate.enter(name);
     try {

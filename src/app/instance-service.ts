@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import type { Instance, InstanceRecord, LifecycleVerb } from '../domain/instance.js';
-import { assertTransition, toPublic } from '../domain/instance.js';
+import { assertTransition, changeStatus, clearRuntime, toPublic } from '../domain/instance.js';
 import { assertVmName } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
 import { Hypervisor } from '../ports/hypervisor.js';
@@ -12,6 +12,8 @@ import { AppConfig } from './tokens.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
+import { CrashWatch } from './crash-watch.js';
+import { GuestWarmUp } from './guest-warm-up.js';
 
 export interface MessageResult {
   message: string;
@@ -34,6 +36,8 @@ export class InstanceService {
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(Failpoints) private readonly failpoints: Failpoints,
+    @inject(CrashWatch) private readonly crashes: CrashWatch,
+    @inject(GuestWarmUp) private readonly warmUp: GuestWarmUp,
   ) {}
 
   async delete(name: string): Promise<MessageResult> {
@@ -63,16 +67,15 @@ export class InstanceService {
     return this.transition(name, 'shutdown', async (rec) => {
       if (rec.status === 'stopped') return { message: `vm ${name} is already stopped`, name };
       await this.events.emit('down', rec);
-      await this.keeper.expectExit(rec, () => this.hv.stop(this.keeper.ref(rec), this.config.shutdown_timeout_ms));
+      await this.crashes.expectExit(rec, () => this.hv.stop(this.keeper.ref(rec), this.config.shutdown_timeout_ms));
       this.failpoints.hit('shutdown.stopped');
       if (!rec.persistent) {
         await this.keeper.purge(rec);
         this.metrics.vmDeleted();
         return { message: `vm ${name} shut down and removed (ephemeral)`, name };
       }
-      rec.status = 'stopped';
-      delete rec.suspended_at;
-      this.keeper.clearRuntime(rec);
+      changeStatus(rec, { to: 'stopped' });
+      clearRuntime(rec);
       await this.vms.save(rec);
       return { message: `vm ${name} shut down`, name };
     });
@@ -81,7 +84,7 @@ export class InstanceService {
   async pause(name: string): Promise<MessageResult> {
     return this.transition(name, 'pause', async (rec) => {
       await this.hv.pause(this.keeper.ref(rec));
-      rec.status = 'paused';
+      changeStatus(rec, { to: 'paused' });
       await this.vms.save(rec);
       return { message: `vm ${name} paused`, name };
     });
@@ -90,7 +93,7 @@ export class InstanceService {
   async resume(name: string): Promise<MessageResult> {
     return this.transition(name, 'resume', async (rec) => {
       await this.hv.resume(this.keeper.ref(rec));
-      rec.status = 'running';
+      changeStatus(rec, { to: 'running' });
       await this.vms.save(rec);
       return { message: `vm ${name} resumed`, name };
     });
@@ -99,13 +102,12 @@ export class InstanceService {
   async suspend(name: string): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
-      if (rec.status === 'running') await this.keeper.warmBeforeSave(rec);
+      if (rec.status === 'running') await this.warmUp.beforeSave(rec);
       this.failpoints.hit('suspend.saving');
-      const { snapshot } = await this.keeper.expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec)));
+      const { snapshot } = await this.crashes.expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec)));
       this.failpoints.hit('suspend.saved');
-      rec.status = 'suspended';
-      rec.suspended_at = new Date(this.clock.now()).toISOString();
-      this.keeper.clearRuntime(rec);
+      changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
+      clearRuntime(rec);
       await this.vms.save(rec);
       return { message: `vm ${name} suspended${snapshot ? '' : ' (no snapshot: restore will cold-boot)'}`, name };
     });

@@ -1,28 +1,49 @@
-import { injectable } from 'inversify';
+import { inject, injectable } from 'inversify';
 import type { InstanceRecord } from '../domain/instance.js';
 
 export type LifecycleEvent = 'up' | 'down' | 'removed' | 'claimed';
-type Listener = (record: InstanceRecord) => Promise<void> | void;
+
+export const LifecycleContribution = Symbol('LifecycleContribution');
+/**
+ * A service that follows VMs: `up` when a VM has just become running (create, start, restore,
+ * re-attach), `down` when its process stops (shutdown, suspend, crash), `removed` when it is gone,
+ * `claimed` when a warm pool member was handed out. Bound as a multi-binding in the composition
+ * root (who reacts to what is written down there); called in binding order. A handler may be
+ * async: the one who emits waits for it.
+ */
+export interface LifecycleContribution {
+  onUp?(record: InstanceRecord): Promise<void> | void;
+  onDown?(record: InstanceRecord): Promise<void> | void;
+  onRemoved?(record: InstanceRecord): Promise<void> | void;
+  onClaimed?(record: InstanceRecord): Promise<void> | void;
+}
+
+export const LifecycleContributions = Symbol('LifecycleContributions');
+/** Every LifecycleContribution, resolved when first asked for (the contributions depend on what emits). */
+export type LifecycleContributions = () => LifecycleContribution[];
+
+const HANDLER = { up: 'onUp', down: 'onDown', removed: 'onRemoved', claimed: 'onClaimed' } as const;
 
 /**
- * Lets other services follow VMs without the instance service knowing them: `up` when a VM has
- * just become running (create, start, restore, reattach), `down` when its process stops
- * (shutdown, suspend, crash), `removed` when it is gone, `claimed` when a
- * warm pool member was handed out. Listener failures are reported, not thrown.
+ * Lets the services that follow VMs (LifecycleContribution) hear of them without the services that
+ * change VMs knowing them. Handler failures are returned, not thrown.
  */
 @injectable()
 export class LifecycleEvents {
-  private readonly listeners = new Map<LifecycleEvent, Listener[]>();
+  private contributions: LifecycleContribution[] | undefined;
 
-  on(event: LifecycleEvent, listener: Listener): void {
-    this.listeners.set(event, [...(this.listeners.get(event) ?? []), listener]);
-  }
+  constructor(@inject(LifecycleContributions) private readonly all: LifecycleContributions) {}
 
   async emit(event: LifecycleEvent, record: InstanceRecord): Promise<Error[]> {
+    this.contributions ??= this.all();
     const errors: Error[] = [];
-    for (const l of this.listeners.get(event) ?? []) {
+    for (const c of this.contributions) {
+      const handler = c[HANDLER[event]];
+      if (!handler) continue;
+      // A follower that answers at once is called before the emitter goes on (no turn is yielded).
       try {
-        await l(record);
+        const done = handler.call(c, record);
+        if (done) await done;
       } catch (err) {
         errors.push(err as Error);
       }

@@ -7,7 +7,7 @@ import { Logger } from '../ports/logger.js';
 import { MetricsHistory, type MetricsSeries } from '../ports/stores.js';
 import type { Config } from './config.js';
 import { Vms } from './vms.js';
-import { LifecycleEvents } from './lifecycle-events.js';
+import type { LifecycleContribution } from './lifecycle-events.js';
 import { agentEndpoint } from './readiness.js';
 import { AppConfig } from './tokens.js';
 
@@ -16,7 +16,7 @@ import { AppConfig } from './tokens.js';
  * into its metrics.ring. The history stays readable when sampling stops.
  */
 @injectable()
-export class MetricsSampler {
+export class MetricsSampler implements LifecycleContribution {
   private readonly timers = new Map<string, NodeJS.Timeout>();
 
   constructor(
@@ -26,11 +26,18 @@ export class MetricsSampler {
     @inject(MetricsHistory) private readonly history: MetricsHistory,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
-    @inject(LifecycleEvents) events: LifecycleEvents,
-  ) {
-    events.on('up', (rec) => this.start(rec));
-    events.on('down', (rec) => this.stop(rec.name));
-    events.on('removed', (rec) => this.stop(rec.name));
+  ) {}
+
+  onUp(rec: InstanceRecord): void {
+    this.start(rec);
+  }
+
+  onDown(rec: InstanceRecord): void {
+    this.stop(rec.name);
+  }
+
+  onRemoved(rec: InstanceRecord): void {
+    this.stop(rec.name);
   }
 
   private start(rec: InstanceRecord): void {

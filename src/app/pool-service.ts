@@ -6,7 +6,7 @@ import type { Config } from './config.js';
 import { CreateService } from './create-service.js';
 import { InstanceService } from './instance-service.js';
 import { Vms } from './vms.js';
-import { LifecycleEvents } from './lifecycle-events.js';
+import type { LifecycleContribution } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 
 export interface PoolStatus {
@@ -28,7 +28,7 @@ const RETRY_MS = 30_000;
  * of claims that each ran beside the refill for the one before was half as fast (docs/benchmarks.md).
  */
 @injectable()
-export class PoolService {
+export class PoolService implements LifecycleContribution {
   private filling: Promise<void> | undefined;
   private again = false;
   private timer: NodeJS.Timeout | undefined;
@@ -43,9 +43,10 @@ export class PoolService {
     @inject(CreateService) private readonly creates: CreateService,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
-    @inject(LifecycleEvents) events: LifecycleEvents,
-  ) {
-    events.on('claimed', () => this.refillAfterClaims());
+  ) {}
+
+  onClaimed(): void {
+    this.refillAfterClaims();
   }
 
   get enabled(): boolean {

@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import { hasProcess } from '../domain/instance.js';
+import { changeStatus, clearRuntime, hasProcess } from '../domain/instance.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { Hypervisor } from '../ports/hypervisor.js';
@@ -57,17 +57,15 @@ export class RecoveryService {
         if (rec.status === 'running') await this.events.emit('up', rec);
       } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {
         this.log.warn({ vm: rec.name }, 'the vm was saved by a suspend the daemon did not get to record; it is suspended');
-        rec.status = 'suspended';
-        rec.suspended_at = new Date(this.clock.now()).toISOString();
-        this.keeper.clearRuntime(rec);
+        changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
+        clearRuntime(rec);
         await this.vms.save(rec);
       } else if (!rec.persistent) {
         this.log.warn({ vm: rec.name }, 'ephemeral vm process is gone; removing it');
         await this.keeper.purge(rec);
       } else {
-        rec.status = 'error';
-        rec.error = 'the vm process was gone when the daemon started';
-        this.keeper.clearRuntime(rec);
+        changeStatus(rec, { to: 'error', error: 'the vm process was gone when the daemon started' });
+        clearRuntime(rec);
         await this.vms.save(rec);
       }
     }

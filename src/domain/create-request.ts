@@ -1,14 +1,8 @@
 import { parseDuration } from './duration.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
-import type { Mount, Proto } from './instance.js';
+import type { Mount, PortForward } from './instance.js';
 import { assertVmName } from './names.js';
-
-export interface PortForwardRequest {
-  host_port: number;
-  guest_port: number;
-  proto: Proto;
-}
 
 export interface CreateRequest {
   name?: string;
@@ -19,7 +13,7 @@ export interface CreateRequest {
   image?: string;
   tags: Record<string, string>;
   userdata?: string;
-  forwards: PortForwardRequest[];
+  forwards: PortForward[];
   mounts: Mount[];
   metrics_enabled?: boolean;
   /** Clone this template (a persistent VM, stopped or suspended) instead of booting the image. */
@@ -73,7 +67,7 @@ function rejectUnknown(obj: Record<string, unknown>, allowed: readonly string[],
   }
 }
 
-export function parsePortForward(v: unknown, where: string): PortForwardRequest {
+export function parsePortForward(v: unknown, where: string): PortForward {
   if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object`);
   rejectUnknown(v, ['host_port', 'guest_port', 'proto'], where);
   if (v.guest_port === undefined) throw new InvalidArgumentError(`${where}.guest_port is required`);

@@ -1,6 +1,6 @@
 /**
  * Domain errors carry a stable string `code` and no transport status. Exactly one mapping
- * from code to HTTP status lives in the HTTP adapter (adapters/http/error-status.ts).
+ * from code to HTTP status lives in the HTTP adapter (adapters/http-kit/error-status.ts).
  */
 export type ErrorCode =
   | 'invalid_argument'

@@ -1,16 +1,24 @@
 import type { EgressPolicy } from './egress.js';
-import { InvalidStateError } from './errors.js';
+import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
 export type VmStatus = (typeof VM_STATUSES)[number];
 
 export type Proto = 'tcp' | 'udp';
 
-/** A forward as it appears in an Instance: `boot` ones are QEMU hostfwd, `live` ones SSH tunnels. */
-export interface Forward {
+/** A host port (on 127.0.0.1) forwarded to a guest port. */
+export interface PortForward {
   host_port: number;
   guest_port: number;
   proto: Proto;
+}
+
+/**
+ * A forward as an Instance shows it: `boot` ones come with the VM's network (its create's forwards,
+ * and the ones added to a running VM's network), `live` ones are SSH tunnels (POST /forwards).
+ * `pid` is the process that carries it while it is open.
+ */
+export interface Forward extends PortForward {
   kind: 'boot' | 'live';
   pid?: number;
 }
@@ -126,4 +134,55 @@ export function hasProcess(status: VmStatus): boolean {
 /** Resources a VM holds against the caps: suspended and stopped VMs hold none. */
 export function holdsResources(status: VmStatus): boolean {
   return hasProcess(status);
+}
+
+/**
+ * A status change as the control plane sees it happen: a process up (`running`: a create, start,
+ * restore or resume), frozen (`paused`), gone on purpose (`stopped`, `suspended` with the time) or
+ * on its own (`error` with why), or a warm pool member handed out (`creating` again, until ready).
+ */
+export type StatusChange =
+  | { to: 'running' | 'paused' | 'stopped' | 'creating' }
+  | { to: 'suspended'; at: string }
+  | { to: 'error'; error: string };
+
+/**
+ * Which status may follow which: the one rule every change goes through (the verbs' own sources,
+ * ALLOWED_SOURCES, are checked before they start). `creating` follows `suspended` or `running` only
+ * for a claimed pool member; `suspended` follows `running` also when a restart finds the adapter
+ * finished a suspend the daemon did not record.
+ */
+const NEXT: Record<VmStatus, readonly VmStatus[]> = {
+  creating: ['running', 'error'],
+  running: ['paused', 'stopped', 'suspended', 'error', 'creating'],
+  paused: ['running', 'stopped', 'suspended', 'error'],
+  suspended: ['running', 'stopped', 'error', 'creating'],
+  stopped: ['running', 'error'],
+  error: ['running', 'error'],
+};
+
+/**
+ * Moves the record to its next status, with the fields that go with it (`suspended_at` while
+ * suspended, `error` while in error, neither otherwise). InternalError for a change the rule does
+ * not allow: a bug, never a caller's mistake.
+ */
+export function changeStatus(record: Pick<InstanceRecord, 'name' | 'status' | 'suspended_at' | 'error'>, change: StatusChange): void {
+  if (!NEXT[record.status].includes(change.to)) throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
+  record.status = change.to;
+  if (change.to === 'suspended') record.suspended_at = change.at;
+  else delete record.suspended_at;
+  if (change.to === 'error') record.error = change.error;
+  else delete record.error;
+}
+
+/**
+ * What belonged to a stopped process goes (its ports, pids, the adapter's state); forwards stay in
+ * the record: boot ones keep their host ports, live ones are opened again when the VM is up.
+ */
+export function clearRuntime(record: InstanceRecord): void {
+  record.ssh_port = 0;
+  record.agent_port = 0;
+  record.agent_cid = 0;
+  record.forwards = record.forwards.map(({ pid: _p, ...f }) => f);
+  delete record.runtime;
 }

@@ -3,6 +3,7 @@ import type { Duplex, Readable } from 'node:stream';
 import type {
   AgentHealth, CopyMode, GuestIdentity, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
 } from '../domain/agent.js';
+import type { Terminal } from './terminal.js';
 
 /** Where a VM's agent answers: a host TCP port (user-net forward) or a vsock CID, port 7475. */
 export interface AgentEndpoint {
@@ -21,15 +22,6 @@ export interface ShellOptions {
   cols?: number;
   rows?: number;
   shell?: string;
-}
-
-/** A terminal session: binary data both ways, resize, and the exit code when the shell ends. */
-export interface ShellSession {
-  write(data: Buffer): void;
-  resize(cols: number, rows: number): void;
-  onData(listener: (data: Buffer) => void): void;
-  onExit(listener: (exitCode: number | null) => void): void;
-  close(): void;
 }
 
 export type FsOp =
@@ -60,7 +52,7 @@ export interface GuestAgent {
   download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable }>;
   fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void>;
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }>;
-  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession>;
+  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal>;
   /** Gives the guest its identity (hostname, clock, machine id). Idempotent. */
   setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void>;
 

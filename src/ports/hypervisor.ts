@@ -1,15 +1,7 @@
 import type { EgressPolicy } from '../domain/egress.js';
-import type { AdapterState, Mount, Proto } from '../domain/instance.js';
-import type { AgentEndpoint } from './guest-agent.js';
+import type { AdapterState, Forward, Mount, PortForward } from '../domain/instance.js';
 
 export type { AdapterState } from '../domain/instance.js';
-
-export interface BootForwardSpec {
-  /** 0 asks the adapter to allocate a free host port. */
-  host_port: number;
-  guest_port: number;
-  proto: Proto;
-}
 
 /** Everything an adapter needs to provision and boot one VM. Plain data. */
 export interface VmSpec {
@@ -22,7 +14,8 @@ export interface VmSpec {
   image: string;
   hostname: string;
   userdata?: string;
-  forwards: BootForwardSpec[];
+  /** Forwards to open with the VM (host_port 0: the adapter picks one). */
+  forwards: PortForward[];
   mounts: Mount[];
   /** The daemon's SSH public key, authorised for the guest's default user. */
   ssh_authorized_key?: string;
@@ -41,7 +34,9 @@ export interface VmHandle {
   ssh_port: number;
   agent_port: number;
   agent_cid: number;
-  forwards: BootForwardSpec[];
+  /** Its forwards, each with the process that carries it. */
+  forwards: Forward[];
+  /** The VM's process. */
   pid?: number;
   /** The guest was resumed from a snapshot rather than cold-booted. */
   restored_from_snapshot: boolean;
@@ -182,30 +177,6 @@ export interface VmDisks {
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
 
-  /**
-   * A clone made by `clone` is up and has answered: work ahead of its template's next clone may
-   * start now without taking the CPU from this one's first answer. Optional, a hint; idempotent.
-   */
-  cloneReady?(clone: VmRef): void;
-
-  /**
-   * Work ahead of a template's next clone may run its guest (a QEMU started ahead, restored from
-   * the template's saved state, docs/suspend-and-clones.md): `warm` is what it runs, through its
-   * agent, before it waits paused. Optional; the last call wins, undefined turns it off.
-   */
-  warmSpares?(warm: SpareWarmUp | undefined): void;
-}
-
-/**
- * What a guest restored ahead of a clone runs through its agent before it waits: the calls the
- * clone's first answer and its first command will take, so that they find their code translated and
- * cached. `name` is the guest's own, not yet the clone's. Each rejects when the guest does not answer.
- */
-export interface SpareWarmUp {
-  /** The clone's first answer (its identity): a clone that comes meanwhile waits for it (its own would race it). */
-  firstAnswer(agent: AgentEndpoint, name: string): Promise<void>;
-  /** The clone's first command: a clone that comes meanwhile takes the guest at once and lets it finish. */
-  firstCommand(agent: AgentEndpoint): Promise<void>;
 }
 
 import type { ImageSource } from '../domain/image-request.js';
@@ -273,7 +244,7 @@ export interface HostLinks {
    * allocated). Resolves with the VM's handle with the new forwards in it. AlreadyExistsError for
    * a busy host port; InvalidStateError when the VM is not running. Not idempotent.
    */
-  addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle>;
+  addForwards(vm: VmRef, forwards: PortForward[]): Promise<VmHandle>;
 }
 
 /** One adapter that offers every hypervisor capability (what an embedder may hand the daemon). */

@@ -1,14 +1,9 @@
+import type { Forward } from '../domain/instance.js';
+
 export interface SshTarget {
   host: string;
   port: number;
   user: string;
-}
-
-export interface TunnelInfo {
-  host_port: number;
-  guest_port: number;
-  /** The process carrying the tunnel (the daemon itself for in-process ssh2 tunnels). */
-  pid: number;
 }
 
 export const Tunnels = Symbol('Tunnels');
@@ -16,14 +11,15 @@ export const Tunnels = Symbol('Tunnels');
 export interface Tunnels {
   /**
    * Listens on 127.0.0.1:hostPort (0 = a free high port) and carries each connection to the guest
-   * port over SSH. Throws AlreadyExistsError when the host port is busy.
+   * port over SSH; resolves with the `live` forward (its pid the process that carries it). Throws
+   * AlreadyExistsError when the host port is busy.
    */
-  open(vm: string, target: SshTarget, hostPort: number, guestPort: number): Promise<TunnelInfo>;
+  open(vm: string, target: SshTarget, hostPort: number, guestPort: number): Promise<Forward>;
   /** Idempotent: closing an unknown forward resolves. */
   close(vm: string, hostPort: number): Promise<void>;
   /** Closes every forward of the VM. Idempotent. */
   closeAll(vm: string): Promise<void>;
-  list(vm: string): TunnelInfo[];
+  list(vm: string): Forward[];
   /** Closes every forward of every VM (the daemon is stopping). Idempotent. */
   closeEverything(): Promise<void>;
 }

@@ -1,10 +1,11 @@
 import type { InstanceRecord } from '../../src/domain/instance.js';
-import type { ActivityEvent } from '../../src/domain/events.js';
-import type { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
+import type { ActivityEvent, MetricsPoint } from '../../src/domain/events.js';
+import type { ActivityLog, InstanceStore, MetricsHistory, MetricsSeries } from '../../src/ports/stores.js';
 import type { Logger } from '../../src/ports/logger.js';
 import type { ControlMetrics } from '../../src/ports/metrics.js';
 import { AlreadyExistsError } from '../../src/domain/errors.js';
-import type { SshKeys, SshTarget, TunnelInfo, Tunnels } from '../../src/ports/tunnels.js';
+import type { SshKeys, SshTarget, Tunnels } from '../../src/ports/tunnels.js';
+import type { Forward } from '../../src/domain/instance.js';
 
 /** Small Map-backed fakes of the ports, for unit tests. */
 export class MemoryInstanceStore implements InstanceStore {
@@ -78,13 +79,13 @@ export class StaticKeys implements SshKeys {
 
 /** Tunnels that bind nothing: host port 0 gets the next number from 50000; a taken port is AlreadyExists. */
 export class MemoryTunnels implements Tunnels {
-  readonly open_ = new Map<string, Map<number, TunnelInfo>>();
+  readonly open_ = new Map<string, Map<number, Forward>>();
   private next = 50000;
   busy = new Set<number>();
-  async open(vm: string, _target: SshTarget, hostPort: number, guestPort: number): Promise<TunnelInfo> {
+  async open(vm: string, _target: SshTarget, hostPort: number, guestPort: number): Promise<Forward> {
     const port = hostPort || this.next++;
     if (this.busy.has(port)) throw new AlreadyExistsError(`host port ${port} is busy`);
-    const info = { host_port: port, guest_port: guestPort, pid: process.pid };
+    const info: Forward = { host_port: port, guest_port: guestPort, proto: 'tcp', kind: 'live', pid: process.pid };
     if (!this.open_.has(vm)) this.open_.set(vm, new Map());
     this.open_.get(vm)!.set(port, info);
     return info;
@@ -95,10 +96,23 @@ export class MemoryTunnels implements Tunnels {
   async closeAll(vm: string) {
     this.open_.delete(vm);
   }
-  list(vm: string): TunnelInfo[] {
+  list(vm: string): Forward[] {
     return [...(this.open_.get(vm)?.values() ?? [])];
   }
   async closeEverything() {
     this.open_.clear();
   }
+}
+
+/** Stats histories in memory (the sampler's store). */
+export class MemoryMetricsHistory implements MetricsHistory {
+  readonly points = new Map<string, MetricsPoint[]>();
+  async append(vm: string, point: MetricsPoint): Promise<void> {
+    this.points.set(vm, [...(this.points.get(vm) ?? []), point]);
+  }
+  async read(vm: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries> {
+    const all = (this.points.get(vm) ?? []).filter((p) => opts.since === undefined || p.t_ms > opts.since);
+    return { capacity: 5760, interval_ms: 15_000, points: opts.limit === undefined ? all : all.slice(-opts.limit) };
+  }
+  async close(): Promise<void> {}
 }

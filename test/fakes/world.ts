@@ -4,7 +4,12 @@ import { buildConfig, type Config } from '../../src/app/config.js';
 import { CreateService } from '../../src/app/create-service.js';
 import { ForwardService } from '../../src/app/forward-service.js';
 import { InstanceService } from '../../src/app/instance-service.js';
-import { LifecycleEvents } from '../../src/app/lifecycle-events.js';
+import { LifecycleContribution, LifecycleEvents, type LifecycleEvent } from '../../src/app/lifecycle-events.js';
+import { CrashWatch } from '../../src/app/crash-watch.js';
+import { GuestWarmUp } from '../../src/app/guest-warm-up.js';
+import { CloneSpeedUps } from '../../src/ports/clone-speed-ups.js';
+import { speedUpsOf } from '../../src/adapters/hypervisor/driver.js';
+import type { InstanceRecord } from '../../src/domain/instance.js';
 import { PoolService } from '../../src/app/pool-service.js';
 import { RecoveryService } from '../../src/app/recovery-service.js';
 import { AppConfig } from '../../src/app/tokens.js';
@@ -20,9 +25,9 @@ import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
-import { ActivityLog, InstanceStore } from '../../src/ports/stores.js';
+import { ActivityLog, InstanceStore, MetricsHistory } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
-import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
+import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryMetricsHistory, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
 import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
@@ -47,6 +52,8 @@ export interface World {
   pool: PoolService;
   network: InMemoryGuestNetwork;
   egress: EgressService;
+  /** Hears a lifecycle event, after the daemon's own followers. */
+  listen(event: LifecycleEvent, fn: (rec: InstanceRecord) => void): void;
 }
 
 export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
@@ -55,6 +62,9 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();
   const network = new InMemoryGuestNetwork();
+  const heard: [LifecycleEvent, (rec: InstanceRecord) => void][] = [];
+  const on = (event: LifecycleEvent) => (rec: InstanceRecord) => heard.filter(([e]) => e === event).forEach(([, fn]) => fn(rec));
+  const testFollower: LifecycleContribution = { onUp: on('up'), onDown: on('down'), onRemoved: on('removed'), onClaimed: on('claimed') };
   const container = new Container();
   container.load(new ContainerModule(({ bind }) => {
     bind(AppConfig).toConstantValue(config);
@@ -63,6 +73,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(ControlMetrics).toConstantValue(metrics);
     bind(InstanceStore).toConstantValue(store);
     bind(ActivityLog).toConstantValue(activity);
+    bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
     bind(SshKeys).toConstantValue(new StaticKeys());
     bind(Failpoints).toConstantValue(NO_FAILPOINTS);
     for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
@@ -70,16 +81,21 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
     bind(Tunnels).toConstantValue(tunnels);
     bind(GuestNetwork).toConstantValue(network);
+    bind(CloneSpeedUps).toConstantValue(speedUpsOf(hv) as CloneSpeedUps);
+    bind(LifecycleContribution).toConstantValue(testFollower);
     bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
     bind(AgentInstaller).toConstantValue({ probe: async () => ({ node: true }), install: async () => undefined, restart: async () => undefined });
     bind(AgentArtifact).toConstantValue({ version: async () => 'test', tar: async () => { throw new Error('no artifact in unit tests'); } });
   }), appModule());
   const vms = container.get(Vms);
+  container.get(CrashWatch).start();
+  container.get(GuestWarmUp).start();
   metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   return {
     container, config, hv, store, activity, metrics, tunnels, vms,
     events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(InstanceService),
     creates: container.get(CreateService), recovery: container.get(RecoveryService), forwards: container.get(ForwardService),
     pool: container.get(PoolService), network, egress: container.get(EgressService),
+    listen: (event, fn) => void heard.push([event, fn]),
   };
 }

@@ -166,7 +166,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     it('restores the spare\'s guest, runs it through the warm-up under its own name and pauses it; the clone only continues it', async () => {
       const calls: { port: number; host: string; name: string }[] = [];
       const commands: number[] = [];
-      hv.warmSpares({
+      hv.warmWith({
         firstAnswer: async (ep, name) => void calls.push({ host: ep.host, port: ep.port, name }),
         firstCommand: async (ep) => void commands.push(ep.port),
       });
@@ -192,7 +192,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     for (const step of ['firstAnswer', 'firstCommand'] as const) {
       it(`stops a spare whose warm-up fails (${step}); the next clone starts a QEMU of its own`, async () => {
         const ok = async () => undefined;
-        hv.warmSpares({ firstAnswer: ok, firstCommand: ok, [step]: () => Promise.reject(new Error('no answer')) });
+        hv.warmWith({ firstAnswer: ok, firstCommand: ok, [step]: () => Promise.reject(new Error('no answer')) });
         const c1 = await firstClone();
         await hv.sparesSettled();
         const spare = q.calls()[3];
@@ -209,7 +209,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     it('gives a clone that comes while the spare starts the spare held: no warm-up beside the clone', async () => {
       let warmed = 0;
       const count = async () => void warmed++;
-      hv.warmSpares({ firstAnswer: count, firstCommand: count });
+      hv.warmWith({ firstAnswer: count, firstCommand: count });
       const c1 = await firstClone(); // the spare is starting now
       const c2 = fresh('c2');
       await hv.clone(tpl, c2);
@@ -229,7 +229,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       };
       const [answerBegun, answer, command] = [gate(), gate(), gate()];
       let commandDone = false;
-      hv.warmSpares({
+      hv.warmWith({
         firstAnswer: async () => {
           answerBegun.open();
           await answer.shut;

@@ -7,9 +7,9 @@ import { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import type { CreateRequest, PortForwardRequest, WaitMode } from '../../domain/create-request.js';
+import type { CreateRequest, WaitMode } from '../../domain/create-request.js';
 import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord, VmEvent } from '../../domain/events.js';
-import type { Forward, Instance, Mount } from '../../domain/instance.js';
+import type { Forward, Instance, Mount, PortForward } from '../../domain/instance.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
@@ -40,7 +40,7 @@ export interface SvcClientOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & { forwards?: Partial<PortForwardRequest>[]; mounts?: Mount[] };
+export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & { forwards?: Partial<PortForward>[]; mounts?: Mount[] };
 export interface CreateOptions { wait?: WaitMode | 'true' | '1'; timeout?: string }
 export interface MetricsHistoryResponse { name: string; enabled: boolean; interval_sec: number; capacity: number; points: MetricsPoint[] }
 export interface Message { message: string; name: string }

@@ -6,12 +6,13 @@ import type {
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
-import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, ShellSession, UploadOptions } from '../../ports/guest-agent.js';
+import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 import { ExecChannels } from './exec-channel.js';
 import { rawDownload } from './raw-download.js';
 import { rawUpload } from './raw-upload.js';
 import { tcpConnector, type Connector } from './transport.js';
+import type { Terminal } from '../../ports/terminal.js';
 
 export { REPLY_LIMITS } from './agent-replies.js';
 
@@ -256,7 +257,7 @@ export class HttpGuestAgent implements GuestAgent {
     return this.json(ep, { method: 'POST', path: '/secrets/materialize', body: Buffer.from(JSON.stringify(req)), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
   }
 
-  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<ShellSession> {
+  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal> {
     const p = new URLSearchParams();
     if (opts.cols) p.set('cols', String(opts.cols));
     if (opts.rows) p.set('rows', String(opts.rows));

@@ -4,7 +4,7 @@ import { NotFoundError } from '../../domain/errors.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
 import type { VmRef } from '../../ports/hypervisor.js';
 import { readNdjsonTail } from '../fs-kit/ndjson-log.js';
-import type { NetForward } from '../netd/protocol.js';
+import type { Forward, PortForward } from '../../domain/instance.js';
 import type { NetdClient } from './netd-client.js';
 
 /** A VM's egress log, in its directory (it moves with it). */
@@ -20,10 +20,13 @@ export const NO_EGRESS: EgressPolicy = Object.freeze({ default: 'deny', allow: [
 export class NetdGuestNetwork implements GuestNetwork {
   constructor(private readonly client: NetdClient) {}
 
-  /** Connects the VM's link (QEMU listens on `socket`) and binds its forwards. AlreadyExistsError for a busy host port. */
-  async attach(vm: VmRef, socket: string, forwards: NetForward[], policy: EgressPolicy): Promise<NetForward[]> {
-    const r = await this.client.call<{ forwards: NetForward[] }>({ op: 'attach', attachment: { vm: vm.name, socket, log: egressLog(vm.dir), forwards, policy } });
-    return r.forwards;
+  /**
+   * Connects the VM's link (QEMU listens on `socket`) and binds its forwards; resolves with them as
+   * bound (`boot` forwards carried by svc-netd). AlreadyExistsError for a busy host port.
+   */
+  async attach(vm: VmRef, socket: string, forwards: PortForward[], policy: EgressPolicy): Promise<Forward[]> {
+    const r = await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({ op: 'attach', attachment: { vm: vm.name, socket, log: egressLog(vm.dir), forwards, policy } });
+    return r.forwards.map((f) => ({ ...f, kind: 'boot' }));
   }
 
   /** The VM's network is gone (its process stopped). Idempotent. */
@@ -36,8 +39,8 @@ export class NetdGuestNetwork implements GuestNetwork {
     await this.client.call({ op: 'rename', from, to: to.name, socket, log: egressLog(to.dir) });
   }
 
-  async forward(name: string, forwards: NetForward[]): Promise<NetForward[]> {
-    return (await this.client.call<{ forwards: NetForward[] }>({ op: 'forward', vm: name, forwards })).forwards;
+  async forward(name: string, forwards: PortForward[]): Promise<Forward[]> {
+    return (await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({ op: 'forward', vm: name, forwards })).forwards.map((f) => ({ ...f, kind: 'boot' }));
   }
 
   /** Is the VM's network attached (after a daemon restart: svc-netd kept it)? */

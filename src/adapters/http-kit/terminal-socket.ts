@@ -2,15 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import type { WebSocket, WebSocketServer } from 'ws';
 import { toHttpError } from './error-status.js';
-
-/** A terminal on either end of the shell protocol: a PTY in the agent, an agent session in the daemon. */
-export interface TerminalEnd {
-  write(data: Buffer): void;
-  resize(cols: number, rows: number): void;
-  onData(listener: (data: Buffer) => void): void;
-  onExit(listener: (exitCode: number | null) => void): void;
-  close(): void;
-}
+import type { Terminal } from '../../ports/terminal.js';
 
 /**
  * Joins a WebSocket to a terminal with the shell protocol: binary frames are terminal bytes both
@@ -18,7 +10,7 @@ export interface TerminalEnd {
  * the terminal exits, `{type:"exit",exit_code}` is sent and the socket closes with 1000. Closing
  * the socket closes the terminal.
  */
-export function joinTerminal(ws: WebSocket, t: TerminalEnd): void {
+export function joinTerminal(ws: WebSocket, t: Terminal): void {
   t.onData((d) => {
     if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
   });
@@ -62,7 +54,7 @@ export function isWebSocketUpgrade(req: IncomingMessage): boolean {
  * Completes the upgrade and joins the socket to the terminal. A client that went away while the
  * terminal opened, or a handshake that fails, closes the terminal: it is never left behind.
  */
-export function upgradeToTerminal(wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer, t: TerminalEnd): void {
+export function upgradeToTerminal(wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer, t: Terminal): void {
   let joined = false;
   socket.once('close', () => { if (!joined) t.close(); });
   if (socket.destroyed) return t.close();

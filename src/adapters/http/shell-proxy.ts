@@ -4,9 +4,10 @@ import { WebSocketServer } from 'ws';
 import type { GuestProxy } from '../../app/guest-proxy.js';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
-import type { ShellSession } from '../../ports/guest-agent.js';
+import type {  } from '../../ports/guest-agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
 import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
+import type { Terminal } from '../../ports/terminal.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 
@@ -35,7 +36,7 @@ export class ShellProxy {
     if (!isWebSocketUpgrade(req)) {
       return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
     }
-    let session: ShellSession;
+    let session: Terminal;
     try {
       const name = assertVmName(decodeURIComponent(m[1]));
       const dim = (k: string) => (url.searchParams.has(k) ? Number(url.searchParams.get(k)) : undefined);

@@ -2,6 +2,7 @@ import type { Config } from '../../app/config.js';
 import type { Failpoints } from '../../ports/failpoints.js';
 import type { GuestAgent } from '../../ports/guest-agent.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
+import type { CloneSpeedUps } from '../../ports/clone-speed-ups.js';
 import type { HypervisorAdapter } from '../../ports/hypervisor.js';
 import type { Logger } from '../../ports/logger.js';
 import type { SshProbe } from '../../ports/tunnels.js';
@@ -34,4 +35,10 @@ export function standInsOf(hv: HypervisorAdapter): GuestStandIns | undefined {
 export function networkOf(hv: HypervisorAdapter): GuestNetwork | undefined {
   const offer = (hv as Partial<{ guestNetwork(): GuestNetwork | undefined }>).guestNetwork;
   return typeof offer === 'function' ? offer.call(hv) : undefined;
+}
+
+/** The work an adapter does ahead of clones, when it has any (QEMU's spare QEMUs). */
+export function speedUpsOf(hv: HypervisorAdapter): CloneSpeedUps | undefined {
+  const s = hv as Partial<CloneSpeedUps>;
+  return typeof s.cloneReady === 'function' && typeof s.warmWith === 'function' ? (hv as unknown as CloneSpeedUps) : undefined;
 }

@@ -1,6 +1,7 @@
 import { createSocket, type Socket as DgramSocket } from 'node:dgram';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { HOST_NAME, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
+import type { PortForward } from '../../domain/instance.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
@@ -36,12 +37,6 @@ const SNIFF_MAX = 16 << 10;
 const CONNECT_TIMEOUT_MS = 30_000;
 const inLan = (ip: number) => ((ip & MASK) >>> 0) === LAN.base;
 
-export interface LanForward {
-  host_port: number;
-  guest_port: number;
-  proto: 'tcp' | 'udp';
-}
-
 export interface LanOptions {
   vm: string;
   policy: EgressPolicy;
@@ -70,7 +65,7 @@ interface Conn {
 }
 
 interface UdpForward {
-  spec: LanForward;
+  spec: PortForward;
   server: Server | DgramSocket;
 }
 
@@ -182,8 +177,8 @@ export class GuestLan implements FlowHost, UdpHost {
   }
 
   /** Opens host ports into the guest (host_port 0: one is picked). Resolves with the ports bound. */
-  async addForwards(specs: LanForward[]): Promise<LanForward[]> {
-    const out: LanForward[] = [];
+  async addForwards(specs: PortForward[]): Promise<PortForward[]> {
+    const out: PortForward[] = [];
     try {
       for (const s of specs) out.push(await this.addForward(s));
     } catch (err) {
@@ -193,7 +188,7 @@ export class GuestLan implements FlowHost, UdpHost {
     return out;
   }
 
-  private async addForward(s: LanForward): Promise<LanForward> {
+  private async addForward(s: PortForward): Promise<PortForward> {
     const existing = this.forwards.get(`${s.proto}:${s.host_port}`);
     if (existing && s.host_port) {
       if (existing.spec.guest_port === s.guest_port) return existing.spec;
@@ -230,7 +225,7 @@ export class GuestLan implements FlowHost, UdpHost {
     return true;
   }
 
-  listForwards(): LanForward[] {
+  listForwards(): PortForward[] {
     return [...this.forwards.values()].map((f) => ({ ...f.spec }));
   }
 
@@ -389,7 +384,7 @@ export class GuestLan implements FlowHost, UdpHost {
   }
 
   /** A datagram to a UDP forward's host port: to the guest, from a gateway port that carries the answers back. */
-  private udpInbound(server: DgramSocket, spec: LanForward, msg: Buffer, address: string, port: number): void {
+  private udpInbound(server: DgramSocket, spec: PortForward, msg: Buffer, address: string, port: number): void {
     let gwPort = [...this.udpClients.entries()].find(([, c]) => c.server === server && c.address === address && c.port === port)?.[0];
     if (gwPort === undefined) {
       gwPort = this.allocPort();

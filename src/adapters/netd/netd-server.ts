@@ -1,3 +1,4 @@
+import type { PortForward } from '../../domain/instance.js';
 import { existsSync } from 'node:fs';
 import { readFile, unlink } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
@@ -8,7 +9,7 @@ import { NdjsonLog } from '../fs-kit/ndjson-log.js';
 import { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import type { EgressEntry } from './egress-guard.js';
 import { GuestLan } from './guest-lan.js';
-import { MAX_LINE, NETD_PROTOCOL, type NetAttachment, type NetForward, type NetHello, type NetListed, type NetRequest } from './protocol.js';
+import { MAX_LINE, NETD_PROTOCOL, type NetAttachment, type NetHello, type NetListed, type NetRequest } from './protocol.js';
 
 /** Each VM's egress log is kept under this, plus one older copy. */
 const EGRESS_LOG_MAX = 2 << 20;
@@ -157,7 +158,7 @@ export class NetdServer {
       case 'hello':
         return { protocol: NETD_PROTOCOL, build: this.o.build, pid: process.pid } satisfies NetHello;
       case 'attach':
-        return { forwards: await this.attach({ ...req.attachment, policy: parseEgressPolicy(req.attachment.policy) }) };
+        return { forwards: withPid(await this.attach({ ...req.attachment, policy: parseEgressPolicy(req.attachment.policy) })) };
       case 'detach': {
         const v = this.vms.get(req.vm);
         if (v) {
@@ -191,7 +192,7 @@ export class NetdServer {
         const added = await v.lan.addForwards(req.forwards);
         v.a = { ...v.a, forwards: v.lan.listForwards() };
         await this.save();
-        return { forwards: added };
+        return { forwards: withPid(added) };
       }
       case 'unforward': {
         const v = this.vm(req.vm);
@@ -215,7 +216,7 @@ export class NetdServer {
    * Attaches (or updates) a VM's network: its link connected, its forwards bound (the ones it had
    * and no longer has are closed), its policy set. Resolves with the forwards as bound.
    */
-  private async attach(a: NetAttachment, linkTimeoutMs = 10_000): Promise<NetForward[]> {
+  private async attach(a: NetAttachment, linkTimeoutMs = 10_000): Promise<PortForward[]> {
     let v = this.vms.get(a.vm);
     if (!v) {
       const egress = new NdjsonLog(a.log, EGRESS_LOG_MAX);
@@ -237,7 +238,7 @@ export class NetdServer {
     const vm = v;
     const want = new Set(a.forwards.filter((f) => f.host_port).map((f) => `${f.proto}:${f.host_port}`));
     for (const f of vm.lan.listForwards()) if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.removeForward(f.host_port, f.proto);
-    let bound: NetForward[];
+    let bound: PortForward[];
     try {
       bound = await bindRetrying(() => vm.lan.addForwards(a.forwards));
     } catch (err) {
@@ -271,6 +272,9 @@ export class NetdServer {
     await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
   }
 }
+
+/** Forwards as this process carries them (their `pid` is svc-netd's). */
+const withPid = (forwards: PortForward[]) => forwards.map((f) => ({ ...f, pid: process.pid }));
 
 /** Binds, trying again for a moment while the port is still held (an svc-netd that is exiting). */
 async function bindRetrying<T>(bind: () => Promise<T>): Promise<T> {

@@ -1,4 +1,5 @@
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
+import type { PortForward } from '../../domain/instance.js';
 
 /**
  * svc-netd's control protocol, over its Unix socket: one JSON object a line each way. A request
@@ -7,18 +8,12 @@ import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
  */
 export const NETD_PROTOCOL = 1;
 
-export interface NetForward {
-  host_port: number;
-  guest_port: number;
-  proto: 'tcp' | 'udp';
-}
-
 /** One VM's network as the daemon asks for it; svc-netd keeps these in its state file. */
 export interface NetAttachment {
   vm: string;
   /** QEMU's end of the link (`-netdev stream,server=on`). */
   socket: string;
-  forwards: NetForward[];
+  forwards: PortForward[];
   policy: EgressPolicy;
   /** Where its egress decisions are logged (JSON lines, capped). */
   log: string;
@@ -30,7 +25,7 @@ export type NetRequest =
   | { op: 'detach'; vm: string }
   | { op: 'rename'; from: string; to: string; socket: string; log: string }
   | { op: 'policy'; vm: string; policy: EgressPolicy }
-  | { op: 'forward'; vm: string; forwards: NetForward[] }
+  | { op: 'forward'; vm: string; forwards: PortForward[] }
   | { op: 'unforward'; vm: string; host_port: number; proto: 'tcp' | 'udp' }
   | { op: 'list' }
   /** Save state and exit (a newer build takes over; connections end, the VMs' networks do not). */

@@ -1,10 +1,11 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
-import type { SshTarget, TunnelInfo, Tunnels } from '../../ports/tunnels.js';
+import type { Forward } from '../../domain/instance.js';
+import type { SshTarget, Tunnels } from '../../ports/tunnels.js';
 import type { Ssh2Connections } from './ssh2-connections.js';
 
 interface Tunnel {
-  info: TunnelInfo;
+  info: Forward;
   server: Server;
   sockets: Set<Socket>;
   target: SshTarget;
@@ -20,7 +21,7 @@ export class Ssh2Tunnels implements Tunnels {
 
   constructor(private readonly ssh: Ssh2Connections) {}
 
-  async open(vm: string, target: SshTarget, hostPort: number, guestPort: number): Promise<TunnelInfo> {
+  async open(vm: string, target: SshTarget, hostPort: number, guestPort: number): Promise<Forward> {
     await this.ssh.get(target); // fail early when SSH is not reachable
     const sockets = new Set<Socket>();
     const server = createServer({ allowHalfOpen: true }, (sock) => {
@@ -45,7 +46,7 @@ export class Ssh2Tunnels implements Tunnels {
       server.listen(hostPort, '127.0.0.1', () => resolve());
     });
     const port = (server.address() as { port: number }).port;
-    const info = { host_port: port, guest_port: guestPort, pid: process.pid };
+    const info: Forward = { host_port: port, guest_port: guestPort, proto: 'tcp', kind: 'live', pid: process.pid };
     const per = this.tunnels.get(vm) ?? new Map<number, Tunnel>();
     per.set(port, { info, server, sockets, target });
     this.tunnels.set(vm, per);
@@ -69,7 +70,7 @@ export class Ssh2Tunnels implements Tunnels {
     for (const port of [...(this.tunnels.get(vm)?.keys() ?? [])]) await this.close(vm, port);
   }
 
-  list(vm: string): TunnelInfo[] {
+  list(vm: string): Forward[] {
     return [...(this.tunnels.get(vm)?.values() ?? [])].map((t) => t.info);
   }
 

@@ -29,6 +29,14 @@ describe('app/config', () => {
     expect(() => buildConfig({ auth_token: 't', api_token: 'u' }, {})).to.throw(ConfigError, /given twice/);
   });
 
+  it('takes the default egress policy as a mapping, from the environment too, in its normal form', () => {
+    expect(buildConfig({}, {}).egress).to.deep.equal({ default: 'allow', allow: [], deny: [] });
+    expect(buildConfig({ egress: { default: 'deny', allow: ['PyPI.org', 'host:5432'] } }, {}).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:5432'], deny: [] });
+    expect(buildConfig({}, { SVC_EGRESS_DEFAULT: 'deny', SVC_EGRESS_ALLOW: '*.github.com, 10.0.0.0/8:22' }).egress).to.deep.equal({ default: 'deny', allow: ['*.github.com', '10.0.0.0/8:22'], deny: [] });
+    expect(buildConfig({ guest_dns: ['10.0.0.53', '127.0.0.1:5353', '[::1]:53'] }, {}).guest_dns).to.have.length(3);
+    expect(buildConfig({}, {}).guest_net).to.equal('netd');
+  });
+
   it('lets SVC_<KEY> env override file values', () => {
     const c = buildConfig({ cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
     expect(c.cpus).to.equal(4);
@@ -48,6 +56,11 @@ describe('app/config', () => {
     ['a mount_dirs that is not a list', { mount_dirs: '/srv' }, /config key "mount_dirs": must be a list of non-empty strings/],
     ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
     ['an allowed_origins entry that is not an origin', { allowed_origins: ['evil.example'] }, /config key "allowed_origins": "evil.example" is not an origin/],
+    ['a bad egress rule', { egress: { allow: ['pypi.org', 'a b'] } }, /config key "egress": egress.allow: egress rule "a b" is not a domain/],
+    ['a bad egress default', { egress: { default: 'maybe' } }, /config key "egress.default": must be one of allow\|deny/],
+    ['an unknown egress key', { egress: { alow: [] } }, /config key "egress.alow": unknown key/],
+    ['qemu-user networks outside test mode', { guest_net: 'qemu-user' }, /config key "guest_net": qemu-user .*reaches the host's loopback.*test_mode: true/],
+    ['a guest_dns entry that is not an address', { guest_dns: ['dns.example'] }, /config key "guest_dns": "dns.example" is not an IP address/],
   ];
   for (const [what, raw, re] of bad) {
     it(`refuses ${what}, naming the key`, () => {

@@ -3,6 +3,7 @@ import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../src/domain/errors.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
+import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
   const out: string[] = [];
@@ -12,10 +13,11 @@ async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<strin
 
 describe('app/CreateService', () => {
   it('clones a suspended template from its snapshot with the template\'s size, and leaves the template as it was', async () => {
-    const w = world();
-    // The hint that work ahead of the next clone may start: once the clone answered, for clones only.
+    // The hint that work ahead of the next clone may start (CloneSpeedUps): once the clone answered, for clones only.
     const ready: string[] = [];
-    Object.assign(w.hv, { cloneReady: (vm: VmRef) => void ready.push(`${vm.name}:${w.vms.get(vm.name).status}`) });
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
+    Object.assign(hv, { cloneReady: (vm: VmRef) => void ready.push(`${vm.name}:${w.vms.get(vm.name).status}`), warmWith: () => undefined });
+    const w = world({}, undefined, hv);
     await (await w.creates.create({ name: 'tpl', persistent: true, cpus: 2, memory_mb: 768 }, {})).done;
     await w.svc.suspend('tpl');
     const job = await w.creates.create({ name: 'c1', from: 'tpl' }, {});

@@ -221,7 +221,7 @@ describe('app/InstanceService', () => {
   it('emits lifecycle events for other services', async () => {
     const w = world();
     const seen: string[] = [];
-    for (const e of ['up', 'down', 'removed'] as const) w.events.on(e, (r) => void seen.push(`${e}:${r.name}`));
+    for (const e of ['up', 'down', 'removed'] as const) w.listen(e, (r) => void seen.push(`${e}:${r.name}`));
     await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
     await w.svc.suspend('p');
     await w.svc.restore('p');

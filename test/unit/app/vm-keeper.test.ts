@@ -1,10 +1,10 @@
 import { expect } from 'chai';
-import type { InstanceRecord } from '../../../src/domain/instance.js';
+import { clearRuntime, type InstanceRecord } from '../../../src/domain/instance.js';
 import { world } from '../../fakes/world.js';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
 import type { GuestIdentity } from '../../../src/domain/agent.js';
 import { AgentFailureError, AgentUnavailableError, InvalidArgumentError } from '../../../src/domain/errors.js';
-import type { SpareWarmUp } from '../../../src/ports/hypervisor.js';
+import type { GuestWarmUpCalls } from '../../../src/ports/clone-speed-ups.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 describe('app/VmKeeper', () => {
@@ -25,7 +25,7 @@ describe('app/VmKeeper', () => {
       name: 'r', ssh_port: 1, agent_port: 2, agent_cid: 3, runtime: {} as InstanceRecord['runtime'],
       forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live', pid: 9 }],
     } as InstanceRecord;
-    w.keeper.clearRuntime(rec);
+    clearRuntime(rec);
     expect(rec).to.include({ ssh_port: 0, agent_port: 0, agent_cid: 0 });
     expect(rec.runtime).to.equal(undefined);
     expect(rec.forwards).to.deep.equal([
@@ -38,7 +38,7 @@ describe('app/VmKeeper', () => {
     const w = world();
     await (await w.creates.create({ name: 'c', persistent: true }, {})).done;
     const down: string[] = [];
-    w.events.on('down', (r) => void down.push(r.name));
+    w.listen('down', (r) => void down.push(r.name));
     await w.hv.crash('c', 'killed by SIGKILL');
     await new Promise((r) => setTimeout(r, 20));
     expect(w.vms.get('c')).to.include({ status: 'error', error: 'vm process exited unexpectedly: killed by SIGKILL' });
@@ -69,7 +69,7 @@ describe('app/VmKeeper', () => {
     const w = world();
     await (await w.creates.create({ name: 'p' }, {})).done;
     const removed: string[] = [];
-    w.events.on('removed', (r) => void removed.push(r.name));
+    w.listen('removed', (r) => void removed.push(r.name));
     await w.keeper.purge(w.vms.get('p'));
     expect(w.vms.find('p')).to.equal(undefined);
     expect(w.store.records.has('p')).to.equal(false);
@@ -79,7 +79,10 @@ describe('app/VmKeeper', () => {
 
   it('warms the identity and exec paths of a running guest before a suspend saves it; a paused or silent guest is saved as is', async function () {
     this.timeout(10_000);
-    const w = world();
+    // Only where the driver restores guests ahead of clones (CloneSpeedUps); the fake gets the capability here.
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
+    Object.assign(hv, { cloneReady: () => undefined, warmWith: () => undefined });
+    const w = world({}, undefined, hv);
     const agent = w.container.get<GuestAgent>(GuestAgent);
     const calls: GuestIdentity[] = [];
     const execs: string[] = [];
@@ -121,10 +124,21 @@ describe('app/VmKeeper', () => {
     expect(w.vms.get('w').status).to.equal('suspended');
   });
 
-  it('registers a warm-up for spare QEMUs with the adapter (clone_spares_warm): an identity of the spare\'s own, tried again while unreachable, then an exec of true', async () => {
+  it('does not warm a guest before its save where the driver restores none ahead', async () => {
+    const w = world();
+    const agent = w.container.get<GuestAgent>(GuestAgent);
+    const calls: string[] = [];
+    agent.setIdentity = async () => void calls.push('identity');
+    await (await w.creates.create({ name: 'w', persistent: true }, {})).done;
+    calls.length = 0;
+    await w.svc.suspend('w');
+    expect(calls).to.deep.equal([]);
+  });
+
+  it('offers the warm-up calls to a driver that restores guests ahead of clones: an identity of the guest\'s own, tried again while unreachable, then an exec of true', async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
-    let warm: SpareWarmUp | undefined;
-    Object.assign(hv, { warmSpares: (w: SpareWarmUp | undefined) => void (warm = w) });
+    let warm: GuestWarmUpCalls | undefined;
+    Object.assign(hv, { cloneReady: () => undefined, warmWith: (w: GuestWarmUpCalls | undefined) => void (warm = w) });
     const w = world({}, undefined, hv);
     expect(warm, 'registered').to.not.equal(undefined);
     const agent = w.container.get<GuestAgent>(GuestAgent);
@@ -158,10 +172,5 @@ describe('app/VmKeeper', () => {
     agent.setIdentity = async () => { throw new AgentFailureError('agent answered 500'); };
     expect(await warm!.firstAnswer(ep, 'spare-0a1b2c3d').catch((e: Error) => e.message)).to.match(/500/);
 
-    const off = new InMemoryHypervisor({ bootDelayMs: 5 });
-    let registered: unknown = 'never';
-    Object.assign(off, { warmSpares: (x: SpareWarmUp | undefined) => void (registered = x) });
-    world({ clone_spares_warm: false }, undefined, off);
-    expect(registered, 'clone_spares_warm: false').to.equal(undefined);
   });
 });

@@ -1,7 +1,8 @@
 import { AgentUnavailableError, NotSupportedError } from '../../../domain/errors.js';
 import type { AgentHealth, ExecFrame, ExecResult, FsInfo, GuestStats, Readiness } from '../../../domain/agent.js';
-import type { AgentEndpoint, GuestAgent, ShellSession } from '../../../ports/guest-agent.js';
+import type { AgentEndpoint, GuestAgent } from '../../../ports/guest-agent.js';
 import type { FakeGuests } from './fake-guests.js';
+import type { Terminal } from '../../../ports/terminal.js';
 
 const NO_GUEST = 'the fake hypervisor has no guest to run this in; set fake_agent: true to run a local svc-agent per VM';
 
@@ -66,7 +67,7 @@ export class InMemoryGuestAgent implements GuestAgent {
     this.vm(ep);
   }
 
-  async shell(): Promise<ShellSession> {
+  async shell(): Promise<Terminal> {
     throw new NotSupportedError(NO_GUEST);
   }
 

@@ -1,12 +1,12 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
-import type { Mount } from '../../../domain/instance.js';
+import type { Mount, PortForward } from '../../../domain/instance.js';
 import { checkHostDirs, checkImportFile, sniffImportFile } from '../host-dirs.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
 import type { GuestStandIns } from '../driver.js';
@@ -65,7 +65,7 @@ export interface InMemoryHypervisorOptions {
 }
 
 /** As with real VMs, an explicit host port must be free on loopback (the fake binds nothing itself). */
-async function assertPortsFree(forwards: BootForwardSpec[]): Promise<void> {
+async function assertPortsFree(forwards: PortForward[]): Promise<void> {
   for (const f of forwards) {
     if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
   }
@@ -255,7 +255,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
       agent_port: sidecar?.port ?? this.nextPort++,
       agent_cid: 0,
       pid: sidecar?.pid,
-      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })),
+      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++, kind: 'boot' as const, pid: sidecar?.pid })),
       restored_from_snapshot: fromSnapshot,
       state: toState({ fake: true }),
     };
@@ -320,10 +320,10 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     await vm.sidecar?.relocate?.(to.dir);
   }
 
-  async addForwards(ref: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
+  async addForwards(ref: VmRef, forwards: PortForward[]): Promise<VmHandle> {
     const vm = this.mustRun(ref.name, 'running');
     await assertPortsFree(forwards);
-    vm.handle!.forwards.push(...forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++ })));
+    vm.handle!.forwards.push(...forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++, kind: 'boot' as const, pid: vm.handle!.pid })));
     return copyHandle(vm.handle!);
   }
 

@@ -1,7 +1,8 @@
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { EgressPolicy } from '../../../domain/egress.js';
-import type { BootForwardSpec, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { Forward, PortForward } from '../../../domain/instance.js';
+import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import type { Logger } from '../../../ports/logger.js';
 import { NO_EGRESS, type NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 import { freePort, portFree } from '../free-port.js';
@@ -13,7 +14,7 @@ import type { QmpClient } from './qmp-client.js';
 export interface VmPorts {
   ssh_port: number;
   agent_port: number;
-  forwards: BootForwardSpec[];
+  forwards: Forward[];
 }
 
 const SSH = 22;
@@ -33,8 +34,8 @@ export class NicLinks {
    * (host port 0: picked) and `policy`. Resolves with the ports bound. AlreadyExistsError for a
    * busy host port (the caller stops the QEMU).
    */
-  async up(vm: VmRef, nic: GuestNic, forwards: BootForwardSpec[], policy: EgressPolicy | undefined): Promise<VmPorts> {
-    if (nic.kind === 'qemu-user') return { ssh_port: nic.sshPort, agent_port: nic.agentPort, forwards: nic.forwards.map((f) => ({ ...f })) };
+  async up(vm: VmRef, nic: GuestNic, forwards: PortForward[], policy: EgressPolicy | undefined, qemuPid?: number): Promise<VmPorts> {
+    if (nic.kind === 'qemu-user') return { ssh_port: nic.sshPort, agent_port: nic.agentPort, forwards: nic.forwards.map((f) => ({ ...f, kind: 'boot', pid: qemuPid })) };
     const bound = await this.netd.attach(vm, nic.socket, [{ host_port: 0, guest_port: SSH, proto: 'tcp' }, { host_port: 0, guest_port: AGENT, proto: 'tcp' }, ...forwards], policy ?? NO_EGRESS);
     return { ssh_port: bound[0].host_port, agent_port: bound[1].host_port, forwards: bound.slice(2) };
   }
@@ -64,14 +65,14 @@ export class NicLinks {
   }
 
   /** Adds host forwards to a running VM. AlreadyExistsError for a busy host port. */
-  async forward(vm: VmRef, qmp: QmpClient, forwards: BootForwardSpec[]): Promise<BootForwardSpec[]> {
+  async forward(vm: VmRef, qmp: QmpClient, forwards: PortForward[], qemuPid: number): Promise<Forward[]> {
     if (this.o.net && forwards.length) return this.o.net.forward(vm.name, forwards);
-    const out: BootForwardSpec[] = [];
+    const out: Forward[] = [];
     for (const f of forwards) {
       if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
       const host_port = f.host_port || (await freePort(f.proto));
       await qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
-      out.push({ ...f, host_port });
+      out.push({ ...f, host_port, kind: 'boot', pid: qemuPid });
     }
     return out;
   }

@@ -10,7 +10,7 @@ export const qemuDriver: HypervisorDriver = {
     qemuBinary: config.qemu_binary, accel: config.accel, images: new ImageCatalog(config.images_dir),
     log, vsock: config.agent_transport !== 'tcp', mountDriver: config.mount_driver,
     overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined, logMaxBytes: config.log_max_mb * 1024 * 1024,
-    qemuUser: config.qemu_user, failpoints, spares: config.clone_spares,
+    qemuUser: config.qemu_user, failpoints, spares: config.clone_spares, sparesWarm: config.clone_spares_warm,
     network: config.guest_net === 'netd' ? new NetdGuestNetwork(new NetdClient({ dataDir: config.data_dir, log: log.child({ part: 'netd' }), dns: config.guest_dns })) : undefined,
   }),
 };

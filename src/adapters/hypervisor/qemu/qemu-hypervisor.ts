@@ -5,7 +5,7 @@ import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../d
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
-  BootForwardSpec, ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, SpareWarmUp, VmHandle, VmRef, VmSpec,
+  ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
@@ -13,7 +13,7 @@ import type { ImageCatalog } from './image-catalog.js';
 import { seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
-import type { Mount } from '../../../domain/instance.js';
+import type { Mount, PortForward } from '../../../domain/instance.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';
@@ -30,6 +30,7 @@ import { QemuVmDisks } from './vm-disks.js';
 import { findQemu, qemuState, savedNic } from './qemu-state.js';
 import { NicLinks } from './nic-links.js';
 import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
+import type { CloneSpeedUps, GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
 
 export interface QemuOptions {
   qemuBinary: string;
@@ -49,6 +50,8 @@ export interface QemuOptions {
   failpoints?: Failpoints;
   /** Start a QEMU ahead for the next clone of a template once it was cloned (spare-qemus.ts); default true. */
   spares?: boolean;
+  /** That QEMU restores its guest and runs it through the warm-up calls before it waits; default true. */
+  sparesWarm?: boolean;
   /**
    * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
    * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
@@ -68,7 +71,7 @@ const LOG_CHECK_MS = 10_000;
  * launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
  * again after a restart by qemu-state.ts.
  */
-export class QemuHypervisor implements HypervisorAdapter {
+export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   readonly kind = 'qemu';
   private readonly live = new LiveVms();
   private accel: Promise<Accel> | undefined;
@@ -157,8 +160,8 @@ export class QemuHypervisor implements HypervisorAdapter {
     this.spares.ready(clone.name);
   }
 
-  warmSpares(warm: SpareWarmUp | undefined): void {
-    this.spares.warmWith(warm);
+  warmWith(calls: GuestWarmUpCalls | undefined): void {
+    this.spares.warmWith(this.o.sparesWarm === false ? undefined : calls);
   }
 
   /** A vsock context id for a VM starting now, or 0 when the host has no vhost-vsock. */
@@ -237,7 +240,7 @@ export class QemuHypervisor implements HypervisorAdapter {
       if (saved) await clearSaved(spec.dir);
       let ports;
       try {
-        ports = await this.links.up(spec, nic, spec.forwards, spec.egress);
+        ports = await this.links.up(spec, nic, spec.forwards, spec.egress, pid);
       } catch (err) {
         await this.kill(spec);
         throw err;
@@ -335,10 +338,11 @@ export class QemuHypervisor implements HypervisorAdapter {
     await this.killLeftoverMaker(vm);
     const found = await findQemu(vm, handle, this.o.log);
     if (!found) return null;
-    this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle, dir: vm.dir });
+    const held = { ...handle, pid: found.pid };
+    this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle: held, dir: vm.dir });
     await this.links.reattach(vm, savedNic(vm.dir, handle.state), handle).catch((err: Error) =>
       this.o.log.error({ vm: vm.name, err: err.message }, 'cannot attach the vm network again'));
-    return handle;
+    return held;
   }
 
   async hasSavedState(vm: VmRef): Promise<boolean> {
@@ -357,10 +361,10 @@ export class QemuHypervisor implements HypervisorAdapter {
     if (v?.handle) await this.links.moved(from.name, to, savedNic(to.dir, v.handle.state));
   }
 
-  async addForwards(vm: VmRef, forwards: BootForwardSpec[]): Promise<VmHandle> {
+  async addForwards(vm: VmRef, forwards: PortForward[]): Promise<VmHandle> {
     const v = this.live.running(vm.name);
     if (!v.handle) throw new InvalidStateError(`vm ${vm.name} has no handle to add forwards to`);
-    v.handle.forwards.push(...(await this.links.forward(vm, v.qmp, forwards)));
+    v.handle.forwards.push(...(await this.links.forward(vm, v.qmp, forwards, v.pid)));
     return { ...v.handle, forwards: [...v.handle.forwards] };
   }
 

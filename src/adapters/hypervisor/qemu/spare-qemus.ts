@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { Logger } from '../../../ports/logger.js';
-import type { SpareWarmUp, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
 import { shareInto, type Frozen } from './disk-layers.js';
 import { restoreInputs } from './launch-plan.js';
 import { processTag } from './qemu-args.js';
@@ -132,7 +133,7 @@ export class SpareQemus {
   private readonly refills = new Map<string, () => void>();
 
   /** What a spare's restored guest runs before it waits (`warmWith`); without it spares wait held. */
-  private warm: SpareWarmUp | undefined;
+  private warm: GuestWarmUpCalls | undefined;
 
   constructor(private readonly o: SpareOptions) {}
 
@@ -141,7 +142,7 @@ export class SpareQemus {
    * and first command take, under the spare's own name) and pause it: a clone that takes one then
    * finds QEMU's translated code and the guest's caches warm, and only continues it.
    */
-  warmWith(warm: SpareWarmUp | undefined): void {
+  warmWith(warm: GuestWarmUpCalls | undefined): void {
     this.warm = warm;
   }
 
@@ -306,7 +307,7 @@ export class SpareQemus {
    * paused. Any step that fails (or outlasts WARM_MS) before a clone took it stops the spare, and
    * the next clone starts its own QEMU.
    */
-  private async warmUp(template: string, s: Spare, warm: SpareWarmUp): Promise<void> {
+  private async warmUp(template: string, s: Spare, warm: GuestWarmUpCalls): Promise<void> {
     const t0 = Date.now();
     const ep = { host: '127.0.0.1', port: s.agentPort };
     let answered!: (ok: boolean) => void;

@@ -1,0 +1,76 @@
+import { randomUUID } from 'node:crypto';
+import { inject, injectable } from 'inversify';
+import type { WaitMode } from '../domain/create-request.js';
+import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
+import type { CreatePhase } from '../domain/events.js';
+import type { InstanceRecord } from '../domain/instance.js';
+import { Clock } from '../ports/clock.js';
+import { GuestAgent } from '../ports/guest-agent.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { RemoteShell, SshProbe } from '../ports/tunnels.js';
+import { CrashWatch } from './crash-watch.js';
+import { beforeDeadline } from './deadline.js';
+import { agentEndpoint, waitReady } from './readiness.js';
+
+/**
+ * A booted or restored guest becoming ready: the wait under the create's mode, and the identity a
+ * guest restored from a snapshot needs (its name, clock and, for a clone, machine id).
+ */
+@injectable()
+export class GuestReadiness {
+  constructor(
+    @inject(GuestAgent) private readonly agent: GuestAgent,
+    @inject(SshProbe) private readonly ssh: SshProbe,
+    @inject(RemoteShell) private readonly remote: RemoteShell,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+    @inject(CrashWatch) private readonly crashes: CrashWatch,
+  ) {}
+
+  /** What `wait=auto` means for an image: agent readiness for golden images, SSH otherwise. */
+  static waitFor(mode: WaitMode, image: Pick<ImageInfo, 'agent_ready'>): Exclude<WaitMode, 'auto'> {
+    return mode === 'auto' ? (image.agent_ready ? 'agent' : 'ssh') : mode;
+  }
+
+  /**
+   * Waits for the guest under `mode`, and gives a guest with an agent its `identity` when asked
+   * (`fresh` for a clone or a pool member: a new machine id, and a failure fails the wait; otherwise
+   * a restore of the VM itself, whose failure to set the clock is only logged). A guest `restored`
+   * from a snapshot already runs its agent: the identity is the first agent call, in place of the
+   * health probe; otherwise it follows the wait, within the deadline.
+   */
+  async awaitReady(
+    rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
+    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean; restored: boolean },
+  ): Promise<void> {
+    this.crashes.forget(rec.name);
+    const viaAgent = identity !== undefined && !!image?.agent_ready;
+    const folded = viaAgent && identity.restored && mode !== 'ssh';
+    await waitReady({ agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock }, {
+      record: rec, mode, deadline, phase, died: () => this.crashes.died(rec.name),
+      sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
+      firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
+    });
+    if (viaAgent && !folded) await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh));
+  }
+
+  /**
+   * A guest restored from a snapshot wakes with the clock (and, for a clone, the name) of the moment
+   * it was saved: tell it who it is and what time it is. A clone also gets a fresh machine id.
+   */
+  async setIdentity(rec: InstanceRecord, fresh: boolean): Promise<void> {
+    const t0 = this.clock.now();
+    try {
+      await this.agent.setIdentity(agentEndpoint(rec), {
+        hostname: rec.name, time_ms: this.clock.now(), machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
+        overlay_ip: fresh ? rec.overlay_ip : undefined,
+      });
+      this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');
+    } catch (err) {
+      // Not reached yet: the caller decides whether to try again.
+      if (fresh || err instanceof AgentUnavailableError) throw err;
+      this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'could not reset the guest clock after restore');
+    }
+  }
+}
