@@ -125,7 +125,7 @@ async function bootSeries(dir: string, d: Daemon, image: 'minimal' | 'debian', n
   const sp = stats(claim);
   const sb = stats(burst);
   const r: Record<string, unknown> = {
-    ram_images: process.env.SVC_RAM_IMAGE !== 'off',
+    ram_images: process.env.SVC_QEMU_RAM_IMAGES !== 'false',
     cold: sc, clone: sk, clone_first_ms: clone[0], clone_without_spares: sn, speedup_clone_without_spares: sc.p50 / sn.p50, clone_spaced: ss, speedup_clone_spaced: sc.p50 / ss.p50,
     clone_spaced_held: sh, speedup_clone_spaced_held: sc.p50 / sh.p50, first_exec_warm_spare: fw, first_exec_held_spare: fh,
     spare_memory_mib: { warm: spaced.spareMiB, held: held.spareMiB }, pool_claim: sp, pool_claim_burst: sb, speedup_clone: sc.p50 / sk.p50, speedup_claim: sc.p50 / sp.p50, speedup_claim_burst: sc.p50 / sb.p50,

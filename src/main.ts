@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import { mkdirSync } from 'node:fs';
-import type { Config } from './app/config.js';
+import { ConfigError, type Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestProxy } from './app/guest-proxy.js';
@@ -32,8 +32,7 @@ import { InMemoryGuestNetwork } from './adapters/guest-net/in-memory-guest-netwo
 import { egressRoutes } from './adapters/http/egress-routes.js';
 import { EgressService } from './app/egress-service.js';
 import { GuestNetwork } from './ports/guest-network.js';
-import { fakeDriver } from './adapters/hypervisor/fake/fake-driver.js';
-import { qemuDriver } from './adapters/hypervisor/qemu/qemu-driver.js';
+import { DRIVERS } from './adapters/hypervisor/drivers.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
 import { ShellProxy } from './adapters/http/shell-proxy.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
@@ -122,25 +121,33 @@ function sshModule(o: DaemonOverrides): ContainerModule {
   });
 }
 
-/** The hypervisors the daemon can drive, by the config's `hypervisor`. A third is one more line. */
-const DRIVERS: Record<Config['hypervisor'], HypervisorDriver> = { qemu: qemuDriver, fake: fakeDriver };
-
 /**
- * Binds the hypervisor adapter from config (or the embedder's), each of its capability ports, and
- * the guest-side adapters that fit it: stand-ins where its VMs have no guest, HTTP and SSH otherwise.
+ * The hypervisor: the config's driver module (its ports, its agent transport, its networks), or an
+ * embedder's own adapter with what it offers; then the embedder's other adapters in place of the
+ * driver's.
  */
-function hypervisorModule(config: Config, o: DaemonOverrides): ContainerModule {
-  return new ContainerModule(({ bind }) => {
-    const Adapter = Symbol('HypervisorAdapter');
-    bind(Adapter).toDynamicValue((ctx) => o.hypervisor ?? DRIVERS[config.hypervisor].create(config, ctx.get<Logger>(Logger), ctx.get<Failpoints>(Failpoints))).inSingletonScope();
-    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toDynamicValue((ctx) => ctx.get(Adapter));
-    bind(GuestAgent).toDynamicValue((ctx) =>
-      o.guestAgent ?? standInsOf(ctx.get(Adapter))?.guestAgent ?? new HttpGuestAgent(pickConnector(config.agent_transport))).inSingletonScope();
-    bind(SshProbe).toDynamicValue((ctx) => o.sshProbe ?? standInsOf(ctx.get(Adapter))?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
-    bind(GuestNetwork).toDynamicValue((ctx) => o.guestNetwork ?? networkOf(ctx.get(Adapter)) ?? new InMemoryGuestNetwork()).inSingletonScope();
-    // Optional: undefined where the adapter does no work ahead of clones.
-    bind(CloneSpeedUps).toDynamicValue((ctx) => speedUpsOf(ctx.get(Adapter)) as CloneSpeedUps).inSingletonScope();
-  });
+function hypervisorModules(config: Config, o: DaemonOverrides): ContainerModule[] {
+  const driver = o.hypervisor ? embedded(o.hypervisor, config) : DRIVERS[config.hypervisor];
+  if (!driver) throw new ConfigError(`config key "hypervisor": no driver ${JSON.stringify(config.hypervisor)} (have: ${Object.keys(DRIVERS).join(', ')})`);
+  return [driver.module(config), new ContainerModule(({ rebind }) => {
+    if (o.guestAgent) rebind(GuestAgent).toConstantValue(o.guestAgent);
+    if (o.sshProbe) rebind(SshProbe).toConstantValue(o.sshProbe);
+    if (o.guestNetwork) rebind(GuestNetwork).toConstantValue(o.guestNetwork);
+  })];
+}
+
+/** A driver for an adapter an embedder hands in: its ports, and its stand-ins, networks and speed-ups when it offers them. */
+function embedded(hv: HypervisorAdapter, config: Config): Pick<HypervisorDriver, 'module'> {
+  return {
+    module: () => new ContainerModule(({ bind }) => {
+      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
+      bind(GuestAgent).toDynamicValue(() => standInsOf(hv)?.guestAgent ?? new HttpGuestAgent(pickConnector('auto'), { splice: config.splice })).inSingletonScope();
+      bind(SshProbe).toDynamicValue(() => standInsOf(hv)?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
+      bind(GuestNetwork).toConstantValue(networkOf(hv) ?? new InMemoryGuestNetwork());
+      const speedUps = speedUpsOf(hv);
+      if (speedUps) bind(CloneSpeedUps).toConstantValue(speedUps);
+    }),
+  };
 }
 
 /** The use cases; every port they need is bound by the other modules (or a test's fakes). */
@@ -174,7 +181,7 @@ export function appModule(): ContainerModule {
 export function buildContainer(config: Config, overrides: DaemonOverrides = {}): { container: Container; metrics: PromControlMetrics } {
   const metrics = new PromControlMetrics();
   const container = new Container();
-  container.load(coreModule(config, overrides, metrics), storeModule(), sshModule(overrides), hypervisorModule(config, overrides), appModule());
+  container.load(coreModule(config, overrides, metrics), storeModule(), sshModule(overrides), ...hypervisorModules(config, overrides), appModule());
   return { container, metrics };
 }
 

@@ -22,7 +22,8 @@ export interface Config {
   mount_dirs: string[];
   /** Host folders POST /images may import files from (`oci-archive:`, `docker-archive:`, `disk:`); default none. */
   import_dirs: string[];
-  hypervisor: 'qemu' | 'fake';
+  /** The hypervisor driver (docs/architecture.md, "Drivers"); its own keys are in `sections`. */
+  hypervisor: string;
   ready_timeout_ms: number;
   create_buffer_ms: number;
   shutdown_timeout_ms: number;
@@ -40,36 +41,20 @@ export interface Config {
   sandbox_metrics_interval_ms: number;
   sandbox_metrics_points: number;
   log_level: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-  agent_transport: 'auto' | 'tcp' | 'vsock';
-  qemu_binary: string;
-  /** When the daemon runs as root, QEMU drops to this user (`-runas`) once its files are open; '' keeps root. */
-  qemu_user: string;
-  accel: 'auto' | 'kvm' | 'tcg';
-  /** Keep one QEMU started ahead (restore held) for the next clone of each recently cloned template. */
-  clone_spares: boolean;
-  /** That QEMU restores its guest, runs it through a clone's first calls and waits paused (VmDisks.warmSpares). */
-  clone_spares_warm: boolean;
-  mount_driver: '9p' | 'virtiofs';
   network: 'user' | 'overlay';
-  /**
-   * The other end of a QEMU guest's NIC: `netd` (svc-netd: the egress policy, the host's loopback
-   * closed) or `qemu-user` (QEMU's own user-mode network: no policy, 10.0.2.2 is the host's
-   * loopback; test_mode only, for benchmarks that compare the two).
-   */
-  guest_net: 'netd' | 'qemu-user';
   /** The egress policy of VMs whose create gives none (docs/network.md). */
   egress: EgressPolicy;
   /** Resolvers guests' allowed DNS queries go to (HOST or HOST:PORT); empty: the host's /etc/resolv.conf. */
   guest_dns: string[];
+  /** Large copies through the daemon: `auto` (the svc-splice helper built beside it), `off`, or another helper's path. */
+  splice: string;
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
   overlay_mcast: string;
-  fake_boot_delay_ms: number;
   /** Each VM log (serial, QEMU, virtiofsd) is capped at this, plus one older copy. */
   log_max_mb: number;
   /** `data_dir/logs` (logs kept from deleted VMs) is pruned, oldest first, to this. */
   logs_dir_max_mb: number;
-  fake_agent: boolean;
-  /** Allows what only tests may do (fake_agent runs guests' commands on this host). */
+  /** Allows what only tests may do (the fake hypervisor's local agents run guests' commands on this host). */
   test_mode: boolean;
   /** MCP at /mcp (and the defaults of `svc mcp`): read-only tools only, allowed images, a cap on VMs made through it. */
   mcp_read_only: boolean;
@@ -82,11 +67,31 @@ export interface Config {
    * once claims have stopped coming for `refill_delay` (milliseconds).
    */
   warm_pool: { template: string; size: number; running: boolean; refill_delay: number };
+  /** Each driver's own section (`qemu: {...}`, `fake: {...}`), parsed by the spec the driver gave (ConfigSection). */
+  sections: Record<string, Record<string, unknown>>;
+}
+
+/**
+ * A driver's config section: its keys with their kinds and defaults, read from its mapping in the
+ * file (`qemu: {binary: ...}`), `SVC_<SECTION>_<KEY>` in the environment, or an old flat key
+ * (`qemu_binary`, still read) that stands for one of them.
+ */
+export interface ConfigSection {
+  /** The mapping's key in the file, and the SVC_ prefix of its keys in the environment. */
+  name: string;
+  /** The `hypervisor` value whose section this is. */
+  driver: string;
+  keys: Record<string, [ConfigKind, unknown]>;
+  /** Old top-level keys, and the key of this section each stands for. */
+  aliases?: Record<string, string>;
+  /** Checks across keys, with the rest of the config; throws ConfigError naming the key. */
+  check?(section: Record<string, unknown>, config: Config): void;
 }
 
 export class ConfigError extends Error {}
 
-type Kind = 'string' | 'bool' | 'int' | 'duration' | 'list' | { oneOf: readonly string[] };
+export type ConfigKind = 'string' | 'bool' | 'int' | 'duration' | 'list' | { oneOf: readonly string[] };
+type Kind = ConfigKind;
 
 /** Key in the file -> [field in Config, kind, default]. Durations are given as text and kept in ms. */
 const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
@@ -101,7 +106,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   ui_session: ['ui_session_ms', 'duration', '12h'],
   mount_dirs: ['mount_dirs', 'list', ['~']],
   import_dirs: ['import_dirs', 'list', []],
-  hypervisor: ['hypervisor', { oneOf: ['qemu', 'fake'] }, 'qemu'],
+  hypervisor: ['hypervisor', 'string', 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
   create_buffer: ['create_buffer_ms', 'duration', '60s'],
   shutdown_timeout: ['shutdown_timeout_ms', 'duration', '30s'],
@@ -118,24 +123,15 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
   sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],
   log_level: ['log_level', { oneOf: ['debug', 'info', 'warn', 'error', 'silent'] }, 'info'],
-  agent_transport: ['agent_transport', { oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
-  qemu_binary: ['qemu_binary', 'string', 'qemu-system-x86_64'],
-  qemu_user: ['qemu_user', 'string', 'nobody'],
-  accel: ['accel', { oneOf: ['auto', 'kvm', 'tcg'] }, 'auto'],
-  clone_spares: ['clone_spares', 'bool', true],
-  clone_spares_warm: ['clone_spares_warm', 'bool', true],
-  mount_driver: ['mount_driver', { oneOf: ['9p', 'virtiofs'] }, '9p'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
-  guest_net: ['guest_net', { oneOf: ['netd', 'qemu-user'] }, 'netd'],
   guest_dns: ['guest_dns', 'list', []],
+  splice: ['splice', 'string', 'auto'],
   'egress.default': ['egress' as keyof Config, { oneOf: ['allow', 'deny'] }, 'allow'],
   'egress.allow': ['egress' as keyof Config, 'list', []],
   'egress.deny': ['egress' as keyof Config, 'list', []],
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],
   log_max_mb: ['log_max_mb', 'int', 16],
   logs_dir_max_mb: ['logs_dir_max_mb', 'int', 256],
-  fake_boot_delay: ['fake_boot_delay_ms', 'duration', '50ms'],
-  fake_agent: ['fake_agent', 'bool', false],
   test_mode: ['test_mode', 'bool', false],
   mcp_read_only: ['mcp_read_only', 'bool', false],
   mcp_images: ['mcp_images', 'list', []],
@@ -198,16 +194,47 @@ export function parseApiAddress(api: string): { host: string; port: number } {
   return { host: m[1].replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
+/** Reads a driver's section: its mapping, `SVC_<SECTION>_<KEY>`, its old flat keys (taken out of `rest`). */
+function readSection(spec: ConfigSection, raw: Record<string, unknown>, rest: Record<string, unknown>, env: NodeJS.ProcessEnv): Record<string, unknown> {
+  const given = raw[spec.name] ?? {};
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw new ConfigError(`config key "${spec.name}": must be a mapping of its keys (${Object.keys(spec.keys).join(', ')})`);
+  const values: Record<string, unknown> = { ...(given as Record<string, unknown>) };
+  for (const k of Object.keys(values)) {
+    if (!(k in spec.keys)) throw new ConfigError(`config key "${spec.name}.${k}": unknown key (known: ${Object.keys(spec.keys).join(', ')})`);
+  }
+  for (const [old, key] of Object.entries(spec.aliases ?? {})) {
+    if (!(old in rest)) continue;
+    if (key in values) throw new ConfigError(`config key "${old}": given twice (it is ${spec.name}.${key})`);
+    values[key] = rest[old];
+    delete rest[old];
+  }
+  const out: Record<string, unknown> = {};
+  for (const [key, [kind, def]] of Object.entries(spec.keys)) {
+    const alias = Object.entries(spec.aliases ?? {}).find(([, k]) => k === key)?.[0];
+    const envKey = [`SVC_${spec.name}_${key}`.toUpperCase(), ...(alias ? [`SVC_${alias.toUpperCase()}`] : [])].find((k) => env[k] !== undefined);
+    if (envKey) out[key] = coerce(envKey, kind, env[envKey], true);
+    else out[key] = coerce(`${spec.name}.${key}`, kind, key in values ? values[key] : def, false);
+  }
+  return out;
+}
+
 /**
  * Builds the config from a parsed YAML object and the environment (`SVC_<KEY>` overrides any key,
- * for example SVC_DATA_DIR, SVC_API_TOKEN). Throws ConfigError naming the bad key.
+ * for example SVC_DATA_DIR, SVC_API_TOKEN), with the drivers' own sections (`sections`: each
+ * driver's keys, docs/config.md). Throws ConfigError naming the bad key.
  */
-export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, home = homedir()): Config {
+export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, home = homedir(), sections: readonly ConfigSection[] = []): Config {
   if (raw === null || raw === undefined) raw = {};
   if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('config file must be a YAML mapping');
+  const rest = { ...(raw as Record<string, unknown>) };
+  const parsedSections: Record<string, Record<string, unknown>> = {};
+  for (const spec of sections) {
+    parsedSections[spec.name] = readSection(spec, rest, rest, env);
+    delete rest[spec.name];
+  }
   const given: Record<string, unknown> = {};
   const flat: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+  for (const [k, v] of Object.entries(rest)) {
     // Nested mappings (warm_pool: {template, size}, egress: {default, allow}) become dotted keys.
     if (NESTED.includes(k) && v !== null && typeof v === 'object' && !Array.isArray(v)) {
       for (const [k2, v2] of Object.entries(v)) flat[`${k}.${k2}`] = v2;
@@ -233,6 +260,10 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
     } else out[field] = value;
   }
   const cfg = out as unknown as Config;
+  cfg.sections = parsedSections;
+  if (sections.length && !sections.some((s) => s.driver === cfg.hypervisor)) {
+    throw new ConfigError(`config key "hypervisor": must be one of ${[...new Set(sections.map((s) => s.driver))].join('|')}, got ${JSON.stringify(cfg.hypervisor)}`);
+  }
   cfg.data_dir = cfg.data_dir ? resolve(cfg.data_dir.replace(/^~(?=\/|$)/, home)) : join(home, '.svc');
   cfg.images_dir = cfg.images_dir ? resolve(cfg.images_dir.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'images');
   cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
@@ -255,9 +286,6 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   if (!/^2(2[4-9]|3\d)\.\d{1,3}\.\d{1,3}\.\d{1,3}:\d{1,5}$/.test(cfg.overlay_mcast)) {
     throw new ConfigError(`config key "overlay_mcast": must be a multicast GROUP:PORT (224.0.0.0-239.255.255.255), got ${JSON.stringify(cfg.overlay_mcast)}`);
   }
-  if (cfg.fake_agent && !(cfg.test_mode && cfg.hypervisor === 'fake')) {
-    throw new ConfigError('config key "fake_agent": runs every guest command on this host as the daemon\'s user, with no isolation; it is for tests only and needs hypervisor: fake and test_mode: true');
-  }
   if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
   if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');
   if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
@@ -269,8 +297,7 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   for (const r of cfg.guest_dns) {
     if (!/^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|[0-9a-fA-F:]+|\[[0-9a-fA-F:]+\](:\d{1,5})?)$/.test(r)) throw new ConfigError(`config key "guest_dns": ${JSON.stringify(r)} is not an IP address with an optional :PORT`);
   }
-  if (cfg.guest_net === 'qemu-user' && !cfg.test_mode) {
-    throw new ConfigError('config key "guest_net": qemu-user gives guests QEMU\'s own network, which reaches the host\'s loopback (the daemon\'s API, other VMs\' agents) and has no egress policy; it is for tests only and needs test_mode: true');
-  }
+  if (!['auto', 'off'].includes(cfg.splice) && !isAbsolute(cfg.splice)) throw new ConfigError(`config key "splice": auto, off, or the absolute path of a helper, got ${JSON.stringify(cfg.splice)}`);
+  for (const spec of sections) spec.check?.(cfg.sections[spec.name], cfg);
   return cfg;
 }

@@ -61,8 +61,8 @@ export interface GuestAgent {
 }
 
 /**
- * A download's body may offer to move its remaining bytes to the client's connection itself (the
- * QEMU path does it with splice(2), inside the kernel). Whoever answers the client sends the
+ * A download's body may offer to move its remaining bytes to the client's connection itself (an
+ * adapter that can copy socket to socket without passing the bytes through its process). Whoever answers the client sends the
  * answer's head, then calls it with the connection: `true` when every byte went (end the answer
  * without a body), `false` when it declined and nothing was taken (pipe the body as usual); a
  * rejection means the copy broke off part way and the connection must be dropped.

@@ -1,5 +1,5 @@
 import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
-import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { hypervisorContract } from '../contract/hypervisor-contract.js';

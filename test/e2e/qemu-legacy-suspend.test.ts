@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
-import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { alive, layout } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { QmpClient } from '../../src/adapters/hypervisor/qemu/qmp-client.js';

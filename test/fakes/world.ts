@@ -9,6 +9,7 @@ import { CrashWatch } from '../../src/app/crash-watch.js';
 import { GuestWarmUp } from '../../src/app/guest-warm-up.js';
 import { CloneSpeedUps } from '../../src/ports/clone-speed-ups.js';
 import { speedUpsOf } from '../../src/adapters/hypervisor/driver.js';
+import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
 import type { InstanceRecord } from '../../src/domain/instance.js';
 import { PoolService } from '../../src/app/pool-service.js';
 import { RecoveryService } from '../../src/app/recovery-service.js';
@@ -57,7 +58,7 @@ export interface World {
 }
 
 export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
-  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {});
+  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {}, undefined, DRIVER_SECTIONS);
   const activity = new MemoryActivityLog();
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();

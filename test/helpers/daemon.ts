@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, type Config } from '../../src/app/config.js';
+import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
 import type { EgressEvent } from '../../src/domain/egress.js';
 import { startDaemon, type DaemonOverrides, type RunningDaemon } from '../../src/main.js';
 import { call, type Reply, type Target } from './http.js';
@@ -42,7 +43,7 @@ export async function startTestDaemon(raw: Record<string, unknown> = {}, overrid
   const config = buildConfig({
     data_dir: join(dir, 'data'), api: '127.0.0.1:0', hypervisor: 'fake', api_token: 'test-token', log_level: 'silent', test_mode: true,
     fake_boot_delay: '10ms', ...raw,
-  }, {});
+  }, {}, undefined, DRIVER_SECTIONS);
   let daemon = await startDaemon(config, overrides);
   const td: TestDaemon = {
     daemon, config, dir,

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
 import { buildConfig } from '../../src/app/config.js';
 import { startDaemon } from '../../src/main.js';
 import type { Failpoint } from '../../src/ports/failpoints.js';
@@ -118,7 +119,7 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
       expect(await child.exited, child.stderr()).to.equal('SIGKILL');
       expect(child.stderr()).to.contain(`failpoint ${m.point}`);
 
-      const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
+      const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
       try {
         const vms = (await call(t, 'GET', '/vms')).json as { name: string; status: string }[];
         for (const v of vms) expect(['running', 'paused', 'stopped', 'suspended', 'error'], `${v.name} after ${m.point}`).to.include(v.status);

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { readSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
@@ -76,16 +76,14 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     await hv.kill(spec);
   });
 
-  it('keeps streams with SVC_RAM_IMAGE=off', async () => {
+  it('keeps streams with qemu.ram_images: false', async () => {
+    const streams = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p', ramImages: false });
     const spec = q.vm('o');
-    await hv.launch(spec);
-    const before = process.env.SVC_RAM_IMAGE;
-    process.env.SVC_RAM_IMAGE = 'off';
+    await streams.launch(spec);
     try {
-      expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
+      expect(await streams.suspend(spec)).to.deep.equal({ snapshot: true });
     } finally {
-      if (before === undefined) delete process.env.SVC_RAM_IMAGE;
-      else process.env.SVC_RAM_IMAGE = before;
+      await streams.release();
     }
     expect(savedFiles(spec.dir)).to.deep.equal(['state.mig']);
     expect(q.calls()).to.have.length(1);

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/hypervisor/qemu/image-catalog.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import type { VmSpec } from '../../src/ports/hypervisor.js';

@@ -3,6 +3,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { buildConfig, ConfigError, type Config } from '../../app/config.js';
+import { DRIVER_SECTIONS } from '../hypervisor/drivers.js';
 
 /** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */
 export function configPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, home = homedir()): string | undefined {
@@ -28,5 +29,5 @@ export function loadConfig(flag?: string, env: NodeJS.ProcessEnv = process.env):
       throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
     }
   }
-  return buildConfig(raw, env);
+  return buildConfig(raw, env, homedir(), DRIVER_SECTIONS);
 }

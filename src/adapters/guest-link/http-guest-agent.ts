@@ -11,6 +11,7 @@ import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js
 import { ExecChannels } from './exec-channel.js';
 import { rawDownload } from './raw-download.js';
 import { rawUpload } from './raw-upload.js';
+import { spliceHelper } from '../process-kit/splice.js';
 import { tcpConnector, type Connector } from './transport.js';
 import type { Terminal } from '../../ports/terminal.js';
 
@@ -58,8 +59,12 @@ export class HttpGuestAgent implements GuestAgent {
   private readonly agents = new Map<string, Agent>();
   private readonly channels: ExecChannels;
 
-  constructor(private readonly connector: Connector = tcpConnector) {
+  private readonly helper: string | null;
+
+  /** `splice`: the config's `splice` (large copies moved socket to socket by the svc-splice helper). */
+  constructor(private readonly connector: Connector = tcpConnector, o: { splice?: string } = {}) {
     this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS);
+    this.helper = spliceHelper(o.splice);
   }
 
   private agentFor(ep: AgentEndpoint): Agent {
@@ -227,14 +232,14 @@ export class HttpGuestAgent implements GuestAgent {
     if (o.gid !== undefined) p.set('gid', String(o.gid));
     const contentType = o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream';
     // A large body of known length goes from the client's socket to the agent's in the kernel (raw-upload.ts).
-    if (o.size !== undefined && await rawUpload(this.connector, ep, { path: `/cp?${p}`, contentType, size: o.size, connectTimeoutMs: CONNECT_TIMEOUT_MS }, body)) return;
+    if (o.size !== undefined && await rawUpload(this.connector, ep, { path: `/cp?${p}`, contentType, size: o.size, connectTimeoutMs: CONNECT_TIMEOUT_MS, helper: this.helper }, body)) return;
     await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType });
   }
 
   async download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {
     // A single file's bytes skip the HTTP client (raw-download.ts); a tar's length is not known ahead.
     if (mode === 'binary') {
-      const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`);
+      const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`, this.helper);
       return { contentType: 'application/octet-stream', ...raw };
     }
     const { res } = await this.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });

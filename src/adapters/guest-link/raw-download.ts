@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import { Readable } from 'node:stream';
 import { AgentFailureError } from '../../domain/errors.js';
 import { SEND_RAW, type AgentEndpoint, type RawSendable } from '../../ports/guest-agent.js';
-import { canStopReads, readBuffered, socketFd, splice, SPLICE_MIN_BYTES, spliceHelper, stopReads, type SpliceRun } from '../process-kit/splice.js';
+import { canStopReads, readBuffered, socketFd, splice, SPLICE_MIN_BYTES, stopReads, type SpliceRun } from '../process-kit/splice.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 
 /** An answer's status line and headers must fit in this (a guest could send a head without end). */
@@ -29,14 +29,14 @@ export interface Head { status: number; headers: Map<string, string>; rest: Buff
  * daemon as much CPU as the copy itself; this is the hop's whole cost (docs/benchmarks.md).
  * Errors map like every other agent answer (a known caller-side code passes through, else 502).
  */
-export async function rawDownload(socket: Duplex, ep: AgentEndpoint, path: string): Promise<{ body: Readable; size: number }> {
+export async function rawDownload(socket: Duplex, ep: AgentEndpoint, path: string, helper: string | null): Promise<{ body: Readable; size: number }> {
   socket.write(`GET ${path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nConnection: close\r\n\r\n`);
   const head = await readHead(socket, ep);
   if (head.status !== 200) throw fromStatus(head.status, await readError(socket, head));
   if (head.headers.has('transfer-encoding')) return fail(socket, `guest agent at ${where(ep)} answered a download without its length`);
   const len = head.headers.get('content-length');
   if (len === undefined || !/^\d{1,15}$/.test(len)) return fail(socket, `guest agent at ${where(ep)} answered a download without a valid length`);
-  return { body: new BoundedBody(socket, head.rest, Number(len), ep), size: Number(len) };
+  return { body: new BoundedBody(socket, head.rest, Number(len), ep, helper), size: Number(len) };
 }
 
 function fail(socket: Duplex, message: string): never {
@@ -144,7 +144,7 @@ class BoundedBody extends Readable implements RawSendable {
   private run?: SpliceRun;
   private readonly onData = (c: Buffer) => this.accept(c);
 
-  constructor(private readonly socket: Duplex, first: Buffer, length: number, private readonly ep: AgentEndpoint) {
+  constructor(private readonly socket: Duplex, first: Buffer, length: number, private readonly ep: AgentEndpoint, private readonly helper: string | null) {
     super({ highWaterMark: 256 * 1024 });
     this.left = length;
     socket.on('data', this.onData);
@@ -194,7 +194,7 @@ class BoundedBody extends Readable implements RawSendable {
    * helper never reads past the declared length.
    */
   async [SEND_RAW](connection: Duplex): Promise<boolean> {
-    const helper = spliceHelper();
+    const helper = this.helper;
     if (!helper || this.left < SPLICE_MIN_BYTES || this.destroyed || this.handedOff || !canStopReads(this.socket) || socketFd(connection) === undefined) return false;
     this.handedOff = true;
     clearTimeout(this.pacing);

@@ -2,7 +2,7 @@ import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import { AgentFailureError, InvalidArgumentError } from '../../domain/errors.js';
 import { TAKE_RAW, type AgentEndpoint, type RawTakeable } from '../../ports/guest-agent.js';
-import { socketFd, splice, SpliceError, SPLICE_MIN_BYTES, spliceHelper } from '../process-kit/splice.js';
+import { socketFd, splice, SpliceError, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
 import { fromStatus, unavailable, where } from './agent-replies.js';
 import type { Connector } from './transport.js';
 import { readError, readHead, writeOut, type Head } from './raw-download.js';
@@ -18,9 +18,9 @@ const EARLY_ANSWER_MS = 2000;
  * nothing was taken, and the caller sends the body through Node as before.
  */
 export async function rawUpload(
-  connector: Connector, ep: AgentEndpoint, o: { path: string; contentType: string; size: number; connectTimeoutMs: number }, body: Readable,
+  connector: Connector, ep: AgentEndpoint, o: { path: string; contentType: string; size: number; connectTimeoutMs: number; helper: string | null }, body: Readable,
 ): Promise<boolean> {
-  const helper = spliceHelper();
+  const helper = o.helper;
   const offer = (body as Partial<RawTakeable>)[TAKE_RAW];
   if (!helper || o.size < SPLICE_MIN_BYTES || typeof offer !== 'function') return false;
   const socket = connector(ep);

@@ -17,23 +17,14 @@ import { childEnv } from './child-env.js';
 export const SPLICE_MIN_BYTES = 4 * 1024 * 1024;
 const DEFAULT_HELPER = fileURLToPath(new URL('../../../native/svc-splice', import.meta.url));
 
-let found: string | null | undefined;
-
 /**
- * The helper's path, or null when there is none (not built, not Linux, or SVC_SPLICE=off).
- * SVC_SPLICE may also name another helper; looked up once.
+ * The helper's path for a `splice` setting (config `splice`): `auto` is the one built beside the
+ * daemon, `off` none, anything else the path of another build. Null when there is none (not
+ * built, not Linux, `off`, a path that is not an executable).
  */
-export function spliceHelper(): string | null {
-  if (found !== undefined) return found;
-  const setting = process.env.SVC_SPLICE;
-  const path = setting && setting !== 'off' ? setting : DEFAULT_HELPER;
-  found = setting === 'off' || process.platform !== 'linux' || !executable(path) ? null : path;
-  return found;
-}
-
-/** Forgets the looked-up helper (tests). */
-export function resetSpliceHelper(): void {
-  found = undefined;
+export function spliceHelper(setting = 'auto'): string | null {
+  const path = setting === 'auto' ? DEFAULT_HELPER : setting;
+  return setting === 'off' || process.platform !== 'linux' || !executable(path) ? null : path;
 }
 
 function executable(path: string): boolean {

@@ -4,10 +4,13 @@ import { join } from 'node:path';
 import { ConfigError, buildConfig } from '../../../src/app/config.js';
 import { configPath, loadConfig } from '../../../src/adapters/config/yaml-config-file.js';
 import { tempDir } from '../../helpers/daemon.js';
+import { DRIVER_SECTIONS } from '../../../src/adapters/hypervisor/drivers.js';
+
+const build = (raw: unknown, env: NodeJS.ProcessEnv = {}, home?: string) => buildConfig(raw, env, home, DRIVER_SECTIONS);
 
 describe('app/config', () => {
   it('applies the documented defaults', () => {
-    const c = buildConfig({}, {}, '/home/u');
+    const c = build({}, {}, '/home/u');
     expect(c.data_dir).to.equal('/home/u/.svc');
     expect(c.socket).to.equal('/home/u/.svc/svc.sock');
     expect(c.api).to.equal('127.0.0.1:7474');
@@ -20,38 +23,46 @@ describe('app/config', () => {
     expect(c.sandbox_metrics_points).to.equal(5760);
     expect(c.max_vms).to.equal(0);
     expect(c.warm_pool).to.deep.equal({ template: '', size: 0, running: false, refill_delay: 2000 });
-    expect(buildConfig({ warm_pool: { template: 't', size: 1, refill_delay: '250ms' } }, {}).warm_pool.refill_delay).to.equal(250);
-    expect(buildConfig({}, { SVC_WARM_POOL_REFILL_DELAY: '0s' }).warm_pool.refill_delay).to.equal(0);
+    expect(build({ warm_pool: { template: 't', size: 1, refill_delay: '250ms' } }, {}).warm_pool.refill_delay).to.equal(250);
+    expect(build({}, { SVC_WARM_POOL_REFILL_DELAY: '0s' }).warm_pool.refill_delay).to.equal(0);
   });
 
   it('takes auth_token as an alias of api_token, but not both', () => {
-    expect(buildConfig({ auth_token: 't' }, {}).api_token).to.equal('t');
-    expect(() => buildConfig({ auth_token: 't', api_token: 'u' }, {})).to.throw(ConfigError, /given twice/);
+    expect(build({ auth_token: 't' }, {}).api_token).to.equal('t');
+    expect(() => build({ auth_token: 't', api_token: 'u' }, {})).to.throw(ConfigError, /given twice/);
   });
 
   it('takes the default egress policy as a mapping, from the environment too, in its normal form', () => {
-    expect(buildConfig({}, {}).egress).to.deep.equal({ default: 'allow', allow: [], deny: [] });
-    expect(buildConfig({ egress: { default: 'deny', allow: ['PyPI.org', 'host:5432'] } }, {}).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:5432'], deny: [] });
-    expect(buildConfig({}, { SVC_EGRESS_DEFAULT: 'deny', SVC_EGRESS_ALLOW: '*.github.com, 10.0.0.0/8:22' }).egress).to.deep.equal({ default: 'deny', allow: ['*.github.com', '10.0.0.0/8:22'], deny: [] });
-    expect(buildConfig({ guest_dns: ['10.0.0.53', '127.0.0.1:5353', '[::1]:53'] }, {}).guest_dns).to.have.length(3);
-    expect(buildConfig({}, {}).guest_net).to.equal('netd');
+    expect(build({}, {}).egress).to.deep.equal({ default: 'allow', allow: [], deny: [] });
+    expect(build({ egress: { default: 'deny', allow: ['PyPI.org', 'host:5432'] } }, {}).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:5432'], deny: [] });
+    expect(build({}, { SVC_EGRESS_DEFAULT: 'deny', SVC_EGRESS_ALLOW: '*.github.com, 10.0.0.0/8:22' }).egress).to.deep.equal({ default: 'deny', allow: ['*.github.com', '10.0.0.0/8:22'], deny: [] });
+    expect(build({ guest_dns: ['10.0.0.53', '127.0.0.1:5353', '[::1]:53'] }, {}).guest_dns).to.have.length(3);
+    expect(build({}, {}).sections.qemu.net).to.equal('netd');
+  });
+
+  it('reads a driver\'s section from its mapping, its old flat keys and the environment, with its defaults', () => {
+    expect(build({}, {}).sections.qemu).to.deep.equal({ binary: 'qemu-system-x86_64', user: 'nobody', accel: 'auto', clone_spares: true, clone_spares_warm: true, mount_driver: '9p', agent_transport: 'auto', net: 'netd', ram_images: true });
+    expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({ binary: '/opt/qemu', accel: 'tcg' });
+    expect(build({ qemu_binary: '/opt/q', clone_spares: false }, {}).sections.qemu, 'the old flat keys').to.include({ binary: '/opt/q', clone_spares: false });
+    expect(build({}, { SVC_QEMU_RAM_IMAGES: 'false', SVC_ACCEL: 'kvm' }).sections.qemu).to.include({ ram_images: false, accel: 'kvm' });
+    expect(build({ hypervisor: 'fake', fake: { boot_delay: '5ms' } }, {}).sections.fake).to.deep.equal({ boot_delay: 5, agent: false });
   });
 
   it('lets SVC_<KEY> env override file values', () => {
-    const c = buildConfig({ cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
+    const c = build({ cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
     expect(c.cpus).to.equal(4);
     expect(c.api_token).to.equal('env');
-    expect(c.fake_agent).to.equal(true);
+    expect(c.sections.fake.agent).to.equal(true);
   });
 
   const bad: [string, Record<string, unknown>, RegExp][] = [
     ['unknown key', { cpu: 2 }, /config key "cpu": unknown key/],
     ['bad duration', { ready_timeout: 'soon' }, /config key "ready_timeout": must be a duration/],
     ['wrong type', { cpus: 'two' }, /config key "cpus"/],
-    ['bad enum', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
+    ['bad enum', { log_level: 'loud' }, /config key "log_level": must be one of debug\|info/],
     ['bad api', { api: 'localhost' }, /config key "api": must be HOST:PORT/],
     ['public api without token', { api: '0.0.0.0:7474' }, /not a loopback address; set api_token/],
-    ['fake_agent outside test mode', { hypervisor: 'fake', fake_agent: true }, /config key "fake_agent": runs every guest command on this host.*test_mode: true/],
+    ['fake_agent outside test mode', { hypervisor: 'fake', fake_agent: true }, /config key "fake.agent": runs every guest command on this host.*test_mode: true/],
     ['fake_agent with qemu', { hypervisor: 'qemu', fake_agent: true, test_mode: true }, /needs hypervisor: fake/],
     ['a mount_dirs that is not a list', { mount_dirs: '/srv' }, /config key "mount_dirs": must be a list of non-empty strings/],
     ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
@@ -59,26 +70,29 @@ describe('app/config', () => {
     ['a bad egress rule', { egress: { allow: ['pypi.org', 'a b'] } }, /config key "egress": egress.allow: egress rule "a b" is not a domain/],
     ['a bad egress default', { egress: { default: 'maybe' } }, /config key "egress.default": must be one of allow\|deny/],
     ['an unknown egress key', { egress: { alow: [] } }, /config key "egress.alow": unknown key/],
-    ['qemu-user networks outside test mode', { guest_net: 'qemu-user' }, /config key "guest_net": qemu-user .*reaches the host's loopback.*test_mode: true/],
+    ['qemu-user networks outside test mode', { guest_net: 'qemu-user' }, /config key "qemu.net": qemu-user .*reaches the host's loopback.*test_mode: true/],
+    ['a key a driver section does not have', { qemu: { binry: 'x' } }, /config key "qemu.binry": unknown key \(known: binary, user, accel/],
+    ['a section key given twice, as itself and as its old flat key', { qemu_binary: 'a', qemu: { binary: 'b' } }, /config key "qemu_binary": given twice \(it is qemu.binary\)/],
+    ['a hypervisor no driver has', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
     ['a guest_dns entry that is not an address', { guest_dns: ['dns.example'] }, /config key "guest_dns": "dns.example" is not an IP address/],
   ];
   for (const [what, raw, re] of bad) {
     it(`refuses ${what}, naming the key`, () => {
-      expect(() => buildConfig(raw, {})).to.throw(ConfigError, re);
+      expect(() => build(raw, {})).to.throw(ConfigError, re);
     });
   }
 
   it('takes lists from YAML and comma-separated from the environment; mount_dirs defaults to the home', () => {
-    expect(buildConfig({}, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u']);
-    expect(buildConfig({ mount_dirs: ['~/src', '/srv/x/../y'] }, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u/src', '/srv/y']);
-    const c = buildConfig({ allowed_hosts: ['a'] }, { SVC_ALLOWED_HOSTS: 'svc.lan, box', SVC_ALLOWED_ORIGINS: 'http://localhost:3000' }, '/home/u');
+    expect(build({}, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u']);
+    expect(build({ mount_dirs: ['~/src', '/srv/x/../y'] }, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u/src', '/srv/y']);
+    const c = build({ allowed_hosts: ['a'] }, { SVC_ALLOWED_HOSTS: 'svc.lan, box', SVC_ALLOWED_ORIGINS: 'http://localhost:3000' }, '/home/u');
     expect(c.allowed_hosts).to.deep.equal(['svc.lan', 'box']);
     expect(c.allowed_origins).to.deep.equal(['http://localhost:3000']);
   });
 
   it('allows a public api with a token and an empty api', () => {
-    expect(buildConfig({ api: '0.0.0.0:7474', api_token: 'x' }, {}).api).to.equal('0.0.0.0:7474');
-    expect(buildConfig({ api: '' }, {}).api).to.equal('');
+    expect(build({ api: '0.0.0.0:7474', api_token: 'x' }, {}).api).to.equal('0.0.0.0:7474');
+    expect(build({ api: '' }, {}).api).to.equal('');
   });
 
   it('finds the file by flag, then SVC_CONFIG, and reads YAML', () => {

@@ -2,7 +2,8 @@ import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/instance.js';
-import { checkHostDirs, checkImportFile, sniffImportFile } from '../host-dirs.js';
+import { checkHostDirs } from '../host-dirs.js';
+import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {

@@ -1,5 +1,5 @@
 import type { Accel } from './accel-probe.js';
-import type { ResolvedImage } from './image-catalog.js';
+import type { ResolvedImage } from '../../images/image-catalog.js';
 
 export interface QemuLayout {
   dir: string;

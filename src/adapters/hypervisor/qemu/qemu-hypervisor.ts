@@ -9,7 +9,7 @@ import type {
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
-import type { ImageCatalog } from './image-catalog.js';
+import type { ImageCatalog } from '../../images/image-catalog.js';
 import { seedFor, writeSeed } from './nocloud-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
@@ -52,6 +52,8 @@ export interface QemuOptions {
   spares?: boolean;
   /** That QEMU restores its guest and runs it through the warm-up calls before it waits; default true. */
   sparesWarm?: boolean;
+  /** Saved states become RAM images (ram-image.ts); false keeps migration streams (the benchmarks' other half). Default true. */
+  ramImages?: boolean;
   /**
    * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
    * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
@@ -86,7 +88,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.command = new VmCommand({ ...o, accelerator: () => this.accelerator(), guestNet: o.network ? 'netd' : 'qemu-user' });
-    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints });
+    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints, enabled: o.ramImages ?? true });
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
     this.links = new NicLinks({ net: o.network, log: o.log });
     this.live.onGone((name) => void this.links.down(name));

@@ -93,14 +93,14 @@ export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Re
 
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
 export class RamImages {
-  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints }) {}
+  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints; enabled: boolean }) {}
 
   /**
    * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares; not at all with
-   * `SVC_RAM_IMAGE=off` (saved states stay streams: the benchmarks' other half).
+   * `qemu.ram_images: false` (saved states stay streams: the benchmarks' other half).
    */
   fits(spec: VmSpec): boolean {
-    return process.env.SVC_RAM_IMAGE !== 'off' && this.o.command.ramCanBeFile(spec);
+    return this.o.enabled && this.o.command.ramCanBeFile(spec);
   }
 
   /**

@@ -1,7 +1,7 @@
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import { freePorts } from '../free-port.js';
 import type { Accel } from './accel-probe.js';
-import type { ImageCatalog } from './image-catalog.js';
+import type { ImageCatalog } from '../../images/image-catalog.js';
 import { startMounts } from './mounts.js';
 import { overlayMac } from './nocloud-seed.js';
 import { qemuArgs, type GuestNic, type QemuLaunch, type QemuLayout } from './qemu-args.js';

@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { InternalError, InvalidArgumentError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { freeze, shareInto, type Frozen } from './disk-layers.js';
-import type { ImageCatalog } from './image-catalog.js';
+import type { ImageCatalog } from '../../images/image-catalog.js';
 import { seedFor, writeSeed } from './nocloud-seed.js';
 import { layout } from './qemu-files.js';
 import type { RamImages } from './ram-image.js';

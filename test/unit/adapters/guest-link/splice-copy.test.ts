@@ -9,7 +9,7 @@ import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-a
 import { rawUpload } from '../../../../src/adapters/guest-link/raw-upload.js';
 import { tcpConnector } from '../../../../src/adapters/guest-link/transport.js';
 import { InvalidArgumentError, NotFoundError } from '../../../../src/domain/errors.js';
-import { resetSpliceHelper, socketFd, splice, SpliceError, spliceHelper, SPLICE_MIN_BYTES, stopReads } from '../../../../src/adapters/process-kit/splice.js';
+import { socketFd, splice, SpliceError, spliceHelper, SPLICE_MIN_BYTES, stopReads } from '../../../../src/adapters/process-kit/splice.js';
 import { SEND_RAW, TAKE_RAW, type RawSendable } from '../../../../src/ports/guest-agent.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -45,18 +45,14 @@ const head = (n: number) => `HTTP/1.1 200 OK\r\nContent-Length: ${n}\r\n\r\n`;
 describe('adapters/guest-link download handed to the client connection (splice helper)', function () {
   this.timeout(20000);
   const agent = new HttpGuestAgent();
-  after(() => {
-    agent.close();
-    delete process.env.SVC_SPLICE;
-    resetSpliceHelper();
-  });
+  after(() => agent.close());
 
   /** A download whose body declines [SEND_RAW] (nothing taken) and then streams whole through Node. */
-  async function declinedThenStreamed(data: Buffer, path: string): Promise<void> {
+  async function declinedThenStreamed(data: Buffer, path: string, through = agent): Promise<void> {
     const { port, srv } = await agentServer((s) => s.end(Buffer.concat([Buffer.from(head(data.length)), data])));
     const c = await connection();
     try {
-      const got = await agent.download({ host: '127.0.0.1', port }, path, 'binary');
+      const got = await through.download({ host: '127.0.0.1', port }, path, 'binary');
       expect(await (got.body as unknown as RawSendable)[SEND_RAW](c.server)).to.equal(false);
       const parts: Buffer[] = [];
       for await (const p of got.body) parts.push(p as Buffer);
@@ -142,18 +138,14 @@ describe('adapters/guest-link download handed to the client connection (splice h
     await declinedThenStreamed(randomBytes(SPLICE_MIN_BYTES - 1), '/small');
   });
 
-  it('declines without a helper (SVC_SPLICE=off, or a path that is not there)', async () => {
-    for (const setting of ['off', '/nonexistent/svc-splice']) {
-      process.env.SVC_SPLICE = setting;
-      resetSpliceHelper();
-      expect(spliceHelper(), setting).to.equal(null);
-    }
+  it('declines without a helper (splice: off, or a path that is not there)', async () => {
+    for (const setting of ['off', '/nonexistent/svc-splice']) expect(spliceHelper(setting), setting).to.equal(null);
+    expect(existsSync(spliceHelper('auto') ?? ''), 'auto: the one built beside the daemon').to.equal(true);
+    const without = new HttpGuestAgent(undefined, { splice: 'off' });
     try {
-      await declinedThenStreamed(randomBytes(SPLICE_MIN_BYTES + 1), '/nohelper');
+      await declinedThenStreamed(randomBytes(SPLICE_MIN_BYTES + 1), '/nohelper', without);
     } finally {
-      delete process.env.SVC_SPLICE;
-      resetSpliceHelper();
-      expect(existsSync(spliceHelper() ?? '')).to.equal(true);
+      without.close();
     }
   });
 });
@@ -201,7 +193,7 @@ async function uploadBody(data: Buffer, short = 0): Promise<{ body: Readable; cl
 describe('adapters/guest-link upload taken from the client connection (splice helper)', function () {
   this.timeout(20000);
   const J = JSON.stringify;
-  const put = (port: number, size: number, body: Readable) => rawUpload(tcpConnector, { host: '127.0.0.1', port }, { path: '/cp?path=%2Fx', contentType: 'application/octet-stream', size, connectTimeoutMs: 2000 }, body);
+  const put = (port: number, size: number, body: Readable) => rawUpload(tcpConnector, { host: '127.0.0.1', port }, { path: '/cp?path=%2Fx', contentType: 'application/octet-stream', size, connectTimeoutMs: 2000, helper: spliceHelper() }, body);
 
   it('sends the head, what was read, then the rest from the client socket, byte-exact, and reads the answer', async () => {
     const data = randomBytes(SPLICE_MIN_BYTES * 3 + 11);

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { restoreInputs, StartRetries } from '../../../../src/adapters/hypervisor/qemu/launch-plan.js';
+import { restoreInputs, StartRetries } from '../../../../../src/adapters/hypervisor/qemu/launch-plan.js';
 
 const PORT = "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'";
 const LOCK = 'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock';

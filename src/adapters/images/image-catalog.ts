@@ -6,12 +6,12 @@ import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
-import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
-import type { ImageSource } from '../../../domain/image-request.js';
-import { checkImportFile } from '../host-dirs.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
+import type { ImageSource } from '../../domain/image-request.js';
+import { checkImportFile } from './import-files.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
-import { childEnv } from '../../process-kit/child-env.js';
+import { childEnv } from '../process-kit/child-env.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { BACKGROUND_NICE, runInBackground } from '../../../../src/adapters/hypervisor/qemu/qemu-spawn.js';
+import { BACKGROUND_NICE, runInBackground } from '../../../../../src/adapters/hypervisor/qemu/qemu-spawn.js';
 
 /** The nice value of each thread of `pid` (field 19 of /proc/PID/task/TID/stat, after the command's parentheses). */
 const niceOf = (pid: number) => readdirSync(`/proc/${pid}/task`).map((tid) => Number(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ')[16]));

@@ -2,10 +2,10 @@ import { execFile } from 'node:child_process';
 import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { InvalidArgumentError } from '../../../domain/errors.js';
-import type { ImageProgress } from '../../../ports/hypervisor.js';
-import { childEnv } from '../../process-kit/child-env.js';
-import { sniffImportFile } from '../host-dirs.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import type { ImageProgress } from '../../ports/hypervisor.js';
+import { childEnv } from '../process-kit/child-env.js';
+import { sniffImportFile } from './import-files.js';
 import { checkLayers, imageEnvScript, readOciLayout } from './oci-layout.js';
 
 const run = promisify(execFile);

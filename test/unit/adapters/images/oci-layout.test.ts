@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
-import { checkImportFile, sniffImportFile } from '../../../../src/adapters/hypervisor/host-dirs.js';
-import { checkLayers, escapes, imageEnvScript } from '../../../../src/adapters/hypervisor/qemu/oci-layout.js';
+import { checkImportFile, sniffImportFile } from '../../../../src/adapters/images/import-files.js';
+import { checkLayers, escapes, imageEnvScript } from '../../../../src/adapters/images/oci-layout.js';
 import { makeTar } from '../../../helpers/tar.js';
 
 describe('adapters/hypervisor/oci-layout and import checks', () => {

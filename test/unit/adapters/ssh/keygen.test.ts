@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import ssh2 from 'ssh2';
-import { generateEd25519 } from '../../../src/adapters/ssh/keygen.js';
+import { generateEd25519 } from '../../../../src/adapters/ssh/keygen.js';
 
 describe('adapters/ssh/keygen', () => {
   it('only hands out keys ssh2 can parse (some it generates, it cannot)', function () {

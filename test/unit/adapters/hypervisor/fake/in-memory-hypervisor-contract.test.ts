@@ -1,5 +1,5 @@
-import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
-import { hypervisorContract } from '../../contract/hypervisor-contract.js';
+import { InMemoryHypervisor } from '../../../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { hypervisorContract } from '../../../../contract/hypervisor-contract.js';
 
 hypervisorContract('InMemoryHypervisor', async () => {
   const hv = new InMemoryHypervisor({ bootDelayMs: 5 });

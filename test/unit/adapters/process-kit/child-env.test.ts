@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { childEnv } from '../../../src/adapters/process-kit/child-env.js';
+import { childEnv } from '../../../../src/adapters/process-kit/child-env.js';
 
 describe('adapters/process-kit/childEnv', () => {
   it('passes what children need and keeps the daemon\'s tokens and everything else back', () => {

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chooseAccel, kvmWorks, probeKernels } from '../../../../src/adapters/hypervisor/qemu/accel-probe.js';
+import { chooseAccel, kvmWorks, probeKernels } from '../../../../../src/adapters/hypervisor/qemu/accel-probe.js';
 
 describe('the KVM probe', () => {
   let dir: string;

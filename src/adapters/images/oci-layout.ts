@@ -4,9 +4,9 @@ import { createGunzip } from 'node:zlib';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { InvalidArgumentError } from '../../../domain/errors.js';
-import { fileHead } from '../../fs-kit/file-head.js';
-import { shellWord } from '../../process-kit/shell-word.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import { fileHead } from '../fs-kit/file-head.js';
+import { shellWord } from '../process-kit/shell-word.js';
 
 /** The part of an OCI image config svc uses: what `docker run` would start the container with. */
 export interface OciImageConfig {
