@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { parsePortForward } from '../domain/create-request.js';
-import { InvalidArgumentError, InvalidStateError, NotFoundError, errorMessage } from '../domain/errors.js';
+import { InvalidArgumentError, InvalidStateError, NotFoundError, NotSupportedError, errorMessage } from '../domain/errors.js';
 import type { Forward, InstanceRecord } from '../domain/instance.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
@@ -41,6 +41,7 @@ export class ForwardService implements LifecycleContribution {
     if (f.proto !== 'tcp') throw new InvalidArgumentError('live forwards carry tcp only; give udp forwards at create time');
     return this.vms.withVm(name, (rec) => this.activity.timed('forward.add', name, async () => {
       if (rec.status !== 'running') throw new InvalidStateError(`vm ${name} is ${rec.status}; live forwards need a running vm`);
+      if (!rec.ssh_port) throw new NotSupportedError(`vm ${name} has no network device (its hypervisor driver gives it none), so no live forwards`);
       if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
         throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
       }

@@ -48,8 +48,8 @@ export function cloudInitState(out: string): { done: true } | { failed: string }
 
 const POLL_MS = 50;
 
-export function agentEndpoint(record: Pick<InstanceRecord, 'agent_port' | 'agent_cid'>): AgentEndpoint {
-  return { host: '127.0.0.1', port: record.agent_port, cid: record.agent_cid || undefined };
+export function agentEndpoint(record: Pick<InstanceRecord, 'agent_port' | 'agent_cid' | 'agent_socket'>): AgentEndpoint {
+  return { host: '127.0.0.1', port: record.agent_port, cid: record.agent_cid || undefined, ...(record.agent_socket ? { socket: record.agent_socket } : {}) };
 }
 
 /**

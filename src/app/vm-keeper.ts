@@ -92,6 +92,8 @@ export class VmKeeper {
     rec.ssh_port = h.ssh_port;
     rec.agent_port = h.agent_port;
     rec.agent_cid = h.agent_cid;
+    if (h.agent_socket) rec.agent_socket = h.agent_socket;
+    else delete rec.agent_socket;
     const live = rec.forwards.filter((f) => f.kind === 'live');
     rec.forwards = [...h.forwards.map((f) => ({ ...f })), ...live];
     rec.runtime = h.state;
@@ -101,7 +103,7 @@ export class VmKeeper {
   handleOf(rec: InstanceRecord): VmHandle | undefined {
     if (!rec.runtime) return undefined;
     return {
-      ip: rec.ip, ssh_port: rec.ssh_port, agent_port: rec.agent_port, agent_cid: rec.agent_cid,
+      ip: rec.ip, ssh_port: rec.ssh_port, agent_port: rec.agent_port, agent_cid: rec.agent_cid, agent_socket: rec.agent_socket,
       forwards: rec.forwards.filter((f) => f.kind === 'boot').map((f) => ({ ...f })), restored_from_snapshot: false, state: rec.runtime,
     };
   }

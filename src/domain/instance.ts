@@ -79,10 +79,12 @@ export interface InstanceRecord extends Instance {
   deleting?: boolean;
   /** Its image has no agent and none was deployed yet (agent routes answer 503 saying to deploy it). */
   agent_missing?: boolean;
+  /** Where its VMM takes hybrid vsock connections to the agent, while it runs (drivers that have one). */
+  agent_socket?: string;
 }
 
 export function toPublic(record: InstanceRecord): Instance {
-  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, ...pub } = record;
+  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, agent_socket: _s, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
   return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })), egress: { ...pub.egress, allow: [...pub.egress.allow], deny: [...pub.egress.deny] } };
@@ -185,4 +187,5 @@ export function clearRuntime(record: InstanceRecord): void {
   record.agent_cid = 0;
   record.forwards = record.forwards.map(({ pid: _p, ...f }) => f);
   delete record.runtime;
+  delete record.agent_socket;
 }

@@ -5,11 +5,16 @@ import type {
 } from '../domain/agent.js';
 import type { Terminal } from './terminal.js';
 
-/** Where a VM's agent answers: a host TCP port (user-net forward) or a vsock CID, port 7475. */
+/**
+ * Where a VM's agent answers, as its driver reaches it: a host TCP port (svc-netd's forward), a
+ * vsock CID (the host's vhost-vsock), or a Unix socket that speaks hybrid vsock (`socket`: the
+ * VMM's, Cloud Hypervisor's or Firecracker's; connect, send `CONNECT <port>`, read `OK ...`).
+ */
 export interface AgentEndpoint {
   host: string;
   port: number;
   cid?: number;
+  socket?: string;
 }
 
 /**

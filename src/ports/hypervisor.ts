@@ -34,6 +34,8 @@ export interface VmHandle {
   ssh_port: number;
   agent_port: number;
   agent_cid: number;
+  /** A Unix socket that reaches the agent by hybrid vsock (`AgentEndpoint.socket`), for drivers whose VMM has one. */
+  agent_socket?: string;
   /** Its forwards, each with the process that carries it. */
   forwards: Forward[];
   /** The VM's process. */

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
-import { AlreadyExistsError, InvalidArgumentError, InvalidStateError } from '../../src/domain/errors.js';
+import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotSupportedError } from '../../src/domain/errors.js';
 import type { HypervisorAdapter, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -23,6 +23,12 @@ export interface ContractSubject {
    */
   restart(): Promise<HypervisorAdapter>;
   bootMs: number;
+  /**
+   * What the driver carries (both by default). A driver without a guest network has no forwards
+   * and no SSH port; one without shares refuses every mount. The contract checks that it says so
+   * (NotSupported), not that it pretends.
+   */
+  features?: { forwards: boolean; mounts: boolean };
 }
 
 /**
@@ -34,12 +40,16 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
     let s: ContractSubject;
     let dir: string;
     const exits: [string, string][] = [];
+    const has = (f: 'forwards' | 'mounts') => s.features?.[f] ?? true;
     const spec = (name: string): VmSpec => {
       const d = join(dir, name);
       if (name === 'c3') rmSync(d, { recursive: true, force: true });
       else mkdirSync(d, { recursive: true });
-      return { name, dir: d, cpus: 1, memory_mb: 384, disk_gb: 2, image: s.image, hostname: name, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }], mounts: [] };
+      const forwards: VmSpec['forwards'] = has('forwards') ? [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] : [];
+      return { name, dir: d, cpus: 1, memory_mb: 384, disk_gb: 2, image: s.image, hostname: name, forwards, mounts: [] };
     };
+    /** Where the daemon reaches a VM's agent: its own socket (hybrid vsock) or its own host port. */
+    const agentAt = (h: VmHandle) => h.agent_socket ?? h.agent_port;
     before(async () => {
       s = await make();
       dir = tempDir('svc-contract-');
@@ -61,11 +71,20 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       this.timeout(s.bootMs * 3 + 60_000);
       const sp = spec('c1');
       await s.hv.provision(sp);
+      if (!has('forwards')) {
+        const asked = { ...sp, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' as const }] };
+        expect(await s.hv.launch(asked).catch((e) => e)).to.be.instanceOf(NotSupportedError);
+        expect(s.live()).not.to.include('c1');
+      }
       const h = await s.hv.launch(sp);
-      expect(h.ssh_port).to.be.above(0);
       expect(h.agent_port).to.be.above(0);
-      expect(h.forwards).to.have.length(1);
-      expect(h.forwards[0].host_port).to.be.above(1023);
+      if (has('forwards')) {
+        expect(h.ssh_port).to.be.above(0);
+        expect(h.forwards).to.have.length(1);
+        expect(h.forwards[0].host_port).to.be.above(1023);
+      } else {
+        expect(h.forwards).to.deep.equal([]);
+      }
       await s.waitUp('c1', h, s.bootMs);
       await s.hv.pause(sp);
       expect(await s.answers('c1', h)).to.equal(false);
@@ -105,7 +124,7 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       expect(await s.hv.clone(sp, cs)).to.deep.equal({ snapshot: true });
       const ch = await s.hv.launch(cs, { restore: true });
       expect(ch.restored_from_snapshot).to.equal(true);
-      expect(ch.agent_port).not.to.equal(h.agent_port);
+      expect(agentAt(ch)).not.to.equal(agentAt(h));
       await s.waitUp('c2', ch, 20_000);
       await s.hv.kill(cs);
       const renamed = spec('c3');
@@ -138,7 +157,9 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await refused(join(share, 'to-etc'), /\(\/etc\) is outside/);
       await refused(join(share, 'to-data'), /inside svc's data dir/);
       await refused(dir, /holds svc's data dir|outside/);
-      expect(await s.hv.checkMounts([{ host: join(share, 'sub', '..', 'sub'), guest: '/mnt/x', readonly: true }], rule)).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
+      const good = s.hv.checkMounts([{ host: join(share, 'sub', '..', 'sub'), guest: '/mnt/x', readonly: true }], rule);
+      if (has('mounts')) expect(await good).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
+      else expect(await good.catch((e) => e)).to.be.instanceOf(NotSupportedError);
       expect(await s.hv.checkMounts([], rule)).to.deep.equal([]);
     });
 
@@ -170,6 +191,14 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await s.hv.provision(sp);
       const h = await s.hv.launch(sp);
       await s.waitUp('c5', h, s.bootMs);
+      if (!has('forwards')) {
+        expect(await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 7475, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(NotSupportedError);
+        await s.hv.kill(sp);
+        await s.hv.kill(sp);
+        expect(s.live()).not.to.include('c5');
+        expect(exits.filter(([n]) => n === 'c5')).to.deep.equal([]);
+        return s.hv.destroy(sp);
+      }
       const added = await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 7475, proto: 'tcp' }]);
       expect(added.forwards).to.have.length(2);
       const fwd = added.forwards.find((f) => f.guest_port === 7475)!;
@@ -203,7 +232,7 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       s.hv.onExit((n, r) => exits.push([n, r]));
       const again = await s.hv.reattach(sp, saved);
       expect(again).not.to.equal(null);
-      expect(again!.agent_port).to.equal(h.agent_port);
+      expect(agentAt(again!)).to.equal(agentAt(h));
       expect(s.live()).to.include('c4');
       expect(await s.answers('c4', again!)).to.equal(true);
       await s.hv.pause(sp);

@@ -13,7 +13,7 @@ import type { AgentEndpoint } from '../../ports/guest-agent.js';
 export const REPLY_LIMITS = { json: 1 << 20, exec: EXEC_ANSWER_LIMIT, frame: 4 << 20, shellMessage: 1 << 20 } as const;
 
 export function where(ep: AgentEndpoint): string {
-  return ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;
+  return ep.socket ? `${ep.socket} (vsock ${ep.port})` : ep.cid ? `vsock ${ep.cid}:7475` : `${ep.host}:${ep.port}`;
 }
 
 /** Transport failures (refused, reset, timed out) mean the agent is unavailable: 503. */

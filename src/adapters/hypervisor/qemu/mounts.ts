@@ -3,11 +3,10 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError, NotSupportedError } from '../../../domain/errors.js';
-import type { Mount } from '../../../domain/instance.js';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import { tail } from './qemu-files.js';
+import { mountTag } from '../guest-mounts.js';
 import { childEnv } from '../../process-kit/child-env.js';
-import { shellWord } from '../../process-kit/shell-word.js';
 
 export const VIRTIOFSD_PATHS = ['/usr/lib/qemu/virtiofsd', '/usr/libexec/virtiofsd', '/usr/bin/virtiofsd'];
 
@@ -15,41 +14,11 @@ export function virtiofsd(): string | undefined {
   return VIRTIOFSD_PATHS.find((p) => existsSync(p));
 }
 
-/** The tag a mount is known by in the guest (`tag`, else mount0, mount1, ...). */
-export function mountTag(m: Mount, i: number): string {
-  return m.tag ?? `mount${i}`;
-}
-
 /** Host side of mount validation: every host path must be an existing directory. */
 export function checkDriver(driver: '9p' | 'virtiofs'): void {
   if (driver === 'virtiofs' && !virtiofsd()) {
     throw new NotSupportedError(`mount_driver virtiofs: virtiofsd is not installed (looked in ${VIRTIOFSD_PATHS.join(', ')}); install qemu-system-common or use mount_driver: 9p`);
   }
-}
-
-
-/** The guest script (seed `mounts.sh`) that mounts each share at boot. */
-export function mountScript(mounts: Mount[], driver: '9p' | 'virtiofs'): string {
-  const lines = ['#!/bin/sh', '# svc mounts, run by the guest init at boot', driver === '9p' ? 'modprobe -q 9pnet_virtio; modprobe -q 9p' : 'modprobe -q virtiofs'];
-  for (const [i, m] of mounts.entries()) {
-    const tag = mountTag(m, i);
-    const ro = m.readonly ? ',ro' : '';
-    const guest = shellWord(m.guest);
-    lines.push(`mkdir -p ${guest}`);
-    lines.push(driver === '9p'
-      ? `mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144${ro} ${tag} ${guest}`
-      : `mount -t virtiofs -o ${m.readonly ? 'ro' : 'rw'} ${tag} ${guest}`);
-  }
-  return lines.join('\n') + '\n';
-}
-
-/** The same mounts as cloud-init `mounts` (vendor-data), so stock cloud images mount them too. */
-export function cloudInitMounts(mounts: Mount[], driver: '9p' | 'virtiofs'): string {
-  const entries = mounts.map((m, i) => {
-    const opts = driver === '9p' ? `trans=virtio,version=9p2000.L${m.readonly ? ',ro' : ''}` : (m.readonly ? 'ro' : 'defaults');
-    return `  - [${mountTag(m, i)}, ${JSON.stringify(m.guest)}, ${driver}, "${opts},nofail", "0", "0"]`;
-  });
-  return `#cloud-config\nmounts:\n${entries.join('\n')}\n`;
 }
 
 /**

@@ -10,7 +10,7 @@ import type {
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
-import { seedFor, writeSeed } from './nocloud-seed.js';
+import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
 import type { Mount, PortForward } from '../../../domain/instance.js';

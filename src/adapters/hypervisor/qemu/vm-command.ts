@@ -3,7 +3,7 @@ import { freePorts } from '../free-port.js';
 import type { Accel } from './accel-probe.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
 import { startMounts } from './mounts.js';
-import { overlayMac } from './nocloud-seed.js';
+import { overlayMac } from '../guest-seed.js';
 import { qemuArgs, type GuestNic, type QemuLaunch, type QemuLayout } from './qemu-args.js';
 import { layout } from './qemu-files.js';
 import { diskFds } from './qemu-spawn.js';

@@ -1,19 +1,16 @@
-import { execFile } from 'node:child_process';
 import { constants } from 'node:fs';
 import { copyFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { InternalError, InvalidArgumentError } from '../../../domain/errors.js';
+import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { freeze, shareInto, type Frozen } from './disk-layers.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
-import { seedFor, writeSeed } from './nocloud-seed.js';
+import { seedFor, writeSeed } from '../guest-seed.js';
+import { makeOverlay } from '../../images/overlay.js';
 import { layout } from './qemu-files.js';
 import type { RamImages } from './ram-image.js';
 import { readSaved, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
-
-const run = promisify(execFile);
 
 export interface VmDiskOptions {
   images: ImageCatalog;
@@ -31,14 +28,8 @@ export class QemuVmDisks {
   constructor(private readonly o: VmDiskOptions) {}
 
   async provision(spec: VmSpec): Promise<void> {
-    const img = await this.o.images.get(spec.image);
     const l = layout(spec.dir);
-    if (spec.disk_gb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${spec.disk_gb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
-    try {
-      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', l.disk, `${spec.disk_gb}G`]);
-    } catch (err) {
-      throw new InternalError(`cannot create the disk of vm ${spec.name}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
-    }
+    await makeOverlay(await this.o.images.get(spec.image), l.disk, spec.disk_gb, spec.name);
     await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
   }
 

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import { qemuArgs, type QemuLaunch } from '../../../../../src/adapters/hypervisor/qemu/qemu-args.js';
-import { cloudInitMounts, mountScript } from '../../../../../src/adapters/hypervisor/qemu/mounts.js';
+import { cloudInitMounts, mountScript } from '../../../../../src/adapters/hypervisor/guest-mounts.js';
 import { shellWord } from '../../../../../src/adapters/process-kit/shell-word.js';
 import { execFileSync } from 'node:child_process';
-import { metaData, overlayMac } from '../../../../../src/adapters/hypervisor/qemu/nocloud-seed.js';
+import { metaData, overlayMac } from '../../../../../src/adapters/hypervisor/guest-seed.js';
 import { parseCreateRequest } from '../../../../../src/domain/create-request.js';
 import { InvalidArgumentError } from '../../../../../src/domain/errors.js';
 

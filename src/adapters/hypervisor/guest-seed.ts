@@ -2,9 +2,9 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { InternalError } from '../../../domain/errors.js';
-import type { VmSpec } from '../../../ports/hypervisor.js';
-import { cloudInitMounts, mountScript } from './mounts.js';
+import { InternalError } from '../../domain/errors.js';
+import type { VmSpec } from '../../ports/hypervisor.js';
+import { cloudInitMounts, mountScript } from './guest-mounts.js';
 
 const run = promisify(execFile);
 

@@ -1,0 +1,21 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { InternalError, InvalidArgumentError } from '../../domain/errors.js';
+import { childEnv } from '../process-kit/child-env.js';
+import type { ResolvedImage } from './image-catalog.js';
+
+const run = promisify(execFile);
+
+/**
+ * A VM's own disk on an image's golden disk: a qcow2 overlay of `sizeGb` (the guest grows its root
+ * filesystem into it), nothing copied. Every driver that boots the project's images starts here.
+ */
+export async function makeOverlay(img: ResolvedImage, path: string, sizeGb: number, vm: string): Promise<void> {
+  if (sizeGb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${sizeGb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
+  try {
+    await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', path, `${sizeGb}G`], { env: childEnv() });
+  } catch (err) {
+    throw new InternalError(`cannot create the disk of vm ${vm}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
+  }
+}
