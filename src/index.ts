@@ -22,6 +22,6 @@ export { tcpConnector, socatVsockConnector, pickConnector } from './adapters/gue
 export type { Connector } from './adapters/guest-link/transport.js';
 export { startAgent } from './agent-main.js';
 export * from './domain/errors.js';
-export type { Instance, InstanceRecord, Forward, Mount, VmStatus } from './domain/instance.js';
+export type { Instance, VmRecord, Forward, Mount, VmStatus } from './domain/vm.js';
 export type { CreateProgressEvent, ActivityEvent, SecretRecord, MetricsPoint } from './domain/events.js';
 export type { ExecFrame, ExecResult, ExecRequest, FsInfo, GuestStats, AgentHealth } from './domain/agent.js';

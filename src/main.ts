@@ -12,7 +12,7 @@ import { Vms } from './app/vms.js';
 import { ImageService } from './app/image-service.js';
 import { ImageBuilder } from './app/image-builder.js';
 import { imageRoutes } from './adapters/http/image-routes.js';
-import { InstanceService } from './app/instance-service.js';
+import { VmLifecycle } from './app/vm-lifecycle.js';
 import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
 import { PoolService } from './app/pool-service.js';
@@ -59,14 +59,14 @@ import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
 import { FsActivityLog } from './adapters/store/fs-activity-log.js';
-import { FsInstanceStore } from './adapters/store/fs-instance-store.js';
+import { FsVmStore } from './adapters/store/fs-vm-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
 import { Clock } from './ports/clock.js';
 import { GuestAgent } from './ports/guest-agent.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
-import { ActivityLog, ConsoleLogs, InstanceStore, MetricsHistory, SecretStore } from './ports/stores.js';
+import { ActivityLog, ConsoleLogs, VmStore, MetricsHistory, SecretStore } from './ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
 import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
@@ -100,7 +100,7 @@ function coreModule(config: Config, o: DaemonOverrides, metrics: PromControlMetr
 
 function storeModule(): ContainerModule {
   return new ContainerModule(({ bind }) => {
-    bind(InstanceStore).to(FsInstanceStore).inSingletonScope();
+    bind(VmStore).to(FsVmStore).inSingletonScope();
     bind(ActivityLog).to(FsActivityLog).inSingletonScope();
     bind(SecretStore).to(FsSecretStore).inSingletonScope();
     bind(MetricsHistory).to(FsMetricsHistory).inSingletonScope();
@@ -161,7 +161,7 @@ export function appModule(): ContainerModule {
     bind(CrashWatch).toSelf().inSingletonScope();
     bind(GuestReadiness).toSelf().inSingletonScope();
     bind(GuestWarmUp).toSelf().inSingletonScope();
-    bind(InstanceService).toSelf().inSingletonScope();
+    bind(VmLifecycle).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();
@@ -203,7 +203,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   await HttpListeners.claim(config.socket);
   const { container, metrics } = buildContainer(config, overrides);
   const log = container.get<Logger>(Logger);
-  const instances = container.get(InstanceService);
+  const lifecycle = container.get(VmLifecycle);
   const vms = container.get(Vms);
   metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   const secrets = container.get(SecretService);
@@ -231,7 +231,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(vms, instances, container.get(CreateService)),
+    ...vmRoutes(vms, lifecycle, container.get(CreateService)),
     ...egressRoutes(egress),
     ...eventRoutes(vms, closing.signal),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },

@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import { changeStatus, clearRuntime, type InstanceRecord } from '../domain/instance.js';
+import { changeStatus, clearRuntime, type VmRecord } from '../domain/vm.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
@@ -41,7 +41,7 @@ export class CrashWatch {
   }
 
   /** Runs `fn`, during which the VM's process ending is asked for, not a crash. */
-  async expectExit<T>(rec: InstanceRecord, fn: () => Promise<T>): Promise<T> {
+  async expectExit<T>(rec: VmRecord, fn: () => Promise<T>): Promise<T> {
     this.stopping.add(rec.name);
     try {
       return await fn();

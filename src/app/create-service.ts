@@ -3,14 +3,14 @@ import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import { InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
-import type { Instance, InstanceRecord } from '../domain/instance.js';
-import { changeStatus, toPublic } from '../domain/instance.js';
+import type { Instance, VmRecord } from '../domain/vm.js';
+import { changeStatus, toPublic } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { ControlMetrics } from '../ports/metrics.js';
-import { InstanceStore } from '../ports/stores.js';
+import { VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
@@ -46,7 +46,7 @@ export class CreateService {
     @inject(VmDisks) private readonly disks: VmDisks,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(HostLinks) private readonly links: HostLinks,
-    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(VmStore) private readonly store: VmStore,
     @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
@@ -117,7 +117,7 @@ export class CreateService {
   }
 
   private async runClaim(
-    rec: InstanceRecord, oldName: string, wasRunning: boolean, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
+    rec: VmRecord, oldName: string, wasRunning: boolean, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>,
   ): Promise<Instance> {
     const t0 = this.clock.now();
@@ -156,8 +156,8 @@ export class CreateService {
   }
 
   private async runCreate(
-    rec: InstanceRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
-    queue: AsyncQueue<CreateProgressEvent>, template?: InstanceRecord,
+    rec: VmRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
+    queue: AsyncQueue<CreateProgressEvent>, template?: VmRecord,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     let deadline = t0 + timeoutMs;
@@ -209,13 +209,13 @@ export class CreateService {
   }
 
   /** A progress emitter for one create; `t0` is when it was accepted. */
-  private emitter(rec: InstanceRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
+  private emitter(rec: VmRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
     return (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
       queue.push({ phase, message, name: rec.name, t: new Date(this.clock.now()).toISOString(), elapsed_ms: this.clock.now() - t0, ...extra });
   }
 
   /** The end of every successful create: running, announced, counted, logged, `ready`. */
-  private async created(rec: InstanceRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
+  private async created(rec: VmRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
     changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);
     await this.events.emit('up', rec);
@@ -229,7 +229,7 @@ export class CreateService {
   }
 
   /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
-  private async createFailed(rec: InstanceRecord, err: unknown, t0: number, emit: ReturnType<CreateService['emitter']>): Promise<never> {
+  private async createFailed(rec: VmRecord, err: unknown, t0: number, emit: ReturnType<CreateService['emitter']>): Promise<never> {
     const domainErr = isDomainError(err) ? err : new InternalError(errorMessage(err));
     await this.keeper.purge(rec, true);
     this.metrics.createFailed();

@@ -1,10 +1,10 @@
 import { inject, injectable } from 'inversify';
 import { parseEgressPolicy, type EgressEvent, type EgressPolicy } from '../domain/egress.js';
-import { hasProcess, type InstanceRecord } from '../domain/instance.js';
+import { hasProcess, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { ControlMetrics } from '../ports/metrics.js';
-import { InstanceStore } from '../ports/stores.js';
+import { VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import type { LifecycleContribution } from './lifecycle-events.js';
@@ -27,7 +27,7 @@ export class EgressService implements LifecycleContribution {
   constructor(
     @inject(Vms) private readonly vms: Vms,
     @inject(GuestNetwork) private readonly network: GuestNetwork,
-    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(VmStore) private readonly store: VmStore,
     @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
@@ -39,7 +39,7 @@ export class EgressService implements LifecycleContribution {
   }
 
   /** A deleted VM's series go. */
-  onRemoved(rec: InstanceRecord): void {
+  onRemoved(rec: VmRecord): void {
     this.metrics.forgetVm(rec.name);
     this.refused.delete(rec.name);
   }

@@ -1,7 +1,7 @@
 import { inject, injectable } from 'inversify';
 import { parsePortForward } from '../domain/create-request.js';
 import { InvalidArgumentError, InvalidStateError, NotFoundError, NotSupportedError, errorMessage } from '../domain/errors.js';
-import type { Forward, InstanceRecord } from '../domain/instance.js';
+import type { Forward, VmRecord } from '../domain/vm.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Tunnels, type SshTarget } from '../ports/tunnels.js';
@@ -11,7 +11,7 @@ import { Vms } from './vms.js';
 
 /**
  * Live forwards: SSH tunnels from 127.0.0.1:host_port to a guest port. They are part of the
- * instance record, closed when the VM goes down, and re-opened (same host ports) when it is up
+ * VM record, closed when the VM goes down, and re-opened (same host ports) when it is up
  * again: after start, restore, and a daemon restart that re-attached to it.
  */
 @injectable()
@@ -24,15 +24,15 @@ export class ForwardService implements LifecycleContribution {
     @inject(Logger) private readonly log: Logger,
   ) {}
 
-  onUp(rec: InstanceRecord): Promise<void> {
+  onUp(rec: VmRecord): Promise<void> {
     return this.reopen(rec);
   }
 
-  onDown(rec: InstanceRecord): Promise<void> {
+  onDown(rec: VmRecord): Promise<void> {
     return this.closeAll(rec);
   }
 
-  onRemoved(rec: InstanceRecord): Promise<void> {
+  onRemoved(rec: VmRecord): Promise<void> {
     return this.closeAll(rec);
   }
 
@@ -65,13 +65,13 @@ export class ForwardService implements LifecycleContribution {
     }));
   }
 
-  private async target(rec: InstanceRecord): Promise<SshTarget> {
+  private async target(rec: VmRecord): Promise<SshTarget> {
     const image = await this.images.resolveImage(rec.image);
     return { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
   }
 
   /** Re-opens the record's live forwards on their host ports; a failure is logged, not fatal. */
-  private async reopen(rec: InstanceRecord): Promise<void> {
+  private async reopen(rec: VmRecord): Promise<void> {
     const live = rec.forwards.filter((f) => f.kind === 'live');
     if (live.length === 0) return;
     const target = await this.target(rec);
@@ -87,7 +87,7 @@ export class ForwardService implements LifecycleContribution {
     await this.vms.save(rec).catch(() => undefined);
   }
 
-  private async closeAll(rec: InstanceRecord): Promise<void> {
+  private async closeAll(rec: VmRecord): Promise<void> {
     await this.tunnels.closeAll(rec.name);
     for (const f of rec.forwards) if (f.kind === 'live') delete f.pid;
   }

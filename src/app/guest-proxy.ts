@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../domain/agent.js';
 import { AgentUnavailableError } from '../domain/errors.js';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import { GuestAgent, type AgentEndpoint, type FsOp, type ShellOptions, type UploadOptions } from '../ports/guest-agent.js';
 import { CallGate } from './call-gate.js';
 import type { Config } from './config.js';
@@ -32,7 +32,7 @@ export class GuestProxy {
     return GuestProxy.endpointOf(this.vms.get(name));
   }
 
-  static endpointOf(rec: InstanceRecord): AgentEndpoint {
+  static endpointOf(rec: VmRecord): AgentEndpoint {
     if (rec.status !== 'running') {
       throw new AgentUnavailableError(`vm ${rec.name} is ${rec.status}; its agent answers only while it is running`);
     }

@@ -3,7 +3,7 @@ import { inject, injectable } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
 import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
@@ -41,7 +41,7 @@ export class GuestReadiness {
    * health probe; otherwise it follows the wait, within the deadline.
    */
   async awaitReady(
-    rec: InstanceRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
+    rec: VmRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
     image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean; restored: boolean },
   ): Promise<void> {
     this.crashes.forget(rec.name);
@@ -59,7 +59,7 @@ export class GuestReadiness {
    * A guest restored from a snapshot wakes with the clock (and, for a clone, the name) of the moment
    * it was saved: tell it who it is and what time it is. A clone also gets a fresh machine id.
    */
-  async setIdentity(rec: InstanceRecord, fresh: boolean): Promise<void> {
+  async setIdentity(rec: VmRecord, fresh: boolean): Promise<void> {
     const t0 = this.clock.now();
     try {
       await this.agent.setIdentity(agentEndpoint(rec), {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import { AgentUnavailableError } from '../domain/errors.js';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { CloneSpeedUps, type GuestWarmUpCalls } from '../ports/clone-speed-ups.js';
 import { GuestAgent } from '../ports/guest-agent.js';
@@ -34,7 +34,7 @@ export class GuestWarmUp {
    * `sync` (which also leaves its clones no writeback of the template's own to do). Best effort and
    * bounded: a guest without an agent is saved as is. Nothing when the driver restores no guests ahead.
    */
-  async beforeSave(rec: InstanceRecord): Promise<void> {
+  async beforeSave(rec: VmRecord): Promise<void> {
     if (!this.speedUps) return;
     const ep = agentEndpoint(rec);
     const until = this.clock.now() + WARM_MS;

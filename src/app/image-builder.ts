@@ -15,7 +15,7 @@ import { AsyncQueue } from './async-queue.js';
 import { CreateService } from './create-service.js';
 import { GuestProxy } from './guest-proxy.js';
 import { ImageService } from './image-service.js';
-import { InstanceService } from './instance-service.js';
+import { VmLifecycle } from './vm-lifecycle.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
@@ -42,7 +42,7 @@ export class ImageBuilder {
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(ImageService) private readonly imageService: ImageService,
     @inject(CreateService) private readonly creates: CreateService,
-    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(VmLifecycle) private readonly lifecycle: VmLifecycle,
     @inject(GuestProxy) private readonly guest: GuestProxy,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
@@ -147,7 +147,7 @@ export class ImageBuilder {
       if (env) await step('env', 'adding the environment to /etc/environment', '/bin/sh', ['-c', 'cat >> /etc/environment'], Buffer.from(env));
       for (const [i, line] of r.run.entries()) await step('run', `run[${i}]: ${line.slice(0, 120)}`, '/bin/sh', ['-c', line]);
       await step('bake', 'syncing the guest filesystem', '/bin/sync', []);
-      await this.instances.shutdown(vm);
+      await this.lifecycle.shutdown(vm);
       emit('bake', `flattening the disk into image ${r.name}`);
       const rec = this.vms.get(vm);
       await this.images.bakeImage(r.name, this.keeper.ref(rec), {
@@ -156,7 +156,7 @@ export class ImageBuilder {
       });
       return await this.imageService.get(r.name);
     } finally {
-      if (this.vms.find(vm)) await this.instances.delete(vm).catch((err) => this.log.error({ vm, err: errorMessage(err) }, 'could not delete the build vm'));
+      if (this.vms.find(vm)) await this.lifecycle.delete(vm).catch((err) => this.log.error({ vm, err: errorMessage(err) }, 'could not delete the build vm'));
     }
   }
 }

@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 
 export type LifecycleEvent = 'up' | 'down' | 'removed' | 'claimed';
 
@@ -12,10 +12,10 @@ export const LifecycleContribution = Symbol('LifecycleContribution');
  * async: the one who emits waits for it.
  */
 export interface LifecycleContribution {
-  onUp?(record: InstanceRecord): Promise<void> | void;
-  onDown?(record: InstanceRecord): Promise<void> | void;
-  onRemoved?(record: InstanceRecord): Promise<void> | void;
-  onClaimed?(record: InstanceRecord): Promise<void> | void;
+  onUp?(record: VmRecord): Promise<void> | void;
+  onDown?(record: VmRecord): Promise<void> | void;
+  onRemoved?(record: VmRecord): Promise<void> | void;
+  onClaimed?(record: VmRecord): Promise<void> | void;
 }
 
 export const LifecycleContributions = Symbol('LifecycleContributions');
@@ -34,7 +34,7 @@ export class LifecycleEvents {
 
   constructor(@inject(LifecycleContributions) private readonly all: LifecycleContributions) {}
 
-  async emit(event: LifecycleEvent, record: InstanceRecord): Promise<Error[]> {
+  async emit(event: LifecycleEvent, record: VmRecord): Promise<Error[]> {
     this.contributions ??= this.all();
     const errors: Error[] = [];
     for (const c of this.contributions) {

@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { errorMessage } from '../domain/errors.js';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
 import { Logger } from '../ports/logger.js';
@@ -28,24 +28,24 @@ export class MetricsSampler implements LifecycleContribution {
     @inject(Logger) private readonly log: Logger,
   ) {}
 
-  onUp(rec: InstanceRecord): void {
+  onUp(rec: VmRecord): void {
     this.start(rec);
   }
 
-  onDown(rec: InstanceRecord): void {
+  onDown(rec: VmRecord): void {
     this.stop(rec.name);
   }
 
-  onRemoved(rec: InstanceRecord): void {
+  onRemoved(rec: VmRecord): void {
     this.stop(rec.name);
   }
 
-  private start(rec: InstanceRecord): void {
+  private start(rec: VmRecord): void {
     this.stop(rec.name);
     if (!rec.metrics_enabled) return;
     const name = rec.name;
     const tick = async () => {
-      let cur: InstanceRecord;
+      let cur: VmRecord;
       try {
         cur = this.vms.get(name);
       } catch {

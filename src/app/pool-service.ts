@@ -4,7 +4,7 @@ import { Clock } from '../ports/clock.js';
 import { Logger } from '../ports/logger.js';
 import type { Config } from './config.js';
 import { CreateService } from './create-service.js';
-import { InstanceService } from './instance-service.js';
+import { VmLifecycle } from './vm-lifecycle.js';
 import { Vms } from './vms.js';
 import type { LifecycleContribution } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
@@ -39,7 +39,7 @@ export class PoolService implements LifecycleContribution {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Vms) private readonly vms: Vms,
-    @inject(InstanceService) private readonly instances: InstanceService,
+    @inject(VmLifecycle) private readonly lifecycle: VmLifecycle,
     @inject(CreateService) private readonly creates: CreateService,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
@@ -125,7 +125,7 @@ export class PoolService implements LifecycleContribution {
       try {
         const job = await this.creates.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
         await job.done;
-        if (!this.config.warm_pool.running) await this.instances.suspend(name);
+        if (!this.config.warm_pool.running) await this.lifecycle.suspend(name);
         this.log.info({ member: name, template, duration_ms: this.clock.now() - t0 }, 'warm pool member ready');
       } catch (err) {
         this.log.error({ template, err: errorMessage(err) }, `warm pool refill failed; retrying in ${RETRY_MS / 1000} s`);

@@ -1,7 +1,7 @@
 import type { WaitMode } from '../domain/create-request.js';
 import { AgentUnavailableError, DeadlineExceededError, InternalError } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import type { Clock } from '../ports/clock.js';
 import type { AgentEndpoint, GuestAgent } from '../ports/guest-agent.js';
 import type { RemoteShell, SshProbe } from '../ports/tunnels.js';
@@ -14,7 +14,7 @@ export interface ReadinessDeps {
 }
 
 export interface WaitContext {
-  record: InstanceRecord;
+  record: VmRecord;
   mode: Exclude<WaitMode, 'auto'>;
   deadline: number;
   /** Reports a phase as it begins. */
@@ -48,7 +48,7 @@ export function cloudInitState(out: string): { done: true } | { failed: string }
 
 const POLL_MS = 50;
 
-export function agentEndpoint(record: Pick<InstanceRecord, 'agent_port' | 'agent_cid' | 'agent_socket'>): AgentEndpoint {
+export function agentEndpoint(record: Pick<VmRecord, 'agent_port' | 'agent_cid' | 'agent_socket'>): AgentEndpoint {
   return { host: '127.0.0.1', port: record.agent_port, cid: record.agent_cid || undefined, ...(record.agent_socket ? { socket: record.agent_socket } : {}) };
 }
 

@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import { changeStatus, clearRuntime, hasProcess } from '../domain/instance.js';
+import { changeStatus, clearRuntime, hasProcess } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { Hypervisor } from '../ports/hypervisor.js';

@@ -1,12 +1,12 @@
 import { inject, injectable } from 'inversify';
 import { errorMessage } from '../domain/errors.js';
-import { changeStatus, clearRuntime, type InstanceRecord, type PortForward } from '../domain/instance.js';
+import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
 import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
-import { InstanceStore } from '../ports/stores.js';
+import { VmStore } from '../ports/stores.js';
 import { SshKeys } from '../ports/tunnels.js';
 import type { Config } from './config.js';
 import { CrashWatch } from './crash-watch.js';
@@ -26,7 +26,7 @@ export class VmKeeper {
     @inject(Hypervisor) private readonly hv: Hypervisor,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(SshKeys) private readonly keys: SshKeys,
-    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(VmStore) private readonly store: VmStore,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
     @inject(LifecycleEvents) private readonly events: LifecycleEvents,
@@ -40,7 +40,7 @@ export class VmKeeper {
    * Boots a stopped, suspended or failed VM (start, restore) and waits for its guest; on failure
    * the process is killed and the VM is left `error`, and the error is thrown.
    */
-  async boot(rec: InstanceRecord, restore: boolean): Promise<void> {
+  async boot(rec: VmRecord, restore: boolean): Promise<void> {
     const handle = await this.hv.launch(await this.spec(rec, rec.forwards.filter((f) => f.kind === 'boot')), { restore });
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
@@ -60,7 +60,7 @@ export class VmKeeper {
   }
 
   /** Removes every trace of a VM: process, disk, directory, record. With keepLogs, logs survive. */
-  async purge(rec: InstanceRecord, keepLogs = false): Promise<void> {
+  async purge(rec: VmRecord, keepLogs = false): Promise<void> {
     // Intent first: from here on a crash leaves a record that says to finish the delete.
     if (rec.status !== 'creating' && !rec.deleting) {
       rec.deleting = true;
@@ -77,7 +77,7 @@ export class VmKeeper {
   }
 
   /** The hypervisor's view of the VM, with these boot forwards and the daemon's SSH key. */
-  async spec(rec: InstanceRecord, forwards: PortForward[]): Promise<VmSpec> {
+  async spec(rec: VmRecord, forwards: PortForward[]): Promise<VmSpec> {
     return {
       name: rec.name, dir: this.store.dir(rec.name), cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb,
       image: rec.image, hostname: rec.name, userdata: rec.userdata, mounts: rec.mounts, overlay_ip: rec.overlay_ip, egress: rec.egress,
@@ -87,7 +87,7 @@ export class VmKeeper {
   }
 
   /** Takes what the hypervisor says of the running VM into the record. */
-  applyHandle(rec: InstanceRecord, h: VmHandle): void {
+  applyHandle(rec: VmRecord, h: VmHandle): void {
     rec.ip = h.ip;
     rec.ssh_port = h.ssh_port;
     rec.agent_port = h.agent_port;
@@ -100,7 +100,7 @@ export class VmKeeper {
   }
 
   /** The handle the record describes (for re-attaching), or undefined when it keeps no adapter state. */
-  handleOf(rec: InstanceRecord): VmHandle | undefined {
+  handleOf(rec: VmRecord): VmHandle | undefined {
     if (!rec.runtime) return undefined;
     return {
       ip: rec.ip, ssh_port: rec.ssh_port, agent_port: rec.agent_port, agent_cid: rec.agent_cid, agent_socket: rec.agent_socket,
@@ -108,7 +108,7 @@ export class VmKeeper {
     };
   }
 
-  ref(rec: InstanceRecord): VmRef {
+  ref(rec: VmRecord): VmRef {
     return { name: rec.name, dir: this.store.dir(rec.name) };
   }
 }

@@ -2,14 +2,14 @@ import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
 import type { VmChange } from '../domain/events.js';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError } from '../domain/errors.js';
-import type { InstanceRecord } from '../domain/instance.js';
-import { holdsResources } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
+import { holdsResources } from '../domain/vm.js';
 import { assertVmName, nextDefaultName } from '../domain/names.js';
-import type { Instance } from '../domain/instance.js';
-import { toPublic } from '../domain/instance.js';
+import type { Instance } from '../domain/vm.js';
+import { toPublic } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
-import { InstanceStore } from '../ports/stores.js';
+import { VmStore } from '../ports/stores.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { AppConfig } from './tokens.js';
@@ -22,7 +22,7 @@ import { AppConfig } from './tokens.js';
  */
 @injectable()
 export class Vms {
-  private readonly records = new Map<string, InstanceRecord>();
+  private readonly records = new Map<string, VmRecord>();
   /** Operations on one VM run one at a time; different VMs run concurrently. */
   private readonly locks = new KeyedMutex();
   private readonly watchers = new Set<(change: VmChange) => void>();
@@ -30,11 +30,11 @@ export class Vms {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Clock) private readonly clock: Clock,
-    @inject(InstanceStore) private readonly store: InstanceStore,
+    @inject(VmStore) private readonly store: VmStore,
   ) {}
 
   /** The VM's record. InvalidArgumentError for a bad name, NotFoundError for an unknown one. */
-  get(name: string): InstanceRecord {
+  get(name: string): VmRecord {
     assertVmName(name);
     const rec = this.records.get(name);
     if (!rec) throw new NotFoundError(`vm ${name} not found`);
@@ -42,12 +42,12 @@ export class Vms {
   }
 
   /** The VM's record, or undefined (no name check). */
-  find(name: string): InstanceRecord | undefined {
+  find(name: string): VmRecord | undefined {
     return this.records.get(name);
   }
 
   /** Runs `fn` on the VM's record while holding its lock, so it cannot interleave with another change. */
-  withVm<T>(name: string, fn: (rec: InstanceRecord) => Promise<T>): Promise<T> {
+  withVm<T>(name: string, fn: (rec: VmRecord) => Promise<T>): Promise<T> {
     assertVmName(name);
     return this.locks.run(name, async () => fn(this.get(name)));
   }
@@ -58,7 +58,7 @@ export class Vms {
   }
 
   /** Persists the record (temp + fsync + rename in the store). A record purged meanwhile is not written back. */
-  async save(rec: InstanceRecord): Promise<void> {
+  async save(rec: VmRecord): Promise<void> {
     rec.updated_at = new Date(this.clock.now()).toISOString();
     if (this.records.get(rec.name) !== rec) return;
     await this.store.put(rec);
@@ -79,12 +79,12 @@ export class Vms {
     for (const w of this.watchers) w(change);
   }
 
-  private changed(rec: InstanceRecord): void {
+  private changed(rec: VmRecord): void {
     if (!rec.pool) this.notify({ event: 'vm', vm: toPublic(rec) });
   }
 
   /** Loads every persisted record (daemon start). */
-  async load(): Promise<InstanceRecord[]> {
+  async load(): Promise<VmRecord[]> {
     for (const rec of await this.store.list()) {
       // A record from before egress policies gets the config's default.
       rec.egress ??= this.config.egress;
@@ -106,12 +106,12 @@ export class Vms {
   }
 
   /** Every record, pool members included. */
-  all(): InstanceRecord[] {
+  all(): VmRecord[] {
     return [...this.records.values()];
   }
 
   /** Warm pool members of a template. */
-  poolMembers(template: string): InstanceRecord[] {
+  poolMembers(template: string): VmRecord[] {
     return [...this.records.values()].filter((r) => r.pool === template);
   }
 
@@ -119,7 +119,7 @@ export class Vms {
    * A ready warm pool member of `template` (suspended, or running for a running pool), moved to
    * `name` in the map at once; or undefined.
    */
-  takePoolMember(template: string, name: string, running: boolean): { member: InstanceRecord; oldName: string; wasRunning: boolean } | undefined {
+  takePoolMember(template: string, name: string, running: boolean): { member: VmRecord; oldName: string; wasRunning: boolean } | undefined {
     const ready = running ? 'running' : 'suspended';
     const member = [...this.records.values()].find((r) => r.pool === template && r.status === ready);
     if (!member) return undefined;
@@ -139,7 +139,7 @@ export class Vms {
   }
 
   /** A template is a persistent VM that is stopped or suspended. */
-  templateOf(name: string): InstanceRecord {
+  templateOf(name: string): VmRecord {
     const t = this.records.get(name);
     if (!t) throw new InvalidArgumentError(`template vm ${name} not found`);
     if (!t.persistent || (t.status !== 'stopped' && t.status !== 'suspended')) {
@@ -149,7 +149,7 @@ export class Vms {
   }
 
   /** Reserves the VM's name and resources; `pool` marks a warm pool member (hidden from the list and the feed). */
-  reserve(req: CreateRequest, image: ImageInfo, pool?: string): InstanceRecord {
+  reserve(req: CreateRequest, image: ImageInfo, pool?: string): VmRecord {
     const name = req.name ?? this.nextName();
     if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
     const cpus = req.cpus ?? this.config.cpus;
@@ -158,7 +158,7 @@ export class Vms {
     if (max_vms && this.records.size + 1 > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
     this.checkCaps(cpus, memory);
     const now = new Date(this.clock.now()).toISOString();
-    const rec: InstanceRecord = {
+    const rec: VmRecord = {
       name, status: 'creating', persistent: req.persistent, cpus, memory_mb: memory,
       disk_gb: req.disk_gb ?? this.config.disk_gb, image: image.id, ip: '', ssh_port: 0, agent_port: 0, agent_cid: 0,
       forwards: [], tags: req.tags, mounts: req.mounts,
@@ -194,7 +194,7 @@ export class Vms {
     }
   }
 
-  count(pred: (r: InstanceRecord) => boolean): number {
+  count(pred: (r: VmRecord) => boolean): number {
     let n = 0;
     for (const r of this.records.values()) if (pred(r)) n++;
     return n;

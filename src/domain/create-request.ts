@@ -1,7 +1,7 @@
 import { parseDuration } from './duration.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
-import type { Mount, PortForward } from './instance.js';
+import type { Mount, PortForward } from './vm.js';
 import { assertVmName } from './names.js';
 
 export interface CreateRequest {

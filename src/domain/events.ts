@@ -1,4 +1,4 @@
-import type { Instance } from './instance.js';
+import type { Instance } from './vm.js';
 
 export const CREATE_PHASES = [
   'accepted', 'image', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error',

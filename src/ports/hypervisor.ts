@@ -1,7 +1,7 @@
 import type { EgressPolicy } from '../domain/egress.js';
-import type { AdapterState, Forward, Mount, PortForward } from '../domain/instance.js';
+import type { AdapterState, Forward, Mount, PortForward } from '../domain/vm.js';
 
-export type { AdapterState } from '../domain/instance.js';
+export type { AdapterState } from '../domain/vm.js';
 
 /** Everything an adapter needs to provision and boot one VM. Plain data. */
 export interface VmSpec {
@@ -99,7 +99,7 @@ export interface VmRef {
 export const Hypervisor = Symbol('Hypervisor');
 /**
  * The lifecycle of VM processes. The control plane owns state; the adapter only drives processes
- * and never touches the instance store. Unless noted, methods throw InternalError on host
+ * and never touches the VM store. Unless noted, methods throw InternalError on host
  * failures and InvalidStateError when the VM is not in the state the verb needs.
  */
 export interface Hypervisor {

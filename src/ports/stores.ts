@@ -1,14 +1,14 @@
-import type { InstanceRecord } from '../domain/instance.js';
+import type { VmRecord } from '../domain/vm.js';
 import type { ActivityEvent, MetricsPoint, SecretRecord } from '../domain/events.js';
 
-export const InstanceStore = Symbol('InstanceStore');
-/** Persists instance records. Writes are crash-safe: a reader sees the old or the new record, never half. */
-export interface InstanceStore {
-  list(): Promise<InstanceRecord[]>;
+export const VmStore = Symbol('VmStore');
+/** Persists VM records. Writes are crash-safe: a reader sees the old or the new record, never half. */
+export interface VmStore {
+  list(): Promise<VmRecord[]>;
   /** Returns undefined when absent. */
-  get(name: string): Promise<InstanceRecord | undefined>;
+  get(name: string): Promise<VmRecord | undefined>;
   /** Creates the VM directory if needed and writes the record. Idempotent. */
-  put(record: InstanceRecord): Promise<void>;
+  put(record: VmRecord): Promise<void>;
   /** Removes the record and the whole VM directory. Idempotent. */
   remove(name: string): Promise<void>;
   /** Moves a VM's record and directory to a new name (a claimed pool member). Not idempotent. */

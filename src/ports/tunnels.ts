@@ -1,4 +1,4 @@
-import type { Forward } from '../domain/instance.js';
+import type { Forward } from '../domain/vm.js';
 
 export interface SshTarget {
   host: string;

@@ -1,15 +1,15 @@
-import type { InstanceRecord } from '../../src/domain/instance.js';
+import type { VmRecord } from '../../src/domain/vm.js';
 import type { ActivityEvent, MetricsPoint } from '../../src/domain/events.js';
-import type { ActivityLog, InstanceStore, MetricsHistory, MetricsSeries } from '../../src/ports/stores.js';
+import type { ActivityLog, VmStore, MetricsHistory, MetricsSeries } from '../../src/ports/stores.js';
 import type { Logger } from '../../src/ports/logger.js';
 import type { ControlMetrics } from '../../src/ports/metrics.js';
 import { AlreadyExistsError } from '../../src/domain/errors.js';
 import type { SshKeys, SshTarget, Tunnels } from '../../src/ports/tunnels.js';
-import type { Forward } from '../../src/domain/instance.js';
+import type { Forward } from '../../src/domain/vm.js';
 
 /** Small Map-backed fakes of the ports, for unit tests. */
-export class MemoryInstanceStore implements InstanceStore {
-  readonly records = new Map<string, InstanceRecord>();
+export class MemoryInstanceStore implements VmStore {
+  readonly records = new Map<string, VmRecord>();
   readonly logsKept: string[] = [];
   async list() {
     return [...this.records.values()].map((r) => structuredClone(r));
@@ -18,7 +18,7 @@ export class MemoryInstanceStore implements InstanceStore {
     const r = this.records.get(name);
     return r && structuredClone(r);
   }
-  async put(record: InstanceRecord) {
+  async put(record: VmRecord) {
     this.records.set(record.name, structuredClone(record));
   }
   async remove(name: string) {

@@ -3,14 +3,14 @@ import { Container, ContainerModule } from 'inversify';
 import { buildConfig, type Config } from '../../src/app/config.js';
 import { CreateService } from '../../src/app/create-service.js';
 import { ForwardService } from '../../src/app/forward-service.js';
-import { InstanceService } from '../../src/app/instance-service.js';
+import { VmLifecycle } from '../../src/app/vm-lifecycle.js';
 import { LifecycleContribution, LifecycleEvents, type LifecycleEvent } from '../../src/app/lifecycle-events.js';
 import { CrashWatch } from '../../src/app/crash-watch.js';
 import { GuestWarmUp } from '../../src/app/guest-warm-up.js';
 import { CloneSpeedUps } from '../../src/ports/clone-speed-ups.js';
 import { speedUpsOf } from '../../src/adapters/hypervisor/driver.js';
 import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
-import type { InstanceRecord } from '../../src/domain/instance.js';
+import type { VmRecord } from '../../src/domain/vm.js';
 import { PoolService } from '../../src/app/pool-service.js';
 import { RecoveryService } from '../../src/app/recovery-service.js';
 import { AppConfig } from '../../src/app/tokens.js';
@@ -26,7 +26,7 @@ import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
-import { ActivityLog, InstanceStore, MetricsHistory } from '../../src/ports/stores.js';
+import { ActivityLog, VmStore, MetricsHistory } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryMetricsHistory, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
 import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
@@ -46,7 +46,7 @@ export interface World {
   events: LifecycleEvents;
   vms: Vms;
   keeper: VmKeeper;
-  svc: InstanceService;
+  svc: VmLifecycle;
   creates: CreateService;
   recovery: RecoveryService;
   forwards: ForwardService;
@@ -54,7 +54,7 @@ export interface World {
   network: InMemoryGuestNetwork;
   egress: EgressService;
   /** Hears a lifecycle event, after the daemon's own followers. */
-  listen(event: LifecycleEvent, fn: (rec: InstanceRecord) => void): void;
+  listen(event: LifecycleEvent, fn: (rec: VmRecord) => void): void;
 }
 
 export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
@@ -63,8 +63,8 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();
   const network = new InMemoryGuestNetwork();
-  const heard: [LifecycleEvent, (rec: InstanceRecord) => void][] = [];
-  const on = (event: LifecycleEvent) => (rec: InstanceRecord) => heard.filter(([e]) => e === event).forEach(([, fn]) => fn(rec));
+  const heard: [LifecycleEvent, (rec: VmRecord) => void][] = [];
+  const on = (event: LifecycleEvent) => (rec: VmRecord) => heard.filter(([e]) => e === event).forEach(([, fn]) => fn(rec));
   const testFollower: LifecycleContribution = { onUp: on('up'), onDown: on('down'), onRemoved: on('removed'), onClaimed: on('claimed') };
   const container = new Container();
   container.load(new ContainerModule(({ bind }) => {
@@ -72,7 +72,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
     bind(Clock).toConstantValue(new SystemClock());
     bind(Logger).toConstantValue(new SilentLogger());
     bind(ControlMetrics).toConstantValue(metrics);
-    bind(InstanceStore).toConstantValue(store);
+    bind(VmStore).toConstantValue(store);
     bind(ActivityLog).toConstantValue(activity);
     bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
     bind(SshKeys).toConstantValue(new StaticKeys());
@@ -94,7 +94,7 @@ export function world(raw: Record<string, unknown> = {}, store = new MemoryInsta
   metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   return {
     container, config, hv, store, activity, metrics, tunnels, vms,
-    events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(InstanceService),
+    events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(VmLifecycle),
     creates: container.get(CreateService), recovery: container.get(RecoveryService), forwards: container.get(ForwardService),
     pool: container.get(PoolService), network, egress: container.get(EgressService),
     listen: (event, fn) => void heard.push([event, fn]),

@@ -79,7 +79,7 @@ export async function* ndjson<T = Record<string, unknown>>(method: string, path:
 export const enc = encodeURIComponent;
 
 // The API's shapes are the daemon's own (type-only imports: nothing of the daemon is bundled).
-export type { Instance } from '../../src/domain/instance.js';
+export type { Instance } from '../../src/domain/vm.js';
 export type { CreateProgressEvent as ProgressEvent, VmEvent } from '../../src/domain/events.js';
 export type { FsInfo } from '../../src/domain/agent.js';
 export type { EgressEvent, EgressPolicy } from '../../src/domain/egress.js';

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
-import type { Instance } from '../../domain/instance.js';
+import type { Instance } from '../../domain/vm.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';

@@ -9,7 +9,7 @@ import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo,
 import { formatDuration } from '../../domain/duration.js';
 import type { CreateRequest, WaitMode } from '../../domain/create-request.js';
 import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord, VmEvent } from '../../domain/events.js';
-import type { Forward, Instance, Mount, PortForward } from '../../domain/instance.js';
+import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';

@@ -4,7 +4,7 @@ import { NotFoundError } from '../../domain/errors.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
 import type { VmRef } from '../../ports/hypervisor.js';
 import { readNdjsonTail } from '../fs-kit/ndjson-log.js';
-import type { Forward, PortForward } from '../../domain/instance.js';
+import type { Forward, PortForward } from '../../domain/vm.js';
 import type { NetdClient } from './netd-client.js';
 
 /** A VM's egress log, in its directory (it moves with it). */

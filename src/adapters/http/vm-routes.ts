@@ -1,9 +1,9 @@
 import type { Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
-import type { InstanceService } from '../../app/instance-service.js';
+import type { VmLifecycle } from '../../app/vm-lifecycle.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
-import { toPublic } from '../../domain/instance.js';
+import { toPublic } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 
@@ -16,7 +16,7 @@ async function answerCreate(res: Response, stream: boolean, job: CreateJob): Pro
   res.status(201).json(inst);
 }
 
-export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateService): RouteDef[] {
+export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post', path, handler: async (req, res) => void res.json(await fn(String(req.params.name))),
   });
@@ -41,12 +41,12 @@ export function vmRoutes(vms: Vms, instances: InstanceService, creates: CreateSe
       },
     },
     { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(toPublic(vms.get(String(req.params.name)))) },
-    { method: 'delete', path: '/vms/:name', handler: async (req, res) => void res.json(await instances.delete(String(req.params.name))) },
-    verb('/vms/:name/start', (n) => instances.start(n)),
-    verb('/vms/:name/shutdown', (n) => instances.shutdown(n)),
-    verb('/vms/:name/pause', (n) => instances.pause(n)),
-    verb('/vms/:name/resume', (n) => instances.resume(n)),
-    verb('/vms/:name/suspend', (n) => instances.suspend(n)),
-    verb('/vms/:name/restore', (n) => instances.restore(n)),
+    { method: 'delete', path: '/vms/:name', handler: async (req, res) => void res.json(await lifecycle.delete(String(req.params.name))) },
+    verb('/vms/:name/start', (n) => lifecycle.start(n)),
+    verb('/vms/:name/shutdown', (n) => lifecycle.shutdown(n)),
+    verb('/vms/:name/pause', (n) => lifecycle.pause(n)),
+    verb('/vms/:name/resume', (n) => lifecycle.resume(n)),
+    verb('/vms/:name/suspend', (n) => lifecycle.suspend(n)),
+    verb('/vms/:name/restore', (n) => lifecycle.restore(n)),
   ];
 }

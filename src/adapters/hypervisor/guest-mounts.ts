@@ -1,4 +1,4 @@
-import type { Mount } from '../../domain/instance.js';
+import type { Mount } from '../../domain/vm.js';
 import { shellWord } from '../process-kit/shell-word.js';
 
 /** How a guest mounts its shares, whatever hypervisor serves them: 9p or virtio-fs, by tag. */

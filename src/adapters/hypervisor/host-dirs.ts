@@ -1,7 +1,7 @@
 import { realpath, stat } from 'node:fs/promises';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { realOrSelf as real, within } from '../fs-kit/paths.js';
-import type { Mount } from '../../domain/instance.js';
+import type { Mount } from '../../domain/vm.js';
 import type { MountRule } from '../../ports/hypervisor.js';
 
 /**

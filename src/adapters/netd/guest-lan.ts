@@ -1,7 +1,7 @@
 import { createSocket, type Socket as DgramSocket } from 'node:dgram';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { HOST_NAME, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
-import type { PortForward } from '../../domain/instance.js';
+import type { PortForward } from '../../domain/vm.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';

@@ -1,4 +1,4 @@
-import type { PortForward } from '../../domain/instance.js';
+import type { PortForward } from '../../domain/vm.js';
 import { existsSync } from 'node:fs';
 import { readFile, unlink } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';

@@ -1,5 +1,5 @@
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
-import type { PortForward } from '../../domain/instance.js';
+import type { PortForward } from '../../domain/vm.js';
 
 /**
  * svc-netd's control protocol, over its Unix socket: one JSON object a line each way. A request

@@ -1,6 +1,6 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
-import type { Forward } from '../../domain/instance.js';
+import type { Forward } from '../../domain/vm.js';
 import type { SshTarget, Tunnels } from '../../ports/tunnels.js';
 import type { Ssh2Connections } from './ssh2-connections.js';
 

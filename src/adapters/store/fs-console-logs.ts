@@ -2,12 +2,12 @@ import { open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { inject, injectable } from 'inversify';
-import { InstanceStore, type ConsoleLogs } from '../../ports/stores.js';
+import { VmStore, type ConsoleLogs } from '../../ports/stores.js';
 
 /** `vms/<name>/serial.log`, read from an offset and followed by polling its size. */
 @injectable()
 export class FsConsoleLogs implements ConsoleLogs {
-  constructor(@inject(InstanceStore) private readonly store: InstanceStore) {}
+  constructor(@inject(VmStore) private readonly store: VmStore) {}
 
   async *read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer> {
     const path = join(this.store.dir(vm), 'serial.log');

@@ -5,7 +5,7 @@ import { inject, injectable } from 'inversify';
 import type { MetricsPoint } from '../../domain/events.js';
 import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
-import { InstanceStore, type MetricsHistory, type MetricsSeries } from '../../ports/stores.js';
+import { VmStore, type MetricsHistory, type MetricsSeries } from '../../ports/stores.js';
 
 /**
  * `vms/<name>/metrics.ring`, format version 1 (docs/metrics-ring.md):
@@ -78,7 +78,7 @@ export function decodeRing(buf: Buffer): { capacity: number; interval_ms: number
 export class FsMetricsHistory implements MetricsHistory {
   private readonly rings = new Map<string, Promise<OpenRing>>();
 
-  constructor(@inject(AppConfig) private readonly config: Config, @inject(InstanceStore) private readonly store: InstanceStore) {}
+  constructor(@inject(AppConfig) private readonly config: Config, @inject(VmStore) private readonly store: VmStore) {}
 
   private path(vm: string): string {
     return join(this.store.dir(vm), 'metrics.ring');

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { cloudInitState, waitReady } from '../../../src/app/readiness.js';
-import type { InstanceRecord } from '../../../src/domain/instance.js';
+import type { VmRecord } from '../../../src/domain/vm.js';
 import type { RemoteResult } from '../../../src/ports/tunnels.js';
 import { SystemClock } from '../../../src/adapters/clock/system-clock.js';
 
@@ -15,7 +15,7 @@ describe('app/readiness: wait=userdata on an image without an agent (cloud-init 
   });
 
   it('waits for ssh, then asks cloud-init until it is done, and fails the wait when cloud-init failed', async () => {
-    const record = { name: 'c1', ssh_port: 2222, agent_port: 0, agent_cid: 0 } as InstanceRecord;
+    const record = { name: 'c1', ssh_port: 2222, agent_port: 0, agent_cid: 0 } as VmRecord;
     const run = async (answers: RemoteResult[]) => {
       const asked: string[] = [];
       const phases: string[] = [];

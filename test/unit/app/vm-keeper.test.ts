@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { clearRuntime, type InstanceRecord } from '../../../src/domain/instance.js';
+import { clearRuntime, type VmRecord } from '../../../src/domain/vm.js';
 import { world } from '../../fakes/world.js';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
 import type { GuestIdentity } from '../../../src/domain/agent.js';
@@ -22,9 +22,9 @@ describe('app/VmKeeper', () => {
   it('clears what belonged to a stopped process but keeps forwards (live ones without their tunnel pid)', () => {
     const w = world();
     const rec = {
-      name: 'r', ssh_port: 1, agent_port: 2, agent_cid: 3, runtime: {} as InstanceRecord['runtime'],
+      name: 'r', ssh_port: 1, agent_port: 2, agent_cid: 3, runtime: {} as VmRecord['runtime'],
       forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live', pid: 9 }],
-    } as InstanceRecord;
+    } as VmRecord;
     clearRuntime(rec);
     expect(rec).to.include({ ssh_port: 0, agent_port: 0, agent_cid: 0 });
     expect(rec.runtime).to.equal(undefined);

@@ -4,7 +4,7 @@ import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 
 import { join } from 'node:path';
 import { InvalidStateError, NotSupportedError } from '../../../domain/errors.js';
 import type { ImageSource } from '../../../domain/image-request.js';
-import type { Mount, PortForward } from '../../../domain/instance.js';
+import type { Mount, PortForward } from '../../../domain/vm.js';
 import type {
   ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
 } from '../../../ports/hypervisor.js';

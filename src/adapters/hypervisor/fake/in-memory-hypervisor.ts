@@ -1,7 +1,7 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
-import type { Mount, PortForward } from '../../../domain/instance.js';
+import type { Mount, PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import type { ImageSource } from '../../../domain/image-request.js';

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { EgressPolicy } from '../../../domain/egress.js';
-import type { Forward, PortForward } from '../../../domain/instance.js';
+import type { Forward, PortForward } from '../../../domain/vm.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import type { Logger } from '../../../ports/logger.js';
 import { NO_EGRESS, type NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';

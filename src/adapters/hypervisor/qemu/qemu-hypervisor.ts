@@ -13,7 +13,7 @@ import type { ImageCatalog } from '../../images/image-catalog.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
-import type { Mount, PortForward } from '../../../domain/instance.js';
+import type { Mount, PortForward } from '../../../domain/vm.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';

@@ -1,12 +1,12 @@
 import { copyFile, mkdir, readdir, readFile, rename as renameDir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
-import type { InstanceRecord } from '../../domain/instance.js';
+import type { VmRecord } from '../../domain/vm.js';
 import { VM_NAME_RE } from '../../domain/names.js';
 import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Logger } from '../../ports/logger.js';
-import type { InstanceStore } from '../../ports/stores.js';
+import type { VmStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { capDir } from '../fs-kit/log-cap.js';
 
@@ -15,7 +15,7 @@ const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
 
 /** Records in `<data_dir>/vms/<name>/instance.json`, written with writeFileAtomic. */
 @injectable()
-export class FsInstanceStore implements InstanceStore {
+export class FsVmStore implements VmStore {
   private readonly root: string;
 
   constructor(@inject(AppConfig) private readonly config: Config, @inject(Logger) private readonly log: Logger) {
@@ -26,9 +26,9 @@ export class FsInstanceStore implements InstanceStore {
     return join(this.root, name);
   }
 
-  async list(): Promise<InstanceRecord[]> {
+  async list(): Promise<VmRecord[]> {
     await mkdir(this.root, { recursive: true, mode: 0o700 });
-    const out: InstanceRecord[] = [];
+    const out: VmRecord[] = [];
     for (const name of await readdir(this.root)) {
       if (!VM_NAME_RE.test(name)) continue;
       const rec = await this.get(name);
@@ -46,7 +46,7 @@ export class FsInstanceStore implements InstanceStore {
     return out;
   }
 
-  async get(name: string): Promise<InstanceRecord | undefined> {
+  async get(name: string): Promise<VmRecord | undefined> {
     let text: string;
     try {
       text = await readFile(join(this.dir(name), 'instance.json'), 'utf8');
@@ -54,14 +54,14 @@ export class FsInstanceStore implements InstanceStore {
       return undefined;
     }
     try {
-      return JSON.parse(text) as InstanceRecord;
+      return JSON.parse(text) as VmRecord;
     } catch (err) {
-      this.log.error({ vm: name, err: (err as Error).message }, 'unreadable instance record; ignoring it');
+      this.log.error({ vm: name, err: (err as Error).message }, 'unreadable vm record; ignoring it');
       return undefined;
     }
   }
 
-  async put(record: InstanceRecord): Promise<void> {
+  async put(record: VmRecord): Promise<void> {
     const dir = this.dir(record.name);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     await writeFileAtomic(join(dir, 'instance.json'), JSON.stringify(record, null, 2) + '\n');

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { toPublic } from '../../../src/domain/instance.js';
+import { toPublic } from '../../../src/domain/vm.js';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import {
   AlreadyExistsError, DeadlineExceededError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError,
@@ -19,7 +19,7 @@ async function collect(events: AsyncIterable<CreateProgressEvent>): Promise<Crea
   return out;
 }
 
-describe('app/InstanceService', () => {
+describe('app/VmLifecycle', () => {
   it('creates a running vm and streams the phases in order', async () => {
     const w = world();
     const job = await w.creates.create({ name: 'web', persistent: true }, {});

@@ -30,7 +30,11 @@ export interface Mount {
   readonly?: boolean;
 }
 
-/** The public shape of a VM, as the API returns it. `userdata` is never part of it. */
+/**
+ * The public shape of a VM, as the API returns it (`Instance` is the spec's name for it, kept in the
+ * API and the client; inside the daemon a VM is `Vm...`: VmRecord, VmStore, VmLifecycle). `userdata` is
+ * never part of it.
+ */
 export interface Instance {
   name: string;
   status: VmStatus;
@@ -68,7 +72,7 @@ export type AdapterState = { readonly [adapterStateBrand]: 'adapter-state' };
  * What the daemon persists for a VM: the public Instance plus what only the host needs.
  * `runtime` is the hypervisor's opaque state for re-attaching after a daemon restart.
  */
-export interface InstanceRecord extends Instance {
+export interface VmRecord extends Instance {
   userdata?: string;
   runtime?: AdapterState;
   /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
@@ -83,7 +87,7 @@ export interface InstanceRecord extends Instance {
   agent_socket?: string;
 }
 
-export function toPublic(record: InstanceRecord): Instance {
+export function toPublic(record: VmRecord): Instance {
   const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, agent_socket: _s, ...pub } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
@@ -113,7 +117,7 @@ const HINT: Record<VmStatus, string> = {
 };
 
 /** Throws InvalidStateError (with a hint) unless `verb` may run from the record's status. */
-export function assertTransition(record: Pick<InstanceRecord, 'name' | 'status' | 'persistent'>, verb: LifecycleVerb): void {
+export function assertTransition(record: Pick<VmRecord, 'name' | 'status' | 'persistent'>, verb: LifecycleVerb): void {
   const { name, status } = record;
   if (verb === 'suspend' && !record.persistent) {
     throw new InvalidStateError(`vm ${name} is ephemeral; only persistent vms can be suspended`);
@@ -168,7 +172,7 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
  * suspended, `error` while in error, neither otherwise). InternalError for a change the rule does
  * not allow: a bug, never a caller's mistake.
  */
-export function changeStatus(record: Pick<InstanceRecord, 'name' | 'status' | 'suspended_at' | 'error'>, change: StatusChange): void {
+export function changeStatus(record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error'>, change: StatusChange): void {
   if (!NEXT[record.status].includes(change.to)) throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
   record.status = change.to;
   if (change.to === 'suspended') record.suspended_at = change.at;
@@ -181,7 +185,7 @@ export function changeStatus(record: Pick<InstanceRecord, 'name' | 'status' | 's
  * What belonged to a stopped process goes (its ports, pids, the adapter's state); forwards stay in
  * the record: boot ones keep their host ports, live ones are opened again when the VM is up.
  */
-export function clearRuntime(record: InstanceRecord): void {
+export function clearRuntime(record: VmRecord): void {
   record.ssh_port = 0;
   record.agent_port = 0;
   record.agent_cid = 0;

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { InvalidStateError } from '../../../src/domain/errors.js';
-import { ALLOWED_SOURCES, VM_STATUSES, assertTransition, toPublic, type InstanceRecord, type LifecycleVerb } from '../../../src/domain/instance.js';
+import { ALLOWED_SOURCES, VM_STATUSES, assertTransition, toPublic, type VmRecord, type LifecycleVerb } from '../../../src/domain/vm.js';
 
 describe('domain/instance state machine', () => {
   const verbs = Object.keys(ALLOWED_SOURCES) as LifecycleVerb[];
@@ -27,10 +27,10 @@ describe('domain/instance state machine', () => {
   });
 
   it('never exposes userdata or runtime, and shows suspended_at/error only in their states', () => {
-    const rec: InstanceRecord = {
+    const rec: VmRecord = {
       name: 'a', status: 'running', persistent: true, cpus: 1, memory_mb: 512, disk_gb: 4, image: 'default', ip: '', ssh_port: 1,
       agent_port: 2, agent_cid: 0, forwards: [], tags: {}, mounts: [], metrics_enabled: true, created_at: '', updated_at: '',
-      userdata: 'secret', runtime: { pid: 1 } as unknown as InstanceRecord['runtime'], suspended_at: 'x', error: 'old',
+      userdata: 'secret', runtime: { pid: 1 } as unknown as VmRecord['runtime'], suspended_at: 'x', error: 'old',
       egress: { default: 'allow', allow: [], deny: [] },
     };
     const pub = toPublic(rec) as unknown as Record<string, unknown>;

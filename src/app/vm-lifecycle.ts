@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
-import type { Instance, InstanceRecord, LifecycleVerb } from '../domain/instance.js';
-import { assertTransition, changeStatus, clearRuntime, toPublic } from '../domain/instance.js';
+import type { Instance, VmRecord, LifecycleVerb } from '../domain/vm.js';
+import { assertTransition, changeStatus, clearRuntime, toPublic } from '../domain/vm.js';
 import { assertVmName } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
 import { Hypervisor } from '../ports/hypervisor.js';
@@ -25,7 +25,7 @@ export interface MessageResult {
  * under the VM's lock and is refused (with the verb to use instead) from a state it does not fit.
  */
 @injectable()
-export class InstanceService {
+export class VmLifecycle {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Hypervisor) private readonly hv: Hypervisor,
@@ -113,7 +113,7 @@ export class InstanceService {
     });
   }
 
-  private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: InstanceRecord) => Promise<T>): Promise<T> {
+  private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: VmRecord) => Promise<T>): Promise<T> {
     assertVmName(name);
     return this.activity.timed(verb, name, () => this.vms.withVm(name, async (rec) => {
       assertTransition(rec, verb);
