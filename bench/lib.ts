@@ -10,12 +10,26 @@ import { SvcClient } from '../src/index.js';
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const SVCD = join(REPO, 'dist', 'src', 'bin', 'svcd.js');
 
-export interface Stats { n: number; p50: number; p95: number; mean: number; min: number; max: number }
+export interface Stats {
+  n: number;
+  p50: number;
+  p95: number;
+  mean: number;
+  min: number;
+  max: number;
+}
 
 export function stats(xs: number[]): Stats {
   const s = [...xs].sort((a, b) => a - b);
   const at = (q: number) => s[Math.min(s.length - 1, Math.floor(q * (s.length - 1) + 0.5))];
-  return { n: s.length, p50: at(0.5), p95: at(0.95), mean: s.reduce((a, b) => a + b, 0) / s.length, min: s[0], max: s[s.length - 1] };
+  return {
+    n: s.length,
+    p50: at(0.5),
+    p95: at(0.95),
+    mean: s.reduce((a, b) => a + b, 0) / s.length,
+    min: s[0],
+    max: s[s.length - 1],
+  };
 }
 
 export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number {
@@ -68,15 +82,31 @@ export function resetPeak(pid: number): void {
   writeFileSync(`/proc/${pid}/clear_refs`, '5');
 }
 
-export interface Daemon { proc: ChildProcess; socket: string; port: number; client: SvcClient; stop(): Promise<void> }
+export interface Daemon {
+  proc: ChildProcess;
+  socket: string;
+  port: number;
+  client: SvcClient;
+  stop(): Promise<void>;
+}
 
 /** Runs svcd as its own process (so its memory is its own) with the given config. */
 export async function startSvcd(dir: string, config: Record<string, unknown>): Promise<Daemon> {
   const socket = join(dir, 'svc.sock');
   const yaml = Object.entries({ data_dir: join(dir, 'data'), socket, api: '127.0.0.1:0', log_level: 'info', ...config })
-    .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v === '' ? "''" : v}`).join('\n');
+    .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v === '' ? "''" : v}`)
+    .join('\n');
   writeFileSync(join(dir, 'config.yaml'), yaml + '\n');
-  const proc = spawn(process.execPath, [...(process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : []), SVCD, '--config', join(dir, 'config.yaml')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(
+    process.execPath,
+    [
+      ...(process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : []),
+      SVCD,
+      '--config',
+      join(dir, 'config.yaml'),
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   let port = 0;
   if (process.env.BENCH_SVCD_LOG) proc.stderr!.pipe(createWriteStream(process.env.BENCH_SVCD_LOG, { flags: 'a' }));
   proc.stderr!.on('data', (c: Buffer) => {
@@ -87,7 +117,10 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
   for (let i = 0; i < 200 && !port; i++) await new Promise((r) => setTimeout(r, 50));
   if (!port) throw new Error('svcd did not start');
   return {
-    proc, socket, port, client,
+    proc,
+    socket,
+    port,
+    client,
     stop: async () => {
       const gone = new Promise((r) => proc.once('exit', r));
       proc.kill('SIGTERM');
@@ -97,12 +130,27 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
 }
 
 /** One HTTP POST with a kept-alive agent; resolves when the body is read. */
-export function post(agent: Agent, target: { socketPath?: string; port?: number }, path: string, token?: string): Promise<void> {
+export function post(
+  agent: Agent,
+  target: { socketPath?: string; port?: number },
+  path: string,
+  token?: string,
+): Promise<void> {
   return new Promise((resolve, reject) => {
-    const req = request({ agent, ...target, host: '127.0.0.1', method: 'POST', path, headers: token ? { authorization: `Bearer ${token}` } : {} }, (res) => {
-      res.resume();
-      res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
-    });
+    const req = request(
+      {
+        agent,
+        ...target,
+        host: '127.0.0.1',
+        method: 'POST',
+        path,
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -114,7 +162,10 @@ export function post(agent: Agent, target: { socketPath?: string; port?: number 
  */
 export async function execChannel(port: number): Promise<{ call(query: string): Promise<void>; close(): void }> {
   const ws = new WebSocket(`ws://127.0.0.1:${port}/exec/channel`, { perMessageDeflate: false });
-  await new Promise((resolve, reject) => { ws.once('open', resolve); ws.once('error', reject); });
+  await new Promise((resolve, reject) => {
+    ws.once('open', resolve);
+    ws.once('error', reject);
+  });
   const waiting = new Map<number, (ok: boolean) => void>();
   ws.on('message', (data) => {
     const m = JSON.parse(String(data)) as { id: number; result?: unknown };
@@ -123,11 +174,12 @@ export async function execChannel(port: number): Promise<{ call(query: string): 
   });
   let id = 0;
   return {
-    call: (query) => new Promise<void>((resolve, reject) => {
-      const n = ++id;
-      waiting.set(n, (ok) => (ok ? resolve() : reject(new Error(`exec channel call ${n} failed`))));
-      ws.send(JSON.stringify({ id: n, query }));
-    }),
+    call: (query) =>
+      new Promise<void>((resolve, reject) => {
+        const n = ++id;
+        waiting.set(n, (ok) => (ok ? resolve() : reject(new Error(`exec channel call ${n} failed`))));
+        ws.send(JSON.stringify({ id: n, query }));
+      }),
     close: () => ws.close(),
   };
 }
@@ -149,16 +201,30 @@ export function pump(w: Writable, chunk: Buffer, total: number): void {
   more();
 }
 
-export interface Target { port?: number; socketPath?: string; path: string }
+export interface Target {
+  port?: number;
+  socketPath?: string;
+  path: string;
+}
 
 /** PUTs `total` bytes (a repeated 1 MiB chunk) with their Content-Length; resolves on a 2xx. */
 export function putBytes(t: Target & { method: string }, total: number): Promise<void> {
   const chunk = Buffer.alloc(1024 * 1024, 7);
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: t.port, socketPath: t.socketPath, path: t.path, method: t.method, headers: { 'content-type': 'application/octet-stream', 'content-length': String(total) } }, (res) => {
-      res.resume();
-      res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
-    });
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: t.port,
+        socketPath: t.socketPath,
+        path: t.path,
+        method: t.method,
+        headers: { 'content-type': 'application/octet-stream', 'content-length': String(total) },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode! < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+      },
+    );
     req.on('error', reject);
     pump(req, chunk, total);
   });
@@ -172,7 +238,9 @@ export function fetchAll(t: Target): Promise<void> {
       res.on('data', () => undefined);
       res.on('end', resolve);
       res.on('error', reject);
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
 
@@ -207,7 +275,11 @@ export function diskUse(dirs: string[]): { own: number[]; shared: number } {
  * samples, `paired` holds each target's time minus `base`'s in the same round: the median of those
  * is the overhead with the round-to-round noise taken out, where the difference of two p50s keeps it.
  */
-export async function rounds(targets: Record<string, () => Promise<unknown>>, n: number, base: string): Promise<{ samples: Record<string, number[]>; paired: Record<string, number[]> }> {
+export async function rounds(
+  targets: Record<string, () => Promise<unknown>>,
+  n: number,
+  base: string,
+): Promise<{ samples: Record<string, number[]>; paired: Record<string, number[]> }> {
   const keys = Object.keys(targets);
   const samples: Record<string, number[]> = Object.fromEntries(keys.map((k) => [k, []]));
   for (let i = 0; i < n; i++) {
@@ -220,6 +292,8 @@ export async function rounds(targets: Record<string, () => Promise<unknown>>, n:
     }
     for (const k of keys) samples[k].push(round[k]);
   }
-  const paired = Object.fromEntries(keys.filter((k) => k !== base).map((k) => [k, samples[k].map((x, i) => x - samples[base][i])]));
+  const paired = Object.fromEntries(
+    keys.filter((k) => k !== base).map((k) => [k, samples[k].map((x, i) => x - samples[base][i])]),
+  );
   return { samples, paired };
 }

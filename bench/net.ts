@@ -32,14 +32,28 @@ export async function netBenchmarks(row: Row, results: Record<string, unknown>):
   const port = (web.address() as AddressInfo).port;
   const daemons: Record<'netd' | 'qemu', Daemon> = {} as Record<'netd' | 'qemu', Daemon>;
   try {
-    const common = { hypervisor: 'qemu', images_dir: ensureImage('minimal'), image: 'minimal', memory_mb: 384, sandbox_metrics_enabled: false, ready_timeout: '240s' };
+    const common = {
+      hypervisor: 'qemu',
+      images_dir: ensureImage('minimal'),
+      image: 'minimal',
+      memory_mb: 384,
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+    };
     for (const sub of ['netd', 'qemu']) mkdirSync(join(dir, sub));
-    daemons.netd = await startSvcd(join(dir, 'netd'), { ...common, egress: { default: 'deny', allow: [`host:${port}`] } });
+    daemons.netd = await startSvcd(join(dir, 'netd'), {
+      ...common,
+      egress: { default: 'deny', allow: [`host:${port}`] },
+    });
     daemons.qemu = await startSvcd(join(dir, 'qemu'), { ...common, guest_net: 'qemu-user', test_mode: true });
     await Promise.all([daemons.netd.client.create({ name: 'g' }), daemons.qemu.client.create({ name: 'g' })]);
     const url = { netd: `http://host.svc.internal:${port}/big.bin`, qemu: `http://10.0.2.2:${port}/big.bin` };
     const download = async (which: 'netd' | 'qemu') => {
-      const r = await daemons[which].client.exec('g', { cmd: 'sh', args: ['-c', `wget -q -O /dev/null ${url[which]} && echo ok`], timeoutMs: 600_000 });
+      const r = await daemons[which].client.exec('g', {
+        cmd: 'sh',
+        args: ['-c', `wget -q -O /dev/null ${url[which]} && echo ok`],
+        timeoutMs: 600_000,
+      });
       if (r.stdout.trim() !== 'ok') throw new Error(`download through ${which} failed: ${r.stderr}`);
     };
     await download('netd');
@@ -55,11 +69,20 @@ export async function netBenchmarks(row: Row, results: Record<string, unknown>):
     const mbs = (ms: number) => MIB / (ms / 1000);
     const [n, q] = [stats(t.netd).p50, stats(t.qemu).p50];
     const ratio = q / n;
-    row(`guest download of ${MIB} MiB from a host loopback server (busybox wget, TCG): QEMU's user-mode network (median of ${ROUNDS})`, `${fmt(mbs(q), 1)} MiB/s`, '');
-    row(`the same through svc-netd (host:PORT, deny by default)`, `${fmt(mbs(n), 1)} MiB/s`, `${fmt(ratio * 100, 0)}% of QEMU's (target >= 80%: ${ratio >= 0.8 ? 'met' : 'missed'})`);
+    row(
+      `guest download of ${MIB} MiB from a host loopback server (busybox wget, TCG): QEMU's user-mode network (median of ${ROUNDS})`,
+      `${fmt(mbs(q), 1)} MiB/s`,
+      '',
+    );
+    row(
+      `the same through svc-netd (host:PORT, deny by default)`,
+      `${fmt(mbs(n), 1)} MiB/s`,
+      `${fmt(ratio * 100, 0)}% of QEMU's (target >= 80%: ${ratio >= 0.8 ? 'met' : 'missed'})`,
+    );
 
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const exec = (which: 'netd' | 'qemu') => () => post(agent, { socketPath: daemons[which].socket }, '/vms/g/exec?cmd=true');
+    const exec = (which: 'netd' | 'qemu') => () =>
+      post(agent, { socketPath: daemons[which].socket }, '/vms/g/exec?cmd=true');
     for (let i = 0; i < 10; i++) {
       await exec('netd')();
       await exec('qemu')();
@@ -67,12 +90,19 @@ export async function netBenchmarks(row: Row, results: Record<string, unknown>):
     const ex = await rounds({ qemu: exec('qemu'), netd: exec('netd') }, 200, 'qemu');
     const [en, eq] = [stats(ex.samples.netd), stats(ex.samples.qemu)];
     const paired = stats(ex.paired.netd).p50;
-    row('exec `true` through the daemon, TCG guest: QEMU\'s network / svc-netd', `p50 ${fmt(eq.p50, 2)} / ${fmt(en.p50, 2)} ms (n=200)`, `${paired >= 0 ? '+' : ''}${fmt(paired, 2)} ms paired p50`);
+    row(
+      "exec `true` through the daemon, TCG guest: QEMU's network / svc-netd",
+      `p50 ${fmt(eq.p50, 2)} / ${fmt(en.p50, 2)} ms (n=200)`,
+      `${paired >= 0 ? '+' : ''}${fmt(paired, 2)} ms paired p50`,
+    );
     agent.destroy();
 
     const cpMib = 64;
     for (const which of ['netd', 'qemu'] as const) {
-      await daemons[which].client.exec('g', { cmd: 'sh', args: ['-c', `head -c ${cpMib << 20} /dev/urandom > /tmp/out.bin`] });
+      await daemons[which].client.exec('g', {
+        cmd: 'sh',
+        args: ['-c', `head -c ${cpMib << 20} /dev/urandom > /tmp/out.bin`],
+      });
     }
     const cp: Record<'netd' | 'qemu', number[]> = { netd: [], qemu: [] };
     for (let i = 0; i < 3; i++) {
@@ -83,10 +113,19 @@ export async function netBenchmarks(row: Row, results: Record<string, unknown>):
       }
     }
     const [cn, cq] = [stats(cp.netd).p50, stats(cp.qemu).p50];
-    row(`cp ${cpMib} MiB out of a TCG guest through the daemon (its agent's forward): QEMU's network / svc-netd (median of 3)`, `${fmt(cpMib / (cq / 1000), 1)} / ${fmt(cpMib / (cn / 1000), 1)} MiB/s`, `${fmt((cq / cn) * 100, 0)}%`);
+    row(
+      `cp ${cpMib} MiB out of a TCG guest through the daemon (its agent's forward): QEMU's network / svc-netd (median of 3)`,
+      `${fmt(cpMib / (cq / 1000), 1)} / ${fmt(cpMib / (cn / 1000), 1)} MiB/s`,
+      `${fmt((cq / cn) * 100, 0)}%`,
+    );
     results.net = {
-      file_mib: MIB, rounds: ROUNDS, download_ms: t, download_mib_per_s: { qemu_user: mbs(q), netd: mbs(n) }, netd_vs_qemu: ratio,
-      exec_true_ms: { qemu_user: eq, netd: en, paired_p50: paired }, cp_out_ms: cp,
+      file_mib: MIB,
+      rounds: ROUNDS,
+      download_ms: t,
+      download_mib_per_s: { qemu_user: mbs(q), netd: mbs(n) },
+      netd_vs_qemu: ratio,
+      exec_true_ms: { qemu_user: eq, netd: en, paired_p50: paired },
+      cp_out_ms: cp,
     };
   } finally {
     for (const d of Object.values(daemons)) {

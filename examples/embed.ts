@@ -24,7 +24,14 @@ try {
   await client.suspend(vm.name);
   const restored = await client.restore(vm.name);
   await client.delete(vm.name);
-  console.log(JSON.stringify({ created: vm.status, restored: restored.status, launched: hypervisor.launched, left: (await client.list()).length }));
+  console.log(
+    JSON.stringify({
+      created: vm.status,
+      restored: restored.status,
+      launched: hypervisor.launched,
+      left: (await client.list()).length,
+    }),
+  );
 } finally {
   await daemon.stop();
   rmSync(dir, { recursive: true, force: true });

@@ -19,25 +19,40 @@ const version = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).ver
 
 await build({
   entryPoints: [join(root, 'src', 'bin', 'svc-agent.ts')],
-  bundle: true, platform: 'node', target: 'node20', format: 'cjs', outfile: join(out, 'svc-agent.cjs'),
-  external: ['node-pty'], minify: false, sourcemap: false, legalComments: 'none',
+  bundle: true,
+  platform: 'node',
+  target: 'node20',
+  format: 'cjs',
+  outfile: join(out, 'svc-agent.cjs'),
+  external: ['node-pty'],
+  minify: false,
+  sourcemap: false,
+  legalComments: 'none',
   // version.ts reads package.json relative to import.meta.url; in the bundle the version is baked in.
   define: { 'import.meta.url': '__svcImportMetaUrl', 'process.env.SVC_BAKED_VERSION': JSON.stringify(version) },
-  banner: { js: [
-    'const __svcImportMetaUrl = require("node:url").pathToFileURL(__filename).href;',
-    // Inside a single executable only built-ins can be required; load the addon from beside the binary.
-    'const __svcRequire = (() => { try { if (require("node:sea").isSea()) return require("node:module").createRequire(process.execPath); } catch {} return require; })();',
-  ].join('\n') },
+  banner: {
+    js: [
+      'const __svcImportMetaUrl = require("node:url").pathToFileURL(__filename).href;',
+      // Inside a single executable only built-ins can be required; load the addon from beside the binary.
+      'const __svcRequire = (() => { try { if (require("node:sea").isSea()) return require("node:module").createRequire(process.execPath); } catch {} return require; })();',
+    ].join('\n'),
+  },
 });
 const bundlePath = join(out, 'svc-agent.cjs');
-writeFileSync(bundlePath, readFileSync(bundlePath, 'utf8').replaceAll('require("node-pty")', '__svcRequire("node-pty")'));
+writeFileSync(
+  bundlePath,
+  readFileSync(bundlePath, 'utf8').replaceAll('require("node-pty")', '__svcRequire("node-pty")'),
+);
 chmodSync(bundlePath, 0o755);
 
 // The PTY addon: its JS and the compiled .node, nothing else.
 const pty = join(root, 'node_modules', 'node-pty');
 const ptyOut = join(out, 'node_modules', 'node-pty');
 mkdirSync(join(ptyOut, 'build', 'Release'), { recursive: true });
-cpSync(join(pty, 'lib'), join(ptyOut, 'lib'), { recursive: true, filter: (p) => !p.includes('.test.') && !p.endsWith('.map') });
+cpSync(join(pty, 'lib'), join(ptyOut, 'lib'), {
+  recursive: true,
+  filter: (p) => !p.includes('.test.') && !p.endsWith('.map'),
+});
 copyFileSync(join(pty, 'package.json'), join(ptyOut, 'package.json'));
 copyFileSync(join(pty, 'build', 'Release', 'pty.node'), join(ptyOut, 'build', 'Release', 'pty.node'));
 
@@ -46,25 +61,57 @@ copyFileSync(join(pty, 'build', 'Release', 'pty.node'), join(ptyOut, 'build', 'R
 const sysOut = join(out, 'node_modules', 'svc-sys');
 const include = process.env.SVC_NODE_INCLUDE || join(dirname(process.execPath), '..', 'include', 'node');
 mkdirSync(sysOut, { recursive: true });
-const cc = spawnSync(process.env.CC || 'cc', ['-O2', '-Wall', '-Wextra', '-shared', '-fPIC', '-I', include,
-  '-o', join(sysOut, 'svc-sys.node'), join(root, 'native', 'svc-sys.c')], { stdio: 'inherit' });
+const cc = spawnSync(
+  process.env.CC || 'cc',
+  [
+    '-O2',
+    '-Wall',
+    '-Wextra',
+    '-shared',
+    '-fPIC',
+    '-I',
+    include,
+    '-o',
+    join(sysOut, 'svc-sys.node'),
+    join(root, 'native', 'svc-sys.c'),
+  ],
+  { stdio: 'inherit' },
+);
 if (cc.error || cc.status !== 0) {
   rmSync(sysOut, { recursive: true, force: true });
-  console.warn(`build-agent: native/svc-sys.c not built (${cc.error?.message ?? `exit ${cc.status}`}; headers looked for in ${include}); the agent sets the clock with date`);
+  console.warn(
+    `build-agent: native/svc-sys.c not built (${cc.error?.message ?? `exit ${cc.status}`}; headers looked for in ${include}); the agent sets the clock with date`,
+  );
 } else {
-  writeFileSync(join(sysOut, 'package.json'), `${JSON.stringify({ name: 'svc-sys', private: true, main: 'svc-sys.node' })}\n`);
+  writeFileSync(
+    join(sysOut, 'package.json'),
+    `${JSON.stringify({ name: 'svc-sys', private: true, main: 'svc-sys.node' })}\n`,
+  );
 }
 
 // Single executable application (Node 20: --experimental-sea-config + postject).
 if (process.env.SVC_SKIP_SEA !== '1') {
   const seaConfig = join(out, 'sea-config.json');
-  writeFileSync(seaConfig, JSON.stringify({ main: bundlePath, output: join(out, 'sea-prep.blob'), disableExperimentalSEAWarning: true }));
+  writeFileSync(
+    seaConfig,
+    JSON.stringify({ main: bundlePath, output: join(out, 'sea-prep.blob'), disableExperimentalSEAWarning: true }),
+  );
   execFileSync(process.execPath, ['--experimental-sea-config', seaConfig], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exe = join(out, 'svc-agent');
   copyFileSync(process.execPath, exe);
   chmodSync(exe, 0o755);
-  execFileSync(process.execPath, [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), exe, 'NODE_SEA_BLOB', join(out, 'sea-prep.blob'),
-    '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { stdio: 'pipe' }); // its section warnings are noise; a failure throws with them
+  execFileSync(
+    process.execPath,
+    [
+      join(root, 'node_modules', 'postject', 'dist', 'cli.js'),
+      exe,
+      'NODE_SEA_BLOB',
+      join(out, 'sea-prep.blob'),
+      '--sentinel-fuse',
+      'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
+    ],
+    { stdio: 'pipe' },
+  ); // its section warnings are noise; a failure throws with them
   rmSync(join(out, 'sea-prep.blob'));
   rmSync(seaConfig);
 }

@@ -12,7 +12,14 @@ rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 await build({
   entryPoints: { app: join(root, 'ui', 'src', 'main.ts') },
-  bundle: true, format: 'esm', platform: 'browser', target: ['chrome110', 'firefox110', 'safari16'],
-  outdir: out, minify: true, sourcemap: false, legalComments: 'none', logLevel: 'warning',
+  bundle: true,
+  format: 'esm',
+  platform: 'browser',
+  target: ['chrome110', 'firefox110', 'safari16'],
+  outdir: out,
+  minify: true,
+  sourcemap: false,
+  legalComments: 'none',
+  logLevel: 'warning',
 });
 copyFileSync(join(root, 'ui', 'index.html'), join(out, 'index.html'));

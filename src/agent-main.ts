@@ -43,22 +43,27 @@ export interface AgentOverrides {
 
 export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}): Container {
   const c = new Container();
-  c.load(new ContainerModule(({ bind }) => {
-    bind(AgentOptions).toConstantValue(opts);
-    if (o.runner) bind(ProcessRunner).toConstantValue(o.runner);
-    else bind(ProcessRunner).to(NodeProcessRunner).inSingletonScope();
-    if (o.pty) bind(PtyFactory).toConstantValue(o.pty);
-    else bind(PtyFactory).to(NodePtyFactory).inSingletonScope();
-    if (o.files) bind(GuestFiles).toConstantValue(o.files);
-    else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
-    bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
-    bind(SystemIdentity).toConstantValue(o.identity ?? (opts.systemIdentity ? new LinuxSystemIdentity(opts.toolsDir) : new RecordedIdentity()));
-  }), new ContainerModule(({ bind }) => {
-    bind(AgentService).toSelf().inSingletonScope();
-    bind(ExecService).toSelf().inSingletonScope();
-    bind(FileService).toSelf().inSingletonScope();
-    bind(ShellService).toSelf().inSingletonScope();
-  }));
+  c.load(
+    new ContainerModule(({ bind }) => {
+      bind(AgentOptions).toConstantValue(opts);
+      if (o.runner) bind(ProcessRunner).toConstantValue(o.runner);
+      else bind(ProcessRunner).to(NodeProcessRunner).inSingletonScope();
+      if (o.pty) bind(PtyFactory).toConstantValue(o.pty);
+      else bind(PtyFactory).to(NodePtyFactory).inSingletonScope();
+      if (o.files) bind(GuestFiles).toConstantValue(o.files);
+      else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
+      bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
+      bind(SystemIdentity).toConstantValue(
+        o.identity ?? (opts.systemIdentity ? new LinuxSystemIdentity(opts.toolsDir) : new RecordedIdentity()),
+      );
+    }),
+    new ContainerModule(({ bind }) => {
+      bind(AgentService).toSelf().inSingletonScope();
+      bind(ExecService).toSelf().inSingletonScope();
+      bind(FileService).toSelf().inSingletonScope();
+      bind(ShellService).toSelf().inSingletonScope();
+    }),
+  );
   return c;
 }
 
@@ -74,20 +79,30 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   const agent = c.get(AgentService);
   const app = createHttpApp({
     routes: agentRoutes(agent, c.get(ExecService), c.get(FileService)),
-    auth: new BearerAuth(''), log,
+    auth: new BearerAuth(''),
+    log,
   });
   const shell = new ShellSocket(c.get(ShellService));
   const execChannel = new ExecChannelSocket(c.get(ExecService));
   // The agent's port is forwarded to the host's loopback, where web pages can send to it too.
   const refuse = browserGuard({ bindHost: '', allowedHosts: [], allowedOrigins: [], anyIpHost: true });
   // Headers within 20 s (slowloris); bodies and answers unbounded (long execs, shells, big copies).
-  const server: Server = createServer({ keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 }, guardRequests(identityFirst((body) => agent.setIdentity(body), app), refuse));
-  server.on('upgrade', guardUpgrades((req, socket, head) => {
-    const path = new URL(req.url ?? '/', 'http://agent').pathname;
-    if (path === '/shell') shell.handleUpgrade(req, socket, head);
-    else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
-    else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
-  }, refuse));
+  const server: Server = createServer(
+    { keepAliveTimeout: 65_000, headersTimeout: 20_000, requestTimeout: 0, connectionsCheckingInterval: 5_000 },
+    guardRequests(
+      identityFirst((body) => agent.setIdentity(body), app),
+      refuse,
+    ),
+  );
+  server.on(
+    'upgrade',
+    guardUpgrades((req, socket, head) => {
+      const path = new URL(req.url ?? '/', 'http://agent').pathname;
+      if (path === '/shell') shell.handleUpgrade(req, socket, head);
+      else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
+      else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
+    }, refuse),
+  );
   const m = /^(.*):(\d+)$/.exec(opts.listen);
   if (!m) throw new Error(`--listen must be HOST:PORT, got ${opts.listen}`);
   await new Promise<void>((resolve, reject) => {
@@ -95,7 +110,8 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
     server.listen(Number(m[2]), m[1].replace(/^\[|\]$/g, ''), () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
-  const relay = opts.vsockPort > 0 ? startVsockRelay(opts.vsockPort, port, undefined, (msg) => log.info({}, msg)) : undefined;
+  const relay =
+    opts.vsockPort > 0 ? startVsockRelay(opts.vsockPort, port, undefined, (msg) => log.info({}, msg)) : undefined;
   log.info({ listen: `${m[1]}:${port}`, version: opts.version }, 'svc-agent listening');
   return {
     host: m[1],

@@ -3,7 +3,13 @@
  * with adapters of its own (docs/embedding.md).
  */
 export { SvcClient, SvcError, DaemonUnreachableError, CLIENT_ROUTES } from './adapters/client/svc-client.js';
-export type { SvcClientOptions, CreateInput, CreateOptions, ShellConnection, MetricsHistoryResponse } from './adapters/client/svc-client.js';
+export type {
+  SvcClientOptions,
+  CreateInput,
+  CreateOptions,
+  ShellConnection,
+  MetricsHistoryResponse,
+} from './adapters/client/svc-client.js';
 export { startDaemon, buildContainer } from './main.js';
 export type { DaemonOverrides, RunningDaemon } from './main.js';
 export { buildConfig, ConfigError } from './app/config.js';

@@ -89,7 +89,11 @@ function coreModule(config: Config, o: DaemonOverrides, metrics: PromControlMetr
     bind(AppConfig).toConstantValue(config);
     // A test can arm one failpoint (test_mode only): the daemon dies there, as in a crash.
     const point = process.env.SVC_FAILPOINT;
-    bind(Failpoints).toConstantValue(config.test_mode && point && (FAILPOINTS as readonly string[]).includes(point) ? new KillFailpoints(point) : NO_FAILPOINTS);
+    bind(Failpoints).toConstantValue(
+      config.test_mode && point && (FAILPOINTS as readonly string[]).includes(point)
+        ? new KillFailpoints(point)
+        : NO_FAILPOINTS,
+    );
     bind(DaemonVersion).toConstantValue(VERSION);
     bind(Logger).toConstantValue(o.logger ?? PinoLogger.create(config.log_level));
     if (o.clock) bind(Clock).toConstantValue(o.clock);
@@ -112,11 +116,20 @@ function storeModule(): ContainerModule {
 function sshModule(o: DaemonOverrides): ContainerModule {
   return new ContainerModule(({ bind }) => {
     bind(SshKeys).to(FsSshKeys).inSingletonScope();
-    bind(Ssh2Connections).toDynamicValue((ctx) => new Ssh2Connections(ctx.get<SshKeys>(SshKeys))).inSingletonScope();
+    bind(Ssh2Connections)
+      .toDynamicValue((ctx) => new Ssh2Connections(ctx.get<SshKeys>(SshKeys)))
+      .inSingletonScope();
     if (o.tunnels) bind(Tunnels).toConstantValue(o.tunnels);
-    else bind(Tunnels).toDynamicValue((ctx) => new Ssh2Tunnels(ctx.get(Ssh2Connections))).inSingletonScope();
-    bind(RemoteShell).toDynamicValue((ctx) => new Ssh2RemoteShell(ctx.get(Ssh2Connections))).inSingletonScope();
-    bind(AgentInstaller).toDynamicValue((ctx) => new SshAgentInstaller(ctx.get<RemoteShell>(RemoteShell))).inSingletonScope();
+    else
+      bind(Tunnels)
+        .toDynamicValue((ctx) => new Ssh2Tunnels(ctx.get(Ssh2Connections)))
+        .inSingletonScope();
+    bind(RemoteShell)
+      .toDynamicValue((ctx) => new Ssh2RemoteShell(ctx.get(Ssh2Connections)))
+      .inSingletonScope();
+    bind(AgentInstaller)
+      .toDynamicValue((ctx) => new SshAgentInstaller(ctx.get<RemoteShell>(RemoteShell)))
+      .inSingletonScope();
     bind(AgentArtifact).toConstantValue(new DistAgentArtifact());
   });
 }
@@ -128,25 +141,38 @@ function sshModule(o: DaemonOverrides): ContainerModule {
  */
 function hypervisorModules(config: Config, o: DaemonOverrides): ContainerModule[] {
   const driver = o.hypervisor ? embedded(o.hypervisor, config) : DRIVERS[config.hypervisor];
-  if (!driver) throw new ConfigError(`config key "hypervisor": no driver ${JSON.stringify(config.hypervisor)} (have: ${Object.keys(DRIVERS).join(', ')})`);
-  return [driver.module(config), new ContainerModule(({ rebind }) => {
-    if (o.guestAgent) rebind(GuestAgent).toConstantValue(o.guestAgent);
-    if (o.sshProbe) rebind(SshProbe).toConstantValue(o.sshProbe);
-    if (o.guestNetwork) rebind(GuestNetwork).toConstantValue(o.guestNetwork);
-  })];
+  if (!driver)
+    throw new ConfigError(
+      `config key "hypervisor": no driver ${JSON.stringify(config.hypervisor)} (have: ${Object.keys(DRIVERS).join(', ')})`,
+    );
+  return [
+    driver.module(config),
+    new ContainerModule(({ rebind }) => {
+      if (o.guestAgent) rebind(GuestAgent).toConstantValue(o.guestAgent);
+      if (o.sshProbe) rebind(SshProbe).toConstantValue(o.sshProbe);
+      if (o.guestNetwork) rebind(GuestNetwork).toConstantValue(o.guestNetwork);
+    }),
+  ];
 }
 
 /** A driver for an adapter an embedder hands in: its ports, and its stand-ins, networks and speed-ups when it offers them. */
 function embedded(hv: HypervisorAdapter, config: Config): Pick<HypervisorDriver, 'module'> {
   return {
-    module: () => new ContainerModule(({ bind }) => {
-      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
-      bind(GuestAgent).toDynamicValue(() => standInsOf(hv)?.guestAgent ?? new HttpGuestAgent(pickConnector('auto'), { splice: config.splice })).inSingletonScope();
-      bind(SshProbe).toDynamicValue(() => standInsOf(hv)?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
-      bind(GuestNetwork).toConstantValue(networkOf(hv) ?? new InMemoryGuestNetwork());
-      const speedUps = speedUpsOf(hv);
-      if (speedUps) bind(CloneSpeedUps).toConstantValue(speedUps);
-    }),
+    module: () =>
+      new ContainerModule(({ bind }) => {
+        for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
+        bind(GuestAgent)
+          .toDynamicValue(
+            () => standInsOf(hv)?.guestAgent ?? new HttpGuestAgent(pickConnector('auto'), { splice: config.splice }),
+          )
+          .inSingletonScope();
+        bind(SshProbe)
+          .toDynamicValue(() => standInsOf(hv)?.sshProbe ?? new TcpSshProbe())
+          .inSingletonScope();
+        bind(GuestNetwork).toConstantValue(networkOf(hv) ?? new InMemoryGuestNetwork());
+        const speedUps = speedUpsOf(hv);
+        if (speedUps) bind(CloneSpeedUps).toConstantValue(speedUps);
+      }),
   };
 }
 
@@ -173,15 +199,27 @@ export function appModule(): ContainerModule {
     bind(ImageBuilder).toSelf().inSingletonScope();
     bind(EgressService).toSelf().inSingletonScope();
     // Who follows VMs' lifecycle, in the order they hear of it.
-    bind(LifecycleContributions).toDynamicValue((ctx) => () => ctx.getAll<LifecycleContribution>(LifecycleContribution));
-    for (const follower of [ForwardService, MetricsSampler, EgressService, PoolService]) bind(LifecycleContribution).toService(follower);
+    bind(LifecycleContributions).toDynamicValue(
+      (ctx) => () => ctx.getAll<LifecycleContribution>(LifecycleContribution),
+    );
+    for (const follower of [ForwardService, MetricsSampler, EgressService, PoolService])
+      bind(LifecycleContribution).toService(follower);
   });
 }
 
-export function buildContainer(config: Config, overrides: DaemonOverrides = {}): { container: Container; metrics: PromControlMetrics } {
+export function buildContainer(
+  config: Config,
+  overrides: DaemonOverrides = {},
+): { container: Container; metrics: PromControlMetrics } {
   const metrics = new PromControlMetrics();
   const container = new Container();
-  container.load(coreModule(config, overrides, metrics), storeModule(), sshModule(overrides), ...hypervisorModules(config, overrides), appModule());
+  container.load(
+    coreModule(config, overrides, metrics),
+    storeModule(),
+    sshModule(overrides),
+    ...hypervisorModules(config, overrides),
+    appModule(),
+  );
   return { container, metrics };
 }
 
@@ -226,9 +264,20 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its
     // own word after /vms/:name), so their place changes speed only.
-    ...guestRoutes({ guest: container.get(GuestProxy), logs: container.get<ConsoleLogs>(ConsoleLogs), vms, forwards, secrets, sampler, deploy: container.get(AgentDeployService) }),
+    ...guestRoutes({
+      guest: container.get(GuestProxy),
+      logs: container.get<ConsoleLogs>(ConsoleLogs),
+      vms,
+      forwards,
+      secrets,
+      sampler,
+      deploy: container.get(AgentDeployService),
+    }),
     ...systemRoutes({
-      version: VERSION, hypervisor: hv.kind, registry: metrics.registry, activity: container.get<ActivityLog>(ActivityLog),
+      version: VERSION,
+      hypervisor: hv.kind,
+      registry: metrics.registry,
+      activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
     ...vmRoutes(vms, lifecycle, container.get(CreateService)),
@@ -239,17 +288,31 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
-      readOnly: config.mcp_read_only, images: config.mcp_images, maxVms: config.mcp_max_vms, egress: config.mcp_egress,
+      readOnly: config.mcp_read_only,
+      images: config.mcp_images,
+      maxVms: config.mcp_max_vms,
+      egress: config.mcp_egress,
     }),
     ...uiRoutes(auth, sessions),
   ];
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
   const shell = new ShellProxy(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(app, shell.handleUpgrade, config.header_timeout_ms);
-  await listeners.start({ socket: config.socket, api: config.api, allowedHosts: config.allowed_hosts, allowedOrigins: config.allowed_origins });
-  log.info({ socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION }, 'svcd listening');
+  await listeners.start({
+    socket: config.socket,
+    api: config.api,
+    allowedHosts: config.allowed_hosts,
+    allowedOrigins: config.allowed_origins,
+  });
+  log.info(
+    { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },
+    'svcd listening',
+  );
   if (config.api && !/^(127\.|localhost:|\[::1\]:)/.test(config.api)) {
-    log.warn({ api: config.api }, 'the API listens beyond loopback over plain HTTP: the token and everything else cross the network unencrypted; put it behind TLS (a reverse proxy or an SSH tunnel)');
+    log.warn(
+      { api: config.api },
+      'the API listens beyond loopback over plain HTTP: the token and everything else cross the network unencrypted; put it behind TLS (a reverse proxy or an SSH tunnel)',
+    );
   }
   pool.refill();
 
@@ -260,22 +323,23 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     tcpPort: listeners.tcpPort,
     routes: routes.map((r) => ({ method: r.method, path: r.path })),
     poolSettled: () => pool.settled(),
-    stop: () => (stopped ??= (async () => {
-      closing.abort();
-      await listeners.stop();
-      pool.stop();
-      await pool.settled();
-      sampler.stopAll();
-      stopEgress();
-      await container.get<Tunnels>(Tunnels).closeEverything();
-      container.get(Ssh2Connections).end();
-      container.get<GuestAgent>(GuestAgent).close();
-      await container.get(Activity).flush();
-      // The daemon's own hypervisor lets go of its VMs (QEMU's keep running; in-memory ones stop);
-      // an embedder's outlives the daemon.
-      if (!overrides.hypervisor) await hv.release();
-      log.info({}, 'svcd stopped');
-      if (log instanceof PinoLogger) log.flush();
-    })()),
+    stop: () =>
+      (stopped ??= (async () => {
+        closing.abort();
+        await listeners.stop();
+        pool.stop();
+        await pool.settled();
+        sampler.stopAll();
+        stopEgress();
+        await container.get<Tunnels>(Tunnels).closeEverything();
+        container.get(Ssh2Connections).end();
+        container.get<GuestAgent>(GuestAgent).close();
+        await container.get(Activity).flush();
+        // The daemon's own hypervisor lets go of its VMs (QEMU's keep running; in-memory ones stop);
+        // an embedder's outlives the daemon.
+        if (!overrides.hypervisor) await hv.release();
+        log.info({}, 'svcd stopped');
+        if (log instanceof PinoLogger) log.flush();
+      })()),
   };
 }

@@ -10,18 +10,32 @@ import { ActivityLog } from '../ports/stores.js';
  */
 @injectable()
 export class Activity {
-  constructor(@inject(ActivityLog) private readonly log: ActivityLog, @inject(Clock) private readonly clock: Clock) {}
+  constructor(
+    @inject(ActivityLog) private readonly log: ActivityLog,
+    @inject(Clock) private readonly clock: Clock,
+  ) {}
 
   /** `targetOf` names the target after success when only the result knows it (an allocated port). */
   async timed<T>(action: string, target: string, fn: () => Promise<T>, targetOf?: (out: T) => string): Promise<T> {
     const t0 = this.clock.now();
     try {
       const out = await fn();
-      this.log.record({ action, target: targetOf ? targetOf(out) : target, status: 'ok', duration_ms: this.clock.now() - t0 });
+      this.log.record({
+        action,
+        target: targetOf ? targetOf(out) : target,
+        status: 'ok',
+        duration_ms: this.clock.now() - t0,
+      });
       return out;
     } catch (err) {
       if (!(err instanceof NotFoundError)) {
-        this.log.record({ action, target, status: 'error', duration_ms: this.clock.now() - t0, message: errorMessage(err) });
+        this.log.record({
+          action,
+          target,
+          status: 'error',
+          duration_ms: this.clock.now() - t0,
+          message: errorMessage(err),
+        });
       }
       throw err;
     }

@@ -29,30 +29,39 @@ export class AgentDeployService {
   ) {}
 
   async deploy(name: string): Promise<{ name: string; agent_version: string }> {
-    return this.vms.withVm(name, (rec) => this.activity.timed('agent.deploy', name, async () => {
-      const t0 = this.clock.now();
-      const ep = GuestProxy.endpointOf({ ...rec, agent_missing: false });
-      const image = await this.images.resolveImage(rec.image);
-      const target = { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
-      const version = await this.artifact.version();
-      const guest = await this.installer.probe(target);
-      await this.installer.install(target, await this.artifact.tar({ executable: !guest.node }));
-      const before = await this.agent.health(ep, 2000).catch(() => undefined);
-      await this.installer.restart(target);
-      const deadline = this.clock.now() + NEW_AGENT_WAIT_MS;
-      for (;;) {
-        const h = await this.agent.health(ep, 1000).catch(() => undefined);
-        // A new process: version matches and its uptime restarted.
-        if (h && h.agent_version === version && (!before || h.agent_uptime_sec < before.agent_uptime_sec + (this.clock.now() - t0) / 1000 - 0.5)) {
-          if (rec.agent_missing) {
-            delete rec.agent_missing;
-            await this.vms.save(rec);
+    return this.vms.withVm(name, (rec) =>
+      this.activity.timed('agent.deploy', name, async () => {
+        const t0 = this.clock.now();
+        const ep = GuestProxy.endpointOf({ ...rec, agent_missing: false });
+        const image = await this.images.resolveImage(rec.image);
+        const target = { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
+        const version = await this.artifact.version();
+        const guest = await this.installer.probe(target);
+        await this.installer.install(target, await this.artifact.tar({ executable: !guest.node }));
+        const before = await this.agent.health(ep, 2000).catch(() => undefined);
+        await this.installer.restart(target);
+        const deadline = this.clock.now() + NEW_AGENT_WAIT_MS;
+        for (;;) {
+          const h = await this.agent.health(ep, 1000).catch(() => undefined);
+          // A new process: version matches and its uptime restarted.
+          if (
+            h &&
+            h.agent_version === version &&
+            (!before || h.agent_uptime_sec < before.agent_uptime_sec + (this.clock.now() - t0) / 1000 - 0.5)
+          ) {
+            if (rec.agent_missing) {
+              delete rec.agent_missing;
+              await this.vms.save(rec);
+            }
+            return { name, agent_version: h.agent_version };
           }
-          return { name, agent_version: h.agent_version };
+          if (this.clock.now() > deadline)
+            throw new AgentUnavailableError(
+              `vm ${name}: the new agent did not answer within ${NEW_AGENT_WAIT_MS / 1000} s`,
+            );
+          await this.clock.sleep(200);
         }
-        if (this.clock.now() > deadline) throw new AgentUnavailableError(`vm ${name}: the new agent did not answer within ${NEW_AGENT_WAIT_MS / 1000} s`);
-        await this.clock.sleep(200);
-      }
-    }));
+      }),
+    );
   }
 }

@@ -9,15 +9,24 @@ export class CallGate {
   private readonly perVm = new Map<string, number>();
   private total = 0;
 
-  constructor(private readonly maxPerVm: number, private readonly maxTotal: number) {}
+  constructor(
+    private readonly maxPerVm: number,
+    private readonly maxTotal: number,
+  ) {}
 
   enter(vm: string): () => void {
     const mine = this.perVm.get(vm) ?? 0;
     if (this.maxPerVm && mine >= this.maxPerVm) {
-      throw new ResourceExhaustedError(`vm ${vm} already runs ${mine} execs and shells (max_execs_per_vm); retry when one ends`, 1);
+      throw new ResourceExhaustedError(
+        `vm ${vm} already runs ${mine} execs and shells (max_execs_per_vm); retry when one ends`,
+        1,
+      );
     }
     if (this.maxTotal && this.total >= this.maxTotal) {
-      throw new ResourceExhaustedError(`${this.total} execs and shells are running (max_execs_total); retry when one ends`, 1);
+      throw new ResourceExhaustedError(
+        `${this.total} execs and shells are running (max_execs_total); retry when one ends`,
+        1,
+      );
     }
     this.perVm.set(vm, mine + 1);
     this.total++;

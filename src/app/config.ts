@@ -161,12 +161,20 @@ function coerce(key: string, kind: Kind, value: unknown, fromEnv: boolean): unkn
       return value;
     case 'list': {
       // A YAML list of strings, or in the environment one comma-separated string.
-      const items = fromEnv && typeof value === 'string' ? value.split(',').map((x) => x.trim()).filter(Boolean) : value;
-      if (!Array.isArray(items) || items.some((x) => typeof x !== 'string' || x === '')) throw bad('must be a list of non-empty strings');
+      const items =
+        fromEnv && typeof value === 'string'
+          ? value
+              .split(',')
+              .map((x) => x.trim())
+              .filter(Boolean)
+          : value;
+      if (!Array.isArray(items) || items.some((x) => typeof x !== 'string' || x === ''))
+        throw bad('must be a list of non-empty strings');
       return items;
     }
     case 'bool':
-      if (fromEnv && typeof value === 'string' && /^(true|false|1|0)$/.test(value)) return value === 'true' || value === '1';
+      if (fromEnv && typeof value === 'string' && /^(true|false|1|0)$/.test(value))
+        return value === 'true' || value === '1';
       if (typeof value !== 'boolean') throw bad('must be true or false');
       return value;
     case 'int': {
@@ -190,17 +198,29 @@ function isLoopback(host: string): boolean {
 
 export function parseApiAddress(api: string): { host: string; port: number } {
   const m = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(api);
-  if (!m || Number(m[2]) > 65535) throw new ConfigError(`config key "api": must be HOST:PORT or empty, got ${JSON.stringify(api)}`);
+  if (!m || Number(m[2]) > 65535)
+    throw new ConfigError(`config key "api": must be HOST:PORT or empty, got ${JSON.stringify(api)}`);
   return { host: m[1].replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
 /** Reads a driver's section: its mapping, `SVC_<SECTION>_<KEY>`, its old flat keys (taken out of `rest`). */
-function readSection(spec: ConfigSection, raw: Record<string, unknown>, rest: Record<string, unknown>, env: NodeJS.ProcessEnv): Record<string, unknown> {
+function readSection(
+  spec: ConfigSection,
+  raw: Record<string, unknown>,
+  rest: Record<string, unknown>,
+  env: NodeJS.ProcessEnv,
+): Record<string, unknown> {
   const given = raw[spec.name] ?? {};
-  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw new ConfigError(`config key "${spec.name}": must be a mapping of its keys (${Object.keys(spec.keys).join(', ')})`);
+  if (typeof given !== 'object' || given === null || Array.isArray(given))
+    throw new ConfigError(
+      `config key "${spec.name}": must be a mapping of its keys (${Object.keys(spec.keys).join(', ')})`,
+    );
   const values: Record<string, unknown> = { ...(given as Record<string, unknown>) };
   for (const k of Object.keys(values)) {
-    if (!(k in spec.keys)) throw new ConfigError(`config key "${spec.name}.${k}": unknown key (known: ${Object.keys(spec.keys).join(', ')})`);
+    if (!(k in spec.keys))
+      throw new ConfigError(
+        `config key "${spec.name}.${k}": unknown key (known: ${Object.keys(spec.keys).join(', ')})`,
+      );
   }
   for (const [old, key] of Object.entries(spec.aliases ?? {})) {
     if (!(old in rest)) continue;
@@ -211,7 +231,9 @@ function readSection(spec: ConfigSection, raw: Record<string, unknown>, rest: Re
   const out: Record<string, unknown> = {};
   for (const [key, [kind, def]] of Object.entries(spec.keys)) {
     const alias = Object.entries(spec.aliases ?? {}).find(([, k]) => k === key)?.[0];
-    const envKey = [`SVC_${spec.name}_${key}`.toUpperCase(), ...(alias ? [`SVC_${alias.toUpperCase()}`] : [])].find((k) => env[k] !== undefined);
+    const envKey = [`SVC_${spec.name}_${key}`.toUpperCase(), ...(alias ? [`SVC_${alias.toUpperCase()}`] : [])].find(
+      (k) => env[k] !== undefined,
+    );
     if (envKey) out[key] = coerce(envKey, kind, env[envKey], true);
     else out[key] = coerce(`${spec.name}.${key}`, kind, key in values ? values[key] : def, false);
   }
@@ -223,7 +245,12 @@ function readSection(spec: ConfigSection, raw: Record<string, unknown>, rest: Re
  * for example SVC_DATA_DIR, SVC_API_TOKEN), with the drivers' own sections (`sections`: each
  * driver's keys, docs/config.md). Throws ConfigError naming the bad key.
  */
-export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, home = homedir(), sections: readonly ConfigSection[] = []): Config {
+export function buildConfig(
+  raw: unknown,
+  env: NodeJS.ProcessEnv = process.env,
+  home = homedir(),
+  sections: readonly ConfigSection[] = [],
+): Config {
   if (raw === null || raw === undefined) raw = {};
   if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('config file must be a YAML mapping');
   const rest = { ...(raw as Record<string, unknown>) };
@@ -262,7 +289,9 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   const cfg = out as unknown as Config;
   cfg.sections = parsedSections;
   if (sections.length && !sections.some((s) => s.driver === cfg.hypervisor)) {
-    throw new ConfigError(`config key "hypervisor": must be one of ${[...new Set(sections.map((s) => s.driver))].join('|')}, got ${JSON.stringify(cfg.hypervisor)}`);
+    throw new ConfigError(
+      `config key "hypervisor": must be one of ${[...new Set(sections.map((s) => s.driver))].join('|')}, got ${JSON.stringify(cfg.hypervisor)}`,
+    );
   }
   cfg.data_dir = cfg.data_dir ? resolve(cfg.data_dir.replace(/^~(?=\/|$)/, home)) : join(home, '.svc');
   cfg.images_dir = cfg.images_dir ? resolve(cfg.images_dir.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'images');
@@ -270,9 +299,13 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
   if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
   cfg.mount_dirs = cfg.mount_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
   cfg.import_dirs = cfg.import_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
-  if (cfg.mount_dirs.includes('/')) throw new ConfigError('config key "mount_dirs": "/" would share the whole host; list the folders to share');
+  if (cfg.mount_dirs.includes('/'))
+    throw new ConfigError('config key "mount_dirs": "/" would share the whole host; list the folders to share');
   for (const o of cfg.allowed_origins) {
-    if (!/^https?:\/\/[^/\s]+$/.test(o)) throw new ConfigError(`config key "allowed_origins": ${JSON.stringify(o)} is not an origin such as http://localhost:3000`);
+    if (!/^https?:\/\/[^/\s]+$/.test(o))
+      throw new ConfigError(
+        `config key "allowed_origins": ${JSON.stringify(o)} is not an origin such as http://localhost:3000`,
+      );
   }
   if (cfg.api !== '') {
     const { host } = parseApiAddress(cfg.api);
@@ -284,20 +317,29 @@ export function buildConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env, 
     if (cfg[k] === 0) throw new ConfigError(`config key "${k}": must be at least 1`);
   }
   if (!/^2(2[4-9]|3\d)\.\d{1,3}\.\d{1,3}\.\d{1,3}:\d{1,5}$/.test(cfg.overlay_mcast)) {
-    throw new ConfigError(`config key "overlay_mcast": must be a multicast GROUP:PORT (224.0.0.0-239.255.255.255), got ${JSON.stringify(cfg.overlay_mcast)}`);
+    throw new ConfigError(
+      `config key "overlay_mcast": must be a multicast GROUP:PORT (224.0.0.0-239.255.255.255), got ${JSON.stringify(cfg.overlay_mcast)}`,
+    );
   }
-  if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template) throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
-  if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template)) throw new ConfigError('config key "warm_pool.template": must be a vm name');
-  if (cfg.sandbox_metrics_interval_ms < 100) throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
+  if (cfg.warm_pool.size > 0 && !cfg.warm_pool.template)
+    throw new ConfigError('config key "warm_pool.template": required when warm_pool.size is set');
+  if (cfg.warm_pool.template && !/^[a-z][a-z0-9-]{0,62}$/.test(cfg.warm_pool.template))
+    throw new ConfigError('config key "warm_pool.template": must be a vm name');
+  if (cfg.sandbox_metrics_interval_ms < 100)
+    throw new ConfigError('config key "sandbox_metrics_interval": must be at least 100ms');
   try {
     cfg.egress = parseEgressPolicy(cfg.egress, 'egress');
   } catch (err) {
     throw new ConfigError(`config key "egress": ${(err as Error).message}`);
   }
   for (const r of cfg.guest_dns) {
-    if (!/^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|[0-9a-fA-F:]+|\[[0-9a-fA-F:]+\](:\d{1,5})?)$/.test(r)) throw new ConfigError(`config key "guest_dns": ${JSON.stringify(r)} is not an IP address with an optional :PORT`);
+    if (!/^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|[0-9a-fA-F:]+|\[[0-9a-fA-F:]+\](:\d{1,5})?)$/.test(r))
+      throw new ConfigError(`config key "guest_dns": ${JSON.stringify(r)} is not an IP address with an optional :PORT`);
   }
-  if (!['auto', 'off'].includes(cfg.splice) && !isAbsolute(cfg.splice)) throw new ConfigError(`config key "splice": auto, off, or the absolute path of a helper, got ${JSON.stringify(cfg.splice)}`);
+  if (!['auto', 'off'].includes(cfg.splice) && !isAbsolute(cfg.splice))
+    throw new ConfigError(
+      `config key "splice": auto, off, or the absolute path of a helper, got ${JSON.stringify(cfg.splice)}`,
+    );
   for (const spec of sections) spec.check?.(cfg.sections[spec.name], cfg);
   return cfg;
 }

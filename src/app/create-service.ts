@@ -64,7 +64,11 @@ export class CreateService {
    * Validates a create, reserves the name and resources, and starts the create in the background.
    * Throws (before anything exists) InvalidArgumentError, AlreadyExistsError or ResourceExhaustedError.
    */
-  async create(body: unknown, query: { wait?: unknown; timeout?: unknown }, internal: { pool?: string } = {}): Promise<CreateJob> {
+  async create(
+    body: unknown,
+    query: { wait?: unknown; timeout?: unknown },
+    internal: { pool?: string } = {},
+  ): Promise<CreateJob> {
     const req = parseCreateRequest(body);
     const wait = parseWaitMode(query.wait);
     const timeoutMs = parseCreateTimeout(query.timeout) ?? this.config.ready_timeout_ms + this.config.create_buffer_ms;
@@ -76,13 +80,31 @@ export class CreateService {
       req.from = pool; // the pool is empty: clone the template directly
     }
     const template = req.from === undefined ? undefined : this.vms.templateOf(req.from);
-    req.mounts = await this.links.checkMounts(req.mounts, { allowed: this.config.mount_dirs, forbidden: [this.config.data_dir, this.config.images_dir] });
+    req.mounts = await this.links.checkMounts(req.mounts, {
+      allowed: this.config.mount_dirs,
+      forbidden: [this.config.data_dir, this.config.images_dir],
+    });
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
     const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
-    if (diskGb < image.min_disk_gb) throw new InvalidArgumentError(`disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`);
+    if (diskGb < image.min_disk_gb)
+      throw new InvalidArgumentError(
+        `disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`,
+      );
     // From here to the map insert there is no await: the checks and the reservation are atomic.
     // A clone is its template's machine: its shape, and its egress policy unless the request gives one.
-    const rec = this.vms.reserve(template ? { ...req, cpus: template.cpus, memory_mb: template.memory_mb, disk_gb: template.disk_gb, egress: req.egress ?? template.egress } : req, image, internal.pool);
+    const rec = this.vms.reserve(
+      template
+        ? {
+            ...req,
+            cpus: template.cpus,
+            memory_mb: template.memory_mb,
+            disk_gb: template.disk_gb,
+            egress: req.egress ?? template.egress,
+          }
+        : req,
+      image,
+      internal.pool,
+    );
     // A clone has its template's disk: an agent deployed there is in the clone too.
     if (template && !template.agent_missing) delete rec.agent_missing;
     if (template) rec.from = template.name;
@@ -106,18 +128,30 @@ export class CreateService {
     const { member, oldName, wasRunning } = taken;
     changeStatus(member, { to: 'creating' });
     Object.assign(member, {
-      persistent: req.persistent, tags: req.tags, from: pool, egress: req.egress ?? member.egress,
+      persistent: req.persistent,
+      tags: req.tags,
+      from: pool,
+      egress: req.egress ?? member.egress,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
-      forwards: [], created_at: new Date(this.clock.now()).toISOString(),
+      forwards: [],
+      created_at: new Date(this.clock.now()).toISOString(),
     });
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.vms.locked(name, () => this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, queue));
+    const done = this.vms.locked(name, () =>
+      this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, queue),
+    );
     done.catch(() => undefined);
     return { name, events: queue, done };
   }
 
   private async runClaim(
-    rec: VmRecord, oldName: string, wasRunning: boolean, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
+    rec: VmRecord,
+    oldName: string,
+    wasRunning: boolean,
+    req: CreateRequest,
+    image: ImageInfo,
+    wait: WaitMode,
+    timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>,
   ): Promise<Instance> {
     const t0 = this.clock.now();
@@ -138,12 +172,19 @@ export class CreateService {
         this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
       } else {
         emit('boot', `restoring ${oldName} as ${rec.name}`);
-        const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }));
+        const handle = await beforeDeadline(
+          this.clock,
+          deadline,
+          this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }),
+        );
         running = handle.restored_from_snapshot;
         this.keeper.applyHandle(rec, handle);
       }
       await this.vms.save(rec);
-      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, { fresh: true, restored: running });
+      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, {
+        fresh: true,
+        restored: running,
+      });
       return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
@@ -156,8 +197,13 @@ export class CreateService {
   }
 
   private async runCreate(
-    rec: VmRecord, req: CreateRequest, image: ImageInfo, wait: WaitMode, timeoutMs: number,
-    queue: AsyncQueue<CreateProgressEvent>, template?: VmRecord,
+    rec: VmRecord,
+    req: CreateRequest,
+    image: ImageInfo,
+    wait: WaitMode,
+    timeoutMs: number,
+    queue: AsyncQueue<CreateProgressEvent>,
+    template?: VmRecord,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     let deadline = t0 + timeoutMs;
@@ -176,12 +222,23 @@ export class CreateService {
       let snapshot = false;
       if (template) {
         emit('disk', `sharing the disk of template ${template.name}`);
-        snapshot = (await beforeDeadline(this.clock, deadline, this.vms.locked(template.name, async () => {
-          this.vms.templateOf(template.name);
-          return this.disks.clone(this.keeper.ref(template), spec);
-        }))).snapshot;
+        snapshot = (
+          await beforeDeadline(
+            this.clock,
+            deadline,
+            this.vms.locked(template.name, async () => {
+              this.vms.templateOf(template.name);
+              return this.disks.clone(this.keeper.ref(template), spec);
+            }),
+          )
+        ).snapshot;
         this.failpoints.hit('clone.copied');
-        emit('boot', snapshot ? `restoring from the snapshot of template ${template.name}` : `cold-booting a copy of template ${template.name}`);
+        emit(
+          'boot',
+          snapshot
+            ? `restoring from the snapshot of template ${template.name}`
+            : `cold-booting a copy of template ${template.name}`,
+        );
       } else {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
         await beforeDeadline(this.clock, deadline, this.disks.provision(spec));
@@ -190,15 +247,31 @@ export class CreateService {
       }
       // A member of a suspended pool is suspended once up: its start yields the CPU to VMs people wait on.
       const background = rec.pool !== undefined && !this.config.warm_pool.running;
-      const handle = await beforeDeadline(this.clock, deadline, this.hv.launch(spec, { restore: snapshot, background }));
+      const handle = await beforeDeadline(
+        this.clock,
+        deadline,
+        this.hv.launch(spec, { restore: snapshot, background }),
+      );
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
-      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined);
+      await this.readiness.awaitReady(
+        rec,
+        GuestReadiness.waitFor(wait, image),
+        deadline,
+        emit,
+        image,
+        template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined,
+      );
       this.failpoints.hit('create.ready');
-      const inst = await this.created(rec, t0, emit, { image: image.id, wait, from: template?.name, from_snapshot: snapshot });
+      const inst = await this.created(rec, t0, emit, {
+        image: image.id,
+        wait,
+        from: template?.name,
+        from_snapshot: snapshot,
+      });
       if (template) this.speedUps?.cloneReady(this.keeper.ref(rec));
       return inst;
     } catch (err) {
@@ -211,25 +284,46 @@ export class CreateService {
   /** A progress emitter for one create; `t0` is when it was accepted. */
   private emitter(rec: VmRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
     return (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
-      queue.push({ phase, message, name: rec.name, t: new Date(this.clock.now()).toISOString(), elapsed_ms: this.clock.now() - t0, ...extra });
+      queue.push({
+        phase,
+        message,
+        name: rec.name,
+        t: new Date(this.clock.now()).toISOString(),
+        elapsed_ms: this.clock.now() - t0,
+        ...extra,
+      });
   }
 
   /** The end of every successful create: running, announced, counted, logged, `ready`. */
-  private async created(rec: VmRecord, t0: number, emit: ReturnType<CreateService['emitter']>, log: object, message?: string): Promise<Instance> {
+  private async created(
+    rec: VmRecord,
+    t0: number,
+    emit: ReturnType<CreateService['emitter']>,
+    log: object,
+    message?: string,
+  ): Promise<Instance> {
     changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);
     await this.events.emit('up', rec);
     this.metrics.vmCreated();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
     this.activity.record('create', rec.name, 'ok', message, this.clock.now() - t0);
-    this.log.info({ vm: rec.name, ...log, duration_ms: this.clock.now() - t0 }, message ? 'pool claim timing' : 'create timing');
+    this.log.info(
+      { vm: rec.name, ...log, duration_ms: this.clock.now() - t0 },
+      message ? 'pool claim timing' : 'create timing',
+    );
     const inst = toPublic(rec);
     emit('ready', `vm ${rec.name} is ready`, { instance: inst });
     return inst;
   }
 
   /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
-  private async createFailed(rec: VmRecord, err: unknown, t0: number, emit: ReturnType<CreateService['emitter']>): Promise<never> {
+  private async createFailed(
+    rec: VmRecord,
+    err: unknown,
+    t0: number,
+    emit: ReturnType<CreateService['emitter']>,
+  ): Promise<never> {
     const domainErr = isDomainError(err) ? err : new InternalError(errorMessage(err));
     await this.keeper.purge(rec, true);
     this.metrics.createFailed();

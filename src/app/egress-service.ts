@@ -55,12 +55,14 @@ export class EgressService implements LifecycleContribution {
    */
   async put(name: string, body: unknown): Promise<EgressPolicy> {
     const policy = parseEgressPolicy(body);
-    return this.activity.timed('egress', name, () => this.vms.withVm(name, async (rec) => {
-      rec.egress = policy;
-      await this.vms.save(rec);
-      if (hasProcess(rec.status)) await this.network.setPolicy({ name, dir: this.store.dir(name) }, policy);
-      return policy;
-    }));
+    return this.activity.timed('egress', name, () =>
+      this.vms.withVm(name, async (rec) => {
+        rec.egress = policy;
+        await this.vms.save(rec);
+        if (hasProcess(rec.status)) await this.network.setPolicy({ name, dir: this.store.dir(name) }, policy);
+        return policy;
+      }),
+    );
   }
 
   log(name: string, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]> {
@@ -104,7 +106,13 @@ export class EgressService implements LifecycleContribution {
     const more = r?.more ?? 0;
     this.refused.set(e.vm, { at: now, more: 0 });
     if (this.refused.size > 10_000) this.refused.clear();
-    const what = `${e.proto} ${e.name ?? ''}${e.name && e.addr ? ' ' : ''}${e.addr ?? ''}${e.port ? `:${e.port}` : ''}`.trim();
-    this.activity.record('egress-deny', e.vm, 'error', `${what} refused by ${e.rule}${more ? ` (and ${more} more refusals)` : ''}`);
+    const what =
+      `${e.proto} ${e.name ?? ''}${e.name && e.addr ? ' ' : ''}${e.addr ?? ''}${e.port ? `:${e.port}` : ''}`.trim();
+    this.activity.record(
+      'egress-deny',
+      e.vm,
+      'error',
+      `${what} refused by ${e.rule}${more ? ` (and ${more} more refusals)` : ''}`,
+    );
   }
 }

@@ -1,6 +1,12 @@
 import { inject, injectable } from 'inversify';
 import { parsePortForward } from '../domain/create-request.js';
-import { InvalidArgumentError, InvalidStateError, NotFoundError, NotSupportedError, errorMessage } from '../domain/errors.js';
+import {
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+  NotSupportedError,
+  errorMessage,
+} from '../domain/errors.js';
 import type { Forward, VmRecord } from '../domain/vm.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
@@ -38,31 +44,46 @@ export class ForwardService implements LifecycleContribution {
 
   async add(name: string, body: unknown): Promise<Forward> {
     const f = parsePortForward(body, 'forward');
-    if (f.proto !== 'tcp') throw new InvalidArgumentError('live forwards carry tcp only; give udp forwards at create time');
-    return this.vms.withVm(name, (rec) => this.activity.timed('forward.add', name, async () => {
-      if (rec.status !== 'running') throw new InvalidStateError(`vm ${name} is ${rec.status}; live forwards need a running vm`);
-      if (!rec.ssh_port) throw new NotSupportedError(`vm ${name} has no network device (its hypervisor driver gives it none), so no live forwards`);
-      if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
-        throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
-      }
-      const fwd = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
-      rec.forwards.push(fwd);
-      await this.vms.save(rec);
-      return fwd;
-    }, (fwd) => `${name}:${fwd.host_port}`));
+    if (f.proto !== 'tcp')
+      throw new InvalidArgumentError('live forwards carry tcp only; give udp forwards at create time');
+    return this.vms.withVm(name, (rec) =>
+      this.activity.timed(
+        'forward.add',
+        name,
+        async () => {
+          if (rec.status !== 'running')
+            throw new InvalidStateError(`vm ${name} is ${rec.status}; live forwards need a running vm`);
+          if (!rec.ssh_port)
+            throw new NotSupportedError(
+              `vm ${name} has no network device (its hypervisor driver gives it none), so no live forwards`,
+            );
+          if (f.host_port && rec.forwards.some((x) => x.host_port === f.host_port && x.proto === 'tcp')) {
+            throw new InvalidArgumentError(`host port ${f.host_port} is already forwarded for vm ${name}`);
+          }
+          const fwd = await this.tunnels.open(name, await this.target(rec), f.host_port, f.guest_port);
+          rec.forwards.push(fwd);
+          await this.vms.save(rec);
+          return fwd;
+        },
+        (fwd) => `${name}:${fwd.host_port}`,
+      ),
+    );
   }
 
   async remove(name: string, hostPortRaw: string): Promise<{ message: string; name: string; host_port: number }> {
-    if (!/^\d{1,5}$/.test(hostPortRaw)) throw new InvalidArgumentError(`invalid host port ${JSON.stringify(hostPortRaw)}`);
+    if (!/^\d{1,5}$/.test(hostPortRaw))
+      throw new InvalidArgumentError(`invalid host port ${JSON.stringify(hostPortRaw)}`);
     const hostPort = Number(hostPortRaw);
-    return this.vms.withVm(name, (rec) => this.activity.timed('forward.remove', `${name}:${hostPort}`, async () => {
-      const i = rec.forwards.findIndex((f) => f.kind === 'live' && f.host_port === hostPort);
-      if (i < 0) throw new NotFoundError(`vm ${name} has no live forward on host port ${hostPort}`);
-      await this.tunnels.close(name, hostPort);
-      rec.forwards.splice(i, 1);
-      await this.vms.save(rec);
-      return { message: `forward ${hostPort} of vm ${name} closed`, name, host_port: hostPort };
-    }));
+    return this.vms.withVm(name, (rec) =>
+      this.activity.timed('forward.remove', `${name}:${hostPort}`, async () => {
+        const i = rec.forwards.findIndex((f) => f.kind === 'live' && f.host_port === hostPort);
+        if (i < 0) throw new NotFoundError(`vm ${name} has no live forward on host port ${hostPort}`);
+        await this.tunnels.close(name, hostPort);
+        rec.forwards.splice(i, 1);
+        await this.vms.save(rec);
+        return { message: `forward ${hostPort} of vm ${name} closed`, name, host_port: hostPort };
+      }),
+    );
   }
 
   private async target(rec: VmRecord): Promise<SshTarget> {
@@ -81,7 +102,10 @@ export class ForwardService implements LifecycleContribution {
         f.pid = info.pid;
       } catch (err) {
         delete f.pid;
-        this.log.error({ vm: rec.name, host_port: f.host_port, err: errorMessage(err) }, 'could not re-open live forward');
+        this.log.error(
+          { vm: rec.name, host_port: f.host_port, err: errorMessage(err) },
+          'could not re-open live forward',
+        );
       }
     }
     await this.vms.save(rec).catch(() => undefined);

@@ -3,7 +3,13 @@ import { inject, injectable } from 'inversify';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../domain/agent.js';
 import { AgentUnavailableError } from '../domain/errors.js';
 import type { VmRecord } from '../domain/vm.js';
-import { GuestAgent, type AgentEndpoint, type FsOp, type ShellOptions, type UploadOptions } from '../ports/guest-agent.js';
+import {
+  GuestAgent,
+  type AgentEndpoint,
+  type FsOp,
+  type ShellOptions,
+  type UploadOptions,
+} from '../ports/guest-agent.js';
 import { CallGate } from './call-gate.js';
 import type { Config } from './config.js';
 import { agentEndpoint } from './readiness.js';
@@ -38,7 +44,9 @@ export class GuestProxy {
     }
     if (!rec.agent_port && !rec.agent_cid) throw new AgentUnavailableError(`vm ${rec.name} has no agent endpoint`);
     if (rec.agent_missing) {
-      throw new AgentUnavailableError(`vm ${rec.name} runs image ${rec.image}, which has no svc agent yet: deploy it with POST /vms/${rec.name}/agent/deploy (svc agent deploy ${rec.name})`);
+      throw new AgentUnavailableError(
+        `vm ${rec.name} runs image ${rec.image}, which has no svc agent yet: deploy it with POST /vms/${rec.name}/agent/deploy (svc agent deploy ${rec.name})`,
+      );
     }
     return agentEndpoint(rec);
   }
@@ -79,7 +87,11 @@ export class GuestProxy {
     return this.agent.upload(this.endpoint(name), opts, body);
   }
 
-  download(name: string, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {
+  download(
+    name: string,
+    path: string,
+    mode: CopyMode,
+  ): Promise<{ contentType: string; body: Readable; size?: number }> {
     return this.agent.download(this.endpoint(name), path, mode);
   }
 
@@ -94,8 +106,14 @@ export class GuestProxy {
       const s = await this.agent.shell(ep, opts);
       s.onExit(leave);
       return {
-        write: (d) => s.write(d), resize: (c, r) => s.resize(c, r), onData: (l) => s.onData(l), onExit: (l) => s.onExit(l),
-        close: () => { leave(); s.close(); },
+        write: (d) => s.write(d),
+        resize: (c, r) => s.resize(c, r),
+        onData: (l) => s.onData(l),
+        onExit: (l) => s.onExit(l),
+        close: () => {
+          leave();
+          s.close();
+        },
       };
     } catch (err) {
       leave();

@@ -41,17 +41,28 @@ export class GuestReadiness {
    * health probe; otherwise it follows the wait, within the deadline.
    */
   async awaitReady(
-    rec: VmRecord, mode: Exclude<WaitMode, 'auto'>, deadline: number, phase: (p: CreatePhase, m: string) => void,
-    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>, identity?: { fresh: boolean; restored: boolean },
+    rec: VmRecord,
+    mode: Exclude<WaitMode, 'auto'>,
+    deadline: number,
+    phase: (p: CreatePhase, m: string) => void,
+    image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
+    identity?: { fresh: boolean; restored: boolean },
   ): Promise<void> {
     this.crashes.forget(rec.name);
     const viaAgent = identity !== undefined && !!image?.agent_ready;
     const folded = viaAgent && identity.restored && mode !== 'ssh';
-    await waitReady({ agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock }, {
-      record: rec, mode, deadline, phase, died: () => this.crashes.died(rec.name),
-      sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
-      firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
-    });
+    await waitReady(
+      { agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock },
+      {
+        record: rec,
+        mode,
+        deadline,
+        phase,
+        died: () => this.crashes.died(rec.name),
+        sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
+        firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
+      },
+    );
     if (viaAgent && !folded) await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh));
   }
 
@@ -63,7 +74,9 @@ export class GuestReadiness {
     const t0 = this.clock.now();
     try {
       await this.agent.setIdentity(agentEndpoint(rec), {
-        hostname: rec.name, time_ms: this.clock.now(), machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
+        hostname: rec.name,
+        time_ms: this.clock.now(),
+        machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
         overlay_ip: fresh ? rec.overlay_ip : undefined,
       });
       this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');

@@ -39,7 +39,8 @@ export class GuestWarmUp {
     const ep = agentEndpoint(rec);
     const until = this.clock.now() + WARM_MS;
     // The exec gets what is left of the bound, so no `sync` is still running in the saved guest.
-    const calls = this.agent.setIdentity(ep, { hostname: rec.name, time_ms: this.clock.now() })
+    const calls = this.agent
+      .setIdentity(ep, { hostname: rec.name, time_ms: this.clock.now() })
       .then(() => this.agent.exec(ep, { cmd: 'sync', args: [], timeoutMs: Math.max(1, until - this.clock.now()) }))
       .catch(() => undefined);
     await Promise.race([calls, this.clock.sleep(WARM_MS)]);
@@ -55,7 +56,11 @@ export class GuestWarmUp {
     firstAnswer: async (ep, name) => {
       for (let tries = 1; ; tries++) {
         try {
-          return await this.agent.setIdentity(ep, { hostname: name, time_ms: this.clock.now(), machine_id: randomUUID().replace(/-/g, '') });
+          return await this.agent.setIdentity(ep, {
+            hostname: name,
+            time_ms: this.clock.now(),
+            machine_id: randomUUID().replace(/-/g, ''),
+          });
         } catch (err) {
           if (!(err instanceof AgentUnavailableError) || tries >= 20) throw err;
           await this.clock.sleep(100);

@@ -19,7 +19,12 @@ export class ImageService {
   ) {}
 
   /** VMs (templates and warm pool members included) whose disk stands on the image. */
-  private readonly inUse = (id: string): string[] => this.vms.all().filter((r) => r.image === id).map((r) => r.name).sort();
+  private readonly inUse = (id: string): string[] =>
+    this.vms
+      .all()
+      .filter((r) => r.image === id)
+      .map((r) => r.name)
+      .sort();
 
   list(): Promise<ImageDetails[]> {
     return this.images.listImages(this.inUse);
@@ -33,9 +38,13 @@ export class ImageService {
   async remove(id: string): Promise<{ message: string; id: string }> {
     const img = await this.get(id);
     return this.activity.timed('image.delete', img.id, async () => {
-      if (img.in_use_by.length) throw new AlreadyExistsError(`image ${img.id} is in use by ${img.in_use_by.join(', ')}; delete those vms first`);
+      if (img.in_use_by.length)
+        throw new AlreadyExistsError(
+          `image ${img.id} is in use by ${img.in_use_by.join(', ')}; delete those vms first`,
+        );
       const pool = this.config.warm_pool.template;
-      if (pool && this.vms.find(pool)?.image === img.id) throw new AlreadyExistsError(`image ${img.id} is in use by the warm pool (template ${pool})`);
+      if (pool && this.vms.find(pool)?.image === img.id)
+        throw new AlreadyExistsError(`image ${img.id} is in use by the warm pool (template ${pool})`);
       await this.images.removeImage(img.id);
       return { message: `image ${img.id} deleted`, id: img.id };
     });

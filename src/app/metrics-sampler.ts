@@ -56,8 +56,13 @@ export class MetricsSampler implements LifecycleContribution {
       try {
         const s = await this.agent.stats(agentEndpoint(cur));
         await this.history.append(name, {
-          t_ms: this.clock.now(), uptime_sec: s.uptime_sec, load1: s.load1, mem_total_bytes: s.mem_total_bytes,
-          mem_available_bytes: s.mem_available_bytes, disk_total_bytes: s.disk_total_bytes, disk_free_bytes: s.disk_free_bytes,
+          t_ms: this.clock.now(),
+          uptime_sec: s.uptime_sec,
+          load1: s.load1,
+          mem_total_bytes: s.mem_total_bytes,
+          mem_available_bytes: s.mem_available_bytes,
+          disk_total_bytes: s.disk_total_bytes,
+          disk_free_bytes: s.disk_free_bytes,
         });
       } catch (err) {
         this.log.debug({ vm: name, err: errorMessage(err) }, 'stats sample skipped');
@@ -81,14 +86,19 @@ export class MetricsSampler implements LifecycleContribution {
   }
 
   /** GET /vms/{name}/metrics: the ring, oldest first. */
-  async read(name: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries & { name: string; enabled: boolean; interval_sec: number }> {
+  async read(
+    name: string,
+    opts: { since?: number; limit?: number },
+  ): Promise<MetricsSeries & { name: string; enabled: boolean; interval_sec: number }> {
     const rec = this.vms.get(name);
     const series = await this.history.read(name, opts);
     return {
-      name, enabled: rec.metrics_enabled,
+      name,
+      enabled: rec.metrics_enabled,
       interval_sec: (series.interval_ms || this.config.sandbox_metrics_interval_ms) / 1000,
       capacity: series.capacity || this.config.sandbox_metrics_points,
-      interval_ms: series.interval_ms, points: series.points,
+      interval_ms: series.interval_ms,
+      points: series.points,
     };
   }
 }

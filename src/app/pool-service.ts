@@ -57,7 +57,10 @@ export class PoolService implements LifecycleContribution {
     const { template, size, running } = this.config.warm_pool;
     const members = template ? this.vms.poolMembers(template) : [];
     return {
-      template, size, running, ready: members.filter((m) => m.status === (running ? 'running' : 'suspended')).length,
+      template,
+      size,
+      running,
+      ready: members.filter((m) => m.status === (running ? 'running' : 'suspended')).length,
       members: members.map((m) => ({ name: m.name, status: m.status })).sort((a, b) => a.name.localeCompare(b.name)),
     };
   }
@@ -84,7 +87,9 @@ export class PoolService implements LifecycleContribution {
     if (delay <= 0) return this.refill();
     this.dropPending();
     let started!: () => void;
-    const done = new Promise<void>((r) => { started = r; });
+    const done = new Promise<void>((r) => {
+      started = r;
+    });
     const timer = setTimeout(() => {
       this.pending = undefined;
       this.refill();
@@ -123,12 +128,19 @@ export class PoolService implements LifecycleContribution {
       const name = this.freeName(template);
       const t0 = this.clock.now();
       try {
-        const job = await this.creates.create({ name, from: template, persistent: true }, { wait: 'auto' }, { pool: template });
+        const job = await this.creates.create(
+          { name, from: template, persistent: true },
+          { wait: 'auto' },
+          { pool: template },
+        );
         await job.done;
         if (!this.config.warm_pool.running) await this.lifecycle.suspend(name);
         this.log.info({ member: name, template, duration_ms: this.clock.now() - t0 }, 'warm pool member ready');
       } catch (err) {
-        this.log.error({ template, err: errorMessage(err) }, `warm pool refill failed; retrying in ${RETRY_MS / 1000} s`);
+        this.log.error(
+          { template, err: errorMessage(err) },
+          `warm pool refill failed; retrying in ${RETRY_MS / 1000} s`,
+        );
         clearTimeout(this.timer);
         this.timer = setTimeout(() => this.refill(), RETRY_MS);
         this.timer.unref();

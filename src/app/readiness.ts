@@ -39,17 +39,26 @@ export function cloudInitState(out: string): { done: true } | { failed: string }
   const status = /^status:\s*(\S+)/m.exec(out)?.[1];
   if (status === 'done') return { done: true };
   if (status === 'error' || status === 'degraded') {
-    const detail = out.split('\n').filter((l) => l.trim() && !/^(status|time|boot_status_code|extended_status|last_update):/.test(l)).map((l) => l.trim());
+    const detail = out
+      .split('\n')
+      .filter((l) => l.trim() && !/^(status|time|boot_status_code|extended_status|last_update):/.test(l))
+      .map((l) => l.trim());
     return { failed: `cloud-init reports ${status}: ${detail.join(' ').slice(0, 500) || 'no detail'}` };
   }
-  if (!status && /not found|No such file/i.test(out)) return { failed: 'the guest has no cloud-init to wait for (wait=userdata needs it)' };
+  if (!status && /not found|No such file/i.test(out))
+    return { failed: 'the guest has no cloud-init to wait for (wait=userdata needs it)' };
   return undefined;
 }
 
 const POLL_MS = 50;
 
 export function agentEndpoint(record: Pick<VmRecord, 'agent_port' | 'agent_cid' | 'agent_socket'>): AgentEndpoint {
-  return { host: '127.0.0.1', port: record.agent_port, cid: record.agent_cid || undefined, ...(record.agent_socket ? { socket: record.agent_socket } : {}) };
+  return {
+    host: '127.0.0.1',
+    port: record.agent_port,
+    cid: record.agent_cid || undefined,
+    ...(record.agent_socket ? { socket: record.agent_socket } : {}),
+  };
 }
 
 /**
@@ -93,11 +102,24 @@ export async function waitReady(deps: ReadinessDeps, ctx: WaitContext): Promise<
     return;
   }
   const ep = agentEndpoint(record);
-  ctx.phase('wait_agent', `waiting for the guest agent on ${record.agent_cid ? `vsock ${record.agent_cid}` : `127.0.0.1:${record.agent_port}`}`);
+  ctx.phase(
+    'wait_agent',
+    `waiting for the guest agent on ${record.agent_cid ? `vsock ${record.agent_cid}` : `127.0.0.1:${record.agent_port}`}`,
+  );
   const first = ctx.firstCall;
-  const reached = await until('the guest agent', first
-    ? async () => first().then(() => ({ ok: true as const }), (err: unknown) => (err instanceof AgentUnavailableError ? undefined : { err }))
-    : async () => { await deps.agent.health(ep, 500); return { ok: true as const }; });
+  const reached = await until(
+    'the guest agent',
+    first
+      ? async () =>
+          first().then(
+            () => ({ ok: true as const }),
+            (err: unknown) => (err instanceof AgentUnavailableError ? undefined : { err }),
+          )
+      : async () => {
+          await deps.agent.health(ep, 500);
+          return { ok: true as const };
+        },
+  );
   if ('err' in reached) throw reached.err;
   if (ctx.mode === 'userdata') {
     ctx.phase('userdata', 'waiting for userdata to finish');

@@ -42,7 +42,11 @@ export class RecoveryService {
       if (!hasProcess(rec.status)) {
         // Stopped or suspended: no process should run. One that does was started by a verb the
         // daemon died in (a restore, a start) and is held by nothing: stop it.
-        await this.hv.kill(this.keeper.ref(rec)).catch((err: unknown) => this.log.warn({ vm: rec.name, err: String(err) }, 'could not stop a stray vm process'));
+        await this.hv
+          .kill(this.keeper.ref(rec))
+          .catch((err: unknown) =>
+            this.log.warn({ vm: rec.name, err: String(err) }, 'could not stop a stray vm process'),
+          );
         continue;
       }
       const saved = this.keeper.handleOf(rec);
@@ -51,12 +55,18 @@ export class RecoveryService {
         this.keeper.applyHandle(rec, handle);
         await this.vms.save(rec);
         // The network outlived the daemon with its policy; one attached again lets nothing out until this.
-        await this.network.setPolicy(this.keeper.ref(rec), rec.egress).catch((err: unknown) =>
-          this.log.error({ vm: rec.name, err: String(err) }, 'cannot set the egress policy of a re-attached vm'));
+        await this.network
+          .setPolicy(this.keeper.ref(rec), rec.egress)
+          .catch((err: unknown) =>
+            this.log.error({ vm: rec.name, err: String(err) }, 'cannot set the egress policy of a re-attached vm'),
+          );
         this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
         if (rec.status === 'running') await this.events.emit('up', rec);
       } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {
-        this.log.warn({ vm: rec.name }, 'the vm was saved by a suspend the daemon did not get to record; it is suspended');
+        this.log.warn(
+          { vm: rec.name },
+          'the vm was saved by a suspend the daemon did not get to record; it is suspended',
+        );
         changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
         clearRuntime(rec);
         await this.vms.save(rec);

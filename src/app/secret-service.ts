@@ -25,23 +25,38 @@ export class SecretService {
    * Decrypts a host secret and materializes it in the guest through the agent. Optional body
    * `{path, mode, uid, gid}`; the default path is `/run/svc/secrets/<name>`, mode the secret's.
    */
-  async inject(vm: string, secretName: string, body: unknown): Promise<{ name: string; secret: string; path: string; mode: string }> {
+  async inject(
+    vm: string,
+    secretName: string,
+    body: unknown,
+  ): Promise<{ name: string; secret: string; path: string; mode: string }> {
     assertSecretName(secretName);
     const b = (body ?? {}) as Record<string, unknown>;
-    if (typeof b !== 'object' || Array.isArray(b)) throw new InvalidArgumentError('body must be a JSON object {path?, mode?, uid?, gid?}');
-    for (const k of Object.keys(b)) if (!['path', 'mode', 'uid', 'gid'].includes(k)) throw new InvalidArgumentError(`unknown field "${k}"`);
-    if (b.path !== undefined && (typeof b.path !== 'string' || !b.path.startsWith('/'))) throw new InvalidArgumentError('path must be an absolute guest path');
+    if (typeof b !== 'object' || Array.isArray(b))
+      throw new InvalidArgumentError('body must be a JSON object {path?, mode?, uid?, gid?}');
+    for (const k of Object.keys(b))
+      if (!['path', 'mode', 'uid', 'gid'].includes(k)) throw new InvalidArgumentError(`unknown field "${k}"`);
+    if (b.path !== undefined && (typeof b.path !== 'string' || !b.path.startsWith('/')))
+      throw new InvalidArgumentError('path must be an absolute guest path');
     const mode = b.mode === undefined ? undefined : parseMode(b.mode, 0o600);
-    if (mode !== undefined && Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
+    if (mode !== undefined && Number.isNaN(mode))
+      throw new InvalidArgumentError('mode must be an octal string such as "0600"');
     for (const k of ['uid', 'gid'] as const) {
-      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0)) throw new InvalidArgumentError(`${k} must be a non-negative integer`);
+      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0))
+        throw new InvalidArgumentError(`${k} must be a non-negative integer`);
     }
     const ep = GuestProxy.endpointOf(this.vms.get(vm));
     const { record, value } = await this.store.get(secretName);
-    const out = await this.activity.timed('secret.inject', `${vm}:${secretName}`, () => this.agent.materialize(ep, {
-      name: secretName, data: value.toString('base64'), mode: mode === undefined ? record.mode : formatMode(mode),
-      path: b.path as string | undefined, uid: b.uid as number | undefined, gid: b.gid as number | undefined,
-    }));
+    const out = await this.activity.timed('secret.inject', `${vm}:${secretName}`, () =>
+      this.agent.materialize(ep, {
+        name: secretName,
+        data: value.toString('base64'),
+        mode: mode === undefined ? record.mode : formatMode(mode),
+        path: b.path as string | undefined,
+        uid: b.uid as number | undefined,
+        gid: b.gid as number | undefined,
+      }),
+    );
     return { name: vm, secret: secretName, path: out.path, mode: out.mode };
   }
 
@@ -56,7 +71,8 @@ export class SecretService {
     }
     const b = body as Record<string, unknown>;
     for (const k of Object.keys(b)) {
-      if (!['name', 'value', 'data_base64', 'mode'].includes(k)) throw new InvalidArgumentError(`unknown field "${k}" in secret`);
+      if (!['name', 'value', 'data_base64', 'mode'].includes(k))
+        throw new InvalidArgumentError(`unknown field "${k}" in secret`);
     }
     const name = assertSecretName(b.name);
     if ((b.value === undefined) === (b.data_base64 === undefined)) {
@@ -72,7 +88,8 @@ export class SecretService {
       }
       value = Buffer.from(b.data_base64, 'base64');
     }
-    if (value.length > MAX_SECRET_BYTES) throw new InvalidArgumentError(`secret is larger than ${MAX_SECRET_BYTES} bytes`);
+    if (value.length > MAX_SECRET_BYTES)
+      throw new InvalidArgumentError(`secret is larger than ${MAX_SECRET_BYTES} bytes`);
     const mode = parseMode(b.mode, 0o600);
     if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
     const rec = await this.store.put(name, value, formatMode(mode));

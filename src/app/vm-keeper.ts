@@ -41,14 +41,27 @@ export class VmKeeper {
    * the process is killed and the VM is left `error`, and the error is thrown.
    */
   async boot(rec: VmRecord, restore: boolean): Promise<void> {
-    const handle = await this.hv.launch(await this.spec(rec, rec.forwards.filter((f) => f.kind === 'boot')), { restore });
+    const handle = await this.hv.launch(
+      await this.spec(
+        rec,
+        rec.forwards.filter((f) => f.kind === 'boot'),
+      ),
+      { restore },
+    );
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
-      await this.readiness.awaitReady(rec, GuestReadiness.waitFor('auto', image), this.clock.now() + this.config.ready_timeout_ms, () => undefined, image, handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined);
+      await this.readiness.awaitReady(
+        rec,
+        GuestReadiness.waitFor('auto', image),
+        this.clock.now() + this.config.ready_timeout_ms,
+        () => undefined,
+        image,
+        handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined,
+      );
     } catch (err) {
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       changeStatus(rec, { to: 'error', error: errorMessage(err) });
@@ -67,8 +80,9 @@ export class VmKeeper {
       await this.vms.save(rec);
     }
     await this.events.emit('removed', rec);
-    await this.crashes.expectExit(rec, () => this.hv.destroy(this.ref(rec))).catch((err) =>
-      this.log.error({ vm: rec.name, err: errorMessage(err) }, 'hypervisor destroy failed'));
+    await this.crashes
+      .expectExit(rec, () => this.hv.destroy(this.ref(rec)))
+      .catch((err) => this.log.error({ vm: rec.name, err: errorMessage(err) }, 'hypervisor destroy failed'));
     this.failpoints.hit('delete.destroyed');
     if (keepLogs) await this.store.keepLogs(rec.name).catch(() => undefined);
     await this.store.remove(rec.name);
@@ -79,8 +93,17 @@ export class VmKeeper {
   /** The hypervisor's view of the VM, with these boot forwards and the daemon's SSH key. */
   async spec(rec: VmRecord, forwards: PortForward[]): Promise<VmSpec> {
     return {
-      name: rec.name, dir: this.store.dir(rec.name), cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb,
-      image: rec.image, hostname: rec.name, userdata: rec.userdata, mounts: rec.mounts, overlay_ip: rec.overlay_ip, egress: rec.egress,
+      name: rec.name,
+      dir: this.store.dir(rec.name),
+      cpus: rec.cpus,
+      memory_mb: rec.memory_mb,
+      disk_gb: rec.disk_gb,
+      image: rec.image,
+      hostname: rec.name,
+      userdata: rec.userdata,
+      mounts: rec.mounts,
+      overlay_ip: rec.overlay_ip,
+      egress: rec.egress,
       forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
       ssh_authorized_key: await this.keys.publicKey(),
     };
@@ -103,8 +126,14 @@ export class VmKeeper {
   handleOf(rec: VmRecord): VmHandle | undefined {
     if (!rec.runtime) return undefined;
     return {
-      ip: rec.ip, ssh_port: rec.ssh_port, agent_port: rec.agent_port, agent_cid: rec.agent_cid, agent_socket: rec.agent_socket,
-      forwards: rec.forwards.filter((f) => f.kind === 'boot').map((f) => ({ ...f })), restored_from_snapshot: false, state: rec.runtime,
+      ip: rec.ip,
+      ssh_port: rec.ssh_port,
+      agent_port: rec.agent_port,
+      agent_cid: rec.agent_cid,
+      agent_socket: rec.agent_socket,
+      forwards: rec.forwards.filter((f) => f.kind === 'boot').map((f) => ({ ...f })),
+      restored_from_snapshot: false,
+      state: rec.runtime,
     };
   }
 

@@ -42,11 +42,13 @@ export class VmLifecycle {
 
   async delete(name: string): Promise<MessageResult> {
     assertVmName(name);
-    return this.activity.timed('delete', name, () => this.vms.withVm(name, async (rec) => {
-      await this.keeper.purge(rec);
-      this.metrics.vmDeleted();
-      return { message: `vm ${name} deleted`, name };
-    }));
+    return this.activity.timed('delete', name, () =>
+      this.vms.withVm(name, async (rec) => {
+        await this.keeper.purge(rec);
+        this.metrics.vmDeleted();
+        return { message: `vm ${name} deleted`, name };
+      }),
+    );
   }
 
   async start(name: string): Promise<Instance> {
@@ -115,9 +117,11 @@ export class VmLifecycle {
 
   private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: VmRecord) => Promise<T>): Promise<T> {
     assertVmName(name);
-    return this.activity.timed(verb, name, () => this.vms.withVm(name, async (rec) => {
-      assertTransition(rec, verb);
-      return fn(rec);
-    }));
+    return this.activity.timed(verb, name, () =>
+      this.vms.withVm(name, async (rec) => {
+        assertTransition(rec, verb);
+        return fn(rec);
+      }),
+    );
   }
 }

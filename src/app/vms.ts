@@ -1,7 +1,13 @@
 import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
 import type { VmChange } from '../domain/events.js';
-import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError } from '../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+  ResourceExhaustedError,
+} from '../domain/errors.js';
 import type { VmRecord } from '../domain/vm.js';
 import { holdsResources } from '../domain/vm.js';
 import { assertVmName, nextDefaultName } from '../domain/names.js';
@@ -102,7 +108,10 @@ export class Vms {
 
   /** Every VM but unclaimed warm pool members, by name, as the API shows them. */
   list(): Instance[] {
-    return [...this.records.values()].filter((r) => !r.pool).sort((a, b) => a.name.localeCompare(b.name)).map(toPublic);
+    return [...this.records.values()]
+      .filter((r) => !r.pool)
+      .sort((a, b) => a.name.localeCompare(b.name))
+      .map(toPublic);
   }
 
   /** Every record, pool members included. */
@@ -119,7 +128,11 @@ export class Vms {
    * A ready warm pool member of `template` (suspended, or running for a running pool), moved to
    * `name` in the map at once; or undefined.
    */
-  takePoolMember(template: string, name: string, running: boolean): { member: VmRecord; oldName: string; wasRunning: boolean } | undefined {
+  takePoolMember(
+    template: string,
+    name: string,
+    running: boolean,
+  ): { member: VmRecord; oldName: string; wasRunning: boolean } | undefined {
     const ready = running ? 'running' : 'suspended';
     const member = [...this.records.values()].find((r) => r.pool === template && r.status === ready);
     if (!member) return undefined;
@@ -143,7 +156,9 @@ export class Vms {
     const t = this.records.get(name);
     if (!t) throw new InvalidArgumentError(`template vm ${name} not found`);
     if (!t.persistent || (t.status !== 'stopped' && t.status !== 'suspended')) {
-      throw new InvalidStateError(`vm ${name} is ${t.persistent ? t.status : 'ephemeral'}; a template must be a persistent vm that is stopped or suspended`);
+      throw new InvalidStateError(
+        `vm ${name} is ${t.persistent ? t.status : 'ephemeral'}; a template must be a persistent vm that is stopped or suspended`,
+      );
     }
     return t;
   }
@@ -159,11 +174,25 @@ export class Vms {
     this.checkCaps(cpus, memory);
     const now = new Date(this.clock.now()).toISOString();
     const rec: VmRecord = {
-      name, status: 'creating', persistent: req.persistent, cpus, memory_mb: memory,
-      disk_gb: req.disk_gb ?? this.config.disk_gb, image: image.id, ip: '', ssh_port: 0, agent_port: 0, agent_cid: 0,
-      forwards: [], tags: req.tags, mounts: req.mounts,
+      name,
+      status: 'creating',
+      persistent: req.persistent,
+      cpus,
+      memory_mb: memory,
+      disk_gb: req.disk_gb ?? this.config.disk_gb,
+      image: image.id,
+      ip: '',
+      ssh_port: 0,
+      agent_port: 0,
+      agent_cid: 0,
+      forwards: [],
+      tags: req.tags,
+      mounts: req.mounts,
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
-      created_at: now, updated_at: now, userdata: req.userdata, egress: req.egress ?? this.config.egress,
+      created_at: now,
+      updated_at: now,
+      userdata: req.userdata,
+      egress: req.egress ?? this.config.egress,
     };
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     if (!image.agent_ready) rec.agent_missing = true;
@@ -187,10 +216,14 @@ export class Vms {
     const usedCpus = holding.reduce((s, r) => s + r.cpus, 0);
     const usedMem = holding.reduce((s, r) => s + r.memory_mb, 0);
     if (max_cpus_total && usedCpus + cpus > max_cpus_total) {
-      throw new ResourceExhaustedError(`max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`);
+      throw new ResourceExhaustedError(
+        `max_cpus_total (${max_cpus_total}) would be exceeded: ${usedCpus} in use, ${cpus} asked`,
+      );
     }
     if (max_memory_mb_total && usedMem + memory > max_memory_mb_total) {
-      throw new ResourceExhaustedError(`max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`);
+      throw new ResourceExhaustedError(
+        `max_memory_mb_total (${max_memory_mb_total}) would be exceeded: ${usedMem} MB in use, ${memory} MB asked`,
+      );
     }
   }
 

@@ -15,19 +15,43 @@ clock: for stand-in guests on a developer's host. --tools-dir names where sh, da
 guest's PATH has none (images from container images). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
 
 async function main(argv: string[]): Promise<void> {
-  const opts: AgentOptions = { listen: '0.0.0.0:7475', vsockPort: 7475, stateDir: '/var/lib/svc', runDir: '/run/svc', version: VERSION, systemIdentity: true };
+  const opts: AgentOptions = {
+    listen: '0.0.0.0:7475',
+    vsockPort: 7475,
+    stateDir: '/var/lib/svc',
+    runDir: '/run/svc',
+    version: VERSION,
+    systemIdentity: true,
+  };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
     const value = () => inline ?? argv[++i];
     switch (flag) {
-      case '--listen': opts.listen = value(); break;
-      case '--vsock-port': opts.vsockPort = Number(value()); break;
-      case '--state-dir': opts.stateDir = value(); break;
-      case '--run-dir': opts.runDir = value(); break;
-      case '--no-system-identity': opts.systemIdentity = false; break;
-      case '--tools-dir': opts.toolsDir = value(); break;
-      case '--version': console.log(VERSION); return;
-      case '--help': case '-h': console.log(USAGE); return;
+      case '--listen':
+        opts.listen = value();
+        break;
+      case '--vsock-port':
+        opts.vsockPort = Number(value());
+        break;
+      case '--state-dir':
+        opts.stateDir = value();
+        break;
+      case '--run-dir':
+        opts.runDir = value();
+        break;
+      case '--no-system-identity':
+        opts.systemIdentity = false;
+        break;
+      case '--tools-dir':
+        opts.toolsDir = value();
+        break;
+      case '--version':
+        console.log(VERSION);
+        return;
+      case '--help':
+      case '-h':
+        console.log(USAGE);
+        return;
       default:
         console.error(`svc-agent: unknown argument ${argv[i]}\n${USAGE}`);
         process.exit(2);

@@ -19,12 +19,25 @@ async function main(argv: string[]): Promise<void> {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
     const value = () => inline ?? argv[++i];
     switch (flag) {
-      case '--control': control = value(); break;
-      case '--state': state = value(); break;
-      case '--build': build = value(); break;
-      case '--idle-exit': idle = Number(value()); break;
-      case '--dns': dns = value().split(',').filter(Boolean); break;
-      case '--help': case '-h': console.log(USAGE); return;
+      case '--control':
+        control = value();
+        break;
+      case '--state':
+        state = value();
+        break;
+      case '--build':
+        build = value();
+        break;
+      case '--idle-exit':
+        idle = Number(value());
+        break;
+      case '--dns':
+        dns = value().split(',').filter(Boolean);
+        break;
+      case '--help':
+      case '-h':
+        console.log(USAGE);
+        return;
       default:
         console.error(`svc-netd: unknown argument ${argv[i]}\n${USAGE}`);
         process.exit(2);

@@ -34,10 +34,13 @@ async function main(argv: string[]): Promise<void> {
     if (stopping) return;
     stopping = true;
     console.error(JSON.stringify({ level: 30, msg: `received ${signal}, stopping` }));
-    daemon.stop().then(() => process.exit(0), (err) => {
-      console.error(`svcd: stop failed: ${(err as Error).message}`);
-      process.exit(1);
-    });
+    daemon.stop().then(
+      () => process.exit(0),
+      (err) => {
+        console.error(`svcd: stop failed: ${(err as Error).message}`);
+        process.exit(1);
+      },
+    );
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));

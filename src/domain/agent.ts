@@ -47,7 +47,8 @@ export const EXEC_CHANNEL_PATH = '/exec/channel';
 export const EXEC_ANSWER_LIMIT = 64 << 20;
 
 export type ExecChannelRequest = { id: number; query: string } | { id: number; cancel: true };
-export type ExecChannelAnswer = { id: number; result: ExecResult } | { id: number; status: number; error: { error: string; code: string } };
+export type ExecChannelAnswer =
+  { id: number; result: ExecResult } | { id: number; status: number; error: { error: string; code: string } };
 
 export type ExecFrameType = 'started' | 'stdout' | 'stderr' | 'exit' | 'error';
 

@@ -36,8 +36,20 @@ export const LIMITS = {
 } as const;
 
 const FIELDS = new Set([
-  'name', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'tags', 'userdata', 'forwards', 'mounts', 'metrics_enabled',
-  'from', 'from_pool', 'egress',
+  'name',
+  'persistent',
+  'cpus',
+  'memory_mb',
+  'disk_gb',
+  'image',
+  'tags',
+  'userdata',
+  'forwards',
+  'mounts',
+  'metrics_enabled',
+  'from',
+  'from_pool',
+  'egress',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -88,12 +100,17 @@ function parseMount(v: unknown, where: string): Mount {
   rejectUnknown(v, ['host', 'guest', 'tag', 'readonly'], where);
   const host = str(v.host, `${where}.host`);
   const guest = str(v.guest, `${where}.guest`);
-  for (const [k, p] of [['host', host], ['guest', guest]] as const) {
+  for (const [k, p] of [
+    ['host', host],
+    ['guest', guest],
+  ] as const) {
     if (!p.startsWith('/')) throw new InvalidArgumentError(`${where}.${k} must be an absolute path`);
     // Commas would reach QEMU's option syntax; quotes, `$`, `\` and control characters the guest's boot shell.
-    if (/[\0-\x1f\x7f,]/.test(p)) throw new InvalidArgumentError(`${where}.${k} must not contain commas or control characters`);
+    if (/[\0-\x1f\x7f,]/.test(p))
+      throw new InvalidArgumentError(`${where}.${k} must not contain commas or control characters`);
   }
-  if (/["'`$\\]/.test(guest)) throw new InvalidArgumentError(`${where}.guest must not contain quotes, backquotes, $ or \\`);
+  if (/["'`$\\]/.test(guest))
+    throw new InvalidArgumentError(`${where}.guest must not contain quotes, backquotes, $ or \\`);
   if (guest.split('/').includes('..')) throw new InvalidArgumentError(`${where}.guest must not contain ..`);
   const m: Mount = { host, guest };
   if (v.tag !== undefined) {
@@ -124,7 +141,8 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   if (b.disk_gb !== undefined) req.disk_gb = intIn(b.disk_gb, 'disk_gb', ...LIMITS.disk_gb);
   if (b.image !== undefined) {
     const image = str(b.image, 'image');
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(image)) throw new InvalidArgumentError(`invalid image name ${JSON.stringify(image)}`);
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(image))
+      throw new InvalidArgumentError(`invalid image name ${JSON.stringify(image)}`);
     req.image = image;
   }
   if (b.tags !== undefined) {
@@ -133,13 +151,15 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     if (entries.length > LIMITS.tags) throw new InvalidArgumentError(`tags: at most ${LIMITS.tags} entries`);
     for (const [k, v] of entries) {
       if (!/^[A-Za-z0-9._/-]{1,63}$/.test(k)) throw new InvalidArgumentError(`tags: invalid key ${JSON.stringify(k)}`);
-      if (k === '__proto__' || k === 'constructor' || k === 'prototype') throw new InvalidArgumentError(`tags: ${k} is not allowed as a key`);
+      if (k === '__proto__' || k === 'constructor' || k === 'prototype')
+        throw new InvalidArgumentError(`tags: ${k} is not allowed as a key`);
       req.tags[k] = str(v, `tags.${k}`);
     }
   }
   if (b.userdata !== undefined) {
     const u = str(b.userdata, 'userdata');
-    if (Buffer.byteLength(u) > LIMITS.userdataBytes) throw new InvalidArgumentError(`userdata: at most ${LIMITS.userdataBytes} bytes`);
+    if (Buffer.byteLength(u) > LIMITS.userdataBytes)
+      throw new InvalidArgumentError(`userdata: at most ${LIMITS.userdataBytes} bytes`);
     req.userdata = u;
   }
   if (b.forwards !== undefined) {
@@ -180,7 +200,9 @@ export function parseWaitMode(raw: unknown): WaitMode {
   const v = raw.toLowerCase();
   if (v === 'true' || v === '1') return 'ssh';
   if (v === 'false' || v === '0') {
-    throw new InvalidArgumentError(`wait=${raw} is not supported: a create always waits; use wait=ssh|agent|userdata|bootstrap|auto`);
+    throw new InvalidArgumentError(
+      `wait=${raw} is not supported: a create always waits; use wait=ssh|agent|userdata|bootstrap|auto`,
+    );
   }
   if ((WAIT_MODES as readonly string[]).includes(v)) return v as WaitMode;
   throw new InvalidArgumentError(`invalid wait mode "${raw}"; use auto, ssh, agent, userdata or bootstrap`);

@@ -31,7 +31,8 @@ export const DEFAULT_EGRESS: EgressPolicy = Object.freeze({ default: 'allow', al
 const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
 
 function port(text: string, rule: string): number {
-  if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 65535) throw new InvalidArgumentError(`egress rule ${JSON.stringify(rule)}: port must be 1-65535`);
+  if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 65535)
+    throw new InvalidArgumentError(`egress rule ${JSON.stringify(rule)}: port must be 1-65535`);
   return Number(text);
 }
 
@@ -41,7 +42,12 @@ function domain(text: string, rule: string): { name: string; wildcard: boolean }
   const wildcard = name.startsWith('*.');
   if (wildcard) name = name.slice(2);
   const labels = name.split('.');
-  if (name.length > 253 || labels.length < 1 || !labels.every((l) => LABEL.test(l)) || /^\d+$/.test(labels[labels.length - 1])) {
+  if (
+    name.length > 253 ||
+    labels.length < 1 ||
+    !labels.every((l) => LABEL.test(l)) ||
+    /^\d+$/.test(labels[labels.length - 1])
+  ) {
     throw new InvalidArgumentError(`egress rule ${JSON.stringify(rule)} is not a domain, an IP or CIDR, or host:PORT`);
   }
   return { name, wildcard };
@@ -49,7 +55,10 @@ function domain(text: string, rule: string): { name: string; wildcard: boolean }
 
 /** Parses one rule. InvalidArgumentError naming the rule when it is none of the forms. */
 export function parseEgressRule(raw: unknown): EgressRule {
-  if (typeof raw !== 'string' || raw.length === 0 || raw.length > 300) throw new InvalidArgumentError(`egress rule must be a non-empty string of at most 300 characters, got ${JSON.stringify(raw)?.slice(0, 80)}`);
+  if (typeof raw !== 'string' || raw.length === 0 || raw.length > 300)
+    throw new InvalidArgumentError(
+      `egress rule must be a non-empty string of at most 300 characters, got ${JSON.stringify(raw)?.slice(0, 80)}`,
+    );
   const text = raw.trim();
   const hostPort = /^host:(.*)$/i.exec(text);
   if (hostPort) return { kind: 'host', port: port(hostPort[1], raw), text: `host:${port(hostPort[1], raw)}` };
@@ -57,14 +66,18 @@ export function parseEgressRule(raw: unknown): EgressRule {
   const bracket = /^\[([^\]]+)\](?::(.*))?$/.exec(text);
   if (bracket) {
     const cidr = parseCidr(bracket[1]);
-    if (!cidr) throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: ${bracket[1]} is not an IP address or CIDR`);
+    if (!cidr)
+      throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: ${bracket[1]} is not an IP address or CIDR`);
     const p = bracket[2] === undefined ? undefined : port(bracket[2], raw);
     return cidrRule(cidr, p);
   }
   // A bare IPv6 address or block has two colons or more; it takes no port (use brackets).
   if ((text.match(/:/g) ?? []).length >= 2) {
     const cidr = parseCidr(text);
-    if (!cidr) throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)} is not an IP address or CIDR (an IPv6 rule with a port is written [ADDR]:PORT)`);
+    if (!cidr)
+      throw new InvalidArgumentError(
+        `egress rule ${JSON.stringify(raw)} is not an IP address or CIDR (an IPv6 rule with a port is written [ADDR]:PORT)`,
+      );
     return cidrRule(cidr, undefined);
   }
   const colon = text.lastIndexOf(':');
@@ -72,11 +85,13 @@ export function parseEgressRule(raw: unknown): EgressRule {
   const p = colon < 0 ? undefined : port(text.slice(colon + 1), raw);
   if (/^[\d./]+$/.test(head)) {
     const cidr = parseCidr(head);
-    if (!cidr) throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: ${head} is not an IP address or CIDR`);
+    if (!cidr)
+      throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: ${head} is not an IP address or CIDR`);
     return cidrRule(cidr, p);
   }
   const d = domain(head, raw);
-  if (d.name === HOST_NAME) throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: name the host's ports as host:PORT`);
+  if (d.name === HOST_NAME)
+    throw new InvalidArgumentError(`egress rule ${JSON.stringify(raw)}: name the host's ports as host:PORT`);
   return { kind: 'domain', ...d, port: p, text: `${d.wildcard ? '*.' : ''}${d.name}${p ? `:${p}` : ''}` };
 }
 
@@ -162,7 +177,10 @@ export class EgressRules {
   }
 
   private static domainRule(rules: EgressRule[], name: string, p?: number, portless = false) {
-    return rules.find((r): r is Extract<EgressRule, { kind: 'domain' }> => r.kind === 'domain' && nameMatches(r, name) && (portless ? r.port === undefined : portOk(r, p)));
+    return rules.find(
+      (r): r is Extract<EgressRule, { kind: 'domain' }> =>
+        r.kind === 'domain' && nameMatches(r, name) && (portless ? r.port === undefined : portOk(r, p)),
+    );
   }
 
   /**
@@ -200,7 +218,8 @@ export class EgressRules {
     const names = d.names.map(normalName);
     for (const r of this.deny) {
       if (r.kind === 'cidr' && cidrContains(r.cidr, d.ip) && portOk(r, d.port)) return { allow: false, rule: r.text };
-      if (r.kind === 'domain' && portOk(r, d.port) && names.some((n) => nameMatches(r, n))) return { allow: false, rule: r.text };
+      if (r.kind === 'domain' && portOk(r, d.port) && names.some((n) => nameMatches(r, n)))
+        return { allow: false, rule: r.text };
     }
     const special = specialRange(d.ip);
     if (special?.never) return { allow: false, rule: special.why };

@@ -49,7 +49,10 @@ export class AlreadyExistsError extends DomainError {
  */
 export class ResourceExhaustedError extends DomainError {
   readonly code = 'resource_exhausted' as const;
-  constructor(message: string, readonly retryAfterS?: number) {
+  constructor(
+    message: string,
+    readonly retryAfterS?: number,
+  ) {
     super(message);
   }
 }

@@ -1,7 +1,16 @@
 import type { Instance } from './vm.js';
 
 export const CREATE_PHASES = [
-  'accepted', 'image', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error',
+  'accepted',
+  'image',
+  'disk',
+  'boot',
+  'wait_ssh',
+  'wait_agent',
+  'userdata',
+  'bootstrap',
+  'ready',
+  'error',
 ] as const;
 export type CreatePhase = (typeof CREATE_PHASES)[number];
 
@@ -50,7 +59,18 @@ export interface MetricsPoint {
   disk_free_bytes?: number;
 }
 
-export const IMAGE_BUILD_PHASES = ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] as const;
+export const IMAGE_BUILD_PHASES = [
+  'accepted',
+  'import',
+  'boot',
+  'packages',
+  'files',
+  'env',
+  'run',
+  'bake',
+  'ready',
+  'error',
+] as const;
 export type ImageBuildPhase = (typeof IMAGE_BUILD_PHASES)[number];
 
 /** One line of POST /images progress. The last is `ready` (with the image) or `error`. */
@@ -75,4 +95,5 @@ export type VmChange = { event: 'vm'; vm: Instance } | { event: 'removed'; name:
  * A line of the change feed (GET /events): a snapshot of every VM first, then changes, a `ping`
  * now and then, and `overflow` (then the end) for a reader too far behind.
  */
-export type VmEvent = { event: 'snapshot'; vms: Instance[] } | VmChange | { event: 'ping' } | { event: 'overflow'; message: string };
+export type VmEvent =
+  { event: 'snapshot'; vms: Instance[] } | VmChange | { event: 'ping' } | { event: 'overflow'; message: string };

@@ -59,7 +59,8 @@ const PACKAGE = /^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+~:-]{1,64})?$/;
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
 function obj(v: unknown, what: string): Record<string, unknown> {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidArgumentError(`${what} must be a JSON object`);
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new InvalidArgumentError(`${what} must be a JSON object`);
   return v as Record<string, unknown>;
 }
 
@@ -72,7 +73,9 @@ function list(v: unknown, what: string, max: number): unknown[] {
 
 export function assertImageId(v: unknown, what = 'name'): string {
   if (typeof v !== 'string' || !IMAGE_ID.test(v)) {
-    throw new InvalidArgumentError(`${what} must be an image name: lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63`);
+    throw new InvalidArgumentError(
+      `${what} must be an image name: lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63`,
+    );
   }
   return v;
 }
@@ -81,54 +84,79 @@ export function assertImageId(v: unknown, what = 'name'): string {
 export function parseImageRequest(body: unknown): ImageRequest {
   const b = obj(body, 'image request');
   const allowed = ['name', 'from', 'from_vm', 'packages', 'run', 'files', 'env', 'description', 'ssh_user'];
-  for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
+  for (const k of Object.keys(b))
+    if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
   const name = assertImageId(b.name);
   if (name === 'default') throw new InvalidArgumentError('name: "default" names the default image; choose another');
   const description = b.description === undefined ? undefined : String(b.description).slice(0, 500);
   if (b.from_vm !== undefined) {
     for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user']) {
-      if (b[k] !== undefined) throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
+      if (b[k] !== undefined)
+        throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
     }
     return { kind: 'bake', name, from_vm: assertVmName(b.from_vm), description };
   }
-  if (b.from === undefined) throw new InvalidArgumentError('give from (a base image such as "debian", or "oci-archive:PATH", "docker-archive:PATH", "disk:PATH") or from_vm (a stopped VM)');
+  if (b.from === undefined)
+    throw new InvalidArgumentError(
+      'give from (a base image such as "debian", or "oci-archive:PATH", "docker-archive:PATH", "disk:PATH") or from_vm (a stopped VM)',
+    );
   const scheme = typeof b.from === 'string' ? /^([a-z-]+):(.*)$/s.exec(b.from) : null;
   if (scheme) {
     const type = scheme[1] as ImageSource['type'];
-    if (!(IMPORT_TYPES as readonly string[]).includes(type)) throw new InvalidArgumentError(`from: unknown source "${scheme[1]}:" (${IMPORT_TYPES.map((t) => `${t}:PATH`).join(', ')})`);
+    if (!(IMPORT_TYPES as readonly string[]).includes(type))
+      throw new InvalidArgumentError(
+        `from: unknown source "${scheme[1]}:" (${IMPORT_TYPES.map((t) => `${t}:PATH`).join(', ')})`,
+      );
     const path = scheme[2];
-    if (!path.startsWith('/') || path.includes('\0') || path.length > 4096) throw new InvalidArgumentError(`from: ${type}: takes an absolute path on the daemon's host`);
+    if (!path.startsWith('/') || path.includes('\0') || path.length > 4096)
+      throw new InvalidArgumentError(`from: ${type}: takes an absolute path on the daemon's host`);
     for (const k of ['packages', 'run', 'files', 'env']) {
-      if (b[k] !== undefined) throw new InvalidArgumentError(`from ${type}: imports a file as it is; ${k} belongs to a recipe (build one from the imported image)`);
+      if (b[k] !== undefined)
+        throw new InvalidArgumentError(
+          `from ${type}: imports a file as it is; ${k} belongs to a recipe (build one from the imported image)`,
+        );
     }
-    if (b.ssh_user !== undefined && (typeof b.ssh_user !== 'string' || !USER.test(b.ssh_user))) throw new InvalidArgumentError('ssh_user must be a user name');
+    if (b.ssh_user !== undefined && (typeof b.ssh_user !== 'string' || !USER.test(b.ssh_user)))
+      throw new InvalidArgumentError('ssh_user must be a user name');
     return { kind: 'import', name, source: { type, path }, ssh_user: b.ssh_user as string | undefined, description };
   }
   if (b.ssh_user !== undefined) throw new InvalidArgumentError('ssh_user belongs to an import (from: "disk:PATH")');
   const from = assertImageId(b.from, 'from');
   const packages = list(b.packages, 'packages', RECIPE_LIMITS.packages).map((p, i) => {
-    if (typeof p !== 'string' || !PACKAGE.test(p)) throw new InvalidArgumentError(`packages[${i}]: ${JSON.stringify(p)} is not a Debian package name`);
+    if (typeof p !== 'string' || !PACKAGE.test(p))
+      throw new InvalidArgumentError(`packages[${i}]: ${JSON.stringify(p)} is not a Debian package name`);
     return p;
   });
   const run = list(b.run, 'run', RECIPE_LIMITS.run).map((l, i) => {
-    if (typeof l !== 'string' || l.trim() === '' || l.includes('\0')) throw new InvalidArgumentError(`run[${i}] must be a non-empty shell line`);
+    if (typeof l !== 'string' || l.trim() === '' || l.includes('\0'))
+      throw new InvalidArgumentError(`run[${i}] must be a non-empty shell line`);
     return l;
   });
   const files = list(b.files, 'files', RECIPE_LIMITS.files).map((f, i) => {
     const o = obj(f, `files[${i}]`);
-    for (const k of Object.keys(o)) if (!['path', 'content', 'mode'].includes(k)) throw new InvalidArgumentError(`files[${i}]: unknown field "${k}"`);
-    if (typeof o.path !== 'string' || !o.path.startsWith('/') || o.path.includes('\0') || o.path.split('/').includes('..')) {
+    for (const k of Object.keys(o))
+      if (!['path', 'content', 'mode'].includes(k)) throw new InvalidArgumentError(`files[${i}]: unknown field "${k}"`);
+    if (
+      typeof o.path !== 'string' ||
+      !o.path.startsWith('/') ||
+      o.path.includes('\0') ||
+      o.path.split('/').includes('..')
+    ) {
       throw new InvalidArgumentError(`files[${i}].path must be an absolute guest path without ..`);
     }
-    if (typeof o.content !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(o.content)) throw new InvalidArgumentError(`files[${i}].content must be base64`);
+    if (typeof o.content !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(o.content))
+      throw new InvalidArgumentError(`files[${i}].content must be base64`);
     const content = Buffer.from(o.content, 'base64');
-    if (content.length > RECIPE_LIMITS.fileBytes) throw new InvalidArgumentError(`files[${i}]: larger than ${RECIPE_LIMITS.fileBytes} bytes`);
+    if (content.length > RECIPE_LIMITS.fileBytes)
+      throw new InvalidArgumentError(`files[${i}]: larger than ${RECIPE_LIMITS.fileBytes} bytes`);
     const modeText = o.mode === undefined ? '0644' : o.mode;
-    if (typeof modeText !== 'string' || !/^0?[0-7]{3,4}$/.test(modeText)) throw new InvalidArgumentError(`files[${i}].mode must be an octal string such as "0644"`);
+    if (typeof modeText !== 'string' || !/^0?[0-7]{3,4}$/.test(modeText))
+      throw new InvalidArgumentError(`files[${i}].mode must be an octal string such as "0644"`);
     return { path: o.path, content, mode: parseInt(modeText, 8) };
   });
   const envObj = b.env === undefined ? {} : obj(b.env, 'env');
-  if (Object.keys(envObj).length > RECIPE_LIMITS.env) throw new InvalidArgumentError(`env: at most ${RECIPE_LIMITS.env} variables`);
+  if (Object.keys(envObj).length > RECIPE_LIMITS.env)
+    throw new InvalidArgumentError(`env: at most ${RECIPE_LIMITS.env} variables`);
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(envObj)) {
     if (!ENV_KEY.test(k)) throw new InvalidArgumentError(`env: ${JSON.stringify(k)} is not a variable name`);

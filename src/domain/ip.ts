@@ -62,7 +62,7 @@ export function formatIp(ip: IpAddr): string {
   // The longest run of two or more zero groups becomes `::` (RFC 5952).
   let best = -1;
   let bestLen = 1;
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (groups[i] !== 0) {
       i++;
       continue;
@@ -126,10 +126,20 @@ export function formatCidr(c: Cidr): string {
  * them (the network process).
  */
 export const SPECIAL_RANGES: readonly { cidr: Cidr; why: string; never: boolean }[] = [
-  ['0.0.0.0/8', 'this-network', true], ['10.0.0.0/8', 'private', false], ['100.64.0.0/10', 'private', false], ['127.0.0.0/8', 'loopback', true],
-  ['169.254.0.0/16', 'link-local', false], ['172.16.0.0/12', 'private', false], ['192.168.0.0/16', 'private', false], ['224.0.0.0/4', 'multicast', true],
-  ['240.0.0.0/4', 'reserved', true], ['::/128', 'this-network', true], ['::1/128', 'loopback', true], ['fc00::/7', 'private', false],
-  ['fe80::/10', 'link-local', false], ['ff00::/8', 'multicast', true],
+  ['0.0.0.0/8', 'this-network', true],
+  ['10.0.0.0/8', 'private', false],
+  ['100.64.0.0/10', 'private', false],
+  ['127.0.0.0/8', 'loopback', true],
+  ['169.254.0.0/16', 'link-local', false],
+  ['172.16.0.0/12', 'private', false],
+  ['192.168.0.0/16', 'private', false],
+  ['224.0.0.0/4', 'multicast', true],
+  ['240.0.0.0/4', 'reserved', true],
+  ['::/128', 'this-network', true],
+  ['::1/128', 'loopback', true],
+  ['fc00::/7', 'private', false],
+  ['fe80::/10', 'link-local', false],
+  ['ff00::/8', 'multicast', true],
 ].map(([c, why, never]) => ({ cidr: parseCidr(c as string)!, why: why as string, never: never as boolean }));
 
 /** The special range `ip` is in (`private`, `link-local`, ...), or undefined for a public address. */

@@ -36,7 +36,8 @@ export function queryInt(q: Query, key: string, max: number): number | undefined
 export function optUint(q: Query, key: string): number | undefined {
   const v = queryOne(q, key);
   if (v === undefined || v === '') return undefined;
-  if (!/^\d+$/.test(v) || Number(v) > 0xffffffff) throw new InvalidArgumentError(`${key} must be a non-negative integer`);
+  if (!/^\d+$/.test(v) || Number(v) > 0xffffffff)
+    throw new InvalidArgumentError(`${key} must be a non-negative integer`);
   return Number(v);
 }
 
@@ -52,7 +53,11 @@ export function parseBool(q: Query, key: string, def: boolean): boolean {
 export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   const cmd = queryOne(q, 'cmd');
   if (!cmd) throw new InvalidArgumentError('cmd is required');
-  const req: ExecRequest & { buffered: boolean } = { cmd, args: queryList(q, 'args'), buffered: parseBool(q, 'buffered', true) };
+  const req: ExecRequest & { buffered: boolean } = {
+    cmd,
+    args: queryList(q, 'args'),
+    buffered: parseBool(q, 'buffered', true),
+  };
   const cwd = queryOne(q, 'cwd');
   if (cwd) {
     if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
@@ -63,7 +68,8 @@ export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   const timeout = queryOne(q, 'timeout');
   if (timeout) req.timeoutMs = parseDuration(timeout, 'timeout');
   const enc = queryOne(q, 'encoding');
-  if (enc !== undefined && enc !== '' && enc !== 'utf8' && enc !== 'base64') throw new InvalidArgumentError('encoding must be utf8 or base64');
+  if (enc !== undefined && enc !== '' && enc !== 'utf8' && enc !== 'base64')
+    throw new InvalidArgumentError('encoding must be utf8 or base64');
   if (enc === 'base64') req.encoding = 'base64';
   return req;
 }
@@ -91,5 +97,11 @@ export interface UploadQuery {
 }
 
 export function parseUploadQuery(q: Query): UploadQuery {
-  return { path: requiredPath(q), mode: parseCopyMode(q), permissions: queryOne(q, 'permissions'), uid: optUint(q, 'uid'), gid: optUint(q, 'gid') };
+  return {
+    path: requiredPath(q),
+    mode: parseCopyMode(q),
+    permissions: queryOne(q, 'permissions'),
+    uid: optUint(q, 'uid'),
+    gid: optUint(q, 'gid'),
+  };
 }

@@ -88,10 +88,23 @@ export interface VmRecord extends Instance {
 }
 
 export function toPublic(record: VmRecord): Instance {
-  const { userdata: _u, runtime: _r, pool: _p, overlay_ip: _o, deleting: _d, agent_missing: _a, agent_socket: _s, ...pub } = record;
+  const {
+    userdata: _u,
+    runtime: _r,
+    pool: _p,
+    overlay_ip: _o,
+    deleting: _d,
+    agent_missing: _a,
+    agent_socket: _s,
+    ...pub
+  } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
   if (pub.status !== 'error') delete pub.error;
-  return { ...pub, forwards: pub.forwards.map((f) => ({ ...f })), egress: { ...pub.egress, allow: [...pub.egress.allow], deny: [...pub.egress.deny] } };
+  return {
+    ...pub,
+    forwards: pub.forwards.map((f) => ({ ...f })),
+    egress: { ...pub.egress, allow: [...pub.egress.allow], deny: [...pub.egress.deny] },
+  };
 }
 
 export type LifecycleVerb = 'start' | 'shutdown' | 'pause' | 'resume' | 'suspend' | 'restore';
@@ -126,8 +139,11 @@ export function assertTransition(record: Pick<VmRecord, 'name' | 'status' | 'per
     throw new InvalidStateError(`vm ${name} is ephemeral and failed; delete it and create a new one`);
   }
   if (ALLOWED_SOURCES[verb].includes(status)) return;
-  const already = (verb === 'pause' && status === 'paused') || (verb === 'start' && status === 'running') ||
-    (verb === 'suspend' && status === 'suspended') || (verb === 'resume' && status === 'running');
+  const already =
+    (verb === 'pause' && status === 'paused') ||
+    (verb === 'start' && status === 'running') ||
+    (verb === 'suspend' && status === 'suspended') ||
+    (verb === 'resume' && status === 'running');
   const what = already ? `already ${status}` : status;
   throw new InvalidStateError(`vm ${name} is ${what}; ${HINT[status]}`);
 }
@@ -172,8 +188,12 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
  * suspended, `error` while in error, neither otherwise). InternalError for a change the rule does
  * not allow: a bug, never a caller's mistake.
  */
-export function changeStatus(record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error'>, change: StatusChange): void {
-  if (!NEXT[record.status].includes(change.to)) throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
+export function changeStatus(
+  record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error'>,
+  change: StatusChange,
+): void {
+  if (!NEXT[record.status].includes(change.to))
+    throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
   record.status = change.to;
   if (change.to === 'suspended') record.suspended_at = change.at;
   else delete record.suspended_at;

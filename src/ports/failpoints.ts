@@ -4,9 +4,18 @@
  * only with `test_mode: true` and `SVC_FAILPOINT=<name>` in its environment.
  */
 export const FAILPOINTS = [
-  'create.saved', 'create.disk', 'create.launched', 'create.ready',
-  'clone.copied', 'suspend.saving', 'suspend.image', 'suspend.saved', 'restore.launched',
-  'shutdown.stopped', 'delete.destroyed', 'claim.renamed',
+  'create.saved',
+  'create.disk',
+  'create.launched',
+  'create.ready',
+  'clone.copied',
+  'suspend.saving',
+  'suspend.image',
+  'suspend.saved',
+  'restore.launched',
+  'shutdown.stopped',
+  'delete.destroyed',
+  'claim.renamed',
 ] as const;
 /** `suspend.image` is the QEMU adapter's: a second QEMU has loaded the saved stream to make a RAM image of it. */
 export type Failpoint = (typeof FAILPOINTS)[number];

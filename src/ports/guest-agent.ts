@@ -1,7 +1,16 @@
 import type { UploadQuery } from '../domain/query.js';
 import type { Duplex, Readable } from 'node:stream';
 import type {
-  AgentHealth, CopyMode, GuestIdentity, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+  AgentHealth,
+  CopyMode,
+  GuestIdentity,
+  ExecFrame,
+  ExecRequest,
+  ExecResult,
+  FsInfo,
+  GuestStats,
+  MaterializeRequest,
+  Readiness,
 } from '../domain/agent.js';
 import type { Terminal } from './terminal.js';
 

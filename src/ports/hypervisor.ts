@@ -178,7 +178,6 @@ export interface VmDisks {
    * moved its directory to `to.dir`. Not idempotent.
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
-
 }
 
 import type { ImageSource } from '../domain/image-request.js';
@@ -221,7 +220,13 @@ export interface GuestImages {
    * out, or a file that is not what its type says (nothing is left behind); AlreadyExistsError
    * when `id` is built; InternalError when a build step fails. Not idempotent.
    */
-  importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string; description?: string }, progress: (p: ImageProgress) => void): Promise<void>;
+  importImage(
+    id: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: { ssh_user?: string; description?: string },
+    progress: (p: ImageProgress) => void,
+  ): Promise<void>;
 }
 
 /** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */

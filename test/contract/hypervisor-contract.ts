@@ -2,7 +2,12 @@ import { expect } from 'chai';
 import { mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
-import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotSupportedError } from '../../src/domain/errors.js';
+import {
+  AlreadyExistsError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotSupportedError,
+} from '../../src/domain/errors.js';
 import type { HypervisorAdapter, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -35,7 +40,11 @@ export interface ContractSubject {
  * One contract, run against InMemoryHypervisor (unit) and QemuHypervisor (e2e), so the fake
  * cannot drift from the real thing.
  */
-export function hypervisorContract(label: string, make: () => Promise<ContractSubject>, teardown: () => Promise<void> = async () => undefined): void {
+export function hypervisorContract(
+  label: string,
+  make: () => Promise<ContractSubject>,
+  teardown: () => Promise<void> = async () => undefined,
+): void {
   describe(`Hypervisor contract: ${label}`, function () {
     let s: ContractSubject;
     let dir: string;
@@ -46,7 +55,17 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       if (name === 'c3') rmSync(d, { recursive: true, force: true });
       else mkdirSync(d, { recursive: true });
       const forwards: VmSpec['forwards'] = has('forwards') ? [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] : [];
-      return { name, dir: d, cpus: 1, memory_mb: 384, disk_gb: 2, image: s.image, hostname: name, forwards, mounts: [] };
+      return {
+        name,
+        dir: d,
+        cpus: 1,
+        memory_mb: 384,
+        disk_gb: 2,
+        image: s.image,
+        hostname: name,
+        forwards,
+        mounts: [],
+      };
     };
     /** Where the daemon reaches a VM's agent: its own socket (hybrid vsock) or its own host port. */
     const agentAt = (h: VmHandle) => h.agent_socket ?? h.agent_port;
@@ -158,7 +177,8 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await refused(join(share, 'to-data'), /inside svc's data dir/);
       await refused(dir, /holds svc's data dir|outside/);
       const good = s.hv.checkMounts([{ host: join(share, 'sub', '..', 'sub'), guest: '/mnt/x', readonly: true }], rule);
-      if (has('mounts')) expect(await good).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
+      if (has('mounts'))
+        expect(await good).to.deep.equal([{ host: join(share, 'sub'), guest: '/mnt/x', readonly: true }]);
       else expect(await good.catch((e) => e)).to.be.instanceOf(NotSupportedError);
       expect(await s.hv.checkMounts([], rule)).to.deep.equal([]);
     });
@@ -171,7 +191,9 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       symlinkSync(join(dir, 'outside.raw'), join(inbox, 'link.raw'));
       const before = (await s.hv.listImages(() => [])).map((i) => i.id);
       const refused = async (type: 'disk' | 'oci-archive', path: string, allowed: string[], what: RegExp) => {
-        const e = await s.hv.importImage('contract-import', { type, path }, allowed, {}, () => undefined).catch((x: Error) => x);
+        const e = await s.hv
+          .importImage('contract-import', { type, path }, allowed, {}, () => undefined)
+          .catch((x: Error) => x);
         expect(e, path).to.be.instanceOf(InvalidArgumentError);
         expect((e as Error).message, path).to.match(what);
       };
@@ -192,7 +214,9 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       const h = await s.hv.launch(sp);
       await s.waitUp('c5', h, s.bootMs);
       if (!has('forwards')) {
-        expect(await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 7475, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(NotSupportedError);
+        expect(
+          await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 7475, proto: 'tcp' }]).catch((e) => e),
+        ).to.be.instanceOf(NotSupportedError);
         await s.hv.kill(sp);
         await s.hv.kill(sp);
         expect(s.live()).not.to.include('c5');
@@ -209,14 +233,18 @@ export function hypervisorContract(label: string, make: () => Promise<ContractSu
       await new Promise<void>((r) => busy.listen(0, '127.0.0.1', () => r()));
       try {
         const port = (busy.address() as AddressInfo).port;
-        expect(await s.hv.addForwards(sp, [{ host_port: port, guest_port: 80, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(AlreadyExistsError);
+        expect(
+          await s.hv.addForwards(sp, [{ host_port: port, guest_port: 80, proto: 'tcp' }]).catch((e) => e),
+        ).to.be.instanceOf(AlreadyExistsError);
       } finally {
         busy.close();
       }
       await s.hv.kill(sp);
       expect(s.live()).not.to.include('c5');
       await s.hv.kill(sp);
-      expect(await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 80, proto: 'tcp' }]).catch((e) => e)).to.be.instanceOf(InvalidStateError);
+      expect(
+        await s.hv.addForwards(sp, [{ host_port: 0, guest_port: 80, proto: 'tcp' }]).catch((e) => e),
+      ).to.be.instanceOf(InvalidStateError);
       expect(exits.filter(([n]) => n === 'c5')).to.deep.equal([]);
       await s.hv.destroy(sp);
     });

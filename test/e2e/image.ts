@@ -9,14 +9,17 @@ export const E2E_IMAGES = join(REPO, '.svc-test', 'images');
 const built = new Set<string>();
 
 function files(dir: string): string[] {
-  return readdirSync(dir).sort().flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
+  return readdirSync(dir)
+    .sort()
+    .flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
 }
 
 /** What an image is built from: the build scripts and rootfs, the agent bundle and its addons, the kernel, node. */
 function inputsKey(kind: string): string {
   const h = createHash('sha256').update(kind);
   const agent = join(REPO, 'dist', 'agent');
-  for (const f of [...files(join(REPO, 'image')), join(agent, 'svc-agent.cjs'), ...files(join(agent, 'node_modules'))]) h.update(f.slice(REPO.length)).update(readFileSync(f));
+  for (const f of [...files(join(REPO, 'image')), join(agent, 'svc-agent.cjs'), ...files(join(agent, 'node_modules'))])
+    h.update(f.slice(REPO.length)).update(readFileSync(f));
   h.update(readdirSync('/lib/modules').sort().join(',')).update(process.version);
   return h.digest('hex');
 }
@@ -35,7 +38,9 @@ export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
   if (!(existsSync(join(out, 'manifest.json')) && existsSync(stamp) && readFileSync(stamp, 'utf8') === key)) {
     const tmp = join(E2E_IMAGES, `.build-${kind}-${process.pid}`);
     rmSync(tmp, { recursive: true, force: true });
-    execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), tmp, join(REPO, 'dist', 'agent'), kind], { stdio: ['ignore', 'ignore', 'inherit'] });
+    execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), tmp, join(REPO, 'dist', 'agent'), kind], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
     writeFileSync(join(tmp, '.inputs'), key);
     rmSync(out, { recursive: true, force: true });
     renameSync(tmp, out);
@@ -46,7 +51,9 @@ export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
 
 /** QEMU processes of VMs with these names that are still running. */
 export function qemuProcesses(names: string[]): string[] {
-  return pgrepLines('process=svc-').filter((l) => names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)));
+  return pgrepLines('process=svc-').filter((l) =>
+    names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)),
+  );
 }
 
 function pgrepLines(pattern: string): string[] {
@@ -62,7 +69,9 @@ function pgrepLines(pattern: string): string[] {
  * runs. A clone's QEMU may have been started ahead as its template's spare, under the spare's name.
  */
 export function qemuOfVm(dataDir: string, vm: string): string | undefined {
-  const rec = JSON.parse(readFileSync(join(dataDir, 'vms', vm, 'instance.json'), 'utf8')) as { runtime?: { pid?: number } };
+  const rec = JSON.parse(readFileSync(join(dataDir, 'vms', vm, 'instance.json'), 'utf8')) as {
+    runtime?: { pid?: number };
+  };
   try {
     return readFileSync(`/proc/${rec.runtime?.pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
   } catch {
@@ -92,12 +101,17 @@ export function waitingSpares(dataDir: string): string[] {
  */
 export function ensureFixture(script: string, ext: string): string {
   const src = join(REPO, 'test', 'e2e', 'fixtures', script);
-  const key = createHash('sha256').update(readFileSync(src)).update(readdirSync('/lib/modules').sort().join(',')).digest('hex').slice(0, 16);
+  const key = createHash('sha256')
+    .update(readFileSync(src))
+    .update(readdirSync('/lib/modules').sort().join(','))
+    .digest('hex')
+    .slice(0, 16);
   const dir = join(REPO, '.svc-test', 'fixtures');
   const out = join(dir, `${script.replace(/\.sh$/, '')}-${key}.${ext}`);
   if (!existsSync(out)) {
     execFileSync('mkdir', ['-p', dir]);
-    for (const old of readdirSync(dir).filter((n) => n.startsWith(script.replace(/\.sh$/, '')))) rmSync(join(dir, old), { force: true });
+    for (const old of readdirSync(dir).filter((n) => n.startsWith(script.replace(/\.sh$/, ''))))
+      rmSync(join(dir, old), { force: true });
     execFileSync('bash', [src, out], { stdio: ['ignore', 'ignore', 'inherit'] });
   }
   return out;

@@ -8,28 +8,50 @@ import { ensureImage } from './image.js';
 const agent = new HttpGuestAgent();
 let hv: QemuHypervisor;
 
-const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p', qemuUser: 'nobody' });
+const make = () =>
+  new QemuHypervisor({
+    qemuBinary: 'qemu-system-x86_64',
+    accel: 'auto',
+    images: new ImageCatalog(ensureImage()),
+    log: new SilentLogger(),
+    vsock: false,
+    mountDriver: '9p',
+    qemuUser: 'nobody',
+  });
 
-hypervisorContract('QemuHypervisor (real guests)', async () => {
-  hv = make();
-  return {
-    hv, image: 'minimal', bootMs: 90_000,
-    waitUp: async (_name, h, ms) => {
-      const end = Date.now() + ms;
-      for (;;) {
-        const ok = await agent.health({ host: '127.0.0.1', port: h.agent_port }, 500).then(() => true, () => false);
-        if (ok) return;
-        if (Date.now() > end) throw new Error('guest did not answer');
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    },
-    answers: (_name, h) => agent.health({ host: '127.0.0.1', port: h.agent_port }, 1500).then(() => true, () => false),
-    crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
-    live: () => Object.keys(hv.pids()),
-    restart: async () => {
-      await hv.release();
-      hv = make();
-      return hv;
-    },
-  };
-}, async () => agent.close());
+hypervisorContract(
+  'QemuHypervisor (real guests)',
+  async () => {
+    hv = make();
+    return {
+      hv,
+      image: 'minimal',
+      bootMs: 90_000,
+      waitUp: async (_name, h, ms) => {
+        const end = Date.now() + ms;
+        for (;;) {
+          const ok = await agent.health({ host: '127.0.0.1', port: h.agent_port }, 500).then(
+            () => true,
+            () => false,
+          );
+          if (ok) return;
+          if (Date.now() > end) throw new Error('guest did not answer');
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      },
+      answers: (_name, h) =>
+        agent.health({ host: '127.0.0.1', port: h.agent_port }, 1500).then(
+          () => true,
+          () => false,
+        ),
+      crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
+      live: () => Object.keys(hv.pids()),
+      restart: async () => {
+        await hv.release();
+        hv = make();
+        return hv;
+      },
+    };
+  },
+  async () => agent.close(),
+);

@@ -10,7 +10,6 @@ import { tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
-
 /** The QEMU steps of the crash matrix: after a SIGKILL of the daemon, no QEMU runs without a record that holds it. */
 describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
   this.timeout(300_000);
@@ -73,7 +72,19 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
     it(`dies at ${c.point}; a restarted daemon holds or removes every QEMU, and the VM works again`, async () => {
       const dir = tempDir('svc-qcrash-');
       const socket = join(dir, 'svc.sock');
-      const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', memory_mb: 384, test_mode: true, log_level: 'warn', sandbox_metrics_enabled: false, ready_timeout: '180s' };
+      const raw = {
+        data_dir: join(dir, 'data'),
+        socket,
+        api: '',
+        hypervisor: 'qemu',
+        images_dir: ensureImage(),
+        image: 'minimal',
+        memory_mb: 384,
+        test_mode: true,
+        log_level: 'warn',
+        sandbox_metrics_enabled: false,
+        ready_timeout: '180s',
+      };
       const child = await spawnSvcd(dir, raw, { failpoint: c.point });
       const t: Target = { socketPath: socket };
       await c.run(t).catch(() => undefined);
@@ -90,7 +101,9 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
           expect(['running', 'error', 'stopped', 'suspended'], c.point).to.include(rec.json.status);
           if (c.settles) expect(rec.json.status, c.point).to.equal(c.settles);
           // a record that says running holds its QEMU (re-attached); any other holds none
-          expect(procs.length, `${rec.json.status}: ${procs.join('; ')}`).to.equal(rec.json.status === 'running' ? 1 : 0);
+          expect(procs.length, `${rec.json.status}: ${procs.join('; ')}`).to.equal(
+            rec.json.status === 'running' ? 1 : 0,
+          );
           const again: Record<string, string> = { error: 'start', stopped: 'start', suspended: 'restore' };
           if (again[rec.json.status]) {
             const r = await call(t, 'POST', `/vms/${vm}/${again[rec.json.status]}`);
@@ -98,7 +111,8 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
           }
         }
         expect(qemuProcesses([tpl]), 'the template holds no QEMU').to.deep.equal([]);
-        if ((await call(t, 'GET', `/vms/${vm}`)).status === 404) expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
+        if ((await call(t, 'GET', `/vms/${vm}`)).status === 404)
+          expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
         const r = await call(t, 'POST', `/vms/${vm}/exec?cmd=hostname`);
         expect(r.json?.stdout, r.text).to.equal(`${vm}\n`);
         expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);

@@ -15,7 +15,6 @@ import { ensureImage, qemuProcesses } from './image.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
-
 /** Userdata of the main test VM: a web page served by busybox httpd, and bootstrap readiness. */
 const USERDATA = `#!/bin/sh
 mkdir -p /srv/www && echo "hello from the guest" > /srv/www/index.html
@@ -32,7 +31,18 @@ describe('svcd with QEMU: real guests end to end', function () {
   const names = ['main', 'eph', 'ud'];
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_interval: '1s', shutdown_timeout: '30s', ready_timeout: '180s', log_max_mb: 1 }, { logger: logs });
+    d = await startTestDaemon(
+      {
+        hypervisor: 'qemu',
+        images_dir: ensureImage(),
+        image: 'minimal',
+        sandbox_metrics_interval: '1s',
+        shutdown_timeout: '30s',
+        ready_timeout: '180s',
+        log_max_mb: 1,
+      },
+      { logger: logs },
+    );
   });
   after(async () => {
     for (const n of names) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
@@ -41,9 +51,19 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('creates: non-stream with wait=bootstrap (userdata sets readiness), streamed with wait=ssh, wait=userdata', async () => {
     const [main, eph, ud] = await Promise.all([
-      d.call('POST', '/vms?wait=bootstrap', { name: 'main', persistent: true, memory_mb: 512, userdata: USERDATA, forwards: [{ guest_port: 8080 }] }),
+      d.call('POST', '/vms?wait=bootstrap', {
+        name: 'main',
+        persistent: true,
+        memory_mb: 512,
+        userdata: USERDATA,
+        forwards: [{ guest_port: 8080 }],
+      }),
       d.call('POST', '/vms?stream=1&wait=ssh', { name: 'eph', memory_mb: 384 }),
-      d.call('POST', '/vms?wait=userdata', { name: 'ud', memory_mb: 384, userdata: '#!/bin/sh\nsleep 2\necho done > /root/ud\n' }),
+      d.call('POST', '/vms?wait=userdata', {
+        name: 'ud',
+        memory_mb: 384,
+        userdata: '#!/bin/sh\nsleep 2\necho done > /root/ud\n',
+      }),
     ]);
     expect(main.status, main.text).to.equal(201);
     expect(main.json.status).to.equal('running');
@@ -60,21 +80,40 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('runs exec, cp both ways, fs ops and a shell in the guest', async () => {
-    const r = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'uname -s; cat; exit 3'] })}`, 'stdin!', { 'content-type': 'application/octet-stream' });
+    const r = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'uname -s; cat; exit 3'] })}`,
+      'stdin!',
+      { 'content-type': 'application/octet-stream' },
+    );
     expect(r.json).to.deep.equal({ stdout: 'Linux\nstdin!', stderr: '', exit_code: 3 });
     const blob = randomBytes(2 * 1024 * 1024 + 5);
-    expect((await d.call('PUT', '/vms/main/cp?path=/root/blob.bin&permissions=0600', blob, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
-    const sum = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /root/blob.bin; md5sum /root/blob.bin'] })}`);
+    expect(
+      (
+        await d.call('PUT', '/vms/main/cp?path=/root/blob.bin&permissions=0600', blob, {
+          'content-type': 'application/octet-stream',
+        })
+      ).status,
+    ).to.equal(204);
+    const sum = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /root/blob.bin; md5sum /root/blob.bin'] })}`,
+    );
     expect(sum.json.stdout).to.match(/^600\n[0-9a-f]{32}/);
     const back = await rawGet(d, '/vms/main/cp?path=/root/blob.bin');
     expect(back.equals(blob)).to.equal(true);
     expect((await d.call('POST', '/vms/main/fs/mkdir', { path: '/root/a/b', recursive: true })).status).to.equal(204);
     expect((await d.call('POST', '/vms/main/fs/symlink', { path: '/root/a/l', target: 'b' })).status).to.equal(204);
     const ls = (await d.call('GET', '/vms/main/fs/readdir?path=/root/a')).json;
-    expect(ls.map((e: { name: string; type: string }) => `${e.name}:${e.type}`)).to.deep.equal(['b:directory', 'l:symlink']);
+    expect(ls.map((e: { name: string; type: string }) => `${e.name}:${e.type}`)).to.deep.equal([
+      'b:directory',
+      'l:symlink',
+    ]);
     expect((await d.call('GET', '/vms/main/fs/stat?path=/root/none')).status).to.equal(404);
     expect((await d.call('DELETE', '/vms/main/fs/remove?path=/root/a&recursive=true')).status).to.equal(204);
-    const sh = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/main/shell?cols=77&rows=22`, { authorization: 'Bearer test-token' });
+    const sh = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/main/shell?cols=77&rows=22`, {
+      authorization: 'Bearer test-token',
+    });
     sh.send('stty size; hostname\n');
     await sh.waitFor(/22 77/);
     await sh.waitFor(/main/);
@@ -86,7 +125,11 @@ describe('svcd with QEMU: real guests end to end', function () {
     const pid = Number(qemuProcesses(['main'])[0]?.split(' ')[0]);
     const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
     // a root daemon drops QEMU to nobody; a daemon run by a user starts it as that user
-    expect(uid).to.equal(process.getuid?.() === 0 ? Number(execFileSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).trim()) : process.getuid?.());
+    expect(uid).to.equal(
+      process.getuid?.() === 0
+        ? Number(execFileSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).trim())
+        : process.getuid?.(),
+    );
     expect(readFileSync(`/proc/${pid}/status`, 'utf8')).to.match(/^Seccomp:\s+2$/m);
   });
 
@@ -94,10 +137,22 @@ describe('svcd with QEMU: real guests end to end', function () {
     const size = 200 * 1024 * 1024;
     const up = createHash('sha256');
     const status = await new Promise<number>((resolve, reject) => {
-      const req = request({
-        socketPath: d.config.socket, method: 'PUT', path: '/vms/main/cp?path=/root/big.bin',
-        headers: { authorization: 'Bearer test-token', 'content-type': 'application/octet-stream', 'content-length': String(size) },
-      }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode ?? 0)); });
+      const req = request(
+        {
+          socketPath: d.config.socket,
+          method: 'PUT',
+          path: '/vms/main/cp?path=/root/big.bin',
+          headers: {
+            authorization: 'Bearer test-token',
+            'content-type': 'application/octet-stream',
+            'content-length': String(size),
+          },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
       req.on('error', reject);
       let left = size;
       const more = () => {
@@ -113,30 +168,55 @@ describe('svcd with QEMU: real guests end to end', function () {
     });
     expect(status).to.equal(204);
     const sent = up.digest('hex');
-    const inGuest = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'sha256sum /root/big.bin; stat -c %s /root/big.bin'] })}`);
+    const inGuest = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'sha256sum /root/big.bin; stat -c %s /root/big.bin'] })}`,
+    );
     expect(inGuest.json.stdout).to.equal(`${sent}  /root/big.bin\n${size}\n`);
     const down = createHash('sha256');
     let got = 0;
     await new Promise<void>((resolve, reject) => {
-      request({ socketPath: d.config.socket, path: '/vms/main/cp?path=/root/big.bin', headers: { authorization: 'Bearer test-token' } }, (res) => {
-        expect(res.statusCode).to.equal(200);
-        expect(res.headers['content-length']).to.equal(String(size));
-        res.on('data', (c: Buffer) => { got += c.length; down.update(c); });
-        res.on('end', resolve);
-        res.on('error', reject);
-      }).on('error', reject).end();
+      request(
+        {
+          socketPath: d.config.socket,
+          path: '/vms/main/cp?path=/root/big.bin',
+          headers: { authorization: 'Bearer test-token' },
+        },
+        (res) => {
+          expect(res.statusCode).to.equal(200);
+          expect(res.headers['content-length']).to.equal(String(size));
+          res.on('data', (c: Buffer) => {
+            got += c.length;
+            down.update(c);
+          });
+          res.on('end', resolve);
+          res.on('error', reject);
+        },
+      )
+        .on('error', reject)
+        .end();
     });
     expect(got).to.equal(size);
     expect(down.digest('hex')).to.equal(sent);
     expect((await d.call('DELETE', '/vms/main/fs/remove?path=/root/big.bin')).status).to.equal(204);
   });
 
-  it('runs a command in the guest through MCP (/mcp, the SDK\'s client)', async () => {
+  it("runs a command in the guest through MCP (/mcp, the SDK's client)", async () => {
     const c = new Client({ name: 'svc-e2e', version: '1.0.0' });
-    await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${d.config.api_token}` } } }));
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${d.config.api_token}` } },
+      }),
+    );
     try {
-      const r = await c.callTool({ name: 'exec', arguments: { name: 'main', cmd: 'sh', args: ['-c', 'uname -s; cat /proc/sys/kernel/hostname'] } });
-      const out = JSON.parse((r as { content: { text: string }[] }).content[0].text) as { exit_code: number; stdout: string };
+      const r = await c.callTool({
+        name: 'exec',
+        arguments: { name: 'main', cmd: 'sh', args: ['-c', 'uname -s; cat /proc/sys/kernel/hostname'] },
+      });
+      const out = JSON.parse((r as { content: { text: string }[] }).content[0].text) as {
+        exit_code: number;
+        stdout: string;
+      };
       expect(out).to.deep.equal({ exit_code: 0, stdout: 'Linux\nmain\n', stderr: '' });
     } finally {
       await c.close();
@@ -145,13 +225,14 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('works through the svc CLI: x with stdin and exit code, cp round trip', async () => {
     const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
-    const svc = (args: string[], input?: string) => new Promise<{ code: number; stdout: string }>((resolve) => {
-      const p = spawn(process.execPath, [SVC_BIN, ...args], { env });
-      let stdout = '';
-      p.stdout.on('data', (c) => (stdout += c));
-      p.on('close', (code) => resolve({ code: code ?? -1, stdout }));
-      p.stdin.end(input);
-    });
+    const svc = (args: string[], input?: string) =>
+      new Promise<{ code: number; stdout: string }>((resolve) => {
+        const p = spawn(process.execPath, [SVC_BIN, ...args], { env });
+        let stdout = '';
+        p.stdout.on('data', (c) => (stdout += c));
+        p.on('close', (code) => resolve({ code: code ?? -1, stdout }));
+        p.stdin.end(input);
+      });
     const x = await svc(['x', 'main', '--', 'sh', '-c', 'tr a-z A-Z; exit 4'], 'guest\n');
     expect(x).to.deep.equal({ code: 4, stdout: 'GUEST\n' });
     const local = join(d.dir, 'cli.txt');
@@ -168,7 +249,10 @@ describe('svcd with QEMU: real guests end to end', function () {
     await d.call('POST', '/secrets', { name: 'TOKEN', value: 'e2e-secret-value' });
     const s = await d.call('POST', '/vms/main/secrets/TOKEN');
     expect(s.json).to.deep.equal({ name: 'main', secret: 'TOKEN', path: '/run/svc/secrets/TOKEN', mode: '0600' });
-    const cat = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /run/svc/secrets/TOKEN; cat /run/svc/secrets/TOKEN'] })}`);
+    const cat = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'stat -c %a /run/svc/secrets/TOKEN; cat /run/svc/secrets/TOKEN'] })}`,
+    );
     expect(cat.json.stdout).to.equal('600\ne2e-secret-value');
     expect(JSON.stringify(logs.lines)).not.to.contain('e2e-secret-value');
   });
@@ -182,7 +266,10 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('caps the serial log of a guest that prints without end (log_max_mb), keeping one older copy', async () => {
     const serial = join(d.config.data_dir, 'vms', 'main', 'serial.log');
-    const r = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', "head -c 1300000 /dev/zero | tr '\\0' x > /dev/ttyS0; echo done"], timeout: '120s' })}`);
+    const r = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', "head -c 1300000 /dev/zero | tr '\\0' x > /dev/ttyS0; echo done"], timeout: '120s' })}`,
+    );
     expect(r.json.stdout, r.text).to.equal('done\n');
     let size = Infinity;
     for (let i = 0; i < 40 && !(existsSync(`${serial}.1`) && size <= 1 << 20); i++) {
@@ -207,7 +294,10 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('suspends and restores: the guest keeps a process and a file, the clock is reset', async () => {
-    const started = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!'] })}`);
+    const started = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'echo kept > /root/kept; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!'] })}`,
+    );
     const pid = started.json.stdout.trim();
     expect(pid).to.match(/^\d+$/);
     const s = await d.call('POST', '/vms/main/suspend');
@@ -216,7 +306,10 @@ describe('svcd with QEMU: real guests end to end', function () {
     await new Promise((r) => setTimeout(r, 3000));
     const r = await d.call('POST', '/vms/main/restore');
     expect(r.json.status).to.equal('running');
-    const check = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`);
+    const check = await d.call(
+      'POST',
+      `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`,
+    );
     const [kept, alive, secs] = check.json.stdout.trim().split('\n');
     expect([kept, alive]).to.deep.equal(['kept', 'alive']);
     expect(Math.abs(Number(secs) - Date.now() / 1000)).to.be.below(5);
@@ -226,7 +319,9 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('survives a daemon restart with VMs running', async () => {
     await d.restart();
-    const list = (await d.call('GET', '/vms')).json.map((i: { name: string; status: string }) => `${i.name}:${i.status}`);
+    const list = (await d.call('GET', '/vms')).json.map(
+      (i: { name: string; status: string }) => `${i.name}:${i.status}`,
+    );
     expect(list).to.deep.equal(['eph:running', 'main:running', 'ud:running']);
     expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
     const fwd = (await d.call('GET', '/vms/main')).json.forwards.find((f: { kind: string }) => f.kind === 'live');
@@ -273,7 +368,9 @@ function httpGet(port: number): Promise<string> {
       let s = '';
       res.on('data', (c) => (s += c));
       res.on('end', () => resolve(s));
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
 
@@ -283,7 +380,8 @@ function rawGet(d: TestDaemon, path: string): Promise<Buffer> {
       const parts: Buffer[] = [];
       res.on('data', (c: Buffer) => parts.push(c));
       res.on('end', () => resolve(Buffer.concat(parts)));
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
-

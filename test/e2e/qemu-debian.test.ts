@@ -2,7 +2,6 @@ import { expect } from 'chai';
 import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 
-
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
   this.timeout(600_000);
@@ -10,7 +9,13 @@ describe('svcd with QEMU: the debian image', function () {
   const sh = (vm: string, script: string, query = '') => guestSh(d, vm, script, { shell: '/bin/bash', query });
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage('debian'), sandbox_metrics_enabled: false, ready_timeout: '240s', memory_mb: 768 });
+    d = await startTestDaemon({
+      hypervisor: 'qemu',
+      images_dir: ensureImage('debian'),
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+      memory_mb: 768,
+    });
   });
   after(async () => {
     for (const vm of ['deb', 'deb2', 'withjq', 'frombaked', 'bakesrc']) await d.call('DELETE', `/vms/${vm}`);
@@ -22,32 +27,56 @@ describe('svcd with QEMU: the debian image', function () {
     const r = await d.call('POST', '/vms', { name: 'deb', disk_gb: 5, persistent: true });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ image: 'debian', disk_gb: 5 });
-    const df = await sh('deb', "df -B1 --output=size / | tail -1");
+    const df = await sh('deb', 'df -B1 --output=size / | tail -1');
     const size = Number(df.stdout.trim());
     expect(Math.abs(size - 5 * 2 ** 30) / (5 * 2 ** 30), `df / says ${size}`).to.be.below(0.05);
   });
 
   it('is a normal Debian: python3, bash, apt, git, curl, the FHS, systemd running', async () => {
-    const py = await sh('deb', "python3 -c 'import sys, json; print(json.dumps({\"v\": sys.version_info[0], \"sum\": sum(range(10))}))'");
+    const py = await sh(
+      'deb',
+      'python3 -c \'import sys, json; print(json.dumps({"v": sys.version_info[0], "sum": sum(range(10))}))\'',
+    );
     expect(JSON.parse(py.stdout)).to.deep.equal({ v: 3, sum: 45 });
-    const tools = await sh('deb', 'for t in bash apt-get git curl sudo systemctl ip ps less; do command -v $t >/dev/null || echo missing $t; done; cat /etc/debian_version');
+    const tools = await sh(
+      'deb',
+      'for t in bash apt-get git curl sudo systemctl ip ps less; do command -v $t >/dev/null || echo missing $t; done; cat /etc/debian_version',
+    );
     expect(tools.stdout).not.to.match(/missing/);
     expect(tools.stdout.trim()).to.match(/^\d+\.\d+/);
-    const fhs = await sh('deb', 'for d in /var/tmp /usr/local /srv /home /opt /tmp; do test -d $d || echo missing $d; done; echo hi > /var/tmp/x && cat /var/tmp/x');
+    const fhs = await sh(
+      'deb',
+      'for d in /var/tmp /usr/local /srv /home /opt /tmp; do test -d $d || echo missing $d; done; echo hi > /var/tmp/x && cat /var/tmp/x',
+    );
     expect(fhs.stdout.trim()).to.equal('hi');
     const state = await sh('deb', 'systemctl is-system-running --wait; systemctl --failed --no-legend --plain');
     expect(state.stdout.split('\n')[0], state.stdout).to.match(/^(running|degraded)$/);
     // apt works from the archive the host's apt uses (the guest reaches it through svc-netd, under the default policy).
-    const apt = await sh('deb', 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq > /tmp/apt.log 2>&1; echo $?; echo \'{"a": [1, 2]}\' | jq -c .a', '&timeout=300s');
+    const apt = await sh(
+      'deb',
+      'DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq > /tmp/apt.log 2>&1; echo $?; echo \'{"a": [1, 2]}\' | jq -c .a',
+      '&timeout=300s',
+    );
     expect(apt.stdout.trim().split('\n'), apt.stdout + apt.stderr).to.deep.equal(['0', '[1,2]']);
   });
 
   it('reaches the archive through its egress policy (logged) and none of the host: the API at 10.0.2.2 is refused', async () => {
     const api = await sh('deb', `curl -s -m 5 -o /dev/null http://10.0.2.2:${d.daemon.tcpPort}/healthz; echo $?`);
     expect(api.stdout.trim(), 'curl: connection refused').to.equal('7');
-    const events = await egressLogged(d, 'deb', (e) => e.event === 'deny' && e.port === d.daemon.tcpPort && e.rule === 'host-closed', 'the refused API');
-    expect(events.some((e) => e.event === 'dns' && e.rule === 'default'), 'apt\'s names resolved').to.equal(true);
-    expect(events.some((e) => e.event === 'close' && e.proto === 'tcp' && e.rule === 'default' && (e.bytes_in ?? 0) > 0), 'apt\'s connections logged').to.equal(true);
+    const events = await egressLogged(
+      d,
+      'deb',
+      (e) => e.event === 'deny' && e.port === d.daemon.tcpPort && e.rule === 'host-closed',
+      'the refused API',
+    );
+    expect(
+      events.some((e) => e.event === 'dns' && e.rule === 'default'),
+      "apt's names resolved",
+    ).to.equal(true);
+    expect(
+      events.some((e) => e.event === 'close' && e.proto === 'tcp' && e.rule === 'default' && (e.bytes_in ?? 0) > 0),
+      "apt's connections logged",
+    ).to.equal(true);
   });
 
   it('has a svc user with passwordless sudo, and exec runs as it with uid and gid', async () => {
@@ -59,8 +88,12 @@ describe('svcd with QEMU: the debian image', function () {
   });
 
   it('starts a systemd service installed in the guest', async () => {
-    const unit = '[Service]\nExecStart=/usr/bin/python3 -m http.server 8099 --directory /srv\n[Install]\nWantedBy=multi-user.target\n';
-    const r = await sh('deb', `printf '${unit}' > /etc/systemd/system/web.service && echo ok > /srv/index.txt && systemctl daemon-reload && systemctl enable --now web.service && for i in $(seq 50); do curl -fsS localhost:8099/index.txt && break; sleep 0.2; done; systemctl is-active web.service`);
+    const unit =
+      '[Service]\nExecStart=/usr/bin/python3 -m http.server 8099 --directory /srv\n[Install]\nWantedBy=multi-user.target\n';
+    const r = await sh(
+      'deb',
+      `printf '${unit}' > /etc/systemd/system/web.service && echo ok > /srv/index.txt && systemctl daemon-reload && systemctl enable --now web.service && for i in $(seq 50); do curl -fsS localhost:8099/index.txt && break; sleep 0.2; done; systemctl is-active web.service`,
+    );
     expect(r.stdout.trim().split('\n')).to.deep.equal(['ok', 'active']);
   });
 
@@ -88,7 +121,9 @@ describe('svcd with QEMU: the debian image', function () {
 
   it('lists the images it has built, and refuses to delete one in use with 409', async () => {
     const list = await d.call('GET', '/images');
-    const deb = (list.json as { id: string; in_use_by: string[]; os: string; size_bytes: number }[]).find((i) => i.id === 'debian')!;
+    const deb = (list.json as { id: string; in_use_by: string[]; os: string; size_bytes: number }[]).find(
+      (i) => i.id === 'debian',
+    )!;
     expect(deb.os).to.match(/Debian GNU\/Linux/);
     expect(deb.size_bytes).to.be.above(100 << 20);
     expect(deb.in_use_by).to.include('deb');
@@ -98,15 +133,24 @@ describe('svcd with QEMU: the debian image', function () {
 
   it('builds an image from a recipe (an extra package, a file, an env line) that boots with them', async () => {
     const r = await d.call('POST', '/images?stream=1', {
-      name: 'deb-jq', from: 'debian', packages: ['jq'], env: { APP_MODE: 'test' },
+      name: 'deb-jq',
+      from: 'debian',
+      packages: ['jq'],
+      env: { APP_MODE: 'test' },
       files: [{ path: '/etc/app.json', content: Buffer.from('{"n": 7}').toString('base64'), mode: '0640' }],
       run: ['jq -r .n /etc/app.json > /srv/n'],
     });
-    const events = r.text.trim().split('\n').map((l) => JSON.parse(l) as { phase: string; error?: string });
+    const events = r.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { phase: string; error?: string });
     expect(events.at(-1), r.text.slice(-500)).to.include({ phase: 'ready' });
     expect(events.map((e) => e.phase)).to.include.members(['boot', 'packages', 'files', 'env', 'run', 'bake']);
     expect((await d.call('POST', '/vms', { name: 'withjq', image: 'deb-jq' })).status).to.equal(201);
-    const out = await sh('withjq', 'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment');
+    const out = await sh(
+      'withjq',
+      'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment',
+    );
     expect(out.stdout.trim().split('\n')).to.deep.equal(['jq-1.6', '7', '640', 'APP_MODE="test"']);
   });
 
@@ -118,6 +162,9 @@ describe('svcd with QEMU: the debian image', function () {
     expect(b.status, b.text).to.equal(201);
     expect(b.json).to.include({ id: 'deb-baked', source: 'vm:bakesrc' });
     expect((await d.call('POST', '/vms', { name: 'frombaked', image: 'deb-baked' })).status).to.equal(201);
-    expect((await sh('frombaked', 'cat /srv/marker; hostname')).stdout.trim().split('\n')).to.deep.equal(['baked-in', 'frombaked']);
+    expect((await sh('frombaked', 'cat /srv/marker; hostname')).stdout.trim().split('\n')).to.deep.equal([
+      'baked-in',
+      'frombaked',
+    ]);
   });
 });

@@ -4,7 +4,6 @@ import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js'
 import { ndjson } from '../helpers/http.js';
 import { ensureFixture, ensureImage } from './image.js';
 
-
 /**
  * A cloud disk people bring (issue 15): built in the test from Debian packages (syslinux, the
  * distribution kernel, cloud-init, openssh-server, no agent), imported with POST /images, booted
@@ -29,8 +28,12 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
   before(async () => {
     disk = ensureFixture('make-cloud-disk.sh', 'qcow2');
     d = await startTestDaemon({
-      hypervisor: 'qemu', images_dir: ensureImage('minimal'), import_dirs: [dirname(disk)], sandbox_metrics_enabled: false,
-      ready_timeout: '600s', memory_mb: 1024,
+      hypervisor: 'qemu',
+      images_dir: ensureImage('minimal'),
+      import_dirs: [dirname(disk)],
+      sandbox_metrics_enabled: false,
+      ready_timeout: '600s',
+      memory_mb: 1024,
     });
   });
   after(async () => {
@@ -47,7 +50,13 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
 
   it('waits for cloud-init to run the user-data (wait=userdata), over SSH', async () => {
     const userdata = '#!/bin/sh\necho "from-userdata $(id -un)" > /var/tmp/userdata-marker\n';
-    const r = await d.call('POST', '/vms?wait=userdata&timeout=900s&stream=1', { name: 'cl1', image: 'cloud', persistent: true, disk_gb: 4, userdata });
+    const r = await d.call('POST', '/vms?wait=userdata&timeout=900s&stream=1', {
+      name: 'cl1',
+      image: 'cloud',
+      persistent: true,
+      disk_gb: 4,
+      userdata,
+    });
     const events = ndjson(r.text);
     expect(events.at(-1)!.phase, r.text).to.equal('ready');
     const phases = events.map((e) => e.phase);
@@ -58,10 +67,15 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
   it('answers agent routes with 503 saying to deploy the agent, until agent/deploy installs it', async () => {
     const before = await d.call('POST', '/vms/cl1/exec?cmd=true');
     expect(before.status, before.text).to.equal(503);
-    expect((before.json as { error: string }).error).to.match(/no svc agent yet: deploy it with POST \/vms\/cl1\/agent\/deploy/);
+    expect((before.json as { error: string }).error).to.match(
+      /no svc agent yet: deploy it with POST \/vms\/cl1\/agent\/deploy/,
+    );
     const dep = await d.call('POST', '/vms/cl1/agent/deploy');
     expect(dep.status, dep.text).to.equal(200);
-    const out = await sh('cl1', 'cat /var/tmp/userdata-marker; hostname; df -k / | tail -1; systemctl is-enabled svc-agent.service');
+    const out = await sh(
+      'cl1',
+      'cat /var/tmp/userdata-marker; hostname; df -k / | tail -1; systemctl is-enabled svc-agent.service',
+    );
     const [marker, host, df, enabled] = out.stdout.trim().split('\n');
     expect(marker, out.stdout + out.stderr).to.equal('from-userdata root');
     expect(host).to.equal('cl1');

@@ -11,18 +11,25 @@ import { ensureImage } from './image.js';
 
 const FIXTURES = fileURLToPath(new URL('../../../test/e2e/fixtures/', import.meta.url));
 
-
 /** A docker archive whose one layer holds `entries` (hostile ones included), as docker save lays it out. */
 async function dockerArchive(path: string, entries: Parameters<typeof makeTar>[0]): Promise<void> {
   const layer = await makeTar(entries);
   const diff = `sha256:${createHash('sha256').update(layer).digest('hex')}`;
-  const config = Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config: {}, rootfs: { type: 'layers', diff_ids: [diff] } }));
+  const config = Buffer.from(
+    JSON.stringify({ architecture: 'amd64', os: 'linux', config: {}, rootfs: { type: 'layers', diff_ids: [diff] } }),
+  );
   const configName = `${createHash('sha256').update(config).digest('hex')}.json`;
-  writeFileSync(path, await makeTar([
-    { name: 'layer.tar', data: layer },
-    { name: configName, data: config },
-    { name: 'manifest.json', data: JSON.stringify([{ Config: configName, RepoTags: ['evil:latest'], Layers: ['layer.tar'] }]) },
-  ]));
+  writeFileSync(
+    path,
+    await makeTar([
+      { name: 'layer.tar', data: layer },
+      { name: configName, data: config },
+      {
+        name: 'manifest.json',
+        data: JSON.stringify([{ Config: configName, RepoTags: ['evil:latest'], Layers: ['layer.tar'] }]),
+      },
+    ]),
+  );
 }
 
 /**
@@ -42,7 +49,13 @@ describe('svcd with QEMU: images from container image archives', function () {
     imagesDir = ensureImage('minimal');
     imports = tempDir('svc-imports-');
     execFileSync('bash', [join(FIXTURES, 'make-oci.sh'), imports], { stdio: ['ignore', 'ignore', 'inherit'] });
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: imagesDir, import_dirs: [imports], sandbox_metrics_enabled: false, ready_timeout: '120s' });
+    d = await startTestDaemon({
+      hypervisor: 'qemu',
+      images_dir: imagesDir,
+      import_dirs: [imports],
+      sandbox_metrics_enabled: false,
+      ready_timeout: '120s',
+    });
   });
   after(async () => {
     for (const vm of ['oci2', 'oci1']) await d.call('DELETE', `/vms/${vm}`);
@@ -51,23 +64,40 @@ describe('svcd with QEMU: images from container image archives', function () {
     execFileSync('rm', ['-rf', imports]);
   });
 
-  it('imports an OCI archive with progress, and a VM of it runs exec with the image\'s Env and WorkingDir over its layers', async () => {
+  it("imports an OCI archive with progress, and a VM of it runs exec with the image's Env and WorkingDir over its layers", async () => {
     const r = await d.call('POST', '/images?stream=1', { name: 'oci-app', from: `oci-archive:${imports}/app.oci.tar` });
     expect(r.status, r.text).to.equal(200);
     const events = ndjson(r.text);
     const last = events.at(-1)!;
     expect(last.phase, r.text).to.equal('ready');
     expect(events.filter((e) => e.phase === 'import').length, r.text).to.be.greaterThan(2);
-    expect(last.image).to.include({ id: 'oci-app', agent_ready: true, boot: 'kernel', source: 'oci-archive:app.oci.tar' });
+    expect(last.image).to.include({
+      id: 'oci-app',
+      agent_ready: true,
+      boot: 'kernel',
+      source: 'oci-archive:app.oci.tar',
+    });
     const c = await d.call('POST', '/vms', { name: 'oci1', image: 'oci-app', disk_gb: 2, persistent: true });
     expect(c.status, c.text).to.equal(201);
-    const out = await sh('oci1', 'echo "$GREETING_ENV"; pwd; cat /etc/greeting; test -e /etc/gone && echo gone-is-there || echo gone-is-gone; cat /srv/app/added; cat /etc/passwd');
-    expect(out.stdout.trim().split('\n'), out.stdout + out.stderr).to.deep.equal(['from-image', '/srv/app', 'upper', 'gone-is-gone', 'added', 'root:x:0:0:root:/root:/bin/sh']);
+    const out = await sh(
+      'oci1',
+      'echo "$GREETING_ENV"; pwd; cat /etc/greeting; test -e /etc/gone && echo gone-is-there || echo gone-is-gone; cat /srv/app/added; cat /etc/passwd',
+    );
+    expect(out.stdout.trim().split('\n'), out.stdout + out.stderr).to.deep.equal([
+      'from-image',
+      '/srv/app',
+      'upper',
+      'gone-is-gone',
+      'added',
+      'root:x:0:0:root:/root:/bin/sh',
+    ]);
     // The disk is as large as asked for, and the image's own files were left as they are.
     const df = await sh('oci1', 'df -k / | tail -1');
     expect(Number(df.stdout.trim().split(/\s+/)[1]) * 1024).to.be.greaterThan(1.8 * 2 ** 30);
     // Files in and out, like any VM.
-    const up = await d.call('PUT', '/vms/oci1/cp?path=/srv/app/in.txt', Buffer.from('hello from the host'), { 'content-type': 'application/octet-stream' });
+    const up = await d.call('PUT', '/vms/oci1/cp?path=/srv/app/in.txt', Buffer.from('hello from the host'), {
+      'content-type': 'application/octet-stream',
+    });
     expect(up.status, up.text).to.equal(204);
     expect((await sh('oci1', 'cat in.txt')).stdout).to.equal('hello from the host');
   });
@@ -108,8 +138,14 @@ describe('svcd with QEMU: images from container image archives', function () {
     symlinkSync(join(outside, 'app.tar'), join(imports, 'link-out.tar'));
     writeFileSync(join(imports, 'notes.qcow2'), 'just some text, not a disk\n'.repeat(100));
     writeFileSync(join(imports, 'random.tar'), Buffer.alloc(4096, 7));
-    await dockerArchive(join(imports, 'escape.tar'), [{ name: 'etc/ok', data: 'ok' }, { name: '../../escaped', data: 'out' }]);
-    await dockerArchive(join(imports, 'hardlink.tar'), [{ name: 'etc/ok', data: 'ok' }, { name: 'etc/shadow-link', type: 'link', linkname: '../../../etc/shadow' }]);
+    await dockerArchive(join(imports, 'escape.tar'), [
+      { name: 'etc/ok', data: 'ok' },
+      { name: '../../escaped', data: 'out' },
+    ]);
+    await dockerArchive(join(imports, 'hardlink.tar'), [
+      { name: 'etc/ok', data: 'ok' },
+      { name: 'etc/shadow-link', type: 'link', linkname: '../../../etc/shadow' },
+    ]);
     mkdirSync(join(imports, 'dir.tar'));
     const cases: [string, RegExp][] = [
       [`oci-archive:${outside}/app.tar`, /outside the folders images may be imported from/],

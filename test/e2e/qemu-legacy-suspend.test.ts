@@ -18,17 +18,43 @@ import { ensureImage } from './image.js';
 describe('QEMU: a VM suspended by an older daemon (internal snapshot)', function () {
   this.timeout(300_000);
   const agent = new HttpGuestAgent();
-  const make = () => new QemuHypervisor({ qemuBinary: 'qemu-system-x86_64', accel: 'auto', images: new ImageCatalog(ensureImage()), log: new SilentLogger(), vsock: false, mountDriver: '9p', qemuUser: 'nobody' });
+  const make = () =>
+    new QemuHypervisor({
+      qemuBinary: 'qemu-system-x86_64',
+      accel: 'auto',
+      images: new ImageCatalog(ensureImage()),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+      qemuUser: 'nobody',
+    });
   let hv = make();
   const dir = tempDir('svc-legacy-');
   const spec = (name: string): VmSpec => {
     mkdirSync(join(dir, name), { recursive: true });
-    return { name, dir: join(dir, name), cpus: 1, memory_mb: 384, disk_gb: 2, image: 'minimal', hostname: name, forwards: [], mounts: [] };
+    return {
+      name,
+      dir: join(dir, name),
+      cpus: 1,
+      memory_mb: 384,
+      disk_gb: 2,
+      image: 'minimal',
+      hostname: name,
+      forwards: [],
+      mounts: [],
+    };
   };
-  const sh = async (h: VmHandle, script: string) => (await agent.exec({ host: '127.0.0.1', port: h.agent_port }, { cmd: 'sh', args: ['-c', script] })).stdout.trim();
+  const sh = async (h: VmHandle, script: string) =>
+    (await agent.exec({ host: '127.0.0.1', port: h.agent_port }, { cmd: 'sh', args: ['-c', script] })).stdout.trim();
   const waitUp = async (h: VmHandle, ms: number) => {
     for (const end = Date.now() + ms; ;) {
-      if (await agent.health({ host: '127.0.0.1', port: h.agent_port }, 1000).then(() => true, () => false)) return;
+      if (
+        await agent.health({ host: '127.0.0.1', port: h.agent_port }, 1000).then(
+          () => true,
+          () => false,
+        )
+      )
+        return;
       if (Date.now() > end) throw new Error('the guest did not answer');
       await new Promise((r) => setTimeout(r, 200));
     }

@@ -8,7 +8,11 @@ import { ensureImage } from './image.js';
 const sh = (d: TestDaemon, vm: string, script: string) => guestSh(d, vm, script);
 
 /** 9p and virtio-fs on the fast image; 9p on debian too, whose systemd boot mounts them its own way. */
-const MOUNT_CASES = [['minimal', '9p'], ['minimal', 'virtiofs'], ['debian', '9p']] as const;
+const MOUNT_CASES = [
+  ['minimal', '9p'],
+  ['minimal', 'virtiofs'],
+  ['debian', '9p'],
+] as const;
 
 for (const [image, driver] of MOUNT_CASES) {
   describe(`svcd with QEMU: host folders in guests (${image}, ${driver})`, function () {
@@ -17,7 +21,15 @@ for (const [image, driver] of MOUNT_CASES) {
     const host = tempDir('svc-share-');
     const ro = tempDir('svc-share-ro-');
     before(async () => {
-      d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, mount_driver: driver, mount_dirs: [host, ro], sandbox_metrics_enabled: false, ready_timeout: '240s' });
+      d = await startTestDaemon({
+        hypervisor: 'qemu',
+        images_dir: ensureImage(image),
+        image,
+        mount_driver: driver,
+        mount_dirs: [host, ro],
+        sandbox_metrics_enabled: false,
+        ready_timeout: '240s',
+      });
     });
     after(async () => {
       await d.call('DELETE', '/vms/m');
@@ -25,7 +37,15 @@ for (const [image, driver] of MOUNT_CASES) {
     });
 
     it('refuses bad mount input with 400 before anything exists', async () => {
-      for (const mounts of [[{ host: join(host, 'missing'), guest: '/mnt/x' }], [{ host: '/', guest: '/mnt/x' }], [{ host: tmpdir(), guest: '/mnt/x' }], [{ host, guest: "/mnt/x'y" }], [{ host, guest: 'relative' }], [{ host: `${host},readonly=off`, guest: '/x' }], [{ host, guest: '/x', tag: 'a,b' }]]) {
+      for (const mounts of [
+        [{ host: join(host, 'missing'), guest: '/mnt/x' }],
+        [{ host: '/', guest: '/mnt/x' }],
+        [{ host: tmpdir(), guest: '/mnt/x' }],
+        [{ host, guest: "/mnt/x'y" }],
+        [{ host, guest: 'relative' }],
+        [{ host: `${host},readonly=off`, guest: '/x' }],
+        [{ host, guest: '/x', tag: 'a,b' }],
+      ]) {
         const r = await d.call('POST', '/vms', { name: 'bad', mounts });
         expect(r.status, JSON.stringify(mounts)).to.equal(400);
       }
@@ -35,7 +55,15 @@ for (const [image, driver] of MOUNT_CASES) {
     it('shares a folder both ways, honours read-only, and keeps it across shutdown and start', async () => {
       writeFileSync(join(host, 'from-host.txt'), 'written on the host');
       writeFileSync(join(ro, 'ro.txt'), 'read only');
-      const r = await d.call('POST', '/vms', { name: 'm', persistent: true, memory_mb: image === 'debian' ? 512 : 384, mounts: [{ host, guest: '/mnt/share', tag: 'share' }, { host: ro, guest: '/mnt/ro', readonly: true }] });
+      const r = await d.call('POST', '/vms', {
+        name: 'm',
+        persistent: true,
+        memory_mb: image === 'debian' ? 512 : 384,
+        mounts: [
+          { host, guest: '/mnt/share', tag: 'share' },
+          { host: ro, guest: '/mnt/ro', readonly: true },
+        ],
+      });
       expect(r.status, r.text).to.equal(201);
       expect(r.json.mounts).to.have.length(2);
       expect((await sh(d, 'm', 'cat /mnt/share/from-host.txt')).stdout).to.equal('written on the host');
@@ -58,47 +86,69 @@ for (const [image, driver] of MOUNT_CASES) {
 /** How each image serves a file and fetches one: busybox on minimal, python3 and curl on debian. */
 const WEB = {
   minimal: { serve: 'busybox httpd -p 8088 -h /srv', fetch: 'wget -q -O -' },
-  debian: { serve: '(cd /srv && setsid python3 -m http.server 8088 >/var/tmp/http.log 2>&1 &)', fetch: 'curl -sS --retry 20 --retry-delay 1 --retry-all-errors' },
+  debian: {
+    serve: '(cd /srv && setsid python3 -m http.server 8088 >/var/tmp/http.log 2>&1 &)',
+    fetch: 'curl -sS --retry 20 --retry-delay 1 --retry-all-errors',
+  },
 } as const;
 
-for (const [n, image] of (['minimal', 'debian'] as const).entries()) describe(`svcd with QEMU: the overlay network (${image})`, function () {
-  this.timeout(image === 'debian' ? 480_000 : 240_000);
-  let d: TestDaemon;
-  before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(image), image, network: 'overlay', overlay_mcast: `230.0.74.${1 + ((process.pid + n) % 200)}:${47000 + ((process.pid + n) % 1000)}`, sandbox_metrics_enabled: false, ready_timeout: '240s' });
-  });
-  after(async () => {
-    for (const n of ['a', 'b', 'c', 't']) await d.call('DELETE', `/vms/${n}`);
-    await d.stop();
-  });
+for (const [n, image] of (['minimal', 'debian'] as const).entries())
+  describe(`svcd with QEMU: the overlay network (${image})`, function () {
+    this.timeout(image === 'debian' ? 480_000 : 240_000);
+    let d: TestDaemon;
+    before(async () => {
+      d = await startTestDaemon({
+        hypervisor: 'qemu',
+        images_dir: ensureImage(image),
+        image,
+        network: 'overlay',
+        overlay_mcast: `230.0.74.${1 + ((process.pid + n) % 200)}:${47000 + ((process.pid + n) % 1000)}`,
+        sandbox_metrics_enabled: false,
+        ready_timeout: '240s',
+      });
+    });
+    after(async () => {
+      for (const n of ['a', 'b', 'c', 't']) await d.call('DELETE', `/vms/${n}`);
+      await d.stop();
+    });
 
-  it('gives each VM its own address, and one VM reaches a server on the other', async () => {
-    const memory_mb = image === 'debian' ? 512 : 384;
-    const [a, b] = await Promise.all([d.call('POST', '/vms', { name: 'a', memory_mb }), d.call('POST', '/vms', { name: 'b', memory_mb })]);
-    expect(a.status, a.text).to.equal(201);
-    expect(b.status, b.text).to.equal(201);
-    expect(a.json.ip).to.match(/^10\.77\.0\.\d+$/);
-    expect(b.json.ip).to.match(/^10\.77\.0\.\d+$/);
-    expect(a.json.ip).to.not.equal(b.json.ip);
-    expect((await sh(d, 'a', 'ip -4 addr show eth1')).stdout).to.contain(a.json.ip);
-    await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB[image].serve}`);
-    const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
-    expect(got.stdout, `${got.stderr}\n${(await sh(d, 'a', 'ss -ltn; ip addr; cat /var/tmp/http.log')).stdout}`).to.equal('hello-over-overlay\n');
-  });
+    it('gives each VM its own address, and one VM reaches a server on the other', async () => {
+      const memory_mb = image === 'debian' ? 512 : 384;
+      const [a, b] = await Promise.all([
+        d.call('POST', '/vms', { name: 'a', memory_mb }),
+        d.call('POST', '/vms', { name: 'b', memory_mb }),
+      ]);
+      expect(a.status, a.text).to.equal(201);
+      expect(b.status, b.text).to.equal(201);
+      expect(a.json.ip).to.match(/^10\.77\.0\.\d+$/);
+      expect(b.json.ip).to.match(/^10\.77\.0\.\d+$/);
+      expect(a.json.ip).to.not.equal(b.json.ip);
+      expect((await sh(d, 'a', 'ip -4 addr show eth1')).stdout).to.contain(a.json.ip);
+      await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB[image].serve}`);
+      const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
+      expect(
+        got.stdout,
+        `${got.stderr}\n${(await sh(d, 'a', 'ss -ltn; ip addr; cat /var/tmp/http.log')).stdout}`,
+      ).to.equal('hello-over-overlay\n');
+    });
 
-  it('gives a clone of a suspended template its own address in place of the template\'s, and it reaches the others', async () => {
-    const t = await d.call('POST', '/vms', { name: 't', persistent: true, memory_mb: image === 'debian' ? 512 : 384 });
-    expect(t.status, t.text).to.equal(201);
-    expect((await d.call('POST', '/vms/t/suspend')).status).to.equal(200);
-    const c = await d.call('POST', '/vms', { name: 'c', from: 't' });
-    expect(c.status, c.text).to.equal(201);
-    expect(c.json.ip).to.match(/^10\.77\.0\.\d+$/);
-    expect(c.json.ip).to.not.equal(t.json.ip);
-    const eth1 = (await sh(d, 'c', 'ip -4 addr show eth1')).stdout;
-    expect(eth1).to.contain(`${c.json.ip}/`);
-    expect(eth1).to.not.contain(`${t.json.ip}/`);
-    const a = await d.call('GET', '/vms/a');
-    const got = await sh(d, 'c', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
-    expect(got.stdout, got.stderr).to.equal('hello-over-overlay\n');
+    it("gives a clone of a suspended template its own address in place of the template's, and it reaches the others", async () => {
+      const t = await d.call('POST', '/vms', {
+        name: 't',
+        persistent: true,
+        memory_mb: image === 'debian' ? 512 : 384,
+      });
+      expect(t.status, t.text).to.equal(201);
+      expect((await d.call('POST', '/vms/t/suspend')).status).to.equal(200);
+      const c = await d.call('POST', '/vms', { name: 'c', from: 't' });
+      expect(c.status, c.text).to.equal(201);
+      expect(c.json.ip).to.match(/^10\.77\.0\.\d+$/);
+      expect(c.json.ip).to.not.equal(t.json.ip);
+      const eth1 = (await sh(d, 'c', 'ip -4 addr show eth1')).stdout;
+      expect(eth1).to.contain(`${c.json.ip}/`);
+      expect(eth1).to.not.contain(`${t.json.ip}/`);
+      const a = await d.call('GET', '/vms/a');
+      const got = await sh(d, 'c', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
+      expect(got.stdout, got.stderr).to.equal('hello-over-overlay\n');
+    });
   });
-});

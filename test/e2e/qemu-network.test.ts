@@ -14,7 +14,8 @@ const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/net
 
 /** The host's first non-loopback IPv4 address (a "host address" a guest must not reach either). */
 function hostIp(): string {
-  for (const list of Object.values(networkInterfaces())) for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  for (const list of Object.values(networkInterfaces()))
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
   throw new Error('the host has no non-loopback IPv4 address');
 }
 
@@ -72,13 +73,28 @@ describe('the network boundary on real QEMU guests', function () {
     tricklePort = await listen(trickle);
     dns = await new TestDns({ 'denied.test': [HOST], 'other.test': ['198.51.100.7'] }).start();
     d = await startTestDaemon({
-      hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', memory_mb: 384, sandbox_metrics_enabled: false, ready_timeout: '180s',
+      hypervisor: 'qemu',
+      images_dir: ensureImage(),
+      image: 'minimal',
+      memory_mb: 384,
+      sandbox_metrics_enabled: false,
+      ready_timeout: '180s',
       guest_dns: [`127.0.0.1:${dns.port}`],
     });
-    const [a, b] = await Promise.all([d.call('POST', '/vms', { name: 'a', persistent: true }), d.call('POST', '/vms', { name: 'b' })]);
+    const [a, b] = await Promise.all([
+      d.call('POST', '/vms', { name: 'a', persistent: true }),
+      d.call('POST', '/vms', { name: 'b' }),
+    ]);
     expect(a.status, a.text).to.equal(201);
     expect(b.status, b.text).to.equal(201);
-    for (const vm of ['a', 'b']) expect((await d.call('PUT', `/vms/${vm}/cp?path=/tmp/net-probe.cjs`, PROBE, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
+    for (const vm of ['a', 'b'])
+      expect(
+        (
+          await d.call('PUT', `/vms/${vm}/cp?path=/tmp/net-probe.cjs`, PROBE, {
+            'content-type': 'application/octet-stream',
+          })
+        ).status,
+      ).to.equal(204);
   });
   after(async () => {
     for (const n of ['a', 'b', 'c']) await d?.call('DELETE', `/vms/${n}`).catch(() => undefined);
@@ -87,18 +103,37 @@ describe('the network boundary on real QEMU guests', function () {
     for (const s of [secret, web, wide, trickle]) s.close();
   });
 
-  it('by default a guest reaches none of the host: not the API, not another VM\'s agent or SSH, not a loopback listener, the host\'s address or the metadata address', async () => {
+  it("by default a guest reaches none of the host: not the API, not another VM's agent or SSH, not a loopback listener, the host's address or the metadata address", async () => {
     const b = (await d.call('GET', '/vms/b')).json;
     const targets: [string, number, string][] = [
-      ['10.0.2.2', d.daemon.tcpPort!, 'host-closed'], ['10.0.2.2', b.agent_port, 'host-closed'], ['10.0.2.2', b.ssh_port, 'host-closed'],
-      ['10.0.2.2', secretPort, 'host-closed'], ['host.svc.internal', secretPort, 'host-closed'], [HOST, widePort, 'host-address'],
-      ['169.254.169.254', 80, 'link-local'], ['127.0.0.1', secretPort, ''],
+      ['10.0.2.2', d.daemon.tcpPort!, 'host-closed'],
+      ['10.0.2.2', b.agent_port, 'host-closed'],
+      ['10.0.2.2', b.ssh_port, 'host-closed'],
+      ['10.0.2.2', secretPort, 'host-closed'],
+      ['host.svc.internal', secretPort, 'host-closed'],
+      [HOST, widePort, 'host-address'],
+      ['169.254.169.254', 80, 'link-local'],
+      ['127.0.0.1', secretPort, ''],
     ];
-    for (const [addr, port] of targets) expect((await probe('a', 'tcp', addr, port)).result, `${addr}:${port}`).to.be.oneOf(['ECONNREFUSED', 'ECONNRESET']);
+    for (const [addr, port] of targets)
+      expect((await probe('a', 'tcp', addr, port)).result, `${addr}:${port}`).to.be.oneOf([
+        'ECONNREFUSED',
+        'ECONNRESET',
+      ]);
     expect(secretHits, 'the loopback listener never saw a connection').to.equal(0);
-    const denied = (await logged('a', (e) => e.rule === 'link-local', 'the metadata address')).filter((e) => e.event === 'deny' && e.proto === 'tcp');
+    const denied = (await logged('a', (e) => e.rule === 'link-local', 'the metadata address')).filter(
+      (e) => e.event === 'deny' && e.proto === 'tcp',
+    );
     for (const [addr, port, rule] of targets.filter(([a]) => a !== '127.0.0.1')) {
-      expect(denied.some((e) => e.port === port && e.rule === rule && (e.addr === addr || (e.addr === 'host' && /^(10\.0\.2\.2|host\.svc\.internal)$/.test(addr)))), `${addr}:${port} logged`).to.equal(true);
+      expect(
+        denied.some(
+          (e) =>
+            e.port === port &&
+            e.rule === rule &&
+            (e.addr === addr || (e.addr === 'host' && /^(10\.0\.2\.2|host\.svc\.internal)$/.test(addr))),
+        ),
+        `${addr}:${port} logged`,
+      ).to.equal(true);
     }
     // The internet (what the default allows) still works: DNS through the VM's resolver answers.
     expect((await probe('a', 'dns', 'other.test')).result).to.deep.equal(['198.51.100.7']);
@@ -108,26 +143,45 @@ describe('the network boundary on real QEMU guests', function () {
     await put('a', { default: 'deny', allow: [`host:${webPort}`] });
     const ok = await probe('a', 'http', `http://host.svc.internal:${webPort}/`);
     expect(ok).to.include({ result: 200, body: 'hello from the host\n' });
-    expect((await probe('a', 'dns', 'other.test')).result, 'a name no rule allows does not resolve').to.equal('ENOTFOUND');
+    expect((await probe('a', 'dns', 'other.test')).result, 'a name no rule allows does not resolve').to.equal(
+      'ENOTFOUND',
+    );
     expect((await probe('a', 'tcp', '198.51.100.7', 80)).result).to.be.oneOf(['ECONNREFUSED', 'ECONNRESET']);
     expect((await probe('a', 'tcp', '10.0.2.2', secretPort)).result).to.be.oneOf(['ECONNREFUSED', 'ECONNRESET']);
     await probe('a', 'udp', '8.8.8.8', 53);
     await probe('a', 'udp', '1.1.1.1', 9999);
-    const entries = await logged('a', (e) => e.proto === 'udp' && e.addr === '1.1.1.1' && e.decision === 'deny' && e.rule === 'default', 'udp to 1.1.1.1');
+    const entries = await logged(
+      'a',
+      (e) => e.proto === 'udp' && e.addr === '1.1.1.1' && e.decision === 'deny' && e.rule === 'default',
+      'udp to 1.1.1.1',
+    );
     expect(entries.some((e) => e.event === 'open' && e.rule === `host:${webPort}`)).to.equal(true);
-    expect(entries.some((e) => e.event === 'close' && e.rule === `host:${webPort}` && (e.bytes_in ?? 0) > 0 && (e.bytes_out ?? 0) > 0), 'bytes each way').to.equal(true);
+    expect(
+      entries.some(
+        (e) => e.event === 'close' && e.rule === `host:${webPort}` && (e.bytes_in ?? 0) > 0 && (e.bytes_out ?? 0) > 0,
+      ),
+      'bytes each way',
+    ).to.equal(true);
     expect(entries.some((e) => e.event === 'dns' && e.name === 'other.test' && e.decision === 'deny')).to.equal(true);
     expect(entries.some((e) => e.proto === 'udp' && e.addr === '8.8.8.8' && e.rule === 'dns-elsewhere')).to.equal(true);
     expect(dns.asked.get('other.test') ?? 0, 'the refused query never reached the resolver').to.equal(1);
     const metrics = (await d.call('GET', '/metrics')).text;
     expect(metrics).to.match(/svc_egress_connections_total\{vm="a",decision="deny"\} \d+/);
-    expect((await d.call('GET', '/activity?limit=200')).json.events.some((e: { action: string; target: string }) => e.action === 'egress-deny' && e.target === 'a')).to.equal(true);
+    expect(
+      (await d.call('GET', '/activity?limit=200')).json.events.some(
+        (e: { action: string; target: string }) => e.action === 'egress-deny' && e.target === 'a',
+      ),
+    ).to.equal(true);
   });
 
   it('a live PUT closes what it forbids within a second, and a followed log shows it', async () => {
     await put('a', { default: 'deny', allow: [`host:${webPort}`, `host:${tricklePort}`] });
     const follow = followNdjson(d.unix, '/vms/a/egress/log?follow=1&limit=0');
-    await guestSh(d, 'a', `(node /tmp/net-probe.cjs hold host.svc.internal ${tricklePort} /tmp/held >/dev/null 2>&1 &) ; for i in $(seq 50); do [ -f /tmp/held.open ] && break; sleep 0.1; done`);
+    await guestSh(
+      d,
+      'a',
+      `(node /tmp/net-probe.cjs hold host.svc.internal ${tricklePort} /tmp/held >/dev/null 2>&1 &) ; for i in $(seq 50); do [ -f /tmp/held.open ] && break; sleep 0.1; done`,
+    );
     const opened = closedAt.length;
     const t0 = Date.now();
     await put('a', { default: 'deny', allow: [`host:${webPort}`] });
@@ -137,15 +191,26 @@ describe('the network boundary on real QEMU guests', function () {
     let held = '';
     for (let i = 0; i < 30 && !held; i++) held = (await guestSh(d, 'a', 'cat /tmp/held 2>/dev/null')).stdout;
     expect(JSON.parse(held).how, 'the guest was reset').to.be.oneOf(['ECONNRESET', 'closed']);
-    expect((await probe('a', 'tcp', 'host.svc.internal', tricklePort)).result).to.be.oneOf(['ECONNREFUSED', 'ECONNRESET']);
+    expect((await probe('a', 'tcp', 'host.svc.internal', tricklePort)).result).to.be.oneOf([
+      'ECONNREFUSED',
+      'ECONNRESET',
+    ]);
     try {
       await follow.until((e) => e.event === 'close' && e.decision === 'deny' && e.port === tricklePort, 5000);
-      expect(follow.lines.some((e) => e.event === 'open' && e.port === tricklePort), 'the open, followed as it happened').to.equal(true);
+      expect(
+        follow.lines.some((e) => e.event === 'open' && e.port === tricklePort),
+        'the open, followed as it happened',
+      ).to.equal(true);
     } finally {
       follow.close();
     }
-    const closes = (await logged('a', (e) => e.event === 'close' && e.port === tricklePort, 'the close')).filter((e) => e.event === 'close' && e.port === tricklePort);
-    expect(closes.at(-1), 'the log names the policy that ended it').to.include({ decision: 'deny', rule: 'host-closed' });
+    const closes = (await logged('a', (e) => e.event === 'close' && e.port === tricklePort, 'the close')).filter(
+      (e) => e.event === 'close' && e.port === tricklePort,
+    );
+    expect(closes.at(-1), 'the log names the policy that ended it').to.include({
+      decision: 'deny',
+      rule: 'host-closed',
+    });
   });
 
   it('a denied name does not resolve and its address does not connect, though a rule opens the address', async () => {
@@ -155,7 +220,11 @@ describe('the network boundary on real QEMU guests', function () {
     await new Promise((r) => setTimeout(r, 500)); // the network resolves deny rules' names itself
     expect((await probe('a', 'dns', 'denied.test')).result).to.equal('ENOTFOUND');
     expect((await probe('a', 'tcp', HOST, widePort)).result).to.be.oneOf(['ECONNREFUSED', 'ECONNRESET']);
-    await logged('a', (e) => e.event === 'deny' && e.addr === HOST && e.rule === 'denied.test', 'the denied name\'s address');
+    await logged(
+      'a',
+      (e) => e.event === 'deny' && e.addr === HOST && e.rule === 'denied.test',
+      "the denied name's address",
+    );
   });
 
   it('a restored VM and a clone keep the policy', async () => {

@@ -45,7 +45,16 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   };
 
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'tpl', size: 2 }, sandbox_metrics_enabled: false }, { logger: log });
+    d = await startTestDaemon(
+      {
+        hypervisor: 'qemu',
+        images_dir: ensureImage(),
+        image: 'minimal',
+        warm_pool: { template: 'tpl', size: 2 },
+        sandbox_metrics_enabled: false,
+      },
+      { logger: log },
+    );
   });
   after(async () => removeAll(d));
 
@@ -61,7 +70,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(events.at(-1)!.phase, JSON.stringify(events.at(-1))).to.equal('ready');
     expect(events.find((e) => e.phase === 'boot')!.message).to.match(/restoring from the snapshot of template tpl/);
     // Not cold-booted: the guest's uptime goes on from the template's, longer than this create took.
-    const uptime = Number((await sh('c1', 'cut -d" " -f1 /proc/uptime')));
+    const uptime = Number(await sh('c1', 'cut -d" " -f1 /proc/uptime'));
     expect(uptime * 1000).to.be.above(Date.now() - t0);
     expect(await sh('c1', 'hostname')).to.equal('c1');
     expect(await sh('c1', 'cat /root/tpl.txt')).to.equal('from-template');
@@ -74,14 +83,23 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     // The pool's refills clone tpl too (and would take its spare): let them finish first.
     await d.daemon.poolSettled();
     const spare = await spareOf('tpl');
-    expect(spare, 'the first clone started a spare for the next').to.include(`${dirOf('tpl')}/spare-`).and.include('-incoming defer');
+    expect(spare, 'the first clone started a spare for the next')
+      .to.include(`${dirOf('tpl')}/spare-`)
+      .and.include('-incoming defer');
     // The spare restored its guest, ran it through an identity of its own and an exec, and paused it.
-    const warmed = () => log.lines.filter((l) => l.msg === 'spare qemu warmed and paused for the next clone' && (l.obj as { pid?: number }).pid === Number(spare.split(' ')[0]));
+    const warmed = () =>
+      log.lines.filter(
+        (l) =>
+          l.msg === 'spare qemu warmed and paused for the next clone' &&
+          (l.obj as { pid?: number }).pid === Number(spare.split(' ')[0]),
+      );
     for (let i = 0; i < 100 && warmed().length === 0; i++) await new Promise((r) => setTimeout(r, 100));
     expect(warmed(), 'the spare was warmed').to.have.length(1);
     const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2', persistent: true });
     expect(c2.status, c2.text).to.equal(201);
-    expect(log.lines.find((l) => l.msg === 'spawn timing' && (l.obj as { vm?: string }).vm === 'c2')?.obj).to.include({ spare: 'warm' });
+    expect(log.lines.find((l) => l.msg === 'spawn timing' && (l.obj as { vm?: string }).vm === 'c2')?.obj).to.include({
+      spare: 'warm',
+    });
     // Nothing of the spare's own name is left in the clone: kernel, /etc/hostname, /etc/hosts; its clock is now.
     expect(await sh('c2', 'hostname; cat /etc/hostname; grep -c spare- /etc/hosts || true')).to.equal('c2\nc2\n0');
     expect(Math.abs(Number(await sh('c2', 'date +%s')) - Date.now() / 1000)).to.be.below(5);
@@ -89,7 +107,9 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(c2.json.agent_port).to.not.equal(c1.agent_port);
     expect(await sh('c1', 'hostname')).to.equal('c1');
     expect(await sh('c2', 'hostname')).to.equal('c2');
-    expect(await sh('c2', 'cat /etc/machine-id')).to.not.equal(tplMachineId).and.not.equal(await sh('c1', 'cat /etc/machine-id'));
+    expect(await sh('c2', 'cat /etc/machine-id'))
+      .to.not.equal(tplMachineId)
+      .and.not.equal(await sh('c1', 'cat /etc/machine-id'));
     expect(qemuOfVm(d.config.data_dir, 'c1')).to.include('process=svc-c1');
     expect(qemuOfVm(d.config.data_dir, 'c2'), 'c2 runs in the spare').to.equal(spare.slice(spare.indexOf(' ') + 1));
     await sh('c2', 'echo only-c2 > /root/mine');
@@ -104,11 +124,19 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     // Nor was the template's memory loaded twice: its saved state became one RAM image that both
     // clones' QEMUs map copy-on-write (ram-image.ts).
     const base = layer.replace('.qcow2', '');
-    expect(readdirSync(dirOf('tpl')).filter((n) => /\.(ram|dev|state|mig)$/.test(n)).sort()).to.deep.equal([`${base}.dev`, `${base}.ram`]);
+    expect(
+      readdirSync(dirOf('tpl'))
+        .filter((n) => /\.(ram|dev|state|mig)$/.test(n))
+        .sort(),
+    ).to.deep.equal([`${base}.dev`, `${base}.ram`]);
     expect(statSync(join(dirOf('tpl'), `${base}.ram`)).mode & 0o222).to.equal(0);
-    expect(qemuOfVm(d.config.data_dir, 'c1')).to.include(`mem-path=${join(dirOf('c1'), `${base}.ram`)},share=off`).and.include('-incoming defer');
+    expect(qemuOfVm(d.config.data_dir, 'c1'))
+      .to.include(`mem-path=${join(dirOf('c1'), `${base}.ram`)},share=off`)
+      .and.include('-incoming defer');
     // The spare mapped the image from its own directory (a link to the same file) before it was c2's.
-    expect(qemuOfVm(d.config.data_dir, 'c2')).to.match(new RegExp(`mem-path=${dirOf('tpl')}/spare-[0-9a-f]{8}/${base}\\.ram,share=off`));
+    expect(qemuOfVm(d.config.data_dir, 'c2')).to.match(
+      new RegExp(`mem-path=${dirOf('tpl')}/spare-[0-9a-f]{8}/${base}\\.ram,share=off`),
+    );
     // A clone that took a spare suspends and restores like any VM, though the paths its QEMU was
     // started with are gone: from its own snapshot (the guest's uptime goes on), its changes kept.
     expect((await d.call('POST', '/vms/c2/suspend')).status).to.equal(200);
@@ -125,7 +153,10 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect((await d.call('POST', '/vms/dt/clone', { name: 'dc', persistent: true })).status).to.equal(201);
     const [layer] = layersIn('dc');
     expect(await spareOf('dt')).to.include('-incoming defer');
-    expect(statSync(join(dirOf('dc'), layer)).nlink, 'dt, dc and the spare dc started for the next clone of dt').to.equal(3);
+    expect(
+      statSync(join(dirOf('dc'), layer)).nlink,
+      'dt, dc and the spare dc started for the next clone of dt',
+    ).to.equal(3);
     const del = await d.call('DELETE', '/vms/dt');
     expect(del.status, del.text).to.equal(200);
     expect((await d.call('GET', '/vms/dt')).status).to.equal(404);
@@ -136,7 +167,11 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(await sh('dc', 'hostname; cat /root/dt.txt')).to.equal('dc\nfrom-dt');
     expect((await d.call('POST', '/vms/dc/suspend')).status).to.equal(200);
     // Its own suspend is a RAM image of its own (the memory it had, shared pages and changes alike).
-    expect(readdirSync(dirOf('dc')).filter((n) => /\.(ram|dev|state|mig)$/.test(n)).sort()).to.deep.equal(['state.dev', 'state.ram']);
+    expect(
+      readdirSync(dirOf('dc'))
+        .filter((n) => /\.(ram|dev|state|mig)$/.test(n))
+        .sort(),
+    ).to.deep.equal(['state.dev', 'state.ram']);
     expect((await d.call('POST', '/vms/dc/restore')).json.status).to.equal('running');
     expect(qemuProcesses(['dc'])[0]).to.include(`mem-path=${join(dirOf('dc'), 'state.ram')},share=off`);
     expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
@@ -176,7 +211,8 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect((await d.call('POST', `/vms/${early}/start`)).json.status).to.equal('running');
     expect(await seen(early)).to.equal(all(MAX_LAYERS));
     expect(await seen('ft')).to.equal(all(MAX_LAYERS + 1));
-    for (const vm of ['ft', early, `fc${MAX_LAYERS}`]) expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
+    for (const vm of ['ft', early, `fc${MAX_LAYERS}`])
+      expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
     expect(qemuProcesses(['ft', early, `fc${MAX_LAYERS}`])).to.deep.equal([]);
   });
 
@@ -184,11 +220,16 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     await d.restart(); // the pool fills when the daemon starts with its template in place
     await d.daemon.poolSettled();
     expect((await d.call('GET', '/pool')).json.ready).to.equal(2);
-    const results = await Promise.all([1, 2, 3, 4, 5].map((i) => d.call('POST', '/vms', { name: `p${i}`, from_pool: true, tags: { i: String(i) } })));
+    const results = await Promise.all(
+      [1, 2, 3, 4, 5].map((i) => d.call('POST', '/vms', { name: `p${i}`, from_pool: true, tags: { i: String(i) } })),
+    );
     for (const r of results) expect(r.status, r.text).to.equal(201);
     expect(new Set(results.map((r) => r.json.name)).size).to.equal(5);
-    for (let i = 1; i <= 5; i++) expect(await sh(`p${i}`, 'hostname; cat /root/tpl.txt')).to.equal(`p${i}\nfrom-template`);
-    const claimed = (await d.call('GET', '/activity')).json.events.filter((e: { message?: string }) => /^claimed /.test(e.message ?? ''));
+    for (let i = 1; i <= 5; i++)
+      expect(await sh(`p${i}`, 'hostname; cat /root/tpl.txt')).to.equal(`p${i}\nfrom-template`);
+    const claimed = (await d.call('GET', '/activity')).json.events.filter((e: { message?: string }) =>
+      /^claimed /.test(e.message ?? ''),
+    );
     expect(claimed).to.have.length(2);
     await d.daemon.poolSettled();
     const pool = (await d.call('GET', '/pool')).json;
@@ -199,7 +240,9 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   it('leaves the template as it was', async () => {
     const r = await d.call('POST', '/vms/tpl/restore');
     expect(r.json.status).to.equal('running');
-    expect(await sh('tpl', 'hostname; cat /etc/machine-id; cat /root/mine 2>/dev/null || echo absent')).to.equal(`tpl\n${tplMachineId}\nabsent`);
+    expect(await sh('tpl', 'hostname; cat /etc/machine-id; cat /root/mine 2>/dev/null || echo absent')).to.equal(
+      `tpl\n${tplMachineId}\nabsent`,
+    );
   });
 });
 
@@ -207,7 +250,13 @@ describe('svcd with QEMU: a warm pool of running members', function () {
   this.timeout(240_000);
   let d: TestDaemon;
   before(async () => {
-    d = await startTestDaemon({ hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', warm_pool: { template: 'rtpl', size: 2, running: true }, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({
+      hypervisor: 'qemu',
+      images_dir: ensureImage(),
+      image: 'minimal',
+      warm_pool: { template: 'rtpl', size: 2, running: true },
+      sandbox_metrics_enabled: false,
+    });
     expect((await d.call('POST', '/vms', { name: 'rtpl', persistent: true, memory_mb: 384 })).status).to.equal(201);
     await d.call('POST', '/vms/rtpl/suspend');
     await d.restart();
@@ -217,7 +266,11 @@ describe('svcd with QEMU: a warm pool of running members', function () {
 
   it('claims running members: renamed, own identity, forwards added live, and they survive a daemon restart', async () => {
     expect((await d.call('GET', '/pool')).json).to.include({ running: true, ready: 2 });
-    const results = await Promise.all([1, 2, 3].map((i) => d.call('POST', '/vms', { name: `q${i}`, from_pool: true, forwards: [{ guest_port: 7475 }] })));
+    const results = await Promise.all(
+      [1, 2, 3].map((i) =>
+        d.call('POST', '/vms', { name: `q${i}`, from_pool: true, forwards: [{ guest_port: 7475 }] }),
+      ),
+    );
     for (const r of results) expect(r.status, r.text).to.equal(201);
     for (const r of results) {
       const f = r.json.forwards.find((x: { guest_port: number }) => x.guest_port === 7475);
@@ -232,4 +285,3 @@ describe('svcd with QEMU: a warm pool of running members', function () {
     }
   });
 });
-

@@ -50,11 +50,21 @@ export class MemoryActivityLog implements ActivityLog {
 
 export class SilentLogger implements Logger {
   readonly lines: { level: string; obj: object; msg?: string }[] = [];
-  debug(obj: object, msg?: string) { this.lines.push({ level: 'debug', obj, msg }); }
-  info(obj: object, msg?: string) { this.lines.push({ level: 'info', obj, msg }); }
-  warn(obj: object, msg?: string) { this.lines.push({ level: 'warn', obj, msg }); }
-  error(obj: object, msg?: string) { this.lines.push({ level: 'error', obj, msg }); }
-  child() { return this; }
+  debug(obj: object, msg?: string) {
+    this.lines.push({ level: 'debug', obj, msg });
+  }
+  info(obj: object, msg?: string) {
+    this.lines.push({ level: 'info', obj, msg });
+  }
+  warn(obj: object, msg?: string) {
+    this.lines.push({ level: 'warn', obj, msg });
+  }
+  error(obj: object, msg?: string) {
+    this.lines.push({ level: 'error', obj, msg });
+  }
+  child() {
+    return this;
+  }
 }
 
 export class CountingMetrics implements ControlMetrics {
@@ -62,19 +72,35 @@ export class CountingMetrics implements ControlMetrics {
   deleted = 0;
   failed = 0;
   running: () => number = () => 0;
-  vmCreated() { this.created++; }
-  vmDeleted() { this.deleted++; }
-  createFailed() { this.failed++; }
+  vmCreated() {
+    this.created++;
+  }
+  vmDeleted() {
+    this.deleted++;
+  }
+  createFailed() {
+    this.failed++;
+  }
   createDuration() {}
   egress: { vm: string; decision: string; n: number; dns: boolean }[] = [];
-  egressDecision(vm: string, decision: 'allow' | 'deny', repeats: number, dns: boolean) { this.egress.push({ vm, decision, n: 1 + repeats, dns }); }
-  forgetVm(vm: string) { this.egress = this.egress.filter((e) => e.vm !== vm); }
-  setRunningSource(f: () => number) { this.running = f; }
+  egressDecision(vm: string, decision: 'allow' | 'deny', repeats: number, dns: boolean) {
+    this.egress.push({ vm, decision, n: 1 + repeats, dns });
+  }
+  forgetVm(vm: string) {
+    this.egress = this.egress.filter((e) => e.vm !== vm);
+  }
+  setRunningSource(f: () => number) {
+    this.running = f;
+  }
 }
 
 export class StaticKeys implements SshKeys {
-  async publicKey() { return 'ssh-ed25519 AAAAtest svcd'; }
-  async privateKey() { return Buffer.from('none'); }
+  async publicKey() {
+    return 'ssh-ed25519 AAAAtest svcd';
+  }
+  async privateKey() {
+    return Buffer.from('none');
+  }
 }
 
 /** Tunnels that bind nothing: host port 0 gets the next number from 50000; a taken port is AlreadyExists. */

@@ -28,7 +28,15 @@ import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
 import { ActivityLog, VmStore, MetricsHistory } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
-import { CountingMetrics, MemoryActivityLog, MemoryInstanceStore, MemoryMetricsHistory, MemoryTunnels, SilentLogger, StaticKeys } from './fakes.js';
+import {
+  CountingMetrics,
+  MemoryActivityLog,
+  MemoryInstanceStore,
+  MemoryMetricsHistory,
+  MemoryTunnels,
+  SilentLogger,
+  StaticKeys,
+} from './fakes.js';
 import { Failpoints, NO_FAILPOINTS } from '../../src/ports/failpoints.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
@@ -57,46 +65,81 @@ export interface World {
   listen(event: LifecycleEvent, fn: (rec: VmRecord) => void): void;
 }
 
-export function world(raw: Record<string, unknown> = {}, store = new MemoryInstanceStore(), hv = new InMemoryHypervisor({ bootDelayMs: 5 })): World {
+export function world(
+  raw: Record<string, unknown> = {},
+  store = new MemoryInstanceStore(),
+  hv = new InMemoryHypervisor({ bootDelayMs: 5 }),
+): World {
   const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {}, undefined, DRIVER_SECTIONS);
   const activity = new MemoryActivityLog();
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();
   const network = new InMemoryGuestNetwork();
   const heard: [LifecycleEvent, (rec: VmRecord) => void][] = [];
-  const on = (event: LifecycleEvent) => (rec: VmRecord) => heard.filter(([e]) => e === event).forEach(([, fn]) => fn(rec));
-  const testFollower: LifecycleContribution = { onUp: on('up'), onDown: on('down'), onRemoved: on('removed'), onClaimed: on('claimed') };
+  const on = (event: LifecycleEvent) => (rec: VmRecord) =>
+    heard.filter(([e]) => e === event).forEach(([, fn]) => fn(rec));
+  const testFollower: LifecycleContribution = {
+    onUp: on('up'),
+    onDown: on('down'),
+    onRemoved: on('removed'),
+    onClaimed: on('claimed'),
+  };
   const container = new Container();
-  container.load(new ContainerModule(({ bind }) => {
-    bind(AppConfig).toConstantValue(config);
-    bind(Clock).toConstantValue(new SystemClock());
-    bind(Logger).toConstantValue(new SilentLogger());
-    bind(ControlMetrics).toConstantValue(metrics);
-    bind(VmStore).toConstantValue(store);
-    bind(ActivityLog).toConstantValue(activity);
-    bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
-    bind(SshKeys).toConstantValue(new StaticKeys());
-    bind(Failpoints).toConstantValue(NO_FAILPOINTS);
-    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
-    bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
-    bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
-    bind(Tunnels).toConstantValue(tunnels);
-    bind(GuestNetwork).toConstantValue(network);
-    bind(CloneSpeedUps).toConstantValue(speedUpsOf(hv) as CloneSpeedUps);
-    bind(LifecycleContribution).toConstantValue(testFollower);
-    bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
-    bind(AgentInstaller).toConstantValue({ probe: async () => ({ node: true }), install: async () => undefined, restart: async () => undefined });
-    bind(AgentArtifact).toConstantValue({ version: async () => 'test', tar: async () => { throw new Error('no artifact in unit tests'); } });
-  }), appModule());
+  container.load(
+    new ContainerModule(({ bind }) => {
+      bind(AppConfig).toConstantValue(config);
+      bind(Clock).toConstantValue(new SystemClock());
+      bind(Logger).toConstantValue(new SilentLogger());
+      bind(ControlMetrics).toConstantValue(metrics);
+      bind(VmStore).toConstantValue(store);
+      bind(ActivityLog).toConstantValue(activity);
+      bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
+      bind(SshKeys).toConstantValue(new StaticKeys());
+      bind(Failpoints).toConstantValue(NO_FAILPOINTS);
+      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
+      bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
+      bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
+      bind(Tunnels).toConstantValue(tunnels);
+      bind(GuestNetwork).toConstantValue(network);
+      bind(CloneSpeedUps).toConstantValue(speedUpsOf(hv) as CloneSpeedUps);
+      bind(LifecycleContribution).toConstantValue(testFollower);
+      bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
+      bind(AgentInstaller).toConstantValue({
+        probe: async () => ({ node: true }),
+        install: async () => undefined,
+        restart: async () => undefined,
+      });
+      bind(AgentArtifact).toConstantValue({
+        version: async () => 'test',
+        tar: async () => {
+          throw new Error('no artifact in unit tests');
+        },
+      });
+    }),
+    appModule(),
+  );
   const vms = container.get(Vms);
   container.get(CrashWatch).start();
   container.get(GuestWarmUp).start();
   metrics.setRunningSource(() => vms.count((r) => r.status === 'running'));
   return {
-    container, config, hv, store, activity, metrics, tunnels, vms,
-    events: container.get(LifecycleEvents), keeper: container.get(VmKeeper), svc: container.get(VmLifecycle),
-    creates: container.get(CreateService), recovery: container.get(RecoveryService), forwards: container.get(ForwardService),
-    pool: container.get(PoolService), network, egress: container.get(EgressService),
+    container,
+    config,
+    hv,
+    store,
+    activity,
+    metrics,
+    tunnels,
+    vms,
+    events: container.get(LifecycleEvents),
+    keeper: container.get(VmKeeper),
+    svc: container.get(VmLifecycle),
+    creates: container.get(CreateService),
+    recovery: container.get(RecoveryService),
+    forwards: container.get(ForwardService),
+    pool: container.get(PoolService),
+    network,
+    egress: container.get(EgressService),
     listen: (event, fn) => void heard.push([event, fn]),
   };
 }

@@ -16,8 +16,18 @@ export async function launchBrowser(): Promise<Browser> {
   return puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-background-networking', '--disable-extensions',
-      '--disable-sync', '--no-first-run', '--no-default-browser-check', '--mute-audio', '--window-size=1366,900'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-dev-shm-usage',
+      '--disable-background-networking',
+      '--disable-extensions',
+      '--disable-sync',
+      '--no-first-run',
+      '--no-default-browser-check',
+      '--mute-audio',
+      '--window-size=1366,900',
+    ],
     defaultViewport: { width: 1366, height: 900 },
   });
 }

@@ -39,14 +39,31 @@ function removeTempDirs(): void {
 }
 
 /** Starts a real daemon (fake hypervisor unless told otherwise) on a temp socket and TCP port 0. */
-export async function startTestDaemon(raw: Record<string, unknown> = {}, overrides: DaemonOverrides = {}, dir = tempDir()): Promise<TestDaemon> {
-  const config = buildConfig({
-    data_dir: join(dir, 'data'), api: '127.0.0.1:0', hypervisor: 'fake', api_token: 'test-token', log_level: 'silent', test_mode: true,
-    fake_boot_delay: '10ms', ...raw,
-  }, {}, undefined, DRIVER_SECTIONS);
+export async function startTestDaemon(
+  raw: Record<string, unknown> = {},
+  overrides: DaemonOverrides = {},
+  dir = tempDir(),
+): Promise<TestDaemon> {
+  const config = buildConfig(
+    {
+      data_dir: join(dir, 'data'),
+      api: '127.0.0.1:0',
+      hypervisor: 'fake',
+      api_token: 'test-token',
+      log_level: 'silent',
+      test_mode: true,
+      fake_boot_delay: '10ms',
+      ...raw,
+    },
+    {},
+    undefined,
+    DRIVER_SECTIONS,
+  );
   let daemon = await startDaemon(config, overrides);
   const td: TestDaemon = {
-    daemon, config, dir,
+    daemon,
+    config,
+    dir,
     unix: { socketPath: config.socket, token: config.api_token },
     tcp: { port: daemon.tcpPort, token: config.api_token },
     call: (m, p, b, h) => call(td.unix, m, p, b, h),
@@ -64,14 +81,26 @@ export async function startTestDaemon(raw: Record<string, unknown> = {}, overrid
   return td;
 }
 
-export interface ExecOut { exit_code: number; stdout: string; stderr: string }
+export interface ExecOut {
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+}
 
 /**
  * Runs `script` with `shell -c` in a VM through the daemon's exec (buffered); fails the test on a
  * non-200. `query` adds exec parameters (`&uid=1000`, `&timeout=5s`).
  */
-export async function guestSh(d: Pick<TestDaemon, 'call'>, vm: string, script: string, o: { shell?: string; query?: string } = {}): Promise<ExecOut> {
-  const r = await d.call('POST', `/vms/${encodeURIComponent(vm)}/exec?cmd=${encodeURIComponent(o.shell ?? 'sh')}&args=-c&args=${encodeURIComponent(script)}${o.query ?? ''}`);
+export async function guestSh(
+  d: Pick<TestDaemon, 'call'>,
+  vm: string,
+  script: string,
+  o: { shell?: string; query?: string } = {},
+): Promise<ExecOut> {
+  const r = await d.call(
+    'POST',
+    `/vms/${encodeURIComponent(vm)}/exec?cmd=${encodeURIComponent(o.shell ?? 'sh')}&args=-c&args=${encodeURIComponent(script)}${o.query ?? ''}`,
+  );
   expect(r.status, r.text).to.equal(200);
   return r.json as ExecOut;
 }
@@ -80,7 +109,12 @@ export async function guestSh(d: Pick<TestDaemon, 'call'>, vm: string, script: s
  * A VM's egress log once it holds an entry `want` accepts: svc-netd writes its log a moment after
  * each decision (appends are gathered for up to 100 ms), so a test that just caused one waits.
  */
-export async function egressLogged(d: Pick<TestDaemon, 'call'>, vm: string, want: (e: EgressEvent) => boolean, what: string): Promise<EgressEvent[]> {
+export async function egressLogged(
+  d: Pick<TestDaemon, 'call'>,
+  vm: string,
+  want: (e: EgressEvent) => boolean,
+  what: string,
+): Promise<EgressEvent[]> {
   for (let i = 0; ; i++) {
     const entries = (await d.call('GET', `/vms/${vm}/egress/log?limit=10000`)).json.events as EgressEvent[];
     if (entries.some(want)) return entries;

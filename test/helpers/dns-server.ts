@@ -46,7 +46,7 @@ export class TestDns {
       return undefined;
     }
     this.asked.set(q.name, (this.asked.get(q.name) ?? 0) + 1);
-    const addrs = q.type === 1 ? this.zone[q.name] ?? [] : [];
+    const addrs = q.type === 1 ? (this.zone[q.name] ?? []) : [];
     const known = q.name in this.zone;
     const h = Buffer.alloc(12);
     h.writeUInt16BE(q.id, 0);

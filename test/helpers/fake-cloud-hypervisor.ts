@@ -109,8 +109,34 @@ export function installFakeCh(root: string): FakeCh {
   mkdirSync(img, { recursive: true });
   writeFileSync(join(img, 'vmlinux'), '');
   writeFileSync(join(img, 'initrd.img'), '');
-  if (!existsSync(join(img, 'disk.qcow2'))) execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(img, 'disk.qcow2'), '1M']);
-  writeFileSync(join(img, 'manifest.json'), JSON.stringify({ format: 1, kernel: 'vmlinux', initrd: 'initrd.img', disk: 'disk.qcow2', disk_gb: 1, cmdline: 'console=ttyS0 root=/dev/vda', ssh_user: 'root', agent_ready: true }));
-  const lines = (f: string) => (existsSync(join(bin, f)) ? readFileSync(join(bin, f), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
-  return { binary: join(bin, 'cloud-hypervisor'), images: join(root, 'images'), calls: () => lines('calls.jsonl'), api: () => lines('api.jsonl'), failBoot: () => writeFileSync(join(bin, 'fail-boot'), '') };
+  if (!existsSync(join(img, 'disk.qcow2')))
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(img, 'disk.qcow2'), '1M']);
+  writeFileSync(
+    join(img, 'manifest.json'),
+    JSON.stringify({
+      format: 1,
+      kernel: 'vmlinux',
+      initrd: 'initrd.img',
+      disk: 'disk.qcow2',
+      disk_gb: 1,
+      cmdline: 'console=ttyS0 root=/dev/vda',
+      ssh_user: 'root',
+      agent_ready: true,
+    }),
+  );
+  const lines = (f: string) =>
+    existsSync(join(bin, f))
+      ? readFileSync(join(bin, f), 'utf8')
+          .trim()
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l))
+      : [];
+  return {
+    binary: join(bin, 'cloud-hypervisor'),
+    images: join(root, 'images'),
+    calls: () => lines('calls.jsonl'),
+    api: () => lines('api.jsonl'),
+    failBoot: () => writeFileSync(join(bin, 'fail-boot'), ''),
+  };
 }

@@ -75,8 +75,24 @@ export function installFakeQemu(root: string): FakeQemu {
   const img = join(root, 'images', 'tiny');
   mkdirSync(img, { recursive: true });
   for (const f of ['vmlinux', 'disk.qcow2']) writeFileSync(join(img, f), '');
-  writeFileSync(join(img, 'manifest.json'), JSON.stringify({ format: 1, kernel: 'vmlinux', disk: 'disk.qcow2', disk_gb: 1, cmdline: 'console=ttyS0', ssh_user: 'root', agent_ready: true }));
-  const lines = (f: string) => readFileSync(join(bin, f), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  writeFileSync(
+    join(img, 'manifest.json'),
+    JSON.stringify({
+      format: 1,
+      kernel: 'vmlinux',
+      disk: 'disk.qcow2',
+      disk_gb: 1,
+      cmdline: 'console=ttyS0',
+      ssh_user: 'root',
+      agent_ready: true,
+    }),
+  );
+  const lines = (f: string) =>
+    readFileSync(join(bin, f), 'utf8')
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
   const vm = (name: string): VmSpec => {
     const dir = join(root, 'vms', name);
     mkdirSync(dir, { recursive: true });

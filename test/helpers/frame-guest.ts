@@ -1,7 +1,24 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import {
-  arpFrame, ETH_ARP, ETH_IPV4, IP_TCP, IP_UDP, ipFrom, macFrom, readArp, readEth, readIcmp, readIpv4, readTcp, readUdp, sum16, fold,
-  tcpFrame, TCP_ACK, TCP_SYN, type Tcp,
+  arpFrame,
+  ETH_ARP,
+  ETH_IPV4,
+  IP_TCP,
+  IP_UDP,
+  ipFrom,
+  macFrom,
+  readArp,
+  readEth,
+  readIcmp,
+  readIpv4,
+  readTcp,
+  readUdp,
+  sum16,
+  fold,
+  tcpFrame,
+  TCP_ACK,
+  TCP_SYN,
+  type Tcp,
 } from '../../src/adapters/netd/packets.js';
 
 export const GUEST_IP = ipFrom('10.0.2.15');

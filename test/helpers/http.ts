@@ -16,7 +16,13 @@ export interface Reply {
 }
 
 /** A small HTTP client over a Unix socket or TCP, for tests. Bodies that are objects go as JSON. */
-export function call(t: Target, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
+export function call(
+  t: Target,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const h: Record<string, string> = { ...headers };
     if (t.token && h.authorization === undefined) h.authorization = `Bearer ${t.token}`;
@@ -26,12 +32,15 @@ export function call(t: Target, method: string, path: string, body?: unknown, he
       h['content-type'] ??= 'application/json';
       h['content-length'] = String(payload.length);
     }
-    const req = httpRequest({ socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, method, path, headers: h }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve(toReply(res.statusCode ?? 0, res.headers, Buffer.concat(chunks))));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      { socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, method, path, headers: h },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve(toReply(res.statusCode ?? 0, res.headers, Buffer.concat(chunks))));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -50,7 +59,10 @@ export function toReply(status: number, headers: IncomingHttpHeaders, body: Buff
 }
 
 export function ndjson(text: string): Record<string, unknown>[] {
-  return text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
 /** A query string from an object; arrays become repeated keys (`args=a&args=b`). */
@@ -64,22 +76,38 @@ export function qs(o: Record<string, string | string[]>): string {
  * Follows an NDJSON stream: every line as it comes goes to `lines`; `until` resolves with the
  * first line `match` accepts, and `close` ends the stream.
  */
-export function followNdjson(t: Target, path: string): { lines: Record<string, unknown>[]; until(match: (l: Record<string, unknown>) => boolean, ms: number): Promise<Record<string, unknown>>; close(): void } {
+export function followNdjson(
+  t: Target,
+  path: string,
+): {
+  lines: Record<string, unknown>[];
+  until(match: (l: Record<string, unknown>) => boolean, ms: number): Promise<Record<string, unknown>>;
+  close(): void;
+} {
   const lines: Record<string, unknown>[] = [];
   const waiters: (() => void)[] = [];
   let buf = '';
-  const req = httpRequest({ socketPath: t.socketPath, host: t.host ?? '127.0.0.1', port: t.port, path, headers: t.token ? { authorization: `Bearer ${t.token}` } : {} }, (res) => {
-    res.setEncoding('utf8');
-    res.on('data', (d: string) => {
-      buf += d;
-      let nl;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        lines.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
-        buf = buf.slice(nl + 1);
-      }
-      for (const w of waiters.splice(0)) w();
-    });
-  });
+  const req = httpRequest(
+    {
+      socketPath: t.socketPath,
+      host: t.host ?? '127.0.0.1',
+      port: t.port,
+      path,
+      headers: t.token ? { authorization: `Bearer ${t.token}` } : {},
+    },
+    (res) => {
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        buf += d;
+        let nl;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          lines.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
+          buf = buf.slice(nl + 1);
+        }
+        for (const w of waiters.splice(0)) w();
+      });
+    },
+  );
   req.on('error', () => undefined);
   req.end();
   return {

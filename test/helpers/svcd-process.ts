@@ -22,18 +22,29 @@ export interface SvcdProcess {
  * Writes `raw` as `dir/config.yaml` and starts svcd on it, armed with `failpoint` when given
  * (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once its Unix socket exists.
  */
-export async function spawnSvcd(dir: string, raw: Record<string, unknown>, o: { failpoint?: string; stderr?: 'pipe' | 'inherit' | 'ignore' } = {}): Promise<SvcdProcess> {
+export async function spawnSvcd(
+  dir: string,
+  raw: Record<string, unknown>,
+  o: { failpoint?: string; stderr?: 'pipe' | 'inherit' | 'ignore' } = {},
+): Promise<SvcdProcess> {
   const config = join(dir, 'config.yaml');
   writeFileSync(config, stringify(raw));
   const env = o.failpoint ? { ...process.env, SVC_FAILPOINT: o.failpoint } : process.env;
-  const proc = spawn(process.execPath, [SVCD, '--config', config], { env, stdio: ['ignore', 'ignore', o.stderr ?? 'pipe'] });
+  const proc = spawn(process.execPath, [SVCD, '--config', config], {
+    env,
+    stdio: ['ignore', 'ignore', o.stderr ?? 'pipe'],
+  });
   let err = '';
   proc.stderr?.on('data', (c: Buffer) => (err += c.toString()));
   const exited = new Promise<NodeJS.Signals | null>((r) => proc.once('exit', (_code, sig) => r(sig)));
   const socket = String(raw.socket);
-  for (let i = 0; i < 200 && !existsSync(socket) && proc.exitCode === null; i++) await new Promise((r) => setTimeout(r, 25));
+  for (let i = 0; i < 200 && !existsSync(socket) && proc.exitCode === null; i++)
+    await new Promise((r) => setTimeout(r, 25));
   return {
-    proc, socket, exited, stderr: () => err,
+    proc,
+    socket,
+    exited,
+    stderr: () => err,
     stop: async () => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
       await exited;

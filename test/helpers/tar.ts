@@ -19,7 +19,11 @@ export async function makeTar(entries: TarEntry[]): Promise<Buffer> {
   for (const e of entries) {
     const data = e.data === undefined ? undefined : Buffer.from(e.data);
     await new Promise<void>((res, rej) => {
-      pack.entry({ name: e.name, type: e.type ?? 'file', mode: e.mode, linkname: e.linkname, size: data?.length ?? 0 }, data ?? Buffer.alloc(0), (err) => (err ? rej(err) : res()));
+      pack.entry(
+        { name: e.name, type: e.type ?? 'file', mode: e.mode, linkname: e.linkname, size: data?.length ?? 0 },
+        data ?? Buffer.alloc(0),
+        (err) => (err ? rej(err) : res()),
+      );
     });
   }
   pack.finalize();
@@ -28,14 +32,21 @@ export async function makeTar(entries: TarEntry[]): Promise<Buffer> {
 }
 
 /** Lists a tar archive: name -> {type, mode, data, linkname}. */
-export async function readTar(buf: Buffer): Promise<Map<string, { type: string; mode: number; data: Buffer; linkname?: string }>> {
+export async function readTar(
+  buf: Buffer,
+): Promise<Map<string, { type: string; mode: number; data: Buffer; linkname?: string }>> {
   const ex = tar.extract();
   const out = new Map<string, { type: string; mode: number; data: Buffer; linkname?: string }>();
   const consume = (async () => {
     for await (const entry of ex) {
       const parts: Buffer[] = [];
       for await (const c of entry as unknown as AsyncIterable<Buffer>) parts.push(c);
-      out.set(entry.header.name, { type: entry.header.type ?? 'file', mode: (entry.header.mode ?? 0) & 0o7777, data: Buffer.concat(parts), linkname: entry.header.linkname ?? undefined });
+      out.set(entry.header.name, {
+        type: entry.header.type ?? 'file',
+        mode: (entry.header.mode ?? 0) & 0o7777,
+        data: Buffer.concat(parts),
+        linkname: entry.header.linkname ?? undefined,
+      });
     }
   })();
   Readable.from([buf]).pipe(ex as unknown as NodeJS.WritableStream);

@@ -25,26 +25,36 @@ export function openShell(url: string, headers: Record<string, string> = {}): Pr
       }
       for (const w of waiters.splice(0)) w();
     });
-    const exit = new Promise<{ exit_code: number; closeCode: number }>((r) => ws.on('close', (code) => r({ exit_code: exitCode, closeCode: code })));
-    ws.on('unexpected-response', (_req, res) => reject(Object.assign(new Error(`upgrade refused: ${res.statusCode}`), { status: res.statusCode })));
+    const exit = new Promise<{ exit_code: number; closeCode: number }>((r) =>
+      ws.on('close', (code) => r({ exit_code: exitCode, closeCode: code })),
+    );
+    ws.on('unexpected-response', (_req, res) =>
+      reject(Object.assign(new Error(`upgrade refused: ${res.statusCode}`), { status: res.statusCode })),
+    );
     ws.on('error', reject);
-    ws.on('open', () => resolve({
-      ws,
-      exit,
-      output: () => out,
-      send: (t) => ws.send(Buffer.from(t), { binary: true }),
-      resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
-      waitFor: (re, timeoutMs = 10_000) => new Promise((res, rej) => {
-        const timer = setTimeout(() => rej(new Error(`timed out waiting for ${re} in ${JSON.stringify(out.slice(-500))}`)), timeoutMs);
-        const check = () => {
-          const m = re.exec(out);
-          if (m) {
-            clearTimeout(timer);
-            res(m[0]);
-          } else waiters.push(check);
-        };
-        check();
+    ws.on('open', () =>
+      resolve({
+        ws,
+        exit,
+        output: () => out,
+        send: (t) => ws.send(Buffer.from(t), { binary: true }),
+        resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+        waitFor: (re, timeoutMs = 10_000) =>
+          new Promise((res, rej) => {
+            const timer = setTimeout(
+              () => rej(new Error(`timed out waiting for ${re} in ${JSON.stringify(out.slice(-500))}`)),
+              timeoutMs,
+            );
+            const check = () => {
+              const m = re.exec(out);
+              if (m) {
+                clearTimeout(timer);
+                res(m[0]);
+              } else waiters.push(check);
+            };
+            check();
+          }),
       }),
-    }));
+    );
   });
 }

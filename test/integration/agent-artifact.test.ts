@@ -15,18 +15,33 @@ async function runCopied(file: string, viaNode: boolean): Promise<{ port: number
   const dir = tempDir('svc-artifact-');
   cpSync(artifactDir, dir, { recursive: true });
   const exe = join(dir, file);
-  const args = ['--listen', '127.0.0.1:0', '--vsock-port', '0', '--state-dir', join(dir, 'state'), '--run-dir', join(dir, 'run')];
+  const args = [
+    '--listen',
+    '127.0.0.1:0',
+    '--vsock-port',
+    '0',
+    '--state-dir',
+    join(dir, 'state'),
+    '--run-dir',
+    join(dir, 'run'),
+  ];
   const child = viaNode ? spawn(process.execPath, [exe, ...args], { cwd: '/' }) : spawn(exe, args, { cwd: '/' });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout }).once('line', resolve);
     child.once('exit', (c) => reject(new Error(`exited ${c}`)));
   });
-  return { port: Number((JSON.parse(line) as { listening: string }).listening.split(':')[1]), stop: () => child.kill('SIGKILL') };
+  return {
+    port: Number((JSON.parse(line) as { listening: string }).listening.split(':')[1]),
+    stop: () => child.kill('SIGKILL'),
+  };
 }
 
 describe('agent artifact (npm run build:agent)', function () {
   this.timeout(30000);
-  for (const [file, viaNode] of [['svc-agent.cjs', true], ['svc-agent', false]] as const) {
+  for (const [file, viaNode] of [
+    ['svc-agent.cjs', true],
+    ['svc-agent', false],
+  ] as const) {
     it(`${file} runs on its own: health, exec and a PTY shell`, async function () {
       if (!existsSync(join(artifactDir, file))) throw new Error(`${file} missing: run npm run build:agent`);
       const a = await runCopied(file, viaNode);

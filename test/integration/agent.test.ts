@@ -1,7 +1,20 @@
 import { expect } from 'chai';
 import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { createReadStream, createWriteStream, existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  createReadStream,
+  createWriteStream,
+  existsSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import WebSocket from 'ws';
@@ -69,7 +82,9 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('runs in cwd, feeds stdin, and reports a command that cannot start as 127', async () => {
       expect((await call(t, 'POST', `/exec?${qs({ cmd: 'pwd', cwd: work })}`)).json.stdout).to.equal(`${work}\n`);
       const stdin = randomBytes(100_000).toString('base64');
-      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sha256sum' })}`, stdin, { 'content-type': 'application/octet-stream' });
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sha256sum' })}`, stdin, {
+        'content-type': 'application/octet-stream',
+      });
       expect(r.json.stdout.split(' ')[0]).to.equal(createHash('sha256').update(stdin).digest('hex'));
       const nf = await call(t, 'POST', `/exec?${qs({ cmd: '/no/such/binary' })}`);
       expect(nf.status).to.equal(200);
@@ -87,7 +102,11 @@ describe('svc-agent over HTTP (real agent process)', function () {
 
     it('kills a command at its timeout, with its children, and reports exit -1', async () => {
       const t0 = Date.now();
-      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeout: '500ms' })}`);
+      const r = await call(
+        t,
+        'POST',
+        `/exec?${qs({ cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeout: '500ms' })}`,
+      );
       expect(Date.now() - t0).to.be.below(5000);
       expect(r.json.exit_code).to.equal(-1);
       expect(r.json.error).to.match(/timed out/);
@@ -104,7 +123,11 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('returns base64 output with encoding=base64 and caps buffered output with truncated', async () => {
       const b = await call(t, 'POST', `/exec?${qs({ cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' })}`);
       expect(Buffer.from(b.json.stdout, 'base64')).to.deep.equal(Buffer.from([0xff, 0]));
-      const big = await call(t, 'POST', `/exec?${qs({ cmd: 'head', args: ['-c', String(17 * 1024 * 1024), '/dev/zero'] })}`);
+      const big = await call(
+        t,
+        'POST',
+        `/exec?${qs({ cmd: 'head', args: ['-c', String(17 * 1024 * 1024), '/dev/zero'] })}`,
+      );
       expect(big.json.truncated).to.equal(true);
       expect(big.json.stdout.length).to.equal(16 * 1024 * 1024);
     });
@@ -113,19 +136,27 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const frames: { frame: Record<string, unknown>; at: number }[] = [];
       const t0 = Date.now();
       await new Promise<void>((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${qs({ cmd: 'sh', args: ['-c', 'echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4'], buffered: 'false' })}` }, (res) => {
-          expect(res.headers['content-type']).to.match(/ndjson/);
-          let buf = '';
-          res.on('data', (c: Buffer) => {
-            buf += c.toString();
-            let i;
-            while ((i = buf.indexOf('\n')) >= 0) {
-              frames.push({ frame: JSON.parse(buf.slice(0, i)), at: Date.now() - t0 });
-              buf = buf.slice(i + 1);
-            }
-          });
-          res.on('end', resolve);
-        });
+        const req = request(
+          {
+            host: '127.0.0.1',
+            port: agent.port,
+            method: 'POST',
+            path: `/exec?${qs({ cmd: 'sh', args: ['-c', 'echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4'], buffered: 'false' })}`,
+          },
+          (res) => {
+            expect(res.headers['content-type']).to.match(/ndjson/);
+            let buf = '';
+            res.on('data', (c: Buffer) => {
+              buf += c.toString();
+              let i;
+              while ((i = buf.indexOf('\n')) >= 0) {
+                frames.push({ frame: JSON.parse(buf.slice(0, i)), at: Date.now() - t0 });
+                buf = buf.slice(i + 1);
+              }
+            });
+            res.on('end', resolve);
+          },
+        );
         req.on('error', reject);
         req.end();
       });
@@ -140,12 +171,20 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('kills a streamed command when the client goes away', async () => {
       const marker = join(work, 'still-running');
       await new Promise<void>((resolve) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'POST', path: `/exec?${qs({ cmd: 'sh', args: ['-c', `echo started; sleep 2; touch ${marker}`], buffered: 'false' })}` }, (res) => {
-          res.once('data', () => {
-            req.destroy();
-            resolve();
-          });
-        });
+        const req = request(
+          {
+            host: '127.0.0.1',
+            port: agent.port,
+            method: 'POST',
+            path: `/exec?${qs({ cmd: 'sh', args: ['-c', `echo started; sleep 2; touch ${marker}`], buffered: 'false' })}`,
+          },
+          (res) => {
+            res.once('data', () => {
+              req.destroy();
+              resolve();
+            });
+          },
+        );
         req.end();
       });
       await new Promise((r) => setTimeout(r, 3000));
@@ -153,7 +192,13 @@ describe('svc-agent over HTTP (real agent process)', function () {
     });
 
     it('refuses bad exec input with 400', async () => {
-      for (const path of ['/exec', `/exec?${qs({ cmd: 'true', buffered: 'maybe' })}`, `/exec?${qs({ cmd: 'true', uid: '-1' })}`, `/exec?${qs({ cmd: 'true', timeout: 'x' })}`, `/exec?${qs({ cmd: 'true', cwd: 'rel' })}`]) {
+      for (const path of [
+        '/exec',
+        `/exec?${qs({ cmd: 'true', buffered: 'maybe' })}`,
+        `/exec?${qs({ cmd: 'true', uid: '-1' })}`,
+        `/exec?${qs({ cmd: 'true', timeout: 'x' })}`,
+        `/exec?${qs({ cmd: 'true', cwd: 'rel' })}`,
+      ]) {
         const r = await call(t, 'POST', path);
         expect(r.status, path).to.equal(400);
         expect(r.json.error).to.be.a('string');
@@ -161,9 +206,11 @@ describe('svc-agent over HTTP (real agent process)', function () {
     });
   });
 
-  describe('exec channel (GET /exec/channel, the daemon\'s way to run buffered execs)', () => {
+  describe("exec channel (GET /exec/channel, the daemon's way to run buffered execs)", () => {
     let client: HttpGuestAgent;
-    beforeEach(() => { client = new HttpGuestAgent(); });
+    beforeEach(() => {
+      client = new HttpGuestAgent();
+    });
     afterEach(() => client.close());
 
     it('answers as POST /exec does: output, exit codes, arguments, cwd, base64, a timeout', async () => {
@@ -177,10 +224,17 @@ describe('svc-agent over HTTP (real agent process)', function () {
         { cmd: 'no-such-command-svc', args: [] },
       ];
       for (const er of cases) {
-        const http = await call(t, 'POST', `/exec?${qs({ cmd: er.cmd, args: er.args, ...(er.cwd ? { cwd: er.cwd } : {}), ...(er.encoding ? { encoding: er.encoding } : {}), ...(er.timeoutMs ? { timeout: `${er.timeoutMs}ms` } : {}) })}`);
+        const http = await call(
+          t,
+          'POST',
+          `/exec?${qs({ cmd: er.cmd, args: er.args, ...(er.cwd ? { cwd: er.cwd } : {}), ...(er.encoding ? { encoding: er.encoding } : {}), ...(er.timeoutMs ? { timeout: `${er.timeoutMs}ms` } : {}) })}`,
+        );
         expect(await client.exec(ep, er), er.cmd).to.deep.equal(http.json);
       }
-      const bad = await client.exec(ep, { cmd: 'true', args: [], cwd: 'relative' }).then(() => undefined, (e: Error) => e);
+      const bad = await client.exec(ep, { cmd: 'true', args: [], cwd: 'relative' }).then(
+        () => undefined,
+        (e: Error) => e,
+      );
       expect(bad).to.be.instanceOf(InvalidArgumentError);
     });
 
@@ -188,7 +242,10 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const ep = { host: '127.0.0.1', port: agent.port };
       const sleeping = (secs: number) => {
         try {
-          return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+          return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' })
+            .trim()
+            .split('\n')
+            .filter(Boolean).length;
         } catch {
           return 0;
         }
@@ -204,7 +261,10 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(await left).to.be.instanceOf(AgentUnavailableError);
       expect(await settle(71, 0)).to.equal(0);
 
-      const running = [client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e), client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e)];
+      const running = [
+        client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e),
+        client.exec(ep, { cmd: 'sleep', args: ['72'] }).catch((e: Error) => e),
+      ];
       expect(await settle(72, 2)).to.equal(2);
       client.close();
       for (const r of await Promise.all(running)) expect(r).to.be.instanceOf(AgentUnavailableError);
@@ -215,8 +275,14 @@ describe('svc-agent over HTTP (real agent process)', function () {
       for (const path of ['/exec/channel', '/shell']) {
         const ws = new WebSocket(`ws://127.0.0.1:${agent.port}${path}`, { headers: { origin: 'http://evil.example' } });
         const status = await new Promise<number>((resolve) => {
-          ws.once('unexpected-response', (_req, res) => { res.resume(); resolve(res.statusCode ?? 0); });
-          ws.once('open', () => { ws.close(); resolve(101); });
+          ws.once('unexpected-response', (_req, res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          });
+          ws.once('open', () => {
+            ws.close();
+            resolve(101);
+          });
           ws.once('error', () => resolve(-1));
         });
         expect(status, path).to.equal(403);
@@ -266,7 +332,9 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('round-trips a binary file byte-exact with permissions, creating parents', async () => {
       const data = randomBytes(3 * 1024 * 1024 + 17);
       const path = join(work, 'deep', 'er', 'blob.bin');
-      const put = await call(t, 'PUT', `/cp?${qs({ path, permissions: '0640' })}`, data, { 'content-type': 'application/octet-stream' });
+      const put = await call(t, 'PUT', `/cp?${qs({ path, permissions: '0640' })}`, data, {
+        'content-type': 'application/octet-stream',
+      });
       expect(put.status).to.equal(204);
       expect(statSync(path).mode & 0o777).to.equal(0o640);
       const got = await rawGet(agent.port, `/cp?${qs({ path })}`);
@@ -278,9 +346,20 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const path = join(work, 'atomic.txt');
       writeFileSync(path, 'old content');
       await new Promise<void>((resolve) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${qs({ path })}`, headers: { 'content-length': '1000000' } });
+        const req = request({
+          host: '127.0.0.1',
+          port: agent.port,
+          method: 'PUT',
+          path: `/cp?${qs({ path })}`,
+          headers: { 'content-length': '1000000' },
+        });
         req.on('error', () => resolve());
-        req.write(Buffer.alloc(1000, 1), () => setTimeout(() => { req.destroy(); resolve(); }, 200));
+        req.write(Buffer.alloc(1000, 1), () =>
+          setTimeout(() => {
+            req.destroy();
+            resolve();
+          }, 200),
+        );
       });
       await new Promise((r) => setTimeout(r, 300));
       expect(readFileSync(path, 'utf8')).to.equal('old content');
@@ -289,7 +368,9 @@ describe('svc-agent over HTTP (real agent process)', function () {
     it('sets uid and gid', async function () {
       if (!isRoot) this.skip(); // chown needs root; CI runs as root
       const path = join(work, 'owned');
-      await call(t, 'PUT', `/cp?${qs({ path, uid: '65534', gid: '65534' })}`, Buffer.from('x'), { 'content-type': 'application/octet-stream' });
+      await call(t, 'PUT', `/cp?${qs({ path, uid: '65534', gid: '65534' })}`, Buffer.from('x'), {
+        'content-type': 'application/octet-stream',
+      });
       expect(statSync(path).uid).to.equal(65534);
     });
 
@@ -316,10 +397,19 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const digest = hash.digest('hex');
       const dst = join(work, 'big.dst');
       await new Promise<void>((resolve, reject) => {
-        const req = request({ host: '127.0.0.1', port: agent.port, method: 'PUT', path: `/cp?${qs({ path: dst })}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(200 * 1024 * 1024) } }, (res) => {
-          res.resume();
-          res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
-        });
+        const req = request(
+          {
+            host: '127.0.0.1',
+            port: agent.port,
+            method: 'PUT',
+            path: `/cp?${qs({ path: dst })}`,
+            headers: { 'content-type': 'application/octet-stream', 'content-length': String(200 * 1024 * 1024) },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+          },
+        );
         req.on('error', reject);
         createReadStream(src).pipe(req);
       });
@@ -346,18 +436,31 @@ describe('svc-agent over HTTP (real agent process)', function () {
       symlinkSync('sub/b.txt', join(tree, 'link'));
       const tarBuf = (await rawGet(agent.port, `/cp?${qs({ path: tree, mode: 'tar' })}`)).body;
       const listing = await readTar(tarBuf);
-      expect([...listing.keys()].sort()).to.deep.equal(['a.sh', 'link', 'sub', 'sub/b.txt', 'sub/deeper', 'sub/deeper/c']);
+      expect([...listing.keys()].sort()).to.deep.equal([
+        'a.sh',
+        'link',
+        'sub',
+        'sub/b.txt',
+        'sub/deeper',
+        'sub/deeper/c',
+      ]);
       expect(listing.get('a.sh')!.mode).to.equal(0o755);
       expect(listing.get('link')).to.include({ type: 'symlink', linkname: 'sub/b.txt' });
       const copy = join(work, 'tree-copy');
-      const put = await call(t, 'PUT', `/cp?${qs({ path: copy, mode: 'tar' })}`, tarBuf, { 'content-type': 'application/x-tar' });
+      const put = await call(t, 'PUT', `/cp?${qs({ path: copy, mode: 'tar' })}`, tarBuf, {
+        'content-type': 'application/x-tar',
+      });
       expect(put.status).to.equal(204);
       expect(statSync(join(copy, 'a.sh')).mode & 0o777).to.equal(0o755);
       expect(statSync(join(copy, 'sub', 'b.txt')).mode & 0o777).to.equal(0o600);
-      expect(readFileSync(join(copy, 'sub', 'deeper', 'c')).equals(readFileSync(join(tree, 'sub', 'deeper', 'c')))).to.equal(true);
+      expect(
+        readFileSync(join(copy, 'sub', 'deeper', 'c')).equals(readFileSync(join(tree, 'sub', 'deeper', 'c'))),
+      ).to.equal(true);
       expect(lstatSync(join(copy, 'link')).isSymbolicLink()).to.equal(true);
       expect(readlinkSync(join(copy, 'link'))).to.equal('sub/b.txt');
-      const one = await readTar((await rawGet(agent.port, `/cp?${qs({ path: join(tree, 'sub', 'b.txt'), mode: 'tar' })}`)).body);
+      const one = await readTar(
+        (await rawGet(agent.port, `/cp?${qs({ path: join(tree, 'sub', 'b.txt'), mode: 'tar' })}`)).body,
+      );
       expect([...one.keys()]).to.deep.equal(['b.txt']);
       expect(one.get('b.txt')!.data.toString()).to.equal('bee');
     });
@@ -371,26 +474,47 @@ describe('svc-agent over HTTP (real agent process)', function () {
         [{ name: 'a/../../escaped-nested', data: 'x' }],
         [{ name: '/tmp/escaped-absolute', data: 'x' }],
         [{ name: 'door/escaped-through-link', data: 'x' }],
-        [{ name: 'evil', type: 'symlink' as const, linkname: dir }, { name: 'evil/escaped-abs-link', data: 'x' }],
+        [
+          { name: 'evil', type: 'symlink' as const, linkname: dir },
+          { name: 'evil/escaped-abs-link', data: 'x' },
+        ],
         // a chain of links, each harmless alone: x -> . then x/y -> .. then a file under x/y/
-        [{ name: 'x', type: 'symlink' as const, linkname: '.' }, { name: 'x/y', type: 'symlink' as const, linkname: '..' }, { name: 'x/y/escaped-chain', data: 'x' }],
-        [{ name: 'up', type: 'symlink' as const, linkname: '..' }, { name: 'up/escaped-dir', type: 'directory' as const }],
+        [
+          { name: 'x', type: 'symlink' as const, linkname: '.' },
+          { name: 'x/y', type: 'symlink' as const, linkname: '..' },
+          { name: 'x/y/escaped-chain', data: 'x' },
+        ],
+        [
+          { name: 'up', type: 'symlink' as const, linkname: '..' },
+          { name: 'up/escaped-dir', type: 'directory' as const },
+        ],
         [{ name: 'hard', type: 'link' as const, linkname: '/etc/passwd' }],
         [{ name: 'hard2', type: 'link' as const, linkname: '../outside' }],
         [{ name: 'hard3', type: 'link' as const, linkname: 'door/secret' }],
       ];
       writeFileSync(join(dir, 'secret'), 'host secret');
       for (const entries of attacks) {
-        const r = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, await makeTar(entries), { 'content-type': 'application/x-tar' });
+        const r = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, await makeTar(entries), {
+          'content-type': 'application/x-tar',
+        });
         expect(r.status, JSON.stringify(entries)).to.equal(400);
         expect(r.json.error, JSON.stringify(entries)).to.match(/outside|through the link|not a file extracted/);
       }
-      for (const f of ['escaped-dotdot', 'escaped-nested', 'escaped-through-link', 'escaped-abs-link', 'escaped-chain', 'escaped-dir']) {
+      for (const f of [
+        'escaped-dotdot',
+        'escaped-nested',
+        'escaped-through-link',
+        'escaped-abs-link',
+        'escaped-chain',
+        'escaped-dir',
+      ]) {
         expect(existsSync(join(work, f)) || existsSync(join(dir, f)), f).to.equal(false);
       }
       expect(existsSync('/tmp/escaped-absolute')).to.equal(false);
       expect(existsSync(join(target, 'hard3'))).to.equal(false);
-      const garbage = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, randomBytes(2048), { 'content-type': 'application/x-tar' });
+      const garbage = await call(t, 'PUT', `/cp?${qs({ path: target, mode: 'tar' })}`, randomBytes(2048), {
+        'content-type': 'application/x-tar',
+      });
       expect(garbage.status).to.equal(400);
     });
 
@@ -406,15 +530,23 @@ describe('svc-agent over HTTP (real agent process)', function () {
       writeFileSync(join(src, 'pyvenv.cfg'), 'home = /usr/bin\n');
       linkSync(join(src, 'pyvenv.cfg'), join(src, 'pyvenv-hard.cfg'));
       symlinkSync('/nonexistent/anywhere', join(src, 'dangling'));
-      const makers: [string, string[]][] = [['gnu', ['tar', '-C', src, '-cf', '-', '.']], ['gnu-posix', ['tar', '--format=posix', '-C', src, '-cf', '-', '.']], ['bsdtar', ['bsdtar', '-C', src, '-cf', '-', '.']]];
+      const makers: [string, string[]][] = [
+        ['gnu', ['tar', '-C', src, '-cf', '-', '.']],
+        ['gnu-posix', ['tar', '--format=posix', '-C', src, '-cf', '-', '.']],
+        ['bsdtar', ['bsdtar', '-C', src, '-cf', '-', '.']],
+      ];
       for (const [what, [cmd, ...args]] of makers) {
         const archive = execFileSync(cmd, args, { maxBuffer: 1 << 26 });
         const dest = join(work, `venv-${what}`);
         mkdirSync(dest);
-        const r = await call(t, 'PUT', `/cp?${qs({ path: dest, mode: 'tar' })}`, archive, { 'content-type': 'application/x-tar' });
+        const r = await call(t, 'PUT', `/cp?${qs({ path: dest, mode: 'tar' })}`, archive, {
+          'content-type': 'application/x-tar',
+        });
         expect(r.status, `${what}: ${r.text}`).to.equal(204);
         expect(treeOf(dest), what).to.deep.equal(treeOf(src));
-        expect(lstatSync(join(dest, 'pyvenv-hard.cfg')).ino, `${what}: hard link`).to.equal(lstatSync(join(dest, 'pyvenv.cfg')).ino);
+        expect(lstatSync(join(dest, 'pyvenv-hard.cfg')).ino, `${what}: hard link`).to.equal(
+          lstatSync(join(dest, 'pyvenv.cfg')).ino,
+        );
       }
     });
 
@@ -429,12 +561,16 @@ describe('svc-agent over HTTP (real agent process)', function () {
   describe('fs', () => {
     it('makes, lists, stats, links and removes, with the right statuses', async () => {
       const base = join(work, 'fs');
-      expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x', 'y'), recursive: true, mode: '0700' })).status).to.equal(204);
+      expect(
+        (await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x', 'y'), recursive: true, mode: '0700' })).status,
+      ).to.equal(204);
       expect(statSync(join(base, 'x', 'y')).mode & 0o777).to.equal(0o700);
       expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'p', 'q') })).status).to.equal(404);
       expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'x') })).status).to.equal(409);
       writeFileSync(join(base, 'b.txt'), 'hello');
-      expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'a-link'), target: 'b.txt' })).status).to.equal(204);
+      expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'a-link'), target: 'b.txt' })).status).to.equal(
+        204,
+      );
       const list = (await call(t, 'GET', `/fs/readdir?${qs({ path: base })}`)).json;
       expect(list.map((e: { name: string }) => e.name)).to.deep.equal(['a-link', 'b.txt', 'x']);
       expect(list[0]).to.include({ type: 'symlink', target: 'b.txt' });
@@ -448,7 +584,9 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect((await call(t, 'GET', '/fs/stat?path=relative')).status).to.equal(400);
       expect((await call(t, 'GET', '/fs/stat')).status).to.equal(400);
       expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'x') })}`)).status).to.equal(409);
-      expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'x'), recursive: 'true' })}`)).status).to.equal(204);
+      expect(
+        (await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'x'), recursive: 'true' })}`)).status,
+      ).to.equal(204);
       expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'a-link') })}`)).status).to.equal(204);
       expect(existsSync(join(base, 'b.txt'))).to.equal(true);
       expect((await call(t, 'DELETE', `/fs/remove?${qs({ path: join(base, 'gone') })}`)).status).to.equal(404);
@@ -471,7 +609,10 @@ describe('svc-agent over HTTP (real agent process)', function () {
 
     it('materializes secrets atomically with their mode, default path under run-dir', async () => {
       const value = 'p@ss w0rd\n';
-      const r = await call(t, 'POST', '/secrets/materialize', { name: 'DB_PASS', data: Buffer.from(value).toString('base64') });
+      const r = await call(t, 'POST', '/secrets/materialize', {
+        name: 'DB_PASS',
+        data: Buffer.from(value).toString('base64'),
+      });
       expect(r.status).to.equal(200);
       const expected = join(dir, 'guest', 'run-svc', 'secrets', 'DB_PASS');
       expect(r.json).to.deep.equal({ path: expected, mode: '0600' });
@@ -484,7 +625,13 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(readFileSync(custom)).to.deep.equal(Buffer.from([0, 1, 2]));
       expect(statSync(custom).mode & 0o777).to.equal(0o440);
       expect(readFileSync(join(dir, 'agent.log'), 'utf8')).not.to.contain('p@ss');
-      for (const body of [{ name: 'x' }, { name: '1x', data: '' }, { name: 'x', data: '!!' }, { name: 'x', data: '', path: 'rel' }, { name: 'x', data: '', mode: '9' }]) {
+      for (const body of [
+        { name: 'x' },
+        { name: '1x', data: '' },
+        { name: 'x', data: '!!' },
+        { name: 'x', data: '', path: 'rel' },
+        { name: 'x', data: '', mode: '9' },
+      ]) {
         expect((await call(t, 'POST', '/secrets/materialize', body)).status, JSON.stringify(body)).to.equal(400);
       }
     });
@@ -502,9 +649,13 @@ function rawGet(port: number, path: string): Promise<{ type: string; body: Buffe
     request({ host: '127.0.0.1', port, path }, (res) => {
       const parts: Buffer[] = [];
       res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => resolve({ type: String(res.headers['content-type']).split(';')[0], body: Buffer.concat(parts) }));
+      res.on('end', () =>
+        resolve({ type: String(res.headers['content-type']).split(';')[0], body: Buffer.concat(parts) }),
+      );
       res.on('error', reject);
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
 
@@ -520,7 +671,12 @@ function treeOf(root: string): string[] {
       else if (st.isDirectory()) {
         out.push(`${p}/ ${mode}`);
         walk(p);
-      } else out.push(`${p} ${mode} ${createHash('sha1').update(readFileSync(join(root, p))).digest('hex')}`);
+      } else
+        out.push(
+          `${p} ${mode} ${createHash('sha1')
+            .update(readFileSync(join(root, p)))
+            .digest('hex')}`,
+        );
     }
   };
   walk('');

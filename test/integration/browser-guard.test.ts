@@ -9,15 +9,25 @@ describe('browser safety of the TCP listener (default config, no token)', functi
   let d: TestDaemon;
   let port: number;
   before(async () => {
-    d = await startTestDaemon({ api_token: '', allowed_hosts: ['svc.internal'], allowed_origins: ['http://localhost:3000'] });
+    d = await startTestDaemon({
+      api_token: '',
+      allowed_hosts: ['svc.internal'],
+      allowed_origins: ['http://localhost:3000'],
+    });
     port = d.tcp.port!;
   });
   after(async () => d.stop());
-  const tcp = (method: string, path: string, headers: Record<string, string>, body?: unknown) => call({ port }, method, path, body, headers);
+  const tcp = (method: string, path: string, headers: Record<string, string>, body?: unknown) =>
+    call({ port }, method, path, body, headers);
   const vms = async () => ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
 
   it('refuses a change from a foreign Origin with 403, and nothing changes', async () => {
-    for (const origin of ['http://evil.example', 'null', `http://127.0.0.1:${port + 1}`, 'http://localhost.evil.example']) {
+    for (const origin of [
+      'http://evil.example',
+      'null',
+      `http://127.0.0.1:${port + 1}`,
+      'http://localhost.evil.example',
+    ]) {
       const r = await tcp('POST', '/vms', { origin }, { name: 'pwned' });
       expect(r.status, origin).to.equal(403);
       expect(r.json).to.include({ code: 'permission_denied' });
@@ -38,15 +48,26 @@ describe('browser safety of the TCP listener (default config, no token)', functi
       const r = await tcp('GET', '/vms', { host });
       expect(r.status, host).to.equal(403);
     }
-    expect((await tcp('GET', '/vms', { host: `evil.example:${port}` })).json.error).to.match(/is not a name of this daemon; add it to allowed_hosts/);
+    expect((await tcp('GET', '/vms', { host: `evil.example:${port}` })).json.error).to.match(
+      /is not a name of this daemon; add it to allowed_hosts/,
+    );
   });
 
   it('serves its own names, the configured ones, its own origin and allowed origins', async () => {
-    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `LOCALHOST:${port}`, `[::1]:${port}`, `svc.internal:${port}`]) {
+    for (const host of [
+      `127.0.0.1:${port}`,
+      `localhost:${port}`,
+      `LOCALHOST:${port}`,
+      `[::1]:${port}`,
+      `svc.internal:${port}`,
+    ]) {
       expect((await tcp('GET', '/vms', { host })).status, host).to.equal(200);
     }
     expect((await tcp('POST', '/vms', { origin: `http://127.0.0.1:${port}` }, { name: 'own' })).status).to.equal(201);
-    expect((await tcp('POST', '/vms', { host: `localhost:${port}`, origin: `http://localhost:${port}` }, { name: 'own2' })).status).to.equal(201);
+    expect(
+      (await tcp('POST', '/vms', { host: `localhost:${port}`, origin: `http://localhost:${port}` }, { name: 'own2' }))
+        .status,
+    ).to.equal(201);
     expect((await tcp('POST', '/vms', { origin: 'http://localhost:3000' }, { name: 'allowed' })).status).to.equal(201);
     // curl, the CLI and SDKs send no Origin
     expect((await tcp('POST', '/vms', {}, { name: 'curl' })).status).to.equal(201);
@@ -58,12 +79,16 @@ describe('browser safety of the TCP listener (default config, no token)', functi
   });
 
   it('refuses a WebSocket upgrade from a foreign Origin before it reaches the shell', async () => {
-    const open = (origin?: string) => new Promise<number>((resolve) => {
-      const ws = new WebSocket(`ws://127.0.0.1:${port}/vms/curl/shell`, origin ? { origin } : {});
-      ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
-      ws.on('open', () => { ws.close(); resolve(101); });
-      ws.on('error', () => resolve(-1));
-    });
+    const open = (origin?: string) =>
+      new Promise<number>((resolve) => {
+        const ws = new WebSocket(`ws://127.0.0.1:${port}/vms/curl/shell`, origin ? { origin } : {});
+        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.on('open', () => {
+          ws.close();
+          resolve(101);
+        });
+        ws.on('error', () => resolve(-1));
+      });
     expect(await open('http://evil.example')).to.equal(403);
     expect(await open(`http://127.0.0.1:${port + 1}`)).to.equal(403);
     // without a foreign Origin the upgrade reaches the shell proxy (a fake VM with no agent: 501)
@@ -72,6 +97,8 @@ describe('browser safety of the TCP listener (default config, no token)', functi
 
   it('keeps the Unix socket open to any Host and Origin (browsers cannot reach it)', async () => {
     expect((await d.call('GET', '/vms', undefined, { host: 'svc' })).status).to.equal(200);
-    expect((await d.call('POST', '/vms', { name: 'unix' }, { host: 'evil.example', origin: 'http://evil.example' })).status).to.equal(201);
+    expect(
+      (await d.call('POST', '/vms', { name: 'unix' }, { host: 'evil.example', origin: 'http://evil.example' })).status,
+    ).to.equal(201);
   });
 });

@@ -16,32 +16,49 @@ import { installFakeCh, type FakeCh } from '../helpers/fake-cloud-hypervisor.js'
 
 const agent = new HttpGuestAgent(hybridVsockConnector);
 const at = (h: VmHandle) => ({ host: '', port: h.agent_port, socket: h.agent_socket });
-const make = (ch: FakeCh) => new ChHypervisor({ binary: ch.binary, images: new ImageCatalog(ch.images), log: new SilentLogger() });
+const make = (ch: FakeCh) =>
+  new ChHypervisor({ binary: ch.binary, images: new ImageCatalog(ch.images), log: new SilentLogger() });
 
 let fake: FakeCh;
 let contractHv: ChHypervisor;
-hypervisorContract('ChHypervisor (a stand-in cloud-hypervisor)', async () => {
-  fake = installFakeCh(tempDir('svc-ch-contract-'));
-  contractHv = make(fake);
-  return {
-    hv: contractHv, image: 'tiny', bootMs: 10_000, features: { forwards: false, mounts: false },
-    waitUp: async (_name, h, ms) => {
-      const end = Date.now() + ms;
-      while (!(await agent.health(at(h), 500).then(() => true, () => false))) {
-        if (Date.now() > end) throw new Error('the stand-in guest did not answer');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    },
-    answers: (_name, h) => agent.health(at(h), 800).then(() => true, () => false),
-    crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
-    live: () => Object.keys(contractHv.pids()),
-    restart: async () => {
-      await contractHv.release();
-      contractHv = make(fake);
-      return contractHv;
-    },
-  };
-}, async () => agent.close());
+hypervisorContract(
+  'ChHypervisor (a stand-in cloud-hypervisor)',
+  async () => {
+    fake = installFakeCh(tempDir('svc-ch-contract-'));
+    contractHv = make(fake);
+    return {
+      hv: contractHv,
+      image: 'tiny',
+      bootMs: 10_000,
+      features: { forwards: false, mounts: false },
+      waitUp: async (_name, h, ms) => {
+        const end = Date.now() + ms;
+        while (
+          !(await agent.health(at(h), 500).then(
+            () => true,
+            () => false,
+          ))
+        ) {
+          if (Date.now() > end) throw new Error('the stand-in guest did not answer');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      },
+      answers: (_name, h) =>
+        agent.health(at(h), 800).then(
+          () => true,
+          () => false,
+        ),
+      crash: async (_name, h) => void process.kill(h.pid!, 'SIGKILL'),
+      live: () => Object.keys(contractHv.pids()),
+      restart: async () => {
+        await contractHv.release();
+        contractHv = make(fake);
+        return contractHv;
+      },
+    };
+  },
+  async () => agent.close(),
+);
 
 describe('ChHypervisor: what it asks of cloud-hypervisor', function () {
   this.timeout(20_000);
@@ -52,7 +69,17 @@ describe('ChHypervisor: what it asks of cloud-hypervisor', function () {
     const root = tempDir('svc-ch-');
     ch = installFakeCh(root);
     hv = make(ch);
-    spec = { name: 'a', dir: join(root, 'vms', 'a'), cpus: 2, memory_mb: 512, disk_gb: 2, image: 'tiny', hostname: 'a', forwards: [], mounts: [] };
+    spec = {
+      name: 'a',
+      dir: join(root, 'vms', 'a'),
+      cpus: 2,
+      memory_mb: 512,
+      disk_gb: 2,
+      image: 'tiny',
+      hostname: 'a',
+      forwards: [],
+      mounts: [],
+    };
     mkdirSync(spec.dir, { recursive: true });
     await hv.provision(spec);
   });
@@ -69,12 +96,21 @@ describe('ChHypervisor: what it asks of cloud-hypervisor', function () {
     const created = ch.api().find(([, , a]) => a === 'vm.create')![3]!;
     expect(created.cpus).to.deep.equal({ boot_vcpus: 2, max_vcpus: 2 });
     expect(created.memory).to.deep.equal({ size: 512 * 1024 * 1024 });
-    expect(created.payload).to.deep.include({ kernel: join(ch.images, 'tiny', 'vmlinux'), initramfs: join(ch.images, 'tiny', 'initrd.img') });
-    expect(created.disks).to.deep.equal([{ path: l.disk, image_type: 'Qcow2' }, { path: l.seed, readonly: true, image_type: 'Raw' }]);
+    expect(created.payload).to.deep.include({
+      kernel: join(ch.images, 'tiny', 'vmlinux'),
+      initramfs: join(ch.images, 'tiny', 'initrd.img'),
+    });
+    expect(created.disks).to.deep.equal([
+      { path: l.disk, image_type: 'Qcow2' },
+      { path: l.seed, readonly: true, image_type: 'Raw' },
+    ]);
     expect(created.vsock).to.deep.equal({ cid: 3, socket: l.vsock });
     expect(created).not.to.have.property('net');
     // The overlay sits on the image's disk, at the size asked for.
-    const info = JSON.parse(execFileSync('qemu-img', ['info', '--output=json', l.disk], { encoding: 'utf8' })) as { 'backing-filename': string; 'virtual-size': number };
+    const info = JSON.parse(execFileSync('qemu-img', ['info', '--output=json', l.disk], { encoding: 'utf8' })) as {
+      'backing-filename': string;
+      'virtual-size': number;
+    };
     expect(info['backing-filename']).to.equal(join(ch.images, 'tiny', 'disk.qcow2'));
     expect(info['virtual-size']).to.equal(2 * 1024 ** 3);
     expect(h).to.deep.include({ agent_port: 7475, agent_cid: 3, agent_socket: l.vsock, ssh_port: 0, forwards: [] });
@@ -88,13 +124,23 @@ describe('ChHypervisor: what it asks of cloud-hypervisor', function () {
     expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
     const snap = ch.api().find(([, , a]) => a === 'vm.snapshot')![3]!;
     expect(snap).to.deep.equal({ destination_url: `file://${l.snapshot}.tmp` });
-    expect(ch.api().map(([, m, a]) => `${m} ${a}`).slice(-3)).to.deep.equal(['PUT vm.pause', 'PUT vm.snapshot', 'PUT vmm.shutdown']);
+    expect(
+      ch
+        .api()
+        .map(([, m, a]) => `${m} ${a}`)
+        .slice(-3),
+    ).to.deep.equal(['PUT vm.pause', 'PUT vm.snapshot', 'PUT vmm.shutdown']);
     expect(existsSync(join(l.snapshot, 'config.json'))).to.equal(true);
     expect(existsSync(`${l.snapshot}.tmp`)).to.equal(false);
     expect(await hv.hasSavedState(spec)).to.equal(true);
     const r = await hv.launch(spec, { restore: true });
     expect(r.restored_from_snapshot).to.equal(true);
-    expect(ch.calls().at(-1)).to.deep.equal(['--api-socket', `path=${l.api}`, '--restore', `source_url=file://${l.snapshot}`]);
+    expect(ch.calls().at(-1)).to.deep.equal([
+      '--api-socket',
+      `path=${l.api}`,
+      '--restore',
+      `source_url=file://${l.snapshot}`,
+    ]);
     expect(ch.api().at(-1)!.slice(1, 3)).to.deep.equal(['PUT', 'vm.resume']);
     expect(existsSync(l.snapshot)).to.equal(false);
     expect((await agent.health(at(r), 2000)).hostname).to.equal('stand-in');
@@ -122,7 +168,11 @@ describe('ChHypervisor: what it asks of cloud-hypervisor', function () {
   });
 
   it('names the missing binary and the key that sets it', async () => {
-    const none = new ChHypervisor({ binary: join(ch.images, 'no-such-binary'), images: new ImageCatalog(ch.images), log: new SilentLogger() });
+    const none = new ChHypervisor({
+      binary: join(ch.images, 'no-such-binary'),
+      images: new ImageCatalog(ch.images),
+      log: new SilentLogger(),
+    });
     const e = (await none.launch(spec).catch((x: Error) => x)) as Error;
     expect(e).to.be.instanceOf(InvalidStateError);
     expect(e.message).to.match(/no-such-binary" not found \(cloud_hypervisor.binary/);
@@ -154,12 +204,23 @@ describe('svcd with hypervisor: cloud-hypervisor (a stand-in binary)', function 
   before(async () => {
     const root = tempDir('svc-ch-daemon-');
     ch = installFakeCh(root);
-    d = await startTestDaemon({ hypervisor: 'cloud-hypervisor', cloud_hypervisor: { binary: ch.binary }, images_dir: ch.images }, {}, root);
+    d = await startTestDaemon(
+      { hypervisor: 'cloud-hypervisor', cloud_hypervisor: { binary: ch.binary }, images_dir: ch.images },
+      {},
+      root,
+    );
   });
   after(() => d.stop());
 
   it('creates, proxies to the agent over hybrid vsock, suspends, restores and deletes a VM', async () => {
-    const made = await d.call('POST', '/vms?wait=agent', { name: 'chv', persistent: true, image: 'tiny', cpus: 1, memory_mb: 256, disk_gb: 1 });
+    const made = await d.call('POST', '/vms?wait=agent', {
+      name: 'chv',
+      persistent: true,
+      image: 'tiny',
+      cpus: 1,
+      memory_mb: 256,
+      disk_gb: 1,
+    });
     expect(made.status, made.text).to.equal(201);
     expect(made.json.status).to.equal('running');
     const health = await d.call('GET', '/vms/chv/agent/health');

@@ -11,21 +11,26 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
-interface Run { code: number; stdout: string; stderr: string }
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
   let d: TestDaemon;
   let env: NodeJS.ProcessEnv;
-  const svc = (args: string[], input?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Run> => new Promise((resolve) => {
-    const p = spawn(process.execPath, [SVC, ...args], { env: { ...env, ...extraEnv } });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (c) => (stdout += c));
-    p.stderr.on('data', (c) => (stderr += c));
-    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    p.stdin.end(input);
-  });
+  const svc = (args: string[], input?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Run> =>
+    new Promise((resolve) => {
+      const p = spawn(process.execPath, [SVC, ...args], { env: { ...env, ...extraEnv } });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (c) => (stdout += c));
+      p.stderr.on('data', (c) => (stderr += c));
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      p.stdin.end(input);
+    });
 
   before(async () => {
     d = await startTestDaemon({ fake_agent: true, import_dirs: [tmpdir()] });
@@ -36,7 +41,12 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   it('creates with progress lines, lists with --json and as a table', async () => {
     const r = await svc(['new', 'c1', '-p', '--tag', 'team=a', '-P', '18080:80', '--cpus', '2']);
     expect(r.code, r.stderr).to.equal(0);
-    expect(r.stderr.split('\n').filter(Boolean).map((l) => l.split(/\s+/)[0])).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
+    expect(
+      r.stderr
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(/\s+/)[0]),
+    ).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
     expect(r.stdout).to.match(/^NAME\s+STATUS/);
     const j = await svc(['ls', '--json']);
     const list = JSON.parse(j.stdout);
@@ -72,14 +82,15 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     mbr[511] = 0xaa;
     writeFileSync(join(cwd, 'cloud.raw'), mbr);
     writeFileSync(join(cwd, 'notes.txt'), 'not a disk\n'.repeat(200));
-    const run = (args: string[]) => new Promise<Run>((resolve) => {
-      const p = spawn(process.execPath, [SVC, ...args], { env, cwd });
-      let stdout = '';
-      let stderr = '';
-      p.stdout.on('data', (c) => (stdout += c));
-      p.stderr.on('data', (c) => (stderr += c));
-      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    });
+    const run = (args: string[]) =>
+      new Promise<Run>((resolve) => {
+        const p = spawn(process.execPath, [SVC, ...args], { env, cwd });
+        let stdout = '';
+        let stderr = '';
+        p.stdout.on('data', (c) => (stdout += c));
+        p.stderr.on('data', (c) => (stderr += c));
+        p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      });
     const r = await run(['image', 'import', 'cloud1', 'disk:cloud.raw', '--ssh-user', 'debian']);
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stderr).to.match(/^accepted .*disk:\/.*\/imports\/cloud\.raw/m);
@@ -135,7 +146,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['fwd', 'ls', 'c1'])).stdout).to.contain(String(f.host_port));
     expect((await svc(['fwd', 'rm', 'c1', String(f.host_port)])).code).to.equal(0);
     expect((await svc(['metrics', 'c1'])).stdout).to.match(/samples|no samples/);
-    expect(JSON.parse((await svc(['activity', '--json'])).stdout)[0]).to.have.keys('id', 't', 'action', 'target', 'status', 'duration_ms');
+    expect(JSON.parse((await svc(['activity', '--json'])).stdout)[0]).to.have.keys(
+      'id',
+      't',
+      'action',
+      'target',
+      'status',
+      'duration_ms',
+    );
     expect(JSON.parse((await svc(['info', '--json'])).stdout).hypervisor).to.equal('fake');
     expect((await svc(['logs', 'c1'])).stdout).to.contain('[fake] c1 booted');
     expect((await svc(['completion', 'bash'])).stdout).to.contain('complete -F _svc svc');
@@ -143,7 +161,11 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   });
 
   it('drives an interactive shell through a pseudo-terminal, with resize and the exit code', async () => {
-    const term = pty.spawn(process.execPath, [SVC, 'sh', 'c1', '--shell', '/bin/sh'], { cols: 91, rows: 29, env: env as Record<string, string> });
+    const term = pty.spawn(process.execPath, [SVC, 'sh', 'c1', '--shell', '/bin/sh'], {
+      cols: 91,
+      rows: 29,
+      env: env as Record<string, string>,
+    });
     let out = '';
     term.onData((s) => (out += s));
     const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
@@ -172,23 +194,60 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     for (const n of ['cl1', 'cl2', 'tpl']) expect((await svc(['rm', n])).code).to.equal(0);
   });
 
-  it('sets, shows and logs a VM\'s egress policy, and creates with one', async () => {
-    const made = await svc(['new', 'eg1', '--egress-default', 'deny', '--allow', 'PyPI.org', '--allow', 'host:8080', '--deny', '10.0.0.0/8:22', '--json']);
+  it("sets, shows and logs a VM's egress policy, and creates with one", async () => {
+    const made = await svc([
+      'new',
+      'eg1',
+      '--egress-default',
+      'deny',
+      '--allow',
+      'PyPI.org',
+      '--allow',
+      'host:8080',
+      '--deny',
+      '10.0.0.0/8:22',
+      '--json',
+    ]);
     expect(made.code, made.stderr).to.equal(0);
-    expect(JSON.parse(made.stdout).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: ['10.0.0.0/8:22'] });
-    expect((await svc(['egress', 'show', 'eg1'])).stdout).to.equal('default deny\nallow   pypi.org\nallow   host:8080\ndeny    10.0.0.0/8:22\n');
+    expect(JSON.parse(made.stdout).egress).to.deep.equal({
+      default: 'deny',
+      allow: ['pypi.org', 'host:8080'],
+      deny: ['10.0.0.0/8:22'],
+    });
+    expect((await svc(['egress', 'show', 'eg1'])).stdout).to.equal(
+      'default deny\nallow   pypi.org\nallow   host:8080\ndeny    10.0.0.0/8:22\n',
+    );
     const set = await svc(['egress', 'set', 'eg1', '--allow', '*.github.com']);
     expect(set.code, set.stderr).to.equal(0);
     expect(set.stdout).to.equal('default allow\nallow   *.github.com\n');
     const bad = await svc(['egress', 'set', 'eg1', '--allow', 'a b']);
     expect(bad.code).to.equal(1);
-    expect(bad.stderr).to.match(/^svc: egress.allow: egress rule "a b" is not a domain, an IP or CIDR, or host:PORT\n$/);
+    expect(bad.stderr).to.match(
+      /^svc: egress.allow: egress rule "a b" is not a domain, an IP or CIDR, or host:PORT\n$/,
+    );
     expect((await svc(['egress', 'set', 'eg1'])).stderr).to.match(/give --file, or --egress-default/);
     const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
-    net.emit({ t: '2026-01-01T00:00:00.000Z', vm: 'eg1', event: 'close', proto: 'tcp', decision: 'allow', rule: '*.github.com', addr: '140.82.112.3', port: 443, name: 'api.github.com', bytes_out: 2048, bytes_in: 1 << 20 });
+    net.emit({
+      t: '2026-01-01T00:00:00.000Z',
+      vm: 'eg1',
+      event: 'close',
+      proto: 'tcp',
+      decision: 'allow',
+      rule: '*.github.com',
+      addr: '140.82.112.3',
+      port: 443,
+      name: 'api.github.com',
+      bytes_out: 2048,
+      bytes_in: 1 << 20,
+    });
     const log = await svc(['egress', 'log', 'eg1']);
-    expect(log.stdout).to.match(/close\s+allow\s+tcp\s+api\.github\.com \(140\.82\.112\.3:443\)\s+\*\.github\.com\s+2\.0 KiB out, 1\.0 MiB in/);
-    expect(JSON.parse((await svc(['egress', 'log', 'eg1', '--json'])).stdout)).to.include({ rule: '*.github.com', bytes_in: 1 << 20 });
+    expect(log.stdout).to.match(
+      /close\s+allow\s+tcp\s+api\.github\.com \(140\.82\.112\.3:443\)\s+\*\.github\.com\s+2\.0 KiB out, 1\.0 MiB in/,
+    );
+    expect(JSON.parse((await svc(['egress', 'log', 'eg1', '--json'])).stdout)).to.include({
+      rule: '*.github.com',
+      bytes_in: 1 << 20,
+    });
     expect((await svc(['rm', 'eg1'])).code).to.equal(0);
   });
 

@@ -18,9 +18,12 @@ describe('SvcClient against a real daemon', function () {
   });
   after(async () => d.stop());
 
-  it('covers every route of the OpenAPI document (but /mcp, which MCP clients speak, and the dashboard\'s /ui)', async () => {
+  it("covers every route of the OpenAPI document (but /mcp, which MCP clients speak, and the dashboard's /ui)", async () => {
     const doc = parse(await c.openapi()) as { paths: Record<string, Record<string, unknown>> };
-    const documented = Object.entries(doc.paths).filter(([p]) => p !== '/mcp' && p !== '/ui' && !p.startsWith('/ui/')).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`)).sort();
+    const documented = Object.entries(doc.paths)
+      .filter(([p]) => p !== '/mcp' && p !== '/ui' && !p.startsWith('/ui/'))
+      .flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`))
+      .sort();
     expect([...CLIENT_ROUTES].sort()).to.deep.equal(documented);
   });
 
@@ -52,8 +55,18 @@ describe('SvcClient against a real daemon', function () {
 
   it('streams exec frames, uploads and downloads streams, and runs fs, secrets, forwards, shell and logs', async () => {
     const frames = [];
-    for await (const f of c.execStream('cl', { cmd: 'cat', args: [] }, Readable.from([Buffer.from('via '), Buffer.from('stdin')]))) frames.push(f);
-    expect(frames.filter((f) => f.type === 'stdout').map((f) => f.data).join('')).to.equal('via stdin');
+    for await (const f of c.execStream(
+      'cl',
+      { cmd: 'cat', args: [] },
+      Readable.from([Buffer.from('via '), Buffer.from('stdin')]),
+    ))
+      frames.push(f);
+    expect(
+      frames
+        .filter((f) => f.type === 'stdout')
+        .map((f) => f.data)
+        .join(''),
+    ).to.equal('via stdin');
     expect((await c.exec('cl', { cmd: 'sh', args: ['-c', 'exit 9'] })).exit_code).to.equal(9);
     const root = join(d.config.data_dir, 'vms', 'cl', 'guest');
     const data = randomBytes(1 << 20);
@@ -98,7 +111,14 @@ describe('SvcClient against a real daemon', function () {
   });
 
   it('runs the embedding example from docs/embedding.md', () => {
-    const out = execFileSync(process.execPath, [fileURLToPath(new URL('../../examples/embed.js', import.meta.url))], { encoding: 'utf8' });
-    expect(JSON.parse(out)).to.deep.equal({ created: 'running', restored: 'running', launched: ['embedded', 'embedded (restore)'], left: 0 });
+    const out = execFileSync(process.execPath, [fileURLToPath(new URL('../../examples/embed.js', import.meta.url))], {
+      encoding: 'utf8',
+    });
+    expect(JSON.parse(out)).to.deep.equal({
+      created: 'running',
+      restored: 'running',
+      launched: ['embedded', 'embedded (restore)'],
+      left: 0,
+    });
   });
 });

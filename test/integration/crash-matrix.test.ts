@@ -10,13 +10,18 @@ import { call, type Target } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 
-
 /** The steps that lead to a failpoint, then how to retry what was cut off. */
-const MATRIX: { point: Failpoint; setup?: (t: Target) => Promise<unknown>; run: (t: Target) => Promise<unknown>; retry: (t: Target) => Promise<unknown> }[] = [
+const MATRIX: {
+  point: Failpoint;
+  setup?: (t: Target) => Promise<unknown>;
+  run: (t: Target) => Promise<unknown>;
+  retry: (t: Target) => Promise<unknown>;
+}[] = [
   ...(['create.saved', 'create.disk', 'create.launched', 'create.ready'] as const).map((point) => ({
     point,
     run: (t: Target) => call(t, 'POST', '/vms', { name: 'v', persistent: true }),
-    retry: async (t: Target) => expect((await call(t, 'POST', '/vms', { name: 'v', persistent: true })).status).to.equal(201),
+    retry: async (t: Target) =>
+      expect((await call(t, 'POST', '/vms', { name: 'v', persistent: true })).status).to.equal(201),
   })),
   {
     point: 'clone.copied',
@@ -70,7 +75,8 @@ const MATRIX: { point: Failpoint; setup?: (t: Target) => Promise<unknown>; run: 
       expect((await call(t, 'POST', '/vms/tpl/suspend')).status).to.equal(200);
     },
     run: async (t) => {
-      for (let i = 0; i < 400 && (await call(t, 'GET', '/pool')).json.ready < 1; i++) await new Promise((r) => setTimeout(r, 25));
+      for (let i = 0; i < 400 && (await call(t, 'GET', '/pool')).json.ready < 1; i++)
+        await new Promise((r) => setTimeout(r, 25));
       expect((await call(t, 'GET', '/pool')).json.ready).to.equal(1);
       return call(t, 'POST', '/vms', { name: 'claimed', from_pool: true });
     },
@@ -103,7 +109,17 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
     it(`dies at ${m.point}, restarts clean, and the operation can be retried`, async () => {
       const dir = tempDir('svc-crash-');
       const socket = join(dir, 'svc.sock');
-      const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, warm_pool: { template: 'tpl', size: 1 } };
+      const raw = {
+        data_dir: join(dir, 'data'),
+        socket,
+        api: '',
+        hypervisor: 'fake',
+        test_mode: true,
+        fake_boot_delay: '10ms',
+        log_level: 'warn',
+        sandbox_metrics_enabled: false,
+        warm_pool: { template: 'tpl', size: 1 },
+      };
       const t: Target = { socketPath: socket };
       if (m.setup) {
         const plain = await spawnSvcd(dir, raw, { stderr: 'ignore' });
@@ -111,7 +127,10 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
         await plain.stop();
       }
       const child = await spawnSvcd(dir, raw, { failpoint: m.point });
-      const ran = await m.run(t).then(() => 'answered', (e: Error) => (e.name === 'AssertionError' ? e : 'cut off'));
+      const ran = await m.run(t).then(
+        () => 'answered',
+        (e: Error) => (e.name === 'AssertionError' ? e : 'cut off'),
+      );
       if (ran instanceof Error) {
         child.proc.kill('SIGKILL');
         throw ran;
@@ -122,12 +141,19 @@ describe('crash matrix: the daemon killed at each step loses nothing (fake hyper
       const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
       try {
         const vms = (await call(t, 'GET', '/vms')).json as { name: string; status: string }[];
-        for (const v of vms) expect(['running', 'paused', 'stopped', 'suspended', 'error'], `${v.name} after ${m.point}`).to.include(v.status);
+        for (const v of vms)
+          expect(['running', 'paused', 'stopped', 'suspended', 'error'], `${v.name} after ${m.point}`).to.include(
+            v.status,
+          );
         // warm pool members are records too, hidden from the list; the pool refills at start
         await d.poolSettled();
         const dirs = existsSync(join(raw.data_dir, 'vms')) ? readdirSync(join(raw.data_dir, 'vms')).sort() : [];
-        const members = ((await call(t, 'GET', '/pool')).json.members as { name: string }[] | undefined ?? []).map((m) => m.name);
-        expect(dirs, 'a directory for every record and none other').to.deep.equal([...vms.map((v) => v.name), ...members].sort());
+        const members = (((await call(t, 'GET', '/pool')).json.members as { name: string }[] | undefined) ?? []).map(
+          (m) => m.name,
+        );
+        expect(dirs, 'a directory for every record and none other').to.deep.equal(
+          [...vms.map((v) => v.name), ...members].sort(),
+        );
         await m.retry(t);
       } finally {
         await d.stop();

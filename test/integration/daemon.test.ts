@@ -26,7 +26,15 @@ describe('daemon over HTTP (fake hypervisor)', function () {
 
     it('answers /healthz without a token and 401 elsewhere, with WWW-Authenticate', async () => {
       expect((await call({ socketPath: d.config.socket }, 'GET', '/healthz')).json).to.deep.equal({ status: 'ok' });
-      for (const [method, path] of [['GET', '/info'], ['GET', '/vms'], ['POST', '/vms'], ['GET', '/metrics'], ['GET', '/openapi.yaml'], ['DELETE', '/vms/x'], ['GET', '/nope']]) {
+      for (const [method, path] of [
+        ['GET', '/info'],
+        ['GET', '/vms'],
+        ['POST', '/vms'],
+        ['GET', '/metrics'],
+        ['GET', '/openapi.yaml'],
+        ['DELETE', '/vms/x'],
+        ['GET', '/nope'],
+      ]) {
         const r = await call({ port: d.tcp.port }, method, path);
         expect(r.status, `${method} ${path}`).to.equal(401);
         expect(r.headers['www-authenticate']).to.match(/^Bearer/);
@@ -59,9 +67,24 @@ describe('daemon over HTTP (fake hypervisor)', function () {
 
   describe('create', () => {
     it('blocks until ready and answers 201 with the Instance', async () => {
-      const r = await d.call('POST', '/vms', { name: 'web', cpus: 2, memory_mb: 256, tags: { a: 'b' }, userdata: 'echo hi', forwards: [{ guest_port: 80 }] });
+      const r = await d.call('POST', '/vms', {
+        name: 'web',
+        cpus: 2,
+        memory_mb: 256,
+        tags: { a: 'b' },
+        userdata: 'echo hi',
+        forwards: [{ guest_port: 80 }],
+      });
       expect(r.status).to.equal(201);
-      expect(r.json).to.include({ name: 'web', status: 'running', persistent: false, cpus: 2, memory_mb: 256, disk_gb: 4, image: 'debian' });
+      expect(r.json).to.include({
+        name: 'web',
+        status: 'running',
+        persistent: false,
+        cpus: 2,
+        memory_mb: 256,
+        disk_gb: 4,
+        image: 'debian',
+      });
       expect(r.json).not.to.have.property('userdata');
       expect(r.json.forwards).to.have.length(1);
       expect(r.json.forwards[0]).to.include({ guest_port: 80, proto: 'tcp', kind: 'boot' });
@@ -85,7 +108,12 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
       for (const e of events) expect(e).to.include.keys('phase', 'message', 'name', 't', 'elapsed_ms');
       expect((events.at(-1)!.instance as { status: string }).status).to.equal('running');
-      const r2 = await d.call('POST', '/vms?wait=ssh', { name: 's2', image: 'ssh-only' }, { accept: 'application/x-ndjson' });
+      const r2 = await d.call(
+        'POST',
+        '/vms?wait=ssh',
+        { name: 's2', image: 'ssh-only' },
+        { accept: 'application/x-ndjson' },
+      );
       expect(ndjson(r2.text).map((e) => e.phase)).to.include('wait_ssh');
     });
 
@@ -209,7 +237,10 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       await d.restart();
       const list = (await d.call('GET', '/vms')).json as { name: string; status: string }[];
       // The fake hypervisor's processes cannot outlive the daemon: a running persistent vm is `error`.
-      expect(list.map((i) => [i.name, i.status])).to.deep.equal([['keep', 'stopped'], ['run', 'error']]);
+      expect(list.map((i) => [i.name, i.status])).to.deep.equal([
+        ['keep', 'stopped'],
+        ['run', 'error'],
+      ]);
       expect((await d.call('POST', '/vms/keep/start')).json.status).to.equal('running');
       expect((await d.call('POST', '/vms/run/start')).json.status).to.equal('running');
     });
@@ -233,7 +264,11 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       const put = await d.call('POST', '/secrets', { name: 'DB_PASS', value: 'hunter2-very-secret' });
       expect(put.status).to.equal(200);
       expect(put.json).to.include({ name: 'DB_PASS', size: 19, mode: '0600' });
-      const bin = await d.call('POST', '/secrets', { name: 'blob', data_base64: Buffer.from([0, 1, 2, 255]).toString('base64'), mode: '0640' });
+      const bin = await d.call('POST', '/secrets', {
+        name: 'blob',
+        data_base64: Buffer.from([0, 1, 2, 255]).toString('base64'),
+        mode: '0640',
+      });
       expect(bin.json).to.include({ size: 4, mode: '0640' });
       const list = await d.call('GET', '/secrets');
       expect(list.json.map((s: { name: string }) => s.name)).to.deep.equal(['DB_PASS', 'blob']);
@@ -246,7 +281,10 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(readFileSync(join(d.config.data_dir, 'activity.json'), 'utf8')).not.to.contain('hunter2');
       await d.restart();
       expect((await d.call('GET', '/secrets')).json).to.have.length(2);
-      expect((await d.call('DELETE', '/secrets/DB_PASS')).json).to.deep.equal({ message: 'secret DB_PASS deleted', name: 'DB_PASS' });
+      expect((await d.call('DELETE', '/secrets/DB_PASS')).json).to.deep.equal({
+        message: 'secret DB_PASS deleted',
+        name: 'DB_PASS',
+      });
       expect((await d.call('DELETE', '/secrets/DB_PASS')).status).to.equal(404);
     });
 
@@ -256,11 +294,17 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       const key = readFileSync(keyPath);
       await d.daemon.stop();
       writeFileSync(keyPath, key.subarray(0, 7));
-      const damaged = await d.restart().then(() => undefined, (e: Error) => e);
+      const damaged = await d.restart().then(
+        () => undefined,
+        (e: Error) => e,
+      );
       expect(damaged?.message).to.match(/secret\.key is damaged \(7 bytes, not 32\); svcd will not replace it/);
       expect(readFileSync(keyPath).length).to.equal(7);
       rmSync(keyPath);
-      const missing = await d.restart().then(() => undefined, (e: Error) => e);
+      const missing = await d.restart().then(
+        () => undefined,
+        (e: Error) => e,
+      );
       expect(missing?.message).to.match(/secret\.key is missing but \d+ secret\(s\) are stored/);
       expect(existsSync(keyPath)).to.equal(false);
       writeFileSync(keyPath, key, { mode: 0o600 });
@@ -270,7 +314,14 @@ describe('daemon over HTTP (fake hypervisor)', function () {
     });
 
     it('refuses bad secrets', async () => {
-      for (const body of [{ name: '1bad', value: 'x' }, { name: 'a' }, { name: 'a', value: 'x', data_base64: 'eA==' }, { name: 'a', value: 1 }, { name: 'a', value: 'x', mode: '999' }, { name: 'a', value: 'x', other: 1 }]) {
+      for (const body of [
+        { name: '1bad', value: 'x' },
+        { name: 'a' },
+        { name: 'a', value: 'x', data_base64: 'eA==' },
+        { name: 'a', value: 1 },
+        { name: 'a', value: 'x', mode: '999' },
+        { name: 'a', value: 'x', other: 1 },
+      ]) {
         const r = await d.call('POST', '/secrets', body);
         expect(r.status, JSON.stringify(body)).to.equal(400);
       }

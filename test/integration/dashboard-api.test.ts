@@ -5,7 +5,12 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { openShell } from '../helpers/ws-shell.js';
 
 /** Reads an NDJSON stream line by line until `enough` says stop; then drops the connection. */
-function readEvents(port: number, path: string, headers: Record<string, string>, enough: (lines: Record<string, unknown>[]) => boolean): Promise<Record<string, unknown>[]> {
+function readEvents(
+  port: number,
+  path: string,
+  headers: Record<string, string>,
+  enough: (lines: Record<string, unknown>[]) => boolean,
+): Promise<Record<string, unknown>[]> {
   return new Promise((resolve, reject) => {
     const lines: Record<string, unknown>[] = [];
     const req = request({ host: '127.0.0.1', port, path, headers }, (res) => {
@@ -41,7 +46,8 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     port = d.tcp.port!;
   });
   after(async () => d.stop());
-  const tcp = (method: string, path: string, headers: Record<string, string> = {}, body?: unknown) => call({ port }, method, path, body, headers);
+  const tcp = (method: string, path: string, headers: Record<string, string> = {}, body?: unknown) =>
+    call({ port }, method, path, body, headers);
   const login = async () => {
     const r = await tcp('POST', '/ui/session', { origin: `http://127.0.0.1:${port}` }, { token: d.config.api_token });
     expect(r.status, r.text).to.equal(200);
@@ -53,7 +59,9 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     expect(r.status).to.equal(200);
     expect(r.headers['content-type']).to.match(/text\/html/);
     expect(r.text).to.include('app.js');
-    expect(r.headers['content-security-policy']).to.include("script-src 'self'").and.to.include("frame-ancestors 'none'");
+    expect(r.headers['content-security-policy'])
+      .to.include("script-src 'self'")
+      .and.to.include("frame-ancestors 'none'");
     expect(r.headers['x-frame-options']).to.equal('DENY');
     expect((await tcp('GET', '/ui/app.js')).headers['content-type']).to.match(/javascript/);
     const redirect = await tcp('GET', '/ui');
@@ -93,19 +101,30 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
   it('refuses a log-in, a change or a shell from another origin, and a foreign Host, even with a live session', async () => {
     const id = await login();
     const evil = { origin: 'http://evil.example', cookie: `svc_session=${id}` };
-    expect((await tcp('POST', '/ui/session', { origin: 'http://evil.example' }, { token: d.config.api_token })).status, 'login CSRF').to.equal(403);
+    expect(
+      (await tcp('POST', '/ui/session', { origin: 'http://evil.example' }, { token: d.config.api_token })).status,
+      'login CSRF',
+    ).to.equal(403);
     expect((await tcp('POST', '/vms', evil, { name: 'csrf' })).status).to.equal(403);
     expect((await d.call('GET', '/vms/csrf')).status).to.equal(404);
     expect((await tcp('GET', '/ui/', { host: 'attacker.example' })).status, 'DNS rebinding').to.equal(403);
-    expect((await tcp('GET', '/vms', { host: `rebind.example:${port}`, cookie: `svc_session=${id}` })).status).to.equal(403);
-    const err = await openShell(`ws://127.0.0.1:${port}/vms/nope/shell`, evil).then(() => undefined, (e: { status?: number }) => e);
+    expect((await tcp('GET', '/vms', { host: `rebind.example:${port}`, cookie: `svc_session=${id}` })).status).to.equal(
+      403,
+    );
+    const err = await openShell(`ws://127.0.0.1:${port}/vms/nope/shell`, evil).then(
+      () => undefined,
+      (e: { status?: number }) => e,
+    );
     expect(err?.status).to.equal(403);
   });
 
-  it('lets a session open the shell WebSocket from the daemon\'s own origin', async () => {
+  it("lets a session open the shell WebSocket from the daemon's own origin", async () => {
     expect((await d.call('POST', '/vms', { name: 'sh1' })).status).to.equal(201);
     const id = await login();
-    const sh = await openShell(`ws://127.0.0.1:${port}/vms/sh1/shell`, { origin: `http://127.0.0.1:${port}`, cookie: `svc_session=${id}` });
+    const sh = await openShell(`ws://127.0.0.1:${port}/vms/sh1/shell`, {
+      origin: `http://127.0.0.1:${port}`,
+      cookie: `svc_session=${id}`,
+    });
     sh.send('echo cookie-$((20+22))\n');
     await sh.waitFor(/cookie-42/);
     sh.ws.close();
@@ -123,13 +142,16 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     const lines = await seen;
     expect(lines[0].event).to.equal('snapshot');
     expect(lines[0].vms).to.be.an('array');
-    const states = lines.filter((l) => l.event === 'vm' && (l.vm as { name: string }).name === 'ev1').map((l) => (l.vm as { status: string }).status);
+    const states = lines
+      .filter((l) => l.event === 'vm' && (l.vm as { name: string }).name === 'ev1')
+      .map((l) => (l.vm as { status: string }).status);
     expect(states[0]).to.equal('creating');
     expect(states).to.include('running').and.to.include('paused');
     expect(states.indexOf('paused')).to.be.lessThan(states.lastIndexOf('running'));
     expect(lines[lines.length - 1]).to.deep.equal({ event: 'removed', name: 'ev1' });
     // VMs as the API shows them: nothing private
-    for (const l of lines.filter((x) => x.event === 'vm')) expect(l.vm).to.not.have.any.keys('runtime', 'userdata', 'agent_missing');
+    for (const l of lines.filter((x) => x.event === 'vm'))
+      expect(l.vm).to.not.have.any.keys('runtime', 'userdata', 'agent_missing');
   });
 
   it('needs auth for the change feed', async () => {
@@ -140,12 +162,17 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
 describe('dashboard without a token', function () {
   this.timeout(30_000);
   let d: TestDaemon;
-  before(async () => { d = await startTestDaemon({ api_token: '' }); });
+  before(async () => {
+    d = await startTestDaemon({ api_token: '' });
+  });
   after(async () => d.stop());
 
   it('needs no log-in on loopback', async () => {
     const port = d.tcp.port!;
-    expect((await call({ port }, 'GET', '/ui/session')).json).to.deep.equal({ token_required: false, authenticated: true });
+    expect((await call({ port }, 'GET', '/ui/session')).json).to.deep.equal({
+      token_required: false,
+      authenticated: true,
+    });
     const r = await call({ port }, 'POST', '/ui/session', { token: '' }, { origin: `http://127.0.0.1:${port}` });
     expect(r.json.authenticated).to.equal(true);
     expect(r.headers['set-cookie']).to.equal(undefined);

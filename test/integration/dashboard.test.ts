@@ -68,14 +68,19 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.click('[data-test=create-submit]');
     await until(page, `document.querySelector('[data-test=create-progress] .phase-ready')`);
     const progress = await text('[data-test=create-progress]');
-    expect(progress).to.match(/accepted/).and.to.match(/boot/).and.to.match(/ready/);
+    expect(progress)
+      .to.match(/accepted/)
+      .and.to.match(/boot/)
+      .and.to.match(/ready/);
     await until(page, `${rowStatus(vm)} === 'running'`);
     expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');
     await screenshot(page, 'vms');
   });
 
   it('shows a change made through the API without a reload', async () => {
-    await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
+    await page.evaluate(() => {
+      (window as unknown as { marker: number }).marker = 42;
+    });
     expect((await d.call('POST', `/vms/${vm}/pause`)).status).to.equal(200);
     await until(page, `${rowStatus(vm)} === 'paused'`);
     expect((await d.call('POST', `/vms/${vm}/resume`)).status).to.equal(200);
@@ -112,7 +117,9 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.click(`tr[data-vm="${vm}"] a`);
     await page.waitForSelector('[data-test=fields]');
     expect(await text('[data-test=vm-title]')).to.include(vm);
-    expect(await text('[data-test=fields]')).to.include('persistent').and.to.include('512 MB');
+    expect(await text('[data-test=fields]'))
+      .to.include('persistent')
+      .and.to.include('512 MB');
     await page.type('[data-test=forwards] input[name=guest_port]', '8080');
     await page.click('[data-test=forwards] button[type=submit]');
     await until(page, `document.querySelector('[data-test=forwards] tbody')?.innerText.includes('8080')`);
@@ -136,14 +143,20 @@ describe('dashboard in a real browser (chromium)', function () {
       const m = [...(await screen()).matchAll(/^(\d+) (\d+)\s*$/gm)];
       return m.length > 0 ? m[m.length - 1].slice(1).map(Number) : [];
     };
-    await until(page, `/^\\d+ \\d+\\s*$/m.test(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '')`);
+    await until(
+      page,
+      `/^\\d+ \\d+\\s*$/m.test(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '')`,
+    );
     const [rows1, cols1] = await size();
     expect(cols1).to.be.greaterThan(40);
     await screenshot(page, 'terminal');
     await page.setViewport({ width: 900, height: 700 });
     await new Promise((r) => setTimeout(r, 300));
     await page.keyboard.type('clear; stty size\n');
-    await until(page, `(() => { const m = [...(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '').matchAll(/^(\\d+) (\\d+)\\s*$/gm)]; return m.length > 0 && Number(m[m.length - 1][2]) < ${cols1}; })()`);
+    await until(
+      page,
+      `(() => { const m = [...(document.querySelector('[data-test=terminal] .xterm-rows')?.innerText ?? '').matchAll(/^(\\d+) (\\d+)\\s*$/gm)]; return m.length > 0 && Number(m[m.length - 1][2]) < ${cols1}; })()`,
+    );
     const [rows2, cols2] = await size();
     expect(cols2).to.be.lessThan(cols1);
     expect(rows2).to.be.lessThan(rows1);
@@ -170,7 +183,8 @@ describe('dashboard in a real browser (chromium)', function () {
     await (input as unknown as { uploadFile(p: string): Promise<void> }).uploadFile(src);
     await page.waitForSelector('tr[data-file="blob.bin"]', { timeout: 20_000 });
     const up = join(dir, 'blob.bin');
-    for (let i = 0; i < 100 && !(existsSync(up) && statSync(up).size === data.length); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 100 && !(existsSync(up) && statSync(up).size === data.length); i++)
+      await new Promise((r) => setTimeout(r, 100));
     expect(sha(readFileSync(up))).to.equal(sha(data));
 
     const downloads = join(work, 'downloads');
@@ -179,7 +193,12 @@ describe('dashboard in a real browser (chromium)', function () {
     await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: downloads });
     await page.click('tr[data-file="blob.bin"] [data-test=download]');
     const got = join(downloads, 'blob.bin');
-    for (let i = 0; i < 100 && !(existsSync(got) && statSync(got).size === data.length && readdirSync(downloads).length === 1); i++) await new Promise((r) => setTimeout(r, 100));
+    for (
+      let i = 0;
+      i < 100 && !(existsSync(got) && statSync(got).size === data.length && readdirSync(downloads).length === 1);
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 100));
     expect(sha(readFileSync(got))).to.equal(sha(data));
 
     await page.type('[data-test=mkdir-name]', 'made-here');
@@ -195,9 +214,19 @@ describe('dashboard in a real browser (chromium)', function () {
     expect(existsSync(join(dir, 'blob.bin'))).to.equal(false);
   });
 
-  it('edits a VM\'s egress policy (a bad rule is refused with the daemon\'s words) and lists its decisions', async () => {
+  it("edits a VM's egress policy (a bad rule is refused with the daemon's words) and lists its decisions", async () => {
     const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
-    net.emit({ t: new Date().toISOString(), vm, event: 'deny', proto: 'tcp', decision: 'deny', rule: 'host-closed', addr: 'host', port: 7474, name: 'host.svc.internal' });
+    net.emit({
+      t: new Date().toISOString(),
+      vm,
+      event: 'deny',
+      proto: 'tcp',
+      decision: 'deny',
+      rule: 'host-closed',
+      addr: 'host',
+      port: 7474,
+      name: 'host.svc.internal',
+    });
     await page.goto(`${base}/ui/#/vm/${vm}/egress`);
     await page.waitForSelector('[data-test=egress] select[name=egress_default]');
     await page.waitForSelector('[data-test=egress-log] tbody tr');
@@ -205,15 +234,28 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.select('[data-test=egress] select[name=egress_default]', 'deny');
     await page.type('[data-test=egress] textarea[name=egress_allow]', 'pypi.org\nnot a rule');
     await page.click('[data-test=egress-save]');
-    await until(page, `document.querySelector('[data-test=egress] [role=alert]')?.textContent.includes('not a domain')`);
-    expect((await d.call('GET', `/vms/${vm}/egress`)).json.default, 'a refused policy changed nothing').to.equal('allow');
+    await until(
+      page,
+      `document.querySelector('[data-test=egress] [role=alert]')?.textContent.includes('not a domain')`,
+    );
+    expect((await d.call('GET', `/vms/${vm}/egress`)).json.default, 'a refused policy changed nothing').to.equal(
+      'allow',
+    );
     await page.click('[data-test=egress] textarea[name=egress_allow]', { clickCount: 3 });
     await page.keyboard.press('Backspace');
     await page.type('[data-test=egress] textarea[name=egress_allow]', 'pypi.org\nhost:8080');
     await page.click('[data-test=egress-save]');
     await page.waitForSelector('[data-test=egress-saved]');
-    expect((await d.call('GET', `/vms/${vm}/egress`)).json).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
-    expect(net.policies.get(vm), 'in force on the running VM').to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
+    expect((await d.call('GET', `/vms/${vm}/egress`)).json).to.deep.equal({
+      default: 'deny',
+      allow: ['pypi.org', 'host:8080'],
+      deny: [],
+    });
+    expect(net.policies.get(vm), 'in force on the running VM').to.deep.equal({
+      default: 'deny',
+      allow: ['pypi.org', 'host:8080'],
+      deny: [],
+    });
     await screenshot(page, 'egress');
   });
 
@@ -259,7 +301,9 @@ describe('dashboard in a real browser (chromium)', function () {
       const port = (evil.address() as { port: number }).port;
       const other = await browser.newPage();
       const answers: number[] = [];
-      other.on('response', (res) => { if (res.url().startsWith(`${base}/vms`)) answers.push(res.status()); });
+      other.on('response', (res) => {
+        if (res.url().startsWith(`${base}/vms`)) answers.push(res.status());
+      });
       await other.goto(`http://127.0.0.1:${port}/`);
       for (let i = 0; i < 50 && answers.length < 1; i++) await new Promise((r) => setTimeout(r, 100));
       await new Promise((r) => setTimeout(r, 500));

@@ -2,7 +2,14 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { backingName, freeze, layersOf, MAX_LAYERS, replaceState, shareInto } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
+import {
+  backingName,
+  freeze,
+  layersOf,
+  MAX_LAYERS,
+  replaceState,
+  shareInto,
+} from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -10,10 +17,15 @@ import { tempDir } from '../helpers/daemon.js';
 const img = (...args: string[]) => execFileSync('qemu-img', args, { encoding: 'utf8' });
 /** Fills the disk's first 64 KiB with one character, as a guest would write (through qemu-io). */
 const write = (disk: string, ch: string) => {
-  execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(ch).toString('hex')} 0 64k`, disk], { stdio: 'ignore' });
+  execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(ch).toString('hex')} 0 64k`, disk], {
+    stdio: 'ignore',
+  });
 };
 /** The byte at offset 0 as the whole chain shows it. */
-const firstByte = (disk: string) => execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', 'read -v 0 1', disk], { encoding: 'utf8' }).split('\n')[0].split(/\s+/)[1];
+const firstByte = (disk: string) =>
+  execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', 'read -v 0 1', disk], { encoding: 'utf8' })
+    .split('\n')[0]
+    .split(/\s+/)[1];
 
 describe('qemu disk layers: clones share a frozen template instead of copying it', () => {
   let root: string;
@@ -97,11 +109,20 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
     /** Cycle i writes its own letter at its own 64 KiB block: every layer holds something. */
     const letter = (i: number) => String.fromCharCode(0x61 + i);
-    const writeAt = (disk: string, i: number) => execFileSync('qemu-io', ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(letter(i)).toString('hex')} ${(i + 1) * 65536} 64k`, disk], { stdio: 'ignore' });
-    const byteAt = (disk: string, off: number) => execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', `read -v ${off} 1`, disk], { encoding: 'utf8' }).split('\n')[0].split(/\s+/)[1];
+    const writeAt = (disk: string, i: number) =>
+      execFileSync(
+        'qemu-io',
+        ['-f', 'qcow2', '-c', `write -P 0x${Buffer.from(letter(i)).toString('hex')} ${(i + 1) * 65536} 64k`, disk],
+        { stdio: 'ignore' },
+      );
+    const byteAt = (disk: string, off: number) =>
+      execFileSync('qemu-io', ['-r', '-f', 'qcow2', '-c', `read -v ${off} 1`, disk], { encoding: 'utf8' })
+        .split('\n')[0]
+        .split(/\s+/)[1];
     const shows = (disk: string, n: number) => {
       expect(byteAt(disk, 0)).to.equal('67'); // the image's 'g'
-      for (let i = 0; i < n; i++) expect(byteAt(disk, (i + 1) * 65536), `block ${i + 1}`).to.equal(Buffer.from(letter(i)).toString('hex'));
+      for (let i = 0; i < n; i++)
+        expect(byteAt(disk, (i + 1) * 65536), `block ${i + 1}`).to.equal(Buffer.from(letter(i)).toString('hex'));
     };
     writeFileSync(join(tpl, 'state.mig'), 'ram');
     await writeSaved(tpl, { kind: 'stream', file: 'state.mig' });

@@ -10,7 +10,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Processes on this host whose command line is exactly `sleep <secs>` (fake_agent runs guests' commands here). */
 const sleepers = (secs: string) => {
   try {
-    return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+    return execFileSync('pgrep', ['-fx', `sleep ${secs}`], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .filter(Boolean).length;
   } catch {
     return 0;
   }
@@ -25,20 +28,34 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
   this.timeout(60_000);
   let d: TestDaemon;
   before(async () => {
-    d = await startTestDaemon({ fake_agent: true, max_execs_per_vm: 2, max_execs_total: 3, sandbox_metrics_enabled: false });
+    d = await startTestDaemon({
+      fake_agent: true,
+      max_execs_per_vm: 2,
+      max_execs_total: 3,
+      sandbox_metrics_enabled: false,
+    });
     for (const name of ['a', 'b']) expect((await d.call('POST', '/vms', { name })).status).to.equal(201);
   });
   after(async () => d.stop());
 
   /** Opens an exec and leaves it open; resolves once the command runs, with a function that hangs up. */
-  const openExec = (vm: string, secs: string, buffered: boolean) => new Promise<() => void>((resolve, reject) => {
-    const req = request({ socketPath: d.config.socket, method: 'POST', path: `/vms/${vm}/exec?cmd=sleep&args=${secs}&buffered=${buffered}`, headers: { authorization: 'Bearer test-token' } }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+  const openExec = (vm: string, secs: string, buffered: boolean) =>
+    new Promise<() => void>((resolve, reject) => {
+      const req = request(
+        {
+          socketPath: d.config.socket,
+          method: 'POST',
+          path: `/vms/${vm}/exec?cmd=sleep&args=${secs}&buffered=${buffered}`,
+          headers: { authorization: 'Bearer test-token' },
+        },
+        (res) => {
+          if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+        },
+      );
+      req.on('error', () => undefined);
+      req.end();
+      void until(() => sleepers(secs) > 0).then(() => resolve(() => req.destroy()));
     });
-    req.on('error', () => undefined);
-    req.end();
-    void until(() => sleepers(secs) > 0).then(() => resolve(() => req.destroy()));
-  });
 
   it('refuses an exec past the per-VM and total caps with 429 and Retry-After, and frees the slot when a client leaves', async () => {
     const hang = [await openExec('a', '301', false), await openExec('a', '302', true)];
@@ -52,7 +69,10 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
     expect(total.json.error).to.match(/max_execs_total/);
     // Clients that leave kill their commands in the guest, streamed and buffered alike.
     for (const h of hang) h();
-    expect(await until(() => sleepers('301') + sleepers('302') + sleepers('303') === 0), `commands killed: ${sleepers('301')} ${sleepers('302')} ${sleepers('303')}`).to.equal(true);
+    expect(
+      await until(() => sleepers('301') + sleepers('302') + sleepers('303') === 0),
+      `commands killed: ${sleepers('301')} ${sleepers('302')} ${sleepers('303')}`,
+    ).to.equal(true);
     await sleep(100);
     expect((await d.call('POST', '/vms/a/exec?cmd=true')).status).to.equal(200);
     expect((await d.call('POST', '/vms/b/exec?cmd=true')).status).to.equal(200);
@@ -61,19 +81,33 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
   it('frees the slot and kills the command of a streamed exec whose client leaves mid-stream, while output is backed up', async () => {
     for (let i = 0; i < 3; i++) {
       await new Promise<void>((resolve) => {
-        const req = request({ socketPath: d.config.socket, method: 'POST', path: '/vms/a/exec?cmd=yes&args=svc-soak-yes&buffered=false', headers: { authorization: 'Bearer test-token' } }, (res) => {
-          res.once('data', () => {
-            res.pause(); // let the daemon's writes back up, then leave
-            setTimeout(() => { req.destroy(); resolve(); }, 300);
-          });
-        });
+        const req = request(
+          {
+            socketPath: d.config.socket,
+            method: 'POST',
+            path: '/vms/a/exec?cmd=yes&args=svc-soak-yes&buffered=false',
+            headers: { authorization: 'Bearer test-token' },
+          },
+          (res) => {
+            res.once('data', () => {
+              res.pause(); // let the daemon's writes back up, then leave
+              setTimeout(() => {
+                req.destroy();
+                resolve();
+              }, 300);
+            });
+          },
+        );
         req.on('error', () => undefined);
         req.end();
       });
     }
     const yesCount = () => {
       try {
-        return execFileSync('pgrep', ['-fx', 'yes svc-soak-yes'], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+        return execFileSync('pgrep', ['-fx', 'yes svc-soak-yes'], { encoding: 'utf8' })
+          .trim()
+          .split('\n')
+          .filter(Boolean).length;
       } catch {
         return 0;
       }
@@ -88,10 +122,15 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
     for (let i = 0; i < 4; i++) {
       await new Promise<void>((resolve) => {
         const s = connect(d.config.socket, () => {
-          s.write('GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n'
-            + 'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+          s.write(
+            'GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n' +
+              'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+          );
           // gone before the daemon has the guest's shell
-          setTimeout(() => { s.destroy(); resolve(); }, i * 5);
+          setTimeout(() => {
+            s.destroy();
+            resolve();
+          }, i * 5);
         });
         s.on('error', () => resolve());
       });
@@ -103,7 +142,11 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
 
   it('refuses an upgrade without the WebSocket headers before opening a shell', async () => {
     const text = await new Promise<string>((resolve) => {
-      const s = connect(d.config.socket, () => s.write('GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'));
+      const s = connect(d.config.socket, () =>
+        s.write(
+          'GET /vms/a/shell HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer test-token\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+        ),
+      );
       let got = '';
       s.on('data', (c) => (got += c.toString()));
       s.on('close', () => resolve(got));
@@ -123,18 +166,22 @@ describe('slow clients (header_timeout 1s)', function () {
   });
   after(async () => d.stop());
 
-  const trickleHeaders = (opts: { port?: number; path?: string }) => new Promise<{ ms: number; got: string }>((resolve) => {
-    const t0 = Date.now();
-    const s = opts.path ? connect(opts.path) : connect(opts.port!, '127.0.0.1');
-    let got = '';
-    s.on('connect', () => s.write('GET /vms HTTP/1.1\r\nHost: 127.0.0.1\r\n')); // and never the end of the headers
-    s.on('data', (c) => (got += c.toString()));
-    s.on('close', () => resolve({ ms: Date.now() - t0, got }));
-    s.on('error', () => undefined);
-  });
+  const trickleHeaders = (opts: { port?: number; path?: string }) =>
+    new Promise<{ ms: number; got: string }>((resolve) => {
+      const t0 = Date.now();
+      const s = opts.path ? connect(opts.path) : connect(opts.port!, '127.0.0.1');
+      let got = '';
+      s.on('connect', () => s.write('GET /vms HTTP/1.1\r\nHost: 127.0.0.1\r\n')); // and never the end of the headers
+      s.on('data', (c) => (got += c.toString()));
+      s.on('close', () => resolve({ ms: Date.now() - t0, got }));
+      s.on('error', () => undefined);
+    });
 
   it('closes a connection whose headers do not arrive in time, on the socket and on TCP', async () => {
-    for (const r of await Promise.all([trickleHeaders({ path: d.config.socket }), trickleHeaders({ port: d.tcp.port })])) {
+    for (const r of await Promise.all([
+      trickleHeaders({ path: d.config.socket }),
+      trickleHeaders({ port: d.tcp.port }),
+    ])) {
       expect(r.ms).to.be.within(900, 6000);
       expect(r.got).to.match(/^(HTTP\/1.1 408|)/);
     }
@@ -146,15 +193,30 @@ describe('slow clients (header_timeout 1s)', function () {
     expect(stream.text).to.contain('late');
     const path = join(tempDir(), 'slow.bin');
     const status = await new Promise<number>((resolve, reject) => {
-      const req = request({ socketPath: d.config.socket, method: 'PUT', path: `/vms/s/cp?path=${encodeURIComponent(path)}`, headers: { authorization: 'Bearer test-token', 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      });
+      const req = request(
+        {
+          socketPath: d.config.socket,
+          method: 'PUT',
+          path: `/vms/s/cp?path=${encodeURIComponent(path)}`,
+          headers: {
+            authorization: 'Bearer test-token',
+            'content-type': 'application/octet-stream',
+            'transfer-encoding': 'chunked',
+          },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
       req.on('error', reject);
       let n = 0;
       const tick = setInterval(() => {
         req.write(Buffer.alloc(1024, 1));
-        if (++n === 5) { clearInterval(tick); req.end(); }
+        if (++n === 5) {
+          clearInterval(tick);
+          req.end();
+        }
       }, 600);
     });
     expect(status).to.equal(204);

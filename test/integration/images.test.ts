@@ -42,20 +42,30 @@ describe('images API (fake hypervisor with real local agents)', function () {
     const r = await d.call('POST', '/images', { name: 'rec', from: 'debian', run: ['true', 'test -d /'] });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ id: 'rec' });
-    expect((await d.call('GET', '/vms')).json).to.satisfy((l: { name: string }[]) => l.every((v) => !v.name.startsWith('img-')));
+    expect((await d.call('GET', '/vms')).json).to.satisfy((l: { name: string }[]) =>
+      l.every((v) => !v.name.startsWith('img-')),
+    );
   });
 
   it('ends a recipe whose line fails with an error event naming it, and leaves nothing behind', async () => {
-    const r = await d.call('POST', '/images?stream=1', { name: 'broken', from: 'debian', run: ['true', 'echo nope >&2; exit 3'] });
+    const r = await d.call('POST', '/images?stream=1', {
+      name: 'broken',
+      from: 'debian',
+      run: ['true', 'echo nope >&2; exit 3'],
+    });
     const last = ndjson(r.text).at(-1)!;
     expect(last).to.include({ phase: 'error' });
     expect(String(last.error)).to.match(/run\[1\].*exit 3.*nope/);
     expect((await d.call('GET', '/images/broken')).status).to.equal(404);
-    expect((await d.call('GET', '/vms')).json).to.satisfy((l: { name: string }[]) => l.every((v) => !v.name.startsWith('img-')));
+    expect((await d.call('GET', '/vms')).json).to.satisfy((l: { name: string }[]) =>
+      l.every((v) => !v.name.startsWith('img-')),
+    );
   });
 
   it('refuses a bad recipe, an unknown base and a missing vm before anything exists', async () => {
-    expect((await d.call('POST', '/images', { name: 'x', from: 'debian', packages: ['no such'] })).status).to.equal(400);
+    expect((await d.call('POST', '/images', { name: 'x', from: 'debian', packages: ['no such'] })).status).to.equal(
+      400,
+    );
     expect((await d.call('POST', '/images', { name: 'x', from: 'nope' })).status).to.equal(400);
     expect((await d.call('POST', '/images', { name: 'x', from_vm: 'ghost' })).status).to.equal(404);
     expect((await d.call('POST', '/images', { name: 'debian', from: 'minimal' })).status).to.equal(409);

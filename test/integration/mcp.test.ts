@@ -23,12 +23,22 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
 
   const httpClient = async (token = 'test-token') => {
     const c = new Client({ name: 'svc-test', version: '1.0.0' });
-    await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${token}` } },
+      }),
+    );
     return c;
   };
   const stdioClient = async (...flags: string[]) => {
     const c = new Client({ name: 'svc-test', version: '1.0.0' });
-    await c.connect(new StdioClientTransport({ command: process.execPath, args: [SVC_BIN, '--socket', d.config.socket, '--token', 'test-token', 'mcp', ...flags], stderr: 'ignore' }));
+    await c.connect(
+      new StdioClientTransport({
+        command: process.execPath,
+        args: [SVC_BIN, '--socket', d.config.socket, '--token', 'test-token', 'mcp', ...flags],
+        stderr: 'ignore',
+      }),
+    );
     return c;
   };
 
@@ -37,20 +47,58 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     try {
       const tools = (await c.listTools()).tools;
       const names = tools.map((t) => t.name);
-      expect(names).to.include.members(['list_vms', 'get_vm', 'create_vm', 'delete_vm', 'start_vm', 'stop_vm', 'pause_vm', 'resume_vm', 'suspend_vm', 'restore_vm',
-        'clone_vm', 'exec', 'read_file', 'write_file', 'list_dir', 'stat', 'mkdir', 'remove', 'add_forward', 'remove_forward', 'list_images', 'inject_secret', 'stats', 'egress']);
+      expect(names).to.include.members([
+        'list_vms',
+        'get_vm',
+        'create_vm',
+        'delete_vm',
+        'start_vm',
+        'stop_vm',
+        'pause_vm',
+        'resume_vm',
+        'suspend_vm',
+        'restore_vm',
+        'clone_vm',
+        'exec',
+        'read_file',
+        'write_file',
+        'list_dir',
+        'stat',
+        'mkdir',
+        'remove',
+        'add_forward',
+        'remove_forward',
+        'list_images',
+        'inject_secret',
+        'stats',
+        'egress',
+      ]);
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.description).to.match(/stdout, stderr and the exit code/);
       expect(exec.inputSchema.required).to.include.members(['name', 'cmd']);
       const progress: string[] = [];
-      const made = await c.callTool({ name: 'create_vm', arguments: { name: 'm1', persistent: true } }, undefined, { onprogress: (p) => void progress.push(String(p.message)) });
+      const made = await c.callTool({ name: 'create_vm', arguments: { name: 'm1', persistent: true } }, undefined, {
+        onprogress: (p) => void progress.push(String(p.message)),
+      });
       expect((made as ToolResult).isError, textOf(made)).to.not.equal(true);
       expect(JSON.parse(textOf(made))).to.include({ name: 'm1', status: 'running' });
       expect(progress[0]).to.match(/^accepted/);
       expect(progress.at(-1)).to.match(/^ready/);
-      const out = await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3'], cwd: '/tmp', env: { GREETING: 'hi' } } });
+      const out = await c.callTool({
+        name: 'exec',
+        arguments: {
+          name: 'm1',
+          cmd: 'sh',
+          args: ['-c', 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3'],
+          cwd: '/tmp',
+          env: { GREETING: 'hi' },
+        },
+      });
       expect(JSON.parse(textOf(out))).to.deep.equal({ exit_code: 3, stdout: 'hi from /tmp\n', stderr: 'oops\n' });
-      const big = await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', "head -c 100000 /dev/zero | tr '\\0' a"] } });
+      const big = await c.callTool({
+        name: 'exec',
+        arguments: { name: 'm1', cmd: 'sh', args: ['-c', "head -c 100000 /dev/zero | tr '\\0' a"] },
+      });
       expect(JSON.parse(textOf(big)).stdout).to.match(/\[stdout truncated: 34464 more bytes/);
     } finally {
       await c.close();
@@ -60,28 +108,50 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
   it('writes then reads a file, lists and stats, and reads resources', async () => {
     const c = await httpClient();
     try {
-      const guestTmp = JSON.parse(textOf(await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'mktemp -d'] } }))).stdout.trim();
+      const guestTmp = JSON.parse(
+        textOf(await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'mktemp -d'] } })),
+      ).stdout.trim();
       const path = `${guestTmp}/note.txt`;
-      expect(textOf(await c.callTool({ name: 'write_file', arguments: { name: 'm1', path, content: 'hello from MCP\n', mode: '0600' } }))).to.equal(`wrote 15 bytes to ${path}`);
-      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal('hello from MCP\n');
-      const listing = JSON.parse(textOf(await c.callTool({ name: 'list_dir', arguments: { name: 'm1', path: guestTmp } }))) as { name: string }[];
+      expect(
+        textOf(
+          await c.callTool({
+            name: 'write_file',
+            arguments: { name: 'm1', path, content: 'hello from MCP\n', mode: '0600' },
+          }),
+        ),
+      ).to.equal(`wrote 15 bytes to ${path}`);
+      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal(
+        'hello from MCP\n',
+      );
+      const listing = JSON.parse(
+        textOf(await c.callTool({ name: 'list_dir', arguments: { name: 'm1', path: guestTmp } })),
+      ) as { name: string }[];
       expect(listing.map((e) => e.name)).to.deep.equal(['note.txt']);
-      expect(JSON.parse(textOf(await c.callTool({ name: 'stat', arguments: { name: 'm1', path } })))).to.include({ size: 15, mode: '0600' });
+      expect(JSON.parse(textOf(await c.callTool({ name: 'stat', arguments: { name: 'm1', path } })))).to.include({
+        size: 15,
+        mode: '0600',
+      });
       const vms = await c.readResource({ uri: 'svc://vms' });
       expect(JSON.parse(resourceText(vms)).map((v: { name: string }) => v.name)).to.include('m1');
       const one = await c.readResource({ uri: 'svc://vms/m1' });
       expect(JSON.parse(resourceText(one))).to.include({ name: 'm1' });
       const templates = (await c.listResourceTemplates()).resourceTemplates.map((t) => t.uriTemplate);
       expect(templates).to.include.members(['svc://vms/{name}', 'svc://vms/{name}/console']);
-      expect((await c.listResources()).resources.map((r) => r.uri)).to.include.members(['svc://vms', 'svc://activity', 'svc://vms/m1']);
-      const activity = JSON.parse(resourceText(await c.readResource({ uri: 'svc://activity' }))) as { action: string }[];
+      expect((await c.listResources()).resources.map((r) => r.uri)).to.include.members([
+        'svc://vms',
+        'svc://activity',
+        'svc://vms/m1',
+      ]);
+      const activity = JSON.parse(resourceText(await c.readResource({ uri: 'svc://activity' }))) as {
+        action: string;
+      }[];
       expect(activity.some((a) => a.action === 'create')).to.equal(true);
     } finally {
       await c.close();
     }
   });
 
-  it('answers a missing VM with a tool error carrying the daemon\'s message, and injects a secret without its value', async () => {
+  it("answers a missing VM with a tool error carrying the daemon's message, and injects a secret without its value", async () => {
     const c = await httpClient();
     try {
       const missing = (await c.callTool({ name: 'get_vm', arguments: { name: 'nope' } })) as ToolResult;
@@ -92,7 +162,9 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       const injected = await c.callTool({ name: 'inject_secret', arguments: { name: 'm1', secret: 'API_KEY' } });
       expect(textOf(injected)).to.not.contain('sk-very-secret');
       const path = JSON.parse(textOf(injected)).path as string;
-      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal('sk-very-secret');
+      expect(textOf(await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } }))).to.equal(
+        'sk-very-secret',
+      );
     } finally {
       await c.close();
     }
@@ -102,7 +174,14 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     const body = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
     const headers = { accept: 'application/json, text/event-stream' };
     expect((await call({ port: d.tcp.port }, 'POST', '/mcp', body, headers)).status).to.equal(401);
-    expect((await call({ port: d.tcp.port, token: 'test-token' }, 'POST', '/mcp', body, { ...headers, origin: 'http://evil.example' })).status).to.equal(403);
+    expect(
+      (
+        await call({ port: d.tcp.port, token: 'test-token' }, 'POST', '/mcp', body, {
+          ...headers,
+          origin: 'http://evil.example',
+        })
+      ).status,
+    ).to.equal(403);
     expect((await call({ port: d.tcp.port, token: 'test-token' }, 'GET', '/mcp')).status).to.equal(405);
     const bad = await httpClient('wrong').catch((e: Error) => e);
     expect(bad).to.be.instanceOf(Error);
@@ -112,19 +191,33 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     const c = await stdioClient('--read-only');
     try {
       const names = (await c.listTools()).tools.map((t) => t.name).sort();
-      expect(names).to.deep.equal(['egress', 'get_vm', 'list_dir', 'list_images', 'list_vms', 'read_file', 'stat', 'stats']);
+      expect(names).to.deep.equal([
+        'egress',
+        'get_vm',
+        'list_dir',
+        'list_images',
+        'list_vms',
+        'read_file',
+        'stat',
+        'stats',
+      ]);
       const eg = JSON.parse(textOf(await c.callTool({ name: 'egress', arguments: { name: 'm1' } })));
       expect(eg).to.deep.equal({ policy: { default: 'allow', allow: [], deny: [] }, log: [] });
-      const refused = await c.callTool({ name: 'create_vm', arguments: { name: 'ro' } }).then((r) => r as ToolResult, (e: Error) => ({ isError: true, content: [{ type: 'text', text: e.message }] }));
+      const refused = await c.callTool({ name: 'create_vm', arguments: { name: 'ro' } }).then(
+        (r) => r as ToolResult,
+        (e: Error) => ({ isError: true, content: [{ type: 'text', text: e.message }] }),
+      );
       expect(refused.isError).to.equal(true);
-      expect(JSON.parse(textOf(await c.callTool({ name: 'list_vms', arguments: {} }))).map((v: { name: string }) => v.name)).to.include('m1');
+      expect(
+        JSON.parse(textOf(await c.callTool({ name: 'list_vms', arguments: {} }))).map((v: { name: string }) => v.name),
+      ).to.include('m1');
       expect((await d.call('GET', '/vms/ro')).status).to.equal(404);
     } finally {
       await c.close();
     }
   });
 
-  it('changes a VM\'s egress policy only when the operator lets MCP clients (stdio)', async () => {
+  it("changes a VM's egress policy only when the operator lets MCP clients (stdio)", async () => {
     const plain = await stdioClient();
     try {
       expect((await plain.listTools()).tools.map((t) => t.name)).to.not.include('set_egress');
@@ -133,10 +226,16 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     }
     const c = await stdioClient('--allow-egress-changes');
     try {
-      const set = await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'deny', allow: ['pypi.org', 'host:8080'] } });
+      const set = await c.callTool({
+        name: 'set_egress',
+        arguments: { name: 'm1', default: 'deny', allow: ['pypi.org', 'host:8080'] },
+      });
       expect(JSON.parse(textOf(set))).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:8080'], deny: [] });
       expect((await d.call('GET', '/vms/m1/egress')).json.default).to.equal('deny');
-      const bad = (await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'deny', allow: ['not a rule'] } })) as ToolResult;
+      const bad = (await c.callTool({
+        name: 'set_egress',
+        arguments: { name: 'm1', default: 'deny', allow: ['not a rule'] },
+      })) as ToolResult;
       expect(bad.isError).to.equal(true);
       expect(textOf(bad)).to.match(/not a domain, an IP or CIDR, or host:PORT \(invalid_argument, HTTP 400\)/);
       await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'allow' } });
@@ -149,15 +248,27 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     // m1, made through MCP above, counts: a cap of 2 leaves room for one more
     const c = await stdioClient('--allow-image', 'minimal', '--max-vms', '2');
     try {
-      const wrongImage = (await c.callTool({ name: 'create_vm', arguments: { name: 'deb', image: 'debian' } })) as ToolResult;
+      const wrongImage = (await c.callTool({
+        name: 'create_vm',
+        arguments: { name: 'deb', image: 'debian' },
+      })) as ToolResult;
       expect(wrongImage.isError).to.equal(true);
       expect(textOf(wrongImage)).to.match(/image debian is not allowed through MCP here \(allowed: minimal\)/);
-      expect((await c.callTool({ name: 'create_vm', arguments: { name: 'first', image: 'minimal' } }) as ToolResult).isError).to.not.equal(true);
-      const second = (await c.callTool({ name: 'create_vm', arguments: { name: 'second', image: 'minimal' } })) as ToolResult;
+      expect(
+        ((await c.callTool({ name: 'create_vm', arguments: { name: 'first', image: 'minimal' } })) as ToolResult)
+          .isError,
+      ).to.not.equal(true);
+      const second = (await c.callTool({
+        name: 'create_vm',
+        arguments: { name: 'second', image: 'minimal' },
+      })) as ToolResult;
       expect(second.isError).to.equal(true);
       expect(textOf(second)).to.match(/at most 2 VMs may be created through MCP here; 2 exist/);
       expect(textOf(await c.callTool({ name: 'delete_vm', arguments: { name: 'first' } }))).to.match(/deleted/);
-      expect((await c.callTool({ name: 'create_vm', arguments: { name: 'second', image: 'minimal' } }) as ToolResult).isError).to.not.equal(true);
+      expect(
+        ((await c.callTool({ name: 'create_vm', arguments: { name: 'second', image: 'minimal' } })) as ToolResult)
+          .isError,
+      ).to.not.equal(true);
       await c.callTool({ name: 'delete_vm', arguments: { name: 'second' } });
     } finally {
       await c.close();
@@ -171,7 +282,11 @@ describe('MCP with mcp_read_only in the daemon config', function () {
     const d = await startTestDaemon({ mcp_read_only: true });
     try {
       const c = new Client({ name: 'svc-test', version: '1.0.0' });
-      await c.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), { requestInit: { headers: { Authorization: 'Bearer test-token' } } }));
+      await c.connect(
+        new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
+          requestInit: { headers: { Authorization: 'Bearer test-token' } },
+        }),
+      );
       const names = (await c.listTools()).tools.map((t) => t.name);
       expect(names).to.not.include('create_vm');
       expect(names).to.include('list_vms');

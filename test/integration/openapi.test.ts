@@ -44,17 +44,30 @@ describe('OpenAPI description', function () {
     const calls: string[] = [];
     for (const f of readdirSync(dir).filter((n) => n.endsWith('.ts'))) {
       const text = readFileSync(join(dir, f), 'utf8');
-      for (const m of text.matchAll(/\b(?:api|request|ndjson)(?:<.*?>)?\('(GET|POST|PUT|DELETE|PATCH)',\s*(['`])(.*?)\2/g)) calls.push(`${m[1]} ${m[3]}`);
-      for (const m of text.matchAll(/new WebSocket\(`\$\{proto\}\/\/\$\{location\.host\}(.*?)`/g)) calls.push(`GET ${m[1]}`);
+      for (const m of text.matchAll(
+        /\b(?:api|request|ndjson)(?:<.*?>)?\('(GET|POST|PUT|DELETE|PATCH)',\s*(['`])(.*?)\2/g,
+      ))
+        calls.push(`${m[1]} ${m[3]}`);
+      for (const m of text.matchAll(/new WebSocket\(`\$\{proto\}\/\/\$\{location\.host\}(.*?)`/g))
+        calls.push(`GET ${m[1]}`);
     }
     expect(calls.length, 'the dashboard calls found').to.be.above(20);
     // A template's ${...} is one path segment; the query is not part of the route.
-    const segments = (p: string) => p.split('?')[0].replace(/\$\{[^}]*\}/g, '*').split('/');
+    const segments = (p: string) =>
+      p
+        .split('?')[0]
+        .replace(/\$\{[^}]*\}/g, '*')
+        .split('/');
     const served = d.daemon.routes.map((r) => ({ method: r.method.toUpperCase(), parts: r.path.split('/') }));
     const fits = (call: string) => {
       const [method, path] = call.split(' ');
       const parts = segments(path);
-      return served.some((r) => r.method === method && r.parts.length === parts.length && r.parts.every((x, i) => x.startsWith(':') || parts[i] === '*' || x === parts[i]));
+      return served.some(
+        (r) =>
+          r.method === method &&
+          r.parts.length === parts.length &&
+          r.parts.every((x, i) => x.startsWith(':') || parts[i] === '*' || x === parts[i]),
+      );
     };
     expect(calls.filter((c) => !fits(c))).to.deep.equal([]);
   });

@@ -38,10 +38,16 @@ describe('cp through a svcd process: streamed, not buffered', function () {
     const dir = tempDir('svc-bigcp-');
     const cfg = join(dir, 'config.yaml');
     socket = join(dir, 'svc.sock');
-    writeFileSync(cfg, `data_dir: ${dir}/data\nsocket: ${socket}\napi: ''\nhypervisor: fake\nfake_agent: true\ntest_mode: true\nlog_level: warn\n`);
+    writeFileSync(
+      cfg,
+      `data_dir: ${dir}/data\nsocket: ${socket}\napi: ''\nhypervisor: fake\nfake_agent: true\ntest_mode: true\nlog_level: warn\n`,
+    );
     daemon = spawn(process.execPath, [SVCD, '--config', cfg], { stdio: ['ignore', 'ignore', 'inherit'] });
     for (let i = 0; i < 100; i++) {
-      const ok = await call({ socketPath: socket }, 'GET', '/healthz').then(() => true, () => false);
+      const ok = await call({ socketPath: socket }, 'GET', '/healthz').then(
+        () => true,
+        () => false,
+      );
       if (ok) break;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -57,10 +63,18 @@ describe('cp through a svcd process: streamed, not buffered', function () {
     const chunk = randomBytes(1024 * 1024);
     const upHelpers = new Set<string>();
     await new Promise<void>((resolve, reject) => {
-      const req = request({ socketPath: socket, method: 'PUT', path: `/vms/big/cp?path=${guestPath}`, headers: { 'content-type': 'application/octet-stream', 'content-length': String(SIZE) } }, (res) => {
-        res.resume();
-        res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`PUT ${res.statusCode}`))));
-      });
+      const req = request(
+        {
+          socketPath: socket,
+          method: 'PUT',
+          path: `/vms/big/cp?path=${guestPath}`,
+          headers: { 'content-type': 'application/octet-stream', 'content-length': String(SIZE) },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => (res.statusCode === 204 ? resolve() : reject(new Error(`PUT ${res.statusCode}`))));
+        },
+      );
       req.on('error', reject);
       let sent = 0;
       const pump = () => {
@@ -87,7 +101,8 @@ describe('cp through a svcd process: streamed, not buffered', function () {
         res.on('data', (c: Buffer) => {
           back.update(c);
           // Every 16 MiB or so: is the daemon's splice helper moving the bytes?
-          if (Math.floor((got + c.length) / (16 << 20)) !== Math.floor(got / (16 << 20))) for (const n of childrenOf(daemon.pid!)) helpers.add(n);
+          if (Math.floor((got + c.length) / (16 << 20)) !== Math.floor(got / (16 << 20)))
+            for (const n of childrenOf(daemon.pid!)) helpers.add(n);
           got += c.length;
         });
         res.on('end', resolve);

@@ -13,7 +13,6 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';
 import { openShell } from '../helpers/ws-shell.js';
 
-
 /** A TCP echo server standing in for a service in the guest. */
 async function echoServer(): Promise<{ port: number; server: Server }> {
   const server = createTcpServer((s) => s.pipe(s));
@@ -37,7 +36,10 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
   const logs = new SilentLogger();
 
   before(async () => {
-    d = await startTestDaemon({ fake_agent: true, sandbox_metrics_interval: '200ms', sandbox_metrics_points: 4 }, { logger: logs });
+    d = await startTestDaemon(
+      { fake_agent: true, sandbox_metrics_interval: '200ms', sandbox_metrics_points: 4 },
+      { logger: logs },
+    );
     const r = await d.call('POST', '/vms', { name: 'g', persistent: true });
     expect(r.status, r.text).to.equal(201);
   });
@@ -56,7 +58,12 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
     });
 
     it('runs buffered exec with stdin and a non-zero exit as 200', async () => {
-      const r = await d.call('POST', `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'cat; echo oops >&2; exit 5'] })}`, 'piped in', { 'content-type': 'application/octet-stream' });
+      const r = await d.call(
+        'POST',
+        `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'cat; echo oops >&2; exit 5'] })}`,
+        'piped in',
+        { 'content-type': 'application/octet-stream' },
+      );
       expect(r.status).to.equal(200);
       expect(r.json).to.deep.equal({ stdout: 'piped in', stderr: 'oops\n', exit_code: 5 });
     });
@@ -65,18 +72,26 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const t0 = Date.now();
       const arrivals: { type: string; at: number }[] = [];
       await new Promise<void>((resolve, reject) => {
-        const req = request({ socketPath: d.config.socket, method: 'POST', path: `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'echo a; sleep 1.5; echo b'], buffered: 'false' })}`, headers: { authorization: 'Bearer test-token' } }, (res) => {
-          expect(res.statusCode).to.equal(200);
-          let buf = '';
-          res.on('data', (c) => {
-            buf += c;
-            for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
-              arrivals.push({ type: (JSON.parse(buf.slice(0, i)) as { type: string }).type, at: Date.now() - t0 });
-              buf = buf.slice(i + 1);
-            }
-          });
-          res.on('end', resolve);
-        });
+        const req = request(
+          {
+            socketPath: d.config.socket,
+            method: 'POST',
+            path: `/vms/g/exec?${qs({ cmd: 'sh', args: ['-c', 'echo a; sleep 1.5; echo b'], buffered: 'false' })}`,
+            headers: { authorization: 'Bearer test-token' },
+          },
+          (res) => {
+            expect(res.statusCode).to.equal(200);
+            let buf = '';
+            res.on('data', (c) => {
+              buf += c;
+              for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+                arrivals.push({ type: (JSON.parse(buf.slice(0, i)) as { type: string }).type, at: Date.now() - t0 });
+                buf = buf.slice(i + 1);
+              }
+            });
+            res.on('end', resolve);
+          },
+        );
         req.on('error', reject);
         req.end();
       });
@@ -88,7 +103,13 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const data = randomBytes(5 * 1024 * 1024 + 3);
       const root = join(d.config.data_dir, 'vms', 'g', 'guest');
       const path = join(root, 'home', 'f.bin');
-      expect((await d.call('PUT', `/vms/g/cp?${qs({ path, permissions: '0600' })}`, data, { 'content-type': 'application/octet-stream' })).status).to.equal(204);
+      expect(
+        (
+          await d.call('PUT', `/vms/g/cp?${qs({ path, permissions: '0600' })}`, data, {
+            'content-type': 'application/octet-stream',
+          })
+        ).status,
+      ).to.equal(204);
       expect(statSync(path).mode & 0o777).to.equal(0o600);
       const back = await rawGet(d, `/vms/g/cp?${qs({ path })}`);
       expect(back.type).to.equal('application/octet-stream');
@@ -99,32 +120,56 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const html = await d.call('GET', `/vms/g/cp?${qs({ path: page })}`);
       expect(html.headers['content-type']).to.match(/^application\/octet-stream/);
       expect(html.headers['x-content-type-options']).to.equal('nosniff');
-      expect(html.headers['content-disposition']).to.equal(`attachment; filename="pag__.html"; filename*=UTF-8''${encodeURIComponent('pagé".html')}`);
-      expect((await d.call('GET', `/vms/g/cp?${qs({ path: join(root, 'home'), mode: 'tar' })}`)).headers['content-disposition']).to.match(/^attachment; filename="home\.tar"/);
-      const tarIn = await makeTar([{ name: 'dir', type: 'directory', mode: 0o750 }, { name: 'dir/x.txt', data: 'x', mode: 0o640 }, { name: 'ln', type: 'symlink', linkname: 'dir/x.txt' }]);
+      expect(html.headers['content-disposition']).to.equal(
+        `attachment; filename="pag__.html"; filename*=UTF-8''${encodeURIComponent('pagé".html')}`,
+      );
+      expect(
+        (await d.call('GET', `/vms/g/cp?${qs({ path: join(root, 'home'), mode: 'tar' })}`)).headers[
+          'content-disposition'
+        ],
+      ).to.match(/^attachment; filename="home\.tar"/);
+      const tarIn = await makeTar([
+        { name: 'dir', type: 'directory', mode: 0o750 },
+        { name: 'dir/x.txt', data: 'x', mode: 0o640 },
+        { name: 'ln', type: 'symlink', linkname: 'dir/x.txt' },
+      ]);
       const dest = join(root, 'tree');
-      expect((await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, tarIn, { 'content-type': 'application/x-tar' })).status).to.equal(204);
+      expect(
+        (
+          await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, tarIn, {
+            'content-type': 'application/x-tar',
+          })
+        ).status,
+      ).to.equal(204);
       const listing = await readTar((await rawGet(d, `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`)).body);
       expect([...listing.keys()].sort()).to.deep.equal(['dir', 'dir/x.txt', 'ln']);
       expect(listing.get('dir/x.txt')!.mode).to.equal(0o640);
       const evil = await makeTar([{ name: '../../escape', data: 'x' }]);
-      const refused = await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, evil, { 'content-type': 'application/x-tar' });
+      const refused = await d.call('PUT', `/vms/g/cp?${qs({ path: dest, mode: 'tar' })}`, evil, {
+        'content-type': 'application/x-tar',
+      });
       expect(refused.status).to.equal(400);
       expect(refused.json.error).to.match(/outside/);
     });
 
     it('maps fs errors: 404 missing, 400 bad input, 409 exists; 204 on success', async () => {
       const root = join(d.config.data_dir, 'vms', 'g', 'guest');
-      expect((await d.call('POST', '/vms/g/fs/mkdir', { path: join(root, 'm', 'n'), recursive: true })).status).to.equal(204);
+      expect(
+        (await d.call('POST', '/vms/g/fs/mkdir', { path: join(root, 'm', 'n'), recursive: true })).status,
+      ).to.equal(204);
       expect((await d.call('POST', '/vms/g/fs/mkdir', { path: join(root, 'm') })).status).to.equal(409);
-      expect((await d.call('POST', '/vms/g/fs/symlink', { path: join(root, 'lnk'), target: 'm' })).status).to.equal(204);
+      expect((await d.call('POST', '/vms/g/fs/symlink', { path: join(root, 'lnk'), target: 'm' })).status).to.equal(
+        204,
+      );
       const ls = await d.call('GET', `/vms/g/fs/readdir?${qs({ path: root })}`);
       expect(ls.json.find((e: { name: string }) => e.name === 'lnk')).to.include({ type: 'symlink', target: 'm' });
       expect((await d.call('GET', `/vms/g/fs/stat?${qs({ path: join(root, 'nope') })}`)).status).to.equal(404);
       expect((await d.call('GET', '/vms/g/fs/stat?path=relative')).status).to.equal(400);
       expect((await d.call('GET', '/vms/g/fs/readdir')).status).to.equal(400);
       expect((await d.call('DELETE', `/vms/g/fs/remove?${qs({ path: join(root, 'm') })}`)).status).to.equal(409);
-      expect((await d.call('DELETE', `/vms/g/fs/remove?${qs({ path: join(root, 'm'), recursive: 'true' })}`)).status).to.equal(204);
+      expect(
+        (await d.call('DELETE', `/vms/g/fs/remove?${qs({ path: join(root, 'm'), recursive: 'true' })}`)).status,
+      ).to.equal(204);
       expect((await d.call('GET', `/vms/nope/fs/stat?${qs({ path: '/' })}`)).status).to.equal(404);
       expect((await d.call('POST', `/vms/g/exec?cmd=`)).status).to.equal(400);
     });
@@ -132,9 +177,13 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
     it('runs a shell through the proxy, with auth checked on the upgrade', async () => {
       const denied = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/g/shell`).catch((e) => e);
       expect(denied.status).to.equal(401);
-      const missing = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/zz/shell`, { authorization: 'Bearer test-token' }).catch((e) => e);
+      const missing = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/zz/shell`, {
+        authorization: 'Bearer test-token',
+      }).catch((e) => e);
       expect(missing.status).to.equal(404);
-      const sh = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/g/shell?cols=90&rows=20&shell=/bin/sh`, { authorization: 'Bearer test-token' });
+      const sh = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/g/shell?cols=90&rows=20&shell=/bin/sh`, {
+        authorization: 'Bearer test-token',
+      });
       sh.send('stty size\n');
       await sh.waitFor(/20 90/);
       sh.resize(132, 43);
@@ -152,7 +201,12 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       const r = await d.call('POST', '/vms/g/secrets/API_KEY');
       expect(r.status, r.text).to.equal(200);
       const root = join(d.config.data_dir, 'vms', 'g', 'guest');
-      expect(r.json).to.deep.equal({ name: 'g', secret: 'API_KEY', path: join(root, 'run', 'svc', 'secrets', 'API_KEY'), mode: '0640' });
+      expect(r.json).to.deep.equal({
+        name: 'g',
+        secret: 'API_KEY',
+        path: join(root, 'run', 'svc', 'secrets', 'API_KEY'),
+        mode: '0640',
+      });
       expect(readFileSync(r.json.path, 'utf8')).to.equal(value);
       expect(statSync(r.json.path).mode & 0o777).to.equal(0o640);
       const custom = join(root, 'etc', 'key');
@@ -161,7 +215,9 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       expect(statSync(custom).mode & 0o777).to.equal(0o400);
       expect((await d.call('POST', '/vms/g/secrets/MISSING')).status).to.equal(404);
       expect((await d.call('POST', '/vms/g/secrets/API_KEY', { path: 'rel' })).status).to.equal(400);
-      await d.daemon.container.get<{ flush(): Promise<void> }>((await import('../../src/ports/stores.js')).ActivityLog).flush();
+      await d.daemon.container
+        .get<{ flush(): Promise<void> }>((await import('../../src/ports/stores.js')).ActivityLog)
+        .flush();
       expect(readFileSync(join(d.config.data_dir, 'activity.json'), 'utf8')).not.to.contain(value);
       expect(JSON.stringify(logs.lines)).not.to.contain(value);
       expect(readFileSync(join(d.config.data_dir, 'vms', 'g', 'agent.log'), 'utf8')).not.to.contain(value);
@@ -176,7 +232,9 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       expect(existsSync(join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs'))).to.equal(true);
       expect(existsSync(join(root, 'opt', 'svc', 'agent', 'svc-agent'))).to.equal(false);
       const pid = readFileSync(join(root, 'run', 'svc', 'agent.pid'), 'utf8').trim();
-      expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).to.contain(join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs'));
+      expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8')).to.contain(
+        join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs'),
+      );
       const after = (await d.call('GET', '/vms/g/agent/health')).json;
       expect(after.agent_uptime_sec).to.be.below(before.agent_uptime_sec);
     });
@@ -184,10 +242,16 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
     it('answers 503 naming agent/deploy on a VM of an image without an agent, until the agent is deployed', async () => {
       const c = await d.call('POST', '/vms', { name: 'noagent', image: 'ssh-only' });
       expect(c.status, c.text).to.equal(201);
-      for (const [m, p] of [['POST', '/vms/noagent/exec?cmd=true'], ['GET', '/vms/noagent/agent/health'], ['GET', '/vms/noagent/fs/readdir?path=/']]) {
+      for (const [m, p] of [
+        ['POST', '/vms/noagent/exec?cmd=true'],
+        ['GET', '/vms/noagent/agent/health'],
+        ['GET', '/vms/noagent/fs/readdir?path=/'],
+      ]) {
         const r = await d.call(m, p);
         expect(r.status, `${m} ${p}: ${r.text}`).to.equal(503);
-        expect(r.json.error).to.match(/image ssh-only, which has no svc agent yet: deploy it with POST \/vms\/noagent\/agent\/deploy/);
+        expect(r.json.error).to.match(
+          /image ssh-only, which has no svc agent yet: deploy it with POST \/vms\/noagent\/agent\/deploy/,
+        );
       }
       expect((await d.call('GET', '/vms/noagent')).json).not.to.have.property('agent_missing');
       const record = () => JSON.parse(readFileSync(join(d.config.data_dir, 'vms', 'noagent', 'instance.json'), 'utf8'));
@@ -220,7 +284,11 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
         expect(busy.status).to.equal(409);
         expect(busy.json.error).to.match(/busy/);
         const del = await d.call('DELETE', `/vms/g/forwards/${r.json.host_port}`);
-        expect(del.json).to.deep.equal({ message: `forward ${r.json.host_port} of vm g closed`, name: 'g', host_port: r.json.host_port });
+        expect(del.json).to.deep.equal({
+          message: `forward ${r.json.host_port} of vm g closed`,
+          name: 'g',
+          host_port: r.json.host_port,
+        });
         expect(await echoThrough(r.json.host_port, 'x').catch((e) => e.code)).to.equal('ECONNREFUSED');
         expect((await d.call('DELETE', `/vms/g/forwards/${r.json.host_port}`)).status).to.equal(404);
       } finally {
@@ -289,7 +357,16 @@ describe('daemon <-> guest: failures and restarts', function () {
         if (spec.name !== 'bad') return startLocalGuest(spec);
         // An "agent" that is healthy enough to boot, then answers garbage or 500s.
         const srv = createServer((req, res) => {
-          if (req.url?.startsWith('/health') && !garbage) return void res.end(JSON.stringify({ hostname: 'bad', agent_version: 'x', agent_uptime_sec: 1, userdata_ran: true, readiness: {} }));
+          if (req.url?.startsWith('/health') && !garbage)
+            return void res.end(
+              JSON.stringify({
+                hostname: 'bad',
+                agent_version: 'x',
+                agent_uptime_sec: 1,
+                userdata_ran: true,
+                readiness: {},
+              }),
+            );
           if (req.url?.startsWith('/stats')) return void res.writeHead(500).end('kaboom');
           res.end('this is not json');
         });
@@ -306,7 +383,9 @@ describe('daemon <-> guest: failures and restarts', function () {
       expect(h.json.error).to.match(/garbage/);
       expect((await d.call('GET', '/vms/bad/stats')).status).to.equal(502);
       expect((await d.call('POST', '/vms', { name: 'ok' })).status).to.equal(201);
-      const pid = Number(readFileSync(join(d.config.data_dir, 'vms', 'ok', 'guest', 'run', 'svc', 'agent.pid'), 'utf8'));
+      const pid = Number(
+        readFileSync(join(d.config.data_dir, 'vms', 'ok', 'guest', 'run', 'svc', 'agent.pid'), 'utf8'),
+      );
       process.kill(pid, 'SIGSTOP');
       try {
         const t = await d.call('GET', '/vms/ok/agent/health');
@@ -323,7 +402,10 @@ describe('daemon <-> guest: failures and restarts', function () {
 
   it('re-opens live forwards and keeps the ring after a daemon restart', async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 10, sidecar: startLocalGuest });
-    const d = await startTestDaemon({ sandbox_metrics_interval: '200ms', sandbox_metrics_points: 50 }, { hypervisor: hv });
+    const d = await startTestDaemon(
+      { sandbox_metrics_interval: '200ms', sandbox_metrics_points: 50 },
+      { hypervisor: hv },
+    );
     const echo = await echoServer();
     try {
       await d.call('POST', '/vms', { name: 'p', persistent: true });
@@ -354,8 +436,11 @@ function rawGet(d: TestDaemon, path: string): Promise<{ type: string; body: Buff
     request({ socketPath: d.config.socket, path, headers: { authorization: 'Bearer test-token' } }, (res) => {
       const parts: Buffer[] = [];
       res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => resolve({ type: String(res.headers['content-type']).split(';')[0], body: Buffer.concat(parts) }));
-    }).on('error', reject).end();
+      res.on('end', () =>
+        resolve({ type: String(res.headers['content-type']).split(';')[0], body: Buffer.concat(parts) }),
+      );
+    })
+      .on('error', reject)
+      .end();
   });
 }
-

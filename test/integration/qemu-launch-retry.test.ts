@@ -14,7 +14,14 @@ describe('QEMU launch: what a failed start is tried again as', function () {
 
   beforeEach(() => {
     q = installFakeQemu(tempDir('svc-launch-retry-'));
-    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    hv = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
   });
   afterEach(() => hv.release());
 
@@ -22,7 +29,9 @@ describe('QEMU launch: what a failed start is tried again as', function () {
 
   it('picks new ports and keeps restoring when a host port was taken before QEMU bound it', async () => {
     const spec = await q.suspendedVm('a');
-    q.failing({ 1: "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'" });
+    q.failing({
+      1: "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'",
+    });
     const h = await hv.launch(spec, { restore: true });
     const [first, second] = q.calls();
     expect(q.calls()).to.have.length(2);
@@ -38,7 +47,8 @@ describe('QEMU launch: what a failed start is tried again as', function () {
 
   it('waits for a disk lock that is going away and keeps restoring; a lock that stays fails the launch', async () => {
     const spec = await q.suspendedVm('l');
-    const locked = 'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock | Is another process using the image [/dev/fdset/1]?';
+    const locked =
+      'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock | Is another process using the image [/dev/fdset/1]?';
     q.failing({ 1: locked, 2: locked });
     const h = await hv.launch(spec, { restore: true });
     expect(q.calls().map((a) => opt(a, '-incoming'))).to.deep.equal(['fd:3', 'fd:3', 'fd:3']);
@@ -71,7 +81,12 @@ describe('QEMU launch: what a failed start is tried again as', function () {
     let err: Error | undefined;
     await hv.launch(again, { restore: true }).catch((e: Error) => (err = e));
     // Three tries with the saved state, then one cold boot, which fails the same way.
-    expect(q.calls().slice(2).map((a) => opt(a, '-incoming') ?? null)).to.deep.equal(['fd:3', 'fd:3', 'fd:3', null]);
+    expect(
+      q
+        .calls()
+        .slice(2)
+        .map((a) => opt(a, '-incoming') ?? null),
+    ).to.deep.equal(['fd:3', 'fd:3', 'fd:3', null]);
     expect(err?.message).to.match(/qemu failed to start vm c: .*host forwarding/);
   });
 });

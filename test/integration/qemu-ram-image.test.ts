@@ -13,7 +13,10 @@ import { tempDir } from '../helpers/daemon.js';
 import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
 
 /** What a suspend leaves of its saved state in a VM directory. */
-const savedFiles = (dir: string) => readdirSync(dir).filter((n) => /\.(mig|ram|dev|state|tmp)$/.test(n)).sort();
+const savedFiles = (dir: string) =>
+  readdirSync(dir)
+    .filter((n) => /\.(mig|ram|dev|state|tmp)$/.test(n))
+    .sort();
 
 describe('QEMU suspend: the saved state made a RAM image, and what is left when that fails', function () {
   this.timeout(30_000);
@@ -22,7 +25,14 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
 
   beforeEach(() => {
     q = installFakeQemu(tempDir('svc-ram-image-'));
-    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    hv = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
   });
   afterEach(() => hv.release());
 
@@ -40,22 +50,44 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     expect(readFileSync(join(spec.dir, 'state.dev'), 'utf8')).to.equal('state of start 2');
     expect(statSync(join(spec.dir, 'state.ram')).mode & 0o077, 'guest memory is private').to.equal(0);
     const maker = q.calls()[1];
-    expect(maker).to.include(`memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram.tmp')},share=on`);
+    expect(maker).to.include(
+      `memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram.tmp')},share=on`,
+    );
     expect(opt(maker, '-incoming')).to.equal('fd:3');
     expect(opt(maker, '-pidfile')).to.equal(join(spec.dir, 'ram-image.pid'));
-    expect(q.qmp().filter(([n]) => n === 2).map(([, cmd, a]) => (cmd === 'migrate-set-capabilities' ? `${cmd} ${JSON.stringify(a)}` : cmd))).to.deep.equal([
-      'qmp_capabilities', 'query-migrate', // the stream loaded; never `cont`: the guest does not run
-      'migrate-set-parameters', 'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}', 'migrate', 'query-migrate', 'quit',
+    expect(
+      q
+        .qmp()
+        .filter(([n]) => n === 2)
+        .map(([, cmd, a]) => (cmd === 'migrate-set-capabilities' ? `${cmd} ${JSON.stringify(a)}` : cmd)),
+    ).to.deep.equal([
+      'qmp_capabilities',
+      'query-migrate', // the stream loaded; never `cont`: the guest does not run
+      'migrate-set-parameters',
+      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}',
+      'migrate',
+      'query-migrate',
+      'quit',
     ]);
     expect(readdirSync(spec.dir)).to.not.include.members(['ram-image.sock', 'ram-image.pid']);
 
     const h = await hv.launch(spec, { restore: true });
     expect(h.restored_from_snapshot).to.equal(true);
     const restore = q.calls()[2];
-    expect(restore).to.include(`memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram')},share=off`);
+    expect(restore).to.include(
+      `memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram')},share=off`,
+    );
     expect(opt(restore, '-incoming')).to.equal('defer');
-    expect(q.qmp().filter(([n]) => n === 3).map(([, cmd, a]) => (cmd.startsWith('migrate') ? `${cmd} ${JSON.stringify(a)}` : cmd)).slice(1, 4)).to.deep.equal([
-      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}', 'migrate-incoming {"uri":"fd:3"}', 'query-migrate',
+    expect(
+      q
+        .qmp()
+        .filter(([n]) => n === 3)
+        .map(([, cmd, a]) => (cmd.startsWith('migrate') ? `${cmd} ${JSON.stringify(a)}` : cmd))
+        .slice(1, 4),
+    ).to.deep.equal([
+      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}',
+      'migrate-incoming {"uri":"fd:3"}',
+      'query-migrate',
     ]);
     expect(savedFiles(spec.dir), 'restored: the saved state no longer matches the disk').to.deep.equal([]);
     await hv.kill(spec);
@@ -77,7 +109,15 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
   });
 
   it('keeps streams with qemu.ram_images: false', async () => {
-    const streams = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p', ramImages: false });
+    const streams = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+      ramImages: false,
+    });
     const spec = q.vm('o');
     await streams.launch(spec);
     try {
@@ -92,13 +132,18 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
   it('kills an image maker a crashed daemon left, found by its pidfile, when the VM is killed or re-attached; never a pid that is not one', async () => {
     const spec = q.vm('m');
     // Stand-ins: a maker's command line names the VM's disk; a process that took a recycled pid does not.
-    const idle = (...args: string[]) => spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', ...args], { stdio: 'ignore' });
+    const idle = (...args: string[]) =>
+      spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', ...args], { stdio: 'ignore' });
     /** Did `c` end within 5 s? */
-    const ended = (c: ChildProcess) => new Promise<boolean>((r) => {
-      if (c.exitCode !== null || c.signalCode !== null) return r(true);
-      const t = setTimeout(() => r(false), 5000);
-      c.once('exit', () => { clearTimeout(t); r(true); });
-    });
+    const ended = (c: ChildProcess) =>
+      new Promise<boolean>((r) => {
+        if (c.exitCode !== null || c.signalCode !== null) return r(true);
+        const t = setTimeout(() => r(false), 5000);
+        c.once('exit', () => {
+          clearTimeout(t);
+          r(true);
+        });
+      });
     const disk = join(spec.dir, 'disk.qcow2');
     const kids = [idle(), idle(disk), idle(disk)];
     const [other, first, second] = kids;
@@ -112,7 +157,16 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
       expect(await ended(first), 'killed with the vm').to.equal(true);
 
       writeFileSync(join(spec.dir, 'ram-image.pid'), String(second.pid));
-      const gone: VmHandle = { ip: '10.0.2.15', ssh_port: 0, agent_port: 0, agent_cid: 0, pid: 0, forwards: [], restored_from_snapshot: false, state: toState({}) };
+      const gone: VmHandle = {
+        ip: '10.0.2.15',
+        ssh_port: 0,
+        agent_port: 0,
+        agent_cid: 0,
+        pid: 0,
+        forwards: [],
+        restored_from_snapshot: false,
+        state: toState({}),
+      };
       expect(await hv.reattach(spec, gone)).to.equal(null);
       expect(await ended(second), 'killed at re-attach').to.equal(true);
     } finally {

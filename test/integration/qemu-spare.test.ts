@@ -33,7 +33,14 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
   beforeEach(async () => {
     q = installFakeQemu(tempDir('svc-spare-'));
-    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    hv = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
     tpl = q.vm('tpl');
     execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(tpl.dir, 'disk.qcow2'), '1M']);
     await hv.launch(tpl); // start 1
@@ -54,18 +61,39 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     const [spareDir] = sparesIn(tpl.dir);
     expect(opt(spareArgs, '-name')).to.equal(`svc-${spareDir},process=svc-${spareDir}`);
     expect(opt(spareArgs, '-incoming')).to.equal('defer');
-    expect(spareArgs.find((a) => a.startsWith('memory-backend-file'))).to.include(`mem-path=${join(tpl.dir, spareDir)}/base-`).and.include(',share=off');
-    expect(q.qmp().filter(([n]) => n === 4).map(([, c]) => c), 'held: nothing loaded yet').to.deep.equal(['qmp_capabilities']);
+    expect(spareArgs.find((a) => a.startsWith('memory-backend-file')))
+      .to.include(`mem-path=${join(tpl.dir, spareDir)}/base-`)
+      .and.include(',share=off');
+    expect(
+      q
+        .qmp()
+        .filter(([n]) => n === 4)
+        .map(([, c]) => c),
+      'held: nothing loaded yet',
+    ).to.deep.equal(['qmp_capabilities']);
 
     const c2 = fresh('c2');
     expect(await hv.clone(tpl, c2)).to.deep.equal({ snapshot: true });
-    const h = await hv.launch({ ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] }, { restore: true });
+    const h = await hv.launch(
+      { ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] },
+      { restore: true },
+    );
     expect(h.restored_from_snapshot).to.equal(true);
     expect(cmdline(h.pid!)).to.include(`svc-${spareDir},process=svc-${spareDir}`);
     expect(opt(spareArgs, '-netdev')).to.include(`hostfwd=tcp:127.0.0.1:${h.agent_port}-:7475`);
     expect(h.forwards).to.have.length(1);
-    expect(q.qmp().filter(([n]) => n === 4).map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c))).to.deep.equal([
-      'qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`,
+    expect(
+      q
+        .qmp()
+        .filter(([n]) => n === 4)
+        .map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c)),
+    ).to.deep.equal([
+      'qmp_capabilities',
+      'migrate-set-capabilities',
+      'migrate-incoming',
+      'query-migrate',
+      'cont',
+      `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`,
     ]);
     // Its files are the clone's now; the seed is the clone's own; the saved state is spent.
     const files = readdirSync(c2.dir);
@@ -82,11 +110,25 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     // A daemon that restarts finds the clone's QEMU by what its command line shows, and one that
     // crashed before recording it kills it by the pidfile in the clone's directory.
     await hv.release();
-    const hv2 = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    const hv2 = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
     try {
       expect(await hv2.reattach(c2, h), 're-attached').to.not.equal(null);
       await hv2.release();
-      await new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' }).kill(c2);
+      await new QemuHypervisor({
+        qemuBinary: q.binary,
+        accel: 'tcg',
+        images: new ImageCatalog(q.images),
+        log: new SilentLogger(),
+        vsock: false,
+        mountDriver: '9p',
+      }).kill(c2);
       expect(await waitGone(h.pid!)).to.equal(true);
       await hv2.kill(c1);
     } finally {
@@ -96,7 +138,15 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
   it('starts none with spares off (clone_spares: false)', async () => {
     await hv.release();
-    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p', spares: false });
+    hv = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+      spares: false,
+    });
     for (const name of ['c1', 'c2']) {
       const c = fresh(name);
       await hv.clone(tpl, c);
@@ -110,7 +160,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(sparesIn(tpl.dir)).to.deep.equal([]);
   });
 
-  it('stops the spare when its template runs again, goes, or the daemon stops; a crashed daemon\'s is swept', async () => {
+  it("stops the spare when its template runs again, goes, or the daemon stops; a crashed daemon's is swept", async () => {
     const c1 = fresh('c1');
     await hv.clone(tpl, c1);
     await hv.launch(c1, { restore: true });
@@ -136,14 +186,28 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(await waitGone(p), 'the daemon stopped').to.equal(true);
 
     // A spare a crashed daemon left (here: one whose daemon forgot it) is stopped at the next clone or delete.
-    hv = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    hv = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
     const c3 = fresh('c3');
     await hv.clone(tpl, c3);
     await hv.launch(c3, { restore: true });
     hv.cloneReady(c3);
     await hv.sparesSettled();
     p = pid();
-    const forgetful = new QemuHypervisor({ qemuBinary: q.binary, accel: 'tcg', images: new ImageCatalog(q.images), log: new SilentLogger(), vsock: false, mountDriver: '9p' });
+    const forgetful = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+    });
     await forgetful.destroy(tpl);
     expect(await waitGone(p), 'swept').to.equal(true);
     expect(existsSync(join(tpl.dir, 'disk.qcow2'))).to.equal(false);
@@ -153,7 +217,11 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
   describe('warmed (VmDisks.warmSpares)', () => {
     /** The monitor commands QEMU number `n` got, `hostfwd_add` shown with its arguments. */
-    const qmpOf = (n: number) => q.qmp().filter(([i]) => i === n).map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c));
+    const qmpOf = (n: number) =>
+      q
+        .qmp()
+        .filter(([i]) => i === n)
+        .map(([, c, a]) => (c === 'human-monitor-command' ? (a as { 'command-line': string })['command-line'] : c));
     /** c1 cloned and up (start 3), its spare started (start 4). */
     const firstClone = async () => {
       const c1 = fresh('c1');
@@ -163,7 +231,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       return c1;
     };
 
-    it('restores the spare\'s guest, runs it through the warm-up under its own name and pauses it; the clone only continues it', async () => {
+    it("restores the spare's guest, runs it through the warm-up under its own name and pauses it; the clone only continues it", async () => {
       const calls: { port: number; host: string; name: string }[] = [];
       const commands: number[] = [];
       hv.warmWith({
@@ -177,15 +245,28 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       expect(calls[0]).to.deep.include({ host: '127.0.0.1', name: dir });
       expect(commands).to.deep.equal([calls[0].port]);
       expect(opt(q.calls()[3], '-netdev')).to.include(`hostfwd=tcp:127.0.0.1:${calls[0].port}-:7475`);
-      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'stop']);
+      expect(qmpOf(4)).to.deep.equal([
+        'qmp_capabilities',
+        'migrate-set-capabilities',
+        'migrate-incoming',
+        'query-migrate',
+        'cont',
+        'stop',
+      ]);
 
       const c2 = fresh('c2');
       await hv.clone(tpl, c2);
-      const h = await hv.launch({ ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] }, { restore: true });
+      const h = await hv.launch(
+        { ...c2, forwards: [{ host_port: 0, guest_port: 8080, proto: 'tcp' }] },
+        { restore: true },
+      );
       expect(h.restored_from_snapshot).to.equal(true);
       expect(h.agent_port).to.equal(calls[0].port);
       expect(cmdline(h.pid!)).to.include(`svc-${dir},process=svc-${dir}`);
-      expect(qmpOf(4).slice(6), 'nothing loaded again: continued, forwards added').to.deep.equal(['cont', `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`]);
+      expect(qmpOf(4).slice(6), 'nothing loaded again: continued, forwards added').to.deep.equal([
+        'cont',
+        `hostfwd_add net0 tcp:127.0.0.1:${h.forwards[0].host_port}-:8080`,
+      ]);
       for (const c of [c1, c2]) await hv.kill(c);
     });
 
@@ -217,7 +298,13 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       await hv.sparesSettled();
       expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
       expect(warmed).to.equal(0);
-      expect(qmpOf(4)).to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont']);
+      expect(qmpOf(4)).to.deep.equal([
+        'qmp_capabilities',
+        'migrate-set-capabilities',
+        'migrate-incoming',
+        'query-migrate',
+        'cont',
+      ]);
       for (const c of [c1, c2]) await hv.kill(c);
     });
 
@@ -259,7 +346,14 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       command.open();
       await hv.sparesSettled();
       expect(commandDone).to.equal(true);
-      expect(qmpOf(4), 'never paused; continued (a no-op on a running guest)').to.deep.equal(['qmp_capabilities', 'migrate-set-capabilities', 'migrate-incoming', 'query-migrate', 'cont', 'cont']);
+      expect(qmpOf(4), 'never paused; continued (a no-op on a running guest)').to.deep.equal([
+        'qmp_capabilities',
+        'migrate-set-capabilities',
+        'migrate-incoming',
+        'query-migrate',
+        'cont',
+        'cont',
+      ]);
       expect(alive(h.pid!), 'the clone runs on').to.equal(true);
       for (const c of [c1, c2]) await hv.kill(c);
     });

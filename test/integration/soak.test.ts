@@ -11,7 +11,14 @@ const VMS = 8;
 
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 const fds = (pid: number) => readdirSync(`/proc/${pid}/fd`).length;
-const fdTargets = (pid: number) => readdirSync(`/proc/${pid}/fd`).map((f) => { try { return readlinkSync(`/proc/${pid}/fd/${f}`); } catch { return '?'; } });
+const fdTargets = (pid: number) =>
+  readdirSync(`/proc/${pid}/fd`).map((f) => {
+    try {
+      return readlinkSync(`/proc/${pid}/fd/${f}`);
+    } catch {
+      return '?';
+    }
+  });
 const pct = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.min(s.length - 1, Math.floor(q * (s.length - 1) + 0.5))] : NaN;
@@ -31,22 +38,46 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
     const socket = join(dir, 'svc.sock');
     // Caps above the client count: a slow agent lets execs pile up on one VM, and 429 there would be
     // the cap doing its job (tested in guest-limits), not a failure of the daemon under load.
-    const raw = { data_dir: join(dir, 'data'), socket, api: '', hypervisor: 'fake', fake_agent: true, test_mode: true, fake_boot_delay: '10ms', log_level: 'warn', sandbox_metrics_enabled: false, max_execs_per_vm: 256, max_execs_total: 512 };
+    const raw = {
+      data_dir: join(dir, 'data'),
+      socket,
+      api: '',
+      hypervisor: 'fake',
+      fake_agent: true,
+      test_mode: true,
+      fake_boot_delay: '10ms',
+      log_level: 'warn',
+      sandbox_metrics_enabled: false,
+      max_execs_per_vm: 256,
+      max_execs_total: 512,
+    };
     const svcd = await spawnSvcd(dir, raw, { stderr: 'inherit' });
     const proc = svcd.proc;
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
-    const req = (method: string, path: string, body?: Buffer | string, type = 'application/json') => new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const r = request({ agent, socketPath: socket, method, path, headers: body === undefined ? {} : { 'content-type': type, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
-        const parts: Buffer[] = [];
-        res.on('data', (c: Buffer) => parts.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(parts).toString() }));
-        res.on('error', reject);
+    const req = (method: string, path: string, body?: Buffer | string, type = 'application/json') =>
+      new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const r = request(
+          {
+            agent,
+            socketPath: socket,
+            method,
+            path,
+            headers:
+              body === undefined ? {} : { 'content-type': type, 'content-length': String(Buffer.byteLength(body)) },
+          },
+          (res) => {
+            const parts: Buffer[] = [];
+            res.on('data', (c: Buffer) => parts.push(c));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(parts).toString() }));
+            res.on('error', reject);
+          },
+        );
+        r.on('error', reject);
+        r.end(body);
       });
-      r.on('error', reject);
-      r.end(body);
-    });
     try {
-      for (let i = 0; i < VMS; i++) expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
+      for (let i = 0; i < VMS; i++)
+        expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
       await new Promise((r) => setTimeout(r, 500));
       const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
       const baseTargets = fdTargets(proc.pid!);
@@ -79,7 +110,12 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
           } else if (roll < 97) {
             route = 'PUT+GET cp';
             const path = join(dir, 'data', 'vms', vm, 'guest', `f-${c}.txt`);
-            const up = await req('PUT', `/vms/${vm}/cp?path=${encodeURIComponent(path)}`, `${c}:${n}`, 'application/octet-stream');
+            const up = await req(
+              'PUT',
+              `/vms/${vm}/cp?path=${encodeURIComponent(path)}`,
+              `${c}:${n}`,
+              'application/octet-stream',
+            );
             r = await req('GET', `/vms/${vm}/cp?path=${encodeURIComponent(path)}`);
             ok = up.status === 204 && r.status === 200 && r.text === `${c}:${n}`;
           } else {
@@ -106,15 +142,25 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       const first = await round();
       const after = await round();
       const total = Object.values(lat).reduce((n, x) => n + x.length, 0);
-      console.log(`      soak: ${total} requests in ${SECONDS} s (two rounds) by ${CLIENTS} clients (${made} VMs created and deleted)`);
-      for (const [route, xs] of Object.entries(lat).sort()) console.log(`      ${route.padEnd(16)} n=${String(xs.length).padStart(6)}  p50 ${pct(xs, 0.5).toFixed(1)} ms  p99 ${pct(xs, 0.99).toFixed(1)} ms`);
-      console.log(`      daemon RSS ${base.rss.toFixed(0)} -> ${first.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${first.fds} -> ${after.fds}`);
+      console.log(
+        `      soak: ${total} requests in ${SECONDS} s (two rounds) by ${CLIENTS} clients (${made} VMs created and deleted)`,
+      );
+      for (const [route, xs] of Object.entries(lat).sort())
+        console.log(
+          `      ${route.padEnd(16)} n=${String(xs.length).padStart(6)}  p50 ${pct(xs, 0.5).toFixed(1)} ms  p99 ${pct(xs, 0.99).toFixed(1)} ms`,
+        );
+      console.log(
+        `      daemon RSS ${base.rss.toFixed(0)} -> ${first.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${first.fds} -> ${after.fds}`,
+      );
       expect(failures, failures.join('\n')).to.deep.equal([]);
       expect(made).to.be.above(0);
       const extra = fdTargets(proc.pid!).filter((t) => !baseTargets.includes(t) || t.startsWith('socket:'));
       expect(after.fds, `open files back to the baseline; now open: ${extra.join(', ')}`).to.be.at.most(base.fds + 4);
       expect(first.fds, 'open files back to the baseline after the first round').to.be.at.most(base.fds + 4);
-      expect(after.rss - first.rss, 'no growth from the first round to the second (a leak would show here)').to.be.below(48);
+      expect(
+        after.rss - first.rss,
+        'no growth from the first round to the second (a leak would show here)',
+      ).to.be.below(48);
       const vms = JSON.parse((await req('GET', '/vms')).text) as { name: string }[];
       expect(vms.map((v) => v.name).sort()).to.deep.equal(Array.from({ length: VMS }, (_, i) => `s${i}`).sort());
     } finally {

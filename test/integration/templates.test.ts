@@ -9,7 +9,13 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
     let d: TestDaemon;
     before(async () => {
       d = await startTestDaemon();
-      await d.call('POST', '/vms', { name: 'tpl', persistent: true, cpus: 2, memory_mb: 256, tags: { role: 'template' } });
+      await d.call('POST', '/vms', {
+        name: 'tpl',
+        persistent: true,
+        cpus: 2,
+        memory_mb: 256,
+        tags: { role: 'template' },
+      });
     });
     after(async () => d.stop());
 
@@ -19,7 +25,9 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
       expect(r.json.error).to.match(/must be a persistent vm that is stopped or suspended/);
       expect((await d.call('POST', '/vms', { from: 'ghost' })).json.error).to.match(/template vm ghost not found/);
       await d.call('POST', '/vms/tpl/suspend');
-      expect((await d.call('POST', '/vms', { from: 'tpl', cpus: 4 })).json.error).to.match(/cpus cannot be set on a clone/);
+      expect((await d.call('POST', '/vms', { from: 'tpl', cpus: 4 })).json.error).to.match(
+        /cpus cannot be set on a clone/,
+      );
       expect((await d.call('POST', '/vms', { from: 'tpl', from_pool: true })).status).to.equal(400);
       expect((await d.call('POST', '/vms/tpl/clone', { from: 'x' })).status).to.equal(400);
     });
@@ -64,7 +72,16 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
 
     it('hands each of 5 concurrent claims a distinct VM, with its tags and forwards, and refills', async () => {
       const members = (await d.call('GET', '/pool')).json.members.map((m: { name: string }) => m.name);
-      const results = await Promise.all([1, 2, 3, 4, 5].map((i) => d.call('POST', '/vms', { name: `w${i}`, from_pool: true, tags: { i: String(i) }, forwards: [{ guest_port: 80 }] })));
+      const results = await Promise.all(
+        [1, 2, 3, 4, 5].map((i) =>
+          d.call('POST', '/vms', {
+            name: `w${i}`,
+            from_pool: true,
+            tags: { i: String(i) },
+            forwards: [{ guest_port: 80 }],
+          }),
+        ),
+      );
       for (const r of results) expect(r.status, r.text).to.equal(201);
       const names = results.map((r) => r.json.name);
       expect(new Set(names).size).to.equal(5);
@@ -74,7 +91,9 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
         expect(r.json.from).to.equal('base');
       }
       const activity = (await d.call('GET', '/activity')).json.events;
-      const claimedFrom = activity.filter((e: { message?: string }) => /^claimed /.test(e.message ?? '')).map((e: { message: string }) => e.message.slice(8));
+      const claimedFrom = activity
+        .filter((e: { message?: string }) => /^claimed /.test(e.message ?? ''))
+        .map((e: { message: string }) => e.message.slice(8));
       expect(claimedFrom.sort()).to.deep.equal([...members].sort());
       await d.daemon.poolSettled();
       const after = (await d.call('GET', '/pool')).json;
@@ -107,7 +126,11 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
       const pool = (await d.call('GET', '/pool')).json;
       expect(pool).to.include({ running: true, ready: 2 });
       expect(pool.members.map((m: { status: string }) => m.status)).to.deep.equal(['running', 'running']);
-      const results = await Promise.all([1, 2, 3].map((i) => d.call('POST', '/vms', { name: `r${i}`, from_pool: true, forwards: [{ guest_port: 9999 }] })));
+      const results = await Promise.all(
+        [1, 2, 3].map((i) =>
+          d.call('POST', '/vms', { name: `r${i}`, from_pool: true, forwards: [{ guest_port: 9999 }] }),
+        ),
+      );
       for (const r of results) expect(r.status, r.text).to.equal(201);
       expect(new Set(results.map((r) => r.json.name)).size).to.equal(3);
       for (const r of results) {

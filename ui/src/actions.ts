@@ -5,12 +5,18 @@ import { Confirm, html, message } from './ui.js';
 /** The lifecycle verbs a VM in this state accepts (the daemon checks again). */
 export function verbsFor(vm: Instance): string[] {
   switch (vm.status) {
-    case 'running': return ['shutdown', 'pause', ...(vm.persistent ? ['suspend'] : [])];
-    case 'paused': return ['resume', 'shutdown'];
-    case 'suspended': return ['restore', 'clone'];
-    case 'stopped': return ['start', 'clone'];
-    case 'error': return vm.persistent ? ['start'] : [];
-    default: return [];
+    case 'running':
+      return ['shutdown', 'pause', ...(vm.persistent ? ['suspend'] : [])];
+    case 'paused':
+      return ['resume', 'shutdown'];
+    case 'suspended':
+      return ['restore', 'clone'];
+    case 'stopped':
+      return ['start', 'clone'];
+    case 'error':
+      return vm.persistent ? ['start'] : [];
+    default:
+      return [];
   }
 }
 
@@ -36,17 +42,35 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   };
   const verb = (v: string) => run(v, () => api('POST', `/vms/${enc(vm.name)}/${v}`));
   return html`<div class="actions" data-test=${`actions-${vm.name}`}>
-    ${verbsFor(vm).map((v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
-      onClick=${() => (v === 'clone' ? setAsking('clone') : verb(v))}>${busy === v ? `${v}…` : v}</button>`)}
+    ${verbsFor(vm).map(
+      (v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
+      onClick=${() => (v === 'clone' ? setAsking('clone') : verb(v))}>${busy === v ? `${v}…` : v}</button>`,
+    )}
     <button type="button" class="danger" disabled=${busy !== undefined} data-test="do-delete" onClick=${() => setAsking('delete')}>${busy === 'delete' ? 'deleting…' : 'delete'}</button>
     ${error ? html`<span class="error" role="alert">${error}</span>` : null}
-    ${asking === 'delete' ? html`<${Confirm} title=${`Delete ${vm.name}?`} action="Delete" danger=${true}
+    ${
+      asking === 'delete'
+        ? html`<${Confirm} title=${`Delete ${vm.name}?`} action="Delete" danger=${true}
         body=${html`<p>The VM and its disk are removed for good.</p>`}
         onCancel=${() => setAsking(undefined)}
-        onConfirm=${() => { setAsking(undefined); void run('delete', () => api('DELETE', `/vms/${enc(vm.name)}`)).then(() => onDeleted?.()); }} />` : null}
-    ${asking === 'clone' ? html`<${Confirm} title=${`Clone ${vm.name}`} action="Clone"
+        onConfirm=${() => {
+          setAsking(undefined);
+          void run('delete', () => api('DELETE', `/vms/${enc(vm.name)}`)).then(() => onDeleted?.());
+        }} />`
+        : null
+    }
+    ${
+      asking === 'clone'
+        ? html`<${Confirm} title=${`Clone ${vm.name}`} action="Clone"
         body=${html`<label>Name of the clone <input value=${cloneName} onInput=${(e: Event) => setCloneName((e.target as HTMLInputElement).value)} placeholder="leave empty for a generated name" /></label>`}
         onCancel=${() => setAsking(undefined)}
-        onConfirm=${() => { setAsking(undefined); void run('clone', () => api('POST', `/vms/${enc(vm.name)}/clone`, { body: cloneName ? { name: cloneName } : {} })); }} />` : null}
+        onConfirm=${() => {
+          setAsking(undefined);
+          void run('clone', () =>
+            api('POST', `/vms/${enc(vm.name)}/clone`, { body: cloneName ? { name: cloneName } : {} }),
+          );
+        }} />`
+        : null
+    }
   </div>`;
 }

@@ -1,7 +1,11 @@
 /** The daemon's API as the dashboard calls it: same origin, the session cookie, JSON in and out. */
 
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string, readonly code?: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code?: string,
+  ) {
     super(message);
   }
 }
@@ -45,7 +49,14 @@ export async function request(method: string, path: string, o: CallOptions = {})
     body = JSON.stringify(o.body);
   }
   if (o.accept) headers.accept = o.accept;
-  const res = await fetch(path, { method, headers, body, credentials: 'same-origin', signal: o.signal, cache: 'no-store' });
+  const res = await fetch(path, {
+    method,
+    headers,
+    body,
+    credentials: 'same-origin',
+    signal: o.signal,
+    cache: 'no-store',
+  });
   if (!res.ok) throw await failure(res);
   return res;
 }
@@ -58,7 +69,11 @@ export async function api<T = unknown>(method: string, path: string, o: CallOpti
 }
 
 /** An NDJSON stream (create progress, the change feed), one object a line. */
-export async function* ndjson<T = Record<string, unknown>>(method: string, path: string, o: CallOptions = {}): AsyncGenerator<T> {
+export async function* ndjson<T = Record<string, unknown>>(
+  method: string,
+  path: string,
+  o: CallOptions = {},
+): AsyncGenerator<T> {
   const res = await request(method, path, { ...o, accept: 'application/x-ndjson' });
   if (!res.body) return;
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();

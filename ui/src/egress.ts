@@ -2,7 +2,11 @@ import { useState } from 'preact/hooks';
 import { api, enc, type EgressEvent, type EgressPolicy } from './api.js';
 import { bytes, ErrorLine, html, useLoad, when } from './ui.js';
 
-const lines = (text: string) => text.split('\n').map((l) => l.trim()).filter(Boolean);
+const lines = (text: string) =>
+  text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean);
 
 function where(e: EgressEvent): string {
   const target = e.addr === 'host' ? 'host.svc.internal' : e.addr;
@@ -17,7 +21,11 @@ function where(e: EgressEvent): string {
  */
 export function Egress({ name }: { name: string }) {
   const policy = useLoad(() => api<EgressPolicy>('GET', `/vms/${enc(name)}/egress`), [name]);
-  const log = useLoad(() => api<{ events: EgressEvent[] }>('GET', `/vms/${enc(name)}/egress/log?limit=50`), [name], 3000);
+  const log = useLoad(
+    () => api<{ events: EgressEvent[] }>('GET', `/vms/${enc(name)}/egress/log?limit=50`),
+    [name],
+    3000,
+  );
   const [draft, setDraft] = useState<{ default: string; allow: string; deny: string }>();
   const [error, setError] = useState<string>();
   const [saved, setSaved] = useState(false);
@@ -29,7 +37,9 @@ export function Egress({ name }: { name: string }) {
     setError(undefined);
     setSaved(false);
     try {
-      await api('PUT', `/vms/${enc(name)}/egress`, { body: { default: form.default, allow: lines(form.allow), deny: lines(form.deny) } });
+      await api('PUT', `/vms/${enc(name)}/egress`, {
+        body: { default: form.default, allow: lines(form.allow), deny: lines(form.deny) },
+      });
       setDraft(undefined);
       setSaved(true);
       policy.reload();
@@ -37,25 +47,38 @@ export function Egress({ name }: { name: string }) {
       setError((err as Error).message);
     }
   };
-  const set = (k: 'default' | 'allow' | 'deny') => (ev: Event) => form && setDraft({ ...form, [k]: (ev.target as HTMLInputElement).value });
+  const set = (k: 'default' | 'allow' | 'deny') => (ev: Event) =>
+    form && setDraft({ ...form, [k]: (ev.target as HTMLInputElement).value });
   const events = [...(log.data?.events ?? [])].reverse();
   return html`<section class="card" data-test="egress">
     <h3>Egress</h3>
     <p class="muted">What this VM may reach. Rules, one a line: a domain (<code>pypi.org</code>, <code>*.github.com</code>), an IP or CIDR with an optional <code>:port</code>, or <code>host:PORT</code> for a port on this host (the guest calls it <code>host.svc.internal</code>). Deny rules win.</p>
-    ${form ? html`<form onSubmit=${save}>
+    ${
+      form
+        ? html`<form onSubmit=${save}>
       <label>Default <select name="egress_default" value=${form.default} onChange=${set('default')}><option value="allow">allow</option><option value="deny">deny</option></select></label>
       <div class="row">
         <label>Allow <textarea name="egress_allow" rows="4" value=${form.allow} onInput=${set('allow')}></textarea></label>
         <label>Deny <textarea name="egress_deny" rows="4" value=${form.deny} onInput=${set('deny')}></textarea></label>
       </div>
       <button type="submit" data-test="egress-save">Save policy</button> ${saved ? html`<span class="muted" data-test="egress-saved">saved: in force now</span>` : null}
-    </form>` : null}
+    </form>`
+        : null
+    }
     <${ErrorLine} error=${error ?? policy.error} />
     <h4>Latest decisions</h4>
-    ${events.length === 0 ? html`<p class="muted">Nothing yet.</p>` : html`<table data-test="egress-log"><thead><tr><th>Time</th><th>Event</th><th>What</th><th>Rule</th><th>Traffic</th></tr></thead><tbody>
-      ${events.map((e) => html`<tr class=${e.decision === 'deny' ? 'bad' : ''}><td>${when(e.t)}</td><td>${e.event} ${e.proto}</td><td>${where(e)}</td><td><code>${e.rule}</code></td>
-        <td>${e.event === 'close' ? `${bytes(e.bytes_out ?? 0)} out, ${bytes(e.bytes_in ?? 0)} in` : (e.answers ?? []).join(', ')}${e.repeats ? ` (+${e.repeats})` : ''}</td></tr>`)}
-    </tbody></table>`}
+    ${
+      events.length === 0
+        ? html`<p class="muted">Nothing yet.</p>`
+        : html`<table data-test="egress-log"><thead><tr><th>Time</th><th>Event</th><th>What</th><th>Rule</th><th>Traffic</th></tr></thead><tbody>
+      ${events.map(
+        (
+          e,
+        ) => html`<tr class=${e.decision === 'deny' ? 'bad' : ''}><td>${when(e.t)}</td><td>${e.event} ${e.proto}</td><td>${where(e)}</td><td><code>${e.rule}</code></td>
+        <td>${e.event === 'close' ? `${bytes(e.bytes_out ?? 0)} out, ${bytes(e.bytes_in ?? 0)} in` : (e.answers ?? []).join(', ')}${e.repeats ? ` (+${e.repeats})` : ''}</td></tr>`,
+      )}
+    </tbody></table>`
+    }
     <${ErrorLine} error=${log.error} />
   </section>`;
 }

@@ -8,7 +8,10 @@ import { VmPage } from './vm-page.js';
 import { ErrorLine, html, message } from './ui.js';
 import './style.css';
 
-interface Session { token_required: boolean; authenticated: boolean }
+interface Session {
+  token_required: boolean;
+  authenticated: boolean;
+}
 
 function useHash(): string {
   const [hash, setHash] = useState(location.hash);
@@ -49,7 +52,10 @@ function App() {
   const check = () => api<Session>('GET', '/ui/session').then(setSession, (err) => setError(message(err)));
   useEffect(() => {
     void check();
-    return onUnauthenticated(() => { feed.stop(); setSession((s) => (s ? { ...s, authenticated: false } : s)); });
+    return onUnauthenticated(() => {
+      feed.stop();
+      setSession((s) => (s ? { ...s, authenticated: false } : s));
+    });
   }, []);
   if (error) return html`<main><${ErrorLine} error=${error} /></main>`;
   if (!session) return html`<main><p class="boot">Loading svc…</p></main>`;
@@ -61,7 +67,12 @@ function App() {
   };
   const parts = hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   const page = parts[0] || 'vms';
-  const nav = [['vms', '#/', 'VMs'], ['images', '#/images', 'Images'], ['secrets', '#/secrets', 'Secrets'], ['activity', '#/activity', 'Activity']];
+  const nav = [
+    ['vms', '#/', 'VMs'],
+    ['images', '#/images', 'Images'],
+    ['secrets', '#/secrets', 'Secrets'],
+    ['activity', '#/activity', 'Activity'],
+  ];
   const current = page === 'vm' ? 'vms' : page;
   return html`<div class="app">
     <header>
@@ -70,11 +81,17 @@ function App() {
       ${session.token_required ? html`<button type="button" class="logout" onClick=${logout} data-test="logout">Log out</button>` : null}
     </header>
     <main>
-      ${page === 'vm' && parts[1] ? html`<${VmPage} name=${parts[1]} tab=${parts[2] || 'overview'} />`
-        : page === 'images' ? html`<${Images} />`
-        : page === 'secrets' ? html`<${Secrets} />`
-        : page === 'activity' ? html`<${ActivityLog} />`
-        : html`<${VmList} />`}
+      ${
+        page === 'vm' && parts[1]
+          ? html`<${VmPage} name=${parts[1]} tab=${parts[2] || 'overview'} />`
+          : page === 'images'
+            ? html`<${Images} />`
+            : page === 'secrets'
+              ? html`<${Secrets} />`
+              : page === 'activity'
+                ? html`<${ActivityLog} />`
+                : html`<${VmList} />`
+      }
     </main>
   </div>`;
 }

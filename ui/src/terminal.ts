@@ -16,7 +16,12 @@ export function TerminalView({ name }: { name: string }) {
   const [round, setRound] = useState(0);
   useEffect(() => {
     if (!box.current) return;
-    const term = new Terminal({ cursorBlink: true, fontSize: 14, fontFamily: 'ui-monospace, "DejaVu Sans Mono", monospace', scrollback: 5000 });
+    const term = new Terminal({
+      cursorBlink: true,
+      fontSize: 14,
+      fontFamily: 'ui-monospace, "DejaVu Sans Mono", monospace',
+      scrollback: 5000,
+    });
     const fit = new FitAddon();
     term.loadAddon(fit);
     term.open(box.current);
@@ -25,21 +30,31 @@ export function TerminalView({ name }: { name: string }) {
     const ws = new WebSocket(`${proto}//${location.host}/vms/${enc(name)}/shell?cols=${term.cols}&rows=${term.rows}`);
     ws.binaryType = 'arraybuffer';
     const encoder = new TextEncoder();
-    ws.onopen = () => { setState('connected'); term.focus(); };
+    ws.onopen = () => {
+      setState('connected');
+      term.focus();
+    };
     ws.onmessage = (ev) => {
       if (typeof ev.data === 'string') {
         try {
           const msg = JSON.parse(ev.data) as { type?: string; exit_code?: number };
           if (msg.type === 'exit') setState(`shell exited (${msg.exit_code})`);
-        } catch { term.write(ev.data); }
+        } catch {
+          term.write(ev.data);
+        }
         return;
       }
       term.write(new Uint8Array(ev.data as ArrayBuffer));
     };
-    ws.onclose = (ev) => setState((s) => (s.startsWith('shell exited') ? s : `closed${ev.reason ? `: ${ev.reason}` : ''}`));
+    ws.onclose = (ev) =>
+      setState((s) => (s.startsWith('shell exited') ? s : `closed${ev.reason ? `: ${ev.reason}` : ''}`));
     ws.onerror = () => setState('could not connect (is the VM running with its agent?)');
-    const typed = term.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(d)); });
-    const resized = term.onResize(({ cols, rows }) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows })); });
+    const typed = term.onData((d) => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(d));
+    });
+    const resized = term.onResize(({ cols, rows }) => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows }));
+    });
     const onWindow = () => fit.fit();
     window.addEventListener('resize', onWindow);
     return () => {
@@ -52,7 +67,10 @@ export function TerminalView({ name }: { name: string }) {
   }, [name, round]);
   return html`<section class="card terminal-card">
     <div class="row"><span class="muted" data-test="terminal-state">${state}</span>
-      <button type="button" onClick=${() => { setState('connecting…'); setRound((r) => r + 1); }}>Reconnect</button></div>
+      <button type="button" onClick=${() => {
+        setState('connecting…');
+        setRound((r) => r + 1);
+      }}>Reconnect</button></div>
     <div ref=${box} class="terminal" data-test="terminal"></div>
   </section>`;
 }

@@ -18,16 +18,29 @@ export function ErrorLine({ error }: { error?: string }) {
  * A modal confirmation (the native <dialog>: focus moves into it, Escape cancels). `onConfirm`
  * runs when the named button is pressed.
  */
-export function Confirm(p: { title: string; body: ComponentChildren; action: string; danger?: boolean; onConfirm: () => void; onCancel: () => void }) {
+export function Confirm(p: {
+  title: string;
+  body: ComponentChildren;
+  action: string;
+  danger?: boolean;
+  onConfirm: () => void;
+  onCancel: () => void;
+}) {
   const ref = useRef<HTMLDialogElement>(null);
   useEffect(() => {
     const d = ref.current;
     if (d && !d.open) d.showModal();
   }, []);
-  return html`<dialog ref=${ref} class="confirm" data-test="confirm" onCancel=${(e: Event) => { e.preventDefault(); p.onCancel(); }}>
+  return html`<dialog ref=${ref} class="confirm" data-test="confirm" onCancel=${(e: Event) => {
+    e.preventDefault();
+    p.onCancel();
+  }}>
     <h2>${p.title}</h2>
     <div>${p.body}</div>
-    <form method="dialog" class="row" onSubmit=${(e: Event) => { e.preventDefault(); p.onConfirm(); }}>
+    <form method="dialog" class="row" onSubmit=${(e: Event) => {
+      e.preventDefault();
+      p.onConfirm();
+    }}>
       <button type="button" onClick=${p.onCancel}>Cancel</button>
       <button type="submit" class=${p.danger ? 'danger' : 'primary'} data-test="confirm-ok" autofocus>${p.action}</button>
     </form>
@@ -35,15 +48,26 @@ export function Confirm(p: { title: string; body: ComponentChildren; action: str
 }
 
 /** Loads `fn` now and every `everyMs` (if given); re-runs when `deps` change. */
-export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: number): { data?: T; error?: string; reload: () => void } {
+export function useLoad<T>(
+  fn: () => Promise<T>,
+  deps: unknown[],
+  everyMs?: number,
+): { data?: T; error?: string; reload: () => void } {
   const [state, setState] = useState<{ data?: T; error?: string }>({});
   const [n, setN] = useState(0);
   useEffect(() => {
     let live = true;
-    const run = () => fn().then((data) => live && setState({ data }), (err) => live && setState((s) => ({ data: s.data, error: message(err) })));
+    const run = () =>
+      fn().then(
+        (data) => live && setState({ data }),
+        (err) => live && setState((s) => ({ data: s.data, error: message(err) })),
+      );
     run();
     const t = everyMs ? setInterval(run, everyMs) : undefined;
-    return () => { live = false; if (t) clearInterval(t); };
+    return () => {
+      live = false;
+      if (t) clearInterval(t);
+    };
   }, [...deps, n]);
   return { ...state, reload: () => setN((x) => x + 1) };
 }
@@ -52,7 +76,10 @@ export function bytes(n: number | undefined): string {
   if (n === undefined || !Number.isFinite(n)) return '';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
   return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
 }
 

@@ -4,7 +4,12 @@ import { VmActions } from './actions.js';
 import { useVms } from './feed.js';
 import { ErrorLine, html, message, StatusBadge, useLoad } from './ui.js';
 
-interface ImageInfo { id: string; description: string; built?: boolean; agent_ready: boolean }
+interface ImageInfo {
+  id: string;
+  description: string;
+  built?: boolean;
+  agent_ready: boolean;
+}
 
 /** The create form: POST /vms?stream=1 and the progress lines as they come. */
 function CreateForm() {
@@ -52,11 +57,15 @@ function CreateForm() {
       <label class="check"><input name="persistent" type="checkbox" checked=${form.persistent} onChange=${set('persistent')} /> persistent</label>
       <button type="submit" class="primary" disabled=${running} data-test="create-submit">${running ? 'Creating…' : 'Create'}</button>
     </form>
-    ${events.length > 0 ? html`<div class="progress" data-test="create-progress" aria-live="polite">
+    ${
+      events.length > 0
+        ? html`<div class="progress" data-test="create-progress" aria-live="polite">
       ${last?.percent !== undefined && last.phase !== 'ready' ? html`<progress max="100" value=${last.percent}></progress>` : null}
       <ol>${events.map((ev) => html`<li class=${`phase-${ev.phase}`}><b>${ev.phase}</b> ${ev.message} <span class="muted">${(ev.elapsed_ms / 1000).toFixed(1)} s</span></li>`)}</ol>
       ${last?.phase === 'ready' && last.instance ? html`<p>Ready: <a href=${`#/vm/${enc(last.instance.name)}`}>${last.instance.name}</a></p>` : null}
-    </div>` : null}
+    </div>`
+        : null
+    }
     <${ErrorLine} error=${error} />
   </section>`;
 }
@@ -68,15 +77,21 @@ export function VmList() {
     <${CreateForm} />
     <section class="card">
       <h2>VMs <span class=${connected ? 'live on' : 'live'} title="live updates" data-test="live">${connected ? 'live' : 'reconnecting…'}</span></h2>
-      ${vms.length === 0 ? html`<p class="muted">No VMs yet.</p>` : html`<table class="vms" data-test="vm-table">
+      ${
+        vms.length === 0
+          ? html`<p class="muted">No VMs yet.</p>`
+          : html`<table class="vms" data-test="vm-table">
         <thead><tr><th>Name</th><th>Status</th><th>Image</th><th>CPUs</th><th>Memory</th><th>IP</th><th>Actions</th></tr></thead>
-        <tbody>${vms.map((vm) => html`<tr key=${vm.name} data-vm=${vm.name}>
+        <tbody>${vms.map(
+          (vm) => html`<tr key=${vm.name} data-vm=${vm.name}>
           <td><a href=${`#/vm/${enc(vm.name)}`}>${vm.name}</a>${vm.persistent ? html` <span class="tag">persistent</span>` : null}</td>
           <td><${StatusBadge} status=${vm.status} /></td>
           <td>${vm.image}</td><td>${vm.cpus}</td><td>${vm.memory_mb} MB</td><td>${vm.ip}</td>
           <td><${VmActions} vm=${vm} /></td>
-        </tr>`)}</tbody>
-      </table>`}
+        </tr>`,
+        )}</tbody>
+      </table>`
+      }
     </section>
   </div>`;
 }

@@ -26,10 +26,17 @@ export class ExecChannelSocket {
    * closes its own after 10 s; this catches one it can no longer close, such as a connection a
    * guest saved in a snapshot still holds after the restore, when no host is at its other end.
    */
-  constructor(private readonly exec: ExecService, private readonly idleMs = 65_000) {}
+  constructor(
+    private readonly exec: ExecService,
+    private readonly idleMs = 65_000,
+  ) {}
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    if (!isWebSocketUpgrade(req)) return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
+    if (!isWebSocketUpgrade(req))
+      return rejectUpgrade(
+        socket,
+        new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'),
+      );
     this.wss.handleUpgrade(req, socket, head, (ws) => this.serve(ws));
   }
 
@@ -70,9 +77,14 @@ export class ExecChannelSocket {
   private async run(id: number, query: string, gone: AbortSignal): Promise<string> {
     try {
       const { buffered: _buffered, ...er } = parseExecQuery(parseQueryString(query));
-      const text = JSON.stringify({ id, result: await this.exec.buffered(er, undefined, gone) } satisfies ExecChannelAnswer);
+      const text = JSON.stringify({
+        id,
+        result: await this.exec.buffered(er, undefined, gone),
+      } satisfies ExecChannelAnswer);
       if (Buffer.byteLength(text) <= EXEC_ANSWER_LIMIT) return text;
-      throw new PayloadTooLargeError(`the output does not fit one answer of ${EXEC_ANSWER_LIMIT} bytes; stream it (buffered=false)`);
+      throw new PayloadTooLargeError(
+        `the output does not fit one answer of ${EXEC_ANSWER_LIMIT} bytes; stream it (buffered=false)`,
+      );
     } catch (err) {
       const { status, body } = toHttpError(err);
       return JSON.stringify({ id, status, error: body } satisfies ExecChannelAnswer);

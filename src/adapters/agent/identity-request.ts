@@ -17,13 +17,18 @@ export const IDENTITY_BODY_MAX = 4096;
 export function identityFirst(setIdentity: (body: unknown) => Promise<void>, rest: RequestListener): RequestListener {
   return (req, res) => {
     if (req.method !== 'POST' || req.url !== '/identity') return rest(req, res);
-    readJson(req).then(setIdentity).then(() => {
-      res.writeHead(204).end();
-    }, (err: unknown) => {
-      if (res.headersSent) return void res.destroy();
-      // A body left unread would be taken as the next request on this connection.
-      writeHttpError(res, err, !req.complete);
-    });
+    readJson(req)
+      .then(setIdentity)
+      .then(
+        () => {
+          res.writeHead(204).end();
+        },
+        (err: unknown) => {
+          if (res.headersSent) return void res.destroy();
+          // A body left unread would be taken as the next request on this connection.
+          writeHttpError(res, err, !req.complete);
+        },
+      );
   };
 }
 

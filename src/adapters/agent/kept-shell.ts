@@ -32,7 +32,10 @@ export class KeptShell {
   private helper?: Helper;
   private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly sh: string = 'sh', private readonly timeoutMs = TIMEOUT_MS) {}
+  constructor(
+    private readonly sh: string = 'sh',
+    private readonly timeoutMs = TIMEOUT_MS,
+  ) {}
 
   /** Runs one command line (its words quoted with shellWord) and answers its status and output. */
   run(line: string): Promise<ShellAnswer> {
@@ -64,7 +67,9 @@ export class KeptShell {
   private once(ask: string): Promise<ShellAnswer> {
     return new Promise((resolve, reject) => {
       execFile(this.sh, ['-c', ask], { timeout: this.timeoutMs, maxBuffer: 1 << 20 }, (err, stdout) => {
-        const lines = String(stdout).split('\n').filter((l) => l !== '');
+        const lines = String(stdout)
+          .split('\n')
+          .filter((l) => l !== '');
         const last = lines.at(-1);
         if (!last?.startsWith(STATUS)) {
           reject(new Error(`${this.sh} did not run the command: ${err?.message ?? 'no status'}`));
@@ -118,8 +123,14 @@ export class KeptShell {
         reject(new Error('the kept shell did not answer'));
       }, this.timeoutMs);
       h.waiting = {
-        resolve: (n) => { clearTimeout(timer); resolve(n); },
-        reject: (e) => { clearTimeout(timer); reject(e); },
+        resolve: (n) => {
+          clearTimeout(timer);
+          resolve(n);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
       };
       h.proc.stdin!.write(text);
     });

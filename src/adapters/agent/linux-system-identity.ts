@@ -25,7 +25,12 @@ import { loadSysCalls, type SysCalls } from './sys-calls.js';
 export class LinuxSystemIdentity implements SystemIdentity {
   private readonly shell: KeptShell;
 
-  constructor(private readonly toolsDir?: string, private readonly root = '/', shell?: KeptShell, private readonly sys: SysCalls | null = loadSysCalls()) {
+  constructor(
+    private readonly toolsDir?: string,
+    private readonly root = '/',
+    shell?: KeptShell,
+    private readonly sys: SysCalls | null = loadSysCalls(),
+  ) {
     this.shell = shell ?? new KeptShell(this.tool('sh'));
   }
 
@@ -57,11 +62,16 @@ export class LinuxSystemIdentity implements SystemIdentity {
   private overlay(id: GuestIdentity): string[] {
     if (!id.overlay_ip) return [];
     const ip = (...args: string[]) => [shellWord(this.tool('ip')), ...args.map(shellWord)].join(' ');
-    return [ip('addr', 'flush', 'dev', 'eth1'), ip('addr', 'add', id.overlay_ip, 'dev', 'eth1'), ip('link', 'set', 'eth1', 'up')];
+    return [
+      ip('addr', 'flush', 'dev', 'eth1'),
+      ip('addr', 'add', id.overlay_ip, 'dev', 'eth1'),
+      ip('link', 'set', 'eth1', 'up'),
+    ];
   }
 
   async apply(id: GuestIdentity): Promise<void> {
-    if (!Number.isSafeInteger(Math.floor(id.time_ms / 1000)) || id.time_ms < 0) throw new InternalError(`cannot apply the identity: not a time: ${id.time_ms}`);
+    if (!Number.isSafeInteger(Math.floor(id.time_ms / 1000)) || id.time_ms < 0)
+      throw new InternalError(`cannot apply the identity: not a time: ${id.time_ms}`);
     if (this.sys) {
       this.applyInProcess(this.sys, id);
       const more = this.overlay(id);
@@ -83,11 +93,15 @@ export class LinuxSystemIdentity implements SystemIdentity {
     const put = (file: string, text: string) => writeFileSync(this.at(file), `${text}\n`);
     try {
       put('etc/hosts', `127.0.0.1 localhost ${id.hostname}`);
-    } catch { /* best effort, as in the shell line */ }
+    } catch {
+      /* best effort, as in the shell line */
+    }
     if (id.machine_id) {
       try {
         put('etc/machine-id', id.machine_id);
-      } catch { /* best effort */ }
+      } catch {
+        /* best effort */
+      }
     }
     try {
       sys.setHostname(id.hostname);
@@ -104,7 +118,10 @@ export class LinuxSystemIdentity implements SystemIdentity {
     } catch (err) {
       throw new InternalError(`cannot apply the identity: ${(err as Error).message}`);
     }
-    if (answer.status !== 0) throw new InternalError(`cannot apply the identity: exit ${answer.status}: ${answer.said.join(' ').slice(0, 300)}`);
+    if (answer.status !== 0)
+      throw new InternalError(
+        `cannot apply the identity: exit ${answer.status}: ${answer.said.join(' ').slice(0, 300)}`,
+      );
   }
 
   /** Ends the kept shell (the agent's shutdown, tests). */

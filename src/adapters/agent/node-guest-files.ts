@@ -13,21 +13,37 @@ import { extractTree, packTree } from '../fs-kit/tar-tree.js';
 function fsError(err: unknown, path: string): Error {
   const e = err as NodeJS.ErrnoException;
   switch (e.code) {
-    case 'ENOENT': return new NotFoundError(`${path}: no such file or directory`);
-    case 'EEXIST': return new AlreadyExistsError(`${path}: already exists`);
-    case 'ENOTEMPTY': return new AlreadyExistsError(`${path}: directory not empty; use recursive=true`);
-    case 'ENOTDIR': return new InvalidArgumentError(`${path}: a path component is not a directory`);
-    case 'EISDIR': return new InvalidArgumentError(`${path}: is a directory`);
-    case 'EACCES': case 'EPERM': return new InvalidArgumentError(`${path}: permission denied`);
-    case 'EINVAL': return new InvalidArgumentError(`${path}: invalid argument`);
-    default: return new InternalError(`${path}: ${e.message}`);
+    case 'ENOENT':
+      return new NotFoundError(`${path}: no such file or directory`);
+    case 'EEXIST':
+      return new AlreadyExistsError(`${path}: already exists`);
+    case 'ENOTEMPTY':
+      return new AlreadyExistsError(`${path}: directory not empty; use recursive=true`);
+    case 'ENOTDIR':
+      return new InvalidArgumentError(`${path}: a path component is not a directory`);
+    case 'EISDIR':
+      return new InvalidArgumentError(`${path}: is a directory`);
+    case 'EACCES':
+    case 'EPERM':
+      return new InvalidArgumentError(`${path}: permission denied`);
+    case 'EINVAL':
+      return new InvalidArgumentError(`${path}: invalid argument`);
+    default:
+      return new InternalError(`${path}: ${e.message}`);
   }
 }
 
 async function info(path: string): Promise<FsInfo> {
   const st = await lstat(path);
   const type = st.isFile() ? 'file' : st.isDirectory() ? 'directory' : st.isSymbolicLink() ? 'symlink' : 'other';
-  const out: FsInfo = { name: basename(path) || '/', path, type, size: st.size, mode: formatMode(st.mode), mtime: st.mtime.toISOString() };
+  const out: FsInfo = {
+    name: basename(path) || '/',
+    path,
+    type,
+    size: st.size,
+    mode: formatMode(st.mode),
+    mtime: st.mtime.toISOString(),
+  };
   if (type === 'symlink') out.target = await readlink(path);
   return out;
 }
@@ -36,11 +52,15 @@ async function info(path: string): Promise<FsInfo> {
 @injectable()
 export class NodeGuestFiles implements GuestFiles {
   async stat(path: string): Promise<FsInfo> {
-    return info(path).catch((e) => { throw fsError(e, path); });
+    return info(path).catch((e) => {
+      throw fsError(e, path);
+    });
   }
 
   async readdir(path: string): Promise<FsInfo[]> {
-    const names = await readdir(path).catch((e) => { throw fsError(e, path); });
+    const names = await readdir(path).catch((e) => {
+      throw fsError(e, path);
+    });
     const out: FsInfo[] = [];
     for (const n of names.sort()) {
       const entry = await info(join(path, n)).catch(() => undefined);
@@ -50,39 +70,56 @@ export class NodeGuestFiles implements GuestFiles {
   }
 
   async mkdir(path: string, recursive: boolean, mode: number): Promise<void> {
-    await mkdir(path, { recursive, mode }).catch((e) => { throw fsError(e, path); });
+    await mkdir(path, { recursive, mode }).catch((e) => {
+      throw fsError(e, path);
+    });
   }
 
   async symlink(path: string, target: string): Promise<void> {
-    await symlink(target, path).catch((e) => { throw fsError(e, path); });
+    await symlink(target, path).catch((e) => {
+      throw fsError(e, path);
+    });
   }
 
   async remove(path: string, recursive: boolean): Promise<void> {
-    const st = await lstat(path).catch((e) => { throw fsError(e, path); });
+    const st = await lstat(path).catch((e) => {
+      throw fsError(e, path);
+    });
     if (st.isDirectory()) {
       if (recursive) await rm(path, { recursive: true, force: true });
-      else await rmdir(path).catch((e) => { throw fsError(e, path); });
+      else
+        await rmdir(path).catch((e) => {
+          throw fsError(e, path);
+        });
     } else {
-      await unlink(path).catch((e) => { throw fsError(e, path); });
+      await unlink(path).catch((e) => {
+        throw fsError(e, path);
+      });
     }
   }
 
   async writeFile(path: string, body: Readable, opts: WriteOptions): Promise<void> {
     const dir = dirname(path);
-    await mkdir(dir, { recursive: true }).catch((e) => { throw fsError(e, dir); });
+    await mkdir(dir, { recursive: true }).catch((e) => {
+      throw fsError(e, dir);
+    });
     const existing = await stat(path).catch(() => undefined);
     if (existing?.isDirectory()) {
       body.resume();
       throw new InvalidArgumentError(`${path}: is a directory; use mode=tar to write into it`);
     }
-    await writeFileAtomic(path, body, { mode: opts.mode, uid: opts.uid, gid: opts.gid, durable: opts.durable }).catch((err: unknown) => {
-      body.resume();
-      throw fsError(err, path);
-    });
+    await writeFileAtomic(path, body, { mode: opts.mode, uid: opts.uid, gid: opts.gid, durable: opts.durable }).catch(
+      (err: unknown) => {
+        body.resume();
+        throw fsError(err, path);
+      },
+    );
   }
 
   async readFile(path: string): Promise<{ size: number; body: Readable }> {
-    const st = await stat(path).catch((e) => { throw fsError(e, path); });
+    const st = await stat(path).catch((e) => {
+      throw fsError(e, path);
+    });
     if (st.isDirectory()) throw new InvalidArgumentError(`${path}: is a directory; use mode=tar`);
     if (!st.isFile()) throw new InvalidArgumentError(`${path}: not a regular file`);
     // 1 MiB reads (not 64 KiB): a sixteenth of the file reads, and socket writes as big.
@@ -90,13 +127,17 @@ export class NodeGuestFiles implements GuestFiles {
   }
 
   async extractTar(dir: string, body: Readable): Promise<void> {
-    await mkdir(dir, { recursive: true }).catch((e) => { throw fsError(e, dir); });
+    await mkdir(dir, { recursive: true }).catch((e) => {
+      throw fsError(e, dir);
+    });
     await extractTree(dir, body);
   }
 
   /** `keep` (adapter-only) filters entries by their name in the archive. */
   async packTar(path: string, keep: (name: string) => boolean = () => true): Promise<Readable> {
-    await lstat(path).catch((e) => { throw fsError(e, path); });
+    await lstat(path).catch((e) => {
+      throw fsError(e, path);
+    });
     return packTree(path, keep);
   }
 
@@ -117,6 +158,9 @@ export class NodeGuestFiles implements GuestFiles {
   }
 
   async exists(path: string): Promise<boolean> {
-    return lstat(path).then(() => true, () => false);
+    return lstat(path).then(
+      () => true,
+      () => false,
+    );
   }
 }

@@ -1,7 +1,13 @@
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { injectable } from 'inversify';
-import { SpawnError, type ProcessExit, type ProcessRunner, type RunningProcess, type SpawnRequest } from '../../ports/agent/process-runner.js';
+import {
+  SpawnError,
+  type ProcessExit,
+  type ProcessRunner,
+  type RunningProcess,
+  type SpawnRequest,
+} from '../../ports/agent/process-runner.js';
 
 const EXIT_GRACE_MS = 300;
 
@@ -19,7 +25,12 @@ export class NodeProcessRunner implements ProcessRunner {
     let child;
     try {
       child = spawn(req.cmd, req.args, {
-        cwd: req.cwd, uid: req.uid, gid: req.gid, env: { ...process.env, ...req.env }, detached: true, stdio: 'pipe',
+        cwd: req.cwd,
+        uid: req.uid,
+        gid: req.gid,
+        env: { ...process.env, ...req.env },
+        detached: true,
+        stdio: 'pipe',
       });
     } catch (err) {
       throw new SpawnError(`cannot start ${req.cmd}: ${(err as Error).message}`);

@@ -13,8 +13,12 @@ export class NodePtyFactory implements PtyFactory {
 
   open(opts: PtyOptions): PtySession {
     const p = pty.spawn(opts.shell, [], {
-      name: 'xterm-256color', cols: opts.cols, rows: opts.rows, cwd: opts.cwd ?? process.env.HOME ?? '/',
-      env: { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>, encoding: null,
+      name: 'xterm-256color',
+      cols: opts.cols,
+      rows: opts.rows,
+      cwd: opts.cwd ?? process.env.HOME ?? '/',
+      env: { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>,
+      encoding: null,
     });
     let dead = false;
     p.onExit(() => {

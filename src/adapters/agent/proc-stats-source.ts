@@ -7,11 +7,16 @@ import type { StatsSource } from '../../ports/agent/guest-files.js';
 /** Stats from /proc (uptime, loadavg, meminfo) and statfs of `/`. */
 @injectable()
 export class ProcStatsSource implements StatsSource {
-  constructor(private readonly root = '/proc', private readonly diskPath = '/') {}
+  constructor(
+    private readonly root = '/proc',
+    private readonly diskPath = '/',
+  ) {}
 
   async read(): Promise<GuestStats> {
     const [uptime, load, mem] = await Promise.all([
-      readFile(`${this.root}/uptime`, 'utf8'), readFile(`${this.root}/loadavg`, 'utf8'), readFile(`${this.root}/meminfo`, 'utf8'),
+      readFile(`${this.root}/uptime`, 'utf8'),
+      readFile(`${this.root}/loadavg`, 'utf8'),
+      readFile(`${this.root}/meminfo`, 'utf8'),
     ]);
     const l = load.trim().split(/\s+/).map(Number);
     const kb = (key: string) => {
@@ -20,8 +25,12 @@ export class ProcStatsSource implements StatsSource {
     };
     const out: GuestStats = {
       uptime_sec: Number(uptime.split(/\s+/)[0]),
-      load1: l[0], load5: l[1], load15: l[2], cpus: cpus().length || 1,
-      mem_total_bytes: kb('MemTotal'), mem_available_bytes: kb('MemAvailable') || kb('MemFree'),
+      load1: l[0],
+      load5: l[1],
+      load15: l[2],
+      cpus: cpus().length || 1,
+      mem_total_bytes: kb('MemTotal'),
+      mem_available_bytes: kb('MemAvailable') || kb('MemFree'),
     };
     try {
       const s = await statfs(this.diskPath);

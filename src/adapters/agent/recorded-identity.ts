@@ -14,7 +14,15 @@ import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 export class RecordedIdentity implements SystemIdentity {
   async apply(id: GuestIdentity, notes: string): Promise<void> {
     await mkdir(notes, { recursive: true, mode: 0o755 });
-    const entries: [string, string | undefined][] = [['hostname', id.hostname], ['time_ms', String(id.time_ms)], ['machine_id', id.machine_id]];
-    await Promise.all(entries.filter(([, v]) => v !== undefined).map(([k, v]) => writeFileAtomic(join(notes, k), `${v}\n`, { mode: 0o644, durable: false })));
+    const entries: [string, string | undefined][] = [
+      ['hostname', id.hostname],
+      ['time_ms', String(id.time_ms)],
+      ['machine_id', id.machine_id],
+    ];
+    await Promise.all(
+      entries
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => writeFileAtomic(join(notes, k), `${v}\n`, { mode: 0o644, durable: false })),
+    );
   }
 }

@@ -17,7 +17,11 @@ export class ShellSocket {
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const url = new URL(req.url ?? '/', 'http://agent');
-    if (!isWebSocketUpgrade(req)) return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
+    if (!isWebSocketUpgrade(req))
+      return rejectUpgrade(
+        socket,
+        new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'),
+      );
     let session;
     try {
       session = this.shells.open(Object.fromEntries(url.searchParams));
@@ -25,6 +29,12 @@ export class ShellSocket {
       return rejectUpgrade(socket, err);
     }
     const pty = session;
-    upgradeToTerminal(this.wss, req, socket, head, { write: (d) => pty.write(d), resize: (c, r) => pty.resize(c, r), onData: (l) => pty.onData(l), onExit: (l) => pty.onExit(l), close: () => pty.kill() });
+    upgradeToTerminal(this.wss, req, socket, head, {
+      write: (d) => pty.write(d),
+      resize: (c, r) => pty.resize(c, r),
+      onData: (l) => pty.onData(l),
+      onExit: (l) => pty.onExit(l),
+      close: () => pty.kill(),
+    });
   }
 }

@@ -13,7 +13,8 @@ export interface VsockEnv {
 
 export const realVsockEnv: VsockEnv = {
   exists: (p) => existsSync(p),
-  which: (cmd) => ['/usr/bin', '/bin', '/usr/local/bin', '/usr/sbin', '/sbin'].map((d) => `${d}/${cmd}`).find((p) => existsSync(p)),
+  which: (cmd) =>
+    ['/usr/bin', '/bin', '/usr/local/bin', '/usr/sbin', '/sbin'].map((d) => `${d}/${cmd}`).find((p) => existsSync(p)),
 };
 
 /** Why vsock cannot be served here, or undefined when it can. */
@@ -28,7 +29,12 @@ export function socatArgs(vsockPort: number, tcpPort: number): string[] {
 }
 
 /** Starts the relay; restarts it if it dies, until `stop()`. */
-export function startVsockRelay(vsockPort: number, tcpPort: number, env: VsockEnv = realVsockEnv, log: (m: string) => void = () => undefined): { stop(): void } | undefined {
+export function startVsockRelay(
+  vsockPort: number,
+  tcpPort: number,
+  env: VsockEnv = realVsockEnv,
+  log: (m: string) => void = () => undefined,
+): { stop(): void } | undefined {
   const why = vsockUnavailable(env);
   if (why) {
     log(`vsock disabled: ${why}`);
@@ -44,5 +50,10 @@ export function startVsockRelay(vsockPort: number, tcpPort: number, env: VsockEn
   };
   run();
   log(`vsock relay on port ${vsockPort}`);
-  return { stop: () => { stopped = true; child?.kill(); } };
+  return {
+    stop: () => {
+      stopped = true;
+      child?.kill();
+    },
+  };
 }

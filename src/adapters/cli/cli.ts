@@ -22,10 +22,21 @@ class Exit extends Error {
 const collect = (v: string, prev: string[]) => [...prev, v];
 
 function vmRows(list: Instance[]): string {
-  return table(list.map((i) => [
-    i.name, i.status, i.persistent ? 'yes' : 'no', i.cpus, `${i.memory_mb}M`, `${i.disk_gb}G`, i.image,
-    i.ssh_port || '-', i.agent_port || '-', i.forwards.map((f) => `${f.host_port}->${f.guest_port}/${f.proto}`).join(',') || '-',
-  ]), ['NAME', 'STATUS', 'PERSISTENT', 'CPUS', 'MEMORY', 'DISK', 'IMAGE', 'SSH', 'AGENT', 'FORWARDS']);
+  return table(
+    list.map((i) => [
+      i.name,
+      i.status,
+      i.persistent ? 'yes' : 'no',
+      i.cpus,
+      `${i.memory_mb}M`,
+      `${i.disk_gb}G`,
+      i.image,
+      i.ssh_port || '-',
+      i.agent_port || '-',
+      i.forwards.map((f) => `${f.host_port}->${f.guest_port}/${f.proto}`).join(',') || '-',
+    ]),
+    ['NAME', 'STATUS', 'PERSISTENT', 'CPUS', 'MEMORY', 'DISK', 'IMAGE', 'SSH', 'AGENT', 'FORWARDS'],
+  );
 }
 
 function print(json: boolean, value: unknown, human: () => string): void {
@@ -39,7 +50,12 @@ async function readStdin(): Promise<Buffer> {
 }
 
 /** Renders create progress: one updating line on a terminal, plain lines otherwise. */
-function progress(e: Pick<CreateProgressEvent, 'phase' | 'message' | 'elapsed_ms'> | Pick<ImageBuildEvent, 'phase' | 'message' | 'elapsed_ms'>, tty: boolean): void {
+function progress(
+  e:
+    | Pick<CreateProgressEvent, 'phase' | 'message' | 'elapsed_ms'>
+    | Pick<ImageBuildEvent, 'phase' | 'message' | 'elapsed_ms'>,
+  tty: boolean,
+): void {
   const line = `${e.phase.padEnd(10)} ${e.message} (${ms(e.elapsed_ms)})`;
   if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
   else process.stderr.write(`${line}\n`);
@@ -50,7 +66,7 @@ export function buildCli(): Command {
     .description('svc: lightweight QEMU VMs, their agents, files, shells and ports')
     .option('--socket <path>', 'daemon Unix socket (env SVC_SOCKET; default from the config, ~/.svc/svc.sock)')
     .option('--api <url>', 'daemon URL such as http://127.0.0.1:7474 (env SVC_API)')
-    .option('--token <token>', 'bearer token (env SVC_TOKEN; default the config\'s api_token)')
+    .option('--token <token>', "bearer token (env SVC_TOKEN; default the config's api_token)")
     .showHelpAfterError()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) });
   const client = () => {
@@ -58,25 +74,37 @@ export function buildCli(): Command {
     return new SvcClient({ socket: o.socket, api: o.api, token: o.token });
   };
 
-  program.command('ls').description('list VMs').option('--json').option('--names', 'names only')
+  program
+    .command('ls')
+    .description('list VMs')
+    .option('--json')
+    .option('--names', 'names only')
     .action(async (o) => {
       const list = await client().list();
       if (o.names) return void process.stdout.write(list.map((i) => i.name).join('\n') + (list.length ? '\n' : ''));
       print(o.json, list, () => (list.length ? vmRows(list) : 'no vms'));
     });
 
-  egressFlags(program.command('new')).argument('[name]').description('create a VM and wait until it is ready')
+  egressFlags(program.command('new'))
+    .argument('[name]')
+    .description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
-    .option('--cpus <n>', 'vCPUs', Number).option('--memory <mb>', 'memory in MB', Number).option('--disk <gb>', 'disk in GB', Number)
-    .option('--image <id>').option('--tag <k=v>', 'tag (repeatable)', collect, [])
+    .option('--cpus <n>', 'vCPUs', Number)
+    .option('--memory <mb>', 'memory in MB', Number)
+    .option('--disk <gb>', 'disk in GB', Number)
+    .option('--image <id>')
+    .option('--tag <k=v>', 'tag (repeatable)', collect, [])
     .option('--userdata <file>', 'userdata script or cloud-config file')
     .option('-P, --publish <host:guest[/udp]>', 'forward a host port at boot (repeatable)', collect, [])
     .option('--no-metrics', 'do not keep a stats history')
     .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
     .option('--pool', 'claim a warm pool member')
     .option('-m, --mount <host:guest[:ro]>', 'share a host directory (repeatable)', collect, [])
-    .addOption(new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']))
-    .option('--timeout <duration>', 'create deadline, e.g. 3m').option('--json', 'print the Instance as JSON')
+    .addOption(
+      new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']),
+    )
+    .option('--timeout <duration>', 'create deadline, e.g. 3m')
+    .option('--json', 'print the Instance as JSON')
     .action(async (name: string | undefined, o) => {
       const req: CreateInput = { persistent: !!o.persistent };
       if (name) req.name = name;
@@ -97,12 +125,23 @@ export function buildCli(): Command {
         });
       }
       if (o.userdata) req.userdata = readFileSync(o.userdata, 'utf8');
-      if (o.tag.length) req.tags = Object.fromEntries((o.tag as string[]).map((t) => { const i = t.indexOf('='); if (i < 1) throw new Error(`--tag ${t}: use key=value`); return [t.slice(0, i), t.slice(i + 1)]; }));
+      if (o.tag.length)
+        req.tags = Object.fromEntries(
+          (o.tag as string[]).map((t) => {
+            const i = t.indexOf('=');
+            if (i < 1) throw new Error(`--tag ${t}: use key=value`);
+            return [t.slice(0, i), t.slice(i + 1)];
+          }),
+        );
       if (o.publish.length) {
         req.forwards = (o.publish as string[]).map((p) => {
           const m = /^(?:(\d+):)?(\d+)(?:\/(tcp|udp))?$/.exec(p);
           if (!m) throw new Error(`-P ${p}: use [host:]guest[/udp]`);
-          return { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]), proto: (m[3] ?? 'tcp') as 'tcp' | 'udp' };
+          return {
+            host_port: m[1] ? Number(m[1]) : 0,
+            guest_port: Number(m[2]),
+            proto: (m[3] ?? 'tcp') as 'tcp' | 'udp',
+          };
         });
       }
       const tty = !!process.stderr.isTTY;
@@ -116,21 +155,44 @@ export function buildCli(): Command {
       print(o.json, inst, () => vmRows([inst!]));
     });
 
-  program.command('clone').argument('<template>').argument('[name]').option('-p, --persistent').option('--json')
-    .description('clone a stopped or suspended persistent VM').action(async (template: string, name: string | undefined, o) => {
+  program
+    .command('clone')
+    .argument('<template>')
+    .argument('[name]')
+    .option('-p, --persistent')
+    .option('--json')
+    .description('clone a stopped or suspended persistent VM')
+    .action(async (template: string, name: string | undefined, o) => {
       const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
       print(o.json, inst, () => vmRows([inst]));
     });
 
   const image = program.command('image').description('guest images');
-  image.command('ls').option('--json').description('list built images').action(async (o) => {
-    const list = await client().listImages();
-    print(o.json, list, () => table(list.map((i) => [i.id, i.os, bytes(i.size_bytes), `${i.min_disk_gb} GB`, i.in_use_by.join(',') || '-']), ['ID', 'OS', 'SIZE', 'MIN DISK', 'USED BY']));
-  });
-  image.command('inspect').argument('<id>').option('--json').action(async (id: string, o) => {
-    const i = await client().getImage(id);
-    print(o.json, i, () => Object.entries(i).map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`).join('\n'));
-  });
+  image
+    .command('ls')
+    .option('--json')
+    .description('list built images')
+    .action(async (o) => {
+      const list = await client().listImages();
+      print(o.json, list, () =>
+        table(
+          list.map((i) => [i.id, i.os, bytes(i.size_bytes), `${i.min_disk_gb} GB`, i.in_use_by.join(',') || '-']),
+          ['ID', 'OS', 'SIZE', 'MIN DISK', 'USED BY'],
+        ),
+      );
+    });
+  image
+    .command('inspect')
+    .argument('<id>')
+    .option('--json')
+    .action(async (id: string, o) => {
+      const i = await client().getImage(id);
+      print(o.json, i, () =>
+        Object.entries(i)
+          .map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`)
+          .join('\n'),
+      );
+    });
   const buildOrBake = async (req: Record<string, unknown>, json: boolean) => {
     let last: ImageBuildEvent | undefined;
     for await (const e of client().buildImageStream(req)) {
@@ -138,64 +200,157 @@ export function buildCli(): Command {
       if (!json) progress(e, process.stderr.isTTY === true);
     }
     if (!last || last.phase !== 'ready') throw new Error(last?.error ?? 'the build ended without an answer');
-    print(json, last.image, () => `image ${req.name} ${req.from && /^[a-z-]+:/.test(String(req.from)) ? 'imported' : 'built'}`);
+    print(
+      json,
+      last.image,
+      () => `image ${req.name} ${req.from && /^[a-z-]+:/.test(String(req.from)) ? 'imported' : 'built'}`,
+    );
   };
-  image.command('build').argument('<name>').requiredOption('--from <image>', 'base image, such as debian')
+  image
+    .command('build')
+    .argument('<name>')
+    .requiredOption('--from <image>', 'base image, such as debian')
     .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
     .option('--run <line>', 'a shell line to run, in order (repeat)', collect, [])
     .option('--file <local:guest[:mode]>', 'copy a local file into the image (repeat)', collect, [])
     .option('--env <KEY=VALUE>', 'an environment variable for /etc/environment (repeat)', collect, [])
-    .option('--description <text>').option('--json').description('build an image from a recipe, with live progress')
+    .option('--description <text>')
+    .option('--json')
+    .description('build an image from a recipe, with live progress')
     .action(async (name: string, o) => {
       const files = (o.file as string[]).map((spec) => {
         const [local, guest, mode] = spec.split(':');
         if (!local || !guest) throw new Error(`--file ${spec}: give LOCAL:GUEST[:MODE]`);
         return { path: guest, content: readFileSync(local).toString('base64'), mode: mode ?? '0644' };
       });
-      const env = Object.fromEntries((o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-      await buildOrBake({ name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description }, !!o.json);
+      const env = Object.fromEntries(
+        (o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+      );
+      await buildOrBake(
+        { name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description },
+        !!o.json,
+      );
     });
-  image.command('bake').argument('<name>').argument('<vm>').option('--description <text>').option('--json')
-    .description('bake a stopped VM\'s disk into a new image').action(async (name: string, vm: string, o) => buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json));
-  image.command('import').argument('<name>').argument('<source>', 'oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon\'s import_dirs)')
-    .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)').option('--description <text>').option('--json')
+  image
+    .command('bake')
+    .argument('<name>')
+    .argument('<vm>')
+    .option('--description <text>')
+    .option('--json')
+    .description("bake a stopped VM's disk into a new image")
+    .action(async (name: string, vm: string, o) =>
+      buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json),
+    );
+  image
+    .command('import')
+    .argument('<name>')
+    .argument('<source>', "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs)")
+    .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)')
+    .option('--description <text>')
+    .option('--json')
     .description('import a container image archive or a cloud disk as an image, with live progress')
     .action(async (name: string, source: string, o) => {
       const m = /^([a-z-]+):(.+)$/s.exec(source);
       if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar`);
       // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.
-      await buildOrBake({ name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description }, !!o.json);
+      await buildOrBake(
+        { name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description },
+        !!o.json,
+      );
     });
-  image.command('rm').argument('<id>').description('delete a built image that no VM uses').action(async (id: string) => console.log((await client().deleteImage(id)).message));
+  image
+    .command('rm')
+    .argument('<id>')
+    .description('delete a built image that no VM uses')
+    .action(async (id: string) => console.log((await client().deleteImage(id)).message));
 
-  program.command('pool').option('--json').description('the warm pool').action(async (o) => {
-    const p = await client().pool();
-    print(o.json, p, () => (p.size ? `template ${p.template}: ${p.ready}/${p.size} ready\n${table(p.members.map((m) => [m.name, m.status]), ['MEMBER', 'STATUS'])}` : 'no warm pool configured'));
-  });
+  program
+    .command('pool')
+    .option('--json')
+    .description('the warm pool')
+    .action(async (o) => {
+      const p = await client().pool();
+      print(o.json, p, () =>
+        p.size
+          ? `template ${p.template}: ${p.ready}/${p.size} ready\n${table(
+              p.members.map((m) => [m.name, m.status]),
+              ['MEMBER', 'STATUS'],
+            )}`
+          : 'no warm pool configured',
+      );
+    });
 
-  program.command('get').argument('<name>').option('--json').description('show a VM')
+  program
+    .command('get')
+    .argument('<name>')
+    .option('--json')
+    .description('show a VM')
     .action(async (name: string, o) => {
       const i = await client().get(name);
-      print(o.json, i, () => [vmRows([i]), i.error ? `error: ${i.error}` : '', Object.keys(i.tags).length ? `tags: ${JSON.stringify(i.tags)}` : ''].filter(Boolean).join('\n'));
+      print(o.json, i, () =>
+        [
+          vmRows([i]),
+          i.error ? `error: ${i.error}` : '',
+          Object.keys(i.tags).length ? `tags: ${JSON.stringify(i.tags)}` : '',
+        ]
+          .filter(Boolean)
+          .join('\n'),
+      );
     });
 
-  program.command('rm').argument('<names...>').description('delete VMs, whatever their state')
-    .action(async (names: string[]) => { for (const n of names) console.log((await client().delete(n)).message); });
-
-  for (const [verb, desc] of [['start', 'start a stopped VM'], ['stop', 'shut a VM down (ephemeral VMs are removed)'], ['pause', 'pause'], ['resume', 'resume'], ['suspend', 'save state and stop'], ['restore', 'start from the saved state']] as const) {
-    program.command(verb).argument('<name>').option('--json').description(desc).action(async (name: string, o) => {
-      const c = client();
-      const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
-      print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
+  program
+    .command('rm')
+    .argument('<names...>')
+    .description('delete VMs, whatever their state')
+    .action(async (names: string[]) => {
+      for (const n of names) console.log((await client().delete(n)).message);
     });
+
+  for (const [verb, desc] of [
+    ['start', 'start a stopped VM'],
+    ['stop', 'shut a VM down (ephemeral VMs are removed)'],
+    ['pause', 'pause'],
+    ['resume', 'resume'],
+    ['suspend', 'save state and stop'],
+    ['restore', 'start from the saved state'],
+  ] as const) {
+    program
+      .command(verb)
+      .argument('<name>')
+      .option('--json')
+      .description(desc)
+      .action(async (name: string, o) => {
+        const c = client();
+        const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
+        print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
+      });
   }
 
-  program.command('x').argument('<name>').argument('<cmd>').argument('[args...]').description('run a command in a VM: svc x NAME -- CMD ARGS...')
-    .option('--cwd <dir>').option('--uid <n>', 'user id', Number).option('--gid <n>', 'group id', Number).option('--timeout <duration>')
+  program
+    .command('x')
+    .argument('<name>')
+    .argument('<cmd>')
+    .argument('[args...]')
+    .description('run a command in a VM: svc x NAME -- CMD ARGS...')
+    .option('--cwd <dir>')
+    .option('--uid <n>', 'user id', Number)
+    .option('--gid <n>', 'group id', Number)
+    .option('--timeout <duration>')
     .action(async (name: string, cmd: string, args: string[], o) => {
       const stdin = process.stdin.isTTY ? undefined : process.stdin;
       let code = 0;
-      for await (const f of client().execStream(name, { cmd, args, cwd: o.cwd, uid: o.uid, gid: o.gid, timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined }, stdin)) {
+      for await (const f of client().execStream(
+        name,
+        {
+          cmd,
+          args,
+          cwd: o.cwd,
+          uid: o.uid,
+          gid: o.gid,
+          timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined,
+        },
+        stdin,
+      )) {
         if (f.type === 'stdout') process.stdout.write(f.data ?? '');
         else if (f.type === 'stderr') process.stderr.write(f.data ?? '');
         else if (f.type === 'error') process.stderr.write(`svc: ${f.error}\n`);
@@ -204,84 +359,205 @@ export function buildCli(): Command {
       throw new Exit(code < 0 ? 124 : code);
     });
 
-  program.command('sh').argument('<name>').option('--shell <path>').description('open an interactive shell in a VM')
-    .action(async (name: string, o) => { throw new Exit(await interactiveShell(client(), name, o.shell)); });
+  program
+    .command('sh')
+    .argument('<name>')
+    .option('--shell <path>')
+    .description('open an interactive shell in a VM')
+    .action(async (name: string, o) => {
+      throw new Exit(await interactiveShell(client(), name, o.shell));
+    });
 
-  program.command('cp').argument('<src>').argument('<dst>').description('copy files: NAME:/path on one side; directories go as tar')
-    .action(async (src: string, dst: string) => copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY));
+  program
+    .command('cp')
+    .argument('<src>')
+    .argument('<dst>')
+    .description('copy files: NAME:/path on one side; directories go as tar')
+    .action(async (src: string, dst: string) =>
+      copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY),
+    );
 
   const fs = program.command('fs').description('guest filesystem operations');
-  fs.command('ls').argument('<name>').argument('<path>').option('--json').action(async (name: string, path: string, o) => {
-    const list = await client().readdir(name, path);
-    print(o.json, list, () => table(list.map((e) => [e.mode, e.type, e.size, e.mtime, e.target ? `${e.name} -> ${e.target}` : e.name]), ['MODE', 'TYPE', 'SIZE', 'MTIME', 'NAME']));
-  });
-  fs.command('stat').argument('<name>').argument('<path>').option('--json').action(async (name: string, path: string, o) => {
-    const e = await client().stat(name, path);
-    print(o.json, e, () => table([[e.path, e.type, e.size, e.mode, e.mtime, e.target]], ['PATH', 'TYPE', 'SIZE', 'MODE', 'MTIME', 'TARGET']));
-  });
-  fs.command('mkdir').argument('<name>').argument('<path>').option('-p, --parents').option('--mode <octal>')
-    .action(async (name: string, path: string, o) => client().mkdir(name, path, { recursive: !!o.parents, mode: o.mode }));
-  fs.command('rm').argument('<name>').argument('<path>').option('-r, --recursive')
+  fs.command('ls')
+    .argument('<name>')
+    .argument('<path>')
+    .option('--json')
+    .action(async (name: string, path: string, o) => {
+      const list = await client().readdir(name, path);
+      print(o.json, list, () =>
+        table(
+          list.map((e) => [e.mode, e.type, e.size, e.mtime, e.target ? `${e.name} -> ${e.target}` : e.name]),
+          ['MODE', 'TYPE', 'SIZE', 'MTIME', 'NAME'],
+        ),
+      );
+    });
+  fs.command('stat')
+    .argument('<name>')
+    .argument('<path>')
+    .option('--json')
+    .action(async (name: string, path: string, o) => {
+      const e = await client().stat(name, path);
+      print(o.json, e, () =>
+        table(
+          [[e.path, e.type, e.size, e.mode, e.mtime, e.target]],
+          ['PATH', 'TYPE', 'SIZE', 'MODE', 'MTIME', 'TARGET'],
+        ),
+      );
+    });
+  fs.command('mkdir')
+    .argument('<name>')
+    .argument('<path>')
+    .option('-p, --parents')
+    .option('--mode <octal>')
+    .action(async (name: string, path: string, o) =>
+      client().mkdir(name, path, { recursive: !!o.parents, mode: o.mode }),
+    );
+  fs.command('rm')
+    .argument('<name>')
+    .argument('<path>')
+    .option('-r, --recursive')
     .action(async (name: string, path: string, o) => client().remove(name, path, { recursive: !!o.recursive }));
-  fs.command('ln').argument('<name>').argument('<target>').argument('<path>').description('make PATH a symlink to TARGET')
+  fs.command('ln')
+    .argument('<name>')
+    .argument('<target>')
+    .argument('<path>')
+    .description('make PATH a symlink to TARGET')
     .action(async (name: string, target: string, path: string) => client().symlink(name, path, target));
 
   const fwd = program.command('fwd').description('live port forwards');
-  fwd.command('ls').argument('<name>').option('--json').action(async (name: string, o) => {
-    const f = (await client().get(name)).forwards;
-    print(o.json, f, () => table(f.map((x) => [x.host_port, x.guest_port, x.proto, x.kind, x.pid]), ['HOST', 'GUEST', 'PROTO', 'KIND', 'PID']));
-  });
-  fwd.command('add').argument('<name>').argument('<[host:]guest>').option('--json').action(async (name: string, spec: string, o) => {
-    const m = /^(?:(\d+):)?(\d+)$/.exec(spec);
-    if (!m) throw new Error(`fwd add: use [host:]guest, got ${spec}`);
-    const f = await client().addForward(name, { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]) });
-    print(o.json, f, () => `127.0.0.1:${f.host_port} -> ${name}:${f.guest_port}`);
-  });
-  fwd.command('rm').argument('<name>').argument('<hostPort>').action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
+  fwd
+    .command('ls')
+    .argument('<name>')
+    .option('--json')
+    .action(async (name: string, o) => {
+      const f = (await client().get(name)).forwards;
+      print(o.json, f, () =>
+        table(
+          f.map((x) => [x.host_port, x.guest_port, x.proto, x.kind, x.pid]),
+          ['HOST', 'GUEST', 'PROTO', 'KIND', 'PID'],
+        ),
+      );
+    });
+  fwd
+    .command('add')
+    .argument('<name>')
+    .argument('<[host:]guest>')
+    .option('--json')
+    .action(async (name: string, spec: string, o) => {
+      const m = /^(?:(\d+):)?(\d+)$/.exec(spec);
+      if (!m) throw new Error(`fwd add: use [host:]guest, got ${spec}`);
+      const f = await client().addForward(name, { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]) });
+      print(o.json, f, () => `127.0.0.1:${f.host_port} -> ${name}:${f.guest_port}`);
+    });
+  fwd
+    .command('rm')
+    .argument('<name>')
+    .argument('<hostPort>')
+    .action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
 
   const secret = program.command('secret').description('host secrets');
-  secret.command('ls').option('--json').action(async (o) => {
-    const s = await client().listSecrets();
-    print(o.json, s, () => table(s.map((x) => [x.name, x.size, x.mode, x.updated_at]), ['NAME', 'SIZE', 'MODE', 'UPDATED']));
-  });
-  secret.command('set').argument('<name>').option('--file <path>', 'read the value from a file (default: standard input)').option('--mode <octal>')
+  secret
+    .command('ls')
+    .option('--json')
+    .action(async (o) => {
+      const s = await client().listSecrets();
+      print(o.json, s, () =>
+        table(
+          s.map((x) => [x.name, x.size, x.mode, x.updated_at]),
+          ['NAME', 'SIZE', 'MODE', 'UPDATED'],
+        ),
+      );
+    });
+  secret
+    .command('set')
+    .argument('<name>')
+    .option('--file <path>', 'read the value from a file (default: standard input)')
+    .option('--mode <octal>')
     .description('create or replace a secret; the value comes from --file or stdin, never from argv')
     .action(async (name: string, o) => {
       const value = o.file ? readFileSync(o.file) : await readStdin();
       const r = await client().setSecret({ name, data_base64: value.toString('base64'), mode: o.mode });
       console.log(`secret ${r.name} set (${r.size} bytes, mode ${r.mode})`);
     });
-  secret.command('rm').argument('<name>').action(async (name: string) => console.log((await client().deleteSecret(name)).message));
-  secret.command('inject').argument('<vm>').argument('<secret>').option('--path <guestPath>').option('--mode <octal>').option('--json')
+  secret
+    .command('rm')
+    .argument('<name>')
+    .action(async (name: string) => console.log((await client().deleteSecret(name)).message));
+  secret
+    .command('inject')
+    .argument('<vm>')
+    .argument('<secret>')
+    .option('--path <guestPath>')
+    .option('--mode <octal>')
+    .option('--json')
     .action(async (vm: string, s: string, o) => {
       const r = await client().injectSecret(vm, s, { path: o.path, mode: o.mode });
       print(o.json, r, () => `${r.secret} -> ${vm}:${r.path} (${r.mode})`);
     });
 
-  program.command('stats').argument('<name>').option('--json').action(async (name: string, o) => {
-    const s = await client().stats(name);
-    print(o.json, s, () => table([[ms(Math.round(s.uptime_sec * 1000)), `${s.load1} ${s.load5} ${s.load15}`, s.cpus, `${bytes(s.mem_total_bytes - s.mem_available_bytes)} / ${bytes(s.mem_total_bytes)}`, s.disk_total_bytes ? `${bytes(s.disk_total_bytes - (s.disk_free_bytes ?? 0))} / ${bytes(s.disk_total_bytes)}` : '-']], ['UPTIME', 'LOAD', 'CPUS', 'MEMORY', 'DISK']));
-  });
+  program
+    .command('stats')
+    .argument('<name>')
+    .option('--json')
+    .action(async (name: string, o) => {
+      const s = await client().stats(name);
+      print(o.json, s, () =>
+        table(
+          [
+            [
+              ms(Math.round(s.uptime_sec * 1000)),
+              `${s.load1} ${s.load5} ${s.load15}`,
+              s.cpus,
+              `${bytes(s.mem_total_bytes - s.mem_available_bytes)} / ${bytes(s.mem_total_bytes)}`,
+              s.disk_total_bytes
+                ? `${bytes(s.disk_total_bytes - (s.disk_free_bytes ?? 0))} / ${bytes(s.disk_total_bytes)}`
+                : '-',
+            ],
+          ],
+          ['UPTIME', 'LOAD', 'CPUS', 'MEMORY', 'DISK'],
+        ),
+      );
+    });
 
-  program.command('metrics').argument('<name>').option('--limit <n>', 'points', Number).option('--json').description('stats history as a small chart')
+  program
+    .command('metrics')
+    .argument('<name>')
+    .option('--limit <n>', 'points', Number)
+    .option('--json')
+    .description('stats history as a small chart')
     .action(async (name: string, o) => {
       const m = await client().metricsHistory(name, { limit: o.limit });
       print(o.json, m, () => {
-        if (m.points.length === 0) return `no samples yet (every ${m.interval_sec}s while running${m.enabled ? '' : '; sampling is disabled for this vm'})`;
+        if (m.points.length === 0)
+          return `no samples yet (every ${m.interval_sec}s while running${m.enabled ? '' : '; sampling is disabled for this vm'})`;
         const used = m.points.map((p) => p.mem_total_bytes - p.mem_available_bytes);
         const first = new Date(m.points[0].t_ms).toISOString();
         const last = new Date(m.points.at(-1)!.t_ms).toISOString();
-        return [`${m.points.length} samples, every ${m.interval_sec}s, ${first} .. ${last}`,
-          `mem used ${sparkline(used)} ${bytes(used.at(-1))}`, `load1    ${sparkline(m.points.map((p) => p.load1))} ${m.points.at(-1)!.load1}`].join('\n');
+        return [
+          `${m.points.length} samples, every ${m.interval_sec}s, ${first} .. ${last}`,
+          `mem used ${sparkline(used)} ${bytes(used.at(-1))}`,
+          `load1    ${sparkline(m.points.map((p) => p.load1))} ${m.points.at(-1)!.load1}`,
+        ].join('\n');
       });
     });
 
-  program.command('activity').option('--limit <n>', 'entries', Number, 20).option('--json').action(async (o) => {
-    const ev = await client().activity({ limit: o.limit });
-    print(o.json, ev, () => table(ev.map((e) => [e.id, e.t, e.action, e.target, e.status, ms(e.duration_ms), e.message]), ['ID', 'TIME', 'ACTION', 'TARGET', 'STATUS', 'TOOK', 'MESSAGE']));
-  });
+  program
+    .command('activity')
+    .option('--limit <n>', 'entries', Number, 20)
+    .option('--json')
+    .action(async (o) => {
+      const ev = await client().activity({ limit: o.limit });
+      print(o.json, ev, () =>
+        table(
+          ev.map((e) => [e.id, e.t, e.action, e.target, e.status, ms(e.duration_ms), e.message]),
+          ['ID', 'TIME', 'ACTION', 'TARGET', 'STATUS', 'TOOK', 'MESSAGE'],
+        ),
+      );
+    });
 
-  program.command('events').option('--json', 'the feed\'s NDJSON lines as they come')
+  program
+    .command('events')
+    .option('--json', "the feed's NDJSON lines as they come")
     .description('follow VM changes (create, every state change, delete) until interrupted')
     .action(async (o) => {
       const ac = new AbortController();
@@ -295,40 +571,76 @@ export function buildCli(): Command {
       }
     });
 
-  program.command('info').option('--json').action(async (o) => {
-    const c = client();
-    const i = await c.info();
-    print(o.json, i, () => table([[i.name, i.version, i.api_version, i.hypervisor, c.where]], ['NAME', 'VERSION', 'API', 'HYPERVISOR', 'DAEMON']));
-  });
+  program
+    .command('info')
+    .option('--json')
+    .action(async (o) => {
+      const c = client();
+      const i = await c.info();
+      print(o.json, i, () =>
+        table(
+          [[i.name, i.version, i.api_version, i.hypervisor, c.where]],
+          ['NAME', 'VERSION', 'API', 'HYPERVISOR', 'DAEMON'],
+        ),
+      );
+    });
 
-  program.command('agent').description('the guest agent').command('deploy').argument('<name>').option('--json')
-    .description('install the svc agent over SSH (images without one, such as imported cloud disks) and wait until it answers')
+  program
+    .command('agent')
+    .description('the guest agent')
+    .command('deploy')
+    .argument('<name>')
+    .option('--json')
+    .description(
+      'install the svc agent over SSH (images without one, such as imported cloud disks) and wait until it answers',
+    )
     .action(async (name: string, o) => {
       const r = await client().deployAgent(name);
       print(o.json, r, () => `agent ${r.agent_version} runs in vm ${r.name}`);
     });
 
-  program.command('logs').argument('<name>').option('-f, --follow', 'keep printing as the log grows').option('--tail <bytes>', 'last N bytes', Number)
-    .description('the guest serial console log').action(async (name: string, o) => {
+  program
+    .command('logs')
+    .argument('<name>')
+    .option('-f, --follow', 'keep printing as the log grows')
+    .option('--tail <bytes>', 'last N bytes', Number)
+    .description('the guest serial console log')
+    .action(async (name: string, o) => {
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
-      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal })) process.stdout.write(c);
+      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal }))
+        process.stdout.write(c);
     });
 
-  program.command('mcp').description('serve MCP over stdio for AI agents (docs/mcp.md); talks to the daemon like the other commands')
+  program
+    .command('mcp')
+    .description('serve MCP over stdio for AI agents (docs/mcp.md); talks to the daemon like the other commands')
     .option('--read-only', 'only the tools that read: list, get, read_file, list_dir, stat, list_images, stats')
-    .option('--allow-image <id>', 'images create_vm may use (repeat; default any)', (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option(
+      '--allow-image <id>',
+      'images create_vm may use (repeat; default any)',
+      (v: string, acc: string[]) => [...acc, v],
+      [] as string[],
+    )
     .option('--max-vms <n>', 'VMs created through MCP that may exist at once (0: no cap)', Number, 0)
-    .option('--allow-egress-changes', 'let the MCP client change VMs\' egress policies (set_egress)')
+    .option('--allow-egress-changes', "let the MCP client change VMs' egress policies (set_egress)")
     .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number; allowEgressChanges?: boolean }) => {
       // loaded here: the SDK is not every command's start-up cost
       const { serveMcpStdio } = await import('../mcp/mcp-stdio.js');
-      await serveMcpStdio(client(), { readOnly: !!o.readOnly, images: o.allowImage, maxVms: o.maxVms, egress: !!o.allowEgressChanges });
+      await serveMcpStdio(client(), {
+        readOnly: !!o.readOnly,
+        images: o.allowImage,
+        maxVms: o.maxVms,
+        egress: !!o.allowEgressChanges,
+      });
     });
 
   egressCommands(program, client);
 
-  program.command('completion').argument('<shell>', 'bash or zsh').description('print a shell completion script')
+  program
+    .command('completion')
+    .argument('<shell>', 'bash or zsh')
+    .description('print a shell completion script')
     .action((shell: string) => void process.stdout.write(completionScript(shell)));
   return program;
 }

@@ -49,10 +49,19 @@ export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty:
     const st = await stat(src.path);
     if (st.isDirectory()) {
       const tar = await packTree(src.path);
-      await client.upload(dst.vm, { path: dst.path, mode: 'tar' }, tar.pipe(meter(undefined, tty)) as unknown as Readable);
+      await client.upload(
+        dst.vm,
+        { path: dst.path, mode: 'tar' },
+        tar.pipe(meter(undefined, tty)) as unknown as Readable,
+      );
     } else {
       const body = createReadStream(src.path).pipe(meter(st.size, tty));
-      await client.upload(dst.vm, { path: dst.path, permissions: (st.mode & 0o777).toString(8).padStart(4, '0') }, body, st.size);
+      await client.upload(
+        dst.vm,
+        { path: dst.path, permissions: (st.mode & 0o777).toString(8).padStart(4, '0') },
+        body,
+        st.size,
+      );
     }
     return;
   }
@@ -63,7 +72,10 @@ export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty:
     await extractTree(dst.path, body.pipe(meter(undefined, tty)));
     return;
   }
-  const target = await stat(dst.path).then((s) => (s.isDirectory() ? join(dst.path, info.name) : dst.path), () => dst.path);
+  const target = await stat(dst.path).then(
+    (s) => (s.isDirectory() ? join(dst.path, info.name) : dst.path),
+    () => dst.path,
+  );
   const { body, size } = await client.download(src.vm!, src.path, 'binary');
   await writeFileAtomic(target, body.pipe(meter(size, tty)), { mode: parseInt(info.mode, 8) & 0o777 });
 }

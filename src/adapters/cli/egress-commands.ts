@@ -7,7 +7,11 @@ import { bytes, table } from './format.js';
 const collect = (v: string, prev: string[]) => [...prev, v];
 
 /** The policy `--egress-default`, `--allow` and `--deny` give (undefined when none is given). */
-export function policyFromFlags(o: { egressDefault?: string; allow?: string[]; deny?: string[] }): Partial<EgressPolicy> | undefined {
+export function policyFromFlags(o: {
+  egressDefault?: string;
+  allow?: string[];
+  deny?: string[];
+}): Partial<EgressPolicy> | undefined {
   if (!o.egressDefault && !o.allow?.length && !o.deny?.length) return undefined;
   return { default: (o.egressDefault ?? 'allow') as EgressPolicy['default'], allow: o.allow ?? [], deny: o.deny ?? [] };
 }
@@ -16,12 +20,19 @@ export function policyFromFlags(o: { egressDefault?: string; allow?: string[]; d
 export function egressFlags(cmd: Command): Command {
   return cmd
     .addOption(new Option('--egress-default <mode>', 'what no rule names: allow or deny').choices(['allow', 'deny']))
-    .option('--allow <rule>', 'egress rule to allow: a domain (*.github.com), an IP or CIDR[:port], host:PORT (repeatable)', collect, [])
+    .option(
+      '--allow <rule>',
+      'egress rule to allow: a domain (*.github.com), an IP or CIDR[:port], host:PORT (repeatable)',
+      collect,
+      [],
+    )
     .option('--deny <rule>', 'egress rule to deny, same forms (repeatable)', collect, []);
 }
 
 function showPolicy(p: EgressPolicy): string {
-  return [`default ${p.default}`, ...p.allow.map((r) => `allow   ${r}`), ...p.deny.map((r) => `deny    ${r}`)].join('\n');
+  return [`default ${p.default}`, ...p.allow.map((r) => `allow   ${r}`), ...p.deny.map((r) => `deny    ${r}`)].join(
+    '\n',
+  );
 }
 
 function where(e: EgressEvent): string {
@@ -32,34 +43,53 @@ function where(e: EgressEvent): string {
 }
 
 function logLine(e: EgressEvent): string[] {
-  const traffic = e.event === 'close' ? `${bytes(e.bytes_out ?? 0)} out, ${bytes(e.bytes_in ?? 0)} in` : e.answers?.join(',') ?? '';
+  const traffic =
+    e.event === 'close' ? `${bytes(e.bytes_out ?? 0)} out, ${bytes(e.bytes_in ?? 0)} in` : (e.answers?.join(',') ?? '');
   return [e.t, e.event, e.decision, e.proto, where(e), e.rule, `${traffic}${e.repeats ? ` (+${e.repeats} more)` : ''}`];
 }
 
 /** `svc egress show|set|log`: a VM's egress policy and what it decided (docs/network.md). */
 export function egressCommands(program: Command, client: () => SvcClient): void {
   const eg = program.command('egress').description('what a VM may reach: its egress policy and log');
-  eg.command('show').argument('<name>').option('--json').action(async (name: string, o) => {
-    const p = await client().egress(name);
-    process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
-  });
-  egressFlags(eg.command('set').argument('<name>').option('--file <policy.json>', 'the whole policy as JSON {default, allow, deny}').option('--json'))
-    .description('replace a VM\'s egress policy, live (open connections it forbids are closed)')
+  eg.command('show')
+    .argument('<name>')
+    .option('--json')
+    .action(async (name: string, o) => {
+      const p = await client().egress(name);
+      process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
+    });
+  egressFlags(
+    eg
+      .command('set')
+      .argument('<name>')
+      .option('--file <policy.json>', 'the whole policy as JSON {default, allow, deny}')
+      .option('--json'),
+  )
+    .description("replace a VM's egress policy, live (open connections it forbids are closed)")
     .action(async (name: string, o) => {
       const policy = o.file ? (JSON.parse(readFileSync(o.file, 'utf8')) as Partial<EgressPolicy>) : policyFromFlags(o);
       if (!policy) throw new Error('egress set: give --file, or --egress-default, --allow and --deny');
       const p = await client().setEgress(name, policy);
       process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
     });
-  eg.command('log').argument('<name>').option('-f, --follow', 'keep printing decisions as they happen').option('--limit <n>', 'last N entries', Number, 50).option('--json', 'one JSON entry a line')
-    .description('the VM\'s egress decisions: names asked, connections let out or refused, bytes each way')
+  eg.command('log')
+    .argument('<name>')
+    .option('-f, --follow', 'keep printing decisions as they happen')
+    .option('--limit <n>', 'last N entries', Number, 50)
+    .option('--json', 'one JSON entry a line')
+    .description("the VM's egress decisions: names asked, connections let out or refused, bytes each way")
     .action(async (name: string, o) => {
       const c = client();
       const out = (e: EgressEvent) => process.stdout.write(`${o.json ? JSON.stringify(e) : logLine(e).join('  ')}\n`);
       if (!o.follow) {
         const list = await c.egressLog(name, { limit: o.limit });
         if (o.json) list.forEach(out);
-        else process.stdout.write((list.length ? table(list.map(logLine), ['TIME', 'EVENT', 'DECISION', 'PROTO', 'WHAT', 'RULE', 'TRAFFIC']) : 'nothing logged yet') + '\n');
+        else
+          process.stdout.write(
+            (list.length
+              ? table(list.map(logLine), ['TIME', 'EVENT', 'DECISION', 'PROTO', 'WHAT', 'RULE', 'TRAFFIC'])
+              : 'nothing logged yet') + '\n',
+          );
         return;
       }
       const ac = new AbortController();

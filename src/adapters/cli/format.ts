@@ -3,7 +3,14 @@
 export function table(rows: (string | number | undefined)[][], header: string[]): string {
   const all = [header, ...rows.map((r) => r.map((c) => (c === undefined ? '' : String(c))))];
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
-  return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : (c ?? '').padEnd(widths[i]))).join('  ').trimEnd()).join('\n');
+  return all
+    .map((r) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : (c ?? '').padEnd(widths[i])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 export function bytes(n: number | undefined): string {

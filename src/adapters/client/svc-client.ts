@@ -5,10 +5,25 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import WebSocket from 'ws';
-import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../../domain/agent.js';
+import type {
+  AgentHealth,
+  CopyMode,
+  ExecFrame,
+  ExecRequest,
+  ExecResult,
+  FsInfo,
+  GuestStats,
+} from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import type { CreateRequest, WaitMode } from '../../domain/create-request.js';
-import type { ActivityEvent, CreateProgressEvent, ImageBuildEvent, MetricsPoint, SecretRecord, VmEvent } from '../../domain/events.js';
+import type {
+  ActivityEvent,
+  CreateProgressEvent,
+  ImageBuildEvent,
+  MetricsPoint,
+  SecretRecord,
+  VmEvent,
+} from '../../domain/events.js';
 import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
@@ -16,7 +31,11 @@ import { loadConfig } from '../config/yaml-config-file.js';
 
 /** An error answer of the daemon (or a failure to reach it), with the HTTP status and `{error}` text. */
 export class SvcError extends Error {
-  constructor(readonly status: number, message: string, readonly code?: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code?: string,
+  ) {
     super(message);
     this.name = 'SvcError';
   }
@@ -25,7 +44,11 @@ export class SvcError extends Error {
 /** The daemon is not there: the socket or port refused or does not exist. */
 export class DaemonUnreachableError extends SvcError {
   constructor(where: string, cause: string) {
-    super(0, `cannot reach svcd at ${where} (${cause}); start it with: npm start (or svcd --config FILE)`, 'unreachable');
+    super(
+      0,
+      `cannot reach svcd at ${where} (${cause}); start it with: npm start (or svcd --config FILE)`,
+      'unreachable',
+    );
     this.name = 'DaemonUnreachableError';
   }
 }
@@ -40,24 +63,74 @@ export interface SvcClientOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & { forwards?: Partial<PortForward>[]; mounts?: Mount[] };
-export interface CreateOptions { wait?: WaitMode | 'true' | '1'; timeout?: string }
-export interface MetricsHistoryResponse { name: string; enabled: boolean; interval_sec: number; capacity: number; points: MetricsPoint[] }
-export interface Message { message: string; name: string }
+export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & {
+  forwards?: Partial<PortForward>[];
+  mounts?: Mount[];
+};
+export interface CreateOptions {
+  wait?: WaitMode | 'true' | '1';
+  timeout?: string;
+}
+export interface MetricsHistoryResponse {
+  name: string;
+  enabled: boolean;
+  interval_sec: number;
+  capacity: number;
+  points: MetricsPoint[];
+}
+export interface Message {
+  message: string;
+  name: string;
+}
 
 /** Every daemon route the client calls, in OpenAPI form (a test checks it against /openapi.yaml). */
 export const CLIENT_ROUTES = [
-  'get /healthz', 'get /info', 'get /metrics', 'get /openapi.yaml', 'get /openapi.json', 'get /activity', 'get /events',
-  'get /vms', 'post /vms', 'get /vms/{name}', 'delete /vms/{name}', 'post /vms/{name}/clone', 'get /pool',
-  'get /images', 'post /images', 'get /images/{id}', 'delete /images/{id}',
-  'post /vms/{name}/start', 'post /vms/{name}/shutdown', 'post /vms/{name}/pause', 'post /vms/{name}/resume',
-  'post /vms/{name}/suspend', 'post /vms/{name}/restore', 'get /vms/{name}/metrics', 'get /vms/{name}/logs',
-  'post /vms/{name}/forwards', 'delete /vms/{name}/forwards/{hostPort}',
-  'get /secrets', 'post /secrets', 'delete /secrets/{name}', 'post /vms/{name}/secrets/{secretName}',
-  'get /vms/{name}/agent/health', 'post /vms/{name}/agent/deploy', 'get /vms/{name}/stats', 'post /vms/{name}/exec',
-  'put /vms/{name}/cp', 'get /vms/{name}/cp', 'get /vms/{name}/fs/readdir', 'get /vms/{name}/fs/stat',
-  'post /vms/{name}/fs/mkdir', 'post /vms/{name}/fs/symlink', 'delete /vms/{name}/fs/remove', 'get /vms/{name}/shell',
-  'get /vms/{name}/egress', 'put /vms/{name}/egress', 'get /vms/{name}/egress/log',
+  'get /healthz',
+  'get /info',
+  'get /metrics',
+  'get /openapi.yaml',
+  'get /openapi.json',
+  'get /activity',
+  'get /events',
+  'get /vms',
+  'post /vms',
+  'get /vms/{name}',
+  'delete /vms/{name}',
+  'post /vms/{name}/clone',
+  'get /pool',
+  'get /images',
+  'post /images',
+  'get /images/{id}',
+  'delete /images/{id}',
+  'post /vms/{name}/start',
+  'post /vms/{name}/shutdown',
+  'post /vms/{name}/pause',
+  'post /vms/{name}/resume',
+  'post /vms/{name}/suspend',
+  'post /vms/{name}/restore',
+  'get /vms/{name}/metrics',
+  'get /vms/{name}/logs',
+  'post /vms/{name}/forwards',
+  'delete /vms/{name}/forwards/{hostPort}',
+  'get /secrets',
+  'post /secrets',
+  'delete /secrets/{name}',
+  'post /vms/{name}/secrets/{secretName}',
+  'get /vms/{name}/agent/health',
+  'post /vms/{name}/agent/deploy',
+  'get /vms/{name}/stats',
+  'post /vms/{name}/exec',
+  'put /vms/{name}/cp',
+  'get /vms/{name}/cp',
+  'get /vms/{name}/fs/readdir',
+  'get /vms/{name}/fs/stat',
+  'post /vms/{name}/fs/mkdir',
+  'post /vms/{name}/fs/symlink',
+  'delete /vms/{name}/fs/remove',
+  'get /vms/{name}/shell',
+  'get /vms/{name}/egress',
+  'put /vms/{name}/egress',
+  'get /vms/{name}/egress/log',
 ] as const;
 
 const enc = encodeURIComponent;
@@ -73,8 +146,16 @@ function qs(o: Record<string, string | number | boolean | string[] | undefined>)
 }
 
 function execQuery(r: ExecRequest, buffered: boolean): string {
-  return qs({ cmd: r.cmd, args: r.args, buffered: String(buffered), cwd: r.cwd, uid: r.uid, gid: r.gid,
-    timeout: r.timeoutMs ? formatDuration(r.timeoutMs) : undefined, encoding: r.encoding });
+  return qs({
+    cmd: r.cmd,
+    args: r.args,
+    buffered: String(buffered),
+    cwd: r.cwd,
+    uid: r.uid,
+    gid: r.gid,
+    timeout: r.timeoutMs ? formatDuration(r.timeoutMs) : undefined,
+    encoding: r.encoding,
+  });
 }
 
 /** A shell in a VM: terminal bytes both ways, resize, and the shell's exit code. */
@@ -115,7 +196,12 @@ export class SvcClient {
   }
 
   /** Sends a request; resolves with the response once headers arrive (any status). */
-  raw(method: string, path: string, body?: Buffer | Readable, headers: Record<string, string> = {}): Promise<IncomingMessage> {
+  raw(
+    method: string,
+    path: string,
+    body?: Buffer | Readable,
+    headers: Record<string, string> = {},
+  ): Promise<IncomingMessage> {
     const h: Record<string, string> = { ...headers };
     if (this.token) h.authorization = `Bearer ${this.token}`;
     if (Buffer.isBuffer(body)) h['content-length'] = String(body.length);
@@ -126,7 +212,8 @@ export class SvcClient {
     return new Promise((resolve, reject) => {
       req.on('response', resolve);
       req.on('error', (err: NodeJS.ErrnoException) => {
-        if (['ENOENT', 'ECONNREFUSED', 'EACCES'].includes(err.code ?? '')) reject(new DaemonUnreachableError(this.where, err.code!));
+        if (['ENOENT', 'ECONNREFUSED', 'EACCES'].includes(err.code ?? ''))
+          reject(new DaemonUnreachableError(this.where, err.code!));
         else reject(new SvcError(0, `request to svcd failed: ${err.message}`));
       });
       if (body === undefined) req.end();
@@ -176,10 +263,18 @@ export class SvcClient {
   }
 
   // --- system
-  healthz(): Promise<{ status: string }> { return this.call('GET', '/healthz'); }
-  info(): Promise<{ name: string; version: string; api_version: string; hypervisor: string }> { return this.call('GET', '/info'); }
-  metricsText(): Promise<string> { return this.call('GET', '/metrics'); }
-  openapi(format: 'yaml' | 'json' = 'yaml'): Promise<string> { return this.call('GET', `/openapi.${format}`); }
+  healthz(): Promise<{ status: string }> {
+    return this.call('GET', '/healthz');
+  }
+  info(): Promise<{ name: string; version: string; api_version: string; hypervisor: string }> {
+    return this.call('GET', '/info');
+  }
+  metricsText(): Promise<string> {
+    return this.call('GET', '/metrics');
+  }
+  openapi(format: 'yaml' | 'json' = 'yaml'): Promise<string> {
+    return this.call('GET', `/openapi.${format}`);
+  }
   async activity(o: { limit?: number; since?: number } = {}): Promise<ActivityEvent[]> {
     return (await this.call<{ events: ActivityEvent[] }>('GET', `/activity${qs(o)}`)).events;
   }
@@ -199,33 +294,84 @@ export class SvcClient {
   }
 
   // --- lifecycle
-  list(): Promise<Instance[]> { return this.call('GET', '/vms'); }
-  get(name: string): Promise<Instance> { return this.call('GET', `/vms/${enc(name)}`); }
-  create(req: CreateInput = {}, o: CreateOptions = {}): Promise<Instance> { return this.call('POST', `/vms${qs({ wait: o.wait, timeout: o.timeout })}`, req); }
+  list(): Promise<Instance[]> {
+    return this.call('GET', '/vms');
+  }
+  get(name: string): Promise<Instance> {
+    return this.call('GET', `/vms/${enc(name)}`);
+  }
+  create(req: CreateInput = {}, o: CreateOptions = {}): Promise<Instance> {
+    return this.call('POST', `/vms${qs({ wait: o.wait, timeout: o.timeout })}`, req);
+  }
   async *createStream(req: CreateInput = {}, o: CreateOptions = {}): AsyncIterable<CreateProgressEvent> {
     const body = Buffer.from(JSON.stringify(req));
-    yield* this.lines<CreateProgressEvent>(await this.raw('POST', `/vms${qs({ stream: '1', wait: o.wait, timeout: o.timeout })}`, body, { 'content-type': 'application/json' }));
+    yield* this.lines<CreateProgressEvent>(
+      await this.raw('POST', `/vms${qs({ stream: '1', wait: o.wait, timeout: o.timeout })}`, body, {
+        'content-type': 'application/json',
+      }),
+    );
   }
-  delete(name: string): Promise<Message> { return this.call('DELETE', `/vms/${enc(name)}`); }
+  delete(name: string): Promise<Message> {
+    return this.call('DELETE', `/vms/${enc(name)}`);
+  }
   /** Clones a stopped or suspended persistent VM (from its snapshot when it has one). */
-  clone(template: string, req: Omit<CreateInput, 'from' | 'from_pool'> = {}, o: CreateOptions = {}): Promise<Instance> { return this.call('POST', `/vms/${enc(template)}/clone${qs({ wait: o.wait, timeout: o.timeout })}`, req); }
-  listImages(): Promise<ImageDetails[]> { return this.call('GET', '/images'); }
-  buildImage(req: Record<string, unknown>): Promise<ImageDetails> { return this.call('POST', '/images', req); }
-  async *buildImageStream(req: Record<string, unknown>): AsyncIterable<ImageBuildEvent> {
-    yield* this.lines<ImageBuildEvent>(await this.raw('POST', '/images?stream=1', Buffer.from(JSON.stringify(req)), { 'content-type': 'application/json' }));
+  clone(template: string, req: Omit<CreateInput, 'from' | 'from_pool'> = {}, o: CreateOptions = {}): Promise<Instance> {
+    return this.call('POST', `/vms/${enc(template)}/clone${qs({ wait: o.wait, timeout: o.timeout })}`, req);
   }
-  getImage(id: string): Promise<ImageDetails> { return this.call('GET', `/images/${enc(id)}`); }
-  deleteImage(id: string): Promise<{ message: string; id: string }> { return this.call('DELETE', `/images/${enc(id)}`); }
-  pool(): Promise<{ template: string; size: number; running: boolean; ready: number; members: { name: string; status: string }[] }> { return this.call('GET', '/pool'); }
-  start(name: string): Promise<Instance> { return this.call('POST', `/vms/${enc(name)}/start`); }
-  shutdown(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/shutdown`); }
-  pause(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/pause`); }
-  resume(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/resume`); }
-  suspend(name: string): Promise<Message> { return this.call('POST', `/vms/${enc(name)}/suspend`); }
-  restore(name: string): Promise<Instance> { return this.call('POST', `/vms/${enc(name)}/restore`); }
-  metricsHistory(name: string, o: { since?: number; limit?: number } = {}): Promise<MetricsHistoryResponse> { return this.call('GET', `/vms/${enc(name)}/metrics${qs(o)}`); }
+  listImages(): Promise<ImageDetails[]> {
+    return this.call('GET', '/images');
+  }
+  buildImage(req: Record<string, unknown>): Promise<ImageDetails> {
+    return this.call('POST', '/images', req);
+  }
+  async *buildImageStream(req: Record<string, unknown>): AsyncIterable<ImageBuildEvent> {
+    yield* this.lines<ImageBuildEvent>(
+      await this.raw('POST', '/images?stream=1', Buffer.from(JSON.stringify(req)), {
+        'content-type': 'application/json',
+      }),
+    );
+  }
+  getImage(id: string): Promise<ImageDetails> {
+    return this.call('GET', `/images/${enc(id)}`);
+  }
+  deleteImage(id: string): Promise<{ message: string; id: string }> {
+    return this.call('DELETE', `/images/${enc(id)}`);
+  }
+  pool(): Promise<{
+    template: string;
+    size: number;
+    running: boolean;
+    ready: number;
+    members: { name: string; status: string }[];
+  }> {
+    return this.call('GET', '/pool');
+  }
+  start(name: string): Promise<Instance> {
+    return this.call('POST', `/vms/${enc(name)}/start`);
+  }
+  shutdown(name: string): Promise<Message> {
+    return this.call('POST', `/vms/${enc(name)}/shutdown`);
+  }
+  pause(name: string): Promise<Message> {
+    return this.call('POST', `/vms/${enc(name)}/pause`);
+  }
+  resume(name: string): Promise<Message> {
+    return this.call('POST', `/vms/${enc(name)}/resume`);
+  }
+  suspend(name: string): Promise<Message> {
+    return this.call('POST', `/vms/${enc(name)}/suspend`);
+  }
+  restore(name: string): Promise<Instance> {
+    return this.call('POST', `/vms/${enc(name)}/restore`);
+  }
+  metricsHistory(name: string, o: { since?: number; limit?: number } = {}): Promise<MetricsHistoryResponse> {
+    return this.call('GET', `/vms/${enc(name)}/metrics${qs(o)}`);
+  }
   async *logs(name: string, o: { follow?: boolean; tail?: number; signal?: AbortSignal } = {}): AsyncIterable<Buffer> {
-    const res = await this.raw('GET', `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail })}`);
+    const res = await this.raw(
+      'GET',
+      `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail })}`,
+    );
     if ((res.statusCode ?? 0) >= 300) await this.fail(res);
     o.signal?.addEventListener('abort', () => res.destroy());
     try {
@@ -236,8 +382,12 @@ export class SvcClient {
   }
 
   // --- egress (docs/network.md)
-  egress(name: string): Promise<EgressPolicy> { return this.call('GET', `/vms/${enc(name)}/egress`); }
-  setEgress(name: string, policy: Partial<EgressPolicy>): Promise<EgressPolicy> { return this.call('PUT', `/vms/${enc(name)}/egress`, policy); }
+  egress(name: string): Promise<EgressPolicy> {
+    return this.call('GET', `/vms/${enc(name)}/egress`);
+  }
+  setEgress(name: string, policy: Partial<EgressPolicy>): Promise<EgressPolicy> {
+    return this.call('PUT', `/vms/${enc(name)}/egress`, policy);
+  }
   async egressLog(name: string, o: { limit?: number; since?: number | string } = {}): Promise<EgressEvent[]> {
     return (await this.call<{ events: EgressEvent[] }>('GET', `/vms/${enc(name)}/egress/log${qs(o)}`)).events;
   }
@@ -253,56 +403,114 @@ export class SvcClient {
   }
 
   // --- forwards
-  addForward(name: string, f: { host_port?: number; guest_port: number }): Promise<Forward> { return this.call('POST', `/vms/${enc(name)}/forwards`, f); }
-  removeForward(name: string, hostPort: number): Promise<Message & { host_port: number }> { return this.call('DELETE', `/vms/${enc(name)}/forwards/${hostPort}`); }
+  addForward(name: string, f: { host_port?: number; guest_port: number }): Promise<Forward> {
+    return this.call('POST', `/vms/${enc(name)}/forwards`, f);
+  }
+  removeForward(name: string, hostPort: number): Promise<Message & { host_port: number }> {
+    return this.call('DELETE', `/vms/${enc(name)}/forwards/${hostPort}`);
+  }
 
   // --- secrets
-  listSecrets(): Promise<SecretRecord[]> { return this.call('GET', '/secrets'); }
-  setSecret(s: { name: string; value?: string; data_base64?: string; mode?: string }): Promise<SecretRecord> { return this.call('POST', '/secrets', s); }
-  deleteSecret(name: string): Promise<Message> { return this.call('DELETE', `/secrets/${enc(name)}`); }
-  injectSecret(vm: string, secret: string, o: { path?: string; mode?: string; uid?: number; gid?: number } = {}): Promise<{ name: string; secret: string; path: string; mode: string }> {
+  listSecrets(): Promise<SecretRecord[]> {
+    return this.call('GET', '/secrets');
+  }
+  setSecret(s: { name: string; value?: string; data_base64?: string; mode?: string }): Promise<SecretRecord> {
+    return this.call('POST', '/secrets', s);
+  }
+  deleteSecret(name: string): Promise<Message> {
+    return this.call('DELETE', `/secrets/${enc(name)}`);
+  }
+  injectSecret(
+    vm: string,
+    secret: string,
+    o: { path?: string; mode?: string; uid?: number; gid?: number } = {},
+  ): Promise<{ name: string; secret: string; path: string; mode: string }> {
     return this.call('POST', `/vms/${enc(vm)}/secrets/${enc(secret)}`, o);
   }
 
   // --- agent proxy
-  agentHealth(name: string): Promise<AgentHealth> { return this.call('GET', `/vms/${enc(name)}/agent/health`); }
-  deployAgent(name: string): Promise<{ name: string; agent_version: string }> { return this.call('POST', `/vms/${enc(name)}/agent/deploy`); }
-  stats(name: string): Promise<GuestStats> { return this.call('GET', `/vms/${enc(name)}/stats`); }
+  agentHealth(name: string): Promise<AgentHealth> {
+    return this.call('GET', `/vms/${enc(name)}/agent/health`);
+  }
+  deployAgent(name: string): Promise<{ name: string; agent_version: string }> {
+    return this.call('POST', `/vms/${enc(name)}/agent/deploy`);
+  }
+  stats(name: string): Promise<GuestStats> {
+    return this.call('GET', `/vms/${enc(name)}/stats`);
+  }
   async exec(name: string, r: ExecRequest, stdin?: Readable | Buffer): Promise<ExecResult> {
-    const res = await this.raw('POST', `/vms/${enc(name)}/exec${execQuery(r, true)}`, stdin, stdin ? { 'content-type': 'application/octet-stream' } : {});
+    const res = await this.raw(
+      'POST',
+      `/vms/${enc(name)}/exec${execQuery(r, true)}`,
+      stdin,
+      stdin ? { 'content-type': 'application/octet-stream' } : {},
+    );
     if ((res.statusCode ?? 0) >= 300) return this.fail(res);
     return JSON.parse(await this.text(res)) as ExecResult;
   }
   async *execStream(name: string, r: ExecRequest, stdin?: Readable | Buffer): AsyncIterable<ExecFrame> {
     const headers: Record<string, string> = stdin ? { 'content-type': 'application/octet-stream' } : {};
     if (stdin && !Buffer.isBuffer(stdin)) headers['transfer-encoding'] = 'chunked';
-    yield* this.lines<ExecFrame>(await this.raw('POST', `/vms/${enc(name)}/exec${execQuery(r, false)}`, stdin, headers));
+    yield* this.lines<ExecFrame>(
+      await this.raw('POST', `/vms/${enc(name)}/exec${execQuery(r, false)}`, stdin, headers),
+    );
   }
-  async upload(name: string, o: { path: string; mode?: CopyMode; permissions?: string; uid?: number; gid?: number }, body: Readable | Buffer, size?: number): Promise<void> {
+  async upload(
+    name: string,
+    o: { path: string; mode?: CopyMode; permissions?: string; uid?: number; gid?: number },
+    body: Readable | Buffer,
+    size?: number,
+  ): Promise<void> {
     const mode = o.mode ?? 'binary';
-    const headers: Record<string, string> = { 'content-type': mode === 'tar' ? 'application/x-tar' : 'application/octet-stream' };
+    const headers: Record<string, string> = {
+      'content-type': mode === 'tar' ? 'application/x-tar' : 'application/octet-stream',
+    };
     if (size !== undefined) headers['content-length'] = String(size);
-    const res = await this.raw('PUT', `/vms/${enc(name)}/cp${qs({ path: o.path, mode, permissions: o.permissions, uid: o.uid, gid: o.gid })}`, body, headers);
+    const res = await this.raw(
+      'PUT',
+      `/vms/${enc(name)}/cp${qs({ path: o.path, mode, permissions: o.permissions, uid: o.uid, gid: o.gid })}`,
+      body,
+      headers,
+    );
     if ((res.statusCode ?? 0) >= 300) return this.fail(res);
     res.resume();
   }
-  async download(name: string, path: string, mode: CopyMode = 'binary'): Promise<{ body: Readable; size?: number; contentType: string }> {
+  async download(
+    name: string,
+    path: string,
+    mode: CopyMode = 'binary',
+  ): Promise<{ body: Readable; size?: number; contentType: string }> {
     const res = await this.raw('GET', `/vms/${enc(name)}/cp${qs({ path, mode })}`);
     if ((res.statusCode ?? 0) >= 300) return this.fail(res);
     const len = res.headers['content-length'];
     return { body: res, size: len ? Number(len) : undefined, contentType: String(res.headers['content-type']) };
   }
-  readdir(name: string, path: string): Promise<FsInfo[]> { return this.call('GET', `/vms/${enc(name)}/fs/readdir${qs({ path })}`); }
-  stat(name: string, path: string): Promise<FsInfo> { return this.call('GET', `/vms/${enc(name)}/fs/stat${qs({ path })}`); }
-  mkdir(name: string, path: string, o: { recursive?: boolean; mode?: string } = {}): Promise<void> { return this.call('POST', `/vms/${enc(name)}/fs/mkdir`, { path, ...o }); }
-  symlink(name: string, path: string, target: string): Promise<void> { return this.call('POST', `/vms/${enc(name)}/fs/symlink`, { path, target }); }
-  remove(name: string, path: string, o: { recursive?: boolean } = {}): Promise<void> { return this.call('DELETE', `/vms/${enc(name)}/fs/remove${qs({ path, recursive: o.recursive ? 'true' : undefined })}`); }
+  readdir(name: string, path: string): Promise<FsInfo[]> {
+    return this.call('GET', `/vms/${enc(name)}/fs/readdir${qs({ path })}`);
+  }
+  stat(name: string, path: string): Promise<FsInfo> {
+    return this.call('GET', `/vms/${enc(name)}/fs/stat${qs({ path })}`);
+  }
+  mkdir(name: string, path: string, o: { recursive?: boolean; mode?: string } = {}): Promise<void> {
+    return this.call('POST', `/vms/${enc(name)}/fs/mkdir`, { path, ...o });
+  }
+  symlink(name: string, path: string, target: string): Promise<void> {
+    return this.call('POST', `/vms/${enc(name)}/fs/symlink`, { path, target });
+  }
+  remove(name: string, path: string, o: { recursive?: boolean } = {}): Promise<void> {
+    return this.call(
+      'DELETE',
+      `/vms/${enc(name)}/fs/remove${qs({ path, recursive: o.recursive ? 'true' : undefined })}`,
+    );
+  }
 
   /** Opens the VM's shell (WebSocket). */
   shell(name: string, o: { cols?: number; rows?: number; shell?: string } = {}): Promise<ShellConnection> {
     const path = `/vms/${enc(name)}/shell${qs(o)}`;
     const headers: Record<string, string> = this.token ? { authorization: `Bearer ${this.token}` } : {};
-    const url = this.api ? `${this.api.protocol === 'https:' ? 'wss' : 'ws'}://${this.api.host}${path}` : `ws+unix://${this.socket}:${path}`;
+    const url = this.api
+      ? `${this.api.protocol === 'https:' ? 'wss' : 'ws'}://${this.api.host}${path}`
+      : `ws+unix://${this.socket}:${path}`;
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, { headers, perMessageDeflate: false });
       const listeners: ((d: Buffer) => void)[] = [];
@@ -322,14 +530,15 @@ export class SvcClient {
           }
         }
       });
-      ws.once('open', () => resolve({
-        write: (d) => ws.send(typeof d === 'string' ? Buffer.from(d) : d, { binary: true }),
-        resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
-        onData: (l) => void listeners.push(l),
-        exited,
-        close: () => ws.close(),
-      }));
+      ws.once('open', () =>
+        resolve({
+          write: (d) => ws.send(typeof d === 'string' ? Buffer.from(d) : d, { binary: true }),
+          resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+          onData: (l) => void listeners.push(l),
+          exited,
+          close: () => ws.close(),
+        }),
+      );
     });
   }
 }
-

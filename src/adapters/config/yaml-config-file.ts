@@ -6,7 +6,11 @@ import { buildConfig, ConfigError, type Config } from '../../app/config.js';
 import { DRIVER_SECTIONS } from '../hypervisor/drivers.js';
 
 /** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */
-export function configPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, home = homedir()): string | undefined {
+export function configPath(
+  flag: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+  home = homedir(),
+): string | undefined {
   if (flag) return flag;
   if (env.SVC_CONFIG) return env.SVC_CONFIG;
   const def = join(home, '.svc', 'config.yaml');

@@ -19,7 +19,11 @@ export interface AtomicWriteOptions {
  * target, fsync, rename over the target, fsync the directory. A reader sees the old content or
  * the new, never a half-written file; a failure leaves no temp file behind.
  */
-export async function writeFileAtomic(path: string, data: string | Buffer | Readable, opts: AtomicWriteOptions | number = {}): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  data: string | Buffer | Readable,
+  opts: AtomicWriteOptions | number = {},
+): Promise<void> {
   const o = typeof opts === 'number' ? { mode: opts } : opts;
   const mode = o.mode ?? 0o600;
   const dir = dirname(path);

@@ -8,7 +8,10 @@ import { join } from 'node:path';
  * that follow it see a truncation. A file and its one predecessor: at most about twice the cap.
  */
 export async function capLog(path: string, maxBytes: number): Promise<boolean> {
-  const size = await stat(path).then((s) => s.size, () => 0);
+  const size = await stat(path).then(
+    (s) => s.size,
+    () => 0,
+  );
   if (size <= maxBytes) return false;
   await copyFile(path, `${path}.1`);
   await truncate(path, 0);
@@ -17,10 +20,12 @@ export async function capLog(path: string, maxBytes: number): Promise<boolean> {
 
 /** Removes the oldest files of a folder until what is left fits in `maxBytes`. */
 export async function capDir(dir: string, maxBytes: number): Promise<string[]> {
-  const files = await Promise.all((await readdir(dir).catch(() => [] as string[])).map(async (name) => {
-    const s = await stat(join(dir, name)).catch(() => undefined);
-    return s?.isFile() ? { name, size: s.size, mtime: s.mtimeMs } : undefined;
-  }));
+  const files = await Promise.all(
+    (await readdir(dir).catch(() => [] as string[])).map(async (name) => {
+      const s = await stat(join(dir, name)).catch(() => undefined);
+      return s?.isFile() ? { name, size: s.size, mtime: s.mtimeMs } : undefined;
+    }),
+  );
   const list = files.filter((f) => f !== undefined).sort((a, b) => a.mtime - b.mtime || a.name.localeCompare(b.name));
   let total = list.reduce((n, f) => n + f.size, 0);
   const removed: string[] = [];

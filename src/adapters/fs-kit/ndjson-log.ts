@@ -14,7 +14,10 @@ export class NdjsonLog {
   private timer: NodeJS.Timeout | undefined;
   private writing: Promise<void> = Promise.resolve();
 
-  constructor(private path: string, private readonly maxBytes: number) {}
+  constructor(
+    private path: string,
+    private readonly maxBytes: number,
+  ) {}
 
   append(entry: object): void {
     this.lines.push(JSON.stringify(entry));
@@ -47,7 +50,11 @@ export class NdjsonLog {
  * The last `limit` entries of a log NdjsonLog wrote (its older copy included), oldest first, that
  * `keep` accepts. Lines that do not parse (a write cut off by a crash) are skipped.
  */
-export async function readNdjsonTail<T>(path: string, limit: number, keep: (e: T) => boolean = () => true): Promise<T[]> {
+export async function readNdjsonTail<T>(
+  path: string,
+  limit: number,
+  keep: (e: T) => boolean = () => true,
+): Promise<T[]> {
   const texts = await Promise.all([`${path}.1`, path].map((p) => readFile(p, 'utf8').catch(() => '')));
   const out: T[] = [];
   for (const line of texts.join('\n').split('\n')) {

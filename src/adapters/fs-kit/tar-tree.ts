@@ -14,9 +14,11 @@ const NOFOLLOW = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW;
  * `./`, `./dir/` and `dir` are all fine; absolute names and `..` are refused. [] is the root.
  */
 export function entryParts(name: string, dir: string): string[] {
-  if (name.startsWith('/') || name.includes('\0')) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
+  if (name.startsWith('/') || name.includes('\0'))
+    throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
   const parts = name.split('/').filter((p) => p !== '' && p !== '.');
-  if (parts.includes('..')) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
+  if (parts.includes('..'))
+    throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} would land outside ${dir}`);
   return parts;
 }
 
@@ -30,10 +32,19 @@ async function parentOf(root: string, parts: string[], name: string, dir: string
   for (const p of parts.slice(0, -1)) {
     cur = join(cur, p);
     const st = await lstat(cur).catch(() => undefined);
-    if (st === undefined && !make) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} links to a file that was not extracted in ${dir}`);
+    if (st === undefined && !make)
+      throw new InvalidArgumentError(
+        `tar entry ${JSON.stringify(name)} links to a file that was not extracted in ${dir}`,
+      );
     if (st === undefined) await mkdir(cur, { mode: 0o755 });
-    else if (st.isSymbolicLink()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)} goes through the link ${relative(root, cur)} in ${dir}; entries are never written through links`);
-    else if (!st.isDirectory()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(name)}: ${relative(root, cur)} in ${dir} is not a directory`);
+    else if (st.isSymbolicLink())
+      throw new InvalidArgumentError(
+        `tar entry ${JSON.stringify(name)} goes through the link ${relative(root, cur)} in ${dir}; entries are never written through links`,
+      );
+    else if (!st.isDirectory())
+      throw new InvalidArgumentError(
+        `tar entry ${JSON.stringify(name)}: ${relative(root, cur)} in ${dir} is not a directory`,
+      );
   }
   return cur;
 }
@@ -51,7 +62,8 @@ async function setMeta(target: string, h: tar.Header, mode?: number): Promise<vo
   if (!fh) return;
   try {
     if (mode !== undefined) await fh.chmod(mode);
-    if (process.getuid?.() === 0 && (h.uid !== undefined || h.gid !== undefined)) await fh.chown(h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
+    if (process.getuid?.() === 0 && (h.uid !== undefined || h.gid !== undefined))
+      await fh.chown(h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
     if (h.mtime && mode === undefined) await fh.utimes(h.mtime, h.mtime).catch(() => undefined);
   } finally {
     await fh.close();
@@ -83,7 +95,9 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
         const target = join(await parentOf(root, parts, h.name, dir), parts[parts.length - 1]);
         if (h.type === 'directory') {
           await clear(target, true);
-          await mkdir(target, { mode }).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw e; });
+          await mkdir(target, { mode }).catch((e: NodeJS.ErrnoException) => {
+            if (e.code !== 'EEXIST') throw e;
+          });
           await setMeta(target, h, mode);
           if (h.mtime) dirTimes.push([target, h.mtime]);
           entry.resume();
@@ -100,14 +114,19 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
           const from = entryParts(h.linkname ?? '', dir);
           const src = join(await parentOf(root, from, h.name, dir, false), from[from.length - 1] ?? '');
           const st = from.length ? await lstat(src).catch(() => undefined) : undefined;
-          if (!st?.isFile()) throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)} is a hard link to ${JSON.stringify(h.linkname)}, which is not a file extracted in ${dir}`);
+          if (!st?.isFile())
+            throw new InvalidArgumentError(
+              `tar entry ${JSON.stringify(h.name)} is a hard link to ${JSON.stringify(h.linkname)}, which is not a file extracted in ${dir}`,
+            );
           await clear(target, false);
           await link(src, target);
           entry.resume();
         } else if (h.type === 'character-device' || h.type === 'block-device' || h.type === 'fifo') {
           entry.resume(); // devices and fifos are not copied
         } else {
-          throw new InvalidArgumentError(`tar entry ${JSON.stringify(h.name)} has a type svc does not extract (${String(h.type)}); GNU sparse files need tar without --sparse`);
+          throw new InvalidArgumentError(
+            `tar entry ${JSON.stringify(h.name)} has a type svc does not extract (${String(h.type)}); GNU sparse files need tar without --sparse`,
+          );
         }
       } catch (err) {
         entry.resume();
@@ -123,7 +142,8 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
   } catch (err) {
     body.destroy();
     ex.destroy();
-    if (err instanceof InvalidArgumentError || err instanceof NotFoundError || err instanceof AlreadyExistsError) throw err;
+    if (err instanceof InvalidArgumentError || err instanceof NotFoundError || err instanceof AlreadyExistsError)
+      throw err;
     throw new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
   }
   for (const [d, t] of dirTimes.reverse()) {
@@ -142,10 +162,13 @@ export async function packTree(path: string, keep: (name: string) => boolean = (
     const s = await lstat(abs);
     const base = { name, mode: s.mode & 0o7777, mtime: s.mtime, uid: s.uid, gid: s.gid };
     if (s.isDirectory()) {
-      if (name) await new Promise<void>((res, rej) => pack.entry({ ...base, type: 'directory' }, (e) => (e ? rej(e) : res())));
+      if (name)
+        await new Promise<void>((res, rej) => pack.entry({ ...base, type: 'directory' }, (e) => (e ? rej(e) : res())));
       for (const child of (await readdir(abs)).sort()) await add(join(abs, child), name ? `${name}/${child}` : child);
     } else if (s.isSymbolicLink()) {
-      await new Promise<void>((res, rej) => pack.entry({ ...base, type: 'symlink', linkname: readlinkSync(abs) }, (e) => (e ? rej(e) : res())));
+      await new Promise<void>((res, rej) =>
+        pack.entry({ ...base, type: 'symlink', linkname: readlinkSync(abs) }, (e) => (e ? rej(e) : res())),
+      );
     } else if (s.isFile()) {
       const entry = pack.entry({ ...base, type: 'file', size: s.size });
       await pipeline(createReadStream(abs), entry);

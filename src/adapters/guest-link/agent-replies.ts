@@ -1,6 +1,15 @@
 /** How the daemon reads what an agent answers: the size limits and the mapping of failures to domain errors. */
 import {
-  AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError, InvalidStateError, PayloadTooLargeError, ResourceExhaustedError, type ErrorCode,
+  AgentFailureError,
+  AgentUnavailableError,
+  AlreadyExistsError,
+  InvalidArgumentError,
+  NotFoundError,
+  NotSupportedError,
+  InvalidStateError,
+  PayloadTooLargeError,
+  ResourceExhaustedError,
+  type ErrorCode,
 } from '../../domain/errors.js';
 import { EXEC_ANSWER_LIMIT } from '../../domain/agent.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
@@ -18,13 +27,20 @@ export function where(ep: AgentEndpoint): string {
 
 /** Transport failures (refused, reset, timed out) mean the agent is unavailable: 503. */
 export function unavailable(ep: AgentEndpoint, err: Error): AgentUnavailableError {
-  return new AgentUnavailableError(`guest agent at ${where(ep)} unavailable: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+  return new AgentUnavailableError(
+    `guest agent at ${where(ep)} unavailable: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
+  );
 }
 
 /** The caller's mistakes the agent reports pass through by their code; anything else is the agent's failure. */
 const PASS_THROUGH: Partial<Record<ErrorCode, new (message: string) => Error>> = {
-  invalid_argument: InvalidArgumentError, invalid_state: InvalidStateError, not_found: NotFoundError, already_exists: AlreadyExistsError,
-  not_supported: NotSupportedError, payload_too_large: PayloadTooLargeError, resource_exhausted: ResourceExhaustedError,
+  invalid_argument: InvalidArgumentError,
+  invalid_state: InvalidStateError,
+  not_found: NotFoundError,
+  already_exists: AlreadyExistsError,
+  not_supported: NotSupportedError,
+  payload_too_large: PayloadTooLargeError,
+  resource_exhausted: ResourceExhaustedError,
 };
 
 /**
@@ -36,10 +52,11 @@ export function fromStatus(status: number, text: string): Error {
   try {
     body = JSON.parse(text) as typeof body;
   } catch {
-    return new AgentFailureError(`guest agent answered ${status} without a JSON error: ${JSON.stringify(text.slice(0, 200))}`);
+    return new AgentFailureError(
+      `guest agent answered ${status} without a JSON error: ${JSON.stringify(text.slice(0, 200))}`,
+    );
   }
   const msg = typeof body.error === 'string' ? body.error.slice(0, 2000) : `status ${status}`;
   const Pass = typeof body.code === 'string' ? PASS_THROUGH[body.code as ErrorCode] : undefined;
   return Pass ? new Pass(msg) : new AgentFailureError(`guest agent failed (${status}): ${msg}`);
 }
-

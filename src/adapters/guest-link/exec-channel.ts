@@ -29,7 +29,11 @@ export class ExecChannels {
   private readonly channels = new Map<string, Promise<Channel | undefined>>();
   private readonly absentUntil = new Map<string, number>();
 
-  constructor(private readonly connector: Connector, private readonly connectTimeoutMs: number, private readonly idleMs: number) {}
+  constructor(
+    private readonly connector: Connector,
+    private readonly connectTimeoutMs: number,
+    private readonly idleMs: number,
+  ) {}
 
   async call(ep: AgentEndpoint, c: ChannelCall): Promise<ExecResult | undefined> {
     const key = where(ep);
@@ -49,22 +53,32 @@ export class ExecChannels {
       this.channels.set(key, ch);
       // A failed or absent channel is forgotten at once, so the next call tries (or skips) afresh.
       const opened = ch;
-      const forget = () => { if (this.channels.get(key) === opened) this.channels.delete(key); };
-      void ch.then((got) => { if (!got) forget(); }, forget);
+      const forget = () => {
+        if (this.channels.get(key) === opened) this.channels.delete(key);
+      };
+      void ch.then((got) => {
+        if (!got) forget();
+      }, forget);
     }
     return ch;
   }
 
   /** Closes every channel (daemon stop); their calls fail as the agent being unavailable. */
   close(): void {
-    for (const ch of this.channels.values()) void ch.then((c) => c?.close(), () => undefined);
+    for (const ch of this.channels.values())
+      void ch.then(
+        (c) => c?.close(),
+        () => undefined,
+      );
     this.channels.clear();
   }
 
   private open(ep: AgentEndpoint, key: string): Promise<Channel | undefined> {
     const opened: Promise<Channel | undefined> = new Promise((resolve, reject) => {
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}${EXEC_CHANNEL_PATH}`, {
-        perMessageDeflate: false, handshakeTimeout: this.connectTimeoutMs, maxPayload: REPLY_LIMITS.exec,
+        perMessageDeflate: false,
+        handshakeTimeout: this.connectTimeoutMs,
+        maxPayload: REPLY_LIMITS.exec,
         createConnection: () => this.connector(ep) as never,
       });
       ws.once('unexpected-response', (_req, res) => {
@@ -78,7 +92,9 @@ export class ExecChannels {
       ws.once('error', (err) => reject(unavailable(ep, err)));
       ws.once('open', () => {
         const ch = new Channel(ws, ep, this.idleMs);
-        ch.onClose(() => { if (this.channels.get(key) === opened) this.channels.delete(key); });
+        ch.onClose(() => {
+          if (this.channels.get(key) === opened) this.channels.delete(key);
+        });
         resolve(ch);
       });
     });
@@ -99,12 +115,26 @@ class Channel {
   private closeListeners: (() => void)[] = [];
   closed = false;
 
-  constructor(private readonly ws: WebSocket, private readonly ep: AgentEndpoint, private readonly idleMs: number) {
-    ws.on('message', (data, isBinary) => this.answer(Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]), isBinary));
-    ws.on('error', (err) => this.fail((err as NodeJS.ErrnoException).code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH'
-      ? new AgentFailureError(`guest agent at ${where(ep)} answered more than ${REPLY_LIMITS.exec} bytes; the answer was dropped`)
-      : unavailable(ep, err)));
-    ws.on('close', () => this.fail(unavailable(ep, Object.assign(new Error('the exec channel closed'), { code: 'ECONNRESET' }))));
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly ep: AgentEndpoint,
+    private readonly idleMs: number,
+  ) {
+    ws.on('message', (data, isBinary) =>
+      this.answer(Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]), isBinary),
+    );
+    ws.on('error', (err) =>
+      this.fail(
+        (err as NodeJS.ErrnoException).code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH'
+          ? new AgentFailureError(
+              `guest agent at ${where(ep)} answered more than ${REPLY_LIMITS.exec} bytes; the answer was dropped`,
+            )
+          : unavailable(ep, err),
+      ),
+    );
+    ws.on('close', () =>
+      this.fail(unavailable(ep, Object.assign(new Error('the exec channel closed'), { code: 'ECONNRESET' }))),
+    );
     this.armIdle();
   }
 
@@ -113,7 +143,10 @@ class Channel {
   }
 
   call(c: ChannelCall): Promise<ExecResult> {
-    if (this.closed) return Promise.reject(unavailable(this.ep, Object.assign(new Error('the exec channel closed'), { code: 'ECONNRESET' })));
+    if (this.closed)
+      return Promise.reject(
+        unavailable(this.ep, Object.assign(new Error('the exec channel closed'), { code: 'ECONNRESET' })),
+      );
     const id = this.nextId++;
     clearTimeout(this.idle);
     return new Promise<ExecResult>((resolve, reject) => {
@@ -129,9 +162,23 @@ class Channel {
         reject(err);
       };
       const leave = () => cancel(new AgentUnavailableError('the caller went away'));
-      const timer = c.timeoutMs === undefined ? undefined
-        : setTimeout(() => cancel(unavailable(this.ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))), c.timeoutMs);
-      this.pending.set(id, { resolve: (r) => { settle(); resolve(r); }, reject: (err) => { settle(); reject(err); } });
+      const timer =
+        c.timeoutMs === undefined
+          ? undefined
+          : setTimeout(
+              () => cancel(unavailable(this.ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))),
+              c.timeoutMs,
+            );
+      this.pending.set(id, {
+        resolve: (r) => {
+          settle();
+          resolve(r);
+        },
+        reject: (err) => {
+          settle();
+          reject(err);
+        },
+      });
       if (c.signal?.aborted) return leave();
       c.signal?.addEventListener('abort', leave, { once: true });
       this.send({ id, query: c.query });
@@ -158,7 +205,7 @@ class Channel {
     let m: Record<string, unknown> | undefined;
     try {
       const parsed: unknown = isBinary ? undefined : JSON.parse(buf.toString('utf8'));
-      m = typeof parsed === 'object' && parsed !== null ? parsed as Record<string, unknown> : undefined;
+      m = typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : undefined;
     } catch {
       m = undefined;
     }
@@ -167,13 +214,18 @@ class Channel {
     // An answer to a call that is over (cancelled, timed out) is dropped.
     if (!p) return;
     if (isResult(m.result)) return p.resolve(m.result);
-    if (typeof m.status === 'number' && typeof m.error === 'object' && m.error !== null) return p.reject(fromStatus(m.status, JSON.stringify(m.error)));
+    if (typeof m.status === 'number' && typeof m.error === 'object' && m.error !== null)
+      return p.reject(fromStatus(m.status, JSON.stringify(m.error)));
     this.broken(buf);
   }
 
   private broken(buf: Buffer): void {
     this.ws.terminate();
-    this.fail(new AgentFailureError(`guest agent at ${where(this.ep)} sent a bad exec channel answer: ${JSON.stringify(buf.subarray(0, 80).toString('utf8'))}`));
+    this.fail(
+      new AgentFailureError(
+        `guest agent at ${where(this.ep)} sent a bad exec channel answer: ${JSON.stringify(buf.subarray(0, 80).toString('utf8'))}`,
+      ),
+    );
   }
 
   private fail(err: Error): void {
@@ -189,6 +241,11 @@ class Channel {
 function isResult(r: unknown): r is ExecResult {
   if (typeof r !== 'object' || r === null) return false;
   const x = r as Record<string, unknown>;
-  return typeof x.stdout === 'string' && typeof x.stderr === 'string' && typeof x.exit_code === 'number'
-    && (x.error === undefined || typeof x.error === 'string') && (x.truncated === undefined || typeof x.truncated === 'boolean');
+  return (
+    typeof x.stdout === 'string' &&
+    typeof x.stderr === 'string' &&
+    typeof x.exit_code === 'number' &&
+    (x.error === undefined || typeof x.error === 'string') &&
+    (x.truncated === undefined || typeof x.truncated === 'boolean')
+  );
 }

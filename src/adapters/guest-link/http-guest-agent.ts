@@ -2,7 +2,16 @@ import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:h
 import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type {
-  AgentHealth, CopyMode, ExecFrame, GuestIdentity, ExecRequest, ExecResult, FsInfo, GuestStats, MaterializeRequest, Readiness,
+  AgentHealth,
+  CopyMode,
+  ExecFrame,
+  GuestIdentity,
+  ExecRequest,
+  ExecResult,
+  FsInfo,
+  GuestStats,
+  MaterializeRequest,
+  Readiness,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
@@ -62,7 +71,10 @@ export class HttpGuestAgent implements GuestAgent {
   private readonly helper: string | null;
 
   /** `splice`: the config's `splice` (large copies moved socket to socket by the svc-splice helper). */
-  constructor(private readonly connector: Connector = tcpConnector, o: { splice?: string } = {}) {
+  constructor(
+    private readonly connector: Connector = tcpConnector,
+    o: { splice?: string } = {},
+  ) {
     this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS);
     this.helper = spliceHelper(o.splice);
   }
@@ -74,7 +86,8 @@ export class HttpGuestAgent implements GuestAgent {
       // Idle kept-alive sockets close after 10 s (before the agent's 65 s), so a burst leaves no files open.
       a = new Agent({ keepAlive: true, maxSockets: 64, keepAliveMsecs: 10_000, timeout: IDLE_SOCKET_MS });
       const connector = this.connector;
-      (a as unknown as { createConnection: (opts: unknown, cb: unknown) => unknown }).createConnection = () => connector(ep);
+      (a as unknown as { createConnection: (opts: unknown, cb: unknown) => unknown }).createConnection = () =>
+        connector(ep);
       this.agents.set(key, a);
     }
     return a;
@@ -87,7 +100,14 @@ export class HttpGuestAgent implements GuestAgent {
       if (o.contentType) headers['content-type'] = o.contentType;
       if (Buffer.isBuffer(o.body)) headers['content-length'] = String(o.body.length);
       else if (o.bodyLength !== undefined) headers['content-length'] = String(o.bodyLength);
-      const req = request({ agent: this.agentFor(ep), host: ep.host, port: ep.port, method: o.method, path: o.path, headers });
+      const req = request({
+        agent: this.agentFor(ep),
+        host: ep.host,
+        port: ep.port,
+        method: o.method,
+        path: o.path,
+        headers,
+      });
       let settled = false;
       const started = Date.now();
       const fail = (err: Error) => {
@@ -98,10 +118,15 @@ export class HttpGuestAgent implements GuestAgent {
         req.destroy();
         reject(err);
       };
-      const timer = setTimeout(() => fail(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))), o.timeoutMs ?? CONNECT_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => fail(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))),
+        o.timeoutMs ?? CONNECT_TIMEOUT_MS,
+      );
       req.on('socket', (s) => {
         // Once connected, only an explicit overall timeout still applies.
-        const connected = () => { if (!o.timeoutMs) clearTimeout(timer); };
+        const connected = () => {
+          if (!o.timeoutMs) clearTimeout(timer);
+        };
         if ((s as { connecting?: boolean }).connecting) s.once('connect', connected);
         else connected();
       });
@@ -121,7 +146,13 @@ export class HttpGuestAgent implements GuestAgent {
         if (o.timeoutMs) {
           // The deadline covers the answer too: a guest that stalls mid-body is cut off.
           const left = Math.max(1, o.timeoutMs - (Date.now() - started));
-          const late = setTimeout(() => res.destroy(new AgentFailureError(`guest agent at ${where(ep)} did not finish its answer within ${o.timeoutMs} ms`)), left);
+          const late = setTimeout(
+            () =>
+              res.destroy(
+                new AgentFailureError(`guest agent at ${where(ep)} did not finish its answer within ${o.timeoutMs} ms`),
+              ),
+            left,
+          );
           res.once('close', () => clearTimeout(late));
         }
         resolve({ res, req });
@@ -132,7 +163,9 @@ export class HttpGuestAgent implements GuestAgent {
         const body = o.body;
         body.on('error', (err) => fail(unavailable(ep, err)));
         // A client that goes away mid-upload must not leave a half request open to the agent.
-        body.on('close', () => { if (!body.readableEnded) fail(new AgentFailureError('the upload was cut off by the client')); });
+        body.on('close', () => {
+          if (!body.readableEnded) fail(new AgentFailureError('the upload was cut off by the client'));
+        });
         body.pipe(req);
       }
     });
@@ -143,7 +176,9 @@ export class HttpGuestAgent implements GuestAgent {
     const declared = Number(res.headers['content-length'] ?? 0);
     const tooBig = () => {
       res.destroy();
-      return new AgentFailureError(`guest agent at ${where(ep)} answered more than ${max} bytes; the answer was dropped`);
+      return new AgentFailureError(
+        `guest agent at ${where(ep)} answered more than ${max} bytes; the answer was dropped`,
+      );
     };
     if (declared > max) throw tooBig();
     const parts: Buffer[] = [];
@@ -194,14 +229,28 @@ export class HttpGuestAgent implements GuestAgent {
       if (r) return r;
     }
     return this.json(ep, {
-      method: 'POST', path: `/exec?${execQuery(req, true)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined,
-      maxBytes: REPLY_LIMITS.exec, timeoutMs, signal,
+      method: 'POST',
+      path: `/exec?${execQuery(req, true)}`,
+      body: stdin,
+      contentType: stdin ? 'application/octet-stream' : undefined,
+      maxBytes: REPLY_LIMITS.exec,
+      timeoutMs,
+      signal,
     });
   }
 
-  async *execStream(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): AsyncIterable<ExecFrame> {
+  async *execStream(
+    ep: AgentEndpoint,
+    req: ExecRequest,
+    stdin?: Readable,
+    signal?: AbortSignal,
+  ): AsyncIterable<ExecFrame> {
     const { res, req: creq } = await this.send(ep, {
-      method: 'POST', path: `/exec?${execQuery(req, false)}`, body: stdin, contentType: stdin ? 'application/octet-stream' : undefined, signal,
+      method: 'POST',
+      path: `/exec?${execQuery(req, false)}`,
+      body: stdin,
+      contentType: stdin ? 'application/octet-stream' : undefined,
+      signal,
     });
     if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
     let sawExit = false;
@@ -214,7 +263,8 @@ export class HttpGuestAgent implements GuestAgent {
         } catch {
           throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
         }
-        if (!isFrame(frame)) throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
+        if (!isFrame(frame))
+          throw new AgentFailureError(`guest agent sent a bad exec frame: ${JSON.stringify(line.slice(0, 80))}`);
         if (frame.type === 'exit') sawExit = true;
         yield frame;
       }
@@ -232,11 +282,24 @@ export class HttpGuestAgent implements GuestAgent {
     if (o.gid !== undefined) p.set('gid', String(o.gid));
     const contentType = o.mode === 'tar' ? 'application/x-tar' : 'application/octet-stream';
     // A large body of known length goes from the client's socket to the agent's in the kernel (raw-upload.ts).
-    if (o.size !== undefined && await rawUpload(this.connector, ep, { path: `/cp?${p}`, contentType, size: o.size, connectTimeoutMs: CONNECT_TIMEOUT_MS, helper: this.helper }, body)) return;
+    if (
+      o.size !== undefined &&
+      (await rawUpload(
+        this.connector,
+        ep,
+        { path: `/cp?${p}`, contentType, size: o.size, connectTimeoutMs: CONNECT_TIMEOUT_MS, helper: this.helper },
+        body,
+      ))
+    )
+      return;
     await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType });
   }
 
-  async download(ep: AgentEndpoint, path: string, mode: CopyMode): Promise<{ contentType: string; body: Readable; size?: number }> {
+  async download(
+    ep: AgentEndpoint,
+    path: string,
+    mode: CopyMode,
+  ): Promise<{ contentType: string; body: Readable; size?: number }> {
     // A single file's bytes skip the HTTP client (raw-download.ts); a tar's length is not known ahead.
     if (mode === 'binary') {
       const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`, this.helper);
@@ -245,21 +308,61 @@ export class HttpGuestAgent implements GuestAgent {
     const { res } = await this.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
     if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
     const len = res.headers['content-length'];
-    return { contentType: String(res.headers['content-type'] ?? 'application/octet-stream'), body: res, size: len ? Number(len) : undefined };
+    return {
+      contentType: String(res.headers['content-type'] ?? 'application/octet-stream'),
+      body: res,
+      size: len ? Number(len) : undefined,
+    };
   }
 
   async fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void> {
     switch (op.op) {
-      case 'readdir': return this.json(ep, { method: 'GET', path: `/fs/readdir?${new URLSearchParams({ path: op.path })}`, timeoutMs: FS_TIMEOUT_MS, maxBytes: REPLY_LIMITS.exec });
-      case 'stat': return this.json(ep, { method: 'GET', path: `/fs/stat?${new URLSearchParams({ path: op.path })}`, timeoutMs: FS_TIMEOUT_MS });
-      case 'mkdir': return this.json(ep, { method: 'POST', path: '/fs/mkdir', body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
-      case 'symlink': return this.json(ep, { method: 'POST', path: '/fs/symlink', body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
-      case 'remove': return this.json(ep, { method: 'DELETE', path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}`, timeoutMs: FS_TIMEOUT_MS });
+      case 'readdir':
+        return this.json(ep, {
+          method: 'GET',
+          path: `/fs/readdir?${new URLSearchParams({ path: op.path })}`,
+          timeoutMs: FS_TIMEOUT_MS,
+          maxBytes: REPLY_LIMITS.exec,
+        });
+      case 'stat':
+        return this.json(ep, {
+          method: 'GET',
+          path: `/fs/stat?${new URLSearchParams({ path: op.path })}`,
+          timeoutMs: FS_TIMEOUT_MS,
+        });
+      case 'mkdir':
+        return this.json(ep, {
+          method: 'POST',
+          path: '/fs/mkdir',
+          body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })),
+          contentType: 'application/json',
+          timeoutMs: FS_TIMEOUT_MS,
+        });
+      case 'symlink':
+        return this.json(ep, {
+          method: 'POST',
+          path: '/fs/symlink',
+          body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })),
+          contentType: 'application/json',
+          timeoutMs: FS_TIMEOUT_MS,
+        });
+      case 'remove':
+        return this.json(ep, {
+          method: 'DELETE',
+          path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}`,
+          timeoutMs: FS_TIMEOUT_MS,
+        });
     }
   }
 
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }> {
-    return this.json(ep, { method: 'POST', path: '/secrets/materialize', body: Buffer.from(JSON.stringify(req)), contentType: 'application/json', timeoutMs: FS_TIMEOUT_MS });
+    return this.json(ep, {
+      method: 'POST',
+      path: '/secrets/materialize',
+      body: Buffer.from(JSON.stringify(req)),
+      contentType: 'application/json',
+      timeoutMs: FS_TIMEOUT_MS,
+    });
   }
 
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal> {
@@ -269,7 +372,10 @@ export class HttpGuestAgent implements GuestAgent {
     if (opts.shell) p.set('shell', opts.shell);
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}/shell?${p}`, {
-        perMessageDeflate: false, handshakeTimeout: CONNECT_TIMEOUT_MS, maxPayload: REPLY_LIMITS.shellMessage, createConnection: () => this.connector(ep) as never,
+        perMessageDeflate: false,
+        handshakeTimeout: CONNECT_TIMEOUT_MS,
+        maxPayload: REPLY_LIMITS.shellMessage,
+        createConnection: () => this.connector(ep) as never,
       });
       const dataListeners: ((d: Buffer) => void)[] = [];
       const exitListeners: ((c: number | null) => void)[] = [];
@@ -290,12 +396,18 @@ export class HttpGuestAgent implements GuestAgent {
           }
         }
       });
-      ws.on('close', () => { for (const l of exitListeners) l(exitCode); });
+      ws.on('close', () => {
+        for (const l of exitListeners) l(exitCode);
+      });
       ws.once('open', () => {
         ws.on('error', () => ws.terminate());
         resolve({
-          write: (d) => { if (ws.readyState === ws.OPEN) ws.send(d, { binary: true }); },
-          resize: (cols, rows) => { if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows })); },
+          write: (d) => {
+            if (ws.readyState === ws.OPEN) ws.send(d, { binary: true });
+          },
+          resize: (cols, rows) => {
+            if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows }));
+          },
           onData: (l) => void dataListeners.push(l),
           onExit: (l) => void exitListeners.push(l),
           close: () => ws.close(),
@@ -305,7 +417,13 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
-    await this.json(ep, { method: 'POST', path: '/identity', body: Buffer.from(JSON.stringify(id)), contentType: 'application/json', timeoutMs: 10_000 });
+    await this.json(ep, {
+      method: 'POST',
+      path: '/identity',
+      body: Buffer.from(JSON.stringify(id)),
+      contentType: 'application/json',
+      timeoutMs: 10_000,
+    });
   }
 
   /** Closes kept-alive connections (daemon stop). */

@@ -3,7 +3,15 @@ import type { Duplex } from 'node:stream';
 import { Readable } from 'node:stream';
 import { AgentFailureError } from '../../domain/errors.js';
 import { SEND_RAW, type AgentEndpoint, type RawSendable } from '../../ports/guest-agent.js';
-import { canStopReads, readBuffered, socketFd, splice, SPLICE_MIN_BYTES, stopReads, type SpliceRun } from '../process-kit/splice.js';
+import {
+  canStopReads,
+  readBuffered,
+  socketFd,
+  splice,
+  SPLICE_MIN_BYTES,
+  stopReads,
+  type SpliceRun,
+} from '../process-kit/splice.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
 
 /** An answer's status line and headers must fit in this (a guest could send a head without end). */
@@ -20,7 +28,11 @@ const HEAD_TIMEOUT_MS = 120_000;
 export const PACE_BELOW = 32 * 1024;
 export const PACE_MS = 1;
 
-export interface Head { status: number; headers: Map<string, string>; rest: Buffer }
+export interface Head {
+  status: number;
+  headers: Map<string, string>;
+  rest: Buffer;
+}
 
 /**
  * A download (GET /cp, a single file) over its own connection, read without Node's HTTP client:
@@ -29,13 +41,22 @@ export interface Head { status: number; headers: Map<string, string>; rest: Buff
  * daemon as much CPU as the copy itself; this is the hop's whole cost (docs/benchmarks.md).
  * Errors map like every other agent answer (a known caller-side code passes through, else 502).
  */
-export async function rawDownload(socket: Duplex, ep: AgentEndpoint, path: string, helper: string | null): Promise<{ body: Readable; size: number }> {
-  socket.write(`GET ${path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nConnection: close\r\n\r\n`);
+export async function rawDownload(
+  socket: Duplex,
+  ep: AgentEndpoint,
+  path: string,
+  helper: string | null,
+): Promise<{ body: Readable; size: number }> {
+  socket.write(
+    `GET ${path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nConnection: close\r\n\r\n`,
+  );
   const head = await readHead(socket, ep);
   if (head.status !== 200) throw fromStatus(head.status, await readError(socket, head));
-  if (head.headers.has('transfer-encoding')) return fail(socket, `guest agent at ${where(ep)} answered a download without its length`);
+  if (head.headers.has('transfer-encoding'))
+    return fail(socket, `guest agent at ${where(ep)} answered a download without its length`);
   const len = head.headers.get('content-length');
-  if (len === undefined || !/^\d{1,15}$/.test(len)) return fail(socket, `guest agent at ${where(ep)} answered a download without a valid length`);
+  if (len === undefined || !/^\d{1,15}$/.test(len))
+    return fail(socket, `guest agent at ${where(ep)} answered a download without a valid length`);
   return { body: new BoundedBody(socket, head.rest, Number(len), ep, helper), size: Number(len) };
 }
 
@@ -59,7 +80,8 @@ export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
     const onData = (c: Buffer) => {
       buf = buf.length === 0 ? c : Buffer.concat([buf, c]);
       const end = buf.indexOf('\r\n\r\n');
-      if ((end < 0 ? buf.length : end) > HEAD_LIMIT) return done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
+      if ((end < 0 ? buf.length : end) > HEAD_LIMIT)
+        return done(new AgentFailureError(`guest agent at ${where(ep)} sent an answer head over ${HEAD_LIMIT} bytes`));
       if (end < 0) return;
       socket.pause();
       try {
@@ -69,8 +91,12 @@ export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
       }
     };
     const onError = (err: Error) => done(unavailable(ep, err));
-    const onEnd = () => done(new AgentFailureError(`guest agent at ${where(ep)} closed the connection before answering`));
-    const timer = setTimeout(() => done(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))), HEAD_TIMEOUT_MS);
+    const onEnd = () =>
+      done(new AgentFailureError(`guest agent at ${where(ep)} closed the connection before answering`));
+    const timer = setTimeout(
+      () => done(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))),
+      HEAD_TIMEOUT_MS,
+    );
     socket.on('data', onData).on('error', onError).on('end', onEnd);
   });
 }
@@ -79,11 +105,17 @@ export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
 export function parseHead(text: string, ep: AgentEndpoint): { status: number; headers: Map<string, string> } {
   const lines = text.split('\r\n');
   const m = /^HTTP\/1\.[01] (\d{3})(?: .*)?$/.exec(lines[0]);
-  if (!m) throw new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(lines[0].slice(0, 80))}`);
+  if (!m)
+    throw new AgentFailureError(
+      `guest agent at ${where(ep)} answered garbage: ${JSON.stringify(lines[0].slice(0, 80))}`,
+    );
   const headers = new Map<string, string>();
   for (const line of lines.slice(1)) {
     const colon = line.indexOf(':');
-    if (colon <= 0 || /^\s/.test(line)) throw new AgentFailureError(`guest agent at ${where(ep)} sent a bad header line: ${JSON.stringify(line.slice(0, 80))}`);
+    if (colon <= 0 || /^\s/.test(line))
+      throw new AgentFailureError(
+        `guest agent at ${where(ep)} sent a bad header line: ${JSON.stringify(line.slice(0, 80))}`,
+      );
     const name = line.slice(0, colon).trim().toLowerCase();
     const value = line.slice(colon + 1).trim();
     const seen = headers.get(name);
@@ -144,7 +176,13 @@ class BoundedBody extends Readable implements RawSendable {
   private run?: SpliceRun;
   private readonly onData = (c: Buffer) => this.accept(c);
 
-  constructor(private readonly socket: Duplex, first: Buffer, length: number, private readonly ep: AgentEndpoint, private readonly helper: string | null) {
+  constructor(
+    private readonly socket: Duplex,
+    first: Buffer,
+    length: number,
+    private readonly ep: AgentEndpoint,
+    private readonly helper: string | null,
+  ) {
     super({ highWaterMark: 256 * 1024 });
     this.left = length;
     socket.on('data', this.onData);
@@ -179,7 +217,10 @@ class BoundedBody extends Readable implements RawSendable {
   }
 
   private cut(): void {
-    if (this.left > 0 && !this.destroyed && !this.handedOff) this.destroy(new AgentFailureError(`guest agent at ${where(this.ep)} broke off the download with ${this.left} bytes to go`));
+    if (this.left > 0 && !this.destroyed && !this.handedOff)
+      this.destroy(
+        new AgentFailureError(`guest agent at ${where(this.ep)} broke off the download with ${this.left} bytes to go`),
+      );
   }
 
   override _read(): void {
@@ -195,7 +236,15 @@ class BoundedBody extends Readable implements RawSendable {
    */
   async [SEND_RAW](connection: Duplex): Promise<boolean> {
     const helper = this.helper;
-    if (!helper || this.left < SPLICE_MIN_BYTES || this.destroyed || this.handedOff || !canStopReads(this.socket) || socketFd(connection) === undefined) return false;
+    if (
+      !helper ||
+      this.left < SPLICE_MIN_BYTES ||
+      this.destroyed ||
+      this.handedOff ||
+      !canStopReads(this.socket) ||
+      socketFd(connection) === undefined
+    )
+      return false;
     this.handedOff = true;
     clearTimeout(this.pacing);
     this.pacing = undefined;

@@ -18,7 +18,10 @@ const EARLY_ANSWER_MS = 2000;
  * nothing was taken, and the caller sends the body through Node as before.
  */
 export async function rawUpload(
-  connector: Connector, ep: AgentEndpoint, o: { path: string; contentType: string; size: number; connectTimeoutMs: number; helper: string | null }, body: Readable,
+  connector: Connector,
+  ep: AgentEndpoint,
+  o: { path: string; contentType: string; size: number; connectTimeoutMs: number; helper: string | null },
+  body: Readable,
 ): Promise<boolean> {
   const helper = o.helper;
   const offer = (body as Partial<RawTakeable>)[TAKE_RAW];
@@ -44,9 +47,12 @@ export async function rawUpload(
         await splice(helper, taken.connection as Socket, socket as Socket, left, { mode: 'copy' }).done;
       } catch (err) {
         socket.resume();
-        if (!(err instanceof SpliceError) || err.side !== 'destination') throw new InvalidArgumentError(`the upload broke off before its declared length: ${(err as Error).message}`);
+        if (!(err instanceof SpliceError) || err.side !== 'destination')
+          throw new InvalidArgumentError(`the upload broke off before its declared length: ${(err as Error).message}`);
         // The agent stopped taking the body: it has most likely said why.
-        const early = await Promise.race([answer, new Promise<undefined>((r) => setTimeout(r, EARLY_ANSWER_MS))]).catch(() => undefined);
+        const early = await Promise.race([answer, new Promise<undefined>((r) => setTimeout(r, EARLY_ANSWER_MS))]).catch(
+          () => undefined,
+        );
         if (early && early.status >= 300) throw fromStatus(early.status, await readError(socket, early));
         throw new AgentFailureError(`guest agent at ${where(ep)} stopped taking the upload: ${err.message}`);
       }

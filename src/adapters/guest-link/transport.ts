@@ -16,7 +16,10 @@ export const tcpConnector: Connector = (ep) => connect({ host: ep.host, port: ep
  */
 export function socatVsockConnector(socat = 'socat'): Connector {
   return (ep) => {
-    const child = spawn(socat, ['-', `VSOCK-CONNECT:${ep.cid}:${ep.port}`], { stdio: ['pipe', 'pipe', 'ignore'], env: childEnv() });
+    const child = spawn(socat, ['-', `VSOCK-CONNECT:${ep.cid}:${ep.port}`], {
+      stdio: ['pipe', 'pipe', 'ignore'],
+      env: childEnv(),
+    });
     const d = Duplex.from({ readable: child.stdout, writable: child.stdin });
     child.once('error', (err) => d.destroy(err));
     child.once('exit', (code) => {
@@ -48,9 +51,12 @@ class HybridVsock extends Duplex {
     this.sock.on('data', (d: Buffer) => this.fromVmm(d));
     this.sock.on('end', () => this.push(null));
     this.sock.on('timeout', () => this.emit('timeout'));
-    this.sock.on('error', (err: NodeJS.ErrnoException) => this.destroy(err.code === 'ENOENT' ? Object.assign(err, { code: 'ECONNREFUSED' }) : err));
+    this.sock.on('error', (err: NodeJS.ErrnoException) =>
+      this.destroy(err.code === 'ENOENT' ? Object.assign(err, { code: 'ECONNREFUSED' }) : err),
+    );
     this.sock.on('close', () => {
-      if (!this.ready) this.destroy(Object.assign(new Error(`vsock ${port} refused at ${path}`), { code: 'ECONNREFUSED' }));
+      if (!this.ready)
+        this.destroy(Object.assign(new Error(`vsock ${port} refused at ${path}`), { code: 'ECONNREFUSED' }));
     });
   }
 
@@ -62,11 +68,17 @@ class HybridVsock extends Duplex {
     this.head = Buffer.concat([this.head, d]);
     const nl = this.head.indexOf(10);
     if (nl < 0) {
-      if (this.head.length > 64) this.destroy(Object.assign(new Error('no answer to CONNECT'), { code: 'ECONNREFUSED' }));
+      if (this.head.length > 64)
+        this.destroy(Object.assign(new Error('no answer to CONNECT'), { code: 'ECONNREFUSED' }));
       return;
     }
     if (!/^OK \d+$/.test(this.head.subarray(0, nl).toString('latin1').trim())) {
-      this.destroy(Object.assign(new Error(`vsock connect refused: ${this.head.subarray(0, nl).toString('latin1').slice(0, 60)}`), { code: 'ECONNREFUSED' }));
+      this.destroy(
+        Object.assign(
+          new Error(`vsock connect refused: ${this.head.subarray(0, nl).toString('latin1').slice(0, 60)}`),
+          { code: 'ECONNREFUSED' },
+        ),
+      );
       return;
     }
     this.ready = true;
@@ -153,7 +165,10 @@ function socketLike(d: Duplex): Duplex {
 }
 
 /** vsock when the endpoint has a CID and the transport allows it, else TCP. */
-export function pickConnector(transport: 'auto' | 'tcp' | 'vsock', vsock: Connector = socatVsockConnector()): Connector {
+export function pickConnector(
+  transport: 'auto' | 'tcp' | 'vsock',
+  vsock: Connector = socatVsockConnector(),
+): Connector {
   return (ep) => {
     if (transport !== 'tcp' && ep.cid) return vsock({ ...ep, port: 7475 });
     return tcpConnector(ep);

@@ -17,7 +17,9 @@ export class InMemoryGuestNetwork implements GuestNetwork {
 
   async log(vm: VmRef, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]> {
     const since = query.sinceMs;
-    return this.events.filter((e) => e.vm === vm.name && (since === undefined || Date.parse(e.t) >= since)).slice(-query.limit);
+    return this.events
+      .filter((e) => e.vm === vm.name && (since === undefined || Date.parse(e.t) >= since))
+      .slice(-query.limit);
   }
 
   watch(listener: (e: EgressEvent) => void): () => void {

@@ -36,7 +36,10 @@ export class NetdClient {
   private sock: Socket | undefined;
   private connecting: Promise<Socket> | undefined;
   private nextId = 0;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }
+  >();
   private readonly listeners = new Set<(e: EgressEvent) => void>();
   private closed = false;
 
@@ -95,7 +98,10 @@ export class NetdClient {
     if (sock) {
       const hello = await this.hello(sock);
       if (hello.build !== this.build()) {
-        this.o.log.info({ running: hello.build, ours: this.build(), pid: hello.pid }, 'svc-netd of another build runs; replacing it');
+        this.o.log.info(
+          { running: hello.build, ours: this.build(), pid: hello.pid },
+          'svc-netd of another build runs; replacing it',
+        );
         await this.hello(sock, 'shutdown');
         sock.destroy();
         await waitGone(hello.pid);
@@ -137,9 +143,24 @@ export class NetdClient {
     await capLog(logFile, 4 << 20).catch(() => undefined);
     const fd = openSync(logFile, 'a', 0o600);
     try {
-      const child = spawn(process.execPath, [this.script, '--control', this.control, '--state', join(this.o.dataDir, 'netd.json'), '--build', this.build(), ...(this.o.dns?.length ? ['--dns', this.o.dns.join(',')] : [])], {
-        detached: true, stdio: ['ignore', fd, fd], env: childEnv(),
-      });
+      const child = spawn(
+        process.execPath,
+        [
+          this.script,
+          '--control',
+          this.control,
+          '--state',
+          join(this.o.dataDir, 'netd.json'),
+          '--build',
+          this.build(),
+          ...(this.o.dns?.length ? ['--dns', this.o.dns.join(',')] : []),
+        ],
+        {
+          detached: true,
+          stdio: ['ignore', fd, fd],
+          env: childEnv(),
+        },
+      );
       child.on('error', () => undefined);
       child.unref();
       this.o.log.info({ pid: child.pid }, 'svc-netd started');
@@ -201,7 +222,14 @@ export class NetdClient {
     this.pending.delete(m.id);
     clearTimeout(p.timer);
     if (m.ok) p.resolve(m.result);
-    else p.reject(m.code === 'not_found' ? new NotFoundError(m.error) : m.code === 'in_use' ? new AlreadyExistsError(m.error) : new InternalError(`svc-netd: ${m.error}`));
+    else
+      p.reject(
+        m.code === 'not_found'
+          ? new NotFoundError(m.error)
+          : m.code === 'in_use'
+            ? new AlreadyExistsError(m.error)
+            : new InternalError(`svc-netd: ${m.error}`),
+      );
   }
 }
 

@@ -25,7 +25,10 @@ export class NetdGuestNetwork implements GuestNetwork {
    * bound (`boot` forwards carried by svc-netd). AlreadyExistsError for a busy host port.
    */
   async attach(vm: VmRef, socket: string, forwards: PortForward[], policy: EgressPolicy): Promise<Forward[]> {
-    const r = await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({ op: 'attach', attachment: { vm: vm.name, socket, log: egressLog(vm.dir), forwards, policy } });
+    const r = await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({
+      op: 'attach',
+      attachment: { vm: vm.name, socket, log: egressLog(vm.dir), forwards, policy },
+    });
     return r.forwards.map((f) => ({ ...f, kind: 'boot' }));
   }
 
@@ -40,7 +43,9 @@ export class NetdGuestNetwork implements GuestNetwork {
   }
 
   async forward(name: string, forwards: PortForward[]): Promise<Forward[]> {
-    return (await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({ op: 'forward', vm: name, forwards })).forwards.map((f) => ({ ...f, kind: 'boot' }));
+    return (
+      await this.client.call<{ forwards: (PortForward & { pid: number })[] }>({ op: 'forward', vm: name, forwards })
+    ).forwards.map((f) => ({ ...f, kind: 'boot' }));
   }
 
   /** Is the VM's network attached (after a daemon restart: svc-netd kept it)? */
@@ -59,7 +64,11 @@ export class NetdGuestNetwork implements GuestNetwork {
 
   log(vm: VmRef, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]> {
     const since = query.sinceMs;
-    return readNdjsonTail<EgressEvent>(egressLog(vm.dir), query.limit, since === undefined ? undefined : (e) => Date.parse(e.t) >= since);
+    return readNdjsonTail<EgressEvent>(
+      egressLog(vm.dir),
+      query.limit,
+      since === undefined ? undefined : (e) => Date.parse(e.t) >= since,
+    );
   }
 
   watch(listener: (e: EgressEvent) => void): () => void {

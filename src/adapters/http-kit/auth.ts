@@ -10,7 +10,10 @@ import type { BrowserSessions } from './sessions.js';
 export class BearerAuth {
   private readonly expected: Buffer | undefined;
 
-  constructor(token: string, readonly sessions?: BrowserSessions) {
+  constructor(
+    token: string,
+    readonly sessions?: BrowserSessions,
+  ) {
     this.expected = token ? digest(token) : undefined;
   }
 

@@ -51,7 +51,11 @@ function normalOrigin(value: string): string | undefined {
  */
 export function browserGuard(o: BrowserGuardOptions): Refusal {
   const wildcard = ['0.0.0.0', '::', ''].includes(o.bindHost);
-  const hosts = new Set([...LOOPBACK_NAMES, ...(wildcard ? [] : [o.bindHost]), ...o.allowedHosts].map((h) => hostName(h) ?? h.toLowerCase()));
+  const hosts = new Set(
+    [...LOOPBACK_NAMES, ...(wildcard ? [] : [o.bindHost]), ...o.allowedHosts].map(
+      (h) => hostName(h) ?? h.toLowerCase(),
+    ),
+  );
   const origins = new Set(o.allowedOrigins.map((x) => normalOrigin(x) ?? x));
   return (req) => {
     const host = req.headers.host;
@@ -67,11 +71,14 @@ export function browserGuard(o: BrowserGuardOptions): Refusal {
     const site = req.headers['sec-fetch-site'];
     if (origin === undefined) {
       // Browsers that omit Origin still say where a request comes from.
-      return site === 'cross-site' || site === 'same-site' ? `a ${site} browser request may not change anything here` : undefined;
+      return site === 'cross-site' || site === 'same-site'
+        ? `a ${site} browser request may not change anything here`
+        : undefined;
     }
     const own = host !== undefined ? normalOrigin(`http://${host}`) : undefined;
     const given = normalOrigin(origin);
-    if (given !== undefined && (origins.has(given) || (own !== undefined && given.replace(/^https:/, 'http:') === own))) return undefined;
+    if (given !== undefined && (origins.has(given) || (own !== undefined && given.replace(/^https:/, 'http:') === own)))
+      return undefined;
     return `Origin ${JSON.stringify(origin.slice(0, 100))} may not ${upgrade ? 'open a WebSocket' : 'change anything'} here; add it to allowed_origins to allow it`;
   };
 }

@@ -32,7 +32,11 @@ export function toHttpError(err: unknown): HttpError {
     return { status: err.code === 'deadline_exceeded' ? 504 : 500, body: { error: err.message, code: err.code } };
   }
   if (err instanceof ResourceExhaustedError && err.retryAfterS !== undefined) {
-    return { status: 429, body: { error: err.message, code: err.code }, headers: { 'Retry-After': String(err.retryAfterS) } };
+    return {
+      status: 429,
+      body: { error: err.message, code: err.code },
+      headers: { 'Retry-After': String(err.retryAfterS) },
+    };
   }
   if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
   return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };
@@ -45,6 +49,10 @@ export function toHttpError(err: unknown): HttpError {
  */
 export function writeHttpError(res: ServerResponse, err: unknown, close: boolean): void {
   const { status, body, headers } = toHttpError(err);
-  res.writeHead(status, { ...headers, 'content-type': 'application/json; charset=utf-8', ...(close ? { connection: 'close' } : {}) });
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json; charset=utf-8',
+    ...(close ? { connection: 'close' } : {}),
+  });
   res.end(JSON.stringify(body));
 }

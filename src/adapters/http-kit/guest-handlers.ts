@@ -3,7 +3,14 @@ import type { Readable } from 'node:stream';
 import { TAKE_RAW, type RawTakeable } from '../../ports/guest-agent.js';
 import type { Request, Response } from 'express';
 import type { CopyMode, ExecFrame, ExecRequest } from '../../domain/agent.js';
-import { parseExecQuery, parseCopyMode, parseUploadQuery, requiredPath, type Query, type UploadQuery } from '../../domain/query.js';
+import {
+  parseExecQuery,
+  parseCopyMode,
+  parseUploadQuery,
+  requiredPath,
+  type Query,
+  type UploadQuery,
+} from '../../domain/query.js';
 import { writeNdjson } from './ndjson.js';
 import { hasBody, sendStream, type RouteDef } from './route.js';
 
@@ -28,20 +35,26 @@ export function execHandler(t: ExecTarget): Handler {
     const stdin = hasBody(req) ? req : undefined;
     // A pending read cannot be interrupted by ending an iterator, so leaving is a signal.
     const gone = new AbortController();
-    res.once('close', () => { if (!res.writableFinished) gone.abort(); });
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
     if (buffered) return void res.json(await t.buffered(req, er, stdin, gone.signal));
     const it = t.stream(req, er, stdin, gone.signal)[Symbol.asyncIterator]();
     const first = await it.next();
-    await writeNdjson(res, (async function* () {
-      try {
-        if (!first.done) yield first.value;
-        for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
-      } finally {
-        // Closing early (the client left between frames) must close the source too: it holds the
-        // command and its exec slot until its own cleanup runs.
-        await it.return?.();
-      }
-    })(), () => gone.abort());
+    await writeNdjson(
+      res,
+      (async function* () {
+        try {
+          if (!first.done) yield first.value;
+          for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
+        } finally {
+          // Closing early (the client left between frames) must close the source too: it holds the
+          // command and its exec slot until its own cleanup runs.
+          await it.return?.();
+        }
+      })(),
+      () => gone.abort(),
+    );
   };
 }
 
@@ -49,7 +62,9 @@ export function execHandler(t: ExecTarget): Handler {
  * PUT cp: the body (a file, or a tar with mode=tar) goes to `put` with its declared length, if
  * any; 204 when it is written.
  */
-export function uploadHandler(put: (req: Request, q: UploadQuery & { size?: number }, body: Readable) => Promise<void>): Handler {
+export function uploadHandler(
+  put: (req: Request, q: UploadQuery & { size?: number }, body: Readable) => Promise<void>,
+): Handler {
   return async (req, res: Response) => {
     const declared = req.headers['transfer-encoding'] === undefined ? req.headers['content-length'] : undefined;
     const size = declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : undefined;
@@ -70,9 +85,18 @@ export function uploadHandler(put: (req: Request, q: UploadQuery & { size?: numb
 function offerConnection(req: Request, res: Response): Readable {
   const body = req as Request & RawTakeable;
   body[TAKE_RAW] = () => {
-    const socket = req.socket as typeof req.socket & { _handle?: { fd?: number; readStop?: () => number; reading?: boolean } };
+    const socket = req.socket as typeof req.socket & {
+      _handle?: { fd?: number; readStop?: () => number; reading?: boolean };
+    };
     const handle = socket._handle;
-    if (req.readableFlowing || req.readableEnded || req.complete || typeof handle?.readStop !== 'function' || !(typeof handle.fd === 'number' && handle.fd >= 0)) return undefined;
+    if (
+      req.readableFlowing ||
+      req.readableEnded ||
+      req.complete ||
+      typeof handle?.readStop !== 'function' ||
+      !(typeof handle.fd === 'number' && handle.fd >= 0)
+    )
+      return undefined;
     socket.pause();
     handle.readStop();
     handle.reading = true;
@@ -86,7 +110,9 @@ function offerConnection(req: Request, res: Response): Readable {
 }
 
 /** GET cp: the file (or a tar of the tree with mode=tar) streamed back as an attachment, torn down if either side goes. */
-export function downloadHandler(get: (req: Request, path: string, mode: CopyMode) => Promise<{ size?: number; body: Readable }>): Handler {
+export function downloadHandler(
+  get: (req: Request, path: string, mode: CopyMode) => Promise<{ size?: number; body: Readable }>,
+): Handler {
   return async (req, res) => {
     const path = requiredPath(query(req));
     const mode = parseCopyMode(query(req));

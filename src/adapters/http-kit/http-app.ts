@@ -39,11 +39,17 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   };
 
   for (const r of d.routes) {
-    const body = r.body === 'json' || (r.body !== 'raw' && (r.method === 'post' || r.method === 'delete')) ? [jsonBody] : [];
-    app[r.method](r.path, (_req, res, next) => {
-      res.locals.route = r.path;
-      next();
-    }, ...body, r.handler);
+    const body =
+      r.body === 'json' || (r.body !== 'raw' && (r.method === 'post' || r.method === 'delete')) ? [jsonBody] : [];
+    app[r.method](
+      r.path,
+      (_req, res, next) => {
+        res.locals.route = r.path;
+        next();
+      },
+      ...body,
+      r.handler,
+    );
   }
 
   const matchers = d.routes.map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
@@ -52,7 +58,10 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     if (allowed.length > 0) {
       if (allowed.includes('GET')) allowed.push('HEAD');
       res.setHeader('Allow', allowed.join(', '));
-      return void res.status(405).json({ error: `method ${req.method} not allowed on ${req.path}; use ${allowed.join(', ')}`, code: 'invalid_argument' });
+      return void res.status(405).json({
+        error: `method ${req.method} not allowed on ${req.path}; use ${allowed.join(', ')}`,
+        code: 'invalid_argument',
+      });
     }
     res.status(404).json({ error: `no route ${req.method} ${req.path}`, code: 'not_found' });
   });
@@ -60,7 +69,9 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
     const e = err as { type?: string; status?: number; message?: string };
     if (e?.type === 'entity.too.large') {
-      return void res.status(413).json({ error: `request body larger than ${JSON_LIMIT_BYTES} bytes`, code: 'payload_too_large' });
+      return void res
+        .status(413)
+        .json({ error: `request body larger than ${JSON_LIMIT_BYTES} bytes`, code: 'payload_too_large' });
     }
     if (e?.type === 'entity.parse.failed') {
       return void res.status(400).json({ error: `invalid JSON body: ${e.message}`, code: 'invalid_argument' });
@@ -83,12 +94,17 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
 /** Counts every request and times it, by the route it matched. */
 function requestMetrics(registry: Registry): express.RequestHandler {
   const requests = new Counter({
-    name: 'svc_http_requests_total', help: 'HTTP requests by route, method and status',
-    labelNames: ['method', 'route', 'status'], registers: [registry],
+    name: 'svc_http_requests_total',
+    help: 'HTTP requests by route, method and status',
+    labelNames: ['method', 'route', 'status'],
+    registers: [registry],
   });
   const latency = new Histogram({
-    name: 'svc_http_request_duration_seconds', help: 'HTTP request latency by route', labelNames: ['method', 'route'],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120], registers: [registry],
+    name: 'svc_http_request_duration_seconds',
+    help: 'HTTP request latency by route',
+    labelNames: ['method', 'route'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120],
+    registers: [registry],
   });
   return (req, res, next) => {
     const t0 = process.hrtime.bigint();
@@ -103,9 +119,16 @@ function requestMetrics(registry: Registry): express.RequestHandler {
 
 /** The bearer token on every route but those marked `auth: 'none'`. */
 function bearerAuth(routes: RouteDef[], auth: BearerAuth): express.RequestHandler {
-  const open = routes.filter((r) => r.auth === 'none').map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
+  const open = routes
+    .filter((r) => r.auth === 'none')
+    .map((r) => ({ re: pathMatcher(r.path), method: r.method.toUpperCase() }));
   return (req, res, next) => {
-    if (open.some((o) => (o.method === req.method || (o.method === 'GET' && req.method === 'HEAD')) && o.re.test(req.path))) return next();
+    if (
+      open.some(
+        (o) => (o.method === req.method || (o.method === 'GET' && req.method === 'HEAD')) && o.re.test(req.path),
+      )
+    )
+      return next();
     if (auth.check(req)) return next();
     res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
     res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });

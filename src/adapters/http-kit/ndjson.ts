@@ -6,7 +6,11 @@ import { queryOne, type Query } from '../../domain/query.js';
  * client goes away it stops reading and calls `onGone` (for example to kill a command). Ends the
  * response when the chunks end.
  */
-export async function pumpTo(res: Response, chunks: AsyncIterable<string | Buffer>, onGone?: () => void): Promise<void> {
+export async function pumpTo(
+  res: Response,
+  chunks: AsyncIterable<string | Buffer>,
+  onGone?: () => void,
+): Promise<void> {
   let gone = false;
   const markGone = () => {
     if (!res.writableFinished) {
@@ -37,9 +41,13 @@ export async function writeNdjson(res: Response, events: AsyncIterable<object>, 
   res.status(200).type('application/x-ndjson');
   res.setHeader('Cache-Control', 'no-store');
   res.flushHeaders();
-  await pumpTo(res, (async function* () {
-    for await (const ev of events) yield JSON.stringify(ev) + '\n';
-  })(), onGone);
+  await pumpTo(
+    res,
+    (async function* () {
+      for await (const ev of events) yield JSON.stringify(ev) + '\n';
+    })(),
+    onGone,
+  );
 }
 
 /**

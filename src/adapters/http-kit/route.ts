@@ -20,7 +20,10 @@ export function toOpenApiPath(path: string): string {
 }
 
 export function pathMatcher(path: string): RegExp {
-  const body = path.split('/').map((seg) => (seg.startsWith(':') ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/');
+  const body = path
+    .split('/')
+    .map((seg) => (seg.startsWith(':') ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+    .join('/');
   return new RegExp(`^${body}/?$`);
 }
 
@@ -35,7 +38,10 @@ export function hasBody(req: Request): boolean {
  * page under the daemon's origin). Length when known; torn down if either side goes. A body that
  * can move its bytes to the connection itself ([SEND_RAW]) is offered it once the head is out.
  */
-export function sendStream(res: Response, out: { name: string; tar: boolean; size?: number; body: import('node:stream').Readable }): void {
+export function sendStream(
+  res: Response,
+  out: { name: string; tar: boolean; size?: number; body: import('node:stream').Readable },
+): void {
   res.status(200).type(out.tar ? 'application/x-tar' : 'application/octet-stream');
   res.setHeader('X-Content-Type-Options', 'nosniff');
   res.setHeader('Content-Disposition', attachment(out.tar ? `${out.name || 'root'}.tar` : out.name || 'download'));
@@ -46,10 +52,13 @@ export function sendStream(res: Response, out: { name: string; tar: boolean; siz
   const raw = (out.body as Partial<RawSendable>)[SEND_RAW];
   if (!raw || !res.socket || out.size === undefined) return void out.body.pipe(res);
   res.flushHeaders();
-  raw.call(out.body, res.socket).then((sent) => {
-    if (sent) res.end();
-    else out.body.pipe(res);
-  }, () => res.destroy());
+  raw.call(out.body, res.socket).then(
+    (sent) => {
+      if (sent) res.end();
+      else out.body.pipe(res);
+    },
+    () => res.destroy(),
+  );
 }
 
 /** `attachment` with an ASCII fallback name and the exact one in RFC 5987 form. */

@@ -13,7 +13,11 @@ export class BrowserSessions {
   /** sha256(id) -> expiry (ms since epoch), oldest first. */
   private readonly live = new Map<string, number>();
 
-  constructor(readonly ttlMs: number, private readonly now: () => number = Date.now, private readonly max = 64) {}
+  constructor(
+    readonly ttlMs: number,
+    private readonly now: () => number = Date.now,
+    private readonly max = 64,
+  ) {}
 
   /** A new session; the id goes only into the cookie. */
   open(): string {

@@ -25,7 +25,13 @@ export function joinTerminal(ws: WebSocket, t: Terminal): void {
     if (isBinary) return t.write(buf);
     try {
       const msg = JSON.parse(buf.toString('utf8')) as { type?: string; cols?: number; rows?: number };
-      if (msg.type === 'resize' && Number.isInteger(msg.cols) && Number.isInteger(msg.rows) && msg.cols! > 0 && msg.rows! > 0) {
+      if (
+        msg.type === 'resize' &&
+        Number.isInteger(msg.cols) &&
+        Number.isInteger(msg.rows) &&
+        msg.cols! > 0 &&
+        msg.rows! > 0
+      ) {
         t.resize(msg.cols!, msg.rows!);
       }
     } catch {
@@ -41,22 +47,34 @@ export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): 
   const { status, body, headers } = toHttpError(err);
   const text = JSON.stringify(body);
   for (const [k, v] of Object.entries(headers ?? {})) extraHeaders += `${k}: ${v}\r\n`;
-  socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  socket.end(
+    `HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+  );
 }
-
 
 /** The headers a WebSocket upgrade needs; checked before a terminal is opened for it. */
 export function isWebSocketUpgrade(req: IncomingMessage): boolean {
-  return /^[A-Za-z0-9+/]{22}==$/.test(String(req.headers['sec-websocket-key'] ?? '')) && req.headers['sec-websocket-version'] === '13';
+  return (
+    /^[A-Za-z0-9+/]{22}==$/.test(String(req.headers['sec-websocket-key'] ?? '')) &&
+    req.headers['sec-websocket-version'] === '13'
+  );
 }
 
 /**
  * Completes the upgrade and joins the socket to the terminal. A client that went away while the
  * terminal opened, or a handshake that fails, closes the terminal: it is never left behind.
  */
-export function upgradeToTerminal(wss: WebSocketServer, req: IncomingMessage, socket: Duplex, head: Buffer, t: Terminal): void {
+export function upgradeToTerminal(
+  wss: WebSocketServer,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  t: Terminal,
+): void {
   let joined = false;
-  socket.once('close', () => { if (!joined) t.close(); });
+  socket.once('close', () => {
+    if (!joined) t.close();
+  });
   if (socket.destroyed) return t.close();
   wss.handleUpgrade(req, socket, head, (ws) => {
     joined = true;

@@ -9,7 +9,8 @@ function sinceOf(q: Query): number | undefined {
   const v = queryOne(q, 'since');
   if (v === undefined || v === '') return undefined;
   const ms = /^\d+$/.test(v) ? Number(v) : Date.parse(v);
-  if (!Number.isFinite(ms)) throw new InvalidArgumentError('since must be milliseconds since the epoch or an RFC 3339 time');
+  if (!Number.isFinite(ms))
+    throw new InvalidArgumentError('since must be milliseconds since the epoch or an RFC 3339 time');
   return ms;
 }
 
@@ -18,9 +19,15 @@ export function egressRoutes(egress: EgressService): RouteDef[] {
   const name = (p: Record<string, unknown>) => String(p.name);
   return [
     { method: 'get', path: '/vms/:name/egress', handler: (req, res) => void res.json(egress.get(name(req.params))) },
-    { method: 'put', path: '/vms/:name/egress', body: 'json', handler: async (req, res) => void res.json(await egress.put(name(req.params), req.body)) },
     {
-      method: 'get', path: '/vms/:name/egress/log',
+      method: 'put',
+      path: '/vms/:name/egress',
+      body: 'json',
+      handler: async (req, res) => void res.json(await egress.put(name(req.params), req.body)),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/egress/log',
       handler: async (req, res) => {
         const q = req.query as Query;
         const vm = name(req.params);
@@ -34,10 +41,14 @@ export function egressRoutes(egress: EgressService): RouteDef[] {
         const past = await egress.log(vm, { limit, sinceMs });
         const seen = new Set(past.map((e) => JSON.stringify(e)));
         const last = past.at(-1)?.t ?? '';
-        await writeNdjson(res, (async function* () {
-          yield* past;
-          for await (const e of live) if (e.t > last || (e.t === last && !seen.has(JSON.stringify(e)))) yield e;
-        })(), () => ac.abort()).finally(() => ac.abort());
+        await writeNdjson(
+          res,
+          (async function* () {
+            yield* past;
+            for await (const e of live) if (e.t > last || (e.t === last && !seen.has(JSON.stringify(e)))) yield e;
+          })(),
+          () => ac.abort(),
+        ).finally(() => ac.abort());
       },
     },
   ];

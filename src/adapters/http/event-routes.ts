@@ -15,36 +15,46 @@ export const EVENT_BACKLOG_LIMIT = 1000;
  * `closing` ends every stream (daemon stop), so the listeners need not wait for them.
  */
 export function eventRoutes(vms: Vms, closing: AbortSignal, pingMs = 15_000): RouteDef[] {
-  return [{
-    method: 'get', path: '/events',
-    handler: async (_req, res) => {
-      const queue = new AsyncQueue<VmEvent>();
-      let backlog = 0;
-      const push = (line: VmEvent) => {
-        if (++backlog > EVENT_BACKLOG_LIMIT) {
-          queue.push({ event: 'overflow', message: `more than ${EVENT_BACKLOG_LIMIT} events unread; reconnect for a fresh snapshot` });
-          return stop();
-        }
-        queue.push(line);
-      };
-      const unwatch = vms.watch(push);
-      const ping = setInterval(() => push({ event: 'ping' }), pingMs);
-      ping.unref();
-      const stop = () => {
-        unwatch();
-        clearInterval(ping);
-        queue.close();
-        closing.removeEventListener('abort', stop);
-      };
-      if (closing.aborted) return void res.status(503).json({ error: 'the daemon is stopping', code: 'internal' });
-      closing.addEventListener('abort', stop);
-      push({ event: 'snapshot', vms: vms.list() });
-      await writeNdjson(res, (async function* () {
-        for await (const line of queue) {
-          backlog--;
-          yield line;
-        }
-      })(), stop).finally(stop);
+  return [
+    {
+      method: 'get',
+      path: '/events',
+      handler: async (_req, res) => {
+        const queue = new AsyncQueue<VmEvent>();
+        let backlog = 0;
+        const push = (line: VmEvent) => {
+          if (++backlog > EVENT_BACKLOG_LIMIT) {
+            queue.push({
+              event: 'overflow',
+              message: `more than ${EVENT_BACKLOG_LIMIT} events unread; reconnect for a fresh snapshot`,
+            });
+            return stop();
+          }
+          queue.push(line);
+        };
+        const unwatch = vms.watch(push);
+        const ping = setInterval(() => push({ event: 'ping' }), pingMs);
+        ping.unref();
+        const stop = () => {
+          unwatch();
+          clearInterval(ping);
+          queue.close();
+          closing.removeEventListener('abort', stop);
+        };
+        if (closing.aborted) return void res.status(503).json({ error: 'the daemon is stopping', code: 'internal' });
+        closing.addEventListener('abort', stop);
+        push({ event: 'snapshot', vms: vms.list() });
+        await writeNdjson(
+          res,
+          (async function* () {
+            for await (const line of queue) {
+              backlog--;
+              yield line;
+            }
+          })(),
+          stop,
+        ).finally(stop);
+      },
     },
-  }];
+  ];
 }

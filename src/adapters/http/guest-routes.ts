@@ -26,58 +26,114 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
   const name = (p: Record<string, unknown>) => String(p.name);
   const q = (r: { query: unknown }) => r.query as Query;
   return [
-    { method: 'get', path: '/vms/:name/agent/health', handler: async (req, res) => void res.json(await d.guest.health(name(req.params))) },
-    { method: 'post', path: '/vms/:name/agent/deploy', handler: async (req, res) => void res.json(await d.deploy.deploy(name(req.params))) },
-    { method: 'get', path: '/vms/:name/stats', handler: async (req, res) => void res.json(await d.guest.stats(name(req.params))) },
     {
-      method: 'post', path: '/vms/:name/exec', body: 'raw',
+      method: 'get',
+      path: '/vms/:name/agent/health',
+      handler: async (req, res) => void res.json(await d.guest.health(name(req.params))),
+    },
+    {
+      method: 'post',
+      path: '/vms/:name/agent/deploy',
+      handler: async (req, res) => void res.json(await d.deploy.deploy(name(req.params))),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/stats',
+      handler: async (req, res) => void res.json(await d.guest.stats(name(req.params))),
+    },
+    {
+      method: 'post',
+      path: '/vms/:name/exec',
+      body: 'raw',
       handler: execHandler({
         buffered: (req, er, stdin, gone) => d.guest.exec(name(req.params), er, stdin, gone),
         stream: (req, er, stdin, gone) => d.guest.execStream(name(req.params), er, stdin, gone),
       }),
     },
-    { method: 'put', path: '/vms/:name/cp', handler: uploadHandler((req, o, body) => d.guest.upload(name(req.params), o, body)) },
-    { method: 'get', path: '/vms/:name/cp', handler: downloadHandler((req, path, mode) => d.guest.download(name(req.params), path, mode)) },
-    { method: 'get', path: '/vms/:name/fs/readdir', handler: async (req, res) => void res.json(await d.guest.fs(name(req.params), { op: 'readdir', path: requiredPath(q(req)) })) },
-    { method: 'get', path: '/vms/:name/fs/stat', handler: async (req, res) => void res.json(await d.guest.fs(name(req.params), { op: 'stat', path: requiredPath(q(req)) })) },
     {
-      method: 'post', path: '/vms/:name/fs/mkdir',
+      method: 'put',
+      path: '/vms/:name/cp',
+      handler: uploadHandler((req, o, body) => d.guest.upload(name(req.params), o, body)),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/cp',
+      handler: downloadHandler((req, path, mode) => d.guest.download(name(req.params), path, mode)),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/fs/readdir',
+      handler: async (req, res) =>
+        void res.json(await d.guest.fs(name(req.params), { op: 'readdir', path: requiredPath(q(req)) })),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/fs/stat',
+      handler: async (req, res) =>
+        void res.json(await d.guest.fs(name(req.params), { op: 'stat', path: requiredPath(q(req)) })),
+    },
+    {
+      method: 'post',
+      path: '/vms/:name/fs/mkdir',
       handler: async (req, res) => {
         const b = (req.body ?? {}) as { path?: unknown; recursive?: unknown; mode?: unknown };
         if (typeof b.path !== 'string') throw new InvalidArgumentError('path is required');
-        if (b.recursive !== undefined && typeof b.recursive !== 'boolean') throw new InvalidArgumentError('recursive must be a boolean');
-        if (b.mode !== undefined && typeof b.mode !== 'string') throw new InvalidArgumentError('mode must be an octal string');
-        await d.guest.fs(name(req.params), { op: 'mkdir', path: b.path, recursive: b.recursive as boolean | undefined, mode: b.mode as string | undefined });
+        if (b.recursive !== undefined && typeof b.recursive !== 'boolean')
+          throw new InvalidArgumentError('recursive must be a boolean');
+        if (b.mode !== undefined && typeof b.mode !== 'string')
+          throw new InvalidArgumentError('mode must be an octal string');
+        await d.guest.fs(name(req.params), {
+          op: 'mkdir',
+          path: b.path,
+          recursive: b.recursive as boolean | undefined,
+          mode: b.mode as string | undefined,
+        });
         res.status(204).end();
       },
     },
     {
-      method: 'post', path: '/vms/:name/fs/symlink',
+      method: 'post',
+      path: '/vms/:name/fs/symlink',
       handler: async (req, res) => {
         const b = (req.body ?? {}) as { path?: unknown; target?: unknown };
-        if (typeof b.path !== 'string' || typeof b.target !== 'string') throw new InvalidArgumentError('path and target are required');
+        if (typeof b.path !== 'string' || typeof b.target !== 'string')
+          throw new InvalidArgumentError('path and target are required');
         await d.guest.fs(name(req.params), { op: 'symlink', path: b.path, target: b.target });
         res.status(204).end();
       },
     },
     {
-      method: 'delete', path: '/vms/:name/fs/remove',
+      method: 'delete',
+      path: '/vms/:name/fs/remove',
       handler: async (req, res) => {
-        await d.guest.fs(name(req.params), { op: 'remove', path: requiredPath(q(req)), recursive: parseBool(q(req), 'recursive', false) });
+        await d.guest.fs(name(req.params), {
+          op: 'remove',
+          path: requiredPath(q(req)),
+          recursive: parseBool(q(req), 'recursive', false),
+        });
         res.status(204).end();
       },
     },
-    { method: 'post', path: '/vms/:name/forwards', handler: async (req, res) => void res.status(201).json(await d.forwards.add(name(req.params), req.body)) },
     {
-      method: 'delete', path: '/vms/:name/forwards/:hostPort',
-      handler: async (req, res) => void res.json(await d.forwards.remove(name(req.params), String(req.params.hostPort))),
+      method: 'post',
+      path: '/vms/:name/forwards',
+      handler: async (req, res) => void res.status(201).json(await d.forwards.add(name(req.params), req.body)),
     },
     {
-      method: 'post', path: '/vms/:name/secrets/:secretName',
-      handler: async (req, res) => void res.json(await d.secrets.inject(name(req.params), String(req.params.secretName), req.body)),
+      method: 'delete',
+      path: '/vms/:name/forwards/:hostPort',
+      handler: async (req, res) =>
+        void res.json(await d.forwards.remove(name(req.params), String(req.params.hostPort))),
     },
     {
-      method: 'get', path: '/vms/:name/metrics',
+      method: 'post',
+      path: '/vms/:name/secrets/:secretName',
+      handler: async (req, res) =>
+        void res.json(await d.secrets.inject(name(req.params), String(req.params.secretName), req.body)),
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/metrics',
       handler: async (req, res) => {
         const since = queryInt(q(req), 'since', Number.MAX_SAFE_INTEGER);
         const limit = queryInt(q(req), 'limit', 1_000_000);
@@ -86,7 +142,8 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
       },
     },
     {
-      method: 'get', path: '/vms/:name/logs',
+      method: 'get',
+      path: '/vms/:name/logs',
       handler: async (req, res) => {
         d.vms.get(name(req.params));
         const tail = queryInt(q(req), 'tail', 64 * 1024 * 1024);
@@ -101,8 +158,13 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
     },
     {
       // The shell is a WebSocket (see shell-proxy.ts); a plain GET gets told so.
-      method: 'get', path: '/vms/:name/shell',
-      handler: (_req, res) => void res.status(426).setHeader('Upgrade', 'websocket').json({ error: 'GET /vms/{name}/shell needs a WebSocket upgrade', code: 'invalid_argument' }),
+      method: 'get',
+      path: '/vms/:name/shell',
+      handler: (_req, res) =>
+        void res
+          .status(426)
+          .setHeader('Upgrade', 'websocket')
+          .json({ error: 'GET /vms/{name}/shell needs a WebSocket upgrade', code: 'invalid_argument' }),
     },
   ];
 }

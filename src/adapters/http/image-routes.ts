@@ -8,7 +8,8 @@ export function imageRoutes(images: ImageService, builder: ImageBuilder): RouteD
   return [
     { method: 'get', path: '/images', handler: async (_req, res) => void res.json(await images.list()) },
     {
-      method: 'post', path: '/images',
+      method: 'post',
+      path: '/images',
       handler: async (req, res) => {
         const stream = wantsNdjson(req);
         const job = await builder.build(req.body);
@@ -16,7 +17,15 @@ export function imageRoutes(images: ImageService, builder: ImageBuilder): RouteD
         res.status(201).json(await job.done);
       },
     },
-    { method: 'get', path: '/images/:id', handler: async (req, res) => void res.json(await images.get(String(req.params.id))) },
-    { method: 'delete', path: '/images/:id', handler: async (req, res) => void res.json(await images.remove(String(req.params.id))) },
+    {
+      method: 'get',
+      path: '/images/:id',
+      handler: async (req, res) => void res.json(await images.get(String(req.params.id))),
+    },
+    {
+      method: 'delete',
+      path: '/images/:id',
+      handler: async (req, res) => void res.json(await images.remove(String(req.params.id))),
+    },
   ];
 }

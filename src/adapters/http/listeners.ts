@@ -2,8 +2,13 @@ import { chmod, unlink } from 'node:fs/promises';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { parseApiAddress } from '../../app/config.js';
-import { browserGuard, guardRequests, guardUpgrades, type Refusal, type UpgradeHandler } from '../http-kit/browser-guard.js';
-
+import {
+  browserGuard,
+  guardRequests,
+  guardUpgrades,
+  type Refusal,
+  type UpgradeHandler,
+} from '../http-kit/browser-guard.js';
 
 export class ListenError extends Error {}
 
@@ -11,7 +16,10 @@ export class ListenError extends Error {}
 function socketLive(path: string): Promise<boolean> {
   return new Promise((resolve) => {
     const s = connect(path);
-    s.once('connect', () => { s.destroy(); resolve(true); });
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
     s.once('error', () => resolve(false));
   });
 }
@@ -28,7 +36,11 @@ export class HttpListeners {
    * `headerTimeoutMs`: a client must send its request headers within this (slowloris); bodies and
    * answers have no overall limit, so long exec streams, shells and big copies keep working.
    */
-  constructor(private readonly app: RequestListener, private readonly upgrade?: UpgradeHandler, private readonly headerTimeoutMs = 20_000) {}
+  constructor(
+    private readonly app: RequestListener,
+    private readonly upgrade?: UpgradeHandler,
+    private readonly headerTimeoutMs = 20_000,
+  ) {}
 
   /**
    * Refuses when another daemon serves the socket. Called before the daemon touches any state, so
@@ -42,7 +54,12 @@ export class HttpListeners {
    * The TCP listener refuses foreign `Host`s and cross-origin changes (browser-guard.ts); the Unix
    * socket, which browsers cannot reach, serves any `Host`.
    */
-  async start(opts: { socket: string; api: string; allowedHosts?: readonly string[]; allowedOrigins?: readonly string[] }): Promise<void> {
+  async start(opts: {
+    socket: string;
+    api: string;
+    allowedHosts?: readonly string[];
+    allowedOrigins?: readonly string[];
+  }): Promise<void> {
     await HttpListeners.claim(opts.socket);
     await unlink(opts.socket).catch(() => undefined);
     const unix = this.server();
@@ -55,7 +72,13 @@ export class HttpListeners {
     await chmod(opts.socket, 0o600);
     if (opts.api) {
       const { host, port } = parseApiAddress(opts.api);
-      const tcp = this.server(browserGuard({ bindHost: host, allowedHosts: opts.allowedHosts ?? [], allowedOrigins: opts.allowedOrigins ?? [] }));
+      const tcp = this.server(
+        browserGuard({
+          bindHost: host,
+          allowedHosts: opts.allowedHosts ?? [],
+          allowedOrigins: opts.allowedOrigins ?? [],
+        }),
+      );
       await listen(tcp, () => tcp.listen(port, host)).catch((err: Error) => {
         throw new ListenError(`cannot listen on ${opts.api}: ${err.message}`);
       });
@@ -64,10 +87,15 @@ export class HttpListeners {
   }
 
   private server(refuse?: Refusal): Server {
-    const s = createServer({
-      keepAliveTimeout: 65_000, headersTimeout: this.headerTimeoutMs, requestTimeout: 0,
-      connectionsCheckingInterval: Math.min(30_000, Math.max(250, this.headerTimeoutMs / 4)),
-    }, refuse ? guardRequests(this.app, refuse) : this.app);
+    const s = createServer(
+      {
+        keepAliveTimeout: 65_000,
+        headersTimeout: this.headerTimeoutMs,
+        requestTimeout: 0,
+        connectionsCheckingInterval: Math.min(30_000, Math.max(250, this.headerTimeoutMs / 4)),
+      },
+      refuse ? guardRequests(this.app, refuse) : this.app,
+    );
     if (this.upgrade) s.on('upgrade', refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
     this.servers.push(s);
     return s;
@@ -75,18 +103,29 @@ export class HttpListeners {
 
   /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then closes the rest. */
   async stop(graceMs = 5000): Promise<void> {
-    await Promise.all(this.servers.map((s) => new Promise<void>((resolve) => {
-      const timer = setTimeout(() => s.closeAllConnections(), graceMs);
-      s.close(() => { clearTimeout(timer); resolve(); });
-      s.closeIdleConnections();
-    })));
+    await Promise.all(
+      this.servers.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            const timer = setTimeout(() => s.closeAllConnections(), graceMs);
+            s.close(() => {
+              clearTimeout(timer);
+              resolve();
+            });
+            s.closeIdleConnections();
+          }),
+      ),
+    );
   }
 }
 
 function listen(server: Server, start: () => void): Promise<void> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.once('listening', () => { server.off('error', reject); resolve(); });
+    server.once('listening', () => {
+      server.off('error', reject);
+      resolve();
+    });
     start();
   });
 }

@@ -6,168 +6,413 @@ type Schema = Record<string, unknown>;
 const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
 const err = (description: string) => ({ description, content: { 'application/json': { schema: ref('Error') } } });
 const json = (description: string, schema: Schema) => ({ description, content: { 'application/json': { schema } } });
-const nameParam = { name: 'name', in: 'path', required: true, schema: { type: 'string', pattern: '^[a-z][a-z0-9-]{0,62}$' } };
-const q = (name: string, schema: Schema, description?: string, required = false) => ({ name, in: 'query', required, schema, ...(description ? { description } : {}) });
+const nameParam = {
+  name: 'name',
+  in: 'path',
+  required: true,
+  schema: { type: 'string', pattern: '^[a-z][a-z0-9-]{0,62}$' },
+};
+const q = (name: string, schema: Schema, description?: string, required = false) => ({
+  name,
+  in: 'query',
+  required,
+  schema,
+  ...(description ? { description } : {}),
+});
 const pathQ = q('path', { type: 'string' }, 'absolute guest path', true);
 const message = json('done', ref('Message'));
 const proxyErrors = {
-  '400': err('bad input'), '401': err('missing or invalid token'), '403': err('over TCP: a foreign Host or Origin'), '404': err('vm or guest path not found'),
-  '502': err('the agent answered with an error or garbage'), '503': err('the agent cannot be reached'),
+  '400': err('bad input'),
+  '401': err('missing or invalid token'),
+  '403': err('over TCP: a foreign Host or Origin'),
+  '404': err('vm or guest path not found'),
+  '502': err('the agent answered with an error or garbage'),
+  '503': err('the agent cannot be reached'),
 };
 
 function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {
-  return { summary, responses: { '401': err('missing or invalid token'), '403': err('over TCP: a Host that is not the daemon\'s, or a change from a foreign Origin'), ...responses }, ...extra };
+  return {
+    summary,
+    responses: {
+      '401': err('missing or invalid token'),
+      '403': err("over TCP: a Host that is not the daemon's, or a change from a foreign Origin"),
+      ...responses,
+    },
+    ...extra,
+  };
 }
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
-  Message: { type: 'object', required: ['message', 'name'], properties: { message: { type: 'string' }, name: { type: 'string' } } },
+  Message: {
+    type: 'object',
+    required: ['message', 'name'],
+    properties: { message: { type: 'string' }, name: { type: 'string' } },
+  },
   Forward: {
-    type: 'object', required: ['host_port', 'guest_port', 'proto', 'kind'],
+    type: 'object',
+    required: ['host_port', 'guest_port', 'proto', 'kind'],
     properties: {
-      host_port: { type: 'integer' }, guest_port: { type: 'integer' }, proto: { type: 'string', enum: ['tcp', 'udp'] },
-      kind: { type: 'string', enum: ['boot', 'live'] }, pid: { type: 'integer' },
+      host_port: { type: 'integer' },
+      guest_port: { type: 'integer' },
+      proto: { type: 'string', enum: ['tcp', 'udp'] },
+      kind: { type: 'string', enum: ['boot', 'live'] },
+      pid: { type: 'integer' },
     },
   },
   PortForward: {
-    type: 'object', required: ['guest_port'],
-    properties: { host_port: { type: 'integer', description: '0 allocates a free host port' }, guest_port: { type: 'integer' }, proto: { type: 'string', enum: ['tcp', 'udp'], default: 'tcp' } },
+    type: 'object',
+    required: ['guest_port'],
+    properties: {
+      host_port: { type: 'integer', description: '0 allocates a free host port' },
+      guest_port: { type: 'integer' },
+      proto: { type: 'string', enum: ['tcp', 'udp'], default: 'tcp' },
+    },
   },
-  LiveForward: { type: 'object', required: ['host_port', 'guest_port'], properties: { host_port: { type: 'integer' }, guest_port: { type: 'integer' }, pid: { type: 'integer' } } },
-  Mount: { type: 'object', required: ['host', 'guest'], properties: { host: { type: 'string' }, guest: { type: 'string' }, tag: { type: 'string' }, readonly: { type: 'boolean' } } },
+  LiveForward: {
+    type: 'object',
+    required: ['host_port', 'guest_port'],
+    properties: { host_port: { type: 'integer' }, guest_port: { type: 'integer' }, pid: { type: 'integer' } },
+  },
+  Mount: {
+    type: 'object',
+    required: ['host', 'guest'],
+    properties: {
+      host: { type: 'string' },
+      guest: { type: 'string' },
+      tag: { type: 'string' },
+      readonly: { type: 'boolean' },
+    },
+  },
   Instance: {
     type: 'object',
-    required: ['name', 'status', 'persistent', 'cpus', 'memory_mb', 'disk_gb', 'image', 'ip', 'ssh_port', 'agent_port', 'agent_cid', 'forwards'],
+    required: [
+      'name',
+      'status',
+      'persistent',
+      'cpus',
+      'memory_mb',
+      'disk_gb',
+      'image',
+      'ip',
+      'ssh_port',
+      'agent_port',
+      'agent_cid',
+      'forwards',
+    ],
     properties: {
-      name: { type: 'string' }, status: { type: 'string', enum: ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] },
-      suspended_at: { type: 'string', format: 'date-time' }, persistent: { type: 'boolean' }, cpus: { type: 'integer' },
-      memory_mb: { type: 'integer' }, disk_gb: { type: 'integer' }, image: { type: 'string' }, ip: { type: 'string' },
-      ssh_port: { type: 'integer' }, agent_port: { type: 'integer' }, agent_cid: { type: 'integer' },
-      forwards: { type: 'array', items: ref('Forward') }, tags: { type: 'object', additionalProperties: { type: 'string' } },
-      mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
-      created_at: { type: 'string', format: 'date-time' }, updated_at: { type: 'string', format: 'date-time' }, error: { type: 'string' },
+      name: { type: 'string' },
+      status: { type: 'string', enum: ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] },
+      suspended_at: { type: 'string', format: 'date-time' },
+      persistent: { type: 'boolean' },
+      cpus: { type: 'integer' },
+      memory_mb: { type: 'integer' },
+      disk_gb: { type: 'integer' },
+      image: { type: 'string' },
+      ip: { type: 'string' },
+      ssh_port: { type: 'integer' },
+      agent_port: { type: 'integer' },
+      agent_cid: { type: 'integer' },
+      forwards: { type: 'array', items: ref('Forward') },
+      tags: { type: 'object', additionalProperties: { type: 'string' } },
+      mounts: { type: 'array', items: ref('Mount') },
+      metrics_enabled: { type: 'boolean' },
+      created_at: { type: 'string', format: 'date-time' },
+      updated_at: { type: 'string', format: 'date-time' },
+      error: { type: 'string' },
       egress: ref('EgressPolicy'),
     },
   },
   EgressPolicy: {
-    type: 'object', additionalProperties: false, description: 'What the guest may reach (docs/network.md). Deny rules win; private, link-local and the host\'s addresses open only by a block rule; the host\'s loopback only by host:PORT.',
+    type: 'object',
+    additionalProperties: false,
+    description:
+      "What the guest may reach (docs/network.md). Deny rules win; private, link-local and the host's addresses open only by a block rule; the host's loopback only by host:PORT.",
     properties: {
       default: { type: 'string', enum: ['allow', 'deny'], default: 'allow' },
-      allow: { type: 'array', maxItems: 1000, items: { type: 'string', description: 'a domain (pypi.org, *.github.com), an IP or CIDR with an optional :port ([v6]:port), or host:PORT' } },
+      allow: {
+        type: 'array',
+        maxItems: 1000,
+        items: {
+          type: 'string',
+          description:
+            'a domain (pypi.org, *.github.com), an IP or CIDR with an optional :port ([v6]:port), or host:PORT',
+        },
+      },
       deny: { type: 'array', maxItems: 1000, items: { type: 'string' } },
     },
   },
   EgressEvent: {
-    type: 'object', required: ['t', 'vm', 'event', 'proto', 'decision', 'rule'],
+    type: 'object',
+    required: ['t', 'vm', 'event', 'proto', 'decision', 'rule'],
     properties: {
-      t: { type: 'string', format: 'date-time' }, vm: { type: 'string' }, event: { type: 'string', enum: ['dns', 'open', 'deny', 'close'] },
-      proto: { type: 'string', enum: ['tcp', 'udp', 'icmp', 'dns'] }, decision: { type: 'string', enum: ['allow', 'deny'] }, rule: { type: 'string' },
-      name: { type: 'string' }, addr: { type: 'string' }, port: { type: 'integer' }, answers: { type: 'array', items: { type: 'string' } },
-      bytes_out: { type: 'integer' }, bytes_in: { type: 'integer' }, duration_ms: { type: 'integer' }, repeats: { type: 'integer' }, error: { type: 'string' },
+      t: { type: 'string', format: 'date-time' },
+      vm: { type: 'string' },
+      event: { type: 'string', enum: ['dns', 'open', 'deny', 'close'] },
+      proto: { type: 'string', enum: ['tcp', 'udp', 'icmp', 'dns'] },
+      decision: { type: 'string', enum: ['allow', 'deny'] },
+      rule: { type: 'string' },
+      name: { type: 'string' },
+      addr: { type: 'string' },
+      port: { type: 'integer' },
+      answers: { type: 'array', items: { type: 'string' } },
+      bytes_out: { type: 'integer' },
+      bytes_in: { type: 'integer' },
+      duration_ms: { type: 'integer' },
+      repeats: { type: 'integer' },
+      error: { type: 'string' },
     },
   },
   CreateRequest: {
-    type: 'object', additionalProperties: false,
+    type: 'object',
+    additionalProperties: false,
     properties: {
-      name: { type: 'string' }, persistent: { type: 'boolean', default: false }, cpus: { type: 'integer', minimum: 1, maximum: 64 },
-      memory_mb: { type: 'integer', minimum: 64 }, disk_gb: { type: 'integer', minimum: 1 }, image: { type: 'string' },
-      tags: { type: 'object', additionalProperties: { type: 'string' } }, userdata: { type: 'string' },
-      forwards: { type: 'array', items: ref('PortForward') }, mounts: { type: 'array', items: ref('Mount') }, metrics_enabled: { type: 'boolean' },
+      name: { type: 'string' },
+      persistent: { type: 'boolean', default: false },
+      cpus: { type: 'integer', minimum: 1, maximum: 64 },
+      memory_mb: { type: 'integer', minimum: 64 },
+      disk_gb: { type: 'integer', minimum: 1 },
+      image: { type: 'string' },
+      tags: { type: 'object', additionalProperties: { type: 'string' } },
+      userdata: { type: 'string' },
+      forwards: { type: 'array', items: ref('PortForward') },
+      mounts: { type: 'array', items: ref('Mount') },
+      metrics_enabled: { type: 'boolean' },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
       egress: ref('EgressPolicy'),
     },
   },
   CreateProgressEvent: {
-    type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
+    type: 'object',
+    required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
     properties: {
-      phase: { type: 'string', enum: ['accepted', 'image', 'disk', 'boot', 'wait_ssh', 'wait_agent', 'userdata', 'bootstrap', 'ready', 'error'] },
-      message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
-      instance: ref('Instance'), error: { type: 'string' }, code: { type: 'string' }, percent: { type: 'integer', description: 'image build progress (phase image)' },
+      phase: {
+        type: 'string',
+        enum: [
+          'accepted',
+          'image',
+          'disk',
+          'boot',
+          'wait_ssh',
+          'wait_agent',
+          'userdata',
+          'bootstrap',
+          'ready',
+          'error',
+        ],
+      },
+      message: { type: 'string' },
+      name: { type: 'string' },
+      t: { type: 'string', format: 'date-time' },
+      elapsed_ms: { type: 'integer' },
+      instance: ref('Instance'),
+      error: { type: 'string' },
+      code: { type: 'string' },
+      percent: { type: 'integer', description: 'image build progress (phase image)' },
     },
   },
   ImageRequest: {
-    type: 'object', required: ['name'],
+    type: 'object',
+    required: ['name'],
     properties: {
-      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }, description: { type: 'string' },
-      from: { type: 'string', description: 'base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon\'s import_dirs)' },
+      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' },
+      description: { type: 'string' },
+      from: {
+        type: 'string',
+        description:
+          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs)",
+      },
       from_vm: { type: 'string', description: 'a stopped VM to bake' },
-      ssh_user: { type: 'string', description: 'imports from disk: the user the daemon logs in as over SSH (default root)' },
-      packages: { type: 'array', items: { type: 'string' } }, run: { type: 'array', items: { type: 'string' } },
-      files: { type: 'array', items: { type: 'object', required: ['path', 'content'], properties: { path: { type: 'string' }, content: { type: 'string', format: 'byte' }, mode: { type: 'string' } } } },
+      ssh_user: {
+        type: 'string',
+        description: 'imports from disk: the user the daemon logs in as over SSH (default root)',
+      },
+      packages: { type: 'array', items: { type: 'string' } },
+      run: { type: 'array', items: { type: 'string' } },
+      files: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['path', 'content'],
+          properties: {
+            path: { type: 'string' },
+            content: { type: 'string', format: 'byte' },
+            mode: { type: 'string' },
+          },
+        },
+      },
       env: { type: 'object', additionalProperties: { type: 'string' } },
     },
   },
   ImageBuildEvent: {
-    type: 'object', required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
+    type: 'object',
+    required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
     properties: {
-      phase: { type: 'string', enum: ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'] },
-      message: { type: 'string' }, name: { type: 'string' }, t: { type: 'string', format: 'date-time' }, elapsed_ms: { type: 'integer' },
-      image: ref('Image'), error: { type: 'string' }, code: { type: 'string' }, percent: { type: 'integer', description: 'import progress (phase import)' },
+      phase: {
+        type: 'string',
+        enum: ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'],
+      },
+      message: { type: 'string' },
+      name: { type: 'string' },
+      t: { type: 'string', format: 'date-time' },
+      elapsed_ms: { type: 'integer' },
+      image: ref('Image'),
+      error: { type: 'string' },
+      code: { type: 'string' },
+      percent: { type: 'integer', description: 'import progress (phase import)' },
     },
   },
   Image: {
-    type: 'object', required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
+    type: 'object',
+    required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
     properties: {
-      id: { type: 'string' }, os: { type: 'string' }, description: { type: 'string' }, size_bytes: { type: 'integer' },
-      created_at: { type: 'string', format: 'date-time' }, agent_ready: { type: 'boolean' }, boot: { type: 'string', enum: ['kernel', 'firmware'] },
-      source: { type: 'string' }, min_disk_gb: { type: 'integer' }, ssh_user: { type: 'string' }, built: { type: 'boolean' },
+      id: { type: 'string' },
+      os: { type: 'string' },
+      description: { type: 'string' },
+      size_bytes: { type: 'integer' },
+      created_at: { type: 'string', format: 'date-time' },
+      agent_ready: { type: 'boolean' },
+      boot: { type: 'string', enum: ['kernel', 'firmware'] },
+      source: { type: 'string' },
+      min_disk_gb: { type: 'integer' },
+      ssh_user: { type: 'string' },
+      built: { type: 'boolean' },
       in_use_by: { type: 'array', items: { type: 'string' } },
     },
   },
   ActivityEvent: {
-    type: 'object', required: ['id', 't', 'action', 'target', 'status', 'duration_ms'],
+    type: 'object',
+    required: ['id', 't', 'action', 'target', 'status', 'duration_ms'],
     properties: {
-      id: { type: 'integer' }, t: { type: 'string', format: 'date-time' }, action: { type: 'string' }, target: { type: 'string' },
-      status: { type: 'string', enum: ['ok', 'error'] }, duration_ms: { type: 'integer' }, message: { type: 'string' },
+      id: { type: 'integer' },
+      t: { type: 'string', format: 'date-time' },
+      action: { type: 'string' },
+      target: { type: 'string' },
+      status: { type: 'string', enum: ['ok', 'error'] },
+      duration_ms: { type: 'integer' },
+      message: { type: 'string' },
     },
   },
   UiSession: {
-    type: 'object', required: ['token_required', 'authenticated'],
-    properties: { token_required: { type: 'boolean' }, authenticated: { type: 'boolean' }, expires_in_sec: { type: 'integer' } },
+    type: 'object',
+    required: ['token_required', 'authenticated'],
+    properties: {
+      token_required: { type: 'boolean' },
+      authenticated: { type: 'boolean' },
+      expires_in_sec: { type: 'integer' },
+    },
   },
   Secret: {
-    type: 'object', required: ['name', 'size', 'mode', 'created_at', 'updated_at'],
-    properties: { name: { type: 'string' }, size: { type: 'integer' }, mode: { type: 'string' }, created_at: { type: 'string' }, updated_at: { type: 'string' } },
+    type: 'object',
+    required: ['name', 'size', 'mode', 'created_at', 'updated_at'],
+    properties: {
+      name: { type: 'string' },
+      size: { type: 'integer' },
+      mode: { type: 'string' },
+      created_at: { type: 'string' },
+      updated_at: { type: 'string' },
+    },
   },
   SecretInput: {
-    type: 'object', required: ['name'],
-    properties: { name: { type: 'string' }, value: { type: 'string' }, data_base64: { type: 'string' }, mode: { type: 'string', default: '0600' } },
+    type: 'object',
+    required: ['name'],
+    properties: {
+      name: { type: 'string' },
+      value: { type: 'string' },
+      data_base64: { type: 'string' },
+      mode: { type: 'string', default: '0600' },
+    },
   },
   AgentHealth: {
-    type: 'object', required: ['hostname', 'agent_version', 'agent_uptime_sec', 'userdata_ran'],
+    type: 'object',
+    required: ['hostname', 'agent_version', 'agent_uptime_sec', 'userdata_ran'],
     properties: {
-      hostname: { type: 'string' }, agent_version: { type: 'string' }, agent_uptime_sec: { type: 'number' },
-      userdata_ran: { type: 'boolean' }, readiness: { type: 'object', additionalProperties: { type: 'string' } },
+      hostname: { type: 'string' },
+      agent_version: { type: 'string' },
+      agent_uptime_sec: { type: 'number' },
+      userdata_ran: { type: 'boolean' },
+      readiness: { type: 'object', additionalProperties: { type: 'string' } },
     },
   },
   Stats: {
-    type: 'object', required: ['uptime_sec', 'load1', 'load5', 'load15', 'mem_total_bytes', 'mem_available_bytes'],
-    properties: Object.fromEntries(['uptime_sec', 'load1', 'load5', 'load15', 'cpus', 'mem_total_bytes', 'mem_available_bytes', 'disk_total_bytes', 'disk_free_bytes'].map((k) => [k, { type: 'number' }])),
+    type: 'object',
+    required: ['uptime_sec', 'load1', 'load5', 'load15', 'mem_total_bytes', 'mem_available_bytes'],
+    properties: Object.fromEntries(
+      [
+        'uptime_sec',
+        'load1',
+        'load5',
+        'load15',
+        'cpus',
+        'mem_total_bytes',
+        'mem_available_bytes',
+        'disk_total_bytes',
+        'disk_free_bytes',
+      ].map((k) => [k, { type: 'number' }]),
+    ),
   },
   MetricsHistory: {
-    type: 'object', required: ['name', 'enabled', 'interval_sec', 'capacity', 'points'],
+    type: 'object',
+    required: ['name', 'enabled', 'interval_sec', 'capacity', 'points'],
     properties: {
-      name: { type: 'string' }, enabled: { type: 'boolean' }, interval_sec: { type: 'number' }, capacity: { type: 'integer' },
-      points: { type: 'array', items: { type: 'object', properties: Object.fromEntries(['t_ms', 'uptime_sec', 'load1', 'mem_total_bytes', 'mem_available_bytes', 'disk_total_bytes', 'disk_free_bytes'].map((k) => [k, { type: 'number' }])) } },
+      name: { type: 'string' },
+      enabled: { type: 'boolean' },
+      interval_sec: { type: 'number' },
+      capacity: { type: 'integer' },
+      points: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: Object.fromEntries(
+            [
+              't_ms',
+              'uptime_sec',
+              'load1',
+              'mem_total_bytes',
+              'mem_available_bytes',
+              'disk_total_bytes',
+              'disk_free_bytes',
+            ].map((k) => [k, { type: 'number' }]),
+          ),
+        },
+      },
     },
   },
   ExecResult: {
-    type: 'object', required: ['stdout', 'stderr', 'exit_code'],
-    properties: { stdout: { type: 'string' }, stderr: { type: 'string' }, exit_code: { type: 'integer' }, error: { type: 'string' }, truncated: { type: 'boolean' } },
+    type: 'object',
+    required: ['stdout', 'stderr', 'exit_code'],
+    properties: {
+      stdout: { type: 'string' },
+      stderr: { type: 'string' },
+      exit_code: { type: 'integer' },
+      error: { type: 'string' },
+      truncated: { type: 'boolean' },
+    },
   },
   ExecFrame: {
-    type: 'object', required: ['type', 't'],
+    type: 'object',
+    required: ['type', 't'],
     properties: {
-      type: { type: 'string', enum: ['started', 'stdout', 'stderr', 'exit', 'error'] }, t: { type: 'string' }, pid: { type: 'integer' },
-      data: { type: 'string' }, exit_code: { type: 'integer' }, error: { type: 'string' },
+      type: { type: 'string', enum: ['started', 'stdout', 'stderr', 'exit', 'error'] },
+      t: { type: 'string' },
+      pid: { type: 'integer' },
+      data: { type: 'string' },
+      exit_code: { type: 'integer' },
+      error: { type: 'string' },
     },
   },
   FSInfo: {
-    type: 'object', required: ['name', 'path', 'type', 'size', 'mode', 'mtime'],
+    type: 'object',
+    required: ['name', 'path', 'type', 'size', 'mode', 'mtime'],
     properties: {
-      name: { type: 'string' }, path: { type: 'string' }, type: { type: 'string', enum: ['file', 'directory', 'symlink', 'other'] },
-      size: { type: 'integer' }, mode: { type: 'string' }, mtime: { type: 'string', format: 'date-time' }, target: { type: 'string' },
+      name: { type: 'string' },
+      path: { type: 'string' },
+      type: { type: 'string', enum: ['file', 'directory', 'symlink', 'other'] },
+      size: { type: 'integer' },
+      mode: { type: 'string' },
+      mtime: { type: 'string', format: 'date-time' },
+      target: { type: 'string' },
     },
   },
 };
@@ -185,111 +430,666 @@ function markPlanned(paths: Record<string, Record<string, Schema>>): Record<stri
 }
 
 export function openApiDocument(version: string): Record<string, unknown> {
-  const lifecycle = (summary: string, ok: unknown) => ({ post: op(summary, { '200': ok, '400': err('not allowed from the current state'), '404': err('no such vm') }, { parameters: [nameParam] }) });
+  const lifecycle = (summary: string, ok: unknown) => ({
+    post: op(
+      summary,
+      { '200': ok, '400': err('not allowed from the current state'), '404': err('no such vm') },
+      { parameters: [nameParam] },
+    ),
+  });
   return {
     openapi: '3.0.3',
-    info: { title: 'svc daemon API', version: '0.2.2', description: `svcd ${version}: lightweight QEMU VMs and their guest agents.` },
+    info: {
+      title: 'svc daemon API',
+      version: '0.2.2',
+      description: `svcd ${version}: lightweight QEMU VMs and their guest agents.`,
+    },
     servers: [{ url: 'http://127.0.0.1:7474' }],
     security: [{ bearer: [] }],
     components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } }, schemas },
     paths: markPlanned({
-      '/healthz': { get: { summary: 'Liveness; never needs a token', security: [], responses: { '200': json('ok', { type: 'object', properties: { status: { type: 'string' } } }) } } },
-      '/info': { get: op('Daemon name and version', { '200': json('info', { type: 'object', required: ['name', 'version'], properties: { name: { type: 'string' }, version: { type: 'string' }, api_version: { type: 'string' }, hypervisor: { type: 'string' } } }) }) },
-      '/metrics': { get: op('Prometheus text exposition', { '200': { description: 'metrics', content: { 'text/plain': { schema: { type: 'string' } } } } }) },
-      '/openapi.yaml': { get: op('This document', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
-      '/openapi.json': { get: op('This document (served as YAML, as the spec says)', { '200': { description: 'the API description', content: { 'application/yaml': { schema: { type: 'string' } } } } }) },
-      '/activity': { get: op('Control-plane activity, newest first', { '200': json('events', { type: 'object', properties: { events: { type: 'array', items: ref('ActivityEvent') } } }), '400': err('bad limit or since') }, { parameters: [q('limit', { type: 'integer', maximum: 1000 }), q('since', { type: 'integer' }, 'only events with a larger id')] }) },
-      '/events': { get: op('The VM change feed (NDJSON): a snapshot line, then a line per change, a ping every 15 s', { '200': { description: 'stream', content: { 'application/x-ndjson': { schema: { type: 'object', required: ['event'], properties: { event: { type: 'string', enum: ['snapshot', 'vm', 'removed', 'ping', 'overflow'] }, vms: { type: 'array', items: ref('Instance') }, vm: ref('Instance'), name: { type: 'string' }, message: { type: 'string' } } } } } } }) },
-      '/ui': { get: { summary: 'The web dashboard at /ui/ (docs/dashboard.md); its files need no token', security: [], responses: { '200': { description: 'the page', content: { 'text/html': { schema: { type: 'string' } } } }, '308': { description: 'from /ui to /ui/' } } } },
-      '/ui/{file}': { get: { summary: 'A file of the dashboard (index.html, app.js, app.css)', security: [], parameters: [{ name: 'file', in: 'path', required: true, schema: { type: 'string' } }], responses: { '200': { description: 'the file' }, '404': err('not a dashboard file') } } },
+      '/healthz': {
+        get: {
+          summary: 'Liveness; never needs a token',
+          security: [],
+          responses: { '200': json('ok', { type: 'object', properties: { status: { type: 'string' } } }) },
+        },
+      },
+      '/info': {
+        get: op('Daemon name and version', {
+          '200': json('info', {
+            type: 'object',
+            required: ['name', 'version'],
+            properties: {
+              name: { type: 'string' },
+              version: { type: 'string' },
+              api_version: { type: 'string' },
+              hypervisor: { type: 'string' },
+            },
+          }),
+        }),
+      },
+      '/metrics': {
+        get: op('Prometheus text exposition', {
+          '200': { description: 'metrics', content: { 'text/plain': { schema: { type: 'string' } } } },
+        }),
+      },
+      '/openapi.yaml': {
+        get: op('This document', {
+          '200': {
+            description: 'the API description',
+            content: { 'application/yaml': { schema: { type: 'string' } } },
+          },
+        }),
+      },
+      '/openapi.json': {
+        get: op('This document (served as YAML, as the spec says)', {
+          '200': {
+            description: 'the API description',
+            content: { 'application/yaml': { schema: { type: 'string' } } },
+          },
+        }),
+      },
+      '/activity': {
+        get: op(
+          'Control-plane activity, newest first',
+          {
+            '200': json('events', {
+              type: 'object',
+              properties: { events: { type: 'array', items: ref('ActivityEvent') } },
+            }),
+            '400': err('bad limit or since'),
+          },
+          {
+            parameters: [
+              q('limit', { type: 'integer', maximum: 1000 }),
+              q('since', { type: 'integer' }, 'only events with a larger id'),
+            ],
+          },
+        ),
+      },
+      '/events': {
+        get: op('The VM change feed (NDJSON): a snapshot line, then a line per change, a ping every 15 s', {
+          '200': {
+            description: 'stream',
+            content: {
+              'application/x-ndjson': {
+                schema: {
+                  type: 'object',
+                  required: ['event'],
+                  properties: {
+                    event: { type: 'string', enum: ['snapshot', 'vm', 'removed', 'ping', 'overflow'] },
+                    vms: { type: 'array', items: ref('Instance') },
+                    vm: ref('Instance'),
+                    name: { type: 'string' },
+                    message: { type: 'string' },
+                  },
+                },
+              },
+            },
+          },
+        }),
+      },
+      '/ui': {
+        get: {
+          summary: 'The web dashboard at /ui/ (docs/dashboard.md); its files need no token',
+          security: [],
+          responses: {
+            '200': { description: 'the page', content: { 'text/html': { schema: { type: 'string' } } } },
+            '308': { description: 'from /ui to /ui/' },
+          },
+        },
+      },
+      '/ui/{file}': {
+        get: {
+          summary: 'A file of the dashboard (index.html, app.js, app.css)',
+          security: [],
+          parameters: [{ name: 'file', in: 'path', required: true, schema: { type: 'string' } }],
+          responses: { '200': { description: 'the file' }, '404': err('not a dashboard file') },
+        },
+      },
       '/ui/session': {
-        get: { summary: 'Does this browser need to log in?', security: [], responses: { '200': json('session', ref('UiSession')) } },
-        post: { summary: 'Log in: trade the token for an HttpOnly, SameSite=Strict session cookie', security: [], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['token'], properties: { token: { type: 'string' } } } } } }, responses: { '200': json('logged in (Set-Cookie)', ref('UiSession')), '401': err('wrong token'), '403': err('from a foreign Origin') } },
-        delete: { summary: 'Log out: the session ends and the cookie is cleared', security: [], responses: { '204': { description: 'logged out' } } },
+        get: {
+          summary: 'Does this browser need to log in?',
+          security: [],
+          responses: { '200': json('session', ref('UiSession')) },
+        },
+        post: {
+          summary: 'Log in: trade the token for an HttpOnly, SameSite=Strict session cookie',
+          security: [],
+          requestBody: {
+            required: true,
+            content: {
+              'application/json': {
+                schema: { type: 'object', required: ['token'], properties: { token: { type: 'string' } } },
+              },
+            },
+          },
+          responses: {
+            '200': json('logged in (Set-Cookie)', ref('UiSession')),
+            '401': err('wrong token'),
+            '403': err('from a foreign Origin'),
+          },
+        },
+        delete: {
+          summary: 'Log out: the session ends and the cookie is cleared',
+          security: [],
+          responses: { '204': { description: 'logged out' } },
+        },
       },
       '/vms': {
         get: op('List VMs', { '200': json('VMs', { type: 'array', items: ref('Instance') }) }),
-        post: op('Create a VM', {
-          '201': json('the ready VM', ref('Instance')),
-          '200': { description: 'progress stream (stream=1 or Accept: application/x-ndjson)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
-          '400': err('invalid request'), '409': err('name taken'), '413': err('body too large'), '429': err('a resource cap would be exceeded'),
-          '500': err('the create failed; nothing is left behind'), '504': err('the create deadline passed'),
-        }, {
-          parameters: [
-            q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string', enum: ['auto', 'ssh', 'agent', 'userdata', 'bootstrap', 'true', '1'] }),
-            q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
-          ],
-          requestBody: { required: false, content: { 'application/json': { schema: ref('CreateRequest') } } },
-        }),
+        post: op(
+          'Create a VM',
+          {
+            '201': json('the ready VM', ref('Instance')),
+            '200': {
+              description: 'progress stream (stream=1 or Accept: application/x-ndjson)',
+              content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } },
+            },
+            '400': err('invalid request'),
+            '409': err('name taken'),
+            '413': err('body too large'),
+            '429': err('a resource cap would be exceeded'),
+            '500': err('the create failed; nothing is left behind'),
+            '504': err('the create deadline passed'),
+          },
+          {
+            parameters: [
+              q('stream', { type: 'string', enum: ['1'] }),
+              q('wait', { type: 'string', enum: ['auto', 'ssh', 'agent', 'userdata', 'bootstrap', 'true', '1'] }),
+              q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
+            ],
+            requestBody: { required: false, content: { 'application/json': { schema: ref('CreateRequest') } } },
+          },
+        ),
       },
       '/vms/{name}': {
-        get: op('Get a VM', { '200': json('the VM', ref('Instance')), '404': err('no such vm') }, { parameters: [nameParam] }),
-        delete: op('Delete a VM, whatever its state', { '200': message, '404': err('no such vm') }, { parameters: [nameParam] }),
+        get: op(
+          'Get a VM',
+          { '200': json('the VM', ref('Instance')), '404': err('no such vm') },
+          { parameters: [nameParam] },
+        ),
+        delete: op(
+          'Delete a VM, whatever its state',
+          { '200': message, '404': err('no such vm') },
+          { parameters: [nameParam] },
+        ),
       },
-      '/vms/{name}/clone': { post: op('Clone a stopped or suspended persistent VM (from its snapshot when it has one)', {
-        '201': json('the ready clone', ref('Instance')), '200': { description: 'progress stream (stream=1)', content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } } },
-        '400': err('invalid request or not a template'), '409': err('name taken'), '429': err('a resource cap would be exceeded'), '500': err('the clone failed'), '504': err('deadline passed'),
-      }, { parameters: [nameParam, q('stream', { type: 'string', enum: ['1'] }), q('wait', { type: 'string' }), q('timeout', { type: 'string' })], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, persistent: { type: 'boolean' }, tags: { type: 'object', additionalProperties: { type: 'string' } }, forwards: { type: 'array', items: ref('PortForward') }, metrics_enabled: { type: 'boolean' } } } } } } }) },
+      '/vms/{name}/clone': {
+        post: op(
+          'Clone a stopped or suspended persistent VM (from its snapshot when it has one)',
+          {
+            '201': json('the ready clone', ref('Instance')),
+            '200': {
+              description: 'progress stream (stream=1)',
+              content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } },
+            },
+            '400': err('invalid request or not a template'),
+            '409': err('name taken'),
+            '429': err('a resource cap would be exceeded'),
+            '500': err('the clone failed'),
+            '504': err('deadline passed'),
+          },
+          {
+            parameters: [
+              nameParam,
+              q('stream', { type: 'string', enum: ['1'] }),
+              q('wait', { type: 'string' }),
+              q('timeout', { type: 'string' }),
+            ],
+            requestBody: {
+              required: false,
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: {
+                      name: { type: 'string' },
+                      persistent: { type: 'boolean' },
+                      tags: { type: 'object', additionalProperties: { type: 'string' } },
+                      forwards: { type: 'array', items: ref('PortForward') },
+                      metrics_enabled: { type: 'boolean' },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        ),
+      },
       '/images': {
         get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }),
-        post: op('Build an image from a recipe, bake a stopped VM, or import a container image archive or a cloud disk', {
-          '201': json('the built image', ref('Image')),
-          '200': { description: 'progress stream (stream=1 or Accept: application/x-ndjson)', content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } } },
-          '400': err('invalid recipe, a step of it failed, or an import refused (outside import_dirs, not what it claims)'), '404': err('no such vm'), '409': err('the image exists'), '500': err('the build failed'),
-        }, { parameters: [q('stream', { type: 'string', enum: ['1'] })], requestBody: { required: true, content: { 'application/json': { schema: ref('ImageRequest') } } } }),
+        post: op(
+          'Build an image from a recipe, bake a stopped VM, or import a container image archive or a cloud disk',
+          {
+            '201': json('the built image', ref('Image')),
+            '200': {
+              description: 'progress stream (stream=1 or Accept: application/x-ndjson)',
+              content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } },
+            },
+            '400': err(
+              'invalid recipe, a step of it failed, or an import refused (outside import_dirs, not what it claims)',
+            ),
+            '404': err('no such vm'),
+            '409': err('the image exists'),
+            '500': err('the build failed'),
+          },
+          {
+            parameters: [q('stream', { type: 'string', enum: ['1'] })],
+            requestBody: { required: true, content: { 'application/json': { schema: ref('ImageRequest') } } },
+          },
+        ),
       },
       '/images/{id}': {
-        get: op('Get a built image', { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
-        delete: op('Delete a built image nothing uses', { '200': json('deleted', { type: 'object', properties: { message: { type: 'string' }, id: { type: 'string' } } }), '404': err('not built'), '409': err('in use by a vm, a template or the warm pool') }, { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] }),
+        get: op(
+          'Get a built image',
+          { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') },
+          { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
+        ),
+        delete: op(
+          'Delete a built image nothing uses',
+          {
+            '200': json('deleted', {
+              type: 'object',
+              properties: { message: { type: 'string' }, id: { type: 'string' } },
+            }),
+            '404': err('not built'),
+            '409': err('in use by a vm, a template or the warm pool'),
+          },
+          { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
+        ),
       },
       '/mcp': {
-        post: op('Model Context Protocol over Streamable HTTP (stateless): JSON-RPC in, JSON or an SSE stream out; docs/mcp.md', { '200': { description: 'a JSON-RPC answer, or text/event-stream with progress notifications then the answer' }, '202': { description: 'a notification or response was accepted' }, '400': err('not a JSON-RPC message') }, { requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } } }),
+        post: op(
+          'Model Context Protocol over Streamable HTTP (stateless): JSON-RPC in, JSON or an SSE stream out; docs/mcp.md',
+          {
+            '200': {
+              description: 'a JSON-RPC answer, or text/event-stream with progress notifications then the answer',
+            },
+            '202': { description: 'a notification or response was accepted' },
+            '400': err('not a JSON-RPC message'),
+          },
+          { requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } } },
+        ),
         get: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
         delete: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
       },
-      '/pool': { get: op('The warm pool', { '200': json('pool', { type: 'object', properties: { template: { type: 'string' }, size: { type: 'integer' }, running: { type: 'boolean' }, ready: { type: 'integer' }, members: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, status: { type: 'string' } } } } } }) }) },
-      '/vms/{name}/start': lifecycle('Start a stopped (or failed) persistent VM', json('the running VM', ref('Instance'))),
+      '/pool': {
+        get: op('The warm pool', {
+          '200': json('pool', {
+            type: 'object',
+            properties: {
+              template: { type: 'string' },
+              size: { type: 'integer' },
+              running: { type: 'boolean' },
+              ready: { type: 'integer' },
+              members: {
+                type: 'array',
+                items: { type: 'object', properties: { name: { type: 'string' }, status: { type: 'string' } } },
+              },
+            },
+          }),
+        }),
+      },
+      '/vms/{name}/start': lifecycle(
+        'Start a stopped (or failed) persistent VM',
+        json('the running VM', ref('Instance')),
+      ),
       '/vms/{name}/shutdown': lifecycle('Shut down; ephemeral VMs are removed', message),
       '/vms/{name}/pause': lifecycle('Pause the guest CPUs', message),
       '/vms/{name}/resume': lifecycle('Resume a paused VM', message),
       '/vms/{name}/suspend': lifecycle('Save state and stop the process (persistent VMs)', message),
-      '/vms/{name}/restore': lifecycle('Start a suspended VM from its saved state', json('the running VM', ref('Instance'))),
-      '/vms/{name}/metrics': { get: op('Guest stats history (metrics.ring), oldest first', { '200': json('history', ref('MetricsHistory')), '404': err('no such vm') }, { parameters: [nameParam, q('since', { type: 'integer' }, 't_ms lower bound'), q('limit', { type: 'integer' })] }) },
-      '/vms/{name}/forwards': { post: op('Open a live SSH forward from 127.0.0.1:host_port', { '201': json('the forward', ref('LiveForward')), '400': err('bad forward'), '404': err('no such vm'), '409': err('host port busy'), '503': err('vm not running') }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: ref('PortForward') } } } }) },
-      '/vms/{name}/forwards/{hostPort}': { delete: op('Close a live forward', { '200': json('closed', { type: 'object', properties: { message: { type: 'string' }, name: { type: 'string' }, host_port: { type: 'integer' } } }), '404': err('no such forward') }, { parameters: [nameParam, { name: 'hostPort', in: 'path', required: true, schema: { type: 'integer' } }] }) },
+      '/vms/{name}/restore': lifecycle(
+        'Start a suspended VM from its saved state',
+        json('the running VM', ref('Instance')),
+      ),
+      '/vms/{name}/metrics': {
+        get: op(
+          'Guest stats history (metrics.ring), oldest first',
+          { '200': json('history', ref('MetricsHistory')), '404': err('no such vm') },
+          {
+            parameters: [
+              nameParam,
+              q('since', { type: 'integer' }, 't_ms lower bound'),
+              q('limit', { type: 'integer' }),
+            ],
+          },
+        ),
+      },
+      '/vms/{name}/forwards': {
+        post: op(
+          'Open a live SSH forward from 127.0.0.1:host_port',
+          {
+            '201': json('the forward', ref('LiveForward')),
+            '400': err('bad forward'),
+            '404': err('no such vm'),
+            '409': err('host port busy'),
+            '503': err('vm not running'),
+          },
+          {
+            parameters: [nameParam],
+            requestBody: { required: true, content: { 'application/json': { schema: ref('PortForward') } } },
+          },
+        ),
+      },
+      '/vms/{name}/forwards/{hostPort}': {
+        delete: op(
+          'Close a live forward',
+          {
+            '200': json('closed', {
+              type: 'object',
+              properties: { message: { type: 'string' }, name: { type: 'string' }, host_port: { type: 'integer' } },
+            }),
+            '404': err('no such forward'),
+          },
+          { parameters: [nameParam, { name: 'hostPort', in: 'path', required: true, schema: { type: 'integer' } }] },
+        ),
+      },
       '/secrets': {
         get: op('List secret metadata', { '200': json('secrets', { type: 'array', items: ref('Secret') }) }),
-        post: op('Create or replace a secret', { '200': json('the secret record', ref('Secret')), '400': err('invalid secret') }, { requestBody: { required: true, content: { 'application/json': { schema: ref('SecretInput') } } } }),
+        post: op(
+          'Create or replace a secret',
+          { '200': json('the secret record', ref('Secret')), '400': err('invalid secret') },
+          { requestBody: { required: true, content: { 'application/json': { schema: ref('SecretInput') } } } },
+        ),
       },
-      '/secrets/{name}': { delete: op('Delete a secret', { '200': message, '404': err('no such secret') }, { parameters: [{ ...nameParam, schema: { type: 'string' } }] }) },
-      '/vms/{name}/secrets/{secretName}': { post: op('Materialize a host secret in the guest', { '200': json('where it was written', { type: 'object', properties: { name: { type: 'string' }, secret: { type: 'string' }, path: { type: 'string' }, mode: { type: 'string' } } }), ...proxyErrors }, { parameters: [nameParam, { name: 'secretName', in: 'path', required: true, schema: { type: 'string' } }], requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', properties: { path: { type: 'string' }, mode: { type: 'string' }, uid: { type: 'integer' }, gid: { type: 'integer' } } } } } } }) },
-      '/vms/{name}/agent/health': { get: op('Guest agent health', { '200': json('health', ref('AgentHealth')), '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam] }) },
-      '/vms/{name}/agent/deploy': { post: op('Deploy or refresh the agent over SSH', { '200': json('deployed', { type: 'object', properties: { name: { type: 'string' }, agent_version: { type: 'string' } } }), ...proxyErrors }, { parameters: [nameParam] }) },
-      '/vms/{name}/stats': { get: op('Guest stats snapshot', { '200': json('stats', ref('Stats')), '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam] }) },
-      '/vms/{name}/exec': { post: op('Run a command in the guest', { '200': { description: 'ExecResult, or NDJSON frames with buffered=false', content: { 'application/json': { schema: ref('ExecResult') }, 'application/x-ndjson': { schema: ref('ExecFrame') } } }, ...proxyErrors }, { parameters: [nameParam, q('cmd', { type: 'string' }, 'command', true), { name: 'args', in: 'query', schema: { type: 'array', items: { type: 'string' } }, style: 'form', explode: true }, q('buffered', { type: 'string', enum: ['true', 'false'], default: 'true' }), q('cwd', { type: 'string' }), q('uid', { type: 'integer' }), q('gid', { type: 'integer' }), q('timeout', { type: 'string' }), q('encoding', { type: 'string', enum: ['utf8', 'base64'] })], requestBody: { required: false, description: 'stdin of the command', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } } }) },
+      '/secrets/{name}': {
+        delete: op(
+          'Delete a secret',
+          { '200': message, '404': err('no such secret') },
+          { parameters: [{ ...nameParam, schema: { type: 'string' } }] },
+        ),
+      },
+      '/vms/{name}/secrets/{secretName}': {
+        post: op(
+          'Materialize a host secret in the guest',
+          {
+            '200': json('where it was written', {
+              type: 'object',
+              properties: {
+                name: { type: 'string' },
+                secret: { type: 'string' },
+                path: { type: 'string' },
+                mode: { type: 'string' },
+              },
+            }),
+            ...proxyErrors,
+          },
+          {
+            parameters: [nameParam, { name: 'secretName', in: 'path', required: true, schema: { type: 'string' } }],
+            requestBody: {
+              required: false,
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: {
+                      path: { type: 'string' },
+                      mode: { type: 'string' },
+                      uid: { type: 'integer' },
+                      gid: { type: 'integer' },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        ),
+      },
+      '/vms/{name}/agent/health': {
+        get: op(
+          'Guest agent health',
+          { '200': json('health', ref('AgentHealth')), '404': err('no such vm'), '503': err('agent unavailable') },
+          { parameters: [nameParam] },
+        ),
+      },
+      '/vms/{name}/agent/deploy': {
+        post: op(
+          'Deploy or refresh the agent over SSH',
+          {
+            '200': json('deployed', {
+              type: 'object',
+              properties: { name: { type: 'string' }, agent_version: { type: 'string' } },
+            }),
+            ...proxyErrors,
+          },
+          { parameters: [nameParam] },
+        ),
+      },
+      '/vms/{name}/stats': {
+        get: op(
+          'Guest stats snapshot',
+          { '200': json('stats', ref('Stats')), '404': err('no such vm'), '503': err('agent unavailable') },
+          { parameters: [nameParam] },
+        ),
+      },
+      '/vms/{name}/exec': {
+        post: op(
+          'Run a command in the guest',
+          {
+            '200': {
+              description: 'ExecResult, or NDJSON frames with buffered=false',
+              content: {
+                'application/json': { schema: ref('ExecResult') },
+                'application/x-ndjson': { schema: ref('ExecFrame') },
+              },
+            },
+            ...proxyErrors,
+          },
+          {
+            parameters: [
+              nameParam,
+              q('cmd', { type: 'string' }, 'command', true),
+              {
+                name: 'args',
+                in: 'query',
+                schema: { type: 'array', items: { type: 'string' } },
+                style: 'form',
+                explode: true,
+              },
+              q('buffered', { type: 'string', enum: ['true', 'false'], default: 'true' }),
+              q('cwd', { type: 'string' }),
+              q('uid', { type: 'integer' }),
+              q('gid', { type: 'integer' }),
+              q('timeout', { type: 'string' }),
+              q('encoding', { type: 'string', enum: ['utf8', 'base64'] }),
+            ],
+            requestBody: {
+              required: false,
+              description: 'stdin of the command',
+              content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+            },
+          },
+        ),
+      },
       '/vms/{name}/cp': {
-        put: op('Write a file or a tar into the guest', { '204': { description: 'written' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] }), q('permissions', { type: 'string' }), q('uid', { type: 'integer' }), q('gid', { type: 'integer' })], requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'application/x-tar': { schema: { type: 'string', format: 'binary' } } } } }),
-        get: op('Read a file or a tar from the guest', { '200': { description: 'bytes', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'application/x-tar': { schema: { type: 'string', format: 'binary' } } } }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] })] }),
+        put: op(
+          'Write a file or a tar into the guest',
+          { '204': { description: 'written' }, ...proxyErrors },
+          {
+            parameters: [
+              nameParam,
+              pathQ,
+              q('mode', { type: 'string', enum: ['binary', 'tar'] }),
+              q('permissions', { type: 'string' }),
+              q('uid', { type: 'integer' }),
+              q('gid', { type: 'integer' }),
+            ],
+            requestBody: {
+              required: true,
+              content: {
+                'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+                'application/x-tar': { schema: { type: 'string', format: 'binary' } },
+              },
+            },
+          },
+        ),
+        get: op(
+          'Read a file or a tar from the guest',
+          {
+            '200': {
+              description: 'bytes',
+              content: {
+                'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+                'application/x-tar': { schema: { type: 'string', format: 'binary' } },
+              },
+            },
+            ...proxyErrors,
+          },
+          { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] })] },
+        ),
       },
-      '/vms/{name}/fs/readdir': { get: op('List a guest directory', { '200': json('entries', { type: 'array', items: ref('FSInfo') }), ...proxyErrors }, { parameters: [nameParam, pathQ] }) },
-      '/vms/{name}/fs/stat': { get: op('Stat a guest path (links not followed)', { '200': json('entry', ref('FSInfo')), ...proxyErrors }, { parameters: [nameParam, pathQ] }) },
-      '/vms/{name}/fs/mkdir': { post: op('Make a guest directory', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path'], properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } } } } } } }) },
-      '/vms/{name}/fs/symlink': { post: op('Make a guest symlink', { '204': { description: 'made' }, ...proxyErrors }, { parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', required: ['path', 'target'], properties: { path: { type: 'string' }, target: { type: 'string' } } } } } } }) },
-      '/vms/{name}/fs/remove': { delete: op('Remove a guest path', { '204': { description: 'removed' }, ...proxyErrors }, { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] }) },
+      '/vms/{name}/fs/readdir': {
+        get: op(
+          'List a guest directory',
+          { '200': json('entries', { type: 'array', items: ref('FSInfo') }), ...proxyErrors },
+          { parameters: [nameParam, pathQ] },
+        ),
+      },
+      '/vms/{name}/fs/stat': {
+        get: op(
+          'Stat a guest path (links not followed)',
+          { '200': json('entry', ref('FSInfo')), ...proxyErrors },
+          { parameters: [nameParam, pathQ] },
+        ),
+      },
+      '/vms/{name}/fs/mkdir': {
+        post: op(
+          'Make a guest directory',
+          { '204': { description: 'made' }, ...proxyErrors },
+          {
+            parameters: [nameParam],
+            requestBody: {
+              required: true,
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    required: ['path'],
+                    properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } },
+                  },
+                },
+              },
+            },
+          },
+        ),
+      },
+      '/vms/{name}/fs/symlink': {
+        post: op(
+          'Make a guest symlink',
+          { '204': { description: 'made' }, ...proxyErrors },
+          {
+            parameters: [nameParam],
+            requestBody: {
+              required: true,
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    required: ['path', 'target'],
+                    properties: { path: { type: 'string' }, target: { type: 'string' } },
+                  },
+                },
+              },
+            },
+          },
+        ),
+      },
+      '/vms/{name}/fs/remove': {
+        delete: op(
+          'Remove a guest path',
+          { '204': { description: 'removed' }, ...proxyErrors },
+          { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] },
+        ),
+      },
       '/vms/{name}/egress': {
-        get: op('The VM\'s egress policy', { '200': json('the policy', ref('EgressPolicy')), '404': err('no such vm') }, { parameters: [nameParam] }),
-        put: op('Replace the VM\'s egress policy, live: open connections it forbids are closed', { '200': json('the policy as understood', ref('EgressPolicy')), '400': err('not a policy'), '404': err('no such vm') }, {
-          parameters: [nameParam], requestBody: { required: true, content: { 'application/json': { schema: ref('EgressPolicy') } } },
-        }),
+        get: op(
+          "The VM's egress policy",
+          { '200': json('the policy', ref('EgressPolicy')), '404': err('no such vm') },
+          { parameters: [nameParam] },
+        ),
+        put: op(
+          "Replace the VM's egress policy, live: open connections it forbids are closed",
+          {
+            '200': json('the policy as understood', ref('EgressPolicy')),
+            '400': err('not a policy'),
+            '404': err('no such vm'),
+          },
+          {
+            parameters: [nameParam],
+            requestBody: { required: true, content: { 'application/json': { schema: ref('EgressPolicy') } } },
+          },
+        ),
       },
       '/vms/{name}/egress/log': {
-        get: op('The VM\'s egress decisions, oldest first; with follow=true the last `limit`, then each as it happens (NDJSON)', {
-          '200': { description: 'the log', content: { 'application/json': { schema: { type: 'object', properties: { name: { type: 'string' }, events: { type: 'array', items: ref('EgressEvent') } } } }, 'application/x-ndjson': { schema: ref('EgressEvent') } } },
-          '400': err('bad limit or since'), '404': err('no such vm'),
-        }, { parameters: [nameParam, q('limit', { type: 'integer', default: 100, maximum: 10000 }), q('since', { type: 'string' }, 'milliseconds since the epoch or an RFC 3339 time'), q('follow', { type: 'boolean', default: false })] }),
+        get: op(
+          "The VM's egress decisions, oldest first; with follow=true the last `limit`, then each as it happens (NDJSON)",
+          {
+            '200': {
+              description: 'the log',
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: { name: { type: 'string' }, events: { type: 'array', items: ref('EgressEvent') } },
+                  },
+                },
+                'application/x-ndjson': { schema: ref('EgressEvent') },
+              },
+            },
+            '400': err('bad limit or since'),
+            '404': err('no such vm'),
+          },
+          {
+            parameters: [
+              nameParam,
+              q('limit', { type: 'integer', default: 100, maximum: 10000 }),
+              q('since', { type: 'string' }, 'milliseconds since the epoch or an RFC 3339 time'),
+              q('follow', { type: 'boolean', default: false }),
+            ],
+          },
+        ),
       },
-      '/vms/{name}/logs': { get: op('The guest serial console log', { '200': { description: 'log text; with follow=true it streams until the client goes away', content: { 'text/plain': { schema: { type: 'string' } } } }, '404': err('no such vm') }, { parameters: [nameParam, q('tail', { type: 'integer' }, 'last N bytes'), q('follow', { type: 'boolean', default: false })] }) },
-      '/vms/{name}/shell': { get: op('Interactive shell (WebSocket upgrade)', { '101': { description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}' }, '404': err('no such vm'), '503': err('agent unavailable') }, { parameters: [nameParam, q('cols', { type: 'integer' }), q('rows', { type: 'integer' }), q('shell', { type: 'string' })] }) },
+      '/vms/{name}/logs': {
+        get: op(
+          'The guest serial console log',
+          {
+            '200': {
+              description: 'log text; with follow=true it streams until the client goes away',
+              content: { 'text/plain': { schema: { type: 'string' } } },
+            },
+            '404': err('no such vm'),
+          },
+          {
+            parameters: [
+              nameParam,
+              q('tail', { type: 'integer' }, 'last N bytes'),
+              q('follow', { type: 'boolean', default: false }),
+            ],
+          },
+        ),
+      },
+      '/vms/{name}/shell': {
+        get: op(
+          'Interactive shell (WebSocket upgrade)',
+          {
+            '101': {
+              description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}',
+            },
+            '404': err('no such vm'),
+            '503': err('agent unavailable'),
+          },
+          {
+            parameters: [
+              nameParam,
+              q('cols', { type: 'integer' }),
+              q('rows', { type: 'integer' }),
+              q('shell', { type: 'string' }),
+            ],
+          },
+        ),
+      },
     }),
   };
 }

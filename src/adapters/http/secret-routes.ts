@@ -5,6 +5,10 @@ export function secretRoutes(secrets: SecretService): RouteDef[] {
   return [
     { method: 'get', path: '/secrets', handler: async (_req, res) => void res.json(await secrets.list()) },
     { method: 'post', path: '/secrets', handler: async (req, res) => void res.json(await secrets.put(req.body)) },
-    { method: 'delete', path: '/secrets/:name', handler: async (req, res) => void res.json(await secrets.remove(String(req.params.name))) },
+    {
+      method: 'delete',
+      path: '/secrets/:name',
+      handler: async (req, res) => void res.json(await secrets.remove(String(req.params.name))),
+    },
   ];
 }

@@ -4,7 +4,7 @@ import { WebSocketServer } from 'ws';
 import type { GuestProxy } from '../../app/guest-proxy.js';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
-import type {  } from '../../ports/guest-agent.js';
+import type {} from '../../ports/guest-agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
 import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
 import type { Terminal } from '../../ports/terminal.js';
@@ -19,7 +19,10 @@ const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
 export class ShellProxy {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
 
-  constructor(private readonly guest: GuestProxy, private readonly auth: BearerAuth) {}
+  constructor(
+    private readonly guest: GuestProxy,
+    private readonly auth: BearerAuth,
+  ) {}
 
   handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     void this.upgrade(req, socket, head);
@@ -29,18 +32,29 @@ export class ShellProxy {
     socket.on('error', () => socket.destroy());
     const url = new URL(req.url ?? '/', 'http://svcd');
     if (!this.auth.check(req)) {
-      return rejectUpgrade(socket, new UnauthenticatedError('missing or invalid bearer token'), `WWW-Authenticate: ${AUTH_CHALLENGE}\r\n`);
+      return rejectUpgrade(
+        socket,
+        new UnauthenticatedError('missing or invalid bearer token'),
+        `WWW-Authenticate: ${AUTH_CHALLENGE}\r\n`,
+      );
     }
     const m = SHELL_PATH.exec(url.pathname);
     if (!m) return rejectUpgrade(socket, new NotFoundError(`no websocket route ${url.pathname}`));
     if (!isWebSocketUpgrade(req)) {
-      return rejectUpgrade(socket, new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'));
+      return rejectUpgrade(
+        socket,
+        new InvalidArgumentError('not a WebSocket upgrade: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are needed'),
+      );
     }
     let session: Terminal;
     try {
       const name = assertVmName(decodeURIComponent(m[1]));
       const dim = (k: string) => (url.searchParams.has(k) ? Number(url.searchParams.get(k)) : undefined);
-      session = await this.guest.shell(name, { cols: dim('cols'), rows: dim('rows'), shell: url.searchParams.get('shell') ?? undefined });
+      session = await this.guest.shell(name, {
+        cols: dim('cols'),
+        rows: dim('rows'),
+        shell: url.searchParams.get('shell') ?? undefined,
+      });
     } catch (err) {
       return rejectUpgrade(socket, err);
     }

@@ -23,7 +23,8 @@ const FILES: Record<string, string> = {
  * (never for scripts).
  */
 const PAGE_HEADERS: Record<string, string> = {
-  'Content-Security-Policy': "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  'Content-Security-Policy':
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
   'X-Frame-Options': 'DENY',
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
@@ -37,36 +38,51 @@ const PAGE_HEADERS: Record<string, string> = {
  * `SameSite=Strict`, expiring) that stands for it; `DELETE /ui/session` logs out.
  */
 export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_DIST): RouteDef[] {
-  const serve = (file: string): RouteDef['handler'] => async (_req, res) => {
-    const body = await readFile(join(dir, file)).catch(() => undefined);
-    if (body === undefined) {
-      return void res.status(503).json({ error: 'the dashboard is not built; run npm run build', code: 'internal' });
-    }
-    res.set(PAGE_HEADERS).type(FILES[file]).send(body);
-  };
+  const serve =
+    (file: string): RouteDef['handler'] =>
+    async (_req, res) => {
+      const body = await readFile(join(dir, file)).catch(() => undefined);
+      if (body === undefined) {
+        return void res.status(503).json({ error: 'the dashboard is not built; run npm run build', code: 'internal' });
+      }
+      res.set(PAGE_HEADERS).type(FILES[file]).send(body);
+    };
   const secure = (req: Request) => req.headers['x-forwarded-proto'] === 'https';
   return [
     {
       // Express matches /ui and /ui/ alike; the page's relative links need the slash.
-      method: 'get', path: '/ui', auth: 'none',
+      method: 'get',
+      path: '/ui',
+      auth: 'none',
       handler: (req, res) => (req.path.endsWith('/') ? serve('index.html')(req, res) : res.redirect(308, '/ui/')),
     },
     {
-      method: 'get', path: '/ui/session', auth: 'none',
-      handler: (req, res) => void res.set('Cache-Control', 'no-store').json({ token_required: auth.enabled, authenticated: auth.check(req) }),
+      method: 'get',
+      path: '/ui/session',
+      auth: 'none',
+      handler: (req, res) =>
+        void res
+          .set('Cache-Control', 'no-store')
+          .json({ token_required: auth.enabled, authenticated: auth.check(req) }),
     },
     {
-      method: 'post', path: '/ui/session', auth: 'none',
+      method: 'post',
+      path: '/ui/session',
+      auth: 'none',
       handler: (req, res) => {
         if (!auth.enabled) return void res.json({ token_required: false, authenticated: true });
         const token = (req.body as { token?: unknown } | undefined)?.token;
         if (typeof token !== 'string' || !auth.matches(token.trim())) throw new UnauthenticatedError('wrong token');
         res.setHeader('Set-Cookie', sessions.cookie(sessions.open(), secure(req)));
-        res.set('Cache-Control', 'no-store').json({ token_required: true, authenticated: true, expires_in_sec: Math.floor(sessions.ttlMs / 1000) });
+        res
+          .set('Cache-Control', 'no-store')
+          .json({ token_required: true, authenticated: true, expires_in_sec: Math.floor(sessions.ttlMs / 1000) });
       },
     },
     {
-      method: 'delete', path: '/ui/session', auth: 'none',
+      method: 'delete',
+      path: '/ui/session',
+      auth: 'none',
       handler: (req, res) => {
         sessions.close(req);
         res.setHeader('Set-Cookie', BrowserSessions.clearCookie());
@@ -74,10 +90,13 @@ export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_D
       },
     },
     {
-      method: 'get', path: '/ui/:file', auth: 'none',
+      method: 'get',
+      path: '/ui/:file',
+      auth: 'none',
       handler: async (req, res) => {
         const file = String(req.params.file);
-        if (!Object.hasOwn(FILES, file)) return void res.status(404).json({ error: `no dashboard file ${file.slice(0, 100)}`, code: 'not_found' });
+        if (!Object.hasOwn(FILES, file))
+          return void res.status(404).json({ error: `no dashboard file ${file.slice(0, 100)}`, code: 'not_found' });
         return serve(file)(req, res);
       },
     },

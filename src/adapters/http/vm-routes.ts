@@ -18,30 +18,55 @@ async function answerCreate(res: Response, stream: boolean, job: CreateJob): Pro
 
 export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
-    method: 'post', path, handler: async (req, res) => void res.json(await fn(String(req.params.name))),
+    method: 'post',
+    path,
+    handler: async (req, res) => void res.json(await fn(String(req.params.name))),
   });
   return [
     { method: 'get', path: '/vms', handler: (_req, res) => void res.json(vms.list()) },
     {
-      method: 'post', path: '/vms',
+      method: 'post',
+      path: '/vms',
       handler: async (req, res) => {
         const stream = wantsNdjson(req);
-        return answerCreate(res, stream, await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout }));
+        return answerCreate(
+          res,
+          stream,
+          await creates.create(req.body, { wait: req.query.wait, timeout: req.query.timeout }),
+        );
       },
     },
     {
       // Sugar for POST /vms {from: name, ...}: clone a stopped or suspended persistent vm.
-      method: 'post', path: '/vms/:name/clone',
+      method: 'post',
+      path: '/vms/:name/clone',
       handler: async (req, res) => {
         const body = (req.body ?? {}) as Record<string, unknown>;
-        if (typeof body !== 'object' || Array.isArray(body)) throw new InvalidArgumentError('clone body must be a JSON object');
-        if ('from' in body || 'from_pool' in body) throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
+        if (typeof body !== 'object' || Array.isArray(body))
+          throw new InvalidArgumentError('clone body must be a JSON object');
+        if ('from' in body || 'from_pool' in body)
+          throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
         const stream = wantsNdjson(req);
-        return answerCreate(res, stream, await creates.create({ ...body, from: String(req.params.name) }, { wait: req.query.wait, timeout: req.query.timeout }));
+        return answerCreate(
+          res,
+          stream,
+          await creates.create(
+            { ...body, from: String(req.params.name) },
+            { wait: req.query.wait, timeout: req.query.timeout },
+          ),
+        );
       },
     },
-    { method: 'get', path: '/vms/:name', handler: (req, res) => void res.json(toPublic(vms.get(String(req.params.name)))) },
-    { method: 'delete', path: '/vms/:name', handler: async (req, res) => void res.json(await lifecycle.delete(String(req.params.name))) },
+    {
+      method: 'get',
+      path: '/vms/:name',
+      handler: (req, res) => void res.json(toPublic(vms.get(String(req.params.name)))),
+    },
+    {
+      method: 'delete',
+      path: '/vms/:name',
+      handler: async (req, res) => void res.json(await lifecycle.delete(String(req.params.name))),
+    },
     verb('/vms/:name/start', (n) => lifecycle.start(n)),
     verb('/vms/:name/shutdown', (n) => lifecycle.shutdown(n)),
     verb('/vms/:name/pause', (n) => lifecycle.pause(n)),

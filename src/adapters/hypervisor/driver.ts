@@ -43,5 +43,7 @@ export function networkOf(hv: HypervisorAdapter): GuestNetwork | undefined {
 /** The work an adapter an embedder hands in does ahead of clones, if it has any (QEMU's spare QEMUs). */
 export function speedUpsOf(hv: HypervisorAdapter): CloneSpeedUps | undefined {
   const s = hv as Partial<CloneSpeedUps>;
-  return typeof s.cloneReady === 'function' && typeof s.warmWith === 'function' ? (hv as unknown as CloneSpeedUps) : undefined;
+  return typeof s.cloneReady === 'function' && typeof s.warmWith === 'function'
+    ? (hv as unknown as CloneSpeedUps)
+    : undefined;
 }

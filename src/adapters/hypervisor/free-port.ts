@@ -9,12 +9,19 @@ function hold(proto: Proto): Promise<{ port: number; release(): Promise<void> }>
     if (proto === 'udp') {
       const s = createSocket('udp4');
       s.once('error', reject);
-      s.bind(0, '127.0.0.1', () => resolve({ port: s.address().port, release: () => new Promise<void>((r) => s.close(() => r())) }));
+      s.bind(0, '127.0.0.1', () =>
+        resolve({ port: s.address().port, release: () => new Promise<void>((r) => s.close(() => r())) }),
+      );
       return;
     }
     const s = createServer();
     s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => resolve({ port: (s.address() as { port: number }).port, release: () => new Promise<void>((r) => s.close(() => r())) }));
+    s.listen(0, '127.0.0.1', () =>
+      resolve({
+        port: (s.address() as { port: number }).port,
+        release: () => new Promise<void>((r) => s.close(() => r())),
+      }),
+    );
   });
 }
 

@@ -28,8 +28,10 @@ export interface SeedData {
  */
 export function seedFor(spec: VmSpec, driver: '9p' | 'virtiofs'): SeedData {
   return {
-    instanceId: `${spec.name}-${Date.now().toString(36)}`, hostname: spec.hostname,
-    authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [], userdata: spec.userdata,
+    instanceId: `${spec.name}-${Date.now().toString(36)}`,
+    hostname: spec.hostname,
+    authorizedKeys: spec.ssh_authorized_key ? [spec.ssh_authorized_key] : [],
+    userdata: spec.userdata,
     mountsScript: spec.mounts.length ? mountScript(spec.mounts, driver) : undefined,
     vendorData: `#cloud-config\ndisable_root: false\n${spec.mounts.length ? cloudInitMounts(spec.mounts, driver).replace('#cloud-config\n', '') : ''}`,
     overlayIp: spec.overlay_ip,
@@ -56,7 +58,10 @@ export async function writeSeed(path: string, s: SeedData): Promise<void> {
     if (s.vendorData) await writeFile(join(dir, 'vendor-data'), s.vendorData);
     if (s.overlayIp) {
       // Stock cloud images configure the overlay NIC from network-config (v2).
-      await writeFile(join(dir, 'network-config'), `version: 2\nethernets:\n  primary:\n    match: {name: "e*0"}\n    dhcp4: true\n  overlay:\n    match: {macaddress: "${overlayMac(s.overlayIp)}"}\n    addresses: [${s.overlayIp}]\n`);
+      await writeFile(
+        join(dir, 'network-config'),
+        `version: 2\nethernets:\n  primary:\n    match: {name: "e*0"}\n    dhcp4: true\n  overlay:\n    match: {macaddress: "${overlayMac(s.overlayIp)}"}\n    addresses: [${s.overlayIp}]\n`,
+      );
     }
     await run('genisoimage', ['-quiet', '-output', path, '-volid', 'cidata', '-joliet', '-rock', dir]);
   } catch (err) {

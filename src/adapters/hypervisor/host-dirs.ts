@@ -21,9 +21,14 @@ export async function checkHostDirs(mounts: Mount[], rule: MountRule): Promise<M
     const host = await realpath(m.host);
     if (host === '/') throw new InvalidArgumentError(`${where}: sharing / would give the guest the whole host`);
     const bad = forbidden.find((f) => within(host, f) || within(f, host));
-    if (bad) throw new InvalidArgumentError(`${where}: ${m.host} ${within(host, bad) ? 'is inside' : 'holds'} svc's data dir ${bad} (keys and disks); share another folder`);
+    if (bad)
+      throw new InvalidArgumentError(
+        `${where}: ${m.host} ${within(host, bad) ? 'is inside' : 'holds'} svc's data dir ${bad} (keys and disks); share another folder`,
+      );
     if (!allowed.some((a) => within(host, a))) {
-      throw new InvalidArgumentError(`${where}: ${m.host}${host !== m.host ? ` (${host})` : ''} is outside the folders that may be shared (mount_dirs: ${allowed.join(', ') || 'none'}); add it to mount_dirs in the daemon's config`);
+      throw new InvalidArgumentError(
+        `${where}: ${m.host}${host !== m.host ? ` (${host})` : ''} is outside the folders that may be shared (mount_dirs: ${allowed.join(', ') || 'none'}); add it to mount_dirs in the daemon's config`,
+      );
     }
     out.push({ ...m, host });
   }

@@ -41,8 +41,16 @@ export const AGENT_DIR = join(REPO, 'dist', 'agent');
 
 /** The images the project builds itself from Debian packages, on first use. */
 export const BUILTIN_IMAGES: Record<string, Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb'>> = {
-  debian: { os: 'Debian GNU/Linux (the host\'s release)', description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image', min_disk_gb: 2 },
-  minimal: { os: 'svc minimal (busybox)', description: 'The small image: busybox init, dropbear and the agent; the fastest boots', min_disk_gb: 1 },
+  debian: {
+    os: "Debian GNU/Linux (the host's release)",
+    description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image',
+    min_disk_gb: 2,
+  },
+  minimal: {
+    os: 'svc minimal (busybox)',
+    description: 'The small image: busybox init, dropbear and the agent; the fastest boots',
+    min_disk_gb: 1,
+  },
 };
 /** `default` names the default image. */
 export const IMAGE_ALIASES: Record<string, string> = { default: 'debian' };
@@ -56,7 +64,10 @@ const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
  * so a failed or interrupted build leaves no image a later create would boot.
  */
 export class ImageCatalog {
-  private readonly building = new Map<string, { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress }>();
+  private readonly building = new Map<
+    string,
+    { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress }
+  >();
 
   constructor(readonly root: string) {}
 
@@ -67,7 +78,10 @@ export class ImageCatalog {
   /** The image's id after aliases; InvalidArgumentError for a malformed name. */
   canonical(name: string): string {
     const id = IMAGE_ALIASES[name] ?? name;
-    if (!ID.test(id)) throw new InvalidArgumentError(`invalid image name ${JSON.stringify(name)}: lowercase letters, digits, '.', '_' and '-', at most 63`);
+    if (!ID.test(id))
+      throw new InvalidArgumentError(
+        `invalid image name ${JSON.stringify(name)}: lowercase letters, digits, '.', '_' and '-', at most 63`,
+      );
     return id;
   }
 
@@ -87,7 +101,10 @@ export class ImageCatalog {
     const m = this.manifest(id);
     if (m) return { id, agent_ready: m.agent_ready, ssh_user: m.ssh_user, min_disk_gb: m.disk_gb, built: true };
     const b = BUILTIN_IMAGES[id];
-    if (!b) throw new InvalidArgumentError(`unknown image "${name}" (built-in: ${Object.keys(BUILTIN_IMAGES).join(', ')}; GET /images lists what is built)`);
+    if (!b)
+      throw new InvalidArgumentError(
+        `unknown image "${name}" (built-in: ${Object.keys(BUILTIN_IMAGES).join(', ')}; GET /images lists what is built)`,
+      );
     return { id, agent_ready: true, ssh_user: 'root', min_disk_gb: b.min_disk_gb, built: false };
   }
 
@@ -111,7 +128,10 @@ export class ImageCatalog {
     if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`unknown image "${name}"`);
     let b = this.building.get(id);
     if (!b) {
-      const entry: { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress } = { listeners: new Set(), done: Promise.resolve() };
+      const entry: { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress } = {
+        listeners: new Set(),
+        done: Promise.resolve(),
+      };
       entry.done = this.build(id, (p) => {
         entry.last = p;
         for (const l of entry.listeners) l(p);
@@ -167,10 +187,18 @@ export class ImageCatalog {
     let size = 0;
     for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
     return {
-      id, os: m.os ?? 'unknown', description: m.description ?? '', size_bytes: size,
+      id,
+      os: m.os ?? 'unknown',
+      description: m.description ?? '',
+      size_bytes: size,
       created_at: (await stat(join(dir, 'manifest.json'))).mtime.toISOString(),
-      agent_ready: m.agent_ready, boot: m.boot ?? 'kernel', source: m.source ?? id, min_disk_gb: m.disk_gb, ssh_user: m.ssh_user,
-      built: true, in_use_by: inUse(id),
+      agent_ready: m.agent_ready,
+      boot: m.boot ?? 'kernel',
+      source: m.source ?? id,
+      min_disk_gb: m.disk_gb,
+      ssh_user: m.ssh_user,
+      built: true,
+      in_use_by: inUse(id),
     };
   }
 
@@ -179,7 +207,11 @@ export class ImageCatalog {
    * wrote; its snapshots stay behind), with the base image's kernel, initramfs and boot settings.
    * Made in a temporary directory and renamed into place.
    */
-  async bake(name: string, vmDisk: string, meta: { from_image: string; description: string; source: string }): Promise<void> {
+  async bake(
+    name: string,
+    vmDisk: string,
+    meta: { from_image: string; description: string; source: string },
+  ): Promise<void> {
     const id = this.canonical(name);
     if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.get(meta.from_image);
@@ -190,9 +222,21 @@ export class ImageCatalog {
       for (const f of [base.kernel, base.initrd]) if (f) await copyFile(join(base.dir, f), join(tmp, f));
       const { dir: _d, ...manifest } = base;
       const sizeGb = await virtualSizeGb(join(tmp, 'disk.qcow2'));
-      await writeFile(join(tmp, 'manifest.json'), JSON.stringify({
-        ...manifest, id, disk: 'disk.qcow2', disk_gb: sizeGb, description: meta.description, source: meta.source,
-      }, null, 2) + '\n');
+      await writeFile(
+        join(tmp, 'manifest.json'),
+        JSON.stringify(
+          {
+            ...manifest,
+            id,
+            disk: 'disk.qcow2',
+            disk_gb: sizeGb,
+            description: meta.description,
+            source: meta.source,
+          },
+          null,
+          2,
+        ) + '\n',
+      );
       if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
       await rename(tmp, this.dir(id));
     } catch (err) {
@@ -206,7 +250,13 @@ export class ImageCatalog {
    * inside `allowed` (import_dirs). Made in a temporary directory and renamed into place, so a
    * refused or failed import leaves nothing.
    */
-  async import(name: string, source: ImageSource, allowed: readonly string[], meta: Omit<ImportMeta, 'id'>, progress: (p: ImageProgress) => void): Promise<void> {
+  async import(
+    name: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: Omit<ImportMeta, 'id'>,
+    progress: (p: ImageProgress) => void,
+  ): Promise<void> {
     const id = this.canonical(name);
     if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const file = await checkImportFile(source.path, allowed);
@@ -216,7 +266,16 @@ export class ImageCatalog {
     try {
       await mkdir(this.root, { recursive: true });
       if (source.type === 'disk') await importDisk(file, tmp, { ...meta, id }, progress);
-      else await importContainer(file, source.type, tmp, work, { ...meta, id }, { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild }, progress);
+      else
+        await importContainer(
+          file,
+          source.type,
+          tmp,
+          work,
+          { ...meta, id },
+          { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild },
+          progress,
+        );
       if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
       await rename(tmp, this.dir(id));
       progress({ percent: 100, message: `image ${id} imported` });
@@ -244,7 +303,11 @@ async function virtualSizeGb(path: string): Promise<number> {
 }
 
 /** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
-function runBuild(argv: string[], progress: (p: ImageProgress) => void, env: Record<string, string> = {}): Promise<void> {
+function runBuild(
+  argv: string[],
+  progress: (p: ImageProgress) => void,
+  env: Record<string, string> = {},
+): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv(env) });
     const tail: string[] = [];

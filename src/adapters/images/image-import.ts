@@ -18,7 +18,11 @@ export interface ImportMeta {
 }
 
 /** Runs a build step; the caller turns its progress lines into events (image-catalog's runBuild). */
-export type BuildRunner = (argv: string[], progress: (p: ImageProgress) => void, env?: Record<string, string>) => Promise<void>;
+export type BuildRunner = (
+  argv: string[],
+  progress: (p: ImageProgress) => void,
+  env?: Record<string, string>,
+) => Promise<void>;
 
 /**
  * A container image archive (`oci-archive` or `docker-archive`, as podman save, docker save and
@@ -28,8 +32,13 @@ export type BuildRunner = (argv: string[], progress: (p: ImageProgress) => void,
  * for a file that is not such an archive.
  */
 export async function importContainer(
-  file: string, type: 'oci-archive' | 'docker-archive', out: string, work: string, meta: ImportMeta,
-  build: { script: string; agentDir: string; run: BuildRunner }, progress: (p: ImageProgress) => void,
+  file: string,
+  type: 'oci-archive' | 'docker-archive',
+  out: string,
+  work: string,
+  meta: ImportMeta,
+  build: { script: string; agentDir: string; run: BuildRunner },
+  progress: (p: ImageProgress) => void,
 ): Promise<void> {
   await sniffImportFile(file, type);
   await mkdir(work, { recursive: true });
@@ -39,7 +48,10 @@ export async function importContainer(
   progress({ percent: 5, message: `reading the ${type} with skopeo` });
   const layout = join(work, 'oci');
   try {
-    await run('skopeo', ['--insecure-policy', 'copy', '-q', `${type}:${src}`, `oci:${layout}:svc`], { env: childEnv(), maxBuffer: 1 << 20 });
+    await run('skopeo', ['--insecure-policy', 'copy', '-q', `${type}:${src}`, `oci:${layout}:svc`], {
+      env: childEnv(),
+      maxBuffer: 1 << 20,
+    });
   } catch (err) {
     const why = ((err as { stderr?: string }).stderr ?? (err as Error).message).trim().split('\n').slice(-2).join(' ');
     throw new InvalidArgumentError(`from: ${file} is not a readable ${type}: ${why.slice(0, 400)}`);
@@ -50,11 +62,19 @@ export async function importContainer(
   const envFile = join(work, 'image.env');
   await writeFile(envFile, imageEnvScript(img.config));
   const cfgFile = join(work, 'image-config.json');
-  await writeFile(cfgFile, JSON.stringify({
-    os: `container image (${img.os}/${img.architecture})`, source: meta.description ?? `${type}:${file.split('/').pop()}`, config: img.config,
-  }));
+  await writeFile(
+    cfgFile,
+    JSON.stringify({
+      os: `container image (${img.os}/${img.architecture})`,
+      source: meta.description ?? `${type}:${file.split('/').pop()}`,
+      config: img.config,
+    }),
+  );
   await build.run(['bash', build.script, out, build.agentDir, 'oci'], progress, {
-    SVC_OCI_LAYOUT: layout, SVC_IMAGE_ENV: envFile, SVC_IMAGE_CONFIG: cfgFile, TMPDIR: work,
+    SVC_OCI_LAYOUT: layout,
+    SVC_IMAGE_ENV: envFile,
+    SVC_IMAGE_CONFIG: cfgFile,
+    TMPDIR: work,
   });
 }
 
@@ -72,7 +92,12 @@ interface QemuImgInfo {
  * for a file that is neither a qcow2 nor a raw disk with a partition table, and for a qcow2 that
  * names a backing or data file (it would read host files).
  */
-export async function importDisk(file: string, out: string, meta: ImportMeta, progress: (p: ImageProgress) => void): Promise<void> {
+export async function importDisk(
+  file: string,
+  out: string,
+  meta: ImportMeta,
+  progress: (p: ImageProgress) => void,
+): Promise<void> {
   progress({ percent: 5, message: 'checking the disk' });
   await sniffImportFile(file, 'disk');
   let info: QemuImgInfo;
@@ -80,23 +105,46 @@ export async function importDisk(file: string, out: string, meta: ImportMeta, pr
     const { stdout } = await run('qemu-img', ['info', '--output=json', file], { env: childEnv(), maxBuffer: 1 << 20 });
     info = JSON.parse(stdout) as QemuImgInfo;
   } catch (err) {
-    throw new InvalidArgumentError(`from: ${file} is not a disk image qemu-img can read: ${((err as { stderr?: string }).stderr ?? '').trim().slice(0, 300)}`);
+    throw new InvalidArgumentError(
+      `from: ${file} is not a disk image qemu-img can read: ${((err as { stderr?: string }).stderr ?? '').trim().slice(0, 300)}`,
+    );
   }
   if (info.format === 'qcow2') {
     if (info['backing-filename'] || info['format-specific']?.data?.['data-file']) {
-      throw new InvalidArgumentError(`from: ${file} is a qcow2 that reads another file (backing or data file); flatten it first (qemu-img convert -O qcow2)`);
+      throw new InvalidArgumentError(
+        `from: ${file} is a qcow2 that reads another file (backing or data file); flatten it first (qemu-img convert -O qcow2)`,
+      );
     }
   } else if (info.format !== 'raw') {
     throw new InvalidArgumentError(`from: ${file} is a ${info.format} image; import a qcow2 or a raw disk`);
   }
   await mkdir(out, { recursive: true });
   progress({ percent: 15, message: `copying the ${info.format} disk` });
-  await run('qemu-img', ['convert', '-q', '-f', info.format, '-O', 'qcow2', file, join(out, 'disk.qcow2')], { env: childEnv() });
+  await run('qemu-img', ['convert', '-q', '-f', info.format, '-O', 'qcow2', file, join(out, 'disk.qcow2')], {
+    env: childEnv(),
+  });
   progress({ percent: 95, message: 'writing the manifest' });
   const name = file.split('/').pop();
-  await writeFile(join(out, 'manifest.json'), JSON.stringify({
-    id: meta.id, format: 1, os: 'imported disk', description: meta.description ?? `imported from disk:${name}`,
-    kernel: '', initrd: '', disk: 'disk.qcow2', disk_gb: Math.max(1, Math.ceil(info['virtual-size'] / 2 ** 30)), cmdline: '',
-    ssh_user: meta.ssh_user ?? 'root', agent_ready: false, boot: 'firmware', source: `disk:${name}`,
-  }, null, 2) + '\n');
+  await writeFile(
+    join(out, 'manifest.json'),
+    JSON.stringify(
+      {
+        id: meta.id,
+        format: 1,
+        os: 'imported disk',
+        description: meta.description ?? `imported from disk:${name}`,
+        kernel: '',
+        initrd: '',
+        disk: 'disk.qcow2',
+        disk_gb: Math.max(1, Math.ceil(info['virtual-size'] / 2 ** 30)),
+        cmdline: '',
+        ssh_user: meta.ssh_user ?? 'root',
+        agent_ready: false,
+        boot: 'firmware',
+        source: `disk:${name}`,
+      },
+      null,
+      2,
+    ) + '\n',
+  );
 }

@@ -11,16 +11,21 @@ import { realOrSelf as real, within } from '../fs-kit/paths.js';
  */
 export async function checkImportFile(path: string, allowed: readonly string[], what = 'from'): Promise<string> {
   if (!allowed.length) {
-    throw new InvalidArgumentError(`${what}: this daemon imports no host files (import_dirs is empty); add the folder holding ${path} to import_dirs in the daemon's config`);
+    throw new InvalidArgumentError(
+      `${what}: this daemon imports no host files (import_dirs is empty); add the folder holding ${path} to import_dirs in the daemon's config`,
+    );
   }
-  if (!path.startsWith('/')) throw new InvalidArgumentError(`${what}: ${JSON.stringify(path)} must be an absolute host path`);
+  if (!path.startsWith('/'))
+    throw new InvalidArgumentError(`${what}: ${JSON.stringify(path)} must be an absolute host path`);
   const st = await stat(path).catch(() => undefined);
   if (!st) throw new InvalidArgumentError(`${what}: ${path} does not exist`);
   if (!st.isFile()) throw new InvalidArgumentError(`${what}: ${path} is not a regular file`);
   const file = await realpath(path);
   const dirs = await Promise.all(allowed.map(real));
   if (!dirs.some((d) => within(file, d))) {
-    throw new InvalidArgumentError(`${what}: ${path}${file !== path ? ` (a link to ${file})` : ''} is outside the folders images may be imported from (import_dirs: ${dirs.join(', ')})`);
+    throw new InvalidArgumentError(
+      `${what}: ${path}${file !== path ? ` (a link to ${file})` : ''} is outside the folders images may be imported from (import_dirs: ${dirs.join(', ')})`,
+    );
   }
   return file;
 }
@@ -34,12 +39,15 @@ export async function sniffImportFile(file: string, type: ImageSource['type']): 
   const n = buf.length;
   if (type !== 'disk') {
     if (n < 512 || buf.subarray(257, 262).toString('latin1') !== 'ustar') {
-      throw new InvalidArgumentError(`from: ${file} is not a tar archive (an ${type} is what podman save, docker save or skopeo copy write)`);
+      throw new InvalidArgumentError(
+        `from: ${file} is not a tar archive (an ${type} is what podman save, docker save or skopeo copy write)`,
+      );
     }
     return;
   }
   const qcow2 = buf.subarray(0, 4).equals(Buffer.from([0x51, 0x46, 0x49, 0xfb]));
   const mbr = n >= 512 && buf[510] === 0x55 && buf[511] === 0xaa;
   const gpt = buf.subarray(512, 520).toString('latin1') === 'EFI PART';
-  if (!qcow2 && !mbr && !gpt) throw new InvalidArgumentError(`from: ${file} is neither a qcow2 nor a raw disk with a partition table`);
+  if (!qcow2 && !mbr && !gpt)
+    throw new InvalidArgumentError(`from: ${file} is neither a qcow2 nor a raw disk with a partition table`);
 }

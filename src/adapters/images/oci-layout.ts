@@ -43,11 +43,13 @@ async function json(path: string, what: string): Promise<Record<string, unknown>
 }
 
 function blob(layout: string, digest: unknown, what: string): string {
-  if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new InvalidArgumentError(`the image's ${what} has no sha256 digest`);
+  if (typeof digest !== 'string' || !DIGEST.test(digest))
+    throw new InvalidArgumentError(`the image's ${what} has no sha256 digest`);
   return join(layout, 'blobs', 'sha256', digest.slice(7));
 }
 
-const strings = (v: unknown): string[] | undefined => (Array.isArray(v) && v.every((s) => typeof s === 'string') ? (v as string[]) : undefined);
+const strings = (v: unknown): string[] | undefined =>
+  Array.isArray(v) && v.every((s) => typeof s === 'string') ? (v as string[]) : undefined;
 
 /**
  * Reads an OCI image layout as `skopeo copy` writes it (one image, tag `svc`):
@@ -56,21 +58,28 @@ const strings = (v: unknown): string[] | undefined => (Array.isArray(v) && v.eve
 export async function readOciLayout(layout: string): Promise<OciImage> {
   const index = await json(join(layout, 'index.json'), 'index');
   const manifests = Array.isArray(index.manifests) ? (index.manifests as Record<string, unknown>[]) : [];
-  if (manifests.length !== 1) throw new InvalidArgumentError(`the archive holds ${manifests.length} images; import one`);
+  if (manifests.length !== 1)
+    throw new InvalidArgumentError(`the archive holds ${manifests.length} images; import one`);
   const manifest = await json(blob(layout, manifests[0].digest, 'manifest'), 'manifest');
   const cfgDesc = manifest.config as Record<string, unknown> | undefined;
   const cfg = await json(blob(layout, cfgDesc?.digest, 'config'), 'config');
   const os = String(cfg.os ?? 'linux');
   const architecture = String(cfg.architecture ?? 'amd64');
-  if (os !== 'linux' || architecture !== 'amd64') throw new InvalidArgumentError(`the image is for ${os}/${architecture}; svc runs linux/amd64 guests`);
+  if (os !== 'linux' || architecture !== 'amd64')
+    throw new InvalidArgumentError(`the image is for ${os}/${architecture}; svc runs linux/amd64 guests`);
   const c = (cfg.config ?? {}) as Record<string, unknown>;
   const layers = Array.isArray(manifest.layers) ? (manifest.layers as Record<string, unknown>[]) : [];
-  if (layers.length > MAX_LAYERS) throw new InvalidArgumentError(`the image has ${layers.length} layers; at most ${MAX_LAYERS}`);
+  if (layers.length > MAX_LAYERS)
+    throw new InvalidArgumentError(`the image has ${layers.length} layers; at most ${MAX_LAYERS}`);
   return {
-    os, architecture,
+    os,
+    architecture,
     config: {
-      Env: strings(c.Env), WorkingDir: typeof c.WorkingDir === 'string' ? c.WorkingDir : undefined,
-      User: typeof c.User === 'string' ? c.User : undefined, Entrypoint: strings(c.Entrypoint), Cmd: strings(c.Cmd),
+      Env: strings(c.Env),
+      WorkingDir: typeof c.WorkingDir === 'string' ? c.WorkingDir : undefined,
+      User: typeof c.User === 'string' ? c.User : undefined,
+      Entrypoint: strings(c.Entrypoint),
+      Cmd: strings(c.Cmd),
     },
     layers: layers.map((l, i) => blob(layout, l.digest, `layer ${i}`)),
   };
@@ -97,7 +106,10 @@ export async function checkLayers(layers: string[]): Promise<void> {
   let entries = 0;
   for (const [i, path] of layers.entries()) {
     const magic = await fileHead(path, 4);
-    if (magic.equals(ZSTD)) throw new InvalidArgumentError(`layer ${i + 1} of ${layers.length} is zstd-compressed; umoci here reads plain and gzip layers (convert with skopeo copy --dest-compress-format gzip)`);
+    if (magic.equals(ZSTD))
+      throw new InvalidArgumentError(
+        `layer ${i + 1} of ${layers.length} is zstd-compressed; umoci here reads plain and gzip layers (convert with skopeo copy --dest-compress-format gzip)`,
+      );
     const gzip = magic[0] === 0x1f && magic[1] === 0x8b;
     const ex = tar.extract();
     const source = createReadStream(path);
@@ -108,9 +120,11 @@ export async function checkLayers(layers: string[]): Promise<void> {
         let bad: string | undefined;
         if (++entries > MAX_ENTRIES) bad = `more than ${MAX_ENTRIES} entries`;
         else if (escapes(h.name)) bad = `entry ${JSON.stringify(h.name)} would land outside the image root`;
-        else if (h.type === 'link' && escapes(h.linkname ?? '')) bad = `hard link ${JSON.stringify(h.name)} points outside the image root (${JSON.stringify(h.linkname)})`;
+        else if (h.type === 'link' && escapes(h.linkname ?? ''))
+          bad = `hard link ${JSON.stringify(h.name)} points outside the image root (${JSON.stringify(h.linkname)})`;
         // The guest's /dev is a devtmpfs; a device node in a layer would be made on the host while importing.
-        else if (h.type === 'block-device' || h.type === 'character-device') bad = `entry ${JSON.stringify(h.name)} is a device node; images carry none (the guest's /dev is made at boot)`;
+        else if (h.type === 'block-device' || h.type === 'character-device')
+          bad = `entry ${JSON.stringify(h.name)} is a device node; images carry none (the guest's /dev is made at boot)`;
         if (bad) throw new InvalidArgumentError(`layer ${i + 1} of ${layers.length}: ${bad}`);
         entry.resume();
       }
@@ -120,7 +134,9 @@ export async function checkLayers(layers: string[]): Promise<void> {
       source.destroy();
       ex.destroy();
       if (err instanceof InvalidArgumentError) throw err;
-      throw new InvalidArgumentError(`layer ${i + 1} of ${layers.length} is not a readable tar: ${(err as Error).message}`);
+      throw new InvalidArgumentError(
+        `layer ${i + 1} of ${layers.length} is not a readable tar: ${(err as Error).message}`,
+      );
     }
   }
 }
@@ -132,7 +148,11 @@ const ZSTD = Buffer.from([0x28, 0xb5, 0x2f, 0xfd]);
  * `cd` into its `WorkingDir`, so the agent (and every exec it starts) runs with them.
  */
 export function imageEnvScript(c: OciImageConfig): string {
-  const lines = ['# written by svc from the image config', "export PATH='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'", "export HOME='/root'"];
+  const lines = [
+    '# written by svc from the image config',
+    "export PATH='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'",
+    "export HOME='/root'",
+  ];
   for (const e of c.Env ?? []) {
     const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(e);
     if (m && !/[\0\n]/.test(m[2])) lines.push(`export ${m[1]}=${shellWord(m[2])}`);

@@ -12,10 +12,17 @@ const run = promisify(execFile);
  * filesystem into it), nothing copied. Every driver that boots the project's images starts here.
  */
 export async function makeOverlay(img: ResolvedImage, path: string, sizeGb: number, vm: string): Promise<void> {
-  if (sizeGb < img.disk_gb) throw new InvalidArgumentError(`disk_gb ${sizeGb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
+  if (sizeGb < img.disk_gb)
+    throw new InvalidArgumentError(`disk_gb ${sizeGb} is smaller than image ${img.id} (at least ${img.disk_gb})`);
   try {
-    await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', path, `${sizeGb}G`], { env: childEnv() });
+    await run(
+      'qemu-img',
+      ['create', '-q', '-f', 'qcow2', '-b', join(img.dir, img.disk), '-F', 'qcow2', path, `${sizeGb}G`],
+      { env: childEnv() },
+    );
   } catch (err) {
-    throw new InternalError(`cannot create the disk of vm ${vm}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`);
+    throw new InternalError(
+      `cannot create the disk of vm ${vm}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`,
+    );
   }
 }

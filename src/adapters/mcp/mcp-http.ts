@@ -5,7 +5,8 @@ import type { McpPolicy } from './mcp-server.js';
 /** The SDK (and zod, ajv) load on the first MCP request, so a daemon nobody uses MCP with stays small. */
 const sdk = async () => {
   const [{ StreamableHTTPServerTransport }, { buildMcpServer }] = await Promise.all([
-    import('@modelcontextprotocol/sdk/server/streamableHttp.js'), import('./mcp-server.js'),
+    import('@modelcontextprotocol/sdk/server/streamableHttp.js'),
+    import('./mcp-server.js'),
   ]);
   return { StreamableHTTPServerTransport, buildMcpServer };
 };
@@ -18,11 +19,14 @@ const sdk = async () => {
 export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
   const noSessions: RouteDef['handler'] = (_req, res) => {
     res.setHeader('Allow', 'POST');
-    res.status(405).json({ error: 'this MCP endpoint is stateless: POST JSON-RPC messages to it', code: 'invalid_argument' });
+    res
+      .status(405)
+      .json({ error: 'this MCP endpoint is stateless: POST JSON-RPC messages to it', code: 'invalid_argument' });
   };
   return [
     {
-      method: 'post', path: '/mcp',
+      method: 'post',
+      path: '/mcp',
       handler: async (req, res) => {
         const { StreamableHTTPServerTransport, buildMcpServer } = await sdk();
         const server = buildMcpServer(client, policy);

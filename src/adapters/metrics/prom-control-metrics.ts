@@ -19,14 +19,29 @@ export class PromControlMetrics implements ControlMetrics {
     this.deleted = new Counter({ name: 'svc_vms_deleted_total', help: 'VMs deleted', registers: [registry] });
     this.failed = new Counter({ name: 'svc_create_errors_total', help: 'Failed creates', registers: [registry] });
     this.duration = new Histogram({
-      name: 'svc_create_duration_seconds', help: 'Time from create accepted to ready or failed', labelNames: ['outcome'],
-      buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300], registers: [registry],
+      name: 'svc_create_duration_seconds',
+      help: 'Time from create accepted to ready or failed',
+      labelNames: ['outcome'],
+      buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300],
+      registers: [registry],
     });
-    this.egress = new Counter({ name: 'svc_egress_connections_total', help: 'Connections and UDP flows a guest opened beyond its network, by decision', labelNames: ['vm', 'decision'], registers: [registry] });
-    this.dns = new Counter({ name: 'svc_egress_dns_queries_total', help: 'Names a guest asked its network to resolve, by decision', labelNames: ['vm', 'decision'], registers: [registry] });
+    this.egress = new Counter({
+      name: 'svc_egress_connections_total',
+      help: 'Connections and UDP flows a guest opened beyond its network, by decision',
+      labelNames: ['vm', 'decision'],
+      registers: [registry],
+    });
+    this.dns = new Counter({
+      name: 'svc_egress_dns_queries_total',
+      help: 'Names a guest asked its network to resolve, by decision',
+      labelNames: ['vm', 'decision'],
+      registers: [registry],
+    });
     const running = () => this.runningSource();
     new Gauge({
-      name: 'svc_vms_running', help: 'Running VMs, computed from state at scrape time', registers: [registry],
+      name: 'svc_vms_running',
+      help: 'Running VMs, computed from state at scrape time',
+      registers: [registry],
       collect() {
         this.set(running());
       },

@@ -28,7 +28,7 @@ export interface DhcpRequest {
 export function readDhcp(b: Buffer): DhcpRequest | undefined {
   if (b.length < 240 || b[0] !== 1 || b.readUInt32BE(236) !== COOKIE) return undefined;
   let type = 0;
-  for (let i = 240; i < b.length; ) {
+  for (let i = 240; i < b.length;) {
     const code = b[i];
     if (code === 255) break;
     if (code === 0) {

@@ -64,7 +64,14 @@ export function readQuestion(m: Buffer): Question {
   if (m.readUInt16BE(4) !== 1) throw new BadDns('one question expected');
   const { name, end } = readName(m, 12);
   if (end + 4 > m.length) throw new BadDns('short question');
-  const q: Question = { id: m.readUInt16BE(0), name, type: m.readUInt16BE(end), raw: Buffer.from(m.subarray(12, end + 4)), edns: false, rd: (flags & 0x0100) !== 0 };
+  const q: Question = {
+    id: m.readUInt16BE(0),
+    name,
+    type: m.readUInt16BE(end),
+    raw: Buffer.from(m.subarray(12, end + 4)),
+    edns: false,
+    rd: (flags & 0x0100) !== 0,
+  };
   // An OPT record among the additional ones (usually the only one).
   let off = end + 4;
   const skip = m.readUInt16BE(6) + m.readUInt16BE(8);

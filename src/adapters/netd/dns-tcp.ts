@@ -23,16 +23,21 @@ export class DnsOverTcp extends Duplex {
       this.buf = this.buf.subarray(2 + msg.length);
       if (this.pending >= MAX_PENDING) continue;
       this.pending++;
-      void this.answer(Buffer.from(msg)).then((a) => {
-        if (a && !this.destroyed) {
-          const len = Buffer.alloc(2);
-          len.writeUInt16BE(a.length);
-          this.push(Buffer.concat([len, a]));
-        }
-      }, () => undefined).finally(() => {
-        this.pending--;
-        if (!this.pending) this.ending?.();
-      });
+      void this.answer(Buffer.from(msg))
+        .then(
+          (a) => {
+            if (a && !this.destroyed) {
+              const len = Buffer.alloc(2);
+              len.writeUInt16BE(a.length);
+              this.push(Buffer.concat([len, a]));
+            }
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          this.pending--;
+          if (!this.pending) this.ending?.();
+        });
     }
     if (this.buf.length > 65537) {
       cb(new Error('dns message too long'));

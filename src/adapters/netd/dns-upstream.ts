@@ -17,7 +17,10 @@ export class DnsUpstream {
   private stamp = '';
 
   /** `fixed`: resolvers as HOST or HOST:PORT (`[v6]:PORT`) instead of resolv.conf's. */
-  constructor(private readonly fixed: string[] = [], private readonly resolvConf = '/etc/resolv.conf') {}
+  constructor(
+    private readonly fixed: string[] = [],
+    private readonly resolvConf = '/etc/resolv.conf',
+  ) {}
 
   /** The resolvers, re-read when resolv.conf changed. */
   nameservers(): string[] {
@@ -37,7 +40,11 @@ export class DnsUpstream {
       } catch {
         // none: the host cannot resolve either
       }
-      this.servers = text.split('\n').map((l) => /^\s*nameserver\s+(\S+)/.exec(l)?.[1]).filter((s): s is string => !!s && isIP(s.split('%')[0]) !== 0).slice(0, 3);
+      this.servers = text
+        .split('\n')
+        .map((l) => /^\s*nameserver\s+(\S+)/.exec(l)?.[1])
+        .filter((s): s is string => !!s && isIP(s.split('%')[0]) !== 0)
+        .slice(0, 3);
       if (!this.servers.length) this.servers = ['127.0.0.1'];
     }
     return this.servers;
@@ -108,7 +115,8 @@ function queryTcp(server: string, port: number, msg: Buffer): Promise<Buffer> {
       have += d.length;
       if (have > MAX_ANSWER + 2) return done(new Error('answer too large'));
       const all = Buffer.concat(chunks);
-      if (all.length >= 2 && all.length >= 2 + all.readUInt16BE(0)) done(undefined, all.subarray(2, 2 + all.readUInt16BE(0)));
+      if (all.length >= 2 && all.length >= 2 + all.readUInt16BE(0))
+        done(undefined, all.subarray(2, 2 + all.readUInt16BE(0)));
     });
     sock.on('end', () => done(new Error('resolver closed the connection')));
   });

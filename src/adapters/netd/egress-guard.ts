@@ -1,4 +1,10 @@
-import { EgressRules, HOST_NAME, type EgressDecision, type EgressEvent, type EgressPolicy } from '../../domain/egress.js';
+import {
+  EgressRules,
+  HOST_NAME,
+  type EgressDecision,
+  type EgressEvent,
+  type EgressPolicy,
+} from '../../domain/egress.js';
 import { parseIp, type IpAddr } from '../../domain/ip.js';
 import { TYPE_A, answerWith, readAnswers, readQuestion, blocked } from './dns-message.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
@@ -127,7 +133,14 @@ export class EgressGuard {
     }
     const d = this.rules.resolve(q.name);
     if (d.rule === HOST_NAME) {
-      this.fold({ event: 'dns', proto: 'dns', name: q.name, decision: 'allow', rule: d.rule, answers: [ipToString(hostIp)] });
+      this.fold({
+        event: 'dns',
+        proto: 'dns',
+        name: q.name,
+        decision: 'allow',
+        rule: d.rule,
+        answers: [ipToString(hostIp)],
+      });
       return answerWith(q, q.type === TYPE_A ? [hostIp] : [], 60);
     }
     if (q.name.endsWith('.svc.internal') || q.name === 'svc.internal') {
@@ -142,7 +155,14 @@ export class EgressGuard {
     try {
       answer = await this.upstream.query(msg, tcp);
     } catch (err) {
-      this.fold({ event: 'dns', proto: 'dns', name: q.name, decision: 'allow', rule: d.rule, error: (err as Error).message });
+      this.fold({
+        event: 'dns',
+        proto: 'dns',
+        name: q.name,
+        decision: 'allow',
+        rule: d.rule,
+        error: (err as Error).message,
+      });
       return undefined;
     }
     let answers: string[] = [];
@@ -153,7 +173,14 @@ export class EgressGuard {
     } catch {
       // an answer we cannot read teaches nothing; the guest gets it as it came
     }
-    this.fold({ event: 'dns', proto: 'dns', name: q.name, decision: 'allow', rule: d.rule, answers: answers.slice(0, 8) });
+    this.fold({
+      event: 'dns',
+      proto: 'dns',
+      name: q.name,
+      decision: 'allow',
+      rule: d.rule,
+      answers: answers.slice(0, 8),
+    });
     return answer;
   }
 

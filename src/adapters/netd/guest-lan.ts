@@ -7,8 +7,30 @@ import { DnsOverTcp } from './dns-tcp.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import { EgressGuard, type EgressEntry } from './egress-guard.js';
 import {
-  arpFrame, ETH_ARP, ETH_IPV4, icmpFrame, IP_ICMP, IP_TCP, IP_UDP, ipFrom, ipToString, macFrom, prohibited, readArp, readEth, readIcmp, readIpv4,
-  readTcp, readUdp, TCP_ACK, TCP_RST, TCP_SYN, udpFrames, type Ipv4, type Link, type Tcp,
+  arpFrame,
+  ETH_ARP,
+  ETH_IPV4,
+  icmpFrame,
+  IP_ICMP,
+  IP_TCP,
+  IP_UDP,
+  ipFrom,
+  ipToString,
+  macFrom,
+  prohibited,
+  readArp,
+  readEth,
+  readIcmp,
+  readIpv4,
+  readTcp,
+  readUdp,
+  TCP_ACK,
+  TCP_RST,
+  TCP_SYN,
+  udpFrames,
+  type Ipv4,
+  type Link,
+  type Tcp,
 } from './packets.js';
 import { sniff } from './sniff.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
@@ -35,7 +57,7 @@ const CONGESTED = 4 << 20;
 /** A guest connection's first bytes are held at most this long for a TLS SNI or HTTP Host. */
 const SNIFF_MAX = 16 << 10;
 const CONNECT_TIMEOUT_MS = 30_000;
-const inLan = (ip: number) => ((ip & MASK) >>> 0) === LAN.base;
+const inLan = (ip: number) => (ip & MASK) >>> 0 === LAN.base;
 
 export interface LanOptions {
   vm: string;
@@ -92,7 +114,10 @@ export class GuestLan implements FlowHost, UdpHost {
   private readonly guard: EgressGuard;
   private readonly forwards = new Map<string, UdpForward>();
   /** Gateway ports that carry a UDP forward's client, to its answers. */
-  private readonly udpClients = new Map<number, { server: DgramSocket; address: string; port: number; idle: NodeJS.Timeout }>();
+  private readonly udpClients = new Map<
+    number,
+    { server: DgramSocket; address: string; port: number; idle: NodeJS.Timeout }
+  >();
   private readonly gwPorts = new Set<number>();
   private nextPort = 40000;
   /** Frames from the guest this network could not read (a count, for `list`). */
@@ -137,7 +162,8 @@ export class GuestLan implements FlowHost, UdpHost {
         });
         return;
       } catch (err) {
-        if (Date.now() > until || this.socketPath !== path) throw new Error(`cannot reach the vm's network socket ${path}: ${(err as Error).message}`);
+        if (Date.now() > until || this.socketPath !== path)
+          throw new Error(`cannot reach the vm's network socket ${path}: ${(err as Error).message}`);
         await new Promise((r) => setTimeout(r, 25));
       }
     }
@@ -168,7 +194,10 @@ export class GuestLan implements FlowHost, UdpHost {
       }
     }
     for (const f of this.udp.all()) {
-      const d = f.remoteIp === LAN.gateway ? this.guard.hostPort(f.remotePort) : this.guard.connect(f.remoteIp, f.remotePort, 'udp');
+      const d =
+        f.remoteIp === LAN.gateway
+          ? this.guard.hostPort(f.remotePort)
+          : this.guard.connect(f.remoteIp, f.remotePort, 'udp');
       if (!d.allow) {
         f.meta.rule = `ended:${d.rule}`;
         this.udp.close(f);
@@ -192,10 +221,14 @@ export class GuestLan implements FlowHost, UdpHost {
     const existing = this.forwards.get(`${s.proto}:${s.host_port}`);
     if (existing && s.host_port) {
       if (existing.spec.guest_port === s.guest_port) return existing.spec;
-      throw Object.assign(new Error(`host port ${s.host_port}/${s.proto} is forwarded already`), { code: 'EADDRINUSE' });
+      throw Object.assign(new Error(`host port ${s.host_port}/${s.proto} is forwarded already`), {
+        code: 'EADDRINUSE',
+      });
     }
     if (s.proto === 'tcp') {
-      const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (sock) => this.inbound(sock, s.guest_port));
+      const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (sock) =>
+        this.inbound(sock, s.guest_port),
+      );
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(s.host_port, '127.0.0.1', () => resolve());
@@ -300,7 +333,8 @@ export class GuestLan implements FlowHost, UdpHost {
     if (eth.type !== ETH_IPV4) return; // IPv6 and the rest: the guest's network is IPv4 only
     const ip = readIpv4(eth.payload);
     if (ip.src !== this.guestIp && ip.src !== 0) return;
-    if (ip.src === this.guestIp && !eth.src.equals(this.link.dstMac)) this.link = { dstMac: Buffer.from(eth.src), srcMac: GW_MAC };
+    if (ip.src === this.guestIp && !eth.src.equals(this.link.dstMac))
+      this.link = { dstMac: Buffer.from(eth.src), srcMac: GW_MAC };
     if (ip.fragment) return; // not reassembled: guests send TCP unfragmented, and UDP this large rarely
     if (ip.proto === IP_TCP) return this.tcp(ip, readTcp(ip.payload));
     if (ip.proto === IP_UDP) return this.udpIn(ip, Buffer.from(eth.src));
@@ -333,9 +367,12 @@ export class GuestLan implements FlowHost, UdpHost {
     const u = readUdp(ip.payload);
     if (u.dstPort === 67 && (ip.dst === BROADCAST || ip.dst === LAN.gateway)) {
       const req = readDhcp(u.payload);
-      const reply = req && dhcpReply(req, { client: this.guestIp, gateway: LAN.gateway, dns: LAN.dns, mask: MASK, leaseSec: 86400 });
+      const reply =
+        req &&
+        dhcpReply(req, { client: this.guestIp, gateway: LAN.gateway, dns: LAN.dns, mask: MASK, leaseSec: 86400 });
       if (reply) {
-        for (const f of udpFrames({ dstMac: srcMac, srcMac: GW_MAC }, LAN.gateway, 67, BROADCAST, 68, reply, this.mtu)) this.emit(f);
+        for (const f of udpFrames({ dstMac: srcMac, srcMac: GW_MAC }, LAN.gateway, 67, BROADCAST, 68, reply, this.mtu))
+          this.emit(f);
       }
       return;
     }
@@ -355,7 +392,15 @@ export class GuestLan implements FlowHost, UdpHost {
       }
       const d = this.guard.hostPort(u.dstPort);
       if (!d.allow) return this.refuseUdp(ip, 'host', u.dstPort, d.rule, HOST_NAME);
-      this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: '127.0.0.1', port: u.dstPort }, Buffer.from(u.payload), { rule: d.rule, names: [HOST_NAME] }, (f) => this.udpOpened(f, 'host'));
+      this.udp.send(
+        u.srcPort,
+        ip.dst,
+        u.dstPort,
+        { address: '127.0.0.1', port: u.dstPort },
+        Buffer.from(u.payload),
+        { rule: d.rule, names: [HOST_NAME] },
+        (f) => this.udpOpened(f, 'host'),
+      );
       return;
     }
     if (inLan(ip.dst) || ip.dst === BROADCAST) return;
@@ -363,7 +408,15 @@ export class GuestLan implements FlowHost, UdpHost {
     const addr = ipToString(ip.dst);
     if (!d.allow) return this.refuseUdp(ip, addr, u.dstPort, d.rule, d.names[0]);
     const to = this.o.route?.(addr, u.dstPort) ?? { host: addr, port: u.dstPort };
-    this.udp.send(u.srcPort, ip.dst, u.dstPort, { address: to.host, port: to.port }, Buffer.from(u.payload), { rule: d.rule, names: d.names }, (f) => this.udpOpened(f, addr));
+    this.udp.send(
+      u.srcPort,
+      ip.dst,
+      u.dstPort,
+      { address: to.host, port: to.port },
+      Buffer.from(u.payload),
+      { rule: d.rule, names: d.names },
+      (f) => this.udpOpened(f, addr),
+    );
   }
 
   private refuseUdp(ip: Ipv4, addr: string, port: number, rule: string, name?: string): void {
@@ -372,20 +425,38 @@ export class GuestLan implements FlowHost, UdpHost {
   }
 
   private udpOpened(f: UdpFlow, addr: string): void {
-    this.guard.fold({ event: 'open', proto: 'udp', addr, port: f.remotePort, name: f.meta.names[0], decision: 'allow', rule: f.meta.rule });
+    this.guard.fold({
+      event: 'open',
+      proto: 'udp',
+      addr,
+      port: f.remotePort,
+      name: f.meta.names[0],
+      decision: 'allow',
+      rule: f.meta.rule,
+    });
   }
 
   private udpClosed(f: UdpFlow): void {
     const ended = f.meta.rule.startsWith('ended:') ? f.meta.rule.slice(6) : undefined;
     this.guard.fold({
-      event: 'close', proto: 'udp', addr: f.remoteIp === LAN.gateway ? 'host' : ipToString(f.remoteIp), port: f.remotePort, name: f.meta.names[0],
-      decision: ended ? 'deny' : 'allow', rule: ended ?? f.meta.rule, bytes_out: f.bytesOut, bytes_in: f.bytesIn, duration_ms: Date.now() - f.openedAt,
+      event: 'close',
+      proto: 'udp',
+      addr: f.remoteIp === LAN.gateway ? 'host' : ipToString(f.remoteIp),
+      port: f.remotePort,
+      name: f.meta.names[0],
+      decision: ended ? 'deny' : 'allow',
+      rule: ended ?? f.meta.rule,
+      bytes_out: f.bytesOut,
+      bytes_in: f.bytesIn,
+      duration_ms: Date.now() - f.openedAt,
     });
   }
 
   /** A datagram to a UDP forward's host port: to the guest, from a gateway port that carries the answers back. */
   private udpInbound(server: DgramSocket, spec: PortForward, msg: Buffer, address: string, port: number): void {
-    let gwPort = [...this.udpClients.entries()].find(([, c]) => c.server === server && c.address === address && c.port === port)?.[0];
+    let gwPort = [...this.udpClients.entries()].find(
+      ([, c]) => c.server === server && c.address === address && c.port === port,
+    )?.[0];
     if (gwPort === undefined) {
       gwPort = this.allocPort();
       this.udpClients.set(gwPort, { server, address, port, idle: setTimeout(() => undefined, 0) });
@@ -397,7 +468,8 @@ export class GuestLan implements FlowHost, UdpHost {
       this.udpClients.delete(gp);
       this.gwPorts.delete(gp);
     }, 60_000).unref();
-    for (const f of udpFrames(this.link, LAN.gateway, gwPort, this.guestIp, spec.guest_port, msg, this.mtu)) this.emit(f);
+    for (const f of udpFrames(this.link, LAN.gateway, gwPort, this.guestIp, spec.guest_port, msg, this.mtu))
+      this.emit(f);
   }
 
   private allocPort(): number {
@@ -428,7 +500,14 @@ export class GuestLan implements FlowHost, UdpHost {
     const ends = { remoteIp: ip.dst, remotePort: t.dstPort, guestPort: t.srcPort };
     if (ip.dst === LAN.dns && t.dstPort === 53) {
       const flow = TcpFlow.fromGuest(this, ends, t);
-      this.conns.set(flow.key, { flow, kind: 'local', addr: ipToString(ip.dst), port: 53, decision: { allow: true, rule: 'resolver' }, names: [] });
+      this.conns.set(flow.key, {
+        flow,
+        kind: 'local',
+        addr: ipToString(ip.dst),
+        port: 53,
+        decision: { allow: true, rule: 'resolver' },
+        names: [],
+      });
       flow.connected(new DnsOverTcp((m) => this.guard.dns(m, true, LAN.gateway)));
       return;
     }
@@ -442,24 +521,49 @@ export class GuestLan implements FlowHost, UdpHost {
     this.open(ends, t, this.guard.connect(ip.dst, t.dstPort, 'tcp'), 'out', ipToString(ip.dst));
   }
 
-  private open(ends: { remoteIp: number; remotePort: number; guestPort: number }, syn: Tcp, d: EgressDecision & { names: string[] }, kind: 'out' | 'host', target: string): void {
+  private open(
+    ends: { remoteIp: number; remotePort: number; guestPort: number },
+    syn: Tcp,
+    d: EgressDecision & { names: string[] },
+    kind: 'out' | 'host',
+    target: string,
+  ): void {
     const addr = kind === 'host' ? 'host' : target;
     const name = d.names[0];
     if (!d.allow) {
-      this.guard.fold({ event: 'deny', proto: 'tcp', addr, port: ends.remotePort, name, decision: 'deny', rule: d.rule });
+      this.guard.fold({
+        event: 'deny',
+        proto: 'tcp',
+        addr,
+        port: ends.remotePort,
+        name,
+        decision: 'deny',
+        rule: d.rule,
+      });
       this.emit(resetFor(this, ends.remoteIp, syn));
       return;
     }
     const flow = TcpFlow.fromGuest(this, ends, syn);
     const c: Conn = { flow, kind, addr, port: ends.remotePort, decision: d, names: d.names };
     this.conns.set(flow.key, c);
-    this.guard.fold({ event: 'open', proto: 'tcp', addr, port: ends.remotePort, name, decision: 'allow', rule: d.rule });
+    this.guard.fold({
+      event: 'open',
+      proto: 'tcp',
+      addr,
+      port: ends.remotePort,
+      name,
+      decision: 'allow',
+      rule: d.rule,
+    });
     // What the connection shows (SNI, Host) is checked when a name let it through or a deny rule names one.
     if (kind === 'out' && (d.byName || this.guard.policy.deny.length)) {
       flow.hold();
       flow.onHeld = () => this.checkShown(c);
     }
-    const to = kind === 'out' ? this.o.route?.(target, ends.remotePort) ?? { host: target, port: ends.remotePort } : { host: target, port: ends.remotePort };
+    const to =
+      kind === 'out'
+        ? (this.o.route?.(target, ends.remotePort) ?? { host: target, port: ends.remotePort })
+        : { host: target, port: ends.remotePort };
     const sock = connect({ host: to.host, port: to.port, allowHalfOpen: true });
     sock.setTimeout(CONNECT_TIMEOUT_MS, () => sock.destroy(new Error('connect timed out')));
     sock.once('connect', () => {
@@ -482,7 +586,15 @@ export class GuestLan implements FlowHost, UdpHost {
       c.shown = s.name;
       const d = this.guard.shown(s.name, c.port, c.decision);
       if (!d.allow) {
-        this.guard.fold({ event: 'deny', proto: 'tcp', addr: c.addr, port: c.port, name: s.name, decision: 'deny', rule: d.rule });
+        this.guard.fold({
+          event: 'deny',
+          proto: 'tcp',
+          addr: c.addr,
+          port: c.port,
+          name: s.name,
+          decision: 'deny',
+          rule: d.rule,
+        });
         c.endedBy = d.rule;
         c.flow.abort();
         return;
@@ -499,7 +611,14 @@ export class GuestLan implements FlowHost, UdpHost {
     }
     const gwPort = this.allocPort();
     const flow = TcpFlow.toGuest(this, { remoteIp: LAN.gateway, remotePort: gwPort, guestPort }, sock);
-    this.conns.set(flow.key, { flow, kind: 'in', addr: 'guest', port: guestPort, decision: { allow: true, rule: 'forward' }, names: [] });
+    this.conns.set(flow.key, {
+      flow,
+      kind: 'in',
+      addr: 'guest',
+      port: guestPort,
+      decision: { allow: true, rule: 'forward' },
+      names: [],
+    });
   }
 
   closed(flow: TcpFlow): void {
@@ -513,8 +632,16 @@ export class GuestLan implements FlowHost, UdpHost {
     }
     if (c.kind === 'local') return;
     this.guard.fold({
-      event: 'close', proto: 'tcp', addr: c.addr, port: c.port, name: c.shown ?? c.names[0], decision: c.endedBy ? 'deny' : 'allow',
-      rule: c.endedBy ?? c.decision.rule, bytes_out: flow.bytesOut, bytes_in: flow.bytesIn, duration_ms: Date.now() - flow.openedAt,
+      event: 'close',
+      proto: 'tcp',
+      addr: c.addr,
+      port: c.port,
+      name: c.shown ?? c.names[0],
+      decision: c.endedBy ? 'deny' : 'allow',
+      rule: c.endedBy ?? c.decision.rule,
+      bytes_out: flow.bytesOut,
+      bytes_in: flow.bytesIn,
+      duration_ms: Date.now() - flow.openedAt,
       ...(c.error ? { error: c.error } : {}),
     });
   }

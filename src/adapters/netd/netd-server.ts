@@ -9,7 +9,14 @@ import { NdjsonLog } from '../fs-kit/ndjson-log.js';
 import { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import type { EgressEntry } from './egress-guard.js';
 import { GuestLan } from './guest-lan.js';
-import { MAX_LINE, NETD_PROTOCOL, type NetAttachment, type NetHello, type NetListed, type NetRequest } from './protocol.js';
+import {
+  MAX_LINE,
+  NETD_PROTOCOL,
+  type NetAttachment,
+  type NetHello,
+  type NetListed,
+  type NetRequest,
+} from './protocol.js';
 
 /** Each VM's egress log is kept under this, plus one older copy. */
 const EGRESS_LOG_MAX = 2 << 20;
@@ -37,7 +44,10 @@ interface Vm {
 }
 
 class NetError extends Error {
-  constructor(message: string, readonly code: string) {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
     super(message);
   }
 }
@@ -97,7 +107,9 @@ export class NetdServer {
 
   /** The attachments of the state file, taken back (a VM whose link is gone is dropped). */
   private async restore(): Promise<void> {
-    const saved = JSON.parse(await readFile(this.o.state, 'utf8').catch(() => '{"vms":[]}')) as { vms?: NetAttachment[] };
+    const saved = JSON.parse(await readFile(this.o.state, 'utf8').catch(() => '{"vms":[]}')) as {
+      vms?: NetAttachment[];
+    };
     for (const a of saved.vms ?? []) {
       try {
         await this.attach({ ...a, policy: parseEgressPolicy(a.policy) }, 2000);
@@ -111,8 +123,9 @@ export class NetdServer {
 
   private save(): Promise<void> {
     const vms = [...this.vms.values()].map((v) => v.a);
-    this.saving = this.saving.then(() => writeFileAtomic(this.o.state, JSON.stringify({ vms }, null, 1))).catch((err: Error) =>
-      this.o.log.error({ err: err.message }, 'cannot write the state file'));
+    this.saving = this.saving
+      .then(() => writeFileAtomic(this.o.state, JSON.stringify({ vms }, null, 1)))
+      .catch((err: Error) => this.o.log.error({ err: err.message }, 'cannot write the state file'));
     return this.saving;
   }
 
@@ -143,7 +156,15 @@ export class NetdServer {
       if (!s.destroyed) s.write(JSON.stringify({ id, ok: true, result }) + '\n');
     } catch (err) {
       const e = err as Error & { code?: string };
-      if (!s.destroyed) s.write(JSON.stringify({ id, ok: false, error: e.message, code: e instanceof NetError ? e.code : e.code === 'EADDRINUSE' ? 'in_use' : 'internal' }) + '\n');
+      if (!s.destroyed)
+        s.write(
+          JSON.stringify({
+            id,
+            ok: false,
+            error: e.message,
+            code: e instanceof NetError ? e.code : e.code === 'EADDRINUSE' ? 'in_use' : 'internal',
+          }) + '\n',
+        );
     }
   }
 
@@ -158,7 +179,9 @@ export class NetdServer {
       case 'hello':
         return { protocol: NETD_PROTOCOL, build: this.o.build, pid: process.pid } satisfies NetHello;
       case 'attach':
-        return { forwards: withPid(await this.attach({ ...req.attachment, policy: parseEgressPolicy(req.attachment.policy) })) };
+        return {
+          forwards: withPid(await this.attach({ ...req.attachment, policy: parseEgressPolicy(req.attachment.policy) })),
+        };
       case 'detach': {
         const v = this.vms.get(req.vm);
         if (v) {
@@ -221,7 +244,13 @@ export class NetdServer {
     if (!v) {
       const egress = new NdjsonLog(a.log, EGRESS_LOG_MAX);
       const vm = a.vm;
-      const lan = new GuestLan({ vm, policy: a.policy, upstream: this.upstream, hostAddresses: this.hostAddresses, audit: (e) => this.audit(vm, e) });
+      const lan = new GuestLan({
+        vm,
+        policy: a.policy,
+        upstream: this.upstream,
+        hostAddresses: this.hostAddresses,
+        audit: (e) => this.audit(vm, e),
+      });
       v = { a, lan, egress };
       try {
         await lan.connect(a.socket, linkTimeoutMs);
@@ -237,7 +266,8 @@ export class NetdServer {
     }
     const vm = v;
     const want = new Set(a.forwards.filter((f) => f.host_port).map((f) => `${f.proto}:${f.host_port}`));
-    for (const f of vm.lan.listForwards()) if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.removeForward(f.host_port, f.proto);
+    for (const f of vm.lan.listForwards())
+      if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.removeForward(f.host_port, f.proto);
     let bound: PortForward[];
     try {
       bound = await bindRetrying(() => vm.lan.addForwards(a.forwards));

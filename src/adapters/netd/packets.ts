@@ -67,8 +67,14 @@ export interface Arp {
 
 export function readArp(b: Buffer): Arp {
   need(b, 28, 'arp');
-  if (b.readUInt16BE(0) !== 1 || b.readUInt16BE(2) !== ETH_IPV4 || b[4] !== 6 || b[5] !== 4) throw new BadFrame('arp: not ethernet/ipv4');
-  return { op: b.readUInt16BE(6), senderMac: Buffer.from(b.subarray(8, 14)), senderIp: b.readUInt32BE(14), targetIp: b.readUInt32BE(24) };
+  if (b.readUInt16BE(0) !== 1 || b.readUInt16BE(2) !== ETH_IPV4 || b[4] !== 6 || b[5] !== 4)
+    throw new BadFrame('arp: not ethernet/ipv4');
+  return {
+    op: b.readUInt16BE(6),
+    senderMac: Buffer.from(b.subarray(8, 14)),
+    senderIp: b.readUInt32BE(14),
+    targetIp: b.readUInt32BE(24),
+  };
 }
 
 /** An ARP frame (op 1 request, 2 reply) wrapped in Ethernet. */
@@ -108,8 +114,13 @@ export function readIpv4(b: Buffer): Ipv4 {
   if (ihl < 20 || total < ihl || total > b.length) throw new BadFrame('ipv4: lengths');
   const frag = b.readUInt16BE(6);
   return {
-    src: b.readUInt32BE(12), dst: b.readUInt32BE(16), proto: b[9], ttl: b[8], fragment: (frag & 0x2000) !== 0 || (frag & 0x1fff) !== 0,
-    header: b.subarray(0, ihl), payload: b.subarray(ihl, total),
+    src: b.readUInt32BE(12),
+    dst: b.readUInt32BE(16),
+    proto: b[9],
+    ttl: b[8],
+    fragment: (frag & 0x2000) !== 0 || (frag & 0x1fff) !== 0,
+    header: b.subarray(0, ihl),
+    payload: b.subarray(ihl, total),
   };
 }
 
@@ -119,7 +130,15 @@ let ipId = 1;
  * Writes Ethernet and IPv4 headers for a packet of `l4Len` bytes into the start of `f` (which has
  * room: 34 + l4Len bytes). Returns the offset of the layer-4 header.
  */
-function ethIpHeader(f: Buffer, dstMac: Buffer, srcMac: Buffer, src: number, dst: number, proto: number, l4Len: number): number {
+function ethIpHeader(
+  f: Buffer,
+  dstMac: Buffer,
+  srcMac: Buffer,
+  src: number,
+  dst: number,
+  proto: number,
+  l4Len: number,
+): number {
   dstMac.copy(f, 0);
   srcMac.copy(f, 6);
   f.writeUInt16BE(ETH_IPV4, 12);
@@ -179,7 +198,15 @@ function udpFrame(link: Link, src: number, srcPort: number, dst: number, dstPort
  * A UDP datagram as the frames that carry it to a guest whose MTU is `mtu`: one, or IPv4
  * fragments (a DNS answer over EDNS may be larger than one frame).
  */
-export function udpFrames(link: Link, src: number, srcPort: number, dst: number, dstPort: number, payload: Buffer, mtu: number): Buffer[] {
+export function udpFrames(
+  link: Link,
+  src: number,
+  srcPort: number,
+  dst: number,
+  dstPort: number,
+  payload: Buffer,
+  mtu: number,
+): Buffer[] {
   const whole = udpFrame(link, src, srcPort, dst, dstPort, payload);
   if (whole.length - 14 <= mtu) return [whole];
   const data = whole.subarray(34); // UDP header and payload, checksummed
@@ -249,11 +276,16 @@ export function readTcp(b: Buffer): Tcp {
   const off = (b[12] >> 4) * 4;
   if (off < 20 || off > b.length) throw new BadFrame('tcp: data offset');
   const t: Tcp = {
-    srcPort: b.readUInt16BE(0), dstPort: b.readUInt16BE(2), seq: b.readUInt32BE(4), ack: b.readUInt32BE(8),
-    flags: b[13], window: b.readUInt16BE(14), payload: b.subarray(off),
+    srcPort: b.readUInt16BE(0),
+    dstPort: b.readUInt16BE(2),
+    seq: b.readUInt32BE(4),
+    ack: b.readUInt32BE(8),
+    flags: b[13],
+    window: b.readUInt16BE(14),
+    payload: b.subarray(off),
   };
   if (t.flags & TCP_SYN) {
-    for (let i = 20; i < off; ) {
+    for (let i = 20; i < off;) {
       const kind = b[i];
       if (kind === 0) break;
       if (kind === 1) {
@@ -284,7 +316,15 @@ export interface TcpOut {
 }
 
 /** A TCP segment with `payload[start, end)` as its data. */
-export function tcpFrame(link: Link, src: number, dst: number, t: TcpOut, payload?: Buffer, start = 0, end = payload?.length ?? 0): Buffer {
+export function tcpFrame(
+  link: Link,
+  src: number,
+  dst: number,
+  t: TcpOut,
+  payload?: Buffer,
+  start = 0,
+  end = payload?.length ?? 0,
+): Buffer {
   const opts = t.mss !== undefined ? (t.wscale !== undefined ? 8 : 4) : 0;
   const hl = 20 + opts;
   const len = hl + (end - start);

@@ -44,7 +44,8 @@ export interface NetListed extends NetAttachment {
   bad_frames: number;
 }
 
-export type NetAnswer = { id: number; ok: true; result?: unknown } | { id: number; ok: false; error: string; code?: string };
+export type NetAnswer =
+  { id: number; ok: true; result?: unknown } | { id: number; ok: false; error: string; code?: string };
 
 export interface NetEgressLine {
   event: 'egress';

@@ -50,7 +50,7 @@ function tls(b: Buffer): Sniffed {
   const msg: Buffer[] = [];
   let have = 0;
   let need = -1;
-  for (let off = 0; ; ) {
+  for (let off = 0; ;) {
     if (off + 5 > b.length) return { kind: 'more' };
     if (b[off] !== 0x16 || b[off + 1] !== 3) return { kind: 'other' };
     const len = b.readUInt16BE(off + 3);

@@ -1,5 +1,18 @@
 import type { Duplex } from 'node:stream';
-import { seqAdd, seqDiff, seqLe, seqLt, tcpFrame, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, type Link, type Tcp } from './packets.js';
+import {
+  seqAdd,
+  seqDiff,
+  seqLe,
+  seqLt,
+  tcpFrame,
+  TCP_ACK,
+  TCP_FIN,
+  TCP_PSH,
+  TCP_RST,
+  TCP_SYN,
+  type Link,
+  type Tcp,
+} from './packets.js';
 
 /** What a flow needs from the guest's network it lives in. */
 export interface FlowHost {
@@ -77,7 +90,11 @@ export class TcpFlow {
   /** Called when held bytes arrive (the egress check reads them). */
   onHeld: (() => void) | undefined;
 
-  private constructor(private readonly host: FlowHost, readonly ends: FlowEnds, state: FlowState) {
+  private constructor(
+    private readonly host: FlowHost,
+    readonly ends: FlowEnds,
+    state: FlowState,
+  ) {
     this.state = state;
   }
 
@@ -158,7 +175,10 @@ export class TcpFlow {
 
   private sendSyn(): void {
     const synAck = this.state === 'syn-received';
-    this.emit(this.iss, synAck ? TCP_SYN | TCP_ACK : TCP_SYN, undefined, 0, 0, { mss: OUR_MSS, wscale: synAck ? (this.rcvShift ? OUR_WSCALE : undefined) : OUR_WSCALE });
+    this.emit(this.iss, synAck ? TCP_SYN | TCP_ACK : TCP_SYN, undefined, 0, 0, {
+      mss: OUR_MSS,
+      wscale: synAck ? (this.rcvShift ? OUR_WSCALE : undefined) : OUR_WSCALE,
+    });
     this.arm();
   }
 
@@ -212,7 +232,8 @@ export class TcpFlow {
     if (acked < 0 || seqLt(this.sndNxt, t.ack)) return; // old, or for what we never sent
     this.tries = 0; // it answers: only a silent guest is given up
     if (acked === 0) {
-      if (this.sndUna !== this.sndNxt && t.payload.length === 0 && !(t.flags & TCP_FIN) && ++this.dupAcks === 3) this.retransmit(false);
+      if (this.sndUna !== this.sndNxt && t.payload.length === 0 && !(t.flags & TCP_FIN) && ++this.dupAcks === 3)
+        this.retransmit(false);
       return;
     }
     this.dupAcks = 0;
@@ -301,13 +322,35 @@ export class TcpFlow {
     if (this.state === 'established') this.ackNow();
   }
 
-  private emit(seq: number, flags: number, data?: Buffer, start = 0, end = 0, syn?: { mss: number; wscale?: number }): void {
-    this.host.emit(tcpFrame(this.host.link, this.ends.remoteIp, this.host.guestIp, {
-      // A SYN's window is never scaled.
-      srcPort: this.ends.remotePort, dstPort: this.ends.guestPort, seq, ack: flags & TCP_ACK ? this.rcvNxt : 0, flags,
-      window: syn ? Math.min(this.window(), 0xffff) : this.windowField(),
-      mss: syn?.mss, wscale: syn?.wscale,
-    }, data, start, end));
+  private emit(
+    seq: number,
+    flags: number,
+    data?: Buffer,
+    start = 0,
+    end = 0,
+    syn?: { mss: number; wscale?: number },
+  ): void {
+    this.host.emit(
+      tcpFrame(
+        this.host.link,
+        this.ends.remoteIp,
+        this.host.guestIp,
+        {
+          // A SYN's window is never scaled.
+          srcPort: this.ends.remotePort,
+          dstPort: this.ends.guestPort,
+          seq,
+          ack: flags & TCP_ACK ? this.rcvNxt : 0,
+          flags,
+          window: syn ? Math.min(this.window(), 0xffff) : this.windowField(),
+          mss: syn?.mss,
+          wscale: syn?.wscale,
+        },
+        data,
+        start,
+        end,
+      ),
+    );
   }
 
   private fromHost(d: Buffer): void {
@@ -338,7 +381,12 @@ export class TcpFlow {
       this.sndNxt = seqAdd(this.sndNxt, n);
       sent = true;
     }
-    if (this.hostEnded && !this.finSent && seqDiff(this.sndNxt, this.sndUna) === this.bufLen && !this.host.congested()) {
+    if (
+      this.hostEnded &&
+      !this.finSent &&
+      seqDiff(this.sndNxt, this.sndUna) === this.bufLen &&
+      !this.host.congested()
+    ) {
       this.finSent = true;
       this.emit(this.sndNxt, TCP_FIN | TCP_ACK);
       this.sndNxt = seqAdd(this.sndNxt, 1);
@@ -447,18 +495,32 @@ export class TcpFlow {
 
   /** Answers a stray segment with a reset at `seq`. */
   private reset(seq: number): void {
-    this.host.emit(tcpFrame(this.host.link, this.ends.remoteIp, this.host.guestIp, {
-      srcPort: this.ends.remotePort, dstPort: this.ends.guestPort, seq, ack: 0, flags: TCP_RST, window: 0,
-    }));
+    this.host.emit(
+      tcpFrame(this.host.link, this.ends.remoteIp, this.host.guestIp, {
+        srcPort: this.ends.remotePort,
+        dstPort: this.ends.guestPort,
+        seq,
+        ack: 0,
+        flags: TCP_RST,
+        window: 0,
+      }),
+    );
   }
 
   /** Resets the guest's side and destroys the host socket (a refused connect, a policy change, a host error). */
   abort(): void {
     if (this.state === 'closed') return;
     if (this.state !== 'syn-sent') {
-      this.host.emit(tcpFrame(this.host.link, this.ends.remoteIp, this.host.guestIp, {
-        srcPort: this.ends.remotePort, dstPort: this.ends.guestPort, seq: this.sndNxt, ack: this.rcvNxt, flags: TCP_RST | TCP_ACK, window: 0,
-      }));
+      this.host.emit(
+        tcpFrame(this.host.link, this.ends.remoteIp, this.host.guestIp, {
+          srcPort: this.ends.remotePort,
+          dstPort: this.ends.guestPort,
+          seq: this.sndNxt,
+          ack: this.rcvNxt,
+          flags: TCP_RST | TCP_ACK,
+          window: 0,
+        }),
+      );
     }
     this.finish(false);
   }
@@ -483,14 +545,19 @@ export class TcpFlow {
   }
 }
 
-export const flowKey = (remoteIp: number, remotePort: number, guestPort: number) => `${remoteIp}:${remotePort}:${guestPort}`;
+export const flowKey = (remoteIp: number, remotePort: number, guestPort: number) =>
+  `${remoteIp}:${remotePort}:${guestPort}`;
 
 /** A reset for a segment that belongs to no flow (RFC 793: seq from its ACK, else ack what it used). */
 export function resetFor(host: Pick<FlowHost, 'link' | 'guestIp'>, remoteIp: number, t: Tcp): Buffer {
   const len = t.payload.length + (t.flags & TCP_SYN ? 1 : 0) + (t.flags & TCP_FIN ? 1 : 0);
   const withAck = !(t.flags & TCP_ACK);
   return tcpFrame(host.link, remoteIp, host.guestIp, {
-    srcPort: t.dstPort, dstPort: t.srcPort, seq: withAck ? 0 : t.ack, ack: withAck ? seqAdd(t.seq, len) : 0,
-    flags: TCP_RST | (withAck ? TCP_ACK : 0), window: 0,
+    srcPort: t.dstPort,
+    dstPort: t.srcPort,
+    seq: withAck ? 0 : t.ack,
+    ack: withAck ? seqAdd(t.seq, len) : 0,
+    flags: TCP_RST | (withAck ? TCP_ACK : 0),
+    window: 0,
   });
 }

@@ -36,23 +36,54 @@ export interface UdpFlow {
 export class UdpFlows {
   private readonly flows = new Map<string, UdpFlow>();
 
-  constructor(private readonly host: UdpHost, private readonly onClose: (f: UdpFlow) => void) {}
+  constructor(
+    private readonly host: UdpHost,
+    private readonly onClose: (f: UdpFlow) => void,
+  ) {}
 
   /** Sends `payload` from the guest's `guestPort` to `target` (what the guest called `remoteIp:remotePort`). */
-  send(guestPort: number, remoteIp: number, remotePort: number, target: { address: string; port: number }, payload: Buffer, meta: UdpFlow['meta'], opened: (f: UdpFlow) => void): void {
+  send(
+    guestPort: number,
+    remoteIp: number,
+    remotePort: number,
+    target: { address: string; port: number },
+    payload: Buffer,
+    meta: UdpFlow['meta'],
+    opened: (f: UdpFlow) => void,
+  ): void {
     const key = `${guestPort}>${remoteIp}:${remotePort}`;
     let f = this.flows.get(key);
     if (!f) {
       if (this.flows.size >= MAX_FLOWS) this.close(this.flows.values().next().value!);
       const sock = createSocket(target.address.includes(':') ? 'udp6' : 'udp4');
-      f = { key, guestPort, remoteIp, remotePort, bytesOut: 0, bytesIn: 0, openedAt: Date.now(), meta, sock, idle: setTimeout(() => undefined, 0) };
+      f = {
+        key,
+        guestPort,
+        remoteIp,
+        remotePort,
+        bytesOut: 0,
+        bytesIn: 0,
+        openedAt: Date.now(),
+        meta,
+        sock,
+        idle: setTimeout(() => undefined, 0),
+      };
       const flow = f;
       sock.on('error', () => this.close(flow));
       sock.on('message', (msg, rinfo) => {
         if (rinfo.address !== target.address || rinfo.port !== target.port) return;
         flow.bytesIn += msg.length;
         this.touch(flow);
-        for (const frame of udpFrames(this.host.link, remoteIp, remotePort, this.host.guestIp, guestPort, msg, this.host.mtu)) this.host.emit(frame);
+        for (const frame of udpFrames(
+          this.host.link,
+          remoteIp,
+          remotePort,
+          this.host.guestIp,
+          guestPort,
+          msg,
+          this.host.mtu,
+        ))
+          this.host.emit(frame);
       });
       this.flows.set(key, f);
       opened(f);

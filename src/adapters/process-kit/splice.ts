@@ -71,7 +71,10 @@ export function readBuffered(stream: Readable): Buffer[] {
 
 /** Why a spliced copy failed, from the helper's exit status (native/svc-splice.c). */
 export class SpliceError extends Error {
-  constructor(message: string, readonly side: 'source' | 'destination' | 'helper') {
+  constructor(
+    message: string,
+    readonly side: 'source' | 'destination' | 'helper',
+  ) {
     super(message);
   }
 }
@@ -101,10 +104,13 @@ export interface SpliceOptions {
  */
 export function splice(helper: string, source: Socket, dest: Socket, length: number, o: SpliceOptions = {}): SpliceRun {
   const child: ChildProcess = spawn(helper, [String(length), String(o.idleSeconds ?? 120), o.mode ?? 'splice'], {
-    stdio: [source, dest, 'pipe'], env: childEnv(),
+    stdio: [source, dest, 'pipe'],
+    env: childEnv(),
   });
   let said = '';
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => { if (said.length < 2000) said += d; });
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    if (said.length < 2000) said += d;
+  });
   const done = new Promise<void>((resolve, reject) => {
     child.once('error', (err) => reject(new SpliceError(`svc-splice did not start: ${err.message}`, 'helper')));
     child.once('close', (code, signal) => {
@@ -113,5 +119,10 @@ export function splice(helper: string, source: Socket, dest: Socket, length: num
       reject(new SpliceError(why, code === 3 || code === 4 ? 'source' : code === 5 ? 'destination' : 'helper'));
     });
   });
-  return { done, kill: () => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); } };
+  return {
+    done,
+    kill: () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    },
+  };
 }

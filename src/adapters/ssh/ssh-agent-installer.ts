@@ -46,15 +46,25 @@ export class SshAgentInstaller implements AgentInstaller {
   }
 
   async probe(target: SshTarget): Promise<{ node: boolean }> {
-    const out = await this.remote.exec(target, `node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' >/dev/null 2>&1 && echo node=1 || echo node=0`);
+    const out = await this.remote.exec(
+      target,
+      `node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' >/dev/null 2>&1 && echo node=1 || echo node=0`,
+    );
     return { node: /node=1/.test(out.stdout) };
   }
 
   async install(target: SshTarget, agentTar: Readable): Promise<void> {
     const script = [
-      'set -e', `mkdir -p ${DIR}`, `rm -rf ${DIR}/agent.new ${DIR}/agent.old`, `mkdir ${DIR}/agent.new`, `tar -xz -C ${DIR}/agent.new`,
-      `printf %s ${shellWord(LAUNCHER)} > ${DIR}/agent.new/run`, `chmod 0755 ${DIR}/agent.new/run`,
-      `if [ -d ${DIR}/agent ]; then mv ${DIR}/agent ${DIR}/agent.old; fi`, `mv ${DIR}/agent.new ${DIR}/agent`, `rm -rf ${DIR}/agent.old`,
+      'set -e',
+      `mkdir -p ${DIR}`,
+      `rm -rf ${DIR}/agent.new ${DIR}/agent.old`,
+      `mkdir ${DIR}/agent.new`,
+      `tar -xz -C ${DIR}/agent.new`,
+      `printf %s ${shellWord(LAUNCHER)} > ${DIR}/agent.new/run`,
+      `chmod 0755 ${DIR}/agent.new/run`,
+      `if [ -d ${DIR}/agent ]; then mv ${DIR}/agent ${DIR}/agent.old; fi`,
+      `mv ${DIR}/agent.new ${DIR}/agent`,
+      `rm -rf ${DIR}/agent.old`,
       // A systemd guest of its own (not a stand-in) gets the service, enabled for the next boot
       // (the project's debian image has its own, which is kept).
       `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -d /run/systemd/system ] && [ ! -f /etc/systemd/system/svc-agent.service ]; then printf %s ${shellWord(UNIT)} > /etc/systemd/system/svc-agent.service; systemctl daemon-reload; systemctl enable -q svc-agent.service; fi`,
@@ -62,13 +72,15 @@ export class SshAgentInstaller implements AgentInstaller {
     const gz = createGzip({ level: 1 });
     agentTar.on('error', (err) => gz.destroy(err));
     const up = await this.remote.exec(target, this.asRoot(script), agentTar.pipe(gz));
-    if (up.code !== 0) throw new InternalError(`agent upload failed (exit ${up.code}): ${up.stderr.trim().slice(-500)}`);
+    if (up.code !== 0)
+      throw new InternalError(`agent upload failed (exit ${up.code}): ${up.stderr.trim().slice(-500)}`);
   }
 
   async restart(target: SshTarget): Promise<void> {
     const pidfile = `${ROOT}/run/svc/agent.pid`;
-    const script = `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -f /etc/systemd/system/svc-agent.service ] && [ -d /run/systemd/system ]; then systemctl restart svc-agent.service; `
-      + `elif [ -f ${pidfile} ]; then kill "$(cat ${pidfile})" 2>/dev/null || true; fi`;
+    const script =
+      `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -f /etc/systemd/system/svc-agent.service ] && [ -d /run/systemd/system ]; then systemctl restart svc-agent.service; ` +
+      `elif [ -f ${pidfile} ]; then kill "$(cat ${pidfile})" 2>/dev/null || true; fi`;
     const out = await this.remote.exec(target, this.asRoot(script));
     if (out.code !== 0) throw new InternalError(`agent restart failed: ${out.stderr.trim().slice(-500)}`);
   }

@@ -14,13 +14,16 @@ export class Ssh2Connections {
     if (!p) {
       p = this.connect(t);
       this.clients.set(key, p);
-      p.then((c) => {
-        const drop = () => {
-          if (this.clients.get(key) === p) this.clients.delete(key);
-        };
-        c.on('close', drop);
-        c.on('error', drop);
-      }, () => this.clients.delete(key));
+      p.then(
+        (c) => {
+          const drop = () => {
+            if (this.clients.get(key) === p) this.clients.delete(key);
+          };
+          c.on('close', drop);
+          c.on('error', drop);
+        },
+        () => this.clients.delete(key),
+      );
     }
     return p;
   }
@@ -30,8 +33,17 @@ export class Ssh2Connections {
     return new Promise((resolve, reject) => {
       const c = new ssh2.Client();
       c.once('ready', () => resolve(c));
-      c.once('error', (err) => reject(new AgentUnavailableError(`ssh to ${t.user}@${t.host}:${t.port} failed: ${err.message}`)));
-      c.connect({ host: t.host, port: t.port, username: t.user, privateKey, readyTimeout: 10_000, keepaliveInterval: 15_000 });
+      c.once('error', (err) =>
+        reject(new AgentUnavailableError(`ssh to ${t.user}@${t.host}:${t.port} failed: ${err.message}`)),
+      );
+      c.connect({
+        host: t.host,
+        port: t.port,
+        username: t.user,
+        privateKey,
+        readyTimeout: 10_000,
+        keepaliveInterval: 15_000,
+      });
     });
   }
 
@@ -40,7 +52,10 @@ export class Ssh2Connections {
     for (const [key, p] of this.clients) {
       if (!t || key === `${t.user}@${t.host}:${t.port}`) {
         this.clients.delete(key);
-        void p.then((c) => c.end(), () => undefined);
+        void p.then(
+          (c) => c.end(),
+          () => undefined,
+        );
       }
     }
   }

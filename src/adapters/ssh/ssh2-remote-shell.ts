@@ -16,10 +16,14 @@ export class Ssh2RemoteShell implements RemoteShell {
         let code: number | null = null;
         ch.on('data', (d: Buffer) => out.push(d));
         ch.stderr.on('data', (d: Buffer) => errOut.push(d));
-        ch.on('exit', (c: number | null) => { code = c; });
-        ch.on('close', () => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(errOut).toString() }));
+        ch.on('exit', (c: number | null) => {
+          code = c;
+        });
+        ch.on('close', () =>
+          resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(errOut).toString() }),
+        );
         if (stdin) {
-          stdin.on("error", () => ch.destroy());
+          stdin.on('error', () => ch.destroy());
           stdin.pipe(ch);
         } else ch.end();
       });

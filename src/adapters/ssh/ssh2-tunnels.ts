@@ -29,14 +29,17 @@ export class Ssh2Tunnels implements Tunnels {
       sock.on('close', () => sockets.delete(sock));
       sock.on('error', () => sock.destroy());
       sock.pause();
-      this.ssh.get(target).then((client) => {
-        client.forwardOut('127.0.0.1', sock.remotePort ?? 0, '127.0.0.1', guestPort, (err, stream) => {
-          if (err) return void sock.destroy();
-          stream.on('error', () => sock.destroy());
-          sock.pipe(stream).pipe(sock);
-          sock.resume();
-        });
-      }, () => sock.destroy());
+      this.ssh.get(target).then(
+        (client) => {
+          client.forwardOut('127.0.0.1', sock.remotePort ?? 0, '127.0.0.1', guestPort, (err, stream) => {
+            if (err) return void sock.destroy();
+            stream.on('error', () => sock.destroy());
+            sock.pipe(stream).pipe(sock);
+            sock.resume();
+          });
+        },
+        () => sock.destroy(),
+      );
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {

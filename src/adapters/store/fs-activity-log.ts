@@ -25,7 +25,10 @@ export class FsActivityLog implements ActivityLog {
   private writing: Promise<void> = Promise.resolve();
   private readonly path: string;
 
-  constructor(@inject(AppConfig) config: Config, @inject(Clock) private readonly clock: Clock) {
+  constructor(
+    @inject(AppConfig) config: Config,
+    @inject(Clock) private readonly clock: Clock,
+  ) {
     this.path = join(config.data_dir, 'activity.json');
   }
 
@@ -36,7 +39,9 @@ export class FsActivityLog implements ActivityLog {
         const old = Array.isArray(parsed.events) ? parsed.events : [];
         this.events = [...old, ...this.events].slice(-ACTIVITY_CAPACITY);
         this.nextId = Math.max(0, ...this.events.map((e) => e.id)) + 1;
-        this.events.forEach((e, i) => { if (i >= old.length) e.id = this.nextId++; });
+        this.events.forEach((e, i) => {
+          if (i >= old.length) e.id = this.nextId++;
+        });
       } catch {
         // absent or unreadable: start a new ring
       }
@@ -63,10 +68,12 @@ export class FsActivityLog implements ActivityLog {
     this.timer = undefined;
     await this.load();
     const snapshot = JSON.stringify({ capacity: ACTIVITY_CAPACITY, events: this.events });
-    this.writing = this.writing.then(async () => {
-      await mkdir(dirname(this.path), { recursive: true, mode: 0o700 });
-      await writeFileAtomic(this.path, snapshot);
-    }).catch(() => undefined);
+    this.writing = this.writing
+      .then(async () => {
+        await mkdir(dirname(this.path), { recursive: true, mode: 0o700 });
+        await writeFileAtomic(this.path, snapshot);
+      })
+      .catch(() => undefined);
     await this.writing;
   }
 }

@@ -44,13 +44,25 @@ export function encodeHeader(capacity: number, intervalMs: number, createdMs: nu
 export function encodeRecord(seq: bigint, p: MetricsPoint): Buffer {
   const r = Buffer.alloc(RECORD_SIZE);
   r.writeBigUInt64LE(seq, 0);
-  const vals = [p.t_ms, p.uptime_sec, p.load1, p.mem_total_bytes, p.mem_available_bytes, p.disk_total_bytes ?? NaN, p.disk_free_bytes ?? NaN];
+  const vals = [
+    p.t_ms,
+    p.uptime_sec,
+    p.load1,
+    p.mem_total_bytes,
+    p.mem_available_bytes,
+    p.disk_total_bytes ?? NaN,
+    p.disk_free_bytes ?? NaN,
+  ];
   vals.forEach((v, i) => r.writeDoubleLE(v, 8 + i * 8));
   r.writeUInt32LE(crc32(r.subarray(0, 76)), 76);
   return r;
 }
 
-export function decodeRing(buf: Buffer): { capacity: number; interval_ms: number; records: { seq: bigint; point: MetricsPoint }[] } {
+export function decodeRing(buf: Buffer): {
+  capacity: number;
+  interval_ms: number;
+  records: { seq: bigint; point: MetricsPoint }[];
+} {
   if (buf.length < HEADER_SIZE || !buf.subarray(0, 8).equals(RING_MAGIC)) throw new Error('not a metrics ring');
   const version = buf.readUInt16LE(8);
   if (version !== RING_VERSION) throw new Error(`metrics ring version ${version} is not supported`);
@@ -65,7 +77,13 @@ export function decodeRing(buf: Buffer): { capacity: number; interval_ms: number
     const seq = r.readBigUInt64LE(0);
     if (seq === 0n || r.readUInt32LE(76) !== crc32(r.subarray(0, 76))) continue;
     const v = (k: number) => r.readDoubleLE(8 + k * 8);
-    const point: MetricsPoint = { t_ms: v(0), uptime_sec: v(1), load1: v(2), mem_total_bytes: v(3), mem_available_bytes: v(4) };
+    const point: MetricsPoint = {
+      t_ms: v(0),
+      uptime_sec: v(1),
+      load1: v(2),
+      mem_total_bytes: v(3),
+      mem_available_bytes: v(4),
+    };
     if (!Number.isNaN(v(5))) point.disk_total_bytes = v(5);
     if (!Number.isNaN(v(6))) point.disk_free_bytes = v(6);
     records.push({ seq, point });
@@ -78,7 +96,10 @@ export function decodeRing(buf: Buffer): { capacity: number; interval_ms: number
 export class FsMetricsHistory implements MetricsHistory {
   private readonly rings = new Map<string, Promise<OpenRing>>();
 
-  constructor(@inject(AppConfig) private readonly config: Config, @inject(VmStore) private readonly store: VmStore) {}
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(VmStore) private readonly store: VmStore,
+  ) {}
 
   private path(vm: string): string {
     return join(this.store.dir(vm), 'metrics.ring');
@@ -121,7 +142,12 @@ export class FsMetricsHistory implements MetricsHistory {
 
   async read(vm: string, opts: { since?: number; limit?: number }): Promise<MetricsSeries> {
     const buf = await readFile(this.path(vm)).catch(() => undefined);
-    if (!buf) return { capacity: this.config.sandbox_metrics_points, interval_ms: this.config.sandbox_metrics_interval_ms, points: [] };
+    if (!buf)
+      return {
+        capacity: this.config.sandbox_metrics_points,
+        interval_ms: this.config.sandbox_metrics_interval_ms,
+        points: [],
+      };
     const ring = decodeRing(buf);
     let points = ring.records.map((r) => r.point);
     if (opts.since !== undefined) points = points.filter((p) => p.t_ms > opts.since!);

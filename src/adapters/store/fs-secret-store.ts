@@ -28,7 +28,10 @@ export class FsSecretStore implements SecretStore {
   private readonly keyPath: string;
   private key: Promise<Buffer> | undefined;
 
-  constructor(@inject(AppConfig) config: Config, @inject(Clock) private readonly clock: Clock) {
+  constructor(
+    @inject(AppConfig) config: Config,
+    @inject(Clock) private readonly clock: Clock,
+  ) {
     this.dir = join(config.data_dir, 'secrets');
     this.keyPath = join(config.data_dir, 'secret.key');
   }
@@ -40,7 +43,10 @@ export class FsSecretStore implements SecretStore {
    */
   private getKey(): Promise<Buffer> {
     this.key ??= (async () => {
-      const broken = (why: string) => new InternalError(`${this.keyPath} ${why}; svcd will not replace it, since every stored secret would be lost. Restore it from a backup, or move ${this.dir} and the key away to start without secrets`);
+      const broken = (why: string) =>
+        new InternalError(
+          `${this.keyPath} ${why}; svcd will not replace it, since every stored secret would be lost. Restore it from a backup, or move ${this.dir} and the key away to start without secrets`,
+        );
       let k: Buffer;
       try {
         k = await readFile(this.keyPath);
@@ -56,14 +62,19 @@ export class FsSecretStore implements SecretStore {
       if (k.length !== 32) throw broken(`is damaged (${k.length} bytes, not 32)`);
       return k;
     })();
-    this.key.catch(() => { this.key = undefined; });
+    this.key.catch(() => {
+      this.key = undefined;
+    });
     return this.key;
   }
 
   /** Checks the key at start: the daemon stops with the reason rather than run without its secrets. */
   async verify(): Promise<void> {
     const stored = (await readdir(this.dir).catch(() => [] as string[])).some((f) => f.endsWith('.json'));
-    const exists = await readFile(this.keyPath).then(() => true, (e: NodeJS.ErrnoException) => e.code !== 'ENOENT');
+    const exists = await readFile(this.keyPath).then(
+      () => true,
+      (e: NodeJS.ErrnoException) => e.code !== 'ENOENT',
+    );
     if (stored || exists) await this.getKey();
   }
 
@@ -89,8 +100,14 @@ export class FsSecretStore implements SecretStore {
     cipher.setAAD(Buffer.from(name));
     const ciphertext = Buffer.concat([cipher.update(value), cipher.final()]);
     const stored: StoredSecret = {
-      name, size: value.length, mode, created_at: prev?.created_at ?? now, updated_at: now,
-      iv: iv.toString('base64'), tag: cipher.getAuthTag().toString('base64'), ciphertext: ciphertext.toString('base64'),
+      name,
+      size: value.length,
+      mode,
+      created_at: prev?.created_at ?? now,
+      updated_at: now,
+      iv: iv.toString('base64'),
+      tag: cipher.getAuthTag().toString('base64'),
+      ciphertext: ciphertext.toString('base64'),
     };
     await writeFileAtomic(this.file(name), JSON.stringify(stored), 0o600);
     return publicRecord(stored);

@@ -18,7 +18,10 @@ const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
 export class FsVmStore implements VmStore {
   private readonly root: string;
 
-  constructor(@inject(AppConfig) private readonly config: Config, @inject(Logger) private readonly log: Logger) {
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(Logger) private readonly log: Logger,
+  ) {
     this.root = join(config.data_dir, 'vms');
   }
 
@@ -37,7 +40,10 @@ export class FsVmStore implements VmStore {
         // A rename cut off by a crash (a pool claim renames the member's directory, then saves the
         // record under its new name): the directory is the truth; mark it unfinished so recovery
         // rolls it back like any interrupted create.
-        this.log.warn({ vm: name, recorded_as: rec.name }, 'a record whose directory was renamed under it; rolling it back');
+        this.log.warn(
+          { vm: name, recorded_as: rec.name },
+          'a record whose directory was renamed under it; rolling it back',
+        );
         out.push({ ...rec, name, status: 'creating' });
         continue;
       }

@@ -50,16 +50,26 @@ export class AgentService {
    * `<state-dir>/identity/`, by the SystemIdentity adapter the agent was built with.
    */
   async setIdentity(body: unknown): Promise<void> {
-    if (typeof body !== 'object' || body === null) throw new InvalidArgumentError('body must be {hostname, time_ms, machine_id?}');
+    if (typeof body !== 'object' || body === null)
+      throw new InvalidArgumentError('body must be {hostname, time_ms, machine_id?}');
     const b = body as Record<string, unknown>;
-    if (typeof b.hostname !== 'string' || !/^[a-z0-9][a-z0-9-]{0,62}$/.test(b.hostname)) throw new InvalidArgumentError('hostname must be a valid host name');
-    if (typeof b.time_ms !== 'number' || !Number.isSafeInteger(Math.floor(b.time_ms)) || b.time_ms <= 0) throw new InvalidArgumentError('time_ms must be a positive number');
+    if (typeof b.hostname !== 'string' || !/^[a-z0-9][a-z0-9-]{0,62}$/.test(b.hostname))
+      throw new InvalidArgumentError('hostname must be a valid host name');
+    if (typeof b.time_ms !== 'number' || !Number.isSafeInteger(Math.floor(b.time_ms)) || b.time_ms <= 0)
+      throw new InvalidArgumentError('time_ms must be a positive number');
     const machineId = b.machine_id === undefined ? undefined : String(b.machine_id);
-    if (machineId !== undefined && !/^[0-9a-f]{32}$/.test(machineId)) throw new InvalidArgumentError('machine_id must be 32 hex digits');
-    if (b.overlay_ip !== undefined && (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))) {
+    if (machineId !== undefined && !/^[0-9a-f]{32}$/.test(machineId))
+      throw new InvalidArgumentError('machine_id must be 32 hex digits');
+    if (
+      b.overlay_ip !== undefined &&
+      (typeof b.overlay_ip !== 'string' || !/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(b.overlay_ip))
+    ) {
       throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
     }
-    await this.system.apply({ hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip }, this.identityNotes);
+    await this.system.apply(
+      { hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip },
+      this.identityNotes,
+    );
   }
 
   /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
@@ -73,14 +83,17 @@ export class AgentService {
 
   /** Writes a secret atomically (default `<run-dir>/secrets/<name>`, mode 0600). Never logs the value. */
   async materialize(body: unknown): Promise<{ path: string; mode: string }> {
-    if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new InvalidArgumentError('body must be a JSON object');
+    if (typeof body !== 'object' || body === null || Array.isArray(body))
+      throw new InvalidArgumentError('body must be a JSON object');
     const b = body as Partial<MaterializeRequest> & Record<string, unknown>;
     const name = assertSecretName(b.name);
-    if (typeof b.data !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b.data)) throw new InvalidArgumentError('data must be base64 text');
+    if (typeof b.data !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b.data))
+      throw new InvalidArgumentError('data must be base64 text');
     const mode = parseMode(b.mode, 0o600);
     if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0600"');
     for (const k of ['uid', 'gid'] as const) {
-      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0)) throw new InvalidArgumentError(`${k} must be a non-negative integer`);
+      if (b[k] !== undefined && (!Number.isInteger(b[k]) || (b[k] as number) < 0))
+        throw new InvalidArgumentError(`${k} must be a non-negative integer`);
     }
     let path: string;
     if (b.path === undefined || b.path === '') {

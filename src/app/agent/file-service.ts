@@ -38,7 +38,8 @@ export class FileService {
 
   async mkdir(body: unknown): Promise<void> {
     const b = objectBody(body, ['path', 'recursive', 'mode']);
-    if (b.recursive !== undefined && typeof b.recursive !== 'boolean') throw new InvalidArgumentError('recursive must be a boolean');
+    if (b.recursive !== undefined && typeof b.recursive !== 'boolean')
+      throw new InvalidArgumentError('recursive must be a boolean');
     const mode = parseMode(b.mode, 0o755);
     if (Number.isNaN(mode)) throw new InvalidArgumentError('mode must be an octal string such as "0755"');
     await this.files.mkdir(absolutePath(b.path), b.recursive === true, mode);
@@ -46,19 +47,21 @@ export class FileService {
 
   async symlink(body: unknown): Promise<void> {
     const b = objectBody(body, ['path', 'target']);
-    if (typeof b.target !== 'string' || b.target === '' || b.target.includes('\0')) throw new InvalidArgumentError('target is required');
+    if (typeof b.target !== 'string' || b.target === '' || b.target.includes('\0'))
+      throw new InvalidArgumentError('target is required');
     await this.files.symlink(absolutePath(b.path), b.target);
   }
 
   async remove(path: string, recursive: boolean): Promise<void> {
     const p = absolutePath(path);
-    if (p === '/' ) throw new InvalidArgumentError('refusing to remove /');
+    if (p === '/') throw new InvalidArgumentError('refusing to remove /');
     await this.files.remove(p, recursive);
   }
 }
 
 function objectBody(body: unknown, allowed: string[]): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new InvalidArgumentError('body must be a JSON object');
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new InvalidArgumentError('body must be a JSON object');
   for (const k of Object.keys(body)) if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}"`);
   return body as Record<string, unknown>;
 }

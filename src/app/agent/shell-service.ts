@@ -10,7 +10,8 @@ export class ShellService {
   open(q: { cols?: string; rows?: string; shell?: string }): PtySession {
     const dim = (v: string | undefined, def: number, what: string) => {
       if (v === undefined || v === '') return def;
-      if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 1000) throw new InvalidArgumentError(`${what} must be an integer from 1 to 1000`);
+      if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > 1000)
+        throw new InvalidArgumentError(`${what} must be an integer from 1 to 1000`);
       return Number(v);
     };
     const shell = q.shell || this.pty.defaultShell();

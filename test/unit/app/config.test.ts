@@ -6,7 +6,8 @@ import { configPath, loadConfig } from '../../../src/adapters/config/yaml-config
 import { tempDir } from '../../helpers/daemon.js';
 import { DRIVER_SECTIONS } from '../../../src/adapters/hypervisor/drivers.js';
 
-const build = (raw: unknown, env: NodeJS.ProcessEnv = {}, home?: string) => buildConfig(raw, env, home, DRIVER_SECTIONS);
+const build = (raw: unknown, env: NodeJS.ProcessEnv = {}, home?: string) =>
+  buildConfig(raw, env, home, DRIVER_SECTIONS);
 
 describe('app/config', () => {
   it('applies the documented defaults', () => {
@@ -23,7 +24,9 @@ describe('app/config', () => {
     expect(c.sandbox_metrics_points).to.equal(5760);
     expect(c.max_vms).to.equal(0);
     expect(c.warm_pool).to.deep.equal({ template: '', size: 0, running: false, refill_delay: 2000 });
-    expect(build({ warm_pool: { template: 't', size: 1, refill_delay: '250ms' } }, {}).warm_pool.refill_delay).to.equal(250);
+    expect(build({ warm_pool: { template: 't', size: 1, refill_delay: '250ms' } }, {}).warm_pool.refill_delay).to.equal(
+      250,
+    );
     expect(build({}, { SVC_WARM_POOL_REFILL_DELAY: '0s' }).warm_pool.refill_delay).to.equal(0);
   });
 
@@ -34,22 +37,53 @@ describe('app/config', () => {
 
   it('takes the default egress policy as a mapping, from the environment too, in its normal form', () => {
     expect(build({}, {}).egress).to.deep.equal({ default: 'allow', allow: [], deny: [] });
-    expect(build({ egress: { default: 'deny', allow: ['PyPI.org', 'host:5432'] } }, {}).egress).to.deep.equal({ default: 'deny', allow: ['pypi.org', 'host:5432'], deny: [] });
-    expect(build({}, { SVC_EGRESS_DEFAULT: 'deny', SVC_EGRESS_ALLOW: '*.github.com, 10.0.0.0/8:22' }).egress).to.deep.equal({ default: 'deny', allow: ['*.github.com', '10.0.0.0/8:22'], deny: [] });
+    expect(build({ egress: { default: 'deny', allow: ['PyPI.org', 'host:5432'] } }, {}).egress).to.deep.equal({
+      default: 'deny',
+      allow: ['pypi.org', 'host:5432'],
+      deny: [],
+    });
+    expect(
+      build({}, { SVC_EGRESS_DEFAULT: 'deny', SVC_EGRESS_ALLOW: '*.github.com, 10.0.0.0/8:22' }).egress,
+    ).to.deep.equal({ default: 'deny', allow: ['*.github.com', '10.0.0.0/8:22'], deny: [] });
     expect(build({ guest_dns: ['10.0.0.53', '127.0.0.1:5353', '[::1]:53'] }, {}).guest_dns).to.have.length(3);
     expect(build({}, {}).sections.qemu.net).to.equal('netd');
   });
 
-  it('reads a driver\'s section from its mapping, its old flat keys and the environment, with its defaults', () => {
-    expect(build({}, {}).sections.qemu).to.deep.equal({ binary: 'qemu-system-x86_64', user: 'nobody', accel: 'auto', clone_spares: true, clone_spares_warm: true, mount_driver: '9p', agent_transport: 'auto', net: 'netd', ram_images: true });
-    expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({ binary: '/opt/qemu', accel: 'tcg' });
-    expect(build({ qemu_binary: '/opt/q', clone_spares: false }, {}).sections.qemu, 'the old flat keys').to.include({ binary: '/opt/q', clone_spares: false });
-    expect(build({}, { SVC_QEMU_RAM_IMAGES: 'false', SVC_ACCEL: 'kvm' }).sections.qemu).to.include({ ram_images: false, accel: 'kvm' });
-    expect(build({ hypervisor: 'fake', fake: { boot_delay: '5ms' } }, {}).sections.fake).to.deep.equal({ boot_delay: 5, agent: false });
+  it("reads a driver's section from its mapping, its old flat keys and the environment, with its defaults", () => {
+    expect(build({}, {}).sections.qemu).to.deep.equal({
+      binary: 'qemu-system-x86_64',
+      user: 'nobody',
+      accel: 'auto',
+      clone_spares: true,
+      clone_spares_warm: true,
+      mount_driver: '9p',
+      agent_transport: 'auto',
+      net: 'netd',
+      ram_images: true,
+    });
+    expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({
+      binary: '/opt/qemu',
+      accel: 'tcg',
+    });
+    expect(build({ qemu_binary: '/opt/q', clone_spares: false }, {}).sections.qemu, 'the old flat keys').to.include({
+      binary: '/opt/q',
+      clone_spares: false,
+    });
+    expect(build({}, { SVC_QEMU_RAM_IMAGES: 'false', SVC_ACCEL: 'kvm' }).sections.qemu).to.include({
+      ram_images: false,
+      accel: 'kvm',
+    });
+    expect(build({ hypervisor: 'fake', fake: { boot_delay: '5ms' } }, {}).sections.fake).to.deep.equal({
+      boot_delay: 5,
+      agent: false,
+    });
   });
 
   it('lets SVC_<KEY> env override file values', () => {
-    const c = build({ cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true }, { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' });
+    const c = build(
+      { cpus: 2, api_token: 'file', hypervisor: 'fake', test_mode: true },
+      { SVC_CPUS: '4', SVC_API_TOKEN: 'env', SVC_FAKE_AGENT: 'true' },
+    );
     expect(c.cpus).to.equal(4);
     expect(c.api_token).to.equal('env');
     expect(c.sections.fake.agent).to.equal(true);
@@ -62,19 +96,55 @@ describe('app/config', () => {
     ['bad enum', { log_level: 'loud' }, /config key "log_level": must be one of debug\|info/],
     ['bad api', { api: 'localhost' }, /config key "api": must be HOST:PORT/],
     ['public api without token', { api: '0.0.0.0:7474' }, /not a loopback address; set api_token/],
-    ['fake_agent outside test mode', { hypervisor: 'fake', fake_agent: true }, /config key "fake.agent": runs every guest command on this host.*test_mode: true/],
+    [
+      'fake_agent outside test mode',
+      { hypervisor: 'fake', fake_agent: true },
+      /config key "fake.agent": runs every guest command on this host.*test_mode: true/,
+    ],
     ['fake_agent with qemu', { hypervisor: 'qemu', fake_agent: true, test_mode: true }, /needs hypervisor: fake/],
-    ['a mount_dirs that is not a list', { mount_dirs: '/srv' }, /config key "mount_dirs": must be a list of non-empty strings/],
+    [
+      'a mount_dirs that is not a list',
+      { mount_dirs: '/srv' },
+      /config key "mount_dirs": must be a list of non-empty strings/,
+    ],
     ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
-    ['an allowed_origins entry that is not an origin', { allowed_origins: ['evil.example'] }, /config key "allowed_origins": "evil.example" is not an origin/],
-    ['a bad egress rule', { egress: { allow: ['pypi.org', 'a b'] } }, /config key "egress": egress.allow: egress rule "a b" is not a domain/],
-    ['a bad egress default', { egress: { default: 'maybe' } }, /config key "egress.default": must be one of allow\|deny/],
+    [
+      'an allowed_origins entry that is not an origin',
+      { allowed_origins: ['evil.example'] },
+      /config key "allowed_origins": "evil.example" is not an origin/,
+    ],
+    [
+      'a bad egress rule',
+      { egress: { allow: ['pypi.org', 'a b'] } },
+      /config key "egress": egress.allow: egress rule "a b" is not a domain/,
+    ],
+    [
+      'a bad egress default',
+      { egress: { default: 'maybe' } },
+      /config key "egress.default": must be one of allow\|deny/,
+    ],
     ['an unknown egress key', { egress: { alow: [] } }, /config key "egress.alow": unknown key/],
-    ['qemu-user networks outside test mode', { guest_net: 'qemu-user' }, /config key "qemu.net": qemu-user .*reaches the host's loopback.*test_mode: true/],
-    ['a key a driver section does not have', { qemu: { binry: 'x' } }, /config key "qemu.binry": unknown key \(known: binary, user, accel/],
-    ['a section key given twice, as itself and as its old flat key', { qemu_binary: 'a', qemu: { binary: 'b' } }, /config key "qemu_binary": given twice \(it is qemu.binary\)/],
+    [
+      'qemu-user networks outside test mode',
+      { guest_net: 'qemu-user' },
+      /config key "qemu.net": qemu-user .*reaches the host's loopback.*test_mode: true/,
+    ],
+    [
+      'a key a driver section does not have',
+      { qemu: { binry: 'x' } },
+      /config key "qemu.binry": unknown key \(known: binary, user, accel/,
+    ],
+    [
+      'a section key given twice, as itself and as its old flat key',
+      { qemu_binary: 'a', qemu: { binary: 'b' } },
+      /config key "qemu_binary": given twice \(it is qemu.binary\)/,
+    ],
     ['a hypervisor no driver has', { hypervisor: 'xen' }, /config key "hypervisor": must be one of qemu\|fake/],
-    ['a guest_dns entry that is not an address', { guest_dns: ['dns.example'] }, /config key "guest_dns": "dns.example" is not an IP address/],
+    [
+      'a guest_dns entry that is not an address',
+      { guest_dns: ['dns.example'] },
+      /config key "guest_dns": "dns.example" is not an IP address/,
+    ],
   ];
   for (const [what, raw, re] of bad) {
     it(`refuses ${what}, naming the key`, () => {
@@ -84,8 +154,15 @@ describe('app/config', () => {
 
   it('takes lists from YAML and comma-separated from the environment; mount_dirs defaults to the home', () => {
     expect(build({}, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u']);
-    expect(build({ mount_dirs: ['~/src', '/srv/x/../y'] }, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u/src', '/srv/y']);
-    const c = build({ allowed_hosts: ['a'] }, { SVC_ALLOWED_HOSTS: 'svc.lan, box', SVC_ALLOWED_ORIGINS: 'http://localhost:3000' }, '/home/u');
+    expect(build({ mount_dirs: ['~/src', '/srv/x/../y'] }, {}, '/home/u').mount_dirs).to.deep.equal([
+      '/home/u/src',
+      '/srv/y',
+    ]);
+    const c = build(
+      { allowed_hosts: ['a'] },
+      { SVC_ALLOWED_HOSTS: 'svc.lan, box', SVC_ALLOWED_ORIGINS: 'http://localhost:3000' },
+      '/home/u',
+    );
     expect(c.allowed_hosts).to.deep.equal(['svc.lan', 'box']);
     expect(c.allowed_origins).to.deep.equal(['http://localhost:3000']);
   });

@@ -1,6 +1,11 @@
 import { expect } from 'chai';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../src/domain/errors.js';
+import {
+  AlreadyExistsError,
+  InternalError,
+  InvalidArgumentError,
+  InvalidStateError,
+} from '../../../src/domain/errors.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
@@ -12,13 +17,18 @@ async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<strin
 }
 
 describe('app/CreateService', () => {
-  it('clones a suspended template from its snapshot with the template\'s size, and leaves the template as it was', async () => {
+  it("clones a suspended template from its snapshot with the template's size, and leaves the template as it was", async () => {
     // The hint that work ahead of the next clone may start (CloneSpeedUps): once the clone answered, for clones only.
     const ready: string[] = [];
     const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
-    Object.assign(hv, { cloneReady: (vm: VmRef) => void ready.push(`${vm.name}:${w.vms.get(vm.name).status}`), warmWith: () => undefined });
+    Object.assign(hv, {
+      cloneReady: (vm: VmRef) => void ready.push(`${vm.name}:${w.vms.get(vm.name).status}`),
+      warmWith: () => undefined,
+    });
     const w = world({}, undefined, hv);
-    await (await w.creates.create({ name: 'tpl', persistent: true, cpus: 2, memory_mb: 768 }, {})).done;
+    await (
+      await w.creates.create({ name: 'tpl', persistent: true, cpus: 2, memory_mb: 768 }, {})
+    ).done;
     await w.svc.suspend('tpl');
     const job = await w.creates.create({ name: 'c1', from: 'tpl' }, {});
     expect(await phases(job.events)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'ready']);
@@ -31,8 +41,12 @@ describe('app/CreateService', () => {
 
   it('refuses a template that is running, ephemeral or missing before anything is made', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'run', persistent: true }, {})).done;
-    await (await w.creates.create({ name: 'eph' }, {})).done;
+    await (
+      await w.creates.create({ name: 'run', persistent: true }, {})
+    ).done;
+    await (
+      await w.creates.create({ name: 'eph' }, {})
+    ).done;
     expect(await w.creates.create({ from: 'run' }, {}).catch((e) => e)).to.be.instanceOf(InvalidStateError);
     expect(await w.creates.create({ from: 'eph' }, {}).catch((e) => e)).to.be.instanceOf(InvalidStateError);
     expect(await w.creates.create({ from: 'nope' }, {}).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
@@ -49,7 +63,9 @@ describe('app/CreateService', () => {
     expect(w.store.records.has('x')).to.equal(false);
     expect(w.store.logsKept).to.deep.equal(['x']);
     expect(w.activity.events.at(-1)).to.include({ action: 'create', target: 'x', status: 'error' });
-    await (await w.creates.create({ name: 'x' }, {})).done;
+    await (
+      await w.creates.create({ name: 'x' }, {})
+    ).done;
   });
 
   it('refuses a second create of the same name while the first is still booting', async () => {
@@ -61,7 +77,9 @@ describe('app/CreateService', () => {
 
   it('claims from the warm pool when it has a member, and clones the template when it is empty', async () => {
     const w = world({ warm_pool: { template: 'tpl', size: 1, refill_delay: '0s' } });
-    await (await w.creates.create({ name: 'tpl', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'tpl', persistent: true }, {})
+    ).done;
     await w.svc.suspend('tpl');
     w.pool.refill();
     await w.pool.settled();

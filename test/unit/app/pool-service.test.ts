@@ -3,7 +3,9 @@ import { world } from '../../fakes/world.js';
 
 async function template(raw: Record<string, unknown>) {
   const w = world(raw);
-  await (await w.creates.create({ name: 'tpl', persistent: true }, {})).done;
+  await (
+    await w.creates.create({ name: 'tpl', persistent: true }, {})
+  ).done;
   await w.svc.suspend('tpl');
   return w;
 }
@@ -20,7 +22,9 @@ describe('app/PoolService', () => {
     // Nobody waits on a member being filled: it starts in the background; a claim's restore does not.
     for (const m of st.members) expect(w.hv.background(m.name)).to.equal(true);
     w.pool.stop();
-    await (await w.creates.create({ name: 'mine', from_pool: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'mine', from_pool: true }, {})
+    ).done;
     expect(w.hv.background('mine')).to.equal(false);
   });
 
@@ -29,9 +33,14 @@ describe('app/PoolService', () => {
     w.pool.refill();
     await w.pool.settled();
     const before = w.pool.status().members.map((m) => m.name);
-    const jobs = await Promise.all([w.creates.create({ name: 'a', from_pool: true }, {}), w.creates.create({ name: 'b', from_pool: true }, {})]);
+    const jobs = await Promise.all([
+      w.creates.create({ name: 'a', from_pool: true }, {}),
+      w.creates.create({ name: 'b', from_pool: true }, {}),
+    ]);
     await Promise.all(jobs.map((j) => j.done));
-    const claimedFrom = w.activity.events.filter((e) => e.action === 'create' && e.message?.startsWith('claimed')).map((e) => e.message);
+    const claimedFrom = w.activity.events
+      .filter((e) => e.action === 'create' && e.message?.startsWith('claimed'))
+      .map((e) => e.message);
     expect(claimedFrom.sort()).to.deep.equal(before.map((n) => `claimed ${n}`).sort());
     await w.pool.settled();
     expect(w.pool.status().ready).to.equal(2);
@@ -49,7 +58,9 @@ describe('app/PoolService', () => {
       if (spec.name === 'a') await new Promise((r) => setTimeout(r, 100)); // a restore takes a while
       return launch(spec, o);
     };
-    await (await w.creates.create({ name: 'a', from_pool: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'a', from_pool: true }, {})
+    ).done;
     await w.pool.settled();
     expect(claimAtRefill).to.deep.equal(['running']);
     expect(w.pool.status().ready).to.equal(1);
@@ -68,7 +79,9 @@ describe('app/PoolService', () => {
     };
     let lastClaim = 0;
     for (const name of ['a', 'b', 'c']) {
-      await (await w.creates.create({ name, from_pool: true }, {})).done;
+      await (
+        await w.creates.create({ name, from_pool: true }, {})
+      ).done;
       lastClaim = Date.now();
       await new Promise((r) => setTimeout(r, 60)); // the next claim comes before the wait is over
     }
@@ -88,7 +101,9 @@ describe('app/PoolService', () => {
     expect(m.status).to.equal('running');
     expect(w.hv.background(m.name)).to.equal(false); // it will be someone's VM as it runs
     w.pool.stop(); // no refill: the member's old name must stay unused
-    const claimed = await (await w.creates.create({ name: 'r', from_pool: true, forwards: [{ host_port: 0, guest_port: 81 }] }, {})).done;
+    const claimed = await (
+      await w.creates.create({ name: 'r', from_pool: true, forwards: [{ host_port: 0, guest_port: 81 }] }, {})
+    ).done;
     expect(claimed.status).to.equal('running');
     expect(claimed.forwards.map((f) => f.guest_port)).to.include(81);
     expect(w.hv.state('r')).to.equal('running');

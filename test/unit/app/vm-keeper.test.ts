@@ -10,7 +10,9 @@ import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-mem
 describe('app/VmKeeper', () => {
   it('keeps the adapter state opaque: what a handle puts in a record comes back as the same handle', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'a', persistent: true, forwards: [{ host_port: 0, guest_port: 80 }] }, {})).done;
+    await (
+      await w.creates.create({ name: 'a', persistent: true, forwards: [{ host_port: 0, guest_port: 80 }] }, {})
+    ).done;
     const rec = w.vms.get('a');
     const h = w.keeper.handleOf(rec)!;
     expect(h.state).to.equal(rec.runtime);
@@ -22,21 +24,31 @@ describe('app/VmKeeper', () => {
   it('clears what belonged to a stopped process but keeps forwards (live ones without their tunnel pid)', () => {
     const w = world();
     const rec = {
-      name: 'r', ssh_port: 1, agent_port: 2, agent_cid: 3, runtime: {} as VmRecord['runtime'],
-      forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live', pid: 9 }],
+      name: 'r',
+      ssh_port: 1,
+      agent_port: 2,
+      agent_cid: 3,
+      runtime: {} as VmRecord['runtime'],
+      forwards: [
+        { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 },
+        { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live', pid: 9 },
+      ],
     } as VmRecord;
     clearRuntime(rec);
     expect(rec).to.include({ ssh_port: 0, agent_port: 0, agent_cid: 0 });
     expect(rec.runtime).to.equal(undefined);
     expect(rec.forwards).to.deep.equal([
-      { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot' }, { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live' },
+      { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot' },
+      { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live' },
     ]);
     expect(w.keeper.handleOf(rec)).to.equal(undefined);
   });
 
   it('marks a vm whose process dies on its own as error, persists it, logs a crash and announces it down', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'c', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'c', persistent: true }, {})
+    ).done;
     const down: string[] = [];
     w.listen('down', (r) => void down.push(r.name));
     await w.hv.crash('c', 'killed by SIGKILL');
@@ -49,7 +61,9 @@ describe('app/VmKeeper', () => {
 
   it('does not call an exit it asked for a crash', async () => {
     const w = world();
-    await (await w.creates.create({ name: 's', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 's', persistent: true }, {})
+    ).done;
     await w.svc.shutdown('s');
     expect(w.vms.get('s').status).to.equal('stopped');
     expect(w.activity.events.some((e) => e.action === 'crash')).to.equal(false);
@@ -57,7 +71,9 @@ describe('app/VmKeeper', () => {
 
   it('leaves a vm that fails to boot in error with no process, and it can be started again', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'b', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'b', persistent: true }, {})
+    ).done;
     await w.svc.shutdown('b');
     w.hv.failNext('launch', 'no memory');
     expect((await w.svc.start('b').catch((e) => e)).message).to.equal('no memory');
@@ -67,7 +83,9 @@ describe('app/VmKeeper', () => {
 
   it('purges every trace: process, record, store, and announces the removal', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'p' }, {})).done;
+    await (
+      await w.creates.create({ name: 'p' }, {})
+    ).done;
     const removed: string[] = [];
     w.listen('removed', (r) => void removed.push(r.name));
     await w.keeper.purge(w.vms.get('p'));
@@ -96,7 +114,9 @@ describe('app/VmKeeper', () => {
       execs.push([req.cmd, ...req.args].join(' '));
       return exec(ep, req, ...rest);
     };
-    await (await w.creates.create({ name: 'w', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'w', persistent: true }, {})
+    ).done;
     calls.length = 0;
     execs.length = 0;
     await w.svc.suspend('w');
@@ -129,13 +149,15 @@ describe('app/VmKeeper', () => {
     const agent = w.container.get<GuestAgent>(GuestAgent);
     const calls: string[] = [];
     agent.setIdentity = async () => void calls.push('identity');
-    await (await w.creates.create({ name: 'w', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'w', persistent: true }, {})
+    ).done;
     calls.length = 0;
     await w.svc.suspend('w');
     expect(calls).to.deep.equal([]);
   });
 
-  it('offers the warm-up calls to a driver that restores guests ahead of clones: an identity of the guest\'s own, tried again while unreachable, then an exec of true', async () => {
+  it("offers the warm-up calls to a driver that restores guests ahead of clones: an identity of the guest's own, tried again while unreachable, then an exec of true", async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
     let warm: GuestWarmUpCalls | undefined;
     Object.assign(hv, { cloneReady: () => undefined, warmWith: (w: GuestWarmUpCalls | undefined) => void (warm = w) });
@@ -164,13 +186,18 @@ describe('app/VmKeeper', () => {
     await warm!.firstCommand(ep);
     expect(execs).to.deep.equal(['true']);
     // An image without `true` answers the exec with an error: the path was taken all the same.
-    agent.exec = async () => { throw new InvalidArgumentError('no such file: true'); };
+    agent.exec = async () => {
+      throw new InvalidArgumentError('no such file: true');
+    };
     await warm!.firstCommand(ep);
-    agent.exec = async () => { throw new AgentUnavailableError('connection reset'); };
+    agent.exec = async () => {
+      throw new AgentUnavailableError('connection reset');
+    };
     expect(await warm!.firstCommand(ep).catch((e: Error) => e.message)).to.equal('connection reset');
     // A guest that answers the identity with an error is not tried again: the adapter stops that spare.
-    agent.setIdentity = async () => { throw new AgentFailureError('agent answered 500'); };
+    agent.setIdentity = async () => {
+      throw new AgentFailureError('agent answered 500');
+    };
     expect(await warm!.firstAnswer(ep, 'spare-0a1b2c3d').catch((e: Error) => e.message)).to.match(/500/);
-
   });
 });

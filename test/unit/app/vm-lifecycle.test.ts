@@ -2,14 +2,25 @@ import { expect } from 'chai';
 import { toPublic } from '../../../src/domain/vm.js';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import {
-  AlreadyExistsError, DeadlineExceededError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError, ResourceExhaustedError,
+  AlreadyExistsError,
+  DeadlineExceededError,
+  InternalError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+  ResourceExhaustedError,
 } from '../../../src/domain/errors.js';
 import { world as appWorld, type World } from '../../fakes/world.js';
 
 /** The world, with the reads the daemon's routes make (list, get) as the API answers them. */
-function world(...args: Parameters<typeof appWorld>): World & { svc: World['svc'] & { list(): ReturnType<World['vms']['list']>; get(n: string): ReturnType<typeof toPublic> } } {
+function world(...args: Parameters<typeof appWorld>): World & {
+  svc: World['svc'] & { list(): ReturnType<World['vms']['list']>; get(n: string): ReturnType<typeof toPublic> };
+} {
   const w = appWorld(...args);
-  const svc = Object.assign(Object.create(w.svc) as World['svc'], { list: () => w.vms.list(), get: (n: string) => toPublic(w.vms.get(n)) });
+  const svc = Object.assign(Object.create(w.svc) as World['svc'], {
+    list: () => w.vms.list(),
+    get: (n: string) => toPublic(w.vms.get(n)),
+  });
   return { ...w, svc };
 }
 
@@ -37,7 +48,9 @@ describe('app/VmLifecycle', () => {
   it('waits for ssh on images that are not agent-ready, and in the modes asked for', async () => {
     const w = world();
     const ssh = await collect((await w.creates.create({ name: 'a', image: 'ssh-only' }, {})).events);
-    expect(ssh.map((e) => e.phase)).to.include('wait_ssh').and.not.include('wait_agent');
+    expect(ssh.map((e) => e.phase))
+      .to.include('wait_ssh')
+      .and.not.include('wait_agent');
     const ud = await collect((await w.creates.create({ name: 'b' }, { wait: 'userdata' })).events);
     expect(ud.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_agent', 'userdata', 'ready']);
     const bs = await collect((await w.creates.create({ name: 'c' }, { wait: 'bootstrap' })).events);
@@ -52,7 +65,9 @@ describe('app/VmLifecycle', () => {
 
   it('refuses duplicates, bad input and unknown images before anything exists', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'web' }, {})).done;
+    await (
+      await w.creates.create({ name: 'web' }, {})
+    ).done;
     let err = await w.creates.create({ name: 'web' }, {}).catch((e) => e);
     expect(err).to.be.instanceOf(AlreadyExistsError);
     err = await w.creates.create({ name: 'x', image: 'nope' }, {}).catch((e) => e);
@@ -62,7 +77,10 @@ describe('app/VmLifecycle', () => {
     expect(w.svc.list().map((i) => i.name)).to.deep.equal(['web']);
   });
 
-  for (const [image, re] of [['fail-provision', /disk failure/], ['fail-boot', /boot failure/]] as const) {
+  for (const [image, re] of [
+    ['fail-provision', /disk failure/],
+    ['fail-boot', /boot failure/],
+  ] as const) {
     it(`removes every trace of a create that fails (${image})`, async () => {
       const w = world();
       const job = await w.creates.create({ name: 'bad', image }, {});
@@ -100,7 +118,9 @@ describe('app/VmLifecycle', () => {
 
   it('checks caps atomically: of concurrent creates only those that fit succeed (429 for the rest)', async () => {
     const w = world({ max_vms: 3 });
-    const results = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => w.creates.create({ name: `v${i}` }, {})));
+    const results = await Promise.allSettled(
+      Array.from({ length: 6 }, (_, i) => w.creates.create({ name: `v${i}` }, {})),
+    );
     expect(results.filter((r) => r.status === 'fulfilled')).to.have.length(3);
     for (const r of results.filter((r) => r.status === 'rejected')) {
       expect((r as PromiseRejectedResult).reason).to.be.instanceOf(ResourceExhaustedError);
@@ -109,15 +129,21 @@ describe('app/VmLifecycle', () => {
 
   it('counts cpus and memory only of vms that hold them', async () => {
     const w = world({ max_cpus_total: 2 });
-    await (await w.creates.create({ name: 'a', cpus: 2, persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'a', cpus: 2, persistent: true }, {})
+    ).done;
     expect(await w.creates.create({ name: 'b' }, {}).catch((e) => e)).to.be.instanceOf(ResourceExhaustedError);
     await w.svc.suspend('a');
-    await (await w.creates.create({ name: 'b' }, {})).done;
+    await (
+      await w.creates.create({ name: 'b' }, {})
+    ).done;
   });
 
   it('walks the whole lifecycle of a persistent vm', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
     await w.svc.pause('p');
     expect(w.svc.get('p').status).to.equal('paused');
     expect(w.hv.state('p')).to.equal('paused');
@@ -148,7 +174,9 @@ describe('app/VmLifecycle', () => {
 
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'e' }, {})).done;
+    await (
+      await w.creates.create({ name: 'e' }, {})
+    ).done;
     expect(await w.svc.suspend('e').catch((x) => x)).to.be.instanceOf(InvalidStateError);
     const out = await w.svc.shutdown('e');
     expect(out.message).to.match(/removed/);
@@ -158,17 +186,26 @@ describe('app/VmLifecycle', () => {
 
   it('refuses wrong transitions with the verb to use', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
     const err = await w.svc.resume('p').catch((e) => e);
     expect(err).to.be.instanceOf(InvalidStateError);
     expect(err.message).to.equal('vm p is already running; use pause, suspend or shutdown');
     expect(await w.svc.restore('p').catch((e) => e)).to.be.instanceOf(InvalidStateError);
-    expect(await w.svc.start('p').catch((e) => e).then((e) => e.message)).to.match(/already running/);
+    expect(
+      await w.svc
+        .start('p')
+        .catch((e) => e)
+        .then((e) => e.message),
+    ).to.match(/already running/);
   });
 
   it('marks a vm whose process dies as error, and a persistent one can start again', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
     await w.hv.crash('p', 'killed by signal 9');
     await new Promise((r) => setTimeout(r, 20));
     const inst = w.svc.get('p');
@@ -179,7 +216,9 @@ describe('app/VmLifecycle', () => {
 
   it('serializes operations on one vm', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
     const results = await Promise.allSettled([w.svc.pause('p'), w.svc.pause('p'), w.svc.resume('p')]);
     expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'fulfilled']);
     expect(w.svc.get('p').status).to.equal('running');
@@ -187,9 +226,15 @@ describe('app/VmLifecycle', () => {
 
   it('rolls back interrupted creates and handles dead processes at init', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'keep', persistent: true }, {})).done;
-    await (await w.creates.create({ name: 'eph' }, {})).done;
-    await (await w.creates.create({ name: 'stopped', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'keep', persistent: true }, {})
+    ).done;
+    await (
+      await w.creates.create({ name: 'eph' }, {})
+    ).done;
+    await (
+      await w.creates.create({ name: 'stopped', persistent: true }, {})
+    ).done;
     await w.svc.shutdown('stopped');
     const half = structuredClone(w.store.records.get('keep')!);
     half.name = 'half';
@@ -198,21 +243,31 @@ describe('app/VmLifecycle', () => {
     // A new daemon over the same store: the in-memory processes are gone.
     const w2 = world({}, w.store);
     await w2.recovery.init();
-    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([['keep', 'error'], ['stopped', 'stopped']]);
+    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([
+      ['keep', 'error'],
+      ['stopped', 'stopped'],
+    ]);
     expect(w2.store.records.has('half')).to.equal(false);
     expect(w2.store.records.has('eph')).to.equal(false);
   });
 
   it('at init, takes a vm whose suspend the adapter finished but the daemon never recorded as suspended, and restores it', async () => {
     const w = world();
-    await (await w.creates.create({ name: 'saved', persistent: true }, {})).done;
-    await (await w.creates.create({ name: 'lost', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'saved', persistent: true }, {})
+    ).done;
+    await (
+      await w.creates.create({ name: 'lost', persistent: true }, {})
+    ).done;
     // The daemon died right after the adapter saved and stopped the VM: the record still says running.
     await w.hv.suspend({ name: 'saved', dir: '/nowhere' });
     await w.hv.kill({ name: 'lost', dir: '/nowhere' });
     const w2 = world({}, w.store, w.hv);
     await w2.recovery.init();
-    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([['lost', 'error'], ['saved', 'suspended']]);
+    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([
+      ['lost', 'error'],
+      ['saved', 'suspended'],
+    ]);
     expect(w2.svc.get('saved').suspended_at).to.be.a('string');
     await w2.svc.restore('saved');
     expect(w2.svc.get('saved').status).to.equal('running');
@@ -222,7 +277,9 @@ describe('app/VmLifecycle', () => {
     const w = world();
     const seen: string[] = [];
     for (const e of ['up', 'down', 'removed'] as const) w.listen(e, (r) => void seen.push(`${e}:${r.name}`));
-    await (await w.creates.create({ name: 'p', persistent: true }, {})).done;
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
     await w.svc.suspend('p');
     await w.svc.restore('p');
     await w.svc.delete('p');

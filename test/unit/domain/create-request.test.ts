@@ -14,12 +14,21 @@ describe('domain/create-request', () => {
 
   it('parses every field', () => {
     const r = parseCreateRequest({
-      name: 'web-1', persistent: true, cpus: 2, memory_mb: 1024, disk_gb: 8, image: 'default', tags: { team: 'a' },
-      userdata: '#!/bin/sh\ntrue', forwards: [{ guest_port: 80 }, { host_port: 8080, guest_port: 8080, proto: 'udp' }],
-      mounts: [{ host: '/tmp', guest: '/mnt/tmp', tag: 'tmp', readonly: true }], metrics_enabled: false,
+      name: 'web-1',
+      persistent: true,
+      cpus: 2,
+      memory_mb: 1024,
+      disk_gb: 8,
+      image: 'default',
+      tags: { team: 'a' },
+      userdata: '#!/bin/sh\ntrue',
+      forwards: [{ guest_port: 80 }, { host_port: 8080, guest_port: 8080, proto: 'udp' }],
+      mounts: [{ host: '/tmp', guest: '/mnt/tmp', tag: 'tmp', readonly: true }],
+      metrics_enabled: false,
     });
     expect(r.forwards).to.deep.equal([
-      { host_port: 0, guest_port: 80, proto: 'tcp' }, { host_port: 8080, guest_port: 8080, proto: 'udp' },
+      { host_port: 0, guest_port: 80, proto: 'tcp' },
+      { host_port: 8080, guest_port: 8080, proto: 'udp' },
     ]);
     expect(r.mounts[0]).to.deep.equal({ host: '/tmp', guest: '/mnt/tmp', tag: 'tmp', readonly: true });
     expect(r.metrics_enabled).to.equal(false);
@@ -40,7 +49,16 @@ describe('domain/create-request', () => {
     ['forward without guest port', { forwards: [{ host_port: 8080 }] }, /guest_port is required/],
     ['privileged host port', { forwards: [{ host_port: 80, guest_port: 80 }] }, /privileged/],
     ['bad proto', { forwards: [{ guest_port: 80, proto: 'sctp' }] }, /tcp or udp/],
-    ['duplicate host port', { forwards: [{ host_port: 8080, guest_port: 1 }, { host_port: 8080, guest_port: 2 }] }, /given twice/],
+    [
+      'duplicate host port',
+      {
+        forwards: [
+          { host_port: 8080, guest_port: 1 },
+          { host_port: 8080, guest_port: 2 },
+        ],
+      },
+      /given twice/,
+    ],
     ['relative mount', { mounts: [{ host: 'tmp', guest: '/x' }] }, /absolute/],
     ['comma in mount path', { mounts: [{ host: '/tmp,readonly=on', guest: '/x' }] }, /commas/],
     ['__proto__ as a tag key', JSON.parse('{"tags":{"__proto__":"x"}}'), /tags: __proto__ is not allowed/],
@@ -49,7 +67,16 @@ describe('domain/create-request', () => {
     ['newline in a guest mount path', { mounts: [{ host: '/tmp', guest: '/mnt/a\nb' }] }, /control characters/],
     ['.. in a guest mount path', { mounts: [{ host: '/tmp', guest: '/mnt/../etc' }] }, /\.\./],
     ['unsafe mount tag', { mounts: [{ host: '/tmp', guest: '/x', tag: 'a,b=c' }] }, /tag must match/],
-    ['duplicate mount tags', { mounts: [{ host: '/a', guest: '/x', tag: 't' }, { host: '/b', guest: '/y', tag: 't' }] }, /unique/],
+    [
+      'duplicate mount tags',
+      {
+        mounts: [
+          { host: '/a', guest: '/x', tag: 't' },
+          { host: '/b', guest: '/y', tag: 't' },
+        ],
+      },
+      /unique/,
+    ],
     ['bad image', { image: '../etc' }, /invalid image/],
   ];
   for (const [what, body, re] of bad) {

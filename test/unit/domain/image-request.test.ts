@@ -5,10 +5,20 @@ import { parseImageRequest } from '../../../src/domain/image-request.js';
 describe('domain/parseImageRequest', () => {
   it('reads a recipe: base, packages, files (base64, octal mode), env and run lines', () => {
     const r = parseImageRequest({
-      name: 'py-tools', from: 'debian', packages: ['jq', 'python3-venv', 'curl=7.88.1-10+deb12u5'], run: ['echo hi > /etc/motd'],
-      files: [{ path: '/etc/app.conf', content: Buffer.from('x=1\n').toString('base64'), mode: '0600' }], env: { APP_ENV: 'prod' },
+      name: 'py-tools',
+      from: 'debian',
+      packages: ['jq', 'python3-venv', 'curl=7.88.1-10+deb12u5'],
+      run: ['echo hi > /etc/motd'],
+      files: [{ path: '/etc/app.conf', content: Buffer.from('x=1\n').toString('base64'), mode: '0600' }],
+      env: { APP_ENV: 'prod' },
     });
-    expect(r).to.deep.include({ kind: 'recipe', name: 'py-tools', from: 'debian', run: ['echo hi > /etc/motd'], env: { APP_ENV: 'prod' } });
+    expect(r).to.deep.include({
+      kind: 'recipe',
+      name: 'py-tools',
+      from: 'debian',
+      run: ['echo hi > /etc/motd'],
+      env: { APP_ENV: 'prod' },
+    });
     if (r.kind !== 'recipe') throw new Error('not a recipe');
     expect(r.packages).to.have.length(3);
     expect(r.files[0]).to.deep.include({ path: '/etc/app.conf', mode: 0o600 });
@@ -16,16 +26,31 @@ describe('domain/parseImageRequest', () => {
   });
 
   it('reads a bake of a vm', () => {
-    expect(parseImageRequest({ name: 'web-v1', from_vm: 'web' })).to.deep.equal({ kind: 'bake', name: 'web-v1', from_vm: 'web', description: undefined });
+    expect(parseImageRequest({ name: 'web-v1', from_vm: 'web' })).to.deep.equal({
+      kind: 'bake',
+      name: 'web-v1',
+      from_vm: 'web',
+      description: undefined,
+    });
   });
 
   it('reads imports: container archives and disks, with an ssh user for a disk', () => {
     expect(parseImageRequest({ name: 'app', from: 'oci-archive:/srv/in/app.tar' })).to.deep.equal({
-      kind: 'import', name: 'app', source: { type: 'oci-archive', path: '/srv/in/app.tar' }, ssh_user: undefined, description: undefined,
+      kind: 'import',
+      name: 'app',
+      source: { type: 'oci-archive', path: '/srv/in/app.tar' },
+      ssh_user: undefined,
+      description: undefined,
     });
-    expect(parseImageRequest({ name: 'app', from: 'docker-archive:/a:b.tar' })).to.deep.include({ source: { type: 'docker-archive', path: '/a:b.tar' } });
-    expect(parseImageRequest({ name: 'cloud', from: 'disk:/srv/in/bookworm.qcow2', ssh_user: 'debian' })).to.deep.include({
-      kind: 'import', source: { type: 'disk', path: '/srv/in/bookworm.qcow2' }, ssh_user: 'debian',
+    expect(parseImageRequest({ name: 'app', from: 'docker-archive:/a:b.tar' })).to.deep.include({
+      source: { type: 'docker-archive', path: '/a:b.tar' },
+    });
+    expect(
+      parseImageRequest({ name: 'cloud', from: 'disk:/srv/in/bookworm.qcow2', ssh_user: 'debian' }),
+    ).to.deep.include({
+      kind: 'import',
+      source: { type: 'disk', path: '/srv/in/bookworm.qcow2' },
+      ssh_user: 'debian',
     });
   });
 
@@ -35,19 +60,39 @@ describe('domain/parseImageRequest', () => {
     ['an import with recipe fields', { name: 'x', from: 'disk:/x.qcow2', packages: ['jq'] }, /belongs to a recipe/],
     ['a bad ssh user', { name: 'x', from: 'disk:/x.qcow2', ssh_user: 'root; id' }, /ssh_user must be a user name/],
     ['an ssh user on a recipe', { name: 'x', from: 'debian', ssh_user: 'debian' }, /belongs to an import/],
-    ['an ssh user on a bake', { name: 'x', from_vm: 'web', ssh_user: 'debian' }, /ssh_user belongs to a recipe|from_vm bakes/],
+    [
+      'an ssh user on a bake',
+      { name: 'x', from_vm: 'web', ssh_user: 'debian' },
+      /ssh_user belongs to a recipe|from_vm bakes/,
+    ],
     ['no body', undefined, /must be a JSON object/],
     ['a bad name', { name: 'Bad Name', from: 'debian' }, /name must be an image name/],
     ['the default alias as a name', { name: 'default', from: 'debian' }, /default/],
     ['neither from nor from_vm', { name: 'x' }, /give from/],
     ['from_vm with a recipe field', { name: 'x', from_vm: 'web', packages: ['jq'] }, /belongs to a recipe/],
     ['an unknown field', { name: 'x', from: 'debian', pkgs: [] }, /unknown field "pkgs"/],
-    ['a package that is not a package name', { name: 'x', from: 'debian', packages: ['jq; rm -rf /'] }, /packages\[0\]/],
+    [
+      'a package that is not a package name',
+      { name: 'x', from: 'debian', packages: ['jq; rm -rf /'] },
+      /packages\[0\]/,
+    ],
     ['packages that are not a list', { name: 'x', from: 'debian', packages: 'jq' }, /packages must be an array/],
     ['an empty run line', { name: 'x', from: 'debian', run: ['  '] }, /run\[0\]/],
-    ['a relative file path', { name: 'x', from: 'debian', files: [{ path: 'etc/x', content: '' }] }, /files\[0\]\.path/],
-    ['a file path with ..', { name: 'x', from: 'debian', files: [{ path: '/etc/../x', content: '' }] }, /files\[0\]\.path/],
-    ['content that is not base64', { name: 'x', from: 'debian', files: [{ path: '/x', content: 'not base64!' }] }, /base64/],
+    [
+      'a relative file path',
+      { name: 'x', from: 'debian', files: [{ path: 'etc/x', content: '' }] },
+      /files\[0\]\.path/,
+    ],
+    [
+      'a file path with ..',
+      { name: 'x', from: 'debian', files: [{ path: '/etc/../x', content: '' }] },
+      /files\[0\]\.path/,
+    ],
+    [
+      'content that is not base64',
+      { name: 'x', from: 'debian', files: [{ path: '/x', content: 'not base64!' }] },
+      /base64/,
+    ],
     ['a bad mode', { name: 'x', from: 'debian', files: [{ path: '/x', content: '', mode: 'rw' }] }, /octal/],
     ['a bad env name', { name: 'x', from: 'debian', env: { 'A-B': '1' } }, /not a variable name/],
     ['a multi-line env value', { name: 'x', from: 'debian', env: { A: '1\n2' } }, /one-line/],

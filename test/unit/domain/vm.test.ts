@@ -1,6 +1,13 @@
 import { expect } from 'chai';
 import { InvalidStateError } from '../../../src/domain/errors.js';
-import { ALLOWED_SOURCES, VM_STATUSES, assertTransition, toPublic, type VmRecord, type LifecycleVerb } from '../../../src/domain/vm.js';
+import {
+  ALLOWED_SOURCES,
+  VM_STATUSES,
+  assertTransition,
+  toPublic,
+  type VmRecord,
+  type LifecycleVerb,
+} from '../../../src/domain/vm.js';
 
 describe('domain/instance state machine', () => {
   const verbs = Object.keys(ALLOWED_SOURCES) as LifecycleVerb[];
@@ -16,21 +23,51 @@ describe('domain/instance state machine', () => {
   }
 
   it('names the verb to use instead', () => {
-    expect(() => assertTransition({ name: 'web', status: 'paused', persistent: true }, 'pause')).to.throw('vm web is already paused; use resume');
-    expect(() => assertTransition({ name: 'web', status: 'suspended', persistent: true }, 'start')).to.throw('vm web is suspended; use restore');
-    expect(() => assertTransition({ name: 'web', status: 'stopped', persistent: true }, 'restore')).to.throw('vm web is stopped; use start');
+    expect(() => assertTransition({ name: 'web', status: 'paused', persistent: true }, 'pause')).to.throw(
+      'vm web is already paused; use resume',
+    );
+    expect(() => assertTransition({ name: 'web', status: 'suspended', persistent: true }, 'start')).to.throw(
+      'vm web is suspended; use restore',
+    );
+    expect(() => assertTransition({ name: 'web', status: 'stopped', persistent: true }, 'restore')).to.throw(
+      'vm web is stopped; use start',
+    );
   });
 
   it('refuses suspend of an ephemeral vm and start of a failed ephemeral one', () => {
-    expect(() => assertTransition({ name: 'e', status: 'running', persistent: false }, 'suspend')).to.throw(InvalidStateError, /ephemeral/);
-    expect(() => assertTransition({ name: 'e', status: 'error', persistent: false }, 'start')).to.throw(InvalidStateError, /ephemeral/);
+    expect(() => assertTransition({ name: 'e', status: 'running', persistent: false }, 'suspend')).to.throw(
+      InvalidStateError,
+      /ephemeral/,
+    );
+    expect(() => assertTransition({ name: 'e', status: 'error', persistent: false }, 'start')).to.throw(
+      InvalidStateError,
+      /ephemeral/,
+    );
   });
 
   it('never exposes userdata or runtime, and shows suspended_at/error only in their states', () => {
     const rec: VmRecord = {
-      name: 'a', status: 'running', persistent: true, cpus: 1, memory_mb: 512, disk_gb: 4, image: 'default', ip: '', ssh_port: 1,
-      agent_port: 2, agent_cid: 0, forwards: [], tags: {}, mounts: [], metrics_enabled: true, created_at: '', updated_at: '',
-      userdata: 'secret', runtime: { pid: 1 } as unknown as VmRecord['runtime'], suspended_at: 'x', error: 'old',
+      name: 'a',
+      status: 'running',
+      persistent: true,
+      cpus: 1,
+      memory_mb: 512,
+      disk_gb: 4,
+      image: 'default',
+      ip: '',
+      ssh_port: 1,
+      agent_port: 2,
+      agent_cid: 0,
+      forwards: [],
+      tags: {},
+      mounts: [],
+      metrics_enabled: true,
+      created_at: '',
+      updated_at: '',
+      userdata: 'secret',
+      runtime: { pid: 1 } as unknown as VmRecord['runtime'],
+      suspended_at: 'x',
+      error: 'old',
       egress: { default: 'allow', allow: [], deny: [] },
     };
     const pub = toPublic(rec) as unknown as Record<string, unknown>;

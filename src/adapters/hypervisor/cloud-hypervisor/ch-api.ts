@@ -10,7 +10,10 @@ const MAX_ANSWER = 1 << 20;
  * `GET` for vm.info and vmm.ping. A failure is InternalError with the VMM's words.
  */
 export class ChApi {
-  constructor(readonly socket: string, private readonly timeoutMs = 30_000) {}
+  constructor(
+    readonly socket: string,
+    private readonly timeoutMs = 30_000,
+  ) {}
 
   put(action: string, body?: unknown): Promise<unknown> {
     return this.call('PUT', action, body);
@@ -28,7 +31,8 @@ export class ChApi {
         await this.get('vmm.ping');
         return;
       } catch (err) {
-        if (Date.now() > until) throw new InternalError(`cloud-hypervisor did not answer on ${this.socket}: ${(err as Error).message}`);
+        if (Date.now() > until)
+          throw new InternalError(`cloud-hypervisor did not answer on ${this.socket}: ${(err as Error).message}`);
         await new Promise((r) => setTimeout(r, 25));
       }
     }
@@ -37,30 +41,42 @@ export class ChApi {
   private call(method: 'GET' | 'PUT', action: string, body?: unknown): Promise<unknown> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise((resolve, reject) => {
-      const req = request({
-        socketPath: this.socket, method, path: `/api/v1/${action}`, timeout: this.timeoutMs,
-        headers: { accept: 'application/json', ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}) },
-      }, (res) => {
-        const parts: Buffer[] = [];
-        let size = 0;
-        res.on('data', (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_ANSWER) return void res.destroy(new Error('answer too large'));
-          parts.push(c);
-        });
-        res.on('error', reject);
-        res.on('end', () => {
-          const text = Buffer.concat(parts).toString('utf8');
-          if ((res.statusCode ?? 500) >= 300) return reject(new InternalError(`cloud-hypervisor ${action}: ${res.statusCode} ${text.slice(0, 300)}`));
-          try {
-            resolve(text ? JSON.parse(text) : undefined);
-          } catch {
-            resolve(text);
-          }
-        });
-      });
+      const req = request(
+        {
+          socketPath: this.socket,
+          method,
+          path: `/api/v1/${action}`,
+          timeout: this.timeoutMs,
+          headers: {
+            accept: 'application/json',
+            ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}),
+          },
+        },
+        (res) => {
+          const parts: Buffer[] = [];
+          let size = 0;
+          res.on('data', (c: Buffer) => {
+            size += c.length;
+            if (size > MAX_ANSWER) return void res.destroy(new Error('answer too large'));
+            parts.push(c);
+          });
+          res.on('error', reject);
+          res.on('end', () => {
+            const text = Buffer.concat(parts).toString('utf8');
+            if ((res.statusCode ?? 500) >= 300)
+              return reject(new InternalError(`cloud-hypervisor ${action}: ${res.statusCode} ${text.slice(0, 300)}`));
+            try {
+              resolve(text ? JSON.parse(text) : undefined);
+            } catch {
+              resolve(text);
+            }
+          });
+        },
+      );
       req.on('timeout', () => req.destroy(new Error(`no answer to ${action} within ${this.timeoutMs} ms`)));
-      req.on('error', (err) => reject(err instanceof InternalError ? err : new InternalError(`cloud-hypervisor ${action}: ${err.message}`)));
+      req.on('error', (err) =>
+        reject(err instanceof InternalError ? err : new InternalError(`cloud-hypervisor ${action}: ${err.message}`)),
+      );
       req.end(payload);
     });
   }

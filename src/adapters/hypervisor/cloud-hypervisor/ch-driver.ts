@@ -20,11 +20,21 @@ import { ChHypervisor } from './ch-hypervisor.js';
 export const chDriver: HypervisorDriver = {
   name: 'cloud-hypervisor',
   section: CH_SECTION,
-  module: (config) => new ContainerModule(({ bind }) => {
-    bind(ChHypervisor).toDynamicValue((ctx) => new ChHypervisor({ binary: chSection(config).binary, images: new ImageCatalog(config.images_dir), log: ctx.get<Logger>(Logger) })).inSingletonScope();
-    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toService(ChHypervisor);
-    bind(GuestAgent).toConstantValue(new HttpGuestAgent(hybridVsockConnector, { splice: config.splice }));
-    bind(SshProbe).toConstantValue({ ready: async () => false });
-    bind(GuestNetwork).toConstantValue(new InMemoryGuestNetwork());
-  }),
+  module: (config) =>
+    new ContainerModule(({ bind }) => {
+      bind(ChHypervisor)
+        .toDynamicValue(
+          (ctx) =>
+            new ChHypervisor({
+              binary: chSection(config).binary,
+              images: new ImageCatalog(config.images_dir),
+              log: ctx.get<Logger>(Logger),
+            }),
+        )
+        .inSingletonScope();
+      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toService(ChHypervisor);
+      bind(GuestAgent).toConstantValue(new HttpGuestAgent(hybridVsockConnector, { splice: config.splice }));
+      bind(SshProbe).toConstantValue({ ready: async () => false });
+      bind(GuestNetwork).toConstantValue(new InMemoryGuestNetwork());
+    }),
 };

@@ -6,7 +6,16 @@ import { InvalidStateError, NotSupportedError } from '../../../domain/errors.js'
 import type { ImageSource } from '../../../domain/image-request.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import type {
-  ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  ExitListener,
+  HypervisorAdapter,
+  ImageDetails,
+  ImageInfo,
+  ImageProgress,
+  LaunchOptions,
+  MountRule,
+  VmHandle,
+  VmRef,
+  VmSpec,
 } from '../../../ports/hypervisor.js';
 import type { Logger } from '../../../ports/logger.js';
 import { fromState, toState } from '../adapter-state.js';
@@ -39,7 +48,8 @@ interface LiveCh {
   poll?: NodeJS.Timeout;
 }
 
-const NO_NETWORK = 'cloud-hypervisor: its guests have no network device, so no host forwards (docs/cloud-hypervisor.md)';
+const NO_NETWORK =
+  'cloud-hypervisor: its guests have no network device, so no host forwards (docs/cloud-hypervisor.md)';
 
 /**
  * The Hypervisor ports with Cloud Hypervisor: one detached `cloud-hypervisor` process per VM,
@@ -84,14 +94,23 @@ export class ChHypervisor implements HypervisorAdapter {
     return this.o.images.bake(id, chLayout(vm.dir).disk, meta);
   }
 
-  importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string; description?: string }, progress: (p: ImageProgress) => void): Promise<void> {
+  importImage(
+    id: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: { ssh_user?: string; description?: string },
+    progress: (p: ImageProgress) => void,
+  ): Promise<void> {
     return this.o.images.import(id, source, allowed, meta, progress);
   }
 
   // ---- host links ----
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
     const real = await checkHostDirs(mounts, rule);
-    if (real.length) throw new NotSupportedError('cloud-hypervisor: host folder shares are not supported yet (docs/cloud-hypervisor.md)');
+    if (real.length)
+      throw new NotSupportedError(
+        'cloud-hypervisor: host folder shares are not supported yet (docs/cloud-hypervisor.md)',
+      );
     return real;
   }
 
@@ -122,7 +141,8 @@ export class ChHypervisor implements HypervisorAdapter {
     await rm(tmp, { recursive: true, force: true });
     await mkdir(tmp);
     for (const f of await readdir(from.snapshot)) {
-      if (f === 'config.json') await writeFile(join(tmp, f), rehome(await readFile(join(from.snapshot, f), 'utf8'), template.dir, spec.dir));
+      if (f === 'config.json')
+        await writeFile(join(tmp, f), rehome(await readFile(join(from.snapshot, f), 'utf8'), template.dir, spec.dir));
       else await link(join(from.snapshot, f), join(tmp, f)).catch(() => copyFile(join(from.snapshot, f), join(tmp, f)));
     }
     await rename(tmp, to.snapshot);
@@ -140,13 +160,23 @@ export class ChHypervisor implements HypervisorAdapter {
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
     if (spec.forwards.length) throw new NotSupportedError(NO_NETWORK);
-    if (spec.mounts.length) throw new NotSupportedError('cloud-hypervisor: host folder shares are not supported yet (docs/cloud-hypervisor.md)');
+    if (spec.mounts.length)
+      throw new NotSupportedError(
+        'cloud-hypervisor: host folder shares are not supported yet (docs/cloud-hypervisor.md)',
+      );
     const img = await this.o.images.get(spec.image);
-    if (img.boot === 'firmware') throw new NotSupportedError(`cloud-hypervisor: image ${img.id} boots through firmware, which this driver does not carry`);
+    if (img.boot === 'firmware')
+      throw new NotSupportedError(
+        `cloud-hypervisor: image ${img.id} boots through firmware, which this driver does not carry`,
+      );
     const l = chLayout(spec.dir);
     const restoring = !!options.restore && existsSync(join(l.snapshot, 'config.json'));
     for (const s of [l.api, l.vsock]) await rm(s, { force: true });
-    const args = ['--api-socket', `path=${l.api}`, ...(restoring ? ['--restore', `source_url=file://${l.snapshot}`] : [])];
+    const args = [
+      '--api-socket',
+      `path=${l.api}`,
+      ...(restoring ? ['--restore', `source_url=file://${l.snapshot}`] : []),
+    ];
     const out = openSync(l.log, 'a');
     let child: ChildProcess;
     try {
@@ -156,9 +186,15 @@ export class ChHypervisor implements HypervisorAdapter {
     }
     await new Promise<void>((resolve, reject) => {
       child.once('spawn', () => resolve());
-      child.once('error', (err: NodeJS.ErrnoException) => reject(err.code === 'ENOENT'
-        ? new InvalidStateError(`cloud-hypervisor binary "${this.o.binary}" not found (cloud_hypervisor.binary; docs/cloud-hypervisor.md)`)
-        : err));
+      child.once('error', (err: NodeJS.ErrnoException) =>
+        reject(
+          err.code === 'ENOENT'
+            ? new InvalidStateError(
+                `cloud-hypervisor binary "${this.o.binary}" not found (cloud_hypervisor.binary; docs/cloud-hypervisor.md)`,
+              )
+            : err,
+        ),
+      );
     });
     child.unref();
     await writeFile(l.pidfile, String(child.pid));
@@ -186,8 +222,15 @@ export class ChHypervisor implements HypervisorAdapter {
   private handle(vm: VmRef, pid: number, restored: boolean): VmHandle {
     const l = chLayout(vm.dir);
     return {
-      ip: '', ssh_port: 0, agent_port: AGENT_VSOCK_PORT, agent_cid: GUEST_CID, agent_socket: l.vsock, forwards: [], pid,
-      restored_from_snapshot: restored, state: toState<ChState>({ pid, api: l.api }),
+      ip: '',
+      ssh_port: 0,
+      agent_port: AGENT_VSOCK_PORT,
+      agent_cid: GUEST_CID,
+      agent_socket: l.vsock,
+      forwards: [],
+      pid,
+      restored_from_snapshot: restored,
+      state: toState<ChState>({ pid, api: l.api }),
     };
   }
 
@@ -203,7 +246,8 @@ export class ChHypervisor implements HypervisorAdapter {
       done();
       if (!entry.expected && current) for (const l of this.listeners) l(current, reason);
     };
-    if (v.child) v.child.once('exit', (code, signal) => finish(signal ? `killed by ${signal}` : `exited with status ${code}`));
+    if (v.child)
+      v.child.once('exit', (code, signal) => finish(signal ? `killed by ${signal}` : `exited with status ${code}`));
     else entry.poll = setInterval(() => !alive(v.pid) && finish('the cloud-hypervisor process is gone'), 500);
     return entry;
   }
@@ -299,7 +343,8 @@ export class ChHypervisor implements HypervisorAdapter {
   async destroy(vm: VmRef): Promise<void> {
     await this.kill(vm);
     const l = chLayout(vm.dir);
-    for (const f of [l.disk, l.seed, l.api, l.vsock, l.pidfile, l.snapshot, `${l.snapshot}.tmp`]) await rm(f, { recursive: true, force: true });
+    for (const f of [l.disk, l.seed, l.api, l.vsock, l.pidfile, l.snapshot, `${l.snapshot}.tmp`])
+      await rm(f, { recursive: true, force: true });
   }
 
   onExit(listener: ExitListener): void {
@@ -341,7 +386,10 @@ function isChOf(pid: number, api: string): boolean {
 
 async function waitGone(v: LiveCh, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
-  const ok = await Promise.race([v.gone.then(() => true), new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)))]);
+  const ok = await Promise.race([
+    v.gone.then(() => true),
+    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
+  ]);
   clearTimeout(timer);
   return ok;
 }

@@ -29,8 +29,15 @@ export interface ChLayout {
 
 export function chLayout(dir: string): ChLayout {
   return {
-    dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), api: join(dir, 'ch-api.sock'), vsock: join(dir, 'vsock.sock'),
-    serial: join(dir, 'serial.log'), log: join(dir, 'ch.log'), pidfile: join(dir, 'ch.pid'), snapshot: join(dir, 'snapshot'),
+    dir,
+    disk: join(dir, 'disk.qcow2'),
+    seed: join(dir, 'seed.iso'),
+    api: join(dir, 'ch-api.sock'),
+    vsock: join(dir, 'vsock.sock'),
+    serial: join(dir, 'serial.log'),
+    log: join(dir, 'ch.log'),
+    pidfile: join(dir, 'ch.pid'),
+    snapshot: join(dir, 'snapshot'),
   };
 }
 
@@ -41,12 +48,23 @@ export function chLayout(dir: string): ChLayout {
  * (hybrid vsock: how the daemon reaches the agent). No network device: this driver's guests have
  * none (docs/cloud-hypervisor.md). Pure, so it is unit-tested.
  */
-export function vmConfig(spec: Pick<VmSpec, 'cpus' | 'memory_mb'>, img: Pick<ResolvedImage, 'dir' | 'kernel' | 'initrd' | 'cmdline'>, l: ChLayout): Record<string, unknown> {
+export function vmConfig(
+  spec: Pick<VmSpec, 'cpus' | 'memory_mb'>,
+  img: Pick<ResolvedImage, 'dir' | 'kernel' | 'initrd' | 'cmdline'>,
+  l: ChLayout,
+): Record<string, unknown> {
   return {
     cpus: { boot_vcpus: spec.cpus, max_vcpus: spec.cpus },
     memory: { size: spec.memory_mb * 1024 * 1024 },
-    payload: { kernel: join(img.dir, img.kernel), ...(img.initrd ? { initramfs: join(img.dir, img.initrd) } : {}), cmdline: img.cmdline },
-    disks: [{ path: l.disk, image_type: 'Qcow2' }, { path: l.seed, readonly: true, image_type: 'Raw' }],
+    payload: {
+      kernel: join(img.dir, img.kernel),
+      ...(img.initrd ? { initramfs: join(img.dir, img.initrd) } : {}),
+      cmdline: img.cmdline,
+    },
+    disks: [
+      { path: l.disk, image_type: 'Qcow2' },
+      { path: l.seed, readonly: true, image_type: 'Raw' },
+    ],
     rng: { src: '/dev/urandom' },
     serial: { mode: 'File', file: l.serial },
     console: { mode: 'Off' },

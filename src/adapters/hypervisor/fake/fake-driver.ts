@@ -27,7 +27,9 @@ export const FAKE_SECTION: ConfigSection = {
   aliases: { fake_boot_delay: 'boot_delay', fake_agent: 'agent' },
   check(s, config) {
     if (s.agent && !(config.test_mode && config.hypervisor === 'fake')) {
-      throw new ConfigError('config key "fake.agent": runs every guest command on this host as the daemon\'s user, with no isolation; it is for tests only and needs hypervisor: fake and test_mode: true');
+      throw new ConfigError(
+        'config key "fake.agent": runs every guest command on this host as the daemon\'s user, with no isolation; it is for tests only and needs hypervisor: fake and test_mode: true',
+      );
     }
   },
 };
@@ -41,12 +43,23 @@ export const fakeSection = (config: Config) => config.sections.fake as unknown a
 export const fakeDriver: HypervisorDriver = {
   name: 'fake',
   section: FAKE_SECTION,
-  module: (config) => new ContainerModule(({ bind }) => {
-    const f = fakeSection(config);
-    bind(InMemoryHypervisor).toConstantValue(new InMemoryHypervisor({ bootDelayMs: f.boot_delay, sidecar: f.agent ? startLocalGuest : undefined }));
-    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toService(InMemoryHypervisor);
-    bind(GuestNetwork).toConstantValue(new InMemoryGuestNetwork());
-    bind(GuestAgent).toDynamicValue((ctx) => standInsOf(ctx.get(InMemoryHypervisor))?.guestAgent ?? new HttpGuestAgent(tcpConnector, { splice: config.splice })).inSingletonScope();
-    bind(SshProbe).toDynamicValue((ctx) => standInsOf(ctx.get(InMemoryHypervisor))?.sshProbe ?? new TcpSshProbe()).inSingletonScope();
-  }),
+  module: (config) =>
+    new ContainerModule(({ bind }) => {
+      const f = fakeSection(config);
+      bind(InMemoryHypervisor).toConstantValue(
+        new InMemoryHypervisor({ bootDelayMs: f.boot_delay, sidecar: f.agent ? startLocalGuest : undefined }),
+      );
+      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toService(InMemoryHypervisor);
+      bind(GuestNetwork).toConstantValue(new InMemoryGuestNetwork());
+      bind(GuestAgent)
+        .toDynamicValue(
+          (ctx) =>
+            standInsOf(ctx.get(InMemoryHypervisor))?.guestAgent ??
+            new HttpGuestAgent(tcpConnector, { splice: config.splice }),
+        )
+        .inSingletonScope();
+      bind(SshProbe)
+        .toDynamicValue((ctx) => standInsOf(ctx.get(InMemoryHypervisor))?.sshProbe ?? new TcpSshProbe())
+        .inSingletonScope();
+    }),
 };

@@ -4,7 +4,8 @@ import type { AgentEndpoint, GuestAgent } from '../../../ports/guest-agent.js';
 import type { FakeGuests } from './fake-guests.js';
 import type { Terminal } from '../../../ports/terminal.js';
 
-const NO_GUEST = 'the fake hypervisor has no guest to run this in; set fake_agent: true to run a local svc-agent per VM';
+const NO_GUEST =
+  'the fake hypervisor has no guest to run this in; set fake_agent: true to run a local svc-agent per VM';
 
 /**
  * The guest side of InMemoryHypervisor when no real agent runs: health and readiness answer as a
@@ -24,8 +25,11 @@ export class InMemoryGuestAgent implements GuestAgent {
   async health(ep: AgentEndpoint): Promise<AgentHealth> {
     const hostname = this.vm(ep);
     return {
-      hostname, agent_version: 'fake', agent_uptime_sec: Math.floor((Date.now() - this.started) / 1000),
-      userdata_ran: true, readiness: { state: 'ready' },
+      hostname,
+      agent_version: 'fake',
+      agent_uptime_sec: Math.floor((Date.now() - this.started) / 1000),
+      userdata_ran: true,
+      readiness: { state: 'ready' },
     };
   }
 
@@ -36,7 +40,15 @@ export class InMemoryGuestAgent implements GuestAgent {
 
   async stats(ep: AgentEndpoint): Promise<GuestStats> {
     this.vm(ep);
-    return { uptime_sec: 1, load1: 0, load5: 0, load15: 0, cpus: 1, mem_total_bytes: 512 << 20, mem_available_bytes: 256 << 20 };
+    return {
+      uptime_sec: 1,
+      load1: 0,
+      load5: 0,
+      load15: 0,
+      cpus: 1,
+      mem_total_bytes: 512 << 20,
+      mem_available_bytes: 256 << 20,
+    };
   }
 
   async exec(): Promise<ExecResult> {

@@ -1,13 +1,28 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InternalError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+} from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {
-  ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  ExitListener,
+  HypervisorAdapter,
+  ImageDetails,
+  ImageInfo,
+  ImageProgress,
+  LaunchOptions,
+  MountRule,
+  VmHandle,
+  VmRef,
+  VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
 import type { GuestStandIns } from '../driver.js';
@@ -44,7 +59,6 @@ export const FAKE_IMAGES: Record<string, ImageInfo> = {
 /** As on QEMU, `default` names the debian image. */
 const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
 
-
 /** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
 export interface Sidecar {
   port: number;
@@ -68,7 +82,8 @@ export interface InMemoryHypervisorOptions {
 /** As with real VMs, an explicit host port must be free on loopback (the fake binds nothing itself). */
 async function assertPortsFree(forwards: PortForward[]): Promise<void> {
   for (const f of forwards) {
-    if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+    if (f.host_port && !(await portFree(f.host_port, f.proto)))
+      throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
   }
 }
 
@@ -102,7 +117,9 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
 
   /** Without local agents, the in-memory agent and SSH probe answer for the fake guests. */
   guestStandIns(): GuestStandIns | undefined {
-    return this.hasGuests ? undefined : { guestAgent: new InMemoryGuestAgent(this), sshProbe: new InMemorySshProbe(this) };
+    return this.hasGuests
+      ? undefined
+      : { guestAgent: new InMemoryGuestAgent(this), sshProbe: new InMemorySshProbe(this) };
   }
 
   /** Makes the next call of `op` ('provision', 'launch', 'pause', ...) throw InternalError(message). */
@@ -121,7 +138,9 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** True when the VM's guest would answer now: running, booted, and not a never-ready image. */
   guestUp(name: string): boolean {
     const vm = this.vms.get(name);
-    return !!vm && vm.state === 'running' && Date.now() - vm.bootedAt >= this.bootDelayMs && vm.spec.image !== 'never-ready';
+    return (
+      !!vm && vm.state === 'running' && Date.now() - vm.bootedAt >= this.bootDelayMs && vm.spec.image !== 'never-ready'
+    );
   }
 
   /** Which VM a fake host port belongs to. */
@@ -161,7 +180,10 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
 
   async resolveImage(image: string): Promise<ImageInfo> {
     const info = this.images[FAKE_ALIASES[image] ?? image];
-    if (!info) throw new InvalidArgumentError(`unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`);
+    if (!info)
+      throw new InvalidArgumentError(
+        `unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`,
+      );
     return { ...info };
   }
 
@@ -178,8 +200,14 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     const info = this.images[FAKE_ALIASES[image] ?? image];
     if (!info || this.removed.has(info.id)) throw new NotFoundError(`image ${image} is not built`);
     return {
-      ...info, os: 'fake', description: `the fake hypervisor's ${info.id} image`, size_bytes: 0, created_at: new Date(0).toISOString(),
-      boot: 'kernel', source: info.id, in_use_by: inUse(info.id),
+      ...info,
+      os: 'fake',
+      description: `the fake hypervisor's ${info.id} image`,
+      size_bytes: 0,
+      created_at: new Date(0).toISOString(),
+      boot: 'kernel',
+      source: info.id,
+      in_use_by: inUse(info.id),
     };
   }
 
@@ -187,20 +215,33 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const state = this.vms.get(vm.name)?.state;
-    if (state === 'running' || state === 'paused') throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
+    if (state === 'running' || state === 'paused')
+      throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
     const base = await this.resolveImage(meta.from_image);
     this.images[id] = { ...base, id };
     this.removed.delete(id);
   }
 
   /** Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent one. */
-  async importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string }, progress: (p: ImageProgress) => void): Promise<void> {
+  async importImage(
+    id: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: { ssh_user?: string },
+    progress: (p: ImageProgress) => void,
+  ): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const file = await checkImportFile(source.path, allowed);
     await sniffImportFile(file, source.type);
     progress({ percent: 50, message: `importing ${source.type}:${file}` });
     const disk = source.type === 'disk';
-    this.images[id] = { id, agent_ready: !disk, ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root', min_disk_gb: 1, built: true };
+    this.images[id] = {
+      id,
+      agent_ready: !disk,
+      ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root',
+      min_disk_gb: 1,
+      built: true,
+    };
     this.removed.delete(id);
   }
 
@@ -237,7 +278,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
       vm = { spec, state: 'provisioned', snapshot: false, bootedAt: 0 };
       this.vms.set(spec.name, vm);
     }
-    if (vm.state === 'running' || vm.state === 'paused') throw new InvalidStateError(`vm ${spec.name} is already running`);
+    if (vm.state === 'running' || vm.state === 'paused')
+      throw new InvalidStateError(`vm ${spec.name} is already running`);
     if (spec.image === 'fail-boot') throw new InternalError('injected boot failure (image fail-boot)');
     await assertPortsFree(spec.forwards);
     vm.spec = spec;
@@ -248,7 +290,10 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     vm.sidecar = sidecar;
     vm.state = 'running';
     // A console log, as a real guest leaves one (read by GET /vms/{name}/logs).
-    await appendFile(join(spec.dir, 'serial.log'), `[fake] ${spec.name} ${fromSnapshot ? 'restored from snapshot' : 'booted'}\n`).catch(() => undefined);
+    await appendFile(
+      join(spec.dir, 'serial.log'),
+      `[fake] ${spec.name} ${fromSnapshot ? 'restored from snapshot' : 'booted'}\n`,
+    ).catch(() => undefined);
     vm.bootedAt = fromSnapshot ? Date.now() - this.bootDelayMs : Date.now();
     vm.handle = {
       ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15',
@@ -256,7 +301,12 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
       agent_port: sidecar?.port ?? this.nextPort++,
       agent_cid: 0,
       pid: sidecar?.pid,
-      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++, kind: 'boot' as const, pid: sidecar?.pid })),
+      forwards: spec.forwards.map((f) => ({
+        ...f,
+        host_port: f.host_port || this.nextPort++,
+        kind: 'boot' as const,
+        pid: sidecar?.pid,
+      })),
       restored_from_snapshot: fromSnapshot,
       state: toState({ fake: true }),
     };
@@ -291,7 +341,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   async suspend(ref: VmRef): Promise<{ snapshot: boolean }> {
     this.maybeFail('suspend');
     const vm = this.vms.get(ref.name);
-    if (!vm || (vm.state !== 'running' && vm.state !== 'paused')) throw new InvalidStateError(`vm ${ref.name} is not running`);
+    if (!vm || (vm.state !== 'running' && vm.state !== 'paused'))
+      throw new InvalidStateError(`vm ${ref.name} is not running`);
     await this.halt(vm);
     vm.snapshot = true;
     return { snapshot: true };
@@ -324,7 +375,14 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   async addForwards(ref: VmRef, forwards: PortForward[]): Promise<VmHandle> {
     const vm = this.mustRun(ref.name, 'running');
     await assertPortsFree(forwards);
-    vm.handle!.forwards.push(...forwards.map((f) => ({ ...f, host_port: f.host_port || this.nextPort++, kind: 'boot' as const, pid: vm.handle!.pid })));
+    vm.handle!.forwards.push(
+      ...forwards.map((f) => ({
+        ...f,
+        host_port: f.host_port || this.nextPort++,
+        kind: 'boot' as const,
+        pid: vm.handle!.pid,
+      })),
+    );
     return copyHandle(vm.handle!);
   }
 

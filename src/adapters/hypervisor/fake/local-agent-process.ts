@@ -35,9 +35,25 @@ export interface AgentSpawn {
  * from its first line (`{"listening": "host:port"}`). Rejects when it exits first or takes 10 s.
  */
 export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, [o.script ?? AGENT_BIN, '--listen', o.listen, '--vsock-port', '0', '--no-system-identity', '--state-dir', o.stateDir, '--run-dir', o.runDir], {
-    stdio: ['ignore', 'pipe', o.log], env: childEnv(o.env),
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      o.script ?? AGENT_BIN,
+      '--listen',
+      o.listen,
+      '--vsock-port',
+      '0',
+      '--no-system-identity',
+      '--state-dir',
+      o.stateDir,
+      '--run-dir',
+      o.runDir,
+    ],
+    {
+      stdio: ['ignore', 'pipe', o.log],
+      env: childEnv(o.env),
+    },
+  );
   // An agent that did not start is killed, not left running without an owner.
   const port = await new Promise<number>((resolve, reject) => {
     const rl = createInterface({ input: child.stdout! });
@@ -68,7 +84,13 @@ export async function startLocalAgent(dir: string, extraEnv: Record<string, stri
   const runDir = join(dir, 'guest', 'run-svc');
   mkdirSync(stateDir, { recursive: true });
   mkdirSync(runDir, { recursive: true });
-  const { child, port } = await spawnAgent({ listen: '127.0.0.1:0', stateDir, runDir, log: openSync(join(dir, 'agent.log'), 'a'), env: extraEnv });
+  const { child, port } = await spawnAgent({
+    listen: '127.0.0.1:0',
+    stateDir,
+    runDir,
+    log: openSync(join(dir, 'agent.log'), 'a'),
+    env: extraEnv,
+  });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return {
     port,

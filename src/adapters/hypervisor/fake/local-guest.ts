@@ -52,7 +52,9 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     const file = join(stateDir, 'userdata');
     writeFileSync(file, spec.userdata, { mode: 0o700 });
     const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log], env: childEnv() });
-    u.once('exit', () => { if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), ''); });
+    u.once('exit', () => {
+      if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), '');
+    });
   } else {
     writeFileSync(userdataDone, '');
   }
@@ -98,7 +100,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
 async function startSshServer(authorizedKey: string, cwd: () => string): Promise<{ port: number; stop(): void }> {
   hostKey ??= generateEd25519().private;
   const allowed = ssh2.utils.parseKey(authorizedKey);
-  const allowedPub = allowed instanceof Error ? undefined : (Array.isArray(allowed) ? allowed[0] : allowed);
+  const allowedPub = allowed instanceof Error ? undefined : Array.isArray(allowed) ? allowed[0] : allowed;
   const clients = new Set<ssh2.Connection>();
   const server = new ssh2.Server({ hostKeys: [hostKey] }, (client) => {
     clients.add(client);
@@ -107,7 +109,8 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
     client.on('authentication', (ctx) => {
       if (ctx.method !== 'publickey' || !allowedPub) return ctx.reject(['publickey']);
       const want = allowedPub.getPublicSSH();
-      const same = ctx.key.algo === allowedPub.type && ctx.key.data.length === want.length && timingSafeEqual(ctx.key.data, want);
+      const same =
+        ctx.key.algo === allowedPub.type && ctx.key.data.length === want.length && timingSafeEqual(ctx.key.data, want);
       if (!same) return ctx.reject(['publickey']);
       if (ctx.signature && !allowedPub.verify(ctx.blob!, ctx.signature, ctx.hashAlgo)) return ctx.reject(['publickey']);
       ctx.accept();
@@ -118,7 +121,11 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
         session.on('exec', (acceptExec, _reject, info) => {
           const ch = acceptExec();
           // SVC_GUEST_ROOT tells scripts (agent deploy) where this stand-in guest's root is; real guests have none.
-          const p = spawn('/bin/sh', ['-c', info.command], { cwd: cwd(), stdio: 'pipe', env: childEnv({ SVC_GUEST_ROOT: cwd() }) });
+          const p = spawn('/bin/sh', ['-c', info.command], {
+            cwd: cwd(),
+            stdio: 'pipe',
+            env: childEnv({ SVC_GUEST_ROOT: cwd() }),
+          });
           ch.pipe(p.stdin);
           p.stdin.on('error', () => undefined);
           p.stdout.pipe(ch, { end: false });

@@ -1,5 +1,14 @@
 import { spawn } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../../fs-kit/atomic-file.js';
@@ -35,7 +44,12 @@ const KVM = ['-accel', 'kvm', '-cpu', 'host', '-machine', 'pc', '-nodefaults', '
  * Runs QEMU until `done(output)` says yes (true), it exits or prints something else to the end
  * (false), or the timeout (false: a hung guest).
  */
-function runProbe(qemu: string, args: string[], timeoutMs: number, done: (out: string, code: number | null) => boolean | undefined): Promise<boolean> {
+function runProbe(
+  qemu: string,
+  args: string[],
+  timeoutMs: number,
+  done: (out: string, code: number | null) => boolean | undefined,
+): Promise<boolean> {
   return new Promise<boolean>((resolve) => {
     const child = spawn(qemu, args, { stdio: ['ignore', 'pipe', 'ignore'], env: childEnv() });
     let out = '';
@@ -67,17 +81,33 @@ export async function kvmWorks(o: ProbeOptions): Promise<boolean> {
   const timeoutMs = o.timeoutMs ?? 5000;
   const kernel = (o.kernels ?? []).find(readable);
   if (kernel) {
-    return runProbe(o.qemu, [
-      ...KVM, '-m', '128', '-serial', 'stdio', '-kernel', kernel,
-      '-append', 'console=ttyS0 loglevel=1 panic=-1 root=/dev/svc-probe-none',
-    ], timeoutMs, (out) => out.includes('Kernel panic') || undefined);
+    return runProbe(
+      o.qemu,
+      [
+        ...KVM,
+        '-m',
+        '128',
+        '-serial',
+        'stdio',
+        '-kernel',
+        kernel,
+        '-append',
+        'console=ttyS0 loglevel=1 panic=-1 root=/dev/svc-probe-none',
+      ],
+      timeoutMs,
+      (out) => out.includes('Kernel panic') || undefined,
+    );
   }
   const dir = mkdtempSync(join(tmpdir(), 'svc-kvm-probe-'));
   const img = join(dir, 'boot.img');
   writeFileSync(img, bootSector());
   try {
-    return await runProbe(o.qemu, [...KVM, '-device', 'isa-debug-exit,iobase=0xf4,iosize=0x04', '-drive', `file=${img},format=raw,if=ide`],
-      timeoutMs, (_out, code) => code === 3);
+    return await runProbe(
+      o.qemu,
+      [...KVM, '-device', 'isa-debug-exit,iobase=0xf4,iosize=0x04', '-drive', `file=${img},format=raw,if=ide`],
+      timeoutMs,
+      (_out, code) => code === 3,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -101,8 +131,17 @@ export function probeKernels(imagesDir?: string, bootDir = '/boot'): string[] {
       return [];
     }
   };
-  const host = list(bootDir).filter((n) => /^vmlinuz-/.test(n)).sort().reverse().map((n) => join(bootDir, n));
-  const images = imagesDir ? list(imagesDir).filter((n) => !n.startsWith('.')).map((n) => join(imagesDir, n, 'vmlinux')).filter((p) => existsSync(p)) : [];
+  const host = list(bootDir)
+    .filter((n) => /^vmlinuz-/.test(n))
+    .sort()
+    .reverse()
+    .map((n) => join(bootDir, n));
+  const images = imagesDir
+    ? list(imagesDir)
+        .filter((n) => !n.startsWith('.'))
+        .map((n) => join(imagesDir, n, 'vmlinux'))
+        .filter((p) => existsSync(p))
+    : [];
   return [...host, ...images];
 }
 

@@ -70,7 +70,9 @@ export async function layersOf(dir: string): Promise<string[]> {
 
 async function overlay(dir: string, file: string, backing: string): Promise<void> {
   // A relative backing name: it resolves beside the overlay, so a renamed VM directory keeps it.
-  await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'qcow2', join(dir, file)], { env: childEnv() });
+  await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'qcow2', join(dir, file)], {
+    env: childEnv(),
+  });
 }
 
 /** A hard link, or a copy across filesystems. */
@@ -95,14 +97,26 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   const note = JSON.parse(await readFile(join(dir, NOTE), 'utf8').catch(() => 'null')) as Note | null;
   const state = saved?.kind === 'stream' || saved?.kind === 'image' ? saved : undefined;
   const files = savedFiles(state);
-  if (note && note.ino === now.ino && note.mtimeMs === now.mtimeMs && note.size === now.size && note.state === (files.join(' ') || undefined)) return { layer: note.layer, state };
+  if (
+    note &&
+    note.ino === now.ino &&
+    note.mtimeMs === now.mtimeMs &&
+    note.size === now.size &&
+    note.state === (files.join(' ') || undefined)
+  )
+    return { layer: note.layer, state };
   const id = randomBytes(8).toString('hex');
   const layer = `base-${id}.qcow2`;
   const chain = await layersOf(dir);
   const flat = chain.length >= MAX_LAYERS;
   if (flat) await flatten(dir, chain, layer);
   else await link(disk, join(dir, layer));
-  const shared: Saved | undefined = state?.kind === 'stream' ? { kind: 'stream', file: `base-${id}.state` } : state ? { kind: 'image', base: `base-${id}` } : undefined;
+  const shared: Saved | undefined =
+    state?.kind === 'stream'
+      ? { kind: 'stream', file: `base-${id}.state` }
+      : state
+        ? { kind: 'image', base: `base-${id}` }
+        : undefined;
   const sharedFiles = savedFiles(shared);
   for (const [i, f] of files.entries()) await link(join(dir, f), join(dir, sharedFiles[i]));
   await overlay(dir, `${DISK}.new`, layer);
@@ -123,7 +137,13 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
 /** Records what the last freeze left, against the disk as it is now. */
 async function writeNote(dir: string, top: Frozen): Promise<void> {
   const now = await stat(join(dir, DISK));
-  const next: Note = { layer: top.layer, state: savedFiles(top.state).join(' ') || undefined, ino: now.ino, mtimeMs: now.mtimeMs, size: now.size };
+  const next: Note = {
+    layer: top.layer,
+    state: savedFiles(top.state).join(' ') || undefined,
+    ino: now.ino,
+    mtimeMs: now.mtimeMs,
+    size: now.size,
+  };
   await writeFile(join(dir, `${NOTE}.tmp`), JSON.stringify(next));
   await rename(join(dir, `${NOTE}.tmp`), join(dir, NOTE));
 }
@@ -153,7 +173,11 @@ async function flatten(dir: string, chain: string[], layer: string): Promise<voi
   const tmp = join(dir, `${layer}.tmp`);
   try {
     await copyFile(join(dir, DISK), tmp);
-    await run('qemu-img', ['rebase', '-q', '-f', 'qcow2', ...(image ? ['-b', image, '-F', 'qcow2'] : ['-b', '']), tmp], { env: childEnv() });
+    await run(
+      'qemu-img',
+      ['rebase', '-q', '-f', 'qcow2', ...(image ? ['-b', image, '-F', 'qcow2'] : ['-b', '']), tmp],
+      { env: childEnv() },
+    );
     await rename(tmp, join(dir, layer));
   } catch (err) {
     await rm(tmp, { force: true });

@@ -69,5 +69,9 @@ export function restoreInputs(dir: string, saved: Saved | undefined): RestoreInp
   const files = savedFiles(saved);
   const stateFile = join(dir, files.at(-1)!);
   if (saved.kind === 'stream') return { args: { incomingFd: STATE_FD }, stateFile, ramImage: false };
-  return { args: { incomingFd: STATE_FD, ramFile: { path: join(dir, files[0]), shared: false }, incomingDefer: true }, stateFile, ramImage: true };
+  return {
+    args: { incomingFd: STATE_FD, ramFile: { path: join(dir, files[0]), shared: false }, incomingDefer: true },
+    stateFile,
+    ramImage: true,
+  };
 }

@@ -99,7 +99,12 @@ export class LiveVms {
   /** True once the process is gone, false after `ms` without that. */
   async waitGone(v: Live, ms: number): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([v.gone.then(() => true), new Promise<boolean>((r) => { timer = setTimeout(() => r(false), ms); })]);
+    const ok = await Promise.race([
+      v.gone.then(() => true),
+      new Promise<boolean>((r) => {
+        timer = setTimeout(() => r(false), ms);
+      }),
+    ]);
     clearTimeout(timer);
     return ok;
   }

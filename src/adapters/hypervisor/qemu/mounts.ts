@@ -17,7 +17,9 @@ export function virtiofsd(): string | undefined {
 /** Host side of mount validation: every host path must be an existing directory. */
 export function checkDriver(driver: '9p' | 'virtiofs'): void {
   if (driver === 'virtiofs' && !virtiofsd()) {
-    throw new NotSupportedError(`mount_driver virtiofs: virtiofsd is not installed (looked in ${VIRTIOFSD_PATHS.join(', ')}); install qemu-system-common or use mount_driver: 9p`);
+    throw new NotSupportedError(
+      `mount_driver virtiofs: virtiofsd is not installed (looked in ${VIRTIOFSD_PATHS.join(', ')}); install qemu-system-common or use mount_driver: 9p`,
+    );
   }
 }
 
@@ -25,19 +27,32 @@ export function checkDriver(driver: '9p' | 'virtiofs'): void {
  * The shares of a VM as QEMU needs them. For virtio-fs, one virtiofsd per share, detached like
  * QEMU; each exits by itself when QEMU closes its socket.
  */
-export async function startMounts(spec: VmSpec, driver: '9p' | 'virtiofs'): Promise<{ tag: string; host: string; readonly: boolean; socket?: string }[]> {
-  const mounts = spec.mounts.map((m, i) => ({ tag: mountTag(m, i), host: m.host, readonly: !!m.readonly, socket: undefined as string | undefined }));
+export async function startMounts(
+  spec: VmSpec,
+  driver: '9p' | 'virtiofs',
+): Promise<{ tag: string; host: string; readonly: boolean; socket?: string }[]> {
+  const mounts = spec.mounts.map((m, i) => ({
+    tag: mountTag(m, i),
+    host: m.host,
+    readonly: !!m.readonly,
+    socket: undefined as string | undefined,
+  }));
   if (!mounts.length || driver !== 'virtiofs') return mounts;
   checkDriver('virtiofs');
   for (const [i, m] of mounts.entries()) {
     m.socket = join(spec.dir, `vfs${i}.sock`);
     await unlink(m.socket).catch(() => undefined);
     const logFd = openSync(join(spec.dir, 'virtiofsd.log'), 'a');
-    const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], { detached: true, stdio: ['ignore', logFd, logFd], env: childEnv() });
+    const d = spawn(virtiofsd()!, [`--socket-path=${m.socket}`, '-o', `source=${m.host}`, '-o', 'cache=auto'], {
+      detached: true,
+      stdio: ['ignore', logFd, logFd],
+      env: childEnv(),
+    });
     closeSync(logFd);
     d.unref();
     for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
-    if (!existsSync(m.socket)) throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
+    if (!existsSync(m.socket))
+      throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
   }
   return mounts;
 }

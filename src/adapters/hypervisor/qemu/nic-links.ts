@@ -34,9 +34,25 @@ export class NicLinks {
    * (host port 0: picked) and `policy`. Resolves with the ports bound. AlreadyExistsError for a
    * busy host port (the caller stops the QEMU).
    */
-  async up(vm: VmRef, nic: GuestNic, forwards: PortForward[], policy: EgressPolicy | undefined, qemuPid?: number): Promise<VmPorts> {
-    if (nic.kind === 'qemu-user') return { ssh_port: nic.sshPort, agent_port: nic.agentPort, forwards: nic.forwards.map((f) => ({ ...f, kind: 'boot', pid: qemuPid })) };
-    const bound = await this.netd.attach(vm, nic.socket, [{ host_port: 0, guest_port: SSH, proto: 'tcp' }, { host_port: 0, guest_port: AGENT, proto: 'tcp' }, ...forwards], policy ?? NO_EGRESS);
+  async up(
+    vm: VmRef,
+    nic: GuestNic,
+    forwards: PortForward[],
+    policy: EgressPolicy | undefined,
+    qemuPid?: number,
+  ): Promise<VmPorts> {
+    if (nic.kind === 'qemu-user')
+      return {
+        ssh_port: nic.sshPort,
+        agent_port: nic.agentPort,
+        forwards: nic.forwards.map((f) => ({ ...f, kind: 'boot', pid: qemuPid })),
+      };
+    const bound = await this.netd.attach(
+      vm,
+      nic.socket,
+      [{ host_port: 0, guest_port: SSH, proto: 'tcp' }, { host_port: 0, guest_port: AGENT, proto: 'tcp' }, ...forwards],
+      policy ?? NO_EGRESS,
+    );
     return { ssh_port: bound[0].host_port, agent_port: bound[1].host_port, forwards: bound.slice(2) };
   }
 
@@ -48,7 +64,9 @@ export class NicLinks {
   /** The VM's QEMU stopped: its network goes. Never throws. */
   async down(name: string): Promise<void> {
     if (!this.o.net) return;
-    await this.o.net.detach(name).catch((err: Error) => this.o.log.warn({ vm: name, err: err.message }, 'cannot detach the vm network'));
+    await this.o.net
+      .detach(name)
+      .catch((err: Error) => this.o.log.warn({ vm: name, err: err.message }, 'cannot detach the vm network'));
   }
 
   /** A VM's network follows it to a new name and directory; the NIC's socket is now at `socket`. */
@@ -69,7 +87,8 @@ export class NicLinks {
     if (this.o.net && forwards.length) return this.o.net.forward(vm.name, forwards);
     const out: Forward[] = [];
     for (const f of forwards) {
-      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+      if (f.host_port && !(await portFree(f.host_port, f.proto)))
+        throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
       const host_port = f.host_port || (await freePort(f.proto));
       await qmp.hmp(`hostfwd_add net0 ${f.proto}:127.0.0.1:${host_port}-:${f.guest_port}`);
       out.push({ ...f, host_port, kind: 'boot', pid: qemuPid });
@@ -86,13 +105,23 @@ export class NicLinks {
   async reattach(vm: VmRef, socket: string | undefined, ports: VmPorts): Promise<void> {
     if (!this.o.net) return;
     if (!socket || !existsSync(socket)) {
-      this.o.log.warn({ vm: vm.name }, 'this vm runs on qemu\'s own user-mode network (started by an older svcd): no egress policy until it is restarted');
+      this.o.log.warn(
+        { vm: vm.name },
+        "this vm runs on qemu's own user-mode network (started by an older svcd): no egress policy until it is restarted",
+      );
       return;
     }
     if (await this.o.net.attached(vm.name)) return;
-    await this.o.net.attach(vm, socket, [
-      { host_port: ports.ssh_port, guest_port: SSH, proto: 'tcp' }, { host_port: ports.agent_port, guest_port: AGENT, proto: 'tcp' }, ...ports.forwards,
-    ], NO_EGRESS);
+    await this.o.net.attach(
+      vm,
+      socket,
+      [
+        { host_port: ports.ssh_port, guest_port: SSH, proto: 'tcp' },
+        { host_port: ports.agent_port, guest_port: AGENT, proto: 'tcp' },
+        ...ports.forwards,
+      ],
+      NO_EGRESS,
+    );
   }
 }
 

@@ -20,7 +20,12 @@ export interface QemuLayout {
  */
 export type GuestNic =
   | { kind: 'netd'; socket: string }
-  | { kind: 'qemu-user'; sshPort: number; agentPort: number; forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[] };
+  | {
+      kind: 'qemu-user';
+      sshPort: number;
+      agentPort: number;
+      forwards: { host_port: number; guest_port: number; proto: 'tcp' | 'udp' }[];
+    };
 
 export interface QemuLaunch {
   name: string;
@@ -88,8 +93,12 @@ function disk(l: QemuLaunch): string[] {
   const { rw, ro, backing } = l.diskFds;
   return [
     // The path rides along as the set's note: re-attach finds the VM's disk on QEMU's command line.
-    '-add-fd', `fd=${rw},set=1,opaque=${optPath(l.layout.disk)}`, '-add-fd', `fd=${ro},set=1`,
-    '-drive', `file=/dev/fdset/1,${opts}${backing ? `,backing.file.filename=${optPath(backing)},backing.driver=qcow2` : ''}`,
+    '-add-fd',
+    `fd=${rw},set=1,opaque=${optPath(l.layout.disk)}`,
+    '-add-fd',
+    `fd=${ro},set=1`,
+    '-drive',
+    `file=/dev/fdset/1,${opts}${backing ? `,backing.file.filename=${optPath(backing)},backing.driver=qcow2` : ''}`,
   ];
 }
 
@@ -107,48 +116,97 @@ function netdev(nic: GuestNic): string {
 
 export function qemuArgs(l: QemuLaunch): string[] {
   const args = [
-    '-name', `${processTag(l.name)},process=${processTag(l.name)}`,
-    '-machine', 'pc', '-accel', l.accel === 'tcg' ? `tcg,tb-size=${TCG_TB_MB}` : l.accel, '-cpu', l.accel === 'kvm' ? 'host' : 'max',
-    '-smp', String(l.cpus), '-m', String(l.memory_mb),
-    '-nodefaults', '-display', 'none', '-no-reboot', '-no-user-config',
+    '-name',
+    `${processTag(l.name)},process=${processTag(l.name)}`,
+    '-machine',
+    'pc',
+    '-accel',
+    l.accel === 'tcg' ? `tcg,tb-size=${TCG_TB_MB}` : l.accel,
+    '-cpu',
+    l.accel === 'kvm' ? 'host' : 'max',
+    '-smp',
+    String(l.cpus),
+    '-m',
+    String(l.memory_mb),
+    '-nodefaults',
+    '-display',
+    'none',
+    '-no-reboot',
+    '-no-user-config',
     // seccomp: a guest that breaks into QEMU cannot exec or use obsolete syscalls, nor setuid; with
     // -runas the filter must let QEMU drop to the user itself, after which setuid cannot gain anything.
-    '-sandbox', `on,obsolete=deny,elevateprivileges=${l.runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
+    '-sandbox',
+    `on,obsolete=deny,elevateprivileges=${l.runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
     ...(l.runAs ? ['-runas', l.runAs] : []),
     // The project's images boot its kernel directly; an imported disk boots its own bootloader.
-    ...(l.image.boot === 'firmware' ? [] : [
-      '-kernel', `${l.image.dir}/${l.image.kernel}`,
-      ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
-      '-append', l.image.cmdline,
-    ]),
+    ...(l.image.boot === 'firmware'
+      ? []
+      : [
+          '-kernel',
+          `${l.image.dir}/${l.image.kernel}`,
+          ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
+          '-append',
+          l.image.cmdline,
+        ]),
     ...disk(l),
-    '-drive', `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
+    '-drive',
+    `file=${l.layout.seed},if=virtio,format=raw,readonly=on`,
     // The MAC is QEMU's default for a first NIC, named so svc-netd and a saved guest's ARP cache agree.
-    '-netdev', netdev(l.nic), '-device', `virtio-net-pci,netdev=net0,mac=${GUEST_MAC}`,
-    '-device', 'virtio-rng-pci',
+    '-netdev',
+    netdev(l.nic),
+    '-device',
+    `virtio-net-pci,netdev=net0,mac=${GUEST_MAC}`,
+    '-device',
+    'virtio-rng-pci',
     // append=on: the daemon caps the log by copying it aside and truncating it in place.
-    '-chardev', `file,id=serial0,path=${l.layout.serial},append=on`, '-serial', 'chardev:serial0',
-    '-qmp', `unix:${l.layout.qmp},server=on,wait=off`,
-    '-pidfile', l.layout.pidfile,
+    '-chardev',
+    `file,id=serial0,path=${l.layout.serial},append=on`,
+    '-serial',
+    'chardev:serial0',
+    '-qmp',
+    `unix:${l.layout.qmp},server=on,wait=off`,
+    '-pidfile',
+    l.layout.pidfile,
   ];
   if (l.overlay) {
-    args.push('-netdev', `socket,id=overlay0,mcast=${l.overlay.mcast},localaddr=127.0.0.1`, '-device', `virtio-net-pci,netdev=overlay0,mac=${l.overlay.mac}`);
+    args.push(
+      '-netdev',
+      `socket,id=overlay0,mcast=${l.overlay.mcast},localaddr=127.0.0.1`,
+      '-device',
+      `virtio-net-pci,netdev=overlay0,mac=${l.overlay.mac}`,
+    );
   }
   const mounts = l.mounts ?? [];
   if (mounts.length && l.mountDriver === 'virtiofs') {
     // vhost-user-fs needs the guest RAM in a shared memory backend.
     args.push('-object', `memory-backend-memfd,id=mem,size=${l.memory_mb}M,share=on`, '-numa', 'node,memdev=mem');
-    mounts.forEach((m, i) => args.push('-chardev', `socket,id=vfs${i},path=${m.socket}`, '-device', `vhost-user-fs-pci,chardev=vfs${i},tag=${m.tag}`));
+    mounts.forEach((m, i) =>
+      args.push(
+        '-chardev',
+        `socket,id=vfs${i},path=${m.socket}`,
+        '-device',
+        `vhost-user-fs-pci,chardev=vfs${i},tag=${m.tag}`,
+      ),
+    );
   } else {
     // Paths and tags were validated: no commas reach this option string.
-    mounts.forEach((m, i) => args.push('-virtfs', `local,path=${m.host},mount_tag=${m.tag},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`));
+    mounts.forEach((m, i) =>
+      args.push(
+        '-virtfs',
+        `local,path=${m.host},mount_tag=${m.tag},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`,
+      ),
+    );
   }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
   if (l.loadSnapshot) args.push('-loadvm', l.loadSnapshot);
   if (l.ramFile) {
     // The id matches the RAM block of a plain `-m` (pc.ram), so a stream saved without the file loads into it.
-    args.push('-object', `memory-backend-file,id=pc.ram,size=${l.memory_mb}M,mem-path=${optPath(l.ramFile.path)},share=${l.ramFile.shared ? 'on' : 'off'}`,
-      '-machine', 'memory-backend=pc.ram');
+    args.push(
+      '-object',
+      `memory-backend-file,id=pc.ram,size=${l.memory_mb}M,mem-path=${optPath(l.ramFile.path)},share=${l.ramFile.shared ? 'on' : 'off'}`,
+      '-machine',
+      'memory-backend=pc.ram',
+    );
   }
   if (l.incomingFd !== undefined) args.push('-incoming', l.incomingDefer ? 'defer' : `fd:${l.incomingFd}`);
   return args;

@@ -37,12 +37,20 @@ export const QEMU_SECTION: ConfigSection = {
     ram_images: ['bool', true],
   },
   aliases: {
-    qemu_binary: 'binary', qemu_user: 'user', accel: 'accel', clone_spares: 'clone_spares', clone_spares_warm: 'clone_spares_warm',
-    mount_driver: 'mount_driver', agent_transport: 'agent_transport', guest_net: 'net',
+    qemu_binary: 'binary',
+    qemu_user: 'user',
+    accel: 'accel',
+    clone_spares: 'clone_spares',
+    clone_spares_warm: 'clone_spares_warm',
+    mount_driver: 'mount_driver',
+    agent_transport: 'agent_transport',
+    guest_net: 'net',
   },
   check(s, config) {
     if (s.net === 'qemu-user' && !config.test_mode) {
-      throw new ConfigError('config key "qemu.net": qemu-user gives guests QEMU\'s own network, which reaches the host\'s loopback (the daemon\'s API, other VMs\' agents) and has no egress policy; it is for tests only and needs test_mode: true');
+      throw new ConfigError(
+        "config key \"qemu.net\": qemu-user gives guests QEMU's own network, which reaches the host's loopback (the daemon's API, other VMs' agents) and has no egress policy; it is for tests only and needs test_mode: true",
+      );
     }
   },
 };

@@ -25,20 +25,49 @@ import { QemuHypervisor } from './qemu-hypervisor.js';
 export const qemuDriver: HypervisorDriver = {
   name: 'qemu',
   section: QEMU_SECTION,
-  module: (config) => new ContainerModule(({ bind }) => {
-    const q = qemuSection(config);
-    bind(QemuHypervisor).toDynamicValue((ctx) => {
-      const log = ctx.get<Logger>(Logger);
-      return new QemuHypervisor({
-        qemuBinary: q.binary, accel: q.accel, images: new ImageCatalog(config.images_dir), log, vsock: q.agent_transport !== 'tcp',
-        mountDriver: q.mount_driver, overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined, logMaxBytes: config.log_max_mb * 1024 * 1024,
-        qemuUser: q.user, failpoints: ctx.get<Failpoints>(Failpoints), spares: q.clone_spares, sparesWarm: q.clone_spares_warm, ramImages: q.ram_images,
-        network: q.net === 'netd' ? new NetdGuestNetwork(new NetdClient({ dataDir: config.data_dir, log: log.child({ part: 'netd' }), dns: config.guest_dns })) : undefined,
-      });
-    }).inSingletonScope();
-    for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks, CloneSpeedUps]) bind(port).toService(QemuHypervisor);
-    bind(GuestNetwork).toDynamicValue((ctx) => ctx.get(QemuHypervisor).guestNetwork() ?? new InMemoryGuestNetwork()).inSingletonScope();
-    bind(GuestAgent).toDynamicValue(() => new HttpGuestAgent(pickConnector(q.agent_transport), { splice: config.splice })).inSingletonScope();
-    bind(SshProbe).toDynamicValue(() => new TcpSshProbe()).inSingletonScope();
-  }),
+  module: (config) =>
+    new ContainerModule(({ bind }) => {
+      const q = qemuSection(config);
+      bind(QemuHypervisor)
+        .toDynamicValue((ctx) => {
+          const log = ctx.get<Logger>(Logger);
+          return new QemuHypervisor({
+            qemuBinary: q.binary,
+            accel: q.accel,
+            images: new ImageCatalog(config.images_dir),
+            log,
+            vsock: q.agent_transport !== 'tcp',
+            mountDriver: q.mount_driver,
+            overlayMcast: config.network === 'overlay' ? config.overlay_mcast : undefined,
+            logMaxBytes: config.log_max_mb * 1024 * 1024,
+            qemuUser: q.user,
+            failpoints: ctx.get<Failpoints>(Failpoints),
+            spares: q.clone_spares,
+            sparesWarm: q.clone_spares_warm,
+            ramImages: q.ram_images,
+            network:
+              q.net === 'netd'
+                ? new NetdGuestNetwork(
+                    new NetdClient({
+                      dataDir: config.data_dir,
+                      log: log.child({ part: 'netd' }),
+                      dns: config.guest_dns,
+                    }),
+                  )
+                : undefined,
+          });
+        })
+        .inSingletonScope();
+      for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks, CloneSpeedUps])
+        bind(port).toService(QemuHypervisor);
+      bind(GuestNetwork)
+        .toDynamicValue((ctx) => ctx.get(QemuHypervisor).guestNetwork() ?? new InMemoryGuestNetwork())
+        .inSingletonScope();
+      bind(GuestAgent)
+        .toDynamicValue(() => new HttpGuestAgent(pickConnector(q.agent_transport), { splice: config.splice }))
+        .inSingletonScope();
+      bind(SshProbe)
+        .toDynamicValue(() => new TcpSshProbe())
+        .inSingletonScope();
+    }),
 };

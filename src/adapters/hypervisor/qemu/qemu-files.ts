@@ -40,11 +40,24 @@ export function isQemuOf(pid: number, ...marks: string[]): boolean {
 /** A socket path in `dir` (QMP, the NIC's); Unix socket paths are limited to ~108 bytes, long ones move to tmp. */
 export function qmpPath(dir: string, name = 'qmp.sock'): string {
   const p = join(dir, name);
-  return p.length < 100 ? p : join(tmpdir(), `svc-${name === 'qmp.sock' ? 'qmp' : name.replace(/\.sock$/, '')}-${createHash('sha1').update(p).digest('hex').slice(0, 16)}.sock`);
+  return p.length < 100
+    ? p
+    : join(
+        tmpdir(),
+        `svc-${name === 'qmp.sock' ? 'qmp' : name.replace(/\.sock$/, '')}-${createHash('sha1').update(p).digest('hex').slice(0, 16)}.sock`,
+      );
 }
 
 export function layout(dir: string): QemuLayout {
-  return { dir, disk: join(dir, 'disk.qcow2'), seed: join(dir, 'seed.iso'), qmp: qmpPath(dir), net: qmpPath(dir, 'net.sock'), serial: join(dir, 'serial.log'), pidfile: join(dir, 'qemu.pid') };
+  return {
+    dir,
+    disk: join(dir, 'disk.qcow2'),
+    seed: join(dir, 'seed.iso'),
+    qmp: qmpPath(dir),
+    net: qmpPath(dir, 'net.sock'),
+    serial: join(dir, 'serial.log'),
+    pidfile: join(dir, 'qemu.pid'),
+  };
 }
 
 export function tail(path: string, lines = 5): string {
@@ -58,7 +71,9 @@ export function tail(path: string, lines = 5): string {
 /** Resolves with a connected QMP client, or an Error when QEMU exits or never opens its socket. */
 export async function waitForQmp(child: ChildProcess, path: string): Promise<QmpClient | Error> {
   let exited = false;
-  child.once('exit', () => { exited = true; });
+  child.once('exit', () => {
+    exited = true;
+  });
   const deadline = Date.now() + 15_000;
   while (Date.now() < deadline) {
     if (exited) return new Error('qemu exited during start');
@@ -83,7 +98,12 @@ export async function waitForQmp(child: ChildProcess, path: string): Promise<Qmp
  * of `disks`: a QEMU started as a spare names the disk where it was started), so a recycled pid is
  * never killed. `found` hears of it first.
  */
-export async function killStray(dir: string, found: (pid: number) => void, pidfile?: string, disks = [layout(dir).disk]): Promise<void> {
+export async function killStray(
+  dir: string,
+  found: (pid: number) => void,
+  pidfile?: string,
+  disks = [layout(dir).disk],
+): Promise<void> {
   const pid = Number(await readFile(pidfile ? join(dir, pidfile) : layout(dir).pidfile, 'utf8').catch(() => ''));
   if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
   if (!disks.some((d) => isQemuOf(pid, d))) return;

@@ -5,7 +5,16 @@ import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../d
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
-  ExitListener, HypervisorAdapter, ImageDetails, ImageInfo, ImageProgress, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec,
+  ExitListener,
+  HypervisorAdapter,
+  ImageDetails,
+  ImageInfo,
+  ImageProgress,
+  LaunchOptions,
+  MountRule,
+  VmHandle,
+  VmRef,
+  VmSpec,
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
@@ -87,13 +96,30 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
 
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
-    this.command = new VmCommand({ ...o, accelerator: () => this.accelerator(), guestNet: o.network ? 'netd' : 'qemu-user' });
-    this.ramImages = new RamImages({ binary: o.qemuBinary, command: this.command, log: o.log, failpoints: o.failpoints, enabled: o.ramImages ?? true });
+    this.command = new VmCommand({
+      ...o,
+      accelerator: () => this.accelerator(),
+      guestNet: o.network ? 'netd' : 'qemu-user',
+    });
+    this.ramImages = new RamImages({
+      binary: o.qemuBinary,
+      command: this.command,
+      log: o.log,
+      failpoints: o.failpoints,
+      enabled: o.ramImages ?? true,
+    });
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
     this.links = new NicLinks({ net: o.network, log: o.log });
     this.live.onGone((name) => void this.links.down(name));
     this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
-    this.disks = new QemuVmDisks({ images: o.images, ramImages: this.ramImages, spares: this.spares, mountDriver: o.mountDriver, vsock: () => this.vsockCid() > 0, useSpares: o.spares ?? true });
+    this.disks = new QemuVmDisks({
+      images: o.images,
+      ramImages: this.ramImages,
+      spares: this.spares,
+      mountDriver: o.mountDriver,
+      vsock: () => this.vsockCid() > 0,
+      useSpares: o.spares ?? true,
+    });
   }
 
   /** Caps the logs of running VMs (a guest can print without end). */
@@ -107,7 +133,11 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   /** The accelerator in use, probed once. */
   accelerator(): Promise<Accel> {
     const root = this.o.images.root;
-    this.accel ??= chooseAccel(this.o.accel, { qemu: this.o.qemuBinary, kernels: probeKernels(root), cacheFile: join(root, '.accel-probe.json') }).then((a) => {
+    this.accel ??= chooseAccel(this.o.accel, {
+      qemu: this.o.qemuBinary,
+      kernels: probeKernels(root),
+      cacheFile: join(root, '.accel-probe.json'),
+    }).then((a) => {
       this.o.log.info({ accel: a }, 'qemu accelerator chosen');
       return a;
     });
@@ -139,7 +169,13 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     return this.o.images.bake(id, layout(vm.dir).disk, meta);
   }
 
-  importImage(id: string, source: ImageSource, allowed: readonly string[], meta: { ssh_user?: string; description?: string }, progress: (p: ImageProgress) => void): Promise<void> {
+  importImage(
+    id: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: { ssh_user?: string; description?: string },
+    progress: (p: ImageProgress) => void,
+  ): Promise<void> {
     return this.o.images.import(id, source, allowed, meta, progress);
   }
 
@@ -176,19 +212,45 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
    * spare's name, letting nothing out) becomes the clone's, with the clone's policy and forwards.
    */
   private async adopt(spec: VmSpec, q: HeldQemu, accel: Accel, options: LaunchOptions): Promise<VmHandle> {
-    const live = this.live.track(spec.name, { pid: q.pid, qmp: q.qmp, child: q.child, expected: false, cid: 0, dir: spec.dir, spec });
+    const live = this.live.track(spec.name, {
+      pid: q.pid,
+      qmp: q.qmp,
+      child: q.child,
+      expected: false,
+      cid: 0,
+      dir: spec.dir,
+      spec,
+    });
     if (options.background) runInBackground(q.pid);
     await clearSaved(spec.dir);
     // Its monitor and NIC sockets moved with its directory, where re-attach looks for them beside the disk it names.
-    const state = qemuState({ pid: q.pid, qmp: join(dirname(q.disk), 'qmp.sock'), net: q.net, tag: q.tag, disk: q.disk, accel });
-    live.handle = this.handle(spec, { pid: q.pid, ssh_port: q.sshPort, agent_port: q.agentPort, agent_cid: 0, forwards: [], restored_from_snapshot: true, state });
+    const state = qemuState({
+      pid: q.pid,
+      qmp: join(dirname(q.disk), 'qmp.sock'),
+      net: q.net,
+      tag: q.tag,
+      disk: q.disk,
+      accel,
+    });
+    live.handle = this.handle(spec, {
+      pid: q.pid,
+      ssh_port: q.sshPort,
+      agent_port: q.agentPort,
+      agent_cid: 0,
+      forwards: [],
+      restored_from_snapshot: true,
+      state,
+    });
     try {
       await this.links.adopt(q.name, spec, savedNic(spec.dir, state));
     } catch (err) {
       await this.kill(spec);
       throw err;
     }
-    this.o.log.info({ vm: spec.name, pid: q.pid, accel, restored: true, spare: q.loaded ? 'warm' : 'held' }, 'spawn timing');
+    this.o.log.info(
+      { vm: spec.name, pid: q.pid, accel, restored: true, spare: q.loaded ? 'warm' : 'held' },
+      'spawn timing',
+    );
     return this.addForwards(spec, spec.forwards);
   }
 
@@ -204,7 +266,8 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     await this.spares.drop(spec.name);
     const accel = await this.accelerator();
     for (const f of spec.forwards) {
-      if (f.host_port && !(await portFree(f.host_port, f.proto))) throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
+      if (f.host_port && !(await portFree(f.host_port, f.proto)))
+        throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
     const held = await this.spares.start(spec.name, !!options.restore);
     return held ? this.adopt(spec, held, accel, options) : this.spawn(spec, options, accel);
@@ -225,7 +288,15 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
       const args = await this.command.args(spec, { nic, vsockCid: cid || undefined, ...restore.args });
       await unlink(l.qmp).catch(() => undefined);
       const t0 = Date.now();
-      const started = await spawnQemu({ binary: this.o.qemuBinary, args, dir: spec.dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: restore.ramImage });
+      const started = await spawnQemu({
+        binary: this.o.qemuBinary,
+        args,
+        dir: spec.dir,
+        disk: l.disk,
+        qmp: l.qmp,
+        stateFile: restore.stateFile,
+        ramImage: restore.ramImage,
+      });
       if (started instanceof Error) {
         const why = started.message;
         const next = retries.after(why);
@@ -247,10 +318,23 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
         await this.kill(spec);
         throw err;
       }
-      this.o.log.info({ vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 }, 'spawn timing');
+      this.o.log.info(
+        { vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 },
+        'spawn timing',
+      );
       const handle = this.handle(spec, {
-        ...ports, agent_cid: cid, pid, restored_from_snapshot: retries.restoring,
-        state: qemuState({ pid, qmp: l.qmp, net: nic.kind === 'netd' ? nic.socket : undefined, tag: processTag(spec.name), disk: l.disk, accel }),
+        ...ports,
+        agent_cid: cid,
+        pid,
+        restored_from_snapshot: retries.restoring,
+        state: qemuState({
+          pid,
+          qmp: l.qmp,
+          net: nic.kind === 'netd' ? nic.socket : undefined,
+          tag: processTag(spec.name),
+          disk: l.disk,
+          accel,
+        }),
       });
       live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
@@ -283,7 +367,12 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
       this.spares.forget(vm.name);
       // Its QEMU may have been started as a spare, under the spare's disk path.
       const disks = [layout(vm.dir).disk, await spareDisk(vm.dir)].filter((d): d is string => !!d);
-      return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'), undefined, disks);
+      return killStray(
+        vm.dir,
+        (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a qemu process the daemon had no hold on'),
+        undefined,
+        disks,
+      );
     }
     v.expected = true;
     try {
@@ -291,7 +380,8 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     } catch {
       // already gone
     }
-    if (!(await this.live.waitGone(v, 10_000))) throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
+    if (!(await this.live.waitGone(v, 10_000)))
+      throw new InternalError(`qemu pid ${v.pid} of vm ${vm.name} did not die`);
   }
 
   async pause(vm: VmRef): Promise<void> {
@@ -319,7 +409,10 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     await v.qmp.execute('quit').catch(() => undefined);
     if (!(await this.live.waitGone(v, 10_000))) await this.kill(vm);
     // Restores (a pool's claims among them) map a RAM image instead of loading the stream.
-    const image = snapshot && v.spec ? await this.ramImages.make({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE) : undefined;
+    const image =
+      snapshot && v.spec
+        ? await this.ramImages.make({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE)
+        : undefined;
     if (image) {
       await writeSaved(vm.dir, image);
       await rm(join(vm.dir, OWN_STATE), { force: true });
@@ -333,7 +426,11 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
    * disk's lock, which would fail the VM's next start. Found by its own pidfile.
    */
   private killLeftoverMaker(vm: VmRef): Promise<void> {
-    return killStray(vm.dir, (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a ram image maker a crashed daemon left'), MAKER_PIDFILE);
+    return killStray(
+      vm.dir,
+      (pid) => this.o.log.warn({ vm: vm.name, pid }, 'killing a ram image maker a crashed daemon left'),
+      MAKER_PIDFILE,
+    );
   }
 
   async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
@@ -342,8 +439,9 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     if (!found) return null;
     const held = { ...handle, pid: found.pid };
     this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle: held, dir: vm.dir });
-    await this.links.reattach(vm, savedNic(vm.dir, handle.state), handle).catch((err: Error) =>
-      this.o.log.error({ vm: vm.name, err: err.message }, 'cannot attach the vm network again'));
+    await this.links
+      .reattach(vm, savedNic(vm.dir, handle.state), handle)
+      .catch((err: Error) => this.o.log.error({ vm: vm.name, err: err.message }, 'cannot attach the vm network again'));
     return held;
   }
 
@@ -376,8 +474,11 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     const l = layout(vm.dir);
     await clearSaved(vm.dir);
     // Its links to shared layers: a layer's file goes with the last directory that links it.
-    const layers = (await readdir(vm.dir).catch(() => [] as string[])).filter((n) => LAYER.test(n) || n === 'layer.json');
-    for (const f of [l.disk, l.seed, l.qmp, l.pidfile, ...layers.map((n) => join(vm.dir, n))]) await rm(f, { force: true });
+    const layers = (await readdir(vm.dir).catch(() => [] as string[])).filter(
+      (n) => LAYER.test(n) || n === 'layer.json',
+    );
+    for (const f of [l.disk, l.seed, l.qmp, l.pidfile, ...layers.map((n) => join(vm.dir, n))])
+      await rm(f, { force: true });
   }
 
   onExit(listener: ExitListener): void {

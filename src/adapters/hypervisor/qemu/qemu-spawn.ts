@@ -60,13 +60,20 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
     return err as Error;
   }
   const [log, rw, ro, state] = fds;
-  const child = spawn(i.binary, i.args, { detached: true, stdio: ['ignore', log, log, state ?? 'ignore', rw, ro], env: childEnv() });
+  const child = spawn(i.binary, i.args, {
+    detached: true,
+    stdio: ['ignore', log, log, state ?? 'ignore', rw, ro],
+    env: childEnv(),
+  });
   for (const fd of fds) closeSync(fd);
   child.unref();
   if (i.nice) runInBackground(child.pid!, i.nice);
   const qmp = await waitForQmp(child, i.qmp);
   let failed = qmp instanceof Error ? qmp : undefined;
-  if (!failed && i.stateFile && !(i.ramImage && i.hold)) failed = i.ramImage ? await loadHeld(qmp as QmpClient, i.run) : await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
+  if (!failed && i.stateFile && !(i.ramImage && i.hold))
+    failed = i.ramImage
+      ? await loadHeld(qmp as QmpClient, i.run)
+      : await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
   if (!failed) return { child, qmp: qmp as QmpClient };
   if (!(qmp instanceof Error)) qmp.close();
   try {

@@ -37,7 +37,11 @@ export function qemuState(s: Omit<QemuState, 'started_at' | 'runtime'>): VmHandl
  * still shows the ones it was started with). One that runs but whose monitor does not answer is
  * killed rather than left running unrecorded.
  */
-export async function findQemu(vm: VmRef, handle: VmHandle, log: Logger): Promise<{ pid: number; qmp: QmpClient } | null> {
+export async function findQemu(
+  vm: VmRef,
+  handle: VmHandle,
+  log: Logger,
+): Promise<{ pid: number; qmp: QmpClient } | null> {
   const saved = fromState<QemuState>(handle.state);
   const rt = saved.runtime ?? saved;
   const pid = rt.pid ?? handle.pid;

@@ -8,7 +8,10 @@ export interface QmpEvent {
 }
 
 export class QmpError extends Error {
-  constructor(readonly qmpClass: string, message: string) {
+  constructor(
+    readonly qmpClass: string,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -45,9 +48,18 @@ export class QmpClient extends EventEmitter {
   static async connect(path: string, timeoutMs = 5000): Promise<QmpClient> {
     const sock = connect(path);
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => { sock.destroy(); reject(new Error(`QMP connect to ${path} timed out`)); }, timeoutMs);
-      sock.once('connect', () => { clearTimeout(timer); resolve(); });
-      sock.once('error', (e) => { clearTimeout(timer); reject(e); });
+      const timer = setTimeout(() => {
+        sock.destroy();
+        reject(new Error(`QMP connect to ${path} timed out`));
+      }, timeoutMs);
+      sock.once('connect', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      sock.once('error', (e) => {
+        clearTimeout(timer);
+        reject(e);
+      });
     });
     const client = new QmpClient(sock);
     await client.greeting(timeoutMs);
@@ -60,7 +72,10 @@ export class QmpClient extends EventEmitter {
   private greeting(timeoutMs: number): Promise<void> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('no QMP greeting')), timeoutMs);
-      this.greetingWaiter = () => { clearTimeout(timer); resolve(); };
+      this.greetingWaiter = () => {
+        clearTimeout(timer);
+        resolve();
+      };
     });
   }
 
@@ -92,11 +107,12 @@ export class QmpClient extends EventEmitter {
 
   /** Runs one QMP command; commands are sent one after another. */
   execute<T = unknown>(command: string, args?: Record<string, unknown>): Promise<T> {
-    const run = () => new Promise<T>((resolve, reject) => {
-      if (this.closed) return reject(new Error('QMP connection closed'));
-      this.queue.push({ resolve: resolve as (v: unknown) => void, reject });
-      this.sock.write(JSON.stringify(args ? { execute: command, arguments: args } : { execute: command }) + '\n');
-    });
+    const run = () =>
+      new Promise<T>((resolve, reject) => {
+        if (this.closed) return reject(new Error('QMP connection closed'));
+        this.queue.push({ resolve: resolve as (v: unknown) => void, reject });
+        this.sock.write(JSON.stringify(args ? { execute: command, arguments: args } : { execute: command }) + '\n');
+      });
     const p = this.chain.then(run, run);
     this.chain = p.catch(() => undefined);
     return p;

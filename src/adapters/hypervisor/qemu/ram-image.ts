@@ -45,7 +45,9 @@ export const ramTmp = (dir: string, base: string) => join(dir, `${base}.ram.tmp`
  * device state without that RAM, and makes both files whole on disk before they get their names:
  * a crash leaves `.tmp` files that no marker names (clearSaved removes them).
  */
-export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Record<'load' | 'devices' | 'quit' | 'sync', number> }> {
+export async function makeRamImage(
+  m: MakeImage,
+): Promise<{ saved: Saved; ms: Record<'load' | 'devices' | 'quit' | 'sync', number> }> {
   const saved: Saved = { kind: 'image', base: m.base };
   let t = Date.now();
   const lap = () => -t + (t = Date.now());
@@ -53,7 +55,15 @@ export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Re
   const [ram] = savedFiles(saved);
   const tmp = ramTmp(m.dir, m.base);
   await rm(tmp, { force: true });
-  const started = await spawnQemu({ binary: m.binary, args: m.args, dir: m.dir, disk: m.disk, qmp: m.qmp, stateFile: join(m.dir, m.stream), run: false });
+  const started = await spawnQemu({
+    binary: m.binary,
+    args: m.args,
+    dir: m.dir,
+    disk: m.disk,
+    qmp: m.qmp,
+    stateFile: join(m.dir, m.stream),
+    run: false,
+  });
   if (started instanceof Error) throw started;
   ms.load = lap();
   m.loaded?.();
@@ -93,7 +103,9 @@ export async function makeRamImage(m: MakeImage): Promise<{ saved: Saved; ms: Re
 
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
 export class RamImages {
-  constructor(private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints; enabled: boolean }) {}
+  constructor(
+    private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints; enabled: boolean },
+  ) {}
 
   /**
    * Can a VM like `spec` restore from a RAM image? Not with virtio-fs shares; not at all with
@@ -110,7 +122,11 @@ export class RamImages {
    */
   async forTemplate(template: VmRef, top: Frozen, spec: VmSpec): Promise<Frozen> {
     if (top.state?.kind !== 'stream') return top;
-    const saved = await this.make({ ...spec, name: template.name, dir: template.dir }, top.state.file, top.state.file.replace(/\.state$/, ''));
+    const saved = await this.make(
+      { ...spec, name: template.name, dir: template.dir },
+      top.state.file,
+      top.state.file.replace(/\.state$/, ''),
+    );
     return saved ? replaceState(template.dir, top, saved) : top;
   }
 
@@ -128,13 +144,29 @@ export class RamImages {
     const net = qmpPath(spec.dir, 'ram-image-net.sock');
     try {
       // Its own monitor, NIC socket and pid file, apart from the VM's.
-      const args = await this.o.command.args(spec, { incomingFd: STATE_FD, ramFile: { path: ramTmp(spec.dir, base), shared: true }, layout: { ...layout(spec.dir), qmp, net, pidfile } });
+      const args = await this.o.command.args(spec, {
+        incomingFd: STATE_FD,
+        ramFile: { path: ramTmp(spec.dir, base), shared: true },
+        layout: { ...layout(spec.dir), qmp, net, pidfile },
+      });
       const loaded = () => this.o.failpoints?.hit('suspend.image');
-      const { saved, ms } = await makeRamImage({ binary: this.o.binary, dir: spec.dir, disk: layout(spec.dir).disk, qmp, stream, base, args, loaded });
+      const { saved, ms } = await makeRamImage({
+        binary: this.o.binary,
+        dir: spec.dir,
+        disk: layout(spec.dir).disk,
+        qmp,
+        stream,
+        base,
+        args,
+        loaded,
+      });
       this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
       return saved;
     } catch (err) {
-      this.o.log.warn({ vm: spec.name, err: (err as Error).message }, 'cannot make a ram image; the saved stream restores');
+      this.o.log.warn(
+        { vm: spec.name, err: (err as Error).message },
+        'cannot make a ram image; the saved stream restores',
+      );
       return undefined;
     } finally {
       await rm(qmp, { force: true });

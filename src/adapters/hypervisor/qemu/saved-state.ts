@@ -62,7 +62,8 @@ export async function readSaved(dir: string): Promise<Saved | undefined> {
 
 /** Writes the marker whole or not at all (a temporary file renamed over it). */
 export async function writeSaved(dir: string, saved: Saved): Promise<void> {
-  const line = saved.kind === 'snapshot' ? SUSPEND_TAG : saved.kind === 'image' ? `image ${saved.base}` : `stream ${saved.file}`;
+  const line =
+    saved.kind === 'snapshot' ? SUSPEND_TAG : saved.kind === 'image' ? `image ${saved.base}` : `stream ${saved.file}`;
   const tmp = join(dir, `${MARKER}.tmp`);
   await writeFile(tmp, `${line}\n${new Date().toISOString()}\n`);
   await rename(tmp, join(dir, MARKER));
@@ -72,7 +73,9 @@ export async function writeSaved(dir: string, saved: Saved): Promise<void> {
 export async function clearSaved(dir: string): Promise<void> {
   await unlink(join(dir, MARKER)).catch(() => undefined);
   const names = await readdir(dir).catch(() => [] as string[]);
-  for (const n of names) if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp` || IMAGE_FILE.test(n)) await rm(join(dir, n), { force: true });
+  for (const n of names)
+    if (n === OWN_STATE || SHARED_STATE.test(n) || n === `${OWN_STATE}.tmp` || IMAGE_FILE.test(n))
+      await rm(join(dir, n), { force: true });
 }
 
 /** The user and group a process runs as (QEMU after -runas), from /proc; undefined when unreadable. */
@@ -91,7 +94,13 @@ export async function processOwner(pid: number): Promise<{ uid: number; gid: num
  * not the daemon's) and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
  * reports the migration completed, so a stranger connecting first gets nothing in.
  */
-export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: number; gid: number }, file = OWN_STATE, ramImage = false): Promise<void> {
+export async function saveStream(
+  qmp: QmpClient,
+  dir: string,
+  owner?: { uid: number; gid: number },
+  file = OWN_STATE,
+  ramImage = false,
+): Promise<void> {
   const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
   const sockPath = join(sockDir, 'm.sock');
   const tmp = join(dir, `${file}.tmp`);
@@ -113,12 +122,15 @@ export async function saveStream(qmp: QmpClient, dir: string, owner?: { uid: num
     // The guest is stopped: nothing to converge, so no reason for the default 128 MiB/s cap.
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 2 ** 40 });
     // Set either way: a VM restored from a RAM image had it on, and its own stream carries its RAM.
-    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ramImage }] });
+    await qmp.execute('migrate-set-capabilities', {
+      capabilities: [{ capability: 'x-ignore-shared', state: ramImage }],
+    });
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
     for (;;) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
       if (st.status === 'completed') break;
-      if (st.status === 'failed' || st.status === 'cancelled') throw new Error(`migration ${st.status}: ${st['error-desc'] ?? ''}`);
+      if (st.status === 'failed' || st.status === 'cancelled')
+        throw new Error(`migration ${st.status}: ${st['error-desc'] ?? ''}`);
       await new Promise((r) => setTimeout(r, 20));
     }
     await received;
@@ -147,7 +159,8 @@ export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000, run = t
         if (run) await qmp.execute('cont');
         return undefined;
       }
-      if (st.status === 'failed' || st.status === 'cancelled') return new Error(`loading the saved state ${st.status}: ${st['error-desc'] ?? ''}`);
+      if (st.status === 'failed' || st.status === 'cancelled')
+        return new Error(`loading the saved state ${st.status}: ${st['error-desc'] ?? ''}`);
       // A RAM image's device state loads in tens of milliseconds, on the path of a clone: ask often
       // at first; a whole stream takes seconds.
       await new Promise((r) => setTimeout(r, Date.now() - start < 200 ? 2 : 10));

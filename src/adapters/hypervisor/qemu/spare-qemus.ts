@@ -72,7 +72,9 @@ const FILL_WAIT_MS = 500;
 /** `p`, or a rejection once WARM_MS have passed. */
 async function bounded<T>(p: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${WARM_MS} ms`)), WARM_MS)));
+  const late = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${WARM_MS} ms`)), WARM_MS)),
+  );
   try {
     return await Promise.race([p, late]);
   } finally {
@@ -176,7 +178,14 @@ export class SpareQemus {
     if (!q) return undefined;
     // Its guest is one people wait on now (a daemon that is not root cannot raise it back: it stays nice).
     runInBackground(q.pid, 0);
-    const failed = !restore ? new Error('asked to cold-boot') : q.loaded ? await q.qmp.execute('cont').then(() => undefined, (err: Error) => err) : await loadHeld(q.qmp);
+    const failed = !restore
+      ? new Error('asked to cold-boot')
+      : q.loaded
+        ? await q.qmp.execute('cont').then(
+            () => undefined,
+            (err: Error) => err,
+          )
+        : await loadHeld(q.qmp);
     if (!failed) return q;
     this.o.log.warn({ vm: name, err: failed.message }, 'the spare qemu did not restore the clone; starting another');
     await this.kill(q);
@@ -244,7 +253,12 @@ export class SpareQemus {
     const held = new Promise<void>((r) => (up = r));
     const f: Filling = { dir: spareDir(template.dir), held, up, done: Promise.resolve(), wanted: false };
     f.done = this.fill(template, f, top, spec)
-      .catch((err: unknown) => this.o.log.warn({ vm: template.name, err: (err as Error).message }, 'cannot start a spare qemu; the next clone starts its own'))
+      .catch((err: unknown) =>
+        this.o.log.warn(
+          { vm: template.name, err: (err as Error).message },
+          'cannot start a spare qemu; the next clone starts its own',
+        ),
+      )
       .finally(() => {
         f.up(); // one that never came up lets a clone waiting for it go on
         if (this.filling.get(template.name) === f) this.filling.delete(template.name);
@@ -266,7 +280,17 @@ export class SpareQemus {
       const nic = await this.o.command.nic(spec, l);
       const restore = restoreInputs(dir, top.state);
       const args = await this.o.command.args(spec, { nic, ...restore.args });
-      const started = await spawnQemu({ binary: this.o.binary, args, dir, disk: l.disk, qmp: l.qmp, stateFile: restore.stateFile, ramImage: true, hold: true, nice: BACKGROUND_NICE });
+      const started = await spawnQemu({
+        binary: this.o.binary,
+        args,
+        dir,
+        disk: l.disk,
+        qmp: l.qmp,
+        stateFile: restore.stateFile,
+        ramImage: true,
+        hold: true,
+        nice: BACKGROUND_NICE,
+      });
       if (started instanceof Error) throw started;
       const { child, qmp } = started;
       let ports;
@@ -279,8 +303,19 @@ export class SpareQemus {
       }
       const idle = setTimeout(() => void this.drop(template.name), this.o.idleMs ?? SPARE_IDLE_MS).unref();
       s = {
-        name, pid: child.pid!, child, qmp, sshPort: ports.ssh_port, agentPort: ports.agent_port, tag: processTag(name), disk: l.disk,
-        net: nic.kind === 'netd' ? nic.socket : undefined, key: SpareQemus.key(top, spec), dir, templateDir: template.dir, idle,
+        name,
+        pid: child.pid!,
+        child,
+        qmp,
+        sshPort: ports.ssh_port,
+        agentPort: ports.agent_port,
+        tag: processTag(name),
+        disk: l.disk,
+        net: nic.kind === 'netd' ? nic.socket : undefined,
+        key: SpareQemus.key(top, spec),
+        dir,
+        templateDir: template.dir,
+        idle,
       };
       const spare = s;
       child.once('exit', () => {
@@ -297,7 +332,10 @@ export class SpareQemus {
     this.spares.set(template.name, s);
     const warming = this.warm && !f.wanted ? this.warmUp(template.name, s, this.warm) : undefined;
     f.up();
-    this.o.log.info({ vm: template.name, pid: s.pid }, warming ? 'spare qemu up; warming it for the next clone' : 'spare qemu ready for the next clone');
+    this.o.log.info(
+      { vm: template.name, pid: s.pid },
+      warming ? 'spare qemu up; warming it for the next clone' : 'spare qemu ready for the next clone',
+    );
     await warming;
   }
 
@@ -314,7 +352,8 @@ export class SpareQemus {
     s.answered = new Promise<boolean>((r) => (answered = r));
     const fail = async (err: unknown) => {
       answered(false);
-      if (!s.stopping) this.o.log.warn({ vm: template, err: (err as Error).message }, 'a spare qemu did not warm up; stopped');
+      if (!s.stopping)
+        this.o.log.warn({ vm: template, err: (err as Error).message }, 'a spare qemu did not warm up; stopped');
       if (this.spares.get(template) === s) {
         this.spares.delete(template);
         clearTimeout(s.idle);
@@ -337,7 +376,10 @@ export class SpareQemus {
     } catch (err) {
       if (!s.taken) return fail(err);
     }
-    this.o.log.info({ vm: template, pid: s.pid, warm_ms: Date.now() - t0 }, s.taken ? 'spare qemu taken by a clone during its warm-up' : 'spare qemu warmed and paused for the next clone');
+    this.o.log.info(
+      { vm: template, pid: s.pid, warm_ms: Date.now() - t0 },
+      s.taken ? 'spare qemu taken by a clone during its warm-up' : 'spare qemu warmed and paused for the next clone',
+    );
   }
 
   /**
@@ -393,7 +435,9 @@ export class SpareQemus {
   private async kill(q: HeldQemu): Promise<void> {
     q.qmp.close();
     await this.o.links.down(q.name);
-    const gone = new Promise<void>((r) => (q.child.exitCode !== null || q.child.signalCode !== null ? r() : q.child.once('exit', () => r())));
+    const gone = new Promise<void>((r) =>
+      q.child.exitCode !== null || q.child.signalCode !== null ? r() : q.child.once('exit', () => r()),
+    );
     try {
       process.kill(q.pid, 'SIGKILL');
     } catch {

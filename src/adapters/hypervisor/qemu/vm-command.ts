@@ -47,8 +47,16 @@ export class VmCommand {
   async nic(spec: VmSpec, l: QemuLayout = layout(spec.dir)): Promise<GuestNic> {
     if (this.o.guestNet === 'netd') return { kind: 'netd', socket: l.net };
     const auto = spec.forwards.filter((f) => !f.host_port);
-    const [sshPort, agentPort, ...picked] = await freePorts(['tcp', 'tcp', ...auto.map((f) => f.proto)], new Set(spec.forwards.map((f) => f.host_port)));
-    return { kind: 'qemu-user', sshPort, agentPort, forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! })) };
+    const [sshPort, agentPort, ...picked] = await freePorts(
+      ['tcp', 'tcp', ...auto.map((f) => f.proto)],
+      new Set(spec.forwards.map((f) => f.host_port)),
+    );
+    return {
+      kind: 'qemu-user',
+      sshPort,
+      agentPort,
+      forwards: spec.forwards.map((f) => ({ ...f, host_port: f.host_port || picked.shift()! })),
+    };
   }
 
   get guestNet(): 'netd' | 'qemu-user' {
@@ -59,10 +67,20 @@ export class VmCommand {
   async args(spec: VmSpec, extra: Partial<QemuLaunch>): Promise<string[]> {
     const l = extra.layout ?? layout(spec.dir);
     return qemuArgs({
-      name: spec.name, cpus: spec.cpus, memory_mb: spec.memory_mb, accel: await this.o.accelerator(), image: await this.o.images.get(spec.image),
-      layout: l, nic: extra.nic ?? (await this.nic(spec, l)),
-      mounts: await startMounts(spec, this.o.mountDriver), mountDriver: this.o.mountDriver, diskFds: await diskFds(spec.dir, l.disk),
-      overlay: spec.overlay_ip && this.o.overlayMcast ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) } : undefined,
+      name: spec.name,
+      cpus: spec.cpus,
+      memory_mb: spec.memory_mb,
+      accel: await this.o.accelerator(),
+      image: await this.o.images.get(spec.image),
+      layout: l,
+      nic: extra.nic ?? (await this.nic(spec, l)),
+      mounts: await startMounts(spec, this.o.mountDriver),
+      mountDriver: this.o.mountDriver,
+      diskFds: await diskFds(spec.dir, l.disk),
+      overlay:
+        spec.overlay_ip && this.o.overlayMcast
+          ? { mcast: this.o.overlayMcast, mac: overlayMac(spec.overlay_ip) }
+          : undefined,
       runAs: this.runAs(spec),
       ...extra,
     });

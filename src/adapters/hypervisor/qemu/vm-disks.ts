@@ -69,7 +69,15 @@ export class QemuVmDisks {
    */
   private spareFits(template: VmRef, spec: VmSpec, top: Frozen): boolean {
     const inDir = (dir: string) => layout(dir).qmp === join(dir, 'qmp.sock');
-    return this.o.useSpares && top.state?.kind === 'image' && this.o.ramImages.fits(spec) && !spec.mounts.length && !spec.overlay_ip && !this.o.vsock()
-      && inDir(spec.dir) && inDir(spareDir(template.dir, '00000000'));
+    return (
+      this.o.useSpares &&
+      top.state?.kind === 'image' &&
+      this.o.ramImages.fits(spec) &&
+      !spec.mounts.length &&
+      !spec.overlay_ip &&
+      !this.o.vsock() &&
+      inDir(spec.dir) &&
+      inDir(spareDir(template.dir, '00000000'))
+    );
   }
 }

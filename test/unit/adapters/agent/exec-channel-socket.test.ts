@@ -10,16 +10,20 @@ import type { ExecRequest } from '../../../../src/domain/agent.js';
 function slowExec() {
   const seen: { req: ExecRequest; killed: boolean }[] = [];
   const exec = {
-    buffered: (req: ExecRequest, _stdin: unknown, gone?: AbortSignal) => new Promise((resolve) => {
-      const rec = { req, killed: false };
-      seen.push(rec);
-      const t = setTimeout(() => resolve({ stdout: req.args.join(' '), stderr: '', exit_code: 0 }), Number(req.args[0] ?? 0));
-      gone?.addEventListener('abort', () => {
-        rec.killed = true;
-        clearTimeout(t);
-        resolve({ stdout: '', stderr: '', exit_code: -1, error: 'killed' });
-      });
-    }),
+    buffered: (req: ExecRequest, _stdin: unknown, gone?: AbortSignal) =>
+      new Promise((resolve) => {
+        const rec = { req, killed: false };
+        seen.push(rec);
+        const t = setTimeout(
+          () => resolve({ stdout: req.args.join(' '), stderr: '', exit_code: 0 }),
+          Number(req.args[0] ?? 0),
+        );
+        gone?.addEventListener('abort', () => {
+          rec.killed = true;
+          clearTimeout(t);
+          resolve({ stdout: '', stderr: '', exit_code: -1, error: 'killed' });
+        });
+      }),
   };
   return { exec: exec as unknown as ExecService, seen };
 }

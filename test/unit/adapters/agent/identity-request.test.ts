@@ -4,7 +4,11 @@ import type { AddressInfo } from 'node:net';
 import { IDENTITY_BODY_MAX, identityFirst } from '../../../../src/adapters/agent/identity-request.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 
-interface Answer { status: number; body: string; connection?: string }
+interface Answer {
+  status: number;
+  body: string;
+  connection?: string;
+}
 
 describe('adapters/agent/identity-request', () => {
   let server: Server;
@@ -13,39 +17,64 @@ describe('adapters/agent/identity-request', () => {
   let passed: string[];
 
   before(async () => {
-    server = createServer(identityFirst(async (body) => {
-      const b = body as { hostname?: unknown };
-      if (typeof b?.hostname !== 'string') throw new InvalidArgumentError('hostname must be a valid host name');
-      given.push(body);
-    }, (req, res) => {
-      passed.push(`${req.method} ${req.url}`);
-      res.writeHead(418).end();
-    }));
+    server = createServer(
+      identityFirst(
+        async (body) => {
+          const b = body as { hostname?: unknown };
+          if (typeof b?.hostname !== 'string') throw new InvalidArgumentError('hostname must be a valid host name');
+          given.push(body);
+        },
+        (req, res) => {
+          passed.push(`${req.method} ${req.url}`);
+          res.writeHead(418).end();
+        },
+      ),
+    );
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     port = (server.address() as AddressInfo).port;
   });
   after(() => new Promise<void>((r) => server.close(() => r())));
-  beforeEach(() => { given = []; passed = []; });
+  beforeEach(() => {
+    given = [];
+    passed = [];
+  });
 
-  const send = (method: string, path: string, body?: string | Buffer, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
+  const send = (
+    method: string,
+    path: string,
+    body?: string | Buffer,
+    headers: Record<string, string> = { 'content-type': 'application/json' },
+  ) =>
     new Promise<Answer>((resolve, reject) => {
       const req = request({ host: '127.0.0.1', port, method, path, headers, agent: false }, (res) => {
         let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => { text += c; }).on('end', () => resolve({ status: res.statusCode ?? 0, body: text, connection: res.headers.connection }));
+        res
+          .setEncoding('utf8')
+          .on('data', (c: string) => {
+            text += c;
+          })
+          .on('end', () => resolve({ status: res.statusCode ?? 0, body: text, connection: res.headers.connection }));
       });
       req.on('error', reject);
       req.end(body);
     });
 
   it('answers POST /identity itself with 204 and hands the parsed body over', async () => {
-    const r = await send('POST', '/identity', JSON.stringify({ hostname: 'web-1', time_ms: 5 }), { 'content-type': 'application/json; charset=utf-8' });
+    const r = await send('POST', '/identity', JSON.stringify({ hostname: 'web-1', time_ms: 5 }), {
+      'content-type': 'application/json; charset=utf-8',
+    });
     expect(r.status).to.equal(204);
     expect(given).to.deep.equal([{ hostname: 'web-1', time_ms: 5 }]);
     expect(passed).to.deep.equal([]);
   });
 
   it('passes every other request on', async () => {
-    for (const [m, p] of [['GET', '/identity'], ['POST', '/identity?x=1'], ['POST', '/exec'], ['GET', '/health']]) {
+    for (const [m, p] of [
+      ['GET', '/identity'],
+      ['POST', '/identity?x=1'],
+      ['POST', '/exec'],
+      ['GET', '/health'],
+    ]) {
       expect((await send(m, p, m === 'POST' ? '{}' : undefined)).status).to.equal(418);
     }
     expect(passed).to.deep.equal(['GET /identity', 'POST /identity?x=1', 'POST /exec', 'GET /health']);
@@ -58,7 +87,12 @@ describe('adapters/agent/identity-request', () => {
       ['hostname=web', { 'content-type': 'application/x-www-form-urlencoded' }, 400, /must be application\/json/],
       ['{}', {}, 400, /must be application\/json/],
       ['{"time_ms": 1}', { 'content-type': 'application/json' }, 400, /hostname must be/],
-      [Buffer.alloc(IDENTITY_BODY_MAX + 1, 0x20), { 'content-type': 'application/json' }, 413, /larger than 4096 bytes/],
+      [
+        Buffer.alloc(IDENTITY_BODY_MAX + 1, 0x20),
+        { 'content-type': 'application/json' },
+        413,
+        /larger than 4096 bytes/,
+      ],
     ];
     for (const [body, headers, status, error] of cases) {
       const r = await send('POST', '/identity', body, headers);
@@ -71,7 +105,10 @@ describe('adapters/agent/identity-request', () => {
   });
 
   it('cuts off a body that grows past the limit without a declared length, and closes the connection', async () => {
-    const r = await send('POST', '/identity', Buffer.alloc(IDENTITY_BODY_MAX * 4, 0x20), { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const r = await send('POST', '/identity', Buffer.alloc(IDENTITY_BODY_MAX * 4, 0x20), {
+      'content-type': 'application/json',
+      'transfer-encoding': 'chunked',
+    });
     expect(r.status).to.equal(413);
     expect(r.connection).to.equal('close');
   });

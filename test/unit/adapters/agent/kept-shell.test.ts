@@ -20,7 +20,11 @@ describe('adapters/agent/kept-shell', () => {
     rmSync(dir, { recursive: true, force: true });
   });
   const note = (what: string) => `echo "$$ ${what}" >> ${shellWord(calls)}`;
-  const seen = () => readFileSync(calls, 'utf8').trim().split('\n').map((l) => l.split(' '));
+  const seen = () =>
+    readFileSync(calls, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(' '));
 
   it('runs every line through the same shell, one after another, and answers its status', async () => {
     expect(await shell.run(note('one'))).to.deep.equal({ status: 0, said: [] });
@@ -70,7 +74,9 @@ describe('adapters/agent/kept-shell', () => {
   it('fails when no shell can run the line', async () => {
     const none = new KeptShell(join(dir, 'no-such-sh'));
     let err: Error | undefined;
-    await none.run('true').catch((e: Error) => { err = e; });
+    await none.run('true').catch((e: Error) => {
+      err = e;
+    });
     expect(err?.message).to.match(/did not run the command/);
   });
 });

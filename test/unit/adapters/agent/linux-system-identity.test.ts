@@ -1,5 +1,14 @@
 import { expect } from 'chai';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LinuxSystemIdentity } from '../../../../src/adapters/agent/linux-system-identity.js';
@@ -25,7 +34,10 @@ describe('adapters/agent/linux-system-identity', () => {
     // Stand-ins for `date` and `ip`: note their arguments and the process that ran them; `date`
     // refuses @13, as a guest without the right to set the clock would.
     const stand = (name: string, extra = '') => {
-      writeFileSync(join(tools, name), `#!/bin/sh\necho "$PPID ${name} $*" >> '${calls}'\n${extra}echo "would print something"\n`);
+      writeFileSync(
+        join(tools, name),
+        `#!/bin/sh\necho "$PPID ${name} $*" >> '${calls}'\n${extra}echo "would print something"\n`,
+      );
       chmodSync(join(tools, name), 0o755);
     };
     stand('date', `[ "$3" = "@13" ] && { echo "date: cannot set date: Operation not permitted" >&2; exit 1; }\n`);
@@ -37,11 +49,22 @@ describe('adapters/agent/linux-system-identity', () => {
     rmSync(dir, { recursive: true, force: true });
   });
   const read = (p: string) => readFileSync(join(root, p), 'utf8');
-  const seen = () => (existsSync(calls) ? readFileSync(calls, 'utf8').trim().split('\n').map((l) => l.split(' ')) : []);
+  const seen = () =>
+    existsSync(calls)
+      ? readFileSync(calls, 'utf8')
+          .trim()
+          .split('\n')
+          .map((l) => l.split(' '))
+      : [];
 
   it("without the addon: applies a clone's identity, every call through one kept shell, and writes no notes", async () => {
     const notes = join(dir, 'state', 'identity');
-    await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_000_999, machine_id: 'ab'.repeat(16), overlay_ip: '10.77.0.5/24' });
+    await identity.apply({
+      hostname: 'web-1',
+      time_ms: 1_700_000_000_999,
+      machine_id: 'ab'.repeat(16),
+      overlay_ip: '10.77.0.5/24',
+    });
     expect(read('proc/sys/kernel/hostname')).to.equal('web-1');
     expect(read('etc/hostname')).to.equal('web-1\n');
     expect(read('etc/hosts')).to.equal('127.0.0.1 localhost web-1\n');
@@ -50,7 +73,11 @@ describe('adapters/agent/linux-system-identity', () => {
     await identity.apply({ hostname: 'web-1', time_ms: 1_700_000_001_000 });
     const lines = seen();
     expect(lines.map((l) => l.slice(1).join(' '))).to.deep.equal([
-      'date -u -s @1700000000', 'ip addr flush dev eth1', 'ip addr add 10.77.0.5/24 dev eth1', 'ip link set eth1 up', 'date -u -s @1700000001',
+      'date -u -s @1700000000',
+      'ip addr flush dev eth1',
+      'ip addr add 10.77.0.5/24 dev eth1',
+      'ip link set eth1 up',
+      'date -u -s @1700000001',
     ]);
     expect(new Set(lines.map((l) => l[0])).size, 'one shell ran them all').to.equal(1);
     expect(Number(lines[0][0])).to.not.equal(process.pid);
@@ -58,7 +85,9 @@ describe('adapters/agent/linux-system-identity', () => {
 
   it('fails with what date said, leaves the hostname alone, and goes on working', async () => {
     let err: Error | undefined;
-    await identity.apply({ hostname: 'web-2', time_ms: 13_500 }).catch((e: Error) => { err = e; });
+    await identity.apply({ hostname: 'web-2', time_ms: 13_500 }).catch((e: Error) => {
+      err = e;
+    });
     expect(err?.message).to.match(/cannot apply the identity: exit 1: date: cannot set date: Operation not permitted/);
     expect(err?.message).to.not.include('would print');
     expect(read('etc/hostname')).to.equal('old\n');
@@ -82,7 +111,9 @@ describe('adapters/agent/linux-system-identity', () => {
   it('fails when a file it must write cannot be written, and says which', async () => {
     rmSync(join(root, 'proc'), { recursive: true });
     let err: Error | undefined;
-    await identity.apply({ hostname: 'web-4', time_ms: 30_000 }).catch((e: Error) => { err = e; });
+    await identity.apply({ hostname: 'web-4', time_ms: 30_000 }).catch((e: Error) => {
+      err = e;
+    });
     expect(err?.message).to.match(/cannot apply the identity: exit \d+: .*proc\/sys\/kernel\/hostname/);
   });
 
@@ -93,7 +124,10 @@ describe('adapters/agent/linux-system-identity', () => {
         if (ms < 1000) throw Object.assign(new Error('settimeofday: Operation not permitted'), { code: 'EPERM' });
         log.push(`time ${ms}`);
       },
-      setHostname: (name) => { log.push(`hostname ${name}`); kernel.name = name; },
+      setHostname: (name) => {
+        log.push(`hostname ${name}`);
+        kernel.name = name;
+      },
       hostname: () => kernel.name,
     });
 
@@ -124,7 +158,11 @@ describe('adapters/agent/linux-system-identity', () => {
         await inProcess.apply({ hostname: 'web-7', time_ms: 1_800_000_001_000, overlay_ip: '10.77.0.9/24' });
         expect(log.slice(1)).to.deep.equal(['time 1800000001000', 'hostname web-7']);
         expect(read('etc/hostname')).to.equal('web-7\n');
-        expect(seen().map((l) => l.slice(1).join(' '))).to.deep.equal(['ip addr flush dev eth1', 'ip addr add 10.77.0.9/24 dev eth1', 'ip link set eth1 up']);
+        expect(seen().map((l) => l.slice(1).join(' '))).to.deep.equal([
+          'ip addr flush dev eth1',
+          'ip addr add 10.77.0.9/24 dev eth1',
+          'ip link set eth1 up',
+        ]);
       } finally {
         inProcess.close();
       }
@@ -135,7 +173,9 @@ describe('adapters/agent/linux-system-identity', () => {
       const inProcess = new LinuxSystemIdentity(tools, root, undefined, fakeSys(log));
       try {
         let err: Error | undefined;
-        await inProcess.apply({ hostname: 'web-8', time_ms: 500 }).catch((e: Error) => { err = e; });
+        await inProcess.apply({ hostname: 'web-8', time_ms: 500 }).catch((e: Error) => {
+          err = e;
+        });
         expect(err?.message).to.equal('cannot apply the identity: settimeofday: Operation not permitted');
         expect(log).to.deep.equal([]);
         expect(read('etc/hostname')).to.equal('old\n');
@@ -149,7 +189,9 @@ describe('adapters/agent/linux-system-identity', () => {
       try {
         rmSync(join(root, 'etc'), { recursive: true });
         let err: Error | undefined;
-        await inProcess.apply({ hostname: 'web-9', time_ms: 40_000 }).catch((e: Error) => { err = e; });
+        await inProcess.apply({ hostname: 'web-9', time_ms: 40_000 }).catch((e: Error) => {
+          err = e;
+        });
         expect(err?.message).to.match(/cannot apply the identity: .*etc\/hostname/);
       } finally {
         inProcess.close();

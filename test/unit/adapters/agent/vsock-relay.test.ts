@@ -1,5 +1,10 @@
 import { expect } from 'chai';
-import { socatArgs, startVsockRelay, vsockUnavailable, type VsockEnv } from '../../../../src/adapters/agent/vsock-relay.js';
+import {
+  socatArgs,
+  startVsockRelay,
+  vsockUnavailable,
+  type VsockEnv,
+} from '../../../../src/adapters/agent/vsock-relay.js';
 
 function env(files: string[], cmds: Record<string, string>): VsockEnv {
   return { exists: (p) => files.includes(p), which: (c) => cmds[c] };

@@ -28,7 +28,8 @@ describe('adapters/fs-kit/tar-tree', () => {
     expect(entryParts('.', '/d')).to.deep.equal([]);
     expect(entryParts('./a/./b/', '/d')).to.deep.equal(['a', 'b']);
     expect(entryParts('a//b', '/d')).to.deep.equal(['a', 'b']);
-    for (const bad of ['/etc/passwd', '../x', 'a/../../x', 'a/..', 'a\0b']) expect(() => entryParts(bad, '/d'), bad).to.throw(InvalidArgumentError);
+    for (const bad of ['/etc/passwd', '../x', 'a/../../x', 'a/..', 'a\0b'])
+      expect(() => entryParts(bad, '/d'), bad).to.throw(InvalidArgumentError);
   });
 
   it('never writes outside the root, whatever entries and links the archive and the tree hold (property)', async function () {
@@ -40,7 +41,10 @@ describe('adapters/fs-kit/tar-tree', () => {
     const before = listing(sandbox);
     const part = fc.constantFrom('a', 'b', 'x', '.', '..', '');
     const name = fc.array(part, { minLength: 1, maxLength: 4 }).map((ps) => ps.join('/'));
-    const linkTarget = fc.oneof(name, fc.constantFrom('/', outside, `${outside}/sentinel`, '../outside', '../../', '.', '..'));
+    const linkTarget = fc.oneof(
+      name,
+      fc.constantFrom('/', outside, `${outside}/sentinel`, '../outside', '../../', '.', '..'),
+    );
     const entry: fc.Arbitrary<TarEntry> = fc.oneof(
       fc.record({ name, type: fc.constant('file' as const), data: fc.constantFrom('p', 'pwned') }),
       fc.record({ name, type: fc.constant('directory' as const) }),
@@ -48,21 +52,27 @@ describe('adapters/fs-kit/tar-tree', () => {
       fc.record({ name, type: fc.constant('link' as const), linkname: linkTarget }),
     );
     let runs = 0;
-    await fc.assert(fc.asyncProperty(fc.array(entry, { maxLength: 8 }), fc.boolean(), async (entries, preLink) => {
-      const root = join(sandbox, 'root');
-      rmSync(root, { recursive: true, force: true });
-      mkdirSync(root);
-      if (preLink) symlinkSync(outside, join(root, 'a'));
-      const archive = await makeTar(entries).catch(() => undefined);
-      if (!archive) return; // names tar-stream itself cannot encode
-      runs++;
-      await extractTree(root, Readable.from([archive])).catch((err: Error) => {
-        if (!(err instanceof InvalidArgumentError)) throw err;
-      });
-      expect([...listing(sandbox).filter((p) => p !== 'root' && !p.startsWith('root/'))], JSON.stringify(entries)).to.deep.equal(before);
-      expect(readFileSync(join(outside, 'sentinel'), 'utf8')).to.equal('keep');
-      expect(listing(outside)).to.deep.equal(['sentinel']);
-    }), { numRuns: 400, seed: Number(process.env.SVC_FUZZ_SEED ?? Date.now() % 2 ** 31) });
+    await fc.assert(
+      fc.asyncProperty(fc.array(entry, { maxLength: 8 }), fc.boolean(), async (entries, preLink) => {
+        const root = join(sandbox, 'root');
+        rmSync(root, { recursive: true, force: true });
+        mkdirSync(root);
+        if (preLink) symlinkSync(outside, join(root, 'a'));
+        const archive = await makeTar(entries).catch(() => undefined);
+        if (!archive) return; // names tar-stream itself cannot encode
+        runs++;
+        await extractTree(root, Readable.from([archive])).catch((err: Error) => {
+          if (!(err instanceof InvalidArgumentError)) throw err;
+        });
+        expect(
+          [...listing(sandbox).filter((p) => p !== 'root' && !p.startsWith('root/'))],
+          JSON.stringify(entries),
+        ).to.deep.equal(before);
+        expect(readFileSync(join(outside, 'sentinel'), 'utf8')).to.equal('keep');
+        expect(listing(outside)).to.deep.equal(['sentinel']);
+      }),
+      { numRuns: 400, seed: Number(process.env.SVC_FUZZ_SEED ?? Date.now() % 2 ** 31) },
+    );
     expect(runs).to.be.above(300);
     rmSync(sandbox, { recursive: true, force: true });
   });

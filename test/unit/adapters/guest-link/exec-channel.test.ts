@@ -12,9 +12,17 @@ type Answer = (ws: WebSocket, m: { id: number; query?: string; cancel?: boolean 
  * A stand-in agent: the exec channel answers with `answer` (unless `channel` is false, when the
  * upgrade gets a 404 like an agent from before the channel); POST /exec answers over HTTP.
  */
-async function standIn(o: { answer?: Answer; channel?: boolean; http?: (req: IncomingMessage, res: ServerResponse) => void }) {
+async function standIn(o: {
+  answer?: Answer;
+  channel?: boolean;
+  http?: (req: IncomingMessage, res: ServerResponse) => void;
+}) {
   const wss = new WebSocketServer({ noServer: true });
-  const seen: { upgrades: number; posts: string[]; messages: { id: number; query?: string; cancel?: boolean }[] } = { upgrades: 0, posts: [], messages: [] };
+  const seen: { upgrades: number; posts: string[]; messages: { id: number; query?: string; cancel?: boolean }[] } = {
+    upgrades: 0,
+    posts: [],
+    messages: [],
+  };
   const srv: Server = createServer((req, res) => {
     seen.posts.push(req.url ?? '');
     if (o.http) return o.http(req, res);
@@ -22,25 +30,40 @@ async function standIn(o: { answer?: Answer; channel?: boolean; http?: (req: Inc
   });
   srv.on('upgrade', (req, socket, head) => {
     seen.upgrades++;
-    if (o.channel === false || req.url !== '/exec/channel') return void socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}');
-    wss.handleUpgrade(req, socket, head, (ws) => ws.on('message', (d) => {
-      const m = JSON.parse(String(d)) as { id: number; query?: string; cancel?: boolean };
-      seen.messages.push(m);
-      o.answer?.(ws, m);
-    }));
+    if (o.channel === false || req.url !== '/exec/channel')
+      return void socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}');
+    wss.handleUpgrade(req, socket, head, (ws) =>
+      ws.on('message', (d) => {
+        const m = JSON.parse(String(d)) as { id: number; query?: string; cancel?: boolean };
+        seen.messages.push(m);
+        o.answer?.(ws, m);
+      }),
+    );
   });
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
   const port = (srv.address() as AddressInfo).port;
   return {
-    ep: { host: '127.0.0.1', port }, seen,
-    stop: () => { srv.closeAllConnections(); srv.close(); for (const c of wss.clients) c.terminate(); },
+    ep: { host: '127.0.0.1', port },
+    seen,
+    stop: () => {
+      srv.closeAllConnections();
+      srv.close();
+      for (const c of wss.clients) c.terminate();
+    },
   };
 }
 
 /** The error a call fails with; a call that succeeds fails the test. */
-const failure = (p: Promise<unknown>): Promise<Error> => p.then(() => { throw new Error('the call succeeded'); }, (e: Error) => e);
+const failure = (p: Promise<unknown>): Promise<Error> =>
+  p.then(
+    () => {
+      throw new Error('the call succeeded');
+    },
+    (e: Error) => e,
+  );
 
-const ok = (ws: WebSocket, m: { id: number; query?: string }) => ws.send(JSON.stringify({ id: m.id, result: { stdout: m.query ?? '', stderr: '', exit_code: 0 } }));
+const ok = (ws: WebSocket, m: { id: number; query?: string }) =>
+  ws.send(JSON.stringify({ id: m.id, result: { stdout: m.query ?? '', stderr: '', exit_code: 0 } }));
 
 describe('adapters/guest-link exec channel (buffered execs over one WebSocket)', function () {
   this.timeout(15_000);
@@ -48,18 +71,26 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
   it('carries execs without stdin as numbered messages on one connection, answers matched by id', async () => {
     const a = await standIn({
       // Answers out of order: the second call is answered first.
-      answer: (ws, m) => { if (m.id === 1) setTimeout(() => ok(ws, m), 100); else ok(ws, m); },
+      answer: (ws, m) => {
+        if (m.id === 1) setTimeout(() => ok(ws, m), 100);
+        else ok(ws, m);
+      },
     });
     let connections = 0;
-    const counting: Connector = (ep) => { connections++; return connect({ host: ep.host, port: ep.port }); };
+    const counting: Connector = (ep) => {
+      connections++;
+      return connect({ host: ep.host, port: ep.port });
+    };
     const agent = new HttpGuestAgent(counting);
     try {
       const [r1, r2] = await Promise.all([
-        agent.exec(a.ep, { cmd: 'echo', args: ['a b', 'ü'] }), agent.exec(a.ep, { cmd: 'true', args: [], cwd: '/tmp', timeoutMs: 5000 }),
+        agent.exec(a.ep, { cmd: 'echo', args: ['a b', 'ü'] }),
+        agent.exec(a.ep, { cmd: 'true', args: [], cwd: '/tmp', timeoutMs: 5000 }),
       ]);
       expect(new URLSearchParams(r1.stdout).getAll('args')).to.deep.equal(['a b', 'ü']);
       expect(r2.stdout).to.equal('cmd=true&buffered=true&cwd=%2Ftmp&timeout=5s');
-      for (let i = 0; i < 10; i++) expect((await agent.exec(a.ep, { cmd: 'x', args: [String(i)] })).stdout).to.include(`args=${i}`);
+      for (let i = 0; i < 10; i++)
+        expect((await agent.exec(a.ep, { cmd: 'x', args: [String(i)] })).stdout).to.include(`args=${i}`);
       expect(a.seen.upgrades).to.equal(1);
       expect(connections).to.equal(1);
       expect(a.seen.posts, 'no HTTP exec').to.deep.equal([]);
@@ -74,7 +105,8 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
     const a = await standIn({ channel: false });
     const agent = new HttpGuestAgent();
     try {
-      for (let i = 0; i < 3; i++) expect((await agent.exec(a.ep, { cmd: 'true', args: [] })).stdout).to.equal('over http');
+      for (let i = 0; i < 3; i++)
+        expect((await agent.exec(a.ep, { cmd: 'true', args: [] })).stdout).to.equal('over http');
       expect(a.seen.upgrades).to.equal(1);
       expect(a.seen.posts).to.have.length(3);
     } finally {
@@ -86,8 +118,10 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
   it('maps error answers by their code, and a channel that closes fails its calls as unavailable', async () => {
     const a = await standIn({
       answer: (ws, m) => {
-        if (m.query?.startsWith('cmd=missing')) ws.send(JSON.stringify({ id: m.id, status: 404, error: { error: 'no such dir', code: 'not_found' } }));
-        else if (m.query?.startsWith('cmd=crash')) ws.send(JSON.stringify({ id: m.id, status: 500, error: { error: 'boom', code: 'internal' } }));
+        if (m.query?.startsWith('cmd=missing'))
+          ws.send(JSON.stringify({ id: m.id, status: 404, error: { error: 'no such dir', code: 'not_found' } }));
+        else if (m.query?.startsWith('cmd=crash'))
+          ws.send(JSON.stringify({ id: m.id, status: 500, error: { error: 'boom', code: 'internal' } }));
         else if (m.query?.startsWith('cmd=hangup')) ws.terminate();
       },
     });
@@ -101,7 +135,7 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
       expect(gone).to.be.instanceOf(AgentUnavailableError);
       expect(gone.message).to.match(/exec channel closed|ECONNRESET/);
       // The next call opens a new channel.
-      expect((await failure(agent.exec(a.ep, { cmd: 'missing', args: [] })))).to.be.instanceOf(NotFoundError);
+      expect(await failure(agent.exec(a.ep, { cmd: 'missing', args: [] }))).to.be.instanceOf(NotFoundError);
       expect(a.seen.upgrades).to.equal(2);
     } finally {
       agent.close();
@@ -110,7 +144,11 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
   });
 
   it('sends a cancel when the caller leaves, and drops the late answer', async () => {
-    const a = await standIn({ answer: (ws, m) => { if (!m.cancel) setTimeout(() => ok(ws, m), 600); } });
+    const a = await standIn({
+      answer: (ws, m) => {
+        if (!m.cancel) setTimeout(() => ok(ws, m), 600);
+      },
+    });
     const agent = new HttpGuestAgent();
     try {
       const leave = new AbortController();
@@ -118,7 +156,8 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
       const left = await failure(agent.exec(a.ep, { cmd: 'sleep', args: ['9'] }, undefined, leave.signal));
       expect(left).to.be.instanceOf(AgentUnavailableError);
       expect(left.message).to.equal('the caller went away');
-      for (let i = 0; i < 50 && !a.seen.messages.some((m) => m.cancel); i++) await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 50 && !a.seen.messages.some((m) => m.cancel); i++)
+        await new Promise((r) => setTimeout(r, 20));
       expect(a.seen.messages).to.deep.include({ id: 1, cancel: true });
       // The late answer for id 1 arrives while id 2 waits, and is not taken for it.
       const r = await agent.exec(a.ep, { cmd: 'two', args: [] });
@@ -133,10 +172,16 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
     const answers: Record<string, (ws: WebSocket, id: number) => void> = {
       garbage: (ws) => ws.send('SSH-2.0-OpenSSH'),
       shape: (ws, id) => ws.send(JSON.stringify({ id, result: { stdout: 1, stderr: '', exit_code: 0 } })),
-      binary: (ws, id) => ws.send(Buffer.from(JSON.stringify({ id, result: { stdout: '', stderr: '', exit_code: 0 } })), { binary: true }),
-      huge: (ws, id) => ws.send(JSON.stringify({ id, result: { stdout: 'a'.repeat(65 << 20), stderr: '', exit_code: 0 } })),
+      binary: (ws, id) =>
+        ws.send(Buffer.from(JSON.stringify({ id, result: { stdout: '', stderr: '', exit_code: 0 } })), {
+          binary: true,
+        }),
+      huge: (ws, id) =>
+        ws.send(JSON.stringify({ id, result: { stdout: 'a'.repeat(65 << 20), stderr: '', exit_code: 0 } })),
     };
-    const a = await standIn({ answer: (ws, m) => answers[String(new URLSearchParams(m.query).get('cmd'))]?.(ws, m.id) });
+    const a = await standIn({
+      answer: (ws, m) => answers[String(new URLSearchParams(m.query).get('cmd'))]?.(ws, m.id),
+    });
     const agent = new HttpGuestAgent();
     try {
       for (const cmd of ['garbage', 'shape', 'binary']) {

@@ -3,7 +3,13 @@ import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-agent.js';
 import { pickConnector, type Connector } from '../../../../src/adapters/guest-link/transport.js';
-import { AgentFailureError, AgentUnavailableError, AlreadyExistsError, InvalidArgumentError, NotFoundError } from '../../../../src/domain/errors.js';
+import {
+  AgentFailureError,
+  AgentUnavailableError,
+  AlreadyExistsError,
+  InvalidArgumentError,
+  NotFoundError,
+} from '../../../../src/domain/errors.js';
 
 function server(handler: Parameters<typeof createServer>[1]): Promise<{ port: number; srv: Server }> {
   const srv = createServer(handler);
@@ -16,11 +22,15 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
     const refused = await agent.health({ host: '127.0.0.1', port: 1 }).catch((e) => e);
     expect(refused).to.be.instanceOf(AgentUnavailableError);
     const statuses: Record<string, [number, string]> = {
-      '/fs/stat?path=%2Fa': [404, '{"error":"no such","code":"not_found"}'], '/fs/readdir?path=%2Fa': [400, '{"error":"bad","code":"invalid_argument"}'],
+      '/fs/stat?path=%2Fa': [404, '{"error":"no such","code":"not_found"}'],
+      '/fs/readdir?path=%2Fa': [400, '{"error":"bad","code":"invalid_argument"}'],
       // The code decides, not the status: a 404 that says internal is the agent's failure, a 500 that says not_found is not.
-      '/fs/stat?path=%2Fb': [404, '{"error":"oops","code":"internal"}'], '/fs/stat?path=%2Fc': [500, '{"error":"gone","code":"not_found"}'],
+      '/fs/stat?path=%2Fb': [404, '{"error":"oops","code":"internal"}'],
+      '/fs/stat?path=%2Fc': [500, '{"error":"gone","code":"not_found"}'],
       '/fs/readdir?path=%2Fb': [400, '{"error":"no code"}'],
-      '/stats': [500, 'kaboom'], '/health': [200, 'not json'], '/readiness': [418, 'teapot'],
+      '/stats': [500, 'kaboom'],
+      '/health': [200, 'not json'],
+      '/readiness': [418, 'teapot'],
     };
     const { port, srv } = await server((req, res) => {
       if (req.url === '/fs/mkdir') return void res.writeHead(409).end('{"error":"exists","code":"already_exists"}');
@@ -49,7 +59,9 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
     const agent = new HttpGuestAgent();
     try {
       const t0 = Date.now();
-      expect(await agent.health({ host: '127.0.0.1', port }, 300).catch((e) => e)).to.be.instanceOf(AgentUnavailableError);
+      expect(await agent.health({ host: '127.0.0.1', port }, 300).catch((e) => e)).to.be.instanceOf(
+        AgentUnavailableError,
+      );
       expect(Date.now() - t0).to.be.below(2000);
     } finally {
       srv.closeAllConnections();
@@ -59,7 +71,17 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
   });
 
   it('sends requests for vsock endpoints through the vsock connector, and TCP ones over TCP', async () => {
-    const { port, srv } = await server((req, res) => res.end(JSON.stringify({ hostname: req.url, agent_version: '1', agent_uptime_sec: 0, userdata_ran: false, readiness: {} })));
+    const { port, srv } = await server((req, res) =>
+      res.end(
+        JSON.stringify({
+          hostname: req.url,
+          agent_version: '1',
+          agent_uptime_sec: 0,
+          userdata_ran: false,
+          readiness: {},
+        }),
+      ),
+    );
     const used: string[] = [];
     // Stands in for socat: records the CID and carries the bytes over TCP to the test server.
     const fakeVsock: Connector = (ep) => {
@@ -91,7 +113,9 @@ describe('adapters/guest-link/HttpGuestAgent against a hostile agent', function 
   const endless = (res: import('node:http').ServerResponse, line = false) => {
     res.writeHead(200, { 'content-type': 'application/json' });
     const chunk = Buffer.alloc(64 * 1024, line ? 'a' : '[');
-    const more = () => { while (res.write(chunk)); };
+    const more = () => {
+      while (res.write(chunk));
+    };
     res.on('drain', more);
     res.on('close', () => res.off('drain', more));
     more();
@@ -124,7 +148,9 @@ describe('adapters/guest-link/HttpGuestAgent against a hostile agent', function 
       expect(e).to.be.instanceOf(AgentFailureError);
       expect((e as Error).message).to.match(/answered more than 1048576 bytes; the answer was dropped/);
     }
-    expect(await agent.fs(ep, { op: 'stat', path: '/x' }).catch((x: Error) => x.message)).to.match(/more than 1048576 bytes/);
+    expect(await agent.fs(ep, { op: 'stat', path: '/x' }).catch((x: Error) => x.message)).to.match(
+      /more than 1048576 bytes/,
+    );
     expect(process.memoryUsage().rss - before).to.be.below(64 << 20);
     agent.close();
   });

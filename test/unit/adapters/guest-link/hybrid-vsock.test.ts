@@ -6,7 +6,9 @@ import { hybridVsockConnector } from '../../../../src/adapters/guest-link/transp
 import { tempDir } from '../../../helpers/daemon.js';
 
 /** A VMM's hybrid vsock socket: answers `CONNECT <port>` per `answer`, then echoes in upper case. */
-async function vmm(answer: (line: string) => string | null): Promise<{ path: string; server: Server; lines: string[] }> {
+async function vmm(
+  answer: (line: string) => string | null,
+): Promise<{ path: string; server: Server; lines: string[] }> {
   const path = join(tempDir('svc-hvsock-'), 'vsock.sock');
   const lines: string[] = [];
   const server = createServer((s: Socket) => {
@@ -57,7 +59,11 @@ describe('hybrid vsock connector', () => {
     v.server.close();
   });
 
-  for (const [what, answer] of [['a closed connection', () => null], ['an answer other than OK', () => 'NO\n'], ['no newline in 64 bytes', () => 'x'.repeat(100)]] as const) {
+  for (const [what, answer] of [
+    ['a closed connection', () => null],
+    ['an answer other than OK', () => 'NO\n'],
+    ['no newline in 64 bytes', () => 'x'.repeat(100)],
+  ] as const) {
     it(`takes ${what} for ECONNREFUSED`, async () => {
       const v = await vmm(answer);
       const s = hybridVsockConnector({ host: '', port: 7475, socket: v.path });

@@ -22,7 +22,9 @@ function rawAgent(answer: (s: Socket, head: string) => void): Promise<{ port: nu
     });
     s.on('error', () => undefined);
   });
-  return new Promise((r) => srv.listen(0, '127.0.0.1', () => r({ port: (srv.address() as AddressInfo).port, srv, heads })));
+  return new Promise((r) =>
+    srv.listen(0, '127.0.0.1', () => r({ port: (srv.address() as AddressInfo).port, srv, heads })),
+  );
 }
 
 async function drain(body: NodeJS.ReadableStream): Promise<Buffer> {
@@ -31,7 +33,8 @@ async function drain(body: NodeJS.ReadableStream): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-const chunked = (parts: string[]) => parts.map((p) => `${Buffer.byteLength(p).toString(16)}\r\n${p}\r\n`).join('') + '0\r\n\r\n';
+const chunked = (parts: string[]) =>
+  parts.map((p) => `${Buffer.byteLength(p).toString(16)}\r\n${p}\r\n`).join('') + '0\r\n\r\n';
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 describe('adapters/guest-link raw download (GET /cp without the HTTP client)', () => {
@@ -49,9 +52,11 @@ describe('adapters/guest-link raw download (GET /cp without the HTTP client)', (
     try {
       const got = await agent.download({ host: '127.0.0.1', port }, '/a b', 'binary');
       expect(got.size).to.equal(data.length);
-      expect(got.contentType, 'never the guest\'s type').to.equal('application/octet-stream');
+      expect(got.contentType, "never the guest's type").to.equal('application/octet-stream');
       expect(sha(await drain(got.body))).to.equal(sha(data));
-      expect(heads[0]).to.match(/^GET \/cp\?path=%2Fa\+b&mode=binary HTTP\/1\.1\r\nHost: 127\.0\.0\.1:\d+\r\nConnection: close$/);
+      expect(heads[0]).to.match(
+        /^GET \/cp\?path=%2Fa\+b&mode=binary HTTP\/1\.1\r\nHost: 127\.0\.0\.1:\d+\r\nConnection: close$/,
+      );
     } finally {
       srv.close();
     }
@@ -114,7 +119,13 @@ describe('adapters/guest-link raw download (GET /cp without the HTTP client)', (
       const nf = await agent.download(ep, '/nf', 'binary').catch((e) => e);
       expect(nf).to.be.instanceOf(NotFoundError);
       expect(nf.message).to.equal('no such file');
-      for (const [p, re] of [['/nolen', /without its length/], ['/twolen', /two different lengths/], ['/garbage', /answered garbage/], ['/endless', /head over 16384 bytes/], ['/close', /closed the connection before answering/]] as const) {
+      for (const [p, re] of [
+        ['/nolen', /without its length/],
+        ['/twolen', /two different lengths/],
+        ['/garbage', /answered garbage/],
+        ['/endless', /head over 16384 bytes/],
+        ['/close', /closed the connection before answering/],
+      ] as const) {
         const err = await agent.download(ep, p, 'binary').catch((e) => e);
         expect(err, p).to.be.instanceOf(AgentFailureError);
         expect(err.message, p).to.match(re);

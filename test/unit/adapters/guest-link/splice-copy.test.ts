@@ -9,7 +9,14 @@ import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-a
 import { rawUpload } from '../../../../src/adapters/guest-link/raw-upload.js';
 import { tcpConnector } from '../../../../src/adapters/guest-link/transport.js';
 import { InvalidArgumentError, NotFoundError } from '../../../../src/domain/errors.js';
-import { socketFd, splice, SpliceError, spliceHelper, SPLICE_MIN_BYTES, stopReads } from '../../../../src/adapters/process-kit/splice.js';
+import {
+  socketFd,
+  splice,
+  SpliceError,
+  spliceHelper,
+  SPLICE_MIN_BYTES,
+  stopReads,
+} from '../../../../src/adapters/process-kit/splice.js';
 import { SEND_RAW, TAKE_RAW, type RawSendable } from '../../../../src/ports/guest-agent.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -27,7 +34,9 @@ function agentServer(answer: (s: Socket) => void): Promise<{ port: number; srv: 
  * A connection as the daemon's HTTP server holds one (`server`) and the client's end of it, which
  * gathers everything that arrives.
  */
-async function connection(pauseOnCreate = false): Promise<{ server: Socket; received: () => Buffer; ended: Promise<void>; client: Socket; close: () => void }> {
+async function connection(
+  pauseOnCreate = false,
+): Promise<{ server: Socket; received: () => Buffer; ended: Promise<void>; client: Socket; close: () => void }> {
   const parts: Buffer[] = [];
   const srv = createServer({ pauseOnConnect: pauseOnCreate });
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
@@ -37,7 +46,16 @@ async function connection(pauseOnCreate = false): Promise<{ server: Socket; rece
   const ended = new Promise<void>((r) => client.once('close', () => r()));
   const server = await accepted;
   server.on('error', () => undefined);
-  return { server, client, received: () => Buffer.concat(parts), ended, close: () => { server.destroy(); srv.close(); } };
+  return {
+    server,
+    client,
+    received: () => Buffer.concat(parts),
+    ended,
+    close: () => {
+      server.destroy();
+      srv.close();
+    },
+  };
 }
 
 const head = (n: number) => `HTTP/1.1 200 OK\r\nContent-Length: ${n}\r\n\r\n`;
@@ -105,7 +123,9 @@ describe('adapters/guest-link download handed to the client connection (splice h
     try {
       const got = await agent.download({ host: '127.0.0.1', port }, '/cut', 'binary');
       let err: Error | undefined;
-      await (got.body as unknown as RawSendable)[SEND_RAW](c.server).catch((e: Error) => { err = e; });
+      await (got.body as unknown as RawSendable)[SEND_RAW](c.server).catch((e: Error) => {
+        err = e;
+      });
       expect(err?.message).to.match(/ended with 1000 bytes to go/);
       expect(got.body.destroyed).to.equal(true);
     } finally {
@@ -126,7 +146,9 @@ describe('adapters/guest-link download handed to the client connection (splice h
       await new Promise((r) => setTimeout(r, 300));
       got.body.destroy(); // what sendStream does when the client's answer closes
       let err: Error | undefined;
-      await sending.catch((e: Error) => { err = e; });
+      await sending.catch((e: Error) => {
+        err = e;
+      });
       expect(err?.message).to.match(/SIGKILL/);
     } finally {
       c.close();
@@ -151,9 +173,14 @@ describe('adapters/guest-link download handed to the client connection (splice h
 });
 
 /** An "agent" that reads a PUT's head and `take` bytes of its body, then answers with `reply`. */
-function uploadAgent(take: (len: number) => number, reply: string): Promise<{ port: number; srv: Server; got: Promise<{ head: string; body: Buffer }> }> {
+function uploadAgent(
+  take: (len: number) => number,
+  reply: string,
+): Promise<{ port: number; srv: Server; got: Promise<{ head: string; body: Buffer }> }> {
   let report: (r: { head: string; body: Buffer }) => void = () => undefined;
-  const got = new Promise<{ head: string; body: Buffer }>((r) => { report = r; });
+  const got = new Promise<{ head: string; body: Buffer }>((r) => {
+    report = r;
+  });
   const srv = createServer((s) => {
     s.on('error', () => undefined);
     let buf = Buffer.alloc(0);
@@ -175,7 +202,9 @@ function uploadAgent(take: (len: number) => number, reply: string): Promise<{ po
       }
     });
   });
-  return new Promise((r) => srv.listen(0, '127.0.0.1', () => r({ port: (srv.address() as AddressInfo).port, srv, got })));
+  return new Promise((r) =>
+    srv.listen(0, '127.0.0.1', () => r({ port: (srv.address() as AddressInfo).port, srv, got })),
+  );
 }
 
 /**
@@ -185,15 +214,31 @@ function uploadAgent(take: (len: number) => number, reply: string): Promise<{ po
 async function uploadBody(data: Buffer, short = 0): Promise<{ body: Readable; close: () => void }> {
   const c = await connection(true); // nothing read by Node, as with the HTTP server's stopped reads
   const read = 64 * 1024;
-  c.client.write(data.subarray(read, data.length - short), () => { if (short) c.client.end(); });
-  const body = Object.assign(new Readable({ read() {} }), { [TAKE_RAW]: () => ({ connection: c.server, pending: data.subarray(0, read) }) });
+  c.client.write(data.subarray(read, data.length - short), () => {
+    if (short) c.client.end();
+  });
+  const body = Object.assign(new Readable({ read() {} }), {
+    [TAKE_RAW]: () => ({ connection: c.server, pending: data.subarray(0, read) }),
+  });
   return { body, close: c.close };
 }
 
 describe('adapters/guest-link upload taken from the client connection (splice helper)', function () {
   this.timeout(20000);
   const J = JSON.stringify;
-  const put = (port: number, size: number, body: Readable) => rawUpload(tcpConnector, { host: '127.0.0.1', port }, { path: '/cp?path=%2Fx', contentType: 'application/octet-stream', size, connectTimeoutMs: 2000, helper: spliceHelper() }, body);
+  const put = (port: number, size: number, body: Readable) =>
+    rawUpload(
+      tcpConnector,
+      { host: '127.0.0.1', port },
+      {
+        path: '/cp?path=%2Fx',
+        contentType: 'application/octet-stream',
+        size,
+        connectTimeoutMs: 2000,
+        helper: spliceHelper(),
+      },
+      body,
+    );
 
   it('sends the head, what was read, then the rest from the client socket, byte-exact, and reads the answer', async () => {
     const data = randomBytes(SPLICE_MIN_BYTES * 3 + 11);
@@ -202,7 +247,9 @@ describe('adapters/guest-link upload taken from the client connection (splice he
     try {
       expect(await put(a.port, data.length, b.body)).to.equal(true);
       const { head, body } = await a.got;
-      expect(head).to.match(new RegExp(`^PUT /cp\\?path=%2Fx HTTP/1.1\r\n.*Content-Length: ${data.length}\r\nConnection: close$`, 's'));
+      expect(head).to.match(
+        new RegExp(`^PUT /cp\\?path=%2Fx HTTP/1.1\r\n.*Content-Length: ${data.length}\r\nConnection: close$`, 's'),
+      );
       expect(sha(body)).to.equal(sha(data));
     } finally {
       b.close();
@@ -210,13 +257,18 @@ describe('adapters/guest-link upload taken from the client connection (splice he
     }
   });
 
-  it('returns the agent\'s own error when it stops taking the body part way', async () => {
+  it("returns the agent's own error when it stops taking the body part way", async () => {
     const data = randomBytes(SPLICE_MIN_BYTES * 4);
-    const a = await uploadAgent(() => 1000, `HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n${J({ error: 'no such directory: /x', code: 'not_found' })}`);
+    const a = await uploadAgent(
+      () => 1000,
+      `HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n${J({ error: 'no such directory: /x', code: 'not_found' })}`,
+    );
     const b = await uploadBody(data);
     try {
       let err: Error | undefined;
-      await put(a.port, data.length, b.body).catch((e: Error) => { err = e; });
+      await put(a.port, data.length, b.body).catch((e: Error) => {
+        err = e;
+      });
       expect(err).to.be.instanceOf(NotFoundError);
       expect(err?.message).to.equal('no such directory: /x');
     } finally {
@@ -225,13 +277,15 @@ describe('adapters/guest-link upload taken from the client connection (splice he
     }
   });
 
-  it('fails as the caller\'s error when the client\'s body ends before its declared length', async () => {
+  it("fails as the caller's error when the client's body ends before its declared length", async () => {
     const data = randomBytes(SPLICE_MIN_BYTES * 2);
     const a = await uploadAgent((n) => n, 'HTTP/1.1 204 No Content\r\n\r\n');
     const b = await uploadBody(data, 5000);
     try {
       let err: Error | undefined;
-      await put(a.port, data.length, b.body).catch((e: Error) => { err = e; });
+      await put(a.port, data.length, b.body).catch((e: Error) => {
+        err = e;
+      });
       expect(err).to.be.instanceOf(InvalidArgumentError);
       expect(err?.message).to.match(/broke off before its declared length.*5000 bytes to go/, err?.message);
     } finally {
@@ -242,11 +296,19 @@ describe('adapters/guest-link upload taken from the client connection (splice he
 
   it('declines a small upload or a body that cannot give its connection (nothing taken, no connection made)', async () => {
     let connections = 0;
-    const srv = createServer((s) => { connections++; s.destroy(); });
+    const srv = createServer((s) => {
+      connections++;
+      s.destroy();
+    });
     await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
     const port = (srv.address() as AddressInfo).port;
     let offered = 0;
-    const small = Object.assign(new Readable({ read() {} }), { [TAKE_RAW]: () => { offered++; return undefined; } });
+    const small = Object.assign(new Readable({ read() {} }), {
+      [TAKE_RAW]: () => {
+        offered++;
+        return undefined;
+      },
+    });
     try {
       expect(await put(port, SPLICE_MIN_BYTES - 1, small)).to.equal(false);
       expect(await put(port, SPLICE_MIN_BYTES, new Readable({ read() {} }))).to.equal(false);
@@ -303,7 +365,8 @@ describe('process-kit splice helper toward a Unix-socket client, splicing and co
   }
 
   /** O_NONBLOCK of the daemon's descriptor, read from /proc. */
-  const nonBlocking = (s: Socket) => (parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${socketFd(s)}`, 'utf8'))![1], 8) & 0o4000) !== 0;
+  const nonBlocking = (s: Socket) =>
+    (parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${socketFd(s)}`, 'utf8'))![1], 8) & 0o4000) !== 0;
 
   for (const mode of ['splice', 'copy'] as const) {
     it(`${mode}: leaves both sockets non-blocking for the daemon after the copy, though spawning made them blocking`, async () => {
@@ -323,7 +386,10 @@ describe('process-kit splice helper toward a Unix-socket client, splicing and co
       const data = randomBytes(32 * 1024 * 1024);
       p = await pair(data);
       const started = Date.now();
-      const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { idleSeconds: 1, mode }).done.then(() => undefined, (e: unknown) => e);
+      const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { idleSeconds: 1, mode }).done.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(err).to.be.instanceOf(SpliceError);
       expect((err as SpliceError).side).to.equal('destination');
       expect((err as Error).message).to.match(/took nothing for 1 s/);
@@ -345,7 +411,10 @@ describe('process-kit splice helper toward a Unix-socket client, splicing and co
   it('refuses a mode it does not know, as its own failure, and moves nothing', async () => {
     const data = randomBytes(64 * 1024);
     p = await pair(data);
-    const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { mode: 'zerocopy' as 'copy' }).done.then(() => undefined, (e: unknown) => e);
+    const err = await splice(spliceHelper()!, p.source, p.dest, data.length, { mode: 'zerocopy' as 'copy' }).done.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).to.be.instanceOf(SpliceError);
     expect((err as SpliceError).side).to.equal('helper');
     expect((err as Error).message).to.match(/bad mode zerocopy/);

@@ -12,33 +12,53 @@ import { makeTar } from '../../../helpers/tar.js';
 
 describe('adapters/hypervisor/oci-layout and import checks', () => {
   let dir: string;
-  beforeEach(() => { dir = mkdtempSync(join(tmpdir(), 'svc-oci-')); });
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'svc-oci-'));
+  });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   it('says which names climb out of the root', () => {
-    for (const ok of ['etc/passwd', './etc/x', '/abs/inside', 'a/../b', 'a/b/../../c', '.', './']) expect(escapes(ok), ok).to.equal(false);
-    for (const bad of ['../x', 'a/../../x', '/../etc', './..', 'a/b/../../../c', 'x\0y']) expect(escapes(bad), bad).to.equal(true);
+    for (const ok of ['etc/passwd', './etc/x', '/abs/inside', 'a/../b', 'a/b/../../c', '.', './'])
+      expect(escapes(ok), ok).to.equal(false);
+    for (const bad of ['../x', 'a/../../x', '/../etc', './..', 'a/b/../../../c', 'x\0y'])
+      expect(escapes(bad), bad).to.equal(true);
   });
 
   it('agrees with a path resolver on random names', () => {
     const part = fc.constantFrom('a', 'b', '.', '..', '');
-    fc.assert(fc.property(fc.array(part, { maxLength: 8 }), (parts) => {
-      const name = parts.join('/');
-      let depth = 0;
-      let out = false;
-      for (const p of parts) {
-        depth += p === '..' ? -1 : p === '' || p === '.' ? 0 : 1;
-        if (depth < 0) out = true;
-      }
-      expect(escapes(name)).to.equal(out);
-    }));
+    fc.assert(
+      fc.property(fc.array(part, { maxLength: 8 }), (parts) => {
+        const name = parts.join('/');
+        let depth = 0;
+        let out = false;
+        for (const p of parts) {
+          depth += p === '..' ? -1 : p === '' || p === '.' ? 0 : 1;
+          if (depth < 0) out = true;
+        }
+        expect(escapes(name)).to.equal(out);
+      }),
+    );
   });
 
   it('checks plain and gzip layers, naming the entry that escapes', async () => {
     const good = join(dir, 'good');
-    writeFileSync(good, gzipSync(await makeTar([{ name: 'etc/x', data: 'x' }, { name: 'bin/sh', type: 'symlink', linkname: '/bin/busybox' }])));
+    writeFileSync(
+      good,
+      gzipSync(
+        await makeTar([
+          { name: 'etc/x', data: 'x' },
+          { name: 'bin/sh', type: 'symlink', linkname: '/bin/busybox' },
+        ]),
+      ),
+    );
     const evil = join(dir, 'evil');
-    writeFileSync(evil, await makeTar([{ name: 'etc/x', data: 'x' }, { name: 'etc/../../y', data: 'y' }]));
+    writeFileSync(
+      evil,
+      await makeTar([
+        { name: 'etc/x', data: 'x' },
+        { name: 'etc/../../y', data: 'y' },
+      ]),
+    );
     const link = join(dir, 'link');
     writeFileSync(link, await makeTar([{ name: 'etc/h', type: 'link', linkname: '../../etc/shadow' }]));
     await checkLayers([good]);
@@ -57,8 +77,14 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
   });
 
   it('writes the image config as a shell environment, quoted', () => {
-    const env = imageEnvScript({ Env: ['A=1', "Q=it's $HOME `x`", 'bad name=1', 'PATH=/app/bin:/bin'], WorkingDir: '/srv/my app' });
-    writeFileSync(join(dir, 'image.env'), env.replace('/opt/svc/bin/busybox mkdir', 'mkdir').replace(/'\/srv\/my app'/g, `'${dir}/my app'`));
+    const env = imageEnvScript({
+      Env: ['A=1', "Q=it's $HOME `x`", 'bad name=1', 'PATH=/app/bin:/bin'],
+      WorkingDir: '/srv/my app',
+    });
+    writeFileSync(
+      join(dir, 'image.env'),
+      env.replace('/opt/svc/bin/busybox mkdir', 'mkdir').replace(/'\/srv\/my app'/g, `'${dir}/my app'`),
+    );
     const out = execFileSync('sh', ['-c', `cd ${dir}; . ./image.env; echo "$A|$Q|$PATH"; pwd`], { encoding: 'utf8' });
     expect(out.split('\n').slice(0, 2)).to.deep.equal([`1|it's $HOME \`x\`|/app/bin:/bin`, `${dir}/my app`]);
   });

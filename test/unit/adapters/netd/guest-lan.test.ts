@@ -9,7 +9,16 @@ import type { EgressEntry } from '../../../../src/adapters/netd/egress-guard.js'
 import { GuestLan } from '../../../../src/adapters/netd/guest-lan.js';
 import { readAnswers, rcodeOf } from '../../../../src/adapters/netd/dns-message.js';
 import {
-  ETH_ARP, icmpFrame, ipFrom, ipToString, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, udpFrames,
+  ETH_ARP,
+  icmpFrame,
+  ipFrom,
+  ipToString,
+  TCP_ACK,
+  TCP_FIN,
+  TCP_PSH,
+  TCP_RST,
+  TCP_SYN,
+  udpFrames,
 } from '../../../../src/adapters/netd/packets.js';
 import { readDhcp } from '../../../../src/adapters/netd/dhcp.js';
 import { dnsQuery, TestDns } from '../../../helpers/dns-server.js';
@@ -23,7 +32,9 @@ const OTHER = '93.184.216.35';
 
 function dhcpDiscover(): Buffer {
   const b = Buffer.alloc(244);
-  b[0] = 1; b[1] = 1; b[2] = 6;
+  b[0] = 1;
+  b[1] = 1;
+  b[2] = 6;
   b.writeUInt32BE(0xabcdef01, 4);
   GUEST_MAC.copy(b, 28);
   b.writeUInt32BE(0x63825363, 236);
@@ -35,12 +46,19 @@ function dhcpDiscover(): Buffer {
 async function clientHello(servername: string): Promise<Buffer> {
   let first!: (b: Buffer) => void;
   const got = new Promise<Buffer>((r) => (first = r));
-  const srv = createServer((s) => s.once('data', (d: Buffer) => {
-    first(d);
-    s.destroy();
-  }));
+  const srv = createServer((s) =>
+    s.once('data', (d: Buffer) => {
+      first(d);
+      s.destroy();
+    }),
+  );
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const c = tlsConnect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername, rejectUnauthorized: false });
+  const c = tlsConnect({
+    host: '127.0.0.1',
+    port: (srv.address() as AddressInfo).port,
+    servername,
+    rejectUnauthorized: false,
+  });
   c.on('error', () => undefined);
   const hello = await got;
   srv.close();
@@ -74,8 +92,15 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
 
   async function start(policy: Partial<EgressPolicy>): Promise<void> {
     lan = new GuestLan({
-      vm: 'v', policy: { default: 'allow', allow: [], deny: [], ...policy }, upstream: new DnsUpstream([`127.0.0.1:${dns.port}`]), hostAddresses: new HostAddresses(),
-      audit: (e) => audit.push(e), route: (addr, port) => (addr === PUBLIC || addr === OTHER ? { host: '127.0.0.1', port: port === 7 ? udpEchoPort : echo.port } : { host: addr, port }),
+      vm: 'v',
+      policy: { default: 'allow', allow: [], deny: [], ...policy },
+      upstream: new DnsUpstream([`127.0.0.1:${dns.port}`]),
+      hostAddresses: new HostAddresses(),
+      audit: (e) => audit.push(e),
+      route: (addr, port) =>
+        addr === PUBLIC || addr === OTHER
+          ? { host: '127.0.0.1', port: port === 7 ? udpEchoPort : echo.port }
+          : { host: addr, port },
     });
     await lan.connect(guest.path);
   }
@@ -104,9 +129,10 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     for (const s of echo.sockets) s.destroy();
   });
 
-  const tcpFrom = (port: number, flags: number) => (f: Seen) => !!f.tcp && f.tcp.srcPort === port && (f.tcp.flags & flags) === flags;
+  const tcpFrom = (port: number, flags: number) => (f: Seen) =>
+    !!f.tcp && f.tcp.srcPort === port && (f.tcp.flags & flags) === flags;
 
-  it('answers ARP for the gateway and the resolver, and DHCP with the layout of QEMU\'s user network', async () => {
+  it("answers ARP for the gateway and the resolver, and DHCP with the layout of QEMU's user network", async () => {
     await start({});
     guest.arpRequest(GW_IP);
     const arp = await guest.next((f) => f.type === ETH_ARP);
@@ -116,8 +142,19 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     expect((await guest.next((f) => f.type === ETH_ARP)).arp!.senderIp).to.equal(DNS_IP);
     guest.arpRequest(ipFrom('10.0.2.77'));
     await new Promise((r) => setTimeout(r, 100));
-    expect(guest.frames.filter((f) => f.type === ETH_ARP), 'no answer for an address nobody has').to.deep.equal([]);
-    const discover = udpFrames({ dstMac: Buffer.alloc(6, 0xff), srcMac: GUEST_MAC }, 0, 68, 0xffffffff, 67, dhcpDiscover(), 1500);
+    expect(
+      guest.frames.filter((f) => f.type === ETH_ARP),
+      'no answer for an address nobody has',
+    ).to.deep.equal([]);
+    const discover = udpFrames(
+      { dstMac: Buffer.alloc(6, 0xff), srcMac: GUEST_MAC },
+      0,
+      68,
+      0xffffffff,
+      67,
+      dhcpDiscover(),
+      1500,
+    );
     guest.send(discover[0]);
     const offer = await guest.next((f) => f.udp?.dstPort === 68);
     const body = offer.udp!.payload;
@@ -148,10 +185,16 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     const refused = await ask('denied.test', true);
     expect(rcodeOf(refused)).to.equal(3);
     expect(refused.toString('latin1')).to.include('egress policy');
-    expect(dns.asked.has('denied.test') ? dns.asked.get('denied.test') : 0, 'the guest\'s query never left').to.be.at.most(1);
+    expect(
+      dns.asked.has('denied.test') ? dns.asked.get('denied.test') : 0,
+      "the guest's query never left",
+    ).to.be.at.most(1);
     expect(readAnswers(await ask('host.svc.internal')).a).to.deep.equal(['10.0.2.2']);
     expect(rcodeOf(await ask('other.svc.internal'))).to.equal(3);
-    expect(audit.find((e) => e.name === 'denied.test' && e.event === 'dns')).to.include({ decision: 'deny', rule: 'denied.test' });
+    expect(audit.find((e) => e.name === 'denied.test' && e.event === 'dns')).to.include({
+      decision: 'deny',
+      rule: 'denied.test',
+    });
     expect(audit.find((e) => e.name === 'allowed.test')).to.deep.include({ decision: 'allow', answers: [PUBLIC] });
   });
 
@@ -159,7 +202,15 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     await start({});
     const refused = await guest.connect(GW_IP, echo.port, 40001);
     expect(refused.tcp!.flags & TCP_RST).to.equal(TCP_RST);
-    expect(audit).to.deep.include({ event: 'deny', proto: 'tcp', addr: 'host', port: echo.port, name: 'host.svc.internal', decision: 'deny', rule: 'host-closed' });
+    expect(audit).to.deep.include({
+      event: 'deny',
+      proto: 'tcp',
+      addr: 'host',
+      port: echo.port,
+      name: 'host.svc.internal',
+      decision: 'deny',
+      rule: 'host-closed',
+    });
     lan.setPolicy({ default: 'allow', allow: [`host:${echo.port}`], deny: [] });
     const synAck = await guest.connect(GW_IP, echo.port, 40002);
     expect(synAck.tcp!.flags).to.equal(TCP_SYN | TCP_ACK);
@@ -169,11 +220,23 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     const back = await guest.next((f) => !!f.tcp && f.tcp.payload.length > 0);
     expect(back.tcp!.payload.toString()).to.equal('hello host');
     expect(back.tcp!.ack).to.equal(1011);
-    guest.tcp(GW_IP, { srcPort: 40002, dstPort: echo.port, seq: 1011, ack: (back.tcp!.seq + 10) >>> 0, flags: TCP_FIN | TCP_ACK });
+    guest.tcp(GW_IP, {
+      srcPort: 40002,
+      dstPort: echo.port,
+      seq: 1011,
+      ack: (back.tcp!.seq + 10) >>> 0,
+      flags: TCP_FIN | TCP_ACK,
+    });
     const fin = await guest.next(tcpFrom(echo.port, TCP_FIN));
     guest.tcp(GW_IP, { srcPort: 40002, dstPort: echo.port, seq: 1012, ack: (fin.tcp!.seq + 1) >>> 0, flags: TCP_ACK });
     await new Promise((r) => setTimeout(r, 100));
-    expect(audit.find((e) => e.event === 'close')).to.include({ proto: 'tcp', addr: 'host', bytes_out: 10, bytes_in: 10, rule: `host:${echo.port}` });
+    expect(audit.find((e) => e.event === 'close')).to.include({
+      proto: 'tcp',
+      addr: 'host',
+      bytes_out: 10,
+      bytes_in: 10,
+      rule: `host:${echo.port}`,
+    });
     expect(lan.stats().tcp).to.equal(0);
   });
 
@@ -190,7 +253,7 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     expect(audit.at(-1)).to.include({ event: 'close', decision: 'deny', rule: 'host-closed' });
   });
 
-  it('forwards a host port into the guest, as QEMU\'s hostfwd did (from the gateway)', async () => {
+  it("forwards a host port into the guest, as QEMU's hostfwd did (from the gateway)", async () => {
     await start({ default: 'deny' });
     const [fwd] = await lan.addForwards([{ host_port: 0, guest_port: 8080, proto: 'tcp' }]);
     expect(fwd.host_port).to.be.greaterThan(0);
@@ -200,12 +263,23 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     const syn = await guest.next((f) => !!f.tcp && f.tcp.dstPort === 8080 && f.tcp.flags === TCP_SYN);
     expect(syn.ip!.src).to.equal(GW_IP);
     const gwPort = syn.tcp!.srcPort;
-    guest.tcp(GW_IP, { srcPort: 8080, dstPort: gwPort, seq: 5000, ack: (syn.tcp!.seq + 1) >>> 0, flags: TCP_SYN | TCP_ACK, mss: 1460 });
+    guest.tcp(GW_IP, {
+      srcPort: 8080,
+      dstPort: gwPort,
+      seq: 5000,
+      ack: (syn.tcp!.seq + 1) >>> 0,
+      flags: TCP_SYN | TCP_ACK,
+      mss: 1460,
+    });
     await guest.next((f) => !!f.tcp && f.tcp.dstPort === 8080 && f.tcp.flags === TCP_ACK);
     client.write('ping');
     const data = await guest.next((f) => !!f.tcp && f.tcp.dstPort === 8080 && f.tcp.payload.length > 0);
     expect(data.tcp!.payload.toString()).to.equal('ping');
-    guest.tcp(GW_IP, { srcPort: 8080, dstPort: gwPort, seq: 5001, ack: (data.tcp!.seq + 4) >>> 0, flags: TCP_ACK | TCP_PSH }, Buffer.from('pong'));
+    guest.tcp(
+      GW_IP,
+      { srcPort: 8080, dstPort: gwPort, seq: 5001, ack: (data.tcp!.seq + 4) >>> 0, flags: TCP_ACK | TCP_PSH },
+      Buffer.from('pong'),
+    );
     for (let i = 0; i < 50 && !received.length; i++) await new Promise((r) => setTimeout(r, 20));
     expect(Buffer.concat(received).toString()).to.equal('pong');
     client.destroy();
@@ -220,7 +294,9 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
       const synAck = await guest.connect(ipFrom(PUBLIC), 443, srcPort);
       expect(synAck.tcp!.flags, 'the address was resolved from an allowed name').to.equal(TCP_SYN | TCP_ACK);
       guest.established(ipFrom(PUBLIC), 443, srcPort, synAck.tcp!, first);
-      return guest.next((f) => !!f.tcp && f.tcp.dstPort === srcPort && (f.tcp.payload.length > 0 || (f.tcp.flags & TCP_RST) !== 0));
+      return guest.next(
+        (f) => !!f.tcp && f.tcp.dstPort === srcPort && (f.tcp.payload.length > 0 || (f.tcp.flags & TCP_RST) !== 0),
+      );
     };
     const good = await tryWith(40010, Buffer.from('GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n'));
     expect(good.tcp!.payload.toString(), 'passed on to the server (which echoes)').to.match(/^GET \//);
@@ -229,21 +305,37 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     const badSni = await tryWith(40012, await clientHello('other.test'));
     expect(badSni.tcp!.flags & TCP_RST).to.equal(TCP_RST);
     expect(echo.got.map(String).join('')).not.to.include('other.test');
-    expect(audit.filter((e) => e.event === 'deny').map((e) => [e.name, e.rule])).to.deep.equal([['other.test', 'name-mismatch'], ['other.test', 'name-mismatch']]);
+    expect(audit.filter((e) => e.event === 'deny').map((e) => [e.name, e.rule])).to.deep.equal([
+      ['other.test', 'name-mismatch'],
+      ['other.test', 'name-mismatch'],
+    ]);
     // An address no allowed name gave is refused, and so is DNS elsewhere.
     expect((await guest.connect(ipFrom(OTHER), 443, 40013)).tcp!.flags & TCP_RST).to.equal(TCP_RST);
     guest.send(udpFrames(link, GUEST_IP, 5354, ipFrom('8.8.8.8'), 53, dnsQuery('allowed.test'), 1500)[0]);
     const icmp = await guest.next((f) => !!f.icmp);
     expect([icmp.icmp!.type, icmp.icmp!.code]).to.deep.equal([3, 13]);
-    expect(audit.find((e) => e.proto === 'udp')).to.include({ event: 'deny', addr: '8.8.8.8', port: 53, rule: 'dns-elsewhere' });
+    expect(audit.find((e) => e.proto === 'udp')).to.include({
+      event: 'deny',
+      addr: '8.8.8.8',
+      port: 53,
+      rule: 'dns-elsewhere',
+    });
   });
 
-  it('refuses a denied name\'s address even when the guest never asked for the name, and never dials the host\'s loopback for a name', async () => {
+  it("refuses a denied name's address even when the guest never asked for the name, and never dials the host's loopback for a name", async () => {
     await start({ default: 'allow', deny: ['denied.test'], allow: ['loop.test'] });
     await new Promise((r) => setTimeout(r, 200)); // the guard resolves deny rules' names itself
     const r = await guest.connect(ipFrom(OTHER), 80, 40020);
     expect(r.tcp!.flags & TCP_RST).to.equal(TCP_RST);
-    expect(audit).to.deep.include({ event: 'deny', proto: 'tcp', addr: OTHER, port: 80, name: 'denied.test', decision: 'deny', rule: 'denied.test' });
+    expect(audit).to.deep.include({
+      event: 'deny',
+      proto: 'tcp',
+      addr: OTHER,
+      port: 80,
+      name: 'denied.test',
+      decision: 'deny',
+      rule: 'denied.test',
+    });
     guest.send(udpFrames(link, GUEST_IP, 5353, DNS_IP, 53, dnsQuery('loop.test'), 1500)[0]);
     await guest.next((f) => f.udp?.dstPort === 5353);
     const loop = await guest.connect(ipFrom('127.0.0.1'), echo.port, 40021);

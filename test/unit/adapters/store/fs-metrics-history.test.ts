@@ -3,23 +3,44 @@ import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildConfig } from '../../../../src/app/config.js';
-import { FsMetricsHistory, HEADER_SIZE, RECORD_SIZE, decodeRing } from '../../../../src/adapters/store/fs-metrics-history.js';
+import {
+  FsMetricsHistory,
+  HEADER_SIZE,
+  RECORD_SIZE,
+  decodeRing,
+} from '../../../../src/adapters/store/fs-metrics-history.js';
 import type { MetricsPoint } from '../../../../src/domain/events.js';
 import { MemoryInstanceStore } from '../../../fakes/fakes.js';
 import { tempDir } from '../../../helpers/daemon.js';
 
 class DirStore extends MemoryInstanceStore {
-  constructor(private readonly root: string) { super(); }
-  override dir(name: string) { return join(this.root, name); }
+  constructor(private readonly root: string) {
+    super();
+  }
+  override dir(name: string) {
+    return join(this.root, name);
+  }
 }
 
 function point(i: number): MetricsPoint {
-  return { t_ms: 1000 + i, uptime_sec: i, load1: i / 10, mem_total_bytes: 1 << 30, mem_available_bytes: 1 << 29, disk_total_bytes: i % 2 ? 100 : undefined, disk_free_bytes: i % 2 ? 50 : undefined };
+  return {
+    t_ms: 1000 + i,
+    uptime_sec: i,
+    load1: i / 10,
+    mem_total_bytes: 1 << 30,
+    mem_available_bytes: 1 << 29,
+    disk_total_bytes: i % 2 ? 100 : undefined,
+    disk_free_bytes: i % 2 ? 50 : undefined,
+  };
 }
 
 describe('adapters/store/FsMetricsHistory (metrics.ring)', () => {
   let root: string;
-  const make = (points = 5) => new FsMetricsHistory(buildConfig({ sandbox_metrics_points: points, sandbox_metrics_interval: '15s' }, {}), new DirStore(root));
+  const make = (points = 5) =>
+    new FsMetricsHistory(
+      buildConfig({ sandbox_metrics_points: points, sandbox_metrics_interval: '15s' }, {}),
+      new DirStore(root),
+    );
   beforeEach(() => {
     root = tempDir('svc-ring-');
     mkdirSync(join(root, 'vm'));
@@ -38,7 +59,13 @@ describe('adapters/store/FsMetricsHistory (metrics.ring)', () => {
     expect(s.interval_ms).to.equal(15000);
     expect(s.points.map((p) => p.uptime_sec)).to.deep.equal([7, 8, 9, 10, 11]);
     expect(s.points[0]).to.deep.equal(point(7));
-    expect(s.points[1]).to.deep.equal({ t_ms: 1008, uptime_sec: 8, load1: 0.8, mem_total_bytes: 1 << 30, mem_available_bytes: 1 << 29 });
+    expect(s.points[1]).to.deep.equal({
+      t_ms: 1008,
+      uptime_sec: 8,
+      load1: 0.8,
+      mem_total_bytes: 1 << 30,
+      mem_available_bytes: 1 << 29,
+    });
     expect((await h.read('vm', { limit: 2 })).points.map((p) => p.uptime_sec)).to.deep.equal([10, 11]);
     expect((await h.read('vm', { since: 1009 })).points.map((p) => p.uptime_sec)).to.deep.equal([10, 11]);
     await h.close('vm');

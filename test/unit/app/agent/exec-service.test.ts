@@ -1,12 +1,21 @@
 import { expect } from 'chai';
 import { PassThrough } from 'node:stream';
 import { ExecService } from '../../../../src/app/agent/exec-service.js';
-import { SpawnError, type ProcessExit, type ProcessRunner, type RunningProcess, type SpawnRequest } from '../../../../src/ports/agent/process-runner.js';
+import {
+  SpawnError,
+  type ProcessExit,
+  type ProcessRunner,
+  type RunningProcess,
+  type SpawnRequest,
+} from '../../../../src/ports/agent/process-runner.js';
 
 /** A scripted process: writes the given chunks, then exits. */
 class ScriptedRunner implements ProcessRunner {
   killed = 0;
-  constructor(private readonly script: (p: { out: PassThrough; err: PassThrough; exit: (e: ProcessExit) => void }) => void, private readonly fail?: string) {}
+  constructor(
+    private readonly script: (p: { out: PassThrough; err: PassThrough; exit: (e: ProcessExit) => void }) => void,
+    private readonly fail?: string,
+  ) {}
   async spawn(_req: SpawnRequest): Promise<RunningProcess> {
     if (this.fail) throw new SpawnError(this.fail);
     const out = new PassThrough();
@@ -19,20 +28,32 @@ class ScriptedRunner implements ProcessRunner {
       setImmediate(() => resolveExit(e));
     };
     setImmediate(() => this.script({ out, err, exit }));
-    return { pid: 42, stdin: new PassThrough(), stdout: out, stderr: err, exited, kill: () => { this.killed++; exit({ code: null, signal: 'SIGKILL' }); } };
+    return {
+      pid: 42,
+      stdin: new PassThrough(),
+      stdout: out,
+      stderr: err,
+      exited,
+      kill: () => {
+        this.killed++;
+        exit({ code: null, signal: 'SIGKILL' });
+      },
+    };
   }
 }
 
 describe('app/agent/ExecService', () => {
   it('decodes UTF-8 split across chunks in streamed frames', async () => {
     const euro = Buffer.from('€');
-    const svc = new ExecService(new ScriptedRunner(({ out, exit }) => {
-      out.write(euro.subarray(0, 1));
-      setTimeout(() => {
-        out.write(euro.subarray(1));
-        exit({ code: 0, signal: null });
-      }, 10);
-    }));
+    const svc = new ExecService(
+      new ScriptedRunner(({ out, exit }) => {
+        out.write(euro.subarray(0, 1));
+        setTimeout(() => {
+          out.write(euro.subarray(1));
+          exit({ code: 0, signal: null });
+        }, 10);
+      }),
+    );
     const frames = [];
     for await (const f of svc.stream({ cmd: 'x', args: [] })) frames.push(f);
     expect(frames.map((f) => f.type)).to.deep.equal(['started', 'stdout', 'exit']);
@@ -41,10 +62,18 @@ describe('app/agent/ExecService', () => {
 
   it('reports a command that cannot start as exit 127 (buffered and streamed)', async () => {
     const svc = new ExecService(new ScriptedRunner(() => undefined, 'cannot start x: ENOENT'));
-    expect(await svc.buffered({ cmd: 'x', args: [] })).to.deep.equal({ stdout: '', stderr: '', exit_code: 127, error: 'cannot start x: ENOENT' });
+    expect(await svc.buffered({ cmd: 'x', args: [] })).to.deep.equal({
+      stdout: '',
+      stderr: '',
+      exit_code: 127,
+      error: 'cannot start x: ENOENT',
+    });
     const frames = [];
     for await (const f of svc.stream({ cmd: 'x', args: [] })) frames.push(f);
-    expect(frames.map((f) => [f.type, f.exit_code])).to.deep.equal([['error', undefined], ['exit', 127]]);
+    expect(frames.map((f) => [f.type, f.exit_code])).to.deep.equal([
+      ['error', undefined],
+      ['exit', 127],
+    ]);
   });
 
   it('kills at the timeout and reports -1; a signal death is 128+n', async () => {

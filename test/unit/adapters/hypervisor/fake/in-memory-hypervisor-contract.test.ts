@@ -11,7 +11,9 @@ hypervisorContract('InMemoryHypervisor', async () => {
     }
   };
   return {
-    hv, image: 'minimal', bootMs: 1000,
+    hv,
+    image: 'minimal',
+    bootMs: 1000,
     waitUp: (name, _h, ms) => wait(name, ms),
     answers: async (name) => hv.guestUp(name),
     crash: (name) => hv.crash(name),

@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { restoreInputs, StartRetries } from '../../../../../src/adapters/hypervisor/qemu/launch-plan.js';
 
-const PORT = "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'";
+const PORT =
+  "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'";
 const LOCK = 'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock';
 const LOAD = 'qemu-system-x86_64: load of migration failed: Invalid argument';
 
@@ -40,17 +41,25 @@ describe('adapters/hypervisor/qemu launch plan', () => {
     });
 
     it('loads an old internal snapshot by its tag', () => {
-      expect(restoreInputs('/v', { kind: 'snapshot' })).to.deep.equal({ args: { loadSnapshot: 'svc-suspend' }, ramImage: false });
+      expect(restoreInputs('/v', { kind: 'snapshot' })).to.deep.equal({
+        args: { loadSnapshot: 'svc-suspend' },
+        ramImage: false,
+      });
     });
 
     it('reads a migration stream from descriptor 3', () => {
-      expect(restoreInputs('/v', { kind: 'stream', file: 'state.mig' })).to.deep.equal({ args: { incomingFd: 3 }, stateFile: '/v/state.mig', ramImage: false });
+      expect(restoreInputs('/v', { kind: 'stream', file: 'state.mig' })).to.deep.equal({
+        args: { incomingFd: 3 },
+        stateFile: '/v/state.mig',
+        ramImage: false,
+      });
     });
 
     it('maps a RAM image copy-on-write and loads its device state after QEMU is up', () => {
       expect(restoreInputs('/v', { kind: 'image', base: 'base-0123456789abcdef' })).to.deep.equal({
         args: { incomingFd: 3, ramFile: { path: '/v/base-0123456789abcdef.ram', shared: false }, incomingDefer: true },
-        stateFile: '/v/base-0123456789abcdef.dev', ramImage: true,
+        stateFile: '/v/base-0123456789abcdef.dev',
+        ramImage: true,
       });
     });
   });

@@ -8,21 +8,57 @@ import { parseCreateRequest } from '../../../../../src/domain/create-request.js'
 import { InvalidArgumentError } from '../../../../../src/domain/errors.js';
 
 const base: QemuLaunch = {
-  name: 'web', cpus: 2, memory_mb: 512, accel: 'tcg',
-  image: { id: 'default', dir: '/img', kernel: 'vmlinux', initrd: 'initrd.img', disk: 'disk.qcow2', disk_gb: 1, cmdline: 'console=ttyS0', ssh_user: 'root', agent_ready: true, format: 1 },
-  layout: { dir: '/vm', disk: '/vm/disk.qcow2', seed: '/vm/seed.iso', qmp: '/vm/qmp.sock', net: '/vm/net.sock', serial: '/vm/serial.log', pidfile: '/vm/qemu.pid' },
+  name: 'web',
+  cpus: 2,
+  memory_mb: 512,
+  accel: 'tcg',
+  image: {
+    id: 'default',
+    dir: '/img',
+    kernel: 'vmlinux',
+    initrd: 'initrd.img',
+    disk: 'disk.qcow2',
+    disk_gb: 1,
+    cmdline: 'console=ttyS0',
+    ssh_user: 'root',
+    agent_ready: true,
+    format: 1,
+  },
+  layout: {
+    dir: '/vm',
+    disk: '/vm/disk.qcow2',
+    seed: '/vm/seed.iso',
+    qmp: '/vm/qmp.sock',
+    net: '/vm/net.sock',
+    serial: '/vm/serial.log',
+    pidfile: '/vm/qemu.pid',
+  },
   nic: { kind: 'netd', socket: '/vm/net.sock' },
 };
-const userNic: QemuLaunch['nic'] = { kind: 'qemu-user', sshPort: 2222, agentPort: 7000, forwards: [{ host_port: 8080, guest_port: 80, proto: 'tcp' }, { host_port: 5353, guest_port: 53, proto: 'udp' }] };
+const userNic: QemuLaunch['nic'] = {
+  kind: 'qemu-user',
+  sshPort: 2222,
+  agentPort: 7000,
+  forwards: [
+    { host_port: 8080, guest_port: 80, proto: 'tcp' },
+    { host_port: 5353, guest_port: 53, proto: 'udp' },
+  ],
+};
 
 const opt = (args: string[], flag: string) => args.filter((_, i) => args[i - 1] === flag);
 
 describe('adapters/hypervisor/qemu-args', () => {
-  it('hands the NIC to svc-netd on a socket QEMU listens on, with the MAC saved guests know; forwards on loopback only with QEMU\'s own network', () => {
-    expect(opt(qemuArgs(base), '-netdev')[0]).to.equal('stream,id=net0,server=on,addr.type=unix,addr.path=/vm/net.sock');
+  it("hands the NIC to svc-netd on a socket QEMU listens on, with the MAC saved guests know; forwards on loopback only with QEMU's own network", () => {
+    expect(opt(qemuArgs(base), '-netdev')[0]).to.equal(
+      'stream,id=net0,server=on,addr.type=unix,addr.path=/vm/net.sock',
+    );
     expect(opt(qemuArgs(base), '-device')).to.include('virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56');
-    expect(opt(qemuArgs({ ...base, nic: { kind: 'netd', socket: '/v,m/net.sock' } }), '-netdev')[0]).to.equal('stream,id=net0,server=on,addr.type=unix,addr.path=/v,,m/net.sock');
-    expect(opt(qemuArgs({ ...base, nic: userNic }), '-netdev')[0]).to.equal('user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53');
+    expect(opt(qemuArgs({ ...base, nic: { kind: 'netd', socket: '/v,m/net.sock' } }), '-netdev')[0]).to.equal(
+      'stream,id=net0,server=on,addr.type=unix,addr.path=/v,,m/net.sock',
+    );
+    expect(opt(qemuArgs({ ...base, nic: userNic }), '-netdev')[0]).to.equal(
+      'user,id=net0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7000-:7475,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53',
+    );
   });
 
   it('names the process for re-attach, picks the CPU model and the code buffer by accelerator', () => {
@@ -37,18 +73,35 @@ describe('adapters/hypervisor/qemu-args', () => {
   });
 
   it('hands the disk over as inherited descriptors with its backing by full path, and restores from a stream on an fd', () => {
-    expect(opt(qemuArgs(base), '-drive')[0]).to.equal('file=/vm/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap');
-    const a = qemuArgs({ ...base, diskFds: { rw: 4, ro: 5, backing: '/vm,x/base-0123456789abcdef.qcow2' }, incomingFd: 3 });
+    expect(opt(qemuArgs(base), '-drive')[0]).to.equal(
+      'file=/vm/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap',
+    );
+    const a = qemuArgs({
+      ...base,
+      diskFds: { rw: 4, ro: 5, backing: '/vm,x/base-0123456789abcdef.qcow2' },
+      incomingFd: 3,
+    });
     expect(opt(a, '-add-fd')).to.deep.equal(['fd=4,set=1,opaque=/vm/disk.qcow2', 'fd=5,set=1']);
-    expect(opt(a, '-drive')[0]).to.equal('file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2');
+    expect(opt(a, '-drive')[0]).to.equal(
+      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2',
+    );
     expect(opt(a, '-incoming')).to.deep.equal(['fd:3']);
     expect(a).not.to.include('-loadvm');
-    expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal('file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap');
+    expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal(
+      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap',
+    );
   });
 
   it('maps a RAM image copy-on-write as pc.ram and defers the load; makes one with a shared mapping', () => {
-    const restore = qemuArgs({ ...base, incomingFd: 3, incomingDefer: true, ramFile: { path: '/vm,x/base-0123456789abcdef.ram', shared: false } });
-    expect(opt(restore, '-object')).to.deep.equal(['memory-backend-file,id=pc.ram,size=512M,mem-path=/vm,,x/base-0123456789abcdef.ram,share=off']);
+    const restore = qemuArgs({
+      ...base,
+      incomingFd: 3,
+      incomingDefer: true,
+      ramFile: { path: '/vm,x/base-0123456789abcdef.ram', shared: false },
+    });
+    expect(opt(restore, '-object')).to.deep.equal([
+      'memory-backend-file,id=pc.ram,size=512M,mem-path=/vm,,x/base-0123456789abcdef.ram,share=off',
+    ]);
     expect(opt(restore, '-machine')).to.deep.equal(['pc', 'memory-backend=pc.ram']);
     expect(opt(restore, '-incoming')).to.deep.equal(['defer']);
     const make = qemuArgs({ ...base, incomingFd: 3, ramFile: { path: '/vm/state.ram.tmp', shared: true } });
@@ -59,22 +112,33 @@ describe('adapters/hypervisor/qemu-args', () => {
 
   it('runs QEMU under seccomp, and its serial log appends so it can be capped', () => {
     const a = qemuArgs(base);
-    expect(opt(a, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny']);
+    expect(opt(a, '-sandbox')).to.deep.equal([
+      'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    ]);
     expect(opt(a, '-chardev')).to.include('file,id=serial0,path=/vm/serial.log,append=on');
     expect(opt(a, '-serial')).to.deep.equal(['chardev:serial0']);
     expect(a).not.to.include('-runas');
     const dropped = qemuArgs({ ...base, runAs: 'nobody' });
     expect(opt(dropped, '-runas')).to.deep.equal(['nobody']);
-    expect(opt(dropped, '-sandbox')).to.deep.equal(['on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny']);
+    expect(opt(dropped, '-sandbox')).to.deep.equal([
+      'on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny',
+    ]);
   });
 
   it('adds 9p shares, read-only where asked, and virtio-fs with shared memory', () => {
-    const mounts = [{ tag: 'src', host: '/home/u/src', readonly: false }, { tag: 'ro', host: '/data', readonly: true }];
+    const mounts = [
+      { tag: 'src', host: '/home/u/src', readonly: false },
+      { tag: 'ro', host: '/data', readonly: true },
+    ];
     expect(opt(qemuArgs({ ...base, mounts, mountDriver: '9p' }), '-virtfs')).to.deep.equal([
       'local,path=/home/u/src,mount_tag=src,security_model=none,id=fs0',
       'local,path=/data,mount_tag=ro,security_model=none,id=fs1,readonly=on',
     ]);
-    const v = qemuArgs({ ...base, mountDriver: 'virtiofs', mounts: mounts.map((m, i) => ({ ...m, socket: `/vm/vfs${i}.sock` })) });
+    const v = qemuArgs({
+      ...base,
+      mountDriver: 'virtiofs',
+      mounts: mounts.map((m, i) => ({ ...m, socket: `/vm/vfs${i}.sock` })),
+    });
     expect(opt(v, '-object')).to.deep.equal(['memory-backend-memfd,id=mem,size=512M,share=on']);
     expect(opt(v, '-device')).to.include('vhost-user-fs-pci,chardev=vfs1,tag=ro');
     expect(opt(v, '-chardev')).to.include('socket,id=vfs0,path=/vm/vfs0.sock');
@@ -87,18 +151,30 @@ describe('adapters/hypervisor/qemu-args', () => {
   });
 
   it('never lets mount input inject QEMU options: commas and bad tags are refused at the API', () => {
-    for (const m of [{ host: '/a,readonly=off', guest: '/x' }, { host: '/a', guest: '/x', tag: 't,id=evil' }, { host: '/a', guest: '/x', tag: 'a=b' }, { host: 'rel', guest: '/x' }]) {
+    for (const m of [
+      { host: '/a,readonly=off', guest: '/x' },
+      { host: '/a', guest: '/x', tag: 't,id=evil' },
+      { host: '/a', guest: '/x', tag: 'a=b' },
+      { host: 'rel', guest: '/x' },
+    ]) {
       expect(() => parseCreateRequest({ mounts: [m] })).to.throw(InvalidArgumentError);
     }
   });
 
   it('writes the seed: overlay address in meta-data, mounts as a boot script and as cloud-init mounts', () => {
-    expect(metaData({ instanceId: 'i', hostname: 'h', authorizedKeys: ['ssh-ed25519 AAAA k'], overlayIp: '10.77.0.3/24' }))
-      .to.equal('instance-id: i\nlocal-hostname: h\nsvc-overlay-ip: 10.77.0.3/24\npublic-keys:\n  - ssh-ed25519 AAAA k\n');
+    expect(
+      metaData({ instanceId: 'i', hostname: 'h', authorizedKeys: ['ssh-ed25519 AAAA k'], overlayIp: '10.77.0.3/24' }),
+    ).to.equal(
+      'instance-id: i\nlocal-hostname: h\nsvc-overlay-ip: 10.77.0.3/24\npublic-keys:\n  - ssh-ed25519 AAAA k\n',
+    );
     const m = [{ host: '/h', guest: '/mnt/h', readonly: true }];
-    expect(mountScript(m, '9p')).to.contain("mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro mount0 '/mnt/h'");
+    expect(mountScript(m, '9p')).to.contain(
+      "mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro mount0 '/mnt/h'",
+    );
     expect(mountScript(m, 'virtiofs')).to.contain("mount -t virtiofs -o ro mount0 '/mnt/h'");
-    expect(cloudInitMounts(m, '9p')).to.equal('#cloud-config\nmounts:\n  - [mount0, "/mnt/h", 9p, "trans=virtio,version=9p2000.L,ro,nofail", "0", "0"]\n');
+    expect(cloudInitMounts(m, '9p')).to.equal(
+      '#cloud-config\nmounts:\n  - [mount0, "/mnt/h", 9p, "trans=virtio,version=9p2000.L,ro,nofail", "0", "0"]\n',
+    );
   });
 
   it('quotes a guest path as one shell word whatever it holds', () => {
