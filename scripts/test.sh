@@ -1,17 +1,103 @@
 #!/usr/bin/env bash
-# The one test command (README, .ci/run): install, build, lint, layer check, unit, integration, e2e.
+# The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
+# integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
+# packages and unit; the e2e images built beside integration; e2e files on SVC_E2E_JOBS workers,
+# default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund
-npm run build
-npm run build:agent >/dev/null
-npx eslint src test examples bench ui
-npx depcruise src --config .dependency-cruiser.cjs --output-type err
-bash scripts/ensure-host-deps.sh
-[ -x dist/native/svc-splice ] || node scripts/build-native.mjs
-npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
-bash scripts/ensure-browser.sh
-npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
-if [ -d dist/test/e2e ] && ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
-  npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
+
+LOGS=$(mktemp -d)
+RUN_START=$SECONDS
+TIMES=()
+CURRENT=""
+declare -A PIDS=()
+
+summary() {
+  local rc=$?
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  echo
+  echo "tier                         time"
+  for t in "${TIMES[@]}"; do echo "$t"; done
+  [ -n "$CURRENT" ] && printf '%-28s failed\n' "$CURRENT"
+  printf '%-28s %4dm%02ds\n' "total" $(((SECONDS - RUN_START) / 60)) $(((SECONDS - RUN_START) % 60))
+  rm -rf "$LOGS"
+  exit $rc
+}
+trap summary EXIT
+
+record() { TIMES+=("$(printf '%-28s %4dm%02ds' "$1" $(($2 / 60)) $(($2 % 60)))"); }
+
+# tier NAME CMD...: runs CMD in the foreground.
+tier() {
+  local name=$1 start=$SECONDS
+  shift
+  CURRENT=$name
+  "$@"
+  CURRENT=""
+  record "$name" $((SECONDS - start))
+}
+
+# spawn NAME CMD...: runs CMD in the background, its output kept until `settle NAME`.
+spawn() {
+  local name=$1
+  shift
+  (
+    start=$SECONDS
+    rc=0
+    "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+    echo $((SECONDS - start)) >"$LOGS/$name.time"
+    exit $rc
+  ) &
+  PIDS[$name]=$!
+}
+
+# settle NAME: waits for a spawned tier, prints its output, fails if it failed.
+settle() {
+  local name=$1 rc=0
+  CURRENT=$name
+  wait "${PIDS[$name]}" || rc=$?
+  unset "PIDS[$name]"
+  echo "---- $name"
+  cat "$LOGS/$name.log"
+  [ $rc -eq 0 ] || return $rc
+  CURRENT=""
+  record "$name (beside)" "$(cat "$LOGS/$name.time")"
+}
+
+lint() {
+  npm run --silent lint
+  npx depcruise src --config .dependency-cruiser.cjs --output-type err
+}
+
+host_deps() {
+  bash scripts/ensure-host-deps.sh
+  bash scripts/ensure-browser.sh
+}
+
+install() {
+  [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund
+}
+
+build() {
+  npm run build
+  npm run build:agent >/dev/null
+}
+
+jobs=${SVC_E2E_JOBS:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
+
+tier install install
+tier build build
+spawn lint lint
+tier "host packages" host_deps
+spawn "e2e images" node dist/test/e2e/prepare.js
+tier unit npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
+tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+settle lint
+settle "e2e images"
+if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
+  if [ "$jobs" -gt 1 ]; then
+    tier "e2e ($jobs workers)" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" 'dist/test/e2e/**/*.test.js'
+  else
+    tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
+  fi
 fi

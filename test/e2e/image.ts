@@ -1,12 +1,25 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { tempDir } from '../helpers/daemon.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
+/** The built images, shared by runs and by the e2e workers of one run (keyed by their inputs). */
 export const E2E_IMAGES = join(REPO, '.svc-test', 'images');
 const built = new Set<string>();
+let mine: string | undefined;
 
 function files(dir: string): string[] {
   return readdirSync(dir)
@@ -24,34 +37,69 @@ function inputsKey(kind: string): string {
   return h.digest('hex');
 }
 
+const sleep = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
+/**
+ * Runs `fn` holding `lock` (a directory: made by one process at a time), so e2e workers running in
+ * parallel build a thing once and never remove it under one another. A lock older than an hour is
+ * a dead run's and is taken over.
+ */
+function locked<T>(lock: string, fn: () => T): T {
+  mkdirSync(dirname(lock), { recursive: true });
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const age = Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now());
+      if (age > 3600_000) rmSync(lock, { recursive: true, force: true });
+      else sleep(500);
+    }
+  }
+  try {
+    return fn();
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
 /**
  * Builds one of the project's guest images (`minimal`, `debian`) once per test run, and across runs
  * only when its inputs changed: the images live under `.svc-test/images`, keyed by a hash of what
- * they are built from. Returns the images directory.
+ * they are built from. Returns this process's images directory: links to the built images, and
+ * room for what its tests import, bake or build (workers running at once do not see one another's).
  */
 export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
-  if (built.has(kind)) return E2E_IMAGES;
+  mine ??= tempDir('svc-e2e-images-');
+  if (built.has(kind)) return mine;
   if (!existsSync(join(REPO, 'dist', 'agent', 'svc-agent.cjs'))) throw new Error('run npm run build:agent first');
   const out = join(E2E_IMAGES, kind);
   const key = inputsKey(kind);
   const stamp = join(out, '.inputs');
-  if (!(existsSync(join(out, 'manifest.json')) && existsSync(stamp) && readFileSync(stamp, 'utf8') === key)) {
-    const tmp = join(E2E_IMAGES, `.build-${kind}-${process.pid}`);
-    rmSync(tmp, { recursive: true, force: true });
-    execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), tmp, join(REPO, 'dist', 'agent'), kind], {
-      stdio: ['ignore', 'ignore', 'inherit'],
+  const current = () =>
+    existsSync(join(out, 'manifest.json')) && existsSync(stamp) && readFileSync(stamp, 'utf8') === key;
+  if (!current()) {
+    locked(join(E2E_IMAGES, `.lock-${kind}`), () => {
+      if (current()) return;
+      const tmp = join(E2E_IMAGES, `.build-${kind}-${process.pid}`);
+      rmSync(tmp, { recursive: true, force: true });
+      execFileSync('bash', [join(REPO, 'image', 'build-image.sh'), tmp, join(REPO, 'dist', 'agent'), kind], {
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+      writeFileSync(join(tmp, '.inputs'), key);
+      rmSync(out, { recursive: true, force: true });
+      renameSync(tmp, out);
     });
-    writeFileSync(join(tmp, '.inputs'), key);
-    rmSync(out, { recursive: true, force: true });
-    renameSync(tmp, out);
   }
+  symlinkSync(out, join(mine, kind));
   built.add(kind);
-  return E2E_IMAGES;
+  return mine;
 }
 
-/** QEMU processes of VMs with these names that are still running. */
-export function qemuProcesses(names: string[]): string[] {
-  return pgrepLines('process=svc-').filter((l) =>
+/** QEMU processes of VMs with these names under `dataDir` (other runs may have VMs of the same names) that still run. */
+export function qemuProcesses(dataDir: string, names: string[]): string[] {
+  return qemuUnder(dataDir).filter((l) =>
     names.some((n) => l.includes(`process=svc-${n} `) || l.includes(`process=svc-${n},`)),
   );
 }
@@ -107,12 +155,15 @@ export function ensureFixture(script: string, ext: string): string {
     .digest('hex')
     .slice(0, 16);
   const dir = join(REPO, '.svc-test', 'fixtures');
-  const out = join(dir, `${script.replace(/\.sh$/, '')}-${key}.${ext}`);
+  const base = script.replace(/\.sh$/, '');
+  const out = join(dir, `${base}-${key}.${ext}`);
   if (!existsSync(out)) {
-    execFileSync('mkdir', ['-p', dir]);
-    for (const old of readdirSync(dir).filter((n) => n.startsWith(script.replace(/\.sh$/, ''))))
-      rmSync(join(dir, old), { force: true });
-    execFileSync('bash', [src, out], { stdio: ['ignore', 'ignore', 'inherit'] });
+    locked(join(dir, `.lock-${base}`), () => {
+      if (existsSync(out)) return;
+      for (const old of readdirSync(dir).filter((n) => n.startsWith(base))) rmSync(join(dir, old), { force: true });
+      execFileSync('bash', [src, `${out}.tmp`], { stdio: ['ignore', 'ignore', 'inherit'] });
+      renameSync(`${out}.tmp`, out);
+    });
   }
   return out;
 }

@@ -93,7 +93,7 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
       try {
         const rec = await call(t, 'GET', `/vms/${vm}`);
-        const procs = qemuProcesses([vm]);
+        const procs = qemuProcesses(raw.data_dir, [vm]);
         if (rec.status === 404) {
           expect(procs, 'no QEMU without a record').to.deep.equal([]);
           expect(existsSync(join(raw.data_dir, 'vms', vm))).to.equal(false);
@@ -110,14 +110,14 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
             expect(r.status, r.text).to.equal(200);
           }
         }
-        expect(qemuProcesses([tpl]), 'the template holds no QEMU').to.deep.equal([]);
+        expect(qemuProcesses(raw.data_dir, [tpl]), 'the template holds no QEMU').to.deep.equal([]);
         if ((await call(t, 'GET', `/vms/${vm}`)).status === 404)
           expect((await call(t, 'POST', '/vms', { name: vm, persistent: true })).status).to.equal(201);
         const r = await call(t, 'POST', `/vms/${vm}/exec?cmd=hostname`);
         expect(r.json?.stdout, r.text).to.equal(`${vm}\n`);
         expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
         await call(t, 'DELETE', `/vms/${tpl}`);
-        expect(qemuProcesses([vm, tpl])).to.deep.equal([]);
+        expect(qemuProcesses(raw.data_dir, [vm, tpl])).to.deep.equal([]);
         expect(readdirSync(join(raw.data_dir, 'vms'))).to.deep.equal([]);
       } finally {
         await call(t, 'DELETE', `/vms/${vm}`).catch(() => undefined);

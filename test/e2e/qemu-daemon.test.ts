@@ -122,7 +122,7 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('runs QEMU as an unprivileged user (qemu_user) when the daemon is root, under seccomp', async () => {
-    const pid = Number(qemuProcesses(['main'])[0]?.split(' ')[0]);
+    const pid = Number(qemuProcesses(d.config.data_dir, ['main'])[0]?.split(' ')[0]);
     const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
     // a root daemon drops QEMU to nobody; a daemon run by a user starts it as that user
     expect(uid).to.equal(
@@ -302,7 +302,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(pid).to.match(/^\d+$/);
     const s = await d.call('POST', '/vms/main/suspend');
     expect(s.json.message).to.equal('vm main suspended');
-    expect(qemuProcesses(['main'])).to.deep.equal([]);
+    expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
     await new Promise((r) => setTimeout(r, 3000));
     const r = await d.call('POST', '/vms/main/restore');
     expect(r.json.status).to.equal('running');
@@ -330,7 +330,7 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('shuts down and starts a persistent VM, keeping its disk; an ephemeral one is removed', async () => {
     expect((await d.call('POST', '/vms/main/shutdown')).json.message).to.equal('vm main shut down');
-    expect(qemuProcesses(['main'])).to.deep.equal([]);
+    expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
     const started = await d.call('POST', '/vms/main/start');
     expect(started.json.status).to.equal('running');
     expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
@@ -340,7 +340,7 @@ describe('svcd with QEMU: real guests end to end', function () {
   });
 
   it('marks a VM whose QEMU is killed from outside as error', async () => {
-    const [line] = qemuProcesses(['ud']);
+    const [line] = qemuProcesses(d.config.data_dir, ['ud']);
     process.kill(Number(line.trim().split(/\s+/)[0]), 'SIGKILL');
     let inst;
     for (let i = 0; i < 50; i++) {
@@ -354,7 +354,7 @@ describe('svcd with QEMU: real guests end to end', function () {
 
   it('deletes everything and leaves no QEMU process or VM directory behind', async () => {
     for (const n of ['main', 'ud']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
-    expect(qemuProcesses(names)).to.deep.equal([]);
+    expect(qemuProcesses(d.config.data_dir, names)).to.deep.equal([]);
     expect(readdirSync(join(d.config.data_dir, 'vms'))).to.deep.equal([]);
     const activity = (await d.call('GET', '/activity')).json.events.map((e: { action: string }) => e.action);
     expect(activity).to.include.members(['create', 'suspend', 'restore', 'shutdown', 'start', 'crash', 'delete']);

@@ -19,7 +19,9 @@ async function removeAll(d: TestDaemon): Promise<void> {
   const members = (await d.call('GET', '/pool')).json.members as { name: string }[];
   for (const m of members) await d.call('DELETE', `/vms/${m.name}`);
   await d.stop();
-  expect(qemuProcesses(['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', ...members.map((m) => m.name)])).to.deep.equal([]);
+  expect(
+    qemuProcesses(d.config.data_dir, ['tpl', 'rtpl', 'c1', 'c2', 'q1', 'q2', 'q3', ...members.map((m) => m.name)]),
+  ).to.deep.equal([]);
   expect(qemuUnder(d.config.data_dir), 'clones that took a spare, and spares, are gone too').to.deep.equal([]);
 }
 
@@ -173,14 +175,16 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
         .sort(),
     ).to.deep.equal(['state.dev', 'state.ram']);
     expect((await d.call('POST', '/vms/dc/restore')).json.status).to.equal('running');
-    expect(qemuProcesses(['dc'])[0]).to.include(`mem-path=${join(dirOf('dc'), 'state.ram')},share=off`);
+    expect(qemuProcesses(d.config.data_dir, ['dc'])[0]).to.include(
+      `mem-path=${join(dirOf('dc'), 'state.ram')},share=off`,
+    );
     expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
     expect((await d.call('POST', '/vms/dc/shutdown')).status).to.equal(200);
     expect((await d.call('POST', '/vms/dc/start')).json.status).to.equal('running');
     expect(await sh('dc', 'cat /root/dt.txt')).to.equal('from-dt');
     expect((await d.call('DELETE', '/vms/dc')).status).to.equal(200);
     expect(existsSync(dirOf('dc'))).to.equal(false);
-    expect(qemuProcesses(['dt', 'dc'])).to.deep.equal([]);
+    expect(qemuProcesses(d.config.data_dir, ['dt', 'dc'])).to.deep.equal([]);
   });
 
   it(`flattens a template cloned after ${MAX_LAYERS} changes into one layer; clones from before and after see every change`, async () => {
@@ -213,7 +217,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     expect(await seen('ft')).to.equal(all(MAX_LAYERS + 1));
     for (const vm of ['ft', early, `fc${MAX_LAYERS}`])
       expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
-    expect(qemuProcesses(['ft', early, `fc${MAX_LAYERS}`])).to.deep.equal([]);
+    expect(qemuProcesses(d.config.data_dir, ['ft', early, `fc${MAX_LAYERS}`])).to.deep.equal([]);
   });
 
   it('fills the pool, gives 5 concurrent claims 5 distinct VMs, and refills', async () => {
