@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
 # integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
-# packages and unit; the e2e images built beside integration; e2e files on SVC_E2E_JOBS workers,
+# packages and unit; the e2e images built beside integration, which waits on sockets more than it
+# computes, where unit slowed six-fold beside them; e2e files on SVC_E2E_JOBS workers,
 # default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,8 +90,8 @@ tier install install
 tier build build
 spawn lint lint
 tier "host packages" host_deps
-spawn "e2e images" node dist/test/e2e/prepare.js
 tier unit npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
+spawn "e2e images" node dist/test/e2e/prepare.js
 tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
 settle lint
 settle "e2e images"

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   readFileSync,
@@ -71,7 +72,10 @@ function locked<T>(lock: string, fn: () => T): T {
  * room for what its tests import, bake or build (workers running at once do not see one another's).
  */
 export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
-  mine ??= tempDir('svc-e2e-images-');
+  if (!mine) {
+    mine = tempDir('svc-e2e-images-');
+    chmodSync(mine, 0o755); // QEMU runs as nobody (qemu.user) and reads the images through it
+  }
   if (built.has(kind)) return mine;
   if (!existsSync(join(REPO, 'dist', 'agent', 'svc-agent.cjs'))) throw new Error('run npm run build:agent first');
   const out = join(E2E_IMAGES, kind);

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildConfig } from '../../src/app/config.js';
+import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
 import { startDaemon } from '../../src/main.js';
 import type { Failpoint } from '../../src/ports/failpoints.js';
 import { SilentLogger } from '../fakes/fakes.js';
@@ -90,7 +91,7 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       await c.run(t).catch(() => undefined);
       expect(await child.exited, child.stderr()).to.equal('SIGKILL');
 
-      const d = await startDaemon(buildConfig(raw, {}), { logger: new SilentLogger() });
+      const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
       try {
         const rec = await call(t, 'GET', `/vms/${vm}`);
         const procs = qemuProcesses(raw.data_dir, [vm]);

@@ -35,7 +35,7 @@ export interface ResolvedImage extends ImageManifest {
   dir: string;
 }
 
-const REPO = fileURLToPath(new URL('../../../../../', import.meta.url));
+const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
 export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
 export const AGENT_DIR = join(REPO, 'dist', 'agent');
 
