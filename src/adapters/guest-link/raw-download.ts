@@ -71,7 +71,7 @@ export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
     let buf: Buffer = Buffer.alloc(0);
     const done = (err?: Error, head?: Head) => {
       clearTimeout(timer);
-      socket.off('data', onData).off('error', onError).off('end', onEnd);
+      socket.off('data', onData).off('error', onError).off('end', onEnd).off('close', onEnd);
       if (err) {
         socket.destroy();
         reject(err);
@@ -97,7 +97,9 @@ export function readHead(socket: Duplex, ep: AgentEndpoint): Promise<Head> {
       () => done(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))),
       HEAD_TIMEOUT_MS,
     );
-    socket.on('data', onData).on('error', onError).on('end', onEnd);
+    // 'close' too: a socket destroyed on this side (the upload failed) ends neither way, and the
+    // timer would hold the daemon's loop for its full length.
+    socket.on('data', onData).on('error', onError).on('end', onEnd).on('close', onEnd);
   });
 }
 
