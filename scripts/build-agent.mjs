@@ -5,6 +5,8 @@
 //   dist/agent/node_modules/node-pty/   the PTY addon both load from beside themselves
 //   dist/agent/node_modules/svc-sys/    the identity's system calls (native/svc-sys.c), when a C
 //                                       compiler and Node's headers are at hand
+//   dist/agent/node_modules/svc-bin/    svc-keep and svc-watch, the durable processes' keeper and
+//                                       the file watch (native/, static)
 import { build } from 'esbuild';
 import { cpSync, copyFileSync, chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -87,6 +89,25 @@ if (cc.error || cc.status !== 0) {
     join(sysOut, 'package.json'),
     `${JSON.stringify({ name: 'svc-sys', private: true, main: 'svc-sys.node' })}\n`,
   );
+}
+
+// The durable processes' keeper and the file watch (native/svc-keep.c, native/svc-watch.c;
+// docs/processes.md), linked static so they run in any guest the agent runs in (an OCI image's
+// libc is not the host's). Without them the agent answers 501 to processes and watches.
+const binOut = join(out, 'node_modules', 'svc-bin');
+mkdirSync(binOut, { recursive: true });
+writeFileSync(join(binOut, 'package.json'), `${JSON.stringify({ name: 'svc-bin', private: true })}\n`);
+for (const name of ['svc-keep', 'svc-watch']) {
+  const r = spawnSync(
+    process.env.CC || 'cc',
+    ['-O2', '-Wall', '-Wextra', '-static', '-s', '-o', join(binOut, name), join(root, 'native', `${name}.c`)],
+    { stdio: 'inherit' },
+  );
+  if (r.error || r.status !== 0) {
+    console.warn(
+      `build-agent: native/${name}.c not built (${r.error?.message ?? `exit ${r.status}`}); the agent has no durable processes or watches`,
+    );
+  }
 }
 
 // Single executable application (Node 20: --experimental-sea-config + postject).

@@ -7,6 +7,13 @@ import { AgentService } from './app/agent/agent-service.js';
 import { ExecService } from './app/agent/exec-service.js';
 import { FileService } from './app/agent/file-service.js';
 import { ShellService } from './app/agent/shell-service.js';
+import { ProcessService } from './app/agent/process-service.js';
+import { WatchService } from './app/agent/watch-service.js';
+import { EtcGuestUsers } from './adapters/agent/etc-guest-users.js';
+import { findHelpers, FsKeptProcesses } from './adapters/agent/fs-kept-processes.js';
+import { processRoutes } from './adapters/agent/process-routes.js';
+import { GuestUsers, KeptProcesses } from './ports/agent/kept-processes.js';
+import { join } from 'node:path';
 import { agentRoutes } from './adapters/agent/agent-routes.js';
 import { identityFirst } from './adapters/agent/identity-request.js';
 import { NodeGuestFiles } from './adapters/agent/node-guest-files.js';
@@ -38,6 +45,7 @@ export interface AgentOverrides {
   files?: GuestFiles;
   stats?: StatsSource;
   identity?: SystemIdentity;
+  kept?: KeptProcesses;
   logger?: Logger;
 }
 
@@ -53,6 +61,10 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
       if (o.files) bind(GuestFiles).toConstantValue(o.files);
       else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
       bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());
+      bind(KeptProcesses).toConstantValue(
+        o.kept ?? new FsKeptProcesses(join(opts.stateDir, 'processes'), findHelpers(opts.helpersDir)),
+      );
+      bind(GuestUsers).toConstantValue(new EtcGuestUsers());
       bind(SystemIdentity).toConstantValue(
         o.identity ?? (opts.systemIdentity ? new LinuxSystemIdentity(opts.toolsDir) : new RecordedIdentity()),
       );
@@ -62,6 +74,8 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
       bind(ExecService).toSelf().inSingletonScope();
       bind(FileService).toSelf().inSingletonScope();
       bind(ShellService).toSelf().inSingletonScope();
+      bind(ProcessService).toSelf().inSingletonScope();
+      bind(WatchService).toSelf().inSingletonScope();
     }),
   );
   return c;
@@ -78,7 +92,10 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   const log = o.logger ?? PinoLogger.create(process.env.SVC_AGENT_LOG_LEVEL ?? 'info', 'svc-agent');
   const agent = c.get(AgentService);
   const app = createHttpApp({
-    routes: agentRoutes(agent, c.get(ExecService), c.get(FileService)),
+    routes: [
+      ...agentRoutes(agent, c.get(ExecService), c.get(FileService)),
+      ...processRoutes(c.get(ProcessService), c.get(WatchService)),
+    ],
     auth: new BearerAuth(''),
     log,
   });

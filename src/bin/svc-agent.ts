@@ -7,12 +7,14 @@ import type { AgentOptions } from '../app/agent/agent-options.js';
 import { VERSION } from '../version.js';
 
 const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-dir DIR] [--run-dir DIR] [--no-system-identity] [--tools-dir DIR]
+                 [--journal-mb N] [--helpers-dir DIR]
 
 The svc guest agent. Defaults: --listen 0.0.0.0:7475, --vsock-port 7475 (0 disables; used only
 when the kernel has AF_VSOCK and socat is present), --state-dir /var/lib/svc, --run-dir /run/svc.
 --no-system-identity records identities (POST /identity) without touching hostname, machine id or
 clock: for stand-in guests on a developer's host. --tools-dir names where sh, date, mkdir and ip are when the
-guest's PATH has none (images from container images). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
+guest's PATH has none (images from container images). --journal-mb is how much of each durable process's
+output stream is kept (16); --helpers-dir where svc-keep and svc-watch are (default: beside the agent). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
 
 async function main(argv: string[]): Promise<void> {
   const opts: AgentOptions = {
@@ -22,6 +24,7 @@ async function main(argv: string[]): Promise<void> {
     runDir: '/run/svc',
     version: VERSION,
     systemIdentity: true,
+    journalBytes: 16 << 20,
   };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
@@ -44,6 +47,18 @@ async function main(argv: string[]): Promise<void> {
         break;
       case '--tools-dir':
         opts.toolsDir = value();
+        break;
+      case '--journal-mb': {
+        const mb = Number(value());
+        if (!Number.isInteger(mb) || mb < 1 || mb > 4096) {
+          console.error('svc-agent: --journal-mb must be an integer from 1 to 4096');
+          process.exit(2);
+        }
+        opts.journalBytes = mb << 20;
+        break;
+      }
+      case '--helpers-dir':
+        opts.helpersDir = value();
         break;
       case '--version':
         console.log(VERSION);

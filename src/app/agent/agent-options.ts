@@ -11,6 +11,10 @@ export interface AgentOptions {
    * that run on a developer's host (fake_agent, tests): they only record it.
    */
   systemIdentity: boolean;
+  /** Bytes of a durable process's output kept per stream (`--journal-mb`, 16 MiB). */
+  journalBytes: number;
+  /** Where svc-keep and svc-watch are (`--helpers-dir`); absent: beside the agent. */
+  helpersDir?: string;
   /** Where the guest's `sh`, `date`, `mkdir` and `ip` are when its PATH has none (`--tools-dir`); absent: PATH. */
   toolsDir?: string;
 }

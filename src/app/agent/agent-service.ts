@@ -22,10 +22,15 @@ export class AgentService {
     @inject(SystemIdentity) private readonly system: SystemIdentity,
   ) {}
 
-  async health(): Promise<AgentHealth> {
+  /** The guest's host name (a stand-in agent's: the identity it recorded). */
+  async hostname(): Promise<string> {
     const recorded = this.opts.systemIdentity ? undefined : await this.recordedIdentity();
+    return recorded?.hostname ?? hostname();
+  }
+
+  async health(): Promise<AgentHealth> {
     return {
-      hostname: recorded?.hostname ?? hostname(),
+      hostname: await this.hostname(),
       agent_version: this.opts.version,
       agent_uptime_sec: Math.round((Date.now() - this.started) / 100) / 10,
       userdata_ran: await this.files.exists(join(this.opts.stateDir, 'userdata-ran')),

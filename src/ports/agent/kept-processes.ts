@@ -1,0 +1,112 @@
+import type { Readable } from 'node:stream';
+import type { ProcessStream } from '../../domain/processes.js';
+
+/**
+ * What is kept of a durable process or a watch on the guest's disk (docs/processes.md): written
+ * when it starts, read by every agent that comes after.
+ */
+export interface KeptRecord {
+  id: string;
+  kind: 'process' | 'watch';
+  pid: number;
+  keeper_pid: number;
+  cmd: string;
+  args: string[];
+  tag?: string;
+  pty: boolean;
+  stdin: boolean;
+  started_at: string;
+  /** The kernel's boot id when it started: a record of another boot ended with that boot. */
+  boot_id: string;
+  /** The guest's host name when it started (a clone's copy was started in its template). */
+  host: string;
+  watch?: { path: string; recursive: boolean };
+}
+
+/** How a kept process ended (its keeper's exit.json, or what the agent found: a reboot, a keeper gone). */
+export interface KeptEnd {
+  code?: number;
+  signal?: number;
+  reason?: 'reboot' | 'lost';
+  ended_at_ms: number;
+}
+
+/** One stream's journal: the bytes kept are [first, end); a gap inside is where bytes were lost. */
+export interface StreamRange {
+  first: number;
+  end: number;
+}
+
+export interface JournalRead {
+  /** Where `data` starts: `from`, or later when bytes before it are no longer kept (truncated). */
+  offset: number;
+  data: Buffer;
+}
+
+export interface KeeperSpawn {
+  kind: 'process' | 'watch';
+  cmd: string;
+  args: string[];
+  /** On top of the agent's own environment. */
+  env: Record<string, string>;
+  cwd?: string;
+  uid?: number;
+  gid?: number;
+  groups?: number[];
+  pty?: { cols: number; rows: number };
+  stdin: boolean;
+  tag?: string;
+  host: string;
+  watch?: { path: string; recursive: boolean };
+  /** Bytes kept per stream. */
+  capBytes: number;
+}
+
+export const KeptProcesses = Symbol('KeptProcesses');
+/**
+ * The kept processes: each run by a keeper (svc-keep) that outlives the agent and journals its
+ * output to files, which this port reads. Ids are allocated here, never reused within the
+ * guest's disk's life.
+ */
+export interface KeptProcesses {
+  /** Null when processes can be kept; else why not (the keeper is not built). */
+  unavailable(): string | null;
+  /** Starts one; SpawnError (from process-runner) when the command cannot start. */
+  start(spawn: KeeperSpawn): Promise<KeptRecord>;
+  list(kind: 'process' | 'watch'): Promise<KeptRecord[]>;
+  get(id: string): Promise<KeptRecord | null>;
+  /**
+   * How it ended, or null while its keeper runs. A record whose keeper is gone without an end is
+   * ended here (`reboot` when the boot id changed, else `lost`).
+   */
+  end(id: string): Promise<KeptEnd | null>;
+  range(id: string, stream: ProcessStream): Promise<StreamRange>;
+  /** Up to `max` bytes from `from` (or from the first kept byte after it). */
+  read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead>;
+  /** Resolves when its journal or end may have changed, after `ms` at most, or when `signal` aborts. */
+  changed(id: string, ms: number, signal?: AbortSignal): Promise<void>;
+  /** Bytes for its input (started with stdin). */
+  stdin(id: string, body: Readable): Promise<void>;
+  /** A line for its keeper: `eof`, `resize COLS ROWS`. */
+  control(id: string, line: string): Promise<void>;
+  /** Sends a signal to its process group. */
+  signal(id: string, signal: string): Promise<void>;
+  /** Kills it if it runs, waits for its end (a moment), and removes what is kept. */
+  remove(id: string): Promise<void>;
+}
+
+export interface GuestUser {
+  uid: number;
+  gid: number;
+  groups: number[];
+  home: string;
+  name: string;
+  shell: string;
+}
+
+export const GuestUsers = Symbol('GuestUsers');
+/** The guest's users (/etc/passwd and /etc/group). */
+export interface GuestUsers {
+  /** By name or number; null when there is no such user. */
+  find(user: string): Promise<GuestUser | null>;
+}

@@ -1,0 +1,98 @@
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { InvalidArgumentError } from '../../../src/domain/errors.js';
+import {
+  assertProcessRef,
+  parseCursor,
+  parseFrom,
+  parseProcessStart,
+  parseSignal,
+  signalName,
+} from '../../../src/domain/processes.js';
+
+const refused = (f: () => unknown, what: RegExp) => {
+  expect(f).to.throw(InvalidArgumentError, what);
+};
+
+describe('domain/processes', () => {
+  it('takes a process start with every field, and a pty given as true', () => {
+    expect(
+      parseProcessStart({
+        cmd: 'sh',
+        args: ['-c', 'x'],
+        env: { A: '1' },
+        cwd: '/srv',
+        user: 'svc',
+        tag: 'web-1',
+        pty: { cols: 120, rows: 40 },
+        stdin: true,
+      }),
+    ).to.deep.equal({
+      cmd: 'sh',
+      args: ['-c', 'x'],
+      env: { A: '1' },
+      cwd: '/srv',
+      user: 'svc',
+      tag: 'web-1',
+      pty: { cols: 120, rows: 40 },
+      stdin: true,
+    });
+    expect(parseProcessStart({ cmd: 'top', pty: true }).pty).to.deep.equal({ cols: 80, rows: 24 });
+    expect(parseProcessStart({ cmd: 'id', user: 1000 }).user).to.equal('1000');
+  });
+
+  it('refuses what is not a process start, saying which field', () => {
+    refused(() => parseProcessStart([]), /JSON object/);
+    refused(() => parseProcessStart({}), /cmd must be a string/);
+    refused(() => parseProcessStart({ cmd: '' }), /cmd is required/);
+    refused(() => parseProcessStart({ cmd: 'x', args: 'y' }), /args must be an array/);
+    refused(() => parseProcessStart({ cmd: 'x', args: [1] }), /args\[0\]/);
+    refused(() => parseProcessStart({ cmd: 'x\0y' }), /NUL/);
+    refused(() => parseProcessStart({ cmd: 'x', env: { 'A=B': '1' } }), /env name/);
+    refused(() => parseProcessStart({ cmd: 'x', env: { A: 1 } }), /env.A/);
+    refused(() => parseProcessStart({ cmd: 'x', cwd: 'rel' }), /absolute/);
+    refused(() => parseProcessStart({ cmd: 'x', user: 'a b' }), /user/);
+    refused(() => parseProcessStart({ cmd: 'x', tag: 'p3' }), /tag/);
+    refused(() => parseProcessStart({ cmd: 'x', tag: '-x' }), /tag/);
+    refused(() => parseProcessStart({ cmd: 'x', pty: { cols: 2000 } }), /pty.cols/);
+    refused(() => parseProcessStart({ cmd: 'x', stdin: 'yes' }), /stdin/);
+    refused(() => parseProcessStart({ cmd: 'x', nope: 1 }), /unknown field nope/);
+    refused(() => parseProcessStart({ cmd: 'x', args: ['a'.repeat(1 << 20)] }), /too long/);
+  });
+
+  it('never throws anything but InvalidArgument on any input (property)', () => {
+    fc.assert(
+      fc.property(fc.anything(), (v) => {
+        try {
+          parseProcessStart(v);
+        } catch (err) {
+          expect(err).to.be.instanceOf(InvalidArgumentError);
+        }
+      }),
+    );
+  });
+
+  it('reads from as one offset or one per stream', () => {
+    expect(parseFrom({})).to.deep.equal({});
+    expect(parseFrom({ from: '120' })).to.deep.equal({ all: 120 });
+    expect(parseFrom({ from: 'stdout:5,stderr:0' })).to.deep.equal({ stdout: 5, stderr: 0 });
+    refused(() => parseFrom({ from: 'stdin:3' }), /from must be/);
+    refused(() => parseFrom({ from: '-1' }), /from must be/);
+    refused(() => parseFrom({ from: ['1', '2'] }), /once/);
+  });
+
+  it('names ids, tags, cursors and signals', () => {
+    expect(assertProcessRef('p12')).to.equal('p12');
+    expect(assertProcessRef('web.1')).to.equal('web.1');
+    refused(() => assertProcessRef('../x'), /not a process id or tag/);
+    expect(parseCursor('w3:1200')).to.deep.equal({ watch: 'w3', offset: 1200 });
+    refused(() => parseCursor('p3:1'), /cursor/);
+    expect(parseSignal('TERM')).to.equal('SIGTERM');
+    expect(parseSignal('sigkill')).to.equal('SIGKILL');
+    expect(parseSignal(2)).to.equal('SIGINT');
+    refused(() => parseSignal('SIGNOPE'), /signal must be one of/);
+    refused(() => parseSignal(99), /signal/);
+    expect(signalName(15)).to.equal('SIGTERM');
+    expect(signalName(64)).to.equal('SIG64');
+  });
+});
