@@ -63,6 +63,10 @@ import { FsVmStore } from './adapters/store/fs-vm-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
 import { Clock } from './ports/clock.js';
 import { GuestAgent } from './ports/guest-agent.js';
+import { GuestProcesses } from './ports/guest-processes.js';
+import { guestProcessesOf } from './adapters/guest-link/http-guest-processes.js';
+import { ProcessProxy } from './app/process-proxy.js';
+import { processRoutes } from './adapters/http/process-routes.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
@@ -76,6 +80,8 @@ import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
 export interface DaemonOverrides {
   hypervisor?: HypervisorAdapter;
   guestAgent?: GuestAgent;
+  /** Durable processes in guests; default: over the guest agent's HTTP when it has it. */
+  guestProcesses?: GuestProcesses;
   sshProbe?: SshProbe;
   tunnels?: Tunnels;
   logger?: Logger;
@@ -152,6 +158,11 @@ function hypervisorModules(config: Config, o: DaemonOverrides): ContainerModule[
       if (o.sshProbe) rebind(SshProbe).toConstantValue(o.sshProbe);
       if (o.guestNetwork) rebind(GuestNetwork).toConstantValue(o.guestNetwork);
     }),
+    new ContainerModule(({ bind }) => {
+      bind(GuestProcesses)
+        .toDynamicValue((ctx) => o.guestProcesses ?? guestProcessesOf(ctx.get<GuestAgent>(GuestAgent)))
+        .inSingletonScope();
+    }),
   ];
 }
 
@@ -191,6 +202,7 @@ export function appModule(): ContainerModule {
     bind(CreateService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();
+    bind(ProcessProxy).toSelf().inSingletonScope();
     bind(ForwardService).toSelf().inSingletonScope();
     bind(MetricsSampler).toSelf().inSingletonScope();
     bind(AgentDeployService).toSelf().inSingletonScope();
@@ -282,6 +294,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     }),
     ...vmRoutes(vms, lifecycle, container.get(CreateService)),
     ...egressRoutes(egress),
+    ...processRoutes(container.get(ProcessProxy)),
     ...eventRoutes(vms, closing.signal),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),

@@ -1,4 +1,3 @@
-import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type {
@@ -14,9 +13,10 @@ import type {
   Readiness,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
+import { AgentFailureError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
-import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
+import { AgentHttp, boundedLines, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS } from './agent-http.js';
 import { ExecChannels } from './exec-channel.js';
 import { rawDownload } from './raw-download.js';
 import { rawUpload } from './raw-upload.js';
@@ -26,8 +26,6 @@ import type { Terminal } from '../../ports/terminal.js';
 
 export { REPLY_LIMITS } from './agent-replies.js';
 
-const CONNECT_TIMEOUT_MS = 2000;
-const IDLE_SOCKET_MS = 10_000;
 /** How long past its own timeout an exec may take to answer (the agent kills, then reports). */
 const EXEC_GRACE_MS = 30_000;
 /** fs operations and secret writes answer in well under this, or the guest is not answering. */
@@ -44,28 +42,14 @@ function execQuery(req: ExecRequest, buffered: boolean): string {
   return p.toString();
 }
 
-interface CallOptions {
-  method: string;
-  path: string;
-  body?: Buffer | Readable;
-  /** The length of a streamed body, when known: sent as Content-Length, so the bytes go on unframed. */
-  bodyLength?: number;
-  contentType?: string;
-  /** A deadline for the whole call, answer included; without one only connecting is timed. */
-  timeoutMs?: number;
-  /** The most bytes of answer to read (REPLY_LIMITS.json unless given). */
-  maxBytes?: number;
-  /** Aborting drops the call (request and answer). */
-  signal?: AbortSignal;
-}
-
 /**
  * The GuestAgent port over HTTP, on TCP (the agent port's host forward) or vsock (through a
  * Connector). Keeps connections alive per endpoint; connects with a short timeout; streams bodies
  * both ways with backpressure and tears a stream down when either side goes away.
  */
 export class HttpGuestAgent implements GuestAgent {
-  private readonly agents = new Map<string, Agent>();
+  /** The HTTP it speaks, shared with the adapters for other agent routes (HttpGuestProcesses). */
+  readonly http: AgentHttp;
   private readonly channels: ExecChannels;
 
   private readonly helper: string | null;
@@ -75,150 +59,21 @@ export class HttpGuestAgent implements GuestAgent {
     private readonly connector: Connector = tcpConnector,
     o: { splice?: string } = {},
   ) {
+    this.http = new AgentHttp(connector);
     this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS);
     this.helper = spliceHelper(o.splice);
   }
 
-  private agentFor(ep: AgentEndpoint): Agent {
-    const key = where(ep);
-    let a = this.agents.get(key);
-    if (!a) {
-      // Idle kept-alive sockets close after 10 s (before the agent's 65 s), so a burst leaves no files open.
-      a = new Agent({ keepAlive: true, maxSockets: 64, keepAliveMsecs: 10_000, timeout: IDLE_SOCKET_MS });
-      const connector = this.connector;
-      (a as unknown as { createConnection: (opts: unknown, cb: unknown) => unknown }).createConnection = () =>
-        connector(ep);
-      this.agents.set(key, a);
-    }
-    return a;
-  }
-
-  /** Sends a request and resolves with the response once headers arrive. Maps transport errors. */
-  private send(ep: AgentEndpoint, o: CallOptions): Promise<{ res: IncomingMessage; req: ClientRequest }> {
-    return new Promise((resolve, reject) => {
-      const headers: Record<string, string> = {};
-      if (o.contentType) headers['content-type'] = o.contentType;
-      if (Buffer.isBuffer(o.body)) headers['content-length'] = String(o.body.length);
-      else if (o.bodyLength !== undefined) headers['content-length'] = String(o.bodyLength);
-      const req = request({
-        agent: this.agentFor(ep),
-        host: ep.host,
-        port: ep.port,
-        method: o.method,
-        path: o.path,
-        headers,
-      });
-      let settled = false;
-      const started = Date.now();
-      const fail = (err: Error) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        unhook();
-        req.destroy();
-        reject(err);
-      };
-      const timer = setTimeout(
-        () => fail(unavailable(ep, Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }))),
-        o.timeoutMs ?? CONNECT_TIMEOUT_MS,
-      );
-      req.on('socket', (s) => {
-        // Once connected, only an explicit overall timeout still applies.
-        const connected = () => {
-          if (!o.timeoutMs) clearTimeout(timer);
-        };
-        if ((s as { connecting?: boolean }).connecting) s.once('connect', connected);
-        else connected();
-      });
-      req.on('error', (err) => fail(unavailable(ep, err)));
-      const abort = () => {
-        fail(new AgentUnavailableError('the caller went away'));
-        req.destroy();
-      };
-      const unhook = () => o.signal?.removeEventListener('abort', abort);
-      if (o.signal?.aborted) return abort();
-      o.signal?.addEventListener('abort', abort, { once: true });
-      req.on('response', (res) => {
-        if (settled) return void res.resume();
-        settled = true;
-        clearTimeout(timer);
-        res.once('close', unhook);
-        if (o.timeoutMs) {
-          // The deadline covers the answer too: a guest that stalls mid-body is cut off.
-          const left = Math.max(1, o.timeoutMs - (Date.now() - started));
-          const late = setTimeout(
-            () =>
-              res.destroy(
-                new AgentFailureError(`guest agent at ${where(ep)} did not finish its answer within ${o.timeoutMs} ms`),
-              ),
-            left,
-          );
-          res.once('close', () => clearTimeout(late));
-        }
-        resolve({ res, req });
-      });
-      if (o.body === undefined) req.end();
-      else if (Buffer.isBuffer(o.body)) req.end(o.body);
-      else {
-        const body = o.body;
-        body.on('error', (err) => fail(unavailable(ep, err)));
-        // A client that goes away mid-upload must not leave a half request open to the agent.
-        body.on('close', () => {
-          if (!body.readableEnded) fail(new AgentFailureError('the upload was cut off by the client'));
-        });
-        body.pipe(req);
-      }
-    });
-  }
-
-  /** Reads an answer up to `max` bytes; past it the connection is dropped and the call fails. */
-  private async readAll(res: IncomingMessage, ep: AgentEndpoint, max: number = REPLY_LIMITS.json): Promise<string> {
-    const declared = Number(res.headers['content-length'] ?? 0);
-    const tooBig = () => {
-      res.destroy();
-      return new AgentFailureError(
-        `guest agent at ${where(ep)} answered more than ${max} bytes; the answer was dropped`,
-      );
-    };
-    if (declared > max) throw tooBig();
-    const parts: Buffer[] = [];
-    let size = 0;
-    try {
-      for await (const c of res) {
-        size += (c as Buffer).length;
-        if (size > max) throw tooBig();
-        parts.push(c as Buffer);
-      }
-    } catch (err) {
-      if (err instanceof AgentFailureError) throw err;
-      throw new AgentFailureError(`guest agent at ${where(ep)} broke off its answer: ${(err as Error).message}`);
-    }
-    return Buffer.concat(parts).toString('utf8');
-  }
-
-  private async json<T>(ep: AgentEndpoint, o: CallOptions): Promise<T> {
-    const { res } = await this.send(ep, o);
-    const text = await this.readAll(res, ep, o.maxBytes);
-    const status = res.statusCode ?? 0;
-    if (status >= 300) throw fromStatus(status, text);
-    if (status === 204) return undefined as T;
-    try {
-      return JSON.parse(text) as T;
-    } catch {
-      throw new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(text.slice(0, 80))}`);
-    }
-  }
-
   health(ep: AgentEndpoint, timeoutMs?: number): Promise<AgentHealth> {
-    return this.json(ep, { method: 'GET', path: '/health', timeoutMs });
+    return this.http.json(ep, { method: 'GET', path: '/health', timeoutMs });
   }
 
   readiness(ep: AgentEndpoint): Promise<Readiness> {
-    return this.json(ep, { method: 'GET', path: '/readiness', timeoutMs: 2000 });
+    return this.http.json(ep, { method: 'GET', path: '/readiness', timeoutMs: 2000 });
   }
 
   stats(ep: AgentEndpoint): Promise<GuestStats> {
-    return this.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
+    return this.http.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
   }
 
   /** Without stdin over the agent's exec channel (exec-channel.ts); with stdin, or an agent without one, over HTTP. */
@@ -228,7 +83,7 @@ export class HttpGuestAgent implements GuestAgent {
       const r = await this.channels.call(ep, { query: execQuery(req, true), timeoutMs, signal });
       if (r) return r;
     }
-    return this.json(ep, {
+    return this.http.json(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, true)}`,
       body: stdin,
@@ -245,14 +100,14 @@ export class HttpGuestAgent implements GuestAgent {
     stdin?: Readable,
     signal?: AbortSignal,
   ): AsyncIterable<ExecFrame> {
-    const { res, req: creq } = await this.send(ep, {
+    const { res, req: creq } = await this.http.send(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, false)}`,
       body: stdin,
       contentType: stdin ? 'application/octet-stream' : undefined,
       signal,
     });
-    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.http.readAll(res, ep));
     let sawExit = false;
     try {
       for await (const line of boundedLines(res, REPLY_LIMITS.frame)) {
@@ -292,7 +147,7 @@ export class HttpGuestAgent implements GuestAgent {
       ))
     )
       return;
-    await this.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType });
+    await this.http.json(ep, { method: 'PUT', path: `/cp?${p}`, body, bodyLength: o.size, contentType });
   }
 
   async download(
@@ -305,8 +160,8 @@ export class HttpGuestAgent implements GuestAgent {
       const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`, this.helper);
       return { contentType: 'application/octet-stream', ...raw };
     }
-    const { res } = await this.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
-    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+    const { res } = await this.http.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
+    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.http.readAll(res, ep));
     const len = res.headers['content-length'];
     return {
       contentType: String(res.headers['content-type'] ?? 'application/octet-stream'),
@@ -318,20 +173,20 @@ export class HttpGuestAgent implements GuestAgent {
   async fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void> {
     switch (op.op) {
       case 'readdir':
-        return this.json(ep, {
+        return this.http.json(ep, {
           method: 'GET',
           path: `/fs/readdir?${new URLSearchParams({ path: op.path })}`,
           timeoutMs: FS_TIMEOUT_MS,
           maxBytes: REPLY_LIMITS.exec,
         });
       case 'stat':
-        return this.json(ep, {
+        return this.http.json(ep, {
           method: 'GET',
           path: `/fs/stat?${new URLSearchParams({ path: op.path })}`,
           timeoutMs: FS_TIMEOUT_MS,
         });
       case 'mkdir':
-        return this.json(ep, {
+        return this.http.json(ep, {
           method: 'POST',
           path: '/fs/mkdir',
           body: Buffer.from(JSON.stringify({ path: op.path, recursive: op.recursive, mode: op.mode })),
@@ -339,7 +194,7 @@ export class HttpGuestAgent implements GuestAgent {
           timeoutMs: FS_TIMEOUT_MS,
         });
       case 'symlink':
-        return this.json(ep, {
+        return this.http.json(ep, {
           method: 'POST',
           path: '/fs/symlink',
           body: Buffer.from(JSON.stringify({ path: op.path, target: op.target })),
@@ -347,7 +202,7 @@ export class HttpGuestAgent implements GuestAgent {
           timeoutMs: FS_TIMEOUT_MS,
         });
       case 'remove':
-        return this.json(ep, {
+        return this.http.json(ep, {
           method: 'DELETE',
           path: `/fs/remove?${new URLSearchParams({ path: op.path, recursive: String(!!op.recursive) })}`,
           timeoutMs: FS_TIMEOUT_MS,
@@ -356,7 +211,7 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }> {
-    return this.json(ep, {
+    return this.http.json(ep, {
       method: 'POST',
       path: '/secrets/materialize',
       body: Buffer.from(JSON.stringify(req)),
@@ -381,7 +236,7 @@ export class HttpGuestAgent implements GuestAgent {
       const exitListeners: ((c: number | null) => void)[] = [];
       let exitCode: number | null = null;
       ws.on('unexpected-response', (_r, res) => {
-        void this.readAll(res, ep).then((text) => reject(fromStatus(res.statusCode ?? 0, text)), reject);
+        void this.http.readAll(res, ep).then((text) => reject(fromStatus(res.statusCode ?? 0, text)), reject);
       });
       ws.once('error', (err) => reject(unavailable(ep, err)));
       ws.on('message', (data, isBinary) => {
@@ -417,7 +272,7 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
-    await this.json(ep, {
+    await this.http.json(ep, {
       method: 'POST',
       path: '/identity',
       body: Buffer.from(JSON.stringify(id)),
@@ -429,30 +284,8 @@ export class HttpGuestAgent implements GuestAgent {
   /** Closes kept-alive connections (daemon stop). */
   close(): void {
     this.channels.close();
-    for (const a of this.agents.values()) a.destroy();
-    this.agents.clear();
+    this.http.close();
   }
-}
-
-/** Lines of a stream, each at most `max` bytes: a guest cannot make the daemon buffer an endless line. */
-async function* boundedLines(input: AsyncIterable<unknown>, max: number): AsyncIterable<string> {
-  let pending: Buffer[] = [];
-  let size = 0;
-  for await (const c of input) {
-    let chunk = c as Buffer;
-    for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10)) {
-      if (size + nl > max) break;
-      pending.push(chunk.subarray(0, nl));
-      yield Buffer.concat(pending).toString('utf8');
-      pending = [];
-      size = 0;
-      chunk = chunk.subarray(nl + 1);
-    }
-    size += chunk.length;
-    if (size > max) throw new AgentFailureError(`guest agent sent an exec frame longer than ${max} bytes`);
-    pending.push(chunk);
-  }
-  if (size > 0) yield Buffer.concat(pending).toString('utf8');
 }
 
 const FRAME_TYPES = new Set(['started', 'stdout', 'stderr', 'exit', 'error']);

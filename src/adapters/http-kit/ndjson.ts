@@ -24,8 +24,13 @@ export async function pumpTo(
       if (gone || res.destroyed) break;
       if (!res.write(chunk)) {
         await new Promise<void>((r) => {
-          res.once('drain', r);
-          res.once('close', r);
+          const done = () => {
+            res.off('drain', done);
+            res.off('close', done);
+            r();
+          };
+          res.once('drain', done);
+          res.once('close', done);
         });
       }
     }
@@ -56,4 +61,16 @@ export async function writeNdjson(res: Response, events: AsyncIterable<object>, 
  */
 export function wantsNdjson(req: Request): boolean {
   return queryOne(req.query as Query, 'stream') === '1' || /application\/x-ndjson/.test(req.headers.accept ?? '');
+}
+
+/**
+ * Answers NDJSON from the events `make` gives once it has checked the call (so a bad id is a 404,
+ * not an empty stream); when the caller leaves, the signal it was given aborts.
+ */
+export async function followNdjson(
+  res: Response,
+  make: (signal: AbortSignal) => Promise<AsyncIterable<object>>,
+): Promise<void> {
+  const gone = new AbortController();
+  await writeNdjson(res, await make(gone.signal), () => gone.abort());
 }

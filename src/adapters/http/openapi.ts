@@ -2,45 +2,8 @@
  * The daemon's OpenAPI 3 description, built as data so a test can compare its paths with the
  * routes express serves. Operations with `x-svc-planned: true` are described but not served yet.
  */
-type Schema = Record<string, unknown>;
-const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
-const err = (description: string) => ({ description, content: { 'application/json': { schema: ref('Error') } } });
-const json = (description: string, schema: Schema) => ({ description, content: { 'application/json': { schema } } });
-const nameParam = {
-  name: 'name',
-  in: 'path',
-  required: true,
-  schema: { type: 'string', pattern: '^[a-z][a-z0-9-]{0,62}$' },
-};
-const q = (name: string, schema: Schema, description?: string, required = false) => ({
-  name,
-  in: 'query',
-  required,
-  schema,
-  ...(description ? { description } : {}),
-});
-const pathQ = q('path', { type: 'string' }, 'absolute guest path', true);
-const message = json('done', ref('Message'));
-const proxyErrors = {
-  '400': err('bad input'),
-  '401': err('missing or invalid token'),
-  '403': err('over TCP: a foreign Host or Origin'),
-  '404': err('vm or guest path not found'),
-  '502': err('the agent answered with an error or garbage'),
-  '503': err('the agent cannot be reached'),
-};
-
-function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {
-  return {
-    summary,
-    responses: {
-      '401': err('missing or invalid token'),
-      '403': err("over TCP: a Host that is not the daemon's, or a change from a foreign Origin"),
-      ...responses,
-    },
-    ...extra,
-  };
-}
+import { err, json, message, nameParam, op, pathQ, proxyErrors, q, ref, type Schema } from './openapi-kit.js';
+import { PROCESS_PATHS, PROCESS_SCHEMAS } from './openapi-processes.js';
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
@@ -446,8 +409,12 @@ export function openApiDocument(version: string): Record<string, unknown> {
     },
     servers: [{ url: 'http://127.0.0.1:7474' }],
     security: [{ bearer: [] }],
-    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } }, schemas },
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      schemas: { ...schemas, ...PROCESS_SCHEMAS },
+    },
     paths: markPlanned({
+      ...PROCESS_PATHS,
       '/healthz': {
         get: {
           summary: 'Liveness; never needs a token',

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { timingSafeEqual } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
@@ -92,9 +92,51 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
         c.kill('SIGKILL');
         await gone;
       }
+      killKept(join(stateDir, 'processes'));
       closeLog(); // the children have their own copies; the daemon's is let go with the VM
     },
   };
+}
+
+/**
+ * Kills what the stand-in's agent kept (durable processes and watches, docs/processes.md): in a
+ * real guest they die with the VM; here they are this host's processes and would outlive it.
+ */
+function killKept(root: string): void {
+  for (const id of readdirSafe(root)) {
+    try {
+      const meta = JSON.parse(readFileSync(join(root, id, 'meta.json'), 'utf8')) as {
+        pid?: number;
+        keeper_pid?: number;
+      };
+      for (const target of [meta.pid ? -meta.pid : 0, meta.keeper_pid ?? 0]) {
+        if (!target) continue;
+        const pid = Math.abs(target);
+        const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        // only what is still this guest's: the keeper names its folder, the process is its child
+        if (target > 0 ? cmd.includes(join(root, id)) : keptChild(pid, meta.keeper_pid))
+          process.kill(target, 'SIGKILL');
+      }
+    } catch {
+      // gone, or never started
+    }
+  }
+}
+
+function keptChild(pid: number, keeper?: number): boolean {
+  try {
+    return Number(/\) \S (\d+)/.exec(readFileSync(`/proc/${pid}/stat`, 'utf8'))?.[1]) === keeper;
+  } catch {
+    return false;
+  }
+}
+
+function readdirSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
 }
 
 async function startSshServer(authorizedKey: string, cwd: () => string): Promise<{ port: number; stop(): void }> {

@@ -1,0 +1,300 @@
+import { expect } from 'chai';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect, createServer, type AddressInfo } from 'node:net';
+import { SvcClient } from '../../src/adapters/client/svc-client.js';
+import type { OutputFrame } from '../../src/domain/processes.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { followNdjson, ndjson } from '../helpers/http.js';
+import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
+
+/** A printer of `n 1`..`n COUNT`, one line every `ms` ms. */
+const numbered = (count: number, ms: number) => ({
+  cmd: 'sh',
+  args: ['-c', `i=0; while [ $i -lt ${count} ]; do i=$((i+1)); echo "n $i"; sleep ${ms / 1000}; done`],
+});
+
+/** The local agent process of a fake VM (its stand-in guest runs it and starts it again when it dies). */
+function agentPid(d: TestDaemon, vm: string): number {
+  const state = join(d.config.data_dir, 'vms', vm, 'guest', 'var', 'lib', 'svc');
+  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+      if (cmd.some((a) => a.endsWith('svc-agent.js')) && cmd.includes(state)) return Number(p);
+    } catch {
+      // gone
+    }
+  }
+  return 0;
+}
+
+async function waitFor<T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`${what} within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('durable processes and watches through the daemon (real local agents)', function () {
+  this.timeout(120_000);
+  let d: TestDaemon;
+  const P = '/vms/pv/processes';
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+    expect((await d.call('POST', '/vms', { name: 'pv' })).status).to.equal(201);
+  });
+  after(() => d.stop());
+
+  it('keeps a process running past its caller: every line exactly once across 20 random reconnects', async () => {
+    const made = await d.call('POST', P, { ...numbered(300, 10), tag: 'printer' });
+    expect(made.status, made.text).to.equal(201);
+    expect(made.json).to.include({ tag: 'printer', state: 'running' });
+    expect(made.json.id).to.match(/^p\d+$/);
+    const back = await readWithReconnects(d.unix, `${P}/${made.json.id}`, { reconnects: 20, maxMs: 200 });
+    expect(back.reconnects).to.equal(20);
+    expectNumbered(back.text.stdout, 300);
+    expect(back.end).to.include({ reason: 'exit', exit_code: 0 });
+    // By tag too, and the listing says how it ended.
+    const got = await d.call('GET', `${P}/printer`);
+    expect(got.json).to.include({ id: made.json.id, state: 'ended', exit_code: 0, reason: 'exit' });
+  });
+
+  it('keeps it running and its output whole when the agent is killed and started again (the pid stays)', async () => {
+    const made = await d.call('POST', P, numbered(150, 10));
+    const before = agentPid(d, 'pv');
+    expect(before).to.be.above(0);
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(before, 'SIGKILL');
+    await waitFor('a new agent', 10_000, () => {
+      const now = agentPid(d, 'pv');
+      return now && now !== before ? now : undefined;
+    });
+    await waitFor('the agent answering', 10_000, async () =>
+      (await d.call('GET', P)).status === 200 ? true : undefined,
+    );
+    const info = (await d.call('GET', `${P}/${made.json.id}`)).json;
+    expect(info.pid).to.equal(made.json.pid);
+    const back = await readWithReconnects(d.unix, `${P}/${made.json.id}`, { reconnects: 3, maxMs: 300 });
+    expectNumbered(back.text.stdout, 150);
+    expect(back.end.exit_code).to.equal(0);
+  });
+
+  it('the typed client reads on by itself across connections cut under it: each byte once', async () => {
+    // A proxy that cuts every connection after 50-250 ms, in front of the daemon's TCP listener.
+    const cuts = { n: 0 };
+    const proxy = createServer((inbound) => {
+      const out = connect(d.tcp.port!, '127.0.0.1');
+      inbound.pipe(out).pipe(inbound);
+      const cut = setTimeout(
+        () => {
+          cuts.n++;
+          inbound.destroy();
+          out.destroy();
+        },
+        50 + Math.random() * 200,
+      );
+      const done = () => clearTimeout(cut);
+      inbound.on('close', done).on('error', done);
+      out.on('error', () => inbound.destroy());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+    try {
+      const c = new SvcClient({
+        api: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+        token: 'test-token',
+      });
+      const made = await d.call('POST', P, numbered(200, 10));
+      let outText = '';
+      let end: OutputFrame | undefined;
+      for await (const f of c.processOutput('pv', made.json.id, { retryMs: 10_000 })) {
+        if ('stream' in f) outText += f.data;
+        else if ('reason' in f) end = f;
+      }
+      expectNumbered(outText, 200);
+      expect(end).to.include({ reason: 'exit', exit_code: 0 });
+      expect(cuts.n, 'connections cut').to.be.above(3);
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('takes input and a terminal: stty size follows a resize, stdin ends on eof', async () => {
+    const tty = await d.call('POST', P, {
+      cmd: 'sh',
+      args: ['-c', 'stty size; read x; echo "got $x"; read y; stty size'],
+      pty: { cols: 100, rows: 30 },
+      stdin: true,
+    });
+    expect(tty.status, tty.text).to.equal(201);
+    const id = tty.json.id as string;
+    const f = followNdjson(d.unix, `${P}/${id}/output?follow=1`);
+    await f.until((l) => String(l.data ?? '').includes('30 100'), 10_000);
+    expect(
+      (await d.call('POST', `${P}/${id}/stdin`, Buffer.from('hello\n'), { 'content-type': 'application/octet-stream' }))
+        .status,
+    ).to.equal(204);
+    await f.until((l) => String(l.data ?? '').includes('got hello'), 10_000);
+    expect((await d.call('POST', `${P}/${id}/resize`, { cols: 120, rows: 40 })).status).to.equal(204);
+    await d.call('POST', `${P}/${id}/stdin`, Buffer.from('x\n'), { 'content-type': 'application/octet-stream' });
+    await f.until((l) => 'reason' in l, 10_000);
+    f.close();
+    const all = f.lines
+      .filter((l) => l.stream === 'pty')
+      .map((l) => l.data)
+      .join('');
+    expect(all).to.match(/40 120/);
+    // A pipe's input ends when asked: cat sees its end of file and exits.
+    const cat = await d.call('POST', P, { cmd: 'cat', stdin: true });
+    const r = await d.call('POST', `${P}/${cat.json.id}/stdin?eof=1`, Buffer.from('to cat\n'), {
+      'content-type': 'application/octet-stream',
+    });
+    expect(r.status, r.text).to.equal(204);
+    const out = await waitFor('cat to end', 10_000, async () => {
+      const lines = ndjson((await d.call('GET', `${P}/${cat.json.id}/output`)).text);
+      return lines.some((l) => 'reason' in l) ? lines : undefined;
+    });
+    expect(out[0]).to.deep.include({ stream: 'stdout', offset: 0, data: 'to cat\n' });
+    expect(out.at(-1)).to.include({ reason: 'exit', exit_code: 0 });
+  });
+
+  it('says what it no longer keeps: a truncation marker, then the newest bytes', async () => {
+    const big = await d.call('POST', P, {
+      cmd: 'sh',
+      args: ['-c', "head -c 20000000 /dev/zero | tr '\\0' a; echo; echo tail-end"],
+    });
+    await waitFor('the writer to end', 30_000, async () =>
+      (await d.call('GET', `${P}/${big.json.id}`)).json.state === 'ended' ? true : undefined,
+    );
+    const lines = ndjson((await d.call('GET', `${P}/${big.json.id}/output?from=0`)).text);
+    const marker = lines[0] as { truncated: { stream: string; before: number } };
+    expect(marker.truncated.stream).to.equal('stdout');
+    expect(marker.truncated.before).to.be.above(20_000_010 - 16 * 1024 * 1024 - 1);
+    const frames = lines.filter((l) => l.stream === 'stdout');
+    expect(frames[0].offset).to.equal(marker.truncated.before);
+    expect(String(frames.at(-1)!.data)).to.match(/tail-end\n$/);
+    const kept = frames.reduce((n, l) => n + Buffer.byteLength(String(l.data)), 0);
+    expect(marker.truncated.before + kept).to.equal(20_000_000 + 1 + 9);
+    expect(kept).to.be.at.most(16 * 1024 * 1024);
+  });
+
+  it('reports exit codes and signals', async () => {
+    const seven = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'exit 7'] });
+    const sleeper = await d.call('POST', P, { cmd: 'sleep', args: ['100'], tag: 'sleeper' });
+    // A tag names one running process at a time.
+    expect((await d.call('POST', P, { cmd: 'sleep', args: ['1'], tag: 'sleeper' })).status).to.equal(409);
+    // InvalidState is a 400 in this API (docs/api.md, "Errors").
+    expect((await d.call('POST', `${P}/sleeper/signal`, { signal: 'TERM' })).status).to.equal(204);
+    const ended = (id: string) =>
+      waitFor(`${id} to end`, 10_000, async () => {
+        const j = (await d.call('GET', `${P}/${id}`)).json;
+        return j.state === 'ended' ? j : undefined;
+      });
+    expect(await ended(seven.json.id)).to.include({ reason: 'exit', exit_code: 7 });
+    expect(await ended(sleeper.json.id)).to.include({ reason: 'signal', signal: 'SIGTERM', exit_code: 143 });
+    expect((await d.call('POST', `${P}/sleeper/signal`, { signal: 'TERM' })).status).to.equal(400);
+    const end = ndjson((await d.call('GET', `${P}/${sleeper.json.id}/output`)).text).at(-1);
+    expect(end).to.include({ reason: 'signal', signal: 'SIGTERM' });
+  });
+
+  it('lists 200 processes, and forgets one on DELETE (killing it when it runs)', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 200; i++) {
+      const r = await d.call('POST', P, { cmd: 'true' });
+      expect(r.status, r.text).to.equal(201);
+      ids.push(r.json.id);
+    }
+    const listed = (await d.call('GET', P)).json as { id: string }[];
+    for (const id of ids)
+      expect(
+        listed.some((p) => p.id === id),
+        id,
+      ).to.equal(true);
+    // Ids only grow.
+    const nums = ids.map((id) => Number(id.slice(1)));
+    expect(nums).to.deep.equal([...nums].sort((a, b) => a - b));
+    const long = await d.call('POST', P, { cmd: 'sleep', args: ['100'] });
+    const del = await d.call('DELETE', `${P}/${long.json.id}`);
+    expect(del.status, del.text).to.equal(200);
+    expect((await d.call('GET', `${P}/${long.json.id}`)).status).to.equal(404);
+    expect(() => process.kill(long.json.pid, 0)).to.throw();
+    const again = await d.call('POST', P, { cmd: 'true' });
+    expect(Number(again.json.id.slice(1))).to.be.above(Number(long.json.id.slice(1)));
+  });
+
+  it('refuses what it cannot do with the right status, before the guest', async () => {
+    const bad = async (method: string, path: string, body: unknown, status: number, what: RegExp) => {
+      const r = await d.call(method, path, body);
+      expect(r.status, `${method} ${path}: ${r.text}`).to.equal(status);
+      expect(r.json.error).to.match(what);
+    };
+    await bad('POST', P, { args: ['x'] }, 400, /cmd must be a string/);
+    await bad('POST', P, { cmd: 'x', pty: { cols: 0 } }, 400, /pty.cols/);
+    await bad('POST', P, { cmd: 'x', extra: 1 }, 400, /unknown field extra/);
+    await bad('POST', P, { cmd: 'x', tag: 'p12' }, 400, /tag/);
+    await bad('POST', P, { cmd: 'no-such-command-here' }, 400, /cannot start no-such-command-here/);
+    await bad('POST', P, { cmd: 'true', cwd: '/no/such/dir' }, 400, /not a directory/);
+    await bad('POST', P, { cmd: 'true', user: 'no-such-user-here' }, 400, /no user/);
+    await bad('GET', `${P}/p999999`, undefined, 404, /no process p999999/);
+    await bad('GET', `${P}/bad%20id`, undefined, 400, /not a process id or tag/);
+    await bad('GET', `${P}/p1/output?from=stdout:x`, undefined, 400, /from must be/);
+    await bad('GET', `${P}/p1/output?from=999999999`, undefined, 400, /past the end/);
+    await bad('POST', `${P}/p1/signal`, { signal: 'SIGNOPE' }, 400, /signal must be one of/);
+    await bad('POST', `${P}/p1/stdin`, Buffer.from('x'), 400, /without stdin/);
+    await bad('GET', '/vms/nope/processes', undefined, 404, /vm nope not found/);
+    await bad('GET', '/vms/pv/watch', undefined, 400, /path .* or from .* is required/);
+    await bad('GET', '/vms/pv/watch?from=x', undefined, 400, /cursor/);
+    await bad('GET', '/vms/pv/watch?path=/no/such/path/here', undefined, 404, /no such file/);
+    await bad('DELETE', '/vms/pv/watches/w999', undefined, 404, /no watch w999/);
+  });
+
+  it('watches a tree: create, write, rename, remove in order, and resumes from a cursor with nothing missing or repeated', async () => {
+    const dir = tempDir('svc-watch-');
+    const f = followNdjson(d.unix, `/vms/pv/watch?path=${encodeURIComponent(dir)}&recursive=1`);
+    const watching = await f.until((l) => l.type === 'watching', 10_000);
+    expect(watching.cursor).to.match(/^w\d+:0$/);
+    writeFileSync(join(dir, 'a'), 'one');
+    await f.until((l) => l.type === 'write', 10_000);
+    f.close();
+    const seen = f.lines.slice(1);
+    const last = String(seen.at(-1)!.cursor);
+    // While nobody listens:
+    renameSync(join(dir, 'a'), join(dir, 'b'));
+    mkdirSync(join(dir, 'sub'));
+    writeFileSync(join(dir, 'sub', 'c'), 'two');
+    rmSync(join(dir, 'b'));
+    const g = followNdjson(d.unix, `/vms/pv/watch?from=${encodeURIComponent(last)}`);
+    await g.until((l) => l.type === 'remove' && l.path === join(dir, 'b'), 10_000);
+    g.close();
+    const all = [...seen, ...g.lines]
+      .map((l) => `${l.type} ${String(l.path).slice(dir.length)}${l.to ? ` ${String(l.to).slice(dir.length)}` : ''}`)
+      // c may be written before sub's own watch is in place: then its creation is all there is to see
+      .filter((e) => e !== 'write /sub/c');
+    expect(all).to.deep.equal(['create /a', 'write /a', 'rename /a /b', 'create /sub', 'create /sub/c', 'remove /b']);
+    const cursors = [...seen, ...g.lines].map((l) => Number(String(l.cursor).split(':')[1]));
+    expect(cursors).to.deep.equal([...cursors].sort((a, b) => a - b));
+    expect(new Set(cursors).size).to.equal(cursors.length);
+    const watchId = String(watching.watch);
+    expect(((await d.call('GET', '/vms/pv/watches')).json as { id: string }[]).map((w) => w.id)).to.include(watchId);
+    expect((await d.call('DELETE', `/vms/pv/watches/${watchId}`)).status).to.equal(200);
+    expect(((await d.call('GET', '/vms/pv/watches')).json as { id: string }[]).map((w) => w.id)).not.to.include(
+      watchId,
+    );
+  });
+
+  it('kills what a VM kept when it is deleted (the stand-in guest is this host)', async () => {
+    const made = await d.call('POST', P, { cmd: 'sleep', args: ['100'] });
+    expect(() => process.kill(made.json.pid, 0)).not.to.throw();
+    expect((await d.call('DELETE', '/vms/pv')).status).to.equal(200);
+    await waitFor('the kept sleep to die', 5000, () => {
+      try {
+        process.kill(made.json.pid, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    });
+  });
+});
