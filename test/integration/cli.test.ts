@@ -184,6 +184,86 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await exit).to.equal(6);
   });
 
+  it('runs durable processes: run --detach, ps, logs -f from an offset, run in the foreground, attach with a terminal, kill, watch', async () => {
+    const started = await svc([
+      'run',
+      '--detach',
+      '--tag',
+      'cli-job',
+      'c1',
+      '--',
+      'sh',
+      '-c',
+      'echo one; echo two >&2; sleep 0.3; echo three; exit 3',
+    ]);
+    expect(started.code, started.stderr).to.equal(0);
+    const id = started.stdout.trim();
+    expect(id).to.match(/^p\d+$/);
+    const logs = await svc(['logs', '-f', 'c1', 'cli-job']);
+    expect(logs.code).to.equal(3);
+    expect(logs.stdout).to.equal('one\nthree\n');
+    expect(logs.stderr).to.equal('two\n');
+    expect((await svc(['logs', '--from', 'stdout:4', 'c1', id])).stdout).to.equal('three\n');
+    const ps = await svc(['ps', 'c1']);
+    expect(ps.stdout).to.match(new RegExp(`${id}\\s+cli-job\\s+\\d+\\s+exited 3`));
+    // In the foreground: the output as it comes and the exit code; stdin passed on with -i.
+    const fg = await svc(['run', '-i', 'c1', '--', 'sh', '-c', 'cat; exit 4'], 'piped in\n');
+    expect(fg).to.deep.include({ code: 4, stdout: 'piped in\n' });
+    // attach: a terminal's keys to a running process with a pty, its output back, Ctrl-] leaves it running.
+    const tty = await svc([
+      'run',
+      '--detach',
+      '-t',
+      '-i',
+      '--tag',
+      'tty-job',
+      'c1',
+      '--',
+      'sh',
+      '-c',
+      'while read l; do echo "got $l"; done',
+    ]);
+    expect(tty.code, tty.stderr).to.equal(0);
+    const term = pty.spawn(process.execPath, [SVC, 'attach', 'c1', 'tty-job'], {
+      cols: 80,
+      rows: 24,
+      env: env as Record<string, string>,
+    });
+    let out = '';
+    term.onData((x) => (out += x));
+    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
+    await new Promise((r) => setTimeout(r, 800));
+    term.write('hello\r');
+    for (let i = 0; i < 50 && !/got hello/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(out).to.match(/got hello/);
+    term.write('\x1d');
+    expect(await exit).to.equal(0);
+    expect(
+      JSON.parse((await svc(['ps', 'c1', '--json'])).stdout).find(
+        (p: { tag?: string; state: string }) => p.tag === 'tty-job' && p.state === 'running',
+      ),
+    ).to.not.equal(undefined);
+    expect((await svc(['kill', 'c1', 'tty-job', '-s', 'KILL'])).code).to.equal(0);
+    const gone = await svc(['kill', '--forget', 'c1', 'tty-job']);
+    expect(gone.stdout).to.match(/removed/);
+    // watch: events as lines, resumable with --from
+    const dir = join(d.dir, 'watched');
+    mkdirSync(dir);
+    const w = spawn(process.execPath, [SVC, 'watch', '--json', 'c1', dir], { env });
+    let wout = '';
+    w.stdout.on('data', (c) => (wout += c));
+    for (let i = 0; i < 50 && !wout.includes('watching'); i++) await new Promise((r) => setTimeout(r, 100));
+    writeFileSync(join(dir, 'f'), 'x');
+    for (let i = 0; i < 50 && !wout.includes('"write"'); i++) await new Promise((r) => setTimeout(r, 100));
+    w.kill('SIGINT');
+    const events = wout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(events.map((e: { type: string }) => e.type)).to.deep.equal(['watching', 'create', 'write']);
+    expect(events[2].path).to.equal(join(dir, 'f'));
+  });
+
   it('clones a suspended VM and shows the pool', async () => {
     expect((await svc(['new', 'tpl', '-p'])).code).to.equal(0);
     expect((await svc(['suspend', 'tpl'])).code).to.equal(0);

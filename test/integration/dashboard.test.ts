@@ -214,6 +214,32 @@ describe('dashboard in a real browser (chromium)', function () {
     expect(existsSync(join(dir, 'blob.bin'))).to.equal(false);
   });
 
+  it('starts a durable process, follows its output live, and stops it', async () => {
+    await page.goto(`${base}/ui/#/vm/${vm}/processes`);
+    await page.waitForSelector('[data-test=processes] input[name=process_cmd]');
+    await page.type(
+      '[data-test=processes] input[name=process_cmd]',
+      'echo started-from-the-page; sleep 0.5; echo second-line; sleep 300',
+    );
+    await page.click('[data-test=process-start]');
+    await until(page, `document.querySelector('[data-test=process-output] pre')?.textContent.includes('second-line')`);
+    const listed = (await d.call('GET', `/vms/${vm}/processes`)).json as {
+      id: string;
+      state: string;
+      args: string[];
+    }[];
+    const p = listed.find((x) => x.args.join(' ').includes('started-from-the-page'))!;
+    expect(p.state).to.equal('running');
+    expect(await text(`[data-test=process-${p.id}]`)).to.match(/running/);
+    await screenshot(page, 'processes');
+    await page.click(`[data-test=process-${p.id}] button`);
+    await until(page, `document.querySelector('[data-test=process-end]')?.textContent.includes('SIGTERM')`);
+    expect((await d.call('GET', `/vms/${vm}/processes/${p.id}`)).json).to.include({
+      state: 'ended',
+      signal: 'SIGTERM',
+    });
+  });
+
   it("edits a VM's egress policy (a bad rule is refused with the daemon's words) and lists its decisions", async () => {
     const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
     net.emit({

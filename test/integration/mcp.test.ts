@@ -72,6 +72,10 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'inject_secret',
         'stats',
         'egress',
+        'start_process',
+        'process_output',
+        'list_processes',
+        'signal_process',
       ]);
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.description).to.match(/stdout, stderr and the exit code/);
@@ -100,6 +104,40 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         arguments: { name: 'm1', cmd: 'sh', args: ['-c', "head -c 100000 /dev/zero | tr '\\0' a"] },
       });
       expect(JSON.parse(textOf(big)).stdout).to.match(/\[stdout truncated: 34464 more bytes/);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('starts a process that outlives the call and reads its output from offsets, each byte once (HTTP)', async () => {
+    const c = await httpClient();
+    try {
+      const call = async (name: string, args: Record<string, unknown>) => {
+        const r = (await c.callTool({ name, arguments: args })) as ToolResult;
+        expect(r.isError, textOf(r)).to.not.equal(true);
+        return JSON.parse(textOf(r));
+      };
+      const p = await call('start_process', {
+        name: 'm1',
+        cmd: 'sh',
+        args: ['-c', 'echo first; read x < /dev/null; sleep 0.5; echo second; sleep 30'],
+        tag: 'mcp-job',
+      });
+      expect(p.id).to.match(/^p\d+$/);
+      const a = await call('process_output', { name: 'm1', id: 'mcp-job', wait_ms: 5000 });
+      expect(a.output.stdout).to.equal('first\n');
+      expect(a.next_from).to.match(/stdout:6/);
+      const b = await call('process_output', { name: 'm1', id: p.id, from: a.next_from, wait_ms: 5000 });
+      expect(b.output.stdout).to.equal('second\n');
+      expect(b.ended).to.equal(null);
+      const listed = await call('list_processes', { name: 'm1' });
+      expect(listed.map((x: { id: string }) => x.id)).to.include(p.id);
+      const killed = await call('signal_process', { name: 'm1', id: p.id, signal: 'KILL' });
+      expect(killed.id).to.equal(p.id);
+      let end = { ended: null as null | Record<string, unknown> };
+      for (let i = 0; i < 50 && !end.ended; i++)
+        end = await call('process_output', { name: 'm1', id: p.id, from: b.next_from, wait_ms: 200 });
+      expect(end.ended).to.include({ reason: 'signal', signal: 'SIGKILL' });
     } finally {
       await c.close();
     }
@@ -196,7 +234,9 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'get_vm',
         'list_dir',
         'list_images',
+        'list_processes',
         'list_vms',
+        'process_output',
         'read_file',
         'stat',
         'stats',

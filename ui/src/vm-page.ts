@@ -4,6 +4,7 @@ import { VmActions } from './actions.js';
 import { StatsChart, type MetricsPoint } from './chart.js';
 import { useVm } from './feed.js';
 import { Egress } from './egress.js';
+import { Processes } from './processes.js';
 import { FileBrowser } from './files.js';
 import { TerminalView } from './terminal.js';
 import { ErrorLine, html, message, StatusBadge, useLoad, when } from './ui.js';
@@ -106,6 +107,7 @@ export function VmPage({ name, tab }: { name: string; tab: string }) {
     ['overview', 'Overview'],
     ['terminal', 'Terminal'],
     ['files', 'Files'],
+    ['processes', 'Processes'],
     ['egress', 'Egress'],
   ];
   return html`<div>
@@ -123,7 +125,9 @@ export function VmPage({ name, tab }: { name: string; tab: string }) {
           ? html`<${FileBrowser} name=${name} />`
           : tab === 'egress'
             ? html`<${Egress} name=${name} />`
-            : html`<${Fields} vm=${vm} /><${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
+            : tab === 'processes'
+              ? html`<${Processes} name=${name} />`
+              : html`<${Fields} vm=${vm} /><${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
     }
   </div>`;
 }

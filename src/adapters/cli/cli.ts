@@ -11,6 +11,7 @@ import { egressCommands, egressFlags, policyFromFlags } from './egress-commands.
 import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
+import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 
 /** Thrown to leave with a given exit code (the remote command's, the shell's). */
 class Exit extends Error {
@@ -602,10 +603,13 @@ export function buildCli(): Command {
   program
     .command('logs')
     .argument('<name>')
+    .argument('[process]', "a durable process's id or tag: its output instead of the console's")
     .option('-f, --follow', 'keep printing as the log grows')
-    .option('--tail <bytes>', 'last N bytes', Number)
-    .description('the guest serial console log')
-    .action(async (name: string, o) => {
+    .option('--tail <bytes>', 'last N bytes (the console log)', Number)
+    .option('--from <offset>', "a process's output from this byte (N, or stdout:N,stderr:M)")
+    .description("the guest serial console log, or a durable process's output")
+    .action(async (name: string, proc: string | undefined, o) => {
+      if (proc) throw new Exit(await processLogs(client(), name, proc, o));
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
       for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal }))
@@ -636,6 +640,7 @@ export function buildCli(): Command {
     });
 
   egressCommands(program, client);
+  processCommands(program, client);
 
   program
     .command('completion')
@@ -652,7 +657,7 @@ export async function runCli(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
-    if (err instanceof Exit) return err.code;
+    if (err instanceof Exit || err instanceof ProcessExit) return err.code;
     const e = err as { code?: string; exitCode?: number; message?: string };
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) return e.exitCode ?? 2;
     process.stderr.write(`svc: ${e.message ?? String(err)}\n`);

@@ -26,6 +26,14 @@ import type {
 } from '../../domain/events.js';
 import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
+import type {
+  OutputFrame,
+  ProcessInfo,
+  ProcessStart,
+  ProcessStream,
+  WatchEvent,
+  WatchInfo,
+} from '../../domain/processes.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
 
@@ -131,6 +139,17 @@ export const CLIENT_ROUTES = [
   'get /vms/{name}/egress',
   'put /vms/{name}/egress',
   'get /vms/{name}/egress/log',
+  'post /vms/{name}/processes',
+  'get /vms/{name}/processes',
+  'get /vms/{name}/processes/{id}',
+  'get /vms/{name}/processes/{id}/output',
+  'post /vms/{name}/processes/{id}/stdin',
+  'post /vms/{name}/processes/{id}/signal',
+  'post /vms/{name}/processes/{id}/resize',
+  'delete /vms/{name}/processes/{id}',
+  'get /vms/{name}/watch',
+  'get /vms/{name}/watches',
+  'delete /vms/{name}/watches/{id}',
 ] as const;
 
 const enc = encodeURIComponent;
@@ -257,8 +276,17 @@ export class SvcClient {
 
   private async *lines<T>(res: IncomingMessage): AsyncIterable<T> {
     if ((res.statusCode ?? 0) >= 300) await this.fail(res);
-    for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
-      if (line.trim()) yield JSON.parse(line) as T;
+    const rl = createInterface({ input: res, crlfDelay: Infinity });
+    // A response destroyed without an error (an abort) ends no readline iteration by itself.
+    const onClose = () => rl.close();
+    res.once('close', onClose);
+    try {
+      for await (const line of rl) {
+        if (line.trim()) yield JSON.parse(line) as T;
+      }
+    } finally {
+      res.off('close', onClose);
+      res.destroy();
     }
   }
 
@@ -402,6 +430,168 @@ export class SvcClient {
     }
   }
 
+  // --- durable processes and watches (docs/processes.md)
+  startProcess(name: string, p: Omit<ProcessStart, 'args'> & { args?: string[] }): Promise<ProcessInfo> {
+    return this.call('POST', `/vms/${enc(name)}/processes`, { args: [], ...p });
+  }
+  processes(name: string): Promise<ProcessInfo[]> {
+    return this.call('GET', `/vms/${enc(name)}/processes`);
+  }
+  /** By id (`p3`) or tag. */
+  process(name: string, ref: string): Promise<ProcessInfo> {
+    return this.call('GET', `/vms/${enc(name)}/processes/${enc(ref)}`);
+  }
+  /**
+   * A process's output from `from` (every stream from that byte, or per stream; default 0:
+   * everything kept), then, with `follow` (the default), as it comes, until the process ends.
+   * When the connection breaks (the daemon restarts, the VM is restored, the network blips) it
+   * comes back on its own with the offsets it has seen, for up to `retryMs` (60 s) without
+   * news: no byte twice, none skipped but what a `truncated` frame says. `signal` stops reading
+   * (the process runs on).
+   */
+  async *processOutput(
+    name: string,
+    ref: string,
+    o: {
+      from?: number | Partial<Record<ProcessStream, number>>;
+      follow?: boolean;
+      signal?: AbortSignal;
+      retryMs?: number;
+    } = {},
+  ): AsyncIterable<OutputFrame> {
+    const pos: Partial<Record<ProcessStream, number>> = typeof o.from === 'object' ? { ...o.from } : {};
+    const all = typeof o.from === 'number' ? o.from : undefined;
+    const from = () => {
+      const parts = Object.entries(pos).map(([s, n]) => `${s}:${n}`);
+      return parts.length ? parts.join(',') : all !== undefined ? String(all) : undefined;
+    };
+    const follow = o.follow ?? true;
+    yield* this.resumable(o, async function* (this: SvcClient) {
+      const res = await this.raw(
+        'GET',
+        `/vms/${enc(name)}/processes/${enc(ref)}/output${qs({ from: from(), follow: follow ? '1' : '0' })}`,
+      );
+      o.signal?.addEventListener('abort', () => res.destroy(), { once: true });
+      for await (const f of this.lines<OutputFrame>(res)) {
+        if ('stream' in f)
+          pos[f.stream] =
+            f.offset + (f.encoding === 'base64' ? Buffer.from(f.data, 'base64').length : Buffer.byteLength(f.data));
+        else if ('truncated' in f) {
+          // a stream that never had a frame starts from its first kept byte
+          if ((pos[f.truncated.stream] ?? all ?? 0) < f.truncated.before) pos[f.truncated.stream] = f.truncated.before;
+        }
+        yield f;
+        if ('reason' in f) return true;
+      }
+      return !follow;
+    });
+  }
+  /** Bytes for a process started with `stdin: true`; `eof` then ends its input. */
+  async sendStdin(
+    name: string,
+    ref: string,
+    data: Buffer | string | Readable,
+    o: { eof?: boolean } = {},
+  ): Promise<void> {
+    const body = typeof data === 'string' ? Buffer.from(data) : data;
+    const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+    if (!Buffer.isBuffer(body)) headers['transfer-encoding'] = 'chunked';
+    const res = await this.raw(
+      'POST',
+      `/vms/${enc(name)}/processes/${enc(ref)}/stdin${qs({ eof: o.eof ? '1' : undefined })}`,
+      body,
+      headers,
+    );
+    if ((res.statusCode ?? 0) >= 300) await this.fail(res);
+    res.resume();
+  }
+  signalProcess(name: string, ref: string, signal: string | number = 'SIGTERM'): Promise<void> {
+    return this.call('POST', `/vms/${enc(name)}/processes/${enc(ref)}/signal`, { signal });
+  }
+  resizeProcess(name: string, ref: string, cols: number, rows: number): Promise<void> {
+    return this.call('POST', `/vms/${enc(name)}/processes/${enc(ref)}/resize`, { cols, rows });
+  }
+  /** Kills it if it runs, and forgets it. */
+  removeProcess(name: string, ref: string): Promise<Message & { id: string }> {
+    return this.call('DELETE', `/vms/${enc(name)}/processes/${enc(ref)}`);
+  }
+  /**
+   * A file watch's events: a new watch on `target.path`, or an existing one from `target.from` (a
+   * cursor). It comes back on its own with the last cursor when the connection breaks, as
+   * processOutput does; the first event of a new watch is `watching` (its id).
+   */
+  async *watch(
+    name: string,
+    target: { path: string; recursive?: boolean } | { from: string },
+    o: { signal?: AbortSignal; retryMs?: number } = {},
+  ): AsyncIterable<WatchEvent> {
+    let cursor = 'from' in target ? target.from : undefined;
+    yield* this.resumable(o, async function* (this: SvcClient) {
+      const q = cursor
+        ? { from: cursor }
+        : {
+            path: (target as { path: string }).path,
+            recursive: (target as { recursive?: boolean }).recursive ? '1' : undefined,
+          };
+      const res = await this.raw('GET', `/vms/${enc(name)}/watch${qs(q)}`);
+      o.signal?.addEventListener('abort', () => res.destroy(), { once: true });
+      for await (const e of this.lines<WatchEvent>(res)) {
+        cursor = e.cursor;
+        yield e;
+      }
+      return true;
+    });
+  }
+  watches(name: string): Promise<WatchInfo[]> {
+    return this.call('GET', `/vms/${enc(name)}/watches`);
+  }
+  removeWatch(name: string, id: string): Promise<Message & { id: string }> {
+    return this.call('DELETE', `/vms/${enc(name)}/watches/${enc(id)}`);
+  }
+
+  /**
+   * Runs `attempt` again when its connection breaks (unreachable daemon, 502/503/504, a cut
+   * stream) until it returns true (done), `signal` aborts, or `retryMs` pass without a yield.
+   * A 4xx ends it with its error.
+   */
+  private async *resumable<T>(
+    o: { signal?: AbortSignal; retryMs?: number },
+    attempt: (this: SvcClient) => AsyncGenerator<T, boolean>,
+  ): AsyncIterable<T> {
+    let quietSince = Date.now();
+    let wait = 100;
+    let it: AsyncGenerator<T, boolean> | undefined;
+    try {
+      while (!o.signal?.aborted) {
+        try {
+          it = attempt.call(this);
+          for (;;) {
+            const n = await it.next();
+            if (n.done) {
+              if (n.value) return;
+              break;
+            }
+            quietSince = Date.now();
+            wait = 100;
+            yield n.value;
+          }
+        } catch (err) {
+          if (o.signal?.aborted) return;
+          const retryable =
+            err instanceof DaemonUnreachableError ||
+            (err instanceof SvcError && (err.status === 0 || err.status >= 502)) ||
+            isCut(err);
+          if (!retryable || Date.now() - quietSince > (o.retryMs ?? 60_000)) throw err;
+        }
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(wait * 2, 2000);
+      }
+    } finally {
+      // a caller that stops early (break) closes the connection the attempt holds
+      await it?.return(true);
+    }
+  }
+
   // --- forwards
   addForward(name: string, f: { host_port?: number; guest_port: number }): Promise<Forward> {
     return this.call('POST', `/vms/${enc(name)}/forwards`, f);
@@ -541,4 +731,15 @@ export class SvcClient {
       );
     });
   }
+}
+
+/** A stream that broke off mid-answer (the daemon or the VM went away): worth reading again. */
+function isCut(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  return (
+    code === 'ECONNRESET' ||
+    code === 'EPIPE' ||
+    code === 'ERR_STREAM_PREMATURE_CLOSE' ||
+    (err as Error)?.message === 'aborted'
+  );
 }

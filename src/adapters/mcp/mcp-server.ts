@@ -191,6 +191,86 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
       ),
   );
 
+  server.registerTool(
+    'list_processes',
+    {
+      title: "List a VM's durable processes",
+      description:
+        'The processes started with start_process in a VM: id, tag, pid, command, running or how they ended (exit_code, signal), and how many bytes each output stream holds.',
+      inputSchema: { name: vmName },
+      annotations: readOnly,
+    },
+    ({ name }) => tool(async () => json(await client.processes(name))),
+  );
+  server.registerTool(
+    'process_output',
+    {
+      title: "Read a process's output",
+      description: `A durable process's output from a byte offset (what it printed while nobody read is kept, ${'16 MiB'} per stream). Give \`from\` as the \`next_from\` of the last read to get only what is new; \`wait_ms\` waits that long for news when there is none yet. At most ${MCP_LIMITS.execOutputBytes} bytes a call (next_from says where to go on).`,
+      inputSchema: {
+        name: vmName,
+        id: z.string().max(64).describe('process id (p3) or tag'),
+        from: z
+          .string()
+          .max(100)
+          .optional()
+          .describe('byte offset N, or stdout:N,stderr:M (next_from of the last read); default 0'),
+        wait_ms: z
+          .number()
+          .int()
+          .min(0)
+          .max(30_000)
+          .optional()
+          .describe('wait up to this long for output when none is there (default 0)'),
+      },
+      annotations: readOnly,
+    },
+    ({ name, id, from, wait_ms }) =>
+      tool(async () => {
+        const pos: Record<string, number> = {};
+        let all: number | undefined;
+        if (from && /^\d+$/.test(from)) all = Number(from);
+        else if (from) for (const part of from.split(',')) pos[part.split(':')[0]] = Number(part.split(':')[1]);
+        const out: Record<string, string> = {};
+        const notes: string[] = [];
+        let ended: unknown = null;
+        let size = 0;
+        const ac = new AbortController();
+        const timer = wait_ms ? setTimeout(() => ac.abort(), wait_ms) : undefined;
+        try {
+          const frames = client.processOutput(name, id, {
+            from: all ?? (Object.keys(pos).length ? pos : undefined),
+            follow: !!wait_ms,
+            signal: ac.signal,
+          });
+          for await (const f of frames) {
+            if ('stream' in f) {
+              const bytes = f.encoding === 'base64' ? Buffer.from(f.data, 'base64') : Buffer.from(f.data);
+              out[f.stream] = (out[f.stream] ?? '') + (f.encoding === 'base64' ? `[base64:${f.data}]` : f.data);
+              pos[f.stream] = f.offset + bytes.length;
+              size += bytes.length;
+              if (size >= MCP_LIMITS.execOutputBytes) break;
+              if (wait_ms) ac.abort(); // news came: answer with it
+            } else if ('truncated' in f) {
+              notes.push(`${f.truncated.stream} before byte ${f.truncated.before} is no longer kept`);
+              pos[f.truncated.stream] = f.truncated.before;
+            } else {
+              ended = f;
+              break;
+            }
+          }
+        } finally {
+          clearTimeout(timer);
+          ac.abort();
+        }
+        const next =
+          Object.entries(pos)
+            .map(([s, n]) => `${s}:${n}`)
+            .join(',') || String(all ?? 0);
+        return json({ output: out, next_from: next, ended, ...(notes.length ? { truncated: notes } : {}) });
+      }),
+  );
+
   registerResources(server, client);
   if (policy.readOnly) return server;
 
@@ -458,6 +538,43 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
       annotations: change,
     },
     ({ name, secret, path, mode }) => tool(async () => json(await client.injectSecret(name, secret, { path, mode }))),
+  );
+  server.registerTool(
+    'start_process',
+    {
+      title: 'Start a process that outlives the call',
+      description:
+        'Starts a command in a VM that keeps running after this call (a server, a watcher, a long job). Read what it prints with process_output, at any time, from any offset; stop it with signal_process. For a command whose result you want now, use exec.',
+      inputSchema: {
+        name: vmName,
+        cmd: z.string().min(1).max(4096),
+        args: z.array(z.string()).max(1000).optional(),
+        cwd: z.string().max(4096).optional(),
+        env: z.record(z.string(), z.string()).optional(),
+        tag: z.string().max(64).optional().describe('a name to find it by (one running process per tag)'),
+      },
+      annotations: change,
+    },
+    ({ name, cmd, args, cwd, env, tag }) =>
+      tool(async () => json(await client.startProcess(name, { cmd, args: args ?? [], cwd, env, tag }))),
+  );
+  server.registerTool(
+    'signal_process',
+    {
+      title: 'Signal a process',
+      description: 'Sends a signal to a durable process (SIGTERM by default; SIGKILL, SIGINT, SIGHUP...).',
+      inputSchema: {
+        name: vmName,
+        id: z.string().max(64).describe('process id (p3) or tag'),
+        signal: z.string().max(16).optional(),
+      },
+      annotations: destroy,
+    },
+    ({ name, id, signal }) =>
+      tool(async () => {
+        await client.signalProcess(name, id, signal ?? 'SIGTERM');
+        return json(await client.process(name, id));
+      }),
   );
   if (policy.egress) {
     server.registerTool(

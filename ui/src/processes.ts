@@ -1,0 +1,117 @@
+import { useEffect, useState } from 'preact/hooks';
+import { api, enc, ndjson, type OutputFrame, type ProcessInfo } from './api.js';
+import { ErrorLine, html, message, useLoad, when } from './ui.js';
+
+/** Characters of output the page keeps for the process on show (older ones scroll out). */
+const KEEP_CHARS = 200_000;
+
+function state(p: ProcessInfo): string {
+  if (p.state === 'running') return 'running';
+  if (p.reason === 'signal') return `killed (${p.signal})`;
+  if (p.reason === 'exit') return `exited ${p.exit_code}`;
+  return `ended (${p.reason})`;
+}
+
+/** One process's output, followed live from its first kept byte (docs/processes.md). */
+function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
+  const [text, setText] = useState('');
+  const [end, setEnd] = useState<string>();
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    const ac = new AbortController();
+    setText('');
+    setEnd(undefined);
+    setError(undefined);
+    void (async () => {
+      try {
+        for await (const f of ndjson<OutputFrame>(
+          'GET',
+          `/vms/${enc(vm)}/processes/${enc(p.id)}/output?from=0&follow=1`,
+          { signal: ac.signal },
+        )) {
+          if ('stream' in f) {
+            const data = f.encoding === 'base64' ? atob(f.data) : f.data;
+            setText((t) => (t + data).slice(-KEEP_CHARS));
+          } else if ('truncated' in f)
+            setText((t) => `${t}[${f.truncated.stream}: output before byte ${f.truncated.before} is no longer kept]\n`);
+          else
+            setEnd(
+              f.reason === 'exit'
+                ? `exited ${f.exit_code}`
+                : f.reason === 'signal'
+                  ? `killed (${f.signal})`
+                  : `ended (${f.reason})`,
+            );
+        }
+      } catch (err) {
+        if (!ac.signal.aborted) setError(message(err));
+      }
+    })();
+    return () => ac.abort();
+  }, [vm, p.id]);
+  return html`<div data-test="process-output">
+    <pre class="console">${text}</pre>
+    ${end ? html`<p class="muted" data-test="process-end">${end}</p>` : null}
+    <${ErrorLine} error=${error} />
+  </div>`;
+}
+
+/**
+ * A VM's durable processes: the list (refreshed every few seconds), a line to start one, and the
+ * chosen one's output as it comes. They run on when the page goes.
+ */
+export function Processes({ name }: { name: string }) {
+  const list = useLoad(() => api<ProcessInfo[]>('GET', `/vms/${enc(name)}/processes`), [name], 3000);
+  const [chosen, setChosen] = useState<string>();
+  const [line, setLine] = useState('');
+  const [error, setError] = useState<string>();
+  const start = async (e: Event) => {
+    e.preventDefault();
+    setError(undefined);
+    try {
+      const p = await api<ProcessInfo>('POST', `/vms/${enc(name)}/processes`, {
+        body: { cmd: '/bin/sh', args: ['-c', line] },
+      });
+      setLine('');
+      setChosen(p.id);
+      list.reload();
+    } catch (err) {
+      setError(message(err));
+    }
+  };
+  const act = (id: string, how: 'TERM' | 'KILL' | 'forget') => async () => {
+    setError(undefined);
+    try {
+      if (how === 'forget') await api('DELETE', `/vms/${enc(name)}/processes/${enc(id)}`);
+      else await api('POST', `/vms/${enc(name)}/processes/${enc(id)}/signal`, { body: { signal: how } });
+      list.reload();
+    } catch (err) {
+      setError(message(err));
+    }
+  };
+  const procs = [...(list.data ?? [])].reverse();
+  const shown = procs.find((p) => p.id === chosen);
+  return html`<section class="card" data-test="processes">
+    <h3>Processes</h3>
+    <p class="muted">Processes here outlive this page, the daemon and the agent: start one, come back later, and read everything it printed.</p>
+    <form class="row" onSubmit=${start}>
+      <input name="process_cmd" style="flex: 1" placeholder="a shell command, e.g. python3 -m http.server 8000" value=${line} onInput=${(ev: Event) => setLine((ev.target as HTMLInputElement).value)} />
+      <button type="submit" class="primary" disabled=${!line.trim()} data-test="process-start">Start</button>
+    </form>
+    <${ErrorLine} error=${error ?? list.error} />
+    ${
+      procs.length === 0
+        ? html`<p class="muted">None yet.</p>`
+        : html`<table data-test="process-list"><thead><tr><th>Id</th><th>Tag</th><th>Command</th><th>State</th><th>Started</th><th></th></tr></thead><tbody>
+      ${procs.map(
+        (p) => html`<tr class=${p.id === chosen ? 'on' : ''} data-test=${`process-${p.id}`}>
+          <td><a href="javascript:void 0" onClick=${() => setChosen(p.id)}>${p.id}</a></td><td>${p.tag ?? ''}</td>
+          <td><code>${[p.cmd, ...p.args].join(' ').slice(0, 80)}</code></td><td>${state(p)}</td><td>${when(p.started_at)}</td>
+          <td>${p.state === 'running' ? html`<button onClick=${act(p.id, 'TERM')}>Stop</button> <button onClick=${act(p.id, 'KILL')}>Kill</button>` : html`<button onClick=${act(p.id, 'forget')}>Forget</button>`}</td>
+        </tr>`,
+      )}
+    </tbody></table>`
+    }
+    ${shown ? html`<h4>${shown.id} output</h4><${Output} vm=${name} p=${shown} />` : null}
+  </section>`;
+}
