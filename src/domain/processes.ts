@@ -51,6 +51,13 @@ export type OutputFrame =
   | { truncated: { stream: ProcessStream; before: number } }
   | { reason: EndReason; exit_code?: number; signal?: string; ended_at: string };
 
+/**
+ * What the guest reads of a process's output before it is a frame: a stream's bytes at an offset
+ * (whole UTF-8 characters where they are text), or a frame that carries no bytes.
+ */
+export type OutputPiece =
+  { stream: ProcessStream; offset: number; bytes: Uint8Array } | Exclude<OutputFrame, { stream: ProcessStream }>;
+
 export type WatchEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow' | 'watching';
 
 export interface WatchEntry {

@@ -45,6 +45,12 @@ export function findHelpers(dir?: string): string | null {
 export class FsKeptProcesses implements KeptProcesses {
   /** Id allocations, one at a time. */
   private allocating: Promise<unknown> = Promise.resolve();
+  /**
+   * What never changes once written, read once: a record's meta.json, and its end. A listing or a
+   * tag check then costs a directory read and a look at each running keeper, not two files each.
+   */
+  private readonly metas = new Map<string, KeptRecord>();
+  private readonly ends = new Map<string, KeptEnd>();
 
   constructor(
     private readonly root: string,
@@ -131,6 +137,7 @@ export class FsKeptProcesses implements KeptProcesses {
       ...(s.watch ? { watch: s.watch } : {}),
     };
     await writeFileAtomic(join(dir, 'meta.json'), `${JSON.stringify(rec)}\n`);
+    this.metas.set(id, rec);
     return rec;
   }
 
@@ -144,8 +151,12 @@ export class FsKeptProcesses implements KeptProcesses {
   }
 
   async get(id: string): Promise<KeptRecord | null> {
+    const known = this.metas.get(id);
+    if (known) return known;
     try {
-      return JSON.parse(await readFile(join(this.dir(id), 'meta.json'), 'utf8')) as KeptRecord;
+      const rec = JSON.parse(await readFile(join(this.dir(id), 'meta.json'), 'utf8')) as KeptRecord;
+      this.metas.set(id, rec);
+      return rec;
     } catch {
       return null;
     }
@@ -158,6 +169,14 @@ export class FsKeptProcesses implements KeptProcesses {
   }
 
   async end(id: string): Promise<KeptEnd | null> {
+    const known = this.ends.get(id);
+    if (known) return known;
+    const e = await this.lookForEnd(id);
+    if (e) this.ends.set(id, e);
+    return e;
+  }
+
+  private async lookForEnd(id: string): Promise<KeptEnd | null> {
     const rec = await this.need(id);
     const file = join(this.dir(id), 'exit.json');
     const read = async () => {
@@ -229,7 +248,7 @@ export class FsKeptProcesses implements KeptProcesses {
     }
   }
 
-  changed(id: string, ms: number, signal?: AbortSignal): Promise<void> {
+  changed(id: string, ms: number, signal?: AbortSignal, moved?: () => Promise<boolean>): Promise<void> {
     return new Promise((resolve) => {
       let w: FSWatcher | undefined;
       const done = () => {
@@ -247,6 +266,10 @@ export class FsKeptProcesses implements KeptProcesses {
       } catch {
         // gone: the caller looks again when the time is up
       }
+      moved?.().then(
+        (yes) => yes && done(),
+        () => undefined,
+      );
     });
   }
 
@@ -309,6 +332,8 @@ export class FsKeptProcesses implements KeptProcesses {
       }
     }
     await rm(this.dir(id), { recursive: true, force: true });
+    this.metas.delete(id);
+    this.ends.delete(id);
   }
 }
 

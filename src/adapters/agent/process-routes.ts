@@ -4,7 +4,8 @@ import type { WatchService } from '../../app/agent/watch-service.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { parseFrom, parseProcessStart, termSize } from '../../domain/processes.js';
 import { parseBool, queryOne, type Query } from '../../domain/query.js';
-import { followNdjson } from '../http-kit/ndjson.js';
+import { followNdjson, pumpTo } from '../http-kit/ndjson.js';
+import { framesOf, pieceChunks, PIECES_TYPE } from '../http-kit/output-pieces.js';
 import type { RouteDef } from '../http-kit/route.js';
 
 /** The agent's durable processes and watches (docs/processes.md). */
@@ -25,7 +26,15 @@ export function processRoutes(processes: ProcessService, watches: WatchService):
       handler: async (req, res) => {
         const from = parseFrom(q(req));
         const follows = parseBool(q(req), 'follow', false);
-        await followNdjson(res, (signal) => processes.output(id(req), from, follows, signal));
+        if (!parseBool(q(req), 'raw', false))
+          return followNdjson(res, async (signal) => framesOf(await processes.output(id(req), from, follows, signal)));
+        // The daemon's way: the bytes as they are, encoded into frames on the host (output-pieces.ts)
+        const gone = new AbortController();
+        const pieces = await processes.output(id(req), from, follows, gone.signal);
+        res.status(200).type(PIECES_TYPE);
+        res.setHeader('Cache-Control', 'no-store');
+        res.flushHeaders();
+        await pumpTo(res, pieceChunks(pieces), () => gone.abort());
       },
     },
     {

@@ -174,28 +174,14 @@ export class AgentHttp {
     maxLine: number,
     valid: (v: unknown) => v is T,
   ): Promise<AsyncIterable<T>> {
+    return linesOf(await this.open(ep, o), maxLine, valid);
+  }
+
+  /** A call whose answer the caller reads as it streams: a status of 300 or more is the agent's error, thrown. */
+  async open(ep: AgentEndpoint, o: CallOptions): Promise<{ res: IncomingMessage; req: ClientRequest }> {
     const { res, req } = await this.send(ep, o);
     if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
-    return (async function* () {
-      let done = false;
-      try {
-        for await (const line of boundedLines(res, maxLine)) {
-          if (!line.trim()) continue;
-          let v: unknown;
-          try {
-            v = JSON.parse(line);
-          } catch {
-            v = undefined;
-          }
-          if (!valid(v))
-            throw new AgentFailureError(`guest agent sent a bad line: ${JSON.stringify(line.slice(0, 80))}`);
-          yield v;
-        }
-        done = true;
-      } finally {
-        if (!done) req.destroy();
-      }
-    })();
+    return { res, req };
   }
 
   /** Closes kept-alive connections (daemon stop). */
@@ -203,6 +189,33 @@ export class AgentHttp {
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
   }
+}
+
+/** An NDJSON answer's lines, as `AgentHttp.lines` reads them, from an answer already open. */
+export function linesOf<T>(
+  { res, req }: { res: IncomingMessage; req: ClientRequest },
+  maxLine: number,
+  valid: (v: unknown) => v is T,
+): AsyncIterable<T> {
+  return (async function* () {
+    let done = false;
+    try {
+      for await (const line of boundedLines(res, maxLine)) {
+        if (!line.trim()) continue;
+        let v: unknown;
+        try {
+          v = JSON.parse(line);
+        } catch {
+          v = undefined;
+        }
+        if (!valid(v)) throw new AgentFailureError(`guest agent sent a bad line: ${JSON.stringify(line.slice(0, 80))}`);
+        yield v;
+      }
+      done = true;
+    } finally {
+      if (!done) req.destroy();
+    }
+  })();
 }
 
 /** Lines of a stream, each at most `max` bytes: a guest cannot make the daemon buffer an endless line. */

@@ -1,13 +1,24 @@
 import type { Readable } from 'node:stream';
-import type { OutputFrame, ProcessInfo, ProcessStart, WatchEvent, WatchInfo } from '../../domain/processes.js';
+import type {
+  OutputFrame,
+  ProcessInfo,
+  ProcessStart,
+  ProcessStream,
+  WatchEvent,
+  WatchInfo,
+} from '../../domain/processes.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 import type { GuestProcesses } from '../../ports/guest-processes.js';
-import { AgentHttp } from './agent-http.js';
-import { NotSupportedError } from '../../domain/errors.js';
-import { REPLY_LIMITS } from './agent-replies.js';
+import { AgentHttp, linesOf } from './agent-http.js';
+import { AgentFailureError, NotSupportedError } from '../../domain/errors.js';
+import { REPLY_LIMITS, where } from './agent-replies.js';
+import { BadPieces, encodeFrames, PIECES_TYPE, readPieces } from '../http-kit/output-pieces.js';
 
 /** A process's journal frame is at most 64 KiB of bytes; base64 and JSON make that under 100 KiB. */
 const LINE_MAX = 256 * 1024;
+/** An unencoded piece is at most 256 KiB (PIECE_BYTES in the agent); its head is a short JSON line. */
+const PIECE_MAX = 1024 * 1024;
+const PIECE_HEAD_MAX = 1024;
 const CALL_TIMEOUT_MS = 30_000;
 
 const json = (v: unknown) => ({ body: Buffer.from(JSON.stringify(v)), contentType: 'application/json' });
@@ -34,15 +45,36 @@ export class HttpGuestProcesses implements GuestProcesses {
     return this.http.json(ep, { method: 'GET', path: p(ref), timeoutMs: CALL_TIMEOUT_MS });
   }
 
-  output(
+  /** Asks for the output unencoded (output-pieces.ts) and makes the frames here; an agent that sends NDJSON is read as such. */
+  async output(
     ep: AgentEndpoint,
     ref: string,
     o: { from?: string; follow: boolean },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputFrame>> {
-    const q = new URLSearchParams({ follow: o.follow ? '1' : '0' });
+    const q = new URLSearchParams({ follow: o.follow ? '1' : '0', raw: '1' });
     if (o.from) q.set('from', o.from);
-    return this.http.lines(ep, { method: 'GET', path: `${p(ref)}/output?${q}`, signal }, LINE_MAX, isOutputFrame);
+    const answer = await this.http.open(ep, { method: 'GET', path: `${p(ref)}/output?${q}`, signal });
+    if (!String(answer.res.headers['content-type'] ?? '').startsWith(PIECES_TYPE))
+      return linesOf(answer, LINE_MAX, isOutputFrame);
+    return (async function* () {
+      let done = false;
+      try {
+        for await (const { head, bytes } of readPieces(answer.res, PIECE_HEAD_MAX, PIECE_MAX)) {
+          const h = head as { stream?: string; offset?: unknown };
+          if (bytes && STREAMS.has(h.stream as string) && offset(h.offset))
+            yield* encodeFrames(h.stream as ProcessStream, h.offset as number, bytes);
+          else if (!bytes && isOutputFrame(head) && !('stream' in head)) yield head;
+          else throw new AgentFailureError(`guest agent sent a bad piece: ${JSON.stringify(head).slice(0, 80)}`);
+        }
+        done = true;
+      } catch (err) {
+        if (err instanceof BadPieces) throw new AgentFailureError(`guest agent at ${where(ep)} sent ${err.message}`);
+        throw err;
+      } finally {
+        if (!done) answer.req.destroy();
+      }
+    })();
   }
 
   async stdin(ep: AgentEndpoint, ref: string, body: Readable, eof: boolean): Promise<void> {

@@ -12,7 +12,7 @@ import {
   isProcessId,
   parseSignal,
   signalName,
-  type OutputFrame,
+  type OutputPiece,
   type ProcessInfo,
   type ProcessStart,
   type ProcessStream,
@@ -23,8 +23,11 @@ import { SpawnError } from '../../ports/agent/process-runner.js';
 import { AgentOptions } from './agent-options.js';
 import { AgentService } from './agent-service.js';
 
-/** Bytes of one output frame, at most (before base64). */
-export const FRAME_BYTES = 64 * 1024;
+/**
+ * Bytes of one piece of output read from a journal, at most: large, because each read costs the
+ * guest a directory listing and an open (frames to clients are cut to 64 KiB after, output-pieces.ts).
+ */
+export const PIECE_BYTES = 256 * 1024;
 /** How long a follower waits for news before it looks again anyway. */
 const FOLLOW_POLL_MS = 1000;
 /** Ended processes kept to be listed and read, the newest (up to 31 more between prunes); older ones are removed as new ones start. */
@@ -158,16 +161,17 @@ export class ProcessService {
   }
 
   /**
-   * The output from `from` (per stream; 0 when not given): frames of at most FRAME_BYTES, a
-   * `truncated` line where bytes are no longer kept, and, once the process has ended and its
-   * output is all read, its end. Without `follow` it stops at what is there now.
+   * The output from `from` (per stream; 0 when not given): each stream's bytes in pieces of at
+   * most PIECE_BYTES (whole UTF-8 characters where they are text; encoding them into frames is
+   * the caller's), a `truncated` line where bytes are no longer kept, and, once the process has
+   * ended and its output is all read, its end. Without `follow` it stops at what is there now.
    */
   async output(
     ref: string,
     from: Partial<Record<ProcessStream, number>> & { all?: number },
     follow: boolean,
     signal?: AbortSignal,
-  ): Promise<AsyncIterable<OutputFrame>> {
+  ): Promise<AsyncIterable<OutputPiece>> {
     const rec = await this.find(ref);
     const streams = streamsOf(rec);
     const pos = {} as Record<ProcessStream, number>;
@@ -190,33 +194,39 @@ export class ProcessService {
     pos: Record<ProcessStream, number>,
     follow: boolean,
     signal?: AbortSignal,
-  ): AsyncGenerator<OutputFrame> {
+  ): AsyncGenerator<OutputPiece> {
     while (!signal?.aborted) {
       // Looked at before reading: an end seen here means every byte was written before the reads.
       const end = await this.kept.end(rec.id);
       let progressed = false;
       for (const s of streams) {
         for (;;) {
-          const r = await this.kept.read(rec.id, s, pos[s], FRAME_BYTES);
+          const r = await this.kept.read(rec.id, s, pos[s], PIECE_BYTES);
           if (r.offset > pos[s]) {
             yield { truncated: { stream: s, before: r.offset } };
             pos[s] = r.offset;
           }
           if (!r.data.length) break;
-          const frame = toFrame(s, r.offset, r.data, !!end);
-          if (!frame) break; // only part of a character so far
-          yield frame.frame;
-          pos[s] += frame.used;
+          const used = wholeCharacters(r.data, !!end);
+          if (!used) break; // only part of a character so far
+          yield { stream: s, offset: r.offset, bytes: r.data.subarray(0, used) };
+          pos[s] += used;
           progressed = true;
-          if (r.data.length < FRAME_BYTES) break;
+          if (r.data.length < PIECE_BYTES) break;
         }
       }
       if (end && !progressed) {
-        yield { ...endFields(end), ended_at: new Date(end.ended_at_ms).toISOString() } as OutputFrame;
+        yield { ...endFields(end), ended_at: new Date(end.ended_at_ms).toISOString() } as OutputPiece;
         return;
       }
       if (!progressed && !follow) return;
-      if (!progressed) await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal);
+      if (!progressed) {
+        const moved = async () => {
+          for (const s of streams) if ((await this.kept.range(rec.id, s)).end > pos[s]) return true;
+          return !!(await this.kept.end(rec.id));
+        };
+        await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal, moved);
+      }
     }
   }
 
@@ -264,19 +274,12 @@ function endFields(e: KeptEnd): Pick<ProcessInfo, 'exit_code' | 'signal' | 'reas
   return { reason: 'exit', exit_code: e.code ?? 0, ended_at };
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
 /**
- * A frame of `data` read at `offset`: UTF-8 text when it is, whole characters only (a character
- * cut at the end waits for its rest, unless the process has ended); base64 otherwise. Null when
- * nothing whole is there yet.
+ * How many of `data`'s bytes to send now: all but a UTF-8 character cut at the end (it waits for
+ * its rest, unless the process has ended). 0 when nothing whole is there yet. Bytes that are not
+ * UTF-8 at all go whole, except a last few that look like the start of a character.
  */
-export function toFrame(
-  stream: ProcessStream,
-  offset: number,
-  data: Buffer,
-  ended: boolean,
-): { frame: OutputFrame; used: number } | null {
+export function wholeCharacters(data: Uint8Array, ended: boolean): number {
   let cut = data.length;
   // A UTF-8 sequence's lead byte is 11xxxxxx; back up over a last sequence that is not complete.
   for (let i = data.length - 1; i >= Math.max(0, data.length - 4); i--) {
@@ -286,11 +289,6 @@ export function toFrame(
     if (data.length - i < need) cut = i;
     break;
   }
-  if (cut === 0 && !ended && data.length < 4) return null;
-  const text = cut > 0 ? data.subarray(0, cut) : data;
-  try {
-    return { frame: { stream, offset, data: utf8.decode(text) }, used: text.length };
-  } catch {
-    return { frame: { stream, offset, data: data.toString('base64'), encoding: 'base64' }, used: data.length };
-  }
+  if (cut > 0) return cut;
+  return !ended && data.length < 4 ? 0 : data.length;
 }

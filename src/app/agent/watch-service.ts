@@ -153,7 +153,13 @@ export class WatchService {
         continue;
       }
       if (ended) return;
-      await this.kept.changed(id, FOLLOW_POLL_MS, signal);
+      const seen = pos + r.data.length; // a line not yet whole included
+      await this.kept.changed(
+        id,
+        FOLLOW_POLL_MS,
+        signal,
+        async () => (await this.kept.range(id, 'stdout')).end > seen || !!(await this.kept.end(id)),
+      );
     }
   }
 }

@@ -83,8 +83,12 @@ export interface KeptProcesses {
   range(id: string, stream: ProcessStream): Promise<StreamRange>;
   /** Up to `max` bytes from `from` (or from the first kept byte after it). */
   read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead>;
-  /** Resolves when its journal or end may have changed, after `ms` at most, or when `signal` aborts. */
-  changed(id: string, ms: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * Resolves when its journal or end may have changed, after `ms` at most, or when `signal` aborts.
+   * `moved` is asked once the wait is set up: what changed between the caller's last look and then
+   * would otherwise be noticed only when the time is up.
+   */
+  changed(id: string, ms: number, signal?: AbortSignal, moved?: () => Promise<boolean>): Promise<void>;
   /** Bytes for its input (started with stdin). */
   stdin(id: string, body: Readable): Promise<void>;
   /** A line for its keeper: `eof`, `resize COLS ROWS`. */

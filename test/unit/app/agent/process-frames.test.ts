@@ -1,8 +1,19 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { toFrame } from '../../../../src/app/agent/process-service.js';
+import { wholeCharacters } from '../../../../src/app/agent/process-service.js';
+import { encodeFrames } from '../../../../src/adapters/http-kit/output-pieces.js';
+import type { OutputFrame, ProcessStream } from '../../../../src/domain/processes.js';
 
-describe('app/agent/process-service frames', () => {
+/** What the agent sends of `data` read at `offset`, as the daemon frames it: null when it waits. */
+function toFrame(stream: ProcessStream, offset: number, data: Buffer, ended: boolean) {
+  const used = wholeCharacters(data, ended);
+  if (!used) return null;
+  const frames = [...encodeFrames(stream, offset, data.subarray(0, used))];
+  expect(frames).to.have.length(1); // these are all under a frame's size
+  return { frame: frames[0] as OutputFrame, used };
+}
+
+describe('app/agent/process-service pieces, as frames', () => {
   it('sends UTF-8 as text, whole characters only: a cut character waits for its rest', () => {
     const euro = Buffer.from('ab€'); // € is 3 bytes
     expect(toFrame('stdout', 10, euro, false)).to.deep.equal({

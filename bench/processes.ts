@@ -1,0 +1,153 @@
+// BENCH_ONLY=processes: durable processes on a real (TCG) guest, through the daemon.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ensureImage } from '../test/e2e/image.js';
+import { fmt, startSvcd, stats, type Daemon } from './lib.js';
+
+/** Bytes the throughput rows move (less than a stream's 16 MiB journal, so none is dropped). */
+const MIB = Number(process.env.BENCH_PROC_MIB ?? 12);
+const ROUNDS = Number(process.env.BENCH_PROC_ROUNDS ?? 3);
+
+type Row = (...c: (string | number)[]) => void;
+
+/**
+ * What a durable process costs, in one run on one minimal guest: starting one (beside an exec of
+ * the same command), the rate its output reaches a follower through the daemon beside the rate the
+ * same writer reaches a reader inside the guest, and how soon a line the process writes is a frame
+ * at the client.
+ */
+export async function processBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-proc-'));
+  let d: Daemon | undefined;
+  try {
+    d = await startSvcd(dir, {
+      hypervisor: 'qemu',
+      images_dir: ensureImage('minimal'),
+      image: 'minimal',
+      memory_mb: 512,
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+    });
+    const c = d.client;
+    await c.create({ name: 'g' });
+
+    // 1. start: POST /processes (a keeper, its folder, meta.json) against exec of the same `true`
+    const start: number[] = [];
+    const exec: number[] = [];
+    for (let i = 0; i < 60; i++) {
+      let t0 = performance.now();
+      await c.startProcess('g', { cmd: 'true' });
+      if (i >= 10) start.push(performance.now() - t0);
+      t0 = performance.now();
+      await c.exec('g', { cmd: 'true', args: [] });
+      if (i >= 10) exec.push(performance.now() - t0);
+    }
+    const [s, e] = [stats(start), stats(exec)];
+    row(
+      'start a detached process (`true`), TCG guest, through the daemon',
+      `p50 ${fmt(s.p50, 1)} ms, p95 ${fmt(s.p95, 1)} ms (n=50)`,
+      `exec \`true\`: p50 ${fmt(e.p50, 1)} ms`,
+    );
+
+    // 2. throughput: the same writer read in the guest, and followed through the daemon
+    const writer = `head -c ${MIB << 20} /dev/zero | tr '\\0' a`;
+    const direct: number[] = [];
+    const followed: number[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const r = await c.exec('g', {
+        cmd: 'sh',
+        // /proc/uptime: busybox's date has no %N; hundredths of a second are enough for seconds
+        args: ['-c', `read a _ < /proc/uptime; ${writer} | cat > /dev/null; read b _ < /proc/uptime; echo "$a $b"`],
+        timeoutMs: 600_000,
+      });
+      const [a, b] = r.stdout.trim().split(' ').map(Number);
+      direct.push((b - a) * 1000);
+      const t0 = performance.now();
+      const p = await c.startProcess('g', { cmd: 'sh', args: ['-c', writer] });
+      let got = 0;
+      for await (const f of c.processOutput('g', p.id)) if ('stream' in f) got += Buffer.byteLength(f.data);
+      followed.push(performance.now() - t0);
+      if (got !== MIB << 20) throw new Error(`followed ${got} bytes of ${MIB << 20}`);
+    }
+    // the same writer journaled with nobody following: its own start and end, by the guest's clock
+    const alone: number[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const p = await c.startProcess('g', { cmd: 'sh', args: ['-c', writer] });
+      for (;;) {
+        const info = await c.process('g', p.id);
+        if (info.state === 'ended') {
+          alone.push(Date.parse(info.ended_at!) - Date.parse(info.started_at));
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+    const [dm, fm, am] = [stats(direct).p50, stats(followed).p50, stats(alone).p50];
+    const ratio = dm / fm;
+    row(
+      `a ${MIB} MiB writer read in the guest (\`| cat\`; the guest's own clock, median of ${ROUNDS})`,
+      `${fmt(MIB / (dm / 1000), 1)} MiB/s`,
+      '',
+    );
+    row(
+      'the same writer as a durable process with nobody following (its start to its end, by the guest’s clock)',
+      `${fmt(MIB / (am / 1000), 1)} MiB/s`,
+      `${fmt((dm / am) * 100, 0)}% of the direct read: the journal's own cost`,
+    );
+    row(
+      'the same writer as a durable process, followed through the daemon from its start (start, journal, agent, daemon, client)',
+      `${fmt(MIB / (fm / 1000), 1)} MiB/s`,
+      `${fmt(ratio * 100, 0)}% of the direct read (goal >= 90%: ${ratio >= 0.9 ? 'met' : 'missed'})`,
+    );
+
+    // 3. follow latency: a line into a cat's input, and the time until its echo is a frame here,
+    //    less half the stdin call's own round trip (the way in)
+    const cat = await c.startProcess('g', { cmd: 'cat', stdin: true });
+    const ac = new AbortController();
+    const frames = c.processOutput('g', cat.id, { signal: ac.signal })[Symbol.asyncIterator]();
+    const echo: number[] = [];
+    const post: number[] = [];
+    for (let i = 0; i < 60; i++) {
+      const t0 = performance.now();
+      await c.sendStdin('g', cat.id, `line ${i}\n`);
+      const t1 = performance.now();
+      for (;;) {
+        const n = await frames.next();
+        if (n.done || ('stream' in n.value && n.value.data.includes(`line ${i}\n`))) break;
+      }
+      if (i >= 10) {
+        echo.push(performance.now() - t0);
+        post.push(t1 - t0);
+      }
+    }
+    ac.abort();
+    await c.removeProcess('g', cat.id);
+    const [ec, po] = [stats(echo), stats(post)];
+    const follow = ec.p50 - po.p50 / 2;
+    row(
+      'a line into a process and its echo back as a frame (stdin POST, cat, journal, follow)',
+      `p50 ${fmt(ec.p50, 1)} ms, p95 ${fmt(ec.p95, 1)} ms (n=50)`,
+      `stdin POST alone p50 ${fmt(po.p50, 1)} ms`,
+    );
+    row(
+      'follow latency: written in the guest to a frame at the client (the echo less half the POST)',
+      `p50 ${fmt(follow, 1)} ms`,
+      '',
+    );
+    results.processes = {
+      start_ms: s,
+      exec_true_ms: e,
+      throughput: { mib: MIB, rounds: ROUNDS, direct_ms: direct, followed_ms: followed, alone_ms: alone, ratio },
+      echo_ms: ec,
+      stdin_post_ms: po,
+      follow_latency_p50_ms: follow,
+    };
+  } finally {
+    if (d) {
+      await d.client.delete('g').catch(() => undefined);
+      await d.stop();
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,239 @@
+import { expect } from 'chai';
+import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { followNdjson, ndjson } from '../helpers/http.js';
+import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
+import { ensureImage } from './image.js';
+
+/** A printer of `n 1`..`n COUNT`, a line every `ms` ms (more under TCG: each sleep is a fork). */
+const numbered = (count: number, ms: number) => ({
+  cmd: 'sh',
+  args: ['-c', `i=0; while [ $i -lt ${count} ]; do i=$((i+1)); echo "n $i"; sleep ${ms / 1000}; done`],
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until<T>(what: string, ms: number, f: () => Promise<T | undefined>): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`${what} within ${ms} ms`);
+    await sleep(200);
+  }
+}
+
+for (const image of ['minimal', 'debian'] as const) {
+  describe(`durable processes and watches on real QEMU guests (${image})`, function () {
+    this.timeout(900_000);
+    let d: TestDaemon;
+    const vm = `proc-${image}`;
+    const P = `/vms/${vm}/processes`;
+    const sh = (script: string, on = vm) => guestSh(d, on, script);
+    const agentUp = (on = vm) =>
+      until(`the agent of ${on} to answer`, 120_000, async () =>
+        (await d.call('GET', `/vms/${on}/agent/health`)).status === 200 ? true : undefined,
+      );
+    const ended = (id: string, on = vm) =>
+      until(`${id} to end`, 120_000, async () => {
+        const j = (await d.call('GET', `/vms/${on}/processes/${id}`)).json;
+        return j?.state === 'ended' ? j : undefined;
+      });
+
+    before(async () => {
+      d = await startTestDaemon({
+        hypervisor: 'qemu',
+        images_dir: ensureImage(image),
+        image,
+        memory_mb: image === 'debian' ? 768 : 384,
+        sandbox_metrics_enabled: false,
+        ready_timeout: '240s',
+        shutdown_timeout: '30s',
+      });
+      const r = await d.call('POST', '/vms', { name: vm, persistent: true });
+      expect(r.status, r.text).to.equal(201);
+    });
+    after(async () => {
+      for (const n of [vm, `${vm}-clone`]) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
+      await d.stop();
+    });
+
+    it('keeps every line exactly once across 20 reconnects, a daemon restart and an agent killed with -9; the pid stays', async () => {
+      const p = (await d.call('POST', P, { ...numbered(400, 10), tag: 'printer' })).json;
+      expect(p.id).to.match(/^p\d+$/);
+      const agentBefore = (await sh('cat /run/svc/agent.pid')).stdout.trim();
+      const reading = readWithReconnects(d.unix, `${P}/${p.id}`, { reconnects: 20, maxMs: 500, timeoutMs: 400_000 });
+      await sleep(2000);
+      await d.restart();
+      await agentUp();
+      // The agent killed from inside: a kept process outlives it, as the printer must.
+      const killer = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'sleep 1; kill -9 $(cat /run/svc/agent.pid)'] });
+      expect(killer.status, killer.text).to.equal(201);
+      await sleep(3000);
+      await agentUp();
+      const back = await reading;
+      expectNumbered(back.text.stdout, 400);
+      expect(back.end).to.include({ reason: 'exit', exit_code: 0 });
+      expect((await d.call('GET', `${P}/printer`)).json.pid).to.equal(p.pid);
+      expect((await sh('cat /run/svc/agent.pid')).stdout.trim(), 'a new agent').to.not.equal(agentBefore);
+      // Its end was recorded by its keeper while no agent ran.
+      expect(await ended(killer.json.id)).to.include({ reason: 'exit', exit_code: 0 });
+    });
+
+    it('keeps a process running and its output whole across suspend and restore', async () => {
+      const p = (await d.call('POST', P, numbered(200, 20))).json;
+      await sleep(1500);
+      expect((await d.call('POST', `/vms/${vm}/suspend`)).status).to.equal(200);
+      expect((await d.call('POST', `/vms/${vm}/restore`)).status).to.equal(200);
+      const back = await readWithReconnects(d.unix, `${P}/${p.id}`, { reconnects: 3, maxMs: 1000, timeoutMs: 300_000 });
+      expectNumbered(back.text.stdout, 200);
+      expect(back.end.exit_code).to.equal(0);
+    });
+
+    it('continues a process in a clone of a suspended template, which says where it was started', async () => {
+      const p = (
+        await d.call('POST', P, {
+          cmd: 'sh',
+          args: ['-c', 'i=0; while :; do i=$((i+1)); echo "n $i"; sleep 0.05; done'],
+          tag: 'counter',
+        })
+      ).json;
+      await until('some lines', 60_000, async () =>
+        (await d.call('GET', `${P}/${p.id}`)).json.bytes.stdout > 30 ? true : undefined,
+      );
+      expect((await d.call('POST', `/vms/${vm}/suspend`)).status).to.equal(200);
+      const c = await d.call('POST', `/vms/${vm}/clone`, { name: `${vm}-clone` });
+      expect(c.status, c.text).to.equal(201);
+      const CP = `/vms/${vm}-clone/processes`;
+      const inClone = (await d.call('GET', `${CP}/counter`)).json;
+      expect(inClone).to.include({ id: p.id, pid: p.pid, state: 'running', started_in: vm });
+      const before = inClone.bytes.stdout as number;
+      const grown = await until('the clone’s copy to print on', 60_000, async () => {
+        const j = (await d.call('GET', `${CP}/${p.id}`)).json;
+        return j.bytes.stdout > before + 30 ? j : undefined;
+      });
+      expect(grown.state).to.equal('running');
+      const lines = ndjson((await d.call('GET', `${CP}/${p.id}/output`)).text)
+        .filter((l) => l.stream === 'stdout')
+        .map((l) => l.data)
+        .join('')
+        .split('\n')
+        .filter(Boolean);
+      lines.forEach((l, i) => expect(l).to.equal(`n ${i + 1}`));
+      expect((await d.call('DELETE', `/vms/${vm}-clone`)).status).to.equal(200);
+      expect((await d.call('POST', `/vms/${vm}/restore`)).status).to.equal(200);
+      expect((await d.call('POST', `${P}/counter/signal`, { signal: 'KILL' })).status).to.equal(204);
+      expect((await ended(p.id)).signal).to.equal('SIGKILL');
+      expect((await d.call('GET', `${P}/${p.id}`)).json.started_in).to.equal(undefined);
+    });
+
+    it('takes input and a terminal: stty size follows a resize, and a pipe ends on eof', async () => {
+      const tty = (
+        await d.call('POST', P, {
+          cmd: 'sh',
+          args: ['-c', 'stty size; read x; echo "got $x"; read y; stty size'],
+          pty: { cols: 100, rows: 30 },
+          stdin: true,
+        })
+      ).json;
+      const f = followNdjson(d.unix, `${P}/${tty.id}/output?follow=1`);
+      await f.until((l) => String(l.data ?? '').includes('30 100'), 60_000);
+      await d.call('POST', `${P}/${tty.id}/stdin`, Buffer.from('hello\n'), {
+        'content-type': 'application/octet-stream',
+      });
+      await f.until((l) => String(l.data ?? '').includes('got hello'), 60_000);
+      expect((await d.call('POST', `${P}/${tty.id}/resize`, { cols: 120, rows: 40 })).status).to.equal(204);
+      await d.call('POST', `${P}/${tty.id}/stdin`, Buffer.from('x\n'), { 'content-type': 'application/octet-stream' });
+      await f.until((l) => 'reason' in l, 60_000);
+      f.close();
+      expect(
+        f.lines
+          .filter((l) => l.stream === 'pty')
+          .map((l) => l.data)
+          .join(''),
+      ).to.match(/40 120/);
+      const cat = (await d.call('POST', P, { cmd: 'cat', stdin: true })).json;
+      await d.call('POST', `${P}/${cat.id}/stdin?eof=1`, Buffer.from('to cat\n'), {
+        'content-type': 'application/octet-stream',
+      });
+      expect(await ended(cat.id)).to.include({ reason: 'exit', exit_code: 0 });
+      expect(ndjson((await d.call('GET', `${P}/${cat.id}/output`)).text)[0]).to.deep.include({ data: 'to cat\n' });
+    });
+
+    it('keeps the newest 16 MiB of a stream and says what it dropped', async () => {
+      const big = (
+        await d.call('POST', P, {
+          cmd: 'sh',
+          args: ['-c', "head -c 20000000 /dev/zero | tr '\\0' a; echo; echo tail-end"],
+        })
+      ).json;
+      await ended(big.id);
+      const lines = ndjson((await d.call('GET', `${P}/${big.id}/output?from=0`)).text);
+      const marker = lines[0] as { truncated: { stream: string; before: number } };
+      expect(marker.truncated.stream).to.equal('stdout');
+      const frames = lines.filter((l) => l.stream === 'stdout');
+      expect(frames[0].offset).to.equal(marker.truncated.before);
+      const kept = frames.reduce((n, l) => n + Buffer.byteLength(String(l.data)), 0);
+      expect(marker.truncated.before + kept).to.equal(20_000_010);
+      expect(kept).to.be.at.most(16 * 1024 * 1024);
+      expect(String(frames.at(-1)!.data)).to.match(/tail-end\n$/);
+    });
+
+    it('reports exit codes and signals, and runs as another user', async () => {
+      const seven = (await d.call('POST', P, { cmd: 'sh', args: ['-c', 'exit 7'] })).json;
+      const sleeper = (await d.call('POST', P, { cmd: 'sleep', args: ['300'] })).json;
+      expect((await d.call('POST', `${P}/${sleeper.id}/signal`, { signal: 'TERM' })).status).to.equal(204);
+      expect(await ended(seven.id)).to.include({ reason: 'exit', exit_code: 7 });
+      expect(await ended(sleeper.id)).to.include({ reason: 'signal', signal: 'SIGTERM', exit_code: 143 });
+      const user = image === 'debian' ? 'svc' : 'nobody';
+      const who = (await d.call('POST', P, { cmd: 'sh', args: ['-c', 'id -un; echo $HOME'], user })).json;
+      await ended(who.id);
+      const out = ndjson((await d.call('GET', `${P}/${who.id}/output`)).text)
+        .filter((l) => l.stream === 'stdout')
+        .map((l) => l.data)
+        .join('');
+      expect(out.split('\n')[0]).to.equal(user);
+    });
+
+    it('watches a tree and resumes from a cursor with nothing missing or repeated', async () => {
+      await sh('rm -rf /root/w; mkdir -p /root/w');
+      const f = followNdjson(d.unix, `/vms/${vm}/watch?path=/root/w&recursive=1`);
+      const watching = await f.until((l) => l.type === 'watching', 60_000);
+      await sh('echo one > /root/w/a');
+      await f.until((l) => l.type === 'write', 60_000);
+      f.close();
+      const seen = f.lines.slice(1);
+      await sh('mv /root/w/a /root/w/b; mkdir /root/w/sub; sleep 0.5; echo two > /root/w/sub/c; rm /root/w/b');
+      const g = followNdjson(d.unix, `/vms/${vm}/watch?from=${encodeURIComponent(String(seen.at(-1)!.cursor))}`);
+      await g.until((l) => l.type === 'remove' && l.path === '/root/w/b', 60_000);
+      g.close();
+      const all = [...seen, ...g.lines].map((l) => `${l.type} ${l.path}${l.to ? ` ${l.to}` : ''}`);
+      expect(all).to.deep.equal([
+        'create /root/w/a',
+        'write /root/w/a',
+        'rename /root/w/a /root/w/b',
+        'create /root/w/sub',
+        'create /root/w/sub/c',
+        'write /root/w/sub/c',
+        'remove /root/w/b',
+      ]);
+      expect((await d.call('DELETE', `/vms/${vm}/watches/${watching.watch}`)).status).to.equal(200);
+    });
+
+    if (image === 'minimal') {
+      it('lists 200 processes', async () => {
+        for (let i = 0; i < 200; i++)
+          expect((await d.call('POST', P, { cmd: 'true', tag: `t${i}` })).status).to.equal(201);
+        const tags = new Set(((await d.call('GET', P)).json as { tag?: string }[]).map((p) => p.tag));
+        for (let i = 0; i < 200; i++) expect(tags.has(`t${i}`), `t${i}`).to.equal(true);
+      });
+
+      it('ends its processes with the boot they ran in, and says so', async () => {
+        const s = (await d.call('POST', P, { cmd: 'sleep', args: ['3000'], tag: 'long' })).json;
+        expect((await d.call('POST', `/vms/${vm}/shutdown`)).status).to.equal(200);
+        expect((await d.call('POST', `/vms/${vm}/start`)).status).to.equal(200);
+        const after = (await d.call('GET', `${P}/${s.id}`)).json;
+        expect(after).to.include({ state: 'ended', reason: 'reboot' });
+      });
+    }
+  });
+}
