@@ -12,6 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { ensureFixture, ensureImage } from '../test/e2e/image.js';
 import { netBenchmarks } from './net.js';
 import { processBenchmarks } from './processes.js';
+import { e2bBenchmarks } from './e2b.js';
 import {
   cpuSeconds,
   diskUse,
@@ -41,7 +42,7 @@ const GUEST_CP_MIB = Number(process.env.BENCH_CP_GUEST_MIB ?? 64);
 const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 /** How many clones of one template run at once for the disk-sharing row. */
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
-const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,control,memory,import').split(',');
+const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,e2b,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
 /** A table row, also printed at once, so a long run shows it is alive. */
@@ -800,6 +801,7 @@ if (only.includes('debian')) await debianBenchmarks();
 if (only.includes('cp') || only.includes('cp-local')) await cpBenchmarks();
 if (only.includes('net')) await netBenchmarks(row, results);
 if (only.includes('processes')) await processBenchmarks(row, results);
+if (only.includes('e2b')) await e2bBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();
 const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];

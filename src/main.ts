@@ -67,6 +67,9 @@ import { GuestProcesses } from './ports/guest-processes.js';
 import { guestProcessesOf } from './adapters/guest-link/http-guest-processes.js';
 import { ProcessProxy } from './app/process-proxy.js';
 import { processRoutes } from './adapters/http/process-routes.js';
+import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
+import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
+import { Sandboxes } from './adapters/e2b/sandboxes.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
@@ -272,6 +275,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const sessions = new BrowserSessions(config.ui_session_ms);
   const auth = new BearerAuth(config.api_token, sessions);
   const closing = new AbortController();
+  const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
+  const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg));
   const routes: RouteDef[] = [
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its
@@ -299,6 +304,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
+    // E2B's API, translated onto the daemon's own (docs/e2b.md).
+    ...e2bEnvdRoutes(self, e2b),
+    ...e2bControlRoutes(self, e2b, { poolTemplate: config.warm_pool.template }),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,
@@ -328,6 +336,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     );
   }
   pool.refill();
+  e2b.armAll().catch((err: Error) => log.warn({ error: err.message }, "e2b: could not set the sandboxes' timers"));
 
   let stopped: Promise<void> | undefined;
   return {
@@ -339,6 +348,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     stop: () =>
       (stopped ??= (async () => {
         closing.abort();
+        e2b.close();
         await listeners.stop();
         pool.stop();
         await pool.settled();

@@ -71,7 +71,7 @@ for (const image of ['minimal', 'debian'] as const) {
       await sleep(3000);
       await agentUp();
       const back = await reading;
-      expectNumbered(back.text.stdout, 400);
+      expectNumbered(back.text.stdout, 400, back.end);
       expect(back.end).to.include({ reason: 'exit', exit_code: 0 });
       expect((await d.call('GET', `${P}/printer`)).json.pid).to.equal(p.pid);
       expect((await sh('cat /run/svc/agent.pid')).stdout.trim(), 'a new agent').to.not.equal(agentBefore);
@@ -85,7 +85,7 @@ for (const image of ['minimal', 'debian'] as const) {
       expect((await d.call('POST', `/vms/${vm}/suspend`)).status).to.equal(200);
       expect((await d.call('POST', `/vms/${vm}/restore`)).status).to.equal(200);
       const back = await readWithReconnects(d.unix, `${P}/${p.id}`, { reconnects: 3, maxMs: 1000, timeoutMs: 300_000 });
-      expectNumbered(back.text.stdout, 200);
+      expectNumbered(back.text.stdout, 200, back.end);
       expect(back.end.exit_code).to.equal(0);
     });
 

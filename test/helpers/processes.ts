@@ -63,8 +63,8 @@ export async function readWithReconnects(
 }
 
 /** Lines `n 1` .. `n N` in order, each once: what a numbered printer printed. */
-export function expectNumbered(out: string, count: number): void {
+export function expectNumbered(out: string, count: number, end?: Record<string, unknown>): void {
   const lines = out.split('\n').filter(Boolean);
-  expect(lines.length, 'lines read').to.equal(count);
+  expect(lines.length, `lines read${end ? ` (end: ${JSON.stringify(end)})` : ''}`).to.equal(count);
   lines.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`n ${i + 1}`));
 }

@@ -55,7 +55,7 @@ describe('durable processes and watches through the daemon (real local agents)',
     expect(made.json.id).to.match(/^p\d+$/);
     const back = await readWithReconnects(d.unix, `${P}/${made.json.id}`, { reconnects: 20, maxMs: 200 });
     expect(back.reconnects).to.equal(20);
-    expectNumbered(back.text.stdout, 300);
+    expectNumbered(back.text.stdout, 300, back.end);
     expect(back.end).to.include({ reason: 'exit', exit_code: 0 });
     // By tag too, and the listing says how it ended.
     const got = await d.call('GET', `${P}/printer`);
@@ -78,7 +78,7 @@ describe('durable processes and watches through the daemon (real local agents)',
     const info = (await d.call('GET', `${P}/${made.json.id}`)).json;
     expect(info.pid).to.equal(made.json.pid);
     const back = await readWithReconnects(d.unix, `${P}/${made.json.id}`, { reconnects: 3, maxMs: 300 });
-    expectNumbered(back.text.stdout, 150);
+    expectNumbered(back.text.stdout, 150, back.end);
     expect(back.end.exit_code).to.equal(0);
   });
 

@@ -1,0 +1,95 @@
+// BENCH_ONLY=e2b: E2B's SDK against svc, beside svc's own API in the same run (docs/e2b.md).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Sandbox } from 'e2b';
+import { ensureImage } from '../test/e2e/image.js';
+import { fmt, startSvcd, stats, type Daemon } from './lib.js';
+
+const N = Number(process.env.BENCH_E2B_N ?? 4);
+
+type Row = (...c: (string | number)[]) => void;
+
+/**
+ * `Sandbox.create` to its first `commands.run` result through the official SDK, cold (the default
+ * image booted) and from the warm pool (a claim of a running member), each beside the same two
+ * steps through svc's own client (create, exec), alternating, on one minimal guest image.
+ */
+export async function e2bBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-e2b-'));
+  let d: Daemon | undefined;
+  try {
+    d = await startSvcd(dir, {
+      hypervisor: 'qemu',
+      images_dir: ensureImage('minimal'),
+      image: 'minimal',
+      memory_mb: 384,
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+      warm_pool: { template: 'tpl', size: 1, running: true },
+    });
+    const c = d.client;
+    const opts = {
+      apiUrl: `http://127.0.0.1:${d.port}/e2b`,
+      sandboxUrl: `http://127.0.0.1:${d.port}/e2b/envd`,
+      apiKey: 'any',
+    };
+    const viaSdk = async (template?: string) => {
+      const t0 = performance.now();
+      const s = template ? await Sandbox.create(template, opts) : await Sandbox.create(opts);
+      await s.commands.run('true');
+      const ms = performance.now() - t0;
+      await s.kill();
+      return ms;
+    };
+    let n = 0;
+    const viaSvc = async (fromPool: boolean) => {
+      const t0 = performance.now();
+      const name = `own-${n++}`;
+      await c.create({ name, ...(fromPool ? { from_pool: true } : {}) }, { wait: 'agent' });
+      await c.exec(name, { cmd: 'true', args: [] });
+      const ms = performance.now() - t0;
+      await c.delete(name);
+      return ms;
+    };
+    const settle = async () => {
+      for (let i = 0; i < 600; i++) {
+        const p = await c.pool();
+        if (p.ready >= p.size) return;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    };
+    const cold = { sdk: [] as number[], svc: [] as number[] };
+    for (let i = 0; i < N; i++) {
+      if (i % 2) (cold.svc.push(await viaSvc(false)), cold.sdk.push(await viaSdk()));
+      else (cold.sdk.push(await viaSdk()), cold.svc.push(await viaSvc(false)));
+    }
+    await c.create({ name: 'tpl', persistent: true }, { wait: 'agent' });
+    await c.suspend('tpl');
+    const pool = { sdk: [] as number[], svc: [] as number[] };
+    for (let i = 0; i < N; i++) {
+      await settle();
+      pool.sdk.push(await viaSdk('tpl'));
+      await settle();
+      pool.svc.push(await viaSvc(true));
+    }
+    for (const [what, r] of [
+      ['cold boot', cold],
+      ['warm pool (running member)', pool],
+    ] as const) {
+      const [a, b] = [stats(r.sdk), stats(r.svc)];
+      row(
+        `Sandbox.create to the first commands.run result, ${what}, TCG minimal: E2B SDK / svc's client`,
+        `p50 ${fmt(a.p50, 0)} / ${fmt(b.p50, 0)} ms, p95 ${fmt(a.p95, 0)} / ${fmt(b.p95, 0)} ms (n=${N})`,
+        `SDK ${fmt(a.p50 - b.p50, 0)} ms over svc's own at p50`,
+      );
+    }
+    results.e2b = { n: N, cold, pool };
+  } finally {
+    if (d) {
+      for (const vm of await d.client.list().catch(() => [])) await d.client.delete(vm.name).catch(() => undefined);
+      await d.stop();
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,202 @@
+import { randomBytes } from 'node:crypto';
+import type { Request, Response } from 'express';
+import { InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
+import type { Instance } from '../../domain/vm.js';
+import { toHttpError } from '../http-kit/error-status.js';
+import type { RouteDef } from '../http-kit/route.js';
+import { SvcError, type SvcClient } from '../client/svc-client.js';
+import { ENVD_VERSION, isSandbox, metaOf, tagsFor, timeoutSeconds, type Sandboxes } from './sandboxes.js';
+
+/**
+ * E2B's control API (api.e2b.dev's shapes, the ones its SDK calls) under `/e2b`, translated onto
+ * svc's VMs through the daemon's own API (docs/e2b.md). A sandbox is a VM named `e2b-<hex>`, its
+ * E2B state in the VM's tags.
+ */
+export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolTemplate: string }): RouteDef[] {
+  const id = (req: Request) => String(req.params.id);
+  /** A handler that checks the key and answers errors in E2B's shape, `{code, message}`. */
+  const h =
+    (fn: (req: Request, res: Response) => Promise<void>) =>
+    async (req: Request, res: Response): Promise<void> => {
+      try {
+        boxes.checkApiKey(req);
+        await fn(req, res);
+      } catch (err) {
+        const status = err instanceof SvcError ? err.status || 503 : toHttpError(err).status;
+        if (!res.headersSent) res.status(status).json({ code: status, message: (err as Error).message });
+      }
+    };
+  const route = (method: RouteDef['method'], path: string, fn: (req: Request, res: Response) => Promise<void>) => ({
+    method,
+    path: `/e2b${path}`,
+    auth: 'none' as const,
+    body: 'json' as const,
+    handler: h(fn),
+  });
+
+  const sandbox = (vm: Instance) => ({
+    sandboxID: vm.name,
+    templateID: metaOf(vm).template,
+    clientID: 'svc',
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: boxes.accessToken(vm.name),
+    domain: null,
+  });
+  const detail = (vm: Instance) => {
+    const m = metaOf(vm);
+    return {
+      ...sandbox(vm),
+      alias: m.template,
+      startedAt: vm.created_at,
+      endAt: boxes.endOf(vm).toISOString(),
+      state: vm.status === 'running' ? 'running' : 'paused',
+      cpuCount: vm.cpus,
+      memoryMB: vm.memory_mb,
+      diskSizeMB: vm.disk_gb * 1024,
+      metadata: m.metadata,
+      volumeMounts: [],
+    };
+  };
+  const sandboxes = async () => (await client.list()).filter(isSandbox);
+
+  /** A template id as svc's create: `base` the default image; a VM (template) to clone; else an image. */
+  const source = async (template: string): Promise<Record<string, unknown>> => {
+    if (!template || template === 'base') return {};
+    if (template === o.poolTemplate) return { from_pool: true };
+    const vm = await client.get(template).catch(() => undefined);
+    return vm ? { from: template } : { image: template };
+  };
+
+  const list = async (req: Request, res: Response, v2: boolean) => {
+    const q = req.query as Record<string, string | string[] | undefined>;
+    const states = ([] as string[])
+      .concat(q.state ?? (v2 ? ['running', 'paused'] : ['running']))
+      .flatMap((s) => s.split(','));
+    const want = new URLSearchParams(typeof q.metadata === 'string' ? q.metadata : '');
+    let all = (await sandboxes())
+      .map(detail)
+      .filter((s) => states.includes(s.state))
+      .filter((s) => [...want].every(([k, v]) => s.metadata[k] === v))
+      .sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.sandboxID.localeCompare(b.sandboxID));
+    const limit = q.limit === undefined ? 100 : Number(q.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+      throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
+    const start = q.nextToken ? Number(q.nextToken) : 0;
+    if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
+    all = all.slice(start);
+    if (all.length > limit) res.setHeader('x-next-token', String(start + limit));
+    res.json(all.slice(0, limit));
+  };
+
+  const connect = async (req: Request, res: Response) => {
+    let vm = await boxes.get(id(req));
+    const body = (req.body ?? {}) as { timeout?: unknown };
+    let status = 200;
+    if (vm.status === 'suspended') {
+      vm = await client.restore(vm.name);
+      status = 201;
+    } else if (vm.status === 'paused') {
+      await client.resume(vm.name);
+      status = 201;
+    }
+    if (body.timeout !== undefined) boxes.arm(vm, new Date(Date.now() + timeoutSeconds(body.timeout) * 1000));
+    else if (status === 201) boxes.arm(vm, new Date(Date.now() + metaTimeoutLeft(boxes, vm)));
+    res.status(status).json(sandbox(vm));
+  };
+
+  return [
+    route('post', '/v2/sandboxes', async (req, res) => {
+      const b = (req.body ?? {}) as Record<string, unknown>;
+      const template = b.templateID === undefined ? 'base' : String(b.templateID);
+      const timeout = timeoutSeconds(b.timeout);
+      if (b.volumeMounts !== undefined && (b.volumeMounts as unknown[]).length)
+        throw new NotSupportedError('volume mounts are not supported by svc (use svc mounts on a VM of your own)');
+      if (b.mcp) throw new NotSupportedError('the MCP gateway in a sandbox is not supported by svc');
+      const tags = tagsFor({
+        template,
+        endAt: new Date(Date.now() + timeout * 1000),
+        onTimeout: b.autoPause === true ? 'pause' : 'kill',
+        metadata: (b.metadata ?? {}) as Record<string, string>,
+        envs: (b.envVars ?? {}) as Record<string, string>,
+      });
+      const name = `e2b-${randomBytes(6).toString('hex')}`;
+      const egress = b.allow_internet_access === false ? { egress: { default: 'deny' } } : {};
+      const vm = await client.create(
+        { name, tags, persistent: true, ...(await source(template)), ...egress } as never,
+        {
+          wait: 'agent',
+        },
+      );
+      boxes.arm(vm, new Date(Date.now() + timeout * 1000));
+      res.status(201).json(sandbox(vm));
+    }),
+    route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),
+    route('get', '/sandboxes', (req, res) => list(req, res, false)),
+    route('get', '/sandboxes/:id', async (req, res) => void res.json(detail(await boxes.get(id(req))))),
+    route('delete', '/sandboxes/:id', async (req, res) => {
+      await boxes.get(id(req));
+      await client.delete(id(req));
+      boxes.disarm(id(req));
+      res.status(204).end();
+    }),
+    route('post', '/sandboxes/:id/timeout', async (req, res) => {
+      const vm = await boxes.get(id(req));
+      boxes.arm(vm, new Date(Date.now() + timeoutSeconds((req.body as { timeout?: unknown })?.timeout) * 1000));
+      res.status(204).end();
+    }),
+    route('post', '/sandboxes/:id/refreshes', async (req, res) => {
+      const vm = await boxes.get(id(req));
+      const d = (req.body as { duration?: unknown })?.duration;
+      boxes.arm(vm, new Date(Date.now() + timeoutSeconds(d ?? 60) * 1000));
+      res.status(204).end();
+    }),
+    route('post', '/sandboxes/:id/pause', async (req, res) => {
+      const vm = await boxes.get(id(req));
+      if (vm.status !== 'running') {
+        res.status(409).json({ code: 409, message: `sandbox ${vm.name} is already paused` });
+        return;
+      }
+      await client.suspend(vm.name);
+      res.status(204).end();
+    }),
+    route('post', '/v2/sandboxes/:id/connect', connect),
+    route('post', '/sandboxes/:id/resume', connect),
+    route('post', '/sandboxes/:id/connect', connect),
+    route('get', '/sandboxes/:id/metrics', async (req, res) => {
+      const vm = await boxes.get(id(req));
+      if (vm.status !== 'running') return void res.json([]);
+      const s = await client.stats(vm.name);
+      const memUsed = s.mem_total_bytes - s.mem_available_bytes;
+      res.json([
+        {
+          timestamp: new Date().toISOString(),
+          timestampUnix: Math.floor(Date.now() / 1000),
+          cpuCount: s.cpus,
+          cpuUsedPct: Math.min(100, Math.round((s.load1 / Math.max(1, s.cpus)) * 10000) / 100),
+          memUsed,
+          memTotal: s.mem_total_bytes,
+          memCache: 0,
+          diskUsed: (s.disk_total_bytes ?? 0) - (s.disk_free_bytes ?? 0),
+          diskTotal: s.disk_total_bytes ?? 0,
+        },
+      ]);
+    }),
+    route('post', '/sandboxes/:id/fork', async (req) => {
+      await boxes.get(id(req));
+      throw new NotSupportedError('fork of a running sandbox is not in svc yet (clone a paused one: svc clone)');
+    }),
+    route('post', '/sandboxes/:id/snapshots', async (req) => {
+      await boxes.get(id(req));
+      throw new NotSupportedError('snapshots are not in svc yet (pause the sandbox and clone it with svc clone)');
+    }),
+    route('get', '/templates/aliases/:alias', async (req) => {
+      throw new NotFoundError(`template alias ${String(req.params.alias)}: svc has no template aliases`);
+    }),
+  ];
+}
+
+/** What was left of a sandbox's time when it was paused is not kept: a resumed one gets E2B's default again. */
+function metaTimeoutLeft(boxes: Sandboxes, vm: Instance): number {
+  const left = boxes.endOf(vm).getTime() - Date.now();
+  return left > 0 ? left : 300_000;
+}

@@ -1,0 +1,182 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Request } from 'express';
+import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
+import type { Instance } from '../../domain/vm.js';
+import type { SvcClient } from '../client/svc-client.js';
+
+/**
+ * What E2B's front door knows of a sandbox beyond its VM: all of it in the VM's tags, so a daemon
+ * restart loses nothing but the timers, which are set again from `e2b/end_at` (docs/e2b.md).
+ */
+const T = {
+  marker: 'e2b',
+  template: 'e2b/template',
+  endAt: 'e2b/end_at',
+  onTimeout: 'e2b/on_timeout',
+  meta: 'e2b/m/',
+  env: 'e2b/env/',
+} as const;
+
+/** The version of envd the SDK is told: new enough for every feature svc serves (stdin close, octet-stream uploads). */
+export const ENVD_VERSION = '0.5.7';
+/** A sandbox's default life when the create gives none (E2B's default). */
+export const DEFAULT_TIMEOUT_S = 300;
+/** The longest life a create or setTimeout may ask for: 24 hours, as E2B's own limit. */
+export const MAX_TIMEOUT_S = 86_400;
+
+export interface SandboxMeta {
+  template: string;
+  endAt: Date;
+  onTimeout: 'kill' | 'pause';
+  metadata: Record<string, string>;
+  envs: Record<string, string>;
+}
+
+export function isSandbox(vm: Instance): boolean {
+  return vm.tags[T.marker] === '1';
+}
+
+export function metaOf(vm: Instance): SandboxMeta {
+  const metadata: Record<string, string> = {};
+  const envs: Record<string, string> = {};
+  for (const [k, v] of Object.entries(vm.tags)) {
+    if (k.startsWith(T.meta)) metadata[k.slice(T.meta.length)] = v;
+    else if (k.startsWith(T.env)) envs[k.slice(T.env.length)] = v;
+  }
+  const endAt = new Date(vm.tags[T.endAt] ?? Date.now() + DEFAULT_TIMEOUT_S * 1000);
+  return {
+    template: vm.tags[T.template] ?? 'base',
+    endAt,
+    onTimeout: vm.tags[T.onTimeout] === 'pause' ? 'pause' : 'kill',
+    metadata,
+    envs,
+  };
+}
+
+/** The tags a new sandbox's VM is created with. */
+export function tagsFor(m: SandboxMeta): Record<string, string> {
+  const tags: Record<string, string> = {
+    [T.marker]: '1',
+    [T.template]: m.template,
+    [T.endAt]: m.endAt.toISOString(),
+    [T.onTimeout]: m.onTimeout,
+  };
+  for (const [k, v] of Object.entries(m.metadata)) {
+    if (!/^[A-Za-z0-9._-]{1,56}$/.test(k))
+      throw new InvalidArgumentError(`metadata key ${JSON.stringify(k)}: svc takes letters, digits, . _ - (1 to 56)`);
+    if (typeof v !== 'string') throw new InvalidArgumentError(`metadata ${k} must be a string`);
+    tags[T.meta + k] = v;
+  }
+  for (const [k, v] of Object.entries(m.envs)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,54}$/.test(k))
+      throw new InvalidArgumentError(`envVars: ${JSON.stringify(k)} is not a variable name svc takes`);
+    if (typeof v !== 'string') throw new InvalidArgumentError(`envVars ${k} must be a string`);
+    tags[T.env + k] = v;
+  }
+  return tags;
+}
+
+/** A timeout in seconds from a request, within E2B's limits. */
+export function timeoutSeconds(v: unknown): number {
+  if (v === undefined || v === null) return DEFAULT_TIMEOUT_S;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > MAX_TIMEOUT_S)
+    throw new InvalidArgumentError(
+      `timeout must be whole seconds from 0 to ${MAX_TIMEOUT_S}, got ${JSON.stringify(v)}`,
+    );
+  return v;
+}
+
+/**
+ * Keys and deadlines: who may call, the access token each sandbox's envd calls carry, and the
+ * timers that kill or pause a sandbox at its end.
+ */
+export class Sandboxes {
+  private readonly key: Buffer;
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  /** Deadlines moved by setTimeout since the create (the tag keeps the create's). */
+  private readonly ends = new Map<string, Date>();
+
+  constructor(
+    private readonly client: SvcClient,
+    private readonly apiToken: string,
+    private readonly log: (msg: string, fields: Record<string, unknown>) => void,
+  ) {
+    this.key = apiToken ? Buffer.from(apiToken) : randomBytes(32);
+  }
+
+  /** The control API's key (`X-API-KEY`, or a bearer token): the daemon's token, any key when it has none. */
+  checkApiKey(req: Request): void {
+    if (!this.apiToken) return;
+    const given = String(req.headers['x-api-key'] ?? /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '');
+    if (!same(given, this.apiToken)) throw new UnauthenticatedError('invalid API key');
+  }
+
+  /** The token a sandbox's envd calls carry (`X-Access-Token`), derived from the daemon's key. */
+  accessToken(id: string): string {
+    return createHmac('sha256', this.key).update(`e2b-envd:${id}`).digest('hex');
+  }
+
+  /** An envd call: the sandbox it names (`E2b-Sandbox-Id`), when its access token is right. */
+  sandboxOf(req: Request): string {
+    const id = String(req.headers['e2b-sandbox-id'] ?? '');
+    if (!id) throw new InvalidArgumentError('the E2b-Sandbox-Id header is required (set E2B_SANDBOX_URL to svc)');
+    if (this.apiToken && !same(String(req.headers['x-access-token'] ?? ''), this.accessToken(id)))
+      throw new UnauthenticatedError('invalid access token for this sandbox');
+    return id;
+  }
+
+  /** The VM of a sandbox: not found when it is not one. */
+  async get(id: string): Promise<Instance> {
+    const vm = await this.client.get(id);
+    if (!isSandbox(vm)) throw new NotFoundError(`sandbox ${id} not found`);
+    return vm;
+  }
+
+  endOf(vm: Instance): Date {
+    return this.ends.get(vm.name) ?? metaOf(vm).endAt;
+  }
+
+  /** Arms the sandbox's timer for `end` (kill, or pause when it was created to pause). */
+  arm(vm: Instance, end: Date): void {
+    this.ends.set(vm.name, end);
+    clearTimeout(this.timers.get(vm.name));
+    const onTimeout = metaOf(vm).onTimeout;
+    const t = setTimeout(
+      () => {
+        this.timers.delete(vm.name);
+        const act = onTimeout === 'pause' ? this.client.suspend(vm.name) : this.client.delete(vm.name);
+        act.then(
+          () => this.log('e2b sandbox timed out', { vm: vm.name, action: onTimeout }),
+          (err: Error) =>
+            this.log('e2b sandbox timeout failed', { vm: vm.name, action: onTimeout, error: err.message }),
+        );
+      },
+      Math.max(0, Math.min(end.getTime() - Date.now(), 2 ** 31 - 1)),
+    );
+    t.unref();
+    this.timers.set(vm.name, t);
+  }
+
+  disarm(id: string): void {
+    clearTimeout(this.timers.get(id));
+    this.timers.delete(id);
+    this.ends.delete(id);
+  }
+
+  /** Timers for the sandboxes there are (a daemon start). */
+  async armAll(): Promise<void> {
+    for (const vm of await this.client.list())
+      if (isSandbox(vm) && vm.status === 'running') this.arm(vm, this.endOf(vm));
+  }
+
+  close(): void {
+    for (const t of this.timers.values()) clearTimeout(t);
+    this.timers.clear();
+  }
+}
+
+function same(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}

@@ -1,0 +1,113 @@
+import { expect } from 'chai';
+import { CommandExitError, Sandbox } from 'e2b';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { ensureImage } from './image.js';
+import { main as codeAgent } from '../../examples/e2b/code-agent.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The official `e2b` SDK (the version pinned in package.json), unchanged, against svcd on real
+ * QEMU guests (`minimal`: E2B's `/bin/bash -l -c` runs in its `sh`), through E2B_API_URL and
+ * E2B_SANDBOX_URL's options.
+ */
+describe('E2B API on real QEMU guests: the official SDK', function () {
+  this.timeout(900_000);
+  let d: TestDaemon;
+  const opts = () => ({
+    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
+    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
+    apiKey: d.tcp.token,
+  });
+
+  before(async () => {
+    d = await startTestDaemon({
+      hypervisor: 'qemu',
+      images_dir: ensureImage('minimal'),
+      image: 'minimal',
+      memory_mb: 384,
+      warm_pool: { template: 'tpl', size: 2 },
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+    });
+  });
+  after(async () => {
+    for (const vm of (await d.call('GET', '/vms')).json as { name: string }[])
+      await d.call('DELETE', `/vms/${vm.name}`).catch(() => undefined);
+    await d.stop();
+  });
+
+  it('runs commands, a background server a second client connects to, files and a watch; pause and connect keep both', async () => {
+    const s = await Sandbox.create({ ...opts(), metadata: { run: 'e2e' }, envs: { WHO: 'svc' } });
+    const r = await s.commands.run('echo "hi $WHO"; uname -s');
+    expect(r.stdout).to.equal('hi svc\nLinux\n');
+    const bad = await s.commands.run('ls /nonexistent').catch((e: unknown) => e);
+    expect(bad).to.be.instanceOf(CommandExitError);
+
+    // a server in the background (busybox httpd), reached from inside, seen and killed by a second client
+    await s.files.write('/srv/www/index.html', 'served\n');
+    const server = await s.commands.run('httpd -f -p 8080 -h /srv/www', { background: true });
+    const other = await Sandbox.connect(s.sandboxId, opts());
+    expect((await other.commands.list()).map((p) => p.pid)).to.include(server.pid);
+    let got = '';
+    for (let i = 0; i < 50 && got !== 'served\n'; i++) {
+      got = (await other.commands.run('wget -qO- http://127.0.0.1:8080/ || true')).stdout;
+      if (got !== 'served\n') await sleep(200);
+    }
+    expect(got).to.equal('served\n');
+
+    const events: string[] = [];
+    const w = await s.files.watchDir('/srv/www', (e) => void events.push(`${e.type} ${e.name}`));
+    await s.files.write('/srv/www/new.txt', 'new');
+    for (let i = 0; i < 100 && !events.includes('write new.txt'); i++) await sleep(100);
+    await w.stop();
+    expect(events).to.include('create new.txt');
+    expect((await s.files.list('/srv/www')).map((e) => e.name).sort()).to.deep.equal(['index.html', 'new.txt']);
+
+    await s.pause();
+    expect((await Sandbox.getInfo(s.sandboxId, opts())).state).to.equal('paused');
+    const back = await Sandbox.connect(s.sandboxId, opts());
+    expect(await back.files.read('/srv/www/new.txt')).to.equal('new');
+    expect((await back.commands.list()).map((p) => p.pid)).to.include(server.pid);
+    expect((await back.commands.run('wget -qO- http://127.0.0.1:8080/')).stdout).to.equal('served\n');
+    expect(await back.commands.kill(server.pid)).to.equal(true);
+    await back.kill();
+  });
+
+  it('runs the examples/e2b code agent unchanged, pointed at svc by environment variables', async () => {
+    const saved = { ...process.env };
+    Object.assign(process.env, {
+      E2B_API_URL: opts().apiUrl,
+      E2B_SANDBOX_URL: opts().sandboxUrl,
+      E2B_API_KEY: opts().apiKey,
+    });
+    try {
+      const t = await codeAgent();
+      expect(t[0]).to.match(/^step1\.sh: ok: kernel: \d/);
+      expect(t[1]).to.equal('step2.sh: ok: square of 1 is 1\nsquare of 2 is 4\nsquare of 3 is 9');
+      expect(t[2]).to.equal('step3.sh: exit 2: this step fails');
+      expect(t[3]).to.equal('files: step1.sh, step2.sh, step3.sh');
+    } finally {
+      process.env = saved;
+    }
+  });
+
+  it('kills a sandbox when its timeout passes', async () => {
+    const s = await Sandbox.create({ ...opts(), timeoutMs: 60_000 });
+    await s.setTimeout(1_000);
+    for (let i = 0; i < 100 && (await d.call('GET', `/vms/${s.sandboxId}`)).status !== 404; i++) await sleep(200);
+    expect((await d.call('GET', `/vms/${s.sandboxId}`)).status).to.equal(404);
+  });
+
+  it('creates two sandboxes at once from the warm pool of a template', async () => {
+    expect((await d.call('POST', '/vms', { name: 'tpl', persistent: true })).status).to.equal(201);
+    expect((await d.call('POST', '/vms/tpl/suspend')).status).to.equal(200);
+    await d.daemon.poolSettled();
+    const [a, b] = await Promise.all([Sandbox.create('tpl', opts()), Sandbox.create('tpl', opts())]);
+    expect(a.sandboxId).to.not.equal(b.sandboxId);
+    const [ha, hb] = await Promise.all([a.commands.run('hostname'), b.commands.run('hostname')]);
+    expect([ha.stdout.trim(), hb.stdout.trim()]).to.deep.equal([a.sandboxId, b.sandboxId]);
+    expect((await a.getInfo()).templateId).to.equal('tpl');
+    await Promise.all([a.kill(), b.kill()]);
+  });
+});

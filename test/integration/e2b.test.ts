@@ -1,0 +1,187 @@
+import { expect } from 'chai';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { CommandExitError, NotFoundError, Sandbox, AuthenticationError, SandboxError } from 'e2b';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+
+/**
+ * The official `e2b` SDK (pinned in package.json), unchanged, against svcd's E2B front door on the
+ * fake hypervisor with local agents. Those "guests" are this host: every command here is harmless
+ * and every path is under the test's own folder.
+ */
+describe('E2B API: the official SDK against svcd (local agents)', function () {
+  this.timeout(60_000);
+  let d: TestDaemon;
+  let work: string;
+  const opts = () => ({
+    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
+    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
+    apiKey: d.tcp.token,
+  });
+  const made: Sandbox[] = [];
+  const create = async (o: Record<string, unknown> = {}) => {
+    const s = await Sandbox.create({ ...opts(), ...o });
+    made.push(s);
+    return s;
+  };
+
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+    work = tempDir('svc-e2b-');
+  });
+  after(async () => {
+    for (const s of made) await s.kill().catch(() => undefined);
+    await d.stop();
+  });
+
+  it('creates a sandbox with metadata and envs, runs commands in the foreground, and reports exit codes', async () => {
+    const s = await create({ metadata: { purpose: 'test' }, envs: { GREETING: 'hello' }, timeoutMs: 120_000 });
+    expect(s.sandboxId).to.match(/^e2b-[0-9a-f]{12}$/);
+    const r = await s.commands.run('echo "$GREETING from $0"; echo oops >&2', { cwd: work });
+    expect(r.exitCode).to.equal(0);
+    expect(r.stdout).to.match(/^hello from /);
+    expect(r.stderr).to.equal('oops\n');
+    const seen: string[] = [];
+    await s.commands.run('printf "a\\nb\\n"', { onStdout: (l) => void seen.push(l) });
+    expect(seen.join('')).to.equal('a\nb\n');
+    const err = await s.commands.run('exit 3').catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(CommandExitError);
+    expect((err as CommandExitError).exitCode).to.equal(3);
+    const info = await s.getInfo();
+    expect(info).to.include({ sandboxId: s.sandboxId, state: 'running', templateId: 'base' });
+    expect(info.metadata).to.deep.equal({ purpose: 'test' });
+    expect(info.endAt.getTime() - Date.now()).to.be.within(100_000, 121_000);
+  });
+
+  it('runs a command in the background that a second client connects to, lists, feeds and kills', async () => {
+    const s = await create();
+    const h = await s.commands.run('echo started; read line; echo "got $line"; sleep 300', {
+      background: true,
+      stdin: true,
+    });
+    const other = await Sandbox.connect(s.sandboxId, opts());
+    const procs = await other.commands.list();
+    expect(procs.map((p) => p.pid)).to.include(h.pid);
+    await other.commands.sendStdin(h.pid, 'there\n');
+    const out: string[] = [];
+    const again = await other.commands.connect(h.pid, { onStdout: (x) => void out.push(x) });
+    for (let i = 0; i < 50 && !out.join('').includes('got there'); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(out.join('')).to.equal('started\ngot there\n'); // all it printed, from before the connect too
+    expect(await other.commands.kill(h.pid)).to.equal(true);
+    const end = await again.wait().catch((e: unknown) => e);
+    expect(end).to.be.instanceOf(CommandExitError);
+    expect(await other.commands.kill(h.pid)).to.equal(false);
+  });
+
+  it('opens a terminal that follows a resize, takes input and ends on exit', async () => {
+    const s = await create();
+    let seen = '';
+    const t = await s.pty.create({
+      cols: 100,
+      rows: 30,
+      onData: (d) => void (seen += Buffer.from(d).toString()),
+      cwd: work,
+    });
+    const until = async (re: RegExp) => {
+      for (let i = 0; i < 100 && !re.test(seen); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(seen).to.match(re);
+    };
+    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'));
+    await until(/30 100/);
+    await s.pty.resize(t.pid, { cols: 120, rows: 40 });
+    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit 0\n'));
+    await until(/40 120/);
+    expect((await t.wait()).exitCode).to.equal(0);
+  });
+
+  it('writes, reads, lists, renames and removes files, and watches a folder', async () => {
+    const s = await create();
+    const dir = join(work, 'files');
+    mkdirSync(dir);
+    await s.files.write(join(dir, 'a.txt'), 'alpha');
+    expect(await s.files.read(join(dir, 'a.txt'))).to.equal('alpha');
+    const bytes = await s.files.read(join(dir, 'a.txt'), { format: 'bytes' });
+    expect(Buffer.from(bytes).toString()).to.equal('alpha');
+    await s.files.write([
+      { path: join(dir, 'sub/b.txt'), data: 'beta' },
+      { path: join(dir, 'c.bin'), data: new Uint8Array([0, 1, 2, 255]).buffer },
+    ]);
+    expect(Buffer.from(await s.files.read(join(dir, 'c.bin'), { format: 'bytes' }))).to.deep.equal(
+      Buffer.from([0, 1, 2, 255]),
+    );
+    const top = await s.files.list(dir);
+    expect(top.map((e) => `${e.name}:${e.type}`).sort()).to.deep.equal(['a.txt:file', 'c.bin:file', 'sub:dir']);
+    const deep = await s.files.list(dir, { depth: 2 });
+    expect(deep.map((e) => e.name)).to.include('b.txt');
+    expect(await s.files.exists(join(dir, 'a.txt'))).to.equal(true);
+    expect(await s.files.exists(join(dir, 'nope'))).to.equal(false);
+    expect((await s.files.getInfo(join(dir, 'a.txt'))).size).to.equal(5);
+    await s.files.rename(join(dir, 'a.txt'), join(dir, 'd.txt'));
+    expect(await s.files.read(join(dir, 'd.txt'))).to.equal('alpha');
+    expect(await s.files.makeDir(join(dir, 'new'))).to.equal(true);
+    expect(await s.files.makeDir(join(dir, 'new'))).to.equal(false);
+    await s.files.remove(join(dir, 'sub'));
+    expect(await s.files.exists(join(dir, 'sub'))).to.equal(false);
+    const err = await s.files.read(join(dir, 'missing')).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(NotFoundError);
+
+    const events: string[] = [];
+    const w = await s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`));
+    await s.files.write(join(dir, 'watched.txt'), 'x');
+    for (let i = 0; i < 50 && !events.includes('write watched.txt'); i++) await new Promise((r) => setTimeout(r, 100));
+    await w.stop();
+    expect(events, JSON.stringify(events)).to.deep.equal(['create watched.txt', 'write watched.txt']);
+  });
+
+  it('lists sandboxes by metadata and state, pauses and connects (resumes), kills', async () => {
+    const a = await create({ metadata: { team: 'x' } });
+    await create({ metadata: { team: 'y' } });
+    const page = Sandbox.list({ ...opts(), query: { metadata: { team: 'x' } } });
+    const found = await page.nextItems();
+    expect(found.map((s) => s.sandboxId)).to.deep.equal([a.sandboxId]);
+    await a.files.write(join(work, 'kept.txt'), 'kept');
+    await a.pause();
+    expect((await Sandbox.getInfo(a.sandboxId, opts())).state).to.equal('paused');
+    const paused = await Sandbox.list({ ...opts(), query: { state: ['paused'] } }).nextItems();
+    expect(paused.map((s) => s.sandboxId)).to.include(a.sandboxId);
+    const back = await Sandbox.connect(a.sandboxId, opts());
+    expect((await back.getInfo()).state).to.equal('running');
+    expect(await back.files.read(join(work, 'kept.txt'))).to.equal('kept');
+    expect(await Sandbox.kill(a.sandboxId, opts())).to.equal(true);
+    expect(await Sandbox.kill(a.sandboxId, opts())).to.equal(false);
+  });
+
+  it('kills a sandbox when its timeout passes', async () => {
+    const s = await create({ timeoutMs: 60_000 });
+    await s.setTimeout(1_000);
+    for (let i = 0; i < 60 && (await Sandbox.list(opts()).nextItems()).some((x) => x.sandboxId === s.sandboxId); i++)
+      await new Promise((r) => setTimeout(r, 200));
+    expect((await d.call('GET', `/vms/${s.sandboxId}`)).status).to.equal(404);
+  });
+
+  it('refuses a wrong key, a wrong access token, and what svc cannot do, with the errors the SDK knows', async () => {
+    const err = await Sandbox.create({ ...opts(), apiKey: 'wrong' }).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(AuthenticationError);
+    const s = await create();
+    const forged = await Sandbox.connect(s.sandboxId, opts());
+    (forged as unknown as { envdAccessToken: string }).envdAccessToken = 'forged';
+    expect(await fetchStatus(s.sandboxId, 'forged')).to.equal(401);
+    const fork = await fetch(`${opts().apiUrl}/sandboxes/${s.sandboxId}/fork`, {
+      method: 'POST',
+      headers: { 'x-api-key': String(d.tcp.token), 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(fork.status).to.equal(501);
+    const gone = await Sandbox.connect('e2b-000000000000', opts()).catch((e: unknown) => e);
+    expect(gone).to.be.instanceOf(SandboxError);
+  });
+
+  async function fetchStatus(id: string, token: string): Promise<number> {
+    const r = await fetch(`${opts().sandboxUrl}/filesystem.Filesystem/Stat`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'e2b-sandbox-id': id, 'x-access-token': token },
+      body: JSON.stringify({ path: '/' }),
+    });
+    return r.status;
+  }
+});
