@@ -50,7 +50,7 @@ export async function startTestDaemon(
       api: '127.0.0.1:0',
       hypervisor: 'fake',
       api_token: 'test-token',
-      log_level: 'silent',
+      log_level: process.env.SVC_TEST_LOG ?? 'silent', // SVC_TEST_LOG=warn shows the daemons' warnings
       test_mode: true,
       fake_boot_delay: '10ms',
       ...raw,

@@ -15,11 +15,20 @@ const PORT_TRIES = 3;
 const DISK_LOCKED = /Failed to get "(write|read)" lock/;
 const LOCK_WAITS = 10;
 export const LOCK_WAIT_MS = 200;
+/**
+ * A QEMU that went away without a word while loading a saved state: QEMU 7.2 now and then
+ * segfaults (a null read, the same address each time) early in a restore on a loaded host, and a
+ * second start of the same state loads. Tried again (twice at most) before the state is thrown
+ * away for a cold boot, which ends the guest's processes.
+ */
+const DIED_SILENT = /^QMP connection closed$/;
+const RESTORE_AGAIN = 2;
 
 /**
  * What a launch does after a QEMU start that failed, from QEMU's own words:
- * - `again`: a port was taken between the pick and QEMU's bind: pick new ports and start again,
- *   still restoring (a cold boot would throw the saved state away);
+ * - `again`: a port was taken between the pick and QEMU's bind, or QEMU died without a word while
+ *   restoring: pick new ports and start again, still restoring (a cold boot would throw the saved
+ *   state away);
  * - `wait`: the disk's lock is still going away: wait LOCK_WAIT_MS and start again, saved state
  *   kept (up to 2 s; a disk another QEMU really holds fails as before);
  * - `cold`: the saved state did not load: cold-boot the same disk;
@@ -28,6 +37,7 @@ export const LOCK_WAIT_MS = 200;
 export class StartRetries {
   private attempt = 1;
   private lockWaits = 0;
+  private restoresAgain = 0;
 
   constructor(public restoring: boolean) {}
 
@@ -39,6 +49,10 @@ export class StartRetries {
     if (this.lockWaits < LOCK_WAITS && DISK_LOCKED.test(why)) {
       this.lockWaits++;
       return 'wait';
+    }
+    if (this.restoring && this.restoresAgain < RESTORE_AGAIN && DIED_SILENT.test(why.trim())) {
+      this.restoresAgain++;
+      return 'again';
     }
     if (this.restoring) {
       this.restoring = false;

@@ -29,6 +29,15 @@ describe('adapters/hypervisor/qemu launch plan', () => {
       expect(r.after(LOAD)).to.equal('fail');
     });
 
+    it('restores twice more when QEMU dies without a word (its segfault under load), then cold-boots', () => {
+      const r = new StartRetries(true);
+      const died = 'QMP connection closed';
+      expect([r.after(died), r.after(died)]).to.deep.equal(['again', 'again']);
+      expect(r.restoring, 'still restoring').to.equal(true);
+      expect([r.after(died), r.after(died)]).to.deep.equal(['cold', 'fail']);
+      expect(new StartRetries(false).after(died), 'a cold boot that dies is the end').to.equal('fail');
+    });
+
     it('counts the cold boot as a start: after it, one more taken port is the last try', () => {
       const r = new StartRetries(true);
       expect([r.after(LOAD), r.after(PORT), r.after(PORT)]).to.deep.equal(['cold', 'again', 'fail']);
