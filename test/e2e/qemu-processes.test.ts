@@ -66,8 +66,15 @@ for (const image of ['minimal', 'debian'] as const) {
       await d.restart();
       await agentUp();
       // The agent killed from inside: a kept process outlives it, as the printer must.
-      const killer = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'sleep 1; kill -9 $(cat /run/svc/agent.pid)'] });
+      // It waits for the test's word: a timed wait raced the agent's answer to this POST on a loaded host.
+      await sh('rm -f /run/svc-kill-now');
+      const killer = await d.call('POST', P, {
+        cmd: 'sh',
+        args: ['-c', 'while [ ! -e /run/svc-kill-now ]; do sleep 0.1; done; kill -9 $(cat /run/svc/agent.pid)'],
+      });
       expect(killer.status, killer.text).to.equal(201);
+      // the agent may die before this exec's answer is out: either way is fine
+      await sh('touch /run/svc-kill-now').catch(() => undefined);
       await sleep(3000);
       await agentUp();
       const back = await reading;
