@@ -314,6 +314,48 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       await c.close();
     }
   });
+
+  it('applies the image allowlist to clones (create_vm from, clone_vm): a template of another image is refused', async () => {
+    expect((await d.call('POST', '/vms', { name: 'tpl-other', persistent: true })).status).to.equal(201);
+    expect((await d.call('POST', '/vms/tpl-other/shutdown')).status).to.equal(200);
+    const image = (await d.call('GET', '/vms/tpl-other')).json.image as string;
+    const c = await stdioClient('--allow-image', 'minimal');
+    try {
+      for (const [tool, args] of [
+        ['create_vm', { name: 'via-from', from: 'tpl-other' }],
+        ['clone_vm', { name: 'via-clone', template: 'tpl-other' }],
+      ] as const) {
+        const r = (await c.callTool({ name: tool, arguments: args })) as ToolResult;
+        expect(r.isError, tool).to.equal(true);
+        expect(textOf(r)).to.include(`tpl-other is a VM of image ${image}, which is not allowed through MCP here`);
+      }
+      expect((await d.call('GET', '/vms/via-from')).status).to.equal(404);
+      expect((await d.call('GET', '/vms/via-clone')).status).to.equal(404);
+    } finally {
+      await c.close();
+      await d.call('DELETE', '/vms/tpl-other');
+    }
+  });
+
+  it('does not read injected secrets in read-only mode, however the path is spelled (nothing is read)', async () => {
+    const c = await stdioClient('--read-only');
+    try {
+      for (const path of [
+        '/run/svc/secrets/key',
+        '/var/run/svc/secrets/key',
+        '/run/svc/x/../secrets//key',
+        '/run/svc/secrets',
+      ]) {
+        const r = (await c.callTool({ name: 'read_file', arguments: { name: 'm1', path } })) as ToolResult;
+        expect(r.isError, path).to.equal(true);
+        expect(textOf(r), path).to.match(
+          /is where svc puts injected secrets; a read-only MCP server does not read them/,
+        );
+      }
+    } finally {
+      await c.close();
+    }
+  });
 });
 
 describe('MCP with mcp_read_only in the daemon config', function () {

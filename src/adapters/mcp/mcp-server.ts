@@ -1,9 +1,19 @@
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { posix } from 'node:path';
 import { z } from 'zod';
 import { WAIT_MODES } from '../../domain/create-request.js';
 import { VERSION } from '../../version.js';
 import type { SvcClient } from '../client/svc-client.js';
+
+/** Under the folder svc injects secrets into by default (`/run/svc/secrets`), however the path is spelled. */
+export function isSecretPath(path: string): boolean {
+  const p = posix
+    .normalize(`/${path}`)
+    .replace(/\/+$/, '')
+    .replace(/^\/var\/run(?=\/|$)/, '/run'); // /var/run is a link to /run
+  return p === '/run/svc/secrets' || p.startsWith('/run/svc/secrets/');
+}
 
 /** What an operator allows agents to do through MCP (config `mcp_*`, or `svc mcp` flags). */
 export interface McpPolicy {
@@ -122,6 +132,10 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     },
     ({ name, path }) =>
       tool(async () => {
+        if (policy.readOnly && isSecretPath(path))
+          throw new Error(
+            `${path} is where svc puts injected secrets; a read-only MCP server does not read them (their values never pass through the conversation)`,
+          );
         const { body } = await client.download(name, path);
         const { data, more } = await readAll(body, MCP_LIMITS.readFileBytes);
         body.destroy();
@@ -282,6 +296,20 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     if (!policy.images.includes(id))
       throw new Error(`image ${id} is not allowed through MCP here (allowed: ${policy.images.join(', ')})`);
   };
+  /** A clone is of its template's image (its disk holds that image and whatever the template wrote). */
+  const checkTemplate = async (template: string) => {
+    if (!policy.images.length) return;
+    const vm = await client.get(template);
+    if (!policy.images.includes(vm.image))
+      throw new Error(
+        `${template} is a VM of image ${vm.image}, which is not allowed through MCP here (allowed: ${policy.images.join(', ')})`,
+      );
+  };
+  const checkPool = async () => {
+    if (!policy.images.length) return;
+    const pool = await client.pool();
+    if (pool.template) await checkTemplate(pool.template);
+  };
   const checkCap = async () => {
     if (!policy.maxVms) return;
     const mine = (await client.list()).filter((v) => v.tags?.[MCP_TAG] === 'mcp').length;
@@ -318,7 +346,9 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     (args, extra) =>
       tool(async () => {
         const { wait, ...req } = args;
-        if (!req.from && !req.from_pool) checkImage(req.image);
+        if (req.from) await checkTemplate(req.from);
+        else if (req.from_pool) await checkPool();
+        else checkImage(req.image);
         await checkCap();
         creating++;
         try {
@@ -391,6 +421,7 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     },
     ({ template, name, persistent }) =>
       tool(async () => {
+        await checkTemplate(template);
         await checkCap();
         return json(await client.clone(template, { name, persistent, tags: { [MCP_TAG]: 'mcp' } }));
       }),
