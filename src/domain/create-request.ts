@@ -33,6 +33,8 @@ export const LIMITS = {
   disk_gb: [1, 2048],
   userdataBytes: 256 * 1024,
   tags: 64,
+  /** Characters of a tag's value: tags come back in every listing and event. */
+  tagValue: 2048,
 } as const;
 
 const FIELDS = new Set([
@@ -154,6 +156,8 @@ export function parseCreateRequest(body: unknown): CreateRequest {
       if (k === '__proto__' || k === 'constructor' || k === 'prototype')
         throw new InvalidArgumentError(`tags: ${k} is not allowed as a key`);
       req.tags[k] = str(v, `tags.${k}`);
+      if (req.tags[k].length > LIMITS.tagValue)
+        throw new InvalidArgumentError(`tags.${k}: at most ${LIMITS.tagValue} characters, got ${req.tags[k].length}`);
     }
   }
   if (b.userdata !== undefined) {

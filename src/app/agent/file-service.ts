@@ -1,3 +1,4 @@
+import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import { parseMode, type CopyMode, type FsInfo } from '../../domain/agent.js';
@@ -54,7 +55,8 @@ export class FileService {
 
   async remove(path: string, recursive: boolean): Promise<void> {
     const p = absolutePath(path);
-    if (p === '/') throw new InvalidArgumentError('refusing to remove /');
+    // normalized: `//`, `/tmp/..` and `/.` are / too
+    if (posix.normalize(p) === '/') throw new InvalidArgumentError('refusing to remove /');
     await this.files.remove(p, recursive);
   }
 }
