@@ -27,6 +27,17 @@ export interface CreateRequest {
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
 export type WaitMode = (typeof WAIT_MODES)[number];
 
+/**
+ * A value as an error message shows it: short, and never walked (a body nested 400k deep would
+ * overflow the stack of JSON.stringify and turn a 400 into a 500).
+ */
+export function shown(v: unknown): string {
+  if (Array.isArray(v)) return 'an array';
+  if (v !== null && typeof v === 'object') return 'an object';
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
 export const LIMITS = {
   cpus: [1, 64],
   memory_mb: [64, 262_144],
@@ -60,18 +71,18 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function intIn(v: unknown, field: string, lo: number, hi: number): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
-    throw new InvalidArgumentError(`${field} must be an integer from ${lo} to ${hi}, got ${JSON.stringify(v)}`);
+    throw new InvalidArgumentError(`${field} must be an integer from ${lo} to ${hi}, got ${shown(v)}`);
   }
   return v;
 }
 
 function bool(v: unknown, field: string): boolean {
-  if (typeof v !== 'boolean') throw new InvalidArgumentError(`${field} must be a boolean, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'boolean') throw new InvalidArgumentError(`${field} must be a boolean, got ${shown(v)}`);
   return v;
 }
 
 function str(v: unknown, field: string): string {
-  if (typeof v !== 'string') throw new InvalidArgumentError(`${field} must be a string, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'string') throw new InvalidArgumentError(`${field} must be a string, got ${shown(v)}`);
   return v;
 }
 

@@ -46,6 +46,11 @@ describe('domain/create-request', () => {
     ['persistent as string', { persistent: 'yes' }, /persistent must be a boolean/],
     ['tags not object', { tags: ['a'] }, /tags must be an object/],
     ['tag value number', { tags: { a: 1 } }, /tags.a must be a string/],
+    [
+      'cpus nested 400k deep',
+      { cpus: JSON.parse('['.repeat(400_000) + ']'.repeat(400_000)) },
+      /cpus must be an integer from 1 to 64, got an array$/,
+    ],
     ['tag value too long', { tags: { a: 'x'.repeat(2049) } }, /tags.a: at most 2048 characters, got 2049/],
     ['forward without guest port', { forwards: [{ host_port: 8080 }] }, /guest_port is required/],
     ['privileged host port', { forwards: [{ host_port: 80, guest_port: 80 }] }, /privileged/],
