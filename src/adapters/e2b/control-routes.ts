@@ -5,7 +5,15 @@ import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
-import { ENVD_VERSION, isSandbox, metaOf, tagsFor, timeoutSeconds, type Sandboxes } from './sandboxes.js';
+import {
+  DEFAULT_TIMEOUT_S,
+  ENVD_VERSION,
+  isSandbox,
+  metaOf,
+  tagsFor,
+  timeoutSeconds,
+  type Sandboxes,
+} from './sandboxes.js';
 
 /**
  * E2B's control API (api.e2b.dev's shapes, the ones its SDK calls) under `/e2b`, translated onto
@@ -100,7 +108,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       status = 201;
     }
     if (body.timeout !== undefined) boxes.arm(vm, new Date(Date.now() + timeoutSeconds(body.timeout) * 1000));
-    else if (status === 201) boxes.arm(vm, new Date(Date.now() + metaTimeoutLeft(boxes, vm)));
+    else if (status === 201) boxes.arm(vm, new Date(Date.now() + timeLeft(boxes, vm)));
     res.status(status).json(sandbox(vm));
   };
 
@@ -195,8 +203,8 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
   ];
 }
 
-/** What was left of a sandbox's time when it was paused is not kept: a resumed one gets E2B's default again. */
-function metaTimeoutLeft(boxes: Sandboxes, vm: Instance): number {
+/** What was left of a sandbox's time when it was paused; E2B's default (300 s) when none was. */
+function timeLeft(boxes: Sandboxes, vm: Instance): number {
   const left = boxes.endOf(vm).getTime() - Date.now();
-  return left > 0 ? left : 300_000;
+  return left > 0 ? left : DEFAULT_TIMEOUT_S * 1000;
 }

@@ -4,6 +4,7 @@ import busboy from 'busboy';
 import type { Request, Response } from 'express';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { FsInfo } from '../../domain/agent.js';
+import type { Instance } from '../../domain/vm.js';
 import type { OutputFrame, ProcessInfo, ProcessStream } from '../../domain/processes.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
@@ -83,12 +84,13 @@ async function nextOrTick<T>(it: AsyncIterator<T>, pending: { p?: Promise<Iterat
 export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   const base = '/e2b/envd';
   /** The sandbox of an envd call, which must be running. */
-  const vmOf = async (req: Request): Promise<string> => {
+  const runningVm = async (req: Request): Promise<Instance> => {
     const id = boxes.sandboxOf(req);
     const vm = await boxes.get(id);
     if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${id} is ${vm.status}`);
-    return id;
+    return vm;
   };
+  const vmOf = async (req: Request): Promise<string> => (await runningVm(req)).name;
 
   /** The svc process an E2B selector names: `{pid}` (the guest's pid of a running one) or `{tag}`. */
   const findProcess = async (vm: string, selector: unknown): Promise<ProcessInfo> => {
@@ -152,15 +154,15 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
       'process.Process': {
         stream: {
           Start: async function* (msg, call) {
-            const vm = await vmOf(call.req);
+            const sandbox = await runningVm(call.req);
+            const vm = sandbox.name;
             const cfg = (msg.process ?? {}) as { cmd?: unknown; args?: unknown; envs?: unknown; cwd?: unknown };
             if (typeof cfg.cmd !== 'string' || !cfg.cmd) throw new InvalidArgumentError('process.cmd is required');
             const pty = msg.pty as { size?: { cols?: number; rows?: number } } | undefined;
-            const sandboxEnvs = metaOf(await boxes.get(vm)).envs;
             const p = await client.startProcess(vm, {
               cmd: await commandIn(vm, cfg.cmd),
               args: Array.isArray(cfg.args) ? cfg.args.map(String) : [],
-              env: { ...sandboxEnvs, ...((cfg.envs ?? {}) as Record<string, string>) },
+              env: { ...metaOf(sandbox).envs, ...((cfg.envs ?? {}) as Record<string, string>) },
               cwd: typeof cfg.cwd === 'string' && cfg.cwd ? abs(cfg.cwd) : undefined,
               user: userOf(call.req),
               tag: typeof msg.tag === 'string' && msg.tag ? msg.tag : undefined,

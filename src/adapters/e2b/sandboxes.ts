@@ -1,8 +1,9 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import type { Request } from 'express';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { sameSecret } from '../http-kit/auth.js';
 
 /**
  * What E2B's front door knows of a sandbox beyond its VM: all of it in the VM's tags, so a daemon
@@ -108,7 +109,7 @@ export class Sandboxes {
   checkApiKey(req: Request): void {
     if (!this.apiToken) return;
     const given = String(req.headers['x-api-key'] ?? /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '');
-    if (!same(given, this.apiToken)) throw new UnauthenticatedError('invalid API key');
+    if (!sameSecret(given, this.apiToken)) throw new UnauthenticatedError('invalid API key');
   }
 
   /** The token a sandbox's envd calls carry (`X-Access-Token`), derived from the daemon's key. */
@@ -120,7 +121,7 @@ export class Sandboxes {
   sandboxOf(req: Request): string {
     const id = String(req.headers['e2b-sandbox-id'] ?? '');
     if (!id) throw new InvalidArgumentError('the E2b-Sandbox-Id header is required (set E2B_SANDBOX_URL to svc)');
-    if (this.apiToken && !same(String(req.headers['x-access-token'] ?? ''), this.accessToken(id)))
+    if (this.apiToken && !sameSecret(String(req.headers['x-access-token'] ?? ''), this.accessToken(id)))
       throw new UnauthenticatedError('invalid access token for this sandbox');
     return id;
   }
@@ -173,10 +174,4 @@ export class Sandboxes {
     for (const t of this.timers.values()) clearTimeout(t);
     this.timers.clear();
   }
-}
-
-function same(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
 }

@@ -39,4 +39,9 @@ function digest(s: string): Buffer {
   return createHash('sha256').update(s).digest();
 }
 
+/** Are two secrets the same? Hashed first, as BearerAuth does, so the compare is constant-time whatever the lengths. */
+export function sameSecret(a: string, b: string): boolean {
+  return timingSafeEqual(digest(a), digest(b));
+}
+
 export const AUTH_CHALLENGE = 'Bearer realm="svc"';
