@@ -29,17 +29,17 @@ export class AgentDeployService {
   ) {}
 
   async deploy(name: string): Promise<{ name: string; agent_version: string }> {
-    return this.vms.withVm(name, (rec) =>
+    return this.vms.withVm(name, (rec, signal) =>
       this.activity.timed('agent.deploy', name, async () => {
         const t0 = this.clock.now();
         const ep = GuestProxy.endpointOf({ ...rec, agent_missing: false });
         const image = await this.images.resolveImage(rec.image);
         const target = { host: '127.0.0.1', port: rec.ssh_port, user: image.ssh_user };
         const version = await this.artifact.version();
-        const guest = await this.installer.probe(target);
-        await this.installer.install(target, await this.artifact.tar({ executable: !guest.node }));
+        const guest = await this.installer.probe(target, signal);
+        await this.installer.install(target, await this.artifact.tar({ executable: !guest.node }), signal);
         const before = await this.agent.health(ep, 2000).catch(() => undefined);
-        await this.installer.restart(target);
+        await this.installer.restart(target, signal);
         const deadline = this.clock.now() + NEW_AGENT_WAIT_MS;
         for (;;) {
           const h = await this.agent.health(ep, 1000).catch(() => undefined);
@@ -55,6 +55,7 @@ export class AgentDeployService {
             }
             return { name, agent_version: h.agent_version };
           }
+          if (signal.aborted) throw new AgentUnavailableError(`vm ${name}: the agent deploy was given up`);
           if (this.clock.now() > deadline)
             throw new AgentUnavailableError(
               `vm ${name}: the new agent did not answer within ${NEW_AGENT_WAIT_MS / 1000} s`,

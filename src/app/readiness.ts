@@ -33,6 +33,9 @@ export interface WaitContext {
 }
 
 const CLOUD_INIT_POLL_MS = 1000;
+/** One `cloud-init status` over SSH: its time and its answer's size (a few hundred bytes when honest). */
+const CLOUD_INIT_EXEC_MS = 30_000;
+const CLOUD_INIT_MAX = 64 * 1024;
 
 /** cloud-init's answer to `status --long`: done, failed (with its detail), or still going. */
 export function cloudInitState(out: string): { done: true } | { failed: string } | undefined {
@@ -93,7 +96,12 @@ export async function waitReady(deps: ReadinessDeps, ctx: WaitContext): Promise<
     ctx.phase('userdata', 'waiting for cloud-init to finish the user-data');
     const r = await until('cloud-init', async () => {
       // Before cloud-init has installed the daemon's key the login is refused: keep asking.
-      const out = await deps.remote.exec(target, 'cloud-init status --long 2>&1 || true').catch(() => undefined);
+      // Bounded by the create's deadline and a poll of its own: a guest that stalls the answer or
+      // floods it fails this poll (and the connection is dropped), not the daemon.
+      const timeoutMs = Math.max(1000, Math.min(CLOUD_INIT_EXEC_MS, ctx.deadline - deps.clock.now()));
+      const out = await deps.remote
+        .exec(target, 'cloud-init status --long 2>&1 || true', { timeoutMs, maxOutputBytes: CLOUD_INIT_MAX })
+        .catch(() => undefined);
       const state = out ? cloudInitState(out.stdout + out.stderr) : undefined;
       if (!state) await deps.clock.sleep(CLOUD_INIT_POLL_MS);
       return state;

@@ -42,6 +42,8 @@ export class VmLifecycle {
 
   async delete(name: string): Promise<MessageResult> {
     assertVmName(name);
+    // Whatever holds the lock waiting on the guest (an agent deploy) gives up for the delete.
+    this.vms.interrupt(name);
     return this.activity.timed('delete', name, () =>
       this.vms.withVm(name, async (rec) => {
         await this.keeper.purge(rec);

@@ -31,6 +31,8 @@ export class Vms {
   private readonly records = new Map<string, VmRecord>();
   /** Operations on one VM run one at a time; different VMs run concurrently. */
   private readonly locks = new KeyedMutex();
+  /** The signals of the work holding each VM's lock (see `interrupt`). */
+  private readonly holders = new Map<string, Set<AbortController>>();
   private readonly watchers = new Set<(change: VmChange) => void>();
 
   constructor(
@@ -52,10 +54,30 @@ export class Vms {
     return this.records.get(name);
   }
 
-  /** Runs `fn` on the VM's record while holding its lock, so it cannot interleave with another change. */
-  withVm<T>(name: string, fn: (rec: VmRecord) => Promise<T>): Promise<T> {
+  /**
+   * Runs `fn` on the VM's record while holding its lock, so it cannot interleave with another change.
+   * `signal` is aborted by `interrupt(name)`: work that waits on the guest (an agent deploy over SSH)
+   * honours it, so a guest that stalls cannot keep a DELETE waiting.
+   */
+  withVm<T>(name: string, fn: (rec: VmRecord, signal: AbortSignal) => Promise<T>): Promise<T> {
     assertVmName(name);
-    return this.locks.run(name, async () => fn(this.get(name)));
+    return this.locks.run(name, async () => {
+      const ac = new AbortController();
+      let held = this.holders.get(name);
+      if (!held) this.holders.set(name, (held = new Set()));
+      held.add(ac);
+      try {
+        return await fn(this.get(name), ac.signal);
+      } finally {
+        held.delete(ac);
+        if (!held.size && this.holders.get(name) === held) this.holders.delete(name);
+      }
+    });
+  }
+
+  /** Aborts the signal of the work that holds the VM's lock now (DELETE calls it before it queues). */
+  interrupt(name: string): void {
+    for (const ac of this.holders.get(name) ?? []) ac.abort();
   }
 
   /** Runs `fn` under the VM's lock whether or not the record exists yet (creates, deletes). */

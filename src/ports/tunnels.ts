@@ -44,11 +44,33 @@ export interface RemoteResult {
   stderr: string;
 }
 
+/** How far one remote command may go: what a guest sends back over SSH is bounded in size and time. */
+export interface RemoteExecOptions {
+  /** Streamed to the command's stdin with backpressure; without it stdin is closed at once. */
+  stdin?: import('node:stream').Readable;
+  /** The command is ended after this long (default REMOTE_EXEC_TIMEOUT_MS). */
+  timeoutMs?: number;
+  /** Most bytes of stdout and of stderr, each (default REMOTE_OUTPUT_MAX); beyond it the command is ended. */
+  maxOutputBytes?: number;
+  /** Ends the command when aborted (a DELETE of the VM, a create given up). */
+  signal?: AbortSignal;
+}
+
+export const REMOTE_EXEC_TIMEOUT_MS = 60_000;
+export const REMOTE_OUTPUT_MAX = 1024 * 1024;
+/** The agent's upload (tens of MB with its own node) may take this long on a slow guest. */
+export const INSTALL_TIMEOUT_MS = 10 * 60_000;
+
 export const RemoteShell = Symbol('RemoteShell');
-/** Runs commands in a guest over SSH (agent deploy). */
+/** Runs commands in a guest over SSH (agent deploy, cloud-init's status). */
 export interface RemoteShell {
-  /** Throws AgentUnavailableError when SSH cannot be reached or refuses the daemon's key. */
-  exec(target: SshTarget, command: string, stdin?: import('node:stream').Readable): Promise<RemoteResult>;
+  /**
+   * Runs `command` and resolves with its exit code and output once the channel closes.
+   * AgentUnavailableError when SSH cannot be reached or refuses the daemon's key (or the signal
+   * aborted the command); DeadlineExceededError after `timeoutMs`; AgentFailureError when the guest
+   * sends more than `maxOutputBytes` on a stream. In every failure the command's channel is closed.
+   */
+  exec(target: SshTarget, command: string, opts?: RemoteExecOptions): Promise<RemoteResult>;
 }
 
 export const AgentArtifact = Symbol('AgentArtifact');
@@ -67,18 +89,19 @@ export const AgentInstaller = Symbol('AgentInstaller');
 /** Puts the agent onto a guest that the daemon reaches over SSH (POST /vms/{name}/agent/deploy). */
 export interface AgentInstaller {
   /** What the guest offers the agent: a node (20 or newer) to run the script with. AgentUnavailableError when SSH is unreachable. */
-  probe(target: SshTarget): Promise<{ node: boolean }>;
+  probe(target: SshTarget, signal?: AbortSignal): Promise<{ node: boolean }>;
   /**
    * Unpacks the agent tar into the guest's `/opt/svc/agent`, swapped in whole (a failed upload
    * leaves the old agent), with a `run` launcher and, on a systemd guest, a service that starts it
    * at boot. As root, or through `sudo -n` for another user. Not idempotent. AgentUnavailableError when SSH is unreachable,
-   * InternalError when the guest's install step fails.
+   * InternalError when the guest's install step fails. Every step is bounded as RemoteShell says
+   * (the upload by INSTALL_TIMEOUT_MS); `signal` ends it.
    */
-  install(target: SshTarget, agentTar: import('node:stream').Readable): Promise<void>;
+  install(target: SshTarget, agentTar: import('node:stream').Readable, signal?: AbortSignal): Promise<void>;
   /**
    * Starts the new agent: on a systemd guest the installed `svc-agent.service` is restarted (and
    * enabled, so it survives a reboot); elsewhere the running agent is stopped through its pidfile so
    * the guest's supervisor starts the new one. Idempotent.
    */
-  restart(target: SshTarget): Promise<void>;
+  restart(target: SshTarget, signal?: AbortSignal): Promise<void>;
 }

@@ -68,7 +68,10 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(main.status, main.text).to.equal(201);
     expect(main.json.status).to.equal('running');
     const events = ndjson(eph.text);
-    expect(events.map((e) => e.phase)).to.deep.equal(['accepted', 'disk', 'boot', 'wait_ssh', 'ready']);
+    expect(
+      events.map((e) => e.phase),
+      eph.text,
+    ).to.deep.equal(['accepted', 'disk', 'boot', 'wait_ssh', 'ready']);
     expect(ud.status, ud.text).to.equal(201);
     const udFile = await d.call('POST', `/vms/ud/exec?${qs({ cmd: 'cat', args: ['/root/ud'] })}`);
     expect(udFile.json.stdout).to.equal('done\n');

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import { InternalError } from '../../domain/errors.js';
 import { shellWord } from '../process-kit/shell-word.js';
-import type { AgentInstaller, RemoteShell, SshTarget } from '../../ports/tunnels.js';
+import { INSTALL_TIMEOUT_MS, type AgentInstaller, type RemoteShell, type SshTarget } from '../../ports/tunnels.js';
 
 const ROOT = '"${SVC_GUEST_ROOT:-}"';
 const DIR = `${ROOT}/opt/svc`;
@@ -45,15 +45,16 @@ export class SshAgentInstaller implements AgentInstaller {
     return `if [ "$(id -u)" -eq 0 ] || [ -n "\${SVC_GUEST_ROOT:-}" ]; then sh -c ${shellWord(script)}; else sudo -n sh -c ${shellWord(script)}; fi`;
   }
 
-  async probe(target: SshTarget): Promise<{ node: boolean }> {
+  async probe(target: SshTarget, signal?: AbortSignal): Promise<{ node: boolean }> {
     const out = await this.remote.exec(
       target,
       `node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' >/dev/null 2>&1 && echo node=1 || echo node=0`,
+      { signal },
     );
     return { node: /node=1/.test(out.stdout) };
   }
 
-  async install(target: SshTarget, agentTar: Readable): Promise<void> {
+  async install(target: SshTarget, agentTar: Readable, signal?: AbortSignal): Promise<void> {
     const script = [
       'set -e',
       `mkdir -p ${DIR}`,
@@ -71,17 +72,21 @@ export class SshAgentInstaller implements AgentInstaller {
     ].join('; ');
     const gz = createGzip({ level: 1 });
     agentTar.on('error', (err) => gz.destroy(err));
-    const up = await this.remote.exec(target, this.asRoot(script), agentTar.pipe(gz));
+    const up = await this.remote.exec(target, this.asRoot(script), {
+      stdin: agentTar.pipe(gz),
+      timeoutMs: INSTALL_TIMEOUT_MS,
+      signal,
+    });
     if (up.code !== 0)
       throw new InternalError(`agent upload failed (exit ${up.code}): ${up.stderr.trim().slice(-500)}`);
   }
 
-  async restart(target: SshTarget): Promise<void> {
+  async restart(target: SshTarget, signal?: AbortSignal): Promise<void> {
     const pidfile = `${ROOT}/run/svc/agent.pid`;
     const script =
       `if [ -z "\${SVC_GUEST_ROOT:-}" ] && [ -f /etc/systemd/system/svc-agent.service ] && [ -d /run/systemd/system ]; then systemctl restart svc-agent.service; ` +
       `elif [ -f ${pidfile} ]; then kill "$(cat ${pidfile})" 2>/dev/null || true; fi`;
-    const out = await this.remote.exec(target, this.asRoot(script));
+    const out = await this.remote.exec(target, this.asRoot(script), { signal });
     if (out.code !== 0) throw new InternalError(`agent restart failed: ${out.stderr.trim().slice(-500)}`);
   }
 }

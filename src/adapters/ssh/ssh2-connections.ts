@@ -49,13 +49,19 @@ export class Ssh2Connections {
 
   /** Closes the connection to one target (or all). */
   end(t?: SshTarget): void {
+    this.close(t, (c) => c.end());
+  }
+
+  /** Cuts the connection to one target at once, whatever is in flight (a guest that stalls or floods). */
+  drop(t: SshTarget): void {
+    this.close(t, (c) => c.destroy());
+  }
+
+  private close(t: SshTarget | undefined, how: (c: ssh2.Client) => void): void {
     for (const [key, p] of this.clients) {
       if (!t || key === `${t.user}@${t.host}:${t.port}`) {
         this.clients.delete(key);
-        void p.then(
-          (c) => c.end(),
-          () => undefined,
-        );
+        void p.then(how, () => undefined);
       }
     }
   }

@@ -18,17 +18,18 @@ export const LOCK_WAIT_MS = 200;
 /**
  * A QEMU that went away without a word while loading a saved state: QEMU 7.2 now and then
  * segfaults (a null read, the same address each time) early in a restore on a loaded host, and a
- * second start of the same state loads. Tried again (twice at most) before the state is thrown
- * away for a cold boot, which ends the guest's processes.
+ * later start of the same state loads. The kernel's log showed three such deaths 150 ms apart on
+ * a CI host, so the starts again are spaced out (RESTORE_BACKOFF_MS, four at most) before the
+ * state is thrown away for a cold boot, which ends the guest's processes.
  */
 const DIED_SILENT = /^QMP connection closed$/;
-const RESTORE_AGAIN = 2;
+const RESTORE_BACKOFF_MS = [250, 500, 1000, 2000];
 
 /**
  * What a launch does after a QEMU start that failed, from QEMU's own words:
  * - `again`: a port was taken between the pick and QEMU's bind, or QEMU died without a word while
- *   restoring: pick new ports and start again, still restoring (a cold boot would throw the saved
- *   state away);
+ *   restoring: pick new ports and start again (after `delayMs`), still restoring (a cold boot would
+ *   throw the saved state away);
  * - `wait`: the disk's lock is still going away: wait LOCK_WAIT_MS and start again, saved state
  *   kept (up to 2 s; a disk another QEMU really holds fails as before);
  * - `cold`: the saved state did not load: cold-boot the same disk;
@@ -38,20 +39,24 @@ export class StartRetries {
   private attempt = 1;
   private lockWaits = 0;
   private restoresAgain = 0;
+  /** How long to wait before the start `after` asked for (0: at once). */
+  delayMs = 0;
 
   constructor(public restoring: boolean) {}
 
   after(why: string): 'again' | 'wait' | 'cold' | 'fail' {
+    this.delayMs = 0;
     if (this.attempt < PORT_TRIES && PORT_TAKEN.test(why)) {
       this.attempt++;
       return 'again';
     }
     if (this.lockWaits < LOCK_WAITS && DISK_LOCKED.test(why)) {
       this.lockWaits++;
+      this.delayMs = LOCK_WAIT_MS;
       return 'wait';
     }
-    if (this.restoring && this.restoresAgain < RESTORE_AGAIN && DIED_SILENT.test(why.trim())) {
-      this.restoresAgain++;
+    if (this.restoring && this.restoresAgain < RESTORE_BACKOFF_MS.length && DIED_SILENT.test(why.trim())) {
+      this.delayMs = RESTORE_BACKOFF_MS[this.restoresAgain++]!;
       return 'again';
     }
     if (this.restoring) {

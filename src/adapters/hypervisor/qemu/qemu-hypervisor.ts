@@ -33,7 +33,7 @@ import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { VmCommand } from './vm-command.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
 import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
-import { LOCK_WAIT_MS, restoreInputs, StartRetries } from './launch-plan.js';
+import { restoreInputs, StartRetries } from './launch-plan.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
 import { findQemu, qemuState, savedNic } from './qemu-state.js';
@@ -301,7 +301,9 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
         const why = started.message;
         const next = retries.after(why);
         if (next === 'fail') throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
-        if (next === 'wait') await new Promise((r) => setTimeout(r, LOCK_WAIT_MS));
+        if (next === 'again' && retries.restoring)
+          this.o.log.warn({ vm: spec.name, err: why, retry_in_ms: retries.delayMs }, 'qemu died restoring; again');
+        if (retries.delayMs) await new Promise((r) => setTimeout(r, retries.delayMs));
         if (next === 'cold') this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
         continue;
       }

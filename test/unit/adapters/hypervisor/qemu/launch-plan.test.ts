@@ -29,12 +29,18 @@ describe('adapters/hypervisor/qemu launch plan', () => {
       expect(r.after(LOAD)).to.equal('fail');
     });
 
-    it('restores twice more when QEMU dies without a word (its segfault under load), then cold-boots', () => {
+    it('restores four more times, further apart each time, when QEMU dies without a word (its segfault under load), then cold-boots', () => {
       const r = new StartRetries(true);
       const died = 'QMP connection closed';
-      expect([r.after(died), r.after(died)]).to.deep.equal(['again', 'again']);
+      const delays = [];
+      for (let i = 0; i < 4; i++) {
+        expect(r.after(died)).to.equal('again');
+        delays.push(r.delayMs);
+      }
+      expect(delays).to.deep.equal([250, 500, 1000, 2000]);
       expect(r.restoring, 'still restoring').to.equal(true);
       expect([r.after(died), r.after(died)]).to.deep.equal(['cold', 'fail']);
+      expect(r.delayMs).to.equal(0);
       expect(new StartRetries(false).after(died), 'a cold boot that dies is the end').to.equal('fail');
     });
 
