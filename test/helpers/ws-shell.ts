@@ -9,10 +9,14 @@ export interface ShellClient {
   exit: Promise<{ exit_code: number; closeCode: number }>;
 }
 
-/** Opens a shell WebSocket and collects terminal output. */
-export function openShell(url: string, headers: Record<string, string> = {}): Promise<ShellClient> {
+/** Opens a shell WebSocket (with subprotocols, as the dashboard asks) and collects terminal output. */
+export function openShell(
+  url: string,
+  headers: Record<string, string> = {},
+  protocols?: string[],
+): Promise<ShellClient> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers });
+    const ws = protocols ? new WebSocket(url, protocols, { headers }) : new WebSocket(url, { headers });
     let out = '';
     let exitCode = -999;
     const waiters: (() => void)[] = [];

@@ -35,8 +35,6 @@ function readEvents(
   });
 }
 
-const cookieOf = (r: Reply) => String(r.headers['set-cookie'] ?? '');
-
 describe('dashboard API: log-in sessions, the change feed, the page', function () {
   this.timeout(30_000);
   let d: TestDaemon;
@@ -51,7 +49,7 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
   const login = async () => {
     const r = await tcp('POST', '/ui/session', { origin: `http://127.0.0.1:${port}` }, { token: d.config.api_token });
     expect(r.status, r.text).to.equal(200);
-    return /svc_session=([^;]+)/.exec(cookieOf(r))![1];
+    return r.json.session as string;
   };
 
   it('serves the page without a token, with a strict CSP and no framing', async () => {
@@ -73,34 +71,38 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     expect((await tcp('GET', '/vms')).status).to.equal(401);
   });
 
-  it('trades the token for an HttpOnly SameSite=Strict cookie that expires, and refuses a wrong token', async () => {
+  it('trades the token for a session id that expires, carried in a header and never in a cookie; refuses a wrong token', async () => {
     const bad = await tcp('POST', '/ui/session', {}, { token: 'wrong' });
     expect(bad.status).to.equal(401);
-    expect(bad.headers['set-cookie']).to.equal(undefined);
+    expect(bad.json.session).to.equal(undefined);
     expect((await tcp('GET', '/ui/session')).json).to.deep.equal({ token_required: true, authenticated: false });
     const r = await tcp('POST', '/ui/session', {}, { token: d.config.api_token });
-    expect(cookieOf(r)).to.match(/^svc_session=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=2$/);
-    const id = /svc_session=([^;]+)/.exec(cookieOf(r))![1];
-    const withCookie = { cookie: `svc_session=${id}` };
-    expect((await tcp('GET', '/ui/session', withCookie)).json.authenticated).to.equal(true);
-    expect((await tcp('GET', '/vms', withCookie)).status).to.equal(200);
-    expect((await tcp('GET', '/vms', { cookie: `svc_session=${'x'.repeat(43)}` })).status).to.equal(401);
+    expect(r.json).to.include({ token_required: true, authenticated: true, expires_in_sec: 2 });
+    expect(r.json.session).to.match(/^[A-Za-z0-9_-]{43}$/);
+    // Cookies reach every port of the host (a guest's app forwarded to 127.0.0.1:8080 would get it).
+    expect(r.headers['set-cookie'], 'no cookie').to.equal(undefined);
+    expect(r.headers['cache-control']).to.equal('no-store');
+    const id = r.json.session as string;
+    const withSession = { 'x-svc-session': id };
+    expect((await tcp('GET', '/ui/session', withSession)).json.authenticated).to.equal(true);
+    expect((await tcp('GET', '/vms', withSession)).status).to.equal(200);
+    expect((await tcp('GET', '/vms', { cookie: `svc_session=${id}` })).status, 'a cookie is no session').to.equal(401);
+    expect((await tcp('GET', '/vms', { 'x-svc-session': 'x'.repeat(43) })).status).to.equal(401);
     await new Promise((res) => setTimeout(res, 2100));
-    expect((await tcp('GET', '/vms', withCookie)).status, 'expired').to.equal(401);
+    expect((await tcp('GET', '/vms', withSession)).status, 'expired').to.equal(401);
   });
 
-  it('logs out: the cookie is cleared and the session is dead on the server', async () => {
+  it('logs out: the session is dead on the server', async () => {
     const id = await login();
-    const withCookie = { cookie: `svc_session=${id}` };
-    const out = await tcp('DELETE', '/ui/session', { ...withCookie, origin: `http://127.0.0.1:${port}` });
+    const withSession = { 'x-svc-session': id };
+    const out = await tcp('DELETE', '/ui/session', { ...withSession, origin: `http://127.0.0.1:${port}` });
     expect(out.status).to.equal(204);
-    expect(cookieOf(out)).to.match(/svc_session=; .*Max-Age=0/);
-    expect((await tcp('GET', '/vms', withCookie)).status).to.equal(401);
+    expect((await tcp('GET', '/vms', withSession)).status).to.equal(401);
   });
 
   it('refuses a log-in, a change or a shell from another origin, and a foreign Host, even with a live session', async () => {
     const id = await login();
-    const evil = { origin: 'http://evil.example', cookie: `svc_session=${id}` };
+    const evil = { origin: 'http://evil.example', 'x-svc-session': id };
     expect(
       (await tcp('POST', '/ui/session', { origin: 'http://evil.example' }, { token: d.config.api_token })).status,
       'login CSRF',
@@ -108,9 +110,7 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     expect((await tcp('POST', '/vms', evil, { name: 'csrf' })).status).to.equal(403);
     expect((await d.call('GET', '/vms/csrf')).status).to.equal(404);
     expect((await tcp('GET', '/ui/', { host: 'attacker.example' })).status, 'DNS rebinding').to.equal(403);
-    expect((await tcp('GET', '/vms', { host: `rebind.example:${port}`, cookie: `svc_session=${id}` })).status).to.equal(
-      403,
-    );
+    expect((await tcp('GET', '/vms', { host: `rebind.example:${port}`, 'x-svc-session': id })).status).to.equal(403);
     const err = await openShell(`ws://127.0.0.1:${port}/vms/nope/shell`, evil).then(
       () => undefined,
       (e: { status?: number }) => e,
@@ -118,16 +118,20 @@ describe('dashboard API: log-in sessions, the change feed, the page', function (
     expect(err?.status).to.equal(403);
   });
 
-  it("lets a session open the shell WebSocket from the daemon's own origin", async () => {
+  it("lets a session open the shell WebSocket from the daemon's own origin, the session as a subprotocol", async () => {
     expect((await d.call('POST', '/vms', { name: 'sh1' })).status).to.equal(201);
     const id = await login();
-    const sh = await openShell(`ws://127.0.0.1:${port}/vms/sh1/shell`, {
-      origin: `http://127.0.0.1:${port}`,
-      cookie: `svc_session=${id}`,
-    });
-    sh.send('echo cookie-$((20+22))\n');
-    await sh.waitFor(/cookie-42/);
+    const origin = `http://127.0.0.1:${port}`;
+    const sh = await openShell(`ws://127.0.0.1:${port}/vms/sh1/shell`, { origin }, ['svc', `svc-session.${id}`]);
+    expect(sh.ws.protocol, "the dashboard's protocol is answered, not the session").to.equal('svc');
+    sh.send('echo session-$((20+22))\n');
+    await sh.waitFor(/session-42/);
     sh.ws.close();
+    const without = await openShell(`ws://127.0.0.1:${port}/vms/sh1/shell`, { origin }, ['svc']).then(
+      () => undefined,
+      (e: { status?: number }) => e,
+    );
+    expect(without?.status).to.equal(401);
     expect((await d.call('DELETE', '/vms/sh1')).status).to.equal(200);
   });
 
@@ -175,6 +179,6 @@ describe('dashboard without a token', function () {
     });
     const r = await call({ port }, 'POST', '/ui/session', { token: '' }, { origin: `http://127.0.0.1:${port}` });
     expect(r.json.authenticated).to.equal(true);
-    expect(r.headers['set-cookie']).to.equal(undefined);
+    expect(r.json.session).to.equal(undefined);
   });
 });

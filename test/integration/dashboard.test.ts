@@ -3,6 +3,7 @@ import { expect } from 'chai';
 import { randomBytes, createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Browser, Page } from 'puppeteer-core';
 import { launchBrowser, screenshot, until } from '../helpers/browser.js';
@@ -41,7 +42,7 @@ describe('dashboard in a real browser (chromium)', function () {
   const text = (sel: string) => page.$eval(sel, (e) => (e as HTMLElement).innerText);
   const rowStatus = (name: string) => `document.querySelector('tr[data-vm="${name}"] [data-test=status]')?.textContent`;
 
-  it('asks for the token once, refuses a wrong one, and gives an HttpOnly SameSite=Strict expiring session', async () => {
+  it('asks for the token once, refuses a wrong one, and keeps the session where no other port of the host can see it', async () => {
     await page.goto(`${base}/ui/`);
     await page.waitForSelector('[data-test=login]');
     await screenshot(page, 'login');
@@ -52,14 +53,31 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.type('[data-test=token]', d.config.api_token);
     await page.click('[data-test=login-submit]');
     await page.waitForSelector('[data-test=create-form]');
-    const cookies = await browser.cookies();
-    const session = cookies.find((c) => c.name === 'svc_session');
-    expect(session, JSON.stringify(cookies)).to.not.equal(undefined);
-    expect(session!.httpOnly).to.equal(true);
-    expect(session!.sameSite).to.equal('Strict');
-    expect(session!.expires * 1000).to.be.greaterThan(Date.now() + 3600_000);
-    // The page cannot read it.
-    expect(await page.evaluate(() => document.cookie)).to.not.include('svc_session');
+    const id = await page.evaluate(() => localStorage.getItem('svc.session'));
+    expect(id).to.match(/^[A-Za-z0-9_-]{43}$/);
+    expect(await browser.cookies(), 'no cookie at all').to.deep.equal([]);
+    // A reload keeps the log-in.
+    await page.reload();
+    await page.waitForSelector('[data-test=create-form]');
+    // A guest's app forwarded to another loopback port, opened in the same browser, gets nothing:
+    // cookies would reach it (they are not isolated by port), an origin's storage does not.
+    const seen: string[] = [];
+    const app = createServer((req, res) => {
+      seen.push(JSON.stringify(req.headers));
+      res.setHeader('content-type', 'text/html');
+      res.end('<p>an app in the guest</p>');
+    });
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    try {
+      const other = await browser.newPage();
+      await other.goto(`http://127.0.0.1:${(app.address() as AddressInfo).port}/`);
+      expect(await other.evaluate(() => localStorage.getItem('svc.session'))).to.equal(null);
+      await other.close();
+      expect(seen.length).to.be.greaterThan(0);
+      for (const h of seen) expect(h).to.not.include(id!);
+    } finally {
+      app.close();
+    }
   });
 
   it('creates a VM from the form and shows its progress, then running', async () => {
@@ -316,7 +334,7 @@ describe('dashboard in a real browser (chromium)', function () {
     expect((await d.call('GET', `/vms/${vm}`)).status).to.equal(404);
   });
 
-  it('a page of another origin cannot change anything, even on the same site with the cookie', async () => {
+  it('a page of another origin cannot change anything, even on the same site', async () => {
     const evil: Server = createServer((_req, res) => {
       res.setHeader('content-type', 'text/html');
       res.end(`<form id=f method=POST action="${base}/vms" enctype="text/plain"><input name='{"name":"pwned","x":"' value='"}'></form>
@@ -346,12 +364,13 @@ describe('dashboard in a real browser (chromium)', function () {
   it('logs out: the session ends and the page asks for the token again', async () => {
     await page.goto(`${base}/ui/#/`);
     await page.waitForSelector('[data-test=logout]');
-    const before = (await browser.cookies()).find((c) => c.name === 'svc_session')!.value;
+    const before = await page.evaluate(() => localStorage.getItem('svc.session'));
+    expect(before).to.be.a('string');
     await page.click('[data-test=logout]');
     await page.waitForSelector('[data-test=login]');
-    expect((await browser.cookies()).find((c) => c.name === 'svc_session')).to.equal(undefined);
+    expect(await page.evaluate(() => localStorage.getItem('svc.session'))).to.equal(null);
     // The old id is dead on the server too, not only forgotten by the browser.
-    const r = await d.call('GET', '/vms', undefined, { authorization: '', cookie: `svc_session=${before}` });
+    const r = await d.call('GET', '/vms', undefined, { authorization: '', 'x-svc-session': before! });
     expect(r.status).to.equal(401);
   });
 });

@@ -1,4 +1,26 @@
-/** The daemon's API as the dashboard calls it: same origin, the session cookie, JSON in and out. */
+/** The daemon's API as the dashboard calls it: same origin, the session in its header, JSON in and out. */
+
+const SESSION_KEY = 'svc.session';
+
+/**
+ * The log-in session the daemon gave this page, kept in the origin's storage: unlike a cookie it
+ * is not sent to, or readable from, any other port of the same host (a guest's forwarded app).
+ */
+export const session = {
+  get: (): string | null => localStorage.getItem(SESSION_KEY),
+  set: (id: string) => localStorage.setItem(SESSION_KEY, id),
+  clear: () => localStorage.removeItem(SESSION_KEY),
+  /** The headers that carry it. */
+  headers(): Record<string, string> {
+    const id = this.get();
+    return id ? { 'x-svc-session': id } : {};
+  },
+  /** The WebSocket subprotocols that carry it (a page cannot set a WebSocket's headers). */
+  protocols(): string[] {
+    const id = this.get();
+    return id ? ['svc', `svc-session.${id}`] : ['svc'];
+  },
+};
 
 export class ApiError extends Error {
   constructor(
@@ -20,7 +42,10 @@ export function onUnauthenticated(l: Listener): () => void {
 }
 
 async function failure(res: Response): Promise<ApiError> {
-  if (res.status === 401) for (const l of unauthenticated) l();
+  if (res.status === 401) {
+    session.clear();
+    for (const l of unauthenticated) l();
+  }
   const text = await res.text().catch(() => '');
   try {
     const body = JSON.parse(text) as { error?: string; code?: string };
@@ -39,7 +64,7 @@ export interface CallOptions {
 }
 
 export async function request(method: string, path: string, o: CallOptions = {}): Promise<Response> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = session.headers();
   let body: BodyInit | undefined;
   if (o.raw !== undefined) {
     headers['content-type'] = 'application/octet-stream';
@@ -53,12 +78,26 @@ export async function request(method: string, path: string, o: CallOptions = {})
     method,
     headers,
     body,
-    credentials: 'same-origin',
+    credentials: 'omit',
     signal: o.signal,
     cache: 'no-store',
   });
   if (!res.ok) throw await failure(res);
   return res;
+}
+
+/**
+ * Saves what GET `path` answers as a file named `filename`. Fetched with the session's header
+ * (a plain link could not carry it) and handed to the browser as a blob.
+ */
+export async function download(path: string, filename: string): Promise<void> {
+  const blob = await (await request('GET', path)).blob();
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = filename;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
 /** A JSON call; 204 gives undefined. */

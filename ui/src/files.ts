@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { api, enc, type FsInfo } from './api.js';
+import { api, download, enc, type FsInfo } from './api.js';
 import { bytes, Confirm, ErrorLine, html, message, useLoad, when } from './ui.js';
 
 const join = (dir: string, name: string) => (dir.endsWith('/') ? dir + name : `${dir}/${name}`);
@@ -88,7 +88,14 @@ export function FileBrowser({ name }: { name: string }) {
                 go(join(dir, f.name));
               }}>${f.name}/</a>`
             : f.type === 'file'
-              ? html`<a href=${`/vms/${enc(name)}/cp?path=${enc(join(dir, f.name))}`} download=${f.name} data-test="download">${f.name}</a>`
+              ? html`<a href=${`/vms/${enc(name)}/cp?path=${enc(join(dir, f.name))}`} download=${f.name} onClick=${(
+                  e: Event,
+                ) => {
+                  e.preventDefault();
+                  download((e.currentTarget as HTMLAnchorElement).getAttribute('href')!, f.name).catch((err) =>
+                    setError(message(err)),
+                  );
+                }} data-test="download">${f.name}</a>`
               : html`<span>${f.name}${f.target ? html` <span class="muted">→ ${f.target}</span>` : null}</span>`
         }</td>
         <td>${f.type === 'file' ? bytes(f.size) : ''}</td><td><code>${f.mode}</code></td><td>${when(f.mtime)}</td>

@@ -1,6 +1,6 @@
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { api, onUnauthenticated } from './api.js';
+import { api, onUnauthenticated, session } from './api.js';
 import { feed } from './feed.js';
 import { ActivityLog, Images, Secrets } from './lists.js';
 import { VmList } from './vm-list.js';
@@ -23,14 +23,15 @@ function useHash(): string {
   return hash;
 }
 
-/** The token, asked once; the daemon answers with a session cookie the page cannot read. */
+/** The token, asked once; the daemon answers with a session the page keeps in its origin's storage. */
 function Login({ onDone }: { onDone: () => void }) {
   const [token, setToken] = useState('');
   const [error, setError] = useState<string>();
   const submit = async (e: Event) => {
     e.preventDefault();
     try {
-      await api('POST', '/ui/session', { body: { token } });
+      const r = await api<{ session?: string }>('POST', '/ui/session', { body: { token } });
+      if (r.session) session.set(r.session);
       onDone();
     } catch (err) {
       setError(message(err));
@@ -46,7 +47,7 @@ function Login({ onDone }: { onDone: () => void }) {
 }
 
 function App() {
-  const [session, setSession] = useState<Session>();
+  const [state, setSession] = useState<Session>();
   const [error, setError] = useState<string>();
   const hash = useHash();
   const check = () => api<Session>('GET', '/ui/session').then(setSession, (err) => setError(message(err)));
@@ -58,11 +59,12 @@ function App() {
     });
   }, []);
   if (error) return html`<main><${ErrorLine} error=${error} /></main>`;
-  if (!session) return html`<main><p class="boot">Loading svc…</p></main>`;
-  if (!session.authenticated) return html`<${Login} onDone=${check} />`;
+  if (!state) return html`<main><p class="boot">Loading svc…</p></main>`;
+  if (!state.authenticated) return html`<${Login} onDone=${check} />`;
   const logout = async () => {
     feed.stop();
     await api('DELETE', '/ui/session').catch(() => undefined);
+    session.clear();
     void check();
   };
   const parts = hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
@@ -78,7 +80,7 @@ function App() {
     <header>
       <a class="brand" href="#/">svc</a>
       <nav aria-label="main">${nav.map(([id, href, label]) => html`<a href=${href} class=${current === id ? 'on' : ''} aria-current=${current === id ? 'page' : undefined}>${label}</a>`)}</nav>
-      ${session.token_required ? html`<button type="button" class="logout" onClick=${logout} data-test="logout">Log out</button>` : null}
+      ${state.token_required ? html`<button type="button" class="logout" onClick=${logout} data-test="logout">Log out</button>` : null}
     </header>
     <main>
       ${

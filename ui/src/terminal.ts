@@ -2,13 +2,13 @@ import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import '@xterm/xterm/css/xterm.css';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { enc } from './api.js';
+import { enc, session } from './api.js';
 import { html } from './ui.js';
 
 /**
  * An interactive shell in the VM: xterm.js over the daemon's shell WebSocket (binary frames are
  * terminal bytes both ways, a text frame `{type:"resize",cols,rows}` resizes). It fits its box
- * and follows the window's size. The session cookie authenticates the upgrade.
+ * and follows the window's size. The session rides as a subprotocol (a page cannot set the upgrade's headers).
  */
 export function TerminalView({ name }: { name: string }) {
   const box = useRef<HTMLDivElement>(null);
@@ -27,7 +27,10 @@ export function TerminalView({ name }: { name: string }) {
     term.open(box.current);
     fit.fit();
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const ws = new WebSocket(`${proto}//${location.host}/vms/${enc(name)}/shell?cols=${term.cols}&rows=${term.rows}`);
+    const ws = new WebSocket(
+      `${proto}//${location.host}/vms/${enc(name)}/shell?cols=${term.cols}&rows=${term.rows}`,
+      session.protocols(),
+    );
     ws.binaryType = 'arraybuffer';
     const encoder = new TextEncoder();
     ws.onopen = () => {

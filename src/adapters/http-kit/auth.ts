@@ -4,8 +4,8 @@ import type { BrowserSessions } from './sessions.js';
 
 /**
  * Bearer-token check. Both sides are hashed first so the compare is constant-time whatever the
- * lengths. An empty configured token means no authentication. A live dashboard session cookie
- * (sessions.ts) stands for the token.
+ * lengths. An empty configured token means no authentication. A live dashboard session
+ * (sessions.ts: its header, or its WebSocket subprotocol) stands for the token.
  */
 export class BearerAuth {
   private readonly expected: Buffer | undefined;

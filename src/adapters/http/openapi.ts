@@ -263,6 +263,7 @@ const schemas: Record<string, Schema> = {
     properties: {
       token_required: { type: 'boolean' },
       authenticated: { type: 'boolean' },
+      session: { type: 'string', description: 'the new session id (log-in only); send it as X-Svc-Session' },
       expires_in_sec: { type: 'integer' },
     },
   },
@@ -522,7 +523,8 @@ export function openApiDocument(version: string): Record<string, unknown> {
           responses: { '200': json('session', ref('UiSession')) },
         },
         post: {
-          summary: 'Log in: trade the token for an HttpOnly, SameSite=Strict session cookie',
+          summary:
+            'Log in: trade the token for a session id, sent after in the X-Svc-Session header (not a cookie: cookies reach every port of the host)',
           security: [],
           requestBody: {
             required: true,
@@ -533,13 +535,13 @@ export function openApiDocument(version: string): Record<string, unknown> {
             },
           },
           responses: {
-            '200': json('logged in (Set-Cookie)', ref('UiSession')),
+            '200': json('logged in: `session` is the id', ref('UiSession')),
             '401': err('wrong token'),
             '403': err('from a foreign Origin'),
           },
         },
         delete: {
-          summary: 'Log out: the session ends and the cookie is cleared',
+          summary: 'Log out: the session in X-Svc-Session ends',
           security: [],
           responses: { '204': { description: 'logged out' } },
         },

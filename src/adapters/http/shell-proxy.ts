@@ -7,6 +7,7 @@ import { assertVmName } from '../../domain/names.js';
 import type {} from '../../ports/guest-agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
 import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
+import { dashboardProtocol } from '../http-kit/sessions.js';
 import type { Terminal } from '../../ports/terminal.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
@@ -17,7 +18,11 @@ const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
  * the other is closed too. Errors before the upgrade use the one HTTP error mapping.
  */
 export class ShellProxy {
-  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
+  private readonly wss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    handleProtocols: dashboardProtocol,
+  });
 
   constructor(
     private readonly guest: GuestProxy,

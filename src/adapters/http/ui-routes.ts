@@ -1,11 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Request } from 'express';
 import { UnauthenticatedError } from '../../domain/errors.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { BrowserSessions } from '../http-kit/sessions.js';
+import type { BrowserSessions } from '../http-kit/sessions.js';
 
 /** Where `npm run build` puts the dashboard (scripts/build-ui.mjs). */
 export const UI_DIST = fileURLToPath(new URL('../../../ui/', import.meta.url));
@@ -34,8 +33,9 @@ const PAGE_HEADERS: Record<string, string> = {
 /**
  * The web dashboard (docs/dashboard.md): its static files at /ui/ and its log-in. The files hold
  * no data and are served without auth; everything they call is behind auth as usual. With a token
- * configured, `POST /ui/session {token}` trades the token for a session cookie (`HttpOnly`,
- * `SameSite=Strict`, expiring) that stands for it; `DELETE /ui/session` logs out.
+ * configured, `POST /ui/session {token}` trades the token for a session id (expiring) that stands
+ * for it in the `X-Svc-Session` header (sessions.ts says why not a cookie); `DELETE /ui/session`
+ * with it logs out.
  */
 export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_DIST): RouteDef[] {
   const serve =
@@ -47,7 +47,6 @@ export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_D
       }
       res.set(PAGE_HEADERS).type(FILES[file]).send(body);
     };
-  const secure = (req: Request) => req.headers['x-forwarded-proto'] === 'https';
   return [
     {
       // Express matches /ui and /ui/ alike; the page's relative links need the slash.
@@ -73,10 +72,12 @@ export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_D
         if (!auth.enabled) return void res.json({ token_required: false, authenticated: true });
         const token = (req.body as { token?: unknown } | undefined)?.token;
         if (typeof token !== 'string' || !auth.matches(token.trim())) throw new UnauthenticatedError('wrong token');
-        res.setHeader('Set-Cookie', sessions.cookie(sessions.open(), secure(req)));
-        res
-          .set('Cache-Control', 'no-store')
-          .json({ token_required: true, authenticated: true, expires_in_sec: Math.floor(sessions.ttlMs / 1000) });
+        res.set('Cache-Control', 'no-store').json({
+          token_required: true,
+          authenticated: true,
+          session: sessions.open(),
+          expires_in_sec: Math.floor(sessions.ttlMs / 1000),
+        });
       },
     },
     {
@@ -85,7 +86,6 @@ export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_D
       auth: 'none',
       handler: (req, res) => {
         sessions.close(req);
-        res.setHeader('Set-Cookie', BrowserSessions.clearCookie());
         res.status(204).end();
       },
     },

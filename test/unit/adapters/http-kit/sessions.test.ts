@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import type { IncomingMessage } from 'node:http';
 import { BearerAuth } from '../../../../src/adapters/http-kit/auth.js';
-import { BrowserSessions, sessionId } from '../../../../src/adapters/http-kit/sessions.js';
+import { BrowserSessions, dashboardProtocol, sessionId } from '../../../../src/adapters/http-kit/sessions.js';
 
 const req = (headers: Record<string, string>) => ({ headers }) as unknown as IncomingMessage;
-const withId = (id: string) => req({ cookie: `theme=dark; svc_session=${id}; other=1` });
+const withId = (id: string) => req({ 'x-svc-session': id });
 
 describe('adapters/http-kit/BrowserSessions', () => {
   it('opens random sessions that expire after the ttl', () => {
@@ -34,28 +34,28 @@ describe('adapters/http-kit/BrowserSessions', () => {
     expect(s.valid(withId(c)) && s.valid(withId(d))).to.equal(true);
   });
 
-  it('reads only a well-formed id from the cookie header', () => {
+  it('reads only a well-formed id, from its header or a WebSocket subprotocol, never from a cookie', () => {
     const id = 'A'.repeat(43);
     expect(sessionId(withId(id))).to.equal(id);
-    expect(sessionId(req({ cookie: 'svc_session=short' }))).to.equal(undefined);
-    expect(sessionId(req({ cookie: 'xsvc_session=' + id }))).to.equal(undefined);
+    expect(sessionId(req({ 'x-svc-session': 'short' }))).to.equal(undefined);
+    expect(sessionId(req({ cookie: `svc_session=${id}` })), 'a cookie is not a session').to.equal(undefined);
+    expect(sessionId(req({ 'sec-websocket-protocol': `svc, svc-session.${id}` }))).to.equal(id);
+    expect(sessionId(req({ 'sec-websocket-protocol': `svc, xsvc-session.${id}` }))).to.equal(undefined);
     expect(sessionId(req({}))).to.equal(undefined);
   });
 
-  it('writes an HttpOnly SameSite=Strict cookie with Max-Age, Secure behind TLS', () => {
-    const s = new BrowserSessions(3_600_000);
-    expect(s.cookie('x', false)).to.equal('svc_session=x; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600');
-    expect(s.cookie('x', true)).to.match(/; Secure$/);
-    expect(BrowserSessions.clearCookie()).to.match(/Max-Age=0/);
+  it("answers the dashboard's subprotocol, never the session's", () => {
+    expect(dashboardProtocol(new Set(['svc', 'svc-session.' + 'A'.repeat(43)]))).to.equal('svc');
+    expect(dashboardProtocol(new Set(['svc-session.' + 'A'.repeat(43)]))).to.equal(false);
   });
 
-  it('stands for the token in BearerAuth, but a wrong bearer token is not rescued by a cookie', () => {
+  it('stands for the token in BearerAuth, but a wrong bearer token is not rescued by a session', () => {
     const s = new BrowserSessions(60_000);
     const auth = new BearerAuth('tok', s);
     const id = s.open();
     expect(auth.check(withId(id))).to.equal(true);
     expect(auth.check(req({ authorization: 'Bearer tok' }))).to.equal(true);
-    expect(auth.check(req({ authorization: 'Bearer nope', cookie: `svc_session=${id}` }))).to.equal(false);
+    expect(auth.check(req({ authorization: 'Bearer nope', 'x-svc-session': id }))).to.equal(false);
     expect(auth.check(req({}))).to.equal(false);
     expect(auth.matches('tok')).to.equal(true);
     expect(new BearerAuth('', s).matches('')).to.equal(false);
