@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { request } from 'node:http';
-import { call, type Reply } from '../helpers/http.js';
+import { call } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { openShell } from '../helpers/ws-shell.js';
 
