@@ -20,7 +20,7 @@ import { LifecycleContribution, LifecycleContributions, LifecycleEvents } from '
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
 import { DistAgentArtifact } from './adapters/guest-link/dist-agent-artifact.js';
-import { HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
+import { agentOptions, HttpGuestAgent } from './adapters/guest-link/http-guest-agent.js';
 import { pickConnector } from './adapters/guest-link/transport.js';
 import { SystemClock } from './adapters/clock/system-clock.js';
 import { networkOf, speedUpsOf, standInsOf, type HypervisorDriver } from './adapters/hypervisor/driver.js';
@@ -177,7 +177,7 @@ function embedded(hv: HypervisorAdapter, config: Config): Pick<HypervisorDriver,
         for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
         bind(GuestAgent)
           .toDynamicValue(
-            () => standInsOf(hv)?.guestAgent ?? new HttpGuestAgent(pickConnector('auto'), { splice: config.splice }),
+            () => standInsOf(hv)?.guestAgent ?? new HttpGuestAgent(pickConnector('auto'), agentOptions(config)),
           )
           .inSingletonScope();
         bind(SshProbe)

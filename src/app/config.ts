@@ -37,6 +37,11 @@ export interface Config {
   /** Concurrent execs and shells per VM and in all (0 = no cap); past one, 429 with Retry-After. */
   max_execs_per_vm: number;
   max_execs_total: number;
+  /**
+   * The most MiB of guest answers the daemon holds while reading them whole (execs, fs, stats),
+   * all VMs together; past it a call fails 503 with Retry-After (0 = no budget).
+   */
+  guest_reply_budget_mb: number;
   sandbox_metrics_enabled: boolean;
   sandbox_metrics_interval_ms: number;
   sandbox_metrics_points: number;
@@ -119,6 +124,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   max_memory_mb_total: ['max_memory_mb_total', 'int', 0],
   max_execs_per_vm: ['max_execs_per_vm', 'int', 32],
   max_execs_total: ['max_execs_total', 'int', 256],
+  guest_reply_budget_mb: ['guest_reply_budget_mb', 'int', 256],
   sandbox_metrics_enabled: ['sandbox_metrics_enabled', 'bool', true],
   sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
   sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],

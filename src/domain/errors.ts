@@ -75,9 +75,18 @@ export class NotSupportedError extends DomainError {
   readonly code = 'not_supported' as const;
 }
 
-/** The guest agent cannot be reached: VM not running, no endpoint, connect refused or timed out. */
+/**
+ * The guest agent cannot be reached: VM not running, no endpoint, connect refused or timed out.
+ * `retryAfterS` is set when the daemon itself is busy (its budget for guest answers is spent).
+ */
 export class AgentUnavailableError extends DomainError {
   readonly code = 'agent_unavailable' as const;
+  constructor(
+    message: string,
+    readonly retryAfterS?: number,
+  ) {
+    super(message);
+  }
 }
 
 /** The guest agent answered, but with garbage or a 5xx. */

@@ -223,3 +223,29 @@ describe('slow clients (header_timeout 1s)', function () {
     expect(readFileSync(path).length).to.equal(5 * 1024);
   });
 });
+
+describe('the daemon-wide budget for guest answers (guest_reply_budget_mb, real local agents)', function () {
+  this.timeout(60_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true, guest_reply_budget_mb: 1, sandbox_metrics_enabled: false });
+    expect((await d.call('POST', '/vms', { name: 'rb' })).status).to.equal(201);
+  });
+  after(async () => d.stop());
+
+  it('answers 503 with Retry-After for an answer past the budget, and serves what fits', async () => {
+    const big = await d.call(
+      'POST',
+      '/vms/rb/exec?cmd=sh&args=-c&args=' + encodeURIComponent("head -c 1500000 /dev/zero | tr '\\0' x"),
+    );
+    expect(big.status, big.text).to.equal(503);
+    expect(big.headers['retry-after']).to.equal('1');
+    expect(big.json.error).to.match(/guest_reply_budget_mb/);
+    const small = await d.call(
+      'POST',
+      '/vms/rb/exec?cmd=sh&args=-c&args=' + encodeURIComponent("head -c 500000 /dev/zero | tr '\\0' x"),
+    );
+    expect(small.status, small.text).to.equal(200);
+    expect(small.json.stdout).to.have.length(500000);
+  });
+});

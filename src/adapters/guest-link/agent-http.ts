@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+import { ReplyBudget } from './reply-budget.js';
 import type { Connector } from './transport.js';
 
 export const CONNECT_TIMEOUT_MS = 2000;
@@ -26,12 +27,16 @@ export interface CallOptions {
 /**
  * HTTP to guest agents, shared by the daemon's adapters that speak to them (HttpGuestAgent,
  * HttpGuestProcesses): connections kept alive per endpoint over a Connector (TCP, vsock, hybrid
- * vsock), a short connect timeout, answers read up to a bound, errors mapped to the domain's.
+ * vsock), a short connect timeout, answers read up to a bound (each, and all together through
+ * `budget`), errors mapped to the domain's.
  */
 export class AgentHttp {
   private readonly agents = new Map<string, Agent>();
 
-  constructor(readonly connector: Connector) {}
+  constructor(
+    readonly connector: Connector,
+    readonly budget: ReplyBudget = ReplyBudget.NONE,
+  ) {}
 
   private agentFor(ep: AgentEndpoint): Agent {
     const key = where(ep);
@@ -125,7 +130,11 @@ export class AgentHttp {
     });
   }
 
-  /** Reads an answer up to `max` bytes; past it the connection is dropped and the call fails. */
+  /**
+   * Reads an answer up to `max` bytes; past it the connection is dropped and the call fails. Its
+   * bytes are taken from the daemon's budget as they arrive and given back at the end; when the
+   * budget is spent the answer is dropped too (503, Retry-After).
+   */
   async readAll(res: IncomingMessage, ep: AgentEndpoint, max: number = REPLY_LIMITS.json): Promise<string> {
     const declared = Number(res.headers['content-length'] ?? 0);
     const tooBig = () => {
@@ -139,15 +148,22 @@ export class AgentHttp {
     let size = 0;
     try {
       for await (const c of res) {
-        size += (c as Buffer).length;
-        if (size > max) throw tooBig();
+        const n = (c as Buffer).length;
+        if (size + n > max) throw tooBig();
+        if (!this.budget.take(n)) {
+          res.destroy();
+          throw this.budget.spent();
+        }
+        size += n;
         parts.push(c as Buffer);
       }
+      return Buffer.concat(parts).toString('utf8');
     } catch (err) {
-      if (err instanceof AgentFailureError) throw err;
+      if (err instanceof AgentFailureError || err instanceof AgentUnavailableError) throw err;
       throw new AgentFailureError(`guest agent at ${where(ep)} broke off its answer: ${(err as Error).message}`);
+    } finally {
+      this.budget.give(size);
     }
-    return Buffer.concat(parts).toString('utf8');
   }
 
   async json<T>(ep: AgentEndpoint, o: CallOptions): Promise<T> {

@@ -3,6 +3,7 @@ import { EXEC_CHANNEL_PATH, type ExecChannelRequest, type ExecResult } from '../
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable, where } from './agent-replies.js';
+import { ReplyBudget } from './reply-budget.js';
 import type { Connector } from './transport.js';
 
 /** How long an agent that has no channel (an older agent) is asked over HTTP before the channel is tried again. */
@@ -33,6 +34,7 @@ export class ExecChannels {
     private readonly connector: Connector,
     private readonly connectTimeoutMs: number,
     private readonly idleMs: number,
+    private readonly budget: ReplyBudget = ReplyBudget.NONE,
   ) {}
 
   async call(ep: AgentEndpoint, c: ChannelCall): Promise<ExecResult | undefined> {
@@ -75,11 +77,36 @@ export class ExecChannels {
 
   private open(ep: AgentEndpoint, key: string): Promise<Channel | undefined> {
     const opened: Promise<Channel | undefined> = new Promise((resolve, reject) => {
+      let channel: Channel | undefined;
+      // The bytes of the answer being received, taken from the budget until the message is whole.
+      let partial = 0;
+      let dropped = false;
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}${EXEC_CHANNEL_PATH}`, {
         perMessageDeflate: false,
         handshakeTimeout: this.connectTimeoutMs,
         maxPayload: REPLY_LIMITS.exec,
-        createConnection: () => this.connector(ep) as never,
+        createConnection: () => {
+          const socket = this.connector(ep);
+          // Before ws's own listener: a chunk is counted before the message it completes is handed out.
+          socket.on('data', (c: Buffer) => {
+            if (dropped) return;
+            if (this.budget.take(c.length)) return void (partial += c.length);
+            dropped = true;
+            this.budget.give(partial);
+            partial = 0;
+            channel?.drop(this.budget.spent());
+            ws.terminate();
+          });
+          socket.once('close', () => {
+            this.budget.give(partial);
+            partial = 0;
+          });
+          return socket as never;
+        },
+      });
+      ws.on('message', () => {
+        this.budget.give(partial);
+        partial = 0;
       });
       ws.once('unexpected-response', (_req, res) => {
         res.resume();
@@ -91,7 +118,7 @@ export class ExecChannels {
       });
       ws.once('error', (err) => reject(unavailable(ep, err)));
       ws.once('open', () => {
-        const ch = new Channel(ws, ep, this.idleMs);
+        const ch = (channel = new Channel(ws, ep, this.idleMs));
         ch.onClose(() => {
           if (this.channels.get(key) === opened) this.channels.delete(key);
         });
@@ -217,6 +244,12 @@ class Channel {
     if (typeof m.status === 'number' && typeof m.error === 'object' && m.error !== null)
       return p.reject(fromStatus(m.status, JSON.stringify(m.error)));
     this.broken(buf);
+  }
+
+  /** Ends the channel and fails every call on it with `err` (the daemon's budget for answers is spent). */
+  drop(err: Error): void {
+    this.ws.terminate();
+    this.fail(err);
   }
 
   private broken(buf: Buffer): void {

@@ -25,6 +25,7 @@ import { tcpConnector, type Connector } from './transport.js';
 import type { Terminal } from '../../ports/terminal.js';
 
 export { REPLY_LIMITS } from './agent-replies.js';
+import { ReplyBudget } from './reply-budget.js';
 
 /** How long past its own timeout an exec may take to answer (the agent kills, then reports). */
 const EXEC_GRACE_MS = 30_000;
@@ -42,6 +43,17 @@ function execQuery(req: ExecRequest, buffered: boolean): string {
   return p.toString();
 }
 
+/** What the daemon's config says about talking to agents. */
+export interface AgentOptions {
+  splice?: string;
+  replyBudgetMb?: number;
+}
+
+/** The agent options of a config (every driver builds its HttpGuestAgent with them). */
+export function agentOptions(config: { splice: string; guest_reply_budget_mb: number }): AgentOptions {
+  return { splice: config.splice, replyBudgetMb: config.guest_reply_budget_mb };
+}
+
 /**
  * The GuestAgent port over HTTP, on TCP (the agent port's host forward) or vsock (through a
  * Connector). Keeps connections alive per endpoint; connects with a short timeout; streams bodies
@@ -54,13 +66,17 @@ export class HttpGuestAgent implements GuestAgent {
 
   private readonly helper: string | null;
 
-  /** `splice`: the config's `splice` (large copies moved socket to socket by the svc-splice helper). */
+  /**
+   * `splice`: the config's `splice` (large copies moved socket to socket by the svc-splice helper);
+   * `replyBudgetMb`: the config's `guest_reply_budget_mb` (0 or unset: no budget).
+   */
   constructor(
     private readonly connector: Connector = tcpConnector,
-    o: { splice?: string } = {},
+    o: AgentOptions = {},
   ) {
-    this.http = new AgentHttp(connector);
-    this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS);
+    const budget = new ReplyBudget((o.replyBudgetMb ?? 0) * 2 ** 20);
+    this.http = new AgentHttp(connector, budget);
+    this.channels = new ExecChannels(connector, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS, budget);
     this.helper = spliceHelper(o.splice);
   }
 

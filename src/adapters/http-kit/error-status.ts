@@ -1,6 +1,12 @@
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode } from '../../domain/errors.js';
-import { AcceptedCreateFailedError, errorMessage, isDomainError, ResourceExhaustedError } from '../../domain/errors.js';
+import {
+  AcceptedCreateFailedError,
+  AgentUnavailableError,
+  errorMessage,
+  isDomainError,
+  ResourceExhaustedError,
+} from '../../domain/errors.js';
 
 /** The one mapping from domain error code to HTTP status (HTTP and WebSocket upgrades use it). */
 export const STATUS_BY_CODE: Record<ErrorCode, number> = {
@@ -31,9 +37,12 @@ export function toHttpError(err: unknown): HttpError {
   if (err instanceof AcceptedCreateFailedError) {
     return { status: err.code === 'deadline_exceeded' ? 504 : 500, body: { error: err.message, code: err.code } };
   }
-  if (err instanceof ResourceExhaustedError && err.retryAfterS !== undefined) {
+  if (
+    (err instanceof ResourceExhaustedError || err instanceof AgentUnavailableError) &&
+    err.retryAfterS !== undefined
+  ) {
     return {
-      status: 429,
+      status: STATUS_BY_CODE[err.code],
       body: { error: err.message, code: err.code },
       headers: { 'Retry-After': String(err.retryAfterS) },
     };

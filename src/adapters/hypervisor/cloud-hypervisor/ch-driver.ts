@@ -4,7 +4,7 @@ import { GuestNetwork } from '../../../ports/guest-network.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../../ports/hypervisor.js';
 import { Logger } from '../../../ports/logger.js';
 import { SshProbe } from '../../../ports/tunnels.js';
-import { HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
+import { agentOptions, HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
 import { hybridVsockConnector } from '../../guest-link/transport.js';
 import { InMemoryGuestNetwork } from '../../guest-net/in-memory-guest-network.js';
 import { ImageCatalog } from '../../images/image-catalog.js';
@@ -33,7 +33,7 @@ export const chDriver: HypervisorDriver = {
         )
         .inSingletonScope();
       for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toService(ChHypervisor);
-      bind(GuestAgent).toConstantValue(new HttpGuestAgent(hybridVsockConnector, { splice: config.splice }));
+      bind(GuestAgent).toConstantValue(new HttpGuestAgent(hybridVsockConnector, agentOptions(config)));
       bind(SshProbe).toConstantValue({ ready: async () => false });
       bind(GuestNetwork).toConstantValue(new InMemoryGuestNetwork());
     }),

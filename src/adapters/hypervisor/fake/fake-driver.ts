@@ -4,7 +4,7 @@ import { GuestAgent } from '../../../ports/guest-agent.js';
 import { GuestNetwork } from '../../../ports/guest-network.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../../ports/hypervisor.js';
 import { SshProbe } from '../../../ports/tunnels.js';
-import { HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
+import { agentOptions, HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
 import { tcpConnector } from '../../guest-link/transport.js';
 import { InMemoryGuestNetwork } from '../../guest-net/in-memory-guest-network.js';
 import { TcpSshProbe } from '../../ssh/tcp-ssh-probe.js';
@@ -55,7 +55,7 @@ export const fakeDriver: HypervisorDriver = {
         .toDynamicValue(
           (ctx) =>
             standInsOf(ctx.get(InMemoryHypervisor))?.guestAgent ??
-            new HttpGuestAgent(tcpConnector, { splice: config.splice }),
+            new HttpGuestAgent(tcpConnector, agentOptions(config)),
         )
         .inSingletonScope();
       bind(SshProbe)

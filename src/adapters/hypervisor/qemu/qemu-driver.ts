@@ -6,7 +6,7 @@ import { GuestNetwork } from '../../../ports/guest-network.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../../ports/hypervisor.js';
 import { Logger } from '../../../ports/logger.js';
 import { SshProbe } from '../../../ports/tunnels.js';
-import { HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
+import { agentOptions, HttpGuestAgent } from '../../guest-link/http-guest-agent.js';
 import { pickConnector } from '../../guest-link/transport.js';
 import { InMemoryGuestNetwork } from '../../guest-net/in-memory-guest-network.js';
 import { NetdClient } from '../../guest-net/netd-client.js';
@@ -64,7 +64,7 @@ export const qemuDriver: HypervisorDriver = {
         .toDynamicValue((ctx) => ctx.get(QemuHypervisor).guestNetwork() ?? new InMemoryGuestNetwork())
         .inSingletonScope();
       bind(GuestAgent)
-        .toDynamicValue(() => new HttpGuestAgent(pickConnector(q.agent_transport), { splice: config.splice }))
+        .toDynamicValue(() => new HttpGuestAgent(pickConnector(q.agent_transport), agentOptions(config)))
         .inSingletonScope();
       bind(SshProbe)
         .toDynamicValue(() => new TcpSshProbe())

@@ -198,3 +198,62 @@ describe('adapters/guest-link exec channel (buffered execs over one WebSocket)',
     }
   });
 });
+
+describe('adapters/guest-link: the daemon-wide budget for guest answers', function () {
+  this.timeout(20_000);
+
+  it('drops an exec channel answer that would pass the budget with 503 and Retry-After, gives the bytes back, and serves the next', async () => {
+    const big = 'x'.repeat(3 * 2 ** 20);
+    const agent = standIn({
+      answer: (ws, m) => {
+        if (m.cancel) return;
+        const small = m.query?.includes('small');
+        ws.send(JSON.stringify({ id: m.id, result: { stdout: small ? 'ok' : big, stderr: '', exit_code: 0 } }));
+      },
+    });
+    const s = await agent;
+    try {
+      const guest = new HttpGuestAgent(undefined, { replyBudgetMb: 2 });
+      const exec = (cmd: string) => guest.exec(s.ep, { cmd, args: [] });
+      const err = await failure(exec('big'));
+      expect(err).to.be.instanceOf(AgentUnavailableError);
+      expect((err as AgentUnavailableError).retryAfterS).to.equal(1);
+      expect(err.message).to.match(/guest_reply_budget_mb/);
+      expect(guest.http.budget.inFlight, 'bytes given back').to.equal(0);
+      expect((await exec('small')).stdout).to.equal('ok');
+      // Without a budget the same answer passes.
+      expect((await new HttpGuestAgent().exec(s.ep, { cmd: 'big', args: [] })).stdout.length).to.equal(big.length);
+    } finally {
+      s.stop();
+    }
+  });
+
+  it('counts answers read over HTTP together: one in flight leaves too little for the next, and all come back', async () => {
+    const MiB = 2 ** 20;
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const srv = createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      if (req.url?.startsWith('/fs/readdir?path=%2Fslow')) {
+        // Half of a 1.5 MiB answer now, the rest when the test says.
+        res.write('[' + '"a",'.repeat((0.75 * MiB) / 4));
+        void held.then(() => res.end('"z"]'));
+      } else res.end('[' + '"b",'.repeat((0.75 * MiB) / 4) + '"z"]');
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const ep = { host: '127.0.0.1', port: (srv.address() as AddressInfo).port };
+    try {
+      const guest = new HttpGuestAgent(undefined, { replyBudgetMb: 1 });
+      const slow = guest.fs(ep, { op: 'readdir', path: '/slow' });
+      while (guest.http.budget.inFlight < 0.7 * MiB) await new Promise((r) => setTimeout(r, 10));
+      const refused = await failure(guest.fs(ep, { op: 'readdir', path: '/other' }));
+      expect(refused).to.be.instanceOf(AgentUnavailableError);
+      release();
+      expect(await slow).to.have.length((0.75 * MiB) / 4 + 1);
+      expect(guest.http.budget.inFlight).to.equal(0);
+    } finally {
+      srv.closeAllConnections();
+      srv.close();
+    }
+  });
+});
