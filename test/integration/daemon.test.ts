@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { call, ndjson } from '../helpers/http.js';
@@ -307,8 +308,25 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       );
       expect(missing?.message).to.match(/secret\.key is missing but \d+ secret\(s\) are stored/);
       expect(existsSync(keyPath)).to.equal(false);
+      // Another well-formed key (the wrong backup): caught at start by the check value.
+      writeFileSync(keyPath, randomBytes(32), { mode: 0o600 });
+      const wrong = await d.restart().then(
+        () => undefined,
+        (e: Error) => e,
+      );
+      expect(wrong?.message).to.match(/secret\.key is not the key the stored secrets were sealed with/);
+      // A key from before check values: checked against a stored secret, then given one.
+      const checkPath = join(d.config.data_dir, 'secret.key.check');
+      rmSync(checkPath);
+      const unchecked = await d.restart().then(
+        () => undefined,
+        (e: Error) => e,
+      );
+      expect(unchecked?.message).to.match(/does not open the stored secret KEEP/);
+      expect(existsSync(checkPath)).to.equal(false);
       writeFileSync(keyPath, key, { mode: 0o600 });
       await d.restart();
+      expect(statSync(checkPath).mode & 0o777).to.equal(0o600);
       expect((await d.call('GET', '/secrets')).json.map((x: { name: string }) => x.name)).to.include('KEEP');
       await d.call('DELETE', '/secrets/KEEP');
     });

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
@@ -17,15 +17,21 @@ interface StoredSecret extends SecretRecord {
   ciphertext: string;
 }
 
+/** What the key's check value is an HMAC of. */
+const CHECK_LABEL = 'svc secret.key check v1';
+
 /**
  * Secrets in `<data_dir>/secrets/<name>.json`, each value sealed with AES-256-GCM under a key in
  * `<data_dir>/secret.key` (0600, made on first use). The name is bound in as associated data, so
- * a sealed value copied to another name does not decrypt.
+ * a sealed value copied to another name does not decrypt. Beside the key, `secret.key.check`
+ * holds an HMAC of a fixed label under it: a different key of the right size (a file restored
+ * from the wrong backup) is caught at start, not by the first secret that fails to open.
  */
 @injectable()
 export class FsSecretStore implements SecretStore {
   private readonly dir: string;
   private readonly keyPath: string;
+  private readonly checkPath: string;
   private key: Promise<Buffer> | undefined;
 
   constructor(
@@ -34,6 +40,7 @@ export class FsSecretStore implements SecretStore {
   ) {
     this.dir = join(config.data_dir, 'secrets');
     this.keyPath = join(config.data_dir, 'secret.key');
+    this.checkPath = join(config.data_dir, 'secret.key.check');
   }
 
   /**
@@ -57,15 +64,43 @@ export class FsSecretStore implements SecretStore {
         if (stored.length) throw broken(`is missing but ${stored.length} secret(s) are stored in ${this.dir}`);
         k = randomBytes(32);
         await writeFileAtomic(this.keyPath, k, 0o600);
+        await writeFileAtomic(this.checkPath, checkValue(k), 0o600);
         return k;
       }
       if (k.length !== 32) throw broken(`is damaged (${k.length} bytes, not 32)`);
+      await this.checkKey(k, broken);
       return k;
     })();
     this.key.catch(() => {
       this.key = undefined;
     });
     return this.key;
+  }
+
+  /**
+   * Compares the key with its check value. A key from before the check value gets one if it opens
+   * a stored secret (or there are none); one that opens none is not the key they were sealed with.
+   */
+  private async checkKey(k: Buffer, broken: (why: string) => Error): Promise<void> {
+    const want = await readFile(this.checkPath, 'utf8').catch(() => undefined);
+    if (want !== undefined) {
+      const got = Buffer.from(checkValue(k));
+      const saved = Buffer.from(want.trim());
+      if (saved.length !== got.length || !timingSafeEqual(saved, got))
+        throw broken(
+          `is not the key the stored secrets were sealed with (its check value in ${this.checkPath} differs)`,
+        );
+      return;
+    }
+    const stored = (await readdir(this.dir).catch(() => [] as string[])).filter((f) => f.endsWith('.json'));
+    if (stored.length) {
+      const name = stored[0].replace(/\.json$/, '');
+      const opens = await this.read(name)
+        .then((s) => (open(k, name, s), true))
+        .catch(() => false);
+      if (!opens) throw broken(`does not open the stored secret ${name}: it is not the key they were sealed with`);
+    }
+    await writeFileAtomic(this.checkPath, checkValue(k), 0o600);
   }
 
   /** Checks the key at start: the daemon stops with the reason rather than run without its secrets. */
@@ -115,11 +150,12 @@ export class FsSecretStore implements SecretStore {
 
   async get(name: string): Promise<{ record: SecretRecord; value: Buffer }> {
     const s = await this.read(name);
-    const decipher = createDecipheriv('aes-256-gcm', await this.getKey(), Buffer.from(s.iv, 'base64'));
-    decipher.setAAD(Buffer.from(name));
-    decipher.setAuthTag(Buffer.from(s.tag, 'base64'));
-    const value = Buffer.concat([decipher.update(Buffer.from(s.ciphertext, 'base64')), decipher.final()]);
-    return { record: publicRecord(s), value };
+    const key = await this.getKey();
+    try {
+      return { record: publicRecord(s), value: open(key, name, s) };
+    } catch {
+      throw new InternalError(`secret ${name} does not open with ${this.keyPath}: its file was changed or damaged`);
+    }
   }
 
   async remove(name: string): Promise<void> {
@@ -138,6 +174,18 @@ export class FsSecretStore implements SecretStore {
       throw new NotFoundError(`secret ${name} not found`);
     }
   }
+}
+
+/** The value sealed in `s` under `key` for `name`; throws when it does not authenticate. */
+function open(key: Buffer, name: string, s: StoredSecret): Buffer {
+  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(s.iv, 'base64'));
+  decipher.setAAD(Buffer.from(name));
+  decipher.setAuthTag(Buffer.from(s.tag, 'base64'));
+  return Buffer.concat([decipher.update(Buffer.from(s.ciphertext, 'base64')), decipher.final()]);
+}
+
+function checkValue(key: Buffer): string {
+  return createHmac('sha256', key).update(CHECK_LABEL).digest('hex');
 }
 
 function publicRecord(s: SecretRecord): SecretRecord {
