@@ -1,5 +1,5 @@
 import { realpath } from 'node:fs/promises';
-import { sep } from 'node:path';
+import { resolve, sep } from 'node:path';
 
 /** Is `path` the folder `dir` or inside it (both already resolved)? */
 export const within = (path: string, dir: string) =>
@@ -7,3 +7,13 @@ export const within = (path: string, dir: string) =>
 
 /** A path with its links resolved, or the path itself when it does not exist (so a rule can name a future folder). */
 export const realOrSelf = (p: string) => realpath(p).catch(() => p);
+
+/**
+ * Is `path`, as written (made absolute, `..` folded, links not followed), inside one of `dirs`
+ * (each as configured or with its links resolved)? Checked before anything is asked of the
+ * filesystem, so an error about a path outside says nothing of what exists there.
+ */
+export const writtenWithin = (path: string, dirs: readonly { configured: string; real: string }[]) => {
+  const p = resolve(path);
+  return dirs.some((d) => within(p, resolve(d.configured)) || within(p, d.real));
+};

@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { fileHead } from '../fs-kit/file-head.js';
-import { realOrSelf as real, within } from '../fs-kit/paths.js';
+import { realOrSelf as real, within, writtenWithin } from '../fs-kit/paths.js';
 
 /**
  * A host file an image is imported from: it must exist, be a regular file, and with its links
@@ -17,16 +17,18 @@ export async function checkImportFile(path: string, allowed: readonly string[], 
   }
   if (!path.startsWith('/'))
     throw new InvalidArgumentError(`${what}: ${JSON.stringify(path)} must be an absolute host path`);
+  const dirs = await Promise.all(allowed.map(async (configured) => ({ configured, real: await real(configured) })));
+  const outside = (how: string) =>
+    new InvalidArgumentError(
+      `${what}: ${path} ${how} outside the folders images may be imported from (import_dirs: ${allowed.join(', ')})`,
+    );
+  // The path as written first: whether a file outside exists, and where a link leads, stays unsaid.
+  if (!writtenWithin(path, dirs)) throw outside('is');
   const st = await stat(path).catch(() => undefined);
   if (!st) throw new InvalidArgumentError(`${what}: ${path} does not exist`);
   if (!st.isFile()) throw new InvalidArgumentError(`${what}: ${path} is not a regular file`);
   const file = await realpath(path);
-  const dirs = await Promise.all(allowed.map(real));
-  if (!dirs.some((d) => within(file, d))) {
-    throw new InvalidArgumentError(
-      `${what}: ${path}${file !== path ? ` (a link to ${file})` : ''} is outside the folders images may be imported from (import_dirs: ${dirs.join(', ')})`,
-    );
-  }
+  if (!dirs.some((d) => within(file, d.real))) throw outside('is a link that leads');
   return file;
 }
 
