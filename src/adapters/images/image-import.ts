@@ -3,6 +3,7 @@ import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { InvalidArgumentError } from '../../domain/errors.js';
+import { LIMITS } from '../../domain/create-request.js';
 import type { ImageProgress } from '../../ports/hypervisor.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { sniffImportFile } from './import-files.js';
@@ -118,6 +119,15 @@ export async function importDisk(
   } else if (info.format !== 'raw') {
     throw new InvalidArgumentError(`from: ${file} is a ${info.format} image; import a qcow2 or a raw disk`);
   }
+  // A VM's disk is at least its image's size, and creates stop at LIMITS.disk_gb: a larger image
+  // could never be used (a qcow2 header can claim a petabyte in a few hundred bytes).
+  const gb = Math.ceil(info['virtual-size'] / 2 ** 30);
+  const max = LIMITS.disk_gb[1];
+  if (!Number.isSafeInteger(info['virtual-size']) || info['virtual-size'] <= 0 || gb > max) {
+    throw new InvalidArgumentError(
+      `from: ${file} is a disk of ${gb} GB; at most ${max} GB can be imported (the largest disk a VM may have)`,
+    );
+  }
   await mkdir(out, { recursive: true });
   progress({ percent: 15, message: `copying the ${info.format} disk` });
   await run('qemu-img', ['convert', '-q', '-f', info.format, '-O', 'qcow2', file, join(out, 'disk.qcow2')], {
@@ -136,7 +146,7 @@ export async function importDisk(
         kernel: '',
         initrd: '',
         disk: 'disk.qcow2',
-        disk_gb: Math.max(1, Math.ceil(info['virtual-size'] / 2 ** 30)),
+        disk_gb: Math.max(1, gb),
         cmdline: '',
         ssh_user: meta.ssh_user ?? 'root',
         agent_ready: false,
