@@ -276,7 +276,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const auth = new BearerAuth(config.api_token, sessions);
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
-  const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg));
+  const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg), auth.throttle);
   const routes: RouteDef[] = [
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its

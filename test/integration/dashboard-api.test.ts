@@ -182,3 +182,30 @@ describe('dashboard without a token', function () {
     expect(r.json.session).to.equal(undefined);
   });
 });
+
+describe('wrong tokens over TCP slow down the next guesses, not the Unix socket', function () {
+  this.timeout(30_000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+  });
+  after(async () => d.stop());
+
+  it('paces credentials at 4 a second after 10 wrong ones (bearer or log-in alike), while the socket answers at once', async () => {
+    const port = d.tcp.port!;
+    const origin = { origin: `http://127.0.0.1:${port}` };
+    for (let i = 0; i < 6; i++)
+      expect((await call({ port }, 'GET', '/vms', undefined, { authorization: 'Bearer guess' })).status).to.equal(401);
+    for (let i = 0; i < 5; i++)
+      expect((await call({ port }, 'POST', '/ui/session', { token: 'guess' }, origin)).status).to.equal(401);
+    const t0 = Date.now();
+    const paced = await Promise.all(
+      Array.from({ length: 5 }, () => call({ port }, 'GET', '/vms', undefined, { authorization: 'Bearer guess' })),
+    );
+    expect(paced.map((r) => r.status)).to.deep.equal([401, 401, 401, 401, 401]);
+    expect(Date.now() - t0, 'five guesses take their turns').to.be.at.least(900);
+    const t1 = Date.now();
+    expect((await d.call('GET', '/vms')).status, 'the Unix socket').to.equal(200);
+    expect(Date.now() - t1).to.be.below(500);
+  });
+});

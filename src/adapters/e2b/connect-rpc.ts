@@ -149,7 +149,7 @@ function sendUnaryError(res: Response, e: RpcError): void {
 export function connectRoutes(
   base: string,
   services: Record<string, RpcService>,
-  guard: (req: Request) => void,
+  guard: (req: Request) => void | Promise<void>,
 ): RouteDef[] {
   const routes: RouteDef[] = [];
   for (const [service, s] of Object.entries(services)) {
@@ -163,7 +163,7 @@ export function connectRoutes(
           const gone = new AbortController();
           res.once('close', () => gone.abort());
           try {
-            guard(req);
+            await guard(req);
             const msg = parseMessage(await readBody(req));
             res.status(200).json((await fn(msg, { req, signal: gone.signal })) ?? {});
           } catch (err) {
@@ -183,7 +183,7 @@ export function connectRoutes(
           res.once('close', () => gone.abort());
           let events: AsyncIterable<unknown>;
           try {
-            guard(req);
+            await guard(req);
             events = fn(parseMessage(unwrap(await readBody(req))), { req, signal: gone.signal });
           } catch (err) {
             return sendUnaryError(res, toRpcError(err));

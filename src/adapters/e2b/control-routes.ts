@@ -27,7 +27,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     (fn: (req: Request, res: Response) => Promise<void>) =>
     async (req: Request, res: Response): Promise<void> => {
       try {
-        boxes.checkApiKey(req);
+        await boxes.checkApiKey(req);
         await fn(req, res);
       } catch (err) {
         const status = err instanceof SvcError ? err.status || 503 : toHttpError(err).status;

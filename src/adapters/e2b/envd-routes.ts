@@ -85,7 +85,7 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   const base = '/e2b/envd';
   /** The sandbox of an envd call, which must be running. */
   const runningVm = async (req: Request): Promise<Instance> => {
-    const id = boxes.sandboxOf(req);
+    const id = await boxes.sandboxOf(req);
     const vm = await boxes.get(id);
     if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${id} is ${vm.status}`);
     return vm;
@@ -313,7 +313,7 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
         },
       },
     },
-    (req) => void boxes.sandboxOf(req),
+    async (req) => void (await boxes.sandboxOf(req)),
   );
 
   /** E2B runs every command as `/bin/bash -l -c CMD`; a guest without bash (minimal) gets its `sh`. */

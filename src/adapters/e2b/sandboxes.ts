@@ -3,7 +3,7 @@ import type { Request } from 'express';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { sameSecret } from '../http-kit/auth.js';
+import { AuthThrottle, sameSecret } from '../http-kit/auth.js';
 
 /**
  * What E2B's front door knows of a sandbox beyond its VM: all of it in the VM's tags, so a daemon
@@ -101,15 +101,18 @@ export class Sandboxes {
     private readonly client: SvcClient,
     private readonly apiToken: string,
     private readonly log: (msg: string, fields: Record<string, unknown>) => void,
+    /** The daemon's pace for wrong credentials, shared with its bearer check. */
+    private readonly throttle: AuthThrottle = new AuthThrottle(),
   ) {
     this.key = apiToken ? Buffer.from(apiToken) : randomBytes(32);
   }
 
   /** The control API's key (`X-API-KEY`, or a bearer token): the daemon's token, any key when it has none. */
-  checkApiKey(req: Request): void {
+  async checkApiKey(req: Request): Promise<void> {
     if (!this.apiToken) return;
     const given = String(req.headers['x-api-key'] ?? /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '');
-    if (!sameSecret(given, this.apiToken)) throw new UnauthenticatedError('invalid API key');
+    if (!(await this.throttle.paced(req, () => sameSecret(given, this.apiToken))))
+      throw new UnauthenticatedError('invalid API key');
   }
 
   /** The token a sandbox's envd calls carry (`X-Access-Token`), derived from the daemon's key. */
@@ -118,10 +121,11 @@ export class Sandboxes {
   }
 
   /** An envd call: the sandbox it names (`E2b-Sandbox-Id`), when its access token is right. */
-  sandboxOf(req: Request): string {
+  async sandboxOf(req: Request): Promise<string> {
     const id = String(req.headers['e2b-sandbox-id'] ?? '');
     if (!id) throw new InvalidArgumentError('the E2b-Sandbox-Id header is required (set E2B_SANDBOX_URL to svc)');
-    if (this.apiToken && !sameSecret(String(req.headers['x-access-token'] ?? ''), this.accessToken(id)))
+    const given = String(req.headers['x-access-token'] ?? '');
+    if (this.apiToken && !(await this.throttle.paced(req, () => sameSecret(given, this.accessToken(id)))))
       throw new UnauthenticatedError('invalid access token for this sandbox');
     return id;
   }

@@ -129,8 +129,10 @@ function bearerAuth(routes: RouteDef[], auth: BearerAuth): express.RequestHandle
       )
     )
       return next();
-    if (auth.check(req)) return next();
-    res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
-    res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
+    auth.verify(req).then((ok) => {
+      if (ok) return next();
+      res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
+      res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
+    }, next);
   };
 }

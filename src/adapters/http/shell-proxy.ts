@@ -36,7 +36,9 @@ export class ShellProxy {
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     socket.on('error', () => socket.destroy());
     const url = new URL(req.url ?? '/', 'http://svcd');
-    if (!this.auth.check(req)) {
+    const ok = await this.auth.verify(req).catch((err: unknown) => err as Error);
+    if (ok instanceof Error) return rejectUpgrade(socket, ok);
+    if (!ok) {
       return rejectUpgrade(
         socket,
         new UnauthenticatedError('missing or invalid bearer token'),

@@ -59,19 +59,20 @@ export function uiRoutes(auth: BearerAuth, sessions: BrowserSessions, dir = UI_D
       method: 'get',
       path: '/ui/session',
       auth: 'none',
-      handler: (req, res) =>
+      handler: async (req, res) =>
         void res
           .set('Cache-Control', 'no-store')
-          .json({ token_required: auth.enabled, authenticated: auth.check(req) }),
+          .json({ token_required: auth.enabled, authenticated: await auth.verify(req) }),
     },
     {
       method: 'post',
       path: '/ui/session',
       auth: 'none',
-      handler: (req, res) => {
+      handler: async (req, res) => {
         if (!auth.enabled) return void res.json({ token_required: false, authenticated: true });
         const token = (req.body as { token?: unknown } | undefined)?.token;
-        if (typeof token !== 'string' || !auth.matches(token.trim())) throw new UnauthenticatedError('wrong token');
+        if (typeof token !== 'string' || !(await auth.matchesSlowly(req, token.trim())))
+          throw new UnauthenticatedError('wrong token');
         res.set('Cache-Control', 'no-store').json({
           token_required: true,
           authenticated: true,
