@@ -59,6 +59,8 @@ export interface ExecFrame {
   data?: string;
   exit_code?: number;
   error?: string;
+  /** On an `error` frame the daemon writes when the stream broke after it began: the error's code. */
+  code?: string;
 }
 
 export type FsType = 'file' | 'directory' | 'symlink' | 'other';

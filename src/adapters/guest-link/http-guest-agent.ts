@@ -13,7 +13,7 @@ import type {
   Readiness,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import { AgentFailureError } from '../../domain/errors.js';
+import { AgentFailureError, AgentUnavailableError, isDomainError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
 import { AgentHttp, boundedLines, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS } from './agent-http.js';
@@ -140,6 +140,9 @@ export class HttpGuestAgent implements GuestAgent {
         yield frame;
       }
       if (!sawExit) throw new AgentFailureError('guest agent ended the exec stream without an exit frame');
+    } catch (err) {
+      if (isDomainError(err)) throw err;
+      throw new AgentUnavailableError(`guest agent broke off the exec stream: ${(err as Error).message}`);
     } finally {
       // Leaving early (client gone) closes the agent connection, which kills the command there.
       if (!sawExit) creq.destroy();

@@ -11,6 +11,7 @@ import {
   type Query,
   type UploadQuery,
 } from '../../domain/query.js';
+import { toHttpError } from './error-status.js';
 import { writeNdjson } from './ndjson.js';
 import { hasBody, sendStream, type RouteDef } from './route.js';
 
@@ -22,6 +23,12 @@ export interface ExecTarget {
   buffered(req: Request, er: ExecRequest, stdin: Readable | undefined, gone: AbortSignal): Promise<unknown>;
   /** Frames as output arrives; `gone` aborts when the client leaves: the command is killed. */
   stream(req: Request, er: ExecRequest, stdin: Readable | undefined, gone: AbortSignal): AsyncIterable<ExecFrame>;
+}
+
+/** The last frame of a stream that broke: the error's words and code, as an HTTP error would carry them. */
+function errorFrame(err: unknown): ExecFrame {
+  const { body } = toHttpError(err);
+  return { type: 'error', t: new Date().toISOString(), error: body.error, code: body.code };
 }
 
 /**
@@ -47,6 +54,10 @@ export function execHandler(t: ExecTarget): Handler {
         try {
           if (!first.done) yield first.value;
           for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
+        } catch (err) {
+          // The status is long sent: a stream that breaks (the guest gone, a bad frame) ends with
+          // an error frame, so the client never takes a cut-off stream for a whole one.
+          if (!gone.signal.aborted) yield errorFrame(err);
         } finally {
           // Closing early (the client left between frames) must close the source too: it holds the
           // command and its exec slot until its own cleanup runs.

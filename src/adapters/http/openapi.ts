@@ -364,6 +364,11 @@ const schemas: Record<string, Schema> = {
       data: { type: 'string' },
       exit_code: { type: 'integer' },
       error: { type: 'string' },
+      code: {
+        type: 'string',
+        description:
+          'on an error frame the daemon ends a broken stream with: the error code (agent_unavailable, agent_failure)',
+      },
     },
   },
   FSInfo: {

@@ -127,6 +127,10 @@ describe('adapters/guest-link/HttpGuestAgent against a hostile agent', function 
       if (url === '/health') return void res.writeHead(200, { 'content-length': '100' }).write('{"sta'); // then stalls
       if (url.startsWith('/exec') && url.includes('buffered=false')) {
         if (url.includes('cmd=flood')) return endless(res, true);
+        if (url.includes('cmd=cut')) {
+          res.writeHead(200).write('{"type":"started","t":"x","pid":1}\n');
+          return void setTimeout(() => res.socket?.destroy(), 50);
+        }
         return void res.writeHead(200).end('{"type":"stdout","data":"x"}\n{"type":"surprise"}\n');
       }
       if (url.startsWith('/exec')) return void res.writeHead(200, { 'content-length': String(200 << 20) }).end();
@@ -185,6 +189,12 @@ describe('adapters/guest-link/HttpGuestAgent against a hostile agent', function 
     };
     expect(await drain('flood')).to.match(/^\|guest agent sent an exec frame longer than 4194304 bytes/);
     expect(await drain('lies')).to.match(/^stdout\|guest agent sent a bad exec frame/);
+    // A stream the guest cuts is the agent being unavailable (a domain error), not a raw socket error.
+    const cut = agent.execStream(ep, { cmd: 'cut', args: [] })[Symbol.asyncIterator]();
+    expect((await cut.next()).value).to.include({ type: 'started' });
+    const err = await cut.next().catch((e: Error) => e);
+    expect(err).to.be.instanceOf(AgentUnavailableError);
+    expect((err as Error).message).to.match(/broke off the exec stream/);
     agent.close();
   });
 });
