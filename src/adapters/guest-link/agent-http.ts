@@ -168,14 +168,24 @@ export class AgentHttp {
 
   async json<T>(ep: AgentEndpoint, o: CallOptions): Promise<T> {
     const { res } = await this.send(ep, o);
+    // Taken now: once the answer is read, the socket goes back to the pool and `res` lets go of it.
+    const socket = res.socket;
     const text = await this.readAll(res, ep, o.maxBytes);
     const status = res.statusCode ?? 0;
-    if (status >= 300) throw fromStatus(status, text);
+    // A connection that carried a bad answer is not kept for the next call: an agent that lies may
+    // also hold it without serving what comes next (found by the reply fuzz target).
+    const bad = (err: Error) => {
+      if (err instanceof AgentFailureError) socket?.destroy();
+      return err;
+    };
+    if (status >= 300) throw bad(fromStatus(status, text));
     if (status === 204) return undefined as T;
     try {
       return JSON.parse(text) as T;
     } catch {
-      throw new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(text.slice(0, 80))}`);
+      throw bad(
+        new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(text.slice(0, 80))}`),
+      );
     }
   }
 
@@ -196,7 +206,13 @@ export class AgentHttp {
   /** A call whose answer the caller reads as it streams: a status of 300 or more is the agent's error, thrown. */
   async open(ep: AgentEndpoint, o: CallOptions): Promise<{ res: IncomingMessage; req: ClientRequest }> {
     const { res, req } = await this.send(ep, o);
-    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+    if ((res.statusCode ?? 0) >= 300) {
+      const socket = res.socket;
+      const err = fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
+      // As in `json`: a connection that carried a bad answer is not kept.
+      if (err instanceof AgentFailureError) socket?.destroy();
+      throw err;
+    }
     return { res, req };
   }
 

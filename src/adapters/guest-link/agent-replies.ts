@@ -52,6 +52,10 @@ export function fromStatus(status: number, text: string): Error {
   try {
     body = JSON.parse(text) as typeof body;
   } catch {
+    body = undefined as never;
+  }
+  // `null`, a number, an array: not an error object either (found by the reply fuzz target).
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     return new AgentFailureError(
       `guest agent answered ${status} without a JSON error: ${JSON.stringify(text.slice(0, 200))}`,
     );
