@@ -1,7 +1,7 @@
 import { inject, injectable, optional } from 'inversify';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InternalError, InvalidArgumentError, errorMessage, isDomainError } from '../domain/errors.js';
+import { InternalError, InvalidArgumentError, errorMessage, isDomainError, logLevelOf } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { changeStatus, toPublic } from '../domain/vm.js';
@@ -329,7 +329,10 @@ export class CreateService {
     this.metrics.createFailed();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
     this.activity.record('create', rec.name, 'error', domainErr.message, this.clock.now() - t0);
-    this.log.error({ vm: rec.name, err: domainErr.message, duration_ms: this.clock.now() - t0 }, 'create failed');
+    this.log[logLevelOf(domainErr)](
+      { vm: rec.name, err: domainErr.message, code: domainErr.code, duration_ms: this.clock.now() - t0 },
+      'create failed',
+    );
     emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
     throw domainErr;
   }

@@ -22,6 +22,15 @@ import type { Terminal } from '../ports/terminal.js';
  * the VM is not running), then hand the call to the GuestAgent port. Execs and shells, which may
  * run for ever, count against max_execs_per_vm and max_execs_total (429 past them).
  */
+/** What brings a VM in each state back to running, as the error says it. */
+const BRING_BACK: Partial<Record<VmRecord['status'], (n: string) => string>> = {
+  suspended: (n) => `: restore it first (svc restore ${n}, POST /vms/${n}/restore)`,
+  paused: (n) => `: resume it first (svc resume ${n}, POST /vms/${n}/resume)`,
+  stopped: (n) => `: start it first (svc start ${n}, POST /vms/${n}/start)`,
+  creating: () => ': wait until its create is ready',
+  error: (n) => `: see why with svc logs ${n}, then start or delete it`,
+};
+
 @injectable()
 export class GuestProxy {
   readonly gate: CallGate;
@@ -40,7 +49,9 @@ export class GuestProxy {
 
   static endpointOf(rec: VmRecord): AgentEndpoint {
     if (rec.status !== 'running') {
-      throw new AgentUnavailableError(`vm ${rec.name} is ${rec.status}; its agent answers only while it is running`);
+      throw new AgentUnavailableError(
+        `vm ${rec.name} is ${rec.status}; its agent answers only while it runs${BRING_BACK[rec.status]?.(rec.name) ?? ''}`,
+      );
     }
     if (!rec.agent_port && !rec.agent_cid) throw new AgentUnavailableError(`vm ${rec.name} has no agent endpoint`);
     if (rec.agent_missing) {

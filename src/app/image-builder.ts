@@ -7,6 +7,7 @@ import {
   InvalidStateError,
   errorMessage,
   isDomainError,
+  logLevelOf,
 } from '../domain/errors.js';
 import type { ImageBake, ImageImport, ImageRecipe, ImageRequest } from '../domain/image-request.js';
 import type { Config } from './config.js';
@@ -115,7 +116,7 @@ export class ImageBuilder {
         },
         (err: unknown) => {
           const e = isDomainError(err) ? err : new InternalError(errorMessage(err));
-          this.log.error({ image: req.name, err: e.message }, 'image build failed');
+          this.log[logLevelOf(e)]({ image: req.name, err: e.message, code: e.code }, 'image build failed');
           emit('error', e.message, { error: e.message, code: e.code });
           throw e;
         },

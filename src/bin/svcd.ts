@@ -2,6 +2,7 @@
 import { ConfigError } from '../app/config.js';
 import { loadConfig } from '../adapters/config/yaml-config-file.js';
 import { ListenError } from '../adapters/http/listeners.js';
+import { startBanner } from '../adapters/http/start-banner.js';
 import { startDaemon } from '../main.js';
 import { VERSION } from '../version.js';
 
@@ -29,6 +30,8 @@ async function main(argv: string[]): Promise<void> {
   }
   const config = loadConfig(configFile);
   const daemon = await startDaemon(config);
+  // A person at a terminal gets the short version; a service manager gets the log lines only.
+  if (process.stderr.isTTY) process.stderr.write(startBanner({ config, tcpPort: daemon.tcpPort, version: VERSION }));
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

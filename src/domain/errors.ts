@@ -116,6 +116,24 @@ export class InternalError extends DomainError {
   readonly code = 'internal' as const;
 }
 
+/**
+ * How loud a failed operation is in the daemon's log: the host's own failures are errors, a guest
+ * that cannot be reached or a deadline a warning, a caller's mistake (a bad value, a missing VM,
+ * a cap) only information: a user who types a wrong flag should not page the operator.
+ */
+export function logLevelOf(err: DomainError): 'error' | 'warn' | 'info' {
+  switch (err.code) {
+    case 'internal':
+    case 'agent_failure':
+      return 'error';
+    case 'agent_unavailable':
+    case 'deadline_exceeded':
+      return 'warn';
+    default:
+      return 'info';
+  }
+}
+
 /** Every concrete domain error class, so a test can prove each one has a transport mapping. */
 export const ALL_DOMAIN_ERRORS = [
   InvalidArgumentError,

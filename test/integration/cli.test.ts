@@ -343,4 +343,99 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['stop', 'c1'])).stdout).to.equal('vm c1 shut down\n');
     expect((await svc(['rm', 'c1'])).stdout).to.equal('vm c1 deleted\n');
   });
+
+  it("ends svc sh at the end of piped input with the shell's own status", async () => {
+    expect((await d.call('POST', '/vms', { name: 'c8', persistent: true })).status).to.equal(201);
+    const r = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo piped-$((40+2))\nexit 3\n');
+    expect(r.code, r.stderr).to.equal(3);
+    expect(r.stdout).to.contain('piped-42');
+    // Without a last newline and without an exit: the end of input alone ends it.
+    const eof = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo no-exit-$((6*7))');
+    expect(eof.code, eof.stderr).to.equal(0);
+    expect(eof.stdout).to.contain('no-exit-42');
+  });
+
+  it('answers a usage mistake in one line and a hint, naming the flag and what was typed', async () => {
+    const disk = await svc(['new', 'x1', '--disk', 'abc']);
+    expect(disk.code).to.equal(1);
+    expect(disk.stderr).to.equal(
+      "error: option '--disk <gb>' argument 'abc' is invalid. expected a whole number of GB, such as 10\n(see: svc new --help)\n",
+    );
+    const unknown = await svc(['bogus']);
+    expect(unknown.stderr).to.match(
+      /^error: unknown command 'bogus'\n(\(Did you mean \w+\?\)\n)?\(see: svc --help\)\n$/,
+    );
+    const missing = await svc(['fwd', 'add']);
+    expect(missing.stderr.trim().split('\n')).to.have.length(2);
+    expect(missing.stderr).to.match(/\(see: svc fwd add --help\)/);
+    // `exec` is what people type: it is x.
+    const exec = await svc(['exec', 'c8', '--', 'echo', 'via-exec']);
+    expect(exec.code, exec.stderr).to.equal(0);
+    expect(exec.stdout).to.equal('via-exec\n');
+  });
+
+  it('says what timed out, and how to bring back a VM whose agent cannot answer', async () => {
+    const slow = await svc(['x', 'c8', '--timeout', '1s', '--', 'sleep', '5']);
+    expect(slow.code).to.equal(124);
+    expect(slow.stderr).to.equal('svc: sleep did not end within 1s; it was killed (exit 124)\n');
+    expect((await d.call('POST', '/vms', { name: 'c9', persistent: true })).status).to.equal(201);
+    expect((await d.call('POST', '/vms/c9/suspend')).status).to.equal(200);
+    const asleep = await svc(['x', 'c9', '--', 'true']);
+    expect(asleep.code).to.equal(1);
+    expect(asleep.stderr).to.contain(
+      'vm c9 is suspended; its agent answers only while it runs: restore it first (svc restore c9',
+    );
+    expect((await d.call('DELETE', '/vms/c9')).status).to.equal(200);
+  });
+
+  it('finds its daemon through --config, and says so when that file cannot be read', async () => {
+    const cfg = join(d.dir, 'cli-config.yaml');
+    writeFileSync(cfg, `socket: ${d.config.socket}\napi_token: test-token\n`);
+    const bare = { PATH: process.env.PATH, HOME: d.dir };
+    const viaConfig = await new Promise<Run>((resolve) => {
+      const p = spawn(process.execPath, [SVC, '--config', cfg, 'ls', '--json'], { env: bare });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (c) => (stdout += c));
+      p.stderr.on('data', (c) => (stderr += c));
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    });
+    expect(viaConfig.code, viaConfig.stderr).to.equal(0);
+    expect(JSON.parse(viaConfig.stdout).map((v: { name: string }) => v.name)).to.include('c8');
+    const broken = await svc(['--config', join(d.dir, 'no-such.yaml'), 'ls']);
+    expect(broken.code).to.equal(1);
+    expect(broken.stderr).to.match(/cannot read config file .*no-such\.yaml/);
+  });
+});
+
+describe('svcd in a terminal', function () {
+  this.timeout(60000);
+
+  it('prints a short banner: where it listens, the dashboard, the token, the next commands; then stops on Ctrl-C', async () => {
+    const dir = join(tmpdir(), `svcd-banner-${process.pid}-${Date.now()}`);
+    mkdirSync(dir, { recursive: true });
+    const cfg = join(dir, 'config.yaml');
+    writeFileSync(
+      cfg,
+      `hypervisor: fake\ntest_mode: true\ndata_dir: ${dir}/data\nimages_dir: ${dir}/images\napi: 127.0.0.1:0\napi_token: banner-token\nlog_level: warn\n`,
+    );
+    const svcd = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
+    const term = pty.spawn(process.execPath, [svcd, '--config', cfg], {
+      cols: 120,
+      rows: 30,
+      env: { PATH: process.env.PATH ?? '', HOME: dir },
+    });
+    let out = '';
+    term.onData((s) => (out += s));
+    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
+    for (let i = 0; i < 100 && !/Stop with Ctrl-C/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(out).to.match(/svcd \S+ is running \(fake, test mode\)/);
+    expect(out).to.match(/dashboard {2}http:\/\/127\.0\.0\.1:\d+\/ui\//);
+    expect(out).to.contain(`socket     ${dir}/data/svc.sock`);
+    expect(out).to.contain('token      required');
+    expect(out).to.not.contain('banner-token');
+    expect(out).to.contain('svc new box');
+    term.write('\x03');
+    expect(await exit).to.equal(0);
+  });
 });

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import type { Instance } from '../../domain/vm.js';
@@ -21,6 +21,24 @@ class Exit extends Error {
 }
 
 const collect = (v: string, prev: string[]) => [...prev, v];
+
+/** A flag's whole number: commander then says which flag and echoes what was typed. */
+const whole =
+  (what: string) =>
+  (v: string): number => {
+    if (!/^\d+$/.test(v.trim())) throw new InvalidArgumentError(`expected ${what}`);
+    return Number(v);
+  };
+
+/**
+ * Every command's usage error ends with one line that names its own help, never the whole help
+ * (commander's default with showHelpAfterError()).
+ */
+function helpHints(cmd: Command, path: string[] = []): void {
+  const here = [...path, ...(cmd.parent ? [cmd.name()] : [])];
+  cmd.showHelpAfterError(`(see: svc${here.length ? ` ${here.join(' ')}` : ''} --help)`);
+  for (const sub of cmd.commands) helpHints(sub, here);
+}
 
 function vmRows(list: Instance[]): string {
   return table(
@@ -68,11 +86,11 @@ export function buildCli(): Command {
     .option('--socket <path>', 'daemon Unix socket (env SVC_SOCKET; default from the config, ~/.svc/svc.sock)')
     .option('--api <url>', 'daemon URL such as http://127.0.0.1:7474 (env SVC_API)')
     .option('--token <token>', "bearer token (env SVC_TOKEN; default the config's api_token)")
-    .showHelpAfterError()
+    .option('--config <file>', "the daemon's config file, for its socket and token (env SVC_CONFIG)")
     .configureOutput({ writeErr: (s) => process.stderr.write(s) });
   const client = () => {
-    const o = program.opts<{ socket?: string; api?: string; token?: string }>();
-    return new SvcClient({ socket: o.socket, api: o.api, token: o.token });
+    const o = program.opts<{ socket?: string; api?: string; token?: string; config?: string }>();
+    return new SvcClient({ socket: o.socket, api: o.api, token: o.token, config: o.config });
   };
 
   program
@@ -90,9 +108,9 @@ export function buildCli(): Command {
     .argument('[name]')
     .description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
-    .option('--cpus <n>', 'vCPUs', Number)
-    .option('--memory <mb>', 'memory in MB', Number)
-    .option('--disk <gb>', 'disk in GB', Number)
+    .option('--cpus <n>', 'vCPUs', whole('a whole number of vCPUs'))
+    .option('--memory <mb>', 'memory in MB', whole('a whole number of MB, such as 1024'))
+    .option('--disk <gb>', 'disk in GB', whole('a whole number of GB, such as 10'))
     .option('--image <id>')
     .option('--tag <k=v>', 'tag (repeatable)', collect, [])
     .option('--userdata <file>', 'userdata script or cloud-config file')
@@ -329,13 +347,14 @@ export function buildCli(): Command {
 
   program
     .command('x')
+    .alias('exec')
     .argument('<name>')
     .argument('<cmd>')
     .argument('[args...]')
     .description('run a command in a VM: svc x NAME -- CMD ARGS...')
     .option('--cwd <dir>')
-    .option('--uid <n>', 'user id', Number)
-    .option('--gid <n>', 'group id', Number)
+    .option('--uid <n>', 'user id (HOME and USER follow it when the guest knows the user)', whole('a numeric user id'))
+    .option('--gid <n>', 'group id', whole('a numeric group id'))
     .option('--timeout <duration>')
     .action(async (name: string, cmd: string, args: string[], o) => {
       const stdin = process.stdin.isTTY ? undefined : process.stdin;
@@ -357,7 +376,13 @@ export function buildCli(): Command {
         else if (f.type === 'error') process.stderr.write(`svc: ${f.error}\n`);
         else if (f.type === 'exit') code = f.exit_code ?? 1;
       }
-      throw new Exit(code < 0 ? 124 : code);
+      if (code < 0) {
+        process.stderr.write(
+          `svc: ${cmd} did not end within ${o.timeout ?? 'its timeout'}; it was killed (exit 124)\n`,
+        );
+        throw new Exit(124);
+      }
+      throw new Exit(code);
     });
 
   program
@@ -523,7 +548,7 @@ export function buildCli(): Command {
   program
     .command('metrics')
     .argument('<name>')
-    .option('--limit <n>', 'points', Number)
+    .option('--limit <n>', 'points', whole('a whole number of points'))
     .option('--json')
     .description('stats history as a small chart')
     .action(async (name: string, o) => {
@@ -605,7 +630,7 @@ export function buildCli(): Command {
     .argument('<name>')
     .argument('[process]', "a durable process's id or tag: its output instead of the console's")
     .option('-f, --follow', 'keep printing as the log grows')
-    .option('--tail <bytes>', 'last N bytes (the console log)', Number)
+    .option('--tail <bytes>', 'last N bytes (the console log)', whole('a whole number of bytes'))
     .option('--from <offset>', "a process's output from this byte (N, or stdout:N,stderr:M)")
     .description("the guest serial console log, or a durable process's output")
     .action(async (name: string, proc: string | undefined, o) => {
@@ -653,6 +678,7 @@ export function buildCli(): Command {
 /** Runs the CLI; resolves with the process exit code. Errors are one line on stderr. */
 export async function runCli(argv: string[]): Promise<number> {
   const program = buildCli().exitOverride();
+  helpHints(program);
   try {
     await program.parseAsync(argv);
     return 0;

@@ -8,14 +8,24 @@ export async function interactiveShell(client: SvcClient, name: string, shell?: 
   const wasRaw = input.isTTY ? input.isRaw : false;
   if (input.isTTY) input.setRawMode(true);
   input.resume();
-  const onInput = (d: Buffer) => sh.write(d);
+  let last = 0x0a;
+  const onInput = (d: Buffer) => {
+    if (d.length) last = d[d.length - 1];
+    sh.write(d);
+  };
   input.on('data', onInput);
+  // Piped input (`echo 'exit 3' | svc sh box`) ends: the terminal gets end-of-file (^D at the
+  // start of a line, as a person would type it; a last line without its newline gets one first),
+  // so the shell exits at EOF with its own status, as with ssh -tt.
+  const onEnd = () => sh.write(Buffer.from(last === 0x0a ? [4] : [0x0a, 4]));
+  if (!input.isTTY) input.once('end', onEnd);
   const onResize = () => sh.resize(out.columns || 80, out.rows || 24);
   process.on('SIGWINCH', onResize);
   sh.onData((d) => out.write(d));
   const code = await sh.exited;
   process.off('SIGWINCH', onResize);
   input.off('data', onInput);
+  input.off('end', onEnd);
   if (input.isTTY) input.setRawMode(wasRaw);
   input.pause();
   return code ?? 1;

@@ -68,6 +68,8 @@ export interface SvcClientOptions {
   api?: string;
   /** Bearer token (default: SVC_TOKEN, else the config's api_token). */
   token?: string;
+  /** The daemon's config file to read the socket and token from (default: SVC_CONFIG, else the usual places). */
+  config?: string;
   env?: NodeJS.ProcessEnv;
 }
 
@@ -200,8 +202,10 @@ export class SvcClient {
     const env = o.env ?? process.env;
     let cfg: { socket: string; api_token: string } | undefined;
     try {
-      cfg = loadConfig(undefined, env);
-    } catch {
+      cfg = loadConfig(o.config, env);
+    } catch (err) {
+      // A file asked for by name must be readable; the usual places are only a default.
+      if (o.config) throw err;
       cfg = undefined;
     }
     const api = o.api ?? env.SVC_API;

@@ -1,8 +1,9 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Readable } from 'node:stream';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { ExecFrame, ExecRequest, ExecResult } from '../../domain/agent.js';
 import { AsyncQueue } from '../async-queue.js';
+import { GuestUsers } from '../../ports/agent/kept-processes.js';
 import { ProcessRunner, SpawnError, type RunningProcess } from '../../ports/agent/process-runner.js';
 
 export const BUFFERED_CAP_BYTES = 16 * 1024 * 1024;
@@ -18,13 +19,27 @@ function now(): string {
  */
 @injectable()
 export class ExecService {
-  constructor(@inject(ProcessRunner) private readonly runner: ProcessRunner) {}
+  constructor(
+    @inject(ProcessRunner) private readonly runner: ProcessRunner,
+    @inject(GuestUsers) @optional() private readonly users?: GuestUsers,
+  ) {}
+
+  /**
+   * A command run as another uid gets that user's HOME, USER and LOGNAME (from the guest's
+   * passwd), as `su` would give them, unless the request sets them; its own env wins.
+   */
+  private async spawn(req: ExecRequest): Promise<RunningProcess> {
+    if (req.uid === undefined || !this.users) return this.runner.spawn(req);
+    const user = await this.users.find(String(req.uid)).catch(() => null);
+    const env: Record<string, string> = user ? { HOME: user.home, USER: user.name, LOGNAME: user.name } : {};
+    return this.runner.spawn({ ...req, env: { ...env, ...req.env } });
+  }
 
   /** `signal` is the caller leaving: the process group is killed. */
   async buffered(req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
     let proc: RunningProcess;
     try {
-      proc = await this.runner.spawn(req);
+      proc = await this.spawn(req);
     } catch (err) {
       stdin?.resume();
       return { stdout: '', stderr: '', exit_code: 127, error: (err as Error).message };
@@ -72,7 +87,7 @@ export class ExecService {
     let cancelled = false;
     const run = async () => {
       try {
-        proc = await this.runner.spawn(req);
+        proc = await this.spawn(req);
       } catch (err) {
         stdin?.resume();
         const msg = err instanceof SpawnError ? err.message : String(err);

@@ -12,11 +12,13 @@ import {
 /** A scripted process: writes the given chunks, then exits. */
 class ScriptedRunner implements ProcessRunner {
   killed = 0;
+  asked: SpawnRequest[] = [];
   constructor(
     private readonly script: (p: { out: PassThrough; err: PassThrough; exit: (e: ProcessExit) => void }) => void,
     private readonly fail?: string,
   ) {}
-  async spawn(_req: SpawnRequest): Promise<RunningProcess> {
+  async spawn(req: SpawnRequest): Promise<RunningProcess> {
+    this.asked.push(req);
     if (this.fail) throw new SpawnError(this.fail);
     const out = new PassThrough();
     const err = new PassThrough();
@@ -95,5 +97,20 @@ describe('app/agent/ExecService', () => {
       if (f.type === 'stdout') it.cancel();
     }
     expect(runner.killed).to.equal(1);
+  });
+
+  it("gives a command run as another uid that user's HOME, USER and LOGNAME; the request's env wins", async () => {
+    const runner = new ScriptedRunner(({ exit }) => exit({ code: 0, signal: null }));
+    const users = {
+      find: async (u: string) =>
+        u === '1000' ? { uid: 1000, gid: 1000, groups: [], home: '/home/svc', name: 'svc', shell: '/bin/bash' } : null,
+    };
+    const svc = new ExecService(runner, users);
+    await svc.buffered({ cmd: 'x', args: [], uid: 1000 });
+    expect(runner.asked[0].env).to.deep.equal({ HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc' });
+    await svc.buffered({ cmd: 'x', args: [], uid: 1000, env: { HOME: '/tmp' } });
+    expect(runner.asked[1].env).to.include({ HOME: '/tmp', USER: 'svc' });
+    await svc.buffered({ cmd: 'x', args: [] });
+    expect(runner.asked[2].env, 'as the agent runs').to.equal(undefined);
   });
 });
