@@ -54,6 +54,11 @@ export interface ImageInfo {
   ssh_user: string;
   /** The smallest disk a VM of this image may have (the image's own size). */
   min_disk_gb: number;
+  /**
+   * The least memory a VM of this image boots in (its kernel must fit, then its init and agent);
+   * a create below it is refused at once instead of hanging until the agent timeout.
+   */
+  min_memory_mb?: number;
   /** False for a built-in image not built yet (the first create builds it, with progress). */
   built: boolean;
 }

@@ -195,8 +195,15 @@ export function buildCli(): Command {
       const list = await client().listImages();
       print(o.json, list, () =>
         table(
-          list.map((i) => [i.id, i.os, bytes(i.size_bytes), `${i.min_disk_gb} GB`, i.in_use_by.join(',') || '-']),
-          ['ID', 'OS', 'SIZE', 'MIN DISK', 'USED BY'],
+          list.map((i) => [
+            i.id,
+            i.os,
+            bytes(i.size_bytes),
+            `${i.min_disk_gb} GB`,
+            i.min_memory_mb ? `${i.min_memory_mb} MB` : '-',
+            i.in_use_by.join(',') || '-',
+          ]),
+          ['ID', 'OS', 'SIZE', 'MIN DISK', 'MIN MEMORY', 'USED BY'],
         ),
       );
     });

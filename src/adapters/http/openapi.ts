@@ -239,6 +239,10 @@ const schemas: Record<string, Schema> = {
       boot: { type: 'string', enum: ['kernel', 'firmware'] },
       source: { type: 'string' },
       min_disk_gb: { type: 'integer' },
+      min_memory_mb: {
+        type: 'integer',
+        description: 'the least memory a VM of it boots in; a create below it is a 400',
+      },
       ssh_user: { type: 'string' },
       built: { type: 'boolean' },
       in_use_by: { type: 'array', items: { type: 'string' } },

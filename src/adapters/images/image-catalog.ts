@@ -29,6 +29,8 @@ export interface ImageManifest {
   boot?: 'kernel' | 'firmware';
   source?: string;
   agent_version?: string;
+  /** The least memory it boots in (DEFAULT_MIN_MEMORY_MB, or its base image's, when not said). */
+  min_memory_mb?: number;
 }
 
 export interface ResolvedImage extends ImageManifest {
@@ -40,18 +42,35 @@ export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
 export const AGENT_DIR = join(REPO, 'dist', 'agent');
 
 /** The images the project builds itself from Debian packages, on first use. */
-export const BUILTIN_IMAGES: Record<string, Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb'>> = {
+export const BUILTIN_IMAGES: Record<
+  string,
+  Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb' | 'min_memory_mb'>
+> = {
   debian: {
     os: "Debian GNU/Linux (the host's release)",
     description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image',
     min_disk_gb: 2,
+    min_memory_mb: 256,
   },
   minimal: {
     os: 'svc minimal (busybox)',
     description: 'The small image: busybox init, dropbear and the agent; the fastest boots',
     min_disk_gb: 1,
+    min_memory_mb: 128,
   },
 };
+
+/**
+ * The least memory of an image whose manifest does not say: the project's kernel is loaded whole
+ * (66 MB), so below 128 MB a guest never prints a line (64 MB was tried: silence until the agent
+ * timeout). Images built from a built-in one take its minimum.
+ */
+export const DEFAULT_MIN_MEMORY_MB = 128;
+
+function minMemory(m: { min_memory_mb?: number; source?: string }): number {
+  const base = m.source?.replace(/^recipe:/, '') ?? '';
+  return m.min_memory_mb ?? BUILTIN_IMAGES[base]?.min_memory_mb ?? DEFAULT_MIN_MEMORY_MB;
+}
 /** `default` names the default image. */
 export const IMAGE_ALIASES: Record<string, string> = { default: 'debian' };
 
@@ -99,13 +118,28 @@ export class ImageCatalog {
   info(name: string): ImageInfo {
     const id = this.canonical(name);
     const m = this.manifest(id);
-    if (m) return { id, agent_ready: m.agent_ready, ssh_user: m.ssh_user, min_disk_gb: m.disk_gb, built: true };
+    if (m)
+      return {
+        id,
+        agent_ready: m.agent_ready,
+        ssh_user: m.ssh_user,
+        min_disk_gb: m.disk_gb,
+        min_memory_mb: minMemory(m),
+        built: true,
+      };
     const b = BUILTIN_IMAGES[id];
     if (!b)
       throw new InvalidArgumentError(
         `unknown image "${name}" (built-in: ${Object.keys(BUILTIN_IMAGES).join(', ')}; GET /images lists what is built)`,
       );
-    return { id, agent_ready: true, ssh_user: 'root', min_disk_gb: b.min_disk_gb, built: false };
+    return {
+      id,
+      agent_ready: true,
+      ssh_user: 'root',
+      min_disk_gb: b.min_disk_gb,
+      min_memory_mb: b.min_memory_mb,
+      built: false,
+    };
   }
 
   /** A built image's files; builds a built-in image that is missing. */
@@ -196,6 +230,7 @@ export class ImageCatalog {
       boot: m.boot ?? 'kernel',
       source: m.source ?? id,
       min_disk_gb: m.disk_gb,
+      min_memory_mb: minMemory(m),
       ssh_user: m.ssh_user,
       built: true,
       in_use_by: inUse(id),
@@ -232,6 +267,8 @@ export class ImageCatalog {
             disk_gb: sizeGb,
             description: meta.description,
             source: meta.source,
+            // A baked image needs what its base needed (its kernel and init are the base's).
+            min_memory_mb: minMemory(manifest),
           },
           null,
           2,

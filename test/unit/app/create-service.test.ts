@@ -8,6 +8,7 @@ import {
 } from '../../../src/domain/errors.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
+import { consoleLines } from '../../../src/app/create-service.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
@@ -98,5 +99,39 @@ describe('app/CreateService', () => {
   it('refuses from_pool when no warm pool is configured', async () => {
     const w = world();
     expect(await w.creates.create({ from_pool: true }, {}).catch((e) => e)).to.be.instanceOf(InvalidArgumentError);
+  });
+
+  it("refuses at once a VM with less memory than its image boots in, leaving nothing; a clone is its template's size", async () => {
+    const w = world();
+    const err = await w.creates.create({ name: 'tinymem', image: 'minimal', memory_mb: 64 }, {}).catch((e: Error) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect((err as Error).message).to.equal(
+      'memory_mb 64 is too little for image minimal: it boots in at least 128 MB',
+    );
+    expect(w.vms.find('tinymem')).to.equal(undefined);
+    const ok = await (await w.creates.create({ name: 'small', image: 'minimal', memory_mb: 128 }, {})).done;
+    expect(ok.memory_mb).to.equal(128);
+  });
+
+  it("reads a console's last lines as a person would: no escapes, no blank lines, no stack dump", () => {
+    const dump = [
+      '\x1b[0mSeaBIOS',
+      '[    1.69] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)',
+      '[    1.70] CPU: 0 PID: 1 Comm: swapper/0 Not tainted 6.1.0-56-amd64 #1  Debian 6.1.158-1',
+      '[    1.71] Call Trace:',
+      '[    1.72]  <TASK>',
+      '[    1.73]  dump_stack_lvl+0x44/0x5c',
+      '[    1.74]  ? rest_init+0xd0/0xd0',
+      '[    1.75]  </TASK>',
+      '[    1.76] Kernel Offset: disabled',
+      '',
+      'x'.repeat(300),
+    ].join('\r\n');
+    expect(consoleLines(dump)).to.deep.equal([
+      'SeaBIOS',
+      '[    1.69] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)',
+      `${'x'.repeat(197)}...`,
+    ]);
+    expect(consoleLines('')).to.deep.equal([]);
   });
 });

@@ -49,8 +49,8 @@ interface FakeVm {
  * `fail-provision` and `fail-boot` fail at those steps.
  */
 export const FAKE_IMAGES: Record<string, ImageInfo> = {
-  debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, built: true },
-  minimal: { id: 'minimal', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, min_memory_mb: 256, built: true },
+  minimal: { id: 'minimal', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, min_memory_mb: 128, built: true },
   'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc', min_disk_gb: 1, built: true },
   'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
   'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
