@@ -336,6 +336,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     );
   }
   pool.refill();
+  // A first start builds the default image now, so the first create does not wait for it.
+  container
+    .get(ImageService)
+    .prebuildDefault()
+    .catch((err: Error) => log.warn({ err: err.message }, 'could not start building the default image'));
   e2b.armAll().catch((err: Error) => log.warn({ error: err.message }, "e2b: could not set the sandboxes' timers"));
 
   let stopped: Promise<void> | undefined;

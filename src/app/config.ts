@@ -42,6 +42,8 @@ export interface Config {
    * all VMs together; past it a call fails 503 with Retry-After (0 = no budget).
    */
   guest_reply_budget_mb: number;
+  /** Build the default image in the background when the daemon starts and it is not built yet. */
+  build_default_image: boolean;
   sandbox_metrics_enabled: boolean;
   sandbox_metrics_interval_ms: number;
   sandbox_metrics_points: number;
@@ -125,6 +127,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   max_execs_per_vm: ['max_execs_per_vm', 'int', 32],
   max_execs_total: ['max_execs_total', 'int', 256],
   guest_reply_budget_mb: ['guest_reply_budget_mb', 'int', 256],
+  build_default_image: ['build_default_image', 'bool', true],
   sandbox_metrics_enabled: ['sandbox_metrics_enabled', 'bool', true],
   sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
   sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],

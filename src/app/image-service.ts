@@ -3,6 +3,8 @@ import { AlreadyExistsError } from '../domain/errors.js';
 import { assertImageId } from '../domain/image-request.js';
 import type { ImageDetails } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { errorMessage } from '../domain/errors.js';
 import { Activity } from './activity.js';
 import type { Config } from './config.js';
 import { AppConfig } from './tokens.js';
@@ -16,7 +18,32 @@ export class ImageService {
     @inject(Vms) private readonly vms: Vms,
     @inject(Activity) private readonly activity: Activity,
     @inject(AppConfig) private readonly config: Config,
+    @inject(Logger) private readonly log: Logger,
   ) {}
+
+  /**
+   * On a daemon's first start the default image is not built yet: it is built now, in the
+   * background (config `build_default_image`), so the first `svc new` does not wait a minute or
+   * two for it; a create that comes meanwhile joins the same build, with its progress. Returns the
+   * build under way (undefined when there is nothing to build); a failure is logged, and the first
+   * create tries again.
+   */
+  async prebuildDefault(): Promise<{ done: Promise<void> } | undefined> {
+    if (!this.config.build_default_image) return undefined;
+    const image = await this.images.resolveImage(this.config.image).catch(() => undefined);
+    if (!image || image.built) return undefined;
+    const t0 = Date.now();
+    this.log.info({ image: image.id }, 'building the default image in the background (first start)');
+    const build = this.images.ensureImage(image.id).then(
+      () => this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built'),
+      (err: unknown) =>
+        this.log.warn(
+          { image: image.id, err: errorMessage(err) },
+          'the default image did not build; the first create tries again',
+        ),
+    );
+    return { done: build };
+  }
 
   /** VMs (templates and warm pool members included) whose disk stands on the image. */
   private readonly inUse = (id: string): string[] =>

@@ -53,6 +53,8 @@ export async function startTestDaemon(
       log_level: process.env.SVC_TEST_LOG ?? 'silent', // SVC_TEST_LOG=warn shows the daemons' warnings
       test_mode: true,
       fake_boot_delay: '10ms',
+      // Tests bring their images; a test daemon never starts a build of its own unless asked.
+      build_default_image: false,
       ...raw,
     },
     {},

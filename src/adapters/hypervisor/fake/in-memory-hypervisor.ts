@@ -77,6 +77,9 @@ export interface InMemoryHypervisorOptions {
    * the port it listens on. Without it the agent port is a placeholder number.
    */
   sidecar?: (spec: VmSpec) => Promise<Sidecar>;
+  /** Images that start not built: the first ensureImage builds them, taking `buildDelayMs`. */
+  unbuilt?: string[];
+  buildDelayMs?: number;
 }
 
 /** As with real VMs, an explicit host port must be free on loopback (the fake binds nothing itself). */
@@ -106,8 +109,13 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   private nextPort = 40000;
   private readonly bootDelayMs: number;
 
+  /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
+  readonly builds: string[] = [];
+  private readonly building = new Map<string, Promise<void>>();
+
   constructor(private readonly options: InMemoryHypervisorOptions = {}) {
     this.bootDelayMs = options.bootDelayMs ?? 0;
+    for (const id of options.unbuilt ?? []) if (this.images[id]) this.images[id] = { ...this.images[id], built: false };
   }
 
   /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */
@@ -187,9 +195,19 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return { ...info };
   }
 
-  /** The fake's images are always built. */
+  /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
   async ensureImage(image: string): Promise<void> {
-    await this.resolveImage(image);
+    const info = await this.resolveImage(image);
+    if (info.built) return;
+    let b = this.building.get(info.id);
+    if (!b) {
+      this.builds.push(info.id);
+      b = new Promise<void>((r) => setTimeout(r, this.options.buildDelayMs ?? 0)).then(() => {
+        this.images[info.id] = { ...this.images[info.id], built: true };
+      });
+      this.building.set(info.id, b);
+    }
+    await b;
   }
 
   async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {

@@ -1,0 +1,30 @@
+import { expect } from 'chai';
+import { ImageService } from '../../../src/app/image-service.js';
+import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import type { CreateProgressEvent } from '../../../src/domain/events.js';
+import { world } from '../../fakes/world.js';
+
+describe('app/ImageService: the default image on a first start', () => {
+  it('builds it in the background, and a create that comes meanwhile joins that build with its progress', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, unbuilt: ['debian'], buildDelayMs: 200 });
+    const w = world({}, undefined, hv);
+    const build = await w.container.get(ImageService).prebuildDefault();
+    expect(build, 'a build started').to.not.equal(undefined);
+    const job = await w.creates.create({ name: 'first' }, {});
+    const phases: string[] = [];
+    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    expect(phases.slice(0, 2)).to.deep.equal(['accepted', 'image']);
+    expect(phases.at(-1)).to.equal('ready');
+    await build!.done;
+    expect(hv.builds, 'one build, shared').to.deep.equal(['debian']);
+    // Built now: nothing more to do on the next start.
+    expect(await w.container.get(ImageService).prebuildDefault()).to.equal(undefined);
+  });
+
+  it('builds nothing when build_default_image is off', async () => {
+    const hv = new InMemoryHypervisor({ unbuilt: ['debian'] });
+    const w = world({ build_default_image: false }, undefined, hv);
+    expect(await w.container.get(ImageService).prebuildDefault()).to.equal(undefined);
+    expect(hv.builds).to.deep.equal([]);
+  });
+});
