@@ -54,6 +54,13 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(list[0].tags).to.deep.equal({ team: 'a' });
     expect(list[0].forwards[0]).to.include({ host_port: 18080, guest_port: 80 });
     expect((await svc(['get', 'c1', '--json'])).stdout).to.contain('"name": "c1"');
+    // get shows every field, a line each (ls is the one-line table).
+    const got = (await svc(['get', 'c1'])).stdout;
+    expect(got).to.match(/^name +c1$/m);
+    expect(got).to.match(/^forwards +127\.0\.0\.1:18080 -> 80\/tcp$/m);
+    expect(got).to.match(/^tags +team=a$/m);
+    expect(got).to.match(/^egress +allow/m);
+    expect(got).to.match(/^memory +\d+ MB$/m);
   });
 
   it('follows VM changes with svc events until interrupted', async () => {

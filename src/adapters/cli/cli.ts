@@ -58,6 +58,40 @@ function vmRows(list: Instance[]): string {
   );
 }
 
+/** Every field of one VM, a line each (svc get): what `ls` leaves out is what a user asks get for. */
+function vmDetails(i: Instance): string {
+  const rows: [string, string][] = [
+    ['name', i.name],
+    ['status', i.status + (i.suspended_at ? ` (since ${i.suspended_at})` : '')],
+    ...(i.error ? [['error', i.error] as [string, string]] : []),
+    ['persistent', i.persistent ? 'yes' : 'no'],
+    ['image', i.image + (i.from ? ` (cloned from ${i.from})` : '')],
+    ['cpus', String(i.cpus)],
+    ['memory', `${i.memory_mb} MB`],
+    ['disk', `${i.disk_gb} GB`],
+    ['address', i.ip || '-'],
+    ['ssh', i.ssh_port ? `127.0.0.1:${i.ssh_port}` : '-'],
+    ['agent', i.agent_cid ? `vsock ${i.agent_cid}` : i.agent_port ? `127.0.0.1:${i.agent_port}` : '-'],
+    ['forwards', i.forwards.map((f) => `127.0.0.1:${f.host_port} -> ${f.guest_port}/${f.proto}`).join(', ') || '-'],
+    ['mounts', i.mounts.map((m) => `${m.host} -> ${m.guest}${m.readonly ? ' (ro)' : ''}`).join(', ') || '-'],
+    [
+      'egress',
+      `${i.egress.default}${i.egress.allow.length ? `; allow ${i.egress.allow.join(' ')}` : ''}${i.egress.deny.length ? `; deny ${i.egress.deny.join(' ')}` : ''}`,
+    ],
+    [
+      'tags',
+      Object.entries(i.tags)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(', ') || '-',
+    ],
+    ['metrics', i.metrics_enabled ? 'kept' : 'off'],
+    ['created', i.created_at],
+    ['updated', i.updated_at],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length));
+  return rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join('\n');
+}
+
 function print(json: boolean, value: unknown, human: () => string): void {
   process.stdout.write((json ? JSON.stringify(value, null, 2) : human()) + '\n');
 }
@@ -313,15 +347,7 @@ export function buildCli(): Command {
     .description('show a VM')
     .action(async (name: string, o) => {
       const i = await client().get(name);
-      print(o.json, i, () =>
-        [
-          vmRows([i]),
-          i.error ? `error: ${i.error}` : '',
-          Object.keys(i.tags).length ? `tags: ${JSON.stringify(i.tags)}` : '',
-        ]
-          .filter(Boolean)
-          .join('\n'),
-      );
+      print(o.json, i, () => vmDetails(i));
     });
 
   program
