@@ -46,9 +46,18 @@ export class VmLifecycle {
     this.vms.interrupt(name);
     return this.activity.timed('delete', name, () =>
       this.vms.withVm(name, async (rec) => {
+        const clones = this.vms
+          .all()
+          .filter((r) => r.from === name && !r.pool)
+          .map((r) => r.name)
+          .sort();
         await this.keeper.purge(rec);
         this.metrics.vmDeleted();
-        return { message: `vm ${name} deleted`, name };
+        // Deleting a template leaves its clones as they are: say so, they were made from it.
+        const kept = clones.length
+          ? `; its clones ${clones.join(', ')} are kept, with the disk layer they share with it`
+          : '';
+        return { message: `vm ${name} deleted${kept}`, name };
       }),
     );
   }

@@ -48,6 +48,13 @@ describe('templates, clones and the warm pool (fake hypervisor)', function () {
       await d.call('POST', '/vms/tpl/shutdown');
       const cold = ndjson((await d.call('POST', '/vms/tpl/clone?stream=1', { name: 'c3' })).text);
       expect(cold[2].message).to.match(/cold-booting a copy of template tpl/);
+      // Deleting the template says what becomes of its clones.
+      const rm = await d.call('DELETE', '/vms/tpl');
+      expect(rm.status).to.equal(200);
+      expect(rm.json.message).to.equal(
+        'vm tpl deleted; its clones c1, c2, c3 are kept, with the disk layer they share with it',
+      );
+      expect((await d.call('GET', '/vms/c1')).json.status).to.equal('running');
     });
   });
 
