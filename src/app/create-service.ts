@@ -227,7 +227,12 @@ export class CreateService {
       this.failpoints.hit('create.saved');
       if (!image.built) {
         // The first create of a built-in image builds it (shared with any create that asks meanwhile).
-        emit('image', `building image ${image.id} (first use)`, { percent: 0 });
+        const took = image.build_estimate_ms;
+        emit(
+          'image',
+          `building image ${image.id} first (its first use here; ${took ? `the last build took ${Math.round(took / 1000)} s` : 'a minute or two'}), then the vm`,
+          { percent: 0 },
+        );
         await this.images.ensureImage(image.id, (p) => emit('image', p.message, { percent: p.percent }));
         deadline = this.clock.now() + timeoutMs; // the deadline is the VM's: it starts once the image is there
       }

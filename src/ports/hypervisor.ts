@@ -59,6 +59,8 @@ export interface ImageInfo {
    * a create below it is refused at once instead of hanging until the agent timeout.
    */
   min_memory_mb?: number;
+  /** For an image not built yet: how long its last build on this host took (none when never built). */
+  build_estimate_ms?: number;
   /** False for a built-in image not built yet (the first create builds it, with progress). */
   built: boolean;
 }

@@ -69,7 +69,8 @@ function vmDetails(i: Instance): string {
     ['cpus', String(i.cpus)],
     ['memory', `${i.memory_mb} MB`],
     ['disk', `${i.disk_gb} GB`],
-    ['address', i.ip || '-'],
+    // Every VM has its own network, so most have the same address on it (10.0.2.15).
+    ['address', i.ip ? `${i.ip} (on its own network; reach it through forwards)` : '-'],
     ['ssh', i.ssh_port ? `127.0.0.1:${i.ssh_port}` : '-'],
     ['agent', i.agent_cid ? `vsock ${i.agent_cid}` : i.agent_port ? `127.0.0.1:${i.agent_port}` : '-'],
     ['forwards', i.forwards.map((f) => `127.0.0.1:${f.host_port} -> ${f.guest_port}/${f.proto}`).join(', ') || '-'],

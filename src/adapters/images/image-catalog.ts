@@ -138,6 +138,7 @@ export class ImageCatalog {
       ssh_user: 'root',
       min_disk_gb: b.min_disk_gb,
       min_memory_mb: b.min_memory_mb,
+      build_estimate_ms: this.buildTimes()[id],
       built: false,
     };
   }
@@ -189,15 +190,34 @@ export class ImageCatalog {
       throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
     }
     const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    const t0 = Date.now();
     progress({ percent: 0, message: `building image ${id} from Debian packages` });
     try {
       await runBuild(['bash', BUILD_SCRIPT, tmp, AGENT_DIR, id], progress);
       await rm(this.dir(id), { recursive: true, force: true });
       await rename(tmp, this.dir(id));
+      // What the next build of it (after an image rm, on this host) can be expected to take.
+      await writeFile(this.timesFile(), JSON.stringify({ ...this.buildTimes(), [id]: Date.now() - t0 })).catch(
+        () => undefined,
+      );
       progress({ percent: 100, message: `image ${id} built` });
     } catch (err) {
       await rm(tmp, { recursive: true, force: true });
       throw err;
+    }
+  }
+
+  private timesFile(): string {
+    return join(this.root, '.build-times.json');
+  }
+
+  /** How long each built-in image's last build took here, in ms. */
+  private buildTimes(): Record<string, number> {
+    try {
+      const t = JSON.parse(readFileSync(this.timesFile(), 'utf8')) as unknown;
+      return typeof t === 'object' && t !== null && !Array.isArray(t) ? (t as Record<string, number>) : {};
+    } catch {
+      return {};
     }
   }
 

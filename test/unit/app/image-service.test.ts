@@ -12,8 +12,14 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(build, 'a build started').to.not.equal(undefined);
     const job = await w.creates.create({ name: 'first' }, {});
     const phases: string[] = [];
-    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    const said: string[] = [];
+    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) {
+      phases.push(e.phase);
+      said.push(e.message);
+    }
     expect(phases.slice(0, 2)).to.deep.equal(['accepted', 'image']);
+    // Said before the wait: what it waits for and about how long.
+    expect(said[1]).to.equal('building image debian first (its first use here; a minute or two), then the vm');
     expect(phases.at(-1)).to.equal('ready');
     await build!.done;
     expect(hv.builds, 'one build, shared').to.deep.equal(['debian']);

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
-import { existsSync } from 'node:fs';
-import { AGENT_DIR, BUILD_SCRIPT } from '../../../../src/adapters/images/image-catalog.js';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AGENT_DIR, BUILD_SCRIPT, ImageCatalog } from '../../../../src/adapters/images/image-catalog.js';
 
 describe('adapters/images/image-catalog', () => {
   // The catalog builds built-in images on first use with these; a moved file once pointed them
@@ -9,5 +11,39 @@ describe('adapters/images/image-catalog', () => {
     expect(existsSync(BUILD_SCRIPT), BUILD_SCRIPT).to.equal(true);
     expect(AGENT_DIR).to.match(/\/dist\/agent$/);
     expect(existsSync(AGENT_DIR.replace(/\/dist\/agent$/, '/package.json')), AGENT_DIR).to.equal(true);
+  });
+
+  it('tells a create how much memory an image boots in and how long its last build took here', () => {
+    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    const c = new ImageCatalog(root);
+    expect(c.info('minimal')).to.include({ built: false, min_memory_mb: 128 });
+    expect(c.info('default')).to.include({ id: 'debian', min_memory_mb: 256 });
+    expect(c.info('debian').build_estimate_ms).to.equal(undefined);
+    writeFileSync(join(root, '.build-times.json'), JSON.stringify({ debian: 71_000 }));
+    expect(c.info('debian').build_estimate_ms).to.equal(71_000);
+    // A recipe on debian needs what debian needs; an imported disk the default.
+    for (const [id, source] of [
+      ['on-debian', 'recipe:debian'],
+      ['cloud', 'disk:bookworm.qcow2'],
+    ]) {
+      mkdirSync(join(root, id));
+      writeFileSync(
+        join(root, id, 'manifest.json'),
+        JSON.stringify({
+          id,
+          format: 1,
+          kernel: '',
+          initrd: '',
+          disk: 'disk.qcow2',
+          disk_gb: 3,
+          cmdline: '',
+          ssh_user: 'root',
+          agent_ready: true,
+          source,
+        }),
+      );
+    }
+    expect(c.info('on-debian')).to.include({ built: true, min_memory_mb: 256 });
+    expect(c.info('cloud')).to.include({ built: true, min_memory_mb: 128 });
   });
 });
