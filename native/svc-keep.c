@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
   size_t ctllen = 0;
   char *pending = NULL; /* stdin bytes CMD has not taken yet */
   size_t pendlen = 0, pendoff = 0;
-  int status = 0, exited = 0;
+  int status = 0, exited = 0, eof_wanted = 0;
   int64_t drain_until = 0;
   for (;;) {
     struct pollfd p[6];
@@ -368,14 +368,7 @@ int main(int argc, char **argv) {
           struct winsize ws = {.ws_row = (unsigned short)rr, .ws_col = (unsigned short)c};
           ioctl(out_r >= 0 ? out_r : in_w, TIOCSWINSZ, &ws);
         } else if (!strcmp(ctlbuf, "eof") && in_w >= 0) {
-          if (pty) {
-            char eof = 4; /* ^D at the start of a line: the terminal's end of input */
-            ssize_t w = write(in_w, &eof, 1);
-            (void)w;
-          } else if (pendlen == 0) {
-            close(in_w);
-            in_w = -1;
-          }
+          eof_wanted = 1; /* carried out below, once the input sent before it is passed on */
         }
         size_t used = (size_t)(nl - ctlbuf) + 1;
         memmove(ctlbuf, ctlbuf + used, ctllen - used);
@@ -396,6 +389,27 @@ int main(int argc, char **argv) {
       if (w > 0) pendoff += (size_t)w;
       else if (w < 0 && errno != EAGAIN && errno != EINTR) pendoff = pendlen; /* CMD closed its input */
       if (pendoff == pendlen) pendlen = pendoff = 0;
+    }
+    /* The end of input comes after every byte sent before it. The agent writes all of the input
+       into the stdin FIFO before it sends "eof", but both FIFOs can be ready in one poll round and
+       "eof" is read first: so the FIFO is drained (and what it held passed on) before CMD's input
+       is closed, or, on a terminal, before ^D is typed. */
+    if (eof_wanted && in_w >= 0 && pendlen == 0) {
+      ssize_t n = fifo_in >= 0 ? read(fifo_in, buf, sizeof buf) : -1;
+      if (n > 0) {
+        pending = realloc(pending, (size_t)n);
+        memcpy(pending, buf, (size_t)n);
+        pendlen = (size_t)n, pendoff = 0;
+      } else if (pty) {
+        char eof = 4; /* ^D at the start of a line: the terminal's end of input */
+        ssize_t w = write(in_w, &eof, 1);
+        (void)w;
+        eof_wanted = 0;
+      } else {
+        close(in_w);
+        in_w = -1;
+        eof_wanted = 0;
+      }
     }
   }
   if (!exited) waitpid(child, &status, 0);

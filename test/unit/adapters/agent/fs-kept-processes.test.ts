@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { EtcGuestUsers } from '../../../../src/adapters/agent/etc-guest-users.js';
 import { findHelpers, FsKeptProcesses } from '../../../../src/adapters/agent/fs-kept-processes.js';
 import { isOutputFrame, isWatchEvent } from '../../../../src/adapters/guest-link/http-guest-processes.js';
@@ -101,5 +102,40 @@ describe('adapters/guest-link/http-guest-processes: what the daemon passes on', 
     expect(isWatchEvent({ cursor: 'w1:0', type: 'watching' })).to.equal(true);
     expect(isWatchEvent({ cursor: 'x', type: 'create' })).to.equal(false);
     expect(isWatchEvent({ cursor: 'w1:5', type: 'explode' })).to.equal(false);
+  });
+});
+
+describe('adapters/agent/fs-kept-processes with the real svc-keep: the end of input', function () {
+  this.timeout(20_000);
+
+  it('passes on every byte sent before "eof", even when the keeper reads "eof" first', async () => {
+    const helpers = findHelpers();
+    expect(helpers, 'npm run build:agent builds svc-keep').to.not.equal(null);
+    const kept = new FsKeptProcesses(tempDir('svc-kept-eof-'), helpers);
+    const rec = await kept.start({
+      kind: 'process',
+      cmd: 'cat',
+      args: [],
+      env: {},
+      stdin: true,
+      host: 'h',
+      capBytes: 1 << 20,
+    });
+    // The keeper is stopped while the input and its end are both sent, so that one poll finds
+    // both FIFOs ready (what a loaded host does now and then): it used to close cat's input first.
+    process.kill(rec.keeper_pid, 'SIGSTOP');
+    try {
+      await kept.stdin(rec.id, Readable.from([Buffer.from('piped in\n')]));
+      await kept.control(rec.id, 'eof');
+    } finally {
+      process.kill(rec.keeper_pid, 'SIGCONT');
+    }
+    let end = await kept.end(rec.id);
+    for (let i = 0; i < 100 && !end; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      end = await kept.end(rec.id);
+    }
+    expect(end).to.include({ code: 0 });
+    expect((await kept.read(rec.id, 'stdout', 0, 100)).data.toString()).to.equal('piped in\n');
   });
 });
