@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import ssh2 from 'ssh2';
+import { generateEd25519 } from '../../src/adapters/ssh/keygen.js';
 import { Ssh2Connections } from '../../src/adapters/ssh/ssh2-connections.js';
 import type { SshKeys, SshTarget } from '../../src/ports/tunnels.js';
 
@@ -19,7 +20,7 @@ export class SshPeer {
   };
 
   constructor() {
-    const hostKey = ssh2.utils.generateKeyPairSync('ed25519').private;
+    const hostKey = generateEd25519().private;
     this.server = new ssh2.Server({ hostKeys: [hostKey] }, (client) => {
       this.clients.add(client);
       client.on('close', () => this.clients.delete(client));
@@ -59,7 +60,7 @@ export class SshPeer {
 
 /** The daemon's side: connections made with a fresh key pair (the peer accepts any). */
 export function daemonConnections(): Ssh2Connections {
-  const pair = ssh2.utils.generateKeyPairSync('ed25519');
+  const pair = generateEd25519();
   const keys: SshKeys = {
     publicKey: async () => pair.public,
     privateKey: async () => Buffer.from(pair.private),
