@@ -3,12 +3,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from 'e2b';
-import { ensureImage } from '../test/e2e/image.js';
-import { fmt, startSvcd, stats, type Daemon } from './lib.js';
+import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const N = Number(process.env.BENCH_E2B_N ?? 4);
-
-type Row = (...c: (string | number)[]) => void;
 
 /**
  * `Sandbox.create` to its first `commands.run` result through the official SDK, cold (the default
@@ -19,15 +16,7 @@ export async function e2bBenchmarks(row: Row, results: Record<string, unknown>):
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-e2b-'));
   let d: Daemon | undefined;
   try {
-    d = await startSvcd(dir, {
-      hypervisor: 'qemu',
-      images_dir: ensureImage('minimal'),
-      image: 'minimal',
-      memory_mb: 384,
-      sandbox_metrics_enabled: false,
-      ready_timeout: '240s',
-      warm_pool: { template: 'tpl', size: 1, running: true },
-    });
+    d = await startSvcd(dir, minimalQemu({ warm_pool: { template: 'tpl', size: 1, running: true } }));
     const c = d.client;
     const opts = {
       apiUrl: `http://127.0.0.1:${d.port}/e2b`,

@@ -6,8 +6,28 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { SvcClient } from '../src/index.js';
+import { ensureImage } from '../test/e2e/image.js';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+/** One row of a benchmark's table. */
+export type Row = (...c: (string | number)[]) => void;
+
+/**
+ * The config of a daemon on real QEMU with the minimal image, as the guest benchmarks run it
+ * (no stats history, a TCG-sized ready timeout), with `extra` on top.
+ */
+export function minimalQemu(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    hypervisor: 'qemu',
+    images_dir: ensureImage('minimal'),
+    image: 'minimal',
+    memory_mb: 384,
+    sandbox_metrics_enabled: false,
+    ready_timeout: '240s',
+    ...extra,
+  };
+}
 const SVCD = join(REPO, 'dist', 'src', 'bin', 'svcd.js');
 
 export interface Stats {

@@ -5,14 +5,11 @@ import { createServer, Agent } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensureImage } from '../test/e2e/image.js';
-import { fetchAll, fmt, post, rounds, startSvcd, stats, type Daemon } from './lib.js';
+import { fetchAll, fmt, minimalQemu, post, rounds, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 /** The file guests download from the host, in MiB (BENCH_NET_MIB). */
 const MIB = Number(process.env.BENCH_NET_MIB ?? 256);
 const ROUNDS = Number(process.env.BENCH_NET_ROUNDS ?? 5);
-
-type Row = (...c: (string | number)[]) => void;
 
 /**
  * A guest's download of one file from a web server on the host's loopback, through svc-netd
@@ -32,14 +29,7 @@ export async function netBenchmarks(row: Row, results: Record<string, unknown>):
   const port = (web.address() as AddressInfo).port;
   const daemons: Record<'netd' | 'qemu', Daemon> = {} as Record<'netd' | 'qemu', Daemon>;
   try {
-    const common = {
-      hypervisor: 'qemu',
-      images_dir: ensureImage('minimal'),
-      image: 'minimal',
-      memory_mb: 384,
-      sandbox_metrics_enabled: false,
-      ready_timeout: '240s',
-    };
+    const common = minimalQemu();
     for (const sub of ['netd', 'qemu']) mkdirSync(join(dir, sub));
     daemons.netd = await startSvcd(join(dir, 'netd'), {
       ...common,

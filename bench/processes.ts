@@ -2,14 +2,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensureImage } from '../test/e2e/image.js';
-import { fmt, startSvcd, stats, type Daemon } from './lib.js';
+import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 /** Bytes the throughput rows move (less than a stream's 16 MiB journal, so none is dropped). */
 const MIB = Number(process.env.BENCH_PROC_MIB ?? 12);
 const ROUNDS = Number(process.env.BENCH_PROC_ROUNDS ?? 3);
-
-type Row = (...c: (string | number)[]) => void;
 
 /**
  * What a durable process costs, in one run on one minimal guest: starting one (beside an exec of
@@ -21,14 +18,7 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-proc-'));
   let d: Daemon | undefined;
   try {
-    d = await startSvcd(dir, {
-      hypervisor: 'qemu',
-      images_dir: ensureImage('minimal'),
-      image: 'minimal',
-      memory_mb: 512,
-      sandbox_metrics_enabled: false,
-      ready_timeout: '240s',
-    });
+    d = await startSvcd(dir, minimalQemu({ memory_mb: 512 }));
     const c = d.client;
     await c.create({ name: 'g' });
 

@@ -1,14 +1,7 @@
 import { inject, injectable, optional } from 'inversify';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import {
-  InternalError,
-  InvalidArgumentError,
-  errorMessage,
-  isDomainError,
-  logLevelOf,
-  type DomainError,
-} from '../domain/errors.js';
+import { InternalError, InvalidArgumentError, errorMessage, isDomainError, logLevelOf } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { changeStatus, toPublic } from '../domain/vm.js';
@@ -30,6 +23,7 @@ import { Failpoints } from '../ports/failpoints.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
 import { GuestReadiness } from './guest-readiness.js';
+import { withConsoleTail } from './console-tail.js';
 
 export interface CreateJob {
   name: string;
@@ -335,31 +329,6 @@ export class CreateService {
     return inst;
   }
 
-  /**
-   * A boot that failed says what the guest's console said last (the VM and its `svc logs` are gone
-   * with it; the whole log is kept in data_dir/logs), or that it said nothing at all: then the
-   * kernel never started, which is what too little memory for the kernel looks like.
-   */
-  private async withConsole(rec: VmRecord, err: DomainError): Promise<DomainError> {
-    if (!this.consoles || !rec.runtime) return err;
-    const parts: Buffer[] = [];
-    try {
-      for await (const b of this.consoles.read(rec.name, { tail: CONSOLE_TAIL_BYTES })) parts.push(b);
-    } catch {
-      return err;
-    }
-    const lines = consoleLines(Buffer.concat(parts).toString('utf8'));
-    const said = lines.length
-      ? `the console's last lines:\n${lines.map((l) => `  | ${l}`).join('\n')}`
-      : 'the console printed nothing: the kernel did not start (too little memory for it, or a broken image)';
-    const message = `${err.message}\n${said}\n(the console log is kept in ${this.config.data_dir}/logs)`;
-    try {
-      return Object.assign(new (err.constructor as new (m: string) => DomainError)(message), { cause: err });
-    } catch {
-      return err;
-    }
-  }
-
   /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
   private async createFailed(
     rec: VmRecord,
@@ -367,7 +336,12 @@ export class CreateService {
     t0: number,
     emit: ReturnType<CreateService['emitter']>,
   ): Promise<never> {
-    const domainErr = await this.withConsole(rec, isDomainError(err) ? err : new InternalError(errorMessage(err)));
+    const domainErr = await withConsoleTail(
+      this.consoles,
+      this.config.data_dir,
+      rec,
+      isDomainError(err) ? err : new InternalError(errorMessage(err)),
+    );
     await this.keeper.purge(rec, true);
     this.metrics.createFailed();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
@@ -379,25 +353,4 @@ export class CreateService {
     emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
     throw domainErr;
   }
-}
-
-const CONSOLE_TAIL_BYTES = 4096;
-const CONSOLE_LINES = 12;
-
-/** A kernel's stack dump and register lines: the panic above them is what a person needs. */
-const TRACE_LINE =
-  /^(\[\s*[\d.]+\]\s*)?(Call Trace:|<\/?TASK>|(\? )?[\w.]+\+0x[\da-f]+\/0x[\da-f]+|CPU: \d+ PID:|Hardware name:|RIP:|RSP:|RAX:|RDX:|RBP:|R\d+:|FS:|CS:|CR2:|Code:|Kernel Offset:)/;
-
-/**
- * The console's last lines as a person reads them: escapes and control characters gone, blank
- * lines and a kernel's stack dump dropped (so a panic's reason is among them), at most 12.
- */
-export function consoleLines(text: string): string[] {
-  return text
-    .replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '')
-    .split(/\r?\n|\r/)
-    .map((l) => l.replace(/[\x00-\x08\x0b-\x1f\x7f]/g, '').trimEnd())
-    .filter((l) => l.trim() && !TRACE_LINE.test(l.trim()))
-    .slice(-CONSOLE_LINES)
-    .map((l) => (l.length > 200 ? `${l.slice(0, 197)}...` : l));
 }

@@ -152,56 +152,53 @@ export function connectRoutes(
   guard: (req: Request) => void | Promise<void>,
 ): RouteDef[] {
   const routes: RouteDef[] = [];
+  /** A method's route: a raw POST, no bearer check of its own, and a signal that aborts when the caller leaves. */
+  const method = (path: string, handle: (req: Request, res: Response, gone: AbortSignal) => Promise<void>) =>
+    routes.push({
+      method: 'post',
+      path,
+      body: 'raw',
+      auth: 'none',
+      handler: async (req, res) => {
+        const gone = new AbortController();
+        res.once('close', () => gone.abort());
+        await handle(req, res, gone.signal);
+      },
+    });
   for (const [service, s] of Object.entries(services)) {
-    for (const [method, fn] of Object.entries(s.unary ?? {})) {
-      routes.push({
-        method: 'post',
-        path: `${base}/${service}/${method}`,
-        body: 'raw',
-        auth: 'none',
-        handler: async (req, res) => {
-          const gone = new AbortController();
-          res.once('close', () => gone.abort());
-          try {
-            await guard(req);
-            const msg = parseMessage(await readBody(req));
-            res.status(200).json((await fn(msg, { req, signal: gone.signal })) ?? {});
-          } catch (err) {
-            sendUnaryError(res, toRpcError(err));
-          }
-        },
+    for (const [name, fn] of Object.entries(s.unary ?? {})) {
+      method(`${base}/${service}/${name}`, async (req, res, gone) => {
+        try {
+          await guard(req);
+          const msg = parseMessage(await readBody(req));
+          res.status(200).json((await fn(msg, { req, signal: gone })) ?? {});
+        } catch (err) {
+          sendUnaryError(res, toRpcError(err));
+        }
       });
     }
-    for (const [method, fn] of Object.entries(s.stream ?? {})) {
-      routes.push({
-        method: 'post',
-        path: `${base}/${service}/${method}`,
-        body: 'raw',
-        auth: 'none',
-        handler: async (req, res) => {
-          const gone = new AbortController();
-          res.once('close', () => gone.abort());
-          let events: AsyncIterable<unknown>;
-          try {
-            await guard(req);
-            events = fn(parseMessage(unwrap(await readBody(req))), { req, signal: gone.signal });
-          } catch (err) {
-            return sendUnaryError(res, toRpcError(err));
+    for (const [name, fn] of Object.entries(s.stream ?? {})) {
+      method(`${base}/${service}/${name}`, async (req, res, gone) => {
+        let events: AsyncIterable<unknown>;
+        try {
+          await guard(req);
+          events = fn(parseMessage(unwrap(await readBody(req))), { req, signal: gone });
+        } catch (err) {
+          return sendUnaryError(res, toRpcError(err));
+        }
+        res.status(200).setHeader('Content-Type', 'application/connect+json');
+        res.flushHeaders();
+        let end: unknown = {};
+        try {
+          for await (const ev of events) {
+            if (gone.aborted) break;
+            if (!res.write(envelope(0, ev))) await new Promise((r) => res.once('drain', r).once('close', r));
           }
-          res.status(200).setHeader('Content-Type', 'application/connect+json');
-          res.flushHeaders();
-          let end: unknown = {};
-          try {
-            for await (const ev of events) {
-              if (gone.signal.aborted) break;
-              if (!res.write(envelope(0, ev))) await new Promise((r) => res.once('drain', r).once('close', r));
-            }
-          } catch (err) {
-            const e = toRpcError(err);
-            end = { error: { code: e.code, message: e.message } };
-          }
-          if (!res.destroyed) res.end(envelope(0x02, end));
-        },
+        } catch (err) {
+          const e = toRpcError(err);
+          end = { error: { code: e.code, message: e.message } };
+        }
+        if (!res.destroyed) res.end(envelope(0x02, end));
       });
     }
   }

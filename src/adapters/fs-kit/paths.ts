@@ -13,7 +13,16 @@ export const realOrSelf = (p: string) => realpath(p).catch(() => p);
  * (each as configured or with its links resolved)? Checked before anything is asked of the
  * filesystem, so an error about a path outside says nothing of what exists there.
  */
-export const writtenWithin = (path: string, dirs: readonly { configured: string; real: string }[]) => {
+/** Allowed folders as configured and with their links resolved (for `writtenWithin` and the real-path check after it). */
+export const allowedDirs = (dirs: readonly string[]): Promise<AllowedDir[]> =>
+  Promise.all(dirs.map(async (configured) => ({ configured, real: await realOrSelf(configured) })));
+
+export interface AllowedDir {
+  configured: string;
+  real: string;
+}
+
+export const writtenWithin = (path: string, dirs: readonly AllowedDir[]) => {
   const p = resolve(path);
   return dirs.some((d) => within(p, resolve(d.configured)) || within(p, d.real));
 };

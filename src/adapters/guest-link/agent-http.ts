@@ -1,4 +1,5 @@
 import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { AgentFailureError, AgentUnavailableError } from '../../domain/errors.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
@@ -172,18 +173,13 @@ export class AgentHttp {
     const socket = res.socket;
     const text = await this.readAll(res, ep, o.maxBytes);
     const status = res.statusCode ?? 0;
-    // A connection that carried a bad answer is not kept for the next call: an agent that lies may
-    // also hold it without serving what comes next (found by the reply fuzz target).
-    const bad = (err: Error) => {
-      if (err instanceof AgentFailureError) socket?.destroy();
-      return err;
-    };
-    if (status >= 300) throw bad(fromStatus(status, text));
+    if (status >= 300) throw notKept(socket, fromStatus(status, text));
     if (status === 204) return undefined as T;
     try {
       return JSON.parse(text) as T;
     } catch {
-      throw bad(
+      throw notKept(
+        socket,
         new AgentFailureError(`guest agent at ${where(ep)} answered garbage: ${JSON.stringify(text.slice(0, 80))}`),
       );
     }
@@ -208,10 +204,7 @@ export class AgentHttp {
     const { res, req } = await this.send(ep, o);
     if ((res.statusCode ?? 0) >= 300) {
       const socket = res.socket;
-      const err = fromStatus(res.statusCode ?? 0, await this.readAll(res, ep));
-      // As in `json`: a connection that carried a bad answer is not kept.
-      if (err instanceof AgentFailureError) socket?.destroy();
-      throw err;
+      throw notKept(socket, fromStatus(res.statusCode ?? 0, await this.readAll(res, ep)));
     }
     return { res, req };
   }
@@ -221,6 +214,16 @@ export class AgentHttp {
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
   }
+}
+
+/**
+ * `err`, once the connection that carried it is closed when it is the agent's failure: such a
+ * connection is not kept for the next call, since an agent that lies may also hold it without
+ * serving what comes next (found by the reply fuzz target).
+ */
+function notKept(socket: Socket | null, err: Error): Error {
+  if (err instanceof AgentFailureError) socket?.destroy();
+  return err;
 }
 
 /** An NDJSON answer's lines, as `AgentHttp.lines` reads them, from an answer already open. */

@@ -116,14 +116,13 @@ export class HttpGuestAgent implements GuestAgent {
     stdin?: Readable,
     signal?: AbortSignal,
   ): AsyncIterable<ExecFrame> {
-    const { res, req: creq } = await this.http.send(ep, {
+    const { res, req: creq } = await this.http.open(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, false)}`,
       body: stdin,
       contentType: stdin ? 'application/octet-stream' : undefined,
       signal,
     });
-    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.http.readAll(res, ep));
     let sawExit = false;
     try {
       for await (const line of boundedLines(res, REPLY_LIMITS.frame)) {
@@ -179,8 +178,7 @@ export class HttpGuestAgent implements GuestAgent {
       const raw = await rawDownload(this.connector(ep), ep, `/cp?${new URLSearchParams({ path, mode })}`, this.helper);
       return { contentType: 'application/octet-stream', ...raw };
     }
-    const { res } = await this.http.send(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
-    if ((res.statusCode ?? 0) >= 300) throw fromStatus(res.statusCode ?? 0, await this.http.readAll(res, ep));
+    const { res } = await this.http.open(ep, { method: 'GET', path: `/cp?${new URLSearchParams({ path, mode })}` });
     const len = res.headers['content-length'];
     return {
       contentType: String(res.headers['content-type'] ?? 'application/octet-stream'),

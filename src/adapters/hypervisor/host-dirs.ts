@@ -1,6 +1,6 @@
 import { realpath, stat } from 'node:fs/promises';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { realOrSelf as real, within, writtenWithin } from '../fs-kit/paths.js';
+import { allowedDirs, realOrSelf as real, within, writtenWithin } from '../fs-kit/paths.js';
 import type { Mount } from '../../domain/vm.js';
 import type { MountRule } from '../../ports/hypervisor.js';
 
@@ -11,9 +11,7 @@ import type { MountRule } from '../../ports/hypervisor.js';
  * their real host paths, which is what gets shared, so a link swapped later cannot redirect them.
  */
 export async function checkHostDirs(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
-  const allowed = await Promise.all(
-    rule.allowed.map(async (configured) => ({ configured, real: await real(configured) })),
-  );
+  const allowed = await allowedDirs(rule.allowed);
   const forbidden = await Promise.all(rule.forbidden.map(real));
   const out: Mount[] = [];
   for (const [i, m] of mounts.entries()) {

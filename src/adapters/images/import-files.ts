@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { fileHead } from '../fs-kit/file-head.js';
-import { realOrSelf as real, within, writtenWithin } from '../fs-kit/paths.js';
+import { allowedDirs, within, writtenWithin } from '../fs-kit/paths.js';
 
 /**
  * A host file an image is imported from: it must exist, be a regular file, and with its links
@@ -17,7 +17,7 @@ export async function checkImportFile(path: string, allowed: readonly string[], 
   }
   if (!path.startsWith('/'))
     throw new InvalidArgumentError(`${what}: ${JSON.stringify(path)} must be an absolute host path`);
-  const dirs = await Promise.all(allowed.map(async (configured) => ({ configured, real: await real(configured) })));
+  const dirs = await allowedDirs(allowed);
   const outside = (how: string) =>
     new InvalidArgumentError(
       `${what}: ${path} ${how} outside the folders images may be imported from (import_dirs: ${allowed.join(', ')})`,

@@ -8,7 +8,7 @@ import {
 } from '../../../src/domain/errors.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
-import { consoleLines } from '../../../src/app/create-service.js';
+import { consoleLines } from '../../../src/app/console-tail.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
