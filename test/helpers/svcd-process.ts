@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
+import { call } from './http.js';
 
 const SVCD = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
 
@@ -20,7 +21,10 @@ export interface SvcdProcess {
 
 /**
  * Writes `raw` as `dir/config.yaml` and starts svcd on it, armed with `failpoint` when given
- * (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once its Unix socket exists.
+ * (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once it answers `/healthz` on its Unix
+ * socket (or has exited). The socket file alone was not enough: on a loaded CI host a call made
+ * once it existed was refused, the crash matrix took the refusal for the daemon's death and then
+ * waited for an exit that never came.
  */
 export async function spawnSvcd(
   dir: string,
@@ -38,8 +42,15 @@ export async function spawnSvcd(
   proc.stderr?.on('data', (c: Buffer) => (err += c.toString()));
   const exited = new Promise<NodeJS.Signals | null>((r) => proc.once('exit', (_code, sig) => r(sig)));
   const socket = String(raw.socket);
-  for (let i = 0; i < 200 && !existsSync(socket) && proc.exitCode === null; i++)
+  const answers = () =>
+    call({ socketPath: socket }, 'GET', '/healthz').then(
+      (r) => r.status === 200,
+      () => false,
+    );
+  for (const until = Date.now() + 30_000; Date.now() < until && proc.exitCode === null && proc.signalCode === null;) {
+    if (await answers()) break;
     await new Promise((r) => setTimeout(r, 25));
+  }
   return {
     proc,
     socket,
