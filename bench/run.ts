@@ -13,6 +13,7 @@ import { ensureFixture, ensureImage } from '../test/e2e/image.js';
 import { netBenchmarks } from './net.js';
 import { processBenchmarks } from './processes.js';
 import { e2bBenchmarks } from './e2b.js';
+import { forkBenchmarks } from './forks.js';
 import {
   cpuSeconds,
   diskUse,
@@ -42,7 +43,7 @@ const GUEST_CP_MIB = Number(process.env.BENCH_CP_GUEST_MIB ?? 64);
 const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 /** How many clones of one template run at once for the disk-sharing row. */
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
-const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,e2b,control,memory,import').split(',');
+const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,forks,e2b,control,memory,import').split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
 /** A table row, also printed at once, so a long run shows it is alive. */
@@ -801,6 +802,7 @@ if (only.includes('debian')) await debianBenchmarks();
 if (only.includes('cp') || only.includes('cp-local')) await cpBenchmarks();
 if (only.includes('net')) await netBenchmarks(row, results);
 if (only.includes('processes')) await processBenchmarks(row, results);
+if (only.includes('forks')) await forkBenchmarks(row, results);
 if (only.includes('e2b')) await e2bBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();

@@ -1,9 +1,12 @@
-// svc-sys: the guest agent's Node-API addon for the two system calls of an identity, the clock
-// (settimeofday) and the hostname (sethostname), made in the agent's own process. A guest restored
-// from a saved state answers its identity first, and under TCG a process started for it (a fork of
-// `date` by the agent's shell) costs tens of milliseconds of code translated anew
-// (docs/suspend-and-clones.md). Errors are thrown as Error with `code` set to the errno's name.
+// svc-sys: the guest agent's Node-API addon for the system calls of an identity, the clock
+// (settimeofday), the hostname (sethostname) and the random generator's reseed (two ioctls), made
+// in the agent's own process. A guest restored from a saved state answers its identity first, and
+// under TCG a process started for it (a fork of `date` by the agent's shell) costs tens of
+// milliseconds of code translated anew (docs/suspend-and-clones.md). Errors are thrown as Error with `code` set to the errno's name.
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -18,6 +21,8 @@ static const char *errno_name(int err) {
     case EPERM: return "EPERM";
     case EINVAL: return "EINVAL";
     case EFAULT: return "EFAULT";
+    case ENOENT: return "ENOENT";
+    case ENODATA: return "ENODATA";
     default: return "EIO";
   }
 }
@@ -65,10 +70,46 @@ static napi_value set_hostname(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+#define ENTROPY_MAX 512
+
+// reseed(buffer): credits the bytes to the kernel's entropy pool (RNDADDENTROPY, 8 bits a byte)
+// and reseeds its generator from the pool at once (RNDRESEEDCRNG). Copies of one saved state (clones,
+// forks) hold the same generator state; without this they draw the same numbers until the kernel
+// reseeds on its own, up to a minute later. Both need CAP_SYS_ADMIN (the agent runs as root).
+static napi_value reseed(napi_env env, napi_callback_info info) {
+  size_t argc = 1, len = 0;
+  napi_value argv[1];
+  void *data = NULL;
+  bool is_buffer = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_is_buffer(env, argv[0], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[0], &data, &len) != napi_ok || len == 0 || len > ENTROPY_MAX) {
+    napi_throw_type_error(env, "EINVAL", "reseed takes a Buffer of 1 to 512 bytes");
+    return NULL;
+  }
+  struct {
+    struct rand_pool_info info;
+    unsigned char buf[ENTROPY_MAX];
+  } add;
+  add.info.entropy_count = (int)(len * 8);
+  add.info.buf_size = (int)len;
+  memcpy(add.buf, data, len);
+  int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return throw_errno(env, "open /dev/urandom", errno);
+  int err = 0;
+  if (ioctl(fd, RNDADDENTROPY, &add) != 0) err = errno;
+  else if (ioctl(fd, RNDRESEEDCRNG) != 0) err = errno;
+  close(fd);
+  memset(&add, 0, sizeof add);
+  if (err) return throw_errno(env, "reseed", err);
+  return NULL;
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor props[] = {
     { "setTime", NULL, set_time, NULL, NULL, NULL, napi_enumerable, NULL },
     { "setHostname", NULL, set_hostname, NULL, NULL, NULL, napi_enumerable, NULL },
+    { "reseed", NULL, reseed, NULL, NULL, NULL, napi_enumerable, NULL },
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
   return exports;

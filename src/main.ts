@@ -6,6 +6,7 @@ import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestProxy } from './app/guest-proxy.js';
 import { CreateService } from './app/create-service.js';
+import { ForkService } from './app/fork-service.js';
 import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
 import { Vms } from './app/vms.js';
@@ -203,6 +204,7 @@ export function appModule(): ContainerModule {
     bind(GuestWarmUp).toSelf().inSingletonScope();
     bind(VmLifecycle).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
+    bind(ForkService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();
     bind(ProcessProxy).toSelf().inSingletonScope();
@@ -297,7 +299,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(vms, lifecycle, container.get(CreateService)),
+    ...vmRoutes(vms, lifecycle, container.get(CreateService), container.get(ForkService)),
     ...egressRoutes(egress),
     ...processRoutes(container.get(ProcessProxy)),
     ...eventRoutes(vms, closing.signal),

@@ -69,7 +69,7 @@ export class CreateService {
   async create(
     body: unknown,
     query: { wait?: unknown; timeout?: unknown },
-    internal: { pool?: string } = {},
+    internal: { pool?: string; fork?: { source: VmRecord; capture: string } } = {},
   ): Promise<CreateJob> {
     const req = parseCreateRequest(body);
     const wait = parseWaitMode(query.wait);
@@ -81,7 +81,9 @@ export class CreateService {
       if (claimed) return claimed;
       req.from = pool; // the pool is empty: clone the template directly
     }
-    const template = req.from === undefined ? undefined : this.vms.templateOf(req.from);
+    // A fork's template is its source, running: what it stands on is the capture ForkService made.
+    const template = internal.fork?.source ?? (req.from === undefined ? undefined : this.vms.templateOf(req.from));
+    const capture = internal.fork?.capture;
     req.mounts = await this.links.checkMounts(req.mounts, {
       allowed: this.config.mount_dirs,
       forbidden: [this.config.data_dir, this.config.images_dir],
@@ -116,7 +118,9 @@ export class CreateService {
     if (template && !template.agent_missing) delete rec.agent_missing;
     if (template) rec.from = template.name;
     const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.vms.locked(rec.name, () => this.runCreate(rec, req, image, wait, timeoutMs, queue, template));
+    const done = this.vms.locked(rec.name, () =>
+      this.runCreate(rec, req, image, wait, timeoutMs, queue, template, capture),
+    );
     done.catch(() => undefined);
     return { name: rec.name, events: queue, done };
   }
@@ -211,6 +215,7 @@ export class CreateService {
     timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>,
     template?: VmRecord,
+    capture?: string,
   ): Promise<Instance> {
     const t0 = this.clock.now();
     let deadline = t0 + timeoutMs;
@@ -233,24 +238,22 @@ export class CreateService {
       const spec = await this.keeper.spec(rec, req.forwards);
       let snapshot = false;
       if (template) {
-        emit('disk', `sharing the disk of template ${template.name}`);
+        const what = capture ? `the capture of vm ${template.name}` : `template ${template.name}`;
+        emit('disk', `sharing the disk of ${what}`);
         snapshot = (
           await beforeDeadline(
             this.clock,
             deadline,
             this.vms.locked(template.name, async () => {
-              this.vms.templateOf(template.name);
-              return this.disks.clone(this.keeper.ref(template), spec);
+              // A fork's source may run on (it is only looked up); a template must still be one.
+              if (capture) this.vms.get(template.name);
+              else this.vms.templateOf(template.name);
+              return this.disks.clone(this.keeper.ref(template), spec, capture);
             }),
           )
         ).snapshot;
         this.failpoints.hit('clone.copied');
-        emit(
-          'boot',
-          snapshot
-            ? `restoring from the snapshot of template ${template.name}`
-            : `cold-booting a copy of template ${template.name}`,
-        );
+        emit('boot', snapshot ? `restoring from the snapshot of ${what}` : `cold-booting a copy of ${what}`);
       } else {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
         await beforeDeadline(this.clock, deadline, this.disks.provision(spec));

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
 import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
@@ -78,6 +78,7 @@ export class GuestReadiness {
         time_ms: this.clock.now(),
         machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
         overlay_ip: fresh ? rec.overlay_ip : undefined,
+        entropy: fresh ? randomBytes(32).toString('hex') : undefined,
       });
       this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');
     } catch (err) {

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import { AgentUnavailableError } from '../domain/errors.js';
 import type { VmRecord } from '../domain/vm.js';
@@ -60,6 +60,7 @@ export class GuestWarmUp {
             hostname: name,
             time_ms: this.clock.now(),
             machine_id: randomUUID().replace(/-/g, ''),
+            entropy: randomBytes(32).toString('hex'),
           });
         } catch (err) {
           if (!(err instanceof AgentUnavailableError) || tries >= 20) throw err;

@@ -191,9 +191,7 @@ export class Vms {
     if (this.records.has(name)) throw new AlreadyExistsError(`vm ${name} already exists`);
     const cpus = req.cpus ?? this.config.cpus;
     const memory = req.memory_mb ?? this.config.memory_mb;
-    const { max_vms } = this.config;
-    if (max_vms && this.records.size + 1 > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
-    this.checkCaps(cpus, memory);
+    this.checkRoom(1, cpus, memory);
     const now = new Date(this.clock.now()).toISOString();
     const rec: VmRecord = {
       name,
@@ -232,6 +230,13 @@ export class Vms {
   }
 
   /** Throws ResourceExhausted when running `cpus` and `memory` more would pass a cap. */
+  /** Is there room for `n` more VMs of this shape (max_vms and the totals)? ResourceExhaustedError if not. */
+  checkRoom(n: number, cpus: number, memory: number): void {
+    const { max_vms } = this.config;
+    if (max_vms && this.records.size + n > max_vms) throw new ResourceExhaustedError(`max_vms (${max_vms}) reached`);
+    this.checkCaps(cpus * n, memory * n);
+  }
+
   checkCaps(cpus: number, memory: number): void {
     const { max_cpus_total, max_memory_mb_total } = this.config;
     const holding = [...this.records.values()].filter((r) => holdsResources(r.status));

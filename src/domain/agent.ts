@@ -118,4 +118,10 @@ export interface GuestIdentity {
   machine_id?: string;
   /** The overlay address (`10.77.0.N/24`) a clone must take instead of its template's. */
   overlay_ip?: string;
+  /**
+   * 32 random bytes of the host's (64 hex digits) for a clone or fork: mixed into the guest's
+   * entropy pool, and the kernel's generator reseeded from it, so copies of one saved state do not
+   * draw the same "random" numbers (docs/forks.md).
+   */
+  entropy?: string;
 }

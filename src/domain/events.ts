@@ -1,6 +1,8 @@
 import type { Instance } from './vm.js';
 
 export const CREATE_PHASES = [
+  // A fork's first line: its source's state captured (the source's name, `paused_ms`).
+  'capture',
   'accepted',
   'image',
   'disk',
@@ -27,6 +29,8 @@ export interface CreateProgressEvent {
   percent?: number;
   /** Stable domain error code on `error` events, so clients can tell a timeout from a crash. */
   code?: string;
+  /** How long a fork's source was held while it was captured (phase `capture`). */
+  paused_ms?: number;
 }
 
 export interface ActivityEvent {

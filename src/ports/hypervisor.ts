@@ -178,7 +178,23 @@ export interface VmDisks {
    * `launch(spec, {restore: true})` will start from. The template must not run meanwhile (the
    * caller holds its lock), and its later deletion must not affect the clone. Not idempotent.
    */
-  clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }>;
+  clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }>;
+
+  /**
+   * Captures a running or paused VM for forks: its guest is paused only while its disk is frozen
+   * into a layer and its memory and devices are saved beside it, then runs on (or stays paused) as
+   * it was. Resolves with the capture's id, which `clone(vm, spec, id)` gives each fork (as a
+   * template's saved state is given to a clone), and how long the guest was held. The VM's later
+   * writes are not seen by its forks. InvalidStateError when it does not run; NotSupportedError
+   * where the driver cannot. Not idempotent: each call is a new capture.
+   */
+  capture(vm: VmRef): Promise<{ id: string; paused_ms: number }>;
+
+  /**
+   * Forgets a capture once its forks have their own links to it (or failed): the files go from
+   * the VM's directory, and with the last fork that holds them. Idempotent.
+   */
+  dropCapture(vm: VmRef, id: string): Promise<void>;
 
   /**
    * Follows a VM to a new name (a claimed warm pool member), running or not; the store has already

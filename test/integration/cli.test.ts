@@ -281,6 +281,21 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     for (const n of ['cl1', 'cl2', 'tpl']) expect((await svc(['rm', n])).code).to.equal(0);
   });
 
+  it('forks a running VM, naming the forks and how long the source was held', async () => {
+    expect((await svc(['new', 'fsrc'])).code).to.equal(0);
+    const out = await svc(['fork', 'fsrc', '-n', '2']);
+    expect(out.code, out.stderr).to.equal(0);
+    expect(out.stdout).to.match(/fsrc-fork-1 +running/);
+    expect(out.stdout).to.match(/fsrc-fork-2 +running/);
+    expect(out.stdout).to.match(/\(fsrc was held \d+ ms while it was captured\)\n$/);
+    const named = JSON.parse((await svc(['fork', 'fsrc', '--name', 'fa', 'fb', '--json'])).stdout);
+    expect(named.vms.map((v: { name: string }) => v.name)).to.deep.equal(['fa', 'fb']);
+    const bad = await svc(['fork', 'fsrc', '-n', 'lots']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.match(/lots/);
+    for (const n of ['fsrc-fork-1', 'fsrc-fork-2', 'fa', 'fb', 'fsrc']) expect((await svc(['rm', n])).code).to.equal(0);
+  });
+
   it("sets, shows and logs a VM's egress policy, and creates with one", async () => {
     const made = await svc([
       'new',

@@ -118,6 +118,20 @@ describe('dashboard in a real browser (chromium)', function () {
     await until(page, `${rowStatus(vm)} === 'running'`);
   });
 
+  it('forks a running VM from the list, as many as asked in a dialog', async () => {
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-fork]`);
+    await page.waitForSelector('dialog[data-test=confirm][open] input');
+    await page.click('dialog[data-test=confirm] input', { clickCount: 3 });
+    await page.type('dialog[data-test=confirm] input', '2');
+    await page.click('[data-test=confirm-ok]');
+    for (const f of [`${vm}-fork-1`, `${vm}-fork-2`]) {
+      await until(page, `${rowStatus(f)} === 'running'`);
+      expect((await d.call('GET', `/vms/${f}`)).json.from).to.equal(vm);
+      expect((await d.call('DELETE', `/vms/${f}`)).status).to.equal(200);
+    }
+    expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');
+  });
+
   it('suspends, clones under a name asked in a dialog, and restores from the list', async () => {
     await page.click(`tr[data-vm="${vm}"] [data-test=do-suspend]`);
     await until(page, `${rowStatus(vm)} === 'suspended'`);

@@ -151,6 +151,36 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await Sandbox.kill(a.sandboxId, opts())).to.equal(false);
   });
 
+  it("forks a running sandbox and a paused one with Sandbox.fork, each fork keeping the source's metadata", async () => {
+    const s = await create({ metadata: { kind: 'src' }, timeoutMs: 120_000 });
+    const forks = await Sandbox.fork(s.sandboxId, { ...opts(), count: 2, timeoutMs: 90_000 });
+    expect(forks).to.have.length(2);
+    for (const f of forks) {
+      expect(f).to.be.instanceOf(Sandbox);
+      const box = f as Sandbox;
+      made.push(box);
+      expect(box.sandboxId)
+        .to.match(/^e2b-[0-9a-f]{12}$/)
+        .and.not.equal(s.sandboxId);
+      expect((await box.commands.run('echo forked')).stdout).to.equal('forked\n');
+      const info = await box.getInfo();
+      expect(info.metadata).to.deep.equal({ kind: 'src' });
+      expect(info.endAt.getTime() - Date.now()).to.be.within(60_000, 91_000);
+    }
+    expect((await d.call('GET', `/vms/${(forks[0] as Sandbox).sandboxId}`)).json.from).to.equal(s.sandboxId);
+    await s.pause();
+    const [c] = await Sandbox.fork(s.sandboxId, opts());
+    made.push(c as Sandbox);
+    expect((await (c as Sandbox).getInfo()).state).to.equal('running');
+    const bad = await fetch(`${opts().apiUrl}/sandboxes/${s.sandboxId}/fork`, {
+      method: 'POST',
+      headers: { 'x-api-key': String(d.tcp.token), 'content-type': 'application/json' },
+      body: '{"count":0}',
+    });
+    expect(bad.status).to.equal(400);
+    expect((await bad.json()).message).to.match(/count must be an integer from 1 to 100/);
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);
@@ -166,12 +196,12 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const forged = await Sandbox.connect(s.sandboxId, opts());
     (forged as unknown as { envdAccessToken: string }).envdAccessToken = 'forged';
     expect(await fetchStatus(s.sandboxId, 'forged')).to.equal(401);
-    const fork = await fetch(`${opts().apiUrl}/sandboxes/${s.sandboxId}/fork`, {
+    const snap = await fetch(`${opts().apiUrl}/sandboxes/${s.sandboxId}/snapshots`, {
       method: 'POST',
       headers: { 'x-api-key': String(d.tcp.token), 'content-type': 'application/json' },
       body: '{}',
     });
-    expect(fork.status).to.equal(501);
+    expect(snap.status).to.equal(501);
     const gone = await Sandbox.connect('e2b-000000000000', opts()).catch((e: unknown) => e);
     expect(gone).to.be.instanceOf(SandboxError);
   });

@@ -59,6 +59,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'suspend_vm',
         'restore_vm',
         'clone_vm',
+        'fork_vm',
         'exec',
         'read_file',
         'write_file',

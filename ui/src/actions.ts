@@ -6,9 +6,9 @@ import { Confirm, html, message } from './ui.js';
 export function verbsFor(vm: Instance): string[] {
   switch (vm.status) {
     case 'running':
-      return ['shutdown', 'pause', ...(vm.persistent ? ['suspend'] : [])];
+      return ['shutdown', 'pause', ...(vm.persistent ? ['suspend'] : []), 'fork'];
     case 'paused':
-      return ['resume', 'shutdown'];
+      return ['resume', 'shutdown', 'fork'];
     case 'suspended':
       return ['restore', 'clone'];
     case 'stopped':
@@ -22,13 +22,14 @@ export function verbsFor(vm: Instance): string[] {
 
 /**
  * The buttons for a VM's lifecycle: each verb posts to the daemon; the list and page update from
- * the change feed, not from the answer. Delete and clone ask first.
+ * the change feed, not from the answer. Delete, clone and fork ask first.
  */
 export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => void }) {
   const [busy, setBusy] = useState<string>();
   const [error, setError] = useState<string>();
-  const [asking, setAsking] = useState<'delete' | 'clone'>();
+  const [asking, setAsking] = useState<'delete' | 'clone' | 'fork'>();
   const [cloneName, setCloneName] = useState('');
+  const [forks, setForks] = useState('1');
   const run = async (label: string, fn: () => Promise<unknown>) => {
     setBusy(label);
     setError(undefined);
@@ -44,7 +45,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   return html`<div class="actions" data-test=${`actions-${vm.name}`}>
     ${verbsFor(vm).map(
       (v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
-      onClick=${() => (v === 'clone' ? setAsking('clone') : verb(v))}>${busy === v ? `${v}…` : v}</button>`,
+      onClick=${() => (v === 'clone' || v === 'fork' ? setAsking(v) : verb(v))}>${busy === v ? `${v}…` : v}</button>`,
     )}
     <button type="button" class="danger" disabled=${busy !== undefined} data-test="do-delete" onClick=${() => setAsking('delete')}>${busy === 'delete' ? 'deleting…' : 'delete'}</button>
     ${error ? html`<span class="error" role="alert">${error}</span>` : null}
@@ -69,6 +70,18 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
           void run('clone', () =>
             api('POST', `/vms/${enc(vm.name)}/clone`, { body: cloneName ? { name: cloneName } : {} }),
           );
+        }} />`
+        : null
+    }
+    ${
+      asking === 'fork'
+        ? html`<${Confirm} title=${`Fork ${vm.name}`} action="Fork"
+        body=${html`<p>Copies of ${vm.name} as it is now, each its own machine; ${vm.name} is held for a moment and runs on.</p>
+          <label>How many <input type="number" min="1" max="100" value=${forks} onInput=${(e: Event) => setForks((e.target as HTMLInputElement).value)} /></label>`}
+        onCancel=${() => setAsking(undefined)}
+        onConfirm=${() => {
+          setAsking(undefined);
+          void run('fork', () => api('POST', `/vms/${enc(vm.name)}/fork`, { body: { count: Number(forks) } }));
         }} />`
         : null
     }

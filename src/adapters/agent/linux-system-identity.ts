@@ -48,6 +48,8 @@ export class LinuxSystemIdentity implements SystemIdentity {
     const put = (text: string, file: string) => `printf '%s\\n' ${q(text)} > ${q(this.at(file))}`;
     // Best effort, as before: a read-only /etc/hosts or machine-id does not fail the identity.
     const optional = [
+      // Without the addon the bytes are mixed in, not credited: the kernel reseeds on its own time.
+      ...(id.entropy ? [`printf '%s' ${q(id.entropy)} > ${q(this.at('dev/urandom'))} 2>/dev/null`] : []),
       `${put(`127.0.0.1 localhost ${id.hostname}`, 'etc/hosts')} 2>/dev/null`,
       ...(id.machine_id ? [`${put(id.machine_id, 'etc/machine-id')} 2>/dev/null`] : []),
     ];
@@ -88,6 +90,7 @@ export class LinuxSystemIdentity implements SystemIdentity {
     } catch (err) {
       throw failed(err);
     }
+    if (id.entropy) this.reseed(sys, Buffer.from(id.entropy, 'hex'));
     // The same name and no new machine id: a restore of the guest itself, whose files already say so.
     if (id.machine_id === undefined && sys.hostname() === id.hostname) return;
     const put = (file: string, text: string) => writeFileSync(this.at(file), `${text}\n`);
@@ -108,6 +111,20 @@ export class LinuxSystemIdentity implements SystemIdentity {
       put('etc/hostname', id.hostname);
     } catch (err) {
       throw failed(err);
+    }
+  }
+
+  /**
+   * Copies of one saved state hold the same generator state: what the host sent is credited and
+   * the generator reseeded (the addon's ioctls), or, with an addon that predates them, mixed in.
+   * A failure here fails the identity: a fork that draws its siblings' numbers is not one to hand out.
+   */
+  private reseed(sys: SysCalls, bytes: Buffer): void {
+    try {
+      if (sys.reseed) sys.reseed(bytes);
+      else writeFileSync(this.at('dev/urandom'), bytes);
+    } catch (err) {
+      throw new InternalError(`cannot reseed the random generator: ${(err as Error).message}`);
     }
   }
 

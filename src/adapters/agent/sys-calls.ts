@@ -9,9 +9,14 @@ export interface SysCalls {
   setHostname(name: string): void;
   /** The kernel's hostname as it is. */
   hostname(): string;
+  /**
+   * Credits `bytes` to the kernel's entropy pool and reseeds its generator at once (RNDADDENTROPY,
+   * RNDRESEEDCRNG); absent from an addon built before it.
+   */
+  reseed?(bytes: Buffer): void;
 }
 
-/** What the addon itself exports: the two calls; the hostname is read through node:os. */
+/** What the addon itself exports: the calls; the hostname is read through node:os. */
 type Addon = Omit<SysCalls, 'hostname'>;
 
 /**
@@ -27,6 +32,11 @@ export function loadSysCalls(from = 'svc-sys'): SysCalls | null {
     return null;
   }
   if (typeof addon.setTime !== 'function' || typeof addon.setHostname !== 'function') return null;
-  const { setTime, setHostname } = addon;
-  return { setTime: (ms) => setTime(ms), setHostname: (name) => setHostname(name), hostname };
+  const { setTime, setHostname, reseed } = addon;
+  return {
+    setTime: (ms) => setTime(ms),
+    setHostname: (name) => setHostname(name),
+    hostname,
+    ...(typeof reseed === 'function' ? { reseed: (b: Buffer) => reseed(b) } : {}),
+  };
 }

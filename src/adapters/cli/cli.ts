@@ -221,6 +221,23 @@ export function buildCli(): Command {
       print(o.json, inst, () => vmRows([inst]));
     });
 
+  program
+    .command('fork')
+    .argument('<vm>')
+    .option('-n, --count <n>', 'how many forks (1 to 100)', whole('a whole number of forks, 1 to 100'))
+    .option('--name <name...>', "the forks' names (default: VM-fork-N)")
+    .option('-p, --persistent')
+    .option('--json')
+    .description('fork a running or paused VM: copies of it as it is now, each its own machine')
+    .action(async (vm: string, o) => {
+      const out = await client().fork(vm, {
+        ...(o.count !== undefined ? { count: o.count as number } : {}),
+        ...(o.name ? { names: o.name as string[] } : {}),
+        persistent: !!o.persistent,
+      });
+      print(o.json, out, () => `${vmRows(out.vms)}\n(${vm} was held ${out.paused_ms} ms while it was captured)`);
+    });
+
   const image = program.command('image').description('guest images');
   image
     .command('ls')

@@ -1,7 +1,7 @@
 /** Shell completion scripts: command names, then VM names from `svc ls --names`. */
 const COMMANDS =
-  'ls new clone pool get rm start stop pause resume suspend restore x sh cp fs fwd secret egress stats metrics activity info logs completion';
-const VM_COMMANDS = 'clone get rm start stop pause resume suspend restore x sh stats metrics logs';
+  'ls new clone fork pool get rm start stop pause resume suspend restore x sh cp fs fwd secret egress stats metrics activity info logs completion';
+const VM_COMMANDS = 'clone fork get rm start stop pause resume suspend restore x sh stats metrics logs';
 
 export function completionScript(shell: string): string {
   if (shell === 'bash') {

@@ -107,6 +107,7 @@ export const CLIENT_ROUTES = [
   'get /vms/{name}',
   'delete /vms/{name}',
   'post /vms/{name}/clone',
+  'post /vms/{name}/fork',
   'get /pool',
   'get /images',
   'post /images',
@@ -349,6 +350,14 @@ export class SvcClient {
   /** Clones a stopped or suspended persistent VM (from its snapshot when it has one). */
   clone(template: string, req: Omit<CreateInput, 'from' | 'from_pool'> = {}, o: CreateOptions = {}): Promise<Instance> {
     return this.call('POST', `/vms/${enc(template)}/clone${qs({ wait: o.wait, timeout: o.timeout })}`, req);
+  }
+  /** Forks a running or paused VM into `count` copies (or one per name); all of them or none. */
+  fork(
+    name: string,
+    req: { count?: number; names?: string[]; tags?: Record<string, string>; persistent?: boolean } = {},
+    o: CreateOptions = {},
+  ): Promise<{ source: string; paused_ms: number; vms: Instance[] }> {
+    return this.call('POST', `/vms/${enc(name)}/fork${qs({ wait: o.wait, timeout: o.timeout })}`, req);
   }
   listImages(): Promise<ImageDetails[]> {
     return this.call('GET', '/images');

@@ -189,9 +189,22 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
         },
       ]);
     }),
-    route('post', '/sandboxes/:id/fork', async (req) => {
-      await boxes.get(id(req));
-      throw new NotSupportedError('fork of a running sandbox is not in svc yet (clone a paused one: svc clone)');
+    route('post', '/sandboxes/:id/fork', async (req, res) => {
+      // svc's fork of a running VM, or clones of a paused (suspended) one; all of them or none.
+      const vm = await boxes.get(id(req));
+      const b = (req.body ?? {}) as { timeout?: unknown; count?: unknown };
+      const count = b.count === undefined ? 1 : b.count;
+      if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > 100)
+        throw new InvalidArgumentError(`count must be an integer from 1 to 100, got ${JSON.stringify(b.count)}`);
+      const timeout = b.timeout === undefined ? DEFAULT_TIMEOUT_S : timeoutSeconds(b.timeout);
+      const names = Array.from({ length: count }, () => `e2b-${randomBytes(6).toString('hex')}`);
+      const tags = tagsFor({ ...metaOf(vm), endAt: new Date(Date.now() + timeout * 1000) });
+      const made =
+        vm.status === 'suspended'
+          ? await Promise.all(names.map((name) => client.clone(vm.name, { name, tags, persistent: true })))
+          : (await client.fork(vm.name, { names, tags, persistent: true }, { wait: 'agent' })).vms;
+      for (const f of made) boxes.arm(f, new Date(Date.now() + timeout * 1000));
+      res.status(201).json(made.map((f) => ({ sandbox: sandbox(f) })));
     }),
     route('post', '/sandboxes/:id/snapshots', async (req) => {
       await boxes.get(id(req));

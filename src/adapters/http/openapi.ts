@@ -153,6 +153,7 @@ const schemas: Record<string, Schema> = {
       phase: {
         type: 'string',
         enum: [
+          'capture',
           'accepted',
           'image',
           'disk',
@@ -173,6 +174,7 @@ const schemas: Record<string, Schema> = {
       error: { type: 'string' },
       code: { type: 'string' },
       percent: { type: 'integer', description: 'image build progress (phase image)' },
+      paused_ms: { type: 'integer', description: "how long a fork's source was held (phase capture)" },
     },
   },
   ImageRequest: {
@@ -592,6 +594,57 @@ export function openApiDocument(version: string): Record<string, unknown> {
           'Delete a VM, whatever its state',
           { '200': message, '404': err('no such vm') },
           { parameters: [nameParam] },
+        ),
+      },
+      '/vms/{name}/fork': {
+        post: op(
+          'Fork a running or paused VM: copies of it as it is now, each its own machine; all of them or none (docs/forks.md)',
+          {
+            '201': json('the source, how long it was held, and the ready forks', {
+              type: 'object',
+              required: ['source', 'paused_ms', 'vms'],
+              properties: {
+                source: { type: 'string' },
+                paused_ms: { type: 'integer' },
+                vms: { type: 'array', items: ref('Instance') },
+              },
+            }),
+            '200': {
+              description: "progress stream (stream=1): a capture line, then every fork's create progress",
+              content: { 'application/x-ndjson': { schema: ref('CreateProgressEvent') } },
+            },
+            '400': err('invalid request, or a vm that does not run or has no agent'),
+            '404': err('no such vm'),
+            '409': err('a name taken'),
+            '429': err('a resource cap would be exceeded'),
+            '500': err('the capture or a fork failed (no fork is left)'),
+            '501': err('the driver cannot fork, or the svc-fdpass helper is not built'),
+          },
+          {
+            parameters: [
+              nameParam,
+              q('stream', { type: 'string', enum: ['1'] }),
+              q('wait', { type: 'string' }),
+              q('timeout', { type: 'string' }),
+            ],
+            requestBody: {
+              required: false,
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    additionalProperties: false,
+                    properties: {
+                      count: { type: 'integer', minimum: 1, maximum: 100 },
+                      names: { type: 'array', items: { type: 'string' }, minItems: 1, maxItems: 100 },
+                      persistent: { type: 'boolean' },
+                      tags: { type: 'object', additionalProperties: { type: 'string' } },
+                    },
+                  },
+                },
+              },
+            },
+          },
         ),
       },
       '/vms/{name}/clone': {

@@ -1,5 +1,6 @@
 import type { Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
+import type { ForkService } from '../../app/fork-service.js';
 import type { VmLifecycle } from '../../app/vm-lifecycle.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
@@ -16,7 +17,7 @@ async function answerCreate(res: Response, stream: boolean, job: CreateJob): Pro
   res.status(201).json(inst);
 }
 
-export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService): RouteDef[] {
+export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService, forks: ForkService): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post',
     path,
@@ -55,6 +56,23 @@ export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateServic
             { wait: req.query.wait, timeout: req.query.timeout },
           ),
         );
+      },
+    },
+    {
+      // Forks of a running vm: 201 with all of them once ready (or an error and none), or NDJSON progress.
+      method: 'post',
+      path: '/vms/:name/fork',
+      handler: async (req, res) => {
+        const stream = wantsNdjson(req);
+        const job = await forks.fork(String(req.params.name), req.body, {
+          wait: req.query.wait,
+          timeout: req.query.timeout,
+        });
+        if (stream) return writeNdjson(res, job.events);
+        const out = await job.done.catch((err: unknown) => {
+          throw isDomainError(err) ? new AcceptedCreateFailedError(err) : err;
+        });
+        res.status(201).json(out);
       },
     },
     {

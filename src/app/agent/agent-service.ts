@@ -71,8 +71,16 @@ export class AgentService {
     ) {
       throw new InvalidArgumentError('overlay_ip must be an address with prefix such as 10.77.0.5/24');
     }
+    if (b.entropy !== undefined && (typeof b.entropy !== 'string' || !/^[0-9a-f]{64}$/.test(b.entropy)))
+      throw new InvalidArgumentError('entropy must be 64 hex digits');
     await this.system.apply(
-      { hostname: b.hostname, time_ms: b.time_ms, machine_id: machineId, overlay_ip: b.overlay_ip },
+      {
+        hostname: b.hostname,
+        time_ms: b.time_ms,
+        machine_id: machineId,
+        overlay_ip: b.overlay_ip,
+        entropy: b.entropy,
+      },
       this.identityNotes,
     );
   }

@@ -149,6 +149,15 @@ export class ChHypervisor implements HypervisorAdapter {
     return { snapshot: true };
   }
 
+  /** Forks need a disk switched under a running VMM, which this driver does not do yet. */
+  async capture(vm: VmRef): Promise<{ id: string; paused_ms: number }> {
+    throw new NotSupportedError(
+      `vm ${vm.name}: the cloud-hypervisor driver cannot fork a running vm; clone it instead`,
+    );
+  }
+
+  async dropCapture(): Promise<void> {}
+
   async rename(from: VmRef, to: VmRef): Promise<void> {
     const v = this.live.get(from.name);
     if (!v) return;

@@ -280,12 +280,37 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     this.vms.set(spec.name, { spec, state: 'provisioned', snapshot: false, bootedAt: 0 });
   }
 
-  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+  async clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }> {
     this.maybeFail('clone');
     if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
-    const snapshot = this.vms.get(template.name)?.snapshot ?? false;
+    if (capture !== undefined && !this.captures.get(template.name)?.has(capture))
+      throw new InternalError(`vm ${template.name} has no capture ${capture}`);
+    const snapshot = capture !== undefined || (this.vms.get(template.name)?.snapshot ?? false);
     this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
     return { snapshot };
+  }
+
+  /** Captures held per VM (forks): the fake keeps only their ids. */
+  private readonly captures = new Map<string, Set<string>>();
+  private captureCount = 0;
+
+  async capture(ref: VmRef): Promise<{ id: string; paused_ms: number }> {
+    this.maybeFail('capture');
+    const vm = this.vms.get(ref.name);
+    if (vm?.state !== 'running' && vm?.state !== 'paused')
+      throw new InvalidStateError(`vm ${ref.name} has no running process`);
+    const id = `base-${(++this.captureCount).toString(16).padStart(16, '0')}`;
+    this.captures.set(ref.name, (this.captures.get(ref.name) ?? new Set()).add(id));
+    return { id, paused_ms: 0 };
+  }
+
+  async dropCapture(ref: VmRef, id: string): Promise<void> {
+    this.captures.get(ref.name)?.delete(id);
+  }
+
+  /** Captures a VM still holds (tests: a fork must not leave one behind). */
+  heldCaptures(name: string): string[] {
+    return [...(this.captures.get(name) ?? [])];
   }
 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {

@@ -84,11 +84,17 @@ export const TCG_TB_MB = 256;
 /** The guest NIC's MAC (QEMU's default for the first one, which images and saved guests already have). */
 export const GUEST_MAC = '52:54:00:12:34:56';
 
+/** The disk option a VM needs to be captured for forks (vm-capture.ts checks a running QEMU for it). */
+export const UNLOCKED = 'file.locking=off';
+
 /** A path inside a QEMU option string: commas are doubled. */
 const optPath = (p: string) => p.replace(/,/g, ',,');
 
 function disk(l: QemuLaunch): string[] {
-  const opts = 'if=virtio,format=qcow2,cache=writeback,discard=unmap';
+  // No image locks: QEMU 7.2 cannot take them back on a disk given as two descriptors once a
+  // migration has let go of it, so a VM captured for forks (vm-capture.ts) could not run on. The
+  // daemon itself keeps one QEMU per disk (and kills a stray one before a start: qemu-files.ts).
+  const opts = `if=virtio,format=qcow2,cache=writeback,discard=unmap,${UNLOCKED}`;
   if (!l.diskFds) return ['-drive', `file=${optPath(l.layout.disk)},${opts}`];
   const { rw, ro, backing } = l.diskFds;
   return [

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { connect, type Socket } from 'node:net';
 
@@ -112,6 +113,40 @@ export class QmpClient extends EventEmitter {
         if (this.closed) return reject(new Error('QMP connection closed'));
         this.queue.push({ resolve: resolve as (v: unknown) => void, reject });
         this.sock.write(JSON.stringify(args ? { execute: command, arguments: args } : { execute: command }) + '\n');
+      });
+    const p = this.chain.then(run, run);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  /**
+   * Runs one QMP command with the file descriptor `fd` attached (`add-fd`), in turn with the
+   * others. Node cannot attach a descriptor to a socket write, so the `helper` (native/svc-fdpass.c)
+   * writes the command on this connection; the answer is read here like any other.
+   */
+  executeWithFd<T = unknown>(command: string, args: Record<string, unknown>, fd: number, helper: string): Promise<T> {
+    const run = () =>
+      new Promise<T>((resolve, reject) => {
+        if (this.closed) return reject(new Error('QMP connection closed'));
+        const pending: Pending = { resolve: resolve as (v: unknown) => void, reject };
+        const fail = (err: Error) => {
+          const i = this.queue.indexOf(pending);
+          if (i < 0) return;
+          this.queue.splice(i, 1);
+          reject(err);
+        };
+        this.queue.push(pending);
+        const child = spawn(helper, [JSON.stringify({ execute: command, arguments: args })], {
+          stdio: ['ignore', 'ignore', 'pipe', this.sock, fd],
+        });
+        // Node stops reading a socket it hands to a child as stdio; this one still carries the answers.
+        this.sock.resume();
+        let said = '';
+        child.stderr!.setEncoding('utf8').on('data', (d: string) => (said = (said + d).slice(-500)));
+        child.on('error', (err) => fail(new Error(`cannot run ${helper}: ${err.message}`)));
+        child.on('exit', (code) => {
+          if (code !== 0) fail(new Error(said.trim() || `${helper} exited with ${code}`));
+        });
       });
     const p = this.chain.then(run, run);
     this.chain = p.catch(() => undefined);

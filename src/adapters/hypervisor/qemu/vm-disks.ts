@@ -11,6 +11,7 @@ import { layout } from './qemu-files.js';
 import type { RamImages } from './ram-image.js';
 import { readSaved, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
+import { captureTop, isCaptureId } from './vm-capture.js';
 
 export interface VmDiskOptions {
   images: ImageCatalog;
@@ -39,7 +40,8 @@ export class QemuVmDisks {
    * (disk-layers.ts), or the files of the QEMU started ahead for it (spare-qemus.ts). A template
    * suspended by an older daemon (an internal snapshot in its disk) is still copied whole.
    */
-  async clone(template: VmRef, spec: VmSpec): Promise<{ snapshot: boolean }> {
+  async clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }> {
+    if (capture !== undefined) return this.fork(template, spec, capture);
     const saved = await readSaved(template.dir);
     await this.o.spares.sweep(template.dir);
     const disk = async (): Promise<boolean> => {
@@ -60,6 +62,24 @@ export class QemuVmDisks {
     // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
     const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver))]);
     return { snapshot };
+  }
+
+  /**
+   * A fork stands on its source's capture (vm-capture.ts) as a clone stands on its template's
+   * freeze: links to the layers and the stream, and an overlay of its own. Forks load the stream:
+   * a RAM image would need a second QEMU on the source's disk, which the running source holds.
+   */
+  private async fork(source: VmRef, spec: VmSpec, capture: string): Promise<{ snapshot: boolean }> {
+    if (!isCaptureId(capture)) throw new InternalError(`not a capture: ${capture}`);
+    try {
+      const [{ snapshot }] = await Promise.all([
+        shareInto(source.dir, spec.dir, captureTop(capture)),
+        writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver)),
+      ]);
+      return { snapshot };
+    } catch (err) {
+      throw new InternalError(`cannot share the capture of vm ${source.name}: ${(err as Error).message}`);
+    }
   }
 
   /**

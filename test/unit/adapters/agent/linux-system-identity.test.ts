@@ -83,6 +83,12 @@ describe('adapters/agent/linux-system-identity', () => {
     expect(Number(lines[0][0])).to.not.equal(process.pid);
   });
 
+  it('without the addon: mixes the entropy into the pool through its file', async () => {
+    mkdirSync(join(root, 'dev'));
+    await identity.apply({ hostname: 'web-2', time_ms: 1_700_000_000_000, entropy: 'cd'.repeat(32) });
+    expect(read('dev/urandom')).to.equal('cd'.repeat(32));
+  });
+
   it('fails with what date said, leaves the hostname alone, and goes on working', async () => {
     let err: Error | undefined;
     await identity.apply({ hostname: 'web-2', time_ms: 13_500 }).catch((e: Error) => {
@@ -141,6 +147,34 @@ describe('adapters/agent/linux-system-identity', () => {
         expect(read('etc/hosts')).to.equal('127.0.0.1 localhost web-5\n');
         expect(read('etc/machine-id')).to.equal(`${'cd'.repeat(16)}\n`);
         expect(seen(), 'no tool ran').to.deep.equal([]);
+      } finally {
+        inProcess.close();
+      }
+    });
+
+    it("reseeds the kernel's generator with the host's bytes, and fails the identity when it cannot", async () => {
+      const log: string[] = [];
+      const sys = { ...fakeSys(log), reseed: (b: Buffer) => void log.push(`reseed ${b.toString('hex')}`) };
+      const inProcess = new LinuxSystemIdentity(tools, root, undefined, sys);
+      try {
+        await inProcess.apply({ hostname: 'web-8', time_ms: 1_700_000_000_000, entropy: '5a'.repeat(32) });
+        expect(log).to.deep.equal(['time 1700000000000', `reseed ${'5a'.repeat(32)}`, 'hostname web-8']);
+        sys.reseed = () => {
+          throw new Error('reseed: Operation not permitted');
+        };
+        let err: Error | undefined;
+        await inProcess
+          .apply({ hostname: 'web-9', time_ms: 1_700_000_000_000, entropy: '00'.repeat(32) })
+          .catch((e: Error) => {
+            err = e;
+          });
+        expect(err?.message).to.equal('cannot reseed the random generator: reseed: Operation not permitted');
+        // An addon from before the reseed: the bytes are mixed into the pool through its file.
+        mkdirSync(join(root, 'dev'));
+        const older = new LinuxSystemIdentity(tools, root, undefined, fakeSys([]));
+        await older.apply({ hostname: 'web-10', time_ms: 1_700_000_000_000, entropy: 'ab'.repeat(32) });
+        older.close();
+        expect(readFileSync(join(root, 'dev/urandom')).toString('hex')).to.equal('ab'.repeat(32));
       } finally {
         inProcess.close();
       }

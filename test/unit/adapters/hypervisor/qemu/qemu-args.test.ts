@@ -74,7 +74,7 @@ describe('adapters/hypervisor/qemu-args', () => {
 
   it('hands the disk over as inherited descriptors with its backing by full path, and restores from a stream on an fd', () => {
     expect(opt(qemuArgs(base), '-drive')[0]).to.equal(
-      'file=/vm/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap',
+      'file=/vm/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap,file.locking=off',
     );
     const a = qemuArgs({
       ...base,
@@ -83,12 +83,12 @@ describe('adapters/hypervisor/qemu-args', () => {
     });
     expect(opt(a, '-add-fd')).to.deep.equal(['fd=4,set=1,opaque=/vm/disk.qcow2', 'fd=5,set=1']);
     expect(opt(a, '-drive')[0]).to.equal(
-      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2',
+      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,file.locking=off,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2',
     );
     expect(opt(a, '-incoming')).to.deep.equal(['fd:3']);
     expect(a).not.to.include('-loadvm');
     expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal(
-      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap',
+      'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,file.locking=off',
     );
   });
 

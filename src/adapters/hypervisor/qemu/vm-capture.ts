@@ -1,0 +1,176 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chmod, link, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { NotSupportedError } from '../../../domain/errors.js';
+import { promisify } from 'node:util';
+import { childEnv } from '../../process-kit/child-env.js';
+import type { Frozen } from './disk-layers.js';
+import { UNLOCKED } from './qemu-args.js';
+import type { QmpClient } from './qmp-client.js';
+import { processOwner, saveStream } from './saved-state.js';
+
+const run = promisify(execFile);
+const DISK = 'disk.qcow2';
+/** native/svc-fdpass.c, built beside the daemon (scripts/build-native.mjs). */
+const FDPASS = fileURLToPath(new URL('../../../../native/svc-fdpass', import.meta.url));
+
+/**
+ * A capture of a running VM, for its forks: `<id>.qcow2`, its disk as it was (a frozen layer
+ * it now stands on, like a template's), and `<id>.state`, its memory and devices as a migration
+ * stream. The id has a layer's form, so the files are shared, linked and removed as a
+ * template's are (disk-layers.ts).
+ */
+export const captureTop = (id: string): Frozen => ({
+  layer: `${id}.qcow2`,
+  state: { kind: 'stream', file: `${id}.state` },
+});
+
+const CAPTURE_ID = /^base-[0-9a-f]{16}$/;
+export const isCaptureId = (id: string) => CAPTURE_ID.test(id);
+
+/** The virtual size a qcow2 image records (header offset 24). */
+async function virtualSize(file: string): Promise<bigint> {
+  const fh = await open(file, 'r');
+  try {
+    const head = Buffer.alloc(32);
+    await fh.read(head, 0, 32, 0);
+    return head.readBigUInt64BE(24);
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Gives QEMU the file as a new fd set, read-write and read-only (what it opens `/dev/fdset/N` with
+ * depends on the use, as for the first disk: qemu-args.ts); resolves with the set's id.
+ */
+async function handOver(qmp: QmpClient, file: string, helper: string): Promise<number> {
+  const sets = await qmp.execute<{ 'fdset-id': number }[]>('query-fdsets');
+  const id = Math.max(1, ...sets.map((s) => s['fdset-id'])) + 1;
+  for (const mode of ['r+', 'r'] as const) {
+    const fh = await open(file, mode);
+    try {
+      await qmp.executeWithFd('add-fd', { 'fdset-id': id, opaque: basename(file) }, fh.fd, helper);
+    } finally {
+      await fh.close();
+    }
+  }
+  return id;
+}
+
+/** The drive that carries the VM's disk (a qcow2 image; the seed is raw). */
+async function diskDevice(qmp: QmpClient): Promise<string> {
+  const blocks = await qmp.execute<{ device: string; inserted?: { drv?: string } }[]>('query-block');
+  const found = blocks.find((b) => b.inserted?.drv === 'qcow2');
+  if (!found) throw new Error('the vm has no qcow2 disk to capture');
+  return found.device;
+}
+
+/**
+ * Captures the VM whose monitor is `qmp` and whose files are in `dir` (capture's contract in the
+ * VmDisks port). Steps, the guest held from the first to the last:
+ * 1. `stop`;
+ * 2. the disk gets a second name, `<id>.qcow2`, and a new empty overlay standing on it is handed
+ *    to QEMU as a descriptor (it runs as another user and could not open it: handOver) and put in
+ *    place as `disk.qcow2`; QEMU still writes the old file, which the overlay shows through, so a
+ *    daemon that dies here leaves a VM whose disk reads the same either way;
+ * 3. `blockdev-add` and `blockdev-snapshot` make QEMU write to that overlay from now on and
+ *    reopen `<id>.qcow2` read-only: the layer is frozen;
+ * 4. the memory and devices are saved as a stream (saveStream), which leaves the disk deactivated;
+ * 5. `cont` runs the guest on (and reactivates the disk); a VM that was paused is stopped again at
+ *    once, since QEMU reactivates a migrated VM's disks only by running it.
+ * A failure before step 3 puts the old disk back; after it, the layer stays (the VM stands on it)
+ * and the stream goes. Either way the guest runs on as it was.
+ */
+export async function captureVm(
+  qmp: QmpClient,
+  dir: string,
+  pid: number,
+  helper = FDPASS,
+): Promise<{ id: string; paused_ms: number }> {
+  if (!existsSync(helper))
+    throw new NotSupportedError(
+      `forks of a running vm need the svc-fdpass helper, which is not built (${helper}): install a C compiler and run npm run build`,
+    );
+  const id = `base-${randomBytes(8).toString('hex')}`;
+  const top = captureTop(id);
+  const disk = join(dir, DISK);
+  const layer = join(dir, top.layer);
+  const fresh = join(dir, `${DISK}.new`);
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+  if (!cmdline.includes(UNLOCKED))
+    throw new NotSupportedError(
+      'this vm was started by an older svcd, whose QEMU cannot run on after a capture: stop and start it (or suspend and restore it) to fork it',
+    );
+  const owner = await processOwner(pid);
+  const device = await diskDevice(qmp);
+  const status = await qmp.execute<{ running: boolean; status: string }>('query-status');
+  const wasRunning = status.running;
+  const t0 = Date.now();
+  await qmp.execute('stop');
+  let switched = false;
+  try {
+    await link(disk, layer);
+    let fdset: number | undefined;
+    try {
+      await run(
+        'qemu-img',
+        ['create', '-q', '-u', '-f', 'qcow2', '-b', top.layer, '-F', 'qcow2', fresh, String(await virtualSize(layer))],
+        { env: childEnv() },
+      );
+      fdset = await handOver(qmp, fresh, helper).catch((e: Error) => {
+        throw new Error(`handing the new layer over: ${e.message}`);
+      });
+      await rename(fresh, disk);
+      // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
+      await qmp.execute('blockdev-add', {
+        driver: 'qcow2',
+        'node-name': `cap-${id.slice(5)}`,
+        discard: 'unmap',
+        file: { driver: 'file', filename: `/dev/fdset/${fdset}`, locking: 'off' },
+        backing: null,
+      });
+      await qmp.execute('blockdev-snapshot', { node: device, overlay: `cap-${id.slice(5)}` });
+      switched = true;
+    } catch (err) {
+      if (fdset !== undefined) await qmp.execute('remove-fd', { 'fdset-id': fdset }).catch(() => undefined);
+      await rm(fresh, { force: true });
+      // The old file under its own name again (it is still the one QEMU writes).
+      await rename(layer, disk).catch(() => undefined);
+      throw err;
+    }
+    await chmod(layer, 0o444);
+    await saveStream(qmp, dir, owner, `${id}.state`);
+    const fh = await open(join(dir, `${id}.state`), 'r');
+    await fh.close();
+  } catch (err) {
+    await rm(join(dir, `${id}.state`), { force: true });
+    await resume(qmp, wasRunning);
+    throw new Error(
+      `cannot capture the vm${switched ? ' (its disk stands on a new layer)' : ''}: ${(err as Error).message}`,
+    );
+  }
+  await resume(qmp, wasRunning);
+  return { id, paused_ms: Date.now() - t0 };
+}
+
+/** Runs the guest on after a capture; a paused one is held again (see captureVm, step 5). */
+async function resume(qmp: QmpClient, wasRunning: boolean): Promise<void> {
+  const st = await qmp.execute<{ status: string }>('query-status').catch(() => ({ status: 'paused' }));
+  // A migration that completed left the disk deactivated: only `cont` brings it back.
+  if (wasRunning || st.status === 'postmigrate') await qmp.execute('cont');
+  if (!wasRunning) await qmp.execute('stop');
+}
+
+/**
+ * Removes a capture's saved state from the VM's directory; its forks keep their links. The layer
+ * stays: the VM's disk stands on it.
+ */
+export async function dropCapture(dir: string, id: string): Promise<void> {
+  if (!isCaptureId(id)) return;
+  for (const n of await readdir(dir).catch(() => [] as string[]))
+    if (n === `${id}.state` || n === `${id}.state.tmp`) await rm(join(dir, n), { force: true });
+}

@@ -1,0 +1,82 @@
+import { expect } from 'chai';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { SilentLogger } from '../fakes/fakes.js';
+import { ndjson } from '../helpers/http.js';
+import { ensureImage, qemuProcesses } from './image.js';
+
+describe('svcd with QEMU: forks of a running vm', function () {
+  this.timeout(240_000);
+  let d: TestDaemon;
+  const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
+  const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
+
+  before(async () => {
+    d = await startTestDaemon(
+      { hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_enabled: false },
+      { logger: new SilentLogger() },
+    );
+    const r = await d.call('POST', '/vms', { name: 'src', persistent: true });
+    expect(r.status, r.text).to.equal(201);
+  });
+  after(async () => {
+    for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
+    await d.stop();
+    expect(qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo'])).to.deep.equal([]);
+  });
+
+  it('forks a running vm: each fork its own machine and disk, the source running on through it', async () => {
+    await sh('src', 'echo before > /root/f; sync');
+    // An exec open across the fork: the source is only held, so it finishes with all its output.
+    const open = guestSh(d, 'src', 'sleep 2; echo still-here');
+    await new Promise((r) => setTimeout(r, 300));
+    const r = await d.call('POST', '/vms/src/fork?stream=1', { count: 2 });
+    const events = ndjson(r.text);
+    expect(events[0]).to.include({ phase: 'capture', name: 'src' });
+    const paused = events[0].paused_ms as number;
+    expect(paused).to.be.a('number').above(0).below(30_000);
+    console.log(`      source held ${paused} ms while captured`);
+    const ready = events.filter((e) => e.phase === 'ready').map((e) => e.name);
+    expect(ready.sort(), r.text).to.deep.equal(['src-fork-1', 'src-fork-2']);
+    expect((await open).stdout).to.equal('still-here\n');
+    expect((await d.call('GET', '/vms/src')).json.status).to.equal('running');
+    // The capture's saved state is gone from the source once the forks hold their own links.
+    expect(readdirSync(dirOf('src')).filter((n) => n.endsWith('.state'))).to.deep.equal([]);
+
+    // Disks: the forks see what the source wrote before; nobody sees another's later writes.
+    await sh('src', 'echo after > /root/f; sync');
+    await sh('src-fork-1', 'echo one > /root/mine; sync');
+    expect(await sh('src-fork-1', 'cat /root/f; ls /root')).to.equal('before\nf\nmine');
+    expect(await sh('src-fork-2', 'cat /root/f; ls /root')).to.equal('before\nf');
+    expect(await sh('src', 'cat /root/f; ls /root')).to.equal('after\nf');
+
+    // Identity: name, machine id, and a random generator of its own (reseeded, not the saved one).
+    const id = async (vm: string) =>
+      (
+        await sh(
+          vm,
+          'hostname; cat /etc/machine-id; cat /proc/sys/kernel/random/uuid; head -c 16 /dev/urandom | od -An -tx1',
+        )
+      ).split('\n');
+    const [s, f1, f2] = [await id('src'), await id('src-fork-1'), await id('src-fork-2')];
+    expect([s[0], f1[0], f2[0]]).to.deep.equal(['src', 'src-fork-1', 'src-fork-2']);
+    for (const i of [1, 2, 3]) expect(new Set([s[i], f1[i], f2[i]]).size, `line ${i}`).to.equal(3);
+  });
+
+  it('keeps forks whole when the source goes, and the source whole across a restart', async () => {
+    const r = await d.call('POST', '/vms/src/fork', { names: ['solo'], persistent: true });
+    expect(r.status, r.text).to.equal(201);
+    expect(r.json.vms[0]).to.include({ name: 'solo', from: 'src', persistent: true });
+    await sh('src', 'echo later > /root/f; sync');
+    expect((await d.call('POST', '/vms/src/shutdown')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/src/start')).status).to.equal(200);
+    expect(await sh('src', 'cat /root/f')).to.equal('later');
+    expect((await d.call('DELETE', '/vms/src')).status).to.equal(200);
+    expect(existsSync(dirOf('src'))).to.equal(false);
+    expect(await sh('solo', 'cat /root/f')).to.equal('after');
+    expect((await d.call('POST', '/vms/solo/shutdown')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/solo/start')).status).to.equal(200);
+    expect(await sh('solo', 'cat /root/f')).to.equal('after');
+  });
+});
