@@ -34,7 +34,7 @@ export async function forkBenchmarks(row: Row, results: Record<string, unknown>)
     row(
       'fork a running guest (512 MB, TCG): the source held while captured',
       `p50 ${fmt(h1.p50, 0)} ms, max ${fmt(Math.max(...held[1], ...held[3]), 0)} ms (n=${ROUNDS * 2})`,
-      'memory streamed to a file while the guest is stopped',
+      'the memory sent while the guest runs; held for the last of it and the disk switch',
     );
     row(
       'fork: the call to every fork ready (1 fork / 3 forks)',

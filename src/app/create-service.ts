@@ -269,6 +269,11 @@ export class CreateService {
       );
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
+      // A fork that came up cold-booted has lost what it was forked for (its processes, its memory).
+      if (capture && !handle.restored_from_snapshot)
+        throw new InternalError(
+          `fork ${rec.name} could not be restored from the capture of ${template?.name}; QEMU could not load it`,
+        );
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).

@@ -327,7 +327,9 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     await assertPortsFree(spec.forwards);
     vm.spec = spec;
     vm.background = !!options.background;
-    const fromSnapshot = !!options.restore && vm.snapshot;
+    // `failNext('restore')`: the saved state does not load and the VM cold-boots, as QEMU's may.
+    const unloadable = options.restore && vm.snapshot && this.failures.delete('restore');
+    const fromSnapshot = !!options.restore && vm.snapshot && !unloadable;
     vm.snapshot = false;
     const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;
     vm.sidecar = sidecar;

@@ -100,6 +100,7 @@ export async function saveStream(
   owner?: { uid: number; gid: number },
   file = OWN_STATE,
   ramImage = false,
+  preSwitchover?: () => Promise<void>,
 ): Promise<void> {
   const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
   const sockPath = join(sockDir, 'm.sock');
@@ -119,19 +120,38 @@ export async function saveStream(
     });
     // Awaited only once QEMU says the migration completed; a stream cut short must not go unheard.
     received.catch(() => undefined);
-    // The guest is stopped: nothing to converge, so no reason for the default 128 MiB/s cap.
+    // A stopped guest has nothing to converge, and a running one (a capture) converges the sooner
+    // for it: no reason for the default 128 MiB/s cap.
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 2 ** 40 });
-    // Set either way: a VM restored from a RAM image had it on, and its own stream carries its RAM.
+    // Set either way: a VM restored from a RAM image had it on, and its own stream carries its RAM;
+    // a capture's pause before the switch-over must not outlive it.
     await qmp.execute('migrate-set-capabilities', {
-      capabilities: [{ capability: 'x-ignore-shared', state: ramImage }],
+      capabilities: [
+        { capability: 'x-ignore-shared', state: ramImage },
+        { capability: 'pause-before-switchover', state: preSwitchover !== undefined },
+      ],
     });
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
+    let switchedOver = false;
     for (;;) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
       if (st.status === 'completed') break;
       if (st.status === 'failed' || st.status === 'cancelled')
         throw new Error(`migration ${st.status}: ${st['error-desc'] ?? ''}`);
-      await new Promise((r) => setTimeout(r, 20));
+      if (st.status === 'pre-switchover' && preSwitchover && !switchedOver) {
+        // The guest is stopped now, its last memory not yet sent: what must happen at this instant.
+        switchedOver = true;
+        try {
+          await preSwitchover();
+        } catch (err) {
+          await qmp.execute('migrate_cancel').catch(() => undefined);
+          throw err;
+        }
+        await qmp.execute('migrate-continue', { state: 'pre-switchover' });
+        continue;
+      }
+      // A capture's guest is held from the switch-over on: ask often then.
+      await new Promise((r) => setTimeout(r, preSwitchover ? 5 : 20));
     }
     await received;
     const fh = await open(tmp, 'r+');

@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
 import type { Frozen } from './disk-layers.js';
 import { UNLOCKED } from './qemu-args.js';
-import type { QmpClient } from './qmp-client.js';
+import type { QmpClient, QmpEvent } from './qmp-client.js';
 import { processOwner, saveStream } from './saved-state.js';
 
 const run = promisify(execFile);
@@ -71,17 +71,19 @@ async function diskDevice(qmp: QmpClient): Promise<string> {
 
 /**
  * Captures the VM whose monitor is `qmp` and whose files are in `dir` (capture's contract in the
- * VmDisks port). Steps, the guest held from the first to the last:
- * 1. `stop`;
- * 2. the disk gets a second name, `<id>.qcow2`, and a new empty overlay standing on it is handed
- *    to QEMU as a descriptor (it runs as another user and could not open it: handOver) and put in
- *    place as `disk.qcow2`; QEMU still writes the old file, which the overlay shows through, so a
- *    daemon that dies here leaves a VM whose disk reads the same either way;
- * 3. `blockdev-add` and `blockdev-snapshot` make QEMU write to that overlay from now on and
- *    reopen `<id>.qcow2` read-only: the layer is frozen;
- * 4. the memory and devices are saved as a stream (saveStream), which leaves the disk deactivated;
- * 5. `cont` runs the guest on (and reactivates the disk); a VM that was paused is stopped again at
- *    once, since QEMU reactivates a migrated VM's disks only by running it.
+ * VmDisks port):
+ * 1. while the guest runs, the disk gets a second name, `<id>.qcow2`, and a new empty overlay
+ *    standing on it is handed to QEMU as descriptors (it runs as another user and could not open
+ *    it: handOver) and put in place as `disk.qcow2`; QEMU still writes the old file, which the
+ *    overlay shows through, so a daemon that dies here leaves a VM whose disk reads the same;
+ * 2. the memory is sent to `<id>.state` as a migration stream while the guest runs on; QEMU stops
+ *    the guest for the last of it and waits (`pause-before-switchover`);
+ * 3. in that pause, `blockdev-add` and `blockdev-snapshot` make QEMU write to the overlay from now
+ *    on and reopen `<id>.qcow2` read-only: the layer is frozen at the instant the memory is;
+ * 4. the device state follows, which leaves the disk deactivated; `cont` runs the guest on (and
+ *    reactivates the disk). A VM that was paused is stopped again at once, since QEMU reactivates a
+ *    migrated VM's disks only by running it.
+ * The guest is held from step 2's stop to step 4's `cont` (`paused_ms`, by QEMU's own events).
  * A failure before step 3 puts the old disk back; after it, the layer stays (the VM stands on it)
  * and the stream goes. Either way the guest runs on as it was.
  */
@@ -109,12 +111,19 @@ export async function captureVm(
   const device = await diskDevice(qmp);
   const status = await qmp.execute<{ running: boolean; status: string }>('query-status');
   const wasRunning = status.running;
-  const t0 = Date.now();
-  await qmp.execute('stop');
+  const held = holdTimer(qmp);
   let switched = false;
+  let fdset: number | undefined;
+  // Made while the guest runs: the layer's second name and the overlay standing on it. QEMU still
+  // writes the old file, which the overlay only shows through, so any instant is consistent.
+  const undo = async () => {
+    if (fdset !== undefined) await qmp.execute('remove-fd', { 'fdset-id': fdset }).catch(() => undefined);
+    await rm(fresh, { force: true });
+    // The old file under its own name again (it is still the one QEMU writes).
+    await rename(layer, disk).catch(() => undefined);
+  };
   try {
     await link(disk, layer);
-    let fdset: number | undefined;
     try {
       await run(
         'qemu-img',
@@ -125,36 +134,72 @@ export async function captureVm(
         throw new Error(`handing the new layer over: ${e.message}`);
       });
       await rename(fresh, disk);
-      // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
-      await qmp.execute('blockdev-add', {
-        driver: 'qcow2',
-        'node-name': `cap-${id.slice(5)}`,
-        discard: 'unmap',
-        file: { driver: 'file', filename: `/dev/fdset/${fdset}`, locking: 'off' },
-        backing: null,
-      });
-      await qmp.execute('blockdev-snapshot', { node: device, overlay: `cap-${id.slice(5)}` });
-      switched = true;
     } catch (err) {
-      if (fdset !== undefined) await qmp.execute('remove-fd', { 'fdset-id': fdset }).catch(() => undefined);
-      await rm(fresh, { force: true });
-      // The old file under its own name again (it is still the one QEMU writes).
-      await rename(layer, disk).catch(() => undefined);
+      await undo();
       throw err;
     }
+    // The memory is sent while the guest runs; QEMU stops it for the last of it and waits
+    // (pause-before-switchover): then the disk switches, so memory and disk are of one instant.
+    await saveStream(qmp, dir, owner, `${id}.state`, false, async () => {
+      try {
+        // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
+        await qmp.execute('blockdev-add', {
+          driver: 'qcow2',
+          'node-name': `cap-${id.slice(5)}`,
+          discard: 'unmap',
+          file: { driver: 'file', filename: `/dev/fdset/${fdset}`, locking: 'off' },
+          backing: null,
+        });
+        await qmp.execute('blockdev-snapshot', { node: device, overlay: `cap-${id.slice(5)}` });
+      } catch (err) {
+        await qmp.execute('blockdev-del', { 'node-name': `cap-${id.slice(5)}` }).catch(() => undefined);
+        await undo();
+        throw err;
+      }
+      switched = true;
+    });
     await chmod(layer, 0o444);
-    await saveStream(qmp, dir, owner, `${id}.state`);
     const fh = await open(join(dir, `${id}.state`), 'r');
     await fh.close();
   } catch (err) {
     await rm(join(dir, `${id}.state`), { force: true });
     await resume(qmp, wasRunning);
+    held.stop();
     throw new Error(
       `cannot capture the vm${switched ? ' (its disk stands on a new layer)' : ''}: ${(err as Error).message}`,
     );
   }
   await resume(qmp, wasRunning);
-  return { id, paused_ms: Date.now() - t0 };
+  return { id, paused_ms: wasRunning ? await held.ms() : 0 };
+}
+
+/**
+ * How long the guest was stopped, by QEMU's own STOP and RESUME events (their timestamps are
+ * QEMU's clock); undefined events fall back to the daemon's clock between seeing them.
+ */
+function holdTimer(qmp: QmpClient): { ms(): Promise<number>; stop(): void } {
+  let stopped: number | undefined;
+  let resumed: number | undefined;
+  let wake: (() => void) | undefined;
+  const at = (e: QmpEvent) => (e.timestamp ? e.timestamp.seconds * 1000 + e.timestamp.microseconds / 1000 : Date.now());
+  const on = (e: QmpEvent) => {
+    if (e.event === 'STOP' && stopped === undefined) stopped = at(e);
+    if (e.event === 'RESUME' && stopped !== undefined && resumed === undefined) {
+      resumed = at(e);
+      wake?.();
+    }
+  };
+  qmp.on('event', on);
+  const stop = () => void qmp.off('event', on);
+  return {
+    stop,
+    async ms() {
+      // RESUME comes as an event, after `cont`'s answer: wait for it a little.
+      if (resumed === undefined) await new Promise<void>((r) => ((wake = r), setTimeout(r, 1000)));
+      stop();
+      return stopped !== undefined && resumed !== undefined ? Math.round(resumed - stopped) : 0;
+    },
+  };
 }
 
 /** Runs the guest on after a capture; a paused one is held again (see captureVm, step 5). */

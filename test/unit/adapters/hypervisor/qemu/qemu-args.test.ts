@@ -86,6 +86,9 @@ describe('adapters/hypervisor/qemu-args', () => {
       'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,file.locking=off,backing.file.filename=/vm,,x/base-0123456789abcdef.qcow2,backing.driver=qcow2',
     );
     expect(opt(a, '-incoming')).to.deep.equal(['fd:3']);
+    // A loaded guest waits for the daemon's cont, even one saved running (a capture for forks).
+    expect(a[a.indexOf('-incoming') - 1]).to.equal('-S');
+    expect(qemuArgs(base)).not.to.include('-S');
     expect(a).not.to.include('-loadvm');
     expect(opt(qemuArgs({ ...base, diskFds: { rw: 4, ro: 5 } }), '-drive')[0]).to.equal(
       'file=/dev/fdset/1,if=virtio,format=qcow2,cache=writeback,discard=unmap,file.locking=off',
