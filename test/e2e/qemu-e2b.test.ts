@@ -74,6 +74,26 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     await back.kill();
   });
 
+  it('forks a running sandbox with its server running, and snapshots it into a template', async () => {
+    const s = await Sandbox.create(opts());
+    await s.files.write('/root/state.txt', 'first');
+    const server = await s.commands.run('httpd -f -p 8080 -h /root', { background: true });
+    const [fork] = await Sandbox.fork(s.sandboxId, { ...opts(), count: 1 });
+    const f = fork as Sandbox;
+    // The fork's server runs on in it, serving the fork's own disk; the source's later write is its own.
+    await s.files.write('/root/state.txt', 'second');
+    expect((await f.commands.run('wget -qO- http://127.0.0.1:8080/state.txt')).stdout).to.equal('first');
+    expect((await f.commands.list()).map((p) => p.pid)).to.include(server.pid);
+    expect(await s.files.read('/root/state.txt')).to.equal('second');
+    const snap = await Sandbox.createSnapshot(s.sandboxId, { ...opts(), name: 'e2e-snap' });
+    await s.files.write('/root/state.txt', 'third');
+    const b = await Sandbox.create({ ...opts(), template: 'e2e-snap' } as never);
+    expect(await b.files.read('/root/state.txt')).to.equal('second');
+    expect((await b.commands.run('hostname')).stdout.trim()).to.equal(b.sandboxId);
+    for (const x of [f, b, s]) await x.kill();
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId, opts())).to.equal(true);
+  });
+
   it('runs the examples/e2b code agent unchanged, pointed at svc by environment variables', async () => {
     const saved = { ...process.env };
     Object.assign(process.env, {

@@ -181,6 +181,30 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect((await bad.json()).message).to.match(/count must be an integer from 1 to 100/);
   });
 
+  it('snapshots a sandbox into a template that creates start from, lists and deletes it', async () => {
+    const s = await create({ metadata: { kind: 'snapped' } });
+    const snap = await Sandbox.createSnapshot(s.sandboxId, { ...opts(), name: 'snap-one' });
+    expect(snap.snapshotId).to.match(/^e2b-snap-[0-9a-f]{12}$/);
+    expect(snap.names).to.deep.equal(['snap-one']);
+    // A suspended persistent VM of svc's, not a sandbox: absent from the sandbox list.
+    expect((await d.call('GET', `/vms/${snap.snapshotId}`)).json).to.include({ status: 'suspended', persistent: true });
+    expect((await Sandbox.list(opts()).nextItems()).map((x) => x.sandboxId)).not.to.include(snap.snapshotId);
+    const listed = await Sandbox.listSnapshots({ ...opts(), sandboxId: s.sandboxId }).nextItems();
+    expect(listed).to.deep.equal([{ snapshotId: snap.snapshotId, names: ['snap-one'] }]);
+    const again = await Sandbox.createSnapshot(s.sandboxId, { ...opts(), name: 'snap-one' }).catch((e: unknown) => e);
+    expect((again as Error).message).to.match(/a snapshot named snap-one exists/);
+    // Creates from it by id and by name: clones of the snapshot.
+    for (const t of [snap.snapshotId, 'snap-one']) {
+      const b = await create({ template: t } as never);
+      made.push(b);
+      expect((await d.call('GET', `/vms/${b.sandboxId}`)).json.from).to.equal(snap.snapshotId);
+      expect((await b.commands.run('echo from-snapshot')).stdout).to.equal('from-snapshot\n');
+    }
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId, opts())).to.equal(true);
+    expect(await Sandbox.deleteSnapshot(snap.snapshotId, opts())).to.equal(false);
+    expect(await Sandbox.listSnapshots(opts()).nextItems()).to.deep.equal([]);
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);
@@ -196,12 +220,13 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const forged = await Sandbox.connect(s.sandboxId, opts());
     (forged as unknown as { envdAccessToken: string }).envdAccessToken = 'forged';
     expect(await fetchStatus(s.sandboxId, 'forged')).to.equal(401);
-    const snap = await fetch(`${opts().apiUrl}/sandboxes/${s.sandboxId}/snapshots`, {
+    const mcp = await fetch(`${opts().apiUrl}/v2/sandboxes`, {
       method: 'POST',
       headers: { 'x-api-key': String(d.tcp.token), 'content-type': 'application/json' },
-      body: '{}',
+      body: JSON.stringify({ templateID: 'base', mcp: { github: {} } }),
     });
-    expect(snap.status).to.equal(501);
+    expect(mcp.status).to.equal(501);
+    expect((await mcp.json()).message).to.match(/MCP gateway in a sandbox is not supported/);
     const gone = await Sandbox.connect('e2b-000000000000', opts()).catch((e: unknown) => e);
     expect(gone).to.be.instanceOf(SandboxError);
   });

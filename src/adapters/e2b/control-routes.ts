@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Request, Response } from 'express';
-import { InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
+import { AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -10,6 +10,8 @@ import {
   ENVD_VERSION,
   isSandbox,
   metaOf,
+  snapshotOf,
+  snapshotTags,
   tagsFor,
   timeoutSeconds,
   type Sandboxes,
@@ -66,11 +68,15 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     };
   };
   const sandboxes = async () => (await client.list()).filter(isSandbox);
+  const snapshots = async () =>
+    (await client.list()).map(snapshotOf).filter((x): x is NonNullable<typeof x> => x !== undefined);
 
   /** A template id as svc's create: `base` the default image; a VM (template) to clone; else an image. */
   const source = async (template: string): Promise<Record<string, unknown>> => {
     if (!template || template === 'base') return {};
     if (template === o.poolTemplate) return { from_pool: true };
+    const named = (await snapshots()).find((x) => x.names.includes(template));
+    if (named) return { from: named.snapshotID };
     const vm = await client.get(template).catch(() => undefined);
     return vm ? { from: template } : { image: template };
   };
@@ -206,9 +212,46 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       for (const f of made) boxes.arm(f, new Date(Date.now() + timeout * 1000));
       res.status(201).json(made.map((f) => ({ sandbox: sandbox(f) })));
     }),
-    route('post', '/sandboxes/:id/snapshots', async (req) => {
-      await boxes.get(id(req));
-      throw new NotSupportedError('snapshots are not in svc yet (pause the sandbox and clone it with svc clone)');
+    route('post', '/sandboxes/:id/snapshots', async (req, res) => {
+      // A fork of the sandbox (a clone when it is paused), suspended: a template its creates clone.
+      const vm = await boxes.get(id(req));
+      const raw = (req.body as { name?: unknown } | undefined)?.name;
+      const name = raw === undefined || raw === null || raw === '' ? undefined : String(raw);
+      if (name !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(name))
+        throw new InvalidArgumentError(`snapshot name ${JSON.stringify(name)}: letters, digits, . _ - (1 to 128)`);
+      if (name !== undefined && (await snapshots()).some((x) => x.names.includes(name)))
+        throw new AlreadyExistsError(`a snapshot named ${name} exists`);
+      const snap = `e2b-snap-${randomBytes(6).toString('hex')}`;
+      const tags = snapshotTags(vm.name, name);
+      if (vm.status === 'suspended') await client.clone(vm.name, { name: snap, tags, persistent: true });
+      else await client.fork(vm.name, { names: [snap], tags, persistent: true }, { wait: 'agent' });
+      await client.suspend(snap).catch(async (err: unknown) => {
+        await client.delete(snap).catch(() => undefined);
+        throw err;
+      });
+      res.status(201).json({ snapshotID: snap, names: name ? [name] : [] });
+    }),
+    route('get', '/snapshots', async (req, res) => {
+      const q = req.query as Record<string, string | undefined>;
+      let all = (await snapshots())
+        .filter((x) => !q.sandboxID || x.sandboxID === q.sandboxID)
+        .filter((x) => !q.name || x.names.includes(q.name))
+        .sort((a, b) => a.snapshotID.localeCompare(b.snapshotID));
+      const limit = q.limit === undefined ? 100 : Number(q.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+        throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
+      const start = q.nextToken ? Number(q.nextToken) : 0;
+      if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
+      all = all.slice(start);
+      if (all.length > limit) res.setHeader('x-next-token', String(start + limit));
+      res.json(all.slice(0, limit).map((x) => ({ snapshotID: x.snapshotID, names: x.names })));
+    }),
+    route('delete', '/templates/:id', async (req, res) => {
+      // Only snapshots are E2B templates here; svc's own images and VMs are not deleted this way.
+      const snap = (await snapshots()).find((x) => x.snapshotID === id(req) || x.names.includes(id(req)));
+      if (!snap) throw new NotFoundError(`template ${id(req)} not found (only snapshots are deleted here)`);
+      await client.delete(snap.snapshotID);
+      res.status(204).end();
     }),
     route('get', '/templates/aliases/:alias', async (req) => {
       throw new NotFoundError(`template alias ${String(req.params.alias)}: svc has no template aliases`);

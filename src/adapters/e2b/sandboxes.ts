@@ -18,6 +18,22 @@ const T = {
   env: 'e2b/env/',
 } as const;
 
+/** A snapshot (docs/e2b.md): a suspended persistent VM forked from a sandbox, which creates clone. */
+const SNAP = { of: 'e2b/snapshot_of', name: 'e2b/snapshot_name' } as const;
+
+/** The tags of a snapshot of sandbox `of`, with its name when it has one. */
+export function snapshotTags(of: string, name?: string): Record<string, string> {
+  return { [SNAP.of]: of, ...(name ? { [SNAP.name]: name } : {}) };
+}
+
+/** The snapshot a VM is, or undefined when it is none. */
+export function snapshotOf(vm: Instance): { snapshotID: string; sandboxID: string; names: string[] } | undefined {
+  const of = vm.tags[SNAP.of];
+  if (of === undefined) return undefined;
+  const name = vm.tags[SNAP.name];
+  return { snapshotID: vm.name, sandboxID: of, names: name ? [name] : [] };
+}
+
 /** The version of envd the SDK is told: new enough for every feature svc serves (stdin close, octet-stream uploads). */
 export const ENVD_VERSION = '0.5.7';
 /** A sandbox's default life when the create gives none (E2B's default). */
