@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
+import { Client } from 'ssh2';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
@@ -11,6 +13,32 @@ describe('svcd with QEMU: forks of a running vm', function () {
   let d: TestDaemon;
   const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
+
+  /** The SSH host key a VM's server shows (ssh2 is told to refuse it once seen), tried until it answers. */
+  const hostKeyOf = async (vm: string): Promise<string> => {
+    const port = (await d.call('GET', `/vms/${vm}`)).json.ssh_port as number;
+    for (let i = 0; ; i++) {
+      const key = await new Promise<string | undefined>((resolve) => {
+        const c = new Client();
+        let seen: string | undefined;
+        c.on('error', () => resolve(seen));
+        c.on('close', () => resolve(seen));
+        c.connect({
+          host: '127.0.0.1',
+          port,
+          username: 'root',
+          readyTimeout: 10_000,
+          hostVerifier: (k: Buffer) => {
+            seen = createHash('sha256').update(k).digest('base64');
+            return false;
+          },
+        });
+      });
+      if (key) return key;
+      if (i >= 60) throw new Error(`vm ${vm} shows no SSH host key on port ${port}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  };
 
   before(async () => {
     d = await startTestDaemon(
@@ -28,6 +56,8 @@ describe('svcd with QEMU: forks of a running vm', function () {
 
   it('forks a running vm: each fork its own machine and disk, the source running on through it', async () => {
     await sh('src', 'echo before > /root/f; sync');
+    // Its SSH server has made its host key (dropbear does on the first connection): the forks inherit it.
+    const srcKey = await hostKeyOf('src');
     // An exec open across the fork: the source is only held, so it finishes with all its output.
     const open = guestSh(d, 'src', 'sleep 2; echo still-here');
     await new Promise((r) => setTimeout(r, 300));
@@ -62,6 +92,10 @@ describe('svcd with QEMU: forks of a running vm', function () {
     const [s, f1, f2] = [await id('src'), await id('src-fork-1'), await id('src-fork-2')];
     expect([s[0], f1[0], f2[0]]).to.deep.equal(['src', 'src-fork-1', 'src-fork-2']);
     for (const i of [1, 2, 3]) expect(new Set([s[i], f1[i], f2[i]]).size, `line ${i}`).to.equal(3);
+    // SSH host keys of their own, made anew in the background after the identity.
+    const keys = await Promise.all(['src', 'src-fork-1', 'src-fork-2'].map((vm) => hostKeyOf(vm)));
+    expect(keys[0]).to.equal(srcKey);
+    expect(new Set(keys).size, keys.join(' ')).to.equal(3);
   });
 
   it('keeps forks whole when the source goes, and the source whole across a restart', async () => {

@@ -64,7 +64,7 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
       'qmp_capabilities',
       'query-migrate', // the stream loaded; never `cont`: the guest does not run
       'migrate-set-parameters',
-      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true}]}',
+      'migrate-set-capabilities {"capabilities":[{"capability":"x-ignore-shared","state":true},{"capability":"pause-before-switchover","state":false}]}',
       'migrate',
       'query-migrate',
       'quit',

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { injectable } from 'inversify';
@@ -25,13 +26,21 @@ import { loadSysCalls, type SysCalls } from './sys-calls.js';
 export class LinuxSystemIdentity implements SystemIdentity {
   private readonly shell: KeptShell;
 
+  private readonly renewKeys: (() => void) | undefined;
+
+  /**
+   * `renewKeys` makes a clone's SSH host keys anew; by default it runs RENEW_HOST_KEYS on the real
+   * root only (a test's root must never reach the host's own keys or daemons).
+   */
   constructor(
     private readonly toolsDir?: string,
     private readonly root = '/',
     shell?: KeptShell,
     private readonly sys: SysCalls | null = loadSysCalls(),
+    renewKeys?: () => void,
   ) {
     this.shell = shell ?? new KeptShell(this.tool('sh'));
+    this.renewKeys = renewKeys ?? (root === '/' ? () => renewHostKeys(this.tool('sh')) : undefined);
   }
 
   private tool(name: string): string {
@@ -78,9 +87,11 @@ export class LinuxSystemIdentity implements SystemIdentity {
       this.applyInProcess(this.sys, id);
       const more = this.overlay(id);
       if (more.length > 0) await this.run(`{ ${more.join(' && ')}; } 2>&1`);
-      return;
+    } else {
+      await this.run(this.line(id));
     }
-    await this.run(this.line(id));
+    // A clone or fork (a new machine id) has its template's SSH host keys until now.
+    if (id.machine_id) this.renewKeys?.();
   }
 
   private applyInProcess(sys: SysCalls, id: GuestIdentity): void {
@@ -145,4 +156,28 @@ export class LinuxSystemIdentity implements SystemIdentity {
   close(): void {
     this.shell.close();
   }
+}
+
+/**
+ * Makes a guest's SSH host keys anew (a clone or fork has its template's): OpenSSH's with
+ * `ssh-keygen -A`, then its service restarted; dropbear's removed and its listener (a child of
+ * init, which starts it again) ended, so it makes new ones on the first connection (`-R`). Under
+ * TCG an RSA key takes seconds: it runs detached, after the identity has answered, and sessions
+ * that are open stay (each has its own process).
+ */
+export const RENEW_HOST_KEYS = [
+  'if [ -d /etc/ssh ] && command -v ssh-keygen >/dev/null 2>&1; then',
+  '  rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub; ssh-keygen -A >/dev/null 2>&1',
+  '  systemctl try-restart ssh.service >/dev/null 2>&1',
+  'fi',
+  'if [ -d /etc/dropbear ]; then',
+  '  rm -f /etc/dropbear/dropbear_*_host_key',
+  '  for p in $(pidof dropbear); do [ "$(cut -d" " -f4 /proc/$p/stat)" = 1 ] && kill "$p"; done',
+  'fi',
+].join('\n');
+
+function renewHostKeys(sh: string): void {
+  const child = spawn(sh, ['-c', RENEW_HOST_KEYS], { detached: true, stdio: 'ignore' });
+  child.on('error', () => undefined);
+  child.unref();
 }

@@ -83,6 +83,21 @@ describe('adapters/agent/linux-system-identity', () => {
     expect(Number(lines[0][0])).to.not.equal(process.pid);
   });
 
+  it("renews a clone's SSH host keys (a new machine id), not a restore's; never on a test's root by default", async () => {
+    let renewed = 0;
+    const withKeys = new LinuxSystemIdentity(tools, root, undefined, null, () => void renewed++);
+    try {
+      await withKeys.apply({ hostname: 'web-3', time_ms: 1_700_000_000_000 });
+      expect(renewed).to.equal(0);
+      await withKeys.apply({ hostname: 'web-3', time_ms: 1_700_000_000_000, machine_id: 'ef'.repeat(16) });
+      expect(renewed).to.equal(1);
+    } finally {
+      withKeys.close();
+    }
+    // The default is bound to the real root only: this one (a temporary root) has none to call.
+    expect((identity as unknown as { renewKeys?: unknown }).renewKeys).to.equal(undefined);
+  });
+
   it('without the addon: mixes the entropy into the pool through its file', async () => {
     mkdirSync(join(root, 'dev'));
     await identity.apply({ hostname: 'web-2', time_ms: 1_700_000_000_000, entropy: 'cd'.repeat(32) });
