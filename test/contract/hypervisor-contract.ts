@@ -33,7 +33,7 @@ export interface ContractSubject {
    * and no SSH port; one without shares refuses every mount. The contract checks that it says so
    * (NotSupported), not that it pretends.
    */
-  features?: { forwards: boolean; mounts: boolean };
+  features?: { forwards: boolean; mounts: boolean; fork?: boolean };
 }
 
 /**
@@ -49,7 +49,7 @@ export function hypervisorContract(
     let s: ContractSubject;
     let dir: string;
     const exits: [string, string][] = [];
-    const has = (f: 'forwards' | 'mounts') => s.features?.[f] ?? true;
+    const has = (f: 'forwards' | 'mounts' | 'fork') => s.features?.[f] ?? true;
     const spec = (name: string): VmSpec => {
       const d = join(dir, name);
       if (name === 'c3') rmSync(d, { recursive: true, force: true });
@@ -155,6 +155,32 @@ export function hypervisorContract(
       await s.hv.destroy(renamed);
       await s.hv.stop(sp, 30_000);
       expect(exits.filter(([n]) => n.startsWith('c'))).to.deep.equal([]);
+    });
+
+    it('captures a running VM for forks: it runs on, a fork restores from the capture; a VM not running is refused', async function () {
+      this.timeout(s.bootMs * 2 + 60_000);
+      const sp = spec('k1');
+      if (!has('fork')) {
+        expect(await s.hv.capture(sp).catch((e: unknown) => e)).to.be.instanceOf(NotSupportedError);
+        return;
+      }
+      expect(await s.hv.capture(sp).catch((e: unknown) => e)).to.be.instanceOf(InvalidStateError);
+      const h = await s.hv.launch(sp);
+      await s.waitUp('k1', h, s.bootMs);
+      const { id, paused_ms } = await s.hv.capture(sp);
+      expect(id).to.match(/^base-[0-9a-f]{16}$/);
+      expect(paused_ms).to.be.a('number').at.least(0);
+      const fs = spec('k2');
+      expect(await s.hv.clone(sp, fs, id)).to.deep.equal({ snapshot: true });
+      // The fork holds its own links: the capture can go from the source before the fork starts.
+      await s.hv.dropCapture(sp, id);
+      const fh = await s.hv.launch(fs, { restore: true });
+      expect(fh.restored_from_snapshot).to.equal(true);
+      await s.waitUp('k2', fh, 20_000);
+      await s.waitUp('k1', h, 5_000);
+      await s.hv.destroy(fs);
+      await s.hv.stop(sp, 30_000);
+      expect(exits.filter(([n]) => n.startsWith('k'))).to.deep.equal([]);
     });
 
     it('checks mounts against the rule: real paths inside allowed folders, never / or the data dir', async () => {

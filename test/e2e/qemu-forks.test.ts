@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
+import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 describe('svcd with QEMU: forks of a running vm', function () {
@@ -51,7 +52,9 @@ describe('svcd with QEMU: forks of a running vm', function () {
   after(async () => {
     for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
     await d.stop();
-    expect(qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo'])).to.deep.equal([]);
+    expect(
+      qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo', 'cnt-1', 'cnt-2', 'ten']),
+    ).to.deep.equal([]);
   });
 
   it('forks a running vm: each fork its own machine and disk, the source running on through it', async () => {
@@ -96,6 +99,70 @@ describe('svcd with QEMU: forks of a running vm', function () {
     const keys = await Promise.all(['src', 'src-fork-1', 'src-fork-2'].map((vm) => hostKeyOf(vm)));
     expect(keys[0]).to.equal(srcKey);
     expect(new Set(keys).size, keys.join(' ')).to.equal(3);
+  });
+
+  it('keeps a counting process running on in the source and each fork, its follower on the source without a gap; forks outlive a daemon restart', async () => {
+    const c = new SvcClient({ socket: d.config.socket, token: 'test-token', env: {} });
+    const p = await c.startProcess('src', {
+      cmd: 'sh',
+      args: ['-c', 'i=0; while :; do echo $i; i=$((i+1)); sleep 0.1; done'],
+      tag: 'count',
+    });
+    const seen: number[] = [];
+    const ac = new AbortController();
+    const following = (async () => {
+      let text = '';
+      for await (const f of c.processOutput('src', 'count', { signal: ac.signal })) {
+        if (!('stream' in f)) continue;
+        text += f.data;
+        const lines = text.split('\n');
+        text = lines.pop()!;
+        seen.push(...lines.map(Number));
+      }
+    })();
+    const until = async (ok: () => boolean, what: string) => {
+      for (let i = 0; i < 300 && !ok(); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(ok(), what).to.equal(true);
+    };
+    await until(() => seen.length >= 5, 'the follower reads the count');
+    const r = await d.call('POST', '/vms/src/fork', { names: ['cnt-1', 'cnt-2'] });
+    expect(r.status, r.text).to.equal(201);
+    const atFork = seen.length;
+    await until(() => seen.length >= atFork + 10, 'the source counts on');
+    ac.abort();
+    await following.catch(() => undefined);
+    expect(seen, 'every number once, in order').to.deep.equal(seen.map((_, i) => i));
+    const last = async (vm: string) => {
+      let text = '';
+      for await (const f of c.processOutput(vm, 'count', { follow: false })) if ('stream' in f) text += f.data;
+      return Number(text.trim().split('\n').at(-1));
+    };
+    for (const vm of ['cnt-1', 'cnt-2']) {
+      expect((await c.process(vm, 'count')).id, 'the same process, forked').to.equal(p.id);
+      const a = await last(vm);
+      await new Promise((res) => setTimeout(res, 1500));
+      expect(await last(vm), `${vm} counts on from where it was`).to.be.above(a);
+    }
+    // A daemon restart finds the forks and their QEMUs again.
+    await d.restart();
+    for (const vm of ['cnt-1', 'cnt-2']) {
+      expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');
+      expect(await sh(vm, 'hostname')).to.equal(vm);
+    }
+    for (const vm of ['cnt-1', 'cnt-2']) expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
+    await c.removeProcess('src', p.id);
+  });
+
+  it('forks ten at once, each its own machine', async () => {
+    expect((await d.call('POST', '/vms', { name: 'ten', memory_mb: 192 })).status).to.equal(201);
+    const r = await d.call('POST', '/vms/ten/fork', { count: 10 });
+    expect(r.status, r.text).to.equal(201);
+    const names = (r.json.vms as { name: string }[]).map((v) => v.name);
+    expect(names).to.have.length(10);
+    const seen = await Promise.all(names.map((n) => sh(n, 'hostname; cat /proc/sys/kernel/random/uuid')));
+    expect(seen.map((x) => x.split('\n')[0])).to.deep.equal(names);
+    expect(new Set(seen.map((x) => x.split('\n')[1])).size).to.equal(10);
+    for (const n of [...names, 'ten']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
   });
 
   it('keeps forks whole when the source goes, and the source whole across a restart', async () => {

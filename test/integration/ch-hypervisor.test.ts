@@ -30,7 +30,7 @@ hypervisorContract(
       hv: contractHv,
       image: 'tiny',
       bootMs: 10_000,
-      features: { forwards: false, mounts: false },
+      features: { forwards: false, mounts: false, fork: false },
       waitUp: async (_name, h, ms) => {
         const end = Date.now() + ms;
         while (
