@@ -1,24 +1,37 @@
 // BENCH_ONLY=forks: forks of a running guest (docs/forks.md), through the daemon.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
+import type { SvcClient } from '../src/adapters/client/svc-client.js';
+import { fmt, memoryKiB, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_FORK_ROUNDS ?? 5);
+/** How many forks, clones and cold boots the "N at once" rows make. */
+const N = Number(process.env.BENCH_FORK_N ?? 10);
 
 /**
- * What a fork costs, in one run on one minimal guest: how long the source is held (the daemon's
- * `paused_ms`), and the call to ready for 1 and 3 forks, beside a cold boot of the same shape.
+ * What a fork costs, in one run on minimal guests of 512 MB: how long the source is held (QEMU's
+ * own STOP to RESUME, the daemon's `paused_ms`) against a suspend of the same VM; the call to ready
+ * for 1 and 3 forks; N forks against N clones of a suspended template and N cold boots, made at
+ * once; and the memory each of N idle forks holds against N cold VMs.
  */
 export async function forkBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-fork-'));
   let d: Daemon | undefined;
   try {
-    d = await startSvcd(dir, minimalQemu({ memory_mb: 512 }));
+    d = await startSvcd(dir, minimalQemu({ memory_mb: 512, max_vms: 4 * N }));
     const c = d.client;
+    const qemuPid = (vm: string) =>
+      (
+        JSON.parse(readFileSync(join(dir, 'data', 'vms', vm, 'instance.json'), 'utf8')) as {
+          runtime?: { pid?: number };
+        }
+      ).runtime?.pid ?? 0;
     let t0 = performance.now();
-    await c.create({ name: 'src' });
+    await c.create({ name: 'src', persistent: true });
     const boot = performance.now() - t0;
+
+    // 1. the hold, and the call to ready, for 1 and 3 forks
     const held: Record<number, number[]> = { 1: [], 3: [] };
     const ready: Record<number, number[]> = { 1: [], 3: [] };
     for (let i = 0; i < ROUNDS; i++) {
@@ -30,21 +43,83 @@ export async function forkBenchmarks(row: Row, results: Record<string, unknown>)
         for (const v of out.vms) await c.delete(v.name);
       }
     }
-    const [h1, h3, r1, r3] = [stats(held[1]), stats(held[3]), stats(ready[1]), stats(ready[3])];
+    // A suspend of the same VM: the guest is gone from its stop until a restore.
+    const suspend: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      t0 = performance.now();
+      await c.suspend('src');
+      suspend.push(performance.now() - t0);
+      await c.restore('src');
+    }
+    const allHeld = [...held[1], ...held[3]];
+    const [h, r1, r3, su] = [stats(allHeld), stats(ready[1]), stats(ready[3]), stats(suspend)];
     row(
       'fork a running guest (512 MB, TCG): the source held while captured',
-      `p50 ${fmt(h1.p50, 0)} ms, max ${fmt(Math.max(...held[1], ...held[3]), 0)} ms (n=${ROUNDS * 2})`,
-      'the memory sent while the guest runs; held for the last of it and the disk switch',
+      `p50 ${fmt(h.p50, 0)} ms, p95 ${fmt(h.p95, 0)} ms (n=${allHeld.length})`,
+      `a suspend of the same VM p50 ${fmt(su.p50, 0)} ms: the hold is ${fmt((h.p50 / su.p50) * 100, 0)}% of it (goal <= 25%: ${h.p50 <= su.p50 / 4 ? 'met' : 'missed'})`,
     );
     row(
       'fork: the call to every fork ready (1 fork / 3 forks)',
       `p50 ${fmt(r1.p50, 0)} ms / ${fmt(r3.p50, 0)} ms`,
       `cold boot of the source: ${fmt(boot, 0)} ms (${fmt(boot / r1.p50, 1)}x one fork)`,
     );
-    results.forks = { rounds: ROUNDS, held_ms: { 1: h1, 3: h3 }, ready_ms: { 1: r1, 3: r3 }, cold_boot_ms: boot };
+
+    // 2. N at once: forks of src, clones of a suspended template, cold boots; then their memory
+    const allReady = async (make: (i: number) => Promise<unknown>) => {
+      const start = performance.now();
+      await Promise.all(Array.from({ length: N }, (_, i) => make(i)));
+      return performance.now() - start;
+    };
+    const idleMemory = async (names: string[]) => {
+      await new Promise((r) => setTimeout(r, 5000)); // let them settle
+      return names.map((n) => memoryKiB(qemuPid(n)));
+    };
+    const sum = (ms: { anon: number; rss: number; pss: number }[], k: 'anon' | 'rss' | 'pss') =>
+      ms.reduce((s, m) => s + m[k], 0) / 1024;
+    const removeAll = async (cl: SvcClient, names: string[]) => {
+      for (const n of names) await cl.delete(n);
+    };
+    t0 = performance.now();
+    const forked = (await c.fork('src', { count: N })).vms.map((v) => v.name);
+    const forksMs = performance.now() - t0;
+    const forkMem = await idleMemory(forked);
+    await removeAll(c, forked);
+
+    await c.create({ name: 'tpl', persistent: true });
+    await c.suspend('tpl');
+    const clonesMs = await allReady((i) => c.create({ name: `cl${i}`, from: 'tpl' }));
+    const clones = Array.from({ length: N }, (_, i) => `cl${i}`);
+    await removeAll(c, clones);
+
+    const coldMs = await allReady((i) => c.create({ name: `cold${i}`, memory_mb: 512 }));
+    const colds = Array.from({ length: N }, (_, i) => `cold${i}`);
+    const coldMem = await idleMemory(colds);
+    await removeAll(c, colds);
+
+    row(
+      `${N} forks of a running guest, ready (one call)`,
+      `${fmt(forksMs, 0)} ms`,
+      `${N} clones of a suspended template at once ${fmt(clonesMs, 0)} ms; ${N} cold boots at once ${fmt(coldMs, 0)} ms; one cold boot ${fmt(boot, 0)} ms (goal: ${N} forks in less than one cold boot: ${forksMs < boot ? 'met' : 'missed'})`,
+    );
+    const [fa, ca] = [sum(forkMem, 'anon'), sum(coldMem, 'anon')];
+    row(
+      `memory of ${N} idle forks against ${N} idle cold VMs (QEMUs' anonymous memory, summed)`,
+      `${fmt(fa, 0)} MiB against ${fmt(ca, 0)} MiB (${fmt((fa / ca) * 100, 0)}%)`,
+      `Pss ${fmt(sum(forkMem, 'pss'), 0)} against ${fmt(sum(coldMem, 'pss'), 0)} MiB; forks load a stream into memory of their own, no RAM image is shared (goal < 50%: ${fa < ca / 2 ? 'met' : 'missed'})`,
+    );
+    results.forks = {
+      rounds: ROUNDS,
+      n: N,
+      held_ms: h,
+      suspend_ms: su,
+      ready_ms: { 1: r1, 3: r3 },
+      cold_boot_ms: boot,
+      at_once_ms: { forks: forksMs, clones: clonesMs, cold: coldMs },
+      memory_kib: { forks: forkMem, cold: coldMem },
+    };
   } finally {
     if (d) {
-      await d.client.delete('src').catch(() => undefined);
+      for (const n of ['src', 'tpl']) await d.client.delete(n).catch(() => undefined);
       await d.stop();
     }
     rmSync(dir, { recursive: true, force: true });

@@ -119,6 +119,31 @@ describe('svcd with QEMU: the debian image', function () {
     expect((await sh('deb', 'hostname; cat /root/kept')).stdout.trim().split('\n')).to.deep.equal(['deb', 'kept']);
   });
 
+  it('forks the running vm into two that run on, each with its own name and randomness (python os.urandom)', async () => {
+    await sh('deb', 'echo forked > /root/forkfile');
+    const r = await d.call('POST', '/vms/deb/fork', { count: 2 });
+    expect(r.status, r.text).to.equal(201);
+    const names = (r.json.vms as { name: string }[]).map((v) => v.name);
+    expect(names).to.deep.equal(['deb-fork-1', 'deb-fork-2']);
+    const py = 'import os; print(os.urandom(16).hex())';
+    const seen = await Promise.all(
+      ['deb', ...names].map(async (vm) =>
+        (
+          await sh(vm, `hostname; cat /root/forkfile; python3 -c '${py}'; systemctl is-system-running --wait || true`)
+        ).stdout
+          .trim()
+          .split('\n'),
+      ),
+    );
+    expect(seen.map((l) => l[0])).to.deep.equal(['deb', ...names]);
+    for (const l of seen) {
+      expect(l[1]).to.equal('forked');
+      expect(l[3]).to.match(/^(running|degraded)$/);
+    }
+    expect(new Set(seen.map((l) => l[2])).size, seen.map((l) => l[2]).join(' ')).to.equal(3);
+    for (const n of names) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
+  });
+
   it('lists the images it has built, and refuses to delete one in use with 409', async () => {
     const list = await d.call('GET', '/images');
     const deb = (list.json as { id: string; in_use_by: string[]; os: string; size_bytes: number }[]).find(

@@ -14,7 +14,23 @@ export class TestDns {
 
   constructor(readonly zone: Record<string, string[]>) {}
 
+  /**
+   * UDP and TCP on one port: UDP takes a free one, and TCP may find that number taken by another
+   * process (a CI run beside VMs met it): then both try again on another.
+   */
   async start(): Promise<this> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.listen();
+      } catch (err) {
+        this.udp?.close();
+        this.tcp?.close();
+        if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || tries >= 20) throw err;
+      }
+    }
+  }
+
+  private async listen(): Promise<this> {
     this.udp = createSocket('udp4');
     await new Promise<void>((r) => this.udp!.bind(0, '127.0.0.1', () => r()));
     this.port = this.udp.address().port;
