@@ -165,6 +165,7 @@ export function hypervisorContract(
         return;
       }
       expect(await s.hv.capture(sp).catch((e: unknown) => e)).to.be.instanceOf(InvalidStateError);
+      await s.hv.provision(sp);
       const h = await s.hv.launch(sp);
       await s.waitUp('k1', h, s.bootMs);
       const { id, paused_ms } = await s.hv.capture(sp);
