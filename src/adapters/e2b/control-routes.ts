@@ -81,25 +81,31 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     return vm ? { from: template } : { image: template };
   };
 
+  /** One page of `all` by E2B's `limit` and `nextToken`; the next page's token in `x-next-token`. */
+  const page = (req: Request, res: Response, all: unknown[]) => {
+    const q = req.query as Record<string, string | undefined>;
+    const limit = q.limit === undefined ? 100 : Number(q.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+      throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
+    const start = q.nextToken ? Number(q.nextToken) : 0;
+    if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
+    const rest = all.slice(start);
+    if (rest.length > limit) res.setHeader('x-next-token', String(start + limit));
+    res.json(rest.slice(0, limit));
+  };
+
   const list = async (req: Request, res: Response, v2: boolean) => {
     const q = req.query as Record<string, string | string[] | undefined>;
     const states = ([] as string[])
       .concat(q.state ?? (v2 ? ['running', 'paused'] : ['running']))
       .flatMap((s) => s.split(','));
     const want = new URLSearchParams(typeof q.metadata === 'string' ? q.metadata : '');
-    let all = (await sandboxes())
+    const all = (await sandboxes())
       .map(detail)
       .filter((s) => states.includes(s.state))
       .filter((s) => [...want].every(([k, v]) => s.metadata[k] === v))
       .sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.sandboxID.localeCompare(b.sandboxID));
-    const limit = q.limit === undefined ? 100 : Number(q.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
-      throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
-    const start = q.nextToken ? Number(q.nextToken) : 0;
-    if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
-    all = all.slice(start);
-    if (all.length > limit) res.setHeader('x-next-token', String(start + limit));
-    res.json(all.slice(0, limit));
+    page(req, res, all);
   };
 
   const connect = async (req: Request, res: Response) => {
@@ -233,18 +239,15 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     }),
     route('get', '/snapshots', async (req, res) => {
       const q = req.query as Record<string, string | undefined>;
-      let all = (await snapshots())
+      const all = (await snapshots())
         .filter((x) => !q.sandboxID || x.sandboxID === q.sandboxID)
         .filter((x) => !q.name || x.names.includes(q.name))
         .sort((a, b) => a.snapshotID.localeCompare(b.snapshotID));
-      const limit = q.limit === undefined ? 100 : Number(q.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
-        throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
-      const start = q.nextToken ? Number(q.nextToken) : 0;
-      if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
-      all = all.slice(start);
-      if (all.length > limit) res.setHeader('x-next-token', String(start + limit));
-      res.json(all.slice(0, limit).map((x) => ({ snapshotID: x.snapshotID, names: x.names })));
+      page(
+        req,
+        res,
+        all.map((x) => ({ snapshotID: x.snapshotID, names: x.names })),
+      );
     }),
     route('delete', '/templates/:id', async (req, res) => {
       // Only snapshots are E2B templates here; svc's own images and VMs are not deleted this way.
