@@ -25,6 +25,8 @@ export function minimalQemu(extra: Record<string, unknown> = {}): Record<string,
     memory_mb: 384,
     sandbox_metrics_enabled: false,
     ready_timeout: '240s',
+    // Every create boots unless a benchmark measures snapshot creates (bench/snapshot-creates.ts).
+    create_from_snapshot: false,
     ...extra,
   };
 }

@@ -14,6 +14,7 @@ import { netBenchmarks } from './net.js';
 import { processBenchmarks } from './processes.js';
 import { e2bBenchmarks } from './e2b.js';
 import { forkBenchmarks } from './forks.js';
+import { snapshotCreateBenchmarks } from './snapshot-creates.js';
 import {
   cpuSeconds,
   diskUse,
@@ -43,7 +44,9 @@ const GUEST_CP_MIB = Number(process.env.BENCH_CP_GUEST_MIB ?? 64);
 const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 /** How many clones of one template run at once for the disk-sharing row. */
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
-const only = (process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,forks,e2b,control,memory,import').split(',');
+const only = (
+  process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,forks,snapshots,e2b,control,memory,import'
+).split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
 /** A table row, also printed at once, so a long run shows it is alive. */
@@ -76,6 +79,7 @@ function qemuSvcd(
   extra: Record<string, unknown> = {},
 ): Promise<Daemon> {
   return startSvcd(dir, {
+    create_from_snapshot: false,
     ...extra,
     hypervisor: 'qemu',
     images_dir: ensureImage(image),
@@ -381,6 +385,7 @@ async function importBenchmarks(): Promise<void> {
     images_dir: ensureImage('debian'),
     import_dirs: [imports, join(REPO, '.svc-test', 'fixtures')],
     sandbox_metrics_enabled: false,
+    create_from_snapshot: false,
     memory_mb: 1024,
     ready_timeout: '600s',
   });
@@ -803,6 +808,7 @@ if (only.includes('cp') || only.includes('cp-local')) await cpBenchmarks();
 if (only.includes('net')) await netBenchmarks(row, results);
 if (only.includes('processes')) await processBenchmarks(row, results);
 if (only.includes('forks')) await forkBenchmarks(row, results);
+if (only.includes('snapshots')) await snapshotCreateBenchmarks(row, results);
 if (only.includes('e2b')) await e2bBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();

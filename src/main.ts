@@ -59,6 +59,8 @@ import { SshAgentInstaller } from './adapters/ssh/ssh-agent-installer.js';
 import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
+import { FsSnapshotStore } from './adapters/store/fs-snapshot-store.js';
+import { ImageSnapshots } from './app/image-snapshots.js';
 import { FsActivityLog } from './adapters/store/fs-activity-log.js';
 import { FsVmStore } from './adapters/store/fs-vm-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
@@ -74,7 +76,7 @@ import { Sandboxes } from './adapters/e2b/sandboxes.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
-import { ActivityLog, ConsoleLogs, VmStore, MetricsHistory, SecretStore } from './ports/stores.js';
+import { ActivityLog, ConsoleLogs, VmStore, MetricsHistory, SecretStore, SnapshotStore } from './ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
 import { VERSION } from './version.js';
 import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
@@ -119,6 +121,7 @@ function storeModule(): ContainerModule {
     bind(SecretStore).to(FsSecretStore).inSingletonScope();
     bind(MetricsHistory).to(FsMetricsHistory).inSingletonScope();
     bind(ConsoleLogs).to(FsConsoleLogs).inSingletonScope();
+    bind(SnapshotStore).to(FsSnapshotStore).inSingletonScope();
   });
 }
 
@@ -213,6 +216,7 @@ export function appModule(): ContainerModule {
     bind(AgentDeployService).toSelf().inSingletonScope();
     bind(PoolService).toSelf().inSingletonScope();
     bind(ImageService).toSelf().inSingletonScope();
+    bind(ImageSnapshots).toSelf().inSingletonScope();
     bind(ImageBuilder).toSelf().inSingletonScope();
     bind(EgressService).toSelf().inSingletonScope();
     // Who follows VMs' lifecycle, in the order they hear of it.
@@ -273,6 +277,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const stopEgress = egress.start();
   await container.get<SecretStore>(SecretStore).verify();
   await container.get(RecoveryService).init();
+  const snapshots = container.get(ImageSnapshots);
+  await snapshots.init();
 
   const sessions = new BrowserSessions(config.ui_session_ms);
   const auth = new BearerAuth(config.api_token, sessions);
@@ -358,6 +364,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
         e2b.close();
         await listeners.stop();
         pool.stop();
+        await snapshots.stop();
         await pool.settled();
         sampler.stopAll();
         stopEgress();

@@ -44,6 +44,11 @@ export interface Config {
   guest_reply_budget_mb: number;
   /** Build the default image in the background when the daemon starts and it is not built yet. */
   build_default_image: boolean;
+  /**
+   * Creates restore a suspended booted guest of their image and shape (its snapshot, made after the
+   * first cold boot of that shape) instead of booting (docs/snapshot-creates.md).
+   */
+  create_from_snapshot: boolean;
   sandbox_metrics_enabled: boolean;
   sandbox_metrics_interval_ms: number;
   sandbox_metrics_points: number;
@@ -128,6 +133,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   max_execs_total: ['max_execs_total', 'int', 256],
   guest_reply_budget_mb: ['guest_reply_budget_mb', 'int', 256],
   build_default_image: ['build_default_image', 'bool', true],
+  create_from_snapshot: ['create_from_snapshot', 'bool', true],
   sandbox_metrics_enabled: ['sandbox_metrics_enabled', 'bool', true],
   sandbox_metrics_interval: ['sandbox_metrics_interval_ms', 'duration', '15s'],
   sandbox_metrics_points: ['sandbox_metrics_points', 'int', 5760],

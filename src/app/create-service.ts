@@ -24,6 +24,7 @@ import { GuestNetwork } from '../ports/guest-network.js';
 import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
 import { GuestReadiness } from './guest-readiness.js';
 import { withConsoleTail } from './console-tail.js';
+import { ImageSnapshots, type SnapshotChoice } from './image-snapshots.js';
 
 export interface CreateJob {
   name: string;
@@ -58,6 +59,7 @@ export class CreateService {
     @inject(Failpoints) private readonly failpoints: Failpoints,
     @inject(GuestNetwork) private readonly network: GuestNetwork,
     @inject(GuestReadiness) private readonly readiness: GuestReadiness,
+    @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
     @inject(CloneSpeedUps) @optional() private readonly speedUps: CloneSpeedUps | undefined,
     @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
   ) {}
@@ -99,6 +101,11 @@ export class CreateService {
       throw new InvalidArgumentError(
         `disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`,
       );
+    // A plain create restores its image's snapshot when one fits (image-snapshots.ts).
+    const start =
+      template || internal.pool
+        ? undefined
+        : await this.snapshots.choose(req, image, { cpus: req.cpus ?? this.config.cpus, memory_mb: memoryMb }, diskGb);
     // From here to the map insert there is no await: the checks and the reservation are atomic.
     // A clone is its template's machine: its shape, and its egress policy unless the request gives one.
     const rec = this.vms.reserve(
@@ -119,7 +126,7 @@ export class CreateService {
     if (template) rec.from = template.name;
     const queue = new AsyncQueue<CreateProgressEvent>();
     const done = this.vms.locked(rec.name, () =>
-      this.runCreate(rec, req, image, wait, timeoutMs, queue, template, capture),
+      this.runCreate(rec, req, image, wait, timeoutMs, queue, { template, capture, start }),
     );
     done.catch(() => undefined);
     return { name: rec.name, events: queue, done };
@@ -214,9 +221,9 @@ export class CreateService {
     wait: WaitMode,
     timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>,
-    template?: VmRecord,
-    capture?: string,
+    from: { template?: VmRecord; capture?: string; start?: SnapshotChoice },
   ): Promise<Instance> {
+    const { template, capture, start } = from;
     const t0 = this.clock.now();
     let deadline = t0 + timeoutMs;
     const emit = this.emitter(rec, queue, t0);
@@ -237,7 +244,19 @@ export class CreateService {
       }
       const spec = await this.keeper.spec(rec, req.forwards);
       let snapshot = false;
-      if (template) {
+      const copy = start && 'snapshot' in start ? start : undefined;
+      if (copy) {
+        const what = `the snapshot of image ${image.id} (${rec.cpus} cpu(s), ${rec.memory_mb} MB)`;
+        emit('disk', `sharing the disk of ${what}`);
+        snapshot = (
+          await beforeDeadline(
+            this.clock,
+            deadline,
+            this.snapshots.using(copy.snapshot.key, () => this.disks.clone(copy.ref, spec)),
+          )
+        ).snapshot;
+        emit(snapshot ? 'restore' : 'boot', snapshot ? `restoring ${what}` : `cold-booting a copy of ${what}`);
+      } else if (template) {
         const what = capture ? `the capture of vm ${template.name}` : `template ${template.name}`;
         emit('disk', `sharing the disk of ${what}`);
         snapshot = (
@@ -258,7 +277,8 @@ export class CreateService {
         emit('disk', `preparing a ${rec.disk_gb} GB disk`);
         await beforeDeadline(this.clock, deadline, this.disks.provision(spec));
         this.failpoints.hit('create.disk');
-        emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB`);
+        const why = start && 'reason' in start ? ` (not from a snapshot: ${start.reason})` : '';
+        emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB${why}`);
       }
       // A member of a suspended pool is suspended once up: its start yields the CPU to VMs people wait on.
       const background = rec.pool !== undefined && !this.config.warm_pool.running;
@@ -277,13 +297,22 @@ export class CreateService {
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
+      const restored = snapshot && handle.restored_from_snapshot;
       await this.readiness.awaitReady(
         rec,
         GuestReadiness.waitFor(wait, image),
         deadline,
         emit,
         image,
-        template ? { fresh: true, restored: snapshot && handle.restored_from_snapshot } : undefined,
+        template || copy
+          ? {
+              fresh: true,
+              restored,
+              // A copy of an image's snapshot has the snapshot's disk size, and booted without the userdata.
+              grow: copy !== undefined && rec.disk_gb > copy.snapshot.disk_gb,
+              userdata: copy && restored ? rec.userdata : undefined,
+            }
+          : undefined,
       );
       this.failpoints.hit('create.ready');
       const inst = await this.created(rec, t0, emit, {
@@ -291,8 +320,14 @@ export class CreateService {
         wait,
         from: template?.name,
         from_snapshot: snapshot,
+        image_snapshot: copy !== undefined,
       });
-      if (template) this.speedUps?.cloneReady(this.keeper.ref(rec));
+      if (template || copy) this.speedUps?.cloneReady(this.keeper.ref(rec));
+      // The first create of a shape booted: its snapshot is made now, for the next ones.
+      if (start && 'reason' in start && start.capture) {
+        const shape = { cpus: rec.cpus, memory_mb: rec.memory_mb };
+        void this.images.resolveImage(image.id).then((built) => this.snapshots.prepare(built, shape));
+      }
       return inst;
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);

@@ -14,6 +14,19 @@ import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 
 /**
+ * What a guest is told once it answers: `fresh` for a copy (a clone, a pool member, a fork, a
+ * create from an image's snapshot); `restored` when it woke from a saved state rather than booted;
+ * `grow` when its disk is larger than the one it was saved with; `userdata` to run, which its boot
+ * did not.
+ */
+export interface Identity {
+  fresh: boolean;
+  restored: boolean;
+  grow?: boolean;
+  userdata?: string;
+}
+
+/**
  * A booted or restored guest becoming ready: the wait under the create's mode, and the identity a
  * guest restored from a snapshot needs (its name, clock and, for a clone, machine id).
  */
@@ -46,7 +59,7 @@ export class GuestReadiness {
     deadline: number,
     phase: (p: CreatePhase, m: string) => void,
     image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
-    identity?: { fresh: boolean; restored: boolean },
+    identity?: Identity,
   ): Promise<void> {
     this.crashes.forget(rec.name);
     const viaAgent = identity !== undefined && !!image?.agent_ready;
@@ -60,17 +73,18 @@ export class GuestReadiness {
         phase,
         died: () => this.crashes.died(rec.name),
         sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
-        firstCall: folded ? () => this.setIdentity(rec, identity.fresh) : undefined,
+        firstCall: folded ? () => this.setIdentity(rec, identity.fresh, identity) : undefined,
       },
     );
-    if (viaAgent && !folded) await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh));
+    if (viaAgent && !folded)
+      await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));
   }
 
   /**
    * A guest restored from a snapshot wakes with the clock (and, for a clone, the name) of the moment
    * it was saved: tell it who it is and what time it is. A clone also gets a fresh machine id.
    */
-  async setIdentity(rec: VmRecord, fresh: boolean): Promise<void> {
+  async setIdentity(rec: VmRecord, fresh: boolean, more: Pick<Identity, 'grow' | 'userdata'> = {}): Promise<void> {
     const t0 = this.clock.now();
     try {
       await this.agent.setIdentity(agentEndpoint(rec), {
@@ -79,6 +93,8 @@ export class GuestReadiness {
         machine_id: fresh ? randomUUID().replace(/-/g, '') : undefined,
         overlay_ip: fresh ? rec.overlay_ip : undefined,
         entropy: fresh ? randomBytes(32).toString('hex') : undefined,
+        disk_bytes: more.grow ? rec.disk_gb * 2 ** 30 : undefined,
+        userdata: more.userdata,
       });
       this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');
     } catch (err) {

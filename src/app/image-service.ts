@@ -8,6 +8,7 @@ import { errorMessage } from '../domain/errors.js';
 import { Activity } from './activity.js';
 import type { Config } from './config.js';
 import { AppConfig } from './tokens.js';
+import { ImageSnapshots } from './image-snapshots.js';
 import { Vms } from './vms.js';
 
 /** GET/DELETE /images: the built images, what stands on each, and removing one nothing uses. */
@@ -19,6 +20,7 @@ export class ImageService {
     @inject(Activity) private readonly activity: Activity,
     @inject(AppConfig) private readonly config: Config,
     @inject(Logger) private readonly log: Logger,
+    @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
   ) {}
 
   /**
@@ -35,7 +37,12 @@ export class ImageService {
     const t0 = Date.now();
     this.log.info({ image: image.id }, 'building the default image in the background (first start)');
     const build = this.images.ensureImage(image.id).then(
-      () => this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built'),
+      async () => {
+        this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built');
+        // Its snapshot in the default shape too, so the first create restores instead of booting.
+        const built = await this.images.resolveImage(image.id);
+        void this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb });
+      },
       (err: unknown) =>
         this.log.warn(
           { image: image.id, err: errorMessage(err) },
@@ -53,12 +60,27 @@ export class ImageService {
       .map((r) => r.name)
       .sort();
 
-  list(): Promise<ImageDetails[]> {
-    return this.images.listImages(this.inUse);
+  async list(): Promise<ImageDetails[]> {
+    return (await this.images.listImages(this.inUse)).map((i) => this.withSnapshots(i));
   }
 
-  get(id: string): Promise<ImageDetails> {
-    return this.images.getImage(assertImageId(id, 'image'), this.inUse);
+  async get(id: string): Promise<ImageDetails> {
+    return this.withSnapshots(await this.images.getImage(assertImageId(id, 'image'), this.inUse));
+  }
+
+  private withSnapshots(image: ImageDetails): ImageDetails {
+    const snapshots = this.snapshots
+      .of(image.id)
+      .map(({ cpus, memory_mb, disk_gb, size_bytes, created_at, capture_ms }) => ({
+        cpus,
+        memory_mb,
+        disk_gb,
+        size_bytes,
+        created_at,
+        capture_ms,
+      }))
+      .sort((a, b) => a.cpus - b.cpus || a.memory_mb - b.memory_mb);
+    return { ...image, snapshots };
   }
 
   /** 409 while a VM, a template or the warm pool's template uses it. */
@@ -72,6 +94,7 @@ export class ImageService {
       const pool = this.config.warm_pool.template;
       if (pool && this.vms.find(pool)?.image === img.id)
         throw new AlreadyExistsError(`image ${img.id} is in use by the warm pool (template ${pool})`);
+      await this.snapshots.removeImage(img.id);
       await this.images.removeImage(img.id);
       return { message: `image ${img.id} deleted`, id: img.id };
     });

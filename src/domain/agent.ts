@@ -124,4 +124,18 @@ export interface GuestIdentity {
    * draw the same "random" numbers (docs/forks.md).
    */
   entropy?: string;
+  /**
+   * The size the VM's disk has now, in bytes, for a copy of a snapshot made on a smaller disk (a
+   * create restored from its image's snapshot): the guest waits to see it and grows its root
+   * filesystem into it before it answers (docs/snapshot-creates.md).
+   */
+  disk_bytes?: number;
+  /**
+   * The VM's userdata, for a copy restored from a snapshot that booted without it: run as at boot
+   * (in the background; `userdata-ran` marks its end), its old marker removed before the answer.
+   */
+  userdata?: string;
 }
+
+/** The largest userdata a create takes (create-request.ts) and an identity carries. */
+export const USERDATA_MAX_BYTES = 256 * 1024;

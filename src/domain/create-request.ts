@@ -2,7 +2,8 @@ import { parseDuration } from './duration.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
 import type { Mount, PortForward } from './vm.js';
-import { assertVmName } from './names.js';
+import { assertNewVmName, assertVmName } from './names.js';
+import { USERDATA_MAX_BYTES } from './agent.js';
 
 export interface CreateRequest {
   name?: string;
@@ -42,7 +43,7 @@ export const LIMITS = {
   cpus: [1, 64],
   memory_mb: [64, 262_144],
   disk_gb: [1, 2048],
-  userdataBytes: 256 * 1024,
+  userdataBytes: USERDATA_MAX_BYTES,
   tags: 64,
   /** Characters of a tag's value: tags come back in every listing and event. */
   tagValue: 2048,
@@ -147,7 +148,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   }
   const b = body;
   const req: CreateRequest = { persistent: false, tags: {}, forwards: [], mounts: [] };
-  if (b.name !== undefined) req.name = assertVmName(b.name);
+  if (b.name !== undefined) req.name = assertNewVmName(b.name);
   if (b.persistent !== undefined) req.persistent = bool(b.persistent, 'persistent');
   if (b.cpus !== undefined) req.cpus = intIn(b.cpus, 'cpus', ...LIMITS.cpus);
   if (b.memory_mb !== undefined) req.memory_mb = intIn(b.memory_mb, 'memory_mb', ...LIMITS.memory_mb);

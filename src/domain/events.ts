@@ -7,6 +7,8 @@ export const CREATE_PHASES = [
   'image',
   'disk',
   'boot',
+  // A create restored from its image's snapshot (in place of `boot`).
+  'restore',
   'wait_ssh',
   'wait_agent',
   'userdata',

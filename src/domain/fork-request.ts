@@ -1,6 +1,6 @@
 import { parseCreateRequest } from './create-request.js';
 import { InvalidArgumentError } from './errors.js';
-import { assertVmName } from './names.js';
+import { assertNewVmName } from './names.js';
 
 /** `POST /vms/{name}/fork`: how many forks, their names, and what each is given. */
 export interface ForkRequest {
@@ -29,7 +29,7 @@ export function parseForkRequest(body: unknown): ForkRequest {
   if (b.names !== undefined) {
     if (!Array.isArray(b.names) || b.names.length === 0 || b.names.length > MAX_FORKS)
       throw new InvalidArgumentError(`names must be an array of 1 to ${MAX_FORKS} vm names`);
-    names = b.names.map((n) => assertVmName(n));
+    names = b.names.map((n) => assertNewVmName(n));
     const twice = names.find((n, i) => names!.indexOf(n) !== i);
     if (twice) throw new InvalidArgumentError(`names: ${twice} is given twice`);
   }

@@ -12,6 +12,19 @@ export function assertVmName(name: unknown): string {
   return name;
 }
 
+/** The daemon's own guests (image snapshots being made) have names with this prefix, which no VM may take. */
+export const RESERVED_VM_PREFIX = 'svc-snapshot-';
+
+/** A name for a new VM: a VM name, and not one of the daemon's own. */
+export function assertNewVmName(name: unknown): string {
+  const n = assertVmName(name);
+  if (n.startsWith(RESERVED_VM_PREFIX))
+    throw new InvalidArgumentError(
+      `invalid vm name ${JSON.stringify(n)}: names beginning with ${RESERVED_VM_PREFIX} are the daemon's`,
+    );
+  return n;
+}
+
 export function assertSecretName(name: unknown): string {
   if (typeof name !== 'string' || !SECRET_NAME_RE.test(name)) {
     throw new InvalidArgumentError(

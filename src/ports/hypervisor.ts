@@ -63,6 +63,8 @@ export interface ImageInfo {
   build_estimate_ms?: number;
   /** False for a built-in image not built yet (the first create builds it, with progress). */
   built: boolean;
+  /** Changes whenever the image is built again (its manifest's time and agent version); built images only. */
+  revision?: string;
 }
 
 /** A built image, as GET /images shows it. */
@@ -77,6 +79,18 @@ export interface ImageDetails extends ImageInfo {
   source: string;
   /** VMs (templates and warm pool members included) whose disks stand on this image. */
   in_use_by: string[];
+  /** Its snapshots (the daemon adds them; an adapter leaves this out). */
+  snapshots?: ImageSnapshotInfo[];
+}
+
+/** An image's snapshot as GET /images shows it (ImageSnapshotRecord without its keys). */
+export interface ImageSnapshotInfo {
+  cpus: number;
+  memory_mb: number;
+  disk_gb: number;
+  size_bytes: number;
+  created_at: string;
+  capture_ms: number;
 }
 
 /** How far an image build is. */
@@ -154,6 +168,15 @@ export interface Hypervisor {
 
   /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
   destroy(vm: VmRef): Promise<void>;
+
+  /**
+   * What a saved state of this driver depends on beyond the VM's image and shape: the VMM's
+   * version, machine type, accelerator and the devices its config adds. Saved states with equal
+   * keys (and images and shapes) load alike, so a snapshot made under one serves creates under the
+   * same key (snapshot creates, docs/snapshot-creates.md). Absent: the driver cannot restore
+   * copies of a saved state made on a smaller disk, and every create boots.
+   */
+  savedStateKey?(): Promise<string>;
 
   /** Subscribes to unexpected process exits (not those asked for by stop/kill/suspend/destroy). */
   onExit(listener: ExitListener): void;

@@ -67,3 +67,41 @@ export interface ConsoleLogs {
    */
   read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer>;
 }
+
+/** A booted guest of an image, suspended, that creates of its shape are restored from. */
+export interface ImageSnapshotRecord {
+  /** Hex digest of everything that makes the guest: image and its build, shape, the driver's key. */
+  key: string;
+  image: string;
+  /** The image's revision it was booted from (ImageInfo.revision). */
+  revision: string;
+  cpus: number;
+  memory_mb: number;
+  /** The disk it was booted with (the image's smallest): copies grow theirs from it. */
+  disk_gb: number;
+  created_at: string;
+  /** How long the boot and suspend took. */
+  capture_ms: number;
+  /** What its files take on the host. */
+  size_bytes: number;
+}
+
+export const SnapshotStore = Symbol('SnapshotStore');
+/**
+ * Where image snapshots live: a directory each, which the hypervisor fills as it fills a VM's, and
+ * a record written last, so a snapshot is complete or absent (docs/snapshot-creates.md).
+ */
+export interface SnapshotStore {
+  /** The complete snapshots. */
+  list(): Promise<ImageSnapshotRecord[]>;
+  /** Snapshots begun and never completed (a daemon that stopped mid-capture): their keys. */
+  unfinished(): Promise<string[]>;
+  /** The directory of snapshot `key`. */
+  dir(key: string): string;
+  /** Starts snapshot `key`: its directory, empty. */
+  begin(key: string): Promise<string>;
+  /** Completes it: the record, with the size of its files, written atomically. */
+  commit(rec: Omit<ImageSnapshotRecord, 'size_bytes'>): Promise<ImageSnapshotRecord>;
+  /** Removes its record and directory. Idempotent. */
+  remove(key: string): Promise<void>;
+}

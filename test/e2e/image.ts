@@ -136,6 +136,11 @@ export function qemuUnder(dataDir: string): string[] {
   return pgrepLines('process=svc-').filter((l) => l.includes(`${join(dataDir, 'vms')}/`));
 }
 
+/** The QEMU processes of image snapshots (their guests being captured) under `dataDir`. */
+export function snapshotQemus(dataDir: string): string[] {
+  return pgrepLines('process=svc-svc-snapshot-').filter((l) => l.includes(`${join(dataDir, 'snapshots')}/`));
+}
+
 /**
  * QEMU processes started as spares for the next clone of templates under `dataDir` that no clone
  * has taken yet (a clone that takes one keeps its command line, but the spare's directory goes).

@@ -84,6 +84,7 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
         test_mode: true,
         log_level: 'warn',
         sandbox_metrics_enabled: false,
+        create_from_snapshot: false,
         ready_timeout: '180s',
       };
       const child = await spawnSvcd(dir, raw, { failpoint: c.point });

@@ -1,11 +1,10 @@
 import { expect } from 'chai';
-import { createHash } from 'node:crypto';
-import { Client } from 'ssh2';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
+import { sshHostKey } from '../helpers/ssh-host-key.js';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
@@ -15,31 +14,7 @@ describe('svcd with QEMU: forks of a running vm', function () {
   const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
 
-  /** The SSH host key a VM's server shows (ssh2 is told to refuse it once seen), tried until it answers. */
-  const hostKeyOf = async (vm: string): Promise<string> => {
-    const port = (await d.call('GET', `/vms/${vm}`)).json.ssh_port as number;
-    for (let i = 0; ; i++) {
-      const key = await new Promise<string | undefined>((resolve) => {
-        const c = new Client();
-        let seen: string | undefined;
-        c.on('error', () => resolve(seen));
-        c.on('close', () => resolve(seen));
-        c.connect({
-          host: '127.0.0.1',
-          port,
-          username: 'root',
-          readyTimeout: 10_000,
-          hostVerifier: (k: Buffer) => {
-            seen = createHash('sha256').update(k).digest('base64');
-            return false;
-          },
-        });
-      });
-      if (key) return key;
-      if (i >= 60) throw new Error(`vm ${vm} shows no SSH host key on port ${port}`);
-      await new Promise((r) => setTimeout(r, 500));
-    }
-  };
+  const hostKeyOf = async (vm: string) => sshHostKey((await d.call('GET', `/vms/${vm}`)).json.ssh_port as number, vm);
 
   before(async () => {
     d = await startTestDaemon(

@@ -55,6 +55,9 @@ export async function startTestDaemon(
       fake_boot_delay: '10ms',
       // Tests bring their images; a test daemon never starts a build of its own unless asked.
       build_default_image: false,
+      // Creates boot unless a test asks for snapshot creates (test/*/snapshot-creates*.test.ts):
+      // a background capture per daemon would take the CPU the tests' own guests wait on.
+      create_from_snapshot: false,
       ...raw,
     },
     {},

@@ -1,9 +1,14 @@
 import type { IncomingMessage, RequestListener } from 'node:http';
+import { USERDATA_MAX_BYTES } from '../../domain/agent.js';
 import { InvalidArgumentError, PayloadTooLargeError } from '../../domain/errors.js';
 import { writeHttpError } from '../http-kit/error-status.js';
 
-/** An identity is a name, a time, a machine id and an address: a few hundred bytes. */
-export const IDENTITY_BODY_MAX = 4096;
+/**
+ * An identity is a name, a time, a machine id and an address (a few hundred bytes), and for a
+ * create restored from a snapshot its userdata: at most USERDATA_MAX_BYTES, six times that when
+ * every byte is JSON-escaped.
+ */
+export const IDENTITY_BODY_MAX = USERDATA_MAX_BYTES * 6 + 4096;
 
 /**
  * `POST /identity` answered before express, every other request handed to `rest` (the agent's

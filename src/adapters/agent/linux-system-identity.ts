@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
 import type { GuestIdentity } from '../../domain/agent.js';
@@ -28,9 +28,12 @@ export class LinuxSystemIdentity implements SystemIdentity {
 
   private readonly renewKeys: (() => void) | undefined;
 
+  private readonly growRoot: ((bytes: number) => Promise<void>) | undefined;
+
   /**
    * `renewKeys` makes a clone's SSH host keys anew; by default it runs RENEW_HOST_KEYS on the real
-   * root only (a test's root must never reach the host's own keys or daemons).
+   * root only (a test's root must never reach the host's own keys or daemons). `growRoot` grows
+   * the root filesystem once its disk has `bytes` (the same rule: by default on the real root only).
    */
   constructor(
     private readonly toolsDir?: string,
@@ -38,9 +41,11 @@ export class LinuxSystemIdentity implements SystemIdentity {
     shell?: KeptShell,
     private readonly sys: SysCalls | null = loadSysCalls(),
     renewKeys?: () => void,
+    growRoot?: (bytes: number) => Promise<void>,
   ) {
     this.shell = shell ?? new KeptShell(this.tool('sh'));
     this.renewKeys = renewKeys ?? (root === '/' ? () => renewHostKeys(this.tool('sh')) : undefined);
+    this.growRoot = growRoot ?? (root === '/' ? (bytes) => this.growVda(bytes) : undefined);
   }
 
   private tool(name: string): string {
@@ -80,7 +85,8 @@ export class LinuxSystemIdentity implements SystemIdentity {
     ];
   }
 
-  async apply(id: GuestIdentity): Promise<void> {
+  /** `notes` is `<state-dir>/identity`: userdata and its markers go in the state directory beside it. */
+  async apply(id: GuestIdentity, notes = join(this.root, 'var/lib/svc/identity')): Promise<void> {
     if (!Number.isSafeInteger(Math.floor(id.time_ms / 1000)) || id.time_ms < 0)
       throw new InternalError(`cannot apply the identity: not a time: ${id.time_ms}`);
     if (this.sys) {
@@ -90,8 +96,50 @@ export class LinuxSystemIdentity implements SystemIdentity {
     } else {
       await this.run(this.line(id));
     }
+    if (id.disk_bytes !== undefined) await this.growRoot?.(id.disk_bytes);
+    if (id.userdata !== undefined) this.startUserdata(id.userdata, dirname(notes));
     // A clone or fork (a new machine id) has its template's SSH host keys until now.
     if (id.machine_id) this.renewKeys?.();
+  }
+
+  /**
+   * A copy of a snapshot made on a smaller disk: the host has grown the disk (QEMU's block_resize),
+   * and the kernel learns it from a config interrupt a moment later. Waits (at most 5 s) to see
+   * the new size, then grows the root filesystem (ext4, online) into it, as the boot does.
+   */
+  private async growVda(bytes: number): Promise<void> {
+    const size = () => Number(readFileSync(this.at('sys/block/vda/size'), 'utf8').trim()) * 512;
+    for (let i = 0; i < 250 && size() < bytes; i++) await new Promise((r) => setTimeout(r, 20));
+    if (size() < bytes) throw new InternalError(`cannot grow the root filesystem: /dev/vda stays at ${size()} bytes`);
+    const resize = this.toolsDir ? shellWord(this.tool('resize2fs')) : 'PATH="$PATH:/usr/sbin:/sbin" resize2fs';
+    await this.run(`${resize} /dev/vda 2>&1`);
+  }
+
+  /**
+   * Runs userdata as a boot does (image/debian/.../userdata, rc.sysinit): the script kept in the
+   * state directory, its output in /var/log/userdata.log, its status in `userdata-exit` and its
+   * end marked by `userdata-ran`, which goes now (a snapshot's boot left one).
+   */
+  private startUserdata(script: string, stateDir: string): void {
+    const file = join(stateDir, 'userdata');
+    const ran = join(stateDir, 'userdata-ran');
+    const exit = join(stateDir, 'userdata-exit');
+    const log = this.at('var/log/userdata.log');
+    try {
+      rmSync(ran, { force: true });
+      rmSync(exit, { force: true });
+      mkdirSync(dirname(log), { recursive: true });
+      writeFileSync(file, script, { mode: 0o700 });
+      chmodSync(file, 0o700);
+    } catch (err) {
+      throw new InternalError(`cannot write the userdata: ${(err as Error).message}`);
+    }
+    const q = shellWord;
+    const home = this.at('root');
+    const line = `cd ${q(home)} 2>/dev/null || cd /; ${q(file)} > ${q(log)} 2>&1; echo $? > ${q(exit)}; : > ${q(ran)}`;
+    const child = spawn(this.tool('sh'), ['-c', line], { detached: true, stdio: 'ignore' });
+    child.on('error', () => undefined);
+    child.unref();
   }
 
   private applyInProcess(sys: SysCalls, id: GuestIdentity): void {

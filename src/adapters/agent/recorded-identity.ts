@@ -18,6 +18,9 @@ export class RecordedIdentity implements SystemIdentity {
       ['hostname', id.hostname],
       ['time_ms', String(id.time_ms)],
       ['machine_id', id.machine_id],
+      ['disk_bytes', id.disk_bytes === undefined ? undefined : String(id.disk_bytes)],
+      // A stand-in's userdata is noted, never run on the host it stands on.
+      ['userdata', id.userdata],
     ];
     await Promise.all(
       entries

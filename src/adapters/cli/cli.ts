@@ -9,7 +9,7 @@ import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
 import { egressCommands, egressFlags, policyFromFlags } from './egress-commands.js';
 import { copy, parseEndpoint } from './copy.js';
-import { bytes, ms, sparkline, table } from './format.js';
+import { bytes, ms, snapshotList, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 
@@ -254,8 +254,9 @@ export function buildCli(): Command {
             `${i.min_disk_gb} GB`,
             i.min_memory_mb ? `${i.min_memory_mb} MB` : '-',
             i.in_use_by.join(',') || '-',
+            snapshotList(i.snapshots),
           ]),
-          ['ID', 'OS', 'SIZE', 'MIN DISK', 'MIN MEMORY', 'USED BY'],
+          ['ID', 'OS', 'SIZE', 'MIN DISK', 'MIN MEMORY', 'USED BY', 'SNAPSHOTS'],
         ),
       );
     });
@@ -266,7 +267,7 @@ export function buildCli(): Command {
     .action(async (id: string, o) => {
       const i = await client().getImage(id);
       print(o.json, i, () =>
-        Object.entries(i)
+        Object.entries({ ...i, snapshots: snapshotList(i.snapshots) })
           .map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`)
           .join('\n'),
       );

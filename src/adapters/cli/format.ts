@@ -25,6 +25,12 @@ export function bytes(n: number | undefined): string {
   return `${v < 10 && i > 0 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
 }
 
+/** An image's snapshots as `1 cpu/256 MB (40 MiB), ...`, or `-`. */
+export function snapshotList(list: { cpus: number; memory_mb: number; size_bytes: number }[] | undefined): string {
+  if (!list?.length) return '-';
+  return list.map((s) => `${s.cpus} cpu/${s.memory_mb} MB (${bytes(s.size_bytes)})`).join(', ');
+}
+
 export function ms(n: number): string {
   return n < 1000 ? `${n} ms` : `${(n / 1000).toFixed(1)} s`;
 }

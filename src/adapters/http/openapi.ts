@@ -158,6 +158,7 @@ const schemas: Record<string, Schema> = {
           'image',
           'disk',
           'boot',
+          'restore',
           'wait_ssh',
           'wait_agent',
           'userdata',
@@ -247,7 +248,25 @@ const schemas: Record<string, Schema> = {
       },
       ssh_user: { type: 'string' },
       built: { type: 'boolean' },
+      revision: { type: 'string', description: 'changes whenever the image is built again' },
       in_use_by: { type: 'array', items: { type: 'string' } },
+      snapshots: {
+        type: 'array',
+        description:
+          'booted guests of the image, suspended, that creates of their shape restore copies of (docs/snapshot-creates.md)',
+        items: {
+          type: 'object',
+          required: ['cpus', 'memory_mb', 'disk_gb', 'size_bytes', 'created_at', 'capture_ms'],
+          properties: {
+            cpus: { type: 'integer' },
+            memory_mb: { type: 'integer' },
+            disk_gb: { type: 'integer', description: 'the disk it booted with; copies grow theirs' },
+            size_bytes: { type: 'integer' },
+            created_at: { type: 'string', format: 'date-time' },
+            capture_ms: { type: 'integer', description: 'how long its boot and suspend took' },
+          },
+        },
+      },
     },
   },
   ActivityEvent: {

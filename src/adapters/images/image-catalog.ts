@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -126,6 +126,7 @@ export class ImageCatalog {
         min_disk_gb: m.disk_gb,
         min_memory_mb: minMemory(m),
         built: true,
+        revision: `${statSync(join(this.dir(id), 'manifest.json')).mtimeMs}/${m.agent_version ?? ''}`,
       };
     const b = BUILTIN_IMAGES[id];
     if (!b)

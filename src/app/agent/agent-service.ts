@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import type { AgentHealth, GuestIdentity, GuestStats, MaterializeRequest, Readiness } from '../../domain/agent.js';
+import { USERDATA_MAX_BYTES } from '../../domain/agent.js';
 import { SystemIdentity } from '../../ports/agent/system-identity.js';
 import { formatMode, parseMode } from '../../domain/agent.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
@@ -73,6 +74,13 @@ export class AgentService {
     }
     if (b.entropy !== undefined && (typeof b.entropy !== 'string' || !/^[0-9a-f]{64}$/.test(b.entropy)))
       throw new InvalidArgumentError('entropy must be 64 hex digits');
+    if (b.disk_bytes !== undefined && (!Number.isSafeInteger(b.disk_bytes) || (b.disk_bytes as number) <= 0))
+      throw new InvalidArgumentError('disk_bytes must be a positive integer');
+    if (
+      b.userdata !== undefined &&
+      (typeof b.userdata !== 'string' || Buffer.byteLength(b.userdata) > USERDATA_MAX_BYTES)
+    )
+      throw new InvalidArgumentError(`userdata must be a string of at most ${USERDATA_MAX_BYTES} bytes`);
     await this.system.apply(
       {
         hostname: b.hostname,
@@ -80,6 +88,8 @@ export class AgentService {
         machine_id: machineId,
         overlay_ip: b.overlay_ip,
         entropy: b.entropy,
+        disk_bytes: b.disk_bytes as number | undefined,
+        userdata: b.userdata,
       },
       this.identityNotes,
     );

@@ -8,5 +8,6 @@ export const SystemIdentity = Symbol('SystemIdentity');
  * fsync: a record, not state. An adapter that applies it to a system leaves `notes` alone.
  */
 export interface SystemIdentity {
+  /** `notes` is `<state-dir>/identity`; a userdata the identity carries is kept and marked in `<state-dir>`. */
   apply(id: GuestIdentity, notes: string): Promise<void>;
 }

@@ -1,5 +1,13 @@
 import { AgentUnavailableError, NotSupportedError } from '../../../domain/errors.js';
-import type { AgentHealth, ExecFrame, ExecResult, FsInfo, GuestStats, Readiness } from '../../../domain/agent.js';
+import type {
+  AgentHealth,
+  ExecFrame,
+  ExecResult,
+  FsInfo,
+  GuestIdentity,
+  GuestStats,
+  Readiness,
+} from '../../../domain/agent.js';
 import type { AgentEndpoint, GuestAgent } from '../../../ports/guest-agent.js';
 import type { FakeGuests } from './fake-guests.js';
 import type { Terminal } from '../../../ports/terminal.js';
@@ -75,8 +83,12 @@ export class InMemoryGuestAgent implements GuestAgent {
     throw new NotSupportedError(NO_GUEST);
   }
 
-  async setIdentity(ep: AgentEndpoint): Promise<void> {
-    this.vm(ep);
+  /** The identities each VM was given, last one last (tests). */
+  readonly identities = new Map<string, GuestIdentity[]>();
+
+  async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
+    const name = this.vm(ep);
+    this.identities.set(name, [...(this.identities.get(name) ?? []), id]);
   }
 
   async shell(): Promise<Terminal> {

@@ -192,7 +192,19 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
       throw new InvalidArgumentError(
         `unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`,
       );
-    return { ...info };
+    return { ...info, revision: info.built ? String(this.revisions.get(info.id) ?? 1) : undefined };
+  }
+
+  /** Each image's build count: a test "rebuilds" one to make its snapshots stale. */
+  private readonly revisions = new Map<string, number>();
+
+  rebuild(image: string): void {
+    this.revisions.set(image, (this.revisions.get(image) ?? 1) + 1);
+  }
+
+  /** A fake saved state loads into any fake (snapshot creates). */
+  async savedStateKey(): Promise<string> {
+    return 'fake';
   }
 
   /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */

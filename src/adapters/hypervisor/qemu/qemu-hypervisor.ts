@@ -1,6 +1,9 @@
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readdir, rm, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { childEnv } from '../../process-kit/child-env.js';
 import { AlreadyExistsError, InternalError, InvalidStateError, isDomainError } from '../../../domain/errors.js';
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
@@ -71,6 +74,7 @@ export interface QemuOptions {
   network?: NetdGuestNetwork;
 }
 
+const run = promisify(execFile);
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
 const LOG_CHECK_MS = 10_000;
 /**
@@ -87,6 +91,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   readonly kind = 'qemu';
   private readonly live = new LiveVms();
   private accel: Promise<Accel> | undefined;
+  private version: Promise<string> | undefined;
   private readonly logTimer: NodeJS.Timeout;
 
   private readonly command: VmCommand;
@@ -286,7 +291,43 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
         throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
     const held = await this.spares.start(spec.name, !!options.restore);
-    return held ? this.adopt(spec, held, accel, options) : this.spawn(spec, options, accel);
+    const handle = held ? await this.adopt(spec, held, accel, options) : await this.spawn(spec, options, accel);
+    if (handle.restored_from_snapshot) await this.growDisk(spec);
+    return handle;
+  }
+
+  /**
+   * A copy of a saved state made on a smaller disk (a create restored from its image's snapshot)
+   * runs with the disk it was saved with: QEMU grows it to the spec's size, and the guest hears of
+   * it (a virtio config interrupt) and grows its filesystem when told (the identity's disk_bytes).
+   */
+  private async growDisk(spec: VmSpec): Promise<void> {
+    const v = this.live.running(spec.name);
+    const want = spec.disk_gb * 2 ** 30;
+    const blocks =
+      await v.qmp.execute<{ device: string; inserted?: { image: { 'virtual-size': number } } }[]>('query-block');
+    const disk = blocks.find((b) => b.device === 'virtio0')?.inserted;
+    if (!disk || disk.image['virtual-size'] >= want) return;
+    await v.qmp.execute('block_resize', { device: 'virtio0', size: want });
+    this.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown after restore');
+  }
+
+  /**
+   * What a saved state of this QEMU depends on beyond its image and shape: QEMU's version, the
+   * machine, the accelerator and every device the daemon's config puts in (snapshot creates).
+   */
+  async savedStateKey(): Promise<string> {
+    this.version ??= run(this.o.qemuBinary, ['--version'], { env: childEnv() }).then((r) => r.stdout.split('\n')[0]);
+    return [
+      await this.version,
+      'pc',
+      await this.accelerator(),
+      this.command.guestNet,
+      this.o.mountDriver,
+      `vsock=${this.vsockCid() > 0}`,
+      `runas=${this.o.qemuUser ?? ''}`,
+      `ram-images=${this.o.ramImages ?? true}`,
+    ].join('|');
   }
 
   private async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {

@@ -83,6 +83,48 @@ describe('adapters/agent/linux-system-identity', () => {
     expect(Number(lines[0][0])).to.not.equal(process.pid);
   });
 
+  it("runs a restored copy's userdata in the background, as a boot does, its old marker gone first", async () => {
+    const state = join(dir, 'state');
+    mkdirSync(state);
+    writeFileSync(join(state, 'userdata-ran'), ''); // the snapshot's boot left one
+    const out = join(dir, 'ud-out');
+    const script = `#!/bin/sh\nsleep 0.3\necho "ran in $(pwd)" > '${out}'\necho to-the-log\nexit 3\n`;
+    await identity.apply(
+      { hostname: 'web-3', time_ms: 1_700_000_000_000, machine_id: 'ab'.repeat(16), userdata: script },
+      join(state, 'identity'),
+    );
+    expect(existsSync(join(state, 'userdata-ran')), 'the marker goes before the answer').to.equal(false);
+    expect(readFileSync(join(state, 'userdata'), 'utf8')).to.equal(script);
+    for (let i = 0; i < 100 && !existsSync(join(state, 'userdata-ran')); i++)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(existsSync(join(state, 'userdata-ran'))).to.equal(true);
+    expect(readFileSync(join(state, 'userdata-exit'), 'utf8').trim()).to.equal('3');
+    expect(readFileSync(out, 'utf8').trim()).to.equal('ran in /');
+    expect(read('var/log/userdata.log').trim()).to.equal('to-the-log');
+  });
+
+  it('grows the root filesystem when told the disk size, never on a test root by default', async () => {
+    const grown: number[] = [];
+    const growing = new LinuxSystemIdentity(
+      tools,
+      root,
+      undefined,
+      null,
+      () => undefined,
+      async (b) => {
+        grown.push(b);
+      },
+    );
+    try {
+      await growing.apply({ hostname: 'web-3', time_ms: 1_700_000_000_000 });
+      await growing.apply({ hostname: 'web-3', time_ms: 1_700_000_000_000, disk_bytes: 3 * 2 ** 30 });
+      expect(grown).to.deep.equal([3 * 2 ** 30]);
+    } finally {
+      growing.close();
+    }
+    expect((identity as unknown as { growRoot?: unknown }).growRoot).to.equal(undefined);
+  });
+
   it("renews a clone's SSH host keys (a new machine id), not a restore's; never on a test's root by default", async () => {
     let renewed = 0;
     const withKeys = new LinuxSystemIdentity(tools, root, undefined, null, () => void renewed++);

@@ -1,0 +1,275 @@
+import { createHash } from 'node:crypto';
+import { inject, injectable } from 'inversify';
+import type { CreateRequest } from '../domain/create-request.js';
+import { errorMessage, InternalError } from '../domain/errors.js';
+import { RESERVED_VM_PREFIX } from '../domain/names.js';
+import { Clock } from '../ports/clock.js';
+import { GuestAgent } from '../ports/guest-agent.js';
+import type { ImageInfo, VmRef, VmSpec } from '../ports/hypervisor.js';
+import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { SnapshotStore, type ImageSnapshotRecord } from '../ports/stores.js';
+import { SshKeys } from '../ports/tunnels.js';
+import type { Config } from './config.js';
+import { KeyedMutex } from './keyed-mutex.js';
+import { AppConfig } from './tokens.js';
+
+/** A machine shape: what a snapshot is made for besides its image. */
+export interface Shape {
+  cpus: number;
+  memory_mb: number;
+}
+
+/** What a create starts from: a snapshot to restore a copy of, or why it boots instead. */
+export type SnapshotChoice =
+  | { snapshot: ImageSnapshotRecord; ref: VmRef }
+  | { reason: string; /** Make one after this create: it may serve the next. */ capture: boolean };
+
+/** A boot that takes longer than this is given up (the capture is tried again later). */
+const CAPTURE_TIMEOUT_MS = 10 * 60_000;
+/** After a failed capture, the same key is not tried again for this long. */
+const RETRY_AFTER_MS = 10 * 60_000;
+
+/**
+ * Image snapshots (docs/snapshot-creates.md): for an image with an agent and a machine shape, a
+ * guest booted once and suspended, which creates of that image and shape restore copies of (as a
+ * clone restores its template's): each copy its own disk on the snapshot's layers, grown to its
+ * size, and its own identity. A shape is captured in the background after its first cold boot;
+ * a snapshot is keyed by everything that makes its guest (the image's build, the shape, the
+ * daemon's SSH key, the hypervisor's key), so a changed input is never restored: it is captured
+ * again. One capture runs at a time, at background priority.
+ */
+@injectable()
+export class ImageSnapshots {
+  private readonly known = new Map<string, ImageSnapshotRecord>();
+  private readonly capturing = new Map<string, Promise<void>>();
+  private readonly failedAt = new Map<string, number>();
+  private readonly locks = new KeyedMutex();
+  private queue: Promise<void> = Promise.resolve();
+  private stopped = false;
+  /** The key of the capture under way. */
+  private current: string | undefined;
+
+  constructor(
+    @inject(AppConfig) private readonly config: Config,
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(VmDisks) private readonly disks: VmDisks,
+    @inject(GuestImages) private readonly images: GuestImages,
+    @inject(GuestAgent) private readonly agent: GuestAgent,
+    @inject(SnapshotStore) private readonly store: SnapshotStore,
+    @inject(SshKeys) private readonly keys: SshKeys,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+  ) {}
+
+  /**
+   * Loads the snapshots a previous daemon made: an unfinished one (its daemon stopped mid-capture)
+   * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU) goes, and
+   * its image and shape are captured again in the background.
+   */
+  async init(): Promise<void> {
+    for (const key of await this.store.unfinished()) await this.discard(key);
+    const stale: ImageSnapshotRecord[] = [];
+    for (const rec of await this.store.list()) {
+      const image = await this.images.resolveImage(rec.image).catch(() => undefined);
+      const now = image?.built ? await this.keyOf(image, rec) : undefined;
+      if (now === rec.key) this.known.set(rec.key, rec);
+      else stale.push(rec);
+    }
+    for (const rec of stale) {
+      await this.discard(rec.key);
+      this.log.info({ image: rec.image, cpus: rec.cpus, memory_mb: rec.memory_mb }, 'image snapshot is stale');
+      if (this.config.create_from_snapshot)
+        void this.images
+          .resolveImage(rec.image)
+          .then((image) => this.prepare(image, rec))
+          .catch(() => undefined);
+    }
+  }
+
+  /**
+   * The daemon is stopping: no more captures start, and the guest of one under way is killed and
+   * its files removed (a guest left running would belong to no daemon until the next start).
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const key = this.current;
+    if (key) await this.locks.run(key, () => this.discard(key)).catch(() => undefined);
+  }
+
+  /** The snapshots of an image (GET /images/{id}). */
+  of(image: string): ImageSnapshotRecord[] {
+    return [...this.known.values()].filter((r) => r.image === image);
+  }
+
+  /**
+   * What a create of `image` in `shape` starts from. Undefined when snapshot creates are off.
+   * A reason is the create's to show: the fields that make a guest a restore cannot give it
+   * (mounts: devices added at boot; the overlay network: a NIC of its own) boot it.
+   */
+  async choose(
+    req: Pick<CreateRequest, 'mounts'>,
+    image: ImageInfo,
+    shape: Shape,
+    diskGb: number,
+  ): Promise<SnapshotChoice | undefined> {
+    if (!this.config.create_from_snapshot) return undefined;
+    const boot = (reason: string, capture = false): SnapshotChoice => ({ reason, capture });
+    if (!this.hv.savedStateKey) return boot(`the ${this.hv.kind} hypervisor cannot restore a snapshot into a new vm`);
+    if (!image.agent_ready) return boot(`image ${image.id} has no svc-agent to give a restored copy its identity`);
+    if (req.mounts.length) return boot('host folders are attached when a guest boots');
+    if (this.config.network === 'overlay') return boot('on the overlay network each guest gets its NIC at boot');
+    if (diskGb < this.diskOf(image))
+      return boot(`its ${diskGb} GB disk is smaller than the snapshots' (${this.diskOf(image)} GB: config disk_gb)`);
+    const what = `image ${image.id} with ${shape.cpus} cpu(s) and ${shape.memory_mb} MB`;
+    if (!image.built) return boot(`image ${image.id} is built first; a snapshot is made after this vm boots`, true);
+    const key = await this.keyOf(image, shape);
+    const snap = this.known.get(key);
+    if (snap) return { snapshot: snap, ref: this.refOf(key) };
+    if (this.capturing.has(key)) return boot(`the snapshot of ${what} is being made`);
+    return boot(`no snapshot of ${what} yet: one is made after this vm boots`, true);
+  }
+
+  /** Runs `fn` while snapshot `key` cannot go (a copy is taken from it). */
+  using<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(key, async () => {
+      if (!this.known.has(key)) throw new InternalError('the image snapshot was removed meanwhile');
+      return fn();
+    });
+  }
+
+  /**
+   * Captures `image` in `shape` in the background unless it is done, under way or failed lately.
+   * Resolves when that capture ends (tests, benchmarks); it never rejects.
+   */
+  async prepare(image: ImageInfo, shape: Shape): Promise<void> {
+    if (!this.config.create_from_snapshot || !this.hv.savedStateKey || !image.built || !image.agent_ready) return;
+    const key = await this.keyOf(image, shape);
+    const last = this.failedAt.get(key);
+    if (this.known.has(key) || this.stopped || (last !== undefined && this.clock.now() - last < RETRY_AFTER_MS)) return;
+    let run = this.capturing.get(key);
+    if (!run) {
+      run = this.queue.then(() => this.capture(image, { cpus: shape.cpus, memory_mb: shape.memory_mb }, key));
+      this.queue = run;
+      this.capturing.set(key, run);
+      void run.finally(() => this.capturing.delete(key));
+    }
+    return run;
+  }
+
+  /** Removes an image's snapshots (the image is being deleted). */
+  async removeImage(image: string): Promise<void> {
+    for (const rec of this.of(image)) await this.locks.run(rec.key, () => this.discard(rec.key));
+  }
+
+  private refOf(key: string): VmRef {
+    return { name: `${RESERVED_VM_PREFIX}${key.slice(0, 12)}`, dir: this.store.dir(key) };
+  }
+
+  /**
+   * The disk a snapshot's guest boots with: the config's `disk_gb` (the image's smallest when
+   * larger), so a create of the default size restores with nothing to grow; a larger one grows.
+   */
+  private diskOf(image: ImageInfo): number {
+    return Math.max(image.min_disk_gb, this.config.disk_gb);
+  }
+
+  /** The key of a snapshot of `image` in `shape` made now: a digest of every input of its guest. */
+  private async keyOf(image: ImageInfo, shape: Shape): Promise<string> {
+    const inputs = [
+      image.id,
+      image.revision ?? '',
+      this.diskOf(image),
+      shape.cpus,
+      shape.memory_mb,
+      await this.keys.publicKey(),
+      (await this.hv.savedStateKey?.()) ?? '',
+    ];
+    return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 24);
+  }
+
+  /** Boots the image on the snapshots' disk, waits for its boot to end, suspends it and records it. */
+  private async capture(image: ImageInfo, shape: Shape, key: string): Promise<void> {
+    if (this.stopped) return;
+    const t0 = this.clock.now();
+    const ref = this.refOf(key);
+    this.current = key;
+    try {
+      const dir = await this.store.begin(key);
+      const spec: VmSpec = {
+        name: ref.name,
+        dir,
+        cpus: shape.cpus,
+        memory_mb: shape.memory_mb,
+        disk_gb: this.diskOf(image),
+        image: image.id,
+        hostname: 'svc-snapshot',
+        forwards: [],
+        mounts: [],
+        ssh_authorized_key: await this.keys.publicKey(),
+      };
+      await this.disks.provision(spec);
+      const handle = await this.hv.launch(spec, { background: true });
+      await this.settled({ port: handle.agent_port, cid: handle.agent_cid, socket: handle.agent_socket }, t0);
+      const { snapshot } = await this.hv.suspend(ref);
+      if (!snapshot) throw new InternalError('the hypervisor wrote no saved state');
+      const rec = await this.store.commit({
+        key,
+        image: image.id,
+        revision: image.revision ?? '',
+        cpus: shape.cpus,
+        memory_mb: shape.memory_mb,
+        disk_gb: this.diskOf(image),
+        created_at: new Date(this.clock.now()).toISOString(),
+        capture_ms: this.clock.now() - t0,
+      });
+      this.known.set(key, rec);
+      // What it replaces (the same image and shape, made of other inputs) is never used again.
+      for (const old of [...this.known.values()])
+        if (old.key !== key && old.image === rec.image && old.cpus === rec.cpus && old.memory_mb === rec.memory_mb)
+          await this.locks.run(old.key, () => this.discard(old.key));
+      this.log.info(
+        { image: image.id, ...shape, capture_ms: rec.capture_ms, size_bytes: rec.size_bytes },
+        'image snapshot made',
+      );
+    } catch (err) {
+      this.failedAt.set(key, this.clock.now());
+      this.log.warn(
+        { image: image.id, ...shape, err: errorMessage(err) },
+        `image snapshot failed; creates of this shape boot, and it is tried again in ${RETRY_AFTER_MS / 60_000} min`,
+      );
+      await this.discard(key);
+    } finally {
+      this.current = undefined;
+    }
+  }
+
+  /**
+   * Waits until the guest has booted all the way: its agent answers and its boot's last step (the
+   * userdata service, which runs nothing here) has marked its end.
+   */
+  private async settled(ep: { port: number; cid?: number; socket?: string }, t0: number): Promise<void> {
+    const endpoint = {
+      host: '127.0.0.1',
+      port: ep.port,
+      cid: ep.cid || undefined,
+      ...(ep.socket ? { socket: ep.socket } : {}),
+    };
+    for (;;) {
+      if (this.stopped) throw new InternalError('the daemon is stopping');
+      if (this.clock.now() - t0 > CAPTURE_TIMEOUT_MS) throw new InternalError('the guest did not boot in time');
+      const health = await this.agent.health(endpoint, 2000).catch(() => undefined);
+      if (health?.userdata_ran) return;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  private async discard(key: string): Promise<void> {
+    this.known.delete(key);
+    const ref = this.refOf(key);
+    await this.hv
+      .destroy(ref)
+      .catch((err: Error) => this.log.warn({ key, err: err.message }, 'cannot destroy a snapshot'));
+    await this.store.remove(key);
+  }
+}

@@ -1,0 +1,158 @@
+import { expect } from 'chai';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { InMemoryGuestAgent } from '../../src/adapters/hypervisor/fake/in-memory-guest-agent.js';
+import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { GuestAgent } from '../../src/ports/guest-agent.js';
+import { Hypervisor } from '../../src/ports/hypervisor.js';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { ndjson } from '../helpers/http.js';
+
+interface Line {
+  phase: string;
+  message: string;
+}
+
+/** The selection rule of snapshot creates (docs/snapshot-creates.md), on the fake hypervisor. */
+describe('creates from image snapshots (fake hypervisor)', function () {
+  this.timeout(60000);
+  let d: TestDaemon;
+  let hv: InMemoryHypervisor;
+  let agent: InMemoryGuestAgent;
+
+  const create = async (body: Record<string, unknown>): Promise<Line[]> => {
+    const r = await d.call('POST', '/vms?stream=1', body);
+    expect(r.status, r.text).to.equal(200);
+    const lines = ndjson(r.text) as unknown as Line[];
+    expect(lines.at(-1)!.phase, r.text).to.equal('ready');
+    return lines;
+  };
+  const snapshotsOf = async (image: string) =>
+    (await d.call('GET', `/images/${image}`)).json.snapshots as Record<string, number>[];
+  /** Waits for the background capture the last create started. */
+  const captured = async (image: string, n: number) => {
+    for (let i = 0; i < 200 && (await snapshotsOf(image)).length < n; i++) await new Promise((r) => setTimeout(r, 25));
+    expect(await snapshotsOf(image)).to.have.length(n);
+  };
+
+  before(async () => {
+    d = await startTestDaemon({ create_from_snapshot: true, max_vms: 20, mount_dirs: [d0()] });
+    hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    agent = d.daemon.container.get<InMemoryGuestAgent>(GuestAgent);
+  });
+  after(async () => d.stop());
+  let mountDir: string | undefined;
+  function d0(): string {
+    mountDir ??= join(process.env.TMPDIR ?? '/tmp', `svc-snapc-${process.pid}`);
+    mkdirSync(mountDir, { recursive: true });
+    return mountDir;
+  }
+
+  it('boots the first create of a shape, saying why, then captures that shape in the background', async () => {
+    const lines = await create({ name: 'first', image: 'minimal', memory_mb: 256 });
+    expect(lines.find((l) => l.phase === 'boot')!.message).to.equal(
+      'booting with 1 cpu(s) and 256 MB (not from a snapshot: no snapshot of image minimal with 1 cpu(s) and 256 MB yet: one is made after this vm boots)',
+    );
+    expect(lines.some((l) => l.phase === 'restore')).to.equal(false);
+    await captured('minimal', 1);
+    const [snap] = await snapshotsOf('minimal');
+    expect(snap).to.include({ cpus: 1, memory_mb: 256, disk_gb: 4 }); // config disk_gb
+    expect(snap.capture_ms).to.be.a('number');
+    // The snapshot's own guest was suspended, and is no VM of anyone's.
+    const names = ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+    expect(names).to.deep.equal(['first']);
+  });
+
+  it('restores the next create of that shape, with its own identity, disk size and userdata', async () => {
+    const lines = await create({ name: 'second', image: 'minimal', memory_mb: 256, disk_gb: 6, userdata: 'echo hi' });
+    expect(lines.map((l) => l.phase)).to.include('restore');
+    expect(lines.some((l) => l.phase === 'boot')).to.equal(false);
+    expect(lines.find((l) => l.phase === 'restore')!.message).to.equal(
+      'restoring the snapshot of image minimal (1 cpu(s), 256 MB)',
+    );
+    const [id] = agent.identities.get('second')!;
+    expect(id.hostname).to.equal('second');
+    expect(id.machine_id).to.match(/^[0-9a-f]{32}$/);
+    expect(id.entropy).to.match(/^[0-9a-f]{64}$/);
+    expect(id.disk_bytes).to.equal(6 * 2 ** 30);
+    expect(id.userdata).to.equal('echo hi');
+    const vm = (await d.call('GET', '/vms/second')).json;
+    expect(vm).to.include({ image: 'minimal', disk_gb: 6, memory_mb: 256, status: 'running' });
+    expect(vm.from).to.equal(undefined);
+    // The same disk as the snapshot's: nothing to grow, nothing to run.
+    await create({ name: 'third', image: 'minimal', memory_mb: 256 });
+    const [id3] = agent.identities.get('third')!;
+    expect(id3.disk_bytes).to.equal(undefined);
+    expect(id3.userdata).to.equal(undefined);
+  });
+
+  it('boots what a restore cannot give, and says why', async () => {
+    const mounts = await create({
+      name: 'mounted',
+      image: 'minimal',
+      memory_mb: 256,
+      mounts: [{ host: d0(), guest: '/mnt/x' }],
+    });
+    expect(mounts.find((l) => l.phase === 'boot')!.message).to.match(
+      /not from a snapshot: host folders are attached when a guest boots\)$/,
+    );
+    const small = await create({ name: 'small', image: 'minimal', memory_mb: 256, disk_gb: 2 });
+    expect(small.find((l) => l.phase === 'boot')!.message).to.match(
+      /not from a snapshot: its 2 GB disk is smaller than the snapshots' \(4 GB: config disk_gb\)\)$/,
+    );
+    const noAgent = await create({ name: 'noagent', image: 'ssh-only' });
+    expect(noAgent.find((l) => l.phase === 'boot')!.message).to.match(
+      /not from a snapshot: image ssh-only has no svc-agent to give a restored copy its identity\)$/,
+    );
+    // Another shape is its own snapshot.
+    const other = await create({ name: 'big', image: 'minimal', memory_mb: 512, cpus: 2 });
+    expect(other.find((l) => l.phase === 'boot')!.message).to.match(
+      /no snapshot of image minimal with 2 cpu\(s\) and 512 MB yet/,
+    );
+    await captured('minimal', 2);
+    expect((await snapshotsOf('minimal')).map((s) => [s.cpus, s.memory_mb])).to.deep.equal([
+      [1, 256],
+      [2, 512],
+    ]);
+  });
+
+  it('never restores a snapshot of an older build of the image: it boots, and the new capture replaces it', async () => {
+    const before = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256)!;
+    hv.rebuild('minimal');
+    const lines = await create({ name: 'rebuilt', image: 'minimal', memory_mb: 256 });
+    expect(lines.find((l) => l.phase === 'boot')!.message).to.match(
+      /no snapshot of image minimal with 1 cpu\(s\) and 256 MB yet/,
+    );
+    for (let i = 0; i < 200; i++) {
+      const now = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256);
+      if (now && now.created_at !== before.created_at) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    const after = (await snapshotsOf('minimal')).filter((s) => s.memory_mb === 256);
+    expect(after).to.have.length(1);
+    expect(after[0].created_at).to.not.equal(before.created_at);
+    // A restarted daemon whose image is the first build again (a fresh fake counts from 1) finds
+    // the new 256 MB one stale: it goes, and is captured again in the background; the 512 MB one,
+    // made of the first build, is good again.
+    await d.restart();
+    hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    agent = d.daemon.container.get<InMemoryGuestAgent>(GuestAgent);
+    expect((await snapshotsOf('minimal')).map((s) => s.memory_mb)).to.deep.equal([512]);
+    await captured('minimal', 2);
+  });
+
+  it('refuses the names of its own guests', async () => {
+    const r = await d.call('POST', '/vms', { name: 'svc-snapshot-abc' });
+    expect(r.status).to.equal(400);
+    expect(r.json.error).to.match(/names beginning with svc-snapshot- are the daemon's/);
+  });
+
+  it('removes the snapshots with their image', async () => {
+    const dir = join(d.config.data_dir, 'snapshots');
+    expect(readdirSync(dir)).to.have.length(2);
+    for (const v of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${v.name}`);
+    const r = await d.call('DELETE', '/images/minimal');
+    expect(r.status, r.text).to.equal(200);
+    expect(existsSync(dir) ? readdirSync(dir) : []).to.deep.equal([]);
+  });
+});
