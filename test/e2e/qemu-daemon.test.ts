@@ -335,6 +335,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect((await d.call('POST', '/vms/main/shutdown')).json.message).to.equal('vm main shut down');
     expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
     const started = await d.call('POST', '/vms/main/start');
+    expect(started.status, started.text).to.equal(200);
     expect(started.json.status).to.equal('running');
     expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
     expect((await d.call('POST', '/vms/eph/shutdown')).json.message).to.match(/removed/);

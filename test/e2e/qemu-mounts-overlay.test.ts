@@ -128,7 +128,7 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries())
       const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
       expect(
         got.stdout,
-        `${got.stderr}\n${(await sh(d, 'a', 'ss -ltn; ip addr; cat /var/tmp/http.log')).stdout}`,
+        `${got.stderr}\na: ${(await sh(d, 'a', 'ss -ltn; ip addr; ip neigh; cat /var/tmp/http.log')).stdout}\nb: ${(await sh(d, 'b', 'ip addr show eth1; ip neigh; ip route')).stdout}`,
       ).to.equal('hello-over-overlay\n');
     });
 
