@@ -61,6 +61,7 @@ import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
 import { FsSnapshotStore } from './adapters/store/fs-snapshot-store.js';
 import { ImageSnapshots } from './app/image-snapshots.js';
+import { CreateDisks } from './app/create-disks.js';
 import { FsActivityLog } from './adapters/store/fs-activity-log.js';
 import { FsVmStore } from './adapters/store/fs-vm-store.js';
 import { FsSecretStore } from './adapters/store/fs-secret-store.js';
@@ -207,6 +208,7 @@ export function appModule(): ContainerModule {
     bind(GuestWarmUp).toSelf().inSingletonScope();
     bind(VmLifecycle).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
+    bind(CreateDisks).toSelf().inSingletonScope();
     bind(ForkService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();

@@ -24,7 +24,8 @@ import { GuestNetwork } from '../ports/guest-network.js';
 import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
 import { GuestReadiness } from './guest-readiness.js';
 import { withConsoleTail } from './console-tail.js';
-import { ImageSnapshots, type SnapshotChoice } from './image-snapshots.js';
+import { ImageSnapshots } from './image-snapshots.js';
+import { CreateDisks, type DiskSource } from './create-disks.js';
 
 export interface CreateJob {
   name: string;
@@ -60,6 +61,7 @@ export class CreateService {
     @inject(GuestNetwork) private readonly network: GuestNetwork,
     @inject(GuestReadiness) private readonly readiness: GuestReadiness,
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
+    @inject(CreateDisks) private readonly createDisks: CreateDisks,
     @inject(CloneSpeedUps) @optional() private readonly speedUps: CloneSpeedUps | undefined,
     @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
   ) {}
@@ -221,7 +223,7 @@ export class CreateService {
     wait: WaitMode,
     timeoutMs: number,
     queue: AsyncQueue<CreateProgressEvent>,
-    from: { template?: VmRecord; capture?: string; start?: SnapshotChoice },
+    from: DiskSource,
   ): Promise<Instance> {
     const { template, capture, start } = from;
     const t0 = this.clock.now();
@@ -243,43 +245,8 @@ export class CreateService {
         deadline = this.clock.now() + timeoutMs; // the deadline is the VM's: it starts once the image is there
       }
       const spec = await this.keeper.spec(rec, req.forwards);
-      let snapshot = false;
       const copy = start && 'snapshot' in start ? start : undefined;
-      if (copy) {
-        const what = `the snapshot of image ${image.id} (${rec.cpus} cpu(s), ${rec.memory_mb} MB)`;
-        emit('disk', `sharing the disk of ${what}`);
-        snapshot = (
-          await beforeDeadline(
-            this.clock,
-            deadline,
-            this.snapshots.using(copy.snapshot.key, () => this.disks.clone(copy.ref, spec)),
-          )
-        ).snapshot;
-        emit(snapshot ? 'restore' : 'boot', snapshot ? `restoring ${what}` : `cold-booting a copy of ${what}`);
-      } else if (template) {
-        const what = capture ? `the capture of vm ${template.name}` : `template ${template.name}`;
-        emit('disk', `sharing the disk of ${what}`);
-        snapshot = (
-          await beforeDeadline(
-            this.clock,
-            deadline,
-            this.vms.locked(template.name, async () => {
-              // A fork's source may run on (it is only looked up); a template must still be one.
-              if (capture) this.vms.get(template.name);
-              else this.vms.templateOf(template.name);
-              return this.disks.clone(this.keeper.ref(template), spec, capture);
-            }),
-          )
-        ).snapshot;
-        this.failpoints.hit('clone.copied');
-        emit('boot', snapshot ? `restoring from the snapshot of ${what}` : `cold-booting a copy of ${what}`);
-      } else {
-        emit('disk', `preparing a ${rec.disk_gb} GB disk`);
-        await beforeDeadline(this.clock, deadline, this.disks.provision(spec));
-        this.failpoints.hit('create.disk');
-        const why = start && 'reason' in start ? ` (not from a snapshot: ${start.reason})` : '';
-        emit('boot', `booting with ${rec.cpus} cpu(s) and ${rec.memory_mb} MB${why}`);
-      }
+      const snapshot = await this.createDisks.prepare(rec, spec, image, from, deadline, emit);
       // A member of a suspended pool is suspended once up: its start yields the CPU to VMs people wait on.
       const background = rec.pool !== undefined && !this.config.warm_pool.running;
       const handle = await beforeDeadline(
@@ -326,7 +293,10 @@ export class CreateService {
       // The first create of a shape booted: its snapshot is made now, for the next ones.
       if (start && 'reason' in start && start.capture) {
         const shape = { cpus: rec.cpus, memory_mb: rec.memory_mb };
-        void this.images.resolveImage(image.id).then((built) => this.snapshots.prepare(built, shape));
+        void this.images
+          .resolveImage(image.id)
+          .then((built) => this.snapshots.prepare(built, shape))
+          .catch(() => undefined); // the image went meanwhile: nothing to capture
       }
       return inst;
     } catch (err) {

@@ -40,8 +40,8 @@ export class ImageService {
       async () => {
         this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built');
         // Its snapshot in the default shape too, so the first create restores instead of booting.
-        const built = await this.images.resolveImage(image.id);
-        void this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb });
+        const built = await this.images.resolveImage(image.id).catch(() => undefined);
+        if (built) void this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb });
       },
       (err: unknown) =>
         this.log.warn(

@@ -72,7 +72,7 @@ export class ImageSnapshots {
     const stale: ImageSnapshotRecord[] = [];
     for (const rec of await this.store.list()) {
       const image = await this.images.resolveImage(rec.image).catch(() => undefined);
-      const now = image?.built ? await this.keyOf(image, rec) : undefined;
+      const now = image?.built ? await this.keyOf(image, rec).catch(() => undefined) : undefined;
       if (now === rec.key) this.known.set(rec.key, rec);
       else stale.push(rec);
     }
@@ -144,7 +144,13 @@ export class ImageSnapshots {
    */
   async prepare(image: ImageInfo, shape: Shape): Promise<void> {
     if (!this.config.create_from_snapshot || !this.hv.savedStateKey || !image.built || !image.agent_ready) return;
-    const key = await this.keyOf(image, shape);
+    let key: string;
+    try {
+      key = await this.keyOf(image, shape);
+    } catch (err) {
+      this.log.warn({ image: image.id, err: errorMessage(err) }, 'cannot key an image snapshot; creates boot');
+      return;
+    }
     const last = this.failedAt.get(key);
     if (this.known.has(key) || this.stopped || (last !== undefined && this.clock.now() - last < RETRY_AFTER_MS)) return;
     let run = this.capturing.get(key);

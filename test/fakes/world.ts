@@ -26,7 +26,7 @@ import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
-import { ActivityLog, VmStore, MetricsHistory } from '../../src/ports/stores.js';
+import { ActivityLog, VmStore, MetricsHistory, SnapshotStore, type ImageSnapshotRecord } from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import {
   CountingMetrics,
@@ -70,7 +70,13 @@ export function world(
   store = new MemoryInstanceStore(),
   hv = new InMemoryHypervisor({ bootDelayMs: 5 }),
 ): World {
-  const config = buildConfig({ data_dir: '/nonexistent', ...raw }, {}, undefined, DRIVER_SECTIONS);
+  // Snapshot creates have their own tests (test/integration/snapshot-creates.test.ts).
+  const config = buildConfig(
+    { data_dir: '/nonexistent', create_from_snapshot: false, ...raw },
+    {},
+    undefined,
+    DRIVER_SECTIONS,
+  );
   const activity = new MemoryActivityLog();
   const metrics = new CountingMetrics();
   const tunnels = new MemoryTunnels();
@@ -94,6 +100,7 @@ export function world(
       bind(VmStore).toConstantValue(store);
       bind(ActivityLog).toConstantValue(activity);
       bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
+      bind(SnapshotStore).toConstantValue(new MemorySnapshotStore());
       bind(SshKeys).toConstantValue(new StaticKeys());
       bind(Failpoints).toConstantValue(NO_FAILPOINTS);
       for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
@@ -142,4 +149,39 @@ export function world(
     egress: container.get(EgressService),
     listen: (event, fn) => void heard.push([event, fn]),
   };
+}
+
+/** Image snapshots' records in memory; their directories are names only (the fake hypervisor writes no files). */
+class MemorySnapshotStore implements SnapshotStore {
+  private readonly records = new Map<string, ImageSnapshotRecord>();
+  private readonly begun = new Set<string>();
+
+  async list(): Promise<ImageSnapshotRecord[]> {
+    return [...this.records.values()];
+  }
+
+  async unfinished(): Promise<string[]> {
+    return [...this.begun].filter((k) => !this.records.has(k));
+  }
+
+  dir(key: string): string {
+    return `/nonexistent/snapshots/${key}`;
+  }
+
+  async begin(key: string): Promise<string> {
+    this.records.delete(key);
+    this.begun.add(key);
+    return this.dir(key);
+  }
+
+  async commit(rec: Omit<ImageSnapshotRecord, 'size_bytes'>): Promise<ImageSnapshotRecord> {
+    const full = { ...rec, size_bytes: 0 };
+    this.records.set(rec.key, full);
+    return full;
+  }
+
+  async remove(key: string): Promise<void> {
+    this.records.delete(key);
+    this.begun.delete(key);
+  }
 }

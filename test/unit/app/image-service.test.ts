@@ -27,6 +27,23 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(await w.container.get(ImageService).prebuildDefault()).to.equal(undefined);
   });
 
+  it('captures the default shape after that build, so the first create restores', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, unbuilt: ['debian'], buildDelayMs: 20 });
+    const w = world({ create_from_snapshot: true, cpus: 2, memory_mb: 1024 }, undefined, hv);
+    const images = w.container.get(ImageService);
+    await (await images.prebuildDefault())!.done;
+    for (let i = 0; i < 200 && !(await images.get('debian')).snapshots?.length; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect((await images.get('debian')).snapshots).to.deep.include.members([
+      { ...(await images.get('debian')).snapshots![0], cpus: 2, memory_mb: 1024, disk_gb: 4 },
+    ]);
+    const job = await w.creates.create({ name: 'first' }, {});
+    const phases: string[] = [];
+    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    expect(phases).to.include('restore');
+    expect(phases).to.not.include('boot');
+  });
+
   it('builds nothing when build_default_image is off', async () => {
     const hv = new InMemoryHypervisor({ unbuilt: ['debian'] });
     const w = world({ build_default_image: false }, undefined, hv);
