@@ -112,6 +112,7 @@ export class ImageBuilder {
       .then(
         (img) => {
           emit('ready', `image ${img.id} is built`, { image: img });
+          this.imageService.snapshotDefaultShape(img.id);
           return img;
         },
         (err: unknown) => {

@@ -37,11 +37,9 @@ export class ImageService {
     const t0 = Date.now();
     this.log.info({ image: image.id }, 'building the default image in the background (first start)');
     const build = this.images.ensureImage(image.id).then(
-      async () => {
+      () => {
         this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built');
-        // Its snapshot in the default shape too, so the first create restores instead of booting.
-        const built = await this.images.resolveImage(image.id).catch(() => undefined);
-        if (built) void this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb });
+        this.snapshotDefaultShape(image.id);
       },
       (err: unknown) =>
         this.log.warn(
@@ -50,6 +48,17 @@ export class ImageService {
         ),
     );
     return { done: build };
+  }
+
+  /**
+   * A built image gets its snapshot in the default shape (config `cpus`, `memory_mb`) in the
+   * background, so the first create of it restores instead of booting (docs/snapshot-creates.md).
+   */
+  snapshotDefaultShape(id: string): void {
+    void this.images.resolveImage(id).then(
+      (built) => this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb }),
+      () => undefined,
+    );
   }
 
   /** VMs (templates and warm pool members included) whose disk stands on the image. */

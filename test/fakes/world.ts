@@ -26,7 +26,13 @@ import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
-import { ActivityLog, VmStore, MetricsHistory, SnapshotStore, type ImageSnapshotRecord } from '../../src/ports/stores.js';
+import {
+  ActivityLog,
+  VmStore,
+  MetricsHistory,
+  SnapshotStore,
+  type ImageSnapshotRecord,
+} from '../../src/ports/stores.js';
 import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from '../../src/ports/tunnels.js';
 import {
   CountingMetrics,

@@ -42,7 +42,8 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       mountDriver: '9p',
     });
     tpl = q.vm('tpl');
-    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(tpl.dir, 'disk.qcow2'), '1M']);
+    // The size the specs ask for (a clone's disk is its template's): no launch has a disk to grow.
+    execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(tpl.dir, 'disk.qcow2'), `${tpl.disk_gb}G`]);
     await hv.launch(tpl); // start 1
     await hv.suspend(tpl); // start 2 makes its RAM image
   });

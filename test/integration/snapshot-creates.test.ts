@@ -141,6 +141,19 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     await captured('minimal', 2);
   });
 
+  it('captures an image it bakes in the default shape, so its first create restores', async () => {
+    await create({ name: 'src', image: 'minimal', persistent: true });
+    expect((await d.call('POST', '/vms/src/shutdown')).status).to.equal(200);
+    const r = await d.call('POST', '/images', { name: 'baked', from_vm: 'src' });
+    expect(r.status, r.text).to.equal(201);
+    await captured('baked', 1);
+    expect((await snapshotsOf('baked'))[0]).to.include({ cpus: 1, memory_mb: 512 });
+    const lines = await create({ name: 'frombaked', image: 'baked' });
+    expect(lines.map((l) => l.phase)).to.include('restore');
+    for (const vm of ['src', 'frombaked']) await d.call('DELETE', `/vms/${vm}`);
+    expect((await d.call('DELETE', '/images/baked')).status).to.equal(200);
+  });
+
   it('refuses the names of its own guests', async () => {
     const r = await d.call('POST', '/vms', { name: 'svc-snapshot-abc' });
     expect(r.status).to.equal(400);
@@ -149,7 +162,9 @@ describe('creates from image snapshots (fake hypervisor)', function () {
 
   it('removes the snapshots with their image', async () => {
     const dir = join(d.config.data_dir, 'snapshots');
-    expect(readdirSync(dir)).to.have.length(2);
+    // 1 cpu with 256 MB and with 512 MB (the baked vm's source), 2 cpus with 512 MB.
+    await captured('minimal', 3);
+    expect(readdirSync(dir)).to.have.length(3);
     for (const v of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${v.name}`);
     const r = await d.call('DELETE', '/images/minimal');
     expect(r.status, r.text).to.equal(200);

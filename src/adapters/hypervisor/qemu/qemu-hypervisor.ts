@@ -31,7 +31,7 @@ import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
-import { LAYER } from './disk-layers.js';
+import { LAYER, virtualSize } from './disk-layers.js';
 import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { VmCommand } from './vm-command.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
@@ -292,7 +292,8 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     }
     const held = await this.spares.start(spec.name, !!options.restore);
     const handle = held ? await this.adopt(spec, held, accel, options) : await this.spawn(spec, options, accel);
-    if (handle.restored_from_snapshot) await this.growDisk(spec);
+    // Also a copy that cold-booted after all: it grows before its kernel looks for its disk.
+    await this.growDisk(spec);
     return handle;
   }
 
@@ -300,16 +301,21 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
    * A copy of a saved state made on a smaller disk (a create restored from its image's snapshot)
    * runs with the disk it was saved with: QEMU grows it to the spec's size, and the guest hears of
    * it (a virtio config interrupt) and grows its filesystem when told (the identity's disk_bytes).
+   * A disk of the spec's size (every other launch) costs a read of its header.
    */
   private async growDisk(spec: VmSpec): Promise<void> {
     const v = this.live.running(spec.name);
     const want = spec.disk_gb * 2 ** 30;
-    const blocks =
-      await v.qmp.execute<{ device: string; inserted?: { image: { 'virtual-size': number } } }[]>('query-block');
-    const disk = blocks.find((b) => b.device === 'virtio0')?.inserted;
+    // Read from the file's header: most launches have the size asked for, and ask QEMU nothing.
+    const onDisk = await virtualSize(layout(spec.dir).disk).catch(() => undefined);
+    if (onDisk !== undefined && onDisk >= want) return;
+    const blocks = await v.qmp
+      .execute<{ device: string; inserted?: { image: { 'virtual-size': number } } }[]>('query-block')
+      .catch(() => undefined);
+    const disk = Array.isArray(blocks) ? blocks.find((b) => b.device === 'virtio0')?.inserted : undefined;
     if (!disk || disk.image['virtual-size'] >= want) return;
     await v.qmp.execute('block_resize', { device: 'virtio0', size: want });
-    this.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown after restore');
+    this.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown to the spec');
   }
 
   /**

@@ -91,7 +91,7 @@ describe('adapters/agent/identity-request', () => {
         Buffer.alloc(IDENTITY_BODY_MAX + 1, 0x20),
         { 'content-type': 'application/json' },
         413,
-        /larger than 4096 bytes/,
+        new RegExp(`larger than ${IDENTITY_BODY_MAX} bytes`),
       ],
     ];
     for (const [body, headers, status, error] of cases) {
