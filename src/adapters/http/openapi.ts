@@ -423,6 +423,13 @@ function markPlanned(paths: Record<string, Record<string, Schema>>): Record<stri
   return paths;
 }
 
+/** What every create answers to (POST /vms, a clone, a fork): progress, its wait mode, its deadline. */
+const createParams = [
+  q('stream', { type: 'string', enum: ['1'] }),
+  q('wait', { type: 'string', enum: ['auto', 'ssh', 'agent', 'userdata', 'bootstrap', 'true', '1'] }),
+  q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
+];
+
 export function openApiDocument(version: string): Record<string, unknown> {
   const lifecycle = (summary: string, ok: unknown) => ({
     post: op(
@@ -594,11 +601,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
             '504': err('the create deadline passed'),
           },
           {
-            parameters: [
-              q('stream', { type: 'string', enum: ['1'] }),
-              q('wait', { type: 'string', enum: ['auto', 'ssh', 'agent', 'userdata', 'bootstrap', 'true', '1'] }),
-              q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
-            ],
+            parameters: createParams,
             requestBody: { required: false, content: { 'application/json': { schema: ref('CreateRequest') } } },
           },
         ),
@@ -640,12 +643,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
             '501': err('the driver cannot fork, or the svc-fdpass helper is not built'),
           },
           {
-            parameters: [
-              nameParam,
-              q('stream', { type: 'string', enum: ['1'] }),
-              q('wait', { type: 'string' }),
-              q('timeout', { type: 'string' }),
-            ],
+            parameters: [nameParam, ...createParams],
             requestBody: {
               required: false,
               content: {
@@ -682,12 +680,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
             '504': err('deadline passed'),
           },
           {
-            parameters: [
-              nameParam,
-              q('stream', { type: 'string', enum: ['1'] }),
-              q('wait', { type: 'string' }),
-              q('timeout', { type: 'string' }),
-            ],
+            parameters: [nameParam, ...createParams],
             requestBody: {
               required: false,
               content: {

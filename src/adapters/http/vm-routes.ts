@@ -8,13 +8,21 @@ import { toPublic } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 
-/** Answers a create: NDJSON progress when asked for (`stream`, read before the create began), else 201 with the ready Instance. */
-async function answerCreate(res: Response, stream: boolean, job: CreateJob): Promise<void> {
+/**
+ * Answers a create or a fork: NDJSON progress when asked for (`stream`, read before the job
+ * began), else 201 with what it made once ready. A failure after the job was accepted is the
+ * domain error wrapped as AcceptedCreateFailedError (500, or 504 at the deadline).
+ */
+async function answerCreate<T>(
+  res: Response,
+  stream: boolean,
+  job: { events: CreateJob['events']; done: Promise<T> },
+): Promise<void> {
   if (stream) return writeNdjson(res, job.events);
-  const inst = await job.done.catch((err: unknown) => {
+  const made = await job.done.catch((err: unknown) => {
     throw isDomainError(err) ? new AcceptedCreateFailedError(err) : err;
   });
-  res.status(201).json(inst);
+  res.status(201).json(made);
 }
 
 export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService, forks: ForkService): RouteDef[] {
@@ -64,15 +72,11 @@ export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateServic
       path: '/vms/:name/fork',
       handler: async (req, res) => {
         const stream = wantsNdjson(req);
-        const job = await forks.fork(String(req.params.name), req.body, {
-          wait: req.query.wait,
-          timeout: req.query.timeout,
-        });
-        if (stream) return writeNdjson(res, job.events);
-        const out = await job.done.catch((err: unknown) => {
-          throw isDomainError(err) ? new AcceptedCreateFailedError(err) : err;
-        });
-        res.status(201).json(out);
+        return answerCreate(
+          res,
+          stream,
+          await forks.fork(String(req.params.name), req.body, { wait: req.query.wait, timeout: req.query.timeout }),
+        );
       },
     },
     {
