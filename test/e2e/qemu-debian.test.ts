@@ -21,7 +21,8 @@ describe('svcd with QEMU: the debian image', function () {
     });
   });
   after(async () => {
-    for (const vm of ['deb', 'deb2', 'withjq', 'frombaked', 'bakesrc']) await d.call('DELETE', `/vms/${vm}`);
+    for (const vm of ['deb', 'deb2', 'snap1', 'snap2', 'withjq', 'frombaked', 'bakesrc'])
+      await d.call('DELETE', `/vms/${vm}`);
     for (const img of ['deb-jq', 'deb-baked']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
   });
