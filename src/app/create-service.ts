@@ -292,11 +292,7 @@ export class CreateService {
       if (template || copy) this.speedUps?.cloneReady(this.keeper.ref(rec));
       // The first create of a shape booted: its snapshot is made now, for the next ones.
       if (start && 'reason' in start && start.capture) {
-        const shape = { cpus: rec.cpus, memory_mb: rec.memory_mb };
-        void this.images
-          .resolveImage(image.id)
-          .then((built) => this.snapshots.prepare(built, shape))
-          .catch(() => undefined); // the image went meanwhile: nothing to capture
+        void this.snapshots.prepareImage(image.id, rec);
       }
       return inst;
     } catch (err) {

@@ -55,10 +55,7 @@ export class ImageService {
    * background, so the first create of it restores instead of booting (docs/snapshot-creates.md).
    */
   snapshotDefaultShape(id: string): void {
-    void this.images.resolveImage(id).then(
-      (built) => this.snapshots.prepare(built, { cpus: this.config.cpus, memory_mb: this.config.memory_mb }),
-      () => undefined,
-    );
+    void this.snapshots.prepareImage(id, this.config);
   }
 
   /** VMs (templates and warm pool members included) whose disk stands on the image. */

@@ -5,13 +5,14 @@ import { errorMessage, InternalError } from '../domain/errors.js';
 import { RESERVED_VM_PREFIX } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
-import type { ImageInfo, VmRef, VmSpec } from '../ports/hypervisor.js';
+import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
 import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { SnapshotStore, type ImageSnapshotRecord } from '../ports/stores.js';
 import { SshKeys } from '../ports/tunnels.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';
+import { agentEndpoint } from './readiness.js';
 import { AppConfig } from './tokens.js';
 
 /** A machine shape: what a snapshot is made for besides its image. */
@@ -79,12 +80,17 @@ export class ImageSnapshots {
     for (const rec of stale) {
       await this.discard(rec.key);
       this.log.info({ image: rec.image, cpus: rec.cpus, memory_mb: rec.memory_mb }, 'image snapshot is stale');
-      if (this.config.create_from_snapshot)
-        void this.images
-          .resolveImage(rec.image)
-          .then((image) => this.prepare(image, rec))
-          .catch(() => undefined);
+      void this.prepareImage(rec.image, rec);
     }
+  }
+
+  /**
+   * `prepare` for an image by name, as it is built now (after a build, or a create that built it);
+   * an image that went meanwhile has nothing to capture. Never rejects.
+   */
+  async prepareImage(id: string, shape: Shape): Promise<void> {
+    const image = await this.images.resolveImage(id).catch(() => undefined);
+    if (image) await this.prepare(image, { cpus: shape.cpus, memory_mb: shape.memory_mb });
   }
 
   /**
@@ -216,7 +222,7 @@ export class ImageSnapshots {
       };
       await this.disks.provision(spec);
       const handle = await this.hv.launch(spec, { background: true });
-      await this.settled({ port: handle.agent_port, cid: handle.agent_cid, socket: handle.agent_socket }, t0);
+      await this.settled(handle, t0);
       const { snapshot } = await this.hv.suspend(ref);
       if (!snapshot) throw new InternalError('the hypervisor wrote no saved state');
       const rec = await this.store.commit({
@@ -254,13 +260,8 @@ export class ImageSnapshots {
    * Waits until the guest has booted all the way: its agent answers and its boot's last step (the
    * userdata service, which runs nothing here) has marked its end.
    */
-  private async settled(ep: { port: number; cid?: number; socket?: string }, t0: number): Promise<void> {
-    const endpoint = {
-      host: '127.0.0.1',
-      port: ep.port,
-      cid: ep.cid || undefined,
-      ...(ep.socket ? { socket: ep.socket } : {}),
-    };
+  private async settled(handle: VmHandle, t0: number): Promise<void> {
+    const endpoint = agentEndpoint(handle);
     for (;;) {
       if (this.stopped) throw new InternalError('the daemon is stopping');
       if (this.clock.now() - t0 > CAPTURE_TIMEOUT_MS) throw new InternalError('the guest did not boot in time');
