@@ -91,6 +91,7 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   const c = buildAgentContainer(opts, o);
   const log = o.logger ?? PinoLogger.create(process.env.SVC_AGENT_LOG_LEVEL ?? 'info', 'svc-agent');
   const agent = c.get(AgentService);
+  await agent.resumeEgress().catch((err: Error) => log.warn({ err: err.message }, 'egress secrets not set again'));
   const app = createHttpApp({
     routes: [
       ...agentRoutes(agent, c.get(ExecService), c.get(FileService)),

@@ -58,6 +58,8 @@ export interface Config {
   egress: EgressPolicy;
   /** Resolvers guests' allowed DNS queries go to (HOST or HOST:PORT); empty: the host's /etc/resolv.conf. */
   guest_dns: string[];
+  /** A PEM file of certificates the upstreams of egress secrets may lead to besides the host's trust store (docs/egress-secrets.md). */
+  egress_upstream_ca: string;
   /** Large copies through the daemon: `auto` (the svc-splice helper built beside it), `off`, or another helper's path. */
   splice: string;
   /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
@@ -140,6 +142,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   log_level: ['log_level', { oneOf: ['debug', 'info', 'warn', 'error', 'silent'] }, 'info'],
   network: ['network', { oneOf: ['user', 'overlay'] }, 'user'],
   guest_dns: ['guest_dns', 'list', []],
+  egress_upstream_ca: ['egress_upstream_ca', 'string', ''],
   splice: ['splice', 'string', 'auto'],
   'egress.default': ['egress' as keyof Config, { oneOf: ['allow', 'deny'] }, 'allow'],
   'egress.allow': ['egress' as keyof Config, 'list', []],

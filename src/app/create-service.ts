@@ -1,4 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
+import { assertSecretsExist } from './egress-service.js';
+import { bindEgressSecrets, type EgressSecretSpec } from '../domain/egress-secrets.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import { InternalError, InvalidArgumentError, errorMessage, isDomainError, logLevelOf } from '../domain/errors.js';
@@ -10,7 +13,7 @@ import type { ImageInfo } from '../ports/hypervisor.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { ControlMetrics } from '../ports/metrics.js';
-import { ConsoleLogs, VmStore } from '../ports/stores.js';
+import { ConsoleLogs, SecretStore, VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
@@ -62,6 +65,7 @@ export class CreateService {
     @inject(GuestReadiness) private readonly readiness: GuestReadiness,
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
     @inject(CreateDisks) private readonly createDisks: CreateDisks,
+    @inject(SecretStore) private readonly secretStore: SecretStore,
     @inject(CloneSpeedUps) @optional() private readonly speedUps: CloneSpeedUps | undefined,
     @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
   ) {}
@@ -76,6 +80,7 @@ export class CreateService {
     internal: { pool?: string; fork?: { source: VmRecord; capture: string } } = {},
   ): Promise<CreateJob> {
     const req = parseCreateRequest(body);
+    if (req.egress_secrets) await assertSecretsExist(this.secretStore, req.egress_secrets);
     const wait = parseWaitMode(query.wait);
     const timeoutMs = parseCreateTimeout(query.timeout) ?? this.config.ready_timeout_ms + this.config.create_buffer_ms;
     if (req.from_pool) {
@@ -118,6 +123,7 @@ export class CreateService {
             memory_mb: template.memory_mb,
             disk_gb: template.disk_gb,
             egress: req.egress ?? template.egress,
+            egress_secrets: req.egress_secrets ?? template.egress_secrets,
           }
         : req,
       image,
@@ -152,6 +158,7 @@ export class CreateService {
       tags: req.tags,
       from: pool,
       egress: req.egress ?? member.egress,
+      egress_secrets: specsOrNone(req.egress_secrets ?? member.egress_secrets),
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
       forwards: [],
       created_at: new Date(this.clock.now()).toISOString(),
@@ -363,3 +370,6 @@ export class CreateService {
     throw domainErr;
   }
 }
+
+/** A claimed member's bindings, with placeholders of its own (none stays none). */
+const specsOrNone = (specs: EgressSecretSpec[] | undefined) => specs && bindEgressSecrets(specs, randomBytes, [], true);

@@ -1,14 +1,23 @@
+import { randomBytes } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import { parseEgressPolicy, type EgressEvent, type EgressPolicy } from '../domain/egress.js';
 import { hasProcess, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { ControlMetrics } from '../ports/metrics.js';
-import { VmStore } from '../ports/stores.js';
+import { SecretStore, VmStore } from '../ports/stores.js';
+import {
+  bindEgressSecrets,
+  parseEgressSecretSpecs,
+  type EgressSecretBinding,
+  type EgressSecretSpec,
+} from '../domain/egress-secrets.js';
+import { InvalidArgumentError } from '../domain/errors.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import type { LifecycleContribution } from './lifecycle-events.js';
 import { Vms } from './vms.js';
+import { GuestReadiness } from './guest-readiness.js';
 
 /** Entries a follower may fall behind by before it is dropped (it reads the log again). */
 const FOLLOW_BACKLOG = 1000;
@@ -31,7 +40,33 @@ export class EgressService implements LifecycleContribution {
     @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
+    @inject(SecretStore) private readonly secretStore: SecretStore,
+    @inject(GuestReadiness) private readonly readiness: GuestReadiness,
   ) {}
+
+  /** The VM's egress secrets (docs/egress-secrets.md): bindings with their placeholders, never values. */
+  secrets(name: string): EgressSecretBinding[] {
+    return this.vms.get(name).egress_secrets ?? [];
+  }
+
+  /**
+   * Replaces the VM's egress secrets (body: a list of bindings, or `{egress_secrets: [...]}`): a
+   * secret it had keeps its placeholder. For a running VM in force for the next request, and its
+   * guest's variables and CA updated. InvalidArgumentError for a bad binding or an unknown secret.
+   */
+  async putSecrets(name: string, body: unknown): Promise<EgressSecretBinding[]> {
+    const list = Array.isArray(body) ? body : (body as { egress_secrets?: unknown } | null)?.egress_secrets;
+    const specs = parseEgressSecretSpecs(list);
+    await assertSecretsExist(this.secretStore, specs);
+    return this.activity.timed('egress-secrets', name, () =>
+      this.vms.withVm(name, async (rec) => {
+        rec.egress_secrets = bindEgressSecrets(specs, randomBytes, rec.egress_secrets);
+        await this.vms.save(rec);
+        if (rec.status === 'running') await this.readiness.applyEgressSecrets(rec);
+        return rec.egress_secrets;
+      }),
+    );
+  }
 
   /** Starts counting and noting decisions (the composition root calls it once). */
   start(): () => void {
@@ -115,4 +150,15 @@ export class EgressService implements LifecycleContribution {
       `${what} refused by ${e.rule}${more ? ` (and ${more} more refusals)` : ''}`,
     );
   }
+}
+
+/** Every secret the bindings name is a host secret now: InvalidArgumentError naming the first that is not. */
+export async function assertSecretsExist(store: SecretStore, specs: EgressSecretSpec[]): Promise<void> {
+  if (!specs.length) return;
+  const have = new Set((await store.list()).map((s) => s.name));
+  const missing = specs.find((s) => !have.has(s.secret));
+  if (missing)
+    throw new InvalidArgumentError(
+      `egress_secrets: there is no host secret ${missing.secret} (add it with POST /secrets or svc secret set NAME)`,
+    );
 }

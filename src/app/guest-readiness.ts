@@ -6,6 +6,9 @@ import type { CreatePhase } from '../domain/events.js';
 import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
+import { GuestNetwork } from '../ports/guest-network.js';
+import { VmStore } from '../ports/stores.js';
+import { egressEnv } from '../domain/egress-secrets.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { RemoteShell, SshProbe } from '../ports/tunnels.js';
@@ -39,6 +42,8 @@ export class GuestReadiness {
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
     @inject(CrashWatch) private readonly crashes: CrashWatch,
+    @inject(GuestNetwork) private readonly network: GuestNetwork,
+    @inject(VmStore) private readonly store: VmStore,
   ) {}
 
   /** What `wait=auto` means for an image: agent readiness for golden images, SSH otherwise. */
@@ -78,6 +83,18 @@ export class GuestReadiness {
     );
     if (viaAgent && !folded)
       await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));
+    if (rec.egress_secrets && image?.agent_ready !== false)
+      await beforeDeadline(this.clock, deadline, this.applyEgressSecrets(rec));
+  }
+
+  /**
+   * A running VM's egress secrets at work: its network puts the values in (and answers the VM's
+   * CA), and its guest gets the CA to trust and the placeholders in its processes' environment.
+   */
+  async applyEgressSecrets(rec: VmRecord): Promise<void> {
+    const bindings = rec.egress_secrets ?? [];
+    const { ca_pem } = await this.network.setSecrets({ name: rec.name, dir: this.store.dir(rec.name) }, bindings);
+    await this.agent.setEgress(agentEndpoint(rec), { ca_pem, env: egressEnv(bindings) });
   }
 
   /**

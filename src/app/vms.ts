@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { inject, injectable } from 'inversify';
+import { bindEgressSecrets } from '../domain/egress-secrets.js';
 import type { CreateRequest } from '../domain/create-request.js';
 import type { VmChange } from '../domain/events.js';
 import {
@@ -214,6 +216,8 @@ export class Vms {
       userdata: req.userdata,
       egress: req.egress ?? this.config.egress,
     };
+    // A new VM's placeholders are its own, also when the bindings are its template's.
+    if (req.egress_secrets?.length) rec.egress_secrets = bindEgressSecrets(req.egress_secrets, randomBytes);
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     if (!image.agent_ready) rec.agent_missing = true;
     if (pool) rec.pool = pool;

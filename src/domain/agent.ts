@@ -137,5 +137,15 @@ export interface GuestIdentity {
   userdata?: string;
 }
 
+/**
+ * What a guest is told about its egress secrets (docs/egress-secrets.md): the CA the egress path
+ * signs with (to trust; none: the one it had goes) and the variables that hold the placeholders,
+ * set for every process the agent starts.
+ */
+export interface GuestEgress {
+  ca_pem?: string;
+  env: Record<string, string>;
+}
+
 /** The largest userdata a create takes (create-request.ts) and an identity carries. */
 export const USERDATA_MAX_BYTES = 256 * 1024;

@@ -1,4 +1,5 @@
 import { parseDuration } from './duration.js';
+import { parseEgressSecretSpecs, type EgressSecretSpec } from './egress-secrets.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
 import type { Mount, PortForward } from './vm.js';
@@ -23,6 +24,8 @@ export interface CreateRequest {
   from_pool?: boolean;
   /** What the guest may reach (docs/network.md); omitted: the template's (clones), else the config's `egress`. */
   egress?: EgressPolicy;
+  /** Host secrets for its egress (docs/egress-secrets.md); omitted: the template's (clones, with new placeholders). */
+  egress_secrets?: EgressSecretSpec[];
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -64,6 +67,7 @@ const FIELDS = new Set([
   'from',
   'from_pool',
   'egress',
+  'egress_secrets',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -199,6 +203,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   if (b.from !== undefined) req.from = assertVmName(b.from);
   if (b.from_pool !== undefined) req.from_pool = bool(b.from_pool, 'from_pool');
   if (b.egress !== undefined) req.egress = parseEgressPolicy(b.egress, 'egress');
+  if (b.egress_secrets !== undefined) req.egress_secrets = parseEgressSecretSpecs(b.egress_secrets);
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
     // The machine comes from a snapshot: its shape and first boot are the template's.

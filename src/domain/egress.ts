@@ -263,9 +263,10 @@ export interface EgressEvent {
   vm: string;
   /**
    * `dns`: a name asked for; `open`: a connection (or UDP flow) let through; `deny`: one refused;
-   * `close`: a let-through one ended (with its byte counts; `rule` says which policy ended it early).
+   * `close`: a let-through one ended (with its byte counts; `rule` says which policy ended it early);
+   * `secret`: an egress secret put into a request to a host it is for (`secret` names it, never its value).
    */
-  event: 'dns' | 'open' | 'deny' | 'close';
+  event: 'dns' | 'open' | 'deny' | 'close' | 'secret';
   proto: 'tcp' | 'udp' | 'icmp' | 'dns';
   decision: 'allow' | 'deny';
   /** The rule that decided (its text), or a word for an implicit one (`default`, `private`, `host-closed`, ...). */
@@ -282,4 +283,6 @@ export interface EgressEvent {
   /** Repeats of the same refusal folded into this one (a flood is logged once a second). */
   repeats?: number;
   error?: string;
+  /** The egress secret a `secret` entry (or a `deny` of a request that carried its placeholder) is about: its name. */
+  secret?: string;
 }

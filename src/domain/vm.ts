@@ -1,3 +1,4 @@
+import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
@@ -59,6 +60,8 @@ export interface Instance {
   from?: string;
   /** What its guest may reach beyond its own network (docs/network.md). */
   egress: EgressPolicy;
+  /** Host secrets put into its requests on the way out, to their hosts only (docs/egress-secrets.md). */
+  egress_secrets?: EgressSecretBinding[];
 }
 
 declare const adapterStateBrand: unique symbol;
@@ -104,6 +107,7 @@ export function toPublic(record: VmRecord): Instance {
     ...pub,
     forwards: pub.forwards.map((f) => ({ ...f })),
     egress: { ...pub.egress, allow: [...pub.egress.allow], deny: [...pub.egress.deny] },
+    ...(pub.egress_secrets ? { egress_secrets: pub.egress_secrets.map((b) => ({ ...b, hosts: [...b.hosts] })) } : {}),
   };
 }
 

@@ -3,6 +3,7 @@ import type { Duplex, Readable } from 'node:stream';
 import type {
   AgentHealth,
   CopyMode,
+  GuestEgress,
   GuestIdentity,
   ExecFrame,
   ExecRequest,
@@ -69,6 +70,8 @@ export interface GuestAgent {
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal>;
   /** Gives the guest its identity (hostname, clock, machine id). Idempotent. */
   setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void>;
+  /** Gives the guest its egress secrets' CA and placeholder variables (docs/egress-secrets.md). Idempotent. */
+  setEgress(ep: AgentEndpoint, egress: GuestEgress): Promise<void>;
 
   /** The daemon is stopping: drops kept-alive connections. Idempotent. */
   close(): void;

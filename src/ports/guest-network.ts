@@ -1,3 +1,4 @@
+import type { EgressSecretBinding } from '../domain/egress-secrets.js';
 import type { EgressEvent, EgressPolicy } from '../domain/egress.js';
 import type { VmRef } from './hypervisor.js';
 
@@ -14,6 +15,14 @@ export interface GuestNetwork {
    * takes the policy from its spec. Idempotent. InternalError when the network process fails.
    */
   setPolicy(vm: VmRef, policy: EgressPolicy): Promise<void>;
+
+  /**
+   * Puts a running VM's egress secrets to work (none: off): requests to their hosts get the values
+   * in place of the placeholders (docs/egress-secrets.md). Resolves with the VM's CA certificate
+   * (made with the VM's first binding, kept in its directory), none without bindings; a VM
+   * without a network now resolves `{}` (its next start sets them). Idempotent.
+   */
+  setSecrets(vm: VmRef, bindings: EgressSecretBinding[]): Promise<{ ca_pem?: string }>;
 
   /** The VM's egress log, oldest first: the last `limit` entries at or after `sinceMs`. Idempotent. */
   log(vm: VmRef, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]>;

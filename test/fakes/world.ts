@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { FsSecretStore } from '../../src/adapters/store/fs-secret-store.js';
 import { Container, ContainerModule } from 'inversify';
 import { buildConfig, type Config } from '../../src/app/config.js';
 import { CreateService } from '../../src/app/create-service.js';
@@ -30,6 +31,7 @@ import {
   ActivityLog,
   VmStore,
   MetricsHistory,
+  SecretStore,
   SnapshotStore,
   type ImageSnapshotRecord,
 } from '../../src/ports/stores.js';
@@ -107,6 +109,7 @@ export function world(
       bind(ActivityLog).toConstantValue(activity);
       bind(MetricsHistory).toConstantValue(new MemoryMetricsHistory());
       bind(SnapshotStore).toConstantValue(new MemorySnapshotStore());
+      bind(SecretStore).to(FsSecretStore).inSingletonScope();
       bind(SshKeys).toConstantValue(new StaticKeys());
       bind(Failpoints).toConstantValue(NO_FAILPOINTS);
       for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);

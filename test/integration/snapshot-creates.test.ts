@@ -29,9 +29,10 @@ describe('creates from image snapshots (fake hypervisor)', function () {
   };
   const snapshotsOf = async (image: string) =>
     (await d.call('GET', `/images/${image}`)).json.snapshots as Record<string, number>[];
-  /** Waits for the background capture the last create started. */
+  /** Waits for the background capture the last create started (a loaded CI machine took over 5 s). */
   const captured = async (image: string, n: number) => {
-    for (let i = 0; i < 200 && (await snapshotsOf(image)).length < n; i++) await new Promise((r) => setTimeout(r, 25));
+    const until = Date.now() + 40_000;
+    while (Date.now() < until && (await snapshotsOf(image)).length < n) await new Promise((r) => setTimeout(r, 25));
     expect(await snapshotsOf(image)).to.have.length(n);
   };
 

@@ -56,6 +56,12 @@ export function agentRoutes(agent: AgentService, exec: ExecService, files: FileS
       handler: async (req, res) => void (await agent.setIdentity(req.body), res.status(204).end()),
     },
     {
+      method: 'put',
+      path: '/egress',
+      body: 'json',
+      handler: async (req, res) => void (await agent.setEgress(req.body), res.status(204).end()),
+    },
+    {
       method: 'post',
       path: '/secrets/materialize',
       handler: async (req, res) => void res.json(await agent.materialize(req.body)),

@@ -3,7 +3,8 @@ import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:
 import { dirname, join } from 'node:path';
 import { injectable } from 'inversify';
 import { InternalError } from '../../domain/errors.js';
-import type { GuestIdentity } from '../../domain/agent.js';
+import type { GuestEgress, GuestIdentity } from '../../domain/agent.js';
+import { applyEgress, resumeEgress } from './egress-trust.js';
 import type { SystemIdentity } from '../../ports/agent/system-identity.js';
 import { shellWord } from '../process-kit/shell-word.js';
 import { KeptShell } from './kept-shell.js';
@@ -86,6 +87,14 @@ export class LinuxSystemIdentity implements SystemIdentity {
   }
 
   /** `notes` is `<state-dir>/identity`: userdata and its markers go in the state directory beside it. */
+  async egress(e: GuestEgress, stateDir: string): Promise<void> {
+    applyEgress(e, { stateDir, root: this.root, trustStore: true });
+  }
+
+  async resumeEgress(stateDir: string): Promise<void> {
+    resumeEgress({ stateDir, root: this.root, trustStore: true });
+  }
+
   async apply(id: GuestIdentity, notes = join(this.root, 'var/lib/svc/identity')): Promise<void> {
     if (!Number.isSafeInteger(Math.floor(id.time_ms / 1000)) || id.time_ms < 0)
       throw new InternalError(`cannot apply the identity: not a time: ${id.time_ms}`);

@@ -1,7 +1,8 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { injectable } from 'inversify';
-import type { GuestIdentity } from '../../domain/agent.js';
+import type { GuestEgress, GuestIdentity } from '../../domain/agent.js';
+import { applyEgress, resumeEgress } from './egress-trust.js';
 import type { SystemIdentity } from '../../ports/agent/system-identity.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
@@ -12,6 +13,15 @@ import { writeFileAtomic } from '../fs-kit/atomic-file.js';
  */
 @injectable()
 export class RecordedIdentity implements SystemIdentity {
+  /** A stand-in's processes get the placeholders; the host's trust store is never touched. */
+  async egress(e: GuestEgress, stateDir: string): Promise<void> {
+    applyEgress(e, { stateDir, trustStore: false });
+  }
+
+  async resumeEgress(stateDir: string): Promise<void> {
+    resumeEgress({ stateDir, trustStore: false });
+  }
+
   async apply(id: GuestIdentity, notes: string): Promise<void> {
     await mkdir(notes, { recursive: true, mode: 0o755 });
     const entries: [string, string | undefined][] = [

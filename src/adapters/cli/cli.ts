@@ -7,7 +7,7 @@ import type { Instance } from '../../domain/vm.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
-import { egressCommands, egressFlags, policyFromFlags } from './egress-commands.js';
+import { egressCommands, egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, snapshotList, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
@@ -139,7 +139,7 @@ export function buildCli(): Command {
       print(o.json, list, () => (list.length ? vmRows(list) : 'no vms'));
     });
 
-  egressFlags(program.command('new'))
+  egressSecretFlag(egressFlags(program.command('new')))
     .argument('[name]')
     .description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
@@ -171,6 +171,7 @@ export function buildCli(): Command {
       if (o.pool) req.from_pool = true;
       const egress = policyFromFlags(o);
       if (egress) req.egress = egress as CreateInput['egress'];
+      if (o.egressSecret.length) req.egress_secrets = secretsFromFlags(o.egressSecret);
       if (o.mount.length) {
         req.mounts = (o.mount as string[]).map((m) => {
           const [host, guest, flag] = m.split(':');

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
+import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { bytes, table } from './format.js';
 
@@ -27,6 +28,42 @@ export function egressFlags(cmd: Command): Command {
       [],
     )
     .option('--deny <rule>', 'egress rule to deny, same forms (repeatable)', collect, []);
+}
+
+/** `--egress-secret SECRET=HOST[,HOST...][:ENV]`: the bindings it gives (docs/egress-secrets.md). */
+export function secretsFromFlags(list: string[]): EgressSecretSpec[] {
+  return list.map((v) => {
+    const m = /^([^=]+)=([^:]+)(?::([A-Za-z_][A-Za-z0-9_]*))?$/.exec(v);
+    if (!m)
+      throw new Error(
+        `--egress-secret ${v}: use SECRET=HOST[,HOST...][:ENV], such as openai=api.openai.com:OPENAI_API_KEY`,
+      );
+    return { secret: m[1], hosts: m[2].split(','), ...(m[3] ? { env: m[3] } : {}) };
+  });
+}
+
+/** Adds `--egress-secret` to a command that creates a VM. */
+export function egressSecretFlag(cmd: Command): Command {
+  return cmd.option(
+    '--egress-secret <secret=host[,host][:ENV]>',
+    'put a host secret into requests to these hosts only; the guest sees a placeholder in $ENV (repeatable)',
+    collect,
+    [],
+  );
+}
+
+function showSecrets(list: EgressSecretBinding[]): string {
+  if (!list.length) return 'no egress secrets';
+  return table(
+    list.map((b) => [
+      b.secret,
+      b.hosts.join(','),
+      b.env ?? b.secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_'),
+      b.header ?? 'any',
+      b.placeholder,
+    ]),
+    ['SECRET', 'HOSTS', 'ENV', 'HEADER', 'PLACEHOLDER'],
+  );
 }
 
 function showPolicy(p: EgressPolicy): string {
@@ -71,6 +108,20 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
       if (!policy) throw new Error('egress set: give --file, or --egress-default, --allow and --deny');
       const p = await client().setEgress(name, policy);
       process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
+    });
+  egressSecretFlag(
+    eg
+      .command('secrets')
+      .argument('<name>')
+      .option('--set', 'replace the bindings with the --egress-secret flags (none: remove them all)')
+      .option('--json'),
+  )
+    .description("a VM's egress secrets: which host secrets go to which hosts, and the placeholders its guest holds")
+    .action(async (name: string, o) => {
+      const list = o.set
+        ? await client().setEgressSecrets(name, secretsFromFlags(o.egressSecret))
+        : await client().egressSecrets(name);
+      process.stdout.write((o.json ? JSON.stringify(list, null, 2) : showSecrets(list)) + '\n');
     });
   eg.command('log')
     .argument('<name>')

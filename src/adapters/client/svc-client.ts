@@ -26,6 +26,7 @@ import type {
 } from '../../domain/events.js';
 import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
+import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type {
   OutputFrame,
   ProcessInfo,
@@ -142,6 +143,8 @@ export const CLIENT_ROUTES = [
   'get /vms/{name}/egress',
   'put /vms/{name}/egress',
   'get /vms/{name}/egress/log',
+  'get /vms/{name}/egress/secrets',
+  'put /vms/{name}/egress/secrets',
   'post /vms/{name}/processes',
   'get /vms/{name}/processes',
   'get /vms/{name}/processes/{id}',
@@ -428,6 +431,12 @@ export class SvcClient {
   }
   setEgress(name: string, policy: Partial<EgressPolicy>): Promise<EgressPolicy> {
     return this.call('PUT', `/vms/${enc(name)}/egress`, policy);
+  }
+  egressSecrets(name: string): Promise<EgressSecretBinding[]> {
+    return this.call('GET', `/vms/${enc(name)}/egress/secrets`);
+  }
+  setEgressSecrets(name: string, bindings: EgressSecretSpec[]): Promise<EgressSecretBinding[]> {
+    return this.call('PUT', `/vms/${enc(name)}/egress/secrets`, bindings);
   }
   async egressLog(name: string, o: { limit?: number; since?: number | string } = {}): Promise<EgressEvent[]> {
     return (await this.call<{ events: EgressEvent[] }>('GET', `/vms/${enc(name)}/egress/log${qs(o)}`)).events;

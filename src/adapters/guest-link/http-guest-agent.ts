@@ -4,6 +4,7 @@ import type {
   AgentHealth,
   CopyMode,
   ExecFrame,
+  GuestEgress,
   GuestIdentity,
   ExecRequest,
   ExecResult,
@@ -293,6 +294,16 @@ export class HttpGuestAgent implements GuestAgent {
       method: 'POST',
       path: '/identity',
       body: Buffer.from(JSON.stringify(id)),
+      contentType: 'application/json',
+      timeoutMs: 10_000,
+    });
+  }
+
+  async setEgress(ep: AgentEndpoint, egress: GuestEgress): Promise<void> {
+    await this.http.json(ep, {
+      method: 'PUT',
+      path: '/egress',
+      body: Buffer.from(JSON.stringify(egress)),
       contentType: 'application/json',
       timeoutMs: 10_000,
     });

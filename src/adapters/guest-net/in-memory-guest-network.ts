@@ -1,3 +1,4 @@
+import type { EgressSecretBinding } from '../../domain/egress-secrets.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
 import type { VmRef } from '../../ports/hypervisor.js';
@@ -13,6 +14,16 @@ export class InMemoryGuestNetwork implements GuestNetwork {
 
   async setPolicy(vm: VmRef, policy: EgressPolicy): Promise<void> {
     this.policies.set(vm.name, policy);
+  }
+
+  /** The egress secrets each VM has (tests). */
+  readonly secrets = new Map<string, EgressSecretBinding[]>();
+
+  async setSecrets(vm: VmRef, bindings: EgressSecretBinding[]): Promise<{ ca_pem?: string }> {
+    this.secrets.set(vm.name, bindings);
+    return bindings.length
+      ? { ca_pem: `-----BEGIN CERTIFICATE-----\nfake CA of ${vm.name}\n-----END CERTIFICATE-----\n` }
+      : {};
   }
 
   async log(vm: VmRef, query: { limit: number; sinceMs?: number }): Promise<EgressEvent[]> {

@@ -22,6 +22,8 @@ export interface NetdClientOptions {
   script?: string;
   /** Resolvers for guests (config guest_dns); empty: the host's. */
   dns?: string[];
+  /** Certificates egress secrets' upstreams may lead to besides the host's (config egress_upstream_ca). */
+  upstreamCa?: string;
 }
 
 /**
@@ -57,7 +59,7 @@ export class NetdClient {
       // no script: the start below says so
     }
     // Resolvers are the process's: another list is another build to replace.
-    return `${VERSION}/${NETD_PROTOCOL}/${stamp}/${(this.o.dns ?? []).join(',')}`;
+    return `${VERSION}/${NETD_PROTOCOL}/${stamp}/${(this.o.dns ?? []).join(',')}/${this.o.upstreamCa ?? ''}`;
   }
 
   async call<T>(req: NetRequest): Promise<T> {
@@ -154,6 +156,9 @@ export class NetdClient {
           '--build',
           this.build(),
           ...(this.o.dns?.length ? ['--dns', this.o.dns.join(',')] : []),
+          '--secrets',
+          this.o.dataDir,
+          ...(this.o.upstreamCa ? ['--upstream-ca', this.o.upstreamCa] : []),
         ],
         {
           detached: true,

@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import type { EgressSecretBinding } from '../../domain/egress-secrets.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import { NotFoundError } from '../../domain/errors.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
@@ -59,6 +60,19 @@ export class NetdGuestNetwork implements GuestNetwork {
       await this.client.call({ op: 'policy', vm: vm.name, policy });
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err;
+    }
+  }
+
+  async setSecrets(vm: VmRef, bindings: EgressSecretBinding[]): Promise<{ ca_pem?: string }> {
+    try {
+      return await this.client.call<{ ca_pem?: string }>({
+        op: 'secrets',
+        vm: vm.name,
+        secrets: { ca: join(vm.dir, 'egress-ca'), bindings },
+      });
+    } catch (err) {
+      if (err instanceof NotFoundError) return {};
+      throw err;
     }
   }
 

@@ -27,6 +27,17 @@ export function egressRoutes(egress: EgressService): RouteDef[] {
     },
     {
       method: 'get',
+      path: '/vms/:name/egress/secrets',
+      handler: (req, res) => void res.json(egress.secrets(name(req.params))),
+    },
+    {
+      method: 'put',
+      path: '/vms/:name/egress/secrets',
+      body: 'json',
+      handler: async (req, res) => void res.json(await egress.putSecrets(name(req.params), req.body)),
+    },
+    {
+      method: 'get',
       path: '/vms/:name/egress/log',
       handler: async (req, res) => {
         const q = req.query as Query;

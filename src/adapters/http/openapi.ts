@@ -84,7 +84,40 @@ const schemas: Record<string, Schema> = {
       updated_at: { type: 'string', format: 'date-time' },
       error: { type: 'string' },
       egress: ref('EgressPolicy'),
+      egress_secrets: { type: 'array', items: ref('EgressSecretBinding') },
     },
+  },
+  EgressSecret: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['secret', 'hosts'],
+    description:
+      'A host secret put into requests on the way out, to its hosts only (docs/egress-secrets.md): the guest holds a placeholder.',
+    properties: {
+      secret: { type: 'string', description: 'a host secret (POST /secrets)' },
+      hosts: {
+        type: 'array',
+        minItems: 1,
+        maxItems: 64,
+        items: { type: 'string', description: 'api.example.com, *.example.com or host.svc.internal' },
+      },
+      header: { type: 'string', description: 'only this request header carries the value (default: any)' },
+      format: { type: 'string', description: 'what the header becomes, {value} the secret: "Bearer {value}"' },
+      env: {
+        type: 'string',
+        description: "the guest variable holding the placeholder (default: the secret's name upper-cased)",
+      },
+    },
+  },
+  EgressSecretBinding: {
+    allOf: [
+      ref('EgressSecret'),
+      {
+        type: 'object',
+        required: ['placeholder'],
+        properties: { placeholder: { type: 'string', description: 'what the guest holds in place of the value' } },
+      },
+    ],
   },
   EgressPolicy: {
     type: 'object',
@@ -111,7 +144,7 @@ const schemas: Record<string, Schema> = {
     properties: {
       t: { type: 'string', format: 'date-time' },
       vm: { type: 'string' },
-      event: { type: 'string', enum: ['dns', 'open', 'deny', 'close'] },
+      event: { type: 'string', enum: ['dns', 'open', 'deny', 'close', 'secret'] },
       proto: { type: 'string', enum: ['tcp', 'udp', 'icmp', 'dns'] },
       decision: { type: 'string', enum: ['allow', 'deny'] },
       rule: { type: 'string' },
@@ -124,6 +157,7 @@ const schemas: Record<string, Schema> = {
       duration_ms: { type: 'integer' },
       repeats: { type: 'integer' },
       error: { type: 'string' },
+      secret: { type: 'string', description: 'the egress secret a secret or deny entry is about (its name)' },
     },
   },
   CreateRequest: {
@@ -144,6 +178,7 @@ const schemas: Record<string, Schema> = {
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
       egress: ref('EgressPolicy'),
+      egress_secrets: { type: 'array', maxItems: 32, items: ref('EgressSecret') },
     },
   },
   CreateProgressEvent: {
@@ -1062,6 +1097,31 @@ export function openApiDocument(version: string): Record<string, unknown> {
           {
             parameters: [nameParam],
             requestBody: { required: true, content: { 'application/json': { schema: ref('EgressPolicy') } } },
+          },
+        ),
+      },
+      '/vms/{name}/egress/secrets': {
+        get: op(
+          "The VM's egress secrets: bindings and placeholders, never values",
+          {
+            '200': json('the bindings', { type: 'array', items: ref('EgressSecretBinding') }),
+            '404': err('no such vm'),
+          },
+          { parameters: [nameParam] },
+        ),
+        put: op(
+          "Replace the VM's egress secrets, live (a secret it had keeps its placeholder)",
+          {
+            '200': json('the bindings', { type: 'array', items: ref('EgressSecretBinding') }),
+            '400': err('not a binding, or no such host secret'),
+            '404': err('no such vm'),
+          },
+          {
+            parameters: [nameParam],
+            requestBody: {
+              required: true,
+              content: { 'application/json': { schema: { type: 'array', items: ref('EgressSecret') } } },
+            },
           },
         ),
       },

@@ -1,9 +1,10 @@
 import { createSocket, type Socket as DgramSocket } from 'node:dgram';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { HOST_NAME, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
+import { HOST_NAME, normalName, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
 import type { PortForward } from '../../domain/vm.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
+import { duplexPair } from './duplex-pair.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import { EgressGuard, type EgressEntry } from './egress-guard.js';
 import {
@@ -32,7 +33,8 @@ import {
   type Link,
   type Tcp,
 } from './packets.js';
-import { sniff } from './sniff.js';
+import type { EgressSecrets } from './secret-proxy.js';
+import { sniff, type Sniffed } from './sniff.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
 import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
 
@@ -83,6 +85,10 @@ interface Conn {
   shown?: string;
   /** The policy ended it (its rule). */
   endedBy?: string;
+  /** The host socket, until an egress secret's interception takes it over. */
+  sock?: Socket;
+  /** Where the host socket went. */
+  to?: { host: string; port: number };
   error?: string;
 }
 
@@ -122,6 +128,8 @@ export class GuestLan implements FlowHost, UdpHost {
   private nextPort = 40000;
   /** Frames from the guest this network could not read (a count, for `list`). */
   badFrames = 0;
+  /** The VM's egress secrets (docs/egress-secrets.md): connections to their hosts get them put in. */
+  secrets: EgressSecrets | undefined;
 
   constructor(private readonly o: LanOptions) {
     this.guard = new EgressGuard(o.policy, o.upstream, o.hostAddresses, (e) => o.audit(e));
@@ -555,8 +563,9 @@ export class GuestLan implements FlowHost, UdpHost {
       decision: 'allow',
       rule: d.rule,
     });
-    // What the connection shows (SNI, Host) is checked when a name let it through or a deny rule names one.
-    if (kind === 'out' && (d.byName || this.guard.policy.deny.length)) {
+    // What the connection shows (SNI, Host) is checked when a name let it through or a deny rule
+    // names one, and read when the VM has egress secrets (they are put in for the hosts they are for).
+    if ((kind === 'out' && (d.byName || this.guard.policy.deny.length)) || this.secrets?.bindings.length) {
       flow.hold();
       flow.onHeld = () => this.checkShown(c);
     }
@@ -565,6 +574,8 @@ export class GuestLan implements FlowHost, UdpHost {
         ? (this.o.route?.(target, ends.remotePort) ?? { host: target, port: ends.remotePort })
         : { host: target, port: ends.remotePort };
     const sock = connect({ host: to.host, port: to.port, allowHalfOpen: true });
+    c.sock = sock;
+    c.to = to;
     sock.setTimeout(CONNECT_TIMEOUT_MS, () => sock.destroy(new Error('connect timed out')));
     sock.once('connect', () => {
       sock.setTimeout(0);
@@ -601,7 +612,54 @@ export class GuestLan implements FlowHost, UdpHost {
       }
       c.decision = d;
     }
+    if (this.secrets?.bindings.length) this.secretsFor(c, s);
     c.flow.release();
+  }
+
+  /**
+   * A connection of a VM with egress secrets: to a host a secret is for (by TLS SNI, whose
+   * upstream certificate must then prove it; or by HTTP Host, which must name what the address was
+   * resolved from) it is handed to the injection; any other is read for placeholders on its way.
+   */
+  private secretsFor(c: Conn, s: Sniffed): void {
+    const secrets = this.secrets!;
+    const name = (s.kind === 'tls' || s.kind === 'http') && s.name ? normalName(s.name) : undefined;
+    const resolvedAs = name !== undefined && (c.kind === 'host' ? name === HOST_NAME : c.names.includes(name));
+    const intercept = name !== undefined && secrets.isFor(name) && c.sock && c.to && (s.kind === 'tls' || resolvedAs);
+    if (!intercept) {
+      const scan = secrets.scanner();
+      c.flow.inspect = (b) => {
+        const secret = scan.scan(b);
+        if (secret === undefined) return true;
+        c.endedBy = 'egress-secret';
+        this.guard.fold({
+          event: 'deny',
+          proto: 'tcp',
+          addr: c.addr,
+          port: c.port,
+          name: name ?? c.names[0],
+          decision: 'deny',
+          rule: 'egress-secret',
+          secret,
+          error: 'its placeholder on a connection to a host it is not for',
+        });
+        return false;
+      };
+      return;
+    }
+    const [guestEnd, proxyEnd] = duplexPair();
+    c.flow.rebind(guestEnd);
+    const upstream = c.sock!;
+    c.sock = undefined;
+    secrets.intercept({
+      guest: proxyEnd,
+      upstream,
+      tls: s.kind === 'tls',
+      name: name!,
+      alpn: s.kind === 'tls' ? s.alpn : undefined,
+      addr: c.addr,
+      to: c.to!,
+    });
   }
 
   private inbound(sock: Socket, guestPort: number): void {

@@ -16,7 +16,11 @@ import {
   type NetHello,
   type NetListed,
   type NetRequest,
+  type NetSecrets,
 } from './protocol.js';
+import { EgressCa, ensureEgressCa } from './egress-ca.js';
+import { EgressSecrets, hostTrust, type SecretValues } from './secret-proxy.js';
+import { parseEgressSecretBindings } from '../../domain/egress-secrets.js';
 
 /** Each VM's egress log is kept under this, plus one older copy. */
 const EGRESS_LOG_MAX = 2 << 20;
@@ -35,12 +39,24 @@ export interface NetdOptions {
   exit: () => void;
   /** Resolvers for the guests' allowed queries (HOST[:PORT]); default: the host's /etc/resolv.conf. */
   dns?: string[];
+  /** Where egress secrets' values are read, at each request (none: egress secrets are refused). */
+  values?: SecretValues;
+  /** The certificates an upstream of an egress secret must lead to (default: the host's trust store). */
+  trust?: string[];
 }
 
 interface Vm {
   a: NetAttachment;
   lan: GuestLan;
   egress: NdjsonLog;
+  /** Where the CA of its egress secrets is. */
+  ca?: string;
+}
+
+function parseNetSecrets(s: NetSecrets | undefined): NetSecrets {
+  if (!s || typeof s.ca !== 'string' || !s.ca.startsWith('/'))
+    throw new NetError('secrets need {ca, bindings}', 'invalid');
+  return { ca: s.ca, bindings: parseEgressSecretBindings(s.bindings) };
 }
 
 class NetError extends Error {
@@ -67,6 +83,7 @@ export class NetdServer {
   private idleSince = Date.now();
   private watch: NodeJS.Timeout | undefined;
   private saving: Promise<void> = Promise.resolve();
+  private trust: string[] | undefined;
 
   constructor(private readonly o: NetdOptions) {
     this.upstream = new DnsUpstream(o.dns ?? []);
@@ -187,16 +204,27 @@ export class NetdServer {
         if (v) {
           this.vms.delete(req.vm);
           v.lan.close();
+          v.lan.secrets?.close();
           await v.egress.flush();
           await this.save();
         }
         return {};
       }
+      case 'secrets': {
+        const v = this.vm(req.vm);
+        const secrets = parseNetSecrets(req.secrets);
+        const caPem = secrets.bindings.length ? await ensureEgressCa(secrets.ca, req.vm) : undefined;
+        this.setSecrets(v, secrets);
+        await this.save();
+        return { ca_pem: caPem };
+      }
       case 'rename': {
         const v = this.vm(req.from);
         if (this.vms.has(req.to)) throw new NetError(`vm ${req.to} has a network already`, 'exists');
         this.vms.delete(req.from);
-        v.a = { ...v.a, vm: req.to, log: req.log, socket: req.socket };
+        // Its secrets were the old VM's (a pool member's, a spare's): the new one sets its own.
+        this.setSecrets(v, undefined);
+        v.a = { ...v.a, vm: req.to, log: req.log, socket: req.socket, secrets: undefined };
         await v.egress.moveTo(req.log);
         this.vms.set(req.to, v);
         await this.save();
@@ -278,9 +306,41 @@ export class NetdServer {
       }
       throw err;
     }
-    vm.a = { ...a, vm: a.vm, forwards: vm.lan.listForwards() };
+    vm.a = { ...a, vm: a.vm, forwards: vm.lan.listForwards(), secrets: vm.a.secrets };
+    if (a.secrets) {
+      try {
+        this.setSecrets(vm, parseNetSecrets(a.secrets));
+      } catch (err) {
+        this.o.log.warn({ vm: a.vm, err: (err as Error).message }, 'egress secrets not taken back');
+      }
+    }
     await this.save();
     return bound;
+  }
+
+  /** Puts a VM's egress secrets to work in its network (undefined or no bindings: none). */
+  private setSecrets(v: Vm, secrets: NetSecrets | undefined): void {
+    const had = v.lan.secrets;
+    v.a = { ...v.a, secrets: secrets?.bindings.length ? secrets : undefined };
+    if (!secrets?.bindings.length) {
+      had?.close();
+      v.lan.secrets = undefined;
+      return;
+    }
+    if (had && v.ca === secrets.ca) return had.update(secrets.bindings);
+    had?.close();
+    if (!this.o.values) throw new NetError('this svc-netd was started without a secret store', 'invalid');
+    this.trust ??= this.o.trust ?? hostTrust();
+    const vm = v.a.vm;
+    v.ca = secrets.ca;
+    v.lan.secrets = new EgressSecrets({
+      vm,
+      bindings: secrets.bindings,
+      ca: new EgressCa(secrets.ca, vm),
+      values: this.o.values,
+      trust: this.trust,
+      audit: (e) => this.audit(vm, e),
+    });
   }
 
   private audit(vm: string, e: EgressEntry): void {
@@ -296,6 +356,7 @@ export class NetdServer {
     await this.save();
     for (const v of this.vms.values()) {
       v.lan.close();
+      v.lan.secrets?.close();
       await v.egress.flush();
     }
     for (const c of this.clients) c.destroy();

@@ -1,3 +1,4 @@
+import type { EgressSecretBinding } from '../../domain/egress-secrets.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { PortForward } from '../../domain/vm.js';
 
@@ -17,6 +18,14 @@ export interface NetAttachment {
   policy: EgressPolicy;
   /** Where its egress decisions are logged (JSON lines, capped). */
   log: string;
+  /** Its egress secrets (docs/egress-secrets.md): placeholders and hosts, never values. */
+  secrets?: NetSecrets;
+}
+
+/** A VM's egress secrets as svc-netd keeps them: the bindings, and where its CA is (`<prefix>.crt`, `<prefix>.key`). */
+export interface NetSecrets {
+  ca: string;
+  bindings: EgressSecretBinding[];
 }
 
 export type NetRequest =
@@ -25,6 +34,8 @@ export type NetRequest =
   | { op: 'detach'; vm: string }
   | { op: 'rename'; from: string; to: string; socket: string; log: string }
   | { op: 'policy'; vm: string; policy: EgressPolicy }
+  /** Sets the VM's egress secrets (none: off); answers `{ca_pem}`, the VM's CA, made on first use. */
+  | { op: 'secrets'; vm: string; secrets: NetSecrets }
   | { op: 'forward'; vm: string; forwards: PortForward[] }
   | { op: 'unforward'; vm: string; host_port: number; proto: 'tcp' | 'udp' }
   | { op: 'list' }

@@ -4,7 +4,11 @@
  * decrypts anything.
  */
 export type Sniffed =
-  | { kind: 'tls' | 'http'; name?: string }
+  | {
+      kind: 'tls' | 'http';
+      name?: string;
+      /** The protocols a ClientHello offers (ALPN), in its order. */ alpn?: string[];
+    }
   /** Neither TLS nor HTTP (or a protocol whose server speaks first): nothing to check. */
   | { kind: 'other' }
   /** A ClientHello or request head that is not whole yet. */
@@ -65,14 +69,15 @@ function tls(b: Buffer): Sniffed {
       if (m[0] !== 1) return { kind: 'other' }; // not a ClientHello
       need = 4 + m.readUIntBE(1, 3);
     }
-    if (need >= 0 && have >= need) return { kind: 'tls', name: serverName(m.subarray(4, need)) };
+    if (need >= 0 && have >= need) return { kind: 'tls', ...helloNames(m.subarray(4, need)) };
     if (off + 5 + len > b.length) return { kind: 'more' };
     off += 5 + len;
   }
 }
 
-/** The host_name of the server_name extension (RFC 6066), if the hello has one. */
-function serverName(h: Buffer): string | undefined {
+/** The host_name of the server_name extension (RFC 6066) and the ALPN list (RFC 7301), if the hello has them. */
+function helloNames(h: Buffer): { name?: string; alpn?: string[] } {
+  const out: { name?: string; alpn?: string[] } = {};
   let i = 2 + 32; // version, random
   const skip = (lenBytes: number) => {
     if (i + lenBytes > h.length) throw new RangeError('short');
@@ -83,7 +88,7 @@ function serverName(h: Buffer): string | undefined {
     skip(1); // session id
     skip(2); // cipher suites
     skip(1); // compression methods
-    if (i + 2 > h.length) return undefined;
+    if (i + 2 > h.length) return out;
     const end = Math.min(h.length, i + 2 + h.readUInt16BE(i));
     i += 2;
     while (i + 4 <= end) {
@@ -91,19 +96,37 @@ function serverName(h: Buffer): string | undefined {
       const len = h.readUInt16BE(i + 2);
       const data = h.subarray(i + 4, i + 4 + len);
       i += 4 + len;
-      if (type !== 0 || data.length < 5) continue;
-      // server_name_list: length, then entries of type (0 = host_name), length, name
-      let j = 2;
-      while (j + 3 <= data.length) {
-        const kind = data[j];
-        const n = data.readUInt16BE(j + 1);
-        const name = data.subarray(j + 3, j + 3 + n);
-        if (kind === 0 && name.length === n) return name.toString('latin1');
-        j += 3 + n;
-      }
+      if (type === 0 && data.length >= 5 && out.name === undefined) out.name = hostNameOf(data);
+      if (type === 16 && data.length >= 2) out.alpn = protocolsOf(data);
     }
   } catch {
-    return undefined;
+    return out;
+  }
+  return out;
+}
+
+/** server_name_list: length, then entries of type (0 = host_name), length, name. */
+function hostNameOf(data: Buffer): string | undefined {
+  let j = 2;
+  while (j + 3 <= data.length) {
+    const kind = data[j];
+    const n = data.readUInt16BE(j + 1);
+    const name = data.subarray(j + 3, j + 3 + n);
+    if (kind === 0 && name.length === n) return name.toString('latin1');
+    j += 3 + n;
   }
   return undefined;
+}
+
+/** protocol_name_list: length, then entries of a length byte and the name. */
+function protocolsOf(data: Buffer): string[] {
+  const list: string[] = [];
+  const end = Math.min(data.length, 2 + data.readUInt16BE(0));
+  for (let j = 2; j < end && list.length < 16;) {
+    const n = data[j];
+    if (!n || j + 1 + n > end) break;
+    list.push(data.subarray(j + 1, j + 1 + n).toString('latin1'));
+    j += 1 + n;
+  }
+  return list;
 }

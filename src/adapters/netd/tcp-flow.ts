@@ -89,6 +89,9 @@ export class TcpFlow {
   private ackDue = false;
   /** Called when held bytes arrive (the egress check reads them). */
   onHeld: (() => void) | undefined;
+  /** Reads what the guest sends before the host socket gets it; false resets the connection. */
+  inspect: ((b: Buffer) => boolean) | undefined;
+  private detach: (() => void) | undefined;
 
   private constructor(
     private readonly host: FlowHost,
@@ -140,9 +143,28 @@ export class TcpFlow {
     const held = this.held;
     this.held = undefined;
     this.heldLen = 0;
-    for (const b of held ?? []) this.socket?.write(b);
+    for (const b of held ?? []) if (!this.toHost(b)) return;
     if (this.guestFin) this.socket?.end();
     this.windowUpdate();
+  }
+
+  /** Guest bytes to the host socket, through `inspect`. False when it ended the connection. */
+  private toHost(b: Buffer): boolean {
+    if (this.inspect && !this.inspect(b)) {
+      this.abort();
+      return false;
+    }
+    this.socket?.write(b);
+    return true;
+  }
+
+  /**
+   * The flow goes on with another host socket (the egress path takes its connection over): the
+   * old one is let go, not closed (whoever took it over owns it now).
+   */
+  rebind(socket: Duplex): void {
+    this.detach?.();
+    this.attach(socket);
   }
 
   /** The host socket for a flow the guest opened is connected: answer the guest's SYN. */
@@ -160,17 +182,23 @@ export class TcpFlow {
   private attach(socket: Duplex): void {
     this.socket = socket;
     (socket as Partial<{ setNoDelay(on: boolean): void }>).setNoDelay?.(true);
-    socket.on('data', (d: Buffer) => this.fromHost(d));
-    socket.on('end', () => {
-      this.hostEnded = true;
-      this.pump();
-    });
-    socket.on('drain', () => this.windowUpdate());
-    socket.on('error', () => undefined);
-    socket.on('close', () => {
-      // Closed before its end was read (reset, error): the guest is reset too.
-      if (!this.hostEnded && this.state !== 'closed') this.abort();
-    });
+    const on = {
+      data: (d: Buffer) => this.fromHost(d),
+      end: () => {
+        this.hostEnded = true;
+        this.pump();
+      },
+      drain: () => this.windowUpdate(),
+      error: () => undefined,
+      close: () => {
+        // Closed before its end was read (reset, error): the guest is reset too.
+        if (!this.hostEnded && this.state !== 'closed') this.abort();
+      },
+    };
+    for (const [event, fn] of Object.entries(on)) socket.on(event, fn);
+    this.detach = () => {
+      for (const [event, fn] of Object.entries(on)) socket.off(event, fn);
+    };
   }
 
   private sendSyn(): void {
@@ -281,8 +309,8 @@ export class TcpFlow {
         this.held.push(Buffer.from(payload));
         this.heldLen += payload.length;
         this.onHeld?.();
-      } else {
-        this.socket?.write(Buffer.from(payload));
+      } else if (!this.toHost(Buffer.from(payload))) {
+        return;
       }
     }
     if (fin) {

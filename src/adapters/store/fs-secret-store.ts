@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createCipheriv, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
@@ -10,12 +10,7 @@ import { AppConfig } from '../../app/tokens.js';
 import { Clock } from '../../ports/clock.js';
 import type { SecretStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
-
-interface StoredSecret extends SecretRecord {
-  iv: string;
-  tag: string;
-  ciphertext: string;
-}
+import { openSealed, secretFile, secretKeyFile, type StoredSecret } from '../fs-kit/sealed-secret.js';
 
 /** What the key's check value is an HMAC of. */
 const CHECK_LABEL = 'svc secret.key check v1';
@@ -29,6 +24,7 @@ const CHECK_LABEL = 'svc secret.key check v1';
  */
 @injectable()
 export class FsSecretStore implements SecretStore {
+  private readonly dataDir: string;
   private readonly dir: string;
   private readonly keyPath: string;
   private readonly checkPath: string;
@@ -38,8 +34,9 @@ export class FsSecretStore implements SecretStore {
     @inject(AppConfig) config: Config,
     @inject(Clock) private readonly clock: Clock,
   ) {
+    this.dataDir = config.data_dir;
     this.dir = join(config.data_dir, 'secrets');
-    this.keyPath = join(config.data_dir, 'secret.key');
+    this.keyPath = secretKeyFile(config.data_dir);
     this.checkPath = join(config.data_dir, 'secret.key.check');
   }
 
@@ -96,7 +93,7 @@ export class FsSecretStore implements SecretStore {
     if (stored.length) {
       const name = stored[0].replace(/\.json$/, '');
       const opens = await this.read(name)
-        .then((s) => (open(k, name, s), true))
+        .then((s) => (openSealed(k, name, s), true))
         .catch(() => false);
       if (!opens) throw broken(`does not open the stored secret ${name}: it is not the key they were sealed with`);
     }
@@ -152,7 +149,7 @@ export class FsSecretStore implements SecretStore {
     const s = await this.read(name);
     const key = await this.getKey();
     try {
-      return { record: publicRecord(s), value: open(key, name, s) };
+      return { record: publicRecord(s), value: openSealed(key, name, s) };
     } catch {
       throw new InternalError(`secret ${name} does not open with ${this.keyPath}: its file was changed or damaged`);
     }
@@ -164,7 +161,7 @@ export class FsSecretStore implements SecretStore {
   }
 
   private file(name: string): string {
-    return join(this.dir, `${name}.json`);
+    return secretFile(this.dataDir, name);
   }
 
   private async read(name: string): Promise<StoredSecret> {
@@ -174,14 +171,6 @@ export class FsSecretStore implements SecretStore {
       throw new NotFoundError(`secret ${name} not found`);
     }
   }
-}
-
-/** The value sealed in `s` under `key` for `name`; throws when it does not authenticate. */
-function open(key: Buffer, name: string, s: StoredSecret): Buffer {
-  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(s.iv, 'base64'));
-  decipher.setAAD(Buffer.from(name));
-  decipher.setAuthTag(Buffer.from(s.tag, 'base64'));
-  return Buffer.concat([decipher.update(Buffer.from(s.ciphertext, 'base64')), decipher.final()]);
 }
 
 function checkValue(key: Buffer): string {

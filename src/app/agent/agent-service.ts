@@ -95,6 +95,38 @@ export class AgentService {
     );
   }
 
+  /**
+   * The VM's egress secrets: the CA to trust (none: the one there goes) and the variables that
+   * hold the placeholders, set for every process started from now on (docs/egress-secrets.md).
+   */
+  async setEgress(body: unknown): Promise<void> {
+    if (typeof body !== 'object' || body === null || Array.isArray(body))
+      throw new InvalidArgumentError('body must be {ca_pem?, env}');
+    const b = body as Record<string, unknown>;
+    for (const k of Object.keys(b))
+      if (k !== 'ca_pem' && k !== 'env') throw new InvalidArgumentError(`unknown field "${k}"`);
+    if (
+      b.ca_pem !== undefined &&
+      (typeof b.ca_pem !== 'string' || b.ca_pem.length > 16384 || !b.ca_pem.includes('-----BEGIN CERTIFICATE-----'))
+    )
+      throw new InvalidArgumentError('ca_pem must be a PEM certificate');
+    const env = b.env;
+    if (typeof env !== 'object' || env === null || Array.isArray(env) || Object.keys(env).length > 64)
+      throw new InvalidArgumentError('env must be an object of at most 64 variables');
+    for (const [k, v] of Object.entries(env))
+      if (!/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(k) || typeof v !== 'string' || v.length > 4096 || v.includes('\0'))
+        throw new InvalidArgumentError(`env ${k}: a variable name and a string value of at most 4096 characters`);
+    await this.system.egress(
+      { ca_pem: b.ca_pem as string | undefined, env: env as Record<string, string> },
+      this.opts.stateDir,
+    );
+  }
+
+  /** The egress an earlier agent was given, set again (agent start). */
+  resumeEgress(): Promise<void> {
+    return this.system.resumeEgress(this.opts.stateDir);
+  }
+
   /** The readiness protocol: each file in `<state-dir>/readiness/` is a key, its content the value. */
   readiness(): Promise<Readiness> {
     return this.files.readTextDir(join(this.opts.stateDir, 'readiness'));

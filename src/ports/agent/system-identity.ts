@@ -1,4 +1,4 @@
-import type { GuestIdentity } from '../../domain/agent.js';
+import type { GuestEgress, GuestIdentity } from '../../domain/agent.js';
 
 export const SystemIdentity = Symbol('SystemIdentity');
 /**
@@ -10,4 +10,11 @@ export const SystemIdentity = Symbol('SystemIdentity');
 export interface SystemIdentity {
   /** `notes` is `<state-dir>/identity`; a userdata the identity carries is kept and marked in `<state-dir>`. */
   apply(id: GuestIdentity, notes: string): Promise<void>;
+  /**
+   * The VM's egress secrets (docs/egress-secrets.md): their placeholders in the environment of the
+   * processes the agent starts, and (a real guest only) the VM's CA in the system's trust store.
+   * Kept in `stateDir`; `resumeEgress` sets them again when the agent starts.
+   */
+  egress(e: GuestEgress, stateDir: string): Promise<void>;
+  resumeEgress(stateDir: string): Promise<void>;
 }

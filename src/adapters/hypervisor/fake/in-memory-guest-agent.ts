@@ -4,6 +4,7 @@ import type {
   ExecFrame,
   ExecResult,
   FsInfo,
+  GuestEgress,
   GuestIdentity,
   GuestStats,
   Readiness,
@@ -89,6 +90,14 @@ export class InMemoryGuestAgent implements GuestAgent {
   async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
     const name = this.vm(ep);
     this.identities.set(name, [...(this.identities.get(name) ?? []), id]);
+  }
+
+  /** The egress each VM was given, last one last (tests). */
+  readonly egress = new Map<string, GuestEgress[]>();
+
+  async setEgress(ep: AgentEndpoint, egress: GuestEgress): Promise<void> {
+    const name = this.vm(ep);
+    this.egress.set(name, [...(this.egress.get(name) ?? []), egress]);
   }
 
   async shell(): Promise<Terminal> {

@@ -52,6 +52,7 @@ export const qemuDriver: HypervisorDriver = {
                       dataDir: config.data_dir,
                       log: log.child({ part: 'netd' }),
                       dns: config.guest_dns,
+                      upstreamCa: config.egress_upstream_ca || undefined,
                     }),
                   )
                 : undefined,

@@ -1,0 +1,458 @@
+import { readFileSync } from 'node:fs';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http2, { type ClientHttp2Session, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
+import { connect as netConnect, isIP, type AddressInfo, type Socket } from 'node:net';
+import type { Duplex, Readable } from 'node:stream';
+import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
+import { hostMatches, PLACEHOLDER_PREFIX, type EgressSecretBinding } from '../../domain/egress-secrets.js';
+import { normalName } from '../../domain/egress.js';
+import type { EgressCa } from './egress-ca.js';
+import type { EgressEntry } from './egress-guard.js';
+import { LeakScanner } from './leak-scan.js';
+
+/** Where svc-netd reads the values (the daemon's secret store); a rotated value is read on the next request. */
+export interface SecretValues {
+  /** The secret's value, or undefined when there is no such secret (any more). */
+  value(secret: string): Promise<Buffer | undefined>;
+}
+
+export interface EgressSecretsOptions {
+  vm: string;
+  bindings: EgressSecretBinding[];
+  ca: EgressCa;
+  values: SecretValues;
+  /** The certificates (PEM) an upstream's chain must lead to. */
+  trust: string[];
+  audit(e: EgressEntry): void;
+}
+
+/** A guest connection handed over for injection. */
+export interface Intercepted {
+  /** The guest's side: its bytes as it sent them (a TLS ClientHello first, or an HTTP request). */
+  guest: Duplex;
+  /** The host socket already connected to where the guest was going. */
+  upstream: Socket;
+  tls: boolean;
+  /** The name the connection showed (SNI, or Host for plain HTTP): the host the secrets are put in for. */
+  name: string;
+  /** The protocols the guest's ClientHello offered. */
+  alpn?: string[];
+  /** Where it goes (for new connections and the log). */
+  addr: string;
+  to: { host: string; port: number };
+}
+
+/** Headers that belong to one connection, not to a request (RFC 9110 7.6.1); never forwarded. */
+const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HEADER_MAX = 64 << 10;
+
+type Rewritten =
+  | { ok: true; headers: [string, string][]; injected: string[] }
+  | { ok: false; status: number; error: string; secret: string };
+
+/** The trust store of the host (Debian's bundle), or Node's own roots where there is none, plus `extra` (a PEM file). */
+export function hostTrust(extra?: string): string[] {
+  let system: string[];
+  try {
+    system = [readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8')];
+  } catch {
+    system = [...rootCertificates];
+  }
+  return extra ? [...system, readFileSync(extra, 'utf8')] : system;
+}
+
+/**
+ * One VM's egress secrets at work in svc-netd (docs/egress-secrets.md). A guest connection to a
+ * host a secret is for is handed here: TLS is terminated with a certificate the VM's own CA signs
+ * for that host (the guest trusts that CA, nothing else does), the upstream is reached with TLS
+ * checked against the host's trust store, and every request's headers have the placeholders of
+ * the secrets for that host replaced by their values, read from the secret store at that moment.
+ * HTTP/1.1 (with WebSocket upgrades) and HTTP/2 pass as the upstream speaks them. A placeholder
+ * headed anywhere else is refused: a request to a host it is not for is answered 403, and a
+ * plain connection elsewhere that carries one is reset (LeakScanner); each is logged.
+ */
+export class EgressSecrets {
+  private list: EgressSecretBinding[] = [];
+  private byPlaceholder = new Map<string, string>();
+
+  constructor(private readonly o: EgressSecretsOptions) {
+    this.update(o.bindings);
+  }
+
+  get bindings(): EgressSecretBinding[] {
+    return this.list;
+  }
+
+  /** New bindings (a PUT): the next request follows them. */
+  update(bindings: EgressSecretBinding[]): void {
+    this.list = bindings;
+    this.byPlaceholder = new Map(bindings.map((b) => [b.placeholder, b.secret]));
+  }
+
+  /** Is some secret for `name`? Connections to it are intercepted. */
+  isFor(name: string): boolean {
+    return this.list.some((b) => b.hosts.some((h) => hostMatches(h, name)));
+  }
+
+  /** A scanner for a connection that is not intercepted: a placeholder in it ends it. */
+  scanner(): LeakScanner {
+    return new LeakScanner(() => this.byPlaceholder);
+  }
+
+  intercept(c: Intercepted): void {
+    const fail = (rule: string, err: Error) => {
+      this.o.audit({
+        event: 'deny',
+        proto: 'tcp',
+        addr: c.addr,
+        port: c.to.port,
+        name: c.name,
+        decision: 'deny',
+        rule,
+        error: err.message,
+      });
+      c.guest.destroy();
+      c.upstream.destroy();
+    };
+    c.guest.on('error', () => c.upstream.destroy());
+    if (!c.tls) {
+      const route: Route = {
+        c,
+        upstream: new Upstream(c.upstream, () => netConnect({ host: c.to.host, port: c.to.port })),
+      };
+      const server = http.createServer({ maxHeaderSize: HEADER_MAX, requestTimeout: 0, headersTimeout: 0 });
+      server.on('request', (req: IncomingMessage, res: ServerResponse) => void this.forward(req, res, route));
+      server.on(
+        'upgrade',
+        (req: IncomingMessage, sock: Duplex, head: Buffer) => void this.upgrade(req, sock, head, route),
+      );
+      server.on('clientError', (_err, sock: Duplex) => sock.destroy());
+      c.guest.on('close', () => route.upstream.close());
+      server.emit('connection', c.guest);
+      return;
+    }
+    const name = normalName(c.name);
+    const alpn = (c.alpn ?? []).filter((p) => p === 'h2' || p === 'http/1.1');
+    const tlsTo = (socket?: Socket, protocols = alpn) =>
+      tlsConnect({
+        socket,
+        host: socket ? undefined : c.to.host,
+        port: socket ? undefined : c.to.port,
+        servername: isIP(name) ? undefined : name,
+        ca: this.o.trust,
+        ALPNProtocols: protocols.length ? protocols : undefined,
+      });
+    const up = tlsTo(c.upstream);
+    up.once('error', (err) => fail('upstream-tls', err));
+    up.once('secureConnect', () => {
+      up.removeAllListeners('error');
+      up.on('error', () => c.guest.destroy());
+      const route: Route = { c, upstream: new Upstream(up, () => tlsTo(undefined, alpn.length ? ['http/1.1'] : [])) };
+      this.terminator().then(
+        (port) => {
+          // The guest's TLS ends at a local server with native sockets (Node's HTTP/2 does not run
+          // over a stream of JavaScript's), its certificate minted for the name the guest asked.
+          const local = netConnect({ host: '127.0.0.1', port });
+          local.once('connect', () => {
+            const key = local.localPort!;
+            this.routes.set(key, route);
+            local.once('close', () => this.routes.delete(key));
+            c.guest.pipe(local).pipe(c.guest);
+          });
+          local.on('error', () => c.guest.destroy());
+          c.guest.once('close', () => {
+            local.destroy();
+            route.upstream.close();
+          });
+        },
+        (err: Error) => fail('egress-tls', err),
+      );
+    });
+  }
+
+  private readonly routes = new Map<number, Route>();
+  private terminating: Promise<number> | undefined;
+  private terminatorServer: http2.Http2SecureServer | undefined;
+
+  /** The local TLS server the intercepted connections end at (HTTP/2 and HTTP/1.1), made on first use. */
+  private terminator(): Promise<number> {
+    this.terminating ??= new Promise<number>((resolve, reject) => {
+      const server = http2.createSecureServer({
+        allowHTTP1: true,
+        maxSessionMemory: 64,
+        SNICallback: (servername, cb) => {
+          const name = normalName(servername);
+          if (!this.isFor(name)) return cb(new Error(`no egress secret is for ${name}`));
+          this.o.ca.contextFor(name).then(
+            (ctx) => cb(null, ctx),
+            (err: Error) => cb(err),
+          );
+        },
+      });
+      const routeOf = (sock: { remotePort?: number }) => this.routes.get(sock.remotePort ?? -1);
+      server.on('request', (req: Http2ServerRequest | IncomingMessage, res: Http2ServerResponse | ServerResponse) => {
+        const route = routeOf(req.socket);
+        if (!route) return void req.socket.destroy();
+        void this.forward(req, res, route);
+      });
+      server.on('upgrade', (req: IncomingMessage, sock: Socket, head: Buffer) => {
+        const route = routeOf(sock);
+        if (!route) return void sock.destroy();
+        void this.upgrade(req, sock, head, route);
+      });
+      server.on('session', (s) => s.on('error', () => undefined));
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      this.terminatorServer = server;
+    });
+    return this.terminating;
+  }
+
+  /** Stops the local TLS server (the VM's network is gone). */
+  close(): void {
+    this.terminatorServer?.close();
+    for (const r of this.routes.values()) r.upstream.close();
+  }
+
+  /** One request from the guest, its headers rewritten, sent on as the upstream speaks (HTTP/2 or HTTP/1.1). */
+  private async forward(
+    req: IncomingMessage | Http2ServerRequest,
+    res: ServerResponse | Http2ServerResponse,
+    route: Route,
+  ): Promise<void> {
+    const host = req.headers.host ?? (req.headers[':authority'] as string | undefined);
+    const list = pairs(req.rawHeaders).filter(([k]) => !k.startsWith(':'));
+    const r = await this.rewrite(route.c, list, req.url ?? '/', host);
+    if (!r.ok) return refuse(res, r);
+    const headers = headerObject(r.headers);
+    const answer = (status: number, back: Record<string, string | string[]>, body: Readable) => {
+      if (res.headersSent || res.destroyed) return;
+      res.writeHead(status, back);
+      body.pipe(res as NodeJS.WritableStream);
+    };
+    const failed = (err: Error) => {
+      if (res.headersSent) return void res.destroy();
+      res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: `svc egress: the upstream failed: ${err.message}` }));
+    };
+    const session = route.upstream.session();
+    if (session) {
+      const out: Record<string, string | string[]> = {
+        ...headers,
+        ':method': req.method ?? 'GET',
+        ':path': req.url ?? '/',
+        ':scheme': 'https',
+        ':authority': host ?? route.c.name,
+      };
+      delete out.host;
+      const up = session.request(out);
+      up.on('response', (rh) => {
+        const back: Record<string, string | string[]> = {};
+        for (const [k, v] of Object.entries(rh))
+          if (!k.startsWith(':') && !HOP.has(k) && v !== undefined) back[k] = v as string | string[];
+        answer(Number(rh[':status'] ?? 502), back, up);
+      });
+      up.on('error', failed);
+      req.pipe(up);
+      return;
+    }
+    if (host !== undefined) headers.host = host;
+    const up = http.request({
+      agent: route.upstream.agent,
+      method: req.method,
+      path: req.url,
+      headers,
+      setHost: false,
+    });
+    up.on('response', (ur) => answer(ur.statusCode ?? 502, headerObject(pairs(ur.rawHeaders)), ur));
+    up.on('error', failed);
+    req.pipe(up);
+  }
+
+  /** An HTTP/1.1 upgrade (WebSocket): its head rewritten and sent on a connection of its own, then the two spliced. */
+  private async upgrade(req: IncomingMessage, sock: Duplex, head: Buffer, route: Route): Promise<void> {
+    const r = await this.rewrite(route.c, pairs(req.rawHeaders), req.url ?? '/', req.headers.host);
+    if (!r.ok) {
+      const body = JSON.stringify({ error: r.error });
+      sock.end(
+        `HTTP/1.1 ${r.status} Refused\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+      return;
+    }
+    const up = route.upstream.connection();
+    const lines = [`${req.method} ${req.url} HTTP/1.1`, ...r.headers.map(([k, v]) => `${k}: ${v}`), '', ''];
+    up.write(lines.join('\r\n'));
+    if (head.length) up.write(head);
+    sock.pipe(up).pipe(sock);
+    up.on('error', () => sock.destroy());
+    sock.on('error', () => up.destroy());
+    up.on('close', () => sock.destroy());
+    sock.on('close', () => up.destroy());
+  }
+
+  /**
+   * A request's headers with the secrets put in: a header holding a binding's placeholder, on a
+   * request to a host the binding is for (its Host or :authority must name the connection's host)
+   * and in the binding's header if it names one, gets the value (in `format`, if given). A
+   * placeholder anywhere else in the headers or the target refuses the request (403, logged).
+   */
+  private async rewrite(
+    c: Intercepted,
+    headers: [string, string][],
+    target: string,
+    host: string | undefined,
+  ): Promise<Rewritten> {
+    const name = normalName(c.name);
+    const sameHost = host !== undefined && normalName(hostOnly(host)) === name;
+    const forHere = (b: EgressSecretBinding, header: string) =>
+      sameHost && b.hosts.some((p) => hostMatches(p, name)) && (!b.header || b.header.toLowerCase() === header);
+    const deny = (b: EgressSecretBinding, where: string): Rewritten => {
+      this.o.audit({
+        event: 'deny',
+        proto: 'tcp',
+        addr: c.addr,
+        port: c.to.port,
+        name: host ? hostOnly(host) : name,
+        decision: 'deny',
+        rule: 'egress-secret',
+        secret: b.secret,
+        error: `its placeholder in ${where}`,
+      });
+      return {
+        ok: false,
+        status: 403,
+        secret: b.secret,
+        error: `svc egress: the placeholder of secret ${b.secret} may not go to ${host ?? name} in ${where} (it is for ${b.hosts.join(', ')}${b.header ? `, in ${b.header}` : ''})`,
+      };
+    };
+    if (target.includes(PLACEHOLDER_PREFIX))
+      for (const b of this.list) if (target.includes(b.placeholder)) return deny(b, 'the request target');
+    const out: [string, string][] = [];
+    const injected = new Set<string>();
+    for (const [k, v] of headers) {
+      if (!v.includes(PLACEHOLDER_PREFIX)) {
+        out.push([k, v]);
+        continue;
+      }
+      let value = v;
+      for (const b of this.list) {
+        if (!value.includes(b.placeholder)) continue;
+        if (!forHere(b, k.toLowerCase())) return deny(b, `header ${k}`);
+        const secret = await this.value(b);
+        if (typeof secret !== 'string') return secret;
+        value = b.format ? b.format.split('{value}').join(secret) : value.split(b.placeholder).join(secret);
+        injected.add(b.secret);
+      }
+      out.push([k, value]);
+    }
+    for (const secret of injected)
+      this.o.audit({
+        event: 'secret',
+        proto: 'tcp',
+        addr: c.addr,
+        port: c.to.port,
+        name,
+        decision: 'allow',
+        rule: 'egress-secret',
+        secret,
+      });
+    return { ok: true, headers: out, injected: [...injected] };
+  }
+
+  /** A secret's value as a header can carry it (one trailing newline dropped), or the refusal. */
+  private async value(b: EgressSecretBinding): Promise<string | Rewritten> {
+    const v = await this.o.values.value(b.secret).catch(() => undefined);
+    const text = v?.toString('utf8').replace(/\r?\n$/, '');
+    if (text === undefined || /[\r\n\0]/.test(text)) {
+      const why = text === undefined ? 'there is no such secret' : 'its value has a line break';
+      this.o.audit({
+        event: 'deny',
+        proto: 'tcp',
+        name: b.hosts[0],
+        decision: 'deny',
+        rule: 'egress-secret',
+        secret: b.secret,
+        error: why,
+      });
+      return {
+        ok: false,
+        status: 502,
+        secret: b.secret,
+        error: `svc egress: secret ${b.secret} cannot be sent: ${why}`,
+      };
+    }
+    return text;
+  }
+}
+
+interface Route {
+  c: Intercepted;
+  upstream: Upstream;
+}
+
+/**
+ * Where an intercepted connection's requests go: an HTTP/2 session on the connection the guest
+ * opened when the upstream chose HTTP/2; else HTTP/1.1 on that connection first, then on new
+ * ones to the same place (keep-alive, a few at once).
+ */
+class Upstream {
+  private first: Duplex | undefined;
+  private h2: ClientHttp2Session | undefined;
+  readonly agent: http.Agent;
+
+  constructor(
+    socket: Duplex,
+    private readonly open: () => Duplex,
+  ) {
+    if ((socket as Partial<TLSSocket>).alpnProtocol === 'h2') {
+      this.h2 = http2.connect('https://upstream', { createConnection: () => socket });
+      this.h2.on('error', () => undefined);
+    } else this.first = socket;
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+    agent.createConnection = () => this.connection();
+    this.agent = agent;
+  }
+
+  session(): ClientHttp2Session | undefined {
+    return this.h2 && !this.h2.closed && !this.h2.destroyed ? this.h2 : undefined;
+  }
+
+  /** The connection the guest opened, the first time; a new one after. */
+  connection(): Duplex {
+    const s = this.first ?? this.open();
+    this.first = undefined;
+    return s;
+  }
+
+  close(): void {
+    this.first?.destroy();
+    this.h2?.destroy();
+    this.agent.destroy();
+  }
+}
+
+const pairs = (raw: string[]): [string, string][] => {
+  const out: [string, string][] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) out.push([raw[i], raw[i + 1]]);
+  return out;
+};
+
+const hostOnly = (hostPort: string) =>
+  hostPort.startsWith('[') ? hostPort.slice(1, hostPort.indexOf(']')) : hostPort.replace(/:\d+$/, '');
+
+/** Header pairs as an object of lower-case names (repeats as lists), hop-by-hop ones left out. */
+function headerObject(list: [string, string][]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of list) {
+    const key = k.toLowerCase();
+    if (HOP.has(key)) continue;
+    const had = out[key];
+    out[key] = had === undefined ? v : [...(Array.isArray(had) ? had : [had]), v];
+  }
+  return out;
+}
+
+function refuse(res: ServerResponse | Http2ServerResponse, r: Extract<Rewritten, { ok: false }>): void {
+  res.writeHead(r.status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ error: r.error }));
+}

@@ -1,0 +1,152 @@
+import { HOST_NAME, normalName } from './egress.js';
+import { InvalidArgumentError } from './errors.js';
+import { assertSecretName } from './names.js';
+
+/**
+ * A host secret bound to a VM for its egress (docs/egress-secrets.md): the guest holds a
+ * placeholder, and the egress path puts the value in its place on requests to `hosts` only.
+ */
+export interface EgressSecretBinding {
+  /** The host secret's name (`POST /secrets`). */
+  secret: string;
+  /** Names the value may go to: `api.openai.com`, `*.example.com` (names under it), `host.svc.internal`. */
+  hosts: string[];
+  /** Only this request header carries the value (case does not matter); default: any header that holds the placeholder. */
+  header?: string;
+  /** What the header becomes, `{value}` the secret (`Bearer {value}`); default: the header as sent, the placeholder replaced. */
+  format?: string;
+  /** The guest environment variable that holds the placeholder (processes svc starts). */
+  env?: string;
+  /** The stand-in the guest sees: random per VM and binding, never the value. */
+  placeholder: string;
+}
+
+/** What a create or a PUT gives: a binding without its placeholder (svc makes it). */
+export type EgressSecretSpec = Omit<EgressSecretBinding, 'placeholder'>;
+
+export const MAX_EGRESS_SECRETS = 32;
+const MAX_HOSTS = 64;
+/** Every placeholder starts with this, so the egress path finds one in any bytes cheaply. */
+export const PLACEHOLDER_PREFIX = 'svc-egress-';
+const PLACEHOLDER_RE = /^svc-egress-[0-9a-f]{40}$/;
+const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
+const HEADER = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$/;
+const ENV = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+/** Headers the egress path owns: a value there would change how the request is framed or routed. */
+const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'upgrade', 'te']);
+
+/** A placeholder made of 20 random bytes (the caller's, so that this module does no I/O). */
+export const placeholderOf = (random: Buffer) => PLACEHOLDER_PREFIX + random.subarray(0, 20).toString('hex');
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function hostName(raw: unknown, where: string): string {
+  if (typeof raw !== 'string' || !raw) throw new InvalidArgumentError(`${where}: a host must be a non-empty name`);
+  const name = normalName(raw.trim());
+  const bare = name.startsWith('*.') ? name.slice(2) : name;
+  const labels = bare.split('.');
+  if (bare.length > 253 || !labels.every((l) => LABEL.test(l)) || /^\d+$/.test(labels[labels.length - 1]))
+    throw new InvalidArgumentError(
+      `${where}: host ${JSON.stringify(raw)} is not a domain name (api.example.com, *.example.com or ${HOST_NAME}; no port, no address)`,
+    );
+  return name;
+}
+
+/** Does `host` (a name a connection showed) fall under `pattern` (`*.x` names under x only)? */
+export function hostMatches(pattern: string, host: string): boolean {
+  const name = normalName(host);
+  return pattern.startsWith('*.') ? name.endsWith(pattern.slice(1)) : name === pattern;
+}
+
+/** Validates one binding as a request gives it (no placeholder: svc makes it). */
+export function parseEgressSecretSpec(v: unknown, where: string): EgressSecretSpec {
+  if (!isObject(v))
+    throw new InvalidArgumentError(`${where} must be an object {secret, hosts, header?, format?, env?}`);
+  for (const k of Object.keys(v))
+    if (!['secret', 'hosts', 'header', 'format', 'env'].includes(k))
+      throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
+  const secret = assertSecretName(v.secret);
+  if (!Array.isArray(v.hosts) || v.hosts.length === 0 || v.hosts.length > MAX_HOSTS)
+    throw new InvalidArgumentError(`${where}.hosts must be a list of 1 to ${MAX_HOSTS} host names`);
+  const hosts = [...new Set(v.hosts.map((h, i) => hostName(h, `${where}.hosts[${i}]`)))];
+  const out: EgressSecretSpec = { secret, hosts };
+  if (v.header !== undefined) {
+    if (typeof v.header !== 'string' || !HEADER.test(v.header))
+      throw new InvalidArgumentError(`${where}.header must be an HTTP header name such as "Authorization"`);
+    if (RESERVED_HEADERS.has(v.header.toLowerCase()))
+      throw new InvalidArgumentError(`${where}.header: ${v.header} cannot carry a secret`);
+    out.header = v.header;
+  }
+  if (v.format !== undefined) {
+    if (out.header === undefined) throw new InvalidArgumentError(`${where}.format needs a header`);
+    if (
+      typeof v.format !== 'string' ||
+      !v.format.includes('{value}') ||
+      v.format.length > 200 ||
+      /[\r\n]/.test(v.format)
+    )
+      throw new InvalidArgumentError(`${where}.format must be one line of at most 200 characters with {value} in it`);
+    out.format = v.format;
+  }
+  if (v.env !== undefined) {
+    if (typeof v.env !== 'string' || !ENV.test(v.env))
+      throw new InvalidArgumentError(`${where}.env must be an environment variable name such as OPENAI_API_KEY`);
+    out.env = v.env;
+  }
+  return out;
+}
+
+/** Validates a list of bindings (`CreateRequest.egress_secrets`, the PUT's body): unique secrets and variables. */
+export function parseEgressSecretSpecs(v: unknown, where = 'egress_secrets'): EgressSecretSpec[] {
+  if (!Array.isArray(v) || v.length > MAX_EGRESS_SECRETS)
+    throw new InvalidArgumentError(`${where} must be a list of at most ${MAX_EGRESS_SECRETS} bindings`);
+  const specs = v.map((s, i) => parseEgressSecretSpec(s, `${where}[${i}]`));
+  const seen = new Set<string>();
+  for (const s of specs) {
+    if (seen.has(s.secret)) throw new InvalidArgumentError(`${where}: secret ${s.secret} is bound twice`);
+    seen.add(s.secret);
+  }
+  const envs = specs.map((s) => s.env).filter((e): e is string => e !== undefined);
+  const dup = envs.find((e, i) => envs.indexOf(e) !== i);
+  if (dup) throw new InvalidArgumentError(`${where}: two bindings set ${dup}`);
+  return specs;
+}
+
+/**
+ * Bindings with placeholders: a binding of a secret the VM had keeps its placeholder (the guest's
+ * programs hold it), a new one gets a new one. `fresh` makes every placeholder new (a clone or fork).
+ */
+export function bindEgressSecrets(
+  specs: EgressSecretSpec[],
+  random: (bytes: number) => Buffer,
+  had: EgressSecretBinding[] = [],
+  fresh = false,
+): EgressSecretBinding[] {
+  return specs.map((s) => {
+    const old = fresh ? undefined : had.find((h) => h.secret === s.secret);
+    const { placeholder: _, ...spec } = s as EgressSecretSpec & { placeholder?: string };
+    return { ...spec, placeholder: old?.placeholder ?? placeholderOf(random(20)) };
+  });
+}
+
+/** Reads back bindings a VM record or netd state kept (placeholders checked). */
+export function parseEgressSecretBindings(v: unknown, where = 'egress_secrets'): EgressSecretBinding[] {
+  if (!Array.isArray(v)) throw new InvalidArgumentError(`${where} must be a list`);
+  return v.map((b, i) => {
+    const p = isObject(b) ? b.placeholder : undefined;
+    if (typeof p !== 'string' || !PLACEHOLDER_RE.test(p))
+      throw new InvalidArgumentError(`${where}[${i}].placeholder is not a placeholder`);
+    const rest = { ...(b as Record<string, unknown>) };
+    delete rest.placeholder;
+    return { ...parseEgressSecretSpec(rest, `${where}[${i}]`), placeholder: p };
+  });
+}
+
+/** The guest's variables: each binding's `env` (or the secret's name upper-cased) set to its placeholder. */
+export function egressEnv(bindings: EgressSecretBinding[]): Record<string, string> {
+  return Object.fromEntries(bindings.map((b) => [b.env ?? defaultEnvName(b.secret), b.placeholder]));
+}
+
+export const defaultEnvName = (secret: string) => secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_');
