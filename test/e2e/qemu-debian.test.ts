@@ -1,5 +1,9 @@
 import { expect } from 'chai';
-import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
+import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
@@ -7,9 +11,21 @@ describe('svcd with QEMU: the debian image', function () {
   this.timeout(600_000);
   let d: TestDaemon;
   const sh = (vm: string, script: string, query = '') => guestSh(d, vm, script, { shell: '/bin/bash', query });
+  /** An HTTPS upstream on the host's loopback with a CA of its own, for the egress secrets test: it answers what it got, as a word. */
+  const upstreamDir = tempDir();
+  const TOKEN = 'tok-debian-5e1f0a7c93';
+  let upstream: http2.Http2SecureServer | undefined;
+  let upstreamPort = 0;
 
   before(async () => {
+    const ctx = await new EgressCa(join(upstreamDir, 'ca'), 'upstream').contextFor('host.svc.internal');
+    upstream = http2.createSecureServer({ allowHTTP1: true, SNICallback: (_n, cb) => cb(null, ctx) }, (req, res) =>
+      res.end(`${req.headers.authorization === `Bearer ${TOKEN}` ? 'value' : 'other'} ${req.httpVersion}\n`),
+    );
+    await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', () => r()));
+    upstreamPort = (upstream.address() as AddressInfo).port;
     d = await startTestDaemon({
+      egress_upstream_ca: join(upstreamDir, 'ca.crt'),
       hypervisor: 'qemu',
       images_dir: ensureImage('debian'),
       sandbox_metrics_enabled: false,
@@ -25,6 +41,7 @@ describe('svcd with QEMU: the debian image', function () {
       await d.call('DELETE', `/vms/${vm}`);
     for (const img of ['deb-jq', 'deb-baked']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
+    upstream?.close();
   });
 
   it('is the default image: a create without an image boots debian, with a disk as large as asked for', async () => {
@@ -81,6 +98,40 @@ describe('svcd with QEMU: the debian image', function () {
       events.some((e) => e.event === 'close' && e.proto === 'tcp' && e.rule === 'default' && (e.bytes_in ?? 0) > 0),
       "apt's connections logged",
     ).to.equal(true);
+  });
+
+  it("puts an egress secret into curl's and Python's HTTPS requests, the guest holding only a placeholder (docs/egress-secrets.md)", async () => {
+    const policy = (await d.call('GET', '/vms/deb/egress')).json as {
+      default: string;
+      allow: string[];
+      deny: string[];
+    };
+    expect((await d.call('POST', '/secrets', { name: 'deb-token', value: TOKEN })).status).to.equal(200);
+    expect(
+      (await d.call('PUT', '/vms/deb/egress', { ...policy, allow: [...policy.allow, `host:${upstreamPort}`] })).status,
+    ).to.equal(200);
+    const put = await d.call('PUT', '/vms/deb/egress/secrets', [
+      { secret: 'deb-token', hosts: ['host.svc.internal'], env: 'API_TOKEN' },
+    ]);
+    expect(put.status, put.text).to.equal(200);
+    const url = `https://host.svc.internal:${upstreamPort}`;
+    const r = await sh(
+      'deb',
+      [
+        'echo "$API_TOKEN"',
+        `curl -sS --http1.1 -H "Authorization: Bearer $API_TOKEN" ${url}/curl`,
+        `curl -sS --http2 -H "Authorization: Bearer $API_TOKEN" ${url}/curl2`,
+        `python3 -c 'import os, urllib.request as u; print(u.urlopen(u.Request("${url}/py", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})).read().decode(), end="")'`,
+      ].join('\n'),
+    );
+    expect(r.stdout.trim().split('\n'), r.stderr).to.deep.equal([
+      put.json[0].placeholder,
+      'value 1.1',
+      'value 2.0',
+      'value 1.1',
+    ]);
+    expect((await d.call('PUT', '/vms/deb/egress/secrets', [])).status).to.equal(200);
+    expect((await d.call('PUT', '/vms/deb/egress', policy)).status).to.equal(200);
   });
 
   it('has a svc user with passwordless sudo, and exec runs as it with uid and gid', async () => {
