@@ -1,7 +1,7 @@
 // BENCH_ONLY=egress-secrets: HTTPS through the injection of egress secrets against the same requests
 // made directly, from one TCG guest to one upstream, in one run (docs/egress-secrets.md).
 import http2 from 'node:http2';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +16,7 @@ const TOKEN = 'bench-token-0123456789';
 /** Requests one after another on one kept-alive connection for `seconds`; prints how many a second. */
 const LOOP = `
 const https = require('https');
-const [url, seconds, insecure] = process.argv.slice(1);
+const [url, seconds, insecure] = process.argv.slice(2);
 const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
 const until = Date.now() + seconds * 1000;
 let n = 0;
@@ -53,6 +53,7 @@ export async function egressSecretBenchmarks(row: Row, results: Record<string, u
   let d: Daemon | undefined;
   try {
     await ca.contextFor('host.svc.internal');
+    mkdirSync(join(dir, 'd'));
     d = await startSvcd(
       join(dir, 'd'),
       minimalQemu({
@@ -66,7 +67,8 @@ export async function egressSecretBenchmarks(row: Row, results: Record<string, u
       name: 'g',
       egress_secrets: [{ secret: 'bench', hosts: ['host.svc.internal'], env: 'TOKEN' }],
     });
-    await d.client.exec('g', { cmd: 'sh', args: ['-c', `cat > /tmp/loop.js <<'EOF'\n${LOOP}\nEOF`] });
+    const script = Buffer.from(LOOP);
+    await d.client.upload('g', { path: '/tmp/loop.js' }, script, script.length);
     const run = async (which: 'injected' | 'direct', seconds: number) => {
       const url = which === 'injected' ? `https://host.svc.internal:${port}/` : `https://direct.test:${port}/`;
       const r = await d!.client.exec('g', {
@@ -74,7 +76,12 @@ export async function egressSecretBenchmarks(row: Row, results: Record<string, u
         args: ['/tmp/loop.js', url, String(seconds), which === 'direct' ? '1' : '0'],
         timeoutMs: (seconds + 60) * 1000,
       });
-      const out = JSON.parse(r.stdout) as { rps?: number; error?: string };
+      let out: { rps?: number; error?: string } = {};
+      try {
+        out = JSON.parse(r.stdout) as typeof out;
+      } catch {
+        // said below
+      }
       if (!out.rps) throw new Error(`${which}: ${r.stdout} ${r.stderr}`);
       return out.rps;
     };

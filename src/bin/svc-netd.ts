@@ -2,7 +2,7 @@
 import { PinoLogger } from '../adapters/log/pino-logger.js';
 import { NetdServer } from '../adapters/netd/netd-server.js';
 import { hostTrust } from '../adapters/netd/secret-proxy.js';
-import { readSealedValue } from '../adapters/fs-kit/sealed-secret.js';
+import { SealedSecretReader } from '../adapters/fs-kit/sealed-secret.js';
 
 const USAGE = `usage: svc-netd --control SOCKET --state FILE [--build ID] [--idle-exit SECONDS] [--dns HOST[:PORT],...]
 
@@ -69,7 +69,7 @@ async function main(argv: string[]): Promise<void> {
     idleExitMs: idle * 1000,
     exit,
     dns,
-    values: secrets ? { value: (name) => readSealedValue(secrets, name) } : undefined,
+    values: secrets ? new SealedSecretReader(secrets) : undefined,
     trust: hostTrust(upstreamCa || undefined),
   });
   await server.start();

@@ -1,5 +1,5 @@
 import { createDecipheriv } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SecretRecord } from '../../domain/events.js';
 import { SECRET_NAME_RE } from '../../domain/names.js';
@@ -26,18 +26,32 @@ export function openSealed(key: Buffer, name: string, s: StoredSecret): Buffer {
 }
 
 /**
- * A secret's value read as it is now (svc-netd reads at each request, so a new value takes the
- * next one); undefined when there is no such secret, or it does not open.
+ * A secret's value as it is now (svc-netd asks at each request, so a new value takes the next
+ * one); undefined when there is no such secret, or it does not open. What was read is kept while
+ * the secret's file and the key are the files they were (a stat each, not a read and a decrypt).
  */
-export async function readSealedValue(dataDir: string, name: string): Promise<Buffer | undefined> {
-  if (!SECRET_NAME_RE.test(name)) return undefined;
-  try {
-    const [key, text] = await Promise.all([
-      readFile(secretKeyFile(dataDir)),
-      readFile(secretFile(dataDir, name), 'utf8'),
-    ]);
-    return openSealed(key, name, JSON.parse(text) as StoredSecret);
-  } catch {
-    return undefined;
+export class SealedSecretReader {
+  private readonly kept = new Map<string, { stamp: string; value: Buffer }>();
+
+  constructor(private readonly dataDir: string) {}
+
+  async value(name: string): Promise<Buffer | undefined> {
+    if (!SECRET_NAME_RE.test(name)) return undefined;
+    const files = [secretKeyFile(this.dataDir), secretFile(this.dataDir, name)];
+    try {
+      const stamp = (await Promise.all(files.map((f) => stat(f))))
+        .map((s) => `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`)
+        .join('/');
+      const had = this.kept.get(name);
+      if (had?.stamp === stamp) return had.value;
+      const [key, text] = await Promise.all([readFile(files[0]), readFile(files[1], 'utf8')]);
+      const value = openSealed(key, name, JSON.parse(text) as StoredSecret);
+      if (this.kept.size > 1000) this.kept.clear();
+      this.kept.set(name, { stamp, value });
+      return value;
+    } catch {
+      this.kept.delete(name);
+      return undefined;
+    }
   }
 }

@@ -210,7 +210,7 @@ export class EgressGuard {
       this.log(e);
       return;
     }
-    const key = `${e.event}|${e.proto}|${e.addr}|${e.port}|${e.name}|${e.rule}|${e.decision}`;
+    const key = `${e.event}|${e.proto}|${e.addr}|${e.port}|${e.name}|${e.rule}|${e.decision}|${e.secret ?? ''}`;
     const now = Date.now();
     const f = this.folds.get(key);
     if (f && now - f.at < FOLD_MS) {

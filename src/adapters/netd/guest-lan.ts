@@ -136,6 +136,11 @@ export class GuestLan implements FlowHost, UdpHost {
     this.udp = new UdpFlows(this, (f) => this.udpClosed(f));
   }
 
+  /** Logs an egress entry of this network's (repeats within a second counted into one line). */
+  audit(e: EgressEntry): void {
+    this.guard.fold(e);
+  }
+
   get policy(): EgressPolicy {
     return this.guard.policy;
   }

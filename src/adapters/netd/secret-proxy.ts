@@ -141,7 +141,7 @@ export class EgressSecrets {
         servername: isIP(name) ? undefined : name,
         ca: this.o.trust,
         ALPNProtocols: protocols.length ? protocols : undefined,
-      });
+      }).setNoDelay(true);
     const up = tlsTo(c.upstream);
     up.once('error', (err) => fail('upstream-tls', err));
     up.once('secureConnect', () => {
@@ -152,7 +152,7 @@ export class EgressSecrets {
         (port) => {
           // The guest's TLS ends at a local server with native sockets (Node's HTTP/2 does not run
           // over a stream of JavaScript's), its certificate minted for the name the guest asked.
-          const local = netConnect({ host: '127.0.0.1', port });
+          const local = netConnect({ host: '127.0.0.1', port, noDelay: true });
           local.once('connect', () => {
             const key = local.localPort!;
             this.routes.set(key, route);
@@ -179,6 +179,7 @@ export class EgressSecrets {
     this.terminating ??= new Promise<number>((resolve, reject) => {
       const server = http2.createSecureServer({
         allowHTTP1: true,
+        noDelay: true,
         maxSessionMemory: 64,
         SNICallback: (servername, cb) => {
           const name = normalName(servername);
