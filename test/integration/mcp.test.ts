@@ -243,7 +243,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'stats',
       ]);
       const eg = JSON.parse(textOf(await c.callTool({ name: 'egress', arguments: { name: 'm1' } })));
-      expect(eg).to.deep.equal({ policy: { default: 'allow', allow: [], deny: [] }, log: [] });
+      expect(eg).to.deep.equal({ policy: { default: 'allow', allow: [], deny: [] }, secrets: [], log: [] });
       const refused = await c.callTool({ name: 'create_vm', arguments: { name: 'ro' } }).then(
         (r) => r as ToolResult,
         (e: Error) => ({ isError: true, content: [{ type: 'text', text: e.message }] }),
@@ -261,7 +261,10 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
   it("changes a VM's egress policy only when the operator lets MCP clients (stdio)", async () => {
     const plain = await stdioClient();
     try {
-      expect((await plain.listTools()).tools.map((t) => t.name)).to.not.include('set_egress');
+      expect((await plain.listTools()).tools.map((t) => t.name)).to.not.include.members([
+        'set_egress',
+        'bind_egress_secret',
+      ]);
     } finally {
       await plain.close();
     }
@@ -280,6 +283,22 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       expect(bad.isError).to.equal(true);
       expect(textOf(bad)).to.match(/not a domain, an IP or CIDR, or host:PORT \(invalid_argument, HTTP 400\)/);
       await c.callTool({ name: 'set_egress', arguments: { name: 'm1', default: 'allow' } });
+      // An egress secret is bound by its name; the value is never in what the tools answer.
+      const bound = await c.callTool({
+        name: 'bind_egress_secret',
+        arguments: { name: 'm1', secret: 'API_KEY', hosts: ['api.example.com'], env: 'API_KEY' },
+      });
+      const [b] = JSON.parse(textOf(bound)) as { secret: string; hosts: string[]; placeholder: string }[];
+      expect(b).to.include({ secret: 'API_KEY', env: 'API_KEY' });
+      expect(b.placeholder).to.match(/^svc-egress-/);
+      const shown = await c.callTool({ name: 'egress', arguments: { name: 'm1' } });
+      expect(JSON.parse(textOf(shown)).secrets).to.deep.equal([b]);
+      expect(textOf(bound) + textOf(shown)).not.to.include('sk-very-secret');
+      const unbound = await c.callTool({
+        name: 'bind_egress_secret',
+        arguments: { name: 'm1', secret: 'API_KEY', hosts: [] },
+      });
+      expect(JSON.parse(textOf(unbound))).to.deep.equal([]);
     } finally {
       await c.close();
     }

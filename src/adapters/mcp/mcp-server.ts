@@ -201,7 +201,11 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     },
     ({ name, limit }) =>
       tool(async () =>
-        json({ policy: await client.egress(name), log: await client.egressLog(name, { limit: limit ?? 50 }) }),
+        json({
+          policy: await client.egress(name),
+          secrets: await client.egressSecrets(name),
+          log: await client.egressLog(name, { limit: limit ?? 50 }),
+        }),
       ),
   );
 
@@ -643,6 +647,36 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
       },
       ({ name, default: def, allow, deny }) =>
         tool(async () => json(await client.setEgress(name, { default: def, allow: allow ?? [], deny: deny ?? [] }))),
+    );
+    server.registerTool(
+      'bind_egress_secret',
+      {
+        title: 'Let a VM use a host secret, on the way out only',
+        description:
+          "Binds a host secret, by its name, to a VM for the hosts given: the VM's programs see a placeholder in the variable `env`, and requests to those hosts carry the real value, put in by the host as they leave (docs/egress-secrets.md). The value never enters the VM and is never shown. Replaces the VM's binding of that secret; hosts: [] removes it.",
+        inputSchema: {
+          name: vmName,
+          secret: z.string().describe('the name of a host secret (svc secret ls)'),
+          hosts: z
+            .array(z.string())
+            .max(64)
+            .describe('api.example.com, *.example.com or host.svc.internal; [] unbinds'),
+          header: z.string().optional().describe('only this request header carries the value'),
+          format: z.string().optional().describe('what that header becomes, such as "Bearer {value}"'),
+          env: z.string().optional().describe('the guest variable that holds the placeholder'),
+        },
+        annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: true },
+      },
+      ({ name, secret, hosts, header, format, env }) =>
+        tool(async () => {
+          const others = (await client.egressSecrets(name))
+            .filter((b) => b.secret !== secret)
+            .map(({ placeholder: _p, ...spec }) => spec);
+          const mine = hosts.length
+            ? [{ secret, hosts, ...(header ? { header } : {}), ...(format ? { format } : {}), ...(env ? { env } : {}) }]
+            : [];
+          return json(await client.setEgressSecrets(name, [...others, ...mine]));
+        }),
     );
   }
   return server;
