@@ -285,8 +285,18 @@ describe('dashboard in a real browser (chromium)', function () {
       port: 7474,
       name: 'host.svc.internal',
     });
+    expect((await d.call('POST', '/secrets', { name: 'ui-key', value: 'sk-ui-never-shown' })).status).to.equal(200);
+    const bound = await d.call('PUT', `/vms/${vm}/egress/secrets`, [
+      { secret: 'ui-key', hosts: ['api.example.com'], header: 'Authorization', format: 'Bearer {value}' },
+    ]);
+    expect(bound.status, bound.text).to.equal(200);
     await page.goto(`${base}/ui/#/vm/${vm}/egress`);
     await page.waitForSelector('[data-test=egress] select[name=egress_default]');
+    await page.waitForSelector('[data-test=egress-secrets] tbody tr');
+    const secretsTable = await text('[data-test=egress-secrets]');
+    expect(secretsTable).to.include('ui-key').and.include('api.example.com').and.include('UI_KEY');
+    expect(secretsTable).to.include('Authorization: Bearer {value}').and.include(bound.json[0].placeholder);
+    expect(secretsTable).not.to.include('sk-ui-never-shown');
     await page.waitForSelector('[data-test=egress-log] tbody tr');
     expect(await text('[data-test=egress-log]')).to.match(/host\.svc\.internal.*7474[\s\S]*host-closed/);
     await page.select('[data-test=egress] select[name=egress_default]', 'deny');

@@ -137,4 +137,5 @@ export type { Instance } from '../../src/domain/vm.js';
 export type { CreateProgressEvent as ProgressEvent, VmEvent } from '../../src/domain/events.js';
 export type { FsInfo } from '../../src/domain/agent.js';
 export type { EgressEvent, EgressPolicy } from '../../src/domain/egress.js';
+export type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
 export type { OutputFrame, ProcessInfo } from '../../src/domain/processes.js';

@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { api, enc, type EgressEvent, type EgressPolicy } from './api.js';
+import { api, enc, type EgressEvent, type EgressPolicy, type EgressSecretBinding } from './api.js';
 import { bytes, ErrorLine, html, useLoad, when } from './ui.js';
 
 const lines = (text: string) =>
@@ -26,6 +26,7 @@ export function Egress({ name }: { name: string }) {
     [name],
     3000,
   );
+  const secrets = useLoad(() => api<EgressSecretBinding[]>('GET', `/vms/${enc(name)}/egress/secrets`), [name]);
   const [draft, setDraft] = useState<{ default: string; allow: string; deny: string }>();
   const [error, setError] = useState<string>();
   const [saved, setSaved] = useState(false);
@@ -66,6 +67,18 @@ export function Egress({ name }: { name: string }) {
         : null
     }
     <${ErrorLine} error=${error ?? policy.error} />
+    <h4>Egress secrets</h4>
+    ${
+      (secrets.data ?? []).length === 0
+        ? html`<p class="muted">None. A host secret bound here never enters the VM: its programs hold a placeholder, and requests to the secret's hosts get the value on the way out (<code>svc egress secrets</code>).</p>`
+        : html`<table data-test="egress-secrets"><thead><tr><th>Secret</th><th>Hosts</th><th>Variable</th><th>Header</th><th>Placeholder</th></tr></thead><tbody>
+      ${(secrets.data ?? []).map(
+        (b) =>
+          html`<tr><td>${b.secret}</td><td>${b.hosts.join(', ')}</td><td><code>${b.env ?? b.secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_')}</code></td><td>${b.header ? `${b.header}${b.format ? `: ${b.format}` : ''}` : 'any'}</td><td><code>${b.placeholder}</code></td></tr>`,
+      )}
+    </tbody></table>`
+    }
+    <${ErrorLine} error=${secrets.error} />
     <h4>Latest decisions</h4>
     ${
       events.length === 0
@@ -74,7 +87,7 @@ export function Egress({ name }: { name: string }) {
       ${events.map(
         (
           e,
-        ) => html`<tr class=${e.decision === 'deny' ? 'bad' : ''}><td>${when(e.t)}</td><td>${e.event} ${e.proto}</td><td>${where(e)}</td><td><code>${e.rule}</code></td>
+        ) => html`<tr class=${e.decision === 'deny' ? 'bad' : ''}><td>${when(e.t)}</td><td>${e.event} ${e.proto}</td><td>${where(e)}</td><td><code>${e.rule}</code>${e.secret ? html` <code>${e.secret}</code>` : null}</td>
         <td>${e.event === 'close' ? `${bytes(e.bytes_out ?? 0)} out, ${bytes(e.bytes_in ?? 0)} in` : (e.answers ?? []).join(', ')}${e.repeats ? ` (+${e.repeats})` : ''}</td></tr>`,
       )}
     </tbody></table>`
