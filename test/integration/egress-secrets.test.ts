@@ -70,7 +70,9 @@ describe('egress secrets: the API (fake hypervisor)', function () {
     const [openai, github] = r.json as EgressSecretBinding[];
     expect(openai.placeholder).to.equal(before[0].placeholder);
     expect(openai).to.include({ header: 'Authorization', format: 'Bearer {value}' });
-    expect(github.placeholder).to.match(/^svc-egress-/).and.not.equal(openai.placeholder);
+    expect(github.placeholder)
+      .to.match(/^svc-egress-/)
+      .and.not.equal(openai.placeholder);
     expect(agent.egress.get('a')!.at(-1)!.env).to.deep.equal({
       OPENAI_API_KEY: openai.placeholder,
       GITHUB: github.placeholder,
