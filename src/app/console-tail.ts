@@ -4,6 +4,7 @@ import type { ConsoleLogs } from '../ports/stores.js';
 
 const CONSOLE_TAIL_BYTES = 4096;
 const CONSOLE_LINES = 12;
+const NOT_A_BOOT = new Set(['invalid_argument', 'not_found', 'already_exists', 'resource_exhausted', 'invalid_state']);
 
 /**
  * A boot that failed says what the guest's console said last (the VM and its `svc logs` are gone
@@ -17,7 +18,9 @@ export async function withConsoleTail(
   rec: VmRecord,
   err: DomainError,
 ): Promise<DomainError> {
-  if (!consoles || !rec.runtime) return err;
+  // A create refused for what it asked (a bad binding the guest refused, a name taken) is not a
+  // boot that failed: its console has nothing to say about it.
+  if (!consoles || !rec.runtime || NOT_A_BOOT.has(err.code)) return err;
   const parts: Buffer[] = [];
   try {
     for await (const b of consoles.read(rec.name, { tail: CONSOLE_TAIL_BYTES })) parts.push(b);

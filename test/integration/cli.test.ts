@@ -353,6 +353,38 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['rm', 'eg1'])).code).to.equal(0);
   });
 
+  it('creates with an egress secret (svc create --egress-secret), shows and replaces the bindings', async () => {
+    expect((await d.call('POST', '/secrets', { name: 'openai', value: 'sk-cli-never-shown' })).status).to.equal(200);
+    const made = await svc(['create', 'eg2', '--egress-secret', 'openai=api.openai.com:OPENAI_API_KEY', '--json']);
+    expect(made.code, made.stderr).to.equal(0);
+    const [b] = JSON.parse(made.stdout).egress_secrets as { placeholder: string }[];
+    expect(b).to.include({ secret: 'openai', env: 'OPENAI_API_KEY' });
+    const shown = await svc(['egress', 'secrets', 'eg2']);
+    expect(shown.stdout).to.match(
+      /^SECRET +HOSTS +ENV +HEADER +PLACEHOLDER\nopenai +api\.openai\.com +OPENAI_API_KEY +any +svc-egress-/,
+    );
+    expect(shown.stdout).to.include(b.placeholder).and.not.include('sk-cli-never-shown');
+    const set = await svc([
+      'egress',
+      'secrets',
+      'eg2',
+      '--set',
+      '--egress-secret',
+      'openai=*.openai.com,api.example.com',
+      '--json',
+    ]);
+    expect(set.code, set.stderr).to.equal(0);
+    expect(JSON.parse(set.stdout)[0])
+      .to.include({ placeholder: b.placeholder })
+      .and.deep.include({ hosts: ['*.openai.com', 'api.example.com'] });
+    const bad = await svc(['create', 'eg3', '--egress-secret', 'openai']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.match(/--egress-secret openai: use SECRET=HOST/);
+    const unknown = await svc(['create', 'eg3', '--egress-secret', 'nope=api.example.com']);
+    expect(unknown.stderr).to.match(/there is no host secret nope/);
+    expect((await svc(['egress', 'secrets', 'eg2', '--set'])).stdout).to.equal('no egress secrets\n');
+  });
+
   it('fails with one line on stderr and a non-zero exit; says how to start the daemon', async () => {
     const nf = await svc(['get', 'ghost']);
     expect(nf.code).to.equal(1);

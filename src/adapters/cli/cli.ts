@@ -140,6 +140,7 @@ export function buildCli(): Command {
     });
 
   egressSecretFlag(egressFlags(program.command('new')))
+    .alias('create')
     .argument('[name]')
     .description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
