@@ -83,18 +83,19 @@ export class GuestReadiness {
     );
     if (viaAgent && !folded)
       await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));
-    if (rec.egress_secrets && image?.agent_ready !== false)
-      await beforeDeadline(this.clock, deadline, this.applyEgressSecrets(rec));
+    if (rec.egress_secrets)
+      await beforeDeadline(this.clock, deadline, this.applyEgressSecrets(rec, image?.agent_ready !== false));
   }
 
   /**
    * A running VM's egress secrets at work: its network puts the values in (and answers the VM's
    * CA), and its guest gets the CA to trust and the placeholders in its processes' environment.
    */
-  async applyEgressSecrets(rec: VmRecord): Promise<void> {
+  async applyEgressSecrets(rec: VmRecord, toGuest = !rec.agent_missing): Promise<void> {
     const bindings = rec.egress_secrets ?? [];
     const { ca_pem } = await this.network.setSecrets({ name: rec.name, dir: this.store.dir(rec.name) }, bindings);
-    await this.agent.setEgress(agentEndpoint(rec), { ca_pem, env: egressEnv(bindings) });
+    // A guest without an agent gets no variables and no CA: its placeholders (GET .../egress/secrets) are put in place by hand.
+    if (toGuest) await this.agent.setEgress(agentEndpoint(rec), { ca_pem, env: egressEnv(bindings) });
   }
 
   /**

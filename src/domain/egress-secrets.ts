@@ -19,10 +19,18 @@ export interface EgressSecretBinding {
   env?: string;
   /** The stand-in the guest sees: random per VM and binding, never the value. */
   placeholder: string;
+  /**
+   * Placeholders of the VMs this one was copied from (a clone, a fork, a pool claim), still put in
+   * place: the processes that came with the copy hold them. The guest's variables hold `placeholder`.
+   */
+  inherited?: string[];
 }
 
 /** What a create or a PUT gives: a binding without its placeholder (svc makes it). */
-export type EgressSecretSpec = Omit<EgressSecretBinding, 'placeholder'>;
+export type EgressSecretSpec = Omit<EgressSecretBinding, 'placeholder' | 'inherited'>;
+
+/** Placeholders a copy of a copy still honours, at most. */
+const MAX_INHERITED = 8;
 
 export const MAX_EGRESS_SECRETS = 32;
 const MAX_HOSTS = 64;
@@ -116,20 +124,26 @@ export function parseEgressSecretSpecs(v: unknown, where = 'egress_secrets'): Eg
 
 /**
  * Bindings with placeholders: a binding of a secret the VM had keeps its placeholder (the guest's
- * programs hold it), a new one gets a new one. `fresh` makes every placeholder new (a clone or fork).
+ * programs hold it), a new one gets a new one. `fresh` makes every placeholder new (a clone or
+ * fork); a binding given with a placeholder (the template's) then passes it on as inherited.
  */
 export function bindEgressSecrets(
-  specs: EgressSecretSpec[],
+  specs: (EgressSecretSpec | EgressSecretBinding)[],
   random: (bytes: number) => Buffer,
   had: EgressSecretBinding[] = [],
   fresh = false,
 ): EgressSecretBinding[] {
   return specs.map((s) => {
+    const { placeholder: from, inherited = [], ...spec } = s as Partial<EgressSecretBinding> & EgressSecretSpec;
     const old = fresh ? undefined : had.find((h) => h.secret === s.secret);
-    const { placeholder: _, ...spec } = s as EgressSecretSpec & { placeholder?: string };
-    return { ...spec, placeholder: old?.placeholder ?? placeholderOf(random(20)) };
+    if (old) return { ...spec, placeholder: old.placeholder, ...(old.inherited ? { inherited: old.inherited } : {}) };
+    const passed = from ? [...inherited, from].slice(-MAX_INHERITED) : [];
+    return { ...spec, placeholder: placeholderOf(random(20)), ...(passed.length ? { inherited: passed } : {}) };
   });
 }
+
+/** Every placeholder a binding puts its value in place of: its own and those it inherited. */
+export const placeholdersOf = (b: EgressSecretBinding) => [b.placeholder, ...(b.inherited ?? [])];
 
 /** Reads back bindings a VM record or netd state kept (placeholders checked). */
 export function parseEgressSecretBindings(v: unknown, where = 'egress_secrets'): EgressSecretBinding[] {
@@ -138,9 +152,22 @@ export function parseEgressSecretBindings(v: unknown, where = 'egress_secrets'):
     const p = isObject(b) ? b.placeholder : undefined;
     if (typeof p !== 'string' || !PLACEHOLDER_RE.test(p))
       throw new InvalidArgumentError(`${where}[${i}].placeholder is not a placeholder`);
+    const inherited = isObject(b) ? b.inherited : undefined;
+    if (
+      inherited !== undefined &&
+      (!Array.isArray(inherited) ||
+        inherited.length > MAX_INHERITED ||
+        !inherited.every((x) => typeof x === 'string' && PLACEHOLDER_RE.test(x)))
+    )
+      throw new InvalidArgumentError(`${where}[${i}].inherited is not a list of placeholders`);
     const rest = { ...(b as Record<string, unknown>) };
     delete rest.placeholder;
-    return { ...parseEgressSecretSpec(rest, `${where}[${i}]`), placeholder: p };
+    delete rest.inherited;
+    return {
+      ...parseEgressSecretSpec(rest, `${where}[${i}]`),
+      placeholder: p,
+      ...(inherited ? { inherited: inherited as string[] } : {}),
+    };
   });
 }
 

@@ -242,6 +242,13 @@ describe('egress secrets on real QEMU guests', function () {
     expect((await guestSh(d, 'esc', 'echo "$OPENAI_API_KEY"')).stdout.trim()).to.equal(clonePlaceholder);
     const r3 = await probe('esc', 'fetch', `https://host.svc.internal:${tlsPort}/clone`);
     expect(JSON.parse(r3.body!).got, JSON.stringify(r3)).to.equal('rotated');
+    // A process that came along in the copy holds the template's placeholder: still put in place.
+    const old = await guestSh(
+      d,
+      'esc',
+      `OPENAI_API_KEY=${placeholder} node /tmp/secret-probe.cjs fetch https://host.svc.internal:${tlsPort}/inherited`,
+    );
+    expect(JSON.parse(JSON.parse(old.stdout).body).got, old.stdout).to.equal('rotated');
     // A binding taken away: the guest's variable goes, and nothing is put in any more.
     const off = await d.call('PUT', '/vms/esc/egress/secrets', []);
     expect(off.status, off.text).to.equal(200);

@@ -90,7 +90,12 @@ describe('egress secrets: the API (fake hypervisor)', function () {
     expect(c.status, c.text).to.equal(201);
     const mine = c.json.egress_secrets as EgressSecretBinding[];
     expect(mine.map((b) => b.secret)).to.deep.equal(tpl.map((b) => b.secret));
-    for (let i = 0; i < mine.length; i++) expect(mine[i].placeholder).to.not.equal(tpl[i].placeholder);
+    for (let i = 0; i < mine.length; i++) {
+      expect(mine[i].placeholder).to.not.equal(tpl[i].placeholder);
+      // The template's processes came along in the clone: their placeholder is still put in place.
+      expect(mine[i].inherited).to.deep.equal([tpl[i].placeholder]);
+    }
+    expect(network.secrets.get('c')![0].inherited).to.deep.equal([tpl[0].placeholder]);
     expect(agent.egress.get('c')!.at(-1)!.env.OPENAI_API_KEY).to.equal(mine[0].placeholder);
     // The template, restored, is told its own again.
     expect((await d.call('POST', '/vms/a/restore')).status).to.equal(200);

@@ -115,7 +115,15 @@ const schemas: Record<string, Schema> = {
       {
         type: 'object',
         required: ['placeholder'],
-        properties: { placeholder: { type: 'string', description: 'what the guest holds in place of the value' } },
+        properties: {
+          placeholder: { type: 'string', description: 'what the guest holds in place of the value' },
+          inherited: {
+            type: 'array',
+            items: { type: 'string' },
+            description:
+              'placeholders of the VM this one was copied from, still put in place (its processes came along)',
+          },
+        },
       },
     ],
   },

@@ -4,7 +4,12 @@ import http2, { type ClientHttp2Session, type Http2ServerRequest, type Http2Serv
 import { connect as netConnect, isIP, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
-import { hostMatches, PLACEHOLDER_PREFIX, type EgressSecretBinding } from '../../domain/egress-secrets.js';
+import {
+  hostMatches,
+  PLACEHOLDER_PREFIX,
+  placeholdersOf,
+  type EgressSecretBinding,
+} from '../../domain/egress-secrets.js';
 import { normalName } from '../../domain/egress.js';
 import type { EgressCa } from './egress-ca.js';
 import type { EgressEntry } from './egress-guard.js';
@@ -86,7 +91,7 @@ export class EgressSecrets {
   /** New bindings (a PUT): the next request follows them. */
   update(bindings: EgressSecretBinding[]): void {
     this.list = bindings;
-    this.byPlaceholder = new Map(bindings.map((b) => [b.placeholder, b.secret]));
+    this.byPlaceholder = new Map(bindings.flatMap((b) => placeholdersOf(b).map((p) => [p, b.secret] as const)));
   }
 
   /** Is some secret for `name`? Connections to it are intercepted. */
@@ -327,7 +332,8 @@ export class EgressSecrets {
       };
     };
     if (target.includes(PLACEHOLDER_PREFIX))
-      for (const b of this.list) if (target.includes(b.placeholder)) return deny(b, 'the request target');
+      for (const b of this.list)
+        if (placeholdersOf(b).some((p) => target.includes(p))) return deny(b, 'the request target');
     const out: [string, string][] = [];
     const injected = new Set<string>();
     for (const [k, v] of headers) {
@@ -337,11 +343,14 @@ export class EgressSecrets {
       }
       let value = v;
       for (const b of this.list) {
-        if (!value.includes(b.placeholder)) continue;
+        const held = placeholdersOf(b).filter((p) => value.includes(p));
+        if (!held.length) continue;
         if (!forHere(b, k.toLowerCase())) return deny(b, `header ${k}`);
         const secret = await this.value(b);
         if (typeof secret !== 'string') return secret;
-        value = b.format ? b.format.split('{value}').join(secret) : value.split(b.placeholder).join(secret);
+        value = b.format
+          ? b.format.split('{value}').join(secret)
+          : held.reduce((v, p) => v.split(p).join(secret), value);
         injected.add(b.secret);
       }
       out.push([k, value]);

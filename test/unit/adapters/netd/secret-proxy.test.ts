@@ -32,8 +32,10 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
   let audit: EgressEntry[];
   let secrets: EgressSecrets;
   let seen: Echo[];
+  /** The placeholder of the VM this one was copied from (its processes hold it). */
+  const INHERITED = placeholderOf(randomBytes(20));
   const bindings: EgressSecretBinding[] = [
-    { secret: 'openai', hosts: ['api.test'], placeholder: OPENAI },
+    { secret: 'openai', hosts: ['api.test'], placeholder: OPENAI, inherited: [INHERITED] },
     { secret: 'other', hosts: ['elsewhere.test'], header: 'X-Key', placeholder: OTHER },
   ];
 
@@ -97,10 +99,16 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
     return t;
   }
 
+  const agents = new WeakMap<TLSSocket, http.Agent>();
   function h1(t: TLSSocket, headers: Record<string, string>, path = '/v1'): Promise<{ status: number; body: string }> {
     return new Promise((resolve, reject) => {
-      const agent = new http.Agent({ keepAlive: true });
-      agent.createConnection = () => t;
+      // One agent per connection: requests follow one another on it, as a client's would.
+      let agent = agents.get(t);
+      if (!agent) {
+        agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+        agent.createConnection = () => t;
+        agents.set(t, agent);
+      }
       const req = http.request({ agent, path, method: 'POST', headers: { host: 'api.test', ...headers } }, (res) => {
         let body = '';
         res.on('data', (d) => (body += d));
@@ -126,7 +134,12 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
       'Bearer sk-real-2',
     );
     values.set('openai', 'sk-real-1\n');
+    const copied = await h1(t, { authorization: `Bearer ${INHERITED}` });
+    expect((JSON.parse(copied.body) as Echo).headers.authorization, 'an inherited placeholder too').to.equal(
+      'Bearer sk-real-1',
+    );
     expect(audit.filter((e) => e.event === 'secret').map((e) => [e.secret, e.name])).to.deep.equal([
+      ['openai', 'api.test'],
       ['openai', 'api.test'],
       ['openai', 'api.test'],
     ]);
