@@ -44,7 +44,8 @@ const ENV = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'upgrade', 'te']);
 
 /** A placeholder made of 20 random bytes (the caller's, so that this module does no I/O). */
-export const placeholderOf = (random: Buffer) => PLACEHOLDER_PREFIX + random.subarray(0, 20).toString('hex');
+export const placeholderOf = (random: Uint8Array) =>
+  PLACEHOLDER_PREFIX + Array.from(random.subarray(0, 20), (b) => b.toString(16).padStart(2, '0')).join('');
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -129,7 +130,7 @@ export function parseEgressSecretSpecs(v: unknown, where = 'egress_secrets'): Eg
  */
 export function bindEgressSecrets(
   specs: (EgressSecretSpec | EgressSecretBinding)[],
-  random: (bytes: number) => Buffer,
+  random: (bytes: number) => Uint8Array,
   had: EgressSecretBinding[] = [],
   fresh = false,
 ): EgressSecretBinding[] {

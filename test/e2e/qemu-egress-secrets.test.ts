@@ -172,6 +172,12 @@ describe('egress secrets on real QEMU guests', function () {
       decision: 'allow',
     });
     expect(JSON.stringify(entries)).not.to.include(VALUE);
+    // Nor is it in what the daemon answers and keeps: the VM, its events and activity, svc-netd's log and state.
+    const kept = await Promise.all(
+      ['/vms/es', '/activity', '/metrics', '/vms/es/egress/secrets'].map(async (p) => (await d.call('GET', p)).text),
+    );
+    for (const f of ['netd.log', 'netd.json']) kept.push(readFileSync(join(d.config.data_dir, f), 'utf8'));
+    expect(kept.join('\n')).to.include(placeholder).and.not.include(VALUE);
   });
 
   it('sent to a host it is not for, the placeholder goes nowhere: the connection is reset and logged', async () => {
