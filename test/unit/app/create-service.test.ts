@@ -8,7 +8,10 @@ import {
 } from '../../../src/domain/errors.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
-import { consoleLines } from '../../../src/app/console-tail.js';
+import { consoleLines, withConsoleTail } from '../../../src/app/console-tail.js';
+import { DeadlineExceededError } from '../../../src/domain/errors.js';
+import type { VmRecord } from '../../../src/domain/vm.js';
+import type { ConsoleLogs } from '../../../src/ports/stores.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
@@ -133,5 +136,25 @@ describe('app/CreateService', () => {
       `${'x'.repeat(197)}...`,
     ]);
     expect(consoleLines('')).to.deep.equal([]);
+  });
+
+  it('tells a boot that failed by its console, and leaves a create refused for what it asked without it', async () => {
+    const consoles = {
+      async *read() {
+        yield Buffer.from('svc minimal: init started\n');
+      },
+    } as unknown as ConsoleLogs;
+    const rec = { name: 'v', runtime: {} } as unknown as VmRecord;
+    const boot = await withConsoleTail(
+      consoles,
+      '/data',
+      rec,
+      new DeadlineExceededError('timed out waiting for the agent'),
+    );
+    expect(boot.message).to.equal(
+      "timed out waiting for the agent\nthe console's last lines:\n  | svc minimal: init started\n(the console log is kept in /data/logs)",
+    );
+    const asked = new InvalidArgumentError('egress_secrets: there is no host secret nope');
+    expect(await withConsoleTail(consoles, '/data', rec, asked)).to.equal(asked);
   });
 });
