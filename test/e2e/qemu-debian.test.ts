@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import http2 from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
@@ -16,12 +16,14 @@ describe('svcd with QEMU: the debian image', function () {
   const TOKEN = 'tok-debian-5e1f0a7c93';
   let upstream: http2.Http2SecureServer | undefined;
   let upstreamPort = 0;
+  const upstreamSockets: Socket[] = [];
 
   before(async () => {
     const ctx = await new EgressCa(join(upstreamDir, 'ca'), 'upstream').contextFor('host.svc.internal');
     upstream = http2.createSecureServer({ allowHTTP1: true, SNICallback: (_n, cb) => cb(null, ctx) }, (req, res) =>
       res.end(`${req.headers.authorization === `Bearer ${TOKEN}` ? 'value' : 'other'} ${req.httpVersion}\n`),
     );
+    upstream.on('connection', (s: Socket) => upstreamSockets.push(s));
     await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', () => r()));
     upstreamPort = (upstream.address() as AddressInfo).port;
     d = await startTestDaemon({
@@ -42,6 +44,7 @@ describe('svcd with QEMU: the debian image', function () {
     for (const img of ['deb-jq', 'deb-baked']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
     upstream?.close();
+    for (const s of upstreamSockets) s.destroy();
   });
 
   it('is the default image: a create without an image boots debian, with a disk as large as asked for', async () => {

@@ -81,7 +81,9 @@ describe('egress secrets on real QEMU guests', function () {
       req.resume();
       req.on('end', () => res.end(JSON.stringify({ got: said(req.headers.authorization), version: req.httpVersion })));
     };
+  const sockets: Socket[] = [];
   const listen = async (s: http.Server | http2.Http2SecureServer, host: string) => {
+    s.on('connection', (sock: Socket) => sockets.push(sock));
     await new Promise<void>((r) => s.listen(0, host, () => r()));
     return (s.address() as AddressInfo).port;
   };
@@ -144,9 +146,9 @@ describe('egress secrets on real QEMU guests', function () {
     for (const n of ['es', 'esc']) await d?.call('DELETE', `/vms/${n}`).catch(() => undefined);
     await d?.stop();
     dns?.stop();
-    tlsServer?.close();
-    plain?.close();
-    other?.close();
+    for (const s of [tlsServer, plain, other]) s?.close();
+    // svc-netd's kept-alive connections to the upstreams end with it; these do not wait for that.
+    for (const s of sockets) s.destroy();
   });
 
   it('the guest holds a placeholder; HTTPS (fetch, HTTP/2, an upgrade) and plain HTTP to its host carry the value', async () => {

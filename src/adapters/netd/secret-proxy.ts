@@ -176,6 +176,7 @@ export class EgressSecrets {
   }
 
   private readonly routes = new Map<number, Route>();
+  private readonly accepted = new Set<Socket>();
   private terminating: Promise<number> | undefined;
   private terminatorServer: http2.Http2SecureServer | undefined;
 
@@ -207,16 +208,23 @@ export class EgressSecrets {
         void this.upgrade(req, sock, head, route);
       });
       server.on('session', (s) => s.on('error', () => undefined));
+      server.on('connection', (sock: Socket) => {
+        this.accepted.add(sock);
+        sock.once('close', () => this.accepted.delete(sock));
+      });
       server.once('error', reject);
       server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      // It lives as long as its connections: it never keeps svc-netd (or a test) from exiting.
+      server.unref();
       this.terminatorServer = server;
     });
     return this.terminating;
   }
 
-  /** Stops the local TLS server (the VM's network is gone). */
+  /** Stops the local TLS server and ends what it carries (the VM's network is gone). */
   close(): void {
     this.terminatorServer?.close();
+    for (const sock of this.accepted) sock.destroy();
     for (const r of this.routes.values()) r.upstream.close();
   }
 

@@ -32,6 +32,7 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
   let audit: EgressEntry[];
   let secrets: EgressSecrets;
   let seen: Echo[];
+  const upstreamSockets: Socket[] = [];
   /** The placeholder of the VM this one was copied from (its processes hold it). */
   const INHERITED = placeholderOf(randomBytes(20));
   const bindings: EgressSecretBinding[] = [
@@ -59,10 +60,15 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
       );
       sock.pipe(sock);
     });
+    upstream.on('connection', (s: Socket) => upstreamSockets.push(s));
     await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', () => r()));
     port = (upstream.address() as AddressInfo).port;
   });
-  after(() => upstream.close());
+  after(() => {
+    upstream.close();
+    for (const s of upstreamSockets) s.destroy();
+  });
+  afterEach(() => secrets.close());
   beforeEach(() => {
     audit = [];
     seen = [];
