@@ -1,9 +1,10 @@
 // BENCH_ONLY=egress-secrets: HTTPS through the injection of egress secrets against the same requests
 // made directly, from one TCG guest to one upstream, in one run (docs/egress-secrets.md).
+import { hostIp } from '../test/helpers/host-ip.js';
 import http2 from 'node:http2';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EgressCa } from '../src/adapters/netd/egress-ca.js';
 import { TestDns } from '../test/helpers/dns-server.js';
@@ -28,12 +29,6 @@ const one = () => https.get(url, { agent, rejectUnauthorized: insecure !== '1', 
 }).on('error', (e) => { console.log(JSON.stringify({ error: e.code || e.message })); process.exit(0); });
 one();
 `;
-
-function hostIp(): string {
-  for (const list of Object.values(networkInterfaces()))
-    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  throw new Error('the host has no non-loopback IPv4 address');
-}
 
 export async function egressSecretBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-egress-'));

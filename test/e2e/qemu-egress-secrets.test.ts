@@ -1,9 +1,10 @@
 import { expect } from 'chai';
+import { hostIp } from '../helpers/host-ip.js';
 import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
 import { type AddressInfo, type Socket } from 'node:net';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { EgressEvent } from '../../src/domain/egress.js';
@@ -17,12 +18,6 @@ import { ensureImage } from './image.js';
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/secret-probe.cjs', import.meta.url)));
 const VALUE = 'sk-e2e-7f3a9c1d5b2e8f40';
 const ROTATED = 'sk-e2e-rotated-0c4d2a9e';
-
-function hostIp(): string {
-  for (const list of Object.values(networkInterfaces()))
-    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  throw new Error('the host has no non-loopback IPv4 address');
-}
 
 /** Does the file hold `needle`? Read in pieces (a guest's memory is hundreds of MB). */
 function fileHolds(path: string, needle: string): boolean {

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
+import { hostIp } from '../helpers/host-ip.js';
 import { readFileSync } from 'node:fs';
 import { createServer as httpServer, type Server as HttpServer } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
-import { networkInterfaces } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { EgressEvent } from '../../src/domain/egress.js';
 import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
@@ -11,13 +11,6 @@ import { followNdjson } from '../helpers/http.js';
 import { ensureImage } from './image.js';
 
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/net-probe.cjs', import.meta.url)));
-
-/** The host's first non-loopback IPv4 address (a "host address" a guest must not reach either). */
-function hostIp(): string {
-  for (const list of Object.values(networkInterfaces()))
-    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  throw new Error('the host has no non-loopback IPv4 address');
-}
 
 async function listen<T extends Server | HttpServer>(server: T, host = '127.0.0.1'): Promise<number> {
   await new Promise<void>((r) => server.listen(0, host, () => r()));

@@ -290,20 +290,19 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   async setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void> {
-    await this.http.json(ep, {
-      method: 'POST',
-      path: '/identity',
-      body: Buffer.from(JSON.stringify(id)),
-      contentType: 'application/json',
-      timeoutMs: 10_000,
-    });
+    await this.tell(ep, 'POST', '/identity', id);
   }
 
   async setEgress(ep: AgentEndpoint, egress: GuestEgress): Promise<void> {
+    await this.tell(ep, 'PUT', '/egress', egress);
+  }
+
+  /** Sends the guest a JSON body it answers without one (what it is, not a command to run). */
+  private async tell(ep: AgentEndpoint, method: 'POST' | 'PUT', path: string, value: unknown): Promise<void> {
     await this.http.json(ep, {
-      method: 'PUT',
-      path: '/egress',
-      body: Buffer.from(JSON.stringify(egress)),
+      method,
+      path,
+      body: Buffer.from(JSON.stringify(value)),
       contentType: 'application/json',
       timeoutMs: 10_000,
     });
