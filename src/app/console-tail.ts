@@ -7,16 +7,17 @@ const CONSOLE_LINES = 12;
 const NOT_A_BOOT = new Set(['invalid_argument', 'not_found', 'already_exists', 'resource_exhausted', 'invalid_state']);
 
 /**
- * A boot that failed says what the guest's console said last (the VM and its `svc logs` are gone
- * with it; the whole log is kept in data_dir/logs), or that it said nothing at all: then the
- * kernel never started, which is what too little memory for the kernel looks like. `err` as it
- * was when the VM never ran or its console cannot be read.
+ * A boot that failed says what the guest's console said last, or that it said nothing at all:
+ * then the kernel never started, which is what too little memory for the kernel looks like.
+ * `whole` says where the whole log is (a failed create's VM is gone and its log kept in
+ * data_dir/logs; a failed start's VM is still there for `svc logs`). `err` as it was when the VM
+ * never ran or its console cannot be read.
  */
 export async function withConsoleTail(
   consoles: ConsoleLogs | undefined,
-  dataDir: string,
   rec: VmRecord,
   err: DomainError,
+  whole: string,
 ): Promise<DomainError> {
   // A create refused for what it asked (a bad binding the guest refused, a name taken) is not a
   // boot that failed: its console has nothing to say about it.
@@ -31,7 +32,7 @@ export async function withConsoleTail(
   const said = lines.length
     ? `the console's last lines:\n${lines.map((l) => `  | ${l}`).join('\n')}`
     : 'the console printed nothing: the kernel did not start (too little memory for it, or a broken image)';
-  const message = `${err.message}\n${said}\n(the console log is kept in ${dataDir}/logs)`;
+  const message = `${err.message}\n${said}\n(${whole})`;
   try {
     return Object.assign(new (err.constructor as new (m: string) => DomainError)(message), { cause: err });
   } catch {

@@ -354,9 +354,9 @@ export class CreateService {
   ): Promise<never> {
     const domainErr = await withConsoleTail(
       this.consoles,
-      this.config.data_dir,
       rec,
       isDomainError(err) ? err : new InternalError(errorMessage(err)),
+      `the console log is kept in ${this.config.data_dir}/logs`,
     );
     await this.keeper.purge(rec, true);
     this.metrics.createFailed();

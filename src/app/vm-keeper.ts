@@ -1,14 +1,15 @@
-import { inject, injectable } from 'inversify';
-import { errorMessage } from '../domain/errors.js';
+import { inject, injectable, optional } from 'inversify';
+import { errorMessage, InternalError, isDomainError } from '../domain/errors.js';
 import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
 import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
-import { VmStore } from '../ports/stores.js';
+import { ConsoleLogs, VmStore } from '../ports/stores.js';
 import { SshKeys } from '../ports/tunnels.js';
 import type { Config } from './config.js';
+import { withConsoleTail } from './console-tail.js';
 import { CrashWatch } from './crash-watch.js';
 import { GuestReadiness } from './guest-readiness.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -34,6 +35,7 @@ export class VmKeeper {
     @inject(Failpoints) private readonly failpoints: Failpoints,
     @inject(GuestReadiness) private readonly readiness: GuestReadiness,
     @inject(CrashWatch) private readonly crashes: CrashWatch,
+    @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
   ) {}
 
   /**
@@ -63,11 +65,18 @@ export class VmKeeper {
         handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined,
       );
     } catch (err) {
+      // What the console said last goes with the error (a guest that never came up says why).
+      const told = await withConsoleTail(
+        this.consoles,
+        rec,
+        isDomainError(err) ? err : new InternalError(errorMessage(err)),
+        `the whole console: svc logs ${rec.name}`,
+      );
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
       changeStatus(rec, { to: 'error', error: errorMessage(err) });
       clearRuntime(rec);
       await this.vms.save(rec);
-      throw err;
+      throw told;
     }
     await this.events.emit('up', rec);
   }

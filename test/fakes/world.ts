@@ -29,6 +29,7 @@ import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
 import {
   ActivityLog,
+  ConsoleLogs,
   VmStore,
   MetricsHistory,
   SecretStore,
@@ -77,6 +78,8 @@ export function world(
   raw: Record<string, unknown> = {},
   store = new MemoryInstanceStore(),
   hv = new InMemoryHypervisor({ bootDelayMs: 5 }),
+  /** What the guests' consoles said (a failed boot tells its last lines); none by default. */
+  consoles?: ConsoleLogs,
 ): World {
   // Snapshot creates have their own tests (test/integration/snapshot-creates.test.ts).
   const config = buildConfig(
@@ -119,6 +122,7 @@ export function world(
       bind(GuestNetwork).toConstantValue(network);
       bind(CloneSpeedUps).toConstantValue(speedUpsOf(hv) as CloneSpeedUps);
       bind(LifecycleContribution).toConstantValue(testFollower);
+      if (consoles) bind(ConsoleLogs).toConstantValue(consoles);
       bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
       bind(AgentInstaller).toConstantValue({
         probe: async () => ({ node: true }),

@@ -147,14 +147,14 @@ describe('app/CreateService', () => {
     const rec = { name: 'v', runtime: {} } as unknown as VmRecord;
     const boot = await withConsoleTail(
       consoles,
-      '/data',
       rec,
       new DeadlineExceededError('timed out waiting for the agent'),
+      'the console log is kept in /data/logs',
     );
     expect(boot.message).to.equal(
       "timed out waiting for the agent\nthe console's last lines:\n  | svc minimal: init started\n(the console log is kept in /data/logs)",
     );
     const asked = new InvalidArgumentError('egress_secrets: there is no host secret nope');
-    expect(await withConsoleTail(consoles, '/data', rec, asked)).to.equal(asked);
+    expect(await withConsoleTail(consoles, rec, asked, 'the console log is kept in /data/logs')).to.equal(asked);
   });
 });

@@ -81,6 +81,27 @@ describe('app/VmKeeper', () => {
     expect((await w.svc.start('b')).status).to.equal('running');
   });
 
+  it('says what the console printed last when a started guest dies before its agent answers', async () => {
+    const said = 'Kernel panic - not syncing: Attempted to kill init!';
+    const consoles = {
+      async *read(vm: string, opts: { tail?: number }) {
+        expect(opts.tail).to.be.above(0);
+        yield Buffer.from(`[    0.51] ${vm} booting\n[    0.92] ${said}\n`);
+      },
+    };
+    const w = world({}, undefined, new InMemoryHypervisor({ bootDelayMs: 300 }), consoles);
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
+    await w.svc.shutdown('p');
+    setTimeout(() => void w.hv.crash('p', 'exited with status 1'), 50);
+    const err = (await w.svc.start('p').catch((e: Error) => e)) as Error;
+    expect(err.message).to.match(/^vm p stopped while waiting for the guest agent/);
+    expect(err.message).to.contain(`  | [    0.92] ${said}`);
+    expect(err.message).to.contain('(the whole console: svc logs p)');
+    expect(w.vms.get('p').status).to.equal('error');
+  });
+
   it('purges every trace: process, record, store, and announces the removal', async () => {
     const w = world();
     await (
