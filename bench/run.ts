@@ -16,6 +16,7 @@ import { e2bBenchmarks } from './e2b.js';
 import { forkBenchmarks } from './forks.js';
 import { snapshotCreateBenchmarks } from './snapshot-creates.js';
 import { egressSecretBenchmarks } from './egress-secrets.js';
+import { clusterBenchmarks } from './cluster.js';
 import {
   cpuSeconds,
   diskUse,
@@ -46,7 +47,8 @@ const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 /** How many clones of one template run at once for the disk-sharing row. */
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
 const only = (
-  process.env.BENCH_ONLY ?? 'boot,debian,exec,cp,net,processes,forks,snapshots,egress-secrets,e2b,control,memory,import'
+  process.env.BENCH_ONLY ??
+  'boot,debian,exec,cp,net,processes,forks,snapshots,egress-secrets,cluster,e2b,control,memory,import'
 ).split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -811,6 +813,7 @@ if (only.includes('processes')) await processBenchmarks(row, results);
 if (only.includes('forks')) await forkBenchmarks(row, results);
 if (only.includes('snapshots')) await snapshotCreateBenchmarks(row, results);
 if (only.includes('egress-secrets')) await egressSecretBenchmarks(row, results);
+if (only.includes('cluster')) await clusterBenchmarks(row, results);
 if (only.includes('e2b')) await e2bBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();

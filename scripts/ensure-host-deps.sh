@@ -19,9 +19,11 @@
 #   syslinux, syslinux-common, mtools, dosfstools, fdisk
 #                     the tests' cloud-style disk (a bootloader, a FAT boot partition, a partition table)
 #   gcc, libc6-dev    the daemon's splice helper (native/svc-splice.c; scripts/build-native.mjs)
+#   etcd-server       the store a cluster of svcd nodes runs on (docs/cluster.md); the tests start
+#                     a three-member etcd of their own on loopback
 set -euo pipefail
 pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools
-  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk gcc libc6-dev)
+  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk gcc libc6-dev etcd-server)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

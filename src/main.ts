@@ -82,6 +82,14 @@ import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels 
 import { VERSION } from './version.js';
 import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
 import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
+import { clusterSettings, type ClusterSettings } from './app/cluster-config.js';
+import { ClusterService } from './app/cluster-service.js';
+import { ClusterConfig } from './app/tokens.js';
+import { ClusterStore } from './ports/cluster.js';
+import { EtcdClusterStore } from './adapters/cluster/etcd-cluster-store.js';
+import { ClusterFront } from './adapters/http/cluster-front.js';
+import { cpus as hostCpus, hostname, totalmem } from 'node:os';
+import { statfsSync } from 'node:fs';
 
 /** Adapters an embedder may supply instead of the defaults the config selects. */
 export interface DaemonOverrides {
@@ -230,18 +238,49 @@ export function appModule(): ContainerModule {
   });
 }
 
+/** With a `cluster` section: the node's settings, its etcd store and the cluster service (docs/cluster.md). */
+function clusterModule(settings: ClusterSettings): ContainerModule {
+  return new ContainerModule(({ bind }) => {
+    bind(ClusterConfig).toConstantValue(settings);
+    bind(ClusterStore)
+      .toDynamicValue((ctx) => new EtcdClusterStore(settings, ctx.get<Logger>(Logger)))
+      .inSingletonScope();
+    bind(ClusterService).toSelf().inSingletonScope();
+    bind(LifecycleContribution).toService(ClusterService);
+  });
+}
+
+/** The cluster settings of `config` with the host's cpus, memory and disk for what it leaves at 0. */
+export function nodeSettings(config: Config): ClusterSettings | undefined {
+  let disk_gb = 0;
+  try {
+    const st = statfsSync(config.data_dir);
+    disk_gb = Math.floor((st.bavail * st.bsize) / 2 ** 30);
+  } catch {
+    // no data dir yet: made before this is read
+  }
+  return clusterSettings(config, {
+    hostname: hostname(),
+    cpus: hostCpus().length,
+    memory_mb: Math.floor(totalmem() / 2 ** 20),
+    disk_gb,
+  });
+}
+
 export function buildContainer(
   config: Config,
   overrides: DaemonOverrides = {},
 ): { container: Container; metrics: PromControlMetrics } {
   const metrics = new PromControlMetrics();
   const container = new Container();
+  const cluster = nodeSettings(config);
   container.load(
     coreModule(config, overrides, metrics),
     storeModule(),
     sshModule(overrides),
     ...hypervisorModules(config, overrides),
     appModule(),
+    ...(cluster ? [clusterModule(cluster)] : []),
   );
   return { container, metrics };
 }
@@ -283,7 +322,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   await snapshots.init();
 
   const sessions = new BrowserSessions(config.ui_session_ms);
-  const auth = new BearerAuth(config.api_token, sessions);
+  const cluster = container.isBound(ClusterService) ? container.get(ClusterService) : undefined;
+  const auth = new BearerAuth(config.api_token, sessions, undefined, cluster?.settings.token);
+  const front = cluster && new ClusterFront(cluster, { socket: config.socket, token: cluster.settings.token, auth });
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
   const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg), auth.throttle);
@@ -325,16 +366,23 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       egress: config.mcp_egress,
     }),
     ...uiRoutes(auth, sessions),
+    ...(front ? front.routes() : []),
   ];
-  const app = createHttpApp({ routes, auth, registry: metrics.registry, log });
+  const app = createHttpApp({ routes, auth, registry: metrics.registry, log, front: front?.http });
   const shell = new ShellProxy(container.get(GuestProxy), auth);
-  const listeners = new HttpListeners(app, shell.handleUpgrade, config.header_timeout_ms);
+  const listeners = new HttpListeners(
+    app,
+    front ? front.upgrade(shell.handleUpgrade) : shell.handleUpgrade,
+    config.header_timeout_ms,
+  );
   await listeners.start({
     socket: config.socket,
     api: config.api,
-    allowedHosts: config.allowed_hosts,
+    // Other nodes call this one by the name it advertises.
+    allowedHosts: [...config.allowed_hosts, ...(cluster ? [new URL(cluster.settings.advertise).hostname] : [])],
     allowedOrigins: config.allowed_origins,
   });
+  await cluster?.start();
   log.info(
     { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },
     'svcd listening',
@@ -363,6 +411,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     stop: () =>
       (stopped ??= (async () => {
         closing.abort();
+        await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
         e2b.close();
         await listeners.stop();
         pool.stop();

@@ -93,8 +93,8 @@ export interface Config {
 export interface ConfigSection {
   /** The mapping's key in the file, and the SVC_ prefix of its keys in the environment. */
   name: string;
-  /** The `hypervisor` value whose section this is. */
-  driver: string;
+  /** The `hypervisor` value whose section this is (none for the daemon's own, such as `cluster`). */
+  driver?: string;
   keys: Record<string, [ConfigKind, unknown]>;
   /** Old top-level keys, and the key of this section each stands for. */
   aliases?: Record<string, string>;

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'permission_denied'
   | 'not_supported'
   | 'agent_unavailable'
+  | 'unavailable'
   | 'agent_failure'
   | 'deadline_exceeded'
   | 'internal';
@@ -90,6 +91,11 @@ export class AgentUnavailableError extends DomainError {
 }
 
 /** The guest agent answered, but with garbage or a 5xx. */
+/** What a call needs is out of reach for now: a cluster node that stopped renewing its lease, etcd without quorum. */
+export class UnavailableError extends DomainError {
+  readonly code = 'unavailable' as const;
+}
+
 export class AgentFailureError extends DomainError {
   readonly code = 'agent_failure' as const;
 }
@@ -127,6 +133,7 @@ export function logLevelOf(err: DomainError): 'error' | 'warn' | 'info' {
     case 'agent_failure':
       return 'error';
     case 'agent_unavailable':
+    case 'unavailable':
     case 'deadline_exceeded':
       return 'warn';
     default:
@@ -146,6 +153,7 @@ export const ALL_DOMAIN_ERRORS = [
   UnauthenticatedError,
   NotSupportedError,
   AgentUnavailableError,
+  UnavailableError,
   AgentFailureError,
   DeadlineExceededError,
   InternalError,

@@ -28,11 +28,14 @@ describe('OpenAPI description', function () {
     const doc = parse((await d.call('GET', '/openapi.yaml')).text);
     const described = new Set<string>();
     const planned = new Set<string>();
+    const cluster = new Set<string>();
     for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, Record<string, unknown>>>)) {
       for (const [method, o] of Object.entries(ops)) {
-        (o['x-svc-planned'] ? planned : described).add(`${method} ${path}`);
+        (o['x-svc-planned'] ? planned : o['x-svc-cluster'] ? cluster : described).add(`${method} ${path}`);
       }
     }
+    // A node of a cluster serves these too (test/integration/cluster.test.ts); this daemon is none.
+    expect([...cluster].sort()).to.deep.equal(['get /nodes', 'get /nodes/{node}']);
     // E2B's API is E2B's, described by E2B's own documents (docs/e2b.md), not svc's
     const served = new Set(
       d.daemon.routes.filter((r) => !r.path.startsWith('/e2b/')).map((r) => `${r.method} ${toOpenApiPath(r.path)}`),

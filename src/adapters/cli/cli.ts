@@ -12,6 +12,7 @@ import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, snapshotList, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
+import { clusterCommands } from './cluster-commands.js';
 
 /** Thrown to leave with a given exit code (the remote command's, the shell's). */
 class Exit extends Error {
@@ -21,6 +22,17 @@ class Exit extends Error {
 }
 
 const collect = (v: string, prev: string[]) => [...prev, v];
+
+/** `k=v` flags (--tag, --node-selector) as a mapping. */
+function keyValues(given: string[], flag: string): Record<string, string> {
+  return Object.fromEntries(
+    given.map((t) => {
+      const i = t.indexOf('=');
+      if (i < 1) throw new Error(`${flag} ${t}: use key=value`);
+      return [t.slice(0, i), t.slice(i + 1)];
+    }),
+  );
+}
 
 /** A flag's whole number: commander then says which flag and echoes what was typed. */
 const whole =
@@ -40,10 +52,13 @@ function helpHints(cmd: Command, path: string[] = []): void {
   for (const sub of cmd.commands) helpHints(sub, here);
 }
 
-function vmRows(list: Instance[]): string {
+function vmRows(list: (Instance & { node?: string })[]): string {
+  // In a cluster every VM says its node (docs/cluster.md).
+  const nodes = list.some((i) => i.node);
   return table(
     list.map((i) => [
       i.name,
+      ...(nodes ? [i.node ?? '-'] : []),
       i.status,
       i.persistent ? 'yes' : 'no',
       i.cpus,
@@ -54,7 +69,19 @@ function vmRows(list: Instance[]): string {
       i.agent_port || '-',
       i.forwards.map((f) => `${f.host_port}->${f.guest_port}/${f.proto}`).join(',') || '-',
     ]),
-    ['NAME', 'STATUS', 'PERSISTENT', 'CPUS', 'MEMORY', 'DISK', 'IMAGE', 'SSH', 'AGENT', 'FORWARDS'],
+    [
+      'NAME',
+      ...(nodes ? ['NODE'] : []),
+      'STATUS',
+      'PERSISTENT',
+      'CPUS',
+      'MEMORY',
+      'DISK',
+      'IMAGE',
+      'SSH',
+      'AGENT',
+      'FORWARDS',
+    ],
   );
 }
 
@@ -62,6 +89,7 @@ function vmRows(list: Instance[]): string {
 function vmDetails(i: Instance): string {
   const rows: [string, string][] = [
     ['name', i.name],
+    ...((i as { node?: string }).node ? [['node', (i as { node?: string }).node!] as [string, string]] : []),
     ['status', i.status + (i.suspended_at ? ` (since ${i.suspended_at})` : '')],
     ...(i.error ? [['error', i.error] as [string, string]] : []),
     ['persistent', i.persistent ? 'yes' : 'no'],
@@ -154,6 +182,8 @@ export function buildCli(): Command {
     .option('--no-metrics', 'do not keep a stats history')
     .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
     .option('--pool', 'claim a warm pool member')
+    .option('--node <node>', 'in a cluster: the node to create it on')
+    .option('--node-selector <k=v>', 'in a cluster: only nodes with this tag (repeatable)', collect, [])
     .option('-m, --mount <host:guest[:ro]>', 'share a host directory (repeatable)', collect, [])
     .addOption(
       new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']),
@@ -170,6 +200,8 @@ export function buildCli(): Command {
       if (o.metrics === false) req.metrics_enabled = false;
       if (o.from) req.from = o.from;
       if (o.pool) req.from_pool = true;
+      if (o.node) req.node = o.node;
+      if (o.nodeSelector.length) req.node_selector = keyValues(o.nodeSelector, '--node-selector');
       const egress = policyFromFlags(o);
       if (egress) req.egress = egress as CreateInput['egress'];
       if (o.egressSecret.length) req.egress_secrets = secretsFromFlags(o.egressSecret);
@@ -181,14 +213,7 @@ export function buildCli(): Command {
         });
       }
       if (o.userdata) req.userdata = readFileSync(o.userdata, 'utf8');
-      if (o.tag.length)
-        req.tags = Object.fromEntries(
-          (o.tag as string[]).map((t) => {
-            const i = t.indexOf('=');
-            if (i < 1) throw new Error(`--tag ${t}: use key=value`);
-            return [t.slice(0, i), t.slice(i + 1)];
-          }),
-        );
+      if (o.tag.length) req.tags = keyValues(o.tag, '--tag');
       if (o.publish.length) {
         req.forwards = (o.publish as string[]).map((p) => {
           const m = /^(?:(\d+):)?(\d+)(?:\/(tcp|udp))?$/.exec(p);
@@ -720,6 +745,7 @@ export function buildCli(): Command {
 
   egressCommands(program, client);
   processCommands(program, client);
+  clusterCommands(program, client);
 
   program
     .command('completion')

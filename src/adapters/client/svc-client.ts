@@ -37,6 +37,7 @@ import type {
 } from '../../domain/processes.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
+import type { NodeView, PlacementAsk } from '../../domain/cluster.js';
 
 /** An error answer of the daemon (or a failure to reach it), with the HTTP status and `{error}` text. */
 export class SvcError extends Error {
@@ -77,7 +78,7 @@ export interface SvcClientOptions {
 export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & {
   forwards?: Partial<PortForward>[];
   mounts?: Mount[];
-};
+} & PlacementAsk;
 export interface CreateOptions {
   wait?: WaitMode | 'true' | '1';
   timeout?: string;
@@ -105,6 +106,8 @@ export const CLIENT_ROUTES = [
   'get /events',
   'get /vms',
   'post /vms',
+  'get /nodes',
+  'get /nodes/{node}',
   'get /vms/{name}',
   'delete /vms/{name}',
   'post /vms/{name}/clone',
@@ -389,6 +392,13 @@ export class SvcClient {
     members: { name: string; status: string }[];
   }> {
     return this.call('GET', '/pool');
+  }
+  /** The nodes of the cluster this daemon is a node of (docs/cluster.md). */
+  nodes(): Promise<NodeView[]> {
+    return this.call('GET', '/nodes');
+  }
+  node(node: string): Promise<NodeView> {
+    return this.call('GET', `/nodes/${enc(node)}`);
   }
   start(name: string): Promise<Instance> {
     return this.call('POST', `/vms/${enc(name)}/start`);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { buildConfig, ConfigError, type Config } from '../../app/config.js';
 import { DRIVER_SECTIONS } from '../hypervisor/drivers.js';
+import { CLUSTER_SECTION } from '../cluster/cluster-section.js';
 
 /** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */
 export function configPath(
@@ -33,5 +34,5 @@ export function loadConfig(flag?: string, env: NodeJS.ProcessEnv = process.env):
       throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
     }
   }
-  return buildConfig(raw, env, homedir(), DRIVER_SECTIONS);
+  return buildConfig(raw, env, homedir(), [...DRIVER_SECTIONS, CLUSTER_SECTION]);
 }

@@ -10,13 +10,17 @@ import { sessionId, type BrowserSessions } from './sessions.js';
  */
 export class BearerAuth {
   private readonly expected: Buffer | undefined;
+  /** The cluster's token (docs/cluster.md): what nodes present to each other; it opens every route too. */
+  private readonly peer: Buffer | undefined;
 
   constructor(
     token: string,
     readonly sessions?: BrowserSessions,
     readonly throttle: AuthThrottle = new AuthThrottle(),
+    peerToken = '',
   ) {
-    this.expected = token ? digest(token) : undefined;
+    this.expected = token ? digest(token) : peerToken ? digest(peerToken) : undefined;
+    this.peer = peerToken ? digest(peerToken) : undefined;
   }
 
   /**
@@ -38,7 +42,10 @@ export class BearerAuth {
 
   /** Is `token` the configured token? (The dashboard's log-in.) */
   matches(token: string): boolean {
-    return this.expected !== undefined && timingSafeEqual(digest(token), this.expected);
+    const d = digest(token);
+    const mine = this.expected !== undefined && timingSafeEqual(d, this.expected);
+    const peer = this.peer !== undefined && timingSafeEqual(d, this.peer);
+    return mine || peer;
   }
 
   get enabled(): boolean {

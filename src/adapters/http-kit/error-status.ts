@@ -20,6 +20,7 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   permission_denied: 403,
   not_supported: 501,
   agent_unavailable: 503,
+  unavailable: 503,
   agent_failure: 502,
   deadline_exceeded: 504,
   internal: 500,

@@ -13,6 +13,8 @@ export interface HttpAppDeps {
   /** Where request counts and latencies go; without one none are kept (the guest agent serves no metrics). */
   registry?: Registry;
   log: Logger;
+  /** Runs after auth and before the routes (the cluster's front: docs/cluster.md). */
+  front?: express.RequestHandler;
 }
 
 /**
@@ -27,6 +29,7 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
 
   if (d.registry) app.use(requestMetrics(d.registry));
   if (d.auth.enabled) app.use(bearerAuth(d.routes, d.auth));
+  if (d.front) app.use(d.front);
 
   const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
   const jsonBody = (req: Request, res: Response, next: NextFunction) => {

@@ -4,6 +4,7 @@
  */
 import { err, json, message, nameParam, op, pathQ, proxyErrors, q, ref, type Schema } from './openapi-kit.js';
 import { PROCESS_PATHS, PROCESS_SCHEMAS } from './openapi-processes.js';
+import { CLUSTER_PATHS, CLUSTER_SCHEMAS } from './openapi-cluster.js';
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
@@ -65,7 +66,12 @@ const schemas: Record<string, Schema> = {
     ],
     properties: {
       name: { type: 'string' },
-      status: { type: 'string', enum: ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] },
+      status: {
+        type: 'string',
+        enum: ['creating', 'running', 'paused', 'suspended', 'stopped', 'error', 'node_unreachable'],
+        description: 'node_unreachable: in a cluster, while its node’s lease is gone (docs/cluster.md)',
+      },
+      node: { type: 'string', description: 'in a cluster: the node it is on' },
       suspended_at: { type: 'string', format: 'date-time' },
       persistent: { type: 'boolean' },
       cpus: { type: 'integer' },
@@ -173,6 +179,12 @@ const schemas: Record<string, Schema> = {
     additionalProperties: false,
     properties: {
       name: { type: 'string' },
+      node: { type: 'string', description: 'in a cluster: the node to create it on (docs/cluster.md)' },
+      node_selector: {
+        type: 'object',
+        additionalProperties: { type: 'string' },
+        description: 'in a cluster: only nodes whose tags carry every pair',
+      },
       persistent: { type: 'boolean', default: false },
       cpus: { type: 'integer', minimum: 1, maximum: 64 },
       memory_mb: { type: 'integer', minimum: 64 },
@@ -492,10 +504,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
     security: [{ bearer: [] }],
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
-      schemas: { ...schemas, ...PROCESS_SCHEMAS },
+      schemas: { ...schemas, ...PROCESS_SCHEMAS, ...CLUSTER_SCHEMAS },
     },
     paths: markPlanned({
       ...PROCESS_PATHS,
+      ...CLUSTER_PATHS,
       '/healthz': {
         get: {
           summary: 'Liveness; never needs a token',

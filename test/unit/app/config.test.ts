@@ -5,9 +5,11 @@ import { ConfigError, buildConfig } from '../../../src/app/config.js';
 import { configPath, loadConfig } from '../../../src/adapters/config/yaml-config-file.js';
 import { tempDir } from '../../helpers/daemon.js';
 import { DRIVER_SECTIONS } from '../../../src/adapters/hypervisor/drivers.js';
+import { clusterSettings } from '../../../src/app/cluster-config.js';
+import { CLUSTER_SECTION } from '../../../src/adapters/cluster/cluster-section.js';
 
 const build = (raw: unknown, env: NodeJS.ProcessEnv = {}, home?: string) =>
-  buildConfig(raw, env, home, DRIVER_SECTIONS);
+  buildConfig(raw, env, home, [...DRIVER_SECTIONS, CLUSTER_SECTION]);
 
 describe('app/config', () => {
   it('applies the documented defaults', () => {
@@ -183,5 +185,42 @@ describe('app/config', () => {
     writeFileSync(f, 'cpus: [\n');
     expect(() => loadConfig(f, {})).to.throw(ConfigError, /not valid YAML/);
     expect(() => loadConfig(join(dir, 'missing.yaml'), {})).to.throw(ConfigError, /cannot read/);
+  });
+
+  it('makes a node of a cluster only with etcd endpoints, an advertised URL and a token of its own', () => {
+    const host = { hostname: 'Build.Host_1', cpus: 2, memory_mb: 4096, disk_gb: 50 };
+    expect(clusterSettings(build({}), host)).to.equal(undefined);
+    const token = 'a-cluster-token-1234';
+    const ok = build({
+      api_token: 'user',
+      max_vms: 7,
+      cluster: { etcd: ['http://127.0.0.1:2379'], advertise: 'http://10.0.0.5:7474/', token, tags: ['zone=a'] },
+    });
+    expect(clusterSettings(ok, host)).to.deep.include({
+      node: 'build-host-1',
+      advertise: 'http://10.0.0.5:7474',
+      prefix: '/svc/',
+      lease_ttl_ms: 10_000,
+      tags: { zone: 'a' },
+      capacity: { cpus: 8, memory_mb: 4096, disk_gb: 50, vm_slots: 7 },
+    });
+    const bad = (cluster: Record<string, unknown>, re: RegExp) =>
+      expect(() =>
+        build({
+          api_token: 'user',
+          cluster: { etcd: ['http://e:2379'], advertise: 'http://n:7474', token, ...cluster },
+        }),
+      ).to.throw(ConfigError, re);
+    bad({ etcd: ['e:2379'] }, /cluster.etcd.*not an endpoint/);
+    bad({ advertise: '' }, /cluster.advertise/);
+    bad({ token: 'short' }, /cluster.token.*16 characters/);
+    bad({ node: 'Bad Name' }, /cluster.node/);
+    bad({ lease_ttl: '1s' }, /cluster.lease_ttl.*at least 2s/);
+    bad({ tags: ['zone'] }, /cluster.tags.*KEY=VALUE/);
+    bad({ etcd_cert: '/c.pem' }, /etcd_cert and etcd_key go together/);
+    bad({ what: 1 }, /cluster.what.*unknown key/);
+    expect(() =>
+      build({ api_token: token, cluster: { etcd: ['http://e:2379'], advertise: 'http://n:7474', token } }),
+    ).to.throw(ConfigError, /must differ from api_token/);
   });
 });

@@ -54,4 +54,16 @@ describe('adapters/http-kit/AuthThrottle: guessing the token is slowed down', ()
     now += 60_001;
     expect(throttle.recentFailures()).to.equal(0);
   });
+
+  it("takes a cluster's token beside the daemon's own, and asks for one of them when only the cluster's is set", async () => {
+    const both = new BearerAuth('tok', undefined, new AuthThrottle(rule), 'cluster-token-0123');
+    expect(both.check(tcp({ authorization: 'Bearer tok' }))).to.equal(true);
+    expect(both.check(tcp({ authorization: 'Bearer cluster-token-0123' }))).to.equal(true);
+    expect(both.check(tcp({ authorization: 'Bearer cluster-token-012' }))).to.equal(false);
+    const peerOnly = new BearerAuth('', undefined, new AuthThrottle(rule), 'cluster-token-0123');
+    expect(peerOnly.enabled).to.equal(true);
+    expect(peerOnly.check(tcp({}))).to.equal(false);
+    expect(peerOnly.check(tcp({ authorization: 'Bearer cluster-token-0123' }))).to.equal(true);
+    expect(new BearerAuth('').enabled).to.equal(false);
+  });
 });

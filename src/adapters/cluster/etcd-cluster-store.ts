@@ -1,0 +1,291 @@
+import { readFileSync } from 'node:fs';
+import { Etcd3, type IKeyValue, type Lease, type Watcher } from 'etcd3';
+import {
+  addLoad,
+  NO_LOAD,
+  type NodeInfo,
+  type NodeLoad,
+  type NodeView,
+  type VmEntry,
+  type VmShape,
+} from '../../domain/cluster.js';
+import { AlreadyExistsError, errorMessage, isDomainError, UnavailableError } from '../../domain/errors.js';
+import type { Instance } from '../../domain/vm.js';
+import type { ClusterSettings } from '../../app/cluster-config.js';
+import type { ClusterStore } from '../../ports/cluster.js';
+import type { Logger } from '../../ports/logger.js';
+
+/** How often a node looks whether what it says of itself changed (and says it again when it did). */
+const REFRESH_MS = 3000;
+/** A write that etcd does not answer within this is Unavailable (no quorum, no member reachable). */
+const CALL_DEADLINE_MS = 5000;
+/** Transactions that lost a race are tried again this many times, after a random pause of up to RETRY_MS. */
+const TXN_TRIES = 40;
+const RETRY_MS = 40;
+
+const pause = () => new Promise((r) => setTimeout(r, Math.random() * RETRY_MS));
+
+interface Kept {
+  value: string;
+  mod: string;
+}
+
+/**
+ * The cluster's state in etcd (docs/cluster.md, "What etcd holds"), under `prefix`:
+ * `nodes/<node>` (what a node says of itself, under its lease: gone when the node stops renewing),
+ * `members/<node>` (the same, kept: an unreachable node is still listed), `alloc/<node>` (what is
+ * placed on the node) and `vms/<name>` (a VM's node, shape, and its Instance as last published).
+ * Everything under the prefix is read once and then followed by a watch.
+ */
+export class EtcdClusterStore implements ClusterStore {
+  private readonly client: Etcd3;
+  private readonly kept = new Map<string, Kept>();
+  private watcher?: Watcher;
+  private lease?: Lease;
+  private info?: () => Promise<NodeInfo>;
+  private said = '';
+  private timer?: NodeJS.Timeout;
+  private left = false;
+  private connected = false;
+  /** Did the last quorum read of the refresh succeed? A member without quorum keeps the watch open but says nothing. */
+  private answering = true;
+
+  constructor(
+    private readonly s: ClusterSettings,
+    private readonly log: Logger,
+  ) {
+    this.client = new Etcd3({
+      hosts: s.etcd,
+      dialTimeout: CALL_DEADLINE_MS,
+      auth: s.auth,
+      credentials: s.tls
+        ? {
+            rootCertificate: readFileSync(s.tls.ca),
+            privateKey: s.tls.key ? readFileSync(s.tls.key) : undefined,
+            certChain: s.tls.cert ? readFileSync(s.tls.cert) : undefined,
+          }
+        : undefined,
+      defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + CALL_DEADLINE_MS }),
+    });
+  }
+
+  get stale(): boolean {
+    return !this.connected || !this.answering;
+  }
+
+  async join(info: () => Promise<NodeInfo>): Promise<void> {
+    this.info = info;
+    await this.write('join the cluster', async () => {
+      const all = await this.client.getAll().prefix(this.s.prefix).exec();
+      for (const kv of all.kvs) this.keep(kv);
+      this.watcher = await this.client
+        .watch()
+        .prefix(this.s.prefix)
+        .startRevision(String(Number(all.header.revision) + 1))
+        .create();
+    });
+    const w = this.watcher!;
+    this.connected = true;
+    w.on('put', (kv) => this.keep(kv));
+    w.on('delete', (kv) => this.kept.delete(kv.key.toString()));
+    w.on('disconnected', () => (this.connected = false));
+    w.on('connected', () => (this.connected = true));
+    w.on('error', (err) => this.log.warn({ err: errorMessage(err) }, 'cluster: the watch of etcd failed'));
+    await this.grant();
+    this.timer = setInterval(() => void this.refresh(), REFRESH_MS);
+    this.timer.unref();
+  }
+
+  nodes(): NodeView[] {
+    const out: NodeView[] = [];
+    for (const [key, kept] of this.kept) {
+      if (!key.startsWith(this.key('members/'))) continue;
+      const node = key.slice(this.key('members/').length);
+      const live = this.kept.get(this.key(`nodes/${node}`));
+      const info = parse<NodeInfo>((live ?? kept).value);
+      if (!info) continue;
+      out.push({
+        ...info,
+        state: live ? 'ready' : 'unreachable',
+        allocated: parse<NodeLoad>(this.kept.get(this.key(`alloc/${node}`))?.value) ?? { ...NO_LOAD },
+      });
+    }
+    return out.sort((a, b) => a.node.localeCompare(b.node));
+  }
+
+  vms(): ReadonlyMap<string, VmEntry> {
+    const out = new Map<string, VmEntry>();
+    const pre = this.key('vms/');
+    for (const [key, kept] of this.kept) {
+      if (!key.startsWith(pre)) continue;
+      const e = parse<VmEntry>(kept.value);
+      if (e) out.set(key.slice(pre.length), e);
+    }
+    return out;
+  }
+
+  async reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
+    await this.place(name, { node, shape }, (load) => {
+      const view = this.nodes().find((n) => n.node === node);
+      if (view) check({ ...view, allocated: load });
+    });
+  }
+
+  async publish(instance: Instance): Promise<void> {
+    const self = this.s.node;
+    const shape = shapeOf(instance);
+    await this.write(`publish vm ${instance.name}`, async () => {
+      for (let i = 0; i < TXN_TRIES; i++) {
+        const vm = await this.get(`vms/${instance.name}`);
+        if (!vm) {
+          // A VM made here without a placement (a clone, a fork, a pool claim): it holds its shape now.
+          const placed = await this.place(instance.name, { node: self, shape, instance }, () => undefined).then(
+            () => true,
+            (err) => (err instanceof AlreadyExistsError ? false : Promise.reject(err)),
+          );
+          if (placed) return;
+          continue;
+        }
+        const e = parse<VmEntry>(vm.value.toString());
+        if (!e || e.node !== self) {
+          this.log.warn({ vm: instance.name, owner: e?.node }, 'cluster: a vm of this name belongs to another node');
+          return;
+        }
+        const r = await this.client
+          .if(this.key(`vms/${instance.name}`), 'Mod', '==', vm.mod_revision)
+          .then(this.client.put(this.key(`vms/${instance.name}`)).value(JSON.stringify({ ...e, instance })))
+          .commit();
+        if (r.succeeded) return;
+        await pause();
+      }
+    });
+  }
+
+  async release(name: string): Promise<void> {
+    await this.write(`release vm ${name}`, async () => {
+      for (let i = 0; i < TXN_TRIES; i++) {
+        const vm = await this.get(`vms/${name}`);
+        if (!vm) return;
+        const e = parse<VmEntry>(vm.value.toString());
+        const ops = [this.client.delete().key(this.key(`vms/${name}`))];
+        let txn = this.client.if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision);
+        if (e) {
+          const alloc = await this.get(`alloc/${e.node}`);
+          const load = parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD };
+          txn = txn.and(this.key(`alloc/${e.node}`), 'Mod', '==', alloc?.mod_revision ?? 0);
+          ops.push(
+            this.client.put(this.key(`alloc/${e.node}`)).value(JSON.stringify(addLoad(load, e.shape, -1))) as never,
+          );
+        }
+        if ((await txn.then(...ops).commit()).succeeded) return;
+        await pause();
+      }
+    });
+  }
+
+  async leave(): Promise<void> {
+    this.left = true;
+    clearInterval(this.timer);
+    await this.lease?.revoke().catch(() => undefined);
+    await this.watcher?.cancel().catch(() => undefined);
+    this.client.close();
+  }
+
+  /** Puts the entry in place while the name is free, adding its shape to the node's allocation after `check` saw it. */
+  private async place(name: string, entry: VmEntry, check: (load: NodeLoad) => void): Promise<void> {
+    await this.write(`place vm ${name}`, async () => {
+      for (let i = 0; i < TXN_TRIES; i++) {
+        const [vm, alloc] = await Promise.all([this.get(`vms/${name}`), this.get(`alloc/${entry.node}`)]);
+        if (vm) {
+          const owner = parse<VmEntry>(vm.value.toString())?.node;
+          throw new AlreadyExistsError(`vm ${name} already exists${owner ? ` (on node ${owner})` : ''}`);
+        }
+        const load = parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD };
+        check(load);
+        const r = await this.client
+          .if(this.key(`vms/${name}`), 'Create', '==', 0)
+          .and(this.key(`alloc/${entry.node}`), 'Mod', '==', alloc?.mod_revision ?? 0)
+          .then(
+            this.client.put(this.key(`vms/${name}`)).value(JSON.stringify(entry)),
+            this.client.put(this.key(`alloc/${entry.node}`)).value(JSON.stringify(addLoad(load, entry.shape, 1))),
+          )
+          .commit();
+        if (r.succeeded) return;
+        await pause();
+      }
+      throw new UnavailableError(`placing vm ${name} lost ${TXN_TRIES} races in a row; try again`);
+    });
+  }
+
+  /** Takes a lease and says what this node is under it; when the lease is lost, takes a new one. */
+  private async grant(): Promise<void> {
+    const lease = this.client.lease(Math.max(2, Math.round(this.s.lease_ttl_ms / 1000)));
+    lease.on('lost', (err) => {
+      if (this.lease !== lease || this.left) return;
+      this.lease = undefined;
+      this.log.warn({ err: errorMessage(err) }, 'cluster: lost the lease; joining again');
+    });
+    this.lease = lease;
+    this.said = '';
+    await this.refresh();
+  }
+
+  /** Says again what this node is when that changed (its VMs, its images, its load). */
+  private async refresh(): Promise<void> {
+    if (this.left || !this.info) return;
+    try {
+      // A linearizable read: it fails when the members reached have no quorum.
+      await this.client.get(this.key(`members/${this.s.node}`)).exec();
+      this.answering = true;
+    } catch {
+      this.answering = false;
+    }
+    try {
+      if (!this.lease) return await this.grant();
+      const info = await this.info();
+      const text = JSON.stringify({ ...info, seen_at: '' });
+      if (text === this.said) return;
+      const json = JSON.stringify({ ...info, seen_at: new Date().toISOString() });
+      await this.lease.put(this.key(`nodes/${info.node}`)).value(json);
+      await this.client.put(this.key(`members/${info.node}`)).value(json);
+      this.said = text;
+    } catch (err) {
+      this.log.warn({ err: errorMessage(err) }, 'cluster: cannot renew what this node says of itself');
+    }
+  }
+
+  private key(rest: string): string {
+    return this.s.prefix + rest;
+  }
+
+  private async get(rest: string): Promise<IKeyValue | undefined> {
+    return (await this.client.get(this.key(rest)).exec()).kvs[0];
+  }
+
+  private keep(kv: IKeyValue): void {
+    this.kept.set(kv.key.toString(), { value: kv.value.toString(), mod: kv.mod_revision });
+  }
+
+  /** Runs a write; what etcd answers with an error of its own (unreachable, no quorum) is Unavailable. */
+  private async write<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (isDomainError(err)) throw err;
+      throw new UnavailableError(`cannot ${what}: the cluster's etcd does not answer (${errorMessage(err)})`);
+    }
+  }
+}
+
+function parse<T>(text: string | undefined): T | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    return undefined;
+  }
+}
+
+export function shapeOf(i: Pick<Instance, 'cpus' | 'memory_mb' | 'disk_gb'>): VmShape {
+  return { cpus: i.cpus, memory_mb: i.memory_mb, disk_gb: i.disk_gb };
+}

@@ -1,0 +1,137 @@
+import { Agent, request, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+
+/** Where a proxied call goes: another node's API (its advertised URL) or this daemon's own socket. */
+export interface ProxyTarget {
+  /** `http://host:port` */
+  url?: string;
+  socketPath?: string;
+  /** Headers put in place of the caller's (its credentials are not passed on). */
+  headers: Record<string, string>;
+}
+
+/**
+ * Hop-by-hop headers (RFC 9110 7.6.1), the caller's credentials, and what a browser says of where
+ * a request comes from: not passed on. The node the caller reached checked those (its token, its
+ * browser guard); the other node trusts the cluster's token instead.
+ */
+const DROP = new Set([
+  'origin',
+  'referer',
+  'sec-fetch-site',
+  'sec-fetch-mode',
+  'sec-fetch-dest',
+  'sec-fetch-user',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'authorization',
+  'cookie',
+]);
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+function headersFor(req: IncomingMessage, t: ProxyTarget, body?: Buffer): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(req.headers)) if (!DROP.has(k) && v !== undefined) out[k] = v;
+  if (body) {
+    out['content-length'] = String(body.length);
+    out['content-type'] = 'application/json';
+  } else if (req.headers['transfer-encoding']) out['transfer-encoding'] = 'chunked';
+  return { ...out, ...t.headers };
+}
+
+function endpoint(t: ProxyTarget): { host?: string; port?: number; socketPath?: string } {
+  if (t.socketPath) return { socketPath: t.socketPath };
+  const u = new URL(t.url!);
+  return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
+}
+
+/**
+ * Sends the request on to `t` (its body streamed, or `body` in its place) and streams the answer
+ * back as it comes (NDJSON progress, followed output, downloads). Resolves with the answer's
+ * status; rejects when `t` cannot be reached before anything was answered.
+ */
+export function proxyRequest(
+  req: IncomingMessage,
+  res: ServerResponse,
+  t: ProxyTarget,
+  body?: Buffer,
+): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const out = request(
+      {
+        ...endpoint(t),
+        agent: t.socketPath ? undefined : agent,
+        method: req.method,
+        path: req.url,
+        headers: headersFor(req, t, body),
+      },
+      (answer) => {
+        const headers = { ...answer.headers };
+        for (const k of ['connection', 'keep-alive', 'transfer-encoding']) delete headers[k];
+        res.writeHead(answer.statusCode ?? 502, headers);
+        res.flushHeaders();
+        answer.pipe(res);
+        answer.on('error', () => res.destroy());
+        answer.on('end', () => resolve(answer.statusCode ?? 502));
+        res.on('close', () => {
+          if (!answer.complete) {
+            answer.destroy();
+            resolve(answer.statusCode ?? 502);
+          }
+        });
+      },
+    );
+    out.on('error', (err) => {
+      if (res.headersSent) {
+        res.destroy();
+        resolve(502);
+      } else reject(err);
+    });
+    // The caller going away ends the call on the other node too (an exec is cancelled there).
+    res.on('close', () => {
+      if (!res.writableFinished) out.destroy();
+    });
+    if (body) out.end(body);
+    else req.pipe(out);
+  });
+}
+
+/**
+ * Sends an upgrade (a WebSocket) on to `t`: the request head is written again with `t`'s headers,
+ * and from there the two sockets are spliced; the other node answers the handshake itself.
+ */
+export function proxyUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
+  const e = endpoint(t);
+  const up: Socket = e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!);
+  const headers: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(req.headers))
+    if (v !== undefined && (!DROP.has(k) || k === 'connection' || k === 'upgrade')) headers[k] = v;
+  Object.assign(headers, t.headers, { host: e.host ? `${e.host}:${e.port}` : 'svcd' });
+  const lines = [`${req.method} ${req.url} HTTP/1.1`];
+  for (const [k, v] of Object.entries(headers)) for (const one of [v].flat()) lines.push(`${k}: ${one}`);
+  up.on('connect', () => {
+    up.write(lines.join('\r\n') + '\r\n\r\n');
+    if (head.length) up.write(head);
+    up.pipe(socket);
+    socket.pipe(up);
+  });
+  const end = () => {
+    up.destroy();
+    socket.destroy();
+  };
+  up.on('error', () => {
+    if (!up.bytesRead) socket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    end();
+  });
+  up.on('close', end);
+  socket.on('error', end);
+  socket.on('close', end);
+}

@@ -1,0 +1,144 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { ClusterService } from '../../app/cluster-service.js';
+import { errorMessage, InvalidArgumentError, isDomainError, UnavailableError } from '../../domain/errors.js';
+import type { BearerAuth } from '../http-kit/auth.js';
+import type { UpgradeHandler } from '../http-kit/browser-guard.js';
+import { JSON_LIMIT_BYTES } from '../http-kit/http-app.js';
+import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
+import type { RouteDef } from '../http-kit/route.js';
+import { rejectUpgrade } from '../http-kit/terminal-socket.js';
+
+/** Set on a call one node sends another (or itself): it is served where it lands, never sent on again. */
+export const HOP_HEADER = 'x-svc-node-hop';
+
+const VM_PATH = /^\/vms\/([^/]+)(\/.*)?$/;
+
+/**
+ * The cluster's front (docs/cluster.md, "One API on every node"): every node answers for the
+ * whole cluster. `GET /vms` lists every node's VMs; a create is placed by the rule and sent to its
+ * node (this one included, over its own socket, so the local create runs unchanged); a call about
+ * a VM another node owns is sent there, streams and WebSocket upgrades included. What a node
+ * sends another carries the cluster's token and the hop header.
+ */
+export class ClusterFront {
+  constructor(
+    private readonly cluster: ClusterService,
+    private readonly o: { socket: string; token: string; auth: BearerAuth },
+  ) {}
+
+  /** The express middleware, after auth and before the routes. */
+  readonly http: RequestHandler = (req, res, next) => {
+    if (req.headers[HOP_HEADER] !== undefined) {
+      // A VM's record names its node, whoever asks.
+      const m = req.method === 'GET' ? VM_PATH.exec(req.path) : null;
+      const local = m && !m[2] && this.cluster.local(decodeURIComponent(m[1]));
+      return local ? void res.json(local) : next();
+    }
+    this.serve(req, res, next).catch((err: unknown) => next(err));
+  };
+
+  /** Wraps the daemon's own upgrade handler: an upgrade about another node's VM goes there. */
+  upgrade(own: UpgradeHandler): UpgradeHandler {
+    return (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const m = VM_PATH.exec(new URL(req.url ?? '/', 'http://svcd').pathname);
+      if (!m || req.headers[HOP_HEADER] !== undefined) return own(req, socket, head);
+      void (async () => {
+        let route;
+        try {
+          route = this.cluster.route(decodeURIComponent(m[1]));
+        } catch (err) {
+          socket.on('error', () => socket.destroy());
+          return rejectUpgrade(socket, isDomainError(err) ? err : new UnavailableError(errorMessage(err)));
+        }
+        // Not verified here, the upgrade goes to the daemon's own handler, which refuses it.
+        if (route.at === 'here' || !(await this.o.auth.verify(req).catch(() => false))) return own(req, socket, head);
+        proxyUpgrade(req, socket, head, this.target(route.node.advertise));
+      })();
+    };
+  }
+
+  /** GET /nodes, GET /nodes/{node}. */
+  routes(): RouteDef[] {
+    return [
+      {
+        method: 'get',
+        path: '/nodes',
+        handler: (_req, res) => {
+          if (this.cluster.stale) res.setHeader('X-Svc-Stale', '1');
+          res.json(this.cluster.nodes());
+        },
+      },
+      {
+        method: 'get',
+        path: '/nodes/:node',
+        handler: (req, res) => void res.json(this.cluster.node(String(req.params.node))),
+      },
+    ];
+  }
+
+  private async serve(req: Request, res: Response, next: NextFunction): Promise<void> {
+    if (req.path === '/vms') {
+      if (req.method === 'GET') {
+        // What nodes said last is still listed while etcd cannot be reached: marked stale.
+        if (this.cluster.stale) res.setHeader('X-Svc-Stale', '1');
+        return void res.json(this.cluster.list());
+      }
+      if (req.method === 'POST') return this.create(req, res);
+      return next();
+    }
+    const m = VM_PATH.exec(req.path);
+    if (!m) return next();
+    const name = decodeURIComponent(m[1]);
+    if (req.method === 'GET' && !m[2]) {
+      // A VM's record names its node: from here, from its node, or as it was last published when
+      // its node is unreachable.
+      const local = this.cluster.local(name);
+      if (local) return void res.json(local);
+      const seen = this.cluster.get(name);
+      if (seen.status === 'node_unreachable') return void res.json(seen);
+    }
+    const route = this.cluster.route(name);
+    if (route.at === 'here') return next();
+    await proxyRequest(req, res, this.target(route.node.advertise)).catch((err: Error) => {
+      throw new UnavailableError(`node ${route.node.node} did not answer: ${err.message}`);
+    });
+  }
+
+  private async create(req: Request, res: Response): Promise<void> {
+    const raw = await readJson(req);
+    const placed = await this.cluster.place(raw);
+    const t = placed.here ? this.own() : this.target(placed.node.advertise);
+    const status = await proxyRequest(req, res, t, Buffer.from(JSON.stringify(placed.body))).catch((err: Error) => {
+      void this.cluster.unplace(placed.name);
+      throw new UnavailableError(`node ${placed.node.node} did not answer: ${err.message}`);
+    });
+    if (status >= 400) await this.cluster.unplace(placed.name);
+  }
+
+  private own(): ProxyTarget {
+    return { socketPath: this.o.socket, headers: this.hop() };
+  }
+
+  private target(advertise: string): ProxyTarget {
+    return { url: advertise, headers: this.hop() };
+  }
+
+  private hop(): Record<string, string> {
+    return { authorization: `Bearer ${this.o.token}`, [HOP_HEADER]: this.cluster.self };
+  }
+}
+
+const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
+
+/** The request's JSON body (the create's), parsed by express's own parser with the API's limit. */
+function readJson(req: Request): Promise<unknown> {
+  const has = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+  if (!has) return Promise.resolve(undefined);
+  if (!req.is('application/json'))
+    return Promise.reject(new InvalidArgumentError('request body must be application/json'));
+  return new Promise((resolve, reject) =>
+    json(req, {} as Response, (err?: unknown) => (err ? reject(err) : resolve(req.body))),
+  );
+}

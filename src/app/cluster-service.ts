@@ -1,0 +1,246 @@
+import { inject, injectable } from 'inversify';
+import {
+  fits,
+  placeVm,
+  placementAsk,
+  type ClusterInstance,
+  type NodeInfo,
+  type NodeView,
+  type VmShape,
+} from '../domain/cluster.js';
+import { errorMessage, NotFoundError, ResourceExhaustedError, UnavailableError } from '../domain/errors.js';
+import type { VmChange } from '../domain/events.js';
+import { assertNewVmName, nextDefaultName } from '../domain/names.js';
+import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
+import { ClusterStore } from '../ports/cluster.js';
+import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import type { ClusterSettings } from './cluster-config.js';
+import type { Config } from './config.js';
+import { KeyedMutex } from './keyed-mutex.js';
+import type { LifecycleContribution } from './lifecycle-events.js';
+import { AppConfig, ClusterConfig, DaemonVersion } from './tokens.js';
+import { Vms } from './vms.js';
+
+/** Where a call about a VM goes: served here, or by the node that owns it. */
+export type Route = { at: 'here' } | { at: 'node'; node: NodeView };
+
+/** Where a create goes, with its name and the body to send (without the placement fields). */
+export interface Placed {
+  name: string;
+  node: NodeView;
+  here: boolean;
+  body: Record<string, unknown>;
+}
+
+/**
+ * This daemon as a node of a cluster (docs/cluster.md): it says what it is in its lease, publishes
+ * its VMs as they change, places creates on the node the rule picks (reserved in one etcd
+ * transaction), and tells the HTTP front which node serves a call about a VM.
+ */
+@injectable()
+export class ClusterService implements LifecycleContribution {
+  private readonly queue = new KeyedMutex();
+  private unwatch?: () => void;
+  private readonly startedAt = new Date().toISOString();
+
+  constructor(
+    @inject(ClusterConfig) readonly settings: ClusterSettings,
+    @inject(AppConfig) private readonly config: Config,
+    @inject(ClusterStore) private readonly store: ClusterStore,
+    @inject(Vms) private readonly vms: Vms,
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(GuestImages) private readonly images: GuestImages,
+    @inject(DaemonVersion) private readonly version: string,
+    @inject(Logger) private readonly log: Logger,
+  ) {}
+
+  get self(): string {
+    return this.settings.node;
+  }
+
+  /** Joins, publishes every VM of this node, drops entries of this node's that are gone, and follows changes. */
+  async start(): Promise<void> {
+    await this.store.join(() => this.info());
+    this.unwatch = this.vms.watch((c) => void this.follow(c));
+    const here = new Set(this.vms.list().map((i) => i.name));
+    for (const i of this.vms.list()) void this.follow({ event: 'vm', vm: i });
+    for (const [name, e] of this.store.vms())
+      if (e.node === this.self && e.instance && !here.has(name)) void this.follow({ event: 'removed', name });
+  }
+
+  async stop(): Promise<void> {
+    this.unwatch?.();
+    await this.store.leave();
+  }
+
+  nodes(): NodeView[] {
+    return this.store.nodes();
+  }
+
+  node(name: string): NodeView {
+    const n = this.store.nodes().find((x) => x.node === name);
+    if (!n) throw new NotFoundError(`no node ${name} in the cluster`);
+    return n;
+  }
+
+  get stale(): boolean {
+    return this.store.stale;
+  }
+
+  /** Which node serves calls about `name`: here when this node has it or nobody does (the local 404). */
+  route(name: string): Route {
+    if (this.vms.find(name)) return { at: 'here' };
+    const e = this.store.vms().get(name);
+    if (!e || e.node === this.self) return { at: 'here' };
+    const node = this.store.nodes().find((n) => n.node === e.node);
+    if (!node) return { at: 'here' };
+    if (node.state !== 'ready')
+      throw new UnavailableError(`vm ${name} is on node ${node.node}, which is unreachable (its lease is gone)`);
+    return { at: 'node', node };
+  }
+
+  /** Every VM of the cluster: this node's as they are, the others' as their nodes last published them. */
+  list(): ClusterInstance[] {
+    const out = new Map<string, ClusterInstance>();
+    const ready = this.readyNodes();
+    for (const [name, e] of this.store.vms()) {
+      if (e.node === this.self || !e.instance) continue;
+      out.set(name, {
+        ...e.instance,
+        node: e.node,
+        status: ready.has(e.node) ? e.instance.status : 'node_unreachable',
+      });
+    }
+    for (const i of this.vms.list()) out.set(i.name, { ...i, node: this.self });
+    return [...out.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** One VM of the cluster, as `list` shows it. NotFoundError when no node has it. */
+  get(name: string): ClusterInstance {
+    const here = this.local(name);
+    if (here) return here;
+    const e = this.store.vms().get(name);
+    if (!e?.instance || e.node === this.self) throw new NotFoundError(`vm ${name} not found`);
+    return {
+      ...e.instance,
+      node: e.node,
+      status: this.readyNodes().has(e.node) ? e.instance.status : 'node_unreachable',
+    };
+  }
+
+  /** This node's VM, its node named; undefined when this node has none of that name. */
+  local(name: string): ClusterInstance | undefined {
+    const rec = this.vms.find(name);
+    return rec && !rec.pool ? { ...toPublic(rec), node: this.self } : undefined;
+  }
+
+  private readyNodes(): Set<string> {
+    return new Set(
+      this.store
+        .nodes()
+        .filter((n) => n.state === 'ready')
+        .map((n) => n.node),
+    );
+  }
+
+  /**
+   * Places a create (docs/cluster.md, "Placement"): a clone where its template is, else by the
+   * rule; the name and the capacity reserved in one transaction. The body loses `node` and
+   * `node_selector` and gains the name.
+   */
+  async place(raw: unknown): Promise<Placed> {
+    const b = { ...((raw ?? {}) as Record<string, unknown>) };
+    const ask = placementAsk(b);
+    delete b.node;
+    delete b.node_selector;
+    const name = b.name === undefined ? this.freshName() : assertNewVmName(b.name);
+    b.name = name;
+    const shape: VmShape = {
+      cpus: typeof b.cpus === 'number' ? b.cpus : this.config.cpus,
+      memory_mb: typeof b.memory_mb === 'number' ? b.memory_mb : this.config.memory_mb,
+      disk_gb: typeof b.disk_gb === 'number' ? b.disk_gb : this.config.disk_gb,
+    };
+    const image = typeof b.image === 'string' ? b.image : 'default';
+    // A clone goes where its template's state is; a pool claim to this node's pool.
+    const pinned =
+      typeof b.from === 'string'
+        ? { node: this.store.vms().get(b.from)?.node ?? this.self }
+        : b.from_pool === true && !ask.node
+          ? { node: this.self }
+          : undefined;
+    let node: NodeView;
+    for (let tries = 1; ; tries++) {
+      node = placeVm(this.store.nodes(), { ...shape, image }, pinned ?? ask, () => !!pinned);
+      try {
+        await this.store.reserve(name, node.node, shape, (n) => {
+          if (!fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for vm ${name}`);
+        });
+        break;
+      } catch (err) {
+        // Another create took the room first: the rule picks again from what the nodes hold now.
+        if (!(err instanceof ResourceExhaustedError) || pinned || ask.node || tries >= 5) throw err;
+        await new Promise((r) => setTimeout(r, 20 * tries));
+      }
+    }
+    return { name, node, here: node.node === this.self, body: b };
+  }
+
+  /** A placed create failed before its VM existed: its reservation is given back. */
+  async unplace(name: string): Promise<void> {
+    if (this.vms.find(name)) return;
+    const e = this.store.vms().get(name);
+    if (e?.instance) return;
+    await this.store
+      .release(name)
+      .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot release'));
+  }
+
+  /** What this node says of itself in its lease. */
+  private async info(): Promise<NodeInfo> {
+    const images = await this.images
+      .listImages(() => [])
+      .then((l) => l.map((i) => i.id))
+      .catch(() => []);
+    return {
+      node: this.self,
+      advertise: this.settings.advertise,
+      capacity: this.settings.capacity,
+      images: [...new Set(['default', this.config.image, ...images])].sort(),
+      hypervisor: this.hv.kind,
+      tags: this.settings.tags,
+      version: this.version,
+      started_at: this.startedAt,
+      seen_at: '',
+      running: this.vms.count((r) => r.status === 'running'),
+    };
+  }
+
+  /** A name no VM of the cluster has. */
+  private freshName(): string {
+    return nextDefaultName([...this.store.vms().keys(), ...this.vms.all().map((r) => r.name)]);
+  }
+
+  // What a lifecycle verb waits for before it answers: its VM as the cluster sees it (a create
+  // answered `running` is listed so on every node; a deleted VM's room is free when DELETE answers).
+  async onUp(rec: VmRecord): Promise<void> {
+    if (!rec.pool) await this.follow({ event: 'vm', vm: toPublic(rec) });
+  }
+
+  async onClaimed(rec: VmRecord): Promise<void> {
+    await this.follow({ event: 'vm', vm: toPublic(rec) });
+  }
+
+  async onRemoved(rec: VmRecord): Promise<void> {
+    if (!rec.pool) await this.follow({ event: 'removed', name: rec.name });
+  }
+
+  /** Publishes or releases in the order the changes came, one VM at a time. */
+  private follow(c: VmChange): Promise<void> {
+    if (c.event !== 'vm' && c.event !== 'removed') return Promise.resolve();
+    const name = c.event === 'vm' ? c.vm.name : c.name;
+    return this.queue
+      .run(name, () => (c.event === 'vm' ? this.store.publish(c.vm as Instance) : this.store.release(name)))
+      .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot publish a vm change'));
+  }
+}

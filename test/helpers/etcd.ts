@@ -1,0 +1,105 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+
+/** A member of a test's etcd: Debian's etcd-server, on loopback ports of its own. */
+export interface EtcdMember {
+  name: string;
+  client: string;
+  proc: ChildProcess;
+  kill(): Promise<void>;
+}
+
+export interface TestEtcd {
+  members: EtcdMember[];
+  /** Every member's client URL (what `cluster.etcd` lists). */
+  endpoints: string[];
+  stop(): Promise<void>;
+}
+
+function healthy(url: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request(`${url}/health`, { timeout: 1000 }, (res) => {
+      let s = '';
+      res.on('data', (c) => (s += c));
+      res.on('end', () => resolve(res.statusCode === 200 && s.includes('"true"')));
+    });
+    req.on('error', () => resolve(false));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}
+
+/**
+ * Starts an etcd of `size` members (`/usr/bin/etcd`, installed by scripts/ensure-host-deps.sh) in
+ * `dir`, with short heartbeats so a lost member or quorum shows quickly; resolves once every
+ * member says it is healthy.
+ */
+export async function startEtcd(dir: string, size = 3): Promise<TestEtcd> {
+  const ports = [];
+  for (let i = 0; i < size; i++) ports.push({ client: await freePort('tcp'), peer: await freePort('tcp') });
+  const names = ports.map((_, i) => `e${i + 1}`);
+  const initial = ports.map((p, i) => `${names[i]}=http://127.0.0.1:${p.peer}`).join(',');
+  const members: EtcdMember[] = ports.map((p, i) => {
+    const data = join(dir, names[i]);
+    mkdirSync(data, { recursive: true });
+    const client = `http://127.0.0.1:${p.client}`;
+    const proc = spawn(
+      'etcd',
+      [
+        '--name',
+        names[i],
+        '--data-dir',
+        data,
+        '--listen-client-urls',
+        client,
+        '--advertise-client-urls',
+        client,
+        '--listen-peer-urls',
+        `http://127.0.0.1:${p.peer}`,
+        '--initial-advertise-peer-urls',
+        `http://127.0.0.1:${p.peer}`,
+        '--initial-cluster',
+        initial,
+        '--initial-cluster-state',
+        'new',
+        '--initial-cluster-token',
+        `svc-test-${process.pid}`,
+        '--heartbeat-interval',
+        '100',
+        '--election-timeout',
+        '1000',
+        '--log-level',
+        'error',
+      ],
+      { stdio: 'ignore' },
+    );
+    const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+    return {
+      name: names[i],
+      client,
+      proc,
+      kill: async () => {
+        if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+        await exited;
+      },
+    };
+  });
+  const until = Date.now() + 30_000;
+  for (const m of members) {
+    while (!(await healthy(m.client))) {
+      if (Date.now() > until || m.proc.exitCode !== null) {
+        await Promise.all(members.map((x) => x.kill()));
+        throw new Error(`etcd member ${m.name} did not become healthy (is etcd-server installed?)`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  return {
+    members,
+    endpoints: members.map((m) => m.client),
+    stop: async () => void (await Promise.all(members.map((m) => m.kill()))),
+  };
+}

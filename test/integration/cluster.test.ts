@@ -1,0 +1,325 @@
+import { expect } from 'chai';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+import { tempDir } from '../helpers/daemon.js';
+import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { call, type Reply, type Target } from '../helpers/http.js';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
+import { openShell } from '../helpers/ws-shell.js';
+
+const TOKEN = 'user-token';
+const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
+const CLUSTER_TOKEN = 'cluster-token-for-the-tests';
+
+interface Node {
+  name: string;
+  port: number;
+  raw: Record<string, unknown>;
+  dir: string;
+  proc?: SvcdProcess;
+  t: Target;
+}
+
+const until = async (what: string, ms: number, ok: () => Promise<boolean>) => {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+
+/**
+ * Three svcd nodes (processes of their own, the fake hypervisor) on a real three-member etcd
+ * (Debian's etcd-server, started here on loopback ports): docs/cluster.md. n3 runs real local
+ * agents (its guests' commands run on this host, so only harmless ones are sent) and has room for
+ * three VMs; n1 and n2 have stand-in guests and room for thirty each.
+ */
+describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', function () {
+  this.timeout(120_000);
+  let etcd: TestEtcd;
+  const nodes: Node[] = [];
+  const scratch = tempDir('svc-cluster-files-');
+
+  const start = async (n: Node) => {
+    n.proc = await spawnSvcd(n.dir, n.raw);
+    expect(n.proc.proc.exitCode, n.proc.stderr()).to.equal(null);
+  };
+  const api = (n: Node, method: string, path: string, body?: unknown): Promise<Reply> => call(n.t, method, path, body);
+
+  before(async () => {
+    etcd = await startEtcd(tempDir('svc-etcd-'));
+    for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
+      const dir = tempDir(`svc-${name}-`);
+      const port = await freePort('tcp');
+      const raw = {
+        data_dir: join(dir, 'data'),
+        socket: join(dir, 'svc.sock'),
+        api: `127.0.0.1:${port}`,
+        api_token: TOKEN,
+        hypervisor: 'fake',
+        test_mode: true,
+        fake: { boot_delay: '20ms', agent: name === 'n3' },
+        log_level: 'warn',
+        build_default_image: false,
+        create_from_snapshot: false,
+        sandbox_metrics_enabled: false,
+        cluster: {
+          etcd: etcd.endpoints,
+          node: name,
+          advertise: `http://127.0.0.1:${port}`,
+          token: CLUSTER_TOKEN,
+          lease_ttl: '2s',
+          tags: [`zone=${i < 2 ? 'a' : 'b'}`],
+          vm_slots: name === 'n3' ? 3 : 30,
+          cpus: 64,
+          memory_mb: 65536,
+          disk_gb: 1000,
+        },
+      };
+      nodes.push({ name, port, raw, dir, t: { host: '127.0.0.1', port, token: TOKEN } });
+    }
+    await Promise.all(nodes.map(start));
+    await until('three ready nodes', 10_000, async () => {
+      const r = await api(nodes[0], 'GET', '/nodes');
+      return r.status === 200 && r.json.filter((n: { state: string }) => n.state === 'ready').length === 3;
+    });
+  });
+
+  after(async () => {
+    await Promise.all(nodes.map((n) => n.proc?.stop()));
+    await etcd?.stop();
+  });
+
+  it('lists its nodes on every node, with capacity, tags and what is placed on each', async () => {
+    for (const n of nodes) {
+      const r = await api(n, 'GET', '/nodes');
+      expect(r.status).to.equal(200);
+      expect(r.json.map((x: { node: string }) => x.node)).to.deep.equal(['n1', 'n2', 'n3']);
+    }
+    const n3 = (await api(nodes[0], 'GET', '/nodes/n3')).json;
+    expect(n3).to.include({
+      node: 'n3',
+      state: 'ready',
+      hypervisor: 'fake',
+      advertise: `http://127.0.0.1:${nodes[2].port}`,
+    });
+    expect(n3.capacity).to.include({ vm_slots: 3, cpus: 64 });
+    expect(n3.tags).to.deep.equal({ zone: 'b' });
+    expect((await api(nodes[0], 'GET', '/nodes/nope')).status).to.equal(404);
+    // Without the cluster's token or the user's, nothing.
+    expect((await call({ ...nodes[0].t, token: 'wrong' }, 'GET', '/nodes')).status).to.equal(401);
+  });
+
+  it('places 70 concurrent creates on all three nodes without over-committing any: 63 fit, 7 are refused with 429', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 70 }, (_, i) => api(nodes[i % 3], 'POST', '/vms', { name: `c${i}`, memory_mb: 256 })),
+    );
+    const made = answers.filter((r) => r.status === 201);
+    const refused = answers.filter((r) => r.status === 429);
+    expect(
+      made.length,
+      answers
+        .filter((r) => r.status !== 201 && r.status !== 429)
+        .map((r) => r.text)
+        .join('\n'),
+    ).to.equal(63);
+    expect(refused.length).to.equal(7);
+    expect(refused[0].json.error).to.match(/no node has room|no room left/);
+    const list = (await api(nodes[1], 'GET', '/vms')).json as { name: string; node: string; status: string }[];
+    const by = (node: string) => list.filter((v) => v.node === node && /^c\d+$/.test(v.name)).length;
+    expect([by('n1'), by('n2'), by('n3')]).to.deep.equal([30, 30, 3]);
+    const view = (await api(nodes[2], 'GET', '/nodes')).json as { node: string; allocated: { vms: number } }[];
+    expect(view.map((n) => n.allocated.vms)).to.deep.equal([30, 30, 3]);
+    // Every node lists the same VMs, each once.
+    for (const n of nodes) {
+      const names = ((await api(n, 'GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+      expect(names.length).to.equal(new Set(names).size);
+      expect(names.filter((x) => /^c\d+$/.test(x)).length).to.equal(63);
+    }
+    // Deletes through any node free the room: the 429s can be made now.
+    const onN1 = list.filter((v) => v.node === 'n1').slice(0, 7);
+    for (const v of onN1) expect((await api(nodes[2], 'DELETE', `/vms/${v.name}`)).status).to.equal(200);
+    const again = await Promise.all(
+      refused.map((_, i) => api(nodes[0], 'POST', '/vms', { name: `d${i}`, memory_mb: 256 })),
+    );
+    expect(again.map((r) => r.status)).to.deep.equal(Array(7).fill(201));
+  });
+
+  it('makes a name created on two nodes at once exactly once', async () => {
+    // Room on n1 and n2 first (both are full).
+    const list = (await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[];
+    for (const node of ['n1', 'n2'])
+      for (const v of list.filter((x) => x.node === node).slice(0, 5))
+        expect((await api(nodes[2], 'DELETE', `/vms/${v.name}`)).status).to.equal(200);
+    for (let round = 0; round < 5; round++) {
+      const [a, b] = await Promise.all([
+        api(nodes[0], 'POST', '/vms', { name: `same${round}`, memory_mb: 256 }),
+        api(nodes[1], 'POST', '/vms', { name: `same${round}`, memory_mb: 256 }),
+      ]);
+      expect([a.status, b.status].sort(), a.text + b.text).to.deep.equal([201, 409]);
+      expect([a, b].find((r) => r.status === 409)!.json.error).to.contain(`same${round} already exists`);
+    }
+    const names = ((await api(nodes[2], 'GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+    expect(names.filter((n) => n.startsWith('same')).length).to.equal(5);
+  });
+
+  it('serves exec, a streamed exec, cp and a shell of a VM through a node that does not own it', async () => {
+    const all = (await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[];
+    for (const v of all.filter((x) => x.node === 'n3'))
+      expect((await api(nodes[0], 'DELETE', `/vms/${v.name}`)).status).to.equal(200);
+    const made = await api(nodes[0], 'POST', '/vms', { name: 'g', node: 'n3' });
+    expect(made.status, made.text).to.equal(201);
+    expect((await api(nodes[1], 'GET', '/vms/g')).json).to.include({ name: 'g', status: 'running' });
+
+    const x = await api(nodes[0], 'POST', `/vms/g/exec?cmd=echo&args=${encodeURIComponent('through n1')}`);
+    expect(x.status, x.text).to.equal(200);
+    expect(x.json).to.include({ exit_code: 0, stdout: 'through n1\n' });
+
+    const script = encodeURIComponent('echo one; echo two >&2');
+    const streamed = await call(nodes[1].t, 'POST', `/vms/g/exec?cmd=sh&args=-c&args=${script}&buffered=0`);
+    expect(streamed.status, streamed.text).to.equal(200);
+    const frames = streamed.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; data?: string; exit_code?: number });
+    expect(frames.map((f) => f.type)).to.include.members(['started', 'stdout', 'stderr', 'exit']);
+    expect(frames.at(-1)).to.include({ type: 'exit', exit_code: 0 });
+
+    // A file up and down through n2 (the local agent writes into a scratch folder of this test).
+    const dir = join(scratch, 'cp');
+    mkdirSync(dir, { recursive: true });
+    const body = Buffer.from('copied across nodes\n'.repeat(1000));
+    const up = await call(nodes[1].t, 'PUT', `/vms/g/cp?path=${encodeURIComponent(join(dir, 'f.txt'))}`, body, {
+      'content-type': 'application/octet-stream',
+    });
+    expect(up.status, up.text).to.be.oneOf([200, 201, 204]);
+    expect(readFileSync(join(dir, 'f.txt')).equals(body)).to.equal(true);
+    writeFileSync(join(dir, 'back.txt'), 'from the guest\n');
+    const down = await call(nodes[1].t, 'GET', `/vms/g/cp?path=${encodeURIComponent(join(dir, 'back.txt'))}`);
+    expect(down.status, down.text).to.equal(200);
+    expect(down.text).to.equal('from the guest\n');
+
+    const sh = await openShell(`ws://127.0.0.1:${nodes[0].port}/vms/g/shell`, { authorization: `Bearer ${TOKEN}` });
+    sh.send('echo shell-through-$((6*7))\n');
+    await sh.waitFor(/shell-through-42/);
+    sh.send('exit\n');
+    expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it('works from the CLI against any node: svc nodes, svc new --node, svc ls with the node', async () => {
+    const svc = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        const p = spawn(process.execPath, [
+          SVC,
+          '--api',
+          `http://127.0.0.1:${nodes[1].port}`,
+          '--token',
+          TOKEN,
+          ...args,
+        ]);
+        let stdout = '';
+        let stderr = '';
+        p.stdout.on('data', (c) => (stdout += c));
+        p.stderr.on('data', (c) => (stderr += c));
+        p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      });
+    const n = await svc(['nodes']);
+    expect(n.code, n.stderr).to.equal(0);
+    expect(n.stdout).to.match(/^NODE\s+STATE\s+VMS/);
+    expect(n.stdout).to.match(/^n3\s+ready\s+\d+\/3\s/m);
+    const one = await svc(['nodes', 'n1']);
+    expect(one.stdout).to.match(/^state\s+ready$/m);
+    expect(one.stdout).to.contain('zone=a');
+    const made = await svc(['new', 'cli-made', '--node-selector', 'zone=b', '--memory', '256']);
+    expect(made.code, made.stderr).to.equal(0);
+    expect((await api(nodes[0], 'GET', '/vms/cli-made')).json).to.include({ node: 'n3', status: 'running' });
+    const ls = await svc(['ls']);
+    expect(ls.stdout).to.match(/^NAME\s+NODE\s+STATUS/);
+    expect(ls.stdout).to.match(/^cli-made\s+n3\s+running/m);
+    expect((await svc(['rm', 'cli-made'])).code).to.equal(0);
+  });
+
+  it('marks the VMs of a node that stops renewing node_unreachable within the lease, answers 503 naming it, and takes it back', async () => {
+    const n2 = nodes[1];
+    const on = async (node: string) =>
+      ((await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string; status: string }[]).filter(
+        (v) => v.node === node,
+      );
+    const on2 = await on('n2');
+    expect(on2.length).to.be.above(0);
+    // Frozen: its process and its VMs are there, but it renews nothing and answers nothing.
+    n2.proc!.proc.kill('SIGSTOP');
+    try {
+      const t0 = Date.now();
+      await until(
+        'n2 unreachable',
+        2000 + 5000,
+        async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.state === 'unreachable',
+      );
+      expect(Date.now() - t0).to.be.below(7000);
+      const list = (await api(nodes[2], 'GET', '/vms')).json as { name: string; node: string; status: string }[];
+      expect(list.filter((v) => v.node === 'n2').map((v) => v.status)).to.deep.equal(on2.map(() => 'node_unreachable'));
+      expect(list.filter((v) => v.node === 'n1').every((v) => v.status === 'running')).to.equal(true);
+      // Its record says so; what needs the node answers 503 naming it.
+      expect((await api(nodes[0], 'GET', `/vms/${on2[0].name}`)).json).to.include({
+        node: 'n2',
+        status: 'node_unreachable',
+      });
+      const r = await api(nodes[0], 'POST', `/vms/${on2[0].name}/shutdown`);
+      expect(r.status).to.equal(503);
+      expect(r.json.error).to.contain('node n2');
+      // A create asked of n2 is refused; one anywhere goes elsewhere.
+      expect((await api(nodes[0], 'POST', '/vms', { name: 'to-n2', node: 'n2' })).status).to.equal(503);
+    } finally {
+      n2.proc!.proc.kill('SIGCONT');
+    }
+    await until('n2 ready again', 10_000, async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.state === 'ready');
+    expect((await on('n2')).map((v) => [v.name, v.status])).to.deep.equal(on2.map((v) => [v.name, 'running']));
+    expect((await api(nodes[0], 'GET', `/vms/${on2[0].name}`)).json).to.include({ name: on2[0].name, node: 'n2' });
+  });
+
+  it('takes back a node killed with -9 and started again: it joins, and what it no longer has is gone from the cluster', async () => {
+    const n2 = nodes[1];
+    n2.proc!.proc.kill('SIGKILL');
+    await n2.proc!.exited;
+    await until(
+      'n2 unreachable',
+      2000 + 5000,
+      async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.state === 'unreachable',
+    );
+    await start(n2);
+    await until('n2 ready again', 10_000, async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.state === 'ready');
+    // The fake hypervisor's VMs die with their daemon (QEMU's outlive it): its ephemeral VMs are removed, everywhere.
+    const own = ((await api(n2, 'GET', '/vms')).json as { name: string; node: string }[]).filter(
+      (v) => v.node === 'n2',
+    );
+    await until('the other nodes list what n2 lists', 5000, async () => {
+      const seen = ((await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[]).filter(
+        (v) => v.node === 'n2',
+      );
+      return JSON.stringify(seen.map((v) => v.name)) === JSON.stringify(own.map((v) => v.name));
+    });
+    expect((await api(nodes[0], 'GET', '/nodes/n2')).json.allocated.vms).to.equal(own.length);
+  });
+
+  it('goes on when one etcd member dies, and refuses writes with 503 while reads go on when quorum is lost', async () => {
+    await etcd.members[0].kill();
+    const r = await api(nodes[2], 'POST', '/vms', { name: 'after-one', node: 'n3' });
+    expect(r.status, r.text).to.equal(201);
+    await etcd.members[1].kill();
+    const w = await api(nodes[0], 'POST', '/vms', { name: 'no-quorum', memory_mb: 128 });
+    expect(w.status, w.text).to.equal(503);
+    expect(w.json.error).to.match(/etcd/);
+    const list = await api(nodes[0], 'GET', '/vms');
+    expect(list.status).to.equal(200);
+    expect(list.json.map((v: { name: string }) => v.name)).to.include('after-one');
+    await until(
+      'the list marked stale',
+      10_000,
+      async () => (await api(nodes[0], 'GET', '/vms')).headers['x-svc-stale'] === '1',
+    );
+  });
+});
