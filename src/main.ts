@@ -351,7 +351,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...vmRoutes(vms, lifecycle, container.get(CreateService), container.get(ForkService)),
     ...egressRoutes(egress),
     ...processRoutes(container.get(ProcessProxy)),
-    ...eventRoutes(vms, closing.signal),
+    // A node of a cluster streams the whole cluster's changes.
+    ...eventRoutes(cluster ?? vms, closing.signal),
     { method: 'get', path: '/pool', handler: (_req, res) => void res.json(pool.status()) },
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),

@@ -6,6 +6,7 @@ import {
   type ClusterInstance,
   type NodeInfo,
   type NodeView,
+  type VmEntry,
   type VmShape,
 } from '../domain/cluster.js';
 import { errorMessage, NotFoundError, ResourceExhaustedError, UnavailableError } from '../domain/errors.js';
@@ -103,17 +104,32 @@ export class ClusterService implements LifecycleContribution {
   /** Every VM of the cluster: this node's as they are, the others' as their nodes last published them. */
   list(): ClusterInstance[] {
     const out = new Map<string, ClusterInstance>();
-    const ready = this.readyNodes();
-    for (const [name, e] of this.store.vms()) {
-      if (e.node === this.self || !e.instance) continue;
-      out.set(name, {
-        ...e.instance,
-        node: e.node,
-        status: ready.has(e.node) ? e.instance.status : 'node_unreachable',
-      });
-    }
+    for (const [name, e] of this.store.vms()) if (e.node !== this.self && e.instance) out.set(name, this.seen(name, e));
     for (const i of this.vms.list()) out.set(i.name, { ...i, node: this.self });
     return [...out.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /**
+   * The cluster's change feed (GET /events on a node): this node's changes as they happen, other
+   * nodes' as they are published, and a VM of a node whose lease came or went, as it shows now.
+   */
+  watch(fn: (change: VmChange) => void): () => void {
+    const named = (i: ClusterInstance) => ({ event: 'vm', vm: i as unknown as Instance }) as const;
+    const unLocal = this.vms.watch((c) => fn(c.event === 'vm' ? named({ ...c.vm, node: this.self }) : c));
+    const unStore = this.store.watch((c) => {
+      if (c.kind === 'node') {
+        if (c.node === this.self) return;
+        for (const [name, e] of this.store.vms()) if (e.node === c.node && e.instance) fn(named(this.seen(name, e)));
+        return;
+      }
+      if (c.entry?.node === this.self || (!c.entry && c.was?.node === this.self)) return;
+      if (c.entry?.instance) fn(named(this.seen(c.name, c.entry)));
+      else if (!c.entry && c.was?.instance && !this.vms.find(c.name)) fn({ event: 'removed', name: c.name });
+    });
+    return () => {
+      unLocal();
+      unStore();
+    };
   }
 
   /** One VM of the cluster, as `list` shows it. NotFoundError when no node has it. */
@@ -122,11 +138,13 @@ export class ClusterService implements LifecycleContribution {
     if (here) return here;
     const e = this.store.vms().get(name);
     if (!e?.instance || e.node === this.self) throw new NotFoundError(`vm ${name} not found`);
-    return {
-      ...e.instance,
-      node: e.node,
-      status: this.readyNodes().has(e.node) ? e.instance.status : 'node_unreachable',
-    };
+    return this.seen(name, e);
+  }
+
+  /** Another node's VM as it last published it, `node_unreachable` while that node's lease is gone. */
+  private seen(name: string, e: VmEntry): ClusterInstance {
+    const i = e.instance!;
+    return { ...i, name, node: e.node, status: this.readyNodes().has(e.node) ? i.status : 'node_unreachable' };
   }
 
   /** This node's VM, its node named; undefined when this node has none of that name. */

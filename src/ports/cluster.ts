@@ -3,6 +3,9 @@ import type { Instance } from '../domain/vm.js';
 
 export const ClusterStore = Symbol('ClusterStore');
 
+export type ClusterChange =
+  { kind: 'vm'; name: string; entry?: VmEntry; was?: VmEntry } | { kind: 'node'; node: string };
+
 /**
  * The cluster's shared state (docs/cluster.md), kept in etcd: the nodes' leases, what is placed on
  * each node, and every VM's entry. Reads come from a copy the store keeps current by watching;
@@ -29,6 +32,11 @@ export interface ClusterStore {
   publish(instance: Instance): Promise<void>;
   /** The VM is gone: its entry removed and its shape given back to its node. Idempotent. */
   release(name: string): Promise<void>;
+  /**
+   * Follows changes of VM entries (`entry` undefined: removed; `was` what it held before) and of
+   * nodes' leases (a node that became reachable or unreachable). Returns the unsubscribe.
+   */
+  watch(listener: (change: ClusterChange) => void): () => void;
   /** Gives the lease up (the node is unreachable at once) and stops watching. */
   leave(): Promise<void>;
 }

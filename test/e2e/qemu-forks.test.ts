@@ -134,8 +134,18 @@ describe('svcd with QEMU: forks of a running vm', function () {
     expect(r.status, r.text).to.equal(201);
     const names = (r.json.vms as { name: string }[]).map((v) => v.name);
     expect(names).to.have.length(10);
-    const seen = await Promise.all(names.map((n) => sh(n, 'hostname; cat /proc/sys/kernel/random/uuid')));
-    expect(seen.map((x) => x.split('\n')[0])).to.deep.equal(names);
+    const outs = await Promise.all(names.map((n) => guestSh(d, n, 'hostname; cat /proc/sys/kernel/random/uuid')));
+    // The whole answers go with a failure (a CI run once saw one fork answer an empty hostname).
+    const told = JSON.stringify(outs);
+    expect(
+      outs.map((o) => o.exit_code),
+      told,
+    ).to.deep.equal(names.map(() => 0));
+    const seen = outs.map((o) => o.stdout.trim());
+    expect(
+      seen.map((x) => x.split('\n')[0]),
+      told,
+    ).to.deep.equal(names);
     expect(new Set(seen.map((x) => x.split('\n')[1])).size).to.equal(10);
     for (const n of [...names, 'ten']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
   });

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
@@ -207,6 +208,52 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     await sh.waitFor(/shell-through-42/);
     sh.send('exit\n');
     expect((await sh.exit).exit_code).to.equal(0);
+  });
+
+  it("streams the whole cluster's changes from any node's /events", async () => {
+    const lines: { event: string; vm?: { name: string; node: string; status: string }; name?: string }[] = [];
+    const req = request({
+      host: '127.0.0.1',
+      port: nodes[0].port,
+      path: '/events',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    const opened = new Promise<void>((resolve, reject) => {
+      req.on('response', (res) => {
+        let buf = '';
+        res.on('data', (c: Buffer) => {
+          buf += c.toString();
+          for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+            lines.push(JSON.parse(buf.slice(0, i)));
+            buf = buf.slice(i + 1);
+          }
+        });
+        resolve();
+      });
+      req.on('error', reject);
+    });
+    req.end();
+    try {
+      await opened;
+      await until('the snapshot', 5000, async () => lines.length > 0);
+      expect(lines[0].event).to.equal('snapshot');
+      // A VM made and removed on n2, through n2 itself: n1's stream says so, naming the node.
+      const room = ((await api(nodes[1], 'GET', '/vms')).json as { name: string; node: string }[]).find(
+        (v) => v.node === 'n2',
+      )!;
+      expect((await api(nodes[1], 'DELETE', `/vms/${room.name}`)).status).to.equal(200);
+      expect((await api(nodes[1], 'POST', '/vms', { name: 'ev', node: 'n2', memory_mb: 256 })).status).to.equal(201);
+      expect((await api(nodes[1], 'DELETE', '/vms/ev')).status).to.equal(200);
+      await until('ev made and removed on n1', 5000, async () =>
+        lines.some((l) => l.event === 'removed' && l.name === 'ev'),
+      );
+      expect(lines.some((l) => l.event === 'removed' && l.name === room.name)).to.equal(true);
+      const seen = lines.filter((l) => l.vm?.name === 'ev');
+      expect(seen.every((l) => l.vm!.node === 'n2')).to.equal(true);
+      expect(seen.map((l) => l.vm!.status)).to.include('running');
+    } finally {
+      req.destroy();
+    }
   });
 
   it('works from the CLI against any node: svc nodes, svc new --node, svc ls with the node', async () => {

@@ -12,7 +12,7 @@ import {
 import { AlreadyExistsError, errorMessage, isDomainError, UnavailableError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { ClusterSettings } from '../../app/cluster-config.js';
-import type { ClusterStore } from '../../ports/cluster.js';
+import type { ClusterChange, ClusterStore } from '../../ports/cluster.js';
 import type { Logger } from '../../ports/logger.js';
 
 /** How often a node looks whether what it says of itself changed (and says it again when it did). */
@@ -40,6 +40,7 @@ interface Kept {
 export class EtcdClusterStore implements ClusterStore {
   private readonly client: Etcd3;
   private readonly kept = new Map<string, Kept>();
+  private readonly listeners = new Set<(c: ClusterChange) => void>();
   private watcher?: Watcher;
   private lease?: Lease;
   private info?: () => Promise<NodeInfo>;
@@ -86,8 +87,16 @@ export class EtcdClusterStore implements ClusterStore {
     });
     const w = this.watcher!;
     this.connected = true;
-    w.on('put', (kv) => this.keep(kv));
-    w.on('delete', (kv) => this.kept.delete(kv.key.toString()));
+    w.on('put', (kv) => {
+      const was = this.kept.get(kv.key.toString());
+      this.keep(kv);
+      this.changed(kv.key.toString(), was);
+    });
+    w.on('delete', (kv) => {
+      const was = this.kept.get(kv.key.toString());
+      this.kept.delete(kv.key.toString());
+      this.changed(kv.key.toString(), was);
+    });
     w.on('disconnected', () => (this.connected = false));
     w.on('connected', () => (this.connected = true));
     w.on('error', (err) => this.log.warn({ err: errorMessage(err) }, 'cluster: the watch of etcd failed'));
@@ -181,6 +190,31 @@ export class EtcdClusterStore implements ClusterStore {
         await pause();
       }
     });
+  }
+
+  watch(listener: (c: ClusterChange) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Tells the listeners what a key's change means: a VM's entry changed, or a node's lease. */
+  private changed(key: string, was: Kept | undefined): void {
+    if (!this.listeners.size) return;
+    let c: ClusterChange | undefined;
+    if (key.startsWith(this.key('vms/'))) {
+      const now = this.kept.get(key);
+      c = {
+        kind: 'vm',
+        name: key.slice(this.key('vms/').length),
+        entry: parse<VmEntry>(now?.value),
+        was: parse<VmEntry>(was?.value),
+      };
+    } else if (key.startsWith(this.key('nodes/'))) {
+      // A renewal that says the same is no change of reachability.
+      if (was && this.kept.has(key)) return;
+      c = { kind: 'node', node: key.slice(this.key('nodes/').length) };
+    }
+    if (c) for (const l of this.listeners) l(c);
   }
 
   async leave(): Promise<void> {

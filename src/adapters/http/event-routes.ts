@@ -1,11 +1,17 @@
 import { AsyncQueue } from '../../app/async-queue.js';
-import type { Vms } from '../../app/vms.js';
-import type { VmEvent } from '../../domain/events.js';
+import type { VmChange, VmEvent } from '../../domain/events.js';
+import type { Instance } from '../../domain/vm.js';
 import { writeNdjson } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
 
 /** A reader this far behind is dropped (it reconnects and gets a fresh snapshot) rather than held in memory. */
 export const EVENT_BACKLOG_LIMIT = 1000;
+
+/** Where the feed comes from: the daemon's VMs (Vms), or a cluster's (ClusterService, docs/cluster.md). */
+export interface VmFeed {
+  watch(fn: (change: VmChange) => void): () => void;
+  list(): Instance[] | readonly object[];
+}
 
 /**
  * GET /events: the VM change feed as NDJSON (docs/api.md "Events"). The first line is a snapshot of
@@ -14,7 +20,7 @@ export const EVENT_BACKLOG_LIMIT = 1000;
  * dead one. Subscribing happens before the snapshot is taken, so no change falls between them.
  * `closing` ends every stream (daemon stop), so the listeners need not wait for them.
  */
-export function eventRoutes(vms: Vms, closing: AbortSignal, pingMs = 15_000): RouteDef[] {
+export function eventRoutes(vms: VmFeed, closing: AbortSignal, pingMs = 15_000): RouteDef[] {
   return [
     {
       method: 'get',
@@ -43,7 +49,7 @@ export function eventRoutes(vms: Vms, closing: AbortSignal, pingMs = 15_000): Ro
         };
         if (closing.aborted) return void res.status(503).json({ error: 'the daemon is stopping', code: 'internal' });
         closing.addEventListener('abort', stop);
-        push({ event: 'snapshot', vms: vms.list() });
+        push({ event: 'snapshot', vms: vms.list() as Instance[] });
         await writeNdjson(
           res,
           (async function* () {
