@@ -96,7 +96,6 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
           hypervisor: 'fake',
           test_mode: true,
           fake: { boot_delay: '20ms', agent: name === 'n3' },
-          log_level: 'warn',
           build_default_image: false,
           create_from_snapshot: false,
           sandbox_metrics_enabled: false,
@@ -106,6 +105,9 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
             advertise: `http://127.0.0.1:${port}`,
             token: 'bench-cluster-token-0123',
             vm_slots: name === 'n3' ? 2 : 1000,
+            cpus: 1000,
+            memory_mb: 1_000_000,
+            disk_gb: 100_000,
             tags: [`only=${name}`],
           },
         }),
@@ -113,7 +115,11 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
     }
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const call = (port: number, method: string, path: string, body?: unknown) => send(agent, port, method, path, body);
-    const revision = async () => Number((await kv.get('/svc/none').exec()).header.revision);
+    // Read once what an operation published has landed (a shutdown's last change is published after it answers).
+    const revision = async () => {
+      await new Promise((r) => setTimeout(r, 300));
+      return Number((await kv.get('/svc/none').exec()).header.revision);
+    };
 
     // What one VM operation writes to etcd (each write is one event on every node's watch).
     const r0 = await revision();
