@@ -1,0 +1,116 @@
+import { expect } from 'chai';
+import { join } from 'node:path';
+import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+import { tempDir } from '../helpers/daemon.js';
+import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { call, type Target } from '../helpers/http.js';
+import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
+import { openShell } from '../helpers/ws-shell.js';
+import { ensureImage, qemuProcesses } from './image.js';
+
+const TOKEN = 'e2e-user-token';
+
+/**
+ * Two svcd nodes on real QEMU, one etcd (docs/cluster.md): a VM on the second node driven
+ * entirely through the first, a real guest behind every call.
+ */
+describe('a cluster of two QEMU nodes on etcd', function () {
+  this.timeout(300_000);
+  let etcd: TestEtcd;
+  const procs: SvcdProcess[] = [];
+  const at: Target[] = [];
+  const dataDirs: string[] = [];
+  const ports: number[] = [];
+
+  before(async () => {
+    etcd = await startEtcd(tempDir('svc-e2e-etcd-'), 1);
+    for (const node of ['q1', 'q2']) {
+      const dir = tempDir(`svc-e2e-${node}-`);
+      const port = await freePort('tcp');
+      const raw = {
+        data_dir: join(dir, 'data'),
+        socket: join(dir, 'svc.sock'),
+        api: `127.0.0.1:${port}`,
+        api_token: TOKEN,
+        hypervisor: 'qemu',
+        images_dir: ensureImage(),
+        image: 'minimal',
+        memory_mb: 384,
+        log_level: 'warn',
+        sandbox_metrics_enabled: false,
+        create_from_snapshot: false,
+        ready_timeout: '180s',
+        cluster: {
+          etcd: etcd.endpoints,
+          node,
+          advertise: `http://127.0.0.1:${port}`,
+          token: 'e2e-cluster-token-0123',
+          lease_ttl: '3s',
+        },
+      };
+      const p = await spawnSvcd(dir, raw);
+      expect(p.proc.exitCode, p.stderr()).to.equal(null);
+      procs.push(p);
+      at.push({ host: '127.0.0.1', port, token: TOKEN });
+      dataDirs.push(raw.data_dir);
+      ports.push(port);
+    }
+    for (const t of at)
+      for (let i = 0; ; i++) {
+        const r = await call(t, 'GET', '/nodes');
+        if (r.json.filter((n: { state: string }) => n.state === 'ready').length === 2) break;
+        if (i > 100) throw new Error(`the nodes do not see each other: ${r.text}`);
+        await new Promise((res) => setTimeout(res, 100));
+      }
+  });
+
+  after(async () => {
+    for (const p of procs) await p.stop();
+    await etcd?.stop();
+  });
+
+  it('creates a VM on the other node and drives it through this one: exec, cp, a shell, suspend and restore, delete', async () => {
+    const made = await call(at[0], 'POST', '/vms', { name: 'far', node: 'q2', persistent: true });
+    expect(made.status, made.text).to.equal(201);
+    expect(made.json).to.include({ name: 'far', status: 'running' });
+    expect(qemuProcesses(dataDirs[1], ['far'])).to.have.length(1);
+    expect(qemuProcesses(dataDirs[0], ['far'])).to.deep.equal([]);
+    const listed = (await call(at[0], 'GET', '/vms')).json as { name: string; node: string }[];
+    expect(listed.find((v) => v.name === 'far')).to.include({ node: 'q2' });
+
+    const x = await call(at[0], 'POST', '/vms/far/exec?cmd=hostname');
+    expect(x.status, x.text).to.equal(200);
+    expect(x.json.stdout).to.equal('far\n');
+
+    const body = Buffer.from('through q1\n'.repeat(4096));
+    const up = await call(at[0], 'PUT', '/vms/far/cp?path=/root/kept', body, {
+      'content-type': 'application/octet-stream',
+    });
+    expect(up.status, up.text).to.be.oneOf([200, 201, 204]);
+    const down = await call(at[0], 'GET', '/vms/far/cp?path=/root/kept');
+    expect(down.status).to.equal(200);
+    expect(down.text).to.equal(body.toString());
+
+    const sh = await openShell(`ws://127.0.0.1:${ports[0]}/vms/far/shell`, { authorization: `Bearer ${TOKEN}` });
+    sh.send('echo "in $(hostname): $((20+22))"\n');
+    await sh.waitFor(/in far: 42/);
+    sh.send('exit\n');
+    expect((await sh.exit).exit_code).to.equal(0);
+
+    expect((await call(at[0], 'POST', '/vms/far/suspend')).status).to.equal(200);
+    expect((await call(at[0], 'GET', '/vms/far')).json).to.include({ status: 'suspended', node: 'q2' });
+    const restored = await call(at[0], 'POST', '/vms/far/restore');
+    expect(restored.status, restored.text).to.equal(200);
+    const again = await call(at[0], 'POST', '/vms/far/exec?cmd=wc&args=-c&args=/root/kept');
+    expect(again.json.stdout).to.equal(`${body.length} /root/kept\n`);
+
+    expect((await call(at[0], 'DELETE', '/vms/far')).status).to.equal(200);
+    expect((await call(at[1], 'GET', '/vms/far')).status).to.equal(404);
+    expect(qemuProcesses(dataDirs[1], ['far'])).to.deep.equal([]);
+    const nodes = (await call(at[1], 'GET', '/nodes')).json as { node: string; allocated: { vms: number } }[];
+    expect(nodes.map((n) => [n.node, n.allocated.vms])).to.deep.equal([
+      ['q1', 0],
+      ['q2', 0],
+    ]);
+  });
+});
