@@ -325,6 +325,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const cluster = container.isBound(ClusterService) ? container.get(ClusterService) : undefined;
   const auth = new BearerAuth(config.api_token, sessions, undefined, cluster?.settings.token);
   const front = cluster && new ClusterFront(cluster, { socket: config.socket, token: cluster.settings.token, auth });
+  if (cluster)
+    metrics.setClusterSource(
+      () => cluster.nodes(),
+      () => cluster.stale,
+    );
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
   const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg), auth.throttle);

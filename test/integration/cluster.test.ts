@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { launchBrowser } from '../helpers/browser.js';
 
 const TOKEN = 'user-token';
 const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -110,6 +111,10 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(n3.capacity).to.include({ vm_slots: 3, cpus: 64 });
     expect(n3.tags).to.deep.equal({ zone: 'b' });
     expect((await api(nodes[0], 'GET', '/nodes/nope')).status).to.equal(404);
+    const metrics = (await api(nodes[1], 'GET', '/metrics')).text;
+    for (const n of ['n1', 'n2', 'n3']) expect(metrics).to.contain(`svc_cluster_node_up{node="${n}"} 1`);
+    expect(metrics).to.contain('svc_cluster_node_vm_slots{node="n3"} 3');
+    expect(metrics).to.contain('svc_cluster_stale 0');
     // Without the cluster's token or the user's, nothing.
     expect((await call({ ...nodes[0].t, token: 'wrong' }, 'GET', '/nodes')).status).to.equal(401);
   });
@@ -289,6 +294,29 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect((await svc(['rm', 'cli-made'])).code).to.equal(0);
   });
 
+  it("shows every node's VMs with their node in the dashboard of any node (a real browser)", async () => {
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`http://127.0.0.1:${nodes[0].port}/ui/`);
+      await page.waitForSelector('[data-test=login]');
+      await page.type('[data-test=token]', TOKEN);
+      await page.click('[data-test=login-submit]');
+      await page.waitForSelector('[data-test=vm-table] [data-test=node]');
+      const rows = (await page.$$eval('[data-test=vm-table] tbody tr', (trs) =>
+        trs.map((tr) => [tr.getAttribute('data-vm'), tr.querySelector('[data-test=node]')?.textContent]),
+      )) as [string, string][];
+      const listed = ((await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[]).map((v) => [
+        v.name,
+        v.node,
+      ]);
+      expect(rows).to.deep.equal(listed);
+      expect(new Set(rows.map(([, n]) => n))).to.deep.equal(new Set(['n1', 'n2', 'n3']));
+    } finally {
+      await browser.close();
+    }
+  });
+
   it('marks the VMs of a node that stops renewing node_unreachable within the lease, answers 503 naming it, and takes it back', async () => {
     const n2 = nodes[1];
     const on = async (node: string) =>
@@ -310,6 +338,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       const list = (await api(nodes[2], 'GET', '/vms')).json as { name: string; node: string; status: string }[];
       expect(list.filter((v) => v.node === 'n2').map((v) => v.status)).to.deep.equal(on2.map(() => 'node_unreachable'));
       expect(list.filter((v) => v.node === 'n1').every((v) => v.status === 'running')).to.equal(true);
+      expect((await api(nodes[2], 'GET', '/metrics')).text).to.contain('svc_cluster_node_up{node="n2"} 0');
       // Its record says so; what needs the node answers 503 naming it.
       expect((await api(nodes[0], 'GET', `/vms/${on2[0].name}`)).json).to.include({
         node: 'n2',

@@ -73,6 +73,9 @@ function CreateForm() {
 /** The VM list, live from the change feed, with each VM's actions. */
 export function VmList() {
   const { vms, connected } = useVms();
+  // In a cluster every VM names its node (docs/cluster.md).
+  const nodeOf = (vm: object) => (vm as { node?: string }).node;
+  const cluster = vms.some((vm) => nodeOf(vm) !== undefined);
   return html`<div>
     <${CreateForm} />
     <section class="card">
@@ -81,10 +84,11 @@ export function VmList() {
         vms.length === 0
           ? html`<p class="muted">No VMs yet.</p>`
           : html`<table class="vms" data-test="vm-table">
-        <thead><tr><th>Name</th><th>Status</th><th>Image</th><th>CPUs</th><th>Memory</th><th>IP</th><th>Actions</th></tr></thead>
+        <thead><tr><th>Name</th>${cluster ? html`<th>Node</th>` : null}<th>Status</th><th>Image</th><th>CPUs</th><th>Memory</th><th>IP</th><th>Actions</th></tr></thead>
         <tbody>${vms.map(
           (vm) => html`<tr key=${vm.name} data-vm=${vm.name}>
           <td><a href=${`#/vm/${enc(vm.name)}`}>${vm.name}</a>${vm.persistent ? html` <span class="tag">persistent</span>` : null}</td>
+          ${cluster ? html`<td data-test="node">${nodeOf(vm) ?? '-'}</td>` : null}
           <td><${StatusBadge} status=${vm.status} /></td>
           <td>${vm.image}</td><td>${vm.cpus}</td><td>${vm.memory_mb} MB</td><td>${vm.ip}</td>
           <td><${VmActions} vm=${vm} /></td>

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { NodeView } from '../../domain/cluster.js';
 import type { ControlMetrics } from '../../ports/metrics.js';
 
 /** The spec's series plus create duration and the process defaults, on an injected registry. */
@@ -74,5 +75,41 @@ export class PromControlMetrics implements ControlMetrics {
 
   setRunningSource(count: () => number): void {
     this.runningSource = count;
+  }
+
+  /**
+   * A node of a cluster (docs/cluster.md): every node's state, what is placed on it and what it
+   * offers, and whether this node's copy of the cluster is stale, read at scrape time.
+   */
+  setClusterSource(nodes: () => NodeView[], stale: () => boolean): void {
+    const gauge = (name: string, help: string, value: (n: NodeView) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['node'],
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const n of nodes()) this.set({ node: n.node }, value(n));
+        },
+      });
+    gauge('svc_cluster_node_up', 'A node of the cluster: 1 while its lease holds, 0 unreachable', (n) =>
+      n.state === 'ready' ? 1 : 0,
+    );
+    gauge('svc_cluster_node_vms', 'VMs placed on a node', (n) => n.allocated.vms);
+    gauge('svc_cluster_node_vm_slots', 'VMs a node offers room for', (n) => n.capacity.vm_slots);
+    gauge('svc_cluster_node_cpus_allocated', 'vCPUs placed on a node', (n) => n.allocated.cpus);
+    gauge('svc_cluster_node_cpus', 'vCPUs a node offers', (n) => n.capacity.cpus);
+    gauge('svc_cluster_node_memory_allocated_bytes', 'Memory placed on a node', (n) => n.allocated.memory_mb * 2 ** 20);
+    gauge('svc_cluster_node_memory_bytes', 'Memory a node offers', (n) => n.capacity.memory_mb * 2 ** 20);
+    gauge('svc_cluster_node_running', 'VMs running on a node, as it last said', (n) => n.running);
+    new Gauge({
+      name: 'svc_cluster_stale',
+      help: '1 while this node cannot reach etcd (what it lists may be old)',
+      registers: [this.registry],
+      collect() {
+        this.set(stale() ? 1 : 0);
+      },
+    });
   }
 }
