@@ -37,6 +37,8 @@ export interface ShellOptions {
   cols?: number;
   rows?: number;
   shell?: string;
+  /** A user of the guest (name or number) to open it as; default: the agent's (root). */
+  user?: string;
 }
 
 export type FsOp =

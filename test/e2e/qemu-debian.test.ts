@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
+import { openShell } from '../helpers/ws-shell.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -143,6 +144,21 @@ describe('svcd with QEMU: the debian image', function () {
     expect(uid).to.be.above(999);
     const as = await sh('deb', 'id -un; sudo -n id -un', `&uid=${uid}&gid=${gid}`);
     expect(as.stdout.trim().split('\n')).to.deep.equal(['svc', 'root']);
+  });
+
+  it('opens a shell as the svc user (svc sh --user svc): its ids, home and login shell', async () => {
+    const sh = await openShell(`ws+unix://${d.config.socket}:/vms/deb/shell?user=svc`, {
+      authorization: `Bearer ${d.config.api_token}`,
+    });
+    sh.send('echo "who=$(id -un):$(id -gn) home=$PWD shell=$SHELL"\n');
+    const out = await sh.waitFor(/who=\S+ home=\S+ shell=\S+\r?\n/);
+    expect(out).to.match(/who=svc:svc home=\/home\/svc shell=\/bin\/bash/);
+    sh.send('exit\n');
+    expect((await sh.exit).exit_code).to.equal(0);
+    const refused = await openShell(`ws+unix://${d.config.socket}:/vms/deb/shell?user=nobody-here`, {
+      authorization: `Bearer ${d.config.api_token}`,
+    }).catch((e: { status?: number }) => e);
+    expect((refused as { status?: number }).status).to.equal(400);
   });
 
   it('starts a systemd service installed in the guest', async () => {

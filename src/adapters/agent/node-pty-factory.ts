@@ -19,6 +19,7 @@ export class NodePtyFactory implements PtyFactory {
       cwd: opts.cwd ?? process.env.HOME ?? '/',
       env: { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>,
       encoding: null,
+      ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.gid } : {}),
     });
     let dead = false;
     p.onExit(() => {

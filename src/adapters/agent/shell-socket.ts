@@ -16,6 +16,10 @@ export class ShellSocket {
   constructor(private readonly shells: ShellService) {}
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    void this.upgrade(req, socket, head);
+  }
+
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://agent');
     if (!isWebSocketUpgrade(req))
       return rejectUpgrade(
@@ -24,7 +28,7 @@ export class ShellSocket {
       );
     let session;
     try {
-      session = this.shells.open(Object.fromEntries(url.searchParams));
+      session = await this.shells.open(Object.fromEntries(url.searchParams));
     } catch (err) {
       return rejectUpgrade(socket, err);
     }

@@ -468,9 +468,10 @@ export function buildCli(): Command {
     .command('sh')
     .argument('<name>')
     .option('--shell <path>')
+    .option('-u, --user <user>', "a user of the guest to log in as (such as svc, the debian image's); default root")
     .description('open an interactive shell in a VM')
     .action(async (name: string, o) => {
-      throw new Exit(await interactiveShell(client(), name, o.shell));
+      throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user }));
     });
 
   program

@@ -1,9 +1,13 @@
 import type { SvcClient } from '../client/svc-client.js';
 
 /** svc sh NAME: the terminal in raw mode, resizes on SIGWINCH, exits with the shell's code. */
-export async function interactiveShell(client: SvcClient, name: string, shell?: string): Promise<number> {
+export async function interactiveShell(
+  client: SvcClient,
+  name: string,
+  o: { shell?: string; user?: string } = {},
+): Promise<number> {
   const out = process.stdout;
-  const sh = await client.shell(name, { cols: out.columns || 80, rows: out.rows || 24, shell });
+  const sh = await client.shell(name, { cols: out.columns || 80, rows: out.rows || 24, ...o });
   const input = process.stdin;
   const wasRaw = input.isTTY ? input.isRaw : false;
   if (input.isTTY) input.setRawMode(true);

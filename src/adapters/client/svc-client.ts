@@ -727,7 +727,10 @@ export class SvcClient {
   }
 
   /** Opens the VM's shell (WebSocket). */
-  shell(name: string, o: { cols?: number; rows?: number; shell?: string } = {}): Promise<ShellConnection> {
+  shell(
+    name: string,
+    o: { cols?: number; rows?: number; shell?: string; user?: string } = {},
+  ): Promise<ShellConnection> {
     const path = `/vms/${enc(name)}/shell${qs(o)}`;
     const headers: Record<string, string> = this.token ? { authorization: `Bearer ${this.token}` } : {};
     const url = this.api

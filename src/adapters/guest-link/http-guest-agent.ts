@@ -243,6 +243,7 @@ export class HttpGuestAgent implements GuestAgent {
     if (opts.cols) p.set('cols', String(opts.cols));
     if (opts.rows) p.set('rows', String(opts.rows));
     if (opts.shell) p.set('shell', opts.shell);
+    if (opts.user) p.set('user', opts.user);
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}/shell?${p}`, {
         perMessageDeflate: false,

@@ -1210,6 +1210,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
               q('cols', { type: 'integer' }),
               q('rows', { type: 'integer' }),
               q('shell', { type: 'string' }),
+              q(
+                'user',
+                { type: 'string' },
+                'a user of the guest (name or number) to open it as, in its home with its login shell; default root',
+              ),
             ],
           },
         ),

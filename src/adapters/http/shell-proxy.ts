@@ -61,6 +61,7 @@ export class ShellProxy {
         cols: dim('cols'),
         rows: dim('rows'),
         shell: url.searchParams.get('shell') ?? undefined,
+        user: url.searchParams.get('user') || undefined,
       });
     } catch (err) {
       return rejectUpgrade(socket, err);

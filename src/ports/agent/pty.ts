@@ -4,6 +4,9 @@ export interface PtyOptions {
   rows: number;
   cwd?: string;
   env?: Record<string, string>;
+  /** Run as this uid and gid (the agent runs as root). */
+  uid?: number;
+  gid?: number;
 }
 
 export interface PtySession {
