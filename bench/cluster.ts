@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { freePort } from '../src/adapters/hypervisor/free-port.js';
-import { startEtcd } from '../test/helpers/etcd.js';
+import { nodeConfig, startEtcd } from '../test/helpers/etcd.js';
 import { fmt, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 300);
@@ -90,27 +90,25 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
       ports.push(port);
       mkdirSync(join(dir, name));
       nodes.push(
-        await startSvcd(join(dir, name), {
-          api: `127.0.0.1:${port}`,
-          api_token: TOKEN,
-          hypervisor: 'fake',
-          test_mode: true,
-          fake: { boot_delay: '20ms', agent: name === 'n3' },
-          build_default_image: false,
-          create_from_snapshot: false,
-          sandbox_metrics_enabled: false,
-          cluster: {
-            etcd: etcd.endpoints,
-            node: name,
-            advertise: `http://127.0.0.1:${port}`,
-            token: 'bench-cluster-token-0123',
-            vm_slots: name === 'n3' ? 2 : 1000,
-            cpus: 1000,
-            memory_mb: 1_000_000,
-            disk_gb: 100_000,
-            tags: [`only=${name}`],
-          },
-        }),
+        await startSvcd(
+          join(dir, name),
+          nodeConfig(
+            { dir: join(dir, name), port, node: name, etcd, token: TOKEN },
+            {
+              hypervisor: 'fake',
+              test_mode: true,
+              fake: { boot_delay: '20ms', agent: name === 'n3' },
+              build_default_image: false,
+            },
+            {
+              vm_slots: name === 'n3' ? 2 : 1000,
+              cpus: 1000,
+              memory_mb: 1_000_000,
+              disk_gb: 100_000,
+              tags: [`only=${name}`],
+            },
+          ),
+        ),
       );
     }
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
-import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, type Target } from '../helpers/http.js';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
@@ -27,32 +27,23 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     for (const node of ['q1', 'q2']) {
       const dir = tempDir(`svc-e2e-${node}-`);
       const port = await freePort('tcp');
-      const raw = {
-        data_dir: join(dir, 'data'),
-        socket: join(dir, 'svc.sock'),
-        api: `127.0.0.1:${port}`,
-        api_token: TOKEN,
-        hypervisor: 'qemu',
-        images_dir: ensureImage(),
-        image: 'minimal',
-        memory_mb: 384,
-        log_level: 'warn',
-        sandbox_metrics_enabled: false,
-        create_from_snapshot: false,
-        ready_timeout: '180s',
-        cluster: {
-          etcd: etcd.endpoints,
-          node,
-          advertise: `http://127.0.0.1:${port}`,
-          token: 'e2e-cluster-token-0123',
-          lease_ttl: '3s',
+      const raw = nodeConfig(
+        { dir, port, node, etcd, token: TOKEN },
+        {
+          hypervisor: 'qemu',
+          images_dir: ensureImage(),
+          image: 'minimal',
+          memory_mb: 384,
+          log_level: 'warn',
+          ready_timeout: '180s',
         },
-      };
+        { lease_ttl: '3s' },
+      );
       const p = await spawnSvcd(dir, raw);
       expect(p.proc.exitCode, p.stderr()).to.equal(null);
       procs.push(p);
       at.push({ host: '127.0.0.1', port, token: TOKEN });
-      dataDirs.push(raw.data_dir);
+      dataDirs.push(raw.data_dir as string);
       ports.push(port);
     }
     for (const t of at)

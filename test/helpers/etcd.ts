@@ -103,3 +103,34 @@ export async function startEtcd(dir: string, size = 3): Promise<TestEtcd> {
     stop: async () => void (await Promise.all(members.map((m) => m.kill()))),
   };
 }
+
+/** The token the tests' and benchmarks' nodes share. */
+export const CLUSTER_TEST_TOKEN = 'cluster-token-for-the-tests';
+
+/**
+ * A node's config on loopback: its data and socket in `dir`, its API on `port` (what it
+ * advertises) with `token`, and a `cluster` section on `etcd` with `cluster` on top; `extra` on
+ * top of the rest (the hypervisor and its keys).
+ */
+export function nodeConfig(
+  o: { dir: string; port: number; node: string; etcd: TestEtcd; token: string },
+  extra: Record<string, unknown>,
+  cluster: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    data_dir: join(o.dir, 'data'),
+    socket: join(o.dir, 'svc.sock'),
+    api: `127.0.0.1:${o.port}`,
+    api_token: o.token,
+    sandbox_metrics_enabled: false,
+    create_from_snapshot: false,
+    ...extra,
+    cluster: {
+      etcd: o.etcd.endpoints,
+      node: o.node,
+      advertise: `http://127.0.0.1:${o.port}`,
+      token: CLUSTER_TEST_TOKEN,
+      ...cluster,
+    },
+  };
+}

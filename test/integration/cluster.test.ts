@@ -4,7 +4,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
-import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, type Reply, type Target } from '../helpers/http.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,6 @@ import { launchBrowser } from '../helpers/browser.js';
 
 const TOKEN = 'user-token';
 const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
-const CLUSTER_TOKEN = 'cluster-token-for-the-tests';
 
 interface Node {
   name: string;
@@ -56,23 +55,16 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
       const dir = tempDir(`svc-${name}-`);
       const port = await freePort('tcp');
-      const raw = {
-        data_dir: join(dir, 'data'),
-        socket: join(dir, 'svc.sock'),
-        api: `127.0.0.1:${port}`,
-        api_token: TOKEN,
-        hypervisor: 'fake',
-        test_mode: true,
-        fake: { boot_delay: '20ms', agent: name === 'n3' },
-        log_level: 'warn',
-        build_default_image: false,
-        create_from_snapshot: false,
-        sandbox_metrics_enabled: false,
-        cluster: {
-          etcd: etcd.endpoints,
-          node: name,
-          advertise: `http://127.0.0.1:${port}`,
-          token: CLUSTER_TOKEN,
+      const raw = nodeConfig(
+        { dir, port, node: name, etcd, token: TOKEN },
+        {
+          hypervisor: 'fake',
+          test_mode: true,
+          fake: { boot_delay: '20ms', agent: name === 'n3' },
+          log_level: 'warn',
+          build_default_image: false,
+        },
+        {
           lease_ttl: '2s',
           tags: [`zone=${i < 2 ? 'a' : 'b'}`],
           vm_slots: name === 'n3' ? 3 : 30,
@@ -80,7 +72,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
           memory_mb: 65536,
           disk_gb: 1000,
         },
-      };
+      );
       nodes.push({ name, port, raw, dir, t: { host: '127.0.0.1', port, token: TOKEN } });
     }
     await Promise.all(nodes.map(start));
