@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
 import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
