@@ -259,7 +259,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
         const p = spawn(process.execPath, [
           SVC,
           '--api',
-          `http://127.0.0.1:${nodes[1].port}`,
+          // host:port, as the daemon's own api key is written
+          `127.0.0.1:${nodes[1].port}`,
           '--token',
           TOKEN,
           ...args,

@@ -95,6 +95,22 @@ export interface Message {
   name: string;
 }
 
+/**
+ * The daemon's URL from `--api`/`SVC_API`: `http://` when no scheme is given (`127.0.0.1:7474`, as
+ * the daemon's own `api` key is written); anything else than http(s) is refused naming the flag.
+ */
+export function apiUrl(api: string): URL {
+  const bad = () => new Error(`--api ${JSON.stringify(api)}: not the daemon's URL, such as http://127.0.0.1:7474`);
+  let u: URL;
+  try {
+    u = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(api) ? api : `http://${api}`);
+  } catch {
+    throw bad();
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || !u.hostname) throw bad();
+  return u;
+}
+
 /** Every daemon route the client calls, in OpenAPI form (a test checks it against /openapi.yaml). */
 export const CLIENT_ROUTES = [
   'get /healthz',
@@ -216,7 +232,7 @@ export class SvcClient {
       cfg = undefined;
     }
     const api = o.api ?? env.SVC_API;
-    if (api) this.api = new URL(api);
+    if (api) this.api = apiUrl(api);
     else this.socket = o.socket ?? env.SVC_SOCKET ?? cfg?.socket ?? join(homedir(), '.svc', 'svc.sock');
     this.token = o.token ?? env.SVC_TOKEN ?? (cfg?.api_token || undefined);
   }
