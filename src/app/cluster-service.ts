@@ -92,7 +92,7 @@ export class ClusterService implements LifecycleContribution {
   /** Which node serves calls about `name`: here when this node has it or nobody does (the local 404). */
   route(name: string): Route {
     if (this.vms.find(name)) return { at: 'here' };
-    const e = this.store.vms().get(name);
+    const e = this.store.vm(name);
     if (!e || e.node === this.self) return { at: 'here' };
     const node = this.store.nodes().find((n) => n.node === e.node);
     if (!node) return { at: 'here' };
@@ -104,7 +104,9 @@ export class ClusterService implements LifecycleContribution {
   /** Every VM of the cluster: this node's as they are, the others' as their nodes last published them. */
   list(): ClusterInstance[] {
     const out = new Map<string, ClusterInstance>();
-    for (const [name, e] of this.store.vms()) if (e.node !== this.self && e.instance) out.set(name, this.seen(name, e));
+    const ready = this.readyNodes();
+    for (const [name, e] of this.store.vms())
+      if (e.node !== this.self && e.instance) out.set(name, this.seen(name, e, ready));
     for (const i of this.vms.list()) out.set(i.name, { ...i, node: this.self });
     return [...out.values()].sort((a, b) => a.name.localeCompare(b.name));
   }
@@ -119,7 +121,9 @@ export class ClusterService implements LifecycleContribution {
     const unStore = this.store.watch((c) => {
       if (c.kind === 'node') {
         if (c.node === this.self) return;
-        for (const [name, e] of this.store.vms()) if (e.node === c.node && e.instance) fn(named(this.seen(name, e)));
+        const ready = this.readyNodes();
+        for (const [name, e] of this.store.vms())
+          if (e.node === c.node && e.instance) fn(named(this.seen(name, e, ready)));
         return;
       }
       if (c.entry?.node === this.self || (!c.entry && c.was?.node === this.self)) return;
@@ -136,15 +140,15 @@ export class ClusterService implements LifecycleContribution {
   get(name: string): ClusterInstance {
     const here = this.local(name);
     if (here) return here;
-    const e = this.store.vms().get(name);
+    const e = this.store.vm(name);
     if (!e?.instance || e.node === this.self) throw new NotFoundError(`vm ${name} not found`);
     return this.seen(name, e);
   }
 
   /** Another node's VM as it last published it, `node_unreachable` while that node's lease is gone. */
-  private seen(name: string, e: VmEntry): ClusterInstance {
+  private seen(name: string, e: VmEntry, ready = this.readyNodes()): ClusterInstance {
     const i = e.instance!;
-    return { ...i, name, node: e.node, status: this.readyNodes().has(e.node) ? i.status : 'node_unreachable' };
+    return { ...i, name, node: e.node, status: ready.has(e.node) ? i.status : 'node_unreachable' };
   }
 
   /** This node's VM, its node named; undefined when this node has none of that name. */
@@ -183,7 +187,7 @@ export class ClusterService implements LifecycleContribution {
     // A clone goes where its template's state is; a pool claim to this node's pool.
     const pinned =
       typeof b.from === 'string'
-        ? { node: this.store.vms().get(b.from)?.node ?? this.self }
+        ? { node: this.store.vm(b.from)?.node ?? this.self }
         : b.from_pool === true && !ask.node
           ? { node: this.self }
           : undefined;
@@ -207,7 +211,7 @@ export class ClusterService implements LifecycleContribution {
   /** A placed create failed before its VM existed: its reservation is given back. */
   async unplace(name: string): Promise<void> {
     if (this.vms.find(name)) return;
-    const e = this.store.vms().get(name);
+    const e = this.store.vm(name);
     if (e?.instance) return;
     await this.store
       .release(name)

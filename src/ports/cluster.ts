@@ -19,6 +19,8 @@ export interface ClusterStore {
   nodes(): NodeView[];
   /** Every VM's entry, by name. */
   vms(): ReadonlyMap<string, VmEntry>;
+  /** One VM's entry (what routing a call asks, without going through every entry). */
+  vm(name: string): VmEntry | undefined;
   /** True while the copy cannot be kept current (the store unreachable): what it says may be old. */
   readonly stale: boolean;
   /**

@@ -25,11 +25,6 @@ const RETRY_MS = 40;
 
 const pause = () => new Promise((r) => setTimeout(r, Math.random() * RETRY_MS));
 
-interface Kept {
-  value: string;
-  mod: string;
-}
-
 /**
  * The cluster's state in etcd (docs/cluster.md, "What etcd holds"), under `prefix`:
  * `nodes/<node>` (what a node says of itself, under its lease: gone when the node stops renewing),
@@ -39,7 +34,8 @@ interface Kept {
  */
 export class EtcdClusterStore implements ClusterStore {
   private readonly client: Etcd3;
-  private readonly kept = new Map<string, Kept>();
+  /** Every key under the prefix with its value, parsed once as it arrives (undefined: not JSON). */
+  private readonly kept = new Map<string, unknown>();
   private readonly listeners = new Set<(c: ClusterChange) => void>();
   private watcher?: Watcher;
   private lease?: Lease;
@@ -107,16 +103,16 @@ export class EtcdClusterStore implements ClusterStore {
 
   nodes(): NodeView[] {
     const out: NodeView[] = [];
-    for (const [key, kept] of this.kept) {
+    for (const [key, member] of this.kept) {
       if (!key.startsWith(this.key('members/'))) continue;
       const node = key.slice(this.key('members/').length);
-      const live = this.kept.get(this.key(`nodes/${node}`));
-      const info = parse<NodeInfo>((live ?? kept).value);
+      const live = this.kept.has(this.key(`nodes/${node}`));
+      const info = (live ? this.kept.get(this.key(`nodes/${node}`)) : member) as NodeInfo | undefined;
       if (!info) continue;
       out.push({
         ...info,
         state: live ? 'ready' : 'unreachable',
-        allocated: parse<NodeLoad>(this.kept.get(this.key(`alloc/${node}`))?.value) ?? { ...NO_LOAD },
+        allocated: (this.kept.get(this.key(`alloc/${node}`)) as NodeLoad | undefined) ?? { ...NO_LOAD },
       });
     }
     return out.sort((a, b) => a.node.localeCompare(b.node));
@@ -125,12 +121,12 @@ export class EtcdClusterStore implements ClusterStore {
   vms(): ReadonlyMap<string, VmEntry> {
     const out = new Map<string, VmEntry>();
     const pre = this.key('vms/');
-    for (const [key, kept] of this.kept) {
-      if (!key.startsWith(pre)) continue;
-      const e = parse<VmEntry>(kept.value);
-      if (e) out.set(key.slice(pre.length), e);
-    }
+    for (const [key, e] of this.kept) if (key.startsWith(pre) && e) out.set(key.slice(pre.length), e as VmEntry);
     return out;
+  }
+
+  vm(name: string): VmEntry | undefined {
+    return this.kept.get(this.key(`vms/${name}`)) as VmEntry | undefined;
   }
 
   async reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
@@ -198,7 +194,7 @@ export class EtcdClusterStore implements ClusterStore {
   }
 
   /** Tells the listeners what a key's change means: a VM's entry changed, or a node's lease. */
-  private changed(key: string, was: Kept | undefined): void {
+  private changed(key: string, was: unknown): void {
     if (!this.listeners.size) return;
     let c: ClusterChange | undefined;
     if (key.startsWith(this.key('vms/'))) {
@@ -206,8 +202,8 @@ export class EtcdClusterStore implements ClusterStore {
       c = {
         kind: 'vm',
         name: key.slice(this.key('vms/').length),
-        entry: parse<VmEntry>(now?.value),
-        was: parse<VmEntry>(was?.value),
+        entry: now as VmEntry | undefined,
+        was: was as VmEntry | undefined,
       };
     } else if (key.startsWith(this.key('nodes/'))) {
       // A renewal that says the same is no change of reachability.
@@ -297,7 +293,7 @@ export class EtcdClusterStore implements ClusterStore {
   }
 
   private keep(kv: IKeyValue): void {
-    this.kept.set(kv.key.toString(), { value: kv.value.toString(), mod: kv.mod_revision });
+    this.kept.set(kv.key.toString(), parse(kv.value.toString()));
   }
 
   /** Runs a write; what etcd answers with an error of its own (unreachable, no quorum) is Unavailable. */
@@ -311,7 +307,7 @@ export class EtcdClusterStore implements ClusterStore {
   }
 }
 
-function parse<T>(text: string | undefined): T | undefined {
+function parse<T = unknown>(text: string | undefined): T | undefined {
   if (text === undefined) return undefined;
   try {
     return JSON.parse(text) as T;
