@@ -59,6 +59,8 @@ import { SshAgentInstaller } from './adapters/ssh/ssh-agent-installer.js';
 import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
+import { ProcMeter } from './adapters/process-kit/proc-meter.js';
+import { ProcessMeter } from './ports/process-meter.js';
 import { FsSnapshotStore } from './adapters/store/fs-snapshot-store.js';
 import { ImageSnapshots } from './app/image-snapshots.js';
 import { CreateDisks } from './app/create-disks.js';
@@ -119,6 +121,7 @@ function coreModule(config: Config, o: DaemonOverrides, metrics: PromControlMetr
     bind(Logger).toConstantValue(o.logger ?? PinoLogger.create(config.log_level));
     if (o.clock) bind(Clock).toConstantValue(o.clock);
     else bind(Clock).to(SystemClock).inSingletonScope();
+    bind(ProcessMeter).to(ProcMeter).inSingletonScope();
     bind(ControlMetrics).toConstantValue(metrics);
   });
 }
@@ -252,18 +255,15 @@ function clusterModule(settings: ClusterSettings): ContainerModule {
 
 /** The cluster settings of `config` with the host's cpus, memory and disk for what it leaves at 0. */
 export function nodeSettings(config: Config): ClusterSettings | undefined {
-  let disk_gb = 0;
-  try {
-    const st = statfsSync(config.data_dir);
-    disk_gb = Math.floor((st.bavail * st.bsize) / 2 ** 30);
-  } catch {
-    // no data dir yet: made before this is read
-  }
-  return clusterSettings(config, {
-    hostname: hostname(),
-    cpus: hostCpus().length,
-    memory_mb: Math.floor(totalmem() / 2 ** 20),
-    disk_gb,
+  return clusterSettings(config, () => {
+    let disk_gb = 0;
+    try {
+      const st = statfsSync(config.data_dir);
+      disk_gb = Math.floor((st.bavail * st.bsize) / 2 ** 30);
+    } catch {
+      // no data dir yet: made before this is read
+    }
+    return { hostname: hostname(), cpus: hostCpus().length, memory_mb: Math.floor(totalmem() / 2 ** 20), disk_gb };
   });
 }
 

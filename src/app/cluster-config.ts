@@ -23,10 +23,14 @@ export interface HostFacts {
   disk_gb: number;
 }
 
-/** The cluster settings of `config`, or undefined when it is no node of a cluster. */
-export function clusterSettings(config: Config, host: HostFacts): ClusterSettings | undefined {
+/**
+ * The cluster settings of `config`, or undefined when it is no node of a cluster. `facts` are
+ * asked for only then (they read the host: its disk's free space among them).
+ */
+export function clusterSettings(config: Config, facts: () => HostFacts): ClusterSettings | undefined {
   const s = config.sections.cluster;
   if (!s || !(s.etcd as string[]).length) return undefined;
+  const host = facts();
   const str = (k: string) => String(s[k]);
   const int = (k: string) => s[k] as number;
   const hostname =

@@ -25,6 +25,8 @@ export interface Config {
   /** The hypervisor driver (docs/architecture.md, "Drivers"); its own keys are in `sections`. */
   hypervisor: string;
   ready_timeout_ms: number;
+  /** A cold-booting guest whose console is silent and CPU idle this long hangs (0: never said). */
+  boot_stall_timeout_ms: number;
   create_buffer_ms: number;
   shutdown_timeout_ms: number;
   cpus: number;
@@ -122,6 +124,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   import_dirs: ['import_dirs', 'list', []],
   hypervisor: ['hypervisor', 'string', 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
+  boot_stall_timeout: ['boot_stall_timeout_ms', 'duration', '30s'],
   create_buffer: ['create_buffer_ms', 'duration', '60s'],
   shutdown_timeout: ['shutdown_timeout_ms', 'duration', '30s'],
   cpus: ['cpus', 'int', 1],

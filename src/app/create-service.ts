@@ -287,6 +287,7 @@ export class CreateService {
               userdata: copy && restored ? rec.userdata : undefined,
             }
           : undefined,
+        handle.pid,
       );
       this.failpoints.hit('create.ready');
       const inst = await this.created(rec, t0, emit, {

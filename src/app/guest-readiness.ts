@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
 import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
@@ -7,14 +7,18 @@ import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
 import { GuestNetwork } from '../ports/guest-network.js';
-import { VmStore } from '../ports/stores.js';
+import { ProcessMeter } from '../ports/process-meter.js';
+import { ConsoleLogs, VmStore } from '../ports/stores.js';
 import { egressEnv } from '../domain/egress-secrets.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { RemoteShell, SshProbe } from '../ports/tunnels.js';
+import { watchBootStall } from './boot-stall.js';
+import type { Config } from './config.js';
 import { CrashWatch } from './crash-watch.js';
 import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
+import { AppConfig } from './tokens.js';
 
 /**
  * What a guest is told once it answers: `fresh` for a copy (a clone, a pool member, a fork, a
@@ -44,6 +48,9 @@ export class GuestReadiness {
     @inject(CrashWatch) private readonly crashes: CrashWatch,
     @inject(GuestNetwork) private readonly network: GuestNetwork,
     @inject(VmStore) private readonly store: VmStore,
+    @inject(AppConfig) private readonly config: Config,
+    @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
+    @inject(ProcessMeter) @optional() private readonly meter: ProcessMeter | undefined,
   ) {}
 
   /** What `wait=auto` means for an image: agent readiness for golden images, SSH otherwise. */
@@ -56,7 +63,8 @@ export class GuestReadiness {
    * (`fresh` for a clone or a pool member: a new machine id, and a failure fails the wait; otherwise
    * a restore of the VM itself, whose failure to set the clock is only logged). A guest `restored`
    * from a snapshot already runs its agent: the identity is the first agent call, in place of the
-   * health probe; otherwise it follows the wait, within the deadline.
+   * health probe; otherwise it follows the wait, within the deadline. A guest that was cold-booted
+   * by process `pid` and hangs before it is first reached ends the wait within boot_stall_timeout.
    */
   async awaitReady(
     rec: VmRecord,
@@ -65,22 +73,40 @@ export class GuestReadiness {
     phase: (p: CreatePhase, m: string) => void,
     image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
     identity?: Identity,
+    pid?: number,
   ): Promise<void> {
     this.crashes.forget(rec.name);
     const viaAgent = identity !== undefined && !!image?.agent_ready;
     const folded = viaAgent && identity.restored && mode !== 'ssh';
-    await waitReady(
-      { agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock },
-      {
-        record: rec,
-        mode,
-        deadline,
-        phase,
-        died: () => this.crashes.died(rec.name),
-        sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
-        firstCall: folded ? () => this.setIdentity(rec, identity.fresh, identity) : undefined,
-      },
-    );
+    const stall =
+      this.consoles && this.meter && pid !== undefined && !identity?.restored && this.config.boot_stall_timeout_ms > 0
+        ? watchBootStall(
+            { consoles: this.consoles, meter: this.meter, clock: this.clock },
+            rec.name,
+            pid,
+            this.config.boot_stall_timeout_ms,
+          )
+        : undefined;
+    try {
+      await waitReady(
+        { agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock },
+        {
+          record: rec,
+          mode,
+          deadline,
+          phase: (p, m) => {
+            // Past its first answer a guest may idle in silence (userdata, bootstrap): it is not hanging.
+            if (p === 'userdata' || p === 'bootstrap') stall?.stop();
+            phase(p, m);
+          },
+          died: () => this.crashes.died(rec.name) ?? stall?.verdict(),
+          sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
+          firstCall: folded ? () => this.setIdentity(rec, identity.fresh, identity) : undefined,
+        },
+      );
+    } finally {
+      stall?.stop();
+    }
     if (viaAgent && !folded)
       await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));
     if (rec.egress_secrets)

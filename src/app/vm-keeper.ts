@@ -63,6 +63,7 @@ export class VmKeeper {
         () => undefined,
         image,
         handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined,
+        handle.pid,
       );
     } catch (err) {
       // What the console said last goes with the error (a guest that never came up says why).

@@ -66,6 +66,8 @@ export interface ConsoleLogs {
    * aborts. An absent log reads as empty.
    */
   read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer>;
+  /** How many bytes the console has printed so far (0 when there is no log): cheap, for watching it grow. */
+  size(vm: string): Promise<number>;
 }
 
 /** A booted guest of an image, suspended, that creates of its shape are restored from. */

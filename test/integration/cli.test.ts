@@ -4,33 +4,17 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import pty from 'node-pty';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
-
-const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
+import { inTerminal, runSvc, SVC, type CliRun } from '../helpers/svc-cli.js';
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
   let d: TestDaemon;
   let env: NodeJS.ProcessEnv;
-  const svc = (args: string[], input?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Run> =>
-    new Promise((resolve) => {
-      const p = spawn(process.execPath, [SVC, ...args], { env: { ...env, ...extraEnv } });
-      let stdout = '';
-      let stderr = '';
-      p.stdout.on('data', (c) => (stdout += c));
-      p.stderr.on('data', (c) => (stderr += c));
-      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      p.stdin.end(input);
-    });
+  const svc = (args: string[], input?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<CliRun> =>
+    runSvc({ ...env, ...extraEnv }, args, input);
 
   before(async () => {
     d = await startTestDaemon({ fake_agent: true, import_dirs: [tmpdir()] });
@@ -90,7 +74,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     writeFileSync(join(cwd, 'cloud.raw'), mbr);
     writeFileSync(join(cwd, 'notes.txt'), 'not a disk\n'.repeat(200));
     const run = (args: string[]) =>
-      new Promise<Run>((resolve) => {
+      new Promise<CliRun>((resolve) => {
         const p = spawn(process.execPath, [SVC, ...args], { env, cwd });
         let stdout = '';
         let stderr = '';
@@ -168,27 +152,16 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   });
 
   it('drives an interactive shell through a pseudo-terminal, with resize and the exit code', async () => {
-    const term = pty.spawn(process.execPath, [SVC, 'sh', 'c1', '--shell', '/bin/sh'], {
-      cols: 91,
-      rows: 29,
-      env: env as Record<string, string>,
-    });
-    let out = '';
-    term.onData((s) => (out += s));
-    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
-    const waitFor = async (re: RegExp) => {
-      for (let i = 0; i < 100 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 100));
-      expect(out).to.match(re);
-    };
+    const term = inTerminal(SVC, ['sh', 'c1', '--shell', '/bin/sh'], env, { cols: 91, rows: 29 });
     await new Promise((r) => setTimeout(r, 500));
     term.write('stty size\r');
-    await waitFor(/29 91/);
+    await term.waitFor(/29 91/);
     term.resize(100, 33);
     await new Promise((r) => setTimeout(r, 300));
     term.write('stty size\r');
-    await waitFor(/33 100/);
+    await term.waitFor(/33 100/);
     term.write('exit 6\r');
-    expect(await exit).to.equal(6);
+    expect(await term.exit).to.equal(6);
   });
 
   it('runs durable processes: run --detach, ps, logs -f from an offset, run in the foreground, attach with a terminal, kill, watch', async () => {
@@ -231,20 +204,12 @@ describe('svc CLI as a subprocess against a real daemon', function () {
       'while read l; do echo "got $l"; done',
     ]);
     expect(tty.code, tty.stderr).to.equal(0);
-    const term = pty.spawn(process.execPath, [SVC, 'attach', 'c1', 'tty-job'], {
-      cols: 80,
-      rows: 24,
-      env: env as Record<string, string>,
-    });
-    let out = '';
-    term.onData((x) => (out += x));
-    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
+    const term = inTerminal(SVC, ['attach', 'c1', 'tty-job'], env);
     await new Promise((r) => setTimeout(r, 800));
     term.write('hello\r');
-    for (let i = 0; i < 50 && !/got hello/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
-    expect(out).to.match(/got hello/);
+    await term.waitFor(/got hello/, 5000);
     term.write('\x1d');
-    expect(await exit).to.equal(0);
+    expect(await term.exit).to.equal(0);
     expect(
       JSON.parse((await svc(['ps', 'c1', '--json'])).stdout).find(
         (p: { tag?: string; state: string }) => p.tag === 'tty-job' && p.state === 'running',
@@ -446,7 +411,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const cfg = join(d.dir, 'cli-config.yaml');
     writeFileSync(cfg, `socket: ${d.config.socket}\napi_token: test-token\n`);
     const bare = { PATH: process.env.PATH, HOME: d.dir };
-    const viaConfig = await new Promise<Run>((resolve) => {
+    const viaConfig = await new Promise<CliRun>((resolve) => {
       const p = spawn(process.execPath, [SVC, '--config', cfg, 'ls', '--json'], { env: bare });
       let stdout = '';
       let stderr = '';
@@ -474,15 +439,14 @@ describe('svcd in a terminal', function () {
       `hypervisor: fake\ntest_mode: true\ndata_dir: ${dir}/data\nimages_dir: ${dir}/images\napi: 127.0.0.1:0\napi_token: banner-token\nlog_level: warn\n`,
     );
     const svcd = fileURLToPath(new URL('../../src/bin/svcd.js', import.meta.url));
-    const term = pty.spawn(process.execPath, [svcd, '--config', cfg], {
-      cols: 120,
-      rows: 30,
-      env: { PATH: process.env.PATH ?? '', HOME: dir },
-    });
-    let out = '';
-    term.onData((s) => (out += s));
-    const exit = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
-    for (let i = 0; i < 100 && !/Stop with Ctrl-C/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+    const term = inTerminal(
+      svcd,
+      ['--config', cfg],
+      { PATH: process.env.PATH ?? '', HOME: dir },
+      { cols: 120, rows: 30 },
+    );
+    await term.waitFor(/Stop with Ctrl-C/);
+    const out = term.output();
     expect(out).to.match(/svcd \S+ is running \(fake, test mode\)/);
     expect(out).to.match(/dashboard {2}http:\/\/127\.0\.0\.1:\d+\/ui\//);
     expect(out).to.contain(`socket     ${dir}/data/svc.sock`);
@@ -490,6 +454,6 @@ describe('svcd in a terminal', function () {
     expect(out).to.not.contain('banner-token');
     expect(out).to.contain('svc new box');
     term.write('\x03');
-    expect(await exit).to.equal(0);
+    expect(await term.exit).to.equal(0);
   });
 });

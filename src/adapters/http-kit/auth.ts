@@ -9,9 +9,11 @@ import { sessionId, type BrowserSessions } from './sessions.js';
  * (sessions.ts: its header, or its WebSocket subprotocol) stands for the token.
  */
 export class BearerAuth {
-  private readonly expected: Buffer | undefined;
-  /** The cluster's token (docs/cluster.md): what nodes present to each other; it opens every route too. */
-  private readonly peer: Buffer | undefined;
+  /**
+   * Digests of the tokens that open every route: the API token and the cluster's (docs/cluster.md:
+   * what nodes present to each other). None: no authentication.
+   */
+  private readonly accepted: Buffer[];
 
   constructor(
     token: string,
@@ -19,8 +21,7 @@ export class BearerAuth {
     readonly throttle: AuthThrottle = new AuthThrottle(),
     peerToken = '',
   ) {
-    this.expected = token ? digest(token) : peerToken ? digest(peerToken) : undefined;
-    this.peer = peerToken ? digest(peerToken) : undefined;
+    this.accepted = [token, peerToken].filter(Boolean).map(digest);
   }
 
   /**
@@ -30,7 +31,7 @@ export class BearerAuth {
    * ResourceExhaustedError (429) when too many wait.
    */
   async verify(req: IncomingMessage): Promise<boolean> {
-    if (!this.expected) return true;
+    if (!this.enabled) return true;
     if (req.headers.authorization === undefined && sessionId(req) === undefined) return false;
     return this.throttle.paced(req, () => this.check(req));
   }
@@ -40,20 +41,18 @@ export class BearerAuth {
     return this.throttle.paced(req, () => this.matches(token));
   }
 
-  /** Is `token` the configured token? (The dashboard's log-in.) */
+  /** Is `token` one of the configured tokens? (The dashboard's log-in.) Each is compared, whichever matches. */
   matches(token: string): boolean {
     const d = digest(token);
-    const mine = this.expected !== undefined && timingSafeEqual(d, this.expected);
-    const peer = this.peer !== undefined && timingSafeEqual(d, this.peer);
-    return mine || peer;
+    return this.accepted.map((a) => timingSafeEqual(d, a)).includes(true);
   }
 
   get enabled(): boolean {
-    return this.expected !== undefined;
+    return this.accepted.length > 0;
   }
 
   check(req: IncomingMessage): boolean {
-    if (!this.expected) return true;
+    if (!this.enabled) return true;
     const header = req.headers.authorization ?? '';
     const m = /^Bearer\s+(.+)$/i.exec(header);
     if (!m) return this.sessions?.valid(req) ?? false;

@@ -9,6 +9,13 @@ import { VmStore, type ConsoleLogs } from '../../ports/stores.js';
 export class FsConsoleLogs implements ConsoleLogs {
   constructor(@inject(VmStore) private readonly store: VmStore) {}
 
+  async size(vm: string): Promise<number> {
+    return stat(join(this.store.dir(vm), 'serial.log')).then(
+      (s) => s.size,
+      () => 0,
+    );
+  }
+
   async *read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer> {
     const path = join(this.store.dir(vm), 'serial.log');
     const size = await stat(path).then(

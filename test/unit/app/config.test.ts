@@ -188,8 +188,10 @@ describe('app/config', () => {
   });
 
   it('makes a node of a cluster only with etcd endpoints, an advertised URL and a token of its own', () => {
-    const host = { hostname: 'Build.Host_1', cpus: 2, memory_mb: 4096, disk_gb: 50 };
-    expect(clusterSettings(build({}), host)).to.equal(undefined);
+    const host = () => ({ hostname: 'Build.Host_1', cpus: 2, memory_mb: 4096, disk_gb: 50 });
+    expect(clusterSettings(build({}), () => expect.fail('a daemon that is no node does not read the host'))).to.equal(
+      undefined,
+    );
     const token = 'a-cluster-token-1234';
     const ok = build({
       api_token: 'user',

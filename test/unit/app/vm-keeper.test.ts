@@ -88,6 +88,7 @@ describe('app/VmKeeper', () => {
         expect(opts.tail).to.be.above(0);
         yield Buffer.from(`[    0.51] ${vm} booting\n[    0.92] ${said}\n`);
       },
+      size: async () => 0,
     };
     const w = world({}, undefined, new InMemoryHypervisor({ bootDelayMs: 300 }), consoles);
     await (

@@ -1,0 +1,24 @@
+import { expect } from 'chai';
+import { ProcMeter, statCpuMs } from '../../../../src/adapters/process-kit/proc-meter.js';
+
+describe('ProcMeter: a host process CPU time', () => {
+  it('reads utime and stime in ticks of 10 ms, counting fields after the last parenthesis', () => {
+    // A command name with spaces and parentheses of its own, as `-name ...,process=` may give.
+    const line = '4242 (qemu (svc) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 150 25 0 0 20 0 3 0 100 0 0';
+    expect(statCpuMs(line)).to.equal(1750);
+    expect(statCpuMs('no parenthesis here')).to.equal(undefined);
+    expect(statCpuMs('1 (x) S 1 2')).to.equal(undefined);
+  });
+
+  it('measures this process, and says nothing of one that is not there', async () => {
+    const meter = new ProcMeter();
+    const before = (await meter.cpuMs(process.pid))!;
+    const t0 = Date.now();
+    let x = 0;
+    while (Date.now() - t0 < 120) x += Math.sqrt(x + 1);
+    expect(x).to.be.above(0);
+    const after = (await meter.cpuMs(process.pid))!;
+    expect(after - before).to.be.at.least(50);
+    expect(await meter.cpuMs(2 ** 22 + 7)).to.equal(undefined);
+  });
+});
