@@ -127,6 +127,8 @@ export class VmKeeper {
     rec.agent_cid = h.agent_cid;
     if (h.agent_socket) rec.agent_socket = h.agent_socket;
     else delete rec.agent_socket;
+    if (h.pid) rec.pid = h.pid;
+    else delete rec.pid;
     const live = rec.forwards.filter((f) => f.kind === 'live');
     rec.forwards = [...h.forwards.map((f) => ({ ...f })), ...live];
     rec.runtime = h.state;
@@ -141,6 +143,7 @@ export class VmKeeper {
       agent_port: rec.agent_port,
       agent_cid: rec.agent_cid,
       agent_socket: rec.agent_socket,
+      pid: rec.pid,
       forwards: rec.forwards.filter((f) => f.kind === 'boot').map((f) => ({ ...f })),
       restored_from_snapshot: false,
       state: rec.runtime,

@@ -49,6 +49,11 @@ export interface Instance {
   ssh_port: number;
   agent_port: number;
   agent_cid: number;
+  /**
+   * Its process on the host (QEMU's), while it runs. A clone that took a QEMU started ahead for
+   * it shows in `ps` under that spare's name (a running process cannot be renamed): this says which.
+   */
+  pid?: number;
   forwards: Forward[];
   tags: Record<string, string>;
   mounts: Mount[];
@@ -213,6 +218,7 @@ export function clearRuntime(record: VmRecord): void {
   record.ssh_port = 0;
   record.agent_port = 0;
   record.agent_cid = 0;
+  delete record.pid;
   record.forwards = record.forwards.map(({ pid: _p, ...f }) => f);
   delete record.runtime;
   delete record.agent_socket;

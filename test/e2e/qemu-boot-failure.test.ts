@@ -112,6 +112,10 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     const got = (await svc(['get', 'box'])).stdout;
     expect(got).to.match(/^image +minimal$/m);
     expect(got).to.match(/^status +running$/m);
+    const pid = Number(/^process +pid (\d+) /m.exec(got)?.[1]);
+    expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8'), 'the pid is the VM’s QEMU').to.match(
+      /^(\S*\/)?qemu-system-x86_64\0/,
+    );
   });
 
   it('runs svc sh with piped input to its end, and in a terminal with resize and the exit code', async () => {

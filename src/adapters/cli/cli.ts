@@ -101,6 +101,8 @@ function vmDetails(i: Instance): string {
     ['address', i.ip ? `${i.ip} (on its own network; reach it through forwards)` : '-'],
     ['ssh', i.ssh_port ? `127.0.0.1:${i.ssh_port}` : '-'],
     ['agent', i.agent_cid ? `vsock ${i.agent_cid}` : i.agent_port ? `127.0.0.1:${i.agent_port}` : '-'],
+    // A clone may run in a QEMU started ahead for it, which ps shows under that spare's name.
+    ['process', i.pid ? `pid ${i.pid} (in ps a clone may show its spare's name, svc-spare-...)` : '-'],
     ['forwards', i.forwards.map((f) => `127.0.0.1:${f.host_port} -> ${f.guest_port}/${f.proto}`).join(', ') || '-'],
     ['mounts', i.mounts.map((m) => `${m.host} -> ${m.guest}${m.readonly ? ' (ro)' : ''}`).join(', ') || '-'],
     [
@@ -243,6 +245,11 @@ export function buildCli(): Command {
     .option('-p, --persistent')
     .option('--json')
     .description('clone a stopped or suspended persistent VM')
+    .addHelpText(
+      'after',
+      '\nA clone may take a QEMU started ahead for its template: ps then shows it as svc-spare-<hex>,\n' +
+        "since a running process cannot be renamed. svc get NAME names the clone's process (pid).",
+    )
     .action(async (template: string, name: string | undefined, o) => {
       const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
       print(o.json, inst, () => vmRows([inst]));

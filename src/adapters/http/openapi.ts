@@ -82,6 +82,11 @@ const schemas: Record<string, Schema> = {
       ssh_port: { type: 'integer' },
       agent_port: { type: 'integer' },
       agent_cid: { type: 'integer' },
+      pid: {
+        type: 'integer',
+        description:
+          'its process on the host while it runs (QEMU); a clone that took a QEMU started ahead shows in ps under the spare’s name',
+      },
       forwards: { type: 'array', items: ref('Forward') },
       tags: { type: 'object', additionalProperties: { type: 'string' } },
       mounts: { type: 'array', items: ref('Mount') },

@@ -19,6 +19,12 @@ describe('app/VmKeeper', () => {
     expect(h.agent_port).to.equal(rec.agent_port);
     expect(h.forwards.map((f) => f.guest_port)).to.deep.equal([80]);
     expect(await w.hv.reattach(w.keeper.ref(rec), h)).to.include({ agent_port: rec.agent_port });
+    // The process a handle names is the VM's pid while it runs (ps may show a clone under its spare's name).
+    w.keeper.applyHandle(rec, { ...h, pid: 4242 });
+    expect(rec.pid).to.equal(4242);
+    expect(w.keeper.handleOf(rec)!.pid).to.equal(4242);
+    w.keeper.applyHandle(rec, { ...h, pid: undefined });
+    expect(rec).to.not.have.property('pid');
   });
 
   it('clears what belonged to a stopped process but keeps forwards (live ones without their tunnel pid)', () => {
@@ -28,6 +34,7 @@ describe('app/VmKeeper', () => {
       ssh_port: 1,
       agent_port: 2,
       agent_cid: 3,
+      pid: 77,
       runtime: {} as VmRecord['runtime'],
       forwards: [
         { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot', pid: 9 },
@@ -37,6 +44,7 @@ describe('app/VmKeeper', () => {
     clearRuntime(rec);
     expect(rec).to.include({ ssh_port: 0, agent_port: 0, agent_cid: 0 });
     expect(rec.runtime).to.equal(undefined);
+    expect(rec).to.not.have.property('pid');
     expect(rec.forwards).to.deep.equal([
       { host_port: 8080, guest_port: 80, proto: 'tcp', kind: 'boot' },
       { host_port: 9090, guest_port: 90, proto: 'tcp', kind: 'live' },
