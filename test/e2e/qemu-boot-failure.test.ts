@@ -103,8 +103,9 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     const term = inTerminal(SVC, ['new', 'box', '-p'], env, { cols: 100, rows: 30 });
     expect(await term.exit, term.output()).to.equal(0);
     const shown = term.output();
+    // In a terminal the progress is one line, rewritten as each phase begins, and kept at the end.
     for (const phase of ['accepted', 'boot', 'wait_agent', 'ready'])
-      expect(shown).to.match(new RegExp(`^${phase}\\b`, 'm'));
+      expect(shown).to.match(new RegExp(`\\r\\x1b\\[2K${phase}\\b`));
     expect(shown).to.match(/^box\s+running\b/m);
     const x = await svc(['x', 'box', '--', 'sh', '-c', 'echo $((6*7)) $(hostname); exit 3']);
     expect(x.code, x.stderr).to.equal(3);
