@@ -205,6 +205,35 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await Sandbox.listSnapshots(opts()).nextItems()).to.deep.equal([]);
   });
 
+  it("translates E2B's network options onto the VM's egress policy, on create and live, and refuses what svc has no counterpart for", async () => {
+    const s = await create({ network: { denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org', '10.1.2.3'] } });
+    const policy = async () => (await d.call('GET', `/vms/${s.sandboxId}/egress`)).json;
+    expect(await policy()).to.deep.equal({ default: 'deny', allow: ['pypi.org', '10.1.2.3'], deny: [] });
+    const info = await s.getInfo();
+    expect(info.allowInternetAccess).to.equal(false);
+    expect(info.network).to.deep.include({ allowOut: ['pypi.org', '10.1.2.3'], denyOut: ['0.0.0.0/0'] });
+    // An update replaces the whole configuration.
+    await s.updateNetwork({ denyOut: ['203.0.113.0/24'] });
+    expect(await policy()).to.deep.equal({ default: 'allow', allow: [], deny: ['203.0.113.0/24'] });
+    await s.updateNetwork({ allowInternetAccess: false });
+    expect(await policy()).to.deep.include({ default: 'deny' });
+    const rules = await create({
+      network: {
+        allowOut: ['api.example.com'],
+        rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] },
+      },
+    }).catch((e: unknown) => e);
+    expect(rules).to.be.instanceOf(Error);
+    expect((rules as Error).message).to.match(
+      /network\.rules .* not supported by svc; bind the secret as an egress secret/,
+    );
+    const inside = await s.updateNetwork({ allowOut: ['10.9.9.9'], denyOut: ['10.0.0.0/8'] }).catch((e: unknown) => e);
+    expect((inside as Error).message).to.match(
+      /10\.9\.9\.9 is inside network\.denyOut 10\.0\.0\.0\/8: svc decides deny rules first/,
+    );
+    expect(await policy(), 'a refused update changes nothing').to.deep.include({ default: 'deny' });
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);

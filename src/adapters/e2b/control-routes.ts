@@ -5,6 +5,7 @@ import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
+import { e2bNetworkOf, egressFromE2b, type E2bNetwork } from './network.js';
 import {
   DEFAULT_TIMEOUT_S,
   ENVD_VERSION,
@@ -65,6 +66,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       diskSizeMB: vm.disk_gb * 1024,
       metadata: m.metadata,
       volumeMounts: [],
+      ...e2bNetworkOf(vm.egress),
     };
   };
   const sandboxes = async () => (await client.list()).filter(isSandbox);
@@ -140,7 +142,8 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
         envs: (b.envVars ?? {}) as Record<string, string>,
       });
       const name = `e2b-${randomBytes(6).toString('hex')}`;
-      const egress = b.allow_internet_access === false ? { egress: { default: 'deny' } } : {};
+      const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);
+      const egress = policy ? { egress: policy } : {};
       const vm = await client.create(
         { name, tags, persistent: true, ...(await source(template)), ...egress } as never,
         {
@@ -157,6 +160,14 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       await boxes.get(id(req));
       await client.delete(id(req));
       boxes.disarm(id(req));
+      res.status(204).end();
+    }),
+    route('put', '/sandboxes/:id/network', async (req, res) => {
+      // E2B replaces the whole configuration: what is left out is cleared (everything allowed).
+      const vm = await boxes.get(id(req));
+      const b = (req.body ?? {}) as E2bNetwork & { allow_internet_access?: unknown };
+      const { allow_internet_access, ...network } = b;
+      await client.setEgress(vm.name, egressFromE2b(network, allow_internet_access)!);
       res.status(204).end();
     }),
     route('post', '/sandboxes/:id/timeout', async (req, res) => {

@@ -1,0 +1,76 @@
+import type { EgressPolicy } from '../../domain/egress.js';
+import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
+import { cidrContains, parseCidr } from '../../domain/ip.js';
+
+/** E2B's `network` of a create (and the body of its update), the part svc translates. */
+export interface E2bNetwork {
+  allowOut?: unknown;
+  denyOut?: unknown;
+  rules?: unknown;
+  egressProxy?: unknown;
+}
+
+/** E2B's "all traffic": a deny of it is a deny by default. */
+const ALL_TRAFFIC = new Set(['0.0.0.0/0', '::/0']);
+
+function list(v: unknown, what: string): string[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' || x === ''))
+    throw new InvalidArgumentError(`network.${what} must be a list of non-empty strings`);
+  return v as string[];
+}
+
+/**
+ * svc's egress policy for E2B's network options (docs/e2b.md). E2B lets an allowed destination win
+ * over a denied one, and allows everything unless told; svc decides deny rules first. So a deny of
+ * all traffic (or `allowInternetAccess: false`) is svc's `default: deny` with the allowed
+ * destinations as its allow rules, and otherwise the denied blocks are deny rules. An allowed
+ * address inside a denied block (which E2B would let through and svc would not) is refused rather
+ * than decided differently. Header rules and a SOCKS proxy have no counterpart here: refused too.
+ * Undefined when nothing is asked (the daemon's default policy applies).
+ */
+export function egressFromE2b(
+  network: E2bNetwork | undefined,
+  allowInternetAccess?: unknown,
+): EgressPolicy | undefined {
+  if (allowInternetAccess !== undefined && typeof allowInternetAccess !== 'boolean')
+    throw new InvalidArgumentError('allow_internet_access must be true or false');
+  if (network !== undefined && (typeof network !== 'object' || network === null || Array.isArray(network)))
+    throw new InvalidArgumentError('network must be an object');
+  const n = network ?? {};
+  if (n.rules !== undefined && n.rules !== null && Object.keys(n.rules as object).length)
+    throw new NotSupportedError(
+      'network.rules (headers put into requests on the way out) are not supported by svc; bind the secret as an egress secret instead (docs/egress-secrets.md)',
+    );
+  if (n.egressProxy !== undefined && n.egressProxy !== null)
+    throw new NotSupportedError('network.egressProxy (a SOCKS5 proxy for egress) is not supported by svc');
+  const allowOut = list(n.allowOut, 'allowOut');
+  const denyOut = list(n.denyOut, 'denyOut');
+  for (const d of denyOut)
+    if (!parseCidr(d))
+      throw new InvalidArgumentError(
+        `network.denyOut ${JSON.stringify(d)}: a CIDR block or an IP address (E2B takes no names here)`,
+      );
+  const denyAll = allowInternetAccess === false || denyOut.some((d) => ALL_TRAFFIC.has(d));
+  if (allowInternetAccess === undefined && network === undefined) return undefined;
+  if (denyAll) return { default: 'deny', allow: allowOut, deny: [] };
+  for (const a of allowOut) {
+    const c = parseCidr(a); // a name is decided by the addresses it resolves to: nothing to compare ahead
+    const inside = c && denyOut.find((d) => cidrContains(parseCidr(d)!, { family: c.family, value: c.base }));
+    if (inside)
+      throw new NotSupportedError(
+        `network.allowOut ${a} is inside network.denyOut ${inside}: svc decides deny rules first, so it would be denied; leave it out of denyOut`,
+      );
+  }
+  return { default: 'allow', allow: allowOut, deny: denyOut };
+}
+
+/** E2B's view of a VM's policy: what `getInfo` answers (`allowInternetAccess`, `network`). */
+export function e2bNetworkOf(egress: EgressPolicy): {
+  allowInternetAccess: boolean;
+  network: { allowOut: string[]; denyOut: string[] };
+} {
+  return egress.default === 'deny'
+    ? { allowInternetAccess: false, network: { allowOut: [...egress.allow], denyOut: ['0.0.0.0/0'] } }
+    : { allowInternetAccess: true, network: { allowOut: [...egress.allow], denyOut: [...egress.deny] } };
+}
