@@ -18,6 +18,7 @@ import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
 import { PoolService } from './app/pool-service.js';
 import { LifecycleContribution, LifecycleContributions, LifecycleEvents } from './app/lifecycle-events.js';
+import { LifetimeService } from './app/lifetime-service.js';
 import { SecretService } from './app/secret-service.js';
 import { AppConfig, DaemonVersion } from './app/tokens.js';
 import { DistAgentArtifact } from './adapters/guest-link/dist-agent-artifact.js';
@@ -232,11 +233,12 @@ export function appModule(): ContainerModule {
     bind(ImageSnapshots).toSelf().inSingletonScope();
     bind(ImageBuilder).toSelf().inSingletonScope();
     bind(EgressService).toSelf().inSingletonScope();
+    bind(LifetimeService).toSelf().inSingletonScope();
     // Who follows VMs' lifecycle, in the order they hear of it.
     bind(LifecycleContributions).toDynamicValue(
       (ctx) => () => ctx.getAll<LifecycleContribution>(LifecycleContribution),
     );
-    for (const follower of [ForwardService, MetricsSampler, EgressService, PoolService])
+    for (const follower of [ForwardService, MetricsSampler, EgressService, PoolService, LifetimeService])
       bind(LifecycleContribution).toService(follower);
   });
 }
@@ -320,6 +322,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   await container.get(RecoveryService).init();
   const snapshots = container.get(ImageSnapshots);
   await snapshots.init();
+  const lifetimes = container.get(LifetimeService);
+  lifetimes.start();
 
   const sessions = new BrowserSessions(config.ui_session_ms);
   const cluster = container.isBound(ClusterService) ? container.get(ClusterService) : undefined;
@@ -332,7 +336,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     );
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
-  const e2b = new Sandboxes(self, config.api_token, (msg, fields) => log.info(fields, msg), auth.throttle);
+  const e2b = new Sandboxes(self, config.api_token, auth.throttle);
   const routes: RouteDef[] = [
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its
@@ -353,7 +357,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(vms, lifecycle, container.get(CreateService), container.get(ForkService)),
+    ...vmRoutes(vms, lifecycle, container.get(CreateService), container.get(ForkService), lifetimes),
     ...egressRoutes(egress),
     ...processRoutes(container.get(ProcessProxy)),
     // A node of a cluster streams the whole cluster's changes.
@@ -405,7 +409,6 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     .get(ImageService)
     .prebuildDefault()
     .catch((err: Error) => log.warn({ err: err.message }, 'could not start building the default image'));
-  e2b.armAll().catch((err: Error) => log.warn({ error: err.message }, "e2b: could not set the sandboxes' timers"));
 
   let stopped: Promise<void> | undefined;
   return {
@@ -418,7 +421,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       (stopped ??= (async () => {
         closing.abort();
         await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
-        e2b.close();
+        lifetimes.stop();
         await listeners.stop();
         pool.stop();
         await snapshots.stop();

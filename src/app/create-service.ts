@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
 import { bindEgressSecrets, type EgressSecretSpec } from '../domain/egress-secrets.js';
+import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import { InternalError, InvalidArgumentError, errorMessage, isDomainError, logLevelOf } from '../domain/errors.js';
@@ -162,6 +163,7 @@ export class CreateService {
       metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
       forwards: [],
       created_at: new Date(this.clock.now()).toISOString(),
+      ...lifetimeOf(req, this.clock.now()),
     });
     const queue = new AsyncQueue<CreateProgressEvent>();
     const done = this.vms.locked(name, () =>

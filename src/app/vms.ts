@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import { bindEgressSecrets } from '../domain/egress-secrets.js';
+import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest } from '../domain/create-request.js';
 import type { VmChange } from '../domain/events.js';
 import {
@@ -215,6 +216,7 @@ export class Vms {
       updated_at: now,
       userdata: req.userdata,
       egress: req.egress ?? this.config.egress,
+      ...lifetimeOf(req, this.clock.now()),
     };
     // A new VM's placeholders are its own, also when the bindings are its template's.
     if (req.egress_secrets?.length) rec.egress_secrets = bindEgressSecrets(req.egress_secrets, randomBytes);

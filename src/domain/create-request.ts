@@ -5,6 +5,7 @@ import { InvalidArgumentError } from './errors.js';
 import type { Mount, PortForward } from './vm.js';
 import { assertNewVmName, assertVmName } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
+import { parseOnExpire, parseTtl, type OnExpire } from './lifetime.js';
 
 export interface CreateRequest {
   name?: string;
@@ -26,6 +27,10 @@ export interface CreateRequest {
   egress?: EgressPolicy;
   /** Host secrets for its egress (docs/egress-secrets.md); omitted: the template's (clones, with new placeholders). */
   egress_secrets?: EgressSecretSpec[];
+  /** Its lifetime from the create, in ms (docs/api.md, "Lifetime"); omitted: until deleted. */
+  ttl_ms?: number;
+  /** What its end does: delete (default) or suspend. */
+  on_expire?: OnExpire;
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -68,6 +73,8 @@ const FIELDS = new Set([
   'from_pool',
   'egress',
   'egress_secrets',
+  'ttl',
+  'on_expire',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -204,6 +211,11 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   if (b.from_pool !== undefined) req.from_pool = bool(b.from_pool, 'from_pool');
   if (b.egress !== undefined) req.egress = parseEgressPolicy(b.egress, 'egress');
   if (b.egress_secrets !== undefined) req.egress_secrets = parseEgressSecretSpecs(b.egress_secrets);
+  if (b.ttl !== undefined && b.ttl !== null) req.ttl_ms = parseTtl(b.ttl);
+  if (b.on_expire !== undefined) {
+    req.on_expire = parseOnExpire(b.on_expire);
+    if (req.ttl_ms === undefined) throw new InvalidArgumentError('on_expire needs a ttl');
+  }
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
     // The machine comes from a snapshot: its shape and first boot are the template's.

@@ -1,3 +1,4 @@
+import type { OnExpire } from './lifetime.js';
 import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
 import { InternalError, InvalidStateError } from './errors.js';
@@ -63,6 +64,9 @@ export interface Instance {
   error?: string;
   /** The template this VM was cloned from. */
   from?: string;
+  /** When its lifetime ends (docs/api.md, "Lifetime"), and what that does; absent: it lives until deleted. */
+  expires_at?: string;
+  on_expire?: OnExpire;
   /** What its guest may reach beyond its own network (docs/network.md). */
   egress: EgressPolicy;
   /** Host secrets put into its requests on the way out, to their hosts only (docs/egress-secrets.md). */

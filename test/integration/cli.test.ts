@@ -45,6 +45,18 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(got).to.match(/^tags +team=a$/m);
     expect(got).to.match(/^egress +allow/m);
     expect(got).to.match(/^memory +\d+ MB$/m);
+    expect(got).to.match(/^expires +never$/m);
+    // A lifetime: set, shown, taken away.
+    expect((await svc(['ttl', 'c1', '2h', '--on-expire', 'suspend'])).stdout).to.match(
+      /^vm c1 ends \d{4}-\d\d-\d\dT[\d:.]+Z, then suspend\n$/,
+    );
+    expect((await svc(['get', 'c1'])).stdout).to.match(/^expires +\S+Z, then suspend \(svc ttl c1 none: never\)$/m);
+    expect((await svc(['ttl', 'c1', 'none'])).stdout).to.equal('vm c1 lives until deleted\n');
+    const bad = await svc(['ttl', 'c1', 'soon']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.equal(
+      'svc: ttl must be whole seconds or a duration such as 30m, from 1s to 24 days, got "soon"\n',
+    );
   });
 
   it('follows VM changes with svc events until interrupted', async () => {

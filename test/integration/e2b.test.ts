@@ -51,6 +51,10 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(info).to.include({ sandboxId: s.sandboxId, state: 'running', templateId: 'base' });
     expect(info.metadata).to.deep.equal({ purpose: 'test' });
     expect(info.endAt.getTime() - Date.now()).to.be.within(100_000, 121_000);
+    // The end is svc's own lifetime of the VM, kept in its record.
+    const vm = (await d.call('GET', `/vms/${s.sandboxId}`)).json;
+    expect(vm).to.include({ on_expire: 'delete' });
+    expect(Math.abs(Date.parse(vm.expires_at) - info.endAt.getTime())).to.be.below(1000);
   });
 
   it('runs a command in the background that a second client connects to, lists, feeds and kills', async () => {

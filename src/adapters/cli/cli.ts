@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import type { Instance } from '../../domain/vm.js';
+import type { OnExpire } from '../../domain/lifetime.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
@@ -116,6 +117,10 @@ function vmDetails(i: Instance): string {
         .join(', ') || '-',
     ],
     ['metrics', i.metrics_enabled ? 'kept' : 'off'],
+    [
+      'expires',
+      i.expires_at ? `${i.expires_at}, then ${i.on_expire ?? 'delete'} (svc ttl ${i.name} none: never)` : 'never',
+    ],
     ['created', i.created_at],
     ['updated', i.updated_at],
   ];
@@ -187,6 +192,8 @@ export function buildCli(): Command {
     .option('--node <node>', 'in a cluster: the node to create it on')
     .option('--node-selector <k=v>', 'in a cluster: only nodes with this tag (repeatable)', collect, [])
     .option('-m, --mount <host:guest[:ro]>', 'share a host directory (repeatable)', collect, [])
+    .option('--ttl <duration>', 'its lifetime, e.g. 30m or 2h: then it is deleted (or suspended: --on-expire)')
+    .addOption(new Option('--on-expire <action>', 'what the end of --ttl does').choices(['delete', 'suspend']))
     .addOption(
       new Option('--wait <mode>', 'readiness to wait for').choices(['auto', 'ssh', 'agent', 'userdata', 'bootstrap']),
     )
@@ -202,6 +209,8 @@ export function buildCli(): Command {
       if (o.metrics === false) req.metrics_enabled = false;
       if (o.from) req.from = o.from;
       if (o.pool) req.from_pool = true;
+      if (o.ttl) req.ttl = o.ttl;
+      if (o.onExpire) req.on_expire = o.onExpire as OnExpire;
       if (o.node) req.node = o.node;
       if (o.nodeSelector.length) req.node_selector = keyValues(o.nodeSelector, '--node-selector');
       const egress = policyFromFlags(o);
@@ -253,6 +262,31 @@ export function buildCli(): Command {
     .action(async (template: string, name: string | undefined, o) => {
       const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
       print(o.json, inst, () => vmRows([inst]));
+    });
+
+  program
+    .command('ttl')
+    .argument('<name>')
+    .argument('<duration>', "a lifetime from now, e.g. 30m or 2h; 'none' to keep the VM until deleted")
+    .addOption(
+      new Option('--on-expire <action>', 'what its end does (default: as before, delete at first)').choices([
+        'delete',
+        'suspend',
+      ]),
+    )
+    .option('--json')
+    .description("set a VM's lifetime: at its end the VM is deleted, or suspended")
+    .action(async (name: string, duration: string, o) => {
+      const inst = await client().setTtl(
+        name,
+        duration === 'none' ? null : duration,
+        o.onExpire as OnExpire | undefined,
+      );
+      print(o.json, inst, () =>
+        inst.expires_at
+          ? `vm ${name} ends ${inst.expires_at}, then ${inst.on_expire}`
+          : `vm ${name} lives until deleted`,
+      );
     });
 
   program

@@ -26,6 +26,7 @@ import type {
 } from '../../domain/events.js';
 import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
+import type { OnExpire } from '../../domain/lifetime.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type {
   OutputFrame,
@@ -75,9 +76,11 @@ export interface SvcClientOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts'>> & {
+export type CreateInput = Partial<Omit<CreateRequest, 'forwards' | 'mounts' | 'ttl_ms'>> & {
   forwards?: Partial<PortForward>[];
   mounts?: Mount[];
+  /** Its lifetime: whole seconds or a duration such as `30m` (docs/api.md, "Lifetime"). */
+  ttl?: number | string;
 } & PlacementAsk;
 export interface CreateOptions {
   wait?: WaitMode | 'true' | '1';
@@ -161,6 +164,7 @@ export const CLIENT_ROUTES = [
   'get /vms/{name}/shell',
   'get /vms/{name}/egress',
   'put /vms/{name}/egress',
+  'put /vms/{name}/ttl',
   'get /vms/{name}/egress/log',
   'get /vms/{name}/egress/secrets',
   'put /vms/{name}/egress/secrets',
@@ -449,6 +453,11 @@ export class SvcClient {
     } catch (err) {
       if (!o.signal?.aborted) throw err;
     }
+  }
+
+  /** Gives the VM a lifetime from now (seconds or a duration such as `30m`), or none (`null`). */
+  setTtl(name: string, ttl: number | string | null, onExpire?: OnExpire): Promise<Instance> {
+    return this.call('PUT', `/vms/${enc(name)}/ttl`, { ttl, ...(onExpire ? { on_expire: onExpire } : {}) });
   }
 
   // --- egress (docs/network.md)

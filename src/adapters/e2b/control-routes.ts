@@ -121,8 +121,8 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       await client.resume(vm.name);
       status = 201;
     }
-    if (body.timeout !== undefined) boxes.arm(vm, new Date(Date.now() + timeoutSeconds(body.timeout) * 1000));
-    else if (status === 201) boxes.arm(vm, new Date(Date.now() + timeLeft(boxes, vm)));
+    if (body.timeout !== undefined) await boxes.arm(vm, new Date(Date.now() + timeoutSeconds(body.timeout) * 1000));
+    else if (status === 201) await boxes.arm(vm, new Date(Date.now() + timeLeft(boxes, vm)));
     res.status(status).json(sandbox(vm));
   };
 
@@ -144,13 +144,14 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       const name = `e2b-${randomBytes(6).toString('hex')}`;
       const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);
       const egress = policy ? { egress: policy } : {};
+      // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
+      const life = { ttl: Math.max(1, timeout), on_expire: b.autoPause === true ? 'suspend' : 'delete' } as const;
       const vm = await client.create(
-        { name, tags, persistent: true, ...(await source(template)), ...egress } as never,
+        { name, tags, persistent: true, ...(await source(template)), ...egress, ...life } as never,
         {
           wait: 'agent',
         },
       );
-      boxes.arm(vm, new Date(Date.now() + timeout * 1000));
       res.status(201).json(sandbox(vm));
     }),
     route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),
@@ -159,7 +160,6 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     route('delete', '/sandboxes/:id', async (req, res) => {
       await boxes.get(id(req));
       await client.delete(id(req));
-      boxes.disarm(id(req));
       res.status(204).end();
     }),
     route('put', '/sandboxes/:id/network', async (req, res) => {
@@ -172,13 +172,13 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     }),
     route('post', '/sandboxes/:id/timeout', async (req, res) => {
       const vm = await boxes.get(id(req));
-      boxes.arm(vm, new Date(Date.now() + timeoutSeconds((req.body as { timeout?: unknown })?.timeout) * 1000));
+      await boxes.arm(vm, new Date(Date.now() + timeoutSeconds((req.body as { timeout?: unknown })?.timeout) * 1000));
       res.status(204).end();
     }),
     route('post', '/sandboxes/:id/refreshes', async (req, res) => {
       const vm = await boxes.get(id(req));
       const d = (req.body as { duration?: unknown })?.duration;
-      boxes.arm(vm, new Date(Date.now() + timeoutSeconds(d ?? 60) * 1000));
+      await boxes.arm(vm, new Date(Date.now() + timeoutSeconds(d ?? 60) * 1000));
       res.status(204).end();
     }),
     route('post', '/sandboxes/:id/pause', async (req, res) => {
@@ -226,7 +226,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
         vm.status === 'suspended'
           ? await Promise.all(names.map((name) => client.clone(vm.name, { name, tags, persistent: true })))
           : (await client.fork(vm.name, { names, tags, persistent: true }, { wait: 'agent' })).vms;
-      for (const f of made) boxes.arm(f, new Date(Date.now() + timeout * 1000));
+      for (const f of made) await boxes.arm(f, new Date(Date.now() + timeout * 1000));
       res.status(201).json(made.map((f) => ({ sandbox: sandbox(f) })));
     }),
     route('post', '/sandboxes/:id/snapshots', async (req, res) => {

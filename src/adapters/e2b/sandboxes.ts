@@ -93,6 +93,11 @@ export function tagsFor(m: SandboxMeta): Record<string, string> {
   return tags;
 }
 
+/** What a sandbox's timeout does to its VM: delete it, or suspend it (autoPause). */
+export function onExpireOf(m: Pick<SandboxMeta, 'onTimeout'>): 'delete' | 'suspend' {
+  return m.onTimeout === 'pause' ? 'suspend' : 'delete';
+}
+
 /** A timeout in seconds from a request, within E2B's limits. */
 export function timeoutSeconds(v: unknown): number {
   if (v === undefined || v === null) return DEFAULT_TIMEOUT_S;
@@ -109,14 +114,10 @@ export function timeoutSeconds(v: unknown): number {
  */
 export class Sandboxes {
   private readonly key: Buffer;
-  private readonly timers = new Map<string, NodeJS.Timeout>();
-  /** Deadlines moved by setTimeout since the create (the tag keeps the create's). */
-  private readonly ends = new Map<string, Date>();
 
   constructor(
     private readonly client: SvcClient,
     private readonly apiToken: string,
-    private readonly log: (msg: string, fields: Record<string, unknown>) => void,
     /** The daemon's pace for wrong credentials, shared with its bearer check. */
     private readonly throttle: AuthThrottle = new AuthThrottle(),
   ) {
@@ -153,45 +154,17 @@ export class Sandboxes {
     return vm;
   }
 
+  /** When the sandbox ends: its VM's lifetime (svc's ttl), else the create's end in its tags. */
   endOf(vm: Instance): Date {
-    return this.ends.get(vm.name) ?? metaOf(vm).endAt;
+    return vm.expires_at ? new Date(vm.expires_at) : metaOf(vm).endAt;
   }
 
-  /** Arms the sandbox's timer for `end` (kill, or pause when it was created to pause). */
-  arm(vm: Instance, end: Date): void {
-    this.ends.set(vm.name, end);
-    clearTimeout(this.timers.get(vm.name));
-    const onTimeout = metaOf(vm).onTimeout;
-    const t = setTimeout(
-      () => {
-        this.timers.delete(vm.name);
-        const act = onTimeout === 'pause' ? this.client.suspend(vm.name) : this.client.delete(vm.name);
-        act.then(
-          () => this.log('e2b sandbox timed out', { vm: vm.name, action: onTimeout }),
-          (err: Error) =>
-            this.log('e2b sandbox timeout failed', { vm: vm.name, action: onTimeout, error: err.message }),
-        );
-      },
-      Math.max(0, Math.min(end.getTime() - Date.now(), 2 ** 31 - 1)),
-    );
-    t.unref();
-    this.timers.set(vm.name, t);
-  }
-
-  disarm(id: string): void {
-    clearTimeout(this.timers.get(id));
-    this.timers.delete(id);
-    this.ends.delete(id);
-  }
-
-  /** Timers for the sandboxes there are (a daemon start). */
-  async armAll(): Promise<void> {
-    for (const vm of await this.client.list())
-      if (isSandbox(vm) && vm.status === 'running') this.arm(vm, this.endOf(vm));
-  }
-
-  close(): void {
-    for (const t of this.timers.values()) clearTimeout(t);
-    this.timers.clear();
+  /**
+   * Sets the sandbox's end: svc's own lifetime of its VM (docs/api.md, "Lifetime"), which kills it,
+   * or suspends it when it was created to pause. The daemon keeps it across restarts.
+   */
+  async arm(vm: Instance, end: Date): Promise<void> {
+    const seconds = Math.max(1, Math.ceil((end.getTime() - Date.now()) / 1000));
+    await this.client.setTtl(vm.name, seconds, onExpireOf(metaOf(vm)));
   }
 }

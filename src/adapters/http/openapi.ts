@@ -96,6 +96,8 @@ const schemas: Record<string, Schema> = {
       error: { type: 'string' },
       egress: ref('EgressPolicy'),
       egress_secrets: { type: 'array', items: ref('EgressSecretBinding') },
+      expires_at: { type: 'string', format: 'date-time', description: 'when its lifetime ends; absent: never' },
+      on_expire: { type: 'string', enum: ['delete', 'suspend'] },
     },
   },
   EgressSecret: {
@@ -204,6 +206,36 @@ const schemas: Record<string, Schema> = {
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
       egress: ref('EgressPolicy'),
       egress_secrets: { type: 'array', maxItems: 32, items: ref('EgressSecret') },
+      ttl: ref('Ttl'),
+      on_expire: {
+        type: 'string',
+        enum: ['delete', 'suspend'],
+        default: 'delete',
+        description: 'what the end of its ttl does',
+      },
+    },
+  },
+  Ttl: {
+    oneOf: [
+      { type: 'integer', minimum: 1, maximum: 2_073_600 },
+      { type: 'string', description: 'a duration such as 90s, 30m or 1h30m' },
+    ],
+    description: 'a lifetime from now: whole seconds or a duration, from 1 s to 24 days (docs/api.md, "Lifetime")',
+  },
+  LifetimeChange: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['ttl'],
+    properties: {
+      ttl: {
+        nullable: true,
+        oneOf: [
+          { type: 'integer', minimum: 1, maximum: 2_073_600 },
+          { type: 'string', description: 'a duration such as 90s, 30m or 1h30m' },
+        ],
+        description: 'a lifetime from now (whole seconds or a duration, 1 s to 24 days); null: it lives until deleted',
+      },
+      on_expire: { type: 'string', enum: ['delete', 'suspend'], description: 'omitted: as it was (delete at first)' },
     },
   },
   CreateProgressEvent: {
@@ -1105,6 +1137,20 @@ export function openApiDocument(version: string): Record<string, unknown> {
           'Remove a guest path',
           { '204': { description: 'removed' }, ...proxyErrors },
           { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] },
+        ),
+      },
+      '/vms/{name}/ttl': {
+        put: op(
+          "Set the VM's lifetime from now, or end it (ttl null); at its end the VM is deleted or suspended",
+          {
+            '200': json('the vm', ref('Instance')),
+            '400': err('not a ttl'),
+            '404': err('no such vm'),
+          },
+          {
+            parameters: [nameParam],
+            requestBody: { required: true, content: { 'application/json': { schema: ref('LifetimeChange') } } },
+          },
         ),
       },
       '/vms/{name}/egress': {

@@ -1,6 +1,8 @@
 import type { Response } from 'express';
 import type { CreateJob, CreateService } from '../../app/create-service.js';
 import type { ForkService } from '../../app/fork-service.js';
+import type { LifetimeService } from '../../app/lifetime-service.js';
+import { parseLifetimeChange } from '../../domain/lifetime.js';
 import type { VmLifecycle } from '../../app/vm-lifecycle.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
@@ -25,7 +27,13 @@ async function answerCreate<T>(
   res.status(201).json(made);
 }
 
-export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateService, forks: ForkService): RouteDef[] {
+export function vmRoutes(
+  vms: Vms,
+  lifecycle: VmLifecycle,
+  creates: CreateService,
+  forks: ForkService,
+  lifetimes: LifetimeService,
+): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post',
     path,
@@ -88,6 +96,14 @@ export function vmRoutes(vms: Vms, lifecycle: VmLifecycle, creates: CreateServic
       method: 'delete',
       path: '/vms/:name',
       handler: async (req, res) => void res.json(await lifecycle.delete(String(req.params.name))),
+    },
+    {
+      // Its lifetime from now: {ttl: "30m" | 1800 | null, on_expire?: delete | suspend}.
+      method: 'put',
+      path: '/vms/:name/ttl',
+      body: 'json',
+      handler: async (req, res) =>
+        void res.json(await lifetimes.set(String(req.params.name), parseLifetimeChange(req.body))),
     },
     verb('/vms/:name/start', (n) => lifecycle.start(n)),
     verb('/vms/:name/shutdown', (n) => lifecycle.shutdown(n)),
