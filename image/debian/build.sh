@@ -51,7 +51,7 @@ publish "$(cat <<JSON
   "initrd": "initrd.img",
   "disk": "disk.qcow2",
   "disk_gb": $DISK_GB,
-  "cmdline": "console=ttyS0 root=/dev/vda rw quiet loglevel=3 panic=-1 net.ifnames=0 systemd.show_status=0",
+  "cmdline": "console=ttyS0 root=/dev/vda rw panic=-1 net.ifnames=0",
   "ssh_user": "root",
   "agent_ready": true,
   "boot": "kernel",

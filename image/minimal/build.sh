@@ -40,7 +40,7 @@ publish "$(cat <<JSON
   "initrd": "initrd.img",
   "disk": "disk.qcow2",
   "disk_gb": $DISK_GB,
-  "cmdline": "console=ttyS0 root=/dev/vda rw quiet loglevel=3 panic=-1",
+  "cmdline": "console=ttyS0 root=/dev/vda rw panic=-1",
   "ssh_user": "root",
   "agent_ready": true,
   "boot": "kernel",

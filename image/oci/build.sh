@@ -44,7 +44,7 @@ const c = require(process.argv[1]);
 const [id, kver, agent, disk] = process.argv.slice(2);
 process.stdout.write(JSON.stringify({
   id, format: 1, os: c.os, description: `imported from ${c.source}`, kernel: "vmlinux", initrd: "initrd.img", disk: "disk.qcow2",
-  disk_gb: Number(disk), cmdline: "console=ttyS0 root=/dev/vda rw quiet loglevel=3 panic=-1 init=/opt/svc/init",
+  disk_gb: Number(disk), cmdline: "console=ttyS0 root=/dev/vda rw panic=-1 init=/opt/svc/init",
   ssh_user: "root", agent_ready: true, boot: "kernel", source: c.source, agent_version: agent, kernel_version: kver,
   image_config: c.config,
 }, null, 2));
