@@ -82,11 +82,18 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       expect(exec.description).to.match(/stdout, stderr and the exit code/);
       expect(exec.inputSchema.required).to.include.members(['name', 'cmd']);
       const progress: string[] = [];
-      const made = await c.callTool({ name: 'create_vm', arguments: { name: 'm1', persistent: true } }, undefined, {
-        onprogress: (p) => void progress.push(String(p.message)),
-      });
+      const made = await c.callTool(
+        { name: 'create_vm', arguments: { name: 'm1', persistent: true, ttl: '2h', on_expire: 'suspend' } },
+        undefined,
+        { onprogress: (p) => void progress.push(String(p.message)) },
+      );
       expect((made as ToolResult).isError, textOf(made)).to.not.equal(true);
-      expect(JSON.parse(textOf(made))).to.include({ name: 'm1', status: 'running' });
+      const m1 = JSON.parse(textOf(made));
+      expect(m1).to.include({ name: 'm1', status: 'running', on_expire: 'suspend' });
+      expect(Date.parse(m1.expires_at) - Date.now(), 'an agent’s VM that cleans itself up').to.be.within(
+        7_000_000,
+        7_200_000,
+      );
       expect(progress[0]).to.match(/^accepted/);
       expect(progress.at(-1)).to.match(/^ready/);
       const out = await c.callTool({

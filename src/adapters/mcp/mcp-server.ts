@@ -344,6 +344,11 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
           .optional()
           .describe('what ready means: auto (default), agent, ssh, userdata, bootstrap'),
         userdata: z.string().optional().describe('a shell script or #cloud-config run at first boot'),
+        ttl: z
+          .union([z.number().int().min(1), z.string()])
+          .optional()
+          .describe('its lifetime: whole seconds or a duration such as 30m; then it is deleted (or suspended)'),
+        on_expire: z.enum(['delete', 'suspend']).optional().describe('what the end of ttl does (default delete)'),
       },
       annotations: change,
     },
