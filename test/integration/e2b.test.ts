@@ -238,6 +238,31 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await policy(), 'a refused update changes nothing').to.deep.include({ default: 'deny' });
   });
 
+  it('serves signed file URLs (uploadUrl, downloadUrl) and refuses forged, crossed and expired ones', async () => {
+    const s = await create();
+    const path = join(work, 'signed.txt');
+    const up = await s.uploadUrl(path);
+    expect(new URL(up).pathname, "the SDK's URL: /files at the root, no sandbox named").to.equal('/files');
+    const form = new FormData();
+    form.append('file', new Blob(['signed hello']), 'signed.txt');
+    const put = await fetch(up, { method: 'POST', body: form });
+    expect(put.status, await put.clone().text()).to.equal(200);
+    const down = await s.downloadUrl(path, { useSignatureExpiration: 60 });
+    expect(await (await fetch(down)).text()).to.equal('signed hello');
+    const forged = new URL(down);
+    forged.searchParams.set('path', join(work, 'other.txt'));
+    expect((await fetch(forged)).status, 'another path').to.equal(401);
+    expect((await fetch(up)).status, 'a write signature reads nothing').to.equal(401);
+    const other = await create();
+    const theirs = await other.downloadUrl(path);
+    await other.kill();
+    expect((await fetch(theirs)).status, 'a sandbox gone: its URLs with it').to.equal(401);
+    const expired = await s.downloadUrl(path, { useSignatureExpiration: -5 });
+    const late = await fetch(expired);
+    expect(late.status).to.equal(401);
+    expect((await late.json()).message).to.equal('this signed URL has expired');
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);

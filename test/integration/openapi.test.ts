@@ -36,9 +36,11 @@ describe('OpenAPI description', function () {
     }
     // A node of a cluster serves these too (test/integration/cluster.test.ts); this daemon is none.
     expect([...cluster].sort()).to.deep.equal(['get /nodes', 'get /nodes/{node}']);
-    // E2B's API is E2B's, described by E2B's own documents (docs/e2b.md), not svc's
+    // E2B's API is E2B's, described by E2B's own documents (docs/e2b.md), not svc's: under /e2b,
+    // and its signed file URLs at /files (where its SDK puts them).
+    const e2b = (path: string) => path.startsWith('/e2b/') || path === '/files';
     const served = new Set(
-      d.daemon.routes.filter((r) => !r.path.startsWith('/e2b/')).map((r) => `${r.method} ${toOpenApiPath(r.path)}`),
+      d.daemon.routes.filter((r) => !e2b(r.path)).map((r) => `${r.method} ${toOpenApiPath(r.path)}`),
     );
     expect(d.daemon.routes.some((r) => r.path.startsWith('/e2b/'))).to.equal(true);
     expect([...described].sort()).to.deep.equal([...served].sort());

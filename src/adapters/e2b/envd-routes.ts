@@ -327,12 +327,22 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
     return shells.get(vm)!;
   }
 
+  /** The running sandbox a signed file URL is for (E2B's uploadUrl/downloadUrl, served at /files). */
+  const signedVm = (operation: 'read' | 'write') => async (req: Request) => {
+    const vm = await boxes.get(await boxes.signedSandbox(req, operation));
+    if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${vm.name} is ${vm.status}`);
+    return vm.name;
+  };
+
   /** A handler of the files API: errors as envd's `{code, message}` with the status. */
   const files =
-    (fn: (req: Request, res: Response, vm: string) => Promise<void>) =>
+    (
+      fn: (req: Request, res: Response, vm: string) => Promise<void>,
+      sandbox: (req: Request) => Promise<string> = vmOf,
+    ) =>
     async (req: Request, res: Response): Promise<void> => {
       try {
-        await fn(req, res, await vmOf(req));
+        await fn(req, res, await sandbox(req));
       } catch (err) {
         const status =
           err instanceof SvcError
@@ -349,59 +359,69 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
       }
     };
 
+  /** GET /files: one file's bytes. */
+  const download = async (req: Request, res: Response, vm: string): Promise<void> => {
+    const path = abs((req.query as Record<string, unknown>).path);
+    const st = await client.stat(vm, path);
+    if (st.type === 'directory') throw new InvalidArgumentError(`${path} is a directory`);
+    const d = await client.download(vm, path);
+    res.status(200).setHeader('Content-Type', 'application/octet-stream');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    if (d.size !== undefined) res.setHeader('Content-Length', String(d.size));
+    d.body.pipe(res);
+    await new Promise((r) => res.once('close', r));
+  };
+
+  /** POST /files: files from the body (raw, or multipart with paths as file names). */
+  const upload = async (req: Request, res: Response, vm: string): Promise<void> => {
+    const q = req.query as Record<string, unknown>;
+    const written: Record<string, unknown>[] = [];
+    const put = async (path: string, body: Readable) => {
+      await client.mkdir(vm, posix.dirname(path), { recursive: true });
+      await client.upload(vm, { path }, body);
+      written.push({ name: posix.basename(path), type: 'file', path });
+    };
+    const type = String(req.headers['content-type'] ?? '');
+    if (type.startsWith('multipart/form-data')) {
+      await new Promise<void>((resolve, reject) => {
+        const work: Promise<void>[] = [];
+        // preservePath: a part's file name is its whole path (busboy keeps only the last part by default)
+        const bb = busboy({ headers: req.headers, preservePath: true, limits: { files: 1000, fields: 100 } });
+        bb.on('file', (_field, stream, info) => {
+          // parts come one after another: each goes on to the guest as it arrives
+          stream.pause();
+          work.push(put(abs(q.path ?? info.filename), stream));
+        });
+        bb.on('error', reject);
+        bb.on('close', () => Promise.all(work).then(() => resolve(), reject));
+        req.pipe(bb);
+      });
+    } else {
+      await put(abs(q.path), req);
+    }
+    if (!written.length) throw new InvalidArgumentError('no file in the request');
+    res.status(200).json(written);
+  };
+
   return [
     { method: 'get', path: `${base}/health`, auth: 'none', handler: (_req, res) => void res.status(204).end() },
     {
       method: 'get',
       path: `${base}/files`,
       auth: 'none',
-      handler: files(async (req, res, vm) => {
-        const path = abs((req.query as Record<string, unknown>).path);
-        const st = await client.stat(vm, path);
-        if (st.type === 'directory') throw new InvalidArgumentError(`${path} is a directory`);
-        const d = await client.download(vm, path);
-        res.status(200).setHeader('Content-Type', 'application/octet-stream');
-        res.setHeader('X-Content-Type-Options', 'nosniff');
-        if (d.size !== undefined) res.setHeader('Content-Length', String(d.size));
-        d.body.pipe(res);
-        await new Promise((r) => res.once('close', r));
-      }),
+      handler: files(download),
     },
     {
       method: 'post',
       path: `${base}/files`,
       auth: 'none',
       body: 'raw',
-      handler: files(async (req, res, vm) => {
-        const q = req.query as Record<string, unknown>;
-        const written: Record<string, unknown>[] = [];
-        const put = async (path: string, body: Readable) => {
-          await client.mkdir(vm, posix.dirname(path), { recursive: true });
-          await client.upload(vm, { path }, body);
-          written.push({ name: posix.basename(path), type: 'file', path });
-        };
-        const type = String(req.headers['content-type'] ?? '');
-        if (type.startsWith('multipart/form-data')) {
-          await new Promise<void>((resolve, reject) => {
-            const work: Promise<void>[] = [];
-            // preservePath: a part's file name is its whole path (busboy keeps only the last part by default)
-            const bb = busboy({ headers: req.headers, preservePath: true, limits: { files: 1000, fields: 100 } });
-            bb.on('file', (_field, stream, info) => {
-              // parts come one after another: each goes on to the guest as it arrives
-              stream.pause();
-              work.push(put(abs(q.path ?? info.filename), stream));
-            });
-            bb.on('error', reject);
-            bb.on('close', () => Promise.all(work).then(() => resolve(), reject));
-            req.pipe(bb);
-          });
-        } else {
-          await put(abs(q.path), req);
-        }
-        if (!written.length) throw new InvalidArgumentError('no file in the request');
-        res.status(200).json(written);
-      }),
+      handler: files(upload),
     },
+    // A signed URL (uploadUrl, downloadUrl) is `new URL('/files', E2B_SANDBOX_URL)`: the root's
+    // /files, with no sandbox named; its signature says which (Sandboxes.signedSandbox).
+    { method: 'get', path: '/files', auth: 'none', handler: files(download, signedVm('read')) },
+    { method: 'post', path: '/files', auth: 'none', body: 'raw', handler: files(upload, signedVm('write')) },
     ...rpc,
   ];
 }

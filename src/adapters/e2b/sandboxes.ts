@@ -1,4 +1,4 @@
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Request } from 'express';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
@@ -145,6 +145,34 @@ export class Sandboxes {
     if (this.apiToken && !(await this.throttle.paced(req, () => sameSecret(given, this.accessToken(id)))))
       throw new UnauthenticatedError('invalid access token for this sandbox');
     return id;
+  }
+
+  /**
+   * The sandbox a signed file URL is for (`sandbox.uploadUrl`/`downloadUrl`): the SDK signs
+   * `path:operation:user:accessToken[:expiration]` with SHA-256 and sends no sandbox id, so the
+   * sandbox is the one whose access token makes the signature (each token is its own: nobody
+   * without it can make one). An expired or wrong signature is 401, paced like wrong keys.
+   */
+  async signedSandbox(req: Request, operation: 'read' | 'write'): Promise<string> {
+    const q = req.query as Record<string, unknown>;
+    const signature = typeof q.signature === 'string' ? q.signature : '';
+    if (!signature.startsWith('v1_'))
+      throw new UnauthenticatedError("this is a sandbox's signed file URL: it needs its signature");
+    const expiration = q.signature_expiration;
+    if (expiration !== undefined && !(typeof expiration === 'string' && /^\d{1,12}$/.test(expiration)))
+      throw new InvalidArgumentError('signature_expiration must be a time in whole seconds');
+    if (expiration !== undefined && Number(expiration) < Date.now() / 1000)
+      throw new UnauthenticatedError('this signed URL has expired');
+    const path = typeof q.path === 'string' ? q.path : '';
+    const user = typeof q.username === 'string' ? q.username : '';
+    const signs = (id: string) => {
+      const raw = [path, operation, user, this.accessToken(id), ...(expiration !== undefined ? [expiration] : [])];
+      return `v1_${createHash('sha256').update(raw.join(':')).digest('base64').replace(/=+$/, '')}`;
+    };
+    const found = (await this.client.list()).find((vm) => isSandbox(vm) && sameSecret(signature, signs(vm.name)));
+    if (!(await this.throttle.paced(req, () => found !== undefined)) || !found)
+      throw new UnauthenticatedError(`invalid signature for ${operation} of ${JSON.stringify(path)}`);
+    return found.name;
   }
 
   /** The VM of a sandbox: not found when it is not one. */
