@@ -6,6 +6,7 @@ import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { Sandbox } from 'e2b';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -259,6 +260,28 @@ describe('svcd with QEMU: the debian image', function () {
       expect(Number(f[5])).to.be.within(Math.floor(before) - 1, after + 1);
     }
     for (const vm of ['snap1', 'snap2']) await d.call('DELETE', `/vms/${vm}`);
+  });
+
+  it("runs E2B's SDK on it: bash -l with python3, envs, a file both ways, a background command connected to", async () => {
+    const opts = {
+      apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
+      sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
+      apiKey: d.tcp.token,
+    };
+    // `base` is the default image, restored from its snapshot.
+    const s = await Sandbox.create({ ...opts, envs: { WHO: 'e2b-on-debian' }, timeoutMs: 300_000 });
+    try {
+      const r = await s.commands.run('echo "$0 $WHO $(python3 -c "print(6*7)") $(whoami) $PWD"');
+      expect(r.stdout).to.equal('/bin/bash e2b-on-debian 42 root /root\n');
+      await s.files.write('notes/hello.txt', 'from the SDK');
+      expect(await s.files.read('/root/notes/hello.txt')).to.equal('from the SDK');
+      const bg = await s.commands.run('for i in 1 2 3; do echo tick $i; sleep 0.2; done', { background: true });
+      const again = await Sandbox.connect(s.sandboxId, opts);
+      const seen = await again.commands.connect(bg.pid);
+      expect((await seen.wait()).stdout).to.equal('tick 1\ntick 2\ntick 3\n');
+    } finally {
+      await s.kill();
+    }
     // The images this suite builds next are not captured: a debian capture is 45 s of TCG, which
     // the other e2e worker's guests would wait on (the rule is tested with minimal and the fake).
     d.config.create_from_snapshot = false;

@@ -41,6 +41,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(r.exitCode).to.equal(0);
     expect(r.stdout).to.match(/^hello from /);
     expect(r.stderr).to.equal('oops\n');
+    expect((await s.commands.run('pwd')).stdout, "E2B starts commands in its user's home").to.equal('/root\n');
     const seen: string[] = [];
     await s.commands.run('printf "a\\nb\\n"', { onStdout: (l) => void seen.push(l) });
     expect(seen.join('')).to.equal('a\nb\n');

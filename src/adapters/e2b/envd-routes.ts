@@ -163,7 +163,9 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
               cmd: await commandIn(vm, cfg.cmd),
               args: Array.isArray(cfg.args) ? cfg.args.map(String) : [],
               env: { ...metaOf(sandbox).envs, ...((cfg.envs ?? {}) as Record<string, string>) },
-              cwd: typeof cfg.cwd === 'string' && cfg.cwd ? abs(cfg.cwd) : undefined,
+              // E2B starts a command in its user's home: another user's is the agent's default.
+              cwd:
+                typeof cfg.cwd === 'string' && cfg.cwd ? abs(cfg.cwd) : userOf(call.req) ? undefined : await homeIn(vm),
               user: userOf(call.req),
               tag: typeof msg.tag === 'string' && msg.tag ? msg.tag : undefined,
               pty: pty ? { cols: pty.size?.cols ?? 80, rows: pty.size?.rows ?? 24 } : undefined,
@@ -315,6 +317,14 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
     },
     async (req) => void (await boxes.sandboxOf(req)),
   );
+
+  /** Root's home, where E2B's default user's commands start; undefined in a guest without one (`/`). */
+  const homes = new Map<string, string | undefined>();
+  async function homeIn(vm: string): Promise<string | undefined> {
+    if (!homes.has(vm))
+      homes.set(vm, (await client.stat(vm, HOME).catch(() => undefined))?.type === 'directory' ? HOME : undefined);
+    return homes.get(vm);
+  }
 
   /** E2B runs every command as `/bin/bash -l -c CMD`; a guest without bash (minimal) gets its `sh`. */
   const shells = new Map<string, string>();
