@@ -113,7 +113,9 @@ describe('svcd with QEMU: forks of a running vm', function () {
       return Number(text.trim().split('\n').at(-1));
     };
     for (const vm of ['cnt-1', 'cnt-2']) {
-      expect((await c.process(vm, 'count')).id, 'the same process, forked').to.equal(p.id);
+      const copy = await c.process(vm, 'count');
+      expect(copy.id, 'the same process, forked').to.equal(p.id);
+      expect(copy.started_in, "a fork's copy names the VM it was started in").to.equal('src');
       const a = await last(vm);
       await new Promise((res) => setTimeout(res, 1500));
       expect(await last(vm), `${vm} counts on from where it was`).to.be.above(a);
