@@ -74,10 +74,14 @@ export class LifetimeService implements LifecycleContribution {
   private arm(rec: VmRecord): void {
     this.disarm(rec.name);
     if (!rec.expires_at) return;
-    const left = Date.parse(rec.expires_at) - this.clock.now();
-    const t = setTimeout(() => void this.expire(rec.name), Math.min(Math.max(0, left), MAX_TIMER_MS));
+    this.schedule(rec.name, Date.parse(rec.expires_at) - this.clock.now());
+  }
+
+  /** Looks at the VM's end again in `ms` (at most as long as one timer waits). */
+  private schedule(name: string, ms: number): void {
+    const t = setTimeout(() => void this.expire(name), Math.min(Math.max(0, ms), MAX_TIMER_MS));
     t.unref();
-    this.timers.set(rec.name, t);
+    this.timers.set(name, t);
   }
 
   private disarm(name: string): void {
@@ -91,12 +95,7 @@ export class LifetimeService implements LifecycleContribution {
     if (!rec?.expires_at) return;
     // Moved meanwhile, or further than one timer waits.
     if (Date.parse(rec.expires_at) > this.clock.now()) return this.arm(rec);
-    if (rec.status === 'creating') {
-      const t = setTimeout(() => void this.expire(name), RETRY_MS);
-      t.unref();
-      this.timers.set(name, t);
-      return;
-    }
+    if (rec.status === 'creating') return this.schedule(name, RETRY_MS);
     const action = rec.on_expire ?? 'delete';
     this.log.info({ vm: name, action, expires_at: rec.expires_at }, 'vm lifetime ended');
     this.activity.record('expire', name, 'ok', `its lifetime ended at ${rec.expires_at}: ${action}`);

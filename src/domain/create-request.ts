@@ -1,7 +1,7 @@
 import { parseDuration } from './duration.js';
 import { parseEgressSecretSpecs, type EgressSecretSpec } from './egress-secrets.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, shown } from './errors.js';
 import type { Mount, PortForward } from './vm.js';
 import { assertNewVmName, assertVmName } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
@@ -35,17 +35,6 @@ export interface CreateRequest {
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
 export type WaitMode = (typeof WAIT_MODES)[number];
-
-/**
- * A value as an error message shows it: short, and never walked (a body nested 400k deep would
- * overflow the stack of JSON.stringify and turn a 400 into a 500).
- */
-export function shown(v: unknown): string {
-  if (Array.isArray(v)) return 'an array';
-  if (v !== null && typeof v === 'object') return 'an object';
-  const text = JSON.stringify(v) ?? String(v);
-  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
-}
 
 export const LIMITS = {
   cpus: [1, 64],

@@ -166,3 +166,14 @@ export function isDomainError(err: unknown): err is DomainError {
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/**
+ * A value as an error message shows it: short, and never walked (a body nested 400k deep would
+ * overflow the stack of JSON.stringify and turn a 400 into a 500).
+ */
+export function shown(v: unknown): string {
+  if (Array.isArray(v)) return 'an array';
+  if (v !== null && typeof v === 'object') return 'an object';
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}

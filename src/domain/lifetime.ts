@@ -1,5 +1,5 @@
 import { parseDuration } from './duration.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, shown } from './errors.js';
 
 /**
  * A VM's lifetime (docs/api.md, "Lifetime"): at `expires_at` the daemon deletes it, or suspends it
@@ -10,10 +10,6 @@ export const ON_EXPIRE: readonly OnExpire[] = ['delete', 'suspend'];
 
 /** The longest life given at once: 24 days, as every duration here (docs/decisions.md); a VM meant to live longer has no ttl. */
 export const MAX_TTL_MS = 24 * 86_400_000;
-
-/** A value as an error shows it (never an object walked). */
-const said = (v: unknown) =>
-  typeof v === 'object' && v !== null ? 'an object' : String(JSON.stringify(v)).slice(0, 80);
 
 function tryDuration(text: string): number {
   try {
@@ -30,14 +26,14 @@ export function parseTtl(v: unknown, field = 'ttl'): number {
   else if (typeof v === 'string' && v.trim() !== '') ms = tryDuration(v);
   if (!(ms >= 1000 && ms <= MAX_TTL_MS))
     throw new InvalidArgumentError(
-      `${field} must be whole seconds or a duration such as 30m, from 1s to 24 days, got ${said(v)}`,
+      `${field} must be whole seconds or a duration such as 30m, from 1s to 24 days, got ${shown(v)}`,
     );
   return ms;
 }
 
 export function parseOnExpire(v: unknown, field = 'on_expire'): OnExpire {
   if (typeof v !== 'string' || !(ON_EXPIRE as readonly string[]).includes(v))
-    throw new InvalidArgumentError(`${field} must be delete or suspend, got ${said(v)}`);
+    throw new InvalidArgumentError(`${field} must be delete or suspend, got ${shown(v)}`);
   return v as OnExpire;
 }
 

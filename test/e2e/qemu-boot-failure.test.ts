@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
-import { inTerminal, runSvc, SVC, type CliRun } from '../helpers/svc-cli.js';
+import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
 import { ensureImage } from './image.js';
 
 /**
@@ -53,13 +53,24 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     await d.stop();
   });
 
-  /** The last line of a streamed create: its error. */
-  const lastError = (text: string) =>
-    text
+  /**
+   * A streamed create of `image` that must fail long before the 150 s agent timeout and leave
+   * nothing behind but the logs; resolves with its error.
+   */
+  const failsFast = async (name: string, image: string): Promise<string> => {
+    const t0 = Date.now();
+    const r = await d.call('POST', '/vms?stream=1', { name, image, memory_mb: 256 });
+    const took = Date.now() - t0;
+    const last = r.text
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l) as { phase: string; error?: string })
       .at(-1)!;
+    expect(last.phase, r.text).to.equal('error');
+    expect(took, 'long before the 150 s agent timeout').to.be.below(60_000);
+    expect((await d.call('GET', `/vms/${name}`)).status, 'nothing left but the logs').to.equal(404);
+    return last.error!;
+  };
 
   it('refuses at once a VM with less memory than its image boots in', async () => {
     const t0 = Date.now();
@@ -71,32 +82,20 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
   });
 
   it("fails a kernel panic within seconds with the console's last lines, and keeps the log", async () => {
-    const t0 = Date.now();
-    const r = await d.call('POST', '/vms?stream=1', { name: 'panics', image: 'panics', memory_mb: 256 });
-    const took = Date.now() - t0;
-    const last = lastError(r.text);
-    expect(last.phase, r.text).to.equal('error');
-    expect(took, 'long before the 150 s agent timeout').to.be.below(60_000);
-    expect(last.error).to.match(/stopped while waiting for the guest agent/);
-    expect(last.error).to.match(/the console's last lines:\n(  \| .*\n)*  \| .*Kernel panic/);
-    expect(last.error).to.contain(`(the console log is kept in ${d.config.data_dir}/logs)`);
-    expect((await d.call('GET', '/vms/panics')).status, 'nothing left but the logs').to.equal(404);
+    const error = await failsFast('panics', 'panics');
+    expect(error).to.match(/stopped while waiting for the guest agent/);
+    expect(error).to.match(/the console's last lines:\n(  \| .*\n)*  \| .*Kernel panic/);
+    expect(error).to.contain(`(the console log is kept in ${d.config.data_dir}/logs)`);
   });
 
   it("fails a guest that hangs (silent, idle) within seconds of its last sign of life, with the console's last lines", async () => {
-    const t0 = Date.now();
-    const r = await d.call('POST', '/vms?stream=1', { name: 'hangs', image: 'hangs', memory_mb: 256 });
-    const took = Date.now() - t0;
-    const last = lastError(r.text);
-    expect(last.phase, r.text).to.equal('error');
-    expect(took, 'long before the 150 s agent timeout').to.be.below(60_000);
-    expect(last.error).to.match(
+    const error = await failsFast('hangs', 'hangs');
+    expect(error).to.match(
       /stopped while waiting for the guest agent: the guest hangs: its console printed nothing and it used almost no CPU for \d+ s \(config boot_stall_timeout\)/,
     );
-    expect(last.error).to.match(
+    expect(error).to.match(
       /the console's last lines:\n(  \| .*\n)*  \| svc-initramfs: cannot mount \/dev\/nonexistent/,
     );
-    expect((await d.call('GET', '/vms/hangs')).status, 'nothing left but the logs').to.equal(404);
   });
 
   it('creates from the CLI in a terminal with its progress, then runs commands with their exit codes', async () => {
@@ -123,14 +122,8 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     const piped = await svc(['sh', 'box'], 'echo piped-$((40+2))\nexit 4\n');
     expect(piped.code, piped.stderr).to.equal(4);
     expect(piped.stdout).to.contain('piped-42');
-    const term = inTerminal(SVC, ['sh', 'box'], env, { cols: 91, rows: 29 });
-    await new Promise((r) => setTimeout(r, 1000));
-    term.write('stty size\r');
-    await term.waitFor(/29 91/);
-    term.resize(100, 33);
-    await new Promise((r) => setTimeout(r, 500));
-    term.write('stty size\r');
-    await term.waitFor(/33 100/);
+    const term = inTerminal(SVC, ['sh', 'box'], env, SHELL_SIZE);
+    await expectShellFollowsResize(term, 1000);
     term.write('exit 5\r');
     expect(await term.exit).to.equal(5);
   });

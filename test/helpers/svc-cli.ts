@@ -59,3 +59,21 @@ export function inTerminal(
     kill: () => term.kill(),
   };
 }
+
+/** The size a shell's terminal is opened at for `expectShellFollowsResize`. */
+export const SHELL_SIZE = { cols: 91, rows: 29 };
+
+/**
+ * The shell in `term` (opened at SHELL_SIZE) says its size, is resized to 100x33 and says that:
+ * the resize reached the guest's terminal. `settleMs` gives the shell time to start and to take
+ * the resize (longer on a real guest).
+ */
+export async function expectShellFollowsResize(term: Terminal, settleMs: number): Promise<void> {
+  await new Promise((r) => setTimeout(r, settleMs));
+  term.write('stty size\r');
+  await term.waitFor(new RegExp(`${SHELL_SIZE.rows} ${SHELL_SIZE.cols}`));
+  term.resize(100, 33);
+  await new Promise((r) => setTimeout(r, settleMs / 2));
+  term.write('stty size\r');
+  await term.waitFor(/33 100/);
+}

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
-import { inTerminal, runSvc, SVC, type CliRun } from '../helpers/svc-cli.js';
+import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
@@ -164,14 +164,8 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   });
 
   it('drives an interactive shell through a pseudo-terminal, with resize and the exit code', async () => {
-    const term = inTerminal(SVC, ['sh', 'c1', '--shell', '/bin/sh'], env, { cols: 91, rows: 29 });
-    await new Promise((r) => setTimeout(r, 500));
-    term.write('stty size\r');
-    await term.waitFor(/29 91/);
-    term.resize(100, 33);
-    await new Promise((r) => setTimeout(r, 300));
-    term.write('stty size\r');
-    await term.waitFor(/33 100/);
+    const term = inTerminal(SVC, ['sh', 'c1', '--shell', '/bin/sh'], env, SHELL_SIZE);
+    await expectShellFollowsResize(term, 500);
     term.write('exit 6\r');
     expect(await term.exit).to.equal(6);
   });

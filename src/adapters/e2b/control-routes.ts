@@ -11,6 +11,7 @@ import {
   ENVD_VERSION,
   isSandbox,
   metaOf,
+  onExpireOf,
   snapshotOf,
   snapshotTags,
   tagsFor,
@@ -134,10 +135,11 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       if (b.volumeMounts !== undefined && (b.volumeMounts as unknown[]).length)
         throw new NotSupportedError('volume mounts are not supported by svc (use svc mounts on a VM of your own)');
       if (b.mcp) throw new NotSupportedError('the MCP gateway in a sandbox is not supported by svc');
+      const onTimeout = b.autoPause === true ? 'pause' : 'kill';
       const tags = tagsFor({
         template,
         endAt: new Date(Date.now() + timeout * 1000),
-        onTimeout: b.autoPause === true ? 'pause' : 'kill',
+        onTimeout,
         metadata: (b.metadata ?? {}) as Record<string, string>,
         envs: (b.envVars ?? {}) as Record<string, string>,
       });
@@ -145,7 +147,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);
       const egress = policy ? { egress: policy } : {};
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
-      const life = { ttl: Math.max(1, timeout), on_expire: b.autoPause === true ? 'suspend' : 'delete' } as const;
+      const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
       const vm = await client.create(
         { name, tags, persistent: true, ...(await source(template)), ...egress, ...life } as never,
         {

@@ -84,12 +84,12 @@ async function nextOrTick<T>(it: AsyncIterator<T>, pending: { p?: Promise<Iterat
 export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   const base = '/e2b/envd';
   /** The sandbox of an envd call, which must be running. */
-  const runningVm = async (req: Request): Promise<Instance> => {
-    const id = await boxes.sandboxOf(req);
+  const running = async (id: string): Promise<Instance> => {
     const vm = await boxes.get(id);
     if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${id} is ${vm.status}`);
     return vm;
   };
+  const runningVm = async (req: Request): Promise<Instance> => running(await boxes.sandboxOf(req));
   const vmOf = async (req: Request): Promise<string> => (await runningVm(req)).name;
 
   /** The svc process an E2B selector names: `{pid}` (the guest's pid of a running one) or `{tag}`. */
@@ -318,31 +318,24 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
     async (req) => void (await boxes.sandboxOf(req)),
   );
 
-  /** Root's home, where E2B's default user's commands start; undefined in a guest without one (`/`). */
-  const homes = new Map<string, string | undefined>();
-  async function homeIn(vm: string): Promise<string | undefined> {
-    if (!homes.has(vm))
-      homes.set(vm, (await client.stat(vm, HOME).catch(() => undefined))?.type === 'directory' ? HOME : undefined);
-    return homes.get(vm);
+  /** What a path of the guest is (undefined: nothing there), asked once per VM and path. */
+  const kinds = new Map<string, FsInfo['type'] | undefined>();
+  async function kindIn(vm: string, path: string): Promise<FsInfo['type'] | undefined> {
+    const key = `${vm}\0${path}`;
+    if (!kinds.has(key)) kinds.set(key, (await client.stat(vm, path).catch(() => undefined))?.type);
+    return kinds.get(key);
   }
+
+  /** Root's home, where E2B's default user's commands start; undefined in a guest without one (`/`). */
+  const homeIn = async (vm: string) => ((await kindIn(vm, HOME)) === 'directory' ? HOME : undefined);
 
   /** E2B runs every command as `/bin/bash -l -c CMD`; a guest without bash (minimal) gets its `sh`. */
-  const shells = new Map<string, string>();
-  async function commandIn(vm: string, cmd: string): Promise<string> {
-    if (cmd !== '/bin/bash') return cmd;
-    if (!shells.has(vm)) {
-      const bash = await client.stat(vm, '/bin/bash').catch(() => undefined);
-      shells.set(vm, bash ? '/bin/bash' : '/bin/sh');
-    }
-    return shells.get(vm)!;
-  }
+  const commandIn = async (vm: string, cmd: string) =>
+    cmd !== '/bin/bash' ? cmd : (await kindIn(vm, '/bin/bash')) ? '/bin/bash' : '/bin/sh';
 
   /** The running sandbox a signed file URL is for (E2B's uploadUrl/downloadUrl, served at /files). */
-  const signedVm = (operation: 'read' | 'write') => async (req: Request) => {
-    const vm = await boxes.get(await boxes.signedSandbox(req, operation));
-    if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${vm.name} is ${vm.status}`);
-    return vm.name;
-  };
+  const signedVm = (operation: 'read' | 'write') => async (req: Request) =>
+    (await running(await boxes.signedSandbox(req, operation))).name;
 
   /** A handler of the files API: errors as envd's `{code, message}` with the status. */
   const files =

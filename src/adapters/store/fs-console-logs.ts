@@ -18,10 +18,7 @@ export class FsConsoleLogs implements ConsoleLogs {
 
   async *read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer> {
     const path = join(this.store.dir(vm), 'serial.log');
-    const size = await stat(path).then(
-      (s) => s.size,
-      () => 0,
-    );
+    const size = await this.size(vm);
     let pos = opts.tail !== undefined ? Math.max(0, size - opts.tail) : 0;
     for (;;) {
       const fh = await open(path, 'r').catch(() => undefined);
