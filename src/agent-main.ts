@@ -28,7 +28,8 @@ import { BearerAuth } from './adapters/http-kit/auth.js';
 import { browserGuard, guardRequests, guardUpgrades } from './adapters/http-kit/browser-guard.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
-import { EXEC_CHANNEL_PATH } from './domain/agent.js';
+import { EXEC_CHANNEL_PATH, PORT_PATH } from './domain/agent.js';
+import { upgradeToPort } from './adapters/agent/port-socket.js';
 import { NotFoundError } from './domain/errors.js';
 import { GuestFiles, StatsSource } from './ports/agent/guest-files.js';
 import { ProcessRunner } from './ports/agent/process-runner.js';
@@ -118,6 +119,7 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
       const path = new URL(req.url ?? '/', 'http://agent').pathname;
       if (path === '/shell') shell.handleUpgrade(req, socket, head);
       else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
+      else if (path === PORT_PATH) upgradeToPort(req, socket, head);
       else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
     }, refuse),
   );

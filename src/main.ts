@@ -36,7 +36,7 @@ import { EgressService } from './app/egress-service.js';
 import { GuestNetwork } from './ports/guest-network.js';
 import { DRIVERS } from './adapters/hypervisor/drivers.js';
 import { guestRoutes } from './adapters/http/guest-routes.js';
-import { ShellProxy } from './adapters/http/shell-proxy.js';
+import { GuestUpgrades } from './adapters/http/guest-upgrades.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
 import { BrowserSessions } from './adapters/http-kit/sessions.js';
 import { eventRoutes } from './adapters/http/event-routes.js';
@@ -76,6 +76,7 @@ import { ProcessProxy } from './app/process-proxy.js';
 import { processRoutes } from './adapters/http/process-routes.js';
 import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
 import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
+import { defaultSandboxDomain, SandboxHosts } from './adapters/e2b/sandbox-hosts.js';
 import { Sandboxes } from './adapters/e2b/sandboxes.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
@@ -337,6 +338,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
   const e2b = new Sandboxes(self, config.api_token, auth.throttle);
+  // E2B's sandbox URLs (getHost) are served on the daemon's listeners, by Host (docs/e2b.md).
+  const sandboxHosts = new SandboxHosts(self, e2b, config.e2b_domain || 'localhost');
+  let sandboxDomain = config.e2b_domain;
   const routes: RouteDef[] = [
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its
@@ -367,7 +371,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // E2B's API, translated onto the daemon's own (docs/e2b.md).
     ...e2bEnvdRoutes(self, e2b),
-    ...e2bControlRoutes(self, e2b, { poolTemplate: config.warm_pool.template }),
+    ...e2bControlRoutes(self, e2b, { poolTemplate: config.warm_pool.template, domain: () => sandboxDomain }),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,
@@ -379,11 +383,12 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...(front ? front.routes() : []),
   ];
   const app = createHttpApp({ routes, auth, registry: metrics.registry, log, front: front?.http });
-  const shell = new ShellProxy(container.get(GuestProxy), auth);
+  const upgrades = new GuestUpgrades(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(
     app,
-    front ? front.upgrade(shell.handleUpgrade) : shell.handleUpgrade,
+    front ? front.upgrade(upgrades.handleUpgrade) : upgrades.handleUpgrade,
     config.header_timeout_ms,
+    sandboxHosts,
   );
   await listeners.start({
     socket: config.socket,
@@ -392,6 +397,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     allowedHosts: [...config.allowed_hosts, ...(cluster ? [new URL(cluster.settings.advertise).hostname] : [])],
     allowedOrigins: config.allowed_origins,
   });
+  sandboxDomain ||= defaultSandboxDomain(listeners.tcpPort);
   await cluster?.start();
   log.info(
     { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },

@@ -78,6 +78,8 @@ export interface Config {
   mcp_max_vms: number;
   /** MCP clients may change VMs' egress policies (set_egress); off by default. */
   mcp_egress: boolean;
+  /** The domain E2B's SDK puts after `PORT-ID.` in a sandbox's URLs (docs/e2b.md); empty: `localhost` and the API's port. */
+  e2b_domain: string;
   /**
    * Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates; refill
    * once claims have stopped coming for `refill_delay` (milliseconds).
@@ -158,6 +160,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   mcp_images: ['mcp_images', 'list', []],
   mcp_max_vms: ['mcp_max_vms', 'int', 0],
   mcp_egress: ['mcp_egress', 'bool', false],
+  e2b_domain: ['e2b_domain', 'string', ''],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],

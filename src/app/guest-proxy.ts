@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import type { AgentHealth, CopyMode, ExecFrame, ExecRequest, ExecResult, FsInfo, GuestStats } from '../domain/agent.js';
 import { AgentUnavailableError } from '../domain/errors.js';
@@ -108,6 +108,11 @@ export class GuestProxy {
 
   fs(name: string, op: FsOp): Promise<FsInfo | FsInfo[] | void> {
     return this.agent.fs(this.endpoint(name), op);
+  }
+
+  /** A stream to a TCP port on the guest's loopback (GuestAgent.openPort); the VM must be running. */
+  openPort(name: string, port: number): Promise<Duplex> {
+    return this.agent.openPort(this.endpoint(name), port);
   }
 
   async shell(name: string, opts: ShellOptions): Promise<Terminal> {

@@ -1,4 +1,5 @@
 /** Shapes the guest agent speaks (decisions.md, "Agent shapes"); shared by agent, daemon and client. */
+import { InvalidArgumentError } from './errors.js';
 
 export interface Readiness {
   state?: string;
@@ -42,6 +43,23 @@ export interface ExecResult {
  * `{id, status, error: {error, code}}`. Closing the socket kills every command it started.
  */
 export const EXEC_CHANNEL_PATH = '/exec/channel';
+
+/**
+ * A guest's TCP port through its agent (docs/agent.md): `GET PORT_PATH?port=N` with
+ * `Connection: Upgrade` and `Upgrade: tcp` is answered `101` once the agent has connected to port
+ * N on the guest's loopback (127.0.0.1, then ::1), and the connection then carries that port's
+ * bytes both ways. Nothing listening is a 404.
+ */
+export const PORT_PATH = '/tcp';
+export const PORT_UPGRADE = 'tcp';
+
+/** A guest port as a path or query names it: digits, 1 to 65535. */
+export function parseGuestPort(raw: string): number {
+  const n = /^\d{1,5}$/.test(raw) ? Number(raw) : 0;
+  if (n < 1 || n > 65535)
+    throw new InvalidArgumentError(`invalid port ${JSON.stringify(raw.slice(0, 20))}: 1 to 65535`);
+  return n;
+}
 
 /** The most a buffered exec's answer may take, on HTTP or the channel: two 16 MiB streams, escaped. */
 export const EXEC_ANSWER_LIMIT = 64 << 20;

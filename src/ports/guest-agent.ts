@@ -70,6 +70,12 @@ export interface GuestAgent {
   fs(ep: AgentEndpoint, op: FsOp): Promise<FsInfo | FsInfo[] | void>;
   materialize(ep: AgentEndpoint, req: MaterializeRequest): Promise<{ path: string; mode: string }>;
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal>;
+  /**
+   * A byte stream to TCP `port` on the guest's loopback (domain/agent.ts, PORT_PATH), for the
+   * caller to speak the port's protocol over; destroying it closes the guest's connection.
+   * NotFoundError when nothing listens there.
+   */
+  openPort(ep: AgentEndpoint, port: number): Promise<Duplex>;
   /** Gives the guest its identity (hostname, clock, machine id). Idempotent. */
   setIdentity(ep: AgentEndpoint, id: GuestIdentity): Promise<void>;
   /** Gives the guest its egress secrets' CA and placeholder variables (docs/egress-secrets.md). Idempotent. */

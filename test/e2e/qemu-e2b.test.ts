@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { CommandExitError, Sandbox } from 'e2b';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
 import { main as codeAgent } from '../../examples/e2b/code-agent.js';
 
@@ -55,6 +56,10 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
       if (got !== 'served\n') await sleep(200);
     }
     expect(got).to.equal('served\n');
+    // and from this host at getHost(8080), the daemon's listener routing by Host (*.localhost is not
+    // resolved by this machine's resolver, so the Host is given)
+    const viaHost = () => call({ port: d.tcp.port }, 'GET', '/index.html', undefined, { host: s.getHost(8080) });
+    expect((await viaHost()).text).to.equal('served\n');
 
     const events: string[] = [];
     const w = await s.files.watchDir('/srv/www', (e) => void events.push(`${e.type} ${e.name}`));
@@ -66,8 +71,10 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
 
     await s.pause();
     expect((await Sandbox.getInfo(s.sandboxId, opts())).state).to.equal('paused');
+    expect((await viaHost()).json).to.include({ code: 409 });
     const back = await Sandbox.connect(s.sandboxId, opts());
     expect(await back.files.read('/srv/www/new.txt')).to.equal('new');
+    expect((await viaHost()).text, 'the port is served again after the connect').to.equal('served\n');
     expect((await back.commands.list()).map((p) => p.pid)).to.include(server.pid);
     expect((await back.commands.run('wget -qO- http://127.0.0.1:8080/')).stdout).to.equal('served\n');
     expect(await back.commands.kill(server.pid)).to.equal(true);

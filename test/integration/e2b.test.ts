@@ -1,7 +1,12 @@
 import { expect } from 'chai';
 import { mkdirSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
 import { join } from 'node:path';
 import { CommandExitError, NotFoundError, Sandbox, AuthenticationError, SandboxError } from 'e2b';
+import { SvcClient } from '../../src/adapters/client/svc-client.js';
+import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 
 /**
@@ -262,6 +267,81 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const late = await fetch(expired);
     expect(late.status).to.equal(401);
     expect((await late.json()).message).to.equal('this signed URL has expired');
+  });
+
+  it("serves a sandbox's port at getHost(port): HTTP and WebSockets with the app's own headers, a private sandbox's only with its traffic token", async () => {
+    // The app is a server on this host: a local agent's loopback is the host's.
+    const app = createServer((req, res) =>
+      res.end(
+        JSON.stringify({
+          url: req.url,
+          host: req.headers.host,
+          cookie: req.headers.cookie,
+          token: req.headers['e2b-traffic-access-token'],
+        }),
+      ),
+    );
+    const wss = new WebSocketServer({ server: app });
+    wss.on('connection', (ws) => ws.on('message', (m) => ws.send(`echo ${String(m)}`)));
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    const port = (app.address() as AddressInfo).port;
+    try {
+      const s = await create();
+      const host = s.getHost(port);
+      expect(host).to.equal(`${port}-${s.sandboxId}.localhost:${d.tcp.port}`);
+      // `*.localhost` is loopback in browsers and curl; Node asks the system resolver, so the Host is given.
+      const get = async (h: string, headers: Record<string, string> = {}) => {
+        const r = await call({ port: d.tcp.port }, 'GET', '/a?b=1', undefined, { host: h, ...headers });
+        return { status: r.status, body: r.text };
+      };
+      const r = await get(host, { cookie: 'session=1' });
+      expect(r.status, r.body).to.equal(200);
+      // No daemon token was sent: E2B's sandbox URLs are public unless the sandbox says otherwise.
+      expect(JSON.parse(r.body)).to.deep.equal({ url: '/a?b=1', host, cookie: 'session=1' });
+      const ws = new WebSocket(`ws://127.0.0.1:${d.tcp.port}/live`, { headers: { host } });
+      const echoed = await new Promise<string>((resolve, reject) => {
+        ws.on('open', () => ws.send('hi'));
+        ws.on('message', (m) => resolve(String(m)));
+        ws.on('error', reject);
+      });
+      ws.close();
+      expect(echoed).to.equal('echo hi');
+      // A port nothing listens on, a sandbox that is not there, and the daemon's own API under another Host.
+      const closed = await get(`1-${s.sandboxId}.localhost:${d.tcp.port}`);
+      expect(closed.status).to.equal(502);
+      expect(closed.body).to.match(/nothing listens on port 1/);
+      expect((await get(`${port}-e2b-000000000000.localhost:${d.tcp.port}`)).status).to.equal(404);
+      expect(
+        (await get(`${port}-${s.sandboxId}.example.com`)).status,
+        "another site's Host is the browser guard's",
+      ).to.equal(403);
+      // allowPublicTraffic: false asks for the traffic token, which the app does not see.
+      const p = await create({ network: { allowPublicTraffic: false } });
+      expect(p.trafficAccessToken).to.match(/^[0-9a-f]{64}$/);
+      const privateHost = p.getHost(port);
+      expect((await get(privateHost)).status).to.equal(401);
+      expect((await get(privateHost, { 'e2b-traffic-access-token': 'f'.repeat(64) })).status).to.equal(401);
+      const ok = await get(privateHost, { 'e2b-traffic-access-token': p.trafficAccessToken! });
+      expect(ok.status).to.equal(200);
+      expect(JSON.parse(ok.body)).to.not.have.property('token');
+      expect((await p.getInfo()).network?.allowPublicTraffic).to.equal(false);
+      // svc's own route under it: a byte stream to the port, through the daemon's token.
+      const client = new SvcClient({ socket: d.config.socket, token: d.config.api_token, env: {} });
+      const raw = await client.openPort(s.sandboxId, port);
+      raw.write(`GET /raw HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      const chunks: Buffer[] = [];
+      for await (const c of raw) chunks.push(c as Buffer);
+      expect(Buffer.concat(chunks).toString()).to.match(/^HTTP\/1\.1 200 OK[\s\S]*"url":"\/raw"/);
+      const refused = await client.openPort(s.sandboxId, 1).catch((e: Error) => e);
+      expect(refused)
+        .to.be.instanceOf(Error)
+        .with.property('message')
+        .match(/nothing listens on port 1/);
+    } finally {
+      wss.close();
+      app.closeAllConnections();
+      app.close();
+    }
   });
 
   it('kills a sandbox when its timeout passes', async () => {

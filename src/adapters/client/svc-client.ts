@@ -1,9 +1,10 @@
-import { request as httpRequest, type IncomingMessage, type RequestOptions } from 'node:http';
+import { request as httpRequest, type ClientRequest, type IncomingMessage, type RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { Readable } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import WebSocket from 'ws';
 import type {
   AgentHealth,
@@ -162,6 +163,7 @@ export const CLIENT_ROUTES = [
   'post /vms/{name}/fs/symlink',
   'delete /vms/{name}/fs/remove',
   'get /vms/{name}/shell',
+  'get /vms/{name}/ports/{port}',
   'get /vms/{name}/egress',
   'put /vms/{name}/egress',
   'put /vms/{name}/ttl',
@@ -253,23 +255,46 @@ export class SvcClient {
     headers: Record<string, string> = {},
   ): Promise<IncomingMessage> {
     const h: Record<string, string> = { ...headers };
-    if (this.token) h.authorization = `Bearer ${this.token}`;
     if (Buffer.isBuffer(body)) h['content-length'] = String(body.length);
-    const opts: RequestOptions = this.api
-      ? { protocol: this.api.protocol, host: this.api.hostname, port: this.api.port, method, path, headers: h }
-      : { socketPath: this.socket, method, path, headers: h };
-    const req = (this.api?.protocol === 'https:' ? httpsRequest : httpRequest)(opts);
+    const req = this.request(method, path, h);
     return new Promise((resolve, reject) => {
       req.on('response', resolve);
-      req.on('error', (err: NodeJS.ErrnoException) => {
-        if (['ENOENT', 'ECONNREFUSED', 'EACCES'].includes(err.code ?? ''))
-          reject(new DaemonUnreachableError(this.where, err.code!));
-        else reject(new SvcError(0, `request to svcd failed: ${err.message}`));
-      });
+      req.on('error', (err) => reject(this.unreachable(err)));
       if (body === undefined) req.end();
       else if (Buffer.isBuffer(body)) req.end(body);
       else body.pipe(req);
     });
+  }
+
+  /**
+   * A byte stream to TCP `port` on the VM's loopback, through its agent (GET /vms/{name}/ports/{port}
+   * with `Upgrade: tcp`): speak the port's own protocol over it, destroy it to close.
+   */
+  openPort(name: string, port: number): Promise<Duplex> {
+    const req = this.request('GET', `/vms/${enc(name)}/ports/${port}`, { connection: 'Upgrade', upgrade: 'tcp' });
+    return new Promise((resolve, reject) => {
+      req.on('upgrade', (_res, socket: Socket, head: Buffer) => {
+        if (head.length) socket.unshift(head);
+        resolve(socket);
+      });
+      req.on('response', (res) => void this.fail(res).catch(reject));
+      req.on('error', (err) => reject(this.unreachable(err)));
+      req.end();
+    });
+  }
+
+  private request(method: string, path: string, h: Record<string, string>): ClientRequest {
+    if (this.token) h.authorization = `Bearer ${this.token}`;
+    const opts: RequestOptions = this.api
+      ? { protocol: this.api.protocol, host: this.api.hostname, port: this.api.port, method, path, headers: h }
+      : { socketPath: this.socket, method, path, headers: h };
+    return (this.api?.protocol === 'https:' ? httpsRequest : httpRequest)(opts);
+  }
+
+  private unreachable(err: NodeJS.ErrnoException): Error {
+    return ['ENOENT', 'ECONNREFUSED', 'EACCES'].includes(err.code ?? '')
+      ? new DaemonUnreachableError(this.where, err.code!)
+      : new SvcError(0, `request to svcd failed: ${err.message}`);
   }
 
   private async text(res: IncomingMessage): Promise<string> {

@@ -5,7 +5,7 @@ import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
-import { e2bNetworkOf, egressFromE2b, type E2bNetwork } from './network.js';
+import { e2bNetworkOf, egressFromE2b, publicTraffic, type E2bNetwork } from './network.js';
 import {
   DEFAULT_TIMEOUT_S,
   ENVD_VERSION,
@@ -24,7 +24,11 @@ import {
  * svc's VMs through the daemon's own API (docs/e2b.md). A sandbox is a VM named `e2b-<hex>`, its
  * E2B state in the VM's tags.
  */
-export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolTemplate: string }): RouteDef[] {
+export function e2bControlRoutes(
+  client: SvcClient,
+  boxes: Sandboxes,
+  o: { poolTemplate: string; domain: () => string },
+): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
   /** A handler that checks the key and answers errors in E2B's shape, `{code, message}`. */
   const h =
@@ -52,7 +56,9 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
     clientID: 'svc',
     envdVersion: ENVD_VERSION,
     envdAccessToken: boxes.accessToken(vm.name),
-    domain: null,
+    trafficAccessToken: metaOf(vm).privateTraffic ? boxes.trafficToken(vm.name) : null,
+    // The SDK's getHost(port) is `PORT-ID.` + this (sandbox-hosts.ts).
+    domain: o.domain(),
   });
   const detail = (vm: Instance) => {
     const m = metaOf(vm);
@@ -67,7 +73,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
       diskSizeMB: vm.disk_gb * 1024,
       metadata: m.metadata,
       volumeMounts: [],
-      ...e2bNetworkOf(vm.egress),
+      ...e2bNetworkOf(vm.egress, m.privateTraffic),
     };
   };
   const sandboxes = async () => (await client.list()).filter(isSandbox);
@@ -142,6 +148,7 @@ export function e2bControlRoutes(client: SvcClient, boxes: Sandboxes, o: { poolT
         onTimeout,
         metadata: (b.metadata ?? {}) as Record<string, string>,
         envs: (b.envVars ?? {}) as Record<string, string>,
+        privateTraffic: !publicTraffic(b.network),
       });
       const name = `e2b-${randomBytes(6).toString('hex')}`;
       const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);

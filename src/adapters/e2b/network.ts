@@ -66,11 +66,29 @@ export function egressFromE2b(
 }
 
 /** E2B's view of a VM's policy: what `getInfo` answers (`allowInternetAccess`, `network`). */
-export function e2bNetworkOf(egress: EgressPolicy): {
+export function e2bNetworkOf(
+  egress: EgressPolicy,
+  privateTraffic = false,
+): {
   allowInternetAccess: boolean;
-  network: { allowOut: string[]; denyOut: string[] };
+  network: { allowOut: string[]; denyOut: string[]; allowPublicTraffic: boolean };
 } {
+  const allowPublicTraffic = !privateTraffic;
   return egress.default === 'deny'
-    ? { allowInternetAccess: false, network: { allowOut: [...egress.allow], denyOut: ['0.0.0.0/0'] } }
-    : { allowInternetAccess: true, network: { allowOut: [...egress.allow], denyOut: [...egress.deny] } };
+    ? {
+        allowInternetAccess: false,
+        network: { allowOut: [...egress.allow], denyOut: ['0.0.0.0/0'], allowPublicTraffic },
+      }
+    : {
+        allowInternetAccess: true,
+        network: { allowOut: [...egress.allow], denyOut: [...egress.deny], allowPublicTraffic },
+      };
+}
+
+/** E2B's `network.allowPublicTraffic` of a create: whether its ports' URLs are open without a token. */
+export function publicTraffic(network: unknown): boolean {
+  const v = (network as { allowPublicTraffic?: unknown } | undefined)?.allowPublicTraffic;
+  if (v !== undefined && typeof v !== 'boolean')
+    throw new InvalidArgumentError('network.allowPublicTraffic must be true or false');
+  return v !== false;
 }

@@ -1,5 +1,6 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Request } from 'express';
+import type { IncomingMessage } from 'node:http';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
@@ -16,6 +17,7 @@ const T = {
   onTimeout: 'e2b/on_timeout',
   meta: 'e2b/m/',
   env: 'e2b/env/',
+  privateTraffic: 'e2b/private_traffic',
 } as const;
 
 /** A snapshot (docs/e2b.md): a suspended persistent VM forked from a sandbox, which creates clone. */
@@ -47,6 +49,8 @@ export interface SandboxMeta {
   onTimeout: 'kill' | 'pause';
   metadata: Record<string, string>;
   envs: Record<string, string>;
+  /** `network.allowPublicTraffic: false`: its ports' URLs need the traffic token (sandbox-hosts.ts). */
+  privateTraffic?: boolean;
 }
 
 export function isSandbox(vm: Instance): boolean {
@@ -67,6 +71,7 @@ export function metaOf(vm: Instance): SandboxMeta {
     onTimeout: vm.tags[T.onTimeout] === 'pause' ? 'pause' : 'kill',
     metadata,
     envs,
+    privateTraffic: vm.tags[T.privateTraffic] === '1',
   };
 }
 
@@ -77,6 +82,7 @@ export function tagsFor(m: SandboxMeta): Record<string, string> {
     [T.template]: m.template,
     [T.endAt]: m.endAt.toISOString(),
     [T.onTimeout]: m.onTimeout,
+    ...(m.privateTraffic ? { [T.privateTraffic]: '1' } : {}),
   };
   for (const [k, v] of Object.entries(m.metadata)) {
     if (!/^[A-Za-z0-9._-]{1,56}$/.test(k))
@@ -135,6 +141,18 @@ export class Sandboxes {
   /** The token a sandbox's envd calls carry (`X-Access-Token`), derived from the daemon's key. */
   accessToken(id: string): string {
     return createHmac('sha256', this.key).update(`e2b-envd:${id}`).digest('hex');
+  }
+
+  /** The token a private sandbox's port URLs need (`e2b-traffic-access-token`, sandbox-hosts.ts). */
+  trafficToken(id: string): string {
+    return createHmac('sha256', this.key).update(`e2b-traffic:${id}`).digest('hex');
+  }
+
+  /** A request to a private sandbox's port: its traffic token, paced like wrong keys when wrong. */
+  async checkTraffic(req: IncomingMessage, id: string): Promise<void> {
+    const given = String(req.headers['e2b-traffic-access-token'] ?? '');
+    if (!(await this.throttle.paced(req, () => sameSecret(given, this.trafficToken(id)))))
+      throw new UnauthenticatedError(`sandbox ${id} takes traffic with its e2b-traffic-access-token header only`);
   }
 
   /** An envd call: the sandbox it names (`E2b-Sandbox-Id`), when its access token is right. */

@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type {
   AgentHealth,
@@ -13,13 +13,14 @@ import type {
   MaterializeRequest,
   Readiness,
 } from '../../domain/agent.js';
+import { PORT_PATH, PORT_UPGRADE } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import { AgentFailureError, AgentUnavailableError, isDomainError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
 import { AgentHttp, boundedLines, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS } from './agent-http.js';
 import { ExecChannels } from './exec-channel.js';
-import { rawDownload } from './raw-download.js';
+import { agentHost, rawDownload, readError, readHead } from './raw-download.js';
 import { rawUpload } from './raw-upload.js';
 import { spliceHelper } from '../process-kit/splice.js';
 import { tcpConnector, type Connector } from './transport.js';
@@ -236,6 +237,19 @@ export class HttpGuestAgent implements GuestAgent {
       contentType: 'application/json',
       timeoutMs: FS_TIMEOUT_MS,
     });
+  }
+
+  /** An upgrade to the agent's PORT_PATH on a connection of its own (domain/agent.ts). */
+  async openPort(ep: AgentEndpoint, port: number): Promise<Duplex> {
+    const socket = this.connector(ep);
+    socket.write(
+      `GET ${PORT_PATH}?port=${port} HTTP/1.1\r\nHost: ${agentHost(ep)}\r\nConnection: Upgrade\r\nUpgrade: ${PORT_UPGRADE}\r\n\r\n`,
+    );
+    const head = await readHead(socket, ep);
+    if (head.status !== 101) throw fromStatus(head.status, await readError(socket, head));
+    if (head.rest.length) socket.unshift(head.rest);
+    socket.resume();
+    return socket;
   }
 
   shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal> {

@@ -28,6 +28,11 @@ const HEAD_TIMEOUT_MS = 120_000;
 export const PACE_BELOW = 32 * 1024;
 export const PACE_MS = 1;
 
+/** The Host a request to the agent names (its guard takes addresses only). */
+export function agentHost(ep: AgentEndpoint): string {
+  return ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`;
+}
+
 export interface Head {
   status: number;
   headers: Map<string, string>;
@@ -47,9 +52,7 @@ export async function rawDownload(
   path: string,
   helper: string | null,
 ): Promise<{ body: Readable; size: number }> {
-  socket.write(
-    `GET ${path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nConnection: close\r\n\r\n`,
-  );
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: ${agentHost(ep)}\r\nConnection: close\r\n\r\n`);
   const head = await readHead(socket, ep);
   if (head.status !== 200) throw fromStatus(head.status, await readError(socket, head));
   if (head.headers.has('transfer-encoding'))

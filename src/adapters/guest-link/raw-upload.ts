@@ -5,7 +5,7 @@ import { TAKE_RAW, type AgentEndpoint, type RawTakeable } from '../../ports/gues
 import { socketFd, splice, SpliceError, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
 import { fromStatus, unavailable, where } from './agent-replies.js';
 import type { Connector } from './transport.js';
-import { readError, readHead, writeOut, type Head } from './raw-download.js';
+import { agentHost, readError, readHead, writeOut, type Head } from './raw-download.js';
 
 /** How long an agent that stopped taking an upload has to say why before the daemon gives up on its answer. */
 const EARLY_ANSWER_MS = 2000;
@@ -37,7 +37,7 @@ export async function rawUpload(
   const answer = readHead(socket, ep);
   answer.catch(() => undefined); // read below, or dropped with the socket
   try {
-    const head = `PUT ${o.path} HTTP/1.1\r\nHost: ${ep.cid ? '127.0.0.1' : `${ep.host}:${ep.port}`}\r\nContent-Type: ${o.contentType}\r\nContent-Length: ${o.size}\r\nConnection: close\r\n\r\n`;
+    const head = `PUT ${o.path} HTTP/1.1\r\nHost: ${agentHost(ep)}\r\nContent-Type: ${o.contentType}\r\nContent-Length: ${o.size}\r\nConnection: close\r\n\r\n`;
     await writeOut(socket, Buffer.concat([Buffer.from(head, 'latin1'), pending]));
     const left = o.size - pending.length;
     if (left > 0) {

@@ -7,8 +7,15 @@ export interface ProxyTarget {
   /** `http://host:port` */
   url?: string;
   socketPath?: string;
+  /** A connection to the target the caller opened (a guest's port): used for one request. */
+  stream?: Duplex;
   /** Headers put in place of the caller's (its credentials are not passed on). */
   headers: Record<string, string>;
+  /**
+   * The target is the caller's own app (a sandbox's port), not another node: the caller's headers
+   * go on whole but for the hop-by-hop ones (its Host, cookies, Authorization, Origin).
+   */
+  endToEnd?: boolean;
 }
 
 /**
@@ -16,30 +23,27 @@ export interface ProxyTarget {
  * a request comes from: not passed on. The node the caller reached checked those (its token, its
  * browser guard); the other node trusts the cluster's token instead.
  */
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
 const DROP = new Set([
+  ...HOP_BY_HOP,
   'origin',
   'referer',
   'sec-fetch-site',
   'sec-fetch-mode',
   'sec-fetch-dest',
   'sec-fetch-user',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
   'host',
   'authorization',
   'cookie',
 ]);
+const DROP_HOPS = new Set(HOP_BY_HOP);
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
 function headersFor(req: IncomingMessage, t: ProxyTarget, body?: Buffer): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  for (const [k, v] of Object.entries(req.headers)) if (!DROP.has(k) && v !== undefined) out[k] = v;
+  const drop = t.endToEnd ? DROP_HOPS : DROP;
+  for (const [k, v] of Object.entries(req.headers)) if (!drop.has(k) && v !== undefined) out[k] = v;
   if (body) {
     out['content-length'] = String(body.length);
     out['content-type'] = 'application/json';
@@ -67,8 +71,8 @@ export function proxyRequest(
   return new Promise((resolve, reject) => {
     const out = request(
       {
-        ...endpoint(t),
-        agent: t.socketPath ? undefined : agent,
+        ...(t.stream ? { createConnection: () => t.stream as Socket } : endpoint(t)),
+        agent: t.socketPath || t.stream ? undefined : agent,
         method: req.method,
         path: req.url,
         headers: headersFor(req, t, body),
@@ -109,26 +113,31 @@ export function proxyRequest(
  * and from there the two sockets are spliced; the other node answers the handshake itself.
  */
 export function proxyUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
-  const e = endpoint(t);
-  const up: Socket = e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!);
+  const e = t.stream ? {} : endpoint(t);
+  const up: Duplex = t.stream ?? (e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!));
+  const drop = t.endToEnd ? DROP_HOPS : DROP;
   const headers: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(req.headers))
-    if (v !== undefined && (!DROP.has(k) || k === 'connection' || k === 'upgrade')) headers[k] = v;
-  Object.assign(headers, t.headers, { host: e.host ? `${e.host}:${e.port}` : 'svcd' });
+    if (v !== undefined && (!drop.has(k) || k === 'connection' || k === 'upgrade')) headers[k] = v;
+  Object.assign(headers, t.headers, t.endToEnd ? {} : { host: e.host ? `${e.host}:${e.port}` : 'svcd' });
   const lines = [`${req.method} ${req.url} HTTP/1.1`];
   for (const [k, v] of Object.entries(headers)) for (const one of [v].flat()) lines.push(`${k}: ${one}`);
-  up.on('connect', () => {
+  const splice = () => {
     up.write(lines.join('\r\n') + '\r\n\r\n');
     if (head.length) up.write(head);
     up.pipe(socket);
     socket.pipe(up);
-  });
+  };
+  if (t.stream) splice();
+  else up.on('connect', splice);
+  let answered = false;
+  up.once('data', () => (answered = true));
   const end = () => {
     up.destroy();
     socket.destroy();
   };
   up.on('error', () => {
-    if (!up.bytesRead) socket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    if (!answered) socket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
     end();
   });
   up.on('close', end);

@@ -157,7 +157,7 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
       },
     },
     {
-      // The shell is a WebSocket (see shell-proxy.ts); a plain GET gets told so.
+      // The shell is a WebSocket (see guest-upgrades.ts); a plain GET gets told so.
       method: 'get',
       path: '/vms/:name/shell',
       handler: (_req, res) =>
@@ -165,6 +165,16 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
           .status(426)
           .setHeader('Upgrade', 'websocket')
           .json({ error: 'GET /vms/{name}/shell needs a WebSocket upgrade', code: 'invalid_argument' }),
+    },
+    {
+      // A guest port is an upgrade too (guest-upgrades.ts).
+      method: 'get',
+      path: '/vms/:name/ports/:port',
+      handler: (_req, res) =>
+        void res.status(426).setHeader('Upgrade', 'tcp').json({
+          error: 'GET /vms/{name}/ports/{port} needs Connection: Upgrade and Upgrade: tcp',
+          code: 'invalid_argument',
+        }),
     },
   ];
 }

@@ -1,5 +1,7 @@
 import { chmod, unlink } from 'node:fs/promises';
-import { createServer, type RequestListener, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
 import { connect, type AddressInfo } from 'node:net';
 import { parseApiAddress } from '../../app/config.js';
 import {
@@ -36,10 +38,15 @@ export class HttpListeners {
    * `headerTimeoutMs`: a client must send its request headers within this (slowloris); bodies and
    * answers have no overall limit, so long exec streams, shells and big copies keep working.
    */
+  /**
+   * `hosts`: requests for other sites served on the same listeners (E2B's sandbox URLs), asked
+   * first: what they own skips the browser guard and goes to them.
+   */
   constructor(
     private readonly app: RequestListener,
     private readonly upgrade?: UpgradeHandler,
     private readonly headerTimeoutMs = 20_000,
+    private readonly hosts?: VirtualHosts,
   ) {}
 
   /**
@@ -94,11 +101,24 @@ export class HttpListeners {
         requestTimeout: 0,
         connectionsCheckingInterval: Math.min(30_000, Math.max(250, this.headerTimeoutMs / 4)),
       },
-      refuse ? guardRequests(this.app, refuse) : this.app,
+      this.hosted(refuse ? guardRequests(this.app, refuse) : this.app),
     );
-    if (this.upgrade) s.on('upgrade', refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
+    const upgrade = this.upgrade && (refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
+    const hosts = this.hosts;
+    if (hosts)
+      s.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+        if (hosts.owns(req)) hosts.upgrade(req, socket, head);
+        else if (upgrade) upgrade(req, socket, head);
+        else socket.destroy();
+      });
+    else if (upgrade) s.on('upgrade', upgrade);
     this.servers.push(s);
     return s;
+  }
+
+  private hosted(own: RequestListener): RequestListener {
+    const hosts = this.hosts;
+    return hosts ? (req, res) => (hosts.owns(req) ? hosts.request(req, res) : own(req, res)) : own;
   }
 
   /** Stops accepting, lets in-flight requests finish for up to `graceMs`, then closes the rest. */

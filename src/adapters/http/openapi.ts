@@ -1270,6 +1270,26 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
         ),
       },
+      '/vms/{name}/ports/{port}': {
+        get: op(
+          "A TCP port on the guest's loopback (upgrade: tcp)",
+          {
+            '101': {
+              description:
+                "switching to the port's bytes (Upgrade: tcp): the connection then carries TCP to 127.0.0.1:PORT (or ::1) in the guest, through its agent",
+            },
+            '400': err('not an Upgrade: tcp, or a bad port'),
+            '404': err('no such vm, or nothing listens on the port in the guest'),
+            '503': err('agent unavailable'),
+          },
+          {
+            parameters: [
+              nameParam,
+              { name: 'port', in: 'path', required: true, schema: { type: 'integer', minimum: 1, maximum: 65535 } },
+            ],
+          },
+        ),
+      },
     }),
   };
 }

@@ -12,6 +12,7 @@ import type {
 import type { AgentEndpoint, GuestAgent } from '../../../ports/guest-agent.js';
 import type { FakeGuests } from './fake-guests.js';
 import type { Terminal } from '../../../ports/terminal.js';
+import type { Duplex } from 'node:stream';
 
 const NO_GUEST =
   'the fake hypervisor has no guest to run this in; set fake_agent: true to run a local svc-agent per VM';
@@ -101,6 +102,10 @@ export class InMemoryGuestAgent implements GuestAgent {
   }
 
   async shell(): Promise<Terminal> {
+    throw new NotSupportedError(NO_GUEST);
+  }
+
+  async openPort(): Promise<Duplex> {
     throw new NotSupportedError(NO_GUEST);
   }
 

@@ -25,10 +25,14 @@ describe('adapters/e2b', () => {
 
   it("keeps a sandbox's E2B fields in its VM's tags and reads them back", () => {
     const endAt = new Date('2026-11-26T12:00:00.000Z');
-    const tags = tagsFor({ template: 'tpl', endAt, onTimeout: 'pause', metadata: { a: '1' }, envs: { K_1: 'v' } });
+    const meta = { template: 'tpl', endAt, onTimeout: 'pause' as const, metadata: { a: '1' }, envs: { K_1: 'v' } };
+    const tags = tagsFor(meta);
     expect(tags).to.include({ e2b: '1', 'e2b/template': 'tpl', 'e2b/m/a': '1', 'e2b/env/K_1': 'v' });
-    const m = metaOf({ tags } as unknown as Instance);
-    expect(m).to.deep.equal({ template: 'tpl', endAt, onTimeout: 'pause', metadata: { a: '1' }, envs: { K_1: 'v' } });
+    expect(metaOf({ tags } as unknown as Instance)).to.deep.equal({ ...meta, privateTraffic: false });
+    // A sandbox whose ports take only its traffic token says so in a tag of its own.
+    const closed = tagsFor({ ...meta, privateTraffic: true });
+    expect(closed).to.include({ 'e2b/private_traffic': '1' });
+    expect(metaOf({ tags: closed } as unknown as Instance)).to.deep.equal({ ...meta, privateTraffic: true });
   });
 
   it('refuses metadata keys, variable names and timeouts it cannot keep, saying which', () => {

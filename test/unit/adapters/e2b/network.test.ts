@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { e2bNetworkOf, egressFromE2b } from '../../../../src/adapters/e2b/network.js';
+import { e2bNetworkOf, egressFromE2b, publicTraffic } from '../../../../src/adapters/e2b/network.js';
 import { InvalidArgumentError, NotSupportedError } from '../../../../src/domain/errors.js';
 
 describe("E2B's network options as svc's egress policy", () => {
@@ -57,11 +57,14 @@ describe("E2B's network options as svc's egress policy", () => {
   it("shows svc's policy as E2B's getInfo does", () => {
     expect(e2bNetworkOf({ default: 'deny', allow: ['pypi.org'], deny: [] })).to.deep.equal({
       allowInternetAccess: false,
-      network: { allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'] },
+      network: { allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'], allowPublicTraffic: true },
     });
-    expect(e2bNetworkOf({ default: 'allow', allow: [], deny: ['10.0.0.0/8'] })).to.deep.equal({
+    expect(e2bNetworkOf({ default: 'allow', allow: [], deny: ['10.0.0.0/8'] }, true)).to.deep.equal({
       allowInternetAccess: true,
-      network: { allowOut: [], denyOut: ['10.0.0.0/8'] },
+      network: { allowOut: [], denyOut: ['10.0.0.0/8'], allowPublicTraffic: false },
     });
+    expect(publicTraffic(undefined)).to.equal(true);
+    expect(publicTraffic({ allowPublicTraffic: false })).to.equal(false);
+    expect(() => publicTraffic({ allowPublicTraffic: 'no' })).to.throw(InvalidArgumentError, /allowPublicTraffic/);
   });
 });

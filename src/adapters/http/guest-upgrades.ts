@@ -4,20 +4,24 @@ import { WebSocketServer } from 'ws';
 import type { GuestProxy } from '../../app/guest-proxy.js';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
-import type {} from '../../ports/guest-agent.js';
+import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
+import { joinStreams } from '../http-kit/streams.js';
 import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
 import { dashboardProtocol } from '../http-kit/sessions.js';
 import type { Terminal } from '../../ports/terminal.js';
 
 const SHELL_PATH = /^\/vms\/([^/]+)\/shell\/?$/;
+const PORT_PATH = /^\/vms\/([^/]+)\/ports\/([^/]+)\/?$/;
 
 /**
- * WebSocket upgrades on the daemon: GET /vms/{name}/shell, authenticated like every route,
- * joined to the agent's /shell. Bytes and resize frames pass through; when either side closes,
- * the other is closed too. Errors before the upgrade use the one HTTP error mapping.
+ * The daemon's upgrades, authenticated like every route. `GET /vms/{name}/shell`, a WebSocket,
+ * is joined to the agent's /shell: bytes and resize frames pass through; when either side closes,
+ * the other is closed too. `GET /vms/{name}/ports/{port}` with `Upgrade: tcp` becomes a byte
+ * stream to that port on the guest's loopback (through the agent: no SSH, no forward). Errors
+ * before the upgrade use the one HTTP error mapping.
  */
-export class ShellProxy {
+export class GuestUpgrades {
   private readonly wss = new WebSocketServer({
     noServer: true,
     perMessageDeflate: false,
@@ -45,6 +49,8 @@ export class ShellProxy {
         `WWW-Authenticate: ${AUTH_CHALLENGE}\r\n`,
       );
     }
+    const p = PORT_PATH.exec(url.pathname);
+    if (p) return this.port(req, socket, head, p);
     const m = SHELL_PATH.exec(url.pathname);
     if (!m) return rejectUpgrade(socket, new NotFoundError(`no websocket route ${url.pathname}`));
     if (!isWebSocketUpgrade(req)) {
@@ -67,5 +73,21 @@ export class ShellProxy {
       return rejectUpgrade(socket, err);
     }
     upgradeToTerminal(this.wss, req, socket, head, session);
+  }
+
+  private async port(req: IncomingMessage, socket: Duplex, head: Buffer, m: RegExpExecArray): Promise<void> {
+    if (String(req.headers.upgrade ?? '').toLowerCase() !== PORT_UPGRADE)
+      return rejectUpgrade(socket, new InvalidArgumentError(`a guest port is opened with Upgrade: ${PORT_UPGRADE}`));
+    let guest: Duplex;
+    try {
+      const name = assertVmName(decodeURIComponent(m[1]));
+      guest = await this.guest.openPort(name, parseGuestPort(decodeURIComponent(m[2])));
+    } catch (err) {
+      return rejectUpgrade(socket, err);
+    }
+    if (socket.destroyed) return void guest.destroy();
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${PORT_UPGRADE}\r\n\r\n`);
+    if (head.length) guest.write(head);
+    joinStreams(socket, guest);
   }
 }

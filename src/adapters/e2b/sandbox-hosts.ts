@@ -1,0 +1,113 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { toHttpError } from '../http-kit/error-status.js';
+import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
+import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import { SvcError, type SvcClient } from '../client/svc-client.js';
+import { metaOf, type Sandboxes } from './sandboxes.js';
+
+/** The domain the SDK is told when the config gives none: `localhost` and the daemon's port. */
+export function defaultSandboxDomain(tcpPort: number | undefined): string {
+  return tcpPort && tcpPort !== 80 ? `localhost:${tcpPort}` : 'localhost';
+}
+
+class PortError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * E2B's sandbox URLs on the daemon's own listener (docs/e2b.md, "Sandbox URLs"). The SDK's
+ * `getHost(port)` is `PORT-ID.DOMAIN`, DOMAIN being what the create answered (`e2b_domain`); a
+ * request whose Host is one goes to that port on the sandbox's loopback through its agent (svc's
+ * `GET /vms/{id}/ports/{port}`): HTTP requests one connection each, upgrades (WebSockets) spliced.
+ * The request is the sandbox app's own, passed on whole (its Host, cookies, Authorization,
+ * Origin): as E2B's public URLs, it needs neither the daemon's token nor its browser guard, and a
+ * sandbox created with `network.allowPublicTraffic: false` takes only requests that carry its
+ * traffic token (`e2b-traffic-access-token`, which is not passed on). A Host that names no sandbox
+ * of this form is the daemon's own API, with every check of it.
+ */
+export class SandboxHosts implements VirtualHosts {
+  private readonly host: RegExp;
+
+  constructor(
+    private readonly client: SvcClient,
+    private readonly boxes: Sandboxes,
+    domain: string,
+  ) {
+    if (!/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:\d{1,5})?$/i.test(domain))
+      throw new InvalidArgumentError(
+        `e2b_domain must be a host name, with a port or not; got ${JSON.stringify(domain)}`,
+      );
+    const name = domain.toLowerCase().replace(/:\d+$/, '');
+    this.host = new RegExp(
+      `^(\\d{1,5})-(e2b-[0-9a-f]{12})\\.${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?::\\d{1,5})?$`,
+    );
+  }
+
+  owns(req: IncomingMessage): boolean {
+    return this.host.test(String(req.headers.host ?? '').toLowerCase());
+  }
+
+  request(req: IncomingMessage, res: ServerResponse): void {
+    void this.open(req).then(
+      (t) =>
+        proxyRequest(req, res, t).catch((err: Error) =>
+          answer(res, new PortError(502, `sandbox port did not answer: ${err.message}`)),
+        ),
+      (err) => answer(res, err),
+    );
+  }
+
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    void this.open(req).then(
+      (t) => proxyUpgrade(req, socket, head, t),
+      (err) => {
+        const { status, text } = body(err);
+        socket.end(
+          `HTTP/1.1 ${status} Error\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+        );
+      },
+    );
+  }
+
+  /** The sandbox's port as a proxy target: found, allowed, running, listening. */
+  private async open(req: IncomingMessage): Promise<ProxyTarget> {
+    const m = this.host.exec(String(req.headers.host ?? '').toLowerCase())!;
+    const [port, id] = [Number(m[1]), m[2]];
+    if (port < 1 || port > 65535) throw new PortError(400, `invalid port ${port}`);
+    const vm = await this.boxes.get(id);
+    if (metaOf(vm).privateTraffic) await this.boxes.checkTraffic(req, id);
+    delete req.headers['e2b-traffic-access-token'];
+    if (vm.status !== 'running')
+      throw new PortError(
+        409,
+        `sandbox ${id} is ${vm.status === 'creating' ? 'starting' : 'paused'}: connect to it first`,
+      );
+    const stream = await this.client.openPort(id, port).catch((err: unknown) => {
+      throw err instanceof SvcError && err.status === 404
+        ? new PortError(502, `the sandbox ${id} is running but nothing listens on port ${port}`)
+        : err;
+    });
+    return { stream, endToEnd: true, headers: { 'x-forwarded-proto': 'http' } };
+  }
+}
+
+function body(err: unknown): { status: number; text: string } {
+  const status =
+    err instanceof PortError ? err.status : err instanceof SvcError ? err.status || 503 : toHttpError(err).status;
+  return { status, text: JSON.stringify({ code: status, message: (err as Error).message }) };
+}
+
+function answer(res: ServerResponse, err: unknown): void {
+  const { status, text } = body(err);
+  if (res.headersSent) return void res.destroy();
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
