@@ -11,6 +11,7 @@ import {
 } from '../domain/cluster.js';
 import { errorMessage, NotFoundError, ResourceExhaustedError, UnavailableError } from '../domain/errors.js';
 import type { VmChange } from '../domain/events.js';
+import { forkNames, parseForkRequest } from '../domain/fork-request.js';
 import { assertNewVmName, nextDefaultName } from '../domain/names.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { ClusterStore } from '../ports/cluster.js';
@@ -206,6 +207,38 @@ export class ClusterService implements LifecycleContribution {
       }
     }
     return { name, node, here: node.node === this.self, body: b };
+  }
+
+  /**
+   * Places the forks of `source` (POST /vms/{name}/fork) on its node, which holds the state they
+   * start from: each fork's name (those asked for, else `<source>-fork-N` free in the whole
+   * cluster) and its room (the source's shape) reserved as a create's are, all or none. The body
+   * gains the names.
+   */
+  async placeForks(source: string, raw: unknown): Promise<Placed & { names: string[] }> {
+    const req = parseForkRequest(raw);
+    this.route(source); // its node unreachable: 503 naming it
+    const src = this.get(source);
+    const node = this.node(src.node);
+    const shape: VmShape = { cpus: src.cpus, memory_mb: src.memory_mb, disk_gb: src.disk_gb };
+    const taken = new Set([...this.store.vms().keys(), ...this.vms.all().map((r) => r.name)]);
+    const names = req.names ?? forkNames(source, req.count, (n) => taken.has(n));
+    const reserved: string[] = [];
+    try {
+      for (const name of names) {
+        await this.store.reserve(name, node.node, shape, (n) => {
+          if (!fits(n, shape))
+            throw new ResourceExhaustedError(`node ${n.node} has no room left for fork ${name} of vm ${source}`);
+        });
+        reserved.push(name);
+      }
+    } catch (err) {
+      for (const name of reserved) await this.unplace(name);
+      throw err;
+    }
+    const body: Record<string, unknown> = { ...((raw ?? {}) as Record<string, unknown>), names };
+    delete body.count;
+    return { name: source, names, node, here: node.node === this.self, body };
   }
 
   /** A placed create failed before its VM existed: its reservation is given back. */

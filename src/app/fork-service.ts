@@ -2,8 +2,8 @@ import { inject, injectable } from 'inversify';
 import { parseWaitMode } from '../domain/create-request.js';
 import { AlreadyExistsError, InvalidStateError, errorMessage } from '../domain/errors.js';
 import type { CreateProgressEvent } from '../domain/events.js';
-import { parseForkRequest, type ForkRequest } from '../domain/fork-request.js';
-import { assertVmName, VM_NAME_RE } from '../domain/names.js';
+import { forkNames, parseForkRequest, type ForkRequest } from '../domain/fork-request.js';
+import { assertVmName } from '../domain/names.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { VmDisks } from '../ports/hypervisor.js';
@@ -99,11 +99,7 @@ export class ForkService {
       if (taken) throw new AlreadyExistsError(`vm ${taken} already exists`);
       return req.names;
     }
-    // A long source name leaves no room for the suffix: `fork-N` then.
-    const base = VM_NAME_RE.test(`${source}-fork-1000`) ? `${source}-fork` : 'fork';
-    const out: string[] = [];
-    for (let k = 1; out.length < req.count; k++) if (!this.vms.find(`${base}-${k}`)) out.push(`${base}-${k}`);
-    return out;
+    return forkNames(source, req.count, (n) => !!this.vms.find(n));
   }
 
   private async run(

@@ -1,6 +1,6 @@
 import { parseCreateRequest } from './create-request.js';
 import { InvalidArgumentError } from './errors.js';
-import { assertNewVmName } from './names.js';
+import { assertNewVmName, VM_NAME_RE } from './names.js';
 
 /** `POST /vms/{name}/fork`: how many forks, their names, and what each is given. */
 export interface ForkRequest {
@@ -42,4 +42,12 @@ export function parseForkRequest(body: unknown): ForkRequest {
     count = b.count;
   }
   return { count, names, tags, persistent };
+}
+
+/** Names for `count` forks of `source`: `<source>-fork-N` (`fork-N` after a long name) for the first N not taken. */
+export function forkNames(source: string, count: number, taken: (name: string) => boolean): string[] {
+  const base = VM_NAME_RE.test(`${source}-fork-1000`) ? `${source}-fork` : 'fork';
+  const out: string[] = [];
+  for (let k = 1; out.length < count; k++) if (!taken(`${base}-${k}`)) out.push(`${base}-${k}`);
+  return out;
 }

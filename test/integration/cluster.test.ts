@@ -146,6 +146,34 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(again.map((r) => r.status)).to.deep.equal(Array(7).fill(201));
   });
 
+  it('reserves room for forks and clones on the node of their source, all of them or none', async () => {
+    const onN3 = ((await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[]).filter(
+      (v) => v.node === 'n3',
+    );
+    expect(onN3.length).to.equal(3);
+    const [source, , gone] = onN3.map((v) => v.name);
+    expect((await api(nodes[0], 'DELETE', `/vms/${gone}`)).status).to.equal(200);
+    const allocated = async () =>
+      ((await api(nodes[1], 'GET', '/nodes/n3')).json as { allocated: { vms: number } }).allocated.vms;
+    expect(await allocated()).to.equal(2);
+    // Two forks need two slots; n3 has one: refused whole, through a node that does not own the source.
+    const two = await api(nodes[0], 'POST', `/vms/${source}/fork`, { count: 2 });
+    expect(two.status, two.text).to.equal(429);
+    expect(two.json.error).to.match(/no room left for fork/);
+    expect(await allocated()).to.equal(2);
+    const names = ((await api(nodes[2], 'GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+    expect(names.filter((n) => n.startsWith(`${source}-fork-`))).to.deep.equal([]);
+    const one = await api(nodes[1], 'POST', `/vms/${source}/fork`, {});
+    expect(one.status, one.text).to.equal(201);
+    expect((await api(nodes[0], 'GET', `/vms/${source}-fork-1`)).json).to.include({ node: 'n3' });
+    expect(await allocated()).to.equal(3);
+    // A clone is a create from its template, placed where the template is: n3 is full now.
+    const clone = await api(nodes[0], 'POST', `/vms/${source}/clone`, { name: 'n3-clone' });
+    expect(clone.status, clone.text).to.equal(429);
+    expect((await api(nodes[0], 'GET', '/vms/n3-clone')).status).to.equal(404);
+    expect(await allocated()).to.equal(3);
+  });
+
   it('makes a name created on two nodes at once exactly once', async () => {
     // Room on n1 and n2 first (both are full).
     const list = (await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[];

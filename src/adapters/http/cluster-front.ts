@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { ClusterService } from '../../app/cluster-service.js';
+import type { ClusterService, Placed } from '../../app/cluster-service.js';
 import { errorMessage, InvalidArgumentError, isDomainError, UnavailableError } from '../../domain/errors.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
@@ -99,6 +99,9 @@ export class ClusterFront {
       const seen = this.cluster.get(name);
       if (seen.status === 'node_unreachable') return void res.json(seen);
     }
+    // Forks and clones take room too: reserved where their state is, as creates are.
+    if (req.method === 'POST' && m[2] === '/fork') return this.fork(req, res, name);
+    if (req.method === 'POST' && m[2] === '/clone') return this.clone(req, res, name);
     const route = this.cluster.route(name);
     if (route.at === 'here') return next();
     await proxyRequest(req, res, this.target(route.node.advertise)).catch((err: Error) => {
@@ -106,15 +109,36 @@ export class ClusterFront {
     });
   }
 
-  private async create(req: Request, res: Response): Promise<void> {
+  private async create(req: Request, res: Response, raw?: unknown): Promise<void> {
+    const placed = await this.cluster.place(raw ?? (await readJson(req)));
+    await this.send(req, res, placed, [placed.name]);
+  }
+
+  /** `POST /vms/{name}/clone` is a create from the template: placed as one. */
+  private async clone(req: Request, res: Response, template: string): Promise<void> {
     const raw = await readJson(req);
-    const placed = await this.cluster.place(raw);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+      throw new InvalidArgumentError('clone body must be a JSON object');
+    if ('from' in raw || 'from_pool' in raw)
+      throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
+    req.url = `/vms${new URL(req.originalUrl, 'http://svcd').search}`;
+    return this.create(req, res, { ...raw, from: template });
+  }
+
+  private async fork(req: Request, res: Response, source: string): Promise<void> {
+    const placed = await this.cluster.placeForks(source, await readJson(req));
+    await this.send(req, res, placed, placed.names);
+  }
+
+  /** Sends a placed call to its node; what it made nothing of gives its reservations back. */
+  private async send(req: Request, res: Response, placed: Placed, names: string[]): Promise<void> {
     const t = placed.here ? this.own() : this.target(placed.node.advertise);
+    const unplace = () => Promise.all(names.map((n) => this.cluster.unplace(n)));
     const status = await proxyRequest(req, res, t, Buffer.from(JSON.stringify(placed.body))).catch((err: Error) => {
-      void this.cluster.unplace(placed.name);
+      void unplace();
       throw new UnavailableError(`node ${placed.node.node} did not answer: ${err.message}`);
     });
-    if (status >= 400) await this.cluster.unplace(placed.name);
+    if (status >= 400) await unplace();
   }
 
   private own(): ProxyTarget {
