@@ -151,11 +151,11 @@ export function processCommands(program: Command, client: () => SvcClient): void
         process.on('SIGWINCH', onResize);
         onResize();
       }
-      // From where its output is now: what it printed before is `svc logs`'s.
-      const now = await c.process(name, p.id);
       let code = 0;
       try {
-        for await (const f of c.processOutput(name, p.id, { from: now.bytes, signal: ac.signal })) {
+        // From where its output was when attach began, before any key was sent (what answers the
+        // first keys is shown however fast it comes); what it printed before is `svc logs`'s.
+        for await (const f of c.processOutput(name, p.id, { from: p.bytes, signal: ac.signal })) {
           writeFrame(f);
           if ('reason' in f) code = exitCode(f);
         }
