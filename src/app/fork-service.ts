@@ -65,7 +65,7 @@ export class ForkService {
     const { id, paused_ms } = await this.activity.timed('fork', name, () =>
       this.vms.withVm(name, async (src) => {
         this.check(src);
-        return this.disks.capture(this.keeper.ref(src));
+        return this.disks.capture(this.keeper.ref(src), names.length);
       }),
     );
     const queue = new AsyncQueue<CreateProgressEvent>();

@@ -209,9 +209,10 @@ export interface VmDisks {
    * it was. Resolves with the capture's id, which `clone(vm, spec, id)` gives each fork (as a
    * template's saved state is given to a clone), and how long the guest was held. The VM's later
    * writes are not seen by its forks. InvalidStateError when it does not run; NotSupportedError
-   * where the driver cannot. Not idempotent: each call is a new capture.
+   * where the driver cannot. Not idempotent: each call is a new capture. `forks`: how many forks
+   * will stand on it (a driver may then share their memory, as QEMU's does with a RAM image).
    */
-  capture(vm: VmRef): Promise<{ id: string; paused_ms: number }>;
+  capture(vm: VmRef, forks?: number): Promise<{ id: string; paused_ms: number }>;
 
   /**
    * Forgets a capture once its forks have their own links to it (or failed): the files go from

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
@@ -149,6 +149,16 @@ describe('svcd with QEMU: forks of a running vm', function () {
       told,
     ).to.deep.equal(names);
     expect(new Set(seen.map((x) => x.split('\n')[1])).size).to.equal(10);
+    // They share one RAM image: each QEMU maps the same file (links of one inode) as its memory.
+    const inodes = new Set<string>();
+    for (const n of names) {
+      const pid = (await d.call('GET', `/vms/${n}`)).json.pid as number;
+      const maps = readFileSync(`/proc/${pid}/maps`, 'utf8').split('\n');
+      const ram = maps.find((l) => /\/base-[0-9a-f]{16}\.ram( \(deleted\))?$/.test(l));
+      expect(ram, `fork ${n} maps no RAM image`).to.be.a('string');
+      inodes.add(ram!.trim().split(/\s+/)[4]);
+    }
+    expect([...inodes]).to.have.length(1);
     for (const n of [...names, 'ten']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
   });
 

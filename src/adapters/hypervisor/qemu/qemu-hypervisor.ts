@@ -199,11 +199,12 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     return this.disks.clone(template, spec, capture);
   }
 
-  async capture(vm: VmRef): Promise<{ id: string; paused_ms: number }> {
+  async capture(vm: VmRef, forks = 1): Promise<{ id: string; paused_ms: number }> {
     const v = this.live.running(vm.name);
     try {
       const got = await captureVm(v.qmp, vm.dir, v.pid);
       this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms }, 'capture timing');
+      this.disks.expectForks(vm, got.id, forks);
       return got;
     } catch (err) {
       throw isDomainError(err) ? err : new InternalError((err as Error).message);
@@ -211,6 +212,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   }
 
   dropCapture(vm: VmRef, id: string): Promise<void> {
+    this.disks.forgetCapture(vm, id);
     return dropCapture(vm.dir, id);
   }
 

@@ -211,11 +211,13 @@ async function resume(qmp: QmpClient, wasRunning: boolean): Promise<void> {
 }
 
 /**
- * Removes a capture's saved state from the VM's directory; its forks keep their links. The layer
+ * Removes a capture's saved state (its stream, and the RAM image its forks made of it) from the
+ * VM's directory; its forks keep their links. The layer
  * stays: the VM's disk stands on it.
  */
 export async function dropCapture(dir: string, id: string): Promise<void> {
   if (!isCaptureId(id)) return;
   for (const n of await readdir(dir).catch(() => [] as string[]))
-    if (n === `${id}.state` || n === `${id}.state.tmp`) await rm(join(dir, n), { force: true });
+    if ([`${id}.state`, `${id}.state.tmp`, `${id}.ram`, `${id}.dev`].includes(n))
+      await rm(join(dir, n), { force: true });
 }

@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { copyFile } from 'node:fs/promises';
+import { copyFile, link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
@@ -9,7 +9,7 @@ import { seedFor, writeSeed } from '../guest-seed.js';
 import { makeOverlay } from '../../images/overlay.js';
 import { layout } from './qemu-files.js';
 import type { RamImages } from './ram-image.js';
-import { readSaved, writeSaved } from './saved-state.js';
+import { readSaved, savedFiles, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
 import { captureTop, isCaptureId } from './vm-capture.js';
 
@@ -26,6 +26,9 @@ export interface VmDiskOptions {
 
 /** The files a QEMU VM starts from: a new VM's disk and seed, a clone's shared ones (the VmDisks port). */
 export class QemuVmDisks {
+  /** Captures for more than one fork, by `<source dir>/<capture id>`: what their forks link. */
+  private readonly captures = new Map<string, { forks: number; top?: Promise<Frozen> }>();
+
   constructor(private readonly o: VmDiskOptions) {}
 
   async provision(spec: VmSpec): Promise<void> {
@@ -66,19 +69,59 @@ export class QemuVmDisks {
 
   /**
    * A fork stands on its source's capture (vm-capture.ts) as a clone stands on its template's
-   * freeze: links to the layers and the stream, and an overlay of its own. Forks load the stream:
-   * a RAM image would need a second QEMU on the source's disk, which the running source holds.
+   * freeze: links to the layers and the saved state, and an overlay of its own. A capture for
+   * several forks is made a RAM image by its first fork (`sharedCapture`), so they all map one
+   * memory file; a single fork loads the stream.
    */
   private async fork(source: VmRef, spec: VmSpec, capture: string): Promise<{ snapshot: boolean }> {
     if (!isCaptureId(capture)) throw new InternalError(`not a capture: ${capture}`);
     try {
       const [{ snapshot }] = await Promise.all([
-        shareInto(source.dir, spec.dir, captureTop(capture)),
+        this.sharedCapture(source, spec, capture),
         writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver)),
       ]);
       return { snapshot };
     } catch (err) {
       throw new InternalError(`cannot share the capture of vm ${source.name}: ${(err as Error).message}`);
+    }
+  }
+
+  /** How many forks a capture is for, until it is dropped (QemuHypervisor.capture). */
+  expectForks(source: VmRef, capture: string, forks: number): void {
+    if (forks > 1) this.captures.set(join(source.dir, capture), { forks });
+  }
+
+  /** The capture's forks have what they need: its RAM image, if made, is no longer shared from here. */
+  forgetCapture(source: VmRef, capture: string): void {
+    this.captures.delete(join(source.dir, capture));
+  }
+
+  /**
+   * The first fork of a capture for several links the stream, and makes from it, with its own
+   * overlay as the disk (the maker's guest never runs, so nothing is written), the RAM image
+   * `<capture>.ram`/`.dev`, which it links back beside the capture; the others wait for it and
+   * link the image. The forks then share the memory pages none of them changed, as clones of a
+   * template do. When the image cannot be made, every fork loads the stream.
+   */
+  private async sharedCapture(source: VmRef, spec: VmSpec, capture: string): Promise<{ snapshot: boolean }> {
+    const shared = this.captures.get(join(source.dir, capture));
+    if (!shared) return shareInto(source.dir, spec.dir, captureTop(capture));
+    if (shared.top) return shareInto(source.dir, spec.dir, await shared.top);
+    let made!: (top: Frozen) => void;
+    shared.top = new Promise((r) => (made = r));
+    let top = captureTop(capture);
+    try {
+      const linked = await shareInto(source.dir, spec.dir, top);
+      const saved = await this.o.ramImages.make(spec, `${capture}.state`, capture);
+      if (saved) {
+        for (const f of savedFiles(saved)) await link(join(spec.dir, f), join(source.dir, f));
+        await writeSaved(spec.dir, saved);
+        await rm(join(spec.dir, `${capture}.state`), { force: true });
+        top = { ...top, state: saved };
+      }
+      return linked;
+    } finally {
+      made(top);
     }
   }
 
