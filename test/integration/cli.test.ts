@@ -1,5 +1,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
@@ -148,6 +150,23 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const f = JSON.parse((await svc(['fwd', 'add', 'c1', '22', '--json'])).stdout);
     expect((await svc(['fwd', 'ls', 'c1'])).stdout).to.contain(String(f.host_port));
     expect((await svc(['fwd', 'rm', 'c1', String(f.host_port)])).code).to.equal(0);
+    // stdin and stdout to a port in the VM (a local agent's loopback is this host's): one HTTP exchange.
+    const app = createServer((req, res) => res.end(`hello ${req.url}`));
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    try {
+      const port = (app.address() as AddressInfo).port;
+      const ex = await svc(
+        ['fwd', 'stdio', 'c1', String(port)],
+        'GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+      );
+      expect(ex.code, ex.stderr).to.equal(0);
+      expect(ex.stdout).to.match(/^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\nhello \/x$/);
+      const closed = await svc(['fwd', 'stdio', 'c1', '1'], '');
+      expect(closed.code).to.equal(1);
+      expect(closed.stderr).to.match(/nothing listens on port 1/);
+    } finally {
+      app.close();
+    }
     expect((await svc(['metrics', 'c1'])).stdout).to.match(/samples|no samples/);
     expect(JSON.parse((await svc(['activity', '--json'])).stdout)[0]).to.have.keys(
       'id',

@@ -6,6 +6,7 @@ import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.j
 import type { Instance } from '../../domain/vm.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import { parseDuration } from '../../domain/duration.js';
+import { parseGuestPort } from '../../domain/agent.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
 import { egressCommands, egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
@@ -601,6 +602,27 @@ export function buildCli(): Command {
     .argument('<name>')
     .argument('<hostPort>')
     .action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
+  fwd
+    .command('stdio')
+    .argument('<name>')
+    .argument('<port>', "a TCP port on the VM's loopback")
+    .description(
+      "this command's stdin and stdout to a TCP port in the VM, through its agent (no SSH, no host port): an SSH ProxyCommand (-o ProxyCommand='svc fwd stdio NAME 22'), a client of a database in the VM. Ends when the port's side closes",
+    )
+    .action(async (name: string, port: string) => {
+      const s = await client().openPort(name, parseGuestPort(port));
+      await new Promise<void>((resolve, reject) => {
+        // As nc: the end of stdin does not end the connection; the other side's close does.
+        process.stdin.pipe(s, { end: false });
+        s.pipe(process.stdout);
+        s.once('error', reject);
+        s.once('close', () => {
+          process.stdin.unpipe(s);
+          process.stdin.pause();
+          resolve();
+        });
+      });
+    });
 
   const secret = program.command('secret').description('host secrets');
   secret
