@@ -119,6 +119,57 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     }
   });
 
+  it('runs the rest of the SDK on a real guest: a terminal, stdin, metrics, listing, file operations, signed URLs, network options', async () => {
+    const s = await Sandbox.create({ ...opts(), metadata: { suite: 'rest' } });
+    // a terminal that follows a resize and ends on exit
+    let seen = '';
+    const t = await s.pty.create({ cols: 100, rows: 30, onData: (d) => void (seen += Buffer.from(d).toString()) });
+    const until = async (re: RegExp) => {
+      for (let i = 0; i < 150 && !re.test(seen); i++) await sleep(100);
+      expect(seen).to.match(re);
+    };
+    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'));
+    await until(/30 100/);
+    await s.pty.resize(t.pid, { cols: 120, rows: 40 });
+    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit 0\n'));
+    await until(/40 120/);
+    expect((await t.wait()).exitCode).to.equal(0);
+    // stdin to a command in the background
+    const h = await s.commands.run('read line; echo "got $line"', { background: true, stdin: true });
+    await s.commands.sendStdin(h.pid, 'there\n');
+    expect((await h.wait()).stdout).to.equal('got there\n');
+    // metrics from the guest's agent
+    const [m] = await s.getMetrics();
+    expect(m.cpuCount).to.be.at.least(1);
+    expect(m.memTotal).to.be.above(100 * 2 ** 20);
+    expect(m.memUsed).to.be.within(1, m.memTotal);
+    // listing by metadata
+    const listed = await Sandbox.list({ ...opts(), query: { metadata: { suite: 'rest' } } }).nextItems();
+    expect(listed.map((x) => x.sandboxId)).to.deep.equal([s.sandboxId]);
+    // file operations
+    await s.files.write('/root/ops/a.txt', 'alpha');
+    expect(await s.files.exists('/root/ops/a.txt')).to.equal(true);
+    expect((await s.files.getInfo('/root/ops/a.txt')).size).to.equal(5);
+    await s.files.rename('/root/ops/a.txt', '/root/ops/b.txt');
+    expect(await s.files.exists('/root/ops/a.txt')).to.equal(false);
+    expect(await s.files.makeDir('/root/ops/sub')).to.equal(true);
+    await s.files.remove('/root/ops/sub');
+    expect((await s.files.list('/root/ops')).map((e) => e.name)).to.deep.equal(['b.txt']);
+    // signed URLs, from this host without the SDK
+    const form = new FormData();
+    form.append('file', new Blob(['signed hello']), 'signed.txt');
+    expect((await fetch(await s.uploadUrl('/root/ops/signed.txt'), { method: 'POST', body: form })).status).to.equal(
+      200,
+    );
+    const down = await s.downloadUrl('/root/ops/signed.txt', { useSignatureExpiration: 60 });
+    expect(await (await fetch(down)).text()).to.equal('signed hello');
+    // network options: the guest's egress policy, live
+    await s.updateNetwork({ allowInternetAccess: false });
+    expect((await s.getInfo()).allowInternetAccess).to.equal(false);
+    expect((await d.call('GET', `/vms/${s.sandboxId}/egress`)).json).to.include({ default: 'deny' });
+    await s.kill();
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await Sandbox.create({ ...opts(), timeoutMs: 60_000 });
     await s.setTimeout(1_000);
