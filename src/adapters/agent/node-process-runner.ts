@@ -54,12 +54,20 @@ export class NodeProcessRunner implements ProcessRunner {
         resolve({ code, signal });
       };
       child.once('close', finish);
+      // What the pipes already hold is read before they are let go: an expired grace is followed by
+      // a few passes of the loop's poll phase (setImmediate runs after it). The timer can expire
+      // before the poll phase has read the child's last output when the guest's vCPU was not run
+      // for the grace (a host full of TCG guests) or its clock jumped (a guest just restored):
+      // that answered a fork's exec with exit 0 and no output (issue 42).
+      const letGo = (code: number | null, signal: NodeJS.Signals | null, turns: number) => {
+        if (done) return;
+        if (turns > 0) return void setImmediate(() => letGo(code, signal, turns - 1));
+        child.stdout.destroy();
+        child.stderr.destroy();
+        finish(code, signal);
+      };
       child.once('exit', (code, signal) => {
-        graceTimer = setTimeout(() => {
-          child.stdout.destroy();
-          child.stderr.destroy();
-          finish(code, signal);
-        }, EXIT_GRACE_MS);
+        graceTimer = setTimeout(() => letGo(code, signal, 3), EXIT_GRACE_MS);
       });
     });
     return {
