@@ -2,8 +2,8 @@
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
 # integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
 # packages and unit; the e2e images built beside integration, which waits on sockets more than it
-# computes, where unit slowed six-fold beside them; integration and e2e files on SVC_E2E_JOBS
-# workers, default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
+# computes, where unit slowed six-fold beside them; e2e files on SVC_E2E_JOBS workers,
+# default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,11 +92,7 @@ spawn lint lint
 tier "host packages" host_deps
 tier unit npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
 spawn "e2e images" node dist/test/e2e/prepare.js
-if [ "$jobs" -gt 1 ]; then
-  tier "integration ($jobs workers)" npx mocha --reporter spec --timeout 60000 --parallel --jobs "$jobs" 'dist/test/integration/**/*.test.js'
-else
-  tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
-fi
+tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
 settle lint
 settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
