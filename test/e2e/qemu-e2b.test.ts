@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { CommandExitError, Sandbox } from 'e2b';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
 import { main as codeAgent } from '../../examples/e2b/code-agent.js';
@@ -122,18 +123,7 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
   it('runs the rest of the SDK on a real guest: a terminal, stdin, metrics, listing, file operations, signed URLs, network options', async () => {
     const s = await Sandbox.create({ ...opts(), metadata: { suite: 'rest' } });
     // a terminal that follows a resize and ends on exit
-    let seen = '';
-    const t = await s.pty.create({ cols: 100, rows: 30, onData: (d) => void (seen += Buffer.from(d).toString()) });
-    const until = async (re: RegExp) => {
-      for (let i = 0; i < 150 && !re.test(seen); i++) await sleep(100);
-      expect(seen).to.match(re);
-    };
-    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'));
-    await until(/30 100/);
-    await s.pty.resize(t.pid, { cols: 120, rows: 40 });
-    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit 0\n'));
-    await until(/40 120/);
-    expect((await t.wait()).exitCode).to.equal(0);
+    await expectPtyFollowsResize(s);
     // stdin to a command in the background
     const h = await s.commands.run('read line; echo "got $line"', { background: true, stdin: true });
     await s.commands.sendStdin(h.pid, 'there\n');

@@ -6,6 +6,7 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { join } from 'node:path';
 import { CommandExitError, NotFoundError, Sandbox, AuthenticationError, SandboxError } from 'e2b';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
+import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 
@@ -84,24 +85,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
   });
 
   it('opens a terminal that follows a resize, takes input and ends on exit', async () => {
-    const s = await create();
-    let seen = '';
-    const t = await s.pty.create({
-      cols: 100,
-      rows: 30,
-      onData: (d) => void (seen += Buffer.from(d).toString()),
-      cwd: work,
-    });
-    const until = async (re: RegExp) => {
-      for (let i = 0; i < 100 && !re.test(seen); i++) await new Promise((r) => setTimeout(r, 100));
-      expect(seen).to.match(re);
-    };
-    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'));
-    await until(/30 100/);
-    await s.pty.resize(t.pid, { cols: 120, rows: 40 });
-    await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit 0\n'));
-    await until(/40 120/);
-    expect((await t.wait()).exitCode).to.equal(0);
+    await expectPtyFollowsResize(await create(), work);
   });
 
   it('writes, reads, lists, renames and removes files, and watches a folder', async () => {
