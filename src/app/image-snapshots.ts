@@ -43,13 +43,15 @@ const RETRY_AFTER_MS = 10 * 60_000;
 @injectable()
 export class ImageSnapshots {
   private readonly known = new Map<string, ImageSnapshotRecord>();
-  private readonly capturing = new Map<string, Promise<void>>();
+  private readonly capturing = new Map<string, { image: string; done: Promise<void> }>();
   private readonly failedAt = new Map<string, number>();
   private readonly locks = new KeyedMutex();
   private queue: Promise<void> = Promise.resolve();
   private stopped = false;
-  /** The key of the capture under way. */
-  private current: string | undefined;
+  /** Captures called off (their image is being deleted), until they have ended. */
+  private readonly calledOff = new Set<string>();
+  /** The capture under way. */
+  private current: { key: string; image: string } | undefined;
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
@@ -94,13 +96,14 @@ export class ImageSnapshots {
   }
 
   /**
-   * The daemon is stopping: no more captures start, and the guest of one under way is killed and
-   * its files removed (a guest left running would belong to no daemon until the next start).
+   * The daemon is stopping: no more captures start, and the one under way is called off and has
+   * ended, its guest killed and its files removed, when this resolves (a guest left running would
+   * belong to no daemon until the next start; files written after would race the caller's cleanup).
    */
   async stop(): Promise<void> {
     this.stopped = true;
-    const key = this.current;
-    if (key) await this.locks.run(key, () => this.discard(key)).catch(() => undefined);
+    if (this.current) await this.callOff(this.current.key);
+    await this.queue.catch(() => undefined);
   }
 
   /** The snapshots of an image (GET /images/{id}). */
@@ -161,16 +164,23 @@ export class ImageSnapshots {
     if (this.known.has(key) || this.stopped || (last !== undefined && this.clock.now() - last < RETRY_AFTER_MS)) return;
     let run = this.capturing.get(key);
     if (!run) {
-      run = this.queue.then(() => this.capture(image, { cpus: shape.cpus, memory_mb: shape.memory_mb }, key));
-      this.queue = run;
+      const done = this.queue.then(() => this.capture(image, { cpus: shape.cpus, memory_mb: shape.memory_mb }, key));
+      this.queue = done;
+      run = { image: image.id, done };
       this.capturing.set(key, run);
-      void run.finally(() => this.capturing.delete(key));
+      void done.finally(() => {
+        this.capturing.delete(key);
+        this.calledOff.delete(key);
+      });
     }
-    return run;
+    return run.done;
   }
 
-  /** Removes an image's snapshots (the image is being deleted). */
+  /** Removes an image's snapshots (the image is being deleted), a capture of it under way or queued too. */
   async removeImage(image: string): Promise<void> {
+    // A queued one returns when its turn comes.
+    for (const [key, run] of [...this.capturing]) if (run.image === image) this.calledOff.add(key);
+    if (this.current?.image === image) await this.callOff(this.current.key);
     for (const rec of this.of(image)) await this.locks.run(rec.key, () => this.discard(rec.key));
   }
 
@@ -202,10 +212,10 @@ export class ImageSnapshots {
 
   /** Boots the image on the snapshots' disk, waits for its boot to end, suspends it and records it. */
   private async capture(image: ImageInfo, shape: Shape, key: string): Promise<void> {
-    if (this.stopped) return;
+    if (this.halted(key)) return;
     const t0 = this.clock.now();
     const ref = this.refOf(key);
-    this.current = key;
+    this.current = { key, image: image.id };
     try {
       const dir = await this.store.begin(key);
       const spec: VmSpec = {
@@ -221,10 +231,12 @@ export class ImageSnapshots {
         ssh_authorized_key: await this.keys.publicKey(),
       };
       await this.disks.provision(spec);
+      this.goOn(key);
       const handle = await this.hv.launch(spec, { background: true });
-      await this.settled(handle, t0);
+      await this.settled(handle, t0, key);
       const { snapshot } = await this.hv.suspend(ref);
       if (!snapshot) throw new InternalError('the hypervisor wrote no saved state');
+      this.goOn(key);
       const rec = await this.store.commit({
         key,
         image: image.id,
@@ -245,11 +257,14 @@ export class ImageSnapshots {
         'image snapshot made',
       );
     } catch (err) {
-      this.failedAt.set(key, this.clock.now());
-      this.log.warn(
-        { image: image.id, ...shape, err: errorMessage(err) },
-        `image snapshot failed; creates of this shape boot, and it is tried again in ${RETRY_AFTER_MS / 60_000} min`,
-      );
+      if (this.halted(key)) this.log.info({ image: image.id, ...shape }, 'image snapshot called off');
+      else {
+        this.failedAt.set(key, this.clock.now());
+        this.log.warn(
+          { image: image.id, ...shape, err: errorMessage(err) },
+          `image snapshot failed; creates of this shape boot, and it is tried again in ${RETRY_AFTER_MS / 60_000} min`,
+        );
+      }
       await this.discard(key);
     } finally {
       this.current = undefined;
@@ -260,15 +275,34 @@ export class ImageSnapshots {
    * Waits until the guest has booted all the way: its agent answers and its boot's last step (the
    * userdata service, which runs nothing here) has marked its end.
    */
-  private async settled(handle: VmHandle, t0: number): Promise<void> {
+  private async settled(handle: VmHandle, t0: number, key: string): Promise<void> {
     const endpoint = agentEndpoint(handle);
     for (;;) {
-      if (this.stopped) throw new InternalError('the daemon is stopping');
+      this.goOn(key);
       if (this.clock.now() - t0 > CAPTURE_TIMEOUT_MS) throw new InternalError('the guest did not boot in time');
       const health = await this.agent.health(endpoint, 2000).catch(() => undefined);
       if (health?.userdata_ran) return;
       await new Promise((r) => setTimeout(r, 500));
     }
+  }
+
+  /** The daemon is stopping or the capture's image is being deleted. */
+  private halted(key: string): boolean {
+    return this.stopped || this.calledOff.has(key);
+  }
+
+  private goOn(key: string): void {
+    if (this.halted(key)) throw new InternalError('the capture was called off');
+  }
+
+  /**
+   * Ends the capture under way: its guest is killed (a boot or a suspend it waits on fails at
+   * once) and it removes what it made. Resolves when it has.
+   */
+  private async callOff(key: string): Promise<void> {
+    this.calledOff.add(key);
+    await this.hv.destroy(this.refOf(key)).catch(() => undefined);
+    await this.capturing.get(key)?.done;
   }
 
   private async discard(key: string): Promise<void> {

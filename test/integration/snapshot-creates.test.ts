@@ -172,3 +172,54 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     expect(existsSync(dir) ? readdirSync(dir) : []).to.deep.equal([]);
   });
 });
+
+/** A capture takes as long as a boot: the image's delete and the daemon's stop call it off. */
+describe('a capture under way (fake hypervisor, 2 s boots)', function () {
+  this.timeout(60000);
+  let d: TestDaemon;
+  before(async () => {
+    d = await startTestDaemon({ create_from_snapshot: true, fake_boot_delay: '2s' });
+  });
+  after(async () => d.stop());
+
+  const snapshotFiles = () => {
+    const dir = join(d.config.data_dir, 'snapshots');
+    return existsSync(dir) ? readdirSync(dir) : [];
+  };
+  /** The snapshot's own guests the fake still runs. */
+  const captureGuests = () =>
+    d.daemon.container
+      .get<InMemoryHypervisor>(Hypervisor)
+      .running()
+      .filter((n) => n.startsWith('svc-snapshot-'));
+  const bootThenCapture = async (image: string) => {
+    expect((await d.call('POST', '/vms', { name: 'first', image })).status).to.equal(201);
+    expect((await d.call('DELETE', '/vms/first')).status).to.equal(200);
+    const until = Date.now() + 5000;
+    while (captureGuests().length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    expect(captureGuests()).to.have.length(1);
+  };
+
+  it('is called off by a delete of its image, which leaves no snapshot, file or guest behind', async () => {
+    await bootThenCapture('minimal');
+    const t0 = Date.now();
+    const r = await d.call('DELETE', '/images/minimal');
+    expect(r.status, r.text).to.equal(200);
+    expect(Date.now() - t0).to.be.below(1500); // it did not wait for the capture's guest to boot
+    expect(snapshotFiles()).to.deep.equal([]);
+    expect(captureGuests()).to.deep.equal([]);
+    await new Promise((r) => setTimeout(r, 2500)); // past when the guest would have booted
+    expect(snapshotFiles()).to.deep.equal([]);
+    expect((await d.call('GET', '/images/minimal')).status).to.equal(404);
+  });
+
+  it('is called off by the daemon stopping, and nothing is written after the stop has resolved', async () => {
+    await bootThenCapture('debian');
+    await d.daemon.stop();
+    expect(snapshotFiles()).to.deep.equal([]);
+    expect(captureGuests()).to.deep.equal([]);
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(snapshotFiles()).to.deep.equal([]);
+    await d.restart(); // for `after`: a daemon to stop
+  });
+});

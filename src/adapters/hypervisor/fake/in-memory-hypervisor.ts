@@ -159,6 +159,11 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return undefined;
   }
 
+  /** The VMs that run (or are paused) now (tests). */
+  running(): string[] {
+    return [...this.vms].filter(([, vm]) => vm.state === 'running' || vm.state === 'paused').map(([name]) => name);
+  }
+
   state(name: string): FakeState | undefined {
     return this.vms.get(name)?.state;
   }
