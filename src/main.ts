@@ -89,7 +89,9 @@ import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
 import { clusterSettings, type ClusterSettings } from './app/cluster-config.js';
 import { ClusterService } from './app/cluster-service.js';
 import { ClusterConfig } from './app/tokens.js';
-import { ClusterStore } from './ports/cluster.js';
+import { ClusterStore, PeerNodes } from './ports/cluster.js';
+import { MoveService } from './app/move-service.js';
+import { HttpPeerNodes } from './adapters/cluster/http-peer-nodes.js';
 import { EtcdClusterStore } from './adapters/cluster/etcd-cluster-store.js';
 import { ClusterFront } from './adapters/http/cluster-front.js';
 import { cpus as hostCpus, hostname, totalmem } from 'node:os';
@@ -253,6 +255,8 @@ function clusterModule(settings: ClusterSettings): ContainerModule {
       .inSingletonScope();
     bind(ClusterService).toSelf().inSingletonScope();
     bind(LifecycleContribution).toService(ClusterService);
+    bind(PeerNodes).toConstantValue(new HttpPeerNodes({ self: settings.node, token: settings.token }));
+    bind(MoveService).toSelf().inSingletonScope();
   });
 }
 
@@ -329,7 +333,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const sessions = new BrowserSessions(config.ui_session_ms);
   const cluster = container.isBound(ClusterService) ? container.get(ClusterService) : undefined;
   const auth = new BearerAuth(config.api_token, sessions, undefined, cluster?.settings.token);
-  const front = cluster && new ClusterFront(cluster, { socket: config.socket, token: cluster.settings.token, auth });
+  const moves = cluster ? container.get(MoveService) : undefined;
+  const front =
+    cluster &&
+    moves &&
+    new ClusterFront(cluster, { socket: config.socket, token: cluster.settings.token, auth, moves });
   if (cluster)
     metrics.setClusterSource(
       () => cluster.nodes(),
@@ -399,6 +407,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   });
   sandboxDomain ||= defaultSandboxDomain(listeners.tcpPort);
   await cluster?.start();
+  // A move a stop cut off is finished by what etcd says (docs/cluster.md, "Moving a VM").
+  await moves?.settle();
   log.info(
     { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },
     'svcd listening',

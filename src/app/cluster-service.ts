@@ -45,6 +45,8 @@ export class ClusterService implements LifecycleContribution {
   private readonly queue = new KeyedMutex();
   private unwatch?: () => void;
   private readonly startedAt = new Date().toISOString();
+  /** Drained: the node says so in its lease, and the placement rule passes it by. */
+  draining = false;
 
   constructor(
     @inject(ClusterConfig) readonly settings: ClusterSettings,
@@ -251,6 +253,22 @@ export class ClusterService implements LifecycleContribution {
       .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot release'));
   }
 
+  /** The node the cluster says has `name` (undefined: none). */
+  ownerOf(name: string): string | undefined {
+    return this.store.vm(name)?.node;
+  }
+
+  /**
+   * Makes `name`, which node `from` had, this node's in etcd (a move's last step): its room moves
+   * with it, checked to fit here. InvalidStateError when another node has it meanwhile.
+   */
+  async takeOver(name: string, from: string): Promise<void> {
+    const shape = this.store.vm(name)?.shape;
+    await this.store.transfer(name, from, this.self, (n) => {
+      if (shape && !fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for vm ${name}`);
+    });
+  }
+
   /** What this node says of itself in its lease. */
   private async info(): Promise<NodeInfo> {
     const images = await this.images
@@ -268,6 +286,7 @@ export class ClusterService implements LifecycleContribution {
       started_at: this.startedAt,
       seen_at: '',
       running: this.vms.count((r) => r.status === 'running'),
+      ...(this.draining ? { draining: true } : {}),
     };
   }
 
@@ -294,8 +313,13 @@ export class ClusterService implements LifecycleContribution {
   private follow(c: VmChange): Promise<void> {
     if (c.event !== 'vm' && c.event !== 'removed') return Promise.resolve();
     const name = c.event === 'vm' ? c.vm.name : c.name;
-    return this.queue
-      .run(name, () => (c.event === 'vm' ? this.store.publish(c.vm as Instance) : this.store.release(name)))
-      .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot publish a vm change'));
+    return (
+      this.queue
+        // A VM that moved away is the other node's: removing the copy here leaves its entry alone.
+        .run(name, () =>
+          c.event === 'vm' ? this.store.publish(c.vm as Instance) : this.store.release(name, this.self),
+        )
+        .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot publish a vm change'))
+    );
   }
 }

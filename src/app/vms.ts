@@ -124,6 +124,17 @@ export class Vms {
     return [...this.records.values()];
   }
 
+  /**
+   * Takes in a VM whose record and files arrived whole (moved here from another node).
+   * AlreadyExistsError when the name is taken here; ResourceExhaustedError past max_vms.
+   */
+  admit(rec: VmRecord): void {
+    if (this.records.has(rec.name)) throw new AlreadyExistsError(`vm ${rec.name} already exists here`);
+    this.checkRoom(1, 0, 0);
+    this.records.set(rec.name, rec);
+    this.changed(rec);
+  }
+
   /** Forgets a record (its files are the caller's to remove). */
   forget(name: string): void {
     const rec = this.records.get(name);

@@ -42,6 +42,8 @@ export interface NodeInfo {
   seen_at: string;
   /** VMs with a process on it now. */
   running: number;
+  /** Drained (POST /nodes/{node}/drain): nothing new is placed on it until the drain is ended. */
+  draining?: boolean;
 }
 
 export type NodeState = 'ready' | 'unreachable';
@@ -143,10 +145,14 @@ export function placeVm(
     const n = nodes.find((x) => x.node === ask.node);
     if (!n) throw new NotFoundError(`no node ${ask.node} in the cluster (svc nodes lists them)`);
     if (n.state !== 'ready') throw new UnavailableError(`node ${n.node} is unreachable: its lease is gone`);
+    if (n.draining)
+      throw new ResourceExhaustedError(
+        `node ${n.node} is drained: nothing new is placed on it (DELETE /nodes/${n.node}/drain ends that)`,
+      );
     pool = [n];
   }
   const sel = Object.entries(ask.node_selector ?? {});
-  pool = pool.filter((n) => n.state === 'ready' && sel.every(([k, v]) => n.tags[k] === v));
+  pool = pool.filter((n) => n.state === 'ready' && !n.draining && sel.every(([k, v]) => n.tags[k] === v));
   if (!pool.length)
     throw new ResourceExhaustedError(
       sel.length

@@ -97,6 +97,10 @@ export interface VmRecord extends Instance {
   agent_missing?: boolean;
   /** Where its VMM takes hybrid vsock connections to the agent, while it runs (drivers that have one). */
   agent_socket?: string;
+  /** Being moved to this node (cluster): a daemon that dies meanwhile asks the cluster who has it. */
+  leaving?: string;
+  /** Moved here from this node, until the cluster says it is this node's (cluster). */
+  arriving?: string;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -108,6 +112,8 @@ export function toPublic(record: VmRecord): Instance {
     deleting: _d,
     agent_missing: _a,
     agent_socket: _s,
+    leaving: _l,
+    arriving: _v,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;

@@ -1,5 +1,7 @@
 import type { NodeInfo, NodeView, VmEntry, VmShape } from '../domain/cluster.js';
+import type { MoveOffer } from '../domain/move.js';
 import type { Instance } from '../domain/vm.js';
+import type { VmFile } from './stores.js';
 
 export const ClusterStore = Symbol('ClusterStore');
 
@@ -32,8 +34,19 @@ export interface ClusterStore {
   reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void>;
   /** This node's VM changed: its entry shows `instance` (made, with its shape held, when it had none). */
   publish(instance: Instance): Promise<void>;
-  /** The VM is gone: its entry removed and its shape given back to its node. Idempotent. */
-  release(name: string): Promise<void>;
+  /**
+   * The VM is gone: its entry removed and its shape given back to its node. `owner`: only while the
+   * entry is that node's (a node removing its copy of a VM that moved away leaves the entry alone).
+   * Idempotent.
+   */
+  release(name: string, owner?: string): Promise<void>;
+  /**
+   * Hands the VM's entry from node `from` to node `to` with its shape, in one transaction, after
+   * `check` approved `to` as it is now (tried again when something was placed meanwhile). Done
+   * already (the entry is `to`'s): nothing. InvalidStateError when the entry is another node's;
+   * NotFoundError when there is none; whatever `check` throws.
+   */
+  transfer(name: string, from: string, to: string, check: (n: NodeView) => void): Promise<void>;
   /**
    * Follows changes of VM entries (`entry` undefined: removed; `was` what it held before) and of
    * nodes' leases (a node that became reachable or unreachable). Returns the unsubscribe.
@@ -41,4 +54,15 @@ export interface ClusterStore {
   watch(listener: (change: ClusterChange) => void): () => void;
   /** Gives the lease up (the node is unreachable at once) and stops watching. */
   leave(): Promise<void>;
+}
+
+export const PeerNodes = Symbol('PeerNodes');
+/** What one node of the cluster asks another directly (not a user's call sent on). */
+export interface PeerNodes {
+  /**
+   * Sends a stopped or suspended VM to `node`: the offer, then its files. Resolves with the VM as
+   * the taking node shows it once the cluster says it is that node's; rejects with the taking
+   * node's error (a domain error with its message) or UnavailableError when it cannot be reached.
+   */
+  sendVm(node: NodeView, offer: MoveOffer, files: VmFile[]): Promise<Instance>;
 }

@@ -225,6 +225,13 @@ export interface VmDisks {
    * moved its directory to `to.dir`. Not idempotent.
    */
   rename(from: VmRef, to: VmRef): Promise<void>;
+
+  /**
+   * Takes in a stopped or suspended VM whose files came from another node (a move): its disk is
+   * made to stand on this node's copy of its image (the caller checked their digests agree) and
+   * its seed is written for this node (its SSH key). `suspended`: it holds a saved state to load.
+   */
+  takeIn(spec: VmSpec, suspended: boolean): Promise<void>;
 }
 
 import type { ImageSource } from '../domain/image-request.js';
@@ -249,6 +256,13 @@ export interface GuestImages {
 
   /** One built image. NotFoundError when it is not built. */
   getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails>;
+
+  /**
+   * The content digest of a built image (`sha256:` of its disk, kernel and initrd): two nodes whose
+   * digests agree have the same bytes, so a VM's disk made on one stands on the other's copy.
+   * NotFoundError when it is not built.
+   */
+  digest(image: string): Promise<string>;
 
   /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
   removeImage(image: string): Promise<void>;

@@ -17,6 +17,22 @@ export interface VmStore {
   dir(name: string): string;
   /** Copies files worth keeping after a failed create (hypervisor logs) to the logs directory. */
   keepLogs(name: string): Promise<void>;
+  /** The regular files in the VM's directory but its record (what a move carries), with their sizes. */
+  files(name: string): Promise<VmFile[]>;
+  /**
+   * Takes in a VM from elsewhere (a move): `fill` writes its files into a fresh directory, the
+   * record is written beside them, and the directory is put in place whole, or not at all (a
+   * failure, or a daemon that dies meanwhile, leaves nothing a start would load). AlreadyExistsError
+   * when the VM's directory exists.
+   */
+  receive(record: VmRecord, fill: (dir: string) => Promise<void>): Promise<void>;
+}
+
+/** One file of a VM's directory. */
+export interface VmFile {
+  name: string;
+  path: string;
+  size: number;
 }
 
 export const ActivityLog = Symbol('ActivityLog');

@@ -35,6 +35,14 @@ export class MemoryInstanceStore implements VmStore {
   async keepLogs(name: string) {
     this.logsKept.push(name);
   }
+  async files() {
+    return [];
+  }
+  async receive(record: VmRecord, fill: (dir: string) => Promise<void>) {
+    if (this.records.has(record.name)) throw new AlreadyExistsError(`vm ${record.name} already exists here`);
+    await fill(this.dir(record.name));
+    this.records.set(record.name, structuredClone(record));
+  }
 }
 
 export class MemoryActivityLog implements ActivityLog {

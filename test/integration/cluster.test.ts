@@ -1,10 +1,10 @@
 import { expect } from 'chai';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
-import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { CLUSTER_TEST_TOKEN, nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, type Reply, type Target } from '../helpers/http.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -336,6 +336,104 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     } finally {
       await browser.close();
     }
+  });
+
+  it('moves a stopped and a suspended VM to another node through a third, refuses what cannot move, and drains a node', async () => {
+    const [n1, n2, n3] = nodes;
+    const vmDir = (n: Node, vm: string) => join(n.raw.data_dir as string, 'vms', vm);
+    const allocated = async (node: string) =>
+      ((await api(n3, 'GET', `/nodes/${node}`)).json as { allocated: { vms: number } }).allocated.vms;
+    // Room on n1 and n2 first (the creates above filled them).
+    const list = (await api(n1, 'GET', '/vms')).json as { name: string; node: string }[];
+    for (const node of ['n1', 'n2'])
+      for (const v of list.filter((x) => x.node === node).slice(0, 4))
+        expect((await api(n3, 'DELETE', `/vms/${v.name}`)).status).to.equal(200);
+    for (const name of ['mv-stopped', 'mv-susp', 'mv-run']) {
+      const made = await api(n1, 'POST', '/vms', { name, node: 'n1', persistent: true, memory_mb: 256 });
+      expect(made.status, made.text).to.equal(201);
+    }
+    expect((await api(n3, 'POST', '/vms/mv-stopped/shutdown')).status).to.equal(200);
+    expect((await api(n3, 'POST', '/vms/mv-susp/suspend')).status).to.equal(200);
+    const [on1, on2] = [await allocated('n1'), await allocated('n2')];
+
+    // Refused, each with its reason, and nothing changes.
+    const refusals: [string, unknown, number, RegExp][] = [
+      ['mv-run', { node: 'n2' }, 400, /is running; a vm moves stopped or suspended: shut it down or suspend it first/],
+      ['mv-stopped', { node: 'n1' }, 400, /is on node n1 already/],
+      ['mv-stopped', { node: 'nowhere' }, 404, /no node nowhere/],
+      ['mv-stopped', {}, 400, /move needs node/],
+      ['mv-stopped', { node: 'n2', now: true }, 400, /unknown move field/],
+      ['ghost', { node: 'n2' }, 404, /ghost not found/],
+    ];
+    for (const [vm, body, status, msg] of refusals) {
+      const r = await api(n3, 'POST', `/vms/${vm}/move`, body);
+      expect(r.status, `${vm} ${JSON.stringify(body)}: ${r.text}`).to.equal(status);
+      expect(r.json.error).to.match(msg);
+    }
+
+    // Through n3, which has neither: the stopped VM goes from n1 to n2 with its files.
+    const log = readFileSync(join(vmDir(n1, 'mv-stopped'), 'serial.log'), 'utf8');
+    const moved = await api(n3, 'POST', '/vms/mv-stopped/move', { node: 'n2' });
+    expect(moved.status, moved.text).to.equal(200);
+    expect(moved.json).to.include({ name: 'mv-stopped', node: 'n2', status: 'stopped', persistent: true });
+    expect(readFileSync(join(vmDir(n2, 'mv-stopped'), 'serial.log'), 'utf8')).to.equal(log);
+    expect(() => readFileSync(join(vmDir(n1, 'mv-stopped'), 'serial.log'))).to.throw(/ENOENT/);
+    for (const n of nodes) expect((await api(n, 'GET', '/vms/mv-stopped')).json).to.include({ node: 'n2' });
+    expect([await allocated('n1'), await allocated('n2')]).to.deep.equal([on1 - 1, on2 + 1]);
+    const started = await api(n1, 'POST', '/vms/mv-stopped/start');
+    expect(started.status, started.text).to.equal(200);
+    expect((await api(n1, 'GET', '/vms/mv-stopped')).json).to.include({ node: 'n2', status: 'running' });
+
+    // The suspended one is restored from its saved state on n2.
+    expect((await api(n2, 'POST', '/vms/mv-susp/move', { node: 'n2' })).json).to.include({
+      node: 'n2',
+      status: 'suspended',
+    });
+    const restored = await api(n3, 'POST', '/vms/mv-susp/restore');
+    expect(restored.status, restored.text).to.equal(200);
+    expect(readFileSync(join(vmDir(n2, 'mv-susp'), 'serial.log'), 'utf8')).to.match(/restored from snapshot\n$/);
+
+    // Only a node sends a VM, and only plain files of it.
+    const put = (token: string, hop: boolean) =>
+      call({ ...n2.t, token }, 'PUT', '/cluster/vms/intruder', Buffer.from('not a tar'), {
+        'content-type': 'application/x-tar',
+        ...(hop ? { 'x-svc-node-hop': 'n1' } : {}),
+      });
+    expect((await put(TOKEN, true)).status).to.equal(403);
+    expect((await put(CLUSTER_TEST_TOKEN, false)).status).to.equal(403);
+    const bad = await put(CLUSTER_TEST_TOKEN, true);
+    expect(bad.status, bad.text).to.equal(400);
+    expect(existsSync(vmDir(n2, 'intruder'))).to.equal(false);
+
+    // Drained, n1 sends what can move elsewhere, keeps the running one (saying why) and takes no create.
+    expect((await api(n3, 'POST', '/vms/mv-stopped/shutdown')).status).to.equal(200);
+    expect((await api(n2, 'POST', '/vms/mv-stopped/move', { node: 'n1' })).status).to.equal(200);
+    const drained = await api(n3, 'POST', '/nodes/n1/drain');
+    expect(drained.status, drained.text).to.equal(200);
+    // Where the placement rule puts it: the least full of the others.
+    const went = (drained.json.moved as { name: string; node: string }[]).find((m) => m.name === 'mv-stopped');
+    expect(went?.node).to.be.oneOf(['n2', 'n3']);
+    expect((await api(n1, 'GET', '/vms/mv-stopped')).json).to.include({ node: went!.node, status: 'stopped' });
+    expect(drained.json.refused).to.deep.include({
+      name: 'mv-run',
+      reason: 'vm mv-run is running; a vm moves stopped or suspended: shut it down or suspend it first',
+    });
+    await until(
+      'n1 says it is drained',
+      10_000,
+      async () => (await api(n3, 'GET', '/nodes/n1')).json.draining === true,
+    );
+    const refused = await api(n3, 'POST', '/vms', { name: 'to-drained', node: 'n1' });
+    expect(refused.status, refused.text).to.equal(429);
+    expect(refused.json.error).to.match(/node n1 is drained/);
+    expect((await api(n2, 'DELETE', '/nodes/n1/drain')).status).to.equal(200);
+    await until(
+      'n1 takes creates again',
+      10_000,
+      async () => (await api(n3, 'GET', '/nodes/n1')).json.draining === undefined,
+    );
+    for (const vm of ['mv-stopped', 'mv-susp', 'mv-run'])
+      expect((await api(n3, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
   });
 
   it('marks the VMs of a node that stops renewing node_unreachable within the lease, answers 503 naming it, and takes it back', async () => {

@@ -9,7 +9,14 @@ import {
   type VmEntry,
   type VmShape,
 } from '../../domain/cluster.js';
-import { AlreadyExistsError, errorMessage, isDomainError, UnavailableError } from '../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  errorMessage,
+  InvalidStateError,
+  isDomainError,
+  NotFoundError,
+  UnavailableError,
+} from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { ClusterSettings } from '../../app/cluster-config.js';
 import type { ClusterChange, ClusterStore } from '../../ports/cluster.js';
@@ -166,12 +173,13 @@ export class EtcdClusterStore implements ClusterStore {
     });
   }
 
-  async release(name: string): Promise<void> {
+  async release(name: string, owner?: string): Promise<void> {
     await this.write(`release vm ${name}`, async () => {
       for (let i = 0; i < TXN_TRIES; i++) {
         const vm = await this.get(`vms/${name}`);
         if (!vm) return;
         const e = parse<VmEntry>(vm.value.toString());
+        if (owner !== undefined && e?.node !== owner) return;
         const ops = [this.client.delete().key(this.key(`vms/${name}`))];
         let txn = this.client.if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision);
         if (e) {
@@ -185,6 +193,36 @@ export class EtcdClusterStore implements ClusterStore {
         if ((await txn.then(...ops).commit()).succeeded) return;
         await pause();
       }
+    });
+  }
+
+  async transfer(name: string, from: string, to: string, check: (n: NodeView) => void): Promise<void> {
+    await this.write(`move vm ${name}`, async () => {
+      for (let i = 0; i < TXN_TRIES; i++) {
+        const vm = await this.get(`vms/${name}`);
+        const e = parse<VmEntry>(vm?.value.toString());
+        if (!vm || !e) throw new NotFoundError(`vm ${name} has no entry in the cluster`);
+        if (e.node === to) return;
+        if (e.node !== from) throw new InvalidStateError(`vm ${name} is on node ${e.node}, not on node ${from}`);
+        const [a, b] = await Promise.all([this.get(`alloc/${from}`), this.get(`alloc/${to}`)]);
+        const out = parse<NodeLoad>(a?.value.toString()) ?? { ...NO_LOAD };
+        const into = parse<NodeLoad>(b?.value.toString()) ?? { ...NO_LOAD };
+        const view = this.nodes().find((n) => n.node === to);
+        if (view) check({ ...view, allocated: into });
+        const r = await this.client
+          .if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision)
+          .and(this.key(`alloc/${from}`), 'Mod', '==', a?.mod_revision ?? 0)
+          .and(this.key(`alloc/${to}`), 'Mod', '==', b?.mod_revision ?? 0)
+          .then(
+            this.client.put(this.key(`vms/${name}`)).value(JSON.stringify({ ...e, node: to })),
+            this.client.put(this.key(`alloc/${from}`)).value(JSON.stringify(addLoad(out, e.shape, -1))),
+            this.client.put(this.key(`alloc/${to}`)).value(JSON.stringify(addLoad(into, e.shape, 1))),
+          )
+          .commit();
+        if (r.succeeded) return;
+        await pause();
+      }
+      throw new UnavailableError(`moving vm ${name} lost ${TXN_TRIES} races in a row; try again`);
     });
   }
 

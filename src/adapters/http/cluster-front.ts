@@ -1,17 +1,26 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ClusterService, Placed } from '../../app/cluster-service.js';
-import { errorMessage, InvalidArgumentError, isDomainError, UnavailableError } from '../../domain/errors.js';
+import {
+  errorMessage,
+  InvalidArgumentError,
+  isDomainError,
+  PermissionDeniedError,
+  UnavailableError,
+} from '../../domain/errors.js';
+import type { MoveService } from '../../app/move-service.js';
+import { unpackVm } from '../cluster/vm-bundle.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
 import { JSON_LIMIT_BYTES } from '../http-kit/http-app.js';
 import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { rejectUpgrade } from '../http-kit/terminal-socket.js';
+import { HOP_HEADER } from '../cluster/http-peer-nodes.js';
 
-/** Set on a call one node sends another (or itself): it is served where it lands, never sent on again. */
-export const HOP_HEADER = 'x-svc-node-hop';
+export { HOP_HEADER };
 
 const VM_PATH = /^\/vms\/([^/]+)(\/.*)?$/;
 
@@ -25,7 +34,7 @@ const VM_PATH = /^\/vms\/([^/]+)(\/.*)?$/;
 export class ClusterFront {
   constructor(
     private readonly cluster: ClusterService,
-    private readonly o: { socket: string; token: string; auth: BearerAuth },
+    private readonly o: { socket: string; token: string; auth: BearerAuth; moves: MoveService },
   ) {}
 
   /** The express middleware, after auth and before the routes. */
@@ -59,9 +68,52 @@ export class ClusterFront {
     };
   }
 
-  /** GET /nodes, GET /nodes/{node}. */
+  /** GET /nodes, GET /nodes/{node}, moves and drains, and what one node sends another. */
   routes(): RouteDef[] {
     return [
+      {
+        method: 'post',
+        path: '/vms/:name/move',
+        handler: async (req, res) => void res.json(await this.o.moves.move(String(req.params.name), req.body)),
+      },
+      {
+        method: 'post',
+        path: '/nodes/:node/drain',
+        handler: (req, res) =>
+          this.atNode(req, res, async () => {
+            this.cluster.draining = true;
+            return this.o.moves.drain();
+          }),
+      },
+      {
+        method: 'delete',
+        path: '/nodes/:node/drain',
+        handler: (req, res) =>
+          this.atNode(req, res, async () => {
+            this.cluster.draining = false;
+            // What the lease says changes at the node's next renewal (within seconds).
+            const { draining: _d, ...node } = this.cluster.node(this.cluster.self);
+            return node;
+          }),
+      },
+      {
+        // Only a node sends this (the cluster's token): a VM moved here, as a tar of its offer and files.
+        method: 'put',
+        path: '/cluster/vms/:name',
+        body: 'raw',
+        handler: async (req, res) => {
+          if (req.headers[HOP_HEADER] === undefined || !sameToken(req.headers.authorization, this.o.token))
+            throw new PermissionDeniedError('only a node of the cluster sends vms (with the cluster token)');
+          const name = String(req.params.name);
+          res.setHeader('Connection', 'close'); // a refusal leaves the rest of the body unread
+          const moved = await unpackVm(req, (offer, fill) => {
+            if (offer.record.name !== name)
+              throw new InvalidArgumentError(`the offer is for vm ${offer.record.name}, the path names ${name}`);
+            return this.o.moves.receive(offer, fill);
+          });
+          res.json(moved);
+        },
+      },
       {
         method: 'get',
         path: '/nodes',
@@ -76,6 +128,18 @@ export class ClusterFront {
         handler: (req, res) => void res.json(this.cluster.node(String(req.params.node))),
       },
     ];
+  }
+
+  /** A call about node `:node`: served here when it is this one, else sent to it. */
+  private async atNode(req: Request, res: Response, here: () => Promise<unknown>): Promise<void> {
+    const node = this.cluster.node(String(req.params.node));
+    if (node.node === this.cluster.self || req.headers[HOP_HEADER] !== undefined) return void res.json(await here());
+    if (node.state !== 'ready') throw new UnavailableError(`node ${node.node} is unreachable: its lease is gone`);
+    await proxyRequest(req, res, this.target(node.advertise), Buffer.from(JSON.stringify(req.body ?? {}))).catch(
+      (err: Error) => {
+        throw new UnavailableError(`node ${node.node} did not answer: ${err.message}`);
+      },
+    );
   }
 
   private async serve(req: Request, res: Response, next: NextFunction): Promise<void> {
@@ -152,6 +216,15 @@ export class ClusterFront {
   private hop(): Record<string, string> {
     return { authorization: `Bearer ${this.o.token}`, [HOP_HEADER]: this.cluster.self };
   }
+}
+
+/** Is `header` the bearer of `token` (compared in constant time)? */
+function sameToken(header: string | undefined, token: string): boolean {
+  const a = createHash('sha256')
+    .update(header ?? '')
+    .digest();
+  const b = createHash('sha256').update(`Bearer ${token}`).digest();
+  return token !== '' && timingSafeEqual(a, b);
 }
 
 const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });

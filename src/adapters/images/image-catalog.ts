@@ -10,6 +10,7 @@ import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError 
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
+import { imageDigest } from './image-digest.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { childEnv } from '../process-kit/child-env.js';
 
@@ -232,6 +233,18 @@ export class ImageCatalog {
       if (d) out.push(d);
     }
     return out;
+  }
+
+  /** The content digest of a built image's disk, kernel and initrd (image-digest.ts). */
+  async digest(name: string): Promise<string> {
+    const id = this.canonical(name);
+    const m = this.manifest(id);
+    if (!m) throw new NotFoundError(`image ${name} is not built`);
+    const dir = this.dir(id);
+    const files = [m.disk, ...(m.boot === 'firmware' ? [] : [m.kernel, m.initrd])].filter(
+      (f) => f && existsSync(join(dir, f)),
+    );
+    return imageDigest(dir, files);
   }
 
   async details(name: string, inUse: (id: string) => string[] = () => []): Promise<ImageDetails> {

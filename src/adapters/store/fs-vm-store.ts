@@ -1,4 +1,5 @@
-import { copyFile, mkdir, readdir, readFile, rename as renameDir, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { copyFile, lstat, mkdir, readdir, readFile, rename as renameDir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inject, injectable } from 'inversify';
 import type { VmRecord } from '../../domain/vm.js';
@@ -6,9 +7,14 @@ import { VM_NAME_RE } from '../../domain/names.js';
 import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Logger } from '../../ports/logger.js';
-import type { VmStore } from '../../ports/stores.js';
+import { AlreadyExistsError } from '../../domain/errors.js';
+import type { VmFile, VmStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { capDir } from '../fs-kit/log-cap.js';
+
+/** A VM's directory being received (a move): never loaded, removed at the next start. */
+const INCOMING = '.incoming-';
+const RECORD = 'instance.json';
 
 /** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
 const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
@@ -33,6 +39,8 @@ export class FsVmStore implements VmStore {
     await mkdir(this.root, { recursive: true, mode: 0o700 });
     const out: VmRecord[] = [];
     for (const name of await readdir(this.root)) {
+      // A move a previous daemon did not finish taking in: the VM is still its old node's.
+      if (name.startsWith(INCOMING)) await rm(join(this.root, name), { recursive: true, force: true });
       if (!VM_NAME_RE.test(name)) continue;
       const rec = await this.get(name);
       if (!rec) continue;
@@ -55,7 +63,7 @@ export class FsVmStore implements VmStore {
   async get(name: string): Promise<VmRecord | undefined> {
     let text: string;
     try {
-      text = await readFile(join(this.dir(name), 'instance.json'), 'utf8');
+      text = await readFile(join(this.dir(name), RECORD), 'utf8');
     } catch {
       return undefined;
     }
@@ -70,7 +78,7 @@ export class FsVmStore implements VmStore {
   async put(record: VmRecord): Promise<void> {
     const dir = this.dir(record.name);
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    await writeFileAtomic(join(dir, 'instance.json'), JSON.stringify(record, null, 2) + '\n');
+    await writeFileAtomic(join(dir, RECORD), JSON.stringify(record, null, 2) + '\n');
   }
 
   async rename(from: string, to: string): Promise<void> {
@@ -79,6 +87,39 @@ export class FsVmStore implements VmStore {
 
   async remove(name: string): Promise<void> {
     await rm(this.dir(name), { recursive: true, force: true });
+  }
+
+  async files(name: string): Promise<VmFile[]> {
+    const dir = this.dir(name);
+    const out: VmFile[] = [];
+    for (const f of (await readdir(dir)).sort()) {
+      if (f === RECORD) continue;
+      const st = await lstat(join(dir, f));
+      if (st.isFile()) out.push({ name: f, path: join(dir, f), size: st.size });
+    }
+    return out;
+  }
+
+  async receive(record: VmRecord, fill: (dir: string) => Promise<void>): Promise<void> {
+    const dir = this.dir(record.name);
+    if (
+      await lstat(dir).then(
+        () => true,
+        () => false,
+      )
+    )
+      throw new AlreadyExistsError(`vm ${record.name} already exists here`);
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
+    const tmp = join(this.root, `${INCOMING}${record.name}-${randomBytes(4).toString('hex')}`);
+    await mkdir(tmp, { mode: 0o700 });
+    try {
+      await fill(tmp);
+      await writeFileAtomic(join(tmp, RECORD), JSON.stringify(record, null, 2) + '\n');
+      await renameDir(tmp, dir);
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
   }
 
   async keepLogs(name: string): Promise<void> {

@@ -85,6 +85,10 @@ export class ChHypervisor implements HypervisorAdapter {
     return this.o.images.details(image, inUse);
   }
 
+  digest(image: string): Promise<string> {
+    return this.o.images.digest(image);
+  }
+
   removeImage(image: string): Promise<void> {
     return this.o.images.remove(image);
   }
@@ -157,6 +161,13 @@ export class ChHypervisor implements HypervisorAdapter {
   }
 
   async dropCapture(): Promise<void> {}
+
+  /** Its saved state's config names the paths it was saved under; taking in a moved vm is not done yet. */
+  async takeIn(spec: VmSpec): Promise<void> {
+    throw new NotSupportedError(
+      `vm ${spec.name}: the cloud-hypervisor driver cannot take in a vm moved from another node`,
+    );
+  }
 
   async rename(from: VmRef, to: VmRef): Promise<void> {
     const v = this.live.get(from.name);

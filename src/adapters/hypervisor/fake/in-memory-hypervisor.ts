@@ -280,6 +280,12 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     this.removed.delete(id);
   }
 
+  /** Fake images are alike on every fake node, build for build. */
+  async digest(image: string): Promise<string> {
+    const info = await this.getImage(image, () => []);
+    return `fake:${info.id}:${this.revisions.get(info.id) ?? 1}`;
+  }
+
   async removeImage(image: string): Promise<void> {
     await this.getImage(image, () => []);
     this.removed.add(FAKE_ALIASES[image] ?? image);
@@ -432,6 +438,12 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     vm.spec = { ...vm.spec, name: to.name, dir: to.dir };
     this.vms.set(to.name, vm);
     await vm.sidecar?.relocate?.(to.dir);
+  }
+
+  /** A VM from another node: known as stopped, with its saved state when it was suspended. */
+  async takeIn(spec: VmSpec, suspended: boolean): Promise<void> {
+    if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    this.vms.set(spec.name, { spec, state: 'stopped', snapshot: suspended, bootedAt: 0 });
   }
 
   async addForwards(ref: VmRef, forwards: PortForward[]): Promise<VmHandle> {

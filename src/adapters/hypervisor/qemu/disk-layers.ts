@@ -81,6 +81,26 @@ export async function layersOf(dir: string): Promise<string[]> {
   return out;
 }
 
+/**
+ * Makes the disk in `dir` (a VM's from another node: a move) stand on `image`, this node's copy of
+ * its image: the bottom of its chain (its last layer, or the disk itself) is given that backing
+ * name without touching the data (`qemu-img rebase -u`: the caller checked the images' digests
+ * agree). Its layers are its own copies here, so changing one changes no other VM's.
+ */
+export async function restandOn(dir: string, image: string): Promise<void> {
+  const chain = await layersOf(dir);
+  const bottom = join(dir, chain.length ? chain[chain.length - 1] : DISK);
+  const mode = (await stat(bottom)).mode & 0o777;
+  await chmod(bottom, mode | 0o200);
+  try {
+    await run('qemu-img', ['rebase', '-q', '-u', '-f', 'qcow2', '-b', image, '-F', 'qcow2', bottom], {
+      env: childEnv(),
+    });
+  } finally {
+    await chmod(bottom, mode);
+  }
+}
+
 async function overlay(dir: string, file: string, backing: string): Promise<void> {
   // A relative backing name: it resolves beside the overlay, so a renamed VM directory keeps it.
   await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'qcow2', join(dir, file)], {

@@ -166,6 +166,10 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     return this.o.images.details(image, inUse);
   }
 
+  digest(image: string): Promise<string> {
+    return this.o.images.digest(image);
+  }
+
   removeImage(image: string): Promise<void> {
     return this.o.images.remove(image);
   }
@@ -521,6 +525,10 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
    * command line still shows the old name and disk path: re-attach checks the tag and disk the
    * launch recorded) and is re-keyed here.
    */
+  takeIn(spec: VmSpec, suspended: boolean): Promise<void> {
+    return this.disks.takeIn(spec, suspended);
+  }
+
   async rename(from: VmRef, to: VmRef): Promise<void> {
     await this.spares.drop(from.name, to.dir);
     const v = this.live.get(from.name);

@@ -3,7 +3,7 @@ import { copyFile, link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
-import { freeze, shareInto, type Frozen } from './disk-layers.js';
+import { freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { makeOverlay } from '../../images/overlay.js';
@@ -35,6 +35,17 @@ export class QemuVmDisks {
     const l = layout(spec.dir);
     await makeOverlay(await this.o.images.get(spec.image), l.disk, spec.disk_gb, spec.name);
     await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
+  }
+
+  /**
+   * A VM moved here: its disk stands on this node's image (same digest, other path); a stopped one
+   * gets a seed with this node's SSH key for its next boot. A suspended guest's seed stays as it
+   * was loaded (a device's backing file is not changed under a saved guest).
+   */
+  async takeIn(spec: VmSpec, suspended: boolean): Promise<void> {
+    const image = await this.o.images.get(spec.image);
+    await restandOn(spec.dir, join(image.dir, image.disk));
+    if (!suspended) await writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver));
   }
 
   /**

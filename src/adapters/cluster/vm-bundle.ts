@@ -1,0 +1,108 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import tar from 'tar-stream';
+import { InvalidArgumentError, isDomainError, PayloadTooLargeError } from '../../domain/errors.js';
+import {
+  MAX_MOVE_FILES,
+  MAX_OFFER_BYTES,
+  MOVE_FILE_NAME,
+  moveByteLimit,
+  offeredRecord,
+  type MoveOffer,
+} from '../../domain/move.js';
+import type { VmFile } from '../../ports/stores.js';
+
+/** The first entry of a moved VM's tar: the offer (docs/cluster.md, "Moving a VM"). */
+const OFFER = 'offer.json';
+
+/** A moved VM as one tar stream: the offer, then each of its files, flat. */
+export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
+  const pack = tar.pack();
+  void (async () => {
+    try {
+      const head = Buffer.from(JSON.stringify(offer));
+      await new Promise<void>((res, rej) =>
+        pack.entry({ name: OFFER, size: head.length }, head, (e) => (e ? rej(e) : res())),
+      );
+      for (const f of files) {
+        const header = { name: f.name, size: f.size, mode: 0o600, type: 'file' as const };
+        if (f.size === 0) {
+          await new Promise<void>((res, rej) => pack.entry(header, Buffer.alloc(0), (e) => (e ? rej(e) : res())));
+          continue;
+        }
+        // The size said in the header, not a byte more (the VM is stopped: its files stand still).
+        await pipeline(createReadStream(f.path, { end: f.size - 1 }), pack.entry(header));
+      }
+      pack.finalize();
+    } catch (err) {
+      pack.destroy(err as Error);
+    }
+  })();
+  return pack;
+}
+
+/**
+ * Reads a moved VM's tar: its offer first (bounded, checked), then `take(offer, fill)` decides, and
+ * `fill(dir)` writes the files into `dir` as they come, held to what a move may carry: plain
+ * files with plain names, at most MAX_MOVE_FILES of them, no more bytes than the VM's disk and
+ * memory can hold (moveByteLimit). Anything else is refused before a byte of it is written.
+ */
+export async function unpackVm<T>(
+  body: Readable,
+  take: (offer: MoveOffer, fill: (dir: string) => Promise<void>) => Promise<T>,
+): Promise<T> {
+  const extract = tar.extract();
+  body.on('error', (err) => extract.destroy(err));
+  body.pipe(extract);
+  const iter = extract[Symbol.asyncIterator]();
+  // What the tar parser throws is the sender's fault (not a tar, cut short): a bad request.
+  const entries = {
+    next: () =>
+      iter.next().catch((err: Error) => {
+        throw isDomainError(err) ? err : new InvalidArgumentError(`not the tar of a moved vm: ${err.message}`);
+      }),
+  };
+  try {
+    const first = await entries.next();
+    if (first.done || first.value.header.name !== OFFER)
+      throw new InvalidArgumentError(`a moved vm's tar must begin with ${OFFER}`);
+    if (first.value.header.size === undefined || first.value.header.size > MAX_OFFER_BYTES)
+      throw new PayloadTooLargeError(`a move offer is at most ${MAX_OFFER_BYTES} bytes`);
+    const chunks: Buffer[] = [];
+    for await (const c of first.value) chunks.push(c as Buffer);
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      throw new InvalidArgumentError(`${OFFER} is not JSON`);
+    }
+    const offer = offeredRecord(parsed);
+    const limit = moveByteLimit(offer.record);
+    return await take(offer, async (dir) => {
+      let count = 0;
+      let bytes = 0;
+      for (;;) {
+        const next = await entries.next();
+        if (next.done) return;
+        const { header } = next.value;
+        if (header.type !== 'file' || !MOVE_FILE_NAME.test(header.name) || header.name === OFFER)
+          throw new InvalidArgumentError(
+            `a moved vm's tar holds only plain files with plain names; refused ${JSON.stringify(header.name)} (${header.type})`,
+          );
+        if (++count > MAX_MOVE_FILES) throw new InvalidArgumentError(`a moved vm has at most ${MAX_MOVE_FILES} files`);
+        bytes += header.size ?? 0;
+        if (bytes > limit)
+          throw new PayloadTooLargeError(
+            `vm ${offer.record.name}'s files pass ${limit} bytes, more than its disk and memory can hold`,
+          );
+        await pipeline(next.value, createWriteStream(join(dir, header.name), { flags: 'wx', mode: 0o600 }));
+      }
+    });
+  } finally {
+    // What was not read (a refusal) is let go; the caller closes the connection.
+    body.unpipe(extract);
+    extract.destroy();
+  }
+}

@@ -1,0 +1,194 @@
+import { inject, injectable } from 'inversify';
+import { placeVm, type ClusterInstance, type NodeView } from '../domain/cluster.js';
+import { errorMessage, InvalidArgumentError, InvalidStateError } from '../domain/errors.js';
+import { assertMovable, offeredRecord, parseMoveRequest, type MoveOffer } from '../domain/move.js';
+import { toPublic, type VmRecord } from '../domain/vm.js';
+import { PeerNodes } from '../ports/cluster.js';
+import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { VmStore } from '../ports/stores.js';
+import { Activity } from './activity.js';
+import { ClusterService } from './cluster-service.js';
+import { VmKeeper } from './vm-keeper.js';
+import { Vms } from './vms.js';
+
+/** What a drain did with each VM of the node. */
+export interface DrainResult {
+  node: string;
+  moved: { name: string; node: string }[];
+  refused: { name: string; reason: string }[];
+}
+
+/**
+ * Moving VMs between the nodes of a cluster (docs/cluster.md, "Moving a VM"). The node that has a
+ * stopped or suspended VM sends its record and files to the node asked for; that node takes them
+ * in whole, makes its disk stand on its own copy of the image (the digests agree), and then makes
+ * the VM its own in etcd, the one step that decides. Then the sender forgets its copy. Each side
+ * marks its record first (`leaving`, `arriving`), so a daemon that dies between two steps asks
+ * etcd at its next start who has the VM and keeps or drops its copy by that: nothing is lost and
+ * nothing is left twice.
+ */
+@injectable()
+export class MoveService {
+  constructor(
+    @inject(ClusterService) private readonly cluster: ClusterService,
+    @inject(PeerNodes) private readonly peers: PeerNodes,
+    @inject(Vms) private readonly vms: Vms,
+    @inject(VmKeeper) private readonly keeper: VmKeeper,
+    @inject(VmStore) private readonly store: VmStore,
+    @inject(Hypervisor) private readonly hv: Hypervisor,
+    @inject(VmDisks) private readonly disks: VmDisks,
+    @inject(GuestImages) private readonly images: GuestImages,
+    @inject(Activity) private readonly activity: Activity,
+    @inject(Logger) private readonly log: Logger,
+  ) {}
+
+  /** `POST /vms/{name}/move` on the node that has the VM: sends it to `node`, answers it as it is there. */
+  async move(name: string, body: unknown): Promise<ClusterInstance> {
+    const { node } = parseMoveRequest(body);
+    return this.activity.timed('move', name, () => this.vms.withVm(name, (rec) => this.send(rec, node)));
+  }
+
+  /**
+   * `POST /nodes/{node}/drain` on that node: every stopped or suspended VM goes to the node the
+   * placement rule picks among the others; a running one is refused, saying why. One VM at a time.
+   */
+  async drain(): Promise<DrainResult> {
+    const out: DrainResult = { node: this.cluster.self, moved: [], refused: [] };
+    for (const vm of this.vms.list()) {
+      const rec = this.vms.find(vm.name);
+      if (!rec) continue;
+      try {
+        assertMovable(rec);
+        const to = this.pick(rec);
+        await this.activity.timed('move', rec.name, () => this.vms.withVm(rec.name, (r) => this.send(r, to.node)));
+        out.moved.push({ name: rec.name, node: to.node });
+      } catch (err) {
+        out.refused.push({ name: rec.name, reason: errorMessage(err) });
+      }
+    }
+    return out;
+  }
+
+  /** Where a drained VM goes: the placement rule over the ready nodes but this one. */
+  private pick(rec: VmRecord): NodeView {
+    const others = this.cluster.nodes().filter((n) => n.node !== this.cluster.self);
+    return placeVm(
+      others,
+      { cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb, image: rec.image },
+      {},
+      () => false,
+    );
+  }
+
+  private async send(rec: VmRecord, node: string): Promise<ClusterInstance> {
+    assertMovable(rec);
+    if (node === this.cluster.self) throw new InvalidArgumentError(`vm ${rec.name} is on node ${node} already`);
+    const target = this.cluster.node(node);
+    if (target.state !== 'ready') throw new InvalidStateError(`node ${node} is unreachable: its lease is gone`);
+    const offer: MoveOffer = {
+      from: this.cluster.self,
+      record: { ...rec },
+      image_digest: await this.images.digest(rec.image),
+      state_key: rec.status === 'suspended' ? await this.hv.savedStateKey?.() : undefined,
+    };
+    const files = await this.store.files(rec.name);
+    rec.leaving = node;
+    await this.vms.save(rec);
+    let moved: ClusterInstance | undefined;
+    try {
+      moved = { ...(await this.peers.sendVm(target, offerOf(offer), files)), node } as ClusterInstance;
+    } catch (err) {
+      // The answer may be what was lost: what etcd says decides.
+      if (this.cluster.ownerOf(rec.name) !== node) {
+        delete rec.leaving;
+        await this.vms.save(rec);
+        throw err;
+      }
+      this.log.warn({ vm: rec.name, node, err: errorMessage(err) }, 'move: the answer was lost, but the vm is there');
+    }
+    await this.forget(rec);
+    this.log.info({ vm: rec.name, node, files: files.length }, 'vm moved');
+    return moved ?? { ...toPublic(rec), node };
+  }
+
+  /**
+   * The node a VM is sent to: takes in the offer and the files `fill` writes, checks that its disk
+   * stands on the same image here and a saved state loads here, then makes it its own in etcd.
+   * AlreadyExistsError when the name is here; InvalidStateError when the cluster says another node
+   * has it, or what it stands on differs here.
+   */
+  async receive(raw: unknown, fill: (dir: string) => Promise<void>): Promise<ClusterInstance> {
+    const offer = offeredRecord(raw);
+    const rec = offer.record;
+    const name = rec.name;
+    return this.vms.locked(name, async () => {
+      this.vms.checkRoom(1, 0, 0);
+      if (this.vms.find(name)) throw new InvalidStateError(`vm ${name} already exists on node ${this.cluster.self}`);
+      const owner = this.cluster.ownerOf(name);
+      if (owner !== offer.from)
+        throw new InvalidStateError(`the cluster says vm ${name} is on node ${owner ?? '(none)'}, not ${offer.from}`);
+      assertMovable(rec);
+      const here = await this.images.digest(rec.image).catch(() => undefined);
+      if (here !== offer.image_digest)
+        throw new InvalidStateError(
+          here
+            ? `image ${rec.image} on node ${this.cluster.self} is not the one vm ${name} was made of (digest ${here}, not ${offer.image_digest}); fetching images between nodes is not done yet`
+            : `node ${this.cluster.self} has no image ${rec.image}; fetching images between nodes is not done yet`,
+        );
+      if (offer.state_key !== undefined && offer.state_key !== (await this.hv.savedStateKey?.()))
+        throw new InvalidStateError(
+          `vm ${name} was suspended by a hypervisor that node ${this.cluster.self} does not match (another QEMU, machine or accelerator); shut it down to move it`,
+        );
+      const kept: VmRecord = { ...rec, arriving: offer.from, updated_at: new Date().toISOString() };
+      await this.store.receive(kept, fill);
+      try {
+        await this.disks.takeIn(await this.keeper.spec(kept, kept.forwards), kept.status === 'suspended');
+        await this.cluster.takeOver(name, offer.from);
+      } catch (err) {
+        await this.hv.destroy(this.keeper.ref(kept)).catch(() => undefined);
+        await this.store.remove(name);
+        throw err;
+      }
+      // From here the VM is this node's: a failure to record that is settled at the next start.
+      this.vms.admit(kept);
+      delete kept.arriving;
+      await this.vms.save(kept);
+      return { ...toPublic(kept), node: this.cluster.self };
+    });
+  }
+
+  /**
+   * After a restart (with the cluster joined): a VM a move had marked here is kept or dropped by
+   * what etcd says. Nothing is done while etcd cannot be read (it is asked again at the next start).
+   */
+  async settle(): Promise<void> {
+    if (this.cluster.stale) return;
+    for (const rec of this.vms.all()) {
+      const mark = rec.leaving ?? rec.arriving;
+      if (mark === undefined) continue;
+      const owner = this.cluster.ownerOf(rec.name);
+      const ours = rec.leaving !== undefined ? owner !== rec.leaving : owner === this.cluster.self;
+      this.log.warn({ vm: rec.name, owner, kept: ours }, 'move: finishing a move a daemon stop cut off');
+      await this.vms.withVm(rec.name, async (r) => {
+        if (ours) {
+          delete r.leaving;
+          delete r.arriving;
+          await this.vms.save(r);
+        } else await this.forget(r);
+      });
+    }
+  }
+
+  /** The copy of a VM that is now another node's goes from here (its entry in etcd is that node's). */
+  private async forget(rec: VmRecord): Promise<void> {
+    rec.deleting = true; // not saved: `leaving` or `arriving` already says what a restart does
+    await this.keeper.purge(rec);
+  }
+}
+
+/** The offer as it is sent: the record without what only this node's hypervisor reads. */
+function offerOf(o: MoveOffer): MoveOffer {
+  const { runtime: _r, leaving: _l, arriving: _a, deleting: _d, ...record } = o.record;
+  return { ...o, record: record as VmRecord };
+}
