@@ -1,10 +1,13 @@
 import { expect } from 'chai';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
 import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, type Target } from '../helpers/http.js';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 const TOKEN = 'e2e-user-token';
@@ -59,7 +62,7 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     await etcd?.stop();
   });
 
-  it('creates a VM on the other node and drives it through this one: exec, cp, a shell, suspend and restore, delete', async () => {
+  it('creates a VM on the other node and drives it through this one: exec, cp, a shell, suspend and restore', async () => {
     const made = await call(at[0], 'POST', '/vms', { name: 'far', node: 'q2', persistent: true });
     expect(made.status, made.text).to.equal(201);
     expect(made.json).to.include({ name: 'far', status: 'running' });
@@ -93,6 +96,43 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     expect(restored.status, restored.text).to.equal(200);
     const again = await call(at[0], 'POST', '/vms/far/exec?cmd=wc&args=-c&args=/root/kept');
     expect(again.json.stdout).to.equal(`${body.length} /root/kept\n`);
+  });
+
+  it('moves the VM suspended to the first node with its file and a running process, every line kept; and back stopped', async () => {
+    const P = '/vms/far/processes';
+    const script = 'i=0; while [ $i -lt 150 ]; do i=$((i+1)); echo "n $i"; sleep 0.1; done';
+    const p = await call(at[0], 'POST', P, { cmd: 'sh', args: ['-c', script], tag: 'count' });
+    expect(p.status, p.text).to.equal(201);
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await call(at[0], 'POST', '/vms/far/suspend')).status).to.equal(200);
+    const moved = await call(at[1], 'POST', '/vms/far/move', { node: 'q1' });
+    expect(moved.status, moved.text).to.equal(200);
+    expect(moved.json).to.include({ name: 'far', node: 'q1', status: 'suspended' });
+    expect(existsSync(join(dataDirs[1], 'vms', 'far'))).to.equal(false);
+    const restored = await call(at[1], 'POST', '/vms/far/restore');
+    expect(restored.status, restored.text).to.equal(200);
+    expect(qemuProcesses(dataDirs[0], ['far'])).to.have.length(1);
+    expect(qemuProcesses(dataDirs[1], ['far'])).to.deep.equal([]);
+    // The process ran on through the move: every line once, in order, read through the other node.
+    const back = await readWithReconnects(at[1], `${P}/${p.json.id}`, {
+      reconnects: 2,
+      maxMs: 1000,
+      timeoutMs: 120_000,
+    });
+    expectNumbered(back.text.stdout, 150, back.end);
+    expect((await call(at[1], 'GET', `${P}/count`)).json).to.include({ id: p.json.id, pid: p.json.pid });
+    const kept = await call(at[1], 'POST', '/vms/far/exec?cmd=sh&args=-c&args=hostname%3B%20wc%20-c%20%3C/root/kept');
+    expect(kept.json.stdout).to.equal(`far\n${4096 * 'through q1\n'.length}\n`);
+
+    // Stopped, it goes back and boots there on its disk, which stands on the second node's image.
+    expect((await call(at[0], 'POST', '/vms/far/shutdown')).status).to.equal(200);
+    const home = await call(at[0], 'POST', '/vms/far/move', { node: 'q2' });
+    expect(home.status, home.text).to.equal(200);
+    const started = await call(at[0], 'POST', '/vms/far/start');
+    expect(started.status, started.text).to.equal(200);
+    expect(qemuProcesses(dataDirs[1], ['far'])).to.have.length(1);
+    const after = await call(at[0], 'POST', '/vms/far/exec?cmd=wc&args=-c&args=/root/kept');
+    expect(after.json.stdout).to.equal(`${4096 * 'through q1\n'.length} /root/kept\n`);
 
     expect((await call(at[0], 'DELETE', '/vms/far')).status).to.equal(200);
     expect((await call(at[1], 'GET', '/vms/far')).status).to.equal(404);

@@ -8,6 +8,7 @@ import {
   layersOf,
   MAX_LAYERS,
   replaceState,
+  restandOn,
   shareInto,
 } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
@@ -153,6 +154,45 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     // The clone made before keeps its whole chain, still readable with the template's links gone.
     expect(await layersOf(before)).to.deep.equal(long);
     shows(join(before, 'disk.qcow2'), MAX_LAYERS - 1);
+  });
+
+  it('re-stands a moved chain on the image where it lands: the bottom layer names the new path, data untouched', async () => {
+    const tpl = vm('tpl');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
+    write(join(tpl, 'disk.qcow2'), 't');
+    await freeze(tpl, undefined);
+    const clone = vm('clone');
+    await shareInto(tpl, clone, await freeze(tpl, undefined));
+    // The clone's directory as another node receives it: copies of its files; its image elsewhere.
+    const there = vm('there');
+    for (const f of readdirSync(clone)) writeFileSync(join(there, f), readFileSync(join(clone, f)));
+    const [layer] = await layersOf(there);
+    expect(await backingName(join(there, layer))).to.equal(golden);
+    const image2 = join(root, 'images2');
+    mkdirSync(image2);
+    renameSync(golden, join(image2, 'disk.qcow2'));
+    await restandOn(there, join(image2, 'disk.qcow2'));
+    expect(await backingName(join(there, layer))).to.equal(join(image2, 'disk.qcow2'));
+    expect(await layersOf(there)).to.deep.equal([layer]);
+    expect(firstByte(join(there, 'disk.qcow2'))).to.equal('74'); // 't', the template's write, through the chain
+    // A disk with no layers of its own is the bottom itself.
+    const plain = vm('plain');
+    img(
+      'create',
+      '-q',
+      '-f',
+      'qcow2',
+      '-b',
+      join(root, 'gone.qcow2'),
+      '-F',
+      'qcow2',
+      '-u',
+      join(plain, 'disk.qcow2'),
+      '64M',
+    );
+    await restandOn(plain, join(image2, 'disk.qcow2'));
+    expect(await backingName(join(plain, 'disk.qcow2'))).to.equal(join(image2, 'disk.qcow2'));
+    expect(firstByte(join(plain, 'disk.qcow2'))).to.equal('67'); // 'g', the image's
   });
 
   it('reads the backing name from the qcow2 header and refuses what is not qcow2', async () => {

@@ -30,6 +30,14 @@ describe('domain/cluster: placement', () => {
     expect(placeVm([node('y'), node('x')], shape, {}, never).node).to.equal('x');
   });
 
+  it('passes a drained node by, and refuses it when it is asked for by name', () => {
+    const a = node('a', { draining: true });
+    const b = node('b', { allocated: { vms: 9, cpus: 7, memory_mb: 4000, disk_gb: 90 } });
+    expect(placeVm([a, b], shape, {}, never).node).to.equal('b');
+    expect(() => placeVm([a, b], shape, { node: 'a' }, never)).to.throw(/node a is drained/);
+    expect(() => placeVm([a], shape, {}, never)).to.throw(/no node of the cluster is ready/);
+  });
+
   it('keeps to the node asked for, and to nodes with every tag of the selector', () => {
     const a = node('a', { tags: { zone: 'a', gpu: 'no' } });
     const b = node('b', { tags: { zone: 'b' }, allocated: { vms: 5, cpus: 5, memory_mb: 5000, disk_gb: 5 } });

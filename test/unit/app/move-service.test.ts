@@ -1,0 +1,159 @@
+import { expect } from 'chai';
+import { Activity } from '../../../src/app/activity.js';
+import type { ClusterService } from '../../../src/app/cluster-service.js';
+import { MoveService } from '../../../src/app/move-service.js';
+import type { NodeView } from '../../../src/domain/cluster.js';
+import { UnavailableError } from '../../../src/domain/errors.js';
+import type { MoveOffer } from '../../../src/domain/move.js';
+import type { Instance } from '../../../src/domain/vm.js';
+import type { PeerNodes } from '../../../src/ports/cluster.js';
+import { SilentLogger } from '../../fakes/fakes.js';
+import { world, type World } from '../../fakes/world.js';
+
+/**
+ * The move service's decisions on the fake hypervisor, with the cluster and the other node stood
+ * in for: what etcd says decides every step a daemon stop or a lost answer could cut off.
+ */
+describe('app/MoveService', () => {
+  let w: World;
+  let owners: Map<string, string>;
+  let stale: boolean;
+  let sent: MoveOffer[];
+  let answer: (o: MoveOffer) => Promise<Instance>;
+  let takenOver: string[];
+  let moves: MoveService;
+
+  beforeEach(async () => {
+    w = world();
+    owners = new Map();
+    stale = false;
+    sent = [];
+    takenOver = [];
+    answer = async (o) => ({ ...o.record }) as Instance;
+    const node = (name: string): NodeView => ({ node: name, state: 'ready' }) as NodeView;
+    const cluster = {
+      self: 'n2',
+      get stale() {
+        return stale;
+      },
+      ownerOf: (name: string) => owners.get(name),
+      node,
+      nodes: () => [node('n1'), node('n2'), node('n3')],
+      takeOver: async (name: string, from: string) => {
+        if (owners.get(name) !== from) throw new Error(`${name} is not ${from}'s`);
+        owners.set(name, 'n2');
+        takenOver.push(name);
+      },
+    } as unknown as ClusterService;
+    const peers: PeerNodes = {
+      sendVm: async (_n, o) => {
+        sent.push(o);
+        return answer(o);
+      },
+    };
+    moves = new MoveService(
+      cluster,
+      peers,
+      w.vms,
+      w.keeper,
+      w.store,
+      w.hv,
+      w.hv,
+      w.hv,
+      w.container.get(Activity),
+      new SilentLogger(),
+    );
+    for (const name of ['a', 'b', 'c', 'd']) {
+      await (
+        await w.creates.create({ name, persistent: true }, {})
+      ).done;
+      await w.svc.shutdown(name);
+      owners.set(name, 'n2');
+    }
+  });
+
+  it('sends a stopped VM without what only its host reads, and forgets its copy', async () => {
+    const moved = await moves.move('a', { node: 'n3' });
+    expect(moved).to.include({ name: 'a', node: 'n3' });
+    expect(sent[0].record).not.to.have.property('leaving');
+    expect(sent[0].record).not.to.have.property('runtime');
+    expect(sent[0]).to.include({ from: 'n2', image_digest: 'fake:debian:1' });
+    expect(w.vms.find('a')).to.equal(undefined);
+    expect(w.store.records.has('a')).to.equal(false);
+  });
+
+  it('keeps the VM when the other node refuses or cannot be reached, and forgets it when etcd says it got there', async () => {
+    answer = async () => {
+      throw new UnavailableError('node n3 did not answer');
+    };
+    const err = await moves.move('a', { node: 'n3' }).catch((e: Error) => e);
+    expect((err as Error).message).to.equal('node n3 did not answer');
+    expect(w.vms.get('a')).to.include({ status: 'stopped' });
+    expect(w.store.records.get('a')).not.to.have.property('leaving');
+    // The answer was lost after the other node took it: etcd says so, and the copy here goes.
+    answer = async (o) => {
+      owners.set(o.record.name, 'n3');
+      throw new UnavailableError('connection reset');
+    };
+    expect(await moves.move('a', { node: 'n3' })).to.include({ name: 'a', node: 'n3' });
+    expect(w.vms.find('a')).to.equal(undefined);
+  });
+
+  it('finishes at start what a stop cut off, by what etcd says, and waits while etcd cannot be read', async () => {
+    const mark = async (name: string, o: { leaving?: string; arriving?: string }) => {
+      const rec = w.vms.get(name);
+      Object.assign(rec, o);
+      await w.vms.save(rec);
+    };
+    await mark('a', { leaving: 'n3' }); // n3 has it now: the copy here goes
+    owners.set('a', 'n3');
+    await mark('b', { leaving: 'n3' }); // still ours: kept
+    await mark('c', { arriving: 'n1' }); // ours now: kept
+    await mark('d', { arriving: 'n1' }); // still n1's: the copy here goes
+    owners.set('d', 'n1');
+    stale = true;
+    await moves.settle();
+    expect(['a', 'b', 'c', 'd'].map((n) => !!w.vms.find(n))).to.deep.equal([true, true, true, true]);
+    stale = false;
+    await moves.settle();
+    expect(['a', 'b', 'c', 'd'].filter((n) => w.vms.find(n))).to.deep.equal(['b', 'c']);
+    for (const n of ['b', 'c']) {
+      expect(w.store.records.get(n)).not.to.have.property('leaving');
+      expect(w.store.records.get(n)).not.to.have.property('arriving');
+    }
+    expect([...w.store.records.keys()].sort()).to.deep.equal(['b', 'c']);
+  });
+
+  it('takes in an offer only when the cluster says the sender has it and the image and saved state match here', async () => {
+    const offer = (o: Partial<MoveOffer> = {}, rec: Record<string, unknown> = {}): MoveOffer => {
+      const r = { ...w.vms.get('a'), name: 'x', ...rec };
+      return { from: 'n1', image_digest: 'fake:debian:1', record: r, ...o } as MoveOffer;
+    };
+    const noFill = async () => undefined;
+    const refused = (o: MoveOffer) =>
+      moves.receive(o, noFill).then(
+        () => 'taken',
+        (e: Error) => e.message,
+      );
+    expect(await refused(offer())).to.match(/the cluster says vm x is on node \(none\), not n1/);
+    owners.set('x', 'n1');
+    expect(await refused(offer({ image_digest: 'fake:debian:7' }))).to.match(
+      /image debian on node n2 is not the one vm x was made of/,
+    );
+    expect(await refused(offer({}, { image: 'ssh-only-gone' }))).to.match(/node n2 has no image ssh-only-gone/);
+    expect(await refused(offer({ state_key: 'other-qemu' }, { status: 'suspended' }))).to.match(
+      /suspended by a hypervisor that node n2 does not match/,
+    );
+    expect(await refused(offer({}, { status: 'running' }))).to.match(/a vm moves stopped or suspended/);
+    expect(await refused(offer({}, { name: 'a' }))).to.match(/vm a already exists on node n2/);
+    expect(w.vms.find('x')).to.equal(undefined);
+    expect(takenOver).to.deep.equal([]);
+    const taken = await moves.receive(offer({ state_key: 'fake' }, { status: 'suspended' }), noFill);
+    expect(taken).to.include({ name: 'x', node: 'n2', status: 'suspended' });
+    expect(takenOver).to.deep.equal(['x']);
+    expect(w.store.records.get('x')).not.to.have.property('arriving');
+    // The fake hypervisor took it in with its saved state: a restore loads it.
+    await w.svc.restore('x');
+    expect(w.vms.get('x').status).to.equal('running');
+  });
+});

@@ -1,0 +1,85 @@
+import { expect } from 'chai';
+import {
+  assertMovable,
+  MOVE_FILE_NAME,
+  moveByteLimit,
+  offeredRecord,
+  parseMoveRequest,
+} from '../../../src/domain/move.js';
+import type { VmRecord } from '../../../src/domain/vm.js';
+
+const rec = (o: Partial<VmRecord> = {}): VmRecord =>
+  ({
+    name: 'box',
+    status: 'stopped',
+    persistent: true,
+    cpus: 1,
+    memory_mb: 512,
+    disk_gb: 4,
+    image: 'minimal',
+    ip: '',
+    ssh_port: 0,
+    agent_port: 0,
+    agent_cid: 0,
+    forwards: [],
+    tags: {},
+    mounts: [],
+    metrics_enabled: false,
+    created_at: '',
+    updated_at: '',
+    egress: { mode: 'allow', allow: [], deny: [] },
+    ...o,
+  }) as VmRecord;
+
+describe('domain/move', () => {
+  it('reads {node} and nothing else', () => {
+    expect(parseMoveRequest({ node: 'n2' })).to.deep.equal({ node: 'n2' });
+    expect(() => parseMoveRequest(undefined)).to.throw(/move body must be a JSON object/);
+    expect(() => parseMoveRequest([])).to.throw(/move body must be a JSON object/);
+    expect(() => parseMoveRequest({})).to.throw(/move needs node/);
+    expect(() => parseMoveRequest({ node: 'N 2' })).to.throw(/node must be a node name/);
+    expect(() => parseMoveRequest({ node: 'n2', live: true })).to.throw(/unknown move field\(s\): live/);
+  });
+
+  it('moves stopped and suspended VMs only, and none with what is its host’s alone', () => {
+    assertMovable(rec());
+    assertMovable(rec({ status: 'suspended' }));
+    for (const status of ['running', 'paused', 'creating', 'error'] as const)
+      expect(() => assertMovable(rec({ status }))).to.throw(
+        new RegExp(`is ${status}; a vm moves stopped or suspended`),
+      );
+    expect(() => assertMovable(rec({ pool: 'tpl' }))).to.throw(/warm pool member/);
+    expect(() => assertMovable(rec({ deleting: true }))).to.throw(/being deleted/);
+    expect(() => assertMovable(rec({ mounts: [{ host: '/srv/data', guest: '/data' }] }))).to.throw(
+      /shares host folders \(\/srv\/data\)/,
+    );
+    expect(() => assertMovable(rec({ overlay_ip: '10.1.0.5/24' }))).to.throw(/overlay network/);
+  });
+
+  it('takes an offer only with its fields, and drops what belonged to the sending host', () => {
+    const offer = offeredRecord({
+      from: 'n1',
+      image_digest: 'sha256:ab',
+      record: rec({ status: 'suspended', ssh_port: 2222, agent_port: 7000, pid: 42, agent_socket: '/x' }),
+    });
+    expect(offer.from).to.equal('n1');
+    expect(offer.record).to.include({ name: 'box', ssh_port: 0, agent_port: 0, status: 'suspended' });
+    expect(offer.record).not.to.have.property('pid');
+    expect(offer.record).not.to.have.property('agent_socket');
+    for (const bad of [
+      null,
+      {},
+      { from: 'n1', image_digest: 1, record: rec() },
+      { from: 'n1', image_digest: 'x', record: { name: 'x' } },
+    ])
+      expect(() => offeredRecord(bad)).to.throw(/a move offer must carry/);
+  });
+
+  it('bounds what a move may carry', () => {
+    expect(moveByteLimit({ disk_gb: 4, memory_mb: 512 })).to.equal((4 * 1024 + 2 * 512 + 256) * 1024 * 1024);
+    for (const ok of ['disk.qcow2', 'base-0123456789abcdef.qcow2', 'serial.log', '.hidden'])
+      expect(MOVE_FILE_NAME.test(ok), ok).to.equal(true);
+    for (const bad of ['.', '..', 'a/b', '../x', '', 'x'.repeat(129), 'sp ace'])
+      expect(MOVE_FILE_NAME.test(bad), bad).to.equal(false);
+  });
+});
