@@ -1,7 +1,7 @@
 import { inject, injectable } from 'inversify';
 import { placeVm, type ClusterInstance, type NodeView } from '../domain/cluster.js';
 import { errorMessage, InvalidArgumentError, InvalidStateError } from '../domain/errors.js';
-import { assertMovable, offeredRecord, parseMoveRequest, type MoveOffer } from '../domain/move.js';
+import { assertMovable, offeredRecord, parseMoveRequest, type DrainResult, type MoveOffer } from '../domain/move.js';
 import { toPublic, type VmRecord } from '../domain/vm.js';
 import { PeerNodes } from '../ports/cluster.js';
 import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
@@ -11,13 +11,6 @@ import { Activity } from './activity.js';
 import { ClusterService } from './cluster-service.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
-
-/** What a drain did with each VM of the node. */
-export interface DrainResult {
-  node: string;
-  moved: { name: string; node: string }[];
-  refused: { name: string; reason: string }[];
-}
 
 /**
  * Moving VMs between the nodes of a cluster (docs/cluster.md, "Moving a VM"). The node that has a

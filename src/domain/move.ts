@@ -39,6 +39,13 @@ export function assertMovable(rec: VmRecord): void {
     throw new InvalidStateError(`vm ${rec.name} has an address on this node's overlay network; it cannot move`);
 }
 
+/** What a drain did with each VM of the node (POST /nodes/{node}/drain). */
+export interface DrainResult {
+  node: string;
+  moved: { name: string; node: string }[];
+  refused: { name: string; reason: string }[];
+}
+
 /** What the node that has a VM sends the node that takes it, before the VM's files. */
 export interface MoveOffer {
   /** The node that has the VM now. */

@@ -18,11 +18,15 @@ describe('SvcClient against a real daemon', function () {
   });
   after(async () => d.stop());
 
-  it("covers every route of the OpenAPI document (but /mcp, which MCP clients speak, and the dashboard's /ui)", async () => {
-    const doc = parse(await c.openapi()) as { paths: Record<string, Record<string, unknown>> };
+  it("covers every route of the OpenAPI document (but /mcp, which MCP clients speak, the dashboard's /ui, and what only nodes call)", async () => {
+    const doc = parse(await c.openapi()) as { paths: Record<string, Record<string, Record<string, unknown>>> };
     const documented = Object.entries(doc.paths)
       .filter(([p]) => p !== '/mcp' && p !== '/ui' && !p.startsWith('/ui/'))
-      .flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`))
+      .flatMap(([p, ops]) =>
+        Object.entries(ops)
+          .filter(([, o]) => !o['x-svc-internal'])
+          .map(([m]) => `${m} ${p}`),
+      )
       .sort();
     expect([...CLIENT_ROUTES].sort()).to.deep.equal(documented);
   });

@@ -49,6 +49,24 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(n.proc.proc.exitCode, n.proc.stderr()).to.equal(null);
   };
   const api = (n: Node, method: string, path: string, body?: unknown): Promise<Reply> => call(n.t, method, path, body);
+  /** The CLI against n2. */
+  const svc = (args: string[]) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      const p = spawn(process.execPath, [
+        SVC,
+        '--api',
+        // host:port, as the daemon's own api key is written
+        `127.0.0.1:${nodes[1].port}`,
+        '--token',
+        TOKEN,
+        ...args,
+      ]);
+      let stdout = '';
+      let stderr = '';
+      p.stdout.on('data', (c) => (stdout += c));
+      p.stderr.on('data', (c) => (stderr += c));
+      p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    });
 
   before(async () => {
     etcd = await startEtcd(tempDir('svc-etcd-'));
@@ -282,23 +300,6 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
   });
 
   it('works from the CLI against any node: svc nodes, svc new --node, svc ls with the node', async () => {
-    const svc = (args: string[]) =>
-      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-        const p = spawn(process.execPath, [
-          SVC,
-          '--api',
-          // host:port, as the daemon's own api key is written
-          `127.0.0.1:${nodes[1].port}`,
-          '--token',
-          TOKEN,
-          ...args,
-        ]);
-        let stdout = '';
-        let stderr = '';
-        p.stdout.on('data', (c) => (stdout += c));
-        p.stderr.on('data', (c) => (stderr += c));
-        p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-      });
     const n = await svc(['nodes']);
     expect(n.code, n.stderr).to.equal(0);
     expect(n.stdout).to.match(/^NODE\s+STATE\s+VMS/);
@@ -407,7 +408,9 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
 
     // Drained, n1 sends what can move elsewhere, keeps the running one (saying why) and takes no create.
     expect((await api(n3, 'POST', '/vms/mv-stopped/shutdown')).status).to.equal(200);
-    expect((await api(n2, 'POST', '/vms/mv-stopped/move', { node: 'n1' })).status).to.equal(200);
+    const back = await svc(['move', 'mv-stopped', 'n1']);
+    expect(back.code, back.stderr).to.equal(0);
+    expect(back.stdout).to.equal('mv-stopped moved to node n1 (stopped)\n');
     const drained = await api(n3, 'POST', '/nodes/n1/drain');
     expect(drained.status, drained.text).to.equal(200);
     // Where the placement rule puts it: the least full of the others.
@@ -426,7 +429,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const refused = await api(n3, 'POST', '/vms', { name: 'to-drained', node: 'n1' });
     expect(refused.status, refused.text).to.equal(429);
     expect(refused.json.error).to.match(/node n1 is drained/);
-    expect((await api(n2, 'DELETE', '/nodes/n1/drain')).status).to.equal(200);
+    const undo = await svc(['drain', 'n1', '--undo']);
+    expect(undo.stdout, undo.stderr).to.equal('node n1 takes creates again\n');
     await until(
       'n1 takes creates again',
       10_000,

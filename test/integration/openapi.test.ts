@@ -35,7 +35,14 @@ describe('OpenAPI description', function () {
       }
     }
     // A node of a cluster serves these too (test/integration/cluster.test.ts); this daemon is none.
-    expect([...cluster].sort()).to.deep.equal(['get /nodes', 'get /nodes/{node}']);
+    expect([...cluster].sort()).to.deep.equal([
+      'delete /nodes/{node}/drain',
+      'get /nodes',
+      'get /nodes/{node}',
+      'post /nodes/{node}/drain',
+      'post /vms/{name}/move',
+      'put /cluster/vms/{name}',
+    ]);
     // E2B's API is E2B's, described by E2B's own documents (docs/e2b.md), not svc's: under /e2b,
     // and its signed file URLs at /files (where its SDK puts them).
     const e2b = (path: string) => path.startsWith('/e2b/') || path === '/files';

@@ -6,8 +6,39 @@ import { table } from './format.js';
 const print = (asJson: boolean | undefined, value: unknown, text: () => string) =>
   console.log(asJson ? JSON.stringify(value, null, 2) : text());
 
-/** `svc nodes [NODE]`: the nodes of a cluster (docs/cluster.md). */
+/** `svc nodes [NODE]`, `svc drain NODE`, `svc move NAME NODE`: a cluster (docs/cluster.md). */
 export function clusterCommands(program: Command, client: () => SvcClient): void {
+  program
+    .command('move')
+    .argument('<name>')
+    .argument('<node>')
+    .description('move a stopped or suspended vm to another node of the cluster')
+    .option('--json')
+    .action(async (name: string, node: string, o: { json?: boolean }) => {
+      const vm = await client().move(name, node);
+      print(o.json, vm, () => `${vm.name} moved to node ${vm.node} (${vm.status})`);
+    });
+  program
+    .command('drain')
+    .argument('<node>')
+    .description('move what can move off a node and place nothing new on it (--undo ends that)')
+    .option('--undo', 'end the drain: creates may be placed on the node again')
+    .option('--json')
+    .action(async (node: string, o: { json?: boolean; undo?: boolean }) => {
+      if (o.undo) {
+        const n = await client().undrain(node);
+        return print(o.json, n, () => `node ${n.node} takes creates again`);
+      }
+      const r = await client().drain(node);
+      print(o.json, r, () =>
+        [
+          `node ${r.node} drained: nothing new is placed on it`,
+          ...r.moved.map((m) => `moved    ${m.name} to ${m.node}`),
+          ...r.refused.map((m) => `kept     ${m.name}: ${m.reason}`),
+        ].join('\n'),
+      );
+      if (r.refused.length) process.exitCode = 1;
+    });
   program
     .command('nodes')
     .argument('[node]')
@@ -56,6 +87,7 @@ function nodeDetails(n: NodeView): string {
         .map(([k, v]) => `${k}=${v}`)
         .join(', ') || '-',
     ],
+    ['draining', n.draining ? 'yes: nothing new is placed on it' : 'no'],
     ['version', n.version],
     ['started', n.started_at],
     ['seen', n.seen_at],

@@ -39,7 +39,8 @@ import type {
 } from '../../domain/processes.js';
 import type { ImageDetails } from '../../ports/hypervisor.js';
 import { loadConfig } from '../config/yaml-config-file.js';
-import type { NodeView, PlacementAsk } from '../../domain/cluster.js';
+import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
+import type { DrainResult } from '../../domain/move.js';
 
 /** An error answer of the daemon (or a failure to reach it), with the HTTP status and `{error}` text. */
 export class SvcError extends Error {
@@ -128,6 +129,9 @@ export const CLIENT_ROUTES = [
   'post /vms',
   'get /nodes',
   'get /nodes/{node}',
+  'post /nodes/{node}/drain',
+  'delete /nodes/{node}/drain',
+  'post /vms/{name}/move',
   'get /vms/{name}',
   'delete /vms/{name}',
   'post /vms/{name}/clone',
@@ -444,6 +448,18 @@ export class SvcClient {
   }
   node(node: string): Promise<NodeView> {
     return this.call('GET', `/nodes/${enc(node)}`);
+  }
+  /** Moves a stopped or suspended VM to another node of the cluster. */
+  move(name: string, node: string): Promise<ClusterInstance> {
+    return this.call('POST', `/vms/${enc(name)}/move`, { node });
+  }
+  /** Drains a node: what can move goes to the others, nothing new is placed on it. */
+  drain(node: string): Promise<DrainResult> {
+    return this.call('POST', `/nodes/${enc(node)}/drain`);
+  }
+  /** Ends a node's drain: creates may be placed on it again. */
+  undrain(node: string): Promise<NodeView> {
+    return this.call('DELETE', `/nodes/${enc(node)}/drain`);
   }
   start(name: string): Promise<Instance> {
     return this.call('POST', `/vms/${enc(name)}/start`);

@@ -40,6 +40,23 @@ export const CLUSTER_SCHEMAS: Record<string, Schema> = {
       started_at: { type: 'string', format: 'date-time' },
       seen_at: { type: 'string', format: 'date-time', description: 'when it last said something new of itself' },
       running: { type: 'integer', description: 'VMs running on it' },
+      draining: { type: 'boolean', description: 'drained: nothing new is placed on it (absent when not)' },
+    },
+  },
+  DrainResult: {
+    type: 'object',
+    required: ['node', 'moved', 'refused'],
+    properties: {
+      node: { type: 'string' },
+      moved: {
+        type: 'array',
+        items: { type: 'object', properties: { name: { type: 'string' }, node: { type: 'string' } } },
+      },
+      refused: {
+        type: 'array',
+        description: 'what stays on the node, and why (a running vm: shut it down or suspend it first)',
+        items: { type: 'object', properties: { name: { type: 'string' }, reason: { type: 'string' } } },
+      },
     },
   },
 };
@@ -51,7 +68,67 @@ const stale = {
   },
 };
 
+const nodeParam = { name: 'node', in: 'path', required: true, schema: { type: 'string' } };
+
 export const CLUSTER_PATHS: Record<string, Schema> = {
+  '/vms/{name}/move': {
+    post: op(
+      'Move a stopped or suspended VM to another node (its disk and saved state go with it)',
+      {
+        '200': json('the vm on its new node', ref('Instance')),
+        '400': err(
+          'running, or sharing host folders, or on that node already; or the node has another build of its image',
+        ),
+        '404': err('no such vm or node'),
+        '429': err('no room left on the node'),
+        '503': err('the node is unreachable'),
+      },
+      {
+        parameters: [{ name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
+        requestBody: {
+          required: true,
+          content: {
+            'application/json': {
+              schema: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
+            },
+          },
+        },
+        'x-svc-cluster': true,
+      },
+    ),
+  },
+  '/nodes/{node}/drain': {
+    post: op(
+      'Drain a node: its stopped and suspended VMs move to the others, nothing new is placed on it',
+      { '200': json('what moved and what stayed', ref('DrainResult')), '404': err('no such node') },
+      { parameters: [nodeParam], 'x-svc-cluster': true },
+    ),
+    delete: op(
+      'End a drain: creates may be placed on the node again',
+      { '200': json('the node', ref('Node')), '404': err('no such node') },
+      { parameters: [nodeParam], 'x-svc-cluster': true },
+    ),
+  },
+  '/cluster/vms/{name}': {
+    put: op(
+      'A VM sent by another node (a move): a tar of offer.json and its files. Only nodes call this, with the cluster token.',
+      {
+        '200': json("the vm, now this node's", ref('Instance')),
+        '400': err('not the tar of a moved vm, or what it stands on differs here'),
+        '403': err('not a node of the cluster'),
+        '413': err("more bytes than the vm's disk and memory hold"),
+      },
+      {
+        parameters: [{ name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
+        requestBody: {
+          required: true,
+          content: { 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
+        },
+        'x-svc-cluster': true,
+        'x-svc-internal': true,
+      },
+    ),
+  },
   '/nodes': {
     get: op(
       'The nodes of the cluster',
