@@ -91,6 +91,7 @@ import { ClusterService } from './app/cluster-service.js';
 import { ClusterConfig } from './app/tokens.js';
 import { ClusterStore, PeerNodes } from './ports/cluster.js';
 import { MoveService } from './app/move-service.js';
+import { ImageFetchService } from './app/image-fetch-service.js';
 import { HttpPeerNodes } from './adapters/cluster/http-peer-nodes.js';
 import { EtcdClusterStore } from './adapters/cluster/etcd-cluster-store.js';
 import { ClusterFront } from './adapters/http/cluster-front.js';
@@ -257,6 +258,7 @@ function clusterModule(settings: ClusterSettings): ContainerModule {
     bind(LifecycleContribution).toService(ClusterService);
     bind(PeerNodes).toConstantValue(new HttpPeerNodes({ self: settings.node, token: settings.token }));
     bind(MoveService).toSelf().inSingletonScope();
+    bind(ImageFetchService).toSelf().inSingletonScope();
   });
 }
 
@@ -337,7 +339,14 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const front =
     cluster &&
     moves &&
-    new ClusterFront(cluster, { socket: config.socket, token: cluster.settings.token, auth, moves });
+    new ClusterFront(cluster, {
+      socket: config.socket,
+      token: cluster.settings.token,
+      auth,
+      moves,
+      fetches: container.get(ImageFetchService),
+      images: container.get<GuestImages>(GuestImages),
+    });
   if (cluster)
     metrics.setClusterSource(
       () => cluster.nodes(),

@@ -196,7 +196,8 @@ export class ClusterService implements LifecycleContribution {
           : undefined;
     let node: NodeView;
     for (let tries = 1; ; tries++) {
-      node = placeVm(this.store.nodes(), { ...shape, image }, pinned ?? ask, () => !!pinned);
+      // A node without the image fetches it from one that has it (ImageFetchService) before the create.
+      node = placeVm(this.store.nodes(), { ...shape, image }, pinned ?? ask, (img) => !!pinned || this.held(img));
       try {
         await this.store.reserve(name, node.node, shape, (n) => {
           if (!fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for vm ${name}`);
@@ -251,6 +252,11 @@ export class ClusterService implements LifecycleContribution {
     await this.store
       .release(name)
       .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot release'));
+  }
+
+  /** Does a ready node list image `image` (so any node can fetch it)? */
+  private held(image: string): boolean {
+    return this.store.nodes().some((n) => n.state === 'ready' && n.images.includes(image));
   }
 
   /** The node the cluster says has `name` (undefined: none). */

@@ -9,6 +9,7 @@ import { Logger } from '../ports/logger.js';
 import { VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
 import { ClusterService } from './cluster-service.js';
+import { ImageFetchService } from './image-fetch-service.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
@@ -26,6 +27,7 @@ export class MoveService {
   constructor(
     @inject(ClusterService) private readonly cluster: ClusterService,
     @inject(PeerNodes) private readonly peers: PeerNodes,
+    @inject(ImageFetchService) private readonly fetches: ImageFetchService,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(VmStore) private readonly store: VmStore,
@@ -122,12 +124,14 @@ export class MoveService {
       if (owner !== offer.from)
         throw new InvalidStateError(`the cluster says vm ${name} is on node ${owner ?? '(none)'}, not ${offer.from}`);
       assertMovable(rec);
+      // An image this node lacks is fetched first, from a node that has it.
+      await this.fetches.ensureHere(rec.image).catch(() => undefined);
       const here = await this.images.digest(rec.image).catch(() => undefined);
       if (here !== offer.image_digest)
         throw new InvalidStateError(
           here
-            ? `image ${rec.image} on node ${this.cluster.self} is not the one vm ${name} was made of (digest ${here}, not ${offer.image_digest}); fetching images between nodes is not done yet`
-            : `node ${this.cluster.self} has no image ${rec.image}; fetching images between nodes is not done yet`,
+            ? `image ${rec.image} on node ${this.cluster.self} is not the one vm ${name} was made of (digest ${here}, not ${offer.image_digest})`
+            : `node ${this.cluster.self} has no image ${rec.image}, and no node it can fetch it from`,
         );
       if (offer.state_key !== undefined && offer.state_key !== (await this.hv.savedStateKey?.()))
         throw new InvalidStateError(

@@ -1,4 +1,5 @@
 import type { NodeInfo, NodeView, VmEntry, VmShape } from '../domain/cluster.js';
+import type { ImageBundle } from '../domain/image-fetch.js';
 import type { MoveOffer } from '../domain/move.js';
 import type { Instance } from '../domain/vm.js';
 import type { VmFile } from './stores.js';
@@ -65,4 +66,13 @@ export interface PeerNodes {
    * node's error (a domain error with its message) or UnavailableError when it cannot be reached.
    */
   sendVm(node: NodeView, offer: MoveOffer, files: VmFile[]): Promise<Instance>;
+  /** What `node` offers of image `image` (unchecked: the caller checks it with checkBundle). */
+  imageBundle(node: NodeView, image: string): Promise<unknown>;
+  /**
+   * Fetches the bundle's files from `node` into `dir`, resuming files a fetch cut off left there.
+   * Each file ends at its offered size or this rejects; hashes are the installer's to check.
+   */
+  fetchImageFiles(node: NodeView, bundle: ImageBundle, dir: string): Promise<void>;
+  /** Asks `node` to fetch image `image` from a node that has it (before a create placed there). */
+  fetchImageOn(node: NodeView, image: string): Promise<void>;
 }

@@ -235,6 +235,7 @@ export interface VmDisks {
 }
 
 import type { ImageSource } from '../domain/image-request.js';
+import type { ImageBundle } from '../domain/image-fetch.js';
 
 export const GuestImages = Symbol('GuestImages');
 /** The guest images VMs are made from. */
@@ -263,6 +264,20 @@ export interface GuestImages {
    * NotFoundError when it is not built.
    */
   digest(image: string): Promise<string>;
+
+  /**
+   * A built image as this node offers it to another (docs/cluster.md, "Images across nodes"): its
+   * files with their sizes, sha256 and where they are here. NotFoundError when it is not built.
+   */
+  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }>;
+
+  /**
+   * Installs image `bundle.id` fetched from another node: `fill` writes its files into a directory
+   * kept across attempts (a fetch cut off resumes there); every file must then have its hash and the
+   * image its digest, or nothing is installed (the directory goes). Appears whole or not at all.
+   * AlreadyExistsError when it is built here; InternalError when what came is not what was offered.
+   */
+  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void>;
 
   /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
   removeImage(image: string): Promise<void>;

@@ -440,6 +440,40 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect((await api(n3, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
   });
 
+  it('fetches an image baked on one node the first time another needs it: a create placed there, a VM moved there', async () => {
+    const [n1, n2, n3] = nodes;
+    const made = await api(n1, 'POST', '/vms', { name: 'bake-src', node: 'n1', persistent: true, memory_mb: 256 });
+    expect(made.status, made.text).to.equal(201);
+    expect((await api(n1, 'POST', '/vms/bake-src/shutdown')).status).to.equal(200);
+    const baked = await api(n1, 'POST', '/images', { name: 'baked1', from_vm: 'bake-src' });
+    expect(baked.status, baked.text).to.equal(201);
+    await until('n1 lists baked1', 10_000, async () =>
+      ((await api(n3, 'GET', '/nodes/n1')).json.images as string[]).includes('baked1'),
+    );
+    expect((await api(n2, 'GET', '/images/baked1')).status).to.equal(404);
+    // Only nodes ask for an image's files.
+    expect((await call(n1.t, 'GET', '/cluster/images/baked1', undefined, { 'x-svc-node-hop': 'n2' })).status).to.equal(
+      403,
+    );
+
+    // A create asking for n2, which lacks it: n2 fetches it from n1 first.
+    const there = await api(n3, 'POST', '/vms', { name: 'from-baked', image: 'baked1', node: 'n2', memory_mb: 256 });
+    expect(there.status, there.text).to.equal(201);
+    expect((await api(n3, 'GET', '/vms/from-baked')).json).to.include({ node: 'n2', image: 'baked1' });
+    expect((await api(n2, 'GET', '/images/baked1')).status).to.equal(200);
+
+    // A VM of it moved to n3, which lacks it too: fetched as the VM comes.
+    const vm = await api(n1, 'POST', '/vms', { name: 'mv-baked', image: 'baked1', node: 'n1', persistent: true });
+    expect(vm.status, vm.text).to.equal(201);
+    expect((await api(n1, 'POST', '/vms/mv-baked/shutdown')).status).to.equal(200);
+    const moved = await api(n2, 'POST', '/vms/mv-baked/move', { node: 'n3' });
+    expect(moved.status, moved.text).to.equal(200);
+    expect(moved.json).to.include({ node: 'n3', image: 'baked1' });
+    expect((await api(n3, 'GET', '/images/baked1')).status).to.equal(200);
+    for (const v of ['bake-src', 'from-baked', 'mv-baked'])
+      expect((await api(n3, 'DELETE', `/vms/${v}`)).status).to.equal(200);
+  });
+
   it('marks the VMs of a node that stops renewing node_unreachable within the lease, answers 503 naming it, and takes it back', async () => {
     const n2 = nodes[1];
     const on = async (node: string) =>

@@ -37,8 +37,11 @@ describe('OpenAPI description', function () {
     // A node of a cluster serves these too (test/integration/cluster.test.ts); this daemon is none.
     expect([...cluster].sort()).to.deep.equal([
       'delete /nodes/{node}/drain',
+      'get /cluster/images/{id}',
+      'get /cluster/images/{id}/files/{file}',
       'get /nodes',
       'get /nodes/{node}',
+      'post /cluster/images/{id}/fetch',
       'post /nodes/{node}/drain',
       'post /vms/{name}/move',
       'put /cluster/vms/{name}',

@@ -7,10 +7,13 @@ import {
   errorMessage,
   InvalidArgumentError,
   isDomainError,
+  NotFoundError,
   PermissionDeniedError,
   UnavailableError,
 } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
+import type { ImageFetchService } from '../../app/image-fetch-service.js';
+import type { GuestImages } from '../../ports/hypervisor.js';
 import { unpackVm } from '../cluster/vm-bundle.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
@@ -34,7 +37,14 @@ const VM_PATH = /^\/vms\/([^/]+)(\/.*)?$/;
 export class ClusterFront {
   constructor(
     private readonly cluster: ClusterService,
-    private readonly o: { socket: string; token: string; auth: BearerAuth; moves: MoveService },
+    private readonly o: {
+      socket: string;
+      token: string;
+      auth: BearerAuth;
+      moves: MoveService;
+      fetches: ImageFetchService;
+      images: GuestImages;
+    },
   ) {}
 
   /** The express middleware, after auth and before the routes. */
@@ -102,8 +112,7 @@ export class ClusterFront {
         path: '/cluster/vms/:name',
         body: 'raw',
         handler: async (req, res) => {
-          if (req.headers[HOP_HEADER] === undefined || !sameToken(req.headers.authorization, this.o.token))
-            throw new PermissionDeniedError('only a node of the cluster sends vms (with the cluster token)');
+          this.peerOnly(req);
           const name = String(req.params.name);
           res.setHeader('Connection', 'close'); // a refusal leaves the rest of the body unread
           const moved = await unpackVm(req, (offer, fill) => {
@@ -112,6 +121,41 @@ export class ClusterFront {
             return this.o.moves.receive(offer, fill);
           });
           res.json(moved);
+        },
+      },
+      {
+        // What this node offers of an image another node fetches (docs/cluster.md, "Images across nodes").
+        method: 'get',
+        path: '/cluster/images/:id',
+        handler: async (req, res) => {
+          this.peerOnly(req);
+          const { paths: _p, ...bundle } = await this.o.images.bundle(String(req.params.id));
+          res.json(bundle);
+        },
+      },
+      {
+        method: 'get',
+        path: '/cluster/images/:id/files/:file',
+        handler: async (req, res) => {
+          this.peerOnly(req);
+          const { paths } = await this.o.images.bundle(String(req.params.id));
+          const path = paths[String(req.params.file)];
+          if (!path) throw new NotFoundError(`image ${String(req.params.id)} has no file ${String(req.params.file)}`);
+          // Ranges are honoured: a fetch cut off asks for the rest.
+          await new Promise<void>((resolve, reject) =>
+            res.sendFile(path, { dotfiles: 'allow', acceptRanges: true, cacheControl: false }, (err) =>
+              err && !res.headersSent ? reject(err) : resolve(),
+            ),
+          );
+        },
+      },
+      {
+        method: 'post',
+        path: '/cluster/images/:id/fetch',
+        handler: async (req, res) => {
+          this.peerOnly(req);
+          await this.o.fetches.ensureHere(String(req.params.id));
+          res.json({ id: String(req.params.id) });
         },
       },
       {
@@ -128,6 +172,12 @@ export class ClusterFront {
         handler: (req, res) => void res.json(this.cluster.node(String(req.params.node))),
       },
     ];
+  }
+
+  /** Only a node of the cluster calls this: the hop header and the cluster's token. */
+  private peerOnly(req: Request): void {
+    if (req.headers[HOP_HEADER] === undefined || !sameToken(req.headers.authorization, this.o.token))
+      throw new PermissionDeniedError('only a node of the cluster calls this (with the cluster token)');
   }
 
   /** A call about node `:node`: served here when it is this one, else sent to it. */
@@ -175,6 +225,15 @@ export class ClusterFront {
 
   private async create(req: Request, res: Response, raw?: unknown): Promise<void> {
     const placed = await this.cluster.place(raw ?? (await readJson(req)));
+    const { image, from } = placed.body;
+    if (from === undefined) {
+      // A node placed without the image fetches it from one that has it first.
+      const id = typeof image === 'string' ? image : 'default';
+      await this.o.fetches.ensureOn(placed.node, id).catch(async (err: unknown) => {
+        await this.cluster.unplace(placed.name);
+        throw err;
+      });
+    }
     await this.send(req, res, placed, [placed.name]);
   }
 

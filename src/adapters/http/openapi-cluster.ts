@@ -69,6 +69,7 @@ const stale = {
 };
 
 const nodeParam = { name: 'node', in: 'path', required: true, schema: { type: 'string' } };
+const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
 
 export const CLUSTER_PATHS: Record<string, Schema> = {
   '/vms/{name}/move': {
@@ -107,6 +108,61 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
       'End a drain: creates may be placed on the node again',
       { '200': json('the node', ref('Node')), '404': err('no such node') },
       { parameters: [nodeParam], 'x-svc-cluster': true },
+    ),
+  },
+  '/cluster/images/{id}': {
+    get: op(
+      'What this node offers of an image another node fetches: its files with their sizes and sha256, and its digest. Only nodes call this.',
+      {
+        '200': json('the offer', {
+          type: 'object',
+          required: ['id', 'digest', 'files'],
+          properties: {
+            id: { type: 'string' },
+            digest: { type: 'string' },
+            files: {
+              type: 'array',
+              items: {
+                type: 'object',
+                properties: { name: { type: 'string' }, size: { type: 'integer' }, sha256: { type: 'string' } },
+              },
+            },
+          },
+        }),
+        '404': err('not built here'),
+      },
+      { parameters: [idParam], 'x-svc-cluster': true, 'x-svc-internal': true },
+    ),
+  },
+  '/cluster/images/{id}/files/{file}': {
+    get: op(
+      'One file of an image, whole or from a Range (a fetch cut off asks for the rest). Only nodes call this.',
+      {
+        '200': {
+          description: 'the file',
+          content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+        },
+        '206': {
+          description: 'the part asked for',
+          content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+        },
+        '404': err('no such image or file'),
+      },
+      {
+        parameters: [idParam, { name: 'file', in: 'path', required: true, schema: { type: 'string' } }],
+        'x-svc-cluster': true,
+        'x-svc-internal': true,
+      },
+    ),
+  },
+  '/cluster/images/{id}/fetch': {
+    post: op(
+      'Fetch an image from a node that has it, before a create is placed here. Only nodes call this.',
+      {
+        '200': json('fetched (or here already)', { type: 'object', properties: { id: { type: 'string' } } }),
+        '404': err('no ready node has it'),
+      },
+      { parameters: [idParam], 'x-svc-cluster': true, 'x-svc-internal': true },
     ),
   },
   '/cluster/vms/{name}': {

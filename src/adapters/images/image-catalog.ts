@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
@@ -10,9 +10,17 @@ import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError 
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
-import { imageDigest } from './image-digest.js';
+import { hashImage } from './image-digest.js';
+import type { ImageBundle } from '../../domain/image-fetch.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { childEnv } from '../process-kit/child-env.js';
+
+/** The files an image boots from (its digest's): disk, and kernel and initrd unless it boots by firmware. */
+function bootFiles(dir: string, m: Pick<ImageManifest, 'disk' | 'kernel' | 'initrd' | 'boot'>): string[] {
+  return [m.disk, ...(m.boot === 'firmware' ? [] : [m.kernel, m.initrd])].filter(
+    (f) => typeof f === 'string' && /^[A-Za-z0-9._-]+$/.test(f) && existsSync(join(dir, f)),
+  );
+}
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
@@ -240,11 +248,49 @@ export class ImageCatalog {
     const id = this.canonical(name);
     const m = this.manifest(id);
     if (!m) throw new NotFoundError(`image ${name} is not built`);
+    return (await hashImage(this.dir(id), bootFiles(this.dir(id), m))).digest;
+  }
+
+  /** A built image's files for another node: its manifest and what it boots from. */
+  async bundle(name: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    const id = this.canonical(name);
+    const m = this.manifest(id);
+    if (!m) throw new NotFoundError(`image ${name} is not built`);
     const dir = this.dir(id);
-    const files = [m.disk, ...(m.boot === 'firmware' ? [] : [m.kernel, m.initrd])].filter(
-      (f) => f && existsSync(join(dir, f)),
-    );
-    return imageDigest(dir, files);
+    const boot = bootFiles(dir, m);
+    const { digest } = await hashImage(dir, boot);
+    const { files } = await hashImage(dir, ['manifest.json', ...boot]);
+    return { id, digest, files, paths: Object.fromEntries(files.map((f) => [f.name, join(dir, f.name)])) };
+  }
+
+  /** An image fetched from another node, checked file by file and as a whole before it is put in place. */
+  async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    const id = this.canonical(bundle.id);
+    if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} is built here already`);
+    await mkdir(this.root, { recursive: true });
+    // Kept when the fetch is cut off: the next one resumes from what is there.
+    const stage = join(this.root, `.fetch-${id}`);
+    await mkdir(stage, { recursive: true });
+    await fill(stage);
+    const drop = async (why: string) => {
+      await rm(stage, { recursive: true, force: true });
+      return new InternalError(`image ${id} as fetched ${why}; nothing was installed`);
+    };
+    const got = await hashImage(
+      stage,
+      bundle.files.map((f) => f.name),
+    ).catch(() => undefined);
+    const wrong = got ? bundle.files.find((f, i) => got.files[i].sha256 !== f.sha256) : bundle.files[0];
+    if (wrong) throw await drop(`does not match the sha256 of ${wrong.name}`);
+    let m: ImageManifest;
+    try {
+      m = JSON.parse(await readFile(join(stage, 'manifest.json'), 'utf8')) as ImageManifest;
+    } catch {
+      throw await drop('has no readable manifest.json');
+    }
+    if ((await hashImage(stage, bootFiles(stage, m)).catch(() => undefined))?.digest !== bundle.digest)
+      throw await drop(`does not have the digest ${bundle.digest}`);
+    await rename(stage, this.dir(id));
   }
 
   async details(name: string, inUse: (id: string) => string[] = () => []): Promise<ImageDetails> {

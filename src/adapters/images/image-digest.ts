@@ -4,39 +4,48 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 
-/** Where an image's digest is kept, with the sizes and times of the files it was computed from. */
+/** Where an image's file hashes are kept, with the size and time of each file they were taken of. */
 const CACHE = '.digest';
 
-interface Cached {
-  digest: string;
-  files: { name: string; size: number; mtimeMs: number }[];
+/** One file of an image with its sha256 (what a node fetching the image checks, file by file). */
+export interface HashedFile {
+  name: string;
+  size: number;
+  sha256: string;
 }
 
+type Cache = Record<string, { size: number; mtimeMs: number; sha256: string }>;
+
 /**
- * The content digest of an image's files (`sha256:` over each file's name and bytes, in the order
- * given): what two nodes compare to know a disk made on one stands on the other's image. Computed
- * once per build (a few seconds for a GiB) and kept beside the files while they are unchanged.
+ * The files' hashes and their digest (`sha256:` over each file's name and hash, in the order
+ * given): what two nodes compare to know that a disk made on one stands on the other's image, and
+ * what a node fetching an image checks. A file is read once per build (seconds for a GiB); its
+ * hash is kept beside it while its size and time are unchanged.
  */
-export async function imageDigest(dir: string, files: string[]): Promise<string> {
-  const now = await Promise.all(
-    files.map(async (name) => {
-      const st = await stat(join(dir, name));
-      return { name, size: st.size, mtimeMs: st.mtimeMs };
-    }),
-  );
-  const cached = await readFile(join(dir, CACHE), 'utf8')
-    .then((t) => JSON.parse(t) as Cached)
-    .catch(() => undefined);
-  if (cached && JSON.stringify(cached.files) === JSON.stringify(now)) return cached.digest;
-  const hash = createHash('sha256');
-  for (const { name } of now) {
-    hash.update(`${name}\0`);
-    for await (const chunk of createReadStream(join(dir, name))) hash.update(chunk as Buffer);
-    hash.update('\0');
+export async function hashImage(dir: string, names: string[]): Promise<{ digest: string; files: HashedFile[] }> {
+  const cache = await readFile(join(dir, CACHE), 'utf8')
+    .then((t) => JSON.parse(t) as Cache)
+    .catch((): Cache => ({}));
+  let changed = false;
+  const files: HashedFile[] = [];
+  for (const name of names) {
+    const st = await stat(join(dir, name));
+    let c = cache[name];
+    if (!c || c.size !== st.size || c.mtimeMs !== st.mtimeMs || typeof c.sha256 !== 'string') {
+      const h = createHash('sha256');
+      for await (const chunk of createReadStream(join(dir, name))) h.update(chunk as Buffer);
+      c = cache[name] = { size: st.size, mtimeMs: st.mtimeMs, sha256: h.digest('hex') };
+      changed = true;
+    }
+    files.push({ name, size: c.size, sha256: c.sha256 });
   }
-  const digest = `sha256:${hash.digest('hex')}`;
-  await writeFileAtomic(join(dir, CACHE), JSON.stringify({ digest, files: now } satisfies Cached)).catch(
-    () => undefined,
-  );
-  return digest;
+  if (changed) await writeFileAtomic(join(dir, CACHE), JSON.stringify(cache)).catch(() => undefined);
+  return { digest: digestOf(files), files };
+}
+
+/** The digest of files by their hashes. */
+export function digestOf(files: readonly Pick<HashedFile, 'name' | 'sha256'>[]): string {
+  const h = createHash('sha256');
+  for (const f of files) h.update(`${f.name}\0${f.sha256}\n`);
+  return `sha256:${h.digest('hex')}`;
 }

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { Activity } from '../../../src/app/activity.js';
 import type { ClusterService } from '../../../src/app/cluster-service.js';
 import { MoveService } from '../../../src/app/move-service.js';
+import { ImageFetchService } from '../../../src/app/image-fetch-service.js';
 import type { NodeView } from '../../../src/domain/cluster.js';
 import { UnavailableError } from '../../../src/domain/errors.js';
 import type { MoveOffer } from '../../../src/domain/move.js';
@@ -30,7 +31,7 @@ describe('app/MoveService', () => {
     sent = [];
     takenOver = [];
     answer = async (o) => ({ ...o.record }) as Instance;
-    const node = (name: string): NodeView => ({ node: name, state: 'ready' }) as NodeView;
+    const node = (name: string): NodeView => ({ node: name, state: 'ready', images: [] }) as unknown as NodeView;
     const cluster = {
       self: 'n2',
       get stale() {
@@ -50,10 +51,16 @@ describe('app/MoveService', () => {
         sent.push(o);
         return answer(o);
       },
+      imageBundle: async () => {
+        throw new Error('no other node has images here');
+      },
+      fetchImageFiles: async () => undefined,
+      fetchImageOn: async () => undefined,
     };
     moves = new MoveService(
       cluster,
       peers,
+      new ImageFetchService(cluster, peers, w.hv, new SilentLogger()),
       w.vms,
       w.keeper,
       w.store,
@@ -140,7 +147,9 @@ describe('app/MoveService', () => {
     expect(await refused(offer({ image_digest: 'fake:debian:7' }))).to.match(
       /image debian on node n2 is not the one vm x was made of/,
     );
-    expect(await refused(offer({}, { image: 'ssh-only-gone' }))).to.match(/node n2 has no image ssh-only-gone/);
+    expect(await refused(offer({}, { image: 'ssh-only-gone' }))).to.match(
+      /node n2 has no image ssh-only-gone, and no node it can fetch it from/,
+    );
     expect(await refused(offer({ state_key: 'other-qemu' }, { status: 'suspended' }))).to.match(
       /suspended by a hypervisor that node n2 does not match/,
     );

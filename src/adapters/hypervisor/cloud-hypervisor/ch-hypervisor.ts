@@ -4,6 +4,7 @@ import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 
 import { join } from 'node:path';
 import { InvalidStateError, NotSupportedError } from '../../../domain/errors.js';
 import type { ImageSource } from '../../../domain/image-request.js';
+import type { ImageBundle } from '../../../domain/image-fetch.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import type {
   ExitListener,
@@ -87,6 +88,14 @@ export class ChHypervisor implements HypervisorAdapter {
 
   digest(image: string): Promise<string> {
     return this.o.images.digest(image);
+  }
+
+  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    return this.o.images.bundle(image);
+  }
+
+  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    return this.o.images.installImage(bundle, fill);
   }
 
   removeImage(image: string): Promise<void> {

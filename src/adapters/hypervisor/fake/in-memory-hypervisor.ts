@@ -1,5 +1,8 @@
-import { appendFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { appendFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ImageBundle } from '../../../domain/image-fetch.js';
 import {
   AlreadyExistsError,
   InternalError,
@@ -286,6 +289,41 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return `fake:${info.id}:${this.revisions.get(info.id) ?? 1}`;
   }
 
+  /** A fake image travels as its manifest: what the fake knows of it, in a file of its own. */
+  async bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    const info = await this.getImage(image, () => []);
+    const dir = await mkdtemp(join(tmpdir(), 'svc-fake-image-'));
+    const body = JSON.stringify(this.images[info.id]);
+    await writeFile(join(dir, 'manifest.json'), body);
+    this.bundleDirs.push(dir);
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    return {
+      id: info.id,
+      digest: await this.digest(info.id),
+      files: [{ name: 'manifest.json', size: Buffer.byteLength(body), sha256 }],
+      paths: { 'manifest.json': join(dir, 'manifest.json') },
+    };
+  }
+
+  private readonly bundleDirs: string[] = [];
+
+  /** An image fetched from another fake node: what its manifest says, checked against its hash. */
+  async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    if (this.images[bundle.id] && !this.removed.has(bundle.id))
+      throw new AlreadyExistsError(`image ${bundle.id} is built here already`);
+    const dir = await mkdtemp(join(tmpdir(), 'svc-fake-fetch-'));
+    try {
+      await fill(dir);
+      const body = await readFile(join(dir, 'manifest.json'));
+      if (createHash('sha256').update(body).digest('hex') !== bundle.files[0]?.sha256)
+        throw new InternalError(`image ${bundle.id} as fetched does not match the sha256 of manifest.json`);
+      this.images[bundle.id] = { ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true };
+      this.removed.delete(bundle.id);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
   async removeImage(image: string): Promise<void> {
     await this.getImage(image, () => []);
     this.removed.add(FAKE_ALIASES[image] ?? image);
@@ -474,6 +512,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
   async release(): Promise<void> {
     await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
+    for (const dir of this.bundleDirs.splice(0)) await rm(dir, { recursive: true, force: true });
   }
 
   private async halt(vm: FakeVm): Promise<void> {

@@ -27,6 +27,7 @@ import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import type { ImageSource } from '../../../domain/image-request.js';
+import type { ImageBundle } from '../../../domain/image-fetch.js';
 import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -168,6 +169,14 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
 
   digest(image: string): Promise<string> {
     return this.o.images.digest(image);
+  }
+
+  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    return this.o.images.bundle(image);
+  }
+
+  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    return this.o.images.installImage(bundle, fill);
   }
 
   removeImage(image: string): Promise<void> {
