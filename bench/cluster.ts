@@ -2,14 +2,14 @@
 // three-member etcd, in one run (docs/cluster.md): an exec and a copy through a node that does not
 // own the VM against its owner directly, creates placed on three nodes against one, and what each
 // VM operation writes to etcd (revisions) and so sends to every node's watch.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { freePort } from '../src/adapters/hypervisor/free-port.js';
 import { nodeConfig, startEtcd } from '../test/helpers/etcd.js';
-import { fmt, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
+import { fmt, minimalQemu, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 300);
 const COPY_MB = Number(process.env.BENCH_CLUSTER_COPY_MB ?? 256);
@@ -205,6 +205,99 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
     agent.destroy();
   } finally {
     kv.close();
+    for (const n of nodes) await n.stop();
+    await etcd.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * BENCH_ONLY=moves: two svcd nodes on real QEMU (minimal guests of 512 MB) on one etcd, in one
+ * run (docs/cluster.md, "Moving a VM"): a suspended VM moved from one node to the other and back,
+ * with the bytes it carries, and its restore there against a suspend and restore on one node; a
+ * stopped VM moved, and its boot there.
+ */
+export async function moveBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
+  const rounds = Number(process.env.BENCH_MOVE_ROUNDS ?? 3);
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-moves-'));
+  const etcd = await startEtcd(join(dir, 'etcd'), 1);
+  const nodes: Daemon[] = [];
+  const ports: number[] = [];
+  try {
+    for (const name of ['q1', 'q2']) {
+      const port = await freePort('tcp');
+      ports.push(port);
+      mkdirSync(join(dir, name));
+      nodes.push(
+        await startSvcd(
+          join(dir, name),
+          nodeConfig({ dir: join(dir, name), port, node: name, etcd, token: TOKEN }, minimalQemu({ memory_mb: 512 })),
+        ),
+      );
+    }
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const call = async (method: string, path: string, body?: unknown) => {
+      const r = await send(agent, ports[0], method, path, body);
+      if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${r.text}`);
+      return JSON.parse(r.text || '{}') as Record<string, unknown>;
+    };
+    const timed = async (f: () => Promise<unknown>) => {
+      const t0 = performance.now();
+      await f();
+      return performance.now() - t0;
+    };
+    const bytes = (node: string, vm: string) =>
+      readdirSync(join(dir, node, 'data', 'vms', vm))
+        .filter((f) => f !== 'instance.json')
+        .reduce((n, f) => n + statSync(join(dir, node, 'data', 'vms', vm, f)).size, 0);
+    await call('POST', '/vms', { name: 'm', node: 'q1', persistent: true });
+    const move: number[] = [];
+    const restoreThere: number[] = [];
+    const restoreHere: number[] = [];
+    const suspendHere: number[] = [];
+    let carried = 0;
+    for (let i = 0; i < rounds; i++) {
+      suspendHere.push(await timed(() => call('POST', '/vms/m/suspend')));
+      restoreHere.push(await timed(() => call('POST', '/vms/m/restore')));
+      await call('POST', '/vms/m/suspend');
+      const [from, to] = i % 2 ? ['q2', 'q1'] : ['q1', 'q2'];
+      carried = bytes(from, 'm');
+      move.push(await timed(() => call('POST', '/vms/m/move', { node: to })));
+      restoreThere.push(await timed(() => call('POST', '/vms/m/restore')));
+    }
+    const [mv, rt, rh, sh] = [stats(move), stats(restoreThere), stats(restoreHere), stats(suspendHere)];
+    row(
+      `move a suspended guest (512 MB, TCG) to the other node, p50 of ${rounds}`,
+      `${fmt(mv.p50, 0)} ms (${fmt(carried / 2 ** 20, 0)} MiB, ${fmt(carried / 2 ** 20 / (mv.p50 / 1000), 0)} MiB/s)`,
+      `its suspend on one node p50 ${fmt(sh.p50, 0)} ms`,
+    );
+    row(
+      '  its restore there, p50',
+      `${fmt(rt.p50, 0)} ms`,
+      `a restore on the node it was suspended on p50 ${fmt(rh.p50, 0)} ms (${fmt(rt.p50 / rh.p50, 2)}x)`,
+    );
+    await call('POST', '/vms/m/shutdown');
+    const at = (await call('GET', '/vms/m')).node as string;
+    const stoppedBytes = bytes(at, 'm');
+    const stoppedMove = await timed(() => call('POST', '/vms/m/move', { node: at === 'q1' ? 'q2' : 'q1' }));
+    const bootThere = await timed(() => call('POST', '/vms/m/start'));
+    row(
+      'move a stopped guest, then its boot there',
+      `${fmt(stoppedMove, 0)} ms (${fmt(stoppedBytes / 2 ** 20, 1)} MiB), boot ${fmt(bootThere, 0)} ms`,
+      '',
+    );
+    results.moves = {
+      suspended_move_ms: mv,
+      carried_bytes: carried,
+      restore_after_move_ms: rt,
+      restore_same_node_ms: rh,
+      suspend_ms: sh,
+      stopped_move_ms: stoppedMove,
+      stopped_bytes: stoppedBytes,
+      boot_after_move_ms: bootThere,
+    };
+    await call('DELETE', '/vms/m');
+  } finally {
     for (const n of nodes) await n.stop();
     await etcd.stop();
     rmSync(dir, { recursive: true, force: true });

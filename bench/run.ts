@@ -16,7 +16,7 @@ import { e2bBenchmarks } from './e2b.js';
 import { forkBenchmarks } from './forks.js';
 import { snapshotCreateBenchmarks } from './snapshot-creates.js';
 import { egressSecretBenchmarks } from './egress-secrets.js';
-import { clusterBenchmarks } from './cluster.js';
+import { clusterBenchmarks, moveBenchmarks } from './cluster.js';
 import {
   cpuSeconds,
   diskUse,
@@ -48,7 +48,7 @@ const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
 const only = (
   process.env.BENCH_ONLY ??
-  'boot,debian,exec,cp,net,processes,forks,snapshots,egress-secrets,cluster,e2b,control,memory,import'
+  'boot,debian,exec,cp,net,processes,forks,snapshots,egress-secrets,cluster,moves,e2b,control,memory,import'
 ).split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -814,6 +814,7 @@ if (only.includes('forks')) await forkBenchmarks(row, results);
 if (only.includes('snapshots')) await snapshotCreateBenchmarks(row, results);
 if (only.includes('egress-secrets')) await egressSecretBenchmarks(row, results);
 if (only.includes('cluster')) await clusterBenchmarks(row, results);
+if (only.includes('moves')) await moveBenchmarks(row, results);
 if (only.includes('e2b')) await e2bBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();

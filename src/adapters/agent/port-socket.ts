@@ -3,7 +3,7 @@ import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
-import { joinStreams } from '../http-kit/streams.js';
+import { spliceUpgrade } from '../http-kit/streams.js';
 import { rejectUpgrade } from '../http-kit/terminal-socket.js';
 
 /** How long the agent waits for a guest port to accept. */
@@ -26,12 +26,7 @@ export function upgradeToPort(req: IncomingMessage, socket: Duplex, head: Buffer
     return rejectUpgrade(socket, err);
   }
   void reach(port).then(
-    (guest) => {
-      if (socket.destroyed) return void guest.destroy();
-      socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${PORT_UPGRADE}\r\n\r\n`);
-      if (head.length) guest.write(head);
-      joinStreams(socket, guest);
-    },
+    (guest) => spliceUpgrade(socket, head, guest, PORT_UPGRADE),
     (err: Error) => rejectUpgrade(socket, err),
   );
 }

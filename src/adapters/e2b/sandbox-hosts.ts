@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { toHttpError } from '../http-kit/error-status.js';
+import { endUpgrade } from '../http-kit/terminal-socket.js';
 import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
 import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
@@ -51,7 +52,13 @@ export class SandboxHosts implements VirtualHosts {
   }
 
   owns(req: IncomingMessage): boolean {
-    return this.host.test(String(req.headers.host ?? '').toLowerCase());
+    return this.target(req) !== undefined;
+  }
+
+  /** The sandbox and port a Host names, or undefined for any other Host. */
+  private target(req: IncomingMessage): { port: number; id: string } | undefined {
+    const m = this.host.exec(String(req.headers.host ?? '').toLowerCase());
+    return m ? { port: Number(m[1]), id: m[2] } : undefined;
   }
 
   request(req: IncomingMessage, res: ServerResponse): void {
@@ -69,18 +76,17 @@ export class SandboxHosts implements VirtualHosts {
     void this.open(req).then(
       (t) => proxyUpgrade(req, socket, head, t),
       (err) => {
-        const { status, text } = body(err);
-        socket.end(
-          `HTTP/1.1 ${status} Error\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
-        );
+        const { status, json } = body(err);
+        endUpgrade(socket, status, json);
       },
     );
   }
 
   /** The sandbox's port as a proxy target: found, allowed, running, listening. */
   private async open(req: IncomingMessage): Promise<ProxyTarget> {
-    const m = this.host.exec(String(req.headers.host ?? '').toLowerCase())!;
-    const [port, id] = [Number(m[1]), m[2]];
+    const t = this.target(req);
+    if (!t) throw new PortError(404, 'no sandbox port is named by this Host');
+    const { port, id } = t;
     if (port < 1 || port > 65535) throw new PortError(400, `invalid port ${port}`);
     const vm = await this.boxes.get(id);
     if (metaOf(vm).privateTraffic) await this.boxes.checkTraffic(req, id);
@@ -99,14 +105,16 @@ export class SandboxHosts implements VirtualHosts {
   }
 }
 
-function body(err: unknown): { status: number; text: string } {
+/** An error as E2B answers one: `{code, message}` with the status. */
+function body(err: unknown): { status: number; json: { code: number; message: string } } {
   const status =
     err instanceof PortError ? err.status : err instanceof SvcError ? err.status || 503 : toHttpError(err).status;
-  return { status, text: JSON.stringify({ code: status, message: (err as Error).message }) };
+  return { status, json: { code: status, message: (err as Error).message } };
 }
 
 function answer(res: ServerResponse, err: unknown): void {
-  const { status, text } = body(err);
+  const { status, json } = body(err);
+  const text = JSON.stringify(json);
   if (res.headersSent) return void res.destroy();
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);

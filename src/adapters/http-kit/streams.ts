@@ -11,3 +11,14 @@ export function joinStreams(a: Duplex, b: Duplex): void {
   a.pipe(b);
   b.pipe(a);
 }
+
+/**
+ * Answers an upgrade with 101 (`Upgrade: protocol`) and joins the client to `target`: what came
+ * after the request's head is passed on first. A client gone meanwhile lets the target go.
+ */
+export function spliceUpgrade(client: Duplex, head: Buffer, target: Duplex, protocol: string): void {
+  if (client.destroyed) return void target.destroy();
+  client.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${protocol}\r\n\r\n`);
+  if (head.length) target.write(head);
+  joinStreams(client, target);
+}

@@ -45,8 +45,13 @@ export function joinTerminal(ws: WebSocket, t: Terminal): void {
 /** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */
 export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
   const { status, body, headers } = toHttpError(err);
-  const text = JSON.stringify(body);
   for (const [k, v] of Object.entries(headers ?? {})) extraHeaders += `${k}: ${v}\r\n`;
+  endUpgrade(socket, status, body, extraHeaders);
+}
+
+/** Answers an upgrade that is not taken with `status` and a JSON body, and closes the connection. */
+export function endUpgrade(socket: Duplex, status: number, body: unknown, extraHeaders = ''): void {
+  const text = JSON.stringify(body);
   socket.end(
     `HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
   );

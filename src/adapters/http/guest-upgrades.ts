@@ -6,7 +6,7 @@ import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../..
 import { assertVmName } from '../../domain/names.js';
 import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
-import { joinStreams } from '../http-kit/streams.js';
+import { spliceUpgrade } from '../http-kit/streams.js';
 import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
 import { dashboardProtocol } from '../http-kit/sessions.js';
 import type { Terminal } from '../../ports/terminal.js';
@@ -85,9 +85,6 @@ export class GuestUpgrades {
     } catch (err) {
       return rejectUpgrade(socket, err);
     }
-    if (socket.destroyed) return void guest.destroy();
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${PORT_UPGRADE}\r\n\r\n`);
-    if (head.length) guest.write(head);
-    joinStreams(socket, guest);
+    spliceUpgrade(socket, head, guest, PORT_UPGRADE);
   }
 }
