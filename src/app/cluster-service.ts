@@ -45,8 +45,7 @@ export class ClusterService implements LifecycleContribution {
   private readonly queue = new KeyedMutex();
   private unwatch?: () => void;
   private readonly startedAt = new Date().toISOString();
-  /** Drained: the node says so in its lease, and the placement rule passes it by. */
-  draining = false;
+  private drained?: boolean;
 
   constructor(
     @inject(ClusterConfig) readonly settings: ClusterSettings,
@@ -61,6 +60,18 @@ export class ClusterService implements LifecycleContribution {
 
   get self(): string {
     return this.settings.node;
+  }
+
+  /**
+   * Drained: the node says so in its lease, and the placement rule passes it by. A restarted node
+   * is drained as it said it was last (its entry in etcd outlives it).
+   */
+  get draining(): boolean {
+    return (this.drained ??= this.store.nodes().find((n) => n.node === this.self)?.draining === true);
+  }
+
+  set draining(on: boolean) {
+    this.drained = on;
   }
 
   /** Joins, publishes every VM of this node, drops entries of this node's that are gone, and follows changes. */

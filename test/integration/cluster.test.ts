@@ -516,6 +516,10 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
 
   it('takes back a node killed with -9 and started again: it joins, and what it no longer has is gone from the cluster', async () => {
     const n2 = nodes[1];
+    // Drained before (its running VMs stay), and drained after: its entry in etcd remembers.
+    const drained = await api(nodes[0], 'POST', '/nodes/n2/drain');
+    expect(drained.json.moved, drained.text).to.deep.equal([]);
+    await until('n2 says it is drained', 10_000, async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.draining);
     n2.proc!.proc.kill('SIGKILL');
     await n2.proc!.exited;
     await until(
@@ -536,6 +540,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       return JSON.stringify(seen.map((v) => v.name)) === JSON.stringify(own.map((v) => v.name));
     });
     expect((await api(nodes[0], 'GET', '/nodes/n2')).json.allocated.vms).to.equal(own.length);
+    expect((await api(nodes[0], 'GET', '/nodes/n2')).json.draining).to.equal(true);
+    expect((await api(nodes[0], 'DELETE', '/nodes/n2/drain')).status).to.equal(200);
   });
 
   it('goes on when one etcd member dies, and refuses writes with 503 while reads go on when quorum is lost', async () => {
