@@ -334,6 +334,12 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       ]);
       expect(rows).to.deep.equal(listed);
       expect(new Set(rows.map(([, n]) => n))).to.deep.equal(new Set(['n1', 'n2', 'n3']));
+      // A VM's own page names its node too: one on n3, opened from n1's dashboard.
+      const [far] = rows.find(([, n]) => n === 'n3')!;
+      await page.click(`tr[data-vm="${far}"] a`);
+      await page.waitForSelector('[data-test=fields]');
+      const fields = await page.$eval('[data-test=fields]', (el) => el.textContent ?? '');
+      expect(fields).to.match(/noden3/);
     } finally {
       await browser.close();
     }

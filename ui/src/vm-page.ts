@@ -12,6 +12,8 @@ import { ErrorLine, html, message, StatusBadge, useLoad, when } from './ui.js';
 function Fields({ vm }: { vm: Instance }) {
   const rows: [string, unknown][] = [
     ['status', html`<${StatusBadge} status=${vm.status} />`],
+    // On a node of a cluster every VM names its node (docs/cluster.md).
+    ...((vm as { node?: string }).node ? [['node', (vm as { node?: string }).node] as [string, unknown]] : []),
     ['image', vm.image],
     ['persistent', vm.persistent ? 'yes' : 'no'],
     ['cpus', vm.cpus],
