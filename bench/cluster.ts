@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { freePort } from '../src/adapters/hypervisor/free-port.js';
-import { nodeConfig, startEtcd } from '../test/helpers/etcd.js';
+import { nodeConfig, startEtcd, type TestEtcd } from '../test/helpers/etcd.js';
 import { fmt, minimalQemu, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 300);
@@ -49,6 +49,32 @@ function send(
   });
 }
 
+/**
+ * Starts a svcd node per name in `dir/<name>` on `etcd`, each with the config and cluster section
+ * `config(name)` gives; pushes each daemon and its port as it starts.
+ */
+async function startNodes(
+  dir: string,
+  etcd: TestEtcd,
+  names: string[],
+  nodes: Daemon[],
+  ports: number[],
+  config: (name: string) => [Record<string, unknown>, Record<string, unknown>],
+): Promise<void> {
+  for (const name of names) {
+    const port = await freePort('tcp');
+    ports.push(port);
+    mkdirSync(join(dir, name));
+    const [extra, cluster] = config(name);
+    nodes.push(
+      await startSvcd(
+        join(dir, name),
+        nodeConfig({ dir: join(dir, name), port, node: name, etcd, token: TOKEN }, extra, cluster),
+      ),
+    );
+  }
+}
+
 /** PUT of `mb` MiB to /vms/g/cp on `port`; MiB/s. */
 function copy(port: number, path: string, mb: number): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -85,32 +111,21 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
   const ports: number[] = [];
   const kv = new Etcd3({ hosts: etcd.endpoints });
   try {
-    for (const name of ['n1', 'n2', 'n3']) {
-      const port = await freePort('tcp');
-      ports.push(port);
-      mkdirSync(join(dir, name));
-      nodes.push(
-        await startSvcd(
-          join(dir, name),
-          nodeConfig(
-            { dir: join(dir, name), port, node: name, etcd, token: TOKEN },
-            {
-              hypervisor: 'fake',
-              test_mode: true,
-              fake: { boot_delay: '20ms', agent: name === 'n3' },
-              build_default_image: false,
-            },
-            {
-              vm_slots: name === 'n3' ? 2 : 1000,
-              cpus: 1000,
-              memory_mb: 1_000_000,
-              disk_gb: 100_000,
-              tags: [`only=${name}`],
-            },
-          ),
-        ),
-      );
-    }
+    await startNodes(dir, etcd, ['n1', 'n2', 'n3'], nodes, ports, (name) => [
+      {
+        hypervisor: 'fake',
+        test_mode: true,
+        fake: { boot_delay: '20ms', agent: name === 'n3' },
+        build_default_image: false,
+      },
+      {
+        vm_slots: name === 'n3' ? 2 : 1000,
+        cpus: 1000,
+        memory_mb: 1_000_000,
+        disk_gb: 100_000,
+        tags: [`only=${name}`],
+      },
+    ]);
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const call = (port: number, method: string, path: string, body?: unknown) => send(agent, port, method, path, body);
     // Read once what an operation published has landed (a shutdown's last change is published after it answers).
@@ -224,17 +239,7 @@ export async function moveBenchmarks(row: Row, results: Record<string, unknown>)
   const nodes: Daemon[] = [];
   const ports: number[] = [];
   try {
-    for (const name of ['q1', 'q2']) {
-      const port = await freePort('tcp');
-      ports.push(port);
-      mkdirSync(join(dir, name));
-      nodes.push(
-        await startSvcd(
-          join(dir, name),
-          nodeConfig({ dir: join(dir, name), port, node: name, etcd, token: TOKEN }, minimalQemu({ memory_mb: 512 })),
-        ),
-      );
-    }
+    await startNodes(dir, etcd, ['q1', 'q2'], nodes, ports, () => [minimalQemu({ memory_mb: 512 }), {}]);
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const call = async (method: string, path: string, body?: unknown) => {
       const r = await send(agent, ports[0], method, path, body);
