@@ -8,6 +8,8 @@ import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';
+import type { Config } from './config.js';
+import { AppConfig } from './tokens.js';
 import { ClusterService } from './cluster-service.js';
 import { ImageFetchService } from './image-fetch-service.js';
 import { VmKeeper } from './vm-keeper.js';
@@ -35,6 +37,7 @@ export class MoveService {
     @inject(VmDisks) private readonly disks: VmDisks,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(Activity) private readonly activity: Activity,
+    @inject(AppConfig) private readonly config: Config,
     @inject(Logger) private readonly log: Logger,
   ) {}
 
@@ -78,6 +81,10 @@ export class MoveService {
 
   private async send(rec: VmRecord, node: string): Promise<ClusterInstance> {
     assertMovable(rec);
+    if (this.config.warm_pool.size > 0 && rec.name === this.config.warm_pool.template)
+      throw new InvalidStateError(
+        `vm ${rec.name} is the template of node ${this.cluster.self}'s warm pool (warm_pool.template); it stays`,
+      );
     if (node === this.cluster.self) throw new InvalidArgumentError(`vm ${rec.name} is on node ${node} already`);
     const target = this.cluster.node(node);
     if (target.state !== 'ready') throw new InvalidStateError(`node ${node} is unreachable: its lease is gone`);

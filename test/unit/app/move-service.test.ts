@@ -68,6 +68,7 @@ describe('app/MoveService', () => {
       w.hv,
       w.hv,
       w.container.get(Activity),
+      { ...w.config, warm_pool: { ...w.config.warm_pool, template: 'd', size: 1 } },
       new SilentLogger(),
     );
     for (const name of ['a', 'b', 'c', 'd']) {
@@ -87,6 +88,13 @@ describe('app/MoveService', () => {
     expect(sent[0]).to.include({ from: 'n2', image_digest: 'fake:debian:1' });
     expect(w.vms.find('a')).to.equal(undefined);
     expect(w.store.records.has('a')).to.equal(false);
+  });
+
+  it("keeps this node's warm pool template, saying why", async () => {
+    const err = await moves.move('d', { node: 'n3' }).catch((e: Error) => e.message);
+    expect(err).to.equal("vm d is the template of node n2's warm pool (warm_pool.template); it stays");
+    expect(sent).to.deep.equal([]);
+    expect(w.vms.get('d').status).to.equal('stopped');
   });
 
   it('keeps the VM when the other node refuses or cannot be reached, and forgets it when etcd says it got there', async () => {
