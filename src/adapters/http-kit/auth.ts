@@ -14,6 +14,8 @@ export class BearerAuth {
    * what nodes present to each other). None: no authentication.
    */
   private readonly accepted: Buffer[];
+  /** The cluster's token's digest, when there is one: what only nodes present. */
+  private readonly peer?: Buffer;
 
   constructor(
     token: string,
@@ -22,6 +24,13 @@ export class BearerAuth {
     peerToken = '',
   ) {
     this.accepted = [token, peerToken].filter(Boolean).map(digest);
+    if (peerToken) this.peer = digest(peerToken);
+  }
+
+  /** Does the request carry the cluster's token (a node calling, not a user)? Never without one configured. */
+  isPeer(req: IncomingMessage): boolean {
+    const token = bearer(req);
+    return this.peer !== undefined && token !== undefined && timingSafeEqual(digest(token), this.peer);
   }
 
   /**
@@ -53,10 +62,9 @@ export class BearerAuth {
 
   check(req: IncomingMessage): boolean {
     if (!this.enabled) return true;
-    const header = req.headers.authorization ?? '';
-    const m = /^Bearer\s+(.+)$/i.exec(header);
-    if (!m) return this.sessions?.valid(req) ?? false;
-    return this.matches(m[1].trim());
+    const token = bearer(req);
+    if (token === undefined) return this.sessions?.valid(req) ?? false;
+    return this.matches(token);
   }
 }
 
@@ -126,6 +134,11 @@ export class AuthThrottle {
     }
     return ok;
   }
+}
+
+/** The bearer token a request presents, or undefined. */
+function bearer(req: IncomingMessage): string | undefined {
+  return /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1].trim();
 }
 
 function digest(s: string): Buffer {

@@ -67,3 +67,17 @@ describe('adapters/http-kit/AuthThrottle: guessing the token is slowed down', ()
     expect(new BearerAuth('').enabled).to.equal(false);
   });
 });
+
+describe('adapters/http-kit/BearerAuth: the cluster token', () => {
+  it('tells a node (the cluster token) from a user (the API token), and no one when there is no cluster token', () => {
+    const auth = new BearerAuth('tok', undefined, undefined, 'peer');
+    expect(auth.isPeer(tcp({ authorization: 'Bearer peer' }))).to.equal(true);
+    expect(auth.check(tcp({ authorization: 'Bearer peer' }))).to.equal(true);
+    expect(auth.isPeer(tcp({ authorization: 'Bearer tok' }))).to.equal(false);
+    expect(auth.isPeer(tcp({ authorization: 'Bearer peerx' }))).to.equal(false);
+    expect(auth.isPeer(tcp())).to.equal(false);
+    const solo = new BearerAuth('tok');
+    expect(solo.isPeer(tcp({ authorization: 'Bearer tok' }))).to.equal(false);
+    expect(new BearerAuth('').isPeer(tcp({ authorization: 'Bearer ' }))).to.equal(false);
+  });
+});
