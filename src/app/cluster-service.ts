@@ -208,11 +208,14 @@ export class ClusterService implements LifecycleContribution {
     let node: NodeView;
     for (let tries = 1; ; tries++) {
       // A node without the image fetches it from one that has it (ImageFetchService) before the create.
-      node = placeVm(this.store.nodes(), { ...shape, image }, pinned ?? ask, (img) => !!pinned || this.held(img));
+      node = placeVm(
+        this.store.nodes(),
+        { ...shape, image },
+        pinned ?? ask,
+        (img) => !!pinned || this.holders(img).length > 0,
+      );
       try {
-        await this.store.reserve(name, node.node, shape, (n) => {
-          if (!fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for vm ${name}`);
-        });
+        await this.store.reserve(name, node.node, shape, roomFor(shape, `vm ${name}`));
         break;
       } catch (err) {
         // Another create took the room first: the rule picks again from what the nodes hold now.
@@ -240,10 +243,7 @@ export class ClusterService implements LifecycleContribution {
     const reserved: string[] = [];
     try {
       for (const name of names) {
-        await this.store.reserve(name, node.node, shape, (n) => {
-          if (!fits(n, shape))
-            throw new ResourceExhaustedError(`node ${n.node} has no room left for fork ${name} of vm ${source}`);
-        });
+        await this.store.reserve(name, node.node, shape, roomFor(shape, `fork ${name} of vm ${source}`));
         reserved.push(name);
       }
     } catch (err) {
@@ -265,9 +265,9 @@ export class ClusterService implements LifecycleContribution {
       .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot release'));
   }
 
-  /** Does a ready node list image `image` (so any node can fetch it)? */
-  private held(image: string): boolean {
-    return this.store.nodes().some((n) => n.state === 'ready' && n.images.includes(image));
+  /** The ready nodes that list image `image` (any node can fetch it from them). */
+  holders(image: string): NodeView[] {
+    return this.store.nodes().filter((n) => n.state === 'ready' && n.images.includes(image));
   }
 
   /** The node the cluster says has `name` (undefined: none). */
@@ -281,9 +281,7 @@ export class ClusterService implements LifecycleContribution {
    */
   async takeOver(name: string, from: string): Promise<void> {
     const shape = this.store.vm(name)?.shape;
-    await this.store.transfer(name, from, this.self, (n) => {
-      if (shape && !fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for vm ${name}`);
-    });
+    await this.store.transfer(name, from, this.self, shape ? roomFor(shape, `vm ${name}`) : () => undefined);
   }
 
   /** What this node says of itself in its lease. */
@@ -339,4 +337,11 @@ export class ClusterService implements LifecycleContribution {
         .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot publish a vm change'))
     );
   }
+}
+
+/** The check a placement makes of a node as it is now: `shape` fits beside what is placed there. */
+function roomFor(shape: VmShape, what: string): (n: NodeView) => void {
+  return (n) => {
+    if (!fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for ${what}`);
+  };
 }

@@ -41,7 +41,7 @@ export class ImageFetchService {
     if (await this.local(image)) return;
     await this.locks.run(image, async () => {
       if (await this.local(image)) return;
-      const from = this.holders(image)[0];
+      const from = this.cluster.holders(image).find((n) => n.node !== this.cluster.self);
       if (!from) throw new NotFoundError(`no ready node of the cluster has image ${image}`);
       const t0 = Date.now();
       const bundle = checkBundle(await this.peers.imageBundle(from, image), image);
@@ -56,12 +56,5 @@ export class ImageFetchService {
     if (node.images.includes(image)) return;
     if (node.node === this.cluster.self) return this.ensureHere(image);
     await this.peers.fetchImageOn(node, image);
-  }
-
-  /** The ready nodes but this one that list the image. */
-  private holders(image: string): NodeView[] {
-    return this.cluster
-      .nodes()
-      .filter((n) => n.state === 'ready' && n.node !== this.cluster.self && n.images.includes(image));
   }
 }

@@ -43,7 +43,11 @@ export class MoveService {
 
   /** `POST /vms/{name}/move` on the node that has the VM: sends it to `node`, answers it as it is there. */
   async move(name: string, body: unknown): Promise<ClusterInstance> {
-    const { node } = parseMoveRequest(body);
+    return this.moveTo(name, parseMoveRequest(body).node);
+  }
+
+  /** One move, under the VM's lock, in the activity log. */
+  private moveTo(name: string, node: string): Promise<ClusterInstance> {
     return this.activity.timed('move', name, () => this.vms.withVm(name, (rec) => this.send(rec, node)));
   }
 
@@ -53,13 +57,13 @@ export class MoveService {
    */
   async drain(): Promise<DrainResult> {
     const out: DrainResult = { node: this.cluster.self, moved: [], refused: [] };
-    for (const vm of this.vms.list()) {
-      const rec = this.vms.find(vm.name);
-      if (!rec) continue;
+    // Warm pool members are the pool's (hidden as in GET /vms), not the node's VMs to move.
+    const mine = this.vms.all().filter((r) => !r.pool);
+    for (const rec of mine.sort((a, b) => a.name.localeCompare(b.name))) {
       try {
         assertMovable(rec);
         const to = this.pick(rec);
-        await this.activity.timed('move', rec.name, () => this.vms.withVm(rec.name, (r) => this.send(r, to.node)));
+        await this.moveTo(rec.name, to.node);
         out.moved.push({ name: rec.name, node: to.node });
       } catch (err) {
         out.refused.push({ name: rec.name, reason: errorMessage(err) });

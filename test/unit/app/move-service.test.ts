@@ -40,6 +40,7 @@ describe('app/MoveService', () => {
       ownerOf: (name: string) => owners.get(name),
       node,
       nodes: () => [node('n1'), node('n2'), node('n3')],
+      holders: () => [],
       takeOver: async (name: string, from: string) => {
         if (owners.get(name) !== from) throw new Error(`${name} is not ${from}'s`);
         owners.set(name, 'n2');
