@@ -292,10 +292,11 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** A fake image travels as its manifest: what the fake knows of it, in a file of its own. */
   async bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
     const info = await this.getImage(image, () => []);
-    const dir = await mkdtemp(join(tmpdir(), 'svc-fake-image-'));
+    // One directory per image, its manifest written as the image is now (a file's every request asks).
+    let dir = this.bundleDirs.get(info.id);
+    if (!dir) this.bundleDirs.set(info.id, (dir = await mkdtemp(join(tmpdir(), 'svc-fake-image-'))));
     const body = JSON.stringify(this.images[info.id]);
     await writeFile(join(dir, 'manifest.json'), body);
-    this.bundleDirs.push(dir);
     const sha256 = createHash('sha256').update(body).digest('hex');
     return {
       id: info.id,
@@ -305,7 +306,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     };
   }
 
-  private readonly bundleDirs: string[] = [];
+  private readonly bundleDirs = new Map<string, string>();
 
   /** An image fetched from another fake node: what its manifest says, checked against its hash. */
   async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
@@ -512,7 +513,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
   async release(): Promise<void> {
     await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
-    for (const dir of this.bundleDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+    for (const dir of this.bundleDirs.values()) await rm(dir, { recursive: true, force: true });
+    this.bundleDirs.clear();
   }
 
   private async halt(vm: FakeVm): Promise<void> {
