@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { appendFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ImageBundle } from '../../../domain/image-fetch.js';
@@ -292,9 +292,9 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** A fake image travels as its manifest: what the fake knows of it, in a file of its own. */
   async bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
     const info = await this.getImage(image, () => []);
-    // One directory per image, its manifest written as the image is now (a file's every request asks).
-    let dir = this.bundleDirs.get(info.id);
-    if (!dir) this.bundleDirs.set(info.id, (dir = await mkdtemp(join(tmpdir(), 'svc-fake-image-'))));
+    // One directory for every offer this fake makes, the manifest written as the image is now.
+    const dir = join(await (this.bundleRoot ??= mkdtemp(join(tmpdir(), 'svc-fake-image-'))), info.id);
+    await mkdir(dir, { recursive: true });
     const body = JSON.stringify(this.images[info.id]);
     await writeFile(join(dir, 'manifest.json'), body);
     const sha256 = createHash('sha256').update(body).digest('hex');
@@ -306,7 +306,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     };
   }
 
-  private readonly bundleDirs = new Map<string, string>();
+  private bundleRoot?: Promise<string>;
 
   /** An image fetched from another fake node: what its manifest says, checked against its hash. */
   async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
@@ -513,8 +513,8 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
   async release(): Promise<void> {
     await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
-    for (const dir of this.bundleDirs.values()) await rm(dir, { recursive: true, force: true });
-    this.bundleDirs.clear();
+    if (this.bundleRoot) await rm(await this.bundleRoot, { recursive: true, force: true });
+    this.bundleRoot = undefined;
   }
 
   private async halt(vm: FakeVm): Promise<void> {
