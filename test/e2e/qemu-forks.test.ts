@@ -7,6 +7,7 @@ import { ndjson } from '../helpers/http.js';
 import { sshHostKey } from '../helpers/ssh-host-key.js';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { ensureImage, qemuProcesses } from './image.js';
+import { LAYER, layersOf, MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 
 describe('svcd with QEMU: forks of a running vm', function () {
   this.timeout(240_000);
@@ -28,7 +29,7 @@ describe('svcd with QEMU: forks of a running vm', function () {
     for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
     await d.stop();
     expect(
-      qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo', 'cnt-1', 'cnt-2', 'ten']),
+      qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo', 'cnt-1', 'cnt-2', 'ten', 'deep-1']),
     ).to.deep.equal([]);
   });
 
@@ -160,6 +161,33 @@ describe('svcd with QEMU: forks of a running vm', function () {
     }
     expect([...inodes]).to.have.length(1);
     for (const n of [...names, 'ten']) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
+  });
+
+  it('puts a source forked again and again back on its image as it runs; a fork keeps its own disk', async () => {
+    const dir = dirOf('src');
+    const start = (await layersOf(dir)).length;
+    expect(start, 'each capture so far left a layer').to.be.within(1, MAX_LAYERS - 2);
+    await sh('src', 'echo deep > /root/deep; sync');
+    // Each capture puts the source on one more layer; the one that makes MAX_LAYERS flattens it.
+    for (let i = 1; start + i <= MAX_LAYERS; i++) {
+      const r = await d.call('POST', '/vms/src/fork', { names: [`deep-${i}`] });
+      expect(r.status, r.text).to.equal(201);
+      await sh('src', `echo ${i} > /root/deep-${i}; sync`);
+      if (i > 1) expect((await d.call('DELETE', `/vms/deep-${i}`)).status).to.equal(200);
+    }
+    for (let i = 0; i < 60 && (await layersOf(dir)).length > 0; i++) await new Promise((r) => setTimeout(r, 500));
+    expect(await layersOf(dir), 'the disk stands on the image again').to.deep.equal([]);
+    expect(
+      readdirSync(dir).filter((n) => LAYER.test(n)),
+      'no link to a layer it left',
+    ).to.deep.equal([]);
+    const all = Array.from({ length: MAX_LAYERS - start }, (_, i) => `/root/deep-${i + 1}`).join(' ');
+    expect(await sh('src', `cat /root/f /root/deep ${all} | tr '\\n' ' '`)).to.equal(
+      ['after', 'deep', ...Array.from({ length: MAX_LAYERS - start }, (_, i) => String(i + 1))].join(' '),
+    );
+    // The kept fork sees what the source wrote before it, and nothing after.
+    expect(await sh('deep-1', 'cat /root/deep; [ -e /root/deep-1 ] && echo seen || echo own')).to.equal('deep\nown');
+    expect((await d.call('DELETE', '/vms/deep-1')).status).to.equal(200);
   });
 
   it('keeps forks whole when the source goes, and the source whole across a restart', async () => {

@@ -40,6 +40,7 @@ import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
 import { restoreInputs, StartRetries } from './launch-plan.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
+import { LiveFlattens } from './live-flatten.js';
 import { captureVm, dropCapture } from './vm-capture.js';
 import { findQemu, qemuState, savedNic } from './qemu-state.js';
 import { NicLinks } from './nic-links.js';
@@ -100,6 +101,9 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   private readonly spares: SpareQemus;
   private readonly disks: QemuVmDisks;
   private readonly links: NicLinks;
+  /** Flattens of running VMs' disk chains (live-flatten.ts), and the captures each VM has out. */
+  private readonly flattens: LiveFlattens;
+  private readonly captures = new Map<string, number>();
 
   constructor(private readonly o: QemuOptions) {
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
@@ -118,6 +122,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
     this.links = new NicLinks({ net: o.network, log: o.log });
     this.live.onGone((name) => void this.links.down(name));
+    this.flattens = new LiveFlattens(o.log);
     this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
     this.disks = new QemuVmDisks({
       images: o.images,
@@ -215,18 +220,34 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   async capture(vm: VmRef, forks = 1): Promise<{ id: string; paused_ms: number }> {
     const v = this.live.running(vm.name);
     try {
+      await this.flattens.settle(vm.name);
       const got = await captureVm(v.qmp, vm.dir, v.pid);
       this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms }, 'capture timing');
       this.disks.expectForks(vm, got.id, forks);
+      this.captures.set(vm.name, (this.captures.get(vm.name) ?? 0) + 1);
       return got;
     } catch (err) {
       throw isDomainError(err) ? err : new InternalError((err as Error).message);
     }
   }
 
-  dropCapture(vm: VmRef, id: string): Promise<void> {
+  /**
+   * A capture's forks have what they need. Once none is out, a VM whose disk now stands on too many
+   * layers (one more per capture) is flattened while it runs on (live-flatten.ts).
+   */
+  async dropCapture(vm: VmRef, id: string): Promise<void> {
     this.disks.forgetCapture(vm, id);
-    return dropCapture(vm.dir, id);
+    await dropCapture(vm.dir, id);
+    const out = (this.captures.get(vm.name) ?? 1) - 1;
+    if (out > 0) return void this.captures.set(vm.name, out);
+    this.captures.delete(vm.name);
+    const v = this.live.get(vm.name);
+    if (v && !v.expected) this.flattens.start(vm.name, v.qmp, vm.dir);
+  }
+
+  /** The VM's flatten under way, if any (tests wait for it). */
+  flattening(vm: string): Promise<unknown> | undefined {
+    return this.flattens.under(vm);
   }
 
   /** Its template's next spare starts now, not beside the clone's first answer (2 cores: 0.1-0.3 s slower). */
@@ -425,6 +446,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     await clearSaved(vm.dir);
     const v = this.live.get(vm.name);
     if (!v) return;
+    await this.flattens.settle(vm.name);
     v.expected = true;
     try {
       const st = await v.qmp.execute<{ status: string }>('query-status');
@@ -474,6 +496,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
 
   async suspend(vm: VmRef): Promise<{ snapshot: boolean }> {
     const v = this.live.running(vm.name);
+    await this.flattens.settle(vm.name);
     v.expected = true;
     let snapshot = false;
     const t0 = Date.now();
