@@ -1,7 +1,7 @@
 import { inject, injectable } from 'inversify';
 import type { NodeView } from '../domain/cluster.js';
 import { NotFoundError } from '../domain/errors.js';
-import { checkBundle } from '../domain/image-fetch.js';
+import { checkBundle, type ImageFetchProgress } from '../domain/image-fetch.js';
 import { PeerNodes } from '../ports/cluster.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
@@ -14,6 +14,9 @@ import { KeyedMutex } from './keyed-mutex.js';
  * VM moved there), from a ready node that lists it, file by file with each file's sha256 and the
  * image's digest checked, resuming what a fetch cut off left. Built-in images are built by each node.
  */
+/** How often a fetch under way says how far it is. */
+const PROGRESS_MS = 1000;
+
 @injectable()
 export class ImageFetchService {
   private readonly locks = new KeyedMutex();
@@ -35,9 +38,11 @@ export class ImageFetchService {
 
   /**
    * Makes sure image `image` is here: nothing when it is (or is a built-in one this node builds),
-   * else fetched from a ready node that has it. NotFoundError when no node has it.
+   * else fetched from a ready node that has it. NotFoundError when no node has it. `progress`
+   * hears how far the fetch is: when it starts, at most every PROGRESS_MS while it runs, and at
+   * its end (a caller that waits on another's fetch of the image hears nothing).
    */
-  async ensureHere(image: string): Promise<void> {
+  async ensureHere(image: string, progress?: (p: ImageFetchProgress) => void): Promise<void> {
     if (await this.local(image)) return;
     await this.locks.run(image, async () => {
       if (await this.local(image)) return;
@@ -45,16 +50,26 @@ export class ImageFetchService {
       if (!from) throw new NotFoundError(`no ready node of the cluster has image ${image}`);
       const t0 = Date.now();
       const bundle = checkBundle(await this.peers.imageBundle(from, image), image);
-      await this.images.installImage(bundle, (dir) => this.peers.fetchImageFiles(from, bundle, dir));
-      const bytes = bundle.files.reduce((n, f) => n + f.size, 0);
-      this.log.info({ image, from: from.node, bytes, ms: Date.now() - t0 }, 'image fetched from another node');
+      const total = bundle.files.reduce((n, f) => n + f.size, 0);
+      const tell = (bytes: number) => progress?.({ image, from: from.node, bytes, total });
+      let told = 0;
+      tell(0);
+      await this.images.installImage(bundle, (dir) =>
+        this.peers.fetchImageFiles(from, bundle, dir, (bytes) => {
+          if (Date.now() - told < PROGRESS_MS) return;
+          told = Date.now();
+          tell(bytes);
+        }),
+      );
+      tell(total);
+      this.log.info({ image, from: from.node, bytes: total, ms: Date.now() - t0 }, 'image fetched from another node');
     });
   }
 
   /** Asks `node` (this one or another) to have image `image` before a create is sent there. */
-  async ensureOn(node: NodeView, image: string): Promise<void> {
+  async ensureOn(node: NodeView, image: string, progress?: (p: ImageFetchProgress) => void): Promise<void> {
     if (node.images.includes(image)) return;
-    if (node.node === this.cluster.self) return this.ensureHere(image);
-    await this.peers.fetchImageOn(node, image);
+    if (node.node === this.cluster.self) return this.ensureHere(image, progress);
+    await this.peers.fetchImageOn(node, image, progress);
   }
 }

@@ -11,6 +11,14 @@ export interface ImageBundle {
   files: { name: string; size: number; sha256: string }[];
 }
 
+/** How far a fetch of image `image` from node `from` is: `bytes` of `total` (what it resumed from counts). */
+export interface ImageFetchProgress {
+  image: string;
+  from: string;
+  bytes: number;
+  total: number;
+}
+
 /** The most files an image holds (its manifest, disk, kernel, initrd, and room to spare). */
 export const MAX_IMAGE_FILES = 16;
 /** The largest file of an image a node fetches (a disk of up to 1 TiB). */

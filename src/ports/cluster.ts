@@ -1,5 +1,5 @@
 import type { NodeInfo, NodeView, VmEntry, VmShape } from '../domain/cluster.js';
-import type { ImageBundle } from '../domain/image-fetch.js';
+import type { ImageBundle, ImageFetchProgress } from '../domain/image-fetch.js';
 import type { MoveOffer } from '../domain/move.js';
 import type { Instance } from '../domain/vm.js';
 import type { VmFile } from './stores.js';
@@ -72,7 +72,10 @@ export interface PeerNodes {
    * Fetches the bundle's files from `node` into `dir`, resuming files a fetch cut off left there.
    * Each file ends at its offered size or this rejects; hashes are the installer's to check.
    */
-  fetchImageFiles(node: NodeView, bundle: ImageBundle, dir: string): Promise<void>;
-  /** Asks `node` to fetch image `image` from a node that has it (before a create placed there). */
-  fetchImageOn(node: NodeView, image: string): Promise<void>;
+  fetchImageFiles(node: NodeView, bundle: ImageBundle, dir: string, onBytes?: (bytes: number) => void): Promise<void>;
+  /**
+   * Asks `node` to fetch image `image` from a node that has it (before a create placed there);
+   * `progress` hears how far it is while it fetches.
+   */
+  fetchImageOn(node: NodeView, image: string, progress?: (p: ImageFetchProgress) => void): Promise<void>;
 }

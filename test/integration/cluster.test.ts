@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
 import { CLUSTER_TEST_TOKEN, nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
-import { call, type Reply, type Target } from '../helpers/http.js';
+import { call, ndjson, type Reply, type Target } from '../helpers/http.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
@@ -462,9 +462,19 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       403,
     );
 
-    // A create asking for n2, which lacks it: n2 fetches it from n1 first.
-    const there = await api(n3, 'POST', '/vms', { name: 'from-baked', image: 'baked1', node: 'n2', memory_mb: 256 });
-    expect(there.status, there.text).to.equal(201);
+    // A create asking for n2, which lacks it: n2 fetches it from n1 first, and the create's stream
+    // (sent through n3) says so before n2's own lines.
+    const body = { name: 'from-baked', image: 'baked1', node: 'n2', memory_mb: 256 };
+    const there = await api(n3, 'POST', '/vms?stream=1', body);
+    expect(there.status, there.text).to.equal(200);
+    const lines = ndjson(there.text);
+    const fetching = lines.filter((l) => l.phase === 'image' && /^fetching image baked1/.test(String(l.message)));
+    expect(fetching, there.text).to.not.be.empty;
+    expect(lines.indexOf(fetching[0]), 'the fetch comes first').to.equal(0);
+    expect(fetching.at(-1)).to.include({ name: 'from-baked', percent: 100 });
+    expect(fetching.at(-1)!.message).to.match(/^fetching image baked1 from node n1 to node n2: [\d.]+ of [\d.]+ MiB$/);
+    expect(lines.map((l) => l.phase)).to.include('accepted');
+    expect(lines.at(-1), there.text).to.include({ phase: 'ready', name: 'from-baked' });
     expect((await api(n3, 'GET', '/vms/from-baked')).json).to.include({ node: 'n2', image: 'baked1' });
     expect((await api(n2, 'GET', '/images/baked1')).status).to.equal(200);
 

@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { NodeView } from '../../domain/cluster.js';
 import { ALL_DOMAIN_ERRORS, InternalError, UnavailableError, type DomainError } from '../../domain/errors.js';
-import type { ImageBundle } from '../../domain/image-fetch.js';
+import type { ImageBundle, ImageFetchProgress } from '../../domain/image-fetch.js';
 import type { MoveOffer } from '../../domain/move.js';
 import type { Instance } from '../../domain/vm.js';
 import type { PeerNodes } from '../../ports/cluster.js';
@@ -34,6 +34,27 @@ function errorOf(node: string, status: number, text: string): Error {
   const message =
     typeof body.error === 'string' ? body.error : `node ${node} answered ${status}: ${text.slice(0, 200)}`;
   return C ? new C(message) : new InternalError(message);
+}
+
+/** The lines of an NDJSON answer as objects, each line bounded. */
+async function* ndjsonLines(node: string, res: IncomingMessage): AsyncIterable<unknown> {
+  let buf = '';
+  for await (const c of res as AsyncIterable<Buffer>) {
+    buf += c.toString('utf8');
+    if (buf.length > MAX_ANSWER_BYTES)
+      throw new InternalError(`node ${node} sent a line of more than ${MAX_ANSWER_BYTES} bytes`);
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (!line) continue;
+      try {
+        yield JSON.parse(line) as unknown;
+      } catch {
+        throw new InternalError(`node ${node} answered a line that is not JSON`);
+      }
+    }
+  }
 }
 
 /** Reads a JSON answer (bounded); an error status is the node's domain error. */
@@ -106,25 +127,45 @@ export class HttpPeerNodes implements PeerNodes {
     return readJson(node.node, await this.open(node, 'GET', `/cluster/images/${encodeURIComponent(image)}`));
   }
 
-  async fetchImageOn(node: NodeView, image: string): Promise<void> {
-    await readJson(
-      node.node,
-      await this.open(node, 'POST', `/cluster/images/${encodeURIComponent(image)}/fetch`, { json: {} }),
-    );
+  async fetchImageOn(node: NodeView, image: string, progress?: (p: ImageFetchProgress) => void): Promise<void> {
+    const path = `/cluster/images/${encodeURIComponent(image)}/fetch`;
+    if (!progress) return void (await readJson(node.node, await this.open(node, 'POST', path, { json: {} })));
+    // Streamed: a line per step of the fetch, then its end (`{id}`) or its error.
+    const res = await this.open(node, 'POST', `${path}?stream=1`, { json: {} });
+    if ((res.statusCode ?? 500) >= 400) return void (await readJson(node.node, res));
+    let ended = false;
+    for await (const line of ndjsonLines(node.node, res)) {
+      const ev = line as Partial<ImageFetchProgress> & { error?: unknown; status?: unknown; id?: unknown };
+      if (typeof ev.error === 'string')
+        throw errorOf(node.node, typeof ev.status === 'number' ? ev.status : 500, JSON.stringify(ev));
+      if (typeof ev.bytes === 'number' && typeof ev.total === 'number' && typeof ev.from === 'string')
+        progress({ image, from: ev.from, bytes: ev.bytes, total: ev.total });
+      else if (ev.id === image) ended = true;
+    }
+    if (!ended) throw new UnavailableError(`node ${node.node} stopped answering while it fetched image ${image}`);
   }
 
   /**
    * Each file of the bundle into `dir`: what is there already (a fetch cut off) is kept and the
    * rest asked for from where it ends (`Range`); a file longer than offered is fetched again whole.
    */
-  async fetchImageFiles(node: NodeView, bundle: ImageBundle, dir: string): Promise<void> {
+  async fetchImageFiles(
+    node: NodeView,
+    bundle: ImageBundle,
+    dir: string,
+    onBytes?: (bytes: number) => void,
+  ): Promise<void> {
+    let before = 0; // the bytes of the files done
     for (const f of bundle.files) {
       const path = join(dir, f.name);
       const there = await stat(path).then(
         (s) => s.size,
         () => undefined,
       );
-      if (there === f.size) continue;
+      if (there === f.size) {
+        before += f.size;
+        continue;
+      }
       let have = there ?? 0;
       if (have > f.size) {
         await truncate(path, 0);
@@ -146,12 +187,15 @@ export class HttpPeerNodes implements PeerNodes {
       }
       // 200 is the whole file (the node did not take the range): it replaces what was there.
       const append = res.statusCode === 206;
+      let got = append ? have : 0;
+      if (onBytes) res.on('data', (c: Buffer) => onBytes(before + (got += c.length)));
       await pipeline(res, createWriteStream(path, { flags: append ? 'a' : 'w' }));
       const size = (await stat(path)).size;
       if (size !== f.size)
         throw new UnavailableError(
           `node ${node.node} sent ${size} of the ${f.size} bytes of ${f.name} of image ${bundle.id}`,
         );
+      before += f.size;
     }
   }
 }

@@ -57,16 +57,24 @@ function endpoint(t: ProxyTarget): { host?: string; port?: number; socketPath?: 
   return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
 }
 
+/** The most bytes of an error answer `proxyRequest` reads to put it in its caller's words. */
+const ERROR_ANSWER_MAX = 64 * 1024;
+
 /**
  * Sends the request on to `t` (its body streamed, or `body` in its place) and streams the answer
  * back as it comes (NDJSON progress, followed output, downloads). Resolves with the answer's
  * status; rejects when `t` cannot be reached before anything was answered.
+ *
+ * A response whose head was sent already (lines of the caller's own came first) takes the
+ * answer's body after them; an error answer is then put in its words by `errorLine` (its status
+ * and text) and ends it.
  */
 export function proxyRequest(
   req: IncomingMessage,
   res: ServerResponse,
   t: ProxyTarget,
   body?: Buffer,
+  errorLine?: (status: number, text: string) => string,
 ): Promise<number> {
   return new Promise((resolve, reject) => {
     const out = request(
@@ -78,10 +86,23 @@ export function proxyRequest(
         headers: headersFor(req, t, body),
       },
       (answer) => {
-        const headers = { ...answer.headers };
-        for (const k of ['connection', 'keep-alive', 'transfer-encoding']) delete headers[k];
-        res.writeHead(answer.statusCode ?? 502, headers);
-        res.flushHeaders();
+        const status = answer.statusCode ?? 502;
+        if (res.headersSent && status >= 400) {
+          let text = '';
+          answer.setEncoding('utf8').on('data', (c: string) => (text = (text + c).slice(0, ERROR_ANSWER_MAX)));
+          answer.on('error', () => res.destroy());
+          answer.on('end', () => {
+            res.end(errorLine ? errorLine(status, text) : '');
+            resolve(status);
+          });
+          return;
+        }
+        if (!res.headersSent) {
+          const headers = { ...answer.headers };
+          for (const k of ['connection', 'keep-alive', 'transfer-encoding']) delete headers[k];
+          res.writeHead(status, headers);
+          res.flushHeaders();
+        }
         answer.pipe(res);
         answer.on('error', () => res.destroy());
         answer.on('end', () => resolve(answer.statusCode ?? 502));

@@ -11,6 +11,10 @@ import {
   UnavailableError,
 } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
+import { AsyncQueue } from '../../app/async-queue.js';
+import type { ImageFetchProgress } from '../../domain/image-fetch.js';
+import { toHttpError } from '../http-kit/error-status.js';
+import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { GuestImages } from '../../ports/hypervisor.js';
 import { unpackVm } from '../cluster/vm-bundle.js';
@@ -153,8 +157,21 @@ export class ClusterFront {
         path: '/cluster/images/:id/fetch',
         handler: async (req, res) => {
           this.peerOnly(req);
-          await this.o.fetches.ensureHere(String(req.params.id));
-          res.json({ id: String(req.params.id) });
+          const id = String(req.params.id);
+          if (!wantsNdjson(req)) {
+            await this.o.fetches.ensureHere(id);
+            return void res.json({ id });
+          }
+          // Streamed: how far it is, then `{id}` or the error (status and code with it).
+          const lines = new AsyncQueue<object>();
+          void this.o.fetches
+            .ensureHere(id, (p) => lines.push(p))
+            .then(
+              () => lines.push({ id }),
+              (err: unknown) => lines.push({ ...toHttpError(err).body, status: toHttpError(err).status }),
+            )
+            .finally(() => lines.close());
+          await writeNdjson(res, lines);
         },
       },
       {
@@ -223,15 +240,39 @@ export class ClusterFront {
   }
 
   private async create(req: Request, res: Response, raw?: unknown): Promise<void> {
+    const stream = wantsNdjson(req);
     const placed = await this.cluster.place(raw ?? (await readJson(req)));
     const { image, from } = placed.body;
-    if (from === undefined) {
-      // A node placed without the image fetches it from one that has it first.
-      const id = typeof image === 'string' ? image : 'default';
-      await this.o.fetches.ensureOn(placed.node, id).catch(async (err: unknown) => {
+    const id = typeof image === 'string' ? image : 'default';
+    // A node placed without the image fetches it from one that has it first.
+    if (from === undefined && !placed.node.images.includes(id)) {
+      const t0 = Date.now();
+      // A streamed create says how far the fetch is, as its `image` phase, before the node's own lines.
+      const say = (p: ImageFetchProgress) => {
+        if (!res.headersSent) {
+          res.status(200).type('application/x-ndjson').setHeader('Cache-Control', 'no-store');
+          res.flushHeaders();
+        }
+        const percent = p.total ? Math.floor((100 * p.bytes) / p.total) : 100;
+        res.write(
+          JSON.stringify({
+            phase: 'image',
+            name: placed.name,
+            message: `fetching image ${p.image} from node ${p.from} to node ${placed.node.node}: ${mib(p.bytes)} of ${mib(p.total)} MiB`,
+            percent,
+            t: new Date().toISOString(),
+            elapsed_ms: Date.now() - t0,
+          }) + '\n',
+        );
+      };
+      try {
+        await this.o.fetches.ensureOn(placed.node, id, stream ? say : undefined);
+      } catch (err) {
         await this.cluster.unplace(placed.name);
-        throw err;
-      });
+        if (!res.headersSent) throw err;
+        const { body } = toHttpError(err);
+        return void res.end(createError(placed.name, body.error, body.code));
+      }
     }
     await this.send(req, res, placed, [placed.name]);
   }
@@ -256,10 +297,30 @@ export class ClusterFront {
   private async send(req: Request, res: Response, placed: Placed, names: string[]): Promise<void> {
     const t = placed.here ? this.own() : this.target(placed.node.advertise);
     const unplace = () => Promise.all(names.map((n) => this.cluster.unplace(n)));
-    const status = await proxyRequest(req, res, t, Buffer.from(JSON.stringify(placed.body))).catch((err: Error) => {
+    // After lines of its own (an image fetched first), an error answer is the stream's last line.
+    const errorLine = (status: number, text: string) => {
+      let body: { error?: unknown; code?: unknown } = {};
+      try {
+        body = JSON.parse(text) as typeof body;
+      } catch {
+        /* not JSON: said as it came */
+      }
+      return createError(
+        placed.name,
+        typeof body.error === 'string'
+          ? body.error
+          : `node ${placed.node.node} answered ${status}: ${text.slice(0, 200)}`,
+        typeof body.code === 'string' ? body.code : 'internal',
+      );
+    };
+    const failed = (err: Error) => {
       void unplace();
-      throw new UnavailableError(`node ${placed.node.node} did not answer: ${err.message}`);
-    });
+      const e = new UnavailableError(`node ${placed.node.node} did not answer: ${err.message}`);
+      if (!res.headersSent) throw e;
+      res.end(errorLine(503, JSON.stringify({ error: e.message, code: e.code })));
+      return 503;
+    };
+    const status = await proxyRequest(req, res, t, Buffer.from(JSON.stringify(placed.body)), errorLine).catch(failed);
     if (status >= 400) await unplace();
   }
 
@@ -277,6 +338,14 @@ export class ClusterFront {
 }
 
 const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
+
+/** A create's last NDJSON line when it failed: as the create service writes one (phase `error`). */
+function createError(name: string, error: string, code: string): string {
+  const t = new Date().toISOString();
+  return JSON.stringify({ phase: 'error', name, message: error, error, code, t, elapsed_ms: 0 }) + '\n';
+}
+
+const mib = (n: number) => (n / 1024 / 1024).toFixed(n < 10 * 1024 * 1024 ? 1 : 0);
 
 /** The request's JSON body (the create's), parsed by express's own parser with the API's limit. */
 function readJson(req: Request): Promise<unknown> {

@@ -159,10 +159,21 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
     post: op(
       'Fetch an image from a node that has it, before a create is placed here. Only nodes call this.',
       {
-        '200': json('fetched (or here already)', { type: 'object', properties: { id: { type: 'string' } } }),
+        '200': {
+          description:
+            'fetched (or here already): `{id}`; with `stream=1`, NDJSON lines `{image, from, bytes, total}` while it fetches, then `{id}` or `{error, code, status}`',
+          content: {
+            'application/json': { schema: { type: 'object', properties: { id: { type: 'string' } } } },
+            'application/x-ndjson': { schema: { type: 'string' } },
+          },
+        },
         '404': err('no ready node has it'),
       },
-      { parameters: [idParam], 'x-svc-cluster': true, 'x-svc-internal': true },
+      {
+        parameters: [idParam, { name: 'stream', in: 'query', schema: { type: 'string', enum: ['1'] } }],
+        'x-svc-cluster': true,
+        'x-svc-internal': true,
+      },
     ),
   },
   '/cluster/vms/{name}': {
