@@ -1,6 +1,7 @@
 import { createReadStream, createWriteStream } from 'node:fs';
+import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import { InvalidArgumentError, isDomainError, PayloadTooLargeError } from '../../domain/errors.js';
@@ -13,9 +14,21 @@ import {
   type MoveOffer,
 } from '../../domain/move.js';
 import type { VmFile } from '../../ports/stores.js';
+import { dataExtents, sparseBody, sparseBodySize, writeSparse } from './sparse-file.js';
 
 /** The first entry of a moved VM's tar: the offer (docs/cluster.md, "Moving a VM"). */
 const OFFER = 'offer.json';
+/** The pax key of an entry sent as a sparse file (sparse-file.ts): the file's own size. */
+const SPARSE_KEY = 'SVC.sparse';
+/** Files from this size on whose disk blocks hold less than they show are sent as sparse files. */
+const SPARSE_MIN_BYTES = 1024 * 1024;
+
+/** Is `path` worth sending as a sparse file: large, and with holes on disk (a RAM image)? */
+async function holey(path: string, size: number): Promise<boolean> {
+  if (size < SPARSE_MIN_BYTES) return false;
+  const st = await stat(path);
+  return st.blocks * 512 < size;
+}
 
 /** A moved VM as one tar stream: the offer, then each of its files, flat. */
 export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
@@ -31,6 +44,15 @@ export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
         if (f.size === 0) {
           await new Promise<void>((res, rej) => pack.entry(header, Buffer.alloc(0), (e) => (e ? rej(e) : res())));
           continue;
+        }
+        if (await holey(f.path, f.size)) {
+          const extents = await dataExtents(f.path, f.size);
+          const size = sparseBodySize(extents);
+          if (size < f.size) {
+            const entry = pack.entry({ ...header, size, pax: { [SPARSE_KEY]: String(f.size) } });
+            await pipeline(Readable.from(sparseBody(f.path, extents)), entry);
+            continue;
+          }
         }
         // The size said in the header, not a byte more (the VM is stopped: its files stand still).
         await pipeline(createReadStream(f.path, { end: f.size - 1 }), pack.entry(header));
@@ -92,12 +114,23 @@ export async function unpackVm<T>(
             `a moved vm's tar holds only plain files with plain names; refused ${JSON.stringify(header.name)} (${header.type})`,
           );
         if (++count > MAX_MOVE_FILES) throw new InvalidArgumentError(`a moved vm has at most ${MAX_MOVE_FILES} files`);
-        bytes += header.size ?? 0;
+        const sparse = (header.pax as Record<string, string> | undefined)?.[SPARSE_KEY];
+        const real = sparse === undefined ? 0 : Number(sparse);
+        if (sparse !== undefined && !(/^\d+$/.test(sparse) && Number.isSafeInteger(real)))
+          throw new InvalidArgumentError(`${header.name} gives no size of its own`);
+        // Both what comes and what it makes count: a sparse file's holes take no bytes to send.
+        bytes += Math.max(header.size ?? 0, real);
         if (bytes > limit)
           throw new PayloadTooLargeError(
             `vm ${offer.record.name}'s files pass ${limit} bytes, more than its disk and memory can hold`,
           );
-        await pipeline(next.value, createWriteStream(join(dir, header.name), { flags: 'wx', mode: 0o600 }));
+        const path = join(dir, header.name);
+        if (sparse === undefined) await pipeline(next.value, createWriteStream(path, { flags: 'wx', mode: 0o600 }));
+        else
+          await writeSparse(next.value as AsyncIterable<Buffer>, path, real).catch(async (err: unknown) => {
+            await rm(path, { force: true });
+            throw err;
+          });
       }
     });
   } finally {

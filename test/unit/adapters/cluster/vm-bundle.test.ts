@@ -1,5 +1,15 @@
 import { expect } from 'chai';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  ftruncateSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tar from 'tar-stream';
@@ -115,5 +125,101 @@ describe('adapters/cluster/vm-bundle: a moved VM as one tar', () => {
     expect(readdirSync(dst)).to.deep.equal([]);
     big.destroy();
     pack.destroy();
+  });
+});
+
+describe('adapters/cluster/vm-bundle: files with holes (a RAM image)', () => {
+  /** A file of `size` bytes, holes but for `data` written at its offsets. */
+  const holeyFile = (dir: string, name: string, size: number, data: [number, Buffer][]) => {
+    const path = join(dir, name);
+    const fd = openSync(path, 'w');
+    ftruncateSync(fd, size);
+    for (const [at, b] of data) writeSync(fd, b, 0, b.length, at);
+    closeSync(fd);
+    return { name, path, size };
+  };
+  const moved = async (files: { name: string; path: string; size: number }[]) => {
+    const pack = packVm(offer({ memory_mb: 64 }), files);
+    let sent = 0;
+    const counted = Readable.from(
+      (async function* () {
+        for await (const c of pack as unknown as AsyncIterable<Buffer>) {
+          sent += c.length;
+          yield c;
+        }
+      })(),
+    );
+    const dst = tempDir('svc-bundle-dst-');
+    await unpackVm(counted, (_o, fill) => fill(dst));
+    return { dst, sent };
+  };
+
+  it('sends only the extents that hold data, and the file lands the same, with holes', async () => {
+    const src = tempDir('svc-bundle-src-');
+    const size = 32 * 1024 * 1024;
+    const a = randomBytes(100_000);
+    const b = randomBytes(5000);
+    const f = holeyFile(src, 'state.ram', size, [
+      [0, a],
+      [20 * 1024 * 1024 + 7, b],
+      [size - 3, Buffer.from('end')],
+    ]);
+    expect(statSync(f.path).blocks * 512, 'made with holes').to.be.below(size);
+    const { dst, sent } = await moved([f]);
+    const got = readFileSync(join(dst, 'state.ram'));
+    expect(got.length).to.equal(size);
+    expect(got.equals(readFileSync(f.path)), 'byte for byte').to.equal(true);
+    expect(sent, 'the tar carries the data blocks, not the holes').to.be.below(1024 * 1024);
+    expect(statSync(join(dst, 'state.ram')).blocks * 512, 'holes where it lands').to.be.below(2 * 1024 * 1024);
+  });
+
+  it('sends a file without holes as it is', async () => {
+    const src = tempDir('svc-bundle-src-');
+    writeFileSync(join(src, 'disk.qcow2'), randomBytes(2 * 1024 * 1024));
+    const { dst, sent } = await moved([{ name: 'disk.qcow2', path: join(src, 'disk.qcow2'), size: 2 * 1024 * 1024 }]);
+    expect(readFileSync(join(dst, 'disk.qcow2')).equals(readFileSync(join(src, 'disk.qcow2')))).to.equal(true);
+    expect(sent).to.be.above(2 * 1024 * 1024);
+  });
+
+  /** A sparse entry made by hand: records (offset, length) and their bytes. */
+  const sparseEntry = (name: string, size: number | string, parts: [number, number, Buffer?][], cut = 0) => {
+    const chunks: Buffer[] = [];
+    for (const [offset, length, data] of parts) {
+      const rec = Buffer.alloc(16);
+      rec.writeBigUInt64BE(BigInt(offset), 0);
+      rec.writeBigUInt64BE(BigInt(length), 8);
+      chunks.push(rec, data ?? Buffer.alloc(length, 1));
+    }
+    const body = Buffer.concat(chunks).subarray(0, Buffer.concat(chunks).length - cut);
+    return { header: { name, size: body.length, pax: { 'SVC.sparse': String(size) } }, body };
+  };
+  const refused = async (entry: ReturnType<typeof sparseEntry>) => {
+    const dst = tempDir('svc-bundle-dst-');
+    const err = await unpackVm(tarOf([offerEntry(offer({ memory_mb: 64 })), entry]), (_o, fill) => fill(dst)).catch(
+      (e: Error) => e,
+    );
+    expect(readdirSync(dst), 'nothing left of it').to.deep.equal([]);
+    return err as Error & { code?: string };
+  };
+
+  it('refuses sparse entries that are not one, and leaves no file of them', async () => {
+    const mb = 1024 * 1024;
+    expect(
+      (
+        await refused(
+          sparseEntry('a', mb, [
+            [0, 10],
+            [5, 10],
+          ]),
+        )
+      ).message,
+    ).to.match(/out of order or overlapping/);
+    expect((await refused(sparseEntry('a', mb, [[mb - 5, 10]]))).message).to.match(/past its/);
+    expect((await refused(sparseEntry('a', mb, [[0, 0]]))).message).to.match(/not one/);
+    expect((await refused(sparseEntry('a', mb, [[0, 100]], 10))).message).to.match(/cut short/);
+    expect((await refused(sparseEntry('a', 'lots', [[0, 1]]))).message).to.match(/no size of its own/);
+    // Its own size counts toward what the VM can hold, though its holes take nothing to send.
+    const big = await refused(sparseEntry('a', 3 * 1024 * mb, [[0, 1]]));
+    expect(big.code).to.equal('payload_too_large');
   });
 });
