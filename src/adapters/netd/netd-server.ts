@@ -352,9 +352,14 @@ export class NetdServer {
     for (const c of this.clients) if (!c.destroyed) c.write(line);
   }
 
+  /**
+   * Ends the server. The state file is not written again: every change wrote it before it was
+   * answered, and a server that exits because its control socket is gone (its data directory being
+   * removed, a test's among them) must not put a file back into that directory.
+   */
   async stop(): Promise<void> {
     clearInterval(this.watch);
-    await this.save();
+    await this.saving;
     for (const v of this.vms.values()) {
       v.lan.close();
       v.lan.secrets?.close();
