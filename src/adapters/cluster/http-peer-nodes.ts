@@ -11,6 +11,7 @@ import type { MoveOffer } from '../../domain/move.js';
 import type { Instance } from '../../domain/vm.js';
 import type { PeerNodes } from '../../ports/cluster.js';
 import type { VmFile } from '../../ports/stores.js';
+import { boundedLines } from '../guest-link/agent-http.js';
 import { packVm } from './vm-bundle.js';
 
 /** Set on a call one node sends another: it is served where it lands, never sent on again. */
@@ -38,21 +39,14 @@ function errorOf(node: string, status: number, text: string): Error {
 
 /** The lines of an NDJSON answer as objects, each line bounded. */
 async function* ndjsonLines(node: string, res: IncomingMessage): AsyncIterable<unknown> {
-  let buf = '';
-  for await (const c of res as AsyncIterable<Buffer>) {
-    buf += c.toString('utf8');
-    if (buf.length > MAX_ANSWER_BYTES)
-      throw new InternalError(`node ${node} sent a line of more than ${MAX_ANSWER_BYTES} bytes`);
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line) continue;
-      try {
-        yield JSON.parse(line) as unknown;
-      } catch {
-        throw new InternalError(`node ${node} answered a line that is not JSON`);
-      }
+  const tooLong = (max: number) => new InternalError(`node ${node} sent a line of more than ${max} bytes`);
+  for await (const raw of boundedLines(res, MAX_ANSWER_BYTES, tooLong)) {
+    const line = raw.trim();
+    if (!line) continue;
+    try {
+      yield JSON.parse(line) as unknown;
+    } catch {
+      throw new InternalError(`node ${node} answered a line that is not JSON`);
     }
   }
 }

@@ -254,7 +254,12 @@ export function linesOf<T>(
 }
 
 /** Lines of a stream, each at most `max` bytes: a guest cannot make the daemon buffer an endless line. */
-export async function* boundedLines(input: AsyncIterable<unknown>, max: number): AsyncIterable<string> {
+export async function* boundedLines(
+  input: AsyncIterable<unknown>,
+  max: number,
+  tooLong: (max: number) => Error = (m) =>
+    new AgentFailureError(`guest agent sent an exec frame longer than ${m} bytes`),
+): AsyncIterable<string> {
   let pending: Buffer[] = [];
   let size = 0;
   for await (const c of input) {
@@ -268,7 +273,7 @@ export async function* boundedLines(input: AsyncIterable<unknown>, max: number):
       chunk = chunk.subarray(nl + 1);
     }
     size += chunk.length;
-    if (size > max) throw new AgentFailureError(`guest agent sent an exec frame longer than ${max} bytes`);
+    if (size > max) throw tooLong(max);
     pending.push(chunk);
   }
   if (size > 0) yield Buffer.concat(pending).toString('utf8');

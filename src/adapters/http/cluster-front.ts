@@ -168,7 +168,10 @@ export class ClusterFront {
             .ensureHere(id, (p) => lines.push(p))
             .then(
               () => lines.push({ id }),
-              (err: unknown) => lines.push({ ...toHttpError(err).body, status: toHttpError(err).status }),
+              (err: unknown) => {
+                const { body, status } = toHttpError(err);
+                lines.push({ ...body, status });
+              },
             )
             .finally(() => lines.close());
           await writeNdjson(res, lines);

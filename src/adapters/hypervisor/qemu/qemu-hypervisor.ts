@@ -245,11 +245,6 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     if (v && !v.expected) this.flattens.start(vm.name, v.qmp, vm.dir);
   }
 
-  /** The VM's flatten under way, if any (tests wait for it). */
-  flattening(vm: string): Promise<unknown> | undefined {
-    return this.flattens.under(vm);
-  }
-
   /** Its template's next spare starts now, not beside the clone's first answer (2 cores: 0.1-0.3 s slower). */
   cloneReady(clone: VmRef): void {
     this.spares.ready(clone.name);
