@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SvcClient } from '../src/adapters/client/svc-client.js';
+import { MAX_LAYERS } from '../src/adapters/hypervisor/qemu/disk-layers.js';
 import { fmt, memoryKiB, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_FORK_ROUNDS ?? 5);
@@ -64,6 +65,15 @@ export async function forkBenchmarks(row: Row, results: Record<string, unknown>)
       `cold boot of the source: ${fmt(boot, 0)} ms (${fmt(boot / r1.p50, 1)}x one fork)`,
     );
 
+    // A source forked again and again is put back on its image while it runs (live-flatten.ts).
+    const flattens = d.logged('disk chain flattened').filter((r) => r.vm === 'src');
+    const flattenMs = flattens.map((r) => Number(r.flatten_ms));
+    row(
+      `a source forked ${2 * ROUNDS} times: its disk chain flattened while it runs (at ${MAX_LAYERS} layers)`,
+      flattenMs.length ? `${flattenMs.map((ms) => fmt(ms, 0)).join(', ')} ms (${flattenMs.length}x)` : 'none',
+      `one fork call p50 ${fmt(r1.p50, 0)} ms; the source runs on while QEMU copies the layers into its disk`,
+    );
+
     // 2. N at once: forks of src, clones of a suspended template, cold boots; then their memory
     const allReady = async (make: (i: number) => Promise<unknown>) => {
       const start = performance.now();
@@ -112,6 +122,7 @@ export async function forkBenchmarks(row: Row, results: Record<string, unknown>)
       rounds: ROUNDS,
       n: N,
       held_ms: h,
+      flatten_ms: flattenMs,
       suspend_ms: su,
       ready_ms: { 1: r1, 3: r3 },
       cold_boot_ms: boot,

@@ -109,6 +109,8 @@ export interface Daemon {
   socket: string;
   port: number;
   client: SvcClient;
+  /** The daemon's log records (pino's JSON lines) whose `msg` is `msg`, in order, as they came. */
+  logged(msg: string): Record<string, unknown>[];
   stop(): Promise<void>;
 }
 
@@ -131,9 +133,20 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
   );
   let port = 0;
   if (process.env.BENCH_SVCD_LOG) proc.stderr!.pipe(createWriteStream(process.env.BENCH_SVCD_LOG, { flags: 'a' }));
+  const records: Record<string, unknown>[] = [];
+  let partial = '';
   proc.stderr!.on('data', (c: Buffer) => {
-    const m = /"tcp_port":(\d+)/.exec(c.toString());
-    if (m) port = Number(m[1]);
+    const lines = (partial + c.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      try {
+        const r = JSON.parse(line) as Record<string, unknown>;
+        if (typeof r.tcp_port === 'number') port = r.tcp_port;
+        if (records.length < 100_000) records.push(r);
+      } catch {
+        // not a record of pino's
+      }
+    }
   });
   const client = new SvcClient({ socket, env: {} });
   for (let i = 0; i < 200 && !port; i++) await new Promise((r) => setTimeout(r, 50));
@@ -143,6 +156,7 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
     socket,
     port,
     client,
+    logged: (msg) => records.filter((r) => r.msg === msg),
     stop: async () => {
       const gone = new Promise((r) => proc.once('exit', r));
       proc.kill('SIGTERM');

@@ -27,6 +27,7 @@ import { startVsockRelay } from './adapters/agent/vsock-relay.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
 import { browserGuard, guardRequests, guardUpgrades } from './adapters/http-kit/browser-guard.js';
 import { createHttpApp } from './adapters/http-kit/http-app.js';
+import { answerClientError } from './adapters/http-kit/error-status.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
 import { EXEC_CHANNEL_PATH, PORT_PATH } from './domain/agent.js';
 import { upgradeToPort } from './adapters/agent/port-socket.js';
@@ -113,6 +114,7 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
       refuse,
     ),
   );
+  server.on('clientError', answerClientError);
   server.on(
     'upgrade',
     guardUpgrades((req, socket, head) => {

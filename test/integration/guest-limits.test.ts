@@ -1,10 +1,11 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { request } from 'node:http';
+import { maxHeaderSize, request } from 'node:http';
 import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { toReply, type Reply } from '../helpers/http.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Processes on this host whose command line is exactly `sleep <secs>` (fake_agent runs guests' commands here). */
@@ -183,8 +184,29 @@ describe('slow clients (header_timeout 1s)', function () {
       trickleHeaders({ port: d.tcp.port }),
     ])) {
       expect(r.ms).to.be.within(900, 6000);
-      expect(r.got).to.match(/^(HTTP\/1.1 408|)/);
+      // answered as every refusal is, with an {error}, unless the socket went first
+      if (r.got)
+        expect(r.got).to.match(/^HTTP\/1.1 408 [\s\S]*\r\n\r\n\{"error":"the request headers did not arrive in time"/);
     }
+  });
+
+  it("answers headers past node's limit with 431 and an {error}, on the socket and on TCP", async () => {
+    const url = `/vms?x=${'a'.repeat(maxHeaderSize + 1)}`;
+    for (const target of [{ socketPath: d.config.socket }, { host: '127.0.0.1', port: d.tcp.port }]) {
+      const r = await new Promise<Reply>((resolve, reject) => {
+        const req = request({ ...target, path: url, headers: { authorization: 'Bearer test-token' } }, (res) => {
+          const parts: Buffer[] = [];
+          res.on('data', (c: Buffer) => parts.push(c));
+          res.on('end', () => resolve(toReply(res.statusCode ?? 0, res.headers, Buffer.concat(parts))));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+      expect(r.status).to.equal(431);
+      expect(r.json.error).to.match(/headers larger than \d+ bytes/);
+      expect(r.headers.connection).to.equal('close');
+    }
+    expect((await d.call('GET', '/vms')).status, 'the daemon answers on').to.equal(200);
   });
 
   it('keeps a long exec stream and a slow upload going past it', async () => {

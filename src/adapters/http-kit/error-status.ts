@@ -1,4 +1,5 @@
-import type { ServerResponse } from 'node:http';
+import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { ErrorCode } from '../../domain/errors.js';
 import {
   AcceptedCreateFailedError,
@@ -65,4 +66,30 @@ export function writeHttpError(res: ServerResponse, err: unknown, close: boolean
     ...(close ? { connection: 'close' } : {}),
   });
   res.end(JSON.stringify(body));
+}
+
+/** What node:http's parser refused, by its error code: status and the words for it. */
+const CLIENT_ERRORS: Record<string, [number, string]> = {
+  HPE_HEADER_OVERFLOW: [431, `request line and headers larger than ${maxHeaderSize} bytes`],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'chunk extensions too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'the request headers did not arrive in time'],
+};
+
+/**
+ * A server's `clientError` handler: a request node:http's parser refused (headers past its limit,
+ * not HTTP, headers too slow) gets its status with an `{error, code}` body like every other refusal,
+ * where node would answer with no body at all. A connection already answering, or gone, is closed.
+ */
+export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent;
+  if (err.code === 'ECONNRESET' || !socket.writable || answering) return void socket.destroy();
+  const [status, error] = CLIENT_ERRORS[err.code ?? ''] ?? [
+    400,
+    `not a valid HTTP request (${err.code ?? err.message})`,
+  ];
+  const body = JSON.stringify({ error, code: status === 413 ? 'payload_too_large' : 'invalid_argument' });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }

@@ -2,6 +2,7 @@ import { chmod, unlink } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
+import { answerClientError } from '../http-kit/error-status.js';
 import { connect, type AddressInfo } from 'node:net';
 import { parseApiAddress } from '../../app/config.js';
 import {
@@ -103,6 +104,7 @@ export class HttpListeners {
       },
       this.hosted(refuse ? guardRequests(this.app, refuse) : this.app),
     );
+    s.on('clientError', answerClientError);
     const upgrade = this.upgrade && (refuse ? guardUpgrades(this.upgrade, refuse) : this.upgrade);
     const hosts = this.hosts;
     if (hosts)
