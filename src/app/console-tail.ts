@@ -40,9 +40,12 @@ export async function withConsoleTail(
   }
 }
 
-/** A kernel's stack dump and register lines: the panic above them is what a person needs. */
+/**
+ * A kernel's stack dump and register lines: the panic above them is what a person needs. The
+ * `RIP:` line stays: one line that names the function the kernel faulted in.
+ */
 const TRACE_LINE =
-  /^(\[\s*[\d.]+\]\s*)?(Call Trace:|<\/?TASK>|(\? )?[\w.]+\+0x[\da-f]+\/0x[\da-f]+|CPU: \d+ PID:|Hardware name:|RIP:|RSP:|RAX:|RDX:|RBP:|R\d+:|FS:|CS:|CR2:|Code:|Kernel Offset:)/;
+  /^(\[\s*[\d.]+\]\s*)?(Call Trace:|<\/?TASK>|(\? )?[\w.]+\+0x[\da-f]+\/0x[\da-f]+|CPU: \d+ PID:|Hardware name:|RSP:|RAX:|RDX:|RBP:|R\d+:|FS:|CS:|CR2:|Code:|Kernel Offset:)/;
 
 /**
  * The console's last lines as a person reads them: escapes and control characters gone, blank

@@ -116,11 +116,14 @@ describe('app/CreateService', () => {
     expect(ok.memory_mb).to.equal(128);
   });
 
-  it("reads a console's last lines as a person would: no escapes, no blank lines, no stack dump", () => {
+  it("reads a console's last lines as a person would: no escapes, no blank lines, no stack dump but the faulting function", () => {
     const dump = [
       '\x1b[0mSeaBIOS',
       '[    1.69] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)',
       '[    1.70] CPU: 0 PID: 1 Comm: swapper/0 Not tainted 6.1.0-56-amd64 #1  Debian 6.1.158-1',
+      '[    1.705] RIP: 0010:native_write_msr+0x4/0x30',
+      '[    1.706] RSP: 0018:ffffb4c0c0013e48 EFLAGS: 00010246',
+      '[    1.707] RAX: 0000000000000000 RBX: 0000000000000001 RCX: 0000000000000001',
       '[    1.71] Call Trace:',
       '[    1.72]  <TASK>',
       '[    1.73]  dump_stack_lvl+0x44/0x5c',
@@ -133,6 +136,7 @@ describe('app/CreateService', () => {
     expect(consoleLines(dump)).to.deep.equal([
       'SeaBIOS',
       '[    1.69] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)',
+      '[    1.705] RIP: 0010:native_write_msr+0x4/0x30',
       `${'x'.repeat(197)}...`,
     ]);
     expect(consoleLines('')).to.deep.equal([]);
