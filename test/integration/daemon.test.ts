@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { WebSocket } from 'ws';
 import { call, ndjson } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
@@ -45,6 +46,22 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(wrong.status).to.equal(401);
       const basic = await call({ port: d.tcp.port }, 'GET', '/vms', undefined, { authorization: 'Basic dGVzdA==' });
       expect(basic.status).to.equal(401);
+      // A WebSocket upgrade is refused on its raw socket the same way: status, challenge and {error}.
+      const ws = new WebSocket(`ws://127.0.0.1:${d.tcp.port}/vms/x/shell`);
+      const refused = await new Promise<{ status?: number; headers: Record<string, unknown>; body: string }>(
+        (resolve, reject) => {
+          ws.on('open', () => reject(new Error('the upgrade was taken without a token')));
+          ws.on('error', () => undefined);
+          ws.on('unexpected-response', (_req, res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
+          });
+        },
+      );
+      expect(refused.status).to.equal(401);
+      expect(refused.headers['www-authenticate']).to.match(/^Bearer/);
+      expect(JSON.parse(refused.body)).to.include({ code: 'unauthenticated' });
     });
 
     it('needs no token when none is configured', async () => {

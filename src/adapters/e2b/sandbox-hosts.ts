@@ -1,7 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { toHttpError } from '../http-kit/error-status.js';
-import { endUpgrade } from '../http-kit/terminal-socket.js';
+import { answerOnSocket, toHttpError } from '../http-kit/error-status.js';
 import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
 import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
@@ -77,7 +76,7 @@ export class SandboxHosts implements VirtualHosts {
       (t) => proxyUpgrade(req, socket, head, t),
       (err) => {
         const { status, json } = body(err);
-        endUpgrade(socket, status, json);
+        answerOnSocket(socket, status, json);
       },
     );
   }

@@ -68,11 +68,31 @@ export function writeHttpError(res: ServerResponse, err: unknown, close: boolean
   res.end(JSON.stringify(body));
 }
 
-/** What node:http's parser refused, by its error code: status and the words for it. */
-const CLIENT_ERRORS: Record<string, [number, string]> = {
-  HPE_HEADER_OVERFLOW: [431, `request line and headers larger than ${maxHeaderSize} bytes`],
-  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'chunk extensions too large'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'the request headers did not arrive in time'],
+/**
+ * Answers on a raw socket, where there is no response object (an upgrade not taken, a request
+ * node's parser refused): `status` with its reason, a JSON body and `Connection: close`, then ends it.
+ */
+export function answerOnSocket(
+  socket: Duplex,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = JSON.stringify(body);
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: application/json; charset=utf-8\r\n${extra}` +
+      `Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+  );
+}
+
+/** What node:http's parser refused, by its error code: status, domain code and the words for it. */
+const CLIENT_ERRORS: Record<string, [number, ErrorCode, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'invalid_argument', `request line and headers larger than ${maxHeaderSize} bytes`],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'payload_too_large', 'chunk extensions too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'deadline_exceeded', 'the request headers did not arrive in time'],
 };
 
 /**
@@ -83,13 +103,10 @@ const CLIENT_ERRORS: Record<string, [number, string]> = {
 export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
   const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent;
   if (err.code === 'ECONNRESET' || !socket.writable || answering) return void socket.destroy();
-  const [status, error] = CLIENT_ERRORS[err.code ?? ''] ?? [
+  const [status, code, error] = CLIENT_ERRORS[err.code ?? ''] ?? [
     400,
+    'invalid_argument',
     `not a valid HTTP request (${err.code ?? err.message})`,
   ];
-  const body = JSON.stringify({ error, code: status === 413 ? 'payload_too_large' : 'invalid_argument' });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-  );
+  answerOnSocket(socket, status, { error, code });
 }

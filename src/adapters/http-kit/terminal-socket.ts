@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import type { WebSocket, WebSocketServer } from 'ws';
-import { toHttpError } from './error-status.js';
+import { answerOnSocket, toHttpError } from './error-status.js';
 import type { Terminal } from '../../ports/terminal.js';
 
 /**
@@ -43,18 +43,9 @@ export function joinTerminal(ws: WebSocket, t: Terminal): void {
 }
 
 /** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */
-export function rejectUpgrade(socket: Duplex, err: unknown, extraHeaders = ''): void {
+export function rejectUpgrade(socket: Duplex, err: unknown, more: Record<string, string> = {}): void {
   const { status, body, headers } = toHttpError(err);
-  for (const [k, v] of Object.entries(headers ?? {})) extraHeaders += `${k}: ${v}\r\n`;
-  endUpgrade(socket, status, body, extraHeaders);
-}
-
-/** Answers an upgrade that is not taken with `status` and a JSON body, and closes the connection. */
-export function endUpgrade(socket: Duplex, status: number, body: unknown, extraHeaders = ''): void {
-  const text = JSON.stringify(body);
-  socket.end(
-    `HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error'}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
-  );
+  answerOnSocket(socket, status, body, { ...headers, ...more });
 }
 
 /** The headers a WebSocket upgrade needs; checked before a terminal is opened for it. */

@@ -43,11 +43,9 @@ export class GuestUpgrades {
     const ok = await this.auth.verify(req).catch((err: unknown) => err as Error);
     if (ok instanceof Error) return rejectUpgrade(socket, ok);
     if (!ok) {
-      return rejectUpgrade(
-        socket,
-        new UnauthenticatedError('missing or invalid bearer token'),
-        `WWW-Authenticate: ${AUTH_CHALLENGE}\r\n`,
-      );
+      return rejectUpgrade(socket, new UnauthenticatedError('missing or invalid bearer token'), {
+        'WWW-Authenticate': AUTH_CHALLENGE,
+      });
     }
     const p = PORT_PATH.exec(url.pathname);
     if (p) return this.port(req, socket, head, p);
