@@ -97,7 +97,15 @@ settle lint
 settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
   if [ "$jobs" -gt 1 ]; then
-    tier "e2e ($jobs workers)" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" 'dist/test/e2e/**/*.test.js'
+    # Longest first, so the workers end close together (mocha hands files out in the order given):
+    # by their seconds in a CI run of 2026-11-27, the rest after them by name.
+    longest="debian mounts-overlay import-disk processes templates crash e2b forks daemon contract"
+    files=()
+    for f in $longest; do [ -f "dist/test/e2e/qemu-$f.test.js" ] && files+=("dist/test/e2e/qemu-$f.test.js"); done
+    for f in dist/test/e2e/*.test.js; do
+      case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
+    done
+    tier "e2e ($jobs workers)" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
   else
     tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
   fi
