@@ -1,12 +1,25 @@
 import { expect } from 'chai';
 import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { Sandbox } from 'e2b';
+
+/** A guest console's kernel fault lines (BUG, RIP, the call trace), or what it ends with when it has none. */
+function consoleFaults(file: string): string {
+  let lines: string[];
+  try {
+    lines = readFileSync(file, 'utf8').split('\n');
+  } catch (err) {
+    return `(no console: ${(err as Error).message})`;
+  }
+  const at = lines.findIndex((l) => /BUG:|Oops:|general protection/.test(l));
+  return (at < 0 ? lines.slice(-10) : lines.slice(at, at + 40)).join('\n');
+}
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -201,15 +214,27 @@ describe('svcd with QEMU: the debian image', function () {
     const names = (r.json.vms as { name: string }[]).map((v) => v.name);
     expect(names).to.deep.equal(['deb-fork-1', 'deb-fork-2']);
     const py = 'import os; print(os.urandom(16).hex())';
-    const seen = await Promise.all(
-      ['deb', ...names].map(async (vm) =>
-        (
-          await sh(vm, `hostname; cat /root/forkfile; python3 -c '${py}'; systemctl is-system-running --wait || true`)
-        ).stdout
-          .trim()
-          .split('\n'),
+    // A fork whose kernel faulted answers nothing (issue 42, rare): fail in minutes with its
+    // console's fault lines (the call trace names the null pointer), not at the test's timeout.
+    let timer: NodeJS.Timeout | undefined;
+    const faulted = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const faults = names.map((n) => `${n}:\n${consoleFaults(join(d.config.data_dir, 'vms', n, 'serial.log'))}`);
+        reject(new Error(`a fork did not answer in 180 s; their consoles:\n${faults.join('\n')}`));
+      }, 180_000);
+    });
+    const seen = await Promise.race([
+      faulted,
+      Promise.all(
+        ['deb', ...names].map(async (vm) =>
+          (
+            await sh(vm, `hostname; cat /root/forkfile; python3 -c '${py}'; systemctl is-system-running --wait || true`)
+          ).stdout
+            .trim()
+            .split('\n'),
+        ),
       ),
-    );
+    ]).finally(() => clearTimeout(timer));
     expect(seen.map((l) => l[0])).to.deep.equal(['deb', ...names]);
     for (const l of seen) {
       expect(l[1]).to.equal('forked');
