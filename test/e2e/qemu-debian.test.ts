@@ -214,14 +214,16 @@ describe('svcd with QEMU: the debian image', function () {
     const names = (r.json.vms as { name: string }[]).map((v) => v.name);
     expect(names).to.deep.equal(['deb-fork-1', 'deb-fork-2']);
     const py = 'import os; print(os.urandom(16).hex())';
-    // A fork whose kernel faulted answers nothing (issue 42, rare): fail in minutes with its
-    // console's fault lines (the call trace names the null pointer), not at the test's timeout.
+    // A fork whose kernel faulted answers nothing or drops its agent (issue 42, rare): fail in
+    // minutes with the forks' console fault lines (the call trace names the null pointer).
+    const consoles = () =>
+      names.map((n) => `${n}:\n${consoleFaults(join(d.config.data_dir, 'vms', n, 'serial.log'))}`).join('\n');
     let timer: NodeJS.Timeout | undefined;
     const faulted = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const faults = names.map((n) => `${n}:\n${consoleFaults(join(d.config.data_dir, 'vms', n, 'serial.log'))}`);
-        reject(new Error(`a fork did not answer in 180 s; their consoles:\n${faults.join('\n')}`));
-      }, 180_000);
+      timer = setTimeout(
+        () => reject(new Error(`a fork did not answer in 180 s; their consoles:\n${consoles()}`)),
+        180_000,
+      );
     });
     const seen = await Promise.race([
       faulted,
@@ -234,7 +236,13 @@ describe('svcd with QEMU: the debian image', function () {
             .split('\n'),
         ),
       ),
-    ]).finally(() => clearTimeout(timer));
+    ])
+      .catch((err: Error) => {
+        throw err.message.includes('their consoles')
+          ? err
+          : new Error(`${err.message}\nthe forks' consoles:\n${consoles()}`);
+      })
+      .finally(() => clearTimeout(timer));
     expect(seen.map((l) => l[0])).to.deep.equal(['deb', ...names]);
     for (const l of seen) {
       expect(l[1]).to.equal('forked');

@@ -80,7 +80,7 @@ export async function startTestDaemon(
     },
     async stop() {
       await daemon.stop();
-      rmSync(dir, { recursive: true, force: true });
+      if (!process.env.SVC_TEST_KEEP) rmSync(dir, { recursive: true, force: true });
     },
   };
   return td;
