@@ -176,3 +176,15 @@ export function ensureFixture(script: string, ext: string): string {
   }
   return out;
 }
+
+/** A guest console's kernel fault lines (BUG, RIP, the call trace), or what it ends with when it has none. */
+export function consoleFaults(file: string): string {
+  let lines: string[];
+  try {
+    lines = readFileSync(file, 'utf8').split('\n');
+  } catch (err) {
+    return `(no console: ${(err as Error).message})`;
+  }
+  const at = lines.findIndex((l) => /BUG:|Oops:|general protection/.test(l));
+  return (at < 0 ? lines.slice(-10) : lines.slice(at, at + 40)).join('\n');
+}

@@ -1,25 +1,12 @@
 import { expect } from 'chai';
 import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
-import { ensureImage } from './image.js';
+import { consoleFaults, ensureImage } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { Sandbox } from 'e2b';
-
-/** A guest console's kernel fault lines (BUG, RIP, the call trace), or what it ends with when it has none. */
-function consoleFaults(file: string): string {
-  let lines: string[];
-  try {
-    lines = readFileSync(file, 'utf8').split('\n');
-  } catch (err) {
-    return `(no console: ${(err as Error).message})`;
-  }
-  const at = lines.findIndex((l) => /BUG:|Oops:|general protection/.test(l));
-  return (at < 0 ? lines.slice(-10) : lines.slice(at, at + 40)).join('\n');
-}
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
