@@ -36,6 +36,14 @@ const CLOUD_INIT_POLL_MS = 1000;
 /** One `cloud-init status` over SSH: its time and its answer's size (a few hundred bytes when honest). */
 const CLOUD_INIT_EXEC_MS = 30_000;
 const CLOUD_INIT_MAX = 64 * 1024;
+/**
+ * The poll: cloud-init writes /run/cloud-init/result.json when its last stage ends, so until then a
+ * shell answers "running" and cloud-init's own `status` (a Python start, seconds of the guest's CPU
+ * under TCG, taken from cloud-init itself every second) runs once, for the verdict. A guest without
+ * cloud-init gets to `status` at once and says so.
+ */
+export const CLOUD_INIT_POLL =
+  'if [ -e /run/cloud-init/result.json ] || ! command -v cloud-init >/dev/null 2>&1; then cloud-init status --long 2>&1 || true; else echo "status: running"; fi';
 
 /** cloud-init's answer to `status --long`: done, failed (with its detail), or still going. */
 export function cloudInitState(out: string): { done: true } | { failed: string } | undefined {
@@ -100,7 +108,7 @@ export async function waitReady(deps: ReadinessDeps, ctx: WaitContext): Promise<
       // floods it fails this poll (and the connection is dropped), not the daemon.
       const timeoutMs = Math.max(1000, Math.min(CLOUD_INIT_EXEC_MS, ctx.deadline - deps.clock.now()));
       const out = await deps.remote
-        .exec(target, 'cloud-init status --long 2>&1 || true', { timeoutMs, maxOutputBytes: CLOUD_INIT_MAX })
+        .exec(target, CLOUD_INIT_POLL, { timeoutMs, maxOutputBytes: CLOUD_INIT_MAX })
         .catch(() => undefined);
       const state = out ? cloudInitState(out.stdout + out.stderr) : undefined;
       if (!state) await deps.clock.sleep(CLOUD_INIT_POLL_MS);

@@ -1,10 +1,33 @@
 import { expect } from 'chai';
-import { cloudInitState, waitReady } from '../../../src/app/readiness.js';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CLOUD_INIT_POLL, cloudInitState, waitReady } from '../../../src/app/readiness.js';
 import type { VmRecord } from '../../../src/domain/vm.js';
 import type { RemoteResult } from '../../../src/ports/tunnels.js';
 import { SystemClock } from '../../../src/adapters/clock/system-clock.js';
 
 describe('app/readiness: wait=userdata on an image without an agent (cloud-init over SSH)', () => {
+  it('polls with a shell until cloud-init has a result, and asks cloud-init itself then (or when it is missing)', () => {
+    // Run by this host's sh, with a PATH of its own: the poll's syntax and both of its branches.
+    const bin = mkdtempSync(join(tmpdir(), 'svc-ci-poll-'));
+    try {
+      const poll = (path: string) =>
+        execFileSync('/bin/sh', ['-c', CLOUD_INIT_POLL], { env: { PATH: path }, encoding: 'utf8' });
+      expect(cloudInitState(poll(bin)), 'no cloud-init in the guest').to.deep.include({
+        failed: 'the guest has no cloud-init to wait for (wait=userdata needs it)',
+      });
+      writeFileSync(join(bin, 'cloud-init'), '#!/bin/sh\necho "status: done ($*)"\n');
+      chmodSync(join(bin, 'cloud-init'), 0o755);
+      // A host that runs cloud-init itself has a result file: then the real branch runs.
+      const expected = existsSync('/run/cloud-init/result.json') ? 'status: done (status --long)' : 'status: running';
+      expect(poll(bin).trim()).to.equal(expected);
+    } finally {
+      rmSync(bin, { recursive: true, force: true });
+    }
+  });
+
   it('reads cloud-init status: done, failed with its detail, running, and missing', () => {
     expect(cloudInitState('status: done\ntime: Mon\ndetail:\nDataSourceNoCloud [seed=/dev/vdb]\n')).to.deep.equal({
       done: true,
@@ -59,7 +82,7 @@ describe('app/readiness: wait=userdata on an image without an agent (cloud-init 
     ]);
     expect(ok.phases).to.deep.equal(['wait_ssh', 'userdata']);
     expect(ok.asked).to.have.length(2);
-    expect(ok.asked[0]).to.match(/^debian@2222: cloud-init status --long/);
+    expect(ok.asked[0]).to.equal(`debian@2222: ${CLOUD_INIT_POLL}`);
     const err = await run([{ code: 1, stdout: 'status: error\ndetail:\nboom\n', stderr: '' }]).catch((e: unknown) => e);
     expect((err as Error).message).to.match(/vm c1: user-data failed: cloud-init reports error: .*boom/);
   });
