@@ -14,7 +14,7 @@ import {
 } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import { tempDir } from '../helpers/daemon.js';
+import { tempDir, type TestDaemon } from '../helpers/daemon.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 /** The built images, shared by runs and by the e2e workers of one run (keyed by their inputs). */
@@ -187,4 +187,31 @@ export function consoleFaults(file: string): string {
   }
   const at = lines.findIndex((l) => /BUG:|Oops:|general protection/.test(l));
   return (at < 0 ? lines.slice(-10) : lines.slice(at, at + 40)).join('\n');
+}
+
+/**
+ * `work` with guests `vms` of `d`, failed when it has not ended in `ms`; a failure carries each
+ * guest's record and its console's fault lines. A fork that faulted (issue 42, rare) answers
+ * nothing, resets its agent or goes to error: the call trace names the fault.
+ */
+export async function withConsoles<T>(d: TestDaemon, vms: string[], work: Promise<T>, ms = 180_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${vms.join(', ')}: no answer in ${ms / 1000} s`)), ms);
+  });
+  try {
+    return await Promise.race([work, late]);
+  } catch (err) {
+    const about: string[] = [];
+    for (const vm of vms) {
+      const rec = await d.call('GET', `/vms/${vm}`).then(
+        (r) => r.text,
+        (e: Error) => `(no record: ${e.message})`,
+      );
+      about.push(`${vm}: ${rec}\nits console:\n${consoleFaults(join(d.config.data_dir, 'vms', vm, 'serial.log'))}`);
+    }
+    throw new Error(`${(err as Error).message}\n${about.join('\n')}`);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -4,7 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
-import { consoleFaults, ensureImage } from './image.js';
+import { ensureImage, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { Sandbox } from 'e2b';
 
@@ -201,15 +201,10 @@ describe('svcd with QEMU: the debian image', function () {
     expect(names).to.deep.equal(['deb-fork-1', 'deb-fork-2']);
     const py = 'import os; print(os.urandom(16).hex())';
     // A fork whose kernel faulted answers nothing or drops its agent (issue 42, rare): fail in
-    // minutes with the forks' console fault lines (the call trace names the null pointer).
-    const consoles = () =>
-      names.map((n) => `${n}:\n${consoleFaults(join(d.config.data_dir, 'vms', n, 'serial.log'))}`).join('\n');
-    let timer: NodeJS.Timeout | undefined;
-    const faulted = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error('a fork did not answer in 180 s')), 180_000);
-    });
-    const seen = await Promise.race([
-      faulted,
+    // minutes with the forks' records and console fault lines.
+    const seen = await withConsoles(
+      d,
+      names,
       Promise.all(
         ['deb', ...names].map(async (vm) =>
           (
@@ -219,11 +214,7 @@ describe('svcd with QEMU: the debian image', function () {
             .split('\n'),
         ),
       ),
-    ])
-      .catch((err: Error) => {
-        throw new Error(`${err.message}\nthe forks' consoles:\n${consoles()}`);
-      })
-      .finally(() => clearTimeout(timer));
+    );
     expect(seen.map((l) => l[0])).to.deep.equal(['deb', ...names]);
     for (const l of seen) {
       expect(l[1]).to.equal('forked');

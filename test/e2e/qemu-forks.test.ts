@@ -6,7 +6,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
 import { sshHostKey } from '../helpers/ssh-host-key.js';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
-import { consoleFaults, ensureImage, qemuProcesses } from './image.js';
+import { ensureImage, qemuProcesses, withConsoles } from './image.js';
 import { LAYER, layersOf, MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 
 describe('svcd with QEMU: forks of a running vm', function () {
@@ -14,16 +14,7 @@ describe('svcd with QEMU: forks of a running vm', function () {
   let d: TestDaemon;
   const dirOf = (vm: string) => join(d.config.data_dir, 'vms', vm);
   // A fork that died (issue 42, rare) fails the test with its record and its console's fault lines.
-  const sh = async (vm: string, script: string) => {
-    try {
-      return (await guestSh(d, vm, script)).stdout.trim();
-    } catch (err) {
-      const rec = (await d.call('GET', `/vms/${vm}`)).text;
-      throw new Error(
-        `${(err as Error).message}\n${vm}: ${rec}\nits console:\n${consoleFaults(join(dirOf(vm), 'serial.log'))}`,
-      );
-    }
-  };
+  const sh = async (vm: string, script: string) => (await withConsoles(d, [vm], guestSh(d, vm, script))).stdout.trim();
 
   const hostKeyOf = async (vm: string) => sshHostKey((await d.call('GET', `/vms/${vm}`)).json.ssh_port as number, vm);
 

@@ -1,12 +1,11 @@
-import { createSocket, type Socket as DgramSocket } from 'node:dgram';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { HOST_NAME, normalName, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
-import type { PortForward } from '../../domain/vm.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
 import { duplexPair } from './duplex-pair.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import { EgressGuard, type EgressEntry } from './egress-guard.js';
+import { HostForwards } from './host-forwards.js';
 import {
   arpFrame,
   ETH_ARP,
@@ -92,18 +91,13 @@ interface Conn {
   error?: string;
 }
 
-interface UdpForward {
-  spec: PortForward;
-  server: Server | DgramSocket;
-}
-
 /**
  * One VM's network, in place of QEMU's user-mode network: QEMU hands the guest's Ethernet frames
  * over a stream socket (`-netdev stream`), and this answers them. It is the gateway (10.0.2.2),
- * resolver (10.0.2.3) and DHCP server of a /24 the guest has to itself, forwards host ports in,
- * and carries the guest's TCP and UDP out through host sockets, each decided by the VM's egress
- * policy (EgressGuard). The host's loopback is never a destination, but for the ports a
- * `host:PORT` rule names, reached at the gateway's address (`host.svc.internal`).
+ * resolver (10.0.2.3) and DHCP server of a /24 the guest has to itself, forwards host ports in
+ * (HostForwards), and carries the guest's TCP and UDP out through host sockets, each decided by
+ * the VM's egress policy (EgressGuard). The host's loopback is never a destination, but for the
+ * ports a `host:PORT` rule names, reached at the gateway's address (`host.svc.internal`).
  */
 export class GuestLan implements FlowHost, UdpHost {
   readonly guestIp = LAN.guest;
@@ -118,14 +112,13 @@ export class GuestLan implements FlowHost, UdpHost {
   private readonly dirty = new Set<TcpFlow>();
   private readonly udp: UdpFlows;
   private readonly guard: EgressGuard;
-  private readonly forwards = new Map<string, UdpForward>();
-  /** Gateway ports that carry a UDP forward's client, to its answers. */
-  private readonly udpClients = new Map<
-    number,
-    { server: DgramSocket; address: string; port: number; idle: NodeJS.Timeout }
-  >();
-  private readonly gwPorts = new Set<number>();
-  private nextPort = 40000;
+  /** The host ports forwarded into the guest. */
+  readonly forwards = new HostForwards({
+    tcpIn: (sock, guestPort) => this.inbound(sock, guestPort),
+    udpIn: (gwPort, guestPort, msg) => {
+      for (const f of udpFrames(this.link, LAN.gateway, gwPort, this.guestIp, guestPort, msg, this.mtu)) this.emit(f);
+    },
+  });
   /** Frames from the guest this network could not read (a count, for `list`). */
   badFrames = 0;
   /** The VM's egress secrets (docs/egress-secrets.md): connections to their hosts get them put in. */
@@ -218,69 +211,10 @@ export class GuestLan implements FlowHost, UdpHost {
     }
   }
 
-  /** Opens host ports into the guest (host_port 0: one is picked). Resolves with the ports bound. */
-  async addForwards(specs: PortForward[]): Promise<PortForward[]> {
-    const out: PortForward[] = [];
-    try {
-      for (const s of specs) out.push(await this.addForward(s));
-    } catch (err) {
-      for (const f of out) this.removeForward(f.host_port, f.proto);
-      throw err;
-    }
-    return out;
-  }
-
-  private async addForward(s: PortForward): Promise<PortForward> {
-    const existing = this.forwards.get(`${s.proto}:${s.host_port}`);
-    if (existing && s.host_port) {
-      if (existing.spec.guest_port === s.guest_port) return existing.spec;
-      throw Object.assign(new Error(`host port ${s.host_port}/${s.proto} is forwarded already`), {
-        code: 'EADDRINUSE',
-      });
-    }
-    if (s.proto === 'tcp') {
-      const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (sock) =>
-        this.inbound(sock, s.guest_port),
-      );
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(s.host_port, '127.0.0.1', () => resolve());
-      });
-      server.on('error', () => undefined);
-      const spec = { ...s, host_port: (server.address() as { port: number }).port };
-      this.forwards.set(`tcp:${spec.host_port}`, { spec, server });
-      return spec;
-    }
-    const server = createSocket('udp4');
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.bind(s.host_port, '127.0.0.1', () => resolve());
-    });
-    server.on('error', () => undefined);
-    const spec = { ...s, host_port: server.address().port };
-    server.on('message', (msg, rinfo) => this.udpInbound(server, spec, msg, rinfo.address, rinfo.port));
-    this.forwards.set(`udp:${spec.host_port}`, { spec, server });
-    return spec;
-  }
-
-  removeForward(hostPort: number, proto: 'tcp' | 'udp'): boolean {
-    const f = this.forwards.get(`${proto}:${hostPort}`);
-    if (!f) return false;
-    this.forwards.delete(`${proto}:${hostPort}`);
-    f.server.close();
-    return true;
-  }
-
-  listForwards(): PortForward[] {
-    return [...this.forwards.values()].map((f) => ({ ...f.spec }));
-  }
-
   /** Everything closed: the VM is gone. */
   close(): void {
     this.disconnect();
-    for (const f of [...this.forwards.values()]) this.removeForward(f.spec.host_port, f.spec.proto);
-    for (const c of this.udpClients.values()) clearTimeout(c.idle);
-    this.udpClients.clear();
+    this.forwards.close();
     this.guard.close();
   }
 
@@ -398,11 +332,7 @@ export class GuestLan implements FlowHost, UdpHost {
       return;
     }
     if (ip.dst === LAN.gateway) {
-      const client = this.udpClients.get(u.dstPort);
-      if (client) {
-        client.server.send(Buffer.from(u.payload), client.port, client.address);
-        return;
-      }
+      if (this.forwards.answer(u.dstPort, Buffer.from(u.payload))) return;
       const d = this.guard.hostPort(u.dstPort);
       if (!d.allow) return this.refuseUdp(ip, 'host', u.dstPort, d.rule, HOST_NAME);
       this.udp.send(
@@ -463,38 +393,6 @@ export class GuestLan implements FlowHost, UdpHost {
       bytes_in: f.bytesIn,
       duration_ms: Date.now() - f.openedAt,
     });
-  }
-
-  /** A datagram to a UDP forward's host port: to the guest, from a gateway port that carries the answers back. */
-  private udpInbound(server: DgramSocket, spec: PortForward, msg: Buffer, address: string, port: number): void {
-    let gwPort = [...this.udpClients.entries()].find(
-      ([, c]) => c.server === server && c.address === address && c.port === port,
-    )?.[0];
-    if (gwPort === undefined) {
-      gwPort = this.allocPort();
-      this.udpClients.set(gwPort, { server, address, port, idle: setTimeout(() => undefined, 0) });
-    }
-    const gp = gwPort;
-    const c = this.udpClients.get(gp)!;
-    clearTimeout(c.idle);
-    c.idle = setTimeout(() => {
-      this.udpClients.delete(gp);
-      this.gwPorts.delete(gp);
-    }, 60_000).unref();
-    for (const f of udpFrames(this.link, LAN.gateway, gwPort, this.guestIp, spec.guest_port, msg, this.mtu))
-      this.emit(f);
-  }
-
-  private allocPort(): number {
-    for (let i = 0; i < 25_000; i++) {
-      const p = this.nextPort;
-      this.nextPort = p >= 64999 ? 40000 : p + 1;
-      if (!this.gwPorts.has(p)) {
-        this.gwPorts.add(p);
-        return p;
-      }
-    }
-    throw new Error('no gateway port free');
   }
 
   // ---- TCP ----
@@ -672,7 +570,7 @@ export class GuestLan implements FlowHost, UdpHost {
       sock.destroy();
       return;
     }
-    const gwPort = this.allocPort();
+    const gwPort = this.forwards.allocPort();
     const flow = TcpFlow.toGuest(this, { remoteIp: LAN.gateway, remotePort: gwPort, guestPort }, sock);
     this.conns.set(flow.key, {
       flow,
@@ -690,7 +588,7 @@ export class GuestLan implements FlowHost, UdpHost {
     this.conns.delete(flow.key);
     this.dirty.delete(flow);
     if (c.kind === 'in') {
-      this.gwPorts.delete(flow.ends.remotePort);
+      this.forwards.releasePort(flow.ends.remotePort);
       return;
     }
     if (c.kind === 'local') return;

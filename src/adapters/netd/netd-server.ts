@@ -240,15 +240,15 @@ export class NetdServer {
       }
       case 'forward': {
         const v = this.vm(req.vm);
-        const added = await v.lan.addForwards(req.forwards);
-        v.a = { ...v.a, forwards: v.lan.listForwards() };
+        const added = await v.lan.forwards.add(req.forwards);
+        v.a = { ...v.a, forwards: v.lan.forwards.list() };
         await this.save();
         return { forwards: withPid(added) };
       }
       case 'unforward': {
         const v = this.vm(req.vm);
-        const removed = v.lan.removeForward(req.host_port, req.proto);
-        v.a = { ...v.a, forwards: v.lan.listForwards() };
+        const removed = v.lan.forwards.remove(req.host_port, req.proto);
+        v.a = { ...v.a, forwards: v.lan.forwards.list() };
         await this.save();
         return { removed };
       }
@@ -294,11 +294,11 @@ export class NetdServer {
     }
     const vm = v;
     const want = new Set(a.forwards.filter((f) => f.host_port).map((f) => `${f.proto}:${f.host_port}`));
-    for (const f of vm.lan.listForwards())
-      if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.removeForward(f.host_port, f.proto);
+    for (const f of vm.lan.forwards.list())
+      if (!want.has(`${f.proto}:${f.host_port}`)) vm.lan.forwards.remove(f.host_port, f.proto);
     let bound: PortForward[];
     try {
-      bound = await bindRetrying(() => vm.lan.addForwards(a.forwards));
+      bound = await bindRetrying(() => vm.lan.forwards.add(a.forwards));
     } catch (err) {
       if (!this.vms.get(a.vm)?.a.forwards.length) {
         this.vms.delete(a.vm);
@@ -306,7 +306,7 @@ export class NetdServer {
       }
       throw err;
     }
-    vm.a = { ...a, vm: a.vm, forwards: vm.lan.listForwards(), secrets: vm.a.secrets };
+    vm.a = { ...a, vm: a.vm, forwards: vm.lan.forwards.list(), secrets: vm.a.secrets };
     if (a.secrets) {
       try {
         this.setSecrets(vm, parseNetSecrets(a.secrets));

@@ -255,7 +255,7 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
 
   it("forwards a host port into the guest, as QEMU's hostfwd did (from the gateway)", async () => {
     await start({ default: 'deny' });
-    const [fwd] = await lan.addForwards([{ host_port: 0, guest_port: 8080, proto: 'tcp' }]);
+    const [fwd] = await lan.forwards.add([{ host_port: 0, guest_port: 8080, proto: 'tcp' }]);
     expect(fwd.host_port).to.be.greaterThan(0);
     const client = tcpConnect(fwd.host_port, '127.0.0.1');
     const received: Buffer[] = [];
@@ -283,7 +283,7 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     for (let i = 0; i < 50 && !received.length; i++) await new Promise((r) => setTimeout(r, 20));
     expect(Buffer.concat(received).toString()).to.equal('pong');
     client.destroy();
-    expect(lan.removeForward(fwd.host_port, 'tcp')).to.equal(true);
+    expect(lan.forwards.remove(fwd.host_port, 'tcp')).to.equal(true);
   });
 
   it('lets a connection made by name show only allowed names: HTTP Host and TLS SNI', async () => {
