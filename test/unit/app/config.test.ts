@@ -62,6 +62,7 @@ describe('app/config', () => {
       agent_transport: 'auto',
       net: 'netd',
       ram_images: true,
+      max_disk_layers: 8,
     });
     expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({
       binary: '/opt/qemu',
@@ -103,6 +104,12 @@ describe('app/config', () => {
       { hypervisor: 'fake', fake_agent: true },
       /config key "fake.agent": runs every guest command on this host.*test_mode: true/,
     ],
+    [
+      'a disk chain of one layer',
+      { qemu: { max_disk_layers: 1 } },
+      /"qemu.max_disk_layers": 1 is out of range.*2 to 64/,
+    ],
+    ['a disk chain of 65 layers', { qemu: { max_disk_layers: 65 } }, /"qemu.max_disk_layers": 65 is out of range/],
     ['fake_agent with qemu', { hypervisor: 'qemu', fake_agent: true, test_mode: true }, /needs hypervisor: fake/],
     [
       'a mount_dirs that is not a list',

@@ -17,6 +17,8 @@ const DISK = 'disk.qcow2';
  * one new layer instead, so reads never walk a long chain. Clones keep the chains they have.
  */
 export const MAX_LAYERS = 8;
+/** The range config `qemu.max_disk_layers` may set (docs/config.md). */
+export const LAYERS_RANGE = [2, 64] as const;
 /** What the last freeze left: the layer and the disk it put on top, to know whether it still holds. */
 const NOTE = 'layer.json';
 
@@ -124,7 +126,7 @@ async function linkOrCopy(from: string, to: string): Promise<void> {
  * and untouched since is not frozen again (its disk is the overlay the last freeze made).
  * Every step leaves something that starts: the disk and its layer are one file until the rename.
  */
-export async function freeze(dir: string, saved: Saved | undefined): Promise<Frozen> {
+export async function freeze(dir: string, saved: Saved | undefined, maxLayers = MAX_LAYERS): Promise<Frozen> {
   const disk = join(dir, DISK);
   const now = await stat(disk);
   const note = JSON.parse(await readFile(join(dir, NOTE), 'utf8').catch(() => 'null')) as Note | null;
@@ -141,7 +143,7 @@ export async function freeze(dir: string, saved: Saved | undefined): Promise<Fro
   const id = randomBytes(8).toString('hex');
   const layer = `base-${id}.qcow2`;
   const chain = await layersOf(dir);
-  const flat = chain.length >= MAX_LAYERS;
+  const flat = chain.length >= maxLayers;
   if (flat) await flatten(dir, chain, layer);
   else await link(disk, join(dir, layer));
   const shared: Saved | undefined =

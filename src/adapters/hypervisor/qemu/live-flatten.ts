@@ -44,9 +44,14 @@ export type FlattenEnd = 'done' | 'cancelled' | 'skipped' | { error: string };
  * forks that stand on them link them; this VM's own links to them go once QEMU no longer reads
  * them. Only what the layers hold is copied: the image below is not.
  */
-export async function flattenRunning(qmp: QmpClient, dir: string, calledOff: () => boolean): Promise<FlattenEnd> {
+export async function flattenRunning(
+  qmp: QmpClient,
+  dir: string,
+  calledOff: () => boolean,
+  maxLayers = MAX_LAYERS,
+): Promise<FlattenEnd> {
   const chain = await layersOf(dir);
-  if (chain.length < MAX_LAYERS) return 'skipped';
+  if (chain.length < maxLayers) return 'skipped';
   const below = await backingName(join(dir, chain[chain.length - 1]));
   // A chain with nothing under its last layer would be copied whole: not worth it.
   if (!below) return 'skipped';
@@ -130,14 +135,17 @@ function jobEnd(qmp: QmpClient, job: string): { done: Promise<FlattenEnd>; stop(
 export class LiveFlattens {
   private readonly running = new Map<string, { job: Promise<FlattenEnd>; off: boolean; qmp: QmpClient }>();
 
-  constructor(private readonly log: Logger) {}
+  constructor(
+    private readonly log: Logger,
+    private readonly maxLayers = MAX_LAYERS,
+  ) {}
 
   /** Starts a flatten of the running VM `name` when its chain is long enough; returns at once. */
   start(name: string, qmp: QmpClient, dir: string): void {
     if (this.running.has(name)) return;
     const entry = { off: false, qmp, job: Promise.resolve<FlattenEnd>('skipped') };
     const t0 = Date.now();
-    entry.job = flattenRunning(qmp, dir, () => entry.off)
+    entry.job = flattenRunning(qmp, dir, () => entry.off, this.maxLayers)
       .catch((err: Error): FlattenEnd => ({ error: err.message }))
       .then((end) => {
         if (end === 'done') this.log.info({ vm: name, flatten_ms: Date.now() - t0 }, 'disk chain flattened');

@@ -1,4 +1,5 @@
 import { ConfigError, type Config, type ConfigSection } from '../../../app/config.js';
+import { LAYERS_RANGE, MAX_LAYERS } from './disk-layers.js';
 
 /** The `qemu:` section of the config (docs/config.md). */
 export interface QemuSection {
@@ -20,6 +21,8 @@ export interface QemuSection {
   net: 'netd' | 'qemu-user';
   /** Saved states become RAM images clones map copy-on-write (docs/suspend-and-clones.md); false keeps streams. */
   ram_images: boolean;
+  /** A template's or forked VM's disk chain past this many layers is written back into one (docs/suspend-and-clones.md). */
+  max_disk_layers: number;
 }
 
 export const QEMU_SECTION: ConfigSection = {
@@ -35,6 +38,7 @@ export const QEMU_SECTION: ConfigSection = {
     agent_transport: [{ oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
     net: [{ oneOf: ['netd', 'qemu-user'] }, 'netd'],
     ram_images: ['bool', true],
+    max_disk_layers: ['int', MAX_LAYERS],
   },
   aliases: {
     qemu_binary: 'binary',
@@ -47,6 +51,11 @@ export const QEMU_SECTION: ConfigSection = {
     guest_net: 'net',
   },
   check(s, config) {
+    const [lo, hi] = LAYERS_RANGE;
+    if (typeof s.max_disk_layers === 'number' && (s.max_disk_layers < lo || s.max_disk_layers > hi))
+      throw new ConfigError(
+        `config key "qemu.max_disk_layers": ${s.max_disk_layers} is out of range; a disk chain may have ${lo} to ${hi} layers before it is flattened`,
+      );
     if (s.net === 'qemu-user' && !config.test_mode) {
       throw new ConfigError(
         "config key \"qemu.net\": qemu-user gives guests QEMU's own network, which reaches the host's loopback (the daemon's API, other VMs' agents) and has no egress policy; it is for tests only and needs test_mode: true",

@@ -45,6 +45,7 @@ export const qemuDriver: HypervisorDriver = {
             spares: q.clone_spares,
             sparesWarm: q.clone_spares_warm,
             ramImages: q.ram_images,
+            maxDiskLayers: q.max_disk_layers,
             network:
               q.net === 'netd'
                 ? new NetdGuestNetwork(

@@ -69,6 +69,8 @@ export interface QemuOptions {
   sparesWarm?: boolean;
   /** Saved states become RAM images (ram-image.ts); false keeps migration streams (the benchmarks' other half). Default true. */
   ramImages?: boolean;
+  /** A disk chain past this many layers is put back on one (disk-layers.ts, live-flatten.ts); default MAX_LAYERS. */
+  maxDiskLayers?: number;
   /**
    * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
    * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
@@ -122,7 +124,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
     this.links = new NicLinks({ net: o.network, log: o.log });
     this.live.onGone((name) => void this.links.down(name));
-    this.flattens = new LiveFlattens(o.log);
+    this.flattens = new LiveFlattens(o.log, o.maxDiskLayers);
     this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
     this.disks = new QemuVmDisks({
       images: o.images,
@@ -131,6 +133,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
       mountDriver: o.mountDriver,
       vsock: () => this.vsockCid() > 0,
       useSpares: o.spares ?? true,
+      maxLayers: o.maxDiskLayers,
     });
   }
 

@@ -22,6 +22,8 @@ export interface VmDiskOptions {
   vsock: () => boolean;
   /** Clones may start in spares (`clone_spares`). */
   useSpares: boolean;
+  /** A template's chain past this many layers is written into one at its next freeze (`max_disk_layers`). */
+  maxLayers?: number;
 }
 
 /** The files a QEMU VM starts from: a new VM's disk and seed, a clone's shared ones (the VmDisks port). */
@@ -61,7 +63,11 @@ export class QemuVmDisks {
     const disk = async (): Promise<boolean> => {
       try {
         if (saved?.kind !== 'snapshot') {
-          const top = await this.o.ramImages.forTemplate(template, await freeze(template.dir, saved), spec);
+          const top = await this.o.ramImages.forTemplate(
+            template,
+            await freeze(template.dir, saved, this.o.maxLayers),
+            spec,
+          );
           if (this.spareFits(template, spec, top) && (await this.o.spares.claim(template, top, spec))) return true;
           return (await shareInto(template.dir, spec.dir, top)).snapshot;
         }
