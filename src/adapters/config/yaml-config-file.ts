@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { buildConfig, ConfigError, type Config } from '../../app/config.js';
-import { DRIVER_SECTIONS } from '../hypervisor/drivers.js';
+import { DRIVER_SECTIONS } from '../hypervisor/driver-sections.js';
 import { CLUSTER_SECTION } from '../cluster/cluster-section.js';
 
 /** Which file to read: --config FILE, else $SVC_CONFIG, else ~/.svc/config.yaml when present. */

@@ -1,4 +1,4 @@
-import type { ConfigSection } from '../../app/config.js';
+import { DRIVER_SECTIONS } from './driver-sections.js';
 import type { HypervisorDriver } from './driver.js';
 import { fakeDriver } from './fake/fake-driver.js';
 import { qemuDriver } from './qemu/qemu-driver.js';
@@ -9,5 +9,9 @@ export const DRIVERS: Readonly<Record<string, HypervisorDriver>> = Object.fromEn
   [qemuDriver, fakeDriver, chDriver].map((d) => [d.name, d]),
 );
 
-/** Every driver's config section (the config is read with them). */
-export const DRIVER_SECTIONS: readonly ConfigSection[] = Object.values(DRIVERS).map((d) => d.section);
+export { DRIVER_SECTIONS };
+
+// Each driver reads the section driver-sections.ts names for it.
+for (const d of Object.values(DRIVERS))
+  if (!DRIVER_SECTIONS.includes(d.section))
+    throw new Error(`driver ${d.name}: its config section is not in DRIVER_SECTIONS`);

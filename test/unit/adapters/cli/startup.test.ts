@@ -1,0 +1,53 @@
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { SVC } from '../../../helpers/svc-cli.js';
+
+/**
+ * The CLI starts for every command a person or a script types: it reads the config file with the
+ * drivers' sections (driver-sections.ts), not the drivers, so it loads no hypervisor, no
+ * dependency injection, no HTTP server and no SSH library (half its start time went to them).
+ */
+describe('svc CLI: what it loads to start', () => {
+  it('loads the client, commander, ws and yaml, and none of the daemon', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-cli-load-'));
+    try {
+      // A module hook that prints every module resolved (module.register, node 20.6 and later).
+      writeFileSync(
+        join(dir, 'hooks.mjs'),
+        "export async function resolve(s, c, next) { const r = await next(s, c); process.stderr.write('LOADED ' + r.url + '\\n'); return r; }\n",
+      );
+      writeFileSync(
+        join(dir, 'register.mjs'),
+        `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(join(dir, 'hooks.mjs')).href)});\n`,
+      );
+      const r = spawnSync(process.execPath, ['--import', join(dir, 'register.mjs'), SVC, 'ls', '--help'], {
+        encoding: 'utf8',
+      });
+      expect(r.status, r.stderr).to.equal(0);
+      const loaded = [...new Set(r.stderr.split('\n').filter((l) => l.startsWith('LOADED ')))].map((l) => l.slice(7));
+      const has = (part: string) => loaded.some((u) => u.includes(part));
+      for (const part of ['/node_modules/commander/', '/node_modules/yaml/', '/adapters/client/svc-client.js'])
+        expect(has(part), `${part} in:\n${loaded.join('\n')}`).to.equal(true);
+      for (const part of [
+        '/node_modules/inversify/',
+        '/node_modules/@inversifyjs/',
+        '/node_modules/express/',
+        '/node_modules/ssh2/',
+        '/node_modules/prom-client/',
+        '/adapters/hypervisor/qemu/qemu-hypervisor.js',
+        '/adapters/hypervisor/fake/in-memory-hypervisor.js',
+        '/app/',
+      ])
+        expect(
+          loaded.filter((u) => u.includes(part) && !u.endsWith('/app/config.js')),
+          part,
+        ).to.deep.equal([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
