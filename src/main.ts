@@ -346,6 +346,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       moves,
       fetches: container.get(ImageFetchService),
       images: container.get<GuestImages>(GuestImages),
+      splice: config.splice,
     });
   if (cluster)
     metrics.setClusterSource(

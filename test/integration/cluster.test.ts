@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
@@ -241,6 +242,13 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     });
     expect(up.status, up.text).to.be.oneOf([200, 201, 204]);
     expect(readFileSync(join(dir, 'f.txt')).equals(body)).to.equal(true);
+    // A large one: n2 moves its body to n3 socket to socket (the splice helper), n3 on to the agent.
+    const large = randomBytes(9 << 20);
+    const bigUp = await call(nodes[1].t, 'PUT', `/vms/g/cp?path=${encodeURIComponent(join(dir, 'large.bin'))}`, large, {
+      'content-type': 'application/octet-stream',
+    });
+    expect(bigUp.status, bigUp.text).to.equal(204);
+    expect(readFileSync(join(dir, 'large.bin')).equals(large)).to.equal(true);
     writeFileSync(join(dir, 'back.txt'), 'from the guest\n');
     const down = await call(nodes[1].t, 'GET', `/vms/g/cp?path=${encodeURIComponent(join(dir, 'back.txt'))}`);
     expect(down.status, down.text).to.equal(200);

@@ -12,6 +12,7 @@ import {
   type UploadQuery,
 } from '../../domain/query.js';
 import { toHttpError } from './error-status.js';
+import { declaredLength, takeConnection } from './take-connection.js';
 import { writeNdjson } from './ndjson.js';
 import { hasBody, sendStream, type RouteDef } from './route.js';
 
@@ -77,8 +78,7 @@ export function uploadHandler(
   put: (req: Request, q: UploadQuery & { size?: number }, body: Readable) => Promise<void>,
 ): Handler {
   return async (req, res: Response) => {
-    const declared = req.headers['transfer-encoding'] === undefined ? req.headers['content-length'] : undefined;
-    const size = declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : undefined;
+    const size = declaredLength(req);
     const q = { ...parseUploadQuery(query(req)), size };
     await put(req, q, size === undefined ? req : offerConnection(req, res));
     res.status(204).end();
@@ -87,36 +87,11 @@ export function uploadHandler(
 
 /**
  * The request as an upload body that can also hand over its connection ([TAKE_RAW]), for the
- * adapter that moves a large body socket to socket: Node's reads of the socket stop (the HTTP
- * server reads it natively; `reading` stays set so nothing starts them again), what the server
- * had read of the body comes along, and the answer closes the connection, whose parser still
- * waits for the body it never saw. Not offered once the body has begun to flow through Node.
- * (The same hand-over as process-kit/splice.ts `stopReads`, kept here: kits import no other adapter.)
+ * adapter that moves a large body socket to socket (`takeConnection`).
  */
 function offerConnection(req: Request, res: Response): Readable {
   const body = req as Request & RawTakeable;
-  body[TAKE_RAW] = () => {
-    const socket = req.socket as typeof req.socket & {
-      _handle?: { fd?: number; readStop?: () => number; reading?: boolean };
-    };
-    const handle = socket._handle;
-    if (
-      req.readableFlowing ||
-      req.readableEnded ||
-      req.complete ||
-      typeof handle?.readStop !== 'function' ||
-      !(typeof handle.fd === 'number' && handle.fd >= 0)
-    )
-      return undefined;
-    socket.pause();
-    handle.readStop();
-    handle.reading = true;
-    const pending: Buffer[] = [];
-    for (let c = req.read() as Buffer | null; c !== null; c = req.read() as Buffer | null) pending.push(c);
-    res.shouldKeepAlive = false;
-    res.setHeader('Connection', 'close');
-    return { connection: socket, pending: Buffer.concat(pending) };
-  };
+  body[TAKE_RAW] = () => takeConnection(req, res);
   return body;
 }
 

@@ -1,0 +1,133 @@
+import { expect } from 'chai';
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { proxyRequest, type BodySplice } from '../../../../src/adapters/http-kit/node-proxy.js';
+import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../../../../src/adapters/process-kit/splice.js';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+function listen(srv: Server): Promise<number> {
+  return new Promise((r) => srv.listen(0, '127.0.0.1', () => r((srv.address() as AddressInfo).port)));
+}
+
+/** A PUT of `body` to `port` (declared length, or chunked); the answer's status, headers and text. */
+function put(
+  port: number,
+  path: string,
+  body: Buffer,
+  chunked = false,
+): Promise<{ status: number; text: string; connection?: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'PUT',
+        path,
+        headers: chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': String(body.length) },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (c: string) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text, connection: res.headers.connection }));
+      },
+    );
+    req.on('error', reject);
+    if (chunked) {
+      for (let i = 0; i < body.length; i += 1 << 20) req.write(body.subarray(i, i + (1 << 20)));
+      req.end();
+    } else req.end(body);
+  });
+}
+
+describe('adapters/http-kit proxyRequest: a large body moved socket to socket (splice helper)', function () {
+  this.timeout(20000);
+  const helper = spliceHelper();
+  let moves = 0;
+  const mover: BodySplice = {
+    minBytes: SPLICE_MIN_BYTES,
+    move: (source, dest, length) => {
+      moves++;
+      return splice(helper!, source, dest, length);
+    },
+  };
+  let target: Server;
+  let front: Server;
+  let targetPort = 0;
+  let frontPort = 0;
+  /** What the target got last: the hop header, and whether it read the body. */
+  let seen: { hop?: string; length?: number } = {};
+
+  before(async () => {
+    expect(helper, 'dist/native/svc-splice').to.be.a('string');
+    target = createServer((req: IncomingMessage, res: ServerResponse) => {
+      seen = { hop: req.headers['x-hop'] as string | undefined };
+      if (req.url === '/refuse') return void res.writeHead(404, { 'content-type': 'text/plain' }).end('no such file');
+      if (req.url === '/die') return void req.socket.destroy();
+      const parts: Buffer[] = [];
+      req.on('data', (c: Buffer) => parts.push(c));
+      req.on('end', () => {
+        const got = Buffer.concat(parts);
+        seen.length = got.length;
+        res.writeHead(200, { 'content-type': 'text/plain' }).end(`${got.length} ${sha(got)}`);
+      });
+    });
+    targetPort = await listen(target);
+    front = createServer((req, res) => {
+      proxyRequest(req, res, {
+        url: `http://127.0.0.1:${targetPort}`,
+        headers: { 'x-hop': 'front' },
+        splice: mover,
+      }).catch((err: Error) => {
+        if (!res.headersSent) res.writeHead(502);
+        res.end(`not answered: ${err.message}`);
+      });
+    });
+    frontPort = await listen(front);
+  });
+  after(() => {
+    front.close();
+    target.close();
+    front.closeAllConnections();
+    target.closeAllConnections();
+  });
+  beforeEach(() => {
+    moves = 0;
+  });
+
+  it('moves a body of a declared length whole and in order, with the target hop headers, and closes the connection after', async () => {
+    const body = randomBytes(SPLICE_MIN_BYTES * 2 + 12345);
+    const r = await put(frontPort, '/up', body);
+    expect(r.status, r.text).to.equal(200);
+    expect(r.text).to.equal(`${body.length} ${sha(body)}`);
+    expect(moves).to.equal(1);
+    expect(seen.hop).to.equal('front');
+    expect(r.connection).to.equal('close');
+  });
+
+  it('sends a small body and a chunked one through Node, as before', async () => {
+    const small = randomBytes(SPLICE_MIN_BYTES - 1);
+    expect((await put(frontPort, '/small', small)).text).to.equal(`${small.length} ${sha(small)}`);
+    const chunked = randomBytes(SPLICE_MIN_BYTES * 2);
+    expect((await put(frontPort, '/chunked', chunked, true)).text).to.equal(`${chunked.length} ${sha(chunked)}`);
+    expect(moves).to.equal(0);
+  });
+
+  it("relays the target's refusal of a body it did not read", async () => {
+    const r = await put(frontPort, '/refuse', randomBytes(SPLICE_MIN_BYTES * 4));
+    expect(r.status).to.equal(404);
+    expect(r.text).to.equal('no such file');
+    expect(moves).to.equal(1);
+  });
+
+  it('answers, and does not hang, when the target drops the connection during the body', async () => {
+    const r = await put(frontPort, '/die', randomBytes(SPLICE_MIN_BYTES * 4)).catch((err: Error) => ({
+      status: 0,
+      text: err.message,
+    }));
+    // The front answers that the target did not (502 here), or the client is cut off: never a success.
+    expect(r.status, r.text).to.not.equal(200);
+    expect(moves).to.equal(1);
+  });
+});
