@@ -20,6 +20,9 @@ import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
 
+/** An identity call that took longer than this is followed by one that sets the clock alone. */
+export const CLOCK_RESEND_MS = 250;
+
 /**
  * What a guest is told once it answers: `fresh` for a copy (a clone, a pool member, a fork, a
  * create from an image's snapshot); `restored` when it woke from a saved state rather than booted;
@@ -140,6 +143,15 @@ export class GuestReadiness {
         disk_bytes: more.grow ? rec.disk_gb * 2 ** 30 : undefined,
         userdata: more.userdata,
       });
+      // The guest set the time it was given when the call reached it: late by as long as the call
+      // took at worst (a guest just woken on a loaded host takes seconds). Now that it answers
+      // quickly, the time once more, alone.
+      if (this.clock.now() - t0 > CLOCK_RESEND_MS)
+        await this.agent
+          .setIdentity(agentEndpoint(rec), { hostname: rec.name, time_ms: this.clock.now() })
+          .catch((err: unknown) =>
+            this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'could not set the guest clock again'),
+          );
       this.log.info({ vm: rec.name, identity_ms: this.clock.now() - t0 }, 'identity timing');
     } catch (err) {
       // Not reached yet: the caller decides whether to try again.

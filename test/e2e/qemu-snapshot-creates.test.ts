@@ -91,8 +91,10 @@ describe('svcd with QEMU: creates restored from the image snapshot', function ()
     // The userdata ran in each, after it had its name.
     expect(fa[3]).to.equal('a');
     expect(fb[3]).to.equal('b');
-    // Each clock, read while its exec ran, within a second of the host's.
-    for (const f of [fa, fb]) expect(Number(f[4])).to.be.within(Math.floor(before) - 1, after + 1);
+    // Each clock, read while its exec ran, within two seconds of the host's (the snapshot's own is
+    // older by the restores, tens of seconds under TCG): a whole-second `date -s` where the guest has
+    // no svc-sys, and the last identity call's way into a guest of a loaded host.
+    for (const f of [fa, fb]) expect(Number(f[4])).to.be.within(Math.floor(before) - 2, after + 1);
     // Each disk is the size asked for, the root filesystem grown into it.
     for (const vm of ['a', 'b']) {
       const kb = Number(await sh(vm, "df -k / | awk 'NR==2 {print $2}'"));
