@@ -52,7 +52,10 @@ for (const [image, driver] of MOUNT_CASES) {
       expect((await d.call('GET', '/vms')).json).to.deep.equal([]);
     });
 
-    it('shares a folder both ways, honours read-only, and keeps it across shutdown and start', async () => {
+    // Across a shutdown and start the host gives the same folders again (the record's); the guest
+    // mounts them as at its first boot. The minimal runs check that; debian's boots are the dearest.
+    const again = image === 'minimal';
+    it(`shares a folder both ways, honours read-only${again ? ', and keeps it across shutdown and start' : ''}`, async () => {
       writeFileSync(join(host, 'from-host.txt'), 'written on the host');
       writeFileSync(join(ro, 'ro.txt'), 'read only');
       const r = await d.call('POST', '/vms', {
@@ -76,6 +79,7 @@ for (const [image, driver] of MOUNT_CASES) {
       const w = await sh(d, 'm', 'echo x > /mnt/ro/nope.txt');
       expect(w.exit_code).to.not.equal(0);
       expect(w.stderr).to.match(/Read-only/i);
+      if (!again) return;
       await d.call('POST', '/vms/m/shutdown');
       expect((await d.call('POST', '/vms/m/start')).json.status).to.equal('running');
       expect((await sh(d, 'm', 'cat /mnt/share/from-guest.txt')).stdout).to.equal('written in the guest\n');
