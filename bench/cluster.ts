@@ -104,6 +104,33 @@ function copy(port: number, path: string, mb: number): Promise<number> {
   });
 }
 
+/** GET of /vms/g/cp (the file at `path`, `mb` MiB) from `port`, read and dropped; MiB/s. */
+function download(port: number, path: string, mb: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: `/vms/g/cp?path=${encodeURIComponent(path)}`,
+        headers: { authorization: `Bearer ${TOKEN}` },
+      },
+      (res) => {
+        let got = 0;
+        res.on('data', (c: Buffer) => (got += c.length));
+        res.on('end', () => {
+          if (res.statusCode !== 200 || got !== mb << 20)
+            return reject(new Error(`download answered ${res.statusCode} with ${got} bytes`));
+          resolve(mb / (Number(process.hrtime.bigint() - t0) / 1e9));
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 export async function clusterBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-cluster-'));
   const etcd = await startEtcd(join(dir, 'etcd'));
@@ -183,6 +210,18 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
       `${fmt((cp / cd) * 100, 0)}% of direct (target >= 90%: ${cp / cd >= 0.9 ? 'met' : 'missed'})`,
     );
 
+    const down: Record<'direct' | 'proxied', number[]> = { direct: [], proxied: [] };
+    for (let i = 0; i < 3; i++)
+      for (const which of i % 2 ? (['direct', 'proxied'] as const) : (['proxied', 'direct'] as const))
+        down[which].push(await download(which === 'direct' ? ports[2] : ports[0], target, COPY_MB));
+    const [dd, dp] = [stats(down.direct).p50, stats(down.proxied).p50];
+    row(`copy of ${COPY_MB} MiB out of the VM from its owner directly (median of 3)`, `${fmt(dd, 0)} MiB/s`, '');
+    row(
+      'the same through a node that does not own the VM',
+      `${fmt(dp, 0)} MiB/s`,
+      `${fmt((dp / dd) * 100, 0)}% of direct`,
+    );
+
     // Creates placed on one node against three, 10 at a time, through n1.
     const createRate = async (prefix: string, selector?: Record<string, string>) => {
       const many = new Agent({ keepAlive: true, maxSockets: 10 });
@@ -213,6 +252,7 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
       etcd_writes: writes,
       exec_ms: { direct: d, proxied: p },
       copy_mib_s: mbps,
+      download_mib_s: down,
       copy_mb: COPY_MB,
       creates: CREATES,
       creates_per_s: { one_node: one, three_nodes: three },

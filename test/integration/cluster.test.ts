@@ -249,6 +249,21 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     });
     expect(bigUp.status, bigUp.text).to.equal(204);
     expect(readFileSync(join(dir, 'large.bin')).equals(large)).to.equal(true);
+    // And back: n3's answer moved to the caller's connection by n2's helper.
+    const bigDown = await new Promise<{ status: number; body: Buffer }>((resolve, reject) => {
+      const path = `/vms/g/cp?path=${encodeURIComponent(join(dir, 'large.bin'))}`;
+      const headers = { authorization: `Bearer ${TOKEN}` };
+      request({ host: '127.0.0.1', port: nodes[1].port, path, headers }, (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(parts) }));
+        res.on('error', reject);
+      })
+        .on('error', reject)
+        .end();
+    });
+    expect(bigDown.status).to.equal(200);
+    expect(bigDown.body.equals(large)).to.equal(true);
     writeFileSync(join(dir, 'back.txt'), 'from the guest\n');
     const down = await call(nodes[1].t, 'GET', `/vms/g/cp?path=${encodeURIComponent(join(dir, 'back.txt'))}`);
     expect(down.status, down.text).to.equal(200);

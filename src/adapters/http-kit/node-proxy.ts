@@ -8,7 +8,10 @@ import {
 } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { declaredLength, takeConnection, type TakenConnection } from './take-connection.js';
+import { spliceAnswer, spliceBody, type BodySplice } from './body-splice.js';
+import { declaredLength, takeConnection } from './take-connection.js';
+
+export type { BodySplice };
 
 /** Where a proxied call goes: another node's API (its advertised URL) or this daemon's own socket. */
 export interface ProxyTarget {
@@ -26,21 +29,6 @@ export interface ProxyTarget {
   endToEnd?: boolean;
   /** Large bodies of a declared length are moved socket to socket by this rather than through Node. */
   splice?: BodySplice;
-}
-
-/**
- * A mover of body bytes outside Node (process-kit/splice.ts, given by the composition: kits
- * import no other adapter). A body that goes through Node costs the proxying node two copies of
- * every byte in JavaScript; on a machine with few cores that is a third of a copy's speed.
- */
-export interface BodySplice {
-  /** Bodies shorter than this go through Node (starting the mover costs about a millisecond). */
-  minBytes: number;
-  /**
-   * Moves exactly `length` bytes from `source` to `dest`. `done` rejects with an error whose
-   * `side` is `destination` when the receiver stopped taking them.
-   */
-  move(source: Socket, dest: Socket, length: number): { done: Promise<void>; kill(): void };
 }
 
 /**
@@ -104,11 +92,21 @@ export function proxyRequest(
   const length = body ? undefined : declaredLength(req);
   if (t.splice && !t.stream && length !== undefined && length >= t.splice.minBytes)
     return proxySpliced(req, res, t, t.splice, length, errorLine);
+  if (t.splice?.largeAnswers?.(req) && !t.stream && !body)
+    return ownConnection(t).then((socket) => relay(req, res, t, { errorLine, socket }));
   return relay(req, res, t, { body, errorLine });
 }
 
-/** How long a target that stopped taking a spliced body has to answer why before the call is given up. */
-const EARLY_ANSWER_MS = 2000;
+/** A connection of the call's own to `t` (closed after its answer), once connected. */
+async function ownConnection(t: ProxyTarget): Promise<Socket> {
+  const e = endpoint(t);
+  const up = e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!);
+  await new Promise<void>((resolve, reject) => {
+    up.once('connect', resolve);
+    up.once('error', reject);
+  });
+  return up;
+}
 
 /**
  * `proxyRequest` for a large body of a declared length: a connection of its own to the target
@@ -125,59 +123,13 @@ async function proxySpliced(
   length: number,
   errorLine?: (status: number, text: string) => string,
 ): Promise<number> {
-  const e = endpoint(t);
-  const up = e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!);
-  await new Promise<void>((resolve, reject) => {
-    up.once('connect', resolve);
-    up.once('error', reject);
-  });
+  const up = await ownConnection(t);
   const taken = takeConnection(req, res);
   if (!taken) {
     up.destroy();
     return relay(req, res, t, { errorLine });
   }
-  return relay(req, res, t, { errorLine, socket: up, feed: (out) => feedSpliced(out, up, taken, length, sp, res) });
-}
-
-function feedSpliced(
-  out: ClientRequest,
-  up: Socket,
-  taken: TakenConnection,
-  length: number,
-  sp: BodySplice,
-  res: ServerResponse,
-): void {
-  const pending = taken.pending.subarray(0, length);
-  out.flushHeaders();
-  if (pending.length) out.write(pending);
-  // The head and those bytes reach the kernel before the mover writes the rest after them.
-  const start = () => {
-    if (out.destroyed) return;
-    if (out.writableLength > 0) return void up.once('drain', () => setImmediate(start));
-    const run = sp.move(taken.connection, up, length - pending.length);
-    const gone = () => {
-      if (!res.writableFinished) run.kill();
-    };
-    res.on('close', gone);
-    run.done.then(
-      () => {
-        res.off('close', gone);
-        up.resume(); // handing a socket to a child stops Node's reads of it; the answer comes here
-        out.end();
-      },
-      (err: unknown) => {
-        if ((err as { side?: string }).side !== 'destination') return void res.destroy();
-        // The target stopped taking the body: it has most likely answered why.
-        let answered = false;
-        out.once('response', () => (answered = true));
-        up.resume();
-        setTimeout(() => {
-          if (!answered) out.destroy();
-        }, EARLY_ANSWER_MS).unref();
-      },
-    );
-  };
-  out.once('socket', () => setImmediate(start));
+  return relay(req, res, t, { errorLine, socket: up, feed: (out) => spliceBody(out, up, taken, length, sp, res) });
 }
 
 /** The call sent on and its answer streamed back; `socket`: a connection of the call's own, closed after. */
@@ -214,9 +166,11 @@ function relay(
           });
           return;
         }
+        const headers = { ...answer.headers };
+        for (const k of ['connection', 'keep-alive', 'transfer-encoding']) delete headers[k];
+        if (o.socket && t.splice && spliceAnswer(answer, res, o.socket, t.splice, headers, () => resolve(status)))
+          return;
         if (!res.headersSent) {
-          const headers = { ...answer.headers };
-          for (const k of ['connection', 'keep-alive', 'transfer-encoding']) delete headers[k];
           res.writeHead(status, headers);
           // A body of a declared length is on its way: its head goes out with its first bytes, in
           // one write. A stream (NDJSON progress, followed output) has its head sent at once.

@@ -30,6 +30,7 @@ import { HOP_HEADER } from '../cluster/http-peer-nodes.js';
 export { HOP_HEADER };
 
 const VM_PATH = /^\/vms\/([^/]+)(\/.*)?$/;
+const DOWNLOAD_PATH = /^\/vms\/[^/?]+\/cp(\?|$)/;
 
 /**
  * The cluster's front (docs/cluster.md, "One API on every node"): every node answers for the
@@ -56,7 +57,9 @@ export class ClusterFront {
     // Copied through the helper's buffer, not spliced: the other node's helper then reads compact
     // segments, not page fragments (1 GiB through another node: 102-103% of direct copied, 83-86% spliced).
     const move: BodySplice['move'] = (source, dest, length) => splice(helper!, source, dest, length, { mode: 'copy' });
-    this.bodySplice = helper ? { minBytes: SPLICE_MIN_BYTES, move } : undefined;
+    // Downloads (GET cp) go on a connection of their own, so that a large answer can be moved too.
+    const largeAnswers = (req: IncomingMessage) => req.method === 'GET' && DOWNLOAD_PATH.test(req.url ?? '');
+    this.bodySplice = helper ? { minBytes: SPLICE_MIN_BYTES, move, largeAnswers } : undefined;
   }
 
   private readonly bodySplice?: BodySplice;

@@ -11,6 +11,30 @@ function listen(srv: Server): Promise<number> {
   return new Promise((r) => srv.listen(0, '127.0.0.1', () => r((srv.address() as AddressInfo).port)));
 }
 
+/** A GET of `port`/`path`: the status, the body, and whether the answer came whole ('aborted' when cut). */
+function get(
+  port: number,
+  path: string,
+): Promise<{ status: number; body: Buffer; connection?: string; cut?: boolean }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('error', () => undefined);
+      res.on('close', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          body: Buffer.concat(parts),
+          connection: res.headers.connection,
+          cut: !res.complete,
+        }),
+      );
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 /** A PUT of `body` to `port` (declared length, or chunked); the answer's status, headers and text. */
 function put(
   port: number,
@@ -51,7 +75,10 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
       moves++;
       return splice(helper!, source, dest, length);
     },
+    largeAnswers: (req) => req.method === 'GET',
   };
+  /** What GET /down?n=N answers: N bytes, the same for every N's prefix. */
+  const download = randomBytes(SPLICE_MIN_BYTES * 3);
   let target: Server;
   let front: Server;
   let targetPort = 0;
@@ -65,6 +92,16 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
       seen = { hop: req.headers['x-hop'] as string | undefined };
       if (req.url === '/refuse') return void res.writeHead(404, { 'content-type': 'text/plain' }).end('no such file');
       if (req.url === '/die') return void req.socket.destroy();
+      const down = /^\/down\?n=(\d+)(&cut=1|&whole=1)?$/.exec(req.url ?? '');
+      if (down) {
+        const n = Number(down[1]);
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(n) });
+        if (down[2] === '&cut=1') return void res.write(download.subarray(0, n >> 1), () => req.socket.destroy());
+        if (down[2]) return void res.end(download.subarray(0, n));
+        // In slices, some of them late, so the mover waits on the target and Node has read ahead a part.
+        res.write(download.subarray(0, 300_000));
+        return void setTimeout(() => res.end(download.subarray(300_000, n)), 50);
+      }
       const parts: Buffer[] = [];
       req.on('data', (c: Buffer) => parts.push(c));
       req.on('end', () => {
@@ -112,6 +149,38 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
     const chunked = randomBytes(SPLICE_MIN_BYTES * 2);
     expect((await put(frontPort, '/chunked', chunked, true)).text).to.equal(`${chunked.length} ${sha(chunked)}`);
     expect(moves).to.equal(0);
+  });
+
+  it('moves a large download whole and in order after what Node had read, and closes the connection after', async () => {
+    const n = SPLICE_MIN_BYTES * 2 + 4097;
+    // In slices, and all at once (Node must not read on beside the mover once it has started).
+    for (const how of ['', '&whole=1']) {
+      const r = await get(frontPort, `/down?n=${n}${how}`);
+      expect(r.status).to.equal(200);
+      expect(r.cut, how).to.equal(false);
+      expect(r.body.length).to.equal(n);
+      expect(sha(r.body)).to.equal(sha(download.subarray(0, n)));
+      expect(r.connection).to.equal('close');
+    }
+    expect(moves).to.equal(2);
+  });
+
+  it('sends a small download through Node, and a refusal of one as it came', async () => {
+    const n = SPLICE_MIN_BYTES - 1;
+    const r = await get(frontPort, `/down?n=${n}`);
+    expect(sha(r.body)).to.equal(sha(download.subarray(0, n)));
+    const refused = await get(frontPort, '/refuse');
+    expect(refused.status).to.equal(404);
+    expect(refused.body.toString()).to.equal('no such file');
+    expect(moves).to.equal(0);
+  });
+
+  it('cuts the caller off when the target breaks off a large download, so a short copy never looks whole', async () => {
+    const n = SPLICE_MIN_BYTES * 3;
+    const r = await get(frontPort, `/down?n=${n}&cut=1`).catch(() => ({ cut: true, body: Buffer.alloc(0) }));
+    expect(r.cut).to.equal(true);
+    expect(r.body.length).to.be.below(n);
+    expect(moves).to.equal(1);
   });
 
   it("relays the target's refusal of a body it did not read", async () => {
