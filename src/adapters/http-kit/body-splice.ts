@@ -47,15 +47,8 @@ export function spliceBody(
   // The head and those bytes reach the kernel before the mover writes the rest after them.
   const start = () => {
     if (out.destroyed) return;
-    const run = sp.move(taken.connection, up, length - pending.length);
-    stopReads(taken.connection);
-    const gone = () => {
-      if (!res.writableFinished) run.kill();
-    };
-    res.on('close', gone);
-    run.done.then(
+    moveWhileAnswered(sp, taken.connection, up, length - pending.length, res).then(
       () => {
-        res.off('close', gone);
         up.resume(); // handing a socket to a child stops Node's reads of it; the answer comes here
         out.end();
       },
@@ -72,6 +65,17 @@ export function spliceBody(
     );
   };
   out.once('socket', () => setImmediate(() => flushed(out, up, start)));
+}
+
+/** `sp` moving `length` bytes from `source` to `dest`, stopped if the caller's answer closes first. */
+function moveWhileAnswered(sp: BodySplice, source: Socket, dest: Socket, length: number, res: ServerResponse) {
+  const run = sp.move(source, dest, length);
+  stopReads(source);
+  const gone = () => {
+    if (!res.writableFinished) run.kill();
+  };
+  res.on('close', gone);
+  return run.done.finally(() => res.off('close', gone));
 }
 
 /**
@@ -136,17 +140,8 @@ export function spliceAnswer(
   const moveRest = (had: number) => {
     if (res.destroyed) return end(false);
     if (had === length) return end(true);
-    const run = sp.move(up, client, length - had);
-    stopReads(up);
-    const gone = () => {
-      if (!res.writableFinished) run.kill();
-    };
-    res.on('close', gone);
-    run.done.then(
-      () => {
-        res.off('close', gone);
-        end(true);
-      },
+    moveWhileAnswered(sp, up, client, length - had, res).then(
+      () => end(true),
       () => end(false),
     );
   };
