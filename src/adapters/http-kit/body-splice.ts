@@ -22,10 +22,16 @@ export interface BodySplice {
 /** How long a target that stopped taking a spliced body has to answer why before the call is given up. */
 const EARLY_ANSWER_MS = 2000;
 
-/** Settles once what was written to `w` has reached the kernel. */
+/** Calls `then` once what was written to `w` has reached the kernel, or once `socket` closed (the caller checks which). */
 function flushed(w: { writableLength: number }, socket: Socket, then: () => void): void {
-  if (w.writableLength === 0) return then();
-  socket.once('drain', () => setImmediate(() => flushed(w, socket, then)));
+  if (w.writableLength === 0 || socket.destroyed) return then();
+  const again = () => {
+    socket.off('drain', again);
+    socket.off('close', again);
+    setImmediate(() => flushed(w, socket, then));
+  };
+  socket.once('drain', again);
+  socket.once('close', again);
 }
 
 /**
@@ -46,7 +52,7 @@ export function spliceBody(
   if (pending.length) out.write(pending);
   // The head and those bytes reach the kernel before the mover writes the rest after them.
   const start = () => {
-    if (out.destroyed) return;
+    if (out.destroyed || up.destroyed) return;
     moveWhileAnswered(sp, taken.connection, up, length - pending.length, res).then(
       () => {
         up.resume(); // handing a socket to a child stops Node's reads of it; the answer comes here
@@ -138,7 +144,7 @@ export function spliceAnswer(
     flushed(res, client, () => moveRest(had.length));
   });
   const moveRest = (had: number) => {
-    if (res.destroyed) return end(false);
+    if (res.destroyed || client.destroyed) return end(false);
     if (had === length) return end(true);
     moveWhileAnswered(sp, up, client, length - had, res).then(
       () => end(true),

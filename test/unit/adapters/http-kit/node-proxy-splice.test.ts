@@ -77,6 +77,8 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
     },
     largeAnswers: (req) => req.method === 'GET',
   };
+  /** Settles when the connection of the last GET /stall closes. */
+  let stalled: Promise<void> | undefined;
   /** What GET /down?n=N answers: N bytes, the same for every N's prefix. */
   const download = randomBytes(SPLICE_MIN_BYTES * 3);
   let target: Server;
@@ -92,6 +94,13 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
       seen = { hop: req.headers['x-hop'] as string | undefined };
       if (req.url === '/refuse') return void res.writeHead(404, { 'content-type': 'text/plain' }).end('no such file');
       if (req.url === '/die') return void req.socket.destroy();
+      if (req.url === '/stall') {
+        // A large download that stops after its first bytes: only the caller leaving ends it.
+        res.writeHead(200, { 'content-length': String(SPLICE_MIN_BYTES * 4) });
+        res.write(download.subarray(0, 300_000));
+        stalled = new Promise((r) => req.socket.once('close', () => r()));
+        return;
+      }
       const down = /^\/down\?n=(\d+)(&cut=1|&whole=1)?$/.exec(req.url ?? '');
       if (down) {
         const n = Number(down[1]);
@@ -180,6 +189,28 @@ describe('adapters/http-kit proxyRequest: a large body moved socket to socket (s
     const r = await get(frontPort, `/down?n=${n}&cut=1`).catch(() => ({ cut: true, body: Buffer.alloc(0) }));
     expect(r.cut).to.equal(true);
     expect(r.body.length).to.be.below(n);
+    expect(moves).to.equal(1);
+  });
+
+  it('stops moving a large download and closes the call when the caller leaves', async () => {
+    await new Promise<void>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port: frontPort, path: '/stall' }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.on('error', () => undefined);
+      setTimeout(() => reject(new Error('no bytes of the download came')), 5000).unref();
+      req.end();
+    });
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      stalled,
+      new Promise(
+        (_, reject) => (timer = setTimeout(() => reject(new Error('the call to the target stayed open')), 5000)),
+      ),
+    ]).finally(() => clearTimeout(timer));
     expect(moves).to.equal(1);
   });
 
