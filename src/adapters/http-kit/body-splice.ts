@@ -1,6 +1,6 @@
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { TakenConnection } from './take-connection.js';
+import { declaredLength, stopReads, type TakenConnection } from './take-connection.js';
 
 /**
  * A mover of body bytes outside Node (process-kit/splice.ts, given by the composition: kits
@@ -76,27 +76,12 @@ export function spliceBody(
 /** `sp` moving `length` bytes from `source` to `dest`, stopped if the caller's answer closes first. */
 function moveWhileAnswered(sp: BodySplice, source: Socket, dest: Socket, length: number, res: ServerResponse) {
   const run = sp.move(source, dest, length);
-  stopReads(source);
+  stopReads(source); // again: spawning the mover cleared `reading`
   const gone = () => {
     if (!res.writableFinished) run.kill();
   };
   res.on('close', gone);
   return run.done.finally(() => res.off('close', gone));
-}
-
-/**
- * Stops Node's reads of `socket` (libuv's too, `reading` left set so nothing starts them again);
- * false when it cannot. Again after the mover started: spawning it clears `reading`, and a
- * resume already on its way (the answer's reads ask the socket for more) would then start Node
- * reading beside the mover, taking bytes from it.
- */
-function stopReads(socket: Socket): boolean {
-  const handle = (socket as Socket & { _handle?: { fd?: number; readStop?: () => number; reading?: boolean } })._handle;
-  if (typeof handle?.readStop !== 'function' || !(typeof handle.fd === 'number' && handle.fd >= 0)) return false;
-  socket.pause();
-  handle.readStop();
-  handle.reading = true;
-  return true;
 }
 
 /**
@@ -112,8 +97,7 @@ export function spliceAnswer(
   headers: Record<string, string | string[] | undefined>,
   done: () => void,
 ): boolean {
-  const declared = answer.headers['content-length'];
-  const length = declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : 0;
+  const length = declaredLength(answer) ?? 0;
   const client = res.socket;
   if (answer.statusCode !== 200 || length < sp.minBytes || !client || res.headersSent) return false;
   // The call's connection closes under it once the mover is done: the answer's end is not Node's to see.

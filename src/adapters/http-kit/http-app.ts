@@ -3,7 +3,7 @@ import { Counter, Histogram, type Registry } from 'prom-client';
 import type { Logger } from '../../ports/logger.js';
 import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
 import { toHttpError } from './error-status.js';
-import { pathMatcher, type RouteDef } from './route.js';
+import { hasBody, pathMatcher, type RouteDef } from './route.js';
 
 export const JSON_LIMIT_BYTES = 1024 * 1024;
 
@@ -33,8 +33,7 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
 
   const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
   const jsonBody = (req: Request, res: Response, next: NextFunction) => {
-    const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
-    if (!hasBody) return next();
+    if (!hasBody(req)) return next();
     if (!req.is('application/json')) {
       return void res.status(400).json({ error: 'request body must be application/json', code: 'invalid_argument' });
     }

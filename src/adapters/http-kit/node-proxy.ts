@@ -9,6 +9,7 @@ import {
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { spliceAnswer, spliceBody, type BodySplice } from './body-splice.js';
+import { hasBody } from './route.js';
 import { declaredLength, takeConnection } from './take-connection.js';
 
 export type { BodySplice };
@@ -199,11 +200,7 @@ function relay(
     });
     if (o.feed) o.feed(out);
     else if (o.body) out.end(o.body);
-    else if (
-      declaredLength(req) === 0 ||
-      (req.headers['content-length'] === undefined && !req.headers['transfer-encoding'])
-    )
-      out.end();
+    else if (!hasBody(req)) out.end();
     else req.pipe(out);
   });
 }

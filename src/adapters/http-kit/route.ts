@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Request, Response } from 'express';
 import { SEND_RAW, type RawSendable } from '../../ports/guest-agent.js';
 
@@ -28,7 +29,7 @@ export function pathMatcher(path: string): RegExp {
 }
 
 /** A request carries a body when it says so; an exec without one gets an empty stdin. */
-export function hasBody(req: Request): boolean {
+export function hasBody(req: IncomingMessage): boolean {
   return Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
 }
 

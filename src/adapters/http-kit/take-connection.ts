@@ -16,19 +16,8 @@ export interface TakenConnection {
  * has no descriptor to hand over.
  */
 export function takeConnection(req: IncomingMessage, res: ServerResponse): TakenConnection | undefined {
-  const socket = req.socket as Socket & { _handle?: { fd?: number; readStop?: () => number; reading?: boolean } };
-  const handle = socket._handle;
-  if (
-    req.readableFlowing ||
-    req.readableEnded ||
-    req.complete ||
-    typeof handle?.readStop !== 'function' ||
-    !(typeof handle.fd === 'number' && handle.fd >= 0)
-  )
-    return undefined;
-  socket.pause();
-  handle.readStop();
-  handle.reading = true;
+  const socket = req.socket;
+  if (req.readableFlowing || req.readableEnded || req.complete || !stopReads(socket)) return undefined;
   const pending: Buffer[] = [];
   for (let c = req.read() as Buffer | null; c !== null; c = req.read() as Buffer | null) pending.push(c);
   res.shouldKeepAlive = false;
@@ -40,4 +29,19 @@ export function takeConnection(req: IncomingMessage, res: ServerResponse): Taken
 export function declaredLength(req: IncomingMessage): number | undefined {
   const declared = req.headers['transfer-encoding'] === undefined ? req.headers['content-length'] : undefined;
   return declared !== undefined && /^\d{1,15}$/.test(declared) ? Number(declared) : undefined;
+}
+
+/**
+ * Stops Node's reads of `socket` (libuv's too, `reading` left set so nothing starts them again);
+ * false, with nothing done, when it has no descriptor to hand over. Call it again after a helper
+ * was spawned with the socket: spawning clears `reading`, and a resume already on its way (a
+ * read of the stream asks the socket for more) would then start Node reading beside the helper.
+ */
+export function stopReads(socket: Socket): boolean {
+  const handle = (socket as Socket & { _handle?: { fd?: number; readStop?: () => number; reading?: boolean } })._handle;
+  if (typeof handle?.readStop !== 'function' || !(typeof handle.fd === 'number' && handle.fd >= 0)) return false;
+  socket.pause();
+  handle.readStop();
+  handle.reading = true;
+  return true;
 }
