@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+import { freePorts } from '../../src/adapters/hypervisor/free-port.js';
 
 /** A member of a test's etcd: Debian's etcd-server, on loopback ports of its own. */
 export interface EtcdMember {
@@ -38,8 +38,10 @@ function healthy(url: string): Promise<boolean> {
  * member says it is healthy.
  */
 export async function startEtcd(dir: string, size = 3): Promise<TestEtcd> {
-  const ports = [];
-  for (let i = 0; i < size; i++) ports.push({ client: await freePort('tcp'), peer: await freePort('tcp') });
+  // All different: a port just let go can be the next one the kernel hands out, and a member whose
+  // two ports were one (or another member's) exits at once (a CI run failed so).
+  const free = await freePorts(Array.from({ length: 2 * size }, () => 'tcp' as const));
+  const ports = Array.from({ length: size }, (_, i) => ({ client: free[2 * i], peer: free[2 * i + 1] }));
   const names = ports.map((_, i) => `e${i + 1}`);
   const initial = ports.map((p, i) => `${names[i]}=http://127.0.0.1:${p.peer}`).join(',');
   const members: EtcdMember[] = ports.map((p, i) => {
