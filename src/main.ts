@@ -75,6 +75,7 @@ import { guestProcessesOf } from './adapters/guest-link/http-guest-processes.js'
 import { ProcessProxy } from './app/process-proxy.js';
 import { processRoutes } from './adapters/http/process-routes.js';
 import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
+import { RuleSecrets } from './adapters/e2b/rule-secrets.js';
 import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
 import { defaultSandboxDomain, SandboxHosts } from './adapters/e2b/sandbox-hosts.js';
 import { Sandboxes } from './adapters/e2b/sandboxes.js';
@@ -356,6 +357,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
   const e2b = new Sandboxes(self, config.api_token, auth.throttle);
+  // The values of E2B's header rules, removed once no VM binds them (a sandbox deleted any way).
+  const ruleSecrets = new RuleSecrets(self);
+  const unwatchRules = vms.watch((c) => void (c.event === 'removed' && ruleSecrets.sweep().catch(() => undefined)));
   // E2B's sandbox URLs (getHost) are served on the daemon's listeners, by Host (docs/e2b.md).
   const sandboxHosts = new SandboxHosts(self, e2b, config.e2b_domain || 'localhost');
   let sandboxDomain = config.e2b_domain;
@@ -389,7 +393,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // E2B's API, translated onto the daemon's own (docs/e2b.md).
     ...e2bEnvdRoutes(self, e2b),
-    ...e2bControlRoutes(self, e2b, { poolTemplate: config.warm_pool.template, domain: () => sandboxDomain }),
+    ...e2bControlRoutes(self, e2b, {
+      poolTemplate: config.warm_pool.template,
+      domain: () => sandboxDomain,
+      rules: ruleSecrets,
+    }),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,
@@ -446,6 +454,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     stop: () =>
       (stopped ??= (async () => {
         closing.abort();
+        unwatchRules();
         await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
         lifetimes.stop();
         await listeners.stop();

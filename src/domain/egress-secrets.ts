@@ -17,6 +17,13 @@ export interface EgressSecretBinding {
   format?: string;
   /** The guest environment variable that holds the placeholder (processes svc starts). */
   env?: string;
+  /**
+   * Put `header` on every request to `hosts`, whether or not the guest sent the placeholder (one it
+   * sent of that name is replaced): a header the guest never sees. No variable is set in the guest.
+   * Of the `always` bindings a request's host matches, only those of the most specific pattern
+   * apply (an exact name, else the longest `*.` suffix), as E2B's `network.rules` decide.
+   */
+  always?: boolean;
   /** The stand-in the guest sees: random per VM and binding, never the value. */
   placeholder: string;
   /**
@@ -72,9 +79,9 @@ export function hostMatches(pattern: string, host: string): boolean {
 /** Validates one binding as a request gives it (no placeholder: svc makes it). */
 export function parseEgressSecretSpec(v: unknown, where: string): EgressSecretSpec {
   if (!isObject(v))
-    throw new InvalidArgumentError(`${where} must be an object {secret, hosts, header?, format?, env?}`);
+    throw new InvalidArgumentError(`${where} must be an object {secret, hosts, header?, format?, env?, always?}`);
   for (const k of Object.keys(v))
-    if (!['secret', 'hosts', 'header', 'format', 'env'].includes(k))
+    if (!['secret', 'hosts', 'header', 'format', 'env', 'always'].includes(k))
       throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
   const secret = assertSecretName(v.secret);
   if (!Array.isArray(v.hosts) || v.hosts.length === 0 || v.hosts.length > MAX_HOSTS)
@@ -103,6 +110,13 @@ export function parseEgressSecretSpec(v: unknown, where: string): EgressSecretSp
     if (typeof v.env !== 'string' || !ENV.test(v.env))
       throw new InvalidArgumentError(`${where}.env must be an environment variable name such as OPENAI_API_KEY`);
     out.env = v.env;
+  }
+  if (v.always !== undefined && v.always !== false) {
+    if (v.always !== true) throw new InvalidArgumentError(`${where}.always must be true or false`);
+    if (out.header === undefined) throw new InvalidArgumentError(`${where}.always needs a header to put the value in`);
+    if (out.env !== undefined)
+      throw new InvalidArgumentError(`${where}.env: an always binding puts no placeholder in the guest`);
+    out.always = true;
   }
   return out;
 }
@@ -172,9 +186,30 @@ export function parseEgressSecretBindings(v: unknown, where = 'egress_secrets'):
   });
 }
 
-/** The guest's variables: each binding's `env` (or the secret's name upper-cased) set to its placeholder. */
+/** The guest's variables: each binding's `env` (or the secret's name upper-cased) set to its placeholder; `always` ones set none. */
 export function egressEnv(bindings: EgressSecretBinding[]): Record<string, string> {
-  return Object.fromEntries(bindings.map((b) => [b.env ?? defaultEnvName(b.secret), b.placeholder]));
+  return Object.fromEntries(
+    bindings.filter((b) => !b.always).map((b) => [b.env ?? defaultEnvName(b.secret), b.placeholder]),
+  );
+}
+
+/**
+ * How closely `pattern` names `host`: an exact name beats any `*.` pattern, a longer suffix a
+ * shorter one; -1 when it does not match.
+ */
+export function matchRank(pattern: string, host: string): number {
+  if (!hostMatches(pattern, host)) return -1;
+  return pattern.startsWith('*.') ? pattern.length : Number.MAX_SAFE_INTEGER;
+}
+
+/** The `always` bindings a request to `host` gets: those of the most specific pattern that matches it. */
+export function alwaysFor(bindings: EgressSecretBinding[], host: string): EgressSecretBinding[] {
+  const ranked = bindings
+    .filter((b) => b.always)
+    .map((b) => ({ b, rank: Math.max(...b.hosts.map((h) => matchRank(h, host))) }))
+    .filter((x) => x.rank >= 0);
+  const best = Math.max(...ranked.map((x) => x.rank));
+  return ranked.filter((x) => x.rank === best).map((x) => x.b);
 }
 
 export const defaultEnvName = (secret: string) => secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_');

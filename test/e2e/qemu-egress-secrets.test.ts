@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { Sandbox } from 'e2b';
 import { hostIp } from '../helpers/host-ip.js';
 import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -256,5 +257,46 @@ describe('egress secrets on real QEMU guests', function () {
     const off = await d.call('PUT', '/vms/esc/egress/secrets', []);
     expect(off.status, off.text).to.equal(200);
     expect((await guestSh(d, 'esc', 'echo "[$OPENAI_API_KEY]"')).stdout.trim()).to.equal('[]');
+  });
+
+  it("E2B's network.rules through the official SDK: the header is set on the sandbox's requests, and the guest never holds it", async () => {
+    await d.call('DELETE', '/vms/esc');
+    await setValue('unused-by-rules');
+    const sbx = await Sandbox.create({
+      apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
+      sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
+      apiKey: d.tcp.token,
+      network: {
+        allowOut: [`host:${tlsPort}`],
+        denyOut: ['0.0.0.0/0'],
+        rules: { 'host.svc.internal': [{ transform: { headers: { Authorization: `Bearer ${VALUE}` } } }] },
+      },
+    });
+    try {
+      await sbx.files.write('/tmp/secret-probe.cjs', PROBE.toString());
+      // The probe sends `Bearer undefined` (no variable is set): the rule's header replaces it.
+      const r = await sbx.commands.run(`node /tmp/secret-probe.cjs fetch https://host.svc.internal:${tlsPort}/rule`);
+      const out = JSON.parse(r.stdout) as { status?: number; body?: string };
+      expect(JSON.parse(out.body!), r.stdout).to.deep.equal({ got: 'value', version: '1.1' });
+      const env = await sbx.commands.run('env; cat /proc/self/environ | tr "\\0" "\\n"');
+      expect(env.stdout).not.to.include(VALUE).and.not.include('svc-egress-');
+      expect(JSON.stringify(await sbx.getInfo())).not.to.include(VALUE);
+      const blocked = await sbx.commands.run(
+        `node /tmp/secret-probe.cjs http http://host.svc.internal:${plainPort}/no`,
+      );
+      expect(JSON.parse(blocked.stdout).error, 'a rule does not allow its host').to.be.a('string');
+    } finally {
+      await sbx.kill();
+    }
+    const left = (await d.call('GET', '/secrets')).json as { name: string }[];
+    const deadline = Date.now() + 10_000;
+    let names = left.map((x) => x.name).filter((n) => n.startsWith('e2b.'));
+    while (names.length && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      names = ((await d.call('GET', '/secrets')).json as { name: string }[])
+        .map((x) => x.name)
+        .filter((n) => n.startsWith('e2b.'));
+    }
+    expect(names, "the rule's value is removed with the sandbox").to.deep.equal([]);
   });
 });

@@ -9,6 +9,19 @@ import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
+import type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
+import { GuestNetwork } from '../../src/ports/guest-network.js';
+import { SecretStore } from '../../src/ports/stores.js';
+
+/** Asks `ok` until it holds (10 s at most; the sweep of rule secrets runs after the answer). */
+async function waitFor(ok: () => Promise<boolean>, what: string): Promise<void> {
+  const end = Date.now() + 10_000;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`not so after 10 s: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 /**
  * The official `e2b` SDK (pinned in package.json), unchanged, against svcd's E2B front door on the
@@ -211,21 +224,97 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await policy()).to.deep.equal({ default: 'allow', allow: [], deny: ['203.0.113.0/24'] });
     await s.updateNetwork({ allowInternetAccess: false });
     expect(await policy()).to.deep.include({ default: 'deny' });
-    const rules = await create({
-      network: {
-        allowOut: ['api.example.com'],
-        rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] },
-      },
-    }).catch((e: unknown) => e);
-    expect(rules).to.be.instanceOf(Error);
-    expect((rules as Error).message).to.match(
-      /network\.rules .* not supported by svc; bind the secret as an egress secret/,
-    );
     const inside = await s.updateNetwork({ allowOut: ['10.9.9.9'], denyOut: ['10.0.0.0/8'] }).catch((e: unknown) => e);
     expect((inside as Error).message).to.match(
       /10\.9\.9\.9 is inside network\.denyOut 10\.0\.0\.0\/8: svc decides deny rules first/,
     );
     expect(await policy(), 'a refused update changes nothing').to.deep.include({ default: 'deny' });
+  });
+
+  it("puts network.rules' headers on requests through svc-netd (always egress secrets), hides their values, replaces them live and removes them with the sandbox", async () => {
+    const network = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
+    const ruleSecrets = async () =>
+      ((await d.call('GET', '/secrets')).json as { name: string }[])
+        .map((x) => x.name)
+        .filter((n) => n.startsWith('e2b.'));
+    const s = await create({
+      network: {
+        allowOut: ({ rules }: { rules: Map<string, unknown> }) => [...rules.keys()],
+        denyOut: ({ allTraffic }: { allTraffic: string }) => [allTraffic],
+        rules: {
+          'API.example.com': [
+            { transform: { headers: { Authorization: 'Bearer sk-rule-1', 'X-Team': 'a' } } },
+            { transform: { headers: { 'x-team': 'b' } } },
+          ],
+          '*.example.org': [{ transform: { headers: { 'X-Key': 'k-2' } } }],
+        },
+      },
+    });
+    const vm = (await d.call('GET', `/vms/${s.sandboxId}`)).json as { egress_secrets: EgressSecretBinding[] };
+    const bound = vm.egress_secrets.map(({ hosts, header, always }) => ({ hosts, header, always }));
+    expect(bound).to.deep.equal([
+      { hosts: ['api.example.com'], header: 'Authorization', always: true },
+      { hosts: ['api.example.com'], header: 'x-team', always: true },
+      { hosts: ['*.example.org'], header: 'X-Key', always: true },
+    ]);
+    expect(network.secrets.get(s.sandboxId)?.map((b) => b.secret)).to.deep.equal(
+      vm.egress_secrets.map((b) => b.secret),
+    );
+    expect(await ruleSecrets()).to.have.members(vm.egress_secrets.map((b) => b.secret));
+    // The values are in the secret store, sealed, and nowhere in what the API answers.
+    const values = await Promise.all(
+      vm.egress_secrets.map(async (b) =>
+        (await d.daemon.container.get<SecretStore>(SecretStore).get(b.secret)).value.toString(),
+      ),
+    );
+    expect(values).to.deep.equal(['Bearer sk-rule-1', 'b', 'k-2']);
+    const info = await s.getInfo();
+    expect(info.network?.rules).to.deep.equal({
+      'api.example.com': [{ transform: { headers: { Authorization: '(kept by svc)', 'x-team': '(kept by svc)' } } }],
+      '*.example.org': [{ transform: { headers: { 'X-Key': '(kept by svc)' } } }],
+    });
+    expect(JSON.stringify(await d.call('GET', `/vms/${s.sandboxId}`))).not.to.include('sk-rule-1');
+    expect(await (await d.call('GET', `/vms/${s.sandboxId}/egress`)).json).to.deep.equal({
+      default: 'deny',
+      allow: ['API.example.com', '*.example.org'].map((h) => h.toLowerCase()),
+      deny: [],
+    });
+    // An update replaces the rules; an egress secret bound by svc's own API stays.
+    expect((await d.call('POST', '/secrets', { name: 'own', value: 'v' })).status).to.equal(200);
+    await d.call('PUT', `/vms/${s.sandboxId}/egress/secrets`, [
+      ...vm.egress_secrets.map(({ placeholder: _p, ...b }) => b),
+      { secret: 'own', hosts: ['own.example.com'] },
+    ]);
+    await s.updateNetwork({
+      rules: { 'api.example.com': [{ transform: { headers: { Authorization: 'Bearer sk-rule-2' } } }] },
+    });
+    const after = ((await d.call('GET', `/vms/${s.sandboxId}`)).json as { egress_secrets: EgressSecretBinding[] })
+      .egress_secrets;
+    expect(after.map((b) => b.secret)).to.include('own');
+    const rule = after.filter((b) => b.always);
+    expect(rule.map((b) => b.header)).to.deep.equal(['Authorization']);
+    await waitFor(async () => (await ruleSecrets()).length === 1, 'the replaced rules removed');
+    expect(await ruleSecrets()).to.deep.equal([rule[0].secret]);
+    // Bad rules: 400 (or 501 for an address), and nothing made.
+    for (const [rules, why] of [
+      [{ '*': [{ transform: { headers: { A: 'b' } } }] }, /a bare "\*" is not a host/],
+      [{ '10.0.0.1': [{ transform: { headers: { A: 'b' } } }] }, /by host name .* not by address/],
+      [{ 'x.com': [{ transform: { headers: { Host: 'b' } } }] }, /Host cannot carry a secret/],
+      [{ 'x.com': [{ transform: { headers: { A: 'two\nlines' } } }] }, /must be one line of text/],
+    ] as const) {
+      const err = await create({ network: { rules } }).catch((e: unknown) => e);
+      expect((err as Error).message).to.match(why);
+    }
+    expect(await ruleSecrets()).to.have.length(1);
+    // A fork binds the same secret: it outlives its source, and goes with the last VM that binds it.
+    const [fork] = (await Sandbox.fork(s.sandboxId, { ...opts(), count: 1 })) as Sandbox[];
+    made.push(fork);
+    await s.kill();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await ruleSecrets(), 'kept for the fork').to.deep.equal([rule[0].secret]);
+    expect(Object.keys((await fork.getInfo()).network?.rules ?? {})).to.deep.equal(['api.example.com']);
+    await fork.kill();
+    await waitFor(async () => (await ruleSecrets()).length === 0, 'the rules removed with the last sandbox');
   });
 
   it('serves signed file URLs (uploadUrl, downloadUrl) and refuses forged, crossed and expired ones', async () => {

@@ -1,11 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import type { Request, Response } from 'express';
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
+import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { e2bNetworkOf, egressFromE2b, publicTraffic, type E2bNetwork } from './network.js';
+import { e2bRulesOf, headerRulesFromE2b, isRuleBinding, type RuleSecrets } from './rule-secrets.js';
 import {
   DEFAULT_TIMEOUT_S,
   ENVD_VERSION,
@@ -27,7 +29,7 @@ import {
 export function e2bControlRoutes(
   client: SvcClient,
   boxes: Sandboxes,
-  o: { poolTemplate: string; domain: () => string },
+  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets },
 ): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
   /** A handler that checks the key and answers errors in E2B's shape, `{code, message}`. */
@@ -73,7 +75,7 @@ export function e2bControlRoutes(
       diskSizeMB: vm.disk_gb * 1024,
       metadata: m.metadata,
       volumeMounts: [],
-      ...e2bNetworkOf(vm.egress, m.privateTraffic),
+      ...e2bNetworkOf(vm.egress, m.privateTraffic, e2bRulesOf(vm.egress_secrets)),
     };
   };
   const sandboxes = async () => (await client.list()).filter(isSandbox);
@@ -153,14 +155,24 @@ export function e2bControlRoutes(
       const name = `e2b-${randomBytes(6).toString('hex')}`;
       const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);
       const egress = policy ? { egress: policy } : {};
+      const rules = headerRulesFromE2b((b.network as E2bNetwork | undefined)?.rules);
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
       const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
-      const vm = await client.create(
-        { name, tags, persistent: true, ...(await source(template)), ...egress, ...life } as never,
-        {
+      const from = await source(template);
+      const specs = rules.length ? await o.rules.make(name, rules) : [];
+      const secrets = specs.length ? { egress_secrets: specs } : {};
+      let vm: Instance;
+      try {
+        vm = await client.create({ name, tags, persistent: true, ...from, ...egress, ...secrets, ...life } as never, {
           wait: 'agent',
-        },
-      );
+        });
+      } catch (err) {
+        await o.rules.done(specs, true);
+        throw err;
+      }
+      await o.rules.done(specs, false);
+      // Values left by a daemon that stopped before it could remove them go too.
+      if (specs.length) void o.rules.sweep().catch(() => undefined);
       res.status(201).json(sandbox(vm));
     }),
     route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),
@@ -169,6 +181,7 @@ export function e2bControlRoutes(
     route('delete', '/sandboxes/:id', async (req, res) => {
       await boxes.get(id(req));
       await client.delete(id(req));
+      void o.rules.sweep().catch(() => undefined);
       res.status(204).end();
     }),
     route('put', '/sandboxes/:id/network', async (req, res) => {
@@ -176,7 +189,21 @@ export function e2bControlRoutes(
       const vm = await boxes.get(id(req));
       const b = (req.body ?? {}) as E2bNetwork & { allow_internet_access?: unknown };
       const { allow_internet_access, ...network } = b;
-      await client.setEgress(vm.name, egressFromE2b(network, allow_internet_access)!);
+      const policy = egressFromE2b(network, allow_internet_access)!;
+      const rules = headerRulesFromE2b(network.rules);
+      const had = (vm.egress_secrets ?? []).filter((s) => !isRuleBinding(s));
+      const specs = await o.rules.make(vm.name, rules);
+      try {
+        await client.setEgress(vm.name, policy);
+        // The rules replace the sandbox's rules; egress secrets bound by svc's own API stay.
+        if (specs.length || had.length !== (vm.egress_secrets ?? []).length)
+          await client.setEgressSecrets(vm.name, [...had.map(specOf), ...specs]);
+      } catch (err) {
+        await o.rules.done(specs, true);
+        throw err;
+      }
+      await o.rules.done(specs, false);
+      void o.rules.sweep().catch(() => undefined);
       res.status(204).end();
     }),
     route('post', '/sandboxes/:id/timeout', async (req, res) => {
@@ -286,4 +313,10 @@ export function e2bControlRoutes(
 function timeLeft(boxes: Sandboxes, vm: Instance): number {
   const left = boxes.endOf(vm).getTime() - Date.now();
   return left > 0 ? left : DEFAULT_TIMEOUT_S * 1000;
+}
+
+/** A binding as a PUT gives it back (svc keeps its placeholder for the same secret). */
+function specOf(b: EgressSecretBinding): EgressSecretSpec {
+  const { placeholder: _p, inherited: _i, ...spec } = b;
+  return spec;
 }

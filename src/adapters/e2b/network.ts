@@ -26,8 +26,8 @@ function list(v: unknown, what: string): string[] {
  * all traffic (or `allowInternetAccess: false`) is svc's `default: deny` with the allowed
  * destinations as its allow rules, and otherwise the denied blocks are deny rules. An allowed
  * address inside a denied block (which E2B would let through and svc would not) is refused rather
- * than decided differently. Header rules and a SOCKS proxy have no counterpart here: refused too.
- * Undefined when nothing is asked (the daemon's default policy applies).
+ * than decided differently. A SOCKS proxy has no counterpart here: refused too. Header rules are
+ * not policy (rule-secrets.ts). Undefined when nothing is asked (the daemon's default policy applies).
  */
 export function egressFromE2b(
   network: E2bNetwork | undefined,
@@ -38,10 +38,6 @@ export function egressFromE2b(
   if (network !== undefined && (typeof network !== 'object' || network === null || Array.isArray(network)))
     throw new InvalidArgumentError('network must be an object');
   const n = network ?? {};
-  if (n.rules !== undefined && n.rules !== null && Object.keys(n.rules as object).length)
-    throw new NotSupportedError(
-      'network.rules (headers put into requests on the way out) are not supported by svc; bind the secret as an egress secret instead (docs/egress-secrets.md)',
-    );
   if (n.egressProxy !== undefined && n.egressProxy !== null)
     throw new NotSupportedError('network.egressProxy (a SOCKS5 proxy for egress) is not supported by svc');
   const allowOut = list(n.allowOut, 'allowOut');
@@ -69,19 +65,21 @@ export function egressFromE2b(
 export function e2bNetworkOf(
   egress: EgressPolicy,
   privateTraffic = false,
+  rules: Record<string, unknown[]> = {},
 ): {
   allowInternetAccess: boolean;
-  network: { allowOut: string[]; denyOut: string[]; allowPublicTraffic: boolean };
+  network: { allowOut: string[]; denyOut: string[]; allowPublicTraffic: boolean; rules?: Record<string, unknown[]> };
 } {
   const allowPublicTraffic = !privateTraffic;
+  const withRules = Object.keys(rules).length ? { rules } : {};
   return egress.default === 'deny'
     ? {
         allowInternetAccess: false,
-        network: { allowOut: [...egress.allow], denyOut: ['0.0.0.0/0'], allowPublicTraffic },
+        network: { allowOut: [...egress.allow], denyOut: ['0.0.0.0/0'], allowPublicTraffic, ...withRules },
       }
     : {
         allowInternetAccess: true,
-        network: { allowOut: [...egress.allow], denyOut: [...egress.deny], allowPublicTraffic },
+        network: { allowOut: [...egress.allow], denyOut: [...egress.deny], allowPublicTraffic, ...withRules },
       };
 }
 

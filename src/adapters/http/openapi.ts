@@ -120,6 +120,11 @@ const schemas: Record<string, Schema> = {
         type: 'string',
         description: "the guest variable holding the placeholder (default: the secret's name upper-cased)",
       },
+      always: {
+        type: 'boolean',
+        description:
+          "with header: set it on every request to the hosts, over the guest's own; no placeholder in the guest, no env",
+      },
     },
   },
   EgressSecretBinding: {

@@ -5,6 +5,7 @@ import { connect as netConnect, isIP, type AddressInfo, type Socket } from 'node
 import type { Duplex, Readable } from 'node:stream';
 import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
 import {
+  alwaysFor,
   hostMatches,
   PLACEHOLDER_PREFIX,
   placeholdersOf,
@@ -309,6 +310,7 @@ export class EgressSecrets {
    * request to a host the binding is for (its Host or :authority must name the connection's host)
    * and in the binding's header if it names one, gets the value (in `format`, if given). A
    * placeholder anywhere else in the headers or the target refuses the request (403, logged).
+   * Then the `always` bindings of the host's most specific pattern set their headers.
    */
   private async rewrite(
     c: Intercepted,
@@ -362,6 +364,16 @@ export class EgressSecrets {
         injected.add(b.secret);
       }
       out.push([k, value]);
+    }
+    // Headers put on every request to this host, whatever the guest sent in them.
+    for (const b of sameHost ? alwaysFor(this.list, name) : []) {
+      const secret = await this.value(b);
+      if (typeof secret !== 'string') return secret;
+      const header = b.header!;
+      const lower = header.toLowerCase();
+      for (let i = out.length - 1; i >= 0; i--) if (out[i][0].toLowerCase() === lower) out.splice(i, 1);
+      out.push([header, b.format ? b.format.split('{value}').join(secret) : secret]);
+      injected.add(b.secret);
     }
     for (const secret of injected)
       this.o.audit({

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import {
+  alwaysFor,
   bindEgressSecrets,
   egressEnv,
   hostMatches,
@@ -46,5 +47,41 @@ describe('domain/egress-secrets', () => {
     expect(() => parseEgressSecretBindings([{ secret: 'a', hosts: ['x.com'], placeholder: 'sk-real' }])).to.throw(
       /is not a placeholder/,
     );
+  });
+
+  it('takes an always binding only with a header and without a variable, and sets none in the guest', () => {
+    expect(() => parseEgressSecretSpecs([{ secret: 'a', hosts: ['x.com'], always: true }])).to.throw(/needs a header/);
+    expect(() =>
+      parseEgressSecretSpecs([{ secret: 'a', hosts: ['x.com'], header: 'X-K', always: true, env: 'A' }]),
+    ).to.throw(/no placeholder in the guest/);
+    expect(() => parseEgressSecretSpecs([{ secret: 'a', hosts: ['x.com'], header: 'X-K', always: 'yes' }])).to.throw(
+      /true or false/,
+    );
+    const [b] = bindEgressSecrets(
+      parseEgressSecretSpecs([{ secret: 'a', hosts: ['x.com'], header: 'X-K', always: true }]),
+      randomBytes,
+    );
+    expect(b).to.include({ always: true, header: 'X-K' });
+    expect(parseEgressSecretBindings([b])).to.deep.equal([b]);
+    expect(egressEnv([b])).to.deep.equal({});
+  });
+
+  it('gives a request the always bindings of the most specific pattern only (exact, then the longest suffix)', () => {
+    const bound = bindEgressSecrets(
+      [
+        { secret: 'exact', hosts: ['api.example.com'], header: 'A', always: true },
+        { secret: 'near', hosts: ['*.api.example.com'], header: 'B', always: true },
+        { secret: 'far', hosts: ['*.example.com'], header: 'C', always: true },
+        { secret: 'far2', hosts: ['*.example.com'], header: 'D', always: true },
+        { secret: 'placeholder', hosts: ['api.example.com'] },
+      ],
+      randomBytes,
+    );
+    const names = (host: string) => alwaysFor(bound, host).map((b) => b.secret);
+    expect(names('API.example.com')).to.deep.equal(['exact']);
+    expect(names('v1.api.example.com')).to.deep.equal(['near']);
+    expect(names('www.example.com')).to.deep.equal(['far', 'far2']);
+    expect(names('example.com')).to.deep.equal([]);
+    expect(names('example.org')).to.deep.equal([]);
   });
 });

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { e2bNetworkOf, egressFromE2b, publicTraffic } from '../../../../src/adapters/e2b/network.js';
+import { e2bRulesOf, headerRulesFromE2b } from '../../../../src/adapters/e2b/rule-secrets.js';
 import { InvalidArgumentError, NotSupportedError } from '../../../../src/domain/errors.js';
 
 describe("E2B's network options as svc's egress policy", () => {
@@ -39,12 +40,12 @@ describe("E2B's network options as svc's egress policy", () => {
     ]);
   });
 
-  it('refuses what has no counterpart (header rules, a proxy) and what is malformed, naming the field', () => {
-    expect(() => egressFromE2b({ rules: { 'a.com': [{ transform: { headers: { A: 'b' } } }] } })).to.throw(
-      NotSupportedError,
-      /network\.rules/,
-    );
-    expect(() => egressFromE2b({ rules: {} })).to.not.throw();
+  it('refuses what has no counterpart (a proxy) and what is malformed, naming the field; rules are not policy', () => {
+    expect(egressFromE2b({ rules: { 'a.com': [{ transform: { headers: { A: 'b' } } }] } })).to.deep.equal({
+      default: 'allow',
+      allow: [],
+      deny: [],
+    });
     expect(() => egressFromE2b({ egressProxy: { address: 'p:1080' } })).to.throw(NotSupportedError, /egressProxy/);
     expect(() => egressFromE2b({ denyOut: ['example.com'] })).to.throw(
       InvalidArgumentError,
@@ -66,5 +67,45 @@ describe("E2B's network options as svc's egress policy", () => {
     expect(publicTraffic(undefined)).to.equal(true);
     expect(publicTraffic({ allowPublicTraffic: false })).to.equal(false);
     expect(() => publicTraffic({ allowPublicTraffic: 'no' })).to.throw(InvalidArgumentError, /allowPublicTraffic/);
+  });
+
+  it("reads network.rules as the headers they set: one per host and header, the later rule's over the earlier", () => {
+    expect(
+      headerRulesFromE2b({
+        'API.example.com': [
+          { transform: { headers: { Authorization: 'Bearer a', 'X-Team': 'a' } } },
+          {},
+          { transform: { headers: { 'x-team': 'b' } } },
+        ],
+        '*.example.org': [{ transform: { headers: { 'X-Key': 'k' } } }],
+      }),
+    ).to.deep.equal([
+      { host: 'api.example.com', header: 'Authorization', value: 'Bearer a' },
+      { host: 'api.example.com', header: 'x-team', value: 'b' },
+      { host: '*.example.org', header: 'X-Key', value: 'k' },
+    ]);
+    expect(headerRulesFromE2b(undefined)).to.deep.equal([]);
+    const rule = (host: string, headers: Record<string, unknown>) => ({ [host]: [{ transform: { headers } }] });
+    expect(() => headerRulesFromE2b(rule('*', { A: 'b' }))).to.throw(InvalidArgumentError, /bare "\*"/);
+    expect(() => headerRulesFromE2b(rule('10.0.0.0/8', { A: 'b' }))).to.throw(NotSupportedError, /not by address/);
+    expect(() => headerRulesFromE2b(rule('x.com', { 'Content-Length': '1' }))).to.throw(/cannot carry a secret/);
+    expect(() => headerRulesFromE2b(rule('x.com', { A: 1 }))).to.throw(/one line of text/);
+    expect(() => headerRulesFromE2b(rule('x.com:443', { A: 'b' }))).to.throw(/is not a domain name/);
+    expect(() => headerRulesFromE2b({ 'x.com': 'no' })).to.throw(/must be a list of rules/);
+    const many = Object.fromEntries(
+      Array.from({ length: 33 }, (_, i) => [`h${i}.com`, [{ transform: { headers: { A: 'b' } } }]]),
+    );
+    expect(() => headerRulesFromE2b(many)).to.throw(/at most 32 headers/);
+  });
+
+  it("shows a sandbox's rules with their values hidden, and only E2B's", () => {
+    const p = (n: number) => `svc-egress-${String(n).repeat(40)}`;
+    expect(
+      e2bRulesOf([
+        { secret: 'e2b.0123456789ab.0a0b0c0d', hosts: ['api.x.com'], header: 'A', always: true, placeholder: p(1) },
+        { secret: 'openai', hosts: ['api.x.com'], header: 'B', always: true, placeholder: p(2) },
+        { secret: 'e2b.0123456789ab.0a0b0c0e', hosts: ['api.x.com'], header: 'C', placeholder: p(3) },
+      ]),
+    ).to.deep.equal({ 'api.x.com': [{ transform: { headers: { A: '(kept by svc)' } } }] });
   });
 });

@@ -24,6 +24,9 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
   const values = new Map<string, string>([
     ['openai', 'sk-real-1\n'],
     ['other', 'other-value'],
+    ['key', 'key-value'],
+    ['token', 'token-value'],
+    ['wild', 'wild-value'],
   ]);
   let upstream: http2.Http2SecureServer;
   let port = 0;
@@ -193,6 +196,63 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
     const t3 = await guestTls(['http/1.1']);
     const otherHost = await h1(t3, { host: 'evil.test', authorization: OPENAI });
     expect(otherHost.status, 'a Host that is not the name TLS proved').to.equal(403);
+  });
+
+  it("sets an always binding's header on every request to its host, over the guest's own, most specific pattern only", async () => {
+    const always: EgressSecretBinding[] = [
+      { secret: 'key', hosts: ['api.test'], header: 'X-Api-Key', always: true, placeholder: OTHER },
+      {
+        secret: 'token',
+        hosts: ['api.test'],
+        header: 'Authorization',
+        format: 'Bearer {value}',
+        always: true,
+        placeholder: placeholderOf(randomBytes(20)),
+      },
+      {
+        secret: 'wild',
+        hosts: ['*.test'],
+        header: 'X-Wild',
+        always: true,
+        placeholder: placeholderOf(randomBytes(20)),
+      },
+    ];
+    secrets.update([bindings[0], ...always]);
+    const t = await guestTls(['http/1.1']);
+    const r = await h1(t, { authorization: 'Bearer the-guest-own', 'X-API-KEY': 'guest', 'x-plain': 'kept' });
+    const echo = JSON.parse(r.body) as Echo;
+    expect(echo.headers.authorization, "the guest's header replaced").to.equal('Bearer token-value');
+    expect(echo.headers['x-api-key'], 'one header, the value').to.equal('key-value');
+    expect(echo.headers['x-plain']).to.equal('kept');
+    expect(echo.headers['x-wild'], 'a wildcard loses to the exact name').to.equal(undefined);
+    const t2 = await guestTls(['h2', 'http/1.1']);
+    const session = http2.connect('https://api.test', { createConnection: () => t2 });
+    const body = await new Promise<string>((resolve, reject) => {
+      const s = session.request({ ':path': '/h2', ':method': 'GET' });
+      let b = '';
+      s.on('data', (d) => (b += d));
+      s.on('end', () => resolve(b));
+      s.on('error', reject);
+    });
+    expect((JSON.parse(body) as Echo).headers).to.include({
+      'x-api-key': 'key-value',
+      authorization: 'Bearer token-value',
+    });
+    session.close();
+    secrets.update([always[2]]);
+    const t3 = await guestTls(['http/1.1']);
+    const wild = JSON.parse((await h1(t3, {})).body) as Echo;
+    expect(wild.headers['x-wild']).to.equal('wild-value');
+    expect(audit.filter((e) => e.event === 'secret').map((e) => e.secret)).to.deep.equal([
+      'key',
+      'token',
+      'key',
+      'token',
+      'wild',
+    ]);
+    expect(JSON.stringify(audit)).not.to.include('-value');
+    t.destroy();
+    t3.destroy();
   });
 
   it('carries the secret in a WebSocket-style upgrade, then splices the connection', async () => {

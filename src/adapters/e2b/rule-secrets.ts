@@ -1,0 +1,141 @@
+import { randomBytes } from 'node:crypto';
+import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
+import { MAX_EGRESS_SECRETS, parseEgressSecretSpec } from '../../domain/egress-secrets.js';
+import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
+import { parseCidr } from '../../domain/ip.js';
+import type { SvcClient } from '../client/svc-client.js';
+
+/** One header E2B's `network.rules` put on requests to `host` (a name or `*.name`). */
+export interface HeaderRule {
+  host: string;
+  header: string;
+  value: string;
+}
+
+/** The host secrets that hold rules' values: `e2b.<the sandbox's hex>.<random hex>`. */
+const RULE_SECRET = /^e2b\.[0-9a-f]{12}\.[0-9a-f]{8}$/;
+
+/** Is this binding one of E2B's header rules (not an egress secret bound by svc's own API)? */
+export const isRuleBinding = (b: EgressSecretBinding) => b.always === true && RULE_SECRET.test(b.secret);
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * E2B's `network.rules` (`{"api.example.com": [{transform: {headers: {...}}}]}`) as the headers
+ * they set: one per host and header, a later rule's header over an earlier one's of the same name.
+ * Addresses as keys are refused (svc sets headers by the name a connection shows).
+ */
+export function headerRulesFromE2b(rules: unknown): HeaderRule[] {
+  if (rules === undefined || rules === null) return [];
+  if (!isObject(rules)) throw new InvalidArgumentError('network.rules must be an object of host: [rules]');
+  const out: HeaderRule[] = [];
+  for (const [key, list] of Object.entries(rules)) {
+    const host = key.trim().toLowerCase();
+    if (host === '*')
+      throw new InvalidArgumentError('network.rules: a bare "*" is not a host; name one (*.example.com)');
+    if (parseCidr(host.replace(/^\*\./, '')))
+      throw new NotSupportedError(
+        `network.rules["${key}"]: svc sets headers by host name (the name TLS or Host shows), not by address`,
+      );
+    if (!Array.isArray(list)) throw new InvalidArgumentError(`network.rules["${key}"] must be a list of rules`);
+    const headers = new Map<string, { header: string; value: string }>();
+    for (const [i, rule] of list.entries()) {
+      const where = `network.rules["${key}"][${i}]`;
+      if (!isObject(rule)) throw new InvalidArgumentError(`${where} must be an object {transform}`);
+      const t = rule.transform;
+      if (t === undefined || t === null) continue;
+      if (!isObject(t) || (t.headers !== undefined && !isObject(t.headers)))
+        throw new InvalidArgumentError(`${where}.transform must be {headers: {name: value}}`);
+      for (const [header, value] of Object.entries((t.headers ?? {}) as Record<string, unknown>)) {
+        if (typeof value !== 'string' || /[\r\n\0]/.test(value))
+          throw new InvalidArgumentError(`${where}.transform.headers.${header} must be one line of text`);
+        headers.set(header.toLowerCase(), { header, value });
+      }
+    }
+    for (const h of headers.values()) out.push({ host, ...h });
+  }
+  if (out.length > MAX_EGRESS_SECRETS)
+    throw new InvalidArgumentError(`network.rules: at most ${MAX_EGRESS_SECRETS} headers in all`);
+  // Names and headers checked the way svc's own bindings are (a reserved header, a name that is not one).
+  for (const r of out)
+    parseEgressSecretSpec(
+      { secret: 'e2b', hosts: [r.host], header: r.header, always: true },
+      `network.rules["${r.host}"]`,
+    );
+  return out;
+}
+
+/** What `getInfo` shows of a sandbox's rules: hosts and header names, values hidden (svc echoes no secret). */
+export function e2bRulesOf(bindings: EgressSecretBinding[] | undefined): Record<string, unknown[]> {
+  const out: Record<string, { transform: { headers: Record<string, string> } }[]> = {};
+  for (const b of bindings ?? [])
+    if (isRuleBinding(b) && b.header) {
+      const host = b.hosts[0];
+      const entry = (out[host] ??= [{ transform: { headers: {} } }]);
+      entry[0].transform.headers[b.header] = '(kept by svc)';
+    }
+  return out;
+}
+
+/**
+ * The values of E2B's header rules, kept as host secrets of their own (sealed like every secret)
+ * and bound to the sandbox as `always` egress secrets: svc-netd sets each header on requests to its
+ * host, and the guest never holds the value (docs/e2b.md). A secret no VM binds any more (its
+ * sandbox and every copy of it gone, or rules replaced) is removed by `sweep`.
+ */
+export class RuleSecrets {
+  /** Secrets made for a create or an update that has not bound them yet: a sweep leaves them. */
+  private readonly pending = new Set<string>();
+  private sweeping: Promise<void> | undefined;
+  private again = false;
+
+  constructor(private readonly client: SvcClient) {}
+
+  /** Makes a secret for each rule's value; the bindings to give the create or the PUT. */
+  async make(sandbox: string, rules: HeaderRule[]): Promise<EgressSecretSpec[]> {
+    const hex = sandbox.replace(/^e2b-/, '');
+    const specs: EgressSecretSpec[] = [];
+    for (const r of rules) {
+      const secret = `e2b.${hex}.${randomBytes(4).toString('hex')}`;
+      this.pending.add(secret);
+      specs.push({ secret, hosts: [r.host], header: r.header, always: true });
+      try {
+        await this.client.setSecret({ name: secret, value: r.value, mode: '0600' });
+      } catch (err) {
+        await this.done(specs, true);
+        throw err;
+      }
+    }
+    return specs;
+  }
+
+  /** The create or PUT that was to bind `specs` is over: bound, or failed (`drop` removes them). */
+  async done(specs: EgressSecretSpec[], drop: boolean): Promise<void> {
+    // A sweep under way may have listed the VMs before this create: it must still leave these.
+    const forget = () => specs.forEach((s) => this.pending.delete(s.secret));
+    if (this.sweeping) void this.sweeping.then(forget, forget);
+    else forget();
+    if (drop) for (const s of specs) await this.client.deleteSecret(s.secret).catch(() => undefined);
+  }
+
+  /** Removes rule secrets no VM binds. Calls that come while one runs make one more run after it. */
+  sweep(): Promise<void> {
+    if (this.sweeping) {
+      this.again = true;
+      return this.sweeping;
+    }
+    this.sweeping = (async () => {
+      do {
+        this.again = false;
+        const [secrets, vms] = await Promise.all([this.client.listSecrets(), this.client.list()]);
+        const bound = new Set(vms.flatMap((vm) => (vm.egress_secrets ?? []).map((b) => b.secret)));
+        for (const s of secrets)
+          if (RULE_SECRET.test(s.name) && !bound.has(s.name) && !this.pending.has(s.name))
+            await this.client.deleteSecret(s.name).catch(() => undefined);
+      } while (this.again);
+    })().finally(() => (this.sweeping = undefined));
+    return this.sweeping;
+  }
+}
