@@ -372,6 +372,18 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(bad.stderr).to.match(/--egress-secret openai: use SECRET=HOST/);
     const unknown = await svc(['create', 'eg3', '--egress-secret', 'nope=api.example.com']);
     expect(unknown.stderr).to.match(/there is no host secret nope/);
+    const header = await svc([
+      'egress',
+      'secrets',
+      'eg2',
+      '--set',
+      '--egress-header',
+      'openai=api.openai.com:X-Api-Key',
+    ]);
+    expect(header.code, header.stderr).to.equal(0);
+    expect(header.stdout).to.match(/\nopenai +api\.openai\.com +- +X-Api-Key \(always\) +svc-egress-/);
+    const badHeader = await svc(['egress', 'secrets', 'eg2', '--set', '--egress-header', 'openai=api.openai.com']);
+    expect(badHeader.stderr).to.match(/--egress-header openai=api.openai.com: use SECRET=HOST/);
     expect((await svc(['egress', 'secrets', 'eg2', '--set'])).stdout).to.equal('no egress secrets\n');
   });
 

@@ -216,7 +216,8 @@ export function buildCli(): Command {
       if (o.nodeSelector.length) req.node_selector = keyValues(o.nodeSelector, '--node-selector');
       const egress = policyFromFlags(o);
       if (egress) req.egress = egress as CreateInput['egress'];
-      if (o.egressSecret.length) req.egress_secrets = secretsFromFlags(o.egressSecret);
+      const bindings = secretsFromFlags(o);
+      if (bindings.length) req.egress_secrets = bindings;
       if (o.mount.length) {
         req.mounts = (o.mount as string[]).map((m) => {
           const [host, guest, flag] = m.split(':');

@@ -30,9 +30,12 @@ export function egressFlags(cmd: Command): Command {
     .option('--deny <rule>', 'egress rule to deny, same forms (repeatable)', collect, []);
 }
 
-/** `--egress-secret SECRET=HOST[,HOST...][:ENV]`: the bindings it gives (docs/egress-secrets.md). */
-export function secretsFromFlags(list: string[]): EgressSecretSpec[] {
-  return list.map((v) => {
+/**
+ * `--egress-secret SECRET=HOST[,HOST...][:ENV]` and `--egress-header SECRET=HOST[,HOST...]:HEADER`:
+ * the bindings they give (docs/egress-secrets.md); a header one is `always`.
+ */
+export function secretsFromFlags(o: { egressSecret?: string[]; egressHeader?: string[] }): EgressSecretSpec[] {
+  const placeholders = (o.egressSecret ?? []).map((v): EgressSecretSpec => {
     const m = /^([^=]+)=([^:]+)(?::([A-Za-z_][A-Za-z0-9_]*))?$/.exec(v);
     if (!m)
       throw new Error(
@@ -40,16 +43,32 @@ export function secretsFromFlags(list: string[]): EgressSecretSpec[] {
       );
     return { secret: m[1], hosts: m[2].split(','), ...(m[3] ? { env: m[3] } : {}) };
   });
+  const headers = (o.egressHeader ?? []).map((v): EgressSecretSpec => {
+    const m = /^([^=]+)=([^:]+):([^:]+)$/.exec(v);
+    if (!m)
+      throw new Error(
+        `--egress-header ${v}: use SECRET=HOST[,HOST...]:HEADER, such as gh=api.github.com:Authorization`,
+      );
+    return { secret: m[1], hosts: m[2].split(','), header: m[3], always: true };
+  });
+  return [...placeholders, ...headers];
 }
 
-/** Adds `--egress-secret` to a command that creates a VM. */
+/** Adds `--egress-secret` and `--egress-header` to a command that binds egress secrets. */
 export function egressSecretFlag(cmd: Command): Command {
-  return cmd.option(
-    '--egress-secret <secret=host[,host][:ENV]>',
-    'put a host secret into requests to these hosts only; the guest sees a placeholder in $ENV (repeatable)',
-    collect,
-    [],
-  );
+  return cmd
+    .option(
+      '--egress-secret <secret=host[,host][:ENV]>',
+      'put a host secret into requests to these hosts only; the guest sees a placeholder in $ENV (repeatable)',
+      collect,
+      [],
+    )
+    .option(
+      '--egress-header <secret=host[,host]:HEADER>',
+      'set HEADER to a host secret on every request to these hosts; the guest sees nothing (repeatable)',
+      collect,
+      [],
+    );
 }
 
 function showSecrets(list: EgressSecretBinding[]): string {
@@ -58,8 +77,8 @@ function showSecrets(list: EgressSecretBinding[]): string {
     list.map((b) => [
       b.secret,
       b.hosts.join(','),
-      b.env ?? b.secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_'),
-      b.header ?? 'any',
+      b.always ? '-' : (b.env ?? b.secret.toUpperCase().replace(/[^A-Z0-9_]/g, '_')),
+      b.always ? `${b.header} (always)` : (b.header ?? 'any'),
       b.placeholder,
     ]),
     ['SECRET', 'HOSTS', 'ENV', 'HEADER', 'PLACEHOLDER'],
@@ -113,13 +132,16 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
     eg
       .command('secrets')
       .argument('<name>')
-      .option('--set', 'replace the bindings with the --egress-secret flags (none: remove them all)')
+      .option(
+        '--set',
+        'replace the bindings with the --egress-secret and --egress-header flags (none: remove them all)',
+      )
       .option('--json'),
   )
     .description("a VM's egress secrets: which host secrets go to which hosts, and the placeholders its guest holds")
     .action(async (name: string, o) => {
       const list = o.set
-        ? await client().setEgressSecrets(name, secretsFromFlags(o.egressSecret))
+        ? await client().setEgressSecrets(name, secretsFromFlags(o))
         : await client().egressSecrets(name);
       process.stdout.write((o.json ? JSON.stringify(list, null, 2) : showSecrets(list)) + '\n');
     });
