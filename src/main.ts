@@ -457,9 +457,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
         unwatchRules();
         await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
         lifetimes.stop();
+        // Captures are called off first: one that ends while the listeners close (they wait for
+        // open requests) would leave a snapshot the stop did not mean to make.
+        await snapshots.stop();
         await listeners.stop();
         pool.stop();
-        await snapshots.stop();
         await pool.settled();
         sampler.stopAll();
         stopEgress();
