@@ -198,11 +198,13 @@ export class ClusterService implements LifecycleContribution {
       disk_gb: typeof b.disk_gb === 'number' ? b.disk_gb : this.config.disk_gb,
     };
     const image = typeof b.image === 'string' ? b.image : 'default';
-    // A clone goes where its template's state is; a pool claim to this node's pool.
+    // A clone goes where its template's state is; a pool claim to this node's pool; a create that
+    // binds egress secrets to this node, whose secret store holds them (each node has its own).
+    const secrets = Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0;
     const pinned =
       typeof b.from === 'string'
         ? { node: this.store.vm(b.from)?.node ?? this.self }
-        : b.from_pool === true && !ask.node
+        : (b.from_pool === true || secrets) && !ask.node
           ? { node: this.self }
           : undefined;
     let node: NodeView;

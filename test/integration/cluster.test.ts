@@ -211,6 +211,36 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(names.filter((n) => n.startsWith('same')).length).to.equal(5);
   });
 
+  it('places a create that binds egress secrets on the node called, where its secrets are, over the least full', async () => {
+    type View = { node: string; allocated: { vms: number } };
+    const vmsOf = async () =>
+      Object.fromEntries(((await api(nodes[0], 'GET', '/nodes')).json as View[]).map((n) => [n.node, n.allocated.vms]));
+    // Room on both n1 and n2 (30 slots each), so the rule alone would pick the less full one.
+    const list = (await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[];
+    for (const node of ['n1', 'n2'])
+      if ((await vmsOf())[node] >= 30) {
+        const filler = list.find((v) => v.node === node && /^[cd]\d+$/.test(v.name))!;
+        expect((await api(nodes[2], 'DELETE', `/vms/${filler.name}`)).status).to.equal(200);
+      }
+    const had = await vmsOf();
+    // The node the rule would not pick (more VMs, or the later name when even): called there.
+    const called = had.n1 > had.n2 ? 0 : 1;
+    const node = nodes[called];
+    expect((await api(node, 'POST', '/secrets', { name: 'here-only', value: 'v' })).status).to.equal(200);
+    const r = await api(node, 'POST', '/vms', {
+      name: 'with-secrets',
+      memory_mb: 256,
+      egress_secrets: [{ secret: 'here-only', hosts: ['api.example.com'] }],
+    });
+    expect(r.status, r.text).to.equal(201);
+    expect((await api(nodes[2], 'GET', '/vms/with-secrets')).json).to.include({ node: node.name });
+    const plain = await api(node, 'POST', '/vms', { name: 'without-secrets', memory_mb: 256 });
+    expect(plain.status, plain.text).to.equal(201);
+    expect((await api(nodes[2], 'GET', '/vms/without-secrets')).json.node, 'the rule alone').to.not.equal(node.name);
+    for (const n of ['with-secrets', 'without-secrets'])
+      expect((await api(nodes[2], 'DELETE', `/vms/${n}`)).status).to.equal(200);
+  });
+
   it('serves exec, a streamed exec, cp and a shell of a VM through a node that does not own it', async () => {
     const all = (await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[];
     for (const v of all.filter((x) => x.node === 'n3'))
