@@ -20,7 +20,8 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries())
     before(async () => {
       d = await startTestDaemon({
         hypervisor: 'qemu',
-        images_dir: ensureImage(image),
+        // Both images in one folder: the server of the first test is minimal on both runs.
+        images_dir: (ensureImage('minimal'), ensureImage(image)),
         image,
         network: 'overlay',
         overlay_mcast: `230.0.74.${1 + ((process.pid + n) % 200)}:${47000 + ((process.pid + n) % 1000)}`,
@@ -35,8 +36,10 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries())
 
     it('gives each VM its own address, and one VM reaches a server on the other', async () => {
       const memory_mb = image === 'debian' ? 512 : 384;
+      // The server is a minimal guest on both runs (one debian boot fewer): debian's part is b's
+      // address and its reach, and its clone in the next test.
       const [a, b] = await Promise.all([
-        d.call('POST', '/vms', { name: 'a', memory_mb }),
+        d.call('POST', '/vms', { name: 'a', image: 'minimal', memory_mb: 384 }),
         // b is the next test's template: persistent, so it can be suspended.
         d.call('POST', '/vms', { name: 'b', memory_mb, persistent: true }),
       ]);
@@ -46,11 +49,11 @@ for (const [n, image] of (['minimal', 'debian'] as const).entries())
       expect(b.json.ip).to.match(/^10\.77\.0\.\d+$/);
       expect(a.json.ip).to.not.equal(b.json.ip);
       expect((await sh(d, 'a', 'ip -4 addr show eth1')).stdout).to.contain(a.json.ip);
-      await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB[image].serve}`);
+      await sh(d, 'a', `mkdir -p /srv && echo hello-over-overlay > /srv/index.html && ${WEB.minimal.serve}`);
       const got = await sh(d, 'b', `${WEB[image].fetch} http://${a.json.ip}:8088/index.html`);
       expect(
         got.stdout,
-        `${got.stderr}\na: ${(await sh(d, 'a', 'ss -ltn; ip addr; ip neigh; cat /var/tmp/http.log')).stdout}\nb: ${(await sh(d, 'b', 'ip addr show eth1; ip neigh; ip route')).stdout}`,
+        `${got.stderr}\na: ${(await sh(d, 'a', 'ip addr; ip neigh')).stdout}\nb: ${(await sh(d, 'b', 'ip addr show eth1; ip neigh; ip route')).stdout}`,
       ).to.equal('hello-over-overlay\n');
     });
 
