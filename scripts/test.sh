@@ -98,8 +98,8 @@ settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
   if [ "$jobs" -gt 1 ]; then
     # Longest first, so the workers end close together (mocha hands files out in the order given):
-    # by their seconds in a CI run of 2026-11-28, the rest after them by name.
-    longest="debian mounts processes crash import-disk templates forks e2b daemon contract"
+    # by their seconds in a CI run of 2026-11-28 13:00, the rest after them by name.
+    longest="debian import-disk processes crash e2b templates forks daemon mounts snapshot-creates contract"
     files=()
     for f in $longest; do [ -f "dist/test/e2e/qemu-$f.test.js" ] && files+=("dist/test/e2e/qemu-$f.test.js"); done
     for f in dist/test/e2e/*.test.js; do
