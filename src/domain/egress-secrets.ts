@@ -157,6 +157,12 @@ export function bindEgressSecrets(
   });
 }
 
+/** A binding as a PUT gives it back: svc keeps the placeholder (and what it inherited) of a secret the VM has. */
+export function specOf(b: EgressSecretBinding): EgressSecretSpec {
+  const { placeholder: _p, inherited: _i, ...spec } = b;
+  return spec;
+}
+
 /** Every placeholder a binding puts its value in place of: its own and those it inherited. */
 export const placeholdersOf = (b: EgressSecretBinding) => [b.placeholder, ...(b.inherited ?? [])];
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Request, Response } from 'express';
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
-import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
+import { specOf } from '../../domain/egress-secrets.js';
 import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -159,20 +159,14 @@ export function e2bControlRoutes(
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
       const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
       const from = await source(template);
-      const specs = rules.length ? await o.rules.make(name, rules) : [];
-      const secrets = specs.length ? { egress_secrets: specs } : {};
-      let vm: Instance;
-      try {
-        vm = await client.create({ name, tags, persistent: true, ...from, ...egress, ...secrets, ...life } as never, {
+      const vm = await o.rules.bound(name, rules, (specs) => {
+        const secrets = specs.length ? { egress_secrets: specs } : {};
+        return client.create({ name, tags, persistent: true, ...from, ...egress, ...secrets, ...life } as never, {
           wait: 'agent',
         });
-      } catch (err) {
-        await o.rules.done(specs, true);
-        throw err;
-      }
-      await o.rules.done(specs, false);
+      });
       // Values left by a daemon that stopped before it could remove them go too.
-      if (specs.length) void o.rules.sweep().catch(() => undefined);
+      if (rules.length) void o.rules.sweep().catch(() => undefined);
       res.status(201).json(sandbox(vm));
     }),
     route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),
@@ -180,8 +174,8 @@ export function e2bControlRoutes(
     route('get', '/sandboxes/:id', async (req, res) => void res.json(detail(await boxes.get(id(req))))),
     route('delete', '/sandboxes/:id', async (req, res) => {
       await boxes.get(id(req));
+      // Its rules' values go with it: main.ts sweeps them on every VM's removal.
       await client.delete(id(req));
-      void o.rules.sweep().catch(() => undefined);
       res.status(204).end();
     }),
     route('put', '/sandboxes/:id/network', async (req, res) => {
@@ -192,17 +186,13 @@ export function e2bControlRoutes(
       const policy = egressFromE2b(network, allow_internet_access)!;
       const rules = headerRulesFromE2b(network.rules);
       const had = (vm.egress_secrets ?? []).filter((s) => !isRuleBinding(s));
-      const specs = await o.rules.make(vm.name, rules);
-      try {
+      await o.rules.bound(vm.name, rules, async (specs) => {
         await client.setEgress(vm.name, policy);
         // The rules replace the sandbox's rules; egress secrets bound by svc's own API stay.
         if (specs.length || had.length !== (vm.egress_secrets ?? []).length)
           await client.setEgressSecrets(vm.name, [...had.map(specOf), ...specs]);
-      } catch (err) {
-        await o.rules.done(specs, true);
-        throw err;
-      }
-      await o.rules.done(specs, false);
+      });
+      // The replaced rules' values go.
       void o.rules.sweep().catch(() => undefined);
       res.status(204).end();
     }),
@@ -313,10 +303,4 @@ export function e2bControlRoutes(
 function timeLeft(boxes: Sandboxes, vm: Instance): number {
   const left = boxes.endOf(vm).getTime() - Date.now();
   return left > 0 ? left : DEFAULT_TIMEOUT_S * 1000;
-}
-
-/** A binding as a PUT gives it back (svc keeps its placeholder for the same secret). */
-function specOf(b: EgressSecretBinding): EgressSecretSpec {
-  const { placeholder: _p, inherited: _i, ...spec } = b;
-  return spec;
 }

@@ -93,8 +93,23 @@ export class RuleSecrets {
 
   constructor(private readonly client: SvcClient) {}
 
-  /** Makes a secret for each rule's value; the bindings to give the create or the PUT. */
-  async make(sandbox: string, rules: HeaderRule[]): Promise<EgressSecretSpec[]> {
+  /**
+   * Makes a secret for each rule's value and runs `bind` with the bindings to give (a create, a
+   * PUT); when it fails, the secrets are removed again and its error thrown.
+   */
+  async bound<T>(sandbox: string, rules: HeaderRule[], bind: (specs: EgressSecretSpec[]) => Promise<T>): Promise<T> {
+    const specs = await this.make(sandbox, rules);
+    try {
+      const out = await bind(specs);
+      await this.done(specs, false);
+      return out;
+    } catch (err) {
+      await this.done(specs, true);
+      throw err;
+    }
+  }
+
+  private async make(sandbox: string, rules: HeaderRule[]): Promise<EgressSecretSpec[]> {
     const hex = sandbox.replace(/^e2b-/, '');
     const specs: EgressSecretSpec[] = [];
     for (const r of rules) {
@@ -112,7 +127,7 @@ export class RuleSecrets {
   }
 
   /** The create or PUT that was to bind `specs` is over: bound, or failed (`drop` removes them). */
-  async done(specs: EgressSecretSpec[], drop: boolean): Promise<void> {
+  private async done(specs: EgressSecretSpec[], drop: boolean): Promise<void> {
     // A sweep under way may have listed the VMs before this create: it must still leave these.
     const forget = () => specs.forEach((s) => this.pending.delete(s.secret));
     if (this.sweeping) void this.sweeping.then(forget, forget);

@@ -3,6 +3,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { posix } from 'node:path';
 import { z } from 'zod';
 import { WAIT_MODES } from '../../domain/create-request.js';
+import { specOf } from '../../domain/egress-secrets.js';
 import { VERSION } from '../../version.js';
 import type { SvcClient } from '../client/svc-client.js';
 
@@ -674,9 +675,7 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
       },
       ({ name, secret, hosts, header, format, env }) =>
         tool(async () => {
-          const others = (await client.egressSecrets(name))
-            .filter((b) => b.secret !== secret)
-            .map(({ placeholder: _p, ...spec }) => spec);
+          const others = (await client.egressSecrets(name)).filter((b) => b.secret !== secret).map(specOf);
           const mine = hosts.length
             ? [{ secret, hosts, ...(header ? { header } : {}), ...(format ? { format } : {}), ...(env ? { env } : {}) }]
             : [];
