@@ -15,6 +15,7 @@ import {
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { tempDir, type TestDaemon } from '../helpers/daemon.js';
+import type { Reply } from '../helpers/http.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 /** The built images, shared by runs and by the e2e workers of one run (keyed by their inputs). */
@@ -187,6 +188,28 @@ export function consoleFaults(file: string): string {
   }
   const at = lines.findIndex((l) => /BUG:|Oops:|general protection/.test(l));
   return (at < 0 ? lines.slice(-10) : lines.slice(at, at + 40)).join('\n');
+}
+
+/**
+ * `POST /vms/{source}/fork` that must succeed (201, or 200 with no error line when streamed). A fork that died on waking (issue 42, rare) makes
+ * the call fail and the daemon remove every fork of it, keeping their logs in `data_dir/logs`: the
+ * failure carries each kept console's fault lines with the call trace, which the daemon's own
+ * message leaves out.
+ */
+export async function forkOk(d: TestDaemon, source: string, body: object, query = ''): Promise<Reply> {
+  const r = await d.call('POST', `/vms/${source}/fork${query}`, body);
+  // A streamed answer is 200 with the error, if any, on its last line.
+  const failed = /stream=1/.test(query) ? r.status !== 200 || /"phase":"error"/.test(r.text) : r.status !== 201;
+  if (!failed) return r;
+  const logs = join(d.config.data_dir, 'logs');
+  let kept: string[] = [];
+  try {
+    kept = readdirSync(logs).filter((f) => f.endsWith('-serial.log'));
+  } catch {
+    // no log kept
+  }
+  const faults = kept.map((f) => `${f}:\n${consoleFaults(join(logs, f))}`).join('\n');
+  throw new Error(`fork of ${source}: ${r.status} ${r.text}\n${faults || '(no console kept)'}`);
 }
 
 /**

@@ -4,7 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
-import { ensureImage, withConsoles } from './image.js';
+import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { Sandbox } from 'e2b';
 
@@ -195,8 +195,7 @@ describe('svcd with QEMU: the debian image', function () {
 
   it('forks the running vm into two that run on, each with its own name and randomness (python os.urandom)', async () => {
     await sh('deb', 'echo forked > /root/forkfile');
-    const r = await d.call('POST', '/vms/deb/fork', { count: 2 });
-    expect(r.status, r.text).to.equal(201);
+    const r = await forkOk(d, 'deb', { count: 2 });
     const names = (r.json.vms as { name: string }[]).map((v) => v.name);
     expect(names).to.deep.equal(['deb-fork-1', 'deb-fork-2']);
     const py = 'import os; print(os.urandom(16).hex())';
