@@ -301,6 +301,20 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       const shown = await c.callTool({ name: 'egress', arguments: { name: 'm1' } });
       expect(JSON.parse(textOf(shown)).secrets).to.deep.equal([b]);
       expect(textOf(bound) + textOf(shown)).not.to.include('sk-very-secret');
+      // A fork's binding carries the placeholder it inherited; binding another secret to the fork
+      // gives that binding back as it is (the PUT refuses `inherited` as an unknown field).
+      expect((await d.call('POST', '/vms/m1/fork', { names: ['m1f'] })).status).to.equal(201);
+      expect((await d.call('POST', '/secrets', { name: 'OTHER_KEY', value: 'sk-other' })).status).to.equal(200);
+      const onFork = (await c.callTool({
+        name: 'bind_egress_secret',
+        arguments: { name: 'm1f', secret: 'OTHER_KEY', hosts: ['other.example.com'], header: 'X-Key' },
+      })) as ToolResult;
+      expect(onFork.isError, textOf(onFork)).to.not.equal(true);
+      const forkBindings = JSON.parse(textOf(onFork)) as { secret: string; inherited?: string[] }[];
+      expect(forkBindings.map((x) => x.secret)).to.deep.equal(['API_KEY', 'OTHER_KEY']);
+      expect(forkBindings[0].inherited).to.deep.equal([b.placeholder]);
+      expect((await d.call('DELETE', '/vms/m1f')).status).to.equal(200);
+      expect((await d.call('DELETE', '/secrets/OTHER_KEY')).status).to.equal(200);
       const unbound = await c.callTool({
         name: 'bind_egress_secret',
         arguments: { name: 'm1', secret: 'API_KEY', hosts: [] },
