@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
+import { assertSecretName } from './names.js';
 import { cidrContains, formatCidr, parseCidr, specialRange, type Cidr, type IpAddr } from './ip.js';
 
 /**
@@ -14,6 +15,19 @@ export interface EgressPolicy {
   default: 'allow' | 'deny';
   allow: string[];
   deny: string[];
+  /** A SOCKS5 proxy the VM's allowed outbound TCP is tunneled through (docs/network.md). */
+  proxy?: EgressProxy;
+}
+
+/**
+ * A SOCKS5 proxy of the user's: `address` is `host:port` (a name, resolved when a connection is
+ * dialed, or an address; IPv6 in brackets). RFC 1929 credentials are a `username` and the name of
+ * a host `secret` holding the password: the password is never in a policy, an answer or a log.
+ */
+export interface EgressProxy {
+  address: string;
+  username?: string;
+  secret?: string;
 }
 
 export type EgressRule =
@@ -113,7 +127,8 @@ function isObject(v: unknown): v is Record<string, unknown> {
 export function parseEgressPolicy(v: unknown, where = 'egress'): EgressPolicy {
   if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object {default, allow, deny}`);
   for (const k of Object.keys(v)) {
-    if (!['default', 'allow', 'deny'].includes(k)) throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
+    if (!['default', 'allow', 'deny', 'proxy'].includes(k))
+      throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
   }
   const def = v.default ?? 'allow';
   if (def !== 'allow' && def !== 'deny') throw new InvalidArgumentError(`${where}.default must be "allow" or "deny"`);
@@ -131,7 +146,66 @@ export function parseEgressPolicy(v: unknown, where = 'egress'): EgressPolicy {
     }
     return [...seen];
   };
-  return { default: def, allow: list('allow'), deny: list('deny') };
+  const proxy = v.proxy === undefined || v.proxy === null ? undefined : parseEgressProxy(v.proxy, `${where}.proxy`);
+  return { default: def, allow: list('allow'), deny: list('deny'), ...(proxy ? { proxy } : {}) };
+}
+
+/** RFC 1929 caps a username (and a password) at 255 bytes. */
+const MAX_CREDENTIAL_BYTES = 255;
+
+/** `host:port` of a proxy: the host and port apart, or an InvalidArgumentError naming the field. */
+export function proxyHostPort(address: string, where = 'proxy.address'): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]/]+)):(\d{1,5})$/.exec(address);
+  const port = m ? Number(m[3]) : 0;
+  if (!m || port < 1 || port > 65535)
+    throw new InvalidArgumentError(
+      `${where} must be HOST:PORT (a name or an address, IPv6 in brackets), got ${JSON.stringify(address).slice(0, 80)}`,
+    );
+  const host = m[1] ?? m[2].toLowerCase();
+  const ok = m[1]
+    ? parseCidr(host)?.family === 6
+    : /^[\d.]+$/.test(host)
+      ? parseCidr(host)?.family === 4
+      : isName(host);
+  if (!ok) throw new InvalidArgumentError(`${where}: ${host} is not a host name or an IP address`);
+  return { host, port };
+}
+
+const isName = (h: string) => {
+  const labels = h.replace(/\.$/, '').split('.');
+  return h.length <= 253 && labels.every((l) => LABEL.test(l)) && !/^\d+$/.test(labels[labels.length - 1]);
+};
+
+/** Validates a policy's `proxy` {address, username?, secret?}. */
+export function parseEgressProxy(v: unknown, where = 'proxy'): EgressProxy {
+  if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object {address, username?, secret?}`);
+  for (const k of Object.keys(v))
+    if (!['address', 'username', 'secret'].includes(k))
+      throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
+  if (typeof v.address !== 'string') throw new InvalidArgumentError(`${where}.address must be HOST:PORT`);
+  const { host, port } = proxyHostPort(v.address.trim(), `${where}.address`);
+  const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+  const out: EgressProxy = { address };
+  if (v.username !== undefined) {
+    if (
+      typeof v.username !== 'string' ||
+      !v.username ||
+      Buffer.byteLength(v.username) > MAX_CREDENTIAL_BYTES ||
+      /[\x00-\x1f\x7f]/.test(v.username)
+    )
+      throw new InvalidArgumentError(`${where}.username must be 1-255 bytes of text`);
+    out.username = v.username;
+  }
+  if (v.secret !== undefined) {
+    if (out.username === undefined)
+      throw new InvalidArgumentError(`${where}.secret (the password) needs a username (RFC 1929)`);
+    try {
+      out.secret = assertSecretName(v.secret);
+    } catch (err) {
+      throw new InvalidArgumentError(`${where}.secret: ${(err as Error).message}`);
+    }
+  }
+  return out;
 }
 
 /** How a rule (or the lack of one) decided: `rule` is the rule's text, or a word for an implicit one. */

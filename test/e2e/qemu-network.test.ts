@@ -1,14 +1,29 @@
 import { expect } from 'chai';
 import { hostIp } from '../helpers/host-ip.js';
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer as httpServer, type Server as HttpServer } from 'node:http';
-import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { EgressEvent } from '../../src/domain/egress.js';
 import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { followNdjson } from '../helpers/http.js';
 import { ensureImage } from './image.js';
+
+/** Waits for something to listen on a loopback port (a process just started). */
+async function waitForPort(port: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const ok = await new Promise<boolean>((r) => {
+      const s = connect(port, '127.0.0.1');
+      s.once('connect', () => (s.destroy(), r(true)));
+      s.once('error', () => r(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`nothing listens on 127.0.0.1:${port}`);
+}
 
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/net-probe.cjs', import.meta.url)));
 
@@ -34,7 +49,11 @@ describe('the network boundary on real QEMU guests', function () {
   const web = httpServer((_req, res) => res.end('hello from the host\n'));
   /** A web server on every host address (0.0.0.0): the host's own address is closed too. */
   let widePort = 0;
-  const wide = httpServer((_req, res) => res.end('wide\n'));
+  let wideHits = 0;
+  const wide = httpServer((_req, res) => {
+    wideHits++;
+    res.end('wide\n');
+  });
   /** Sends a byte every 100 ms for as long as a connection lasts, and notes when one closes. */
   let tricklePort = 0;
   const closedAt: number[] = [];
@@ -235,5 +254,58 @@ describe('the network boundary on real QEMU guests', function () {
       expect((await probe(vm, 'dns', 'other.test')).result, vm).to.equal('ENOTFOUND');
     }
     expect(secretHits).to.equal(0);
+  });
+
+  it('tunnels what a policy allows through a SOCKS5 proxy (microsocks) with the password from a host secret; fails closed when the proxy refuses or is gone', async () => {
+    const free = createServer();
+    const port = await listen(free);
+    await new Promise((r) => free.close(r));
+    const user = 'svc';
+    const ms = spawn('microsocks', ['-i', '127.0.0.1', '-p', String(port), '-u', user, '-P', 'pw-1'], {
+      stdio: 'ignore',
+    });
+    const hits = () => wideHits;
+    try {
+      await waitForPort(port);
+      expect((await d.call('POST', '/secrets', { name: 'socks-pw', value: 'pw-1' })).status).to.equal(200);
+      const policy = {
+        default: 'deny',
+        allow: [`${HOST}:${widePort}`],
+        deny: [],
+        proxy: { address: `127.0.0.1:${port}`, username: user, secret: 'socks-pw' },
+      };
+      expect(await put('a', policy)).to.deep.equal(policy);
+      expect(await probe('a', 'http', `http://${HOST}:${widePort}/`)).to.include({ result: 200, body: 'wide\n' });
+      const reached = hits();
+      expect(reached, 'the web server was reached').to.be.above(0);
+      // A password the proxy refuses: the guest's connection fails, and nothing is dialed directly.
+      expect((await d.call('POST', '/secrets', { name: 'socks-pw', value: 'wrong' })).status).to.equal(200);
+      expect((await probe('a', 'http', `http://${HOST}:${widePort}/`)).result).to.be.oneOf([
+        'ECONNREFUSED',
+        'ECONNRESET',
+      ]);
+      ms.kill();
+      await new Promise((r) => ms.once('exit', r));
+      expect((await d.call('POST', '/secrets', { name: 'socks-pw', value: 'pw-1' })).status).to.equal(200);
+      expect((await probe('a', 'http', `http://${HOST}:${widePort}/`)).result).to.be.oneOf([
+        'ECONNREFUSED',
+        'ECONNRESET',
+      ]);
+      expect(hits(), 'no connection went around the proxy').to.equal(reached);
+      const failed = await logged(
+        'a',
+        (e) => e.event === 'close' && /SOCKS5 proxy/.test(e.error ?? ''),
+        'a failed dial',
+      );
+      expect(
+        failed
+          .filter((e) => /SOCKS5 proxy/.test(e.error ?? ''))
+          .map((e) => e.error)
+          .join(' '),
+      ).not.to.include('wrong');
+    } finally {
+      ms.kill();
+      await d.call('DELETE', '/secrets/socks-pw');
+    }
   });
 });

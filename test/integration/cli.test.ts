@@ -318,6 +318,35 @@ describe('svc CLI as a subprocess against a real daemon', function () {
       /^svc: egress.allow: egress rule "a b" is not a domain, an IP or CIDR, or host:PORT\n$/,
     );
     expect((await svc(['egress', 'set', 'eg1'])).stderr).to.match(/give --file, or --egress-default/);
+    // A SOCKS5 proxy: its password by a host secret's name, shown as that name.
+    const proxied = await svc([
+      'egress',
+      'set',
+      'eg1',
+      '--allow',
+      '*.github.com',
+      '--egress-proxy',
+      'Socks.Example.com:1080',
+      '--egress-proxy-user',
+      'me',
+      '--egress-proxy-secret',
+      'socks-pw',
+    ]);
+    expect(proxied.code, proxied.stderr).to.equal(0);
+    expect(proxied.stdout).to.equal(
+      'default allow\nallow   *.github.com\nproxy   socks5://me@socks.example.com:1080 (password: secret socks-pw)\n',
+    );
+    expect((await d.call('GET', '/vms/eg1/egress')).json.proxy).to.deep.equal({
+      address: 'socks.example.com:1080',
+      username: 'me',
+      secret: 'socks-pw',
+    });
+    const noUser = await svc(['egress', 'set', 'eg1', '--egress-proxy', 'p:1080', '--egress-proxy-secret', 'x']);
+    expect(noUser.stderr).to.match(/egress.proxy.secret \(the password\) needs a username/);
+    expect((await svc(['egress', 'set', 'eg1', '--egress-proxy-user', 'me'])).stderr).to.match(
+      /--egress-proxy-user and --egress-proxy-secret go with --egress-proxy HOST:PORT/,
+    );
+    expect((await svc(['egress', 'set', 'eg1', '--allow', '*.github.com'])).code).to.equal(0);
     const net = d.daemon.container.get<InMemoryGuestNetwork>(GuestNetwork);
     net.emit({
       t: '2026-01-01T00:00:00.000Z',

@@ -11,6 +11,7 @@ import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
+import type { EgressPolicy } from '../../src/domain/egress.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { SecretStore } from '../../src/ports/stores.js';
 
@@ -315,6 +316,56 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(Object.keys((await fork.getInfo()).network?.rules ?? {})).to.deep.equal(['api.example.com']);
     await fork.kill();
     await waitFor(async () => (await ruleSecrets()).length === 0, 'the rules removed with the last sandbox');
+  });
+
+  it("tunnels a sandbox's egress through its SOCKS5 proxy (network.egressProxy): the password kept as a secret, never answered, replaced live, removed with the sandbox", async () => {
+    const kept = async () =>
+      ((await d.call('GET', '/secrets')).json as { name: string }[])
+        .map((x) => x.name)
+        .filter((n) => n.startsWith('e2b.'));
+    expect(await kept()).to.deep.equal([]);
+    const s = await create({
+      network: { egressProxy: { address: 'Socks.Example.com:1080', username: 'me', password: 'pw-secret-1' } },
+    });
+    const policy = async () => (await d.call('GET', `/vms/${s.sandboxId}/egress`)).json as EgressPolicy;
+    const p = (await policy()).proxy!;
+    expect(p).to.deep.include({ address: 'socks.example.com:1080', username: 'me' });
+    expect(await kept()).to.deep.equal([p.secret]);
+    const store = d.daemon.container.get<SecretStore>(SecretStore);
+    expect((await store.get(p.secret!)).value.toString()).to.equal('pw-secret-1');
+    const info = await s.getInfo();
+    expect(info.network?.egressProxy).to.deep.equal({ address: 'socks.example.com:1080', username: 'me' });
+    const answers = JSON.stringify(info) + (await d.call('GET', `/vms/${s.sandboxId}`)).text;
+    expect(answers).not.to.include('pw-secret-1');
+    // An update replaces it: the old password goes; a proxy without credentials keeps none.
+    await s.updateNetwork({ egressProxy: { address: '203.0.113.9:1080' } });
+    expect((await policy()).proxy).to.deep.equal({ address: '203.0.113.9:1080' });
+    await waitFor(async () => (await kept()).length === 0, 'the replaced password removed');
+    await s.updateNetwork({ egressProxy: { address: 'p.example.net:1080', username: 'u2', password: 'pw-2' } });
+    const p2 = (await policy()).proxy!;
+    expect((await store.get(p2.secret!)).value.toString()).to.equal('pw-2');
+    // Bad proxies: 400, and nothing made.
+    for (const [egressProxy, why] of [
+      [{ address: 'p:1080', password: 'x' }, /only valid together with username/],
+      [{ address: 'nohost' }, /egressProxy.address must be HOST:PORT/],
+    ] as const) {
+      const err = await create({ network: { egressProxy } as never }).catch((e: unknown) => e);
+      expect((err as Error).message).to.match(why);
+    }
+    // svc's own field naming a host secret is not E2B's: the SDK would not send it, the API refuses it.
+    const named = await fetch(`${opts().apiUrl}/v2/sandboxes`, {
+      method: 'POST',
+      headers: { 'x-api-key': String(d.tcp.token), 'content-type': 'application/json' },
+      body: JSON.stringify({
+        templateID: 'base',
+        network: { egressProxy: { address: 'p:1080', username: 'u', secret: p2.secret } },
+      }),
+    });
+    expect(named.status).to.equal(400);
+    expect((await named.json()).message).to.match(/unknown field "secret"/);
+    expect(await kept()).to.deep.equal([p2.secret]);
+    await s.kill();
+    await waitFor(async () => (await kept()).length === 0, 'the password removed with the sandbox');
   });
 
   it('serves signed file URLs (uploadUrl, downloadUrl) and refuses forged, crossed and expired ones', async () => {

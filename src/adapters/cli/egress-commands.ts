@@ -12,9 +12,28 @@ export function policyFromFlags(o: {
   egressDefault?: string;
   allow?: string[];
   deny?: string[];
+  egressProxy?: string;
+  egressProxyUser?: string;
+  egressProxySecret?: string;
 }): Partial<EgressPolicy> | undefined {
-  if (!o.egressDefault && !o.allow?.length && !o.deny?.length) return undefined;
-  return { default: (o.egressDefault ?? 'allow') as EgressPolicy['default'], allow: o.allow ?? [], deny: o.deny ?? [] };
+  if ((o.egressProxyUser || o.egressProxySecret) && !o.egressProxy)
+    throw new Error('--egress-proxy-user and --egress-proxy-secret go with --egress-proxy HOST:PORT');
+  if (!o.egressDefault && !o.allow?.length && !o.deny?.length && !o.egressProxy) return undefined;
+  const proxy = o.egressProxy
+    ? {
+        proxy: {
+          address: o.egressProxy,
+          ...(o.egressProxyUser ? { username: o.egressProxyUser } : {}),
+          ...(o.egressProxySecret ? { secret: o.egressProxySecret } : {}),
+        },
+      }
+    : {};
+  return {
+    default: (o.egressDefault ?? 'allow') as EgressPolicy['default'],
+    allow: o.allow ?? [],
+    deny: o.deny ?? [],
+    ...proxy,
+  };
 }
 
 /** Adds `--egress-default`, `--allow` and `--deny` to a command that sets a policy. */
@@ -27,7 +46,10 @@ export function egressFlags(cmd: Command): Command {
       collect,
       [],
     )
-    .option('--deny <rule>', 'egress rule to deny, same forms (repeatable)', collect, []);
+    .option('--deny <rule>', 'egress rule to deny, same forms (repeatable)', collect, [])
+    .option('--egress-proxy <host:port>', 'tunnel allowed outbound TCP through this SOCKS5 proxy')
+    .option('--egress-proxy-user <user>', "the proxy's username")
+    .option('--egress-proxy-secret <secret>', "the host secret holding the proxy's password (svc secret set)");
 }
 
 /**
@@ -86,9 +108,17 @@ function showSecrets(list: EgressSecretBinding[]): string {
 }
 
 function showPolicy(p: EgressPolicy): string {
-  return [`default ${p.default}`, ...p.allow.map((r) => `allow   ${r}`), ...p.deny.map((r) => `deny    ${r}`)].join(
-    '\n',
-  );
+  const proxy = p.proxy
+    ? [
+        `proxy   socks5://${p.proxy.username ? `${p.proxy.username}@` : ''}${p.proxy.address}${p.proxy.secret ? ` (password: secret ${p.proxy.secret})` : ''}`,
+      ]
+    : [];
+  return [
+    `default ${p.default}`,
+    ...p.allow.map((r) => `allow   ${r}`),
+    ...p.deny.map((r) => `deny    ${r}`),
+    ...proxy,
+  ].join('\n');
 }
 
 function where(e: EgressEvent): string {
@@ -124,7 +154,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
     .description("replace a VM's egress policy, live (open connections it forbids are closed)")
     .action(async (name: string, o) => {
       const policy = o.file ? (JSON.parse(readFileSync(o.file, 'utf8')) as Partial<EgressPolicy>) : policyFromFlags(o);
-      if (!policy) throw new Error('egress set: give --file, or --egress-default, --allow and --deny');
+      if (!policy) throw new Error('egress set: give --file, or --egress-default, --allow, --deny and --egress-proxy');
       const p = await client().setEgress(name, policy);
       process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
     });

@@ -2,12 +2,20 @@ import { randomBytes } from 'node:crypto';
 import type { Request, Response } from 'express';
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedError } from '../../domain/errors.js';
 import { specOf } from '../../domain/egress-secrets.js';
+import type { EgressPolicy } from '../../domain/egress.js';
 import type { Instance } from '../../domain/vm.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
-import { e2bNetworkOf, egressFromE2b, publicTraffic, type E2bNetwork } from './network.js';
-import { e2bRulesOf, headerRulesFromE2b, isRuleBinding, type RuleSecrets } from './rule-secrets.js';
+import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
+import {
+  e2bRulesOf,
+  headerRulesFromE2b,
+  isRuleBinding,
+  ruleSpecs,
+  type HeaderRule,
+  type RuleSecrets,
+} from './rule-secrets.js';
 import {
   DEFAULT_TIMEOUT_S,
   ENVD_VERSION,
@@ -153,20 +161,23 @@ export function e2bControlRoutes(
         privateTraffic: !publicTraffic(b.network),
       });
       const name = `e2b-${randomBytes(6).toString('hex')}`;
-      const policy = egressFromE2b(b.network as E2bNetwork | undefined, b.allow_internet_access);
-      const egress = policy ? { egress: policy } : {};
-      const rules = headerRulesFromE2b((b.network as E2bNetwork | undefined)?.rules);
+      const network = b.network as E2bNetwork | undefined;
+      const policy = egressFromE2b(network, b.allow_internet_access);
+      const rules = headerRulesFromE2b(network?.rules);
+      const proxy = proxyFromE2b(network?.egressProxy);
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
       const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
       const from = await source(template);
-      const vm = await o.rules.bound(name, rules, (specs) => {
+      const vm = await o.rules.bound(name, valuesOf(rules, proxy), (made) => {
+        const specs = ruleSpecs(rules, made);
         const secrets = specs.length ? { egress_secrets: specs } : {};
+        const egress = policy ? { egress: withProxy(policy, proxy, made[rules.length]) } : {};
         return client.create({ name, tags, persistent: true, ...from, ...egress, ...secrets, ...life } as never, {
           wait: 'agent',
         });
       });
       // Values left by a daemon that stopped before it could remove them go too.
-      if (rules.length) void o.rules.sweep().catch(() => undefined);
+      if (rules.length || proxy?.password !== undefined) void o.rules.sweep().catch(() => undefined);
       res.status(201).json(sandbox(vm));
     }),
     route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),
@@ -185,14 +196,16 @@ export function e2bControlRoutes(
       const { allow_internet_access, ...network } = b;
       const policy = egressFromE2b(network, allow_internet_access)!;
       const rules = headerRulesFromE2b(network.rules);
+      const proxy = proxyFromE2b(network.egressProxy);
       const had = (vm.egress_secrets ?? []).filter((s) => !isRuleBinding(s));
-      await o.rules.bound(vm.name, rules, async (specs) => {
-        await client.setEgress(vm.name, policy);
+      await o.rules.bound(vm.name, valuesOf(rules, proxy), async (made) => {
+        const specs = ruleSpecs(rules, made);
+        await client.setEgress(vm.name, withProxy(policy, proxy, made[rules.length]));
         // The rules replace the sandbox's rules; egress secrets bound by svc's own API stay.
         if (specs.length || had.length !== (vm.egress_secrets ?? []).length)
           await client.setEgressSecrets(vm.name, [...had.map(specOf), ...specs]);
       });
-      // The replaced rules' values go.
+      // The replaced rules' values (and proxy password) go.
       void o.rules.sweep().catch(() => undefined);
       res.status(204).end();
     }),
@@ -304,3 +317,15 @@ function timeLeft(boxes: Sandboxes, vm: Instance): number {
   const left = boxes.endOf(vm).getTime() - Date.now();
   return left > 0 ? left : DEFAULT_TIMEOUT_S * 1000;
 }
+
+type E2bProxy = ReturnType<typeof proxyFromE2b>;
+
+/** The values a create or network update keeps as secrets: its rules' headers, then the proxy's password. */
+const valuesOf = (rules: HeaderRule[], proxy: E2bProxy): string[] => [
+  ...rules.map((r) => r.value),
+  ...(proxy?.password !== undefined ? [proxy.password] : []),
+];
+
+/** The policy with E2B's proxy in it, its password in the secret made for it (none: no password). */
+const withProxy = (policy: EgressPolicy, proxy: E2bProxy, secret: string | undefined): EgressPolicy =>
+  proxy ? { ...policy, proxy: { ...proxy.proxy, ...(secret ? { secret } : {}) } } : policy;

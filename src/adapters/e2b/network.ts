@@ -1,4 +1,4 @@
-import type { EgressPolicy } from '../../domain/egress.js';
+import { parseEgressProxy, type EgressPolicy, type EgressProxy } from '../../domain/egress.js';
 import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
 import { cidrContains, parseCidr } from '../../domain/ip.js';
 
@@ -26,8 +26,8 @@ function list(v: unknown, what: string): string[] {
  * all traffic (or `allowInternetAccess: false`) is svc's `default: deny` with the allowed
  * destinations as its allow rules, and otherwise the denied blocks are deny rules. An allowed
  * address inside a denied block (which E2B would let through and svc would not) is refused rather
- * than decided differently. A SOCKS proxy has no counterpart here: refused too. Header rules are
- * not policy (rule-secrets.ts). Undefined when nothing is asked (the daemon's default policy applies).
+ * than decided differently. Header rules and the SOCKS proxy's password are not policy
+ * (rule-secrets.ts, `proxyFromE2b`). Undefined when nothing is asked (the daemon's default policy applies).
  */
 export function egressFromE2b(
   network: E2bNetwork | undefined,
@@ -38,8 +38,6 @@ export function egressFromE2b(
   if (network !== undefined && (typeof network !== 'object' || network === null || Array.isArray(network)))
     throw new InvalidArgumentError('network must be an object');
   const n = network ?? {};
-  if (n.egressProxy !== undefined && n.egressProxy !== null)
-    throw new NotSupportedError('network.egressProxy (a SOCKS5 proxy for egress) is not supported by svc');
   const allowOut = list(n.allowOut, 'allowOut');
   const denyOut = list(n.denyOut, 'denyOut');
   for (const d of denyOut)
@@ -61,6 +59,23 @@ export function egressFromE2b(
   return { default: 'allow', allow: allowOut, deny: denyOut };
 }
 
+/** E2B's `network.egressProxy`: svc's proxy (its secret still to be made) and the password to keep in it. */
+export function proxyFromE2b(v: unknown): { proxy: EgressProxy; password?: string } | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v))
+    throw new InvalidArgumentError('network.egressProxy must be an object {address, username?, password?}');
+  const { password, ...rest } = v as Record<string, unknown>;
+  // svc's own field names a host secret: an E2B caller gives a password, never another secret's name.
+  if ('secret' in rest) throw new InvalidArgumentError('network.egressProxy: unknown field "secret"');
+  const proxy = parseEgressProxy(rest, 'network.egressProxy');
+  if (password === undefined || password === null) return { proxy };
+  if (proxy.username === undefined)
+    throw new InvalidArgumentError('network.egressProxy.password is only valid together with username');
+  if (typeof password !== 'string' || Buffer.byteLength(password) > 255)
+    throw new InvalidArgumentError('network.egressProxy.password must be text of at most 255 bytes');
+  return { proxy, password };
+}
+
 /** E2B's view of a VM's policy: what `getInfo` answers (`allowInternetAccess`, `network`). */
 export function e2bNetworkOf(
   egress: EgressPolicy,
@@ -68,10 +83,23 @@ export function e2bNetworkOf(
   rules: Record<string, unknown[]> = {},
 ): {
   allowInternetAccess: boolean;
-  network: { allowOut: string[]; denyOut: string[]; allowPublicTraffic: boolean; rules?: Record<string, unknown[]> };
+  network: {
+    allowOut: string[];
+    denyOut: string[];
+    allowPublicTraffic: boolean;
+    rules?: Record<string, unknown[]>;
+    egressProxy?: { address: string; username?: string };
+  };
 } {
   const allowPublicTraffic = !privateTraffic;
-  const withRules = Object.keys(rules).length ? { rules } : {};
+  const p = egress.proxy;
+  // The password is never answered (E2B's API does not either).
+  const withRules = {
+    ...(Object.keys(rules).length ? { rules } : {}),
+    ...(p
+      ? { egressProxy: { address: p.address, ...(p.username !== undefined ? { username: p.username } : {}) } }
+      : {}),
+  };
   return egress.default === 'deny'
     ? {
         allowInternetAccess: false,

@@ -79,11 +79,16 @@ export function e2bRulesOf(bindings: EgressSecretBinding[] | undefined): Record<
   return out;
 }
 
+/** The `always` bindings that put `rules`' headers in, their values held in `secrets` (one each, in order). */
+export const ruleSpecs = (rules: HeaderRule[], secrets: string[]): EgressSecretSpec[] =>
+  rules.map((r, i) => ({ secret: secrets[i], hosts: [r.host], header: r.header, always: true }));
+
 /**
- * The values of E2B's header rules, kept as host secrets of their own (sealed like every secret)
- * and bound to the sandbox as `always` egress secrets: svc-netd sets each header on requests to its
- * host, and the guest never holds the value (docs/e2b.md). A secret no VM binds any more (its
- * sandbox and every copy of it gone, or rules replaced) is removed by `sweep`.
+ * The values E2B gives to svc's network, each kept as a host secret of its own (sealed like every
+ * secret): a header rule's value, bound to the sandbox as an `always` egress secret (svc-netd sets
+ * the header on requests to its host), and a SOCKS proxy's password, which the sandbox's policy
+ * names. The guest never holds either (docs/e2b.md). A secret no VM uses any more (its sandbox and
+ * every copy of it gone, or rules replaced) is removed by `sweep`.
  */
 export class RuleSecrets {
   /** Secrets made for a create or an update that has not bound them yet: a sweep leaves them. */
@@ -94,48 +99,48 @@ export class RuleSecrets {
   constructor(private readonly client: SvcClient) {}
 
   /**
-   * Makes a secret for each rule's value and runs `bind` with the bindings to give (a create, a
-   * PUT); when it fails, the secrets are removed again and its error thrown.
+   * Makes a secret for each value and runs `bind` with their names, in order (a create, a PUT);
+   * when it fails, the secrets are removed again and its error thrown.
    */
-  async bound<T>(sandbox: string, rules: HeaderRule[], bind: (specs: EgressSecretSpec[]) => Promise<T>): Promise<T> {
-    const specs = await this.make(sandbox, rules);
+  async bound<T>(sandbox: string, values: string[], bind: (secrets: string[]) => Promise<T>): Promise<T> {
+    const secrets = await this.make(sandbox, values);
     try {
-      const out = await bind(specs);
-      await this.done(specs, false);
+      const out = await bind(secrets);
+      await this.done(secrets, false);
       return out;
     } catch (err) {
-      await this.done(specs, true);
+      await this.done(secrets, true);
       throw err;
     }
   }
 
-  private async make(sandbox: string, rules: HeaderRule[]): Promise<EgressSecretSpec[]> {
+  private async make(sandbox: string, values: string[]): Promise<string[]> {
     const hex = sandbox.replace(/^e2b-/, '');
-    const specs: EgressSecretSpec[] = [];
-    for (const r of rules) {
+    const secrets: string[] = [];
+    for (const value of values) {
       const secret = `e2b.${hex}.${randomBytes(4).toString('hex')}`;
       this.pending.add(secret);
-      specs.push({ secret, hosts: [r.host], header: r.header, always: true });
+      secrets.push(secret);
       try {
-        await this.client.setSecret({ name: secret, value: r.value, mode: '0600' });
+        await this.client.setSecret({ name: secret, value, mode: '0600' });
       } catch (err) {
-        await this.done(specs, true);
+        await this.done(secrets, true);
         throw err;
       }
     }
-    return specs;
+    return secrets;
   }
 
-  /** The create or PUT that was to bind `specs` is over: bound, or failed (`drop` removes them). */
-  private async done(specs: EgressSecretSpec[], drop: boolean): Promise<void> {
+  /** The create or PUT that was to use `secrets` is over: done, or failed (`drop` removes them). */
+  private async done(secrets: string[], drop: boolean): Promise<void> {
     // A sweep under way may have listed the VMs before this create: it must still leave these.
-    const forget = () => specs.forEach((s) => this.pending.delete(s.secret));
+    const forget = () => secrets.forEach((s) => this.pending.delete(s));
     if (this.sweeping) void this.sweeping.then(forget, forget);
     else forget();
-    if (drop) for (const s of specs) await this.client.deleteSecret(s.secret).catch(() => undefined);
+    if (drop) for (const s of secrets) await this.client.deleteSecret(s).catch(() => undefined);
   }
 
-  /** Removes rule secrets no VM binds. Calls that come while one runs make one more run after it. */
+  /** Removes E2B's secrets no VM uses. Calls that come while one runs make one more run after it. */
   sweep(): Promise<void> {
     if (this.sweeping) {
       this.again = true;
@@ -145,7 +150,12 @@ export class RuleSecrets {
       do {
         this.again = false;
         const [secrets, vms] = await Promise.all([this.client.listSecrets(), this.client.list()]);
-        const bound = new Set(vms.flatMap((vm) => (vm.egress_secrets ?? []).map((b) => b.secret)));
+        const bound = new Set(
+          vms.flatMap((vm) => [
+            ...(vm.egress_secrets ?? []).map((b) => b.secret),
+            ...(vm.egress.proxy?.secret ? [vm.egress.proxy.secret] : []),
+          ]),
+        );
         for (const s of secrets)
           if (RULE_SECRET.test(s.name) && !bound.has(s.name) && !this.pending.has(s.name))
             await this.client.deleteSecret(s.name).catch(() => undefined);

@@ -162,6 +162,21 @@ const schemas: Record<string, Schema> = {
         },
       },
       deny: { type: 'array', maxItems: 1000, items: { type: 'string' } },
+      proxy: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['address'],
+        description:
+          'A SOCKS5 proxy that allowed outbound TCP is tunneled through, after the rules decide; a name that let a connection out is sent for the proxy to resolve. Fails closed: no direct connection when the proxy fails. UDP (DNS) is not tunneled.',
+        properties: {
+          address: { type: 'string', description: 'HOST:PORT, a name or an address ([v6]:port)' },
+          username: { type: 'string', maxLength: 255, description: 'RFC 1929 username' },
+          secret: {
+            type: 'string',
+            description: 'the host secret holding the password (needs username); the password is never shown',
+          },
+        },
+      },
     },
   },
   EgressEvent: {

@@ -652,7 +652,12 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
         annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: true },
       },
       ({ name, default: def, allow, deny }) =>
-        tool(async () => json(await client.setEgress(name, { default: def, allow: allow ?? [], deny: deny ?? [] }))),
+        tool(async () => {
+          // The VM's SOCKS proxy, if any, stays: it is the operator's, not a rule an MCP client sets.
+          const { proxy } = await client.egress(name);
+          const policy = { default: def, allow: allow ?? [], deny: deny ?? [], ...(proxy ? { proxy } : {}) };
+          return json(await client.setEgress(name, policy));
+        }),
     );
     server.registerTool(
       'bind_egress_secret',

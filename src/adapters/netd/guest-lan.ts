@@ -1,5 +1,12 @@
 import { connect, type Socket } from 'node:net';
-import { HOST_NAME, normalName, type EgressDecision, type EgressPolicy } from '../../domain/egress.js';
+import type { Duplex } from 'node:stream';
+import {
+  HOST_NAME,
+  normalName,
+  type EgressDecision,
+  type EgressPolicy,
+  type EgressProxy,
+} from '../../domain/egress.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
 import { duplexPair } from './duplex-pair.js';
@@ -34,6 +41,7 @@ import {
 } from './packets.js';
 import type { EgressSecrets } from './secret-proxy.js';
 import { sniff, type Sniffed } from './sniff.js';
+import { dialSocks } from './socks-dial.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
 import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
 
@@ -69,6 +77,8 @@ export interface LanOptions {
   audit: (e: EgressEntry) => void;
   /** Where a connection to an address beyond the network really goes (tests send public addresses to local servers). */
   route?: (addr: string, port: number) => { host: string; port: number };
+  /** Reads a host secret (a SOCKS proxy's password); none: a proxy with a password is not dialed. */
+  secretValue?: (name: string) => Promise<Buffer | undefined>;
 }
 
 /** A guest TCP connection and what decided it. */
@@ -88,6 +98,10 @@ interface Conn {
   sock?: Socket;
   /** Where the host socket went. */
   to?: { host: string; port: number };
+  /** The socket to a SOCKS proxy while it is being asked to connect (destroyed if the flow ends first). */
+  dialing?: Socket;
+  /** Another connection to `to` through the same proxy (an egress secret's interception opens more). */
+  reopen?: () => Duplex;
   error?: string;
 }
 
@@ -472,6 +486,8 @@ export class GuestLan implements FlowHost, UdpHost {
       flow.hold();
       flow.onHeld = () => this.checkShown(c);
     }
+    const proxy = kind === 'out' ? this.guard.policy.proxy : undefined;
+    if (proxy) return this.viaProxy(c, proxy, d.byName && name ? name : target);
     const to =
       kind === 'out'
         ? (this.o.route?.(target, ends.remotePort) ?? { host: target, port: ends.remotePort })
@@ -489,6 +505,51 @@ export class GuestLan implements FlowHost, UdpHost {
       c.error = err.code ?? err.message;
       flow.abort();
     });
+  }
+
+  /**
+   * An allowed outbound connection tunneled through the policy's SOCKS5 proxy: by the name that let
+   * it out (the proxy resolves it) or by its address. Fails closed: a proxy that cannot be reached
+   * or refuses resets the guest's connection, which is never dialed directly instead.
+   */
+  private viaProxy(c: Conn, proxy: EgressProxy, host: string): void {
+    const to = { host, port: c.port };
+    c.to = to;
+    // The password is read at each dial: a rotated secret is used from the next connection on.
+    const dial = async (started?: (s: Socket) => void) => {
+      const v = proxy.secret ? await this.o.secretValue?.(proxy.secret) : undefined;
+      if (proxy.secret && !v)
+        throw new Error(`SOCKS5 proxy ${proxy.address}: its password, host secret ${proxy.secret}, is not there`);
+      return dialSocks(proxy, v?.toString('utf8'), to, CONNECT_TIMEOUT_MS, started);
+    };
+    c.reopen = () => {
+      // Returned at once; what is written waits in the pair until the proxy has connected.
+      const [mine, theirs] = duplexPair();
+      dial().then(
+        (sock) => {
+          if (theirs.destroyed) return void sock.destroy();
+          theirs.pipe(sock).pipe(theirs);
+          sock.on('error', () => theirs.destroy());
+          theirs.on('close', () => sock.destroy());
+        },
+        (err: Error) => theirs.destroy(err),
+      );
+      return mine;
+    };
+    dial((s) => (c.dialing = s)).then(
+      (sock) => {
+        c.dialing = undefined;
+        if (c.flow.state !== 'connecting') return void sock.destroy();
+        c.sock = sock;
+        c.flow.connected(sock);
+      },
+      (err: Error) => {
+        c.dialing = undefined;
+        if (c.flow.state !== 'connecting') return;
+        c.error = err.message;
+        c.flow.abort();
+      },
+    );
   }
 
   private checkShown(c: Conn): void {
@@ -562,6 +623,7 @@ export class GuestLan implements FlowHost, UdpHost {
       alpn: s.kind === 'tls' ? s.alpn : undefined,
       addr: c.addr,
       to: c.to!,
+      reopen: c.reopen,
     });
   }
 
@@ -587,6 +649,7 @@ export class GuestLan implements FlowHost, UdpHost {
     if (!c || c.flow !== flow) return;
     this.conns.delete(flow.key);
     this.dirty.delete(flow);
+    c.dialing?.destroy();
     if (c.kind === 'in') {
       this.forwards.releasePort(flow.ends.remotePort);
       return;

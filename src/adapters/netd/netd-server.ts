@@ -278,6 +278,7 @@ export class NetdServer {
         upstream: this.upstream,
         hostAddresses: this.hostAddresses,
         audit: (e) => this.audit(vm, e),
+        secretValue: this.o.values ? (n) => this.o.values!.value(n) : undefined,
       });
       v = { a, lan, egress };
       try {

@@ -46,6 +46,8 @@ export interface Intercepted {
   /** Where it goes (for new connections and the log). */
   addr: string;
   to: { host: string; port: number };
+  /** Opens another connection to `to` the way the first was (through the VM's SOCKS proxy); none: directly. */
+  reopen?: () => Duplex;
 }
 
 /** Headers that belong to one connection, not to a request (RFC 9110 7.6.1); never forwarded. */
@@ -124,7 +126,7 @@ export class EgressSecrets {
     if (!c.tls) {
       const route: Route = {
         c,
-        upstream: new Upstream(c.upstream, () => netConnect({ host: c.to.host, port: c.to.port })),
+        upstream: new Upstream(c.upstream, () => c.reopen?.() ?? netConnect({ host: c.to.host, port: c.to.port })),
       };
       const server = http.createServer({ maxHeaderSize: HEADER_MAX, requestTimeout: 0, headersTimeout: 0 });
       server.on('request', (req: IncomingMessage, res: ServerResponse) => void this.forward(req, res, route));
@@ -139,8 +141,9 @@ export class EgressSecrets {
     }
     const name = normalName(c.name);
     const alpn = (c.alpn ?? []).filter((p) => p === 'h2' || p === 'http/1.1');
-    const tlsTo = (socket?: Socket, protocols = alpn) =>
-      tlsConnect({
+    const tlsTo = (given?: Duplex, protocols = alpn) => {
+      const socket = given ?? c.reopen?.();
+      return tlsConnect({
         socket,
         host: socket ? undefined : c.to.host,
         port: socket ? undefined : c.to.port,
@@ -148,6 +151,7 @@ export class EgressSecrets {
         ca: this.o.trust,
         ALPNProtocols: protocols.length ? protocols : undefined,
       }).setNoDelay(true);
+    };
     const up = tlsTo(c.upstream);
     up.once('error', (err) => fail('upstream-tls', err));
     up.once('secureConnect', () => {

@@ -1,6 +1,12 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { EgressRules, parseEgressPolicy, parseEgressRule, type EgressPolicy } from '../../../src/domain/egress.js';
+import {
+  EgressRules,
+  parseEgressPolicy,
+  parseEgressProxy,
+  parseEgressRule,
+  type EgressPolicy,
+} from '../../../src/domain/egress.js';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
 import { cidrContains, formatIp, parseCidr, parseIp, type IpAddr } from '../../../src/domain/ip.js';
 
@@ -88,6 +94,36 @@ describe('domain/egress', () => {
       /at most 1000/,
     );
     expect(() => parseEgressPolicy([])).to.throw(/must be an object/);
+  });
+
+  it('validates a SOCKS5 proxy: HOST:PORT, a username, a password only as a secret with a username', () => {
+    expect(parseEgressPolicy({ proxy: { address: ' Socks.Example.COM:1080 ' } }).proxy).to.deep.equal({
+      address: 'socks.example.com:1080',
+    });
+    expect(parseEgressProxy({ address: '10.1.2.3:1080', username: 'me', secret: 'proxy-pw' })).to.deep.equal({
+      address: '10.1.2.3:1080',
+      username: 'me',
+      secret: 'proxy-pw',
+    });
+    expect(parseEgressProxy({ address: '[::1]:9050' }).address).to.equal('[::1]:9050');
+    expect(parseEgressPolicy({ proxy: null })).to.deep.equal({ default: 'allow', allow: [], deny: [] });
+    for (const [bad, why] of [
+      [{ address: 'nohost' }, /must be HOST:PORT/],
+      [{ address: 'h:0' }, /must be HOST:PORT/],
+      [{ address: 'h:65536' }, /must be HOST:PORT/],
+      [{ address: '::1:80' }, /must be HOST:PORT/],
+      [{ address: '300.1.1.1:80' }, /not a host name or an IP address/],
+      [{ address: '[nothex]:80' }, /must be HOST:PORT/],
+      [{ address: 'a..b:80' }, /not a host name/],
+      [{ address: 'h:80', secret: 'pw' }, /needs a username/],
+      [{ address: 'h:80', username: '' }, /username must be 1-255 bytes/],
+      [{ address: 'h:80', username: 'x'.repeat(256) }, /username must be 1-255 bytes/],
+      [{ address: 'h:80', username: 'a\nb' }, /username must be 1-255 bytes/],
+      [{ address: 'h:80', username: 'u', secret: '../x' }, /proxy.secret/],
+      [{ address: 'h:80', password: 'x' }, /unknown field "password"/],
+      ['h:80', /must be an object/],
+    ] as const)
+      expect(() => parseEgressProxy(bad), JSON.stringify(bad)).to.throw(InvalidArgumentError, why);
   });
 
   it('normal form is a fixed point (property)', () => {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { e2bNetworkOf, egressFromE2b, publicTraffic } from '../../../../src/adapters/e2b/network.js';
+import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic } from '../../../../src/adapters/e2b/network.js';
 import { e2bRulesOf, headerRulesFromE2b } from '../../../../src/adapters/e2b/rule-secrets.js';
 import { InvalidArgumentError, NotSupportedError } from '../../../../src/domain/errors.js';
 
@@ -40,13 +40,53 @@ describe("E2B's network options as svc's egress policy", () => {
     ]);
   });
 
-  it('refuses what has no counterpart (a proxy) and what is malformed, naming the field; rules are not policy', () => {
+  it('takes a SOCKS5 proxy: its address and username as policy, its password apart (to be kept as a secret)', () => {
+    expect(egressFromE2b({ egressProxy: { address: 'p:1080' } })).to.deep.equal({
+      default: 'allow',
+      allow: [],
+      deny: [],
+    });
+    expect(proxyFromE2b(undefined)).to.equal(undefined);
+    expect(proxyFromE2b({ address: 'Proxy.Example.com:1080' })).to.deep.equal({
+      proxy: { address: 'proxy.example.com:1080' },
+    });
+    expect(proxyFromE2b({ address: '[2001:db8::1]:1080', username: 'u', password: 'p w' })).to.deep.equal({
+      proxy: { address: '[2001:db8::1]:1080', username: 'u' },
+      password: 'p w',
+    });
+    expect(() => proxyFromE2b({ address: 'p:1080', password: 'x' })).to.throw(
+      InvalidArgumentError,
+      /only valid together with username/,
+    );
+    expect(() => proxyFromE2b({ address: 'p:1080', username: 'u', password: 'x'.repeat(256) })).to.throw(
+      InvalidArgumentError,
+      /at most 255 bytes/,
+    );
+    expect(() => proxyFromE2b({ address: 'p' })).to.throw(
+      InvalidArgumentError,
+      /egressProxy.address must be HOST:PORT/,
+    );
+    expect(() => proxyFromE2b({ address: 'p:1080', secret: 's' })).to.throw(
+      InvalidArgumentError,
+      /unknown field "secret"/,
+    );
+    // getInfo shows the address and username, never the password (E2B's API does not either).
+    const shown = e2bNetworkOf({
+      default: 'allow',
+      allow: [],
+      deny: [],
+      proxy: { address: 'p:1080', username: 'u', secret: 'e2b.aaaaaaaaaaaa.bbbbbbbb' },
+    });
+    expect(shown.network.egressProxy).to.deep.equal({ address: 'p:1080', username: 'u' });
+    expect(JSON.stringify(shown)).not.to.include('e2b.aaaa');
+  });
+
+  it('refuses what is malformed, naming the field; rules are not policy', () => {
     expect(egressFromE2b({ rules: { 'a.com': [{ transform: { headers: { A: 'b' } } }] } })).to.deep.equal({
       default: 'allow',
       allow: [],
       deny: [],
     });
-    expect(() => egressFromE2b({ egressProxy: { address: 'p:1080' } })).to.throw(NotSupportedError, /egressProxy/);
     expect(() => egressFromE2b({ denyOut: ['example.com'] })).to.throw(
       InvalidArgumentError,
       /denyOut "example.com": a CIDR/,

@@ -24,6 +24,7 @@ import { readDhcp } from '../../../../src/adapters/netd/dhcp.js';
 import { dnsQuery, TestDns } from '../../../helpers/dns-server.js';
 import { DNS_IP, FrameGuest, GUEST_IP, GUEST_MAC, GW_IP, GW_MAC, type Seen } from '../../../helpers/frame-guest.js';
 import { tempDir } from '../../../helpers/daemon.js';
+import { TestSocks } from '../../../helpers/socks-server.js';
 
 const link = { dstMac: GW_MAC, srcMac: GUEST_MAC };
 /** Public-looking addresses the tests' route sends to local servers. */
@@ -90,8 +91,12 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
   let audit: EgressEntry[];
   let echo: Awaited<ReturnType<typeof echoServer>>;
 
-  async function start(policy: Partial<EgressPolicy>): Promise<void> {
+  async function start(
+    policy: Partial<EgressPolicy>,
+    secretValue?: (name: string) => Promise<Buffer | undefined>,
+  ): Promise<void> {
     lan = new GuestLan({
+      secretValue,
       vm: 'v',
       policy: { default: 'allow', allow: [], deny: [], ...policy },
       upstream: new DnsUpstream([`127.0.0.1:${dns.port}`]),
@@ -341,6 +346,55 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
     const loop = await guest.connect(ipFrom('127.0.0.1'), echo.port, 40021);
     expect(loop.tcp!.flags & TCP_RST).to.equal(TCP_RST);
     expect(echo.sockets).to.have.length(0);
+  });
+
+  it('tunnels allowed connections through the SOCKS5 proxy: a name when a name let it out, else the address; never directly, and closed when the proxy fails', async () => {
+    const socks = await new TestSocks(() => ({ host: '127.0.0.1', port: echo.port }), {
+      user: 'u',
+      password: 'pw-1',
+    }).start();
+    let password = 'pw-1';
+    try {
+      const proxy = { address: `127.0.0.1:${socks.port}`, username: 'u', secret: 'proxy-pw' };
+      await start({ default: 'deny', allow: ['allowed.test', `${OTHER}:80`], proxy }, async (name) =>
+        name === 'proxy-pw' ? Buffer.from(password) : undefined,
+      );
+      guest.send(udpFrames(link, GUEST_IP, 5353, DNS_IP, 53, dnsQuery('allowed.test'), 1500)[0]);
+      await guest.next((f) => f.udp?.dstPort === 5353);
+      const roundTrip = async (dst: string, port: number, srcPort: number, text: string) => {
+        const synAck = await guest.connect(ipFrom(dst), port, srcPort);
+        if (synAck.tcp!.flags & TCP_RST) return synAck;
+        guest.established(ipFrom(dst), port, srcPort, synAck.tcp!, Buffer.from(text));
+        return guest.next(
+          (f) => !!f.tcp && f.tcp.dstPort === srcPort && (f.tcp.payload.length > 0 || (f.tcp.flags & TCP_RST) !== 0),
+        );
+      };
+      const byName = await roundTrip(PUBLIC, 443, 40030, 'through by name');
+      expect(byName.tcp!.payload.toString(), 'echoed through the proxy').to.equal('through by name');
+      const byAddr = await roundTrip(OTHER, 80, 40031, 'through by address');
+      expect(byAddr.tcp!.payload.toString()).to.equal('through by address');
+      expect(socks.asked).to.deep.equal([
+        { atyp: 3, host: 'allowed.test', port: 443, user: 'u', password: 'pw-1' },
+        { atyp: 1, host: OTHER, port: 80, user: 'u', password: 'pw-1' },
+      ]);
+      // The policy decides before the proxy is asked: a refused destination never reaches it.
+      expect((await guest.connect(ipFrom(OTHER), 443, 40032)).tcp!.flags & TCP_RST).to.equal(TCP_RST);
+      expect(socks.asked).to.have.length(2);
+      // A password the proxy refuses (the secret rotated on one side only): reset, logged, no direct dial.
+      password = 'wrong';
+      const connsBefore = echo.sockets.length;
+      expect((await guest.connect(ipFrom(OTHER), 80, 40033)).tcp!.flags & TCP_RST).to.equal(TCP_RST);
+      socks.stop();
+      expect((await guest.connect(ipFrom(OTHER), 80, 40034)).tcp!.flags & TCP_RST).to.equal(TCP_RST);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(echo.sockets.length, 'no connection went around the proxy').to.equal(connsBefore);
+      const errors = audit.filter((e) => e.event === 'close' && e.error).map((e) => e.error);
+      expect(errors).to.have.length(2);
+      for (const e of errors) expect(e).to.match(new RegExp(`^SOCKS5 proxy 127.0.0.1:${socks.port}: `));
+      expect(errors.join(' ')).not.to.include('wrong');
+    } finally {
+      socks.stop();
+    }
   });
 
   it('carries UDP out and only the answers of the far end back', async () => {
