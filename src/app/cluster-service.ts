@@ -199,8 +199,10 @@ export class ClusterService implements LifecycleContribution {
     };
     const image = typeof b.image === 'string' ? b.image : 'default';
     // A clone goes where its template's state is; a pool claim to this node's pool; a create that
-    // binds egress secrets to this node, whose secret store holds them (each node has its own).
-    const secrets = Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0;
+    // binds egress secrets (or names a proxy's password) to this node, whose secret store holds
+    // them (each node has its own).
+    const proxySecret = (b.egress as { proxy?: { secret?: unknown } } | undefined)?.proxy?.secret !== undefined;
+    const secrets = (Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0) || proxySecret;
     const pinned =
       typeof b.from === 'string'
         ? { node: this.store.vm(b.from)?.node ?? this.self }

@@ -234,6 +234,15 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     });
     expect(r.status, r.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/with-secrets')).json).to.include({ node: node.name });
+    // So does a create whose SOCKS proxy takes its password from a host secret.
+    const proxied = await api(node, 'POST', '/vms', {
+      name: 'with-proxy',
+      memory_mb: 256,
+      egress: { default: 'allow', proxy: { address: 'socks.example.com:1080', username: 'u', secret: 'here-only' } },
+    });
+    expect(proxied.status, proxied.text).to.equal(201);
+    expect((await api(nodes[2], 'GET', '/vms/with-proxy')).json).to.include({ node: node.name });
+    expect((await api(nodes[2], 'DELETE', '/vms/with-proxy')).status).to.equal(200);
     const plain = await api(node, 'POST', '/vms', { name: 'without-secrets', memory_mb: 256 });
     expect(plain.status, plain.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/without-secrets')).json.node, 'the rule alone').to.not.equal(node.name);
