@@ -41,7 +41,7 @@ import {
 } from './packets.js';
 import type { EgressSecrets } from './secret-proxy.js';
 import { sniff, type Sniffed } from './sniff.js';
-import { dialSocks } from './socks-dial.js';
+import { ProxyDialer } from './socks-dial.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
 import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
 
@@ -513,43 +513,25 @@ export class GuestLan implements FlowHost, UdpHost {
    * or refuses resets the guest's connection, which is never dialed directly instead.
    */
   private viaProxy(c: Conn, proxy: EgressProxy, host: string): void {
-    const to = { host, port: c.port };
-    c.to = to;
-    // The password is read at each dial: a rotated secret is used from the next connection on.
-    const dial = async (started?: (s: Socket) => void) => {
-      const v = proxy.secret ? await this.o.secretValue?.(proxy.secret) : undefined;
-      if (proxy.secret && !v)
-        throw new Error(`SOCKS5 proxy ${proxy.address}: its password, host secret ${proxy.secret}, is not there`);
-      return dialSocks(proxy, v?.toString('utf8'), to, CONNECT_TIMEOUT_MS, started);
-    };
-    c.reopen = () => {
-      // Returned at once; what is written waits in the pair until the proxy has connected.
-      const [mine, theirs] = duplexPair();
-      dial().then(
+    c.to = { host, port: c.port };
+    const dialer = new ProxyDialer(proxy, c.to, this.o.secretValue, CONNECT_TIMEOUT_MS);
+    c.reopen = () => dialer.reopen();
+    dialer
+      .dial((s) => (c.dialing = s))
+      .then(
         (sock) => {
-          if (theirs.destroyed) return void sock.destroy();
-          theirs.pipe(sock).pipe(theirs);
-          sock.on('error', () => theirs.destroy());
-          theirs.on('close', () => sock.destroy());
+          c.dialing = undefined;
+          if (c.flow.state !== 'connecting') return void sock.destroy();
+          c.sock = sock;
+          c.flow.connected(sock);
         },
-        (err: Error) => theirs.destroy(err),
+        (err: Error) => {
+          c.dialing = undefined;
+          if (c.flow.state !== 'connecting') return;
+          c.error = err.message;
+          c.flow.abort();
+        },
       );
-      return mine;
-    };
-    dial((s) => (c.dialing = s)).then(
-      (sock) => {
-        c.dialing = undefined;
-        if (c.flow.state !== 'connecting') return void sock.destroy();
-        c.sock = sock;
-        c.flow.connected(sock);
-      },
-      (err: Error) => {
-        c.dialing = undefined;
-        if (c.flow.state !== 'connecting') return;
-        c.error = err.message;
-        c.flow.abort();
-      },
-    );
   }
 
   private checkShown(c: Conn): void {

@@ -1,6 +1,8 @@
 import { connect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { SocksClient } from 'socks';
 import { proxyHostPort, type EgressProxy } from '../../domain/egress.js';
+import { duplexPair } from './duplex-pair.js';
 
 /** Where a connection is to go, as the proxy is told: a name (resolved by the proxy) or an address. */
 export interface SocksTarget {
@@ -60,5 +62,41 @@ export async function dialSocks(
     throw message.startsWith('SOCKS5 proxy') ? err : new Error(`SOCKS5 proxy ${proxy.address}: ${message}`);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Connections to one target through a VM's proxy, its password read from the host secret at each
+ * dial (a rotated secret is used from the next connection on; a missing one fails the dial).
+ */
+export class ProxyDialer {
+  constructor(
+    private readonly proxy: EgressProxy,
+    private readonly target: SocksTarget,
+    private readonly secretValue: ((name: string) => Promise<Buffer | undefined>) | undefined,
+    private readonly timeoutMs: number,
+  ) {}
+
+  async dial(started?: (s: Socket) => void): Promise<Socket> {
+    const { proxy } = this;
+    const v = proxy.secret ? await this.secretValue?.(proxy.secret) : undefined;
+    if (proxy.secret && !v)
+      throw new Error(`SOCKS5 proxy ${proxy.address}: its password, host secret ${proxy.secret}, is not there`);
+    return dialSocks(proxy, v?.toString('utf8'), this.target, this.timeoutMs, started);
+  }
+
+  /** A connection returned at once: what is written to it waits until the proxy has connected. */
+  reopen(): Duplex {
+    const [mine, theirs] = duplexPair();
+    this.dial().then(
+      (sock) => {
+        if (theirs.destroyed) return void sock.destroy();
+        theirs.pipe(sock).pipe(theirs);
+        sock.on('error', () => theirs.destroy());
+        theirs.on('close', () => sock.destroy());
+      },
+      (err: Error) => theirs.destroy(err),
+    );
+    return mine;
   }
 }
