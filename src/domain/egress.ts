@@ -190,7 +190,7 @@ export function parseEgressProxy(v: unknown, where = 'proxy'): EgressProxy {
     if (
       typeof v.username !== 'string' ||
       !v.username ||
-      Buffer.byteLength(v.username) > MAX_CREDENTIAL_BYTES ||
+      new TextEncoder().encode(v.username).length > MAX_CREDENTIAL_BYTES ||
       /[\x00-\x1f\x7f]/.test(v.username)
     )
       throw new InvalidArgumentError(`${where}.username must be 1-255 bytes of text`);
