@@ -143,7 +143,7 @@ export class EgressSecrets {
     const alpn = (c.alpn ?? []).filter((p) => p === 'h2' || p === 'http/1.1');
     const tlsTo = (given?: Duplex, protocols = alpn) => {
       const socket = given ?? c.reopen?.();
-      return tlsConnect({
+      const t = tlsConnect({
         socket,
         host: socket ? undefined : c.to.host,
         port: socket ? undefined : c.to.port,
@@ -151,6 +151,12 @@ export class EgressSecrets {
         ca: this.o.trust,
         ALPNProtocols: protocols.length ? protocols : undefined,
       }).setNoDelay(true);
+      // The upstream's end is the connection's end. Over a stream of JavaScript's (a proxy's
+      // connection) TLS would otherwise wait for its own close_notify to be taken by a peer that
+      // has gone, and an HTTP agent would keep the dead connection as a free one.
+      t.once('end', () => t.destroy());
+      socket?.once('close', () => t.destroy());
+      return t;
     };
     const up = tlsTo(c.upstream);
     up.once('error', (err) => fail('upstream-tls', err));

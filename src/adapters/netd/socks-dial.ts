@@ -92,11 +92,16 @@ export class ProxyDialer {
       (sock) => {
         if (theirs.destroyed) return void sock.destroy();
         theirs.pipe(sock).pipe(theirs);
-        sock.on('error', () => theirs.destroy());
+        // Either end going (a reset included, which ends no pipe) takes the other with it.
+        sock.on('error', () => undefined);
+        sock.on('close', () => theirs.destroy());
         theirs.on('close', () => sock.destroy());
       },
-      (err: Error) => theirs.destroy(err),
+      // The error goes to the end a client reads (a TLS socket or an HTTP agent over it), which
+      // fails its request; the other end just closes.
+      (err: Error) => mine.destroy(err),
     );
+    theirs.on('error', () => undefined);
     return mine;
   }
 }

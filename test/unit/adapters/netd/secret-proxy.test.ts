@@ -5,6 +5,7 @@ import http2 from 'node:http2';
 import { readFileSync } from 'node:fs';
 import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { placeholderOf, type EgressSecretBinding } from '../../../../src/domain/egress-secrets.js';
 import { duplexPair } from '../../../../src/adapters/netd/duplex-pair.js';
@@ -12,6 +13,8 @@ import { EgressCa, ensureEgressCa } from '../../../../src/adapters/netd/egress-c
 import type { EgressEntry } from '../../../../src/adapters/netd/egress-guard.js';
 import { LeakScanner } from '../../../../src/adapters/netd/leak-scan.js';
 import { EgressSecrets } from '../../../../src/adapters/netd/secret-proxy.js';
+import { ProxyDialer } from '../../../../src/adapters/netd/socks-dial.js';
+import { TestSocks } from '../../../helpers/socks-server.js';
 import { tempDir } from '../../../helpers/daemon.js';
 
 type Echo = { method: string; url: string; version: string; headers: Record<string, string> };
@@ -86,7 +89,7 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
   });
 
   /** A guest's TLS connection to api.test through the injection (what GuestLan hands over). */
-  async function guestTls(alpn: string[], trust = vmCaPem): Promise<TLSSocket> {
+  async function guestTls(alpn: string[], trust = vmCaPem, reopen?: () => Duplex): Promise<TLSSocket> {
     const raw = netConnect({ host: '127.0.0.1', port });
     await new Promise((r) => raw.once('connect', r));
     const [app, proxyEnd] = duplexPair();
@@ -98,6 +101,7 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
       alpn,
       addr: '127.0.0.1',
       to: { host: '127.0.0.1', port },
+      reopen,
     });
     const t = tlsConnect({ socket: app, servername: 'api.test', ca: trust, ALPNProtocols: alpn });
     await new Promise<void>((resolve, reject) => {
@@ -253,6 +257,44 @@ describe('adapters/netd/secret-proxy: egress secrets put in on the way out', fun
     expect(JSON.stringify(audit)).not.to.include('-value');
     t.destroy();
     t3.destroy();
+  });
+
+  it("opens the upstream's next connection the way the first was made: through the VM's SOCKS5 proxy", async () => {
+    const socks = await new TestSocks(() => ({ host: '127.0.0.1', port })).start();
+    try {
+      const dialer = new ProxyDialer(
+        { address: `127.0.0.1:${socks.port}` },
+        { host: 'api.test', port },
+        undefined,
+        5000,
+      );
+      let reopened = 0;
+      const t = await guestTls(['http/1.1'], vmCaPem, () => (reopened++, dialer.reopen()));
+      expect((await h1(t, { authorization: `Bearer ${OPENAI}` })).status).to.equal(200);
+      expect(reopened, 'the first request goes on the connection the guest opened').to.equal(0);
+      // The upstream drops it: the next request needs a new connection, and it goes through the proxy.
+      for (const u of upstreamSockets.splice(0)) u.destroy();
+      await new Promise((r) => setTimeout(r, 100));
+      const second = await h1(t, { authorization: `Bearer ${OPENAI}` });
+      expect((JSON.parse(second.body) as Echo).headers.authorization).to.equal('Bearer sk-real-1');
+      expect(reopened).to.equal(1);
+      expect(socks.asked.map((a) => [a.atyp, a.host])).to.deep.equal([[3, 'api.test']]);
+      // With the proxy gone, the next connection fails: the request is answered with an error, and
+      // nothing reaches the upstream around the proxy.
+      socks.stop();
+      for (const u of upstreamSockets.splice(0)) u.destroy();
+      await new Promise((r) => setTimeout(r, 100));
+      const third = await h1(t, { authorization: `Bearer ${OPENAI}` }).catch((e: Error) => ({
+        status: 0,
+        body: e.message,
+      }));
+      expect(third.status, third.body).to.be.oneOf([0, 502, 503]);
+      expect(reopened).to.equal(2);
+      expect(upstreamSockets).to.have.length(0);
+      t.destroy();
+    } finally {
+      socks.stop();
+    }
   });
 
   it('carries the secret in a WebSocket-style upgrade, then splices the connection', async () => {
