@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { constants, existsSync, openSync, readFileSync, watch, type FSWatcher } from 'node:fs';
-import { mkdir, open, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -10,6 +10,7 @@ import { InternalError, InvalidStateError, NotFoundError } from '../../domain/er
 import type { ProcessStream } from '../../domain/processes.js';
 import type {
   JournalRead,
+  JournalReader,
   KeeperSpawn,
   KeptEnd,
   KeptProcesses,
@@ -18,6 +19,7 @@ import type {
 } from '../../ports/agent/kept-processes.js';
 import { SpawnError } from '../../ports/agent/process-runner.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { segmentsOf, SegmentReader } from './journal-reader.js';
 
 /** The most of an answer svc-keep gives on starting ("ok PID" or "error ..."). */
 const START_ANSWER_MAX = 4096;
@@ -196,18 +198,9 @@ export class FsKeptProcesses implements KeptProcesses {
     return ended;
   }
 
-  private async segments(id: string, stream: ProcessStream): Promise<{ start: number; path: string }[]> {
-    const dir = this.dir(id);
-    const names = await readdir(dir).catch(() => [] as string[]);
-    return names
-      .filter((n) => n.startsWith(`${stream}.`) && /^\d{20}$/.test(n.slice(stream.length + 1)))
-      .map((n) => ({ start: Number(n.slice(stream.length + 1)), path: join(dir, n) }))
-      .sort((a, b) => a.start - b.start);
-  }
-
   async range(id: string, stream: ProcessStream): Promise<StreamRange> {
     await this.need(id);
-    const segs = await this.segments(id, stream);
+    const segs = await segmentsOf(this.dir(id), stream);
     if (!segs.length) return { first: 0, end: 0 };
     const last = segs[segs.length - 1];
     const size = (await stat(last.path).catch(() => ({ size: 0 }))).size;
@@ -215,37 +208,16 @@ export class FsKeptProcesses implements KeptProcesses {
   }
 
   async read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead> {
-    for (let attempt = 0; ; attempt++) {
-      const segs = await this.segments(id, stream);
-      if (!segs.length) return { offset: from, data: Buffer.alloc(0) };
-      let i = segs.findLastIndex((s) => s.start <= from);
-      if (i < 0) i = 0; // before the first kept byte: read from it
-      const seg = segs[i];
-      try {
-        const fh = await open(seg.path, 'r');
-        try {
-          const size = (await fh.stat()).size;
-          const offset = Math.max(from, seg.start);
-          if (offset >= seg.start + size) {
-            // at or past this segment's end: the next one's start, after a gap, or nothing yet
-            const next = segs[i + 1];
-            if (!next) return { offset: from, data: Buffer.alloc(0) };
-            if (attempt > 3) return { offset: next.start, data: Buffer.alloc(0) };
-            from = next.start;
-            continue;
-          }
-          const want = Math.min(max, seg.start + size - offset);
-          const buf = Buffer.alloc(want);
-          const { bytesRead } = await fh.read(buf, 0, want, offset - seg.start);
-          return { offset, data: buf.subarray(0, bytesRead) };
-        } finally {
-          await fh.close();
-        }
-      } catch (err) {
-        // the keeper removed it (the stream outgrew its cap) between the listing and the open
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || attempt > 3) throw err;
-      }
+    const r = this.reader(id, stream);
+    try {
+      return await r.read(from, max);
+    } finally {
+      await r.close();
     }
+  }
+
+  reader(id: string, stream: ProcessStream): JournalReader {
+    return new SegmentReader(this.dir(id), stream);
   }
 
   changed(id: string, ms: number, signal?: AbortSignal, moved?: () => Promise<boolean>): Promise<void> {

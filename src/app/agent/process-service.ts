@@ -195,38 +195,43 @@ export class ProcessService {
     follow: boolean,
     signal?: AbortSignal,
   ): AsyncGenerator<OutputPiece> {
-    while (!signal?.aborted) {
-      // Looked at before reading: an end seen here means every byte was written before the reads.
-      const end = await this.kept.end(rec.id);
-      let progressed = false;
-      for (const s of streams) {
-        for (;;) {
-          const r = await this.kept.read(rec.id, s, pos[s], PIECE_BYTES);
-          if (r.offset > pos[s]) {
-            yield { truncated: { stream: s, before: r.offset } };
-            pos[s] = r.offset;
+    const readers = new Map(streams.map((s) => [s, this.kept.reader(rec.id, s)] as const));
+    try {
+      while (!signal?.aborted) {
+        // Looked at before reading: an end seen here means every byte was written before the reads.
+        const end = await this.kept.end(rec.id);
+        let progressed = false;
+        for (const [s, reader] of readers) {
+          for (;;) {
+            const r = await reader.read(pos[s], PIECE_BYTES);
+            if (r.offset > pos[s]) {
+              yield { truncated: { stream: s, before: r.offset } };
+              pos[s] = r.offset;
+            }
+            if (!r.data.length) break;
+            const used = wholeCharacters(r.data, !!end);
+            if (!used) break; // only part of a character so far
+            yield { stream: s, offset: r.offset, bytes: r.data.subarray(0, used) };
+            pos[s] += used;
+            progressed = true;
+            if (r.data.length < PIECE_BYTES) break;
           }
-          if (!r.data.length) break;
-          const used = wholeCharacters(r.data, !!end);
-          if (!used) break; // only part of a character so far
-          yield { stream: s, offset: r.offset, bytes: r.data.subarray(0, used) };
-          pos[s] += used;
-          progressed = true;
-          if (r.data.length < PIECE_BYTES) break;
+        }
+        if (end && !progressed) {
+          yield { ...endFields(end), ended_at: new Date(end.ended_at_ms).toISOString() } as OutputPiece;
+          return;
+        }
+        if (!progressed && !follow) return;
+        if (!progressed) {
+          const moved = async () => {
+            for (const [s, reader] of readers) if ((await reader.read(pos[s], 1)).data.length) return true;
+            return !!(await this.kept.end(rec.id));
+          };
+          await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal, moved);
         }
       }
-      if (end && !progressed) {
-        yield { ...endFields(end), ended_at: new Date(end.ended_at_ms).toISOString() } as OutputPiece;
-        return;
-      }
-      if (!progressed && !follow) return;
-      if (!progressed) {
-        const moved = async () => {
-          for (const s of streams) if ((await this.kept.range(rec.id, s)).end > pos[s]) return true;
-          return !!(await this.kept.end(rec.id));
-        };
-        await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal, moved);
-      }
+    } finally {
+      for (const reader of readers.values()) await reader.close();
     }
   }
 

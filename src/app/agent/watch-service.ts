@@ -124,42 +124,47 @@ export class WatchService {
     signal?: AbortSignal,
   ): AsyncGenerator<WatchEvent> {
     if (first) yield first;
-    while (!signal?.aborted) {
-      const ended = await this.kept.end(id);
-      const r = await this.kept.read(id, 'stdout', pos, READ_BYTES);
-      if (r.offset > pos) {
-        pos = r.offset;
-        yield { type: 'overflow', cursor: `${id}:${pos}` };
-      }
-      const last = r.data.lastIndexOf(10);
-      if (last >= 0) {
-        let at = pos;
-        for (const line of r.data
-          .subarray(0, last + 1)
-          .toString('utf8')
-          .split('\n')
-          .slice(0, -1)) {
-          at += Buffer.byteLength(line) + 1;
-          const ev = parseEvent(line);
-          if (ev) yield { ...ev, cursor: `${id}:${at}` };
+    const reader = this.kept.reader(id, 'stdout');
+    try {
+      while (!signal?.aborted) {
+        const ended = await this.kept.end(id);
+        const r = await reader.read(pos, READ_BYTES);
+        if (r.offset > pos) {
+          pos = r.offset;
+          yield { type: 'overflow', cursor: `${id}:${pos}` };
         }
-        pos += last + 1;
-        continue;
+        const last = r.data.lastIndexOf(10);
+        if (last >= 0) {
+          let at = pos;
+          for (const line of r.data
+            .subarray(0, last + 1)
+            .toString('utf8')
+            .split('\n')
+            .slice(0, -1)) {
+            at += Buffer.byteLength(line) + 1;
+            const ev = parseEvent(line);
+            if (ev) yield { ...ev, cursor: `${id}:${at}` };
+          }
+          pos += last + 1;
+          continue;
+        }
+        if (r.data.length >= READ_BYTES) {
+          // a line longer than any svc-watch writes: skipped, and said
+          pos += r.data.length;
+          yield { type: 'overflow', cursor: `${id}:${pos}` };
+          continue;
+        }
+        if (ended) return;
+        const seen = pos + r.data.length; // a line not yet whole included
+        await this.kept.changed(
+          id,
+          FOLLOW_POLL_MS,
+          signal,
+          async () => (await this.kept.range(id, 'stdout')).end > seen || !!(await this.kept.end(id)),
+        );
       }
-      if (r.data.length >= READ_BYTES) {
-        // a line longer than any svc-watch writes: skipped, and said
-        pos += r.data.length;
-        yield { type: 'overflow', cursor: `${id}:${pos}` };
-        continue;
-      }
-      if (ended) return;
-      const seen = pos + r.data.length; // a line not yet whole included
-      await this.kept.changed(
-        id,
-        FOLLOW_POLL_MS,
-        signal,
-        async () => (await this.kept.range(id, 'stdout')).end > seen || !!(await this.kept.end(id)),
-      );
+    } finally {
+      await reader.close();
     }
   }
 }

@@ -43,6 +43,13 @@ export interface JournalRead {
   data: Buffer;
 }
 
+/** One stream's journal read on by one follower, what it holds open kept between reads. */
+export interface JournalReader {
+  /** Up to `max` bytes from `from` (or from the first kept byte after it). */
+  read(from: number, max: number): Promise<JournalRead>;
+  close(): Promise<void>;
+}
+
 export interface KeeperSpawn {
   kind: 'process' | 'watch';
   cmd: string;
@@ -83,6 +90,8 @@ export interface KeptProcesses {
   range(id: string, stream: ProcessStream): Promise<StreamRange>;
   /** Up to `max` bytes from `from` (or from the first kept byte after it). */
   read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead>;
+  /** For reads one after another (a follower's): cheaper than `read` each time; closed by the caller. */
+  reader(id: string, stream: ProcessStream): JournalReader;
   /**
    * Resolves when its journal or end may have changed, after `ms` at most, or when `signal` aborts.
    * `moved` is asked once the wait is set up: what changed between the caller's last look and then

@@ -1,0 +1,52 @@
+import { expect } from 'chai';
+import { appendFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SegmentReader } from '../../../../src/adapters/agent/journal-reader.js';
+import { tempDir } from '../../../helpers/daemon.js';
+
+const seg = (dir: string, n: number) => join(dir, `stdout.${String(n).padStart(20, '0')}`);
+
+describe('adapters/agent/journal-reader: a follower reading one stream on', () => {
+  let dir: string;
+  let reader: SegmentReader;
+  beforeEach(() => {
+    dir = tempDir('svc-journal-');
+    reader = new SegmentReader(dir, 'stdout');
+  });
+  afterEach(() => reader.close());
+
+  it('reads what is there, then what was appended to the open segment, then the next segment', async () => {
+    expect(await reader.read(0, 100)).to.deep.equal({ offset: 0, data: Buffer.alloc(0) });
+    writeFileSync(seg(dir, 0), 'hello ');
+    expect(await reader.read(0, 3)).to.deep.equal({ offset: 0, data: Buffer.from('hel') });
+    expect(await reader.read(3, 100)).to.deep.equal({ offset: 3, data: Buffer.from('lo ') });
+    expect(await reader.read(6, 100)).to.deep.equal({ offset: 6, data: Buffer.alloc(0) });
+    appendFileSync(seg(dir, 0), 'world');
+    expect(await reader.read(6, 100)).to.deep.equal({ offset: 6, data: Buffer.from('world') });
+    // the keeper went on in a new segment, after a gap (a write that failed)
+    writeFileSync(seg(dir, 20), '!');
+    expect(await reader.read(11, 100)).to.deep.equal({ offset: 20, data: Buffer.from('!') });
+  });
+
+  it('keeps the segment it reads open: one removed under it is read to its end, then the truncation shows', async () => {
+    writeFileSync(seg(dir, 0), '0123456789');
+    writeFileSync(seg(dir, 10), 'abcdefghij');
+    writeFileSync(seg(dir, 20), 'KLM');
+    expect((await reader.read(0, 4)).data.toString()).to.equal('0123');
+    // the stream outgrew its cap: the keeper removes the two oldest segments
+    unlinkSync(seg(dir, 0));
+    unlinkSync(seg(dir, 10));
+    expect(await reader.read(4, 100)).to.deep.equal({ offset: 4, data: Buffer.from('456789') });
+    expect(await reader.read(10, 100), 'gone before it was opened: said by the offset').to.deep.equal({
+      offset: 20,
+      data: Buffer.from('KLM'),
+    });
+  });
+
+  it('reads from before the open segment again by listing (a reader moved back)', async () => {
+    writeFileSync(seg(dir, 0), 'abc');
+    writeFileSync(seg(dir, 3), 'def');
+    expect((await reader.read(3, 100)).data.toString()).to.equal('def');
+    expect(await reader.read(1, 100)).to.deep.equal({ offset: 1, data: Buffer.from('bc') });
+  });
+});
