@@ -24,8 +24,9 @@ import { AgentOptions } from './agent-options.js';
 import { AgentService } from './agent-service.js';
 
 /**
- * Bytes of one piece of output read from a journal, at most: large, because each read costs the
- * guest a directory listing and an open (frames to clients are cut to 64 KiB after, output-pieces.ts).
+ * Bytes of one piece of output read from a journal, at most: large, for fewer turns of the agent's
+ * loop under TCG (frames to clients are cut to 64 KiB after, output-pieces.ts). 1 MiB measured no
+ * better in three runs (docs/benchmarks.md, 2026-11-28).
  */
 export const PIECE_BYTES = 256 * 1024;
 /** How long a follower waits for news before it looks again anyway. */
