@@ -3,6 +3,8 @@ import { join } from 'node:path';
 import type { ProcessStream } from '../../domain/processes.js';
 import type { JournalRead, JournalReader } from '../../ports/agent/kept-processes.js';
 
+const EMPTY = Buffer.alloc(0);
+
 /** One segment of a stream's journal: svc-keep's `<stream>.<20-digit start offset>`. */
 export interface Segment {
   start: number;
@@ -38,13 +40,17 @@ export class SegmentReader implements JournalReader {
   ) {}
 
   async read(from: number, max: number): Promise<JournalRead> {
+    // The open segment's start when it had nothing at `from` just now: not read again below when
+    // the listing leads back to it (a caught-up follower; its wait looks again once it is set up).
+    let emptyAt: number | undefined;
     if (this.current && from >= this.current.start) {
       const data = await this.pread(this.current.fh, from - this.current.start, max);
       if (data.length) return { offset: from, data };
+      emptyAt = this.current.start;
     }
     for (let attempt = 0; ; attempt++) {
       const segs = await segmentsOf(this.dir, this.stream);
-      if (!segs.length) return { offset: from, data: Buffer.alloc(0) };
+      if (!segs.length) return { offset: from, data: EMPTY };
       let i = segs.findLastIndex((s) => s.start <= from);
       if (i < 0) i = 0; // before the first kept byte: read from it
       const seg = segs[i];
@@ -57,12 +63,12 @@ export class SegmentReader implements JournalReader {
         continue;
       }
       const offset = Math.max(from, seg.start);
-      const data = await this.pread(fh, offset - seg.start, max);
+      const data = emptyAt === seg.start && attempt === 0 ? EMPTY : await this.pread(fh, offset - seg.start, max);
       if (data.length) return { offset, data };
       // at or past this segment's end: the next one's start, after a gap, or nothing yet
       const next = segs[i + 1];
-      if (!next) return { offset: from, data: Buffer.alloc(0) };
-      if (attempt > 3) return { offset: next.start, data: Buffer.alloc(0) };
+      if (!next) return { offset: from, data: EMPTY };
+      if (attempt > 3) return { offset: next.start, data: EMPTY };
       from = next.start;
     }
   }
