@@ -9,7 +9,6 @@ import { fileURLToPath } from 'node:url';
 import { InternalError, InvalidStateError, NotFoundError } from '../../domain/errors.js';
 import type { ProcessStream } from '../../domain/processes.js';
 import type {
-  JournalRead,
   JournalReader,
   KeeperSpawn,
   KeptEnd,
@@ -205,15 +204,6 @@ export class FsKeptProcesses implements KeptProcesses {
     const last = segs[segs.length - 1];
     const size = (await stat(last.path).catch(() => ({ size: 0 }))).size;
     return { first: segs[0].start, end: last.start + size };
-  }
-
-  async read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead> {
-    const r = this.reader(id, stream);
-    try {
-      return await r.read(from, max);
-    } finally {
-      await r.close();
-    }
   }
 
   reader(id: string, stream: ProcessStream): JournalReader {

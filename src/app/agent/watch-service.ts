@@ -160,7 +160,7 @@ export class WatchService {
           id,
           FOLLOW_POLL_MS,
           signal,
-          async () => (await this.kept.range(id, 'stdout')).end > seen || !!(await this.kept.end(id)),
+          async () => (await reader.read(seen, 1)).data.length > 0 || !!(await this.kept.end(id)),
         );
       }
     } finally {

@@ -88,9 +88,7 @@ export interface KeptProcesses {
    */
   end(id: string): Promise<KeptEnd | null>;
   range(id: string, stream: ProcessStream): Promise<StreamRange>;
-  /** Up to `max` bytes from `from` (or from the first kept byte after it). */
-  read(id: string, stream: ProcessStream, from: number, max: number): Promise<JournalRead>;
-  /** For reads one after another (a follower's): cheaper than `read` each time; closed by the caller. */
+  /** A reader of one stream's journal, the segment it reads kept open between reads; closed by the caller. */
   reader(id: string, stream: ProcessStream): JournalReader;
   /**
    * Resolves when its journal or end may have changed, after `ms` at most, or when `signal` aborts.
