@@ -31,6 +31,7 @@ export const proxyErrors = {
   '404': err('vm or guest path not found'),
   '502': err('the agent answered with an error or garbage'),
   '503': err('the agent cannot be reached'),
+  '501': err("the VM's driver has no guest to do this in (the fake hypervisor without fake_agent)"),
 };
 
 export function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {
