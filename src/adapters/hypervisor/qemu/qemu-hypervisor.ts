@@ -225,7 +225,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     try {
       await this.flattens.settle(vm.name);
       const got = await captureVm(v.qmp, vm.dir, v.pid);
-      this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms }, 'capture timing');
+      this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms, live: got.live }, 'capture timing');
       this.disks.expectForks(vm, got.id, forks);
       this.captures.set(vm.name, (this.captures.get(vm.name) ?? 0) + 1);
       return got;

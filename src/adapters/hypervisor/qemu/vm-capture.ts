@@ -77,13 +77,15 @@ async function diskDevice(qmp: QmpClient): Promise<string> {
  *    it: handOver) and put in place as `disk.qcow2`; QEMU still writes the old file, which the
  *    overlay shows through, so a daemon that dies here leaves a VM whose disk reads the same;
  * 2. the memory is sent to `<id>.state` as a migration stream while the guest runs on; QEMU stops
- *    the guest for the last of it and waits (`pause-before-switchover`);
+ *    the guest for the last of it and waits (`pause-before-switchover`). Only under KVM: under
+ *    TCG the guest is stopped before the stream starts (see `liveCapture`);
  * 3. in that pause, `blockdev-add` and `blockdev-snapshot` make QEMU write to the overlay from now
  *    on and reopen `<id>.qcow2` read-only: the layer is frozen at the instant the memory is;
  * 4. the device state follows, which leaves the disk deactivated; `cont` runs the guest on (and
  *    reactivates the disk). A VM that was paused is stopped again at once, since QEMU reactivates a
  *    migrated VM's disks only by running it.
- * The guest is held from step 2's stop to step 4's `cont` (`paused_ms`, by QEMU's own events).
+ * The guest is held from step 2's stop to step 4's `cont` (`paused_ms`, by QEMU's own events);
+ * under TCG from the start of step 2.
  * A failure before step 3 puts the old disk back; after it, the layer stays (the VM stands on it)
  * and the stream goes. Either way the guest runs on as it was.
  */
@@ -92,7 +94,7 @@ export async function captureVm(
   dir: string,
   pid: number,
   helper = FDPASS,
-): Promise<{ id: string; paused_ms: number }> {
+): Promise<{ id: string; paused_ms: number; live: boolean }> {
   if (!existsSync(helper))
     throw new NotSupportedError(
       `forks of a running vm need the svc-fdpass helper, which is not built (${helper}): install a C compiler and run npm run build`,
@@ -111,6 +113,7 @@ export async function captureVm(
   const device = await diskDevice(qmp);
   const status = await qmp.execute<{ running: boolean; status: string }>('query-status');
   const wasRunning = status.running;
+  const live = wasRunning && (await liveCapture(qmp));
   const held = holdTimer(qmp);
   let switched = false;
   let fdset: number | undefined;
@@ -138,8 +141,10 @@ export async function captureVm(
       await undo();
       throw err;
     }
-    // The memory is sent while the guest runs; QEMU stops it for the last of it and waits
-    // (pause-before-switchover): then the disk switches, so memory and disk are of one instant.
+    // The memory is sent while the guest runs (under KVM; under TCG it is stopped now); QEMU stops
+    // it for the last of it and waits (pause-before-switchover): then the disk switches, so memory
+    // and disk are of one instant.
+    if (wasRunning && !live) await qmp.execute('stop');
     await saveStream(qmp, dir, owner, `${id}.state`, false, async () => {
       try {
         // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
@@ -170,7 +175,21 @@ export async function captureVm(
     );
   }
   await resume(qmp, wasRunning);
-  return { id, paused_ms: wasRunning ? await held.ms() : 0 };
+  return { id, paused_ms: wasRunning ? await held.ms() : 0, live };
+}
+
+/**
+ * Can the guest run on while its memory is captured? Only under KVM, whose dirty log is what
+ * live migration rests on. Under TCG, QEMU 7.2 misses some of the guest's writes during a live
+ * migration: the captures of busy guests held stale pages of the kernel's own data (its per-CPU
+ * areas among them), one in about eight on this host, compared page by page with the stopped
+ * source, and their forks crashed on their first instructions (docs/forks.md). So under TCG the
+ * guest is stopped for the whole capture, as for a suspend. Asked of the running QEMU, not the
+ * configuration: an error counts as TCG, the safe side.
+ */
+export async function liveCapture(qmp: Pick<QmpClient, 'execute'>): Promise<boolean> {
+  const kvm = await qmp.execute<{ enabled?: boolean }>('query-kvm').catch(() => undefined);
+  return kvm?.enabled === true;
 }
 
 /**
