@@ -500,7 +500,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     const t0 = Date.now();
     try {
       await v.qmp.execute('stop');
-      await saveStream(v.qmp, vm.dir, await processOwner(v.pid));
+      await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid) });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {

@@ -70,7 +70,11 @@ export async function makeRamImage(
   const { child, qmp } = started;
   const gone = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
   try {
-    await saveStream(qmp, m.dir, await processOwner(child.pid!), savedFiles(saved)[1], true);
+    await saveStream(qmp, m.dir, {
+      owner: await processOwner(child.pid!),
+      file: savedFiles(saved)[1],
+      ramImage: true,
+    });
     ms.devices = lap();
     await qmp.execute('quit').catch(() => undefined);
     await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);

@@ -86,22 +86,36 @@ export async function processOwner(pid: number): Promise<{ uid: number; gid: num
   return uid === undefined || gid === undefined ? undefined : { uid: Number(uid), gid: Number(gid) };
 }
 
+/** How saveStream writes a VM's state. */
+export interface SaveStreamOptions {
+  /** The user QEMU runs as, when not the daemon's: it must reach the socket. */
+  owner?: { uid: number; gid: number };
+  /** The file in the VM's directory (`state.mig` unless told). */
+  file?: string;
+  /** Without the RAM the VM's memory file holds (`x-ignore-shared`: a RAM image's `.dev`). */
+  ramImage?: boolean;
+  /** Stops the running guest once the socket is ready, just before the stream starts. */
+  stopFirst?: boolean;
+  /** Runs in QEMU's pause before the switch-over (`pause-before-switchover`). */
+  preSwitchover?: () => Promise<void>;
+  /**
+   * Runs once the whole stream is in its temporary file, before the file is synced and named: a
+   * capture runs its guest on here, so the sync is not part of the guest's hold.
+   */
+  streamed?: () => Promise<void>;
+}
+
 /**
- * Saves the stopped VM's state as a migration stream into `<dir>/<file>` (`state.mig` unless told);
- * with `ramImage`, without the RAM its memory file holds (`x-ignore-shared`: a RAM image's `.dev`).
+ * Saves the VM's state as a migration stream into `<dir>/<file>` (the guest stopped, or stopped
+ * for it with `stopFirst`; running only for a capture under KVM, which stops it at the switch-over).
  * QEMU's sandbox forbids `exec:` and 7.2 has no `file:`, so it streams to a Unix socket the
  * daemon listens on in a private directory (owned by `owner`, the user QEMU runs as, when that is
- * not the daemon's) and the daemon writes the file. Exactly one connection is taken; the file counts only when QEMU
- * reports the migration completed, so a stranger connecting first gets nothing in.
+ * not the daemon's) and the daemon writes the file. Exactly one connection is taken; the file counts
+ * only when QEMU reports the migration completed, so a stranger connecting first gets nothing in.
+ * The file appears whole and synced or not at all (a temporary file, synced, then renamed).
  */
-export async function saveStream(
-  qmp: QmpClient,
-  dir: string,
-  owner?: { uid: number; gid: number },
-  file = OWN_STATE,
-  ramImage = false,
-  preSwitchover?: () => Promise<void>,
-): Promise<void> {
+export async function saveStream(qmp: QmpClient, dir: string, o: SaveStreamOptions = {}): Promise<void> {
+  const { owner, file = OWN_STATE, ramImage = false, preSwitchover } = o;
   const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
   const sockPath = join(sockDir, 'm.sock');
   const tmp = join(dir, `${file}.tmp`);
@@ -131,6 +145,7 @@ export async function saveStream(
         { capability: 'pause-before-switchover', state: preSwitchover !== undefined },
       ],
     });
+    if (o.stopFirst) await qmp.execute('stop');
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
     let switchedOver = false;
     for (;;) {
@@ -154,6 +169,7 @@ export async function saveStream(
       await new Promise((r) => setTimeout(r, preSwitchover ? 5 : 20));
     }
     await received;
+    await o.streamed?.();
     const fh = await open(tmp, 'r+');
     await fh.sync();
     await fh.close();

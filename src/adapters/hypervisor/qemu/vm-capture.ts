@@ -81,9 +81,10 @@ async function diskDevice(qmp: QmpClient): Promise<string> {
  *    TCG the guest is stopped before the stream starts (see `liveCapture`);
  * 3. in that pause, `blockdev-add` and `blockdev-snapshot` make QEMU write to the overlay from now
  *    on and reopen `<id>.qcow2` read-only: the layer is frozen at the instant the memory is;
- * 4. the device state follows, which leaves the disk deactivated; `cont` runs the guest on (and
- *    reactivates the disk). A VM that was paused is stopped again at once, since QEMU reactivates a
- *    migrated VM's disks only by running it.
+ * 4. the device state follows, which leaves the disk deactivated; once the whole stream is in the
+ *    file, `cont` runs the guest on (and reactivates the disk), and only then is the file synced.
+ *    A VM that was paused is stopped again at once, since QEMU reactivates a migrated VM's disks
+ *    only by running it.
  * The guest is held from step 2's stop to step 4's `cont` (`paused_ms`, by QEMU's own events);
  * under TCG from the start of step 2.
  * A failure before step 3 puts the old disk back; after it, the layer stays (the VM stands on it)
@@ -116,6 +117,7 @@ export async function captureVm(
   const live = wasRunning && (await liveCapture(qmp));
   const held = holdTimer(qmp);
   let switched = false;
+  let resumed = false;
   let fdset: number | undefined;
   // Made while the guest runs: the layer's second name and the overlay standing on it. QEMU still
   // writes the old file, which the overlay only shows through, so any instant is consistent.
@@ -141,40 +143,48 @@ export async function captureVm(
       await undo();
       throw err;
     }
-    // The memory is sent while the guest runs (under KVM; under TCG it is stopped now); QEMU stops
-    // it for the last of it and waits (pause-before-switchover): then the disk switches, so memory
-    // and disk are of one instant.
-    if (wasRunning && !live) await qmp.execute('stop');
-    await saveStream(qmp, dir, owner, `${id}.state`, false, async () => {
-      try {
-        // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
-        await qmp.execute('blockdev-add', {
-          driver: 'qcow2',
-          'node-name': `cap-${id.slice(5)}`,
-          discard: 'unmap',
-          file: { driver: 'file', filename: `/dev/fdset/${fdset}`, locking: 'off' },
-          backing: null,
-        });
-        await qmp.execute('blockdev-snapshot', { node: device, overlay: `cap-${id.slice(5)}` });
-      } catch (err) {
-        await qmp.execute('blockdev-del', { 'node-name': `cap-${id.slice(5)}` }).catch(() => undefined);
-        await undo();
-        throw err;
-      }
-      switched = true;
+    // The memory is sent while the guest runs (under KVM; under TCG it is stopped just before the
+    // stream starts); QEMU stops it for the last of it and waits (pause-before-switchover): then the
+    // disk switches, so memory and disk are of one instant. The guest runs on as soon as the whole
+    // stream is in the file, before the file is synced.
+    await saveStream(qmp, dir, {
+      owner,
+      file: `${id}.state`,
+      stopFirst: wasRunning && !live,
+      preSwitchover: async () => {
+        try {
+          // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
+          await qmp.execute('blockdev-add', {
+            driver: 'qcow2',
+            'node-name': `cap-${id.slice(5)}`,
+            discard: 'unmap',
+            file: { driver: 'file', filename: `/dev/fdset/${fdset}`, locking: 'off' },
+            backing: null,
+          });
+          await qmp.execute('blockdev-snapshot', { node: device, overlay: `cap-${id.slice(5)}` });
+        } catch (err) {
+          await qmp.execute('blockdev-del', { 'node-name': `cap-${id.slice(5)}` }).catch(() => undefined);
+          await undo();
+          throw err;
+        }
+        switched = true;
+      },
+      streamed: async () => {
+        await resume(qmp, wasRunning);
+        resumed = true;
+      },
     });
     await chmod(layer, 0o444);
     const fh = await open(join(dir, `${id}.state`), 'r');
     await fh.close();
   } catch (err) {
     await rm(join(dir, `${id}.state`), { force: true });
-    await resume(qmp, wasRunning);
+    if (!resumed) await resume(qmp, wasRunning);
     held.stop();
     throw new Error(
       `cannot capture the vm${switched ? ' (its disk stands on a new layer)' : ''}: ${(err as Error).message}`,
     );
   }
-  await resume(qmp, wasRunning);
   return { id, paused_ms: wasRunning ? await held.ms() : 0, live };
 }
 

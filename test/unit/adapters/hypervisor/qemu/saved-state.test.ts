@@ -1,0 +1,85 @@
+import { expect } from 'chai';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { saveStream } from '../../../../../src/adapters/hypervisor/qemu/saved-state.js';
+import type { QmpClient } from '../../../../../src/adapters/hypervisor/qemu/qmp-client.js';
+
+/**
+ * A monitor whose `migrate` connects to the socket it is given and writes `body`, then reports the
+ * migration `pre-switchover` (when that capability is on) and `completed`, or `failed` when told.
+ * Everything asked, and the hooks' calls, land in one list, in order.
+ */
+function monitor(body: Buffer, log: string[], fail = false) {
+  let preSwitchover = false;
+  let status = 'setup';
+  return {
+    async execute<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
+      log.push(cmd);
+      if (cmd === 'migrate-set-capabilities')
+        preSwitchover = (args!.capabilities as { capability: string; state: boolean }[]).some(
+          (c) => c.capability === 'pause-before-switchover' && c.state,
+        );
+      if (cmd === 'migrate') {
+        status = 'active';
+        const sock = connect(String(args!.uri).slice('unix:'.length));
+        sock.end(body, () => (status = fail ? 'failed' : preSwitchover ? 'pre-switchover' : 'completed'));
+      }
+      if (cmd === 'migrate-continue') status = 'completed';
+      if (cmd === 'query-migrate') return { status } as T;
+      return {} as T;
+    },
+  } as unknown as QmpClient;
+}
+
+describe('saveStream: a VM state written whole, the guest held no longer than the stream', () => {
+  let dir: string;
+  beforeEach(async () => (dir = await mkdtemp(join(tmpdir(), 'svc-save-'))));
+  afterEach(() => rm(dir, { recursive: true, force: true }));
+
+  it('stops the guest only once the socket is ready, and runs the streamed hook before the file is named', async () => {
+    const body = Buffer.alloc(3 << 20, 0x5a);
+    const log: string[] = [];
+    let seen: { tmp: number; named: boolean } | undefined;
+    await saveStream(monitor(body, log), dir, {
+      file: 'cap.state',
+      stopFirst: true,
+      preSwitchover: async () => void log.push('preSwitchover'),
+      streamed: async () => {
+        log.push('streamed');
+        seen = { tmp: readFileSync(join(dir, 'cap.state.tmp')).length, named: existsSync(join(dir, 'cap.state')) };
+      },
+    });
+    const asked = log.filter((x) => x !== 'query-migrate');
+    expect(asked).to.deep.equal([
+      'migrate-set-parameters',
+      'migrate-set-capabilities',
+      'stop',
+      'migrate',
+      'preSwitchover',
+      'migrate-continue',
+      'streamed',
+    ]);
+    // The hook saw every byte in the temporary file, and no file under the final name yet.
+    expect(seen).to.deep.equal({ tmp: body.length, named: false });
+    expect(readFileSync(join(dir, 'cap.state')).equals(body)).to.equal(true);
+    expect(existsSync(join(dir, 'cap.state.tmp'))).to.equal(false);
+  });
+
+  it('leaves no file and runs no hook when the migration fails', async () => {
+    const log: string[] = [];
+    const saving = saveStream(monitor(Buffer.alloc(4096), log, true), dir, {
+      streamed: async () => void log.push('streamed'),
+    });
+    await saving.then(
+      () => expect.fail('a failed migration saved a state'),
+      (err: Error) => expect(err.message).to.match(/migration failed/),
+    );
+    expect(log).to.not.include('stop');
+    expect(log).to.not.include('streamed');
+    expect(existsSync(join(dir, 'state.mig'))).to.equal(false);
+    expect(existsSync(join(dir, 'state.mig.tmp'))).to.equal(false);
+  });
+});
