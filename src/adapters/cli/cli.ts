@@ -2,19 +2,20 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type { WaitMode } from '../../domain/create-request.js';
-import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import type { Instance } from '../../domain/vm.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import { parseDuration } from '../../domain/duration.js';
-import { parseGuestPort } from '../../domain/agent.js';
 import { SvcClient, SvcError, type CreateInput } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
 import { egressCommands, egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { copy, parseEndpoint } from './copy.js';
-import { bytes, ms, snapshotList, sparkline, table } from './format.js';
+import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 import { clusterCommands } from './cluster-commands.js';
+import { collect, print, progress } from './cli-kit.js';
+import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
+import { imageCommands } from './image-commands.js';
 
 /** Thrown to leave with a given exit code (the remote command's, the shell's). */
 class Exit extends Error {
@@ -22,8 +23,6 @@ class Exit extends Error {
     super(`exit ${code}`);
   }
 }
-
-const collect = (v: string, prev: string[]) => [...prev, v];
 
 /** `k=v` flags (--tag, --node-selector) as a mapping. */
 function keyValues(given: string[], flag: string): Record<string, string> {
@@ -127,28 +126,6 @@ function vmDetails(i: Instance): string {
   ];
   const w = Math.max(...rows.map(([k]) => k.length));
   return rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join('\n');
-}
-
-function print(json: boolean, value: unknown, human: () => string): void {
-  process.stdout.write((json ? JSON.stringify(value, null, 2) : human()) + '\n');
-}
-
-async function readStdin(): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const c of process.stdin) parts.push(c as Buffer);
-  return Buffer.concat(parts);
-}
-
-/** Renders create progress: one updating line on a terminal, plain lines otherwise. */
-function progress(
-  e:
-    | Pick<CreateProgressEvent, 'phase' | 'message' | 'elapsed_ms'>
-    | Pick<ImageBuildEvent, 'phase' | 'message' | 'elapsed_ms'>,
-  tty: boolean,
-): void {
-  const line = `${e.phase.padEnd(10)} ${e.message} (${ms(e.elapsed_ms)})`;
-  if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
-  else process.stderr.write(`${line}\n`);
 }
 
 export function buildCli(): Command {
@@ -308,110 +285,7 @@ export function buildCli(): Command {
       print(o.json, out, () => `${vmRows(out.vms)}\n(${vm} was held ${out.paused_ms} ms while it was captured)`);
     });
 
-  const image = program.command('image').description('guest images');
-  image
-    .command('ls')
-    .option('--json')
-    .description('list built images')
-    .action(async (o) => {
-      const list = await client().listImages();
-      print(o.json, list, () =>
-        table(
-          list.map((i) => [
-            i.id,
-            i.os,
-            bytes(i.size_bytes),
-            `${i.min_disk_gb} GB`,
-            i.min_memory_mb ? `${i.min_memory_mb} MB` : '-',
-            i.in_use_by.join(',') || '-',
-            snapshotList(i.snapshots),
-          ]),
-          ['ID', 'OS', 'SIZE', 'MIN DISK', 'MIN MEMORY', 'USED BY', 'SNAPSHOTS'],
-        ),
-      );
-    });
-  image
-    .command('inspect')
-    .argument('<id>')
-    .option('--json')
-    .action(async (id: string, o) => {
-      const i = await client().getImage(id);
-      print(o.json, i, () =>
-        Object.entries({ ...i, snapshots: snapshotList(i.snapshots) })
-          .map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`)
-          .join('\n'),
-      );
-    });
-  const buildOrBake = async (req: Record<string, unknown>, json: boolean) => {
-    let last: ImageBuildEvent | undefined;
-    for await (const e of client().buildImageStream(req)) {
-      last = e;
-      if (!json) progress(e, process.stderr.isTTY === true);
-    }
-    if (!last || last.phase !== 'ready') throw new Error(last?.error ?? 'the build ended without an answer');
-    print(
-      json,
-      last.image,
-      () => `image ${req.name} ${req.from && /^[a-z-]+:/.test(String(req.from)) ? 'imported' : 'built'}`,
-    );
-  };
-  image
-    .command('build')
-    .argument('<name>')
-    .requiredOption('--from <image>', 'base image, such as debian')
-    .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
-    .option('--run <line>', 'a shell line to run, in order (repeat)', collect, [])
-    .option('--file <local:guest[:mode]>', 'copy a local file into the image (repeat)', collect, [])
-    .option('--env <KEY=VALUE>', 'an environment variable for /etc/environment (repeat)', collect, [])
-    .option('--description <text>')
-    .option('--json')
-    .description('build an image from a recipe, with live progress')
-    .action(async (name: string, o) => {
-      const files = (o.file as string[]).map((spec) => {
-        const [local, guest, mode] = spec.split(':');
-        if (!local || !guest) throw new Error(`--file ${spec}: give LOCAL:GUEST[:MODE]`);
-        return { path: guest, content: readFileSync(local).toString('base64'), mode: mode ?? '0644' };
-      });
-      const env = Object.fromEntries(
-        (o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-      );
-      await buildOrBake(
-        { name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description },
-        !!o.json,
-      );
-    });
-  image
-    .command('bake')
-    .argument('<name>')
-    .argument('<vm>')
-    .option('--description <text>')
-    .option('--json')
-    .description("bake a stopped VM's disk into a new image")
-    .action(async (name: string, vm: string, o) =>
-      buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json),
-    );
-  image
-    .command('import')
-    .argument('<name>')
-    .argument('<source>', "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs)")
-    .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)')
-    .option('--description <text>')
-    .option('--json')
-    .description('import a container image archive or a cloud disk as an image, with live progress')
-    .action(async (name: string, source: string, o) => {
-      const m = /^([a-z-]+):(.+)$/s.exec(source);
-      if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar`);
-      // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.
-      await buildOrBake(
-        { name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description },
-        !!o.json,
-      );
-    });
-  image
-    .command('rm')
-    .argument('<id>')
-    .description('delete a built image that no VM uses')
-    .action(async (id: string) => console.log((await client().deleteImage(id)).message));
+  imageCommands(program, client);
 
   program
     .command('pool')
@@ -526,144 +400,9 @@ export function buildCli(): Command {
       copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY),
     );
 
-  const fs = program.command('fs').description('guest filesystem operations');
-  fs.command('ls')
-    .argument('<name>')
-    .argument('<path>')
-    .option('--json')
-    .action(async (name: string, path: string, o) => {
-      const list = await client().readdir(name, path);
-      print(o.json, list, () =>
-        table(
-          list.map((e) => [e.mode, e.type, e.size, e.mtime, e.target ? `${e.name} -> ${e.target}` : e.name]),
-          ['MODE', 'TYPE', 'SIZE', 'MTIME', 'NAME'],
-        ),
-      );
-    });
-  fs.command('stat')
-    .argument('<name>')
-    .argument('<path>')
-    .option('--json')
-    .action(async (name: string, path: string, o) => {
-      const e = await client().stat(name, path);
-      print(o.json, e, () =>
-        table(
-          [[e.path, e.type, e.size, e.mode, e.mtime, e.target]],
-          ['PATH', 'TYPE', 'SIZE', 'MODE', 'MTIME', 'TARGET'],
-        ),
-      );
-    });
-  fs.command('mkdir')
-    .argument('<name>')
-    .argument('<path>')
-    .option('-p, --parents')
-    .option('--mode <octal>')
-    .action(async (name: string, path: string, o) =>
-      client().mkdir(name, path, { recursive: !!o.parents, mode: o.mode }),
-    );
-  fs.command('rm')
-    .argument('<name>')
-    .argument('<path>')
-    .option('-r, --recursive')
-    .action(async (name: string, path: string, o) => client().remove(name, path, { recursive: !!o.recursive }));
-  fs.command('ln')
-    .argument('<name>')
-    .argument('<target>')
-    .argument('<path>')
-    .description('make PATH a symlink to TARGET')
-    .action(async (name: string, target: string, path: string) => client().symlink(name, path, target));
-
-  const fwd = program.command('fwd').description('live port forwards');
-  fwd
-    .command('ls')
-    .argument('<name>')
-    .option('--json')
-    .action(async (name: string, o) => {
-      const f = (await client().get(name)).forwards;
-      print(o.json, f, () =>
-        table(
-          f.map((x) => [x.host_port, x.guest_port, x.proto, x.kind, x.pid]),
-          ['HOST', 'GUEST', 'PROTO', 'KIND', 'PID'],
-        ),
-      );
-    });
-  fwd
-    .command('add')
-    .argument('<name>')
-    .argument('<[host:]guest>')
-    .option('--json')
-    .action(async (name: string, spec: string, o) => {
-      const m = /^(?:(\d+):)?(\d+)$/.exec(spec);
-      if (!m) throw new Error(`fwd add: use [host:]guest, got ${spec}`);
-      const f = await client().addForward(name, { host_port: m[1] ? Number(m[1]) : 0, guest_port: Number(m[2]) });
-      print(o.json, f, () => `127.0.0.1:${f.host_port} -> ${name}:${f.guest_port}`);
-    });
-  fwd
-    .command('rm')
-    .argument('<name>')
-    .argument('<hostPort>')
-    .action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
-  fwd
-    .command('stdio')
-    .argument('<name>')
-    .argument('<port>', "a TCP port on the VM's loopback")
-    .description(
-      "this command's stdin and stdout to a TCP port in the VM, through its agent (no SSH, no host port): an SSH ProxyCommand (-o ProxyCommand='svc fwd stdio NAME 22'), a client of a database in the VM. Ends when the port's side closes",
-    )
-    .action(async (name: string, port: string) => {
-      const s = await client().openPort(name, parseGuestPort(port));
-      await new Promise<void>((resolve, reject) => {
-        // As nc: the end of stdin does not end the connection; the other side's close does.
-        process.stdin.pipe(s, { end: false });
-        s.pipe(process.stdout);
-        s.once('error', reject);
-        s.once('close', () => {
-          process.stdin.unpipe(s);
-          process.stdin.pause();
-          resolve();
-        });
-      });
-    });
-
-  const secret = program.command('secret').description('host secrets');
-  secret
-    .command('ls')
-    .option('--json')
-    .action(async (o) => {
-      const s = await client().listSecrets();
-      print(o.json, s, () =>
-        table(
-          s.map((x) => [x.name, x.size, x.mode, x.updated_at]),
-          ['NAME', 'SIZE', 'MODE', 'UPDATED'],
-        ),
-      );
-    });
-  secret
-    .command('set')
-    .argument('<name>')
-    .option('--file <path>', 'read the value from a file (default: standard input)')
-    .option('--mode <octal>')
-    .description('create or replace a secret; the value comes from --file or stdin, never from argv')
-    .action(async (name: string, o) => {
-      const value = o.file ? readFileSync(o.file) : await readStdin();
-      const r = await client().setSecret({ name, data_base64: value.toString('base64'), mode: o.mode });
-      console.log(`secret ${r.name} set (${r.size} bytes, mode ${r.mode})`);
-    });
-  secret
-    .command('rm')
-    .argument('<name>')
-    .action(async (name: string) => console.log((await client().deleteSecret(name)).message));
-  secret
-    .command('inject')
-    .argument('<vm>')
-    .argument('<secret>')
-    .option('--path <guestPath>')
-    .option('--mode <octal>')
-    .option('--json')
-    .action(async (vm: string, s: string, o) => {
-      const r = await client().injectSecret(vm, s, { path: o.path, mode: o.mode });
-      print(o.json, r, () => `${r.secret} -> ${vm}:${r.path} (${r.mode})`);
-    });
+  guestFileCommands(program, client);
+  forwardCommands(program, client);
+  secretCommands(program, client);
 
   program
     .command('stats')

@@ -1,10 +1,8 @@
 import type { Command } from 'commander';
 import type { NodeView } from '../../domain/cluster.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { print } from './cli-kit.js';
 import { table } from './format.js';
-
-const print = (asJson: boolean | undefined, value: unknown, text: () => string) =>
-  console.log(asJson ? JSON.stringify(value, null, 2) : text());
 
 /** `svc nodes [NODE]`, `svc drain NODE`, `svc move NAME NODE`: a cluster (docs/cluster.md). */
 export function clusterCommands(program: Command, client: () => SvcClient): void {

@@ -3,9 +3,8 @@ import { Option, type Command } from 'commander';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { collect } from './cli-kit.js';
 import { bytes, table } from './format.js';
-
-const collect = (v: string, prev: string[]) => [...prev, v];
 
 /** The policy `--egress-default`, `--allow` and `--deny` give (undefined when none is given). */
 export function policyFromFlags(o: {

@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
 import type { OutputFrame, ProcessInfo, ProcessStart, ProcessStream, WatchEvent } from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { collect } from './cli-kit.js';
 import { table } from './format.js';
 
-const collect = (v: string, prev: string[]) => [...prev, v];
 /** Ctrl-]: leaves `svc attach` (the process runs on). */
 const DETACH = 0x1d;
 

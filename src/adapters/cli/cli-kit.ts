@@ -1,0 +1,30 @@
+import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
+import { ms } from './format.js';
+
+/** What every command file shares: repeatable flags, JSON-or-text answers, progress, stdin. */
+
+/** Collects a repeatable flag's values (commander's `argParser`). */
+export const collect = (v: string, prev: string[]) => [...prev, v];
+
+/** The value as indented JSON with `--json`, else the text `human` makes of it. */
+export function print(json: boolean | undefined, value: unknown, human: () => string): void {
+  process.stdout.write((json ? JSON.stringify(value, null, 2) : human()) + '\n');
+}
+
+export async function readStdin(): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of process.stdin) parts.push(c as Buffer);
+  return Buffer.concat(parts);
+}
+
+/** Renders create or build progress: one updating line on a terminal, plain lines otherwise. */
+export function progress(
+  e:
+    | Pick<CreateProgressEvent, 'phase' | 'message' | 'elapsed_ms'>
+    | Pick<ImageBuildEvent, 'phase' | 'message' | 'elapsed_ms'>,
+  tty: boolean,
+): void {
+  const line = `${e.phase.padEnd(10)} ${e.message} (${ms(e.elapsed_ms)})`;
+  if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
+  else process.stderr.write(`${line}\n`);
+}

@@ -1,0 +1,115 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { Command } from 'commander';
+import type { ImageBuildEvent } from '../../domain/events.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { collect, print, progress } from './cli-kit.js';
+import { bytes, snapshotList, table } from './format.js';
+
+/** `svc image ls|inspect|build|bake|import|rm`: guest images (docs/images.md). */
+export function imageCommands(program: Command, client: () => SvcClient): void {
+  const image = program.command('image').description('guest images');
+  image
+    .command('ls')
+    .option('--json')
+    .description('list built images')
+    .action(async (o) => {
+      const list = await client().listImages();
+      print(o.json, list, () =>
+        table(
+          list.map((i) => [
+            i.id,
+            i.os,
+            bytes(i.size_bytes),
+            `${i.min_disk_gb} GB`,
+            i.min_memory_mb ? `${i.min_memory_mb} MB` : '-',
+            i.in_use_by.join(',') || '-',
+            snapshotList(i.snapshots),
+          ]),
+          ['ID', 'OS', 'SIZE', 'MIN DISK', 'MIN MEMORY', 'USED BY', 'SNAPSHOTS'],
+        ),
+      );
+    });
+  image
+    .command('inspect')
+    .argument('<id>')
+    .option('--json')
+    .action(async (id: string, o) => {
+      const i = await client().getImage(id);
+      print(o.json, i, () =>
+        Object.entries({ ...i, snapshots: snapshotList(i.snapshots) })
+          .map(([k, v]) => `${k.padEnd(12)} ${Array.isArray(v) ? v.join(', ') : String(v)}`)
+          .join('\n'),
+      );
+    });
+  const buildOrBake = async (req: Record<string, unknown>, json: boolean) => {
+    let last: ImageBuildEvent | undefined;
+    for await (const e of client().buildImageStream(req)) {
+      last = e;
+      if (!json) progress(e, process.stderr.isTTY === true);
+    }
+    if (!last || last.phase !== 'ready') throw new Error(last?.error ?? 'the build ended without an answer');
+    print(
+      json,
+      last.image,
+      () => `image ${req.name} ${req.from && /^[a-z-]+:/.test(String(req.from)) ? 'imported' : 'built'}`,
+    );
+  };
+  image
+    .command('build')
+    .argument('<name>')
+    .requiredOption('--from <image>', 'base image, such as debian')
+    .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
+    .option('--run <line>', 'a shell line to run, in order (repeat)', collect, [])
+    .option('--file <local:guest[:mode]>', 'copy a local file into the image (repeat)', collect, [])
+    .option('--env <KEY=VALUE>', 'an environment variable for /etc/environment (repeat)', collect, [])
+    .option('--description <text>')
+    .option('--json')
+    .description('build an image from a recipe, with live progress')
+    .action(async (name: string, o) => {
+      const files = (o.file as string[]).map((spec) => {
+        const [local, guest, mode] = spec.split(':');
+        if (!local || !guest) throw new Error(`--file ${spec}: give LOCAL:GUEST[:MODE]`);
+        return { path: guest, content: readFileSync(local).toString('base64'), mode: mode ?? '0644' };
+      });
+      const env = Object.fromEntries(
+        (o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+      );
+      await buildOrBake(
+        { name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description },
+        !!o.json,
+      );
+    });
+  image
+    .command('bake')
+    .argument('<name>')
+    .argument('<vm>')
+    .option('--description <text>')
+    .option('--json')
+    .description("bake a stopped VM's disk into a new image")
+    .action(async (name: string, vm: string, o) =>
+      buildOrBake({ name, from_vm: vm, description: o.description }, !!o.json),
+    );
+  image
+    .command('import')
+    .argument('<name>')
+    .argument('<source>', "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs)")
+    .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)')
+    .option('--description <text>')
+    .option('--json')
+    .description('import a container image archive or a cloud disk as an image, with live progress')
+    .action(async (name: string, source: string, o) => {
+      const m = /^([a-z-]+):(.+)$/s.exec(source);
+      if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar`);
+      // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.
+      await buildOrBake(
+        { name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description },
+        !!o.json,
+      );
+    });
+  image
+    .command('rm')
+    .argument('<id>')
+    .description('delete a built image that no VM uses')
+    .action(async (id: string) => console.log((await client().deleteImage(id)).message));
+}
