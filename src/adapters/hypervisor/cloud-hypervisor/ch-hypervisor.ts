@@ -3,15 +3,10 @@ import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InvalidStateError, NotSupportedError } from '../../../domain/errors.js';
-import type { ImageSource } from '../../../domain/image-request.js';
-import type { ImageBundle } from '../../../domain/image-fetch.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import type {
   ExitListener,
   HypervisorAdapter,
-  ImageDetails,
-  ImageInfo,
-  ImageProgress,
   LaunchOptions,
   MountRule,
   VmHandle,
@@ -21,6 +16,7 @@ import type {
 import type { Logger } from '../../../ports/logger.js';
 import { fromState, toState } from '../adapter-state.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
+import { CatalogImages } from '../catalog-images.js';
 import { checkHostDirs } from '../host-dirs.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
 import { makeOverlay } from '../../images/overlay.js';
@@ -62,59 +58,22 @@ const NO_NETWORK =
  * says what has run against the real binary: nothing here has (no KVM on the machines it was made
  * on); it is tested against a stand-in that speaks the same API.
  */
-export class ChHypervisor implements HypervisorAdapter {
+export class ChHypervisor extends CatalogImages implements HypervisorAdapter {
   readonly kind = 'cloud-hypervisor';
   private readonly live = new Map<string, LiveCh>();
   private readonly listeners: ExitListener[] = [];
 
-  constructor(private readonly o: ChOptions) {}
-
-  // ---- images: the shared catalog ----
-  async resolveImage(image: string): Promise<ImageInfo> {
-    return this.o.images.info(image);
+  constructor(private readonly o: ChOptions) {
+    super(o.images);
   }
 
-  ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void> {
-    return this.o.images.ensure(image, progress);
+  // ---- images: the shared catalog (CatalogImages) ----
+  protected diskOf(vm: VmRef): string {
+    return chLayout(vm.dir).disk;
   }
 
-  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return this.o.images.list(inUse);
-  }
-
-  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
-    return this.o.images.details(image, inUse);
-  }
-
-  digest(image: string): Promise<string> {
-    return this.o.images.digest(image);
-  }
-
-  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
-    return this.o.images.bundle(image);
-  }
-
-  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
-    return this.o.images.installImage(bundle, fill);
-  }
-
-  removeImage(image: string): Promise<void> {
-    return this.o.images.remove(image);
-  }
-
-  bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void> {
-    if (this.live.has(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
-    return this.o.images.bake(id, chLayout(vm.dir).disk, meta);
-  }
-
-  importImage(
-    id: string,
-    source: ImageSource,
-    allowed: readonly string[],
-    meta: { ssh_user?: string; description?: string },
-    progress: (p: ImageProgress) => void,
-  ): Promise<void> {
-    return this.o.images.import(id, source, allowed, meta, progress);
+  protected runs(name: string): boolean {
+    return this.live.has(name);
   }
 
   // ---- host links ----

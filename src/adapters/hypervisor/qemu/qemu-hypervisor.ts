@@ -10,9 +10,6 @@ import type { Logger } from '../../../ports/logger.js';
 import type {
   ExitListener,
   HypervisorAdapter,
-  ImageDetails,
-  ImageInfo,
-  ImageProgress,
   LaunchOptions,
   MountRule,
   VmHandle,
@@ -22,12 +19,11 @@ import type {
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
+import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
-import type { ImageSource } from '../../../domain/image-request.js';
-import type { ImageBundle } from '../../../domain/image-fetch.js';
 import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -91,7 +87,7 @@ const LOG_CHECK_MS = 10_000;
  * launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
  * again after a restart by qemu-state.ts.
  */
-export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
+export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, CloneSpeedUps {
   readonly kind = 'qemu';
   private readonly live = new LiveVms();
   private accel: Promise<Accel> | undefined;
@@ -108,6 +104,7 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
   private readonly captures = new Map<string, number>();
 
   constructor(private readonly o: QemuOptions) {
+    super(o.images);
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.command = new VmCommand({
       ...o,
@@ -159,51 +156,12 @@ export class QemuHypervisor implements HypervisorAdapter, CloneSpeedUps {
     return this.accel;
   }
 
-  async resolveImage(image: string): Promise<ImageInfo> {
-    return this.o.images.info(image);
+  protected diskOf(vm: VmRef): string {
+    return layout(vm.dir).disk;
   }
 
-  ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void> {
-    return this.o.images.ensure(image, progress);
-  }
-
-  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return this.o.images.list(inUse);
-  }
-
-  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
-    return this.o.images.details(image, inUse);
-  }
-
-  digest(image: string): Promise<string> {
-    return this.o.images.digest(image);
-  }
-
-  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
-    return this.o.images.bundle(image);
-  }
-
-  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
-    return this.o.images.installImage(bundle, fill);
-  }
-
-  removeImage(image: string): Promise<void> {
-    return this.o.images.remove(image);
-  }
-
-  bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void> {
-    if (this.live.has(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
-    return this.o.images.bake(id, layout(vm.dir).disk, meta);
-  }
-
-  importImage(
-    id: string,
-    source: ImageSource,
-    allowed: readonly string[],
-    meta: { ssh_user?: string; description?: string },
-    progress: (p: ImageProgress) => void,
-  ): Promise<void> {
-    return this.o.images.import(id, source, allowed, meta, progress);
+  protected runs(name: string): boolean {
+    return this.live.has(name);
   }
 
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
