@@ -3,7 +3,8 @@ import { createServer, type IncomingMessage, type RequestListener, type Server }
 import type { Duplex } from 'node:stream';
 import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
 import { answerClientError } from '../http-kit/error-status.js';
-import { connect, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { socketAnswers } from '../fs-kit/socket-file.js';
 import { parseApiAddress } from '../../app/config.js';
 import {
   browserGuard,
@@ -14,18 +15,6 @@ import {
 } from '../http-kit/browser-guard.js';
 
 export class ListenError extends Error {}
-
-/** Is something accepting connections on this Unix socket path right now? */
-function socketLive(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = connect(path);
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
-}
 
 /**
  * Serves one request listener on a Unix socket (0600) and, when `api` is set, on a TCP bind.
@@ -55,7 +44,7 @@ export class HttpListeners {
    * a second daemon started by mistake changes nothing.
    */
   static async claim(socket: string): Promise<void> {
-    if (await socketLive(socket)) throw new ListenError(`another svcd is already serving on ${socket}`);
+    if (await socketAnswers(socket)) throw new ListenError(`another svcd is already serving on ${socket}`);
   }
 
   /**

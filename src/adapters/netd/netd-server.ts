@@ -1,7 +1,8 @@
 import type { PortForward } from '../../domain/vm.js';
 import { existsSync } from 'node:fs';
 import { readFile, unlink } from 'node:fs/promises';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { createServer, type Server, type Socket } from 'node:net';
+import { socketAnswers } from '../fs-kit/socket-file.js';
 import { parseEgressPolicy } from '../../domain/egress.js';
 import type { Logger } from '../../ports/logger.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
@@ -91,7 +92,7 @@ export class NetdServer {
 
   async start(): Promise<void> {
     // Another svc-netd answering here keeps the socket; a stale file is replaced.
-    if (await answers(this.o.control)) throw new Error(`svc-netd already runs at ${this.o.control}`);
+    if (await socketAnswers(this.o.control)) throw new Error(`svc-netd already runs at ${this.o.control}`);
     await unlink(this.o.control).catch(() => undefined);
     const server = createServer((s) => this.client(s));
     const mask = process.umask(0o177);
@@ -384,16 +385,4 @@ async function bindRetrying<T>(bind: () => Promise<T>): Promise<T> {
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-}
-
-/** Does something answer on the Unix socket at `path`? */
-function answers(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = connect(path);
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
 }
