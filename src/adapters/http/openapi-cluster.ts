@@ -1,4 +1,4 @@
-import { err, json, op, ref, type Schema } from './openapi-kit.js';
+import { err, json, op, ref, jsonBody, type Schema } from './openapi-kit.js';
 
 /**
  * The OpenAPI description of a cluster's routes (docs/cluster.md), marked `x-svc-cluster`: a daemon
@@ -86,14 +86,7 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
       },
       {
         parameters: [{ name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
-        requestBody: {
-          required: true,
-          content: {
-            'application/json': {
-              schema: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
-            },
-          },
-        },
+        requestBody: jsonBody({ type: 'object', required: ['node'], properties: { node: { type: 'string' } } }),
         'x-svc-cluster': true,
       },
     ),

@@ -9,6 +9,11 @@ export const json = (description: string, schema: Schema) => ({
   description,
   content: { 'application/json': { schema } },
 });
+/** A request body of JSON in `schema`, required unless told. */
+export const jsonBody = (schema: Schema, required = true) => ({
+  required,
+  content: { 'application/json': { schema } },
+});
 export const nameParam = {
   name: 'name',
   in: 'path',

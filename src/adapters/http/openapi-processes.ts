@@ -1,4 +1,4 @@
-import { err, json, nameParam, op, proxyErrors, q, ref, type Schema } from './openapi-kit.js';
+import { err, json, nameParam, op, proxyErrors, q, ref, jsonBody, type Schema } from './openapi-kit.js';
 
 /** The OpenAPI description of durable processes and watches (docs/processes.md). */
 
@@ -137,7 +137,7 @@ export const PROCESS_PATHS: Record<string, Record<string, Schema>> = {
       { '201': json('started', ref('ProcessInfo')), '409': err('a running process has this tag'), ...errors },
       {
         parameters: [nameParam],
-        requestBody: { required: true, content: { 'application/json': { schema: ref('ProcessStart') } } },
+        requestBody: jsonBody(ref('ProcessStart')),
       },
     ),
     get: op(
@@ -214,18 +214,11 @@ export const PROCESS_PATHS: Record<string, Record<string, Schema>> = {
       { '204': { description: 'resized' }, ...errors },
       {
         parameters: [nameParam, idParam],
-        requestBody: {
-          required: true,
-          content: {
-            'application/json': {
-              schema: {
-                type: 'object',
-                required: ['cols', 'rows'],
-                properties: { cols: { type: 'integer' }, rows: { type: 'integer' } },
-              },
-            },
-          },
-        },
+        requestBody: jsonBody({
+          type: 'object',
+          required: ['cols', 'rows'],
+          properties: { cols: { type: 'integer' }, rows: { type: 'integer' } },
+        }),
       },
     ),
   },

@@ -2,7 +2,7 @@
  * The daemon's OpenAPI 3 description, built as data so a test can compare its paths with the
  * routes express serves. Operations with `x-svc-planned: true` are described but not served yet.
  */
-import { err, json, message, nameParam, op, pathQ, proxyErrors, q, ref, type Schema } from './openapi-kit.js';
+import { err, json, message, nameParam, op, pathQ, proxyErrors, q, ref, jsonBody, type Schema } from './openapi-kit.js';
 import { PROCESS_PATHS, PROCESS_SCHEMAS } from './openapi-processes.js';
 import { CLUSTER_PATHS, CLUSTER_SCHEMAS } from './openapi-cluster.js';
 
@@ -676,14 +676,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           summary:
             'Log in: trade the token for a session id, sent after in the X-Svc-Session header (not a cookie: cookies reach every port of the host)',
           security: [],
-          requestBody: {
-            required: true,
-            content: {
-              'application/json': {
-                schema: { type: 'object', required: ['token'], properties: { token: { type: 'string' } } },
-              },
-            },
-          },
+          requestBody: jsonBody({ type: 'object', required: ['token'], properties: { token: { type: 'string' } } }),
           responses: {
             '200': json('logged in: `session` is the id', ref('UiSession')),
             '401': err('wrong token'),
@@ -715,7 +708,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: createParams,
-            requestBody: { required: false, content: { 'application/json': { schema: ref('CreateRequest') } } },
+            requestBody: jsonBody(ref('CreateRequest'), false),
           },
         ),
       },
@@ -757,23 +750,19 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam, ...createParams],
-            requestBody: {
-              required: false,
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    additionalProperties: false,
-                    properties: {
-                      count: { type: 'integer', minimum: 1, maximum: 100 },
-                      names: { type: 'array', items: { type: 'string' }, minItems: 1, maxItems: 100 },
-                      persistent: { type: 'boolean' },
-                      tags: { type: 'object', additionalProperties: { type: 'string' } },
-                    },
-                  },
+            requestBody: jsonBody(
+              {
+                type: 'object',
+                additionalProperties: false,
+                properties: {
+                  count: { type: 'integer', minimum: 1, maximum: 100 },
+                  names: { type: 'array', items: { type: 'string' }, minItems: 1, maxItems: 100 },
+                  persistent: { type: 'boolean' },
+                  tags: { type: 'object', additionalProperties: { type: 'string' } },
                 },
               },
-            },
+              false,
+            ),
           },
         ),
       },
@@ -794,23 +783,19 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam, ...createParams],
-            requestBody: {
-              required: false,
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    properties: {
-                      name: { type: 'string' },
-                      persistent: { type: 'boolean' },
-                      tags: { type: 'object', additionalProperties: { type: 'string' } },
-                      forwards: { type: 'array', items: ref('PortForward') },
-                      metrics_enabled: { type: 'boolean' },
-                    },
-                  },
+            requestBody: jsonBody(
+              {
+                type: 'object',
+                properties: {
+                  name: { type: 'string' },
+                  persistent: { type: 'boolean' },
+                  tags: { type: 'object', additionalProperties: { type: 'string' } },
+                  forwards: { type: 'array', items: ref('PortForward') },
+                  metrics_enabled: { type: 'boolean' },
                 },
               },
-            },
+              false,
+            ),
           },
         ),
       },
@@ -833,7 +818,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [q('stream', { type: 'string', enum: ['1'] })],
-            requestBody: { required: true, content: { 'application/json': { schema: ref('ImageRequest') } } },
+            requestBody: jsonBody(ref('ImageRequest')),
           },
         ),
       },
@@ -866,7 +851,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
             '202': { description: 'a notification or response was accepted' },
             '400': err('not a JSON-RPC message'),
           },
-          { requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } } },
+          { requestBody: jsonBody({ type: 'object' }) },
         ),
         get: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
         delete: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
@@ -925,7 +910,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam],
-            requestBody: { required: true, content: { 'application/json': { schema: ref('PortForward') } } },
+            requestBody: jsonBody(ref('PortForward')),
           },
         ),
       },
@@ -947,7 +932,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
         post: op(
           'Create or replace a secret',
           { '200': json('the secret record', ref('Secret')), '400': err('invalid secret') },
-          { requestBody: { required: true, content: { 'application/json': { schema: ref('SecretInput') } } } },
+          { requestBody: jsonBody(ref('SecretInput')) },
         ),
       },
       '/secrets/{name}': {
@@ -974,22 +959,18 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam, { name: 'secretName', in: 'path', required: true, schema: { type: 'string' } }],
-            requestBody: {
-              required: false,
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    properties: {
-                      path: { type: 'string' },
-                      mode: { type: 'string' },
-                      uid: { type: 'integer' },
-                      gid: { type: 'integer' },
-                    },
-                  },
+            requestBody: jsonBody(
+              {
+                type: 'object',
+                properties: {
+                  path: { type: 'string' },
+                  mode: { type: 'string' },
+                  uid: { type: 'integer' },
+                  gid: { type: 'integer' },
                 },
               },
-            },
+              false,
+            ),
           },
         ),
       },
@@ -1116,18 +1097,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
           { '204': { description: 'made' }, ...proxyErrors },
           {
             parameters: [nameParam],
-            requestBody: {
-              required: true,
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    required: ['path'],
-                    properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } },
-                  },
-                },
-              },
-            },
+            requestBody: jsonBody({
+              type: 'object',
+              required: ['path'],
+              properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } },
+            }),
           },
         ),
       },
@@ -1137,18 +1111,11 @@ export function openApiDocument(version: string): Record<string, unknown> {
           { '204': { description: 'made' }, ...proxyErrors },
           {
             parameters: [nameParam],
-            requestBody: {
-              required: true,
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    required: ['path', 'target'],
-                    properties: { path: { type: 'string' }, target: { type: 'string' } },
-                  },
-                },
-              },
-            },
+            requestBody: jsonBody({
+              type: 'object',
+              required: ['path', 'target'],
+              properties: { path: { type: 'string' }, target: { type: 'string' } },
+            }),
           },
         ),
       },
@@ -1169,7 +1136,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam],
-            requestBody: { required: true, content: { 'application/json': { schema: ref('LifetimeChange') } } },
+            requestBody: jsonBody(ref('LifetimeChange')),
           },
         ),
       },
@@ -1188,7 +1155,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam],
-            requestBody: { required: true, content: { 'application/json': { schema: ref('EgressPolicy') } } },
+            requestBody: jsonBody(ref('EgressPolicy')),
           },
         ),
       },
@@ -1210,10 +1177,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
           {
             parameters: [nameParam],
-            requestBody: {
-              required: true,
-              content: { 'application/json': { schema: { type: 'array', items: ref('EgressSecret') } } },
-            },
+            requestBody: jsonBody({ type: 'array', items: ref('EgressSecret') }),
           },
         ),
       },
