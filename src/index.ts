@@ -2,7 +2,8 @@
  * svc as a library: the typed client, and what an embedder needs to run the daemon in-process
  * with adapters of its own (docs/embedding.md).
  */
-export { SvcClient, SvcError, DaemonUnreachableError, CLIENT_ROUTES } from './adapters/client/svc-client.js';
+export { SvcClient, SvcError, DaemonUnreachableError } from './adapters/client/svc-client.js';
+export { CLIENT_ROUTES } from './adapters/client/client-routes.js';
 export type {
   SvcClientOptions,
   CreateInput,
