@@ -2,9 +2,11 @@
  * The daemon's OpenAPI 3 description, built as data so a test can compare its paths with the
  * routes express serves. Operations with `x-svc-planned: true` are described but not served yet.
  */
-import { err, json, message, nameParam, op, pathQ, proxyErrors, q, ref, jsonBody, type Schema } from './openapi-kit.js';
+import { err, json, message, nameParam, op, proxyErrors, q, ref, jsonBody, type Schema } from './openapi-kit.js';
 import { PROCESS_PATHS, PROCESS_SCHEMAS } from './openapi-processes.js';
 import { CLUSTER_PATHS, CLUSTER_SCHEMAS } from './openapi-cluster.js';
+import { EGRESS_PATHS, EGRESS_SCHEMAS } from './openapi-egress.js';
+import { GUEST_PATHS, GUEST_SCHEMAS } from './openapi-guest.js';
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
@@ -98,107 +100,6 @@ const schemas: Record<string, Schema> = {
       egress_secrets: { type: 'array', items: ref('EgressSecretBinding') },
       expires_at: { type: 'string', format: 'date-time', description: 'when its lifetime ends; absent: never' },
       on_expire: { type: 'string', enum: ['delete', 'suspend'] },
-    },
-  },
-  EgressSecret: {
-    type: 'object',
-    additionalProperties: false,
-    required: ['secret', 'hosts'],
-    description:
-      'A host secret put into requests on the way out, to its hosts only (docs/egress-secrets.md): the guest holds a placeholder.',
-    properties: {
-      secret: { type: 'string', description: 'a host secret (POST /secrets)' },
-      hosts: {
-        type: 'array',
-        minItems: 1,
-        maxItems: 64,
-        items: { type: 'string', description: 'api.example.com, *.example.com or host.svc.internal' },
-      },
-      header: { type: 'string', description: 'only this request header carries the value (default: any)' },
-      format: { type: 'string', description: 'what the header becomes, {value} the secret: "Bearer {value}"' },
-      env: {
-        type: 'string',
-        description: "the guest variable holding the placeholder (default: the secret's name upper-cased)",
-      },
-      always: {
-        type: 'boolean',
-        description:
-          "with header: set it on every request to the hosts, over the guest's own; no placeholder in the guest, no env",
-      },
-    },
-  },
-  EgressSecretBinding: {
-    allOf: [
-      ref('EgressSecret'),
-      {
-        type: 'object',
-        required: ['placeholder'],
-        properties: {
-          placeholder: { type: 'string', description: 'what the guest holds in place of the value' },
-          inherited: {
-            type: 'array',
-            items: { type: 'string' },
-            description:
-              'placeholders of the VM this one was copied from, still put in place (its processes came along)',
-          },
-        },
-      },
-    ],
-  },
-  EgressPolicy: {
-    type: 'object',
-    additionalProperties: false,
-    description:
-      "What the guest may reach (docs/network.md). Deny rules win; private, link-local and the host's addresses open only by a block rule; the host's loopback only by host:PORT.",
-    properties: {
-      default: { type: 'string', enum: ['allow', 'deny'], default: 'allow' },
-      allow: {
-        type: 'array',
-        maxItems: 1000,
-        items: {
-          type: 'string',
-          description:
-            'a domain (pypi.org, *.github.com), an IP or CIDR with an optional :port ([v6]:port), or host:PORT',
-        },
-      },
-      deny: { type: 'array', maxItems: 1000, items: { type: 'string' } },
-      proxy: {
-        type: 'object',
-        additionalProperties: false,
-        required: ['address'],
-        description:
-          'A SOCKS5 proxy that allowed outbound TCP is tunneled through, after the rules decide; a name that let a connection out is sent for the proxy to resolve. Fails closed: no direct connection when the proxy fails. UDP (DNS) is not tunneled.',
-        properties: {
-          address: { type: 'string', description: 'HOST:PORT, a name or an address ([v6]:port)' },
-          username: { type: 'string', maxLength: 255, description: 'RFC 1929 username' },
-          secret: {
-            type: 'string',
-            description: 'the host secret holding the password (needs username); the password is never shown',
-          },
-        },
-      },
-    },
-  },
-  EgressEvent: {
-    type: 'object',
-    required: ['t', 'vm', 'event', 'proto', 'decision', 'rule'],
-    properties: {
-      t: { type: 'string', format: 'date-time' },
-      vm: { type: 'string' },
-      event: { type: 'string', enum: ['dns', 'open', 'deny', 'close', 'secret'] },
-      proto: { type: 'string', enum: ['tcp', 'udp', 'icmp', 'dns'] },
-      decision: { type: 'string', enum: ['allow', 'deny'] },
-      rule: { type: 'string' },
-      name: { type: 'string' },
-      addr: { type: 'string' },
-      port: { type: 'integer' },
-      answers: { type: 'array', items: { type: 'string' } },
-      bytes_out: { type: 'integer' },
-      bytes_in: { type: 'integer' },
-      duration_ms: { type: 'integer' },
-      repeats: { type: 'integer' },
-      error: { type: 'string' },
-      secret: { type: 'string', description: 'the egress secret a secret or deny entry is about (its name)' },
     },
   },
   CreateRequest: {
@@ -425,102 +326,6 @@ const schemas: Record<string, Schema> = {
       mode: { type: 'string', default: '0600' },
     },
   },
-  AgentHealth: {
-    type: 'object',
-    required: ['hostname', 'agent_version', 'agent_uptime_sec', 'userdata_ran'],
-    properties: {
-      hostname: { type: 'string' },
-      agent_version: { type: 'string' },
-      agent_uptime_sec: { type: 'number' },
-      userdata_ran: { type: 'boolean' },
-      readiness: { type: 'object', additionalProperties: { type: 'string' } },
-    },
-  },
-  Stats: {
-    type: 'object',
-    required: ['uptime_sec', 'load1', 'load5', 'load15', 'mem_total_bytes', 'mem_available_bytes'],
-    properties: Object.fromEntries(
-      [
-        'uptime_sec',
-        'load1',
-        'load5',
-        'load15',
-        'cpus',
-        'mem_total_bytes',
-        'mem_available_bytes',
-        'disk_total_bytes',
-        'disk_free_bytes',
-      ].map((k) => [k, { type: 'number' }]),
-    ),
-  },
-  MetricsHistory: {
-    type: 'object',
-    required: ['name', 'enabled', 'interval_sec', 'capacity', 'points'],
-    properties: {
-      name: { type: 'string' },
-      enabled: { type: 'boolean' },
-      interval_sec: { type: 'number' },
-      capacity: { type: 'integer' },
-      points: {
-        type: 'array',
-        items: {
-          type: 'object',
-          properties: Object.fromEntries(
-            [
-              't_ms',
-              'uptime_sec',
-              'load1',
-              'mem_total_bytes',
-              'mem_available_bytes',
-              'disk_total_bytes',
-              'disk_free_bytes',
-            ].map((k) => [k, { type: 'number' }]),
-          ),
-        },
-      },
-    },
-  },
-  ExecResult: {
-    type: 'object',
-    required: ['stdout', 'stderr', 'exit_code'],
-    properties: {
-      stdout: { type: 'string' },
-      stderr: { type: 'string' },
-      exit_code: { type: 'integer' },
-      error: { type: 'string' },
-      truncated: { type: 'boolean' },
-    },
-  },
-  ExecFrame: {
-    type: 'object',
-    required: ['type', 't'],
-    properties: {
-      type: { type: 'string', enum: ['started', 'stdout', 'stderr', 'exit', 'error'] },
-      t: { type: 'string' },
-      pid: { type: 'integer' },
-      data: { type: 'string' },
-      exit_code: { type: 'integer' },
-      error: { type: 'string' },
-      code: {
-        type: 'string',
-        description:
-          'on an error frame the daemon ends a broken stream with: the error code (agent_unavailable, agent_failure)',
-      },
-    },
-  },
-  FSInfo: {
-    type: 'object',
-    required: ['name', 'path', 'type', 'size', 'mode', 'mtime'],
-    properties: {
-      name: { type: 'string' },
-      path: { type: 'string' },
-      type: { type: 'string', enum: ['file', 'directory', 'symlink', 'other'] },
-      size: { type: 'integer' },
-      mode: { type: 'string' },
-      mtime: { type: 'string', format: 'date-time' },
-      target: { type: 'string' },
-    },
-  },
 };
 
 /** Operations described but not served yet; each carries `x-svc-planned: true`. */
@@ -561,11 +366,13 @@ export function openApiDocument(version: string): Record<string, unknown> {
     security: [{ bearer: [] }],
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
-      schemas: { ...schemas, ...PROCESS_SCHEMAS, ...CLUSTER_SCHEMAS },
+      schemas: { ...schemas, ...EGRESS_SCHEMAS, ...GUEST_SCHEMAS, ...PROCESS_SCHEMAS, ...CLUSTER_SCHEMAS },
     },
     paths: markPlanned({
       ...PROCESS_PATHS,
       ...CLUSTER_PATHS,
+      ...GUEST_PATHS,
+      ...EGRESS_PATHS,
       '/healthz': {
         get: {
           summary: 'Liveness; never needs a token',
@@ -974,158 +781,6 @@ export function openApiDocument(version: string): Record<string, unknown> {
           },
         ),
       },
-      '/vms/{name}/agent/health': {
-        get: op(
-          'Guest agent health',
-          { '200': json('health', ref('AgentHealth')), '404': err('no such vm'), '503': err('agent unavailable') },
-          { parameters: [nameParam] },
-        ),
-      },
-      '/vms/{name}/agent/deploy': {
-        post: op(
-          'Deploy or refresh the agent over SSH',
-          {
-            '200': json('deployed', {
-              type: 'object',
-              properties: { name: { type: 'string' }, agent_version: { type: 'string' } },
-            }),
-            ...proxyErrors,
-          },
-          { parameters: [nameParam] },
-        ),
-      },
-      '/vms/{name}/stats': {
-        get: op(
-          'Guest stats snapshot',
-          { '200': json('stats', ref('Stats')), '404': err('no such vm'), '503': err('agent unavailable') },
-          { parameters: [nameParam] },
-        ),
-      },
-      '/vms/{name}/exec': {
-        post: op(
-          'Run a command in the guest',
-          {
-            '200': {
-              description: 'ExecResult, or NDJSON frames with buffered=false',
-              content: {
-                'application/json': { schema: ref('ExecResult') },
-                'application/x-ndjson': { schema: ref('ExecFrame') },
-              },
-            },
-            ...proxyErrors,
-          },
-          {
-            parameters: [
-              nameParam,
-              q('cmd', { type: 'string' }, 'command', true),
-              {
-                name: 'args',
-                in: 'query',
-                schema: { type: 'array', items: { type: 'string' } },
-                style: 'form',
-                explode: true,
-              },
-              q('buffered', { type: 'string', enum: ['true', 'false'], default: 'true' }),
-              q('cwd', { type: 'string' }),
-              q('uid', { type: 'integer' }),
-              q('gid', { type: 'integer' }),
-              q('timeout', { type: 'string' }),
-              q('encoding', { type: 'string', enum: ['utf8', 'base64'] }),
-            ],
-            requestBody: {
-              required: false,
-              description: 'stdin of the command',
-              content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
-            },
-          },
-        ),
-      },
-      '/vms/{name}/cp': {
-        put: op(
-          'Write a file or a tar into the guest',
-          { '204': { description: 'written' }, ...proxyErrors },
-          {
-            parameters: [
-              nameParam,
-              pathQ,
-              q('mode', { type: 'string', enum: ['binary', 'tar'] }),
-              q('permissions', { type: 'string' }),
-              q('uid', { type: 'integer' }),
-              q('gid', { type: 'integer' }),
-            ],
-            requestBody: {
-              required: true,
-              content: {
-                'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
-                'application/x-tar': { schema: { type: 'string', format: 'binary' } },
-              },
-            },
-          },
-        ),
-        get: op(
-          'Read a file or a tar from the guest',
-          {
-            '200': {
-              description: 'bytes',
-              content: {
-                'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
-                'application/x-tar': { schema: { type: 'string', format: 'binary' } },
-              },
-            },
-            ...proxyErrors,
-          },
-          { parameters: [nameParam, pathQ, q('mode', { type: 'string', enum: ['binary', 'tar'] })] },
-        ),
-      },
-      '/vms/{name}/fs/readdir': {
-        get: op(
-          'List a guest directory',
-          { '200': json('entries', { type: 'array', items: ref('FSInfo') }), ...proxyErrors },
-          { parameters: [nameParam, pathQ] },
-        ),
-      },
-      '/vms/{name}/fs/stat': {
-        get: op(
-          'Stat a guest path (links not followed)',
-          { '200': json('entry', ref('FSInfo')), ...proxyErrors },
-          { parameters: [nameParam, pathQ] },
-        ),
-      },
-      '/vms/{name}/fs/mkdir': {
-        post: op(
-          'Make a guest directory',
-          { '204': { description: 'made' }, ...proxyErrors },
-          {
-            parameters: [nameParam],
-            requestBody: jsonBody({
-              type: 'object',
-              required: ['path'],
-              properties: { path: { type: 'string' }, recursive: { type: 'boolean' }, mode: { type: 'string' } },
-            }),
-          },
-        ),
-      },
-      '/vms/{name}/fs/symlink': {
-        post: op(
-          'Make a guest symlink',
-          { '204': { description: 'made' }, ...proxyErrors },
-          {
-            parameters: [nameParam],
-            requestBody: jsonBody({
-              type: 'object',
-              required: ['path', 'target'],
-              properties: { path: { type: 'string' }, target: { type: 'string' } },
-            }),
-          },
-        ),
-      },
-      '/vms/{name}/fs/remove': {
-        delete: op(
-          'Remove a guest path',
-          { '204': { description: 'removed' }, ...proxyErrors },
-          { parameters: [nameParam, pathQ, q('recursive', { type: 'boolean', default: false })] },
-        ),
-      },
       '/vms/{name}/ttl': {
         put: op(
           "Set the VM's lifetime from now, or end it (ttl null); at its end the VM is deleted or suspended",
@@ -1137,76 +792,6 @@ export function openApiDocument(version: string): Record<string, unknown> {
           {
             parameters: [nameParam],
             requestBody: jsonBody(ref('LifetimeChange')),
-          },
-        ),
-      },
-      '/vms/{name}/egress': {
-        get: op(
-          "The VM's egress policy",
-          { '200': json('the policy', ref('EgressPolicy')), '404': err('no such vm') },
-          { parameters: [nameParam] },
-        ),
-        put: op(
-          "Replace the VM's egress policy, live: open connections it forbids are closed",
-          {
-            '200': json('the policy as understood', ref('EgressPolicy')),
-            '400': err('not a policy'),
-            '404': err('no such vm'),
-          },
-          {
-            parameters: [nameParam],
-            requestBody: jsonBody(ref('EgressPolicy')),
-          },
-        ),
-      },
-      '/vms/{name}/egress/secrets': {
-        get: op(
-          "The VM's egress secrets: bindings and placeholders, never values",
-          {
-            '200': json('the bindings', { type: 'array', items: ref('EgressSecretBinding') }),
-            '404': err('no such vm'),
-          },
-          { parameters: [nameParam] },
-        ),
-        put: op(
-          "Replace the VM's egress secrets, live (a secret it had keeps its placeholder)",
-          {
-            '200': json('the bindings', { type: 'array', items: ref('EgressSecretBinding') }),
-            '400': err('not a binding, or no such host secret'),
-            '404': err('no such vm'),
-          },
-          {
-            parameters: [nameParam],
-            requestBody: jsonBody({ type: 'array', items: ref('EgressSecret') }),
-          },
-        ),
-      },
-      '/vms/{name}/egress/log': {
-        get: op(
-          "The VM's egress decisions, oldest first; with follow=true the last `limit`, then each as it happens (NDJSON)",
-          {
-            '200': {
-              description: 'the log',
-              content: {
-                'application/json': {
-                  schema: {
-                    type: 'object',
-                    properties: { name: { type: 'string' }, events: { type: 'array', items: ref('EgressEvent') } },
-                  },
-                },
-                'application/x-ndjson': { schema: ref('EgressEvent') },
-              },
-            },
-            '400': err('bad limit or since'),
-            '404': err('no such vm'),
-          },
-          {
-            parameters: [
-              nameParam,
-              q('limit', { type: 'integer', default: 100, maximum: 10000 }),
-              q('since', { type: 'string' }, 'milliseconds since the epoch or an RFC 3339 time'),
-              q('follow', { type: 'boolean', default: false }),
-            ],
           },
         ),
       },
@@ -1225,51 +810,6 @@ export function openApiDocument(version: string): Record<string, unknown> {
               nameParam,
               q('tail', { type: 'integer' }, 'last N bytes'),
               q('follow', { type: 'boolean', default: false }),
-            ],
-          },
-        ),
-      },
-      '/vms/{name}/shell': {
-        get: op(
-          'Interactive shell (WebSocket upgrade)',
-          {
-            '101': {
-              description: 'switching to WebSocket: binary frames carry terminal bytes, text {type:"resize",cols,rows}',
-            },
-            '404': err('no such vm'),
-            '503': err('agent unavailable'),
-          },
-          {
-            parameters: [
-              nameParam,
-              q('cols', { type: 'integer' }),
-              q('rows', { type: 'integer' }),
-              q('shell', { type: 'string' }),
-              q(
-                'user',
-                { type: 'string' },
-                'a user of the guest (name or number) to open it as, in its home with its login shell; default root',
-              ),
-            ],
-          },
-        ),
-      },
-      '/vms/{name}/ports/{port}': {
-        get: op(
-          "A TCP port on the guest's loopback (upgrade: tcp)",
-          {
-            '101': {
-              description:
-                "switching to the port's bytes (Upgrade: tcp): the connection then carries TCP to 127.0.0.1:PORT (or ::1) in the guest, through its agent",
-            },
-            '400': err('not an Upgrade: tcp, or a bad port'),
-            '404': err('no such vm, or nothing listens on the port in the guest'),
-            '503': err('agent unavailable'),
-          },
-          {
-            parameters: [
-              nameParam,
-              { name: 'port', in: 'path', required: true, schema: { type: 'integer', minimum: 1, maximum: 65535 } },
             ],
           },
         ),
