@@ -3,7 +3,7 @@ import { Option, type Command } from 'commander';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect } from './cli-kit.js';
+import { collect, print } from './cli-kit.js';
 import { bytes, table } from './format.js';
 
 /** The policy `--egress-default`, `--allow` and `--deny` give (undefined when none is given). */
@@ -141,7 +141,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
     .option('--json')
     .action(async (name: string, o) => {
       const p = await client().egress(name);
-      process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
+      print(o.json, p, () => showPolicy(p));
     });
   egressFlags(
     eg
@@ -155,7 +155,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
       const policy = o.file ? (JSON.parse(readFileSync(o.file, 'utf8')) as Partial<EgressPolicy>) : policyFromFlags(o);
       if (!policy) throw new Error('egress set: give --file, or --egress-default, --allow, --deny and --egress-proxy');
       const p = await client().setEgress(name, policy);
-      process.stdout.write((o.json ? JSON.stringify(p, null, 2) : showPolicy(p)) + '\n');
+      print(o.json, p, () => showPolicy(p));
     });
   egressSecretFlag(
     eg
@@ -172,7 +172,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
       const list = o.set
         ? await client().setEgressSecrets(name, secretsFromFlags(o))
         : await client().egressSecrets(name);
-      process.stdout.write((o.json ? JSON.stringify(list, null, 2) : showSecrets(list)) + '\n');
+      print(o.json, list, () => showSecrets(list));
     });
   eg.command('log')
     .argument('<name>')

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { OutputFrame, ProcessInfo, ProcessStart, ProcessStream, WatchEvent } from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect } from './cli-kit.js';
+import { collect, print } from './cli-kit.js';
 import { table } from './format.js';
 
 /** Ctrl-]: leaves `svc attach` (the process runs on). */
@@ -109,9 +109,8 @@ export function processCommands(program: Command, client: () => SvcClient): void
     .description("a VM's durable processes: running, and those that ended lately")
     .action(async (name: string, o) => {
       const list = await client().processes(name);
-      if (o.json) return void process.stdout.write(`${JSON.stringify(list, null, 2)}\n`);
-      process.stdout.write(
-        `${table(
+      print(o.json, list, () =>
+        table(
           list.map((p) => [
             p.id,
             p.tag ?? '-',
@@ -121,7 +120,7 @@ export function processCommands(program: Command, client: () => SvcClient): void
             [p.cmd, ...p.args].join(' ').slice(0, 60),
           ]),
           ['ID', 'TAG', 'PID', 'STATE', 'STARTED', 'COMMAND'],
-        )}\n`,
+        ),
       );
     });
 
