@@ -457,8 +457,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     let snapshot = false;
     const t0 = Date.now();
     try {
-      await v.qmp.execute('stop');
-      await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid) });
+      await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid), stopFirst: true });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {
