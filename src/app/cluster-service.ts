@@ -103,6 +103,15 @@ export class ClusterService implements LifecycleContribution {
     return this.store.stale;
   }
 
+  /**
+   * Asks etcd itself for a VM that neither this node nor the copy knows, and takes what it says
+   * into the copy: one placed through another node a moment ago is then routed to its node, not
+   * answered 404 here.
+   */
+  async lookUp(name: string): Promise<void> {
+    if (!this.vms.find(name) && !this.store.vm(name)) await this.store.look(name);
+  }
+
   /** Which node serves calls about `name`: here when this node has it or nobody does (the local 404). */
   route(name: string): Route {
     if (this.vms.find(name)) return { at: 'here' };

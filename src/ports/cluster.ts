@@ -24,6 +24,11 @@ export interface ClusterStore {
   vms(): ReadonlyMap<string, VmEntry>;
   /** One VM's entry (what routing a call asks, without going through every entry). */
   vm(name: string): VmEntry | undefined;
+  /**
+   * One VM's entry read from the store itself, taken into the copy: a VM placed through another
+   * node a moment ago, which the copy has not followed yet. The copy's while the store is unreachable.
+   */
+  look(name: string): Promise<VmEntry | undefined>;
   /** True while the copy cannot be kept current (the store unreachable): what it says may be old. */
   readonly stale: boolean;
   /**

@@ -172,9 +172,12 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(onN3.length).to.equal(3);
     const [source, , gone] = onN3.map((v) => v.name);
     expect((await api(nodes[0], 'DELETE', `/vms/${gone}`)).status).to.equal(200);
+    // nodes[1] answers from its watch of etcd, which follows a write made through another node
+    // after a moment (docs/cluster.md): wait for it after each write.
     const allocated = async () =>
       ((await api(nodes[1], 'GET', '/nodes/n3')).json as { allocated: { vms: number } }).allocated.vms;
-    expect(await allocated()).to.equal(2);
+    const settles = (vms: number) => until(`n3 holds ${vms} VMs`, 5000, async () => (await allocated()) === vms);
+    await settles(2);
     // Two forks need two slots; n3 has one: refused whole, through a node that does not own the source.
     const two = await api(nodes[0], 'POST', `/vms/${source}/fork`, { count: 2 });
     expect(two.status, two.text).to.equal(429);
@@ -185,7 +188,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const one = await api(nodes[1], 'POST', `/vms/${source}/fork`, {});
     expect(one.status, one.text).to.equal(201);
     expect((await api(nodes[0], 'GET', `/vms/${source}-fork-1`)).json).to.include({ node: 'n3' });
-    expect(await allocated()).to.equal(3);
+    await settles(3);
     // A clone is a create from its template, placed where the template is: n3 is full now.
     const clone = await api(nodes[0], 'POST', `/vms/${source}/clone`, { name: 'n3-clone' });
     expect(clone.status, clone.text).to.equal(429);
@@ -207,8 +210,11 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect([a.status, b.status].sort(), a.text + b.text).to.deep.equal([201, 409]);
       expect([a, b].find((r) => r.status === 409)!.json.error).to.contain(`same${round} already exists`);
     }
-    const names = ((await api(nodes[2], 'GET', '/vms')).json as { name: string }[]).map((v) => v.name);
-    expect(names.filter((n) => n.startsWith('same')).length).to.equal(5);
+    // n3 lists from its watch of etcd, a moment behind the last create (docs/cluster.md).
+    const same = async () =>
+      ((await api(nodes[2], 'GET', '/vms')).json as { name: string }[]).filter((v) => v.name.startsWith('same'));
+    await until('n3 lists the five', 5000, async () => (await same()).length >= 5);
+    expect((await same()).length).to.equal(5);
   });
 
   it('places a create that binds egress secrets on the node called, where its secrets are, over the least full', async () => {

@@ -43,6 +43,10 @@ export class EtcdClusterStore implements ClusterStore {
   private readonly client: Etcd3;
   /** Every key under the prefix with its value, parsed once as it arrives (undefined: not JSON). */
   private readonly kept = new Map<string, unknown>();
+  /** The revision of each key's last change the copy holds (a delete's too): an older one is not taken. */
+  private readonly revs = new Map<string, number>();
+  /** When each deleted key's revision was noted, so the note goes once no read could still be older. */
+  private readonly tombs = new Map<string, number>();
   private readonly listeners = new Set<(c: ClusterChange) => void>();
   private watcher?: Watcher;
   private lease?: Lease;
@@ -81,7 +85,7 @@ export class EtcdClusterStore implements ClusterStore {
     this.info = info;
     await this.write('join the cluster', async () => {
       const all = await this.client.getAll().prefix(this.s.prefix).exec();
-      for (const kv of all.kvs) this.keep(kv);
+      for (const kv of all.kvs) this.keep(kv, false, true);
       this.watcher = await this.client
         .watch()
         .prefix(this.s.prefix)
@@ -90,16 +94,8 @@ export class EtcdClusterStore implements ClusterStore {
     });
     const w = this.watcher!;
     this.connected = true;
-    w.on('put', (kv) => {
-      const was = this.kept.get(kv.key.toString());
-      this.keep(kv);
-      this.changed(kv.key.toString(), was);
-    });
-    w.on('delete', (kv) => {
-      const was = this.kept.get(kv.key.toString());
-      this.kept.delete(kv.key.toString());
-      this.changed(kv.key.toString(), was);
-    });
+    w.on('put', (kv) => this.keep(kv));
+    w.on('delete', (kv) => this.keep(kv, true));
     w.on('disconnected', () => (this.connected = false));
     w.on('connected', () => (this.connected = true));
     w.on('error', (err) => this.log.warn({ err: errorMessage(err) }, 'cluster: the watch of etcd failed'));
@@ -134,6 +130,14 @@ export class EtcdClusterStore implements ClusterStore {
 
   vm(name: string): VmEntry | undefined {
     return this.kept.get(this.key(`vms/${name}`)) as VmEntry | undefined;
+  }
+
+  async look(name: string): Promise<VmEntry | undefined> {
+    if (!this.stale) {
+      const kv = await this.get(`vms/${name}`).catch(() => undefined);
+      if (kv) this.keep(kv);
+    }
+    return this.vm(name);
   }
 
   async reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
@@ -301,6 +305,12 @@ export class EtcdClusterStore implements ClusterStore {
   /** Says again what this node is when that changed (its VMs, its images, its load). */
   private async refresh(): Promise<void> {
     if (this.left || !this.info) return;
+    // A read answered before the delete came arrives within its deadline.
+    for (const [key, at] of this.tombs)
+      if (Date.now() - at > 10 * CALL_DEADLINE_MS) {
+        this.tombs.delete(key);
+        this.revs.delete(key);
+      }
     try {
       // A linearizable read: it fails when the members reached have no quorum.
       await this.client.get(this.key(`members/${this.s.node}`)).exec();
@@ -330,8 +340,24 @@ export class EtcdClusterStore implements ClusterStore {
     return (await this.client.get(this.key(rest)).exec()).kvs[0];
   }
 
-  private keep(kv: IKeyValue): void {
-    this.kept.set(kv.key.toString(), parse(kv.value.toString()));
+  /**
+   * Takes a key's put (or its delete) into the copy and tells the listeners, unless the copy holds
+   * that change or a later one already (a `look` can read a key before the watch brings it).
+   */
+  private keep(kv: IKeyValue, deleted = false, quiet = false): void {
+    const key = kv.key.toString();
+    const rev = Number(kv.mod_revision);
+    if (rev <= (this.revs.get(key) ?? 0)) return;
+    this.revs.set(key, rev);
+    const was = this.kept.get(key);
+    if (deleted) {
+      this.kept.delete(key);
+      this.tombs.set(key, Date.now());
+    } else {
+      this.kept.set(key, parse(kv.value.toString()));
+      this.tombs.delete(key);
+    }
+    if (!quiet) this.changed(key, was);
   }
 
   /** Runs a write; what etcd answers with an error of its own (unreachable, no quorum) is Unavailable. */

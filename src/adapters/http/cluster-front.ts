@@ -83,6 +83,7 @@ export class ClusterFront {
       void (async () => {
         let route;
         try {
+          await this.cluster.lookUp(decodeURIComponent(m[1]));
           route = this.cluster.route(decodeURIComponent(m[1]));
         } catch (err) {
           socket.on('error', () => socket.destroy());
@@ -238,6 +239,7 @@ export class ClusterFront {
     const m = VM_PATH.exec(req.path);
     if (!m) return next();
     const name = decodeURIComponent(m[1]);
+    await this.cluster.lookUp(name);
     if (req.method === 'GET' && !m[2]) {
       // A VM's record names its node: from here, from its node, or as it was last published when
       // its node is unreachable.

@@ -1,0 +1,111 @@
+import { expect } from 'chai';
+import { Etcd3 } from 'etcd3';
+import { EtcdClusterStore } from '../../src/adapters/cluster/etcd-cluster-store.js';
+import type { ClusterSettings } from '../../src/app/cluster-config.js';
+import type { NodeInfo } from '../../src/domain/cluster.js';
+import type { ClusterChange } from '../../src/ports/cluster.js';
+import type { Logger } from '../../src/ports/logger.js';
+import { tempDir } from '../helpers/daemon.js';
+import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => quiet };
+const CAPACITY = { cpus: 8, memory_mb: 8192, disk_gb: 100, vm_slots: 10 };
+const SHAPE = { cpus: 1, memory_mb: 256, disk_gb: 2 };
+
+/**
+ * The etcd store as two nodes see it, on a real one-member etcd: what one node writes, the other
+ * can read at once from etcd itself (`look`), and its watch then brings nothing twice.
+ */
+describe('the cluster store on a real etcd: reading a VM another node placed a moment ago', function () {
+  this.timeout(30_000);
+  let etcd: TestEtcd;
+  const stores: EtcdClusterStore[] = [];
+  const prefix = `/svc-store-test-${process.pid}/`;
+
+  const join = async (node: string) => {
+    const s: ClusterSettings = {
+      etcd: etcd.endpoints,
+      node,
+      advertise: `http://127.0.0.1:1/${node}`,
+      token: 't',
+      prefix,
+      lease_ttl_ms: 2000,
+      tags: {},
+      capacity: CAPACITY,
+    };
+    const store = new EtcdClusterStore(s, quiet);
+    const info: NodeInfo = {
+      node,
+      advertise: s.advertise,
+      capacity: CAPACITY,
+      images: [],
+      hypervisor: 'fake',
+      tags: {},
+      version: 'test',
+      started_at: new Date().toISOString(),
+      seen_at: '',
+      running: 0,
+    };
+    await store.join(async () => info);
+    stores.push(store);
+    return store;
+  };
+
+  before(async () => {
+    etcd = await startEtcd(tempDir('svc-etcd-store-'), 1);
+  });
+
+  after(async () => {
+    await Promise.all(stores.map((s) => s.leave()));
+    await etcd?.stop();
+  });
+
+  it('answers look() with the entry as soon as the other node placed it, and tells its listeners once', async () => {
+    const [a, b] = [await join('a'), await join('b')];
+    const seen: ClusterChange[] = [];
+    b.watch((c) => c.kind === 'vm' && seen.push(c));
+    for (let i = 0; i < 20; i++) {
+      await a.reserve(`v${i}`, 'a', SHAPE, () => undefined);
+      // Read from etcd itself: whether or not b's watch has brought it yet.
+      expect(await b.look(`v${i}`), `v${i}`).to.include({ node: 'a' });
+      expect(b.vm(`v${i}`)).to.include({ node: 'a' });
+    }
+    expect(await b.look('never-made')).to.equal(undefined);
+    // The watch brings each put as well: the copy had it, so the listeners hear of each once.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(seen.map((c) => c.kind === 'vm' && c.name).sort()).to.deep.equal(
+      Array.from({ length: 20 }, (_, i) => `v${i}`).sort(),
+    );
+    // A delete reaches b's copy, and a later look does not bring the entry back.
+    await a.release('v0');
+    const end = Date.now() + 5000;
+    while (b.vm('v0') && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    expect(b.vm('v0')).to.equal(undefined);
+    expect(await b.look('v0')).to.equal(undefined);
+    expect(
+      seen.filter((c) => c.kind === 'vm' && c.name === 'v0').map((c) => c.kind === 'vm' && !!c.entry),
+    ).to.deep.equal([true, false]);
+    expect(b.nodes().find((n) => n.node === 'a')?.allocated.vms).to.equal(19);
+  });
+
+  it('keeps the newer of a look and a watch event whichever comes first', async () => {
+    const [a, b] = stores;
+    const raw = new Etcd3({ hosts: etcd.endpoints });
+    try {
+      // Two writes in a row: a look in between may read the first or the second, the watch brings
+      // both in order; the copy ends with the second either way.
+      for (let i = 0; i < 10; i++) {
+        const key = `${prefix}vms/r${i}`;
+        await raw.put(key).value(JSON.stringify({ node: 'a', shape: SHAPE, round: 1 }));
+        const looked = b.look(`r${i}`);
+        await raw.put(key).value(JSON.stringify({ node: 'a', shape: SHAPE, round: 2 }));
+        await looked;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+      for (let i = 0; i < 10; i++) expect(b.vm(`r${i}`), `r${i}`).to.include({ round: 2 } as never);
+      expect(a.vm('r9')).to.include({ round: 2 } as never);
+    } finally {
+      raw.close();
+    }
+  });
+});
