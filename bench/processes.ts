@@ -7,6 +7,8 @@ import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib
 /** Bytes the throughput rows move (less than a stream's 16 MiB journal, so none is dropped). */
 const MIB = Number(process.env.BENCH_PROC_MIB ?? 12);
 const ROUNDS = Number(process.env.BENCH_PROC_ROUNDS ?? 3);
+/** The guest's vCPUs: with one, the writer, the keeper, the agent and the guest's network take turns on it. */
+const CPUS = Number(process.env.BENCH_PROC_CPUS ?? 1);
 
 /**
  * What a durable process costs, in one run on one minimal guest: starting one (beside an exec of
@@ -20,7 +22,7 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
   try {
     d = await startSvcd(dir, minimalQemu({ memory_mb: 512 }));
     const c = d.client;
-    await c.create({ name: 'g' });
+    await c.create({ name: 'g', cpus: CPUS });
 
     // 1. start: POST /processes (a keeper, its folder, meta.json) against exec of the same `true`
     const start: number[] = [];
