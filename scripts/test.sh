@@ -2,8 +2,8 @@
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
 # integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
 # packages and unit; the e2e images built beside integration, which waits on sockets more than it
-# computes, where unit slowed six-fold beside them; e2e files on SVC_E2E_JOBS workers,
-# default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
+# computes, where unit slowed six-fold beside them; integration and e2e files on SVC_E2E_JOBS
+# workers, default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,19 +92,30 @@ spawn lint lint
 tier "host packages" host_deps
 tier unit npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
 spawn "e2e images" node dist/test/e2e/prepare.js
-tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+# Longest first, as for e2e below (seconds in a CI run of 2026-11-29 07:30).
+ordered() {
+  local dir=$1 prefix=$2
+  shift 2
+  local out=() f
+  for f in "$@"; do [ -f "$dir/$prefix$f.test.js" ] && out+=("$dir/$prefix$f.test.js"); done
+  for f in "$dir"/*.test.js; do
+    case " ${out[*]} " in *" $f "*) ;; *) out+=("$f") ;; esac
+  done
+  printf '%s\n' "${out[@]}"
+}
+if [ "$jobs" -gt 1 ]; then
+  mapfile -t files < <(ordered dist/test/integration "" soak cli cluster e2b fuzz crash-matrix dashboard agent processes client)
+  tier "integration ($jobs workers)" npx mocha --reporter spec --timeout 60000 --parallel --jobs "$jobs" "${files[@]}"
+else
+  tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+fi
 settle lint
 settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
   if [ "$jobs" -gt 1 ]; then
     # Longest first, so the workers end close together (mocha hands files out in the order given):
     # by their seconds in a CI run of 2026-11-28 13:00, the rest after them by name.
-    longest="debian import-disk processes crash e2b templates forks daemon mounts snapshot-creates contract"
-    files=()
-    for f in $longest; do [ -f "dist/test/e2e/qemu-$f.test.js" ] && files+=("dist/test/e2e/qemu-$f.test.js"); done
-    for f in dist/test/e2e/*.test.js; do
-      case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
-    done
+    mapfile -t files < <(ordered dist/test/e2e qemu- debian import-disk processes crash e2b templates forks daemon mounts snapshot-creates contract)
     tier "e2e ($jobs workers)" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
   else
     tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
