@@ -66,7 +66,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     let out = '';
     p.stdout.on('data', (c) => (out += c));
     const until = async (re: RegExp) => {
-      for (let i = 0; i < 100 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 50));
+      for (let i = 0; i < 300 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 50));
       expect(out).to.match(re);
     };
     await until(/^c1 running$/m);
@@ -232,7 +232,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const term = inTerminal(SVC, ['attach', 'c1', 'tty-job'], env);
     await new Promise((r) => setTimeout(r, 800));
     term.write('hello\r');
-    await term.waitFor(/got hello/, 5000);
+    await term.waitFor(/got hello/, 15_000);
     term.write('\x1d');
     expect(await term.exit).to.equal(0);
     expect(
@@ -249,9 +249,9 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const w = spawn(process.execPath, [SVC, 'watch', '--json', 'c1', dir], { env });
     let wout = '';
     w.stdout.on('data', (c) => (wout += c));
-    for (let i = 0; i < 50 && !wout.includes('watching'); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 150 && !wout.includes('watching'); i++) await new Promise((r) => setTimeout(r, 100));
     writeFileSync(join(dir, 'f'), 'x');
-    for (let i = 0; i < 50 && !wout.includes('"write"'); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 150 && !wout.includes('"write"'); i++) await new Promise((r) => setTimeout(r, 100));
     w.kill('SIGINT');
     const events = wout
       .trim()

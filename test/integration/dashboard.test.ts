@@ -215,7 +215,7 @@ describe('dashboard in a real browser (chromium)', function () {
     await (input as unknown as { uploadFile(p: string): Promise<void> }).uploadFile(src);
     await page.waitForSelector('tr[data-file="blob.bin"]', { timeout: 20_000 });
     const up = join(dir, 'blob.bin');
-    for (let i = 0; i < 100 && !(existsSync(up) && statSync(up).size === data.length); i++)
+    for (let i = 0; i < 300 && !(existsSync(up) && statSync(up).size === data.length); i++)
       await new Promise((r) => setTimeout(r, 100));
     expect(sha(readFileSync(up))).to.equal(sha(data));
 
@@ -227,7 +227,7 @@ describe('dashboard in a real browser (chromium)', function () {
     const got = join(downloads, 'blob.bin');
     for (
       let i = 0;
-      i < 100 && !(existsSync(got) && statSync(got).size === data.length && readdirSync(downloads).length === 1);
+      i < 300 && !(existsSync(got) && statSync(got).size === data.length && readdirSync(downloads).length === 1);
       i++
     )
       await new Promise((r) => setTimeout(r, 100));

@@ -90,7 +90,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     await other.commands.sendStdin(h.pid, 'there\n');
     const out: string[] = [];
     const again = await other.commands.connect(h.pid, { onStdout: (x) => void out.push(x) });
-    for (let i = 0; i < 50 && !out.join('').includes('got there'); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 150 && !out.join('').includes('got there'); i++) await new Promise((r) => setTimeout(r, 100));
     expect(out.join('')).to.equal('started\ngot there\n'); // all it printed, from before the connect too
     expect(await other.commands.kill(h.pid)).to.equal(true);
     const end = await again.wait().catch((e: unknown) => e);
@@ -136,7 +136,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const events: string[] = [];
     const w = await s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`));
     await s.files.write(join(dir, 'watched.txt'), 'x');
-    for (let i = 0; i < 50 && !events.includes('write watched.txt'); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 150 && !events.includes('write watched.txt'); i++) await new Promise((r) => setTimeout(r, 100));
     await w.stop();
     expect(events, JSON.stringify(events)).to.deep.equal(['create watched.txt', 'write watched.txt']);
   });
