@@ -84,7 +84,27 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
         await new Promise((r) => setTimeout(r, 500));
       }
     }
+    // a finished process's output read through the daemon, against a cp of a file of the same bytes
+    const ended: number[] = [];
+    const copied: number[] = [];
+    await c.exec('g', { cmd: 'sh', args: ['-c', `${writer} > /tmp/bench-output`], timeoutMs: 600_000 });
+    const done = (await c.processes('g')).filter((p) => p.state === 'ended' && p.bytes?.stdout === MIB << 20).at(-1);
+    if (!done) throw new Error('no ended writer to read');
+    for (let i = 0; i < ROUNDS; i++) {
+      let t0 = performance.now();
+      let got = 0;
+      for await (const f of c.processOutput('g', done.id, { follow: false }))
+        if ('stream' in f) got += Buffer.byteLength(f.data);
+      ended.push(performance.now() - t0);
+      if (got !== MIB << 20) throw new Error(`read ${got} bytes of ${MIB << 20}`);
+      t0 = performance.now();
+      let n = 0;
+      for await (const b of (await c.download('g', '/tmp/bench-output')).body) n += (b as Buffer).length;
+      copied.push(performance.now() - t0);
+      if (n !== MIB << 20) throw new Error(`copied ${n} bytes of ${MIB << 20}`);
+    }
     const [dm, fm, am] = [stats(direct).p50, stats(followed).p50, stats(alone).p50];
+    const [em, cm] = [stats(ended).p50, stats(copied).p50];
     const ratio = dm / fm;
     row(
       `a ${MIB} MiB writer read in the guest (\`| cat\`; the guest's own clock, median of ${ROUNDS})`,
@@ -100,6 +120,12 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
       'the same writer as a durable process, followed through the daemon from its start (start, journal, agent, daemon, client)',
       `${fmt(MIB / (fm / 1000), 1)} MiB/s`,
       `${fmt(ratio * 100, 0)}% of the direct read (goal >= 90%: ${ratio >= 0.9 ? 'met' : 'missed'}); ${fmt(stats(frameCounts).p50, 0)} frames (${MIB * 16} at least)`,
+    );
+
+    row(
+      `the ${MIB} MiB output of a process that has ended, read through the daemon (median of ${ROUNDS})`,
+      `${fmt(MIB / (em / 1000), 1)} MiB/s`,
+      `${fmt((cm / em) * 100, 0)}% of a cp of the same bytes out of the guest (${fmt(MIB / (cm / 1000), 1)} MiB/s)`,
     );
 
     // 3. follow latency: a line into a cat's input, and the time until its echo is a frame here,
@@ -145,6 +171,8 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
         direct_ms: direct,
         followed_ms: followed,
         alone_ms: alone,
+        ended_read_ms: ended,
+        cp_out_ms: copied,
         ratio,
         frames: frameCounts,
       },

@@ -17,11 +17,13 @@ import {
 } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
 import type { ExecRequest } from '../../src/domain/agent.js';
 import { AgentUnavailableError, InvalidArgumentError } from '../../src/domain/errors.js';
+import { readPieces } from '../../src/adapters/http-kit/output-pieces.js';
 import { call, type Target, qs } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';
@@ -593,6 +595,36 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect((await call(t, 'POST', '/fs/mkdir', { path: 'rel' })).status).to.equal(400);
       expect((await call(t, 'POST', '/fs/mkdir', { path: join(base, 'm'), mode: 'rwx' })).status).to.equal(400);
       expect((await call(t, 'POST', '/fs/symlink', { path: join(base, 'l2') })).status).to.equal(400);
+    });
+  });
+
+  describe('durable processes', () => {
+    it("reads a running process's journal in pieces of 256 KiB, an ended one's in pieces of 1 MiB", async () => {
+      const MiB = 1 << 20;
+      const made = await call(t, 'POST', '/processes', {
+        cmd: 'sh',
+        args: ['-c', `head -c ${3 * MiB} /dev/zero | tr '\\0' a; sleep 60`],
+      });
+      expect(made.status, made.text).to.equal(201);
+      const pieces = async () => {
+        const r = await call(t, 'GET', `/processes/${made.json.id}/output?raw=1&follow=0`);
+        expect(r.status, r.text).to.equal(200);
+        const sizes: number[] = [];
+        for await (const p of readPieces(Readable.from([Buffer.from(r.text)]), 1024, 4 * MiB))
+          if (p.bytes) sizes.push(p.bytes.length);
+        return sizes;
+      };
+      let running: number[] = [];
+      for (let i = 0; i < 300 && running.reduce((a, b) => a + b, 0) < 3 * MiB; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        running = await pieces();
+      }
+      expect(running).to.deep.equal(Array(12).fill(256 * 1024));
+      expect((await call(t, 'POST', `/processes/${made.json.id}/signal`, { signal: 'KILL' })).status).to.equal(204);
+      for (let i = 0; i < 200 && (await call(t, 'GET', `/processes/${made.json.id}`)).json.state !== 'ended'; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(await pieces()).to.deep.equal([MiB, MiB, MiB]);
+      expect((await call(t, 'DELETE', `/processes/${made.json.id}`)).status).to.equal(204);
     });
   });
 

@@ -16,7 +16,7 @@ import { BadPieces, encodeFrames, PIECES_TYPE, readPieces } from '../http-kit/ou
 
 /** A process's journal frame is at most 64 KiB of bytes; base64 and JSON make that under 100 KiB. */
 const LINE_MAX = 256 * 1024;
-/** An unencoded piece is at most 256 KiB (PIECE_BYTES in the agent); its head is a short JSON line. */
+/** An unencoded piece is at most 1 MiB (ENDED_PIECE_BYTES in the agent); its head is a short JSON line. */
 const PIECE_MAX = 1024 * 1024;
 const PIECE_HEAD_MAX = 1024;
 const CALL_TIMEOUT_MS = 30_000;

@@ -26,9 +26,15 @@ import { AgentService } from './agent-service.js';
 /**
  * Bytes of one piece of output read from a journal, at most: large, for fewer turns of the agent's
  * loop under TCG (frames to clients are cut to 64 KiB after, output-pieces.ts). 1 MiB measured no
- * better in three runs (docs/benchmarks.md, 2026-11-28).
+ * better for a live follow in three runs (docs/benchmarks.md, 2026-11-28)...
  */
 export const PIECE_BYTES = 256 * 1024;
+/**
+ * ...but once the process has ended, all of its output is there to read, and a piece costs the
+ * agent about as much whatever its size: 1 MiB read a finished 12 MiB in 420-470 ms in the guest
+ * against 630-680 ms (docs/benchmarks.md, 2026-11-29). The daemon takes pieces up to 1 MiB.
+ */
+export const ENDED_PIECE_BYTES = 1024 * 1024;
 /** How long a follower waits for news before it looks again anyway. */
 const FOLLOW_POLL_MS = 1000;
 /** Ended processes kept to be listed and read, the newest (up to 31 more between prunes); older ones are removed as new ones start. */
@@ -201,10 +207,11 @@ export class ProcessService {
       while (!signal?.aborted) {
         // Looked at before reading: an end seen here means every byte was written before the reads.
         const end = await this.kept.end(rec.id);
+        const piece = end ? ENDED_PIECE_BYTES : PIECE_BYTES;
         let progressed = false;
         for (const [s, reader] of readers) {
           for (;;) {
-            const r = await reader.read(pos[s], PIECE_BYTES);
+            const r = await reader.read(pos[s], piece);
             if (r.offset > pos[s]) {
               yield { truncated: { stream: s, before: r.offset } };
               pos[s] = r.offset;
@@ -215,7 +222,7 @@ export class ProcessService {
             yield { stream: s, offset: r.offset, bytes: r.data.subarray(0, used) };
             pos[s] += used;
             progressed = true;
-            if (r.data.length < PIECE_BYTES) break;
+            if (r.data.length < piece) break;
           }
         }
         if (end && !progressed) {
