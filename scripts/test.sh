@@ -2,8 +2,8 @@
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
 # integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
 # packages and unit; the e2e images built beside integration, which waits on sockets more than it
-# computes, where unit slowed six-fold beside them; e2e files on SVC_E2E_JOBS workers,
-# default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
+# computes, where unit slowed six-fold beside them; integration and e2e files on SVC_E2E_JOBS
+# workers, default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,7 +92,7 @@ spawn lint lint
 tier "host packages" host_deps
 tier unit npx mocha --reporter dot 'dist/test/unit/**/*.test.js'
 spawn "e2e images" node dist/test/e2e/prepare.js
-# The test files of `dir` named `prefix`NAME for each NAME given first, in that order, then the rest.
+# Longest first, as for e2e below (seconds in a CI run of 2026-11-29 07:30).
 ordered() {
   local dir=$1 prefix=$2
   shift 2
@@ -103,11 +103,12 @@ ordered() {
   done
   printf '%s\n' "${out[@]}"
 }
-# One file at a time: on two workers (2026-11-29, two clean-clone runs) integration took 6m40s
-# against 9m20s, but the image builds beside it took 8m09s-8m32s against 5m49s, the e2e tier
-# started the moment they ended and ran 1.5 min longer (its first debian tests most), so the
-# total went from 30m39s to 31m00s-31m26s (test/README.md).
-tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+if [ "$jobs" -gt 1 ]; then
+  mapfile -t files < <(ordered dist/test/integration "" soak cli cluster e2b fuzz crash-matrix dashboard agent processes client)
+  tier "integration ($jobs workers)" npx mocha --reporter spec --timeout 60000 --parallel --jobs "$jobs" "${files[@]}"
+else
+  tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
+fi
 settle lint
 settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
