@@ -2,6 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { SvcClient } from '../src/adapters/client/svc-client.js';
 import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 /** Bytes the throughput rows move (less than a stream's 16 MiB journal, so none is dropped). */
@@ -9,6 +10,19 @@ const MIB = Number(process.env.BENCH_PROC_MIB ?? 12);
 const ROUNDS = Number(process.env.BENCH_PROC_ROUNDS ?? 3);
 /** The guest's vCPUs: with one, the writer, the keeper, the agent and the guest's network take turns on it. */
 const CPUS = Number(process.env.BENCH_PROC_CPUS ?? 1);
+
+/** Reads process `id`'s output on guest `g` to its end (`follow`: as it comes); throws unless it was MIB MiB. */
+async function readOutput(c: SvcClient, id: string, follow: boolean): Promise<{ frames: number }> {
+  let got = 0;
+  let frames = 0;
+  for await (const f of c.processOutput('g', id, { follow }))
+    if ('stream' in f) {
+      got += Buffer.byteLength(f.data);
+      frames++;
+    }
+  if (got !== MIB << 20) throw new Error(`read ${got} bytes of ${MIB << 20} (follow: ${follow})`);
+  return { frames };
+}
 
 /**
  * What a durable process costs, in one run on one minimal guest: starting one (beside an exec of
@@ -60,16 +74,9 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
       direct.push((b - a) * 1000);
       const t0 = performance.now();
       const p = await c.startProcess('g', { cmd: 'sh', args: ['-c', writer] });
-      let got = 0;
-      let n = 0;
-      for await (const f of c.processOutput('g', p.id))
-        if ('stream' in f) {
-          got += Buffer.byteLength(f.data);
-          n++;
-        }
+      const { frames } = await readOutput(c, p.id, true);
       followed.push(performance.now() - t0);
-      frameCounts.push(n);
-      if (got !== MIB << 20) throw new Error(`followed ${got} bytes of ${MIB << 20}`);
+      frameCounts.push(frames);
     }
     // the same writer journaled with nobody following: its own start and end, by the guest's clock
     const alone: number[] = [];
@@ -92,11 +99,8 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
     if (!done) throw new Error('no ended writer to read');
     for (let i = 0; i < ROUNDS; i++) {
       let t0 = performance.now();
-      let got = 0;
-      for await (const f of c.processOutput('g', done.id, { follow: false }))
-        if ('stream' in f) got += Buffer.byteLength(f.data);
+      await readOutput(c, done.id, false);
       ended.push(performance.now() - t0);
-      if (got !== MIB << 20) throw new Error(`read ${got} bytes of ${MIB << 20}`);
       t0 = performance.now();
       let n = 0;
       for await (const b of (await c.download('g', '/tmp/bench-output')).body) n += (b as Buffer).length;

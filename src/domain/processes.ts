@@ -52,6 +52,12 @@ export type OutputFrame =
   | { reason: EndReason; exit_code?: number; signal?: string; ended_at: string };
 
 /**
+ * The most bytes one unencoded piece of output carries between the agent and the daemon
+ * (`output?raw=1`, docs/processes.md): what the agent reads at once at most, what the daemon takes.
+ */
+export const PIECE_MAX_BYTES = 1024 * 1024;
+
+/**
  * What the guest reads of a process's output before it is a frame: a stream's bytes at an offset
  * (whole UTF-8 characters where they are text), or a frame that carries no bytes.
  */

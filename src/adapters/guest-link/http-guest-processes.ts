@@ -1,11 +1,12 @@
 import type { Readable } from 'node:stream';
-import type {
-  OutputFrame,
-  ProcessInfo,
-  ProcessStart,
-  ProcessStream,
-  WatchEvent,
-  WatchInfo,
+import {
+  PIECE_MAX_BYTES,
+  type OutputFrame,
+  type ProcessInfo,
+  type ProcessStart,
+  type ProcessStream,
+  type WatchEvent,
+  type WatchInfo,
 } from '../../domain/processes.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 import type { GuestProcesses } from '../../ports/guest-processes.js';
@@ -16,8 +17,7 @@ import { BadPieces, encodeFrames, PIECES_TYPE, readPieces } from '../http-kit/ou
 
 /** A process's journal frame is at most 64 KiB of bytes; base64 and JSON make that under 100 KiB. */
 const LINE_MAX = 256 * 1024;
-/** An unencoded piece is at most 1 MiB (ENDED_PIECE_BYTES in the agent); its head is a short JSON line. */
-const PIECE_MAX = 1024 * 1024;
+/** An unencoded piece's head is a short JSON line (its bytes: at most PIECE_MAX_BYTES). */
 const PIECE_HEAD_MAX = 1024;
 const CALL_TIMEOUT_MS = 30_000;
 
@@ -60,7 +60,7 @@ export class HttpGuestProcesses implements GuestProcesses {
     return (async function* () {
       let done = false;
       try {
-        for await (const { head, bytes } of readPieces(answer.res, PIECE_HEAD_MAX, PIECE_MAX)) {
+        for await (const { head, bytes } of readPieces(answer.res, PIECE_HEAD_MAX, PIECE_MAX_BYTES)) {
           const h = head as { stream?: string; offset?: unknown };
           if (bytes && STREAMS.has(h.stream as string) && offset(h.offset))
             yield* encodeFrames(h.stream as ProcessStream, h.offset as number, bytes);

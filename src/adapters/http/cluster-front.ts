@@ -81,10 +81,11 @@ export class ClusterFront {
       const m = VM_PATH.exec(new URL(req.url ?? '/', 'http://svcd').pathname);
       if (!m || req.headers[HOP_HEADER] !== undefined) return own(req, socket, head);
       void (async () => {
+        const name = decodeURIComponent(m[1]);
         let route;
         try {
-          await this.cluster.lookUp(decodeURIComponent(m[1]));
-          route = this.cluster.route(decodeURIComponent(m[1]));
+          await this.cluster.lookUp(name);
+          route = this.cluster.route(name);
         } catch (err) {
           socket.on('error', () => socket.destroy());
           return rejectUpgrade(socket, isDomainError(err) ? err : new UnavailableError(errorMessage(err)));

@@ -11,6 +11,7 @@ import {
   assertProcessRef,
   isProcessId,
   parseSignal,
+  PIECE_MAX_BYTES,
   signalName,
   type OutputPiece,
   type ProcessInfo,
@@ -32,9 +33,9 @@ export const PIECE_BYTES = 256 * 1024;
 /**
  * ...but once the process has ended, all of its output is there to read, and a piece costs the
  * agent about as much whatever its size: 1 MiB read a finished 12 MiB in 420-470 ms in the guest
- * against 630-680 ms (docs/benchmarks.md, 2026-11-29). The daemon takes pieces up to 1 MiB.
+ * against 630-680 ms (docs/benchmarks.md, 2026-11-29): the largest piece the daemon takes.
  */
-export const ENDED_PIECE_BYTES = 1024 * 1024;
+export const ENDED_PIECE_BYTES = PIECE_MAX_BYTES;
 /** How long a follower waits for news before it looks again anyway. */
 const FOLLOW_POLL_MS = 1000;
 /** Ended processes kept to be listed and read, the newest (up to 31 more between prunes); older ones are removed as new ones start. */
