@@ -228,7 +228,7 @@ export class ClusterService implements LifecycleContribution {
         (img) => !!pinned || this.holders(img).length > 0,
       );
       try {
-        await this.store.reserve(name, node.node, shape, roomFor(shape, `vm ${name}`));
+        await this.store.reserve([name], node.node, shape, roomFor(shape, `vm ${name}`));
         break;
       } catch (err) {
         // Another create took the room first: the rule picks again from what the nodes hold now.
@@ -253,16 +253,8 @@ export class ClusterService implements LifecycleContribution {
     const shape: VmShape = { cpus: src.cpus, memory_mb: src.memory_mb, disk_gb: src.disk_gb };
     const taken = new Set([...this.store.vms().keys(), ...this.vms.all().map((r) => r.name)]);
     const names = req.names ?? forkNames(source, req.count, (n) => taken.has(n));
-    const reserved: string[] = [];
-    try {
-      for (const name of names) {
-        await this.store.reserve(name, node.node, shape, roomFor(shape, `fork ${name} of vm ${source}`));
-        reserved.push(name);
-      }
-    } catch (err) {
-      for (const name of reserved) await this.unplace(name);
-      throw err;
-    }
+    const what = names.length === 1 ? `fork ${names[0]}` : `${names.length} forks`;
+    await this.store.reserve(names, node.node, shape, roomFor(shape, `${what} of vm ${source}`, names.length));
     const body: Record<string, unknown> = { ...((raw ?? {}) as Record<string, unknown>), names };
     delete body.count;
     return { name: source, names, node, here: node.node === this.self, body };
@@ -352,9 +344,9 @@ export class ClusterService implements LifecycleContribution {
   }
 }
 
-/** The check a placement makes of a node as it is now: `shape` fits beside what is placed there. */
-function roomFor(shape: VmShape, what: string): (n: NodeView) => void {
+/** The check a placement makes of a node as it is now: `count` of `shape` fit beside what is placed there. */
+function roomFor(shape: VmShape, what: string, count = 1): (n: NodeView) => void {
   return (n) => {
-    if (!fits(n, shape)) throw new ResourceExhaustedError(`node ${n.node} has no room left for ${what}`);
+    if (!fits(n, shape, count)) throw new ResourceExhaustedError(`node ${n.node} has no room left for ${what}`);
   };
 }

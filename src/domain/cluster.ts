@@ -110,14 +110,14 @@ export function placementAsk(body: unknown): PlacementAsk {
   return ask;
 }
 
-/** Does `shape` still fit on the node beside what is placed there? */
-export function fits(n: Pick<NodeView, 'capacity' | 'allocated'>, shape: VmShape): boolean {
+/** Do `count` VMs of `shape` still fit on the node beside what is placed there? */
+export function fits(n: Pick<NodeView, 'capacity' | 'allocated'>, shape: VmShape, count = 1): boolean {
   const { capacity: c, allocated: a } = n;
   return (
-    a.vms + 1 <= c.vm_slots &&
-    a.cpus + shape.cpus <= c.cpus &&
-    a.memory_mb + shape.memory_mb <= c.memory_mb &&
-    a.disk_gb + shape.disk_gb <= c.disk_gb
+    a.vms + count <= c.vm_slots &&
+    a.cpus + count * shape.cpus <= c.cpus &&
+    a.memory_mb + count * shape.memory_mb <= c.memory_mb &&
+    a.disk_gb + count * shape.disk_gb <= c.disk_gb
   );
 }
 
@@ -172,8 +172,8 @@ export function placeVm(
   )[0];
 }
 
-/** A load with `shape` added (sign 1) or taken away (sign -1), never below zero. */
-export function addLoad(load: NodeLoad, shape: VmShape, sign: 1 | -1): NodeLoad {
+/** A load with `sign` VMs of `shape` added (a negative sign: taken away), never below zero. */
+export function addLoad(load: NodeLoad, shape: VmShape, sign: number): NodeLoad {
   const clamp = (x: number) => Math.max(0, x);
   return {
     vms: clamp(load.vms + sign),

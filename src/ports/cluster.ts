@@ -32,12 +32,12 @@ export interface ClusterStore {
   /** True while the copy cannot be kept current (the store unreachable): what it says may be old. */
   readonly stale: boolean;
   /**
-   * Places `name` on `node`, holding `shape` of its capacity, in one transaction: only while the
-   * name is free and nothing else was placed on the node since `check` approved what it saw
-   * (tried again when something was). AlreadyExistsError when the name is taken; whatever `check`
-   * throws when the VM no longer fits.
+   * Places every one of `names` on `node`, each holding `shape` of its capacity, in one
+   * transaction (all or none, and nobody sees a part): only while the names are free and nothing
+   * else was placed on the node since `check` approved what it saw (tried again when something
+   * was). AlreadyExistsError when a name is taken; whatever `check` throws when they no longer fit.
    */
-  reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void>;
+  reserve(names: readonly string[], node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void>;
   /** This node's VM changed: its entry shows `instance` (made, with its shape held, when it had none). */
   publish(instance: Instance): Promise<void>;
   /**

@@ -65,7 +65,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     const seen: ClusterChange[] = [];
     b.watch((c) => c.kind === 'vm' && seen.push(c));
     for (let i = 0; i < 20; i++) {
-      await a.reserve(`v${i}`, 'a', SHAPE, () => undefined);
+      await a.reserve([`v${i}`], 'a', SHAPE, () => undefined);
       // Read from etcd itself: whether or not b's watch has brought it yet.
       expect(await b.look(`v${i}`), `v${i}`).to.include({ node: 'a' });
       expect(b.vm(`v${i}`)).to.include({ node: 'a' });
@@ -86,6 +86,45 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       seen.filter((c) => c.kind === 'vm' && c.name === 'v0').map((c) => c.kind === 'vm' && !!c.entry),
     ).to.deep.equal([true, false]);
     expect(b.nodes().find((n) => n.node === 'a')?.allocated.vms).to.equal(19);
+  });
+
+  it('places many names in one transaction: all of them or none, and the other node never sees a part', async () => {
+    const [a, b] = stores;
+    const loads: number[] = [];
+    const unwatch = b.watch(() => loads.push(b.nodes().find((n) => n.node === 'a')!.allocated.vms));
+    try {
+      const before = a.nodes().find((n) => n.node === 'a')!.allocated.vms; // 19, from the test above
+      // One name of the three is taken: nothing is placed.
+      await a.reserve(['m1'], 'a', SHAPE, () => undefined);
+      let err: unknown;
+      await a.reserve(['m2', 'm1', 'm3'], 'a', SHAPE, () => undefined).catch((e) => (err = e));
+      expect(String(err)).to.match(/vm m1 already exists \(on node a\)/);
+      // A check that refuses: nothing is placed either.
+      err = undefined;
+      await a
+        .reserve(['m2', 'm3'], 'a', SHAPE, () => {
+          throw new Error('no room');
+        })
+        .catch((e) => (err = e));
+      expect(String(err)).to.contain('no room');
+      // 99 at once (a fork's most, with the one above: 100).
+      const many = Array.from({ length: 99 }, (_, i) => `f${i}`);
+      await a.reserve(many, 'a', SHAPE, () => undefined);
+      const end = Date.now() + 5000;
+      while (b.nodes().find((n) => n.node === 'a')!.allocated.vms < before + 100 && Date.now() < end)
+        await new Promise((r) => setTimeout(r, 20));
+      expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({
+        vms: before + 100,
+        memory_mb: (before + 100) * SHAPE.memory_mb,
+      });
+      for (const name of ['m2', 'm3']) expect(await b.look(name), name).to.equal(undefined);
+      expect(b.vm('f98')).to.include({ node: 'a' });
+      // b's copy went from before+1 to before+100 with no count between.
+      expect([...new Set(loads)].filter((n) => n > before + 1 && n < before + 100)).to.deep.equal([]);
+    } finally {
+      unwatch();
+      for (const name of ['m1', ...Array.from({ length: 99 }, (_, i) => `f${i}`)]) await a.release(name);
+    }
   });
 
   it('keeps the newer of a look and a watch event whichever comes first', async () => {

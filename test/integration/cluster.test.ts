@@ -181,7 +181,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     // Two forks need two slots; n3 has one: refused whole, through a node that does not own the source.
     const two = await api(nodes[0], 'POST', `/vms/${source}/fork`, { count: 2 });
     expect(two.status, two.text).to.equal(429);
-    expect(two.json.error).to.match(/no room left for fork/);
+    expect(two.json.error).to.match(/no room left for 2 forks of vm /);
     expect(await allocated()).to.equal(2);
     const names = ((await api(nodes[2], 'GET', '/vms')).json as { name: string }[]).map((v) => v.name);
     expect(names.filter((n) => n.startsWith(`${source}-fork-`))).to.deep.equal([]);

@@ -140,8 +140,8 @@ export class EtcdClusterStore implements ClusterStore {
     return this.vm(name);
   }
 
-  async reserve(name: string, node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
-    await this.place(name, { node, shape }, (load) => {
+  async reserve(names: readonly string[], node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
+    await this.place(names, { node, shape }, (load) => {
       const view = this.nodes().find((n) => n.node === node);
       if (view) check({ ...view, allocated: load });
     });
@@ -155,7 +155,7 @@ export class EtcdClusterStore implements ClusterStore {
         const vm = await this.get(`vms/${instance.name}`);
         if (!vm) {
           // A VM made here without a placement (a clone, a fork, a pool claim): it holds its shape now.
-          const placed = await this.place(instance.name, { node: self, shape, instance }, () => undefined).then(
+          const placed = await this.place([instance.name], { node: self, shape, instance }, () => undefined).then(
             () => true,
             (err) => (err instanceof AlreadyExistsError ? false : Promise.reject(err)),
           );
@@ -264,28 +264,36 @@ export class EtcdClusterStore implements ClusterStore {
   }
 
   /** Puts the entry in place while the name is free, adding its shape to the node's allocation after `check` saw it. */
-  private async place(name: string, entry: VmEntry, check: (load: NodeLoad) => void): Promise<void> {
-    await this.write(`place vm ${name}`, async () => {
+  /** Writes `entry` under each of `names`, and their room into its node's load, in one transaction. */
+  private async place(names: readonly string[], entry: VmEntry, check: (load: NodeLoad) => void): Promise<void> {
+    const what = names.length === 1 ? `vm ${names[0]}` : `${names.length} vms (${names[0]}, ...)`;
+    await this.write(`place ${what}`, async () => {
       for (let i = 0; i < TXN_TRIES; i++) {
-        const [vm, alloc] = await Promise.all([this.get(`vms/${name}`), this.get(`alloc/${entry.node}`)]);
-        if (vm) {
+        const [alloc, ...vms] = await Promise.all([
+          this.get(`alloc/${entry.node}`),
+          ...names.map((name) => this.get(`vms/${name}`)),
+        ]);
+        vms.forEach((vm, at) => {
+          if (!vm) return;
           const owner = parse<VmEntry>(vm.value.toString())?.node;
-          throw new AlreadyExistsError(`vm ${name} already exists${owner ? ` (on node ${owner})` : ''}`);
-        }
+          throw new AlreadyExistsError(`vm ${names[at]} already exists${owner ? ` (on node ${owner})` : ''}`);
+        });
         const load = parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD };
         check(load);
-        const r = await this.client
-          .if(this.key(`vms/${name}`), 'Create', '==', 0)
-          .and(this.key(`alloc/${entry.node}`), 'Mod', '==', alloc?.mod_revision ?? 0)
+        let txn = this.client.if(this.key(`alloc/${entry.node}`), 'Mod', '==', alloc?.mod_revision ?? 0);
+        for (const name of names) txn = txn.and(this.key(`vms/${name}`), 'Create', '==', 0);
+        const r = await txn
           .then(
-            this.client.put(this.key(`vms/${name}`)).value(JSON.stringify(entry)),
-            this.client.put(this.key(`alloc/${entry.node}`)).value(JSON.stringify(addLoad(load, entry.shape, 1))),
+            ...names.map((name) => this.client.put(this.key(`vms/${name}`)).value(JSON.stringify(entry))),
+            this.client
+              .put(this.key(`alloc/${entry.node}`))
+              .value(JSON.stringify(addLoad(load, entry.shape, names.length))),
           )
           .commit();
         if (r.succeeded) return;
         await pause();
       }
-      throw new UnavailableError(`placing vm ${name} lost ${TXN_TRIES} races in a row; try again`);
+      throw new UnavailableError(`placing ${what} lost ${TXN_TRIES} races in a row; try again`);
     });
   }
 

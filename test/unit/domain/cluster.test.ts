@@ -59,6 +59,12 @@ describe('domain/cluster: placement', () => {
     expect(fits(node('a', { allocated: { ...NO_LOAD, memory_mb: 7681 } }), shape)).to.equal(false);
     expect(fits(node('a', { allocated: { ...NO_LOAD, memory_mb: 7680 } }), shape)).to.equal(true);
     expect(fits(node('a', { allocated: { ...NO_LOAD, disk_gb: 97 } }), shape)).to.equal(false);
+    // Many at once (a fork call's): each bound counts them all.
+    const nine = { vms: 1, cpus: 0, memory_mb: 0, disk_gb: 0 };
+    expect(fits(node('a', { allocated: nine }), { cpus: 0, memory_mb: 0, disk_gb: 0 }, 9)).to.equal(true);
+    expect(fits(node('a', { allocated: nine }), { cpus: 0, memory_mb: 0, disk_gb: 0 }, 10)).to.equal(false);
+    expect(fits(node('a'), shape, 8)).to.equal(true);
+    expect(fits(node('a'), shape, 9)).to.equal(false);
     expect(() => placeVm([node('a', { allocated: full })], shape, {}, never))
       .to.throw(/no node has room/)
       .with.property('code', 'resource_exhausted');
@@ -87,5 +93,6 @@ describe('domain/cluster: placement', () => {
     expect(one).to.deep.equal({ vms: 1, cpus: 1, memory_mb: 512, disk_gb: 4 });
     expect(addLoad(one, shape, -1)).to.deep.equal(NO_LOAD);
     expect(addLoad(NO_LOAD, shape, -1)).to.deep.equal(NO_LOAD);
+    expect(addLoad(one, shape, 3)).to.deep.equal({ vms: 4, cpus: 4, memory_mb: 2048, disk_gb: 16 });
   });
 });
