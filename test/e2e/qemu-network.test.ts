@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { hostIp } from '../helpers/host-ip.js';
 import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer as httpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
@@ -149,6 +150,27 @@ describe('the network boundary on real QEMU guests', function () {
     }
     // The internet (what the default allows) still works: DNS through the VM's resolver answers.
     expect((await probe('a', 'dns', 'other.test')).result).to.deep.equal(['198.51.100.7']);
+  });
+
+  it('carries 64 KB frames: the NIC svc-netd ends says MTU 65520, and 8 MiB each way arrive whole', async () => {
+    const mtu = await guestSh(
+      d,
+      'a',
+      'for i in /sys/class/net/*; do [ "$(cat $i/address)" = 52:54:00:12:34:56 ] && cat $i/mtu; done',
+    );
+    expect(mtu.stdout.trim(), mtu.stderr).to.equal('65520');
+    const text = randomBytes(4 << 20).toString('hex'); // 8 MiB that read back as text exactly
+    const up = await d.call('PUT', '/vms/a/cp?path=/tmp/big.bin', Buffer.from(text), {
+      'content-type': 'application/octet-stream',
+    });
+    expect(up.status, up.text).to.equal(204);
+    const sum = await guestSh(d, 'a', 'sha256sum /tmp/big.bin');
+    expect(sum.stdout.split(' ')[0]).to.equal(createHash('sha256').update(text).digest('hex'));
+    const down = await d.call('GET', '/vms/a/cp?path=/tmp/big.bin');
+    expect(down.status).to.equal(200);
+    expect(down.text.length).to.equal(text.length);
+    expect(down.text === text, 'the same bytes back').to.equal(true);
+    await guestSh(d, 'a', 'rm -f /tmp/big.bin');
   });
 
   it('in deny mode reaches exactly the host port its policy names; names, other DNS servers and UDP are refused, and the log says so', async () => {

@@ -84,6 +84,15 @@ export const TCG_TB_MB = 256;
 /** The guest NIC's MAC (QEMU's default for the first one, which images and saved guests already have). */
 export const GUEST_MAC = '52:54:00:12:34:56';
 
+/**
+ * The MTU the guest's NIC tells its driver when svc-netd is the other end (virtio's `host_mtu`):
+ * the link is a socket between two processes on one host, so a frame can be as large as QEMU's
+ * stream takes (its buffer is 68 KiB) and IPv4 allows, and a guest then sends 64 KB TCP segments,
+ * not 1.5 KB ones: a 45th of the packets, interrupts and svc-netd turns per byte (docs/qemu.md).
+ * A guest saved under the 1500 of before keeps it when restored: it did not take the feature.
+ */
+export const NETD_MTU = 65520;
+
 /** The disk option a VM needs to be captured for forks (vm-capture.ts checks a running QEMU for it). */
 export const UNLOCKED = 'file.locking=off';
 
@@ -161,7 +170,7 @@ export function qemuArgs(l: QemuLaunch): string[] {
     '-netdev',
     netdev(l.nic),
     '-device',
-    `virtio-net-pci,netdev=net0,mac=${GUEST_MAC}`,
+    `virtio-net-pci,netdev=net0,mac=${GUEST_MAC}${l.nic.kind === 'netd' ? `,host_mtu=${NETD_MTU}` : ''}`,
     '-device',
     'virtio-rng-pci',
     // append=on: the daemon caps the log by copying it aside and truncating it in place.

@@ -52,7 +52,13 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(qemuArgs(base), '-netdev')[0]).to.equal(
       'stream,id=net0,server=on,addr.type=unix,addr.path=/vm/net.sock',
     );
-    expect(opt(qemuArgs(base), '-device')).to.include('virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56');
+    // svc-netd's link takes 64 KB frames; QEMU's own network keeps Ethernet's 1500.
+    expect(opt(qemuArgs(base), '-device')).to.include(
+      'virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56,host_mtu=65520',
+    );
+    expect(opt(qemuArgs({ ...base, nic: userNic }), '-device')).to.include(
+      'virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56',
+    );
     expect(opt(qemuArgs({ ...base, nic: { kind: 'netd', socket: '/v,m/net.sock' } }), '-netdev')[0]).to.equal(
       'stream,id=net0,server=on,addr.type=unix,addr.path=/v,,m/net.sock',
     );
