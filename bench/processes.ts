@@ -15,11 +15,13 @@ const CPUS = Number(process.env.BENCH_PROC_CPUS ?? 1);
 async function readOutput(c: SvcClient, id: string, follow: boolean): Promise<{ frames: number }> {
   let got = 0;
   let frames = 0;
-  for await (const f of c.processOutput('g', id, { follow }))
+  for await (const f of c.processOutput('g', id, { follow })) {
+    if ('truncated' in f) throw new Error(`a truncation at ${f.truncated.before} (follow: ${follow}): bytes skipped`);
     if ('stream' in f) {
       got += Buffer.byteLength(f.data);
       frames++;
     }
+  }
   if (got !== MIB << 20) throw new Error(`read ${got} bytes of ${MIB << 20} (follow: ${follow})`);
   return { frames };
 }

@@ -34,9 +34,11 @@ export async function segmentsOf(dir: string, stream: ProcessStream): Promise<Se
 export class SegmentReader implements JournalReader {
   private current: { start: number; fh: FileHandle } | undefined;
 
+  /** `list`: the stream's segments now (a test puts the keeper's writes in front of it). */
   constructor(
     private readonly dir: string,
     private readonly stream: ProcessStream,
+    private readonly list: (dir: string, stream: ProcessStream) => Promise<Segment[]> = segmentsOf,
   ) {}
 
   async read(from: number, max: number): Promise<JournalRead> {
@@ -49,7 +51,7 @@ export class SegmentReader implements JournalReader {
       emptyAt = this.current.start;
     }
     for (let attempt = 0; ; attempt++) {
-      const segs = await segmentsOf(this.dir, this.stream);
+      const segs = await this.list(this.dir, this.stream);
       if (!segs.length) return { offset: from, data: EMPTY };
       let i = segs.findLastIndex((s) => s.start <= from);
       if (i < 0) i = 0; // before the first kept byte: read from it
@@ -63,10 +65,16 @@ export class SegmentReader implements JournalReader {
         continue;
       }
       const offset = Math.max(from, seg.start);
-      const data = emptyAt === seg.start && attempt === 0 ? EMPTY : await this.pread(fh, offset - seg.start, max);
+      const next = segs[i + 1];
+      // The open segment had nothing at `from` before this listing. With no segment after it,
+      // nothing more is there to find. With one, the keeper may have filled it up (and then begun
+      // the next) between that read and the listing: it is read again, or those bytes would be
+      // taken for a gap and skipped (a follower lost 16 KiB so, 2026-11-29). A segment that has a
+      // next one is whole, so this read sees all it will ever hold.
+      const data =
+        emptyAt === seg.start && attempt === 0 && !next ? EMPTY : await this.pread(fh, offset - seg.start, max);
       if (data.length) return { offset, data };
       // at or past this segment's end: the next one's start, after a gap, or nothing yet
-      const next = segs[i + 1];
       if (!next) return { offset: from, data: EMPTY };
       if (attempt > 3) return { offset: next.start, data: EMPTY };
       from = next.start;

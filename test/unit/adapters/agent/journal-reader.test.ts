@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { appendFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SegmentReader } from '../../../../src/adapters/agent/journal-reader.js';
+import { segmentsOf, SegmentReader } from '../../../../src/adapters/agent/journal-reader.js';
 import { tempDir } from '../../../helpers/daemon.js';
 
 const seg = (dir: string, n: number) => join(dir, `stdout.${String(n).padStart(20, '0')}`);
@@ -41,6 +41,32 @@ describe('adapters/agent/journal-reader: a follower reading one stream on', () =
       offset: 20,
       data: Buffer.from('KLM'),
     });
+  });
+
+  it('reads the rest of a segment the keeper filled up and left between a read that found nothing and the listing', async () => {
+    // Segments of 10 bytes: the follower has read all 6 there are, and finds nothing at 6.
+    writeFileSync(seg(dir, 0), 'abcdef');
+    let keeperWrites = () => {};
+    const racing = new SegmentReader(dir, 'stdout', async (d, s) => {
+      keeperWrites();
+      return segmentsOf(d, s);
+    });
+    try {
+      expect((await racing.read(0, 100)).data.toString()).to.equal('abcdef');
+      // Right after that read finds nothing, the keeper writes 8 bytes: 4 fill the segment, 4 begin the next.
+      keeperWrites = () => {
+        keeperWrites = () => {};
+        appendFileSync(seg(dir, 0), 'ghij');
+        writeFileSync(seg(dir, 10), 'klmn');
+      };
+      expect(await racing.read(6, 100), 'the rest of the whole segment, no gap').to.deep.equal({
+        offset: 6,
+        data: Buffer.from('ghij'),
+      });
+      expect(await racing.read(10, 100)).to.deep.equal({ offset: 10, data: Buffer.from('klmn') });
+    } finally {
+      await racing.close();
+    }
   });
 
   it('reads from before the open segment again by listing (a reader moved back)', async () => {
