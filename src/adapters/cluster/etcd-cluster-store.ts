@@ -263,8 +263,10 @@ export class EtcdClusterStore implements ClusterStore {
     this.client.close();
   }
 
-  /** Puts the entry in place while the name is free, adding its shape to the node's allocation after `check` saw it. */
-  /** Writes `entry` under each of `names`, and their room into its node's load, in one transaction. */
+  /**
+   * Writes `entry` under each of `names` while all are free, and their room into its node's load
+   * after `check` saw it, in one transaction.
+   */
   private async place(names: readonly string[], entry: VmEntry, check: (load: NodeLoad) => void): Promise<void> {
     const what = names.length === 1 ? `vm ${names[0]}` : `${names.length} vms (${names[0]}, ...)`;
     await this.write(`place ${what}`, async () => {
