@@ -118,15 +118,26 @@ describe('dashboard in a real browser (chromium)', function () {
     await until(page, `${rowStatus(vm)} === 'running'`);
   });
 
-  it('forks a running VM from the list, as many as asked in a dialog', async () => {
+  it('forks a running VM from the list, as many as asked in a dialog, or under the names given there', async () => {
     await page.click(`tr[data-vm="${vm}"] [data-test=do-fork]`);
-    await page.waitForSelector('dialog[data-test=confirm][open] input');
-    await page.click('dialog[data-test=confirm] input', { clickCount: 3 });
-    await page.type('dialog[data-test=confirm] input', '2');
+    await page.waitForSelector('dialog[data-test=confirm][open] [data-test=fork-count]');
+    await page.click('dialog[data-test=confirm] [data-test=fork-count]', { clickCount: 3 });
+    await page.type('dialog[data-test=confirm] [data-test=fork-count]', '2');
     await page.click('[data-test=confirm-ok]');
     for (const f of [`${vm}-fork-1`, `${vm}-fork-2`]) {
       await until(page, `${rowStatus(f)} === 'running'`);
-      expect((await d.call('GET', `/vms/${f}`)).json.from).to.equal(vm);
+      expect((await d.call('GET', `/vms/${f}`)).json).to.include({ from: vm, persistent: false });
+      expect((await d.call('DELETE', `/vms/${f}`)).status).to.equal(200);
+    }
+    // Names (their number is the count) and persistence.
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-fork]`);
+    await page.waitForSelector('dialog[data-test=confirm][open] [data-test=fork-names]');
+    await page.type('dialog[data-test=confirm] [data-test=fork-names]', 'try-a, try-b');
+    await page.click('dialog[data-test=confirm] [data-test=fork-persistent]');
+    await page.click('[data-test=confirm-ok]');
+    for (const f of ['try-a', 'try-b']) {
+      await until(page, `${rowStatus(f)} === 'running'`);
+      expect((await d.call('GET', `/vms/${f}`)).json).to.include({ from: vm, persistent: true });
       expect((await d.call('DELETE', `/vms/${f}`)).status).to.equal(200);
     }
     expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');

@@ -30,6 +30,8 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   const [asking, setAsking] = useState<'delete' | 'clone' | 'fork'>();
   const [cloneName, setCloneName] = useState('');
   const [forks, setForks] = useState('1');
+  const [forkNames, setForkNames] = useState('');
+  const [forkKept, setForkKept] = useState(false);
   const run = async (label: string, fn: () => Promise<unknown>) => {
     setBusy(label);
     setError(undefined);
@@ -77,13 +79,29 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
       asking === 'fork'
         ? html`<${Confirm} title=${`Fork ${vm.name}`} action="Fork"
         body=${html`<p>Copies of ${vm.name} as it is now, each its own machine; ${vm.name} is held for a moment and runs on.</p>
-          <label>How many <input type="number" min="1" max="100" value=${forks} onInput=${(e: Event) => setForks((e.target as HTMLInputElement).value)} /></label>`}
+          <label>How many <input type="number" min="1" max="100" data-test="fork-count" value=${forks} onInput=${(e: Event) => setForks((e.target as HTMLInputElement).value)} /></label>
+          <label>Names <input data-test="fork-names" value=${forkNames} onInput=${(e: Event) => setForkNames((e.target as HTMLInputElement).value)} placeholder=${`leave empty for ${vm.name}-fork-N`} /></label>
+          <label><input type="checkbox" data-test="fork-persistent" checked=${forkKept} onChange=${(e: Event) => setForkKept((e.target as HTMLInputElement).checked)} /> persistent (kept across restarts, can be suspended)</label>`}
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           setAsking(undefined);
-          void run('fork', () => api('POST', `/vms/${enc(vm.name)}/fork`, { body: { count: Number(forks) } }));
+          void run('fork', () =>
+            api('POST', `/vms/${enc(vm.name)}/fork`, { body: forkBody(forks, forkNames, forkKept) }),
+          );
         }} />`
         : null
     }
   </div>`;
+}
+
+/**
+ * The body of a fork asked for in the dialog: the names given (comma- or space-separated; their
+ * number is the count), else the count; `persistent` when ticked. The daemon checks every field.
+ */
+export function forkBody(count: string, names: string, persistent: boolean): Record<string, unknown> {
+  const list = names.split(/[\s,]+/).filter(Boolean);
+  return {
+    ...(list.length ? { names: list } : { count: Number(count) }),
+    ...(persistent ? { persistent: true } : {}),
+  };
 }
