@@ -172,13 +172,13 @@ export function placeVm(
   )[0];
 }
 
-/** A load with `sign` VMs of `shape` added (a negative sign: taken away), never below zero. */
-export function addLoad(load: NodeLoad, shape: VmShape, sign: number): NodeLoad {
+/** A load with `count` VMs of `shape` added (a negative count: taken away), never below zero. */
+export function addLoad(load: NodeLoad, shape: VmShape, count: number): NodeLoad {
   const clamp = (x: number) => Math.max(0, x);
   return {
-    vms: clamp(load.vms + sign),
-    cpus: clamp(load.cpus + sign * shape.cpus),
-    memory_mb: clamp(load.memory_mb + sign * shape.memory_mb),
-    disk_gb: clamp(load.disk_gb + sign * shape.disk_gb),
+    vms: clamp(load.vms + count),
+    cpus: clamp(load.cpus + count * shape.cpus),
+    memory_mb: clamp(load.memory_mb + count * shape.memory_mb),
+    disk_gb: clamp(load.disk_gb + count * shape.disk_gb),
   };
 }

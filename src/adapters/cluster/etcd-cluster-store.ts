@@ -275,11 +275,11 @@ export class EtcdClusterStore implements ClusterStore {
           this.get(`alloc/${entry.node}`),
           ...names.map((name) => this.get(`vms/${name}`)),
         ]);
-        vms.forEach((vm, at) => {
-          if (!vm) return;
-          const owner = parse<VmEntry>(vm.value.toString())?.node;
-          throw new AlreadyExistsError(`vm ${names[at]} already exists${owner ? ` (on node ${owner})` : ''}`);
-        });
+        const taken = vms.findIndex((vm) => vm);
+        if (taken >= 0) {
+          const owner = parse<VmEntry>(vms[taken]!.value.toString())?.node;
+          throw new AlreadyExistsError(`vm ${names[taken]} already exists${owner ? ` (on node ${owner})` : ''}`);
+        }
         const load = parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD };
         check(load);
         let txn = this.client.if(this.key(`alloc/${entry.node}`), 'Mod', '==', alloc?.mod_revision ?? 0);
