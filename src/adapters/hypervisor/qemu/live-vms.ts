@@ -32,6 +32,8 @@ export class LiveVms {
   private readonly byName = new Map<string, Live>();
   private readonly listeners: ExitListener[] = [];
   private readonly gone: ((name: string) => void)[] = [];
+  /** Set by release: this daemon holds no process any more, and the end of one is not its to act on. */
+  private released = false;
 
   get(name: string): Live | undefined {
     return this.byName.get(name);
@@ -71,6 +73,7 @@ export class LiveVms {
     const finish = (reason: string) => {
       if (done) return;
       done = true;
+      if (this.released) return void resolveGone();
       entry.qmp.close();
       if (this.byName.get(entry.name) === entry) this.byName.delete(entry.name);
       for (const l of this.gone) l(entry.name);
@@ -119,6 +122,10 @@ export class LiveVms {
 
   /** Lets go of every monitor without touching the processes (they keep running). */
   release(): void {
+    // A daemon stopped in a process that goes on (an embedder, the tests) still hears its former
+    // children exit: were that passed on, its network driver would detach a VM a new daemon has
+    // just started again under the same name.
+    this.released = true;
     for (const v of this.byName.values()) {
       v.expected = true;
       v.qmp.removeAllListeners('close');
