@@ -260,14 +260,15 @@ export class ClusterService implements LifecycleContribution {
     return { name: source, names, node, here: node.node === this.self, body };
   }
 
-  /** A placed create failed before its VM existed: its reservation is given back. */
-  async unplace(name: string): Promise<void> {
-    if (this.vms.find(name)) return;
-    const e = this.store.vm(name);
-    if (e?.instance) return;
+  /** Placed creates (or forks) failed before their VMs existed: their reservations are given back, at once. */
+  async unplace(names: string | readonly string[]): Promise<void> {
+    const free = (typeof names === 'string' ? [names] : names).filter(
+      (name) => !this.vms.find(name) && !this.store.vm(name)?.instance,
+    );
+    if (!free.length) return;
     await this.store
-      .release(name)
-      .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot release'));
+      .release(free)
+      .catch((err) => this.log.warn({ vms: free, err: errorMessage(err) }, 'cluster: cannot release'));
   }
 
   /** The ready nodes that list image `image` (any node can fetch it from them). */

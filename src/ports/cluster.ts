@@ -41,11 +41,12 @@ export interface ClusterStore {
   /** This node's VM changed: its entry shows `instance` (made, with its shape held, when it had none). */
   publish(instance: Instance): Promise<void>;
   /**
-   * The VM is gone: its entry removed and its shape given back to its node. `owner`: only while the
-   * entry is that node's (a node removing its copy of a VM that moved away leaves the entry alone).
-   * Idempotent.
+   * The VMs are gone: their entries removed and their shapes given back to their nodes, in one
+   * transaction (a failed fork of many gives all its room back at once, not in a race of its own
+   * names over the node's room). `owner`: only the entries that are that node's (a node removing
+   * its copy of a VM that moved away leaves the entry alone). Idempotent.
    */
-  release(name: string, owner?: string): Promise<void>;
+  release(names: string | readonly string[], owner?: string): Promise<void>;
   /**
    * Hands the VM's entry from node `from` to node `to` with its shape, in one transaction, after
    * `check` approved `to` as it is now (tried again when something was placed meanwhile). Done

@@ -121,9 +121,25 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       expect(b.vm('f98')).to.include({ node: 'a' });
       // b's copy went from before+1 to before+100 with no count between.
       expect([...new Set(loads)].filter((n) => n > before + 1 && n < before + 100)).to.deep.equal([]);
+      // And back in one transaction (a fork of 100 that failed): from before+100 to before, with no
+      // count between; a name never placed and another node's filter change nothing.
+      loads.length = 0;
+      await a.release(['m1', ...many, 'never-placed'], 'b');
+      expect(a.nodes().find((n) => n.node === 'a')!.allocated.vms).to.equal(before + 100);
+      await a.release(['m1', ...many, 'never-placed']);
+      await a.release(['m1', ...many]); // again: nothing left to give back
+      const gone = Date.now() + 5000;
+      while (b.nodes().find((n) => n.node === 'a')!.allocated.vms > before && Date.now() < gone)
+        await new Promise((r) => setTimeout(r, 20));
+      expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({
+        vms: before,
+        memory_mb: before * SHAPE.memory_mb,
+      });
+      expect(await b.look('f0')).to.equal(undefined);
+      expect([...new Set(loads)].filter((n) => n > before && n < before + 100)).to.deep.equal([]);
     } finally {
       unwatch();
-      for (const name of ['m1', ...Array.from({ length: 99 }, (_, i) => `f${i}`)]) await a.release(name);
+      await a.release(['m1', ...Array.from({ length: 99 }, (_, i) => `f${i}`)]);
     }
   });
 

@@ -177,26 +177,42 @@ export class EtcdClusterStore implements ClusterStore {
     });
   }
 
-  async release(name: string, owner?: string): Promise<void> {
-    await this.write(`release vm ${name}`, async () => {
+  async release(names: string | readonly string[], owner?: string): Promise<void> {
+    const list = typeof names === 'string' ? [names] : [...new Set(names)];
+    if (!list.length) return;
+    const what = list.length === 1 ? `vm ${list[0]}` : `${list.length} vms (${list[0]}, ...)`;
+    await this.write(`release ${what}`, async () => {
       for (let i = 0; i < TXN_TRIES; i++) {
-        const vm = await this.get(`vms/${name}`);
-        if (!vm) return;
-        const e = parse<VmEntry>(vm.value.toString());
-        if (owner !== undefined && e?.node !== owner) return;
-        const ops = [this.client.delete().key(this.key(`vms/${name}`))];
-        let txn = this.client.if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision);
-        if (e) {
-          const alloc = await this.get(`alloc/${e.node}`);
-          const load = parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD };
-          txn = txn.and(this.key(`alloc/${e.node}`), 'Mod', '==', alloc?.mod_revision ?? 0);
-          ops.push(
-            this.client.put(this.key(`alloc/${e.node}`)).value(JSON.stringify(addLoad(load, e.shape, -1))) as never,
-          );
+        const found = await Promise.all(list.map(async (name) => ({ name, kv: await this.get(`vms/${name}`) })));
+        const gone = found.flatMap(({ name, kv }) => {
+          if (!kv) return [];
+          const e = parse<VmEntry>(kv.value.toString());
+          return owner !== undefined && e?.node !== owner ? [] : [{ name, rev: kv.mod_revision, e }];
+        });
+        if (!gone.length) return;
+        // Each node's room given back once for all of its names, on the revision it was read at.
+        const byNode = new Map<string, VmShape[]>();
+        for (const g of gone) if (g.e) byNode.set(g.e.node, [...(byNode.get(g.e.node) ?? []), g.e.shape]);
+        const allocs = await Promise.all(
+          [...byNode.keys()].map(async (node) => [node, await this.get(`alloc/${node}`)] as const),
+        );
+        let txn = this.client.if(this.key(`vms/${gone[0].name}`), 'Mod', '==', gone[0].rev);
+        for (const g of gone.slice(1)) txn = txn.and(this.key(`vms/${g.name}`), 'Mod', '==', g.rev);
+        const ops = gone.map((g) => this.client.delete().key(this.key(`vms/${g.name}`))) as never[];
+        for (const [node, alloc] of allocs) {
+          txn = txn.and(this.key(`alloc/${node}`), 'Mod', '==', alloc?.mod_revision ?? 0);
+          const load = byNode
+            .get(node)!
+            .reduce<NodeLoad>(
+              (l, shape) => addLoad(l, shape, -1),
+              parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD },
+            );
+          ops.push(this.client.put(this.key(`alloc/${node}`)).value(JSON.stringify(load)) as never);
         }
         if ((await txn.then(...ops).commit()).succeeded) return;
         await pause();
       }
+      throw new UnavailableError(`releasing ${what} lost ${TXN_TRIES} races in a row; try again`);
     });
   }
 

@@ -316,7 +316,7 @@ export class ClusterFront {
   /** Sends a placed call to its node; what it made nothing of gives its reservations back. */
   private async send(req: Request, res: Response, placed: Placed, names: string[]): Promise<void> {
     const t = placed.here ? this.own() : this.target(placed.node.advertise);
-    const unplace = () => Promise.all(names.map((n) => this.cluster.unplace(n)));
+    const unplace = () => this.cluster.unplace(names);
     // After lines of its own (an image fetched first), an error answer is the stream's last line.
     const errorLine = (status: number, text: string) => {
       let body: { error?: unknown; code?: unknown } = {};
