@@ -278,8 +278,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(out.stdout).to.match(/fsrc-fork-1 +running/);
     expect(out.stdout).to.match(/fsrc-fork-2 +running/);
     expect(out.stdout).to.match(/\(fsrc was held \d+ ms while it was captured\)\n$/);
-    const named = JSON.parse((await svc(['fork', 'fsrc', '--name', 'fa', 'fb', '--json'])).stdout);
+    const named = JSON.parse(
+      (await svc(['fork', 'fsrc', '--name', 'fa', 'fb', '--tag', 'task=t42', '--tag', 'try=1', '--json'])).stdout,
+    );
     expect(named.vms.map((v: { name: string }) => v.name)).to.deep.equal(['fa', 'fb']);
+    for (const v of named.vms) expect(v.tags).to.deep.equal({ task: 't42', try: '1' });
+    const untagged = await svc(['fork', 'fsrc', '--tag', 'oops']);
+    expect(untagged.code).to.equal(1);
+    expect(untagged.stderr).to.match(/--tag.*oops|oops.*--tag/);
     const bad = await svc(['fork', 'fsrc', '-n', 'lots']);
     expect(bad.code).to.equal(1);
     expect(bad.stderr).to.match(/lots/);

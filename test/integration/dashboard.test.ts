@@ -133,11 +133,26 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.click(`tr[data-vm="${vm}"] [data-test=do-fork]`);
     await page.waitForSelector('dialog[data-test=confirm][open] [data-test=fork-names]');
     await page.type('dialog[data-test=confirm] [data-test=fork-names]', 'try-a, try-b');
+    // A tag that is not key=value is refused in the page, and nothing is forked.
+    await page.type('dialog[data-test=confirm] [data-test=fork-tags]', 'task=t42 oops');
+    await page.click('[data-test=confirm-ok]');
+    await until(
+      page,
+      `document.querySelector('[data-test=actions-${vm}] [role=alert]')?.textContent.includes('tag oops')`,
+    );
+    expect((await d.call('GET', '/vms/try-a')).status).to.equal(404);
+    // The dialog keeps what was typed: the tags mended, persistence ticked.
+    await page.click(`tr[data-vm="${vm}"] [data-test=do-fork]`);
+    await page.waitForSelector('dialog[data-test=confirm][open] [data-test=fork-tags]');
+    await page.click('dialog[data-test=confirm] [data-test=fork-tags]', { clickCount: 3 });
+    await page.type('dialog[data-test=confirm] [data-test=fork-tags]', 'task=t42, try=1');
     await page.click('dialog[data-test=confirm] [data-test=fork-persistent]');
     await page.click('[data-test=confirm-ok]');
     for (const f of ['try-a', 'try-b']) {
       await until(page, `${rowStatus(f)} === 'running'`);
-      expect((await d.call('GET', `/vms/${f}`)).json).to.include({ from: vm, persistent: true });
+      const made = (await d.call('GET', `/vms/${f}`)).json;
+      expect(made).to.include({ from: vm, persistent: true });
+      expect(made.tags).to.deep.equal({ task: 't42', try: '1' });
       expect((await d.call('DELETE', `/vms/${f}`)).status).to.equal(200);
     }
     expect((await d.call('GET', `/vms/${vm}`)).json.status).to.equal('running');

@@ -32,6 +32,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   const [forks, setForks] = useState('1');
   const [forkNames, setForkNames] = useState('');
   const [forkKept, setForkKept] = useState(false);
+  const [forkTags, setForkTags] = useState('');
   const run = async (label: string, fn: () => Promise<unknown>) => {
     setBusy(label);
     setError(undefined);
@@ -81,12 +82,13 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
         body=${html`<p>Copies of ${vm.name} as it is now, each its own machine; ${vm.name} is held for a moment and runs on.</p>
           <label>How many <input type="number" min="1" max="100" data-test="fork-count" value=${forks} onInput=${(e: Event) => setForks((e.target as HTMLInputElement).value)} /></label>
           <label>Names <input data-test="fork-names" value=${forkNames} onInput=${(e: Event) => setForkNames((e.target as HTMLInputElement).value)} placeholder=${`leave empty for ${vm.name}-fork-N`} /></label>
+          <label>Tags <input data-test="fork-tags" value=${forkTags} onInput=${(e: Event) => setForkTags((e.target as HTMLInputElement).value)} placeholder="key=value, another=value" /></label>
           <label><input type="checkbox" data-test="fork-persistent" checked=${forkKept} onChange=${(e: Event) => setForkKept((e.target as HTMLInputElement).checked)} /> persistent (kept across restarts, can be suspended)</label>`}
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           setAsking(undefined);
           void run('fork', () =>
-            api('POST', `/vms/${enc(vm.name)}/fork`, { body: forkBody(forks, forkNames, forkKept) }),
+            api('POST', `/vms/${enc(vm.name)}/fork`, { body: forkBody(forks, forkNames, forkKept, forkTags) }),
           );
         }} />`
         : null
@@ -96,12 +98,20 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
 
 /**
  * The body of a fork asked for in the dialog: the names given (comma- or space-separated; their
- * number is the count), else the count; `persistent` when ticked. The daemon checks every field.
+ * number is the count), else the count; `persistent` when ticked; the tags given as `key=value`
+ * pairs (comma- or space-separated), which every fork carries. A pair without `=` is refused here;
+ * the daemon checks every field.
  */
-export function forkBody(count: string, names: string, persistent: boolean): Record<string, unknown> {
+export function forkBody(count: string, names: string, persistent: boolean, tags = ''): Record<string, unknown> {
   const list = names.split(/[\s,]+/).filter(Boolean);
+  const pairs = tags.split(/[\s,]+/).filter(Boolean);
+  const bad = pairs.find((p) => p.indexOf('=') < 1);
+  if (bad !== undefined) throw new Error(`tag ${bad}: write it as key=value`);
   return {
     ...(list.length ? { names: list } : { count: Number(count) }),
     ...(persistent ? { persistent: true } : {}),
+    ...(pairs.length
+      ? { tags: Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)])) }
+      : {}),
   };
 }

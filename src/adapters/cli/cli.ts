@@ -273,6 +273,7 @@ export function buildCli(): Command {
     .argument('<vm>')
     .option('-n, --count <n>', 'how many forks (1 to 100)', whole('a whole number of forks, 1 to 100'))
     .option('--name <name...>', "the forks' names (default: VM-fork-N)")
+    .option('--tag <k=v>', 'a tag every fork carries (repeatable)', collect, [])
     .option('-p, --persistent')
     .option('--json')
     .description('fork a running or paused VM: copies of it as it is now, each its own machine')
@@ -280,6 +281,7 @@ export function buildCli(): Command {
       const out = await client().fork(vm, {
         ...(o.count !== undefined ? { count: o.count as number } : {}),
         ...(o.name ? { names: o.name as string[] } : {}),
+        ...(o.tag.length ? { tags: keyValues(o.tag as string[], '--tag') } : {}),
         persistent: !!o.persistent,
       });
       print(o.json, out, () => `${vmRows(out.vms)}\n(${vm} was held ${out.paused_ms} ms while it was captured)`);
