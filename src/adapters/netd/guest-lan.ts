@@ -1,15 +1,7 @@
 import { connect, type Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
-import {
-  HOST_NAME,
-  normalName,
-  type EgressDecision,
-  type EgressPolicy,
-  type EgressProxy,
-} from '../../domain/egress.js';
+import { HOST_NAME, type EgressDecision, type EgressPolicy, type EgressProxy } from '../../domain/egress.js';
 import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
-import { duplexPair } from './duplex-pair.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import { EgressGuard, type EgressEntry } from './egress-guard.js';
 import { HostForwards } from './host-forwards.js';
@@ -40,7 +32,7 @@ import {
   type Tcp,
 } from './packets.js';
 import type { EgressSecrets } from './secret-proxy.js';
-import { sniff, type Sniffed } from './sniff.js';
+import { checkShown, type Conn } from './lan-conn.js';
 import { ProxyDialer } from './socks-dial.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
 import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
@@ -63,8 +55,6 @@ const BROADCAST = 0xffffffff;
 const MAX_FRAME = 70_000;
 /** Frames queued to QEMU past which flows stop sending until it drains. */
 const CONGESTED = 4 << 20;
-/** A guest connection's first bytes are held at most this long for a TLS SNI or HTTP Host. */
-const SNIFF_MAX = 16 << 10;
 const CONNECT_TIMEOUT_MS = 30_000;
 const inLan = (ip: number) => (ip & MASK) >>> 0 === LAN.base;
 
@@ -79,30 +69,6 @@ export interface LanOptions {
   route?: (addr: string, port: number) => { host: string; port: number };
   /** Reads a host secret (a SOCKS proxy's password); none: a proxy with a password is not dialed. */
   secretValue?: (name: string) => Promise<Buffer | undefined>;
-}
-
-/** A guest TCP connection and what decided it. */
-interface Conn {
-  flow: TcpFlow;
-  /** `out`: to an address beyond the network; `host`: to a host loopback port; `local`: the resolver; `in`: a forward. */
-  kind: 'out' | 'host' | 'local' | 'in';
-  addr: string;
-  port: number;
-  decision: EgressDecision;
-  names: string[];
-  /** The name its TLS SNI or HTTP Host showed. */
-  shown?: string;
-  /** The policy ended it (its rule). */
-  endedBy?: string;
-  /** The host socket, until an egress secret's interception takes it over. */
-  sock?: Socket;
-  /** Where the host socket went. */
-  to?: { host: string; port: number };
-  /** The socket to a SOCKS proxy while it is being asked to connect (destroyed if the flow ends first). */
-  dialing?: Socket;
-  /** Another connection to `to` through the same proxy (an egress secret's interception opens more). */
-  reopen?: () => Duplex;
-  error?: string;
 }
 
 /**
@@ -484,7 +450,7 @@ export class GuestLan implements FlowHost, UdpHost {
     // names one, and read when the VM has egress secrets (they are put in for the hosts they are for).
     if ((kind === 'out' && (d.byName || this.guard.policy.deny.length)) || this.secrets?.bindings.length) {
       flow.hold();
-      flow.onHeld = () => this.checkShown(c);
+      flow.onHeld = () => checkShown(c, this.guard, this.secrets);
     }
     const proxy = kind === 'out' ? this.guard.policy.proxy : undefined;
     if (proxy) return this.viaProxy(c, proxy, d.byName && name ? name : target);
@@ -532,81 +498,6 @@ export class GuestLan implements FlowHost, UdpHost {
           c.flow.abort();
         },
       );
-  }
-
-  private checkShown(c: Conn): void {
-    const held = c.flow.heldBytes();
-    const s = sniff(held);
-    if (s.kind === 'more' && held.length < SNIFF_MAX) return;
-    c.flow.onHeld = undefined;
-    if ((s.kind === 'tls' || s.kind === 'http') && s.name) {
-      c.shown = s.name;
-      const d = this.guard.shown(s.name, c.port, c.decision);
-      if (!d.allow) {
-        this.guard.fold({
-          event: 'deny',
-          proto: 'tcp',
-          addr: c.addr,
-          port: c.port,
-          name: s.name,
-          decision: 'deny',
-          rule: d.rule,
-        });
-        c.endedBy = d.rule;
-        c.flow.abort();
-        return;
-      }
-      c.decision = d;
-    }
-    if (this.secrets?.bindings.length) this.secretsFor(c, s);
-    c.flow.release();
-  }
-
-  /**
-   * A connection of a VM with egress secrets: to a host a secret is for (by TLS SNI, whose
-   * upstream certificate must then prove it; or by HTTP Host, which must name what the address was
-   * resolved from) it is handed to the injection; any other is read for placeholders on its way.
-   */
-  private secretsFor(c: Conn, s: Sniffed): void {
-    const secrets = this.secrets!;
-    const name = (s.kind === 'tls' || s.kind === 'http') && s.name ? normalName(s.name) : undefined;
-    const resolvedAs = name !== undefined && (c.kind === 'host' ? name === HOST_NAME : c.names.includes(name));
-    const intercept = name !== undefined && secrets.isFor(name) && c.sock && c.to && (s.kind === 'tls' || resolvedAs);
-    if (!intercept) {
-      const scan = secrets.scanner();
-      c.flow.inspect = (b) => {
-        const secret = scan.scan(b);
-        if (secret === undefined) return true;
-        c.endedBy = 'egress-secret';
-        this.guard.fold({
-          event: 'deny',
-          proto: 'tcp',
-          addr: c.addr,
-          port: c.port,
-          name: name ?? c.names[0],
-          decision: 'deny',
-          rule: 'egress-secret',
-          secret,
-          error: 'its placeholder on a connection to a host it is not for',
-        });
-        return false;
-      };
-      return;
-    }
-    const [guestEnd, proxyEnd] = duplexPair();
-    c.flow.rebind(guestEnd);
-    const upstream = c.sock!;
-    c.sock = undefined;
-    secrets.intercept({
-      guest: proxyEnd,
-      upstream,
-      tls: s.kind === 'tls',
-      name: name!,
-      alpn: s.kind === 'tls' ? s.alpn : undefined,
-      addr: c.addr,
-      to: c.to!,
-      reopen: c.reopen,
-    });
   }
 
   private inbound(sock: Socket, guestPort: number): void {
