@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
@@ -91,6 +91,54 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     ]);
     expect(savedFiles(spec.dir), 'restored: the saved state no longer matches the disk').to.deep.equal([]);
     await hv.kill(spec);
+  });
+
+  it('makes the image in a staging folder on a memory filesystem and copies it beside the VM; sweeps what a crashed daemon left there', async () => {
+    const root = tempDir('svc-ram-staging-');
+    // A crashed daemon's folder of this data dir's tag, and another data dir's: only the first goes.
+    mkdirSync(join(root, 'svc-ram-t1-left'));
+    writeFileSync(join(root, 'svc-ram-t1-left', 'x.ram.tmp'), 'old memory');
+    mkdirSync(join(root, 'svc-ram-t2-other'));
+    const staged = new QemuHypervisor({
+      qemuBinary: q.binary,
+      accel: 'tcg',
+      images: new ImageCatalog(q.images),
+      log: new SilentLogger(),
+      vsock: false,
+      mountDriver: '9p',
+      ramStaging: { root, tag: 't1' },
+    });
+    const spec = q.vm('st');
+    try {
+      await staged.launch(spec);
+      expect(await staged.suspend(spec)).to.deep.equal({ snapshot: true });
+      const ramFile = q
+        .calls()[1]
+        .find((a) => a.startsWith('memory-backend-file'))!
+        .split(',')
+        .find((x) => x.startsWith('mem-path='))!
+        .slice('mem-path='.length);
+      expect(ramFile.startsWith(`${root}/svc-ram-t1-`), ramFile).to.equal(true);
+      expect(ramFile.endsWith('.ram.tmp')).to.equal(true);
+      expect(readdirSync(root).sort()).to.have.length(2).and.to.include('svc-ram-t2-other');
+      const mine = readdirSync(root).find((n) => n.startsWith('svc-ram-t1-'))!;
+      expect(mine).to.not.equal('svc-ram-t1-left');
+      expect(statSync(join(root, mine)).mode & 0o777, 'the folder is private').to.equal(0o700);
+      expect(readdirSync(join(root, mine)), 'the staged file is gone once copied').to.deep.equal([]);
+      // What QEMU wrote there is the image beside the VM, as private as ever.
+      expect(savedFiles(spec.dir)).to.deep.equal(['state.dev', 'state.ram']);
+      expect(readFileSync(join(spec.dir, 'state.ram'), 'utf8')).to.equal('memory of start 2');
+      expect(statSync(join(spec.dir, 'state.ram')).mode & 0o077).to.equal(0);
+      const h = await staged.launch(spec, { restore: true });
+      expect(h.restored_from_snapshot).to.equal(true);
+      expect(q.calls()[2]).to.include(
+        `memory-backend-file,id=pc.ram,size=128M,mem-path=${join(spec.dir, 'state.ram')},share=off`,
+      );
+      await staged.kill(spec);
+    } finally {
+      await staged.release();
+    }
+    expect(readdirSync(root), 'its folder goes with the daemon').to.deep.equal(['svc-ram-t2-other']);
   });
 
   it('keeps the stream when the image cannot be made, and restores from it', async () => {

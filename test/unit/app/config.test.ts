@@ -62,6 +62,7 @@ describe('app/config', () => {
       agent_transport: 'auto',
       net: 'netd',
       ram_images: true,
+      ram_image_staging: '/dev/shm',
       max_disk_layers: 8,
     });
     expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({

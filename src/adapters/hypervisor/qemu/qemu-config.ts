@@ -21,6 +21,8 @@ export interface QemuSection {
   net: 'netd' | 'qemu-user';
   /** Saved states become RAM images clones map copy-on-write (docs/suspend-and-clones.md); false keeps streams. */
   ram_images: boolean;
+  /** A memory filesystem's folder RAM images are made in before they are copied beside the VM (ram-staging.ts); '' makes them in place. */
+  ram_image_staging: string;
   /** A template's or forked VM's disk chain past this many layers is written back into one (docs/suspend-and-clones.md). */
   max_disk_layers: number;
 }
@@ -38,6 +40,7 @@ export const QEMU_SECTION: ConfigSection = {
     agent_transport: [{ oneOf: ['auto', 'tcp', 'vsock'] }, 'auto'],
     net: [{ oneOf: ['netd', 'qemu-user'] }, 'netd'],
     ram_images: ['bool', true],
+    ram_image_staging: ['string', '/dev/shm'],
     max_disk_layers: ['int', MAX_LAYERS],
   },
   aliases: {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { ContainerModule } from 'inversify';
 import { CloneSpeedUps } from '../../../ports/clone-speed-ups.js';
 import { Failpoints } from '../../../ports/failpoints.js';
@@ -45,6 +46,12 @@ export const qemuDriver: HypervisorDriver = {
             spares: q.clone_spares,
             sparesWarm: q.clone_spares_warm,
             ramImages: q.ram_images,
+            ramStaging: q.ram_image_staging
+              ? {
+                  root: q.ram_image_staging,
+                  tag: createHash('sha256').update(config.data_dir).digest('hex').slice(0, 12),
+                }
+              : undefined,
             maxDiskLayers: q.max_disk_layers,
             network:
               q.net === 'netd'

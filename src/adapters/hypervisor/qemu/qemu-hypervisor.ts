@@ -30,6 +30,7 @@ import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
 import { LAYER, virtualSize } from './disk-layers.js';
 import { MAKER_PIDFILE, RamImages } from './ram-image.js';
+import { RamStaging } from './ram-staging.js';
 import { VmCommand } from './vm-command.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
 import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
@@ -65,6 +66,12 @@ export interface QemuOptions {
   sparesWarm?: boolean;
   /** Saved states become RAM images (ram-image.ts); false keeps migration streams (the benchmarks' other half). Default true. */
   ramImages?: boolean;
+  /**
+   * Make RAM images in a folder of this daemon's under `root` (a memory filesystem: /dev/shm) and
+   * copy them beside the VM after (ram-staging.ts; `qemu.ram_image_staging`); `tag` names this
+   * data dir's folders. None: made in place.
+   */
+  ramStaging?: { root: string; tag: string };
   /** A disk chain past this many layers is put back on one (disk-layers.ts, live-flatten.ts); default MAX_LAYERS. */
   maxDiskLayers?: number;
   /**
@@ -96,6 +103,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   private readonly command: VmCommand;
   private readonly ramImages: RamImages;
+  private readonly staging: RamStaging | undefined;
   private readonly spares: SpareQemus;
   private readonly disks: QemuVmDisks;
   private readonly links: NicLinks;
@@ -106,6 +114,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
   constructor(private readonly o: QemuOptions) {
     super(o.images);
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
+    this.staging = o.ramStaging && new RamStaging({ ...o.ramStaging, log: o.log });
     this.command = new VmCommand({
       ...o,
       accelerator: () => this.accelerator(),
@@ -117,6 +126,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       log: o.log,
       failpoints: o.failpoints,
       enabled: o.ramImages ?? true,
+      staging: this.staging,
     });
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
     this.links = new NicLinks({ net: o.network, log: o.log });
@@ -567,6 +577,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     clearInterval(this.logTimer);
     this.live.release();
     await this.spares.stopAll();
+    await this.staging?.close();
     this.o.network?.close();
   }
 }

@@ -1,4 +1,5 @@
 import { open, rename, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
@@ -6,6 +7,7 @@ import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { replaceState, type Frozen } from './disk-layers.js';
 import { layout, qmpPath } from './qemu-files.js';
 import { spawnQemu, STATE_FD } from './qemu-spawn.js';
+import { copySparse, type RamStaging } from './ram-staging.js';
 import { processOwner, saveStream, savedFiles, type Saved } from './saved-state.js';
 import type { VmCommand } from './vm-command.js';
 
@@ -16,7 +18,8 @@ import type { VmCommand } from './vm-command.js';
  * `share=off`) and loading only the device state: nothing is read before the guest runs, the
  * pages it touches come from the host's page cache, and every VM restored from one image shares
  * the pages none of them changed. A 140 MB stream took 160-820 ms to load into fresh memory on
- * this host; the image loads in about 45 ms (docs/suspend-and-clones.md).
+ * this host; the image loads in about 45 ms (docs/suspend-and-clones.md). The image is made in a
+ * staging folder on a memory filesystem when there is one (ram-staging.ts) and copied beside the VM.
  */
 
 export interface MakeImage {
@@ -28,8 +31,13 @@ export interface MakeImage {
   stream: string;
   /** The image's base name in `dir`. */
   base: string;
-  /** QEMU's command line for the VM, with `ramFile` (shared) on `<base>.ram.tmp` and `-incoming fd:3`. */
+  /** QEMU's command line for the VM, with `ramFile` (shared) on `ramPath` and `-incoming fd:3`. */
   args: string[];
+  /**
+   * Where QEMU writes the memory: `<base>.ram.tmp` in `dir` (the default), or a file in a staging
+   * folder on a memory filesystem (ram-staging.ts), copied to `<base>.ram.tmp` once it is whole.
+   */
+  ramPath?: string;
   /** Called once the stream is loaded, before the device state is saved (a test's failpoint). */
   loaded?: () => void;
 }
@@ -47,14 +55,16 @@ export const ramTmp = (dir: string, base: string) => join(dir, `${base}.ram.tmp`
  */
 export async function makeRamImage(
   m: MakeImage,
-): Promise<{ saved: Saved; ms: Record<'load' | 'devices' | 'quit' | 'sync', number> }> {
+): Promise<{ saved: Saved; ms: Record<'load' | 'devices' | 'quit' | 'copy' | 'sync', number> }> {
   const saved: Saved = { kind: 'image', base: m.base };
   let t = Date.now();
   const lap = () => -t + (t = Date.now());
-  const ms = { load: 0, devices: 0, quit: 0, sync: 0 };
+  const ms = { load: 0, devices: 0, quit: 0, copy: 0, sync: 0 };
   const [ram] = savedFiles(saved);
   const tmp = ramTmp(m.dir, m.base);
+  const written = m.ramPath ?? tmp;
   await rm(tmp, { force: true });
+  if (written !== tmp) await rm(written, { force: true });
   const started = await spawnQemu({
     binary: m.binary,
     args: m.args,
@@ -82,6 +92,7 @@ export async function makeRamImage(
   } catch (err) {
     await rm(join(m.dir, savedFiles(saved)[1]), { force: true });
     await rm(tmp, { force: true });
+    if (written !== tmp) await rm(written, { force: true });
     throw err;
   } finally {
     qmp.close();
@@ -91,6 +102,18 @@ export async function makeRamImage(
       // quit already
     }
     await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
+  }
+  if (written !== tmp) {
+    try {
+      await copySparse(written, tmp);
+    } catch (err) {
+      await rm(join(m.dir, savedFiles(saved)[1]), { force: true });
+      await rm(tmp, { force: true });
+      throw err;
+    } finally {
+      await rm(written, { force: true });
+    }
+    ms.copy = lap();
   }
   const fh = await open(tmp, 'r+');
   try {
@@ -108,7 +131,15 @@ export async function makeRamImage(
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
 export class RamImages {
   constructor(
-    private readonly o: { binary: string; command: VmCommand; log: Logger; failpoints?: Failpoints; enabled: boolean },
+    private readonly o: {
+      binary: string;
+      command: VmCommand;
+      log: Logger;
+      failpoints?: Failpoints;
+      enabled: boolean;
+      /** Where images are made before they are copied beside the VM (none: made in place). */
+      staging?: RamStaging;
+    },
   ) {}
 
   /**
@@ -146,11 +177,14 @@ export class RamImages {
     const pidfile = join(spec.dir, MAKER_PIDFILE);
     // A NIC socket nobody connects to: the guest never runs in this QEMU.
     const net = qmpPath(spec.dir, 'ram-image-net.sock');
+    let staged: { dir: string; release: () => void } | undefined;
     try {
+      staged = await this.o.staging?.dirFor(spec.memory_mb * 2 ** 20);
+      const ramPath = staged ? join(staged.dir, `${randomBytes(8).toString('hex')}.ram.tmp`) : ramTmp(spec.dir, base);
       // Its own monitor, NIC socket and pid file, apart from the VM's.
       const args = await this.o.command.args(spec, {
         incomingFd: STATE_FD,
-        ramFile: { path: ramTmp(spec.dir, base), shared: true },
+        ramFile: { path: ramPath, shared: true },
         layout: { ...layout(spec.dir), qmp, net, pidfile },
       });
       const loaded = () => this.o.failpoints?.hit('suspend.image');
@@ -162,6 +196,7 @@ export class RamImages {
         stream,
         base,
         args,
+        ramPath,
         loaded,
       });
       this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
@@ -173,6 +208,7 @@ export class RamImages {
       );
       return undefined;
     } finally {
+      staged?.release();
       await rm(qmp, { force: true });
       await rm(net, { force: true });
       await rm(pidfile, { force: true });
