@@ -16,13 +16,16 @@ const run = promisify(execFile);
  * outlives a reboot.
  *
  * The root is shared with other users (/dev/shm is world-writable): the folder is made by
- * `mkdtemp` (0700, a name nobody could take first), and on start only folders of this data dir's
- * tag that this user owns are swept (what a daemon that crashed mid-make left).
+ * `mkdtemp` (0700, a name nobody could take first), and when the daemon starts only folders of
+ * this data dir's tag that this user owns are swept (what a daemon that crashed mid-make left).
  */
 export class RamStaging {
   private dir: Promise<string | undefined> | undefined;
   /** Bytes of the root's room held by images being made. */
   private held = 0;
+
+  /** The sweep of what a crashed daemon left, begun at once: a memory filesystem's files hold memory. */
+  private readonly swept: Promise<void>;
 
   constructor(
     private readonly o: {
@@ -32,7 +35,11 @@ export class RamStaging {
       tag: string;
       log: Logger;
     },
-  ) {}
+  ) {
+    this.swept = this.sweep().catch((err: Error) =>
+      o.log.warn({ root: o.root, err: err.message }, 'cannot sweep the ram image staging folder'),
+    );
+  }
 
   private get prefix(): string {
     return `svc-ram-${this.o.tag}-`;
@@ -74,9 +81,9 @@ export class RamStaging {
   }
 
   private async open(): Promise<string | undefined> {
+    await this.swept;
     const st = await lstat(this.o.root).catch(() => undefined);
     if (!st?.isDirectory()) return undefined;
-    await this.sweep();
     return mkdtemp(join(this.o.root, this.prefix)).catch((err: Error) => {
       this.o.log.warn({ root: this.o.root, err: err.message }, 'cannot stage ram images; making them in place');
       return undefined;

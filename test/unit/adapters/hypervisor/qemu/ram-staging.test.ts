@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, statfsSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RamStaging } from '../../../../../src/adapters/hypervisor/qemu/ram-staging.js';
@@ -13,6 +13,20 @@ describe('where RAM images are made (RamStaging)', () => {
   it('makes them in place when its root does not exist', async () => {
     const s = new RamStaging({ root: join(root, 'missing'), tag: 't', log: new SilentLogger() });
     expect(await s.dirFor(1 << 20)).to.equal(undefined);
+  });
+
+  it("sweeps what a crashed daemon of its data dir left when it starts, before any image, and nothing of another's", async () => {
+    mkdirSync(join(root, 'svc-ram-t-left'));
+    writeFileSync(join(root, 'svc-ram-t-left', 'a.ram.tmp'), 'memory');
+    mkdirSync(join(root, 'svc-ram-u-other'));
+    const s = new RamStaging({ root, tag: 't', log: new SilentLogger() });
+    for (let i = 0; i < 50 && existsSync(join(root, 'svc-ram-t-left')); i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(readdirSync(root)).to.deep.equal(['svc-ram-u-other']);
+    const made = await s.dirFor(1 << 20);
+    expect(readdirSync(root).sort()).to.deep.equal([made!.dir.slice(root.length + 1), 'svc-ram-u-other'].sort());
+    await s.close();
+    expect(readdirSync(root)).to.deep.equal(['svc-ram-u-other']);
   });
 
   it('holds the room each image may take until it is released, so images made at once never count the same room twice', async () => {
