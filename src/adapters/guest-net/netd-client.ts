@@ -3,7 +3,7 @@ import { closeSync, openSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AlreadyExistsError, InternalError, NotFoundError } from '../../domain/errors.js';
+import { AlreadyExistsError, InternalError, NotFoundError, UnavailableError } from '../../domain/errors.js';
 import type { EgressEvent } from '../../domain/egress.js';
 import type { Logger } from '../../ports/logger.js';
 import { VERSION } from '../../version.js';
@@ -63,6 +63,9 @@ export class NetdClient {
   }
 
   async call<T>(req: NetRequest): Promise<T> {
+    // A daemon that stopped says nothing more to svc-netd: a late call of its own (a process of
+    // it that ended) must not reach the VMs' networks a new daemon runs now.
+    if (this.closed) throw new UnavailableError(`svc-netd: this daemon's line is closed (${req.op} not sent)`);
     const sock = await this.line();
     const id = ++this.nextId;
     return new Promise<T>((resolve, reject) => {
@@ -78,11 +81,12 @@ export class NetdClient {
   /** Egress decisions as svc-netd makes them. The line is kept open (and reopened) while anyone listens. */
   onEgress(listener: (e: EgressEvent) => void): () => void {
     this.listeners.add(listener);
-    void this.line().catch((err: Error) => this.o.log.warn({ err: err.message }, 'cannot reach svc-netd'));
+    if (!this.closed)
+      void this.line().catch((err: Error) => this.o.log.warn({ err: err.message }, 'cannot reach svc-netd'));
     return () => this.listeners.delete(listener);
   }
 
-  /** Lets go of the line (the daemon stops); svc-netd and the VMs' networks go on. */
+  /** Lets go of the line for good (the daemon stops); svc-netd and the VMs' networks go on. */
   close(): void {
     this.closed = true;
     this.sock?.destroy();
@@ -95,7 +99,6 @@ export class NetdClient {
   }
 
   private async open(): Promise<Socket> {
-    this.closed = false;
     let sock = await tryConnect(this.control);
     if (sock) {
       const hello = await this.hello(sock);
