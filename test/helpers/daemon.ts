@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, type Config } from '../../src/app/config.js';
@@ -80,10 +80,41 @@ export async function startTestDaemon(
     },
     async stop() {
       await daemon.stop();
-      if (!process.env.SVC_TEST_KEEP) rmSync(dir, { recursive: true, force: true });
+      if (!process.env.SVC_TEST_KEEP) removeAfterStop(dir);
     },
   };
   return td;
+}
+
+/**
+ * Removes a stopped daemon's directory. Once (a CI run of the forks e2e file) an entry appeared in
+ * its data dir while it was being removed (ENOTEMPTY), after every VM had been deleted and the
+ * daemon stopped: what is there then is printed, so the next time says who wrote it, and the
+ * removal is tried again.
+ */
+function removeAfterStop(dir: string): void {
+  try {
+    rmSync(dir, { recursive: true, force: true });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY') throw err;
+    const left: string[] = [];
+    const walk = (d: string) => {
+      for (const e of readdirSync(d, { withFileTypes: true }).slice(0, 50)) {
+        const p = join(d, e.name);
+        left.push(e.isDirectory() ? `${p}/` : p);
+        if (e.isDirectory()) walk(p);
+      }
+    };
+    try {
+      walk(dir);
+    } catch {
+      // removed meanwhile
+    }
+    console.error(
+      `a stopped daemon's directory was written to while it was removed: ${left.join(' ') || '(empty by now)'}`,
+    );
+    rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+  }
 }
 
 export interface ExecOut {
