@@ -1,6 +1,9 @@
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { VmSpec } from '../../src/ports/hypervisor.js';
+import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
+import { QemuHypervisor, type QemuOptions } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
+import { SilentLogger } from '../fakes/fakes.js';
 import { writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 
 /**
@@ -116,4 +119,17 @@ export function installFakeQemu(root: string): FakeQemu {
       return spec;
     },
   };
+}
+
+/** The QEMU adapter driving the stand-in `q` (TCG, no vsock, 9p), with `more` options. */
+export function qemuOn(q: FakeQemu, more: Partial<QemuOptions> = {}): QemuHypervisor {
+  return new QemuHypervisor({
+    qemuBinary: q.binary,
+    accel: 'tcg',
+    images: new ImageCatalog(q.images),
+    log: new SilentLogger(),
+    vsock: false,
+    mountDriver: '9p',
+    ...more,
+  });
 }

@@ -1,11 +1,9 @@
 import { expect } from 'chai';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
-import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
-import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
+import { installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
 
 describe('QEMU launch: what a failed start is tried again as', function () {
   this.timeout(30_000);
@@ -14,14 +12,7 @@ describe('QEMU launch: what a failed start is tried again as', function () {
 
   beforeEach(() => {
     q = installFakeQemu(tempDir('svc-launch-retry-'));
-    hv = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    hv = qemuOn(q);
   });
   afterEach(() => hv.release());
 

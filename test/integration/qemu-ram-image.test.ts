@@ -2,15 +2,13 @@ import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { readSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import { toState } from '../../src/adapters/hypervisor/adapter-state.js';
 import type { VmHandle } from '../../src/ports/hypervisor.js';
-import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
-import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
+import { installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
 
 /** What a suspend leaves of its saved state in a VM directory. */
 const savedFiles = (dir: string) =>
@@ -25,14 +23,7 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
 
   beforeEach(() => {
     q = installFakeQemu(tempDir('svc-ram-image-'));
-    hv = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    hv = qemuOn(q);
   });
   afterEach(() => hv.release());
 
@@ -99,15 +90,7 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     mkdirSync(join(root, 'svc-ram-t1-left'));
     writeFileSync(join(root, 'svc-ram-t1-left', 'x.ram.tmp'), 'old memory');
     mkdirSync(join(root, 'svc-ram-t2-other'));
-    const staged = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-      ramStaging: { root, tag: 't1' },
-    });
+    const staged = qemuOn(q, { ramStaging: { root, tag: 't1' } });
     const spec = q.vm('st');
     try {
       await staged.launch(spec);
@@ -157,15 +140,7 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
   });
 
   it('keeps streams with qemu.ram_images: false', async () => {
-    const streams = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-      ramImages: false,
-    });
+    const streams = qemuOn(q, { ramImages: false });
     const spec = q.vm('o');
     await streams.launch(spec);
     try {

@@ -2,13 +2,11 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageCatalog } from '../../src/adapters/images/image-catalog.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import type { VmSpec } from '../../src/ports/hypervisor.js';
-import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
-import { installFakeQemu, type FakeQemu } from '../helpers/fake-qemu.js';
+import { installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
 
 /** A spare's directory in a template's. */
 const sparesIn = (dir: string) => readdirSync(dir).filter((n) => /^spare-[0-9a-f]{8}$/.test(n));
@@ -33,14 +31,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
   beforeEach(async () => {
     q = installFakeQemu(tempDir('svc-spare-'));
-    hv = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    hv = qemuOn(q);
     tpl = q.vm('tpl');
     // The size the specs ask for (a clone's disk is its template's): no launch has a disk to grow.
     execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', join(tpl.dir, 'disk.qcow2'), `${tpl.disk_gb}G`]);
@@ -111,25 +102,11 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     // A daemon that restarts finds the clone's QEMU by what its command line shows, and one that
     // crashed before recording it kills it by the pidfile in the clone's directory.
     await hv.release();
-    const hv2 = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    const hv2 = qemuOn(q);
     try {
       expect(await hv2.reattach(c2, h), 're-attached').to.not.equal(null);
       await hv2.release();
-      await new QemuHypervisor({
-        qemuBinary: q.binary,
-        accel: 'tcg',
-        images: new ImageCatalog(q.images),
-        log: new SilentLogger(),
-        vsock: false,
-        mountDriver: '9p',
-      }).kill(c2);
+      await qemuOn(q).kill(c2);
       expect(await waitGone(h.pid!)).to.equal(true);
       await hv2.kill(c1);
     } finally {
@@ -139,15 +116,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
 
   it('starts none with spares off (clone_spares: false)', async () => {
     await hv.release();
-    hv = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-      spares: false,
-    });
+    hv = qemuOn(q, { spares: false });
     for (const name of ['c1', 'c2']) {
       const c = fresh(name);
       await hv.clone(tpl, c);
@@ -187,28 +156,14 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
     expect(await waitGone(p), 'the daemon stopped').to.equal(true);
 
     // A spare a crashed daemon left (here: one whose daemon forgot it) is stopped at the next clone or delete.
-    hv = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    hv = qemuOn(q);
     const c3 = fresh('c3');
     await hv.clone(tpl, c3);
     await hv.launch(c3, { restore: true });
     hv.cloneReady(c3);
     await hv.sparesSettled();
     p = pid();
-    const forgetful = new QemuHypervisor({
-      qemuBinary: q.binary,
-      accel: 'tcg',
-      images: new ImageCatalog(q.images),
-      log: new SilentLogger(),
-      vsock: false,
-      mountDriver: '9p',
-    });
+    const forgetful = qemuOn(q);
     await forgetful.destroy(tpl);
     expect(await waitGone(p), 'swept').to.equal(true);
     expect(existsSync(join(tpl.dir, 'disk.qcow2'))).to.equal(false);
