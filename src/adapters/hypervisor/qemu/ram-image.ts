@@ -60,60 +60,51 @@ export async function makeRamImage(
   let t = Date.now();
   const lap = () => -t + (t = Date.now());
   const ms = { load: 0, devices: 0, quit: 0, copy: 0, sync: 0 };
-  const [ram] = savedFiles(saved);
+  const [ram, dev] = savedFiles(saved);
   const tmp = ramTmp(m.dir, m.base);
   const written = m.ramPath ?? tmp;
+  // What a failure leaves of the image: nothing (a staged file would hold memory until the daemon stops).
+  const discard = () => Promise.all([join(m.dir, dev), tmp, written].map((f) => rm(f, { force: true })));
   await rm(tmp, { force: true });
   if (written !== tmp) await rm(written, { force: true });
-  const started = await spawnQemu({
-    binary: m.binary,
-    args: m.args,
-    dir: m.dir,
-    disk: m.disk,
-    qmp: m.qmp,
-    stateFile: join(m.dir, m.stream),
-    run: false,
-  });
-  if (started instanceof Error) throw started;
-  ms.load = lap();
-  m.loaded?.();
-  const { child, qmp } = started;
-  const gone = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
   try {
-    await saveStream(qmp, m.dir, {
-      owner: await processOwner(child.pid!),
-      file: savedFiles(saved)[1],
-      ramImage: true,
+    const started = await spawnQemu({
+      binary: m.binary,
+      args: m.args,
+      dir: m.dir,
+      disk: m.disk,
+      qmp: m.qmp,
+      stateFile: join(m.dir, m.stream),
+      run: false,
     });
-    ms.devices = lap();
-    await qmp.execute('quit').catch(() => undefined);
-    await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
-    ms.quit = lap();
-  } catch (err) {
-    await rm(join(m.dir, savedFiles(saved)[1]), { force: true });
-    await rm(tmp, { force: true });
-    if (written !== tmp) await rm(written, { force: true });
-    throw err;
-  } finally {
-    qmp.close();
+    if (started instanceof Error) throw started;
+    ms.load = lap();
+    m.loaded?.();
+    const { child, qmp } = started;
+    const gone = new Promise<void>((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
     try {
-      process.kill(child.pid!, 'SIGKILL');
-    } catch {
-      // quit already
-    }
-    await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
-  }
-  if (written !== tmp) {
-    try {
-      await copySparse(written, tmp);
-    } catch (err) {
-      await rm(join(m.dir, savedFiles(saved)[1]), { force: true });
-      await rm(tmp, { force: true });
-      throw err;
+      await saveStream(qmp, m.dir, { owner: await processOwner(child.pid!), file: dev, ramImage: true });
+      ms.devices = lap();
+      await qmp.execute('quit').catch(() => undefined);
+      await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
+      ms.quit = lap();
     } finally {
-      await rm(written, { force: true });
+      qmp.close();
+      try {
+        process.kill(child.pid!, 'SIGKILL');
+      } catch {
+        // quit already
+      }
+      await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
     }
-    ms.copy = lap();
+    if (written !== tmp) {
+      await copySparse(written, tmp);
+      await rm(written, { force: true });
+      ms.copy = lap();
+    }
+  } catch (err) {
+    await discard();
+    throw err;
   }
   const fh = await open(tmp, 'r+');
   try {
