@@ -104,14 +104,15 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
  */
 export function forkBody(count: string, names: string, persistent: boolean, tags = ''): Record<string, unknown> {
   const list = names.split(/[\s,]+/).filter(Boolean);
-  const pairs = tags.split(/[\s,]+/).filter(Boolean);
-  const bad = pairs.find((p) => p.indexOf('=') < 1);
-  if (bad !== undefined) throw new Error(`tag ${bad}: write it as key=value`);
+  const pairs = tags
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .map((p) => ({ p, at: p.indexOf('=') }));
+  const bad = pairs.find((x) => x.at < 1);
+  if (bad) throw new Error(`tag ${bad.p}: write it as key=value`);
   return {
     ...(list.length ? { names: list } : { count: Number(count) }),
     ...(persistent ? { persistent: true } : {}),
-    ...(pairs.length
-      ? { tags: Object.fromEntries(pairs.map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)])) }
-      : {}),
+    ...(pairs.length ? { tags: Object.fromEntries(pairs.map(({ p, at }) => [p.slice(0, at), p.slice(at + 1)])) } : {}),
   };
 }
