@@ -84,6 +84,8 @@ export class NetdServer {
   private idleSince = Date.now();
   private watch: NodeJS.Timeout | undefined;
   private saving: Promise<void> = Promise.resolve();
+  /** Detaches whose egress log and state file are still being written, by VM. */
+  private readonly detaching = new Map<string, Promise<void>>();
   private trust: string[] | undefined;
 
   constructor(private readonly o: NetdOptions) {
@@ -206,8 +208,15 @@ export class NetdServer {
           this.vms.delete(req.vm);
           v.lan.close();
           v.lan.secrets?.close();
-          await v.egress.flush();
-          await this.save();
+          const done = v.egress.flush().then(() => this.save());
+          this.detaching.set(req.vm, done);
+          await done.finally(() => this.detaching.delete(req.vm));
+        } else {
+          // Detached already (a second call for one VM, as when a QEMU's end and its destroy both
+          // say so): answered once the first one's log and state file are written, so an answer
+          // always means the state file says so (a CI run saw netd.json written after the daemon
+          // had stopped, while its data dir was being removed).
+          await this.detaching.get(req.vm);
         }
         return {};
       }
