@@ -10,7 +10,8 @@
  * files. Each stream (stdout and stderr, or pty) is kept as segment files named
  * `<stream>.<first byte's offset, 20 digits>` of at most SEGMENT bytes; once a stream holds more
  * than CAP bytes its oldest segments are removed (a reader sees the first kept offset, and a gap
- * where a write failed, and says so). When CMD has ended and its output has drained (or 300 ms
+ * where a write failed, and says so). On a full disk the stream's oldest segments make room for
+ * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets. When CMD has ended and its output has drained (or 300 ms
  * after it ended, when something it started still holds the pipes), `exit.json` appears:
  * {"code":N} or {"signal":N}, with "ended_at_ms".
  *
@@ -80,6 +81,15 @@ static void seg_path(char *buf, size_t len, const char *name, uint64_t start) {
   snprintf(buf, len, "%s/%s.%020llu", dir, name, (unsigned long long)start);
 }
 
+/* Removes the stream's oldest kept segment: at its cap, or for room on a full disk. */
+static void drop_oldest(struct journal *j) {
+  char path[PATH_MAX];
+  seg_path(path, sizeof path, j->name, j->starts[0]);
+  unlink(path);
+  memmove(j->starts, j->starts + 1, sizeof(uint64_t) * (size_t)(j->n - 1));
+  j->n--;
+}
+
 static void open_segment(struct journal *j) {
   char path[PATH_MAX];
   if (j->fd >= 0) close(j->fd);
@@ -87,14 +97,25 @@ static void open_segment(struct journal *j) {
   j->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   j->seg = j->end;
   if (j->fd < 0) return;
-  if (j->n == j->max) {
-    /* drop the oldest: the stream holds at most max segments, CAP bytes */
-    seg_path(path, sizeof path, j->name, j->starts[0]);
-    unlink(path);
-    memmove(j->starts, j->starts + 1, sizeof(uint64_t) * (size_t)(j->n - 1));
-    j->n--;
-  }
+  if (j->n == j->max) drop_oldest(j); /* the stream holds at most max segments, CAP bytes */
   j->starts[j->n++] = j->end;
+}
+
+/*
+ * After a failed write into a segment that is still empty (the disk was full with nothing of
+ * this stream's to give back, or it failed otherwise): renames it to start after the lost bytes
+ * (the stream's end now) and keeps it open for the next write. So a disk that stays full leaves
+ * one empty segment that says where the stream is, not one per failed write; those took the
+ * stream's segment slots one by one. Answers 0 when the segment held bytes or the rename failed.
+ */
+static int move_empty(struct journal *j) {
+  if (j->fd < 0 || j->n == 0 || j->starts[j->n - 1] != j->seg || lseek(j->fd, 0, SEEK_END) != 0) return 0;
+  char from[PATH_MAX], to[PATH_MAX];
+  seg_path(from, sizeof from, j->name, j->seg);
+  seg_path(to, sizeof to, j->name, j->end);
+  if (rename(from, to) != 0) return 0;
+  j->seg = j->starts[j->n - 1] = j->end;
+  return 1;
 }
 
 static void journal_write(struct journal *j, const char *buf, size_t len) {
@@ -107,10 +128,15 @@ static void journal_write(struct journal *j, const char *buf, size_t len) {
     size_t part = len < room ? len : room;
     ssize_t w = j->fd >= 0 ? write(j->fd, buf, part) : -1;
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == ENOSPC || errno == EDQUOT) && j->fd >= 0 && j->n > 1) {
+      /* a full disk: the stream's oldest bytes make room for its newest, as at its cap */
+      drop_oldest(j);
+      continue;
+    }
     if (w <= 0) {
       /* disk full or gone: these bytes are lost; the offsets go on, the reader sees the gap */
       j->end += part;
-      j->lost = 1;
+      if (!move_empty(j)) j->lost = 1;
     } else {
       j->end += (uint64_t)w;
       part = (size_t)w;

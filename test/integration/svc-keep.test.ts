@@ -1,0 +1,110 @@
+import { expect } from 'chai';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { findHelpers } from '../../src/adapters/agent/fs-kept-processes.js';
+import { tempDir } from '../helpers/daemon.js';
+
+const MIB = 1 << 20;
+
+/** Starts svc-keep on `cmd` (`sh -c`) journaling into `dir`; resolves once exit.json is there. */
+async function keep(dir: string, cap: number, segment: number, cmd: string): Promise<void> {
+  const helpers = findHelpers();
+  if (!helpers) throw new Error('svc-keep is not built (npm run build:agent)');
+  const answer = await new Promise<string>((resolve, reject) => {
+    const child = spawn(join(helpers, 'svc-keep'), [dir, String(cap), String(segment), '--', 'sh', '-c', cmd], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    let text = '';
+    child.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    child.once('error', reject);
+    child.stdout.once('close', () => resolve(text));
+  });
+  expect(answer).to.match(/^ok \d+ \d+\n/);
+  for (let i = 0; i < 300 && !existsSync(join(dir, 'exit.json')); i++) await new Promise((r) => setTimeout(r, 50));
+  expect(JSON.parse(readFileSync(join(dir, 'exit.json'), 'utf8'))).to.include({ code: 0 });
+}
+
+/** The stream's segments: their first offsets and sizes, oldest first. */
+function segments(dir: string, stream = 'stdout'): { start: number; size: number; path: string }[] {
+  return readdirSync(dir)
+    .filter((n) => n.startsWith(`${stream}.`))
+    .map((n) => ({ start: Number(n.slice(stream.length + 1)), size: statSync(join(dir, n)).size, path: join(dir, n) }))
+    .sort((a, b) => a.start - b.start);
+}
+
+// svc-keep moves a pipe's bytes into its journal with splice(2), and reads and writes them where
+// it cannot (a full disk, a terminal): both must give the same offsets (native/svc-keep.c).
+describe('svc-keep: the journal of a durable process', function () {
+  this.timeout(30_000);
+
+  it('journals a pipe byte for byte across segments, stdout and stderr apart', async () => {
+    const dir = tempDir('svc-keep-');
+    // 3 MiB and 5 bytes of a repeating pattern on stdout; a line on stderr
+    await keep(dir, 16 * MIB, MIB, `seq 1 1000000 | head -c ${3 * MIB + 5}; echo oops >&2`);
+    const expected = execFileSync('sh', ['-c', `seq 1 1000000 | head -c ${3 * MIB + 5}`], { maxBuffer: 8 * MIB });
+    const segs = segments(dir);
+    expect(segs.map((s) => [s.start, s.size])).to.deep.equal([
+      [0, MIB],
+      [MIB, MIB],
+      [2 * MIB, MIB],
+      [3 * MIB, 5],
+    ]);
+    expect(Buffer.concat(segs.map((s) => readFileSync(s.path))).equals(expected)).to.equal(true);
+    expect(segments(dir, 'stderr').map((s) => readFileSync(s.path, 'utf8'))).to.deep.equal(['oops\n']);
+  });
+
+  it('drops its oldest segments past its cap, the offsets going on', async () => {
+    const dir = tempDir('svc-keep-');
+    await keep(dir, 256 * 1024, 64 * 1024, `head -c ${MIB} /dev/zero | tr '\\0' a; printf end`);
+    const segs = segments(dir);
+    expect(segs.at(-1)).to.deep.include({ start: MIB, size: 3 });
+    expect(readFileSync(segs.at(-1)!.path, 'utf8')).to.equal('end');
+    expect(segs.reduce((n, s) => n + s.size, 0)).to.be.at.most(256 * 1024 + 3);
+    for (let i = 1; i < segs.length; i++) expect(segs[i].start).to.equal(segs[i - 1].start + segs[i - 1].size);
+  });
+
+  describe('on a full disk (a tmpfs of 512 KiB)', () => {
+    let dir: string;
+    beforeEach(function () {
+      if (process.getuid?.() !== 0) this.skip(); // mounting a tmpfs needs root; CI runs as root
+      dir = tempDir('svc-keep-full-');
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', dir]);
+    });
+    afterEach(() => {
+      if (dir) execFileSync('umount', [dir]);
+    });
+
+    it('makes room with its own oldest bytes: the newest are kept, with no gap and no empty segment', async () => {
+      await keep(dir, 16 * MIB, 64 * 1024, `head -c ${2 * MIB} /dev/zero | tr '\\0' a; printf tail`);
+      const segs = segments(dir);
+      const shown = JSON.stringify(segs.map((s) => [s.start, s.size]));
+      expect(segs.at(-1), shown).to.deep.include({ start: 2 * MIB, size: 4 });
+      expect(readFileSync(segs.at(-1)!.path, 'utf8')).to.equal('tail');
+      expect(
+        segs.every((s) => s.size > 0),
+        shown,
+      ).to.equal(true);
+      expect(
+        segs.reduce((n, s) => n + s.size, 0),
+        shown,
+      ).to.be.within(256 * 1024, 512 * 1024);
+      for (let i = 1; i < segs.length; i++) expect(segs[i].start, shown).to.equal(segs[i - 1].start + segs[i - 1].size);
+      for (const s of segs.slice(0, -1)) expect(readFileSync(s.path).every((b) => b === 0x61)).to.equal(true);
+    });
+
+    it('with nothing of its own to give back, counts what it lost: one empty segment says where the stream is', async () => {
+      // the disk is filled by another file; the stream loses its 100 KiB, then the room comes back
+      const filler = join(dir, 'filler');
+      await keep(
+        dir,
+        16 * MIB,
+        64 * 1024,
+        `head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; rm ${filler}; printf tail`,
+      );
+      const segs = segments(dir);
+      expect(segs.map((s) => [s.start, s.size])).to.deep.equal([[100 * 1024, 4]]);
+      expect(readFileSync(segs[0].path, 'utf8')).to.equal('tail');
+    });
+  });
+});
