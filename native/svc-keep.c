@@ -103,19 +103,21 @@ static void open_segment(struct journal *j) {
 
 /*
  * After a failed write into a segment that is still empty (the disk was full with nothing of
- * this stream's to give back, or it failed otherwise): renames it to start after the lost bytes
- * (the stream's end now) and keeps it open for the next write. So a disk that stays full leaves
- * one empty segment that says where the stream is, not one per failed write; those took the
- * stream's segment slots one by one. Answers 0 when the segment held bytes or the rename failed.
+ * this stream's to give back, or it failed otherwise): puts a new empty segment in its place
+ * that starts after the lost bytes (the stream's end now), for the next write. So a disk that
+ * stays full leaves one empty segment that says where the stream is, not one per failed write;
+ * those took the stream's segment slots one by one. A new file, not a rename: a follower that
+ * holds the empty one open would read what is written next as if it were at the old offset.
+ * Answers 0 when the segment held bytes or no new one could be opened.
  */
 static int move_empty(struct journal *j) {
   if (j->fd < 0 || j->n == 0 || j->starts[j->n - 1] != j->seg || lseek(j->fd, 0, SEEK_END) != 0) return 0;
-  char from[PATH_MAX], to[PATH_MAX];
-  seg_path(from, sizeof from, j->name, j->seg);
-  seg_path(to, sizeof to, j->name, j->end);
-  if (rename(from, to) != 0) return 0;
-  j->seg = j->starts[j->n - 1] = j->end;
-  return 1;
+  char path[PATH_MAX];
+  seg_path(path, sizeof path, j->name, j->seg);
+  unlink(path);
+  j->n--;
+  open_segment(j);
+  return j->fd >= 0;
 }
 
 static void journal_write(struct journal *j, const char *buf, size_t len) {

@@ -1,9 +1,11 @@
 import { expect } from 'chai';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { findHelpers } from '../../src/adapters/agent/fs-kept-processes.js';
+import { startLocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
 import { tempDir } from '../helpers/daemon.js';
+import { call, ndjson } from '../helpers/http.js';
 
 const MIB = 1 << 20;
 
@@ -105,6 +107,47 @@ describe('svc-keep: the journal of a durable process', function () {
       const segs = segments(dir);
       expect(segs.map((s) => [s.start, s.size])).to.deep.equal([[100 * 1024, 4]]);
       expect(readFileSync(segs[0].path, 'utf8')).to.equal('tail');
+    });
+
+    it("lets an agent's follower reading as the disk fills get each byte at its offset and each gap said", async () => {
+      // the agent's state (its processes' journals) on a tmpfs of its own; its log outside it
+      const base = tempDir('svc-keep-agent-');
+      const state = join(base, 'guest', 'var-lib-svc');
+      mkdirSync(state, { recursive: true });
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', state]);
+      const agent = await startLocalAgent(base);
+      try {
+        const t = { port: agent.port };
+        const filler = join(state, 'filler');
+        const script = `printf head; sleep 0.3; head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; rm ${filler}; printf tail`;
+        const expected = Buffer.concat([Buffer.from('head'), Buffer.alloc(100 * 1024, 'a'), Buffer.from('tail')]);
+        const started = await call(t, 'POST', '/processes', { cmd: 'sh', args: ['-c', script] });
+        expect(started.status, started.text).to.equal(201);
+        const out = await call(t, 'GET', `/processes/${started.json.id}/output?follow=1`);
+        let pos = 0;
+        const frames = ndjson(out.text);
+        for (const f of frames) {
+          if (f.truncated) {
+            const before = (f.truncated as { before: number }).before;
+            expect(before, 'a gap goes forward').to.be.above(pos);
+            pos = before;
+          } else if (typeof f.data === 'string') {
+            const bytes = Buffer.from(f.data, f.encoding === 'base64' ? 'base64' : 'utf8');
+            expect(f.offset, 'each frame where the last one ended').to.equal(pos);
+            expect(bytes.equals(expected.subarray(pos, pos + bytes.length)), `the bytes at ${pos}`).to.equal(true);
+            pos += bytes.length;
+          }
+        }
+        expect(pos).to.equal(expected.length);
+        expect(frames.at(-1)).to.include({ exit_code: 0 });
+        expect(
+          frames.some((f) => f.truncated),
+          'the lost bytes are said',
+        ).to.equal(true);
+      } finally {
+        await agent.stop();
+        execFileSync('umount', ['-l', state]);
+      }
     });
   });
 });
