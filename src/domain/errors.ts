@@ -9,6 +9,7 @@ export type ErrorCode =
   | 'already_exists'
   | 'resource_exhausted'
   | 'payload_too_large'
+  | 'insufficient_storage'
   | 'unauthenticated'
   | 'permission_denied'
   | 'not_supported'
@@ -60,6 +61,17 @@ export class ResourceExhaustedError extends DomainError {
 
 export class PayloadTooLargeError extends DomainError {
   readonly code = 'payload_too_large' as const;
+}
+
+/** A disk is full (the guest's, or the host's under the data dir): ENOSPC or EDQUOT. */
+export class InsufficientStorageError extends DomainError {
+  readonly code = 'insufficient_storage' as const;
+}
+
+/** Whether `err` is a file system's "no space left" (ENOSPC) or "quota exceeded" (EDQUOT). */
+export function isNoSpace(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'ENOSPC' || code === 'EDQUOT';
 }
 
 export class UnauthenticatedError extends DomainError {
@@ -149,6 +161,7 @@ export const ALL_DOMAIN_ERRORS = [
   AlreadyExistsError,
   ResourceExhaustedError,
   PayloadTooLargeError,
+  InsufficientStorageError,
   PermissionDeniedError,
   UnauthenticatedError,
   NotSupportedError,

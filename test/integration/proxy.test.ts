@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import { connect, createServer as createTcpServer, type AddressInfo, type Server } from 'node:net';
 import { join } from 'node:path';
@@ -172,6 +173,39 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       ).to.equal(204);
       expect((await d.call('GET', `/vms/nope/fs/stat?${qs({ path: '/' })}`)).status).to.equal(404);
       expect((await d.call('POST', `/vms/g/exec?cmd=`)).status).to.equal(400);
+    });
+
+    it('says a full guest disk is one (507 insufficient_storage), for a file and a tar, and leaves nothing', async function () {
+      if (process.getuid?.() !== 0) this.skip(); // mounting a tmpfs needs root; CI runs as root
+      const full = join(d.config.data_dir, 'vms', 'g', 'guest', 'full');
+      mkdirSync(full);
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', full]);
+      try {
+        const big = randomBytes(256 * 1024);
+        const file = await d.call('PUT', `/vms/g/cp?${qs({ path: join(full, 'f.bin') })}`, big, {
+          'content-type': 'application/octet-stream',
+        });
+        expect(file.status, file.text).to.equal(507);
+        expect(file.json.code).to.equal('insufficient_storage');
+        expect(file.json.error).to.match(/no space left/);
+        // 4 MiB and more with a length go socket to socket past the daemon (the splice helper)
+        const large = await d.call('PUT', `/vms/g/cp?${qs({ path: join(full, 'g.bin') })}`, randomBytes(5 << 20), {
+          'content-type': 'application/octet-stream',
+        });
+        expect(large.status, large.text).to.equal(507);
+        expect(large.json.code).to.equal('insufficient_storage');
+        const tar = await d.call(
+          'PUT',
+          `/vms/g/cp?${qs({ path: join(full, 't'), mode: 'tar' })}`,
+          await makeTar([{ name: 'x.bin', data: big }]),
+          { 'content-type': 'application/x-tar' },
+        );
+        expect(tar.status, tar.text).to.equal(507);
+        expect(tar.json.code).to.equal('insufficient_storage');
+        expect(readdirSync(full).filter((n) => n !== 't')).to.deep.equal([]); // no temp file left
+      } finally {
+        execFileSync('umount', [full]);
+      }
     });
 
     it('runs a shell through the proxy, with auth checked on the upgrade', async () => {

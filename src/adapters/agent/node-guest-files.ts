@@ -4,7 +4,13 @@ import { basename, dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { injectable } from 'inversify';
 import { formatMode, type FsInfo } from '../../domain/agent.js';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InsufficientStorageError,
+  InternalError,
+  InvalidArgumentError,
+  NotFoundError,
+} from '../../domain/errors.js';
 import type { GuestFiles, WriteOptions } from '../../ports/agent/guest-files.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { extractTree, packTree } from '../fs-kit/tar-tree.js';
@@ -28,6 +34,9 @@ function fsError(err: unknown, path: string): Error {
       return new InvalidArgumentError(`${path}: permission denied`);
     case 'EINVAL':
       return new InvalidArgumentError(`${path}: invalid argument`);
+    case 'ENOSPC':
+    case 'EDQUOT':
+      return new InsufficientStorageError(`${path}: no space left on the guest's disk`);
     default:
       return new InternalError(`${path}: ${e.message}`);
   }

@@ -4,7 +4,13 @@ import { basename, join, relative } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InsufficientStorageError,
+  InvalidArgumentError,
+  isNoSpace,
+  NotFoundError,
+} from '../../domain/errors.js';
 import { writeFileAtomic } from './atomic-file.js';
 
 const NOFOLLOW = fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW;
@@ -68,6 +74,13 @@ async function setMeta(target: string, h: tar.Header, mode?: number): Promise<vo
   } finally {
     await fh.close();
   }
+}
+
+/** Why an extract stopped: a full disk as one, anything else the stream's fault. */
+function notExtracted(err: unknown): Error {
+  if (err instanceof InsufficientStorageError) return err;
+  if (isNoSpace(err)) return new InsufficientStorageError(`no space left on the disk: ${(err as Error).message}`);
+  return new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
 }
 
 /**
@@ -135,7 +148,7 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
     }
   })();
   const feeding = pipeline(body, ex).catch((err: Error) => {
-    throw new InvalidArgumentError(`not a valid tar stream: ${err.message}`);
+    throw notExtracted(err);
   });
   try {
     await Promise.all([consume, feeding]);
@@ -144,7 +157,7 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
     ex.destroy();
     if (err instanceof InvalidArgumentError || err instanceof NotFoundError || err instanceof AlreadyExistsError)
       throw err;
-    throw new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
+    throw notExtracted(err);
   }
   for (const [d, t] of dirTimes.reverse()) {
     const fh = await open(d, NOFOLLOW).catch(() => undefined);

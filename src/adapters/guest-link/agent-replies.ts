@@ -7,6 +7,7 @@ import {
   NotFoundError,
   NotSupportedError,
   InvalidStateError,
+  InsufficientStorageError,
   PayloadTooLargeError,
   ResourceExhaustedError,
   type ErrorCode,
@@ -40,6 +41,7 @@ const PASS_THROUGH: Partial<Record<ErrorCode, new (message: string) => Error>> =
   already_exists: AlreadyExistsError,
   not_supported: NotSupportedError,
   payload_too_large: PayloadTooLargeError,
+  insufficient_storage: InsufficientStorageError,
   resource_exhausted: ResourceExhaustedError,
 };
 

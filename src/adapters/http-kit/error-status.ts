@@ -6,6 +6,7 @@ import {
   AgentUnavailableError,
   errorMessage,
   isDomainError,
+  isNoSpace,
   ResourceExhaustedError,
 } from '../../domain/errors.js';
 
@@ -17,6 +18,7 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   already_exists: 409,
   resource_exhausted: 429,
   payload_too_large: 413,
+  insufficient_storage: 507,
   unauthenticated: 401,
   permission_denied: 403,
   not_supported: 501,
@@ -50,6 +52,9 @@ export function toHttpError(err: unknown): HttpError {
     };
   }
   if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
+  // A full disk wherever no adapter put it in words (a tar extracted, a journal, a state file)
+  if (isNoSpace(err))
+    return { status: 507, body: { error: `no space left: ${errorMessage(err)}`, code: 'insufficient_storage' } };
   return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };
 }
 

@@ -34,6 +34,7 @@ export const proxyErrors = {
   '401': err('missing or invalid token'),
   '403': err('over TCP: a foreign Host or Origin'),
   '404': err('vm or guest path not found'),
+  '507': err("the guest's disk is full (insufficient_storage)"),
   '502': err('the agent answered with an error or garbage'),
   '503': err('the agent cannot be reached'),
   '501': err("the VM's driver has no guest to do this in (the fake hypervisor without fake_agent)"),

@@ -25,6 +25,16 @@ describe('adapters/http/error-status', () => {
     expect(STATUS_BY_CODE.deadline_exceeded).to.equal(504);
   });
 
+  it('says a full disk is one (507) wherever it was not put in words before', () => {
+    const full = Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+    expect(toHttpError(full)).to.deep.equal({
+      status: 507,
+      body: { error: 'no space left: ENOSPC: no space left on device, write', code: 'insufficient_storage' },
+    });
+    expect(toHttpError(Object.assign(new Error('quota'), { code: 'EDQUOT' })).status).to.equal(507);
+    expect(toHttpError(Object.assign(new Error('io'), { code: 'EIO' })).status).to.equal(500);
+  });
+
   it('treats unknown errors as 500', () => {
     expect(toHttpError(new Error('x')).status).to.equal(500);
     expect(toHttpError('x').status).to.equal(500);
