@@ -208,6 +208,26 @@ describe('daemon <-> guest (fake hypervisor with real local agents and sshd)', f
       }
     });
 
+    it('says what else a guest path refuses: 400 for a name too long and a read-only file system', async function () {
+      const root = join(d.config.data_dir, 'vms', 'g', 'guest');
+      const long = await d.call('GET', `/vms/g/fs/stat?${qs({ path: join(root, 'x'.repeat(300)) })}`);
+      expect(long.status, long.text).to.equal(400);
+      expect(long.json.error).to.match(/name too long/);
+      if (process.getuid?.() !== 0) this.skip(); // mounting needs root; CI runs as root
+      const ro = join(root, 'ro');
+      mkdirSync(ro);
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=64k', 'tmpfs', ro]);
+      try {
+        const w = await d.call('PUT', `/vms/g/cp?${qs({ path: join(ro, 'f') })}`, Buffer.from('x'), {
+          'content-type': 'application/octet-stream',
+        });
+        expect(w.status, w.text).to.equal(400);
+        expect(w.json.error).to.match(/read-only file system/);
+      } finally {
+        execFileSync('umount', [ro]);
+      }
+    });
+
     it('runs a shell through the proxy, with auth checked on the upgrade', async () => {
       const denied = await openShell(`ws://127.0.0.1:${d.tcp.port}/vms/g/shell`).catch((e) => e);
       expect(denied.status).to.equal(401);

@@ -34,6 +34,12 @@ function fsError(err: unknown, path: string): Error {
       return new InvalidArgumentError(`${path}: permission denied`);
     case 'EINVAL':
       return new InvalidArgumentError(`${path}: invalid argument`);
+    case 'EROFS':
+      return new InvalidArgumentError(`${path}: read-only file system`);
+    case 'ENAMETOOLONG':
+      return new InvalidArgumentError(`${path}: name too long`);
+    case 'ELOOP':
+      return new InvalidArgumentError(`${path}: too many levels of symbolic links`);
     case 'ENOSPC':
     case 'EDQUOT':
       return new InsufficientStorageError(`${path}: no space left on the guest's disk`);
