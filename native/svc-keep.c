@@ -11,9 +11,10 @@
  * `<stream>.<first byte's offset, 20 digits>` of at most SEGMENT bytes; once a stream holds more
  * than CAP bytes its oldest segments are removed (a reader sees the first kept offset, and a gap
  * where a write failed, and says so). On a full disk the stream's oldest segments make room for
- * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets. When CMD has ended and its output has drained (or 300 ms
- * after it ended, when something it started still holds the pipes), `exit.json` appears:
- * {"code":N} or {"signal":N}, with "ended_at_ms".
+ * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets.
+ * When CMD has ended and its output has drained (or 300 ms after it ended, when something it
+ * started still holds the pipes), `exit.json` appears: {"code":N} or {"signal":N}, with
+ * "ended_at_ms".
  *
  * DIR/ctl (a FIFO) takes lines "resize COLS ROWS" and "eof"; with --stdin, DIR/stdin (a FIFO)
  * takes bytes for CMD's input. Both are held open for reading and writing here, so writers may
@@ -110,7 +111,7 @@ static void open_segment(struct journal *j) {
  * holds the empty one open would read what is written next as if it were at the old offset.
  * Answers 0 when the segment held bytes or no new one could be opened.
  */
-static int move_empty(struct journal *j) {
+static int replace_empty(struct journal *j) {
   if (j->fd < 0 || j->n == 0 || j->starts[j->n - 1] != j->seg || lseek(j->fd, 0, SEEK_END) != 0) return 0;
   char path[PATH_MAX];
   seg_path(path, sizeof path, j->name, j->seg);
@@ -138,7 +139,7 @@ static void journal_write(struct journal *j, const char *buf, size_t len) {
     if (w <= 0) {
       /* disk full or gone: these bytes are lost; the offsets go on, the reader sees the gap */
       j->end += part;
-      if (!move_empty(j)) j->lost = 1;
+      if (!replace_empty(j)) j->lost = 1;
     } else {
       j->end += (uint64_t)w;
       part = (size_t)w;
