@@ -7,6 +7,8 @@ import { PROCESS_PATHS, PROCESS_SCHEMAS } from './openapi-processes.js';
 import { CLUSTER_PATHS, CLUSTER_SCHEMAS } from './openapi-cluster.js';
 import { EGRESS_PATHS, EGRESS_SCHEMAS } from './openapi-egress.js';
 import { GUEST_PATHS, GUEST_SCHEMAS } from './openapi-guest.js';
+import { IMAGE_PATHS, IMAGE_SCHEMAS } from './openapi-images.js';
+import { SYSTEM_PATHS, SYSTEM_SCHEMAS } from './openapi-system.js';
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
@@ -191,120 +193,6 @@ const schemas: Record<string, Schema> = {
       paused_ms: { type: 'integer', description: "how long a fork's source was held (phase capture)" },
     },
   },
-  ImageRequest: {
-    type: 'object',
-    required: ['name'],
-    properties: {
-      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' },
-      description: { type: 'string' },
-      from: {
-        type: 'string',
-        description:
-          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs)",
-      },
-      from_vm: { type: 'string', description: 'a stopped VM to bake' },
-      ssh_user: {
-        type: 'string',
-        description: 'imports from disk: the user the daemon logs in as over SSH (default root)',
-      },
-      packages: { type: 'array', items: { type: 'string' } },
-      run: { type: 'array', items: { type: 'string' } },
-      files: {
-        type: 'array',
-        items: {
-          type: 'object',
-          required: ['path', 'content'],
-          properties: {
-            path: { type: 'string' },
-            content: { type: 'string', format: 'byte' },
-            mode: { type: 'string' },
-          },
-        },
-      },
-      env: { type: 'object', additionalProperties: { type: 'string' } },
-    },
-  },
-  ImageBuildEvent: {
-    type: 'object',
-    required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
-    properties: {
-      phase: {
-        type: 'string',
-        enum: ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'],
-      },
-      message: { type: 'string' },
-      name: { type: 'string' },
-      t: { type: 'string', format: 'date-time' },
-      elapsed_ms: { type: 'integer' },
-      image: ref('Image'),
-      error: { type: 'string' },
-      code: { type: 'string' },
-      percent: { type: 'integer', description: 'import progress (phase import)' },
-    },
-  },
-  Image: {
-    type: 'object',
-    required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
-    properties: {
-      id: { type: 'string' },
-      os: { type: 'string' },
-      description: { type: 'string' },
-      size_bytes: { type: 'integer' },
-      created_at: { type: 'string', format: 'date-time' },
-      agent_ready: { type: 'boolean' },
-      boot: { type: 'string', enum: ['kernel', 'firmware'] },
-      source: { type: 'string' },
-      min_disk_gb: { type: 'integer' },
-      min_memory_mb: {
-        type: 'integer',
-        description: 'the least memory a VM of it boots in; a create below it is a 400',
-      },
-      ssh_user: { type: 'string' },
-      built: { type: 'boolean' },
-      revision: { type: 'string', description: 'changes whenever the image is built again' },
-      in_use_by: { type: 'array', items: { type: 'string' } },
-      snapshots: {
-        type: 'array',
-        description:
-          'booted guests of the image, suspended, that creates of their shape restore copies of (docs/snapshot-creates.md)',
-        items: {
-          type: 'object',
-          required: ['cpus', 'memory_mb', 'disk_gb', 'size_bytes', 'created_at', 'capture_ms'],
-          properties: {
-            cpus: { type: 'integer' },
-            memory_mb: { type: 'integer' },
-            disk_gb: { type: 'integer', description: 'the disk it booted with; copies grow theirs' },
-            size_bytes: { type: 'integer' },
-            created_at: { type: 'string', format: 'date-time' },
-            capture_ms: { type: 'integer', description: 'how long its boot and suspend took' },
-          },
-        },
-      },
-    },
-  },
-  ActivityEvent: {
-    type: 'object',
-    required: ['id', 't', 'action', 'target', 'status', 'duration_ms'],
-    properties: {
-      id: { type: 'integer' },
-      t: { type: 'string', format: 'date-time' },
-      action: { type: 'string' },
-      target: { type: 'string' },
-      status: { type: 'string', enum: ['ok', 'error'] },
-      duration_ms: { type: 'integer' },
-      message: { type: 'string' },
-    },
-  },
-  UiSession: {
-    type: 'object',
-    required: ['token_required', 'authenticated'],
-    properties: {
-      token_required: { type: 'boolean' },
-      authenticated: { type: 'boolean' },
-      session: { type: 'string', description: 'the new session id (log-in only); send it as X-Svc-Session' },
-      expires_in_sec: { type: 'integer' },
-    },
-  },
   Secret: {
     type: 'object',
     required: ['name', 'size', 'mode', 'created_at', 'updated_at'],
@@ -366,136 +254,23 @@ export function openApiDocument(version: string): Record<string, unknown> {
     security: [{ bearer: [] }],
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
-      schemas: { ...schemas, ...EGRESS_SCHEMAS, ...GUEST_SCHEMAS, ...PROCESS_SCHEMAS, ...CLUSTER_SCHEMAS },
+      schemas: {
+        ...schemas,
+        ...SYSTEM_SCHEMAS,
+        ...IMAGE_SCHEMAS,
+        ...EGRESS_SCHEMAS,
+        ...GUEST_SCHEMAS,
+        ...PROCESS_SCHEMAS,
+        ...CLUSTER_SCHEMAS,
+      },
     },
     paths: markPlanned({
       ...PROCESS_PATHS,
       ...CLUSTER_PATHS,
       ...GUEST_PATHS,
       ...EGRESS_PATHS,
-      '/healthz': {
-        get: {
-          summary: 'Liveness; never needs a token',
-          security: [],
-          responses: { '200': json('ok', { type: 'object', properties: { status: { type: 'string' } } }) },
-        },
-      },
-      '/info': {
-        get: op('Daemon name and version', {
-          '200': json('info', {
-            type: 'object',
-            required: ['name', 'version'],
-            properties: {
-              name: { type: 'string' },
-              version: { type: 'string' },
-              api_version: { type: 'string' },
-              hypervisor: { type: 'string' },
-            },
-          }),
-        }),
-      },
-      '/metrics': {
-        get: op('Prometheus text exposition', {
-          '200': { description: 'metrics', content: { 'text/plain': { schema: { type: 'string' } } } },
-        }),
-      },
-      '/openapi.yaml': {
-        get: op('This document', {
-          '200': {
-            description: 'the API description',
-            content: { 'application/yaml': { schema: { type: 'string' } } },
-          },
-        }),
-      },
-      '/openapi.json': {
-        get: op('This document (served as YAML, as the spec says)', {
-          '200': {
-            description: 'the API description',
-            content: { 'application/yaml': { schema: { type: 'string' } } },
-          },
-        }),
-      },
-      '/activity': {
-        get: op(
-          'Control-plane activity, newest first',
-          {
-            '200': json('events', {
-              type: 'object',
-              properties: { events: { type: 'array', items: ref('ActivityEvent') } },
-            }),
-            '400': err('bad limit or since'),
-          },
-          {
-            parameters: [
-              q('limit', { type: 'integer', maximum: 1000 }),
-              q('since', { type: 'integer' }, 'only events with a larger id'),
-            ],
-          },
-        ),
-      },
-      '/events': {
-        get: op('The VM change feed (NDJSON): a snapshot line, then a line per change, a ping every 15 s', {
-          '200': {
-            description: 'stream',
-            content: {
-              'application/x-ndjson': {
-                schema: {
-                  type: 'object',
-                  required: ['event'],
-                  properties: {
-                    event: { type: 'string', enum: ['snapshot', 'vm', 'removed', 'ping', 'overflow'] },
-                    vms: { type: 'array', items: ref('Instance') },
-                    vm: ref('Instance'),
-                    name: { type: 'string' },
-                    message: { type: 'string' },
-                  },
-                },
-              },
-            },
-          },
-        }),
-      },
-      '/ui': {
-        get: {
-          summary: 'The web dashboard at /ui/ (docs/dashboard.md); its files need no token',
-          security: [],
-          responses: {
-            '200': { description: 'the page', content: { 'text/html': { schema: { type: 'string' } } } },
-            '308': { description: 'from /ui to /ui/' },
-          },
-        },
-      },
-      '/ui/{file}': {
-        get: {
-          summary: 'A file of the dashboard (index.html, app.js, app.css)',
-          security: [],
-          parameters: [{ name: 'file', in: 'path', required: true, schema: { type: 'string' } }],
-          responses: { '200': { description: 'the file' }, '404': err('not a dashboard file') },
-        },
-      },
-      '/ui/session': {
-        get: {
-          summary: 'Does this browser need to log in?',
-          security: [],
-          responses: { '200': json('session', ref('UiSession')) },
-        },
-        post: {
-          summary:
-            'Log in: trade the token for a session id, sent after in the X-Svc-Session header (not a cookie: cookies reach every port of the host)',
-          security: [],
-          requestBody: jsonBody({ type: 'object', required: ['token'], properties: { token: { type: 'string' } } }),
-          responses: {
-            '200': json('logged in: `session` is the id', ref('UiSession')),
-            '401': err('wrong token'),
-            '403': err('from a foreign Origin'),
-          },
-        },
-        delete: {
-          summary: 'Log out: the session in X-Svc-Session ends',
-          security: [],
-          responses: { '204': { description: 'logged out' } },
-        },
-      },
+      ...SYSTEM_PATHS,
+      ...IMAGE_PATHS,
       '/vms': {
         get: op('List VMs', { '200': json('VMs', { type: 'array', items: ref('Instance') }) }),
         post: op(
@@ -605,63 +380,6 @@ export function openApiDocument(version: string): Record<string, unknown> {
             ),
           },
         ),
-      },
-      '/images': {
-        get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }),
-        post: op(
-          'Build an image from a recipe, bake a stopped VM, or import a container image archive or a cloud disk',
-          {
-            '201': json('the built image', ref('Image')),
-            '200': {
-              description: 'progress stream (stream=1 or Accept: application/x-ndjson)',
-              content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } },
-            },
-            '400': err(
-              'invalid recipe, a step of it failed, or an import refused (outside import_dirs, not what it claims)',
-            ),
-            '404': err('no such vm'),
-            '409': err('the image exists'),
-            '500': err('the build failed'),
-          },
-          {
-            parameters: [q('stream', { type: 'string', enum: ['1'] })],
-            requestBody: jsonBody(ref('ImageRequest')),
-          },
-        ),
-      },
-      '/images/{id}': {
-        get: op(
-          'Get a built image',
-          { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') },
-          { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
-        ),
-        delete: op(
-          'Delete a built image nothing uses',
-          {
-            '200': json('deleted', {
-              type: 'object',
-              properties: { message: { type: 'string' }, id: { type: 'string' } },
-            }),
-            '404': err('not built'),
-            '409': err('in use by a vm, a template or the warm pool'),
-          },
-          { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
-        ),
-      },
-      '/mcp': {
-        post: op(
-          'Model Context Protocol over Streamable HTTP (stateless): JSON-RPC in, JSON or an SSE stream out; docs/mcp.md',
-          {
-            '200': {
-              description: 'a JSON-RPC answer, or text/event-stream with progress notifications then the answer',
-            },
-            '202': { description: 'a notification or response was accepted' },
-            '400': err('not a JSON-RPC message'),
-          },
-          { requestBody: jsonBody({ type: 'object' }) },
-        ),
-        get: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
-        delete: op('Not served: the endpoint is stateless', { '405': err('use POST') }),
       },
       '/pool': {
         get: op('The warm pool', {

@@ -1,0 +1,141 @@
+/** The OpenAPI description of images: built from recipes, baked from VMs, imported (docs/image.md). */
+import { err, json, op, q, ref, jsonBody, type Schema } from './openapi-kit.js';
+
+export const IMAGE_SCHEMAS: Record<string, Schema> = {
+  ImageRequest: {
+    type: 'object',
+    required: ['name'],
+    properties: {
+      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' },
+      description: { type: 'string' },
+      from: {
+        type: 'string',
+        description:
+          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs)",
+      },
+      from_vm: { type: 'string', description: 'a stopped VM to bake' },
+      ssh_user: {
+        type: 'string',
+        description: 'imports from disk: the user the daemon logs in as over SSH (default root)',
+      },
+      packages: { type: 'array', items: { type: 'string' } },
+      run: { type: 'array', items: { type: 'string' } },
+      files: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['path', 'content'],
+          properties: {
+            path: { type: 'string' },
+            content: { type: 'string', format: 'byte' },
+            mode: { type: 'string' },
+          },
+        },
+      },
+      env: { type: 'object', additionalProperties: { type: 'string' } },
+    },
+  },
+  ImageBuildEvent: {
+    type: 'object',
+    required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
+    properties: {
+      phase: {
+        type: 'string',
+        enum: ['accepted', 'import', 'boot', 'packages', 'files', 'env', 'run', 'bake', 'ready', 'error'],
+      },
+      message: { type: 'string' },
+      name: { type: 'string' },
+      t: { type: 'string', format: 'date-time' },
+      elapsed_ms: { type: 'integer' },
+      image: ref('Image'),
+      error: { type: 'string' },
+      code: { type: 'string' },
+      percent: { type: 'integer', description: 'import progress (phase import)' },
+    },
+  },
+  Image: {
+    type: 'object',
+    required: ['id', 'os', 'description', 'size_bytes', 'created_at', 'agent_ready', 'boot', 'source', 'in_use_by'],
+    properties: {
+      id: { type: 'string' },
+      os: { type: 'string' },
+      description: { type: 'string' },
+      size_bytes: { type: 'integer' },
+      created_at: { type: 'string', format: 'date-time' },
+      agent_ready: { type: 'boolean' },
+      boot: { type: 'string', enum: ['kernel', 'firmware'] },
+      source: { type: 'string' },
+      min_disk_gb: { type: 'integer' },
+      min_memory_mb: {
+        type: 'integer',
+        description: 'the least memory a VM of it boots in; a create below it is a 400',
+      },
+      ssh_user: { type: 'string' },
+      built: { type: 'boolean' },
+      revision: { type: 'string', description: 'changes whenever the image is built again' },
+      in_use_by: { type: 'array', items: { type: 'string' } },
+      snapshots: {
+        type: 'array',
+        description:
+          'booted guests of the image, suspended, that creates of their shape restore copies of (docs/snapshot-creates.md)',
+        items: {
+          type: 'object',
+          required: ['cpus', 'memory_mb', 'disk_gb', 'size_bytes', 'created_at', 'capture_ms'],
+          properties: {
+            cpus: { type: 'integer' },
+            memory_mb: { type: 'integer' },
+            disk_gb: { type: 'integer', description: 'the disk it booted with; copies grow theirs' },
+            size_bytes: { type: 'integer' },
+            created_at: { type: 'string', format: 'date-time' },
+            capture_ms: { type: 'integer', description: 'how long its boot and suspend took' },
+          },
+        },
+      },
+    },
+  },
+};
+
+export const IMAGE_PATHS: Record<string, Record<string, Schema>> = {
+  '/images': {
+    get: op('List built images', { '200': json('images', { type: 'array', items: ref('Image') }) }),
+    post: op(
+      'Build an image from a recipe, bake a stopped VM, or import a container image archive or a cloud disk',
+      {
+        '201': json('the built image', ref('Image')),
+        '200': {
+          description: 'progress stream (stream=1 or Accept: application/x-ndjson)',
+          content: { 'application/x-ndjson': { schema: ref('ImageBuildEvent') } },
+        },
+        '400': err(
+          'invalid recipe, a step of it failed, or an import refused (outside import_dirs, not what it claims)',
+        ),
+        '404': err('no such vm'),
+        '409': err('the image exists'),
+        '500': err('the build failed'),
+      },
+      {
+        parameters: [q('stream', { type: 'string', enum: ['1'] })],
+        requestBody: jsonBody(ref('ImageRequest')),
+      },
+    ),
+  },
+  '/images/{id}': {
+    get: op(
+      'Get a built image',
+      { '200': json('the image', ref('Image')), '400': err('bad image name'), '404': err('not built') },
+      { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
+    ),
+    delete: op(
+      'Delete a built image nothing uses',
+      {
+        '200': json('deleted', {
+          type: 'object',
+          properties: { message: { type: 'string' }, id: { type: 'string' } },
+        }),
+        '404': err('not built'),
+        '409': err('in use by a vm, a template or the warm pool'),
+      },
+      { parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }] },
+    ),
+  },
+};
