@@ -315,6 +315,14 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(exit).to.deep.equal({ exit_code: 3, closeCode: 1000 });
     });
 
+    it('says a shell killed by a signal ended so (128 + the signal), not a clean exit', async () => {
+      const sh = await openShell(`ws://127.0.0.1:${agent.port}/shell?shell=/bin/sh`);
+      sh.send('echo PID=$$\n');
+      const pid = Number((await sh.waitFor(/PID=\d+/)).slice(4));
+      process.kill(pid, 'SIGKILL');
+      expect(await sh.exit).to.deep.equal({ exit_code: 137, closeCode: 1000 });
+    });
+
     it('kills the shell when the socket closes', async () => {
       const sh = await openShell(`ws://127.0.0.1:${agent.port}/shell?shell=/bin/sh`);
       sh.send('echo PID=$$\n');

@@ -32,7 +32,9 @@ export class NodePtyFactory implements PtyFactory {
         if (!dead) p.resize(c, r);
       },
       onData: (l) => void p.onData((d: string | Buffer) => l(typeof d === 'string' ? Buffer.from(d, 'utf8') : d)),
-      onExit: (l) => void p.onExit((e) => l(e.exitCode)),
+      // node-pty gives a shell killed by a signal exit code 0 and the signal apart: 128 + the
+      // signal, as a shell says of its children, so a killed shell never looks like a clean exit
+      onExit: (l) => void p.onExit((e) => l(e.signal ? 128 + e.signal : e.exitCode)),
       kill: () => {
         if (dead) return;
         dead = true;
