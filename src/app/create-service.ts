@@ -5,7 +5,7 @@ import { bindEgressSecrets, type EgressSecretSpec } from '../domain/egress-secre
 import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InternalError, InvalidArgumentError, errorMessage, isDomainError, logLevelOf } from '../domain/errors.js';
+import { InternalError, InvalidArgumentError, asDomainError, logLevelOf } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { changeStatus, toPublic } from '../domain/vm.js';
@@ -358,7 +358,7 @@ export class CreateService {
     const domainErr = await withConsoleTail(
       this.consoles,
       rec,
-      isDomainError(err) ? err : new InternalError(errorMessage(err)),
+      asDomainError(err),
       `the console log is kept in ${this.config.data_dir}/logs`,
     );
     await this.keeper.purge(rec, true);

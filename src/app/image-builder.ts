@@ -2,11 +2,10 @@ import { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import {
   AlreadyExistsError,
-  InternalError,
   InvalidArgumentError,
   InvalidStateError,
+  asDomainError,
   errorMessage,
-  isDomainError,
   logLevelOf,
 } from '../domain/errors.js';
 import type { ImageBake, ImageImport, ImageRecipe, ImageRequest } from '../domain/image-request.js';
@@ -116,7 +115,7 @@ export class ImageBuilder {
           return img;
         },
         (err: unknown) => {
-          const e = isDomainError(err) ? err : new InternalError(errorMessage(err));
+          const e = asDomainError(err);
           this.log[logLevelOf(e)]({ image: req.name, err: e.message, code: e.code }, 'image build failed');
           emit('error', e.message, { error: e.message, code: e.code });
           throw e;

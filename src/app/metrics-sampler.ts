@@ -55,6 +55,9 @@ export class MetricsSampler implements LifecycleContribution {
       if (cur.status !== 'running' || cur.agent_missing) return;
       try {
         const s = await this.agent.stats(agentEndpoint(cur));
+        // Stopped while the agent answered (the VM went, the daemon stops): a ring opened now
+        // would never be closed.
+        if (this.timers.get(name) !== timer) return;
         await this.history.append(name, {
           t_ms: this.clock.now(),
           uptime_sec: s.uptime_sec,

@@ -1,5 +1,5 @@
 import { inject, injectable, optional } from 'inversify';
-import { errorMessage, InternalError, isDomainError } from '../domain/errors.js';
+import { asDomainError, errorMessage, isNoSpace } from '../domain/errors.js';
 import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
@@ -70,7 +70,7 @@ export class VmKeeper {
       const told = await withConsoleTail(
         this.consoles,
         rec,
-        isDomainError(err) ? err : new InternalError(errorMessage(err)),
+        asDomainError(err),
         `the whole console: svc logs ${rec.name}`,
       );
       await this.hv.kill(this.ref(rec)).catch(() => undefined);
@@ -87,7 +87,12 @@ export class VmKeeper {
     // Intent first: from here on a crash leaves a record that says to finish the delete.
     if (rec.status !== 'creating' && !rec.deleting) {
       rec.deleting = true;
-      await this.vms.save(rec);
+      await this.vms.save(rec).catch((err: unknown) => {
+        // A full disk is often why a VM goes: the delete goes on without its intent on disk (a
+        // crash within it leaves the VM for a second delete, or as the hypervisor left it).
+        if (!isNoSpace(err)) throw err;
+        this.log.warn({ vm: rec.name, err: errorMessage(err) }, 'no room to record the delete; deleting without it');
+      });
     }
     await this.events.emit('removed', rec);
     await this.crashes

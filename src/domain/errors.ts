@@ -119,7 +119,7 @@ export class DeadlineExceededError extends DomainError {
 /**
  * A create that was accepted and then failed. Whatever failed it, that is the host's failure, not
  * the caller's: it keeps the cause's code and message, and the HTTP mapping answers 500 (504 when
- * the deadline passed).
+ * the deadline passed, 507 when a disk was full).
  */
 export class AcceptedCreateFailedError extends DomainError {
   readonly code: ErrorCode;
@@ -174,6 +174,13 @@ export const ALL_DOMAIN_ERRORS = [
 
 export function isDomainError(err: unknown): err is DomainError {
   return err instanceof DomainError;
+}
+
+/** Anything thrown as a domain error: itself, a full disk as one, anything else the host's failure. */
+export function asDomainError(err: unknown): DomainError {
+  if (isDomainError(err)) return err;
+  if (isNoSpace(err)) return new InsufficientStorageError(`no space left on the host: ${errorMessage(err)}`);
+  return new InternalError(errorMessage(err));
 }
 
 export function errorMessage(err: unknown): string {

@@ -39,7 +39,8 @@ export interface HttpError {
 /** Turns anything thrown into a status and an `{error}` body; unknown errors are 500. */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof AcceptedCreateFailedError) {
-    return { status: err.code === 'deadline_exceeded' ? 504 : 500, body: { error: err.message, code: err.code } };
+    const status = err.code === 'deadline_exceeded' ? 504 : err.code === 'insufficient_storage' ? 507 : 500;
+    return { status, body: { error: err.message, code: err.code } };
   }
   if (
     (err instanceof ResourceExhaustedError || err instanceof AgentUnavailableError) &&

@@ -122,9 +122,20 @@ export class FsMetricsHistory implements MetricsHistory {
         }
         const capacity = this.config.sandbox_metrics_points;
         const fh = await open(path, 'w+', 0o600);
-        await fh.write(encodeHeader(capacity, this.config.sandbox_metrics_interval_ms, Date.now()), 0, HEADER_SIZE, 0);
-        await fh.truncate(HEADER_SIZE + capacity * RECORD_SIZE);
-        await fh.sync();
+        try {
+          await fh.write(
+            encodeHeader(capacity, this.config.sandbox_metrics_interval_ms, Date.now()),
+            0,
+            HEADER_SIZE,
+            0,
+          );
+          await fh.truncate(HEADER_SIZE + capacity * RECORD_SIZE);
+          await fh.sync();
+        } catch (err) {
+          // a full disk: closed, or every sample's try would hold one more descriptor
+          await fh.close().catch(() => undefined);
+          throw err;
+        }
         return { fh, capacity, nextSeq: 1n };
       })();
       this.rings.set(vm, p);

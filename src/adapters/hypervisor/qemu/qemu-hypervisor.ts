@@ -4,7 +4,7 @@ import { readdir, rm, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
-import { AlreadyExistsError, InternalError, InvalidStateError, isDomainError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidStateError, asDomainError } from '../../../domain/errors.js';
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
@@ -198,7 +198,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       this.captures.set(vm.name, (this.captures.get(vm.name) ?? 0) + 1);
       return got;
     } catch (err) {
-      throw isDomainError(err) ? err : new InternalError((err as Error).message);
+      throw asDomainError(err);
     }
   }
 
