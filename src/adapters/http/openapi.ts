@@ -287,6 +287,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
             '429': err('a resource cap would be exceeded'),
             '500': err('the create failed; nothing is left behind'),
             '504': err('the create deadline passed'),
+            '507': err('no space left under the data dir (insufficient_storage); nothing is left behind'),
           },
           {
             parameters: createParams,
