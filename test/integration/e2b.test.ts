@@ -483,6 +483,34 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     }
   });
 
+  it('pauses a sandbox of lifecycle autoResume at its timeout, and the next command brings it back', async () => {
+    const s = await create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } });
+    expect((await s.getInfo()).lifecycle).to.deep.equal({ onTimeout: 'pause', autoResume: true });
+    await s.setTimeout(1_000);
+    for (let i = 0; i < 100 && (await s.getInfo()).state !== 'paused'; i++)
+      await new Promise((r) => setTimeout(r, 200));
+    expect((await s.getInfo()).state).to.equal('paused');
+    // no connect: the command wakes it, with the time it had left set again
+    expect((await s.commands.run('echo awake')).stdout).to.equal('awake\n');
+    const info = await s.getInfo();
+    expect(info.state).to.equal('running');
+    expect(info.endAt.getTime()).to.be.above(Date.now());
+    // one that pauses without autoResume stays paused for a command, as before
+    const plain = await create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } });
+    await plain.pause();
+    expect(await plain.commands.run('true').catch((e: unknown) => e)).to.be.instanceOf(SandboxError);
+    expect((await plain.getInfo()).state).to.equal('paused');
+    // and svc says no to what E2B's API also refuses
+    const bad = await call(
+      d.tcp,
+      'POST',
+      '/e2b/v2/sandboxes',
+      { templateID: 'base', autoResume: { enabled: true } },
+      { 'x-api-key': 'test-token' },
+    );
+    expect(bad.status, bad.text).to.equal(400);
+  });
+
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);

@@ -83,6 +83,7 @@ export function e2bControlRoutes(
       diskSizeMB: vm.disk_gb * 1024,
       metadata: m.metadata,
       volumeMounts: [],
+      lifecycle: { onTimeout: m.onTimeout, autoResume: !!m.autoResume },
       ...e2bNetworkOf(vm.egress, m.privateTraffic, e2bRulesOf(vm.egress_secrets)),
     };
   };
@@ -128,19 +129,11 @@ export function e2bControlRoutes(
   };
 
   const connect = async (req: Request, res: Response) => {
-    let vm = await boxes.get(id(req));
     const body = (req.body ?? {}) as { timeout?: unknown };
-    let status = 200;
-    if (vm.status === 'suspended') {
-      vm = await client.restore(vm.name);
-      status = 201;
-    } else if (vm.status === 'paused') {
-      await client.resume(vm.name);
-      status = 201;
-    }
-    if (body.timeout !== undefined) await boxes.arm(vm, new Date(Date.now() + timeoutSeconds(body.timeout) * 1000));
-    else if (status === 201) await boxes.arm(vm, new Date(Date.now() + timeLeft(boxes, vm)));
-    res.status(status).json(sandbox(vm));
+    const timeout = body.timeout === undefined ? undefined : timeoutSeconds(body.timeout);
+    const { vm, woken } = await boxes.wake(await boxes.get(id(req)));
+    if (timeout !== undefined) await boxes.arm(vm, new Date(Date.now() + timeout * 1000));
+    res.status(woken ? 201 : 200).json(sandbox(vm));
   };
 
   return [
@@ -152,7 +145,13 @@ export function e2bControlRoutes(
         throw new NotSupportedError('volume mounts are not supported by svc (use svc mounts on a VM of your own)');
       if (b.mcp) throw new NotSupportedError('the MCP gateway in a sandbox is not supported by svc');
       const onTimeout = b.autoPause === true ? 'pause' : 'kill';
+      const autoResume = (b.autoResume as { enabled?: unknown } | undefined)?.enabled === true;
+      if (autoResume && onTimeout !== 'pause')
+        throw new InvalidArgumentError('autoResume needs a sandbox that pauses at its timeout (autoPause)');
+      if (autoResume && b.autoPauseMemory === false)
+        throw new InvalidArgumentError('autoResume needs a pause that keeps the memory (autoPauseMemory)');
       const tags = tagsFor({
+        autoResume,
         template,
         endAt: new Date(Date.now() + timeout * 1000),
         onTimeout,
@@ -310,12 +309,6 @@ export function e2bControlRoutes(
       throw new NotFoundError(`template alias ${String(req.params.alias)}: svc has no template aliases`);
     }),
   ];
-}
-
-/** What was left of a sandbox's time when it was paused; E2B's default (300 s) when none was. */
-function timeLeft(boxes: Sandboxes, vm: Instance): number {
-  const left = boxes.endOf(vm).getTime() - Date.now();
-  return left > 0 ? left : DEFAULT_TIMEOUT_S * 1000;
 }
 
 type E2bProxy = ReturnType<typeof proxyFromE2b>;

@@ -83,9 +83,10 @@ async function nextOrTick<T>(it: AsyncIterator<T>, pending: { p?: Promise<Iterat
 
 export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   const base = '/e2b/envd';
-  /** The sandbox of an envd call, which must be running. */
+  /** The sandbox of an envd call, which must be running: one created with `lifecycle.autoResume` is woken. */
   const running = async (id: string): Promise<Instance> => {
-    const vm = await boxes.get(id);
+    let vm = await boxes.get(id);
+    if (vm.status !== 'running' && metaOf(vm).autoResume) vm = (await boxes.wake(vm)).vm;
     if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${id} is ${vm.status}`);
     return vm;
   };

@@ -18,6 +18,7 @@ const T = {
   meta: 'e2b/m/',
   env: 'e2b/env/',
   privateTraffic: 'e2b/private_traffic',
+  autoResume: 'e2b/auto_resume',
 } as const;
 
 /** A snapshot (docs/e2b.md): a suspended persistent VM forked from a sandbox, which creates clone. */
@@ -51,6 +52,8 @@ export interface SandboxMeta {
   envs: Record<string, string>;
   /** `network.allowPublicTraffic: false`: its ports' URLs need the traffic token (sandbox-hosts.ts). */
   privateTraffic?: boolean;
+  /** `lifecycle.autoResume`: paused at its timeout, it comes back for the next envd call. */
+  autoResume?: boolean;
 }
 
 export function isSandbox(vm: Instance): boolean {
@@ -72,6 +75,7 @@ export function metaOf(vm: Instance): SandboxMeta {
     metadata,
     envs,
     privateTraffic: vm.tags[T.privateTraffic] === '1',
+    autoResume: vm.tags[T.autoResume] === '1',
   };
 }
 
@@ -83,6 +87,7 @@ export function tagsFor(m: SandboxMeta): Record<string, string> {
     [T.endAt]: m.endAt.toISOString(),
     [T.onTimeout]: m.onTimeout,
     ...(m.privateTraffic ? { [T.privateTraffic]: '1' } : {}),
+    ...(m.autoResume ? { [T.autoResume]: '1' } : {}),
   };
   for (const [k, v] of Object.entries(m.metadata)) {
     if (!/^[A-Za-z0-9._-]{1,56}$/.test(k))
@@ -212,5 +217,19 @@ export class Sandboxes {
   async arm(vm: Instance, end: Date): Promise<void> {
     const seconds = Math.max(1, Math.ceil((end.getTime() - Date.now()) / 1000));
     await this.client.setTtl(vm.name, seconds, onExpireOf(metaOf(vm)));
+  }
+
+  /**
+   * Brings a paused sandbox back (E2B's connect, and an envd call to one created with
+   * `lifecycle.autoResume`): its VM restored or resumed, its timeout set again to the time it had
+   * left (E2B's default when none). Answers the VM as it now is, and whether it was woken.
+   */
+  async wake(vm: Instance): Promise<{ vm: Instance; woken: boolean }> {
+    if (vm.status === 'suspended') vm = await this.client.restore(vm.name);
+    else if (vm.status === 'paused') await this.client.resume(vm.name);
+    else return { vm, woken: false };
+    const left = this.endOf(vm).getTime() - Date.now();
+    await this.arm(vm, new Date(Date.now() + (left > 0 ? left : DEFAULT_TIMEOUT_S * 1000)));
+    return { vm: await this.client.get(vm.name), woken: true };
   }
 }
