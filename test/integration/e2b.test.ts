@@ -495,6 +495,12 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const info = await s.getInfo();
     expect(info.state).to.equal('running');
     expect(info.endAt.getTime()).to.be.above(Date.now());
+    // traffic to one of its ports wakes it too (nothing listens there: a 502 from a running sandbox)
+    await s.pause();
+    const host = s.getHost(1);
+    const r = await call({ port: d.tcp.port }, 'GET', '/', undefined, { host });
+    expect(r.status, r.text).to.equal(502);
+    expect((await s.getInfo()).state).to.equal('running');
     // one that pauses without autoResume stays paused for a command, as before
     const plain = await create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } });
     await plain.pause();
