@@ -14,7 +14,7 @@
  * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets.
  * When CMD has ended and its output has drained (or 300 ms after it ended, when something it
  * started still holds the pipes), `exit.json` appears: {"code":N} or {"signal":N}, with
- * "ended_at_ms".
+ * "ended_at_ms"; on a full disk the oldest output makes room for it.
  *
  * DIR/ctl (a FIFO) takes lines "resize COLS ROWS" and "eof"; with --stdin, DIR/stdin (a FIFO)
  * takes bytes for CMD's input. Both are held open for reading and writing here, so writers may
@@ -157,7 +157,12 @@ static void on_chld(int sig) {
   errno = e;
 }
 
-static void write_exit(int status) {
+/*
+ * Writes exit.json whole or not at all. On a full disk the streams' oldest segments make room for
+ * it, one at a time: how the process ended outranks its oldest output (without it a reader is told
+ * only that the process was lost).
+ */
+static void write_exit(int status, struct journal *js, int njs) {
   char tmp[PATH_MAX], path[PATH_MAX], body[128];
   snprintf(tmp, sizeof tmp, "%s/exit.json.tmp", dir);
   snprintf(path, sizeof path, "%s/exit.json", dir);
@@ -166,13 +171,30 @@ static void write_exit(int status) {
     n = snprintf(body, sizeof body, "{\"signal\":%d,\"ended_at_ms\":%lld}\n", WTERMSIG(status), (long long)now_ms());
   else
     n = snprintf(body, sizeof body, "{\"code\":%d,\"ended_at_ms\":%lld}\n", WEXITSTATUS(status), (long long)now_ms());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  ssize_t w = write(fd, body, (size_t)n);
-  (void)w;
-  fsync(fd);
-  close(fd);
-  rename(tmp, path);
+  for (;;) {
+    int err = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      err = errno;
+    } else {
+      ssize_t w = write(fd, body, (size_t)n);
+      if (w != n) err = w < 0 ? errno : ENOSPC;
+      else if (fsync(fd) != 0) err = errno;
+      close(fd);
+      if (!err && rename(tmp, path) == 0) return;
+      if (!err) err = errno;
+    }
+    unlink(tmp);
+    if (err != ENOSPC && err != EDQUOT) return;
+    int k = 0;
+    while (k < njs && js[k].n == 0) k++;
+    if (k == njs) return; /* nothing of its own left to give back */
+    if (js[k].fd >= 0 && js[k].starts[0] == js[k].seg) {
+      close(js[k].fd);
+      js[k].fd = -1;
+    }
+    drop_oldest(&js[k]);
+  }
 }
 
 static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -444,6 +466,6 @@ int main(int argc, char **argv) {
   if (!exited) waitpid(child, &status, 0);
   for (int k = 0; k < 2; k++)
     if (js[k].fd >= 0) fsync(js[k].fd);
-  write_exit(status);
+  write_exit(status, js, 2);
   return 0;
 }

@@ -10,7 +10,7 @@ import { call, ndjson } from '../helpers/http.js';
 const MIB = 1 << 20;
 
 /** Starts svc-keep on `cmd` (`sh -c`) journaling into `dir`; resolves once exit.json is there. */
-async function keep(dir: string, cap: number, segment: number, cmd: string): Promise<void> {
+async function keep(dir: string, cap: number, segment: number, cmd: string, code = 0): Promise<void> {
   const helpers = findHelpers();
   if (!helpers) throw new Error('svc-keep is not built (npm run build:agent)');
   const answer = await new Promise<string>((resolve, reject) => {
@@ -24,7 +24,7 @@ async function keep(dir: string, cap: number, segment: number, cmd: string): Pro
   });
   expect(answer).to.match(/^ok \d+ \d+\n/);
   for (let i = 0; i < 300 && !existsSync(join(dir, 'exit.json')); i++) await new Promise((r) => setTimeout(r, 50));
-  expect(JSON.parse(readFileSync(join(dir, 'exit.json'), 'utf8'))).to.include({ code: 0 });
+  expect(JSON.parse(readFileSync(join(dir, 'exit.json'), 'utf8'))).to.include({ code });
 }
 
 /** The stream's segments: their first offsets and sizes, oldest first. */
@@ -107,6 +107,19 @@ describe('svc-keep: the journal of a durable process', function () {
       const segs = segments(dir);
       expect(segs.map((s) => [s.start, s.size])).to.deep.equal([[100 * 1024, 4]]);
       expect(readFileSync(segs[0].path, 'utf8')).to.equal('tail');
+    });
+
+    it('keeps how the process ended over its oldest output when the disk stays full', async () => {
+      // the process fills the disk and leaves it full: exit.json needs a page, its output gives it
+      await keep(
+        dir,
+        16 * MIB,
+        64 * 1024,
+        `printf out; head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; exit 7`,
+        7,
+      );
+      expect(segments(dir)).to.deep.equal([]);
+      expect(readdirSync(dir).filter((n) => n.startsWith('exit.json'))).to.deep.equal(['exit.json']);
     });
 
     it("lets an agent's follower reading as the disk fills get each byte at its offset and each gap said", async () => {
