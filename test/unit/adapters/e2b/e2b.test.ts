@@ -28,11 +28,23 @@ describe('adapters/e2b', () => {
     const meta = { template: 'tpl', endAt, onTimeout: 'pause' as const, metadata: { a: '1' }, envs: { K_1: 'v' } };
     const tags = tagsFor(meta);
     expect(tags).to.include({ e2b: '1', 'e2b/template': 'tpl', 'e2b/m/a': '1', 'e2b/env/K_1': 'v' });
-    expect(metaOf({ tags } as unknown as Instance)).to.deep.equal({ ...meta, privateTraffic: false });
+    expect(metaOf({ tags } as unknown as Instance)).to.deep.equal({
+      ...meta,
+      privateTraffic: false,
+      autoResume: false,
+    });
     // A sandbox whose ports take only its traffic token says so in a tag of its own.
     const closed = tagsFor({ ...meta, privateTraffic: true });
     expect(closed).to.include({ 'e2b/private_traffic': '1' });
-    expect(metaOf({ tags: closed } as unknown as Instance)).to.deep.equal({ ...meta, privateTraffic: true });
+    expect(metaOf({ tags: closed } as unknown as Instance)).to.deep.equal({
+      ...meta,
+      privateTraffic: true,
+      autoResume: false,
+    });
+    // So does one that wakes for its next call (lifecycle.autoResume).
+    const waking = tagsFor({ ...meta, autoResume: true });
+    expect(waking).to.include({ 'e2b/auto_resume': '1' });
+    expect(metaOf({ tags: waking } as unknown as Instance)).to.include({ autoResume: true, onTimeout: 'pause' });
   });
 
   it('refuses metadata keys, variable names and timeouts it cannot keep, saying which', () => {
