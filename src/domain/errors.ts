@@ -179,8 +179,13 @@ export function isDomainError(err: unknown): err is DomainError {
 /** Anything thrown as a domain error: itself, a full disk as one, anything else the host's failure. */
 export function asDomainError(err: unknown): DomainError {
   if (isDomainError(err)) return err;
-  if (isNoSpace(err)) return new InsufficientStorageError(`no space left on the host: ${errorMessage(err)}`);
+  if (isNoSpace(err)) return noSpaceError(err, 'the host');
   return new InternalError(errorMessage(err));
+}
+
+/** A full disk (`isNoSpace`) in words: `no space left on WHERE: ...` (`no space left: ...` without one). */
+export function noSpaceError(err: unknown, where?: string): InsufficientStorageError {
+  return new InsufficientStorageError(`no space left${where ? ` on ${where}` : ''}: ${errorMessage(err)}`);
 }
 
 export function errorMessage(err: unknown): string {

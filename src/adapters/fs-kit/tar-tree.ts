@@ -9,6 +9,7 @@ import {
   InsufficientStorageError,
   InvalidArgumentError,
   isNoSpace,
+  noSpaceError,
   NotFoundError,
 } from '../../domain/errors.js';
 import { writeFileAtomic } from './atomic-file.js';
@@ -79,7 +80,7 @@ async function setMeta(target: string, h: tar.Header, mode?: number): Promise<vo
 /** Why an extract stopped: a full disk as one, anything else the stream's fault. */
 function notExtracted(err: unknown): Error {
   if (err instanceof InsufficientStorageError) return err;
-  if (isNoSpace(err)) return new InsufficientStorageError(`no space left on the disk: ${(err as Error).message}`);
+  if (isNoSpace(err)) return noSpaceError(err, 'the disk');
   return new InvalidArgumentError(`not a valid tar stream: ${(err as Error).message}`);
 }
 

@@ -7,6 +7,7 @@ import {
   errorMessage,
   isDomainError,
   isNoSpace,
+  noSpaceError,
   ResourceExhaustedError,
 } from '../../domain/errors.js';
 
@@ -54,8 +55,7 @@ export function toHttpError(err: unknown): HttpError {
   }
   if (isDomainError(err)) return { status: STATUS_BY_CODE[err.code], body: { error: err.message, code: err.code } };
   // A full disk wherever no adapter put it in words (a tar extracted, a journal, a state file)
-  if (isNoSpace(err))
-    return { status: 507, body: { error: `no space left: ${errorMessage(err)}`, code: 'insufficient_storage' } };
+  if (isNoSpace(err)) return toHttpError(noSpaceError(err));
   return { status: 500, body: { error: `internal error: ${errorMessage(err)}`, code: 'internal' } };
 }
 
