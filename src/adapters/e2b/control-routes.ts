@@ -131,8 +131,7 @@ export function e2bControlRoutes(
   const connect = async (req: Request, res: Response) => {
     const body = (req.body ?? {}) as { timeout?: unknown };
     const timeout = body.timeout === undefined ? undefined : timeoutSeconds(body.timeout);
-    const { vm, woken } = await boxes.wake(await boxes.get(id(req)));
-    if (timeout !== undefined) await boxes.arm(vm, new Date(Date.now() + timeout * 1000));
+    const { vm, woken } = await boxes.wake(await boxes.get(id(req)), timeout);
     res.status(woken ? 201 : 200).json(sandbox(vm));
   };
 

@@ -85,8 +85,7 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   const base = '/e2b/envd';
   /** The sandbox of an envd call, which must be running: one created with `lifecycle.autoResume` is woken. */
   const running = async (id: string): Promise<Instance> => {
-    let vm = await boxes.get(id);
-    if (vm.status !== 'running' && metaOf(vm).autoResume) vm = (await boxes.wake(vm)).vm;
+    const vm = await boxes.forCall(await boxes.get(id));
     if (vm.status !== 'running') throw new RpcError('unavailable', `sandbox ${id} is ${vm.status}`);
     return vm;
   };

@@ -87,11 +87,11 @@ export class SandboxHosts implements VirtualHosts {
     if (!t) throw new PortError(404, 'no sandbox port is named by this Host');
     const { port, id } = t;
     if (port < 1 || port > 65535) throw new PortError(400, `invalid port ${port}`);
-    let vm = await this.boxes.get(id);
-    if (metaOf(vm).privateTraffic) await this.boxes.checkTraffic(req, id);
+    const asked = await this.boxes.get(id);
+    if (metaOf(asked).privateTraffic) await this.boxes.checkTraffic(req, id);
     delete req.headers['e2b-traffic-access-token'];
-    // created with lifecycle.autoResume: traffic wakes it (after the traffic token, for a private one)
-    if (vm.status !== 'running' && metaOf(vm).autoResume) vm = (await this.boxes.wake(vm)).vm;
+    // after the traffic token of a private one: traffic wakes a sandbox created with autoResume
+    const vm = await this.boxes.forCall(asked);
     if (vm.status !== 'running')
       throw new PortError(
         409,

@@ -220,16 +220,28 @@ export class Sandboxes {
   }
 
   /**
-   * Brings a paused sandbox back (E2B's connect, and an envd call to one created with
-   * `lifecycle.autoResume`): its VM restored or resumed, its timeout set again to the time it had
-   * left (E2B's default when none). Answers the VM as it now is, and whether it was woken.
+   * Brings a paused sandbox back (E2B's connect, and a call to one created with
+   * `lifecycle.autoResume`): its VM restored or resumed. Its timeout is set once: to `timeoutS`
+   * when given (also for a sandbox that was running), else, when woken, to the time it had left
+   * (E2B's default when none). Answers the VM as it now is, and whether it was woken.
    */
-  async wake(vm: Instance): Promise<{ vm: Instance; woken: boolean }> {
+  async wake(vm: Instance, timeoutS?: number): Promise<{ vm: Instance; woken: boolean }> {
+    const woken = vm.status === 'suspended' || vm.status === 'paused';
     if (vm.status === 'suspended') vm = await this.client.restore(vm.name);
-    else if (vm.status === 'paused') await this.client.resume(vm.name);
-    else return { vm, woken: false };
-    const left = this.endOf(vm).getTime() - Date.now();
-    await this.arm(vm, new Date(Date.now() + (left > 0 ? left : DEFAULT_TIMEOUT_S * 1000)));
-    return { vm: await this.client.get(vm.name), woken: true };
+    else if (vm.status === 'paused') {
+      await this.client.resume(vm.name);
+      vm = await this.client.get(vm.name);
+    }
+    if (timeoutS !== undefined) await this.arm(vm, new Date(Date.now() + timeoutS * 1000));
+    else if (woken) {
+      const left = this.endOf(vm).getTime() - Date.now();
+      await this.arm(vm, new Date(Date.now() + (left > 0 ? left : DEFAULT_TIMEOUT_S * 1000)));
+    }
+    return { vm, woken };
+  }
+
+  /** The sandbox of a call (envd, or traffic to a port): woken first when it was created to be (`lifecycle.autoResume`). */
+  async forCall(vm: Instance): Promise<Instance> {
+    return vm.status !== 'running' && metaOf(vm).autoResume ? (await this.wake(vm)).vm : vm;
   }
 }
