@@ -14,7 +14,9 @@
  * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets.
  * When CMD has ended and its output has drained (or 300 ms after it ended, when something it
  * started still holds the pipes), `exit.json` appears: {"code":N} or {"signal":N}, with
- * "ended_at_ms"; on a full disk the oldest output makes room for it.
+ * "ended_at_ms". Its page is reserved when the keeper starts (exit.json.tmp), so a disk filled
+ * meanwhile does not keep it from being written; where none could be reserved, the oldest output
+ * makes room for it on a full disk.
  *
  * DIR/ctl (a FIFO) takes lines "resize COLS ROWS" and "eof"; with --stdin, DIR/stdin (a FIFO)
  * takes bytes for CMD's input. Both are held open for reading and writing here, so writers may
@@ -158,19 +160,54 @@ static void on_chld(int sig) {
 }
 
 /*
- * Writes exit.json whole or not at all. On a full disk the streams' oldest segments make room for
- * it, one at a time: how the process ended outranks its oldest output (without it a reader is told
- * only that the process was lost).
+ * exit.json's page, taken when the keeper starts (reserve_exit): the status is written into blocks
+ * the file already has, so a disk filled while CMD ran cannot keep how it ended from being said.
+ * -1 where the file system cannot reserve (no fallocate) or was full already.
+ */
+static int exit_fd = -1;
+
+static void exit_paths(char *tmp, char *path) {
+  snprintf(tmp, PATH_MAX, "%s/exit.json.tmp", dir);
+  snprintf(path, PATH_MAX, "%s/exit.json", dir);
+}
+
+static void reserve_exit(void) {
+  char tmp[PATH_MAX], path[PATH_MAX];
+  exit_paths(tmp, path);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  if (posix_fallocate(fd, 0, 4096) != 0) {
+    close(fd);
+    unlink(tmp);
+    return;
+  }
+  exit_fd = fd;
+}
+
+/* The status into the reserved page; 0 when it is in place. */
+static int write_reserved(const char *body, int n, const char *tmp, const char *path) {
+  int fd = exit_fd;
+  exit_fd = -1;
+  int ok = pwrite(fd, body, (size_t)n, 0) == n && ftruncate(fd, n) == 0 && fsync(fd) == 0;
+  close(fd);
+  return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/*
+ * Writes exit.json whole or not at all: into the page reserved at the start, or, where there is
+ * none, as a new file. On a full disk the streams' oldest segments then make room for it, one at
+ * a time: how the process ended outranks its oldest output (without it a reader is told only that
+ * the process was lost).
  */
 static void write_exit(int status, struct journal *js, int njs) {
   char tmp[PATH_MAX], path[PATH_MAX], body[128];
-  snprintf(tmp, sizeof tmp, "%s/exit.json.tmp", dir);
-  snprintf(path, sizeof path, "%s/exit.json", dir);
+  exit_paths(tmp, path);
   int n;
   if (WIFSIGNALED(status))
     n = snprintf(body, sizeof body, "{\"signal\":%d,\"ended_at_ms\":%lld}\n", WTERMSIG(status), (long long)now_ms());
   else
     n = snprintf(body, sizeof body, "{\"code\":%d,\"ended_at_ms\":%lld}\n", WEXITSTATUS(status), (long long)now_ms());
+  if (exit_fd >= 0 && write_reserved(body, n, tmp, path) == 0) return;
   for (;;) {
     int err = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -284,6 +321,7 @@ int main(int argc, char **argv) {
     }
   }
   int ctl = open_fifo("ctl");
+  reserve_exit();
   int fifo_in = with_stdin ? open_fifo("stdin") : -1;
   int execpipe[2];
   if (pipe2(execpipe, O_CLOEXEC) < 0 || pipe2(sigpipe_fds, O_CLOEXEC) < 0) die_start("pipe");

@@ -35,8 +35,6 @@ function segments(dir: string, stream = 'stdout'): { start: number; size: number
     .sort((a, b) => a.start - b.start);
 }
 
-// svc-keep moves a pipe's bytes into its journal with splice(2), and reads and writes them where
-// it cannot (a full disk, a terminal): both must give the same offsets (native/svc-keep.c).
 describe('svc-keep: the journal of a durable process', function () {
   this.timeout(30_000);
 
@@ -109,8 +107,8 @@ describe('svc-keep: the journal of a durable process', function () {
       expect(readFileSync(segs[0].path, 'utf8')).to.equal('tail');
     });
 
-    it('keeps how the process ended over its oldest output when the disk stays full', async () => {
-      // the process fills the disk and leaves it full: exit.json needs a page, its output gives it
+    it('says how the process ended when the disk stays full, in the page it reserved, its output kept', async () => {
+      // the process fills the disk and leaves it full: exit.json's page was taken at the start
       await keep(
         dir,
         16 * MIB,
@@ -118,8 +116,15 @@ describe('svc-keep: the journal of a durable process', function () {
         `printf out; head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; exit 7`,
         7,
       );
-      expect(segments(dir)).to.deep.equal([]);
+      expect(segments(dir).map((s) => [s.start, s.size])).to.deep.equal([[0, 3]]);
       expect(readdirSync(dir).filter((n) => n.startsWith('exit.json'))).to.deep.equal(['exit.json']);
+    });
+
+    it('says how a process with no output to give back ended on a full disk', async () => {
+      // nothing of its own to drop for room: before the reserved page it ended as lost
+      await keep(dir, 16 * MIB, 64 * 1024, `head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; exit 9`, 9);
+      expect(segments(dir)).to.deep.equal([]);
+      expect(JSON.parse(readFileSync(join(dir, 'exit.json'), 'utf8'))).to.have.keys('code', 'ended_at_ms');
     });
 
     it("lets an agent's follower reading as the disk fills get each byte at its offset and each gap said", async () => {
