@@ -1,10 +1,11 @@
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
 import { join } from 'node:path';
-import { CommandExitError, NotFoundError, Sandbox, AuthenticationError, SandboxError } from 'e2b';
+import { CommandExitError, NotEnoughSpaceError, NotFoundError, Sandbox, AuthenticationError, SandboxError } from 'e2b';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
@@ -132,6 +133,23 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await s.files.exists(join(dir, 'sub'))).to.equal(false);
     const err = await s.files.read(join(dir, 'missing')).catch((e: unknown) => e);
     expect(err).to.be.instanceOf(NotFoundError);
+    if (process.getuid?.() === 0) {
+      // a full disk is the SDK's NotEnoughSpaceError (a 507); mounting the small tmpfs needs root, as CI runs.
+      // 8 MiB: the guest refuses it long before the body has all been sent (which once made the answer wait for ever)
+      const full = join(dir, 'full');
+      mkdirSync(full);
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', full]);
+      try {
+        for (const size of [256 * 1024, 8 << 20]) {
+          const e = await s.files.write(join(full, 'big.bin'), new Uint8Array(size).buffer).catch((x: unknown) => x);
+          expect(e, `${size} bytes`).to.be.instanceOf(NotEnoughSpaceError);
+        }
+        await s.files.write(join(full, 'small.txt'), 'fits');
+        expect(await s.files.read(join(full, 'small.txt'))).to.equal('fits');
+      } finally {
+        execFileSync('umount', ['-l', full]);
+      }
+    }
     const events: string[] = [];
     const w = await s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`));
     await s.files.write(join(dir, 'watched.txt'), 'x');

@@ -7,6 +7,7 @@ import type { FsInfo } from '../../domain/agent.js';
 import type { Instance } from '../../domain/vm.js';
 import type { OutputFrame, ProcessInfo, ProcessStream } from '../../domain/processes.js';
 import type { RouteDef } from '../http-kit/route.js';
+import { drainBody } from '../http-kit/http-app.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { connectRoutes, RpcError, type RpcCall } from './connect-rpc.js';
 import { metaOf, type Sandboxes } from './sandboxes.js';
@@ -357,6 +358,7 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
                 : (err as { code?: string }).code === 'unauthenticated'
                   ? 401
                   : 400;
+        drainBody(req);
         if (!res.headersSent) res.status(status).json({ code: status, message: (err as Error).message });
         else res.destroy();
       }
@@ -390,10 +392,21 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
         const work: Promise<void>[] = [];
         // preservePath: a part's file name is its whole path (busboy keeps only the last part by default)
         const bb = busboy({ headers: req.headers, preservePath: true, limits: { files: 1000, fields: 100 } });
+        let failed = false;
         bb.on('file', (_field, stream, info) => {
+          if (failed) return void stream.resume();
           // parts come one after another: each goes on to the guest as it arrives
           stream.pause();
-          work.push(put(abs(q.path ?? info.filename), stream));
+          const one = put(abs(q.path ?? info.filename), stream);
+          // A part the guest refused (a full disk: 507) is answered at once, and the rest of the
+          // body read and dropped: waiting for the body's end would wait for ever, the refused
+          // part's bytes no longer read by anyone and the body stopped behind them.
+          one.catch((err: unknown) => {
+            failed = true;
+            stream.resume();
+            reject(err);
+          });
+          work.push(one);
         });
         bb.on('error', reject);
         bb.on('close', () => Promise.all(work).then(() => resolve(), reject));

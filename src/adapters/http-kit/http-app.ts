@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import type { Logger } from '../../ports/logger.js';
@@ -69,6 +70,7 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   });
 
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    drainBody(req);
     const e = err as { type?: string; status?: number; message?: string };
     if (e?.type === 'entity.too.large') {
       return void res
@@ -91,6 +93,18 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     res.status(status).json(body);
   });
   return app;
+}
+
+/**
+ * What is left of the body of a call that failed is read and dropped, whoever was reading it (an
+ * upload's file, the agent's request, the JSON parser past its limit): Node reads an untouched
+ * body on its own, but not one that was piped somewhere and left, and a caller still sending it
+ * would wait for ever for room on the connection, never reading the answer (an upload to a full disk).
+ */
+export function drainBody(req: IncomingMessage): void {
+  if (req.complete || req.destroyed) return;
+  req.unpipe();
+  req.resume();
 }
 
 /** Counts every request and times it, by the route it matched. */
