@@ -15,16 +15,27 @@ export class Activity {
     @inject(Clock) private readonly clock: Clock,
   ) {}
 
-  /** `targetOf` names the target after success when only the result knows it (an allocated port). */
-  async timed<T>(action: string, target: string, fn: () => Promise<T>, targetOf?: (out: T) => string): Promise<T> {
+  /**
+   * `targetOf` names the target after success when only the result knows it (an allocated port);
+   * `noteOf` gives a success a message (a restore that cold-booted).
+   */
+  async timed<T>(
+    action: string,
+    target: string,
+    fn: () => Promise<T>,
+    targetOf?: (out: T) => string,
+    noteOf?: (out: T) => string | undefined,
+  ): Promise<T> {
     const t0 = this.clock.now();
     try {
       const out = await fn();
+      const message = noteOf?.(out);
       this.log.record({
         action,
         target: targetOf ? targetOf(out) : target,
         status: 'ok',
         duration_ms: this.clock.now() - t0,
+        ...(message ? { message } : {}),
       });
       return out;
     } catch (err) {

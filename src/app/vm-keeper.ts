@@ -40,9 +40,10 @@ export class VmKeeper {
 
   /**
    * Boots a stopped, suspended or failed VM (start, restore) and waits for its guest; on failure
-   * the process is killed and the VM is left `error`, and the error is thrown.
+   * the process is killed and the VM is left `error`, and the error is thrown. A restore that
+   * cold-booted instead (its guest's processes ended) resolves with why.
    */
-  async boot(rec: VmRecord, restore: boolean): Promise<void> {
+  async boot(rec: VmRecord, restore: boolean): Promise<string | undefined> {
     const handle = await this.hv.launch(
       await this.spec(
         rec,
@@ -80,6 +81,8 @@ export class VmKeeper {
       throw told;
     }
     await this.events.emit('up', rec);
+    if (restore && !handle.restored_from_snapshot) return handle.cold_boot_reason ?? 'there was no saved state to load';
+    return undefined;
   }
 
   /** Removes every trace of a VM: process, disk, directory, record. With keepLogs, logs survive. */

@@ -69,11 +69,21 @@ export class VmLifecycle {
     });
   }
 
+  /**
+   * A restore whose saved state does not load cold-boots the VM rather than failing it: the
+   * activity log's entry says so, and why (the guest's processes ended: docs/processes.md).
+   */
   async restore(name: string): Promise<Instance> {
-    return this.transition(name, 'restore', async (rec) => {
-      await this.keeper.boot(rec, true);
-      return toPublic(rec);
-    });
+    let cold: string | undefined;
+    return this.transition(
+      name,
+      'restore',
+      async (rec) => {
+        cold = await this.keeper.boot(rec, true);
+        return toPublic(rec);
+      },
+      () => (cold ? `cold-booted: ${cold}` : undefined),
+    );
   }
 
   async shutdown(name: string): Promise<MessageResult> {
@@ -126,13 +136,24 @@ export class VmLifecycle {
     });
   }
 
-  private async transition<T>(name: string, verb: LifecycleVerb, fn: (rec: VmRecord) => Promise<T>): Promise<T> {
+  /** `note`: what the activity log's entry says of a verb that succeeded. */
+  private async transition<T>(
+    name: string,
+    verb: LifecycleVerb,
+    fn: (rec: VmRecord) => Promise<T>,
+    note?: () => string | undefined,
+  ): Promise<T> {
     assertVmName(name);
-    return this.activity.timed(verb, name, () =>
-      this.vms.withVm(name, async (rec) => {
-        assertTransition(rec, verb);
-        return fn(rec);
-      }),
+    return this.activity.timed(
+      verb,
+      name,
+      () =>
+        this.vms.withVm(name, async (rec) => {
+          assertTransition(rec, verb);
+          return fn(rec);
+        }),
+      undefined,
+      note,
     );
   }
 }

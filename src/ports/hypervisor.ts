@@ -42,6 +42,8 @@ export interface VmHandle {
   pid?: number;
   /** The guest was resumed from a snapshot rather than cold-booted. */
   restored_from_snapshot: boolean;
+  /** A restore that cold-booted instead: why (the saved state did not load, or could not be used). */
+  cold_boot_reason?: string;
   /** The adapter's own data for `reattach`; the daemon keeps it in the record without reading it. */
   state: AdapterState;
 }

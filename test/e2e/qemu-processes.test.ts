@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, restoreWarm, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
 import { ensureImage } from './image.js';
@@ -90,7 +90,7 @@ for (const image of ['minimal', 'debian'] as const) {
       const p = (await d.call('POST', P, numbered(200, 20))).json;
       await sleep(1500);
       expect((await d.call('POST', `/vms/${vm}/suspend`)).status).to.equal(200);
-      expect((await d.call('POST', `/vms/${vm}/restore`)).status).to.equal(200);
+      await restoreWarm(d, vm);
       const back = await readWithReconnects(d.unix, `${P}/${p.id}`, { reconnects: 3, maxMs: 1000, timeoutMs: 300_000 });
       expectNumbered(back.text.stdout, 200, back.end);
       expect(back.end.exit_code).to.equal(0);
@@ -127,7 +127,7 @@ for (const image of ['minimal', 'debian'] as const) {
         .filter(Boolean);
       lines.forEach((l, i) => expect(l).to.equal(`n ${i + 1}`));
       expect((await d.call('DELETE', `/vms/${vm}-clone`)).status).to.equal(200);
-      expect((await d.call('POST', `/vms/${vm}/restore`)).status).to.equal(200);
+      await restoreWarm(d, vm);
       expect((await d.call('POST', `${P}/counter/signal`, { signal: 'KILL' })).status).to.equal(204);
       expect((await ended(p.id)).signal).to.equal('SIGKILL');
       expect((await d.call('GET', `${P}/${p.id}`)).json.started_in).to.equal(undefined);

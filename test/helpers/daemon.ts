@@ -142,6 +142,23 @@ export async function guestSh(
 }
 
 /**
+ * Restores a suspended VM and checks its guest came back from the saved state: a state that did
+ * not load cold-boots the VM (its processes end), and the activity log says why.
+ */
+export async function restoreWarm(d: Pick<TestDaemon, 'call'>, vm: string): Promise<void> {
+  const r = await d.call('POST', `/vms/${vm}/restore`);
+  expect(r.status, r.text).to.equal(200);
+  const events = (await d.call('GET', '/activity?limit=200')).json.events as {
+    action: string;
+    target: string;
+    message?: string;
+  }[];
+  const last = events.find((e) => e.action === 'restore' && e.target === vm); // newest first
+  expect(last, `no restore of ${vm} in the activity log`).to.not.equal(undefined);
+  expect(last!.message, `the restore of ${vm} cold-booted`).to.equal(undefined);
+}
+
+/**
  * A VM's egress log once it holds an entry `want` accepts: svc-netd writes its log a moment after
  * each decision (appends are gathered for up to 100 ms), so a test that just caused one waits.
  */

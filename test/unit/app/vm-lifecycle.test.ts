@@ -172,6 +172,22 @@ describe('app/VmLifecycle', () => {
     expect(w.metrics.deleted).to.equal(1);
   });
 
+  it('says in the activity log when a restore cold-booted, and why', async () => {
+    const w = world();
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
+    await w.svc.suspend('p');
+    await w.svc.restore('p');
+    expect(w.activity.events.at(-1)).to.include({ action: 'restore', target: 'p', status: 'ok' });
+    expect(w.activity.events.at(-1)).not.to.have.property('message');
+    await w.svc.suspend('p');
+    w.hv.failNext('restore');
+    expect((await w.svc.restore('p')).status).to.equal('running');
+    expect(w.activity.events.at(-1)).to.include({ action: 'restore', status: 'ok' });
+    expect(w.activity.events.at(-1)?.message).to.match(/^cold-booted: the saved state did not load/);
+  });
+
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
     const w = world();
     await (

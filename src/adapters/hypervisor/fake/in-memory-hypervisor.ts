@@ -415,6 +415,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
         pid: sidecar?.pid,
       })),
       restored_from_snapshot: fromSnapshot,
+      ...(unloadable ? { cold_boot_reason: 'the saved state did not load (failNext)' } : {}),
       state: toState({ fake: true }),
     };
     return copyHandle(vm.handle);

@@ -342,8 +342,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     const l = layout(spec.dir);
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     const retries = new StartRetries(!!saved);
+    let coldWhy: string | undefined;
     if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
       this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
+      coldWhy = 'a RAM image cannot back a VM with virtio-fs shares';
       retries.restoring = false;
     }
     for (;;) {
@@ -369,7 +371,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         if (next === 'again' && retries.restoring)
           this.o.log.warn({ vm: spec.name, err: why, retry_in_ms: retries.delayMs }, 'qemu died restoring; again');
         if (retries.delayMs) await new Promise((r) => setTimeout(r, retries.delayMs));
-        if (next === 'cold') this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
+        if (next === 'cold') {
+          this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
+          coldWhy = `the saved state did not load: ${why.trim().slice(0, 500)}`;
+        }
         continue;
       }
       const { qmp, child } = started;
@@ -403,6 +408,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
           accel,
         }),
       });
+      if (coldWhy) handle.cold_boot_reason = coldWhy;
       live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
     }
