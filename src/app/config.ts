@@ -70,6 +70,8 @@ export interface Config {
   log_max_mb: number;
   /** `data_dir/logs` (logs kept from deleted VMs) is pruned, oldest first, to this. */
   logs_dir_max_mb: number;
+  /** Room kept under the data dir (`.reserve`) for the records of VMs that exist, given up when the disk is full; 0: none. */
+  state_reserve_mb: number;
   /** Allows what only tests may do (the fake hypervisor's local agents run guests' commands on this host). */
   test_mode: boolean;
   /** MCP at /mcp (and the defaults of `svc mcp`): read-only tools only, allowed images, a cap on VMs made through it. */
@@ -155,6 +157,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   overlay_mcast: ['overlay_mcast', 'string', '230.0.74.1:47475'],
   log_max_mb: ['log_max_mb', 'int', 16],
   logs_dir_max_mb: ['logs_dir_max_mb', 'int', 256],
+  state_reserve_mb: ['state_reserve_mb', 'int', 4],
   test_mode: ['test_mode', 'bool', false],
   mcp_read_only: ['mcp_read_only', 'bool', false],
   mcp_images: ['mcp_images', 'list', []],

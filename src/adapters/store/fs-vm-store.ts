@@ -11,6 +11,7 @@ import { AlreadyExistsError } from '../../domain/errors.js';
 import type { VmFile, VmStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { capDir } from '../fs-kit/log-cap.js';
+import { DiskReserve } from './disk-reserve.js';
 
 /** A VM's directory being received (a move): never loaded, removed at the next start. */
 const INCOMING = '.incoming-';
@@ -19,16 +20,21 @@ const RECORD = 'instance.json';
 /** Log files a hypervisor may leave in a VM directory; kept after a failed create. */
 const LOG_FILES = ['serial.log', 'qemu.log', 'agent.log', 'virtiofsd.log'];
 
-/** Records in `<data_dir>/vms/<name>/instance.json`, written with writeFileAtomic. */
+/**
+ * Records in `<data_dir>/vms/<name>/instance.json`, written with writeFileAtomic. The record of a
+ * VM that exists is written with `data_dir/.reserve`'s room when the disk is full (DiskReserve).
+ */
 @injectable()
 export class FsVmStore implements VmStore {
   private readonly root: string;
+  private readonly reserve: DiskReserve;
 
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Logger) private readonly log: Logger,
   ) {
     this.root = join(config.data_dir, 'vms');
+    this.reserve = new DiskReserve(join(config.data_dir, '.reserve'), config.state_reserve_mb * (1 << 20), log);
   }
 
   dir(name: string): string {
@@ -37,6 +43,7 @@ export class FsVmStore implements VmStore {
 
   async list(): Promise<VmRecord[]> {
     await mkdir(this.root, { recursive: true, mode: 0o700 });
+    await this.reserve.take();
     const out: VmRecord[] = [];
     for (const name of await readdir(this.root)) {
       // A move a previous daemon did not finish taking in: the VM is still its old node's.
@@ -77,8 +84,13 @@ export class FsVmStore implements VmStore {
 
   async put(record: VmRecord): Promise<void> {
     const dir = this.dir(record.name);
+    const file = join(dir, RECORD);
+    const text = JSON.stringify(record, null, 2) + '\n';
+    // A new record (a create) is refused on a full disk; what happened to a VM that exists is not.
+    if (await exists(file))
+      return this.reserve.write(`the record of vm ${record.name}`, () => writeFileAtomic(file, text));
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    await writeFileAtomic(join(dir, RECORD), JSON.stringify(record, null, 2) + '\n');
+    await writeFileAtomic(file, text);
   }
 
   async rename(from: string, to: string): Promise<void> {
@@ -102,13 +114,7 @@ export class FsVmStore implements VmStore {
 
   async receive(record: VmRecord, fill: (dir: string) => Promise<void>): Promise<void> {
     const dir = this.dir(record.name);
-    if (
-      await lstat(dir).then(
-        () => true,
-        () => false,
-      )
-    )
-      throw new AlreadyExistsError(`vm ${record.name} already exists here`);
+    if (await exists(dir)) throw new AlreadyExistsError(`vm ${record.name} already exists here`);
     await mkdir(this.root, { recursive: true, mode: 0o700 });
     const tmp = join(this.root, `${INCOMING}${record.name}-${randomBytes(4).toString('hex')}`);
     await mkdir(tmp, { mode: 0o700 });
@@ -131,4 +137,11 @@ export class FsVmStore implements VmStore {
     }
     await capDir(logs, this.config.logs_dir_max_mb * 1024 * 1024);
   }
+}
+
+function exists(path: string): Promise<boolean> {
+  return lstat(path).then(
+    () => true,
+    () => false,
+  );
 }
