@@ -80,7 +80,8 @@ export class VmLifecycle {
       'restore',
       async (rec) => {
         cold = await this.keeper.boot(rec, true);
-        return toPublic(rec);
+        if (!cold) return toPublic(rec);
+        return { ...toPublic(rec), warning: `cold-booted, its processes ended: ${cold}` };
       },
       () => (cold ? `cold-booted: ${cold}` : undefined),
     );

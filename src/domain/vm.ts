@@ -71,6 +71,11 @@ export interface Instance {
   egress: EgressPolicy;
   /** Host secrets put into its requests on the way out, to their hosts only (docs/egress-secrets.md). */
   egress_secrets?: EgressSecretBinding[];
+  /**
+   * Only in the answer of the call it is about: a restore whose saved state did not load, which
+   * cold-booted the VM (its guest's processes ended), and why.
+   */
+  warning?: string;
 }
 
 declare const adapterStateBrand: unique symbol;

@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
+import { Hypervisor } from '../../src/ports/hypervisor.js';
+import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
@@ -476,6 +478,11 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(asleep.stderr).to.contain(
       'vm c9 is suspended; its agent answers only while it runs: restore it first (svc restore c9',
     );
+    // a restore whose saved state does not load cold-boots the VM, and says so
+    d.daemon.container.get<InMemoryHypervisor>(Hypervisor).failNext('restore');
+    const cold = await svc(['restore', 'c9']);
+    expect([cold.code, cold.stdout]).to.deep.equal([0, 'vm c9 is running\n']);
+    expect(cold.stderr).to.match(/^warning: cold-booted, its processes ended: the saved state did not load/);
     expect((await d.call('DELETE', '/vms/c9')).status).to.equal(200);
   });
 

@@ -340,6 +340,8 @@ export function buildCli(): Command {
         const c = client();
         const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
         print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
+        // a restore that cold-booted: said on stderr, whatever the output's form
+        if ('warning' in out && out.warning) console.error(`warning: ${out.warning}`);
       });
   }
 

@@ -102,6 +102,11 @@ const schemas: Record<string, Schema> = {
       egress_secrets: { type: 'array', items: ref('EgressSecretBinding') },
       expires_at: { type: 'string', format: 'date-time', description: 'when its lifetime ends; absent: never' },
       on_expire: { type: 'string', enum: ['delete', 'suspend'] },
+      warning: {
+        type: 'string',
+        description:
+          'only in the answer of the call it is about: a restore whose saved state did not load, which cold-booted the VM (its processes ended), and why',
+      },
     },
   },
   CreateRequest: {

@@ -183,7 +183,10 @@ describe('app/VmLifecycle', () => {
     expect(w.activity.events.at(-1)).not.to.have.property('message');
     await w.svc.suspend('p');
     w.hv.failNext('restore');
-    expect((await w.svc.restore('p')).status).to.equal('running');
+    const cold = await w.svc.restore('p');
+    expect(cold.status).to.equal('running');
+    expect(cold.warning).to.match(/^cold-booted, its processes ended: the saved state did not load/);
+    expect(toPublic(w.vms.get('p'))).not.to.have.property('warning');
     expect(w.activity.events.at(-1)).to.include({ action: 'restore', status: 'ok' });
     expect(w.activity.events.at(-1)?.message).to.match(/^cold-booted: the saved state did not load/);
   });
