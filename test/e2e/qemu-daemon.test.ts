@@ -309,6 +309,7 @@ describe('svcd with QEMU: real guests end to end', function () {
     await new Promise((r) => setTimeout(r, 3000));
     const r = await d.call('POST', '/vms/main/restore');
     expect(r.json.status).to.equal('running');
+    expect(r.json.warning, 'the restore cold-booted').to.equal(undefined);
     const check = await d.call(
       'POST',
       `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/kept; kill -0 ${pid} && echo alive; date +%s`] })}`,

@@ -148,6 +148,7 @@ export async function guestSh(
 export async function restoreWarm(d: Pick<TestDaemon, 'call'>, vm: string): Promise<void> {
   const r = await d.call('POST', `/vms/${vm}/restore`);
   expect(r.status, r.text).to.equal(200);
+  expect(r.json.warning, `the restore of ${vm}`).to.equal(undefined);
   const events = (await d.call('GET', '/activity?limit=200')).json.events as {
     action: string;
     target: string;
