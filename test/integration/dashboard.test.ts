@@ -9,6 +9,8 @@ import type { Browser, Page } from 'puppeteer-core';
 import { launchBrowser, screenshot, until } from '../helpers/browser.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
+import { Hypervisor } from '../../src/ports/hypervisor.js';
+import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -167,8 +169,12 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.click('[data-test=confirm-ok]');
     await until(page, `${rowStatus('web1-copy')} === 'running'`);
     expect((await d.call('GET', '/vms/web1-copy')).json.status).to.equal('running');
+    // its saved state does not load: the VM cold-boots, and the page says so
+    d.daemon.container.get<InMemoryHypervisor>(Hypervisor).failNext('restore');
     await page.click(`tr[data-vm="${vm}"] [data-test=do-restore]`);
     await until(page, `${rowStatus(vm)} === 'running'`);
+    await page.waitForSelector(`tr[data-vm="${vm}"] [data-test=warning]`);
+    expect(await text(`tr[data-vm="${vm}"] [data-test=warning]`)).to.match(/^cold-booted, its processes ended/);
   });
 
   it('shows the VM page: fields, forwards, a stats chart from the history, the console', async () => {

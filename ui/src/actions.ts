@@ -27,6 +27,8 @@ export function verbsFor(vm: Instance): string[] {
 export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => void }) {
   const [busy, setBusy] = useState<string>();
   const [error, setError] = useState<string>();
+  // what the daemon says of a verb that worked but not as asked (a restore that cold-booted)
+  const [warning, setWarning] = useState<string>();
   const [asking, setAsking] = useState<'delete' | 'clone' | 'fork'>();
   const [cloneName, setCloneName] = useState('');
   const [forks, setForks] = useState('1');
@@ -36,6 +38,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   const run = async (label: string, fn: () => Promise<unknown>) => {
     setBusy(label);
     setError(undefined);
+    setWarning(undefined);
     try {
       await fn();
     } catch (err) {
@@ -44,7 +47,8 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
       setBusy(undefined);
     }
   };
-  const verb = (v: string) => run(v, () => api('POST', `/vms/${enc(vm.name)}/${v}`));
+  const verb = (v: string) =>
+    run(v, async () => setWarning((await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/${v}`))?.warning));
   return html`<div class="actions" data-test=${`actions-${vm.name}`}>
     ${verbsFor(vm).map(
       (v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
@@ -52,6 +56,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
     )}
     <button type="button" class="danger" disabled=${busy !== undefined} data-test="do-delete" onClick=${() => setAsking('delete')}>${busy === 'delete' ? 'deleting…' : 'delete'}</button>
     ${error ? html`<span class="error" role="alert">${error}</span>` : null}
+    ${warning ? html`<span class="warning" role="status" data-test="warning">${warning}</span>` : null}
     ${
       asking === 'delete'
         ? html`<${Confirm} title=${`Delete ${vm.name}?`} action="Delete" danger=${true}
