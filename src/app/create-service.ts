@@ -270,6 +270,12 @@ export class CreateService {
         throw new InternalError(
           `fork ${rec.name} could not be restored from the capture of ${template?.name}; QEMU could not load it`,
         );
+      // A clone of a suspended template that came up cold-booted has none of the template's
+      // processes or memory: it is made all the same, and its answer says so.
+      const cold =
+        template && snapshot && !handle.restored_from_snapshot
+          ? `cold-booted, the template's processes did not come along: ${handle.cold_boot_reason ?? 'there was no saved state to load'}`
+          : undefined;
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).
@@ -292,13 +298,14 @@ export class CreateService {
         handle.pid,
       );
       this.failpoints.hit('create.ready');
-      const inst = await this.created(rec, t0, emit, {
-        image: image.id,
-        wait,
-        from: template?.name,
-        from_snapshot: snapshot,
-        image_snapshot: copy !== undefined,
-      });
+      const inst = await this.created(
+        rec,
+        t0,
+        emit,
+        { image: image.id, wait, from: template?.name, from_snapshot: snapshot, image_snapshot: copy !== undefined },
+        undefined,
+        cold,
+      );
       if (template || copy) this.speedUps?.cloneReady(this.keeper.ref(rec));
       // The first create of a shape booted: its snapshot is made now, for the next ones.
       if (start && 'reason' in start && start.capture) {
@@ -332,18 +339,19 @@ export class CreateService {
     emit: ReturnType<CreateService['emitter']>,
     log: object,
     message?: string,
+    warning?: string,
   ): Promise<Instance> {
     changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);
     await this.events.emit('up', rec);
     this.metrics.vmCreated();
     this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
-    this.activity.record('create', rec.name, 'ok', message, this.clock.now() - t0);
+    this.activity.record('create', rec.name, 'ok', message ?? warning, this.clock.now() - t0);
     this.log.info(
       { vm: rec.name, ...log, duration_ms: this.clock.now() - t0 },
       message ? 'pool claim timing' : 'create timing',
     );
-    const inst = toPublic(rec);
+    const inst = warning ? { ...toPublic(rec), warning } : toPublic(rec);
     emit('ready', `vm ${rec.name} is ready`, { instance: inst });
     return inst;
   }

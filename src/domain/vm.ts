@@ -72,8 +72,9 @@ export interface Instance {
   /** Host secrets put into its requests on the way out, to their hosts only (docs/egress-secrets.md). */
   egress_secrets?: EgressSecretBinding[];
   /**
-   * Only in the answer of the call it is about: a restore whose saved state did not load, which
-   * cold-booted the VM (its guest's processes ended), and why.
+   * Only in the answer of the call it is about: a restore, or a clone of a suspended template,
+   * whose saved state did not load, which cold-booted the VM (its guest's processes ended or did
+   * not come along), and why.
    */
   warning?: string;
 }

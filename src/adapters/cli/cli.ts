@@ -224,6 +224,7 @@ export function buildCli(): Command {
       }
       if (!inst) throw new SvcError(502, 'the create stream ended without ready or error');
       print(o.json, inst, () => vmRows([inst!]));
+      warn(inst);
     });
 
   program
@@ -241,6 +242,7 @@ export function buildCli(): Command {
     .action(async (template: string, name: string | undefined, o) => {
       const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
       print(o.json, inst, () => vmRows([inst]));
+      warn(inst);
     });
 
   program
@@ -340,8 +342,7 @@ export function buildCli(): Command {
         const c = client();
         const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
         print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
-        // a restore that cold-booted: said on stderr, whatever the output's form
-        if ('warning' in out && out.warning) console.error(`warning: ${out.warning}`);
+        warn(out);
       });
   }
 
@@ -577,4 +578,9 @@ export async function runCli(argv: string[]): Promise<number> {
     process.stderr.write(`svc: ${e.message ?? String(err)}\n`);
     return err instanceof SvcError ? (err.status === 0 ? 3 : 1) : 1;
   }
+}
+
+/** What the daemon says of a call that worked but not as asked (a restore or clone that cold-booted): on stderr, whatever the output's form. */
+function warn(out: object): void {
+  if ('warning' in out && typeof out.warning === 'string') console.error(`warning: ${out.warning}`);
 }

@@ -105,7 +105,7 @@ const schemas: Record<string, Schema> = {
       warning: {
         type: 'string',
         description:
-          'only in the answer of the call it is about: a restore whose saved state did not load, which cold-booted the VM (its processes ended), and why',
+          'only in the answer of the call it is about: a restore, or a clone of a suspended template, whose saved state did not load, which cold-booted the VM (its processes ended or did not come along), and why',
       },
     },
   },

@@ -189,6 +189,15 @@ describe('app/VmLifecycle', () => {
     expect(toPublic(w.vms.get('p'))).not.to.have.property('warning');
     expect(w.activity.events.at(-1)).to.include({ action: 'restore', status: 'ok' });
     expect(w.activity.events.at(-1)?.message).to.match(/^cold-booted: the saved state did not load/);
+    // a clone of the suspended VM whose state does not load is made cold, and says so
+    await w.svc.suspend('p');
+    w.hv.failNext('restore');
+    const clone = await (await w.creates.create({ name: 'c', from: 'p' }, {})).done;
+    expect(clone.status).to.equal('running');
+    expect(clone.warning).to.match(/^cold-booted, the template's processes did not come along: the saved state/);
+    expect(w.activity.events.find((e) => e.action === 'create' && e.target === 'c')?.message).to.equal(clone.warning);
+    const warm = await (await w.creates.create({ name: 'c2', from: 'p' }, {})).done;
+    expect(warm).not.to.have.property('warning');
   });
 
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
