@@ -4,7 +4,15 @@ import type { ConsoleLogs } from '../ports/stores.js';
 
 const CONSOLE_TAIL_BYTES = 4096;
 const CONSOLE_LINES = 12;
-const NOT_A_BOOT = new Set(['invalid_argument', 'not_found', 'already_exists', 'resource_exhausted', 'invalid_state']);
+const NOT_A_BOOT = new Set([
+  'invalid_argument',
+  'not_found',
+  'already_exists',
+  'resource_exhausted',
+  'invalid_state',
+  // a fork whose capture QEMU could not load, an unreachable node: no guest was asked to boot
+  'unavailable',
+]);
 
 /**
  * A boot that failed says what the guest's console said last, or that it said nothing at all:

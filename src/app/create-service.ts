@@ -5,7 +5,7 @@ import { bindEgressSecrets, type EgressSecretSpec } from '../domain/egress-secre
 import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InternalError, InvalidArgumentError, asDomainError, logLevelOf } from '../domain/errors.js';
+import { InvalidArgumentError, UnavailableError, asDomainError, logLevelOf } from '../domain/errors.js';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { changeStatus, toPublic } from '../domain/vm.js';
@@ -266,9 +266,10 @@ export class CreateService {
       this.failpoints.hit('create.launched');
       this.keeper.applyHandle(rec, handle);
       // A fork that came up cold-booted has lost what it was forked for (its processes, its memory).
+      // What QEMU said is the error; a fork again may load (QEMU 7.2 dies now and then restoring).
       if (capture && !handle.restored_from_snapshot)
-        throw new InternalError(
-          `fork ${rec.name} could not be restored from the capture of ${template?.name}; QEMU could not load it`,
+        throw new UnavailableError(
+          `fork ${rec.name} could not be restored from the capture of ${template?.name}: ${handle.cold_boot_reason ?? 'QEMU could not load it'}; fork again`,
         );
       // A clone of a suspended template that came up cold-booted has none of the template's
       // processes or memory: it is made all the same, and its answer says so.

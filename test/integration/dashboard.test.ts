@@ -163,14 +163,19 @@ describe('dashboard in a real browser (chromium)', function () {
   it('suspends, clones under a name asked in a dialog, and restores from the list', async () => {
     await page.click(`tr[data-vm="${vm}"] [data-test=do-suspend]`);
     await until(page, `${rowStatus(vm)} === 'suspended'`);
+    // its saved state does not load, for the clone and then for the restore: each is made
+    // cold-booted, and the page says so
+    const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    hv.failNext('restore');
     await page.click(`tr[data-vm="${vm}"] [data-test=do-clone]`);
     await page.waitForSelector('dialog[data-test=confirm][open] input');
     await page.type('dialog[data-test=confirm] input', 'web1-copy');
     await page.click('[data-test=confirm-ok]');
     await until(page, `${rowStatus('web1-copy')} === 'running'`);
     expect((await d.call('GET', '/vms/web1-copy')).json.status).to.equal('running');
-    // its saved state does not load: the VM cold-boots, and the page says so
-    d.daemon.container.get<InMemoryHypervisor>(Hypervisor).failNext('restore');
+    await page.waitForSelector(`tr[data-vm="${vm}"] [data-test=warning]`);
+    expect(await text(`tr[data-vm="${vm}"] [data-test=warning]`)).to.match(/^cold-booted, the template's processes/);
+    hv.failNext('restore');
     await page.click(`tr[data-vm="${vm}"] [data-test=do-restore]`);
     await until(page, `${rowStatus(vm)} === 'running'`);
     await page.waitForSelector(`tr[data-vm="${vm}"] [data-test=warning]`);

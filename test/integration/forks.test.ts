@@ -99,8 +99,10 @@ describe('forks of a running vm (fake hypervisor)', function () {
     // A fork whose saved state does not load would cold-boot, its processes and memory lost: it fails.
     hv.failNext('restore');
     const cold = await d.call('POST', '/vms/src/fork', { count: 2 });
-    expect(cold.status).to.equal(500);
-    expect(cold.json.error).to.match(/fork src-fork-\d could not be restored from the capture of src/);
+    expect(cold.status).to.equal(503);
+    expect(cold.json.error).to.match(
+      /^fork src-fork-\d could not be restored from the capture of src: the saved state did not load \(failNext\); fork again$/,
+    );
     expect(await names()).to.deep.equal(['src']);
     // A capture that fails: nothing made, the source as it was.
     hv.failNext('capture', 'injected capture failure');

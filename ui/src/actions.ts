@@ -27,7 +27,7 @@ export function verbsFor(vm: Instance): string[] {
 export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => void }) {
   const [busy, setBusy] = useState<string>();
   const [error, setError] = useState<string>();
-  // what the daemon says of a verb that worked but not as asked (a restore that cold-booted)
+  // what the daemon says of a verb that worked but not as asked (a restore or a clone that cold-booted)
   const [warning, setWarning] = useState<string>();
   const [asking, setAsking] = useState<'delete' | 'clone' | 'fork'>();
   const [cloneName, setCloneName] = useState('');
@@ -75,9 +75,10 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           setAsking(undefined);
-          void run('clone', () =>
-            api('POST', `/vms/${enc(vm.name)}/clone`, { body: cloneName ? { name: cloneName } : {} }),
-          );
+          void run('clone', async () => {
+            const body = cloneName ? { name: cloneName } : {};
+            setWarning((await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/clone`, { body }))?.warning);
+          });
         }} />`
         : null
     }
