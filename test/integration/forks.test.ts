@@ -99,7 +99,8 @@ describe('forks of a running vm (fake hypervisor)', function () {
     // A fork whose saved state does not load would cold-boot, its processes and memory lost: it fails.
     hv.failNext('restore');
     const cold = await d.call('POST', '/vms/src/fork', { count: 2 });
-    expect(cold.status).to.equal(503);
+    // a failed create is a 500 (decisions.md); its code says it may work again
+    expect([cold.status, cold.json.code]).to.deep.equal([500, 'unavailable']);
     expect(cold.json.error).to.match(
       /^fork src-fork-\d could not be restored from the capture of src: the saved state did not load \(failNext\); fork again$/,
     );
