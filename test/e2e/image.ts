@@ -197,17 +197,7 @@ export function consoleFaults(file: string): string {
  * message leaves out.
  */
 export async function forkOk(d: TestDaemon, source: string, body: object, query = ''): Promise<Reply> {
-  let r = await d.call('POST', `/vms/${source}/fork${query}`, body);
-  // QEMU 7.2 now and then dies loading a saved state on a loaded host (docs/suspend-and-clones.md):
-  // the fork then fails with code `unavailable` and "fork again", what its caller is told to do; once.
-  if (
-    r.status === 500 &&
-    /"code":"unavailable"/.test(r.text) &&
-    /could not be restored from the capture/.test(r.text)
-  ) {
-    process.stderr.write(`forkOk: ${r.text}; forking again, as the answer says\n`);
-    r = await d.call('POST', `/vms/${source}/fork${query}`, body);
-  }
+  const r = await d.call('POST', `/vms/${source}/fork${query}`, body);
   // A streamed answer is 200 with the error, if any, on its last line.
   const failed = /stream=1/.test(query) ? r.status !== 200 || /"phase":"error"/.test(r.text) : r.status !== 201;
   if (!failed) return r;
