@@ -10,9 +10,11 @@ const PORT_TRIES = 3;
 /**
  * QEMU's words when the disk's image lock is still held. Right after this VM's previous QEMU exited
  * the kernel may not have dropped its lock yet (the last close of a killed process's file can be
- * deferred), which CI met now and then: a start or restore right after a kill or a shutdown.
+ * deferred), which CI met now and then: a start or restore right after a kill or a shutdown. Its
+ * pid file's lock goes the same way: "cannot create PID file: Cannot lock pid file" (CI met it on
+ * a start right after a shutdown, 2026-11-29 23:21).
  */
-const DISK_LOCKED = /Failed to get "(write|read)" lock/;
+const DISK_LOCKED = /Failed to get "(write|read)" lock|Cannot lock pid file/;
 const LOCK_WAITS = 10;
 export const LOCK_WAIT_MS = 200;
 /**

@@ -1,10 +1,11 @@
 import { expect } from 'chai';
-import { restoreInputs, StartRetries } from '../../../../../src/adapters/hypervisor/qemu/launch-plan.js';
+import { LOCK_WAIT_MS, restoreInputs, StartRetries } from '../../../../../src/adapters/hypervisor/qemu/launch-plan.js';
 
 const PORT =
   "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40000-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40000-:22'";
 const LOCK = 'qemu-system-x86_64: -drive file=/dev/fdset/1: Failed to get "write" lock';
 const LOAD = 'qemu-system-x86_64: load of migration failed: Invalid argument';
+const PIDFILE = 'qemu-system-x86_64: cannot create PID file: Cannot lock pid file: Resource temporarily unavailable';
 
 describe('adapters/hypervisor/qemu launch plan', () => {
   describe('StartRetries', () => {
@@ -20,6 +21,11 @@ describe('adapters/hypervisor/qemu launch plan', () => {
       expect([r.after(PORT), r.after(PORT)]).to.deep.equal(['again', 'again']);
       // An eleventh locked start is a failure of the restore: cold boot, then the end.
       expect([r.after(LOCK), r.after(LOCK)]).to.deep.equal(['cold', 'fail']);
+    });
+
+    it("waits for the pid file's lock as for the disk's (a start right after a shutdown)", () => {
+      const r = new StartRetries(false);
+      expect([r.after(PIDFILE), r.delayMs]).to.deep.equal(['wait', LOCK_WAIT_MS]);
     });
 
     it('turns a restore that does not load into one cold boot; a cold boot that fails is the end', () => {
