@@ -21,7 +21,7 @@ import type { Config } from './config.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 import { beforeDeadline } from './deadline.js';
-import { VmKeeper } from './vm-keeper.js';
+import { coldBootReason, VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
 import { GuestNetwork } from '../ports/guest-network.js';
@@ -273,10 +273,8 @@ export class CreateService {
         );
       // A clone of a suspended template that came up cold-booted has none of the template's
       // processes or memory: it is made all the same, and its answer says so.
-      const cold =
-        template && snapshot && !handle.restored_from_snapshot
-          ? `cold-booted, the template's processes did not come along: ${handle.cold_boot_reason ?? 'there was no saved state to load'}`
-          : undefined;
+      const coldWhy = template && snapshot ? coldBootReason(handle) : undefined;
+      const cold = coldWhy && `cold-booted, the template's processes did not come along: ${coldWhy}`;
       await this.vms.save(rec);
       // A clone must not be its template's twin: new name, machine id and clock before it is ready
       // (as the first agent call when it was restored from a snapshot; after the health probe when it cold-booted).

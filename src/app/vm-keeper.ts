@@ -81,8 +81,7 @@ export class VmKeeper {
       throw told;
     }
     await this.events.emit('up', rec);
-    if (restore && !handle.restored_from_snapshot) return handle.cold_boot_reason ?? 'there was no saved state to load';
-    return undefined;
+    return restore ? coldBootReason(handle) : undefined;
   }
 
   /** Removes every trace of a VM: process, disk, directory, record. With keepLogs, logs survive. */
@@ -161,4 +160,10 @@ export class VmKeeper {
   ref(rec: VmRecord): VmRef {
     return { name: rec.name, dir: this.store.dir(rec.name) };
   }
+}
+
+/** Why a launch asked to restore came up cold-booted (its guest's processes gone); undefined when it restored. */
+export function coldBootReason(handle: VmHandle): string | undefined {
+  if (handle.restored_from_snapshot) return undefined;
+  return handle.cold_boot_reason ?? 'there was no saved state to load';
 }
