@@ -6,6 +6,9 @@ import { QemuHypervisor, type QemuOptions } from '../../src/adapters/hypervisor/
 import { SilentLogger } from '../fakes/fakes.js';
 import { writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 
+/** `failing` words for a start that dies at its first `cont` (see SCRIPT). */
+export const DIES_AT_CONT = '@dies-at-cont';
+
 /**
  * A stand-in for qemu-system-x86_64 (a Node script) for tests of the QEMU adapter's control flow:
  * each start appends its arguments to `calls.jsonl` beside it and every QMP command it gets to
@@ -13,25 +16,40 @@ import { writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
  * as QEMU would, and exit 1. The others serve QMP on the `-qmp` socket: an incoming or outgoing
  * migration is `completed` at once, `migrate` to `unix:PATH` writes `state of start N` there, a
  * shared memory file (`memory-backend-file,...,share=on`) gets `memory of start N`, `quit` exits;
- * it writes its pid to the `-pidfile`.
+ * it writes its pid to the `-pidfile`. A start whose words are DIES_AT_CONT starts and loads, and
+ * exits without a word at its first `cont` (as QEMU 7.2 did, flushing a restored guest's packets
+ * into a network not yet attached). With `-netdev stream` it listens on the NIC's socket and, when
+ * svc-netd (or a test's stand-in) connects, notes `(network attached)` in `qmp.jsonl` and says
+ * NETDEV_STREAM_CONNECTED on its monitor, as QEMU does.
  */
 const SCRIPT = `#!/usr/bin/env node
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
 const here = path.dirname(process.argv[1]);
+const DIES_AT_CONT = '${DIES_AT_CONT}';
 const args = process.argv.slice(2);
 fs.appendFileSync(path.join(here, 'calls.jsonl'), JSON.stringify(args) + '\\n');
 const n = fs.readFileSync(path.join(here, 'calls.jsonl'), 'utf8').trim().split('\\n').length;
 const fail = JSON.parse(fs.readFileSync(path.join(here, 'fail.json'), 'utf8'))[n];
-if (fail) { process.stderr.write(fail + '\\n'); process.exit(1); }
+if (fail && fail !== DIES_AT_CONT) { process.stderr.write(fail + '\\n'); process.exit(1); }
 for (const a of args) {
   const m = /^memory-backend-file,.*mem-path=([^,]+),share=on$/.exec(a);
   if (m) fs.writeFileSync(m[1], 'memory of start ' + n);
 }
 if (args.includes('-pidfile')) fs.writeFileSync(args[args.indexOf('-pidfile') + 1], String(process.pid));
 const qmp = args[args.indexOf('-qmp') + 1].replace(/^unix:/, '').split(',')[0];
+const monitors = new Set();
+const stream = args.map((a) => /^stream,id=net0,.*addr.path=([^,]+)/.exec(a)).find(Boolean);
+if (stream) fs.rmSync(stream[1], { force: true }); // as QEMU does before it binds
+if (stream)
+  net.createServer((c) => {
+    c.on('error', () => undefined);
+    fs.appendFileSync(path.join(here, 'qmp.jsonl'), JSON.stringify([n, '(network attached)', null]) + '\\n');
+    for (const m of monitors) m.write(JSON.stringify({ event: 'NETDEV_STREAM_CONNECTED', data: { 'netdev-id': 'net0' } }) + '\\n');
+  }).listen(stream[1]);
 net.createServer((s) => {
+  monitors.add(s);
   s.write(JSON.stringify({ QMP: { version: {}, capabilities: [] } }) + '\\n');
   let buf = '';
   s.on('data', (d) => {
@@ -40,6 +58,7 @@ net.createServer((s) => {
       const msg = JSON.parse(buf.slice(0, i));
       buf = buf.slice(i + 1);
       fs.appendFileSync(path.join(here, 'qmp.jsonl'), JSON.stringify([n, msg.execute, msg.arguments ?? null]) + '\\n');
+      if (msg.execute === 'cont' && fail === DIES_AT_CONT) process.exit(139);
       const ret = msg.execute === 'query-migrate' ? { status: 'completed' } : msg.execute === 'query-status' ? { status: 'paused' } : {};
       s.write(JSON.stringify({ return: ret }) + '\\n');
       if (msg.execute === 'migrate') {

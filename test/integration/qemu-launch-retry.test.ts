@@ -1,9 +1,13 @@
 import { expect } from 'chai';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
+import type { Forward, PortForward } from '../../src/domain/vm.js';
+import type { NetdGuestNetwork } from '../../src/adapters/guest-net/netd-guest-network.js';
 import { tempDir } from '../helpers/daemon.js';
-import { installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
+import { DIES_AT_CONT, installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
 
 describe('QEMU launch: what a failed start is tried again as', function () {
   this.timeout(30_000);
@@ -54,6 +58,47 @@ describe('QEMU launch: what a failed start is tried again as', function () {
     expect(err?.message).to.match(/Failed to get "write" lock/);
     expect(q.calls().length - 3, 'ten waits, then it gives up').to.equal(11);
     expect(Date.now() - t0).to.be.within(1500, 10_000);
+  });
+
+  it('lets a loaded guest run only once QEMU has taken its network; a QEMU that dies then restores again from the state kept', async () => {
+    // svc-netd's part, standing in: connects to the NIC's socket as netd does.
+    const links = new Map<string, Socket>();
+    const netd = {
+      async attach(vm: { name: string }, socket: string, forwards: PortForward[]): Promise<Forward[]> {
+        const c = connect(socket);
+        await once(c, 'connect');
+        links.set(vm.name, c);
+        return forwards.map((f, i) => ({ ...f, host_port: f.host_port || 41000 + i, kind: 'live' as const }));
+      },
+      async detach(name: string) {
+        links.get(name)?.destroy();
+        links.delete(name);
+      },
+      async close() {
+        for (const c of links.values()) c.destroy();
+      },
+    };
+    await hv.release();
+    hv = qemuOn(q, { network: netd as unknown as NetdGuestNetwork });
+    const spec = await q.suspendedVm('k');
+    q.failing({ 1: DIES_AT_CONT, 2: DIES_AT_CONT });
+    const h = await hv.launch(spec, { restore: true });
+    expect(q.calls().map((a) => opt(a, '-incoming'))).to.deep.equal(['fd:3', 'fd:3', 'fd:3']);
+    expect(h.restored_from_snapshot).to.equal(true);
+    expect(h.cold_boot_reason).to.equal(undefined);
+    // Each start loads the state and waits: its guest runs by the daemon's `cont`, once the network is attached.
+    for (const start of [1, 2, 3]) {
+      const steps = q
+        .qmp()
+        .filter(([n, c]) => n === start && ['query-migrate', 'cont', '(network attached)'].includes(c))
+        .map(([, c]) => c);
+      expect(
+        steps.filter((c) => c !== 'query-migrate'),
+        `start ${start}`,
+      ).to.deep.equal(['(network attached)', 'cont']);
+    }
+    expect(existsSync(join(spec.dir, 'state.mig')), 'the state goes once a guest runs from it').to.equal(false);
+    await hv.kill(spec);
   });
 
   it('cold-boots the same disk when the saved state does not load, and fails after three taken ports', async () => {

@@ -18,11 +18,12 @@ const DISK_LOCKED = /Failed to get "(write|read)" lock|Cannot lock pid file/;
 const LOCK_WAITS = 10;
 export const LOCK_WAIT_MS = 200;
 /**
- * A QEMU that went away without a word while loading a saved state: QEMU 7.2 now and then
- * segfaults (a null read, the same address each time) early in a restore on a loaded host, and a
- * later start of the same state loads. The kernel's log showed three such deaths 150 ms apart on
- * a CI host, so the starts again are spaced out (RESTORE_BACKOFF_MS, four at most) before the
- * state is thrown away for a cold boot, which ends the guest's processes.
+ * A QEMU that went away without a word while loading a saved state, or at the `cont` after it: a
+ * later start of the same state may load. QEMU 7.2 segfaulted this way (a null read, the same
+ * address each time) when a restored guest ran before its network was attached, now and then and
+ * up to five times in a row; that cause is gone (NicLinks.up, docs/forks.md), the retries stay for
+ * others. They are spaced out (RESTORE_BACKOFF_MS, four at most; three deaths 150 ms apart were
+ * seen) before the state is thrown away for a cold boot, which ends the guest's processes.
  */
 const DIED_SILENT = /^QMP connection closed$/;
 const RESTORE_BACKOFF_MS = [250, 500, 1000, 2000];

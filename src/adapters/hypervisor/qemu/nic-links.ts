@@ -8,7 +8,7 @@ import { NO_EGRESS, type NetdGuestNetwork } from '../../guest-net/netd-guest-net
 import { freePort, portFree } from '../free-port.js';
 import { AlreadyExistsError } from '../../../domain/errors.js';
 import type { GuestNic } from './qemu-args.js';
-import type { QmpClient } from './qmp-client.js';
+import type { QmpClient, QmpEvent } from './qmp-client.js';
 
 /** The host ports a running VM answers on. */
 export interface VmPorts {
@@ -19,6 +19,33 @@ export interface VmPorts {
 
 const SSH = 22;
 const AGENT = 7475;
+/** How long a launch waits for QEMU to take svc-netd's connection (it does within a turn of its loop). */
+const ACCEPT_MS = 5_000;
+
+/**
+ * Resolves true once QEMU has taken the connection to its NIC's socket (`NETDEV_STREAM_CONNECTED`),
+ * watched from the call on; false after `ms` or when the monitor closes. QEMU 7.2's stream netdev
+ * has no channel until then, and a packet handed to it is written through a null one: a restored
+ * guest's packets, queued while it was paused and flushed by `cont`, segfaulted QEMU
+ * (`object_get_class` from `qio_channel_writev`, a core dump of 2026-11-30; docs/qemu.md).
+ */
+export function streamAccepted(qmp: Pick<QmpClient, 'on' | 'off'>, ms = ACCEPT_MS): Promise<boolean> {
+  return new Promise((resolve) => {
+    const end = (ok: boolean) => {
+      clearTimeout(timer);
+      qmp.off('event', on);
+      qmp.off('close', closed);
+      resolve(ok);
+    };
+    const on = (e: QmpEvent) => {
+      if (e.event === 'NETDEV_STREAM_CONNECTED') end(true);
+    };
+    const closed = () => end(false);
+    const timer = setTimeout(() => end(false), ms).unref();
+    qmp.on('event', on);
+    qmp.on('close', closed);
+  });
+}
 
 /**
  * The host's side of a QEMU VM's NIC: with svc-netd (the default) the VM's network is attached
@@ -31,28 +58,31 @@ export class NicLinks {
 
   /**
    * A QEMU just started with `nic` for `vm`: its network attached with SSH, the agent and `forwards`
-   * (host port 0: picked) and `policy`. Resolves with the ports bound. AlreadyExistsError for a
-   * busy host port (the caller stops the QEMU).
+   * (host port 0: picked) and `policy`. Resolves with the ports bound, once QEMU has taken the
+   * connection (so a guest let run after it has a channel to send on: streamAccepted). AlreadyExistsError
+   * for a busy host port (the caller stops the QEMU).
    */
   async up(
     vm: VmRef,
     nic: GuestNic,
     forwards: PortForward[],
     policy: EgressPolicy | undefined,
-    qemuPid?: number,
+    qemu: { pid: number; qmp: Pick<QmpClient, 'on' | 'off'> },
   ): Promise<VmPorts> {
     if (nic.kind === 'qemu-user')
       return {
         ssh_port: nic.sshPort,
         agent_port: nic.agentPort,
-        forwards: nic.forwards.map((f) => ({ ...f, kind: 'boot', pid: qemuPid })),
+        forwards: nic.forwards.map((f) => ({ ...f, kind: 'boot', pid: qemu.pid })),
       };
+    const accepted = streamAccepted(qemu.qmp);
     const bound = await this.netd.attach(
       vm,
       nic.socket,
       [{ host_port: 0, guest_port: SSH, proto: 'tcp' }, { host_port: 0, guest_port: AGENT, proto: 'tcp' }, ...forwards],
       policy ?? NO_EGRESS,
     );
+    if (!(await accepted)) this.o.log.warn({ vm: vm.name }, 'qemu did not say it took the network connection');
     return { ssh_port: bound[0].host_port, agent_port: bound[1].host_port, forwards: bound.slice(2) };
   }
 

@@ -223,9 +223,9 @@ export function qemuArgs(l: QemuLaunch): string[] {
       'memory-backend=pc.ram',
     );
   }
-  // -S: a loaded guest waits for the daemon's `cont`, whatever state it was saved in. A stream saved
-  // from a running guest (a capture for forks) says "running", and QEMU 7.2 starting such a guest by
-  // itself at the end of the load segfaults (a null read, every time: docs/forks.md).
+  // -S: a loaded guest waits for the daemon's `cont`, whatever state it was saved in, which comes once
+  // its network is attached: QEMU 7.2 running a restored guest before then segfaults, sending its
+  // queued packets into a stream netdev with no channel yet (docs/forks.md).
   if (l.incomingFd !== undefined) args.push('-S', '-incoming', l.incomingDefer ? 'defer' : `fd:${l.incomingFd}`);
   return args;
 }

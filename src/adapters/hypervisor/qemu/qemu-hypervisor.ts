@@ -363,9 +363,11 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         qmp: l.qmp,
         stateFile: restore.stateFile,
         ramImage: restore.ramImage,
+        // A loaded guest runs once its network is attached (below): not before (NicLinks.up).
+        run: false,
       });
-      if (started instanceof Error) {
-        const why = started.message;
+      // What to do after a start that failed, from QEMU's words (StartRetries): throws when nothing is left.
+      const after = async (why: string) => {
         const next = retries.after(why);
         if (next === 'fail') throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
         if (next === 'again' && retries.restoring)
@@ -375,20 +377,37 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
           this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
           coldWhy = `the saved state did not load: ${why.trim().slice(0, 500)}`;
         }
+      };
+      if (started instanceof Error) {
+        await after(started.message);
         continue;
       }
       const { qmp, child } = started;
       const pid = child.pid!;
       const live = this.live.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
       if (options.background) runInBackground(pid);
-      // Restored or cold-booted after all: the saved state no longer matches the disk.
-      if (saved) await clearSaved(spec.dir);
+      // A cold boot runs at once: the saved state no longer matches the disk.
+      if (saved && !restore.stateFile) await clearSaved(spec.dir);
       let ports;
       try {
-        ports = await this.links.up(spec, nic, spec.forwards, spec.egress, pid);
+        ports = await this.links.up(spec, nic, spec.forwards, spec.egress, { pid, qmp });
       } catch (err) {
         await this.kill(spec);
         throw err;
+      }
+      if (restore.stateFile) {
+        // The loaded guest runs now that its network is there; a QEMU that dies at this point is
+        // one that died restoring (the state is kept for the next try).
+        const failed = await qmp.execute('cont').then(
+          () => undefined,
+          (err: Error) => err,
+        );
+        if (failed) {
+          await this.kill(spec);
+          await after(failed.message);
+          continue;
+        }
+        await clearSaved(spec.dir);
       }
       this.o.log.info(
         { vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 },

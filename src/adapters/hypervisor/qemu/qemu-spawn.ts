@@ -33,7 +33,10 @@ export interface SpawnInput {
    * started over QMP with `x-ignore-shared`, as it was saved (`args` has `-incoming defer`).
    */
   ramImage?: boolean;
-  /** Lets the guest run once loaded (the default); false leaves it paused (making a RAM image). */
+  /**
+   * Lets the guest run once loaded (the default); false leaves it paused: a RAM image being made, or a
+   * launch that lets it run once its network is attached (QemuHypervisor.spawn, NicLinks.up).
+   */
   run?: boolean;
   /**
    * A RAM image's load is not started: QEMU waits with its devices set up and the state's

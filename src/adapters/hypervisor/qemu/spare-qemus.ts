@@ -295,7 +295,7 @@ export class SpareQemus {
       const { child, qmp } = started;
       let ports;
       try {
-        ports = await this.o.links.up({ name, dir }, nic, [], NO_EGRESS);
+        ports = await this.o.links.up({ name, dir }, nic, [], NO_EGRESS, { pid: child.pid!, qmp });
       } catch (err) {
         child.kill('SIGKILL');
         qmp.close();
