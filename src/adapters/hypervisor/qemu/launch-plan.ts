@@ -1,4 +1,6 @@
 import { join } from 'node:path';
+import { InternalError } from '../../../domain/errors.js';
+import type { Logger } from '../../../ports/logger.js';
 import type { QemuLaunch } from './qemu-args.js';
 import { STATE_FD } from './qemu-spawn.js';
 import { savedFiles, SUSPEND_TAG, type Saved } from './saved-state.js';
@@ -45,7 +47,32 @@ export class StartRetries {
   /** How long to wait before the start `after` asked for (0: at once). */
   delayMs = 0;
 
+  /** Why this launch comes up cold instead of restoring: QEMU's words, or what `coldBoot` was told. */
+  coldWhy: string | undefined;
+
   constructor(public restoring: boolean) {}
+
+  /** The saved state is not to be used, before any start: `why`. */
+  coldBoot(why: string): void {
+    this.restoring = false;
+    this.coldWhy = why;
+  }
+
+  /**
+   * After a start that failed with QEMU's words `why`: logs and waits what `after` decides, so the
+   * next start can go; InternalError when nothing is left to try.
+   */
+  async next(vm: string, why: string, log: Logger): Promise<void> {
+    const next = this.after(why);
+    if (next === 'fail') throw new InternalError(`qemu failed to start vm ${vm}: ${why}`);
+    if (next === 'again' && this.restoring)
+      log.warn({ vm, err: why, retry_in_ms: this.delayMs }, 'qemu died restoring; again');
+    if (next === 'cold') {
+      log.warn({ vm, err: why }, 'restore from snapshot failed; cold-booting');
+      this.coldWhy = `the saved state did not load: ${why.trim().slice(0, 500)}`;
+    }
+    if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
+  }
 
   after(why: string): 'again' | 'wait' | 'cold' | 'fail' {
     this.delayMs = 0;

@@ -342,11 +342,9 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     const l = layout(spec.dir);
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     const retries = new StartRetries(!!saved);
-    let coldWhy: string | undefined;
     if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
       this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
-      coldWhy = 'a RAM image cannot back a VM with virtio-fs shares';
-      retries.restoring = false;
+      retries.coldBoot('a RAM image cannot back a VM with virtio-fs shares');
     }
     for (;;) {
       const nic = await this.command.nic(spec, l);
@@ -366,20 +364,8 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         // A loaded guest runs once its network is attached (below): not before (NicLinks.up).
         run: false,
       });
-      // What to do after a start that failed, from QEMU's words (StartRetries): throws when nothing is left.
-      const after = async (why: string) => {
-        const next = retries.after(why);
-        if (next === 'fail') throw new InternalError(`qemu failed to start vm ${spec.name}: ${why}`);
-        if (next === 'again' && retries.restoring)
-          this.o.log.warn({ vm: spec.name, err: why, retry_in_ms: retries.delayMs }, 'qemu died restoring; again');
-        if (retries.delayMs) await new Promise((r) => setTimeout(r, retries.delayMs));
-        if (next === 'cold') {
-          this.o.log.warn({ vm: spec.name, err: why }, 'restore from snapshot failed; cold-booting');
-          coldWhy = `the saved state did not load: ${why.trim().slice(0, 500)}`;
-        }
-      };
       if (started instanceof Error) {
-        await after(started.message);
+        await retries.next(spec.name, started.message, this.o.log);
         continue;
       }
       const { qmp, child } = started;
@@ -404,7 +390,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         );
         if (failed) {
           await this.kill(spec);
-          await after(failed.message);
+          await retries.next(spec.name, failed.message, this.o.log);
           continue;
         }
         await clearSaved(spec.dir);
@@ -427,7 +413,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
           accel,
         }),
       });
-      if (coldWhy) handle.cold_boot_reason = coldWhy;
+      if (retries.coldWhy) handle.cold_boot_reason = retries.coldWhy;
       live.handle = handle;
       return { ...handle, forwards: [...handle.forwards] };
     }

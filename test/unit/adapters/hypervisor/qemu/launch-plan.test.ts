@@ -1,4 +1,6 @@
 import { expect } from 'chai';
+import { InternalError } from '../../../../../src/domain/errors.js';
+import { SilentLogger } from '../../../../fakes/fakes.js';
 import { LOCK_WAIT_MS, restoreInputs, StartRetries } from '../../../../../src/adapters/hypervisor/qemu/launch-plan.js';
 
 const PORT =
@@ -48,6 +50,23 @@ describe('adapters/hypervisor/qemu launch plan', () => {
       expect([r.after(died), r.after(died)]).to.deep.equal(['cold', 'fail']);
       expect(r.delayMs).to.equal(0);
       expect(new StartRetries(false).after(died), 'a cold boot that dies is the end').to.equal('fail');
+    });
+
+    it("says why a launch came up cold, and fails with QEMU's words when nothing is left (next)", async () => {
+      const log = new SilentLogger();
+      const r = new StartRetries(true);
+      await r.next('v', LOAD, log);
+      expect([r.restoring, r.coldWhy]).to.deep.equal([false, `the saved state did not load: ${LOAD}`]);
+      let err: Error | undefined;
+      await r.next('v', LOAD, log).catch((e: Error) => (err = e));
+      expect(err).to.be.instanceOf(InternalError);
+      expect(err?.message).to.equal(`qemu failed to start vm v: ${LOAD}`);
+      const c = new StartRetries(true);
+      c.coldBoot('no RAM image here');
+      expect([c.restoring, c.coldWhy]).to.deep.equal([false, 'no RAM image here']);
+      const again = new StartRetries(true);
+      await again.next('v', PORT, log);
+      expect([again.restoring, again.coldWhy], 'a taken port keeps restoring').to.deep.equal([true, undefined]);
     });
 
     it('counts the cold boot as a start: after it, one more taken port is the last try', () => {
