@@ -223,9 +223,11 @@ export function qemuArgs(l: QemuLaunch): string[] {
       'memory-backend=pc.ram',
     );
   }
-  // -S: a loaded guest waits for the daemon's `cont`, whatever state it was saved in, which comes once
-  // its network is attached: QEMU 7.2 running a restored guest before then segfaults, sending its
-  // queued packets into a stream netdev with no channel yet (docs/forks.md).
-  if (l.incomingFd !== undefined) args.push('-S', '-incoming', l.incomingDefer ? 'defer' : `fd:${l.incomingFd}`);
+  // -S: a loaded guest (a stream, a RAM image, an old internal snapshot) waits for the daemon's
+  // `cont`, whatever state it was saved in, which comes once its network is attached: QEMU 7.2
+  // running a restored guest before then segfaults, sending its queued packets into a stream
+  // netdev with no channel yet (docs/forks.md).
+  if (l.incomingFd !== undefined || l.loadSnapshot) args.push('-S');
+  if (l.incomingFd !== undefined) args.push('-incoming', l.incomingDefer ? 'defer' : `fd:${l.incomingFd}`);
   return args;
 }

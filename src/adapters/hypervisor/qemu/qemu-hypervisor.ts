@@ -372,8 +372,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       const pid = child.pid!;
       const live = this.live.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
       if (options.background) runInBackground(pid);
-      // A cold boot runs at once: the saved state no longer matches the disk.
-      if (saved && !restore.stateFile) await clearSaved(spec.dir);
+      // A loaded guest waits for its `cont` (-S); a cold boot runs at once, and its saved state no
+      // longer matches the disk.
+      const held = restore.stateFile !== undefined || restore.args.loadSnapshot !== undefined;
+      if (saved && !held) await clearSaved(spec.dir);
       let ports;
       try {
         ports = await this.links.up(spec, nic, spec.forwards, spec.egress, { pid, qmp });
@@ -381,7 +383,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         await this.kill(spec);
         throw err;
       }
-      if (restore.stateFile) {
+      if (held) {
         // The loaded guest runs now that its network is there; a QEMU that dies at this point is
         // one that died restoring (the state is kept for the next try).
         const failed = await qmp.execute('cont').then(

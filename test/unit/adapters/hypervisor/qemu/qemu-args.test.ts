@@ -76,6 +76,7 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(qemuArgs({ ...base, accel: 'kvm' }), '-accel')[0]).to.equal('kvm');
     expect(a).not.to.include('-loadvm');
     expect(opt(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), '-loadvm')).to.deep.equal(['svc-suspend']);
+    expect(qemuArgs({ ...base, loadSnapshot: 'svc-suspend' }), 'held for the cont, as any restore').to.include('-S');
   });
 
   it('hands the disk over as inherited descriptors with its backing by full path, and restores from a stream on an fd', () => {
