@@ -23,8 +23,7 @@ export class Activity {
     action: string,
     target: string,
     fn: () => Promise<T>,
-    targetOf?: (out: T) => string,
-    noteOf?: (out: T) => string | undefined,
+    { targetOf, noteOf }: { targetOf?: (out: T) => string; noteOf?: (out: T) => string | undefined } = {},
   ): Promise<T> {
     const t0 = this.clock.now();
     try {

@@ -65,7 +65,7 @@ export class ForwardService implements LifecycleContribution {
           await this.vms.save(rec);
           return fwd;
         },
-        (fwd) => `${name}:${fwd.host_port}`,
+        { targetOf: (fwd) => `${name}:${fwd.host_port}` },
       ),
     );
   }

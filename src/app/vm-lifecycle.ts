@@ -153,8 +153,7 @@ export class VmLifecycle {
           assertTransition(rec, verb);
           return fn(rec);
         }),
-      undefined,
-      note,
+      { noteOf: note },
     );
   }
 }
