@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { readdir, rm, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
 import { AlreadyExistsError, InternalError, InvalidStateError, asDomainError } from '../../../domain/errors.js';
@@ -24,23 +24,21 @@ import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
-import { processTag } from './qemu-args.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
-import { LAYER, virtualSize } from './disk-layers.js';
+import { LAYER } from './disk-layers.js';
 import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { RamStaging } from './ram-staging.js';
 import { VmCommand } from './vm-command.js';
-import { runInBackground, spawnQemu } from './qemu-spawn.js';
-import { SpareQemus, spareDisk, type HeldQemu } from './spare-qemus.js';
-import { restoreInputs, StartRetries } from './launch-plan.js';
+import { SpareQemus, spareDisk } from './spare-qemus.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
 import { LiveFlattens } from './live-flatten.js';
 import { captureVm, dropCapture } from './vm-capture.js';
-import { findQemu, qemuState, savedNic } from './qemu-state.js';
+import { findQemu, savedNic } from './qemu-state.js';
 import { NicLinks } from './nic-links.js';
+import { QemuLauncher } from './qemu-launcher.js';
 import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 import type { CloneSpeedUps, GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
 
@@ -90,8 +88,8 @@ const LOG_CHECK_MS = 10_000;
  * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
  * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts,
  * vm-disks.ts), started in a QEMU their template's last clone had started ahead when there is one
- * (spare-qemus.ts). A launch restores what was saved and tries a failed start again as
- * launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
+ * (spare-qemus.ts). A launch (qemu-launcher.ts) restores what was saved and tries a failed start
+ * again as launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
  * again after a restart by qemu-state.ts.
  */
 export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, CloneSpeedUps {
@@ -107,6 +105,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
   private readonly spares: SpareQemus;
   private readonly disks: QemuVmDisks;
   private readonly links: NicLinks;
+  private readonly launcher: QemuLauncher;
   /** Flattens of running VMs' disk chains (live-flatten.ts), and the captures each VM has out. */
   private readonly flattens: LiveFlattens;
   private readonly captures = new Map<string, number>();
@@ -133,6 +132,16 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     this.live.onGone((name) => void this.links.down(name));
     this.flattens = new LiveFlattens(o.log, o.maxDiskLayers);
     this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
+    this.launcher = new QemuLauncher({
+      o,
+      live: this.live,
+      command: this.command,
+      links: this.links,
+      ramImages: this.ramImages,
+      cid: () => this.vsockCid(),
+      kill: (vm) => this.kill(vm),
+      addForwards: (vm, forwards) => this.addForwards(vm, forwards),
+    });
     this.disks = new QemuVmDisks({
       images: o.images,
       ramImages: this.ramImages,
@@ -230,57 +239,6 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.o.vsock && existsSync('/dev/vhost-vsock') ? this.live.freeCid() : 0;
   }
 
-  /**
-   * Takes over the clone `spec`'s spare QEMU, restored and running: its network (attached under the
-   * spare's name, letting nothing out) becomes the clone's, with the clone's policy and forwards.
-   */
-  private async adopt(spec: VmSpec, q: HeldQemu, accel: Accel, options: LaunchOptions): Promise<VmHandle> {
-    const live = this.live.track(spec.name, {
-      pid: q.pid,
-      qmp: q.qmp,
-      child: q.child,
-      expected: false,
-      cid: 0,
-      dir: spec.dir,
-      spec,
-    });
-    if (options.background) runInBackground(q.pid);
-    await clearSaved(spec.dir);
-    // Its monitor and NIC sockets moved with its directory, where re-attach looks for them beside the disk it names.
-    const state = qemuState({
-      pid: q.pid,
-      qmp: join(dirname(q.disk), 'qmp.sock'),
-      net: q.net,
-      tag: q.tag,
-      disk: q.disk,
-      accel,
-    });
-    live.handle = this.handle(spec, {
-      pid: q.pid,
-      ssh_port: q.sshPort,
-      agent_port: q.agentPort,
-      agent_cid: 0,
-      forwards: [],
-      restored_from_snapshot: true,
-      state,
-    });
-    try {
-      await this.links.adopt(q.name, spec, savedNic(spec.dir, state));
-    } catch (err) {
-      await this.kill(spec);
-      throw err;
-    }
-    this.o.log.info(
-      { vm: spec.name, pid: q.pid, accel, restored: true, spare: q.loaded ? 'warm' : 'held' },
-      'spawn timing',
-    );
-    return this.addForwards(spec, spec.forwards);
-  }
-
-  private handle(spec: VmSpec, h: Omit<VmHandle, 'ip'>): VmHandle {
-    return { ...h, ip: spec.overlay_ip ? spec.overlay_ip.split('/')[0] : '10.0.2.15' };
-  }
-
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
     await this.o.images.get(spec.image); // an unknown image fails here, before any port is held
@@ -293,31 +251,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
         throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
     const held = await this.spares.start(spec.name, !!options.restore);
-    const handle = held ? await this.adopt(spec, held, accel, options) : await this.spawn(spec, options, accel);
+    const handle = held
+      ? await this.launcher.adopt(spec, held, accel, options)
+      : await this.launcher.spawn(spec, options, accel);
     // Also a copy that cold-booted after all: it grows before its kernel looks for its disk.
-    await this.growDisk(spec);
+    await this.launcher.growDisk(spec);
     return handle;
-  }
-
-  /**
-   * A copy of a saved state made on a smaller disk (a create restored from its image's snapshot)
-   * runs with the disk it was saved with: QEMU grows it to the spec's size, and the guest hears of
-   * it (a virtio config interrupt) and grows its filesystem when told (the identity's disk_bytes).
-   * A disk of the spec's size (every other launch) costs a read of its header.
-   */
-  private async growDisk(spec: VmSpec): Promise<void> {
-    const v = this.live.running(spec.name);
-    const want = spec.disk_gb * 2 ** 30;
-    // Read from the file's header: most launches have the size asked for, and ask QEMU nothing.
-    const onDisk = await virtualSize(layout(spec.dir).disk).catch(() => undefined);
-    if (onDisk !== undefined && onDisk >= want) return;
-    const blocks = await v.qmp
-      .execute<{ device: string; inserted?: { image: { 'virtual-size': number } } }[]>('query-block')
-      .catch(() => undefined);
-    const disk = Array.isArray(blocks) ? blocks.find((b) => b.device === 'virtio0')?.inserted : undefined;
-    if (!disk || disk.image['virtual-size'] >= want) return;
-    await v.qmp.execute('block_resize', { device: 'virtio0', size: want });
-    this.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown to the spec');
   }
 
   /**
@@ -336,89 +275,6 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       `runas=${this.o.qemuUser ?? ''}`,
       `ram-images=${this.o.ramImages ?? true}`,
     ].join('|');
-  }
-
-  private async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {
-    const l = layout(spec.dir);
-    const saved = options.restore ? await readSaved(spec.dir) : undefined;
-    const retries = new StartRetries(!!saved);
-    if (saved?.kind === 'image' && !this.ramImages.fits(spec)) {
-      this.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
-      retries.coldBoot('a RAM image cannot back a VM with virtio-fs shares');
-    }
-    for (;;) {
-      const nic = await this.command.nic(spec, l);
-      const cid = this.vsockCid();
-      const restore = restoreInputs(spec.dir, retries.restoring ? saved : undefined);
-      const args = await this.command.args(spec, { nic, vsockCid: cid || undefined, ...restore.args });
-      await unlink(l.qmp).catch(() => undefined);
-      const t0 = Date.now();
-      const started = await spawnQemu({
-        binary: this.o.qemuBinary,
-        args,
-        dir: spec.dir,
-        disk: l.disk,
-        qmp: l.qmp,
-        stateFile: restore.stateFile,
-        ramImage: restore.ramImage,
-        // A loaded guest runs once its network is attached (below): not before (NicLinks.up).
-        run: false,
-      });
-      if (started instanceof Error) {
-        await retries.next(spec.name, started.message, this.o.log);
-        continue;
-      }
-      const { qmp, child } = started;
-      const pid = child.pid!;
-      const live = this.live.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
-      if (options.background) runInBackground(pid);
-      // A loaded guest waits for its `cont` (-S); a cold boot runs at once, and its saved state no
-      // longer matches the disk.
-      const held = restore.stateFile !== undefined || restore.args.loadSnapshot !== undefined;
-      if (saved && !held) await clearSaved(spec.dir);
-      let ports;
-      try {
-        ports = await this.links.up(spec, nic, spec.forwards, spec.egress, { pid, qmp });
-      } catch (err) {
-        await this.kill(spec);
-        throw err;
-      }
-      if (held) {
-        // The loaded guest runs now that its network is there; a QEMU that dies at this point is
-        // one that died restoring (the state is kept for the next try).
-        const failed = await qmp.execute('cont').then(
-          () => undefined,
-          (err: Error) => err,
-        );
-        if (failed) {
-          await this.kill(spec);
-          await retries.next(spec.name, failed.message, this.o.log);
-          continue;
-        }
-        await clearSaved(spec.dir);
-      }
-      this.o.log.info(
-        { vm: spec.name, pid, accel, restored: retries.restoring, spawn_ms: Date.now() - t0 },
-        'spawn timing',
-      );
-      const handle = this.handle(spec, {
-        ...ports,
-        agent_cid: cid,
-        pid,
-        restored_from_snapshot: retries.restoring,
-        state: qemuState({
-          pid,
-          qmp: l.qmp,
-          net: nic.kind === 'netd' ? nic.socket : undefined,
-          tag: processTag(spec.name),
-          disk: l.disk,
-          accel,
-        }),
-      });
-      if (retries.coldWhy) handle.cold_boot_reason = retries.coldWhy;
-      live.handle = handle;
-      return { ...handle, forwards: [...handle.forwards] };
-    }
   }
 
   async stop(vm: VmRef, timeoutMs: number): Promise<void> {
