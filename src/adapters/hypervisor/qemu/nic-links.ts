@@ -1,3 +1,4 @@
+import type { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { EgressPolicy } from '../../../domain/egress.js';
@@ -29,7 +30,7 @@ const ACCEPT_MS = 5_000;
  * guest's packets, queued while it was paused and flushed by `cont`, segfaulted QEMU
  * (`object_get_class` from `qio_channel_writev`, a core dump of 2026-11-30; docs/qemu.md).
  */
-export function streamAccepted(qmp: Pick<QmpClient, 'on' | 'off'>, ms = ACCEPT_MS): Promise<boolean> {
+export function streamAccepted(qmp: Pick<EventEmitter, 'on' | 'off'>, ms = ACCEPT_MS): Promise<boolean> {
   return new Promise((resolve) => {
     const end = (ok: boolean) => {
       clearTimeout(timer);
@@ -67,7 +68,7 @@ export class NicLinks {
     nic: GuestNic,
     forwards: PortForward[],
     policy: EgressPolicy | undefined,
-    qemu: { pid: number; qmp: Pick<QmpClient, 'on' | 'off'> },
+    qemu: { pid: number; qmp: Pick<EventEmitter, 'on' | 'off'> },
   ): Promise<VmPorts> {
     if (nic.kind === 'qemu-user')
       return {
