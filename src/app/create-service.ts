@@ -214,7 +214,7 @@ export class CreateService {
         fresh: true,
         restored: running,
       });
-      return await this.created(rec, t0, emit, { member: oldName }, `claimed ${oldName}`);
+      return await this.created(rec, t0, emit, { member: oldName }, { message: `claimed ${oldName}` });
     } catch (err) {
       return await this.createFailed(rec, err, t0, emit);
     } finally {
@@ -302,8 +302,7 @@ export class CreateService {
         t0,
         emit,
         { image: image.id, wait, from: template?.name, from_snapshot: snapshot, image_snapshot: copy !== undefined },
-        undefined,
-        cold,
+        { warning: cold },
       );
       if (template || copy) this.speedUps?.cloneReady(this.keeper.ref(rec));
       // The first create of a shape booted: its snapshot is made now, for the next ones.
@@ -331,14 +330,16 @@ export class CreateService {
       });
   }
 
-  /** The end of every successful create: running, announced, counted, logged, `ready`. */
+  /**
+   * The end of every successful create: running, announced, counted, logged, `ready`. `message`
+   * notes a pool claim in the activity log; `warning` goes into the answer (a cold-booted clone).
+   */
   private async created(
     rec: VmRecord,
     t0: number,
     emit: ReturnType<CreateService['emitter']>,
     log: object,
-    message?: string,
-    warning?: string,
+    { message, warning }: { message?: string; warning?: string } = {},
   ): Promise<Instance> {
     changeStatus(rec, { to: 'running' });
     await this.vms.save(rec);

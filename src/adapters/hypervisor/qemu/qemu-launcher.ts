@@ -122,7 +122,9 @@ export class QemuLauncher {
     for (;;) {
       const nic = await this.d.command.nic(spec, l);
       const cid = this.d.cid();
-      const restore = restoreInputs(spec.dir, retries.restoring ? saved : undefined);
+      // What this start loads: a loaded guest waits for its `cont` (-S), a cold boot runs at once.
+      const loading = retries.restoring ? saved : undefined;
+      const restore = restoreInputs(spec.dir, loading);
       const args = await this.d.command.args(spec, { nic, vsockCid: cid || undefined, ...restore.args });
       await unlink(l.qmp).catch(() => undefined);
       const t0 = Date.now();
@@ -145,10 +147,8 @@ export class QemuLauncher {
       const pid = child.pid!;
       const live = this.d.live.track(spec.name, { pid, qmp, child, expected: false, cid, dir: spec.dir, spec });
       if (options.background) runInBackground(pid);
-      // A loaded guest waits for its `cont` (-S); a cold boot runs at once, and its saved state no
-      // longer matches the disk.
-      const held = restore.stateFile !== undefined || restore.args.loadSnapshot !== undefined;
-      if (saved && !held) await clearSaved(spec.dir);
+      // A cold boot's guest runs already: the saved state no longer matches the disk.
+      if (saved && !loading) await clearSaved(spec.dir);
       let ports;
       try {
         ports = await this.d.links.up(spec, nic, spec.forwards, spec.egress, { pid, qmp });
@@ -156,7 +156,7 @@ export class QemuLauncher {
         await this.d.kill(spec);
         throw err;
       }
-      if (held) {
+      if (loading) {
         // The loaded guest runs now that its network is there; a QEMU that dies at this point is
         // one that died restoring (the state is kept for the next try).
         const failed = await qmp.execute('cont').then(
