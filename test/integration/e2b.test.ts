@@ -140,21 +140,26 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
       mkdirSync(full);
       execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', full]);
       try {
+        // Each call named, so a hang (one CI run of 2026-11-30 01:46 timed this test out) says which.
         for (const size of [256 * 1024, 8 << 20]) {
-          const e = await s.files.write(join(full, 'big.bin'), new Uint8Array(size).buffer).catch((x: unknown) => x);
+          const big = s.files.write(join(full, 'big.bin'), new Uint8Array(size).buffer);
+          const e = await named(`the write of ${size} bytes into a full disk`, big).catch((x: unknown) => x);
           expect(e, `${size} bytes`).to.be.instanceOf(NotEnoughSpaceError);
         }
-        await s.files.write(join(full, 'small.txt'), 'fits');
-        expect(await s.files.read(join(full, 'small.txt'))).to.equal('fits');
+        await named('the small write after them', s.files.write(join(full, 'small.txt'), 'fits'));
+        expect(await named('the read after them', s.files.read(join(full, 'small.txt')))).to.equal('fits');
       } finally {
         execFileSync('umount', ['-l', full]);
       }
     }
     const events: string[] = [];
-    const w = await s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`));
-    await s.files.write(join(dir, 'watched.txt'), 'x');
+    const w = await named(
+      'watchDir',
+      s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`)),
+    );
+    await named('the watched write', s.files.write(join(dir, 'watched.txt'), 'x'));
     for (let i = 0; i < 150 && !events.includes('write watched.txt'); i++) await new Promise((r) => setTimeout(r, 100));
-    await w.stop();
+    await named('the watch stop', w.stop());
     expect(events, JSON.stringify(events)).to.deep.equal(['create watched.txt', 'write watched.txt']);
   });
 
@@ -554,3 +559,12 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     return r.status;
   }
 });
+
+/** `p`, or an error naming `what` once `ms` have passed without an answer (not a mocha timeout that says nothing). */
+function named<T>(what: string, p: Promise<T>, ms = 20_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
