@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { join } from 'node:path';
 import { Container, ContainerModule } from 'inversify';
 import { mkdirSync } from 'node:fs';
 import { ConfigError, type Config } from './app/config.js';
@@ -75,6 +76,8 @@ import { guestProcessesOf } from './adapters/guest-link/http-guest-processes.js'
 import { ProcessProxy } from './app/process-proxy.js';
 import { processRoutes } from './adapters/http/process-routes.js';
 import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
+import { e2bTemplateRoutes } from './adapters/e2b/template-routes.js';
+import { TemplateBuilds } from './adapters/e2b/templates.js';
 import { RuleSecrets } from './adapters/e2b/rule-secrets.js';
 import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
 import { defaultSandboxDomain, SandboxHosts } from './adapters/e2b/sandbox-hosts.js';
@@ -359,6 +362,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const e2b = new Sandboxes(self, config.api_token, auth.throttle);
   // The values of E2B's header rules, removed once no VM binds them (a sandbox deleted any way).
   const ruleSecrets = new RuleSecrets(self);
+  // E2B's template builds: uploads and templates' defaults under <data_dir>/e2b (docs/e2b.md).
+  const e2bTemplates = new TemplateBuilds(self, join(config.data_dir, 'e2b'));
   const unwatchRules = vms.watch((c) => void (c.event === 'removed' && ruleSecrets.sweep().catch(() => undefined)));
   // E2B's sandbox URLs (getHost) are served on the daemon's listeners, by Host (docs/e2b.md).
   const sandboxHosts = new SandboxHosts(self, e2b, config.e2b_domain || 'localhost');
@@ -397,7 +402,9 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       poolTemplate: config.warm_pool.template,
       domain: () => sandboxDomain,
       rules: ruleSecrets,
+      templates: e2bTemplates,
     }),
+    ...e2bTemplateRoutes(self, e2b, e2bTemplates),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,

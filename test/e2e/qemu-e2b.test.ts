@@ -1,6 +1,8 @@
 import { expect } from 'chai';
-import { CommandExitError, Sandbox } from 'e2b';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CommandExitError, Sandbox, Template } from 'e2b';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
@@ -165,6 +167,28 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     await s.setTimeout(1_000);
     for (let i = 0; i < 100 && (await d.call('GET', `/vms/${s.sandboxId}`)).status !== 404; i++) await sleep(200);
     expect((await d.call('GET', `/vms/${s.sandboxId}`)).status).to.equal(404);
+  });
+
+  it('builds a template with Template.build (RUN, COPY, a server as its start command) that sandboxes start from with the server running', async () => {
+    const ctx = tempDir('svc-e2e-tpl-');
+    writeFileSync(join(ctx, 'index.html'), 'served from a template\n');
+    const template = Template({ fileContextPath: ctx })
+      .fromBaseImage()
+      .setEnvs({ MODE: 'built' })
+      .runCmd('mkdir -p /srv/www && echo "$MODE" > /srv/www/mode.txt')
+      .copy('index.html', '/srv/www/')
+      .setWorkdir('/srv/www')
+      .setStartCmd('httpd -f -p 8081 -h /srv/www', 'wget -qO- http://127.0.0.1:8081/mode.txt');
+    const info = await Template.build(template, 'e2e-web', opts());
+    const s = await Sandbox.create('e2e-web', opts());
+    // The clone's copy of the start command's server answers at once, from the template's files.
+    expect((await s.commands.run('wget -qO- http://127.0.0.1:8081/index.html')).stdout).to.equal(
+      'served from a template\n',
+    );
+    expect((await s.commands.run('cat mode.txt; echo $MODE')).stdout).to.equal('built\nbuilt\n');
+    await s.kill();
+    expect((await call(d.tcp, 'DELETE', `/e2b/templates/${info.templateId}`)).status).to.equal(204);
+    expect(await Template.exists('e2e-web', opts())).to.equal(false);
   });
 
   it('creates two sandboxes at once from the warm pool of a template', async () => {

@@ -195,7 +195,14 @@ export class SvcClient {
       req.on('error', (err) => reject(this.unreachable(err)));
       if (body === undefined) req.end();
       else if (Buffer.isBuffer(body)) req.end(body);
-      else body.pipe(req);
+      else {
+        // A body that fails (a file gone, an archive that is not one) fails the call with its own error.
+        body.once('error', (err) => {
+          reject(err);
+          req.destroy();
+        });
+        body.pipe(req);
+      }
     });
   }
 

@@ -4,9 +4,10 @@ import { AlreadyExistsError, InvalidArgumentError, NotFoundError, NotSupportedEr
 import { specOf } from '../../domain/egress-secrets.js';
 import type { EgressPolicy } from '../../domain/egress.js';
 import type { Instance } from '../../domain/vm.js';
-import { toHttpError } from '../http-kit/error-status.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { SvcError, type SvcClient } from '../client/svc-client.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { e2bRouter } from './e2b-route.js';
+import { TPL, findTemplate, type TemplateBuilds, type TemplateDefaults } from './templates.js';
 import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
 import {
   e2bRulesOf,
@@ -37,28 +38,10 @@ import {
 export function e2bControlRoutes(
   client: SvcClient,
   boxes: Sandboxes,
-  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets },
+  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets; templates: TemplateBuilds },
 ): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
-  /** A handler that checks the key and answers errors in E2B's shape, `{code, message}`. */
-  const h =
-    (fn: (req: Request, res: Response) => Promise<void>) =>
-    async (req: Request, res: Response): Promise<void> => {
-      try {
-        await boxes.checkApiKey(req);
-        await fn(req, res);
-      } catch (err) {
-        const status = err instanceof SvcError ? err.status || 503 : toHttpError(err).status;
-        if (!res.headersSent) res.status(status).json({ code: status, message: (err as Error).message });
-      }
-    };
-  const route = (method: RouteDef['method'], path: string, fn: (req: Request, res: Response) => Promise<void>) => ({
-    method,
-    path: `/e2b${path}`,
-    auth: 'none' as const,
-    body: 'json' as const,
-    handler: h(fn),
-  });
+  const route = e2bRouter(boxes);
 
   const sandbox = (vm: Instance) => ({
     sandboxID: vm.name,
@@ -91,14 +74,21 @@ export function e2bControlRoutes(
   const snapshots = async () =>
     (await client.list()).map(snapshotOf).filter((x): x is NonNullable<typeof x> => x !== undefined);
 
-  /** A template id as svc's create: `base` the default image; a VM (template) to clone; else an image. */
-  const source = async (template: string): Promise<Record<string, unknown>> => {
-    if (!template || template === 'base') return {};
-    if (template === o.poolTemplate) return { from_pool: true };
-    const named = (await snapshots()).find((x) => x.names.includes(template));
-    if (named) return { from: named.snapshotID };
-    const vm = await client.get(template).catch(() => undefined);
-    return vm ? { from: template } : { image: template };
+  /**
+   * A template id as svc's create: `base` the default image; a built template or a snapshot to
+   * clone (a template's environment and working folder go with it); a VM to clone; else an image.
+   */
+  const source = async (
+    template: string,
+  ): Promise<{ create: Record<string, unknown>; defaults?: TemplateDefaults }> => {
+    if (!template || template === 'base') return { create: {} };
+    if (template === o.poolTemplate) return { create: { from_pool: true } };
+    const all = await client.list();
+    const built = findTemplate(all, template);
+    if (built) return { create: { from: built.name }, defaults: await o.templates.defaults(built.name) };
+    const named = all.map(snapshotOf).find((x) => x?.names.includes(template));
+    if (named) return { create: { from: named.snapshotID } };
+    return all.some((vm) => vm.name === template) ? { create: { from: template } } : { create: { image: template } };
   };
 
   /** One page of `all` by E2B's `limit` and `nextToken`; the next page's token in `x-next-token`. */
@@ -149,13 +139,15 @@ export function e2bControlRoutes(
         throw new InvalidArgumentError('autoResume needs a sandbox that pauses at its timeout (autoPause)');
       if (autoResume && b.autoPauseMemory === false)
         throw new InvalidArgumentError('autoResume needs a pause that keeps the memory (autoPauseMemory)');
+      const from = await source(template);
       const tags = tagsFor({
         autoResume,
         template,
+        workdir: from.defaults?.workdir,
         endAt: new Date(Date.now() + timeout * 1000),
         onTimeout,
         metadata: (b.metadata ?? {}) as Record<string, string>,
-        envs: (b.envVars ?? {}) as Record<string, string>,
+        envs: { ...from.defaults?.envs, ...((b.envVars ?? {}) as Record<string, string>) },
         privateTraffic: !publicTraffic(b.network),
       });
       const name = `e2b-${randomBytes(6).toString('hex')}`;
@@ -165,14 +157,16 @@ export function e2bControlRoutes(
       const proxy = proxyFromE2b(network?.egressProxy);
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
       const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
-      const from = await source(template);
       const vm = await o.rules.bound(name, valuesOf(rules, proxy), (made) => {
         const specs = ruleSpecs(rules, made);
         const secrets = specs.length ? { egress_secrets: specs } : {};
         const egress = policy ? { egress: withProxy(policy, proxy, made[rules.length]) } : {};
-        return client.create({ name, tags, persistent: true, ...from, ...egress, ...secrets, ...life } as never, {
-          wait: 'agent',
-        });
+        return client.create(
+          { name, tags, persistent: true, ...from.create, ...egress, ...secrets, ...life } as never,
+          {
+            wait: 'agent',
+          },
+        );
       });
       // Values left by a daemon that stopped before it could remove them go too.
       if (rules.length || proxy?.password !== undefined) void o.rules.sweep().catch(() => undefined);
@@ -298,14 +292,20 @@ export function e2bControlRoutes(
       );
     }),
     route('delete', '/templates/:id', async (req, res) => {
-      // Only snapshots are E2B templates here; svc's own images and VMs are not deleted this way.
-      const snap = (await snapshots()).find((x) => x.snapshotID === id(req) || x.names.includes(id(req)));
-      if (!snap) throw new NotFoundError(`template ${id(req)} not found (only snapshots are deleted here)`);
-      await client.delete(snap.snapshotID);
+      // Snapshots and built templates (every build kept of the name); svc's own images and VMs are
+      // not deleted this way.
+      const all = await client.list();
+      const built = findTemplate(all, id(req));
+      const doomed = built
+        ? all.filter((vm) => vm.tags[TPL.id] === built.tags[TPL.id]).map((vm) => vm.name)
+        : all
+            .map(snapshotOf)
+            .filter((x) => x && (x.snapshotID === id(req) || x.names.includes(id(req))))
+            .map((x) => x!.snapshotID);
+      if (!doomed.length)
+        throw new NotFoundError(`template ${id(req)} not found (only snapshots and built templates are deleted here)`);
+      for (const vm of doomed) await client.delete(vm);
       res.status(204).end();
-    }),
-    route('get', '/templates/aliases/:alias', async (req) => {
-      throw new NotFoundError(`template alias ${String(req.params.alias)}: svc has no template aliases`);
     }),
   ];
 }

@@ -166,7 +166,9 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
               env: { ...metaOf(sandbox).envs, ...((cfg.envs ?? {}) as Record<string, string>) },
               // E2B starts a command in its user's home: another user's is the agent's default.
               cwd:
-                typeof cfg.cwd === 'string' && cfg.cwd ? abs(cfg.cwd) : userOf(call.req) ? undefined : await homeIn(vm),
+                typeof cfg.cwd === 'string' && cfg.cwd
+                  ? abs(cfg.cwd)
+                  : (metaOf(sandbox).workdir ?? (userOf(call.req) ? undefined : await homeIn(vm))),
               user: userOf(call.req),
               tag: typeof msg.tag === 'string' && msg.tag ? msg.tag : undefined,
               pty: pty ? { cols: pty.size?.cols ?? 80, rows: pty.size?.rows ?? 24 } : undefined,

@@ -19,6 +19,7 @@ const T = {
   env: 'e2b/env/',
   privateTraffic: 'e2b/private_traffic',
   autoResume: 'e2b/auto_resume',
+  workdir: 'e2b/workdir',
 } as const;
 
 /** A snapshot (docs/e2b.md): a suspended persistent VM forked from a sandbox, which creates clone. */
@@ -54,6 +55,8 @@ export interface SandboxMeta {
   privateTraffic?: boolean;
   /** `lifecycle.autoResume`: paused at its timeout, it comes back for the next envd call. */
   autoResume?: boolean;
+  /** Where its commands start when they name no folder: its template's WORKDIR. */
+  workdir?: string;
 }
 
 export function isSandbox(vm: Instance): boolean {
@@ -76,6 +79,7 @@ export function metaOf(vm: Instance): SandboxMeta {
     envs,
     privateTraffic: vm.tags[T.privateTraffic] === '1',
     autoResume: vm.tags[T.autoResume] === '1',
+    ...(vm.tags[T.workdir] ? { workdir: vm.tags[T.workdir] } : {}),
   };
 }
 
@@ -88,6 +92,7 @@ export function tagsFor(m: SandboxMeta): Record<string, string> {
     [T.onTimeout]: m.onTimeout,
     ...(m.privateTraffic ? { [T.privateTraffic]: '1' } : {}),
     ...(m.autoResume ? { [T.autoResume]: '1' } : {}),
+    ...(m.workdir ? { [T.workdir]: m.workdir } : {}),
   };
   for (const [k, v] of Object.entries(m.metadata)) {
     if (!/^[A-Za-z0-9._-]{1,56}$/.test(k))

@@ -33,6 +33,10 @@ describe('adapters/e2b', () => {
       privateTraffic: false,
       autoResume: false,
     });
+    // A sandbox made from a built template starts its commands in the template's WORKDIR.
+    const fromTpl = tagsFor({ ...meta, workdir: '/srv/app' });
+    expect(fromTpl).to.include({ 'e2b/workdir': '/srv/app' });
+    expect(metaOf({ tags: fromTpl } as unknown as Instance).workdir).to.equal('/srv/app');
     // A sandbox whose ports take only its traffic token says so in a tag of its own.
     const closed = tagsFor({ ...meta, privateTraffic: true });
     expect(closed).to.include({ 'e2b/private_traffic': '1' });

@@ -1,0 +1,262 @@
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdir, open, rm } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { copyArchive } from './template-copy.js';
+
+/**
+ * One of E2B's template builds (`Template.build` in the SDK, docs/e2b.md) on svc: a build boots a VM of
+ * its base, runs its steps through the daemon's own API (RUN as a durable process, COPY as a tar
+ * into the guest, ENV, WORKDIR, USER), starts its start command and waits for its ready command,
+ * then suspends the VM. That suspended VM is the template: a sandbox created from it is a clone,
+ * with the start command's process still running in it. A template's name and id are in the VM's
+ * tags, its environment and working folder in `<dir>/templates/<vm>.json`, so a daemon restart
+ * keeps templates; a build under way when the daemon stops is lost (its VM is removed by the next
+ * build of the name).
+ */
+export const TPL = {
+  id: 'e2b/tpl_id',
+  name: 'e2b/tpl_name',
+  build: 'e2b/tpl_build',
+} as const;
+
+/** How long a ready command is retried before the build fails. */
+
+export type BuildStatus = 'waiting' | 'building' | 'ready' | 'error';
+export interface BuildLog {
+  timestamp: string;
+  level: 'debug' | 'info' | 'warn' | 'error';
+  message: string;
+  step?: string;
+}
+export interface Build {
+  templateID: string;
+  buildID: string;
+  name: string;
+  cpus?: number;
+  memoryMb?: number;
+  status: BuildStatus;
+  logs: BuildLog[];
+  reason?: { message: string; step?: string };
+}
+export interface TemplateStep {
+  type: string;
+  args?: string[];
+  filesHash?: string;
+}
+export interface BuildSpec {
+  fromImage?: string;
+  fromTemplate?: string;
+  fromImageRegistry?: unknown;
+  steps?: TemplateStep[];
+  startCmd?: string;
+  readyCmd?: string;
+}
+
+export interface TemplateDefaults {
+  envs: Record<string, string>;
+  workdir?: string;
+}
+
+/** How long a ready command is retried before the build fails. */
+const READY_TIMEOUT_MS = 120_000;
+
+/** Where a build finds its uploads and keeps a template's defaults; which builds are under way. */
+export interface RunPlaces {
+  file(hash: string): string;
+  record(vm: string): string;
+  building(buildID: string): boolean;
+}
+
+/** Runs a build's steps in a VM of its base through the daemon's own API (templates.ts starts it). */
+export class TemplateRun {
+  constructor(
+    private readonly client: SvcClient,
+    private readonly o: RunPlaces,
+  ) {}
+
+  async run(b: Build, base: Record<string, unknown>, steps: TemplateStep[], spec: BuildSpec): Promise<void> {
+    const vm = `e2b-tpl-${randomBytes(6).toString('hex')}`;
+    const log = (message: string, step?: string, level: BuildLog['level'] = 'info') =>
+      b.logs.push({ timestamp: new Date().toISOString(), level, message, ...(step ? { step } : {}) });
+    const env: Record<string, string> = {};
+    let workdir: string | undefined;
+    let user: string | undefined;
+    let step = 'base';
+    try {
+      log(`booting ${vm} from ${JSON.stringify(base)}`, step);
+      await this.client.create(
+        {
+          name: vm,
+          persistent: true,
+          ...base,
+          ...(b.cpus ? { cpus: b.cpus } : {}),
+          ...(b.memoryMb ? { memory_mb: b.memoryMb } : {}),
+          tags: { [TPL.id]: b.templateID, [TPL.name]: b.name, [TPL.build]: b.buildID },
+        } as never,
+        { wait: 'agent' },
+      );
+      for (const [i, s] of steps.entries()) {
+        step = String(i + 1);
+        const args = s.args ?? [];
+        log(`${s.type} ${args.filter(Boolean).join(' ')}`.slice(0, 500), step);
+        if (s.type === 'ENV') for (let j = 0; j + 1 < args.length; j += 2) env[args[j]] = args[j + 1];
+        else if (s.type === 'WORKDIR') {
+          workdir = args[0];
+          await this.sh(vm, b, step, `mkdir -p '${workdir.replace(/'/g, `'\\''`)}'`, { env, user: undefined });
+        } else if (s.type === 'USER') user = svcUser(args[0]);
+        else if (s.type === 'RUN')
+          await this.sh(vm, b, step, args[0] ?? '', { env, workdir, user: svcUser(args[1]) ?? user });
+        else if (s.type === 'COPY') await this.copy(vm, s, svcUser(args[2]) ?? user, workdir);
+      }
+      step = 'finalize';
+      if (spec.startCmd) {
+        log(`start: ${spec.startCmd}`, step);
+        await this.client.startProcess(vm, {
+          cmd: '/bin/sh',
+          args: ['-c', spec.startCmd],
+          env,
+          cwd: workdir,
+          user,
+          tag: 'e2b-start',
+        });
+      }
+      if (spec.readyCmd) await this.ready(vm, spec.readyCmd, { env, workdir, user }, log);
+      const defaults: TemplateDefaults = { envs: env, workdir };
+      await mkdir(dirname(this.o.record(vm)), { recursive: true, mode: 0o700 });
+      await writeFileAtomic(this.o.record(vm), `${JSON.stringify(defaults)}\n`);
+      log(`suspending ${vm}: it is the template`, step);
+      await this.client.suspend(vm);
+      await this.dropOlder(vm, b, log);
+      b.status = 'ready';
+      log(`template ${b.name} (${b.templateID}) is ready`, step);
+    } catch (err) {
+      const message = errorMessage(err);
+      log(message, step, 'error');
+      b.reason = { message, step };
+      b.status = 'error';
+      await this.client.delete(vm).catch(() => undefined);
+      await rm(this.o.record(vm), { force: true });
+    }
+  }
+
+  /** A shell line in the build VM as a durable process, its output in the build's log. */
+  private async sh(
+    vm: string,
+    b: Build,
+    step: string,
+    line: string,
+    o: { env: Record<string, string>; workdir?: string; user?: string },
+  ): Promise<void> {
+    const p = await this.client.startProcess(vm, {
+      cmd: '/bin/sh',
+      args: ['-c', line],
+      env: o.env,
+      cwd: o.workdir,
+      user: o.user,
+    });
+    let partial = '';
+    for await (const f of this.client.processOutput(vm, p.id)) {
+      if ('stream' in f) {
+        const text = partial + (f.encoding === 'base64' ? Buffer.from(f.data, 'base64').toString('utf8') : f.data);
+        const lines = text.split('\n');
+        partial = lines.pop() ?? '';
+        for (const l of lines)
+          b.logs.push({ timestamp: new Date().toISOString(), level: 'info', message: l.slice(0, 4096), step });
+      } else if ('reason' in f) {
+        if (partial) b.logs.push({ timestamp: new Date().toISOString(), level: 'info', message: partial, step });
+        if (f.exit_code !== 0)
+          throw new InvalidArgumentError(
+            `step ${step} failed: ${JSON.stringify(line.slice(0, 200))} ${f.signal ? `was killed by ${f.signal}` : `exited with ${f.exit_code}`}`,
+          );
+      }
+    }
+  }
+
+  /** A COPY: the uploaded archive, its paths where COPY puts them (template-copy.ts), as a tar into the guest's `/`. */
+  private async copy(
+    vm: string,
+    s: TemplateStep,
+    user: string | undefined,
+    workdir: string | undefined,
+  ): Promise<void> {
+    const [src, dest, , mode] = s.args ?? [];
+    const file = this.o.file(s.filesHash!);
+    const head = Buffer.alloc(2);
+    const fh = await open(file, 'r').catch(() => {
+      throw new InvalidArgumentError(`the files of COPY ${src} were not uploaded`);
+    });
+    try {
+      await fh.read(head, 0, 2, 0);
+    } finally {
+      await fh.close();
+    }
+    let uid = 0;
+    let gid = 0;
+    if (user) {
+      const ids = await this.client.exec(vm, { cmd: '/bin/sh', args: ['-c', 'id -u "$1" && id -g "$1"', 'sh', user] });
+      const [u, g] = ids.stdout.trim().split('\n').map(Number);
+      if (ids.exit_code !== 0 || !Number.isInteger(u) || !Number.isInteger(g))
+        throw new InvalidArgumentError(`COPY: the guest has no user ${user}`);
+      uid = u;
+      gid = g;
+    }
+    if (mode && !/^[0-7]{3,4}$/.test(mode)) throw new InvalidArgumentError(`COPY mode ${mode} is not octal`);
+    const gz = head[0] === 0x1f && head[1] === 0x8b;
+    const tar = copyArchive(createReadStream(file), gz, {
+      src,
+      // relative to the WORKDIR, as Docker's COPY; else to E2B's user's home, which is root's here
+      dest: dest.startsWith('/') ? dest : `${workdir ?? '/root'}/${dest}`,
+      uid,
+      gid,
+      mode: mode ? parseInt(mode, 8) : undefined,
+    });
+    await this.client.upload(vm, { path: '/', mode: 'tar' }, tar);
+  }
+
+  private async ready(
+    vm: string,
+    cmd: string,
+    o: { env: Record<string, string>; workdir?: string; user?: string },
+    log: (m: string, step?: string) => void,
+  ): Promise<void> {
+    const until = Date.now() + READY_TIMEOUT_MS;
+    log(`waiting for: ${cmd}`, 'finalize');
+    for (;;) {
+      const p = await this.client.startProcess(vm, {
+        cmd: '/bin/sh',
+        args: ['-c', cmd],
+        env: o.env,
+        cwd: o.workdir,
+        user: o.user,
+      });
+      let code: number | undefined;
+      for await (const f of this.client.processOutput(vm, p.id)) if ('reason' in f) code = f.exit_code;
+      if (code === 0) return;
+      if (Date.now() > until)
+        throw new InvalidArgumentError(`the ready command did not succeed in ${READY_TIMEOUT_MS / 1000} s: ${cmd}`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+
+  /** Older builds of the name go; one that cannot (a clone stands on it) stays, the newest wins. */
+  private async dropOlder(vm: string, b: Build, log: (m: string, step?: string, level?: BuildLog['level']) => void) {
+    for (const old of await this.client.list()) {
+      if (old.name === vm || old.tags[TPL.id] !== b.templateID) continue;
+      if (this.o.building(old.tags[TPL.build] ?? '')) continue; // another build's VM
+      await this.client.delete(old.name).then(
+        () => log(`removed ${old.name}, the template's build before`, 'finalize'),
+        (err: unknown) => log(`kept ${old.name}, the build before: ${errorMessage(err)}`, 'finalize', 'warn'),
+      );
+      await rm(this.o.record(old.name), { force: true });
+    }
+  }
+}
+
+/** E2B's users in svc: its default `user` and root are the guest's root; others are themselves. */
+function svcUser(u: string | undefined): string | undefined {
+  return !u || u === 'user' || u === 'root' ? undefined : u;
+}

@@ -1,0 +1,232 @@
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import {
+  AlreadyExistsError,
+  InvalidArgumentError,
+  NotFoundError,
+  NotSupportedError,
+  PayloadTooLargeError,
+} from '../../domain/errors.js';
+import type { Instance } from '../../domain/vm.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { sameSecret } from '../http-kit/auth.js';
+import { TPL, TemplateRun, type Build, type BuildSpec, type TemplateDefaults } from './template-run.js';
+
+export { TPL, type BuildSpec, type TemplateDefaults } from './template-run.js';
+
+/** A built template: a suspended VM carrying TPL's tags (template-run.ts). */
+export function templateOf(vm: Instance): { templateID: string; name: string } | undefined {
+  const id = vm.tags[TPL.id];
+  return id && vm.status === 'suspended' ? { templateID: id, name: vm.tags[TPL.name] ?? '' } : undefined;
+}
+
+/** The template a create names (its name, `name:tag`, or its id), among the VMs: the newest build. */
+export function findTemplate(vms: Instance[], ref: string): Instance | undefined {
+  const name = ref.split(':')[0];
+  return vms
+    .filter((vm) => {
+      const t = templateOf(vm);
+      return t && (t.templateID === ref || t.name === name);
+    })
+    .sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
+}
+
+/** The most an upload of a COPY's files may hold. */
+export const TEMPLATE_FILE_MAX_BYTES = 1 << 30;
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const HASH = /^[a-f0-9]{64}$/;
+const MAX_STEPS = 1000;
+
+/**
+ * E2B's template build API's state: builds requested and under way (in memory), uploads (`<dir>/files`),
+ * and the templates' defaults (`<dir>/templates`); template-run.ts runs a build.
+ */
+export class TemplateBuilds {
+  private readonly builds = new Map<string, Build>();
+  /** Signs upload links; they live as long as a build, so a key of this run of the daemon does. */
+  private readonly key = randomBytes(32);
+  private readonly runner: TemplateRun;
+
+  constructor(
+    private readonly client: SvcClient,
+    /** Where uploads (`files/`) and templates' defaults (`templates/`) are kept. */
+    private readonly dir: string,
+  ) {
+    this.runner = new TemplateRun(client, {
+      file: (hash) => this.file(hash),
+      record: (vm) => this.record(vm),
+      building: (id) => this.builds.get(id)?.status === 'building',
+    });
+  }
+
+  /** POST /v3/templates: a build of `name` (`name:tag`; svc keeps the latest build of a name). */
+  request(body: { name?: unknown; alias?: unknown; cpuCount?: unknown; memoryMB?: unknown; tags?: unknown }) {
+    const full = String(body.name ?? body.alias ?? '');
+    const [name, tag] = full.split(':');
+    if (!NAME.test(name))
+      throw new InvalidArgumentError(
+        `template name ${JSON.stringify(full)}: lowercase letters, digits, . _ - (1 to 63), then :tag if any`,
+      );
+    for (const [k, v, max] of [
+      ['cpuCount', body.cpuCount, 64],
+      ['memoryMB', body.memoryMB, 262_144],
+    ] as const)
+      if (v !== undefined && (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max))
+        throw new InvalidArgumentError(`${k} must be a whole number from 1 to ${max}`);
+    this.refuseSecond(name);
+    this.prune();
+    const templateID = `tpl-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`;
+    const buildID = randomBytes(8).toString('hex');
+    this.builds.set(buildID, {
+      templateID,
+      buildID,
+      name,
+      cpus: body.cpuCount as number | undefined,
+      memoryMb: body.memoryMB as number | undefined,
+      status: 'waiting',
+      logs: [],
+    });
+    const tags = [...(tag ? [tag] : []), ...(Array.isArray(body.tags) ? body.tags.map(String) : [])];
+    return { templateID, buildID, names: [name], aliases: [name], tags, public: false };
+  }
+
+  /** One build of a name at a time: a build that is done removes the ones before it. */
+  private refuseSecond(name: string): void {
+    const building = [...this.builds.values()].find((b) => b.name === name && b.status === 'building');
+    if (building) throw new AlreadyExistsError(`template ${name} is being built (build ${building.buildID})`);
+  }
+
+  /** Builds that ended are told about for a while: the newest 100 of them are kept. */
+  private prune(): void {
+    const ended = [...this.builds.values()].filter((b) => b.status === 'ready' || b.status === 'error');
+    for (const b of ended.slice(0, Math.max(0, ended.length - 100))) this.builds.delete(b.buildID);
+  }
+
+  private build(templateID: string, buildID: string): Build {
+    const b = this.builds.get(buildID);
+    if (!b || b.templateID !== templateID)
+      throw new NotFoundError(`build ${buildID} of template ${templateID} not found`);
+    return b;
+  }
+
+  /** A build still being told about: its name (the alias check). */
+  pendingName(name: string): string | undefined {
+    return [...this.builds.values()].find((b) => b.name === name && (b.status === 'waiting' || b.status === 'building'))
+      ?.templateID;
+  }
+
+  /** GET /templates/{id}/files/{hash}: whether svc has these files, and where to PUT them if not. */
+  async uploadLink(templateID: string, hash: string, origin: string) {
+    if (!HASH.test(hash)) throw new InvalidArgumentError('a files hash is 64 hex digits');
+    if (![...this.builds.values()].some((b) => b.templateID === templateID))
+      throw new NotFoundError(`template ${templateID} has no build requested`);
+    const present = await stat(this.file(hash)).then(
+      (s) => s.isFile(),
+      () => false,
+    );
+    if (present) return { present: true };
+    return {
+      present: false,
+      url: `${origin}/e2b/templates/${templateID}/files/${hash}?token=${this.sign(templateID, hash)}`,
+    };
+  }
+
+  /** PUT of an upload link: the archive, kept under its hash. */
+  async upload(templateID: string, hash: string, token: string, size: number, body: Readable): Promise<void> {
+    if (!HASH.test(hash) || !sameSecret(token, this.sign(templateID, hash)))
+      throw new InvalidArgumentError('this is not an upload link svc gave');
+    if (!(size > 0)) throw new InvalidArgumentError('an upload needs its Content-Length');
+    if (size > TEMPLATE_FILE_MAX_BYTES)
+      throw new PayloadTooLargeError(`a COPY's files may hold at most ${TEMPLATE_FILE_MAX_BYTES} bytes, got ${size}`);
+    await mkdir(join(this.dir, 'files'), { recursive: true, mode: 0o700 });
+    await writeFileAtomic(this.file(hash), body);
+    if ((await stat(this.file(hash))).size !== size) {
+      await rm(this.file(hash), { force: true });
+      throw new InvalidArgumentError(`the upload ended before its ${size} bytes`);
+    }
+  }
+
+  /** POST /v2/templates/{id}/builds/{build}: checks the steps, then builds in the background. */
+  async start(templateID: string, buildID: string, spec: BuildSpec): Promise<void> {
+    const b = this.build(templateID, buildID);
+    if (b.status !== 'waiting') throw new AlreadyExistsError(`build ${buildID} has been started already`);
+    if (typeof spec !== 'object' || spec === null || Array.isArray(spec))
+      throw new InvalidArgumentError('a build is a JSON object');
+    for (const k of ['fromImage', 'fromTemplate', 'startCmd', 'readyCmd'] as const)
+      if (spec[k] !== undefined && spec[k] !== null && typeof spec[k] !== 'string')
+        throw new InvalidArgumentError(`${k} must be a string`);
+    if (spec.steps !== undefined && (!Array.isArray(spec.steps) || spec.steps.length > MAX_STEPS))
+      throw new InvalidArgumentError(`steps must be a list of at most ${MAX_STEPS}`);
+    this.refuseSecond(b.name);
+    if (spec.fromImageRegistry !== undefined)
+      throw new NotSupportedError(
+        'svc pulls no images from registries; import the image (svc image import) and build from it',
+      );
+    const base = await this.base(spec);
+    const steps = spec.steps ?? [];
+    for (const [i, s] of steps.entries()) {
+      const args = s?.args ?? [];
+      if (!Array.isArray(args) || !args.every((a) => typeof a === 'string'))
+        throw new InvalidArgumentError(`step ${i + 1}: args must be a list of strings`);
+      if ((s.type === 'RUN' || s.type === 'WORKDIR' || s.type === 'USER') && !args[0])
+        throw new InvalidArgumentError(`step ${i + 1}: ${s.type} needs its argument`);
+      if (s.type === 'COPY' && !(args[0] && args[1]))
+        throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
+      if (!['RUN', 'COPY', 'ENV', 'WORKDIR', 'USER'].includes(s.type))
+        throw new NotSupportedError(`step ${i + 1}: svc does not build ${s.type} steps`);
+      if (s.type === 'COPY' && !(s.filesHash && HASH.test(s.filesHash)))
+        throw new InvalidArgumentError(`step ${i + 1}: COPY needs the hash of its uploaded files`);
+    }
+    b.status = 'building';
+    void this.runner.run(b, base, steps, spec);
+  }
+
+  /** GET /templates/{id}/builds/{build}/status: its state and its log from `offset`. */
+  status(templateID: string, buildID: string, offset: number) {
+    const b = this.build(templateID, buildID);
+    const entries = b.logs.slice(Math.max(0, offset));
+    return {
+      templateID,
+      buildID,
+      status: b.status,
+      logEntries: entries,
+      logs: entries.map((e) => `[${e.timestamp}] ${e.message}`),
+      ...(b.reason ? { reason: { ...b.reason, logEntries: [] } } : {}),
+    };
+  }
+
+  /** What a build's base means for svc's create: a template to clone, an svc image, or the default. */
+  private async base(spec: BuildSpec): Promise<Record<string, unknown>> {
+    const ref = spec.fromTemplate ?? spec.fromImage ?? 'e2bdev/base';
+    if (ref === 'base' || ref === 'e2bdev/base') return {};
+    const tpl = findTemplate(await this.client.list(), ref);
+    if (tpl) return { from: tpl.name };
+    if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref)) return { image: 'debian' };
+    const image = (await this.client.listImages()).find((i) => i.id === ref);
+    if (image) return { image: image.id };
+    throw new NotSupportedError(
+      `base ${ref}: not an svc image or template, and svc pulls no images from registries; import it (svc image import NAME oci-archive:PATH) and build from NAME`,
+    );
+  }
+
+  async defaults(vm: string): Promise<TemplateDefaults> {
+    const text = await readFile(this.record(vm), 'utf8').catch(() => '{}');
+    const r = JSON.parse(text) as Partial<TemplateDefaults>;
+    return { envs: r.envs ?? {}, workdir: r.workdir };
+  }
+
+  private record(vm: string): string {
+    return join(this.dir, 'templates', `${vm}.json`);
+  }
+
+  private file(hash: string): string {
+    return join(this.dir, 'files', `${hash}.tar`);
+  }
+
+  private sign(templateID: string, hash: string): string {
+    return createHmac('sha256', this.key).update(`${templateID}:${hash}`).digest('hex');
+  }
+}

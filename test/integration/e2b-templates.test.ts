@@ -1,0 +1,171 @@
+import { expect } from 'chai';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BuildError, Sandbox, Template, waitForFile } from 'e2b';
+import { call } from '../helpers/http.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import type { Instance } from '../../src/domain/vm.js';
+
+/**
+ * E2B's template builds through the official SDK (`Template.build`) against svcd on the fake
+ * hypervisor with local agents. Those "guests" are this host: every step here is harmless and
+ * writes only under the test's own folder.
+ */
+describe('E2B API: templates built with the official SDK (local agents)', function () {
+  this.timeout(60_000);
+  let d: TestDaemon;
+  let work: string;
+  let ctx: string;
+  const opts = () => ({
+    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
+    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
+    apiKey: d.tcp.token,
+  });
+  const made: Sandbox[] = [];
+  const vms = async (): Promise<Instance[]> => (await d.call('GET', '/vms')).json;
+
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+    work = tempDir('svc-e2b-tpl-');
+    ctx = tempDir('svc-e2b-ctx-');
+    mkdirSync(join(ctx, 'app', 'sub'), { recursive: true });
+    writeFileSync(join(ctx, 'app', 'main.py'), 'print("hi")\n');
+    writeFileSync(join(ctx, 'app', 'sub', 'data.txt'), 'nested\n');
+    writeFileSync(join(ctx, 'req.txt'), 'requests\n');
+    writeFileSync(join(ctx, 'a.md'), 'a\n');
+    writeFileSync(join(ctx, 'b.md'), 'b\n');
+  });
+  after(async () => {
+    for (const s of made) await s.kill().catch(() => undefined);
+    await d.stop();
+  });
+
+  it('builds a template from steps (ENV, RUN, WORKDIR, COPY, a start and a ready command), and sandboxes made from it carry its files, environment and folder', async () => {
+    const t = join(work, 't');
+    const template = Template({ fileContextPath: ctx })
+      .fromBaseImage()
+      .setEnvs({ GREETING: 'hello', PLACE: 'svc' })
+      .runCmd(`mkdir -p ${t} && echo "$GREETING from $PLACE" > ${t}/env.txt`)
+      .setWorkdir(`${t}/wd`)
+      .runCmd('pwd > here.txt && echo a line of the build log')
+      .copy('app', `${t}/app/`)
+      .copy('req.txt', `${t}/r.txt`, { mode: 0o600 })
+      .copy('*.md', `${t}/docs/`)
+      .copy('a.md', 'rel/')
+      .copy('req.txt', `${t}/nobody.txt`, { user: 'nobody' })
+      .setStartCmd(`echo started > ${t}/started; sleep 30`, waitForFile(`${t}/started`));
+    const logs: string[] = [];
+    const info = await Template.build(template, 'py-app', { ...opts(), onBuildLogs: (l) => void logs.push(l.message) });
+    expect(info.templateId).to.match(/^tpl-[0-9a-f]{16}$/);
+    expect(logs.join('\n')).to.include('a line of the build log');
+    expect(logs.join('\n')).to.match(/template py-app \(tpl-[0-9a-f]{16}\) is ready/);
+
+    expect(readFileSync(join(t, 'env.txt'), 'utf8')).to.equal('hello from svc\n');
+    expect(readFileSync(join(t, 'wd', 'here.txt'), 'utf8')).to.equal(`${t}/wd\n`);
+    expect(readFileSync(join(t, 'app', 'main.py'), 'utf8')).to.equal('print("hi")\n');
+    expect(readFileSync(join(t, 'app', 'sub', 'data.txt'), 'utf8')).to.equal('nested\n');
+    expect(readFileSync(join(t, 'r.txt'), 'utf8')).to.equal('requests\n');
+    expect(statSync(join(t, 'r.txt')).mode & 0o777).to.equal(0o600);
+    expect(readFileSync(join(t, 'docs', 'a.md'), 'utf8')).to.equal('a\n');
+    expect(readFileSync(join(t, 'docs', 'b.md'), 'utf8')).to.equal('b\n');
+    expect(readFileSync(join(t, 'wd', 'rel', 'a.md'), 'utf8'), 'a relative COPY lands in the WORKDIR').to.equal('a\n');
+    // owned by the step's user (the agent sets owners when it runs as root, as in a guest)
+    if (process.getuid?.() === 0) expect(statSync(join(t, 'nobody.txt')).uid).to.equal(65534);
+    expect(existsSync(join(t, 'started'))).to.equal(true);
+
+    // The template is a suspended VM of svc's, not a sandbox.
+    const tpl = (await vms()).filter((v) => v.tags['e2b/tpl_id'] === info.templateId);
+    expect(tpl.map((v) => v.status)).to.deep.equal(['suspended']);
+    expect(await Template.exists('py-app', opts())).to.equal(true);
+    expect(await Template.exists('no-such-template', opts())).to.equal(false);
+
+    // A sandbox from it: a clone, with the template's environment and working folder.
+    const s = await Sandbox.create('py-app', { ...opts(), envs: { PLACE: 'here' } });
+    made.push(s);
+    expect((await d.call('GET', `/vms/${s.sandboxId}`)).json.from).to.equal(tpl[0].name);
+    const r = await s.commands.run('echo "$GREETING from $PLACE in $(pwd)"');
+    expect(r.stdout).to.equal(`hello from here in ${t}/wd\n`);
+    const byId = await Sandbox.create(info.templateId, opts());
+    made.push(byId);
+    expect((await byId.commands.run('echo $GREETING')).stdout).to.equal('hello\n');
+  });
+
+  it('builds a name again: the newest build is the template, the one before goes', async () => {
+    const first = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'py-app');
+    expect(first).to.not.equal(undefined);
+    await Template.build(Template().fromTemplate('py-app').setEnvs({ GREETING: 'again' }), 'py-app', opts());
+    const now = (await vms()).filter((v) => v.tags['e2b/tpl_name'] === 'py-app');
+    expect(now.map((v) => v.name)).to.not.include(first!.name);
+    expect(now.length).to.equal(1);
+    const s = await Sandbox.create('py-app', opts());
+    made.push(s);
+    expect((await s.commands.run('echo $GREETING')).stdout).to.equal('again\n');
+  });
+
+  it('fails a build at the step that fails, naming it, and leaves no VM behind', async () => {
+    const before = (await vms()).length;
+    const logs: string[] = [];
+    const err = await Template.build(
+      Template().fromBaseImage().runCmd('echo fine').runCmd('echo about to fail; exit 7'),
+      'broken',
+      { ...opts(), onBuildLogs: (l) => void logs.push(l.message) },
+    ).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(BuildError);
+    expect((err as Error).message).to.match(/step 2 failed: .*exited with 7/);
+    expect(logs.join('\n')).to.include('about to fail');
+    expect((await vms()).length).to.equal(before);
+    expect(await Template.exists('broken', opts())).to.equal(false);
+  });
+
+  it('refuses before building what svc cannot build: an image from a registry, an unknown base', async () => {
+    for (const [t, why] of [
+      [Template().fromImage('python:3.12'), /svc pulls no images from registries/],
+      [Template().fromImage('ghcr.io/x/y', { username: 'u', password: 'p' }), /svc pulls no images from registries/],
+      [Template().fromTemplate('no-such-base'), /no-such-base: not an svc image or template/],
+    ] as const) {
+      const err = await Template.build(t, 'nope', opts()).catch((e: unknown) => e);
+      expect((err as Error).message).to.match(why);
+    }
+    expect((await vms()).filter((v) => v.name.startsWith('e2b-tpl-')).length).to.equal(1);
+  });
+
+  it('answers bad build calls with the status and message E2B clients expect', async () => {
+    const key = { 'x-api-key': d.tcp.token ?? '' };
+    const at = (m: string, path: string, body?: unknown, h: Record<string, string> = key) =>
+      call({ port: d.tcp.port }, m, `/e2b${path}`, body, h);
+    expect((await at('POST', '/v3/templates', { name: 'Bad Name' })).status).to.equal(400);
+    expect((await at('POST', '/v3/templates', { name: 'ok', cpuCount: 0 })).json.message).to.match(/cpuCount/);
+    expect((await at('POST', '/v3/templates', { name: 'ok' }, {})).status, 'the API key is checked').to.equal(401);
+    const { templateID, buildID } = (await at('POST', '/v3/templates', { name: 'ok' })).json;
+    const hash = 'a'.repeat(64);
+    const link = (await at('GET', `/templates/${templateID}/files/${hash}`)).json;
+    expect(link.present).to.equal(false);
+    const url = new URL(link.url);
+    const forged = await call(
+      { port: d.tcp.port },
+      'PUT',
+      `${url.pathname}?token=${'0'.repeat(64)}`,
+      Buffer.from('x'),
+      {
+        'content-type': 'application/octet-stream',
+      },
+    );
+    expect(forged.status).to.equal(400);
+    expect(forged.json.message).to.match(/not an upload link svc gave/);
+    const bad = [
+      [{ steps: [{ type: 'RUN' }] }, /RUN needs its argument/],
+      [{ steps: [{ type: 'COPY', args: ['a', '/b'] }] }, /COPY needs the hash/],
+      [{ steps: [{ type: 'HEALTHCHECK', args: ['x'] }] }, /does not build HEALTHCHECK/],
+      [{ steps: [{ type: 'RUN', args: [1] }] }, /args must be a list of strings/],
+      [{ startCmd: 5 }, /startCmd must be a string/],
+    ] as const;
+    for (const [body, why] of bad) {
+      const r = await at('POST', `/v2/templates/${templateID}/builds/${buildID}`, body);
+      expect(r.status, JSON.stringify(body)).to.be.oneOf([400, 501]);
+      expect(r.json.message).to.match(why);
+    }
+    expect((await at('GET', `/templates/${templateID}/builds/nope/status`)).status).to.equal(404);
+    const status = (await at('GET', `/templates/${templateID}/builds/${buildID}/status`)).json;
+    expect(status).to.include({ status: 'waiting', templateID, buildID });
+  });
+});
