@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Sandbox } from 'e2b';
+import { Sandbox, Template } from 'e2b';
 import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const N = Number(process.env.BENCH_E2B_N ?? 4);
@@ -10,7 +10,8 @@ const N = Number(process.env.BENCH_E2B_N ?? 4);
 /**
  * `Sandbox.create` to its first `commands.run` result through the official SDK, cold (the default
  * image booted) and from the warm pool (a claim of a running member), each beside the same two
- * steps through svc's own client (create, exec), alternating, on one minimal guest image.
+ * steps through svc's own client (create, exec), alternating, on one minimal guest image; then
+ * from a template built with `Template.build` (a clone of its suspended VM).
  */
 export async function e2bBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-e2b-'));
@@ -62,6 +63,28 @@ export async function e2bBenchmarks(row: Row, results: Record<string, unknown>):
       await settle();
       pool.svc.push(await viaSvc(true));
     }
+    // A template built with Template.build: its sandboxes are clones of its suspended VM, server running.
+    const b0 = performance.now();
+    await Template.build(
+      Template()
+        .fromBaseImage()
+        .runCmd('mkdir -p /srv && echo hi > /srv/index.html')
+        .setStartCmd('httpd -f -p 8081 -h /srv', 'wget -qO- http://127.0.0.1:8081/index.html'),
+      'bench-tpl',
+      opts,
+    );
+    const buildMs = performance.now() - b0;
+    const built: number[] = [];
+    for (let i = 0; i < N; i++) {
+      await settle();
+      built.push(await viaSdk('bench-tpl'));
+    }
+    const [coldSdk, fromTpl] = [stats(cold.sdk), stats(built)];
+    row(
+      'Sandbox.create to the first commands.run result, from a Template.build template (a clone of its suspended VM, its start command running), TCG minimal',
+      `p50 ${fmt(fromTpl.p50, 0)} ms, p95 ${fmt(fromTpl.p95, 0)} ms (n=${N}); the build ${fmt(buildMs, 0)} ms`,
+      `${fmt(fromTpl.p50 / coldSdk.p50, 2)}x the SDK's cold boot at p50`,
+    );
     for (const [what, r] of [
       ['cold boot', cold],
       ['warm pool (running member)', pool],
@@ -73,7 +96,7 @@ export async function e2bBenchmarks(row: Row, results: Record<string, unknown>):
         `SDK ${fmt(a.p50 - b.p50, 0)} ms over svc's own at p50`,
       );
     }
-    results.e2b = { n: N, cold, pool };
+    results.e2b = { n: N, cold, pool, template: { build_ms: buildMs, create: built } };
   } finally {
     if (d) {
       for (const vm of await d.client.list().catch(() => [])) await d.client.delete(vm.name).catch(() => undefined);

@@ -181,6 +181,9 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
       .setStartCmd('httpd -f -p 8081 -h /srv/www', 'wget -qO- http://127.0.0.1:8081/mode.txt');
     const info = await Template.build(template, 'e2e-web', opts());
     const s = await Sandbox.create('e2e-web', opts());
+    // The build's steps were the build's processes; the start command's is the template's, and the clone's.
+    const procs = (await call(d.tcp, 'GET', `/vms/${s.sandboxId}/processes`)).json as { tag?: string; state: string }[];
+    expect(procs.map((p) => [p.tag, p.state])).to.deep.equal([['e2b-start', 'running']]);
     // The clone's copy of the start command's server answers at once, from the template's files.
     expect((await s.commands.run('wget -qO- http://127.0.0.1:8081/index.html')).stdout).to.equal(
       'served from a template\n',

@@ -41,6 +41,8 @@ export interface Build {
   status: BuildStatus;
   logs: BuildLog[];
   reason?: { message: string; step?: string };
+  /** Lines of output past the log's bound, not kept. */
+  cut?: number;
 }
 export interface TemplateStep {
   type: string;
@@ -80,8 +82,7 @@ export class TemplateRun {
 
   async run(b: Build, base: Record<string, unknown>, steps: TemplateStep[], spec: BuildSpec): Promise<void> {
     const vm = `e2b-tpl-${randomBytes(6).toString('hex')}`;
-    const log = (message: string, step?: string, level: BuildLog['level'] = 'info') =>
-      b.logs.push({ timestamp: new Date().toISOString(), level, message, ...(step ? { step } : {}) });
+    const log = (message: string, step?: string, level: BuildLog['level'] = 'info') => logTo(b, message, step, level);
     const env: Record<string, string> = {};
     let workdir: string | undefined;
     let user: string | undefined;
@@ -164,10 +165,11 @@ export class TemplateRun {
         const text = partial + (f.encoding === 'base64' ? Buffer.from(f.data, 'base64').toString('utf8') : f.data);
         const lines = text.split('\n');
         partial = lines.pop() ?? '';
-        for (const l of lines)
-          b.logs.push({ timestamp: new Date().toISOString(), level: 'info', message: l.slice(0, 4096), step });
+        for (const l of lines) logTo(b, l, step, 'info', true);
       } else if ('reason' in f) {
-        if (partial) b.logs.push({ timestamp: new Date().toISOString(), level: 'info', message: partial, step });
+        if (partial) logTo(b, partial, step, 'info', true);
+        // a step's process is the build's, not the template's: its record goes
+        await this.client.removeProcess(vm, p.id).catch(() => undefined);
         if (f.exit_code !== 0)
           throw new InvalidArgumentError(
             `step ${step} failed: ${JSON.stringify(line.slice(0, 200))} ${f.signal ? `was killed by ${f.signal}` : `exited with ${f.exit_code}`}`,
@@ -235,6 +237,7 @@ export class TemplateRun {
       });
       let code: number | undefined;
       for await (const f of this.client.processOutput(vm, p.id)) if ('reason' in f) code = f.exit_code;
+      await this.client.removeProcess(vm, p.id).catch(() => undefined);
       if (code === 0) return;
       if (Date.now() > until)
         throw new InvalidArgumentError(`the ready command did not succeed in ${READY_TIMEOUT_MS / 1000} s: ${cmd}`);
@@ -254,6 +257,27 @@ export class TemplateRun {
       await rm(this.o.record(old.name), { force: true });
     }
   }
+}
+
+/** The most lines of output a build's log keeps; what comes after is counted in one last line. */
+const MAX_LOG_LINES = 20_000;
+
+/** A line of a build's log. Steps' output stops at MAX_LOG_LINES; svc's own lines always go in. */
+function logTo(b: Build, message: string, step: string | undefined, level: BuildLog['level'], output = false): void {
+  if (output && b.logs.length >= MAX_LOG_LINES) {
+    b.cut = (b.cut ?? 0) + 1;
+    return;
+  }
+  if (!output && b.cut) {
+    b.logs.push({ timestamp: new Date().toISOString(), level: 'warn', message: `(${b.cut} lines of output not kept)` });
+    b.cut = 0;
+  }
+  b.logs.push({
+    timestamp: new Date().toISOString(),
+    level,
+    message: message.slice(0, 4096),
+    ...(step ? { step } : {}),
+  });
 }
 
 /** E2B's users in svc: its default `user` and root are the guest's root; others are themselves. */
