@@ -3,6 +3,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, open, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
+import type { ProcessInfo } from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { copyArchive } from './template-copy.js';
@@ -22,6 +23,13 @@ export const TPL = {
   name: 'e2b/tpl_name',
   build: 'e2b/tpl_build',
 } as const;
+
+/** What a build's shell line runs with: the environment, folder and user the steps so far set. */
+interface Shell {
+  env: Record<string, string>;
+  workdir?: string;
+  user?: string;
+}
 
 /** How long a ready command is retried before the build fails. */
 
@@ -61,6 +69,13 @@ export interface BuildSpec {
 export interface TemplateDefaults {
   envs: Record<string, string>;
   workdir?: string;
+}
+
+/** What a build's shell line runs with: the environment, folder and user the steps so far set. */
+interface Shell {
+  env: Record<string, string>;
+  workdir?: string;
+  user?: string;
 }
 
 /** How long a ready command is retried before the build fails. */
@@ -116,14 +131,7 @@ export class TemplateRun {
       step = 'finalize';
       if (spec.startCmd) {
         log(`start: ${spec.startCmd}`, step);
-        await this.client.startProcess(vm, {
-          cmd: '/bin/sh',
-          args: ['-c', spec.startCmd],
-          env,
-          cwd: workdir,
-          user,
-          tag: 'e2b-start',
-        });
+        await this.begin(vm, spec.startCmd, { env, workdir, user }, 'e2b-start');
       }
       if (spec.readyCmd) await this.ready(vm, spec.readyCmd, { env, workdir, user }, log);
       const defaults: TemplateDefaults = { envs: env, workdir };
@@ -144,38 +152,43 @@ export class TemplateRun {
     }
   }
 
-  /** A shell line in the build VM as a durable process, its output in the build's log. */
-  private async sh(
-    vm: string,
-    b: Build,
-    step: string,
-    line: string,
-    o: { env: Record<string, string>; workdir?: string; user?: string },
-  ): Promise<void> {
-    const p = await this.client.startProcess(vm, {
+  /** A shell line in the build VM as a durable process (tagged: one that outlives the build). */
+  private begin(vm: string, line: string, o: Shell, tag?: string): Promise<ProcessInfo> {
+    return this.client.startProcess(vm, {
       cmd: '/bin/sh',
       args: ['-c', line],
       env: o.env,
       cwd: o.workdir,
       user: o.user,
+      ...(tag ? { tag } : {}),
     });
-    let partial = '';
+  }
+
+  /** A shell line run to its end, its output to `onText`; the step's process record goes after. */
+  private async shell(vm: string, line: string, o: Shell, onText: (t: string) => void = () => undefined) {
+    const p = await this.begin(vm, line, o);
+    let end: { exit_code?: number; signal?: string } = {};
     for await (const f of this.client.processOutput(vm, p.id)) {
-      if ('stream' in f) {
-        const text = partial + (f.encoding === 'base64' ? Buffer.from(f.data, 'base64').toString('utf8') : f.data);
-        const lines = text.split('\n');
-        partial = lines.pop() ?? '';
-        for (const l of lines) logTo(b, l, step, 'info', true);
-      } else if ('reason' in f) {
-        if (partial) logTo(b, partial, step, 'info', true);
-        // a step's process is the build's, not the template's: its record goes
-        await this.client.removeProcess(vm, p.id).catch(() => undefined);
-        if (f.exit_code !== 0)
-          throw new InvalidArgumentError(
-            `step ${step} failed: ${JSON.stringify(line.slice(0, 200))} ${f.signal ? `was killed by ${f.signal}` : `exited with ${f.exit_code}`}`,
-          );
-      }
+      if ('stream' in f) onText(f.encoding === 'base64' ? Buffer.from(f.data, 'base64').toString('utf8') : f.data);
+      else if ('reason' in f) end = f;
     }
+    await this.client.removeProcess(vm, p.id).catch(() => undefined);
+    return end;
+  }
+
+  /** A step's shell line: its output in the build's log line by line; a failure ends the build. */
+  private async sh(vm: string, b: Build, step: string, line: string, o: Shell): Promise<void> {
+    let partial = '';
+    const end = await this.shell(vm, line, o, (text) => {
+      const lines = (partial + text).split('\n');
+      partial = lines.pop() ?? '';
+      for (const l of lines) logTo(b, l, step, 'info', true);
+    });
+    if (partial) logTo(b, partial, step, 'info', true);
+    if (end.exit_code !== 0)
+      throw new InvalidArgumentError(
+        `step ${step} failed: ${JSON.stringify(line.slice(0, 200))} ${end.signal ? `was killed by ${end.signal}` : `exited with ${end.exit_code}`}`,
+      );
   }
 
   /** A COPY: the uploaded archive, its paths where COPY puts them (template-copy.ts), as a tar into the guest's `/`. */
@@ -219,26 +232,10 @@ export class TemplateRun {
     await this.client.upload(vm, { path: '/', mode: 'tar' }, tar);
   }
 
-  private async ready(
-    vm: string,
-    cmd: string,
-    o: { env: Record<string, string>; workdir?: string; user?: string },
-    log: (m: string, step?: string) => void,
-  ): Promise<void> {
+  private async ready(vm: string, cmd: string, o: Shell, log: (m: string, step?: string) => void): Promise<void> {
     const until = Date.now() + READY_TIMEOUT_MS;
     log(`waiting for: ${cmd}`, 'finalize');
-    for (;;) {
-      const p = await this.client.startProcess(vm, {
-        cmd: '/bin/sh',
-        args: ['-c', cmd],
-        env: o.env,
-        cwd: o.workdir,
-        user: o.user,
-      });
-      let code: number | undefined;
-      for await (const f of this.client.processOutput(vm, p.id)) if ('reason' in f) code = f.exit_code;
-      await this.client.removeProcess(vm, p.id).catch(() => undefined);
-      if (code === 0) return;
+    while ((await this.shell(vm, cmd, o)).exit_code !== 0) {
       if (Date.now() > until)
         throw new InvalidArgumentError(`the ready command did not succeed in ${READY_TIMEOUT_MS / 1000} s: ${cmd}`);
       await new Promise((r) => setTimeout(r, 1000));
