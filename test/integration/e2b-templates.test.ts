@@ -165,6 +165,8 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
       expect(r.json.message).to.match(why);
     }
     expect((await at('GET', `/templates/${templateID}/builds/nope/status`)).status).to.equal(404);
+    const tags = await Template.assignTags('ok:v1', 'prod', opts()).catch((e: unknown) => e);
+    expect((tags as Error).message).to.match(/keeps no tags/);
     const status = (await at('GET', `/templates/${templateID}/builds/${buildID}/status`)).json;
     expect(status).to.include({ status: 'waiting', templateID, buildID });
   });

@@ -1,5 +1,5 @@
 import type { Request } from 'express';
-import { NotFoundError } from '../../domain/errors.js';
+import { NotFoundError, NotSupportedError } from '../../domain/errors.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { e2bRouter } from './e2b-route.js';
@@ -39,6 +39,17 @@ export function e2bTemplateRoutes(client: SvcClient, boxes: Sandboxes, builds: T
     route('get', '/templates/:templateID/builds/:buildID/status', async (req, res) => {
       const offset = Number((req.query as Record<string, unknown>).logsOffset ?? 0) || 0;
       res.json(builds.status(p(req, 'templateID'), p(req, 'buildID'), offset));
+    }),
+    // svc keeps one build per name, so a tag names that build and there are no tags to move.
+    ...(['post', 'delete'] as const).map((m) =>
+      route(m, '/templates/tags', async () => {
+        throw new NotSupportedError(
+          'svc keeps the newest build of a template name only; it keeps no tags to assign or remove',
+        );
+      }),
+    ),
+    route('get', '/templates/:templateID/tags', async () => {
+      throw new NotSupportedError('svc keeps the newest build of a template name only; it keeps no tags');
     }),
     route('get', '/templates/aliases/:alias', async (req, res) => {
       const alias = p(req, 'alias');
