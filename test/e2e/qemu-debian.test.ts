@@ -6,7 +6,7 @@ import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
-import { Sandbox } from 'e2b';
+import { Sandbox, Template } from 'e2b';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -266,7 +266,7 @@ describe('svcd with QEMU: the debian image', function () {
     for (const vm of ['snap1', 'snap2']) await d.call('DELETE', `/vms/${vm}`);
   });
 
-  it("runs E2B's SDK on it: bash -l with python3, envs, a file both ways, a background command connected to", async () => {
+  it("runs E2B's SDK on it: bash -l with python3, envs, a file both ways, a background command connected to, a template built with aptInstall", async () => {
     const opts = {
       apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
       sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
@@ -286,6 +286,25 @@ describe('svcd with QEMU: the debian image', function () {
     } finally {
       await s.kill();
     }
+    // A template built on it with E2B's own helpers (apt-get update and install as root), then a
+    // sandbox of it: a clone of the built VM, the package and the template's environment in it.
+    const tpl = await Template.build(
+      Template()
+        .fromDebianImage('bookworm')
+        .aptInstall(['jq'], { noInstallRecommends: true })
+        .runCmd('python3 -c "print(6*7)" > /opt/answer')
+        .setEnvs({ STAGE: 'template' }),
+      'deb-e2b',
+      opts,
+    );
+    const t = await Sandbox.create('deb-e2b', opts);
+    try {
+      const r = await t.commands.run(`echo '{"a": [1]}' | jq -c .a; cat /opt/answer; echo $STAGE`);
+      expect(r.stdout, r.stderr).to.equal('[1]\n42\ntemplate\n');
+    } finally {
+      await t.kill();
+    }
+    expect((await d.call('DELETE', `/e2b/templates/${tpl.templateId}`)).status).to.equal(204);
     // The images this suite builds next are not captured: a debian capture is 45 s of TCG, which
     // the other e2e worker's guests would wait on (the rule is tested with minimal and the fake).
     d.config.create_from_snapshot = false;
