@@ -78,6 +78,7 @@ import { processRoutes } from './adapters/http/process-routes.js';
 import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
 import { e2bTemplateRoutes } from './adapters/e2b/template-routes.js';
 import { TemplateBuilds } from './adapters/e2b/templates.js';
+import { errorMessage } from './domain/errors.js';
 import { RuleSecrets } from './adapters/e2b/rule-secrets.js';
 import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
 import { defaultSandboxDomain, SandboxHosts } from './adapters/e2b/sandbox-hosts.js';
@@ -434,6 +435,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   await cluster?.start();
   // A move a stop cut off is finished by what etcd says (docs/cluster.md, "Moving a VM").
   await moves?.settle();
+  // A template build a stop cut off leaves a VM that is no template (docs/e2b.md, "Templates").
+  void e2bTemplates
+    .sweep({ vms: !cluster })
+    .then((gone) => gone.length && log.info({ vms: gone }, 'removed the VMs of E2B template builds cut off by a stop'))
+    .catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'could not sweep cut-off E2B template builds'));
   log.info(
     { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },
     'svcd listening',

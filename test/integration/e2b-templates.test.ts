@@ -170,4 +170,29 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     const status = (await at('GET', `/templates/${templateID}/builds/${buildID}/status`)).json;
     expect(status).to.include({ status: 'waiting', templateID, buildID });
   });
+
+  it('removes at its start the VM of a build a stop cut off, and the defaults of templates gone, keeping built templates', async () => {
+    const cut = await d.call('POST', '/vms', {
+      name: 'e2b-tpl-cut0ff',
+      persistent: true,
+      tags: { 'e2b/tpl_id': 'tpl-0000000000000000', 'e2b/tpl_name': 'cut', 'e2b/tpl_build': 'gone' },
+    });
+    expect(cut.status, cut.text).to.equal(201);
+    const records = join(d.config.data_dir, 'e2b', 'templates');
+    writeFileSync(join(records, 'e2b-tpl-deleted.json'), '{"envs":{}}\n');
+    const kept = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'py-app')!;
+    await d.restart();
+    const end = Date.now() + 10_000;
+    while ((await vms()).some((v) => v.name === 'e2b-tpl-cut0ff') && Date.now() < end)
+      await new Promise((r) => setTimeout(r, 100));
+    const names = (await vms()).map((v) => v.name);
+    expect(names).to.not.include('e2b-tpl-cut0ff');
+    expect(names).to.include(kept.name);
+    expect(existsSync(join(records, 'e2b-tpl-deleted.json'))).to.equal(false);
+    expect(existsSync(join(records, `${kept.name}.json`))).to.equal(true);
+    // the template still gives its sandboxes its environment after the restart
+    const s = await Sandbox.create('py-app', opts());
+    made.push(s);
+    expect((await s.commands.run('echo $GREETING')).stdout).to.equal('again\n');
+  });
 });

@@ -304,7 +304,10 @@ export function e2bControlRoutes(
             .map((x) => x!.snapshotID);
       if (!doomed.length)
         throw new NotFoundError(`template ${id(req)} not found (only snapshots and built templates are deleted here)`);
-      for (const vm of doomed) await client.delete(vm);
+      for (const vm of doomed) {
+        await client.delete(vm);
+        await o.templates.forget(vm);
+      }
       res.status(204).end();
     }),
   ];

@@ -15,8 +15,8 @@ import { copyArchive } from './template-copy.js';
  * then suspends the VM. That suspended VM is the template: a sandbox created from it is a clone,
  * with the start command's process still running in it. A template's name and id are in the VM's
  * tags, its environment and working folder in `<dir>/templates/<vm>.json`, so a daemon restart
- * keeps templates; a build under way when the daemon stops is lost (its VM is removed by the next
- * build of the name).
+ * keeps templates; a build under way when the daemon stops is lost (its VM is removed when the daemon
+ * starts again: TemplateBuilds.sweep).
  */
 export const TPL = {
   id: 'e2b/tpl_id',

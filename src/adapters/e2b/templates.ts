@@ -1,5 +1,5 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
-import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import {
@@ -216,6 +216,34 @@ export class TemplateBuilds {
     const text = await readFile(this.record(vm), 'utf8').catch(() => '{}');
     const r = JSON.parse(text) as Partial<TemplateDefaults>;
     return { envs: r.envs ?? {}, workdir: r.workdir };
+  }
+
+  /** A template VM deleted: its defaults go. */
+  async forget(vm: string): Promise<void> {
+    await rm(this.record(vm), { force: true });
+  }
+
+  /**
+   * At the daemon's start: a build cut off by a stop left its VM running (a template is
+   * suspended), and defaults may be left of templates deleted meanwhile. Both go. In a cluster
+   * other nodes' builds are not this node's to judge, so only the files are looked at there.
+   */
+  async sweep(o: { vms: boolean }): Promise<string[]> {
+    const all = await this.client.list();
+    const gone: string[] = [];
+    if (o.vms)
+      for (const vm of all)
+        if (vm.tags[TPL.build] && !templateOf(vm) && !this.builds.has(vm.tags[TPL.build])) {
+          await this.client.delete(vm.name).then(
+            () => gone.push(vm.name),
+            () => undefined,
+          );
+        }
+    const kept = new Set(all.filter((vm) => !gone.includes(vm.name)).map((vm) => vm.name));
+    const records = await readdir(join(this.dir, 'templates')).catch(() => [] as string[]);
+    for (const f of records)
+      if (f.endsWith('.json') && !kept.has(f.slice(0, -5))) await rm(join(this.dir, 'templates', f), { force: true });
+    return gone;
   }
 
   private record(vm: string): string {
