@@ -194,6 +194,29 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     expect(await Template.exists('e2e-web', opts())).to.equal(false);
   });
 
+  it('builds a template from a Dockerfile (Template.fromDockerfile: ENV, WORKDIR, COPY to ./, RUN, CMD as its start command)', async () => {
+    const ctx = tempDir('svc-e2e-dockerfile-');
+    writeFileSync(join(ctx, 'index.html'), 'from a Dockerfile\n');
+    const dockerfile = [
+      'FROM e2bdev/base',
+      'ENV APP=dock',
+      'WORKDIR /app',
+      'COPY index.html ./',
+      'RUN echo "$APP" > mode.txt',
+      'CMD ["httpd", "-f", "-p", "8082", "-h", "/app"]',
+    ].join('\n');
+    // The SDK makes a CMD's ready command a 20 s wait; a check of the server is quicker.
+    const template = Template({ fileContextPath: ctx })
+      .fromDockerfile(dockerfile)
+      .setReadyCmd('wget -qO- http://127.0.0.1:8082/mode.txt');
+    await Template.build(template, 'e2e-dockerfile', opts());
+    const s = await Sandbox.create('e2e-dockerfile', opts());
+    const r = await s.commands.run('wget -qO- http://127.0.0.1:8082/index.html; cat mode.txt; echo $APP');
+    expect(r.stdout, r.stderr).to.equal('from a Dockerfile\ndock\ndock\n');
+    await s.kill();
+    expect((await call(d.tcp, 'DELETE', '/e2b/templates/e2e-dockerfile')).status).to.equal(204);
+  });
+
   it('creates two sandboxes at once from the warm pool of a template', async () => {
     expect((await d.call('POST', '/vms', { name: 'tpl', persistent: true })).status).to.equal(201);
     expect((await d.call('POST', '/vms/tpl/suspend')).status).to.equal(200);
