@@ -99,7 +99,26 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(now.length).to.equal(1);
     const s = await Sandbox.create('py-app', opts());
     made.push(s);
-    expect((await s.commands.run('echo $GREETING')).stdout).to.equal('again\n');
+    // a template built from another carries on its environment and folder
+    expect((await s.commands.run('echo $GREETING $PLACE; pwd')).stdout).to.equal(
+      `again svc\n${join(work, 't', 'wd')}\n`,
+    );
+  });
+
+  it('builds a template from a snapshot of a sandbox (Template.fromTemplate with its name)', async () => {
+    const s = await Sandbox.create(opts());
+    made.push(s);
+    await s.commands.run(`mkdir -p ${work}/snap && echo in-snapshot > ${work}/snap/a.txt`);
+    await Sandbox.createSnapshot(s.sandboxId, { ...opts(), name: 'snap-base' });
+    await Template.build(
+      Template().fromTemplate('snap-base').runCmd(`cat ${work}/snap/a.txt > ${work}/snap/b.txt`),
+      'from-snap',
+      opts(),
+    );
+    expect(readFileSync(join(work, 'snap', 'b.txt'), 'utf8')).to.equal('in-snapshot\n');
+    const tpl = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'from-snap')!;
+    const snap = (await vms()).find((v) => v.tags['e2b/snapshot_name'] === 'snap-base')!;
+    expect(tpl.from).to.equal(snap.name);
   });
 
   it('fails a build at the step that fails, naming it, and leaves no VM behind', async () => {
@@ -118,15 +137,16 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
   });
 
   it('refuses before building what svc cannot build: an image from a registry, an unknown base', async () => {
+    const before = (await vms()).length;
     for (const [t, why] of [
       [Template().fromImage('python:3.12'), /svc pulls no images from registries/],
       [Template().fromImage('ghcr.io/x/y', { username: 'u', password: 'p' }), /svc pulls no images from registries/],
-      [Template().fromTemplate('no-such-base'), /no-such-base: not an svc image or template/],
+      [Template().fromTemplate('no-such-base'), /no-such-base: not an svc image, template or snapshot/],
     ] as const) {
       const err = await Template.build(t, 'nope', opts()).catch((e: unknown) => e);
       expect((err as Error).message).to.match(why);
     }
-    expect((await vms()).filter((v) => v.name.startsWith('e2b-tpl-')).length).to.equal(1);
+    expect((await vms()).length, 'nothing was made').to.equal(before);
   });
 
   it('answers bad build calls with the status and message E2B clients expect', async () => {

@@ -24,6 +24,12 @@ export const TPL = {
   build: 'e2b/tpl_build',
 } as const;
 
+/** What a build starts from: svc's create fields, and a template's defaults when it is one. */
+export interface RunBase {
+  create: Record<string, unknown>;
+  defaults?: TemplateDefaults;
+}
+
 /** What a build's shell line runs with: the environment, folder and user the steps so far set. */
 interface Shell {
   env: Record<string, string>;
@@ -71,6 +77,12 @@ export interface TemplateDefaults {
   workdir?: string;
 }
 
+/** What a build starts from: svc's create fields, and a template's defaults when it is one. */
+export interface RunBase {
+  create: Record<string, unknown>;
+  defaults?: TemplateDefaults;
+}
+
 /** What a build's shell line runs with: the environment, folder and user the steps so far set. */
 interface Shell {
   env: Record<string, string>;
@@ -95,20 +107,20 @@ export class TemplateRun {
     private readonly o: RunPlaces,
   ) {}
 
-  async run(b: Build, base: Record<string, unknown>, steps: TemplateStep[], spec: BuildSpec): Promise<void> {
+  async run(b: Build, base: RunBase, steps: TemplateStep[], spec: BuildSpec): Promise<void> {
     const vm = `e2b-tpl-${randomBytes(6).toString('hex')}`;
     const log = (message: string, step?: string, level: BuildLog['level'] = 'info') => logTo(b, message, step, level);
-    const env: Record<string, string> = {};
-    let workdir: string | undefined;
+    const env: Record<string, string> = { ...base.defaults?.envs };
+    let workdir = base.defaults?.workdir;
     let user: string | undefined;
     let step = 'base';
     try {
-      log(`booting ${vm} from ${JSON.stringify(base)}`, step);
+      log(`booting ${vm} from ${JSON.stringify(base.create)}`, step);
       await this.client.create(
         {
           name: vm,
           persistent: true,
-          ...base,
+          ...base.create,
           ...(b.cpus ? { cpus: b.cpus } : {}),
           ...(b.memoryMb ? { memory_mb: b.memoryMb } : {}),
           tags: { [TPL.id]: b.templateID, [TPL.name]: b.name, [TPL.build]: b.buildID },

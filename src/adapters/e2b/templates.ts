@@ -13,7 +13,8 @@ import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
-import { TPL, TemplateRun, type Build, type BuildSpec, type TemplateDefaults } from './template-run.js';
+import { snapshotOf } from './sandboxes.js';
+import { TPL, TemplateRun, type Build, type BuildSpec, type RunBase, type TemplateDefaults } from './template-run.js';
 
 export { TPL, type BuildSpec, type TemplateDefaults } from './template-run.js';
 
@@ -199,16 +200,24 @@ export class TemplateBuilds {
   }
 
   /** What a build's base means for svc's create: a template to clone, an svc image, or the default. */
-  private async base(spec: BuildSpec): Promise<Record<string, unknown>> {
+  /**
+   * What a build's base means for svc's create: a template or a snapshot to clone (a template's
+   * environment and folder carry on), an svc image, or the default image.
+   */
+  private async base(spec: BuildSpec): Promise<RunBase> {
     const ref = spec.fromTemplate ?? spec.fromImage ?? 'e2bdev/base';
-    if (ref === 'base' || ref === 'e2bdev/base') return {};
-    const tpl = findTemplate(await this.client.list(), ref);
-    if (tpl) return { from: tpl.name };
-    if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref)) return { image: 'debian' };
+    if (ref === 'base' || ref === 'e2bdev/base') return { create: {} };
+    const all = await this.client.list();
+    const tpl = findTemplate(all, ref);
+    if (tpl) return { create: { from: tpl.name }, defaults: await this.defaults(tpl.name) };
+    const snap = all.map(snapshotOf).find((x) => x?.names.includes(ref) || x?.snapshotID === ref);
+    if (snap) return { create: { from: snap.snapshotID } };
+    if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref))
+      return { create: { image: 'debian' } };
     const image = (await this.client.listImages()).find((i) => i.id === ref);
-    if (image) return { image: image.id };
+    if (image) return { create: { image: image.id } };
     throw new NotSupportedError(
-      `base ${ref}: not an svc image or template, and svc pulls no images from registries; import it (svc image import NAME oci-archive:PATH) and build from NAME`,
+      `base ${ref}: not an svc image, template or snapshot, and svc pulls no images from registries; import it (svc image import NAME oci-archive:PATH) and build from NAME`,
     );
   }
 
