@@ -24,21 +24,6 @@ export const TPL = {
   build: 'e2b/tpl_build',
 } as const;
 
-/** What a build starts from: svc's create fields, and a template's defaults when it is one. */
-export interface RunBase {
-  create: Record<string, unknown>;
-  defaults?: TemplateDefaults;
-}
-
-/** What a build's shell line runs with: the environment, folder and user the steps so far set. */
-interface Shell {
-  env: Record<string, string>;
-  workdir?: string;
-  user?: string;
-}
-
-/** How long a ready command is retried before the build fails. */
-
 export type BuildStatus = 'waiting' | 'building' | 'ready' | 'error';
 export interface BuildLog {
   timestamp: string;
