@@ -178,6 +178,12 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
       [{ steps: [{ type: 'HEALTHCHECK', args: ['x'] }] }, /does not build HEALTHCHECK/],
       [{ steps: [{ type: 'RUN', args: [1] }] }, /args must be a list of strings/],
       [{ startCmd: 5 }, /startCmd must be a string/],
+      [{ steps: [{ type: 'ENV', args: ['BAD-NAME', 'x'] }] }, /ENV "BAD-NAME": svc takes names/],
+      [{ steps: [{ type: 'ENV', args: ['BIG', 'x'.repeat(3000)] }] }, /values of at most 2048/],
+      [
+        { steps: [{ type: 'ENV', args: Array.from({ length: 41 }, (_, i) => [`V${i}`, 'x']).flat() }] },
+        /at most 40 environment variables/,
+      ],
     ] as const;
     for (const [body, why] of bad) {
       const r = await at('POST', `/v2/templates/${templateID}/builds/${buildID}`, body);

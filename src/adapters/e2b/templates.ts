@@ -40,6 +40,8 @@ export const TEMPLATE_FILE_MAX_BYTES = 1 << 30;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 const HASH = /^[a-f0-9]{64}$/;
 const MAX_STEPS = 1000;
+/** A sandbox keeps its envs in its VM's tags (64 at most, a few are E2B's own). */
+const MAX_ENVS = 40;
 
 /**
  * E2B's template build API's state: builds requested and under way (in memory), uploads (`<dir>/files`),
@@ -174,6 +176,13 @@ export class TemplateBuilds {
         throw new InvalidArgumentError(`step ${i + 1}: args must be a list of strings`);
       if ((s.type === 'RUN' || s.type === 'WORKDIR' || s.type === 'USER') && !args[0])
         throw new InvalidArgumentError(`step ${i + 1}: ${s.type} needs its argument`);
+      if (s.type === 'ENV')
+        for (let j = 0; j < args.length; j += 2)
+          // they become the sandboxes' envs, kept in their VMs' tags (sandboxes.ts)
+          if (!/^[A-Za-z_][A-Za-z0-9_]{0,54}$/.test(args[j]) || (args[j + 1] ?? '').length > 2048)
+            throw new InvalidArgumentError(
+              `step ${i + 1}: ENV ${JSON.stringify(args[j].slice(0, 60))}: svc takes names of letters, digits and _ (1 to 55) and values of at most 2048 characters`,
+            );
       if (s.type === 'COPY' && !(args[0] && args[1]))
         throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
       if (!['RUN', 'COPY', 'ENV', 'WORKDIR', 'USER'].includes(s.type))
@@ -181,6 +190,13 @@ export class TemplateBuilds {
       if (s.type === 'COPY' && !(s.filesHash && HASH.test(s.filesHash)))
         throw new InvalidArgumentError(`step ${i + 1}: COPY needs the hash of its uploaded files`);
     }
+    const envs = new Set(
+      steps.filter((x) => x.type === 'ENV').flatMap((x) => (x.args ?? []).filter((_, j) => j % 2 === 0)),
+    );
+    if (envs.size > MAX_ENVS)
+      throw new InvalidArgumentError(
+        `a template sets at most ${MAX_ENVS} environment variables (they are kept in its sandboxes' tags), got ${envs.size}`,
+      );
     b.status = 'building';
     void this.runner.run(b, base, steps, spec);
   }
