@@ -7,7 +7,7 @@ import type { Instance } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { e2bRouter } from './e2b-route.js';
-import { TPL, findTemplate, type TemplateBuilds, type TemplateDefaults } from './templates.js';
+import { TPL, findTemplate, type RunBase, type TemplateBuilds } from './templates.js';
 import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
 import {
   e2bRulesOf,
@@ -78,16 +78,12 @@ export function e2bControlRoutes(
    * A template id as svc's create: `base` the default image; a built template or a snapshot to
    * clone (a template's environment and working folder go with it); a VM to clone; else an image.
    */
-  const source = async (
-    template: string,
-  ): Promise<{ create: Record<string, unknown>; defaults?: TemplateDefaults }> => {
+  const source = async (template: string): Promise<RunBase> => {
     if (!template || template === 'base') return { create: {} };
     if (template === o.poolTemplate) return { create: { from_pool: true } };
     const all = await client.list();
-    const built = findTemplate(all, template);
-    if (built) return { create: { from: built.name }, defaults: await o.templates.defaults(built.name) };
-    const named = all.map(snapshotOf).find((x) => x?.names.includes(template));
-    if (named) return { create: { from: named.snapshotID } };
+    const clone = await o.templates.cloneOf(all, template);
+    if (clone) return clone;
     return all.some((vm) => vm.name === template) ? { create: { from: template } } : { create: { image: template } };
   };
 

@@ -10,7 +10,7 @@ import type { RouteDef } from '../http-kit/route.js';
 import { drainBody } from '../http-kit/http-app.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { connectRoutes, RpcError, type RpcCall } from './connect-rpc.js';
-import { metaOf, type Sandboxes } from './sandboxes.js';
+import { E2B_HOME, guestUser, metaOf, type Sandboxes } from './sandboxes.js';
 
 /**
  * E2B's in-sandbox API (envd) under `/e2b/envd`, the URL E2B_SANDBOX_URL names: `/health`,
@@ -19,17 +19,15 @@ import { metaOf, type Sandboxes } from './sandboxes.js';
  * process's pid in the guest); files are svc's cp and fs calls (docs/e2b.md).
  */
 
-/** Where E2B's relative paths start: its default user's home. svc runs E2B's `user` as the guest's root. */
-const HOME = '/root';
+/** Where E2B's relative paths start: its default user's home (sandboxes.ts). */
 const abs = (p: unknown): string => {
   if (typeof p !== 'string' || !p) throw new InvalidArgumentError('path is required');
-  return posix.resolve(HOME, p);
+  return posix.resolve(E2B_HOME, p);
 };
-/** E2B's `Authorization: Basic base64(user:)`; its default `user` (and root) is the agent's root. */
+/** E2B's `Authorization: Basic base64(user:)`, as the guest's user (sandboxes.ts, guestUser). */
 function userOf(req: Request): string | undefined {
   const m = /^Basic (.+)$/.exec(req.headers.authorization ?? '');
-  const name = m ? Buffer.from(m[1], 'base64').toString('utf8').split(':')[0] : '';
-  return !name || name === 'user' || name === 'root' ? undefined : name;
+  return guestUser(m ? Buffer.from(m[1], 'base64').toString('utf8').split(':')[0] : '');
 }
 /** The temporary file the agent writes a file as before it renames it into place (fs-kit/atomic-file.ts). */
 const AGENT_TMP = /(^|\/)\.[^/]+\.[0-9a-f]{12}\.tmp$/;
@@ -330,7 +328,7 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
   }
 
   /** Root's home, where E2B's default user's commands start; undefined in a guest without one (`/`). */
-  const homeIn = async (vm: string) => ((await kindIn(vm, HOME)) === 'directory' ? HOME : undefined);
+  const homeIn = async (vm: string) => ((await kindIn(vm, E2B_HOME)) === 'directory' ? E2B_HOME : undefined);
 
   /** E2B runs every command as `/bin/bash -l -c CMD`; a guest without bash (minimal) gets its `sh`. */
   const commandIn = async (vm: string, cmd: string) =>

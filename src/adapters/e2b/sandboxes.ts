@@ -38,6 +38,17 @@ export function snapshotOf(vm: Instance): { snapshotID: string; sandboxID: strin
   return { snapshotID: vm.name, sandboxID: of, names: name ? [name] : [] };
 }
 
+/** Where E2B's relative paths and commands start: its default user's home, which is root's in svc. */
+export const E2B_HOME = '/root';
+
+/** E2B's user in the guest: its default `user` and `root` are the agent's root (undefined); others are themselves. */
+export function guestUser(name: string | undefined): string | undefined {
+  return !name || name === 'user' || name === 'root' ? undefined : name;
+}
+
+/** A sandbox env's name as svc keeps it in a tag (`e2b/env/<name>`, 63 characters at most). */
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,54}$/;
+
 /** The version of envd the SDK is told: new enough for every feature svc serves (stdin close, octet-stream uploads). */
 export const ENVD_VERSION = '0.5.7';
 /** A sandbox's default life when the create gives none (E2B's default). */
@@ -101,7 +112,7 @@ export function tagsFor(m: SandboxMeta): Record<string, string> {
     tags[T.meta + k] = v;
   }
   for (const [k, v] of Object.entries(m.envs)) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,54}$/.test(k))
+    if (!ENV_NAME.test(k))
       throw new InvalidArgumentError(`envVars: ${JSON.stringify(k)} is not a variable name svc takes`);
     if (typeof v !== 'string') throw new InvalidArgumentError(`envVars ${k} must be a string`);
     tags[T.env + k] = v;

@@ -37,9 +37,10 @@ export function copyTarget(src: string, dest: string, name: string, isDir: boole
 }
 
 /**
- * The SDK's archive of a COPY's files (a tar, gzipped by default, paths relative to its context)
- * (`gz`: gzipped) as a tar of absolute guest paths for svc's `cp mode=tar` at `/`: each entry where COPY puts it,
- * owned by the step's user, with its mode. What a link or a name outside `src` would be is left out.
+ * The SDK's archive of a COPY's files (a tar, gzipped when `gz`, its paths relative to the build's
+ * context) as a tar of absolute guest paths for svc's `cp mode=tar` at `/`: each entry where COPY
+ * puts it, owned by the step's user, with its mode. Files, folders and symbolic links are kept;
+ * hard links, devices and names outside `src` are left out.
  */
 export function copyArchive(archive: Readable, gz: boolean, step: CopyStep): Readable {
   if (!step.dest.startsWith('/')) throw new InvalidArgumentError(`COPY destination ${step.dest} must be absolute`);

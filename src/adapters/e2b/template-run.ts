@@ -6,6 +6,7 @@ import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
 import type { ProcessInfo } from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { E2B_HOME, guestUser } from './sandboxes.js';
 import { copyArchive } from './template-copy.js';
 
 /**
@@ -120,10 +121,10 @@ export class TemplateRun {
         else if (s.type === 'WORKDIR') {
           workdir = args[0];
           await this.sh(vm, b, step, `mkdir -p '${workdir.replace(/'/g, `'\\''`)}'`, { env, user: undefined });
-        } else if (s.type === 'USER') user = svcUser(args[0]);
+        } else if (s.type === 'USER') user = guestUser(args[0]);
         else if (s.type === 'RUN')
-          await this.sh(vm, b, step, args[0] ?? '', { env, workdir, user: svcUser(args[1]) ?? user });
-        else if (s.type === 'COPY') await this.copy(vm, s, svcUser(args[2]) ?? user, workdir);
+          await this.sh(vm, b, step, args[0] ?? '', { env, workdir, user: guestUser(args[1]) ?? user });
+        else if (s.type === 'COPY') await this.copy(vm, s, guestUser(args[2]) ?? user, workdir);
       }
       step = 'finalize';
       if (spec.startCmd) {
@@ -221,7 +222,7 @@ export class TemplateRun {
     const tar = copyArchive(createReadStream(file), gz, {
       src,
       // relative to the WORKDIR, as Docker's COPY; else to E2B's user's home, which is root's here
-      dest: dest.startsWith('/') ? dest : `${workdir ?? '/root'}/${dest}`,
+      dest: dest.startsWith('/') ? dest : `${workdir ?? E2B_HOME}/${dest}`,
       uid,
       gid,
       mode: mode ? parseInt(mode, 8) : undefined,
@@ -272,9 +273,4 @@ function logTo(b: Build, message: string, step: string | undefined, level: Build
     message: message.slice(0, 4096),
     ...(step ? { step } : {}),
   });
-}
-
-/** E2B's users in svc: its default `user` and root are the guest's root; others are themselves. */
-function svcUser(u: string | undefined): string | undefined {
-  return !u || u === 'user' || u === 'root' ? undefined : u;
 }

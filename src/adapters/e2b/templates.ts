@@ -9,14 +9,15 @@ import {
   NotSupportedError,
   PayloadTooLargeError,
 } from '../../domain/errors.js';
+import { LIMITS } from '../../domain/create-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
-import { snapshotOf } from './sandboxes.js';
+import { ENV_NAME, snapshotOf } from './sandboxes.js';
 import { TPL, TemplateRun, type Build, type BuildSpec, type RunBase, type TemplateDefaults } from './template-run.js';
 
-export { TPL, type BuildSpec, type TemplateDefaults } from './template-run.js';
+export { TPL, type BuildSpec, type RunBase } from './template-run.js';
 
 /** A built template: a suspended VM carrying TPL's tags (template-run.ts). */
 export function templateOf(vm: Instance): { templateID: string; name: string } | undefined {
@@ -179,9 +180,9 @@ export class TemplateBuilds {
       if (s.type === 'ENV')
         for (let j = 0; j < args.length; j += 2)
           // they become the sandboxes' envs, kept in their VMs' tags (sandboxes.ts)
-          if (!/^[A-Za-z_][A-Za-z0-9_]{0,54}$/.test(args[j]) || (args[j + 1] ?? '').length > 2048)
+          if (!ENV_NAME.test(args[j]) || (args[j + 1] ?? '').length > LIMITS.tagValue)
             throw new InvalidArgumentError(
-              `step ${i + 1}: ENV ${JSON.stringify(args[j].slice(0, 60))}: svc takes names of letters, digits and _ (1 to 55) and values of at most 2048 characters`,
+              `step ${i + 1}: ENV ${JSON.stringify(args[j].slice(0, 60))}: svc takes names of letters, digits and _ (1 to 55) and values of at most ${LIMITS.tagValue} characters`,
             );
       if (s.type === 'COPY' && !(args[0] && args[1]))
         throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
@@ -215,7 +216,6 @@ export class TemplateBuilds {
     };
   }
 
-  /** What a build's base means for svc's create: a template to clone, an svc image, or the default. */
   /**
    * What a build's base means for svc's create: a template or a snapshot to clone (a template's
    * environment and folder carry on), an svc image, or the default image.
@@ -223,11 +223,8 @@ export class TemplateBuilds {
   private async base(spec: BuildSpec): Promise<RunBase> {
     const ref = spec.fromTemplate ?? spec.fromImage ?? 'e2bdev/base';
     if (ref === 'base' || ref === 'e2bdev/base') return { create: {} };
-    const all = await this.client.list();
-    const tpl = findTemplate(all, ref);
-    if (tpl) return { create: { from: tpl.name }, defaults: await this.defaults(tpl.name) };
-    const snap = all.map(snapshotOf).find((x) => x?.names.includes(ref) || x?.snapshotID === ref);
-    if (snap) return { create: { from: snap.snapshotID } };
+    const clone = await this.cloneOf(await this.client.list(), ref);
+    if (clone) return clone;
     if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref))
       return { create: { image: 'debian' } };
     const image = (await this.client.listImages()).find((i) => i.id === ref);
@@ -235,6 +232,18 @@ export class TemplateBuilds {
     throw new NotSupportedError(
       `base ${ref}: not an svc image, template or snapshot, and svc pulls no images from registries; import it (svc image import NAME oci-archive:PATH) and build from NAME`,
     );
+  }
+
+  /**
+   * The template (by name, `name:tag` or id; its newest build) or snapshot (by name or id) among
+   * `all` that `ref` names, as svc's create of a clone of it, with a template's defaults. What a
+   * sandbox's create and a build's base both clone.
+   */
+  async cloneOf(all: Instance[], ref: string): Promise<RunBase | undefined> {
+    const tpl = findTemplate(all, ref);
+    if (tpl) return { create: { from: tpl.name }, defaults: await this.defaults(tpl.name) };
+    const snap = all.map(snapshotOf).find((x) => x?.names.includes(ref) || x?.snapshotID === ref);
+    return snap ? { create: { from: snap.snapshotID } } : undefined;
   }
 
   async defaults(vm: string): Promise<TemplateDefaults> {
