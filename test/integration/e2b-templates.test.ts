@@ -177,6 +177,11 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
       [{ steps: [{ type: 'COPY', args: ['a', '/b'] }] }, /COPY needs the hash/],
       [{ steps: [{ type: 'HEALTHCHECK', args: ['x'] }] }, /does not build HEALTHCHECK/],
       [{ steps: [{ type: 'RUN', args: [1] }] }, /args must be a list of strings/],
+      [{ steps: [null] }, /step 1 must be an object/],
+      [
+        { steps: [{ type: 'COPY', args: ['a', '/b', '', '9x9'], filesHash: 'a'.repeat(64) }] },
+        /COPY mode 9x9 is not octal/,
+      ],
       [{ startCmd: 5 }, /startCmd must be a string/],
       [{ steps: [{ type: 'ENV', args: ['BAD-NAME', 'x'] }] }, /ENV "BAD-NAME": svc takes names/],
       [{ steps: [{ type: 'ENV', args: ['BIG', 'x'.repeat(3000)] }] }, /values of at most 2048/],

@@ -217,7 +217,6 @@ export class TemplateRun {
       uid = u;
       gid = g;
     }
-    if (mode && !/^[0-7]{3,4}$/.test(mode)) throw new InvalidArgumentError(`COPY mode ${mode} is not octal`);
     const gz = head[0] === 0x1f && head[1] === 0x8b;
     const tar = copyArchive(createReadStream(file), gz, {
       src,

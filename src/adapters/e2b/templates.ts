@@ -171,29 +171,34 @@ export class TemplateBuilds {
       );
     const base = await this.base(spec);
     const steps = spec.steps ?? [];
+    const envs = new Set<string>();
     for (const [i, s] of steps.entries()) {
-      const args = s?.args ?? [];
+      if (typeof s !== 'object' || s === null) throw new InvalidArgumentError(`step ${i + 1} must be an object`);
+      const args = s.args ?? [];
       if (!Array.isArray(args) || !args.every((a) => typeof a === 'string'))
         throw new InvalidArgumentError(`step ${i + 1}: args must be a list of strings`);
+      if (!['RUN', 'COPY', 'ENV', 'WORKDIR', 'USER'].includes(s.type))
+        throw new NotSupportedError(`step ${i + 1}: svc does not build ${s.type} steps`);
       if ((s.type === 'RUN' || s.type === 'WORKDIR' || s.type === 'USER') && !args[0])
         throw new InvalidArgumentError(`step ${i + 1}: ${s.type} needs its argument`);
       if (s.type === 'ENV')
-        for (let j = 0; j < args.length; j += 2)
+        for (let j = 0; j < args.length; j += 2) {
           // they become the sandboxes' envs, kept in their VMs' tags (sandboxes.ts)
           if (!ENV_NAME.test(args[j]) || (args[j + 1] ?? '').length > LIMITS.tagValue)
             throw new InvalidArgumentError(
               `step ${i + 1}: ENV ${JSON.stringify(args[j].slice(0, 60))}: svc takes names of letters, digits and _ (1 to 55) and values of at most ${LIMITS.tagValue} characters`,
             );
-      if (s.type === 'COPY' && !(args[0] && args[1]))
-        throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
-      if (!['RUN', 'COPY', 'ENV', 'WORKDIR', 'USER'].includes(s.type))
-        throw new NotSupportedError(`step ${i + 1}: svc does not build ${s.type} steps`);
-      if (s.type === 'COPY' && !(s.filesHash && HASH.test(s.filesHash)))
-        throw new InvalidArgumentError(`step ${i + 1}: COPY needs the hash of its uploaded files`);
+          envs.add(args[j]);
+        }
+      if (s.type === 'COPY') {
+        if (!(args[0] && args[1]))
+          throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
+        if (!(s.filesHash && HASH.test(s.filesHash)))
+          throw new InvalidArgumentError(`step ${i + 1}: COPY needs the hash of its uploaded files`);
+        if (args[3] && !/^[0-7]{3,4}$/.test(args[3]))
+          throw new InvalidArgumentError(`step ${i + 1}: COPY mode ${args[3]} is not octal`);
+      }
     }
-    const envs = new Set(
-      steps.filter((x) => x.type === 'ENV').flatMap((x) => (x.args ?? []).filter((_, j) => j % 2 === 0)),
-    );
     if (envs.size > MAX_ENVS)
       throw new InvalidArgumentError(
         `a template sets at most ${MAX_ENVS} environment variables (they are kept in its sandboxes' tags), got ${envs.size}`,
