@@ -4,6 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { e2bOptions } from '../helpers/e2b.js';
 import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { Sandbox, Template } from 'e2b';
@@ -267,11 +268,7 @@ describe('svcd with QEMU: the debian image', function () {
   });
 
   it("runs E2B's SDK on it: bash -l with python3, envs, a file both ways, a background command connected to, a template built with aptInstall", async () => {
-    const opts = {
-      apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
-      sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
-      apiKey: d.tcp.token,
-    };
+    const opts = e2bOptions(d);
     // `base` is the default image, restored from its snapshot.
     const s = await Sandbox.create({ ...opts, envs: { WHO: 'e2b-on-debian' }, timeoutMs: 300_000 });
     try {

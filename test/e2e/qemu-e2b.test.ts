@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CommandExitError, Sandbox, Template } from 'e2b';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { e2bOptions } from '../helpers/e2b.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
@@ -18,11 +19,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe('E2B API on real QEMU guests: the official SDK', function () {
   this.timeout(900_000);
   let d: TestDaemon;
-  const opts = () => ({
-    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
-    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
-    apiKey: d.tcp.token,
-  });
+  const opts = () => e2bOptions(d);
 
   before(async () => {
     d = await startTestDaemon({

@@ -13,6 +13,7 @@ import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import type { QmpClient } from '../../src/adapters/hypervisor/qemu/qmp-client.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { e2bOptions } from '../helpers/e2b.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { ensureImage } from './image.js';
 
@@ -263,9 +264,7 @@ describe('egress secrets on real QEMU guests', function () {
     await d.call('DELETE', '/vms/esc');
     await setValue('unused-by-rules');
     const sbx = await Sandbox.create({
-      apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
-      sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
-      apiKey: d.tcp.token,
+      ...e2bOptions(d),
       network: {
         allowOut: [`host:${tlsPort}`],
         denyOut: ['0.0.0.0/0'],

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { BuildError, Sandbox, Template, waitForFile } from 'e2b';
 import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { e2bOptions } from '../helpers/e2b.js';
 import type { Instance } from '../../src/domain/vm.js';
 
 /**
@@ -16,11 +17,7 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
   let d: TestDaemon;
   let work: string;
   let ctx: string;
-  const opts = () => ({
-    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
-    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
-    apiKey: d.tcp.token,
-  });
+  const opts = () => e2bOptions(d);
   const made: Sandbox[] = [];
   const vms = async (): Promise<Instance[]> => (await d.call('GET', '/vms')).json;
 

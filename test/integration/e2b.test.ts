@@ -10,6 +10,7 @@ import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { e2bOptions } from '../helpers/e2b.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
 import type { EgressPolicy } from '../../src/domain/egress.js';
@@ -34,11 +35,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
   this.timeout(60_000);
   let d: TestDaemon;
   let work: string;
-  const opts = () => ({
-    apiUrl: `http://127.0.0.1:${d.tcp.port}/e2b`,
-    sandboxUrl: `http://127.0.0.1:${d.tcp.port}/e2b/envd`,
-    apiKey: d.tcp.token,
-  });
+  const opts = () => e2bOptions(d);
   const made: Sandbox[] = [];
   const create = async (o: Record<string, unknown> = {}) => {
     const s = await Sandbox.create({ ...opts(), ...o });
