@@ -94,13 +94,17 @@ describe('svc-keep: the journal of a durable process', function () {
     });
 
     it('with nothing of its own to give back, counts what it lost: one empty segment says where the stream is', async () => {
-      // the disk is filled by another file; the stream loses its 100 KiB, then the room comes back
+      // the disk is filled by another file; the stream loses its 100 KiB, then the room comes back.
+      // The room comes back only once svc-keep has met the last of them (its empty segment at
+      // 100 KiB is there): before, up to a pipe's 64 KiB could still be on their way to it.
       const filler = join(dir, 'filler');
+      const lostAll = join(dir, `stdout.${String(100 * 1024).padStart(20, '0')}`);
       await keep(
         dir,
         16 * MIB,
         64 * 1024,
-        `head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; rm ${filler}; printf tail`,
+        `head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; ` +
+          `i=0; while [ ! -e ${lostAll} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done; rm ${filler}; printf tail`,
       );
       const segs = segments(dir);
       expect(segs.map((s) => [s.start, s.size])).to.deep.equal([[100 * 1024, 4]]);
