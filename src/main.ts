@@ -399,13 +399,14 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // E2B's API, translated onto the daemon's own (docs/e2b.md).
     ...e2bEnvdRoutes(self, e2b),
+    // before the control routes: `/templates/tags` is not a template named `tags`
+    ...e2bTemplateRoutes(self, e2b, e2bTemplates),
     ...e2bControlRoutes(self, e2b, {
       poolTemplate: config.warm_pool.template,
       domain: () => sandboxDomain,
       rules: ruleSecrets,
       templates: e2bTemplates,
     }),
-    ...e2bTemplateRoutes(self, e2b, e2bTemplates),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,

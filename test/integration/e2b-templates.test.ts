@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BuildError, Sandbox, Template, waitForFile } from 'e2b';
 import { call } from '../helpers/http.js';
@@ -118,6 +118,95 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(tpl.from).to.equal(snap.name);
   });
 
+  it('keeps builds by tag: name:tag, build tags, assignTags, getTags, removeTags, a build id; a build no tag names goes', async () => {
+    const make = (v: string) => Template().fromBaseImage().setEnvs({ V: v }).runCmd('true');
+    const builds = async () => (await vms()).filter((v) => v.tags['e2b/tpl_name'] === 'tagged');
+    const v1 = await Template.build(make('one'), 'tagged:v1', opts());
+    const v2 = await Template.build(make('two'), 'tagged:v2', { ...opts(), tags: ['latest'] });
+    expect(v2.tags).to.deep.equal(['v2', 'latest']);
+    expect((await builds()).length, 'two builds, each named by a tag').to.equal(2);
+    const v = async (ref: string) => {
+      const s = await Sandbox.create(ref, opts());
+      made.push(s);
+      return (await s.commands.run('echo $V')).stdout.trim();
+    };
+    expect(await v('tagged:v1')).to.equal('one');
+    expect(await v('tagged:latest')).to.equal('two');
+    expect(await v(`tagged:${v1.buildId}`), 'a build by its id').to.equal('one');
+    expect(await v(`${v1.templateId}:v2`), 'the template by its id').to.equal('two');
+    const untagged = await Sandbox.create('tagged', opts()).catch((e: unknown) => e);
+    expect((untagged as Error).message, 'no build is tagged default').to.match(
+      /template tagged has no build tagged default \(its tags: latest, v1, v2\)/,
+    );
+    expect(await Template.exists('tagged', opts())).to.equal(true);
+
+    expect(await Template.assignTags('tagged:v1', ['production', 'stable'], opts())).to.deep.equal({
+      buildId: v1.buildId,
+      tags: ['production', 'stable'],
+    });
+    expect(await v('tagged:production')).to.equal('one');
+    const byTag = async () =>
+      Object.fromEntries((await Template.getTags('tagged', opts())).map((t) => [t.tag, t.buildId]));
+    expect(await byTag()).to.deep.equal({
+      latest: v2.buildId,
+      production: v1.buildId,
+      stable: v1.buildId,
+      v1: v1.buildId,
+      v2: v2.buildId,
+    });
+    // a tag moved to another build
+    await Template.assignTags('tagged:v2', 'stable', opts());
+    expect((await byTag()).stable).to.equal(v2.buildId);
+
+    // v1's build stays while a tag names it, and goes with its last tag
+    await Template.removeTags('tagged', ['v1'], opts());
+    expect((await builds()).map((b) => b.tags['e2b/tpl_build']).sort()).to.deep.equal([v1.buildId, v2.buildId].sort());
+    await Template.removeTags('tagged', 'production', opts());
+    expect((await builds()).map((b) => b.tags['e2b/tpl_build'])).to.deep.equal([v2.buildId]);
+    expect(Object.keys(await byTag()).sort()).to.deep.equal(['latest', 'stable', 'v2']);
+    const missing = await Template.removeTags('tagged', 'nope', opts()).catch((e: unknown) => e);
+    expect((missing as Error).message).to.match(/has no tag nope/);
+
+    // a build of the name alone is tagged default, and `tagged` names it
+    await Template.build(make('three'), 'tagged', opts());
+    expect(await v('tagged')).to.equal('three');
+    expect(await v('tagged:default')).to.equal('three');
+    expect((await builds()).length).to.equal(2);
+  });
+
+  it('answers a build made the same way from its cache (no VM, no step run), and builds again when told to skip it', async () => {
+    const log = join(work, 'cache.log');
+    const template = (line: string) => Template().fromBaseImage().runCmd(`echo ${line} >> ${log}`);
+    const builds = async () => (await vms()).filter((v) => v.tags['e2b/tpl_name'] === 'cached');
+    const first = await Template.build(template('run'), 'cached', opts());
+    const lines: string[] = [];
+    const again = await Template.build(template('run'), 'cached:again', {
+      ...opts(),
+      onBuildLogs: (l) => void lines.push(l.message),
+    });
+    expect(readFileSync(log, 'utf8'), 'the step ran once').to.equal('run\n');
+    expect(lines.join('\n')).to.match(new RegExp(`cached: build ${first.buildId} `));
+    expect((await builds()).map((b) => b.tags['e2b/tpl_build'])).to.deep.equal([first.buildId]);
+    for (const ref of ['cached:again', `cached:${again.buildId}`]) {
+      const s = await Sandbox.create(ref, opts());
+      made.push(s);
+      expect((await d.call('GET', `/vms/${s.sandboxId}`)).json.from).to.equal((await builds())[0].name);
+    }
+    expect(Object.fromEntries((await Template.getTags('cached', opts())).map((t) => [t.tag, t.buildId]))).to.deep.equal(
+      { again: first.buildId, default: first.buildId },
+    );
+
+    // skipCache builds it again; the new build takes `default`, `again` keeps the first
+    await Template.build(template('run'), 'cached', { ...opts(), skipCache: true });
+    expect(readFileSync(log, 'utf8')).to.equal('run\nrun\n');
+    expect((await builds()).length).to.equal(2);
+    // a changed step is not the same build
+    await Template.build(template('other'), 'cached:again', opts());
+    expect(readFileSync(log, 'utf8')).to.equal('run\nrun\nother\n');
+    expect((await builds()).length, 'the first build went with its last tag').to.equal(2);
+    expect((await builds()).map((b) => b.tags['e2b/tpl_build'])).to.not.include(first.buildId);
+  });
+
   it('fails a build at the step that fails, naming it, and leaves no VM behind', async () => {
     const before = (await vms()).length;
     const logs: string[] = [];
@@ -194,7 +283,10 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     }
     expect((await at('GET', `/templates/${templateID}/builds/nope/status`)).status).to.equal(404);
     const tags = await Template.assignTags('ok:v1', 'prod', opts()).catch((e: unknown) => e);
-    expect((tags as Error).message).to.match(/keeps no tags/);
+    expect((tags as Error).message, 'a build not made yet has no tags').to.match(/template build ok:v1 not found/);
+    expect((await at('POST', '/templates/tags', { target: 'py-app', tags: ['no/slash'] })).status).to.equal(400);
+    expect((await at('POST', '/v3/templates', { name: 'ok:bad tag' })).json.message).to.match(/tag "bad tag"/);
+    expect((await at('GET', '/templates/..%2Fetc/tags')).status).to.equal(404);
     const status = (await at('GET', `/templates/${templateID}/builds/${buildID}/status`)).json;
     expect(status).to.include({ status: 'waiting', templateID, buildID });
   });
@@ -209,6 +301,10 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     const records = join(d.config.data_dir, 'e2b', 'templates');
     writeFileSync(join(records, 'e2b-tpl-deleted.json'), '{"envs":{}}\n');
     const kept = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'py-app')!;
+    // a template from before svc kept tags has no tag file: its newest build is its default
+    const tagFiles = join(d.config.data_dir, 'e2b', 'tags');
+    rmSync(join(tagFiles, `${kept.tags['e2b/tpl_id']}.json`));
+    writeFileSync(join(tagFiles, 'tpl-00000000000000ff.json'), '{"tags":{},"same":{}}\n');
     await d.restart();
     const end = Date.now() + 10_000;
     while ((await vms()).some((v) => v.name === 'e2b-tpl-cut0ff') && Date.now() < end)
@@ -218,6 +314,10 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(names).to.include(kept.name);
     expect(existsSync(join(records, 'e2b-tpl-deleted.json'))).to.equal(false);
     expect(existsSync(join(records, `${kept.name}.json`))).to.equal(true);
+    expect(existsSync(join(tagFiles, 'tpl-00000000000000ff.json')), 'the tags of a template gone').to.equal(false);
+    expect((await Template.getTags('py-app', opts())).map((t) => [t.tag, t.buildId])).to.deep.equal([
+      ['default', kept.tags['e2b/tpl_build']],
+    ]);
     // the template still gives its sandboxes its environment after the restart
     const s = await Sandbox.create('py-app', opts());
     made.push(s);

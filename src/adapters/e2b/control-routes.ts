@@ -7,7 +7,8 @@ import type { Instance } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { e2bRouter } from './e2b-route.js';
-import { TPL, findTemplate, type RunBase, type TemplateBuilds } from './templates.js';
+import { buildsOf, parseRef } from './template-tags.js';
+import { TPL, type RunBase, type TemplateBuilds } from './templates.js';
 import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
 import {
   e2bRulesOf,
@@ -291,9 +292,9 @@ export function e2bControlRoutes(
       // Snapshots and built templates (every build kept of the name); svc's own images and VMs are
       // not deleted this way.
       const all = await client.list();
-      const built = findTemplate(all, id(req));
+      const built = buildsOf(all, parseRef(id(req)).name)[0]?.tags[TPL.id];
       const doomed = built
-        ? all.filter((vm) => vm.tags[TPL.id] === built.tags[TPL.id]).map((vm) => vm.name)
+        ? all.filter((vm) => vm.tags[TPL.id] === built).map((vm) => vm.name)
         : all
             .map(snapshotOf)
             .filter((x) => x && (x.snapshotID === id(req) || x.names.includes(id(req))))
@@ -304,6 +305,7 @@ export function e2bControlRoutes(
         await client.delete(vm);
         await o.templates.forget(vm);
       }
+      if (built) await o.templates.tags.forget(built);
       res.status(204).end();
     }),
   ];

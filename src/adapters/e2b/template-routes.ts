@@ -1,15 +1,16 @@
 import type { Request } from 'express';
-import { NotFoundError, NotSupportedError } from '../../domain/errors.js';
+import { NotFoundError } from '../../domain/errors.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { e2bRouter } from './e2b-route.js';
 import type { Sandboxes } from './sandboxes.js';
-import { findTemplate, templateOf, type BuildSpec, type TemplateBuilds } from './templates.js';
+import { buildsOf, checkTags } from './template-tags.js';
+import { templateOf, type BuildSpec, type TemplateBuilds } from './templates.js';
 
 /**
  * E2B's template build API (what `Template.build` calls, docs/e2b.md): request a build, upload
- * each COPY's files, start it, poll its status and log; an alias check; tags are accepted and
- * name the newest build.
+ * each COPY's files, start it, poll its status and log; an alias check; a template's tags
+ * (template-tags.ts).
  */
 export function e2bTemplateRoutes(client: SvcClient, boxes: Sandboxes, builds: TemplateBuilds): RouteDef[] {
   const route = e2bRouter(boxes);
@@ -40,20 +41,21 @@ export function e2bTemplateRoutes(client: SvcClient, boxes: Sandboxes, builds: T
       const offset = Number((req.query as Record<string, unknown>).logsOffset ?? 0) || 0;
       res.json(builds.status(p(req, 'templateID'), p(req, 'buildID'), offset));
     }),
-    // svc keeps one build per name, so a tag names that build and there are no tags to move.
-    ...(['post', 'delete'] as const).map((m) =>
-      route(m, '/templates/tags', async () => {
-        throw new NotSupportedError(
-          'svc keeps the newest build of a template name only; it keeps no tags to assign or remove',
-        );
-      }),
-    ),
-    route('get', '/templates/:templateID/tags', async () => {
-      throw new NotSupportedError('svc keeps the newest build of a template name only; it keeps no tags');
+    route('post', '/templates/tags', async (req, res) => {
+      const body = (req.body ?? {}) as { target?: unknown; tags?: unknown };
+      res.status(201).json(await builds.tags.assign(String(body.target ?? ''), checkTags(body.tags)));
+    }),
+    route('delete', '/templates/tags', async (req, res) => {
+      const body = (req.body ?? {}) as { name?: unknown; tags?: unknown };
+      await builds.tags.remove(String(body.name ?? ''), checkTags(body.tags));
+      res.status(204).end();
+    }),
+    route('get', '/templates/:templateID/tags', async (req, res) => {
+      res.json(await builds.tags.list(p(req, 'templateID')));
     }),
     route('get', '/templates/aliases/:alias', async (req, res) => {
       const alias = p(req, 'alias');
-      const vm = findTemplate(await client.list(), alias);
+      const [vm] = buildsOf(await client.list(), alias);
       const templateID = vm ? templateOf(vm)?.templateID : builds.pendingName(alias);
       if (!templateID) throw new NotFoundError(`template alias ${alias} not found`);
       res.json({ templateID, public: false });

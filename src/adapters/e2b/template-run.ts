@@ -23,6 +23,8 @@ export const TPL = {
   id: 'e2b/tpl_id',
   name: 'e2b/tpl_name',
   build: 'e2b/tpl_build',
+  /** The hash of what the build was made from: the build cache (templates.ts). */
+  key: 'e2b/tpl_key',
 } as const;
 
 export type BuildStatus = 'waiting' | 'building' | 'ready' | 'error';
@@ -36,6 +38,10 @@ export interface Build {
   templateID: string;
   buildID: string;
   name: string;
+  /** The tags that name this build once it is ready (template-tags.ts). */
+  tags: string[];
+  /** What it is made from, hashed (templates.ts). */
+  key?: string;
   cpus?: number;
   memoryMb?: number;
   status: BuildStatus;
@@ -48,6 +54,8 @@ export interface TemplateStep {
   type: string;
   args?: string[];
   filesHash?: string;
+  /** This step and the ones after it are not taken from the cache (the SDK's `skipCache`). */
+  force?: boolean;
 }
 export interface BuildSpec {
   fromImage?: string;
@@ -56,6 +64,8 @@ export interface BuildSpec {
   steps?: TemplateStep[];
   startCmd?: string;
   readyCmd?: string;
+  /** Build it again even when a kept build was made the same way (`skipCache`). */
+  force?: boolean;
 }
 
 export interface TemplateDefaults {
@@ -79,11 +89,12 @@ interface Shell {
 /** How long a ready command is retried before the build fails. */
 const READY_TIMEOUT_MS = 120_000;
 
-/** Where a build finds its uploads and keeps a template's defaults; which builds are under way. */
+/** Where a build finds its uploads and keeps a template's defaults; what makes a suspended build the template. */
 export interface RunPlaces {
   file(hash: string): string;
   record(vm: string): string;
-  building(buildID: string): boolean;
+  /** Its tags name it now; the template's builds no tag names go (template-tags.ts). */
+  settle(b: Build, log: (message: string, level?: 'info' | 'warn') => void): Promise<void>;
 }
 
 /** Runs a build's steps in a VM of its base through the daemon's own API (templates.ts starts it). */
@@ -109,7 +120,12 @@ export class TemplateRun {
           ...base.create,
           ...(b.cpus ? { cpus: b.cpus } : {}),
           ...(b.memoryMb ? { memory_mb: b.memoryMb } : {}),
-          tags: { [TPL.id]: b.templateID, [TPL.name]: b.name, [TPL.build]: b.buildID },
+          tags: {
+            [TPL.id]: b.templateID,
+            [TPL.name]: b.name,
+            [TPL.build]: b.buildID,
+            ...(b.key ? { [TPL.key]: b.key } : {}),
+          },
         } as never,
         { wait: 'agent' },
       );
@@ -137,7 +153,7 @@ export class TemplateRun {
       await writeFileAtomic(this.o.record(vm), `${JSON.stringify(defaults)}\n`);
       log(`suspending ${vm}: it is the template`, step);
       await this.client.suspend(vm);
-      await this.dropOlder(vm, b, log);
+      await this.o.settle(b, (m, level) => log(m, step, level));
       b.status = 'ready';
       log(`template ${b.name} (${b.templateID}) is ready`, step);
     } catch (err) {
@@ -238,26 +254,19 @@ export class TemplateRun {
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
-
-  /** Older builds of the name go; one that cannot (a clone stands on it) stays, the newest wins. */
-  private async dropOlder(vm: string, b: Build, log: (m: string, step?: string, level?: BuildLog['level']) => void) {
-    for (const old of await this.client.list()) {
-      if (old.name === vm || old.tags[TPL.id] !== b.templateID) continue;
-      if (this.o.building(old.tags[TPL.build] ?? '')) continue; // another build's VM
-      await this.client.delete(old.name).then(
-        () => log(`removed ${old.name}, the template's build before`, 'finalize'),
-        (err: unknown) => log(`kept ${old.name}, the build before: ${errorMessage(err)}`, 'finalize', 'warn'),
-      );
-      await rm(this.o.record(old.name), { force: true });
-    }
-  }
 }
 
 /** The most lines of output a build's log keeps; what comes after is counted in one last line. */
 const MAX_LOG_LINES = 20_000;
 
 /** A line of a build's log. Steps' output stops at MAX_LOG_LINES; svc's own lines always go in. */
-function logTo(b: Build, message: string, step: string | undefined, level: BuildLog['level'], output = false): void {
+export function logTo(
+  b: Build,
+  message: string,
+  step: string | undefined,
+  level: BuildLog['level'],
+  output = false,
+): void {
   if (output && b.logs.length >= MAX_LOG_LINES) {
     b.cut = (b.cut ?? 0) + 1;
     return;

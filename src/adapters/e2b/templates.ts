@@ -8,6 +8,7 @@ import {
   NotFoundError,
   NotSupportedError,
   PayloadTooLargeError,
+  errorMessage,
 } from '../../domain/errors.js';
 import { LIMITS } from '../../domain/create-request.js';
 import type { Instance } from '../../domain/vm.js';
@@ -15,26 +16,20 @@ import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
 import { ENV_NAME, snapshotOf } from './sandboxes.js';
-import { TPL, TemplateRun, type Build, type BuildSpec, type RunBase, type TemplateDefaults } from './template-run.js';
+import {
+  TPL,
+  TemplateRun,
+  logTo,
+  type Build,
+  type BuildSpec,
+  type RunBase,
+  type TemplateDefaults,
+  type TemplateStep,
+} from './template-run.js';
+import { TemplateTags, checkTags, parseRef, templateOf } from './template-tags.js';
 
 export { TPL, type BuildSpec, type RunBase } from './template-run.js';
-
-/** A built template: a suspended VM carrying TPL's tags (template-run.ts). */
-export function templateOf(vm: Instance): { templateID: string; name: string } | undefined {
-  const id = vm.tags[TPL.id];
-  return id && vm.status === 'suspended' ? { templateID: id, name: vm.tags[TPL.name] ?? '' } : undefined;
-}
-
-/** The template a create names (its name, `name:tag`, or its id), among the VMs: the newest build. */
-export function findTemplate(vms: Instance[], ref: string): Instance | undefined {
-  const name = ref.split(':')[0];
-  return vms
-    .filter((vm) => {
-      const t = templateOf(vm);
-      return t && (t.templateID === ref || t.name === name);
-    })
-    .sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
-}
+export { templateOf } from './template-tags.js';
 
 /** The most an upload of a COPY's files may hold. */
 export const TEMPLATE_FILE_MAX_BYTES = 1 << 30;
@@ -53,23 +48,29 @@ export class TemplateBuilds {
   /** Signs upload links; they live as long as a build, so a key of this run of the daemon does. */
   private readonly key = randomBytes(32);
   private readonly runner: TemplateRun;
+  /** Each template's tags, and which of its builds are kept. */
+  readonly tags: TemplateTags;
 
   constructor(
     private readonly client: SvcClient,
     /** Where uploads (`files/`) and templates' defaults (`templates/`) are kept. */
     private readonly dir: string,
   ) {
+    this.tags = new TemplateTags(client, join(dir, 'tags'), (vm) => this.forget(vm));
     this.runner = new TemplateRun(client, {
       file: (hash) => this.file(hash),
       record: (vm) => this.record(vm),
-      building: (id) => this.builds.get(id)?.status === 'building',
+      settle: (b, log) => this.tags.set(b.templateID, b.buildID, b.tags, log),
     });
   }
 
-  /** POST /v3/templates: a build of `name` (`name:tag`; svc keeps the latest build of a name). */
+  /**
+   * POST /v3/templates: a build of `name` (`name:tag`), to be tagged with its tag (`default` when
+   * none is given) and the request's `tags` when it is ready.
+   */
   request(body: { name?: unknown; alias?: unknown; cpuCount?: unknown; memoryMB?: unknown; tags?: unknown }) {
     const full = String(body.name ?? body.alias ?? '');
-    const [name, tag] = full.split(':');
+    const { name, tag } = parseRef(full);
     if (!NAME.test(name))
       throw new InvalidArgumentError(
         `template name ${JSON.stringify(full)}: lowercase letters, digits, . _ - (1 to 63), then :tag if any`,
@@ -80,6 +81,7 @@ export class TemplateBuilds {
     ] as const)
       if (v !== undefined && (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max))
         throw new InvalidArgumentError(`${k} must be a whole number from 1 to ${max}`);
+    const tags = checkTags([tag, ...(body.tags === undefined || body.tags === null ? [] : checkTags(body.tags))]);
     this.refuseSecond(name);
     this.prune();
     const templateID = `tpl-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`;
@@ -88,12 +90,12 @@ export class TemplateBuilds {
       templateID,
       buildID,
       name,
+      tags,
       cpus: body.cpuCount as number | undefined,
       memoryMb: body.memoryMB as number | undefined,
       status: 'waiting',
       logs: [],
     });
-    const tags = [...(tag ? [tag] : []), ...(Array.isArray(body.tags) ? body.tags.map(String) : [])];
     return { templateID, buildID, names: [name], aliases: [name], tags, public: false };
   }
 
@@ -204,7 +206,44 @@ export class TemplateBuilds {
         `a template sets at most ${MAX_ENVS} environment variables (they are kept in its sandboxes' tags), got ${envs.size}`,
       );
     b.status = 'building';
-    void this.runner.run(b, base, steps, spec);
+    b.key = await this.keyOf(base, steps, spec, b);
+    const force = spec.force === true || steps.some((s) => s.force === true);
+    const same = force ? undefined : (await this.client.list()).find((vm) => this.cached(vm, b));
+    if (!same) return void this.runner.run(b, base, steps, spec);
+    // the cache: a kept build of this template made from the same base, steps, files and commands
+    const log = (message: string, level: 'info' | 'warn' = 'info') => logTo(b, message, 'finalize', level);
+    log(`cached: build ${same.tags[TPL.build]} (${same.name}) was made from the same base, steps and files`);
+    try {
+      await this.tags.set(b.templateID, same.tags[TPL.build], b.tags, log, b.buildID);
+      b.status = 'ready';
+      log(`template ${b.name} (${b.templateID}) is ready`);
+    } catch (err) {
+      b.reason = { message: errorMessage(err), step: 'finalize' };
+      b.status = 'error';
+    }
+  }
+
+  /** `vm` is a kept build of `b`'s template that `b` would make again. */
+  private cached(vm: Instance, b: Build): boolean {
+    return templateOf(vm)?.templateID === b.templateID && vm.tags[TPL.key] === b.key;
+  }
+
+  /**
+   * What makes a build what it is, hashed: its base (a clone's VM, which never changes, or an
+   * image and the revision it is at), its steps with their files' hashes, its commands and size.
+   */
+  private async keyOf(base: RunBase, steps: TemplateStep[], spec: BuildSpec, b: Build): Promise<string> {
+    const c = base.create as { from?: string; image?: string };
+    const image = c.from ? undefined : await this.client.getImage(c.image ?? 'default').catch(() => undefined);
+    const what = {
+      base: c.from ? { from: c.from } : { image: image?.id ?? c.image ?? 'default', revision: image?.revision ?? null },
+      steps: steps.map((s) => [s.type, s.args ?? [], s.filesHash ?? null]),
+      start: spec.startCmd ?? null,
+      ready: spec.readyCmd ?? null,
+      cpus: b.cpus ?? null,
+      memoryMb: b.memoryMb ?? null,
+    };
+    return createHash('sha256').update(JSON.stringify(what)).digest('hex');
   }
 
   /** GET /templates/{id}/builds/{build}/status: its state and its log from `offset`. */
@@ -240,12 +279,12 @@ export class TemplateBuilds {
   }
 
   /**
-   * The template (by name, `name:tag` or id; its newest build) or snapshot (by name or id) among
+   * The template build (by name, `name:tag`, `name:<build id>` or id; templates-tags.ts) or snapshot (by name or id) among
    * `all` that `ref` names, as svc's create of a clone of it, with a template's defaults. What a
    * sandbox's create and a build's base both clone.
    */
   async cloneOf(all: Instance[], ref: string): Promise<RunBase | undefined> {
-    const tpl = findTemplate(all, ref);
+    const tpl = await this.tags.find(all, ref);
     if (tpl) return { create: { from: tpl.name }, defaults: await this.defaults(tpl.name) };
     const snap = all.map(snapshotOf).find((x) => x?.names.includes(ref) || x?.snapshotID === ref);
     return snap ? { create: { from: snap.snapshotID } } : undefined;
@@ -278,7 +317,9 @@ export class TemplateBuilds {
             () => undefined,
           );
         }
-    const kept = new Set(all.filter((vm) => !gone.includes(vm.name)).map((vm) => vm.name));
+    const left = all.filter((vm) => !gone.includes(vm.name));
+    await this.tags.sweep(left);
+    const kept = new Set(left.map((vm) => vm.name));
     const records = await readdir(join(this.dir, 'templates')).catch(() => [] as string[]);
     for (const f of records)
       if (f.endsWith('.json') && !kept.has(f.slice(0, -5))) await rm(join(this.dir, 'templates', f), { force: true });
