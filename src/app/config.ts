@@ -83,6 +83,11 @@ export interface Config {
   /** The domain E2B's SDK puts after `PORT-ID.` in a sandbox's URLs (docs/e2b.md); empty: `localhost` and the API's port. */
   e2b_domain: string;
   /**
+   * The folder E2B's volumes live in (docs/e2b.md, "Volumes"): sandboxes mount them, so it is
+   * outside data_dir; `<data_dir>-e2b-volumes` when empty.
+   */
+  e2b_volumes_dir: string;
+  /**
    * Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates; refill
    * once claims have stopped coming for `refill_delay` (milliseconds).
    */
@@ -164,6 +169,7 @@ const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
   mcp_max_vms: ['mcp_max_vms', 'int', 0],
   mcp_egress: ['mcp_egress', 'bool', false],
   e2b_domain: ['e2b_domain', 'string', ''],
+  e2b_volumes_dir: ['e2b_volumes_dir', 'string', ''],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],
   'warm_pool.size': ['warm_pool' as keyof Config, 'int', 0],
   'warm_pool.running': ['warm_pool' as keyof Config, 'bool', false],
@@ -324,6 +330,14 @@ export function buildConfig(
   cfg.images_dir = cfg.images_dir ? resolve(cfg.images_dir.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'images');
   cfg.socket = cfg.socket ? resolve(cfg.socket.replace(/^~(?=\/|$)/, home)) : join(cfg.data_dir, 'svc.sock');
   if (!isAbsolute(cfg.data_dir)) throw new ConfigError('config key "data_dir": must be a path');
+  cfg.e2b_volumes_dir = cfg.e2b_volumes_dir
+    ? resolve(cfg.e2b_volumes_dir.replace(/^~(?=\/|$)/, home))
+    : `${cfg.data_dir}-e2b-volumes`;
+  const holds = (dir: string, p: string) => p === dir || p.startsWith(dir.endsWith('/') ? dir : `${dir}/`);
+  if (holds(cfg.e2b_volumes_dir, cfg.data_dir) || holds(cfg.data_dir, cfg.e2b_volumes_dir))
+    throw new ConfigError(
+      'config key "e2b_volumes_dir": sandboxes mount the volumes in it, so it must be a folder of its own, outside data_dir',
+    );
   cfg.mount_dirs = cfg.mount_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
   cfg.import_dirs = cfg.import_dirs.map((d) => resolve(d.replace(/^~(?=\/|$)/, home)));
   if (cfg.mount_dirs.includes('/'))

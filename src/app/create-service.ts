@@ -95,7 +95,8 @@ export class CreateService {
     const template = internal.fork?.source ?? (req.from === undefined ? undefined : this.vms.templateOf(req.from));
     const capture = internal.fork?.capture;
     req.mounts = await this.links.checkMounts(req.mounts, {
-      allowed: this.config.mount_dirs,
+      // E2B's volumes are svc's own folders, shared by the sandboxes that name them (docs/e2b.md)
+      allowed: [...this.config.mount_dirs, this.config.e2b_volumes_dir],
       forbidden: [this.config.data_dir, this.config.images_dir],
     });
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CommandExitError, Sandbox, Template } from 'e2b';
+import { CommandExitError, Sandbox, Template, Volume } from 'e2b';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
@@ -212,6 +212,32 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     expect(r.stdout, r.stderr).to.equal('from a Dockerfile\ndock\ndock\n');
     await s.kill();
     expect((await call(d.tcp, 'DELETE', '/e2b/templates/e2e-dockerfile')).status).to.equal(204);
+  });
+
+  it('mounts a volume in a sandbox (9p): what the guest writes there the Volume API reads, and the other way', async () => {
+    const o = opts();
+    const v = await Volume.create('e2e-vol', o);
+    await v.writeFile('/from-host.txt', 'host\n', o);
+    const s = await Sandbox.create({ ...o, volumeMounts: { '/mnt/vol': v } });
+    try {
+      expect((await s.commands.run('cat /mnt/vol/from-host.txt')).stdout).to.equal('host\n');
+      await s.commands.run(
+        'mkdir -p /mnt/vol/out && echo guest > /mnt/vol/out/g.txt && ln -s /etc/passwd /mnt/vol/link',
+      );
+      expect(await v.readFile('/out/g.txt', o)).to.equal('guest\n');
+      expect((await v.list('/', o)).map((e) => [e.name, e.type])).to.deep.equal([
+        ['from-host.txt', 'file'],
+        ['link', 'symlink'],
+        ['out', 'directory'],
+      ]);
+      // the guest's link leads to the host's /etc/passwd once outside the guest: never followed
+      const link = await v.readFile('/link', o).catch((e: unknown) => e);
+      expect((link as Error).message).to.match(/is a link/);
+      expect((await s.getInfo()).volumeMounts).to.deep.equal([{ name: 'e2e-vol', path: '/mnt/vol' }]);
+    } finally {
+      await s.kill();
+    }
+    expect(await Volume.destroy(v.volumeId, o)).to.equal(true);
   });
 
   it('creates two sandboxes at once from the warm pool of a template', async () => {

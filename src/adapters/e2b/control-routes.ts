@@ -8,6 +8,7 @@ import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { e2bRouter } from './e2b-route.js';
 import { buildsOf, parseRef } from './template-tags.js';
+import type { Volumes } from './volumes.js';
 import { TPL, type RunBase, type TemplateBuilds } from './templates.js';
 import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
 import {
@@ -39,7 +40,7 @@ import {
 export function e2bControlRoutes(
   client: SvcClient,
   boxes: Sandboxes,
-  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets; templates: TemplateBuilds },
+  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets; templates: TemplateBuilds; volumes: Volumes },
 ): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
   const route = e2bRouter(boxes);
@@ -66,7 +67,7 @@ export function e2bControlRoutes(
       memoryMB: vm.memory_mb,
       diskSizeMB: vm.disk_gb * 1024,
       metadata: m.metadata,
-      volumeMounts: [],
+      volumeMounts: o.volumes.mountedIn(vm),
       lifecycle: { onTimeout: m.onTimeout, autoResume: !!m.autoResume },
       ...e2bNetworkOf(vm.egress, m.privateTraffic, e2bRulesOf(vm.egress_secrets)),
     };
@@ -127,8 +128,6 @@ export function e2bControlRoutes(
       const b = (req.body ?? {}) as Record<string, unknown>;
       const template = b.templateID === undefined ? 'base' : String(b.templateID);
       const timeout = timeoutSeconds(b.timeout);
-      if (b.volumeMounts !== undefined && (b.volumeMounts as unknown[]).length)
-        throw new NotSupportedError('volume mounts are not supported by svc (use svc mounts on a VM of your own)');
       if (b.mcp) throw new NotSupportedError('the MCP gateway in a sandbox is not supported by svc');
       const onTimeout = b.autoPause === true ? 'pause' : 'kill';
       const autoResume = (b.autoResume as { enabled?: unknown } | undefined)?.enabled === true;
@@ -137,6 +136,11 @@ export function e2bControlRoutes(
       if (autoResume && b.autoPauseMemory === false)
         throw new InvalidArgumentError('autoResume needs a pause that keeps the memory (autoPauseMemory)');
       const from = await source(template);
+      const mounts = await o.volumes.mountsOf(b.volumeMounts);
+      if (mounts.length && from.create.from)
+        throw new NotSupportedError(
+          `volumeMounts: a sandbox of ${template} is a clone of a suspended VM, which cannot take a new share; mount volumes in sandboxes of an image (base, or an svc image)`,
+        );
       const tags = tagsFor({
         autoResume,
         template,
@@ -159,7 +163,16 @@ export function e2bControlRoutes(
         const secrets = specs.length ? { egress_secrets: specs } : {};
         const egress = policy ? { egress: withProxy(policy, proxy, made[rules.length]) } : {};
         return client.create(
-          { name, tags, persistent: true, ...from.create, ...egress, ...secrets, ...life } as never,
+          {
+            name,
+            tags,
+            persistent: true,
+            ...from.create,
+            ...(mounts.length ? { mounts } : {}),
+            ...egress,
+            ...secrets,
+            ...life,
+          } as never,
           {
             wait: 'agent',
           },

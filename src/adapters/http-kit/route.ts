@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Request, Response } from 'express';
 import { SEND_RAW, type RawSendable } from '../../ports/guest-agent.js';
 
-export type Method = 'get' | 'post' | 'put' | 'delete';
+export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
 /** One route: express path syntax (`/vms/:name`), handler, and its OpenAPI summary. */
 export interface RouteDef {

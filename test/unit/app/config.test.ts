@@ -119,6 +119,12 @@ describe('app/config', () => {
     ],
     ['/ in mount_dirs', { mount_dirs: ['/srv', '/'] }, /config key "mount_dirs": "\/" would share the whole host/],
     [
+      'e2b_volumes_dir inside data_dir',
+      { data_dir: '/srv/svc', e2b_volumes_dir: '/srv/svc/volumes' },
+      /config key "e2b_volumes_dir": sandboxes mount the volumes in it.*outside data_dir/,
+    ],
+    ['e2b_volumes_dir holding data_dir', { data_dir: '/srv/svc', e2b_volumes_dir: '/' }, /"e2b_volumes_dir"/],
+    [
       'an allowed_origins entry that is not an origin',
       { allowed_origins: ['evil.example'] },
       /config key "allowed_origins": "evil.example" is not an origin/,
@@ -161,6 +167,11 @@ describe('app/config', () => {
       expect(() => build(raw, {})).to.throw(ConfigError, re);
     });
   }
+
+  it("puts E2B's volumes beside data_dir unless told where", () => {
+    expect(build({}, {}, '/home/u').e2b_volumes_dir).to.equal('/home/u/.svc-e2b-volumes');
+    expect(build({ e2b_volumes_dir: '~/vols' }, {}, '/home/u').e2b_volumes_dir).to.equal('/home/u/vols');
+  });
 
   it('takes lists from YAML and comma-separated from the environment; mount_dirs defaults to the home', () => {
     expect(build({}, {}, '/home/u').mount_dirs).to.deep.equal(['/home/u']);
