@@ -51,6 +51,9 @@ describe('E2B API: volumes with the official SDK (local agents)', function () {
     const bytes = Buffer.from([0, 1, 2, 255]);
     await v.writeFile('/bin.dat', new Uint8Array(bytes).buffer, o);
     expect(Buffer.from(await v.readFile('/bin.dat', { ...o, format: 'bytes' })).equals(bytes)).to.equal(true);
+    await v.writeFile('/empty', '', o);
+    expect(await v.readFile('/empty', o)).to.equal('');
+    await v.remove('/empty', o);
     const info = await v.getInfo('/docs/a.txt', o);
     expect(info).to.include({ name: 'a.txt', path: '/docs/a.txt', type: 'file', size: 5 });
     expect(info.mtime).to.be.instanceOf(Date);

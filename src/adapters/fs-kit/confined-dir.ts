@@ -1,7 +1,7 @@
 import { constants as C, type Stats } from 'node:fs';
 import { lstat, mkdir, open, readdir, readlink, rename, rm, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../domain/errors.js';
 import { copyInto } from './atomic-file.js';
 
@@ -73,7 +73,12 @@ export class ConfinedDir {
         await fh.close();
         throw new InvalidStateError(`${path} is not a file`);
       }
-      return { stream: fh.createReadStream(), size: st.size };
+      // the size it had when opened, however a guest changes it meanwhile (it is the answer's length)
+      if (!st.size) {
+        await fh.close();
+        return { stream: Readable.from([]), size: 0 };
+      }
+      return { stream: fh.createReadStream({ end: st.size - 1 }), size: st.size };
     });
   }
 
