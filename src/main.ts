@@ -78,6 +78,8 @@ import { processRoutes } from './adapters/http/process-routes.js';
 import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
 import { e2bTemplateRoutes } from './adapters/e2b/template-routes.js';
 import { e2bVolumeRoutes } from './adapters/e2b/volume-routes.js';
+import { e2bSecretRoutes } from './adapters/e2b/secret-routes.js';
+import { TeamSecrets } from './adapters/e2b/team-secrets.js';
 import { Volumes } from './adapters/e2b/volumes.js';
 import { TemplateBuilds } from './adapters/e2b/templates.js';
 import { errorMessage } from './domain/errors.js';
@@ -368,6 +370,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   // E2B's template builds: uploads and templates' defaults under <data_dir>/e2b (docs/e2b.md).
   const e2bTemplates = new TemplateBuilds(self, join(config.data_dir, 'e2b'));
   const e2bVolumes = new Volumes(config.e2b_volumes_dir);
+  const e2bSecrets = new TeamSecrets(self, join(config.data_dir, 'e2b', 'secrets.json'));
   await e2bVolumes.list();
   const unwatchRules = vms.watch((c) => void (c.event === 'removed' && ruleSecrets.sweep().catch(() => undefined)));
   // E2B's sandbox URLs (getHost) are served on the daemon's listeners, by Host (docs/e2b.md).
@@ -406,12 +409,14 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     // before the control routes: `/templates/tags` is not a template named `tags`
     ...e2bTemplateRoutes(self, e2b, e2bTemplates),
     ...e2bVolumeRoutes(self, e2b, e2bVolumes),
+    ...e2bSecretRoutes(self, e2b, e2bSecrets),
     ...e2bControlRoutes(self, e2b, {
       poolTemplate: config.warm_pool.template,
       domain: () => sandboxDomain,
       rules: ruleSecrets,
       templates: e2bTemplates,
       volumes: e2bVolumes,
+      secrets: e2bSecrets,
     }),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { Sandbox } from 'e2b';
+import { Sandbox, Secret } from 'e2b';
 import { hostIp } from '../helpers/host-ip.js';
 import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -297,5 +297,35 @@ describe('egress secrets on real QEMU guests', function () {
         .filter((n) => n.startsWith('e2b.'));
     }
     expect(names, "the rule's value is removed with the sandbox").to.deep.equal([]);
+  });
+
+  it("E2B's Secret in a rule (Secret.fill): its value goes out in the header's text, an update is in force at the next request", async () => {
+    const o = e2bOptions(d);
+    await Secret.create('e2e-key', VALUE, o);
+    const sbx = await Sandbox.create({
+      ...o,
+      network: {
+        allowOut: [`host:${tlsPort}`],
+        denyOut: ['0.0.0.0/0'],
+        rules: {
+          'host.svc.internal': [{ transform: { headers: { Authorization: `Bearer ${Secret.fill('e2e-key')}` } } }],
+        },
+      },
+    });
+    try {
+      await sbx.files.write('/tmp/secret-probe.cjs', PROBE.toString());
+      const got = async () => {
+        const r = await sbx.commands.run(`node /tmp/secret-probe.cjs fetch https://host.svc.internal:${tlsPort}/team`);
+        return (JSON.parse((JSON.parse(r.stdout) as { body: string }).body) as { got: string }).got;
+      };
+      expect(await got()).to.equal('value');
+      await Secret.update('e2e-key', ROTATED, o);
+      expect(await got(), 'the new version, with no change to the sandbox').to.equal('rotated');
+      const env = await sbx.commands.run('env; cat /proc/self/environ | tr "\\0" "\\n"');
+      expect(env.stdout).not.to.include(VALUE).and.not.include(ROTATED);
+    } finally {
+      await sbx.kill();
+    }
+    expect(await Secret.destroy('e2e-key', o)).to.equal(true);
   });
 });

@@ -6,8 +6,9 @@ import type { EgressPolicy } from '../../domain/egress.js';
 import type { Instance } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { e2bRouter } from './e2b-route.js';
+import { e2bRouter, page } from './e2b-route.js';
 import { buildsOf, parseRef } from './template-tags.js';
+import type { TeamSecrets } from './team-secrets.js';
 import type { Volumes } from './volumes.js';
 import { TPL, type RunBase, type TemplateBuilds } from './templates.js';
 import { e2bNetworkOf, egressFromE2b, proxyFromE2b, publicTraffic, type E2bNetwork } from './network.js';
@@ -16,7 +17,7 @@ import {
   headerRulesFromE2b,
   isRuleBinding,
   ruleSpecs,
-  type HeaderRule,
+  ruleValues,
   type RuleSecrets,
 } from './rule-secrets.js';
 import {
@@ -40,10 +41,18 @@ import {
 export function e2bControlRoutes(
   client: SvcClient,
   boxes: Sandboxes,
-  o: { poolTemplate: string; domain: () => string; rules: RuleSecrets; templates: TemplateBuilds; volumes: Volumes },
+  o: {
+    poolTemplate: string;
+    domain: () => string;
+    rules: RuleSecrets;
+    templates: TemplateBuilds;
+    volumes: Volumes;
+    secrets: TeamSecrets;
+  },
 ): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
   const route = e2bRouter(boxes);
+  const teamSecret = (name: string) => o.secrets.hostSecret(name);
 
   const sandbox = (vm: Instance) => ({
     sandboxID: vm.name,
@@ -87,19 +96,6 @@ export function e2bControlRoutes(
     const clone = await o.templates.cloneOf(all, template);
     if (clone) return clone;
     return all.some((vm) => vm.name === template) ? { create: { from: template } } : { create: { image: template } };
-  };
-
-  /** One page of `all` by E2B's `limit` and `nextToken`; the next page's token in `x-next-token`. */
-  const page = (req: Request, res: Response, all: unknown[]) => {
-    const q = req.query as Record<string, string | undefined>;
-    const limit = q.limit === undefined ? 100 : Number(q.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
-      throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
-    const start = q.nextToken ? Number(q.nextToken) : 0;
-    if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
-    const rest = all.slice(start);
-    if (rest.length > limit) res.setHeader('x-next-token', String(start + limit));
-    res.json(rest.slice(0, limit));
   };
 
   const list = async (req: Request, res: Response, v2: boolean) => {
@@ -154,14 +150,14 @@ export function e2bControlRoutes(
       const name = `e2b-${randomBytes(6).toString('hex')}`;
       const network = b.network as E2bNetwork | undefined;
       const policy = egressFromE2b(network, b.allow_internet_access);
-      const rules = headerRulesFromE2b(network?.rules);
+      const { rules, values } = ruleValues(headerRulesFromE2b(network?.rules), name);
       const proxy = proxyFromE2b(network?.egressProxy);
       // Its end is svc's lifetime of the VM, set with the create (a timeout of 0 ends it at once).
       const life = { ttl: Math.max(1, timeout), on_expire: onExpireOf({ onTimeout }) };
-      const vm = await o.rules.bound(name, valuesOf(rules, proxy), (made) => {
-        const specs = ruleSpecs(rules, made);
+      const vm = await o.rules.bound(name, valuesOf(values, proxy), async (made) => {
+        const specs = await ruleSpecs(rules, made, teamSecret);
         const secrets = specs.length ? { egress_secrets: specs } : {};
-        const egress = policy ? { egress: withProxy(policy, proxy, made[rules.length]) } : {};
+        const egress = policy ? { egress: withProxy(policy, proxy, made[values.length]) } : {};
         return client.create(
           {
             name,
@@ -197,12 +193,12 @@ export function e2bControlRoutes(
       const b = (req.body ?? {}) as E2bNetwork & { allow_internet_access?: unknown };
       const { allow_internet_access, ...network } = b;
       const policy = egressFromE2b(network, allow_internet_access)!;
-      const rules = headerRulesFromE2b(network.rules);
+      const { rules, values } = ruleValues(headerRulesFromE2b(network.rules), vm.name);
       const proxy = proxyFromE2b(network.egressProxy);
       const had = (vm.egress_secrets ?? []).filter((s) => !isRuleBinding(s));
-      await o.rules.bound(vm.name, valuesOf(rules, proxy), async (made) => {
-        const specs = ruleSpecs(rules, made);
-        await client.setEgress(vm.name, withProxy(policy, proxy, made[rules.length]));
+      await o.rules.bound(vm.name, valuesOf(values, proxy), async (made) => {
+        const specs = await ruleSpecs(rules, made, teamSecret);
+        await client.setEgress(vm.name, withProxy(policy, proxy, made[values.length]));
         // The rules replace the sandbox's rules; egress secrets bound by svc's own API stay.
         if (specs.length || had.length !== (vm.egress_secrets ?? []).length)
           await client.setEgressSecrets(vm.name, [...had.map(specOf), ...specs]);
@@ -326,9 +322,9 @@ export function e2bControlRoutes(
 
 type E2bProxy = ReturnType<typeof proxyFromE2b>;
 
-/** The values a create or network update keeps as secrets: its rules' headers, then the proxy's password. */
-const valuesOf = (rules: HeaderRule[], proxy: E2bProxy): string[] => [
-  ...rules.map((r) => r.value),
+/** The values a create or network update keeps as secrets: its rules' plain headers, then the proxy's password. */
+const valuesOf = (values: string[], proxy: E2bProxy): string[] => [
+  ...values,
   ...(proxy?.password !== undefined ? [proxy.password] : []),
 ];
 

@@ -1,4 +1,5 @@
 import type { Request, Response } from 'express';
+import { InvalidArgumentError } from '../../domain/errors.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import { drainBody } from '../http-kit/http-app.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -29,4 +30,17 @@ export function e2bRouter(boxes: Sandboxes) {
       }
     },
   });
+}
+
+/** One page of `all` by E2B's `limit` and `nextToken`; the next page's token in `x-next-token`. */
+export function page(req: Request, res: Response, all: unknown[]): void {
+  const q = req.query as Record<string, string | undefined>;
+  const limit = q.limit === undefined ? 100 : Number(q.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+    throw new InvalidArgumentError('limit must be an integer from 1 to 1000');
+  const start = q.nextToken ? Number(q.nextToken) : 0;
+  if (!Number.isInteger(start) || start < 0) throw new InvalidArgumentError('nextToken is not one svc gave');
+  const rest = all.slice(start);
+  if (rest.length > limit) res.setHeader('x-next-token', String(start + limit));
+  res.json(rest.slice(0, limit));
 }

@@ -4,19 +4,31 @@ import { MAX_EGRESS_SECRETS, parseEgressSecretSpec } from '../../domain/egress-s
 import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
 import { parseCidr } from '../../domain/ip.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { TEAM_SECRET } from './team-secrets.js';
 
-/** One header E2B's `network.rules` put on requests to `host` (a name or `*.name`). */
+/**
+ * One header E2B's `network.rules` put on requests to `host` (a name or `*.name`). A value that
+ * names one of the team's secrets (`${e2b.secrets.NAME}`, team-secrets.ts) has it in `secret`:
+ * that secret's host secret is bound, the value around the placeholder its format.
+ */
 export interface HeaderRule {
   host: string;
   header: string;
   value: string;
+  secret?: string;
 }
+
+/** `${e2b.secrets.NAME}` in a rule's header value (the SDK's `Secret.fill(NAME)`). */
+const SECRET_REF = /\$\{e2b\.secrets\.([^{}]+)\}/g;
+/** `${e2b.sandboxId}`: the sandbox's id, put in when the rules are bound. */
+const SANDBOX_ID = '${e2b.sandboxId}';
 
 /** The host secrets that hold rules' values: `e2b.<the sandbox's hex>.<random hex>`. */
 const RULE_SECRET = /^e2b\.[0-9a-f]{12}\.[0-9a-f]{8}$/;
 
 /** Is this binding one of E2B's header rules (not an egress secret bound by svc's own API)? */
-export const isRuleBinding = (b: EgressSecretBinding) => b.always === true && RULE_SECRET.test(b.secret);
+export const isRuleBinding = (b: EgressSecretBinding) =>
+  b.always === true && (RULE_SECRET.test(b.secret) || TEAM_SECRET.test(b.secret));
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -51,7 +63,10 @@ export function headerRulesFromE2b(rules: unknown): HeaderRule[] {
       for (const [header, value] of Object.entries((t.headers ?? {}) as Record<string, unknown>)) {
         if (typeof value !== 'string' || /[\r\n\0]/.test(value))
           throw new InvalidArgumentError(`${where}.transform.headers.${header} must be one line of text`);
-        headers.set(header.toLowerCase(), { header, value });
+        const refs = [...value.matchAll(SECRET_REF)];
+        if (refs.length > 1)
+          throw new InvalidArgumentError(`${where}.transform.headers.${header}: a header takes one secret`);
+        headers.set(header.toLowerCase(), { header, value, ...(refs.length ? { secret: refs[0][1] } : {}) });
       }
     }
     for (const h of headers.values()) out.push({ host, ...h });
@@ -79,9 +94,39 @@ export function e2bRulesOf(bindings: EgressSecretBinding[] | undefined): Record<
   return out;
 }
 
-/** The `always` bindings that put `rules`' headers in, their values held in `secrets` (one each, in order). */
-export const ruleSpecs = (rules: HeaderRule[], secrets: string[]): EgressSecretSpec[] =>
-  rules.map((r, i) => ({ secret: secrets[i], hosts: [r.host], header: r.header, always: true }));
+/** The rules of sandbox `id` with its id put in, and the values of those that name no team secret (to keep as secrets). */
+export function ruleValues(rules: HeaderRule[], id: string): { rules: HeaderRule[]; values: string[] } {
+  const out = rules.map((r) => ({ ...r, value: r.value.split(SANDBOX_ID).join(id) }));
+  return { rules: out, values: out.filter((r) => !r.secret).map((r) => r.value) };
+}
+
+/**
+ * The `always` bindings that put `rules`' headers in: a plain value held in the next of `made`
+ * (one each, in order), a team secret's through its host secret (`teamSecret`), the text around
+ * its placeholder the binding's format.
+ */
+export async function ruleSpecs(
+  rules: HeaderRule[],
+  made: string[],
+  teamSecret: (name: string) => Promise<string>,
+): Promise<EgressSecretSpec[]> {
+  let next = 0;
+  const out: EgressSecretSpec[] = [];
+  for (const r of rules) {
+    const base = { hosts: [r.host], header: r.header, always: true };
+    if (!r.secret) out.push({ ...base, secret: made[next++] });
+    else {
+      const secret = await teamSecret(r.secret);
+      if (out.some((b) => b.secret === secret))
+        throw new InvalidArgumentError(
+          `network.rules: secret ${JSON.stringify(r.secret)} is named in two headers; svc binds a secret to one header of a sandbox`,
+        );
+      const format = r.value.replace(SECRET_REF, '{value}');
+      out.push({ ...base, secret, ...(format === '{value}' ? {} : { format }) });
+    }
+  }
+  return out;
+}
 
 /**
  * The values E2B gives to svc's network, each kept as a host secret of its own (sealed like every
