@@ -209,13 +209,15 @@ export class ClusterService implements LifecycleContribution {
     const image = typeof b.image === 'string' ? b.image : 'default';
     // A clone goes where its template's state is; a pool claim to this node's pool; a create that
     // binds egress secrets (or names a proxy's password) to this node, whose secret store holds
-    // them (each node has its own).
+    // them (each node has its own); one that shares host folders (mounts, E2B's volumes) to this
+    // node, whose folders they are.
     const proxySecret = (b.egress as { proxy?: { secret?: unknown } } | undefined)?.proxy?.secret !== undefined;
     const secrets = (Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0) || proxySecret;
+    const folders = Array.isArray(b.mounts) && b.mounts.length > 0;
     const pinned =
       typeof b.from === 'string'
         ? { node: this.store.vm(b.from)?.node ?? this.self }
-        : (b.from_pool === true || secrets) && !ask.node
+        : (b.from_pool === true || secrets || folders) && !ask.node
           ? { node: this.self }
           : undefined;
     let node: NodeView;

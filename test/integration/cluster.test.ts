@@ -217,7 +217,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect((await same()).length).to.equal(5);
   });
 
-  it('places a create that binds egress secrets on the node called, where its secrets are, over the least full', async () => {
+  it('places a create that binds egress secrets or shares host folders on the node called, where they are, over the least full', async () => {
     type View = { node: string; allocated: { vms: number } };
     const vmsOf = async () =>
       Object.fromEntries(((await api(nodes[0], 'GET', '/nodes')).json as View[]).map((n) => [n.node, n.allocated.vms]));
@@ -249,6 +249,17 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(proxied.status, proxied.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/with-proxy')).json).to.include({ node: node.name });
     expect((await api(nodes[2], 'DELETE', '/vms/with-proxy')).status).to.equal(200);
+    // And a create that shares a host folder of the node called (E2B's volumes are such folders).
+    const share = join(`${node.raw.data_dir as string}-e2b-volumes`, 'vol-00000000000a');
+    mkdirSync(share, { recursive: true });
+    const shared = await api(node, 'POST', '/vms', {
+      name: 'with-share',
+      memory_mb: 256,
+      mounts: [{ host: share, guest: '/mnt/share' }],
+    });
+    expect(shared.status, shared.text).to.equal(201);
+    expect((await api(nodes[2], 'GET', '/vms/with-share')).json).to.include({ node: node.name });
+    expect((await api(nodes[2], 'DELETE', '/vms/with-share')).status).to.equal(200);
     const plain = await api(node, 'POST', '/vms', { name: 'without-secrets', memory_mb: 256 });
     expect(plain.status, plain.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/without-secrets')).json.node, 'the rule alone').to.not.equal(node.name);
