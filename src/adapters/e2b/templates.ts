@@ -10,12 +10,11 @@ import {
   PayloadTooLargeError,
   errorMessage,
 } from '../../domain/errors.js';
-import { LIMITS } from '../../domain/create-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
-import { ENV_NAME, snapshotOf } from './sandboxes.js';
+import { snapshotOf } from './sandboxes.js';
 import {
   TPL,
   TemplateRun,
@@ -26,6 +25,7 @@ import {
   type TemplateDefaults,
   type TemplateStep,
 } from './template-run.js';
+import { FILES_HASH, checkBuild } from './template-check.js';
 import { TemplateTags, checkTags, parseRef, templateOf } from './template-tags.js';
 
 export { TPL, type BuildSpec, type RunBase } from './template-run.js';
@@ -34,10 +34,6 @@ export { templateOf } from './template-tags.js';
 /** The most an upload of a COPY's files may hold. */
 export const TEMPLATE_FILE_MAX_BYTES = 1 << 30;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
-const HASH = /^[a-f0-9]{64}$/;
-const MAX_STEPS = 1000;
-/** A sandbox keeps its envs in its VM's tags (64 at most, a few are E2B's own). */
-const MAX_ENVS = 40;
 
 /**
  * E2B's template build API's state: builds requested and under way (in memory), uploads (`<dir>/files`),
@@ -126,7 +122,7 @@ export class TemplateBuilds {
 
   /** GET /templates/{id}/files/{hash}: whether svc has these files, and where to PUT them if not. */
   async uploadLink(templateID: string, hash: string, origin: string) {
-    if (!HASH.test(hash)) throw new InvalidArgumentError('a files hash is 64 hex digits');
+    if (!FILES_HASH.test(hash)) throw new InvalidArgumentError('a files hash is 64 hex digits');
     if (![...this.builds.values()].some((b) => b.templateID === templateID))
       throw new NotFoundError(`template ${templateID} has no build requested`);
     const present = await stat(this.file(hash)).then(
@@ -142,7 +138,7 @@ export class TemplateBuilds {
 
   /** PUT of an upload link: the archive, kept under its hash. */
   async upload(templateID: string, hash: string, token: string, size: number, body: Readable): Promise<void> {
-    if (!HASH.test(hash) || !sameSecret(token, this.sign(templateID, hash)))
+    if (!FILES_HASH.test(hash) || !sameSecret(token, this.sign(templateID, hash)))
       throw new InvalidArgumentError('this is not an upload link svc gave');
     if (!(size > 0)) throw new InvalidArgumentError('an upload needs its Content-Length');
     if (size > TEMPLATE_FILE_MAX_BYTES)
@@ -159,52 +155,9 @@ export class TemplateBuilds {
   async start(templateID: string, buildID: string, spec: BuildSpec): Promise<void> {
     const b = this.build(templateID, buildID);
     if (b.status !== 'waiting') throw new AlreadyExistsError(`build ${buildID} has been started already`);
-    if (typeof spec !== 'object' || spec === null || Array.isArray(spec))
-      throw new InvalidArgumentError('a build is a JSON object');
-    for (const k of ['fromImage', 'fromTemplate', 'startCmd', 'readyCmd'] as const)
-      if (spec[k] !== undefined && spec[k] !== null && typeof spec[k] !== 'string')
-        throw new InvalidArgumentError(`${k} must be a string`);
-    if (spec.steps !== undefined && (!Array.isArray(spec.steps) || spec.steps.length > MAX_STEPS))
-      throw new InvalidArgumentError(`steps must be a list of at most ${MAX_STEPS}`);
+    const steps = checkBuild(spec);
     this.refuseSecond(b.name);
-    if (spec.fromImageRegistry !== undefined)
-      throw new NotSupportedError(
-        'svc pulls no images from registries; import the image (svc image import) and build from it',
-      );
     const base = await this.base(spec);
-    const steps = spec.steps ?? [];
-    const envs = new Set<string>();
-    for (const [i, s] of steps.entries()) {
-      if (typeof s !== 'object' || s === null) throw new InvalidArgumentError(`step ${i + 1} must be an object`);
-      const args = s.args ?? [];
-      if (!Array.isArray(args) || !args.every((a) => typeof a === 'string'))
-        throw new InvalidArgumentError(`step ${i + 1}: args must be a list of strings`);
-      if (!['RUN', 'COPY', 'ENV', 'WORKDIR', 'USER'].includes(s.type))
-        throw new NotSupportedError(`step ${i + 1}: svc does not build ${s.type} steps`);
-      if ((s.type === 'RUN' || s.type === 'WORKDIR' || s.type === 'USER') && !args[0])
-        throw new InvalidArgumentError(`step ${i + 1}: ${s.type} needs its argument`);
-      if (s.type === 'ENV')
-        for (let j = 0; j < args.length; j += 2) {
-          // they become the sandboxes' envs, kept in their VMs' tags (sandboxes.ts)
-          if (!ENV_NAME.test(args[j]) || (args[j + 1] ?? '').length > LIMITS.tagValue)
-            throw new InvalidArgumentError(
-              `step ${i + 1}: ENV ${JSON.stringify(args[j].slice(0, 60))}: svc takes names of letters, digits and _ (1 to 55) and values of at most ${LIMITS.tagValue} characters`,
-            );
-          envs.add(args[j]);
-        }
-      if (s.type === 'COPY') {
-        if (!(args[0] && args[1]))
-          throw new InvalidArgumentError(`step ${i + 1}: COPY needs its source and destination`);
-        if (!(s.filesHash && HASH.test(s.filesHash)))
-          throw new InvalidArgumentError(`step ${i + 1}: COPY needs the hash of its uploaded files`);
-        if (args[3] && !/^[0-7]{3,4}$/.test(args[3]))
-          throw new InvalidArgumentError(`step ${i + 1}: COPY mode ${args[3]} is not octal`);
-      }
-    }
-    if (envs.size > MAX_ENVS)
-      throw new InvalidArgumentError(
-        `a template sets at most ${MAX_ENVS} environment variables (they are kept in its sandboxes' tags), got ${envs.size}`,
-      );
     b.status = 'building';
     b.key = await this.keyOf(base, steps, spec, b);
     const force = spec.force === true || steps.some((s) => s.force === true);
