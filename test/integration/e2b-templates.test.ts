@@ -269,6 +269,8 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
         /COPY mode 9x9 is not octal/,
       ],
       [{ startCmd: 5 }, /startCmd must be a string/],
+      // a base that is not there: the build is given back, and can be started again
+      [{ fromTemplate: 'no-such-base' }, /no-such-base: not an svc image, template or snapshot/],
       [{ steps: [{ type: 'ENV', args: ['BAD-NAME', 'x'] }] }, /ENV "BAD-NAME": svc takes names/],
       [{ steps: [{ type: 'ENV', args: ['BIG', 'x'.repeat(3000)] }] }, /values of at most 2048/],
       [

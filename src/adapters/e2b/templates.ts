@@ -157,11 +157,20 @@ export class TemplateBuilds {
     if (b.status !== 'waiting') throw new AlreadyExistsError(`build ${buildID} has been started already`);
     const steps = checkBuild(spec);
     this.refuseSecond(b.name);
-    const base = await this.base(spec);
+    // taken now, before the first wait: a second start of it or of its name is refused from here;
+    // a base or cache that cannot be looked up gives it back
     b.status = 'building';
-    b.key = await this.keyOf(base, steps, spec, b);
-    const force = spec.force === true || steps.some((s) => s.force === true);
-    const same = force ? undefined : (await this.client.list()).find((vm) => this.cached(vm, b));
+    let base: RunBase;
+    let same: Instance | undefined;
+    try {
+      base = await this.base(spec);
+      b.key = await this.keyOf(base, steps, spec, b);
+      const force = spec.force === true || steps.some((s) => s.force === true);
+      same = force ? undefined : (await this.client.list()).find((vm) => this.cached(vm, b));
+    } catch (err) {
+      b.status = 'waiting';
+      throw err;
+    }
     if (!same) return void this.runner.run(b, base, steps, spec);
     // the cache: a kept build of this template made from the same base, steps, files and commands
     const log = (message: string, level: 'info' | 'warn' = 'info') => logTo(b, message, 'finalize', level);
