@@ -1,5 +1,4 @@
 import 'reflect-metadata';
-import { join } from 'node:path';
 import { Container, ContainerModule } from 'inversify';
 import { mkdirSync } from 'node:fs';
 import { ConfigError, type Config } from './app/config.js';
@@ -75,18 +74,8 @@ import { GuestProcesses } from './ports/guest-processes.js';
 import { guestProcessesOf } from './adapters/guest-link/http-guest-processes.js';
 import { ProcessProxy } from './app/process-proxy.js';
 import { processRoutes } from './adapters/http/process-routes.js';
-import { e2bControlRoutes } from './adapters/e2b/control-routes.js';
-import { e2bTemplateRoutes } from './adapters/e2b/template-routes.js';
-import { e2bVolumeRoutes } from './adapters/e2b/volume-routes.js';
-import { e2bSecretRoutes } from './adapters/e2b/secret-routes.js';
-import { TeamSecrets } from './adapters/e2b/team-secrets.js';
-import { Volumes } from './adapters/e2b/volumes.js';
-import { TemplateBuilds } from './adapters/e2b/templates.js';
 import { errorMessage } from './domain/errors.js';
-import { RuleSecrets } from './adapters/e2b/rule-secrets.js';
-import { e2bEnvdRoutes } from './adapters/e2b/envd-routes.js';
-import { defaultSandboxDomain, SandboxHosts } from './adapters/e2b/sandbox-hosts.js';
-import { Sandboxes } from './adapters/e2b/sandboxes.js';
+import { E2bApi } from './adapters/e2b/e2b-api.js';
 import { GuestImages, HostLinks, Hypervisor, VmDisks, type HypervisorAdapter } from './ports/hypervisor.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
@@ -364,18 +353,20 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     );
   const closing = new AbortController();
   const self = new SvcClient({ socket: config.socket, token: config.api_token, env: {} });
-  const e2b = new Sandboxes(self, config.api_token, auth.throttle);
-  // The values of E2B's header rules, removed once no VM binds them (a sandbox deleted any way).
-  const ruleSecrets = new RuleSecrets(self);
-  // E2B's template builds: uploads and templates' defaults under <data_dir>/e2b (docs/e2b.md).
-  const e2bTemplates = new TemplateBuilds(self, join(config.data_dir, 'e2b'));
-  const e2bVolumes = new Volumes(config.e2b_volumes_dir);
-  const e2bSecrets = new TeamSecrets(self, join(config.data_dir, 'e2b', 'secrets.json'));
-  await e2bVolumes.list();
-  const unwatchRules = vms.watch((c) => void (c.event === 'removed' && ruleSecrets.sweep().catch(() => undefined)));
-  // E2B's sandbox URLs (getHost) are served on the daemon's listeners, by Host (docs/e2b.md).
-  const sandboxHosts = new SandboxHosts(self, e2b, config.e2b_domain || 'localhost');
-  let sandboxDomain = config.e2b_domain;
+  // E2B's API, translated onto the daemon's own (docs/e2b.md).
+  const e2b = new E2bApi(
+    self,
+    {
+      apiToken: config.api_token,
+      dataDir: config.data_dir,
+      volumesDir: config.e2b_volumes_dir,
+      domain: config.e2b_domain,
+      poolTemplate: config.warm_pool.template,
+    },
+    auth.throttle,
+  );
+  await e2b.open();
+  const unwatchRules = vms.watch((c) => void (c.event === 'removed' && e2b.vmRemoved()));
   const routes: RouteDef[] = [
     // The agent proxy first: its routes are the ones called in loops (exec, cp, fs), and express
     // tries routes in order. No other route matches a request one of them matches (each ends in its
@@ -405,19 +396,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...secretRoutes(secrets),
     ...imageRoutes(container.get(ImageService), container.get(ImageBuilder)),
     // E2B's API, translated onto the daemon's own (docs/e2b.md).
-    ...e2bEnvdRoutes(self, e2b),
-    // before the control routes: `/templates/tags` is not a template named `tags`
-    ...e2bTemplateRoutes(self, e2b, e2bTemplates),
-    ...e2bVolumeRoutes(self, e2b, e2bVolumes),
-    ...e2bSecretRoutes(self, e2b, e2bSecrets),
-    ...e2bControlRoutes(self, e2b, {
-      poolTemplate: config.warm_pool.template,
-      domain: () => sandboxDomain,
-      rules: ruleSecrets,
-      templates: e2bTemplates,
-      volumes: e2bVolumes,
-      secrets: e2bSecrets,
-    }),
+    ...e2b.routes(),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
     ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
       readOnly: config.mcp_read_only,
@@ -434,7 +413,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     app,
     front ? front.upgrade(upgrades.handleUpgrade) : upgrades.handleUpgrade,
     config.header_timeout_ms,
-    sandboxHosts,
+    e2b.hosts,
   );
   await listeners.start({
     socket: config.socket,
@@ -443,12 +422,12 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     allowedHosts: [...config.allowed_hosts, ...(cluster ? [new URL(cluster.settings.advertise).hostname] : [])],
     allowedOrigins: config.allowed_origins,
   });
-  sandboxDomain ||= defaultSandboxDomain(listeners.tcpPort);
+  e2b.listening(listeners.tcpPort);
   await cluster?.start();
   // A move a stop cut off is finished by what etcd says (docs/cluster.md, "Moving a VM").
   await moves?.settle();
   // A template build a stop cut off leaves a VM that is no template (docs/e2b.md, "Templates").
-  void e2bTemplates
+  void e2b
     .sweep({ vms: !cluster })
     .then((gone) => gone.length && log.info({ vms: gone }, 'removed the VMs of E2B template builds cut off by a stop'))
     .catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'could not sweep cut-off E2B template builds'));
