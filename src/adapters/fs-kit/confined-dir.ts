@@ -13,6 +13,9 @@ import { copyInto } from './atomic-file.js';
  * runs, is refused, never followed. The last name is acted on through its parent's descriptor the
  * same way, and metadata is set through a descriptor of the file itself. Linux only (`/proc`).
  */
+/** The most entries a listing answers. */
+const MAX_LISTED = 100_000;
+
 /** An entry: where it is under the root, its name, its lstat, and a link's target (never followed). */
 export interface ConfinedEntry {
   path: string;
@@ -34,12 +37,13 @@ export class ConfinedDir {
     });
   }
 
-  /** The entries under the folder `path`, `depth` levels down (1: its own entries). */
-  async list(path: string, depth = 1): Promise<ConfinedEntry[]> {
+  /** The entries under the folder `path`, `depth` levels down (1: its own entries), at most `max`. */
+  async list(path: string, depth = 1, max = MAX_LISTED): Promise<ConfinedEntry[]> {
     const out: ConfinedEntry[] = [];
     const walk = async (parts: string[], left: number): Promise<void> => {
       await this.withDir(parts, false, async (dir) => {
         for (const name of (await readdir(at(dir, ''))).sort()) {
+          if (out.length >= max) return; // a guest's folder may hold millions: the answer is bounded
           const st = await lstat(at(dir, name)).catch(() => undefined);
           if (!st) continue; // gone meanwhile
           out.push({ path: `/${[...parts, name].join('/')}`, name, st, ...(await linkOf(dir, name, st)) });
