@@ -429,7 +429,11 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   // A template build a stop cut off leaves a VM that is no template (docs/e2b.md, "Templates").
   void e2b
     .sweep({ vms: !cluster })
-    .then((gone) => gone.length && log.info({ vms: gone }, 'removed the VMs of E2B template builds cut off by a stop'))
+    .then(
+      (gone) =>
+        gone.length &&
+        log.info({ vms: gone }, 'removed the VMs of E2B template builds a stop left (cut off, or no tag names them)'),
+    )
     .catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'could not sweep cut-off E2B template builds'));
   log.info(
     { socket: config.socket, api: config.api, tcp_port: listeners.tcpPort, hypervisor: hv.kind, version: VERSION },

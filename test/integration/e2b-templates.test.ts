@@ -302,6 +302,18 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(cut.status, cut.text).to.equal(201);
     const records = join(d.config.data_dir, 'e2b', 'templates');
     writeFileSync(join(records, 'e2b-tpl-deleted.json'), '{"envs":{}}\n');
+    // a build of `tagged` that no tag names: what a stop between a change of tags and its deletes leaves
+    const tagged = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'tagged')!;
+    const stray = await d.call('POST', '/vms', {
+      name: 'e2b-tpl-stray0',
+      persistent: true,
+      tags: { 'e2b/tpl_id': tagged.tags['e2b/tpl_id'], 'e2b/tpl_name': 'tagged', 'e2b/tpl_build': 'strayb' },
+    });
+    expect(stray.status, stray.text).to.equal(201);
+    expect((await d.call('POST', '/vms/e2b-tpl-stray0/suspend')).status).to.equal(200);
+    const taggedBuilds = (await vms()).filter(
+      (v) => v.tags['e2b/tpl_name'] === 'tagged' && v.name !== 'e2b-tpl-stray0',
+    );
     const kept = (await vms()).find((v) => v.tags['e2b/tpl_name'] === 'py-app')!;
     // a template from before svc kept tags has no tag file: its newest build is its default
     const tagFiles = join(d.config.data_dir, 'e2b', 'tags');
@@ -309,10 +321,12 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     writeFileSync(join(tagFiles, 'tpl-00000000000000ff.json'), '{"tags":{},"same":{}}\n');
     await d.restart();
     const end = Date.now() + 10_000;
-    while ((await vms()).some((v) => v.name === 'e2b-tpl-cut0ff') && Date.now() < end)
+    while ((await vms()).some((v) => v.name === 'e2b-tpl-cut0ff' || v.name === 'e2b-tpl-stray0') && Date.now() < end)
       await new Promise((r) => setTimeout(r, 100));
     const names = (await vms()).map((v) => v.name);
     expect(names).to.not.include('e2b-tpl-cut0ff');
+    expect(names, 'a build no tag names').to.not.include('e2b-tpl-stray0');
+    expect(names, 'the builds tags name').to.include.members(taggedBuilds.map((v) => v.name));
     expect(names).to.include(kept.name);
     expect(existsSync(join(records, 'e2b-tpl-deleted.json'))).to.equal(false);
     expect(existsSync(join(records, `${kept.name}.json`))).to.equal(true);

@@ -141,11 +141,30 @@ export class TemplateTags {
   }
 
   /** At the daemon's start: the files of templates that have no build any more go. */
-  async sweep(all: Instance[]): Promise<void> {
+  /**
+   * At the daemon's start: the files of templates that have no build any more go; with `builds`,
+   * so do the builds no tag names (a stop between a change of tags and its deletes left them).
+   * The VMs it removed.
+   */
+  async sweep(all: Instance[], o: { builds: boolean }): Promise<string[]> {
     const names = await readdir(this.dir).catch(() => [] as string[]);
     const live = new Set(all.map((vm) => vm.tags[TPL.id]).filter(Boolean));
-    for (const n of names)
-      if (n.endsWith('.json') && !live.has(n.slice(0, -5))) await rm(join(this.dir, n), { force: true });
+    const gone: string[] = [];
+    for (const n of names) {
+      if (!n.endsWith('.json')) continue;
+      const id = n.slice(0, -5);
+      if (!live.has(id)) await rm(join(this.dir, n), { force: true });
+      else if (o.builds && TEMPLATE_ID.test(id))
+        gone.push(
+          ...(await this.change(
+            id,
+            () => undefined,
+            undefined,
+            () => {},
+          )),
+        );
+    }
+    return gone;
   }
 
   /** The template's file; none when it has none (a template built before svc kept tags). */
@@ -161,7 +180,12 @@ export class TemplateTags {
    * the template's builds that no tag names and forgets the ids that named them. `made` is a build
    * tagged for the first time: never the `default` of a template from before svc kept tags.
    */
-  private change(templateID: string, log: Log, made: string | undefined, edit: (f: TagFile) => void): Promise<void> {
+  private change(
+    templateID: string,
+    log: Log,
+    made: string | undefined,
+    edit: (f: TagFile) => void,
+  ): Promise<string[]> {
     return this.lock.run(templateID, async () => {
       const builds = (await this.client.list()).filter((vm) => templateOf(vm)?.templateID === templateID);
       const older = builds.filter((vm) => vm.tags[TPL.build] !== made);
@@ -171,10 +195,12 @@ export class TemplateTags {
       await writeFileAtomic(this.file(templateID), `${JSON.stringify(f)}\n`);
       const named = new Set(Object.values(f.tags).map((t) => t.buildID));
       const kept = new Set(named);
+      const removed: string[] = [];
       for (const vm of builds) {
         if (named.has(vm.tags[TPL.build])) continue;
         await this.client.delete(vm.name).then(
           async () => {
+            removed.push(vm.name);
             await this.forgetBuild(vm.name);
             log(`removed ${vm.name}, a build of the template no tag names any more`);
           },
@@ -189,6 +215,7 @@ export class TemplateTags {
         f.same = Object.fromEntries(same);
         await writeFileAtomic(this.file(templateID), `${JSON.stringify(f)}\n`);
       }
+      return removed;
     });
   }
 

@@ -265,8 +265,9 @@ export class TemplateBuilds {
 
   /**
    * At the daemon's start: a build cut off by a stop left its VM running (a template is
-   * suspended), and defaults may be left of templates deleted meanwhile. Both go. In a cluster
-   * other nodes' builds are not this node's to judge, so only the files are looked at there.
+   * suspended), a stop between a change of tags and its deletes left builds no tag names, and
+   * defaults and tags may be left of templates deleted meanwhile. All go. In a cluster other
+   * nodes' builds are not this node's to judge, so only the files are looked at there.
    */
   async sweep(o: { vms: boolean }): Promise<string[]> {
     const all = await this.client.list();
@@ -279,9 +280,13 @@ export class TemplateBuilds {
             () => undefined,
           );
         }
-    const left = all.filter((vm) => !gone.includes(vm.name));
-    await this.tags.sweep(left);
-    const kept = new Set(left.map((vm) => vm.name));
+    gone.push(
+      ...(await this.tags.sweep(
+        all.filter((vm) => !gone.includes(vm.name)),
+        { builds: o.vms },
+      )),
+    );
+    const kept = new Set(all.filter((vm) => !gone.includes(vm.name)).map((vm) => vm.name));
     const records = await readdir(join(this.dir, 'templates')).catch(() => [] as string[]);
     for (const f of records)
       if (f.endsWith('.json') && !kept.has(f.slice(0, -5))) await rm(join(this.dir, 'templates', f), { force: true });

@@ -44,7 +44,10 @@ describe('ConfinedDir: a host folder a guest writes into, used without following
     await c.write('d/e/new.txt', Readable.from([Buffer.from('made')]), { parents: true });
     expect(readFileSync(join(root, 'd', 'e', 'new.txt'), 'utf8')).to.equal('made');
     expect((await c.list('/', 3)).map((e) => e.path)).to.deep.equal(['/d', '/d/e', '/d/e/new.txt', '/d/f']);
-    expect((await c.list('/', 3, 2)).map((e) => e.path), 'a bounded listing').to.deep.equal(['/d', '/d/e']);
+    expect(
+      (await c.list('/', 3, 2)).map((e) => e.path),
+      'a bounded listing',
+    ).to.deep.equal(['/d', '/d/e']);
     symlinkSync(outside, join(root, 'out'));
     symlinkSync(join(outside, 'f'), join(root, 'leak'));
     expect((await failure(c.read('../outside/f'))).message).to.match(/\.\. is not allowed/);
