@@ -96,7 +96,7 @@ describe('svc-keep: the journal of a durable process', function () {
     it('with nothing of its own to give back, counts what it lost: one empty segment says where the stream is', async () => {
       // the disk is filled by another file; the stream loses its 100 KiB, then the room comes back.
       // The room comes back only once svc-keep has met the last of them (its empty segment at
-      // 100 KiB is there): before, up to a pipe's 64 KiB could still be on their way to it.
+      // 100 KiB is there): before, bytes could still wait in its pipe (1 MiB) for the room.
       const filler = join(dir, 'filler');
       const lostAll = join(dir, `stdout.${String(100 * 1024).padStart(20, '0')}`);
       await keep(
@@ -141,7 +141,13 @@ describe('svc-keep: the journal of a durable process', function () {
       try {
         const t = { port: agent.port };
         const filler = join(state, 'filler');
-        const script = `printf head; sleep 0.3; head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; rm ${filler}; printf tail`;
+        // The room comes back once svc-keep has met the last lost byte (its empty segment after
+        // them is there): its pipe holds 1 MiB, so all 100 KiB could wait there for the room.
+        const lostAll = `stdout.${String(4 + 100 * 1024).padStart(20, '0')}`;
+        const script =
+          `printf head; sleep 0.3; head -c 600k /dev/zero > ${filler} 2>/dev/null; head -c 100k /dev/zero | tr '\\0' a; ` +
+          `i=0; while ! find ${state} -name ${lostAll} | grep -q . && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done; ` +
+          `rm ${filler}; printf tail`;
         const expected = Buffer.concat([Buffer.from('head'), Buffer.alloc(100 * 1024, 'a'), Buffer.from('tail')]);
         const started = await call(t, 'POST', '/processes', { cmd: 'sh', args: ['-c', script] });
         expect(started.status, started.text).to.equal(201);
