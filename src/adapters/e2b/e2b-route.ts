@@ -33,7 +33,7 @@ export function e2bRouter(boxes: Sandboxes) {
 }
 
 /** One page of `all` by E2B's `limit` and `nextToken`; the next page's token in `x-next-token`. */
-export function page(req: Request, res: Response, all: unknown[]): void {
+export function page(req: Request, res: Response, all: readonly unknown[]): void {
   const q = req.query as Record<string, string | undefined>;
   const limit = q.limit === undefined ? 100 : Number(q.limit);
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000)

@@ -1,11 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
-import { KeyedMutex } from '../../app/keyed-mutex.js';
 import { AlreadyExistsError, InvalidArgumentError, InvalidStateError, NotFoundError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { RecordFile } from './record-file.js';
 
 /**
  * E2B's secrets (the SDK's `Secret`, docs/e2b.md): values a team keeps once and names in its
@@ -33,20 +30,18 @@ const MAX_SECRETS = 1000;
 const MAX_METADATA = 32;
 
 export class TeamSecrets {
-  private readonly lock = new KeyedMutex();
-  private records: TeamSecret[] | undefined;
+  /** What E2B shows of each secret: changes run one at a time. */
+  private readonly records: RecordFile<TeamSecret>;
 
   constructor(
     private readonly client: SvcClient,
-    private readonly file: string,
-  ) {}
+    file: string,
+  ) {
+    this.records = new RecordFile(file);
+  }
 
-  async list(): Promise<TeamSecret[]> {
-    if (!this.records) {
-      const text = await readFile(this.file, 'utf8').catch(() => '');
-      this.records = text ? (JSON.parse(text) as TeamSecret[]) : [];
-    }
-    return this.records;
+  list(): Promise<readonly TeamSecret[]> {
+    return this.records.list();
   }
 
   /** A secret by its id or name. */
@@ -65,8 +60,7 @@ export class TeamSecrets {
       );
     const value = valueOf(body.value);
     const metadata = metadataOf(body.metadata);
-    return this.lock.run('secrets', async () => {
-      const all = await this.list();
+    return this.records.change(async (all, save) => {
       if (all.some((s) => s.name === name)) throw new AlreadyExistsError(`secret ${name} exists`);
       if (all.length >= MAX_SECRETS) throw new InvalidStateError(`svc keeps at most ${MAX_SECRETS} secrets`);
       const now = new Date().toISOString();
@@ -79,7 +73,7 @@ export class TeamSecrets {
         updatedAt: now,
       };
       await this.client.setSecret({ name: hostSecretOf(s), value, mode: '0600' });
-      await this.save([...all, s]);
+      await save([...all, s]);
       return s;
     });
   }
@@ -88,7 +82,7 @@ export class TeamSecrets {
   update(ref: string, body: { value?: unknown; metadata?: unknown }): Promise<TeamSecret> {
     const value = valueOf(body.value);
     const metadata = metadataOf(body.metadata);
-    return this.lock.run('secrets', async () => {
+    return this.records.change(async (all, save) => {
       const s = await this.get(ref);
       await this.client.setSecret({ name: hostSecretOf(s), value, mode: '0600' });
       const next = {
@@ -97,19 +91,19 @@ export class TeamSecrets {
         metadata: metadata ?? s.metadata,
         updatedAt: new Date().toISOString(),
       };
-      await this.save((await this.list()).map((x) => (x === s ? next : x)));
+      await save(all.map((x) => (x === s ? next : x)));
       return next;
     });
   }
 
   /** DELETE /secrets/{id}: refused while a sandbox's rules name it (their requests would lose it). */
   remove(ref: string, vms: Instance[]): Promise<void> {
-    return this.lock.run('secrets', async () => {
+    return this.records.change(async (all, save) => {
       const s = await this.get(ref);
       const host = hostSecretOf(s);
       const users = vms.filter((vm) => (vm.egress_secrets ?? []).some((b) => b.secret === host)).map((vm) => vm.name);
       if (users.length) throw new InvalidStateError(`secret ${s.name} is in the network rules of ${users.join(', ')}`);
-      await this.save((await this.list()).filter((x) => x !== s));
+      await save(all.filter((x) => x !== s));
       await this.client.deleteSecret(host).catch(() => undefined);
     });
   }
@@ -119,12 +113,6 @@ export class TeamSecrets {
     const s = (await this.list()).find((x) => x.name === name);
     if (!s) throw new InvalidArgumentError(`network.rules: no secret named ${JSON.stringify(name)} (Secret.create)`);
     return hostSecretOf(s);
-  }
-
-  private async save(all: TeamSecret[]): Promise<void> {
-    await mkdir(dirname(this.file), { recursive: true, mode: 0o700 });
-    await writeFileAtomic(this.file, `${JSON.stringify(all)}\n`);
-    this.records = all;
   }
 }
 

@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, rm } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Request } from 'express';
-import { KeyedMutex } from '../../app/keyed-mutex.js';
 import {
   AlreadyExistsError,
   InvalidArgumentError,
@@ -11,16 +10,16 @@ import {
   UnauthenticatedError,
 } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
-import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { ConfinedDir } from '../fs-kit/confined-dir.js';
 import { sameSecret } from '../http-kit/auth.js';
+import { RecordFile } from './record-file.js';
 
 /**
  * E2B's volumes on svc (docs/e2b.md): a volume is a folder on the host, `<dir>/<id>/`, that
  * sandboxes created with `volumeMounts` share at the path they name (an svc mount, tagged with the
  * volume's id), and that the volume content API reads and writes from the host through a
- * ConfinedDir, never following a link a guest made. Its record, `<dir>/<id>.json` (name, token,
- * when it was made), sits beside the folder, out of every guest's reach.
+ * ConfinedDir, never following a link a guest made. The records (name, token, when it was made)
+ * are in `<dir>/volumes.json`, beside the folders, out of every guest's reach.
  */
 export interface VolumeRecord {
   volumeID: string;
@@ -35,26 +34,18 @@ const ID = /^vol-[0-9a-f]{12}$/;
 const MAX_VOLUMES = 1000;
 
 export class Volumes {
-  /** Creates and deletes run one at a time, so two creates never take one name. */
-  private readonly lock = new KeyedMutex();
-  /** Each volume's name by its id, as last listed (a sandbox's details name its volumes). */
-  private readonly names = new Map<string, string>();
+  /** The volumes' records, `<dir>/volumes.json`: creates and deletes run one at a time. */
+  private readonly records: RecordFile<VolumeRecord>;
 
   constructor(
     /** The folder of volumes: must be one svc's mounts may share (config `e2b_volumes_dir`). */
     readonly dir: string,
-  ) {}
+  ) {
+    this.records = new RecordFile(join(dir, 'volumes.json'));
+  }
 
-  async list(): Promise<VolumeRecord[]> {
-    const names = await readdir(this.dir).catch(() => [] as string[]);
-    const out: VolumeRecord[] = [];
-    for (const n of names.filter((f) => f.endsWith('.json')).sort()) {
-      const text = await readFile(join(this.dir, n), 'utf8').catch(() => '');
-      if (text) out.push(JSON.parse(text) as VolumeRecord);
-    }
-    this.names.clear();
-    for (const v of out) this.names.set(v.volumeID, v.name);
-    return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  list(): Promise<readonly VolumeRecord[]> {
+    return this.records.list();
   }
 
   /** POST /volumes: a new empty volume. */
@@ -63,8 +54,7 @@ export class Volumes {
       throw new InvalidArgumentError(
         `volume name ${JSON.stringify(name)}: letters, digits, . _ - (1 to 63), starting with a letter or digit`,
       );
-    return this.lock.run('volumes', async () => {
-      const all = await this.list();
+    return this.records.change(async (all, save) => {
       if (all.some((v) => v.name === name)) throw new AlreadyExistsError(`volume ${name} exists`);
       if (all.length >= MAX_VOLUMES) throw new InvalidStateError(`svc keeps at most ${MAX_VOLUMES} volumes`);
       const v: VolumeRecord = {
@@ -74,7 +64,7 @@ export class Volumes {
         createdAt: new Date().toISOString(),
       };
       await mkdir(this.folder(v.volumeID), { recursive: true, mode: 0o755 });
-      await writeFileAtomic(join(this.dir, `${v.volumeID}.json`), `${JSON.stringify(v)}\n`);
+      await save([...all, v]);
       return v;
     });
   }
@@ -88,12 +78,12 @@ export class Volumes {
 
   /** DELETE /volumes/{id}: the volume and all it holds; refused while a VM shares it. */
   remove(ref: string, vms: Instance[]): Promise<void> {
-    return this.lock.run('volumes', async () => {
+    return this.records.change(async (all, save) => {
       const v = await this.get(ref);
       const users = vms.filter((vm) => vm.mounts.some((m) => idOf(m.tag) === v.volumeID)).map((vm) => vm.name);
       if (users.length)
         throw new InvalidStateError(`volume ${v.name} is mounted in ${users.join(', ')}; delete those sandboxes first`);
-      await rm(join(this.dir, `${v.volumeID}.json`), { force: true });
+      await save(all.filter((x) => x !== v));
       await rm(this.folder(v.volumeID), { recursive: true, force: true });
     });
   }
@@ -122,11 +112,12 @@ export class Volumes {
     return out;
   }
 
-  /** A sandbox's volumeMounts, from its VM's mounts (the names as last listed). */
+  /** A sandbox's volumeMounts, from its VM's mounts (the names as read at the daemon's start, or since). */
   mountedIn(vm: Instance): { name: string; path: string }[] {
+    const all = this.records.loaded();
     return vm.mounts.flatMap((m) => {
       const id = idOf(m.tag);
-      return id ? [{ name: this.names.get(id) ?? id, path: m.guest }] : [];
+      return id ? [{ name: all.find((v) => v.volumeID === id)?.name ?? id, path: m.guest }] : [];
     });
   }
 
