@@ -140,7 +140,6 @@ export class TemplateTags {
     await rm(this.file(templateID), { force: true });
   }
 
-  /** At the daemon's start: the files of templates that have no build any more go. */
   /**
    * At the daemon's start: the files of templates that have no build any more go; with `builds`,
    * so do the builds no tag names (a stop between a change of tags and its deletes left them).

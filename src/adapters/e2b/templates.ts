@@ -163,10 +163,11 @@ export class TemplateBuilds {
     let base: RunBase;
     let same: Instance | undefined;
     try {
-      base = await this.base(spec);
+      const all = await this.client.list();
+      base = await this.base(spec, all);
       b.key = await this.keyOf(base, steps, spec, b);
       const force = spec.force === true || steps.some((s) => s.force === true);
-      same = force ? undefined : (await this.client.list()).find((vm) => this.cached(vm, b));
+      same = force ? undefined : all.find((vm) => this.cached(vm, b));
     } catch (err) {
       b.status = 'waiting';
       throw err;
@@ -223,13 +224,13 @@ export class TemplateBuilds {
   }
 
   /**
-   * What a build's base means for svc's create: a template or a snapshot to clone (a template's
-   * environment and folder carry on), an svc image, or the default image.
+   * What a build's base means for svc's create, among the VMs `all`: a template or a snapshot to
+   * clone (a template's environment and folder carry on), an svc image, or the default image.
    */
-  private async base(spec: BuildSpec): Promise<RunBase> {
+  private async base(spec: BuildSpec, all: Instance[]): Promise<RunBase> {
     const ref = spec.fromTemplate ?? spec.fromImage ?? 'e2bdev/base';
     if (ref === 'base' || ref === 'e2bdev/base') return { create: {} };
-    const clone = await this.cloneOf(await this.client.list(), ref);
+    const clone = await this.cloneOf(all, ref);
     if (clone) return clone;
     if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref))
       return { create: { image: 'debian' } };
