@@ -6,6 +6,8 @@ import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestProxy } from './app/guest-proxy.js';
 import { CreateService } from './app/create-service.js';
+import { CreateOutcomes } from './app/create-outcome.js';
+import { PoolClaims } from './app/pool-claims.js';
 import { ForkService } from './app/fork-service.js';
 import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
@@ -223,6 +225,8 @@ export function appModule(): ContainerModule {
     bind(VmLifecycle).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(CreateDisks).toSelf().inSingletonScope();
+    bind(CreateOutcomes).toSelf().inSingletonScope();
+    bind(PoolClaims).toSelf().inSingletonScope();
     bind(ForkService).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();

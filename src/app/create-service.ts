@@ -1,43 +1,29 @@
-import { randomBytes } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
-import { bindEgressSecrets, type EgressSecretSpec } from '../domain/egress-secrets.js';
-import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InvalidArgumentError, UnavailableError, asDomainError, logLevelOf } from '../domain/errors.js';
-import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
+import { InvalidArgumentError, UnavailableError } from '../domain/errors.js';
+import type { CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
-import { changeStatus, toPublic } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageInfo } from '../ports/hypervisor.js';
-import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
-import { Logger } from '../ports/logger.js';
-import { ControlMetrics } from '../ports/metrics.js';
-import { ConsoleLogs, SecretStore, VmStore } from '../ports/stores.js';
-import { Activity } from './activity.js';
+import { GuestImages, HostLinks, Hypervisor } from '../ports/hypervisor.js';
+import { SecretStore } from '../ports/stores.js';
 import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
-import { LifecycleEvents } from './lifecycle-events.js';
 import { AppConfig } from './tokens.js';
 import { beforeDeadline } from './deadline.js';
 import { coldBootReason, VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
-import { GuestNetwork } from '../ports/guest-network.js';
 import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
 import { GuestReadiness } from './guest-readiness.js';
-import { withConsoleTail } from './console-tail.js';
 import { ImageSnapshots } from './image-snapshots.js';
 import { CreateDisks, type DiskSource } from './create-disks.js';
+import { CreateOutcomes, type CreateJob } from './create-outcome.js';
+import { PoolClaims } from './pool-claims.js';
 
-export interface CreateJob {
-  name: string;
-  /** Progress events; the last is `ready` or `error`. Reading is optional: the create runs anyway. */
-  events: AsyncIterable<CreateProgressEvent>;
-  /** Resolves with the ready instance or rejects with the domain error that failed the create. */
-  done: Promise<Instance>;
-}
+export type { CreateJob } from './create-outcome.js';
 
 /**
  * Creating VMs: from the image (cold boot), from a template (a copy of its disk, restored from its
@@ -50,25 +36,19 @@ export class CreateService {
   constructor(
     @inject(AppConfig) private readonly config: Config,
     @inject(Hypervisor) private readonly hv: Hypervisor,
-    @inject(VmDisks) private readonly disks: VmDisks,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(HostLinks) private readonly links: HostLinks,
-    @inject(VmStore) private readonly store: VmStore,
-    @inject(ControlMetrics) private readonly metrics: ControlMetrics,
     @inject(Clock) private readonly clock: Clock,
-    @inject(Logger) private readonly log: Logger,
-    @inject(Activity) private readonly activity: Activity,
-    @inject(LifecycleEvents) private readonly events: LifecycleEvents,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(Failpoints) private readonly failpoints: Failpoints,
-    @inject(GuestNetwork) private readonly network: GuestNetwork,
     @inject(GuestReadiness) private readonly readiness: GuestReadiness,
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
     @inject(CreateDisks) private readonly createDisks: CreateDisks,
     @inject(SecretStore) private readonly secretStore: SecretStore,
+    @inject(PoolClaims) private readonly claims: PoolClaims,
+    @inject(CreateOutcomes) private readonly outcomes: CreateOutcomes,
     @inject(CloneSpeedUps) @optional() private readonly speedUps: CloneSpeedUps | undefined,
-    @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
   ) {}
 
   /**
@@ -87,7 +67,7 @@ export class CreateService {
     if (req.from_pool) {
       const pool = this.config.warm_pool.template;
       if (!pool) throw new InvalidArgumentError('from_pool: no warm_pool is configured');
-      const claimed = await this.claim(req, wait, timeoutMs);
+      const claimed = await this.claims.claim(req, wait, timeoutMs);
       if (claimed) return claimed;
       req.from = pool; // the pool is empty: clone the template directly
     }
@@ -142,90 +122,6 @@ export class CreateService {
     return { name: rec.name, events: queue, done };
   }
 
-  /**
-   * Hands out a suspended warm pool member: picked, renamed and marked in one synchronous step (so
-   * concurrent creates never get the same one), then restored with the request's tags and forwards
-   * and given its identity. Resolves undefined when no member is ready.
-   */
-  private async claim(req: CreateRequest, wait: WaitMode, timeoutMs: number): Promise<CreateJob | undefined> {
-    const pool = this.config.warm_pool.template;
-    const image = await this.images.resolveImage(this.vms.find(pool)?.image ?? this.config.image);
-    const name = req.name ?? this.vms.nextName();
-    const taken = this.vms.takePoolMember(pool, name, this.config.warm_pool.running);
-    if (!taken) return undefined;
-    const { member, oldName, wasRunning } = taken;
-    changeStatus(member, { to: 'creating' });
-    Object.assign(member, {
-      persistent: req.persistent,
-      tags: req.tags,
-      from: pool,
-      egress: req.egress ?? member.egress,
-      egress_secrets: specsOrNone(req.egress_secrets ?? member.egress_secrets),
-      metrics_enabled: req.metrics_enabled ?? this.config.sandbox_metrics_enabled,
-      forwards: [],
-      created_at: new Date(this.clock.now()).toISOString(),
-      ...lifetimeOf(req, this.clock.now()),
-    });
-    const queue = new AsyncQueue<CreateProgressEvent>();
-    const done = this.vms.locked(name, () =>
-      this.runClaim(member, oldName, wasRunning, req, image, wait, timeoutMs, queue),
-    );
-    done.catch(() => undefined);
-    return { name, events: queue, done };
-  }
-
-  private async runClaim(
-    rec: VmRecord,
-    oldName: string,
-    wasRunning: boolean,
-    req: CreateRequest,
-    image: ImageInfo,
-    wait: WaitMode,
-    timeoutMs: number,
-    queue: AsyncQueue<CreateProgressEvent>,
-  ): Promise<Instance> {
-    const t0 = this.clock.now();
-    const deadline = t0 + timeoutMs;
-    const emit = this.emitter(rec, queue, t0);
-    emit('accepted', `claiming warm pool member ${oldName} of template ${rec.from}`);
-    try {
-      await this.store.rename(oldName, rec.name);
-      this.failpoints.hit('claim.renamed');
-      await this.disks.rename({ name: oldName, dir: this.store.dir(oldName) }, this.keeper.ref(rec));
-      await this.vms.save(rec);
-      // A running member, or one restored from its snapshot, already runs its agent: the identity is the first call.
-      let running = true;
-      if (wasRunning) {
-        // A running member: already booted; it only needs the request's forwards added live.
-        emit('boot', `taking over running member ${oldName} as ${rec.name}`);
-        if (req.egress) await this.network.setPolicy(this.keeper.ref(rec), rec.egress);
-        this.keeper.applyHandle(rec, await this.links.addForwards(this.keeper.ref(rec), req.forwards));
-      } else {
-        emit('boot', `restoring ${oldName} as ${rec.name}`);
-        const handle = await beforeDeadline(
-          this.clock,
-          deadline,
-          this.hv.launch(await this.keeper.spec(rec, req.forwards), { restore: true }),
-        );
-        running = handle.restored_from_snapshot;
-        this.keeper.applyHandle(rec, handle);
-      }
-      await this.vms.save(rec);
-      await this.readiness.awaitReady(rec, GuestReadiness.waitFor(wait, image), deadline, emit, image, {
-        fresh: true,
-        restored: running,
-      });
-      return await this.created(rec, t0, emit, { member: oldName }, { message: `claimed ${oldName}` });
-    } catch (err) {
-      return await this.createFailed(rec, err, t0, emit);
-    } finally {
-      queue.close();
-      // The pool refills once the claim has answered (or failed): a refill started beside it takes
-      // the CPU from the guest being handed out, just when its first answer is what the caller waits for.
-      void this.events.emit('claimed', rec);
-    }
-  }
-
   private async runCreate(
     rec: VmRecord,
     req: CreateRequest,
@@ -238,7 +134,7 @@ export class CreateService {
     const { template, capture, start } = from;
     const t0 = this.clock.now();
     let deadline = t0 + timeoutMs;
-    const emit = this.emitter(rec, queue, t0);
+    const emit = this.outcomes.emitter(rec, queue, t0);
     emit('accepted', `creating vm ${rec.name} from image ${image.id}`);
     try {
       await beforeDeadline(this.clock, deadline, this.vms.save(rec));
@@ -298,7 +194,7 @@ export class CreateService {
         handle.pid,
       );
       this.failpoints.hit('create.ready');
-      const inst = await this.created(
+      const inst = await this.outcomes.created(
         rec,
         t0,
         emit,
@@ -312,76 +208,9 @@ export class CreateService {
       }
       return inst;
     } catch (err) {
-      return await this.createFailed(rec, err, t0, emit);
+      return await this.outcomes.failed(rec, err, t0, emit);
     } finally {
       queue.close();
     }
   }
-
-  /** A progress emitter for one create; `t0` is when it was accepted. */
-  private emitter(rec: VmRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number) {
-    return (phase: CreatePhase, message: string, extra: Partial<CreateProgressEvent> = {}) =>
-      queue.push({
-        phase,
-        message,
-        name: rec.name,
-        t: new Date(this.clock.now()).toISOString(),
-        elapsed_ms: this.clock.now() - t0,
-        ...extra,
-      });
-  }
-
-  /**
-   * The end of every successful create: running, announced, counted, logged, `ready`. `message`
-   * notes a pool claim in the activity log; `warning` goes into the answer (a cold-booted clone).
-   */
-  private async created(
-    rec: VmRecord,
-    t0: number,
-    emit: ReturnType<CreateService['emitter']>,
-    log: object,
-    { message, warning }: { message?: string; warning?: string } = {},
-  ): Promise<Instance> {
-    changeStatus(rec, { to: 'running' });
-    await this.vms.save(rec);
-    await this.events.emit('up', rec);
-    this.metrics.vmCreated();
-    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'ok');
-    this.activity.record('create', rec.name, 'ok', message ?? warning, this.clock.now() - t0);
-    this.log.info(
-      { vm: rec.name, ...log, duration_ms: this.clock.now() - t0 },
-      message ? 'pool claim timing' : 'create timing',
-    );
-    const inst = warning ? { ...toPublic(rec), warning } : toPublic(rec);
-    emit('ready', `vm ${rec.name} is ready`, { instance: inst });
-    return inst;
-  }
-
-  /** The end of every failed create: nothing left behind but the logs, counted, `error`. */
-  private async createFailed(
-    rec: VmRecord,
-    err: unknown,
-    t0: number,
-    emit: ReturnType<CreateService['emitter']>,
-  ): Promise<never> {
-    const domainErr = await withConsoleTail(
-      this.consoles,
-      rec,
-      asDomainError(err),
-      `the console log is kept in ${this.config.data_dir}/logs`,
-    );
-    await this.keeper.purge(rec, true);
-    this.metrics.createFailed();
-    this.metrics.createDuration((this.clock.now() - t0) / 1000, 'error');
-    this.activity.record('create', rec.name, 'error', domainErr.message, this.clock.now() - t0);
-    this.log[logLevelOf(domainErr)](
-      { vm: rec.name, err: domainErr.message, code: domainErr.code, duration_ms: this.clock.now() - t0 },
-      'create failed',
-    );
-    emit('error', domainErr.message, { error: domainErr.message, code: domainErr.code });
-    throw domainErr;
-  }
 }
-
-/** A claimed member's bindings, with placeholders of its own (none stays none). */
-const specsOrNone = (specs: EgressSecretSpec[] | undefined) => specs && bindEgressSecrets(specs, randomBytes, [], true);
