@@ -1,125 +1,13 @@
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
-import { parseDuration } from '../domain/duration.js';
-import { parseEgressPolicy, type EgressPolicy } from '../domain/egress.js';
+import { parseEgressPolicy } from '../domain/egress.js';
+import { ConfigError, type Config, type ConfigKind, type ConfigSection } from './config-shape.js';
+import { coerce, readSection } from './config-sections.js';
 
-/** The daemon's configuration after defaults, aliases and env overrides (decisions.md, "Config"). */
-export interface Config {
-  data_dir: string;
-  images_dir: string;
-  socket: string;
-  api: string;
-  api_token: string;
-  /** Request headers must arrive within this (slow clients are cut off; bodies and streams are not). */
-  header_timeout_ms: number;
-  /** Host names the TCP listener answers to besides its bind address and the loopback names. */
-  allowed_hosts: string[];
-  /** Origins besides the daemon's own that may change things over TCP (docs/security.md). */
-  allowed_origins: string[];
-  /** How long a dashboard log-in lasts (docs/dashboard.md). */
-  ui_session_ms: number;
-  /** Host folders (and what is under them) that `mounts` may share; default the user's home. */
-  mount_dirs: string[];
-  /** Host folders POST /images may import files from (`oci-archive:`, `docker-archive:`, `disk:`); default none. */
-  import_dirs: string[];
-  /** The hypervisor driver (docs/architecture.md, "Drivers"); its own keys are in `sections`. */
-  hypervisor: string;
-  ready_timeout_ms: number;
-  /** A cold-booting guest whose console is silent and CPU idle this long hangs (0: never said). */
-  boot_stall_timeout_ms: number;
-  create_buffer_ms: number;
-  shutdown_timeout_ms: number;
-  cpus: number;
-  memory_mb: number;
-  disk_gb: number;
-  image: string;
-  max_vms: number;
-  max_cpus_total: number;
-  max_memory_mb_total: number;
-  /** Concurrent execs and shells per VM and in all (0 = no cap); past one, 429 with Retry-After. */
-  max_execs_per_vm: number;
-  max_execs_total: number;
-  /**
-   * The most MiB of guest answers the daemon holds while reading them whole (execs, fs, stats),
-   * all VMs together; past it a call fails 503 with Retry-After (0 = no budget).
-   */
-  guest_reply_budget_mb: number;
-  /** Build the default image in the background when the daemon starts and it is not built yet. */
-  build_default_image: boolean;
-  /**
-   * Creates restore a suspended booted guest of their image and shape (its snapshot, made after the
-   * first cold boot of that shape) instead of booting (docs/snapshot-creates.md).
-   */
-  create_from_snapshot: boolean;
-  sandbox_metrics_enabled: boolean;
-  sandbox_metrics_interval_ms: number;
-  sandbox_metrics_points: number;
-  log_level: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-  network: 'user' | 'overlay';
-  /** The egress policy of VMs whose create gives none (docs/network.md). */
-  egress: EgressPolicy;
-  /** Resolvers guests' allowed DNS queries go to (HOST or HOST:PORT); empty: the host's /etc/resolv.conf. */
-  guest_dns: string[];
-  /** A PEM file of certificates the upstreams of egress secrets may lead to besides the host's trust store (docs/egress-secrets.md). */
-  egress_upstream_ca: string;
-  /** Large copies through the daemon: `auto` (the svc-splice helper built beside it), `off`, or another helper's path. */
-  splice: string;
-  /** Multicast group:port of the overlay segment (QEMU socket netdev; no root needed). */
-  overlay_mcast: string;
-  /** Each VM log (serial, QEMU, virtiofsd) is capped at this, plus one older copy. */
-  log_max_mb: number;
-  /** `data_dir/logs` (logs kept from deleted VMs) is pruned, oldest first, to this. */
-  logs_dir_max_mb: number;
-  /** Room kept under the data dir (`.reserve`) for the records of VMs that exist, given up when the disk is full; 0: none. */
-  state_reserve_mb: number;
-  /** Allows what only tests may do (the fake hypervisor's local agents run guests' commands on this host). */
-  test_mode: boolean;
-  /** MCP at /mcp (and the defaults of `svc mcp`): read-only tools only, allowed images, a cap on VMs made through it. */
-  mcp_read_only: boolean;
-  mcp_images: string[];
-  mcp_max_vms: number;
-  /** MCP clients may change VMs' egress policies (set_egress); off by default. */
-  mcp_egress: boolean;
-  /** The domain E2B's SDK puts after `PORT-ID.` in a sandbox's URLs (docs/e2b.md); empty: `localhost` and the API's port. */
-  e2b_domain: string;
-  /**
-   * The folder E2B's volumes live in (docs/e2b.md, "Volumes"): sandboxes mount them, so it is
-   * outside data_dir; `<data_dir>-e2b-volumes` when empty.
-   */
-  e2b_volumes_dir: string;
-  /**
-   * Warm pool: keep `size` suspended clones of `template` ready for `from_pool` creates; refill
-   * once claims have stopped coming for `refill_delay` (milliseconds).
-   */
-  warm_pool: { template: string; size: number; running: boolean; refill_delay: number };
-  /** Each driver's own section (`qemu: {...}`, `fake: {...}`), parsed by the spec the driver gave (ConfigSection). */
-  sections: Record<string, Record<string, unknown>>;
-}
-
-/**
- * A driver's config section: its keys with their kinds and defaults, read from its mapping in the
- * file (`qemu: {binary: ...}`), `SVC_<SECTION>_<KEY>` in the environment, or an old flat key
- * (`qemu_binary`, still read) that stands for one of them.
- */
-export interface ConfigSection {
-  /** The mapping's key in the file, and the SVC_ prefix of its keys in the environment. */
-  name: string;
-  /** The `hypervisor` value whose section this is (none for the daemon's own, such as `cluster`). */
-  driver?: string;
-  keys: Record<string, [ConfigKind, unknown]>;
-  /** Old top-level keys, and the key of this section each stands for. */
-  aliases?: Record<string, string>;
-  /** Checks across keys, with the rest of the config; throws ConfigError naming the key. */
-  check?(section: Record<string, unknown>, config: Config): void;
-}
-
-export class ConfigError extends Error {}
-
-export type ConfigKind = 'string' | 'bool' | 'int' | 'duration' | 'list' | { oneOf: readonly string[] };
-type Kind = ConfigKind;
+export { ConfigError, type Config, type ConfigKind, type ConfigSection } from './config-shape.js';
 
 /** Key in the file -> [field in Config, kind, default]. Durations are given as text and kept in ms. */
-const KEYS: Record<string, [keyof Config, Kind, unknown]> = {
+const KEYS: Record<string, [keyof Config, ConfigKind, unknown]> = {
   data_dir: ['data_dir', 'string', ''],
   images_dir: ['images_dir', 'string', ''],
   socket: ['socket', 'string', ''],
@@ -182,49 +70,6 @@ const NESTED = ['warm_pool', 'egress'];
 
 export const CONFIG_KEYS = Object.keys(KEYS);
 
-function coerce(key: string, kind: Kind, value: unknown, fromEnv: boolean): unknown {
-  const bad = (what: string) => new ConfigError(`config key "${key}": ${what}, got ${JSON.stringify(value)}`);
-  if (typeof kind === 'object') {
-    if (typeof value !== 'string' || !kind.oneOf.includes(value)) throw bad(`must be one of ${kind.oneOf.join('|')}`);
-    return value;
-  }
-  switch (kind) {
-    case 'string':
-      if (typeof value !== 'string') throw bad('must be a string');
-      return value;
-    case 'list': {
-      // A YAML list of strings, or in the environment one comma-separated string.
-      const items =
-        fromEnv && typeof value === 'string'
-          ? value
-              .split(',')
-              .map((x) => x.trim())
-              .filter(Boolean)
-          : value;
-      if (!Array.isArray(items) || items.some((x) => typeof x !== 'string' || x === ''))
-        throw bad('must be a list of non-empty strings');
-      return items;
-    }
-    case 'bool':
-      if (fromEnv && typeof value === 'string' && /^(true|false|1|0)$/.test(value))
-        return value === 'true' || value === '1';
-      if (typeof value !== 'boolean') throw bad('must be true or false');
-      return value;
-    case 'int': {
-      const n = fromEnv && typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
-      if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) throw bad('must be a non-negative integer');
-      return n;
-    }
-    case 'duration':
-      if (typeof value !== 'string' && typeof value !== 'number') throw bad('must be a duration such as 90s');
-      try {
-        return parseDuration(String(value), key);
-      } catch {
-        throw bad('must be a duration such as 90s or 3m');
-      }
-  }
-}
-
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
@@ -234,43 +79,6 @@ export function parseApiAddress(api: string): { host: string; port: number } {
   if (!m || Number(m[2]) > 65535)
     throw new ConfigError(`config key "api": must be HOST:PORT or empty, got ${JSON.stringify(api)}`);
   return { host: m[1].replace(/^\[|\]$/g, ''), port: Number(m[2]) };
-}
-
-/** Reads a driver's section: its mapping, `SVC_<SECTION>_<KEY>`, its old flat keys (taken out of `rest`). */
-function readSection(
-  spec: ConfigSection,
-  raw: Record<string, unknown>,
-  rest: Record<string, unknown>,
-  env: NodeJS.ProcessEnv,
-): Record<string, unknown> {
-  const given = raw[spec.name] ?? {};
-  if (typeof given !== 'object' || given === null || Array.isArray(given))
-    throw new ConfigError(
-      `config key "${spec.name}": must be a mapping of its keys (${Object.keys(spec.keys).join(', ')})`,
-    );
-  const values: Record<string, unknown> = { ...(given as Record<string, unknown>) };
-  for (const k of Object.keys(values)) {
-    if (!(k in spec.keys))
-      throw new ConfigError(
-        `config key "${spec.name}.${k}": unknown key (known: ${Object.keys(spec.keys).join(', ')})`,
-      );
-  }
-  for (const [old, key] of Object.entries(spec.aliases ?? {})) {
-    if (!(old in rest)) continue;
-    if (key in values) throw new ConfigError(`config key "${old}": given twice (it is ${spec.name}.${key})`);
-    values[key] = rest[old];
-    delete rest[old];
-  }
-  const out: Record<string, unknown> = {};
-  for (const [key, [kind, def]] of Object.entries(spec.keys)) {
-    const alias = Object.entries(spec.aliases ?? {}).find(([, k]) => k === key)?.[0];
-    const envKey = [`SVC_${spec.name}_${key}`.toUpperCase(), ...(alias ? [`SVC_${alias.toUpperCase()}`] : [])].find(
-      (k) => env[k] !== undefined,
-    );
-    if (envKey) out[key] = coerce(envKey, kind, env[envKey], true);
-    else out[key] = coerce(`${spec.name}.${key}`, kind, key in values ? values[key] : def, false);
-  }
-  return out;
 }
 
 /**
