@@ -3,7 +3,7 @@ import { parseEgressSecretSpecs, type EgressSecretSpec } from './egress-secrets.
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError, shown } from './errors.js';
 import type { Mount, PortForward } from './vm.js';
-import { assertNewVmName, assertVmName } from './names.js';
+import { assertNewVmName, assertVmName, isObject } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
 import { parseOnExpire, parseTtl, type OnExpire } from './lifetime.js';
 
@@ -65,10 +65,6 @@ const FIELDS = new Set([
   'ttl',
   'on_expire',
 ]);
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function intIn(v: unknown, field: string, lo: number, hi: number): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {

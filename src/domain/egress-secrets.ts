@@ -1,6 +1,6 @@
 import { HOST_NAME, normalName } from './egress.js';
 import { InvalidArgumentError } from './errors.js';
-import { assertSecretName } from './names.js';
+import { assertSecretName, isObject } from './names.js';
 
 /**
  * A host secret bound to a VM for its egress (docs/egress-secrets.md): the guest holds a
@@ -53,10 +53,6 @@ const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding',
 /** A placeholder made of 20 random bytes (the caller's, so that this module does no I/O). */
 export const placeholderOf = (random: Uint8Array) =>
   PLACEHOLDER_PREFIX + Array.from(random.subarray(0, 20), (b) => b.toString(16).padStart(2, '0')).join('');
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function hostName(raw: unknown, where: string): string {
   if (typeof raw !== 'string' || !raw) throw new InvalidArgumentError(`${where}: a host must be a non-empty name`);

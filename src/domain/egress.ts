@@ -1,6 +1,9 @@
 import { InvalidArgumentError } from './errors.js';
-import { assertSecretName } from './names.js';
+import { isHostName, isObject } from './names.js';
+import { parseEgressProxy, type EgressProxy } from './egress-proxy.js';
 import { cidrContains, formatCidr, parseCidr, specialRange, type Cidr, type IpAddr } from './ip.js';
+
+export { parseEgressProxy, proxyHostPort, type EgressProxy } from './egress-proxy.js';
 
 /**
  * What a VM's guest may reach (docs/network.md). `default` decides what no rule names; `deny`
@@ -19,17 +22,6 @@ export interface EgressPolicy {
   proxy?: EgressProxy;
 }
 
-/**
- * A SOCKS5 proxy of the user's: `address` is `host:port` (a name, resolved when a connection is
- * dialed, or an address; IPv6 in brackets). RFC 1929 credentials are a `username` and the name of
- * a host `secret` holding the password: the password is never in a policy, an answer or a log.
- */
-export interface EgressProxy {
-  address: string;
-  username?: string;
-  secret?: string;
-}
-
 export type EgressRule =
   | { kind: 'host'; port: number; text: string }
   | { kind: 'domain'; name: string; wildcard: boolean; port?: number; text: string }
@@ -42,8 +34,6 @@ export const MAX_RULES = 1000;
 /** Internet allowed; the host, private and link-local ranges denied (they are always, unless named). */
 export const DEFAULT_EGRESS: EgressPolicy = Object.freeze({ default: 'allow', allow: [], deny: [] }) as EgressPolicy;
 
-const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
-
 function port(text: string, rule: string): number {
   if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 65535)
     throw new InvalidArgumentError(`egress rule ${JSON.stringify(rule)}: port must be 1-65535`);
@@ -55,13 +45,7 @@ function domain(text: string, rule: string): { name: string; wildcard: boolean }
   if (name.endsWith('.')) name = name.slice(0, -1);
   const wildcard = name.startsWith('*.');
   if (wildcard) name = name.slice(2);
-  const labels = name.split('.');
-  if (
-    name.length > 253 ||
-    labels.length < 1 ||
-    !labels.every((l) => LABEL.test(l)) ||
-    /^\d+$/.test(labels[labels.length - 1])
-  ) {
+  if (!isHostName(name)) {
     throw new InvalidArgumentError(`egress rule ${JSON.stringify(rule)} is not a domain, an IP or CIDR, or host:PORT`);
   }
   return { name, wildcard };
@@ -115,10 +99,6 @@ function cidrRule(cidr: Cidr, p: number | undefined): EgressRule {
   return { kind: 'cidr', cidr, port: p, text: shown };
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /**
  * Validates a policy as a create request, a PUT or the config gives it: unknown fields, the
  * default and every rule. Rules come back in their normal form (lower case, blocks cleared of host
@@ -148,64 +128,6 @@ export function parseEgressPolicy(v: unknown, where = 'egress'): EgressPolicy {
   };
   const proxy = v.proxy === undefined || v.proxy === null ? undefined : parseEgressProxy(v.proxy, `${where}.proxy`);
   return { default: def, allow: list('allow'), deny: list('deny'), ...(proxy ? { proxy } : {}) };
-}
-
-/** RFC 1929 caps a username (and a password) at 255 bytes. */
-const MAX_CREDENTIAL_BYTES = 255;
-
-/** `host:port` of a proxy: the host and port apart, or an InvalidArgumentError naming the field. */
-export function proxyHostPort(address: string, where = 'proxy.address'): { host: string; port: number } {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]/]+)):(\d{1,5})$/.exec(address);
-  const port = m ? Number(m[3]) : 0;
-  if (!m || port < 1 || port > 65535)
-    throw new InvalidArgumentError(
-      `${where} must be HOST:PORT (a name or an address, IPv6 in brackets), got ${JSON.stringify(address).slice(0, 80)}`,
-    );
-  const host = m[1] ?? m[2].toLowerCase();
-  const ok = m[1]
-    ? parseCidr(host)?.family === 6
-    : /^[\d.]+$/.test(host)
-      ? parseCidr(host)?.family === 4
-      : isName(host);
-  if (!ok) throw new InvalidArgumentError(`${where}: ${host} is not a host name or an IP address`);
-  return { host, port };
-}
-
-const isName = (h: string) => {
-  const labels = h.replace(/\.$/, '').split('.');
-  return h.length <= 253 && labels.every((l) => LABEL.test(l)) && !/^\d+$/.test(labels[labels.length - 1]);
-};
-
-/** Validates a policy's `proxy` {address, username?, secret?}. */
-export function parseEgressProxy(v: unknown, where = 'proxy'): EgressProxy {
-  if (!isObject(v)) throw new InvalidArgumentError(`${where} must be an object {address, username?, secret?}`);
-  for (const k of Object.keys(v))
-    if (!['address', 'username', 'secret'].includes(k))
-      throw new InvalidArgumentError(`${where}: unknown field "${k}"`);
-  if (typeof v.address !== 'string') throw new InvalidArgumentError(`${where}.address must be HOST:PORT`);
-  const { host, port } = proxyHostPort(v.address.trim(), `${where}.address`);
-  const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-  const out: EgressProxy = { address };
-  if (v.username !== undefined) {
-    if (
-      typeof v.username !== 'string' ||
-      !v.username ||
-      new TextEncoder().encode(v.username).length > MAX_CREDENTIAL_BYTES ||
-      /[\x00-\x1f\x7f]/.test(v.username)
-    )
-      throw new InvalidArgumentError(`${where}.username must be 1-255 bytes of text`);
-    out.username = v.username;
-  }
-  if (v.secret !== undefined) {
-    if (out.username === undefined)
-      throw new InvalidArgumentError(`${where}.secret (the password) needs a username (RFC 1929)`);
-    try {
-      out.secret = assertSecretName(v.secret);
-    } catch (err) {
-      throw new InvalidArgumentError(`${where}.secret: ${(err as Error).message}`);
-    }
-  }
-  return out;
 }
 
 /** How a rule (or the lack of one) decided: `rule` is the rule's text, or a word for an implicit one. */

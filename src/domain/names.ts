@@ -43,3 +43,16 @@ export function nextDefaultName(existing: Iterable<string>): string {
   }
   return `vm-${max + 1}`;
 }
+
+const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
+
+/** A DNS name in lower case, without its root dot: labels of letters, digits, `_` and `-`; not all digits at the end (an IP). */
+export function isHostName(name: string): boolean {
+  const labels = name.split('.');
+  return name.length <= 253 && labels.every((l) => LABEL.test(l)) && !/^\d+$/.test(labels[labels.length - 1]);
+}
+
+/** A JSON object (not null, not an array). */
+export function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
