@@ -88,6 +88,7 @@ import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
 import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
 import { clusterSettings, type ClusterSettings } from './app/cluster-config.js';
 import { ClusterService } from './app/cluster-service.js';
+import { ClusterPlacement } from './app/cluster-placement.js';
 import { ClusterConfig } from './app/tokens.js';
 import { ClusterStore, PeerNodes } from './ports/cluster.js';
 import { MoveService } from './app/move-service.js';
@@ -257,6 +258,7 @@ function clusterModule(settings: ClusterSettings): ContainerModule {
       .toDynamicValue((ctx) => new EtcdClusterStore(settings, ctx.get<Logger>(Logger)))
       .inSingletonScope();
     bind(ClusterService).toSelf().inSingletonScope();
+    bind(ClusterPlacement).toSelf().inSingletonScope();
     bind(LifecycleContribution).toService(ClusterService);
     bind(PeerNodes).toConstantValue(new HttpPeerNodes({ self: settings.node, token: settings.token }));
     bind(MoveService).toSelf().inSingletonScope();
@@ -346,6 +348,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       token: cluster.settings.token,
       auth,
       moves,
+      placement: container.get(ClusterPlacement),
       fetches: container.get(ImageFetchService),
       images: container.get<GuestImages>(GuestImages),
       splice: config.splice,

@@ -1,18 +1,7 @@
 import { inject, injectable } from 'inversify';
-import {
-  fits,
-  placeVm,
-  placementAsk,
-  type ClusterInstance,
-  type NodeInfo,
-  type NodeView,
-  type VmEntry,
-  type VmShape,
-} from '../domain/cluster.js';
-import { errorMessage, NotFoundError, ResourceExhaustedError, UnavailableError } from '../domain/errors.js';
+import { roomCheck, type ClusterInstance, type NodeInfo, type NodeView, type VmEntry } from '../domain/cluster.js';
+import { errorMessage, NotFoundError, UnavailableError } from '../domain/errors.js';
 import type { VmChange } from '../domain/events.js';
-import { forkNames, parseForkRequest } from '../domain/fork-request.js';
-import { assertNewVmName, nextDefaultName } from '../domain/names.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { ClusterStore } from '../ports/cluster.js';
 import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
@@ -27,18 +16,10 @@ import { Vms } from './vms.js';
 /** Where a call about a VM goes: served here, or by the node that owns it. */
 export type Route = { at: 'here' } | { at: 'node'; node: NodeView };
 
-/** Where a create goes, with its name and the body to send (without the placement fields). */
-export interface Placed {
-  name: string;
-  node: NodeView;
-  here: boolean;
-  body: Record<string, unknown>;
-}
-
 /**
  * This daemon as a node of a cluster (docs/cluster.md): it says what it is in its lease, publishes
- * its VMs as they change, places creates on the node the rule picks (reserved in one etcd
- * transaction), and tells the HTTP front which node serves a call about a VM.
+ * its VMs as they change, and tells the HTTP front which node serves a call about a VM (where a
+ * create goes is ClusterPlacement's).
  */
 @injectable()
 export class ClusterService implements LifecycleContribution {
@@ -189,90 +170,6 @@ export class ClusterService implements LifecycleContribution {
     );
   }
 
-  /**
-   * Places a create (docs/cluster.md, "Placement"): a clone where its template is, else by the
-   * rule; the name and the capacity reserved in one transaction. The body loses `node` and
-   * `node_selector` and gains the name.
-   */
-  async place(raw: unknown): Promise<Placed> {
-    const b = { ...((raw ?? {}) as Record<string, unknown>) };
-    const ask = placementAsk(b);
-    delete b.node;
-    delete b.node_selector;
-    const name = b.name === undefined ? this.freshName() : assertNewVmName(b.name);
-    b.name = name;
-    const shape: VmShape = {
-      cpus: typeof b.cpus === 'number' ? b.cpus : this.config.cpus,
-      memory_mb: typeof b.memory_mb === 'number' ? b.memory_mb : this.config.memory_mb,
-      disk_gb: typeof b.disk_gb === 'number' ? b.disk_gb : this.config.disk_gb,
-    };
-    const image = typeof b.image === 'string' ? b.image : 'default';
-    // A clone goes where its template's state is; a pool claim to this node's pool; a create that
-    // binds egress secrets (or names a proxy's password) to this node, whose secret store holds
-    // them (each node has its own); one that shares host folders (mounts, E2B's volumes) to this
-    // node, whose folders they are.
-    const proxySecret = (b.egress as { proxy?: { secret?: unknown } } | undefined)?.proxy?.secret !== undefined;
-    const secrets = (Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0) || proxySecret;
-    const folders = Array.isArray(b.mounts) && b.mounts.length > 0;
-    const pinned =
-      typeof b.from === 'string'
-        ? { node: this.store.vm(b.from)?.node ?? this.self }
-        : (b.from_pool === true || secrets || folders) && !ask.node
-          ? { node: this.self }
-          : undefined;
-    let node: NodeView;
-    for (let tries = 1; ; tries++) {
-      // A node without the image fetches it from one that has it (ImageFetchService) before the create.
-      node = placeVm(
-        this.store.nodes(),
-        { ...shape, image },
-        pinned ?? ask,
-        (img) => !!pinned || this.holders(img).length > 0,
-      );
-      try {
-        await this.store.reserve([name], node.node, shape, roomFor(shape, `vm ${name}`));
-        break;
-      } catch (err) {
-        // Another create took the room first: the rule picks again from what the nodes hold now.
-        if (!(err instanceof ResourceExhaustedError) || pinned || ask.node || tries >= 5) throw err;
-        await new Promise((r) => setTimeout(r, 20 * tries));
-      }
-    }
-    return { name, node, here: node.node === this.self, body: b };
-  }
-
-  /**
-   * Places the forks of `source` (POST /vms/{name}/fork) on its node, which holds the state they
-   * start from: each fork's name (those asked for, else `<source>-fork-N` free in the whole
-   * cluster) and its room (the source's shape) reserved as a create's are, all or none. The body
-   * gains the names.
-   */
-  async placeForks(source: string, raw: unknown): Promise<Placed & { names: string[] }> {
-    const req = parseForkRequest(raw);
-    this.route(source); // its node unreachable: 503 naming it
-    const src = this.get(source);
-    const node = this.node(src.node);
-    const shape: VmShape = { cpus: src.cpus, memory_mb: src.memory_mb, disk_gb: src.disk_gb };
-    const taken = new Set([...this.store.vms().keys(), ...this.vms.all().map((r) => r.name)]);
-    const names = req.names ?? forkNames(source, req.count, (n) => taken.has(n));
-    const what = names.length === 1 ? `fork ${names[0]}` : `${names.length} forks`;
-    await this.store.reserve(names, node.node, shape, roomFor(shape, `${what} of vm ${source}`, names.length));
-    const body: Record<string, unknown> = { ...((raw ?? {}) as Record<string, unknown>), names };
-    delete body.count;
-    return { name: source, names, node, here: node.node === this.self, body };
-  }
-
-  /** Placed creates (or forks) failed before their VMs existed: their reservations are given back, at once. */
-  async unplace(names: string | readonly string[]): Promise<void> {
-    const free = (typeof names === 'string' ? [names] : names).filter(
-      (name) => !this.vms.find(name) && !this.store.vm(name)?.instance,
-    );
-    if (!free.length) return;
-    await this.store
-      .release(free)
-      .catch((err) => this.log.warn({ vms: free, err: errorMessage(err) }, 'cluster: cannot release'));
-  }
-
   /** The ready nodes that list image `image` (any node can fetch it from them). */
   holders(image: string): NodeView[] {
     return this.store.nodes().filter((n) => n.state === 'ready' && n.images.includes(image));
@@ -289,7 +186,7 @@ export class ClusterService implements LifecycleContribution {
    */
   async takeOver(name: string, from: string): Promise<void> {
     const shape = this.store.vm(name)?.shape;
-    await this.store.transfer(name, from, this.self, shape ? roomFor(shape, `vm ${name}`) : () => undefined);
+    await this.store.transfer(name, from, this.self, shape ? roomCheck(shape, `vm ${name}`) : () => undefined);
   }
 
   /** What this node says of itself in its lease. */
@@ -311,11 +208,6 @@ export class ClusterService implements LifecycleContribution {
       running: this.vms.count((r) => r.status === 'running'),
       ...(this.draining ? { draining: true } : {}),
     };
-  }
-
-  /** A name no VM of the cluster has. */
-  private freshName(): string {
-    return nextDefaultName([...this.store.vms().keys(), ...this.vms.all().map((r) => r.name)]);
   }
 
   // What a lifecycle verb waits for before it answers: its VM as the cluster sees it (a create
@@ -345,11 +237,4 @@ export class ClusterService implements LifecycleContribution {
         .catch((err) => this.log.warn({ vm: name, err: errorMessage(err) }, 'cluster: cannot publish a vm change'))
     );
   }
-}
-
-/** The check a placement makes of a node as it is now: `count` of `shape` fit beside what is placed there. */
-function roomFor(shape: VmShape, what: string, count = 1): (n: NodeView) => void {
-  return (n) => {
-    if (!fits(n, shape, count)) throw new ResourceExhaustedError(`node ${n.node} has no room left for ${what}`);
-  };
 }

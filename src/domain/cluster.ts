@@ -121,6 +121,13 @@ export function fits(n: Pick<NodeView, 'capacity' | 'allocated'>, shape: VmShape
   );
 }
 
+/** The check a placement makes of a node as it is now: `count` of `shape` fit beside what is placed there. */
+export function roomCheck(shape: VmShape, what: string, count = 1): (n: NodeView) => void {
+  return (n) => {
+    if (!fits(n, shape, count)) throw new ResourceExhaustedError(`node ${n.node} has no room left for ${what}`);
+  };
+}
+
 /** How full a node is: the larger share of its cpus and its memory that is placed. */
 export function fullness(n: Pick<NodeView, 'capacity' | 'allocated'>): number {
   const share = (used: number, of: number) => (of > 0 ? used / of : 1);

@@ -1,7 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { ClusterService, Placed } from '../../app/cluster-service.js';
+import type { ClusterService } from '../../app/cluster-service.js';
+import type { ClusterPlacement, Placed } from '../../app/cluster-placement.js';
 import {
   errorMessage,
   InvalidArgumentError,
@@ -47,6 +48,7 @@ export class ClusterFront {
       token: string;
       auth: BearerAuth;
       moves: MoveService;
+      placement: ClusterPlacement;
       fetches: ImageFetchService;
       images: GuestImages;
       /** Config `splice`: large bodies sent to another node move socket to socket (process-kit/splice.ts). */
@@ -261,7 +263,7 @@ export class ClusterFront {
 
   private async create(req: Request, res: Response, raw?: unknown): Promise<void> {
     const stream = wantsNdjson(req);
-    const placed = await this.cluster.place(raw ?? (await readJson(req)));
+    const placed = await this.o.placement.place(raw ?? (await readJson(req)));
     const { image, from } = placed.body;
     const id = typeof image === 'string' ? image : 'default';
     // A node placed without the image fetches it from one that has it first.
@@ -288,7 +290,7 @@ export class ClusterFront {
       try {
         await this.o.fetches.ensureOn(placed.node, id, stream ? say : undefined);
       } catch (err) {
-        await this.cluster.unplace(placed.name);
+        await this.o.placement.unplace(placed.name);
         if (!res.headersSent) throw err;
         const { body } = toHttpError(err);
         return void res.end(createError(placed.name, body.error, body.code));
@@ -309,14 +311,14 @@ export class ClusterFront {
   }
 
   private async fork(req: Request, res: Response, source: string): Promise<void> {
-    const placed = await this.cluster.placeForks(source, await readJson(req));
+    const placed = await this.o.placement.placeForks(source, await readJson(req));
     await this.send(req, res, placed, placed.names);
   }
 
   /** Sends a placed call to its node; what it made nothing of gives its reservations back. */
   private async send(req: Request, res: Response, placed: Placed, names: string[]): Promise<void> {
     const t = placed.here ? this.own() : this.target(placed.node.advertise);
-    const unplace = () => this.cluster.unplace(names);
+    const unplace = () => this.o.placement.unplace(names);
     // After lines of its own (an image fetched first), an error answer is the stream's last line.
     const errorLine = (status: number, text: string) => {
       let body: { error?: unknown; code?: unknown } = {};
