@@ -350,8 +350,10 @@ export class EtcdClusterStore implements ClusterStore {
       const text = JSON.stringify({ ...info, seen_at: '' });
       if (text === this.said) return;
       const json = JSON.stringify({ ...info, seen_at: new Date().toISOString() });
-      await this.lease.put(this.key(`nodes/${info.node}`)).value(json);
+      // The kept copy first: whoever sees the lease's say it (a drain) finds it kept too, even when
+      // this node is killed between the two writes (a restarted node is drained as it said it was).
       await this.client.put(this.key(`members/${info.node}`)).value(json);
+      await this.lease.put(this.key(`nodes/${info.node}`)).value(json);
       this.said = text;
     } catch (err) {
       this.log.warn({ err: errorMessage(err) }, 'cluster: cannot renew what this node says of itself');
