@@ -32,3 +32,21 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     }
   }
 }
+
+/** What every progress event of a long call (a create, an image build) says. */
+interface Progress {
+  phase: string;
+  message: string;
+  name: string;
+  t: string;
+  elapsed_ms: number;
+}
+
+/**
+ * An emitter of one call's progress into `queue`: each event its phase, message and what the
+ * phase adds, stamped with the call's `name`, the time and the time since `t0` (when it was accepted).
+ */
+export function progressEmitter<E extends Progress>(queue: AsyncQueue<E>, now: () => number, name: string, t0: number) {
+  return (phase: E['phase'], message: string, extra: Partial<E> = {}): void =>
+    queue.push({ phase, message, name, t: new Date(now()).toISOString(), elapsed_ms: now() - t0, ...extra } as E);
+}

@@ -8,7 +8,7 @@ import { Logger } from '../ports/logger.js';
 import { ControlMetrics } from '../ports/metrics.js';
 import { ConsoleLogs } from '../ports/stores.js';
 import { Activity } from './activity.js';
-import type { AsyncQueue } from './async-queue.js';
+import { progressEmitter, type AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';
 import { withConsoleTail } from './console-tail.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -48,15 +48,7 @@ export class CreateOutcomes {
 
   /** A progress emitter for one create; `t0` is when it was accepted. */
   emitter(rec: VmRecord, queue: AsyncQueue<CreateProgressEvent>, t0: number): CreateEmit {
-    return (phase, message, extra = {}) =>
-      queue.push({
-        phase,
-        message,
-        name: rec.name,
-        t: new Date(this.clock.now()).toISOString(),
-        elapsed_ms: this.clock.now() - t0,
-        ...extra,
-      });
+    return progressEmitter(queue, () => this.clock.now(), rec.name, t0);
   }
 
   /**

@@ -18,7 +18,7 @@ import type { ImageDetails } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
-import { AsyncQueue } from './async-queue.js';
+import { AsyncQueue, progressEmitter } from './async-queue.js';
 import { CreateService } from './create-service.js';
 import { GuestProxy } from './guest-proxy.js';
 import { ImageService } from './image-service.js';
@@ -97,15 +97,7 @@ export class ImageBuilder {
     this.pending.add(req.name);
     const queue = new AsyncQueue<ImageBuildEvent>();
     const t0 = this.clock.now();
-    const emit = (phase: ImageBuildPhase, message: string, extra: Partial<ImageBuildEvent> = {}) =>
-      queue.push({
-        phase,
-        message,
-        name: req.name,
-        t: new Date(this.clock.now()).toISOString(),
-        elapsed_ms: this.clock.now() - t0,
-        ...extra,
-      });
+    const emit = progressEmitter(queue, () => this.clock.now(), req.name, t0);
     const done = this.activity
       .timed('image.build', req.name, () => this.run(req, emit))
       .then(
