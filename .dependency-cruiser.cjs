@@ -1,6 +1,6 @@
 /**
- * Layers point inward: domain <- ports <- app <- adapters <- composition roots (src/main.ts for
- * svcd, src/agent-main.ts for svc-agent, src/bin/*). Folder rooms (docs/architecture.md):
+ * Layers point inward: domain <- ports <- app <- adapters <- composition roots (src/main.ts and
+ * src/daemon-container.ts for svcd, src/agent-main.ts for svc-agent, src/bin/*). Folder rooms (docs/architecture.md):
  * `agent/` folders are svc-agent, the program in the guest; the daemon never imports them and they
  * import nothing of the daemon's but the shared logger, clock and queue. `*-kit` adapter folders are plumbing that several programs share
  * and import no other adapter folder. The two hypervisor adapters do not know each other.
