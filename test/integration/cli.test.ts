@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -508,10 +508,13 @@ describe('svc CLI as a subprocess against a real daemon', function () {
 
 describe('svcd in a terminal', function () {
   this.timeout(60000);
+  const made: string[] = [];
+  afterEach(() => made.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
 
   it('prints a short banner: where it listens, the dashboard, the token, the next commands; then stops on Ctrl-C', async () => {
     const dir = join(tmpdir(), `svcd-banner-${process.pid}-${Date.now()}`);
     mkdirSync(dir, { recursive: true });
+    made.push(dir);
     const cfg = join(dir, 'config.yaml');
     writeFileSync(
       cfg,

@@ -36,7 +36,8 @@ describe('ConfinedDir: a host folder a guest writes into, used without following
     writeFileSync(join(root, 'd', 'f'), 'inside');
     writeFileSync(join(outside, 'f'), 'OUTSIDE');
   });
-  afterEach(async () => rm(base, { recursive: true, force: true }));
+  // maxRetries: a swapper's last mv or ln may still land while the folder is being removed
+  afterEach(async () => rm(base, { recursive: true, force: true, maxRetries: 5 }));
 
   it('reads, writes, lists and removes inside its root; refuses .. and links on the way or at the end', async () => {
     const c = new ConfinedDir(root);
@@ -67,10 +68,15 @@ describe('ConfinedDir: a host folder a guest writes into, used without following
     this.timeout(20_000);
     const c = new ConfinedDir(root);
     // what a guest could do through its share: d becomes a link to the outside and back, in a loop
-    const swapper = spawn('sh', [
-      '-c',
-      `cd ${root} && while :; do mv d d.x 2>/dev/null; ln -s ${outside} d 2>/dev/null; rm -f d; mv d.x d 2>/dev/null; done`,
-    ]);
+    const swapper = spawn(
+      'sh',
+      [
+        '-c',
+        `cd ${root} && while :; do mv d d.x 2>/dev/null; ln -s ${outside} d 2>/dev/null; rm -f d; mv d.x d 2>/dev/null; done`,
+      ],
+      { detached: true },
+    );
+    const ended = new Promise((r) => swapper.once('exit', r));
     const seen = new Set<string>();
     try {
       for (let i = 0; i < 400; i++) {
@@ -84,7 +90,9 @@ describe('ConfinedDir: a host folder a guest writes into, used without following
         await c.remove(`d/w${i}`).catch(() => undefined);
       }
     } finally {
-      swapper.kill('SIGKILL');
+      // the shell and the mv or ln it runs: its whole group, so nothing moves once the checks begin
+      process.kill(-swapper.pid!, 'SIGKILL');
+      await ended;
     }
     expect(
       [...seen].every((s) => s === 'inside' || s === 'refused'),

@@ -1,10 +1,13 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENT_DIR, BUILD_SCRIPT, ImageCatalog } from '../../../../src/adapters/images/image-catalog.js';
 
 describe('adapters/images/image-catalog', () => {
+  const made: string[] = [];
+  afterEach(() => made.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
   // The catalog builds built-in images on first use with these; a moved file once pointed them
   // one folder above the repository, and only a real image build noticed.
   it('finds the image build script and the agent artifact in this repository', () => {
@@ -15,6 +18,7 @@ describe('adapters/images/image-catalog', () => {
 
   it('tells a create how much memory an image boots in and how long its last build took here', () => {
     const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    made.push(root);
     const c = new ImageCatalog(root);
     expect(c.info('minimal')).to.include({ built: false, min_memory_mb: 128 });
     expect(c.info('default')).to.include({ id: 'debian', min_memory_mb: 256 });
