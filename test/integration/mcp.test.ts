@@ -192,6 +192,9 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         action: string;
       }[];
       expect(activity.some((a) => a.action === 'create')).to.equal(true);
+      // The stand-in guest is this host: its temp folder goes, by name, without a recursive remove.
+      await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'rm', args: ['-f', path] } });
+      await c.callTool({ name: 'exec', arguments: { name: 'm1', cmd: 'rmdir', args: [guestTmp] } });
     } finally {
       await c.close();
     }
