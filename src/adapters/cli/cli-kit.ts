@@ -1,7 +1,8 @@
+import { InvalidArgumentError } from 'commander';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import { ms } from './format.js';
 
-/** What every command file shares: repeatable flags, JSON-or-text answers, progress, stdin. */
+/** What every command file shares: repeatable and whole-number flags, JSON-or-text answers, progress, stdin, exit codes. */
 
 /** Collects a repeatable flag's values (commander's `argParser`). */
 export const collect = (v: string, prev: string[]) => [...prev, v];
@@ -28,3 +29,18 @@ export function progress(
   if (tty) process.stderr.write(`\r\x1b[2K${line}${e.phase === 'ready' || e.phase === 'error' ? '\n' : ''}`);
   else process.stderr.write(`${line}\n`);
 }
+
+/** Thrown to leave with a given exit code (the remote command's, the shell's). */
+export class Exit extends Error {
+  constructor(readonly code: number) {
+    super(`exit ${code}`);
+  }
+}
+
+/** A flag's whole number: commander then says which flag and echoes what was typed. */
+export const whole =
+  (what: string) =>
+  (v: string): number => {
+    if (!/^\d+$/.test(v.trim())) throw new InvalidArgumentError(`expected ${what}`);
+    return Number(v);
+  };
