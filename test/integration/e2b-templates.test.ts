@@ -320,9 +320,13 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     rmSync(join(tagFiles, `${kept.tags['e2b/tpl_id']}.json`));
     writeFileSync(join(tagFiles, 'tpl-00000000000000ff.json'), '{"tags":{},"same":{}}\n');
     await d.restart();
+    // the sweep runs after the daemon listens: VMs first, then the tags' files, then the records
     const end = Date.now() + 10_000;
-    while ((await vms()).some((v) => v.name === 'e2b-tpl-cut0ff' || v.name === 'e2b-tpl-stray0') && Date.now() < end)
-      await new Promise((r) => setTimeout(r, 100));
+    const swept = async () =>
+      !(await vms()).some((v) => v.name === 'e2b-tpl-cut0ff' || v.name === 'e2b-tpl-stray0') &&
+      !existsSync(join(tagFiles, 'tpl-00000000000000ff.json')) &&
+      !existsSync(join(records, 'e2b-tpl-deleted.json'));
+    while (!(await swept()) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
     const names = (await vms()).map((v) => v.name);
     expect(names).to.not.include('e2b-tpl-cut0ff');
     expect(names, 'a build no tag names').to.not.include('e2b-tpl-stray0');

@@ -160,9 +160,10 @@ export class TemplateRun {
       const message = errorMessage(err);
       log(message, step, 'error');
       b.reason = { message, step };
-      b.status = 'error';
+      // gone before the build says it failed: a client that sees the error finds nothing left
       await this.client.delete(vm).catch(() => undefined);
-      await rm(this.o.record(vm), { force: true });
+      await rm(this.o.record(vm), { force: true }).catch(() => undefined);
+      b.status = 'error';
     }
   }
 
