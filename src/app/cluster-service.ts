@@ -51,8 +51,10 @@ export class ClusterService implements LifecycleContribution {
     return (this.drained ??= this.store.nodes().find((n) => n.node === this.self)?.draining === true);
   }
 
-  set draining(on: boolean) {
+  /** Drains this node, or ends its drain; resolves once etcd keeps it (a node killed after the answer comes back as it was told). */
+  async setDraining(on: boolean): Promise<void> {
     this.drained = on;
+    await this.store.announce();
   }
 
   /** Joins, publishes every VM of this node, drops entries of this node's that are gone, and follows changes. */

@@ -18,6 +18,8 @@ export type ClusterChange =
 export interface ClusterStore {
   /** Joins as `self`: keeps what `info()` says in a lease renewed every few seconds until `leave`. */
   join(info: () => Promise<NodeInfo>): Promise<void>;
+  /** Says what `info()` says now, not at the next renewal; resolves once it is kept (UnavailableError: it is not). */
+  announce(): Promise<void>;
   /** Every node that joined, `unreachable` while its lease is gone; with what is placed on each. */
   nodes(): NodeView[];
   /** Every VM's entry, by name. */

@@ -20,6 +20,8 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
   this.timeout(30_000);
   let etcd: TestEtcd;
   const stores: EtcdClusterStore[] = [];
+  /** What each node says of itself (a test changes it, then asks the node to say it). */
+  const infos: Record<string, NodeInfo> = {};
   const prefix = `/svc-store-test-${process.pid}/`;
 
   const join = async (node: string) => {
@@ -46,7 +48,8 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       seen_at: '',
       running: 0,
     };
-    await store.join(async () => info);
+    infos[node] = info;
+    await store.join(async () => infos[node]);
     stores.push(store);
     return store;
   };
@@ -162,5 +165,29 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     } finally {
       raw.close();
     }
+  });
+
+  it('says a change when asked (a drain), in its lease and its kept entry, before it answers; refuses when etcd is gone', async () => {
+    const a = stores[0];
+    const raw = new Etcd3({ hosts: etcd.endpoints });
+    const said = async (key: string) => JSON.parse((await raw.get(`${prefix}${key}`).string()) ?? '{}') as NodeInfo;
+    try {
+      infos.a = { ...infos.a, draining: true };
+      await a.announce();
+      // read straight from etcd right after the answer: a node killed now comes back drained
+      expect(await said('members/a')).to.include({ draining: true });
+      expect(await said('nodes/a')).to.include({ draining: true });
+      const { draining: _, ...undrained } = infos.a;
+      infos.a = undrained;
+      await a.announce();
+      expect((await said('members/a')).draining).to.equal(undefined);
+    } finally {
+      raw.close();
+    }
+    // the last test here: etcd stops
+    await etcd.stop();
+    infos.a = { ...infos.a, draining: true };
+    const err = await a.announce().catch((e: unknown) => e);
+    expect((err as Error).message).to.match(/etcd did not take what this node says of itself/);
   });
 });

@@ -52,6 +52,8 @@ export class EtcdClusterStore implements ClusterStore {
   private lease?: Lease;
   private info?: () => Promise<NodeInfo>;
   private said = '';
+  /** The renewal running now (renew). */
+  private renewing: Promise<void> = Promise.resolve();
   private timer?: NodeJS.Timeout;
   private left = false;
   private connected = false;
@@ -325,11 +327,30 @@ export class EtcdClusterStore implements ClusterStore {
     });
     this.lease = lease;
     this.said = '';
-    await this.refresh();
+    await this.say(false);
   }
 
-  /** Says again what this node is when that changed (its VMs, its images, its load). */
-  private async refresh(): Promise<void> {
+  async announce(): Promise<void> {
+    await this.renew(true);
+  }
+
+  /** The renewal every few seconds; what it cannot write is written at the next. */
+  private refresh(): Promise<void> {
+    return this.renew(false);
+  }
+
+  /** One renewal at a time, in order: an older one never writes over what a newer one said. */
+  private renew(strict: boolean): Promise<void> {
+    const run = this.renewing.then(() => this.say(strict));
+    this.renewing = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Says again what this node is when that changed (its VMs, its images, its load, a drain).
+   * `strict`: a write that fails throws (UnavailableError) instead of waiting for the next renewal.
+   */
+  private async say(strict: boolean): Promise<void> {
     if (this.left || !this.info) return;
     // A read answered before the delete came arrives within its deadline.
     for (const [key, at] of this.tombs)
@@ -350,12 +371,11 @@ export class EtcdClusterStore implements ClusterStore {
       const text = JSON.stringify({ ...info, seen_at: '' });
       if (text === this.said) return;
       const json = JSON.stringify({ ...info, seen_at: new Date().toISOString() });
-      // The kept copy first: whoever sees the lease's say it (a drain) finds it kept too, even when
-      // this node is killed between the two writes (a restarted node is drained as it said it was).
-      await this.client.put(this.key(`members/${info.node}`)).value(json);
       await this.lease.put(this.key(`nodes/${info.node}`)).value(json);
+      await this.client.put(this.key(`members/${info.node}`)).value(json);
       this.said = text;
     } catch (err) {
+      if (strict) throw new UnavailableError(`etcd did not take what this node says of itself: ${errorMessage(err)}`);
       this.log.warn({ err: errorMessage(err) }, 'cluster: cannot renew what this node says of itself');
     }
   }

@@ -112,7 +112,7 @@ export class ClusterFront {
         path: '/nodes/:node/drain',
         handler: (req, res) =>
           this.atNode(req, res, async () => {
-            this.cluster.draining = true;
+            await this.cluster.setDraining(true);
             return this.o.moves.drain();
           }),
       },
@@ -121,8 +121,7 @@ export class ClusterFront {
         path: '/nodes/:node/drain',
         handler: (req, res) =>
           this.atNode(req, res, async () => {
-            this.cluster.draining = false;
-            // What the lease says changes at the node's next renewal (within seconds).
+            await this.cluster.setDraining(false);
             const { draining: _d, ...node } = this.cluster.node(this.cluster.self);
             return node;
           }),
