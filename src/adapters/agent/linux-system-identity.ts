@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { injectable } from 'inversify';
@@ -30,6 +31,13 @@ export class LinuxSystemIdentity implements SystemIdentity {
   private readonly renewKeys: (() => void) | undefined;
 
   private readonly growRoot: ((bytes: number) => Promise<void>) | undefined;
+
+  /**
+   * The userdata this agent has started (sha256 of each script). The daemon sends an identity call
+   * again when it got no answer in time, though the first may have reached the guest: its userdata
+   * runs once. Two runs side by side each wrote their line into one file (a CI run on a loaded host).
+   */
+  private readonly userdataStarted = new Set<string>();
 
   /**
    * `renewKeys` makes a clone's SSH host keys anew; by default it runs RENEW_HOST_KEYS on the real
@@ -127,9 +135,13 @@ export class LinuxSystemIdentity implements SystemIdentity {
   /**
    * Runs userdata as a boot does (image/debian/.../userdata, rc.sysinit): the script kept in the
    * state directory, its output in /var/log/userdata.log, its status in `userdata-exit` and its
-   * end marked by `userdata-ran`, which goes now (a snapshot's boot left one).
+   * end marked by `userdata-ran`, which goes now (a snapshot's boot left one). A script this agent
+   * has started already is not started again (userdataStarted).
    */
   private startUserdata(script: string, stateDir: string): void {
+    const key = createHash('sha256').update(script).digest('hex');
+    if (this.userdataStarted.has(key)) return;
+    this.userdataStarted.add(key);
     const file = join(stateDir, 'userdata');
     const ran = join(stateDir, 'userdata-ran');
     const exit = join(stateDir, 'userdata-exit');

@@ -103,6 +103,24 @@ describe('adapters/agent/linux-system-identity', () => {
     expect(read('var/log/userdata.log').trim()).to.equal('to-the-log');
   });
 
+  it('runs userdata once when the identity call comes again (the daemon tried again after a timeout)', async () => {
+    const state = join(dir, 'state');
+    mkdirSync(state);
+    const out = join(dir, 'ud-runs');
+    const script = `#!/bin/sh\necho run >> '${out}'\n`;
+    const call = () =>
+      identity.apply(
+        { hostname: 'web-4', time_ms: 1_700_000_000_000, machine_id: 'cd'.repeat(16), userdata: script },
+        join(state, 'identity'),
+      );
+    await call();
+    await call();
+    for (let i = 0; i < 100 && !existsSync(join(state, 'userdata-ran')); i++)
+      await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300)); // a second run, had one started, has ended by now
+    expect(readFileSync(out, 'utf8')).to.equal('run\n');
+  });
+
   it('grows the root filesystem when told the disk size, never on a test root by default', async () => {
     const grown: number[] = [];
     const growing = new LinuxSystemIdentity(
