@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { call, ndjson } from '../helpers/http.js';
+import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { ensureImage, qemuOfVm, qemuProcesses, qemuUnder, waitingSpares } from './image.js';
 
 /**
@@ -38,13 +39,14 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   const layersIn = (vm: string) => readdirSync(dirOf(vm)).filter((n) => /^base-[0-9a-f]{16}\.qcow2$/.test(n));
 
   /**
-   * The QEMU started for the next clone of `template` once a clone of it ran, given time to open its
-   * monitor (a clone that finds none ready starts its own QEMU).
+   * The QEMU started for the next clone of `template` once a clone of it ran, once its start and
+   * warm-up are over (a clone that finds none ready starts its own QEMU). A spare runs niced: on a
+   * host busy with other tests its warm-up takes many times its 1-2 s.
    */
   const spareOf = async (template: string) => {
     const find = () => waitingSpares(d.config.data_dir).find((l) => l.includes(`${dirOf(template)}/spare-`));
-    for (let i = 0; i < 100 && !find(); i++) await new Promise((r) => setTimeout(r, 100));
-    await new Promise((r) => setTimeout(r, 1000));
+    for (let i = 0; i < 300 && !find(); i++) await new Promise((r) => setTimeout(r, 100));
+    await d.daemon.container.get(QemuHypervisor).sparesSettled();
     return find() ?? '';
   };
 

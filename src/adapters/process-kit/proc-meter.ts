@@ -31,3 +31,37 @@ export class ProcMeter implements ProcessMeter {
     return line === undefined ? undefined : statCpuMs(line);
   }
 }
+
+/**
+ * `p`, or a rejection once the process `pid` has spent `cpuMs` of CPU time since the call (read
+ * every `everyMs`), or `wallMs` have passed: a bound for work a process does that holds up on a
+ * busy host when the process gets little CPU, and is wrong when it spins.
+ */
+export async function cpuBounded<T>(
+  p: Promise<T>,
+  pid: number,
+  o: { cpuMs: number; wallMs: number; everyMs?: number },
+): Promise<T> {
+  const meter = new ProcMeter();
+  const t0 = Date.now();
+  const cpu0 = meter.cpuMs(pid);
+  let over = false;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    const check = async () => {
+      const [from, now] = [(await cpu0) ?? 0, await meter.cpuMs(pid)];
+      if (over) return;
+      const spent = (now ?? from) - from;
+      if (spent > o.cpuMs) return reject(new Error(`no answer after ${spent} ms of CPU time`));
+      if (Date.now() - t0 > o.wallMs) return reject(new Error(`no answer within ${o.wallMs} ms`));
+      timer = setTimeout(() => void check(), o.everyMs ?? 250);
+    };
+    timer = setTimeout(() => void check(), o.everyMs ?? 250);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    over = true;
+    clearTimeout(timer);
+  }
+}

@@ -15,6 +15,7 @@ import { savedFiles } from './saved-state.js';
 import type { VmCommand } from './vm-command.js';
 import type { NicLinks } from './nic-links.js';
 import { NO_EGRESS } from '../../guest-net/netd-guest-network.js';
+import { cpuBounded } from '../../process-kit/proc-meter.js';
 
 /** A QEMU started ahead of a clone with its restore held: what the clone takes over. */
 export interface HeldQemu {
@@ -69,26 +70,26 @@ export const spareDir = (templateDir: string, id = randomBytes(4).toString('hex'
 const NOTE = 'spare.json';
 /** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
 const FILL_WAIT_MS = 500;
-/** `p`, or a rejection once WARM_MS have passed. */
-async function bounded<T>(p: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>(
-    (_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${WARM_MS} ms`)), WARM_MS)),
-  );
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
+/**
+ * A warm-up step, bounded by the CPU time its QEMU spends on it (WARM_CPU_MS) and, loosely, by the
+ * clock (WARM_WALL_MS). A spare runs niced: on a busy host it gets a small share of the CPU, and a
+ * step that takes 2 s at full priority may take a minute there without anything being wrong with it.
+ */
+const bounded = <T>(p: Promise<T>, pid: number) => cpuBounded(p, pid, { cpuMs: WARM_CPU_MS, wallMs: WARM_WALL_MS });
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
 /**
- * The most each step of a spare's warm-up may take (a minimal guest's whole warm-up takes 0.6-1.8 s
- * under TCG, a debian one's 2.1-3.9 s); a longer one stops the spare.
+ * The most CPU time each step of a spare's warm-up may take (a minimal guest's whole warm-up takes
+ * 0.6-1.8 s under TCG at full priority, a debian one's 2.1-3.9 s); a longer one stops the spare.
  */
-const WARM_MS = 10_000;
+const WARM_CPU_MS = 10_000;
+/** The most time each step may take, whatever CPU it got (a guest that hangs idle spends none). */
+const WARM_WALL_MS = 120_000;
+/**
+ * How long a clone that takes a spare still warming up waits for its first answer (the spare is
+ * at full priority from then on); then the clone starts its own QEMU.
+ */
+const TAKE_WAIT_MS = 10_000;
 
 export interface SpareOptions {
   binary: string;
@@ -224,7 +225,10 @@ export class SpareQemus {
     // A warm-up under way is waited for until it has given the first answer (which the clone's own
     // would race, and which it makes a fraction as long); what is left of it goes on beside the clone.
     const fits = s.key === SpareQemus.key(top, spec) && s.templateDir === template.dir;
-    if (!fits || (s.answered && !(await s.answered)) || !alive(s.pid)) {
+    if (fits && s.answered) runInBackground(s.pid, 0); // a clone waits on it now
+    const answered = () =>
+      Promise.race([s.answered!, new Promise<boolean>((r) => setTimeout(() => r(false), TAKE_WAIT_MS).unref())]);
+    if (!fits || (s.answered && !(await answered())) || !alive(s.pid)) {
       await this.stop(s);
       return undefined;
     }
@@ -342,7 +346,7 @@ export class SpareQemus {
   /**
    * Restores the spare's guest, runs it through `warm` and pauses it. A clone may take it once the
    * first answer is given (`answered`); the rest then goes on beside the clone, and the guest is not
-   * paused. Any step that fails (or outlasts WARM_MS) before a clone took it stops the spare, and
+   * paused. Any step that fails (or outlasts its bound, `bounded`) before a clone took it stops the spare, and
    * the next clone starts its own QEMU.
    */
   private async warmUp(template: string, s: Spare, warm: GuestWarmUpCalls): Promise<void> {
@@ -364,13 +368,13 @@ export class SpareQemus {
       const failed = await loadHeld(s.qmp);
       if (failed) throw failed;
       s.loaded = true;
-      await bounded(warm.firstAnswer(ep, basename(s.dir)));
+      await bounded(warm.firstAnswer(ep, basename(s.dir)), s.pid);
     } catch (err) {
       return fail(err);
     }
     answered(true);
     try {
-      await bounded(warm.firstCommand(ep));
+      await bounded(warm.firstCommand(ep), s.pid);
       // Sent at once when no clone took it meanwhile: a clone's `cont` can only come after it.
       if (!s.taken) await s.qmp.execute('stop');
     } catch (err) {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { ProcMeter, statCpuMs } from '../../../../src/adapters/process-kit/proc-meter.js';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cpuBounded, ProcMeter, statCpuMs } from '../../../../src/adapters/process-kit/proc-meter.js';
 
 describe('ProcMeter: a host process CPU time', () => {
   it('reads utime and stime in ticks of 10 ms, counting fields after the last parenthesis', () => {
@@ -27,5 +28,39 @@ describe('ProcMeter: a host process CPU time', () => {
     // /proc counts in 10 ms ticks: within a tick or two of what the process says it used
     expect(after - before).to.be.at.least(100);
     expect(await meter.cpuMs(2 ** 22 + 7)).to.equal(undefined);
+  });
+
+  describe('cpuBounded: work bounded by the CPU a process spends on it', () => {
+    const children: ChildProcess[] = [];
+    const run = (script: string) => {
+      const c = spawn('sh', ['-c', script], { stdio: 'ignore' });
+      children.push(c);
+      return c.pid!;
+    };
+    const never = new Promise<never>(() => {});
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    afterEach(() => {
+      for (const c of children.splice(0)) c.kill('SIGKILL');
+    });
+
+    it('lets an idle process take longer than its CPU bound, and gives the answer', async () => {
+      const pid = run('exec sleep 30');
+      const answer = sleep(1200).then(() => 'answered');
+      expect(await cpuBounded(answer, pid, { cpuMs: 100, wallMs: 10_000, everyMs: 50 })).to.equal('answered');
+    });
+
+    it('gives up on a process that spins, once it spent the CPU bound', async () => {
+      const pid = run('while :; do :; done');
+      const t0 = Date.now();
+      const err = await cpuBounded(never, pid, { cpuMs: 200, wallMs: 20_000, everyMs: 50 }).catch((e: Error) => e);
+      expect((err as Error).message).to.match(/^no answer after \d+ ms of CPU time$/);
+      expect(Date.now() - t0).to.be.below(20_000);
+    });
+
+    it('gives up on an idle process at the wall bound', async () => {
+      const pid = run('exec sleep 30');
+      const err = await cpuBounded(never, pid, { cpuMs: 10_000, wallMs: 400, everyMs: 50 }).catch((e: Error) => e);
+      expect((err as Error).message).to.equal('no answer within 400 ms');
+    });
   });
 });
