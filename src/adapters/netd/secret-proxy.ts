@@ -1,26 +1,18 @@
 import { readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import http2, { type ClientHttp2Session, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
+import http2, { type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
 import { connect as netConnect, isIP, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
-import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
-import {
-  alwaysFor,
-  hostMatches,
-  PLACEHOLDER_PREFIX,
-  placeholdersOf,
-  type EgressSecretBinding,
-} from '../../domain/egress-secrets.js';
+import { connect as tlsConnect, rootCertificates } from 'node:tls';
+import { hostMatches, placeholdersOf, type EgressSecretBinding } from '../../domain/egress-secrets.js';
 import { normalName } from '../../domain/egress.js';
 import type { EgressCa } from './egress-ca.js';
 import type { EgressEntry } from './egress-guard.js';
 import { LeakScanner } from './leak-scan.js';
+import { putSecrets, type Rewritten, type SecretValues } from './secret-headers.js';
 
-/** Where svc-netd reads the values (the daemon's secret store); a rotated value is read on the next request. */
-export interface SecretValues {
-  /** The secret's value, or undefined when there is no such secret (any more). */
-  value(secret: string): Promise<Buffer | undefined>;
-}
+export type { SecretValues } from './secret-headers.js';
+import { headerObject, HOP, pairs, Upstream } from './secret-upstream.js';
 
 export interface EgressSecretsOptions {
   vm: string;
@@ -50,13 +42,7 @@ export interface Intercepted {
   reopen?: () => Duplex;
 }
 
-/** Headers that belong to one connection, not to a request (RFC 9110 7.6.1); never forwarded. */
-const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
 const HEADER_MAX = 64 << 10;
-
-type Rewritten =
-  | { ok: true; headers: [string, string][]; injected: string[] }
-  | { ok: false; status: number; error: string; secret: string };
 
 /** The trust store of the host (Debian's bundle), or Node's own roots where there is none, plus `extra` (a PEM file). */
 export function hostTrust(extra?: string): string[] {
@@ -232,6 +218,11 @@ export class EgressSecrets {
     return this.terminating;
   }
 
+  /** What a rewrite reads now. */
+  private at() {
+    return { bindings: this.list, values: this.o.values, audit: (e: EgressEntry) => this.o.audit(e) };
+  }
+
   /** Stops the local TLS server and ends what it carries (the VM's network is gone). */
   close(): void {
     this.terminatorServer?.close();
@@ -247,7 +238,7 @@ export class EgressSecrets {
   ): Promise<void> {
     const host = req.headers.host ?? (req.headers[':authority'] as string | undefined);
     const list = pairs(req.rawHeaders).filter(([k]) => !k.startsWith(':'));
-    const r = await this.rewrite(route.c, list, req.url ?? '/', host);
+    const r = await putSecrets(this.at(), route.c, list, req.url ?? '/', host);
     if (!r.ok) return refuse(res, r);
     const headers = headerObject(r.headers);
     const answer = (status: number, back: Record<string, string | string[]>, body: Readable) => {
@@ -296,7 +287,7 @@ export class EgressSecrets {
 
   /** An HTTP/1.1 upgrade (WebSocket): its head rewritten and sent on a connection of its own, then the two spliced. */
   private async upgrade(req: IncomingMessage, sock: Duplex, head: Buffer, route: Route): Promise<void> {
-    const r = await this.rewrite(route.c, pairs(req.rawHeaders), req.url ?? '/', req.headers.host);
+    const r = await putSecrets(this.at(), route.c, pairs(req.rawHeaders), req.url ?? '/', req.headers.host);
     if (!r.ok) {
       const body = JSON.stringify({ error: r.error });
       sock.end(
@@ -314,182 +305,11 @@ export class EgressSecrets {
     up.on('close', () => sock.destroy());
     sock.on('close', () => up.destroy());
   }
-
-  /**
-   * A request's headers with the secrets put in: a header holding a binding's placeholder, on a
-   * request to a host the binding is for (its Host or :authority must name the connection's host)
-   * and in the binding's header if it names one, gets the value (in `format`, if given). A
-   * placeholder anywhere else in the headers or the target refuses the request (403, logged).
-   * Then the `always` bindings of the host's most specific pattern set their headers.
-   */
-  private async rewrite(
-    c: Intercepted,
-    headers: [string, string][],
-    target: string,
-    host: string | undefined,
-  ): Promise<Rewritten> {
-    const name = normalName(c.name);
-    const sameHost = host !== undefined && normalName(hostOnly(host)) === name;
-    const forHere = (b: EgressSecretBinding, header: string) =>
-      sameHost && b.hosts.some((p) => hostMatches(p, name)) && (!b.header || b.header.toLowerCase() === header);
-    const deny = (b: EgressSecretBinding, where: string): Rewritten => {
-      this.o.audit({
-        event: 'deny',
-        proto: 'tcp',
-        addr: c.addr,
-        port: c.to.port,
-        name: host ? hostOnly(host) : name,
-        decision: 'deny',
-        rule: 'egress-secret',
-        secret: b.secret,
-        error: `its placeholder in ${where}`,
-      });
-      return {
-        ok: false,
-        status: 403,
-        secret: b.secret,
-        error: `svc egress: the placeholder of secret ${b.secret} may not go to ${host ?? name} in ${where} (it is for ${b.hosts.join(', ')}${b.header ? `, in ${b.header}` : ''})`,
-      };
-    };
-    if (target.includes(PLACEHOLDER_PREFIX))
-      for (const b of this.list)
-        if (placeholdersOf(b).some((p) => target.includes(p))) return deny(b, 'the request target');
-    const out: [string, string][] = [];
-    const injected = new Set<string>();
-    for (const [k, v] of headers) {
-      if (!v.includes(PLACEHOLDER_PREFIX)) {
-        out.push([k, v]);
-        continue;
-      }
-      let value = v;
-      for (const b of this.list) {
-        const held = placeholdersOf(b).filter((p) => value.includes(p));
-        if (!held.length) continue;
-        if (!forHere(b, k.toLowerCase())) return deny(b, `header ${k}`);
-        const secret = await this.value(b);
-        if (typeof secret !== 'string') return secret;
-        value = b.format
-          ? b.format.split('{value}').join(secret)
-          : held.reduce((v, p) => v.split(p).join(secret), value);
-        injected.add(b.secret);
-      }
-      out.push([k, value]);
-    }
-    // Headers put on every request to this host, whatever the guest sent in them.
-    for (const b of sameHost ? alwaysFor(this.list, name) : []) {
-      const secret = await this.value(b);
-      if (typeof secret !== 'string') return secret;
-      const header = b.header!;
-      const lower = header.toLowerCase();
-      for (let i = out.length - 1; i >= 0; i--) if (out[i][0].toLowerCase() === lower) out.splice(i, 1);
-      out.push([header, b.format ? b.format.split('{value}').join(secret) : secret]);
-      injected.add(b.secret);
-    }
-    for (const secret of injected)
-      this.o.audit({
-        event: 'secret',
-        proto: 'tcp',
-        addr: c.addr,
-        port: c.to.port,
-        name,
-        decision: 'allow',
-        rule: 'egress-secret',
-        secret,
-      });
-    return { ok: true, headers: out, injected: [...injected] };
-  }
-
-  /** A secret's value as a header can carry it (one trailing newline dropped), or the refusal. */
-  private async value(b: EgressSecretBinding): Promise<string | Rewritten> {
-    const v = await this.o.values.value(b.secret).catch(() => undefined);
-    const text = v?.toString('utf8').replace(/\r?\n$/, '');
-    if (text === undefined || /[\r\n\0]/.test(text)) {
-      const why = text === undefined ? 'there is no such secret' : 'its value has a line break';
-      this.o.audit({
-        event: 'deny',
-        proto: 'tcp',
-        name: b.hosts[0],
-        decision: 'deny',
-        rule: 'egress-secret',
-        secret: b.secret,
-        error: why,
-      });
-      return {
-        ok: false,
-        status: 502,
-        secret: b.secret,
-        error: `svc egress: secret ${b.secret} cannot be sent: ${why}`,
-      };
-    }
-    return text;
-  }
 }
 
 interface Route {
   c: Intercepted;
   upstream: Upstream;
-}
-
-/**
- * Where an intercepted connection's requests go: an HTTP/2 session on the connection the guest
- * opened when the upstream chose HTTP/2; else HTTP/1.1 on that connection first, then on new
- * ones to the same place (keep-alive, a few at once).
- */
-class Upstream {
-  private first: Duplex | undefined;
-  private h2: ClientHttp2Session | undefined;
-  readonly agent: http.Agent;
-
-  constructor(
-    socket: Duplex,
-    private readonly open: () => Duplex,
-  ) {
-    if ((socket as Partial<TLSSocket>).alpnProtocol === 'h2') {
-      this.h2 = http2.connect('https://upstream', { createConnection: () => socket });
-      this.h2.on('error', () => undefined);
-    } else this.first = socket;
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
-    agent.createConnection = () => this.connection();
-    this.agent = agent;
-  }
-
-  session(): ClientHttp2Session | undefined {
-    return this.h2 && !this.h2.closed && !this.h2.destroyed ? this.h2 : undefined;
-  }
-
-  /** The connection the guest opened, the first time; a new one after. */
-  connection(): Duplex {
-    const s = this.first ?? this.open();
-    this.first = undefined;
-    return s;
-  }
-
-  close(): void {
-    this.first?.destroy();
-    this.h2?.destroy();
-    this.agent.destroy();
-  }
-}
-
-const pairs = (raw: string[]): [string, string][] => {
-  const out: [string, string][] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) out.push([raw[i], raw[i + 1]]);
-  return out;
-};
-
-const hostOnly = (hostPort: string) =>
-  hostPort.startsWith('[') ? hostPort.slice(1, hostPort.indexOf(']')) : hostPort.replace(/:\d+$/, '');
-
-/** Header pairs as an object of lower-case names (repeats as lists), hop-by-hop ones left out. */
-function headerObject(list: [string, string][]): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of list) {
-    const key = k.toLowerCase();
-    if (HOP.has(key)) continue;
-    const had = out[key];
-    out[key] = had === undefined ? v : [...(Array.isArray(had) ? had : [had]), v];
-  }
-  return out;
 }
 
 function refuse(res: ServerResponse | Http2ServerResponse, r: Extract<Rewritten, { ok: false }>): void {

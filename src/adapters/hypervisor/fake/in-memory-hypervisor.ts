@@ -1,18 +1,9 @@
-import { createHash } from 'node:crypto';
-import { appendFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ImageBundle } from '../../../domain/image-fetch.js';
-import {
-  AlreadyExistsError,
-  InternalError,
-  InvalidArgumentError,
-  InvalidStateError,
-  NotFoundError,
-} from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
-import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {
@@ -28,6 +19,7 @@ import type {
   VmSpec,
 } from '../../../ports/hypervisor.js';
 import { toState } from '../adapter-state.js';
+import { FakeImages } from './fake-images.js';
 import type { GuestStandIns } from '../driver.js';
 import type { FakeGuests } from './fake-guests.js';
 import { InMemoryGuestAgent } from './in-memory-guest-agent.js';
@@ -46,21 +38,6 @@ interface FakeVm {
   /** Extra process the fake runs for the VM (a local svc-agent), stopped with it. */
   sidecar?: Sidecar;
 }
-
-/**
- * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
- * `fail-provision` and `fail-boot` fail at those steps.
- */
-export const FAKE_IMAGES: Record<string, ImageInfo> = {
-  debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, min_memory_mb: 256, built: true },
-  minimal: { id: 'minimal', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, min_memory_mb: 128, built: true },
-  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc', min_disk_gb: 1, built: true },
-  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
-  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
-  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
-};
-/** As on QEMU, `default` names the debian image. */
-const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
 
 /** What runs beside a fake VM (with fake_agent: a local svc-agent and an SSH server). */
 export interface Sidecar {
@@ -106,19 +83,13 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   private readonly vms = new Map<string, FakeVm>();
   private readonly listeners: ExitListener[] = [];
   private readonly failures = new Map<string, string>();
-  private readonly removed = new Set<string>();
-  /** This instance's images: the fixed ones plus those baked. */
-  private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
   private nextPort = 40000;
   private readonly bootDelayMs: number;
-
-  /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
-  readonly builds: string[] = [];
-  private readonly building = new Map<string, Promise<void>>();
+  private readonly imageStore: FakeImages;
 
   constructor(private readonly options: InMemoryHypervisorOptions = {}) {
     this.bootDelayMs = options.bootDelayMs ?? 0;
-    for (const id of options.unbuilt ?? []) if (this.images[id]) this.images[id] = { ...this.images[id], built: false };
+    this.imageStore = new FakeImages(options);
   }
 
   /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */
@@ -194,20 +165,18 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     }
   }
 
-  async resolveImage(image: string): Promise<ImageInfo> {
-    const info = this.images[FAKE_ALIASES[image] ?? image];
-    if (!info)
-      throw new InvalidArgumentError(
-        `unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`,
-      );
-    return { ...info, revision: info.built ? String(this.revisions.get(info.id) ?? 1) : undefined };
+  resolveImage(image: string): Promise<ImageInfo> {
+    return this.imageStore.resolveImage(image);
   }
 
-  /** Each image's build count: a test "rebuilds" one to make its snapshots stale. */
-  private readonly revisions = new Map<string, number>();
-
+  /** A test "rebuilds" an image to make its snapshots stale. */
   rebuild(image: string): void {
-    this.revisions.set(image, (this.revisions.get(image) ?? 1) + 1);
+    this.imageStore.rebuild(image);
+  }
+
+  /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
+  get builds(): string[] {
+    return this.imageStore.builds;
   }
 
   /** A fake saved state loads into any fake (snapshot creates). */
@@ -215,119 +184,50 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     return 'fake';
   }
 
-  /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
-  async ensureImage(image: string): Promise<void> {
-    const info = await this.resolveImage(image);
-    if (info.built) return;
-    let b = this.building.get(info.id);
-    if (!b) {
-      this.builds.push(info.id);
-      b = new Promise<void>((r) => setTimeout(r, this.options.buildDelayMs ?? 0)).then(() => {
-        this.images[info.id] = { ...this.images[info.id], built: true };
-      });
-      this.building.set(info.id, b);
-    }
-    await b;
+  ensureImage(image: string): Promise<void> {
+    return this.imageStore.ensureImage(image);
   }
 
-  async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return Promise.all(Object.keys(this.images).map((id) => this.getImage(id, inUse)));
+  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
+    return this.imageStore.listImages(inUse);
   }
 
-  async getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
-    const info = this.images[FAKE_ALIASES[image] ?? image];
-    if (!info || this.removed.has(info.id)) throw new NotFoundError(`image ${image} is not built`);
-    return {
-      ...info,
-      os: 'fake',
-      description: `the fake hypervisor's ${info.id} image`,
-      size_bytes: 0,
-      created_at: new Date(0).toISOString(),
-      boot: 'kernel',
-      source: info.id,
-      in_use_by: inUse(info.id),
-    };
+  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
+    return this.imageStore.getImage(image, inUse);
   }
 
-  /** A baked image is the base image's info under a new id. */
+  /** A VM baked must be stopped, as on QEMU. */
   async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
-    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const state = this.vms.get(vm.name)?.state;
     if (state === 'running' || state === 'paused')
       throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
-    const base = await this.resolveImage(meta.from_image);
-    this.images[id] = { ...base, id };
-    this.removed.delete(id);
+    await this.imageStore.bakeImage(id, meta);
   }
 
-  /** Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent one. */
-  async importImage(
+  importImage(
     id: string,
     source: ImageSource,
     allowed: readonly string[],
     meta: { ssh_user?: string },
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
-    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    const file = await checkImportFile(source.path, allowed);
-    await sniffImportFile(file, source.type);
-    progress({ percent: 50, message: `importing ${source.type}:${file}` });
-    const disk = source.type === 'disk';
-    this.images[id] = {
-      id,
-      agent_ready: !disk,
-      ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root',
-      min_disk_gb: 1,
-      built: true,
-    };
-    this.removed.delete(id);
+    return this.imageStore.importImage(id, source, allowed, meta, progress);
   }
 
-  /** Fake images are alike on every fake node, build for build. */
-  async digest(image: string): Promise<string> {
-    const info = await this.getImage(image, () => []);
-    return `fake:${info.id}:${this.revisions.get(info.id) ?? 1}`;
+  digest(image: string): Promise<string> {
+    return this.imageStore.digest(image);
   }
 
-  /** A fake image travels as its manifest: what the fake knows of it, in a file of its own. */
-  async bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
-    const info = await this.getImage(image, () => []);
-    // One directory for every offer this fake makes, the manifest written as the image is now.
-    const dir = join(await (this.bundleRoot ??= mkdtemp(join(tmpdir(), 'svc-fake-image-'))), info.id);
-    await mkdir(dir, { recursive: true });
-    const body = JSON.stringify(this.images[info.id]);
-    await writeFile(join(dir, 'manifest.json'), body);
-    const sha256 = createHash('sha256').update(body).digest('hex');
-    return {
-      id: info.id,
-      digest: await this.digest(info.id),
-      files: [{ name: 'manifest.json', size: Buffer.byteLength(body), sha256 }],
-      paths: { 'manifest.json': join(dir, 'manifest.json') },
-    };
+  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    return this.imageStore.bundle(image);
   }
 
-  private bundleRoot?: Promise<string>;
-
-  /** An image fetched from another fake node: what its manifest says, checked against its hash. */
-  async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
-    if (this.images[bundle.id] && !this.removed.has(bundle.id))
-      throw new AlreadyExistsError(`image ${bundle.id} is built here already`);
-    const dir = await mkdtemp(join(tmpdir(), 'svc-fake-fetch-'));
-    try {
-      await fill(dir);
-      const body = await readFile(join(dir, 'manifest.json'));
-      if (createHash('sha256').update(body).digest('hex') !== bundle.files[0]?.sha256)
-        throw new InternalError(`image ${bundle.id} as fetched does not match the sha256 of manifest.json`);
-      this.images[bundle.id] = { ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true };
-      this.removed.delete(bundle.id);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    return this.imageStore.installImage(bundle, fill);
   }
 
-  async removeImage(image: string): Promise<void> {
-    await this.getImage(image, () => []);
-    this.removed.add(FAKE_ALIASES[image] ?? image);
+  removeImage(image: string): Promise<void> {
+    return this.imageStore.removeImage(image);
   }
 
   /** Host paths are checked as for real VMs; the fake has no driver to miss. */
@@ -514,8 +414,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
   async release(): Promise<void> {
     await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
-    if (this.bundleRoot) await rm(await this.bundleRoot, { recursive: true, force: true });
-    this.bundleRoot = undefined;
+    await this.imageStore.release();
   }
 
   private async halt(vm: FakeVm): Promise<void> {

@@ -1,0 +1,176 @@
+import { createHash } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ImageBundle } from '../../../domain/image-fetch.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
+import type { ImageSource } from '../../../domain/image-request.js';
+import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
+
+/**
+ * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
+ * `fail-provision` and `fail-boot` fail at those steps.
+ */
+const FAKE_IMAGES: Record<string, ImageInfo> = {
+  debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, min_memory_mb: 256, built: true },
+  minimal: { id: 'minimal', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, min_memory_mb: 128, built: true },
+  'ssh-only': { id: 'ssh-only', agent_ready: false, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+};
+/** As on QEMU, `default` names the debian image. */
+const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
+
+/**
+ * The fake hypervisor's images (its GuestImages port): the fixed ones, those baked, imported or
+ * fetched from another fake node, each with a build count a test can raise.
+ */
+export class FakeImages {
+  private readonly removed = new Set<string>();
+  /** This instance's images: the fixed ones plus those baked. */
+  private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
+  /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
+  readonly builds: string[] = [];
+  private readonly building = new Map<string, Promise<void>>();
+
+  /** `unbuilt` start not built: the first ensureImage builds them, taking `buildDelayMs`. */
+  constructor(private readonly options: { unbuilt?: string[]; buildDelayMs?: number } = {}) {
+    for (const id of options.unbuilt ?? []) if (this.images[id]) this.images[id] = { ...this.images[id], built: false };
+  }
+
+  async resolveImage(image: string): Promise<ImageInfo> {
+    const info = this.images[FAKE_ALIASES[image] ?? image];
+    if (!info)
+      throw new InvalidArgumentError(
+        `unknown image "${image}" (the fake hypervisor has: ${Object.keys(this.images).join(', ')})`,
+      );
+    return { ...info, revision: info.built ? String(this.revisions.get(info.id) ?? 1) : undefined };
+  }
+
+  /** Each image's build count: a test "rebuilds" one to make its snapshots stale. */
+  private readonly revisions = new Map<string, number>();
+
+  rebuild(image: string): void {
+    this.revisions.set(image, (this.revisions.get(image) ?? 1) + 1);
+  }
+
+  /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
+  async ensureImage(image: string): Promise<void> {
+    const info = await this.resolveImage(image);
+    if (info.built) return;
+    let b = this.building.get(info.id);
+    if (!b) {
+      this.builds.push(info.id);
+      b = new Promise<void>((r) => setTimeout(r, this.options.buildDelayMs ?? 0)).then(() => {
+        this.images[info.id] = { ...this.images[info.id], built: true };
+      });
+      this.building.set(info.id, b);
+    }
+    await b;
+  }
+
+  async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
+    return Promise.all(Object.keys(this.images).map((id) => this.getImage(id, inUse)));
+  }
+
+  async getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
+    const info = this.images[FAKE_ALIASES[image] ?? image];
+    if (!info || this.removed.has(info.id)) throw new NotFoundError(`image ${image} is not built`);
+    return {
+      ...info,
+      os: 'fake',
+      description: `the fake hypervisor's ${info.id} image`,
+      size_bytes: 0,
+      created_at: new Date(0).toISOString(),
+      boot: 'kernel',
+      source: info.id,
+      in_use_by: inUse(info.id),
+    };
+  }
+
+  /** A baked image is the base image's info under a new id. */
+  async bakeImage(id: string, meta: { from_image: string }): Promise<void> {
+    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const base = await this.resolveImage(meta.from_image);
+    this.images[id] = { ...base, id };
+    this.removed.delete(id);
+  }
+
+  /** Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent one. */
+  async importImage(
+    id: string,
+    source: ImageSource,
+    allowed: readonly string[],
+    meta: { ssh_user?: string },
+    progress: (p: ImageProgress) => void,
+  ): Promise<void> {
+    if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    const file = await checkImportFile(source.path, allowed);
+    await sniffImportFile(file, source.type);
+    progress({ percent: 50, message: `importing ${source.type}:${file}` });
+    const disk = source.type === 'disk';
+    this.images[id] = {
+      id,
+      agent_ready: !disk,
+      ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root',
+      min_disk_gb: 1,
+      built: true,
+    };
+    this.removed.delete(id);
+  }
+
+  /** Fake images are alike on every fake node, build for build. */
+  async digest(image: string): Promise<string> {
+    const info = await this.getImage(image, () => []);
+    return `fake:${info.id}:${this.revisions.get(info.id) ?? 1}`;
+  }
+
+  /** A fake image travels as its manifest: what the fake knows of it, in a file of its own. */
+  async bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
+    const info = await this.getImage(image, () => []);
+    // One directory for every offer this fake makes, the manifest written as the image is now.
+    const dir = join(await (this.bundleRoot ??= mkdtemp(join(tmpdir(), 'svc-fake-image-'))), info.id);
+    await mkdir(dir, { recursive: true });
+    const body = JSON.stringify(this.images[info.id]);
+    await writeFile(join(dir, 'manifest.json'), body);
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    return {
+      id: info.id,
+      digest: await this.digest(info.id),
+      files: [{ name: 'manifest.json', size: Buffer.byteLength(body), sha256 }],
+      paths: { 'manifest.json': join(dir, 'manifest.json') },
+    };
+  }
+
+  private bundleRoot?: Promise<string>;
+
+  /** An image fetched from another fake node: what its manifest says, checked against its hash. */
+  async installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
+    if (this.images[bundle.id] && !this.removed.has(bundle.id))
+      throw new AlreadyExistsError(`image ${bundle.id} is built here already`);
+    const dir = await mkdtemp(join(tmpdir(), 'svc-fake-fetch-'));
+    try {
+      await fill(dir);
+      const body = await readFile(join(dir, 'manifest.json'));
+      if (createHash('sha256').update(body).digest('hex') !== bundle.files[0]?.sha256)
+        throw new InternalError(`image ${bundle.id} as fetched does not match the sha256 of manifest.json`);
+      this.images[bundle.id] = { ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true };
+      this.removed.delete(bundle.id);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  async removeImage(image: string): Promise<void> {
+    await this.getImage(image, () => []);
+    this.removed.add(FAKE_ALIASES[image] ?? image);
+  }
+
+  /** Removes what `bundle` wrote. */
+  async release(): Promise<void> {
+    if (this.bundleRoot) await rm(await this.bundleRoot, { recursive: true, force: true });
+    this.bundleRoot = undefined;
+  }
+}
