@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
@@ -10,17 +10,10 @@ import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError 
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
-import { digestOf, hashImage, type HashedFile } from './image-digest.js';
+import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { childEnv } from '../process-kit/child-env.js';
-
-/** The files an image boots from (its digest's): disk, and kernel and initrd unless it boots by firmware. */
-function bootFiles(dir: string, m: Pick<ImageManifest, 'disk' | 'kernel' | 'initrd' | 'boot'>): string[] {
-  return [m.disk, ...(m.boot === 'firmware' ? [] : [m.kernel, m.initrd])].filter(
-    (f) => typeof f === 'string' && /^[A-Za-z0-9._-]+$/.test(f) && existsSync(join(dir, f)),
-  );
-}
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
@@ -248,7 +241,7 @@ export class ImageCatalog {
     const id = this.canonical(name);
     const m = this.manifest(id);
     if (!m) throw new NotFoundError(`image ${name} is not built`);
-    return (await hashImage(this.dir(id), bootFiles(this.dir(id), m))).digest;
+    return imageDigest(this.dir(id), m);
   }
 
   /** A built image's files for another node: its manifest and what it boots from. */
@@ -256,11 +249,7 @@ export class ImageCatalog {
     const id = this.canonical(name);
     const m = this.manifest(id);
     if (!m) throw new NotFoundError(`image ${name} is not built`);
-    const dir = this.dir(id);
-    const { files } = await hashImage(dir, ['manifest.json', ...bootFiles(dir, m)]);
-    // The digest is the boot files' (what `digest` says), from the same hashes.
-    const digest = digestOf(files.slice(1));
-    return { id, digest, files, paths: Object.fromEntries(files.map((f) => [f.name, join(dir, f.name)])) };
+    return bundleOf(this.dir(id), id, m);
   }
 
   /** An image fetched from another node, checked file by file and as a whole before it is put in place. */
@@ -272,26 +261,7 @@ export class ImageCatalog {
     const stage = join(this.root, `.fetch-${id}`);
     await mkdir(stage, { recursive: true });
     await fill(stage);
-    const drop = async (why: string) => {
-      await rm(stage, { recursive: true, force: true });
-      return new InternalError(`image ${id} as fetched ${why}; nothing was installed`);
-    };
-    // A file missing is a file that does not match.
-    const got = await hashImage(
-      stage,
-      bundle.files.map((f) => f.name),
-    ).catch(() => ({ files: [] as HashedFile[] }));
-    const wrong = bundle.files.find((f, i) => got.files[i]?.sha256 !== f.sha256);
-    if (wrong) throw await drop(`does not match the sha256 of ${wrong.name}`);
-    let m: ImageManifest;
-    try {
-      m = JSON.parse(await readFile(join(stage, 'manifest.json'), 'utf8')) as ImageManifest;
-    } catch {
-      throw await drop('has no readable manifest.json');
-    }
-    // The boot files the manifest names, by the hashes just checked: one not offered has none.
-    const boot = bootFiles(stage, m).map((name) => got.files.find((f) => f.name === name) ?? { name, sha256: '' });
-    if (digestOf(boot) !== bundle.digest) throw await drop(`does not have the digest ${bundle.digest}`);
+    await checkBundle(stage, { ...bundle, id });
     await rename(stage, this.dir(id));
   }
 
