@@ -3,10 +3,16 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ImageBundle } from '../../../domain/image-fetch.js';
-import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InternalError,
+  InvalidArgumentError,
+  InvalidStateError,
+  NotFoundError,
+} from '../../../domain/errors.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
-import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/hypervisor.js';
+import type { ImageDetails, ImageInfo, ImageProgress, VmRef } from '../../../ports/hypervisor.js';
 
 /**
  * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
@@ -24,10 +30,11 @@ const FAKE_IMAGES: Record<string, ImageInfo> = {
 const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
 
 /**
- * The fake hypervisor's images (its GuestImages port): the fixed ones, those baked, imported or
- * fetched from another fake node, each with a build count a test can raise.
+ * The image half of the fake hypervisor (its GuestImages port): the fixed images, those baked,
+ * imported or fetched from another fake node, each with a build count a test can raise. What it
+ * needs of the VMs is whether one runs (`runs`), which a bake needs.
  */
-export class FakeImages {
+export abstract class FakeImages {
   private readonly removed = new Set<string>();
   /** This instance's images: the fixed ones plus those baked. */
   private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
@@ -35,10 +42,16 @@ export class FakeImages {
   readonly builds: string[] = [];
   private readonly building = new Map<string, Promise<void>>();
 
+  private readonly buildDelayMs: number;
+
   /** `unbuilt` start not built: the first ensureImage builds them, taking `buildDelayMs`. */
-  constructor(private readonly options: { unbuilt?: string[]; buildDelayMs?: number } = {}) {
+  constructor(options: { unbuilt?: string[]; buildDelayMs?: number }) {
+    this.buildDelayMs = options.buildDelayMs ?? 0;
     for (const id of options.unbuilt ?? []) if (this.images[id]) this.images[id] = { ...this.images[id], built: false };
   }
+
+  /** Whether the VM runs now (a running VM is not baked). */
+  protected abstract runs(name: string): boolean;
 
   async resolveImage(image: string): Promise<ImageInfo> {
     const info = this.images[FAKE_ALIASES[image] ?? image];
@@ -63,7 +76,7 @@ export class FakeImages {
     let b = this.building.get(info.id);
     if (!b) {
       this.builds.push(info.id);
-      b = new Promise<void>((r) => setTimeout(r, this.options.buildDelayMs ?? 0)).then(() => {
+      b = new Promise<void>((r) => setTimeout(r, this.buildDelayMs)).then(() => {
         this.images[info.id] = { ...this.images[info.id], built: true };
       });
       this.building.set(info.id, b);
@@ -90,8 +103,9 @@ export class FakeImages {
     };
   }
 
-  /** A baked image is the base image's info under a new id. */
-  async bakeImage(id: string, meta: { from_image: string }): Promise<void> {
+  /** A baked image is the base image's info under a new id; the VM must be stopped, as on QEMU. */
+  async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
+    if (this.runs(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.resolveImage(meta.from_image);
     this.images[id] = { ...base, id };
@@ -169,7 +183,7 @@ export class FakeImages {
   }
 
   /** Removes what `bundle` wrote. */
-  async release(): Promise<void> {
+  protected async dropBundles(): Promise<void> {
     if (this.bundleRoot) await rm(await this.bundleRoot, { recursive: true, force: true });
     this.bundleRoot = undefined;
   }

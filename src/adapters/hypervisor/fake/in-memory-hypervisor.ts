@@ -1,17 +1,12 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ImageBundle } from '../../../domain/image-fetch.js';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
-import type { ImageSource } from '../../../domain/image-request.js';
 import { portFree } from '../free-port.js';
 import type {
   ExitListener,
   HypervisorAdapter,
-  ImageDetails,
-  ImageInfo,
-  ImageProgress,
   LaunchOptions,
   MountRule,
   VmHandle,
@@ -78,18 +73,17 @@ function copyHandle(h: VmHandle): VmHandle {
  * A hypervisor with no VMs behind it: a real state machine with boot delay and failure injection,
  * so the whole control plane runs without QEMU (config `hypervisor: fake`, and unit tests).
  */
-export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
+export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter, FakeGuests {
   readonly kind = 'fake';
   private readonly vms = new Map<string, FakeVm>();
   private readonly listeners: ExitListener[] = [];
   private readonly failures = new Map<string, string>();
   private nextPort = 40000;
   private readonly bootDelayMs: number;
-  private readonly imageStore: FakeImages;
 
   constructor(private readonly options: InMemoryHypervisorOptions = {}) {
+    super(options);
     this.bootDelayMs = options.bootDelayMs ?? 0;
-    this.imageStore = new FakeImages(options);
   }
 
   /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */
@@ -165,69 +159,14 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
     }
   }
 
-  resolveImage(image: string): Promise<ImageInfo> {
-    return this.imageStore.resolveImage(image);
-  }
-
-  /** A test "rebuilds" an image to make its snapshots stale. */
-  rebuild(image: string): void {
-    this.imageStore.rebuild(image);
-  }
-
-  /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
-  get builds(): string[] {
-    return this.imageStore.builds;
-  }
-
   /** A fake saved state loads into any fake (snapshot creates). */
   async savedStateKey(): Promise<string> {
     return 'fake';
   }
 
-  ensureImage(image: string): Promise<void> {
-    return this.imageStore.ensureImage(image);
-  }
-
-  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return this.imageStore.listImages(inUse);
-  }
-
-  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
-    return this.imageStore.getImage(image, inUse);
-  }
-
-  /** A VM baked must be stopped, as on QEMU. */
-  async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
-    const state = this.vms.get(vm.name)?.state;
-    if (state === 'running' || state === 'paused')
-      throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
-    await this.imageStore.bakeImage(id, meta);
-  }
-
-  importImage(
-    id: string,
-    source: ImageSource,
-    allowed: readonly string[],
-    meta: { ssh_user?: string },
-    progress: (p: ImageProgress) => void,
-  ): Promise<void> {
-    return this.imageStore.importImage(id, source, allowed, meta, progress);
-  }
-
-  digest(image: string): Promise<string> {
-    return this.imageStore.digest(image);
-  }
-
-  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {
-    return this.imageStore.bundle(image);
-  }
-
-  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void> {
-    return this.imageStore.installImage(bundle, fill);
-  }
-
-  removeImage(image: string): Promise<void> {
-    return this.imageStore.removeImage(image);
+  protected runs(name: string): boolean {
+    const state = this.vms.get(name)?.state;
+    return state === 'running' || state === 'paused';
   }
 
   /** Host paths are checked as for real VMs; the fake has no driver to miss. */
@@ -414,7 +353,7 @@ export class InMemoryHypervisor implements HypervisorAdapter, FakeGuests {
   /** In-memory VMs cannot outlive the daemon: stops every one (and its sidecar). */
   async release(): Promise<void> {
     await Promise.all([...this.vms.values()].map((vm) => this.halt(vm)));
-    await this.imageStore.release();
+    await this.dropBundles();
   }
 
   private async halt(vm: FakeVm): Promise<void> {
