@@ -1,7 +1,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { join } from 'node:path';
 import type { Logger } from '../../../ports/logger.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import type { GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
@@ -15,7 +15,7 @@ import { savedFiles } from './saved-state.js';
 import type { VmCommand } from './vm-command.js';
 import type { NicLinks } from './nic-links.js';
 import { NO_EGRESS } from '../../guest-net/netd-guest-network.js';
-import { cpuBounded } from '../../process-kit/proc-meter.js';
+import { warmSpare } from './spare-warm-up.js';
 
 /** A QEMU started ahead of a clone with its restore held: what the clone takes over. */
 export interface HeldQemu {
@@ -70,21 +70,8 @@ export const spareDir = (templateDir: string, id = randomBytes(4).toString('hex'
 const NOTE = 'spare.json';
 /** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
 const FILL_WAIT_MS = 500;
-/**
- * A warm-up step, bounded by the CPU time its QEMU spends on it (WARM_CPU_MS) and, loosely, by the
- * clock (WARM_WALL_MS). A spare runs niced: on a busy host it gets a small share of the CPU, and a
- * step that takes 2 s at full priority may take a minute there without anything being wrong with it.
- */
-const bounded = <T>(p: Promise<T>, pid: number) => cpuBounded(p, pid, { cpuMs: WARM_CPU_MS, wallMs: WARM_WALL_MS });
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
-/**
- * The most CPU time each step of a spare's warm-up may take (a minimal guest's whole warm-up takes
- * 0.6-1.8 s under TCG at full priority, a debian one's 2.1-3.9 s); a longer one stops the spare.
- */
-const WARM_CPU_MS = 10_000;
-/** The most time each step may take, whatever CPU it got (a guest that hangs idle spends none). */
-const WARM_WALL_MS = 120_000;
 /**
  * How long a clone that takes a spare still warming up waits for its first answer (the spare is
  * at full priority from then on); then the clone starts its own QEMU.
@@ -344,41 +331,20 @@ export class SpareQemus {
   }
 
   /**
-   * Restores the spare's guest, runs it through `warm` and pauses it. A clone may take it once the
-   * first answer is given (`answered`); the rest then goes on beside the clone, and the guest is not
-   * paused. Any step that fails (or outlasts its bound, `bounded`) before a clone took it stops the spare, and
-   * the next clone starts its own QEMU.
+   * Warms the spare up (`warmSpare`, spare-warm-up.ts). A step that fails or outlasts its bound
+   * before a clone took it stops the spare, and the next clone starts its own QEMU.
    */
   private async warmUp(template: string, s: Spare, warm: GuestWarmUpCalls): Promise<void> {
     const t0 = Date.now();
-    const ep = { host: '127.0.0.1', port: s.agentPort };
-    let answered!: (ok: boolean) => void;
-    s.answered = new Promise<boolean>((r) => (answered = r));
-    const fail = async (err: unknown) => {
-      answered(false);
-      if (!s.stopping)
-        this.o.log.warn({ vm: template, err: (err as Error).message }, 'a spare qemu did not warm up; stopped');
+    const err = await warmSpare(s, warm);
+    if (err) {
+      if (!s.stopping) this.o.log.warn({ vm: template, err: err.message }, 'a spare qemu did not warm up; stopped');
       if (this.spares.get(template) === s) {
         this.spares.delete(template);
         clearTimeout(s.idle);
       }
       await this.stop(s);
-    };
-    try {
-      const failed = await loadHeld(s.qmp);
-      if (failed) throw failed;
-      s.loaded = true;
-      await bounded(warm.firstAnswer(ep, basename(s.dir)), s.pid);
-    } catch (err) {
-      return fail(err);
-    }
-    answered(true);
-    try {
-      await bounded(warm.firstCommand(ep), s.pid);
-      // Sent at once when no clone took it meanwhile: a clone's `cont` can only come after it.
-      if (!s.taken) await s.qmp.execute('stop');
-    } catch (err) {
-      if (!s.taken) return fail(err);
+      return;
     }
     this.o.log.info(
       { vm: template, pid: s.pid, warm_ms: Date.now() - t0 },
