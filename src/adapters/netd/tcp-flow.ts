@@ -13,6 +13,7 @@ import {
   type Link,
   type Tcp,
 } from './packets.js';
+import { ByteQueue } from './byte-queue.js';
 
 /** What a flow needs from the guest's network it lives in. */
 export interface FlowHost {
@@ -73,8 +74,7 @@ export class TcpFlow {
   private rcvShift = 0;
   private mss = 536;
   /** Host bytes from sndUna on. */
-  private buf: Buffer[] = [];
-  private bufLen = 0;
+  private readonly sendBuf = new ByteQueue();
   private hostEnded = false;
   private finSent = false;
   private guestFin = false;
@@ -266,13 +266,13 @@ export class TcpFlow {
     }
     this.dupAcks = 0;
     this.rto = RTO_MS;
-    const data = Math.min(acked, this.bufLen);
-    this.drop(data);
+    const data = Math.min(acked, this.sendBuf.length);
+    this.sendBuf.drop(data);
     this.sndUna = t.ack;
     if (this.sndUna === this.sndNxt) this.disarm();
     else this.arm(true);
     if (this.finSent && this.sndUna === this.sndNxt && this.guestFin) this.finish(true);
-    if (this.paused && this.bufLen < SEND_BUF / 2 && this.state === 'established') this.resume();
+    if (this.paused && this.sendBuf.length < SEND_BUF / 2 && this.state === 'established') this.resume();
   }
 
   private onData(t: Tcp): void {
@@ -382,10 +382,9 @@ export class TcpFlow {
   }
 
   private fromHost(d: Buffer): void {
-    this.buf.push(d);
-    this.bufLen += d.length;
+    this.sendBuf.push(d);
     this.bytesIn += d.length;
-    if (this.bufLen >= SEND_BUF) this.pause();
+    if (this.sendBuf.length >= SEND_BUF) this.pause();
     this.pump();
   }
 
@@ -395,7 +394,7 @@ export class TcpFlow {
     let sent = false;
     for (;;) {
       const off = seqDiff(this.sndNxt, this.sndUna);
-      const unsent = this.bufLen - off;
+      const unsent = this.sendBuf.length - off;
       if (unsent <= 0 || this.host.congested()) break;
       const room = this.sndWnd - off;
       if (room <= 0) {
@@ -403,7 +402,7 @@ export class TcpFlow {
         break;
       }
       const n = Math.min(unsent, room, this.mss);
-      const data = this.slice(off, n);
+      const data = this.sendBuf.slice(off, n);
       this.ackDue = false;
       this.emit(this.sndNxt, TCP_ACK | (n === unsent ? TCP_PSH : 0), data, 0, data.length);
       this.sndNxt = seqAdd(this.sndNxt, n);
@@ -412,7 +411,7 @@ export class TcpFlow {
     if (
       this.hostEnded &&
       !this.finSent &&
-      seqDiff(this.sndNxt, this.sndUna) === this.bufLen &&
+      seqDiff(this.sndNxt, this.sndUna) === this.sendBuf.length &&
       !this.host.congested()
     ) {
       this.finSent = true;
@@ -421,36 +420,6 @@ export class TcpFlow {
       sent = true;
     }
     if (sent) this.arm();
-  }
-
-  /** `n` bytes of the send buffer from offset `off` (one buffer when they lie in one). */
-  private slice(off: number, n: number): Buffer {
-    let i = 0;
-    while (off >= this.buf[i].length) off -= this.buf[i++].length;
-    if (off + n <= this.buf[i].length) return this.buf[i].subarray(off, off + n);
-    const parts: Buffer[] = [];
-    let left = n;
-    for (; left > 0; i++, off = 0) {
-      const take = Math.min(left, this.buf[i].length - off);
-      parts.push(this.buf[i].subarray(off, off + take));
-      left -= take;
-    }
-    return Buffer.concat(parts, n);
-  }
-
-  /** Forgets `n` acknowledged bytes from the front of the send buffer. */
-  private drop(n: number): void {
-    this.bufLen -= n;
-    while (n > 0) {
-      const b = this.buf[0];
-      if (b.length <= n) {
-        n -= b.length;
-        this.buf.shift();
-      } else {
-        this.buf[0] = b.subarray(n);
-        n = 0;
-      }
-    }
   }
 
   private arm(restart = false): void {
@@ -478,7 +447,7 @@ export class TcpFlow {
       return;
     }
     const inFlight = seqDiff(this.sndNxt, this.sndUna);
-    if (inFlight === 0 && this.bufLen > 0 && this.sndWnd === 0) {
+    if (inFlight === 0 && this.sendBuf.length > 0 && this.sndWnd === 0) {
       // A zero window: a probe below what it expects makes it tell us its window.
       this.emit(seqAdd(this.sndUna, -1), TCP_ACK);
       this.arm();
@@ -491,7 +460,7 @@ export class TcpFlow {
   private retransmit(all: boolean): void {
     if (all) {
       this.sndNxt = this.sndUna;
-      if (this.finSent && this.bufLen === 0) {
+      if (this.finSent && this.sendBuf.length === 0) {
         this.emit(this.sndNxt, TCP_FIN | TCP_ACK);
         this.sndNxt = seqAdd(this.sndNxt, 1);
         this.arm(true);
@@ -502,9 +471,9 @@ export class TcpFlow {
       this.arm(true);
       return;
     }
-    const n = Math.min(this.bufLen, this.mss, seqDiff(this.sndNxt, this.sndUna));
+    const n = Math.min(this.sendBuf.length, this.mss, seqDiff(this.sndNxt, this.sndUna));
     if (n > 0) {
-      const data = this.slice(0, n);
+      const data = this.sendBuf.slice(0, n);
       this.emit(this.sndUna, TCP_ACK, data, 0, n);
     }
   }
@@ -516,7 +485,7 @@ export class TcpFlow {
   }
 
   private resume(): void {
-    if (!this.paused || this.bufLen >= SEND_BUF / 2) return;
+    if (!this.paused || this.sendBuf.length >= SEND_BUF / 2) return;
     this.paused = false;
     this.socket?.resume();
   }
@@ -569,7 +538,7 @@ export class TcpFlow {
 
   /** The guest acknowledged everything we sent (tests). */
   get idle(): boolean {
-    return seqLe(this.sndNxt, this.sndUna) && this.bufLen === 0;
+    return seqLe(this.sndNxt, this.sndUna) && this.sendBuf.length === 0;
   }
 }
 
