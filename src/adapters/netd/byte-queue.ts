@@ -5,12 +5,16 @@
  */
 export class ByteQueue {
   private parts: Buffer[] = [];
+  private bytes = 0;
+
   /** The bytes held. */
-  length = 0;
+  get length(): number {
+    return this.bytes;
+  }
 
   push(b: Buffer): void {
     this.parts.push(b);
-    this.length += b.length;
+    this.bytes += b.length;
   }
 
   /** `n` bytes of the queue from offset `off` (one buffer when they lie in one). */
@@ -30,7 +34,7 @@ export class ByteQueue {
 
   /** Forgets `n` acknowledged bytes from the front of the queue. */
   drop(n: number): void {
-    this.length -= n;
+    this.bytes -= n;
     while (n > 0) {
       const b = this.parts[0];
       if (b.length <= n) {

@@ -9,10 +9,10 @@ import { normalName } from '../../domain/egress.js';
 import type { EgressCa } from './egress-ca.js';
 import type { EgressEntry } from './egress-guard.js';
 import { LeakScanner } from './leak-scan.js';
-import { putSecrets, type Rewritten, type SecretValues } from './secret-headers.js';
+import { putSecrets, type Rewritten, type SecretValues, type SecretsAt } from './secret-headers.js';
+import { headerObject, HOP, pairs, Upstream } from './secret-upstream.js';
 
 export type { SecretValues } from './secret-headers.js';
-import { headerObject, HOP, pairs, Upstream } from './secret-upstream.js';
 
 export interface EgressSecretsOptions {
   vm: string;
@@ -219,7 +219,7 @@ export class EgressSecrets {
   }
 
   /** What a rewrite reads now. */
-  private at() {
+  private at(): SecretsAt {
     return { bindings: this.list, values: this.o.values, audit: (e: EgressEntry) => this.o.audit(e) };
   }
 
