@@ -11,6 +11,9 @@ const MIB = Number(process.env.BENCH_PROC_MIB ?? 12);
 const ROUNDS = Number(process.env.BENCH_PROC_ROUNDS ?? 3);
 /** The guest's vCPUs: with one, the writer, the keeper, the agent and the guest's network take turns on it. */
 const CPUS = Number(process.env.BENCH_PROC_CPUS ?? 1);
+/** An experiment: the journals on a tmpfs mounted over their folder (not what svc ships: they are on the guest's disk). */
+const JOURNAL_TMPFS = process.env.BENCH_PROC_JOURNAL_TMPFS === '1';
+const JOURNALS = '/var/lib/svc/processes';
 
 /** Reads process `id`'s output on guest `g` to its end (`follow`: as it comes); throws unless it was MIB MiB. */
 async function readOutput(c: SvcClient, id: string, follow: boolean): Promise<{ frames: number }> {
@@ -61,6 +64,11 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
     d = await startSvcd(dir, minimalQemu({ memory_mb: 512 }));
     const c = d.client;
     await c.create({ name: 'g', cpus: CPUS });
+    if (JOURNAL_TMPFS)
+      await c.exec('g', {
+        cmd: 'sh',
+        args: ['-c', `mkdir -p ${JOURNALS} && mount -t tmpfs -o size=128m tmpfs ${JOURNALS}`],
+      });
 
     // 1. start: POST /processes (a keeper, its folder, meta.json) against exec of the same `true`
     const start: number[] = [];
@@ -84,6 +92,7 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
     const writer = `head -c ${MIB << 20} /dev/zero | tr '\\0' a`;
     const agentPort = (await c.get('g')).agent_port!;
     const direct: number[] = [];
+    const toFile: number[] = [];
     const followed: number[] = [];
     const followedDirect: number[] = [];
     // frames the follower got: the daemon cuts pieces to 64 KiB, so more than MIB * 16 says the
@@ -98,6 +107,17 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
       });
       const [a, b] = r.stdout.trim().split(' ').map(Number);
       direct.push((b - a) * 1000);
+      // the same writer into a file beside the journals, no keeper: what their file system costs it
+      const f = await c.exec('g', {
+        cmd: 'sh',
+        args: [
+          '-c',
+          `read a _ < /proc/uptime; ${writer} > ${JOURNALS}/bench-file; read b _ < /proc/uptime; rm ${JOURNALS}/bench-file; echo "$a $b"`,
+        ],
+        timeoutMs: 600_000,
+      });
+      const [fa, fb] = f.stdout.trim().split(' ').map(Number);
+      toFile.push((fb - fa) * 1000);
       const t0 = performance.now();
       const p = await c.startProcess('g', { cmd: 'sh', args: ['-c', writer] });
       const { frames } = await readOutput(c, p.id, true);
@@ -109,25 +129,37 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
       await readDirect(agentPort, q.id, true);
       followedDirect.push(performance.now() - t1);
     }
-    // the same writer journaled with nobody following: its own start and end, by the guest's clock
+    // the same writer journaled with nobody following, timed by the guest's clock around the writer
+    // itself (not the record's start and end: the keeper's start is not the journal's cost); its end
+    // is awaited in the guest, not by asking the daemon every half second (each ask costs the one
+    // vCPU an agent call while the writer runs)
     const alone: number[] = [];
     for (let i = 0; i < ROUNDS; i++) {
-      const p = await c.startProcess('g', { cmd: 'sh', args: ['-c', writer] });
-      for (;;) {
-        const info = await c.process('g', p.id);
-        if (info.state === 'ended') {
-          alone.push(Date.parse(info.ended_at!) - Date.parse(info.started_at));
-          break;
-        }
-        await new Promise((r) => setTimeout(r, 500));
-      }
+      const p = await c.startProcess('g', {
+        cmd: 'sh',
+        args: ['-c', `read a _ < /proc/uptime; ${writer}; read b _ < /proc/uptime; echo "$a $b" >&2`],
+      });
+      await c.exec('g', {
+        cmd: 'sh',
+        args: ['-c', `while kill -0 ${p.pid} 2>/dev/null; do sleep 1; done`],
+        timeoutMs: 600_000,
+      });
+      let err = '';
+      for await (const f of c.processOutput('g', p.id, { follow: false }))
+        if ('stream' in f && f.stream === 'stderr')
+          err += f.encoding === 'base64' ? Buffer.from(f.data, 'base64').toString() : f.data;
+      const [a, b] = err.trim().split(' ').map(Number);
+      if (!(b >= a)) throw new Error(`no times from the writer: ${JSON.stringify(err)}`);
+      alone.push((b - a) * 1000);
     }
     // a finished process's output read through the daemon, against a cp of a file of the same bytes
     const ended: number[] = [];
     const endedDirect: number[] = [];
     const copied: number[] = [];
     await c.exec('g', { cmd: 'sh', args: ['-c', `${writer} > /tmp/bench-output`], timeoutMs: 600_000 });
-    const done = (await c.processes('g')).filter((p) => p.state === 'ended' && p.bytes?.stdout === MIB << 20).at(-1);
+    const done = (await c.processes('g'))
+      .filter((p) => p.state === 'ended' && p.bytes?.stdout === MIB << 20 && !p.bytes.stderr)
+      .at(-1);
     if (!done) throw new Error('no ended writer to read');
     for (let i = 0; i < ROUNDS; i++) {
       let t0 = performance.now();
@@ -150,8 +182,14 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
       `${fmt(MIB / (dm / 1000), 1)} MiB/s`,
       '',
     );
+    const tm = stats(toFile).p50;
     row(
-      'the same writer as a durable process with nobody following (its start to its end, by the guest’s clock)',
+      `the same writer into a file in the journals' folder, no keeper (${JOURNAL_TMPFS ? 'a tmpfs mounted there: BENCH_PROC_JOURNAL_TMPFS' : 'the guest’s disk'}; the guest's clock)`,
+      `${fmt(MIB / (tm / 1000), 1)} MiB/s`,
+      `${fmt((dm / tm) * 100, 0)}% of the direct read: what the file system costs the writer`,
+    );
+    row(
+      'the same writer as a durable process with nobody following (the writer alone, by the guest’s clock)',
       `${fmt(MIB / (am / 1000), 1)} MiB/s`,
       `${fmt((dm / am) * 100, 0)}% of the direct read: the journal's own cost`,
     );
@@ -218,6 +256,8 @@ export async function processBenchmarks(row: Row, results: Record<string, unknow
         mib: MIB,
         rounds: ROUNDS,
         direct_ms: direct,
+        journal_fs: JOURNAL_TMPFS ? 'tmpfs (experiment)' : 'disk',
+        to_file_ms: toFile,
         followed_ms: followed,
         alone_ms: alone,
         ended_read_ms: ended,
