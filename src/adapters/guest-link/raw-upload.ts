@@ -6,6 +6,7 @@ import { socketFd, splice, SpliceError, SPLICE_MIN_BYTES } from '../process-kit/
 import { fromStatus, unavailable, where } from './agent-replies.js';
 import type { Connector } from './transport.js';
 import { agentHost, readError, readHead, writeOut, type Head } from './raw-download.js';
+import { orAfter } from '../process-kit/or-after.js';
 
 /** How long an agent that stopped taking an upload has to say why before the daemon gives up on its answer. */
 const EARLY_ANSWER_MS = 2000;
@@ -50,9 +51,7 @@ export async function rawUpload(
         if (!(err instanceof SpliceError) || err.side !== 'destination')
           throw new InvalidArgumentError(`the upload broke off before its declared length: ${(err as Error).message}`);
         // The agent stopped taking the body: it has most likely said why.
-        const early = await Promise.race([answer, new Promise<undefined>((r) => setTimeout(r, EARLY_ANSWER_MS))]).catch(
-          () => undefined,
-        );
+        const early = await orAfter(answer, EARLY_ANSWER_MS, undefined).catch(() => undefined);
         if (early && early.status >= 300) throw fromStatus(early.status, await readError(socket, early));
         throw new AgentFailureError(`guest agent at ${where(ep)} stopped taking the upload: ${err.message}`);
       }

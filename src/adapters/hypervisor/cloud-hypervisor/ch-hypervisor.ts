@@ -23,6 +23,7 @@ import { makeOverlay } from '../../images/overlay.js';
 import { childEnv } from '../../process-kit/child-env.js';
 import { ChApi } from './ch-api.js';
 import { AGENT_VSOCK_PORT, chLayout, GUEST_CID, rehome, vmConfig } from './ch-vm-config.js';
+import { orAfter } from '../../process-kit/or-after.js';
 
 export interface ChOptions {
   binary: string;
@@ -372,12 +373,10 @@ function isChOf(pid: number, api: string): boolean {
   }
 }
 
-async function waitGone(v: LiveCh, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const ok = await Promise.race([
+function waitGone(v: LiveCh, ms: number): Promise<boolean> {
+  return orAfter(
     v.gone.then(() => true),
-    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
-  ]);
-  clearTimeout(timer);
-  return ok;
+    ms,
+    false,
+  );
 }

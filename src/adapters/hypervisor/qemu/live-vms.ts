@@ -3,6 +3,7 @@ import { InvalidStateError } from '../../../domain/errors.js';
 import type { ExitListener, VmHandle, VmSpec } from '../../../ports/hypervisor.js';
 import { alive } from './qemu-files.js';
 import type { QmpClient } from './qmp-client.js';
+import { orAfter } from '../../process-kit/or-after.js';
 
 /** A QEMU process the daemon drives. */
 export interface Live {
@@ -101,15 +102,11 @@ export class LiveVms {
 
   /** True once the process is gone, false after `ms` without that. */
   async waitGone(v: Live, ms: number): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([
+    return orAfter(
       v.gone.then(() => true),
-      new Promise<boolean>((r) => {
-        timer = setTimeout(() => r(false), ms);
-      }),
-    ]);
-    clearTimeout(timer);
-    return ok;
+      ms,
+      false,
+    );
   }
 
   /** The lowest vsock context id (3 and up) no running VM of this daemon has. */

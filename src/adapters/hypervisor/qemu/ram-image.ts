@@ -10,6 +10,7 @@ import { spawnQemu, STATE_FD } from './qemu-spawn.js';
 import { copySparse, type RamStaging } from './ram-staging.js';
 import { processOwner, saveStream, savedFiles, type Saved } from './saved-state.js';
 import type { VmCommand } from './vm-command.js';
+import { orAfter } from '../../process-kit/or-after.js';
 
 /**
  * A RAM image is a saved state split in two: `<base>.ram`, the guest's memory as a sparse file of
@@ -86,7 +87,7 @@ export async function makeRamImage(
       await saveStream(qmp, m.dir, { owner: await processOwner(child.pid!), file: dev, ramImage: true });
       ms.devices = lap();
       await qmp.execute('quit').catch(() => undefined);
-      await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
+      await orAfter(gone, 5000, undefined);
       ms.quit = lap();
     } finally {
       qmp.close();
@@ -95,7 +96,7 @@ export async function makeRamImage(
       } catch {
         // quit already
       }
-      await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
+      await orAfter(gone, 5000, undefined);
     }
     if (written !== tmp) {
       await copySparse(written, tmp);

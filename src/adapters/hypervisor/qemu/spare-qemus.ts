@@ -16,6 +16,7 @@ import type { VmCommand } from './vm-command.js';
 import type { NicLinks } from './nic-links.js';
 import { NO_EGRESS } from '../../guest-net/netd-guest-network.js';
 import { warmSpare } from './spare-warm-up.js';
+import { orAfter } from '../../process-kit/or-after.js';
 
 /** A QEMU started ahead of a clone with its restore held: what the clone takes over. */
 export interface HeldQemu {
@@ -148,7 +149,7 @@ export class SpareQemus {
     const filling = this.filling.get(template.name);
     if (filling) {
       filling.wanted = true;
-      await Promise.race([filling.held, new Promise((r) => setTimeout(r, FILL_WAIT_MS).unref())]);
+      await orAfter(filling.held, FILL_WAIT_MS, undefined);
     }
     const q = await this.take(template, top, spec);
     if (q) this.held.set(spec.name, q);
@@ -213,8 +214,7 @@ export class SpareQemus {
     // would race, and which it makes a fraction as long); what is left of it goes on beside the clone.
     const fits = s.key === SpareQemus.key(top, spec) && s.templateDir === template.dir;
     if (fits && s.answered) runInBackground(s.pid, 0); // a clone waits on it now
-    const answered = () =>
-      Promise.race([s.answered!, new Promise<boolean>((r) => setTimeout(() => r(false), TAKE_WAIT_MS).unref())]);
+    const answered = () => orAfter(s.answered!, TAKE_WAIT_MS, false);
     if (!fits || (s.answered && !(await answered())) || !alive(s.pid)) {
       await this.stop(s);
       return undefined;
