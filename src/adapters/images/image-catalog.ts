@@ -1,11 +1,8 @@
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
+import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
 import type { ImageSource } from '../../domain/image-request.js';
@@ -13,7 +10,9 @@ import { checkImportFile } from './import-files.js';
 import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
-import { childEnv } from '../process-kit/child-env.js';
+import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, BuiltinBuilds, runBuild } from './builtin-builds.js';
+
+export { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES };
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
@@ -39,29 +38,6 @@ export interface ResolvedImage extends ImageManifest {
   dir: string;
 }
 
-const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
-export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
-export const AGENT_DIR = join(REPO, 'dist', 'agent');
-
-/** The images the project builds itself from Debian packages, on first use. */
-export const BUILTIN_IMAGES: Record<
-  string,
-  Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb' | 'min_memory_mb'>
-> = {
-  debian: {
-    os: "Debian GNU/Linux (the host's release)",
-    description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image',
-    min_disk_gb: 2,
-    min_memory_mb: 256,
-  },
-  minimal: {
-    os: 'svc minimal (busybox)',
-    description: 'The small image: busybox init, dropbear and the agent; the fastest boots',
-    min_disk_gb: 1,
-    min_memory_mb: 128,
-  },
-};
-
 /**
  * The least memory of an image whose manifest does not say: the project's kernel is loaded whole
  * (66 MB), so below 128 MB a guest never prints a line (64 MB was tried: silence until the agent
@@ -79,18 +55,16 @@ export const IMAGE_ALIASES: Record<string, string> = { default: 'debian' };
 const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
- * The images the QEMU adapter can boot, one directory each with a manifest written last. The
- * built-in images are built on first use (image/build-image.sh): once, even when several creates
- * ask at the same time, into a temporary directory that is renamed into place only when complete,
- * so a failed or interrupted build leaves no image a later create would boot.
+ * The images the QEMU adapter can boot, one directory each with a manifest written last: the
+ * built-in ones (built on first use, `BuiltinBuilds`), and those baked from VMs, imported from
+ * files or fetched from another node, each made in a temporary directory renamed into place.
  */
 export class ImageCatalog {
-  private readonly building = new Map<
-    string,
-    { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress }
-  >();
+  private readonly builds: BuiltinBuilds;
 
-  constructor(readonly root: string) {}
+  constructor(readonly root: string) {
+    this.builds = new BuiltinBuilds(root, (id) => this.dir(id));
+  }
 
   dir(id: string): string {
     return join(this.root, id);
@@ -141,7 +115,7 @@ export class ImageCatalog {
       ssh_user: 'root',
       min_disk_gb: b.min_disk_gb,
       min_memory_mb: b.min_memory_mb,
-      build_estimate_ms: this.buildTimes()[id],
+      build_estimate_ms: this.builds.estimate(id),
       built: false,
     };
   }
@@ -164,64 +138,7 @@ export class ImageCatalog {
     const id = this.canonical(name);
     if (this.manifest(id)) return;
     if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`unknown image "${name}"`);
-    let b = this.building.get(id);
-    if (!b) {
-      const entry: { done: Promise<void>; listeners: Set<(p: ImageProgress) => void>; last?: ImageProgress } = {
-        listeners: new Set(),
-        done: Promise.resolve(),
-      };
-      entry.done = this.build(id, (p) => {
-        entry.last = p;
-        for (const l of entry.listeners) l(p);
-      }).finally(() => this.building.delete(id));
-      this.building.set(id, entry);
-      b = entry;
-    }
-    if (progress) {
-      b.listeners.add(progress);
-      if (b.last) progress(b.last);
-    }
-    try {
-      await b.done;
-    } finally {
-      if (progress) b.listeners.delete(progress);
-    }
-  }
-
-  private async build(id: string, progress: (p: ImageProgress) => void): Promise<void> {
-    if (!existsSync(join(AGENT_DIR, 'svc-agent.cjs'))) {
-      throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
-    }
-    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
-    const t0 = Date.now();
-    progress({ percent: 0, message: `building image ${id} from Debian packages` });
-    try {
-      await runBuild(['bash', BUILD_SCRIPT, tmp, AGENT_DIR, id], progress);
-      await rm(this.dir(id), { recursive: true, force: true });
-      await rename(tmp, this.dir(id));
-      // What the next build of it (after an image rm, on this host) can be expected to take.
-      await writeFile(this.timesFile(), JSON.stringify({ ...this.buildTimes(), [id]: Date.now() - t0 })).catch(
-        () => undefined,
-      );
-      progress({ percent: 100, message: `image ${id} built` });
-    } catch (err) {
-      await rm(tmp, { recursive: true, force: true });
-      throw err;
-    }
-  }
-
-  private timesFile(): string {
-    return join(this.root, '.build-times.json');
-  }
-
-  /** How long each built-in image's last build took here, in ms. */
-  private buildTimes(): Record<string, number> {
-    try {
-      const t = JSON.parse(readFileSync(this.timesFile(), 'utf8')) as unknown;
-      return typeof t === 'object' && t !== null && !Array.isArray(t) ? (t as Record<string, number>) : {};
-    } catch {
-      return {};
-    }
+    await this.builds.ensure(id, progress);
   }
 
   /** Every built image. */
@@ -300,7 +217,7 @@ export class ImageCatalog {
     meta: { from_image: string; description: string; source: string },
   ): Promise<void> {
     const id = this.canonical(name);
-    if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.get(meta.from_image);
     const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
     try {
@@ -347,34 +264,34 @@ export class ImageCatalog {
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
     const id = this.canonical(name);
-    if (this.manifest(id) || this.building.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const file = await checkImportFile(source.path, allowed);
     const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
     const work = `${tmp}.work`;
-    this.building.set(id, { done: Promise.resolve(), listeners: new Set() });
-    try {
-      await mkdir(this.root, { recursive: true });
-      if (source.type === 'disk') await importDisk(file, tmp, { ...meta, id }, progress);
-      else
-        await importContainer(
-          file,
-          source.type,
-          tmp,
-          work,
-          { ...meta, id },
-          { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild },
-          progress,
-        );
-      if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-      await rename(tmp, this.dir(id));
-      progress({ percent: 100, message: `image ${id} imported` });
-    } catch (err) {
-      await rm(tmp, { recursive: true, force: true });
-      throw err;
-    } finally {
-      this.building.delete(id);
-      await rm(work, { recursive: true, force: true });
-    }
+    await this.builds.holding(id, async () => {
+      try {
+        await mkdir(this.root, { recursive: true });
+        if (source.type === 'disk') await importDisk(file, tmp, { ...meta, id }, progress);
+        else
+          await importContainer(
+            file,
+            source.type,
+            tmp,
+            work,
+            { ...meta, id },
+            { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild },
+            progress,
+          );
+        if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+        await rename(tmp, this.dir(id));
+        progress({ percent: 100, message: `image ${id} imported` });
+      } catch (err) {
+        await rm(tmp, { recursive: true, force: true });
+        throw err;
+      } finally {
+        await rm(work, { recursive: true, force: true });
+      }
+    });
   }
 
   /** Removes a built image. NotFoundError when it is not built. */
@@ -389,29 +306,4 @@ export class ImageCatalog {
 async function virtualSizeGb(path: string): Promise<number> {
   const { stdout } = await promisify(execFile)('qemu-img', ['info', '--output=json', path]);
   return Math.ceil((JSON.parse(stdout) as { 'virtual-size': number })['virtual-size'] / 2 ** 30);
-}
-
-/** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
-function runBuild(
-  argv: string[],
-  progress: (p: ImageProgress) => void,
-  env: Record<string, string> = {},
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv(env) });
-    const tail: string[] = [];
-    createInterface({ input: child.stderr! }).on('line', (line) => {
-      const m = /^svc-progress (\d+) (.*)$/.exec(line);
-      if (m) return progress({ percent: Number(m[1]), message: m[2] });
-      tail.push(line);
-      if (tail.length > 5) tail.shift();
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 1_800_000);
-    child.once('error', (err) => reject(new InternalError(`image build could not start: ${err.message}`)));
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) resolve();
-      else reject(new InternalError(`image build failed (${signal ?? `exit ${code}`}): ${tail.join(' | ')}`));
-    });
-  });
 }

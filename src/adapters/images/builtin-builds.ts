@@ -1,0 +1,160 @@
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { InternalError } from '../../domain/errors.js';
+import type { ImageDetails, ImageProgress } from '../../ports/hypervisor.js';
+import { childEnv } from '../process-kit/child-env.js';
+
+const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
+export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
+export const AGENT_DIR = join(REPO, 'dist', 'agent');
+
+/** The images the project builds itself from Debian packages, on first use. */
+export const BUILTIN_IMAGES: Record<
+  string,
+  Pick<ImageDetails, 'os' | 'description' | 'min_disk_gb' | 'min_memory_mb'>
+> = {
+  debian: {
+    os: "Debian GNU/Linux (the host's release)",
+    description: 'Debian with systemd, apt, python3, git, curl, sudo and openssh-server; the default image',
+    min_disk_gb: 2,
+    min_memory_mb: 256,
+  },
+  minimal: {
+    os: 'svc minimal (busybox)',
+    description: 'The small image: busybox init, dropbear and the agent; the fastest boots',
+    min_disk_gb: 1,
+    min_memory_mb: 128,
+  },
+};
+
+interface Build {
+  done: Promise<void>;
+  listeners: Set<(p: ImageProgress) => void>;
+  last?: ImageProgress;
+}
+
+/**
+ * The builds of the catalog's images that are under way: a built-in image built on first use
+ * (image/build-image.sh), once even when several creates ask at the same time, each of them told
+ * how far it is; and the ids an import is making, so that nothing else takes them meanwhile. A
+ * build goes into a temporary directory that is renamed into place only when complete, so a failed
+ * or interrupted one leaves no image a later create would boot. How long each took is kept, for the
+ * next create's estimate.
+ */
+export class BuiltinBuilds {
+  private readonly building = new Map<string, Build>();
+
+  /** `root` is the images' directory; `dir(id)` an image's own. */
+  constructor(
+    private readonly root: string,
+    private readonly dir: (id: string) => string,
+  ) {}
+
+  /** True while `id` is being built or imported. */
+  has(id: string): boolean {
+    return this.building.has(id);
+  }
+
+  /** Runs `make` with `id` marked as being made (an import), so that no build or bake takes it meanwhile. */
+  async holding<T>(id: string, make: () => Promise<T>): Promise<T> {
+    this.building.set(id, { done: Promise.resolve(), listeners: new Set() });
+    try {
+      return await make();
+    } finally {
+      this.building.delete(id);
+    }
+  }
+
+  /** Builds built-in image `id`, or joins its build under way; `progress` hears how far it is. */
+  async ensure(id: string, progress?: (p: ImageProgress) => void): Promise<void> {
+    let b = this.building.get(id);
+    if (!b) {
+      const entry: Build = { listeners: new Set(), done: Promise.resolve() };
+      entry.done = this.build(id, (p) => {
+        entry.last = p;
+        for (const l of entry.listeners) l(p);
+      }).finally(() => this.building.delete(id));
+      this.building.set(id, entry);
+      b = entry;
+    }
+    if (progress) {
+      b.listeners.add(progress);
+      if (b.last) progress(b.last);
+    }
+    try {
+      await b.done;
+    } finally {
+      if (progress) b.listeners.delete(progress);
+    }
+  }
+
+  /** How long the last build of `id` took here, in ms, if it was built here before. */
+  estimate(id: string): number | undefined {
+    return this.times()[id];
+  }
+
+  private async build(id: string, progress: (p: ImageProgress) => void): Promise<void> {
+    if (!existsSync(join(AGENT_DIR, 'svc-agent.cjs'))) {
+      throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
+    }
+    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    const t0 = Date.now();
+    progress({ percent: 0, message: `building image ${id} from Debian packages` });
+    try {
+      await runBuild(['bash', BUILD_SCRIPT, tmp, AGENT_DIR, id], progress);
+      await rm(this.dir(id), { recursive: true, force: true });
+      await rename(tmp, this.dir(id));
+      // What the next build of it (after an image rm, on this host) can be expected to take.
+      await writeFile(this.timesFile(), JSON.stringify({ ...this.times(), [id]: Date.now() - t0 })).catch(
+        () => undefined,
+      );
+      progress({ percent: 100, message: `image ${id} built` });
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  private timesFile(): string {
+    return join(this.root, '.build-times.json');
+  }
+
+  /** How long each built-in image's last build took here, in ms. */
+  private times(): Record<string, number> {
+    try {
+      const t = JSON.parse(readFileSync(this.timesFile(), 'utf8')) as unknown;
+      return typeof t === 'object' && t !== null && !Array.isArray(t) ? (t as Record<string, number>) : {};
+    } catch {
+      return {};
+    }
+  }
+}
+
+/** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */
+export function runBuild(
+  argv: string[],
+  progress: (p: ImageProgress) => void,
+  env: Record<string, string> = {},
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: childEnv(env) });
+    const tail: string[] = [];
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      const m = /^svc-progress (\d+) (.*)$/.exec(line);
+      if (m) return progress({ percent: Number(m[1]), message: m[2] });
+      tail.push(line);
+      if (tail.length > 5) tail.shift();
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 1_800_000);
+    child.once('error', (err) => reject(new InternalError(`image build could not start: ${err.message}`)));
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve();
+      else reject(new InternalError(`image build failed (${signal ?? `exit ${code}`}): ${tail.join(' | ')}`));
+    });
+  });
+}
