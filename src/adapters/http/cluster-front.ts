@@ -7,18 +7,15 @@ import {
   errorMessage,
   InvalidArgumentError,
   isDomainError,
-  NotFoundError,
   PermissionDeniedError,
   UnavailableError,
 } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
-import { AsyncQueue } from '../../app/async-queue.js';
 import type { ImageFetchProgress } from '../../domain/image-fetch.js';
 import { toHttpError } from '../http-kit/error-status.js';
-import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
+import { wantsNdjson } from '../http-kit/ndjson.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { GuestImages } from '../../ports/hypervisor.js';
-import { unpackVm } from '../cluster/vm-bundle.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
 import { JSON_LIMIT_BYTES } from '../http-kit/http-app.js';
@@ -27,6 +24,7 @@ import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../process-kit/splice.js
 import type { RouteDef } from '../http-kit/route.js';
 import { rejectUpgrade } from '../http-kit/terminal-socket.js';
 import { HOP_HEADER } from '../cluster/http-peer-nodes.js';
+import { clusterPeerRoutes } from './cluster-peer-routes.js';
 
 export { HOP_HEADER };
 
@@ -99,7 +97,7 @@ export class ClusterFront {
     };
   }
 
-  /** GET /nodes, GET /nodes/{node}, moves and drains, and what one node sends another. */
+  /** GET /nodes, GET /nodes/{node}, moves and drains, and what one node sends another (cluster-peer-routes.ts). */
   routes(): RouteDef[] {
     return [
       {
@@ -126,74 +124,7 @@ export class ClusterFront {
             return node;
           }),
       },
-      {
-        // Only a node sends this (the cluster's token): a VM moved here, as a tar of its offer and files.
-        method: 'put',
-        path: '/cluster/vms/:name',
-        body: 'raw',
-        handler: async (req, res) => {
-          this.peerOnly(req);
-          const name = String(req.params.name);
-          res.setHeader('Connection', 'close'); // a refusal leaves the rest of the body unread
-          const moved = await unpackVm(req, (offer, fill) => {
-            if (offer.record.name !== name)
-              throw new InvalidArgumentError(`the offer is for vm ${offer.record.name}, the path names ${name}`);
-            return this.o.moves.receive(offer, fill);
-          });
-          res.json(moved);
-        },
-      },
-      {
-        // What this node offers of an image another node fetches (docs/cluster.md, "Images across nodes").
-        method: 'get',
-        path: '/cluster/images/:id',
-        handler: async (req, res) => {
-          this.peerOnly(req);
-          const { paths: _p, ...bundle } = await this.o.images.bundle(String(req.params.id));
-          res.json(bundle);
-        },
-      },
-      {
-        method: 'get',
-        path: '/cluster/images/:id/files/:file',
-        handler: async (req, res) => {
-          this.peerOnly(req);
-          const { paths } = await this.o.images.bundle(String(req.params.id));
-          const path = paths[String(req.params.file)];
-          if (!path) throw new NotFoundError(`image ${String(req.params.id)} has no file ${String(req.params.file)}`);
-          // Ranges are honoured: a fetch cut off asks for the rest.
-          await new Promise<void>((resolve, reject) =>
-            res.sendFile(path, { dotfiles: 'allow', acceptRanges: true, cacheControl: false }, (err) =>
-              err && !res.headersSent ? reject(err) : resolve(),
-            ),
-          );
-        },
-      },
-      {
-        method: 'post',
-        path: '/cluster/images/:id/fetch',
-        handler: async (req, res) => {
-          this.peerOnly(req);
-          const id = String(req.params.id);
-          if (!wantsNdjson(req)) {
-            await this.o.fetches.ensureHere(id);
-            return void res.json({ id });
-          }
-          // Streamed: how far it is, then `{id}` or the error (status and code with it).
-          const lines = new AsyncQueue<object>();
-          void this.o.fetches
-            .ensureHere(id, (p) => lines.push(p))
-            .then(
-              () => lines.push({ id }),
-              (err: unknown) => {
-                const { body, status } = toHttpError(err);
-                lines.push({ ...body, status });
-              },
-            )
-            .finally(() => lines.close());
-          await writeNdjson(res, lines);
-        },
-      },
+      ...clusterPeerRoutes({ ...this.o, peerOnly: (req) => this.peerOnly(req) }),
       {
         method: 'get',
         path: '/nodes',
