@@ -10,7 +10,7 @@ import { checkImportFile } from './import-files.js';
 import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
-import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, BuiltinBuilds, runBuild } from './builtin-builds.js';
+import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
 export { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES };
 
@@ -56,14 +56,14 @@ const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
  * The images the QEMU adapter can boot, one directory each with a manifest written last: the
- * built-in ones (built on first use, `BuiltinBuilds`), and those baked from VMs, imported from
+ * built-in ones (built on first use, `ImageBuilds`), and those baked from VMs, imported from
  * files or fetched from another node, each made in a temporary directory renamed into place.
  */
 export class ImageCatalog {
-  private readonly builds: BuiltinBuilds;
+  private readonly builds: ImageBuilds;
 
   constructor(readonly root: string) {
-    this.builds = new BuiltinBuilds(root, (id) => this.dir(id));
+    this.builds = new ImageBuilds(root, (id) => this.dir(id));
   }
 
   dir(id: string): string {
@@ -217,38 +217,40 @@ export class ImageCatalog {
     meta: { from_image: string; description: string; source: string },
   ): Promise<void> {
     const id = this.canonical(name);
-    if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    const base = await this.get(meta.from_image);
-    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
-    try {
-      await mkdir(tmp, { recursive: true });
-      await runBuild(['qemu-img', 'convert', '-q', '-O', 'qcow2', vmDisk, join(tmp, 'disk.qcow2')], () => undefined);
-      for (const f of [base.kernel, base.initrd]) if (f) await copyFile(join(base.dir, f), join(tmp, f));
-      const { dir: _d, ...manifest } = base;
-      const sizeGb = await virtualSizeGb(join(tmp, 'disk.qcow2'));
-      await writeFile(
-        join(tmp, 'manifest.json'),
-        JSON.stringify(
-          {
-            ...manifest,
-            id,
-            disk: 'disk.qcow2',
-            disk_gb: sizeGb,
-            description: meta.description,
-            source: meta.source,
-            // A baked image needs what its base needed (its kernel and init are the base's).
-            min_memory_mb: minMemory(manifest),
-          },
-          null,
-          2,
-        ) + '\n',
-      );
-      if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-      await rename(tmp, this.dir(id));
-    } catch (err) {
-      await rm(tmp, { recursive: true, force: true });
-      throw err;
-    }
+    if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+    await this.builds.holding(id, async () => {
+      const base = await this.get(meta.from_image);
+      const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+      try {
+        await mkdir(tmp, { recursive: true });
+        await runBuild(['qemu-img', 'convert', '-q', '-O', 'qcow2', vmDisk, join(tmp, 'disk.qcow2')], () => undefined);
+        for (const f of [base.kernel, base.initrd]) if (f) await copyFile(join(base.dir, f), join(tmp, f));
+        const { dir: _d, ...manifest } = base;
+        const sizeGb = await virtualSizeGb(join(tmp, 'disk.qcow2'));
+        await writeFile(
+          join(tmp, 'manifest.json'),
+          JSON.stringify(
+            {
+              ...manifest,
+              id,
+              disk: 'disk.qcow2',
+              disk_gb: sizeGb,
+              description: meta.description,
+              source: meta.source,
+              // A baked image needs what its base needed (its kernel and init are the base's).
+              min_memory_mb: minMemory(manifest),
+            },
+            null,
+            2,
+          ) + '\n',
+        );
+        if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
+        await rename(tmp, this.dir(id));
+      } catch (err) {
+        await rm(tmp, { recursive: true, force: true });
+        throw err;
+      }
+    });
   }
 
   /**

@@ -4,7 +4,7 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { InternalError } from '../../domain/errors.js';
+import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
 import type { ImageDetails, ImageProgress } from '../../ports/hypervisor.js';
 import { childEnv } from '../process-kit/child-env.js';
 
@@ -45,7 +45,7 @@ interface Build {
  * or interrupted one leaves no image a later create would boot. How long each took is kept, for the
  * next create's estimate.
  */
-export class BuiltinBuilds {
+export class ImageBuilds {
   private readonly building = new Map<string, Build>();
 
   /** `root` is the images' directory; `dir(id)` an image's own. */
@@ -59,8 +59,12 @@ export class BuiltinBuilds {
     return this.building.has(id);
   }
 
-  /** Runs `make` with `id` marked as being made (an import), so that no build or bake takes it meanwhile. */
+  /**
+   * Runs `make` with `id` marked as being made (an import, a bake), so that nothing else makes it
+   * meanwhile: AlreadyExistsError when something is.
+   */
   async holding<T>(id: string, make: () => Promise<T>): Promise<T> {
+    if (this.building.has(id)) throw new AlreadyExistsError(`image ${id} is being made`);
     this.building.set(id, { done: Promise.resolve(), listeners: new Set() });
     try {
       return await make();
