@@ -1,4 +1,4 @@
-import type { ClientChannel } from 'ssh2';
+import type { Client, ClientChannel } from 'ssh2';
 import { AgentFailureError, AgentUnavailableError, DeadlineExceededError } from '../../domain/errors.js';
 import {
   REMOTE_EXEC_TIMEOUT_MS,
@@ -23,8 +23,18 @@ export class Ssh2RemoteShell implements RemoteShell {
     const timeoutMs = opts.timeoutMs ?? REMOTE_EXEC_TIMEOUT_MS;
     const max = opts.maxOutputBytes ?? REMOTE_OUTPUT_MAX;
     const where = `${target.user}@${target.host}:${target.port}`;
-    if (opts.signal?.aborted) throw new AgentUnavailableError(`ssh ${where}: the command was given up`);
-    const client = await this.ssh.get(target);
+    const givenUp = () => new AgentUnavailableError(`ssh ${where}: the command was given up`);
+    if (opts.signal?.aborted) throw givenUp();
+    // An abort while it connects is heard too (a listener added after it would never be called).
+    const client = await new Promise<Client>((resolve, reject) => {
+      const onAbort = () => reject(givenUp());
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      this.ssh
+        .get(target)
+        .then(resolve, reject)
+        .finally(() => opts.signal?.removeEventListener('abort', onAbort));
+    });
+    if (opts.signal?.aborted) throw givenUp();
     return new Promise((resolve, reject) => {
       let channel: ClientChannel | undefined;
       let settled = false;
@@ -46,7 +56,7 @@ export class Ssh2RemoteShell implements RemoteShell {
         () => finish(new DeadlineExceededError(`ssh ${where}: the command did not end within ${timeoutMs} ms`)),
         timeoutMs,
       );
-      const onAbort = () => finish(new AgentUnavailableError(`ssh ${where}: the command was given up`));
+      const onAbort = () => finish(givenUp());
       opts.signal?.addEventListener('abort', onAbort, { once: true });
       client.exec(command, (err, ch) => {
         if (err) return finish(new AgentUnavailableError(`ssh ${where}: ${err.message}`));

@@ -100,6 +100,37 @@ describe('adapters/ssh/Ssh2RemoteShell against a guest that is not trusted', fun
     );
   });
 
+  it('gives up when the abort comes while it connects: during the handshake, or as the connection is made', async () => {
+    peer.behaviour = () => undefined; // a command that would never end
+    const conns = daemonConnections();
+    const ac = new AbortController();
+    // the connection is made and the abort comes in the same moment, before the command is sent
+    const racing = Object.assign(Object.create(conns) as typeof conns, {
+      get: async (t: SshTarget) => {
+        const c = await conns.get(t);
+        ac.abort();
+        return c;
+      },
+    });
+    let t0 = Date.now();
+    let err = await new Ssh2RemoteShell(racing)
+      .exec(target, 'stall', { signal: ac.signal, timeoutMs: 15_000 })
+      .catch((e: Error) => e);
+    expect(err).to.be.instanceOf(AgentUnavailableError);
+    expect((err as Error).message).to.include('given up');
+    expect(Date.now() - t0).to.be.below(5000);
+    // a handshake that never ends, aborted 100 ms in
+    const stuck = Object.assign(Object.create(conns) as typeof conns, { get: () => new Promise<never>(() => {}) });
+    const ac2 = new AbortController();
+    setTimeout(() => ac2.abort(), 100);
+    t0 = Date.now();
+    err = await new Ssh2RemoteShell(stuck)
+      .exec(target, 'x', { signal: ac2.signal, timeoutMs: 15_000 })
+      .catch((e: Error) => e);
+    expect(err).to.be.instanceOf(AgentUnavailableError);
+    expect(Date.now() - t0).to.be.below(5000);
+  });
+
   it('settles every hostile peer in bounded time and memory: output whole or a domain error (fast-check)', async () => {
     const CAP = 256 * 1024;
     const piece = fc.record({ to: fc.constantFrom('out', 'err'), size: fc.integer({ min: 0, max: 200_000 }) });
