@@ -11,7 +11,8 @@ import { SVC } from '../../../helpers/svc-cli.js';
  * drivers' sections (driver-sections.ts), not the drivers, so it loads no hypervisor, no
  * dependency injection, no HTTP server and no SSH library (half its start time went to them).
  */
-describe('svc CLI: what it loads to start', () => {
+describe('svc CLI: what it loads to start', function () {
+  this.timeout(20_000); // a node start, which a busy host slows; nothing here is timed
   it('loads the client, commander, ws and yaml, and none of the daemon', () => {
     const dir = mkdtempSync(join(tmpdir(), 'svc-cli-load-'));
     try {

@@ -47,7 +47,8 @@ async function clientHello(servername: string): Promise<Buffer> {
   return hello;
 }
 
-describe('adapters/netd codecs', () => {
+describe('adapters/netd codecs', function () {
+  this.timeout(20_000); // property tests run many cases; nothing here is timed
   it('reads the server name of a real ClientHello, whole or arriving in pieces', async () => {
     const hello = await clientHello('api.example.com');
     expect(sniff(hello)).to.deep.equal({ kind: 'tls', name: 'api.example.com' });

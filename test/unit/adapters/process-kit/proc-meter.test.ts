@@ -30,7 +30,9 @@ describe('ProcMeter: a host process CPU time', () => {
     expect(await meter.cpuMs(2 ** 22 + 7)).to.equal(undefined);
   });
 
-  describe('cpuBounded: work bounded by the CPU a process spends on it', () => {
+  describe('cpuBounded: work bounded by the CPU a process spends on it', function () {
+    // a spinning child on a busy host may take long to spend its bound (the wall bound is 20 s)
+    this.timeout(25_000);
     const children: ChildProcess[] = [];
     const run = (script: string) => {
       const c = spawn('sh', ['-c', script], { stdio: 'ignore' });
