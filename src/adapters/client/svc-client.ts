@@ -106,7 +106,7 @@ export class SvcClient extends SvcTransport {
    */
   async *events(o: { signal?: AbortSignal } = {}): AsyncIterable<VmEvent> {
     const res = await this.raw('GET', '/events');
-    o.signal?.addEventListener('abort', () => res.destroy());
+    this.endOnAbort(res, o.signal);
     try {
       yield* this.lines<VmEvent>(res);
     } catch (err) {
@@ -221,7 +221,7 @@ export class SvcClient extends SvcTransport {
       `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail })}`,
     );
     if ((res.statusCode ?? 0) >= 300) await this.fail(res);
-    o.signal?.addEventListener('abort', () => res.destroy());
+    this.endOnAbort(res, o.signal);
     try {
       for await (const c of res) yield c as Buffer;
     } catch (err) {
@@ -253,7 +253,7 @@ export class SvcClient extends SvcTransport {
   /** The VM's egress decisions: the last `limit` logged, then each as it happens, until `signal` aborts. */
   async *followEgress(name: string, o: { limit?: number; signal?: AbortSignal } = {}): AsyncIterable<EgressEvent> {
     const res = await this.raw('GET', `/vms/${enc(name)}/egress/log${qs({ follow: 'true', limit: o.limit })}`);
-    o.signal?.addEventListener('abort', () => res.destroy());
+    this.endOnAbort(res, o.signal);
     try {
       yield* this.lines<EgressEvent>(res);
     } catch (err) {
@@ -302,7 +302,7 @@ export class SvcClient extends SvcTransport {
         'GET',
         `/vms/${enc(name)}/processes/${enc(ref)}/output${qs({ from: from(), follow: follow ? '1' : '0' })}`,
       );
-      o.signal?.addEventListener('abort', () => res.destroy(), { once: true });
+      this.endOnAbort(res, o.signal);
       for await (const f of this.lines<OutputFrame>(res)) {
         if ('stream' in f)
           pos[f.stream] =
@@ -365,7 +365,7 @@ export class SvcClient extends SvcTransport {
             recursive: (target as { recursive?: boolean }).recursive ? '1' : undefined,
           };
       const res = await this.raw('GET', `/vms/${enc(name)}/watch${qs(q)}`);
-      o.signal?.addEventListener('abort', () => res.destroy(), { once: true });
+      this.endOnAbort(res, o.signal);
       for await (const e of this.lines<WatchEvent>(res)) {
         cursor = e.cursor;
         yield e;

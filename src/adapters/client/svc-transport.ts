@@ -205,6 +205,7 @@ export class SvcTransport {
 
   protected async *lines<T>(res: IncomingMessage): AsyncIterable<T> {
     if ((res.statusCode ?? 0) >= 300) await this.fail(res);
+    if (res.destroyed) return; // ended by an abort before it was read (its close has been)
     const rl = createInterface({ input: res, crlfDelay: Infinity });
     // A response destroyed without an error (an abort) ends no readline iteration by itself.
     const onClose = () => rl.close();
@@ -217,6 +218,19 @@ export class SvcTransport {
       res.off('close', onClose);
       res.destroy();
     }
+  }
+
+  /**
+   * Ends `res` when `signal` aborts, or at once when it has already: an abort that came while the
+   * request was being made (a listener added after it would never be called, and the stream would
+   * run on).
+   */
+  protected endOnAbort(res: IncomingMessage, signal?: AbortSignal): void {
+    if (!signal) return;
+    if (signal.aborted) return void res.destroy();
+    const end = () => res.destroy();
+    signal.addEventListener('abort', end, { once: true });
+    res.once('close', () => signal.removeEventListener('abort', end));
   }
 
   /**
