@@ -40,7 +40,7 @@ interface Build {
 /**
  * The builds of the catalog's images that are under way: a built-in image built on first use
  * (image/build-image.sh), once even when several creates ask at the same time, each of them told
- * how far it is; and the ids an import is making, so that nothing else takes them meanwhile. A
+ * how far it is; and the ids an import or a bake is making, so that nothing else takes them meanwhile. A
  * build goes into a temporary directory that is renamed into place only when complete, so a failed
  * or interrupted one leaves no image a later create would boot. How long each took is kept, for the
  * next create's estimate.
@@ -54,7 +54,7 @@ export class ImageBuilds {
     private readonly dir: (id: string) => string,
   ) {}
 
-  /** True while `id` is being built or imported. */
+  /** True while `id` is being built, imported or baked. */
   has(id: string): boolean {
     return this.building.has(id);
   }

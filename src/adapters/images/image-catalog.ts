@@ -12,8 +12,6 @@ import type { ImageBundle } from '../../domain/image-fetch.js';
 import { importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
-export { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES };
-
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
   id: string;

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AGENT_DIR, BUILD_SCRIPT, ImageCatalog } from '../../../../src/adapters/images/image-catalog.js';
+import { AGENT_DIR, BUILD_SCRIPT } from '../../../../src/adapters/images/image-builds.js';
+import { ImageCatalog } from '../../../../src/adapters/images/image-catalog.js';
 
 describe('adapters/images/image-catalog', () => {
   const made: string[] = [];
