@@ -113,13 +113,16 @@ export class EgressService implements LifecycleContribution {
     const stop = () => {
       unwatch();
       queue.close();
+      signal.removeEventListener('abort', stop);
     };
     const unwatch = this.network.watch((e) => {
       if (e.vm !== name) return;
       if (++backlog > FOLLOW_BACKLOG) return stop();
       queue.push(e);
     });
-    signal.addEventListener('abort', stop, { once: true });
+    // A caller gone before the follow began (its request closed on the way) follows nothing.
+    if (signal.aborted) stop();
+    else signal.addEventListener('abort', stop, { once: true });
     return (async function* () {
       for await (const e of queue) {
         backlog--;

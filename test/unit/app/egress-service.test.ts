@@ -137,4 +137,24 @@ describe('app/EgressService', () => {
       "a deleted VM's series go",
     ).to.equal(false);
   });
+
+  it('follows nothing for a caller whose signal aborted before the follow began, and stops watching', async () => {
+    const w = world();
+    await (
+      await w.creates.create({ name: 'a' }, {})
+    ).done;
+    const watchers = () => (w.network as unknown as { listeners: Set<unknown> }).listeners.size;
+    const before = watchers();
+    const ac = new AbortController();
+    ac.abort();
+    const followed: EgressEvent[] = [];
+    const reading = (async () => {
+      for await (const e of w.egress.follow('a', ac.signal)) followed.push(e);
+    })();
+    w.network.emit(entry('a'));
+    const ended = await Promise.race([reading.then(() => true), new Promise((r) => setTimeout(() => r(false), 500))]);
+    expect(ended, 'the follow ended at once').to.equal(true);
+    expect(followed).to.deep.equal([]);
+    expect(watchers(), 'its watch is gone').to.equal(before);
+  });
 });
