@@ -1,11 +1,12 @@
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
+import { finished } from 'node:stream/promises';
 import busboy from 'busboy';
 import type { Request, Response } from 'express';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { FsInfo } from '../../domain/agent.js';
 import type { Instance } from '../../domain/vm.js';
-import type { RouteDef } from '../http-kit/route.js';
+import { sendStream, type RouteDef } from '../http-kit/route.js';
 import { drainBody } from '../http-kit/http-app.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { connectRoutes, RpcError } from './connect-rpc.js';
@@ -93,11 +94,8 @@ export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
     const st = await client.stat(vm, path);
     if (st.type === 'directory') throw new InvalidArgumentError(`${path} is a directory`);
     const d = await client.download(vm, path);
-    res.status(200).setHeader('Content-Type', 'application/octet-stream');
-    res.setHeader('X-Content-Type-Options', 'nosniff');
-    if (d.size !== undefined) res.setHeader('Content-Length', String(d.size));
-    d.body.pipe(res);
-    await new Promise((r) => res.once('close', r));
+    sendStream(res, { name: posix.basename(path), tar: false, size: d.size, body: d.body });
+    await finished(res).catch(() => undefined);
   };
 
   /** POST /files: files from the body (raw, or multipart with paths as file names). */

@@ -1,8 +1,9 @@
+import { posix } from 'node:path';
 import type { Request, Response } from 'express';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { SvcClient } from '../client/svc-client.js';
 import type { ConfinedDir, ConfinedEntry } from '../fs-kit/confined-dir.js';
-import type { RouteDef } from '../http-kit/route.js';
+import { sendStream, type RouteDef } from '../http-kit/route.js';
 import { e2bRouter } from './e2b-route.js';
 import type { Sandboxes } from './sandboxes.js';
 import type { Volumes } from './volumes.js';
@@ -80,10 +81,7 @@ export function e2bVolumeRoutes(client: SvcClient, boxes: Sandboxes, volumes: Vo
     }),
     content('get', 'file', async (req, res, dir) => {
       const { stream, size } = await dir.read(path(req));
-      res.setHeader('content-type', 'application/octet-stream');
-      res.setHeader('content-length', String(size));
-      stream.once('error', () => res.destroy());
-      stream.pipe(res);
+      sendStream(res, { name: posix.basename(path(req)), tar: false, size, body: stream });
     }),
     content(
       'put',

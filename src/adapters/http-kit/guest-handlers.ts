@@ -15,6 +15,7 @@ import { toHttpError } from './error-status.js';
 import { declaredLength, takeConnection } from './take-connection.js';
 import { writeNdjson } from './ndjson.js';
 import { hasBody, sendStream, type RouteDef } from './route.js';
+import { onceGone } from './streams.js';
 
 type Handler = RouteDef['handler'];
 const query = (req: Request) => req.query as Query;
@@ -43,9 +44,7 @@ export function execHandler(t: ExecTarget): Handler {
     const stdin = hasBody(req) ? req : undefined;
     // A pending read cannot be interrupted by ending an iterator, so leaving is a signal.
     const gone = new AbortController();
-    res.once('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
+    onceGone(res, () => gone.abort());
     if (buffered) return void res.json(await t.buffered(req, er, stdin, gone.signal));
     const it = t.stream(req, er, stdin, gone.signal)[Symbol.asyncIterator]();
     const first = await it.next();

@@ -1,5 +1,6 @@
 import type { Request, Response } from 'express';
 import { queryOne, type Query } from '../../domain/query.js';
+import { onceGone } from './streams.js';
 
 /**
  * Writes chunks to a response with backpressure (the one write loop both servers use). When the
@@ -12,14 +13,13 @@ export async function pumpTo(
   onGone?: () => void,
 ): Promise<void> {
   let gone = false;
-  const markGone = () => {
-    if (!res.writableFinished) {
-      gone = true;
-      onGone?.();
-    }
-  };
-  res.once('close', markGone);
+  const unhook = onceGone(res, () => {
+    gone = true;
+    onGone?.();
+  });
   try {
+    // A caller gone before the first chunk (while the chunks were being made) waits for none.
+    if (gone) return void (await chunks[Symbol.asyncIterator]().return?.());
     for await (const chunk of chunks) {
       if (gone || res.destroyed) break;
       if (!res.write(chunk)) {
@@ -35,7 +35,7 @@ export async function pumpTo(
       }
     }
   } finally {
-    res.off('close', markGone);
+    unhook();
     if (gone) onGone?.();
     if (!res.writableEnded) res.end();
   }

@@ -50,6 +50,8 @@ export function sendStream(
   if (out.size !== undefined) res.setHeader('Content-Length', String(out.size));
   out.body.on('error', () => res.destroy());
   res.on('close', () => out.body.destroy());
+  // The caller left while the answer was being made: its close has fired already.
+  if (res.destroyed) return void out.body.destroy();
   const raw = (out.body as Partial<RawSendable>)[SEND_RAW];
   if (!raw || !res.socket || out.size === undefined) return void out.body.pipe(res);
   res.flushHeaders();

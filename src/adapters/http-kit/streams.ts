@@ -1,4 +1,23 @@
+import type { ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+
+/**
+ * Calls `fn` once the caller's connection is gone before its answer finished. A caller that left
+ * while the answer was being made (the handler awaited the guest, say) is gone already: its
+ * `close` has fired and will not fire again, so `fn` runs at once. Returns a function that stops
+ * listening.
+ */
+export function onceGone(res: ServerResponse, fn: () => void): () => void {
+  const closed = () => {
+    if (!res.writableFinished) fn();
+  };
+  if (res.closed || res.destroyed) {
+    closed();
+    return () => undefined;
+  }
+  res.once('close', closed);
+  return () => res.off('close', closed);
+}
 
 /** Pipes two connections into each other; either one's end, close or error ends both. */
 export function joinStreams(a: Duplex, b: Duplex): void {

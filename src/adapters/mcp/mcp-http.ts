@@ -1,4 +1,5 @@
 import type { RouteDef } from '../http-kit/route.js';
+import { onceGone } from '../http-kit/streams.js';
 import type { SvcClient } from '../client/svc-client.js';
 import type { McpPolicy } from './mcp-server.js';
 
@@ -31,7 +32,8 @@ export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
         const { StreamableHTTPServerTransport, buildMcpServer } = await sdk();
         const server = buildMcpServer(client, policy);
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
-        res.on('close', () => {
+        // Registered after the SDK's import: a caller gone by then is gone already.
+        onceGone(res, () => {
           void transport.close();
           void server.close();
         });
