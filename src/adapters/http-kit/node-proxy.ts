@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream';
 import { spliceAnswer, spliceBody, type BodySplice } from './body-splice.js';
 import { hasBody } from './route.js';
 import { declaredLength, takeConnection } from './take-connection.js';
+import { onceGone } from './streams.js';
 
 export type { BodySplice };
 
@@ -180,7 +181,7 @@ function relay(
         answer.pipe(res);
         answer.on('error', () => res.destroy());
         answer.on('end', () => resolve(answer.statusCode ?? 502));
-        res.on('close', () => {
+        onceGone(res, () => {
           if (!answer.complete) {
             answer.destroy();
             resolve(answer.statusCode ?? 502);
@@ -194,10 +195,9 @@ function relay(
         resolve(502);
       } else reject(err);
     });
-    // The caller going away ends the call on the other node too (an exec is cancelled there).
-    res.on('close', () => {
-      if (!res.writableFinished) out.destroy();
-    });
+    // The caller going away ends the call on the other node too (an exec is cancelled there); one
+    // gone while its connection was being made sends nothing.
+    onceGone(res, () => out.destroy());
     if (o.feed) o.feed(out);
     else if (o.body) out.end(o.body);
     else if (!hasBody(req)) out.end();
@@ -210,6 +210,8 @@ function relay(
  * and from there the two sockets are spliced; the other node answers the handshake itself.
  */
 export function proxyUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, t: ProxyTarget): void {
+  // The caller left while the route was looked up: nothing is opened on the other side for it.
+  if (socket.destroyed) return void t.stream?.destroy();
   const e = t.stream ? {} : endpoint(t);
   const up: Duplex = t.stream ?? (e.socketPath ? connect(e.socketPath) : connect(e.port!, e.host!));
   const drop = t.endToEnd ? DROP_HOPS : DROP;

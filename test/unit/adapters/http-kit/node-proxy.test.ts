@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { proxyRequest } from '../../../../src/adapters/http-kit/node-proxy.js';
+import { connect, type AddressInfo } from 'node:net';
+import { proxyRequest, proxyUpgrade } from '../../../../src/adapters/http-kit/node-proxy.js';
 
 /** Listens on a loopback port; resolves with its URL. */
 async function listen(s: Server): Promise<string> {
@@ -64,5 +64,55 @@ describe('proxyRequest after lines of its own', () => {
     const f = await front(409, '{"error":"taken"}', 'one\n');
     expect(await post(f.url)).to.deep.equal({ status: 200, text: 'one\nerror 409 {"error":"taken"}\n' });
     expect(f.proxied()).to.equal(409);
+  });
+});
+
+describe('proxyRequest and proxyUpgrade for a caller gone before the call went on', function () {
+  this.timeout(10_000);
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  /** A target counting connections and requests; a front that sends a call on once its caller has left. */
+  async function gone(upgrade: boolean) {
+    let connections = 0;
+    let requests = 0;
+    const target = createServer(() => requests++);
+    target.on('connection', () => connections++);
+    target.on('upgrade', (_req, socket) => {
+      requests++;
+      socket.destroy();
+    });
+    const url = await listen(target);
+    const f = createServer((req, res) =>
+      req.socket.once('close', () => void proxyRequest(req, res, { url, headers: {} }).catch(() => undefined)),
+    );
+    // An upgraded socket is not read, so a caller's leaving is not heard there; one destroyed
+    // (an error, a timeout) while the route was looked up is what the proxy can see.
+    f.on('upgrade', (req, socket, head) => {
+      socket.destroy();
+      setTimeout(() => proxyUpgrade(req, socket, head, { url, headers: {} }), 20);
+    });
+    const port = Number((await listen(f)).split(':')[2]);
+    const call = connect(port, '127.0.0.1', () =>
+      call.write(
+        `GET /vms/a/shell HTTP/1.1\r\nhost: x\r\n${upgrade ? 'connection: upgrade\r\nupgrade: websocket\r\n' : ''}\r\n`,
+      ),
+    );
+    call.on('error', () => undefined);
+    await sleep(50);
+    call.destroy();
+    await sleep(300);
+    for (const s of [target, f]) {
+      s.closeAllConnections();
+      s.close();
+    }
+    return { connections, requests };
+  }
+
+  it('sends no request on', async () => {
+    expect((await gone(false)).requests).to.equal(0);
+  });
+
+  it('opens no connection for an upgrade', async () => {
+    expect(await gone(true)).to.deep.equal({ connections: 0, requests: 0 });
   });
 });
