@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { rename, rm, writeFile } from 'node:fs/promises';
+import { readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
 import type { ImageDetails, ImageProgress } from '../../ports/hypervisor.js';
+import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { childEnv } from '../process-kit/child-env.js';
 
 const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -37,6 +38,19 @@ interface Build {
   last?: ImageProgress;
 }
 
+const TEMP_PREFIX = '.build-';
+/** A temporary directory's name: its id, the maker's pid, when it began. */
+const TEMP_NAME = /^\.build-.+-(\d+)-\d+$/;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /**
  * The builds of the catalog's images that are under way: a built-in image built on first use
  * (image/build-image.sh), once even when several creates ask at the same time, each of them told
@@ -53,6 +67,33 @@ export class ImageBuilds {
     private readonly root: string,
     private readonly dir: (id: string) => string,
   ) {}
+
+  /**
+   * A new temporary directory's path for making `id` in (a build, an import, a bake): beside the
+   * images, renamed into place when complete. Its name carries this process's pid, so that `sweep`
+   * can tell one a crashed daemon left.
+   */
+  tempDir(id: string): string {
+    return join(this.root, `${TEMP_PREFIX}${id}-${process.pid}-${Date.now()}`);
+  }
+
+  /**
+   * Removes the temporary directories of makers that are gone (a daemon killed during a build
+   * leaves a half-built image of a gigabyte or more). Those of a live process are left alone.
+   * Resolves with the names it removed.
+   */
+  async sweep(): Promise<string[]> {
+    const gone: string[] = [];
+    for (const name of await readdir(this.root).catch(() => [] as string[])) {
+      const pid = TEMP_NAME.exec(name)?.[1];
+      if (pid === undefined || alive(Number(pid))) continue;
+      await rm(join(this.root, name), { recursive: true, force: true }).then(
+        () => gone.push(name),
+        () => undefined,
+      );
+    }
+    return gone;
+  }
 
   /** True while `id` is being built, imported or baked. */
   has(id: string): boolean {
@@ -105,7 +146,7 @@ export class ImageBuilds {
     if (!existsSync(join(AGENT_DIR, 'svc-agent.cjs'))) {
       throw new InternalError(`cannot build image ${id}: the agent is not built (npm run build:agent)`);
     }
-    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    const tmp = this.tempDir(id);
     const t0 = Date.now();
     progress({ percent: 0, message: `building image ${id} from Debian packages` });
     try {
@@ -113,7 +154,7 @@ export class ImageBuilds {
       await rm(this.dir(id), { recursive: true, force: true });
       await rename(tmp, this.dir(id));
       // What the next build of it (after an image rm, on this host) can be expected to take.
-      await writeFile(this.timesFile(), JSON.stringify({ ...this.times(), [id]: Date.now() - t0 })).catch(
+      await writeFileAtomic(this.timesFile(), JSON.stringify({ ...this.times(), [id]: Date.now() - t0 })).catch(
         () => undefined,
       );
       progress({ percent: 100, message: `image ${id} built` });

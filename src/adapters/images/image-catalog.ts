@@ -59,9 +59,13 @@ const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
  */
 export class ImageCatalog {
   private readonly builds: ImageBuilds;
+  /** The start's sweep of temporary directories crashed makers left (its names, for tests). */
+  readonly swept: Promise<string[]>;
 
   constructor(readonly root: string) {
     this.builds = new ImageBuilds(root, (id) => this.dir(id));
+    // What a daemon killed while making an image left: gone in the background.
+    this.swept = this.builds.sweep();
   }
 
   dir(id: string): string {
@@ -218,7 +222,7 @@ export class ImageCatalog {
     if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     await this.builds.holding(id, async () => {
       const base = await this.get(meta.from_image);
-      const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+      const tmp = this.builds.tempDir(id);
       try {
         await mkdir(tmp, { recursive: true });
         await runBuild(['qemu-img', 'convert', '-q', '-O', 'qcow2', vmDisk, join(tmp, 'disk.qcow2')], () => undefined);
@@ -266,7 +270,7 @@ export class ImageCatalog {
     const id = this.canonical(name);
     if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const file = await checkImportFile(source.path, allowed);
-    const tmp = join(this.root, `.build-${id}-${process.pid}-${Date.now()}`);
+    const tmp = this.builds.tempDir(id);
     const work = `${tmp}.work`;
     await this.builds.holding(id, async () => {
       try {

@@ -17,6 +17,24 @@ describe('adapters/images/image-catalog', () => {
     expect(existsSync(AGENT_DIR.replace(/\/dist\/agent$/, '/package.json')), AGENT_DIR).to.equal(true);
   });
 
+  it("removes at its start the temporary directories of makers that are gone, not a live one's or a fetch's", async () => {
+    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    made.push(root);
+    // A pid that is no process: above the kernel's largest.
+    const dead = join(root, '.build-debian-4194305-1764000000000');
+    const live = join(root, `.build-mine-${process.pid}-1764000000000`);
+    for (const d of [dead, live, join(root, '.fetch-shared'), join(root, 'kept')]) {
+      mkdirSync(d);
+      writeFileSync(join(d, 'disk.qcow2'), 'half');
+    }
+    writeFileSync(join(root, '.build-times.json'), '{}');
+    const c = new ImageCatalog(root);
+    expect(await c.swept).to.deep.equal(['.build-debian-4194305-1764000000000']);
+    expect(existsSync(dead)).to.equal(false);
+    for (const f of [live, join(root, '.fetch-shared'), join(root, 'kept'), join(root, '.build-times.json')])
+      expect(existsSync(f), f).to.equal(true);
+  });
+
   it('tells a create how much memory an image boots in and how long its last build took here', () => {
     const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
     made.push(root);
