@@ -34,8 +34,8 @@ export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
         // Registered after the SDK's import: a caller gone by then is gone already.
         onceGone(res, () => {
-          void transport.close();
-          void server.close();
+          void transport.close().catch(() => undefined);
+          void server.close().catch(() => undefined);
         });
         await server.connect(transport);
         await transport.handleRequest(req, res, req.body);

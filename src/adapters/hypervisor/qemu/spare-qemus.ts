@@ -314,7 +314,7 @@ export class SpareQemus {
         this.spares.delete(template.name);
         clearTimeout(idle);
         qmp.close();
-        void rm(dir, { recursive: true, force: true });
+        void rm(dir, { recursive: true, force: true }).catch(() => undefined); // what stays is swept at the next start
       });
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
