@@ -22,7 +22,7 @@ import { NodePtyFactory } from './adapters/agent/node-pty-factory.js';
 import { ProcStatsSource } from './adapters/agent/proc-stats-source.js';
 import { ExecChannelSocket } from './adapters/agent/exec-channel-socket.js';
 import { ShellSocket } from './adapters/agent/shell-socket.js';
-import { rejectUpgrade } from './adapters/http-kit/terminal-socket.js';
+import { answeringUpgrade, rejectUpgrade, requestUrl } from './adapters/http-kit/terminal-socket.js';
 import { startVsockRelay } from './adapters/agent/vsock-relay.js';
 import { BearerAuth } from './adapters/http-kit/auth.js';
 import { browserGuard, guardRequests, guardUpgrades } from './adapters/http-kit/browser-guard.js';
@@ -117,13 +117,16 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   server.on('clientError', answerClientError);
   server.on(
     'upgrade',
-    guardUpgrades((req, socket, head) => {
-      const path = new URL(req.url ?? '/', 'http://agent').pathname;
-      if (path === '/shell') shell.handleUpgrade(req, socket, head);
-      else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
-      else if (path === PORT_PATH) upgradeToPort(req, socket, head);
-      else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
-    }, refuse),
+    guardUpgrades(
+      answeringUpgrade((req, socket, head) => {
+        const path = requestUrl(req).pathname;
+        if (path === '/shell') shell.handleUpgrade(req, socket, head);
+        else if (path === EXEC_CHANNEL_PATH) execChannel.handleUpgrade(req, socket, head);
+        else if (path === PORT_PATH) upgradeToPort(req, socket, head);
+        else rejectUpgrade(socket, new NotFoundError(`no websocket route ${req.url}`));
+      }),
+      refuse,
+    ),
   );
   const m = /^(.*):(\d+)$/.exec(opts.listen);
   if (!m) throw new Error(`--listen must be HOST:PORT, got ${opts.listen}`);

@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import { spliceUpgrade } from '../http-kit/streams.js';
-import { rejectUpgrade } from '../http-kit/terminal-socket.js';
+import { rejectUpgrade, requestUrl } from '../http-kit/terminal-socket.js';
 
 /** How long the agent waits for a guest port to accept. */
 const CONNECT_MS = 5_000;
@@ -16,7 +16,7 @@ const CONNECT_MS = 5_000;
  */
 export function upgradeToPort(req: IncomingMessage, socket: Duplex, head: Buffer): void {
   socket.on('error', () => socket.destroy());
-  const url = new URL(req.url ?? '/', 'http://agent');
+  const url = requestUrl(req);
   if (String(req.headers.upgrade ?? '').toLowerCase() !== PORT_UPGRADE)
     return rejectUpgrade(socket, new InvalidArgumentError(`a port is opened with Upgrade: ${PORT_UPGRADE}`));
   let port: number;

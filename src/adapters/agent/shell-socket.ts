@@ -3,7 +3,13 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer } from 'ws';
 import type { ShellService } from '../../app/agent/shell-service.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
+import {
+  answeringUpgrade,
+  isWebSocketUpgrade,
+  rejectUpgrade,
+  requestUrl,
+  upgradeToTerminal,
+} from '../http-kit/terminal-socket.js';
 
 /**
  * GET /shell: a WebSocket joined to a PTY. Binary frames are terminal bytes both ways; a text
@@ -15,12 +21,10 @@ export class ShellSocket {
 
   constructor(private readonly shells: ShellService) {}
 
-  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    void this.upgrade(req, socket, head);
-  }
+  readonly handleUpgrade = answeringUpgrade((req, socket, head) => this.upgrade(req, socket, head));
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://agent');
+    const url = requestUrl(req);
     if (!isWebSocketUpgrade(req))
       return rejectUpgrade(
         socket,

@@ -3,6 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import type { WebSocket, WebSocketServer } from 'ws';
 import { answerOnSocket, toHttpError } from './error-status.js';
 import type { Terminal } from '../../ports/terminal.js';
+import { InvalidArgumentError } from '../../domain/errors.js';
 
 /**
  * Joins a WebSocket to a terminal with the shell protocol: binary frames are terminal bytes both
@@ -40,6 +41,48 @@ export function joinTerminal(ws: WebSocket, t: Terminal): void {
   });
   ws.on('close', () => t.close());
   ws.on('error', () => t.close());
+}
+
+/**
+ * The request's target as a URL, or an InvalidArgumentError for one no URL parser takes (Node's
+ * HTTP parser lets through absolute forms such as `http://[`): thrown in an upgrade handler, which
+ * no framework catches, that error would stop the process.
+ */
+export function requestUrl(req: IncomingMessage): URL {
+  try {
+    return new URL(req.url ?? '/', 'http://svc');
+  } catch {
+    throw new InvalidArgumentError(`malformed request target ${JSON.stringify(String(req.url).slice(0, 200))}`);
+  }
+}
+
+/** A path segment as it was before percent-encoding; an InvalidArgumentError (400) for a malformed one. */
+export function decodedSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    throw new InvalidArgumentError(`malformed percent-encoding in ${JSON.stringify(s.slice(0, 200))}`);
+  }
+}
+
+/**
+ * Runs an upgrade handler that may wait: whatever it throws or rejects with is answered on the
+ * socket as an HTTP error, never left to stop the process.
+ */
+export function answeringUpgrade(
+  handle: (req: IncomingMessage, socket: Duplex, head: Buffer) => Promise<void> | void,
+): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+  return (req, socket, head) => {
+    const failed = (err: unknown) => {
+      socket.on('error', () => socket.destroy());
+      if (!socket.destroyed) rejectUpgrade(socket, err);
+    };
+    try {
+      void Promise.resolve(handle(req, socket, head)).catch(failed);
+    } catch (err) {
+      failed(err);
+    }
+  };
 }
 
 /** Writes an HTTP error on a socket that asked for an upgrade, using the one error mapping. */

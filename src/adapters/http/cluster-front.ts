@@ -22,7 +22,7 @@ import { JSON_LIMIT_BYTES } from '../http-kit/http-app.js';
 import { proxyRequest, proxyUpgrade, type BodySplice, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
 import type { RouteDef } from '../http-kit/route.js';
-import { rejectUpgrade } from '../http-kit/terminal-socket.js';
+import { answeringUpgrade, decodedSegment, requestUrl } from '../http-kit/terminal-socket.js';
 import { HOP_HEADER } from '../cluster/http-peer-nodes.js';
 import { clusterPeerRoutes } from './cluster-peer-routes.js';
 
@@ -69,7 +69,7 @@ export class ClusterFront {
     if (req.headers[HOP_HEADER] !== undefined) {
       // A VM's record names its node, whoever asks.
       const m = req.method === 'GET' ? VM_PATH.exec(req.path) : null;
-      const local = m && !m[2] && this.cluster.local(decodeURIComponent(m[1]));
+      const local = m && !m[2] && this.cluster.local(decodedSegment(m[1]));
       return local ? void res.json(local) : next();
     }
     this.serve(req, res, next).catch((err: unknown) => next(err));
@@ -77,24 +77,21 @@ export class ClusterFront {
 
   /** Wraps the daemon's own upgrade handler: an upgrade about another node's VM goes there. */
   upgrade(own: UpgradeHandler): UpgradeHandler {
-    return (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-      const m = VM_PATH.exec(new URL(req.url ?? '/', 'http://svcd').pathname);
+    return answeringUpgrade(async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const m = VM_PATH.exec(requestUrl(req).pathname);
       if (!m || req.headers[HOP_HEADER] !== undefined) return own(req, socket, head);
-      void (async () => {
-        const name = decodeURIComponent(m[1]);
-        let route;
-        try {
-          await this.cluster.lookUp(name);
-          route = this.cluster.route(name);
-        } catch (err) {
-          socket.on('error', () => socket.destroy());
-          return rejectUpgrade(socket, isDomainError(err) ? err : new UnavailableError(errorMessage(err)));
-        }
-        // Not verified here, the upgrade goes to the daemon's own handler, which refuses it.
-        if (route.at === 'here' || !(await this.o.auth.verify(req).catch(() => false))) return own(req, socket, head);
-        proxyUpgrade(req, socket, head, this.target(route.node.advertise));
-      })();
-    };
+      const name = decodedSegment(m[1]);
+      let route;
+      try {
+        await this.cluster.lookUp(name);
+        route = this.cluster.route(name);
+      } catch (err) {
+        throw isDomainError(err) ? err : new UnavailableError(errorMessage(err));
+      }
+      // Not verified here, the upgrade goes to the daemon's own handler, which refuses it.
+      if (route.at === 'here' || !(await this.o.auth.verify(req).catch(() => false))) return own(req, socket, head);
+      proxyUpgrade(req, socket, head, this.target(route.node.advertise));
+    });
   }
 
   /** GET /nodes, GET /nodes/{node}, moves and drains, and what one node sends another (cluster-peer-routes.ts). */
@@ -171,7 +168,7 @@ export class ClusterFront {
     }
     const m = VM_PATH.exec(req.path);
     if (!m) return next();
-    const name = decodeURIComponent(m[1]);
+    const name = decodedSegment(m[1]);
     await this.cluster.lookUp(name);
     if (req.method === 'GET' && !m[2]) {
       // A VM's record names its node: from here, from its node, or as it was last published when

@@ -7,7 +7,14 @@ import { assertVmName } from '../../domain/names.js';
 import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
 import { spliceUpgrade } from '../http-kit/streams.js';
-import { isWebSocketUpgrade, rejectUpgrade, upgradeToTerminal } from '../http-kit/terminal-socket.js';
+import {
+  answeringUpgrade,
+  decodedSegment,
+  isWebSocketUpgrade,
+  rejectUpgrade,
+  requestUrl,
+  upgradeToTerminal,
+} from '../http-kit/terminal-socket.js';
 import { dashboardProtocol } from '../http-kit/sessions.js';
 import type { Terminal } from '../../ports/terminal.js';
 
@@ -33,13 +40,11 @@ export class GuestUpgrades {
     private readonly auth: BearerAuth,
   ) {}
 
-  handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
-    void this.upgrade(req, socket, head);
-  };
+  handleUpgrade = answeringUpgrade((req, socket, head) => this.upgrade(req, socket, head));
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     socket.on('error', () => socket.destroy());
-    const url = new URL(req.url ?? '/', 'http://svcd');
+    const url = requestUrl(req);
     const ok = await this.auth.verify(req).catch((err: unknown) => err as Error);
     if (ok instanceof Error) return rejectUpgrade(socket, ok);
     if (!ok) {
@@ -59,7 +64,7 @@ export class GuestUpgrades {
     }
     let session: Terminal;
     try {
-      const name = assertVmName(decodeURIComponent(m[1]));
+      const name = assertVmName(decodedSegment(m[1]));
       const dim = (k: string) => (url.searchParams.has(k) ? Number(url.searchParams.get(k)) : undefined);
       session = await this.guest.shell(name, {
         cols: dim('cols'),
@@ -78,8 +83,8 @@ export class GuestUpgrades {
       return rejectUpgrade(socket, new InvalidArgumentError(`a guest port is opened with Upgrade: ${PORT_UPGRADE}`));
     let guest: Duplex;
     try {
-      const name = assertVmName(decodeURIComponent(m[1]));
-      guest = await this.guest.openPort(name, parseGuestPort(decodeURIComponent(m[2])));
+      const name = assertVmName(decodedSegment(m[1]));
+      guest = await this.guest.openPort(name, parseGuestPort(decodedSegment(m[2])));
     } catch (err) {
       return rejectUpgrade(socket, err);
     }
