@@ -27,6 +27,8 @@ const pathValue = fc.oneof(
     'NUL%00x',
     '%F0%9F%92%A9',
     'x%2Fy',
+    '%zz',
+    '%E0%A4%A',
     '8080',
     '0',
     '-1',

@@ -56,7 +56,16 @@ describe('request targets no URL parser takes, on upgrades', function () {
       if (target.includes('%zz')) expect(line, target).to.match(/ 400 /);
       expect((await call(d.tcp, 'GET', '/healthz')).status, `still up after ${target}`).to.equal(200);
     }
-    // Without an upgrade, the routes answer as before.
+    // Without an upgrade: express's routes, a path parameter that cannot be decoded is the caller's mistake.
+    for (const [method, path] of [
+      ['GET', '/vms/%zz'],
+      ['POST', '/vms/%E0%A4%A/exec?cmd=true'],
+      ['GET', '/images/%zz'],
+    ]) {
+      const r = await call(d.tcp, method, path);
+      expect(r.status, path).to.equal(400);
+      expect(r.json, path).to.include({ code: 'invalid_argument' });
+    }
     expect(await raw(port, `GET http://[ HTTP/1.1\r\n${host}\r\n`)).to.match(/^HTTP\/1\.1 4\d\d /);
     expect((await call(d.tcp, 'GET', '/healthz')).status).to.equal(200);
   });

@@ -80,6 +80,12 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     if (e?.type === 'entity.parse.failed') {
       return void res.status(400).json({ error: `invalid JSON body: ${e.message}`, code: 'invalid_argument' });
     }
+    // express could not decode a path parameter (`/vms/%zz`): the caller's mistake
+    if (err instanceof URIError && e.status === 400) {
+      return void res
+        .status(400)
+        .json({ error: `malformed percent-encoding in the path: ${e.message}`, code: 'invalid_argument' });
+    }
     if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.type) {
       return void res.status(e.status).json({ error: e.message ?? 'bad request', code: 'invalid_argument' });
     }
