@@ -1,4 +1,5 @@
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { connect } from 'node:net';
 
 export interface Target {
   socketPath?: string;
@@ -126,4 +127,24 @@ export function followNdjson(
     },
     close: () => req.destroy(),
   };
+}
+
+/**
+ * Writes one raw request head (as given, whatever a client library would refuse to send) to
+ * 127.0.0.1:`port`; resolves with the answer's first line, or '' when the connection closed
+ * without one (or nothing came within `ms`).
+ */
+export function rawRequest(port: number, head: string, ms = 5_000): Promise<string> {
+  return new Promise((resolve) => {
+    let got = '';
+    const s = connect(port, '127.0.0.1', () => s.write(head));
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => {
+      got += c;
+      if (got.includes('\r\n')) s.destroy();
+    });
+    s.on('error', () => undefined);
+    s.on('close', () => resolve(got.split('\r\n')[0]));
+    setTimeout(() => s.destroy(), ms);
+  });
 }

@@ -2,8 +2,7 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { parse } from 'yaml';
 import { request } from 'node:http';
-import { connect } from 'node:net';
-import { toReply, type Reply } from '../helpers/http.js';
+import { rawRequest, toReply, type Reply } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 
 interface Op {
@@ -232,19 +231,7 @@ describe('API fuzzing from the OpenAPI document (fast-check)', function () {
       fc.array(segment, { minLength: 1, maxLength: 5 }),
       fc.constantFrom('', '?', '?cols=%zz', '?port=99999', '?token=x', '?a=%'),
     );
-    const raw = (head: string): Promise<string> =>
-      new Promise((resolve) => {
-        let got = '';
-        const s = connect(port, '127.0.0.1', () => s.write(head));
-        s.setEncoding('latin1');
-        s.on('data', (c: string) => {
-          got += c;
-          if (got.includes('\r\n')) s.destroy();
-        });
-        s.on('error', () => undefined);
-        s.on('close', () => resolve(got.split('\r\n')[0]));
-        setTimeout(() => s.destroy(), 3_000);
-      });
+    const raw = (head: string) => rawRequest(port, head, 3_000);
     let n = 0;
     await fc.assert(
       fc.asyncProperty(

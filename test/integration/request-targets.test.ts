@@ -1,24 +1,7 @@
 import { expect } from 'chai';
-import { connect } from 'node:net';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
-import { call } from '../helpers/http.js';
+import { call, rawRequest as raw } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
-
-/** Writes one raw request (its head as given) and resolves with the first line of the answer, or '' if none came. */
-function raw(port: number, head: string): Promise<string> {
-  return new Promise((resolve) => {
-    let got = '';
-    const s = connect(port, '127.0.0.1', () => s.write(head));
-    s.setEncoding('latin1');
-    s.on('data', (d: string) => {
-      got += d;
-      if (got.includes('\r\n')) s.destroy();
-    });
-    s.on('error', () => undefined);
-    s.on('close', () => resolve(got.split('\r\n')[0]));
-    setTimeout(() => s.destroy(), 5_000);
-  });
-}
 
 const ws =
   'connection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
