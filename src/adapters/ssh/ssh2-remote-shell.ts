@@ -58,7 +58,15 @@ export class Ssh2RemoteShell implements RemoteShell {
       );
       const onAbort = () => finish(givenUp());
       opts.signal?.addEventListener('abort', onAbort, { once: true });
-      client.exec(command, (err, ch) => {
+      const run = (cb: Parameters<Client['exec']>[1]) => {
+        try {
+          client.exec(command, cb);
+        } catch (err) {
+          // ssh2 throws when the connection closed after it was handed out ("Not connected")
+          finish(new AgentUnavailableError(`ssh ${where}: ${(err as Error).message}`));
+        }
+      };
+      run((err, ch) => {
         if (err) return finish(new AgentUnavailableError(`ssh ${where}: ${err.message}`));
         channel = ch;
         if (settled) return ch.destroy();

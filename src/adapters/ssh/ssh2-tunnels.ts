@@ -31,12 +31,19 @@ export class Ssh2Tunnels implements Tunnels {
       sock.pause();
       this.ssh.get(target).then(
         (client) => {
-          client.forwardOut('127.0.0.1', sock.remotePort ?? 0, '127.0.0.1', guestPort, (err, stream) => {
-            if (err) return void sock.destroy();
-            stream.on('error', () => sock.destroy());
-            sock.pipe(stream).pipe(sock);
-            sock.resume();
-          });
+          try {
+            client.forwardOut('127.0.0.1', sock.remotePort ?? 0, '127.0.0.1', guestPort, (err, stream) => {
+              if (err) return void sock.destroy();
+              stream.on('error', () => sock.destroy());
+              sock.pipe(stream).pipe(sock);
+              sock.resume();
+            });
+          } catch {
+            // ssh2 throws when the connection closed meanwhile ("Not connected"): this connection
+            // is refused, the next one gets a new SSH connection
+            sock.destroy();
+            this.ssh.drop(target);
+          }
         },
         () => sock.destroy(),
       );

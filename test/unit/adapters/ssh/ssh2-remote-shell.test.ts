@@ -1,7 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { Readable } from 'node:stream';
+import { connect } from 'node:net';
 import { Ssh2RemoteShell } from '../../../../src/adapters/ssh/ssh2-remote-shell.js';
+import { Ssh2Tunnels } from '../../../../src/adapters/ssh/ssh2-tunnels.js';
 import {
   AgentFailureError,
   AgentUnavailableError,
@@ -129,6 +131,51 @@ describe('adapters/ssh/Ssh2RemoteShell against a guest that is not trusted', fun
       .catch((e: Error) => e);
     expect(err).to.be.instanceOf(AgentUnavailableError);
     expect(Date.now() - t0).to.be.below(5000);
+  });
+
+  it('fails at once, as unavailable, on a connection that closed after it was handed out (ssh2 throws "Not connected")', async () => {
+    peer.behaviour = (s) => s.exit(0);
+    const conns = daemonConnections();
+    const closed = Object.assign(Object.create(conns) as typeof conns, {
+      get: async (t: SshTarget) => {
+        const c = await conns.get(t);
+        c.end();
+        await new Promise<void>((r) => c.once('close', () => r()));
+        return c;
+      },
+    });
+    const t0 = Date.now();
+    const err = await new Ssh2RemoteShell(closed).exec(target, 'true', { timeoutMs: 15_000 }).catch((e: Error) => e);
+    expect(err).to.be.instanceOf(AgentUnavailableError);
+    expect((err as Error).message).to.include('Not connected');
+    expect(Date.now() - t0).to.be.below(5000);
+  });
+
+  it('refuses a forwarded connection whose SSH connection closed meanwhile (ssh2 throws; before, the daemon did not catch it)', async () => {
+    peer.behaviour = (s) => s.exit(0);
+    const conns = daemonConnections();
+    let handed = 0;
+    const flaky = Object.assign(Object.create(conns) as typeof conns, {
+      get: async (t: SshTarget) => {
+        const c = await conns.get(t);
+        // the tunnel's open asks once; its first connection then finds the client closed
+        if (++handed === 2) {
+          c.end();
+          await new Promise<void>((r) => c.once('close', () => r()));
+        }
+        return c;
+      },
+    });
+    const tunnels = new Ssh2Tunnels(flaky);
+    const f = await tunnels.open('vm', target, 0, 22);
+    const closedBy = await new Promise<string>((resolve) => {
+      const s = connect(f.host_port, '127.0.0.1');
+      s.on('error', () => undefined);
+      s.on('close', () => resolve('closed'));
+      setTimeout(() => resolve('left open'), 3000);
+    });
+    expect(closedBy).to.equal('closed');
+    await tunnels.close('vm', f.host_port);
   });
 
   it('settles every hostile peer in bounded time and memory: output whole or a domain error (fast-check)', async () => {
