@@ -39,8 +39,8 @@ interface Build {
 }
 
 const TEMP_PREFIX = '.build-';
-/** A temporary directory's name: its id, the maker's pid, when it began. */
-const TEMP_NAME = /^\.build-.+-(\d+)-\d+$/;
+/** A temporary directory's name: its id, the maker's pid, when it began (an import's work folder: `.work` after). */
+const TEMP_NAME = /^\.build-.+-(\d+)-\d+(?:\.work)?$/;
 
 function alive(pid: number): boolean {
   try {

@@ -22,15 +22,19 @@ describe('adapters/images/image-catalog', () => {
     made.push(root);
     // A pid that is no process: above the kernel's largest.
     const dead = join(root, '.build-debian-4194305-1764000000000');
+    const deadWork = join(root, '.build-imported-4194305-1764000000001.work');
     const live = join(root, `.build-mine-${process.pid}-1764000000000`);
-    for (const d of [dead, live, join(root, '.fetch-shared'), join(root, 'kept')]) {
+    for (const d of [dead, deadWork, live, join(root, '.fetch-shared'), join(root, 'kept')]) {
       mkdirSync(d);
       writeFileSync(join(d, 'disk.qcow2'), 'half');
     }
     writeFileSync(join(root, '.build-times.json'), '{}');
     const c = new ImageCatalog(root);
-    expect(await c.swept).to.deep.equal(['.build-debian-4194305-1764000000000']);
-    expect(existsSync(dead)).to.equal(false);
+    expect((await c.swept).sort()).to.deep.equal([
+      '.build-debian-4194305-1764000000000',
+      '.build-imported-4194305-1764000000001.work',
+    ]);
+    expect(existsSync(dead) || existsSync(deadWork)).to.equal(false);
     for (const f of [live, join(root, '.fetch-shared'), join(root, 'kept'), join(root, '.build-times.json')])
       expect(existsSync(f), f).to.equal(true);
   });
