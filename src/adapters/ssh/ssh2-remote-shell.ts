@@ -58,36 +58,33 @@ export class Ssh2RemoteShell implements RemoteShell {
       );
       const onAbort = () => finish(givenUp());
       opts.signal?.addEventListener('abort', onAbort, { once: true });
-      const run = (cb: Parameters<Client['exec']>[1]) => {
-        try {
-          client.exec(command, cb);
-        } catch (err) {
-          // ssh2 throws when the connection closed after it was handed out ("Not connected")
-          finish(new AgentUnavailableError(`ssh ${where}: ${(err as Error).message}`));
-        }
-      };
-      run((err, ch) => {
-        if (err) return finish(new AgentUnavailableError(`ssh ${where}: ${err.message}`));
-        channel = ch;
-        if (settled) return ch.destroy();
-        const out = new Capped('stdout', max, where);
-        const errOut = new Capped('stderr', max, where);
-        let code: number | null = null;
-        const take = (c: Capped) => (d: Buffer) => {
-          const over = c.add(d);
-          if (over) finish(over);
-        };
-        ch.on('data', take(out));
-        ch.stderr.on('data', take(errOut));
-        ch.on('exit', (c: number | null) => {
-          code = c;
+      try {
+        client.exec(command, (err, ch) => {
+          if (err) return finish(new AgentUnavailableError(`ssh ${where}: ${err.message}`));
+          channel = ch;
+          if (settled) return ch.destroy();
+          const out = new Capped('stdout', max, where);
+          const errOut = new Capped('stderr', max, where);
+          let code: number | null = null;
+          const take = (c: Capped) => (d: Buffer) => {
+            const over = c.add(d);
+            if (over) finish(over);
+          };
+          ch.on('data', take(out));
+          ch.stderr.on('data', take(errOut));
+          ch.on('exit', (c: number | null) => {
+            code = c;
+          });
+          ch.on('close', () => finish(undefined, { code, stdout: out.text(), stderr: errOut.text() }));
+          if (opts.stdin) {
+            opts.stdin.on('error', () => ch.destroy());
+            opts.stdin.pipe(ch);
+          } else ch.end();
         });
-        ch.on('close', () => finish(undefined, { code, stdout: out.text(), stderr: errOut.text() }));
-        if (opts.stdin) {
-          opts.stdin.on('error', () => ch.destroy());
-          opts.stdin.pipe(ch);
-        } else ch.end();
-      });
+      } catch (err) {
+        // ssh2 throws when the connection closed after it was handed out ("Not connected")
+        finish(new AgentUnavailableError(`ssh ${where}: ${(err as Error).message}`));
+      }
     });
   }
 }
