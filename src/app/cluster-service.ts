@@ -48,7 +48,7 @@ export class ClusterService implements LifecycleContribution {
    * is drained as it said it was last (its entry in etcd outlives it).
    */
   get draining(): boolean {
-    return (this.drained ??= this.store.nodes().find((n) => n.node === this.self)?.draining === true);
+    return (this.drained ??= this.store.node(this.self)?.draining === true);
   }
 
   /** Drains this node, or ends its drain; resolves once etcd keeps it (a node killed after the answer comes back as it was told). */
@@ -77,7 +77,7 @@ export class ClusterService implements LifecycleContribution {
   }
 
   node(name: string): NodeView {
-    const n = this.store.nodes().find((x) => x.node === name);
+    const n = this.store.node(name);
     if (!n) throw new NotFoundError(`no node ${name} in the cluster`);
     return n;
   }
@@ -100,7 +100,7 @@ export class ClusterService implements LifecycleContribution {
     if (this.vms.find(name)) return { at: 'here' };
     const e = this.store.vm(name);
     if (!e || e.node === this.self) return { at: 'here' };
-    const node = this.store.nodes().find((n) => n.node === e.node);
+    const node = this.store.node(e.node);
     if (!node) return { at: 'here' };
     if (node.state !== 'ready')
       throw new UnavailableError(`vm ${name} is on node ${node.node}, which is unreachable (its lease is gone)`);

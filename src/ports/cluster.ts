@@ -22,6 +22,8 @@ export interface ClusterStore {
   announce(): Promise<void>;
   /** Every node that joined, `unreachable` while its lease is gone; with what is placed on each. */
   nodes(): NodeView[];
+  /** One node as `nodes()` shows it (what routing a call asks, without going through every key). */
+  node(name: string): NodeView | undefined;
   /** Every VM's entry, by name. */
   vms(): ReadonlyMap<string, VmEntry>;
   /** One VM's entry (what routing a call asks, without going through every entry). */

@@ -43,6 +43,8 @@ export class EtcdClusterStore implements ClusterStore {
   private readonly client: Etcd3;
   /** Every key under the prefix with its value, parsed once as it arrives (undefined: not JSON). */
   private readonly kept = new Map<string, unknown>();
+  /** The names of the nodes under `members/`: what `nodes()` goes through rather than every key kept. */
+  private readonly members = new Set<string>();
   /** The revision of each key's last change the copy holds (a delete's too): an older one is not taken. */
   private readonly revs = new Map<string, number>();
   /** When each deleted key's revision was noted, so the note goes once no read could still be older. */
@@ -108,19 +110,24 @@ export class EtcdClusterStore implements ClusterStore {
 
   nodes(): NodeView[] {
     const out: NodeView[] = [];
-    for (const [key, member] of this.kept) {
-      if (!key.startsWith(this.key('members/'))) continue;
-      const node = key.slice(this.key('members/').length);
-      const live = this.kept.has(this.key(`nodes/${node}`));
-      const info = (live ? this.kept.get(this.key(`nodes/${node}`)) : member) as NodeInfo | undefined;
-      if (!info) continue;
-      out.push({
-        ...info,
-        state: live ? 'ready' : 'unreachable',
-        allocated: (this.kept.get(this.key(`alloc/${node}`)) as NodeLoad | undefined) ?? { ...NO_LOAD },
-      });
+    for (const node of this.members) {
+      const view = this.node(node);
+      if (view) out.push(view);
     }
     return out.sort((a, b) => a.node.localeCompare(b.node));
+  }
+
+  node(name: string): NodeView | undefined {
+    if (!this.members.has(name)) return undefined;
+    const member = this.kept.get(this.key(`members/${name}`));
+    const live = this.kept.has(this.key(`nodes/${name}`));
+    const info = (live ? this.kept.get(this.key(`nodes/${name}`)) : member) as NodeInfo | undefined;
+    if (!info) return undefined;
+    return {
+      ...info,
+      state: live ? 'ready' : 'unreachable',
+      allocated: (this.kept.get(this.key(`alloc/${name}`)) as NodeLoad | undefined) ?? { ...NO_LOAD },
+    };
   }
 
   vms(): ReadonlyMap<string, VmEntry> {
@@ -144,7 +151,7 @@ export class EtcdClusterStore implements ClusterStore {
 
   async reserve(names: readonly string[], node: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
     await this.place(names, { node, shape }, (load) => {
-      const view = this.nodes().find((n) => n.node === node);
+      const view = this.node(node);
       if (view) check({ ...view, allocated: load });
     });
   }
@@ -229,7 +236,7 @@ export class EtcdClusterStore implements ClusterStore {
         const [a, b] = await Promise.all([this.get(`alloc/${from}`), this.get(`alloc/${to}`)]);
         const out = parse<NodeLoad>(a?.value.toString()) ?? { ...NO_LOAD };
         const into = parse<NodeLoad>(b?.value.toString()) ?? { ...NO_LOAD };
-        const view = this.nodes().find((n) => n.node === to);
+        const view = this.node(to);
         if (view) check({ ...view, allocated: into });
         const r = await this.client
           .if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision)
@@ -398,6 +405,11 @@ export class EtcdClusterStore implements ClusterStore {
     if (rev <= (this.revs.get(key) ?? 0)) return;
     this.revs.set(key, rev);
     const was = this.kept.get(key);
+    const member = key.startsWith(this.key('members/')) ? key.slice(this.key('members/').length) : undefined;
+    if (member !== undefined) {
+      if (deleted) this.members.delete(member);
+      else this.members.add(member);
+    }
     if (deleted) {
       this.kept.delete(key);
       this.tombs.set(key, Date.now());
