@@ -58,7 +58,6 @@ export function rssKiB(pid: number, field: 'VmRSS' | 'VmHWM' = 'VmRSS'): number 
   return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 }
 
-/** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
 /**
  * A process's resident memory in KiB from smaps_rollup: Rss, Pss (shared pages split among their
  * sharers) and its anonymous memory (its own: what it would give back by exiting, unlike file pages).
@@ -69,6 +68,7 @@ export function memoryKiB(pid: number): { rss: number; pss: number; anon: number
   return { rss: field('Rss'), pss: field('Pss'), anon: field('Anonymous') };
 }
 
+/** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
 export function cpuSeconds(pid: number, withChildren = false): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

@@ -89,6 +89,10 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       seen.filter((c) => c.kind === 'vm' && c.name === 'v0').map((c) => c.kind === 'vm' && !!c.entry),
     ).to.deep.equal([true, false]);
     expect(b.nodes().find((n) => n.node === 'a')?.allocated.vms).to.equal(19);
+    // One node by key (what routing a call reads) is the same view as in the whole list.
+    expect(b.nodes().map((n) => n.node)).to.deep.equal(['a', 'b']);
+    for (const n of b.nodes()) expect(b.node(n.node)).to.deep.equal(n);
+    expect(b.node('nobody')).to.equal(undefined);
   });
 
   it('places many names in one transaction: all of them or none, and the other node never sees a part', async () => {
