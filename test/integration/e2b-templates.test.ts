@@ -319,7 +319,26 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     const tagFiles = join(d.config.data_dir, 'e2b', 'tags');
     rmSync(join(tagFiles, `${kept.tags['e2b/tpl_id']}.json`));
     writeFileSync(join(tagFiles, 'tpl-00000000000000ff.json'), '{"tags":{},"same":{}}\n');
+    // builds the SDK asks about across the restart: one that ended, one requested and not started,
+    // and one under way when the daemon stops
+    const ended = { templateId: kept.tags['e2b/tpl_id'], buildId: kept.tags['e2b/tpl_build'] };
+    expect((await Template.getBuildStatus(ended, opts())).status).to.equal('ready');
+    const key = { 'x-api-key': d.tcp.token ?? '' };
+    const waiting = (await call({ port: d.tcp.port }, 'POST', '/e2b/v3/templates', { name: 'later' }, key)).json;
+    const running = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 60'), 'cut-off', opts());
+    const runningVm = async () => (await vms()).find((v) => v.tags['e2b/tpl_build'] === running.buildId);
+    for (const until = Date.now() + 20_000; !(await runningVm()) && Date.now() < until;)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(await runningVm(), 'the build under way has its VM').to.not.equal(undefined);
+    expect((await Template.getBuildStatus(running, opts())).status).to.equal('building');
     await d.restart();
+    expect((await Template.getBuildStatus(ended, opts())).status, 'a build that ended, after the restart').to.equal(
+      'ready',
+    );
+    const later = await Template.getBuildStatus({ templateId: waiting.templateID, buildId: waiting.buildID }, opts());
+    expect(later.status, 'a build requested, not started').to.equal('waiting');
+    const cutOff = await Template.getBuildStatus(running, opts());
+    expect(cutOff.status, 'a build the stop cut off').to.equal('error');
     // the sweep runs after the daemon listens: VMs first, then the tags' files, then the records
     const end = Date.now() + 10_000;
     const swept = async () =>
@@ -329,6 +348,9 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     while (!(await swept()) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
     const names = (await vms()).map((v) => v.name);
     expect(names).to.not.include('e2b-tpl-cut0ff');
+    for (const until = Date.now() + 10_000; (await runningVm()) && Date.now() < until;)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(await runningVm(), 'the VM of the build the stop cut off').to.equal(undefined);
     expect(names, 'a build no tag names').to.not.include('e2b-tpl-stray0');
     expect(names, 'the builds tags name').to.include.members(taggedBuilds.map((v) => v.name));
     expect(names).to.include(kept.name);

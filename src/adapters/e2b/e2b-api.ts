@@ -55,9 +55,10 @@ export class E2bApi {
     this.domain = o.domain;
   }
 
-  /** Reads what is kept (the volumes' names, which sandboxes' details show). */
+  /** Reads what is kept (the volumes' names, which sandboxes' details show; the template builds). */
   async open(): Promise<void> {
     await this.volumes.list();
+    await this.templates.open();
   }
 
   routes(): RouteDef[] {

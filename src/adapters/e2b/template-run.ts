@@ -17,7 +17,7 @@ import { copyArchive } from './template-copy.js';
  * with the start command's process still running in it. A template's name and id are in the VM's
  * tags, its environment and working folder in `<dir>/templates/<vm>.json`, so a daemon restart
  * keeps templates; a build under way when the daemon stops is lost (its VM is removed when the daemon
- * starts again: TemplateBuilds.sweep).
+ * starts again, TemplateBuilds.sweep, and the build says it failed: BuildRecords).
  */
 export const TPL = {
   id: 'e2b/tpl_id',

@@ -26,6 +26,7 @@ import {
   type TemplateStep,
 } from './template-run.js';
 import { FILES_HASH, checkBuild } from './template-check.js';
+import { BuildRecords } from './build-records.js';
 import { TemplateTags, checkTags, parseRef, templateOf } from './template-tags.js';
 
 export { TPL, type BuildSpec, type RunBase } from './template-run.js';
@@ -36,11 +37,13 @@ export const TEMPLATE_FILE_MAX_BYTES = 1 << 30;
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
- * E2B's template build API's state: builds requested and under way (in memory), uploads (`<dir>/files`),
- * and the templates' defaults (`<dir>/templates`); template-run.ts runs a build.
+ * E2B's template build API's state: builds requested, under way and ended (in memory, and in
+ * `<dir>/builds` so that a restart keeps them), uploads (`<dir>/files`), and the templates'
+ * defaults (`<dir>/templates`); template-run.ts runs a build.
  */
 export class TemplateBuilds {
   private readonly builds = new Map<string, Build>();
+  private readonly records: BuildRecords;
   /** Signs upload links; they live as long as a build, so a key of this run of the daemon does. */
   private readonly key = randomBytes(32);
   private readonly runner: TemplateRun;
@@ -53,11 +56,17 @@ export class TemplateBuilds {
     private readonly dir: string,
   ) {
     this.tags = new TemplateTags(client, join(dir, 'tags'), (vm) => this.forget(vm));
+    this.records = new BuildRecords(join(dir, 'builds'));
     this.runner = new TemplateRun(client, {
       file: (hash) => this.file(hash),
       record: (vm) => this.record(vm),
       settle: (b, log) => this.tags.set(b.templateID, b.buildID, b.tags, log),
     });
+  }
+
+  /** Reads the builds kept by the daemon's last run (BuildRecords); before the routes are served. */
+  async open(): Promise<void> {
+    for (const b of await this.records.load()) this.builds.set(b.buildID, b);
   }
 
   /**
@@ -82,7 +91,7 @@ export class TemplateBuilds {
     this.prune();
     const templateID = `tpl-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`;
     const buildID = randomBytes(8).toString('hex');
-    this.builds.set(buildID, {
+    const b: Build = {
       templateID,
       buildID,
       name,
@@ -91,7 +100,9 @@ export class TemplateBuilds {
       memoryMb: body.memoryMB as number | undefined,
       status: 'waiting',
       logs: [],
-    });
+    };
+    this.builds.set(buildID, b);
+    void this.records.save(b);
     return { templateID, buildID, names: [name], aliases: [name], tags, public: false };
   }
 
@@ -104,7 +115,10 @@ export class TemplateBuilds {
   /** Builds that ended are told about for a while: the newest 100 of them are kept. */
   private prune(): void {
     const ended = [...this.builds.values()].filter((b) => b.status === 'ready' || b.status === 'error');
-    for (const b of ended.slice(0, Math.max(0, ended.length - 100))) this.builds.delete(b.buildID);
+    for (const b of ended.slice(0, Math.max(0, ended.length - 100))) {
+      this.builds.delete(b.buildID);
+      void this.records.remove(b.buildID);
+    }
   }
 
   private build(templateID: string, buildID: string): Build {
@@ -160,6 +174,7 @@ export class TemplateBuilds {
     // taken now, before the first wait: a second start of it or of its name is refused from here;
     // a base or cache that cannot be looked up gives it back
     b.status = 'building';
+    void this.records.save(b);
     let base: RunBase;
     let same: Instance | undefined;
     try {
@@ -170,9 +185,10 @@ export class TemplateBuilds {
       same = force ? undefined : all.find((vm) => this.cached(vm, b));
     } catch (err) {
       b.status = 'waiting';
+      void this.records.save(b);
       throw err;
     }
-    if (!same) return void this.runner.run(b, base, steps, spec);
+    if (!same) return void this.runner.run(b, base, steps, spec).then(() => this.records.save(b));
     // the cache: a kept build of this template made from the same base, steps, files and commands
     const log = (message: string, level: 'info' | 'warn' = 'info') => logTo(b, message, 'finalize', level);
     log(`cached: build ${same.tags[TPL.build]} (${same.name}) was made from the same base, steps and files`);
@@ -184,6 +200,7 @@ export class TemplateBuilds {
       b.reason = { message: errorMessage(err), step: 'finalize' };
       b.status = 'error';
     }
+    void this.records.save(b);
   }
 
   /** `vm` is a kept build of `b`'s template that `b` would make again. */
@@ -275,7 +292,7 @@ export class TemplateBuilds {
     const gone: string[] = [];
     if (o.vms)
       for (const vm of all)
-        if (vm.tags[TPL.build] && !templateOf(vm) && !this.builds.has(vm.tags[TPL.build])) {
+        if (vm.tags[TPL.build] && !templateOf(vm) && this.builds.get(vm.tags[TPL.build])?.status !== 'building') {
           await this.client.delete(vm.name).then(
             () => gone.push(vm.name),
             () => undefined,
