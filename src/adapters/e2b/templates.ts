@@ -112,10 +112,18 @@ export class TemplateBuilds {
     if (building) throw new AlreadyExistsError(`template ${name} is being built (build ${building.buildID})`);
   }
 
-  /** Builds that ended are told about for a while: the newest 100 of them are kept. */
+  /**
+   * Builds that ended are told about for a while: the newest 100 of them are kept. So are the
+   * newest 100 requested and never started (kept on disk, they would otherwise pile up for good).
+   */
   private prune(): void {
-    const ended = [...this.builds.values()].filter((b) => b.status === 'ready' || b.status === 'error');
-    for (const b of ended.slice(0, Math.max(0, ended.length - 100))) {
+    const all = [...this.builds.values()];
+    const ended = all.filter((b) => b.status === 'ready' || b.status === 'error');
+    const waiting = all.filter((b) => b.status === 'waiting');
+    for (const b of [
+      ...ended.slice(0, Math.max(0, ended.length - 100)),
+      ...waiting.slice(0, Math.max(0, waiting.length - 100)),
+    ]) {
       this.builds.delete(b.buildID);
       void this.records.remove(b.buildID);
     }

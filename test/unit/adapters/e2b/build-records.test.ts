@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BuildRecords } from '../../../../src/adapters/e2b/build-records.js';
 import type { Build, BuildStatus } from '../../../../src/adapters/e2b/template-run.js';
+import { TemplateBuilds } from '../../../../src/adapters/e2b/templates.js';
+import type { SvcClient } from '../../../../src/adapters/client/svc-client.js';
 
 function build(id: string, status: BuildStatus): Build {
   return {
@@ -71,5 +73,29 @@ describe('E2B template builds kept on disk (BuildRecords)', () => {
     await records.remove('00000000000000dd');
     expect(existsSync(join(dir, '00000000000000dd.json'))).to.equal(false);
     expect(await new BuildRecords(join(dir, 'none')).load()).to.deep.equal([]);
+  });
+});
+
+describe('E2B template builds requested and never started (TemplateBuilds)', () => {
+  it('keeps the newest 100 of them across a restart, not every one ever asked for', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-template-builds-'));
+    try {
+      // requesting a build asks nothing of the daemon
+      const builds = new TemplateBuilds({} as SvcClient, dir);
+      const asked = Array.from({ length: 105 }, (_, i) => builds.request({ name: `app${i}` }));
+      const files = () => (existsSync(join(dir, 'builds')) ? readdirSync(join(dir, 'builds')) : []);
+      for (const until = Date.now() + 10_000; Date.now() < until; await new Promise((r) => setTimeout(r, 20)))
+        if (files().length === 101 && !files().some((f) => f.endsWith('.tmp'))) break;
+      expect(files()).to.have.length(101);
+      const again = new TemplateBuilds({} as SvcClient, dir);
+      await again.open();
+      const status = (i: number) => again.status(asked[i].templateID, asked[i].buildID, 0).status;
+      expect(() => status(0)).to.throw(/not found/);
+      expect(() => status(3)).to.throw(/not found/);
+      expect(status(4)).to.equal('waiting');
+      expect(status(104)).to.equal('waiting');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
