@@ -325,6 +325,11 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect((await Template.getBuildStatus(ended, opts())).status).to.equal('ready');
     const key = { 'x-api-key': d.tcp.token ?? '' };
     const waiting = (await call({ port: d.tcp.port }, 'POST', '/e2b/v3/templates', { name: 'later' }, key)).json;
+    const hash = 'c'.repeat(64);
+    const link = new URL(
+      (await call({ port: d.tcp.port }, 'GET', `/e2b/templates/${waiting.templateID}/files/${hash}`, undefined, key))
+        .json.url,
+    );
     const running = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 60'), 'cut-off', opts());
     const runningVm = async () => (await vms()).find((v) => v.tags['e2b/tpl_build'] === running.buildId);
     for (const until = Date.now() + 20_000; !(await runningVm()) && Date.now() < until;)
@@ -337,6 +342,10 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     );
     const later = await Template.getBuildStatus({ templateId: waiting.templateID, buildId: waiting.buildID }, opts());
     expect(later.status, 'a build requested, not started').to.equal('waiting');
+    const put = await call({ port: d.tcp.port }, 'PUT', `${link.pathname}${link.search}`, Buffer.from('tar'), {
+      'content-type': 'application/octet-stream',
+    });
+    expect(put.status, `an upload link given before the restart: ${put.text}`).to.equal(201);
     const cutOff = await Template.getBuildStatus(running, opts());
     expect(cutOff.status, 'a build the stop cut off').to.equal('error');
     // the sweep runs after the daemon listens: VMs first, then the tags' files, then the records

@@ -44,8 +44,8 @@ const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 export class TemplateBuilds {
   private readonly builds = new Map<string, Build>();
   private readonly records: BuildRecords;
-  /** Signs upload links; they live as long as a build, so a key of this run of the daemon does. */
-  private readonly key = randomBytes(32);
+  /** Signs upload links; kept in `<dir>/upload-key` (`open`), so a link outlives a restart as its build does. */
+  private key = randomBytes(32);
   private readonly runner: TemplateRun;
   /** Each template's tags, and which of its builds are kept. */
   readonly tags: TemplateTags;
@@ -67,6 +67,13 @@ export class TemplateBuilds {
   /** Reads the builds kept by the daemon's last run (BuildRecords); before the routes are served. */
   async open(): Promise<void> {
     for (const b of await this.records.load()) this.builds.set(b.buildID, b);
+    const file = join(this.dir, 'upload-key');
+    const kept = await readFile(file).catch(() => undefined);
+    if (kept?.length === 32) this.key = kept;
+    else {
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await writeFileAtomic(file, this.key);
+    }
   }
 
   /**
