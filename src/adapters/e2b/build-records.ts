@@ -5,7 +5,7 @@ import { logTo, type Build, type BuildStatus } from './template-run.js';
 
 const BUILD_ID = /^[0-9a-f]{16}$/;
 const STATUSES: readonly BuildStatus[] = ['waiting', 'building', 'ready', 'error'];
-/** A record's file is read only up to this (a log of 20,000 lines of at most 4 KiB, and more). */
+/** A larger file is left alone, unread: no record of ours is near it (a log keeps 20,000 lines of at most 4 KiB). */
 const RECORD_MAX_BYTES = 128 * 1024 * 1024;
 
 /**
@@ -20,33 +20,30 @@ export class BuildRecords {
   constructor(private readonly dir: string) {}
 
   /**
-   * The builds kept, oldest first (as they were requested: the newest are the ones kept longest),
-   * a build cut off by a stop turned into one that failed (and kept so).
+   * The builds kept, in the order they last changed (so the newest are kept longest), a build cut
+   * off by a stop turned into one that failed (and kept so).
    */
   async load(): Promise<Build[]> {
     const files = await readdir(this.dir).catch(() => [] as string[]);
     const out: { b: Build; at: number }[] = [];
     for (const f of files) {
       const id = f.endsWith('.json') ? f.slice(0, -5) : '';
-      if (!BUILD_ID.test(id)) continue;
-      const at = await stat(join(this.dir, f)).then(
-        (st) => st.mtimeMs,
-        () => 0,
-      );
+      const st = BUILD_ID.test(id) ? await stat(this.file(id)).catch(() => undefined) : undefined;
+      if (!st?.isFile() || st.size > RECORD_MAX_BYTES) continue;
       const b = await this.read(id);
       if (!b) {
         // not a record of ours (cut short, or not JSON): told about as no build
-        await rm(join(this.dir, f), { force: true });
+        await rm(this.file(id), { force: true });
         continue;
       }
       if (b.status === 'building') {
         const message = 'svcd stopped while this build ran, and the build is gone: build the template again';
-        logTo(b, message, 'base', 'error');
+        logTo(b, message, undefined, 'error');
         b.reason = { message };
         b.status = 'error';
         await this.save(b);
       }
-      out.push({ b, at });
+      out.push({ b, at: st.mtimeMs });
     }
     return out.sort((x, y) => x.at - y.at).map((x) => x.b);
   }
@@ -54,28 +51,27 @@ export class BuildRecords {
   /** Keeps `b` as it is now (after the writes before it). A write that fails leaves the one before. */
   save(b: Build): Promise<void> {
     const text = `${JSON.stringify({ ...b, cut: undefined })}\n`;
-    const next = (this.writes.get(b.buildID) ?? Promise.resolve())
-      .then(() => mkdir(this.dir, { recursive: true, mode: 0o700 }))
-      .then(() => writeFileAtomic(this.file(b.buildID), text))
-      .catch(() => undefined);
-    this.writes.set(b.buildID, next);
-    void next.then(() => this.writes.get(b.buildID) === next && this.writes.delete(b.buildID));
-    return next;
+    return this.inTurn(b.buildID, async () => {
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await writeFileAtomic(this.file(b.buildID), text);
+    });
   }
 
   /** The build is no longer told about: its record goes (after its writes). */
   remove(buildID: string): Promise<void> {
-    const next = (this.writes.get(buildID) ?? Promise.resolve()).then(() =>
-      rm(this.file(buildID), { force: true }).catch(() => undefined),
-    );
-    this.writes.set(buildID, next);
-    void next.then(() => this.writes.get(buildID) === next && this.writes.delete(buildID));
+    return this.inTurn(buildID, () => rm(this.file(buildID), { force: true }));
+  }
+
+  /** Runs `fn` after what was asked before for the build `id`; its failure is the next one's start. */
+  private inTurn(id: string, fn: () => Promise<void>): Promise<void> {
+    const next = (this.writes.get(id) ?? Promise.resolve()).then(fn).catch(() => undefined);
+    this.writes.set(id, next);
+    void next.then(() => this.writes.get(id) === next && this.writes.delete(id));
     return next;
   }
 
   private async read(id: string): Promise<Build | undefined> {
     try {
-      if ((await stat(this.file(id))).size > RECORD_MAX_BYTES) return undefined;
       const b = JSON.parse(await readFile(this.file(id), 'utf8')) as Partial<Build>;
       const ok =
         b.buildID === id &&
@@ -84,7 +80,8 @@ export class BuildRecords {
         Array.isArray(b.tags) &&
         b.tags.every((t) => typeof t === 'string') &&
         STATUSES.includes(b.status as BuildStatus) &&
-        Array.isArray(b.logs);
+        Array.isArray(b.logs) &&
+        (b.reason === undefined || typeof b.reason?.message === 'string');
       return ok ? (b as Build) : undefined;
     } catch {
       return undefined;

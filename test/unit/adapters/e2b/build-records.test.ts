@@ -51,7 +51,7 @@ describe('E2B template builds kept on disk (BuildRecords)', () => {
     const [b] = await new BuildRecords(dir).load();
     expect(b.status).to.equal('error');
     expect(b.reason?.message).to.match(/svcd stopped while this build ran/);
-    expect(b.logs.at(-1)).to.include({ level: 'error', step: 'base' });
+    expect(b.logs.at(-1)).to.include({ level: 'error', message: b.reason?.message });
     expect(b.logs[0].message, 'its log so far stays').to.equal('step 1');
     const again = JSON.parse(readFileSync(join(dir, `${cut.buildID}.json`), 'utf8')) as Build;
     expect(again.status).to.equal('error');
