@@ -42,17 +42,28 @@ export function startVsockRelay(
   }
   let child: ChildProcess | undefined;
   let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
   const run = () => {
-    child = spawn(env.which('socat')!, socatArgs(vsockPort, tcpPort), { stdio: 'ignore' });
-    child.on('exit', () => {
-      if (!stopped) setTimeout(run, 1000);
-    });
+    const c = spawn(env.which('socat')!, socatArgs(vsockPort, tcpPort), { stdio: 'ignore' });
+    child = c;
+    // A socat that exits, or that could not be started at all (an `error` event and no exit:
+    // unheard, it would stop the agent), is started again a second later, once.
+    let again = false;
+    const restart = () => {
+      if (again || stopped) return;
+      again = true;
+      timer = setTimeout(run, 1000);
+    };
+    c.on('exit', restart);
+    c.on('error', restart);
   };
   run();
   log(`vsock relay on port ${vsockPort}`);
   return {
     stop: () => {
       stopped = true;
+      // a restart due would start a socat nobody stops
+      clearTimeout(timer);
       child?.kill();
     },
   };

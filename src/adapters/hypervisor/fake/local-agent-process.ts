@@ -71,6 +71,11 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
       clearTimeout(timer);
       reject(new Error(`svc-agent exited with ${code}`));
     });
+    // not started at all (no descriptors or processes left): an `error` event, and no exit
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`svc-agent could not be started: ${err.message}`));
+    });
   }).catch((err: Error) => {
     child.kill('SIGKILL');
     throw err;

@@ -55,6 +55,8 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     u.once('exit', () => {
       if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), '');
     });
+    // not started at all: the guest's userdata never ran (unheard, the event would stop the daemon)
+    u.on('error', () => undefined);
   } else {
     writeFileSync(userdataDone, '');
   }
@@ -173,9 +175,12 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
           p.stdout.pipe(ch, { end: false });
           p.stderr.pipe(ch.stderr, { end: false });
           p.on('close', (code) => {
-            ch.exit(code ?? 255);
+            // a negative code is an errno: the command never started
+            ch.exit(code !== null && code >= 0 ? code : 255);
             ch.end();
           });
+          // not started at all ('close' still follows): the command's status is 255
+          p.on('error', () => undefined);
         });
       });
       client.on('tcpip', (accept, reject, info) => {

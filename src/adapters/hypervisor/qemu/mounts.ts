@@ -50,9 +50,14 @@ export async function startMounts(
     });
     closeSync(logFd);
     d.unref();
-    for (let t = 0; t < 100 && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
-    if (!existsSync(m.socket))
-      throw new InternalError(`virtiofsd did not start for ${m.host}: ${tail(join(spec.dir, 'virtiofsd.log'))}`);
+    // one that cannot be run at all is an `error` event (unheard, it would stop the daemon)
+    let failed: Error | undefined;
+    d.on('error', (err) => (failed ??= err));
+    for (let t = 0; t < 100 && !failed && !existsSync(m.socket); t++) await new Promise((r) => setTimeout(r, 20));
+    if (failed || !existsSync(m.socket))
+      throw new InternalError(
+        `virtiofsd did not start for ${m.host}: ${failed?.message ?? tail(join(spec.dir, 'virtiofsd.log'))}`,
+      );
   }
   return mounts;
 }

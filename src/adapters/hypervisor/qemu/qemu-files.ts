@@ -68,14 +68,21 @@ export function tail(path: string, lines = 5): string {
   }
 }
 
-/** Resolves with a connected QMP client, or an Error when QEMU exits or never opens its socket. */
+/**
+ * Resolves with a connected QMP client, or an Error when QEMU exits, cannot be run at all (its
+ * binary gone or not executable, no descriptors or processes left: an `error` event, which
+ * unheard would stop the daemon), or never opens its socket.
+ */
 export async function waitForQmp(child: ChildProcess, path: string): Promise<QmpClient | Error> {
   let exited = false;
+  let failed: Error | undefined;
   child.once('exit', () => {
     exited = true;
   });
+  child.on('error', (err) => (failed ??= err));
   const deadline = Date.now() + 15_000;
   while (Date.now() < deadline) {
+    if (failed) return new Error(`qemu could not be started: ${failed.message}`);
     if (exited) return new Error('qemu exited during start');
     if (existsSync(path)) {
       try {

@@ -79,8 +79,10 @@ export async function spawnQemu(i: SpawnInput): Promise<{ child: ChildProcess; q
       : await finishIncoming(qmp as QmpClient, undefined, i.run ?? true);
   if (!failed) return { child, qmp: qmp as QmpClient };
   if (!(qmp instanceof Error)) qmp.close();
+  // One that never ran wrote nothing: what its log holds is of an earlier start.
+  if (child.pid === undefined) return failed;
   try {
-    process.kill(child.pid!, 'SIGKILL');
+    process.kill(child.pid, 'SIGKILL');
   } catch {
     // gone already
   }

@@ -21,6 +21,25 @@ describe('adapters/agent/vsock-relay', () => {
     expect(socatArgs(7475, 41234)).to.deep.equal(['-d', 'VSOCK-LISTEN:7475,reuseaddr,fork', 'TCP:127.0.0.1:41234']);
   });
 
+  it('tries again a second later when socat cannot be started at all, and stops trying when stopped', async function () {
+    this.timeout(10_000);
+    // found by `which`, gone when started: an `error` event and no exit (unheard, it stops the agent)
+    const fake = { ...env(['/dev/vsock'], { socat: '/nonexistent/svc-test-socat' }) };
+    let asked = 0;
+    const which = fake.which;
+    fake.which = (c) => (asked++, which(c));
+    const relay = startVsockRelay(7475, 1, fake)!;
+    try {
+      await new Promise((r) => setTimeout(r, 2500));
+      expect(asked, 'started again after each failure').to.be.within(2, 4);
+    } finally {
+      relay.stop();
+    }
+    const now = asked;
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(asked, 'no more tries once stopped').to.equal(now);
+  });
+
   it('starts nothing and says why on a host without vsock', () => {
     const said: string[] = [];
     expect(startVsockRelay(7475, 1, env([], {}), (m) => said.push(m))).to.equal(undefined);
