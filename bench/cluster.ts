@@ -210,9 +210,10 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
         ['bare', 'proxied', 'direct'],
       ];
       // CPU of the proxying node beyond an idle node's (n2's: its lease, its watch), and of the bare proxy.
-      let cpu0 = [nodes[0], nodes[1]].map((n) => cpuSeconds(n.proc.pid!)).concat(cpuSeconds(bare.pid));
+      const cpuNow = () => [cpuSeconds(nodes[0].proc.pid!), cpuSeconds(nodes[1].proc.pid!), cpuSeconds(bare.pid)];
+      let cpu0: number[] = [];
       for (let i = 0; i < ROUNDS + 20; i++) {
-        if (i === 20) cpu0 = [nodes[0], nodes[1]].map((n) => cpuSeconds(n.proc.pid!)).concat(cpuSeconds(bare.pid));
+        if (i === 20) cpu0 = cpuNow();
         for (const which of order[i % 3]) {
           const t0 = process.hrtime.bigint();
           const r = await call(hopPort[which], 'POST', '/vms/g/exec?cmd=true');
@@ -220,7 +221,7 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
           if (i >= 20) lat[which].push(Number(process.hrtime.bigint() - t0) / 1e6);
         }
       }
-      const cpu1 = [nodes[0], nodes[1]].map((n) => cpuSeconds(n.proc.pid!)).concat(cpuSeconds(bare.pid));
+      const cpu1 = cpuNow();
       const perCall = (k: number) => ((cpu1[k] - cpu0[k]) / ROUNDS) * 1000;
       const cpuMs = { proxying_node: perCall(0) - perCall(1), bare_proxy: perCall(2) };
       const [d, p, b] = [stats(lat.direct), stats(lat.proxied), stats(lat.bare)];

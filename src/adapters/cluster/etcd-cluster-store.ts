@@ -405,7 +405,8 @@ export class EtcdClusterStore implements ClusterStore {
     if (rev <= (this.revs.get(key) ?? 0)) return;
     this.revs.set(key, rev);
     const was = this.kept.get(key);
-    const member = key.startsWith(this.key('members/')) ? key.slice(this.key('members/').length) : undefined;
+    const members = this.key('members/');
+    const member = key.startsWith(members) ? key.slice(members.length) : undefined;
     if (member !== undefined) {
       if (deleted) this.members.delete(member);
       else this.members.add(member);

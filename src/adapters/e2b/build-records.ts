@@ -50,7 +50,7 @@ export class BuildRecords {
 
   /** Keeps `b` as it is now (after the writes before it). A write that fails leaves the one before. */
   save(b: Build): Promise<void> {
-    const text = `${JSON.stringify({ ...b, cut: undefined })}\n`;
+    const text = `${JSON.stringify(b)}\n`;
     return this.inTurn(b.buildID, async () => {
       await mkdir(this.dir, { recursive: true, mode: 0o700 });
       await writeFileAtomic(this.file(b.buildID), text);

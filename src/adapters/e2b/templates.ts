@@ -127,10 +127,8 @@ export class TemplateBuilds {
     const all = [...this.builds.values()];
     const ended = all.filter((b) => b.status === 'ready' || b.status === 'error');
     const waiting = all.filter((b) => b.status === 'waiting');
-    for (const b of [
-      ...ended.slice(0, Math.max(0, ended.length - 100)),
-      ...waiting.slice(0, Math.max(0, waiting.length - 100)),
-    ]) {
+    // all but the newest 100 of each
+    for (const b of [...ended.slice(0, -100), ...waiting.slice(0, -100)]) {
       this.builds.delete(b.buildID);
       void this.records.remove(b.buildID);
     }
