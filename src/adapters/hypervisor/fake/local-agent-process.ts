@@ -32,7 +32,8 @@ export interface AgentSpawn {
 
 /**
  * Starts svc-agent as a local child process and resolves with it and the port it listens on, read
- * from its first line (`{"listening": "host:port"}`). Rejects when it exits first or takes 10 s.
+ * from its first line (`{"listening": "host:port"}`). Rejects when it exits first or takes 30 s
+ * (it starts in about 0.5 s on an idle 2-core host, and took over 10 s beside a soak of 200 clients).
  */
 export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(
@@ -57,7 +58,7 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
   // An agent that did not start is killed, not left running without an owner.
   const port = await new Promise<number>((resolve, reject) => {
     const rl = createInterface({ input: child.stdout! });
-    const timer = setTimeout(() => reject(new Error('svc-agent did not start within 10 s')), 10_000);
+    const timer = setTimeout(() => reject(new Error('svc-agent did not start within 30 s')), 30_000);
     rl.once('line', (line) => {
       clearTimeout(timer);
       try {

@@ -69,8 +69,12 @@ const SPARE_DIR = /^spare-[0-9a-f]{8}$/;
 export const spareDir = (templateDir: string, id = randomBytes(4).toString('hex')) => join(templateDir, `spare-${id}`);
 /** Written in a spare's directory, so it moves with the files into the clone's: the disk path its QEMU names. */
 const NOTE = 'spare.json';
-/** How long a clone waits for its template's spare when one is starting (a start takes 0.2-0.3 s). */
-const FILL_WAIT_MS = 500;
+/**
+ * How long a clone waits for its template's spare when one is starting. A start takes 0.2-0.3 s on
+ * an idle host; on a busy one the spare (niced) and a QEMU of the clone's own are slow alike, and
+ * what is left of the spare's start is still the shorter. The bound is for a start that hangs.
+ */
+const FILL_WAIT_MS = 5_000;
 /** A spare no clone takes is stopped after this long. */
 export const SPARE_IDLE_MS = 10 * 60_000;
 /**
