@@ -56,7 +56,6 @@ struct journal {
   uint64_t end;     /* the stream's length so far */
   uint64_t *starts; /* kept segments, oldest first */
   int n, max;
-  int lost;         /* a write failed: the next byte opens a new segment after a gap */
 };
 
 static const char *dir;
@@ -125,8 +124,7 @@ static int replace_empty(struct journal *j) {
 
 static void journal_write(struct journal *j, const char *buf, size_t len) {
   while (len > 0) {
-    if (j->fd < 0 || j->lost || j->end - j->seg >= segsize) {
-      j->lost = 0;
+    if (j->fd < 0 || j->end - j->seg >= segsize) {
       open_segment(j);
     }
     size_t room = (size_t)(segsize - (j->end - j->seg));
@@ -139,9 +137,13 @@ static void journal_write(struct journal *j, const char *buf, size_t len) {
       continue;
     }
     if (w <= 0) {
-      /* disk full or gone: these bytes are lost; the offsets go on, the reader sees the gap */
+      /*
+       * Disk full or gone: these bytes are lost; the offsets go on, and an empty segment at the
+       * stream's end says the gap at once, not at the stream's next byte (which may be long in
+       * coming, or never: a process that ends next would have its last bytes lost unsaid).
+       */
       j->end += part;
-      if (!replace_empty(j)) j->lost = 1;
+      if (!replace_empty(j)) open_segment(j); /* one that cannot be opened is tried again at the next write */
     } else {
       j->end += (uint64_t)w;
       part = (size_t)w;

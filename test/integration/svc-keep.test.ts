@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { findHelpers } from '../../src/adapters/agent/fs-kept-processes.js';
 import { startLocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
@@ -109,6 +109,30 @@ describe('svc-keep: the journal of a durable process', function () {
       const segs = segments(dir);
       expect(segs.map((s) => [s.start, s.size])).to.deep.equal([[100 * 1024, 4]]);
       expect(readFileSync(segs[0].path, 'utf8')).to.equal('tail');
+    });
+
+    it('says a gap where a write into a segment with bytes was cut short, before the next byte comes', async () => {
+      // 'head' is kept; then the disk is filled by another file and 100 KiB come in one write: the
+      // segment's page takes 4092 of them, the rest are lost. The empty segment after them must be
+      // there before anything more is written: a follower is told of the gap only by it, and a
+      // process may write nothing more (until 2026-12-02 it came with the next byte, and a follower
+      // waiting at 4096 was told nothing).
+      const a = join(tempDir('svc-keep-a-'), 'a');
+      writeFileSync(a, Buffer.alloc(100 * 1024, 'a'));
+      const first = join(dir, `stdout.${'0'.repeat(20)}`);
+      const lostAll = join(dir, `stdout.${String(4 + 100 * 1024).padStart(20, '0')}`);
+      await keep(
+        dir,
+        16 * MIB,
+        64 * 1024,
+        `printf head; i=0; while [ ! -s ${first} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done; ` +
+          `head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; dd if=${a} bs=${100 * 1024} count=1 2>/dev/null; ` +
+          `i=0; while [ ! -e ${lostAll} ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done; ` +
+          `[ -e ${lostAll} ] || exit 3; rm ${join(dir, 'filler')}; printf tail`,
+      );
+      const segs = segments(dir);
+      expect(segs.at(-1)).to.deep.include({ start: 4 + 100 * 1024, size: 4 });
+      expect(readFileSync(segs.at(-1)!.path, 'utf8')).to.equal('tail');
     });
 
     it('says how the process ended when the disk stays full, in the page it reserved, its output kept', async () => {

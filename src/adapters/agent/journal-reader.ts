@@ -74,8 +74,10 @@ export class SegmentReader implements JournalReader {
       const data =
         emptyAt === seg.start && attempt === 0 && !next ? EMPTY : await this.pread(fh, offset - seg.start, max);
       if (data.length) return { offset, data };
-      // at or past this segment's end: the next one's start, after a gap, or nothing yet
-      if (!next) return { offset: from, data: EMPTY };
+      // At or past this segment's end: the next one's start, after a gap, or nothing yet. From
+      // before the first kept byte, the gap is said even when nothing follows it yet: the keeper
+      // makes an empty segment where bytes it lost end (a full disk), and may write no more.
+      if (!next) return { offset, data: EMPTY };
       if (attempt > 3) return { offset: next.start, data: EMPTY };
       from = next.start;
     }

@@ -69,6 +69,20 @@ describe('adapters/agent/journal-reader: a follower reading one stream on', () =
     }
   });
 
+  it('says a gap before the first kept segment when that segment is still empty (bytes lost on a full disk)', async () => {
+    writeFileSync(seg(dir, 0), 'abc');
+    expect((await reader.read(0, 100)).data.toString()).to.equal('abc');
+    // The keeper lost 7 bytes: it made room with its oldest segment, and an empty one says where the stream is.
+    unlinkSync(seg(dir, 0));
+    writeFileSync(seg(dir, 10), '');
+    expect(await reader.read(3, 100), 'the gap, with nothing after it yet').to.deep.equal({
+      offset: 10,
+      data: Buffer.alloc(0),
+    });
+    appendFileSync(seg(dir, 10), 'xyz');
+    expect(await reader.read(10, 100)).to.deep.equal({ offset: 10, data: Buffer.from('xyz') });
+  });
+
   it('reads from before the open segment again by listing (a reader moved back)', async () => {
     writeFileSync(seg(dir, 0), 'abc');
     writeFileSync(seg(dir, 3), 'def');
