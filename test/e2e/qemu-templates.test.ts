@@ -101,7 +101,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
           l.msg === 'spare qemu warmed and paused for the next clone' &&
           (l.obj as { pid?: number }).pid === Number(spare.split(' ')[0]),
       );
-    for (let i = 0; i < 100 && warmed().length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 600 && warmed().length === 0; i++) await new Promise((r) => setTimeout(r, 100));
     expect(warmed(), 'the spare was warmed').to.have.length(1);
     const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2', persistent: true });
     expect(c2.status, c2.text).to.equal(201);

@@ -253,7 +253,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
         }
       };
       const settle = async (secs: number, n: number) => {
-        for (let i = 0; i < 100 && sleeping(secs) !== n; i++) await new Promise((r) => setTimeout(r, 50));
+        for (let i = 0; i < 300 && sleeping(secs) !== n; i++) await new Promise((r) => setTimeout(r, 50));
         return sleeping(secs);
       };
       const leave = new AbortController();

@@ -81,7 +81,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     );
     // A delete reaches b's copy, and a later look does not bring the entry back.
     await a.release('v0');
-    const end = Date.now() + 5000;
+    const end = Date.now() + 20_000;
     while (b.vm('v0') && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
     expect(b.vm('v0')).to.equal(undefined);
     expect(await b.look('v0')).to.equal(undefined);
@@ -117,7 +117,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       // 99 at once (a fork's most, with the one above: 100).
       const many = Array.from({ length: 99 }, (_, i) => `f${i}`);
       await a.reserve(many, 'a', SHAPE, () => undefined);
-      const end = Date.now() + 5000;
+      const end = Date.now() + 20_000;
       while (b.nodes().find((n) => n.node === 'a')!.allocated.vms < before + 100 && Date.now() < end)
         await new Promise((r) => setTimeout(r, 20));
       expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({
@@ -135,7 +135,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       expect(a.nodes().find((n) => n.node === 'a')!.allocated.vms).to.equal(before + 100);
       await a.release(['m1', ...many, 'never-placed']);
       await a.release(['m1', ...many]); // again: nothing left to give back
-      const gone = Date.now() + 5000;
+      const gone = Date.now() + 20_000;
       while (b.nodes().find((n) => n.node === 'a')!.allocated.vms > before && Date.now() < gone)
         await new Promise((r) => setTimeout(r, 20));
       expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({

@@ -410,7 +410,7 @@ describe('dashboard in a real browser (chromium)', function () {
         if (res.url().startsWith(`${base}/vms`)) answers.push(res.status());
       });
       await other.goto(`http://127.0.0.1:${port}/`);
-      for (let i = 0; i < 50 && answers.length < 1; i++) await new Promise((r) => setTimeout(r, 100));
+      for (let i = 0; i < 150 && answers.length < 1; i++) await new Promise((r) => setTimeout(r, 100));
       await new Promise((r) => setTimeout(r, 500));
       await other.close();
       expect(answers.length).to.be.greaterThan(0);

@@ -65,7 +65,7 @@ describe('live flatten: a running QEMU put back on its image', function () {
       ],
       { stdio: 'ignore' },
     );
-    for (let i = 0; i < 100 && !existsSync(sock); i++) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; i < 300 && !existsSync(sock); i++) await new Promise((r) => setTimeout(r, 50));
     qmp = await QmpClient.connect(sock);
   };
 

@@ -20,7 +20,7 @@ function agentPid(d: TestDaemon, vm: string): number {
   for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
     try {
       const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      if (cmd.some((a) => a.endsWith('svc-agent.js')) && cmd.includes(state)) return Number(p);
+      if (cmd.some((a) => /svc-agent\.c?js$/.test(a)) && cmd.includes(state)) return Number(p);
     } catch {
       // gone
     }

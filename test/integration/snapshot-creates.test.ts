@@ -195,7 +195,7 @@ describe('a capture under way (fake hypervisor, 2 s boots)', function () {
   const bootThenCapture = async (image: string) => {
     expect((await d.call('POST', '/vms', { name: 'first', image })).status).to.equal(201);
     expect((await d.call('DELETE', '/vms/first')).status).to.equal(200);
-    const until = Date.now() + 5000;
+    const until = Date.now() + 20_000;
     while (captureGuests().length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
     expect(captureGuests()).to.have.length(1);
   };

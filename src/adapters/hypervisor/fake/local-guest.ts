@@ -7,7 +7,7 @@ import ssh2 from 'ssh2';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import type { Sidecar } from './in-memory-hypervisor.js';
 import { generateEd25519 } from '../../ssh/keygen.js';
-import { AGENT_BIN, spawnAgent } from './local-agent-process.js';
+import { agentScript, spawnAgent } from './local-agent-process.js';
 import { childEnv } from '../../process-kit/child-env.js';
 
 let hostKey: string | undefined;
@@ -37,7 +37,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   let port = 0;
   const startAgentOnce = async (): Promise<number> => {
     const deployed = join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs');
-    const script = existsSync(deployed) ? deployed : AGENT_BIN;
+    const script = existsSync(deployed) ? deployed : agentScript();
     const { child: c, port: bound } = await spawnAgent({ script, listen: `127.0.0.1:${port}`, stateDir, runDir, log });
     child = c;
     c.once('exit', () => {
