@@ -11,7 +11,8 @@
  * `<stream>.<first byte's offset, 20 digits>` of at most SEGMENT bytes; once a stream holds more
  * than CAP bytes its oldest segments are removed (a reader sees the first kept offset, and a gap
  * where a write failed, and says so). On a full disk the stream's oldest segments make room for
- * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets.
+ * its newest bytes as they do at CAP; what still does not fit is lost, counted in the offsets,
+ * and an empty segment at the stream's end says where the gap ends as soon as the bytes are lost.
  * When CMD has ended and its output has drained (or 300 ms after it ended, when something it
  * started still holds the pipes), `exit.json` appears: {"code":N} or {"signal":N}, with
  * "ended_at_ms". Its page is reserved when the keeper starts (exit.json.tmp), so a disk filled
@@ -124,9 +125,7 @@ static int replace_empty(struct journal *j) {
 
 static void journal_write(struct journal *j, const char *buf, size_t len) {
   while (len > 0) {
-    if (j->fd < 0 || j->end - j->seg >= segsize) {
-      open_segment(j);
-    }
+    if (j->fd < 0 || j->end - j->seg >= segsize) open_segment(j);
     size_t room = (size_t)(segsize - (j->end - j->seg));
     size_t part = len < room ? len : room;
     ssize_t w = j->fd >= 0 ? write(j->fd, buf, part) : -1;

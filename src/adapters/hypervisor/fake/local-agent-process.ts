@@ -50,7 +50,7 @@ export interface AgentSpawn {
 /**
  * Starts svc-agent as a local child process and resolves with it and the port it listens on, read
  * from its first line (`{"listening": "host:port"}`). Rejects when it exits first or takes 30 s
- * (it starts in about 0.5 s on an idle 2-core host, and took over 10 s beside a soak of 200 clients).
+ * (it starts in 0.25-0.65 s on an idle 2-core host, and took over 10 s beside a soak of 200 clients).
  */
 export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(
