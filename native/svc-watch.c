@@ -27,6 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* How long a move out waits for its pair (a move inside the tree) before it is said as a remove. */
+#define PAIR_WAIT_MS 200
 #define MASK (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF)
 
 struct wd_path {
@@ -228,9 +230,18 @@ int main(int argc, char **argv) {
       }
     }
     if (from_cookie) {
-      /* the pair of a move comes in the same read when it comes at all: give it one short poll */
+      /*
+       * The pair of a move is queued by the same rename, nearly always in the same read; the
+       * renaming task can be put off between the two (the kernel may sleep allocating the
+       * second), so its pair gets a poll of its own. 10 ms was too short for a guest on a busy
+       * host (a clean-clone CI run saw a rename said as a remove and a create, 2026-12-02); a
+       * move out of the tree is said up to PAIR_WAIT_MS late.
+       */
       struct pollfd pf = {.fd = fd_in, .events = POLLIN};
-      if (poll(&pf, 1, 10) <= 0) {
+      int r;
+      do r = poll(&pf, 1, PAIR_WAIT_MS);
+      while (r < 0 && errno == EINTR);
+      if (r <= 0) {
         emit("remove", from, NULL);
         from_cookie = 0;
       }
