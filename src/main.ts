@@ -28,7 +28,7 @@ import { BearerAuth } from './adapters/http-kit/auth.js';
 import { BrowserSessions } from './adapters/http-kit/sessions.js';
 import { eventRoutes } from './adapters/http/event-routes.js';
 import { uiRoutes } from './adapters/http/ui-routes.js';
-import { createHttpApp } from './adapters/http-kit/http-app.js';
+import { createHttpApp, RequestMetrics } from './adapters/http-kit/http-app.js';
 import { HttpListeners } from './adapters/http/listeners.js';
 import { mcpRoutes } from './adapters/mcp/mcp-http.js';
 import { SvcClient } from './adapters/client/svc-client.js';
@@ -101,6 +101,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   const cluster = container.isBound(ClusterService) ? container.get(ClusterService) : undefined;
   const auth = new BearerAuth(config.api_token, sessions, undefined, cluster?.settings.token);
   const moves = cluster ? container.get(MoveService) : undefined;
+  const requestMetrics = new RequestMetrics(metrics.registry);
   const front =
     cluster &&
     moves &&
@@ -113,6 +114,8 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       fetches: container.get(ImageFetchService),
       images: container.get<GuestImages>(GuestImages),
       splice: config.splice,
+      metrics: requestMetrics,
+      log,
     });
   if (cluster)
     metrics.setClusterSource(
@@ -175,10 +178,10 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     ...uiRoutes(auth, sessions),
     ...(front ? front.routes() : []),
   ];
-  const app = createHttpApp({ routes, auth, registry: metrics.registry, log, front: front?.http });
+  const app = createHttpApp({ routes, auth, metrics: requestMetrics, log, front: front?.http });
   const upgrades = new GuestUpgrades(container.get(GuestProxy), auth);
   const listeners = new HttpListeners(
-    app,
+    front ? front.request(app) : app,
     front ? front.upgrade(upgrades.handleUpgrade) : upgrades.handleUpgrade,
     config.header_timeout_ms,
     e2b.hosts,

@@ -278,6 +278,19 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const x = await api(nodes[0], 'POST', `/vms/g/exec?cmd=echo&args=${encodeURIComponent('through n1')}`);
     expect(x.status, x.text).to.equal(200);
     expect(x.json).to.include({ exit_code: 0, stdout: 'through n1\n' });
+    // n1 sends the call on before its routes (docs/cluster.md, "The hop"), but checks the token
+    // first: a wrong one is refused there, and nothing runs on n3.
+    const marker = join(scratch, 'not-run');
+    const refused = await call({ ...nodes[0].t, token: 'wrong' }, 'POST', `/vms/g/exec?cmd=touch&args=${marker}`);
+    expect(refused.status).to.equal(401);
+    expect(refused.headers['www-authenticate']).to.match(/^Bearer/);
+    expect(refused.json.code).to.equal('unauthenticated');
+    expect(existsSync(marker)).to.equal(false);
+    const counted = (await api(nodes[0], 'GET', '/metrics')).text;
+    expect(counted).to.match(
+      /svc_http_requests_total\{method="POST",route="sent to another node",status="200"\} [1-9]/,
+    );
+    expect(counted).to.match(/svc_http_requests_total\{method="POST",route="sent to another node",status="401"\} 1\n/);
 
     const script = encodeURIComponent('echo one; echo two >&2');
     const streamed = await call(nodes[1].t, 'POST', `/vms/g/exec?cmd=sh&args=-c&args=${script}&buffered=0`);
@@ -615,8 +628,17 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const drained = await api(nodes[0], 'POST', '/nodes/n2/drain');
     expect(drained.json.moved, drained.text).to.deep.equal([]);
     await until('n2 says it is drained', 10_000, async () => (await api(nodes[0], 'GET', '/nodes/n2')).json.draining);
+    const onN2 = ((await api(nodes[0], 'GET', '/vms')).json as { name: string; node: string }[]).find(
+      (v) => v.node === 'n2',
+    );
+    expect(onN2).to.not.equal(undefined);
     n2.proc!.proc.kill('SIGKILL');
     await n2.proc!.exited;
+    // Its lease is still there for a moment: a call about its VM finds nothing listening, and says
+    // so naming it (or that it is unreachable, once its lease is gone).
+    const gone = await api(nodes[0], 'POST', `/vms/${onN2!.name}/exec?cmd=true`);
+    expect(gone.status, gone.text).to.equal(503);
+    expect(gone.json.error).to.match(/node n2 (did not answer|.*unreachable)/);
     await until(
       'n2 unreachable',
       2000 + 5000,

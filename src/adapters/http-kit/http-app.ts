@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import type { Logger } from '../../ports/logger.js';
@@ -11,15 +11,15 @@ export const JSON_LIMIT_BYTES = 1024 * 1024;
 export interface HttpAppDeps {
   routes: RouteDef[];
   auth: BearerAuth;
-  /** Where request counts and latencies go; without one none are kept (the guest agent serves no metrics). */
-  registry?: Registry;
+  /** Where request counts and latencies go; without them none are kept (the guest agent serves no metrics). */
+  metrics?: RequestMetrics;
   log: Logger;
   /** Runs after auth and before the routes (the cluster's front: docs/cluster.md). */
   front?: express.RequestHandler;
 }
 
 /**
- * Builds the express app: request metrics (with a registry), bearer auth (when a token is set; all but routes marked `auth: 'none'`), a 1 MiB JSON body
+ * Builds the express app: request metrics (when given), bearer auth (when a token is set; all but routes marked `auth: 'none'`), a 1 MiB JSON body
  * limit, the routes, 405/404 for everything else, and one error handler that speaks `{error}`.
  */
 export function createHttpApp(d: HttpAppDeps): express.Express {
@@ -28,7 +28,12 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
   app.set('etag', false);
   app.set('query parser', 'simple');
 
-  if (d.registry) app.use(requestMetrics(d.registry));
+  const metrics = d.metrics;
+  if (metrics)
+    app.use((req, res, next) => {
+      metrics.time(req, res, () => (res.locals.route as string | undefined) ?? 'unmatched');
+      next();
+    });
   if (d.auth.enabled) app.use(bearerAuth(d.routes, d.auth));
   if (d.front) app.use(d.front);
 
@@ -113,30 +118,39 @@ export function drainBody(req: IncomingMessage): void {
   req.resume();
 }
 
-/** Counts every request and times it, by the route it matched. */
-function requestMetrics(registry: Registry): express.RequestHandler {
-  const requests = new Counter({
-    name: 'svc_http_requests_total',
-    help: 'HTTP requests by route, method and status',
-    labelNames: ['method', 'route', 'status'],
-    registers: [registry],
-  });
-  const latency = new Histogram({
-    name: 'svc_http_request_duration_seconds',
-    help: 'HTTP request latency by route',
-    labelNames: ['method', 'route'],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120],
-    registers: [registry],
-  });
-  return (req, res, next) => {
+/**
+ * Counts every request and times it, by the route it matched: express's routes, and what the
+ * daemon answers before them (the cluster's hop to another node, docs/cluster.md).
+ */
+export class RequestMetrics {
+  private readonly requests: Counter<'method' | 'route' | 'status'>;
+  private readonly latency: Histogram<'method' | 'route'>;
+
+  constructor(registry: Registry) {
+    this.requests = new Counter({
+      name: 'svc_http_requests_total',
+      help: 'HTTP requests by route, method and status',
+      labelNames: ['method', 'route', 'status'],
+      registers: [registry],
+    });
+    this.latency = new Histogram({
+      name: 'svc_http_request_duration_seconds',
+      help: 'HTTP request latency by route',
+      labelNames: ['method', 'route'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120],
+      registers: [registry],
+    });
+  }
+
+  /** Counts `req` when its answer is finished, under the route `route()` names then. */
+  time(req: IncomingMessage, res: ServerResponse, route: () => string): void {
     const t0 = process.hrtime.bigint();
     res.on('finish', () => {
-      const route = (res.locals.route as string | undefined) ?? 'unmatched';
-      requests.inc({ method: req.method, route, status: String(res.statusCode) });
-      latency.observe({ method: req.method, route }, Number(process.hrtime.bigint() - t0) / 1e9);
+      const r = route();
+      this.requests.inc({ method: req.method, route: r, status: String(res.statusCode) });
+      this.latency.observe({ method: req.method, route: r }, Number(process.hrtime.bigint() - t0) / 1e9);
     });
-    next();
-  };
+  }
 }
 
 /** The bearer token on every route but those marked `auth: 'none'`. */
@@ -151,10 +165,12 @@ function bearerAuth(routes: RouteDef[], auth: BearerAuth): express.RequestHandle
       )
     )
       return next();
-    auth.verify(req).then((ok) => {
-      if (ok) return next();
-      res.setHeader('WWW-Authenticate', AUTH_CHALLENGE);
-      res.status(401).json({ error: 'missing or invalid bearer token', code: 'unauthenticated' });
-    }, next);
+    auth.verify(req).then((ok) => (ok ? next() : unauthenticated(res)), next);
   };
+}
+
+/** The answer to a call without a valid token (401, and how to authenticate). */
+export function unauthenticated(res: ServerResponse): void {
+  res.writeHead(401, { 'WWW-Authenticate': AUTH_CHALLENGE, 'Content-Type': 'application/json; charset=utf-8' });
+  res.end(JSON.stringify({ error: 'missing or invalid bearer token', code: 'unauthenticated' }));
 }

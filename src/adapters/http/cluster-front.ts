@@ -1,7 +1,8 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, RequestListener } from 'node:http';
 import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ClusterService } from '../../app/cluster-service.js';
+import type { NodeView } from '../../domain/cluster.js';
 import type { ClusterPlacement, Placed } from '../../app/cluster-placement.js';
 import {
   errorMessage,
@@ -12,13 +13,14 @@ import {
 } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
 import type { ImageFetchProgress } from '../../domain/image-fetch.js';
-import { toHttpError } from '../http-kit/error-status.js';
+import { toHttpError, writeHttpError } from '../http-kit/error-status.js';
 import { wantsNdjson } from '../http-kit/ndjson.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { GuestImages } from '../../ports/hypervisor.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
-import { JSON_LIMIT_BYTES } from '../http-kit/http-app.js';
+import { drainBody, JSON_LIMIT_BYTES, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';
+import type { Logger } from '../../ports/logger.js';
 import { proxyRequest, proxyUpgrade, type BodySplice, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -51,6 +53,9 @@ export class ClusterFront {
       images: GuestImages;
       /** Config `splice`: large bodies sent to another node move socket to socket (process-kit/splice.ts). */
       splice: string;
+      /** Where the calls sent on before express are counted (`request`). */
+      metrics?: RequestMetrics;
+      log: Logger;
     },
   ) {
     const helper = spliceHelper(o.splice);
@@ -63,6 +68,50 @@ export class ClusterFront {
   }
 
   private readonly bodySplice?: BodySplice;
+
+  /**
+   * Wraps the daemon's request listener: a call about a VM that another node owns, and that this
+   * node knows of, is sent there before express sees it. The token is checked and the call counted
+   * as express's middleware would; what a call costs this node is then little more than what any
+   * Node process relaying it costs (docs/cluster.md, "The hop"). Every other call goes to `own`,
+   * and so does one that needs more: a VM to look up in etcd, a node that is unreachable, a fork.
+   */
+  request(own: RequestListener): RequestListener {
+    return (req, res) => {
+      const node = this.owner(req);
+      if (!node) return void own(req, res);
+      this.o.metrics?.time(req, res, () => SENT_ON);
+      const failed = (err: unknown) => {
+        drainBody(req);
+        if (res.headersSent) return void res.destroy();
+        this.o.log.error({ method: req.method, path: req.url, err: errorMessage(err) }, 'request failed');
+        writeHttpError(res, err, false);
+      };
+      this.o.auth.verify(req).then((ok) => {
+        if (!ok) return void unauthenticated(res);
+        return proxyRequest(req, res, this.target(node.advertise)).then(
+          () => undefined,
+          (err: Error) => failed(new UnavailableError(`node ${node.node} did not answer: ${err.message}`)),
+        );
+      }, failed);
+    };
+  }
+
+  /** The node a call is sent on to by `request`: one about a VM of another node, known here and ready. */
+  private owner(req: IncomingMessage): NodeView | undefined {
+    if (req.headers[HOP_HEADER] !== undefined) return undefined;
+    const url = req.url ?? '';
+    const q = url.indexOf('?');
+    const m = VM_PATH.exec(q < 0 ? url : url.slice(0, q));
+    // A VM's record, a fork and a clone are answered or placed by `serve`.
+    if (!m || !m[2] || (req.method === 'POST' && (m[2] === '/fork' || m[2] === '/clone'))) return undefined;
+    try {
+      const route = this.cluster.route(decodeURIComponent(m[1]));
+      return route.at === 'node' ? route.node : undefined;
+    } catch {
+      return undefined; // said by `serve`, with the rest of the API's errors
+    }
+  }
 
   /** The express middleware, after auth and before the routes. */
   readonly http: RequestHandler = (req, res, next) => {
@@ -285,6 +334,9 @@ export class ClusterFront {
     return { authorization: `Bearer ${this.o.token}`, [HOP_HEADER]: this.cluster.self };
   }
 }
+
+/** The route calls sent on by `ClusterFront.request` are counted under. */
+const SENT_ON = 'sent to another node';
 
 const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
 
