@@ -105,22 +105,19 @@ static void open_segment(struct journal *j) {
 }
 
 /*
- * After a failed write into a segment that is still empty (the disk was full with nothing of
- * this stream's to give back, or it failed otherwise): puts a new empty segment in its place
- * that starts after the lost bytes (the stream's end now), for the next write. So a disk that
- * stays full leaves one empty segment that says where the stream is, not one per failed write;
- * those took the stream's segment slots one by one. A new file, not a rename: a follower that
- * holds the empty one open would read what is written next as if it were at the old offset.
- * Answers 0 when the segment held bytes or no new one could be opened.
+ * After a failed write: the segment being written is removed when it is still empty (the disk was
+ * full with nothing of this stream's to give back, or it failed otherwise), for the new one the
+ * caller opens after the lost bytes. So a disk that stays full leaves one empty segment that says
+ * where the stream is, not one per failed write; those took the stream's segment slots one by one.
+ * A new file, not a rename: a follower that holds the empty one open would read what is written
+ * next as if it were at the old offset.
  */
-static int replace_empty(struct journal *j) {
-  if (j->fd < 0 || j->n == 0 || j->starts[j->n - 1] != j->seg || lseek(j->fd, 0, SEEK_END) != 0) return 0;
+static void drop_if_empty(struct journal *j) {
+  if (j->fd < 0 || j->n == 0 || j->starts[j->n - 1] != j->seg || lseek(j->fd, 0, SEEK_END) != 0) return;
   char path[PATH_MAX];
   seg_path(path, sizeof path, j->name, j->seg);
   unlink(path);
   j->n--;
-  open_segment(j);
-  return j->fd >= 0;
 }
 
 static void journal_write(struct journal *j, const char *buf, size_t len) {
@@ -142,7 +139,8 @@ static void journal_write(struct journal *j, const char *buf, size_t len) {
        * coming, or never: a process that ends next would have its last bytes lost unsaid).
        */
       j->end += part;
-      if (!replace_empty(j)) open_segment(j); /* one that cannot be opened is tried again at the next write */
+      drop_if_empty(j);
+      open_segment(j); /* one that cannot be opened is tried again at the next write */
     } else {
       j->end += (uint64_t)w;
       part = (size_t)w;

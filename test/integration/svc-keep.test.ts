@@ -121,14 +121,15 @@ describe('svc-keep: the journal of a durable process', function () {
       writeFileSync(a, Buffer.alloc(100 * 1024, 'a'));
       const first = join(dir, `stdout.${'0'.repeat(20)}`);
       const lostAll = join(dir, `stdout.${String(4 + 100 * 1024).padStart(20, '0')}`);
+      const filler = join(dir, 'filler');
       await keep(
         dir,
         16 * MIB,
         64 * 1024,
         `printf head; i=0; while [ ! -s ${first} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done; ` +
-          `head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; dd if=${a} bs=${100 * 1024} count=1 2>/dev/null; ` +
+          `head -c 600k /dev/zero > ${filler} 2>/dev/null; dd if=${a} bs=${100 * 1024} count=1 2>/dev/null; ` +
           `i=0; while [ ! -e ${lostAll} ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done; ` +
-          `[ -e ${lostAll} ] || exit 3; rm ${join(dir, 'filler')}; printf tail`,
+          `[ -e ${lostAll} ] || exit 3; rm ${filler}; printf tail`,
       );
       const segs = segments(dir);
       expect(segs.at(-1)).to.deep.include({ start: 4 + 100 * 1024, size: 4 });
