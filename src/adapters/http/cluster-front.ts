@@ -1,25 +1,17 @@
 import type { IncomingMessage, RequestListener } from 'node:http';
 import type { Duplex } from 'node:stream';
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ClusterService } from '../../app/cluster-service.js';
 import type { NodeView } from '../../domain/cluster.js';
-import type { ClusterPlacement, Placed } from '../../app/cluster-placement.js';
-import {
-  errorMessage,
-  InvalidArgumentError,
-  isDomainError,
-  PermissionDeniedError,
-  UnavailableError,
-} from '../../domain/errors.js';
+import type { ClusterPlacement } from '../../app/cluster-placement.js';
+import { errorMessage, isDomainError, PermissionDeniedError, UnavailableError } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
-import type { ImageFetchProgress } from '../../domain/image-fetch.js';
-import { toHttpError, writeHttpError } from '../http-kit/error-status.js';
-import { wantsNdjson } from '../http-kit/ndjson.js';
+import { writeHttpError } from '../http-kit/error-status.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { GuestImages } from '../../ports/hypervisor.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
-import { drainBody, JSON_LIMIT_BYTES, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';
+import { drainBody, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';
 import type { Logger } from '../../ports/logger.js';
 import { proxyRequest, proxyUpgrade, type BodySplice, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
@@ -27,6 +19,7 @@ import type { RouteDef } from '../http-kit/route.js';
 import { answeringUpgrade, decodedSegment, requestUrl } from '../http-kit/terminal-socket.js';
 import { HOP_HEADER } from '../cluster/http-peer-nodes.js';
 import { clusterPeerRoutes } from './cluster-peer-routes.js';
+import { ClusterCreates } from './cluster-creates.js';
 
 export { HOP_HEADER };
 
@@ -65,9 +58,15 @@ export class ClusterFront {
     // Downloads (GET cp) go on a connection of their own, so that a large answer can be moved too.
     const largeAnswers = (req: IncomingMessage) => req.method === 'GET' && DOWNLOAD_PATH.test(req.url ?? '');
     this.bodySplice = helper ? { minBytes: SPLICE_MIN_BYTES, move, largeAnswers } : undefined;
+    this.creates = new ClusterCreates({
+      placement: o.placement,
+      fetches: o.fetches,
+      target: (placed) => (placed.here ? this.own() : this.target(placed.node.advertise)),
+    });
   }
 
   private readonly bodySplice?: BodySplice;
+  private readonly creates: ClusterCreates;
 
   /**
    * Wraps the daemon's request listener: a call about a VM that another node owns, and that this
@@ -212,7 +211,7 @@ export class ClusterFront {
         if (this.cluster.stale) res.setHeader('X-Svc-Stale', '1');
         return void res.json(this.cluster.list());
       }
-      if (req.method === 'POST') return this.create(req, res);
+      if (req.method === 'POST') return this.creates.create(req, res);
       return next();
     }
     const m = VM_PATH.exec(req.path);
@@ -228,98 +227,13 @@ export class ClusterFront {
       if (seen.status === 'node_unreachable') return void res.json(seen);
     }
     // Forks and clones take room too: reserved where their state is, as creates are.
-    if (req.method === 'POST' && m[2] === '/fork') return this.fork(req, res, name);
-    if (req.method === 'POST' && m[2] === '/clone') return this.clone(req, res, name);
+    if (req.method === 'POST' && m[2] === '/fork') return this.creates.fork(req, res, name);
+    if (req.method === 'POST' && m[2] === '/clone') return this.creates.clone(req, res, name);
     const route = this.cluster.route(name);
     if (route.at === 'here') return next();
     await proxyRequest(req, res, this.target(route.node.advertise)).catch((err: Error) => {
       throw new UnavailableError(`node ${route.node.node} did not answer: ${err.message}`);
     });
-  }
-
-  private async create(req: Request, res: Response, raw?: unknown): Promise<void> {
-    const stream = wantsNdjson(req);
-    const placed = await this.o.placement.place(raw ?? (await readJson(req)));
-    const { image, from } = placed.body;
-    const id = typeof image === 'string' ? image : 'default';
-    // A node placed without the image fetches it from one that has it first.
-    if (from === undefined && !placed.node.images.includes(id)) {
-      const t0 = Date.now();
-      // A streamed create says how far the fetch is, as its `image` phase, before the node's own lines.
-      const say = (p: ImageFetchProgress) => {
-        if (!res.headersSent) {
-          res.status(200).type('application/x-ndjson').setHeader('Cache-Control', 'no-store');
-          res.flushHeaders();
-        }
-        const percent = p.total ? Math.floor((100 * p.bytes) / p.total) : 100;
-        res.write(
-          JSON.stringify({
-            phase: 'image',
-            name: placed.name,
-            message: `fetching image ${p.image} from node ${p.from} to node ${placed.node.node}: ${mib(p.bytes)} of ${mib(p.total)} MiB`,
-            percent,
-            t: new Date().toISOString(),
-            elapsed_ms: Date.now() - t0,
-          }) + '\n',
-        );
-      };
-      try {
-        await this.o.fetches.ensureOn(placed.node, id, stream ? say : undefined);
-      } catch (err) {
-        await this.o.placement.unplace(placed.name);
-        if (!res.headersSent) throw err;
-        const { body } = toHttpError(err);
-        return void res.end(createError(placed.name, body.error, body.code));
-      }
-    }
-    await this.send(req, res, placed, [placed.name]);
-  }
-
-  /** `POST /vms/{name}/clone` is a create from the template: placed as one. */
-  private async clone(req: Request, res: Response, template: string): Promise<void> {
-    const raw = await readJson(req);
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
-      throw new InvalidArgumentError('clone body must be a JSON object');
-    if ('from' in raw || 'from_pool' in raw)
-      throw new InvalidArgumentError('the template is the path name; do not give from or from_pool');
-    req.url = `/vms${new URL(req.originalUrl, 'http://svcd').search}`;
-    return this.create(req, res, { ...raw, from: template });
-  }
-
-  private async fork(req: Request, res: Response, source: string): Promise<void> {
-    const placed = await this.o.placement.placeForks(source, await readJson(req));
-    await this.send(req, res, placed, placed.names);
-  }
-
-  /** Sends a placed call to its node; what it made nothing of gives its reservations back. */
-  private async send(req: Request, res: Response, placed: Placed, names: string[]): Promise<void> {
-    const t = placed.here ? this.own() : this.target(placed.node.advertise);
-    const unplace = () => this.o.placement.unplace(names);
-    // After lines of its own (an image fetched first), an error answer is the stream's last line.
-    const errorLine = (status: number, text: string) => {
-      let body: { error?: unknown; code?: unknown } = {};
-      try {
-        body = JSON.parse(text) as typeof body;
-      } catch {
-        /* not JSON: said as it came */
-      }
-      return createError(
-        placed.name,
-        typeof body.error === 'string'
-          ? body.error
-          : `node ${placed.node.node} answered ${status}: ${text.slice(0, 200)}`,
-        typeof body.code === 'string' ? body.code : 'internal',
-      );
-    };
-    const failed = (err: Error) => {
-      void unplace();
-      const e = new UnavailableError(`node ${placed.node.node} did not answer: ${err.message}`);
-      if (!res.headersSent) throw e;
-      res.end(errorLine(503, JSON.stringify({ error: e.message, code: e.code })));
-      return 503;
-    };
-    const status = await proxyRequest(req, res, t, Buffer.from(JSON.stringify(placed.body)), errorLine).catch(failed);
-    if (status >= 400) await unplace();
   }
 
   private own(): ProxyTarget {
@@ -337,24 +251,3 @@ export class ClusterFront {
 
 /** The route calls sent on by `ClusterFront.request` are counted under. */
 const SENT_ON = 'sent to another node';
-
-const json = express.json({ limit: JSON_LIMIT_BYTES, strict: false });
-
-/** A create's last NDJSON line when it failed: as the create service writes one (phase `error`). */
-function createError(name: string, error: string, code: string): string {
-  const t = new Date().toISOString();
-  return JSON.stringify({ phase: 'error', name, message: error, error, code, t, elapsed_ms: 0 }) + '\n';
-}
-
-const mib = (n: number) => (n / 1024 / 1024).toFixed(n < 10 * 1024 * 1024 ? 1 : 0);
-
-/** The request's JSON body (the create's), parsed by express's own parser with the API's limit. */
-function readJson(req: Request): Promise<unknown> {
-  const has = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
-  if (!has) return Promise.resolve(undefined);
-  if (!req.is('application/json'))
-    return Promise.reject(new InvalidArgumentError('request body must be application/json'));
-  return new Promise((resolve, reject) =>
-    json(req, {} as Response, (err?: unknown) => (err ? reject(err) : resolve(req.body))),
-  );
-}
