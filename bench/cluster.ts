@@ -5,7 +5,8 @@
 // writes to etcd (revisions) and so sends to every node's watch.
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { spawn } from 'node:child_process';
-import { Agent, request } from 'node:http';
+import { Agent, createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -148,7 +149,43 @@ async function startBareProxy(target: number): Promise<{ port: number; pid: numb
   return { port, pid: proc.pid!, stop: () => void proc.kill() };
 }
 
+/**
+ * The bare proxy's hop with nothing else running: no etcd, no nodes, an owner in this process that
+ * answers at once. What one more Node process relaying a call costs on this host with its cores
+ * idle, beside the same hop measured among the cluster's processes (which share the two cores).
+ */
+async function idleHop(): Promise<{ direct: ReturnType<typeof stats>; bare: ReturnType<typeof stats> }> {
+  const owner = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"exit_code":0,"stdout":"","stderr":""}');
+    });
+  });
+  await new Promise<void>((resolve) => owner.listen(0, '127.0.0.1', resolve));
+  const port = (owner.address() as AddressInfo).port;
+  const bare = await startBareProxy(port);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const lat: Record<'direct' | 'bare', number[]> = { direct: [], bare: [] };
+    for (let i = 0; i < ROUNDS + 20; i++)
+      for (const which of i % 2 ? (['direct', 'bare'] as const) : (['bare', 'direct'] as const)) {
+        const t0 = process.hrtime.bigint();
+        const r = await send(agent, which === 'direct' ? port : bare.port, 'POST', '/vms/g/exec?cmd=true');
+        if (r.status !== 200) throw new Error(`idle hop ${which}: ${r.status} ${r.text}`);
+        if (i >= 20) lat[which].push(Number(process.hrtime.bigint() - t0) / 1e6);
+      }
+    return { direct: stats(lat.direct), bare: stats(lat.bare) };
+  } finally {
+    agent.destroy();
+    bare.stop();
+    owner.close();
+  }
+}
+
 export async function clusterBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
+  // First, with nothing else running yet.
+  const idle = await idleHop();
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-cluster-'));
   const etcd = await startEtcd(join(dir, 'etcd'));
   const nodes: Daemon[] = [];
@@ -245,7 +282,16 @@ export async function clusterBenchmarks(row: Row, results: Record<string, unknow
         `${fmt(cpuMs.proxying_node, 2)} / ${fmt(cpuMs.bare_proxy, 2)} ms`,
         `${fmt(cpuMs.proxying_node / cpuMs.bare_proxy, 2)}x`,
       );
-      results.cluster = { exec_ms: { direct: d, proxied: p, bare_proxy: b }, exec_cpu_ms_per_call: cpuMs };
+      row(
+        'the bare proxy in front of an owner that answers at once, nothing else running (no etcd, no nodes)',
+        `${fmt(idle.bare.p50, 2)} / ${fmt(idle.direct.p50, 2)} ms at p50`,
+        `+${fmt(idle.bare.p50 - idle.direct.p50, 2)} ms: the same hop on this host with its cores idle`,
+      );
+      results.cluster = {
+        exec_ms: { direct: d, proxied: p, bare_proxy: b },
+        exec_cpu_ms_per_call: cpuMs,
+        idle_hop_ms: { direct: idle.direct, bare_proxy: idle.bare },
+      };
     } finally {
       bare.stop();
     }
