@@ -20,3 +20,5 @@ const server = createServer((req, res) => {
   req.pipe(out);
 });
 server.listen(0, '127.0.0.1', () => console.log((server.address() as AddressInfo).port));
+// Ended by its bench: exits, so that a profile asked for (BENCH_SVCD_PROF) is written.
+process.on('SIGTERM', () => process.exit(0));

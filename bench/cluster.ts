@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { Etcd3 } from 'etcd3';
 import { freePort } from '../src/adapters/hypervisor/free-port.js';
 import { nodeConfig, startEtcd, type TestEtcd } from '../test/helpers/etcd.js';
-import { cpuSeconds, fmt, minimalQemu, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
+import { cpuSeconds, fmt, minimalQemu, profiling, pump, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 300);
 const COPY_MB = Number(process.env.BENCH_CLUSTER_COPY_MB ?? 256);
@@ -139,7 +139,8 @@ type Hop = 'direct' | 'proxied' | 'bare';
 
 /** bench/bare-proxy.ts started in front of 127.0.0.1:`target`, once it listens. */
 async function startBareProxy(target: number): Promise<{ port: number; pid: number; stop(): void }> {
-  const proc = spawn(process.execPath, [fileURLToPath(new URL('./bare-proxy.js', import.meta.url)), String(target)], {
+  const script = fileURLToPath(new URL('./bare-proxy.js', import.meta.url));
+  const proc = spawn(process.execPath, [...profiling(), script, String(target)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const port = await new Promise<number>((resolve, reject) => {

@@ -114,6 +114,11 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
+/** Node's flags for a CPU profile of a process the bench starts, written into BENCH_SVCD_PROF when it exits. */
+export function profiling(): string[] {
+  return process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : [];
+}
+
 /** Runs svcd as its own process (so its memory is its own) with the given config. */
 export async function startSvcd(dir: string, config: Record<string, unknown>): Promise<Daemon> {
   const socket = join(dir, 'svc.sock');
@@ -121,16 +126,9 @@ export async function startSvcd(dir: string, config: Record<string, unknown>): P
     .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v === '' ? "''" : v}`)
     .join('\n');
   writeFileSync(join(dir, 'config.yaml'), yaml + '\n');
-  const proc = spawn(
-    process.execPath,
-    [
-      ...(process.env.BENCH_SVCD_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_SVCD_PROF] : []),
-      SVCD,
-      '--config',
-      join(dir, 'config.yaml'),
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
+  const proc = spawn(process.execPath, [...profiling(), SVCD, '--config', join(dir, 'config.yaml')], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let port = 0;
   if (process.env.BENCH_SVCD_LOG) proc.stderr!.pipe(createWriteStream(process.env.BENCH_SVCD_LOG, { flags: 'a' }));
   const records: Record<string, unknown>[] = [];
