@@ -21,6 +21,7 @@ import type { Instance } from '../../domain/vm.js';
 import type { ClusterSettings } from '../../app/cluster-config.js';
 import type { ClusterChange, ClusterStore } from '../../ports/cluster.js';
 import type { Logger } from '../../ports/logger.js';
+import { EtcdCopy, parse } from './etcd-copy.js';
 
 /** How often a node looks whether what it says of itself changed (and says it again when it did). */
 const REFRESH_MS = 3000;
@@ -41,15 +42,8 @@ const pause = () => new Promise((r) => setTimeout(r, Math.random() * RETRY_MS));
  */
 export class EtcdClusterStore implements ClusterStore {
   private readonly client: Etcd3;
-  /** Every key under the prefix with its value, parsed once as it arrives (undefined: not JSON). */
-  private readonly kept = new Map<string, unknown>();
-  /** The names of the nodes under `members/`: what `nodes()` goes through rather than every key kept. */
-  private readonly members = new Set<string>();
-  /** The revision of each key's last change the copy holds (a delete's too): an older one is not taken. */
-  private readonly revs = new Map<string, number>();
-  /** When each deleted key's revision was noted, so the note goes once no read could still be older. */
-  private readonly tombs = new Map<string, number>();
-  private readonly listeners = new Set<(c: ClusterChange) => void>();
+  /** Every key under the prefix, as the watch brings it. */
+  private readonly copy: EtcdCopy;
   private watcher?: Watcher;
   private lease?: Lease;
   private info?: () => Promise<NodeInfo>;
@@ -66,6 +60,7 @@ export class EtcdClusterStore implements ClusterStore {
     private readonly s: ClusterSettings,
     private readonly log: Logger,
   ) {
+    this.copy = new EtcdCopy(s.prefix);
     this.client = new Etcd3({
       hosts: s.etcd,
       dialTimeout: CALL_DEADLINE_MS,
@@ -89,7 +84,7 @@ export class EtcdClusterStore implements ClusterStore {
     this.info = info;
     await this.write('join the cluster', async () => {
       const all = await this.client.getAll().prefix(this.s.prefix).exec();
-      for (const kv of all.kvs) this.keep(kv, false, true);
+      for (const kv of all.kvs) this.copy.keep(kv, false, true);
       this.watcher = await this.client
         .watch()
         .prefix(this.s.prefix)
@@ -98,8 +93,8 @@ export class EtcdClusterStore implements ClusterStore {
     });
     const w = this.watcher!;
     this.connected = true;
-    w.on('put', (kv) => this.keep(kv));
-    w.on('delete', (kv) => this.keep(kv, true));
+    w.on('put', (kv) => this.copy.keep(kv));
+    w.on('delete', (kv) => this.copy.keep(kv, true));
     w.on('disconnected', () => (this.connected = false));
     w.on('connected', () => (this.connected = true));
     w.on('error', (err) => this.log.warn({ err: errorMessage(err) }, 'cluster: the watch of etcd failed'));
@@ -109,42 +104,25 @@ export class EtcdClusterStore implements ClusterStore {
   }
 
   nodes(): NodeView[] {
-    const out: NodeView[] = [];
-    for (const node of this.members) {
-      const view = this.node(node);
-      if (view) out.push(view);
-    }
-    return out.sort((a, b) => a.node.localeCompare(b.node));
+    return this.copy.nodes();
   }
 
   node(name: string): NodeView | undefined {
-    if (!this.members.has(name)) return undefined;
-    const member = this.kept.get(this.key(`members/${name}`));
-    const live = this.kept.has(this.key(`nodes/${name}`));
-    const info = (live ? this.kept.get(this.key(`nodes/${name}`)) : member) as NodeInfo | undefined;
-    if (!info) return undefined;
-    return {
-      ...info,
-      state: live ? 'ready' : 'unreachable',
-      allocated: (this.kept.get(this.key(`alloc/${name}`)) as NodeLoad | undefined) ?? { ...NO_LOAD },
-    };
+    return this.copy.node(name);
   }
 
   vms(): ReadonlyMap<string, VmEntry> {
-    const out = new Map<string, VmEntry>();
-    const pre = this.key('vms/');
-    for (const [key, e] of this.kept) if (key.startsWith(pre) && e) out.set(key.slice(pre.length), e as VmEntry);
-    return out;
+    return this.copy.vms();
   }
 
   vm(name: string): VmEntry | undefined {
-    return this.kept.get(this.key(`vms/${name}`)) as VmEntry | undefined;
+    return this.copy.vm(name);
   }
 
   async look(name: string): Promise<VmEntry | undefined> {
     if (!this.stale) {
       const kv = await this.get(`vms/${name}`).catch(() => undefined);
-      if (kv) this.keep(kv);
+      if (kv) this.copy.keep(kv);
     }
     return this.vm(name);
   }
@@ -256,28 +234,7 @@ export class EtcdClusterStore implements ClusterStore {
   }
 
   watch(listener: (c: ClusterChange) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  /** Tells the listeners what a key's change means: a VM's entry changed, or a node's lease. */
-  private changed(key: string, was: unknown): void {
-    if (!this.listeners.size) return;
-    let c: ClusterChange | undefined;
-    if (key.startsWith(this.key('vms/'))) {
-      const now = this.kept.get(key);
-      c = {
-        kind: 'vm',
-        name: key.slice(this.key('vms/').length),
-        entry: now as VmEntry | undefined,
-        was: was as VmEntry | undefined,
-      };
-    } else if (key.startsWith(this.key('nodes/'))) {
-      // A renewal that says the same is no change of reachability.
-      if (was && this.kept.has(key)) return;
-      c = { kind: 'node', node: key.slice(this.key('nodes/').length) };
-    }
-    if (c) for (const l of this.listeners) l(c);
+    return this.copy.watch(listener);
   }
 
   async leave(): Promise<void> {
@@ -360,11 +317,7 @@ export class EtcdClusterStore implements ClusterStore {
   private async say(strict: boolean): Promise<void> {
     if (this.left || !this.info) return;
     // A read answered before the delete came arrives within its deadline.
-    for (const [key, at] of this.tombs)
-      if (Date.now() - at > 10 * CALL_DEADLINE_MS) {
-        this.tombs.delete(key);
-        this.revs.delete(key);
-      }
+    this.copy.sweep(10 * CALL_DEADLINE_MS);
     try {
       // A linearizable read: it fails when the members reached have no quorum.
       await this.client.get(this.key(`members/${this.s.node}`)).exec();
@@ -395,32 +348,6 @@ export class EtcdClusterStore implements ClusterStore {
     return (await this.client.get(this.key(rest)).exec()).kvs[0];
   }
 
-  /**
-   * Takes a key's put (or its delete) into the copy and tells the listeners, unless the copy holds
-   * that change or a later one already (a `look` can read a key before the watch brings it).
-   */
-  private keep(kv: IKeyValue, deleted = false, quiet = false): void {
-    const key = kv.key.toString();
-    const rev = Number(kv.mod_revision);
-    if (rev <= (this.revs.get(key) ?? 0)) return;
-    this.revs.set(key, rev);
-    const was = this.kept.get(key);
-    const members = this.key('members/');
-    const member = key.startsWith(members) ? key.slice(members.length) : undefined;
-    if (member !== undefined) {
-      if (deleted) this.members.delete(member);
-      else this.members.add(member);
-    }
-    if (deleted) {
-      this.kept.delete(key);
-      this.tombs.set(key, Date.now());
-    } else {
-      this.kept.set(key, parse(kv.value.toString()));
-      this.tombs.delete(key);
-    }
-    if (!quiet) this.changed(key, was);
-  }
-
   /** Runs a write; what etcd answers with an error of its own (unreachable, no quorum) is Unavailable. */
   private async write<T>(what: string, fn: () => Promise<T>): Promise<T> {
     try {
@@ -429,15 +356,6 @@ export class EtcdClusterStore implements ClusterStore {
       if (isDomainError(err)) throw err;
       throw new UnavailableError(`cannot ${what}: the cluster's etcd does not answer (${errorMessage(err)})`);
     }
-  }
-}
-
-function parse<T = unknown>(text: string | undefined): T | undefined {
-  if (text === undefined) return undefined;
-  try {
-    return JSON.parse(text) as T;
-  } catch {
-    return undefined;
   }
 }
 
