@@ -20,8 +20,8 @@ export interface SvcdProcess {
 }
 
 /**
- * Writes `raw` as `dir/config.yaml` and starts svcd on it, armed with `failpoint` when given
- * (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once it answers `/healthz` on its Unix
+ * Writes `raw` as `dir/config.yaml` and starts svcd on it (with Node's `nodeArgs`), armed with
+ * `failpoint` when given (`SVC_FAILPOINT`; the config needs `test_mode`); resolves once it answers `/healthz` on its Unix
  * socket (or has exited). The socket file alone was not enough: on a loaded CI host a call made
  * once it existed was refused, the crash matrix took the refusal for the daemon's death and then
  * waited for an exit that never came.
@@ -29,12 +29,12 @@ export interface SvcdProcess {
 export async function spawnSvcd(
   dir: string,
   raw: Record<string, unknown>,
-  o: { failpoint?: string; stderr?: 'pipe' | 'inherit' | 'ignore' } = {},
+  o: { failpoint?: string; stderr?: 'pipe' | 'inherit' | 'ignore'; nodeArgs?: string[] } = {},
 ): Promise<SvcdProcess> {
   const config = join(dir, 'config.yaml');
   writeFileSync(config, stringify(raw));
   const env = o.failpoint ? { ...process.env, SVC_FAILPOINT: o.failpoint } : process.env;
-  const proc = spawn(process.execPath, [SVCD, '--config', config], {
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), SVCD, '--config', config], {
     env,
     stdio: ['ignore', 'ignore', o.stderr ?? 'pipe'],
   });

@@ -4,6 +4,7 @@ import { Agent, request } from 'node:http';
 import { join } from 'node:path';
 import { tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
+import { LIVE_HEAP_ARGS, LiveHeap } from '../helpers/live-heap.js';
 
 const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 60);
 const CLIENTS = 200;
@@ -28,7 +29,7 @@ const pct = (xs: number[], q: number) => {
  * 200 concurrent clients of mixed list/get/exec/cp (and 4 that create and delete VMs) against a svcd process on the fake
  * hypervisor with real local agents, for SVC_SOAK_SECONDS (60 in CI, three rounds): every request
  * that should succeed does, p50/p99 per route are printed, the daemon's open files come back to
- * their baseline after each round, and its RSS does not keep growing after the first round.
+ * their baseline after each round, and its live heap does not keep growing after the first round.
  */
 describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor, real local agents)`, function () {
   this.timeout((SECONDS + 120) * 1000);
@@ -51,8 +52,9 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       max_execs_per_vm: 256,
       max_execs_total: 512,
     };
-    const svcd = await spawnSvcd(dir, raw, { stderr: 'inherit' });
+    const svcd = await spawnSvcd(dir, raw, { nodeArgs: LIVE_HEAP_ARGS });
     const proc = svcd.proc;
+    const heap = await LiveHeap.attach(svcd.stderr);
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
     const req = (method: string, path: string, body?: Buffer | string, type = 'application/json') =>
       new Promise<{ status: number; text: string }>((resolve, reject) => {
@@ -79,7 +81,7 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       for (let i = 0; i < VMS; i++)
         expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
       await new Promise((r) => setTimeout(r, 500));
-      const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+      const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!), heap: await heap.mib() };
       const baseTargets = fdTargets(proc.pid!);
       const lat: Record<string, number[]> = {};
       const failures: string[] = [];
@@ -136,10 +138,12 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
         await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
         agent.destroy();
         for (let i = 0; i < 40 && fds(proc.pid!) > base.fds + 4; i++) await new Promise((r) => setTimeout(r, 500));
-        return { rss: rssMiB(proc.pid!), fds: fds(proc.pid!) };
+        return { rss: rssMiB(proc.pid!), fds: fds(proc.pid!), heap: await heap.mib() };
       };
-      // The first round grows the heap to its working size. RSS moves with when V8 collects (a
-      // second round has grown it by -2 to 53 MiB here): a leak grows it in every round after.
+      // The first round brings the daemon to its working size. A leak grows what is live after full
+      // collections by what each request leaves. RSS is printed, not checked: it moves with when V8
+      // collects and with what the allocator keeps (one CI run saw it grow by 44, then 31 MiB, in
+      // the rounds after the first; the live heap, measured in other runs, by a MiB at most).
       const first = await round();
       const second = await round();
       const after = await round();
@@ -152,7 +156,7 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
           `      ${route.padEnd(16)} n=${String(xs.length).padStart(6)}  p50 ${pct(xs, 0.5).toFixed(1)} ms  p99 ${pct(xs, 0.99).toFixed(1)} ms`,
         );
       console.log(
-        `      daemon RSS ${base.rss.toFixed(0)} -> ${first.rss.toFixed(0)} -> ${second.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, open files ${base.fds} -> ${first.fds} -> ${second.fds} -> ${after.fds}`,
+        `      daemon live heap ${[base, first, second, after].map((x) => x.heap.toFixed(1)).join(' -> ')} MiB, RSS ${[base, first, second, after].map((x) => x.rss.toFixed(0)).join(' -> ')} MiB, open files ${base.fds} -> ${first.fds} -> ${second.fds} -> ${after.fds}`,
       );
       expect(failures, failures.join('\n')).to.deep.equal([]);
       expect(made).to.be.above(0);
@@ -160,15 +164,17 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
       expect(after.fds, `open files back to the baseline; now open: ${extra.join(', ')}`).to.be.at.most(base.fds + 4);
       expect(first.fds, 'open files back to the baseline after the first round').to.be.at.most(base.fds + 4);
       expect(second.fds, 'open files back to the baseline after the second round').to.be.at.most(base.fds + 4);
-      const grew = [second.rss - first.rss, after.rss - second.rss];
+      // It grew by 0.4 and 0.7 MiB over these two rounds here; with a string of 2,048 characters
+      // kept for each request (tried by hand, about 8,000 requests), by 4.1 MiB.
       expect(
-        Math.min(...grew),
-        `RSS grew in both rounds after the first (${grew.map((g) => g.toFixed(0)).join(' and ')} MiB): a leak`,
-      ).to.be.below(20);
+        after.heap - first.heap,
+        `the live heap grew from ${first.heap.toFixed(1)} to ${after.heap.toFixed(1)} MiB over two rounds: a leak`,
+      ).to.be.below(3);
       const vms = JSON.parse((await req('GET', '/vms')).text) as { name: string }[];
       expect(vms.map((v) => v.name).sort()).to.deep.equal(Array.from({ length: VMS }, (_, i) => `s${i}`).sort());
     } finally {
       agent.destroy();
+      heap.close();
       await svcd.stop();
     }
   });
