@@ -3,7 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { Counter, Histogram, type Registry } from 'prom-client';
 import type { Logger } from '../../ports/logger.js';
 import { AUTH_CHALLENGE, type BearerAuth } from './auth.js';
-import { toHttpError } from './error-status.js';
+import { toHttpError, writeHttpError } from './error-status.js';
 import { hasBody, pathMatcher, type RouteDef } from './route.js';
 
 export const JSON_LIMIT_BYTES = 1024 * 1024;
@@ -94,16 +94,23 @@ export function createHttpApp(d: HttpAppDeps): express.Express {
     if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.type) {
       return void res.status(e.status).json({ error: e.message ?? 'bad request', code: 'invalid_argument' });
     }
-    const { status, body, headers } = toHttpError(err);
-    if (status >= 500) d.log.error({ method: req.method, path: req.path, err: body.error }, 'request failed');
-    if (res.headersSent) {
-      res.destroy();
-      return;
-    }
-    if (headers) res.set(headers);
-    res.status(status).json(body);
+    answerError(err, req, res, d.log);
   });
   return app;
+}
+
+/**
+ * Answers a call that failed with the API's `{error, code}` (toHttpError), logging one that is the
+ * daemon's fault (5xx) by its path, never its query (an exec's arguments); a call whose answer had
+ * begun is cut off instead. What is left of its body is dropped.
+ */
+export function answerError(err: unknown, req: IncomingMessage, res: ServerResponse, log: Logger): void {
+  drainBody(req);
+  const { status, body } = toHttpError(err);
+  if (status >= 500)
+    log.error({ method: req.method, path: (req.url ?? '').split('?')[0], err: body.error }, 'request failed');
+  if (res.headersSent) return void res.destroy();
+  writeHttpError(res, err, false);
 }
 
 /**

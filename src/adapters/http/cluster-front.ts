@@ -1,4 +1,4 @@
-import type { IncomingMessage, RequestListener } from 'node:http';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ClusterService } from '../../app/cluster-service.js';
@@ -6,12 +6,11 @@ import type { NodeView } from '../../domain/cluster.js';
 import type { ClusterPlacement } from '../../app/cluster-placement.js';
 import { errorMessage, isDomainError, PermissionDeniedError, UnavailableError } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
-import { writeHttpError } from '../http-kit/error-status.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { GuestImages } from '../../ports/hypervisor.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
-import { drainBody, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';
+import { answerError, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';
 import type { Logger } from '../../ports/logger.js';
 import { proxyRequest, proxyUpgrade, type BodySplice, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { splice, spliceHelper, SPLICE_MIN_BYTES } from '../process-kit/splice.js';
@@ -80,20 +79,18 @@ export class ClusterFront {
       const node = this.owner(req);
       if (!node) return void own(req, res);
       this.o.metrics?.time(req, res, () => SENT_ON);
-      const failed = (err: unknown) => {
-        drainBody(req);
-        if (res.headersSent) return void res.destroy();
-        this.o.log.error({ method: req.method, path: req.url, err: errorMessage(err) }, 'request failed');
-        writeHttpError(res, err, false);
-      };
-      this.o.auth.verify(req).then((ok) => {
-        if (!ok) return void unauthenticated(res);
-        return proxyRequest(req, res, this.target(node.advertise)).then(
-          () => undefined,
-          (err: Error) => failed(new UnavailableError(`node ${node.node} did not answer: ${err.message}`)),
-        );
-      }, failed);
+      this.o.auth
+        .verify(req)
+        .then((ok) => (ok ? this.sendTo(req, res, node) : unauthenticated(res)))
+        .catch((err: unknown) => answerError(err, req, res, this.o.log));
     };
+  }
+
+  /** Sends a call on to `node` and streams its answer back; UnavailableError when it cannot be reached. */
+  private async sendTo(req: IncomingMessage, res: ServerResponse, node: NodeView, body?: Buffer): Promise<void> {
+    await proxyRequest(req, res, this.target(node.advertise), body).catch((err: Error) => {
+      throw new UnavailableError(`node ${node.node} did not answer: ${err.message}`);
+    });
   }
 
   /** The node a call is sent on to by `request`: one about a VM of another node, known here and ready. */
@@ -197,11 +194,7 @@ export class ClusterFront {
     const node = this.cluster.node(String(req.params.node));
     if (node.node === this.cluster.self || req.headers[HOP_HEADER] !== undefined) return void res.json(await here());
     if (node.state !== 'ready') throw new UnavailableError(`node ${node.node} is unreachable: its lease is gone`);
-    await proxyRequest(req, res, this.target(node.advertise), Buffer.from(JSON.stringify(req.body ?? {}))).catch(
-      (err: Error) => {
-        throw new UnavailableError(`node ${node.node} did not answer: ${err.message}`);
-      },
-    );
+    await this.sendTo(req, res, node, Buffer.from(JSON.stringify(req.body ?? {})));
   }
 
   private async serve(req: Request, res: Response, next: NextFunction): Promise<void> {
@@ -231,9 +224,7 @@ export class ClusterFront {
     if (req.method === 'POST' && m[2] === '/clone') return this.creates.clone(req, res, name);
     const route = this.cluster.route(name);
     if (route.at === 'here') return next();
-    await proxyRequest(req, res, this.target(route.node.advertise)).catch((err: Error) => {
-      throw new UnavailableError(`node ${route.node.node} did not answer: ${err.message}`);
-    });
+    await this.sendTo(req, res, route.node);
   }
 
   private own(): ProxyTarget {
