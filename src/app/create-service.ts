@@ -2,7 +2,7 @@ import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InvalidArgumentError, UnavailableError } from '../domain/errors.js';
+import { InvalidArgumentError, NotSupportedError, UnavailableError } from '../domain/errors.js';
 import type { CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
@@ -67,7 +67,9 @@ export class CreateService {
     if (req.from_pool) {
       const pool = this.config.warm_pool.template;
       if (!pool) throw new InvalidArgumentError('from_pool: no warm_pool is configured');
-      const claimed = await this.claims.claim(req, wait, timeoutMs);
+      // A member runs already, and shares are added to a guest only as it starts: a create with
+      // host folders is a clone of the pool's template.
+      const claimed = req.mounts.length ? undefined : await this.claims.claim(req, wait, timeoutMs);
       if (claimed) return claimed;
       req.from = pool; // the pool is empty: clone the template directly
     }
@@ -79,6 +81,12 @@ export class CreateService {
       allowed: [...this.config.mount_dirs, this.config.e2b_volumes_dir],
       forbidden: [this.config.data_dir, this.config.images_dir],
     });
+    // A template's saved state is restored into the clone, which is given the shares as it wakes.
+    const restores = template?.status === 'suspended' || capture !== undefined;
+    if (restores && req.mounts.length && !this.links.mountsAfterRestore?.(req.mounts))
+      throw new NotSupportedError(
+        `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,
+      );
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
     const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
     const memoryMb = template?.memory_mb ?? req.memory_mb ?? this.config.memory_mb;

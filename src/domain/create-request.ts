@@ -203,8 +203,9 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   }
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
-    // The machine comes from a snapshot: its shape and first boot are the template's.
-    for (const k of ['cpus', 'memory_mb', 'disk_gb', 'image', 'userdata', 'mounts'] as const) {
+    // The machine comes from a snapshot: its shape and first boot are the template's (host
+    // folders are the clone's own: they are added to it as it wakes).
+    for (const k of ['cpus', 'memory_mb', 'disk_gb', 'image', 'userdata'] as const) {
       if (b[k] !== undefined) throw new InvalidArgumentError(`${k} cannot be set on a clone: it is the template's`);
     }
   }

@@ -325,6 +325,14 @@ export interface HostLinks {
   checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]>;
 
   /**
+   * The script (run as root in the guest, through its agent) that mounts `mounts` in a guest that
+   * woke from a saved state rather than booted: a launch that loads one adds the shares once the
+   * guest runs, and the guest mounts them when told. Absent, or undefined for these mounts, where
+   * shares are attached only at boot: a clone cannot take them, and a create with them boots.
+   */
+  mountsAfterRestore?(mounts: Mount[]): string | undefined;
+
+  /**
    * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is
    * allocated). Resolves with the VM's handle with the new forwards in it. AlreadyExistsError for
    * a busy host port; InvalidStateError when the VM is not running. Not idempotent.

@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { ndjson } from '../helpers/http.js';
 import { ensureImage } from './image.js';
 
 const sh = (d: TestDaemon, vm: string, script: string) => guestSh(d, vm, script);
@@ -84,5 +85,50 @@ for (const [image, driver] of MOUNT_CASES) {
       expect((await d.call('POST', '/vms/m/start')).json.status).to.equal('running');
       expect((await sh(d, 'm', 'cat /mnt/share/from-guest.txt')).stdout).to.equal('written in the guest\n');
     });
+
+    // A clone wakes from its template's saved state, which has no share: 9p's are added to it as it
+    // wakes and mounted then; virtio-fs's only at boot, so such a clone is refused.
+    if (image === 'minimal')
+      it(`gives a clone of a suspended template its own folders${driver === '9p' ? ", its template's process running on" : ' (refused with virtio-fs)'}`, async () => {
+        const t = await d.call('POST', '/vms', { name: 'tpl', persistent: true, memory_mb: 384 });
+        expect(t.status, t.text).to.equal(201);
+        await sh(d, 'tpl', 'sleep 100000 </dev/null >/dev/null 2>&1 & echo $! > /tmp/kept.pid');
+        const pid = (await sh(d, 'tpl', 'cat /tmp/kept.pid')).stdout.trim();
+        expect((await d.call('POST', '/vms/tpl/suspend')).json.message).to.equal('vm tpl suspended');
+        writeFileSync(join(host, 'for-clone.txt'), 'to the clone');
+        const c = await d.call('POST', '/vms?stream=1', {
+          name: 'c',
+          from: 'tpl',
+          persistent: true,
+          mounts: [
+            { host, guest: '/mnt/share', tag: 'share' },
+            { host: ro, guest: '/mnt/ro', readonly: true },
+          ],
+        });
+        if (driver === 'virtiofs') {
+          expect(c.status, c.text).to.equal(501);
+          expect(c.text).to.match(/attaches host folders only when a guest boots/);
+          expect((await d.call('GET', '/vms/c')).status).to.equal(404);
+          await d.call('DELETE', '/vms/tpl');
+          return;
+        }
+        expect(c.status, c.text).to.equal(200);
+        const events = ndjson(c.text);
+        expect(events.at(-1)!.phase, c.text).to.equal('ready');
+        expect(events.find((e) => e.phase === 'boot')!.message).to.match(/restoring from the snapshot of template tpl/);
+        // The template's process came along: the clone woke, it did not boot.
+        expect((await sh(d, 'c', `kill -0 ${pid} && echo alive`)).stdout).to.equal('alive\n');
+        expect((await sh(d, 'c', 'cat /mnt/share/for-clone.txt')).stdout).to.equal('to the clone');
+        await sh(d, 'c', 'echo from the clone > /mnt/share/clone-wrote.txt; sync');
+        expect(readFileSync(join(host, 'clone-wrote.txt'), 'utf8')).to.equal('from the clone\n');
+        expect((await sh(d, 'c', 'echo x > /mnt/ro/nope.txt')).exit_code).to.not.equal(0);
+        // Suspended with its shares, it is not saved: it comes back booted, its folders mounted again.
+        const sc = await d.call('POST', '/vms/c/suspend');
+        expect(sc.status, sc.text).to.equal(200);
+        expect((await d.call('POST', '/vms/c/restore')).json.status).to.equal('running');
+        expect((await sh(d, 'c', 'cat /mnt/share/clone-wrote.txt')).stdout).to.equal('from the clone\n');
+        await d.call('DELETE', '/vms/c');
+        await d.call('DELETE', '/vms/tpl');
+      });
   });
 }

@@ -143,11 +143,19 @@ describe('E2B API: volumes with the official SDK (local agents)', function () {
     }
     const unknown = await Sandbox.create({ ...opts(), volumeMounts: { '/mnt/x': 'no-such' } }).catch((e: unknown) => e);
     expect((unknown as Error).message).to.match(/volume no-such not found/);
+    // A sandbox of a built template is a clone of a suspended VM: the volume is added as it wakes.
     await Template.build(Template().fromBaseImage().runCmd('true'), 'vol-tpl', opts());
-    const clone = await Sandbox.create('vol-tpl', { ...opts(), volumeMounts: { '/mnt/data': 'data' } }).catch(
-      (e: unknown) => e,
-    );
-    expect((clone as Error).message).to.match(/cannot take a new share/);
+    const clone = await Sandbox.create('vol-tpl', { ...opts(), volumeMounts: { '/mnt/data': 'data' } });
+    try {
+      const vm = (await d.call('GET', `/vms/${clone.sandboxId}`)).json;
+      expect(vm.from).to.be.a('string');
+      expect(vm.mounts.map((m: { guest: string; tag: string }) => [m.guest, m.tag])).to.deep.equal([
+        ['/mnt/data', `${v.volumeId}-0`],
+      ]);
+      expect((await clone.getInfo()).volumeMounts).to.deep.equal([{ name: 'data', path: '/mnt/data' }]);
+    } finally {
+      await clone.kill();
+    }
     expect(await Volume.destroy(v.volumeId, opts())).to.equal(true);
   });
 });

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, realpathSync } from 'node:fs';
+import type { ExecRequest, ExecResult } from '../../src/domain/agent.js';
 import { join } from 'node:path';
 import type { InMemoryGuestAgent } from '../../src/adapters/hypervisor/fake/in-memory-guest-agent.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
@@ -87,16 +88,56 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     expect(id3.userdata).to.equal(undefined);
   });
 
+  it('restores a create with host folders, its guest told to mount them; one that cannot fails the create, leaving nothing', async () => {
+    const mounts = [{ host: d0(), guest: '/mnt/x', tag: 'x' }];
+    const ran: ExecRequest[] = [];
+    let answer: ExecResult = { stdout: '', stderr: '', exit_code: 0 };
+    const port: GuestAgent = agent;
+    const exec = port.exec;
+    port.exec = async (_ep, req) => {
+      ran.push(req);
+      return answer;
+    };
+    try {
+      const lines = await create({ name: 'mounted', image: 'minimal', memory_mb: 256, mounts });
+      expect(lines.map((l) => l.phase)).to.include('restore');
+      expect(lines.some((l) => l.phase === 'boot')).to.equal(false);
+      expect(ran.map((r) => [r.cmd, ...r.args])).to.deep.equal([['/bin/sh', '-c', hv.mountsAfterRestore(mounts)]]);
+      expect((await d.call('GET', '/vms/mounted')).json.mounts).to.deep.equal([
+        { ...mounts[0], host: realpathSync(d0()) },
+      ]);
+      // The share that never showed up in the guest: the create fails with the guest's words.
+      answer = { stdout: '', stderr: 'share x did not appear in the guest\n', exit_code: 1 };
+      const r = await d.call('POST', '/vms?stream=1', { name: 'unmounted', image: 'minimal', memory_mb: 256, mounts });
+      const last = (ndjson(r.text) as unknown as Line[]).at(-1)!;
+      expect(last.phase).to.equal('error');
+      expect(last.message).to.match(
+        /^vm unmounted could not mount its host folders: share x did not appear in the guest/,
+      );
+      expect((await d.call('GET', '/vms/unmounted')).status).to.equal(404);
+      expect(hv.state('unmounted')).to.equal(undefined);
+    } finally {
+      port.exec = exec;
+    }
+    await d.call('DELETE', '/vms/mounted');
+  });
+
   it('boots what a restore cannot give, and says why', async () => {
-    const mounts = await create({
-      name: 'mounted',
-      image: 'minimal',
-      memory_mb: 256,
-      mounts: [{ host: d0(), guest: '/mnt/x' }],
-    });
-    expect(mounts.find((l) => l.phase === 'boot')!.message).to.match(
-      /not from a snapshot: host folders are attached when a guest boots\)$/,
-    );
+    // A hypervisor that attaches shares only at boot (QEMU with virtio-fs, cloud-hypervisor).
+    Object.assign(hv, { mountsAfterRestore: undefined });
+    try {
+      const mounts = await create({
+        name: 'mounted',
+        image: 'minimal',
+        memory_mb: 256,
+        mounts: [{ host: d0(), guest: '/mnt/x' }],
+      });
+      expect(mounts.find((l) => l.phase === 'boot')!.message).to.match(
+        /not from a snapshot: host folders are attached when a guest boots\)$/,
+      );
+    } finally {
+      delete (hv as Partial<InMemoryHypervisor>).mountsAfterRestore;
+    }
     const small = await create({ name: 'small', image: 'minimal', memory_mb: 256, disk_gb: 2 });
     expect(small.find((l) => l.phase === 'boot')!.message).to.match(
       /not from a snapshot: its 2 GB disk is smaller than the snapshots' \(4 GB: config disk_gb\)\)$/,

@@ -132,11 +132,8 @@ export function e2bControlRoutes(
       if (autoResume && b.autoPauseMemory === false)
         throw new InvalidArgumentError('autoResume needs a pause that keeps the memory (autoPauseMemory)');
       const from = await source(template);
+      // A clone of a suspended template (a built template, the pool's) is given them as it wakes.
       const mounts = await o.volumes.mountsOf(b.volumeMounts);
-      if (mounts.length && from.create.from)
-        throw new NotSupportedError(
-          `volumeMounts: a sandbox of ${template} is a clone of a suspended VM, which cannot take a new share; mount volumes in sandboxes of an image (base, or an svc image)`,
-        );
       const tags = tagsFor({
         autoResume,
         template,

@@ -15,19 +15,46 @@ export function mountScript(mounts: Mount[], driver: MountDriver): string {
     '#!/bin/sh',
     '# svc mounts, run by the guest init at boot',
     driver === '9p' ? 'modprobe -q 9pnet_virtio; modprobe -q 9p' : 'modprobe -q virtiofs',
+    ...mountLines(mounts, driver),
   ];
-  for (const [i, m] of mounts.entries()) {
+  return lines.join('\n') + '\n';
+}
+
+/** Each share's folder made and mounted. */
+function mountLines(mounts: Mount[], driver: MountDriver): string[] {
+  return mounts.flatMap((m, i) => {
     const tag = mountTag(m, i);
     const ro = m.readonly ? ',ro' : '';
     const guest = shellWord(m.guest);
-    lines.push(`mkdir -p ${guest}`);
-    lines.push(
+    return [
+      `mkdir -p ${guest}`,
       driver === '9p'
         ? `mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144${ro} ${tag} ${guest}`
         : `mount -t virtiofs -o ${m.readonly ? 'ro' : 'rw'} ${tag} ${guest}`,
-    );
-  }
-  return lines.join('\n') + '\n';
+    ];
+  });
+}
+
+/** How long a guest waits for a share added after it woke to show up (its ACPI hot-plug), in tenths of a second. */
+const ADDED_SHARE_WAIT = 300;
+
+/**
+ * The guest script that mounts 9p shares added to a guest after it woke from a saved state (a
+ * clone, a create from an image's snapshot): each tag is waited for until the hot-plugged device
+ * has its driver (at most 30 s), then mounted as at boot. Exits non-zero naming a share that
+ * never came, or the mount that failed.
+ */
+export function addedMountScript(mounts: Mount[]): string {
+  const tags = mounts.map((m, i) => mountTag(m, i));
+  return [
+    'set -e',
+    'modprobe -q 9pnet_virtio 2>/dev/null || true; modprobe -q 9p 2>/dev/null || true',
+    'has() { for f in /sys/bus/virtio/drivers/9pnet_virtio/virtio*/mount_tag; do [ -r "$f" ] && [ "$(tr -d \'\\000\' < "$f")" = "$1" ] && return 0; done; return 1; }',
+    `for t in ${tags.join(' ')}; do`,
+    `  n=0; until has "$t"; do n=$((n+1)); [ $n -le ${ADDED_SHARE_WAIT} ] || { echo "share $t did not appear in the guest" >&2; exit 1; }; sleep 0.1; done`,
+    'done',
+    ...mountLines(mounts, '9p'),
+  ].join('\n');
 }
 
 /** The same mounts as cloud-init `mounts` (vendor-data), so stock cloud images mount them too. */

@@ -5,7 +5,14 @@ import {
   InternalError,
   InvalidArgumentError,
   InvalidStateError,
+  NotSupportedError,
 } from '../../../src/domain/errors.js';
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ExecRequest, ExecResult } from '../../../src/domain/agent.js';
+import { GuestAgent } from '../../../src/ports/guest-agent.js';
+import { agentEndpoint } from '../../../src/app/readiness.js';
 import type { VmRef } from '../../../src/ports/hypervisor.js';
 import { world } from '../../fakes/world.js';
 import { consoleLines, withConsoleTail } from '../../../src/app/console-tail.js';
@@ -97,6 +104,81 @@ describe('app/CreateService', () => {
     w.pool.stop();
     const job = await w.creates.create({ name: 'b', from_pool: true }, {});
     expect((await job.done).from).to.equal('tpl');
+  });
+
+  describe('host folders on a clone', () => {
+    const folder = mkdtempSync(join(tmpdir(), 'svc-clone-share-'));
+    after(() => rmSync(folder, { recursive: true, force: true }));
+    const mounts = [{ host: folder, guest: '/mnt/data', tag: 'data' }];
+
+    /** A world with suspended template `tpl` whose guests' execs are recorded (never run) and answer `answer`. */
+    async function withTemplate(raw: Record<string, unknown> = {}, answer?: Partial<ExecResult>) {
+      const w = world({ mount_dirs: [folder], ...raw });
+      await (
+        await w.creates.create({ name: 'tpl', persistent: true }, {})
+      ).done;
+      await w.svc.suspend('tpl');
+      const ran: { port: number; req: ExecRequest }[] = [];
+      const agent = w.container.get<GuestAgent>(GuestAgent);
+      agent.exec = async (ep, req) => {
+        ran.push({ port: ep.port, req });
+        return { stdout: '', stderr: '', exit_code: 0, ...answer };
+      };
+      return { w, ran };
+    }
+
+    it('restores the clone and has its guest mount them as it wakes', async () => {
+      const { w, ran } = await withTemplate();
+      const inst = await (await w.creates.create({ name: 'c', from: 'tpl', mounts }, {})).done;
+      expect(inst).to.include({ from: 'tpl', status: 'running' });
+      expect(inst.mounts).to.deep.equal([{ ...mounts[0], host: realpathSync(folder) }]);
+      expect(ran).to.deep.equal([
+        {
+          port: agentEndpoint(w.vms.get('c')).port,
+          req: { cmd: '/bin/sh', args: ['-c', w.hv.mountsAfterRestore(inst.mounts)], timeoutMs: ran[0].req.timeoutMs },
+        },
+      ]);
+      expect(w.vms.get('tpl').mounts).to.deep.equal([]);
+    });
+
+    it('fails the clone with what the guest said when a share does not mount, leaving nothing', async () => {
+      const { w } = await withTemplate({}, { exit_code: 1, stderr: 'share data did not appear in the guest\n' });
+      const err = await (await w.creates.create({ name: 'c', from: 'tpl', mounts }, {})).done.catch((e: Error) => e);
+      expect((err as Error).message).to.equal(
+        'vm c could not mount its host folders: share data did not appear in the guest',
+      );
+      expect(w.vms.list().map((i) => i.name)).to.deep.equal(['tpl']);
+      expect(w.hv.state('c')).to.equal(undefined);
+    });
+
+    it('is refused before anything is made where shares are attached only at boot, unless the template boots', async () => {
+      const { w, ran } = await withTemplate();
+      Object.assign(w.hv, { mountsAfterRestore: undefined });
+      const err = await w.creates.create({ name: 'c', from: 'tpl', mounts }, {}).catch((e: Error) => e);
+      expect(err).to.be.instanceOf(NotSupportedError);
+      expect((err as Error).message).to.match(
+        /^mounts on a clone of tpl, which is restored: .* only when a guest boots/,
+      );
+      expect(w.vms.list().map((i) => i.name)).to.deep.equal(['tpl']);
+      // A stopped template's clone boots, and is given its folders at boot.
+      await w.svc.restore('tpl');
+      await w.svc.shutdown('tpl');
+      const inst = await (await w.creates.create({ name: 'c', from: 'tpl', mounts }, {})).done;
+      expect(inst.mounts).to.have.length(1);
+      expect(ran).to.deep.equal([]);
+    });
+
+    it('from_pool: a running member cannot take shares, so the template is cloned', async () => {
+      const { w, ran } = await withTemplate({ warm_pool: { template: 'tpl', size: 1, refill_delay: '0s' } });
+      w.pool.refill();
+      await w.pool.settled();
+      const [member] = w.vms.poolMembers('tpl');
+      const inst = await (await w.creates.create({ name: 'p', from_pool: true, mounts }, {})).done;
+      expect(inst).to.include({ name: 'p', from: 'tpl' });
+      expect(w.vms.poolMembers('tpl').map((m) => m.name)).to.include(member.name);
+      expect(ran.map((r) => r.port)).to.deep.equal([agentEndpoint(w.vms.get('p')).port]);
+      w.pool.stop();
+    });
   });
 
   it('refuses from_pool when no warm pool is configured', async () => {

@@ -2,6 +2,7 @@ import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
+import { mountTag } from '../guest-mounts.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {
@@ -174,6 +175,15 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     return checkHostDirs(mounts, rule);
   }
 
+  /**
+   * Shares reach a restored fake as they reach a real QEMU's (9p): the launch adds them, the guest
+   * mounts them when told. The fake's guest is this host (local agents): its script mounts
+   * nothing, it names the shares.
+   */
+  mountsAfterRestore(mounts: Mount[]): string {
+    return `: svc fake guest: shares ${mounts.map(mountTag).join(' ')}`;
+  }
+
   async provision(spec: VmSpec): Promise<void> {
     this.maybeFail('provision');
     if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
@@ -291,8 +301,9 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     if (!vm || (vm.state !== 'running' && vm.state !== 'paused'))
       throw new InvalidStateError(`vm ${ref.name} is not running`);
     await this.halt(vm);
-    vm.snapshot = true;
-    return { snapshot: true };
+    // As QEMU's: a guest sharing host folders is not saved.
+    vm.snapshot = !vm.spec.mounts.length;
+    return { snapshot: vm.snapshot };
   }
 
   async hasSavedState(ref: VmRef): Promise<boolean> {

@@ -1,5 +1,7 @@
 import type { Accel } from './accel-probe.js';
 import type { ResolvedImage } from '../../images/image-catalog.js';
+import type { Mount } from '../../../domain/vm.js';
+import { mountTag } from '../guest-mounts.js';
 
 export interface QemuLayout {
   dir: string;
@@ -117,7 +119,25 @@ function disk(l: QemuLaunch): string[] {
   ];
 }
 
-/** The QEMU command line for one VM. Pure, so it is unit-tested; every path comes from the layout. */
+/** Does this QEMU load a saved guest (a stream, a RAM image, an old internal snapshot) rather than boot one? */
+function loadsGuest(l: Pick<QemuLaunch, 'incomingFd' | 'loadSnapshot'>): boolean {
+  return l.incomingFd !== undefined || !!l.loadSnapshot;
+}
+
+/**
+ * The 9p devices (QMP `device_add` arguments) a loaded guest's shares are added as once it runs,
+ * each over the backend `fs<i>` its command line named. The guest sees them hot-plugged (ACPI, the
+ * `pc` machine's root bus) and mounts them when told (guest-mounts.ts `addedMountScript`).
+ */
+export function sharesToAdd(mounts: Mount[]): Record<string, string>[] {
+  return mounts.map((m, i) => ({
+    driver: 'virtio-9p-pci',
+    id: `share${i}`,
+    fsdev: `fs${i}`,
+    mount_tag: mountTag(m, i),
+  }));
+}
+
 function netdev(nic: GuestNic): string {
   // server=on: QEMU listens, svc-netd connects, and connects again after a restart of its own.
   if (nic.kind === 'netd') return `stream,id=net0,server=on,addr.type=unix,addr.path=${optPath(nic.socket)}`;
@@ -129,6 +149,7 @@ function netdev(nic: GuestNic): string {
   return `user,id=net0,${fwd.join(',')}`;
 }
 
+/** The QEMU command line for one VM. Pure, so it is unit-tested; every path comes from the layout. */
 export function qemuArgs(l: QemuLaunch): string[] {
   const args = [
     '-name',
@@ -202,6 +223,12 @@ export function qemuArgs(l: QemuLaunch): string[] {
         '-device',
         `vhost-user-fs-pci,chardev=vfs${i},tag=${m.tag}`,
       ),
+    );
+  } else if (loadsGuest(l)) {
+    // A saved state has no share in it (a guest with 9p mounted cannot be saved): the devices are
+    // added once the guest runs (sharesToAdd), over their backends named here.
+    mounts.forEach((m, i) =>
+      args.push('-fsdev', `local,path=${m.host},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`),
     );
   } else {
     // Paths and tags were validated: no commas reach this option string.

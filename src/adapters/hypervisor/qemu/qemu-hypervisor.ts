@@ -23,6 +23,7 @@ import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
+import { addedMountScript } from '../guest-mounts.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -183,6 +184,11 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.live.has(name);
   }
 
+  /** 9p shares can be added to a restored guest (qemu-args.ts `sharesToAdd`); virtio-fs ones only at boot. */
+  mountsAfterRestore(mounts: Mount[]): string | undefined {
+    return this.command.sharesAfterLoad ? addedMountScript(mounts) : undefined;
+  }
+
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
     const real = await checkHostDirs(mounts, rule);
     if (mounts.length) checkDriver(this.o.mountDriver);
@@ -336,6 +342,9 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     let snapshot = false;
     const t0 = Date.now();
     try {
+      // A guest with its shares mounted cannot be saved (QEMU's 9p and virtio-fs refuse), and one
+      // saved with their devices would not load where they are added after the load (qemu-args.ts).
+      if (v.spec?.mounts.length) throw new Error('a vm sharing host folders is not saved');
       await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid), stopFirst: true });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;

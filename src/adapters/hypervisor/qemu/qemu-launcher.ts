@@ -8,7 +8,8 @@ import { virtualSize } from './disk-layers.js';
 import { restoreInputs, StartRetries } from './launch-plan.js';
 import type { LiveVms } from './live-vms.js';
 import type { NicLinks } from './nic-links.js';
-import { processTag } from './qemu-args.js';
+import { processTag, sharesToAdd } from './qemu-args.js';
+import type { QmpClient } from './qmp-client.js';
 import { layout } from './qemu-files.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
 import { qemuState, savedNic } from './qemu-state.js';
@@ -111,13 +112,29 @@ export class QemuLauncher {
     this.d.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown to the spec');
   }
 
+  /**
+   * A loaded guest's shares, added once it runs (a saved state holds none: qemu-args.ts
+   * `sharesToAdd`); the guest mounts them when the daemon tells it. Resolves with QEMU's refusal.
+   */
+  private async addShares(spec: VmSpec, qmp: QmpClient): Promise<Error | undefined> {
+    try {
+      for (const device of sharesToAdd(spec.mounts)) await qmp.execute('device_add', device);
+      return undefined;
+    } catch (err) {
+      return new Error(`cannot add the shares to the restored guest: ${(err as Error).message}`);
+    }
+  }
+
   async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {
     const l = layout(spec.dir);
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
     const retries = new StartRetries(!!saved);
-    if (saved?.kind === 'image' && !this.d.ramImages.fits(spec)) {
-      this.d.o.log.warn({ vm: spec.name }, 'a ram image cannot back a vm with virtio-fs shares; cold-booting');
-      retries.coldBoot('a RAM image cannot back a VM with virtio-fs shares');
+    if (saved && spec.mounts.length && !this.d.command.sharesAfterLoad) {
+      this.d.o.log.warn({ vm: spec.name }, 'virtio-fs shares are attached when a guest boots; cold-booting');
+      retries.coldBoot('virtio-fs shares are attached when a guest boots, not to a restored one');
+    } else if (saved?.kind === 'image' && !this.d.ramImages.fits(spec)) {
+      this.d.o.log.warn({ vm: spec.name }, 'a ram image cannot back this vm; cold-booting');
+      retries.coldBoot('a RAM image cannot back this VM (qemu.ram_images is off)');
     }
     for (;;) {
       const nic = await this.d.command.nic(spec, l);
@@ -160,7 +177,7 @@ export class QemuLauncher {
         // The loaded guest runs now that its network is there; a QEMU that dies at this point is
         // one that died restoring (the state is kept for the next try).
         const failed = await qmp.execute('cont').then(
-          () => undefined,
+          () => this.addShares(spec, qmp),
           (err: Error) => err,
         );
         if (failed) {

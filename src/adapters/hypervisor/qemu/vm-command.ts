@@ -35,6 +35,11 @@ export class VmCommand {
     return this.o.qemuUser;
   }
 
+  /** Can a loaded guest be given its shares once it runs (9p: yes; virtio-fs: only at boot)? */
+  get sharesAfterLoad(): boolean {
+    return this.o.mountDriver === '9p';
+  }
+
   /** Can `spec`'s RAM be a file? Not with virtio-fs shares: their RAM is a shared memfd for virtiofsd. */
   ramCanBeFile(spec: VmSpec): boolean {
     return !(spec.mounts.length && this.o.mountDriver === 'virtiofs');
