@@ -30,6 +30,7 @@ import { CloneSpeedUps } from './ports/clone-speed-ups.js';
 import { CrashWatch } from './app/crash-watch.js';
 import { GuestReadiness } from './app/guest-readiness.js';
 import { GuestWarmUp } from './app/guest-warm-up.js';
+import { GuestShares } from './app/guest-shares.js';
 import { InMemoryGuestNetwork } from './adapters/guest-net/in-memory-guest-network.js';
 import { EgressService } from './app/egress-service.js';
 import { GuestNetwork } from './ports/guest-network.js';
@@ -207,6 +208,7 @@ export function appModule(): ContainerModule {
     bind(CrashWatch).toSelf().inSingletonScope();
     bind(GuestReadiness).toSelf().inSingletonScope();
     bind(GuestWarmUp).toSelf().inSingletonScope();
+    bind(GuestShares).toSelf().inSingletonScope();
     bind(VmLifecycle).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(CreateDisks).toSelf().inSingletonScope();

@@ -18,6 +18,7 @@ import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
 import { CloneSpeedUps } from '../ports/clone-speed-ups.js';
 import { GuestReadiness } from './guest-readiness.js';
+import { GuestShares } from './guest-shares.js';
 import { ImageSnapshots } from './image-snapshots.js';
 import { CreateDisks, type DiskSource } from './create-disks.js';
 import { CreateOutcomes, type CreateJob } from './create-outcome.js';
@@ -38,6 +39,7 @@ export class CreateService {
     @inject(Hypervisor) private readonly hv: Hypervisor,
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(HostLinks) private readonly links: HostLinks,
+    @inject(GuestShares) private readonly shares: GuestShares,
     @inject(Clock) private readonly clock: Clock,
     @inject(Vms) private readonly vms: Vms,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
@@ -83,7 +85,7 @@ export class CreateService {
     });
     // A template's saved state is restored into the clone, which is given the shares as it wakes.
     const restores = template?.status === 'suspended' || capture !== undefined;
-    if (restores && req.mounts.length && !this.links.mountsAfterRestore?.(req.mounts))
+    if (restores && !this.shares.restorable(req))
       throw new NotSupportedError(
         `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,
       );

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
-import { AgentUnavailableError, errorMessage, UnavailableError } from '../domain/errors.js';
+import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
 import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
@@ -10,12 +10,13 @@ import { GuestNetwork } from '../ports/guest-network.js';
 import { ProcessMeter } from '../ports/process-meter.js';
 import { ConsoleLogs, VmStore } from '../ports/stores.js';
 import { egressEnv } from '../domain/egress-secrets.js';
-import { HostLinks, type ImageInfo } from '../ports/hypervisor.js';
+import type { ImageInfo } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { RemoteShell, SshProbe } from '../ports/tunnels.js';
 import { watchBootStall } from './boot-stall.js';
 import type { Config } from './config.js';
 import { CrashWatch } from './crash-watch.js';
+import { GuestShares } from './guest-shares.js';
 import { beforeDeadline } from './deadline.js';
 import { agentEndpoint, waitReady } from './readiness.js';
 import { AppConfig } from './tokens.js';
@@ -54,7 +55,7 @@ export class GuestReadiness {
     @inject(AppConfig) private readonly config: Config,
     @inject(ConsoleLogs) @optional() private readonly consoles: ConsoleLogs | undefined,
     @inject(ProcessMeter) @optional() private readonly meter: ProcessMeter | undefined,
-    @inject(HostLinks) private readonly links: HostLinks,
+    @inject(GuestShares) private readonly shares: GuestShares,
   ) {}
 
   /** What `wait=auto` means for an image: agent readiness for golden images, SSH otherwise. */
@@ -113,32 +114,9 @@ export class GuestReadiness {
     }
     if (viaAgent && !folded)
       await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));
-    if (identity?.restored && rec.mounts.length)
-      await beforeDeadline(this.clock, deadline, this.mountShares(rec, deadline));
+    if (identity?.restored) await beforeDeadline(this.clock, deadline, this.shares.mount(rec, deadline));
     if (rec.egress_secrets)
       await beforeDeadline(this.clock, deadline, this.applyEgressSecrets(rec, image?.agent_ready !== false));
-  }
-
-  /**
-   * A guest that woke from a saved state was given its shares after it woke (HostLinks
-   * `mountsAfterRestore`): it mounts them now, as a booted one did at boot. A share that did not
-   * come or did not mount fails the wait, naming it.
-   */
-  private async mountShares(rec: VmRecord, deadline: number): Promise<void> {
-    const script = this.links.mountsAfterRestore?.(rec.mounts);
-    if (!script)
-      throw new UnavailableError(`vm ${rec.name} woke from a saved state, which cannot take host folders here`);
-    const t0 = this.clock.now();
-    const r = await this.agent.exec(agentEndpoint(rec), {
-      cmd: '/bin/sh',
-      args: ['-c', script],
-      timeoutMs: Math.max(1000, deadline - t0),
-    });
-    if (r.exit_code !== 0)
-      throw new UnavailableError(
-        `vm ${rec.name} could not mount its host folders: ${(r.stderr || r.error || `exit code ${r.exit_code}`).trim().slice(0, 500)}`,
-      );
-    this.log.info({ vm: rec.name, mounts: rec.mounts.length, mount_ms: this.clock.now() - t0 }, 'shares mounted');
   }
 
   /**

@@ -6,7 +6,8 @@ import { RESERVED_VM_PREFIX } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
 import type { ImageInfo, VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
-import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { GuestShares } from './guest-shares.js';
 import { Logger } from '../ports/logger.js';
 import { SnapshotStore, type ImageSnapshotRecord } from '../ports/stores.js';
 import { SshKeys } from '../ports/tunnels.js';
@@ -58,7 +59,7 @@ export class ImageSnapshots {
     @inject(Hypervisor) private readonly hv: Hypervisor,
     @inject(VmDisks) private readonly disks: VmDisks,
     @inject(GuestImages) private readonly images: GuestImages,
-    @inject(HostLinks) private readonly links: HostLinks,
+    @inject(GuestShares) private readonly shares: GuestShares,
     @inject(GuestAgent) private readonly agent: GuestAgent,
     @inject(SnapshotStore) private readonly store: SnapshotStore,
     @inject(SshKeys) private readonly keys: SshKeys,
@@ -128,8 +129,7 @@ export class ImageSnapshots {
     const boot = (reason: string, capture = false): SnapshotChoice => ({ reason, capture });
     if (!this.hv.savedStateKey) return boot(`the ${this.hv.kind} hypervisor cannot restore a snapshot into a new vm`);
     if (!image.agent_ready) return boot(`image ${image.id} has no svc-agent to give a restored copy its identity`);
-    if (req.mounts.length && !this.links.mountsAfterRestore?.(req.mounts))
-      return boot('host folders are attached when a guest boots');
+    if (!this.shares.restorable(req)) return boot('host folders are attached when a guest boots');
     if (this.config.network === 'overlay') return boot('on the overlay network each guest gets its NIC at boot');
     if (diskGb < this.diskOf(image))
       return boot(`its ${diskGb} GB disk is smaller than the snapshots' (${this.diskOf(image)} GB: config disk_gb)`);

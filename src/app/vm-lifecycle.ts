@@ -14,6 +14,7 @@ import { Vms } from './vms.js';
 import { Failpoints } from '../ports/failpoints.js';
 import { CrashWatch } from './crash-watch.js';
 import { GuestWarmUp } from './guest-warm-up.js';
+import { GuestShares } from './guest-shares.js';
 
 export interface MessageResult {
   message: string;
@@ -38,6 +39,7 @@ export class VmLifecycle {
     @inject(Failpoints) private readonly failpoints: Failpoints,
     @inject(CrashWatch) private readonly crashes: CrashWatch,
     @inject(GuestWarmUp) private readonly warmUp: GuestWarmUp,
+    @inject(GuestShares) private readonly shares: GuestShares,
   ) {}
 
   async delete(name: string): Promise<MessageResult> {
@@ -127,8 +129,12 @@ export class VmLifecycle {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
       if (rec.status === 'running') await this.warmUp.beforeSave(rec);
+      // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
+      const sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
       this.failpoints.hit('suspend.saving');
-      const { snapshot } = await this.crashes.expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec)));
+      const { snapshot } = await this.crashes.expectExit(rec, () =>
+        this.hv.suspend(this.keeper.ref(rec), { sharesReleased }),
+      );
       this.failpoints.hit('suspend.saved');
       changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
       clearRuntime(rec);

@@ -44,6 +44,8 @@ export const LIMITS = {
   tags: 64,
   /** Characters of a tag's value: tags come back in every listing and event. */
   tagValue: 2048,
+  /** Host folders per VM: each is a device of its own (QEMU gives them PCI slots 0x10-0x1f). */
+  mounts: 16,
 } as const;
 
 const FIELDS = new Set([
@@ -187,6 +189,8 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   }
   if (b.mounts !== undefined) {
     if (!Array.isArray(b.mounts)) throw new InvalidArgumentError('mounts must be an array');
+    if (b.mounts.length > LIMITS.mounts)
+      throw new InvalidArgumentError(`mounts: at most ${LIMITS.mounts} host folders, got ${b.mounts.length}`);
     req.mounts = b.mounts.map((m, i) => parseMount(m, `mounts[${i}]`));
     const tags = req.mounts.map((m, i) => m.tag ?? `mount${i}`);
     if (new Set(tags).size !== tags.length) throw new InvalidArgumentError('mounts: tags must be unique');

@@ -154,7 +154,7 @@ export interface Hypervisor {
    * Saves a snapshot (best effort) and stops the process, freeing host RAM. Resolves with whether
    * a snapshot was written; a later `launch(spec, {restore: true})` loads it.
    */
-  suspend(vm: VmRef): Promise<{ snapshot: boolean }>;
+  suspend(vm: VmRef, options?: SuspendOptions): Promise<{ snapshot: boolean }>;
 
   /**
    * Finds a VM's process again after a daemon restart, from the handle the record kept. Returns
@@ -188,6 +188,12 @@ export interface Hypervisor {
    * next daemon to re-attach; processes that cannot outlive the daemon are stopped. Idempotent.
    */
   release(): Promise<void>;
+}
+
+/** What a suspend is told of the guest it saves. */
+export interface SuspendOptions {
+  /** Its guest let go of its shares (HostLinks `releaseMounts` ran and succeeded). */
+  sharesReleased?: boolean;
 }
 
 export const VmDisks = Symbol('VmDisks');
@@ -331,6 +337,14 @@ export interface HostLinks {
    * shares are attached only at boot: a clone cannot take them, and a create with them boots.
    */
   mountsAfterRestore?(mounts: Mount[]): string | undefined;
+
+  /**
+   * Its pair, where it is given: the script a running guest runs before it is saved to let go of
+   * its shares (unmounted; exits non-zero when one is busy). A suspend told they were let go
+   * (`sharesReleased`) unplugs them and saves the guest, which is given them again as it wakes;
+   * otherwise a VM with shares is not saved.
+   */
+  releaseMounts?(mounts: Mount[]): string | undefined;
 
   /**
    * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is

@@ -84,10 +84,26 @@ for (const [image, driver] of MOUNT_CASES) {
       await d.call('POST', '/vms/m/shutdown');
       expect((await d.call('POST', '/vms/m/start')).json.status).to.equal('running');
       expect((await sh(d, 'm', 'cat /mnt/share/from-guest.txt')).stdout).to.equal('written in the guest\n');
+      // A suspend with 9p: the guest lets go of its shares, QEMU unplugs them, the guest is saved
+      // and its processes run on after the restore, the shares given back; virtio-fs: not saved.
+      const pid = (await sh(d, 'm', 'sleep 100000 </dev/null >/dev/null 2>&1 & echo $!')).stdout.trim();
+      const s = await d.call('POST', '/vms/m/suspend');
+      expect(s.json.message).to.equal(
+        driver === '9p' ? 'vm m suspended' : 'vm m suspended (no snapshot: restore will cold-boot)',
+      );
+      const back = await d.call('POST', '/vms/m/restore');
+      if (driver === '9p') expect(back.json.warning).to.equal(undefined);
+      else expect(back.json.warning).to.match(/^cold-booted/);
+      expect((await sh(d, 'm', `kill -0 ${pid} 2>/dev/null && echo alive`)).stdout).to.equal(
+        driver === '9p' ? 'alive\n' : '',
+      );
+      expect((await sh(d, 'm', 'cat /mnt/share/from-guest.txt')).stdout).to.equal('written in the guest\n');
+      expect((await sh(d, 'm', 'echo x > /mnt/ro/nope.txt')).exit_code).to.not.equal(0);
     });
 
     // A clone wakes from its template's saved state, which has no share: 9p's are added to it as it
-    // wakes and mounted then; virtio-fs's only at boot, so such a clone is refused.
+    // wakes and mounted then; virtio-fs's only at boot, so such a clone is refused. Suspended, it
+    // lets go of them and is saved, unless a process works in one.
     if (image === 'minimal')
       it(`gives a clone of a suspended template its own folders${driver === '9p' ? ", its template's process running on" : ' (refused with virtio-fs)'}`, async () => {
         const t = await d.call('POST', '/vms', { name: 'tpl', persistent: true, memory_mb: 384 });
@@ -122,10 +138,16 @@ for (const [image, driver] of MOUNT_CASES) {
         await sh(d, 'c', 'echo from the clone > /mnt/share/clone-wrote.txt; sync');
         expect(readFileSync(join(host, 'clone-wrote.txt'), 'utf8')).to.equal('from the clone\n');
         expect((await sh(d, 'c', 'echo x > /mnt/ro/nope.txt')).exit_code).to.not.equal(0);
-        // Suspended with its shares, it is not saved: it comes back booted, its folders mounted again.
-        const sc = await d.call('POST', '/vms/c/suspend');
-        expect(sc.status, sc.text).to.equal(200);
-        expect((await d.call('POST', '/vms/c/restore')).json.status).to.equal('running');
+        // Its shares were plugged in as it woke: they are let go of and unplugged by id the same way.
+        expect((await d.call('POST', '/vms/c/suspend')).json.message).to.equal('vm c suspended');
+        expect((await d.call('POST', '/vms/c/restore')).json.warning).to.equal(undefined);
+        expect((await sh(d, 'c', `kill -0 ${pid} && echo alive`)).stdout).to.equal('alive\n');
+        expect((await sh(d, 'c', 'cat /mnt/share/clone-wrote.txt')).stdout).to.equal('from the clone\n');
+        // A process working in a share keeps it: the guest is not saved, and comes back booted with it.
+        await sh(d, 'c', 'cd /mnt/share && sleep 100000 </dev/null >/dev/null 2>&1 &');
+        const busy = await d.call('POST', '/vms/c/suspend');
+        expect(busy.json.message, busy.text).to.equal('vm c suspended (no snapshot: restore will cold-boot)');
+        expect((await d.call('POST', '/vms/c/restore')).json.warning).to.match(/^cold-booted/);
         expect((await sh(d, 'c', 'cat /mnt/share/clone-wrote.txt')).stdout).to.equal('from the clone\n');
         await d.call('DELETE', '/vms/c');
         await d.call('DELETE', '/vms/tpl');

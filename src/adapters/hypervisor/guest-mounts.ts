@@ -57,6 +57,23 @@ export function addedMountScript(mounts: Mount[]): string {
   ].join('\n');
 }
 
+/**
+ * The guest script that lets go of a guest's 9p shares before it is saved: each unmounted, the
+ * last first; one that does not unmount and is still mounted (a process holds a file or folder in
+ * it) fails the script, naming it.
+ */
+export function releaseMountScript(mounts: Mount[]): string {
+  const lines = ['sync'];
+  for (const [i, m] of [...mounts.entries()].reverse()) {
+    const guest = shellWord(m.guest);
+    const tag = mountTag(m, i);
+    lines.push(
+      `umount ${guest} 2>/dev/null || ! grep -q '^${tag} ' /proc/mounts || { echo "${tag} at "${guest}" is in use" >&2; exit 1; }`,
+    );
+  }
+  return lines.join('\n');
+}
+
 /** The same mounts as cloud-init `mounts` (vendor-data), so stock cloud images mount them too. */
 export function cloudInitMounts(mounts: Mount[], driver: MountDriver): string {
   const entries = mounts.map((m, i) => {

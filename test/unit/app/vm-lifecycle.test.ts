@@ -11,6 +11,10 @@ import {
   ResourceExhaustedError,
 } from '../../../src/domain/errors.js';
 import { world as appWorld, type World } from '../../fakes/world.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GuestAgent } from '../../../src/ports/guest-agent.js';
 
 /** The world, with the reads the daemon's routes make (list, get) as the API answers them. */
 function world(...args: Parameters<typeof appWorld>): World & {
@@ -198,6 +202,40 @@ describe('app/VmLifecycle', () => {
     expect(w.activity.events.find((e) => e.action === 'create' && e.target === 'c')?.message).to.equal(clone.warning);
     const warm = await (await w.creates.create({ name: 'c2', from: 'p' }, {})).done;
     expect(warm).not.to.have.property('warning');
+  });
+
+  it('saves a vm with host folders once its guest let go of them, and has it mount them as it wakes; one in use is not saved', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'svc-suspend-share-'));
+    try {
+      const w = world({ mount_dirs: [folder] });
+      const ran: string[] = [];
+      let answer = 0;
+      const agent: GuestAgent = w.container.get<GuestAgent>(GuestAgent);
+      agent.exec = async (_ep, req) => {
+        ran.push(req.args[1]);
+        return { stdout: '', stderr: answer ? 'data at /mnt/data is in use\n' : '', exit_code: answer };
+      };
+      const mounts = [{ host: folder, guest: '/mnt/data', tag: 'data' }];
+      const inst = await (await w.creates.create({ name: 'p', persistent: true, mounts }, {})).done;
+      expect(ran).to.deep.equal([]); // a booted guest mounted them at boot
+      expect((await w.svc.suspend('p')).message).to.equal('vm p suspended');
+      expect(ran).to.deep.equal([w.hv.releaseMounts(inst.mounts)]);
+      const r = await w.svc.restore('p');
+      expect(r.warning).to.equal(undefined);
+      expect(ran).to.deep.equal([w.hv.releaseMounts(inst.mounts), w.hv.mountsAfterRestore(inst.mounts)]);
+      // A guest that keeps a share (a process holds a file in it) is not saved: its restore boots.
+      answer = 1;
+      expect((await w.svc.suspend('p')).message).to.equal('vm p suspended (no snapshot: restore will cold-boot)');
+      expect(ran).to.have.length(3);
+      expect((await w.svc.restore('p')).warning).to.match(/^cold-booted/);
+      expect(ran).to.have.length(3);
+      // A paused guest cannot be asked: not saved either.
+      await w.svc.pause('p');
+      expect((await w.svc.suspend('p')).message).to.match(/no snapshot/);
+      expect(ran).to.have.length(3);
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {

@@ -66,6 +66,11 @@ describe('domain/create-request', () => {
       /given twice/,
     ],
     ['relative mount', { mounts: [{ host: 'tmp', guest: '/x' }] }, /absolute/],
+    [
+      '17 mounts',
+      { mounts: Array.from({ length: 17 }, (_, i) => ({ host: '/tmp', guest: `/m${i}`, tag: `t${i}` })) },
+      /mounts: at most 16 host folders, got 17/,
+    ],
     ['comma in mount path', { mounts: [{ host: '/tmp,readonly=on', guest: '/x' }] }, /commas/],
     ['__proto__ as a tag key', JSON.parse('{"tags":{"__proto__":"x"}}'), /tags: __proto__ is not allowed/],
     ['quote in a guest mount path', { mounts: [{ host: '/tmp', guest: "/mnt/x'; reboot; '" }] }, /quotes/],

@@ -9,6 +9,7 @@ import type {
   ExitListener,
   HypervisorAdapter,
   LaunchOptions,
+  SuspendOptions,
   MountRule,
   VmHandle,
   VmRef,
@@ -184,6 +185,11 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     return `: svc fake guest: shares ${mounts.map(mountTag).join(' ')}`;
   }
 
+  /** The same for letting go of them before a save: a script that names them and does nothing. */
+  releaseMounts(mounts: Mount[]): string {
+    return `: svc fake guest: release ${mounts.map(mountTag).join(' ')}`;
+  }
+
   async provision(spec: VmSpec): Promise<void> {
     this.maybeFail('provision');
     if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
@@ -295,14 +301,14 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     vm.state = 'running';
   }
 
-  async suspend(ref: VmRef): Promise<{ snapshot: boolean }> {
+  async suspend(ref: VmRef, options: SuspendOptions = {}): Promise<{ snapshot: boolean }> {
     this.maybeFail('suspend');
     const vm = this.vms.get(ref.name);
     if (!vm || (vm.state !== 'running' && vm.state !== 'paused'))
       throw new InvalidStateError(`vm ${ref.name} is not running`);
     await this.halt(vm);
-    // As QEMU's: a guest sharing host folders is not saved.
-    vm.snapshot = !vm.spec.mounts.length;
+    // As QEMU's: a guest sharing host folders is saved only once it let go of them.
+    vm.snapshot = !vm.spec.mounts.length || !!options.sharesReleased;
     return { snapshot: vm.snapshot };
   }
 

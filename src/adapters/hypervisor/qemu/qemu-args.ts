@@ -132,10 +132,26 @@ function loadsGuest(l: Pick<QemuLaunch, 'incomingFd' | 'loadSnapshot'>): boolean
 export function sharesToAdd(mounts: Mount[]): Record<string, string>[] {
   return mounts.map((m, i) => ({
     driver: 'virtio-9p-pci',
-    id: `share${i}`,
+    id: shareId(i),
     fsdev: `fs${i}`,
     mount_tag: mountTag(m, i),
+    addr: shareSlot(i),
   }));
+}
+
+/**
+ * The PCI slot of a VM's `i`th share, from 0x10 up (at most 16 shares: create-request.ts): apart
+ * from the slots QEMU gives the other devices in order, so a guest booted with shares has those
+ * where a guest booted without them has them, and a saved state of either loads into the other
+ * with its shares unplugged (QEMU checks each device's slot).
+ */
+function shareSlot(i: number): string {
+  return `0x${(0x10 + i).toString(16)}`;
+}
+
+/** The QEMU id of a VM's `i`th share device, whether it booted with it or was given it. */
+export function shareId(i: number): string {
+  return `share${i}`;
 }
 
 function netdev(nic: GuestNic): string {
@@ -224,20 +240,17 @@ export function qemuArgs(l: QemuLaunch): string[] {
         `vhost-user-fs-pci,chardev=vfs${i},tag=${m.tag}`,
       ),
     );
-  } else if (loadsGuest(l)) {
-    // A saved state has no share in it (a guest with 9p mounted cannot be saved): the devices are
-    // added once the guest runs (sharesToAdd), over their backends named here.
-    mounts.forEach((m, i) =>
-      args.push('-fsdev', `local,path=${m.host},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`),
-    );
   } else {
-    // Paths and tags were validated: no commas reach this option string.
-    mounts.forEach((m, i) =>
-      args.push(
-        '-virtfs',
-        `local,path=${m.host},mount_tag=${m.tag},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`,
-      ),
-    );
+    // Paths and tags were validated: no commas reach these option strings. A saved state has no
+    // share in it (a guest's shares are let go before it is saved): a loaded guest's devices are
+    // added once it runs (sharesToAdd) over the backends named here; a booted one has them now,
+    // with the ids a suspend unplugs them by.
+    const loaded = loadsGuest(l);
+    mounts.forEach((m, i) => {
+      args.push('-fsdev', `local,path=${m.host},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`);
+      if (!loaded)
+        args.push('-device', `virtio-9p-pci,id=${shareId(i)},fsdev=fs${i},mount_tag=${m.tag},addr=${shareSlot(i)}`);
+    });
   }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
   if (l.loadSnapshot) args.push('-loadvm', l.loadSnapshot);

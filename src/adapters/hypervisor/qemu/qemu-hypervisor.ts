@@ -11,6 +11,7 @@ import type {
   ExitListener,
   HypervisorAdapter,
   LaunchOptions,
+  SuspendOptions,
   MountRule,
   VmHandle,
   VmRef,
@@ -23,7 +24,8 @@ import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
-import { addedMountScript } from '../guest-mounts.js';
+import { addedMountScript, releaseMountScript } from '../guest-mounts.js';
+import { unplugShares } from './share-plug.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -189,6 +191,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.command.sharesAfterLoad ? addedMountScript(mounts) : undefined;
   }
 
+  releaseMounts(mounts: Mount[]): string | undefined {
+    return this.command.sharesAfterLoad ? releaseMountScript(mounts) : undefined;
+  }
+
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
     const real = await checkHostDirs(mounts, rule);
     if (mounts.length) checkDriver(this.o.mountDriver);
@@ -335,7 +341,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     await this.live.running(vm.name).qmp.execute('cont');
   }
 
-  async suspend(vm: VmRef): Promise<{ snapshot: boolean }> {
+  async suspend(vm: VmRef, options: SuspendOptions = {}): Promise<{ snapshot: boolean }> {
     const v = this.live.running(vm.name);
     await this.flattens.settle(vm.name);
     v.expected = true;
@@ -343,8 +349,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     const t0 = Date.now();
     try {
       // A guest with its shares mounted cannot be saved (QEMU's 9p and virtio-fs refuse), and one
-      // saved with their devices would not load where they are added after the load (qemu-args.ts).
-      if (v.spec?.mounts.length) throw new Error('a vm sharing host folders is not saved');
+      // saved with their devices would not load where they are added after the load (qemu-args.ts):
+      // a guest that let go of them has them unplugged first.
+      const shares = v.spec?.mounts ?? [];
+      if (shares.length && !(options.sharesReleased && this.command.sharesAfterLoad))
+        throw new Error('a vm sharing host folders it did not let go of is not saved');
+      if (shares.length) await unplugShares(v.qmp, shares.length);
       await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid), stopFirst: true });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;

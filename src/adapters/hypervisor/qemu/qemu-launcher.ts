@@ -8,8 +8,8 @@ import { virtualSize } from './disk-layers.js';
 import { restoreInputs, StartRetries } from './launch-plan.js';
 import type { LiveVms } from './live-vms.js';
 import type { NicLinks } from './nic-links.js';
-import { processTag, sharesToAdd } from './qemu-args.js';
-import type { QmpClient } from './qmp-client.js';
+import { processTag } from './qemu-args.js';
+import { plugShares } from './share-plug.js';
 import { layout } from './qemu-files.js';
 import { runInBackground, spawnQemu } from './qemu-spawn.js';
 import { qemuState, savedNic } from './qemu-state.js';
@@ -112,19 +112,6 @@ export class QemuLauncher {
     this.d.o.log.info({ vm: spec.name, from: disk.image['virtual-size'], to: want }, 'disk grown to the spec');
   }
 
-  /**
-   * A loaded guest's shares, added once it runs (a saved state holds none: qemu-args.ts
-   * `sharesToAdd`); the guest mounts them when the daemon tells it. Resolves with QEMU's refusal.
-   */
-  private async addShares(spec: VmSpec, qmp: QmpClient): Promise<Error | undefined> {
-    try {
-      for (const device of sharesToAdd(spec.mounts)) await qmp.execute('device_add', device);
-      return undefined;
-    } catch (err) {
-      return new Error(`cannot add the shares to the restored guest: ${(err as Error).message}`);
-    }
-  }
-
   async spawn(spec: VmSpec, options: LaunchOptions, accel: Accel): Promise<VmHandle> {
     const l = layout(spec.dir);
     const saved = options.restore ? await readSaved(spec.dir) : undefined;
@@ -176,10 +163,14 @@ export class QemuLauncher {
       if (loading) {
         // The loaded guest runs now that its network is there; a QEMU that dies at this point is
         // one that died restoring (the state is kept for the next try).
-        const failed = await qmp.execute('cont').then(
-          () => this.addShares(spec, qmp),
-          (err: Error) => err,
-        );
+        // Then its shares are plugged in (share-plug.ts): no saved state holds one.
+        const failed = await qmp
+          .execute('cont')
+          .then(() => plugShares(qmp, spec.mounts))
+          .then(
+            () => undefined,
+            (err: Error) => err,
+          );
         if (failed) {
           await this.d.kill(spec);
           await retries.next(spec.name, failed.message, this.d.o.log);

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import { qemuArgs, type QemuLaunch } from '../../../../../src/adapters/hypervisor/qemu/qemu-args.js';
-import { cloudInitMounts, mountScript } from '../../../../../src/adapters/hypervisor/guest-mounts.js';
+import { qemuArgs, sharesToAdd, type QemuLaunch } from '../../../../../src/adapters/hypervisor/qemu/qemu-args.js';
+import { addedMountScript, cloudInitMounts, mountScript } from '../../../../../src/adapters/hypervisor/guest-mounts.js';
 import { shellWord } from '../../../../../src/adapters/process-kit/shell-word.js';
 import { execFileSync } from 'node:child_process';
 import { metaData, overlayMac } from '../../../../../src/adapters/hypervisor/guest-seed.js';
@@ -140,9 +140,14 @@ describe('adapters/hypervisor/qemu-args', () => {
       { tag: 'src', host: '/home/u/src', readonly: false },
       { tag: 'ro', host: '/data', readonly: true },
     ];
-    expect(opt(qemuArgs({ ...base, mounts, mountDriver: '9p' }), '-virtfs')).to.deep.equal([
-      'local,path=/home/u/src,mount_tag=src,security_model=none,id=fs0',
-      'local,path=/data,mount_tag=ro,security_model=none,id=fs1,readonly=on',
+    const p9 = qemuArgs({ ...base, mounts, mountDriver: '9p' });
+    expect(opt(p9, '-fsdev')).to.deep.equal([
+      'local,path=/home/u/src,security_model=none,id=fs0',
+      'local,path=/data,security_model=none,id=fs1,readonly=on',
+    ]);
+    expect(opt(p9, '-device').filter((d) => d.startsWith('virtio-9p-pci'))).to.deep.equal([
+      'virtio-9p-pci,id=share0,fsdev=fs0,mount_tag=src,addr=0x10',
+      'virtio-9p-pci,id=share1,fsdev=fs1,mount_tag=ro,addr=0x11',
     ]);
     const v = qemuArgs({
       ...base,
@@ -152,6 +157,50 @@ describe('adapters/hypervisor/qemu-args', () => {
     expect(opt(v, '-object')).to.deep.equal(['memory-backend-memfd,id=mem,size=512M,share=on']);
     expect(opt(v, '-device')).to.include('vhost-user-fs-pci,chardev=vfs1,tag=ro');
     expect(opt(v, '-chardev')).to.include('socket,id=vfs0,path=/vm/vfs0.sock');
+  });
+
+  it("names a loaded guest's 9p shares as backends only, their devices added once it runs", () => {
+    const mounts = [
+      { tag: 'src', host: '/home/u/src', readonly: false },
+      { tag: 'ro', host: '/data', readonly: true },
+    ];
+    for (const load of [{ incomingFd: 3 }, { loadSnapshot: 'svc-suspend' }]) {
+      const a = qemuArgs({ ...base, mounts, mountDriver: '9p', ...load });
+      expect(opt(a, '-device').filter((d) => d.startsWith('virtio-9p-pci'))).to.deep.equal([]);
+      expect(opt(a, '-fsdev')).to.deep.equal([
+        'local,path=/home/u/src,security_model=none,id=fs0',
+        'local,path=/data,security_model=none,id=fs1,readonly=on',
+      ]);
+    }
+    // The devices, by the tags the guest knows them by (mount0 for one without a tag).
+    expect(
+      sharesToAdd([
+        { host: '/home/u/src', guest: '/src', tag: 'src' },
+        { host: '/data', guest: '/data', readonly: true },
+      ]),
+    ).to.deep.equal([
+      { driver: 'virtio-9p-pci', id: 'share0', fsdev: 'fs0', mount_tag: 'src', addr: '0x10' },
+      { driver: 'virtio-9p-pci', id: 'share1', fsdev: 'fs1', mount_tag: 'mount1', addr: '0x11' },
+    ]);
+  });
+
+  it('mounts shares added to a woken guest once each tag has its driver, as at boot', () => {
+    const m = [
+      { host: '/h', guest: "/mnt/a b'c", tag: 'data' },
+      { host: '/r', guest: '/mnt/r', readonly: true },
+    ];
+    const script = addedMountScript(m);
+    // Parsed by sh, never run here: this host is no guest.
+    execFileSync('sh', ['-n', '-c', script]);
+    const lines = script.split('\n');
+    const wait = lines.findIndex((l) => l.startsWith('for t in data mount1; do'));
+    expect(wait).to.be.greaterThan(0);
+    expect(lines[wait + 1]).to.match(
+      /until has "\$t"; .*\[ \$n -le 300 \] \|\| \{ echo "share \$t did not appear in the guest" >&2; exit 1; \}/,
+    );
+    const boot = mountScript(m, '9p').trim().split('\n').slice(3);
+    expect(lines.slice(wait + 3)).to.deep.equal(boot);
+    expect(lines[0]).to.equal('set -e');
   });
 
   it('adds the overlay NIC with a MAC derived from its address', () => {

@@ -1,0 +1,82 @@
+import { inject, injectable } from 'inversify';
+import { errorMessage, UnavailableError } from '../domain/errors.js';
+import type { VmRecord } from '../domain/vm.js';
+import { Clock } from '../ports/clock.js';
+import { GuestAgent } from '../ports/guest-agent.js';
+import { HostLinks } from '../ports/hypervisor.js';
+import { Logger } from '../ports/logger.js';
+import { agentEndpoint } from './readiness.js';
+
+/** How long a guest has to let go of its shares before it is saved (then it is saved without them: not at all). */
+const RELEASE_MS = 10_000;
+
+/**
+ * A guest's host folders across a saved state (docs/suspend-and-clones.md): no saved state holds
+ * a share, so a guest lets go of its shares before it is saved and is given them again as it
+ * wakes, where the driver can (HostLinks `mountsAfterRestore`, `releaseMounts`).
+ */
+@injectable()
+export class GuestShares {
+  constructor(
+    @inject(GuestAgent) private readonly agent: GuestAgent,
+    @inject(HostLinks) private readonly links: HostLinks,
+    @inject(Clock) private readonly clock: Clock,
+    @inject(Logger) private readonly log: Logger,
+  ) {}
+
+  /** Can a guest with `rec`'s shares wake from a saved state with them? */
+  restorable(rec: Pick<VmRecord, 'mounts'>): boolean {
+    return !rec.mounts.length || !!this.links.mountsAfterRestore?.(rec.mounts);
+  }
+
+  /**
+   * A guest that woke from a saved state was given its shares as it woke: it mounts them now, as a
+   * booted one did at boot. A share that did not come or did not mount throws, naming it.
+   */
+  async mount(rec: VmRecord, deadline: number): Promise<void> {
+    if (!rec.mounts.length) return;
+    const script = this.links.mountsAfterRestore?.(rec.mounts);
+    if (!script)
+      throw new UnavailableError(`vm ${rec.name} woke from a saved state, which cannot take host folders here`);
+    const t0 = this.clock.now();
+    const r = await this.agent.exec(agentEndpoint(rec), {
+      cmd: '/bin/sh',
+      args: ['-c', script],
+      timeoutMs: Math.max(1000, deadline - t0),
+    });
+    if (r.exit_code !== 0)
+      throw new UnavailableError(
+        `vm ${rec.name} could not mount its host folders: ${(r.stderr || r.error || `exit code ${r.exit_code}`).trim().slice(0, 500)}`,
+      );
+    this.log.info({ vm: rec.name, mounts: rec.mounts.length, mount_ms: this.clock.now() - t0 }, 'shares mounted');
+  }
+
+  /**
+   * Before a running guest is saved: it lets go of its shares. Resolves whether it did (none to let
+   * go of counts); a share in use, a guest that does not answer or a driver that cannot give them
+   * back after a restore resolve false, and the VM is then not saved (its restore boots).
+   */
+  async release(rec: VmRecord): Promise<boolean> {
+    if (!rec.mounts.length) return true;
+    const script = this.links.releaseMounts?.(rec.mounts);
+    if (!script) return false;
+    try {
+      const r = await this.agent.exec(agentEndpoint(rec), {
+        cmd: '/bin/sh',
+        args: ['-c', script],
+        timeoutMs: RELEASE_MS,
+      });
+      if (r.exit_code === 0) return true;
+      this.log.warn(
+        { vm: rec.name, err: (r.stderr || r.error || '').trim() },
+        'the guest kept its shares; it is not saved',
+      );
+    } catch (err) {
+      this.log.warn(
+        { vm: rec.name, err: errorMessage(err) },
+        'the guest did not let go of its shares; it is not saved',
+      );
+    }
+    return false;
+  }
+}
