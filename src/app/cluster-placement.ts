@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { placeVm, placementAsk, roomCheck, type NodeView, type VmShape } from '../domain/cluster.js';
-import { errorMessage, ResourceExhaustedError } from '../domain/errors.js';
+import { errorMessage, InvalidArgumentError, ResourceExhaustedError } from '../domain/errors.js';
 import { forkNames, parseForkRequest } from '../domain/fork-request.js';
 import { assertNewVmName, nextDefaultName } from '../domain/names.js';
 import { ClusterStore } from '../ports/cluster.js';
@@ -58,9 +58,14 @@ export class ClusterPlacement {
     const proxySecret = (b.egress as { proxy?: { secret?: unknown } } | undefined)?.proxy?.secret !== undefined;
     const secrets = (Array.isArray(b.egress_secrets) && b.egress_secrets.length > 0) || proxySecret;
     const folders = Array.isArray(b.mounts) && b.mounts.length > 0;
+    const templateNode = typeof b.from === 'string' ? (this.store.vm(b.from)?.node ?? this.cluster.self) : undefined;
+    if (templateNode && folders && templateNode !== this.cluster.self)
+      throw new InvalidArgumentError(
+        `a clone of ${String(b.from)} is made on node ${templateNode}, where its template is, and the host folders it asks for are this node's (${this.cluster.self}): ask node ${templateNode} for it, with folders of that node`,
+      );
     const pinned =
-      typeof b.from === 'string'
-        ? { node: this.store.vm(b.from)?.node ?? this.cluster.self }
+      templateNode !== undefined
+        ? { node: templateNode }
         : (b.from_pool === true || secrets || folders) && !ask.node
           ? { node: this.cluster.self }
           : undefined;

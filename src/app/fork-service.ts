@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { parseWaitMode } from '../domain/create-request.js';
-import { AlreadyExistsError, InvalidStateError, errorMessage } from '../domain/errors.js';
+import { AlreadyExistsError, InvalidStateError, NotSupportedError, errorMessage } from '../domain/errors.js';
 import type { CreateProgressEvent } from '../domain/events.js';
 import { forkNames, parseForkRequest, type ForkRequest } from '../domain/fork-request.js';
 import { assertVmName } from '../domain/names.js';
@@ -11,6 +11,7 @@ import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import { CreateService, type CreateJob } from './create-service.js';
+import { GuestShares } from './guest-shares.js';
 import { VmLifecycle } from './vm-lifecycle.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
@@ -46,6 +47,7 @@ export class ForkService {
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(GuestShares) private readonly shares: GuestShares,
   ) {}
 
   /**
@@ -65,7 +67,7 @@ export class ForkService {
     const { id, paused_ms } = await this.activity.timed('fork', name, () =>
       this.vms.withVm(name, async (src) => {
         this.check(src);
-        return this.disks.capture(this.keeper.ref(src), names.length);
+        return this.captureOf(src, names.length);
       }),
     );
     const queue = new AsyncQueue<CreateProgressEvent>();
@@ -82,6 +84,33 @@ export class ForkService {
     return { events: queue, done: done.then((vms) => ({ source: name, paused_ms, vms })) };
   }
 
+  /**
+   * The capture of `src`. A guest with host folders lets go of them first (they are out of the
+   * capture) and mounts them again after it, whether it was taken or not; one that cannot let go
+   * (a process works in one) is refused before anything is taken.
+   */
+  private async captureOf(src: VmRecord, forks: number): Promise<{ id: string; paused_ms: number }> {
+    if (!src.mounts.length) return this.disks.capture(this.keeper.ref(src), forks);
+    const released = await this.shares.release(src);
+    try {
+      if (!released)
+        throw new InvalidStateError(
+          `vm ${src.name} could not let go of its host folders for the capture (a process works in one: its folder or an open file); forks need them let go of for a moment`,
+        );
+      return await this.disks.capture(this.keeper.ref(src), forks, { sharesReleased: true });
+    } finally {
+      // What it let go of comes back (a share it kept stays mounted).
+      await this.shares
+        .mount(src, this.clock.now() + 30_000)
+        .catch((err: unknown) =>
+          this.log.error(
+            { vm: src.name, err: errorMessage(err) },
+            'the fork source did not mount its host folders again',
+          ),
+        );
+    }
+  }
+
   /** Only a guest that runs can be captured, and a fork with no agent could not be given its identity. */
   private check(src: VmRecord): void {
     if (src.status !== 'running' && src.status !== 'paused')
@@ -90,6 +119,15 @@ export class ForkService {
       );
     if (src.agent_missing)
       throw new InvalidStateError(`vm ${src.name} has no svc-agent; its forks could not be given their own identity`);
+    // Host folders are let go of for the capture and given to each fork as it wakes.
+    if (src.mounts.length && !this.shares.restorable(src))
+      throw new NotSupportedError(
+        `vm ${src.name} shares host folders, which this hypervisor attaches only when a guest boots: it cannot be forked`,
+      );
+    if (src.mounts.length && src.status === 'paused')
+      throw new InvalidStateError(
+        `vm ${src.name} is paused and shares host folders, which its guest lets go of for the capture: resume it first`,
+      );
   }
 
   /** The forks' names: those asked for (each free), else `<source>-fork-N` from the first free N. */
@@ -114,7 +152,8 @@ export class ForkService {
     let refused: unknown;
     try {
       for (const n of names) {
-        const body = { name: n, tags: req.tags, persistent: req.persistent };
+        // A fork shares its source's host folders, as the source's processes expect.
+        const body = { name: n, tags: req.tags, persistent: req.persistent, mounts: source.mounts };
         jobs.push(await this.creates.create(body, query, { fork: { source, capture } }));
       }
     } catch (err) {

@@ -154,7 +154,7 @@ export interface Hypervisor {
    * Saves a snapshot (best effort) and stops the process, freeing host RAM. Resolves with whether
    * a snapshot was written; a later `launch(spec, {restore: true})` loads it.
    */
-  suspend(vm: VmRef, options?: SuspendOptions): Promise<{ snapshot: boolean }>;
+  suspend(vm: VmRef, options?: SaveOptions): Promise<{ snapshot: boolean }>;
 
   /**
    * Finds a VM's process again after a daemon restart, from the handle the record kept. Returns
@@ -190,8 +190,8 @@ export interface Hypervisor {
   release(): Promise<void>;
 }
 
-/** What a suspend is told of the guest it saves. */
-export interface SuspendOptions {
+/** What a suspend or a capture is told of the guest it saves. */
+export interface SaveOptions {
   /** Its guest let go of its shares (HostLinks `releaseMounts` ran and succeeded). */
   sharesReleased?: boolean;
 }
@@ -219,8 +219,10 @@ export interface VmDisks {
    * writes are not seen by its forks. InvalidStateError when it does not run; NotSupportedError
    * where the driver cannot. Not idempotent: each call is a new capture. `forks`: how many forks
    * will stand on it (a driver may then share their memory, as QEMU's does with a RAM image).
+   * A VM with shares is captured only once its guest let go of them (`sharesReleased`): they are
+   * unplugged for the capture and plugged in again after it, for the guest to mount again.
    */
-  capture(vm: VmRef, forks?: number): Promise<{ id: string; paused_ms: number }>;
+  capture(vm: VmRef, forks?: number, options?: SaveOptions): Promise<{ id: string; paused_ms: number }>;
 
   /**
    * Forgets a capture once its forks have their own links to it (or failed): the files go from

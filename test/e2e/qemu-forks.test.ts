@@ -1,7 +1,7 @@
 import { expect } from 'chai';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
 import { sshHostKey } from '../helpers/ssh-host-key.js';
@@ -16,11 +16,18 @@ describe('svcd with QEMU: forks of a running vm', function () {
   // A fork that died (issue 42, rare) fails the test with its record and its console's fault lines.
   const sh = async (vm: string, script: string) => (await withConsoles(d, [vm], guestSh(d, vm, script))).stdout.trim();
 
+  const shared = tempDir('svc-fork-share-');
   const hostKeyOf = async (vm: string) => sshHostKey((await d.call('GET', `/vms/${vm}`)).json.ssh_port as number, vm);
 
   before(async () => {
     d = await startTestDaemon(
-      { hypervisor: 'qemu', images_dir: ensureImage(), image: 'minimal', sandbox_metrics_enabled: false },
+      {
+        hypervisor: 'qemu',
+        images_dir: ensureImage(),
+        image: 'minimal',
+        sandbox_metrics_enabled: false,
+        mount_dirs: [shared],
+      },
       { logger: new SilentLogger() },
     );
     const r = await d.call('POST', '/vms', { name: 'src', persistent: true });
@@ -30,7 +37,18 @@ describe('svcd with QEMU: forks of a running vm', function () {
     for (const i of (await d.call('GET', '/vms')).json as { name: string }[]) await d.call('DELETE', `/vms/${i.name}`);
     await d.stop();
     expect(
-      qemuProcesses(d.config.data_dir, ['src', 'src-fork-1', 'src-fork-2', 'solo', 'cnt-1', 'cnt-2', 'ten', 'deep-1']),
+      qemuProcesses(d.config.data_dir, [
+        'src',
+        'src-fork-1',
+        'src-fork-2',
+        'solo',
+        'cnt-1',
+        'cnt-2',
+        'ten',
+        'deep-1',
+        'shr',
+        'shr-f',
+      ]),
     ).to.deep.equal([]);
   });
 
@@ -129,6 +147,27 @@ describe('svcd with QEMU: forks of a running vm', function () {
     }
     for (const vm of ['cnt-1', 'cnt-2']) expect((await d.call('DELETE', `/vms/${vm}`)).status).to.equal(200);
     await c.removeProcess('src', p.id);
+  });
+
+  it('forks a vm sharing a host folder: the source lets go of it for the capture and has it back, the fork has it as it wakes', async () => {
+    const made = await d.call('POST', '/vms', { name: 'shr', mounts: [{ host: shared, guest: '/mnt/f' }] });
+    expect(made.status, made.text).to.equal(201);
+    writeFileSync(join(shared, 'host.txt'), 'from the host');
+    const pid = await sh('shr', 'sleep 100000 </dev/null >/dev/null 2>&1 & echo $!');
+    const r = await forkOk(d, 'shr', { names: ['shr-f'] });
+    expect(r.json.vms[0].mounts).to.deep.equal(made.json.mounts);
+    expect(await sh('shr-f', `kill -0 ${pid} && echo alive; cat /mnt/f/host.txt`)).to.equal('alive\nfrom the host');
+    await sh('shr-f', 'echo from the fork > /mnt/f/fork.txt; sync');
+    expect(readFileSync(join(shared, 'fork.txt'), 'utf8')).to.equal('from the fork\n');
+    // The source has its folder back, and its process.
+    expect(await sh('shr', `kill -0 ${pid} && echo alive; cat /mnt/f/fork.txt`)).to.equal('alive\nfrom the fork');
+    // A process working in the folder keeps the source from letting go: no capture, the folder stays.
+    await sh('shr', 'cd /mnt/f && sleep 100000 </dev/null >/dev/null 2>&1 &');
+    const busy = await d.call('POST', '/vms/shr/fork', {});
+    expect(busy.status, busy.text).to.equal(400);
+    expect(busy.json.error).to.match(/could not let go of its host folders/);
+    expect(await sh('shr', 'cat /mnt/f/host.txt')).to.equal('from the host');
+    for (const n of ['shr-f', 'shr']) await d.call('DELETE', `/vms/${n}`);
   });
 
   it('forks ten at once, each its own machine', async () => {

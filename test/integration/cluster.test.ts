@@ -260,6 +260,17 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(shared.status, shared.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/with-share')).json).to.include({ node: node.name });
     expect((await api(nodes[2], 'DELETE', '/vms/with-share')).status).to.equal(200);
+    // A clone is made where its template is: the folders of the node called are not there.
+    const other = nodes[1 - called].name;
+    const far = await api(node, 'POST', '/vms', { name: 'far-tpl', memory_mb: 256, persistent: true, node: other });
+    expect(far.status, far.text).to.equal(201);
+    expect((await api(nodes[2], 'POST', '/vms/far-tpl/shutdown')).status).to.equal(200);
+    const cloned = await api(node, 'POST', '/vms', { from: 'far-tpl', mounts: [{ host: share, guest: '/mnt/share' }] });
+    expect(cloned.status, cloned.text).to.equal(400);
+    expect(cloned.json.error).to.equal(
+      `a clone of far-tpl is made on node ${other}, where its template is, and the host folders it asks for are this node's (${node.name}): ask node ${other} for it, with folders of that node`,
+    );
+    expect((await api(nodes[2], 'DELETE', '/vms/far-tpl')).status).to.equal(200);
     const plain = await api(node, 'POST', '/vms', { name: 'without-secrets', memory_mb: 256 });
     expect(plain.status, plain.text).to.equal(201);
     expect((await api(nodes[2], 'GET', '/vms/without-secrets')).json.node, 'the rule alone').to.not.equal(node.name);

@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { ndjson } from '../helpers/http.js';
 
 describe('forks of a running vm (fake hypervisor)', function () {
@@ -39,6 +40,55 @@ describe('forks of a running vm (fake hypervisor)', function () {
     expect(s.at(-1)).to.include({ phase: 'ready', name: 'src-fork-3' });
     expect(s.find((e) => e.phase === 'boot')!.message).to.match(/restoring from the snapshot of the capture of vm src/);
     for (const n of ['src-fork-1', 'src-fork-2', 'src-fork-3']) await d.call('DELETE', `/vms/${n}`);
+  });
+
+  it('forks a vm with host folders: its guest lets go of them for the capture and mounts them again, each fork given them as it wakes', async () => {
+    const folder = tempDir('svc-fork-share-');
+    Object.assign(d.config, { mount_dirs: [folder] });
+    const made = await d.call('POST', '/vms', {
+      name: 'shared',
+      mounts: [{ host: folder, guest: '/mnt/f', tag: 'f' }],
+    });
+    expect(made.status, made.text).to.equal(201);
+    const mounts = made.json.mounts;
+    const agent: GuestAgent = d.daemon.container.get<GuestAgent>(GuestAgent);
+    const exec = agent.exec;
+    const ran: [number, string][] = [];
+    let keep = false;
+    agent.exec = async (ep, req) => {
+      const script = req.args[1];
+      ran.push([ep.port, script]);
+      const busy = keep && script === hv.releaseMounts(mounts);
+      return { stdout: '', stderr: busy ? 'f at /mnt/f is in use\n' : '', exit_code: busy ? 1 : 0 };
+    };
+    try {
+      const r = await d.call('POST', '/vms/shared/fork', { names: ['shared-f'] });
+      expect(r.status, r.text).to.equal(201);
+      expect(r.json.vms[0].mounts).to.deep.equal(mounts);
+      const port = made.json.agent_port;
+      expect(ran).to.deep.equal([
+        [port, hv.releaseMounts(mounts)],
+        [port, hv.mountsAfterRestore(mounts)],
+        [r.json.vms[0].agent_port, hv.mountsAfterRestore(mounts)],
+      ]);
+      // A guest that keeps a folder in use is not captured, and mounts what it let go of.
+      keep = true;
+      ran.length = 0;
+      const busy = await d.call('POST', '/vms/shared/fork', { names: ['shared-g'] });
+      expect(busy.status, busy.text).to.equal(400);
+      expect(busy.json.error).to.match(/^vm shared could not let go of its host folders for the capture/);
+      expect(ran.map(([, s]) => s)).to.deep.equal([hv.releaseMounts(mounts), hv.mountsAfterRestore(mounts)]);
+      expect(hv.heldCaptures('shared')).to.deep.equal([]);
+      expect((await d.call('GET', '/vms/shared-g')).status).to.equal(404);
+      // A paused one cannot be asked.
+      await d.call('POST', '/vms/shared/pause');
+      const paused = await d.call('POST', '/vms/shared/fork', {});
+      expect(paused.status).to.equal(400);
+      expect(paused.json.error).to.match(/is paused and shares host folders.*resume it first/);
+    } finally {
+      agent.exec = exec;
+      for (const n of ['shared-f', 'shared']) await d.call('DELETE', `/vms/${n}`);
+    }
   });
 
   it('forks a paused vm, which stays paused', async () => {

@@ -88,7 +88,12 @@ export const VM_SCHEMAS: Record<string, Schema> = {
       tags: { type: 'object', additionalProperties: { type: 'string' } },
       userdata: { type: 'string' },
       forwards: { type: 'array', items: ref('PortForward') },
-      mounts: { type: 'array', items: ref('Mount') },
+      mounts: {
+        type: 'array',
+        maxItems: 16,
+        items: ref('Mount'),
+        description: 'host folders to share; a clone or a restored copy is given them as it wakes (9p)',
+      },
       metrics_enabled: { type: 'boolean' },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },

@@ -20,10 +20,10 @@ export function mountScript(mounts: Mount[], driver: MountDriver): string {
   return lines.join('\n') + '\n';
 }
 
-/** Each share's folder made and mounted. */
-function mountLines(mounts: Mount[], driver: MountDriver): string[] {
-  return mounts.flatMap((m, i) => {
-    const tag = mountTag(m, i);
+/** Each share's folder made and mounted (`first`: the index of the first of `mounts`). */
+function mountLines(mounts: Mount[], driver: MountDriver, first = 0): string[] {
+  return mounts.flatMap((m, j) => {
+    const tag = mountTag(m, first + j);
     const ro = m.readonly ? ',ro' : '';
     const guest = shellWord(m.guest);
     return [
@@ -53,7 +53,11 @@ export function addedMountScript(mounts: Mount[]): string {
     `for t in ${tags.join(' ')}; do`,
     `  n=0; until has "$t"; do n=$((n+1)); [ $n -le ${ADDED_SHARE_WAIT} ] || { echo "share $t did not appear in the guest" >&2; exit 1; }; sleep 0.1; done`,
     'done',
-    ...mountLines(mounts, '9p'),
+    // One still mounted (a guest that let go of only some of them, then was not saved) is kept.
+    ...mounts.flatMap((m, i) => {
+      const [mkdir, mount] = mountLines([m], '9p', i);
+      return [`if ! grep -q '^${mountTag(m, i)} ' /proc/mounts; then`, `  ${mkdir}`, `  ${mount}`, 'fi'];
+    }),
   ].join('\n');
 }
 

@@ -9,7 +9,7 @@ import type {
   ExitListener,
   HypervisorAdapter,
   LaunchOptions,
-  SuspendOptions,
+  SaveOptions,
   MountRule,
   VmHandle,
   VmRef,
@@ -301,7 +301,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     vm.state = 'running';
   }
 
-  async suspend(ref: VmRef, options: SuspendOptions = {}): Promise<{ snapshot: boolean }> {
+  async suspend(ref: VmRef, options: SaveOptions = {}): Promise<{ snapshot: boolean }> {
     this.maybeFail('suspend');
     const vm = this.vms.get(ref.name);
     if (!vm || (vm.state !== 'running' && vm.state !== 'paused'))

@@ -4,14 +4,20 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
-import { AlreadyExistsError, InternalError, InvalidStateError, asDomainError } from '../../../domain/errors.js';
+import {
+  AlreadyExistsError,
+  InternalError,
+  InvalidStateError,
+  NotSupportedError,
+  asDomainError,
+} from '../../../domain/errors.js';
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type {
   ExitListener,
   HypervisorAdapter,
   LaunchOptions,
-  SuspendOptions,
+  SaveOptions,
   MountRule,
   VmHandle,
   VmRef,
@@ -25,7 +31,7 @@ import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { checkDriver } from './mounts.js';
 import { addedMountScript, releaseMountScript } from '../guest-mounts.js';
-import { unplugShares } from './share-plug.js';
+import { replugShares, unplugShares } from './share-plug.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -209,11 +215,21 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.disks.clone(template, spec, capture);
   }
 
-  async capture(vm: VmRef, forks = 1): Promise<{ id: string; paused_ms: number }> {
+  async capture(vm: VmRef, forks = 1, options: SaveOptions = {}): Promise<{ id: string; paused_ms: number }> {
     const v = this.live.running(vm.name);
+    const shares = v.spec?.mounts ?? [];
+    if (shares.length && !(options.sharesReleased && this.command.sharesAfterLoad))
+      throw new NotSupportedError(`vm ${vm.name} shares host folders it did not let go of; it cannot be captured`);
     try {
       await this.flattens.settle(vm.name);
-      const got = await captureVm(v.qmp, vm.dir, v.pid);
+      let got;
+      try {
+        // Its shares are out of the capture (qemu-args.ts), and back in once it is taken.
+        if (shares.length) await unplugShares(v.qmp, shares.length);
+        got = await captureVm(v.qmp, vm.dir, v.pid);
+      } finally {
+        if (shares.length) await replugShares(v.qmp, shares);
+      }
       this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms, live: got.live }, 'capture timing');
       this.disks.expectForks(vm, got.id, forks);
       this.captures.set(vm.name, (this.captures.get(vm.name) ?? 0) + 1);
@@ -341,7 +357,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     await this.live.running(vm.name).qmp.execute('cont');
   }
 
-  async suspend(vm: VmRef, options: SuspendOptions = {}): Promise<{ snapshot: boolean }> {
+  async suspend(vm: VmRef, options: SaveOptions = {}): Promise<{ snapshot: boolean }> {
     const v = this.live.running(vm.name);
     await this.flattens.settle(vm.name);
     v.expected = true;

@@ -14,6 +14,14 @@ export async function plugShares(qmp: QmpClient, mounts: Mount[]): Promise<void>
 }
 
 /**
+ * Plugs back in a running guest's shares that a capture unplugged, as many as were (one that
+ * was not is refused by QEMU as a duplicate id, and left as it is).
+ */
+export async function replugShares(qmp: QmpClient, mounts: Mount[]): Promise<void> {
+  for (const device of sharesToAdd(mounts)) await qmp.execute('device_add', device).catch(() => undefined);
+}
+
+/**
  * Unplugs a VM's `count` shares before it is saved, its guest having let go of them: each
  * `device_del`, then every `DEVICE_DELETED`, which comes once the guest has ejected it. Throws when
  * the guest does not within `timeoutMs` (the save is then given up).
