@@ -85,6 +85,10 @@ export class CreateService {
     });
     // A template's saved state is restored into the clone, which is given the shares as it wakes.
     const restores = template?.status === 'suspended' || capture !== undefined;
+    if (restores && req.mounts.length && template?.agent_missing)
+      throw new InvalidArgumentError(
+        `mounts on a clone of ${template.name}, which is restored: it has no svc-agent to mount them as it wakes; clone it stopped, or deploy the agent into it first`,
+      );
     if (restores && !this.shares.restorable(req))
       throw new NotSupportedError(
         `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,

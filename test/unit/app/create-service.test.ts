@@ -168,6 +168,16 @@ describe('app/CreateService', () => {
       expect(ran).to.deep.equal([]);
     });
 
+    it('is refused before anything is made for a template without an agent to mount them', async () => {
+      const { w, ran } = await withTemplate();
+      w.vms.get('tpl').agent_missing = true;
+      const err = await w.creates.create({ name: 'c', from: 'tpl', mounts }, {}).catch((e: Error) => e);
+      expect(err).to.be.instanceOf(InvalidArgumentError);
+      expect((err as Error).message).to.match(/^mounts on a clone of tpl, which is restored: it has no svc-agent/);
+      expect(w.vms.list().map((i) => i.name)).to.deep.equal(['tpl']);
+      expect(ran).to.deep.equal([]);
+    });
+
     it('from_pool: a running member cannot take shares, so the template is cloned', async () => {
       const { w, ran } = await withTemplate({ warm_pool: { template: 'tpl', size: 1, refill_delay: '0s' } });
       w.pool.refill();
