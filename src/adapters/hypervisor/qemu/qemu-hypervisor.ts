@@ -11,8 +11,6 @@ import {
   NotSupportedError,
   asDomainError,
 } from '../../../domain/errors.js';
-import type { Failpoints } from '../../../ports/failpoints.js';
-import type { Logger } from '../../../ports/logger.js';
 import type {
   ExitListener,
   HypervisorAdapter,
@@ -25,7 +23,6 @@ import type {
 } from '../../../ports/hypervisor.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
-import type { ImageCatalog } from '../../images/image-catalog.js';
 import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { checkHostDirs } from '../host-dirs.js';
@@ -51,42 +48,9 @@ import { QemuLauncher } from './qemu-launcher.js';
 import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 import type { CloneSpeedUps, GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
 
-export interface QemuOptions {
-  qemuBinary: string;
-  accel: 'auto' | 'kvm' | 'tcg';
-  images: ImageCatalog;
-  log: Logger;
-  /** Use a vhost-vsock device when the host has /dev/vhost-vsock (agent_transport auto|vsock). */
-  vsock: boolean;
-  mountDriver: '9p' | 'virtiofs';
-  /** The overlay segment's multicast group:port (network: overlay); absent in user mode. */
-  overlayMcast?: string;
-  /** Each VM's serial, QEMU and virtiofsd log is kept under this (plus one older copy). */
-  logMaxBytes?: number;
-  /** When the daemon is root, QEMU drops to this user after opening its files (empty: it stays root). */
-  qemuUser?: string;
-  /** Steps inside the adapter where a test may make the daemon die (`suspend.image`). */
-  failpoints?: Failpoints;
-  /** Start a QEMU ahead for the next clone of a template once it was cloned (spare-qemus.ts); default true. */
-  spares?: boolean;
-  /** That QEMU restores its guest and runs it through the warm-up calls before it waits; default true. */
-  sparesWarm?: boolean;
-  /** Saved states become RAM images (ram-image.ts); false keeps migration streams (the benchmarks' other half). Default true. */
-  ramImages?: boolean;
-  /**
-   * Make RAM images in a folder of this daemon's under `root` (a memory filesystem: /dev/shm) and
-   * copy them beside the VM after (ram-staging.ts; `qemu.ram_image_staging`); `tag` names this
-   * data dir's folders. None: made in place.
-   */
-  ramStaging?: { root: string; tag: string };
-  /** A disk chain past this many layers is put back on one (disk-layers.ts, live-flatten.ts); default MAX_LAYERS. */
-  maxDiskLayers?: number;
-  /**
-   * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
-   * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
-   */
-  network?: NetdGuestNetwork;
-}
+import type { QemuOptions } from './qemu-options.js';
+
+export type { QemuOptions };
 
 const run = promisify(execFile);
 const LOGS = ['serial.log', 'qemu.log', 'virtiofsd.log'];
@@ -201,6 +165,16 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.command.sharesAfterLoad ? releaseMountScript(mounts) : undefined;
   }
 
+  /**
+   * The shares a save of a guest unplugs first: those it let go of (`sharesReleased`), where they
+   * can be given back after (9p). `refusal` makes the error for one that cannot be saved.
+   */
+  private sharesToSave(vm: VmRef, mounts: Mount[] = [], options: SaveOptions, refusal: (m: string) => Error): Mount[] {
+    if (mounts.length && !(options.sharesReleased && this.command.sharesAfterLoad))
+      throw refusal(`vm ${vm.name} shares host folders it did not let go of`);
+    return mounts;
+  }
+
   async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
     const real = await checkHostDirs(mounts, rule);
     if (mounts.length) checkDriver(this.o.mountDriver);
@@ -217,9 +191,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   async capture(vm: VmRef, forks = 1, options: SaveOptions = {}): Promise<{ id: string; paused_ms: number }> {
     const v = this.live.running(vm.name);
-    const shares = v.spec?.mounts ?? [];
-    if (shares.length && !(options.sharesReleased && this.command.sharesAfterLoad))
-      throw new NotSupportedError(`vm ${vm.name} shares host folders it did not let go of; it cannot be captured`);
+    const shares = this.sharesToSave(
+      vm,
+      v.spec?.mounts,
+      options,
+      (m) => new NotSupportedError(`${m}; it cannot be captured`),
+    );
     try {
       await this.flattens.settle(vm.name);
       let got;
@@ -367,9 +344,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       // A guest with its shares mounted cannot be saved (QEMU's 9p and virtio-fs refuse), and one
       // saved with their devices would not load where they are added after the load (qemu-args.ts):
       // a guest that let go of them has them unplugged first.
-      const shares = v.spec?.mounts ?? [];
-      if (shares.length && !(options.sharesReleased && this.command.sharesAfterLoad))
-        throw new Error('a vm sharing host folders it did not let go of is not saved');
+      const shares = this.sharesToSave(vm, v.spec?.mounts, options, (m) => new Error(`${m}; it is not saved`));
       if (shares.length) await unplugShares(v.qmp, shares.length);
       await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid), stopFirst: true });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
