@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -10,7 +10,7 @@ import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
 
 describe('svc CLI as a subprocess against a real daemon', function () {
@@ -21,7 +21,12 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     runSvc({ ...env, ...extraEnv }, args, input);
 
   before(async () => {
-    d = await startTestDaemon({ fake_agent: true, import_dirs: [tmpdir()] });
+    const dir = tempDir();
+    d = await startTestDaemon(
+      { fake_agent: true, import_dirs: [tmpdir()], mount_dirs: [join(dir, 'shares')] },
+      {},
+      dir,
+    );
     env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
   });
   after(async () => d.stop());
@@ -269,6 +274,18 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const c = JSON.parse((await svc(['clone', 'tpl', 'cl1', '--json'])).stdout);
     expect(c).to.include({ name: 'cl1', from: 'tpl', status: 'running' });
     expect(JSON.parse((await svc(['new', 'cl2', '--from', 'tpl', '--json'])).stdout).from).to.equal('tpl');
+    // A clone takes host folders of its own (the fake guest's mount script does nothing here).
+    const shared = join(d.dir, 'shares', 'one');
+    mkdirSync(shared, { recursive: true });
+    const m = await svc(['clone', 'tpl', 'cl3', '-m', `${shared}:/mnt/s:ro`, '--json']);
+    expect(m.code, m.stderr).to.equal(0);
+    expect(JSON.parse(m.stdout).mounts).to.deep.equal([
+      { host: realpathSync(shared), guest: '/mnt/s', readonly: true },
+    ]);
+    expect((await svc(['clone', 'tpl', 'cl4', '-m', 'nocolon'])).stderr).to.match(
+      /--mount nocolon: use host:guest\[:ro\]/,
+    );
+    expect((await svc(['rm', 'cl3'])).code).to.equal(0);
     expect((await svc(['pool'])).stdout).to.equal('no warm pool configured\n');
     for (const n of ['cl1', 'cl2', 'tpl']) expect((await svc(['rm', n])).code).to.equal(0);
   });

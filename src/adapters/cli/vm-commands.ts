@@ -65,13 +65,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       if (egress) req.egress = egress as CreateInput['egress'];
       const bindings = secretsFromFlags(o);
       if (bindings.length) req.egress_secrets = bindings;
-      if (o.mount.length) {
-        req.mounts = (o.mount as string[]).map((m) => {
-          const [host, guest, flag] = m.split(':');
-          if (!host || !guest || (flag && flag !== 'ro')) throw new Error(`--mount ${m}: use host:guest[:ro]`);
-          return { host: resolve(host), guest, ...(flag ? { readonly: true } : {}) };
-        });
-      }
+      if (o.mount.length) req.mounts = mountsFromFlags(o.mount);
       if (o.userdata) req.userdata = readFileSync(o.userdata, 'utf8');
       if (o.tag.length) req.tags = keyValues(o.tag, '--tag');
       if (o.publish.length) {
@@ -103,6 +97,12 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .argument('[name]')
     .option('-p, --persistent')
     .option('--json')
+    .option(
+      '-m, --mount <host:guest[:ro]>',
+      'share a host directory (repeatable; 9p: added as the clone wakes)',
+      collect,
+      [],
+    )
     .description('clone a stopped or suspended persistent VM')
     .addHelpText(
       'after',
@@ -110,7 +110,11 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
         "since a running process cannot be renamed. svc get NAME names the clone's process (pid).",
     )
     .action(async (template: string, name: string | undefined, o) => {
-      const inst = await client().clone(template, { ...(name ? { name } : {}), persistent: !!o.persistent });
+      const inst = await client().clone(template, {
+        ...(name ? { name } : {}),
+        persistent: !!o.persistent,
+        ...(o.mount.length ? { mounts: mountsFromFlags(o.mount) } : {}),
+      });
       print(o.json, inst, () => vmRows([inst]));
       warn(inst);
     });
@@ -305,4 +309,13 @@ function vmDetails(i: Instance): string {
 /** What the daemon says of a call that worked but not as asked (a restore or clone that cold-booted): on stderr, whatever the output's form. */
 function warn(out: object): void {
   if ('warning' in out && typeof out.warning === 'string') console.error(`warning: ${out.warning}`);
+}
+
+/** `--mount host:guest[:ro]` flags as mounts, the host path made absolute. */
+function mountsFromFlags(flags: string[]): NonNullable<CreateInput['mounts']> {
+  return flags.map((m) => {
+    const [host, guest, flag] = m.split(':');
+    if (!host || !guest || (flag && flag !== 'ro')) throw new Error(`--mount ${m}: use host:guest[:ro]`);
+    return { host: resolve(host), guest, ...(flag ? { readonly: true } : {}) };
+  });
 }
