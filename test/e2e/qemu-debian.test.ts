@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
@@ -13,6 +14,7 @@ import { Sandbox, Template } from 'e2b';
 describe('svcd with QEMU: the debian image', function () {
   this.timeout(600_000);
   let d: TestDaemon;
+  let shared = '';
   const sh = (vm: string, script: string, query = '') => guestSh(d, vm, script, { shell: '/bin/bash', query });
   /** An HTTPS upstream on the host's loopback with a CA of its own, for the egress secrets test: it answers what it got, as a word. */
   const upstreamDir = tempDir();
@@ -29,6 +31,7 @@ describe('svcd with QEMU: the debian image', function () {
     upstream.on('connection', (s: Socket) => upstreamSockets.push(s));
     await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', () => r()));
     upstreamPort = (upstream.address() as AddressInfo).port;
+    shared = tempDir('svc-deb-share-');
     d = await startTestDaemon({
       egress_upstream_ca: join(upstreamDir, 'ca.crt'),
       hypervisor: 'qemu',
@@ -39,6 +42,7 @@ describe('svcd with QEMU: the debian image', function () {
       // The first create boots and the shape's snapshot is captured behind the tests that follow;
       // later creates restore it (docs/snapshot-creates.md).
       create_from_snapshot: true,
+      mount_dirs: [shared],
     });
   });
   after(async () => {
@@ -179,17 +183,20 @@ describe('svcd with QEMU: the debian image', function () {
     expect((await d.call('GET', '/vms/tiny')).status).to.equal(404);
   });
 
-  it('suspends and restores, and a clone of the suspended vm gets its own name and machine id', async () => {
+  it('suspends and restores, and a clone of the suspended vm gets its own name, machine id and a host folder', async () => {
     await sh('deb', 'echo kept > /root/kept');
     const id0 = (await sh('deb', 'cat /etc/machine-id')).stdout.trim();
     expect((await d.call('POST', '/vms/deb/suspend')).status).to.equal(200);
-    const c = await d.call('POST', '/vms/deb/clone', { name: 'deb2' });
+    writeFileSync(join(shared, 'host.txt'), 'from the host\n');
+    // The folder is plugged into the clone as it wakes, and mounted by its agent (docs/api.md "Mounts").
+    const c = await d.call('POST', '/vms/deb/clone', { name: 'deb2', mounts: [{ host: shared, guest: '/mnt/host' }] });
     expect(c.status, c.text).to.equal(201);
-    const clone = await sh('deb2', 'hostname; cat /etc/machine-id; cat /root/kept');
-    const [host, mid, kept] = clone.stdout.trim().split('\n');
+    const clone = await sh('deb2', 'hostname; cat /etc/machine-id; cat /root/kept; cat /mnt/host/host.txt');
+    const [host, mid, kept, fromHost] = clone.stdout.trim().split('\n');
     expect(host).to.equal('deb2');
     expect(mid).not.to.equal(id0);
     expect(kept).to.equal('kept');
+    expect(fromHost).to.equal('from the host');
     expect((await d.call('POST', '/vms/deb/restore')).status).to.equal(200);
     expect((await sh('deb', 'hostname; cat /root/kept')).stdout.trim().split('\n')).to.deep.equal(['deb', 'kept']);
   });
