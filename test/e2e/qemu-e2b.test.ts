@@ -214,7 +214,7 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     expect((await call(d.tcp, 'DELETE', '/e2b/templates/e2e-dockerfile')).status).to.equal(204);
   });
 
-  it('mounts a volume in a sandbox (9p): what the guest writes there the Volume API reads, and the other way', async () => {
+  it('mounts a volume in a sandbox (9p): what the guest writes there the Volume API reads, and the other way; a pause keeps its process', async () => {
     const o = opts();
     const v = await Volume.create('e2e-vol', o);
     await v.writeFile('/from-host.txt', 'host\n', o);
@@ -234,6 +234,12 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
       const link = await v.readFile('/link', o).catch((e: unknown) => e);
       expect((link as Error).message).to.match(/is a link/);
       expect((await s.getInfo()).volumeMounts).to.deep.equal([{ name: 'e2e-vol', path: '/mnt/vol' }]);
+      // Paused, it lets go of the volume and is saved; connected again, its process runs on and the volume is back.
+      const bg = await s.commands.run('sleep 100000', { background: true });
+      await s.pause();
+      const back = await Sandbox.connect(s.sandboxId, o);
+      expect((await back.commands.list()).map((p) => p.pid)).to.include(bg.pid);
+      expect((await back.commands.run('cat /mnt/vol/from-host.txt')).stdout).to.equal('host\n');
     } finally {
       await s.kill();
     }
