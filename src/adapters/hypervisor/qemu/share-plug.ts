@@ -49,6 +49,8 @@ export async function unplugShares(qmp: QmpClient, count: number, timeoutMs = UN
     qmp.on('event', on);
     qmp.on('close', closed);
   });
+  // Its end may come (a timeout, QEMU gone) while a device_del is still on its way.
+  gone.catch(() => undefined);
   try {
     for (const id of [...ids]) await qmp.execute('device_del', { id });
   } catch (err) {
