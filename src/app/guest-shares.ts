@@ -39,15 +39,8 @@ export class GuestShares {
     if (!script)
       throw new UnavailableError(`vm ${rec.name} woke from a saved state, which cannot take host folders here`);
     const t0 = this.clock.now();
-    const r = await this.agent.exec(agentEndpoint(rec), {
-      cmd: '/bin/sh',
-      args: ['-c', script],
-      timeoutMs: Math.max(1000, deadline - t0),
-    });
-    if (r.exit_code !== 0)
-      throw new UnavailableError(
-        `vm ${rec.name} could not mount its host folders: ${(r.stderr || r.error || `exit code ${r.exit_code}`).trim().slice(0, 500)}`,
-      );
+    const failed = await this.run(rec, script, Math.max(1000, deadline - t0));
+    if (failed) throw new UnavailableError(`vm ${rec.name} could not mount its host folders: ${failed.slice(0, 500)}`);
     this.log.info({ vm: rec.name, mounts: rec.mounts.length, mount_ms: this.clock.now() - t0 }, 'shares mounted');
   }
 
@@ -61,16 +54,9 @@ export class GuestShares {
     const script = this.links.releaseMounts?.(rec.mounts);
     if (!script) return false;
     try {
-      const r = await this.agent.exec(agentEndpoint(rec), {
-        cmd: '/bin/sh',
-        args: ['-c', script],
-        timeoutMs: RELEASE_MS,
-      });
-      if (r.exit_code === 0) return true;
-      this.log.warn(
-        { vm: rec.name, err: (r.stderr || r.error || '').trim() },
-        'the guest kept its shares; it is not saved',
-      );
+      const failed = await this.run(rec, script, RELEASE_MS);
+      if (!failed) return true;
+      this.log.warn({ vm: rec.name, err: failed }, 'the guest kept its shares; it is not saved');
     } catch (err) {
       this.log.warn(
         { vm: rec.name, err: errorMessage(err) },
@@ -78,5 +64,11 @@ export class GuestShares {
       );
     }
     return false;
+  }
+
+  /** Runs `script` as root in `rec`'s guest: undefined when it succeeded, else what the guest said. */
+  private async run(rec: VmRecord, script: string, timeoutMs: number): Promise<string | undefined> {
+    const r = await this.agent.exec(agentEndpoint(rec), { cmd: '/bin/sh', args: ['-c', script], timeoutMs });
+    return r.exit_code === 0 ? undefined : (r.stderr || r.error || `exit code ${r.exit_code}`).trim();
   }
 }

@@ -56,9 +56,14 @@ export function addedMountScript(mounts: Mount[]): string {
     // One still mounted (a guest that let go of only some of them, then was not saved) is kept.
     ...mounts.flatMap((m, i) => {
       const [mkdir, mount] = mountLines([m], '9p', i);
-      return [`if ! grep -q '^${mountTag(m, i)} ' /proc/mounts; then`, `  ${mkdir}`, `  ${mount}`, 'fi'];
+      return [`if ! ${isMounted(mountTag(m, i))}; then`, `  ${mkdir}`, `  ${mount}`, 'fi'];
     }),
   ].join('\n');
+}
+
+/** The shell test for a share being mounted: a 9p mount's source in /proc/mounts is its tag. */
+function isMounted(tag: string): string {
+  return `grep -q '^${tag} ' /proc/mounts`;
 }
 
 /**
@@ -72,7 +77,7 @@ export function releaseMountScript(mounts: Mount[]): string {
     const guest = shellWord(m.guest);
     const tag = mountTag(m, i);
     lines.push(
-      `umount ${guest} 2>/dev/null || ! grep -q '^${tag} ' /proc/mounts || { echo "${tag} at "${guest}" is in use" >&2; exit 1; }`,
+      `umount ${guest} 2>/dev/null || ! ${isMounted(tag)} || { echo "${tag} at "${guest}" is in use" >&2; exit 1; }`,
     );
   }
   return lines.join('\n');

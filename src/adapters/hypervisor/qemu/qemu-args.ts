@@ -130,13 +130,12 @@ function loadsGuest(l: Pick<QemuLaunch, 'incomingFd' | 'loadSnapshot'>): boolean
  * `pc` machine's root bus) and mounts them when told (guest-mounts.ts `addedMountScript`).
  */
 export function sharesToAdd(mounts: Mount[]): Record<string, string>[] {
-  return mounts.map((m, i) => ({
-    driver: 'virtio-9p-pci',
-    id: shareId(i),
-    fsdev: `fs${i}`,
-    mount_tag: mountTag(m, i),
-    addr: shareSlot(i),
-  }));
+  return mounts.map((m, i) => shareDevice(mountTag(m, i), i));
+}
+
+/** The `i`th share's 9p device, tagged `tag`: on a booted guest's command line, or plugged into a loaded one. */
+function shareDevice(tag: string, i: number): Record<string, string> {
+  return { driver: 'virtio-9p-pci', id: shareId(i), fsdev: `fs${i}`, mount_tag: tag, addr: shareSlot(i) };
 }
 
 /**
@@ -248,8 +247,10 @@ export function qemuArgs(l: QemuLaunch): string[] {
     const loaded = loadsGuest(l);
     mounts.forEach((m, i) => {
       args.push('-fsdev', `local,path=${m.host},security_model=none,id=fs${i}${m.readonly ? ',readonly=on' : ''}`);
-      if (!loaded)
-        args.push('-device', `virtio-9p-pci,id=${shareId(i)},fsdev=fs${i},mount_tag=${m.tag},addr=${shareSlot(i)}`);
+      if (!loaded) {
+        const { driver, ...props } = shareDevice(m.tag, i);
+        args.push('-device', [driver, ...Object.entries(props).map(([k, v]) => `${k}=${v}`)].join(','));
+      }
     });
   }
   if (l.vsockCid) args.push('-device', `vhost-vsock-pci,guest-cid=${l.vsockCid}`);
