@@ -14,6 +14,10 @@
  * what was made in them before their watch was in place is reported as created. Paths are written
  * as bytes; a byte that is not printable ASCII is escaped as \u00XX. Exits 2 when PATH cannot be
  * watched, saying why on stderr.
+ *
+ * Its first line is {"type":"ready"}, written once every watch is in place (with --recursive,
+ * on each directory of the tree): the agent says a watch has begun only then, so that nothing
+ * done after that is missed.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -172,6 +176,8 @@ int main(int argc, char **argv) {
   remember(wd, root);
   if (S_ISDIR(st.st_mode) && recursive) add_tree(root, 0);
   setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  printf("{\"type\":\"ready\"}\n");
+  fflush(stdout);
   char buf[1 << 16] __attribute__((aligned(__alignof__(struct inotify_event))));
   /* a move out, held until the next read shows whether its pair came */
   char from[PATH_MAX] = "";

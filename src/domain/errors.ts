@@ -102,12 +102,12 @@ export class AgentUnavailableError extends DomainError {
   }
 }
 
-/** The guest agent answered, but with garbage or a 5xx. */
 /** What a call needs is out of reach for now: a cluster node that stopped renewing its lease, etcd without quorum. */
 export class UnavailableError extends DomainError {
   readonly code = 'unavailable' as const;
 }
 
+/** The guest agent answered, but with garbage or a 5xx. */
 export class AgentFailureError extends DomainError {
   readonly code = 'agent_failure' as const;
 }

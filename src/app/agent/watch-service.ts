@@ -1,5 +1,12 @@
 import { inject, injectable } from 'inversify';
-import { InvalidArgumentError, NotFoundError, NotSupportedError, ResourceExhaustedError } from '../../domain/errors.js';
+import {
+  DeadlineExceededError,
+  InternalError,
+  InvalidArgumentError,
+  NotFoundError,
+  NotSupportedError,
+  ResourceExhaustedError,
+} from '../../domain/errors.js';
 import { assertWatchId, parseCursor, type WatchEvent, type WatchInfo } from '../../domain/processes.js';
 import { GuestFiles } from '../../ports/agent/guest-files.js';
 import { KeptProcesses, type KeptRecord } from '../../ports/agent/kept-processes.js';
@@ -11,6 +18,10 @@ export const WATCH_JOURNAL_BYTES = 4 << 20;
 export const MAX_WATCHES = 64;
 const READ_BYTES = 64 * 1024;
 const FOLLOW_POLL_MS = 1000;
+/** svc-watch's first line, once its watches are in place (native/svc-watch.c). */
+const READY_LINE = '{"type":"ready"}\n';
+/** How long a new watch may take to put its watches in place (a recursive one walks its tree). */
+const READY_WAIT_MS = 60_000;
 
 /**
  * File watches you can resume (docs/processes.md): svc-watch, run under the keeper like a durable
@@ -53,7 +64,48 @@ export class WatchService {
       watch: { path, recursive },
       capBytes: WATCH_JOURNAL_BYTES,
     });
+    try {
+      await this.ready(rec.id);
+    } catch (err) {
+      await this.kept.remove(rec.id);
+      throw err;
+    }
     return this.info(rec, false);
+  }
+
+  /**
+   * Waits for a new watch's svc-watch to say its watches are in place: said to have begun before
+   * that, a write right after could come before inotify looks (a clean-clone CI run missed one,
+   * 2026-12-03). One that ends first fails with what it said.
+   */
+  private async ready(id: string): Promise<void> {
+    const out = this.kept.reader(id, 'stdout');
+    const deadline = Date.now() + READY_WAIT_MS;
+    try {
+      for (;;) {
+        const got = (await out.read(0, READY_LINE.length)).data;
+        if (got.length === READY_LINE.length) {
+          if (got.toString('utf8') === READY_LINE) return;
+          throw new InternalError(`the watch began with ${JSON.stringify(got.toString('utf8'))}, not ready`);
+        }
+        if (await this.kept.end(id)) {
+          const err = this.kept.reader(id, 'stderr');
+          const said = (await err.read(0, 1024)).data.toString('utf8').trim();
+          await err.close();
+          throw new InternalError(said || 'the watch ended before it was in place');
+        }
+        if (Date.now() > deadline)
+          throw new DeadlineExceededError(`the watch was not in place after ${READY_WAIT_MS / 1000} s`);
+        await this.kept.changed(
+          id,
+          FOLLOW_POLL_MS,
+          undefined,
+          async () => (await out.read(0, READY_LINE.length)).data.length > got.length || !!(await this.kept.end(id)),
+        );
+      }
+    } finally {
+      await out.close();
+    }
   }
 
   async list(): Promise<WatchInfo[]> {
