@@ -3,17 +3,22 @@ import { errorMessage, UnavailableError } from '../domain/errors.js';
 import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
-import { HostLinks } from '../ports/hypervisor.js';
+import { HostLinks, type VmRef } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { agentEndpoint } from './readiness.js';
+import { Vms } from './vms.js';
 
 /** How long a guest has to let go of its shares before it is saved (then it is saved without them: not at all). */
 const RELEASE_MS = 10_000;
+/** How long a guest that gets its shares back has to mount them. */
+const MOUNT_AGAIN_MS = 30_000;
 
 /**
  * A guest's host folders across a saved state (docs/suspend-and-clones.md): no saved state holds
  * a share, so a guest lets go of its shares before it is saved and is given them again as it
- * wakes, where the driver can (HostLinks `mountsAfterRestore`, `releaseMounts`).
+ * wakes, where the driver can (HostLinks `mountsAfterRestore`, `releaseMounts`). A guest told to
+ * let go of them is marked so (`shares_out`) before it is told, and the mark goes once they are
+ * back or it is saved: a daemon that dies between gives them back when it starts again.
  */
 @injectable()
 export class GuestShares {
@@ -22,6 +27,7 @@ export class GuestShares {
     @inject(HostLinks) private readonly links: HostLinks,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(Vms) private readonly vms: Vms,
   ) {}
 
   /** Can a guest with `rec`'s shares wake from a saved state with them? */
@@ -39,9 +45,39 @@ export class GuestShares {
     if (!script)
       throw new UnavailableError(`vm ${rec.name} woke from a saved state, which cannot take host folders here`);
     const t0 = this.clock.now();
-    const failed = await this.run(rec, script, Math.max(1000, deadline - t0));
-    if (failed) throw new UnavailableError(`vm ${rec.name} could not mount its host folders: ${failed.slice(0, 500)}`);
+    try {
+      const failed = await this.run(rec, script, Math.max(1000, deadline - t0));
+      if (failed)
+        throw new UnavailableError(`vm ${rec.name} could not mount its host folders: ${failed.slice(0, 500)}`);
+    } finally {
+      // Given back, or not to be: a guest that cannot mount them now would not at the next start either.
+      await this.unmark(rec);
+    }
     this.log.info({ vm: rec.name, mounts: rec.mounts.length, mount_ms: this.clock.now() - t0 }, 'shares mounted');
+  }
+
+  /**
+   * A running guest that had let go of its shares for a save that was not finished (`shares_out`:
+   * its daemon died between) is given them again: plugged in where the save had unplugged them,
+   * and mounted. A guest that cannot take them is told in the log, and runs on without them.
+   */
+  async giveBack(rec: VmRecord, ref: VmRef): Promise<void> {
+    if (!rec.shares_out) return;
+    this.log.warn({ vm: rec.name }, 'the vm had let go of its host folders for a save that was not finished');
+    try {
+      await this.links.giveSharesBack?.(ref, rec.mounts);
+      await this.mount(rec, this.clock.now() + MOUNT_AGAIN_MS);
+    } catch (err) {
+      this.log.error({ vm: rec.name, err: errorMessage(err) }, 'the vm did not get its host folders back');
+    } finally {
+      await this.unmark(rec);
+    }
+  }
+
+  private async unmark(rec: VmRecord): Promise<void> {
+    if (!rec.shares_out) return;
+    delete rec.shares_out;
+    await this.vms.save(rec);
   }
 
   /**
@@ -53,6 +89,8 @@ export class GuestShares {
     if (!rec.mounts.length) return true;
     const script = this.links.releaseMounts?.(rec.mounts);
     if (!script) return false;
+    rec.shares_out = true;
+    await this.vms.save(rec);
     try {
       const failed = await this.run(rec, script, RELEASE_MS);
       if (!failed) return true;

@@ -4,6 +4,7 @@ import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
+import { GuestShares } from './guest-shares.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
@@ -13,7 +14,8 @@ import { Vms } from './vms.js';
  * stopped. A create that a crash interrupted is rolled back; a VM whose process is gone but
  * whose suspend the adapter finished (the daemon died before recording it) is suspended; any other
  * ephemeral VM whose process is gone is removed; a persistent one becomes `error` and can be
- * started again.
+ * started again. A running guest that had let go of its host folders for a save the daemon died
+ * in gets them back (guest-shares.ts).
  */
 @injectable()
 export class RecoveryService {
@@ -25,6 +27,7 @@ export class RecoveryService {
     @inject(Clock) private readonly clock: Clock,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(GuestNetwork) private readonly network: GuestNetwork,
+    @inject(GuestShares) private readonly shares: GuestShares,
   ) {}
 
   async init(): Promise<void> {
@@ -61,7 +64,11 @@ export class RecoveryService {
             this.log.error({ vm: rec.name, err: String(err) }, 'cannot set the egress policy of a re-attached vm'),
           );
         this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
-        if (rec.status === 'running') await this.events.emit('up', rec);
+        if (rec.status === 'running') {
+          // A daemon that died in a suspend or a fork, its guest having let go of its folders.
+          await this.shares.giveBack(rec, this.keeper.ref(rec));
+          await this.events.emit('up', rec);
+        }
       } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {
         this.log.warn(
           { vm: rec.name },

@@ -132,9 +132,13 @@ export class VmLifecycle {
       // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
       const sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
       this.failpoints.hit('suspend.saving');
-      const { snapshot } = await this.crashes.expectExit(rec, () =>
-        this.hv.suspend(this.keeper.ref(rec), { sharesReleased }),
-      );
+      const { snapshot } = await this.crashes
+        .expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec), { sharesReleased }))
+        .catch(async (err: unknown) => {
+          // Not saved, and maybe running on: without the folders it let go of, unless given them back.
+          if (sharesReleased) await this.shares.giveBack(rec, this.keeper.ref(rec));
+          throw err;
+        });
       this.failpoints.hit('suspend.saved');
       changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
       clearRuntime(rec);

@@ -107,6 +107,12 @@ export interface VmRecord extends Instance {
   leaving?: string;
   /** Moved here from this node, until the cluster says it is this node's (cluster). */
   arriving?: string;
+  /**
+   * Its guest was told to let go of its host folders for a save (a suspend, a fork's capture),
+   * saved before it is told: until they are back (or the guest is saved, or stops), a daemon that
+   * dies and starts again gives them back (guest-shares.ts).
+   */
+  shares_out?: boolean;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -120,6 +126,7 @@ export function toPublic(record: VmRecord): Instance {
     agent_socket: _s,
     leaving: _l,
     arriving: _v,
+    shares_out: _h,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -238,4 +245,5 @@ export function clearRuntime(record: VmRecord): void {
   record.forwards = record.forwards.map(({ pid: _p, ...f }) => f);
   delete record.runtime;
   delete record.agent_socket;
+  delete record.shares_out;
 }

@@ -349,6 +349,12 @@ export interface HostLinks {
   releaseMounts?(mounts: Mount[]): string | undefined;
 
   /**
+   * Given with `releaseMounts`: plugs in again the shares of a running VM whose save unplugged them
+   * and was not finished (its daemon died between); those still in are left as they are.
+   */
+  giveSharesBack?(vm: VmRef, mounts: Mount[]): Promise<void>;
+
+  /**
    * Adds host forwards to a running VM, as create-time forwards are (127.0.0.1, host_port 0 is
    * allocated). Resolves with the VM's handle with the new forwards in it. AlreadyExistsError for
    * a busy host port; InvalidStateError when the VM is not running. Not idempotent.

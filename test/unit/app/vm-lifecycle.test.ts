@@ -15,6 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
+import { GuestShares } from '../../../src/app/guest-shares.js';
 
 /** The world, with the reads the daemon's routes make (list, get) as the API answers them. */
 function world(...args: Parameters<typeof appWorld>): World & {
@@ -233,6 +234,50 @@ describe('app/VmLifecycle', () => {
       await w.svc.pause('p');
       expect((await w.svc.suspend('p')).message).to.match(/no snapshot/);
       expect(ran).to.have.length(3);
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
+  });
+
+  it('gives a running guest back the host folders it let go of for a save its daemon died in, or a save that failed', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'svc-giveback-share-'));
+    const recording = (w: World) => {
+      const ran: string[] = [];
+      w.container.get<GuestAgent>(GuestAgent).exec = async (_ep, req) => {
+        ran.push(req.args[1]);
+        return { stdout: '', stderr: '', exit_code: 0 };
+      };
+      return ran;
+    };
+    try {
+      const w = world({ mount_dirs: [folder] });
+      recording(w);
+      const mounts = [{ host: folder, guest: '/mnt/data', tag: 'data' }];
+      const inst = await (await w.creates.create({ name: 'p', persistent: true, mounts }, {})).done;
+      // The daemon dies once the guest has let go of its folders, before it is saved:
+      expect(await w.container.get(GuestShares).release(w.vms.get('p'))).to.equal(true);
+      expect((await w.store.get('p'))?.shares_out, 'marked before the guest is told').to.equal(true);
+      expect(toPublic(w.vms.get('p'))).not.to.have.property('shares_out');
+      const w2 = world({ mount_dirs: [folder] }, w.store, w.hv);
+      const ran = recording(w2);
+      await w2.recovery.init();
+      expect(w.hv.sharesGivenBack).to.deep.equal(['p']);
+      expect(ran).to.deep.equal([w.hv.mountsAfterRestore(inst.mounts)]);
+      expect((await w.store.get('p'))?.shares_out).to.equal(undefined);
+      // A daemon that starts after that has nothing to give back.
+      await world({ mount_dirs: [folder] }, w.store, w.hv).recovery.init();
+      expect(w.hv.sharesGivenBack).to.have.length(1);
+      // A suspend whose save fails leaves the guest running: its folders are given back.
+      w2.hv.failNext('suspend');
+      expect(await w2.svc.suspend('p').catch((e: Error) => e.message)).to.equal('injected suspend failure');
+      expect(w2.svc.get('p').status).to.equal('running');
+      expect(ran).to.deep.equal([
+        w.hv.mountsAfterRestore(inst.mounts),
+        w.hv.releaseMounts(inst.mounts),
+        w.hv.mountsAfterRestore(inst.mounts),
+      ]);
+      expect(w.hv.sharesGivenBack).to.deep.equal(['p', 'p']);
+      expect((await w.store.get('p'))?.shares_out).to.equal(undefined);
     } finally {
       rmSync(folder, { recursive: true, force: true });
     }

@@ -190,6 +190,15 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     return `: svc fake guest: release ${mounts.map(mountTag).join(' ')}`;
   }
 
+  /** The VMs whose shares were plugged in again (giveSharesBack), in order. */
+  readonly sharesGivenBack: string[] = [];
+
+  async giveSharesBack(ref: VmRef, _mounts: Mount[]): Promise<void> {
+    const vm = this.vms.get(ref.name);
+    if (vm?.state !== 'running') throw new InvalidStateError(`vm ${ref.name} is not running`);
+    this.sharesGivenBack.push(ref.name);
+  }
+
   async provision(spec: VmSpec): Promise<void> {
     this.maybeFail('provision');
     if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');

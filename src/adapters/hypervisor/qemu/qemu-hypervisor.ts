@@ -165,6 +165,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.command.sharesAfterLoad ? releaseMountScript(mounts) : undefined;
   }
 
+  async giveSharesBack(vm: VmRef, mounts: Mount[]): Promise<void> {
+    if (mounts.length) await replugShares(this.live.running(vm.name).qmp, mounts);
+  }
+
   /**
    * The shares a save of a guest unplugs first: those it let go of (`sharesReleased`), where they
    * can be given back after (9p). `refusal` makes the error for one that cannot be saved.
