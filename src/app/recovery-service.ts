@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import { changeStatus, clearRuntime, hasProcess } from '../domain/vm.js';
+import { changeStatus, clearRuntime, hasProcess, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import { GuestNetwork } from '../ports/guest-network.js';
 import { Hypervisor } from '../ports/hypervisor.js';
@@ -53,7 +53,7 @@ export class RecoveryService {
         continue;
       }
       const saved = this.keeper.handleOf(rec);
-      const handle = saved ? await this.hv.reattach(this.keeper.ref(rec), saved).catch(() => null) : null;
+      const handle = saved ? await this.hv.reattach(await this.keeper.bootSpec(rec), saved).catch(() => null) : null;
       if (handle) {
         this.keeper.applyHandle(rec, handle);
         await this.vms.save(rec);
@@ -64,11 +64,8 @@ export class RecoveryService {
             this.log.error({ vm: rec.name, err: String(err) }, 'cannot set the egress policy of a re-attached vm'),
           );
         this.log.info({ vm: rec.name, pid: handle.pid }, 're-attached to running vm');
-        if (rec.status === 'running') {
-          // A daemon that died in a suspend or a fork, its guest having let go of its folders.
-          await this.shares.giveBack(rec, this.keeper.ref(rec));
-          await this.events.emit('up', rec);
-        }
+        await this.unfinishedSave(rec);
+        if (rec.status === 'running') await this.events.emit('up', rec);
       } else if (await this.hv.hasSavedState(this.keeper.ref(rec)).catch(() => false)) {
         this.log.warn(
           { vm: rec.name },
@@ -86,5 +83,22 @@ export class RecoveryService {
         await this.vms.save(rec);
       }
     }
+  }
+
+  /**
+   * A VM still running, found by a daemon that died in its suspend before the save was finished
+   * (QEMU's save stops the guest first, and a save cut off leaves it stopped), or in a suspend or
+   * fork after its guest let go of its host folders: a running one's guest runs on, with its
+   * folders; a paused one stays paused.
+   */
+  private async unfinishedSave(rec: VmRecord): Promise<void> {
+    if (rec.suspending) {
+      this.log.warn({ vm: rec.name }, 'the daemon died in a suspend of this vm before it was saved');
+      // One the save had not stopped yet runs already, and says so.
+      if (rec.status === 'running') await this.hv.resume(this.keeper.ref(rec)).catch(() => undefined);
+      delete rec.suspending;
+      await this.vms.save(rec);
+    }
+    if (rec.status === 'running') await this.shares.giveBack(rec, this.keeper.ref(rec));
   }
 }

@@ -44,13 +44,7 @@ export class VmKeeper {
    * cold-booted instead (its guest's processes ended) resolves with why.
    */
   async boot(rec: VmRecord, restore: boolean): Promise<string | undefined> {
-    const handle = await this.hv.launch(
-      await this.spec(
-        rec,
-        rec.forwards.filter((f) => f.kind === 'boot'),
-      ),
-      { restore },
-    );
+    const handle = await this.hv.launch(await this.bootSpec(rec), { restore });
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     changeStatus(rec, { to: 'running' });
@@ -124,6 +118,14 @@ export class VmKeeper {
       forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
       ssh_authorized_key: await this.keys.publicKey(),
     };
+  }
+
+  /** What a start launches: the record's VM with its boot forwards (those added live are added again after). */
+  bootSpec(rec: VmRecord): Promise<VmSpec> {
+    return this.spec(
+      rec,
+      rec.forwards.filter((f) => f.kind === 'boot'),
+    );
   }
 
   /** Takes what the hypervisor says of the running VM into the record. */

@@ -113,6 +113,12 @@ export interface VmRecord extends Instance {
    * dies and starts again gives them back (guest-shares.ts).
    */
   shares_out?: boolean;
+  /**
+   * A suspend is under way, saved before it begins: its guest may be stopped for the save. A
+   * daemon that dies in it and finds the VM still running at start (the save was not finished)
+   * has its guest run on (recovery-service.ts).
+   */
+  suspending?: boolean;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -127,6 +133,7 @@ export function toPublic(record: VmRecord): Instance {
     leaving: _l,
     arriving: _v,
     shares_out: _h,
+    suspending: _g,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -246,4 +253,5 @@ export function clearRuntime(record: VmRecord): void {
   delete record.runtime;
   delete record.agent_socket;
   delete record.shares_out;
+  delete record.suspending;
 }

@@ -10,6 +10,7 @@ export const FAILPOINTS = [
   'create.ready',
   'clone.copied',
   'suspend.saving',
+  'suspend.streaming',
   'suspend.image',
   'suspend.saved',
   'restore.launched',
@@ -17,7 +18,10 @@ export const FAILPOINTS = [
   'delete.destroyed',
   'claim.renamed',
 ] as const;
-/** `suspend.image` is the QEMU adapter's: a second QEMU has loaded the saved stream to make a RAM image of it. */
+/**
+ * `suspend.streaming` and `suspend.image` are the QEMU adapter's: its guest stopped, the saved
+ * stream has begun; a second QEMU has loaded the saved stream to make a RAM image of it.
+ */
 export type Failpoint = (typeof FAILPOINTS)[number];
 
 export const Failpoints = Symbol('Failpoints');

@@ -159,8 +159,10 @@ export interface Hypervisor {
   /**
    * Finds a VM's process again after a daemon restart, from the handle the record kept. Returns
    * null when the process is gone (or its pid now belongs to something else). Never throws.
+   * `spec` is the VM as its record describes it (what a start would launch): the adapter holds it
+   * as a launch's, for what it does later (the shares a save unplugs, the RAM image it makes).
    */
-  reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null>;
+  reattach(spec: VmSpec, handle: VmHandle): Promise<VmHandle | null>;
 
   /**
    * Does the VM, whose process is not running, hold a complete saved state that a restore would

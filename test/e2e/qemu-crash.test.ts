@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildConfig } from '../../src/app/config.js';
 import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
@@ -7,7 +7,7 @@ import { startDaemon } from '../../src/main.js';
 import type { Failpoint } from '../../src/ports/failpoints.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { call, type Target } from '../helpers/http.js';
-import { tempDir } from '../helpers/daemon.js';
+import { guestSh, tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
@@ -128,4 +128,56 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       }
     });
   }
+
+  it('dies in the save of a vm with a host folder (suspend.streaming); the restarted daemon has its guest run on, with its folder and process', async () => {
+    const dir = tempDir('svc-qcrash-');
+    const host = tempDir('svc-qcrash-share-');
+    writeFileSync(join(host, 'f.txt'), 'from the host');
+    const socket = join(dir, 'svc.sock');
+    const raw = {
+      data_dir: join(dir, 'data'),
+      socket,
+      api: '',
+      hypervisor: 'qemu',
+      images_dir: ensureImage(),
+      image: 'minimal',
+      memory_mb: 384,
+      test_mode: true,
+      log_level: 'warn',
+      sandbox_metrics_enabled: false,
+      create_from_snapshot: false,
+      ready_timeout: '180s',
+      mount_dirs: [host],
+    };
+    const t: Target = { socketPath: socket };
+    const child = await spawnSvcd(dir, raw, { failpoint: 'suspend.streaming' });
+    const made = await call(t, 'POST', '/vms', {
+      name: vm,
+      persistent: true,
+      mounts: [{ host, guest: '/mnt/share' }],
+    });
+    expect(made.status, made.text).to.equal(201);
+    const sh = (script: string) => guestSh({ call: (m, p, b, h) => call(t, m, p, b, h) }, vm, script);
+    const pid = (await sh('sleep 1000 >/dev/null 2>&1 & echo $!')).stdout.trim();
+    await call(t, 'POST', `/vms/${vm}/suspend`).catch(() => undefined);
+    expect(await child.exited, child.stderr()).to.equal('SIGKILL');
+    // The guest let go of its folder, QEMU unplugged it and stopped the guest for the save.
+    const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
+    try {
+      expect((await call(t, 'GET', `/vms/${vm}`)).json.status).to.equal('running');
+      expect(qemuProcesses(raw.data_dir, [vm])).to.have.length(1);
+      expect((await sh('cat /mnt/share/f.txt')).stdout).to.equal('from the host');
+      expect((await sh(`kill -0 ${pid} && echo alive`)).stdout).to.equal('alive\n');
+      // and it saves and wakes with both as any other
+      const s = await call(t, 'POST', `/vms/${vm}/suspend`);
+      expect(s.json.message, s.text).to.equal(`vm ${vm} suspended`);
+      const r = await call(t, 'POST', `/vms/${vm}/restore`);
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.warning, r.text).to.equal(undefined);
+      expect((await sh(`cat /mnt/share/f.txt; kill -0 ${pid} && echo alive`)).stdout).to.equal('from the hostalive\n');
+    } finally {
+      await call(t, 'DELETE', `/vms/${vm}`).catch(() => undefined);
+      await d.stop();
+    }
+  });
 });

@@ -283,6 +283,34 @@ describe('app/VmLifecycle', () => {
     }
   });
 
+  it('at init, has the guest of a vm whose daemon died in its save run on, and a paused one stay paused', async () => {
+    const w = world();
+    for (const name of ['p', 'q']) await (await w.creates.create({ name, persistent: true }, {})).done;
+    await w.svc.pause('q');
+    // Each save stops its guest, and the daemon dies in it: it never answers.
+    const marked: Record<string, boolean | undefined> = {};
+    const suspend = w.hv.suspend.bind(w.hv);
+    w.hv.suspend = async (ref) => {
+      marked[ref.name] = (await w.store.get(ref.name))?.suspending;
+      if (w.hv.state(ref.name) === 'running') await w.hv.pause(ref);
+      return new Promise(() => undefined);
+    };
+    void w.svc.suspend('p');
+    void w.svc.suspend('q');
+    for (let i = 0; i < 100 && Object.keys(marked).length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    w.hv.suspend = suspend;
+    expect(marked, 'marked before the save').to.deep.equal({ p: true, q: true });
+    const w2 = world({}, w.store, w.hv);
+    await w2.recovery.init();
+    expect([w.hv.state('p'), w.hv.state('q')]).to.deep.equal(['running', 'paused']);
+    expect(w2.svc.list().map((i) => [i.name, i.status])).to.deep.equal([
+      ['p', 'running'],
+      ['q', 'paused'],
+    ]);
+    for (const name of ['p', 'q']) expect((await w.store.get(name))?.suspending).to.equal(undefined);
+    expect((await w2.svc.suspend('p')).message).to.equal('vm p suspended');
+  });
+
   it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
     const w = world();
     await (

@@ -20,7 +20,7 @@ export interface Live {
   handle?: VmHandle;
   /** The VM's directory (its logs), kept current across renames. */
   dir: string;
-  /** What it was launched with (a suspend makes its RAM image with the same devices); unknown after a re-attach. */
+  /** What it was launched with, or re-attached with (a save unplugs its shares, its RAM image has the same devices). */
   spec?: VmSpec;
 }
 

@@ -350,7 +350,11 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       // a guest that let go of them has them unplugged first.
       const shares = this.sharesToSave(vm, v.spec?.mounts, options, (m) => new Error(`${m}; it is not saved`));
       if (shares.length) await unplugShares(v.qmp, shares.length);
-      await saveStream(v.qmp, vm.dir, { owner: await processOwner(v.pid), stopFirst: true });
+      await saveStream(v.qmp, vm.dir, {
+        owner: await processOwner(v.pid),
+        stopFirst: true,
+        migrating: () => this.o.failpoints?.hit('suspend.streaming'),
+      });
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {
@@ -384,12 +388,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     );
   }
 
-  async reattach(vm: VmRef, handle: VmHandle): Promise<VmHandle | null> {
+  async reattach(vm: VmSpec, handle: VmHandle): Promise<VmHandle | null> {
     await this.killLeftoverMaker(vm);
     const found = await findQemu(vm, handle, this.o.log);
     if (!found) return null;
     const held = { ...handle, pid: found.pid };
-    this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle: held, dir: vm.dir });
+    this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle: held, dir: vm.dir, spec: vm });
     await this.links
       .reattach(vm, savedNic(vm.dir, handle.state), handle)
       .catch((err: Error) => this.o.log.error({ vm: vm.name, err: err.message }, 'cannot attach the vm network again'));

@@ -98,6 +98,8 @@ export interface SaveStreamOptions {
   stopFirst?: boolean;
   /** Runs in QEMU's pause before the switch-over (`pause-before-switchover`). */
   preSwitchover?: () => Promise<void>;
+  /** Called once the stream has begun (a test's failpoint: a daemon that dies in the save). */
+  migrating?: () => void;
   /**
    * Runs once the whole stream is in its temporary file, before the file is synced and named: a
    * capture runs its guest on here, so the sync is not part of the guest's hold.
@@ -147,6 +149,7 @@ export async function saveStream(qmp: QmpClient, dir: string, o: SaveStreamOptio
     });
     if (o.stopFirst) await qmp.execute('stop');
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
+    o.migrating?.();
     let switchedOver = false;
     for (;;) {
       const st = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
