@@ -2,7 +2,7 @@ import { parseDuration } from './duration.js';
 import { parseEgressSecretSpecs, type EgressSecretSpec } from './egress-secrets.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
 import { InvalidArgumentError, shown } from './errors.js';
-import type { Mount, PortForward } from './vm.js';
+import { mountTag, type Mount, type PortForward } from './vm.js';
 import { assertNewVmName, assertVmName, isObject } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
 import { parseOnExpire, parseTtl, type OnExpire } from './lifetime.js';
@@ -192,7 +192,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     if (b.mounts.length > LIMITS.mounts)
       throw new InvalidArgumentError(`mounts: at most ${LIMITS.mounts} host folders, got ${b.mounts.length}`);
     req.mounts = b.mounts.map((m, i) => parseMount(m, `mounts[${i}]`));
-    const tags = req.mounts.map((m, i) => m.tag ?? `mount${i}`);
+    const tags = req.mounts.map(mountTag);
     if (new Set(tags).size !== tags.length) throw new InvalidArgumentError('mounts: tags must be unique');
   }
   if (b.metrics_enabled !== undefined) req.metrics_enabled = bool(b.metrics_enabled, 'metrics_enabled');

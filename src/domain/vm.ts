@@ -32,6 +32,11 @@ export interface Mount {
   readonly?: boolean;
 }
 
+/** The tag a mount is known by in the guest (`tag`, else mount0, mount1, ...: its place in the list). */
+export function mountTag(m: Mount, i: number): string {
+  return m.tag ?? `mount${i}`;
+}
+
 /**
  * The public shape of a VM, as the API returns it (`Instance` is the spec's name for it, kept in the
  * API and the client; inside the daemon a VM is `Vm...`: VmRecord, VmStore, VmLifecycle). `userdata` is

@@ -1,13 +1,8 @@
-import type { Mount } from '../../domain/vm.js';
+import { mountTag, type Mount } from '../../domain/vm.js';
 import { shellWord } from '../process-kit/shell-word.js';
 
 /** How a guest mounts its shares, whatever hypervisor serves them: 9p or virtio-fs, by tag. */
 export type MountDriver = '9p' | 'virtiofs';
-
-/** The tag a mount is known by in the guest (`tag`, else mount0, mount1, ...). */
-export function mountTag(m: Mount, i: number): string {
-  return m.tag ?? `mount${i}`;
-}
 
 /** The guest script (seed `mounts.sh`) that mounts each share at boot. */
 export function mountScript(mounts: Mount[], driver: MountDriver): string {

@@ -1,8 +1,7 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
-import type { Mount, PortForward } from '../../../domain/vm.js';
-import { mountTag } from '../guest-mounts.js';
+import { mountTag, type Mount, type PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {

@@ -3,9 +3,9 @@ import { closeSync, existsSync, openSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError, NotSupportedError } from '../../../domain/errors.js';
+import { mountTag } from '../../../domain/vm.js';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import { tail } from './qemu-files.js';
-import { mountTag } from '../guest-mounts.js';
 import { childEnv } from '../../process-kit/child-env.js';
 
 export const VIRTIOFSD_PATHS = ['/usr/lib/qemu/virtiofsd', '/usr/libexec/virtiofsd', '/usr/bin/virtiofsd'];

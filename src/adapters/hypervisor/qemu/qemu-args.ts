@@ -1,7 +1,6 @@
 import type { Accel } from './accel-probe.js';
 import type { ResolvedImage } from '../../images/image-catalog.js';
-import type { Mount } from '../../../domain/vm.js';
-import { mountTag } from '../guest-mounts.js';
+import { mountTag, type Mount } from '../../../domain/vm.js';
 
 export interface QemuLayout {
   dir: string;
