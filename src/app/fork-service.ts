@@ -85,11 +85,26 @@ export class ForkService {
   }
 
   /**
-   * The capture of `src`. A guest with host folders lets go of them first (they are out of the
-   * capture) and mounts them again after it, whether it was taken or not; one that cannot let go
-   * (a process works in one) is refused before anything is taken.
+   * The capture of `src`, marked on its record while it is taken (`saving`: a daemon that dies in
+   * it has the guest run on when it starts again, recovery-service.ts).
    */
   private async captureOf(src: VmRecord, forks: number): Promise<{ id: string; paused_ms: number }> {
+    src.saving = true;
+    await this.vms.save(src);
+    try {
+      return await this.captureWithFolders(src, forks);
+    } finally {
+      delete src.saving;
+      await this.vms.save(src);
+    }
+  }
+
+  /**
+   * A guest with host folders lets go of them first (they are out of the capture) and mounts them
+   * again after it, whether it was taken or not; one that cannot let go (a process works in one) is
+   * refused before anything is taken.
+   */
+  private async captureWithFolders(src: VmRecord, forks: number): Promise<{ id: string; paused_ms: number }> {
     if (!src.mounts.length) return this.disks.capture(this.keeper.ref(src), forks);
     const released = await this.shares.release(src);
     try {

@@ -86,17 +86,20 @@ export class RecoveryService {
   }
 
   /**
-   * A VM still running, found by a daemon that died in its suspend before the save was finished
-   * (QEMU's save stops the guest first, and a save cut off leaves it stopped), or in a suspend or
-   * fork after its guest let go of its host folders: a running one's guest runs on, with its
-   * folders; a paused one stays paused.
+   * A VM still running, found by a daemon that died in a save of its guest (a suspend, a fork's
+   * capture: QEMU's save stops the guest, and one cut off leaves it stopped), or after its guest
+   * let go of its host folders for one: a running one's guest runs on, with its folders; a paused
+   * one stays paused.
    */
   private async unfinishedSave(rec: VmRecord): Promise<void> {
-    if (rec.suspending) {
-      this.log.warn({ vm: rec.name }, 'the daemon died in a suspend of this vm before it was saved');
+    if (rec.saving) {
+      this.log.warn(
+        { vm: rec.name },
+        'the daemon died in a save of this vm (a suspend or a fork) before it was finished',
+      );
       // One the save had not stopped yet runs already, and says so.
       if (rec.status === 'running') await this.hv.resume(this.keeper.ref(rec)).catch(() => undefined);
-      delete rec.suspending;
+      delete rec.saving;
       await this.vms.save(rec);
     }
     if (rec.status === 'running') await this.shares.giveBack(rec, this.keeper.ref(rec));

@@ -128,7 +128,7 @@ export class VmLifecycle {
   async suspend(name: string): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
-      rec.suspending = true;
+      rec.saving = true;
       await this.vms.save(rec);
       if (rec.status === 'running') await this.warmUp.beforeSave(rec);
       // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
@@ -137,7 +137,7 @@ export class VmLifecycle {
       const { snapshot } = await this.crashes
         .expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec), { sharesReleased }))
         .catch(async (err: unknown) => {
-          delete rec.suspending;
+          delete rec.saving;
           await this.vms.save(rec);
           // Not saved, and maybe running on: without the folders it let go of, unless given them back.
           if (sharesReleased) await this.shares.giveBack(rec, this.keeper.ref(rec));

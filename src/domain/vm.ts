@@ -119,11 +119,11 @@ export interface VmRecord extends Instance {
    */
   shares_out?: boolean;
   /**
-   * A suspend is under way, saved before it begins: its guest may be stopped for the save. A
-   * daemon that dies in it and finds the VM still running at start (the save was not finished)
-   * has its guest run on (recovery-service.ts).
+   * A save of its guest is under way (a suspend, a fork's capture), marked before it begins: its
+   * guest may be stopped for it. A daemon that dies in it and finds the VM still running at start
+   * (the save was not finished) has its guest run on (recovery-service.ts).
    */
-  suspending?: boolean;
+  saving?: boolean;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -138,7 +138,7 @@ export function toPublic(record: VmRecord): Instance {
     leaving: _l,
     arriving: _v,
     shares_out: _h,
-    suspending: _g,
+    saving: _g,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -258,5 +258,5 @@ export function clearRuntime(record: VmRecord): void {
   delete record.runtime;
   delete record.agent_socket;
   delete record.shares_out;
-  delete record.suspending;
+  delete record.saving;
 }

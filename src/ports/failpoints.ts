@@ -17,10 +17,12 @@ export const FAILPOINTS = [
   'shutdown.stopped',
   'delete.destroyed',
   'claim.renamed',
+  'fork.switchover',
 ] as const;
 /**
- * `suspend.streaming` and `suspend.image` are the QEMU adapter's: its guest stopped, the saved
- * stream has begun; a second QEMU has loaded the saved stream to make a RAM image of it.
+ * `suspend.streaming`, `suspend.image` and `fork.switchover` are the QEMU adapter's: its guest
+ * stopped, the saved stream has begun; a second QEMU has loaded the saved stream to make a RAM
+ * image of it; a capture's stream waits in its pause before the switch-over, the guest stopped.
  */
 export type Failpoint = (typeof FAILPOINTS)[number];
 

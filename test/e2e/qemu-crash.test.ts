@@ -129,14 +129,19 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
     });
   }
 
-  it('dies in the save of a vm with a host folder (suspend.streaming); the restarted daemon has its guest run on, with its folder and process', async () => {
+  /**
+   * A daemon killed in a save of a VM with a host folder and a running process, its guest stopped
+   * and without its folder (let go of, unplugged): in a fork's capture, waiting in QEMU's pause
+   * before the switch-over, then in a suspend's stream. Each time the restarted daemon has the
+   * guest run on with both, and it forks (then suspends and restores) as any other.
+   */
+  it('dies in the saves of a vm with a host folder (fork.switchover, suspend.streaming); the restarted daemon has its guest run on, with its folder and process', async () => {
     const dir = tempDir('svc-qcrash-');
     const host = tempDir('svc-qcrash-share-');
     writeFileSync(join(host, 'f.txt'), 'from the host');
-    const socket = join(dir, 'svc.sock');
     const raw = {
       data_dir: join(dir, 'data'),
-      socket,
+      socket: join(dir, 'svc.sock'),
       api: '',
       hypervisor: 'qemu',
       images_dir: ensureImage(),
@@ -149,35 +154,61 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
       ready_timeout: '180s',
       mount_dirs: [host],
     };
-    const t: Target = { socketPath: socket };
-    const child = await spawnSvcd(dir, raw, { failpoint: 'suspend.streaming' });
-    const made = await call(t, 'POST', '/vms', {
-      name: vm,
-      persistent: true,
-      mounts: [{ host, guest: '/mnt/share' }],
-    });
-    expect(made.status, made.text).to.equal(201);
-    const sh = (script: string) => guestSh({ call: (m, p, b, h) => call(t, m, p, b, h) }, vm, script);
-    const pid = (await sh('sleep 1000 >/dev/null 2>&1 & echo $!')).stdout.trim();
-    await call(t, 'POST', `/vms/${vm}/suspend`).catch(() => undefined);
-    expect(await child.exited, child.stderr()).to.equal('SIGKILL');
-    // The guest let go of its folder, QEMU unplugged it and stopped the guest for the save.
-    const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
+    const t: Target = { socketPath: raw.socket };
+    const sh = (script: string, on = vm) => guestSh({ call: (m, p, b, h) => call(t, m, p, b, h) }, on, script);
+    const fork = `${vm}-f`;
+    let pid = '';
+    const both = () => `cat /mnt/share/f.txt; kill -0 ${pid} && echo alive`;
+    /** A daemon armed at `point` is killed in `cut`; one started after it is handed to `then`. */
+    const crash = async (point: Failpoint, cut: () => Promise<unknown>, then: () => Promise<void>) => {
+      const child = await spawnSvcd(dir, raw, { failpoint: point });
+      await cut().catch(() => undefined);
+      expect(await child.exited, child.stderr()).to.equal('SIGKILL');
+      const d = await startDaemon(buildConfig(raw, {}, undefined, DRIVER_SECTIONS), { logger: new SilentLogger() });
+      try {
+        expect((await call(t, 'GET', `/vms/${vm}`)).json.status, point).to.equal('running');
+        expect(qemuProcesses(raw.data_dir, [vm]), point).to.have.length(1);
+        expect((await sh(both())).stdout, point).to.equal('from the hostalive\n');
+        await then();
+      } finally {
+        await d.stop();
+      }
+    };
     try {
-      expect((await call(t, 'GET', `/vms/${vm}`)).json.status).to.equal('running');
-      expect(qemuProcesses(raw.data_dir, [vm])).to.have.length(1);
-      expect((await sh('cat /mnt/share/f.txt')).stdout).to.equal('from the host');
-      expect((await sh(`kill -0 ${pid} && echo alive`)).stdout).to.equal('alive\n');
-      // and it saves and wakes with both as any other
-      const s = await call(t, 'POST', `/vms/${vm}/suspend`);
-      expect(s.json.message, s.text).to.equal(`vm ${vm} suspended`);
-      const r = await call(t, 'POST', `/vms/${vm}/restore`);
-      expect(r.status, r.text).to.equal(200);
-      expect(r.json.warning, r.text).to.equal(undefined);
-      expect((await sh(`cat /mnt/share/f.txt; kill -0 ${pid} && echo alive`)).stdout).to.equal('from the hostalive\n');
+      await crash(
+        'fork.switchover',
+        async () => {
+          const made = await call(t, 'POST', '/vms', {
+            name: vm,
+            persistent: true,
+            mounts: [{ host, guest: '/mnt/share' }],
+          });
+          expect(made.status, made.text).to.equal(201);
+          pid = (await sh('sleep 1000 >/dev/null 2>&1 & echo $!')).stdout.trim();
+          return call(t, 'POST', `/vms/${vm}/fork`, { names: [fork] });
+        },
+        async () => {
+          const f = await call(t, 'POST', `/vms/${vm}/fork`, { names: [fork] });
+          expect(f.status, f.text).to.equal(201);
+          expect((await sh(both(), fork)).stdout).to.equal('from the hostalive\n');
+          expect((await call(t, 'DELETE', `/vms/${fork}`)).status).to.equal(200);
+        },
+      );
+      await crash(
+        'suspend.streaming',
+        () => call(t, 'POST', `/vms/${vm}/suspend`),
+        async () => {
+          const s = await call(t, 'POST', `/vms/${vm}/suspend`);
+          expect(s.json.message, s.text).to.equal(`vm ${vm} suspended`);
+          const r = await call(t, 'POST', `/vms/${vm}/restore`);
+          expect(r.status, r.text).to.equal(200);
+          expect(r.json.warning, r.text).to.equal(undefined);
+          expect((await sh(both())).stdout).to.equal('from the hostalive\n');
+          expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
+        },
+      );
     } finally {
-      await call(t, 'DELETE', `/vms/${vm}`).catch(() => undefined);
-      await d.stop();
+      for (const left of qemuProcesses(raw.data_dir, [vm, fork])) process.kill(Number(left.split(' ')[0]), 'SIGKILL');
     }
   });
 });

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
+import { VmStore } from '../../src/ports/stores.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { ndjson } from '../helpers/http.js';
@@ -55,6 +56,15 @@ describe('forks of a running vm (fake hypervisor)', function () {
     const exec = agent.exec;
     const ran: [number, string][] = [];
     let keep = false;
+    // What the record says while the capture is taken: a daemon that died then would find both marks.
+    const store = d.daemon.container.get<VmStore>(VmStore);
+    const marks: Record<string, unknown>[] = [];
+    const capture = hv.capture.bind(hv);
+    hv.capture = async (ref, ...rest) => {
+      const rec = await store.get(ref.name);
+      marks.push({ saving: rec?.saving, shares_out: rec?.shares_out });
+      return capture(ref, ...rest);
+    };
     agent.exec = async (ep, req) => {
       const script = req.args[1];
       ran.push([ep.port, script]);
@@ -71,6 +81,12 @@ describe('forks of a running vm (fake hypervisor)', function () {
         [port, hv.mountsAfterRestore(mounts)],
         [r.json.vms[0].agent_port, hv.mountsAfterRestore(mounts)],
       ]);
+      expect(marks).to.deep.equal([{ saving: true, shares_out: true }]);
+      const after = await store.get('shared');
+      expect([after?.saving, after?.shares_out], 'both gone once the folders are back').to.deep.equal([
+        undefined,
+        undefined,
+      ]);
       // A guest that keeps a folder in use is not captured, and mounts what it let go of.
       keep = true;
       ran.length = 0;
@@ -86,6 +102,7 @@ describe('forks of a running vm (fake hypervisor)', function () {
       expect(paused.status).to.equal(400);
       expect(paused.json.error).to.match(/is paused and shares host folders.*resume it first/);
     } finally {
+      hv.capture = capture;
       agent.exec = exec;
       for (const n of ['shared-f', 'shared']) await d.call('DELETE', `/vms/${n}`);
     }

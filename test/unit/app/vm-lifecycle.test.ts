@@ -291,7 +291,7 @@ describe('app/VmLifecycle', () => {
     const marked: Record<string, boolean | undefined> = {};
     const suspend = w.hv.suspend.bind(w.hv);
     w.hv.suspend = async (ref) => {
-      marked[ref.name] = (await w.store.get(ref.name))?.suspending;
+      marked[ref.name] = (await w.store.get(ref.name))?.saving;
       if (w.hv.state(ref.name) === 'running') await w.hv.pause(ref);
       return new Promise(() => undefined);
     };
@@ -307,7 +307,7 @@ describe('app/VmLifecycle', () => {
       ['p', 'running'],
       ['q', 'paused'],
     ]);
-    for (const name of ['p', 'q']) expect((await w.store.get(name))?.suspending).to.equal(undefined);
+    for (const name of ['p', 'q']) expect((await w.store.get(name))?.saving).to.equal(undefined);
     expect((await w2.svc.suspend('p')).message).to.equal('vm p suspended');
   });
 

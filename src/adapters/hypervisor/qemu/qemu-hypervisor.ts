@@ -32,7 +32,16 @@ import { replugShares, unplugShares } from './share-plug.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
-import { clearSaved, OWN_IMAGE, OWN_STATE, processOwner, readSaved, saveStream, writeSaved } from './saved-state.js';
+import {
+  callOffSave,
+  clearSaved,
+  OWN_IMAGE,
+  OWN_STATE,
+  processOwner,
+  readSaved,
+  saveStream,
+  writeSaved,
+} from './saved-state.js';
 import { LAYER } from './disk-layers.js';
 import { MAKER_PIDFILE, RamImages } from './ram-image.js';
 import { RamStaging } from './ram-staging.js';
@@ -207,7 +216,9 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       try {
         // Its shares are out of the capture (qemu-args.ts), and back in once it is taken.
         if (shares.length) await unplugShares(v.qmp, shares.length);
-        got = await captureVm(v.qmp, vm.dir, v.pid);
+        got = await captureVm(v.qmp, vm.dir, v.pid, {
+          switching: () => this.o.failpoints?.hit('fork.switchover'),
+        });
       } finally {
         if (shares.length) await replugShares(v.qmp, shares);
       }
@@ -392,6 +403,11 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     await this.killLeftoverMaker(vm);
     const found = await findQemu(vm, handle, this.o.log);
     if (!found) return null;
+    // A save its dead daemon left under way would hold its guest stopped for good.
+    await callOffSave(found.qmp).then(
+      (was) => was && this.o.log.warn({ vm: vm.name }, 'called off a save its daemon left under way'),
+      (err: Error) => this.o.log.warn({ vm: vm.name, err: err.message }, 'cannot call off a save left under way'),
+    );
     const held = { ...handle, pid: found.pid };
     this.live.track(vm.name, { ...found, expected: false, cid: handle.agent_cid, handle: held, dir: vm.dir, spec: vm });
     await this.links

@@ -209,3 +209,24 @@ export async function finishIncoming(qmp: QmpClient, timeoutMs = 60_000, run = t
     return err as Error;
   }
 }
+
+/** The states a migration is over in. */
+const MIGRATION_OVER = new Set(['none', 'completed', 'failed', 'cancelled']);
+
+/**
+ * Calls off a save that a dead daemon left under way in a QEMU found again (a suspend's or a
+ * capture's stream went to that daemon's socket): at the pause before its switch-over QEMU would
+ * wait for a word that never comes, its guest stopped. Resolves whether there was one, once QEMU
+ * says it is over; throws after `timeoutMs`.
+ */
+export async function callOffSave(qmp: Pick<QmpClient, 'execute'>, timeoutMs = 5000): Promise<boolean> {
+  const status = async () => (await qmp.execute<{ status?: string }>('query-migrate')).status ?? 'none';
+  if (MIGRATION_OVER.has(await status())) return false;
+  await qmp.execute('migrate_cancel');
+  const deadline = Date.now() + timeoutMs;
+  for (let st = await status(); !MIGRATION_OVER.has(st); st = await status()) {
+    if (Date.now() > deadline) throw new Error(`the save left under way is still ${st} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return true;
+}

@@ -88,14 +88,16 @@ async function diskDevice(qmp: QmpClient): Promise<string> {
  * The guest is held from step 2's stop to step 4's `cont` (`paused_ms`, by QEMU's own events);
  * under TCG from the start of step 2.
  * A failure before step 3 puts the old disk back; after it, the layer stays (the VM stands on it)
- * and the stream goes. Either way the guest runs on as it was.
+ * and the stream goes. Either way the guest runs on as it was. `switching` is called as step 3
+ * begins (a test's failpoint: a daemon that dies with the guest stopped).
  */
 export async function captureVm(
   qmp: QmpClient,
   dir: string,
   pid: number,
-  helper = FDPASS,
+  o: { helper?: string; switching?: () => void } = {},
 ): Promise<{ id: string; paused_ms: number; live: boolean }> {
+  const helper = o.helper ?? FDPASS;
   if (!existsSync(helper))
     throw new NotSupportedError(
       `forks of a running vm need the svc-fdpass helper, which is not built (${helper}): install a C compiler and run npm run build`,
@@ -152,6 +154,7 @@ export async function captureVm(
       file: `${id}.state`,
       stopFirst: wasRunning && !live,
       preSwitchover: async () => {
+        o.switching?.();
         try {
           // Unlocked as the first disk is (qemu-args.ts), or `cont` could not take the disk back.
           await qmp.execute('blockdev-add', {

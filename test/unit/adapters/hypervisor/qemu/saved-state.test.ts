@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { saveStream } from '../../../../../src/adapters/hypervisor/qemu/saved-state.js';
+import { callOffSave, saveStream } from '../../../../../src/adapters/hypervisor/qemu/saved-state.js';
 import type { QmpClient } from '../../../../../src/adapters/hypervisor/qemu/qmp-client.js';
 
 /**
@@ -81,5 +81,47 @@ describe('saveStream: a VM state written whole, the guest held no longer than th
     expect(log).to.not.include('streamed');
     expect(existsSync(join(dir, 'state.mig'))).to.equal(false);
     expect(existsSync(join(dir, 'state.mig.tmp'))).to.equal(false);
+  });
+});
+
+describe('callOffSave: a save a dead daemon left under way in a QEMU found again', () => {
+  /** A monitor whose migration is `status`, and goes through `cancelling` to `cancelled` when called off. */
+  function found(status: string) {
+    const asked: string[] = [];
+    const qmp = {
+      async execute<T>(cmd: string): Promise<T> {
+        asked.push(cmd);
+        if (cmd === 'migrate_cancel') status = 'cancelling';
+        else if (cmd === 'query-migrate' && status === 'cancelling') {
+          const now = status;
+          status = 'cancelled';
+          return { status: now } as T;
+        }
+        return (cmd === 'query-migrate' ? (status === 'none' ? {} : { status }) : {}) as T;
+      },
+    };
+    return { qmp, asked };
+  }
+
+  it('calls off one waiting before its switch-over (or streaming) and resolves once QEMU says it is over', async () => {
+    for (const status of ['pre-switchover', 'active', 'device']) {
+      const { qmp, asked } = found(status);
+      expect(await callOffSave(qmp), status).to.equal(true);
+      expect(asked, status).to.deep.equal(['query-migrate', 'migrate_cancel', 'query-migrate', 'query-migrate']);
+    }
+  });
+
+  it('leaves alone a QEMU with no save under way, or one that ended', async () => {
+    for (const status of ['none', 'completed', 'failed', 'cancelled']) {
+      const { qmp, asked } = found(status);
+      expect(await callOffSave(qmp), status).to.equal(false);
+      expect(asked, status).to.deep.equal(['query-migrate']);
+    }
+  });
+
+  it('throws when the save does not end in time', async () => {
+    const stuck = { execute: async <T>(cmd: string) => (cmd === 'query-migrate' ? { status: 'active' } : {}) as T };
+    const err = await callOffSave(stuck, 60).catch((e: Error) => e);
+    expect((err as Error).message).to.equal('the save left under way is still active after 60 ms');
   });
 });
