@@ -11,6 +11,24 @@ import { guestSh, tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
+/** The configuration of the daemons (one killed, one started after it) over `dir`. */
+function daemonConfig(dir: string) {
+  return {
+    data_dir: join(dir, 'data'),
+    socket: join(dir, 'svc.sock'),
+    api: '',
+    hypervisor: 'qemu',
+    images_dir: ensureImage(),
+    image: 'minimal',
+    memory_mb: 384,
+    test_mode: true,
+    log_level: 'warn',
+    sandbox_metrics_enabled: false,
+    create_from_snapshot: false,
+    ready_timeout: '180s',
+  };
+}
+
 /** The QEMU steps of the crash matrix: after a SIGKILL of the daemon, no QEMU runs without a record that holds it. */
 describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
   this.timeout(300_000);
@@ -72,23 +90,9 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
   for (const c of cases) {
     it(`dies at ${c.point}; a restarted daemon holds or removes every QEMU, and the VM works again`, async () => {
       const dir = tempDir('svc-qcrash-');
-      const socket = join(dir, 'svc.sock');
-      const raw = {
-        data_dir: join(dir, 'data'),
-        socket,
-        api: '',
-        hypervisor: 'qemu',
-        images_dir: ensureImage(),
-        image: 'minimal',
-        memory_mb: 384,
-        test_mode: true,
-        log_level: 'warn',
-        sandbox_metrics_enabled: false,
-        create_from_snapshot: false,
-        ready_timeout: '180s',
-      };
+      const raw = daemonConfig(dir);
       const child = await spawnSvcd(dir, raw, { failpoint: c.point });
-      const t: Target = { socketPath: socket };
+      const t: Target = { socketPath: raw.socket };
       await c.run(t).catch(() => undefined);
       expect(await child.exited, child.stderr()).to.equal('SIGKILL');
 
@@ -139,21 +143,7 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
     const dir = tempDir('svc-qcrash-');
     const host = tempDir('svc-qcrash-share-');
     writeFileSync(join(host, 'f.txt'), 'from the host');
-    const raw = {
-      data_dir: join(dir, 'data'),
-      socket: join(dir, 'svc.sock'),
-      api: '',
-      hypervisor: 'qemu',
-      images_dir: ensureImage(),
-      image: 'minimal',
-      memory_mb: 384,
-      test_mode: true,
-      log_level: 'warn',
-      sandbox_metrics_enabled: false,
-      create_from_snapshot: false,
-      ready_timeout: '180s',
-      mount_dirs: [host],
-    };
+    const raw = { ...daemonConfig(dir), mount_dirs: [host] };
     const t: Target = { socketPath: raw.socket };
     const sh = (script: string, on = vm) => guestSh({ call: (m, p, b, h) => call(t, m, p, b, h) }, on, script);
     const fork = `${vm}-f`;
