@@ -48,6 +48,9 @@ export class VmKeeper {
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     changeStatus(rec, { to: 'running' });
+    // A guest that woke mounts its folders once it answers (guest-readiness.ts): a daemon that dies
+    // before then gives them at its start (guest-shares.ts).
+    if (handle.restored_from_snapshot && rec.mounts.length) rec.shares_out = true;
     await this.vms.save(rec);
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {

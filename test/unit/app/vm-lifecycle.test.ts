@@ -278,6 +278,17 @@ describe('app/VmLifecycle', () => {
       ]);
       expect(w.hv.sharesGivenBack).to.deep.equal(['p', 'p']);
       expect((await w.store.get('p'))?.shares_out).to.equal(undefined);
+      // A restore: the record says running before the woken guest mounts its folders, and is marked.
+      expect((await w2.svc.suspend('p')).message).to.equal('vm p suspended');
+      const exec = w2.container.get<GuestAgent>(GuestAgent).exec;
+      let marked: boolean | undefined;
+      w2.container.get<GuestAgent>(GuestAgent).exec = async (ep, req) => {
+        marked = (await w.store.get('p'))?.shares_out;
+        return exec(ep, req);
+      };
+      await w2.svc.restore('p');
+      expect(marked, 'marked while its folders were mounted').to.equal(true);
+      expect((await w.store.get('p'))?.shares_out).to.equal(undefined);
     } finally {
       rmSync(folder, { recursive: true, force: true });
     }
