@@ -16,9 +16,10 @@ const MOUNT_AGAIN_MS = 30_000;
 /**
  * A guest's host folders across a saved state (docs/suspend-and-clones.md): no saved state holds
  * a share, so a guest lets go of its shares before it is saved and is given them again as it
- * wakes, where the driver can (HostLinks `mountsAfterRestore`, `releaseMounts`). A guest told to
- * let go of them is marked so (`shares_out`) before it is told, and the mark goes once they are
- * back or it is saved: a daemon that dies between gives them back when it starts again.
+ * wakes, where the driver can (HostLinks `mountsAfterRestore`, `releaseMounts`). A guest without
+ * them is marked so (`shares_out`): before it is told to let go of them, and while a woken one has
+ * yet to mount them (vm-keeper.ts). The mark goes once they are back or it is saved: a daemon that
+ * dies between gives them back when it starts again.
  */
 @injectable()
 export class GuestShares {
@@ -57,13 +58,17 @@ export class GuestShares {
   }
 
   /**
-   * A running guest that had let go of its shares for a save that was not finished (`shares_out`:
-   * its daemon died between) is given them again: plugged in where the save had unplugged them,
-   * and mounted. A guest that cannot take them is told in the log, and runs on without them.
+   * A running guest marked without its shares (`shares_out`: it let go of them for a save that was
+   * not finished, or woke and had yet to mount them, when its daemon died) is given them again:
+   * plugged in where a save had unplugged them, and mounted. A guest that cannot take them is told
+   * in the log, and runs on without them.
    */
   async giveBack(rec: VmRecord, ref: VmRef): Promise<void> {
     if (!rec.shares_out) return;
-    this.log.warn({ vm: rec.name }, 'the vm had let go of its host folders for a save that was not finished');
+    this.log.warn(
+      { vm: rec.name },
+      'the vm was without its host folders (a save or a restore not finished); giving them back',
+    );
     try {
       await this.links.giveSharesBack?.(ref, rec.mounts);
       await this.mount(rec, this.clock.now() + MOUNT_AGAIN_MS);

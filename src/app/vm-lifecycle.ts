@@ -128,21 +128,26 @@ export class VmLifecycle {
   async suspend(name: string): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
+      // Marked first: a daemon that dies in the save has the guest run on (recovery-service.ts).
       rec.saving = true;
       await this.vms.save(rec);
-      if (rec.status === 'running') await this.warmUp.beforeSave(rec);
-      // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
-      const sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
-      this.failpoints.hit('suspend.saving');
-      const { snapshot } = await this.crashes
-        .expectExit(rec, () => this.hv.suspend(this.keeper.ref(rec), { sharesReleased }))
-        .catch(async (err: unknown) => {
-          delete rec.saving;
-          await this.vms.save(rec);
-          // Not saved, and maybe running on: without the folders it let go of, unless given them back.
-          if (sharesReleased) await this.shares.giveBack(rec, this.keeper.ref(rec));
-          throw err;
-        });
+      let sharesReleased = false;
+      let snapshot: boolean;
+      try {
+        if (rec.status === 'running') await this.warmUp.beforeSave(rec);
+        // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
+        sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
+        this.failpoints.hit('suspend.saving');
+        ({ snapshot } = await this.crashes.expectExit(rec, () =>
+          this.hv.suspend(this.keeper.ref(rec), { sharesReleased }),
+        ));
+      } catch (err) {
+        delete rec.saving;
+        await this.vms.save(rec);
+        // Not saved, and maybe running on: without the folders it let go of, unless given them back.
+        if (sharesReleased) await this.shares.giveBack(rec, this.keeper.ref(rec));
+        throw err;
+      }
       this.failpoints.hit('suspend.saved');
       changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
       clearRuntime(rec);
