@@ -52,6 +52,7 @@ export class VmKeeper {
     // before then gives them at its start (guest-shares.ts).
     if (handle.restored_from_snapshot && rec.mounts.length) rec.shares_out = true;
     await this.vms.save(rec);
+    if (restore) this.failpoints.hit('restore.running');
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
       await this.readiness.awaitReady(

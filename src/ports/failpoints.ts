@@ -14,6 +14,7 @@ export const FAILPOINTS = [
   'suspend.image',
   'suspend.saved',
   'restore.launched',
+  'restore.running',
   'shutdown.stopped',
   'delete.destroyed',
   'claim.renamed',

@@ -136,10 +136,11 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
   /**
    * A daemon killed in a save of a VM with a host folder and a running process, its guest stopped
    * and without its folder (let go of, unplugged): in a fork's capture, waiting in QEMU's pause
-   * before the switch-over, then in a suspend's stream. Each time the restarted daemon has the
-   * guest run on with both, and it forks (then suspends and restores) as any other.
+   * before the switch-over, then in a suspend's stream; then in the restore of its saved state,
+   * before the woken guest mounted its folder. Each time the restarted daemon has the guest run on
+   * with both, and it forks (then suspends) as any other.
    */
-  it('dies in the saves of a vm with a host folder (fork.switchover, suspend.streaming); the restarted daemon has its guest run on, with its folder and process', async () => {
+  it('dies in the saves and the restore of a vm with a host folder (fork.switchover, suspend.streaming, restore.running); the restarted daemon has its guest run on, with its folder and process', async () => {
     const dir = tempDir('svc-qcrash-');
     const host = tempDir('svc-qcrash-share-');
     writeFileSync(join(host, 'f.txt'), 'from the host');
@@ -190,10 +191,14 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
         async () => {
           const s = await call(t, 'POST', `/vms/${vm}/suspend`);
           expect(s.json.message, s.text).to.equal(`vm ${vm} suspended`);
-          const r = await call(t, 'POST', `/vms/${vm}/restore`);
-          expect(r.status, r.text).to.equal(200);
-          expect(r.json.warning, r.text).to.equal(undefined);
-          expect((await sh(both())).stdout).to.equal('from the hostalive\n');
+        },
+      );
+      // Its restore says running before the woken guest has mounted its folder: the process is the
+      // saved one, and the folder is given at the next start.
+      await crash(
+        'restore.running',
+        () => call(t, 'POST', `/vms/${vm}/restore`),
+        async () => {
           expect((await call(t, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
         },
       );

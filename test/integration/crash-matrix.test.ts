@@ -46,6 +46,19 @@ const MATRIX: {
     },
   })),
   {
+    point: 'restore.running',
+    run: async (t) => {
+      expect((await call(t, 'POST', '/vms', { name: 'r', persistent: true })).status).to.equal(201);
+      expect((await call(t, 'POST', '/vms/r/suspend')).status).to.equal(200);
+      return call(t, 'POST', '/vms/r/restore');
+    },
+    retry: async (t) => {
+      // the record said running; the fake's guest died with its daemon: it starts again
+      expect((await call(t, 'GET', '/vms/r')).json.status).to.equal('error');
+      expect((await call(t, 'POST', '/vms/r/start')).status).to.equal(200);
+    },
+  },
+  {
     point: 'restore.launched',
     run: async (t) => {
       expect((await call(t, 'POST', '/vms', { name: 'r', persistent: true })).status).to.equal(201);
