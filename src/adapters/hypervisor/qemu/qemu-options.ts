@@ -18,7 +18,7 @@ export interface QemuOptions {
   logMaxBytes?: number;
   /** When the daemon is root, QEMU drops to this user after opening its files (empty: it stays root). */
   qemuUser?: string;
-  /** Steps inside the adapter where a test may make the daemon die (`suspend.image`). */
+  /** Steps inside the adapter where a test may make the daemon die (`suspend.streaming`, `suspend.image`, `fork.switchover`). */
   failpoints?: Failpoints;
   /** Start a QEMU ahead for the next clone of a template once it was cloned (spare-qemus.ts); default true. */
   spares?: boolean;
