@@ -4,13 +4,7 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
-import {
-  AlreadyExistsError,
-  InternalError,
-  InvalidStateError,
-  NotSupportedError,
-  asDomainError,
-} from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type {
   ExitListener,
   HypervisorAdapter,
@@ -25,10 +19,6 @@ import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
 import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
-import { checkHostDirs } from '../host-dirs.js';
-import { checkDriver } from './mounts.js';
-import { addedMountScript, releaseMountScript } from '../guest-mounts.js';
-import { replugShares, unplugShares } from './share-plug.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
 import { capLog } from '../../fs-kit/log-cap.js';
@@ -49,11 +39,11 @@ import { VmCommand } from './vm-command.js';
 import { SpareQemus, spareDisk } from './spare-qemus.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
-import { LiveFlattens } from './live-flatten.js';
-import { captureVm, dropCapture } from './vm-capture.js';
+import { QemuCaptures } from './qemu-captures.js';
 import { findQemu, savedNic } from './qemu-state.js';
 import { NicLinks } from './nic-links.js';
 import { QemuLauncher } from './qemu-launcher.js';
+import { QemuShares } from './qemu-shares.js';
 import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 import type { CloneSpeedUps, GuestWarmUpCalls } from '../../../ports/clone-speed-ups.js';
 
@@ -68,7 +58,8 @@ const LOG_CHECK_MS = 10_000;
  * The Hypervisor port with QEMU: one detached process per VM (it outlives the daemon), driven
  * over QMP (its command line: vm-command.ts); its NIC's other end in svc-netd (nic-links.ts); a
  * qcow2 overlay per VM on the image's golden disk; suspend as a migration stream made a RAM image
- * (saved-state.ts, ram-image.ts); clones on frozen layers of their template (disk-layers.ts,
+ * (saved-state.ts, ram-image.ts), host folders let go of first (qemu-shares.ts); forks from captures
+ * of running VMs (qemu-captures.ts); clones on frozen layers of their template (disk-layers.ts,
  * vm-disks.ts), started in a QEMU their template's last clone had started ahead when there is one
  * (spare-qemus.ts). A launch (qemu-launcher.ts) restores what was saved and tries a failed start
  * again as launch-plan.ts says; the processes it starts or re-attaches are watched by live-vms.ts and found
@@ -88,9 +79,8 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
   private readonly disks: QemuVmDisks;
   private readonly links: NicLinks;
   private readonly launcher: QemuLauncher;
-  /** Flattens of running VMs' disk chains (live-flatten.ts), and the captures each VM has out. */
-  private readonly flattens: LiveFlattens;
-  private readonly captures = new Map<string, number>();
+  private readonly shares: QemuShares;
+  private readonly captures: QemuCaptures;
 
   constructor(private readonly o: QemuOptions) {
     super(o.images);
@@ -110,9 +100,9 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       staging: this.staging,
     });
     const seed = (spec: VmSpec) => writeSeed(layout(spec.dir).seed, seedFor(spec, o.mountDriver));
+    this.shares = new QemuShares({ command: this.command, live: this.live, mountDriver: o.mountDriver });
     this.links = new NicLinks({ net: o.network, log: o.log });
     this.live.onGone((name) => void this.links.down(name));
-    this.flattens = new LiveFlattens(o.log, o.maxDiskLayers);
     this.spares = new SpareQemus({ binary: o.qemuBinary, command: this.command, log: o.log, seed, links: this.links });
     this.launcher = new QemuLauncher({
       o,
@@ -131,6 +121,14 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       mountDriver: o.mountDriver,
       vsock: () => this.vsockCid() > 0,
       useSpares: o.spares ?? true,
+      maxLayers: o.maxDiskLayers,
+    });
+    this.captures = new QemuCaptures({
+      live: this.live,
+      disks: this.disks,
+      shares: this.shares,
+      log: o.log,
+      failpoints: o.failpoints,
       maxLayers: o.maxDiskLayers,
     });
   }
@@ -167,31 +165,19 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   /** 9p shares can be added to a restored guest (qemu-args.ts `sharesToAdd`); virtio-fs ones only at boot. */
   mountsAfterRestore(mounts: Mount[]): string | undefined {
-    return this.command.sharesAfterLoad ? addedMountScript(mounts) : undefined;
+    return this.shares.afterRestore(mounts);
   }
 
   releaseMounts(mounts: Mount[]): string | undefined {
-    return this.command.sharesAfterLoad ? releaseMountScript(mounts) : undefined;
+    return this.shares.release(mounts);
   }
 
-  async giveSharesBack(vm: VmRef, mounts: Mount[]): Promise<void> {
-    if (mounts.length) await replugShares(this.live.running(vm.name).qmp, mounts);
+  giveSharesBack(vm: VmRef, mounts: Mount[]): Promise<void> {
+    return this.shares.giveBack(vm, mounts);
   }
 
-  /**
-   * The shares a save of a guest unplugs first: those it let go of (`sharesReleased`), where they
-   * can be given back after (9p). `refusal` makes the error for one that cannot be saved.
-   */
-  private sharesToSave(vm: VmRef, mounts: Mount[] = [], options: SaveOptions, refusal: (m: string) => Error): Mount[] {
-    if (mounts.length && !(options.sharesReleased && this.command.sharesAfterLoad))
-      throw refusal(`vm ${vm.name} shares host folders it did not let go of`);
-    return mounts;
-  }
-
-  async checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
-    const real = await checkHostDirs(mounts, rule);
-    if (mounts.length) checkDriver(this.o.mountDriver);
-    return real;
+  checkMounts(mounts: Mount[], rule: MountRule): Promise<Mount[]> {
+    return this.shares.check(mounts, rule);
   }
 
   provision(spec: VmSpec): Promise<void> {
@@ -202,47 +188,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.disks.clone(template, spec, capture);
   }
 
-  async capture(vm: VmRef, forks = 1, options: SaveOptions = {}): Promise<{ id: string; paused_ms: number }> {
-    const v = this.live.running(vm.name);
-    const shares = this.sharesToSave(
-      vm,
-      v.spec?.mounts,
-      options,
-      (m) => new NotSupportedError(`${m}; it cannot be captured`),
-    );
-    try {
-      await this.flattens.settle(vm.name);
-      let got;
-      try {
-        // Its shares are out of the capture (qemu-args.ts), and back in once it is taken.
-        if (shares.length) await unplugShares(v.qmp, shares.length);
-        got = await captureVm(v.qmp, vm.dir, v.pid, {
-          switching: () => this.o.failpoints?.hit('fork.switchover'),
-        });
-      } finally {
-        if (shares.length) await replugShares(v.qmp, shares);
-      }
-      this.o.log.info({ vm: vm.name, capture: got.id, paused_ms: got.paused_ms, live: got.live }, 'capture timing');
-      this.disks.expectForks(vm, got.id, forks);
-      this.captures.set(vm.name, (this.captures.get(vm.name) ?? 0) + 1);
-      return got;
-    } catch (err) {
-      throw asDomainError(err);
-    }
+  capture(vm: VmRef, forks = 1, options: SaveOptions = {}): Promise<{ id: string; paused_ms: number }> {
+    return this.captures.take(vm, forks, options);
   }
 
-  /**
-   * A capture's forks have what they need. Once none is out, a VM whose disk now stands on too many
-   * layers (one more per capture) is flattened while it runs on (live-flatten.ts).
-   */
-  async dropCapture(vm: VmRef, id: string): Promise<void> {
-    this.disks.forgetCapture(vm, id);
-    await dropCapture(vm.dir, id);
-    const out = (this.captures.get(vm.name) ?? 1) - 1;
-    if (out > 0) return void this.captures.set(vm.name, out);
-    this.captures.delete(vm.name);
-    const v = this.live.get(vm.name);
-    if (v && !v.expected) this.flattens.start(vm.name, v.qmp, vm.dir);
+  dropCapture(vm: VmRef, id: string): Promise<void> {
+    return this.captures.drop(vm, id);
   }
 
   /** Its template's next spare starts now, not beside the clone's first answer (2 cores: 0.1-0.3 s slower). */
@@ -301,7 +252,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     await clearSaved(vm.dir);
     const v = this.live.get(vm.name);
     if (!v) return;
-    await this.flattens.settle(vm.name);
+    await this.captures.settle(vm.name);
     v.expected = true;
     try {
       const st = await v.qmp.execute<{ status: string }>('query-status');
@@ -351,21 +302,20 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   async suspend(vm: VmRef, options: SaveOptions = {}): Promise<{ snapshot: boolean }> {
     const v = this.live.running(vm.name);
-    await this.flattens.settle(vm.name);
+    await this.captures.settle(vm.name);
     v.expected = true;
     let snapshot = false;
     const t0 = Date.now();
     try {
-      // A guest with its shares mounted cannot be saved (QEMU's 9p and virtio-fs refuse), and one
-      // saved with their devices would not load where they are added after the load (qemu-args.ts):
-      // a guest that let go of them has them unplugged first.
-      const shares = this.sharesToSave(vm, v.spec?.mounts, options, (m) => new Error(`${m}; it is not saved`));
-      if (shares.length) await unplugShares(v.qmp, shares.length);
-      await saveStream(v.qmp, vm.dir, {
-        owner: await processOwner(v.pid),
-        stopFirst: true,
-        migrating: () => this.o.failpoints?.hit('suspend.streaming'),
-      });
+      const stream = async () =>
+        saveStream(v.qmp, vm.dir, {
+          owner: await processOwner(v.pid),
+          stopFirst: true,
+          migrating: () => this.o.failpoints?.hit('suspend.streaming'),
+        });
+      const refusal = (m: string) => new Error(`${m}; it is not saved`);
+      // A guest with its shares in cannot be saved: they are unplugged first (qemu-shares.ts).
+      await this.shares.saveWithout(v, vm, options, { back: false, refusal }, stream);
       await writeSaved(vm.dir, { kind: 'stream', file: OWN_STATE });
       snapshot = true;
     } catch (err) {
