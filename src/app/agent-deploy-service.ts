@@ -2,7 +2,7 @@ import { inject, injectable } from 'inversify';
 import { AgentUnavailableError } from '../domain/errors.js';
 import { Clock } from '../ports/clock.js';
 import { GuestAgent } from '../ports/guest-agent.js';
-import { GuestImages } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { AgentArtifact, AgentInstaller } from '../ports/tunnels.js';
 import { Activity } from './activity.js';
 import { GuestProxy } from './guest-proxy.js';

@@ -4,7 +4,8 @@ import { errorMessage, NotFoundError, UnavailableError } from '../domain/errors.
 import type { VmChange } from '../domain/events.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { ClusterStore } from '../ports/cluster.js';
-import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
+import { Hypervisor } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import type { ClusterSettings } from './cluster-config.js';
 import type { Config } from './config.js';

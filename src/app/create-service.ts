@@ -6,8 +6,9 @@ import { InvalidArgumentError, NotSupportedError, UnavailableError } from '../do
 import type { CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
-import type { ImageInfo } from '../ports/hypervisor.js';
-import { GuestImages, HostLinks, Hypervisor } from '../ports/hypervisor.js';
+import type { ImageInfo } from '../ports/guest-images.js';
+import { HostLinks, Hypervisor } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { SecretStore } from '../ports/stores.js';
 import { AsyncQueue } from './async-queue.js';
 import type { Config } from './config.js';

@@ -8,7 +8,7 @@ import {
   errorMessage,
 } from '../domain/errors.js';
 import type { Forward, VmRecord } from '../domain/vm.js';
-import { GuestImages } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { Tunnels, type SshTarget } from '../ports/tunnels.js';
 import { Activity } from './activity.js';

@@ -10,7 +10,7 @@ import { GuestNetwork } from '../ports/guest-network.js';
 import { ProcessMeter } from '../ports/process-meter.js';
 import { ConsoleLogs, VmStore } from '../ports/stores.js';
 import { egressEnv } from '../domain/egress-secrets.js';
-import type { ImageInfo } from '../ports/hypervisor.js';
+import type { ImageInfo } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { RemoteShell, SshProbe } from '../ports/tunnels.js';
 import { watchBootStall } from './boot-stall.js';

@@ -3,7 +3,7 @@ import type { NodeView } from '../domain/cluster.js';
 import { NotFoundError } from '../domain/errors.js';
 import { checkBundle, type ImageFetchProgress } from '../domain/image-fetch.js';
 import { PeerNodes } from '../ports/cluster.js';
-import { GuestImages } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { ClusterService } from './cluster-service.js';
 import { KeyedMutex } from './keyed-mutex.js';

@@ -1,8 +1,8 @@
 import { inject, injectable } from 'inversify';
 import { AlreadyExistsError } from '../domain/errors.js';
 import { assertImageId } from '../domain/image-request.js';
-import type { ImageDetails } from '../ports/hypervisor.js';
-import { GuestImages } from '../ports/hypervisor.js';
+import type { ImageDetails } from '../ports/guest-images.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { errorMessage } from '../domain/errors.js';
 import { Activity } from './activity.js';

@@ -4,7 +4,8 @@ import { errorMessage, InvalidArgumentError, InvalidStateError } from '../domain
 import { assertMovable, offeredRecord, parseMoveRequest, type DrainResult, type MoveOffer } from '../domain/move.js';
 import { toPublic, type VmRecord } from '../domain/vm.js';
 import { PeerNodes } from '../ports/cluster.js';
-import { GuestImages, Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { Hypervisor, VmDisks } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { VmStore } from '../ports/stores.js';
 import { Activity } from './activity.js';

@@ -4,7 +4,8 @@ import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
 import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
-import { GuestImages, Hypervisor } from '../ports/hypervisor.js';
+import { Hypervisor } from '../ports/hypervisor.js';
+import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
 import { ConsoleLogs, VmStore } from '../ports/stores.js';
 import { SshKeys } from '../ports/tunnels.js';

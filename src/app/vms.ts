@@ -17,7 +17,7 @@ import { assertVmName, nextDefaultName } from '../domain/names.js';
 import type { Instance } from '../domain/vm.js';
 import { toPublic } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
-import type { ImageInfo } from '../ports/hypervisor.js';
+import type { ImageInfo } from '../ports/guest-images.js';
 import { VmStore } from '../ports/stores.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';

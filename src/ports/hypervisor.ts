@@ -48,59 +48,6 @@ export interface VmHandle {
   state: AdapterState;
 }
 
-export interface ImageInfo {
-  /** The image's id, aliases resolved (`default` names `debian`). */
-  id: string;
-  /** The image starts svc-agent by itself, so `wait=auto` means agent readiness. */
-  agent_ready: boolean;
-  ssh_user: string;
-  /** The smallest disk a VM of this image may have (the image's own size). */
-  min_disk_gb: number;
-  /**
-   * The least memory a VM of this image boots in (its kernel must fit, then its init and agent);
-   * a create below it is refused at once instead of hanging until the agent timeout.
-   */
-  min_memory_mb?: number;
-  /** For an image not built yet: how long its last build on this host took (none when never built). */
-  build_estimate_ms?: number;
-  /** False for a built-in image not built yet (the first create builds it, with progress). */
-  built: boolean;
-  /** Changes whenever the image is built again (its manifest's time and agent version); built images only. */
-  revision?: string;
-}
-
-/** A built image, as GET /images shows it. */
-export interface ImageDetails extends ImageInfo {
-  os: string;
-  description: string;
-  size_bytes: number;
-  created_at: string;
-  /** `kernel`: the project's kernel booted directly; `firmware`: the disk's own bootloader. */
-  boot: 'kernel' | 'firmware';
-  /** What it was made from: `debian`, `minimal`, a recipe's base, a VM. */
-  source: string;
-  /** VMs (templates and warm pool members included) whose disks stand on this image. */
-  in_use_by: string[];
-  /** Its snapshots (the daemon adds them; an adapter leaves this out). */
-  snapshots?: ImageSnapshotInfo[];
-}
-
-/** An image's snapshot as GET /images shows it (ImageSnapshotRecord without its keys). */
-export interface ImageSnapshotInfo {
-  cpus: number;
-  memory_mb: number;
-  disk_gb: number;
-  size_bytes: number;
-  created_at: string;
-  capture_ms: number;
-}
-
-/** How far an image build is. */
-export interface ImageProgress {
-  percent: number;
-  message: string;
-}
-
 export interface LaunchOptions {
   /** Start from the `svc-suspend` snapshot when one exists (restore); otherwise cold boot. */
   restore?: boolean;
@@ -246,77 +193,6 @@ export interface VmDisks {
   takeIn(spec: VmSpec, suspended: boolean): Promise<void>;
 }
 
-import type { ImageSource } from '../domain/image-request.js';
-import type { ImageBundle } from '../domain/image-fetch.js';
-
-export const GuestImages = Symbol('GuestImages');
-/** The guest images VMs are made from. */
-export interface GuestImages {
-  /**
-   * Resolves an image name (aliases included) without building anything. InvalidArgumentError when
-   * no such image is built or buildable. Idempotent.
-   */
-  resolveImage(image: string): Promise<ImageInfo>;
-
-  /**
-   * Makes sure the image is built: a built-in image that is missing is built (once, however many
-   * callers wait), reporting progress. A failed build leaves nothing. InternalError when it fails.
-   */
-  ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void>;
-
-  /** Every built image; `inUse` says which VMs stand on an image id. */
-  listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]>;
-
-  /** One built image. NotFoundError when it is not built. */
-  getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails>;
-
-  /**
-   * The content digest of a built image (`sha256:` of its disk, kernel and initrd): two nodes whose
-   * digests agree have the same bytes, so a VM's disk made on one stands on the other's copy.
-   * NotFoundError when it is not built.
-   */
-  digest(image: string): Promise<string>;
-
-  /**
-   * A built image as this node offers it to another (docs/cluster.md, "Images across nodes"): its
-   * files with their sizes, sha256 and where they are here. NotFoundError when it is not built.
-   */
-  bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }>;
-
-  /**
-   * Installs image `bundle.id` fetched from another node: `fill` writes its files into a directory
-   * kept across attempts (a fetch cut off resumes there); every file must then have its hash and the
-   * image its digest, or nothing is installed (the directory goes). Appears whole or not at all.
-   * AlreadyExistsError when it is built here; InternalError when what came is not what was offered.
-   */
-  installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void>;
-
-  /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
-  removeImage(image: string): Promise<void>;
-
-  /**
-   * Bakes a stopped VM's disk (flattened: its image's disk plus what the VM wrote) into a new image
-   * `id` with the VM's image's kernel and boot settings. Appears whole or not at all.
-   * AlreadyExistsError when `id` is built; not idempotent.
-   */
-  bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void>;
-
-  /**
-   * Imports image `id` from a file on the host (a container image archive, or a disk with its own
-   * bootloader), read only when its real path lies inside one of `allowed`. Appears whole or not
-   * at all, reporting progress. InvalidArgumentError for a path outside `allowed`, a link leading
-   * out, or a file that is not what its type says (nothing is left behind); AlreadyExistsError
-   * when `id` is built; InternalError when a build step fails. Not idempotent.
-   */
-  importImage(
-    id: string,
-    source: ImageSource,
-    allowed: readonly string[],
-    meta: { ssh_user?: string; description?: string },
-    progress: (p: ImageProgress) => void,
-  ): Promise<void>;
-}
-
 /** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */
 export interface MountRule {
   allowed: readonly string[];
@@ -363,6 +239,3 @@ export interface HostLinks {
    */
   addForwards(vm: VmRef, forwards: PortForward[]): Promise<VmHandle>;
 }
-
-/** One adapter that offers every hypervisor capability (what an embedder may hand the daemon). */
-export type HypervisorAdapter = Hypervisor & VmDisks & GuestImages & HostLinks;

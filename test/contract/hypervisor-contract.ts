@@ -8,7 +8,8 @@ import {
   InvalidStateError,
   NotSupportedError,
 } from '../../src/domain/errors.js';
-import type { HypervisorAdapter, VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
+import type { VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
+import type { HypervisorAdapter } from '../../src/ports/hypervisor-adapter.js';
 import { tempDir } from '../helpers/daemon.js';
 
 export interface ContractSubject {

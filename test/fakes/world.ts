@@ -24,7 +24,8 @@ import { InMemorySshProbe } from '../../src/adapters/hypervisor/fake/in-memory-s
 import { appModule } from '../../src/main.js';
 import { Clock } from '../../src/ports/clock.js';
 import { GuestAgent } from '../../src/ports/guest-agent.js';
-import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
+import { HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
+import { GuestImages } from '../../src/ports/guest-images.js';
 import { Logger } from '../../src/ports/logger.js';
 import { ControlMetrics } from '../../src/ports/metrics.js';
 import {

@@ -30,7 +30,7 @@ import type {
   WatchEvent,
   WatchInfo,
 } from '../../domain/processes.js';
-import type { ImageDetails } from '../../ports/hypervisor.js';
+import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
 import type { DrainResult } from '../../domain/move.js';
 import { enc, qs, SvcTransport } from './svc-transport.js';

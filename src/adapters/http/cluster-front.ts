@@ -7,7 +7,7 @@ import type { ClusterPlacement } from '../../app/cluster-placement.js';
 import { errorMessage, isDomainError, PermissionDeniedError, UnavailableError } from '../../domain/errors.js';
 import type { MoveService } from '../../app/move-service.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
-import type { GuestImages } from '../../ports/hypervisor.js';
+import type { GuestImages } from '../../ports/guest-images.js';
 import type { BearerAuth } from '../http-kit/auth.js';
 import type { UpgradeHandler } from '../http-kit/browser-guard.js';
 import { answerError, unauthenticated, type RequestMetrics } from '../http-kit/http-app.js';

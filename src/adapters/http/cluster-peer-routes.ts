@@ -3,7 +3,7 @@ import { InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import type { ImageFetchService } from '../../app/image-fetch-service.js';
 import type { MoveService } from '../../app/move-service.js';
 import { AsyncQueue } from '../../app/async-queue.js';
-import type { GuestImages } from '../../ports/hypervisor.js';
+import type { GuestImages } from '../../ports/guest-images.js';
 import { unpackVm } from '../cluster/vm-bundle.js';
 import { toHttpError } from '../http-kit/error-status.js';
 import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';

@@ -1,7 +1,8 @@
 import { InvalidStateError } from '../../domain/errors.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
-import type { ImageDetails, ImageInfo, ImageProgress, VmRef } from '../../ports/hypervisor.js';
+import type { VmRef } from '../../ports/hypervisor.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
 import type { ImageCatalog } from '../images/image-catalog.js';
 
 /**

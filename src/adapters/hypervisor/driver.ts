@@ -3,7 +3,7 @@ import type { Config, ConfigSection } from '../../app/config.js';
 import type { CloneSpeedUps } from '../../ports/clone-speed-ups.js';
 import type { GuestAgent } from '../../ports/guest-agent.js';
 import type { GuestNetwork } from '../../ports/guest-network.js';
-import type { HypervisorAdapter } from '../../ports/hypervisor.js';
+import type { HypervisorAdapter } from '../../ports/hypervisor-adapter.js';
 import type { SshProbe } from '../../ports/tunnels.js';
 
 /**

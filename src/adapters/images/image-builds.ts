@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
-import type { ImageDetails, ImageProgress } from '../../ports/hypervisor.js';
+import type { ImageDetails, ImageProgress } from '../../ports/guest-images.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { childEnv } from '../process-kit/child-env.js';
 

@@ -4,7 +4,7 @@ import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/p
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
-import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/hypervisor.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
 import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { LIMITS } from '../../domain/create-request.js';
-import type { ImageProgress } from '../../ports/hypervisor.js';
+import type { ImageProgress } from '../../ports/guest-images.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { sniffImportFile } from './import-files.js';
 import { checkLayers, imageEnvScript, readOciLayout } from './oci-layout.js';

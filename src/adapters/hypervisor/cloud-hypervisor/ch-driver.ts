@@ -1,7 +1,8 @@
 import { ContainerModule } from 'inversify';
 import { GuestAgent } from '../../../ports/guest-agent.js';
 import { GuestNetwork } from '../../../ports/guest-network.js';
-import { GuestImages, HostLinks, Hypervisor, VmDisks } from '../../../ports/hypervisor.js';
+import { HostLinks, Hypervisor, VmDisks } from '../../../ports/hypervisor.js';
+import { GuestImages } from '../../../ports/guest-images.js';
 import { Logger } from '../../../ports/logger.js';
 import { SshProbe } from '../../../ports/tunnels.js';
 import { agentOptions, HttpGuestAgent } from '../../guest-link/http-guest-agent.js';

@@ -4,15 +4,8 @@ import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 
 import { join } from 'node:path';
 import { InvalidStateError, NotSupportedError } from '../../../domain/errors.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
-import type {
-  ExitListener,
-  HypervisorAdapter,
-  LaunchOptions,
-  MountRule,
-  VmHandle,
-  VmRef,
-  VmSpec,
-} from '../../../ports/hypervisor.js';
+import type { ExitListener, LaunchOptions, MountRule, VmHandle, VmRef, VmSpec } from '../../../ports/hypervisor.js';
+import type { HypervisorAdapter } from '../../../ports/hypervisor-adapter.js';
 import type { Logger } from '../../../ports/logger.js';
 import { fromState, toState } from '../adapter-state.js';
 import { seedFor, writeSeed } from '../guest-seed.js';

@@ -12,7 +12,8 @@ import {
 } from '../../../domain/errors.js';
 import type { ImageSource } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
-import type { ImageDetails, ImageInfo, ImageProgress, VmRef } from '../../../ports/hypervisor.js';
+import type { VmRef } from '../../../ports/hypervisor.js';
+import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/guest-images.js';
 
 /**
  * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);

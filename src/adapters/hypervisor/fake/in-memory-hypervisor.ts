@@ -6,7 +6,6 @@ import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {
   ExitListener,
-  HypervisorAdapter,
   LaunchOptions,
   SaveOptions,
   MountRule,
@@ -14,6 +13,7 @@ import type {
   VmRef,
   VmSpec,
 } from '../../../ports/hypervisor.js';
+import type { HypervisorAdapter } from '../../../ports/hypervisor-adapter.js';
 import { toState } from '../adapter-state.js';
 import { FakeImages } from './fake-images.js';
 import type { GuestStandIns } from '../driver.js';

@@ -7,7 +7,6 @@ import { childEnv } from '../../process-kit/child-env.js';
 import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
 import type {
   ExitListener,
-  HypervisorAdapter,
   LaunchOptions,
   SaveOptions,
   MountRule,
@@ -15,6 +14,7 @@ import type {
   VmRef,
   VmSpec,
 } from '../../../ports/hypervisor.js';
+import type { HypervisorAdapter } from '../../../ports/hypervisor-adapter.js';
 import { chooseAccel, probeKernels, type Accel } from './accel-probe.js';
 import { portFree } from '../free-port.js';
 import { CatalogImages } from '../catalog-images.js';
