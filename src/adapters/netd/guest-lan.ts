@@ -1,6 +1,5 @@
 import { connect, type Socket } from 'node:net';
 import { HOST_NAME, type EgressDecision, type EgressPolicy, type EgressProxy } from '../../domain/egress.js';
-import { dhcpReply, readDhcp } from './dhcp.js';
 import { DnsOverTcp } from './dns-tcp.js';
 import type { DnsUpstream, HostAddresses } from './dns-upstream.js';
 import { EgressGuard, type EgressEntry } from './egress-guard.js';
@@ -15,14 +14,12 @@ import {
   IP_UDP,
   ipFrom,
   ipToString,
-  macFrom,
   prohibited,
   readArp,
   readEth,
   readIcmp,
   readIpv4,
   readTcp,
-  readUdp,
   TCP_ACK,
   TCP_RST,
   TCP_SYN,
@@ -35,28 +32,15 @@ import type { EgressSecrets } from './secret-proxy.js';
 import { checkShown, type Conn } from './lan-conn.js';
 import { ProxyDialer } from './socks-dial.js';
 import { flowKey, resetFor, TcpFlow, type FlowHost } from './tcp-flow.js';
-import { UdpFlows, type UdpFlow, type UdpHost } from './udp-flows.js';
+import type { UdpHost } from './udp-flows.js';
+import { LanUdp } from './lan-udp.js';
+import { BROADCAST, DNS_MAC, GUEST_MAC, GW_MAC, inLan, LAN } from './lan-layout.js';
 
-/** The guest's network, as QEMU's user-mode network lays it out (so images and saved guests need no change). */
-export const LAN = {
-  base: ipFrom('10.0.2.0'),
-  gateway: ipFrom('10.0.2.2'),
-  dns: ipFrom('10.0.2.3'),
-  guest: ipFrom('10.0.2.15'),
-};
-const MASK = 0xffffff00;
-/** The gateway's and resolver's MACs, QEMU's user-mode network's own (a restored guest's ARP cache holds them). */
-const GW_MAC = macFrom('52:55:0a:00:02:02');
-const DNS_MAC = macFrom('52:55:0a:00:02:03');
-/** QEMU's MAC for a VM's first NIC, until the guest's own frames say otherwise. */
-const GUEST_MAC = macFrom('52:54:00:12:34:56');
-const BROADCAST = 0xffffffff;
 /** A frame larger than this from QEMU means the stream is out of step. */
 const MAX_FRAME = 70_000;
 /** Frames queued to QEMU past which flows stop sending until it drains. */
 const CONGESTED = 4 << 20;
 const CONNECT_TIMEOUT_MS = 30_000;
-const inLan = (ip: number) => (ip & MASK) >>> 0 === LAN.base;
 
 export interface LanOptions {
   vm: string;
@@ -75,9 +59,10 @@ export interface LanOptions {
  * One VM's network, in place of QEMU's user-mode network: QEMU hands the guest's Ethernet frames
  * over a stream socket (`-netdev stream`), and this answers them. It is the gateway (10.0.2.2),
  * resolver (10.0.2.3) and DHCP server of a /24 the guest has to itself, forwards host ports in
- * (HostForwards), and carries the guest's TCP and UDP out through host sockets, each decided by
- * the VM's egress policy (EgressGuard). The host's loopback is never a destination, but for the
- * ports a `host:PORT` rule names, reached at the gateway's address (`host.svc.internal`).
+ * (HostForwards), and carries the guest's TCP (TcpFlow) and UDP (lan-udp.ts) out through host
+ * sockets, each decided by the VM's egress policy (EgressGuard). The host's loopback is never a
+ * destination, but for the ports a `host:PORT` rule names, reached at the gateway's address
+ * (`host.svc.internal`). Its addresses are lan-layout.ts's.
  */
 export class GuestLan implements FlowHost, UdpHost {
   readonly guestIp = LAN.guest;
@@ -90,7 +75,7 @@ export class GuestLan implements FlowHost, UdpHost {
   private corked = false;
   private readonly conns = new Map<string, Conn>();
   private readonly dirty = new Set<TcpFlow>();
-  private readonly udp: UdpFlows;
+  private readonly udp: LanUdp;
   private readonly guard: EgressGuard;
   /** The host ports forwarded into the guest. */
   readonly forwards = new HostForwards({
@@ -106,7 +91,10 @@ export class GuestLan implements FlowHost, UdpHost {
 
   constructor(private readonly o: LanOptions) {
     this.guard = new EgressGuard(o.policy, o.upstream, o.hostAddresses, (e) => o.audit(e));
-    this.udp = new UdpFlows(this, (f) => this.udpClosed(f));
+    this.udp = new LanUdp(this, this.guard, {
+      route: o.route,
+      refuse: (ip) => this.emit(prohibited(this.link, LAN.gateway, ip)),
+    });
   }
 
   /** Logs an egress entry of this network's (repeats within a second counted into one line). */
@@ -179,16 +167,7 @@ export class GuestLan implements FlowHost, UdpHost {
         c.decision = d;
       }
     }
-    for (const f of this.udp.all()) {
-      const d =
-        f.remoteIp === LAN.gateway
-          ? this.guard.hostPort(f.remotePort)
-          : this.guard.connect(f.remoteIp, f.remotePort, 'udp');
-      if (!d.allow) {
-        f.meta.rule = `ended:${d.rule}`;
-        this.udp.close(f);
-      }
-    }
+    this.udp.recheck();
   }
 
   /** Everything closed: the VM is gone. */
@@ -199,7 +178,7 @@ export class GuestLan implements FlowHost, UdpHost {
   }
 
   stats(): { tcp: number; udp: number; bad_frames: number; connected: boolean } {
-    return { tcp: this.conns.size, udp: this.udp.all().length, bad_frames: this.badFrames, connected: this.connected };
+    return { tcp: this.conns.size, udp: this.udp.count, bad_frames: this.badFrames, connected: this.connected };
   }
 
   // ---- the link to QEMU ----
@@ -264,7 +243,7 @@ export class GuestLan implements FlowHost, UdpHost {
       this.link = { dstMac: Buffer.from(eth.src), srcMac: GW_MAC };
     if (ip.fragment) return; // not reassembled: guests send TCP unfragmented, and UDP this large rarely
     if (ip.proto === IP_TCP) return this.tcp(ip, readTcp(ip.payload));
-    if (ip.proto === IP_UDP) return this.udpIn(ip, Buffer.from(eth.src));
+    if (ip.proto === IP_UDP) return this.udp.input(ip, Buffer.from(eth.src));
     if (ip.proto === IP_ICMP) return this.icmp(ip);
   }
 
@@ -286,93 +265,6 @@ export class GuestLan implements FlowHost, UdpHost {
     // Pings do not leave the network (no echo tunnel); the guest hears why at once.
     this.guard.fold({ event: 'deny', proto: 'icmp', addr: ipToString(ip.dst), decision: 'deny', rule: 'icmp' });
     this.emit(prohibited(this.link, LAN.gateway, ip));
-  }
-
-  // ---- UDP ----
-
-  private udpIn(ip: Ipv4, srcMac: Buffer): void {
-    const u = readUdp(ip.payload);
-    if (u.dstPort === 67 && (ip.dst === BROADCAST || ip.dst === LAN.gateway)) {
-      const req = readDhcp(u.payload);
-      const reply =
-        req &&
-        dhcpReply(req, { client: this.guestIp, gateway: LAN.gateway, dns: LAN.dns, mask: MASK, leaseSec: 86400 });
-      if (reply) {
-        for (const f of udpFrames({ dstMac: srcMac, srcMac: GW_MAC }, LAN.gateway, 67, BROADCAST, 68, reply, this.mtu))
-          this.emit(f);
-      }
-      return;
-    }
-    if (ip.src === 0) return;
-    if (ip.dst === LAN.dns && u.dstPort === 53) {
-      const q = Buffer.from(u.payload);
-      void this.guard.dns(q, false, LAN.gateway).then((a) => {
-        if (a) for (const f of udpFrames(this.link, LAN.dns, 53, this.guestIp, u.srcPort, a, this.mtu)) this.emit(f);
-      });
-      return;
-    }
-    if (ip.dst === LAN.gateway) {
-      if (this.forwards.answer(u.dstPort, Buffer.from(u.payload))) return;
-      const d = this.guard.hostPort(u.dstPort);
-      if (!d.allow) return this.refuseUdp(ip, 'host', u.dstPort, d.rule, HOST_NAME);
-      this.udp.send(
-        u.srcPort,
-        ip.dst,
-        u.dstPort,
-        { address: '127.0.0.1', port: u.dstPort },
-        Buffer.from(u.payload),
-        { rule: d.rule, names: [HOST_NAME] },
-        (f) => this.udpOpened(f, 'host'),
-      );
-      return;
-    }
-    if (inLan(ip.dst) || ip.dst === BROADCAST) return;
-    const d = this.guard.connect(ip.dst, u.dstPort, 'udp');
-    const addr = ipToString(ip.dst);
-    if (!d.allow) return this.refuseUdp(ip, addr, u.dstPort, d.rule, d.names[0]);
-    const to = this.o.route?.(addr, u.dstPort) ?? { host: addr, port: u.dstPort };
-    this.udp.send(
-      u.srcPort,
-      ip.dst,
-      u.dstPort,
-      { address: to.host, port: to.port },
-      Buffer.from(u.payload),
-      { rule: d.rule, names: d.names },
-      (f) => this.udpOpened(f, addr),
-    );
-  }
-
-  private refuseUdp(ip: Ipv4, addr: string, port: number, rule: string, name?: string): void {
-    this.guard.fold({ event: 'deny', proto: 'udp', addr, port, name, decision: 'deny', rule });
-    this.emit(prohibited(this.link, LAN.gateway, ip));
-  }
-
-  private udpOpened(f: UdpFlow, addr: string): void {
-    this.guard.fold({
-      event: 'open',
-      proto: 'udp',
-      addr,
-      port: f.remotePort,
-      name: f.meta.names[0],
-      decision: 'allow',
-      rule: f.meta.rule,
-    });
-  }
-
-  private udpClosed(f: UdpFlow): void {
-    const ended = f.meta.rule.startsWith('ended:') ? f.meta.rule.slice(6) : undefined;
-    this.guard.fold({
-      event: 'close',
-      proto: 'udp',
-      addr: f.remoteIp === LAN.gateway ? 'host' : ipToString(f.remoteIp),
-      port: f.remotePort,
-      name: f.meta.names[0],
-      decision: ended ? 'deny' : 'allow',
-      rule: ended ?? f.meta.rule,
-      bytes_out: f.bytesOut,
-      bytes_in: f.bytesIn,
-      duration_ms: Date.now() - f.openedAt,
-    });
   }
 
   // ---- TCP ----
