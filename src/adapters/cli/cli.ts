@@ -106,6 +106,7 @@ export function buildCli(): Command {
     .command('stats')
     .argument('<name>')
     .option('--json')
+    .description("a VM's uptime, load, CPUs, memory and disk now, from its agent")
     .action(async (name: string, o) => {
       const s = await client().stats(name);
       print(o.json, s, () =>
@@ -150,8 +151,9 @@ export function buildCli(): Command {
 
   program
     .command('activity')
-    .option('--limit <n>', 'entries', Number, 20)
+    .option('--limit <n>', 'entries', whole('a whole number of entries'), 20)
     .option('--json')
+    .description("the daemon's latest operations: what was done to which VM, how it ended and how long it took")
     .action(async (o) => {
       const ev = await client().activity({ limit: o.limit });
       print(o.json, ev, () =>
@@ -181,6 +183,7 @@ export function buildCli(): Command {
   program
     .command('info')
     .option('--json')
+    .description('the daemon: its version, API version, hypervisor, and where this command reached it')
     .action(async (o) => {
       const c = client();
       const i = await c.info();
@@ -232,7 +235,12 @@ export function buildCli(): Command {
       (v: string, acc: string[]) => [...acc, v],
       [] as string[],
     )
-    .option('--max-vms <n>', 'VMs created through MCP that may exist at once (0: no cap)', Number, 0)
+    .option(
+      '--max-vms <n>',
+      'VMs created through MCP that may exist at once (0: no cap)',
+      whole('a whole number of VMs'),
+      0,
+    )
     .option('--allow-egress-changes', "let the MCP client change VMs' egress policies (set_egress)")
     .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number; allowEgressChanges?: boolean }) => {
       // loaded here: the SDK is not every command's start-up cost

@@ -3,7 +3,7 @@ import { Option, type Command } from 'commander';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect, print } from './cli-kit.js';
+import { collect, print, whole } from './cli-kit.js';
 import { bytes, table } from './format.js';
 
 /** The policy `--egress-default`, `--allow` and `--deny` give (undefined when none is given). */
@@ -139,6 +139,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
   eg.command('show')
     .argument('<name>')
     .option('--json')
+    .description("a VM's egress policy: its mode, what it allows and denies, its proxy")
     .action(async (name: string, o) => {
       const p = await client().egress(name);
       print(o.json, p, () => showPolicy(p));
@@ -177,7 +178,7 @@ export function egressCommands(program: Command, client: () => SvcClient): void 
   eg.command('log')
     .argument('<name>')
     .option('-f, --follow', 'keep printing decisions as they happen')
-    .option('--limit <n>', 'last N entries', Number, 50)
+    .option('--limit <n>', 'last N entries', whole('a whole number of entries'), 50)
     .option('--json', 'one JSON entry a line')
     .description("the VM's egress decisions: names asked, connections let out or refused, bytes each way")
     .action(async (name: string, o) => {

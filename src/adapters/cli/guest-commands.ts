@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { parseGuestPort } from '../../domain/agent.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { print, readStdin } from './cli-kit.js';
+import { print, readStdin, whole } from './cli-kit.js';
 import { table } from './format.js';
 
 /** `svc fs ls|stat|mkdir|rm|ln`: files in a VM, through its agent. */
@@ -12,6 +12,7 @@ export function guestFileCommands(program: Command, client: () => SvcClient): vo
     .argument('<name>')
     .argument('<path>')
     .option('--json')
+    .description("a folder's entries in the VM")
     .action(async (name: string, path: string, o) => {
       const list = await client().readdir(name, path);
       print(o.json, list, () =>
@@ -25,6 +26,7 @@ export function guestFileCommands(program: Command, client: () => SvcClient): vo
     .argument('<name>')
     .argument('<path>')
     .option('--json')
+    .description("a path's type, size, mode and modification time in the VM (a link's own, not its target's)")
     .action(async (name: string, path: string, o) => {
       const e = await client().stat(name, path);
       print(o.json, e, () =>
@@ -37,15 +39,17 @@ export function guestFileCommands(program: Command, client: () => SvcClient): vo
   fs.command('mkdir')
     .argument('<name>')
     .argument('<path>')
-    .option('-p, --parents')
+    .option('-p, --parents', 'make missing parents too; no error if it exists')
     .option('--mode <octal>')
+    .description('make a folder in the VM')
     .action(async (name: string, path: string, o) =>
       client().mkdir(name, path, { recursive: !!o.parents, mode: o.mode }),
     );
   fs.command('rm')
     .argument('<name>')
     .argument('<path>')
-    .option('-r, --recursive')
+    .option('-r, --recursive', 'a folder and everything in it')
+    .description('remove a file or an empty folder in the VM')
     .action(async (name: string, path: string, o) => client().remove(name, path, { recursive: !!o.recursive }));
   fs.command('ln')
     .argument('<name>')
@@ -62,6 +66,7 @@ export function forwardCommands(program: Command, client: () => SvcClient): void
     .command('ls')
     .argument('<name>')
     .option('--json')
+    .description("a VM's port forwards")
     .action(async (name: string, o) => {
       const f = (await client().get(name)).forwards;
       print(o.json, f, () =>
@@ -76,6 +81,7 @@ export function forwardCommands(program: Command, client: () => SvcClient): void
     .argument('<name>')
     .argument('<[host:]guest>')
     .option('--json')
+    .description('forward a host port on 127.0.0.1 (any free one when left out) to a port in the VM, live')
     .action(async (name: string, spec: string, o) => {
       const m = /^(?:(\d+):)?(\d+)$/.exec(spec);
       if (!m) throw new Error(`fwd add: use [host:]guest, got ${spec}`);
@@ -85,8 +91,9 @@ export function forwardCommands(program: Command, client: () => SvcClient): void
   fwd
     .command('rm')
     .argument('<name>')
-    .argument('<hostPort>')
-    .action(async (name: string, hp: string) => console.log((await client().removeForward(name, Number(hp))).message));
+    .argument('<hostPort>', 'the host port of the forward', whole('a host port number'))
+    .description("remove a VM's port forward, live")
+    .action(async (name: string, hp: number) => console.log((await client().removeForward(name, hp)).message));
   fwd
     .command('stdio')
     .argument('<name>')
@@ -116,6 +123,7 @@ export function secretCommands(program: Command, client: () => SvcClient): void 
   secret
     .command('ls')
     .option('--json')
+    .description("the host's secrets: names, sizes and modes, never values")
     .action(async (o) => {
       const s = await client().listSecrets();
       print(o.json, s, () =>
@@ -139,6 +147,7 @@ export function secretCommands(program: Command, client: () => SvcClient): void 
   secret
     .command('rm')
     .argument('<name>')
+    .description('delete a host secret')
     .action(async (name: string) => console.log((await client().deleteSecret(name)).message));
   secret
     .command('inject')
@@ -147,6 +156,7 @@ export function secretCommands(program: Command, client: () => SvcClient): void 
     .option('--path <guestPath>')
     .option('--mode <octal>')
     .option('--json')
+    .description("write a host secret into a file in the VM (default /run/svc/secrets/SECRET, the secret's mode)")
     .action(async (vm: string, s: string, o) => {
       const r = await client().injectSecret(vm, s, { path: o.path, mode: o.mode });
       print(o.json, r, () => `${r.secret} -> ${vm}:${r.path} (${r.mode})`);

@@ -34,6 +34,7 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
     .command('inspect')
     .argument('<id>')
     .option('--json')
+    .description('one image: where it came from, its size, its snapshots and the VMs on it')
     .action(async (id: string, o) => {
       const i = await client().getImage(id);
       print(o.json, i, () =>
