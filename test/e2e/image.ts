@@ -73,7 +73,9 @@ function locked<T>(lock: string, fn: () => T): T {
  * room for what its tests import, bake or build (workers running at once do not see one another's).
  */
 export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
-  if (!mine) {
+  // Made again for the next test file of this worker once the last one's temp dirs went (root-hooks.ts).
+  if (!mine || !existsSync(mine)) {
+    built.clear();
     mine = tempDir('svc-e2e-images-');
     chmodSync(mine, 0o755); // QEMU runs as nobody (qemu.user) and reads the images through it
   }

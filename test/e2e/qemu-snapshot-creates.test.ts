@@ -1,8 +1,7 @@
 import { expect } from 'chai';
-import { mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
 import { sshHostKey } from '../helpers/ssh-host-key.js';
@@ -17,7 +16,7 @@ interface Line {
 describe('svcd with QEMU: creates restored from the image snapshot', function () {
   this.timeout(300_000);
   let d: TestDaemon;
-  const shared = mkdtempSync(join(tmpdir(), 'svc-snapc-share-'));
+  const shared = tempDir('svc-snapc-share-');
   const sh = async (vm: string, script: string) => (await guestSh(d, vm, script)).stdout.trim();
   const create = async (body: Record<string, unknown>, query = ''): Promise<Line[]> => {
     const r = await d.call('POST', `/vms?stream=1${query}`, body);

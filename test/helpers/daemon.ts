@@ -1,12 +1,14 @@
 import { expect } from 'chai';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildConfig, type Config } from '../../src/app/config.js';
 import { DRIVER_SECTIONS } from '../../src/adapters/hypervisor/drivers.js';
 import type { EgressEvent } from '../../src/domain/egress.js';
 import { startDaemon, type DaemonOverrides, type RunningDaemon } from '../../src/main.js';
 import { call, type Reply, type Target } from './http.js';
+import { tempDir } from './temp-dirs.js';
+
+export { tempDir };
 
 export interface TestDaemon {
   daemon: RunningDaemon;
@@ -18,24 +20,6 @@ export interface TestDaemon {
   call(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Reply>;
   restart(): Promise<void>;
   stop(): Promise<void>;
-}
-
-const made = new Set<string>();
-
-/**
- * A fresh directory under the system's temp dir, removed when the test process exits (a run
- * used to leave a few hundred MiB behind each time); SVC_TEST_KEEP=1 keeps them to look at.
- */
-export function tempDir(prefix = 'svc-test-'): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  if (made.size === 0) process.once('exit', removeTempDirs);
-  made.add(dir);
-  return dir;
-}
-
-function removeTempDirs(): void {
-  if (process.env.SVC_TEST_KEEP) return;
-  for (const dir of made) rmSync(dir, { recursive: true, force: true });
 }
 
 /** Starts a real daemon (fake hypervisor unless told otherwise) on a temp socket and TCP port 0. */

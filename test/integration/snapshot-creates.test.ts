@@ -1,12 +1,12 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, readdirSync, realpathSync } from 'node:fs';
+import { existsSync, readdirSync, realpathSync } from 'node:fs';
 import type { ExecRequest, ExecResult } from '../../src/domain/agent.js';
 import { join } from 'node:path';
 import type { InMemoryGuestAgent } from '../../src/adapters/hypervisor/fake/in-memory-guest-agent.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
 
 interface Line {
@@ -45,8 +45,7 @@ describe('creates from image snapshots (fake hypervisor)', function () {
   after(async () => d.stop());
   let mountDir: string | undefined;
   function d0(): string {
-    mountDir ??= join(process.env.TMPDIR ?? '/tmp', `svc-snapc-${process.pid}`);
-    mkdirSync(mountDir, { recursive: true });
+    mountDir ??= tempDir('svc-snapc-');
     return mountDir;
   }
 
