@@ -11,7 +11,7 @@ EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 case "$KIND" in debian|minimal|oci) ;; *) echo "build-image: unknown kind $KIND (debian, minimal or oci)" >&2; exit 2 ;; esac
 source "$HERE/lib.sh"
 pick_kernel
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/svc-image-XXXXXX"); trap 'rm -rf "$WORK"' EXIT
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/svc-image-XXXXXX"); trap 'remove_work "$WORK"' EXIT
 progress 2 "kernel $KVER and initramfs"
 build_boot
 source "$HERE/$KIND/build.sh"

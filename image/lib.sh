@@ -1,6 +1,16 @@
 # Shared by the guest image builds (sourced): the kernel, its modules and the initramfs, and the
 # files every image gets. Expects: KVER, WORK, OUT, HERE (this folder), EPOCH.
 
+# Removes a build's work folder. A chroot tool killed in the middle (mmdebstrap) leaves its /proc,
+# /sys and /dev mounts inside it: they are unmounted first (deepest first), and the removal never
+# crosses into another filesystem, so nothing outside the folder can be reached through one.
+remove_work() { # DIR
+  local dir=$1 m
+  [ -n "$dir" ] && [ -d "$dir" ] || return 0
+  for m in $(findmnt -rn -o TARGET | grep -F "$dir/" | sort -r); do umount -l "$m" 2>/dev/null || true; done
+  rm -rf --one-file-system "$dir"
+}
+
 pick_kernel() { # the newest installed kernel with a vmlinuz in /boot
   KVER=${SVC_KERNEL:-$(ls -1 /lib/modules | sort -V | while read -r k; do [ -f "/boot/vmlinuz-$k" ] && echo "$k"; done | tail -1)}
   [ -n "$KVER" ] && [ -f "/boot/vmlinuz-$KVER" ] || { echo "build-image: no kernel in /boot (install linux-image-amd64)" >&2; exit 1; }
