@@ -1,6 +1,7 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { injectable } from 'inversify';
-import pty from 'node-pty';
+import pty, { type IPty } from 'node-pty';
 import type { PtyFactory, PtyOptions, PtySession } from '../../ports/agent/pty.js';
 
 /** Real pseudo-terminals through node-pty. */
@@ -21,6 +22,7 @@ export class NodePtyFactory implements PtyFactory {
       encoding: null,
       ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.gid } : {}),
     });
+    drainBeforeDestroy(p);
     let dead = false;
     p.onExit(() => {
       dead = true;
@@ -46,4 +48,49 @@ export class NodePtyFactory implements PtyFactory {
       },
     };
   }
+}
+
+/** How long a terminal still held open after its shell's exit may keep sending output. */
+export const HELD_TERMINAL_GRACE_MS = 1000;
+/** What one destroy reads at most: a background job that keeps writing cannot hold it. */
+const DRAIN_LIMIT = 4 << 20;
+
+/**
+ * node-pty destroys a terminal's socket 200 ms after its shell exits (its answer to macOS,
+ * where the socket may never close: node-pty issue #72), and Node runs a due timer before it
+ * polls for input. An agent that gets no CPU for those 200 ms loses the shell's last output.
+ * On Linux the terminal ends by itself with EIO once it is drained, so the destroy reads what
+ * waits first. If the terminal is still held open, it waits a little longer for that end.
+ */
+export function drainBeforeDestroy(term: IPty): void {
+  const t = term as unknown as { _socket?: Socket; _fd?: number };
+  const socket = t._socket;
+  const fd = t._fd;
+  if (!socket || typeof fd !== 'number') return;
+  const destroy = socket.destroy.bind(socket);
+  let late: NodeJS.Timeout | undefined;
+  socket.destroy = (error?: Error) => {
+    if (socket.destroyed || late) return socket;
+    if (drain(fd, (chunk) => socket.emit('data', chunk)) === 'ended') return destroy(error);
+    late = setTimeout(() => destroy(error), HELD_TERMINAL_GRACE_MS);
+    socket.once('close', () => clearTimeout(late));
+    return socket;
+  };
+}
+
+/** Reads what a terminal holds now: 'ended' when its other side is closed and it is empty. */
+function drain(fd: number, data: (chunk: Buffer) => void): 'ended' | 'held' {
+  for (let total = 0; total < DRAIN_LIMIT;) {
+    const chunk = Buffer.allocUnsafe(64 << 10);
+    let n: number;
+    try {
+      n = readSync(fd, chunk);
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code === 'EAGAIN' ? 'held' : 'ended';
+    }
+    if (n === 0) return 'ended';
+    data(chunk.subarray(0, n));
+    total += n;
+  }
+  return 'held';
 }
