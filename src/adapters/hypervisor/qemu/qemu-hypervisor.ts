@@ -30,6 +30,7 @@ import {
   processOwner,
   readSaved,
   saveStream,
+  sweepMigrationSockets,
   writeSaved,
 } from './saved-state.js';
 import { LAYER } from './disk-layers.js';
@@ -86,6 +87,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     super(o.images);
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.staging = o.ramStaging && new RamStaging({ ...o.ramStaging, log: o.log });
+    sweepMigrationSockets().then(
+      (n) => n && o.log.info({ folders: n }, 'removed the save sockets of daemons that died in a save'),
+      (err: Error) => o.log.warn({ err: err.message }, 'cannot sweep the save sockets'),
+    );
     this.command = new VmCommand({
       ...o,
       accelerator: () => this.accelerator(),

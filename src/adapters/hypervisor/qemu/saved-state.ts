@@ -1,5 +1,5 @@
 import { createWriteStream } from 'node:fs';
-import { chown, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { chown, lstat, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -107,6 +107,38 @@ export interface SaveStreamOptions {
   streamed?: () => Promise<void>;
 }
 
+/** A save's socket folder: `svc-mig-<the daemon's pid>-XXXXXX` in the temp dir. */
+const MIGRATION_PREFIX = 'svc-mig-';
+
+/**
+ * Removes the socket folders of saves whose daemon died in them (killed, it never reached its
+ * `finally`): those of this user whose pid is gone. Folders of a live daemon, this one's or another
+ * user's, are left. Answers how many went.
+ */
+export async function sweepMigrationSockets(root = tmpdir()): Promise<number> {
+  const uid = process.getuid?.();
+  let removed = 0;
+  for (const n of await readdir(root).catch(() => [] as string[])) {
+    const pid = /^svc-mig-(\d+)-[^/]+$/.exec(n)?.[1];
+    if (!pid || Number(pid) === process.pid || alive(Number(pid))) continue;
+    const p = join(root, n);
+    const st = await lstat(p).catch(() => undefined);
+    if (!st?.isDirectory() || st.uid !== uid) continue;
+    await rm(p, { recursive: true, force: true });
+    removed++;
+  }
+  return removed;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /**
  * Saves the VM's state as a migration stream into `<dir>/<file>` (the guest stopped, or stopped
  * for it with `stopFirst`; running only for a capture under KVM, which stops it at the switch-over).
@@ -118,7 +150,7 @@ export interface SaveStreamOptions {
  */
 export async function saveStream(qmp: QmpClient, dir: string, o: SaveStreamOptions = {}): Promise<void> {
   const { owner, file = OWN_STATE, ramImage = false, preSwitchover } = o;
-  const sockDir = await mkdtemp(join(tmpdir(), 'svc-mig-'));
+  const sockDir = await mkdtemp(join(tmpdir(), `${MIGRATION_PREFIX}${process.pid}-`));
   const sockPath = join(sockDir, 'm.sock');
   const tmp = join(dir, `${file}.tmp`);
   const server = createServer();

@@ -1,10 +1,16 @@
 import { expect } from 'chai';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { tempDir } from '../../../../helpers/temp-dirs.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { callOffSave, saveStream } from '../../../../../src/adapters/hypervisor/qemu/saved-state.js';
+import {
+  callOffSave,
+  saveStream,
+  sweepMigrationSockets,
+} from '../../../../../src/adapters/hypervisor/qemu/saved-state.js';
 import type { QmpClient } from '../../../../../src/adapters/hypervisor/qemu/qmp-client.js';
 
 /**
@@ -123,5 +129,44 @@ describe('callOffSave: a save a dead daemon left under way in a QEMU found again
     const stuck = { execute: async <T>(cmd: string) => (cmd === 'query-migrate' ? { status: 'active' } : {}) as T };
     const err = await callOffSave(stuck, 60).catch((e: Error) => e);
     expect((err as Error).message).to.equal('the save left under way is still active after 60 ms');
+  });
+});
+
+describe('sweepMigrationSockets: the socket folders of daemons that died in a save', () => {
+  it("removes those whose daemon is gone and leaves a live one's, its own and what is not one", async () => {
+    const root = tempDir();
+    // a pid that was a process and has ended
+    const gone = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))']).stdout.toString();
+    const names = [
+      `svc-mig-${gone}-aB12cd`,
+      `svc-mig-${process.pid}-xY34ef`,
+      `svc-mig-${process.ppid}-gh56IJ`,
+      'svc-mig-kl78mn',
+      'svc-ram-1-op90qr',
+    ];
+    for (const n of names) mkdirSync(join(root, n));
+    expect(await sweepMigrationSockets(root)).to.equal(1);
+    expect(readdirSync(root).sort()).to.deep.equal(names.slice(1).sort());
+  });
+
+  it('names the folder of a save after the daemon, and removes it when the save ends', async () => {
+    const before = new Set(readdirSync(tmpdir()).filter((n) => n.startsWith(`svc-mig-${process.pid}-`)));
+    const dir = await mkdtemp(join(tmpdir(), 'svc-state-'));
+    const seen: string[] = [];
+    const qmp = monitor(Buffer.from('state'), []);
+    const execute = qmp.execute.bind(qmp);
+    qmp.execute = async <T>(cmd: string, args?: Record<string, unknown>): Promise<T> => {
+      if (cmd === 'migrate') seen.push(String(args?.uri));
+      return execute<T>(cmd, args);
+    };
+    try {
+      await saveStream(qmp as unknown as QmpClient, dir);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(seen[0]).to.match(new RegExp(`^unix:${tmpdir()}/svc-mig-${process.pid}-[^/]+/m\\.sock$`));
+    expect(
+      readdirSync(tmpdir()).filter((n) => n.startsWith(`svc-mig-${process.pid}-`) && !before.has(n)),
+    ).to.deep.equal([]);
   });
 });
