@@ -8,6 +8,7 @@ import { AlreadyExistsError, InternalError } from '../../domain/errors.js';
 import type { ImageDetails, ImageProgress } from '../../ports/guest-images.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { childEnv } from '../process-kit/child-env.js';
+import { alive } from '../process-kit/pid-alive.js';
 
 const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
 export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
@@ -41,15 +42,6 @@ interface Build {
 const TEMP_PREFIX = '.build-';
 /** A temporary directory's name: its id, the maker's pid, when it began (an import's work folder: `.work` after). */
 const TEMP_NAME = /^\.build-.+-(\d+)-\d+(?:\.work)?$/;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /**
  * The builds of the catalog's images that are under way: a built-in image built on first use

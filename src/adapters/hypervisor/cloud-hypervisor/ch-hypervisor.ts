@@ -17,6 +17,7 @@ import { childEnv } from '../../process-kit/child-env.js';
 import { ChApi } from './ch-api.js';
 import { AGENT_VSOCK_PORT, chLayout, GUEST_CID, rehome, vmConfig } from './ch-vm-config.js';
 import { orAfter } from '../../process-kit/or-after.js';
+import { alive } from '../../process-kit/pid-alive.js';
 
 export interface ChOptions {
   binary: string;
@@ -345,15 +346,6 @@ export class ChHypervisor extends CatalogImages implements HypervisorAdapter {
   /** Live VMM pids by VM name (tests). */
   pids(): Record<string, number> {
     return Object.fromEntries([...this.live].map(([n, v]) => [n, v.pid]));
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
   }
 }
 

@@ -5,23 +5,11 @@ import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
+import { alive } from '../../process-kit/pid-alive.js';
 import type { QemuLayout } from './qemu-args.js';
 import { QmpClient } from './qmp-client.js';
 
-/** Is the process running? A zombie (dead, not yet reaped by a parent that is gone) is not. */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
+export { alive };
 
 /**
  * Is `pid` a QEMU this adapter started for the VM? Its command line must hold every mark (the

@@ -4,6 +4,7 @@ import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { alive } from '../../process-kit/pid-alive.js';
 import type { QmpClient } from './qmp-client.js';
 
 /** The legacy internal qcow2 snapshot a suspend used to take (still restored when found). */
@@ -128,15 +129,6 @@ export async function sweepMigrationSockets(root = tmpdir()): Promise<number> {
     removed++;
   }
   return removed;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
