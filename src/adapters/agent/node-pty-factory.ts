@@ -70,10 +70,14 @@ export function drainBeforeDestroy(term: IPty): void {
   const destroy = socket.destroy.bind(socket);
   let late: NodeJS.Timeout | undefined;
   socket.destroy = (error?: Error) => {
-    if (socket.destroyed || late) return socket;
+    if (socket.destroyed) return socket;
+    // called again in the grace: the terminal ended (Node's own destroy on EIO) or must go now
+    if (late) {
+      clearTimeout(late);
+      return destroy(error);
+    }
     if (drain(fd, (chunk) => socket.emit('data', chunk)) === 'ended') return destroy(error);
     late = setTimeout(() => destroy(error), HELD_TERMINAL_GRACE_MS);
-    socket.once('close', () => clearTimeout(late));
     return socket;
   };
 }

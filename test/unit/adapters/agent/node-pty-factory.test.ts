@@ -46,6 +46,17 @@ describe('adapters/agent/node-pty-factory', function () {
     expect(at - asked).to.be.at.least(HELD_TERMINAL_GRACE_MS - 50);
   });
 
+  it('ends a terminal held open at once when it ends in the grace, with what it printed', async () => {
+    const term = pty.spawn('/bin/sh', ['-c', 'sleep 0.3; printf done'], { encoding: null });
+    drainBeforeDestroy(term);
+    const out = collect(term);
+    const asked = Date.now();
+    socketOf(term).destroy();
+    expect(await out.exit).to.equal(0);
+    expect(Date.now() - asked).to.be.below(HELD_TERMINAL_GRACE_MS - 200);
+    expect(out.text()).to.equal('done');
+  });
+
   it("answers a shell's output and exit status through the factory", async () => {
     const session = new NodePtyFactory().open({ shell: '/bin/sh', cols: 80, rows: 24 });
     const chunks: Buffer[] = [];
