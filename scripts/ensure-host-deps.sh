@@ -22,9 +22,10 @@
 #   etcd-server       the store a cluster of svcd nodes runs on (docs/cluster.md); the tests start
 #                     a three-member etcd of their own on loopback
 #   microsocks        the tests' SOCKS5 proxy: a VM's egress tunneled through a proxy of the user's
+#   docker-registry   the tests' container registry on loopback: images pulled with docker://REF
 set -euo pipefail
 pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools
-  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk gcc libc6-dev etcd-server microsocks)
+  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk gcc libc6-dev etcd-server microsocks docker-registry)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

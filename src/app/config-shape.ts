@@ -19,6 +19,8 @@ export interface Config {
   mount_dirs: string[];
   /** Host folders POST /images may import files from (`oci-archive:`, `docker-archive:`, `disk:`); default none. */
   import_dirs: string[];
+  /** Registries (`HOST[:PORT]`) POST /images pulls from over plain HTTP or without checking TLS; default none. */
+  insecure_registries: string[];
   /** The hypervisor driver (docs/architecture.md, "Drivers"); its own keys are in `sections`. */
   hypervisor: string;
   ready_timeout_ms: number;

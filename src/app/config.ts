@@ -19,6 +19,7 @@ const KEYS: Record<string, [keyof Config, ConfigKind, unknown]> = {
   ui_session: ['ui_session_ms', 'duration', '12h'],
   mount_dirs: ['mount_dirs', 'list', ['~']],
   import_dirs: ['import_dirs', 'list', []],
+  insecure_registries: ['insecure_registries', 'list', []],
   hypervisor: ['hypervisor', 'string', 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
   boot_stall_timeout: ['boot_stall_timeout_ms', 'duration', '30s'],

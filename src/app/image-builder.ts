@@ -84,7 +84,7 @@ export class ImageBuilder {
     }
     if (req.kind === 'recipe') await this.images.resolveImage(req.from);
     else if (req.kind === 'import') {
-      if (!this.config.import_dirs.length) {
+      if (req.source.type !== 'docker' && !this.config.import_dirs.length) {
         throw new InvalidArgumentError(
           `from: this daemon imports no host files (import_dirs is empty); add the folder holding ${req.source.path} to import_dirs in its config`,
         );
@@ -129,7 +129,9 @@ export class ImageBuilder {
       req.kind === 'bake'
         ? `vm ${req.from_vm}`
         : req.kind === 'import'
-          ? `${req.source.type}:${req.source.path}`
+          ? req.source.type === 'docker'
+            ? `docker://${req.source.ref}`
+            : `${req.source.type}:${req.source.path}`
           : req.from;
     emit(
       'accepted',
@@ -161,7 +163,7 @@ export class ImageBuilder {
     await this.images.importImage(
       req.name,
       req.source,
-      this.config.import_dirs,
+      { dirs: this.config.import_dirs, insecureRegistries: this.config.insecure_registries },
       { ssh_user: req.ssh_user, description: req.description },
       (p) => emit('import', p.message, { percent: p.percent }),
     );

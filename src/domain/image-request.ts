@@ -31,11 +31,36 @@ export interface ImageBake {
   description?: string;
 }
 
-/** Where an imported image comes from: a container image archive or a disk with its own bootloader. */
-export interface ImageSource {
+/** A file on the daemon's host: a container image archive or a disk with its own bootloader. */
+export interface FileSource {
   type: 'oci-archive' | 'docker-archive' | 'disk';
   /** An absolute host path; the daemon reads it only inside its import_dirs. */
   path: string;
+}
+
+/** A container image in a registry (`docker://REF`), pulled by the daemon. */
+export interface RegistrySource {
+  type: 'docker';
+  /** The reference made whole: `REGISTRY/PATH` with `:TAG` or `@sha256:DIGEST` (normalRegistryRef). */
+  ref: string;
+  /** A private registry's login: handed to the pull alone, never kept, logged or answered. */
+  auth?: RegistryAuth;
+}
+
+export interface RegistryAuth {
+  username: string;
+  password: string;
+}
+
+/** Where an imported image comes from. */
+export type ImageSource = FileSource | RegistrySource;
+
+/** How a daemon lets imports reach: the host folders files come from, the registries reached without TLS. */
+export interface ImportRules {
+  /** import_dirs: no folder, no file imported. */
+  dirs: readonly string[];
+  /** insecure_registries: `HOST[:PORT]`s pulled from over plain HTTP or unchecked TLS. */
+  insecureRegistries: readonly string[];
 }
 
 /** POST /images from a file on the daemon's host (`from: "oci-archive:PATH"` and the like). */
@@ -51,6 +76,49 @@ export interface ImageImport {
 export type ImageRequest = ImageRecipe | ImageBake | ImageImport;
 
 export const IMPORT_TYPES = ['oci-archive', 'docker-archive', 'disk'] as const;
+
+const REF_PART = '[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*';
+const REF_DOMAIN =
+  '(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?';
+const REGISTRY_REF = new RegExp(
+  `^(?:(${REF_DOMAIN})/)?(${REF_PART}(?:/${REF_PART})*)(?::([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(sha256:[a-f0-9]{64}))?$`,
+);
+
+/**
+ * A registry reference as Docker reads it, made whole: a first part without a `.` or `:` (and not
+ * `localhost`) is a name on Docker Hub (`docker.io`, under `library/` when it has one part), and no
+ * tag or digest means `:latest`. InvalidArgumentError for anything else.
+ */
+export function normalRegistryRef(text: string, what = 'from'): string {
+  const m = text.length <= 512 ? REGISTRY_REF.exec(text) : null;
+  if (!m)
+    throw new InvalidArgumentError(
+      `${what}: ${JSON.stringify(text.slice(0, 80))} is not a registry reference such as python:3.12 or ghcr.io/org/app:1.0`,
+    );
+  const [, first, rest, tag, digest] = m;
+  const hub = !first || (!/[.:]/.test(first) && first !== 'localhost');
+  const domain = hub ? 'docker.io' : first;
+  let path = hub && first ? `${first}/${rest}` : rest;
+  if (hub && !path.includes('/')) path = `library/${path}`;
+  if (path.length > 255) throw new InvalidArgumentError(`${what}: the repository name is longer than 255 characters`);
+  return `${domain}/${path}${tag || !digest ? `:${tag ?? 'latest'}` : ''}${digest ? `@${digest}` : ''}`;
+}
+
+/** The registry (`HOST[:PORT]`) a whole reference names. */
+export const registryOf = (ref: string): string => ref.slice(0, ref.indexOf('/'));
+
+function registryAuth(v: unknown): RegistryAuth {
+  const o = obj(v, 'registry_auth');
+  for (const k of Object.keys(o))
+    if (k !== 'username' && k !== 'password') throw new InvalidArgumentError(`registry_auth: unknown field "${k}"`);
+  for (const k of ['username', 'password'] as const) {
+    const x = o[k];
+    if (typeof x !== 'string' || x === '' || x.length > 4096 || /[\0\r\n]/.test(x))
+      throw new InvalidArgumentError(`registry_auth.${k} must be a one-line string`);
+  }
+  if ((o.username as string).includes(':')) throw new InvalidArgumentError('registry_auth.username may not hold a ":"');
+  return { username: o.username as string, password: o.password as string };
+}
 const USER = /^[a-z_][a-z0-9_-]{0,31}$/;
 
 export const RECIPE_LIMITS = { packages: 200, run: 100, files: 100, fileBytes: 1 << 20, env: 100 } as const;
@@ -83,14 +151,25 @@ export function assertImageId(v: unknown, what = 'name'): string {
 /** Validates a POST /images body. Throws InvalidArgumentError naming the field. */
 export function parseImageRequest(body: unknown): ImageRequest {
   const b = obj(body, 'image request');
-  const allowed = ['name', 'from', 'from_vm', 'packages', 'run', 'files', 'env', 'description', 'ssh_user'];
+  const allowed = [
+    'name',
+    'from',
+    'from_vm',
+    'packages',
+    'run',
+    'files',
+    'env',
+    'description',
+    'ssh_user',
+    'registry_auth',
+  ];
   for (const k of Object.keys(b))
     if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
   const name = assertImageId(b.name);
   if (name === 'default') throw new InvalidArgumentError('name: "default" names the default image; choose another');
   const description = b.description === undefined ? undefined : String(b.description).slice(0, 500);
   if (b.from_vm !== undefined) {
-    for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user']) {
+    for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user', 'registry_auth']) {
       if (b[k] !== undefined)
         throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
     }
@@ -98,14 +177,28 @@ export function parseImageRequest(body: unknown): ImageRequest {
   }
   if (b.from === undefined)
     throw new InvalidArgumentError(
-      'give from (a base image such as "debian", or "oci-archive:PATH", "docker-archive:PATH", "disk:PATH") or from_vm (a stopped VM)',
+      'give from (a base image such as "debian", "oci-archive:PATH", "docker-archive:PATH", "disk:PATH" or "docker://REF") or from_vm (a stopped VM)',
     );
+  if (typeof b.from === 'string' && b.from.startsWith('docker://')) {
+    for (const k of ['packages', 'run', 'files', 'env', 'ssh_user']) {
+      if (b[k] !== undefined)
+        throw new InvalidArgumentError(
+          `from docker://: imports an image as it is; ${k} belongs to a recipe (build one from the imported image)`,
+        );
+    }
+    const ref = normalRegistryRef(b.from.slice('docker://'.length));
+    const source: RegistrySource = { type: 'docker', ref };
+    if (b.registry_auth !== undefined) source.auth = registryAuth(b.registry_auth);
+    return { kind: 'import', name, source, description };
+  }
+  if (b.registry_auth !== undefined)
+    throw new InvalidArgumentError('registry_auth belongs to a pull (from: "docker://REF")');
   const scheme = typeof b.from === 'string' ? /^([a-z-]+):(.*)$/s.exec(b.from) : null;
   if (scheme) {
-    const type = scheme[1] as ImageSource['type'];
+    const type = scheme[1] as FileSource['type'];
     if (!(IMPORT_TYPES as readonly string[]).includes(type))
       throw new InvalidArgumentError(
-        `from: unknown source "${scheme[1]}:" (${IMPORT_TYPES.map((t) => `${t}:PATH`).join(', ')})`,
+        `from: unknown source "${scheme[1]}:" (${IMPORT_TYPES.map((t) => `${t}:PATH`).join(', ')}, docker://REF)`,
       );
     const path = scheme[2];
     if (!path.startsWith('/') || path.includes('\0') || path.length > 4096)

@@ -1,5 +1,5 @@
 import type { ImageBundle } from '../domain/image-fetch.js';
-import type { ImageSource } from '../domain/image-request.js';
+import type { ImageSource, ImportRules } from '../domain/image-request.js';
 import type { VmRef } from './hypervisor.js';
 
 export interface ImageInfo {
@@ -109,15 +109,16 @@ export interface GuestImages {
 
   /**
    * Imports image `id` from a file on the host (a container image archive, or a disk with its own
-   * bootloader), read only when its real path lies inside one of `allowed`. Appears whole or not
-   * at all, reporting progress. InvalidArgumentError for a path outside `allowed`, a link leading
-   * out, or a file that is not what its type says (nothing is left behind); AlreadyExistsError
-   * when `id` is built; InternalError when a build step fails. Not idempotent.
+   * bootloader), read only when its real path lies inside one of `rules.dirs`, or from a container
+   * image in a registry. Appears whole or not at all, reporting progress. InvalidArgumentError for
+   * a path outside the folders, a link leading out, a file that is not what its type says, or an
+   * image the registry does not give or that is past the bounds (nothing is left behind);
+   * AlreadyExistsError when `id` is built; InternalError when a build step fails. Not idempotent.
    */
   importImage(
     id: string,
     source: ImageSource,
-    allowed: readonly string[],
+    rules: ImportRules,
     meta: { ssh_user?: string; description?: string },
     progress: (p: ImageProgress) => void,
   ): Promise<void>;

@@ -225,7 +225,13 @@ export function hypervisorContract(
       const before = (await s.hv.listImages(() => [])).map((i) => i.id);
       const refused = async (type: 'disk' | 'oci-archive', path: string, allowed: string[], what: RegExp) => {
         const e = await s.hv
-          .importImage('contract-import', { type, path }, allowed, {}, () => undefined)
+          .importImage(
+            'contract-import',
+            { type, path },
+            { dirs: allowed, insecureRegistries: [] },
+            {},
+            () => undefined,
+          )
           .catch((x: Error) => x);
         expect(e, path).to.be.instanceOf(InvalidArgumentError);
         expect((e as Error).message, path).to.match(what);

@@ -222,11 +222,37 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(await Template.exists('broken', opts())).to.equal(false);
   });
 
-  it('refuses before building what svc cannot build: an image from a registry, an unknown base', async () => {
+  it('pulls a base from its registry once, as an svc image named after the reference, the pull in the build log', async () => {
+    const logs: string[] = [];
+    await Template.build(Template().fromImage('python:3.12').runCmd('echo on python'), 'on-python', {
+      ...opts(),
+      onBuildLogs: (l) => void logs.push(l.message),
+    });
+    const pulled = logs.find((l) => l.startsWith('pulling docker://docker.io/library/python:3.12 as image reg-'));
+    expect(pulled, logs.join('\n')).to.not.equal(undefined);
+    const image = pulled!.split(' ').pop()!;
+    expect((await d.call('GET', `/images/${image}`)).status).to.equal(200);
+    const again: string[] = [];
+    await Template.build(Template().fromImage('docker.io/library/python:3.12').runCmd('echo again'), 'on-python-2', {
+      ...opts(),
+      onBuildLogs: (l) => void again.push(l.message),
+    });
+    expect(again.join('\n'), 'the same image, named whole, is not pulled again').to.not.include('pulling');
+    expect(again.join('\n')).to.include(`"image":"${image}"`);
+  });
+
+  it('refuses before building what svc cannot build: a registry it cannot log in to, a bad reference, an unknown base', async () => {
     const before = (await vms()).length;
     for (const [t, why] of [
-      [Template().fromImage('python:3.12'), /svc pulls no images from registries/],
-      [Template().fromImage('ghcr.io/x/y', { username: 'u', password: 'p' }), /svc pulls no images from registries/],
+      [
+        Template().fromAWSRegistry('1.dkr.ecr.us-east-1.amazonaws.com/x:1', {
+          accessKeyId: 'a',
+          secretAccessKey: 'b',
+          region: 'us-east-1',
+        }),
+        /svc logs in to registries with a user and password only/,
+      ],
+      [Template().fromImage('Not A Reference!'), /is not a registry reference/],
       [Template().fromTemplate('no-such-base'), /no-such-base: not an svc image, template or snapshot/],
     ] as const) {
       const err = await Template.build(t, 'nope', opts()).catch((e: unknown) => e);

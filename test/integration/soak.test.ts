@@ -80,8 +80,10 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
     try {
       const live = await LiveHeap.attach(svcd.stderr);
       heap = live;
-      for (let i = 0; i < VMS; i++)
-        expect((await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }))).status).to.equal(201);
+      for (let i = 0; i < VMS; i++) {
+        const made = await req('POST', '/vms', JSON.stringify({ name: `s${i}`, persistent: true }));
+        expect(made.status, made.text).to.equal(201);
+      }
       await new Promise((r) => setTimeout(r, 500));
       const base = { rss: rssMiB(proc.pid!), fds: fds(proc.pid!), heap: await live.mib() };
       const baseTargets = fdTargets(proc.pid!);

@@ -94,14 +94,31 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
   image
     .command('import')
     .argument('<name>')
-    .argument('<source>', "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs)")
+    .argument(
+      '<source>',
+      "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs), or docker://REF (pulled from its registry)",
+    )
     .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)')
+    .option(
+      '--registry-user <user>',
+      'docker://: log in to the registry as this user, the password from SVC_REGISTRY_PASSWORD',
+    )
     .option('--description <text>')
     .option('--json')
-    .description('import a container image archive or a cloud disk as an image, with live progress')
+    .description(
+      'import a container image (an archive, or pulled from a registry) or a cloud disk as an image, with live progress',
+    )
     .action(async (name: string, source: string, o) => {
+      if (source.startsWith('docker://')) {
+        const password = process.env.SVC_REGISTRY_PASSWORD;
+        if (o.registryUser && !password) throw new Error('--registry-user: set SVC_REGISTRY_PASSWORD to the password');
+        const registry_auth = o.registryUser ? { username: o.registryUser as string, password: password! } : undefined;
+        await buildOrBake({ name, from: source, registry_auth, description: o.description }, !!o.json);
+        return;
+      }
+      if (o.registryUser) throw new Error('--registry-user belongs to a pull (docker://REF)');
       const m = /^([a-z-]+):(.+)$/s.exec(source);
-      if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar`);
+      if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar, or docker://REF`);
       // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.
       await buildOrBake(
         { name, from: `${m[1]}:${resolve(m[2])}`, ssh_user: o.sshUser, description: o.description },

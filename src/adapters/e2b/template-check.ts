@@ -22,10 +22,6 @@ export function checkBuild(spec: BuildSpec): TemplateStep[] {
       throw new InvalidArgumentError(`${k} must be a string`);
   if (spec.steps !== undefined && (!Array.isArray(spec.steps) || spec.steps.length > MAX_STEPS))
     throw new InvalidArgumentError(`steps must be a list of at most ${MAX_STEPS}`);
-  if (spec.fromImageRegistry !== undefined)
-    throw new NotSupportedError(
-      'svc pulls no images from registries; import the image (svc image import) and build from it',
-    );
   const steps = spec.steps ?? [];
   const envs = new Set<string>();
   for (const [i, s] of steps.entries()) {

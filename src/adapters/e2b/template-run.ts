@@ -77,6 +77,8 @@ export interface TemplateDefaults {
 export interface RunBase {
   create: Record<string, unknown>;
   defaults?: TemplateDefaults;
+  /** A registry image svc does not have yet: pulled as `image` (its POST /images body) before the boot. */
+  pull?: { name: string; from: string; registry_auth?: { username: string; password: string } };
 }
 
 /** What a build's shell line runs with: the environment, folder and user the steps so far set. */
@@ -104,6 +106,24 @@ export class TemplateRun {
     private readonly o: RunPlaces,
   ) {}
 
+  /**
+   * Pulls a build's base from its registry as an svc image, each line of its progress in the build's
+   * log. One pulled meanwhile by another build (409) is taken as it is.
+   */
+  private async pull(req: NonNullable<RunBase['pull']>, log: (m: string) => void): Promise<void> {
+    log(`pulling ${req.from} as image ${req.name}`);
+    try {
+      for await (const e of this.client.buildImageStream(req)) {
+        if (e.phase === 'error') throw new Error(`pulling ${req.from}: ${e.error ?? e.message}`);
+        if (e.phase === 'import' || e.phase === 'ready') log(e.message);
+      }
+    } catch (err) {
+      if ((err as { status?: number }).status !== 409) throw err;
+      log(`image ${req.name} is being pulled or is there already`);
+      await this.client.getImage(req.name);
+    }
+  }
+
   async run(b: Build, base: RunBase, steps: TemplateStep[], spec: BuildSpec): Promise<void> {
     const vm = `e2b-tpl-${randomBytes(6).toString('hex')}`;
     const log = (message: string, step?: string, level: BuildLog['level'] = 'info') => logTo(b, message, step, level);
@@ -112,6 +132,7 @@ export class TemplateRun {
     let user: string | undefined;
     let step = 'base';
     try {
+      if (base.pull) await this.pull(base.pull, (m) => log(m, step));
       log(`booting ${vm} from ${JSON.stringify(base.create)}`, step);
       await this.client.create(
         {

@@ -10,6 +10,7 @@ import {
   PayloadTooLargeError,
   errorMessage,
 } from '../../domain/errors.js';
+import { normalRegistryRef } from '../../domain/image-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
@@ -255,7 +256,8 @@ export class TemplateBuilds {
 
   /**
    * What a build's base means for svc's create, among the VMs `all`: a template or a snapshot to
-   * clone (a template's environment and folder carry on), an svc image, or the default image.
+   * clone (a template's environment and folder carry on), an svc image, the default image, or
+   * (`fromImage` only) a registry's image that svc pulls first as `reg-<hash of its reference>`.
    */
   private async base(spec: BuildSpec, all: Instance[]): Promise<RunBase> {
     const ref = spec.fromTemplate ?? spec.fromImage ?? 'e2bdev/base';
@@ -264,11 +266,20 @@ export class TemplateBuilds {
     if (clone) return clone;
     if (/^debian(:(stable|12|bookworm|latest|stable-slim|bookworm-slim))?$/.test(ref))
       return { create: { image: 'debian' } };
-    const image = (await this.client.listImages()).find((i) => i.id === ref);
+    const images = await this.client.listImages();
+    const image = images.find((i) => i.id === ref);
     if (image) return { create: { image: image.id } };
-    throw new NotSupportedError(
-      `base ${ref}: not an svc image, template or snapshot, and svc pulls no images from registries; import it (svc image import NAME oci-archive:PATH) and build from NAME`,
-    );
+    if (spec.fromImage === undefined)
+      throw new InvalidArgumentError(`base ${ref}: not an svc image, template or snapshot`);
+    // any other image is a container image in a registry, pulled once as an svc image of its own
+    const from = normalRegistryRef(ref, 'fromImage');
+    const name = `reg-${createHash('sha256').update(from).digest('hex').slice(0, 16)}`;
+    if (images.some((i) => i.id === name)) return { create: { image: name } };
+    const auth = registryLogin(spec.fromImageRegistry);
+    return {
+      create: { image: name },
+      pull: { name, from: `docker://${from}`, ...(auth ? { registry_auth: auth } : {}) },
+    };
   }
 
   /**
@@ -335,4 +346,17 @@ export class TemplateBuilds {
   private sign(templateID: string, hash: string): string {
     return createHmac('sha256', this.key).update(`${templateID}:${hash}`).digest('hex');
   }
+}
+
+/** The SDK's `fromImage(ref, {username, password})` login; its AWS and GCP registries are not reached. */
+function registryLogin(v: unknown): { username: string; password: string } | undefined {
+  if (v === undefined || v === null) return undefined;
+  const r = v as { type?: unknown; username?: unknown; password?: unknown };
+  if (r.type !== 'registry')
+    throw new NotSupportedError(
+      `fromImageRegistry of type ${JSON.stringify(r.type)}: svc logs in to registries with a user and password only`,
+    );
+  if (typeof r.username !== 'string' || typeof r.password !== 'string')
+    throw new InvalidArgumentError('fromImageRegistry needs a username and a password');
+  return { username: r.username, password: r.password };
 }

@@ -11,7 +11,13 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       from: {
         type: 'string',
         description:
-          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs)",
+          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs); or a container image to pull from a registry: docker://REF (python:3.12 is docker.io/library/python:3.12)",
+      },
+      registry_auth: {
+        type: 'object',
+        description: 'pulls (docker://) from a private registry: its login, used for this pull alone and never kept',
+        required: ['username', 'password'],
+        properties: { username: { type: 'string' }, password: { type: 'string' } },
       },
       from_vm: { type: 'string', description: 'a stopped VM to bake' },
       ssh_user: {

@@ -1,5 +1,5 @@
 import { InvalidStateError } from '../../domain/errors.js';
-import type { ImageSource } from '../../domain/image-request.js';
+import type { ImageSource, ImportRules } from '../../domain/image-request.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import type { VmRef } from '../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
@@ -58,10 +58,10 @@ export abstract class CatalogImages {
   importImage(
     id: string,
     source: ImageSource,
-    allowed: readonly string[],
+    rules: ImportRules,
     meta: { ssh_user?: string; description?: string },
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
-    return this.images.import(id, source, allowed, meta, progress);
+    return this.images.import(id, source, rules, meta, progress);
   }
 }

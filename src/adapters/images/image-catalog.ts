@@ -5,11 +5,12 @@ import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
-import type { ImageSource } from '../../domain/image-request.js';
+import type { ImageSource, ImportRules } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
 import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
-import { importContainer, importDisk, type ImportMeta } from './image-import.js';
+import { archiveSource, importContainer, importDisk, type ImportMeta } from './image-import.js';
+import { registrySource } from './registry-pull.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -257,29 +258,32 @@ export class ImageCatalog {
 
   /**
    * A new image from a file on the host (`oci-archive:`, `docker-archive:`, `disk:`), read only
-   * inside `allowed` (import_dirs). Made in a temporary directory and renamed into place, so a
-   * refused or failed import leaves nothing.
+   * inside `rules.dirs` (import_dirs), or from a registry (`docker://`). Made in a temporary
+   * directory and renamed into place, so a refused or failed import leaves nothing.
    */
   async import(
     name: string,
     source: ImageSource,
-    allowed: readonly string[],
+    rules: ImportRules,
     meta: Omit<ImportMeta, 'id'>,
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
     const id = this.canonical(name);
     if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    const file = await checkImportFile(source.path, allowed);
+    const file = source.type === 'docker' ? undefined : await checkImportFile(source.path, rules.dirs);
     const tmp = this.builds.tempDir(id);
     const work = `${tmp}.work`;
     await this.builds.holding(id, async () => {
       try {
         await mkdir(this.root, { recursive: true });
-        if (source.type === 'disk') await importDisk(file, tmp, { ...meta, id }, progress);
+        if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress);
         else
           await importContainer(
-            file,
-            source.type,
+            await mkdir(work, { recursive: true }).then(() =>
+              source.type === 'docker'
+                ? registrySource(source, work, rules.insecureRegistries)
+                : archiveSource(file!, source.type as 'oci-archive' | 'docker-archive', work),
+            ),
             tmp,
             work,
             { ...meta, id },

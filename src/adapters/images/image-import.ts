@@ -8,8 +8,12 @@ import type { ImageProgress } from '../../ports/guest-images.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { sniffImportFile } from './import-files.js';
 import { checkLayers, imageEnvScript, readOciLayout } from './oci-layout.js';
+import { skopeoWords, type SkopeoSource } from './registry-pull.js';
 
 const run = promisify(execFile);
+
+/** How long a pull from a registry may take. */
+const PULL_TIMEOUT_MS = 60 * 60_000;
 
 /** What an import is told besides its source. */
 export interface ImportMeta {
@@ -27,35 +31,53 @@ export type BuildRunner = (
 
 /**
  * A container image archive (`oci-archive` or `docker-archive`, as podman save, docker save and
- * skopeo copy write them) into a golden image in `out`: skopeo copies it into an OCI layout, every
- * layer entry is checked (nothing climbs out of the root), and build-image.sh (kind oci) applies
- * the layers with umoci and adds svc's init, node and agent under /opt/svc. InvalidArgumentError
- * for a file that is not such an archive.
+ * skopeo copy write them) as skopeo's source. InvalidArgumentError for a file that is not such an
+ * archive.
  */
-export async function importContainer(
+export async function archiveSource(
   file: string,
   type: 'oci-archive' | 'docker-archive',
+  work: string,
+): Promise<SkopeoSource> {
+  await sniffImportFile(file, type);
+  // skopeo reads "type:path[:ref]": a link with a plain name keeps colons in the real path out of it.
+  const src = join(work, 'source.tar');
+  await symlink(file, src);
+  return { ref: `${type}:${src}`, flags: [], label: `${type}:${file.split('/').pop()}` };
+}
+
+/**
+ * A container image (an archive, or an image in a registry: `archiveSource`, `registrySource`)
+ * into a golden image in `out`: skopeo copies it into an OCI layout, every layer entry is checked
+ * (nothing climbs out of the root), and build-image.sh (kind oci) applies the layers with umoci
+ * and adds svc's init, node and agent under /opt/svc. InvalidArgumentError for what skopeo cannot
+ * read.
+ */
+export async function importContainer(
+  source: SkopeoSource,
   out: string,
   work: string,
   meta: ImportMeta,
   build: { script: string; agentDir: string; run: BuildRunner },
   progress: (p: ImageProgress) => void,
 ): Promise<void> {
-  await sniffImportFile(file, type);
-  await mkdir(work, { recursive: true });
-  // skopeo reads "type:path[:ref]": a link with a plain name keeps colons in the real path out of it.
-  const src = join(work, 'source.tar');
-  await symlink(file, src);
-  progress({ percent: 5, message: `reading the ${type} with skopeo` });
+  const pull = source.ref.startsWith('docker://');
+  progress({
+    percent: 5,
+    message: pull ? `pulling ${source.label} with skopeo` : `reading the ${source.label.split(':')[0]} with skopeo`,
+  });
   const layout = join(work, 'oci');
   try {
-    await run('skopeo', ['--insecure-policy', 'copy', '-q', `${type}:${src}`, `oci:${layout}:svc`], {
-      env: childEnv(),
+    await run('skopeo', ['--insecure-policy', 'copy', '-q', ...source.flags, source.ref, `oci:${layout}:svc`], {
+      env: { ...childEnv(), TMPDIR: work },
       maxBuffer: 1 << 20,
+      timeout: pull ? PULL_TIMEOUT_MS : 0,
     });
   } catch (err) {
-    const why = ((err as { stderr?: string }).stderr ?? (err as Error).message).trim().split('\n').slice(-2).join(' ');
-    throw new InvalidArgumentError(`from: ${file} is not a readable ${type}: ${why.slice(0, 400)}`);
+    const why = skopeoWords(err, '', []);
+    throw new InvalidArgumentError(
+      pull ? `from: ${source.label}: ${why}` : `from: ${source.label} is not a readable archive: ${why}`,
+    );
   }
   progress({ percent: 20, message: 'checking the layers' });
   const img = await readOciLayout(layout);
@@ -67,7 +89,7 @@ export async function importContainer(
     cfgFile,
     JSON.stringify({
       os: `container image (${img.os}/${img.architecture})`,
-      source: meta.description ?? `${type}:${file.split('/').pop()}`,
+      source: meta.description ?? source.label,
       config: img.config,
     }),
   );

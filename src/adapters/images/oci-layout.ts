@@ -26,7 +26,7 @@ export interface OciImage {
 }
 
 const MAX_JSON = 4 << 20;
-const MAX_LAYERS = 128;
+export const MAX_LAYERS = 128;
 const MAX_ENTRIES = 2_000_000;
 const DIGEST = /^sha256:[a-f0-9]{64}$/;
 

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
-import { parseImageRequest } from '../../../src/domain/image-request.js';
+import { normalRegistryRef, parseImageRequest, registryOf } from '../../../src/domain/image-request.js';
 
 describe('domain/parseImageRequest', () => {
   it('reads a recipe: base, packages, files (base64, octal mode), env and run lines', () => {
@@ -54,7 +54,54 @@ describe('domain/parseImageRequest', () => {
     });
   });
 
+  it('reads a pull from a registry, its reference made whole as Docker reads it, with a login', () => {
+    expect(
+      parseImageRequest({
+        name: 'py',
+        from: 'docker://python:3.12',
+        registry_auth: { username: 'u', password: 'p:w' },
+      }),
+    ).to.deep.equal({
+      kind: 'import',
+      name: 'py',
+      source: { type: 'docker', ref: 'docker.io/library/python:3.12', auth: { username: 'u', password: 'p:w' } },
+      description: undefined,
+    });
+    const whole: [string, string][] = [
+      ['python', 'docker.io/library/python:latest'],
+      ['bitnami/redis:7', 'docker.io/bitnami/redis:7'],
+      ['ghcr.io/org/app:1.0', 'ghcr.io/org/app:1.0'],
+      ['localhost/app', 'localhost/app:latest'],
+      ['127.0.0.1:5000/team/app:v2', '127.0.0.1:5000/team/app:v2'],
+      [`alpine@sha256:${'a'.repeat(64)}`, `docker.io/library/alpine@sha256:${'a'.repeat(64)}`],
+      [`quay.io/x/y:t@sha256:${'b'.repeat(64)}`, `quay.io/x/y:t@sha256:${'b'.repeat(64)}`],
+    ];
+    for (const [ref, made] of whole) expect(normalRegistryRef(ref), ref).to.equal(made);
+    expect(registryOf('127.0.0.1:5000/team/app:v2')).to.equal('127.0.0.1:5000');
+    expect(registryOf(normalRegistryRef('python'))).to.equal('docker.io');
+    for (const ref of ['Python', 'a b', 'x:', '/x', 'x//y', 'x@sha256:12', `x:${'t'.repeat(129)}`, '-x', ''])
+      expect(() => normalRegistryRef(ref), ref).to.throw(InvalidArgumentError, /not a registry reference/);
+  });
+
   const bad: [string, unknown, RegExp][] = [
+    ['a pull with recipe fields', { name: 'x', from: 'docker://x', run: ['true'] }, /belongs to a recipe/],
+    ['a pull with an ssh user', { name: 'x', from: 'docker://x', ssh_user: 'root' }, /belongs to a recipe/],
+    ['a login without a pull', { name: 'x', from: 'disk:/x.qcow2', registry_auth: {} }, /belongs to a pull/],
+    [
+      'a login with a line break',
+      { name: 'x', from: 'docker://x', registry_auth: { username: 'u', password: 'a\nb' } },
+      /registry_auth.password must be a one-line string/,
+    ],
+    [
+      'a login whose user holds a colon',
+      { name: 'x', from: 'docker://x', registry_auth: { username: 'u:v', password: 'p' } },
+      /may not hold a ":"/,
+    ],
+    [
+      'a login with other fields',
+      { name: 'x', from: 'docker://x', registry_auth: { token: 't' } },
+      /unknown field "token"/,
+    ],
     ['an unknown import type', { name: 'x', from: 'http://example/x.tar' }, /unknown source "http:"/],
     ['a relative import path', { name: 'x', from: 'oci-archive:app.tar' }, /absolute path/],
     ['an import with recipe fields', { name: 'x', from: 'disk:/x.qcow2', packages: ['jq'] }, /belongs to a recipe/],

@@ -10,7 +10,7 @@ import {
   InvalidStateError,
   NotFoundError,
 } from '../../../domain/errors.js';
-import type { ImageSource } from '../../../domain/image-request.js';
+import type { ImageSource, ImportRules } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import type { VmRef } from '../../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/guest-images.js';
@@ -113,18 +113,24 @@ export abstract class FakeImages {
     this.removed.delete(id);
   }
 
-  /** Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent one. */
+  /**
+   * Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent
+   * one. An image in a registry is taken as it is named (the fake reaches no registry).
+   */
   async importImage(
     id: string,
     source: ImageSource,
-    allowed: readonly string[],
+    rules: ImportRules,
     meta: { ssh_user?: string },
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    const file = await checkImportFile(source.path, allowed);
-    await sniffImportFile(file, source.type);
-    progress({ percent: 50, message: `importing ${source.type}:${file}` });
+    if (source.type === 'docker') progress({ percent: 50, message: `pulling docker://${source.ref}` });
+    else {
+      const file = await checkImportFile(source.path, rules.dirs);
+      await sniffImportFile(file, source.type);
+      progress({ percent: 50, message: `importing ${source.type}:${file}` });
+    }
     const disk = source.type === 'disk';
     this.images[id] = {
       id,
