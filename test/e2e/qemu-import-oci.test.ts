@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
+import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { makeTar } from '../helpers/tar.js';
 import { ensureImage } from './image.js';
 
@@ -40,6 +41,7 @@ async function dockerArchive(path: string, entries: Parameters<typeof makeTar>[0
 describe('svcd with QEMU: images from container image archives', function () {
   this.timeout(900_000);
   let d: TestDaemon;
+  let registry: TestRegistry;
   let imports: string;
   let imagesDir: string;
   const sh = (vm: string, script: string) => guestSh(d, vm, script, { shell: '/bin/sh' });
@@ -49,18 +51,22 @@ describe('svcd with QEMU: images from container image archives', function () {
     imagesDir = ensureImage('minimal');
     imports = tempDir('svc-imports-');
     execFileSync('bash', [join(FIXTURES, 'make-oci.sh'), imports], { stdio: ['ignore', 'ignore', 'inherit'] });
+    registry = await startRegistry(tempDir('svc-registry-'));
+    registry.push(`oci-archive:${imports}/app.oci.tar`, 'team/app:1');
     d = await startTestDaemon({
       hypervisor: 'qemu',
       images_dir: imagesDir,
       import_dirs: [imports],
+      insecure_registries: [registry.host],
       sandbox_metrics_enabled: false,
       ready_timeout: '120s',
     });
   });
   after(async () => {
-    for (const vm of ['oci2', 'oci1']) await d.call('DELETE', `/vms/${vm}`);
-    for (const img of ['oci-app', 'docker-app']) await d.call('DELETE', `/images/${img}`);
+    for (const vm of ['oci2', 'oci1', 'pulled1']) await d.call('DELETE', `/vms/${vm}`);
+    for (const img of ['oci-app', 'docker-app', 'pulled-app']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
+    registry.stop();
     execFileSync('rm', ['-rf', imports]);
   });
 
@@ -129,6 +135,21 @@ describe('svcd with QEMU: images from container image archives', function () {
     const r = await d.call('POST', '/images', { name: 'docker-app', from: `docker-archive:${imports}/app.docker.tar` });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ id: 'docker-app', agent_ready: true, source: 'docker-archive:app.docker.tar' });
+  });
+
+  it('pulls the same image from a registry with a login, and a VM of it boots with its layers and Env', async () => {
+    const r = await d.call('POST', '/images', {
+      name: 'pulled-app',
+      from: `docker://${registry.host}/team/app:1`,
+      registry_auth: { username: registry.username, password: registry.password },
+    });
+    expect(r.status, r.text).to.equal(201);
+    expect(r.json).to.include({ id: 'pulled-app', agent_ready: true, source: `docker://${registry.host}/team/app:1` });
+    const c = await d.call('POST', '/vms', { name: 'pulled1', image: 'pulled-app', disk_gb: 2 });
+    expect(c.status, c.text).to.equal(201);
+    const out = await sh('pulled1', 'cat /etc/greeting; echo "$GREETING_ENV"; pwd');
+    expect(out.stdout, out.stderr).to.equal('upper\nfrom-image\n/srv/app\n');
+    expect((await d.call('DELETE', '/vms/pulled1')).status).to.equal(200);
   });
 
   it('refuses hostile imports with 400 and leaves nothing behind', async () => {
