@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the host packages svc needs to run real VMs and build its guest image, when missing.
+# Installs the host packages svc needs to run real VMs and build its guest image, when missing;
+# with --tests, also those only its tests use. Usage: ensure-host-deps.sh [--tests]
 # What it installs, and why:
 #   qemu-system-x86   the hypervisor (qemu-system-x86_64)
 #   qemu-utils        qemu-img: qcow2 golden disks and per-VM overlays
@@ -14,18 +15,22 @@
 #   fakeroot          building the root filesystem when not root
 #   socat             vsock relay (agent side) and vsock connector (daemon side)
 #   mmdebstrap        the debian image's root filesystem, from the host's apt sources
-#   libarchive-tools  bsdtar: the tests check that archives it makes (and GNU tar's) copy in intact
-#   skopeo, umoci     importing container images (oci-archive:, docker-archive:): copy, then unpack layers
-#   syslinux, syslinux-common, mtools, dosfstools, fdisk
-#                     the tests' cloud-style disk (a bootloader, a FAT boot partition, a partition table)
+#   skopeo, umoci     importing container images (oci-archive:, docker-archive:, docker://): copy, then unpack layers
 #   gcc, libc6-dev    the daemon's splice helper (native/svc-splice.c; scripts/build-native.mjs)
 #   etcd-server       the store a cluster of svcd nodes runs on (docs/cluster.md); the tests start
 #                     a three-member etcd of their own on loopback
+# With --tests:
+#   libarchive-tools  bsdtar: the tests check that archives it makes (and GNU tar's) copy in intact
+#   syslinux, syslinux-common, mtools, dosfstools, fdisk
+#                     the tests' cloud-style disk (a bootloader, a FAT boot partition, a partition table)
 #   microsocks        the tests' SOCKS5 proxy: a VM's egress tunneled through a proxy of the user's
 #   docker-registry   the tests' container registry on loopback: images pulled with docker://REF
+# No service a package ships is started by its install (a policy-rc.d for the install's length,
+# where the host has none): svc and its tests start etcd and the registry themselves, when needed.
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap libarchive-tools
-  skopeo umoci syslinux syslinux-common mtools dosfstools fdisk gcc libc6-dev etcd-server microsocks docker-registry)
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap
+  skopeo umoci gcc libc6-dev etcd-server)
+[ "${1:-}" = --tests ] && pkgs+=(libarchive-tools syslinux syslinux-common mtools dosfstools fdisk microsocks docker-registry)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,5 +40,11 @@ echo "svc: installing host packages: ${missing[*]}" >&2
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod 0755 "$policy"
+  trap '$SUDO rm -f "$policy"' EXIT
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

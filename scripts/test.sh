@@ -71,7 +71,7 @@ lint() {
 }
 
 host_deps() {
-  bash scripts/ensure-host-deps.sh
+  bash scripts/ensure-host-deps.sh --tests
   bash scripts/ensure-browser.sh
 }
 
