@@ -1,8 +1,9 @@
 import { execFile } from 'node:child_process';
-import { lstat, mkdtemp, readdir, rm, statfs } from 'node:fs/promises';
+import { lstat, mkdtemp, rm, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from '../../../ports/logger.js';
+import { removeOwnDirs } from '../../fs-kit/own-dirs.js';
 
 const run = promisify(execFile);
 
@@ -92,13 +93,7 @@ export class RamStaging {
 
   /** Folders of this tag that this user owns, left by a daemon that stopped without removing its own. */
   private async sweep(): Promise<void> {
-    const uid = process.getuid?.();
-    for (const n of await readdir(this.o.root).catch(() => [] as string[])) {
-      if (!n.startsWith(this.prefix)) continue;
-      const p = join(this.o.root, n);
-      const st = await lstat(p).catch(() => undefined);
-      if (st?.isDirectory() && st.uid === uid) await rm(p, { recursive: true, force: true });
-    }
+    await removeOwnDirs(this.o.root, (n) => n.startsWith(this.prefix));
   }
 }
 

@@ -1,9 +1,10 @@
 import { createWriteStream } from 'node:fs';
-import { chown, lstat, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { chown, mkdtemp, open, readFile, readdir, rename, rm, unlink, writeFile } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { removeOwnDirs } from '../../fs-kit/own-dirs.js';
 import { alive } from '../../process-kit/pid-alive.js';
 import type { QmpClient } from './qmp-client.js';
 
@@ -116,19 +117,11 @@ const MIGRATION_PREFIX = 'svc-mig-';
  * `finally`): those of this user whose pid is gone. Folders of a live daemon, this one's or another
  * user's, are left. Answers how many went.
  */
-export async function sweepMigrationSockets(root = tmpdir()): Promise<number> {
-  const uid = process.getuid?.();
-  let removed = 0;
-  for (const n of await readdir(root).catch(() => [] as string[])) {
-    const pid = /^svc-mig-(\d+)-[^/]+$/.exec(n)?.[1];
-    if (!pid || Number(pid) === process.pid || alive(Number(pid))) continue;
-    const p = join(root, n);
-    const st = await lstat(p).catch(() => undefined);
-    if (!st?.isDirectory() || st.uid !== uid) continue;
-    await rm(p, { recursive: true, force: true });
-    removed++;
-  }
-  return removed;
+export function sweepMigrationSockets(root = tmpdir()): Promise<number> {
+  return removeOwnDirs(root, (n) => {
+    const pid = n.startsWith(MIGRATION_PREFIX) ? Number(/^(\d+)-./.exec(n.slice(MIGRATION_PREFIX.length))?.[1]) : NaN;
+    return pid > 0 && pid !== process.pid && !alive(pid);
+  });
 }
 
 /**
