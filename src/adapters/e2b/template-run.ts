@@ -4,7 +4,7 @@ import { mkdir, open, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
 import type { ProcessInfo } from '../../domain/processes.js';
-import type { SvcClient } from '../client/svc-client.js';
+import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { E2B_HOME, guestUser } from './sandboxes.js';
 import { copyArchive } from './template-copy.js';
@@ -118,7 +118,7 @@ export class TemplateRun {
         if (e.phase === 'import' || e.phase === 'ready') log(e.message);
       }
     } catch (err) {
-      if ((err as { status?: number }).status !== 409) throw err;
+      if (!(err instanceof SvcError && err.status === 409)) throw err;
       log(`image ${req.name} is being pulled or is there already`);
       await this.client.getImage(req.name);
     }

@@ -277,19 +277,21 @@ export class ImageCatalog {
       try {
         await mkdir(this.root, { recursive: true });
         if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress);
-        else
+        else {
+          await mkdir(work, { recursive: true });
+          const from =
+            source.type === 'docker'
+              ? await registrySource(source, work, rules.insecureRegistries)
+              : await archiveSource(file!, source.type, work);
           await importContainer(
-            await mkdir(work, { recursive: true }).then(() =>
-              source.type === 'docker'
-                ? registrySource(source, work, rules.insecureRegistries)
-                : archiveSource(file!, source.type as 'oci-archive' | 'docker-archive', work),
-            ),
+            from,
             tmp,
             work,
             { ...meta, id },
             { script: BUILD_SCRIPT, agentDir: AGENT_DIR, run: runBuild },
             progress,
           );
+        }
         if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
         await rename(tmp, this.dir(id));
         progress({ percent: 100, message: `image ${id} imported` });

@@ -74,7 +74,7 @@ export async function importContainer(
       timeout: pull ? PULL_TIMEOUT_MS : 0,
     });
   } catch (err) {
-    const why = skopeoWords(err, '', []);
+    const why = skopeoWords(err);
     throw new InvalidArgumentError(
       pull ? `from: ${source.label}: ${why}` : `from: ${source.label} is not a readable archive: ${why}`,
     );

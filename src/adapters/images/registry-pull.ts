@@ -47,22 +47,28 @@ export async function registrySource(
   insecureRegistries: readonly string[],
 ): Promise<SkopeoSource> {
   const registry = registryOf(src.ref);
-  const flags: string[] = [];
-  if (insecureRegistries.includes(registry)) flags.push('--tls-verify=false');
+  const plainHttp = insecureRegistries.includes(registry);
+  let authFile: string | undefined;
   if (src.auth) {
-    const file = join(work, 'auth.json');
+    authFile = join(work, 'auth.json');
     const auth = Buffer.from(`${src.auth.username}:${src.auth.password}`).toString('base64');
-    await writeFile(file, JSON.stringify({ auths: { [registry]: { auth } } }), { mode: 0o600 });
-    flags.push('--authfile', file);
+    await writeFile(authFile, JSON.stringify({ auths: { [registry]: { auth } } }), { mode: 0o600 });
   }
+  // skopeo's flags for the registry: `--tls-verify`, `--authfile` to inspect, `--src-…` to copy
+  const flagsAs = (prefix: '' | 'src-') => [
+    ...(plainHttp ? [`--${prefix}tls-verify=false`] : []),
+    ...(authFile ? [`--${prefix}authfile`, authFile] : []),
+  ];
+  const flags = flagsAs('');
+  const hint = { registry, insecure: insecureRegistries };
   const repo = src.ref.replace(/@sha256:[a-f0-9]{64}$/, '').replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
-  let raw = await inspect(`docker://${src.ref}`, flags, src.ref, registry, insecureRegistries);
+  let raw = await inspect(`docker://${src.ref}`, flags, src.ref, hint);
   let manifest = parse(raw, src.ref);
   if (manifest.manifests) {
     const m = manifest.manifests.find((x) => x.platform?.os === 'linux' && x.platform.architecture === 'amd64');
     if (!m?.digest || !/^sha256:[a-f0-9]{64}$/.test(m.digest))
       throw new InvalidArgumentError(`from: docker://${src.ref} has no linux/amd64 image`);
-    raw = await inspect(`docker://${repo}@${m.digest}`, flags, src.ref, registry, insecureRegistries);
+    raw = await inspect(`docker://${repo}@${m.digest}`, flags, src.ref, hint);
     manifest = parse(raw, src.ref);
   }
   if (manifest.fsLayers || manifest.schemaVersion === 1)
@@ -82,9 +88,7 @@ export async function registrySource(
   const digest = `sha256:${createHash('sha256').update(raw).digest('hex')}`;
   return {
     ref: `docker://${repo}@${digest}`,
-    flags: flags.map((f) =>
-      f === '--tls-verify=false' ? '--src-tls-verify=false' : f === '--authfile' ? '--src-authfile' : f,
-    ),
+    flags: flagsAs('src-'),
     label: `docker://${src.ref}`,
   };
 }
@@ -99,13 +103,7 @@ function parse(raw: Buffer, ref: string): Manifest {
   throw new InvalidArgumentError(`from: docker://${ref} answered a manifest that is not JSON`);
 }
 
-async function inspect(
-  target: string,
-  flags: string[],
-  ref: string,
-  registry: string,
-  insecure: readonly string[],
-): Promise<Buffer> {
+async function inspect(target: string, flags: string[], ref: string, hint: PlainHttpHint): Promise<Buffer> {
   try {
     const { stdout } = await run('skopeo', ['inspect', '--raw', ...flags, target], {
       env: childEnv(),
@@ -115,15 +113,25 @@ async function inspect(
     });
     return stdout;
   } catch (err) {
-    throw new InvalidArgumentError(`from: docker://${ref}: ${skopeoWords(err, registry, insecure)}`);
+    throw new InvalidArgumentError(`from: docker://${ref}: ${skopeoWords(err, hint)}`);
   }
 }
 
-/** What skopeo said of a failure, shortened, with what to do when a plain-HTTP registry is the cause. */
-export function skopeoWords(err: unknown, registry: string, insecure: readonly string[]): string {
+/** The registry a skopeo call reached, and those it may reach over plain HTTP. */
+interface PlainHttpHint {
+  registry: string;
+  insecure: readonly string[];
+}
+
+/**
+ * What skopeo said of a failure, shortened; with `hint`, what to do when the registry answered
+ * plain HTTP and is not listed in insecure_registries.
+ */
+export function skopeoWords(err: unknown, hint?: PlainHttpHint): string {
   const e = err as { stderr?: string | Buffer; message?: string; killed?: boolean };
   if (e.killed) return 'the registry did not answer in time';
   const text = (e.stderr?.toString() || e.message || '').trim().split('\n').slice(-2).join(' ').slice(0, 400);
-  const plain = /server gave HTTP response to HTTPS client/.test(text) && !insecure.includes(registry);
-  return plain ? `${text} (a registry without TLS: add ${registry} to the daemon's insecure_registries)` : text;
+  const plain =
+    hint && /server gave HTTP response to HTTPS client/.test(text) && !hint.insecure.includes(hint.registry);
+  return plain ? `${text} (a registry without TLS: add ${hint.registry} to the daemon's insecure_registries)` : text;
 }
