@@ -243,7 +243,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
         await listeners.stop();
         pool.stop();
         await pool.settled();
-        sampler.stopAll();
+        await sampler.stopAll();
         stopEgress();
         await container.get<Tunnels>(Tunnels).closeEverything();
         container.get(Ssh2Connections).end();

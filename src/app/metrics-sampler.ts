@@ -32,16 +32,17 @@ export class MetricsSampler implements LifecycleContribution {
     this.start(rec);
   }
 
-  onDown(rec: VmRecord): void {
-    this.stop(rec.name);
+  /** The ring is closed before the VM's files go (a ring opening then would make its folder again). */
+  onDown(rec: VmRecord): Promise<void> {
+    return this.stop(rec.name);
   }
 
-  onRemoved(rec: VmRecord): void {
-    this.stop(rec.name);
+  onRemoved(rec: VmRecord): Promise<void> {
+    return this.stop(rec.name);
   }
 
   private start(rec: VmRecord): void {
-    this.stop(rec.name);
+    void this.stop(rec.name);
     if (!rec.metrics_enabled) return;
     const name = rec.name;
     const tick = async () => {
@@ -49,7 +50,7 @@ export class MetricsSampler implements LifecycleContribution {
       try {
         cur = this.vms.get(name);
       } catch {
-        return this.stop(name);
+        return void this.stop(name);
       }
       // No agent to ask yet (an imported disk before agent/deploy).
       if (cur.status !== 'running' || cur.agent_missing) return;
@@ -77,15 +78,16 @@ export class MetricsSampler implements LifecycleContribution {
     void tick();
   }
 
-  private stop(name: string): void {
+  /** Resolves when the ring is closed, a sample in flight with it (its append then fails, unheard). */
+  private stop(name: string): Promise<void> {
     const t = this.timers.get(name);
     if (t) clearInterval(t);
     this.timers.delete(name);
-    void this.history.close(name).catch(() => undefined);
+    return this.history.close(name).catch(() => undefined);
   }
 
-  stopAll(): void {
-    for (const name of [...this.timers.keys()]) this.stop(name);
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.timers.keys()].map((name) => this.stop(name)));
   }
 
   /** GET /vms/{name}/metrics: the ring, oldest first. */

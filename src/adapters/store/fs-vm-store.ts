@@ -97,8 +97,12 @@ export class FsVmStore implements VmStore {
     await renameDir(this.dir(from), this.dir(to));
   }
 
+  /**
+   * Tried again on ENOTEMPTY: a follower that writes into the folder as it goes (a log's last line,
+   * a file the guest's share got) must not turn a delete into a 500.
+   */
   async remove(name: string): Promise<void> {
-    await rm(this.dir(name), { recursive: true, force: true });
+    await rm(this.dir(name), { recursive: true, force: true, maxRetries: 3 });
   }
 
   async files(name: string): Promise<VmFile[]> {
