@@ -241,6 +241,26 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(again.join('\n')).to.include(`"image":"${image}"`);
   });
 
+  it('pulls a new image once for two builds from it at the same time: the second waits for the first', async () => {
+    const logs: string[][] = [[], []];
+    await Promise.all(
+      logs.map((l, i) =>
+        Template.build(Template().fromImage('node:22').runCmd(`echo build ${i}`), `on-node-${i}`, {
+          ...opts(),
+          onBuildLogs: (m) => void l.push(m.message),
+        }),
+      ),
+    );
+    const all = logs.map((l) => l.join('\n'));
+    expect(
+      all.filter((l) => l.includes('pulling docker://docker.io/library/node:22')),
+      all.join('\n---\n'),
+    ).to.have.length(1);
+    expect(
+      all.filter((l) => l.includes("waiting for another build's pull of docker://docker.io/library/node:22")),
+    ).to.have.length(1);
+  });
+
   it('refuses before building what svc cannot build: a registry it cannot log in to, a bad reference, an unknown base', async () => {
     const before = (await vms()).length;
     for (const [t, why] of [

@@ -106,11 +106,26 @@ export class TemplateRun {
     private readonly o: RunPlaces,
   ) {}
 
+  /** The pulls going on, by image name: a second build of the same new image waits for the first's. */
+  private readonly pulls = new Map<string, Promise<void>>();
+
   /**
    * Pulls a build's base from its registry as an svc image, each line of its progress in the build's
-   * log. One pulled meanwhile by another build (409) is taken as it is.
+   * log. A build whose image another build is pulling waits for that pull, and fails with it.
    */
-  private async pull(req: NonNullable<RunBase['pull']>, log: (m: string) => void): Promise<void> {
+  private pull(req: NonNullable<RunBase['pull']>, log: (m: string) => void): Promise<void> {
+    const going = this.pulls.get(req.name);
+    if (going) {
+      log(`waiting for another build's pull of ${req.from} as image ${req.name}`);
+      return going;
+    }
+    const pull = this.pullOnce(req, log).finally(() => this.pulls.delete(req.name));
+    this.pulls.set(req.name, pull);
+    return pull;
+  }
+
+  /** One pulled meanwhile by someone else (409) is taken as it is. */
+  private async pullOnce(req: NonNullable<RunBase['pull']>, log: (m: string) => void): Promise<void> {
     log(`pulling ${req.from} as image ${req.name}`);
     try {
       for await (const e of this.client.buildImageStream(req)) {
