@@ -1,3 +1,5 @@
+import { formatBytes } from '../../domain/bytes.js';
+
 /** Output helpers for the CLI: aligned tables, sizes, durations, a sparkline. */
 
 export function table(rows: (string | number | undefined)[][], header: string[]): string {
@@ -14,15 +16,7 @@ export function table(rows: (string | number | undefined)[][], header: string[])
 }
 
 export function bytes(n: number | undefined): string {
-  if (n === undefined || Number.isNaN(n)) return '-';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  let v = n;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v < 10 && i > 0 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+  return n === undefined || Number.isNaN(n) ? '-' : formatBytes(n);
 }
 
 /** An image's snapshots as `1 cpu/256 MB (40 MiB), ...`, or `-`. */

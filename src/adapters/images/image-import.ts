@@ -1,13 +1,14 @@
 import { execFile } from 'node:child_process';
-import { mkdir, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, statfs, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { LIMITS } from '../../domain/create-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { sniffImportFile } from './import-files.js';
-import { checkLayers, imageEnvScript, readOciLayout } from './oci-layout.js';
+import { checkLayers, imageEnvScript, readOciLayout, UNPACKED_CAP, type UnpackedLimit } from './oci-layout.js';
 import { skopeoWords, type SkopeoSource } from './registry-pull.js';
 
 const run = promisify(execFile);
@@ -47,6 +48,21 @@ export async function archiveSource(
 }
 
 /**
+ * What an image's files may add up to when built in `work`: the build holds them three times at
+ * its peak (the unpacked tree, the ext4 disk made from it, and its qcow2 copy), so a third of the
+ * room there, and never more than svc's cap.
+ */
+export async function unpackRoom(work: string): Promise<UnpackedLimit> {
+  const fs = await statfs(work);
+  const free = fs.bavail * fs.bsize;
+  if (free / 3 >= UNPACKED_CAP.bytes) return UNPACKED_CAP;
+  return {
+    bytes: Math.floor(free / 3),
+    why: `a third of the ${formatBytes(free)} free where images are built: the build holds them three times`,
+  };
+}
+
+/**
  * A container image (an archive, or an image in a registry: `archiveSource`, `registrySource`)
  * into a golden image in `out`: skopeo copies it into an OCI layout, every layer entry is checked
  * (nothing climbs out of the root), and build-image.sh (kind oci) applies the layers with umoci
@@ -81,7 +97,7 @@ export async function importContainer(
   }
   progress({ percent: 20, message: 'checking the layers' });
   const img = await readOciLayout(layout);
-  await checkLayers(img.layers);
+  await checkLayers(img.layers, await unpackRoom(work));
   const envFile = join(work, 'image.env');
   await writeFile(envFile, imageEnvScript(img.config));
   const cfgFile = join(work, 'image-config.json');

@@ -4,6 +4,7 @@ import { createGunzip } from 'node:zlib';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
+import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { fileHead } from '../fs-kit/file-head.js';
 import { shellWord } from '../process-kit/shell-word.js';
@@ -28,6 +29,14 @@ export interface OciImage {
 const MAX_JSON = 4 << 20;
 export const MAX_LAYERS = 128;
 const MAX_ENTRIES = 2_000_000;
+/** What the layers' files may add up to, and why that much (said in the refusal). */
+export interface UnpackedLimit {
+  bytes: number;
+  why: string;
+}
+
+/** The most an imported image's layers may hold, file data summed over every layer. */
+export const UNPACKED_CAP: UnpackedLimit = { bytes: 64 * 2 ** 30, why: "svc's cap on an imported image" };
 const DIGEST = /^sha256:[a-f0-9]{64}$/;
 
 async function json(path: string, what: string): Promise<Record<string, unknown>> {
@@ -100,10 +109,13 @@ export function escapes(name: string): boolean {
 /**
  * Checks every entry of every layer before anything is unpacked: a name or hard-link target that
  * climbs out of the image root (`../`), or a device node, is refused with InvalidArgumentError naming it. (umoci would
- * confine such entries; an image that carries them is refused rather than quietly changed.)
+ * confine such entries; an image that carries them is refused rather than quietly changed.) So is
+ * an image whose files add up to more than `limit` (a small layer of zeros unpacks a thousandfold),
+ * as soon as a header says so, before its data is read.
  */
-export async function checkLayers(layers: string[]): Promise<void> {
+export async function checkLayers(layers: string[], limit: UnpackedLimit = UNPACKED_CAP): Promise<void> {
   let entries = 0;
+  let bytes = 0;
   for (const [i, path] of layers.entries()) {
     const magic = await fileHead(path, 4);
     if (magic.equals(ZSTD))
@@ -118,7 +130,10 @@ export async function checkLayers(layers: string[]): Promise<void> {
       for await (const entry of ex) {
         const h = entry.header;
         let bad: string | undefined;
+        bytes += h.size ?? 0;
         if (++entries > MAX_ENTRIES) bad = `more than ${MAX_ENTRIES} entries`;
+        else if (bytes > limit.bytes)
+          bad = `the layers hold more than ${formatBytes(limit.bytes)} of files (${limit.why}); it stopped at ${JSON.stringify(h.name)}`;
         else if (escapes(h.name)) bad = `entry ${JSON.stringify(h.name)} would land outside the image root`;
         else if (h.type === 'link' && escapes(h.linkname ?? ''))
           bad = `hard link ${JSON.stringify(h.name)} points outside the image root (${JSON.stringify(h.linkname)})`;

@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { registryOf, type RegistrySource } from '../../domain/image-request.js';
 import { childEnv } from '../process-kit/child-env.js';
@@ -83,7 +84,7 @@ export async function registrySource(
   const bytes = layers.reduce((n, l) => n + (Number.isSafeInteger(l.size) && l.size! >= 0 ? l.size! : Infinity), 0);
   if (bytes > PULL_MAX_BYTES)
     throw new InvalidArgumentError(
-      `from: docker://${src.ref} has ${Number.isFinite(bytes) ? `${(bytes / 2 ** 30).toFixed(1)} GiB of layers` : 'layers of no stated size'}; at most ${PULL_MAX_BYTES / 2 ** 30} GiB`,
+      `from: docker://${src.ref} has ${Number.isFinite(bytes) ? `${formatBytes(bytes)} of layers` : 'layers of no stated size'}; at most ${formatBytes(PULL_MAX_BYTES)}`,
     );
   const digest = `sha256:${createHash('sha256').update(raw).digest('hex')}`;
   return {

@@ -1,10 +1,11 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
+import tar from 'tar-stream';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 import { checkImportFile, sniffImportFile } from '../../../../src/adapters/images/import-files.js';
 import { checkLayers, escapes, imageEnvScript } from '../../../../src/adapters/images/oci-layout.js';
@@ -74,6 +75,41 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
     writeFileSync(join(dir, 'junk'), Buffer.alloc(2048, 9));
     err = await checkLayers([join(dir, 'junk')]).catch((e: unknown) => e);
     expect((err as Error).message).to.match(/not a readable tar/);
+  });
+
+  it('refuses layers whose files add up to more than the limit, at the header that passes it', async () => {
+    // 8 MiB of zeros: a few KiB gzipped, the way a layer made to fill the disk looks
+    const zeros = join(dir, 'zeros');
+    writeFileSync(
+      zeros,
+      gzipSync(
+        await makeTar([
+          { name: 'a', data: 'a' },
+          { name: 'fill', data: Buffer.alloc(8 << 20) },
+        ]),
+      ),
+    );
+    expect(statSync(zeros).size).to.be.below(64 << 10);
+    await checkLayers([zeros], { bytes: 9 << 20, why: 'the test' });
+    const err = await checkLayers([zeros, zeros], { bytes: 9 << 20, why: 'the test' }).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect((err as Error).message).to.equal(
+      'layer 2 of 2: the layers hold more than 9.0 MiB of files (the test); it stopped at "fill"',
+    );
+    // A header that says 100 GiB is refused by the cap with only its first bytes present.
+    const pack = tar.pack();
+    const head: Buffer[] = [];
+    pack.on('data', (c) => void head.push(c as Buffer));
+    const big = pack.entry({ name: 'huge', size: 100 * 2 ** 30 });
+    big.write(Buffer.alloc(4096));
+    await new Promise((r) => setImmediate(r));
+    const truncated = join(dir, 'huge');
+    writeFileSync(truncated, Buffer.concat(head));
+    const capped = await checkLayers([truncated]).catch((e: unknown) => e);
+    expect((capped as Error).message).to.match(
+      /^layer 1 of 1: the layers hold more than 64 GiB of files \(svc's cap on an imported image\); it stopped at "huge"$/,
+    );
+    pack.destroy();
   });
 
   it('writes the image config as a shell environment, quoted', () => {
