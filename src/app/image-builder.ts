@@ -11,7 +11,7 @@ import {
 import type { ImageBake, ImageImport, ImageRecipe, ImageRequest } from '../domain/image-request.js';
 import type { Config } from './config.js';
 import { AppConfig } from './tokens.js';
-import { parseImageRequest } from '../domain/image-request.js';
+import { parseImageRequest, sourceLabel } from '../domain/image-request.js';
 import { Clock } from '../ports/clock.js';
 import type { ImageBuildEvent, ImageBuildPhase } from '../domain/events.js';
 import type { ImageDetails } from '../ports/guest-images.js';
@@ -84,7 +84,7 @@ export class ImageBuilder {
     }
     if (req.kind === 'recipe') await this.images.resolveImage(req.from);
     else if (req.kind === 'import') {
-      if (req.source.type !== 'docker' && !this.config.import_dirs.length) {
+      if ('path' in req.source && !this.config.import_dirs.length) {
         throw new InvalidArgumentError(
           `from: this daemon imports no host files (import_dirs is empty); add the folder holding ${req.source.path} to import_dirs in its config`,
         );
@@ -125,14 +125,7 @@ export class ImageBuilder {
     req: ImageRequest,
     emit: (p: ImageBuildPhase, m: string, extra?: Partial<ImageBuildEvent>) => void,
   ): Promise<ImageDetails> {
-    const from =
-      req.kind === 'bake'
-        ? `vm ${req.from_vm}`
-        : req.kind === 'import'
-          ? req.source.type === 'docker'
-            ? `docker://${req.source.ref}`
-            : `${req.source.type}:${req.source.path}`
-          : req.from;
+    const from = req.kind === 'bake' ? `vm ${req.from_vm}` : req.kind === 'import' ? sourceLabel(req.source) : req.from;
     emit(
       'accepted',
       `${req.kind === 'bake' ? 'baking' : req.kind === 'import' ? 'importing' : 'building'} image ${req.name} from ${from}`,

@@ -52,8 +52,24 @@ export interface RegistryAuth {
   password: string;
 }
 
+/**
+ * A disk with its own bootloader at an http(s) URL (a distribution's cloud image), downloaded by
+ * the daemon. Plain HTTP only with a digest: the digest, not the connection, vouches for it then.
+ */
+export interface UrlSource {
+  type: 'url';
+  url: string;
+  /** `sha256:HEX` or `sha512:HEX`, as the distribution's SHA256SUMS or SHA512SUMS give it. */
+  digest?: string;
+}
+
 /** Where an imported image comes from. */
-export type ImageSource = FileSource | RegistrySource;
+export type ImageSource = FileSource | RegistrySource | UrlSource;
+
+/** A source as a POST /images `from` gives it. */
+export function sourceLabel(s: ImageSource): string {
+  return s.type === 'docker' ? `docker://${s.ref}` : s.type === 'url' ? s.url : `${s.type}:${s.path}`;
+}
 
 /** How a daemon lets imports reach: the host folders files come from, the registries reached without TLS. */
 export interface ImportRules {
@@ -121,6 +137,12 @@ function registryAuth(v: unknown): RegistryAuth {
 }
 const USER = /^[a-z_][a-z0-9_-]{0,31}$/;
 
+function sshUser(v: unknown): string | undefined {
+  if (v !== undefined && (typeof v !== 'string' || !USER.test(v)))
+    throw new InvalidArgumentError('ssh_user must be a user name');
+  return v as string | undefined;
+}
+
 export const RECIPE_LIMITS = { packages: 200, run: 100, files: 100, fileBytes: 1 << 20, env: 100 } as const;
 
 const PACKAGE = /^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+~:-]{1,64})?$/;
@@ -148,6 +170,27 @@ export function assertImageId(v: unknown, what = 'name'): string {
   return v;
 }
 
+const DIGEST = /^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$/;
+
+/** An http(s) URL of a disk, and its digest when given (see UrlSource). */
+function urlSource(text: string, digest: unknown): UrlSource {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new InvalidArgumentError(`from: ${JSON.stringify(text.slice(0, 80))} is not a URL`);
+  }
+  if (text.length > 4096 || url.username || url.password)
+    throw new InvalidArgumentError('from: a URL of at most 4096 characters, without a user or password in it');
+  if (digest !== undefined && (typeof digest !== 'string' || !DIGEST.test(digest)))
+    throw new InvalidArgumentError('digest must be sha256:HEX (64 digits) or sha512:HEX (128), lowercase');
+  if (url.protocol === 'http:' && digest === undefined)
+    throw new InvalidArgumentError(
+      `from: ${url.origin} is plain HTTP; give the image's digest (sha256:… or sha512:…, from its SHA256SUMS or SHA512SUMS) or an https URL`,
+    );
+  return { type: 'url', url: url.href, ...(digest === undefined ? {} : { digest: digest as string }) };
+}
+
 /** Validates a POST /images body. Throws InvalidArgumentError naming the field. */
 export function parseImageRequest(body: unknown): ImageRequest {
   const b = obj(body, 'image request');
@@ -162,6 +205,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
     'description',
     'ssh_user',
     'registry_auth',
+    'digest',
   ];
   for (const k of Object.keys(b))
     if (!allowed.includes(k)) throw new InvalidArgumentError(`unknown field "${k}" (fields: ${allowed.join(', ')})`);
@@ -169,7 +213,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
   if (name === 'default') throw new InvalidArgumentError('name: "default" names the default image; choose another');
   const description = b.description === undefined ? undefined : String(b.description).slice(0, 500);
   if (b.from_vm !== undefined) {
-    for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user', 'registry_auth']) {
+    for (const k of ['from', 'packages', 'run', 'files', 'env', 'ssh_user', 'registry_auth', 'digest']) {
       if (b[k] !== undefined)
         throw new InvalidArgumentError(`from_vm bakes a VM's disk as it is; ${k} belongs to a recipe`);
     }
@@ -177,7 +221,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
   }
   if (b.from === undefined)
     throw new InvalidArgumentError(
-      'give from (a base image such as "debian", "oci-archive:PATH", "docker-archive:PATH", "disk:PATH" or "docker://REF") or from_vm (a stopped VM)',
+      'give from (a base image such as "debian", "oci-archive:PATH", "docker-archive:PATH", "disk:PATH", "docker://REF" or a disk\'s https:// URL) or from_vm (a stopped VM)',
     );
   if (typeof b.from === 'string' && b.from.startsWith('docker://')) {
     for (const k of ['packages', 'run', 'files', 'env', 'ssh_user']) {
@@ -193,6 +237,17 @@ export function parseImageRequest(body: unknown): ImageRequest {
   }
   if (b.registry_auth !== undefined)
     throw new InvalidArgumentError('registry_auth belongs to a pull (from: "docker://REF")');
+  if (typeof b.from === 'string' && /^https?:\/\//i.test(b.from)) {
+    for (const k of ['packages', 'run', 'files', 'env']) {
+      if (b[k] !== undefined)
+        throw new InvalidArgumentError(
+          `from a URL: imports a disk as it is; ${k} belongs to a recipe (build one from the imported image)`,
+        );
+    }
+    const ssh_user = sshUser(b.ssh_user);
+    return { kind: 'import', name, source: urlSource(b.from, b.digest), ssh_user, description };
+  }
+  if (b.digest !== undefined) throw new InvalidArgumentError("digest belongs to an import from a disk's URL");
   const scheme = typeof b.from === 'string' ? /^([a-z-]+):(.*)$/s.exec(b.from) : null;
   if (scheme) {
     const type = scheme[1] as FileSource['type'];
@@ -209,11 +264,10 @@ export function parseImageRequest(body: unknown): ImageRequest {
           `from ${type}: imports a file as it is; ${k} belongs to a recipe (build one from the imported image)`,
         );
     }
-    if (b.ssh_user !== undefined && (typeof b.ssh_user !== 'string' || !USER.test(b.ssh_user)))
-      throw new InvalidArgumentError('ssh_user must be a user name');
-    return { kind: 'import', name, source: { type, path }, ssh_user: b.ssh_user as string | undefined, description };
+    return { kind: 'import', name, source: { type, path }, ssh_user: sshUser(b.ssh_user), description };
   }
-  if (b.ssh_user !== undefined) throw new InvalidArgumentError('ssh_user belongs to an import (from: "disk:PATH")');
+  if (b.ssh_user !== undefined)
+    throw new InvalidArgumentError('ssh_user belongs to an import of a disk (from: "disk:PATH" or its URL)');
   const from = assertImageId(b.from, 'from');
   const packages = list(b.packages, 'packages', RECIPE_LIMITS.packages).map((p, i) => {
     if (typeof p !== 'string' || !PACKAGE.test(p))

@@ -1,4 +1,8 @@
 import { expect } from 'chai';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
@@ -46,6 +50,31 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
     const r = await d.call('POST', '/images', { name: 'cloud', from: `disk:${disk}` });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ id: 'cloud', agent_ready: false, boot: 'firmware', ssh_user: 'root' });
+  });
+
+  it('imports the same disk from its URL, the digest checked, as the same image', async () => {
+    const body = readFileSync(disk);
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-length': body.length });
+      res.end(body);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cloud.qcow2`;
+    try {
+      const digest = `sha256:${createHash('sha256').update(body).digest('hex')}`;
+      const r = await d.call('POST', '/images?stream=1', { name: 'cloud-url', from: url, digest });
+      const events = ndjson(r.text);
+      expect(events.at(-1)!.phase, r.text).to.equal('ready');
+      expect(events.map((e) => e.message).join('\n')).to.match(/downloaded \d/);
+      const got = (await d.call('GET', '/images/cloud-url')).json as Record<string, unknown>;
+      const had = (await d.call('GET', '/images/cloud')).json as Record<string, unknown>;
+      expect(had.min_disk_gb).to.be.a('number');
+      expect(got).to.include({ source: url, boot: 'firmware', agent_ready: false, min_disk_gb: had.min_disk_gb });
+      expect(got.description).to.equal(`imported from ${url}`);
+    } finally {
+      server.close();
+      await d.call('DELETE', '/images/cloud-url');
+    }
   });
 
   it('waits for cloud-init to run the user-data (wait=userdata), over SSH', async () => {

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
@@ -113,6 +114,28 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const bad = await run(['image', 'import', 'cloud3', 'disk:notes.txt']);
     expect(bad.code).to.not.equal(0);
     expect(bad.stderr).to.match(/neither a qcow2 nor a raw disk/);
+    // the same disk from its URL (plain HTTP on loopback: the digest vouches for it)
+    const server = createServer((req, res) =>
+      req.url === '/cloud.raw' ? res.end(mbr) : res.writeHead(404).end('no such disk'),
+    );
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cloud.raw`;
+    try {
+      const digest = `sha256:${createHash('sha256').update(mbr).digest('hex')}`;
+      const u = await run(['image', 'import', 'cloud-url', url, '--digest', digest, '--ssh-user', 'debian', '--json']);
+      expect(u.code, u.stderr).to.equal(0);
+      expect(JSON.parse(u.stdout)).to.include({ id: 'cloud-url', agent_ready: false, ssh_user: 'debian' });
+      const wrong = await run(['image', 'import', 'cloud-bad', url, '--digest', `sha256:${'0'.repeat(64)}`]);
+      expect(wrong.code).to.not.equal(0);
+      expect(wrong.stderr).to.include(`from: ${url}: its sha256 is ${digest.slice(7)}, not the digest given`);
+      const plain = await run(['image', 'import', 'cloud-bad', url]);
+      expect(plain.stderr).to.match(/is plain HTTP; give the image's digest/);
+      const missing = await run(['image', 'import', 'cloud-bad', url.replace('cloud', 'gone'), '--digest', digest]);
+      expect(missing.stderr).to.match(/answered 404 Not Found/);
+      expect((await d.call('GET', '/images/cloud-bad')).status, 'a refused import leaves no image').to.equal(404);
+    } finally {
+      server.close();
+    }
     const c = await svc(['new', 'cl', '--image', 'cloud1']);
     expect(c.code, c.stderr).to.equal(0);
     const x = await svc(['x', 'cl', '--', 'true']);

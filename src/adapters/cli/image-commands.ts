@@ -96,9 +96,10 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
     .argument('<name>')
     .argument(
       '<source>',
-      "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs), or docker://REF (pulled from its registry)",
+      "oci-archive:PATH, docker-archive:PATH or disk:PATH (a file in the daemon's import_dirs), docker://REF (pulled from its registry), or a disk's https:// URL (downloaded)",
     )
     .option('--ssh-user <user>', 'the user the daemon logs in as (disk images; default root)')
+    .option('--digest <sha256:HEX|sha512:HEX>', "a URL's disk: its digest, checked after the download")
     .option(
       '--registry-user <user>',
       'docker://: log in to the registry as this user, the password from SVC_REGISTRY_PASSWORD',
@@ -117,6 +118,14 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
         return;
       }
       if (o.registryUser) throw new Error('--registry-user belongs to a pull (docker://REF)');
+      if (/^https?:\/\//i.test(source)) {
+        await buildOrBake(
+          { name, from: source, digest: o.digest, ssh_user: o.sshUser, description: o.description },
+          !!o.json,
+        );
+        return;
+      }
+      if (o.digest) throw new Error("--digest belongs to an import from a disk's URL");
       const m = /^([a-z-]+):(.+)$/s.exec(source);
       if (!m) throw new Error(`${source}: give TYPE:PATH, such as oci-archive:./app.tar, or docker://REF`);
       // The daemon reads the file on its own host: relative paths are the caller's, so made absolute here.

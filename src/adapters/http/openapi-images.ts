@@ -11,7 +11,13 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       from: {
         type: 'string',
         description:
-          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs); or a container image to pull from a registry: docker://REF (python:3.12 is docker.io/library/python:3.12)",
+          "base image of a recipe, such as debian; or a host file to import: oci-archive:PATH, docker-archive:PATH, disk:PATH (inside the daemon's import_dirs); or a container image to pull from a registry: docker://REF (python:3.12 is docker.io/library/python:3.12); or a disk to download: its https:// URL (a distribution's cloud image, qcow2 or raw)",
+      },
+      digest: {
+        type: 'string',
+        pattern: '^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$',
+        description:
+          "imports from a URL: the disk's digest, checked after the download; needed for a plain http:// URL",
       },
       registry_auth: {
         type: 'object',
@@ -22,7 +28,7 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       from_vm: { type: 'string', description: 'a stopped VM to bake' },
       ssh_user: {
         type: 'string',
-        description: 'imports from disk: the user the daemon logs in as over SSH (default root)',
+        description: 'imports of a disk (disk:PATH or a URL): the user the daemon logs in as over SSH (default root)',
       },
       packages: { type: 'array', items: { type: 'string' } },
       run: { type: 'array', items: { type: 'string' } },

@@ -11,6 +11,7 @@ import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import { archiveSource, importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { registrySource } from './registry-pull.js';
+import { downloadDisk, downloadRoom } from './url-download.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -258,7 +259,7 @@ export class ImageCatalog {
 
   /**
    * A new image from a file on the host (`oci-archive:`, `docker-archive:`, `disk:`), read only
-   * inside `rules.dirs` (import_dirs), or from a registry (`docker://`). Made in a temporary
+   * inside `rules.dirs` (import_dirs), from a registry (`docker://`), or a disk from its URL. Made in a temporary
    * directory and renamed into place, so a refused or failed import leaves nothing.
    */
   async import(
@@ -270,14 +271,21 @@ export class ImageCatalog {
   ): Promise<void> {
     const id = this.canonical(name);
     if (this.manifest(id) || this.builds.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    const file = source.type === 'docker' ? undefined : await checkImportFile(source.path, rules.dirs);
+    const file = 'path' in source ? await checkImportFile(source.path, rules.dirs) : undefined;
     const tmp = this.builds.tempDir(id);
     const work = `${tmp}.work`;
     await this.builds.holding(id, async () => {
       try {
         await mkdir(this.root, { recursive: true });
         if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress);
-        else {
+        else if (source.type === 'url') {
+          await mkdir(work, { recursive: true });
+          const download = join(work, 'download');
+          await downloadDisk(source, download, await downloadRoom(work), progress);
+          // the disk's own steps after the download's, from 55% on
+          const rest = (p: ImageProgress) => progress({ ...p, percent: 55 + Math.round(p.percent * 0.45) });
+          await importDisk(download, tmp, { ...meta, id }, rest, source.url);
+        } else {
           await mkdir(work, { recursive: true });
           const from =
             source.type === 'docker'

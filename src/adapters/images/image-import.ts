@@ -136,26 +136,28 @@ export async function importDisk(
   out: string,
   meta: ImportMeta,
   progress: (p: ImageProgress) => void,
+  /** What the disk is called in messages and the manifest's source: `disk:NAME`, or the URL it came from. */
+  label = `disk:${file.split('/').pop()}`,
 ): Promise<void> {
   progress({ percent: 5, message: 'checking the disk' });
-  await sniffImportFile(file, 'disk');
+  await sniffImportFile(file, 'disk', label);
   let info: QemuImgInfo;
   try {
     const { stdout } = await run('qemu-img', ['info', '--output=json', file], { env: childEnv(), maxBuffer: 1 << 20 });
     info = JSON.parse(stdout) as QemuImgInfo;
   } catch (err) {
     throw new InvalidArgumentError(
-      `from: ${file} is not a disk image qemu-img can read: ${((err as { stderr?: string }).stderr ?? '').trim().slice(0, 300)}`,
+      `from: ${label} is not a disk image qemu-img can read: ${((err as { stderr?: string }).stderr ?? '').trim().slice(0, 300)}`,
     );
   }
   if (info.format === 'qcow2') {
     if (info['backing-filename'] || info['format-specific']?.data?.['data-file']) {
       throw new InvalidArgumentError(
-        `from: ${file} is a qcow2 that reads another file (backing or data file); flatten it first (qemu-img convert -O qcow2)`,
+        `from: ${label} is a qcow2 that reads another file (backing or data file); flatten it first (qemu-img convert -O qcow2)`,
       );
     }
   } else if (info.format !== 'raw') {
-    throw new InvalidArgumentError(`from: ${file} is a ${info.format} image; import a qcow2 or a raw disk`);
+    throw new InvalidArgumentError(`from: ${label} is a ${info.format} image; import a qcow2 or a raw disk`);
   }
   // A VM's disk is at least its image's size, and creates stop at LIMITS.disk_gb: a larger image
   // could never be used (a qcow2 header can claim a petabyte in a few hundred bytes).
@@ -163,7 +165,7 @@ export async function importDisk(
   const max = LIMITS.disk_gb[1];
   if (!Number.isSafeInteger(info['virtual-size']) || info['virtual-size'] <= 0 || gb > max) {
     throw new InvalidArgumentError(
-      `from: ${file} is a disk of ${gb} GB; at most ${max} GB can be imported (the largest disk a VM may have)`,
+      `from: ${label} is a disk of ${gb} GB; at most ${max} GB can be imported (the largest disk a VM may have)`,
     );
   }
   await mkdir(out, { recursive: true });
@@ -172,7 +174,6 @@ export async function importDisk(
     env: childEnv(),
   });
   progress({ percent: 95, message: 'writing the manifest' });
-  const name = file.split('/').pop();
   await writeFile(
     join(out, 'manifest.json'),
     JSON.stringify(
@@ -180,7 +181,7 @@ export async function importDisk(
         id: meta.id,
         format: 1,
         os: 'imported disk',
-        description: meta.description ?? `imported from disk:${name}`,
+        description: meta.description ?? `imported from ${label}`,
         kernel: '',
         initrd: '',
         disk: 'disk.qcow2',
@@ -189,7 +190,7 @@ export async function importDisk(
         ssh_user: meta.ssh_user ?? 'root',
         agent_ready: false,
         boot: 'firmware',
-        source: `disk:${name}`,
+        source: label,
       },
       null,
       2,

@@ -36,20 +36,37 @@ export async function checkImportFile(path: string, allowed: readonly string[], 
  * The first check of an import, the same on every adapter: a container archive is a tar (ustar
  * magic), a disk is a qcow2 or a raw disk with a partition table. InvalidArgumentError otherwise.
  */
-export async function sniffImportFile(file: string, type: ImageSource['type']): Promise<void> {
+export async function sniffImportFile(
+  file: string,
+  type: Exclude<ImageSource['type'], 'docker' | 'url'>,
+  label = file,
+): Promise<void> {
   const buf = await fileHead(file, 1024);
   const n = buf.length;
   if (type !== 'disk') {
     if (n < 512 || buf.subarray(257, 262).toString('latin1') !== 'ustar') {
       throw new InvalidArgumentError(
-        `from: ${file} is not a tar archive (an ${type} is what podman save, docker save or skopeo copy write)`,
+        `from: ${label} is not a tar archive (an ${type} is what podman save, docker save or skopeo copy write)`,
       );
     }
     return;
   }
+  const packed = COMPRESSED.find((c) => buf.subarray(0, c.magic.length).equals(c.magic));
+  if (packed)
+    throw new InvalidArgumentError(
+      `from: ${label} is ${packed.name}-compressed; import the disk itself (a .qcow2, .img or .raw), not an archive of it`,
+    );
   const qcow2 = buf.subarray(0, 4).equals(Buffer.from([0x51, 0x46, 0x49, 0xfb]));
   const mbr = n >= 512 && buf[510] === 0x55 && buf[511] === 0xaa;
   const gpt = buf.subarray(512, 520).toString('latin1') === 'EFI PART';
   if (!qcow2 && !mbr && !gpt)
-    throw new InvalidArgumentError(`from: ${file} is neither a qcow2 nor a raw disk with a partition table`);
+    throw new InvalidArgumentError(`from: ${label} is neither a qcow2 nor a raw disk with a partition table`);
 }
+
+/** What a disk shipped compressed starts with (a distribution's `.raw.xz`, `.img.gz`, `.tar.zst`). */
+const COMPRESSED = [
+  { name: 'xz', magic: Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]) },
+  { name: 'gzip', magic: Buffer.from([0x1f, 0x8b]) },
+  { name: 'zstd', magic: Buffer.from([0x28, 0xb5, 0x2f, 0xfd]) },
+  { name: 'bzip2', magic: Buffer.from('BZh') },
+];

@@ -83,6 +83,21 @@ describe('domain/parseImageRequest', () => {
       expect(() => normalRegistryRef(ref), ref).to.throw(InvalidArgumentError, /not a registry reference/);
   });
 
+  it("reads a disk's URL, with its digest and SSH user; plain HTTP only with the digest", () => {
+    const digest = `sha512:${'c'.repeat(128)}`;
+    expect(
+      parseImageRequest({ name: 'deb', from: 'https://cloud.example.test/d/disk.qcow2', ssh_user: 'debian' }),
+    ).to.deep.include({
+      kind: 'import',
+      source: { type: 'url', url: 'https://cloud.example.test/d/disk.qcow2' },
+      ssh_user: 'debian',
+    });
+    expect(parseImageRequest({ name: 'deb', from: 'http://10.1.2.3:8080/disk.img', digest }).kind).to.equal('import');
+    expect(parseImageRequest({ name: 'deb', from: 'HTTP://10.1.2.3/disk.img', digest })).to.deep.include({
+      source: { type: 'url', url: 'http://10.1.2.3/disk.img', digest },
+    });
+  });
+
   const bad: [string, unknown, RegExp][] = [
     ['a pull with recipe fields', { name: 'x', from: 'docker://x', run: ['true'] }, /belongs to a recipe/],
     ['a pull with an ssh user', { name: 'x', from: 'docker://x', ssh_user: 'root' }, /belongs to a recipe/],
@@ -102,7 +117,29 @@ describe('domain/parseImageRequest', () => {
       { name: 'x', from: 'docker://x', registry_auth: { token: 't' } },
       /unknown field "token"/,
     ],
-    ['an unknown import type', { name: 'x', from: 'http://example/x.tar' }, /unknown source "http:"/],
+    ['an unknown import type', { name: 'x', from: 'ftp://example/x.tar' }, /unknown source "ftp:"/],
+    [
+      'a plain-HTTP URL without a digest',
+      { name: 'x', from: 'http://example.test/x.qcow2' },
+      /^from: http:\/\/example.test is plain HTTP; give the image's digest/,
+    ],
+    [
+      'a digest that is not one',
+      { name: 'x', from: 'https://example.test/x.qcow2', digest: 'md5:abc' },
+      /digest must be sha256:HEX/,
+    ],
+    [
+      'a URL with a login in it',
+      { name: 'x', from: 'https://u:p@example.test/x.qcow2' },
+      /without a user or password in it/,
+    ],
+    ['a URL that is not one', { name: 'x', from: 'https://exa mple/x' }, /is not a URL/],
+    ['a URL with recipe fields', { name: 'x', from: 'https://e.test/x', run: ['true'] }, /belongs to a recipe/],
+    [
+      'a digest without a URL',
+      { name: 'x', from: 'disk:/x.qcow2', digest: `sha256:${'a'.repeat(64)}` },
+      /digest belongs/,
+    ],
     ['a relative import path', { name: 'x', from: 'oci-archive:app.tar' }, /absolute path/],
     ['an import with recipe fields', { name: 'x', from: 'disk:/x.qcow2', packages: ['jq'] }, /belongs to a recipe/],
     ['a bad ssh user', { name: 'x', from: 'disk:/x.qcow2', ssh_user: 'root; id' }, /ssh_user must be a user name/],

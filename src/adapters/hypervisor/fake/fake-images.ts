@@ -12,6 +12,7 @@ import {
 } from '../../../domain/errors.js';
 import type { ImageSource, ImportRules } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
+import { downloadDisk, downloadRoom } from '../../images/url-download.js';
 import type { VmRef } from '../../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/guest-images.js';
 
@@ -114,8 +115,9 @@ export abstract class FakeImages {
   }
 
   /**
-   * Checks the host file as the QEMU adapter does first; a disk is an SSH image, an archive an agent
-   * one. An image in a registry is taken as it is named (the fake reaches no registry).
+   * Checks the host file as the QEMU adapter does first, and downloads a disk's URL as it does; a
+   * disk is an SSH image, an archive an agent one. An image in a registry is taken as it is named
+   * (the fake reaches no registry).
    */
   async importImage(
     id: string,
@@ -126,12 +128,22 @@ export abstract class FakeImages {
   ): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     if (source.type === 'docker') progress({ percent: 50, message: `pulling docker://${source.ref}` });
-    else {
+    else if (source.type === 'url') {
+      // downloaded and checked as the QEMU adapter does: a refused download is refused here too
+      const work = await mkdtemp(join(tmpdir(), 'svc-fake-download-'));
+      try {
+        const file = join(work, 'download');
+        await downloadDisk(source, file, await downloadRoom(work), progress);
+        await sniffImportFile(file, 'disk', source.url);
+      } finally {
+        await rm(work, { recursive: true, force: true });
+      }
+    } else {
       const file = await checkImportFile(source.path, rules.dirs);
       await sniffImportFile(file, source.type);
       progress({ percent: 50, message: `importing ${source.type}:${file}` });
     }
-    const disk = source.type === 'disk';
+    const disk = source.type === 'disk' || source.type === 'url';
     this.images[id] = {
       id,
       agent_ready: !disk,

@@ -1,0 +1,124 @@
+import { createHash } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { statfs } from 'node:fs/promises';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream } from 'node:stream/web';
+import { formatBytes } from '../../domain/bytes.js';
+import { LIMITS } from '../../domain/create-request.js';
+import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
+import type { UrlSource } from '../../domain/image-request.js';
+import type { ImageProgress } from '../../ports/guest-images.js';
+
+/** How long a download may take in all, and how long it may send nothing. */
+export const DOWNLOAD_TIMEOUTS = { totalMs: 60 * 60_000, idleMs: 60_000 };
+
+/** The largest disk a VM may have, and a GiB of a qcow2's tables over it: more is never a usable disk. */
+const DOWNLOAD_MAX_BYTES = (LIMITS.disk_gb[1] + 1) * 2 ** 30;
+
+/**
+ * What a download into `dir` may come to: half the room free there (the file and the qcow2 made
+ * from it), and never more than the largest usable disk.
+ */
+export async function downloadRoom(dir: string): Promise<{ bytes: number; why: string }> {
+  const fs = await statfs(dir);
+  const half = Math.floor((fs.bavail * fs.bsize) / 2);
+  return half >= DOWNLOAD_MAX_BYTES
+    ? { bytes: DOWNLOAD_MAX_BYTES, why: `the largest disk a VM may have is ${LIMITS.disk_gb[1]} GB` }
+    : { bytes: half, why: `half the ${formatBytes(half * 2)} free where images are built` };
+}
+
+/**
+ * Downloads a disk's URL into `file`, bounded by `limit` (a Content-Length over it is refused
+ * before a byte is read; a body that passes it is cut off), by DOWNLOAD_TIMEOUTS, and checked
+ * against the source's digest. Redirects are followed; one that lands on plain HTTP needs the
+ * digest as a plain-HTTP URL does. Every failure is an InvalidArgumentError that names the URL.
+ */
+export async function downloadDisk(
+  source: UrlSource,
+  file: string,
+  limit: { bytes: number; why: string },
+  progress: (p: ImageProgress) => void,
+  timeouts = DOWNLOAD_TIMEOUTS,
+): Promise<void> {
+  const refuse = (why: string) => new InvalidArgumentError(`from: ${source.url}: ${why}`);
+  const abort = new AbortController();
+  let idle: NodeJS.Timeout | undefined;
+  const stall = () => {
+    clearTimeout(idle);
+    idle = setTimeout(
+      () => abort.abort(refuse(`nothing came for ${timeouts.idleMs / 1000} s`)),
+      timeouts.idleMs,
+    ).unref();
+  };
+  const total = setTimeout(
+    () => abort.abort(refuse(`not downloaded within ${timeouts.totalMs / 60_000} minutes`)),
+    timeouts.totalMs,
+  ).unref();
+  const [algorithm, want] = source.digest ? source.digest.split(':') : ['sha256', undefined];
+  const hash = createHash(algorithm);
+  try {
+    stall();
+    const res = await fetch(source.url, { signal: abort.signal, redirect: 'follow' }).catch((err: unknown) => {
+      throw abort.signal.aborted ? abort.signal.reason : refuse(`could not be reached: ${causeOf(err)}`);
+    });
+    if (!res.ok) {
+      await res.body?.cancel().catch(() => undefined);
+      throw refuse(`answered ${res.status} ${res.statusText}`.trim());
+    }
+    if (new URL(res.url).protocol === 'http:' && !want) {
+      await res.body?.cancel().catch(() => undefined);
+      throw refuse(`redirected to plain HTTP (${new URL(res.url).origin}); give the image's digest`);
+    }
+    const length = Number(res.headers.get('content-length') ?? NaN);
+    if (length > limit.bytes) {
+      await res.body?.cancel().catch(() => undefined);
+      throw refuse(`${formatBytes(length)}, more than ${formatBytes(limit.bytes)} (${limit.why})`);
+    }
+    if (!res.body) throw refuse('answered without a body');
+    let got = 0;
+    let shown = -1;
+    const count = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        stall();
+        got += chunk.length;
+        if (got > limit.bytes)
+          return done(refuse(`more than ${formatBytes(limit.bytes)} (${limit.why}); the download was stopped`));
+        hash.update(chunk);
+        const pct = Number.isFinite(length) && length > 0 ? Math.floor((got / length) * 50) : -1;
+        if (pct !== shown) {
+          shown = pct;
+          progress({
+            percent: 5 + Math.max(0, pct),
+            message: `downloading: ${formatBytes(got)}${pct >= 0 ? ` of ${formatBytes(length)}` : ''}`,
+          });
+        }
+        done(null, chunk);
+      },
+    });
+    await pipeline(
+      Readable.fromWeb(res.body as ReadableStream<Uint8Array>, { signal: abort.signal }),
+      count,
+      createWriteStream(file, { mode: 0o600 }),
+    ).catch((err: unknown) => {
+      if (err instanceof InvalidArgumentError) throw err;
+      throw abort.signal.aborted ? abort.signal.reason : refuse(`the download broke off: ${causeOf(err)}`);
+    });
+    if (Number.isFinite(length) && got !== length)
+      throw refuse(`${formatBytes(got)} came of the ${formatBytes(length)} announced`);
+    progress({ percent: 55, message: `downloaded ${formatBytes(got)}` });
+  } finally {
+    clearTimeout(idle);
+    clearTimeout(total);
+  }
+  if (want) {
+    const is = hash.digest('hex');
+    if (is !== want) throw refuse(`its ${algorithm} is ${is}, not the digest given (${want})`);
+  }
+}
+
+/** What fetch's "fetch failed" was for (ECONNREFUSED, a certificate not trusted, ...). */
+function causeOf(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  return (cause?.code ?? cause?.message ?? errorMessage(err)).slice(0, 300);
+}

@@ -1,0 +1,122 @@
+import { expect } from 'chai';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { downloadDisk } from '../../../../src/adapters/images/url-download.js';
+import { InvalidArgumentError } from '../../../../src/domain/errors.js';
+import type { UrlSource } from '../../../../src/domain/image-request.js';
+import type { ImageProgress } from '../../../../src/ports/guest-images.js';
+
+const DISK = Buffer.alloc(256 << 10, 7);
+const sha = (algorithm: string, b: Buffer) => `${algorithm}:${createHash(algorithm).update(b).digest('hex')}`;
+
+describe('adapters/images/downloadDisk (a disk from its URL)', () => {
+  let server: Server;
+  let base: string;
+  let dir: string;
+  const routes: Record<string, (res: ServerResponse) => void> = {
+    '/disk': (res) => res.writeHead(200, { 'content-length': DISK.length }).end(DISK),
+    '/moved': (res) => res.writeHead(302, { location: '/disk' }).end(),
+    '/chunked': (res) => {
+      res.writeHead(200);
+      res.write(DISK);
+      res.end(DISK);
+    },
+    '/claims-a-terabyte': (res) => {
+      res.writeHead(200, { 'content-length': String(2 ** 40) });
+      res.write(DISK);
+    },
+    '/stalls': (res) => {
+      res.writeHead(200, { 'content-length': DISK.length * 2 });
+      res.write(DISK);
+    },
+    '/short': (res) => {
+      res.writeHead(200, { 'content-length': DISK.length * 2 });
+      res.end(DISK);
+      res.socket?.destroy();
+    },
+  };
+  const limit = { bytes: 1 << 20, why: 'the test' };
+  const get = (path: string, digest?: string, progress: (p: ImageProgress) => void = () => undefined) => {
+    const source: UrlSource = { type: 'url', url: base + path, ...(digest ? { digest } : {}) };
+    return downloadDisk(source, join(dir, 'download'), limit, progress, { totalMs: 5000, idleMs: 300 });
+  };
+  const refusal = async (p: Promise<void>) => {
+    const err = await p.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    return (err as Error).message;
+  };
+
+  before(async () => {
+    server = createServer((req, res) => (routes[req.url ?? ''] ?? ((r) => r.writeHead(404).end()))(res));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'svc-download-'))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('downloads a disk whole, redirects followed, its digest (sha256 or sha512) checked, with progress', async () => {
+    const seen: ImageProgress[] = [];
+    await get('/moved', sha('sha512', DISK), (p) => void seen.push(p));
+    expect(readFileSync(join(dir, 'download')).equals(DISK)).to.equal(true);
+    expect(seen.at(-1)).to.deep.equal({ percent: 55, message: 'downloaded 256 KiB' });
+    expect(seen.map((p) => p.percent)).to.deep.equal([...seen.map((p) => p.percent)].sort((a, b) => a - b));
+    await get('/chunked', sha('sha256', Buffer.concat([DISK, DISK])));
+    expect(readFileSync(join(dir, 'download')).length).to.equal(DISK.length * 2);
+  });
+
+  it('refuses a digest that does not match, saying both', async () => {
+    const wrong = sha('sha256', Buffer.from('another disk'));
+    expect(await refusal(get('/disk', wrong))).to.equal(
+      `from: ${base}/disk: its sha256 is ${sha('sha256', DISK).slice(7)}, not the digest given (${wrong.slice(7)})`,
+    );
+  });
+
+  it('refuses plain HTTP without a digest, a redirect included', async () => {
+    expect(await refusal(get('/moved'))).to.equal(
+      `from: ${base}/moved: redirected to plain HTTP (${base}); give the image's digest`,
+    );
+  });
+
+  it('refuses more than the limit: a Content-Length over it before reading, a body that runs past it as it comes', async () => {
+    expect(await refusal(get('/claims-a-terabyte', sha('sha256', DISK)))).to.equal(
+      `from: ${base}/claims-a-terabyte: 1.0 TiB, more than 1.0 MiB (the test)`,
+    );
+    const bigger = { ...limit, bytes: DISK.length + 1000 };
+    const source: UrlSource = { type: 'url', url: `${base}/chunked`, digest: sha('sha256', DISK) };
+    const err = await downloadDisk(source, join(dir, 'download'), bigger, () => undefined).catch((e: Error) => e);
+    expect((err as Error).message).to.equal(
+      `from: ${base}/chunked: more than 257 KiB (the test); the download was stopped`,
+    );
+  });
+
+  it('gives up on a server that stops sending, one that closes early, a 404 and a port with nobody', async () => {
+    const t0 = Date.now();
+    expect(await refusal(get('/stalls', sha('sha256', DISK)))).to.equal(`from: ${base}/stalls: nothing came for 0.3 s`);
+    expect(Date.now() - t0).to.be.below(3000);
+    expect(await refusal(get('/short', sha('sha256', DISK)))).to.match(
+      new RegExp(`^from: ${base}/short: (the download broke off: .+|256 KiB came of the 512 KiB announced)$`),
+    );
+    expect(await refusal(get('/nothing-here', sha('sha256', DISK)))).to.equal(
+      `from: ${base}/nothing-here: answered 404 Not Found`,
+    );
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as AddressInfo).port;
+    closed.close();
+    const source: UrlSource = { type: 'url', url: `http://127.0.0.1:${port}/x`, digest: sha('sha256', DISK) };
+    const err = await downloadDisk(source, join(dir, 'x'), limit, () => undefined).catch((e: Error) => e);
+    expect((err as Error).message).to.equal(`from: http://127.0.0.1:${port}/x: could not be reached: ECONNREFUSED`);
+    expect(existsSync(join(dir, 'x'))).to.equal(false);
+  });
+});
