@@ -1,7 +1,9 @@
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,6 +75,45 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
     expect(seen.map((p) => p.percent)).to.deep.equal([...seen.map((p) => p.percent)].sort((a, b) => a - b));
     await get('/chunked', sha('sha256', Buffer.concat([DISK, DISK])));
     expect(readFileSync(join(dir, 'download')).length).to.equal(DISK.length * 2);
+  });
+
+  it("checks an https server's certificate: one of its own making is not trusted", async () => {
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-days',
+        '1',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
+    const tls = createHttpsServer(
+      { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
+      (_req, res) => res.end(DISK),
+    );
+    await new Promise<void>((r) => tls.listen(0, '127.0.0.1', r));
+    const url = `https://127.0.0.1:${(tls.address() as AddressInfo).port}/disk`;
+    try {
+      const err = await downloadDisk({ type: 'url', url }, join(dir, 'download'), limit, () => undefined).catch(
+        (e: Error) => e,
+      );
+      expect((err as Error).message).to.equal(`from: ${url}: could not be reached: DEPTH_ZERO_SELF_SIGNED_CERT`);
+    } finally {
+      tls.closeAllConnections();
+      tls.close();
+    }
   });
 
   it('refuses a digest that does not match, saying both', async () => {
