@@ -6,6 +6,7 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { join } from 'node:path';
 import { downloadDisk } from '../../../../src/adapters/images/url-download.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
@@ -22,6 +23,12 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
   const routes: Record<string, (res: ServerResponse) => void> = {
     '/disk': (res) => res.writeHead(200, { 'content-length': DISK.length }).end(DISK),
     '/moved': (res) => res.writeHead(302, { location: '/disk' }).end(),
+    // a server that compresses what it sends whenever the client says it may
+    '/gzips': (res) => {
+      if (!/gzip/.test(String(res.req.headers['accept-encoding']))) return res.end(DISK);
+      const packed = gzipSync(DISK);
+      res.writeHead(200, { 'content-encoding': 'gzip', 'content-length': packed.length }).end(packed);
+    },
     '/chunked': (res) => {
       res.writeHead(200);
       res.write(DISK);
@@ -73,6 +80,8 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
     expect(readFileSync(join(dir, 'download')).equals(DISK)).to.equal(true);
     expect(seen.at(-1)).to.deep.equal({ percent: 55, message: 'downloaded 256 KiB' });
     expect(seen.map((p) => p.percent)).to.deep.equal([...seen.map((p) => p.percent)].sort((a, b) => a - b));
+    await get('/gzips', sha('sha256', DISK));
+    expect(readFileSync(join(dir, 'download')).equals(DISK), 'asked for the bytes as they are').to.equal(true);
     await get('/chunked', sha('sha256', Buffer.concat([DISK, DISK])));
     expect(readFileSync(join(dir, 'download')).length).to.equal(DISK.length * 2);
   });
