@@ -1,14 +1,14 @@
 import { execFile } from 'node:child_process';
-import { mkdir, statfs, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { LIMITS } from '../../domain/create-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
 import { childEnv } from '../process-kit/child-env.js';
+import { roomIn } from '../fs-kit/free-room.js';
 import { sniffImportFile } from './import-files.js';
-import { checkLayers, imageEnvScript, readOciLayout, UNPACKED_CAP, type UnpackedLimit } from './oci-layout.js';
+import { checkLayers, imageEnvScript, readOciLayout, UNPACKED_CAP } from './oci-layout.js';
 import { skopeoWords, type SkopeoSource } from './registry-pull.js';
 
 const run = promisify(execFile);
@@ -48,21 +48,6 @@ export async function archiveSource(
 }
 
 /**
- * What an image's files may add up to when built in `work`: the build holds them three times at
- * its peak (the unpacked tree, the ext4 disk made from it, and its qcow2 copy), so a third of the
- * room there, and never more than svc's cap.
- */
-export async function unpackRoom(work: string): Promise<UnpackedLimit> {
-  const fs = await statfs(work);
-  const free = fs.bavail * fs.bsize;
-  if (free / 3 >= UNPACKED_CAP.bytes) return UNPACKED_CAP;
-  return {
-    bytes: Math.floor(free / 3),
-    why: `a third of the ${formatBytes(free)} free where images are built: the build holds them three times`,
-  };
-}
-
-/**
  * A container image (an archive, or an image in a registry: `archiveSource`, `registrySource`)
  * into a golden image in `out`: skopeo copies it into an OCI layout, every layer entry is checked
  * (nothing climbs out of the root), and build-image.sh (kind oci) applies the layers with umoci
@@ -97,7 +82,8 @@ export async function importContainer(
   }
   progress({ percent: 20, message: 'checking the layers' });
   const img = await readOciLayout(layout);
-  await checkLayers(img.layers, await unpackRoom(work));
+  const room = await roomIn(work, 3, UNPACKED_CAP, 'the build holds the tree, the ext4 disk made of it and its qcow2');
+  await checkLayers(img.layers, room);
   const envFile = join(work, 'image.env');
   await writeFile(envFile, imageEnvScript(img.config));
   const cfgFile = join(work, 'image-config.json');

@@ -7,6 +7,7 @@ import tar from 'tar-stream';
 import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { fileHead } from '../fs-kit/file-head.js';
+import type { Room } from '../fs-kit/free-room.js';
 import { shellWord } from '../process-kit/shell-word.js';
 
 /** The part of an OCI image config svc uses: what `docker run` would start the container with. */
@@ -29,14 +30,8 @@ export interface OciImage {
 const MAX_JSON = 4 << 20;
 export const MAX_LAYERS = 128;
 const MAX_ENTRIES = 2_000_000;
-/** What the layers' files may add up to, and why that much (said in the refusal). */
-export interface UnpackedLimit {
-  bytes: number;
-  why: string;
-}
-
 /** The most an imported image's layers may hold, file data summed over every layer. */
-export const UNPACKED_CAP: UnpackedLimit = { bytes: 64 * 2 ** 30, why: "svc's cap on an imported image" };
+export const UNPACKED_CAP: Room = { bytes: 64 * 2 ** 30, why: "svc's cap on an imported image" };
 const DIGEST = /^sha256:[a-f0-9]{64}$/;
 
 async function json(path: string, what: string): Promise<Record<string, unknown>> {
@@ -113,7 +108,7 @@ export function escapes(name: string): boolean {
  * an image whose files add up to more than `limit` (a small layer of zeros unpacks a thousandfold),
  * as soon as a header says so, before its data is read.
  */
-export async function checkLayers(layers: string[], limit: UnpackedLimit = UNPACKED_CAP): Promise<void> {
+export async function checkLayers(layers: string[], limit: Room = UNPACKED_CAP): Promise<void> {
   let entries = 0;
   let bytes = 0;
   for (const [i, path] of layers.entries()) {

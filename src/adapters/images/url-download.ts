@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { statfs } from 'node:fs/promises';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream } from 'node:stream/web';
@@ -9,24 +8,19 @@ import { LIMITS } from '../../domain/create-request.js';
 import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
 import type { UrlSource } from '../../domain/image-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
+import { roomIn, type Room } from '../fs-kit/free-room.js';
 
 /** How long a download may take in all, and how long it may send nothing. */
 export const DOWNLOAD_TIMEOUTS = { totalMs: 60 * 60_000, idleMs: 60_000 };
 
 /** The largest disk a VM may have, and a GiB of a qcow2's tables over it: more is never a usable disk. */
-const DOWNLOAD_MAX_BYTES = (LIMITS.disk_gb[1] + 1) * 2 ** 30;
+const DOWNLOAD_CAP: Room = {
+  bytes: (LIMITS.disk_gb[1] + 1) * 2 ** 30,
+  why: `the largest disk a VM may have is ${LIMITS.disk_gb[1]} GB`,
+};
 
-/**
- * What a download into `dir` may come to: half the room free there (the file and the qcow2 made
- * from it), and never more than the largest usable disk.
- */
-export async function downloadRoom(dir: string): Promise<{ bytes: number; why: string }> {
-  const fs = await statfs(dir);
-  const half = Math.floor((fs.bavail * fs.bsize) / 2);
-  return half >= DOWNLOAD_MAX_BYTES
-    ? { bytes: DOWNLOAD_MAX_BYTES, why: `the largest disk a VM may have is ${LIMITS.disk_gb[1]} GB` }
-    : { bytes: half, why: `half the ${formatBytes(half * 2)} free where images are built` };
-}
+/** What a download into `dir` may come to: the file and the qcow2 made of it must both fit. */
+export const downloadRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DOWNLOAD_CAP, 'the download and its qcow2');
 
 /**
  * Downloads a disk's URL into `file`, bounded by `limit` (a Content-Length over it is refused
@@ -37,7 +31,7 @@ export async function downloadRoom(dir: string): Promise<{ bytes: number; why: s
 export async function downloadDisk(
   source: UrlSource,
   file: string,
-  limit: { bytes: number; why: string },
+  limit: Room,
   progress: (p: ImageProgress) => void,
   timeouts = DOWNLOAD_TIMEOUTS,
 ): Promise<void> {
