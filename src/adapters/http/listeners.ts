@@ -58,15 +58,7 @@ export class HttpListeners {
     allowedOrigins?: readonly string[];
   }): Promise<void> {
     await HttpListeners.claim(opts.socket);
-    await unlink(opts.socket).catch(() => undefined);
-    const unix = this.server();
-    const old = process.umask(0o177);
-    try {
-      await listen(unix, () => unix.listen(opts.socket));
-    } finally {
-      process.umask(old);
-    }
-    await chmod(opts.socket, 0o600);
+    // TCP first: whoever finds the socket answering (svc, a script, a test) finds the port too.
     if (opts.api) {
       const { host, port } = parseApiAddress(opts.api);
       const tcp = this.server(
@@ -81,6 +73,15 @@ export class HttpListeners {
       });
       this.tcpPort = (tcp.address() as AddressInfo).port;
     }
+    await unlink(opts.socket).catch(() => undefined);
+    const unix = this.server();
+    const old = process.umask(0o177);
+    try {
+      await listen(unix, () => unix.listen(opts.socket));
+    } finally {
+      process.umask(old);
+    }
+    await chmod(opts.socket, 0o600);
   }
 
   private server(refuse?: Refusal): Server {
