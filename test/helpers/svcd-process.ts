@@ -47,9 +47,15 @@ export async function spawnSvcd(
       (r) => r.status === 200,
       () => false,
     );
+  let answered = false;
   for (const until = Date.now() + 30_000; Date.now() < until && proc.exitCode === null && proc.signalCode === null;) {
-    if (await answers()) break;
+    if ((answered = await answers())) break;
     await new Promise((r) => setTimeout(r, 25));
+  }
+  // One that exited is the caller's to look at (a failpoint's test); one still starting is a failure here.
+  if (!answered && proc.exitCode === null && proc.signalCode === null) {
+    proc.kill('SIGKILL');
+    throw new Error(`svcd did not answer on ${socket} within 30 s: ${err.slice(-2000)}`);
   }
   return {
     proc,

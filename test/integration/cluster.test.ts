@@ -27,7 +27,8 @@ interface Node {
 
 const until = async (what: string, ms: number, ok: () => Promise<boolean>) => {
   const end = Date.now() + ms;
-  while (!(await ok())) {
+  // a node not answering yet (starting, or restarted by the test) is waited for too
+  while (!(await ok().catch(() => false))) {
     if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
