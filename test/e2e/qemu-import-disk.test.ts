@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { createReadStream, statSync } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
@@ -53,15 +54,17 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
   });
 
   it('imports the same disk from its URL, the digest checked, as the same image', async () => {
-    const body = readFileSync(disk);
+    // streamed from the fixture (hundreds of MiB), as a web server would
     const server = createServer((_req, res) => {
-      res.writeHead(200, { 'content-length': body.length });
-      res.end(body);
+      res.writeHead(200, { 'content-length': statSync(disk).size });
+      createReadStream(disk).pipe(res);
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cloud.qcow2`;
     try {
-      const digest = `sha256:${createHash('sha256').update(body).digest('hex')}`;
+      const hash = createHash('sha256');
+      await pipeline(createReadStream(disk), hash);
+      const digest = `sha256:${hash.digest('hex')}`;
       const r = await d.call('POST', '/images?stream=1', { name: 'cloud-url', from: url, digest });
       const events = ndjson(r.text);
       expect(events.at(-1)!.phase, r.text).to.equal('ready');

@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
@@ -115,9 +116,11 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(bad.code).to.not.equal(0);
     expect(bad.stderr).to.match(/neither a qcow2 nor a raw disk/);
     // the same disk from its URL (plain HTTP on loopback: the digest vouches for it)
-    const server = createServer((req, res) =>
-      req.url === '/cloud.raw' ? res.end(mbr) : res.writeHead(404).end('no such disk'),
-    );
+    const served: Record<string, Buffer> = { '/cloud.raw': mbr, '/cloud.raw.gz': gzipSync(mbr) };
+    const server = createServer((req, res) => {
+      const body = served[req.url ?? ''];
+      return body ? res.end(body) : res.writeHead(404).end('no such disk');
+    });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/cloud.raw`;
     try {
@@ -125,6 +128,10 @@ describe('svc CLI as a subprocess against a real daemon', function () {
       const u = await run(['image', 'import', 'cloud-url', url, '--digest', digest, '--ssh-user', 'debian', '--json']);
       expect(u.code, u.stderr).to.equal(0);
       expect(JSON.parse(u.stdout)).to.include({ id: 'cloud-url', agent_ready: false, ssh_user: 'debian' });
+      const gz = `sha256:${createHash('sha256').update(served['/cloud.raw.gz']).digest('hex')}`;
+      const packed = await run(['image', 'import', 'cloud-gz', `${url}.gz`, '--digest', gz, '--json']);
+      expect(packed.code, packed.stderr).to.equal(0);
+      expect(JSON.parse(packed.stdout)).to.include({ id: 'cloud-gz', agent_ready: false });
       const wrong = await run(['image', 'import', 'cloud-bad', url, '--digest', `sha256:${'0'.repeat(64)}`]);
       expect(wrong.code).to.not.equal(0);
       expect(wrong.stderr).to.include(`from: ${url}: its sha256 is ${digest.slice(7)}, not the digest given`);

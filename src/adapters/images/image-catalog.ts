@@ -277,16 +277,15 @@ export class ImageCatalog {
     await this.builds.holding(id, async () => {
       try {
         await mkdir(this.root, { recursive: true });
-        if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress);
+        await mkdir(work, { recursive: true });
+        if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress, { work });
         else if (source.type === 'url') {
-          await mkdir(work, { recursive: true });
           const download = join(work, 'download');
           await downloadDisk(source, download, await downloadRoom(work), progress);
           // the disk's own steps after the download's, from 55% on
           const rest = (p: ImageProgress) => progress({ ...p, percent: 55 + Math.round(p.percent * 0.45) });
-          await importDisk(download, tmp, { ...meta, id }, rest, source.url);
+          await importDisk(download, tmp, { ...meta, id }, rest, { work, label: source.url });
         } else {
-          await mkdir(work, { recursive: true });
           const from =
             source.type === 'docker'
               ? await registrySource(source, work, rules.insecureRegistries)

@@ -1,8 +1,16 @@
 import { realpath, stat } from 'node:fs/promises';
+import { LIMITS } from '../../domain/create-request.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import type { ImageSource } from '../../domain/image-request.js';
 import { fileHead } from '../fs-kit/file-head.js';
+import type { Room } from '../fs-kit/free-room.js';
 import { allowedDirs, within, writtenWithin } from '../fs-kit/paths.js';
+
+/** The largest disk a VM may have, and a GiB of a qcow2's tables over it: a disk's file is never more. */
+export const DISK_FILE_CAP: Room = {
+  bytes: (LIMITS.disk_gb[1] + 1) * 2 ** 30,
+  why: `the largest disk a VM may have is ${LIMITS.disk_gb[1]} GB`,
+};
 
 /**
  * A host file an image is imported from: it must exist, be a regular file, and with its links
@@ -54,7 +62,7 @@ export async function sniffImportFile(
   const packed = COMPRESSED.find((c) => buf.subarray(0, c.magic.length).equals(c.magic));
   if (packed)
     throw new InvalidArgumentError(
-      `from: ${label} is ${packed.name}-compressed; import the disk itself (a .qcow2, .img or .raw), not an archive of it`,
+      `from: ${label} is ${packed.name}-compressed; import the disk itself (a .qcow2, .img or .raw), or an xz or gzip of it`,
     );
   const qcow2 = buf.subarray(0, 4).equals(Buffer.from([0x51, 0x46, 0x49, 0xfb]));
   const mbr = n >= 512 && buf[510] === 0x55 && buf[511] === 0xaa;
@@ -63,8 +71,8 @@ export async function sniffImportFile(
     throw new InvalidArgumentError(`from: ${label} is neither a qcow2 nor a raw disk with a partition table`);
 }
 
-/** What a disk shipped compressed starts with (a distribution's `.raw.xz`, `.img.gz`, `.tar.zst`). */
-const COMPRESSED = [
+/** What a disk shipped compressed starts with (a distribution's `.raw.xz`, `.img.gz`); xz and gzip are unpacked (disk-unpack.ts). */
+export const COMPRESSED = [
   { name: 'xz', magic: Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]) },
   { name: 'gzip', magic: Buffer.from([0x1f, 0x8b]) },
   { name: 'zstd', magic: Buffer.from([0x28, 0xb5, 0x2f, 0xfd]) },

@@ -4,23 +4,17 @@ import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream } from 'node:stream/web';
 import { formatBytes } from '../../domain/bytes.js';
-import { LIMITS } from '../../domain/create-request.js';
 import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
 import type { UrlSource } from '../../domain/image-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
 import { roomIn, type Room } from '../fs-kit/free-room.js';
+import { DISK_FILE_CAP } from './import-files.js';
 
 /** How long a download may take in all, and how long it may send nothing. */
 export const DOWNLOAD_TIMEOUTS = { totalMs: 60 * 60_000, idleMs: 60_000 };
 
-/** The largest disk a VM may have, and a GiB of a qcow2's tables over it: more is never a usable disk. */
-const DOWNLOAD_CAP: Room = {
-  bytes: (LIMITS.disk_gb[1] + 1) * 2 ** 30,
-  why: `the largest disk a VM may have is ${LIMITS.disk_gb[1]} GB`,
-};
-
 /** What a download into `dir` may come to: the file and the qcow2 made of it must both fit. */
-export const downloadRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DOWNLOAD_CAP, 'the download and its qcow2');
+export const downloadRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DISK_FILE_CAP, 'the download and its qcow2');
 
 /**
  * Downloads a disk's URL into `file`, bounded by `limit` (a Content-Length over it is refused

@@ -13,6 +13,7 @@ import {
 import type { ImageSource, ImportRules } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import { downloadDisk, downloadRoom } from '../../images/url-download.js';
+import { unpackDisk, unpackRoom } from '../../images/disk-unpack.js';
 import type { VmRef } from '../../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/guest-images.js';
 
@@ -128,13 +129,16 @@ export abstract class FakeImages {
   ): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     if (source.type === 'docker') progress({ percent: 50, message: `pulling docker://${source.ref}` });
-    else if (source.type === 'url') {
-      // downloaded and checked as the QEMU adapter does: a refused download is refused here too
-      const work = await mkdtemp(join(tmpdir(), 'svc-fake-download-'));
+    else if (source.type === 'url' || source.type === 'disk') {
+      // downloaded, unpacked and checked as the QEMU adapter does: what it refuses is refused here too
+      const work = await mkdtemp(join(tmpdir(), 'svc-fake-disk-'));
       try {
-        const file = join(work, 'download');
-        await downloadDisk(source, file, await downloadRoom(work), progress);
-        await sniffImportFile(file, 'disk', source.url);
+        let file = source.type === 'disk' ? await checkImportFile(source.path, rules.dirs) : join(work, 'download');
+        if (source.type === 'url') await downloadDisk(source, file, await downloadRoom(work), progress);
+        const label = source.type === 'url' ? source.url : `disk:${file.split('/').pop()}`;
+        file = await unpackDisk(file, work, label, await unpackRoom(work), progress);
+        await sniffImportFile(file, 'disk', label);
+        progress({ percent: 50, message: `importing ${label}` });
       } finally {
         await rm(work, { recursive: true, force: true });
       }
