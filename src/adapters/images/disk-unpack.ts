@@ -52,6 +52,9 @@ export async function unpackDisk(
       : undefined;
   let stderr = '';
   xz?.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-400)));
+  // no xz on the host (scripts/ensure-host-deps.sh installs it): the host's fault, a 500 that says so
+  let notRun: Error | undefined;
+  xz?.once('error', (err) => (notRun = new Error(`xz could not be run: ${err.message}`)));
   const exited = xz && new Promise<number | null>((r) => xz.once('close', (code) => r(code)));
   const sink = createWriteStream(out, { mode: 0o600 });
   try {
@@ -61,6 +64,7 @@ export async function unpackDisk(
     if (xz && code !== 0) throw new Error(stderr.trim() || `xz exited with ${code}`);
   } catch (err) {
     xz?.kill('SIGKILL');
+    if (notRun) throw notRun;
     if (err instanceof InvalidArgumentError) throw err;
     throw new InvalidArgumentError(`from: ${label} is not a whole ${kind} file: ${errorMessage(err).slice(0, 300)}`);
   }

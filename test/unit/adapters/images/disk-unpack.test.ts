@@ -57,6 +57,16 @@ describe('adapters/images/unpackDisk (a disk shipped as .xz or .gz)', () => {
     expect(((await unpack(cut).catch((e: Error) => e)) as Error).message).to.match(
       /^from: disk:x is not a whole gzip file: /,
     );
+    // a host without xz: an error of the host's (a 500 that says so), not a 400 and not a crash
+    const path = process.env.PATH;
+    process.env.PATH = join(dir, 'no-tools-here');
+    try {
+      const noXz = await unpack(`${xzBomb}.xz`).catch((e: Error) => e);
+      expect(noXz).to.not.be.instanceOf(InvalidArgumentError);
+      expect((noXz as Error).message).to.equal('xz could not be run: spawn xz ENOENT');
+    } finally {
+      process.env.PATH = path;
+    }
     const badXz = join(dir, 'bad.xz');
     writeFileSync(badXz, Buffer.concat([Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]), Buffer.alloc(100, 1)]));
     expect(((await unpack(badXz).catch((e: Error) => e)) as Error).message).to.match(
