@@ -259,8 +259,8 @@ export class ImageCatalog {
 
   /**
    * A new image from a file on the host (`oci-archive:`, `docker-archive:`, `disk:`), read only
-   * inside `rules.dirs` (import_dirs), from a registry (`docker://`), or a disk from its URL. Made in a temporary
-   * directory and renamed into place, so a refused or failed import leaves nothing.
+   * inside `rules.dirs` (import_dirs), from a registry (`docker://`), or a disk from its URL. Made
+   * in a temporary directory and renamed into place, so a refused or failed import leaves nothing.
    */
   async import(
     name: string,
