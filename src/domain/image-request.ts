@@ -170,6 +170,16 @@ export function assertImageId(v: unknown, what = 'name'): string {
   return v;
 }
 
+/** An import takes its source as it is: a recipe's fields (and `more`) are refused, saying so. */
+function asItIs(b: Record<string, unknown>, from: string, what: string, more: string[] = []): void {
+  for (const k of ['packages', 'run', 'files', 'env', ...more]) {
+    if (b[k] !== undefined)
+      throw new InvalidArgumentError(
+        `from ${from}: imports ${what} as it is; ${k} belongs to a recipe (build one from the imported image)`,
+      );
+  }
+}
+
 const DIGEST = /^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$/;
 
 /** An http(s) URL of a disk, and its digest when given (see UrlSource). */
@@ -224,12 +234,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
       'give from (a base image such as "debian", "oci-archive:PATH", "docker-archive:PATH", "disk:PATH", "docker://REF" or a disk\'s https:// URL) or from_vm (a stopped VM)',
     );
   if (typeof b.from === 'string' && b.from.startsWith('docker://')) {
-    for (const k of ['packages', 'run', 'files', 'env', 'ssh_user']) {
-      if (b[k] !== undefined)
-        throw new InvalidArgumentError(
-          `from docker://: imports an image as it is; ${k} belongs to a recipe (build one from the imported image)`,
-        );
-    }
+    asItIs(b, 'docker://', 'an image', ['ssh_user']);
     const ref = normalRegistryRef(b.from.slice('docker://'.length));
     const source: RegistrySource = { type: 'docker', ref };
     if (b.registry_auth !== undefined) source.auth = registryAuth(b.registry_auth);
@@ -238,12 +243,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
   if (b.registry_auth !== undefined)
     throw new InvalidArgumentError('registry_auth belongs to a pull (from: "docker://REF")');
   if (typeof b.from === 'string' && /^https?:\/\//i.test(b.from)) {
-    for (const k of ['packages', 'run', 'files', 'env']) {
-      if (b[k] !== undefined)
-        throw new InvalidArgumentError(
-          `from a URL: imports a disk as it is; ${k} belongs to a recipe (build one from the imported image)`,
-        );
-    }
+    asItIs(b, 'a URL', 'a disk');
     const ssh_user = sshUser(b.ssh_user);
     return { kind: 'import', name, source: urlSource(b.from, b.digest), ssh_user, description };
   }
@@ -258,12 +258,7 @@ export function parseImageRequest(body: unknown): ImageRequest {
     const path = scheme[2];
     if (!path.startsWith('/') || path.includes('\0') || path.length > 4096)
       throw new InvalidArgumentError(`from: ${type}: takes an absolute path on the daemon's host`);
-    for (const k of ['packages', 'run', 'files', 'env']) {
-      if (b[k] !== undefined)
-        throw new InvalidArgumentError(
-          `from ${type}: imports a file as it is; ${k} belongs to a recipe (build one from the imported image)`,
-        );
-    }
+    asItIs(b, type, 'a file');
     return { kind: 'import', name, source: { type, path }, ssh_user: sshUser(b.ssh_user), description };
   }
   if (b.ssh_user !== undefined)
