@@ -17,7 +17,7 @@ describe('importing a cloud disk: what its header claims is bounded', function (
     const huge = join(dir, 'huge.qcow2');
     img('create', '-q', '-f', 'qcow2', huge, '1P');
     const out = join(dir, 'out');
-    const err = await importDisk(huge, out, { id: 'huge' }, () => undefined, { work: dir }).catch((e: Error) => e);
+    const err = await importDisk(huge, out, { id: 'huge' }, () => undefined).catch((e: Error) => e);
     expect(err).to.be.instanceOf(InvalidArgumentError);
     expect((err as Error).message).to.match(/is a disk of 1048576 GB; at most 2048 GB can be imported/);
     expect(existsSync(out), 'no image folder').to.equal(false);

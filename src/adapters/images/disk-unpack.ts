@@ -6,11 +6,13 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError, errorMessage } from '../../domain/errors.js';
+import type { UrlSource } from '../../domain/image-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
 import { fileHead } from '../fs-kit/file-head.js';
 import { roomIn, type Room } from '../fs-kit/free-room.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { COMPRESSED, DISK_FILE_CAP } from './import-files.js';
+import { downloadDisk, downloadRoom } from './url-download.js';
 
 /** What a disk unpacked into `dir` may come to: it and the qcow2 made of it must both fit. */
 export const unpackRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DISK_FILE_CAP, 'the disk and its qcow2');
@@ -70,4 +72,28 @@ export async function unpackDisk(
   }
   progress({ percent: 4, message: `unpacked ${formatBytes(got)}` });
   return out;
+}
+
+/**
+ * A disk's file made ready to check, in `work`: a host file (checked already) as it is, or
+ * downloaded from its URL; unpacked when it came as xz or gzip. With what to call it (`disk:NAME`
+ * or the URL) and the progress its later steps report through: after a download, from 55% on.
+ */
+export async function readyDisk(
+  source: { type: 'disk'; file: string } | UrlSource,
+  work: string,
+  progress: (p: ImageProgress) => void,
+): Promise<{ file: string; label: string; progress: (p: ImageProgress) => void }> {
+  if (source.type === 'disk') {
+    const label = `disk:${source.file.split('/').pop()}`;
+    return { file: await unpackDisk(source.file, work, label, await unpackRoom(work), progress), label, progress };
+  }
+  const download = join(work, 'download');
+  await downloadDisk(source, download, await downloadRoom(work), progress);
+  const rest = (p: ImageProgress) => progress({ ...p, percent: 55 + Math.round(p.percent * 0.45) });
+  return {
+    file: await unpackDisk(download, work, source.url, await unpackRoom(work), rest),
+    label: source.url,
+    progress: rest,
+  };
 }

@@ -11,7 +11,7 @@ import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import { archiveSource, importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { registrySource } from './registry-pull.js';
-import { downloadDisk, downloadRoom } from './url-download.js';
+import { readyDisk } from './disk-unpack.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -278,13 +278,9 @@ export class ImageCatalog {
       try {
         await mkdir(this.root, { recursive: true });
         await mkdir(work, { recursive: true });
-        if (source.type === 'disk') await importDisk(file!, tmp, { ...meta, id }, progress, { work });
-        else if (source.type === 'url') {
-          const download = join(work, 'download');
-          await downloadDisk(source, download, await downloadRoom(work), progress);
-          // the disk's own steps after the download's, from 55% on
-          const rest = (p: ImageProgress) => progress({ ...p, percent: 55 + Math.round(p.percent * 0.45) });
-          await importDisk(download, tmp, { ...meta, id }, rest, { work, label: source.url });
+        if (source.type === 'disk' || source.type === 'url') {
+          const disk = await readyDisk(source.type === 'url' ? source : { type: 'disk', file: file! }, work, progress);
+          await importDisk(disk.file, tmp, { ...meta, id }, disk.progress, disk.label);
         } else {
           const from =
             source.type === 'docker'

@@ -7,7 +7,6 @@ import { LIMITS } from '../../domain/create-request.js';
 import type { ImageProgress } from '../../ports/guest-images.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { roomIn } from '../fs-kit/free-room.js';
-import { unpackDisk, unpackRoom } from './disk-unpack.js';
 import { sniffImportFile } from './import-files.js';
 import { checkLayers, imageEnvScript, readOciLayout, UNPACKED_CAP } from './oci-layout.js';
 import { skopeoWords, type SkopeoSource } from './registry-pull.js';
@@ -112,26 +111,20 @@ interface QemuImgInfo {
 }
 
 /**
- * A disk that boots on its own (a distribution's cloud image: qcow2 or raw, with its bootloader,
- * as it is or compressed with xz or gzip) into a golden image in `out`, copied into a fresh qcow2.
+ * A disk that boots on its own (a distribution's cloud image: qcow2 or raw, with its bootloader;
+ * readyDisk unpacks one shipped compressed) into a golden image in `out`, copied into a fresh qcow2.
  * VMs of it boot through the firmware, get the NoCloud seed and are reached over SSH until the
  * agent is deployed. InvalidArgumentError for a file that is neither a qcow2 nor a raw disk with
  * a partition table, and for a qcow2 that names a backing or data file (it would read host files).
  */
 export async function importDisk(
-  given: string,
+  file: string,
   out: string,
   meta: ImportMeta,
   progress: (p: ImageProgress) => void,
-  o: {
-    /** Where a disk shipped compressed (xz, gzip) is unpacked first. */
-    work: string;
-    /** What the disk is called in messages and the manifest's source: `disk:NAME`, or the URL it came from. */
-    label?: string;
-  },
+  /** What the disk is called in messages and the manifest's source: `disk:NAME`, or the URL it came from. */
+  label = `disk:${file.split('/').pop()}`,
 ): Promise<void> {
-  const label = o.label ?? `disk:${given.split('/').pop()}`;
-  const file = await unpackDisk(given, o.work, label, await unpackRoom(o.work), progress);
   progress({ percent: 5, message: 'checking the disk' });
   await sniffImportFile(file, 'disk', label);
   let info: QemuImgInfo;

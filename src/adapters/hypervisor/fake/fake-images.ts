@@ -12,8 +12,7 @@ import {
 } from '../../../domain/errors.js';
 import type { ImageSource, ImportRules } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
-import { downloadDisk, downloadRoom } from '../../images/url-download.js';
-import { unpackDisk, unpackRoom } from '../../images/disk-unpack.js';
+import { readyDisk } from '../../images/disk-unpack.js';
 import type { VmRef } from '../../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/guest-images.js';
 
@@ -133,12 +132,13 @@ export abstract class FakeImages {
       // downloaded, unpacked and checked as the QEMU adapter does: what it refuses is refused here too
       const work = await mkdtemp(join(tmpdir(), 'svc-fake-disk-'));
       try {
-        let file = source.type === 'disk' ? await checkImportFile(source.path, rules.dirs) : join(work, 'download');
-        if (source.type === 'url') await downloadDisk(source, file, await downloadRoom(work), progress);
-        const label = source.type === 'url' ? source.url : `disk:${file.split('/').pop()}`;
-        file = await unpackDisk(file, work, label, await unpackRoom(work), progress);
-        await sniffImportFile(file, 'disk', label);
-        progress({ percent: 50, message: `importing ${label}` });
+        const given =
+          source.type === 'url'
+            ? source
+            : { type: 'disk' as const, file: await checkImportFile(source.path, rules.dirs) };
+        const disk = await readyDisk(given, work, progress);
+        await sniffImportFile(disk.file, 'disk', disk.label);
+        disk.progress({ percent: 50, message: `importing ${disk.label}` });
       } finally {
         await rm(work, { recursive: true, force: true });
       }
