@@ -12,6 +12,7 @@ import { WatchService } from './app/agent/watch-service.js';
 import { EtcGuestUsers } from './adapters/agent/etc-guest-users.js';
 import { findHelpers, FsKeptProcesses } from './adapters/agent/fs-kept-processes.js';
 import { processRoutes } from './adapters/agent/process-routes.js';
+import { startBootEntrypoint } from './adapters/agent/boot-entrypoint.js';
 import { GuestUsers, KeptProcesses } from './ports/agent/kept-processes.js';
 import { join } from 'node:path';
 import { agentRoutes } from './adapters/agent/agent-routes.js';
@@ -138,6 +139,8 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
   const relay =
     opts.vsockPort > 0 ? startVsockRelay(opts.vsockPort, port, undefined, (msg) => log.info({}, msg)) : undefined;
   log.info({ listen: `${m[1]}:${port}`, version: opts.version }, 'svc-agent listening');
+  if (opts.entrypoint)
+    void startBootEntrypoint(opts.entrypoint, opts.runDir, (req) => c.get(ProcessService).start(req), log);
   return {
     host: m[1],
     port,

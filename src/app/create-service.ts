@@ -109,7 +109,16 @@ export class CreateService {
     const start =
       template || internal.pool
         ? undefined
-        : await this.snapshots.choose(req, image, { cpus: req.cpus ?? this.config.cpus, memory_mb: memoryMb }, diskGb);
+        : await this.snapshots.choose(
+            req,
+            image,
+            {
+              cpus: req.cpus ?? this.config.cpus,
+              memory_mb: memoryMb,
+              entrypoint: req.entrypoint === false ? false : undefined,
+            },
+            diskGb,
+          );
     // From here to the map insert there is no await: the checks and the reservation are atomic.
     // A clone is its template's machine: its shape, and its egress policy unless the request gives one.
     const rec = this.vms.reserve(
@@ -121,6 +130,7 @@ export class CreateService {
             disk_gb: template.disk_gb,
             egress: req.egress ?? template.egress,
             egress_secrets: req.egress_secrets ?? template.egress_secrets,
+            entrypoint: template.entrypoint,
           }
         : req,
       image,

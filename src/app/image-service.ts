@@ -77,9 +77,10 @@ export class ImageService {
   private withSnapshots(image: ImageDetails): ImageDetails {
     const snapshots = this.snapshots
       .of(image.id)
-      .map(({ cpus, memory_mb, disk_gb, size_bytes, created_at, capture_ms }) => ({
+      .map(({ cpus, memory_mb, entrypoint, disk_gb, size_bytes, created_at, capture_ms }) => ({
         cpus,
         memory_mb,
+        ...(entrypoint === false ? { entrypoint } : {}),
         disk_gb,
         size_bytes,
         created_at,

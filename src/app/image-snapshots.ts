@@ -22,7 +22,22 @@ import { AppConfig } from './tokens.js';
 export interface Shape {
   cpus: number;
   memory_mb: number;
+  /** Its guest runs no image entrypoint (CreateRequest.entrypoint false): a snapshot apart. */
+  entrypoint?: false;
 }
+
+/**
+ * Only the shape of `s` (a VM's record, say, has more), for `image`: a create that asks for no
+ * entrypoint of an image that has none is the same guest as any other.
+ */
+const shapeFor = (image: ImageInfo, s: Shape): Shape => ({
+  cpus: s.cpus,
+  memory_mb: s.memory_mb,
+  ...(s.entrypoint === false && image.entrypoint ? { entrypoint: false as const } : {}),
+});
+
+const sameShape = (a: Shape, b: Shape) =>
+  a.cpus === b.cpus && a.memory_mb === b.memory_mb && (a.entrypoint ?? true) === (b.entrypoint ?? true);
 
 /** What a create starts from: a snapshot to restore a copy of, or why it boots instead. */
 export type SnapshotChoice =
@@ -96,7 +111,7 @@ export class ImageSnapshots {
    */
   async prepareImage(id: string, shape: Shape): Promise<void> {
     const image = await this.images.resolveImage(id).catch(() => undefined);
-    if (image) await this.prepare(image, { cpus: shape.cpus, memory_mb: shape.memory_mb });
+    if (image) await this.prepare(image, shape);
   }
 
   /**
@@ -124,9 +139,10 @@ export class ImageSnapshots {
   async choose(
     req: Pick<CreateRequest, 'mounts'>,
     image: ImageInfo,
-    shape: Shape,
+    anyShape: Shape,
     diskGb: number,
   ): Promise<SnapshotChoice | undefined> {
+    const shape = shapeFor(image, anyShape);
     if (!this.config.create_from_snapshot) return undefined;
     const boot = (reason: string, capture = false): SnapshotChoice => ({ reason, capture });
     if (!this.hv.savedStateKey) return boot(`the ${this.hv.kind} hypervisor cannot restore a snapshot into a new vm`);
@@ -135,7 +151,7 @@ export class ImageSnapshots {
     if (this.config.network === 'overlay') return boot('on the overlay network each guest gets its NIC at boot');
     if (diskGb < this.diskOf(image))
       return boot(`its ${diskGb} GB disk is smaller than the snapshots' (${this.diskOf(image)} GB: config disk_gb)`);
-    const what = `image ${image.id} with ${shape.cpus} cpu(s) and ${shape.memory_mb} MB`;
+    const what = `image ${image.id} with ${shape.cpus} cpu(s) and ${shape.memory_mb} MB${shape.entrypoint === false ? ', its entrypoint not run' : ''}`;
     if (!image.built) return boot(`image ${image.id} is built first; a snapshot is made after this vm boots`, true);
     const key = await this.keyOf(image, shape);
     const snap = this.known.get(key);
@@ -156,7 +172,8 @@ export class ImageSnapshots {
    * Captures `image` in `shape` in the background unless it is done, under way or failed lately.
    * Resolves when that capture ends (tests, benchmarks); it never rejects.
    */
-  async prepare(image: ImageInfo, shape: Shape): Promise<void> {
+  async prepare(image: ImageInfo, anyShape: Shape): Promise<void> {
+    const shape = shapeFor(image, anyShape);
     if (!this.config.create_from_snapshot || !this.hv.savedStateKey || !image.built || !image.agent_ready) return;
     let key: string;
     try {
@@ -169,7 +186,7 @@ export class ImageSnapshots {
     if (this.known.has(key) || this.stopped || (last !== undefined && this.clock.now() - last < RETRY_AFTER_MS)) return;
     let run = this.capturing.get(key);
     if (!run) {
-      const done = this.queue.then(() => this.capture(image, { cpus: shape.cpus, memory_mb: shape.memory_mb }, key));
+      const done = this.queue.then(() => this.capture(image, shape, key));
       this.queue = done;
       run = { image: image.id, done };
       this.capturing.set(key, run);
@@ -211,6 +228,8 @@ export class ImageSnapshots {
       shape.memory_mb,
       await this.keys.publicKey(),
       (await this.hv.savedStateKey?.()) ?? '',
+      // Only when set, so the keys of snapshots made before it was a choice stay as they were.
+      ...(shapeFor(image, shape).entrypoint === false ? ['no-entrypoint'] : []),
     ];
     return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 24);
   }
@@ -234,6 +253,7 @@ export class ImageSnapshots {
         forwards: [],
         mounts: [],
         ssh_authorized_key: await this.keys.publicKey(),
+        entrypoint: shape.entrypoint === false ? undefined : image.entrypoint,
       };
       await this.disks.provision(spec);
       this.goOn(key);
@@ -246,8 +266,7 @@ export class ImageSnapshots {
         key,
         image: image.id,
         revision: image.revision ?? '',
-        cpus: shape.cpus,
-        memory_mb: shape.memory_mb,
+        ...shape,
         disk_gb: this.diskOf(image),
         created_at: new Date(this.clock.now()).toISOString(),
         capture_ms: this.clock.now() - t0,
@@ -255,7 +274,7 @@ export class ImageSnapshots {
       this.known.set(key, rec);
       // What it replaces (the same image and shape, made of other inputs) is never used again.
       for (const old of [...this.known.values()])
-        if (old.key !== key && old.image === rec.image && old.cpus === rec.cpus && old.memory_mb === rec.memory_mb)
+        if (old.key !== key && old.image === rec.image && sameShape(old, rec))
           await this.locks.run(old.key, () => this.discard(old.key));
       this.log.info(
         { image: image.id, ...shape, capture_ms: rec.capture_ms, size_bytes: rec.size_bytes },

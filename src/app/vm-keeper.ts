@@ -4,6 +4,7 @@ import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
 import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
+import type { ProcessStart } from '../domain/processes.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
@@ -120,9 +121,17 @@ export class VmKeeper {
       mounts: rec.mounts,
       overlay_ip: rec.overlay_ip,
       egress: rec.egress,
+      entrypoint: await this.entrypoint(rec),
       forwards: forwards.map((f) => ({ host_port: f.host_port, guest_port: f.guest_port, proto: f.proto })),
       ssh_authorized_key: await this.keys.publicKey(),
     };
+  }
+
+  /** What the VM's guest starts at a cold boot: its image's entrypoint, unless its create said not to. */
+  private async entrypoint(rec: VmRecord): Promise<ProcessStart | undefined> {
+    if (rec.entrypoint === false) return undefined;
+    // An image that cannot be read fails the boot in the adapter, which says why.
+    return (await this.images.resolveImage(rec.image).catch(() => undefined))?.entrypoint;
   }
 
   /** What a start launches: the record's VM with its boot forwards (those added live are added again after). */

@@ -7,14 +7,17 @@ import type { AgentOptions } from '../app/agent/agent-options.js';
 import { VERSION } from '../version.js';
 
 const USAGE = `usage: svc-agent [--listen HOST:PORT] [--vsock-port N] [--state-dir DIR] [--run-dir DIR] [--no-system-identity] [--tools-dir DIR]
-                 [--journal-mb N] [--helpers-dir DIR]
+                 [--journal-mb N] [--helpers-dir DIR] [--entrypoint FILE]
 
 The svc guest agent. Defaults: --listen 0.0.0.0:7475, --vsock-port 7475 (0 disables; used only
 when the kernel has AF_VSOCK and socat is present), --state-dir /var/lib/svc, --run-dir /run/svc.
 --no-system-identity records identities (POST /identity) without touching hostname, machine id or
 clock: for stand-in guests on a developer's host. --tools-dir names where sh, date, mkdir and ip are when the
 guest's PATH has none (images from container images). --journal-mb is how much of each durable process's
-output stream is kept (16); --helpers-dir where svc-keep and svc-watch are (default: beside the agent). On start it prints one JSON line {"listening": "HOST:PORT"} on stdout.`;
+output stream is kept (16); --helpers-dir where svc-keep and svc-watch are (default: beside the agent).
+--entrypoint names a POST /processes body (the image's entrypoint) started once per boot, tagged
+entrypoint: the first agent of a boot starts it (a file in --run-dir says it did). On start it prints
+one JSON line {"listening": "HOST:PORT"} on stdout.`;
 
 async function main(argv: string[]): Promise<void> {
   const opts: AgentOptions = {
@@ -59,6 +62,9 @@ async function main(argv: string[]): Promise<void> {
       }
       case '--helpers-dir':
         opts.helpersDir = value();
+        break;
+      case '--entrypoint':
+        opts.entrypoint = value();
         break;
       case '--version':
         console.log(VERSION);

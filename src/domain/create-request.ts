@@ -31,6 +31,11 @@ export interface CreateRequest {
   ttl_ms?: number;
   /** What its end does: delete (default) or suspend. */
   on_expire?: OnExpire;
+  /**
+   * Run the image's entrypoint (a container image's Entrypoint and Cmd) as a durable process
+   * tagged `entrypoint` at each cold boot; omitted: true. A clone's is its template's.
+   */
+  entrypoint?: boolean;
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -66,6 +71,7 @@ const FIELDS = new Set([
   'egress_secrets',
   'ttl',
   'on_expire',
+  'entrypoint',
 ]);
 
 function intIn(v: unknown, field: string, lo: number, hi: number): number {
@@ -205,11 +211,12 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     req.on_expire = parseOnExpire(b.on_expire);
     if (req.ttl_ms === undefined) throw new InvalidArgumentError('on_expire needs a ttl');
   }
+  if (b.entrypoint !== undefined) req.entrypoint = bool(b.entrypoint, 'entrypoint');
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
     // The machine comes from a snapshot: its shape and first boot are the template's (host
     // folders are the clone's own: they are added to it as it wakes).
-    for (const k of ['cpus', 'memory_mb', 'disk_gb', 'image', 'userdata'] as const) {
+    for (const k of ['cpus', 'memory_mb', 'disk_gb', 'image', 'userdata', 'entrypoint'] as const) {
       if (b[k] !== undefined) throw new InvalidArgumentError(`${k} cannot be set on a clone: it is the template's`);
     }
   }

@@ -22,6 +22,12 @@ export interface ProcessStart {
   stdin?: boolean;
 }
 
+/**
+ * The tag of the process an image's entrypoint runs as (a container image's Entrypoint and Cmd,
+ * started by the agent at each cold boot: docs/image.md, "What runs at boot").
+ */
+export const ENTRYPOINT_TAG = 'entrypoint';
+
 /** Why a process is no longer running. */
 export type EndReason = 'exit' | 'signal' | 'reboot' | 'lost';
 

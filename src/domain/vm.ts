@@ -97,6 +97,8 @@ export type AdapterState = { readonly [adapterStateBrand]: 'adapter-state' };
  */
 export interface VmRecord extends Instance {
   userdata?: string;
+  /** The create asked not to run its image's entrypoint at boot (CreateRequest.entrypoint); absent: it runs. */
+  entrypoint?: false;
   runtime?: AdapterState;
   /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
   pool?: string;
@@ -129,6 +131,7 @@ export interface VmRecord extends Instance {
 export function toPublic(record: VmRecord): Instance {
   const {
     userdata: _u,
+    entrypoint: _e,
     runtime: _r,
     pool: _p,
     overlay_ip: _o,

@@ -1,4 +1,5 @@
 import type { ImageBundle } from '../domain/image-fetch.js';
+import type { ProcessStart } from '../domain/processes.js';
 import type { ImageSource, ImportRules } from '../domain/image-request.js';
 import type { VmRef } from './hypervisor.js';
 
@@ -21,6 +22,11 @@ export interface ImageInfo {
   built: boolean;
   /** Changes whenever the image is built again (its manifest's time and agent version); built images only. */
   revision?: string;
+  /**
+   * What its guest's agent starts at each cold boot, as a process tagged `entrypoint` (a
+   * container image's Entrypoint and Cmd); none for images that name no command.
+   */
+  entrypoint?: ProcessStart;
 }
 
 /** A built image, as GET /images shows it. */
@@ -43,6 +49,8 @@ export interface ImageDetails extends ImageInfo {
 export interface ImageSnapshotInfo {
   cpus: number;
   memory_mb: number;
+  /** Made for creates that run no image entrypoint (`entrypoint: false`). */
+  entrypoint?: false;
   disk_gb: number;
   size_bytes: number;
   created_at: string;

@@ -1,4 +1,5 @@
 import type { EgressPolicy } from '../domain/egress.js';
+import type { ProcessStart } from '../domain/processes.js';
 import type { AdapterState, Forward, Mount, PortForward } from '../domain/vm.js';
 
 export type { AdapterState } from '../domain/vm.js';
@@ -26,6 +27,11 @@ export interface VmSpec {
    * it from the guest's first packet. Omitted: nothing.
    */
   egress?: EgressPolicy;
+  /**
+   * What its guest's agent starts at each cold boot (ImageInfo.entrypoint, unless the create said
+   * `entrypoint: false`); the adapter hands it to the guest with the seed.
+   */
+  entrypoint?: ProcessStart;
 }
 
 /** What a running VM looks like from the host. */

@@ -95,6 +95,8 @@ export interface ImageSnapshotRecord {
   revision: string;
   cpus: number;
   memory_mb: number;
+  /** Its guest runs no image entrypoint (a create with `entrypoint: false`); absent: it runs. */
+  entrypoint?: false;
   /** The disk it was booted with (the image's smallest): copies grow theirs from it. */
   disk_gb: number;
   created_at: string;

@@ -35,6 +35,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .option('--userdata <file>', 'userdata script or cloud-config file')
     .option('-P, --publish <host:guest[/udp]>', 'forward a host port at boot (repeatable)', collect, [])
     .option('--no-metrics', 'do not keep a stats history')
+    .option('--no-entrypoint', "do not run the image's entrypoint (a container image's Entrypoint and Cmd) at boot")
     .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
     .option('--pool', 'claim a warm pool member')
     .option('--node <node>', 'in a cluster: the node to create it on')
@@ -55,6 +56,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       if (o.disk !== undefined) req.disk_gb = o.disk;
       if (o.image) req.image = o.image;
       if (o.metrics === false) req.metrics_enabled = false;
+      if (o.entrypoint === false) req.entrypoint = false;
       if (o.from) req.from = o.from;
       if (o.pool) req.from_pool = true;
       if (o.ttl) req.ttl = o.ttl;

@@ -87,7 +87,8 @@ export function e2bControlRoutes(
 
   /**
    * A template id as svc's create: `base` the default image; a built template or a snapshot to
-   * clone (a template's environment and working folder go with it); a VM to clone; else an image.
+   * clone (a template's environment and working folder go with it); a VM to clone; else an image
+   * (whose entrypoint E2B does not run: a sandbox runs what its template's start command started).
    */
   const source = async (template: string): Promise<RunBase> => {
     if (!template || template === 'base') return { create: {} };
@@ -95,7 +96,9 @@ export function e2bControlRoutes(
     const all = await client.list();
     const clone = await o.templates.cloneOf(all, template);
     if (clone) return clone;
-    return all.some((vm) => vm.name === template) ? { create: { from: template } } : { create: { image: template } };
+    return all.some((vm) => vm.name === template)
+      ? { create: { from: template } }
+      : { create: { image: template, entrypoint: false } };
   };
 
   const list = async (req: Request, res: Response, v2: boolean) => {

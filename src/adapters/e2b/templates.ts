@@ -268,16 +268,17 @@ export class TemplateBuilds {
       return { create: { image: 'debian' } };
     const images = await this.client.listImages();
     const image = images.find((i) => i.id === ref);
-    if (image) return { create: { image: image.id } };
+    // E2B runs a template's start command, never its image's own (CMD, ENTRYPOINT): nor does svc here.
+    if (image) return { create: { image: image.id, entrypoint: false } };
     if (spec.fromImage === undefined)
       throw new InvalidArgumentError(`base ${ref}: not an svc image, template or snapshot`);
     // any other image is a container image in a registry, pulled once as an svc image of its own
     const from = normalRegistryRef(ref, 'fromImage');
     const name = `reg-${createHash('sha256').update(from).digest('hex').slice(0, 16)}`;
-    if (images.some((i) => i.id === name)) return { create: { image: name } };
+    if (images.some((i) => i.id === name)) return { create: { image: name, entrypoint: false } };
     const auth = registryLogin(spec.fromImageRegistry);
     return {
-      create: { image: name },
+      create: { image: name, entrypoint: false },
       pull: { name, from: `docker://${from}`, ...(auth ? { registry_auth: auth } : {}) },
     };
   }

@@ -85,6 +85,11 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       ssh_user: { type: 'string' },
       built: { type: 'boolean' },
       revision: { type: 'string', description: 'changes whenever the image is built again' },
+      entrypoint: {
+        allOf: [ref('ProcessStart')],
+        description:
+          "what a VM's agent starts at each cold boot, as a process tagged entrypoint (a container image's Entrypoint and Cmd, as its User, in its WorkingDir); a create with entrypoint false runs none",
+      },
       in_use_by: { type: 'array', items: { type: 'string' } },
       snapshots: {
         type: 'array',
@@ -96,6 +101,11 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
           properties: {
             cpus: { type: 'integer' },
             memory_mb: { type: 'integer' },
+            entrypoint: {
+              type: 'boolean',
+              enum: [false],
+              description: "present for creates with entrypoint false: its guest runs no image's entrypoint",
+            },
             disk_gb: { type: 'integer', description: 'the disk it booted with; copies grow theirs' },
             size_bytes: { type: 'integer' },
             created_at: { type: 'string', format: 'date-time' },

@@ -95,6 +95,12 @@ export const VM_SCHEMAS: Record<string, Schema> = {
         description: 'host folders to share; a clone or a restored copy is given them as it wakes (9p)',
       },
       metrics_enabled: { type: 'boolean' },
+      entrypoint: {
+        type: 'boolean',
+        default: true,
+        description:
+          "run the image's entrypoint (GET /images: a container image's Entrypoint and Cmd) at each cold boot, as a process tagged entrypoint; a clone's is its template's",
+      },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
       egress: ref('EgressPolicy'),

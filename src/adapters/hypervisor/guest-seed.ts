@@ -3,6 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { InternalError } from '../../domain/errors.js';
+import type { ProcessStart } from '../../domain/processes.js';
 import type { VmSpec } from '../../ports/hypervisor.js';
 import { cloudInitMounts, mountScript } from './guest-mounts.js';
 
@@ -19,12 +20,14 @@ export interface SeedData {
   vendorData?: string;
   /** Overlay address with prefix, for the second NIC. */
   overlayIp?: string;
+  /** What the agent of an image with svc's init starts at a cold boot (`entrypoint.json`). */
+  entrypoint?: ProcessStart;
 }
 
 /**
  * A VM's seed: its instance id, host name and key, user-data, the shares (a mount script for the
  * project's images, cloud-config for cloud-init in imported disks, which also gets the daemon's
- * key for root) and the overlay address.
+ * key for root), the overlay address and what its agent starts at boot.
  */
 export function seedFor(spec: VmSpec, driver: '9p' | 'virtiofs'): SeedData {
   return {
@@ -35,6 +38,7 @@ export function seedFor(spec: VmSpec, driver: '9p' | 'virtiofs'): SeedData {
     mountsScript: spec.mounts.length ? mountScript(spec.mounts, driver) : undefined,
     vendorData: `#cloud-config\ndisable_root: false\n${spec.mounts.length ? cloudInitMounts(spec.mounts, driver).replace('#cloud-config\n', '') : ''}`,
     overlayIp: spec.overlay_ip,
+    entrypoint: spec.entrypoint,
   };
 }
 
@@ -56,6 +60,7 @@ export async function writeSeed(path: string, s: SeedData): Promise<void> {
     await writeFile(join(dir, 'user-data'), s.userdata ?? '#cloud-config\n{}\n');
     if (s.mountsScript) await writeFile(join(dir, 'mounts.sh'), s.mountsScript);
     if (s.vendorData) await writeFile(join(dir, 'vendor-data'), s.vendorData);
+    if (s.entrypoint) await writeFile(join(dir, 'entrypoint.json'), JSON.stringify(s.entrypoint));
     if (s.overlayIp) {
       // Stock cloud images configure the overlay NIC from network-config (v2).
       await writeFile(

@@ -12,6 +12,7 @@ import type { ImageBundle } from '../../domain/image-fetch.js';
 import { archiveSource, importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { registrySource } from './registry-pull.js';
 import { readyDisk } from './disk-unpack.js';
+import { imageEntrypoint, type OciImageConfig } from './oci-layout.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
@@ -32,7 +33,14 @@ export interface ImageManifest {
   agent_version?: string;
   /** The least memory it boots in (DEFAULT_MIN_MEMORY_MB, or its base image's, when not said). */
   min_memory_mb?: number;
+  /** A container image's config (images imported from one, and those baked from their VMs). */
+  image_config?: OciImageConfig;
 }
+
+const entrypointOf = (m: ImageManifest) => {
+  const entrypoint = imageEntrypoint(m.image_config);
+  return entrypoint ? { entrypoint } : {};
+};
 
 export interface ResolvedImage extends ImageManifest {
   dir: string;
@@ -107,6 +115,7 @@ export class ImageCatalog {
         min_memory_mb: minMemory(m),
         built: true,
         revision: `${statSync(join(this.dir(id), 'manifest.json')).mtimeMs}/${m.agent_version ?? ''}`,
+        ...entrypointOf(m),
       };
     const b = BUILTIN_IMAGES[id];
     if (!b)
@@ -207,6 +216,7 @@ export class ImageCatalog {
       ssh_user: m.ssh_user,
       built: true,
       in_use_by: inUse(id),
+      ...entrypointOf(m),
     };
   }
 

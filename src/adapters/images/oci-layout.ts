@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import { formatBytes } from '../../domain/bytes.js';
+import { ENTRYPOINT_TAG, type ProcessStart } from '../../domain/processes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { fileHead } from '../fs-kit/file-head.js';
 import type { Room } from '../fs-kit/free-room.js';
@@ -170,4 +171,20 @@ export function imageEnvScript(c: OciImageConfig): string {
   const wd = c.WorkingDir && c.WorkingDir.startsWith('/') && !/[\0\n]/.test(c.WorkingDir) ? c.WorkingDir : '/';
   lines.push(`/opt/svc/bin/busybox mkdir -p ${shellWord(wd)} 2>/dev/null; cd ${shellWord(wd)} 2>/dev/null || cd /`);
   return lines.join('\n') + '\n';
+}
+
+/**
+ * What `docker run` would start for the image config: `Entrypoint` then `Cmd`, as `User` (its
+ * user part: the group is the user's own), in `WorkingDir`; undefined when the config names no
+ * command. The agent checks it as any POST /processes body, so a `User` it cannot take refuses
+ * the start rather than running it as root.
+ */
+export function imageEntrypoint(c: OciImageConfig | undefined): ProcessStart | undefined {
+  const argv = [...(c?.Entrypoint ?? []), ...(c?.Cmd ?? [])];
+  if (!argv.length || !argv[0]) return undefined;
+  const start: ProcessStart = { cmd: argv[0], args: argv.slice(1), tag: ENTRYPOINT_TAG };
+  const user = c?.User?.split(':')[0];
+  if (user) start.user = user;
+  if (c?.WorkingDir?.startsWith('/')) start.cwd = c.WorkingDir;
+  return start;
 }

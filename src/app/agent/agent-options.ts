@@ -17,4 +17,6 @@ export interface AgentOptions {
   helpersDir?: string;
   /** Where the guest's `sh`, `date`, `mkdir` and `ip` are when its PATH has none (`--tools-dir`); absent: PATH. */
   toolsDir?: string;
+  /** A POST /processes body the first agent of a boot starts, tagged `entrypoint` (`--entrypoint`). */
+  entrypoint?: string;
 }

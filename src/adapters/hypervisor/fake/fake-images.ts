@@ -18,7 +18,9 @@ import type { ImageDetails, ImageInfo, ImageProgress } from '../../../ports/gues
 
 /**
  * Images the fake knows. `never-ready` boots but its guest never answers (for deadline tests);
- * `fail-provision` and `fail-boot` fail at those steps.
+ * `fail-provision` and `fail-boot` fail at those steps. `app` has an entrypoint, as a container
+ * image's: the daemon hands it to the hypervisor, and the fake's guests never run it (a fake_agent
+ * guest is this host).
  */
 const FAKE_IMAGES: Record<string, ImageInfo> = {
   debian: { id: 'debian', agent_ready: true, ssh_user: 'svc', min_disk_gb: 2, min_memory_mb: 256, built: true },
@@ -27,6 +29,14 @@ const FAKE_IMAGES: Record<string, ImageInfo> = {
   'never-ready': { id: 'never-ready', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
   'fail-provision': { id: 'fail-provision', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
   'fail-boot': { id: 'fail-boot', agent_ready: true, ssh_user: 'svc', min_disk_gb: 1, built: true },
+  app: {
+    id: 'app',
+    agent_ready: true,
+    ssh_user: 'root',
+    min_disk_gb: 1,
+    built: true,
+    entrypoint: { cmd: '/srv/app/serve', args: ['--port', '8080'], user: 'app', cwd: '/srv/app', tag: 'entrypoint' },
+  },
 };
 /** As on QEMU, `default` names the debian image. */
 const FAKE_ALIASES: Record<string, string> = { default: 'debian' };

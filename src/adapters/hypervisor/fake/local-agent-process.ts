@@ -45,6 +45,8 @@ export interface AgentSpawn {
   /** File descriptor the agent's stderr goes to. */
   log: number;
   env?: Record<string, string>;
+  /** More of its flags (`--entrypoint FILE`, say). */
+  flags?: string[];
 }
 
 /**
@@ -66,6 +68,7 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
       o.stateDir,
       '--run-dir',
       o.runDir,
+      ...(o.flags ?? []),
     ],
     {
       stdio: ['ignore', 'pipe', o.log],
@@ -102,7 +105,11 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
   return { child, port };
 }
 
-export async function startLocalAgent(dir: string, extraEnv: Record<string, string> = {}): Promise<LocalAgent> {
+export async function startLocalAgent(
+  dir: string,
+  extraEnv: Record<string, string> = {},
+  flags: string[] = [],
+): Promise<LocalAgent> {
   const stateDir = join(dir, 'guest', 'var-lib-svc');
   const runDir = join(dir, 'guest', 'run-svc');
   mkdirSync(stateDir, { recursive: true });
@@ -113,6 +120,7 @@ export async function startLocalAgent(dir: string, extraEnv: Record<string, stri
     runDir,
     log: openSync(join(dir, 'agent.log'), 'a'),
     env: extraEnv,
+    flags,
   });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return {

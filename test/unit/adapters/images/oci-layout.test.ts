@@ -8,7 +8,8 @@ import fc from 'fast-check';
 import tar from 'tar-stream';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 import { checkImportFile, sniffImportFile } from '../../../../src/adapters/images/import-files.js';
-import { checkLayers, escapes, imageEnvScript } from '../../../../src/adapters/images/oci-layout.js';
+import { checkLayers, escapes, imageEntrypoint, imageEnvScript } from '../../../../src/adapters/images/oci-layout.js';
+import { parseProcessStart } from '../../../../src/domain/processes.js';
 import { makeTar } from '../../../helpers/tar.js';
 
 describe('adapters/hypervisor/oci-layout and import checks', () => {
@@ -123,6 +124,37 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
     );
     const out = execFileSync('sh', ['-c', `cd ${dir}; . ./image.env; echo "$A|$Q|$PATH"; pwd`], { encoding: 'utf8' });
     expect(out.split('\n').slice(0, 2)).to.deep.equal([`1|it's $HOME \`x\`|/app/bin:/bin`, `${dir}/my app`]);
+  });
+
+  it('runs Entrypoint then Cmd as docker run would, as the user part of User, in WorkingDir', () => {
+    expect(
+      imageEntrypoint({
+        Entrypoint: ['/docker-entrypoint.sh'],
+        Cmd: ['nginx', '-g', 'daemon off;'],
+        User: 'www:www-data',
+        WorkingDir: '/srv',
+      }),
+    ).to.deep.equal({
+      cmd: '/docker-entrypoint.sh',
+      args: ['nginx', '-g', 'daemon off;'],
+      user: 'www',
+      cwd: '/srv',
+      tag: 'entrypoint',
+    });
+    expect(imageEntrypoint({ Cmd: ['python3'] })).to.deep.equal({ cmd: 'python3', args: [], tag: 'entrypoint' });
+    expect(imageEntrypoint({ Entrypoint: ['/bin/app'], User: '1000:1000' })).to.include({
+      cmd: '/bin/app',
+      user: '1000',
+    });
+    // Nothing to run: no process; a relative WorkingDir is not a cwd.
+    expect(imageEntrypoint({ Env: ['A=1'] })).to.equal(undefined);
+    expect(imageEntrypoint({ Cmd: [''] })).to.equal(undefined);
+    expect(imageEntrypoint(undefined)).to.equal(undefined);
+    expect(imageEntrypoint({ Cmd: ['x'], WorkingDir: 'rel' })).to.not.have.property('cwd');
+    // The agent takes it as a POST /processes body, which refuses a User it cannot name rather than
+    // running the command as root.
+    expect(parseProcessStart(imageEntrypoint({ Cmd: ['x'], User: 'app' }))).to.include({ user: 'app' });
+    expect(() => parseProcessStart(imageEntrypoint({ Cmd: ['x'], User: 'a b' }))).to.throw(/user "a b" is not valid/);
   });
 
   it('reads only regular files inside import_dirs, links resolved', async () => {
