@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
+import type { ProcessInfo } from '../../src/domain/processes.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { makeTar } from '../helpers/tar.js';
 import { ensureImage } from './image.js';
@@ -46,6 +47,17 @@ describe('svcd with QEMU: images from container image archives', function () {
   let imagesDir: string;
   const sh = (vm: string, script: string) => guestSh(d, vm, script, { shell: '/bin/sh' });
   const leftovers = () => readdirSync(imagesDir).filter((n) => n.startsWith('.build-'));
+  const processes = async (vm: string) => (await d.call('GET', `/vms/${vm}/processes`)).json as ProcessInfo[];
+  /** The VM's entrypoint processes once one runs (the agent starts it as it comes up). */
+  const entrypoints = async (vm: string) => {
+    for (let i = 0; i < 100; i++) {
+      const all = (await processes(vm)).filter((p) => p.tag === 'entrypoint');
+      if (all.some((p) => p.state === 'running')) return all;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`${vm}: no entrypoint running within 10 s`);
+  };
+  const SERVING = 'serving as app in /srv/app with from-image\n';
 
   before(async () => {
     imagesDir = ensureImage('minimal');
@@ -96,7 +108,23 @@ describe('svcd with QEMU: images from container image archives', function () {
       'gone-is-gone',
       'added',
       'root:x:0:0:root:/root:/bin/sh',
+      'app:x:1000:1000:app:/srv/app:/bin/sh',
     ]);
+    // The image's Entrypoint and Cmd run as docker run would run them: as its User, in its
+    // WorkingDir, with its Env, as a durable process tagged entrypoint.
+    expect((last.image as { entrypoint?: unknown }).entrypoint).to.deep.equal({
+      cmd: '/bin/sh',
+      args: ['-c', 'echo "serving as $(id -un) in $PWD with $GREETING_ENV"; exec sleep 100000'],
+      user: 'app',
+      cwd: '/srv/app',
+      tag: 'entrypoint',
+    });
+    const [ep] = await entrypoints('oci1');
+    expect(ep).to.include({ cmd: '/bin/sh', state: 'running' });
+    const said = ndjson((await d.call('GET', '/vms/oci1/processes/entrypoint/output')).text);
+    expect(said.filter((f) => f.stream === 'stdout').map((f) => f.data)).to.deep.equal([SERVING]);
+    const uid = await sh('oci1', `/opt/svc/bin/busybox stat -c %u /proc/${ep.pid}`);
+    expect(uid.stdout.trim()).to.equal('1000');
     // The disk is as large as asked for, and the image's own files were left as they are.
     const df = await sh('oci1', 'df -k / | tail -1');
     expect(Number(df.stdout.trim().split(/\s+/)[1]) * 1024).to.be.greaterThan(1.8 * 2 ** 30);
@@ -109,6 +137,7 @@ describe('svcd with QEMU: images from container image archives', function () {
   });
 
   it('powers off on the power button and boots again with its files and environment', async () => {
+    const before = (await processes('oci1')).filter((p) => p.tag === 'entrypoint');
     const s = await d.call('POST', '/vms/oci1/shutdown');
     expect(s.status, s.text).to.equal(200);
     expect((await d.call('GET', '/vms/oci1')).json).to.include({ status: 'stopped' });
@@ -120,6 +149,11 @@ describe('svcd with QEMU: images from container image archives', function () {
     expect((await d.call('POST', '/vms/oci1/start')).status).to.equal(200);
     const out = await sh('oci1', 'cat in.txt; echo "$GREETING_ENV"');
     expect(out.stdout).to.equal('hello from the hostfrom-image\n');
+    // A cold boot runs the entrypoint again; the one of the boot before ended with it.
+    const after = await entrypoints('oci1');
+    expect(after).to.have.length(before.length + 1);
+    expect(after[0]).to.include({ id: before[0].id, state: 'ended', reason: 'reboot' });
+    expect(after[1]).to.include({ state: 'running' });
   });
 
   it('clones from a suspended template of it: the clone has its own name and clock (the image has no date or ip of its own)', async () => {
@@ -128,6 +162,10 @@ describe('svcd with QEMU: images from container image archives', function () {
     expect(c.status, c.text).to.equal(201);
     const out = await sh('oci2', 'cat /proc/sys/kernel/hostname; cat in.txt; echo; echo "$GREETING_ENV"');
     expect(out.stdout.trim().split('\n')).to.deep.equal(['oci2', 'hello from the host', 'from-image']);
+    // The clone's guest is its template's, restored: its entrypoint runs on, and no second one starts.
+    const running = (await entrypoints('oci2')).filter((p) => p.state === 'running');
+    expect(running).to.have.length(1);
+    expect(running[0]).to.include({ started_in: 'oci1' });
     expect((await d.call('DELETE', '/vms/oci2')).status).to.equal(200);
   });
 
@@ -145,10 +183,13 @@ describe('svcd with QEMU: images from container image archives', function () {
     });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ id: 'pulled-app', agent_ready: true, source: `docker://${registry.host}/team/app:1` });
-    const c = await d.call('POST', '/vms', { name: 'pulled1', image: 'pulled-app', disk_gb: 2 });
+    // A VM that asks not to run the image's entrypoint: nothing runs but what exec starts.
+    const c = await d.call('POST', '/vms', { name: 'pulled1', image: 'pulled-app', disk_gb: 2, entrypoint: false });
     expect(c.status, c.text).to.equal(201);
-    const out = await sh('pulled1', 'cat /etc/greeting; echo "$GREETING_ENV"; pwd');
-    expect(out.stdout, out.stderr).to.equal('upper\nfrom-image\n/srv/app\n');
+    const out = await sh('pulled1', 'cat /etc/greeting; echo "$GREETING_ENV"; pwd; ls /run/svc/seed');
+    expect(out.stdout, out.stderr).to.match(/^upper\nfrom-image\n\/srv\/app\n/);
+    expect(out.stdout).to.not.contain('entrypoint.json');
+    expect((await processes('pulled1')).filter((p) => p.tag === 'entrypoint')).to.deep.equal([]);
     expect((await d.call('DELETE', '/vms/pulled1')).status).to.equal(200);
   });
 
