@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -10,8 +10,11 @@ import type { ImageProgress } from '../../ports/guest-images.js';
 import { roomIn, type Room } from '../fs-kit/free-room.js';
 import { DISK_FILE_CAP } from './import-files.js';
 
-/** How long a download may take in all, and how long it may send nothing. */
-export const DOWNLOAD_TIMEOUTS = { totalMs: 60 * 60_000, idleMs: 60_000 };
+/**
+ * How long a download may take in all, how long it may send nothing, and how many times one that
+ * broke off (or went silent) is resumed where it stopped, when its server can.
+ */
+export const DOWNLOAD_TIMEOUTS: Timeouts = { totalMs: 60 * 60_000, idleMs: 60_000, resumes: 5 };
 
 /** What a download into `dir` may come to: the file and the qcow2 made of it must both fit. */
 export const downloadRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DISK_FILE_CAP, 'the download and its qcow2');
@@ -20,90 +23,184 @@ export const downloadRoom = (dir: string): Promise<Room> => roomIn(dir, 2, DISK_
  * Downloads a disk's URL into `file`, bounded by `limit` (a Content-Length over it is refused
  * before a byte is read; a body that passes it is cut off), by DOWNLOAD_TIMEOUTS, and checked
  * against the source's digest. Redirects are followed; one that lands on plain HTTP needs the
- * digest as a plain-HTTP URL does. Every failure is an InvalidArgumentError that names the URL.
+ * digest as a plain-HTTP URL does. A body that breaks off or goes silent is asked for again from
+ * the byte it stopped at (`Range`, with `If-Range` so the rest is of the same file), up to
+ * `timeouts.resumes` times, from a server that said it takes ranges and named the file's version
+ * (a strong ETag or Last-Modified) and length; one that answers with the whole file instead (it
+ * changed) is downloaded again from its start. Every failure is an InvalidArgumentError that
+ * names the URL.
  */
 export async function downloadDisk(
   source: UrlSource,
   file: string,
   limit: Room,
   progress: (p: ImageProgress) => void,
-  timeouts = DOWNLOAD_TIMEOUTS,
+  timeouts: Timeouts = DOWNLOAD_TIMEOUTS,
 ): Promise<void> {
-  const refuse = (why: string) => new InvalidArgumentError(`from: ${source.url}: ${why}`);
-  const abort = new AbortController();
-  let idle: NodeJS.Timeout | undefined;
-  const stall = () => {
-    clearTimeout(idle);
-    idle = setTimeout(
-      () => abort.abort(refuse(`nothing came for ${timeouts.idleMs / 1000} s`)),
-      timeouts.idleMs,
+  await new Download(source, file, limit, progress, timeouts).run();
+}
+
+type Timeouts = { totalMs: number; idleMs: number; resumes?: number };
+
+/** One download: its attempts (the first, and the resumes), the bytes come so far and their hash. */
+class Download {
+  private readonly overall = new AbortController();
+  private readonly algorithm: string;
+  private readonly want: string | undefined;
+  private hash: Hash | undefined;
+  private idle: NodeJS.Timeout | undefined;
+  /** Where the bytes come from after the first answer (its redirects followed), and which version they are of. */
+  private at: string;
+  private version: string | undefined;
+  private length = NaN;
+  private rangeable = false;
+  private got = 0;
+
+  constructor(
+    private readonly source: UrlSource,
+    private readonly file: string,
+    private readonly limit: Room,
+    private readonly progress: (p: ImageProgress) => void,
+    private readonly timeouts: Timeouts,
+  ) {
+    [this.algorithm, this.want] = source.digest ? source.digest.split(':') : ['sha256', undefined];
+    this.hash = this.want ? createHash(this.algorithm) : undefined;
+    this.at = source.url;
+  }
+
+  private refuse(why: string): InvalidArgumentError {
+    return new InvalidArgumentError(`from: ${this.source.url}: ${why}`);
+  }
+
+  async run(): Promise<void> {
+    const { totalMs, resumes = 0 } = this.timeouts;
+    const total = setTimeout(
+      () => this.overall.abort(this.refuse(`not downloaded within ${totalMs / 60_000} minutes`)),
+      totalMs,
     ).unref();
-  };
-  const total = setTimeout(
-    () => abort.abort(refuse(`not downloaded within ${timeouts.totalMs / 60_000} minutes`)),
-    timeouts.totalMs,
-  ).unref();
-  const [algorithm, want] = source.digest ? source.digest.split(':') : ['sha256', undefined];
-  const hash = want ? createHash(algorithm) : undefined;
-  try {
+    try {
+      for (let resumed = 0; ; resumed++) {
+        const broken = await this.attempt();
+        if (!broken) break;
+        if (!this.rangeable || resumed >= resumes) throw broken;
+        this.progress({
+          percent: 5 + Math.floor((this.got / this.length) * 50),
+          message: `the download stopped at ${formatBytes(this.got)} (${broken.message.replace(`from: ${this.source.url}: `, '')}); resuming there (${resumed + 1} of ${resumes})`,
+        });
+      }
+      this.progress({ percent: 55, message: `downloaded ${formatBytes(this.got)}` });
+    } finally {
+      clearTimeout(this.idle);
+      clearTimeout(total);
+    }
+    if (this.hash) {
+      const is = this.hash.digest('hex');
+      if (is !== this.want) throw this.refuse(`its ${this.algorithm} is ${is}, not the digest given (${this.want})`);
+    }
+  }
+
+  /**
+   * Asks for the file (from `got` on, after the first bytes) and writes what comes. Undefined when
+   * it is whole; else why it was not, for a resume. What cannot be resumed is thrown.
+   */
+  private async attempt(): Promise<InvalidArgumentError | undefined> {
+    const attempt = new AbortController();
+    const signal = AbortSignal.any([this.overall.signal, attempt.signal]);
+    const stall = () => {
+      clearTimeout(this.idle);
+      this.idle = setTimeout(
+        () => attempt.abort(this.refuse(`nothing came for ${this.timeouts.idleMs / 1000} s`)),
+        this.timeouts.idleMs,
+      ).unref();
+    };
+    const failed = (err: unknown, what: string): InvalidArgumentError => {
+      if (this.overall.signal.aborted) throw this.overall.signal.reason;
+      if (attempt.signal.aborted) return attempt.signal.reason as InvalidArgumentError;
+      if (err instanceof InvalidArgumentError) throw err; // the limit, passed
+      return this.refuse(`${what}: ${causeOf(err)}`);
+    };
     stall();
     // identity: the bytes counted and hashed are the file's, and Content-Length is their number
-    const headers = { 'accept-encoding': 'identity' };
-    const res = await fetch(source.url, { signal: abort.signal, redirect: 'follow', headers }).catch((err: unknown) => {
-      throw abort.signal.aborted ? abort.signal.reason : refuse(`could not be reached: ${causeOf(err)}`);
-    });
-    if (!res.ok) {
-      await res.body?.cancel().catch(() => undefined);
-      throw refuse(`answered ${res.status} ${res.statusText}`.trim());
+    const headers: Record<string, string> = { 'accept-encoding': 'identity' };
+    if (this.got > 0) Object.assign(headers, { range: `bytes=${this.got}-`, 'if-range': this.version });
+    let res: Response;
+    try {
+      res = await fetch(this.at, { signal, redirect: 'follow', headers });
+    } catch (err) {
+      const broken = failed(err, 'could not be reached');
+      if (this.got === 0) throw broken;
+      return broken;
     }
-    if (new URL(res.url).protocol === 'http:' && !want) {
+    await this.take(res);
+    if (!res.body) throw this.refuse('answered without a body');
+    const append = this.got > 0;
+    const broken = await pipeline(
+      Readable.fromWeb(res.body as ReadableStream<Uint8Array>, { signal }),
+      this.counter(stall),
+      createWriteStream(this.file, { mode: 0o600, flags: append ? 'a' : 'w' }),
+    ).then(
+      () => undefined,
+      (err: unknown) => failed(err, 'the download broke off'),
+    );
+    if (broken || !Number.isFinite(this.length) || this.got === this.length) return broken;
+    return this.refuse(`${formatBytes(this.got)} came of the ${formatBytes(this.length)} announced`);
+  }
+
+  /**
+   * Checks an answer before its body is read: a resume's must be the rest of the same file (a
+   * whole file instead, its version changed, starts it over); a first one must be a success, not
+   * plain HTTP without a digest, and not longer than the limit. InvalidArgumentError if not.
+   */
+  private async take(res: Response): Promise<void> {
+    const refuse = async (why: string) => {
       await res.body?.cancel().catch(() => undefined);
-      throw refuse(`redirected to plain HTTP (${new URL(res.url).origin}); give the image's digest`);
+      return this.refuse(why);
+    };
+    if (this.got > 0 && res.status === 200) {
+      this.got = 0;
+      this.hash = this.want ? createHash(this.algorithm) : undefined;
+    } else if (this.got > 0) {
+      const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(res.headers.get('content-range') ?? '');
+      if (res.status !== 206 || Number(range?.[1]) !== this.got || Number(range?.[3]) !== this.length)
+        throw await refuse(
+          `asked for the rest from byte ${this.got}, it answered ${res.status} ${res.headers.get('content-range') ?? ''}`.trim(),
+        );
+      return;
     }
-    const length = Number(res.headers.get('content-length') ?? NaN);
-    if (length > limit.bytes) {
-      await res.body?.cancel().catch(() => undefined);
-      throw refuse(`${formatBytes(length)}, more than ${formatBytes(limit.bytes)} (${limit.why})`);
-    }
-    if (!res.body) throw refuse('answered without a body');
-    let got = 0;
+    if (!res.ok) throw await refuse(`answered ${res.status} ${res.statusText}`.trim());
+    if (new URL(res.url).protocol === 'http:' && !this.want)
+      throw await refuse(`redirected to plain HTTP (${new URL(res.url).origin}); give the image's digest`);
+    this.length = Number(res.headers.get('content-length') ?? NaN);
+    if (this.length > this.limit.bytes)
+      throw await refuse(`${formatBytes(this.length)}, more than ${formatBytes(this.limit.bytes)} (${this.limit.why})`);
+    this.at = res.url;
+    const etag = res.headers.get('etag');
+    this.version = etag && !etag.startsWith('W/') ? etag : (res.headers.get('last-modified') ?? undefined);
+    this.rangeable = res.headers.get('accept-ranges') === 'bytes' && !!this.version && Number.isFinite(this.length);
+  }
+
+  /** Counts, bounds and hashes the bytes as they pass, reporting progress and keeping the stall timer off. */
+  private counter(stall: () => void): Transform {
     let shown = -1;
-    const count = new Transform({
-      transform(chunk: Buffer, _enc, done) {
+    return new Transform({
+      transform: (chunk: Buffer, _enc, done) => {
         stall();
-        got += chunk.length;
-        if (got > limit.bytes)
-          return done(refuse(`more than ${formatBytes(limit.bytes)} (${limit.why}); the download was stopped`));
-        hash?.update(chunk);
-        const pct = Number.isFinite(length) && length > 0 ? Math.floor((got / length) * 50) : -1;
+        this.got += chunk.length;
+        const { bytes, why } = this.limit;
+        if (this.got > bytes)
+          return done(this.refuse(`more than ${formatBytes(bytes)} (${why}); the download was stopped`));
+        this.hash?.update(chunk);
+        const pct = Number.isFinite(this.length) && this.length > 0 ? Math.floor((this.got / this.length) * 50) : -1;
         if (pct !== shown) {
           shown = pct;
-          progress({
+          this.progress({
             percent: 5 + Math.max(0, pct),
-            message: `downloading: ${formatBytes(got)}${pct >= 0 ? ` of ${formatBytes(length)}` : ''}`,
+            message: `downloading: ${formatBytes(this.got)}${pct >= 0 ? ` of ${formatBytes(this.length)}` : ''}`,
           });
         }
         done(null, chunk);
       },
     });
-    await pipeline(
-      Readable.fromWeb(res.body as ReadableStream<Uint8Array>, { signal: abort.signal }),
-      count,
-      createWriteStream(file, { mode: 0o600 }),
-    ).catch((err: unknown) => {
-      if (err instanceof InvalidArgumentError) throw err;
-      throw abort.signal.aborted ? abort.signal.reason : refuse(`the download broke off: ${causeOf(err)}`);
-    });
-    if (Number.isFinite(length) && got !== length)
-      throw refuse(`${formatBytes(got)} came of the ${formatBytes(length)} announced`);
-    progress({ percent: 55, message: `downloaded ${formatBytes(got)}` });
-  } finally {
-    clearTimeout(idle);
-    clearTimeout(total);
-  }
-  if (hash) {
-    const is = hash.digest('hex');
-    if (is !== want) throw refuse(`its ${algorithm} is ${is}, not the digest given (${want})`);
   }
 }
 

@@ -14,6 +14,8 @@ import type { UrlSource } from '../../../../src/domain/image-request.js';
 import type { ImageProgress } from '../../../../src/ports/guest-images.js';
 
 const DISK = Buffer.alloc(256 << 10, 7);
+/** What a server that changed its file meanwhile has now. */
+const CHANGED = Buffer.alloc(DISK.length, 9);
 const sha = (algorithm: string, b: Buffer) => `${algorithm}:${createHash(algorithm).update(b).digest('hex')}`;
 
 describe('adapters/images/downloadDisk (a disk from its URL)', () => {
@@ -48,10 +50,48 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
       res.socket?.destroy();
     },
   };
+  /** Servers that break off after the first PART bytes and take ranges, with the Range and If-Range of each request. */
+  const PART = 100 << 10;
+  const asked: string[] = [];
+  const ranged = (o: { then: 'close' | 'stall'; always?: boolean; bad?: boolean; changes?: boolean }) => {
+    let calls = 0;
+    return (res: ServerResponse) => {
+      const { range, 'if-range': ifRange } = res.req.headers;
+      asked.push(`${range ?? 'whole'}${ifRange ? ` if ${ifRange}` : ''}`);
+      // One that changes has another version from its second answer on.
+      const later = o.changes && calls++ > 0;
+      const [etag, body] = later ? ['"v2"', CHANGED] : ['"v1"', DISK];
+      const head = { 'accept-ranges': 'bytes', etag };
+      const m = /^bytes=(\d+)-$/.exec(range ?? '');
+      const cut = (from: number, n: number) => {
+        res.write(body.subarray(from, from + n));
+        if (o.then === 'close') setTimeout(() => res.socket?.destroy(), 20);
+      };
+      if (!m || ifRange !== etag) {
+        res.writeHead(200, { ...head, 'content-length': body.length });
+        return later ? res.end(body) : cut(0, PART);
+      }
+      const from = Number(m[1]);
+      res.writeHead(206, {
+        ...head,
+        'content-range': `bytes ${o.bad ? 0 : from}-${body.length - 1}/${body.length}`,
+        'content-length': body.length - from,
+      });
+      if (o.always) return cut(from, PART / 4);
+      res.end(body.subarray(from));
+    };
+  };
+  Object.assign(routes, {
+    '/breaks-off': ranged({ then: 'close' }),
+    '/goes-silent': ranged({ then: 'stall' }),
+    '/always-breaks': ranged({ then: 'close', always: true }),
+    '/changed': ranged({ then: 'close', changes: true }),
+    '/bad-range': ranged({ then: 'close', bad: true }),
+  });
   const limit = { bytes: 1 << 20, why: 'the test' };
   const get = (path: string, digest?: string, progress: (p: ImageProgress) => void = () => undefined) => {
     const source: UrlSource = { type: 'url', url: base + path, ...(digest ? { digest } : {}) };
-    return downloadDisk(source, join(dir, 'download'), limit, progress, { totalMs: 5000, idleMs: 300 });
+    return downloadDisk(source, join(dir, 'download'), limit, progress, { totalMs: 5000, idleMs: 300, resumes: 3 });
   };
   const refusal = async (p: Promise<void>) => {
     const err = await p.then(
@@ -168,5 +208,46 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
     const err = await downloadDisk(source, join(dir, 'x'), limit, () => undefined).catch((e: Error) => e);
     expect((err as Error).message).to.equal(`from: http://127.0.0.1:${port}/x: could not be reached: ECONNREFUSED`);
     expect(existsSync(join(dir, 'x'))).to.equal(false);
+  });
+
+  it('resumes a download that broke off or went silent where it stopped, the same file asked for (If-Range)', async () => {
+    for (const path of ['/breaks-off', '/goes-silent']) {
+      asked.length = 0;
+      const seen: string[] = [];
+      await get(path, sha('sha256', DISK), (p) => void seen.push(p.message));
+      expect(readFileSync(join(dir, 'download')).equals(DISK), path).to.equal(true);
+      expect(asked, path).to.deep.equal(['whole', `bytes=${PART}- if "v1"`]);
+      const why = path === '/breaks-off' ? 'the download broke off: .+' : 'nothing came for 0.3 s';
+      expect(
+        seen.filter((m) => /resuming/.test(m)),
+        path,
+      ).to.have.length(1);
+      expect(
+        seen.find((m) => /resuming/.test(m)),
+        path,
+      ).to.match(new RegExp(`^the download stopped at 100 KiB \\(${why}\\); resuming there \\(1 of 3\\)$`));
+    }
+  });
+
+  it('downloads a file that changed meanwhile again from its start, and gives up after the resumes allowed', async () => {
+    // The server's file is another version than the one the first bytes were of: it answers the
+    // range with the whole new file, which is what the digest is checked against.
+    asked.length = 0;
+    await get('/changed', sha('sha256', CHANGED));
+    expect(readFileSync(join(dir, 'download')).equals(CHANGED)).to.equal(true);
+    expect(asked).to.deep.equal(['whole', `bytes=${PART}- if "v1"`]);
+    asked.length = 0;
+    expect(await refusal(get('/always-breaks', sha('sha256', DISK)))).to.match(
+      new RegExp(`^from: ${base}/always-breaks: the download broke off: `),
+    );
+    expect(asked).to.have.length(4);
+    expect(asked.slice(1)).to.deep.equal([
+      `bytes=${PART}- if "v1"`,
+      `bytes=${PART * 1.25}- if "v1"`,
+      `bytes=${PART * 1.5}- if "v1"`,
+    ]);
+    expect(await refusal(get('/bad-range', sha('sha256', DISK)))).to.equal(
+      `from: ${base}/bad-range: asked for the rest from byte ${PART}, it answered 206 bytes 0-${DISK.length - 1}/${DISK.length}`,
+    );
   });
 });
