@@ -11,7 +11,8 @@
 #   genisoimage       the cloud-init NoCloud seed (cidata) of each VM
 #   kmod              modprobe --show-depends / depmod for the guest's modules
 #   cpio              the initramfs
-#   xz-utils          unpacking vmlinux from vmlinuz
+#   xz-utils          unpacking vmlinux from vmlinuz, and imported disks shipped as .xz
+#   zstd, bzip2       unpacking imported disks shipped as .zst or .bz2
 #   fakeroot          building the root filesystem when not root
 #   socat             vsock relay (agent side) and vsock connector (daemon side)
 #   mmdebstrap        the debian image's root filesystem, from the host's apt sources
@@ -29,7 +30,7 @@
 # No service a package ships is started by its install (a policy-rc.d for the install's length,
 # where the host has none): svc and its tests start etcd and the registry themselves, when needed.
 set -euo pipefail
-pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils fakeroot socat mmdebstrap
+pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils zstd bzip2 fakeroot socat mmdebstrap
   skopeo umoci gcc libc6-dev etcd-server)
 [ "${1:-}" = --tests ] && pkgs+=(libarchive-tools syslinux syslinux-common mtools dosfstools fdisk microsocks docker-registry openssl)
 missing=()

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -132,6 +132,15 @@ describe('svc CLI as a subprocess against a real daemon', function () {
       const packed = await run(['image', 'import', 'cloud-gz', `${url}.gz`, '--digest', gz, '--json']);
       expect(packed.code, packed.stderr).to.equal(0);
       expect(JSON.parse(packed.stdout)).to.include({ id: 'cloud-gz', agent_ready: false });
+      // Debian's and GCE's way: disk.raw in a compressed tar
+      const tarDir = tempDir('svc-cli-tar-');
+      writeFileSync(join(tarDir, 'disk.raw'), mbr);
+      execFileSync('tar', ['-cJf', join(tarDir, 'cloud.tar.xz'), '-C', tarDir, 'disk.raw']);
+      served['/cloud.tar.xz'] = readFileSync(join(tarDir, 'cloud.tar.xz'));
+      const txz = `sha256:${createHash('sha256').update(served['/cloud.tar.xz']).digest('hex')}`;
+      const tarred = await run(['image', 'import', 'cloud-tar', url.replace('.raw', '.tar.xz'), '--digest', txz]);
+      expect(tarred.code, tarred.stderr).to.equal(0);
+      expect((await d.call('GET', '/images/cloud-tar')).json).to.include({ id: 'cloud-tar', agent_ready: false });
       const wrong = await run(['image', 'import', 'cloud-bad', url, '--digest', `sha256:${'0'.repeat(64)}`]);
       expect(wrong.code).to.not.equal(0);
       expect(wrong.stderr).to.include(`from: ${url}: its sha256 is ${digest.slice(7)}, not the digest given`);

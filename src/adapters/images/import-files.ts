@@ -62,7 +62,7 @@ export async function sniffImportFile(
   const packed = COMPRESSED.find((c) => buf.subarray(0, c.magic.length).equals(c.magic));
   if (packed)
     throw new InvalidArgumentError(
-      `from: ${label} is ${packed.name}-compressed; import the disk itself (a .qcow2, .img or .raw), or an xz or gzip of it`,
+      `from: ${label} is still ${packed.name}-compressed once unpacked; import the disk (a .qcow2, .img or .raw), compressed once at most`,
     );
   const qcow2 = buf.subarray(0, 4).equals(Buffer.from([0x51, 0x46, 0x49, 0xfb]));
   const mbr = n >= 512 && buf[510] === 0x55 && buf[511] === 0xaa;
@@ -71,7 +71,7 @@ export async function sniffImportFile(
     throw new InvalidArgumentError(`from: ${label} is neither a qcow2 nor a raw disk with a partition table`);
 }
 
-/** What a disk shipped compressed starts with (a distribution's `.raw.xz`, `.img.gz`); xz and gzip are unpacked (disk-unpack.ts). */
+/** What a disk shipped compressed starts with (a distribution's `.raw.xz`, `.img.gz`); each is unpacked once (disk-unpack.ts). */
 export const COMPRESSED = [
   { name: 'xz', magic: Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]) },
   { name: 'gzip', magic: Buffer.from([0x1f, 0x8b]) },

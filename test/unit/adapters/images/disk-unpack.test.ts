@@ -1,10 +1,20 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { unpackDisk } from '../../../../src/adapters/images/disk-unpack.js';
+import { readyDisk, unpackDisk, untarDisk } from '../../../../src/adapters/images/disk-unpack.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 
 /** A raw disk as sniffImportFile knows one: an MBR's signature, then zeros. */
@@ -16,7 +26,7 @@ function rawDisk(bytes: number): Buffer {
   return b;
 }
 
-describe('adapters/images/unpackDisk (a disk shipped as .xz or .gz)', () => {
+describe('adapters/images/unpackDisk and untarDisk (a disk shipped compressed, or in a tar)', () => {
   let dir: string;
   const room = { bytes: 4 << 20, why: 'the test' };
   const unpack = (file: string, r = room) => unpackDisk(file, dir, 'disk:x', r, () => undefined);
@@ -71,6 +81,85 @@ describe('adapters/images/unpackDisk (a disk shipped as .xz or .gz)', () => {
     writeFileSync(badXz, Buffer.concat([Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]), Buffer.alloc(100, 1)]));
     expect(((await unpack(badXz).catch((e: Error) => e)) as Error).message).to.match(
       /^from: disk:x is not a whole xz file: .+/,
+    );
+  });
+
+  it('unpacks zstd and bzip2 with their tools, and says a file that is not whole', async () => {
+    const disk = rawDisk(1 << 20);
+    const raw = join(dir, 'disk.raw');
+    writeFileSync(raw, disk);
+    execFileSync('zstd', ['-q', '-k', raw]);
+    execFileSync('bzip2', ['-k', raw]);
+    for (const packed of [`${raw}.zst`, `${raw}.bz2`]) {
+      const out = await unpack(packed);
+      expect(readFileSync(out).equals(disk), packed).to.equal(true);
+      rmSync(out);
+    }
+    writeFileSync(join(dir, 'cut.zst'), readFileSync(`${raw}.zst`).subarray(0, 40));
+    expect(((await unpack(join(dir, 'cut.zst')).catch((e: Error) => e)) as Error).message).to.match(
+      /^from: disk:x is not a whole zstd file: .+/,
+    );
+  });
+
+  it("takes a tar's one disk out (GCE's disk.raw in a .tar.gz, sparse as GNU tar -S makes it), and leaves the work folder with the disk alone", async () => {
+    const src = join(dir, 'src');
+    mkdirSync(src);
+    const disk = rawDisk(2 << 20);
+    writeFileSync(join(src, 'disk.raw'), disk);
+    // as GCE's documentation makes one: tar --format=oldgnu -Sczf
+    execFileSync('tar', ['--format=oldgnu', '-Sczf', join(dir, 'image.tar.gz'), '-C', src, 'disk.raw']);
+    const work = join(dir, 'work');
+    mkdirSync(work);
+    const got = await readyDisk({ type: 'disk', file: join(dir, 'image.tar.gz') }, work, () => undefined);
+    expect(got.label).to.equal('disk:image.tar.gz');
+    expect(readFileSync(got.file).equals(disk)).to.equal(true);
+    // what came between (the unpacked tar) is gone; the host's file is never touched
+    expect(readdirSync(work)).to.deep.equal(['untarred']);
+    expect(existsSync(join(dir, 'image.tar.gz'))).to.equal(true);
+    // a plain tar, its disk in a folder
+    mkdirSync(join(src, 'img'));
+    writeFileSync(join(src, 'img', 'disk.img'), disk);
+    execFileSync('tar', ['-cf', join(dir, 'plain.tar'), '-C', src, 'img']);
+    const into = join(dir, 'w2');
+    mkdirSync(into);
+    const out = await untarDisk(join(dir, 'plain.tar'), into, 'disk:plain.tar', room);
+    expect(out).to.equal(join(into, 'untarred', 'img', 'disk.img'));
+    expect(statSync(out).size).to.equal(disk.length);
+    expect(await untarDisk(join(src, 'disk.raw'), into, 'disk:x', room), 'not a tar: the file itself').to.equal(
+      join(src, 'disk.raw'),
+    );
+  });
+
+  it('refuses a tar that is not one disk: two files, a link, a name that climbs out, one over the bound; nothing is taken out', async () => {
+    const src = join(dir, 'src');
+    mkdirSync(src);
+    writeFileSync(join(src, 'a.raw'), rawDisk(4096));
+    writeFileSync(join(src, 'b.raw'), rawDisk(4096));
+    symlinkSync('/etc/passwd', join(src, 'link.raw'));
+    writeFileSync(join(src, 'big.raw'), rawDisk(5 << 20));
+    const tarOf = (name: string, ...args: string[]) => {
+      execFileSync('tar', ['-cf', join(dir, name), '-C', src, ...args]);
+      return join(dir, name);
+    };
+    const refused = async (file: string) => {
+      const into = mkdtempSync(join(dir, 'into-'));
+      const err = await untarDisk(file, into, 'disk:t', room).catch((e: unknown) => e);
+      expect(err, file).to.be.instanceOf(InvalidArgumentError);
+      expect(existsSync(join(into, 'untarred')), `${file}: nothing taken out`).to.equal(false);
+      return (err as Error).message;
+    };
+    expect(await refused(tarOf('two.tar', 'a.raw', 'b.raw'))).to.equal(
+      'from: disk:t is a tar; a tar of a disk holds one file (directories aside), this one 2 entries',
+    );
+    expect(await refused(tarOf('link.tar', 'link.raw'))).to.match(
+      /holds one file \(directories aside\), this one 1 entries/,
+    );
+    expect(await refused(tarOf('big.tar', 'big.raw'))).to.equal(
+      'from: disk:t is a tar; its disk is 5.0 MiB, more than 4.0 MiB (the test)',
+    );
+    execFileSync('tar', ['-cf', join(dir, 'climb.tar'), '-P', '--transform', 's|^|../|', '-C', src, 'a.raw']);
+    expect(await refused(join(dir, 'climb.tar'))).to.equal(
+      'from: disk:t is a tar; its file\'s name "../a.raw" is not one svc takes',
     );
   });
 });

@@ -197,10 +197,10 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
     await sniffImportFile(f, 'disk');
     writeFileSync(f, await makeTar([{ name: 'x', data: 'y' }]));
     await sniffImportFile(f, 'oci-archive');
-    // packed with what is not unpacked (disk-unpack.ts takes xz and gzip): said, not read as a disk
+    // still packed after disk-unpack.ts unpacked it once (packed twice): said, not read as a disk
     writeFileSync(f, Buffer.concat([Buffer.from([0x28, 0xb5, 0x2f, 0xfd]), mbr]));
     expect(((await sniffImportFile(f, 'disk', 'disk:f.zst').catch((x: Error) => x)) as Error).message).to.equal(
-      'from: disk:f.zst is zstd-compressed; import the disk itself (a .qcow2, .img or .raw), or an xz or gzip of it',
+      'from: disk:f.zst is still zstd-compressed once unpacked; import the disk (a .qcow2, .img or .raw), compressed once at most',
     );
   });
 });
