@@ -1,6 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { AlreadyExistsError } from '../domain/errors.js';
-import { assertImageId } from '../domain/image-request.js';
+import { assertImageId, parseRegistryResolve } from '../domain/image-request.js';
 import type { ImageDetails } from '../ports/guest-images.js';
 import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
@@ -48,6 +48,17 @@ export class ImageService {
         ),
     );
     return { done: build };
+  }
+
+  /**
+   * POST /images/resolve: what a pull of a registry's reference would take now, the digest of its
+   * linux/amd64 manifest, so a caller that keeps pulled images by digest (E2B's builds) sees a
+   * tag that moved. The login, if any, goes to the registry alone.
+   */
+  async resolve(body: unknown): Promise<{ from: string; digest: string }> {
+    const source = parseRegistryResolve(body);
+    const digest = await this.images.registryDigest(source, this.config.insecure_registries);
+    return { from: `docker://${source.ref}`, digest };
   }
 
   /**

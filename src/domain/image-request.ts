@@ -201,6 +201,22 @@ function urlSource(text: string, digest: unknown): UrlSource {
   return { type: 'url', url: url.href, ...(digest === undefined ? {} : { digest: digest as string }) };
 }
 
+/**
+ * Validates a POST /images/resolve body: `{from: "docker://REF", registry_auth?}`, what a pull of
+ * it would be given. Throws InvalidArgumentError naming the field.
+ */
+export function parseRegistryResolve(body: unknown): RegistrySource {
+  const b = obj(body, 'resolve request');
+  for (const k of Object.keys(b))
+    if (k !== 'from' && k !== 'registry_auth')
+      throw new InvalidArgumentError(`unknown field "${k}" (fields: from, registry_auth)`);
+  if (typeof b.from !== 'string' || !b.from.startsWith('docker://'))
+    throw new InvalidArgumentError('from must be an image in a registry: docker://REF');
+  const source: RegistrySource = { type: 'docker', ref: normalRegistryRef(b.from.slice('docker://'.length)) };
+  if (b.registry_auth !== undefined) source.auth = registryAuth(b.registry_auth);
+  return source;
+}
+
 /** Validates a POST /images body. Throws InvalidArgumentError naming the field. */
 export function parseImageRequest(body: unknown): ImageRequest {
   const b = obj(body, 'image request');

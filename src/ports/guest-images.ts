@@ -1,6 +1,6 @@
 import type { ImageBundle } from '../domain/image-fetch.js';
 import type { ProcessStart } from '../domain/processes.js';
-import type { ImageSource, ImportRules } from '../domain/image-request.js';
+import type { ImageSource, ImportRules, RegistrySource } from '../domain/image-request.js';
 import type { VmRef } from './hypervisor.js';
 
 export interface ImageInfo {
@@ -104,6 +104,13 @@ export interface GuestImages {
    * AlreadyExistsError when it is built here; InternalError when what came is not what was offered.
    */
   installImage(bundle: ImageBundle, fill: (dir: string) => Promise<void>): Promise<void>;
+
+  /**
+   * The digest (`sha256:HEX`) of the linux/amd64 manifest a pull of `source` would take now: what
+   * its tag points at today (over plain HTTP for `insecureRegistries`, as a pull). InvalidArgumentError,
+   * with the registry's words, for what the registry refuses or a registry that does not answer.
+   */
+  registryDigest(source: RegistrySource, insecureRegistries: readonly string[]): Promise<string>;
 
   /** Removes a built image (the caller checked that nothing uses it). NotFoundError when not built. */
   removeImage(image: string): Promise<void>;

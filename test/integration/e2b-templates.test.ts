@@ -6,6 +6,8 @@ import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import type { Instance } from '../../src/domain/vm.js';
+import { Hypervisor } from '../../src/ports/hypervisor.js';
+import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 
 /**
  * E2B's template builds through the official SDK (`Template.build`) against svcd on the fake
@@ -228,9 +230,14 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
       ...opts(),
       onBuildLogs: (l) => void logs.push(l.message),
     });
-    const pulled = logs.find((l) => l.startsWith('pulling docker://docker.io/library/python:3.12 as image reg-'));
+    // the tag's digest is asked first, and the pull is pinned to it
+    const is = logs.find((l) => l.startsWith('docker://docker.io/library/python:3.12 is sha256:'));
+    expect(is, logs.join('\n')).to.not.equal(undefined);
+    const digest = is!.split(' ').pop()!;
+    const pulled = logs.find((l) => l.startsWith(`pulling docker://docker.io/library/python@${digest} as image reg-`));
     expect(pulled, logs.join('\n')).to.not.equal(undefined);
     const image = pulled!.split(' ').pop()!;
+    expect(image).to.match(new RegExp(`^reg-[a-f0-9]{16}-${digest.slice(7, 19)}$`));
     expect((await d.call('GET', `/images/${image}`)).status).to.equal(200);
     const again: string[] = [];
     await Template.build(Template().fromImage('docker.io/library/python:3.12').runCmd('echo again'), 'on-python-2', {
@@ -239,6 +246,49 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     });
     expect(again.join('\n'), 'the same image, named whole, is not pulled again').to.not.include('pulling');
     expect(again.join('\n')).to.include(`"image":"${image}"`);
+  });
+
+  it('pulls a tag that moved again (its new version), and builds from the version pulled before when the registry does not answer', async () => {
+    const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    const build = async (name: string) => {
+      const logs: string[] = [];
+      await Template.build(Template().fromImage('ruby:3').runCmd(`echo ${name}`), name, {
+        ...opts(),
+        onBuildLogs: (l) => void logs.push(`${l.level} ${l.message}`),
+      });
+      return logs.join('\n');
+    };
+    const pulledAs = (logs: string) =>
+      /pulling docker:\/\/docker\.io\/library\/ruby@\S+ as image (\S+)/.exec(logs)?.[1];
+    const first = pulledAs(await build('on-ruby-1'));
+    expect(first).to.match(/^reg-/);
+    expect(pulledAs(await build('on-ruby-2')), 'the same version is not pulled again').to.equal(undefined);
+    hv.pushTag('docker.io/library/ruby:3');
+    const second = pulledAs(await build('on-ruby-3'));
+    expect(second, 'the new version is pulled').to.match(/^reg-/);
+    expect(second).to.not.equal(first);
+    expect(second!.slice(0, 20), 'named after the same reference').to.equal(first!.slice(0, 20));
+    // both versions are images; the first stays for what stands on it
+    expect((await d.call('GET', `/images/${first}`)).status).to.equal(200);
+    hv.registryDown = true;
+    try {
+      const offline = await build('on-ruby-4');
+      expect(offline, offline).to.match(
+        new RegExp(
+          `^warn could not ask the registry what docker://docker.io/library/ruby:3 is now \\(.*the fake registry does not answer\\); building from image ${second}, pulled before$`,
+          'm',
+        ),
+      );
+      expect(pulledAs(offline)).to.equal(undefined);
+      const err = await Template.build(Template().fromImage('never-pulled:1'), 'on-never', opts()).catch(
+        (e: unknown) => e,
+      );
+      expect((err as Error).message, 'none pulled before: the build fails').to.match(
+        /the fake registry does not answer/,
+      );
+    } finally {
+      hv.registryDown = false;
+    }
   });
 
   it('pulls a new image once for two builds from it at the same time: the second waits for the first', async () => {
@@ -253,11 +303,17 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     );
     const all = logs.map((l) => l.join('\n'));
     expect(
-      all.filter((l) => l.includes('pulling docker://docker.io/library/node:22')),
+      all.filter((l) => l.includes('pulling docker://docker.io/library/node@sha256:')),
       all.join('\n---\n'),
     ).to.have.length(1);
+    // the other waited for that pull, or (when the first's was over before it looked) found the image
     expect(
-      all.filter((l) => l.includes("waiting for another build's pull of docker://docker.io/library/node:22")),
+      all.filter((l) =>
+        /waiting for another build's pull of docker:\/\/docker\.io\/library\/node@sha256:|image reg-\S+ was pulled meanwhile/.test(
+          l,
+        ),
+      ),
+      all.join('\n---\n'),
     ).to.have.length(1);
   });
 

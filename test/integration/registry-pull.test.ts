@@ -89,6 +89,35 @@ describe('images pulled from a registry (docker://, a real local registry)', fun
     await refused('nowhere', gone, { dirs: [], insecureRegistries: ['127.0.0.1:1'] }, /connection refused/);
   });
 
+  it('says what a tag is now (the digest a pull would take), a tag that moved a new one, and what the registry refuses', async () => {
+    const fixtures = tempDir('svc-pull-moved-');
+    execFileSync('bash', [join(FIXTURES, 'make-oci.sh'), fixtures], { stdio: ['ignore', 'ignore', 'inherit'] });
+    registry.push(`oci-archive:${join(fixtures, 'app.oci.tar')}`, 'team/moving:1');
+    const first = await catalog.registryDigest(source('team/moving:1'), [registry.host]);
+    expect(first).to.match(/^sha256:[a-f0-9]{64}$/);
+    expect(await catalog.registryDigest(source('team/moving:1'), [registry.host]), 'asked again').to.equal(first);
+    // the same image, pushed as a docker archive: another manifest under the same tag
+    registry.push(`docker-archive:${join(fixtures, 'app.docker.tar')}`, 'team/moving:1');
+    const moved = await catalog.registryDigest(source('team/moving:1'), [registry.host]);
+    expect(moved).to.match(/^sha256:[a-f0-9]{64}$/);
+    expect(moved).to.not.equal(first);
+    // a pull pinned to that digest takes that version
+    await catalog.import('pinned', { ...source(`team/moving@${moved}`) }, rules(), {}, () => undefined);
+    expect((await catalog.details('pinned')).source).to.equal(`docker://${registry.host}/team/moving@${moved}`);
+    for (const [src, why] of [
+      [source('team/moving:1', false), /authentication required|unauthorized/],
+      [source('team/moving:9'), /manifest unknown/],
+    ] as const) {
+      const err = await catalog.registryDigest(src, [registry.host]).catch((e: unknown) => e);
+      expect(err, String(err)).to.be.instanceOf(InvalidArgumentError);
+      expect((err as Error).message).to.match(why);
+    }
+    expect(
+      readdirSync(catalog.root).filter((n) => n.startsWith('.resolve-')),
+      'no login folder is left',
+    ).to.deep.equal([]);
+  });
+
   describe('through the API (fake hypervisor)', () => {
     let d: TestDaemon;
     before(async () => {
@@ -112,6 +141,26 @@ describe('images pulled from a registry (docker://, a real local registry)', fun
       const bad = await d.call('POST', '/images', { name: 'x', from: 'docker://Not Valid' });
       expect(bad.status).to.equal(400);
       expect(bad.json.error).to.match(/is not a registry reference/);
+    });
+
+    it('answers POST /images/resolve with the reference made whole and its digest, and 400 for what is not a pull', async () => {
+      const r = await d.call('POST', '/images/resolve', {
+        from: 'docker://python:3.12',
+        registry_auth: { username: 'me', password: 'never-shown-77' },
+      });
+      expect(r.status, r.text).to.equal(200);
+      expect(r.json.from).to.equal('docker://docker.io/library/python:3.12');
+      expect(r.json.digest).to.match(/^sha256:[a-f0-9]{64}$/);
+      for (const [body, why] of [
+        [{ from: 'oci-archive:/x.tar' }, /from must be an image in a registry: docker:\/\/REF/],
+        [{ from: 'docker://Not Valid' }, /is not a registry reference/],
+        [{ from: 'docker://a:1', extra: 1 }, /unknown field "extra"/],
+        [{ from: 'docker://a:1', registry_auth: { username: 'me' } }, /registry_auth/],
+      ] as const) {
+        const bad = await d.call('POST', '/images/resolve', body);
+        expect(bad.status, JSON.stringify(body)).to.equal(400);
+        expect(bad.json.error).to.match(why);
+      }
     });
   });
 });

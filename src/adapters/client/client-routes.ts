@@ -24,6 +24,7 @@ export const CLIENT_ROUTES = [
   'get /pool',
   'get /images',
   'post /images',
+  'post /images/resolve',
   'get /images/{id}',
   'delete /images/{id}',
   'post /vms/{name}/start',

@@ -163,6 +163,13 @@ export class SvcClient extends SvcTransport {
   getImage(id: string): Promise<ImageDetails> {
     return this.call('GET', `/images/${enc(id)}`);
   }
+  /** What a pull of `from` (`docker://REF`) would take now: the digest its tag points at. */
+  resolveImage(
+    from: string,
+    registryAuth?: { username: string; password: string },
+  ): Promise<{ from: string; digest: string }> {
+    return this.call('POST', '/images/resolve', { from, ...(registryAuth ? { registry_auth: registryAuth } : {}) });
+  }
   deleteImage(id: string): Promise<{ message: string; id: string }> {
     return this.call('DELETE', `/images/${enc(id)}`);
   }

@@ -79,6 +79,8 @@ export interface RunBase {
   defaults?: TemplateDefaults;
   /** A registry image svc does not have yet: pulled as `image` (its POST /images body) before the boot. */
   pull?: { name: string; from: string; registry_auth?: { username: string; password: string } };
+  /** Said in the build's log first: what a registry's tag is now, or that the registry did not say. */
+  note?: { message: string; warn?: boolean };
 }
 
 /** What a build's shell line runs with: the environment, folder and user the steps so far set. */
@@ -124,8 +126,15 @@ export class TemplateRun {
     return pull;
   }
 
-  /** One pulled meanwhile by someone else (409) is taken as it is. */
+  /** One pulled meanwhile (since the build looked, or by someone else: a 409) is taken as it is. */
   private async pullOnce(req: NonNullable<RunBase['pull']>, log: (m: string) => void): Promise<void> {
+    if (
+      await this.client.getImage(req.name).then(
+        () => true,
+        () => false,
+      )
+    )
+      return log(`image ${req.name} was pulled meanwhile`);
     log(`pulling ${req.from} as image ${req.name}`);
     try {
       for await (const e of this.client.buildImageStream(req)) {
@@ -147,6 +156,7 @@ export class TemplateRun {
     let user: string | undefined;
     let step = 'base';
     try {
+      if (base.note) log(base.note.message, step, base.note.warn ? 'warn' : 'info');
       if (base.pull) await this.pull(base.pull, (m) => log(m, step));
       log(`booting ${vm} from ${JSON.stringify(base.create)}`, step);
       await this.client.create(

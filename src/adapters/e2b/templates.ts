@@ -13,6 +13,7 @@ import {
 import { normalRegistryRef } from '../../domain/image-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
+import type { ImageDetails } from '../../ports/guest-images.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
 import { snapshotOf } from './sandboxes.js';
@@ -272,14 +273,48 @@ export class TemplateBuilds {
     if (image) return { create: { image: image.id, entrypoint: false } };
     if (spec.fromImage === undefined)
       throw new InvalidArgumentError(`base ${ref}: not an svc image, template or snapshot`);
-    // any other image is a container image in a registry, pulled once as an svc image of its own
-    const from = normalRegistryRef(ref, 'fromImage');
-    const name = `reg-${createHash('sha256').update(from).digest('hex').slice(0, 16)}`;
-    if (images.some((i) => i.id === name)) return { create: { image: name, entrypoint: false } };
-    const auth = registryLogin(spec.fromImageRegistry);
+    return this.registryBase(normalRegistryRef(ref, 'fromImage'), registryLogin(spec.fromImageRegistry), images);
+  }
+
+  /**
+   * A container image in a registry as a build's base: pulled once per version as an svc image of
+   * its own, `reg-<hash of the reference>-<its digest's first 12 digits>`, so a tag that moved is
+   * pulled again (its new version) and one that did not is not. The digest is asked of the registry
+   * at each build; one that does not answer (or refuses) leaves the newest version pulled before,
+   * said in the build's log, or fails the build when there is none.
+   */
+  private async registryBase(
+    from: string,
+    auth: { username: string; password: string } | undefined,
+    images: ImageDetails[],
+  ): Promise<RunBase> {
+    const prefix = `reg-${createHash('sha256').update(from).digest('hex').slice(0, 16)}`;
+    let digest: string;
+    try {
+      ({ digest } = await this.client.resolveImage(`docker://${from}`, auth));
+    } catch (err) {
+      // named reg-<hash> alone by svc before 2026-12-03, one version per reference
+      const before = images
+        .filter((i) => i.id === prefix || i.id.startsWith(`${prefix}-`))
+        .sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
+      if (!before) throw err;
+      return {
+        create: { image: before.id, entrypoint: false },
+        note: {
+          message: `could not ask the registry what docker://${from} is now (${errorMessage(err)}); building from image ${before.id}, pulled before`,
+          warn: true,
+        },
+      };
+    }
+    const name = `${prefix}-${digest.slice(7, 19)}`;
+    const create = { image: name, entrypoint: false };
+    if (images.some((i) => i.id === name)) return { create };
+    const repo = from.replace(/@sha256:[a-f0-9]{64}$/, '').replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
     return {
-      create: { image: name, entrypoint: false },
-      pull: { name, from: `docker://${from}`, ...(auth ? { registry_auth: auth } : {}) },
+      create,
+      // pinned to the digest asked for: the image is that version even if the tag moves meanwhile
+      pull: { name, from: `docker://${repo}@${digest}`, ...(auth ? { registry_auth: auth } : {}) },
+      note: { message: `docker://${from} is ${digest}` },
     };
   }
 

@@ -18,6 +18,11 @@ export function imageRoutes(images: ImageService, builder: ImageBuilder): RouteD
       },
     },
     {
+      method: 'post',
+      path: '/images/resolve',
+      handler: async (req, res) => void res.json(await images.resolve(req.body)),
+    },
+    {
       method: 'get',
       path: '/images/:id',
       handler: async (req, res) => void res.json(await images.get(String(req.params.id))),

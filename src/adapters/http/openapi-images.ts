@@ -141,6 +141,38 @@ export const IMAGE_PATHS: Record<string, Record<string, Schema>> = {
       },
     ),
   },
+  '/images/resolve': {
+    post: op(
+      "What a pull of a registry's image would take now: the digest of its linux/amd64 manifest (a tag that moved has a new one)",
+      {
+        '200': json('the reference made whole, and its digest', {
+          type: 'object',
+          required: ['from', 'digest'],
+          properties: {
+            from: { type: 'string', description: 'docker://REGISTRY/PATH:TAG' },
+            digest: { type: 'string', pattern: '^sha256:[a-f0-9]{64}$' },
+          },
+        }),
+        '400': err('not docker://REF, or what the registry refused or a registry that did not answer'),
+      },
+      {
+        requestBody: jsonBody({
+          type: 'object',
+          additionalProperties: false,
+          required: ['from'],
+          properties: {
+            from: { type: 'string', description: 'docker://REF (python:3.12 is docker.io/library/python:3.12)' },
+            registry_auth: {
+              type: 'object',
+              description: "a private registry's login, used for this look alone and never kept",
+              required: ['username', 'password'],
+              properties: { username: { type: 'string' }, password: { type: 'string' } },
+            },
+          },
+        }),
+      },
+    ),
+  },
   '/images/{id}': {
     get: op(
       'Get a built image',

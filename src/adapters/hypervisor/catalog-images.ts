@@ -1,5 +1,5 @@
 import { InvalidStateError } from '../../domain/errors.js';
-import type { ImageSource, ImportRules } from '../../domain/image-request.js';
+import type { ImageSource, ImportRules, RegistrySource } from '../../domain/image-request.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
 import type { VmRef } from '../../ports/hypervisor.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
@@ -48,6 +48,10 @@ export abstract class CatalogImages {
 
   removeImage(image: string): Promise<void> {
     return this.images.remove(image);
+  }
+
+  registryDigest(source: RegistrySource, insecureRegistries: readonly string[]): Promise<string> {
+    return this.images.registryDigest(source, insecureRegistries);
   }
 
   bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string; source: string }): Promise<void> {

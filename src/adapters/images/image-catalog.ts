@@ -1,11 +1,11 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { execFile } from 'node:child_process';
-import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
-import type { ImageSource, ImportRules } from '../../domain/image-request.js';
+import type { ImageSource, ImportRules, RegistrySource } from '../../domain/image-request.js';
 import { checkImportFile } from './import-files.js';
 import { bundleOf, checkBundle, imageDigest } from './image-bundle.js';
 import type { ImageBundle } from '../../domain/image-fetch.js';
@@ -315,6 +315,18 @@ export class ImageCatalog {
         await rm(work, { recursive: true, force: true });
       }
     });
+  }
+
+  /** What a pull of `source` would take now: its manifest's digest, checked as for a pull. */
+  async registryDigest(source: RegistrySource, insecureRegistries: readonly string[]): Promise<string> {
+    await mkdir(this.root, { recursive: true });
+    // a login goes in an auth file, in a folder of its own that goes with it
+    const work = await mkdtemp(join(this.root, '.resolve-'));
+    try {
+      return (await registrySource(source, work, insecureRegistries)).digest!;
+    } finally {
+      await rm(work, { recursive: true, force: true });
+    }
   }
 
   /** Removes a built image. NotFoundError when it is not built. */

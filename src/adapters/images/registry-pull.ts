@@ -25,6 +25,8 @@ export interface SkopeoSource {
   flags: string[];
   /** How the image names its source (`docker://REF`, or the archive's type and file name). */
   label: string;
+  /** A registry's image: the digest of the manifest the copy is pinned to. */
+  digest?: string;
 }
 
 interface Manifest {
@@ -91,6 +93,7 @@ export async function registrySource(
     ref: `docker://${repo}@${digest}`,
     flags: flagsAs('src-'),
     label: `docker://${src.ref}`,
+    digest,
   };
 }
 

@@ -1,6 +1,11 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
-import { normalRegistryRef, parseImageRequest, registryOf } from '../../../src/domain/image-request.js';
+import {
+  normalRegistryRef,
+  parseImageRequest,
+  parseRegistryResolve,
+  registryOf,
+} from '../../../src/domain/image-request.js';
 
 describe('domain/parseImageRequest', () => {
   it('reads a recipe: base, packages, files (base64, octal mode), env and run lines', () => {
@@ -186,4 +191,25 @@ describe('domain/parseImageRequest', () => {
       expect(() => parseImageRequest(body)).to.throw(InvalidArgumentError, msg);
     });
   }
+});
+
+describe('domain/parseRegistryResolve', () => {
+  it('takes a docker:// reference made whole, with a login, and nothing else', () => {
+    expect(parseRegistryResolve({ from: 'docker://python:3.12' })).to.deep.equal({
+      type: 'docker',
+      ref: 'docker.io/library/python:3.12',
+    });
+    expect(
+      parseRegistryResolve({ from: 'docker://ghcr.io/o/a:1', registry_auth: { username: 'u', password: 'p' } }),
+    ).to.deep.equal({ type: 'docker', ref: 'ghcr.io/o/a:1', auth: { username: 'u', password: 'p' } });
+    for (const [body, why] of [
+      [undefined, /resolve request/],
+      [{}, /from must be an image in a registry/],
+      [{ from: 'https://x/disk.qcow2' }, /from must be an image in a registry/],
+      [{ from: 'docker://A B' }, /not a registry reference/],
+      [{ from: 'docker://a:1', digest: 'sha256:00' }, /unknown field "digest"/],
+    ] as const) {
+      expect(() => parseRegistryResolve(body), JSON.stringify(body)).to.throw(InvalidArgumentError, why);
+    }
+  });
 });

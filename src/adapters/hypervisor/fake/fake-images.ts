@@ -10,7 +10,7 @@ import {
   InvalidStateError,
   NotFoundError,
 } from '../../../domain/errors.js';
-import type { ImageSource, ImportRules } from '../../../domain/image-request.js';
+import type { ImageSource, ImportRules, RegistrySource } from '../../../domain/image-request.js';
 import { checkImportFile, sniffImportFile } from '../../images/import-files.js';
 import { readyDisk } from '../../images/disk-unpack.js';
 import type { VmRef } from '../../../ports/hypervisor.js';
@@ -48,6 +48,8 @@ const FAKE_ALIASES: Record<string, string> = { default: 'debian' };
  */
 export abstract class FakeImages {
   private readonly removed = new Set<string>();
+  /** When images were baked, imported or fetched here (the fixed ones: never, the epoch). */
+  private readonly madeAt = new Map<string, number>();
   /** This instance's images: the fixed ones plus those baked. */
   private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
   /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
@@ -108,7 +110,7 @@ export abstract class FakeImages {
       os: 'fake',
       description: `the fake hypervisor's ${info.id} image`,
       size_bytes: 0,
-      created_at: new Date(0).toISOString(),
+      created_at: new Date(this.madeAt.get(info.id) ?? 0).toISOString(),
       boot: 'kernel',
       source: info.id,
       in_use_by: inUse(info.id),
@@ -121,6 +123,7 @@ export abstract class FakeImages {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.resolveImage(meta.from_image);
     this.images[id] = { ...base, id };
+    this.madeAt.set(id, Date.now());
     this.removed.delete(id);
   }
 
@@ -165,7 +168,26 @@ export abstract class FakeImages {
       min_disk_gb: 1,
       built: true,
     };
+    this.madeAt.set(id, Date.now());
     this.removed.delete(id);
+  }
+
+  /** The versions the fake's "registry" holds of each reference (1 until a test moves its tag). */
+  private readonly pushed = new Map<string, number>();
+  /** The fake's registry does not answer (a test of a build that takes the image pulled before). */
+  registryDown = false;
+
+  /** A new image is pushed under `ref` (`REGISTRY/PATH:TAG`, as normalRegistryRef makes it): its digest changes. */
+  pushTag(ref: string): void {
+    this.pushed.set(ref, (this.pushed.get(ref) ?? 1) + 1);
+  }
+
+  /** A digest for each version of each reference; the fake reaches no registry. */
+  async registryDigest(source: RegistrySource): Promise<string> {
+    if (this.registryDown)
+      throw new InvalidArgumentError(`from: docker://${source.ref}: the fake registry does not answer`);
+    const version = `${source.ref}#${this.pushed.get(source.ref) ?? 1}`;
+    return `sha256:${createHash('sha256').update(version).digest('hex')}`;
   }
 
   /** Fake images are alike on every fake node, build for build. */
@@ -204,6 +226,7 @@ export abstract class FakeImages {
       if (createHash('sha256').update(body).digest('hex') !== bundle.files[0]?.sha256)
         throw new InternalError(`image ${bundle.id} as fetched does not match the sha256 of manifest.json`);
       this.images[bundle.id] = { ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true };
+      this.madeAt.set(bundle.id, Date.now());
       this.removed.delete(bundle.id);
     } finally {
       await rm(dir, { recursive: true, force: true });
