@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { createServer, type Server } from 'node:http';
 import { AgentOptions } from './app/agent/agent-options.js';
 import { AgentService } from './app/agent/agent-service.js';
@@ -116,6 +117,14 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
     ),
   );
   server.on('clientError', answerClientError);
+  // Sockets taken over by a WebSocket (shells, the exec channel, ports) still hold the server
+  // open, and closeAllConnections does not know them: stop ends them, or a stop (the guest's
+  // shutdown) waits until their far end lets go.
+  const upgraded = new Set<Duplex>();
+  server.on('upgrade', (_req, socket: Duplex) => {
+    upgraded.add(socket);
+    socket.once('close', () => upgraded.delete(socket));
+  });
   server.on(
     'upgrade',
     guardUpgrades(
@@ -147,6 +156,7 @@ export async function startAgent(opts: AgentOptions, o: AgentOverrides = {}): Pr
     stop: async () => {
       relay?.stop();
       server.closeAllConnections();
+      for (const socket of upgraded) socket.destroy();
       await new Promise<void>((r) => server.close(() => r()));
     },
   };

@@ -682,6 +682,28 @@ describe('svc-agent over HTTP (real agent process)', function () {
     expect(r.status).to.equal(404);
     expect(r.json.error).to.be.a('string');
   });
+  describe('stopping', () => {
+    it("stops on SIGTERM (a guest's shutdown) at once, a shell's WebSocket open or not", async () => {
+      const own = await startLocalAgent(tempDir('svc-agent-term-'));
+      const sh = await openShell(`ws://127.0.0.1:${own.port}/shell?shell=/bin/sh`);
+      sh.send('echo up\n');
+      await sh.waitFor(/up/);
+      try {
+        process.kill(own.pid, 'SIGTERM');
+        // an upgraded socket once held the server open until its far end let go (never, here)
+        const closed = await Promise.race([
+          sh.exit.then(() => 'closed'),
+          new Promise((r) => setTimeout(r, 10_000, 'open')),
+        ]);
+        expect(closed).to.equal('closed');
+        for (let i = 0; i < 100 && alive(own.pid); i++) await new Promise((r) => setTimeout(r, 50));
+        expect(alive(own.pid), 'the agent exited').to.equal(false);
+      } finally {
+        sh.ws.terminate();
+        await own.stop();
+      }
+    });
+  });
 });
 
 function rawGet(port: number, path: string): Promise<{ type: string; body: Buffer }> {
@@ -721,4 +743,14 @@ function treeOf(root: string): string[] {
   };
   walk('');
   return out;
+}
+
+/** Whether a process is there (not reaped). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
