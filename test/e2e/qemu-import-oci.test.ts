@@ -114,7 +114,10 @@ describe('svcd with QEMU: images from container image archives', function () {
     // WorkingDir, with its Env, as a durable process tagged entrypoint.
     expect((last.image as { entrypoint?: unknown }).entrypoint).to.deep.equal({
       cmd: '/bin/sh',
-      args: ['-c', 'echo "serving as $(id -un) in $PWD with $GREETING_ENV"; exec sleep 100000'],
+      args: [
+        '-c',
+        'trap "sleep 1; echo stopped gracefully > /tmp/stopped; echo stopped gracefully; exit 0" TERM; echo "serving as $(id -un) in $PWD with $GREETING_ENV"; while :; do sleep 1; done',
+      ],
       user: 'app',
       cwd: '/srv/app',
       tag: 'entrypoint',
@@ -147,12 +150,18 @@ describe('svcd with QEMU: images from container image archives', function () {
     expect(log.text).to.contain('svc-init: power button: powering off');
     expect(log.text).to.contain('reboot: Power down');
     expect((await d.call('POST', '/vms/oci1/start')).status).to.equal(200);
-    const out = await sh('oci1', 'cat in.txt; echo "$GREETING_ENV"');
-    expect(out.stdout).to.equal('hello from the hostfrom-image\n');
-    // A cold boot runs the entrypoint again; the one of the boot before ended with it.
+    const out = await sh('oci1', 'cat in.txt; echo "$GREETING_ENV"; cat /tmp/stopped');
+    expect(out.stdout).to.equal('hello from the hostfrom-image\nstopped gracefully\n');
+    // The entrypoint was asked to stop and given the time it took (a second), not killed at once;
+    // what it said on its way out is kept. A cold boot runs it again.
+    expect(log.text).to.not.contain('what did not stop in 10 s is killed');
+    expect(log.text).to.match(/svc-init: power button: every process stopped within \d+\.\d s/);
     const after = await entrypoints('oci1');
     expect(after).to.have.length(before.length + 1);
-    expect(after[0]).to.include({ id: before[0].id, state: 'ended', reason: 'reboot' });
+    expect(after[0]).to.include({ id: before[0].id, state: 'ended', exit_code: 0 });
+    const last = ndjson((await d.call('GET', `/vms/oci1/processes/${before[0].id}/output`)).text);
+    const printed = last.filter((f) => f.stream === 'stdout').map((f) => f.data);
+    expect(printed.join('')).to.equal(`${SERVING}stopped gracefully\n`);
     expect(after[1]).to.include({ state: 'running' });
   });
 
