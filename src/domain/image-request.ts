@@ -123,6 +123,10 @@ export function normalRegistryRef(text: string, what = 'from'): string {
 /** The registry (`HOST[:PORT]`) a whole reference names. */
 export const registryOf = (ref: string): string => ref.slice(0, ref.indexOf('/'));
 
+/** The repository a normalRegistryRef names, without its tag or digest (`docker.io/library/python`). */
+export const repositoryOf = (ref: string): string =>
+  ref.replace(/@sha256:[a-f0-9]{64}$/, '').replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
+
 function registryAuth(v: unknown): RegistryAuth {
   const o = obj(v, 'registry_auth');
   for (const k of Object.keys(o))

@@ -10,7 +10,7 @@ import {
   PayloadTooLargeError,
   errorMessage,
 } from '../../domain/errors.js';
-import { normalRegistryRef } from '../../domain/image-request.js';
+import { normalRegistryRef, repositoryOf } from '../../domain/image-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
@@ -309,11 +309,10 @@ export class TemplateBuilds {
     const name = `${prefix}-${digest.slice(7, 19)}`;
     const create = { image: name, entrypoint: false };
     if (images.some((i) => i.id === name)) return { create };
-    const repo = from.replace(/@sha256:[a-f0-9]{64}$/, '').replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
     return {
       create,
       // pinned to the digest asked for: the image is that version even if the tag moves meanwhile
-      pull: { name, from: `docker://${repo}@${digest}`, ...(auth ? { registry_auth: auth } : {}) },
+      pull: { name, from: `docker://${repositoryOf(from)}@${digest}`, ...(auth ? { registry_auth: auth } : {}) },
       note: { message: `docker://${from} is ${digest}` },
     };
   }

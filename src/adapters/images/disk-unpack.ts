@@ -142,8 +142,9 @@ export async function untarDisk(file: string, dir: string, label: string, room: 
 
 /**
  * A disk's file made ready to check, in `work`: a host file (checked already) as it is, or
- * downloaded from its URL; unpacked when it came compressed, and taken out of its tar when it came in one. With what to call it (`disk:NAME`
- * or the URL) and the progress its later steps report through: after a download, from 55% on.
+ * downloaded from its URL; unpacked when it came compressed, and taken out of its tar when it
+ * came in one. With what to call it (`disk:NAME` or the URL) and the progress its later steps
+ * report through: after a download, from 55% on.
  */
 export async function readyDisk(
   source: { type: 'disk'; file: string } | UrlSource,

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { formatBytes } from '../../domain/bytes.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { registryOf, type RegistrySource } from '../../domain/image-request.js';
+import { registryOf, repositoryOf, type RegistrySource } from '../../domain/image-request.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { MAX_LAYERS } from './oci-layout.js';
 
@@ -64,7 +64,7 @@ export async function registrySource(
   ];
   const flags = flagsAs('');
   const hint = { registry, insecure: insecureRegistries };
-  const repo = src.ref.replace(/@sha256:[a-f0-9]{64}$/, '').replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
+  const repo = repositoryOf(src.ref);
   let raw = await inspect(`docker://${src.ref}`, flags, src.ref, hint);
   let manifest = parse(raw, src.ref);
   if (manifest.manifests) {

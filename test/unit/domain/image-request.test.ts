@@ -5,6 +5,7 @@ import {
   parseImageRequest,
   parseRegistryResolve,
   registryOf,
+  repositoryOf,
 } from '../../../src/domain/image-request.js';
 
 describe('domain/parseImageRequest', () => {
@@ -211,5 +212,15 @@ describe('domain/parseRegistryResolve', () => {
     ] as const) {
       expect(() => parseRegistryResolve(body), JSON.stringify(body)).to.throw(InvalidArgumentError, why);
     }
+  });
+});
+
+describe('domain/repositoryOf', () => {
+  it("drops a whole reference's tag and digest, never a registry's port", () => {
+    const d = `sha256:${'a'.repeat(64)}`;
+    expect(repositoryOf(normalRegistryRef('python:3.12'))).to.equal('docker.io/library/python');
+    expect(repositoryOf(normalRegistryRef(`localhost:5000/team/app@${d}`))).to.equal('localhost:5000/team/app');
+    expect(repositoryOf(normalRegistryRef(`localhost:5000/team/app:1@${d}`))).to.equal('localhost:5000/team/app');
+    expect(repositoryOf(normalRegistryRef('localhost:5000/app'))).to.equal('localhost:5000/app');
   });
 });
