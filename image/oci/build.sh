@@ -46,6 +46,6 @@ process.stdout.write(JSON.stringify({
   id, format: 1, os: c.os, description: `imported from ${c.source}`, kernel: "vmlinux", initrd: "initrd.img", disk: "disk.qcow2",
   disk_gb: Number(disk), cmdline: "console=ttyS0 root=/dev/vda rw panic=-1 init=/opt/svc/init",
   ssh_user: "root", agent_ready: true, boot: "kernel", source: c.source, agent_version: agent, kernel_version: kver,
-  image_config: c.config,
+  image_config: c.config, runs_entrypoint: true,
 }, null, 2));
 ' "$SVC_IMAGE_CONFIG" "$(basename "$OUT")" "$KVER" "$AGENT_VERSION" "$DISK_GB")"

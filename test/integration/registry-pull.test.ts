@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
@@ -61,6 +61,16 @@ describe('images pulled from a registry (docker://, a real local registry)', fun
     };
     expect(manifest.image_config?.Env).to.include('GREETING_ENV=from-image');
     expect(manifest.image_config?.WorkingDir).to.equal('/srv/app');
+    // what its VMs run at boot, and only where the image's init hands it to the agent
+    expect(img.entrypoint).to.include({ cmd: '/bin/sh', user: 'app', cwd: '/srv/app', tag: 'entrypoint' });
+    expect(catalog.info('pulled').entrypoint).to.deep.equal(img.entrypoint);
+    const mpath = join(catalog.dir('pulled'), 'manifest.json');
+    const text = readFileSync(mpath, 'utf8');
+    writeFileSync(mpath, JSON.stringify({ ...JSON.parse(text), runs_entrypoint: undefined }));
+    expect(catalog.info('pulled'), 'an image imported before its init ran entrypoints').to.not.have.property(
+      'entrypoint',
+    );
+    writeFileSync(mpath, text);
     // the layers are applied in order: the upper layer's file, the whited-out one gone
     const disk = join(catalog.dir('pulled'), 'disk.qcow2');
     const raw = join(tempDir('svc-pull-disk-'), 'disk.raw');

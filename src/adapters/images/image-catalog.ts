@@ -35,10 +35,15 @@ export interface ImageManifest {
   min_memory_mb?: number;
   /** A container image's config (images imported from one, and those baked from their VMs). */
   image_config?: OciImageConfig;
+  /**
+   * Its init hands the entrypoint to the agent (images imported since 2026-12-03, and those baked
+   * from their VMs); an older one's does not, so none is shown or sent.
+   */
+  runs_entrypoint?: boolean;
 }
 
 const entrypointOf = (m: ImageManifest) => {
-  const entrypoint = imageEntrypoint(m.image_config);
+  const entrypoint = m.runs_entrypoint ? imageEntrypoint(m.image_config) : undefined;
   return entrypoint ? { entrypoint } : {};
 };
 
