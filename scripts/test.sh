@@ -21,10 +21,20 @@ summary() {
   for t in "${TIMES[@]}"; do echo "$t"; done
   [ -n "$CURRENT" ] && printf '%-28s failed\n' "$CURRENT"
   printf '%-28s %4dm%02ds\n' "total" $(((SECONDS - RUN_START) / 60)) $(((SECONDS - RUN_START) % 60))
+  slowest integration
+  slowest e2e
   rm -rf "$LOGS"
   exit $rc
 }
 trap summary EXIT
+
+# slowest TIER: a parallel tier's ten slowest files (test/helpers/root-hooks.ts writes their times).
+slowest() {
+  [ -s "$LOGS/$1.times" ] || return 0
+  echo
+  echo "slowest $1 files (s)"
+  sort -rn "$LOGS/$1.times" | head -10
+}
 
 record() { TIMES+=("$(printf '%-28s %4dm%02ds' "$1" $(($2 / 60)) $(($2 % 60)))"); }
 
@@ -105,7 +115,7 @@ ordered() {
 }
 if [ "$jobs" -gt 1 ]; then
   mapfile -t files < <(ordered dist/test/integration "" soak cli cluster e2b fuzz crash-matrix dashboard agent processes client)
-  tier "integration ($jobs workers)" npx mocha --reporter spec --timeout 60000 --parallel --jobs "$jobs" "${files[@]}"
+  tier "integration ($jobs workers)" env SVC_FILE_TIMES="$LOGS/integration.times" npx mocha --reporter spec --timeout 60000 --parallel --jobs "$jobs" "${files[@]}"
 else
   tier integration npx mocha --reporter spec --timeout 60000 'dist/test/integration/**/*.test.js'
 fi
@@ -116,7 +126,7 @@ if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
     # Longest first, so the workers end close together (mocha hands files out in the order given):
     # by their seconds in a CI run of 2026-11-28 13:00, the rest after them by name.
     mapfile -t files < <(ordered dist/test/e2e qemu- debian import-disk processes crash e2b templates forks daemon mounts snapshot-creates contract)
-    tier "e2e ($jobs workers)" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
+    tier "e2e ($jobs workers)" env SVC_FILE_TIMES="$LOGS/e2e.times" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
   else
     tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
   fi
