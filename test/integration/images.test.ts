@@ -36,6 +36,9 @@ describe('images API (fake hypervisor with real local agents)', function () {
     await d.call('DELETE', '/vms/from-baked');
     expect((await d.call('DELETE', '/images/baked')).status).to.equal(200);
     expect((await d.call('GET', '/images/baked')).status).to.equal(404);
+    const list = await d.call('GET', '/images');
+    expect(list.status, 'a deleted image leaves the list answering').to.equal(200);
+    expect(list.json.map((i: { id: string }) => i.id)).to.not.include('baked');
   });
 
   it('builds from a recipe in a temporary vm it then removes', async () => {

@@ -1,6 +1,16 @@
 /** The OpenAPI description of images: built from recipes, baked from VMs, imported (docs/image.md). */
 import { err, json, op, q, ref, jsonBody, type Schema } from './openapi-kit.js';
 
+/** A private registry's login, as a pull and a resolve take it. */
+function registryAuth(description: string): Schema {
+  return {
+    type: 'object',
+    description,
+    required: ['username', 'password'],
+    properties: { username: { type: 'string' }, password: { type: 'string' } },
+  };
+}
+
 export const IMAGE_SCHEMAS: Record<string, Schema> = {
   ImageRequest: {
     type: 'object',
@@ -19,12 +29,9 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
         description:
           "imports from a URL: the disk's digest, checked after the download; needed for a plain http:// URL",
       },
-      registry_auth: {
-        type: 'object',
-        description: 'pulls (docker://) from a private registry: its login, used for this pull alone and never kept',
-        required: ['username', 'password'],
-        properties: { username: { type: 'string' }, password: { type: 'string' } },
-      },
+      registry_auth: registryAuth(
+        'pulls (docker://) from a private registry: its login, used for this pull alone and never kept',
+      ),
       from_vm: { type: 'string', description: 'a stopped VM to bake' },
       ssh_user: {
         type: 'string',
@@ -162,12 +169,7 @@ export const IMAGE_PATHS: Record<string, Record<string, Schema>> = {
           required: ['from'],
           properties: {
             from: { type: 'string', description: 'docker://REF (python:3.12 is docker.io/library/python:3.12)' },
-            registry_auth: {
-              type: 'object',
-              description: "a private registry's login, used for this look alone and never kept",
-              required: ['username', 'password'],
-              properties: { username: { type: 'string' }, password: { type: 'string' } },
-            },
+            registry_auth: registryAuth("a private registry's login, used for this look alone and never kept"),
           },
         }),
       },

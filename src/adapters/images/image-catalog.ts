@@ -328,7 +328,7 @@ export class ImageCatalog {
     // a login goes in an auth file, in a folder of its own that goes with it
     const work = await mkdtemp(join(this.root, '.resolve-'));
     try {
-      return (await registrySource(source, work, insecureRegistries)).digest!;
+      return (await registrySource(source, work, insecureRegistries)).digest;
     } finally {
       await rm(work, { recursive: true, force: true });
     }

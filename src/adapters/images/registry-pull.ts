@@ -48,7 +48,7 @@ export async function registrySource(
   src: RegistrySource,
   work: string,
   insecureRegistries: readonly string[],
-): Promise<SkopeoSource> {
+): Promise<SkopeoSource & { digest: string }> {
   const registry = registryOf(src.ref);
   const plainHttp = insecureRegistries.includes(registry);
   let authFile: string | undefined;

@@ -99,7 +99,8 @@ export abstract class FakeImages {
   }
 
   async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
-    return Promise.all(Object.keys(this.images).map((id) => this.getImage(id, inUse)));
+    const ids = Object.keys(this.images).filter((id) => !this.removed.has(id));
+    return Promise.all(ids.map((id) => this.getImage(id, inUse)));
   }
 
   async getImage(image: string, inUse: (id: string) => string[]): Promise<ImageDetails> {
@@ -122,9 +123,7 @@ export abstract class FakeImages {
     if (this.runs(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.resolveImage(meta.from_image);
-    this.images[id] = { ...base, id };
-    this.madeAt.set(id, Date.now());
-    this.removed.delete(id);
+    this.add({ ...base, id });
   }
 
   /**
@@ -161,15 +160,13 @@ export abstract class FakeImages {
       progress({ percent: 50, message: `importing ${source.type}:${file}` });
     }
     const disk = source.type === 'disk' || source.type === 'url';
-    this.images[id] = {
+    this.add({
       id,
       agent_ready: !disk,
       ssh_user: disk ? (meta.ssh_user ?? 'root') : 'root',
       min_disk_gb: 1,
       built: true,
-    };
-    this.madeAt.set(id, Date.now());
-    this.removed.delete(id);
+    });
   }
 
   /** The versions the fake's "registry" holds of each reference (1 until a test moves its tag). */
@@ -225,12 +222,17 @@ export abstract class FakeImages {
       const body = await readFile(join(dir, 'manifest.json'));
       if (createHash('sha256').update(body).digest('hex') !== bundle.files[0]?.sha256)
         throw new InternalError(`image ${bundle.id} as fetched does not match the sha256 of manifest.json`);
-      this.images[bundle.id] = { ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true };
-      this.madeAt.set(bundle.id, Date.now());
-      this.removed.delete(bundle.id);
+      this.add({ ...(JSON.parse(body.toString()) as ImageInfo), id: bundle.id, built: true });
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  }
+
+  /** An image made here now (baked, imported or fetched), in place of one removed under its id. */
+  private add(info: ImageInfo): void {
+    this.images[info.id] = info;
+    this.madeAt.set(info.id, Date.now());
+    this.removed.delete(info.id);
   }
 
   async removeImage(image: string): Promise<void> {
