@@ -270,6 +270,16 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect(second!.slice(0, 20), 'named after the same reference').to.equal(first!.slice(0, 20));
     // both versions are images; the first stays for what stands on it
     expect((await d.call('GET', `/images/${first}`)).status).to.equal(200);
+    // built again, on-ruby-1 stands on the new version: the first stays for on-ruby-2's build
+    expect(await build('on-ruby-1')).to.include(`"image":"${second}"`);
+    expect((await d.call('GET', `/images/${first}`)).status).to.equal(200);
+    // and goes once nothing stands on it
+    await build('on-ruby-2');
+    const deadline = Date.now() + 10_000;
+    while ((await d.call('GET', `/images/${first}`)).status !== 404 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    expect((await d.call('GET', `/images/${first}`)).status, 'the older version pruned').to.equal(404);
+    expect((await d.call('GET', `/images/${second}`)).status, 'the newest kept').to.equal(200);
     hv.registryDown = true;
     try {
       const offline = await build('on-ruby-4');

@@ -6,14 +6,12 @@ import {
   AlreadyExistsError,
   InvalidArgumentError,
   NotFoundError,
-  NotSupportedError,
   PayloadTooLargeError,
   errorMessage,
 } from '../../domain/errors.js';
-import { normalRegistryRef, repositoryOf } from '../../domain/image-request.js';
+import { normalRegistryRef } from '../../domain/image-request.js';
 import type { Instance } from '../../domain/vm.js';
 import type { SvcClient } from '../client/svc-client.js';
-import type { ImageDetails } from '../../ports/guest-images.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { sameSecret } from '../http-kit/auth.js';
 import { snapshotOf } from './sandboxes.js';
@@ -28,6 +26,7 @@ import {
   type TemplateStep,
 } from './template-run.js';
 import { FILES_HASH, checkBuild } from './template-check.js';
+import { RegistryBases, registryLogin } from './registry-bases.js';
 import { BuildRecords } from './build-records.js';
 import { TemplateTags, checkTags, parseRef, templateOf } from './template-tags.js';
 
@@ -51,6 +50,8 @@ export class TemplateBuilds {
   private readonly runner: TemplateRun;
   /** Each template's tags, and which of its builds are kept. */
   readonly tags: TemplateTags;
+  /** Registry images pulled as bases, and their older versions pruned. */
+  private readonly registry: RegistryBases;
 
   constructor(
     private readonly client: SvcClient,
@@ -59,6 +60,7 @@ export class TemplateBuilds {
   ) {
     this.tags = new TemplateTags(client, join(dir, 'tags'), (vm) => this.forget(vm));
     this.records = new BuildRecords(join(dir, 'builds'));
+    this.registry = new RegistryBases(client);
     this.runner = new TemplateRun(client, {
       file: (hash) => this.file(hash),
       record: (vm) => this.record(vm),
@@ -192,18 +194,26 @@ export class TemplateBuilds {
     void this.records.save(b);
     let base: RunBase;
     let same: Instance | undefined;
+    let release = () => {};
     try {
       const all = await this.client.list();
       base = await this.base(spec, all);
+      release = this.registry.hold(base);
       b.key = await this.keyOf(base, steps, spec, b);
       const force = spec.force === true || steps.some((s) => s.force === true);
       same = force ? undefined : all.find((vm) => this.cached(vm, b));
     } catch (err) {
+      release();
       b.status = 'waiting';
       void this.records.save(b);
       throw err;
     }
-    if (!same) return void this.runner.run(b, base, steps, spec).then(() => this.records.save(b));
+    if (!same)
+      return void this.runner.run(b, base, steps, spec).then(async () => {
+        release();
+        await this.records.save(b);
+      });
+    release();
     // the cache: a kept build of this template made from the same base, steps, files and commands
     const log = (message: string, level: 'info' | 'warn' = 'info') => logTo(b, message, 'finalize', level);
     log(`cached: build ${same.tags[TPL.build]} (${same.name}) was made from the same base, steps and files`);
@@ -273,48 +283,7 @@ export class TemplateBuilds {
     if (image) return { create: { image: image.id, entrypoint: false } };
     if (spec.fromImage === undefined)
       throw new InvalidArgumentError(`base ${ref}: not an svc image, template or snapshot`);
-    return this.registryBase(normalRegistryRef(ref, 'fromImage'), registryLogin(spec.fromImageRegistry), images);
-  }
-
-  /**
-   * A container image in a registry as a build's base: pulled once per version as an svc image of
-   * its own, `reg-<hash of the reference>-<its digest's first 12 digits>`, so a tag that moved is
-   * pulled again (its new version) and one that did not is not. The digest is asked of the registry
-   * at each build; one that does not answer (or refuses) leaves the newest version pulled before,
-   * said in the build's log, or fails the build when there is none.
-   */
-  private async registryBase(
-    from: string,
-    auth: { username: string; password: string } | undefined,
-    images: ImageDetails[],
-  ): Promise<RunBase> {
-    const prefix = `reg-${createHash('sha256').update(from).digest('hex').slice(0, 16)}`;
-    let digest: string;
-    try {
-      ({ digest } = await this.client.resolveImage(`docker://${from}`, auth));
-    } catch (err) {
-      // named reg-<hash> alone by svc before 2026-12-03, one version per reference
-      const before = images
-        .filter((i) => i.id === prefix || i.id.startsWith(`${prefix}-`))
-        .sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
-      if (!before) throw err;
-      return {
-        create: { image: before.id, entrypoint: false },
-        note: {
-          message: `could not ask the registry what docker://${from} is now (${errorMessage(err)}); building from image ${before.id}, pulled before`,
-          warn: true,
-        },
-      };
-    }
-    const name = `${prefix}-${digest.slice(7, 19)}`;
-    const create = { image: name, entrypoint: false };
-    if (images.some((i) => i.id === name)) return { create };
-    return {
-      create,
-      // pinned to the digest asked for: the image is that version even if the tag moves meanwhile
-      pull: { name, from: `docker://${repositoryOf(from)}@${digest}`, ...(auth ? { registry_auth: auth } : {}) },
-      note: { message: `docker://${from} is ${digest}` },
-    };
+    return this.registry.base(normalRegistryRef(ref, 'fromImage'), registryLogin(spec.fromImageRegistry), images);
   }
 
   /**
@@ -335,15 +304,21 @@ export class TemplateBuilds {
     return { envs: r.envs ?? {}, workdir: r.workdir };
   }
 
-  /** A template VM deleted: its defaults go. */
+  /** A template VM deleted: its defaults go, and an older version of a registry base it alone stood on. */
   async forget(vm: string): Promise<void> {
     await rm(this.record(vm), { force: true });
+    void this.pruneBases();
+  }
+
+  private async pruneBases(): Promise<void> {
+    await this.registry.prune().catch(() => undefined);
   }
 
   /**
    * At the daemon's start: a build cut off by a stop left its VM running (a template is
    * suspended), a stop between a change of tags and its deletes left builds no tag names, and
-   * defaults and tags may be left of templates deleted meanwhile. All go. In a cluster other
+   * defaults and tags may be left of templates deleted meanwhile, and older versions of registry
+   * bases nothing uses. All go. In a cluster other
    * nodes' builds are not this node's to judge, so only the files are looked at there.
    */
   async sweep(o: { vms: boolean }): Promise<string[]> {
@@ -367,6 +342,8 @@ export class TemplateBuilds {
     const records = await readdir(join(this.dir, 'templates')).catch(() => [] as string[]);
     for (const f of records)
       if (f.endsWith('.json') && !kept.has(f.slice(0, -5))) await rm(join(this.dir, 'templates', f), { force: true });
+    // a stop between a build's delete and the prune after it left an older registry base behind
+    if (o.vms) await this.pruneBases();
     return gone;
   }
 
@@ -381,17 +358,4 @@ export class TemplateBuilds {
   private sign(templateID: string, hash: string): string {
     return createHmac('sha256', this.key).update(`${templateID}:${hash}`).digest('hex');
   }
-}
-
-/** The SDK's `fromImage(ref, {username, password})` login; its AWS and GCP registries are not reached. */
-function registryLogin(v: unknown): { username: string; password: string } | undefined {
-  if (v === undefined || v === null) return undefined;
-  const r = v as { type?: unknown; username?: unknown; password?: unknown };
-  if (r.type !== 'registry')
-    throw new NotSupportedError(
-      `fromImageRegistry of type ${JSON.stringify(r.type)}: svc logs in to registries with a user and password only`,
-    );
-  if (typeof r.username !== 'string' || typeof r.password !== 'string')
-    throw new InvalidArgumentError('fromImageRegistry needs a username and a password');
-  return { username: r.username, password: r.password };
 }
