@@ -134,14 +134,26 @@ class Download {
     await this.take(res);
     if (!res.body) throw this.refuse('answered without a body');
     const append = this.got > 0;
-    const broken = await pipeline(
-      Readable.fromWeb(res.body as ReadableStream<Uint8Array>, { signal }),
-      this.counter(stall),
+    const body = Readable.fromWeb(res.body as ReadableStream<Uint8Array>, { signal });
+    const counter = this.counter(stall);
+    // A body that breaks off ends the file where it broke: what came is written, not dropped with
+    // the writes still waiting, so the bytes counted (and hashed) are the file's when it resumes.
+    let broke: unknown;
+    body.once('error', (err) => {
+      broke = err;
+      counter.end();
+    });
+    body.pipe(counter);
+    const written = await pipeline(
+      counter,
       createWriteStream(this.file, { mode: 0o600, flags: append ? 'a' : 'w' }),
     ).then(
       () => undefined,
-      (err: unknown) => failed(err, 'the download broke off'),
+      (err: unknown) => err ?? new Error('the file could not be written'),
     );
+    if (written !== undefined) body.destroy();
+    const cause = written ?? broke;
+    const broken = cause === undefined ? undefined : failed(cause, 'the download broke off');
     if (broken || !Number.isFinite(this.length) || this.got === this.length) return broken;
     return this.refuse(`${formatBytes(this.got)} came of the ${formatBytes(this.length)} announced`);
   }

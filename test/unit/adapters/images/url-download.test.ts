@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, pbkdf2, pbkdf2Sync } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -81,7 +81,22 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
       res.end(body.subarray(from));
     };
   };
+  /** Keeps every thread of libuv's pool busy for about `ms`: file writes wait for one meanwhile. */
+  const busyPool = (ms: number) => {
+    const t0 = process.hrtime.bigint();
+    pbkdf2Sync('svc', 'test', 2000, 32, 'sha256');
+    const perIteration = Number(process.hrtime.bigint() - t0) / 1e6 / 2000;
+    const iterations = Math.max(1000, Math.round(ms / perIteration));
+    for (let i = 0; i < Number(process.env.UV_THREADPOOL_SIZE ?? 4); i++)
+      pbkdf2('svc', 'test', iterations, 32, 'sha256', () => undefined);
+  };
+  const breaksOff = ranged({ then: 'close' });
   Object.assign(routes, {
+    // the first bytes come while the file's writes wait for a thread; the break comes before they are written
+    '/breaks-off-busy': (res: ServerResponse) => {
+      if (!res.req.headers.range) busyPool(150);
+      breaksOff(res);
+    },
     '/breaks-off': ranged({ then: 'close' }),
     '/goes-silent': ranged({ then: 'stall' }),
     '/always-breaks': ranged({ then: 'close', always: true }),
@@ -227,6 +242,13 @@ describe('adapters/images/downloadDisk (a disk from its URL)', () => {
         path,
       ).to.match(new RegExp(`^the download stopped at 100 KiB \\(${why}\\); resuming there \\(1 of 3\\)$`));
     }
+  });
+
+  it('writes every byte that came before a break before it resumes, however slow the writes (a busy disk)', async () => {
+    asked.length = 0;
+    await get('/breaks-off-busy', sha('sha256', DISK));
+    expect(readFileSync(join(dir, 'download')).equals(DISK), 'the file is the disk').to.equal(true);
+    expect(asked).to.deep.equal(['whole', `bytes=${PART}- if "v1"`]);
   });
 
   it('downloads a file that changed meanwhile again from its start, and gives up after the resumes allowed', async () => {
