@@ -16,8 +16,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function afterCallerLeft<T>(answer: (res: Response) => Promise<T>): Promise<T> {
   let done!: (v: T) => void;
   const result = new Promise<T>((r) => (done = r));
+  let arrived!: () => void;
+  const here = new Promise<void>((r) => (arrived = r));
   const app = express();
   app.get('/', (req, res) => {
+    arrived();
     req.once('close', () => void sleep(50).then(() => answer(res).then(done)));
   });
   const server: Server = await new Promise((r) => {
@@ -27,7 +30,8 @@ async function afterCallerLeft<T>(answer: (res: Response) => Promise<T>): Promis
     const call = request({ port: (server.address() as AddressInfo).port, path: '/' });
     call.on('error', () => undefined);
     call.end();
-    await sleep(50);
+    // the caller leaves once the server has its call (on a loaded host that may take a while)
+    await here;
     call.destroy();
     return await Promise.race([
       result,

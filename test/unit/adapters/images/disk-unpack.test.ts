@@ -26,7 +26,9 @@ function rawDisk(bytes: number): Buffer {
   return b;
 }
 
-describe('adapters/images/unpackDisk and untarDisk (a disk shipped compressed, or in a tar)', () => {
+describe('adapters/images/unpackDisk and untarDisk (a disk shipped compressed, or in a tar)', function () {
+  // tens of MiB written and packed with xz: seconds on a loaded host
+  this.timeout(30_000);
   let dir: string;
   const room = { bytes: 4 << 20, why: 'the test' };
   const unpack = (file: string, r = room) => unpackDisk(file, dir, 'disk:x', r, () => undefined);
