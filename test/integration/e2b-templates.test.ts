@@ -1,7 +1,10 @@
 import { expect } from 'chai';
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { BuildError, Sandbox, Template, waitForFile } from 'e2b';
+import { signAws } from '../../src/adapters/http-kit/aws-sigv4.js';
 import { call } from '../helpers/http.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
@@ -327,6 +330,92 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     ).to.have.length(1);
   });
 
+  it("logs in to ECR with a token asked by a signed call (fromAWSRegistry), and to Google's registries as _json_key (fromGCPRegistry)", async () => {
+    const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    const key = { accessKeyId: 'AKIAEXAMPLE0000001', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY' };
+    const calls: Record<string, string | undefined>[] = [];
+    // ECR's GetAuthorizationToken as AWS answers it: the signature checked with the key it knows
+    const ecr = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const h = req.headers as Record<string, string | undefined>;
+        calls.push({ target: h['x-amz-target'], type: h['content-type'], path: req.url, method: req.method });
+        const at = (h['x-amz-date'] ?? '').replace(
+          /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/,
+          '$1-$2-$3T$4:$5:$6Z',
+        );
+        const expected = signAws(
+          {
+            method: req.method ?? '',
+            url: new URL(`http://${h.host}${req.url}`),
+            headers: { 'content-type': h['content-type'] ?? '', 'x-amz-target': h['x-amz-target'] ?? '' },
+            body: Buffer.concat(chunks).toString(),
+            service: 'ecr',
+            region: 'eu-west-2',
+          },
+          key,
+          new Date(at),
+        ).authorization;
+        if (h.authorization !== expected) {
+          res.writeHead(400, { 'content-type': 'application/x-amz-json-1.1' });
+          return res.end(
+            JSON.stringify({
+              __type: 'InvalidSignatureException',
+              message: 'The request signature we calculated does not match the signature you provided.',
+            }),
+          );
+        }
+        res.writeHead(200, { 'content-type': 'application/x-amz-json-1.1' });
+        res.end(
+          JSON.stringify({
+            authorizationData: [
+              { authorizationToken: Buffer.from('AWS:ecr-pass-7').toString('base64'), expiresAt: 1.9e9 },
+            ],
+          }),
+        );
+      });
+    });
+    await new Promise<void>((r) => ecr.listen(0, '127.0.0.1', r));
+    process.env.AWS_ENDPOINT_URL_ECR = `http://127.0.0.1:${(ecr.address() as AddressInfo).port}`;
+    const build = (t: Parameters<typeof Template.build>[0], name: string) =>
+      Template.build(t, name, opts()).then(
+        () => 'built',
+        (e: unknown) => (e as Error).message,
+      );
+    try {
+      hv.registryLogin = { username: 'AWS', password: 'ecr-pass-7' };
+      const ref = '123456789012.dkr.ecr.eu-west-2.amazonaws.com/app:1';
+      expect(await build(Template().fromImage(ref).runCmd('echo x'), 'on-ecr'), 'no login').to.match(/unauthorized/);
+      expect(
+        await build(
+          Template()
+            .fromAWSRegistry(ref, { ...key, region: 'eu-west-2' })
+            .runCmd('echo x'),
+          'on-ecr',
+        ),
+      ).to.equal('built');
+      expect(calls[0]).to.deep.equal({
+        target: 'AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken',
+        type: 'application/x-amz-json-1.1',
+        path: '/',
+        method: 'POST',
+      });
+      const wrong = { ...key, secretAccessKey: 'not-the-secret', region: 'eu-west-2' };
+      expect(await build(Template().fromAWSRegistry(ref, wrong).runCmd('echo x'), 'on-ecr-2')).to.match(
+        /ECR refused the login: InvalidSignatureException: The request signature we calculated/,
+      );
+      const account = { type: 'service_account', client_email: 'b@p.iam.gserviceaccount.com', private_key: 'k' };
+      hv.registryLogin = { username: '_json_key', password: JSON.stringify(account) };
+      const gcp = Template().fromGCPRegistry('europe-docker.pkg.dev/p/r/app:1', { serviceAccountJSON: account });
+      expect(await build(gcp.runCmd('echo x'), 'on-gcp')).to.equal('built');
+    } finally {
+      hv.registryLogin = undefined;
+      delete process.env.AWS_ENDPOINT_URL_ECR;
+      ecr.close();
+    }
+  });
+
   it('refuses before building what svc cannot build: a registry it cannot log in to, a bad reference, an unknown base', async () => {
     const before = (await vms()).length;
     for (const [t, why] of [
@@ -336,7 +425,19 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
           secretAccessKey: 'b',
           region: 'us-east-1',
         }),
-        /svc logs in to registries with a user and password only/,
+        /the accessKeyId is not an access key id/,
+      ],
+      [
+        Template().fromAWSRegistry('1.dkr.ecr.us-east-1.amazonaws.com/x:1', {
+          accessKeyId: 'AKIAEXAMPLE0000001',
+          secretAccessKey: 'b',
+          region: 'us-east-1/../x',
+        }),
+        /"us-east-1\/..\/x" is not a region/,
+      ],
+      [
+        Template().fromGCPRegistry('europe-docker.pkg.dev/p/r/x:1', { serviceAccountJSON: { nope: 1 } }),
+        /needs a service account's key/,
       ],
       [Template().fromImage('Not A Reference!'), /is not a registry reference/],
       [Template().fromTemplate('no-such-base'), /no-such-base: not an svc image, template or snapshot/],

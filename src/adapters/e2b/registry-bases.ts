@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { InvalidArgumentError, NotSupportedError, errorMessage } from '../../domain/errors.js';
+import { errorMessage } from '../../domain/errors.js';
 import { repositoryOf } from '../../domain/image-request.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { SvcClient } from '../client/svc-client.js';
@@ -96,17 +96,4 @@ export class RegistryBases {
 
 function newestFirst(images: ImageDetails[]): ImageDetails[] {
   return [...images].sort((a, b) => b.created_at.localeCompare(a.created_at));
-}
-
-/** The SDK's `fromImage(ref, {username, password})` login; its AWS and GCP registries are not reached. */
-export function registryLogin(v: unknown): { username: string; password: string } | undefined {
-  if (v === undefined || v === null) return undefined;
-  const r = v as { type?: unknown; username?: unknown; password?: unknown };
-  if (r.type !== 'registry')
-    throw new NotSupportedError(
-      `fromImageRegistry of type ${JSON.stringify(r.type)}: svc logs in to registries with a user and password only`,
-    );
-  if (typeof r.username !== 'string' || typeof r.password !== 'string')
-    throw new InvalidArgumentError('fromImageRegistry needs a username and a password');
-  return { username: r.username, password: r.password };
 }

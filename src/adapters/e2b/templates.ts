@@ -26,7 +26,8 @@ import {
   type TemplateStep,
 } from './template-run.js';
 import { FILES_HASH, checkBuild } from './template-check.js';
-import { RegistryBases, registryLogin } from './registry-bases.js';
+import { RegistryBases } from './registry-bases.js';
+import { registryLogin } from './registry-logins.js';
 import { BuildRecords } from './build-records.js';
 import { TemplateTags, checkTags, parseRef, templateOf } from './template-tags.js';
 
@@ -283,7 +284,8 @@ export class TemplateBuilds {
     if (image) return { create: { image: image.id, entrypoint: false } };
     if (spec.fromImage === undefined)
       throw new InvalidArgumentError(`base ${ref}: not an svc image, template or snapshot`);
-    return this.registry.base(normalRegistryRef(ref, 'fromImage'), registryLogin(spec.fromImageRegistry), images);
+    const from = normalRegistryRef(ref, 'fromImage');
+    return this.registry.base(from, await registryLogin(spec.fromImageRegistry), images);
   }
 
   /**

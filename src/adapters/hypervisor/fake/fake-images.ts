@@ -139,8 +139,10 @@ export abstract class FakeImages {
     progress: (p: ImageProgress) => void,
   ): Promise<void> {
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
-    if (source.type === 'docker') progress({ percent: 50, message: `pulling docker://${source.ref}` });
-    else if (source.type === 'url' || source.type === 'disk') {
+    if (source.type === 'docker') {
+      this.checkLogin(source);
+      progress({ percent: 50, message: `pulling docker://${source.ref}` });
+    } else if (source.type === 'url' || source.type === 'disk') {
       // downloaded, unpacked and checked as the QEMU adapter does: what it refuses is refused here too
       const work = await mkdtemp(join(tmpdir(), 'svc-fake-disk-'));
       try {
@@ -179,10 +181,20 @@ export abstract class FakeImages {
     this.pushed.set(ref, (this.pushed.get(ref) ?? 1) + 1);
   }
 
+  /** The one login the fake's registry takes, when a test gives it one (none: it asks for none). */
+  registryLogin?: { username: string; password: string };
+
+  private checkLogin(source: RegistrySource): void {
+    const want = this.registryLogin;
+    if (want && (source.auth?.username !== want.username || source.auth.password !== want.password))
+      throw new InvalidArgumentError(`from: docker://${source.ref}: unauthorized: authentication required`);
+  }
+
   /** A digest for each version of each reference; the fake reaches no registry. */
   async registryDigest(source: RegistrySource): Promise<string> {
     if (this.registryDown)
       throw new InvalidArgumentError(`from: docker://${source.ref}: the fake registry does not answer`);
+    this.checkLogin(source);
     const version = `${source.ref}#${this.pushed.get(source.ref) ?? 1}`;
     return `sha256:${createHash('sha256').update(version).digest('hex')}`;
   }
