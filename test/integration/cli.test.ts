@@ -163,6 +163,35 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['rm', 'cl'])).code).to.equal(0);
   });
 
+  it('says what a tag in a registry is now (svc image resolve), with a login from the environment', async () => {
+    const r = await svc(['image', 'resolve', 'python:3.12']);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stdout).to.match(/^docker:\/\/docker\.io\/library\/python:3\.12 sha256:[a-f0-9]{64}\n$/);
+    const j = await svc(['image', 'resolve', 'docker://python:3.12', '--json']);
+    expect(JSON.parse(j.stdout)).to.deep.equal({
+      from: 'docker://docker.io/library/python:3.12',
+      digest: r.stdout.trim().split(' ')[1],
+    });
+    const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    hv.registryLogin = { username: 'me', password: 'pw-9' };
+    try {
+      const none = await svc(['image', 'resolve', 'python:3.12']);
+      expect(none.code).to.equal(1);
+      expect(none.stderr).to.match(/unauthorized: authentication required/);
+      const noPassword = await svc(['image', 'resolve', 'python:3.12', '--registry-user', 'me']);
+      expect(noPassword.stderr).to.equal('svc: --registry-user: set SVC_REGISTRY_PASSWORD to the password\n');
+      const login = await svc(['image', 'resolve', 'python:3.12', '--registry-user', 'me'], undefined, {
+        SVC_REGISTRY_PASSWORD: 'pw-9',
+      });
+      expect(login.stdout, login.stderr).to.equal(r.stdout);
+    } finally {
+      hv.registryLogin = undefined;
+    }
+    const bad = await svc(['image', 'resolve', 'Not A Reference']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.match(/^svc: .*not a registry reference/);
+  });
+
   it('runs commands with their exit code and piped stdin', async () => {
     const r = await svc(['x', 'c1', '--', 'sh', '-c', 'echo out; echo err >&2; exit 5']);
     expect(r).to.deep.equal({ code: 5, stdout: 'out\n', stderr: 'err\n' });

@@ -6,7 +6,7 @@ import type { SvcClient } from '../client/svc-client.js';
 import { collect, print, progress } from './cli-kit.js';
 import { bytes, snapshotList, table } from './format.js';
 
-/** `svc image ls|inspect|build|bake|import|rm`: guest images (docs/images.md). */
+/** `svc image ls|inspect|build|bake|import|resolve|rm`: guest images (docs/images.md). */
 export function imageCommands(program: Command, client: () => SvcClient): void {
   const image = program.command('image').description('guest images');
   image
@@ -111,9 +111,7 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
     )
     .action(async (name: string, source: string, o) => {
       if (source.startsWith('docker://')) {
-        const password = process.env.SVC_REGISTRY_PASSWORD;
-        if (o.registryUser && !password) throw new Error('--registry-user: set SVC_REGISTRY_PASSWORD to the password');
-        const registry_auth = o.registryUser ? { username: o.registryUser as string, password: password! } : undefined;
+        const registry_auth = registryLogin(o.registryUser);
         await buildOrBake({ name, from: source, registry_auth, description: o.description }, !!o.json);
         return;
       }
@@ -135,8 +133,27 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
       );
     });
   image
+    .command('resolve')
+    .argument('<ref>', 'docker://REF (python:3.12 is docker.io/library/python:3.12)')
+    .option('--registry-user <user>', 'log in to the registry as this user, the password from SVC_REGISTRY_PASSWORD')
+    .option('--json')
+    .description('what a tag in a registry is now: the digest a pull would take, nothing pulled')
+    .action(async (ref: string, o) => {
+      const from = ref.startsWith('docker://') ? ref : `docker://${ref}`;
+      const r = await client().resolveImage(from, registryLogin(o.registryUser));
+      print(o.json, r, () => `${r.from} ${r.digest}`);
+    });
+  image
     .command('rm')
     .argument('<id>')
     .description('delete a built image that no VM uses')
     .action(async (id: string) => console.log((await client().deleteImage(id)).message));
+}
+
+/** `--registry-user`'s login, its password from SVC_REGISTRY_PASSWORD (never on a command line). */
+function registryLogin(user: string | undefined): { username: string; password: string } | undefined {
+  if (!user) return undefined;
+  const password = process.env.SVC_REGISTRY_PASSWORD;
+  if (!password) throw new Error('--registry-user: set SVC_REGISTRY_PASSWORD to the password');
+  return { username: user, password };
 }
