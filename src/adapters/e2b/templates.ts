@@ -210,10 +210,10 @@ export class TemplateBuilds {
       throw err;
     }
     if (!same)
-      return void this.runner.run(b, base, steps, spec).then(async () => {
-        release();
-        await this.records.save(b);
-      });
+      return void this.runner
+        .run(b, base, steps, spec)
+        .finally(release)
+        .then(() => this.records.save(b));
     release();
     // the cache: a kept build of this template made from the same base, steps, files and commands
     const log = (message: string, level: 'info' | 'warn' = 'info') => logTo(b, message, 'finalize', level);
