@@ -112,7 +112,10 @@ async function ecrLogin(
   }
   let answer: Record<string, unknown> = {};
   try {
-    answer = JSON.parse(text) as Record<string, unknown>;
+    const parsed = JSON.parse(text) as unknown;
+    // an answer that is JSON but no object (null, a number, a list) is no token either
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
+      answer = parsed as Record<string, unknown>;
   } catch {
     // said below
   }

@@ -66,7 +66,7 @@ describe('E2B registry logins (fromImage, fromGCPRegistry, fromAWSRegistry)', ()
     expect(await refusal(AWS)).to.equal('fromAWSRegistry: ECR refused the login: UnrecognizedClientException: bad key');
     answer = (res) => res.writeHead(503).end('<html>down</html>');
     expect(await refusal(AWS)).to.equal('fromAWSRegistry: ECR refused the login: HTTP 503: <html>down</html>');
-    for (const body of ['{}', '{"authorizationData":[{"authorizationToken":"bm9jb2xvbg=="}]}', 'not json']) {
+    for (const body of ['{}', '{"authorizationData":[{"authorizationToken":"bm9jb2xvbg=="}]}', 'not json', 'null']) {
       answer = (res) => res.end(body);
       expect(await refusal(AWS), body).to.equal('fromAWSRegistry: ECR answered no authorization token');
     }
