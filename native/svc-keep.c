@@ -2,7 +2,7 @@
  * svc-keep: keeps one durable process for the svc agent (docs/processes.md).
  *
  *   svc-keep DIR CAP SEGMENT [--pty COLS ROWS] [--stdin] [--cwd PATH] [--uid N] [--gid N]
- *            [--groups N,N,...] -- CMD [ARG...]
+ *            [--groups N,N,...] [--restart always|on-failure [--max-restarts N]] -- CMD [ARG...]
  *
  * It starts CMD in a process group of its own (a session of its own with a terminal for --pty)
  * and writes what CMD prints into journal files in DIR, so that the output outlives whoever
@@ -22,6 +22,15 @@
  * DIR/ctl (a FIFO) takes lines "resize COLS ROWS" and "eof"; with --stdin, DIR/stdin (a FIFO)
  * takes bytes for CMD's input. Both are held open for reading and writing here, so writers may
  * come and go. Signals go to CMD's process group straight from the agent (kill -PGID).
+ *
+ * With --restart, CMD is started again when it ends (on-failure: when it ended otherwise than with
+ * exit code 0), at most N times with --max-restarts, after 100 ms doubled at each restart up to
+ * 30 s (back to 100 ms after a run of 10 s or more). What the run left in its process group is
+ * killed first. Its output goes on in the same journal, its offsets continuing. Each run's pid is
+ * in DIR/run.json ({"pid","restarts","last":{"code"|"signal","ended_at_ms"}}), and signals go
+ * through ctl ("signal N": to the current run's group), so one never reaches a run that ended. A
+ * "stop" line, or a signal of INT, QUIT, KILL or TERM, ends the restarts: exit.json then says how
+ * the last run ended. --restart takes no --pty or --stdin.
  *
  * On start it prints "ok PID KEEPER\n" (CMD's pid, which is also its process group, and its own)
  * or "error MESSAGE\n" on standard output and closes it. Built static (no NSS: supplementary groups come as numbers),
@@ -62,6 +71,17 @@ struct journal {
 static const char *dir;
 static uint64_t cap, segsize;
 static int sigpipe_fds[2];
+/* What each run of CMD is started with. */
+static char **cmd;
+static const char *cwd;
+static long uid = -1, gid = -1;
+static gid_t groups[MAX_GROUPS];
+static int ngroups = -1;
+
+enum restart_policy { RESTART_NO, RESTART_ALWAYS, RESTART_ON_FAILURE };
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 30000
+#define BACKOFF_RESET_MS 10000
 
 static void die_start(const char *what) {
   printf("error %s: %s\n", what, strerror(errno));
@@ -245,6 +265,142 @@ static int open_fifo(const char *name) {
   return fd;
 }
 
+
+/*
+ * Forks CMD with its input, output and error on in_fd, out_fd and err_fd (or, with `slave`, on a
+ * terminal of its own), in a process group of its own. Its pid, or -1 with what failed in e: e[0]
+ * the step (1 cwd, 2 group, 3 user, 4 exec), e[1] its errno.
+ */
+static pid_t fork_cmd(int in_fd, int out_fd, int err_fd, int slave, int e[2]) {
+  int execpipe[2];
+  e[0] = 0, e[1] = 0;
+  if (pipe2(execpipe, O_CLOEXEC) < 0) {
+    e[0] = 4, e[1] = errno;
+    return -1;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    e[0] = 4, e[1] = errno;
+    close(execpipe[0]);
+    close(execpipe[1]);
+    return -1;
+  }
+  if (child == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    if (slave >= 0) {
+      setsid();
+      ioctl(slave, TIOCSCTTY, 0);
+      dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
+    } else {
+      setpgid(0, 0);
+      dup2(in_fd, 0);
+      dup2(out_fd, 1);
+      dup2(err_fd, 2);
+    }
+    /* what failed, and its errno, for the parent to say */
+    int f[2] = {0, 0};
+    if (cwd && chdir(cwd) < 0) f[0] = 1, f[1] = errno;
+    if (!f[0] && gid >= 0 && ngroups >= 0 && setgroups((size_t)ngroups, groups) < 0) f[0] = 2, f[1] = errno;
+    if (!f[0] && gid >= 0 && setgid((gid_t)gid) < 0) f[0] = 2, f[1] = errno;
+    if (!f[0] && uid >= 0 && setuid((uid_t)uid) < 0) f[0] = 3, f[1] = errno;
+    if (!f[0]) {
+      execvp(cmd[0], cmd);
+      f[0] = 4, f[1] = errno;
+    }
+    ssize_t w = write(execpipe[1], f, sizeof f);
+    (void)w;
+    _exit(127);
+  }
+  close(execpipe[1]);
+  ssize_t got;
+  do got = read(execpipe[0], e, 2 * sizeof(int));
+  while (got < 0 && errno == EINTR);
+  close(execpipe[0]);
+  if (got == (ssize_t)(2 * sizeof(int))) {
+    waitpid(child, NULL, 0);
+    return -1;
+  }
+  e[0] = 0, e[1] = 0;
+  return child;
+}
+
+/* What fork_cmd's e says, as "cannot ...". */
+static void start_error(char *buf, size_t len, const int e[2]) {
+  if (e[0] == 1) snprintf(buf, len, "cannot change to %s: %s", cwd, strerror(e[1]));
+  else if (e[0] == 2) snprintf(buf, len, "cannot take group %ld: %s", gid, strerror(e[1]));
+  else if (e[0] == 3) snprintf(buf, len, "cannot become user %ld: %s", uid, strerror(e[1]));
+  else snprintf(buf, len, "cannot start %s: %s", cmd[0], strerror(e[1]));
+}
+
+static int status_json(char *buf, size_t len, int status) {
+  if (WIFSIGNALED(status))
+    return snprintf(buf, len, "{\"signal\":%d,\"ended_at_ms\":%lld}", WTERMSIG(status), (long long)now_ms());
+  return snprintf(buf, len, "{\"code\":%d,\"ended_at_ms\":%lld}", WEXITSTATUS(status), (long long)now_ms());
+}
+
+/* DIR/run.json: the current run's pid (0 when it could not start), the restarts so far, how the last run ended. */
+static void write_run(pid_t pid, int restarts, const char *last) {
+  char tmp[PATH_MAX], path[PATH_MAX], body[256];
+  snprintf(tmp, sizeof tmp, "%s/run.json.tmp", dir);
+  snprintf(path, sizeof path, "%s/run.json", dir);
+  int n = snprintf(body, sizeof body, "{\"pid\":%d,\"restarts\":%d,\"last\":%s}\n", (int)pid, restarts, last);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  int ok = write(fd, body, (size_t)n) == n;
+  close(fd);
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* The signals that, sent through svc, mean "stop": no restart after them. */
+static int stops(int sig) { return sig == SIGINT || sig == SIGQUIT || sig == SIGKILL || sig == SIGTERM; }
+
+/* A run that ended, before the next: what it left in its group is killed, what its pipes hold is kept. */
+static void end_run(pid_t child, int srcs[2], struct journal *js, char *buf, size_t len) {
+  if (child > 0) kill(-child, SIGKILL);
+  for (int k = 0; k < 2; k++) {
+    if (srcs[k] < 0) continue;
+    ssize_t n;
+    while ((n = read(srcs[k], buf, len)) > 0) journal_write(&js[k], buf, (size_t)n);
+    close(srcs[k]);
+    srcs[k] = -1;
+  }
+}
+
+/*
+ * The next run of CMD (--restart; no terminal, input /dev/null) on new pipes into the same
+ * journals. -1 when it cannot start; why is then said on its stderr, as a shell would.
+ */
+static pid_t next_run(int srcs[2], struct journal *js) {
+  int o[2] = {-1, -1}, er[2] = {-1, -1}, e[2] = {4, 0};
+  pid_t pid = -1;
+  if (pipe2(o, O_CLOEXEC) == 0 && pipe2(er, O_CLOEXEC) == 0) {
+    fcntl(o[0], F_SETPIPE_SZ, 1 << 20);
+    fcntl(er[0], F_SETPIPE_SZ, 1 << 20);
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid = fork_cmd(devnull, o[1], er[1], -1, e);
+    close(devnull);
+  } else {
+    e[1] = errno;
+  }
+  if (o[1] >= 0) close(o[1]);
+  if (er[1] >= 0) close(er[1]);
+  if (pid < 0) {
+    if (o[0] >= 0) close(o[0]);
+    if (er[0] >= 0) close(er[0]);
+    char why[PATH_MAX + 128], line[PATH_MAX + 160];
+    start_error(why, sizeof why, e);
+    int n = snprintf(line, sizeof line, "svc-keep: %s\n", why);
+    journal_write(&js[1], line, (size_t)n);
+    return -1;
+  }
+  srcs[0] = o[0], srcs[1] = er[0];
+  set_nonblock(o[0]);
+  set_nonblock(er[0]);
+  return pid;
+}
+
 int main(int argc, char **argv) {
   if (argc < 6) {
     fprintf(stderr, "usage: svc-keep DIR CAP SEGMENT [options] -- CMD [ARG...]\n");
@@ -256,10 +412,8 @@ int main(int argc, char **argv) {
   segsize = strtoull(argv[3], NULL, 10);
   if (segsize < 4096) segsize = 4096;
   if (cap < segsize) cap = segsize;
-  int pty = 0, with_stdin = 0, cols = 80, rows = 24, ngroups = -1;
-  long uid = -1, gid = -1;
-  gid_t groups[MAX_GROUPS];
-  const char *cwd = NULL;
+  int pty = 0, with_stdin = 0, cols = 80, rows = 24, max_restarts = -1;
+  enum restart_policy restart = RESTART_NO;
   int i = 4;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     if (!strcmp(argv[i], "--pty") && i + 2 < argc) {
@@ -281,6 +435,16 @@ int main(int argc, char **argv) {
         if (*p == ',') p++;
         else break;
       }
+    } else if (!strcmp(argv[i], "--restart") && i + 1 < argc) {
+      const char *p = argv[++i];
+      if (!strcmp(p, "always")) restart = RESTART_ALWAYS;
+      else if (!strcmp(p, "on-failure")) restart = RESTART_ON_FAILURE;
+      else {
+        printf("error unknown restart policy %s\n", p);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--max-restarts") && i + 1 < argc) {
+      max_restarts = atoi(argv[++i]);
     } else {
       printf("error unknown option %s\n", argv[i]);
       return 2;
@@ -290,7 +454,11 @@ int main(int argc, char **argv) {
     printf("error no command\n");
     return 2;
   }
-  char **cmd = argv + i + 1;
+  if (restart != RESTART_NO && (pty || with_stdin)) {
+    printf("error --restart takes no --pty or --stdin\n");
+    return 2;
+  }
+  cmd = argv + i + 1;
   setsid(); /* a session of its own (the agent's death is not ours); fails harmlessly if already */
 
   int out_r = -1, out_w = -1, err_r = -1, err_w = -1, in_r = -1, in_w = -1, slave = -1;
@@ -322,8 +490,7 @@ int main(int argc, char **argv) {
   int ctl = open_fifo("ctl");
   reserve_exit();
   int fifo_in = with_stdin ? open_fifo("stdin") : -1;
-  int execpipe[2];
-  if (pipe2(execpipe, O_CLOEXEC) < 0 || pipe2(sigpipe_fds, O_CLOEXEC) < 0) die_start("pipe");
+  if (pipe2(sigpipe_fds, O_CLOEXEC) < 0) die_start("pipe");
   set_nonblock(sigpipe_fds[0]);
   set_nonblock(sigpipe_fds[1]);
   struct sigaction sa = {0};
@@ -333,57 +500,26 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
 
-  pid_t child = fork();
-  if (child < 0) die_start("fork");
-  if (child == 0) {
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    if (pty) {
-      setsid();
-      ioctl(slave, TIOCSCTTY, 0);
-      dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
-    } else {
-      setpgid(0, 0);
-      int devnull = open("/dev/null", O_RDONLY);
-      dup2(with_stdin ? in_r : devnull, 0);
-      dup2(out_w, 1);
-      dup2(err_w, 2);
-    }
-    /* what failed, and its errno, for the parent to say */
-    int e[2] = {0, 0};
-    if (cwd && chdir(cwd) < 0) e[0] = 1, e[1] = errno;
-    if (!e[0] && gid >= 0 && ngroups >= 0 && setgroups((size_t)ngroups, groups) < 0) e[0] = 2, e[1] = errno;
-    if (!e[0] && gid >= 0 && setgid((gid_t)gid) < 0) e[0] = 2, e[1] = errno;
-    if (!e[0] && uid >= 0 && setuid((uid_t)uid) < 0) e[0] = 3, e[1] = errno;
-    if (!e[0]) {
-      execvp(cmd[0], cmd);
-      e[0] = 4, e[1] = errno;
-    }
-    ssize_t w = write(execpipe[1], e, sizeof e);
-    (void)w;
-    _exit(127);
-  }
-  close(execpipe[1]);
+  int devnull_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int e[2];
+  pid_t child = fork_cmd(with_stdin ? in_r : devnull_in, out_w, err_w, slave, e);
+  close(devnull_in);
   if (slave >= 0) close(slave);
   if (out_w >= 0) close(out_w);
   if (err_w >= 0) close(err_w);
   if (in_r >= 0) close(in_r);
-  int e[2] = {0, 0};
-  ssize_t got;
-  do got = read(execpipe[0], e, sizeof e);
-  while (got < 0 && errno == EINTR);
-  close(execpipe[0]);
-  if (got == (ssize_t)sizeof e) {
-    waitpid(child, NULL, 0);
-    if (e[0] == 1) printf("error cannot change to %s: %s\n", cwd, strerror(e[1]));
-    else if (e[0] == 2) printf("error cannot take group %ld: %s\n", gid, strerror(e[1]));
-    else if (e[0] == 3) printf("error cannot become user %ld: %s\n", uid, strerror(e[1]));
-    else printf("error cannot start %s: %s\n", cmd[0], strerror(e[1]));
+  if (child < 0) {
+    char why[PATH_MAX + 128];
+    start_error(why, sizeof why, e);
+    printf("error %s\n", why);
     return 1;
   }
   printf("ok %d %d\n", (int)child, (int)getpid());
   fflush(stdout);
+  int restarts = 0, backoff = 0, stop_wanted = 0;
+  int64_t run_started = mono_ms(), restart_at = 0;
+  char last[128];
+  if (restart != RESTART_NO) write_run(child, 0, "null");
   int devnull = open("/dev/null", O_RDWR);
   dup2(devnull, 1);
   dup2(devnull, 2);
@@ -420,7 +556,34 @@ int main(int argc, char **argv) {
     int timeout = -1;
     if (exited) {
       int64_t left = drain_until - mono_ms();
-      if (left <= 0 || (srcs[0] < 0 && srcs[1] < 0)) break;
+      if (left > 0 && (srcs[0] >= 0 || srcs[1] >= 0)) {
+        timeout = (int)left;
+      } else if (restart == RESTART_NO || stop_wanted || (max_restarts >= 0 && restarts >= max_restarts) ||
+                 (restart == RESTART_ON_FAILURE && WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        break;
+      } else {
+        /* this run is over: the next after the back-off */
+        end_run(child, srcs, js, buf, sizeof buf);
+        status_json(last, sizeof last, status);
+        if (mono_ms() - run_started >= BACKOFF_RESET_MS) backoff = 0;
+        int64_t delay = (int64_t)BACKOFF_FIRST_MS << backoff;
+        if (delay >= BACKOFF_MAX_MS) delay = BACKOFF_MAX_MS;
+        else backoff++;
+        restart_at = mono_ms() + delay;
+        child = -1, exited = 0;
+        continue;
+      }
+    } else if (child < 0) {
+      if (stop_wanted) break;
+      int64_t left = restart_at - mono_ms();
+      if (left <= 0) {
+        restarts++;
+        run_started = mono_ms();
+        child = next_run(srcs, js);
+        write_run(child > 0 ? child : 0, restarts, last);
+        if (child < 0) status = 127 << 8, exited = 1, drain_until = 0;
+        continue;
+      }
       timeout = (int)left;
     }
     int r = poll(p, (nfds_t)np, timeout);
@@ -440,7 +603,7 @@ int main(int argc, char **argv) {
     if (p[idx_sig].revents & POLLIN) {
       while (read(sigpipe_fds[0], buf, sizeof buf) > 0) {
       }
-      if (!exited && waitpid(child, &status, WNOHANG) == child) {
+      if (!exited && child > 0 && waitpid(child, &status, WNOHANG) == child) {
         exited = 1;
         drain_until = mono_ms() + DRAIN_MS;
       }
@@ -457,6 +620,12 @@ int main(int argc, char **argv) {
           ioctl(out_r >= 0 ? out_r : in_w, TIOCSWINSZ, &ws);
         } else if (!strcmp(ctlbuf, "eof") && in_w >= 0) {
           eof_wanted = 1; /* carried out below, once the input sent before it is passed on */
+        } else if (!strcmp(ctlbuf, "stop")) {
+          stop_wanted = 1;
+        } else if (sscanf(ctlbuf, "signal %d", &c) == 1 && c > 0 && c < 65) {
+          if (stops(c)) stop_wanted = 1;
+          /* to the current run's group (members may outlive its leader), or the leader alone */
+          if (child > 0 && kill(-child, c) < 0) kill(child, c);
         }
         size_t used = (size_t)(nl - ctlbuf) + 1;
         memmove(ctlbuf, ctlbuf + used, ctllen - used);
@@ -500,7 +669,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  if (!exited) waitpid(child, &status, 0);
+  if (!exited && child > 0) waitpid(child, &status, 0);
   for (int k = 0; k < 2; k++)
     if (js[k].fd >= 0) fsync(js[k].fd);
   write_exit(status, js, 2);

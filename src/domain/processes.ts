@@ -20,7 +20,15 @@ export interface ProcessStart {
   pty?: { cols: number; rows: number };
   /** Keep the process's input open for POST .../stdin; false: its input is /dev/null. */
   stdin?: boolean;
+  /** Start it again when it ends (on-failure: when it ended otherwise than with exit code 0). */
+  restart?: RestartPolicy;
+  /** With `restart`: how many times at most (absent: no limit). */
+  max_restarts?: number;
 }
+
+export type RestartPolicy = 'always' | 'on-failure';
+/** The most `max_restarts` may say. */
+export const MAX_RESTARTS = 1_000_000;
 
 /**
  * The tag of the process an image's entrypoint runs as (a container image's Entrypoint and Cmd,
@@ -49,6 +57,18 @@ export interface ProcessInfo {
   signal?: string;
   reason?: EndReason;
   ended_at?: string;
+  /** Its restart policy, when it has one; `restarts`: how many times it was started again so far. */
+  restart?: RestartPolicy;
+  max_restarts?: number;
+  restarts?: number;
+}
+
+/** A process's state in a word or three, as `svc ps` and the dashboard show it. */
+export function processState(p: ProcessInfo): string {
+  if (p.state === 'running') return p.restarts ? `running (restarts ${p.restarts})` : 'running';
+  if (p.reason === 'signal') return `killed (${p.signal})`;
+  if (p.reason === 'exit') return `exited ${p.exit_code}`;
+  return `ended (${p.reason})`;
 }
 
 /** One line of GET .../processes/{id}/output. */
@@ -134,7 +154,7 @@ export function parseProcessStart(body: unknown): ProcessStart {
   if (!body || typeof body !== 'object' || Array.isArray(body))
     throw new InvalidArgumentError('body must be a JSON object');
   const b = body as Record<string, unknown>;
-  const known = new Set(['cmd', 'args', 'env', 'cwd', 'user', 'tag', 'pty', 'stdin']);
+  const known = new Set(['cmd', 'args', 'env', 'cwd', 'user', 'tag', 'pty', 'stdin', 'restart', 'max_restarts']);
   for (const k of Object.keys(b)) if (!known.has(k)) throw new InvalidArgumentError(`unknown field ${k}`);
   const cmd = str(b.cmd, 'cmd');
   if (!cmd) throw new InvalidArgumentError('cmd is required');
@@ -188,7 +208,26 @@ export function parseProcessStart(body: unknown): ProcessStart {
     if (typeof b.stdin !== 'boolean') throw new InvalidArgumentError('stdin must be true or false');
     out.stdin = b.stdin;
   }
+  parseRestart(b, out);
   return out;
+}
+
+/** `restart` and `max_restarts` of POST /processes, into `out` (its pty and stdin already read). */
+function parseRestart(b: Record<string, unknown>, out: ProcessStart): void {
+  if (b.restart !== undefined && b.restart !== 'no' && b.restart !== null) {
+    if (b.restart !== 'always' && b.restart !== 'on-failure')
+      throw new InvalidArgumentError('restart must be "no", "always" or "on-failure"');
+    if (out.pty || out.stdin)
+      throw new InvalidArgumentError('restart is for processes without a terminal (pty) or input (stdin)');
+    out.restart = b.restart;
+  }
+  if (b.max_restarts !== undefined && b.max_restarts !== null) {
+    const n = b.max_restarts;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_RESTARTS)
+      throw new InvalidArgumentError(`max_restarts must be an integer from 0 to ${MAX_RESTARTS}`);
+    if (!out.restart) throw new InvalidArgumentError('max_restarts needs restart ("always" or "on-failure")');
+    out.max_restarts = n;
+  }
 }
 
 export function termSize(v: unknown, what: string, def: number): number {

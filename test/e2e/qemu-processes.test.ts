@@ -201,6 +201,28 @@ for (const image of ['minimal', 'debian'] as const) {
       expect(out.split('\n')[0]).to.equal(user);
     });
 
+    it('starts a process again by its restart policy, as its user each run, its output in one journal', async () => {
+      const user = image === 'debian' ? 'svc' : 'nobody';
+      const p = await d.call('POST', P, {
+        cmd: 'sh',
+        args: ['-c', 'echo "$(id -un) $$"; exit 5'],
+        user,
+        restart: 'on-failure',
+        max_restarts: 2,
+      });
+      expect(p.status, p.text).to.equal(201);
+      expect(await ended(p.json.id)).to.include({ reason: 'exit', exit_code: 5, restarts: 2, restart: 'on-failure' });
+      const runs = ndjson((await d.call('GET', `${P}/${p.json.id}/output`)).text)
+        .filter((l) => l.stream === 'stdout')
+        .map((l) => l.data)
+        .join('')
+        .trim()
+        .split('\n');
+      expect(runs).to.have.length(3);
+      for (const r of runs) expect(r.split(' ')[0]).to.equal(user);
+      expect(new Set(runs).size, 'a new pid each run').to.equal(3);
+    });
+
     it('watches a tree and resumes from a cursor with nothing missing or repeated', async () => {
       await sh('rm -rf /root/w; mkdir -p /root/w');
       const f = followNdjson(d.unix, `/vms/${vm}/watch?path=/root/w&recursive=1`);

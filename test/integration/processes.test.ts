@@ -298,3 +298,115 @@ describe('durable processes and watches through the daemon (real local agents)',
     });
   });
 });
+
+describe('durable processes with a restart policy (real local agents)', function () {
+  this.timeout(120_000);
+  let d: TestDaemon;
+  const P = '/vms/rv/processes';
+  before(async () => {
+    d = await startTestDaemon({ fake_agent: true });
+    expect((await d.call('POST', '/vms', { name: 'rv' })).status).to.equal(201);
+  });
+  after(() => d.stop());
+
+  const ended = (id: string) =>
+    waitFor(`${id} to end`, 20_000, async () => {
+      const j = (await d.call('GET', `${P}/${id}`)).json;
+      return j.state === 'ended' ? j : undefined;
+    });
+  const stdout = async (id: string) =>
+    ndjson((await d.call('GET', `${P}/${id}/output`)).text)
+      .filter((f) => f.stream === 'stdout')
+      .map((f) => f.data as string)
+      .join('');
+  /** The svc-keep of a process of pv's, if one runs. */
+  const keeper = (id: string) =>
+    readdirSync('/proc')
+      .filter((x) => /^\d+$/.test(x))
+      .some((p) => {
+        try {
+          const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+          return (
+            cmd[0].endsWith('svc-keep') && cmd[1].endsWith(join('rv', 'guest', 'var', 'lib', 'svc', 'processes', id))
+          );
+        } catch {
+          return false;
+        }
+      });
+
+  it('on-failure starts it again N times, its output going on in one journal', async () => {
+    const r = await d.call('POST', P, {
+      cmd: 'sh',
+      args: ['-c', 'echo "run $$"; echo oops >&2; exit 3'],
+      restart: 'on-failure',
+      max_restarts: 2,
+    });
+    expect(r.status, r.text).to.equal(201);
+    expect(r.json).to.include({ restart: 'on-failure', max_restarts: 2, restarts: 0 });
+    const end = await ended(r.json.id);
+    expect(end).to.include({ reason: 'exit', exit_code: 3, restarts: 2 });
+    const runs = (await stdout(r.json.id)).trim().split('\n');
+    expect(runs).to.have.length(3);
+    expect(new Set(runs).size, 'a new pid each run').to.equal(3);
+    expect(end.bytes).to.deep.equal({ stdout: runs.join('\n').length + 1, stderr: 15 });
+    // A clean exit ends it at once.
+    const ok = await d.call('POST', P, { cmd: 'true', restart: 'on-failure' });
+    expect(await ended(ok.json.id)).to.include({ reason: 'exit', exit_code: 0, restarts: 0 });
+  });
+
+  it('always starts it again, its pid the current run’s; a HUP does not stop it, a TERM does', async () => {
+    const r = await d.call('POST', P, {
+      cmd: 'sh',
+      args: ['-c', 'echo "run $$"; exec sleep 100'],
+      restart: 'always',
+    });
+    expect(r.status, r.text).to.equal(201);
+    const first = r.json.pid as number;
+    expect((await d.call('POST', `${P}/${r.json.id}/signal`, { signal: 'HUP' })).status).to.equal(204);
+    const again = await waitFor('the second run', 10_000, async () => {
+      const j = (await d.call('GET', `${P}/${r.json.id}`)).json;
+      return j.restarts === 1 && j.pid !== first ? j : undefined;
+    });
+    expect(again).to.include({ state: 'running', restart: 'always' });
+    expect(() => process.kill(first, 0), 'the first run is gone').to.throw();
+    expect(() => process.kill(again.pid, 0)).not.to.throw();
+    expect((await d.call('POST', `${P}/${r.json.id}/signal`, { signal: 'TERM' })).status).to.equal(204);
+    expect(await ended(r.json.id)).to.include({ reason: 'signal', signal: 'SIGTERM', restarts: 1 });
+    expect(await stdout(r.json.id)).to.equal(`run ${first}\nrun ${again.pid}\n`);
+    await waitFor('its keeper to go', 5000, () => (keeper(r.json.id) ? undefined : true));
+  });
+
+  it('says why a run could not start, and DELETE ends one waiting between runs', async () => {
+    // A script that removes itself: its second run cannot start (as a shell says, code 127).
+    const script = join(tempDir('svc-restart-'), 'once.sh');
+    writeFileSync(script, '#!/bin/sh\nrm -f -- "$0"\necho once\nexit 1\n', { mode: 0o755 });
+    const gone = await d.call('POST', P, { cmd: script, restart: 'always', max_restarts: 1 });
+    expect(gone.status, gone.text).to.equal(201);
+    expect(await ended(gone.json.id)).to.include({ reason: 'exit', exit_code: 127, restarts: 1 });
+    const errs = ndjson((await d.call('GET', `${P}/${gone.json.id}/output`)).text).filter((f) => f.stream === 'stderr');
+    expect(errs.map((f) => f.data).join('')).to.match(/svc-keep: cannot start .*once\.sh: No such file/);
+    // A crash loop backs off (100 ms, 200, 400...); DELETE in a wait ends it and its keeper.
+    const loop = await d.call('POST', P, { cmd: 'false', restart: 'always' });
+    await waitFor('two restarts', 10_000, async () =>
+      (await d.call('GET', `${P}/${loop.json.id}`)).json.restarts >= 2 ? true : undefined,
+    );
+    expect(keeper(loop.json.id)).to.equal(true);
+    expect((await d.call('DELETE', `${P}/${loop.json.id}`)).status).to.equal(200);
+    await waitFor('its keeper to go', 5000, () => (keeper(loop.json.id) ? undefined : true));
+    expect((await d.call('GET', `${P}/${loop.json.id}`)).status).to.equal(404);
+  });
+
+  it('is refused where it cannot apply', async () => {
+    const bad = async (body: unknown, what: RegExp) => {
+      const r = await d.call('POST', P, body);
+      expect(r.status, r.text).to.equal(400);
+      expect(r.json.error).to.match(what);
+    };
+    await bad({ cmd: 'true', restart: 'sometimes' }, /restart must be/);
+    await bad({ cmd: 'true', restart: 'always', pty: true }, /without a terminal/);
+    await bad({ cmd: 'true', restart: 'always', stdin: true }, /without a terminal/);
+    await bad({ cmd: 'true', max_restarts: 3 }, /max_restarts needs restart/);
+    await bad({ cmd: 'true', restart: 'always', max_restarts: -1 }, /max_restarts must be/);
+    await bad({ cmd: 'true', restart: 'always', max_restarts: 1.5 }, /max_restarts must be/);
+  });
+});

@@ -1,16 +1,10 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, enc, ndjson, type OutputFrame, type ProcessInfo } from './api.js';
+import { processState } from '../../src/domain/processes.js';
 import { ErrorLine, html, message, useLoad, when } from './ui.js';
 
 /** Characters of output the page keeps for the process on show (older ones scroll out). */
 const KEEP_CHARS = 200_000;
-
-function state(p: ProcessInfo): string {
-  if (p.state === 'running') return 'running';
-  if (p.reason === 'signal') return `killed (${p.signal})`;
-  if (p.reason === 'exit') return `exited ${p.exit_code}`;
-  return `ended (${p.reason})`;
-}
 
 /** One process's output, followed live from its first kept byte (docs/processes.md). */
 function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
@@ -106,7 +100,7 @@ export function Processes({ name }: { name: string }) {
       ${procs.map(
         (p) => html`<tr class=${p.id === chosen ? 'on' : ''} data-test=${`process-${p.id}`}>
           <td><a href="javascript:void 0" onClick=${() => setChosen(p.id)}>${p.id}</a></td><td>${p.tag ?? ''}</td>
-          <td><code>${[p.cmd, ...p.args].join(' ').slice(0, 80)}</code></td><td>${state(p)}</td><td>${when(p.started_at)}</td>
+          <td><code>${[p.cmd, ...p.args].join(' ').slice(0, 80)}</code></td><td>${processState(p)}</td><td>${when(p.started_at)}</td>
           <td>${p.state === 'running' ? html`<button onClick=${act(p.id, 'TERM')}>Stop</button> <button onClick=${act(p.id, 'KILL')}>Kill</button>` : html`<button onClick=${act(p.id, 'forget')}>Forget</button>`}</td>
         </tr>`,
       )}

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { constants as osConstants } from 'node:os';
 import { constants, existsSync, openSync, readFileSync, watch, type FSWatcher } from 'node:fs';
 import { mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { Socket } from 'node:net';
@@ -14,6 +15,7 @@ import type {
   KeptEnd,
   KeptProcesses,
   KeptRecord,
+  KeptRun,
   StreamRange,
 } from '../../ports/agent/kept-processes.js';
 import { SpawnError } from '../../ports/agent/process-runner.js';
@@ -101,6 +103,8 @@ export class FsKeptProcesses implements KeptProcesses {
     if (s.uid !== undefined) opts.push('--uid', String(s.uid));
     if (s.gid !== undefined) opts.push('--gid', String(s.gid));
     if (s.groups) opts.push('--groups', s.groups.join(','));
+    if (s.restart) opts.push('--restart', s.restart.policy);
+    if (s.restart?.max !== undefined) opts.push('--max-restarts', String(s.restart.max));
     const cmd = s.kind === 'watch' ? join(this.helpers, 'svc-watch') : s.cmd;
     const args = [dir, String(s.capBytes), String(segment), ...opts, '--', cmd, ...s.args];
     const answer = await new Promise<string>((resolve, reject) => {
@@ -136,6 +140,7 @@ export class FsKeptProcesses implements KeptProcesses {
       host: s.host,
       ...(s.tag ? { tag: s.tag } : {}),
       ...(s.watch ? { watch: s.watch } : {}),
+      ...(s.restart ? { restart: s.restart } : {}),
     };
     await writeFileAtomic(join(dir, 'meta.json'), `${JSON.stringify(rec)}\n`);
     this.metas.set(id, rec);
@@ -195,6 +200,20 @@ export class FsKeptProcesses implements KeptProcesses {
     const ended: KeptEnd = { reason: rec.boot_id === bootId() ? 'lost' : 'reboot', ended_at_ms: Date.now() };
     await writeFileAtomic(file, `${JSON.stringify(ended)}\n`).catch(() => undefined);
     return ended;
+  }
+
+  async run(id: string): Promise<KeptRun | null> {
+    const rec = await this.need(id);
+    if (!rec.restart) return null;
+    try {
+      const r = JSON.parse(await readFile(join(this.dir(id), 'run.json'), 'utf8')) as Partial<KeptRun>;
+      if (Number.isSafeInteger(r.pid) && Number.isSafeInteger(r.restarts))
+        return { pid: r.pid as number, restarts: r.restarts as number };
+    } catch {
+      // not written yet (the keeper writes it right after its first start), or a half-written one of
+      // a crashed guest's: the record's
+    }
+    return { pid: rec.pid, restarts: 0 };
   }
 
   async range(id: string, stream: ProcessStream): Promise<StreamRange> {
@@ -263,6 +282,13 @@ export class FsKeptProcesses implements KeptProcesses {
   async signal(id: string, signal: string): Promise<void> {
     const rec = await this.need(id);
     if (await this.end(id)) throw new InvalidStateError(`process ${id} has ended`);
+    if (rec.restart) {
+      // Through its keeper, which knows the current run (one that just ended is never signalled,
+      // nor a pid reused since) and ends its restarts for a signal that means stop.
+      const n = osConstants.signals[signal as NodeJS.Signals];
+      if (!n) throw new InvalidStateError(`no signal ${signal} here`);
+      return this.control(id, `signal ${n}`);
+    }
     try {
       process.kill(-rec.pid, signal as NodeJS.Signals);
     } catch {
@@ -277,7 +303,10 @@ export class FsKeptProcesses implements KeptProcesses {
   async remove(id: string): Promise<void> {
     const rec = await this.need(id);
     if (!(await this.end(id))) {
-      for (const target of [-rec.pid, rec.pid]) {
+      // No next run (a keeper between runs then ends at once), and the current run's pid.
+      if (rec.restart) await this.control(id, 'stop').catch(() => undefined);
+      const pid = (await this.run(id))?.pid || rec.pid;
+      for (const target of [-pid, pid]) {
         try {
           process.kill(target, 'SIGKILL');
         } catch {

@@ -1,5 +1,11 @@
 import type { Command } from 'commander';
-import type { OutputFrame, ProcessInfo, ProcessStart, ProcessStream, WatchEvent } from '../../domain/processes.js';
+import {
+  processState,
+  type OutputFrame,
+  type ProcessStart,
+  type ProcessStream,
+  type WatchEvent,
+} from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { collect, print } from './cli-kit.js';
 import { table } from './format.js';
@@ -39,13 +45,6 @@ function from(v?: string): number | Partial<Record<ProcessStream, number>> | und
   return out;
 }
 
-function ended(p: ProcessInfo): string {
-  if (p.state === 'running') return 'running';
-  if (p.reason === 'signal') return `killed (${p.signal})`;
-  if (p.reason === 'exit') return `exited ${p.exit_code}`;
-  return `ended (${p.reason})`;
-}
-
 /** Writes a frame's bytes where they belong: stderr's to stderr, the rest to stdout. */
 function writeFrame(f: OutputFrame): void {
   if ('stream' in f) {
@@ -76,9 +75,11 @@ export function processCommands(program: Command, client: () => SvcClient): void
     .option('-e, --env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
     .option('-t, --tty', 'give it a terminal the size of this one')
     .option('-i, --interactive', 'keep its input open (this command passes its own stdin on)')
+    .option('--restart <policy>', 'start it again when it ends: always, on-failure, or on-failure:N (N times at most)')
     .action(async (name: string, cmd: string, args: string[], o) => {
       const c = client();
       const req: ProcessStart = { cmd, args, cwd: o.cwd, user: o.user, tag: o.tag, env: env(o.env) };
+      if (o.restart) Object.assign(req, restartOption(o.restart as string));
       if (o.tty) req.pty = { cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 };
       if (o.interactive) req.stdin = true;
       const p = await c.startProcess(name, req);
@@ -115,7 +116,7 @@ export function processCommands(program: Command, client: () => SvcClient): void
             p.id,
             p.tag ?? '-',
             p.pid,
-            ended(p),
+            processState(p),
             p.started_at,
             [p.cmd, ...p.args].join(' ').slice(0, 60),
           ]),
@@ -222,4 +223,12 @@ export async function processLogs(
     if ('reason' in f) code = exitCode(f);
   }
   return code;
+}
+
+/** `--restart always|on-failure[:N]|no` (docker's words) as POST /processes's fields; the daemon checks them. */
+export function restartOption(v: string): Pick<ProcessStart, 'restart' | 'max_restarts'> {
+  const m = /^(no|always|on-failure)(?::(\d{1,7}))?$/.exec(v);
+  if (!m || (m[1] === 'no' && m[2])) throw new Error(`--restart must be always, on-failure or on-failure:N (not ${v})`);
+  if (m[1] === 'no') return {};
+  return { restart: m[1] as 'always' | 'on-failure', ...(m[2] ? { max_restarts: Number(m[2]) } : {}) };
 }

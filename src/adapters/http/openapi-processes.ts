@@ -39,6 +39,14 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
         description: 'a terminal: one output stream, `pty`',
       },
       stdin: { type: 'boolean', default: false, description: 'keep its input open for POST .../stdin' },
+      restart: {
+        type: 'string',
+        enum: ['no', 'always', 'on-failure'],
+        default: 'no',
+        description:
+          'start it again when it ends (on-failure: unless with exit code 0), after 100 ms doubled each time up to 30 s; its output goes on in the same journal. A signal INT, QUIT, KILL or TERM sent through svc ends the restarts. Not with pty or stdin',
+      },
+      max_restarts: { type: 'integer', minimum: 0, description: 'with restart: at most this many times' },
     },
   },
   ProcessInfo: {
@@ -64,6 +72,9 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
       signal: { type: 'string' },
       reason: { type: 'string', enum: ['exit', 'signal', 'reboot', 'lost'] },
       ended_at: { type: 'string', format: 'date-time' },
+      restart: { type: 'string', enum: ['always', 'on-failure'], description: 'its restart policy, when it has one' },
+      max_restarts: { type: 'integer' },
+      restarts: { type: 'integer', description: 'times it was started again so far (`pid` is the current run’s)' },
     },
   },
   OutputFrame: {

@@ -2,6 +2,7 @@ import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { bounded, CHANGES, DESTROYS, guestPath, json, MCP_LIMITS, text, tool, vmName } from './mcp-kit.js';
 import { z } from 'zod';
+import { MAX_RESTARTS } from '../../domain/processes.js';
 
 /** The tools that act in a VM: exec, files, forwards, secrets, processes. */
 export function registerGuestTools(server: McpServer, client: SvcClient): void {
@@ -162,11 +163,33 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
         cwd: z.string().max(4096).optional(),
         env: z.record(z.string(), z.string()).optional(),
         tag: z.string().max(64).optional().describe('a name to find it by (one running process per tag)'),
+        restart: z
+          .enum(['no', 'always', 'on-failure'])
+          .optional()
+          .describe('start it again when it ends (on-failure: unless it exited 0); its output goes on'),
+        max_restarts: z
+          .number()
+          .int()
+          .min(0)
+          .max(MAX_RESTARTS)
+          .optional()
+          .describe('with restart: at most this many times'),
       },
       annotations: CHANGES,
     },
-    ({ name, cmd, args, cwd, env, tag }) =>
-      tool(async () => json(await client.startProcess(name, { cmd, args: args ?? [], cwd, env, tag }))),
+    ({ name, cmd, args, cwd, env, tag, restart, max_restarts }) =>
+      tool(async () =>
+        json(
+          await client.startProcess(name, {
+            cmd,
+            args: args ?? [],
+            cwd,
+            env,
+            tag,
+            ...(restart && restart !== 'no' ? { restart, max_restarts } : {}),
+          }),
+        ),
+      ),
   );
   server.registerTool(
     'signal_process',

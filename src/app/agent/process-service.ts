@@ -93,6 +93,7 @@ export class ProcessService {
         gid: user?.gid,
         groups: user?.groups,
         tag: req.tag,
+        restart: req.restart ? { policy: req.restart, max: req.max_restarts } : undefined,
         host: await this.agent.hostname(),
         capBytes: this.opts.journalBytes,
       });
@@ -164,6 +165,12 @@ export class ProcessService {
     };
     if (r.tag) out.tag = r.tag;
     if (r.host !== host) out.started_in = r.host;
+    const run = r.restart ? await this.kept.run(r.id) : null;
+    if (r.restart && run) {
+      if (run.pid) out.pid = run.pid;
+      Object.assign(out, { restart: r.restart.policy, restarts: run.restarts });
+      if (r.restart.max !== undefined) out.max_restarts = r.restart.max;
+    }
     if (end) Object.assign(out, endFields(end));
     return out;
   }

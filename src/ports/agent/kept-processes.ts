@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { ProcessStream } from '../../domain/processes.js';
+import type { ProcessStream, RestartPolicy } from '../../domain/processes.js';
 
 /**
  * What is kept of a durable process or a watch on the guest's disk (docs/processes.md): written
@@ -21,6 +21,22 @@ export interface KeptRecord {
   /** The guest's host name when it started (a clone's copy was started in its template). */
   host: string;
   watch?: { path: string; recursive: boolean };
+  restart?: KeptRestart;
+}
+
+/** A kept process's restart policy: svc-keep starts it again when it ends (docs/processes.md). */
+export interface KeptRestart {
+  policy: RestartPolicy;
+  /** At most this many times; absent: no limit. */
+  max?: number;
+}
+
+/** The current run of a process kept with a restart policy (svc-keep's run.json). */
+export interface KeptRun {
+  /** Its pid; 0 when the last try could not start it. */
+  pid: number;
+  /** Times it was started again. */
+  restarts: number;
 }
 
 /** How a kept process ended (its keeper's exit.json, or what the agent found: a reboot, a keeper gone). */
@@ -65,6 +81,7 @@ export interface KeeperSpawn {
   tag?: string;
   host: string;
   watch?: { path: string; recursive: boolean };
+  restart?: KeptRestart;
   /** Bytes kept per stream. */
   capBytes: number;
 }
@@ -87,6 +104,8 @@ export interface KeptProcesses {
    * ended here (`reboot` when the boot id changed, else `lost`).
    */
   end(id: string): Promise<KeptEnd | null>;
+  /** The current run of one kept with a restart policy; null for the others (their run is the record's). */
+  run(id: string): Promise<KeptRun | null>;
   range(id: string, stream: ProcessStream): Promise<StreamRange>;
   /** A reader of one stream's journal, the segment it reads kept open between reads; closed by the caller. */
   reader(id: string, stream: ProcessStream): JournalReader;
@@ -100,7 +119,10 @@ export interface KeptProcesses {
   stdin(id: string, body: Readable): Promise<void>;
   /** A line for its keeper: `eof`, `resize COLS ROWS`. */
   control(id: string, line: string): Promise<void>;
-  /** Sends a signal to its process group. */
+  /**
+   * Sends a signal to its process group (its current run's). With a restart policy, INT, QUIT, KILL
+   * and TERM also end the restarts.
+   */
   signal(id: string, signal: string): Promise<void>;
   /** Kills it if it runs, waits for its end (a moment), and removes what is kept. */
   remove(id: string): Promise<void>;

@@ -7,7 +7,9 @@ import {
   parseFrom,
   parseProcessStart,
   parseSignal,
+  processState,
   signalName,
+  type ProcessInfo,
 } from '../../../src/domain/processes.js';
 
 const refused = (f: () => unknown, what: RegExp) => {
@@ -58,6 +60,34 @@ describe('domain/processes', () => {
     refused(() => parseProcessStart({ cmd: 'x', stdin: 'yes' }), /stdin/);
     refused(() => parseProcessStart({ cmd: 'x', nope: 1 }), /unknown field nope/);
     refused(() => parseProcessStart({ cmd: 'x', args: ['a'.repeat(1 << 20)] }), /too long/);
+  });
+
+  it('takes a restart policy for a process without a terminal or input, and refuses the rest', () => {
+    expect(parseProcessStart({ cmd: 'x', restart: 'on-failure', max_restarts: 5 })).to.deep.equal({
+      cmd: 'x',
+      args: [],
+      restart: 'on-failure',
+      max_restarts: 5,
+    });
+    expect(parseProcessStart({ cmd: 'x', restart: 'always', max_restarts: 0 }).max_restarts).to.equal(0);
+    expect(parseProcessStart({ cmd: 'x', restart: 'no' })).to.deep.equal({ cmd: 'x', args: [] });
+    refused(() => parseProcessStart({ cmd: 'x', restart: 'unless-stopped' }), /restart must be/);
+    refused(() => parseProcessStart({ cmd: 'x', restart: true }), /restart must be/);
+    refused(() => parseProcessStart({ cmd: 'x', restart: 'always', pty: true }), /without a terminal/);
+    refused(() => parseProcessStart({ cmd: 'x', restart: 'always', stdin: true }), /without a terminal/);
+    refused(() => parseProcessStart({ cmd: 'x', max_restarts: 1 }), /needs restart/);
+    refused(() => parseProcessStart({ cmd: 'x', restart: 'no', max_restarts: 1 }), /needs restart/);
+    for (const n of [-1, 1.5, '3', 1e7])
+      refused(() => parseProcessStart({ cmd: 'x', restart: 'always', max_restarts: n }), /max_restarts must be/);
+  });
+
+  it('says a state in a few words, with the restarts of a running one', () => {
+    const p = { state: 'running' } as ProcessInfo;
+    expect(processState(p)).to.equal('running');
+    expect(processState({ ...p, restarts: 3 })).to.equal('running (restarts 3)');
+    expect(processState({ ...p, state: 'ended', reason: 'exit', exit_code: 2 })).to.equal('exited 2');
+    expect(processState({ ...p, state: 'ended', reason: 'signal', signal: 'SIGTERM' })).to.equal('killed (SIGTERM)');
+    expect(processState({ ...p, state: 'ended', reason: 'reboot' })).to.equal('ended (reboot)');
   });
 
   it('never throws anything but InvalidArgument on any input (property)', () => {
