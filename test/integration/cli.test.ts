@@ -286,6 +286,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['logs', '--from', 'stdout:4', 'c1', id])).stdout).to.equal('three\n');
     const ps = await svc(['ps', 'c1']);
     expect(ps.stdout).to.match(new RegExp(`${id}\\s+cli-job\\s+\\d+\\s+exited 3`));
+    // --restart in docker's words: started again once, then ended; logs has both runs.
+    const again = await svc(['run', '-d', '--restart', 'on-failure:1', 'c1', '--', 'sh', '-c', 'echo run; exit 5']);
+    expect(again.code, again.stderr).to.equal(0);
+    const twice = await svc(['logs', '-f', 'c1', again.stdout.trim()]);
+    expect(twice).to.deep.include({ code: 5, stdout: 'run\nrun\n' });
+    expect((await svc(['run', '-d', '--restart', 'sometimes', 'c1', '--', 'true'])).stderr).to.match(
+      /--restart must be/,
+    );
     // In the foreground: the output as it comes and the exit code; stdin passed on with -i.
     const fg = await svc(['run', '-i', 'c1', '--', 'sh', '-c', 'cat; exit 4'], 'piped in\n');
     expect(fg).to.deep.include({ code: 4, stdout: 'piped in\n' });

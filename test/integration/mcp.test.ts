@@ -146,6 +146,20 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
       for (let i = 0; i < 50 && !end.ended; i++)
         end = await call('process_output', { name: 'm1', id: p.id, from: b.next_from, wait_ms: 200 });
       expect(end.ended).to.include({ reason: 'signal', signal: 'SIGKILL' });
+      // With a restart policy: started again once, both runs' output in one journal.
+      const r = await call('start_process', {
+        name: 'm1',
+        cmd: 'sh',
+        args: ['-c', 'echo run; exit 2'],
+        restart: 'on-failure',
+        max_restarts: 1,
+      });
+      expect(r).to.include({ restart: 'on-failure', max_restarts: 1 });
+      let out = { ended: null as null | Record<string, unknown>, output: { stdout: '' } };
+      for (let i = 0; i < 50 && !out.ended; i++)
+        out = await call('process_output', { name: 'm1', id: r.id, wait_ms: 200 });
+      expect(out.output.stdout).to.equal('run\nrun\n');
+      expect(out.ended).to.include({ reason: 'exit', exit_code: 2 });
     } finally {
       await c.close();
     }
