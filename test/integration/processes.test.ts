@@ -394,6 +394,11 @@ describe('durable processes with a restart policy (real local agents)', function
     expect((await d.call('DELETE', `${P}/${loop.json.id}`)).status).to.equal(200);
     await waitFor('its keeper to go', 5000, () => (keeper(loop.json.id) ? undefined : true));
     expect((await d.call('GET', `${P}/${loop.json.id}`)).status).to.equal(404);
+    // And DELETE of one running: its run killed, no next one.
+    const up = await d.call('POST', P, { cmd: 'sleep', args: ['100'], restart: 'always' });
+    expect((await d.call('DELETE', `${P}/${up.json.id}`)).status).to.equal(200);
+    expect(() => process.kill(up.json.pid, 0), 'its run is killed').to.throw();
+    await waitFor('its keeper to go', 5000, () => (keeper(up.json.id) ? undefined : true));
   });
 
   it('is refused where it cannot apply', async () => {

@@ -303,16 +303,10 @@ export class FsKeptProcesses implements KeptProcesses {
   async remove(id: string): Promise<void> {
     const rec = await this.need(id);
     if (!(await this.end(id))) {
-      // No next run (a keeper between runs then ends at once), and the current run's pid.
-      if (rec.restart) await this.control(id, 'stop').catch(() => undefined);
-      const pid = (await this.run(id))?.pid || rec.pid;
-      for (const target of [-pid, pid]) {
-        try {
-          process.kill(target, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
+      // With a restart policy its keeper kills the run that is current when it reads the line (one
+      // started after a kill from here would live on), and starts no next one.
+      if (rec.restart) await this.control(id, `signal ${osConstants.signals.SIGKILL}`).catch(() => undefined);
+      else killGroup(rec.pid);
       for (let i = 0; i < 40 && !(await this.end(id)); i++) await this.changed(id, 50);
       if (keeperAlive(rec.keeper_pid, this.dir(id))) {
         try {
@@ -320,11 +314,23 @@ export class FsKeptProcesses implements KeptProcesses {
         } catch {
           // gone
         }
+        if (rec.restart) killGroup((await this.run(id))?.pid || rec.pid);
       }
     }
     await rm(this.dir(id), { recursive: true, force: true });
     this.metas.delete(id);
     this.ends.delete(id);
+  }
+}
+
+/** SIGKILL to a process group, or to the process alone where it leads none; quiet when they are gone. */
+function killGroup(pid: number): void {
+  for (const target of [-pid, pid]) {
+    try {
+      process.kill(target, 'SIGKILL');
+    } catch {
+      // already gone
+    }
   }
 }
 
