@@ -30,7 +30,8 @@
  * in DIR/run.json ({"pid","restarts","last":{"code"|"signal","ended_at_ms"}}), and signals go
  * through ctl ("signal N": to the current run's group), so one never reaches a run that ended. A
  * "stop" line, or a signal of INT, QUIT, KILL or TERM, ends the restarts: exit.json then says how
- * the last run ended. --restart takes no --pty or --stdin.
+ * the last run ended. --restart takes no --pty or --stdin. SIGTERM to the keeper itself (a guest
+ * that shuts down asks every process) ends the restarts too; the keeper ends once CMD has.
  *
  * On start it prints "ok PID KEEPER\n" (CMD's pid, which is also its process group, and its own)
  * or "error MESSAGE\n" on standard output and closes it. Built static (no NSS: supplementary groups come as numbers),
@@ -178,6 +179,15 @@ static void on_chld(int sig) {
   errno = e;
 }
 
+/* SIGTERM to the keeper (a guest shutting down asks every process): no next run; it ends once CMD has. */
+static void on_term(int sig) {
+  (void)sig;
+  int e = errno;
+  ssize_t r = write(sigpipe_fds[1], "t", 1);
+  (void)r;
+  errno = e;
+}
+
 /*
  * exit.json's page, taken when the keeper starts (reserve_exit): the status is written into blocks
  * the file already has, so a disk filled while CMD ran cannot keep how it ended from being said.
@@ -289,6 +299,7 @@ static pid_t fork_cmd(int in_fd, int out_fd, int err_fd, int slave, int e[2]) {
     signal(SIGPIPE, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     if (slave >= 0) {
       setsid();
       ioctl(slave, TIOCSCTTY, 0);
@@ -497,6 +508,8 @@ int main(int argc, char **argv) {
   sa.sa_handler = on_chld;
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, NULL);
+  sa.sa_handler = on_term;
+  sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
 
@@ -601,8 +614,9 @@ int main(int argc, char **argv) {
       }
     }
     if (p[idx_sig].revents & POLLIN) {
-      while (read(sigpipe_fds[0], buf, sizeof buf) > 0) {
-      }
+      ssize_t n;
+      while ((n = read(sigpipe_fds[0], buf, sizeof buf)) > 0)
+        if (memchr(buf, 't', (size_t)n)) stop_wanted = 1;
       if (!exited && child > 0 && waitpid(child, &status, WNOHANG) == child) {
         exited = 1;
         drain_until = mono_ms() + DRAIN_MS;

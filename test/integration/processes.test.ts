@@ -320,19 +320,22 @@ describe('durable processes with a restart policy (real local agents)', function
       .map((f) => f.data as string)
       .join('');
   /** The svc-keep of a process of pv's, if one runs. */
-  const keeper = (id: string) =>
-    readdirSync('/proc')
-      .filter((x) => /^\d+$/.test(x))
-      .some((p) => {
-        try {
-          const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-          return (
-            cmd[0].endsWith('svc-keep') && cmd[1].endsWith(join('rv', 'guest', 'var', 'lib', 'svc', 'processes', id))
-          );
-        } catch {
-          return false;
-        }
-      });
+  const keeperPid = (id: string) =>
+    Number(
+      readdirSync('/proc')
+        .filter((x) => /^\d+$/.test(x))
+        .find((p) => {
+          try {
+            const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+            return (
+              cmd[0].endsWith('svc-keep') && cmd[1].endsWith(join('rv', 'guest', 'var', 'lib', 'svc', 'processes', id))
+            );
+          } catch {
+            return false;
+          }
+        }) ?? 0,
+    );
+  const keeper = (id: string) => keeperPid(id) > 0;
 
   it('on-failure starts it again N times, its output going on in one journal', async () => {
     const r = await d.call('POST', P, {
@@ -401,6 +404,19 @@ describe('durable processes with a restart policy (real local agents)', function
     await waitFor('its keeper to go', 5000, () => (keeper(up.json.id) ? undefined : true));
   });
 
+  it('starts no next run once its keeper is told TERM, as a guest that shuts down tells every process', async () => {
+    const r = await d.call('POST', P, { cmd: 'sleep', args: ['100'], restart: 'always' });
+    expect(r.status, r.text).to.equal(201);
+    const k = keeperPid(r.json.id);
+    expect(k).to.be.above(0);
+    process.kill(k, 'SIGTERM');
+    await new Promise((res) => setTimeout(res, 200));
+    expect(keeper(r.json.id), 'the keeper lives on while its process runs').to.equal(true);
+    process.kill(r.json.pid, 'SIGTERM');
+    expect(await ended(r.json.id)).to.include({ reason: 'signal', signal: 'SIGTERM', restarts: 0 });
+    await waitFor('its keeper to go', 5000, () => (keeper(r.json.id) ? undefined : true));
+  });
+
   it('is refused where it cannot apply', async () => {
     const bad = async (body: unknown, what: RegExp) => {
       const r = await d.call('POST', P, body);
@@ -413,5 +429,23 @@ describe('durable processes with a restart policy (real local agents)', function
     await bad({ cmd: 'true', max_restarts: 3 }, /max_restarts needs restart/);
     await bad({ cmd: 'true', restart: 'always', max_restarts: -1 }, /max_restarts must be/);
     await bad({ cmd: 'true', restart: 'always', max_restarts: 1.5 }, /max_restarts must be/);
+  });
+  it('kills the current run when the VM is deleted (the stand-in guest is this host)', async () => {
+    const r = await d.call('POST', P, { cmd: 'sleep', args: ['100'], restart: 'always' });
+    expect((await d.call('POST', `${P}/${r.json.id}/signal`, { signal: 'HUP' })).status).to.equal(204);
+    const second = await waitFor('the second run', 10_000, async () => {
+      const j = (await d.call('GET', `${P}/${r.json.id}`)).json;
+      return j.restarts === 1 && j.pid !== r.json.pid ? (j.pid as number) : undefined;
+    });
+    expect((await d.call('DELETE', '/vms/rv')).status).to.equal(200);
+    await waitFor('its run to die', 5000, () => {
+      try {
+        process.kill(second, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    });
+    expect(keeper(r.json.id)).to.equal(false);
   });
 });

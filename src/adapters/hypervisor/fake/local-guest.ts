@@ -111,17 +111,34 @@ function killKept(root: string): void {
         pid?: number;
         keeper_pid?: number;
       };
-      for (const target of [meta.pid ? -meta.pid : 0, meta.keeper_pid ?? 0]) {
+      // A process with a restart policy: its current run's pid, killed before its keeper can start another.
+      const run = Number((/"pid":(\d+)/.exec(readFileSafe(join(root, id, 'run.json'))) ?? [])[1]) || 0;
+      for (const target of [run ? -run : 0, meta.pid ? -meta.pid : 0, meta.keeper_pid ?? 0]) {
         if (!target) continue;
         const pid = Math.abs(target);
-        const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
         // only what is still this guest's: the keeper names its folder, the process is its child
-        if (target > 0 ? cmd.includes(join(root, id)) : keptChild(pid, meta.keeper_pid))
-          process.kill(target, 'SIGKILL');
+        if (
+          target > 0
+            ? readFileSafe(`/proc/${pid}/cmdline`).includes(`${join(root, id)}\0`)
+            : keptChild(pid, meta.keeper_pid)
+        )
+          try {
+            process.kill(target, 'SIGKILL');
+          } catch {
+            // gone meanwhile
+          }
       }
     } catch {
       // gone, or never started
     }
+  }
+}
+
+function readFileSafe(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
   }
 }
 
