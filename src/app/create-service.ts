@@ -115,7 +115,7 @@ export class CreateService {
             {
               cpus: req.cpus ?? this.config.cpus,
               memory_mb: memoryMb,
-              entrypoint: req.entrypoint === false ? false : undefined,
+              entrypoint: req.entrypoint === true ? undefined : req.entrypoint,
             },
             diskGb,
           );

@@ -91,7 +91,7 @@ export class ImageService {
       .map(({ cpus, memory_mb, entrypoint, disk_gb, size_bytes, created_at, capture_ms }) => ({
         cpus,
         memory_mb,
-        ...(entrypoint === false ? { entrypoint } : {}),
+        ...(entrypoint !== undefined ? { entrypoint } : {}),
         disk_gb,
         size_bytes,
         created_at,

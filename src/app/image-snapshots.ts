@@ -1,3 +1,4 @@
+import { bootEntrypoint, entrypointWord, type EntrypointChoice } from '../domain/processes.js';
 import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
@@ -22,8 +23,11 @@ import { AppConfig } from './tokens.js';
 export interface Shape {
   cpus: number;
   memory_mb: number;
-  /** Its guest runs no image entrypoint (CreateRequest.entrypoint false): a snapshot apart. */
-  entrypoint?: false;
+  /**
+   * Its guest runs no image entrypoint, or runs it with a restart policy (CreateRequest.entrypoint):
+   * a snapshot apart.
+   */
+  entrypoint?: EntrypointChoice;
 }
 
 /**
@@ -33,11 +37,17 @@ export interface Shape {
 const shapeFor = (image: ImageInfo, s: Shape): Shape => ({
   cpus: s.cpus,
   memory_mb: s.memory_mb,
-  ...(s.entrypoint === false && image.entrypoint ? { entrypoint: false as const } : {}),
+  ...(s.entrypoint !== undefined && image.entrypoint ? { entrypoint: s.entrypoint } : {}),
 });
 
+/** How a shape's entrypoint reads after "image X with N cpu(s) and M MB". */
+function entrypointSaid(e?: EntrypointChoice): string {
+  if (e === false) return ', its entrypoint not run';
+  return e ? `, its entrypoint restarted ${e.restart}` : '';
+}
+
 const sameShape = (a: Shape, b: Shape) =>
-  a.cpus === b.cpus && a.memory_mb === b.memory_mb && (a.entrypoint ?? true) === (b.entrypoint ?? true);
+  a.cpus === b.cpus && a.memory_mb === b.memory_mb && entrypointWord(a.entrypoint) === entrypointWord(b.entrypoint);
 
 /** What a create starts from: a snapshot to restore a copy of, or why it boots instead. */
 export type SnapshotChoice =
@@ -151,7 +161,7 @@ export class ImageSnapshots {
     if (this.config.network === 'overlay') return boot('on the overlay network each guest gets its NIC at boot');
     if (diskGb < this.diskOf(image))
       return boot(`its ${diskGb} GB disk is smaller than the snapshots' (${this.diskOf(image)} GB: config disk_gb)`);
-    const what = `image ${image.id} with ${shape.cpus} cpu(s) and ${shape.memory_mb} MB${shape.entrypoint === false ? ', its entrypoint not run' : ''}`;
+    const what = `image ${image.id} with ${shape.cpus} cpu(s) and ${shape.memory_mb} MB${entrypointSaid(shape.entrypoint)}`;
     if (!image.built) return boot(`image ${image.id} is built first; a snapshot is made after this vm boots`, true);
     const key = await this.keyOf(image, shape);
     const snap = this.known.get(key);
@@ -229,7 +239,7 @@ export class ImageSnapshots {
       await this.keys.publicKey(),
       (await this.hv.savedStateKey?.()) ?? '',
       // Only when set, so the keys of snapshots made before it was a choice stay as they were.
-      ...(shapeFor(image, shape).entrypoint === false ? ['no-entrypoint'] : []),
+      ...(shapeFor(image, shape).entrypoint !== undefined ? [entrypointWord(shapeFor(image, shape).entrypoint)] : []),
     ];
     return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 24);
   }
@@ -253,7 +263,7 @@ export class ImageSnapshots {
         forwards: [],
         mounts: [],
         ssh_authorized_key: await this.keys.publicKey(),
-        entrypoint: shape.entrypoint === false ? undefined : image.entrypoint,
+        entrypoint: bootEntrypoint(image.entrypoint, shape.entrypoint),
       };
       await this.disks.provision(spec);
       this.goOn(key);

@@ -4,7 +4,7 @@ import { changeStatus, clearRuntime, type VmRecord, type PortForward } from '../
 import { Clock } from '../ports/clock.js';
 import { Failpoints } from '../ports/failpoints.js';
 import type { VmHandle, VmRef, VmSpec } from '../ports/hypervisor.js';
-import type { ProcessStart } from '../domain/processes.js';
+import { bootEntrypoint, type ProcessStart } from '../domain/processes.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/guest-images.js';
 import { Logger } from '../ports/logger.js';
@@ -127,11 +127,14 @@ export class VmKeeper {
     };
   }
 
-  /** What the VM's guest starts at a cold boot: its image's entrypoint, unless its create said not to. */
+  /** What the VM's guest starts at a cold boot: its image's entrypoint as its create said (none, or with a restart policy). */
   private async entrypoint(rec: VmRecord): Promise<ProcessStart | undefined> {
     if (rec.entrypoint === false) return undefined;
     // An image that cannot be read fails the boot in the adapter, which says why.
-    return (await this.images.resolveImage(rec.image).catch(() => undefined))?.entrypoint;
+    return bootEntrypoint(
+      (await this.images.resolveImage(rec.image).catch(() => undefined))?.entrypoint,
+      rec.entrypoint,
+    );
   }
 
   /** What a start launches: the record's VM with its boot forwards (those added live are added again after). */

@@ -233,7 +233,7 @@ export class Vms {
     if (req.egress_secrets?.length) rec.egress_secrets = bindEgressSecrets(req.egress_secrets, randomBytes);
     if (this.config.network === 'overlay') rec.overlay_ip = this.freeOverlayIp();
     if (!image.agent_ready) rec.agent_missing = true;
-    if (req.entrypoint === false) rec.entrypoint = false;
+    if (req.entrypoint !== undefined && req.entrypoint !== true) rec.entrypoint = req.entrypoint;
     if (pool) rec.pool = pool;
     this.records.set(name, rec);
     this.changed(rec);

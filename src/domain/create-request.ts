@@ -6,6 +6,7 @@ import { mountTag, type Mount, type PortForward } from './vm.js';
 import { assertNewVmName, assertVmName, isObject } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
 import { parseOnExpire, parseTtl, type OnExpire } from './lifetime.js';
+import { parseEntrypointChoice, type EntrypointRestart } from './processes.js';
 
 export interface CreateRequest {
   name?: string;
@@ -33,9 +34,10 @@ export interface CreateRequest {
   on_expire?: OnExpire;
   /**
    * Run the image's entrypoint (a container image's Entrypoint and Cmd) as a durable process
-   * tagged `entrypoint` at each cold boot; omitted: true. A clone's is its template's.
+   * tagged `entrypoint` at each cold boot; omitted: true. `{restart, max_restarts?}`: run it, and
+   * again when it ends by that policy (docs/processes.md, "Restarting"). A clone's is its template's.
    */
-  entrypoint?: boolean;
+  entrypoint?: boolean | EntrypointRestart;
 }
 
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
@@ -211,7 +213,7 @@ export function parseCreateRequest(body: unknown): CreateRequest {
     req.on_expire = parseOnExpire(b.on_expire);
     if (req.ttl_ms === undefined) throw new InvalidArgumentError('on_expire needs a ttl');
   }
-  if (b.entrypoint !== undefined) req.entrypoint = bool(b.entrypoint, 'entrypoint');
+  if (b.entrypoint !== undefined) req.entrypoint = parseEntrypointChoice(b.entrypoint) ?? true;
   if (req.from !== undefined || req.from_pool) {
     if (req.from !== undefined && req.from_pool) throw new InvalidArgumentError('give from or from_pool, not both');
     // The machine comes from a snapshot: its shape and first boot are the template's (host

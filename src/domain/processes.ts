@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, shown } from './errors.js';
 import { queryOne, type Query } from './query.js';
 
 /**
@@ -27,6 +27,49 @@ export interface ProcessStart {
 }
 
 export type RestartPolicy = 'always' | 'on-failure';
+
+/**
+ * How a VM runs its image's entrypoint, when not as it is: `false`, not at all; a restart policy,
+ * started again by it (POST /vms `entrypoint`; docs/image.md, "What runs at boot").
+ */
+export type EntrypointChoice = false | EntrypointRestart;
+export interface EntrypointRestart {
+  restart: RestartPolicy;
+  max_restarts?: number;
+}
+
+/** The entrypoint a boot starts: the image's, with the VM's restart policy; none for `false`. */
+export function bootEntrypoint(image: ProcessStart | undefined, choice?: EntrypointChoice): ProcessStart | undefined {
+  if (!image || choice === false) return undefined;
+  if (!choice) return image;
+  return {
+    ...image,
+    restart: choice.restart,
+    ...(choice.max_restarts !== undefined ? { max_restarts: choice.max_restarts } : {}),
+  };
+}
+
+/** A short word for a choice (snapshot keys, what a create says it restored). */
+export function entrypointWord(choice?: EntrypointChoice): string {
+  if (choice === false) return 'no-entrypoint';
+  if (!choice) return '';
+  return `entrypoint-restart-${choice.restart}${choice.max_restarts !== undefined ? `-${choice.max_restarts}` : ''}`;
+}
+
+/** POST /vms `entrypoint`: true, false, or `{restart, max_restarts?}`; true comes back as undefined (as it is). */
+export function parseEntrypointChoice(v: unknown): EntrypointChoice | undefined {
+  if (v === true) return undefined;
+  if (v === false) return false;
+  if (!v || typeof v !== 'object' || Array.isArray(v))
+    throw new InvalidArgumentError(`entrypoint must be a boolean or {restart, max_restarts?}, got ${shown(v)}`);
+  const b = v as Record<string, unknown>;
+  for (const k of Object.keys(b))
+    if (k !== 'restart' && k !== 'max_restarts') throw new InvalidArgumentError(`unknown field entrypoint.${k}`);
+  const out: ProcessStart = { cmd: 'entrypoint', args: [] };
+  parseRestart(b, out);
+  if (!out.restart) return undefined; // restart "no": as it is
+  return { restart: out.restart, ...(out.max_restarts !== undefined ? { max_restarts: out.max_restarts } : {}) };
+}
 /** The most `max_restarts` may say. */
 export const MAX_RESTARTS = 1_000_000;
 

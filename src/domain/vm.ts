@@ -1,6 +1,7 @@
 import type { OnExpire } from './lifetime.js';
 import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
+import type { EntrypointChoice } from './processes.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
@@ -97,8 +98,11 @@ export type AdapterState = { readonly [adapterStateBrand]: 'adapter-state' };
  */
 export interface VmRecord extends Instance {
   userdata?: string;
-  /** The create asked not to run its image's entrypoint at boot (CreateRequest.entrypoint); absent: it runs. */
-  entrypoint?: false;
+  /**
+   * The create asked not to run its image's entrypoint at boot (false), or to restart it by a policy
+   * (CreateRequest.entrypoint); absent: it runs as it is.
+   */
+  entrypoint?: EntrypointChoice;
   runtime?: AdapterState;
   /** Set on warm pool members (the template's name); they are hidden from listings until claimed. */
   pool?: string;

@@ -1,5 +1,5 @@
 import type { ImageBundle } from '../domain/image-fetch.js';
-import type { ProcessStart } from '../domain/processes.js';
+import type { EntrypointChoice, ProcessStart } from '../domain/processes.js';
 import type { ImageSource, ImportRules, RegistrySource } from '../domain/image-request.js';
 import type { VmRef } from './hypervisor.js';
 
@@ -49,8 +49,8 @@ export interface ImageDetails extends ImageInfo {
 export interface ImageSnapshotInfo {
   cpus: number;
   memory_mb: number;
-  /** Made for creates that run no image entrypoint (`entrypoint: false`). */
-  entrypoint?: false;
+  /** Made for creates that run no image entrypoint (`entrypoint: false`), or run it with a restart policy. */
+  entrypoint?: EntrypointChoice;
   disk_gb: number;
   size_bytes: number;
   created_at: string;

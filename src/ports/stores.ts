@@ -1,4 +1,5 @@
 import type { VmRecord } from '../domain/vm.js';
+import type { EntrypointChoice } from '../domain/processes.js';
 import type { ActivityEvent, MetricsPoint, SecretRecord } from '../domain/events.js';
 
 export const VmStore = Symbol('VmStore');
@@ -95,8 +96,8 @@ export interface ImageSnapshotRecord {
   revision: string;
   cpus: number;
   memory_mb: number;
-  /** Its guest runs no image entrypoint (a create with `entrypoint: false`); absent: it runs. */
-  entrypoint?: false;
+  /** Its guest runs no image entrypoint (`entrypoint: false`), or runs it with a restart policy; absent: as it is. */
+  entrypoint?: EntrypointChoice;
   /** The disk it was booted with (the image's smallest): copies grow theirs from it. */
   disk_gb: number;
   created_at: string;

@@ -95,7 +95,14 @@ describe('svcd with QEMU: images from container image archives', function () {
       boot: 'kernel',
       source: 'oci-archive:app.oci.tar',
     });
-    const c = await d.call('POST', '/vms', { name: 'oci1', image: 'oci-app', disk_gb: 2, persistent: true });
+    // Its entrypoint started again whenever it ends (docker run --restart always).
+    const c = await d.call('POST', '/vms', {
+      name: 'oci1',
+      image: 'oci-app',
+      disk_gb: 2,
+      persistent: true,
+      entrypoint: { restart: 'always' },
+    });
     expect(c.status, c.text).to.equal(201);
     const out = await sh(
       'oci1',
@@ -123,7 +130,7 @@ describe('svcd with QEMU: images from container image archives', function () {
       tag: 'entrypoint',
     });
     const [ep] = await entrypoints('oci1');
-    expect(ep).to.include({ cmd: '/bin/sh', state: 'running' });
+    expect(ep).to.include({ cmd: '/bin/sh', state: 'running', restart: 'always', restarts: 0 });
     const said = ndjson((await d.call('GET', '/vms/oci1/processes/entrypoint/output')).text);
     expect(said.filter((f) => f.stream === 'stdout').map((f) => f.data)).to.deep.equal([SERVING]);
     const uid = await sh('oci1', `/opt/svc/bin/busybox stat -c %u /proc/${ep.pid}`);
@@ -140,6 +147,16 @@ describe('svcd with QEMU: images from container image archives', function () {
   });
 
   it('powers off on the power button and boots again with its files and environment', async () => {
+    // The entrypoint killed in the guest is started again (its restart policy)...
+    const [first] = await entrypoints('oci1');
+    await sh('oci1', `kill -9 ${first.pid}`);
+    let restarted = first;
+    for (let i = 0; i < 100 && !(restarted.restarts === 1 && restarted.pid !== first.pid); i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      [restarted] = await entrypoints('oci1');
+    }
+    expect(restarted).to.include({ id: first.id, state: 'running', restarts: 1 });
+    // ...but not by the power button's TERM: the init asks its keeper first.
     const before = (await processes('oci1')).filter((p) => p.tag === 'entrypoint');
     const s = await d.call('POST', '/vms/oci1/shutdown');
     expect(s.status, s.text).to.equal(200);
@@ -158,10 +175,10 @@ describe('svcd with QEMU: images from container image archives', function () {
     expect(log.text).to.match(/svc-init: power button: every process stopped within \d+\.\d s/);
     const after = await entrypoints('oci1');
     expect(after).to.have.length(before.length + 1);
-    expect(after[0]).to.include({ id: before[0].id, state: 'ended', exit_code: 0 });
+    expect(after[0]).to.include({ id: before[0].id, state: 'ended', exit_code: 0, restarts: 1 });
     const last = ndjson((await d.call('GET', `/vms/oci1/processes/${before[0].id}/output`)).text);
     const printed = last.filter((f) => f.stream === 'stdout').map((f) => f.data);
-    expect(printed.join('')).to.equal(`${SERVING}stopped gracefully\n`);
+    expect(printed.join('')).to.equal(`${SERVING}${SERVING}stopped gracefully\n`);
     expect(after[1]).to.include({ state: 'running' });
   });
 

@@ -85,6 +85,30 @@ describe('svc-agent --entrypoint (real agent process)', function () {
     expect(ids[1]).to.not.equal(p.id);
   });
 
+  it('starts it again by the restart policy the file gives (a create with entrypoint {restart})', async () => {
+    rmSync(join(dir, 'guest', 'run-svc'), { recursive: true, force: true });
+    writeFileSync(
+      file,
+      JSON.stringify({ cmd: 'sh', args: ['-c', 'echo again; exit 4'], restart: 'on-failure', max_restarts: 2 }),
+    );
+    agent = await startLocalAgent(dir, {}, flags());
+    const t = { port: agent.port };
+    const p = await until('the restarting entrypoint ended', async () => {
+      const e = (await tagged(t)).at(-1);
+      return e?.state === 'ended' && e.restart ? e : undefined;
+    });
+    expect(p).to.include({ exit_code: 4, restart: 'on-failure', max_restarts: 2, restarts: 2 });
+    const out = await call(t, 'GET', `/processes/${p.id}/output`);
+    const stdout = out.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((f) => f.stream === 'stdout')
+      .map((f) => f.data)
+      .join('');
+    expect(stdout).to.equal('again\n'.repeat(3));
+  });
+
   it('starts nothing from a file it cannot take, and says why in its log', async () => {
     rmSync(join(dir, 'guest', 'run-svc'), { recursive: true, force: true });
     writeFileSync(file, JSON.stringify({ cmd: 'sh', user: 'no-such-user-here' }));

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
+import type { ProcessStart } from '../../domain/processes.js';
 import { ms } from './format.js';
 
 /** What every command file shares: repeatable and whole-number flags, JSON-or-text answers, progress, stdin, exit codes. */
@@ -44,3 +45,11 @@ export const whole =
     if (!/^\d+$/.test(v.trim())) throw new InvalidArgumentError(`expected ${what}`);
     return Number(v);
   };
+
+/** `--restart always|on-failure[:N]|no` (and `svc new --entrypoint-restart`) (docker's words) as POST /processes's fields; the daemon checks them. */
+export function restartOption(v: string): Pick<ProcessStart, 'restart' | 'max_restarts'> {
+  const m = /^(no|always|on-failure)(?::(\d{1,7}))?$/.exec(v);
+  if (!m || (m[1] === 'no' && m[2])) throw new Error(`--restart must be always, on-failure or on-failure:N (not ${v})`);
+  if (m[1] === 'no') return {};
+  return { restart: m[1] as 'always' | 'on-failure', ...(m[2] ? { max_restarts: Number(m[2]) } : {}) };
+}

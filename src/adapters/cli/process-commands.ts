@@ -7,7 +7,7 @@ import {
   type WatchEvent,
 } from '../../domain/processes.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect, print } from './cli-kit.js';
+import { collect, print, restartOption } from './cli-kit.js';
 import { table } from './format.js';
 
 /** Ctrl-]: leaves `svc attach` (the process runs on). */
@@ -223,12 +223,4 @@ export async function processLogs(
     if ('reason' in f) code = exitCode(f);
   }
   return code;
-}
-
-/** `--restart always|on-failure[:N]|no` (docker's words) as POST /processes's fields; the daemon checks them. */
-export function restartOption(v: string): Pick<ProcessStart, 'restart' | 'max_restarts'> {
-  const m = /^(no|always|on-failure)(?::(\d{1,7}))?$/.exec(v);
-  if (!m || (m[1] === 'no' && m[2])) throw new Error(`--restart must be always, on-failure or on-failure:N (not ${v})`);
-  if (m[1] === 'no') return {};
-  return { restart: m[1] as 'always' | 'on-failure', ...(m[2] ? { max_restarts: Number(m[2]) } : {}) };
 }

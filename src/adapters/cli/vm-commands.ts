@@ -5,7 +5,7 @@ import type { WaitMode } from '../../domain/create-request.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { Instance } from '../../domain/vm.js';
 import { SvcError, type CreateInput, type SvcClient } from '../client/svc-client.js';
-import { collect, print, progress, whole } from './cli-kit.js';
+import { collect, print, progress, restartOption, whole } from './cli-kit.js';
 import { egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { table } from './format.js';
 
@@ -36,6 +36,10 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .option('-P, --publish <host:guest[/udp]>', 'forward a host port at boot (repeatable)', collect, [])
     .option('--no-metrics', 'do not keep a stats history')
     .option('--no-entrypoint', "do not run the image's entrypoint (a container image's Entrypoint and Cmd) at boot")
+    .option(
+      '--entrypoint-restart <policy>',
+      'start the entrypoint again when it ends: always, on-failure or on-failure:N',
+    )
     .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
     .option('--pool', 'claim a warm pool member')
     .option('--node <node>', 'in a cluster: the node to create it on')
@@ -57,6 +61,10 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       if (o.image) req.image = o.image;
       if (o.metrics === false) req.metrics_enabled = false;
       if (o.entrypoint === false) req.entrypoint = false;
+      else if (o.entrypointRestart) {
+        const r = restartOption(o.entrypointRestart as string);
+        if (r.restart) req.entrypoint = { restart: r.restart, max_restarts: r.max_restarts };
+      }
       if (o.from) req.from = o.from;
       if (o.pool) req.from_pool = true;
       if (o.ttl) req.ttl = o.ttl;

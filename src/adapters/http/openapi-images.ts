@@ -109,9 +109,18 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
             cpus: { type: 'integer' },
             memory_mb: { type: 'integer' },
             entrypoint: {
-              type: 'boolean',
-              enum: [false],
-              description: "present for creates with entrypoint false: its guest runs no image's entrypoint",
+              oneOf: [
+                { type: 'boolean', enum: [false] },
+                {
+                  type: 'object',
+                  properties: {
+                    restart: { type: 'string', enum: ['always', 'on-failure'] },
+                    max_restarts: { type: 'integer' },
+                  },
+                },
+              ],
+              description:
+                "present for creates with entrypoint false (its guest runs no image's entrypoint) or a restart policy (its guest runs it with that policy)",
             },
             disk_gb: { type: 'integer', description: 'the disk it booted with; copies grow theirs' },
             size_bytes: { type: 'integer' },

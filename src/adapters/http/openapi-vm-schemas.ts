@@ -96,10 +96,21 @@ export const VM_SCHEMAS: Record<string, Schema> = {
       },
       metrics_enabled: { type: 'boolean' },
       entrypoint: {
-        type: 'boolean',
+        oneOf: [
+          { type: 'boolean' },
+          {
+            type: 'object',
+            required: ['restart'],
+            additionalProperties: false,
+            properties: {
+              restart: { type: 'string', enum: ['no', 'always', 'on-failure'] },
+              max_restarts: { type: 'integer', minimum: 0 },
+            },
+          },
+        ],
         default: true,
         description:
-          "run the image's entrypoint (GET /images: a container image's Entrypoint and Cmd) at each cold boot, as a process tagged entrypoint; a clone's is its template's",
+          "run the image's entrypoint (GET /images: a container image's Entrypoint and Cmd) at each cold boot, as a process tagged entrypoint; {restart, max_restarts?}: and start it again when it ends, by that policy (docs/processes.md, Restarting); a clone's is its template's",
       },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },

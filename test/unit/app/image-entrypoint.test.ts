@@ -52,6 +52,46 @@ describe('app: the image entrypoint a VM boots with', () => {
     expect(toPublic(w.vms.get('off'))).to.not.have.property('entrypoint');
   });
 
+  it('hands the entrypoint with the restart policy the create gave, at each boot and to its clones', async () => {
+    const w = world();
+    await (
+      await w.creates.create(
+        { name: 'r', image: 'app', persistent: true, entrypoint: { restart: 'always', max_restarts: 3 } },
+        {},
+      )
+    ).done;
+    const restarting = { ...APP_ENTRYPOINT, restart: 'always', max_restarts: 3 };
+    expect(w.hv.launchedWith('r')?.entrypoint).to.deep.equal(restarting);
+    await w.svc.shutdown('r');
+    await w.svc.start('r');
+    expect(w.hv.launchedWith('r')?.entrypoint).to.deep.equal(restarting);
+    await w.svc.shutdown('r');
+    await (
+      await w.creates.create({ name: 'rc', from: 'r', persistent: true }, {})
+    ).done;
+    expect(w.vms.get('rc').entrypoint).to.deep.equal({ restart: 'always', max_restarts: 3 });
+    expect(w.hv.launchedWith('rc')?.entrypoint).to.deep.equal(restarting);
+    // restart "no" is the entrypoint as it is; an image without one runs none either way.
+    await (
+      await w.creates.create({ name: 'n', image: 'app', entrypoint: { restart: 'no' } }, {})
+    ).done;
+    expect(w.hv.launchedWith('n')?.entrypoint).to.deep.equal(APP_ENTRYPOINT);
+    await (
+      await w.creates.create({ name: 'deb', image: 'debian', entrypoint: { restart: 'on-failure' } }, {})
+    ).done;
+    expect(w.hv.launchedWith('deb')?.entrypoint).to.equal(undefined);
+    for (const [bad, what] of [
+      [{ restart: 'sometimes' }, /restart must be/],
+      [{ restart: 'always', pty: true }, /unknown field entrypoint.pty/],
+      [{ max_restarts: 2 }, /max_restarts needs restart/],
+    ] as const) {
+      let err: unknown;
+      await w.creates.create({ name: 'x', image: 'app', entrypoint: bad }, {}).catch((e: unknown) => (err = e));
+      expect(err, JSON.stringify(bad)).to.be.instanceOf(InvalidArgumentError);
+      expect((err as Error).message).to.match(what);
+    }
+  });
+
   it("gives a clone its template's choice, and refuses one of its own", async () => {
     const w = world();
     await (
@@ -70,10 +110,13 @@ describe('app: the image entrypoint a VM boots with', () => {
     await w.creates
       .create({ name: 'c3', image: 'app', entrypoint: 'no' }, {})
       .then(() => expect.fail('a string was taken'))
-      .catch((e: Error) => expect(e.message).to.equal('entrypoint must be a boolean, got "no"'));
+      .catch((e: Error) =>
+        expect(e.message).to.equal('entrypoint must be a boolean or {restart, max_restarts?}, got "no"'),
+      );
   });
 
-  it('restores a create of an image without an entrypoint from its one snapshot either way; an image with one has a snapshot apart', async () => {
+  it('restores a create of an image without an entrypoint from its one snapshot either way; an image with one has a snapshot apart', async function () {
+    this.timeout(10_000);
     const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
     const w = world({ create_from_snapshot: true, cpus: 1, memory_mb: 512 }, undefined, hv);
     const images = w.container.get(ImageService);
@@ -99,5 +142,14 @@ describe('app: the image entrypoint a VM boots with', () => {
     expect(both.map((s) => s.entrypoint ?? true).sort()).to.deep.equal([false, true]);
     expect(await create({ name: 'a3', image: 'app', entrypoint: false })).to.include('restore');
     expect(await create({ name: 'a4', image: 'app' })).to.include('restore');
+    // A restart policy is another guest again (its keeper restarts): a snapshot of its own.
+    const restart = { restart: 'on-failure', max_restarts: 2 };
+    expect(await create({ name: 'a5', image: 'app', entrypoint: restart })).to.include('boot');
+    const three = await snapshotsOf('app', 3);
+    expect(three.map((s) => JSON.stringify(s.entrypoint ?? true)).sort()).to.deep.equal(
+      ['false', 'true', JSON.stringify(restart)].sort(),
+    );
+    expect(await create({ name: 'a6', image: 'app', entrypoint: restart })).to.include('restore');
+    expect(w.hv.launchedWith('a5')?.entrypoint).to.include({ restart: 'on-failure', max_restarts: 2 });
   });
 });

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { restartOption } from '../../../../src/adapters/cli/process-commands.js';
+import { restartOption } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
   it("takes docker's words for a restart policy", () => {
