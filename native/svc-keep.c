@@ -171,19 +171,13 @@ static void journal_write(struct journal *j, const char *buf, size_t len) {
   }
 }
 
-static void on_chld(int sig) {
-  (void)sig;
+/*
+ * SIGCHLD (a run ended) and SIGTERM to the keeper itself (a guest shutting down asks every process:
+ * no next run; it ends once CMD has), as a byte for the loop's poll: 'c' or 't'.
+ */
+static void on_signal(int sig) {
   int e = errno;
-  ssize_t r = write(sigpipe_fds[1], "c", 1);
-  (void)r;
-  errno = e;
-}
-
-/* SIGTERM to the keeper (a guest shutting down asks every process): no next run; it ends once CMD has. */
-static void on_term(int sig) {
-  (void)sig;
-  int e = errno;
-  ssize_t r = write(sigpipe_fds[1], "t", 1);
+  ssize_t r = write(sigpipe_fds[1], sig == SIGTERM ? "t" : "c", 1);
   (void)r;
   errno = e;
 }
@@ -505,10 +499,9 @@ int main(int argc, char **argv) {
   set_nonblock(sigpipe_fds[0]);
   set_nonblock(sigpipe_fds[1]);
   struct sigaction sa = {0};
-  sa.sa_handler = on_chld;
+  sa.sa_handler = on_signal;
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, NULL);
-  sa.sa_handler = on_term;
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
