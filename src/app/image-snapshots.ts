@@ -1,7 +1,7 @@
-import { bootEntrypoint, entrypointWord, type EntrypointChoice } from '../domain/processes.js';
 import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
+import { bootEntrypoint, entrypointWord, type EntrypointChoice } from '../domain/processes.js';
 import { errorMessage, InternalError } from '../domain/errors.js';
 import { RESERVED_VM_PREFIX } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';

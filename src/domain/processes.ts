@@ -49,7 +49,7 @@ export function bootEntrypoint(image: ProcessStart | undefined, choice?: Entrypo
   };
 }
 
-/** A short word for a choice (snapshot keys, what a create says it restored). */
+/** A choice in one word: what tells image snapshots made for different choices apart (their keys). */
 export function entrypointWord(choice?: EntrypointChoice): string {
   if (choice === false) return 'no-entrypoint';
   if (!choice) return '';
@@ -70,6 +70,7 @@ export function parseEntrypointChoice(v: unknown): EntrypointChoice | undefined 
   if (!out.restart) return undefined; // restart "no": as it is
   return { restart: out.restart, ...(out.max_restarts !== undefined ? { max_restarts: out.max_restarts } : {}) };
 }
+
 /** The most `max_restarts` may say. */
 export const MAX_RESTARTS = 1_000_000;
 
