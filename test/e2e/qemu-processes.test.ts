@@ -257,11 +257,28 @@ for (const image of ['minimal', 'debian'] as const) {
       });
 
       it('ends its processes with the boot they ran in, and says so', async () => {
+        // The shutdown asks every process with SIGTERM, keepers too: a keeper records how its
+        // process took it; one that ignored it is killed with its keeper, and reads as ended by the reboot.
         const s = (await d.call('POST', P, { cmd: 'sleep', args: ['3000'], tag: 'long' })).json;
+        const deaf = (
+          await d.call('POST', P, {
+            cmd: 'sh',
+            args: ['-c', 'trap "" TERM; while :; do sleep 1; done'],
+            restart: 'always',
+          })
+        ).json;
         expect((await d.call('POST', `/vms/${vm}/shutdown`)).status).to.equal(200);
         expect((await d.call('POST', `/vms/${vm}/start`)).status).to.equal(200);
-        const after = (await d.call('GET', `${P}/${s.id}`)).json;
-        expect(after).to.include({ state: 'ended', reason: 'reboot' });
+        expect((await d.call('GET', `${P}/${s.id}`)).json).to.include({
+          state: 'ended',
+          reason: 'signal',
+          signal: 'SIGTERM',
+        });
+        expect((await d.call('GET', `${P}/${deaf.id}`)).json).to.include({
+          state: 'ended',
+          reason: 'reboot',
+          restarts: 0,
+        });
       });
     }
   });

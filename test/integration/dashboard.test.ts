@@ -307,6 +307,26 @@ describe('dashboard in a real browser (chromium)', function () {
       state: 'ended',
       signal: 'SIGTERM',
     });
+    // One started with a restart policy: its row counts the restarts, and Stop ends them.
+    await page.select('[data-test=processes] select[name=process_restart]', 'on-failure');
+    await page.type('[data-test=processes] input[name=process_cmd]', 'echo crash-loop; sleep 0.2; exit 3');
+    await page.click('[data-test=process-start]');
+    let id = '';
+    for (let i = 0; i < 100 && !id; i++) {
+      const all = (await d.call('GET', `/vms/${vm}/processes`)).json as { id: string; args: string[] }[];
+      id = all.find((x) => x.args.join(' ').includes('crash-loop'))?.id ?? '';
+      if (!id) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect((await d.call('GET', `/vms/${vm}/processes/${id}`)).json).to.include({ restart: 'on-failure' });
+    await until(page, `/restarts [1-9]/.test(document.querySelector('[data-test=process-${id}]')?.textContent ?? '')`);
+    await page.click(`[data-test=process-${id}] button`);
+    let ended: { state?: string; restarts?: number } = {};
+    for (let i = 0; i < 100 && ended.state !== 'ended'; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      ended = (await d.call('GET', `/vms/${vm}/processes/${id}`)).json;
+    }
+    expect(ended).to.include({ state: 'ended' });
+    expect(ended.restarts).to.be.above(0);
   });
 
   it("edits a VM's egress policy (a bad rule is refused with the daemon's words) and lists its decisions", async () => {

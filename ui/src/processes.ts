@@ -58,13 +58,14 @@ export function Processes({ name }: { name: string }) {
   const list = useLoad(() => api<ProcessInfo[]>('GET', `/vms/${enc(name)}/processes`), [name], 3000);
   const [chosen, setChosen] = useState<string>();
   const [line, setLine] = useState('');
+  const [restart, setRestart] = useState<'no' | 'on-failure' | 'always'>('no');
   const [error, setError] = useState<string>();
   const start = async (e: Event) => {
     e.preventDefault();
     setError(undefined);
     try {
       const p = await api<ProcessInfo>('POST', `/vms/${enc(name)}/processes`, {
-        body: { cmd: '/bin/sh', args: ['-c', line] },
+        body: { cmd: '/bin/sh', args: ['-c', line], restart },
       });
       setLine('');
       setChosen(p.id);
@@ -90,6 +91,11 @@ export function Processes({ name }: { name: string }) {
     <p class="muted">Processes here outlive this page, the daemon and the agent: start one, come back later, and read everything it printed.</p>
     <form class="row" onSubmit=${start}>
       <input name="process_cmd" style="flex: 1" placeholder="a shell command, e.g. python3 -m http.server 8000" value=${line} onInput=${(ev: Event) => setLine((ev.target as HTMLInputElement).value)} />
+      <select name="process_restart" title="start it again when it ends" value=${restart} onChange=${(ev: Event) => setRestart((ev.target as HTMLSelectElement).value as typeof restart)}>
+        <option value="no">no restart</option>
+        <option value="on-failure">restart on failure</option>
+        <option value="always">restart always</option>
+      </select>
       <button type="submit" class="primary" disabled=${!line.trim()} data-test="process-start">Start</button>
     </form>
     <${ErrorLine} error=${error ?? list.error} />
