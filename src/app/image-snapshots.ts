@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import type { CreateRequest } from '../domain/create-request.js';
-import { bootEntrypoint, entrypointWord, type EntrypointChoice } from '../domain/processes.js';
+import { bootEntrypoint } from '../domain/processes.js';
+import { entrypointWord, type EntrypointChoice } from '../domain/restart-policy.js';
 import { errorMessage, InternalError } from '../domain/errors.js';
 import { RESERVED_VM_PREFIX } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';

@@ -6,7 +6,7 @@ import { mountTag, type Mount, type PortForward } from './vm.js';
 import { assertNewVmName, assertVmName, isObject } from './names.js';
 import { USERDATA_MAX_BYTES } from './agent.js';
 import { parseOnExpire, parseTtl, type OnExpire } from './lifetime.js';
-import { parseEntrypointChoice, type EntrypointRestart } from './processes.js';
+import { parseEntrypointChoice, type EntrypointRestart } from './restart-policy.js';
 
 export interface CreateRequest {
   name?: string;

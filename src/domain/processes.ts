@@ -1,5 +1,6 @@
-import { InvalidArgumentError, shown } from './errors.js';
+import { InvalidArgumentError } from './errors.js';
 import { queryOne, type Query } from './query.js';
+import { parseRestart, type EntrypointChoice, type RestartPolicy } from './restart-policy.js';
 
 /**
  * Durable processes and file watches (docs/processes.md): shapes shared by the agent, the daemon
@@ -26,18 +27,6 @@ export interface ProcessStart {
   max_restarts?: number;
 }
 
-export type RestartPolicy = 'always' | 'on-failure';
-
-/**
- * How a VM runs its image's entrypoint, when not as it is: `false`, not at all; a restart policy,
- * started again by it (POST /vms `entrypoint`; docs/image.md, "What runs at boot").
- */
-export type EntrypointChoice = false | EntrypointRestart;
-export interface EntrypointRestart {
-  restart: RestartPolicy;
-  max_restarts?: number;
-}
-
 /** The entrypoint a boot starts: the image's, with the VM's restart policy; none for `false`. */
 export function bootEntrypoint(image: ProcessStart | undefined, choice?: EntrypointChoice): ProcessStart | undefined {
   if (!image || choice === false) return undefined;
@@ -48,31 +37,6 @@ export function bootEntrypoint(image: ProcessStart | undefined, choice?: Entrypo
     ...(choice.max_restarts !== undefined ? { max_restarts: choice.max_restarts } : {}),
   };
 }
-
-/** A choice in one word: what tells image snapshots made for different choices apart (their keys). */
-export function entrypointWord(choice?: EntrypointChoice): string {
-  if (choice === false) return 'no-entrypoint';
-  if (!choice) return '';
-  return `entrypoint-restart-${choice.restart}${choice.max_restarts !== undefined ? `-${choice.max_restarts}` : ''}`;
-}
-
-/** POST /vms `entrypoint`: true, false, or `{restart, max_restarts?}`; true comes back as undefined (as it is). */
-export function parseEntrypointChoice(v: unknown): EntrypointChoice | undefined {
-  if (v === true) return undefined;
-  if (v === false) return false;
-  if (!v || typeof v !== 'object' || Array.isArray(v))
-    throw new InvalidArgumentError(`entrypoint must be a boolean or {restart, max_restarts?}, got ${shown(v)}`);
-  const b = v as Record<string, unknown>;
-  for (const k of Object.keys(b))
-    if (k !== 'restart' && k !== 'max_restarts') throw new InvalidArgumentError(`unknown field entrypoint.${k}`);
-  const out: ProcessStart = { cmd: 'entrypoint', args: [] };
-  parseRestart(b, out);
-  if (!out.restart) return undefined; // restart "no": as it is
-  return { restart: out.restart, ...(out.max_restarts !== undefined ? { max_restarts: out.max_restarts } : {}) };
-}
-
-/** The most `max_restarts` may say. */
-export const MAX_RESTARTS = 1_000_000;
 
 /**
  * The tag of the process an image's entrypoint runs as (a container image's Entrypoint and Cmd,
@@ -252,26 +216,8 @@ export function parseProcessStart(body: unknown): ProcessStart {
     if (typeof b.stdin !== 'boolean') throw new InvalidArgumentError('stdin must be true or false');
     out.stdin = b.stdin;
   }
-  parseRestart(b, out);
+  Object.assign(out, parseRestart(b, out));
   return out;
-}
-
-/** `restart` and `max_restarts` of POST /processes, into `out` (its pty and stdin already read). */
-function parseRestart(b: Record<string, unknown>, out: ProcessStart): void {
-  if (b.restart !== undefined && b.restart !== 'no' && b.restart !== null) {
-    if (b.restart !== 'always' && b.restart !== 'on-failure')
-      throw new InvalidArgumentError('restart must be "no", "always" or "on-failure"');
-    if (out.pty || out.stdin)
-      throw new InvalidArgumentError('restart is for processes without a terminal (pty) or input (stdin)');
-    out.restart = b.restart;
-  }
-  if (b.max_restarts !== undefined && b.max_restarts !== null) {
-    const n = b.max_restarts;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_RESTARTS)
-      throw new InvalidArgumentError(`max_restarts must be an integer from 0 to ${MAX_RESTARTS}`);
-    if (!out.restart) throw new InvalidArgumentError('max_restarts needs restart ("always" or "on-failure")');
-    out.max_restarts = n;
-  }
 }
 
 export function termSize(v: unknown, what: string, def: number): number {

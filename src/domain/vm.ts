@@ -1,7 +1,7 @@
 import type { OnExpire } from './lifetime.js';
 import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
-import type { EntrypointChoice } from './processes.js';
+import type { EntrypointChoice } from './restart-policy.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;

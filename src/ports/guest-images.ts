@@ -1,5 +1,6 @@
 import type { ImageBundle } from '../domain/image-fetch.js';
-import type { EntrypointChoice, ProcessStart } from '../domain/processes.js';
+import type { ProcessStart } from '../domain/processes.js';
+import type { EntrypointChoice } from '../domain/restart-policy.js';
 import type { ImageSource, ImportRules, RegistrySource } from '../domain/image-request.js';
 import type { VmRef } from './hypervisor.js';
 

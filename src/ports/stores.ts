@@ -1,5 +1,5 @@
 import type { VmRecord } from '../domain/vm.js';
-import type { EntrypointChoice } from '../domain/processes.js';
+import type { EntrypointChoice } from '../domain/restart-policy.js';
 import type { ActivityEvent, MetricsPoint, SecretRecord } from '../domain/events.js';
 
 export const VmStore = Symbol('VmStore');

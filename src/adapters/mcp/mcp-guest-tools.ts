@@ -2,7 +2,7 @@ import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { bounded, CHANGES, DESTROYS, guestPath, json, MCP_LIMITS, text, tool, vmName } from './mcp-kit.js';
 import { z } from 'zod';
-import { MAX_RESTARTS } from '../../domain/processes.js';
+import { MAX_RESTARTS } from '../../domain/restart-policy.js';
 
 /** The tools that act in a VM: exec, files, forwards, secrets, processes. */
 export function registerGuestTools(server: McpServer, client: SvcClient): void {

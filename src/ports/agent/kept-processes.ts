@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
-import type { ProcessStream, RestartPolicy } from '../../domain/processes.js';
+import type { ProcessStream } from '../../domain/processes.js';
+import type { RestartPolicy } from '../../domain/restart-policy.js';
 
 /**
  * What is kept of a durable process or a watch on the guest's disk (docs/processes.md): written
