@@ -41,11 +41,11 @@ export class ProcessProxy {
     return this.processes.get(this.guest.endpoint(vm), assertProcessRef(ref));
   }
 
-  /** `from` as the API takes it (`N` or `stdout:N,stderr:M`), checked by the caller's parseFrom. */
+  /** `from` as the API takes it (`N` or `stdout:N,stderr:M`) or `tail`, checked by the caller's parseOutputStart. */
   output(
     vm: string,
     ref: string,
-    o: { from?: string; follow: boolean },
+    o: { from?: string; tail?: number; follow: boolean },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputFrame>> {
     return this.processes.output(this.guest.endpoint(vm), assertProcessRef(ref), o, signal);

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
-import { queryOne, type Query } from './query.js';
+import { queryInt, queryOne, type Query } from './query.js';
 import { parseRestart, type EntrypointChoice, type RestartPolicy } from './restart-policy.js';
 
 /**
@@ -83,7 +83,9 @@ export function processState(p: ProcessInfo): string {
 export type OutputFrame =
   | { stream: ProcessStream; offset: number; data: string; encoding?: 'base64' }
   | { truncated: { stream: ProcessStream; before: number } }
-  | { reason: EndReason; exit_code?: number; signal?: string; ended_at: string };
+  | { reason: EndReason; exit_code?: number; signal?: string; ended_at: string }
+  /** The first line of a `tail` read: where each stream's last lines start (what a reconnect reads on from). */
+  | { start: Partial<Record<ProcessStream, number>> };
 
 /**
  * The most bytes one unencoded piece of output carries between the agent and the daemon
@@ -228,11 +230,34 @@ export function termSize(v: unknown, what: string, def: number): number {
   return n;
 }
 
+/** Byte offsets an output read starts at: `all` for every stream, or per stream (one not named: 0). */
+export type OutputOffsets = Partial<Record<ProcessStream, number>> & { all?: number };
+
+/** The most lines a `tail` read asks for. */
+export const MAX_TAIL_LINES = 1_000_000;
+
+/**
+ * Where an output read starts: at byte offsets (`from`), or at the last `tail` lines of each
+ * stream (`tail -n`; 0: only what is written from now on). Not both.
+ */
+export interface OutputStart {
+  from: OutputOffsets;
+  tail?: number;
+}
+
+export function parseOutputStart(q: Query): OutputStart {
+  const from = parseFrom(q);
+  const tail = queryInt(q, 'tail', MAX_TAIL_LINES);
+  if (tail !== undefined && Object.keys(from).length)
+    throw new InvalidArgumentError('give from (byte offsets) or tail (the last lines), not both');
+  return tail === undefined ? { from } : { from, tail };
+}
+
 /**
  * The `from` of an output read: `N` (every stream from byte N; 0 is everything kept) or
  * `stdout:N,stderr:M` (per stream; a stream not named starts at 0).
  */
-export function parseFrom(q: Query): Partial<Record<ProcessStream, number>> & { all?: number } {
+export function parseFrom(q: Query): OutputOffsets {
   const v = queryOne(q, 'from');
   if (v === undefined || v === '') return {};
   if (/^\d{1,15}$/.test(v)) return { all: Number(v) };

@@ -15,13 +15,15 @@ export interface GuestProcesses {
   list(ep: AgentEndpoint): Promise<ProcessInfo[]>;
   get(ep: AgentEndpoint, ref: string): Promise<ProcessInfo>;
   /**
-   * Output frames from `from` (the agent's syntax: `N` or `stdout:N,stderr:M`), following while
-   * `follow`; `signal` (the caller left) ends the reading, not the process.
+   * Output frames from `from` (the agent's syntax: `N` or `stdout:N,stderr:M`) or, with `tail`,
+   * from each stream's last lines (a `start` frame first), following while `follow`; `signal`
+   * (the caller left) ends the reading, not the process. An agent too old to know `tail` is a
+   * NotSupported, never a read from 0.
    */
   output(
     ep: AgentEndpoint,
     ref: string,
-    o: { from?: string; follow: boolean },
+    o: { from?: string; tail?: number; follow: boolean },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputFrame>>;
   stdin(ep: AgentEndpoint, ref: string, body: Readable, eof: boolean): Promise<void>;

@@ -183,6 +183,12 @@ for (const image of ['minimal', 'debian'] as const) {
       expect(marker.truncated.before + kept).to.equal(20_000_010);
       expect(kept).to.be.at.most(16 * 1024 * 1024);
       expect(String(frames.at(-1)!.data)).to.match(/tail-end\n$/);
+      // Its last line by itself (tail): the 20 MB line before it is not sent
+      const last = ndjson((await d.call('GET', `${P}/${big.id}/output?tail=1`)).text);
+      expect(last).to.have.length(3);
+      expect(last[0]).to.deep.equal({ start: { stdout: 20_000_001, stderr: 0 } });
+      expect(last[1]).to.deep.equal({ stream: 'stdout', offset: 20_000_001, data: 'tail-end\n' });
+      expect(last[2]).to.include({ reason: 'exit', exit_code: 0 });
     });
 
     it('reports exit codes and signals, and runs as another user', async () => {

@@ -284,6 +284,11 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(logs.stdout).to.equal('one\nthree\n');
     expect(logs.stderr).to.equal('two\n');
     expect((await svc(['logs', '--from', 'stdout:4', 'c1', id])).stdout).to.equal('three\n');
+    // -n: the last lines of each stream, as tail -n counts them
+    expect(await svc(['logs', '-n', '1', 'c1', id])).to.deep.include({ code: 3, stdout: 'three\n', stderr: 'two\n' });
+    expect((await svc(['logs', '--lines', '0', 'c1', id])).stdout).to.equal('');
+    expect((await svc(['logs', '--tail', '5', 'c1', id])).stderr).to.match(/-n LINES/);
+    expect((await svc(['logs', '-n', '5', 'c1'])).stderr).to.match(/svc logs NAME ID/);
     const ps = await svc(['ps', 'c1']);
     expect(ps.stdout).to.match(new RegExp(`${id}\\s+cli-job\\s+\\d+\\s+exited 3`));
     // --restart in docker's words: started again once, then ended; logs has both runs.

@@ -327,6 +327,23 @@ describe('dashboard in a real browser (chromium)', function () {
     }
     expect(ended).to.include({ state: 'ended' });
     expect(ended.restarts).to.be.above(0);
+    // One that printed 2,500 lines before the page looked: it shows the last 2,000 (a tail read).
+    const rows = await d.call('POST', `/vms/${vm}/processes`, {
+      cmd: 'sh',
+      args: ['-c', 'i=0; while [ $i -lt 2500 ]; do i=$((i+1)); echo "row $i"; done'],
+    });
+    for (
+      let i = 0;
+      i < 100 && (await d.call('GET', `/vms/${vm}/processes/${rows.json.id}`)).json.state !== 'ended';
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 100));
+    await page.waitForSelector(`[data-test=process-${rows.json.id}] a`, { timeout: 10_000 });
+    await page.click(`[data-test=process-${rows.json.id}] a`);
+    await until(page, `document.querySelector('[data-test=process-end]')?.textContent.includes('exited 0')`);
+    const shown = await text('[data-test=process-output] pre');
+    expect(shown.startsWith('row 501\n'), shown.slice(0, 40)).to.equal(true);
+    expect(shown.endsWith('row 2500\n')).to.equal(true);
   });
 
   it("edits a VM's egress policy (a bad rule is refused with the daemon's words) and lists its decisions", async () => {

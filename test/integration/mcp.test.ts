@@ -160,6 +160,14 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         out = await call('process_output', { name: 'm1', id: r.id, wait_ms: 200 });
       expect(out.output.stdout).to.equal('run\nrun\n');
       expect(out.ended).to.include({ reason: 'exit', exit_code: 2 });
+      // What it printed lately: the last line of each stream, and where to read on from.
+      const last = await call('process_output', { name: 'm1', id: r.id, tail_lines: 1 });
+      expect(last).to.deep.include({ output: { stdout: 'run\n' }, next_from: 'stdout:8,stderr:0' });
+      const both = await c.callTool({
+        name: 'process_output',
+        arguments: { name: 'm1', id: r.id, from: '0', tail_lines: 1 },
+      });
+      expect(both.isError).to.equal(true);
     } finally {
       await c.close();
     }

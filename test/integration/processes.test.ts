@@ -38,6 +38,32 @@ async function waitFor<T>(what: string, ms: number, f: () => Promise<T | undefin
   }
 }
 
+/** `n 1\n` .. `n N\n`, as numbered() prints them. */
+const expectedUpTo = (n: number) => Array.from({ length: n }, (_, i) => `n ${i + 1}\n`).join('');
+
+/** A client of `d` through a proxy that cuts every connection after 50-250 ms. */
+async function cuttingClient(d: TestDaemon): Promise<{ c: SvcClient; cuts: { n: number }; close: () => void }> {
+  const cuts = { n: 0 };
+  const proxy = createServer((inbound) => {
+    const out = connect(d.tcp.port!, '127.0.0.1');
+    inbound.pipe(out).pipe(inbound);
+    const cut = setTimeout(
+      () => {
+        cuts.n++;
+        inbound.destroy();
+        out.destroy();
+      },
+      50 + Math.random() * 200,
+    );
+    const done = () => clearTimeout(cut);
+    inbound.on('close', done).on('error', done);
+    out.on('error', () => inbound.destroy());
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+  const c = new SvcClient({ api: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, token: 'test-token' });
+  return { c, cuts, close: () => proxy.close() };
+}
+
 describe('durable processes and watches through the daemon (real local agents)', function () {
   this.timeout(120_000);
   let d: TestDaemon;
@@ -83,29 +109,8 @@ describe('durable processes and watches through the daemon (real local agents)',
   });
 
   it('the typed client reads on by itself across connections cut under it: each byte once', async () => {
-    // A proxy that cuts every connection after 50-250 ms, in front of the daemon's TCP listener.
-    const cuts = { n: 0 };
-    const proxy = createServer((inbound) => {
-      const out = connect(d.tcp.port!, '127.0.0.1');
-      inbound.pipe(out).pipe(inbound);
-      const cut = setTimeout(
-        () => {
-          cuts.n++;
-          inbound.destroy();
-          out.destroy();
-        },
-        50 + Math.random() * 200,
-      );
-      const done = () => clearTimeout(cut);
-      inbound.on('close', done).on('error', done);
-      out.on('error', () => inbound.destroy());
-    });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+    const { c, cuts, close } = await cuttingClient(d);
     try {
-      const c = new SvcClient({
-        api: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
-        token: 'test-token',
-      });
       const made = await d.call('POST', P, numbered(200, 10));
       let outText = '';
       let end: OutputFrame | undefined;
@@ -117,8 +122,62 @@ describe('durable processes and watches through the daemon (real local agents)',
       expect(end).to.include({ reason: 'exit', exit_code: 0 });
       expect(cuts.n, 'connections cut').to.be.above(3);
     } finally {
-      proxy.close();
+      close();
     }
+  });
+
+  it('reads the last lines of each stream (tail), then what comes next, each byte once across cut connections', async () => {
+    const both = await d.call('POST', P, {
+      cmd: 'sh',
+      args: ['-c', 'i=0; while [ $i -lt 1000 ]; do i=$((i+1)); echo "out $i"; echo "err $i" >&2; done'],
+    });
+    await waitFor('the writer to end', 30_000, async () =>
+      (await d.call('GET', `${P}/${both.json.id}`)).json.state === 'ended' ? true : undefined,
+    );
+    const lines = ndjson((await d.call('GET', `${P}/${both.json.id}/output?tail=3`)).text);
+    const text = (s: string) =>
+      lines
+        .filter((l) => l.stream === s)
+        .map((l) => l.data)
+        .join('');
+    expect(text('stdout')).to.equal('out 998\nout 999\nout 1000\n');
+    expect(text('stderr')).to.equal('err 998\nerr 999\nerr 1000\n');
+    const all = (s: string, n: number) => Array.from({ length: n }, (_, i) => `${s} ${i + 1}\n`).join('');
+    expect(lines[0]).to.deep.equal({
+      start: { stdout: Buffer.byteLength(all('out', 997)), stderr: Buffer.byteLength(all('err', 997)) },
+    });
+    expect(lines.at(-1)).to.include({ reason: 'exit', exit_code: 0 });
+    // tail=0: nothing printed before, only the end
+    const none = ndjson((await d.call('GET', `${P}/${both.json.id}/output?tail=0`)).text);
+    expect(none.map((l) => Object.keys(l)[0])).to.deep.equal(['start', 'reason']);
+
+    // A running printer read from its last 5 lines by the typed client, its connections cut under it:
+    // each line once and in order from there to the end (a reconnect that asked for a tail again
+    // would repeat lines).
+    const { c, cuts, close } = await cuttingClient(d);
+    try {
+      const made = await d.call('POST', P, numbered(200, 10));
+      await waitFor('50 lines', 20_000, async () =>
+        ((await d.call('GET', `${P}/${made.json.id}`)).json.bytes.stdout ?? 0) > 50 * 6 ? true : undefined,
+      );
+      let outText = '';
+      let start: OutputFrame | undefined;
+      for await (const f of c.processOutput('pv', made.json.id, { tail: 5, retryMs: 10_000 })) {
+        if ('start' in f) start = f;
+        else if ('stream' in f) outText += f.data;
+      }
+      const got = outText.trimEnd().split('\n');
+      const first = Number(got[0].slice(2));
+      expect(first, outText.slice(0, 40)).to.be.above(40);
+      expect(got).to.deep.equal(Array.from({ length: 201 - first }, (_, i) => `n ${first + i}`));
+      expect(start).to.deep.equal({ start: { stdout: Buffer.byteLength(expectedUpTo(first - 1)), stderr: 0 } });
+      expect(cuts.n, 'connections cut').to.be.above(3);
+    } finally {
+      close();
+    }
+    const bad = await d.call('GET', `${P}/${both.json.id}/output?tail=2&from=0`);
+    expect(bad.status).to.equal(400);
+    expect(bad.json.error).to.match(/not both/);
   });
 
   it('takes input and a terminal: stty size follows a resize, stdin ends on eof', async () => {

@@ -6,7 +6,25 @@ import { ErrorLine, html, message, useLoad, when } from './ui.js';
 /** Characters of output the page keeps for the process on show (older ones scroll out). */
 const KEEP_CHARS = 200_000;
 
-/** One process's output, followed live from its first kept byte (docs/processes.md). */
+/** Lines of each stream the page shows first: what a process printed lately, not all that is kept. */
+const TAIL_LINES = 2000;
+
+/**
+ * A process's output frames from its last TAIL_LINES lines on, followed; from its first kept byte
+ * in a VM whose agent cannot read by lines (an image built before that answers 501).
+ */
+async function* recentOutput(vm: string, id: string, signal: AbortSignal): AsyncGenerator<OutputFrame> {
+  const read = (start: string) =>
+    ndjson<OutputFrame>('GET', `/vms/${enc(vm)}/processes/${enc(id)}/output?${start}&follow=1`, { signal });
+  try {
+    yield* read(`tail=${TAIL_LINES}`);
+  } catch (err) {
+    if ((err as { status?: number }).status !== 501) throw err;
+    yield* read('from=0');
+  }
+}
+
+/** One process's output, followed live (docs/processes.md). */
 function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
   const [text, setText] = useState('');
   const [end, setEnd] = useState<string>();
@@ -18,11 +36,8 @@ function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
     setError(undefined);
     void (async () => {
       try {
-        for await (const f of ndjson<OutputFrame>(
-          'GET',
-          `/vms/${enc(vm)}/processes/${enc(p.id)}/output?from=0&follow=1`,
-          { signal: ac.signal },
-        )) {
+        for await (const f of recentOutput(vm, p.id, ac.signal)) {
+          if ('start' in f) continue;
           if ('stream' in f) {
             const data = f.encoding === 'base64' ? atob(f.data) : f.data;
             setText((t) => (t + data).slice(-KEEP_CHARS));

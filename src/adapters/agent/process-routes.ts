@@ -2,7 +2,7 @@ import type { Request } from 'express';
 import type { ProcessService } from '../../app/agent/process-service.js';
 import type { WatchService } from '../../app/agent/watch-service.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { parseFrom, parseProcessStart, termSize } from '../../domain/processes.js';
+import { parseOutputStart, parseProcessStart, termSize } from '../../domain/processes.js';
 import { parseBool, queryOne, type Query } from '../../domain/query.js';
 import { followNdjson, pumpTo } from '../http-kit/ndjson.js';
 import { framesOf, pieceChunks, PIECES_TYPE } from '../http-kit/output-pieces.js';
@@ -24,13 +24,13 @@ export function processRoutes(processes: ProcessService, watches: WatchService):
       method: 'get',
       path: '/processes/:id/output',
       handler: async (req, res) => {
-        const from = parseFrom(q(req));
+        const start = parseOutputStart(q(req));
         const follows = parseBool(q(req), 'follow', false);
         if (!parseBool(q(req), 'raw', false))
-          return followNdjson(res, async (signal) => framesOf(await processes.output(id(req), from, follows, signal)));
+          return followNdjson(res, async (signal) => framesOf(await processes.output(id(req), start, follows, signal)));
         // The daemon's way: the bytes as they are, encoded into frames on the host (output-pieces.ts)
         const gone = new AbortController();
-        const pieces = await processes.output(id(req), from, follows, gone.signal);
+        const pieces = await processes.output(id(req), start, follows, gone.signal);
         res.status(200).type(PIECES_TYPE);
         res.setHeader('Cache-Control', 'no-store');
         res.flushHeaders();

@@ -216,9 +216,21 @@ export function buildCli(): Command {
     .option('-f, --follow', 'keep printing as the log grows')
     .option('--tail <bytes>', 'last N bytes (the console log)', whole('a whole number of bytes'))
     .option('--from <offset>', "a process's output from this byte (N, or stdout:N,stderr:M)")
+    .option(
+      '-n, --lines <n>',
+      "a process's output: the last N lines of each stream (0: only what it prints next)",
+      whole('a whole number of lines'),
+    )
     .description("the guest serial console log, or a durable process's output")
     .action(async (name: string, proc: string | undefined, o) => {
-      if (proc) throw new Exit(await processLogs(client(), name, proc, o));
+      if (proc) {
+        if (o.tail !== undefined)
+          throw new Error("--tail counts the console log's bytes; a process's output takes -n LINES");
+        if (o.lines !== undefined && o.from !== undefined) throw new Error('give --from or -n, not both');
+        throw new Exit(await processLogs(client(), name, proc, o));
+      }
+      if (o.lines !== undefined || o.from !== undefined)
+        throw new Error("-n and --from read a durable process's output: svc logs NAME ID");
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
       for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal }))

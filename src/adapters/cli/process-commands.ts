@@ -208,17 +208,18 @@ function watchLine(e: WatchEvent): string {
   return `${e.type.padEnd(6)} ${e.path}${e.to ? ` -> ${e.to}` : ''}`;
 }
 
-/** `svc logs NAME ID`: a process's output, followed with -f, from --from. */
+/** `svc logs NAME ID`: a process's output, followed with -f, from --from or its last -n lines. */
 export async function processLogs(
   c: SvcClient,
   name: string,
   ref: string,
-  o: { follow?: boolean; from?: string },
+  o: { follow?: boolean; from?: string; lines?: number },
 ): Promise<number> {
   const ac = new AbortController();
   process.once('SIGINT', () => ac.abort());
   let code = 0;
-  for await (const f of c.processOutput(name, ref, { from: from(o.from), follow: !!o.follow, signal: ac.signal })) {
+  const start = { from: from(o.from), tail: o.lines };
+  for await (const f of c.processOutput(name, ref, { ...start, follow: !!o.follow, signal: ac.signal })) {
     writeFrame(f);
     if ('reason' in f) code = exitCode(f);
   }

@@ -292,6 +292,8 @@ export class SvcClient extends SvcTransport {
     ref: string,
     o: {
       from?: number | Partial<Record<ProcessStream, number>>;
+      /** Instead of `from`: each stream's last N lines (the first frame says where they start). */
+      tail?: number;
       follow?: boolean;
       signal?: AbortSignal;
       retryMs?: number;
@@ -299,19 +301,26 @@ export class SvcClient extends SvcTransport {
   ): AsyncIterable<OutputFrame> {
     const pos: Partial<Record<ProcessStream, number>> = typeof o.from === 'object' ? { ...o.from } : {};
     const all = typeof o.from === 'number' ? o.from : undefined;
-    const from = () => {
+    // A tail is asked for until its start is known; a reconnect after that reads on from offsets.
+    let tail = o.tail;
+    const where = () => {
+      if (tail !== undefined) return { tail: String(tail) };
       const parts = Object.entries(pos).map(([s, n]) => `${s}:${n}`);
-      return parts.length ? parts.join(',') : all !== undefined ? String(all) : undefined;
+      return { from: parts.length ? parts.join(',') : all !== undefined ? String(all) : undefined };
     };
     const follow = o.follow ?? true;
     yield* this.resumable(o, async function* (this: SvcClient) {
       const res = await this.raw(
         'GET',
-        `/vms/${enc(name)}/processes/${enc(ref)}/output${qs({ from: from(), follow: follow ? '1' : '0' })}`,
+        `/vms/${enc(name)}/processes/${enc(ref)}/output${qs({ ...where(), follow: follow ? '1' : '0' })}`,
       );
       this.endOnAbort(res, o.signal);
       for await (const f of this.lines<OutputFrame>(res)) {
-        if ('stream' in f)
+        if ('start' in f) {
+          if (tail === undefined) continue; // only a tail's first frame; not asked for again
+          Object.assign(pos, f.start);
+          tail = undefined;
+        } else if ('stream' in f)
           pos[f.stream] =
             f.offset + (f.encoding === 'base64' ? Buffer.from(f.data, 'base64').length : Buffer.byteLength(f.data));
         else if ('truncated' in f) {

@@ -1,3 +1,4 @@
+import type { ClientRequest, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import {
   PIECE_MAX_BYTES,
@@ -49,32 +50,17 @@ export class HttpGuestProcesses implements GuestProcesses {
   async output(
     ep: AgentEndpoint,
     ref: string,
-    o: { from?: string; follow: boolean },
+    o: { from?: string; tail?: number; follow: boolean },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputFrame>> {
     const q = new URLSearchParams({ follow: o.follow ? '1' : '0', raw: '1' });
     if (o.from) q.set('from', o.from);
+    if (o.tail !== undefined) q.set('tail', String(o.tail));
     const answer = await this.http.open(ep, { method: 'GET', path: `${p(ref)}/output?${q}`, signal });
-    if (!String(answer.res.headers['content-type'] ?? '').startsWith(PIECES_TYPE))
-      return linesOf(answer, LINE_MAX, isOutputFrame);
-    return (async function* () {
-      let done = false;
-      try {
-        for await (const { head, bytes } of readPieces(answer.res, PIECE_HEAD_MAX, PIECE_MAX_BYTES)) {
-          const h = head as { stream?: string; offset?: unknown };
-          if (bytes && STREAMS.has(h.stream as string) && offset(h.offset))
-            yield* encodeFrames(h.stream as ProcessStream, h.offset as number, bytes);
-          else if (!bytes && isOutputFrame(head) && !('stream' in head)) yield head;
-          else throw new AgentFailureError(`guest agent sent a bad piece: ${JSON.stringify(head).slice(0, 80)}`);
-        }
-        done = true;
-      } catch (err) {
-        if (err instanceof BadPieces) throw new AgentFailureError(`guest agent at ${where(ep)} sent ${err.message}`);
-        throw err;
-      } finally {
-        if (!done) answer.req.destroy();
-      }
-    })();
+    const frames = String(answer.res.headers['content-type'] ?? '').startsWith(PIECES_TYPE)
+      ? framesOfPieces(answer, ep)
+      : linesOf(answer, LINE_MAX, isOutputFrame);
+    return o.tail === undefined ? frames : startedAtTail(frames, () => answer.req.destroy());
   }
 
   async stdin(ep: AgentEndpoint, ref: string, body: Readable, eof: boolean): Promise<void> {
@@ -153,7 +139,61 @@ export function isOutputFrame(v: unknown): v is OutputFrame {
     const t = f.truncated as Record<string, unknown> | null;
     return !!t && STREAMS.has(t.stream as string) && offset(t.before);
   }
+  if ('start' in f) {
+    const at = f.start as Record<string, unknown> | null;
+    return !!at && typeof at === 'object' && Object.entries(at).every(([k, n]) => STREAMS.has(k) && offset(n));
+  }
   return REASONS.has(f.reason as string) && typeof f.ended_at === 'string';
+}
+
+/** The frames of an answer in output pieces (output-pieces.ts), encoded here. */
+async function* framesOfPieces(
+  answer: { res: IncomingMessage; req: ClientRequest },
+  ep: AgentEndpoint,
+): AsyncIterable<OutputFrame> {
+  let done = false;
+  try {
+    for await (const { head, bytes } of readPieces(answer.res, PIECE_HEAD_MAX, PIECE_MAX_BYTES)) {
+      const h = head as { stream?: string; offset?: unknown };
+      if (bytes && STREAMS.has(h.stream as string) && offset(h.offset))
+        yield* encodeFrames(h.stream as ProcessStream, h.offset as number, bytes);
+      else if (!bytes && isOutputFrame(head) && !('stream' in head)) yield head;
+      else throw new AgentFailureError(`guest agent sent a bad piece: ${JSON.stringify(head).slice(0, 80)}`);
+    }
+    done = true;
+  } catch (err) {
+    if (err instanceof BadPieces) throw new AgentFailureError(`guest agent at ${where(ep)} sent ${err.message}`);
+    throw err;
+  } finally {
+    if (!done) answer.req.destroy();
+  }
+}
+
+/**
+ * The frames of a `tail` read, which an agent that knows `tail` begins with a `start` frame. One
+ * that does not (an image built before it) ignores the word and would send everything from 0:
+ * that is refused, before anything is passed on.
+ */
+async function startedAtTail(
+  frames: AsyncIterable<OutputFrame>,
+  drop: () => void,
+): Promise<AsyncIterable<OutputFrame>> {
+  const it = frames[Symbol.asyncIterator]();
+  const first = await it.next().catch((err: unknown) => {
+    drop();
+    throw err;
+  });
+  if (first.done || !('start' in first.value)) {
+    drop();
+    await it.return?.();
+    throw new NotSupportedError(
+      "this VM's agent does not read a process's output by lines (tail); read it with from, or use an image built since",
+    );
+  }
+  return (async function* () {
+    yield first.value;
+    yield* { [Symbol.asyncIterator]: () => it };
+  })();
 }
 
 export function isWatchEvent(v: unknown): v is WatchEvent {

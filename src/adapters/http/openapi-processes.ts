@@ -15,7 +15,9 @@ const watchIdParam = {
   schema: { type: 'string', pattern: '^w[1-9][0-9]*$' },
 };
 const stream = { type: 'string', enum: ['stdout', 'stderr', 'pty'] };
-const notKept = { '501': err('the guest keeps no processes (an agent built without svc-keep, or no agent)') };
+const notKept = {
+  '501': err('the guest keeps no processes (an agent built without svc-keep, or no agent), or its agent predates tail'),
+};
 const errors = { ...proxyErrors, ...notKept };
 
 export const PROCESS_SCHEMAS: Record<string, Schema> = {
@@ -79,7 +81,7 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
   },
   OutputFrame: {
     description:
-      'One line of output: bytes of a stream at a byte offset (UTF-8 text, or base64 with `encoding`); a `truncated` marker where bytes are no longer kept; or, last, how it ended',
+      'One line of output: bytes of a stream at a byte offset (UTF-8 text, or base64 with `encoding`); a `truncated` marker where bytes are no longer kept; or, last, how it ended. A `tail` read begins with `start`',
     oneOf: [
       {
         type: 'object',
@@ -105,6 +107,12 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
           signal: { type: 'string' },
           ended_at: { type: 'string' },
         },
+      },
+      {
+        type: 'object',
+        required: ['start'],
+        description: "a tail read's first line: the byte offset each stream's last lines start at",
+        properties: { start: { type: 'object', additionalProperties: { type: 'integer' } } },
       },
     ],
   },
@@ -171,7 +179,7 @@ export const PROCESS_PATHS: Record<string, Record<string, Schema>> = {
   },
   '/vms/{name}/processes/{id}/output': {
     get: op(
-      'Its output from a byte offset per stream (NDJSON), following while follow=1 until it ends',
+      'Its output from a byte offset per stream, or from its last lines (NDJSON), following while follow=1 until it ends',
       {
         '200': { description: 'frames', content: { 'application/x-ndjson': { schema: ref('OutputFrame') } } },
         ...errors,
@@ -184,6 +192,11 @@ export const PROCESS_PATHS: Record<string, Record<string, Schema>> = {
             'from',
             { type: 'string' },
             'N (every stream from byte N) or stdout:N,stderr:M; default 0: everything kept',
+          ),
+          q(
+            'tail',
+            { type: 'integer', minimum: 0, maximum: 1_000_000 },
+            "instead of from: each stream's last N lines, as tail -n counts them (0: only what comes next); the first line says where they start. 501 from an agent that predates it",
           ),
           q('follow', { type: 'boolean', default: false }),
         ],

@@ -1,6 +1,6 @@
 import type { Request } from 'express';
 import type { ProcessProxy } from '../../app/process-proxy.js';
-import { parseFrom } from '../../domain/processes.js';
+import { parseOutputStart } from '../../domain/processes.js';
 import { parseBool, queryOne, type Query } from '../../domain/query.js';
 import { followNdjson } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -26,10 +26,10 @@ export function processRoutes(p: ProcessProxy): RouteDef[] {
       method: 'get',
       path: '/vms/:name/processes/:id/output',
       handler: async (req, res) => {
-        parseFrom(q(req));
+        const { tail } = parseOutputStart(q(req));
         const from = queryOne(q(req), 'from') || undefined;
         const follows = parseBool(q(req), 'follow', false);
-        await followNdjson(res, (signal) => p.output(vm(req), id(req), { from, follow: follows }, signal));
+        await followNdjson(res, (signal) => p.output(vm(req), id(req), { from, tail, follow: follows }, signal));
       },
     },
     {

@@ -13,6 +13,7 @@ import {
   type McpPolicy,
 } from './mcp-kit.js';
 import { z } from 'zod';
+import { MAX_TAIL_LINES } from '../../domain/processes.js';
 
 /** The tools that only look: VMs, files, images, stats, egress, processes and their output. */
 export function registerReadTools(server: McpServer, client: SvcClient, policy: McpPolicy): void {
@@ -133,7 +134,7 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
     'process_output',
     {
       title: "Read a process's output",
-      description: `A durable process's output from a byte offset (what it printed while nobody read is kept, ${'16 MiB'} per stream). Give \`from\` as the \`next_from\` of the last read to get only what is new; \`wait_ms\` waits that long for news when there is none yet. At most ${MCP_LIMITS.execOutputBytes} bytes a call (next_from says where to go on).`,
+      description: `A durable process's output from a byte offset (what it printed while nobody read is kept, ${'16 MiB'} per stream). Give \`from\` as the \`next_from\` of the last read to get only what is new, or \`tail_lines\` for what it printed lately; \`wait_ms\` waits that long for news when there is none yet. At most ${MCP_LIMITS.execOutputBytes} bytes a call (next_from says where to go on).`,
       inputSchema: {
         name: vmName,
         id: z.string().max(64).describe('process id (p3) or tag'),
@@ -142,6 +143,13 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
           .max(100)
           .optional()
           .describe('byte offset N, or stdout:N,stderr:M (next_from of the last read); default 0'),
+        tail_lines: z
+          .number()
+          .int()
+          .min(0)
+          .max(MAX_TAIL_LINES)
+          .optional()
+          .describe("instead of from: each stream's last N lines (what it printed lately); next_from then goes on"),
         wait_ms: z
           .number()
           .int()
@@ -152,8 +160,9 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
       },
       annotations: READS,
     },
-    ({ name, id, from, wait_ms }) =>
+    ({ name, id, from, tail_lines, wait_ms }) =>
       tool(async () => {
+        if (from !== undefined && tail_lines !== undefined) throw new Error('give from or tail_lines, not both');
         const pos: Record<string, number> = {};
         let all: number | undefined;
         if (from && /^\d+$/.test(from)) all = Number(from);
@@ -167,11 +176,13 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
         try {
           const frames = client.processOutput(name, id, {
             from: all ?? (Object.keys(pos).length ? pos : undefined),
+            tail: tail_lines,
             follow: !!wait_ms,
             signal: ac.signal,
           });
           for await (const f of frames) {
-            if ('stream' in f) {
+            if ('start' in f) Object.assign(pos, f.start);
+            else if ('stream' in f) {
               const bytes = f.encoding === 'base64' ? Buffer.from(f.data, 'base64') : Buffer.from(f.data);
               out[f.stream] = (out[f.stream] ?? '') + (f.encoding === 'base64' ? `[base64:${f.data}]` : f.data);
               pos[f.stream] = f.offset + bytes.length;

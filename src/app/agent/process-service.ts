@@ -14,6 +14,7 @@ import {
   PIECE_MAX_BYTES,
   signalName,
   type OutputPiece,
+  type OutputStart,
   type ProcessInfo,
   type ProcessStart,
   type ProcessStream,
@@ -23,6 +24,7 @@ import { GuestUsers, KeptProcesses, type KeptEnd, type KeptRecord } from '../../
 import { SpawnError } from '../../ports/agent/process-runner.js';
 import { AgentOptions } from './agent-options.js';
 import { AgentService } from './agent-service.js';
+import { tailStart } from './journal-tail.js';
 
 /**
  * Bytes of one piece of output read from a journal, at most: large, for fewer turns of the agent's
@@ -176,31 +178,38 @@ export class ProcessService {
   }
 
   /**
-   * The output from `from` (per stream; 0 when not given): each stream's bytes in pieces of at
-   * most PIECE_BYTES (whole UTF-8 characters where they are text; encoding them into frames is
-   * the caller's), a `truncated` line where bytes are no longer kept, and, once the process has
+   * The output from `start.from` (per stream; 0 when not given), or from the start of each
+   * stream's last `start.tail` lines (told first, as a `start` line): each stream's bytes in pieces
+   * of at most PIECE_BYTES (whole UTF-8 characters where they are text; encoding them into frames
+   * is the caller's), a `truncated` line where bytes are no longer kept, and, once the process has
    * ended and its output is all read, its end. Without `follow` it stops at what is there now.
    */
   async output(
     ref: string,
-    from: Partial<Record<ProcessStream, number>> & { all?: number },
+    start: OutputStart,
     follow: boolean,
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputPiece>> {
+    const { from, tail } = start;
     const rec = await this.find(ref);
     const streams = streamsOf(rec);
-    const pos = {} as Record<ProcessStream, number>;
-    for (const s of streams) {
-      pos[s] = from[s] ?? from.all ?? 0;
-      const r = await this.kept.range(rec.id, s);
-      if (pos[s] > r.end && (await this.kept.end(rec.id)))
-        throw new InvalidArgumentError(`from ${s}:${pos[s]} is past the end of its output (${r.end})`);
-    }
     for (const s of Object.keys(from)) {
       if (s !== 'all' && !streams.includes(s as ProcessStream))
         throw new InvalidArgumentError(`process ${rec.id} has no stream ${s}`);
     }
-    return this.frames(rec, streams, pos, follow, signal);
+    const pos = {} as Record<ProcessStream, number>;
+    for (const s of streams) {
+      const r = await this.kept.range(rec.id, s);
+      if (tail !== undefined) {
+        const reader = this.kept.reader(rec.id, s);
+        pos[s] = await tailStart(reader, r, tail).finally(() => reader.close());
+        continue;
+      }
+      pos[s] = from[s] ?? from.all ?? 0;
+      if (pos[s] > r.end && (await this.kept.end(rec.id)))
+        throw new InvalidArgumentError(`from ${s}:${pos[s]} is past the end of its output (${r.end})`);
+    }
+    return this.frames(rec, streams, pos, follow, signal, tail !== undefined);
   }
 
   private async *frames(
@@ -208,8 +217,10 @@ export class ProcessService {
     streams: ProcessStream[],
     pos: Record<ProcessStream, number>,
     follow: boolean,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    sayStart: boolean,
   ): AsyncGenerator<OutputPiece> {
+    if (sayStart) yield { start: { ...pos } };
     const readers = new Map(streams.map((s) => [s, this.kept.reader(rec.id, s)] as const));
     try {
       while (!signal?.aborted) {

@@ -5,6 +5,7 @@ import {
   assertProcessRef,
   parseCursor,
   parseFrom,
+  parseOutputStart,
   parseProcessStart,
   parseSignal,
   processState,
@@ -109,6 +110,17 @@ describe('domain/processes', () => {
     refused(() => parseFrom({ from: 'stdin:3' }), /from must be/);
     refused(() => parseFrom({ from: '-1' }), /from must be/);
     refused(() => parseFrom({ from: ['1', '2'] }), /once/);
+  });
+
+  it('reads a tail of lines instead of from, never both', () => {
+    expect(parseOutputStart({})).to.deep.equal({ from: {} });
+    expect(parseOutputStart({ tail: '0' })).to.deep.equal({ from: {}, tail: 0 });
+    expect(parseOutputStart({ tail: '25' })).to.deep.equal({ from: {}, tail: 25 });
+    expect(parseOutputStart({ from: 'stdout:5' })).to.deep.equal({ from: { stdout: 5 } });
+    refused(() => parseOutputStart({ tail: '5', from: '0' }), /not both/);
+    refused(() => parseOutputStart({ tail: '-1' }), /tail must be an integer from 0 to 1000000/);
+    refused(() => parseOutputStart({ tail: '1000001' }), /tail must be/);
+    refused(() => parseOutputStart({ tail: 'all' }), /tail must be/);
   });
 
   it('names ids, tags, cursors and signals', () => {

@@ -92,11 +92,13 @@ describe('adapters/agent/etc-guest-users', () => {
 });
 
 describe('adapters/guest-link/http-guest-processes: what the daemon passes on', () => {
-  it('takes the three kinds of frame and nothing else', () => {
+  it('takes the four kinds of frame and nothing else', () => {
     expect(isOutputFrame({ stream: 'stdout', offset: 0, data: 'x' })).to.equal(true);
     expect(isOutputFrame({ stream: 'pty', offset: 3, data: 'eA==', encoding: 'base64' })).to.equal(true);
     expect(isOutputFrame({ truncated: { stream: 'stderr', before: 10 } })).to.equal(true);
     expect(isOutputFrame({ reason: 'exit', exit_code: 0, ended_at: 't' })).to.equal(true);
+    expect(isOutputFrame({ start: { stdout: 10, stderr: 0 } })).to.equal(true);
+    expect(isOutputFrame({ start: {} })).to.equal(true);
     for (const bad of [
       null,
       1,
@@ -107,6 +109,10 @@ describe('adapters/guest-link/http-guest-processes: what the daemon passes on', 
       { stream: 'stdout', offset: 0, data: '', encoding: 'hex' },
       { truncated: null },
       { reason: 'boom', ended_at: 't' },
+      { start: null },
+      { start: { stdin: 0 } },
+      { start: { stdout: -1 } },
+      { start: { stdout: '5' } },
     ])
       expect(isOutputFrame(bad), JSON.stringify(bad)).to.equal(false);
     expect(isWatchEvent({ cursor: 'w1:0', type: 'watching' })).to.equal(true);
