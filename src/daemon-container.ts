@@ -13,6 +13,7 @@ import { RecoveryService } from './app/recovery-service.js';
 import { Vms } from './app/vms.js';
 import { ImageService } from './app/image-service.js';
 import { ImageBuilder } from './app/image-builder.js';
+import { VmEdit } from './app/vm-edit.js';
 import { VmLifecycle } from './app/vm-lifecycle.js';
 import { VmKeeper } from './app/vm-keeper.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
@@ -212,6 +213,7 @@ export function appModule(): ContainerModule {
     bind(GuestWarmUp).toSelf().inSingletonScope();
     bind(GuestShares).toSelf().inSingletonScope();
     bind(VmLifecycle).toSelf().inSingletonScope();
+    bind(VmEdit).toSelf().inSingletonScope();
     bind(CreateService).toSelf().inSingletonScope();
     bind(CreateDisks).toSelf().inSingletonScope();
     bind(CreateOutcomes).toSelf().inSingletonScope();

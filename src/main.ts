@@ -13,6 +13,7 @@ import { Vms } from './app/vms.js';
 import { ImageService } from './app/image-service.js';
 import { ImageBuilder } from './app/image-builder.js';
 import { imageRoutes } from './adapters/http/image-routes.js';
+import { VmEdit } from './app/vm-edit.js';
 import { VmLifecycle } from './app/vm-lifecycle.js';
 import { MetricsSampler } from './app/metrics-sampler.js';
 import { PoolService } from './app/pool-service.js';
@@ -159,7 +160,14 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       activity: container.get<ActivityLog>(ActivityLog),
       openapi: () => openApiDocument(VERSION),
     }),
-    ...vmRoutes(vms, lifecycle, container.get(CreateService), container.get(ForkService), lifetimes),
+    ...vmRoutes({
+      vms,
+      lifecycle,
+      creates: container.get(CreateService),
+      forks: container.get(ForkService),
+      lifetimes,
+      edits: container.get(VmEdit),
+    }),
     ...egressRoutes(egress),
     ...processRoutes(container.get(ProcessProxy)),
     // A node of a cluster streams the whole cluster's changes.

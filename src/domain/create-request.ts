@@ -225,6 +225,30 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   return req;
 }
 
+/** A stopped VM's new shape (PATCH /vms/{name}): what is given changes, the rest stays. */
+export interface ShapeChange {
+  cpus?: number;
+  memory_mb?: number;
+  disk_gb?: number;
+}
+
+const SHAPE_FIELDS = ['cpus', 'memory_mb', 'disk_gb'] as const;
+
+/** The body of PATCH /vms/{name}: one or more of cpus, memory_mb and disk_gb, within a create's limits. */
+export function parseShapeChange(body: unknown): ShapeChange {
+  if (!body || typeof body !== 'object' || Array.isArray(body))
+    throw new InvalidArgumentError('body must be a JSON object of cpus, memory_mb and disk_gb');
+  const b = body as Record<string, unknown>;
+  for (const k of Object.keys(b)) {
+    if (!(SHAPE_FIELDS as readonly string[]).includes(k))
+      throw new InvalidArgumentError(`unknown field ${k}: a VM's cpus, memory_mb and disk_gb can be changed`);
+  }
+  const change: ShapeChange = {};
+  for (const k of SHAPE_FIELDS) if (b[k] !== undefined) change[k] = intIn(b[k], k, LIMITS[k][0], LIMITS[k][1]);
+  if (!Object.keys(change).length) throw new InvalidArgumentError('nothing to change: give cpus, memory_mb or disk_gb');
+  return change;
+}
+
 /** `wait` query: omitted/empty = auto; legacy true/1 = ssh; false/0 refused. */
 export function parseWaitMode(raw: unknown): WaitMode {
   if (raw === undefined || raw === '') return 'auto';

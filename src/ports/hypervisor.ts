@@ -123,6 +123,13 @@ export interface Hypervisor {
    */
   hasSavedState(vm: VmRef): Promise<boolean>;
 
+  /**
+   * Grows the disk of a VM whose process is not running to `gb` GiB (a disk never shrinks: a
+   * smaller `gb` is an InvalidArgumentError). Its guest grows its root filesystem into it at its
+   * next boot. Absent: the driver cannot, and a VM's disk keeps the size it was made with.
+   */
+  growDisk?(vm: VmRef, gb: number): Promise<void>;
+
   /** Removes everything the adapter made for the VM (disk, sockets). Kills first. Idempotent. */
   destroy(vm: VmRef): Promise<void>;
 

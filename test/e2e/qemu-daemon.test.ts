@@ -332,13 +332,33 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
   });
 
-  it('shuts down and starts a persistent VM, keeping its disk; an ephemeral one is removed', async () => {
+  it('shuts down, edits and starts a persistent VM, keeping its disk; an ephemeral one is removed', async () => {
+    const script = 'nproc; df -k / | tail -1; grep MemTotal /proc/meminfo';
+    const shape = async () =>
+      (await d.call('POST', `/vms/main/exec?cmd=sh&args=-c&args=${encodeURIComponent(script)}`)).json.stdout
+        .trim()
+        .split('\n');
+    const [cpusBefore, dfBefore, memBefore] = await shape();
+    const was = (await d.call('GET', '/vms/main')).json;
+    const grown = { cpus: was.cpus + 1, memory_mb: was.memory_mb + 64, disk_gb: was.disk_gb + 1 };
+    const running = await d.call('PATCH', '/vms/main', grown);
+    expect(running.status, running.text).to.equal(400);
+    expect(running.json.error).to.match(/while it is stopped/);
     expect((await d.call('POST', '/vms/main/shutdown')).json.message).to.equal('vm main shut down');
     expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
+    const edited = await d.call('PATCH', '/vms/main', grown);
+    expect(edited.status, edited.text).to.equal(200);
+    expect(edited.json).to.include({ ...grown, status: 'stopped' });
     const started = await d.call('POST', '/vms/main/start');
     expect(started.status, started.text).to.equal(200);
     expect(started.json.status).to.equal('running');
     expect((await d.call('POST', '/vms/main/exec?cmd=cat&args=/root/kept')).json.stdout).to.equal('kept\n');
+    // The guest has the new shape: one more vCPU, more memory, and its root filesystem grown into the disk.
+    const [cpusAfter, dfAfter, memAfter] = await shape();
+    expect(Number(cpusAfter)).to.equal(Number(cpusBefore) + 1);
+    const kb = (line: string) => Number(line.split(/\s+/)[1]);
+    expect(kb(dfAfter) - kb(dfBefore), `${dfBefore} -> ${dfAfter}`).to.be.above(900 * 1024);
+    expect((kb(memAfter) - kb(memBefore)) / 1024, `${memBefore} -> ${memAfter}`).to.be.within(48, 72);
     expect((await d.call('POST', '/vms/eph/shutdown')).json.message).to.match(/removed/);
     expect((await d.call('GET', '/vms/eph')).status).to.equal(404);
     expect(existsSync(join(d.config.data_dir, 'vms', 'eph'))).to.equal(false);

@@ -531,7 +531,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(down.stderr).to.match(/^svc: cannot reach svcd .* start it with: npm start/);
     const bad = await svc(['new', '--wait', 'never']);
     expect(bad.code).to.equal(1);
+    const running = await svc(['edit', 'c1', '--cpus', '2']);
+    expect(running).to.deep.include({ code: 1 });
+    expect(running.stderr).to.match(/^svc: vm c1 is running: a VM's shape changes while it is stopped/);
     expect((await svc(['stop', 'c1'])).stdout).to.equal('vm c1 shut down\n');
+    const was = (await d.call('GET', '/vms/c1')).json;
+    const edited = await svc(['edit', 'c1', '--cpus', '2', '--disk', String(was.disk_gb + 1)]);
+    expect(edited.stdout).to.equal(`vm c1: 2 vCPUs, ${was.memory_mb} MB, ${was.disk_gb + 1} GB disk\n`);
+    expect((await svc(['edit', 'c1'])).stderr).to.match(/give --cpus, --memory or --disk/);
     expect((await svc(['rm', 'c1'])).stdout).to.equal('vm c1 deleted\n');
   });
 

@@ -3,6 +3,7 @@ import { Etcd3 } from 'etcd3';
 import { EtcdClusterStore } from '../../src/adapters/cluster/etcd-cluster-store.js';
 import type { ClusterSettings } from '../../src/app/cluster-config.js';
 import type { NodeInfo } from '../../src/domain/cluster.js';
+import type { Instance } from '../../src/domain/vm.js';
 import type { ClusterChange } from '../../src/ports/cluster.js';
 import type { Logger } from '../../src/ports/logger.js';
 import { tempDir } from '../helpers/daemon.js';
@@ -148,6 +149,33 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       unwatch();
       await a.release(['m1', ...Array.from({ length: 99 }, (_, i) => `f${i}`)]);
     }
+  });
+
+  it("holds a VM's new shape when its node publishes it changed (an edit): the node's load moves by the difference", async () => {
+    const [a, b] = stores;
+    const load = () => b.nodes().find((n) => n.node === 'a')!.allocated;
+    const waitFor = async (ok: () => boolean) => {
+      const end = Date.now() + 20_000;
+      while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    };
+    const before = { ...load() };
+    await a.reserve(['sh1'], 'a', SHAPE, () => undefined);
+    await waitFor(() => load().vms === before.vms + 1);
+    const grown = { cpus: 3, memory_mb: 1024, disk_gb: 5 };
+    await a.publish({ name: 'sh1', status: 'stopped', ...grown } as Instance);
+    await waitFor(() => load().memory_mb === before.memory_mb + grown.memory_mb);
+    expect(load()).to.deep.include({
+      vms: before.vms + 1,
+      cpus: before.cpus + grown.cpus,
+      memory_mb: before.memory_mb + grown.memory_mb,
+      disk_gb: before.disk_gb + grown.disk_gb,
+    });
+    expect(b.vm('sh1')).to.deep.include({ shape: grown });
+    // Published again unchanged: the load stays; released: all of the new shape is given back.
+    await a.publish({ name: 'sh1', status: 'running', ...grown } as Instance);
+    await a.release('sh1');
+    await waitFor(() => load().vms === before.vms);
+    expect(load()).to.deep.include(before);
   });
 
   it('keeps the newer of a look and a watch event whichever comes first', async () => {

@@ -465,6 +465,16 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     }
     expect((await api(n3, 'POST', '/vms/mv-stopped/shutdown')).status).to.equal(200);
     expect((await api(n3, 'POST', '/vms/mv-susp/suspend')).status).to.equal(200);
+    // An edit through a node that does not own the VM: its body goes on, and n1's room follows it.
+    const memory = async () =>
+      ((await api(n3, 'GET', '/nodes/n1')).json as { allocated: { memory_mb: number } }).allocated.memory_mb;
+    const memBefore = await memory();
+    const edited = await api(n3, 'PATCH', '/vms/mv-stopped', { memory_mb: 320 });
+    expect(edited.status, edited.text).to.equal(200);
+    expect(edited.json).to.include({ name: 'mv-stopped', memory_mb: 320 });
+    for (let i = 0; i < 100 && (await memory()) !== memBefore + 64; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await memory()).to.equal(memBefore + 64);
+    expect((await api(n2, 'PATCH', '/vms/mv-susp', { memory_mb: 320 })).json.error).to.match(/is suspended/);
     const [on1, on2] = [await allocated('n1'), await allocated('n2')];
 
     // Refused, each with its reason, and nothing changes.

@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { WebSocket } from 'ws';
 import { call, ndjson } from '../helpers/http.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { Hypervisor } from '../../src/ports/hypervisor.js';
 
 describe('daemon over HTTP (fake hypervisor)', function () {
   this.timeout(20000);
@@ -225,6 +227,54 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(del.json).to.deep.equal({ message: 'vm p deleted', name: 'p' });
       expect((await d.call('GET', '/vms/p')).status).to.equal(404);
       expect((await d.call('DELETE', '/vms/p')).status).to.equal(404);
+    });
+
+    it("edits a stopped vm's shape for its next boot, and refuses what cannot change", async () => {
+      const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+      await d.call('POST', '/vms', { name: 'ed', persistent: true, cpus: 1, memory_mb: 256, disk_gb: 2 });
+      const edit = (body: unknown, name = 'ed') => d.call('PATCH', `/vms/${name}`, body);
+      const refused = async (body: unknown, status: number, re: RegExp, name = 'ed') => {
+        const r = await edit(body, name);
+        expect(r.status, r.text).to.equal(status);
+        expect(r.json.error).to.match(re);
+      };
+      await refused({ cpus: 2 }, 400, /is running: a VM's shape changes while it is stopped \(svc stop ed/);
+      await d.call('POST', '/vms/ed/suspend');
+      await refused({ cpus: 2 }, 400, /is suspended: its saved state holds the machine/);
+      await d.call('POST', '/vms/ed/restore');
+      await d.call('POST', '/vms/ed/shutdown');
+      await refused({}, 400, /nothing to change/);
+      await refused({ cpus: 2, name: 'x' }, 400, /unknown field name/);
+      await refused({ cpus: 0 }, 400, /cpus must be an integer from 1 to 64/);
+      await refused({ memory_mb: 65 }, 400, /memory_mb 65 is too little for image \S+: it boots in at least/);
+      await refused({ disk_gb: 1 }, 400, /smaller than the disk of vm ed \(2 GB\): a disk only grows/);
+      await refused([1], 400, /JSON object/);
+      await refused({ cpus: 2 }, 404, /vm ghost not found/, 'ghost');
+      // A disk that cannot grow leaves the record as it was.
+      hv.failNext('growDisk', 'injected: no room for the disk');
+      expect((await edit({ cpus: 2, disk_gb: 3 })).status).to.equal(500);
+      expect((await d.call('GET', '/vms/ed')).json).to.include({ cpus: 1, disk_gb: 2 });
+
+      const ok = await edit({ cpus: 3, memory_mb: 512, disk_gb: 5 });
+      expect(ok.status, ok.text).to.equal(200);
+      expect(ok.json).to.include({ name: 'ed', status: 'stopped', cpus: 3, memory_mb: 512, disk_gb: 5 });
+      expect(hv.diskGb('ed')).to.equal(5);
+      // Only what is given changes; the record is kept across a restart.
+      expect((await edit({ cpus: 2 })).json).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      await d.restart();
+      expect((await d.call('GET', '/vms/ed')).json).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      expect((await d.call('POST', '/vms/ed/start')).status).to.equal(200);
+      const launched = d.daemon.container.get<InMemoryHypervisor>(Hypervisor).launchedWith('ed')!;
+      expect(launched).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      const acts = (await d.call('GET', '/activity?limit=50')).json.events as {
+        action: string;
+        target: string;
+        status: string;
+      }[];
+      expect(acts.filter((a) => a.action === 'edit' && a.target === 'ed').map((a) => a.status)).to.include.members([
+        'ok',
+        'error',
+      ]);
     });
 
     it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {

@@ -12,6 +12,8 @@ import {
   shareInto,
 } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
+import { growOverlay } from '../../src/adapters/images/overlay.js';
+import { InvalidArgumentError } from '../../src/domain/errors.js';
 import { tempDir } from '../helpers/daemon.js';
 
 // Real qemu-img on real files (scripts/ensure-host-deps.sh installs it before these run).
@@ -275,5 +277,27 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
   it('reads the user a process runs as (the suspend socket is made theirs)', async () => {
     expect(await processOwner(process.pid)).to.deep.equal({ uid: process.getuid!(), gid: process.getgid!() });
     expect(await processOwner(2 ** 22 + 12345)).to.equal(undefined);
+  });
+});
+
+describe('a VM overlay grown while its VMM is stopped (an edit of its disk_gb)', () => {
+  it('grows the virtual size and keeps the data and the backing file; refuses to shrink', async () => {
+    const root = tempDir('svc-grow-');
+    const golden = join(root, 'golden.qcow2');
+    img('create', '-q', '-f', 'qcow2', golden, '1G');
+    const disk = join(root, 'disk.qcow2');
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', disk, '2G');
+    write(disk, 'g');
+    const size = () => (JSON.parse(img('info', '--output=json', disk)) as { 'virtual-size': number })['virtual-size'];
+    await growOverlay(disk, 5, 'vm1');
+    expect(size()).to.equal(5 * 2 ** 30);
+    expect(firstByte(disk)).to.equal('67'); // 'g'
+    expect(await backingName(disk)).to.equal(golden);
+    await growOverlay(disk, 5, 'vm1'); // the size it has: nothing to do
+    let err: unknown;
+    await growOverlay(disk, 3, 'vm1').catch((e: unknown) => (err = e));
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect(String(err)).to.match(/disk_gb 3 is smaller than the disk of vm vm1 \(5 GB\): a disk only grows/);
+    expect(size()).to.equal(5 * 2 ** 30);
   });
 });

@@ -130,6 +130,25 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     });
 
   program
+    .command('edit')
+    .argument('<name>')
+    .option('--cpus <n>', 'vCPUs', whole('a whole number of vCPUs'))
+    .option('--memory <mb>', 'memory in MB', whole('a whole number of MB, such as 1024'))
+    .option(
+      '--disk <gb>',
+      'disk in GB, at least what it has (a disk only grows)',
+      whole('a whole number of GB, such as 10'),
+    )
+    .option('--json')
+    .description("change a stopped VM's CPUs, memory or disk for its next boot (svc stop NAME first)")
+    .action(async (name: string, o) => {
+      if (o.cpus === undefined && o.memory === undefined && o.disk === undefined)
+        throw new Error('give --cpus, --memory or --disk');
+      const inst = await client().edit(name, { cpus: o.cpus, memory_mb: o.memory, disk_gb: o.disk });
+      print(o.json, inst, () => `vm ${name}: ${inst.cpus} vCPUs, ${inst.memory_mb} MB, ${inst.disk_gb} GB disk`);
+    });
+
+  program
     .command('ttl')
     .argument('<name>')
     .argument('<duration>', "a lifetime from now, e.g. 30m or 2h; 'none' to keep the VM until deleted")

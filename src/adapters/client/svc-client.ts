@@ -9,7 +9,7 @@ import type {
   GuestStats,
 } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import type { CreateRequest, WaitMode } from '../../domain/create-request.js';
+import type { CreateRequest, ShapeChange, WaitMode } from '../../domain/create-request.js';
 import type {
   ActivityEvent,
   CreateProgressEvent,
@@ -236,6 +236,10 @@ export class SvcClient extends SvcTransport {
     }
   }
 
+  /** Changes a stopped VM's CPUs, memory or disk (a disk only grows) for its next boot. */
+  edit(name: string, change: ShapeChange): Promise<Instance> {
+    return this.call('PATCH', `/vms/${enc(name)}`, change);
+  }
   /** Gives the VM a lifetime from now (seconds or a duration such as `30m`), or none (`null`). */
   setTtl(name: string, ttl: number | string | null, onExpire?: OnExpire): Promise<Instance> {
     return this.call('PUT', `/vms/${enc(name)}/ttl`, { ttl, ...(onExpire ? { on_expire: onExpire } : {}) });

@@ -154,10 +154,23 @@ export class EtcdClusterStore implements ClusterStore {
           this.log.warn({ vm: instance.name, owner: e?.node }, 'cluster: a vm of this name belongs to another node');
           return;
         }
-        const r = await this.client
-          .if(this.key(`vms/${instance.name}`), 'Mod', '==', vm.mod_revision)
-          .then(this.client.put(this.key(`vms/${instance.name}`)).value(JSON.stringify({ ...e, instance })))
-          .commit();
+        const put = this.client.put(this.key(`vms/${instance.name}`)).value(JSON.stringify({ ...e, shape, instance }));
+        let r;
+        if (sameShape(e.shape, shape)) {
+          r = await this.client
+            .if(this.key(`vms/${instance.name}`), 'Mod', '==', vm.mod_revision)
+            .then(put)
+            .commit();
+        } else {
+          // Its shape was changed (an edit of the stopped VM): the node holds the new one instead.
+          const alloc = await this.get(`alloc/${self}`);
+          const load = addLoad(parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD }, e.shape, -1);
+          r = await this.client
+            .if(this.key(`vms/${instance.name}`), 'Mod', '==', vm.mod_revision)
+            .and(this.key(`alloc/${self}`), 'Mod', '==', alloc?.mod_revision ?? 0)
+            .then(put, this.client.put(this.key(`alloc/${self}`)).value(JSON.stringify(addLoad(load, shape, 1))))
+            .commit();
+        }
         if (r.succeeded) return;
         await pause();
       }
@@ -362,3 +375,6 @@ export class EtcdClusterStore implements ClusterStore {
 export function shapeOf(i: Pick<Instance, 'cpus' | 'memory_mb' | 'disk_gb'>): VmShape {
   return { cpus: i.cpus, memory_mb: i.memory_mb, disk_gb: i.disk_gb };
 }
+
+const sameShape = (a: VmShape, b: VmShape) =>
+  a.cpus === b.cpus && a.memory_mb === b.memory_mb && a.disk_gb === b.disk_gb;

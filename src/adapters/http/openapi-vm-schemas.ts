@@ -1,5 +1,6 @@
 /** The schemas of a VM, its create and its lifetime in the OpenAPI description (openapi.ts). */
 import { ref, type Schema } from './openapi-kit.js';
+import { LIMITS } from '../../domain/create-request.js';
 
 export const VM_SCHEMAS: Record<string, Schema> = {
   Mount: {
@@ -131,6 +132,23 @@ export const VM_SCHEMAS: Record<string, Schema> = {
       { type: 'string', description: 'a duration such as 90s, 30m or 1h30m' },
     ],
     description: 'a lifetime from now: whole seconds or a duration, from 1 s to 24 days (docs/api.md, "Lifetime")',
+  },
+  ShapeChange: {
+    type: 'object',
+    additionalProperties: false,
+    minProperties: 1,
+    description: "a stopped VM's new shape: what is given changes at its next boot, the rest stays",
+    properties: {
+      cpus: { type: 'integer', minimum: LIMITS.cpus[0], maximum: LIMITS.cpus[1] },
+      memory_mb: { type: 'integer', minimum: LIMITS.memory_mb[0], maximum: LIMITS.memory_mb[1] },
+      disk_gb: {
+        type: 'integer',
+        minimum: LIMITS.disk_gb[0],
+        maximum: LIMITS.disk_gb[1],
+        description:
+          'at least its size now: a disk only grows; the guest grows its root filesystem into it as it boots',
+      },
+    },
   },
   LifetimeChange: {
     type: 'object',

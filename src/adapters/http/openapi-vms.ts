@@ -53,6 +53,16 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
       { '200': message, '404': err('no such vm') },
       { parameters: [nameParam] },
     ),
+    patch: op(
+      "Change a stopped VM's CPUs, memory or disk (a disk only grows) for its next boot",
+      {
+        '200': json('the vm', ref('Instance')),
+        '400': err('not a shape; a disk smaller than it is; or the VM is not stopped, or has a saved state'),
+        '404': err('no such vm'),
+        '501': err('the hypervisor cannot grow a disk'),
+      },
+      { parameters: [nameParam], requestBody: jsonBody(ref('ShapeChange')) },
+    ),
   },
   '/vms/{name}/fork': {
     post: op(

@@ -3,7 +3,9 @@ import type { CreateJob, CreateService } from '../../app/create-service.js';
 import type { ForkService } from '../../app/fork-service.js';
 import type { LifetimeService } from '../../app/lifetime-service.js';
 import { parseLifetimeChange } from '../../domain/lifetime.js';
+import type { VmEdit } from '../../app/vm-edit.js';
 import type { VmLifecycle } from '../../app/vm-lifecycle.js';
+import { parseShapeChange } from '../../domain/create-request.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
 import { toPublic } from '../../domain/vm.js';
@@ -27,13 +29,21 @@ async function answerCreate<T>(
   res.status(201).json(made);
 }
 
-export function vmRoutes(
-  vms: Vms,
-  lifecycle: VmLifecycle,
-  creates: CreateService,
-  forks: ForkService,
-  lifetimes: LifetimeService,
-): RouteDef[] {
+export function vmRoutes({
+  vms,
+  lifecycle,
+  creates,
+  forks,
+  lifetimes,
+  edits,
+}: {
+  vms: Vms;
+  lifecycle: VmLifecycle;
+  creates: CreateService;
+  forks: ForkService;
+  lifetimes: LifetimeService;
+  edits: VmEdit;
+}): RouteDef[] {
   const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
     method: 'post',
     path,
@@ -96,6 +106,13 @@ export function vmRoutes(
       method: 'delete',
       path: '/vms/:name',
       handler: async (req, res) => void res.json(await lifecycle.delete(String(req.params.name))),
+    },
+    {
+      // A stopped VM's shape: {cpus?, memory_mb?, disk_gb?} (a disk only grows).
+      method: 'patch',
+      path: '/vms/:name',
+      body: 'json',
+      handler: async (req, res) => void res.json(await edits.edit(String(req.params.name), parseShapeChange(req.body))),
     },
     {
       // Its lifetime from now: {ttl: "30m" | 1800 | null, on_expire?: delete | suspend}.

@@ -26,3 +26,30 @@ export async function makeOverlay(img: ResolvedImage, path: string, sizeGb: numb
     );
   }
 }
+
+/**
+ * Grows a VM's overlay (made by makeOverlay, its VMM not running) to `sizeGb`: the guest grows its
+ * root filesystem into the new room at its next boot. Never shrinks: a filesystem does not fit in
+ * less than it was given.
+ */
+export async function growOverlay(path: string, sizeGb: number, vm: string): Promise<void> {
+  const { stdout } = await run('qemu-img', ['info', '--output=json', '-U', path], { env: childEnv() }).catch(
+    (err: { stderr?: string; message: string }) => {
+      throw new InternalError(`cannot read the disk of vm ${vm}: ${err.stderr ?? err.message}`);
+    },
+  );
+  const now = (JSON.parse(stdout) as { 'virtual-size': number })['virtual-size'];
+  const want = sizeGb * 2 ** 30;
+  if (want < now)
+    throw new InvalidArgumentError(
+      `disk_gb ${sizeGb} is smaller than the disk of vm ${vm} (${Math.ceil(now / 2 ** 30)} GB): a disk only grows`,
+    );
+  if (want === now) return;
+  try {
+    await run('qemu-img', ['resize', '-q', '-f', 'qcow2', path, String(want)], { env: childEnv() });
+  } catch (err) {
+    throw new InternalError(
+      `cannot grow the disk of vm ${vm}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`,
+    );
+  }
+}

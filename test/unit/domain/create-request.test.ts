@@ -1,5 +1,10 @@
 import { expect } from 'chai';
-import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../../../src/domain/create-request.js';
+import {
+  parseCreateRequest,
+  parseCreateTimeout,
+  parseShapeChange,
+  parseWaitMode,
+} from '../../../src/domain/create-request.js';
 import { parseDuration } from '../../../src/domain/duration.js';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
 import { assertSecretName, assertVmName, nextDefaultName } from '../../../src/domain/names.js';
@@ -133,5 +138,29 @@ describe('domain/create-request', () => {
     expect(() => assertSecretName('1x')).to.throw(InvalidArgumentError);
     expect(nextDefaultName([])).to.equal('vm-1');
     expect(nextDefaultName(['vm-1', 'vm-7', 'web', 'vm-x'])).to.equal('vm-8');
+  });
+});
+
+describe("domain/create-request: a change of a stopped VM's shape", () => {
+  const refused = (body: unknown, re: RegExp) =>
+    expect(() => parseShapeChange(body)).to.throw(InvalidArgumentError, re);
+
+  it("takes any of cpus, memory_mb and disk_gb within a create's limits, and nothing else", () => {
+    expect(parseShapeChange({ cpus: 2 })).to.deep.equal({ cpus: 2 });
+    expect(parseShapeChange({ memory_mb: 1024, disk_gb: 20 })).to.deep.equal({ memory_mb: 1024, disk_gb: 20 });
+    expect(parseShapeChange({ cpus: 64, memory_mb: 262_144, disk_gb: 2048 })).to.deep.equal({
+      cpus: 64,
+      memory_mb: 262_144,
+      disk_gb: 2048,
+    });
+    refused({}, /nothing to change/);
+    refused(null, /JSON object/);
+    refused('cpus=2', /JSON object/);
+    refused([], /JSON object/);
+    refused({ cpus: 65 }, /cpus must be an integer from 1 to 64/);
+    refused({ cpus: 1.5 }, /cpus must be an integer/);
+    refused({ memory_mb: '512' }, /memory_mb must be an integer/);
+    refused({ disk_gb: 0 }, /disk_gb must be an integer from 1 to 2048/);
+    refused({ image: 'debian' }, /unknown field image: a VM's cpus, memory_mb and disk_gb can be changed/);
   });
 });

@@ -12,7 +12,7 @@ import { seedFor, writeSeed } from '../guest-seed.js';
 import { CatalogImages } from '../catalog-images.js';
 import { checkHostDirs } from '../host-dirs.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
-import { makeOverlay } from '../../images/overlay.js';
+import { growOverlay, makeOverlay } from '../../images/overlay.js';
 import { childEnv } from '../../process-kit/child-env.js';
 import { ChApi } from './ch-api.js';
 import { AGENT_VSOCK_PORT, chLayout, GUEST_CID, rehome, vmConfig } from './ch-vm-config.js';
@@ -321,6 +321,12 @@ export class ChHypervisor extends CatalogImages implements HypervisorAdapter {
 
   async hasSavedState(vm: VmRef): Promise<boolean> {
     return !this.live.has(vm.name) && existsSync(join(chLayout(vm.dir).snapshot, 'config.json'));
+  }
+
+  async growDisk(vm: VmRef, gb: number): Promise<void> {
+    if (this.live.has(vm.name))
+      throw new InvalidStateError(`vm ${vm.name} is running: its disk grows while it is stopped`);
+    await growOverlay(chLayout(vm.dir).disk, gb, vm.name);
   }
 
   async destroy(vm: VmRef): Promise<void> {

@@ -1,6 +1,6 @@
 import { appendFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { AlreadyExistsError, InternalError, InvalidStateError } from '../../../domain/errors.js';
+import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import { mountTag, type Mount, type PortForward } from '../../../domain/vm.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
@@ -28,6 +28,8 @@ interface FakeVm {
   state: FakeState;
   snapshot: boolean;
   bootedAt: number;
+  /** Its disk's size once growDisk grew it (else its spec's). */
+  diskGb?: number;
   /** The last launch asked for a lower CPU priority. */
   background?: boolean;
   handle?: VmHandle;
@@ -318,6 +320,23 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     // As QEMU's: a guest sharing host folders is saved only once it let go of them.
     vm.snapshot = !vm.spec.mounts.length || !!options.sharesReleased;
     return { snapshot: vm.snapshot };
+  }
+
+  async growDisk(ref: VmRef, gb: number): Promise<void> {
+    this.maybeFail('growDisk');
+    const vm = this.vms.get(ref.name);
+    if (!vm) throw new InternalError(`vm ${ref.name} is not provisioned`);
+    if (vm.state === 'running' || vm.state === 'paused')
+      throw new InvalidStateError(`vm ${ref.name} is running: its disk grows while it is stopped`);
+    if (gb < this.diskGb(ref.name)!)
+      throw new InvalidArgumentError(`disk_gb ${gb} is smaller than the disk of vm ${ref.name}: a disk only grows`);
+    vm.diskGb = gb;
+  }
+
+  /** The size of a VM's disk as the fake keeps it (made with its spec's, grown by growDisk). */
+  diskGb(name: string): number | undefined {
+    const vm = this.vms.get(name);
+    return vm && (vm.diskGb ?? vm.spec.disk_gb);
   }
 
   async hasSavedState(ref: VmRef): Promise<boolean> {

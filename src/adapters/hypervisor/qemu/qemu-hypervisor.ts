@@ -21,6 +21,7 @@ import { CatalogImages } from '../catalog-images.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import type { Mount, PortForward } from '../../../domain/vm.js';
 import { killStray, layout } from './qemu-files.js';
+import { growOverlay } from '../../images/overlay.js';
 import { capLog } from '../../fs-kit/log-cap.js';
 import {
   callOffSave,
@@ -396,6 +397,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     if (!v.handle) throw new InvalidStateError(`vm ${vm.name} has no handle to add forwards to`);
     v.handle.forwards.push(...(await this.links.forward(vm, v.qmp, forwards, v.pid)));
     return { ...v.handle, forwards: [...v.handle.forwards] };
+  }
+
+  async growDisk(vm: VmRef, gb: number): Promise<void> {
+    if (this.live.has(vm.name))
+      throw new InvalidStateError(`vm ${vm.name} is running: its disk grows while it is stopped`);
+    await growOverlay(layout(vm.dir).disk, gb, vm.name);
   }
 
   async destroy(vm: VmRef): Promise<void> {
