@@ -202,6 +202,34 @@ describe('dashboard in a real browser (chromium)', function () {
     expect((await d.call('GET', `/vms/${vm}`)).json.forwards).to.deep.equal([]);
   });
 
+  it("changes a stopped VM's machine from its page, and shows the daemon's words when it refuses", async () => {
+    expect((await d.call('POST', '/vms', { name: 'shaped', persistent: true, cpus: 1, disk_gb: 2 })).status).to.equal(
+      201,
+    );
+    await page.goto(`${base}/ui/#/vm/shaped/overview`);
+    await page.waitForSelector('[data-test=fields]');
+    expect(await page.$('[data-test=shape]'), 'no editor while it runs').to.equal(null);
+    expect((await d.call('POST', '/vms/shaped/shutdown')).status).to.equal(200);
+    await page.waitForSelector('[data-test=shape] input[name=cpus]');
+    const set = async (name: string, value: string) => {
+      await page.$eval(`[data-test=shape] input[name=${name}]`, (e) => ((e as HTMLInputElement).value = ''));
+      await page.type(`[data-test=shape] input[name=${name}]`, value);
+    };
+    await set('cpus', '3');
+    await set('disk_gb', '4');
+    await page.click('[data-test=shape-save]');
+    await page.waitForSelector('[data-test=shape-saved]');
+    expect((await d.call('GET', '/vms/shaped')).json).to.include({ cpus: 3, disk_gb: 4 });
+    await until(page, `document.querySelector('[data-test=fields]')?.innerText.includes('4 GB')`);
+    await set('memory_mb', '65');
+    await page.click('[data-test=shape-save]');
+    await until(page, `document.querySelector('[data-test=shape] [role=alert]')?.textContent.includes('too little')`);
+    expect((await d.call('DELETE', '/vms/shaped')).status).to.equal(200);
+    // Back on the page the next steps click through.
+    await page.goto(`${base}/ui/#/vm/${vm}/overview`);
+    await page.waitForSelector('[data-test=fields]');
+  });
+
   it('opens a terminal that runs what is typed and follows the window size', async () => {
     await page.click('[data-test=tab-terminal]');
     await until(page, `document.querySelector('[data-test=terminal-state]')?.textContent === 'connected'`);

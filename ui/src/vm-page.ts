@@ -5,6 +5,7 @@ import { StatsChart, type MetricsPoint } from './chart.js';
 import { useVm } from './feed.js';
 import { Egress } from './egress.js';
 import { Processes } from './processes.js';
+import { ShapeEditor } from './shape-editor.js';
 import { FileBrowser } from './files.js';
 import { TerminalView } from './terminal.js';
 import { ErrorLine, html, message, StatusBadge, useLoad, when } from './ui.js';
@@ -129,7 +130,7 @@ export function VmPage({ name, tab }: { name: string; tab: string }) {
             ? html`<${Egress} name=${name} />`
             : tab === 'processes'
               ? html`<${Processes} name=${name} />`
-              : html`<${Fields} vm=${vm} /><${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
+              : html`<${Fields} vm=${vm} />${vm.status === 'stopped' ? html`<${ShapeEditor} vm=${vm} />` : null}<${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
     }
   </div>`;
 }
