@@ -12,8 +12,9 @@ import { Vms } from './vms.js';
 /**
  * A stopped VM's shape changed (PATCH /vms/{name}, `svc edit`): its CPUs and memory for its next
  * boot, and its disk grown (never shrunk), as Lima's `limactl edit` and Multipass's `set` do. Only
- * while it is stopped with no saved state: a running guest would not see the change, and a saved
- * state holds the machine it was saved from (docs/api.md, "Changing a VM's shape").
+ * while it is stopped (or in error, persistent) with no saved state: a running guest would not see
+ * the change, and a saved state holds the machine it was saved from (docs/api.md, "Changing a
+ * VM's shape").
  */
 @injectable()
 export class VmEdit {
@@ -60,7 +61,8 @@ export class VmEdit {
       throw new InvalidStateError(
         `vm ${rec.name} is suspended: its saved state holds the machine it was saved from; restore it and ${how}`,
       );
-    if (rec.status !== 'stopped')
+    // A persistent VM in error (its VMM died: out of memory, say) is edited as a stopped one, to start again.
+    if (rec.status !== 'stopped' && !(rec.status === 'error' && rec.persistent))
       throw new InvalidStateError(`vm ${rec.name} is ${rec.status}: a VM's shape changes while it is stopped (${how})`);
     if (await this.hv.hasSavedState(this.keeper.ref(rec)))
       throw new InvalidStateError(

@@ -261,8 +261,12 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(hv.diskGb('ed')).to.equal(5);
       // Only what is given changes; the record is kept across a restart.
       expect((await edit({ cpus: 2 })).json).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      await d.call('POST', '/vms', { name: 'er', persistent: true });
       await d.restart();
       expect((await d.call('GET', '/vms/ed')).json).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      // A persistent VM in error (here: its fake process did not outlive the daemon) is edited to start again.
+      expect((await d.call('GET', '/vms/er')).json.status).to.equal('error');
+      expect((await edit({ memory_mb: 384 }, 'er')).json).to.include({ status: 'error', memory_mb: 384 });
       expect((await d.call('POST', '/vms/ed/start')).status).to.equal(200);
       const launched = d.daemon.container.get<InMemoryHypervisor>(Hypervisor).launchedWith('ed')!;
       expect(launched).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
