@@ -253,7 +253,13 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     );
     expect(JSON.parse((await svc(['info', '--json'])).stdout).hypervisor).to.equal('fake');
     expect((await svc(['logs', 'c1'])).stdout).to.contain('[fake] c1 booted');
-    expect((await svc(['completion', 'bash'])).stdout).to.contain('complete -F _svc svc');
+    const bash = (await svc(['completion', 'bash'])).stdout;
+    expect(bash).to.contain('complete -F _svc svc');
+    // Every command is completed (read from the program), and a VM's name after those that take one.
+    const [all, vms] = [...bash.matchAll(/"([a-z ]+)"|" ([a-z ]+) "/g)].map((m) => (m[1] ?? m[2]).split(' '));
+    expect(all).to.include.members(['edit', 'ttl', 'run', 'ps', 'logs', 'nodes', 'exec']);
+    expect(vms).to.include.members(['edit', 'get', 'x', 'exec', 'logs', 'ps', 'kill', 'move', 'fork', 'clone']);
+    expect(vms).to.not.include.members(['new', 'ls', 'nodes']);
     expect((await svc(['completion', 'zsh'])).stdout).to.contain('compdef _svc svc');
   });
 

@@ -273,7 +273,7 @@ export function buildCli(): Command {
     .command('completion')
     .argument('<shell>', 'bash or zsh')
     .description('print a shell completion script')
-    .action((shell: string) => void process.stdout.write(completionScript(shell)));
+    .action((shell: string) => void process.stdout.write(completionScript(shell, program)));
   return program;
 }
 

@@ -1,9 +1,22 @@
-/** Shell completion scripts: command names, then VM names from `svc ls --names`. */
-const COMMANDS =
-  'ls new clone fork pool get rm start stop pause resume suspend restore x sh cp fs fwd secret egress stats metrics activity info logs completion';
-const VM_COMMANDS = 'clone fork get rm start stop pause resume suspend restore x sh stats metrics logs';
+import type { Command } from 'commander';
 
-export function completionScript(shell: string): string {
+/** A command's first argument that names an existing VM: after it, completion offers `svc ls --names`. */
+const VM_ARGUMENTS = new Set(['name', 'names', 'vm', 'template']);
+
+/**
+ * Shell completion scripts: command names, then VM names from `svc ls --names`. Both lists are
+ * read from the program's own commands, so a command added to it is completed without more.
+ */
+export function completionScript(shell: string, program: Command): string {
+  const words = (c: Command) => [c.name(), ...c.aliases()];
+  const COMMANDS = program.commands.flatMap(words).join(' ');
+  const VM_COMMANDS = program.commands
+    .filter((c) => {
+      const first = c.registeredArguments[0];
+      return !!first?.required && VM_ARGUMENTS.has(first.name());
+    })
+    .flatMap(words)
+    .join(' ');
   if (shell === 'bash') {
     return `# svc bash completion: eval "$(svc completion bash)"
 _svc() {
