@@ -55,6 +55,11 @@ describe('SvcClient against a real daemon', function () {
     expect(gone.message).to.match(/start it with/);
     const overTcp = new SvcClient({ api: `http://127.0.0.1:${d.tcp.port}`, token: 'test-token', env: {} });
     expect((await overTcp.get('cl')).name).to.equal('cl');
+    // A stopped VM's shape, changed for its next start.
+    await c.shutdown('cl');
+    expect(await c.edit('cl', { cpus: 2, memory_mb: 384 })).to.include({ cpus: 2, memory_mb: 384, status: 'stopped' });
+    expect((await c.edit('cl', { disk_gb: 1 }).catch((e) => e)).message).to.match(/a disk only grows/);
+    expect(await c.start('cl')).to.include({ cpus: 2, status: 'running' });
   });
 
   it('streams exec frames, uploads and downloads streams, and runs fs, secrets, forwards, shell and logs', async () => {

@@ -19,6 +19,7 @@ export const CLIENT_ROUTES = [
   'post /vms/{name}/move',
   'get /vms/{name}',
   'delete /vms/{name}',
+  'patch /vms/{name}',
   'post /vms/{name}/clone',
   'post /vms/{name}/fork',
   'get /pool',
