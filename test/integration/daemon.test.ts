@@ -267,9 +267,12 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       // A persistent VM in error (here: its fake process did not outlive the daemon) is edited to start again.
       expect((await d.call('GET', '/vms/er')).json.status).to.equal('error');
       expect((await edit({ memory_mb: 384 }, 'er')).json).to.include({ status: 'error', memory_mb: 384 });
+      // A disk grows after a restart too (the restarted daemon's hypervisor has not launched the VM yet).
+      expect((await edit({ disk_gb: 6 })).json).to.include({ disk_gb: 6 });
+      expect(d.daemon.container.get<InMemoryHypervisor>(Hypervisor).diskGb('ed')).to.equal(6);
       expect((await d.call('POST', '/vms/ed/start')).status).to.equal(200);
       const launched = d.daemon.container.get<InMemoryHypervisor>(Hypervisor).launchedWith('ed')!;
-      expect(launched).to.include({ cpus: 2, memory_mb: 512, disk_gb: 5 });
+      expect(launched).to.include({ cpus: 2, memory_mb: 512, disk_gb: 6 });
       const acts = (await d.call('GET', '/activity?limit=50')).json.events as {
         action: string;
         target: string;

@@ -240,6 +240,7 @@ export class SvcClient extends SvcTransport {
   edit(name: string, change: ShapeChange): Promise<Instance> {
     return this.call('PATCH', `/vms/${enc(name)}`, change);
   }
+
   /** Gives the VM a lifetime from now (seconds or a duration such as `30m`), or none (`null`). */
   setTtl(name: string, ttl: number | string | null, onExpire?: OnExpire): Promise<Instance> {
     return this.call('PUT', `/vms/${enc(name)}/ttl`, { ttl, ...(onExpire ? { on_expire: onExpire } : {}) });

@@ -28,8 +28,6 @@ interface FakeVm {
   state: FakeState;
   snapshot: boolean;
   bootedAt: number;
-  /** Its disk's size once growDisk grew it (else its spec's). */
-  diskGb?: number;
   /** The last launch asked for a lower CPU priority. */
   background?: boolean;
   handle?: VmHandle;
@@ -79,6 +77,8 @@ function copyHandle(h: VmHandle): VmHandle {
 export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter, FakeGuests {
   readonly kind = 'fake';
   private readonly vms = new Map<string, FakeVm>();
+  /** Disks grown by growDisk, by VM name. */
+  private readonly grownDisks = new Map<string, number>();
   private readonly listeners: ExitListener[] = [];
   private readonly failures = new Map<string, string>();
   private nextPort = 40000;
@@ -322,21 +322,23 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     return { snapshot: vm.snapshot };
   }
 
+  /**
+   * Kept apart from the VMs' entries: a daemon started again hands this fake VMs it no longer
+   * knows (they are known again at their next launch), whose disks still grow.
+   */
   async growDisk(ref: VmRef, gb: number): Promise<void> {
     this.maybeFail('growDisk');
     const vm = this.vms.get(ref.name);
-    if (!vm) throw new InternalError(`vm ${ref.name} is not provisioned`);
-    if (vm.state === 'running' || vm.state === 'paused')
+    if (vm?.state === 'running' || vm?.state === 'paused')
       throw new InvalidStateError(`vm ${ref.name} is running: its disk grows while it is stopped`);
-    if (gb < this.diskGb(ref.name)!)
+    if (gb < (this.diskGb(ref.name) ?? 0))
       throw new InvalidArgumentError(`disk_gb ${gb} is smaller than the disk of vm ${ref.name}: a disk only grows`);
-    vm.diskGb = gb;
+    this.grownDisks.set(ref.name, gb);
   }
 
   /** The size of a VM's disk as the fake keeps it (made with its spec's, grown by growDisk). */
   diskGb(name: string): number | undefined {
-    const vm = this.vms.get(name);
-    return vm && (vm.diskGb ?? vm.spec.disk_gb);
+    return this.grownDisks.get(name) ?? this.vms.get(name)?.spec.disk_gb;
   }
 
   async hasSavedState(ref: VmRef): Promise<boolean> {
@@ -355,6 +357,9 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
   }
 
   async rename(from: VmRef, to: VmRef): Promise<void> {
+    const grown = this.grownDisks.get(from.name);
+    this.grownDisks.delete(from.name);
+    if (grown !== undefined) this.grownDisks.set(to.name, grown);
     const vm = this.vms.get(from.name);
     if (!vm) return;
     this.vms.delete(from.name);
@@ -384,6 +389,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
   }
 
   async destroy(ref: VmRef): Promise<void> {
+    this.grownDisks.delete(ref.name);
     const vm = this.vms.get(ref.name);
     if (!vm) return;
     await this.halt(vm);
