@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { InternalError, InvalidArgumentError } from '../../domain/errors.js';
@@ -33,12 +34,9 @@ export async function makeOverlay(img: ResolvedImage, path: string, sizeGb: numb
  * less than it was given.
  */
 export async function growOverlay(path: string, sizeGb: number, vm: string): Promise<void> {
-  const { stdout } = await run('qemu-img', ['info', '--output=json', '-U', path], { env: childEnv() }).catch(
-    (err: { stderr?: string; message: string }) => {
-      throw new InternalError(`cannot read the disk of vm ${vm}: ${err.stderr ?? err.message}`);
-    },
-  );
-  const now = (JSON.parse(stdout) as { 'virtual-size': number })['virtual-size'];
+  const now = await virtualSize(path).catch((err: Error) => {
+    throw new InternalError(`cannot read the disk of vm ${vm}: ${err.message}`);
+  });
   const want = sizeGb * 2 ** 30;
   if (want < now)
     throw new InvalidArgumentError(
@@ -51,5 +49,18 @@ export async function growOverlay(path: string, sizeGb: number, vm: string): Pro
     throw new InternalError(
       `cannot grow the disk of vm ${vm}: ${(err as { stderr?: string }).stderr ?? (err as Error).message}`,
     );
+  }
+}
+
+/** The size a qcow2 image shows its guest (its header's size field), in bytes. */
+export async function virtualSize(file: string): Promise<number> {
+  const fh = await open(file, 'r');
+  try {
+    const head = Buffer.alloc(32);
+    await fh.read(head, 0, 32, 0);
+    if (head.readUInt32BE(0) !== 0x514649fb) throw new Error(`${file} is not a qcow2 image`);
+    return Number(head.readBigUInt64BE(24));
+  } finally {
+    await fh.close();
   }
 }

@@ -59,19 +59,6 @@ export async function backingName(file: string): Promise<string | undefined> {
   }
 }
 
-/** The size a qcow2 image shows its guest (its header's size field), in bytes. */
-export async function virtualSize(file: string): Promise<number> {
-  const fh = await open(file, 'r');
-  try {
-    const head = Buffer.alloc(32);
-    await fh.read(head, 0, 32, 0);
-    if (head.readUInt32BE(0) !== 0x514649fb) throw new Error(`${file} is not a qcow2 image`);
-    return Number(head.readBigUInt64BE(24));
-  } finally {
-    await fh.close();
-  }
-}
-
 /** The frozen layers, in `dir`, that `dir`'s disk stands on (top first); the image's disk is not one. */
 export async function layersOf(dir: string): Promise<string[]> {
   const out: string[] = [];

@@ -4,7 +4,7 @@ import type { PortForward } from '../../../domain/vm.js';
 import type { Logger } from '../../../ports/logger.js';
 import type { LaunchOptions, VmHandle, VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import type { Accel } from './accel-probe.js';
-import { virtualSize } from './disk-layers.js';
+import { virtualSize } from '../../images/overlay.js';
 import { restoreInputs, StartRetries } from './launch-plan.js';
 import type { LiveVms } from './live-vms.js';
 import type { NicLinks } from './nic-links.js';

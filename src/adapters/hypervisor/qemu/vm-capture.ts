@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { NotSupportedError } from '../../../domain/errors.js';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
+import { virtualSize } from '../../images/overlay.js';
 import type { Frozen } from './disk-layers.js';
 import { UNLOCKED } from './qemu-args.js';
 import type { QmpClient, QmpEvent } from './qmp-client.js';
@@ -30,18 +31,6 @@ export const captureTop = (id: string): Frozen => ({
 
 const CAPTURE_ID = /^base-[0-9a-f]{16}$/;
 export const isCaptureId = (id: string) => CAPTURE_ID.test(id);
-
-/** The virtual size a qcow2 image records (header offset 24). */
-async function virtualSize(file: string): Promise<bigint> {
-  const fh = await open(file, 'r');
-  try {
-    const head = Buffer.alloc(32);
-    await fh.read(head, 0, 32, 0);
-    return head.readBigUInt64BE(24);
-  } finally {
-    await fh.close();
-  }
-}
 
 /**
  * Gives QEMU the file as a new fd set, read-write and read-only (what it opens `/dev/fdset/N` with
