@@ -8,6 +8,8 @@ import { CreateService } from './app/create-service.js';
 import { CreateOutcomes } from './app/create-outcome.js';
 import { PoolClaims } from './app/pool-claims.js';
 import { ForkService } from './app/fork-service.js';
+import { VmCaptures } from './app/vm-captures.js';
+import { VmSnapshots } from './app/vm-snapshots.js';
 import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
 import { Vms } from './app/vms.js';
@@ -219,6 +221,8 @@ export function appModule(): ContainerModule {
     bind(CreateOutcomes).toSelf().inSingletonScope();
     bind(PoolClaims).toSelf().inSingletonScope();
     bind(ForkService).toSelf().inSingletonScope();
+    bind(VmCaptures).toSelf().inSingletonScope();
+    bind(VmSnapshots).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();
     bind(ProcessProxy).toSelf().inSingletonScope();

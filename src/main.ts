@@ -38,6 +38,8 @@ import type { RouteDef } from './adapters/http-kit/route.js';
 import { secretRoutes } from './adapters/http/secret-routes.js';
 import { systemRoutes } from './adapters/http/system-routes.js';
 import { vmRoutes } from './adapters/http/vm-routes.js';
+import { snapshotRoutes } from './adapters/http/snapshot-routes.js';
+import { VmSnapshots } from './app/vm-snapshots.js';
 import { PinoLogger } from './adapters/log/pino-logger.js';
 import { Ssh2Connections } from './adapters/ssh/ssh2-connections.js';
 import { ImageSnapshots } from './app/image-snapshots.js';
@@ -169,6 +171,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       edits: container.get(VmEdit),
     }),
     ...egressRoutes(egress),
+    ...snapshotRoutes(container.get(VmSnapshots)),
     ...processRoutes(container.get(ProcessProxy)),
     // A node of a cluster streams the whole cluster's changes.
     ...eventRoutes(cluster ?? vms, closing.signal),

@@ -12,6 +12,7 @@ import { Activity } from './activity.js';
 import { AsyncQueue } from './async-queue.js';
 import { CreateService, type CreateJob } from './create-service.js';
 import { GuestShares } from './guest-shares.js';
+import { VmCaptures } from './vm-captures.js';
 import { VmLifecycle } from './vm-lifecycle.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
@@ -48,6 +49,7 @@ export class ForkService {
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
     @inject(GuestShares) private readonly shares: GuestShares,
+    @inject(VmCaptures) private readonly captures: VmCaptures,
   ) {}
 
   /**
@@ -67,7 +69,7 @@ export class ForkService {
     const { id, paused_ms } = await this.activity.timed('fork', name, () =>
       this.vms.withVm(name, async (src) => {
         this.check(src);
-        return this.captureOf(src, names.length);
+        return this.captures.take(src, names.length);
       }),
     );
     const queue = new AsyncQueue<CreateProgressEvent>();
@@ -82,48 +84,6 @@ export class ForkService {
     const done = this.run(this.vms.get(name), id, names, req, query, queue).finally(() => queue.close());
     done.catch(() => undefined);
     return { events: queue, done: done.then((vms) => ({ source: name, paused_ms, vms })) };
-  }
-
-  /**
-   * The capture of `src`, marked on its record while it is taken (`saving`: a daemon that dies in
-   * it has the guest run on when it starts again, recovery-service.ts).
-   */
-  private async captureOf(src: VmRecord, forks: number): Promise<{ id: string; paused_ms: number }> {
-    src.saving = true;
-    await this.vms.save(src);
-    try {
-      return await this.captureWithFolders(src, forks);
-    } finally {
-      delete src.saving;
-      await this.vms.save(src);
-    }
-  }
-
-  /**
-   * A guest with host folders lets go of them first (they are out of the capture) and mounts them
-   * again after it, whether it was taken or not; one that cannot let go (a process works in one) is
-   * refused before anything is taken.
-   */
-  private async captureWithFolders(src: VmRecord, forks: number): Promise<{ id: string; paused_ms: number }> {
-    if (!src.mounts.length) return this.disks.capture(this.keeper.ref(src), forks);
-    const released = await this.shares.release(src);
-    try {
-      if (!released)
-        throw new InvalidStateError(
-          `vm ${src.name} could not let go of its host folders for the capture (a process works in one: its folder or an open file); forks need them let go of for a moment`,
-        );
-      return await this.disks.capture(this.keeper.ref(src), forks, { sharesReleased: true });
-    } finally {
-      // What it let go of comes back (a share it kept stays mounted).
-      await this.shares
-        .mount(src, this.clock.now() + 30_000)
-        .catch((err: unknown) =>
-          this.log.error(
-            { vm: src.name, err: errorMessage(err) },
-            'the fork source did not mount its host folders again',
-          ),
-        );
-    }
   }
 
   /** Only a guest that runs can be captured, and a fork with no agent could not be given its identity. */

@@ -37,6 +37,10 @@ export function assertMovable(rec: VmRecord): void {
     );
   if (rec.overlay_ip)
     throw new InvalidStateError(`vm ${rec.name} has an address on this node's overlay network; it cannot move`);
+  if (rec.snapshots?.length)
+    throw new InvalidStateError(
+      `vm ${rec.name} has snapshots (${rec.snapshots.map((s) => s.name).join(', ')}), which stay on this node; delete them to move it`,
+    );
 }
 
 /** What a drain did with each VM of the node (POST /nodes/{node}/drain). */

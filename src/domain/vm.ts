@@ -2,6 +2,7 @@ import type { OnExpire } from './lifetime.js';
 import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
 import type { EntrypointChoice } from './restart-policy.js';
+import type { VmSnapshot } from './snapshots.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
@@ -130,6 +131,8 @@ export interface VmRecord extends Instance {
    * (the save was not finished) has its guest run on (recovery-service.ts).
    */
   saving?: boolean;
+  /** Its named snapshots, oldest first (docs/snapshots.md); their files are the hypervisor's. */
+  snapshots?: VmSnapshot[];
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -146,6 +149,7 @@ export function toPublic(record: VmRecord): Instance {
     arriving: _v,
     shares_out: _h,
     saving: _g,
+    snapshots: _n,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -230,8 +234,9 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
   running: ['paused', 'stopped', 'suspended', 'error', 'creating'],
   paused: ['running', 'stopped', 'suspended', 'error'],
   suspended: ['running', 'stopped', 'error', 'creating'],
-  stopped: ['running', 'error'],
-  error: ['running', 'error'],
+  // A revert to a snapshot lays its saved state on a stopped VM (docs/snapshots.md).
+  stopped: ['running', 'error', 'suspended'],
+  error: ['running', 'error', 'stopped', 'suspended'],
 };
 
 /**

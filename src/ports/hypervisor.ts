@@ -193,6 +193,27 @@ export interface VmDisks {
   dropCapture(vm: VmRef, id: string): Promise<void>;
 
   /**
+   * Keeps the VM as it is now under the name `snapshot` (docs/snapshots.md), beside it and with
+   * it (a rename takes it along, a destroy removes it). `capture`: the capture just taken of the
+   * running VM (its memory goes into the snapshot; the caller drops the capture after); without
+   * one the VM does not run, and its disk is kept, with its saved state when it is suspended.
+   * Resolves with whether the snapshot holds a guest's memory. The name must be free (a leftover
+   * of a call that did not finish is replaced). Not idempotent. Absent: the driver has none.
+   */
+  snapshot?(vm: VmRef, snapshot: string, capture?: string): Promise<{ memory: boolean }>;
+
+  /**
+   * Puts the VM, whose process is not running, back to `snapshot`: its disk is the snapshot's, and
+   * its saved state the snapshot's memory (a `launch(spec, {restore: true})` resumes it) or none.
+   * Every step leaves a VM that starts: the disk is swapped in one rename before the state is laid
+   * beside it. The snapshot stays. Resolves with whether a saved state was laid.
+   */
+  revert?(vm: VmRef, snapshot: string): Promise<{ memory: boolean }>;
+
+  /** Forgets a snapshot: its files go (layers other snapshots or the VM stand on stay). Idempotent. */
+  dropSnapshot?(vm: VmRef, snapshot: string): Promise<void>;
+
+  /**
    * Follows a VM to a new name (a claimed warm pool member), running or not; the store has already
    * moved its directory to `to.dir`. Not idempotent.
    */

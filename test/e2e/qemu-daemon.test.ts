@@ -321,6 +321,33 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
   });
 
+  it('reverts a running VM to a snapshot in place: its files, processes and clock as they were then', async () => {
+    const sh = async (script: string) =>
+      (await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', script] })}`)).json.stdout.trim();
+    const pidA = await sh('echo one > /root/snap-a; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!');
+    const taken = await d.call('POST', '/vms/main/snapshots', { name: 'live' });
+    expect(taken.status, taken.text).to.equal(201);
+    expect(taken.json).to.include({ name: 'live', memory: true, taken_from: 'running' });
+    expect((await d.call('GET', '/vms/main')).json.status).to.equal('running');
+    const pidB = await sh(
+      'echo two > /root/snap-a; echo b > /root/snap-b; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!',
+    );
+    expect(pidB).to.match(/^\d+$/);
+    const back = await d.call('POST', '/vms/main/snapshots/live/revert');
+    expect(back.status, back.text).to.equal(200);
+    expect(back.json.status).to.equal('running');
+    expect(back.json.warning, 'the revert cold-booted').to.equal(undefined);
+    const seen = await sh(
+      `cat /root/snap-a; test -e /root/snap-b && echo b-kept || echo b-gone; kill -0 ${pidA} && echo a-alive; kill -0 ${pidB} 2>/dev/null && echo b-alive || echo b-dead; date +%s`,
+    );
+    const [a, b, aAlive, bAlive, secs] = seen.split('\n');
+    expect([a, b, aAlive, bAlive]).to.deep.equal(['one', 'b-gone', 'a-alive', 'b-dead']);
+    expect(Math.abs(Number(secs) - Date.now() / 1000)).to.be.below(5);
+    const fwd = (await d.call('GET', '/vms/main')).json.forwards.find((f: { kind: string }) => f.kind === 'live');
+    expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
+    expect(readdirSync(join(d.config.data_dir, 'vms', 'main', 'snapshots'))).to.deep.equal(['live']);
+  });
+
   it('survives a daemon restart with VMs running', async () => {
     await d.restart();
     const list = (await d.call('GET', '/vms')).json.map(
@@ -346,6 +373,8 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(running.json.error).to.match(/while it is stopped/);
     expect((await d.call('POST', '/vms/main/shutdown')).json.message).to.equal('vm main shut down');
     expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
+    const cold = await d.call('POST', '/vms/main/snapshots', { name: 'cold' });
+    expect(cold.json).to.include({ name: 'cold', memory: false, taken_from: 'stopped', cpus: was.cpus });
     const edited = await d.call('PATCH', '/vms/main', grown);
     expect(edited.status, edited.text).to.equal(200);
     expect(edited.json).to.include({ ...grown, status: 'stopped' });
@@ -359,6 +388,22 @@ describe('svcd with QEMU: real guests end to end', function () {
     const kb = (line: string) => Number(line.split(/\s+/)[1]);
     expect(kb(dfAfter) - kb(dfBefore), `${dfBefore} -> ${dfAfter}`).to.be.above(900 * 1024);
     expect((kb(memAfter) - kb(memBefore)) / 1024, `${memBefore} -> ${memAfter}`).to.be.within(48, 72);
+    // Back to the snapshot taken before the edit: its disk and its shape, the VM left stopped.
+    await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'echo x > /root/after-edit; sync'] })}`);
+    const reverted = await d.call('POST', '/vms/main/snapshots/cold/revert');
+    expect(reverted.json).to.include({
+      status: 'stopped',
+      cpus: was.cpus,
+      memory_mb: was.memory_mb,
+      disk_gb: was.disk_gb,
+    });
+    expect(qemuProcesses(d.config.data_dir, ['main'])).to.deep.equal([]);
+    expect((await d.call('POST', '/vms/main/start')).json.status).to.equal('running');
+    const [cpusBack] = await shape();
+    expect(cpusBack).to.equal(cpusBefore);
+    const files = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'sh', args: ['-c', 'cat /root/kept; ls /root'] })}`);
+    expect(files.json.stdout).to.match(/^kept\n/);
+    expect(files.json.stdout).to.not.match(/after-edit/);
     expect((await d.call('POST', '/vms/eph/shutdown')).json.message).to.match(/removed/);
     expect((await d.call('GET', '/vms/eph')).status).to.equal(404);
     expect(existsSync(join(d.config.data_dir, 'vms', 'eph'))).to.equal(false);

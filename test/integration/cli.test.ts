@@ -548,6 +548,28 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['rm', 'c1'])).stdout).to.equal('vm c1 deleted\n');
   });
 
+  it('takes, lists, reverts to and deletes named snapshots (svc snapshot)', async () => {
+    expect((await svc(['new', 'c10', '-p'])).code).to.equal(0);
+    const took = await svc(['snapshot', 'create', 'c10', 'clean', '-d', 'fresh box']);
+    expect(took.stdout).to.equal('snapshot clean of vm c10 taken (disk and memory)\n');
+    expect((await svc(['stop', 'c10'])).code).to.equal(0);
+    expect((await svc(['snapshot', 'take', 'c10'])).stdout).to.equal('snapshot snap-1 of vm c10 taken (disk)\n');
+    const ls = (await svc(['snapshot', 'ls', 'c10'])).stdout.split('\n');
+    expect(ls[0]).to.match(/^NAME +TAKEN +HOLDS +FROM +SHAPE +DESCRIPTION$/);
+    expect(ls[1]).to.match(/^clean +\d{4}-\d\d-\d\dT\S+Z +disk\+memory +running +\d+ cpu\/\d+ MB\/\d+ GB +fresh box$/);
+    expect(ls[2]).to.match(/^snap-1 +\S+ +disk +stopped +/);
+    expect(JSON.parse((await svc(['snapshot', 'ls', 'c10', '--json'])).stdout)).to.have.length(2);
+    const back = await svc(['snapshot', 'revert', 'c10', 'clean']);
+    expect(back.stdout, back.stderr).to.equal('vm c10 reverted to snapshot clean: running\n');
+    expect((await d.call('GET', '/vms/c10')).json.status).to.equal('running');
+    const missing = await svc(['snapshot', 'apply', 'c10', 'nope']);
+    expect(missing).to.deep.include({ code: 1, stderr: 'svc: vm c10 has no snapshot nope\n' });
+    expect((await svc(['snapshot', 'rm', 'c10', 'clean'])).stdout).to.equal('snapshot clean of vm c10 deleted\n');
+    expect((await svc(['snapshot', 'delete', 'c10', 'snap-1'])).code).to.equal(0);
+    expect((await svc(['snapshot', 'ls', 'c10'])).stdout).to.equal('vm c10 has no snapshots\n');
+    expect((await svc(['rm', 'c10'])).code).to.equal(0);
+  });
+
   it("ends svc sh at the end of piped input with the shell's own status", async () => {
     expect((await d.call('POST', '/vms', { name: 'c8', persistent: true })).status).to.equal(201);
     const r = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo piped-$((40+2))\nexit 3\n');

@@ -284,6 +284,100 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       ]);
     });
 
+    it('takes named snapshots of a vm running or stopped, reverts to them in place, and forgets them', async () => {
+      const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+      await d.call('POST', '/vms', { name: 'sn', persistent: true, cpus: 1, memory_mb: 256, disk_gb: 2 });
+      const take = (body?: unknown, name = 'sn') => d.call('POST', `/vms/${name}/snapshots`, body);
+      const refused = async (r: Awaited<ReturnType<typeof take>>, status: number, re: RegExp) => {
+        expect(r.status, r.text).to.equal(status);
+        expect(r.json.error).to.match(re);
+      };
+      // Running: its memory goes in, through a capture that is dropped after.
+      const s1 = await take({ name: 'before-tests', description: 'clean tree' });
+      expect(s1.status, s1.text).to.equal(201);
+      expect(s1.json).to.include({
+        name: 'before-tests',
+        memory: true,
+        taken_from: 'running',
+        cpus: 1,
+        memory_mb: 256,
+        disk_gb: 2,
+        description: 'clean tree',
+      });
+      expect(hv.heldCaptures('sn')).to.deep.equal([]);
+      await refused(await take({ name: 'before-tests' }), 409, /vm sn has a snapshot before-tests already/);
+      await refused(await take({ name: 'Bad/Name' }), 400, /invalid snapshot name/);
+      await refused(await take({ name: 'x', keep: true }), 400, /unknown field keep/);
+      await refused(await take({}, 'ghost'), 404, /vm ghost not found/);
+      await refused(await d.call('GET', '/vms/sn/snapshots/nope'), 404, /vm sn has no snapshot nope/);
+      await refused(await d.call('POST', '/vms/sn/snapshots/nope/revert'), 404, /vm sn has no snapshot nope/);
+
+      // Stopped: its disk only, named snap-N; the VM is edited after it.
+      await d.call('POST', '/vms/sn/shutdown');
+      const s2 = await take();
+      expect(s2.json).to.include({ name: 'snap-1', memory: false, taken_from: 'stopped' });
+      expect((await d.call('PATCH', '/vms/sn', { cpus: 2, memory_mb: 512, disk_gb: 4 })).status).to.equal(200);
+      expect(hv.diskGb('sn')).to.equal(4);
+      const list = await d.call('GET', '/vms/sn/snapshots');
+      expect(list.json.map((s: { name: string }) => s.name)).to.deep.equal(['before-tests', 'snap-1']);
+      expect((await d.call('GET', '/vms/sn/snapshots/snap-1')).json).to.deep.equal(s2.json);
+      // Snapshots are not part of the Instance, and a clone of the VM has none of its own.
+      expect((await d.call('GET', '/vms/sn')).json).to.not.have.property('snapshots');
+      await d.call('POST', '/vms/sn/clone', { name: 'sn-clone' });
+      expect((await d.call('GET', '/vms/sn-clone/snapshots')).json).to.deep.equal([]);
+
+      // A revert to the disk-only snapshot leaves it stopped, with the shape it had then.
+      await d.call('POST', '/vms/sn/start');
+      const r1 = await d.call('POST', '/vms/sn/snapshots/snap-1/revert');
+      expect(r1.status, r1.text).to.equal(200);
+      expect(r1.json).to.include({ status: 'stopped', cpus: 1, memory_mb: 256, disk_gb: 2 });
+      expect(hv.diskGb('sn')).to.equal(2);
+      expect(hv.reverted.get('sn')).to.equal('snap-1');
+      // A revert to the running snapshot resumes its guest from the saved state.
+      const r2 = await d.call('POST', '/vms/sn/snapshots/before-tests/revert');
+      expect(r2.status, r2.text).to.equal(200);
+      expect(r2.json).to.include({ status: 'running', cpus: 1 });
+      expect((await d.call('GET', '/vms/sn/logs')).text).to.match(/\[fake\] sn restored from snapshot\n$/);
+      // Its saved guest that does not load: the VM cold-boots and the answer says so.
+      hv.failNext('restore');
+      const r3 = await d.call('POST', '/vms/sn/snapshots/before-tests/revert');
+      expect(r3.json).to.include({ status: 'running' });
+      expect(r3.json.warning).to.match(/^cold-booted, the snapshot's processes did not come back/);
+      // A revert that fails leaves a stopped VM that starts.
+      hv.failNext('revert', 'injected: no room');
+      await refused(await d.call('POST', '/vms/sn/snapshots/snap-1/revert'), 500, /injected: no room/);
+      expect((await d.call('GET', '/vms/sn')).json.status).to.equal('stopped');
+      expect((await d.call('POST', '/vms/sn/start')).status).to.equal(200);
+
+      // Kept across a daemon restart (and reverted to after it); deleted one by one, and all of them with the VM.
+      await d.restart();
+      expect((await d.call('GET', '/vms/sn/snapshots')).json).to.have.length(2);
+      expect((await d.call('POST', '/vms/sn/snapshots/before-tests/revert')).json).to.include({ status: 'running' });
+      const del = await d.call('DELETE', '/vms/sn/snapshots/snap-1');
+      expect(del.json).to.deep.equal({ message: 'snapshot snap-1 of vm sn deleted', name: 'sn', snapshot: 'snap-1' });
+      expect((await d.call('DELETE', '/vms/sn/snapshots/snap-1')).status).to.equal(404);
+      const hv2 = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+      expect(hv2.keptSnapshots(join(d.config.data_dir, 'vms', 'sn'))).to.deep.equal(['before-tests']);
+      const acts = (await d.call('GET', '/activity?limit=100')).json.events as { action: string; status: string }[];
+      for (const a of ['snapshot', 'revert', 'snapshot.delete'])
+        expect(
+          acts.some((e) => e.action === a && e.status === 'ok'),
+          a,
+        ).to.equal(true);
+      await d.call('DELETE', '/vms/sn');
+      expect(hv2.keptSnapshots(join(d.config.data_dir, 'vms', 'sn'))).to.deep.equal([]);
+    });
+
+    it('keeps at most 32 snapshots of a vm', async () => {
+      await d.call('POST', '/vms', { name: 'many', persistent: true });
+      await d.call('POST', '/vms/many/shutdown');
+      for (let i = 0; i < 32; i++) expect((await d.call('POST', '/vms/many/snapshots')).status).to.equal(201);
+      const r = await d.call('POST', '/vms/many/snapshots');
+      expect(r.status).to.equal(429);
+      expect(r.json.error).to.match(/vm many has 32 snapshots, the most a vm keeps: delete one first/);
+      expect((await d.call('GET', '/vms/many/snapshots')).json.at(-1).name).to.equal('snap-32');
+    });
+
     it('removes an ephemeral vm on shutdown and refuses to suspend it', async () => {
       await d.call('POST', '/vms', { name: 'e' });
       const s = await d.call('POST', '/vms/e/suspend');

@@ -13,6 +13,7 @@ import {
 } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { growOverlay } from '../../src/adapters/images/overlay.js';
+import { dropSnapshot, keepSnapshot, revertTo } from '../../src/adapters/hypervisor/qemu/vm-snapshots.js';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -299,5 +300,86 @@ describe('a VM overlay grown while its VMM is stopped (an edit of its disk_gb)',
     expect(err).to.be.instanceOf(InvalidArgumentError);
     expect(String(err)).to.match(/disk_gb 3 is smaller than the disk of vm vm1 \(5 GB\): a disk only grows/);
     expect(size()).to.equal(5 * 2 ** 30);
+  });
+});
+
+describe("a VM's named snapshots on its layers (vm-snapshots.ts)", () => {
+  let root: string;
+  let dir: string;
+  const disk = () => join(dir, 'disk.qcow2');
+  const layerFiles = () => readdirSync(dir).filter((f) => /^base-[0-9a-f]{16}\.qcow2$/.test(f));
+  beforeEach(() => {
+    root = tempDir('svc-snaps-');
+    const golden = join(root, 'golden.qcow2');
+    img('create', '-q', '-f', 'qcow2', golden, '64M');
+    write(golden, 'g');
+    dir = join(root, 'vms', 'v');
+    mkdirSync(dir, { recursive: true });
+    img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', disk());
+  });
+  afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+  it('keeps the disk (and a saved state) under a name and puts the VM back to either, in place', async () => {
+    write(disk(), 'a');
+    await keepSnapshot(dir, 's1', await freeze(dir, undefined));
+    write(disk(), 'b');
+    writeFileSync(join(dir, 'state.mig'), 'ram of b');
+    await writeSaved(dir, { kind: 'stream', file: 'state.mig' });
+    await keepSnapshot(dir, 's2', await freeze(dir, await readSaved(dir)));
+    // A clone made meanwhile stands on its own links.
+    const clone = join(root, 'vms', 'c');
+    mkdirSync(clone);
+    await shareInto(dir, clone, await freeze(dir, await readSaved(dir)));
+    await clearSaved(dir);
+    write(disk(), 'c');
+    expect(firstByte(disk())).to.equal('63'); // 'c'
+
+    expect(await revertTo(dir, 's1')).to.deep.equal({ memory: false });
+    expect(firstByte(disk())).to.equal('61'); // 'a'
+    expect(await readSaved(dir)).to.equal(undefined);
+    // Only the layers its disk stands on are left in its directory.
+    expect(layerFiles().sort()).to.deep.equal((await layersOf(dir)).sort());
+    write(disk(), 'x'); // it runs on from there
+
+    expect(await revertTo(dir, 's2')).to.deep.equal({ memory: true });
+    expect(firstByte(disk())).to.equal('62'); // 'b'
+    const saved = await readSaved(dir);
+    expect(saved?.kind).to.equal('stream');
+    expect(readFileSync(join(dir, (saved as { file: string }).file), 'utf8')).to.equal('ram of b');
+    expect(firstByte(join(clone, 'disk.qcow2'))).to.equal('62');
+    expect(img('check', '-q', disk())).to.equal('');
+
+    // A revert leaves each snapshot as it was: back to s1 again, then s1 goes; s2 still works.
+    await revertTo(dir, 's1');
+    expect(firstByte(disk())).to.equal('61');
+    await dropSnapshot(dir, 's1');
+    expect(readdirSync(join(dir, 'snapshots'))).to.deep.equal(['s2']);
+    let err: unknown;
+    await revertTo(dir, 's1').catch((e: unknown) => (err = e));
+    expect(String(err)).to.match(/ENOENT/);
+    await revertTo(dir, 's2');
+    expect(firstByte(disk())).to.equal('62');
+    // The VM's directory renamed (a pool claim) keeps its snapshots' relative names.
+    const moved = join(root, 'vms', 'w');
+    renameSync(dir, moved);
+    dir = moved;
+    write(disk(), 'z');
+    await revertTo(dir, 's2');
+    expect(firstByte(disk())).to.equal('62');
+    await dropSnapshot(dir, 's2');
+    expect(readdirSync(dir)).to.not.include('snapshots');
+  });
+
+  it('replaces what a snapshot that did not finish left, and reads only names of its own from snapshot.json', async () => {
+    write(disk(), 'a');
+    mkdirSync(join(dir, 'snapshots', '.s1.tmp'), { recursive: true });
+    writeFileSync(join(dir, 'snapshots', '.s1.tmp', 'junk'), 'x');
+    await keepSnapshot(dir, 's1', await freeze(dir, undefined));
+    expect(readdirSync(join(dir, 'snapshots'))).to.deep.equal(['s1']);
+    writeFileSync(join(dir, 'snapshots', 's1', 'snapshot.json'), JSON.stringify({ layer: '../../golden.qcow2' }));
+    let err: unknown;
+    await revertTo(dir, 's1').catch((e: unknown) => (err = e));
+    expect(String(err)).to.match(/no layer in snapshot\.json/);
+    expect(firstByte(disk())).to.equal('61'); // untouched
   });
 });

@@ -60,6 +60,10 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'restore_vm',
         'clone_vm',
         'fork_vm',
+        'snapshot_vm',
+        'list_snapshots',
+        'revert_vm',
+        'delete_snapshot',
         'exec',
         'read_file',
         'write_file',
@@ -241,6 +245,32 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     }
   });
 
+  it('snapshots a VM, lists its snapshots, reverts it to one and deletes it (HTTP)', async () => {
+    expect((await d.call('POST', '/vms', { name: 'ms', persistent: true })).status).to.equal(201);
+    const c = await httpClient();
+    try {
+      const call = async (name: string, args: Record<string, unknown>) => {
+        const r = (await c.callTool({ name, arguments: args })) as ToolResult;
+        expect(r.isError, textOf(r)).to.not.equal(true);
+        return JSON.parse(textOf(r));
+      };
+      const taken = await call('snapshot_vm', { name: 'ms', snapshot: 'before', description: 'risky step next' });
+      expect(taken).to.include({ name: 'before', memory: true, taken_from: 'running', description: 'risky step next' });
+      expect((await call('list_snapshots', { name: 'ms' })).map((s: { name: string }) => s.name)).to.deep.equal([
+        'before',
+      ]);
+      expect(await call('revert_vm', { name: 'ms', snapshot: 'before' })).to.include({ name: 'ms', status: 'running' });
+      const bad = (await c.callTool({ name: 'revert_vm', arguments: { name: 'ms', snapshot: 'gone' } })) as ToolResult;
+      expect(bad.isError).to.equal(true);
+      expect(textOf(bad)).to.match(/vm ms has no snapshot gone/);
+      expect(await call('delete_snapshot', { name: 'ms', snapshot: 'before' })).to.include({ snapshot: 'before' });
+      expect(await call('list_snapshots', { name: 'ms' })).to.deep.equal([]);
+    } finally {
+      await c.close();
+      await d.call('DELETE', '/vms/ms');
+    }
+  });
+
   it('refuses /mcp without the token (401) and from a foreign Origin (403)', async () => {
     const body = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
     const headers = { accept: 'application/json, text/event-stream' };
@@ -268,6 +298,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'list_dir',
         'list_images',
         'list_processes',
+        'list_snapshots',
         'list_vms',
         'process_output',
         'read_file',

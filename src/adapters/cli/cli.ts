@@ -8,6 +8,7 @@ import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 import { clusterCommands } from './cluster-commands.js';
+import { snapshotCommands } from './snapshot-commands.js';
 import { Exit, print, whole } from './cli-kit.js';
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
@@ -268,6 +269,7 @@ export function buildCli(): Command {
   egressCommands(program, client);
   processCommands(program, client);
   clusterCommands(program, client);
+  snapshotCommands(program, client);
 
   program
     .command('completion')

@@ -33,6 +33,7 @@ import type {
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
 import type { DrainResult } from '../../domain/move.js';
+import type { SnapshotRequest, VmSnapshot } from '../../domain/snapshots.js';
 import { enc, qs, SvcTransport } from './svc-transport.js';
 
 export {
@@ -239,6 +240,25 @@ export class SvcClient extends SvcTransport {
   /** Changes a stopped VM's CPUs, memory or disk (a disk only grows) for its next boot. */
   edit(name: string, change: ShapeChange): Promise<Instance> {
     return this.call('PATCH', `/vms/${enc(name)}`, change);
+  }
+
+  // --- named snapshots (docs/snapshots.md)
+  snapshots(name: string): Promise<VmSnapshot[]> {
+    return this.call('GET', `/vms/${enc(name)}/snapshots`);
+  }
+  snapshot(name: string, snapshot: string): Promise<VmSnapshot> {
+    return this.call('GET', `/vms/${enc(name)}/snapshots/${enc(snapshot)}`);
+  }
+  /** Takes a snapshot of the VM as it is now (a running one with its memory). */
+  takeSnapshot(name: string, req: SnapshotRequest = {}): Promise<VmSnapshot> {
+    return this.call('POST', `/vms/${enc(name)}/snapshots`, req);
+  }
+  /** Puts the VM back to the snapshot, in place (`warning` when its saved guest cold-booted). */
+  revert(name: string, snapshot: string): Promise<Instance & { warning?: string }> {
+    return this.call('POST', `/vms/${enc(name)}/snapshots/${enc(snapshot)}/revert`);
+  }
+  deleteSnapshot(name: string, snapshot: string): Promise<{ message: string; name: string; snapshot: string }> {
+    return this.call('DELETE', `/vms/${enc(name)}/snapshots/${enc(snapshot)}`);
   }
 
   /** Gives the VM a lifetime from now (seconds or a duration such as `30m`), or none (`null`). */

@@ -11,6 +11,7 @@ import { IMAGE_PATHS, IMAGE_SCHEMAS } from './openapi-images.js';
 import { SYSTEM_PATHS, SYSTEM_SCHEMAS } from './openapi-system.js';
 import { VM_SCHEMAS } from './openapi-vm-schemas.js';
 import { VM_PATHS } from './openapi-vms.js';
+import { SNAPSHOT_PATHS, SNAPSHOT_SCHEMAS } from './openapi-snapshots.js';
 
 const schemas: Record<string, Schema> = {
   Error: { type: 'object', required: ['error'], properties: { error: { type: 'string' }, code: { type: 'string' } } },
@@ -100,6 +101,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
         ...PROCESS_SCHEMAS,
         ...CLUSTER_SCHEMAS,
         ...VM_SCHEMAS,
+        ...SNAPSHOT_SCHEMAS,
       },
     },
     paths: markPlanned({
@@ -110,6 +112,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
       ...SYSTEM_PATHS,
       ...IMAGE_PATHS,
       ...VM_PATHS,
+      ...SNAPSHOT_PATHS,
       '/vms/{name}/forwards': {
         post: op(
           'Open a live SSH forward from 127.0.0.1:host_port',

@@ -33,6 +33,17 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
     ({ name }) => tool(async () => json(await client.get(name))),
   );
   server.registerTool(
+    'list_snapshots',
+    {
+      title: "List a VM's snapshots",
+      description:
+        'Its named snapshots, oldest first: name, when, whether it holds memory (a running guest), its shape.',
+      inputSchema: { name: vmName },
+      annotations: READS,
+    },
+    ({ name }) => tool(async () => json(await client.snapshots(name))),
+  );
+  server.registerTool(
     'read_file',
     {
       title: 'Read a file in a VM',

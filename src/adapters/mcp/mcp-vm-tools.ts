@@ -171,6 +171,49 @@ export function registerVmTools(server: McpServer, client: SvcClient, policy: Mc
         return json(await client.fork(name, { count: count ?? 1, tags: { [MCP_TAG]: 'mcp' } }));
       }),
   );
+  registerSnapshotTools(server, client);
+}
+
+/** A VM's named snapshots: take one, go back to one, forget one (list_snapshots reads them). */
+function registerSnapshotTools(server: McpServer, client: SvcClient): void {
+  const snapshotName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
+  server.registerTool(
+    'snapshot_vm',
+    {
+      title: 'Snapshot a VM',
+      description:
+        'Keeps the VM as it is now under a name, to go back to with revert_vm: a running VM with its memory and processes (held well under a second, then it runs on), a stopped one its disk. Take one before something risky.',
+      inputSchema: {
+        name: vmName,
+        snapshot: snapshotName.optional().describe('its name (default snap-N)'),
+        description: z.string().max(512).optional(),
+      },
+      annotations: CHANGES,
+    },
+    ({ name, snapshot, description }) =>
+      tool(async () => json(await client.takeSnapshot(name, { name: snapshot, description }))),
+  );
+  server.registerTool(
+    'revert_vm',
+    {
+      title: 'Revert a VM to a snapshot',
+      description:
+        'Puts the VM back to one of its snapshots, in place: everything since is lost (a running guest is stopped at once). A snapshot with memory resumes its guest as it ran; one without leaves the VM stopped (start_vm boots it). The snapshot stays, to revert to again.',
+      inputSchema: { name: vmName, snapshot: snapshotName },
+      annotations: DESTROYS,
+    },
+    ({ name, snapshot }) => tool(async () => json(await client.revert(name, snapshot))),
+  );
+  server.registerTool(
+    'delete_snapshot',
+    {
+      title: 'Delete a snapshot',
+      description: 'Forgets one snapshot of a VM; the VM itself is not changed. Cannot be undone.',
+      inputSchema: { name: vmName, snapshot: snapshotName },
+      annotations: DESTROYS,
+    },
+    ({ name, snapshot }) => tool(async () => json(await client.deleteSnapshot(name, snapshot))),
+  );
 }
 
 /** When the policy allows it (`mcp_egress`): set a VM's egress policy, bind a host secret at egress. */

@@ -54,6 +54,17 @@ describe('domain/move', () => {
       /shares host folders \(\/srv\/data\)/,
     );
     expect(() => assertMovable(rec({ overlay_ip: '10.1.0.5/24' }))).to.throw(/overlay network/);
+    const snap = { created_at: '', memory: false, taken_from: 'stopped' as const, cpus: 1, memory_mb: 512, disk_gb: 4 };
+    expect(() =>
+      assertMovable(
+        rec({
+          snapshots: [
+            { name: 'a', ...snap },
+            { name: 'b', ...snap },
+          ],
+        }),
+      ),
+    ).to.throw(/has snapshots \(a, b\), which stay on this node; delete them to move it/);
   });
 
   it('takes an offer only with its fields, and drops what belonged to the sending host', () => {

@@ -1,4 +1,5 @@
-import { appendFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { appendFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import { mountTag, type Mount, type PortForward } from '../../../domain/vm.js';
@@ -20,6 +21,9 @@ import type { GuestStandIns } from '../driver.js';
 import type { FakeGuests } from './fake-guests.js';
 import { InMemoryGuestAgent } from './in-memory-guest-agent.js';
 import { InMemorySshProbe } from './in-memory-ssh-probe.js';
+
+/** Where the fake keeps a VM's named snapshots, in its directory. */
+const FAKE_SNAPSHOTS = 'fake-snapshots';
 
 type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
 
@@ -336,6 +340,61 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     this.grownDisks.set(ref.name, gb);
   }
 
+  /** The snapshot each VM was last reverted to (tests). */
+  readonly reverted = new Map<string, string>();
+
+  /**
+   * Named snapshots are files in the VM's directory (whether each holds memory, the disk's size
+   * then), so they outlive this fake as a real driver's do: a daemon started again reverts to them.
+   */
+  async snapshot(ref: VmRef, name: string, capture?: string): Promise<{ memory: boolean }> {
+    this.maybeFail('snapshot');
+    const vm = this.vms.get(ref.name);
+    const live = vm?.state === 'running' || vm?.state === 'paused';
+    if (capture !== undefined && !this.captures.get(ref.name)?.has(capture))
+      throw new InternalError(`vm ${ref.name} has no capture ${capture}`);
+    if (capture === undefined && live)
+      throw new InvalidStateError(`vm ${ref.name} is running: its snapshot is taken from a capture`);
+    const memory = capture !== undefined || (!!vm?.snapshot && !live);
+    await mkdir(join(ref.dir, FAKE_SNAPSHOTS), { recursive: true });
+    await writeFile(
+      join(ref.dir, FAKE_SNAPSHOTS, `${name}.json`),
+      JSON.stringify({ memory, diskGb: this.diskGb(ref.name) }),
+    );
+    return { memory };
+  }
+
+  async revert(ref: VmRef, name: string): Promise<{ memory: boolean }> {
+    this.maybeFail('revert');
+    const text = await readFile(join(ref.dir, FAKE_SNAPSHOTS, `${name}.json`), 'utf8').catch(() => undefined);
+    if (!text) throw new InternalError(`vm ${ref.name} has no snapshot ${name}`);
+    const snap = JSON.parse(text) as { memory: boolean; diskGb?: number };
+    let vm = this.vms.get(ref.name);
+    if (vm?.state === 'running' || vm?.state === 'paused')
+      throw new InvalidStateError(`vm ${ref.name} is running: it is stopped before a revert`);
+    if (!vm) {
+      vm = { spec: { name: ref.name, dir: ref.dir } as VmSpec, state: 'stopped', snapshot: false, bootedAt: 0 };
+      this.vms.set(ref.name, vm);
+    }
+    vm.snapshot = snap.memory;
+    if (snap.diskGb !== undefined) this.grownDisks.set(ref.name, snap.diskGb);
+    this.reverted.set(ref.name, name);
+    return { memory: snap.memory };
+  }
+
+  async dropSnapshot(ref: VmRef, name: string): Promise<void> {
+    await rm(join(ref.dir, FAKE_SNAPSHOTS, `${name}.json`), { force: true });
+  }
+
+  /** The snapshots the fake keeps in a VM directory (tests: a delete must leave none). */
+  keptSnapshots(dir: string): string[] {
+    return existsSync(join(dir, FAKE_SNAPSHOTS))
+      ? readdirSync(join(dir, FAKE_SNAPSHOTS))
+          .map((f) => f.replace(/\.json$/, ''))
+          .sort()
+      : [];
+  }
+
   /** The size of a VM's disk as the fake keeps it (made with its spec's, grown by growDisk). */
   diskGb(name: string): number | undefined {
     return this.grownDisks.get(name) ?? this.vms.get(name)?.spec.disk_gb;
@@ -390,6 +449,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
 
   async destroy(ref: VmRef): Promise<void> {
     this.grownDisks.delete(ref.name);
+    await rm(join(ref.dir, FAKE_SNAPSHOTS), { recursive: true, force: true });
     const vm = this.vms.get(ref.name);
     if (!vm) return;
     await this.halt(vm);

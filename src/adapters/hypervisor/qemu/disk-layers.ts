@@ -61,8 +61,13 @@ export async function backingName(file: string): Promise<string | undefined> {
 
 /** The frozen layers, in `dir`, that `dir`'s disk stands on (top first); the image's disk is not one. */
 export async function layersOf(dir: string): Promise<string[]> {
+  return chainFrom(dir, await backingName(join(dir, DISK)));
+}
+
+/** The frozen layers in `dir` from `first` down (first included); the image's disk is not one. */
+export async function chainFrom(dir: string, first: string | undefined): Promise<string[]> {
   const out: string[] = [];
-  let next = await backingName(join(dir, DISK));
+  let next = first;
   while (next && LAYER.test(next) && !out.includes(next)) {
     out.push(next);
     next = await backingName(join(dir, next));
@@ -90,7 +95,7 @@ export async function restandOn(dir: string, image: string): Promise<void> {
   }
 }
 
-async function overlay(dir: string, file: string, backing: string): Promise<void> {
+export async function overlay(dir: string, file: string, backing: string): Promise<void> {
   // A relative backing name: it resolves beside the overlay, so a renamed VM directory keeps it.
   await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'qcow2', join(dir, file)], {
     env: childEnv(),
@@ -98,7 +103,7 @@ async function overlay(dir: string, file: string, backing: string): Promise<void
 }
 
 /** A hard link, or a copy across filesystems. */
-async function linkOrCopy(from: string, to: string): Promise<void> {
+export async function linkOrCopy(from: string, to: string): Promise<void> {
   try {
     await link(from, to);
   } catch (err) {

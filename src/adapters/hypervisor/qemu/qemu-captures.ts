@@ -36,6 +36,11 @@ export class QemuCaptures {
     return this.flattens.settle(name);
   }
 
+  /** Has the VM captures out (forks still linking them)? */
+  busy(name: string): boolean {
+    return (this.out.get(name) ?? 0) > 0;
+  }
+
   async take(vm: VmRef, forks: number, options: SaveOptions): Promise<{ id: string; paused_ms: number }> {
     const v = this.d.live.running(vm.name);
     try {

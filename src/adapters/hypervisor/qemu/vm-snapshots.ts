@@ -1,0 +1,98 @@
+import { access, mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, type Frozen } from './disk-layers.js';
+import { clearSaved, savedFiles, SHARED_STATE, writeSaved, type Saved } from './saved-state.js';
+
+/**
+ * A VM's named snapshots (docs/snapshots.md), each a folder `snapshots/<name>/` of its VM's
+ * directory: hard links to the frozen layers its disk stood on (top first, as a clone's are:
+ * disk-layers.ts) and to the saved state of its memory when it has one, and `snapshot.json`
+ * naming the top. Layers and states are never written again, so a snapshot costs the disk's
+ * changes since the layer below and its memory; the VM, its clones and its other snapshots share
+ * the rest. A folder is whole or absent: it is filled under a temporary name, then renamed.
+ */
+const SNAPSHOTS = 'snapshots';
+const TOP = 'snapshot.json';
+const DISK = 'disk.qcow2';
+const IMAGE_BASE = /^base-[0-9a-f]{16}$/;
+
+const folderOf = (dir: string, name: string) => join(dir, SNAPSHOTS, name);
+
+const exists = (path: string) =>
+  access(path).then(
+    () => true,
+    () => false,
+  );
+
+/** Links `name` from `from` into `to` unless `to` has it (layers and states are never rewritten: same name, same bytes). */
+async function linkIn(from: string, to: string, name: string): Promise<void> {
+  if (!(await exists(join(to, name)))) await linkOrCopy(join(from, name), join(to, name));
+}
+
+/** Keeps `top` (a layer of the VM in `dir` and the saved state beside it) as the snapshot `name`. */
+export async function keepSnapshot(dir: string, name: string, top: Frozen): Promise<void> {
+  const root = join(dir, SNAPSHOTS);
+  await mkdir(root, { recursive: true, mode: 0o700 });
+  const tmp = join(root, `.${name}.tmp`);
+  // What a call that did not finish left under the name (the record never named it).
+  await rm(tmp, { recursive: true, force: true });
+  await rm(folderOf(dir, name), { recursive: true, force: true });
+  await mkdir(tmp, { mode: 0o700 });
+  try {
+    for (const layer of await chainFrom(dir, top.layer)) await linkOrCopy(join(dir, layer), join(tmp, layer));
+    for (const f of savedFiles(top.state)) await linkOrCopy(join(dir, f), join(tmp, f));
+    await writeFile(join(tmp, TOP), JSON.stringify(top) + '\n');
+    await rename(tmp, folderOf(dir, name));
+  } catch (err) {
+    await rm(tmp, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** The top a snapshot folder names, checked: only names of ours, in that folder. */
+async function topOf(folder: string): Promise<Frozen> {
+  const text = await readFile(join(folder, TOP), 'utf8');
+  const top = JSON.parse(text) as { layer?: unknown; state?: { kind?: unknown; file?: unknown; base?: unknown } };
+  if (typeof top.layer !== 'string' || !LAYER.test(top.layer)) throw new Error(`${folder}: no layer in ${TOP}`);
+  let state: Saved | undefined;
+  if (top.state?.kind === 'stream' && typeof top.state.file === 'string' && SHARED_STATE.test(top.state.file))
+    state = { kind: 'stream', file: top.state.file };
+  else if (top.state?.kind === 'image' && typeof top.state.base === 'string' && IMAGE_BASE.test(top.state.base))
+    state = { kind: 'image', base: top.state.base };
+  else if (top.state !== undefined) throw new Error(`${folder}: an unknown saved state in ${TOP}`);
+  return { layer: top.layer, state };
+}
+
+/**
+ * Puts the stopped VM in `dir` back to the snapshot `name`: its links to the snapshot's layers, a
+ * new empty disk on its top swapped in by a rename, then the snapshot's saved state and marker.
+ * A daemon that dies in it leaves a VM whose disk is the old one or the snapshot's, with no saved
+ * state or the snapshot's. Its links to layers its disk no longer stands on go after (its clones,
+ * forks and snapshots keep their own).
+ */
+export async function revertTo(dir: string, name: string): Promise<{ memory: boolean }> {
+  const folder = folderOf(dir, name);
+  const top = await topOf(folder);
+  for (const layer of await chainFrom(folder, top.layer)) await linkIn(folder, dir, layer);
+  await overlay(dir, `${DISK}.new`, top.layer);
+  await clearSaved(dir);
+  await rename(join(dir, `${DISK}.new`), join(dir, DISK));
+  if (top.state) {
+    for (const f of savedFiles(top.state)) await linkIn(folder, dir, f);
+    await writeSaved(dir, top.state);
+  }
+  const kept = new Set(await layersOf(dir));
+  for (const f of await readdir(dir)) if (LAYER.test(f) && !kept.has(f)) await rm(join(dir, f), { force: true });
+  return { memory: !!top.state };
+}
+
+/** Forgets the snapshot `name` of the VM in `dir` (and the folder of snapshots once empty). Idempotent. */
+export async function dropSnapshot(dir: string, name: string): Promise<void> {
+  await rm(folderOf(dir, name), { recursive: true, force: true });
+  await rmdir(join(dir, SNAPSHOTS)).catch(() => undefined);
+}
+
+/** Forgets every snapshot of the VM in `dir` (its destroy). */
+export async function dropSnapshots(dir: string): Promise<void> {
+  await rm(join(dir, SNAPSHOTS), { recursive: true, force: true });
+}
