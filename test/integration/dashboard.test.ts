@@ -230,6 +230,41 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.waitForSelector('[data-test=fields]');
   });
 
+  it("takes a VM's snapshot from its page, reverts to it after asking, and shows the daemon's words when it refuses", async () => {
+    expect((await d.call('POST', '/vms', { name: 'snappy', persistent: true })).status).to.equal(201);
+    await page.goto(`${base}/ui/#/vm/snappy/overview`);
+    await page.waitForSelector('[data-test=snapshots]');
+    await page.type('[data-test=snapshots] input[name=snapshot]', 'before');
+    await page.click('[data-test=snapshot-take]');
+    await page.waitForSelector('[data-test=snapshot-before]');
+    expect(await page.$eval('[data-test=snapshot-before]', (e) => (e as HTMLElement).innerText)).to.contain(
+      'disk and memory',
+    );
+    expect((await d.call('GET', '/vms/snappy/snapshots')).json.map((x: { name: string }) => x.name)).to.deep.equal([
+      'before',
+    ]);
+    // The same name again: the daemon's refusal, as it says it.
+    await page.type('[data-test=snapshots] input[name=snapshot]', 'before');
+    await page.click('[data-test=snapshot-take]');
+    await until(
+      page,
+      `document.querySelector('[data-test=snapshots] [role=alert]')?.textContent.includes('has a snapshot before already')`,
+    );
+    await page.click('[data-test=revert-before]');
+    await page.waitForSelector('[data-test=confirm]');
+    await page.click('[data-test=confirm-ok]');
+    const reverted = async () =>
+      (
+        (await d.call('GET', '/activity?limit=20')).json.events as { action: string; target: string; status: string }[]
+      ).some((e) => e.action === 'revert' && e.target === 'snappy' && e.status === 'ok');
+    for (let i = 0; i < 100 && !(await reverted()); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await reverted()).to.equal(true);
+    expect((await d.call('GET', '/vms/snappy')).json.status).to.equal('running');
+    expect((await d.call('DELETE', '/vms/snappy')).status).to.equal(200);
+    await page.goto(`${base}/ui/#/vm/${vm}/overview`);
+    await page.waitForSelector('[data-test=fields]');
+  });
+
   it('opens a terminal that runs what is typed and follows the window size', async () => {
     await page.click('[data-test=tab-terminal]');
     await until(page, `document.querySelector('[data-test=terminal-state]')?.textContent === 'connected'`);

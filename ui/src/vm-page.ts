@@ -6,6 +6,7 @@ import { useVm } from './feed.js';
 import { Egress } from './egress.js';
 import { Processes } from './processes.js';
 import { ShapeEditor } from './shape-editor.js';
+import { Snapshots } from './snapshots.js';
 import { FileBrowser } from './files.js';
 import { TerminalView } from './terminal.js';
 import { ErrorLine, html, message, StatusBadge, useLoad, when } from './ui.js';
@@ -130,7 +131,7 @@ export function VmPage({ name, tab }: { name: string; tab: string }) {
             ? html`<${Egress} name=${name} />`
             : tab === 'processes'
               ? html`<${Processes} name=${name} />`
-              : html`<${Fields} vm=${vm} />${vm.status === 'stopped' ? html`<${ShapeEditor} vm=${vm} />` : null}<${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
+              : html`<${Fields} vm=${vm} />${vm.status === 'stopped' ? html`<${ShapeEditor} vm=${vm} />` : null}<${Snapshots} vm=${vm} /><${Forwards} vm=${vm} /><${Stats} name=${name} /><${Console} name=${name} />`
     }
   </div>`;
 }
