@@ -14,6 +14,7 @@ import { netBenchmarks } from './net.js';
 import { processBenchmarks } from './processes.js';
 import { e2bBenchmarks } from './e2b.js';
 import { forkBenchmarks } from './forks.js';
+import { vmSnapshotBenchmarks } from './vm-snapshots.js';
 import { snapshotCreateBenchmarks } from './snapshot-creates.js';
 import { egressSecretBenchmarks } from './egress-secrets.js';
 import { clusterBenchmarks, moveBenchmarks } from './cluster.js';
@@ -48,7 +49,7 @@ const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
 const only = (
   process.env.BENCH_ONLY ??
-  'boot,debian,exec,cp,net,processes,forks,snapshots,egress-secrets,cluster,moves,e2b,control,memory,import'
+  'boot,debian,exec,cp,net,processes,forks,vm-snapshots,snapshots,egress-secrets,cluster,moves,e2b,control,memory,import'
 ).split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -828,6 +829,7 @@ if (only.includes('cp') || only.includes('cp-local')) await cpBenchmarks();
 if (only.includes('net')) await netBenchmarks(row, results);
 if (only.includes('processes')) await processBenchmarks(row, results);
 if (only.includes('forks')) await forkBenchmarks(row, results);
+if (only.includes('vm-snapshots')) await vmSnapshotBenchmarks(row, results);
 if (only.includes('snapshots')) await snapshotCreateBenchmarks(row, results);
 if (only.includes('egress-secrets')) await egressSecretBenchmarks(row, results);
 if (only.includes('cluster')) await clusterBenchmarks(row, results);
