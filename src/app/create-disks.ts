@@ -1,5 +1,7 @@
 import { inject, injectable } from 'inversify';
 import type { CreatePhase, CreateProgressEvent } from '../domain/events.js';
+import { NotFoundError } from '../domain/errors.js';
+import { snapshotOfSource } from '../domain/snapshots.js';
 import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
 import type { VmSpec } from '../ports/hypervisor.js';
@@ -57,11 +59,19 @@ export class CreateDisks {
       return snapshot;
     }
     if (template) {
-      const what = capture ? `the capture of vm ${template.name}` : `template ${template.name}`;
+      const named = snapshotOfSource(capture);
+      const what = named
+        ? `snapshot ${named} of vm ${template.name}`
+        : capture
+          ? `the capture of vm ${template.name}`
+          : `template ${template.name}`;
       emit('disk', `sharing the disk of ${what}`);
       const { snapshot } = await within(
         this.vms.locked(template.name, async () => {
-          // A fork's source may run on (it is only looked up); a template must still be one.
+          // A fork's source may run on (it is only looked up), and so may a snapshot's VM, whose
+          // snapshot must still be there; a template must still be one.
+          if (named && !this.vms.get(template.name).snapshots?.some((s) => s.name === named))
+            throw new NotFoundError(`vm ${template.name} has no snapshot ${named}`);
           if (capture) this.vms.get(template.name);
           else this.vms.templateOf(template.name);
           return this.disks.clone(this.keeper.ref(template), spec, capture);

@@ -2,7 +2,8 @@ import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
-import { InvalidArgumentError, NotSupportedError, UnavailableError } from '../domain/errors.js';
+import { InvalidArgumentError, NotFoundError, NotSupportedError, UnavailableError } from '../domain/errors.js';
+import { snapshotOfSource, snapshotSource } from '../domain/snapshots.js';
 import type { CreateProgressEvent } from '../domain/events.js';
 import type { Instance, VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
@@ -77,15 +78,18 @@ export class CreateService {
       req.from = pool; // the pool is empty: clone the template directly
     }
     // A fork's template is its source, running: what it stands on is the capture ForkService made.
-    const template = internal.fork?.source ?? (req.from === undefined ? undefined : this.vms.templateOf(req.from));
-    const capture = internal.fork?.capture;
+    // A create from a named snapshot stands on the snapshot, whatever its VM does now.
+    const named = req.snapshot !== undefined ? this.namedSnapshot(req.from!, req.snapshot) : undefined;
+    const template =
+      internal.fork?.source ?? named?.template ?? (req.from === undefined ? undefined : this.vms.templateOf(req.from));
+    const capture = internal.fork?.capture ?? named?.source;
     req.mounts = await this.links.checkMounts(req.mounts, {
       // E2B's volumes are svc's own folders, shared by the sandboxes that name them (docs/e2b.md)
       allowed: [...this.config.mount_dirs, this.config.e2b_volumes_dir],
       forbidden: [this.config.data_dir, this.config.images_dir],
     });
     // A template's saved state is restored into the clone, which is given the shares as it wakes.
-    const restores = template?.status === 'suspended' || capture !== undefined;
+    const restores = named ? named.memory : template?.status === 'suspended' || capture !== undefined;
     if (restores && req.mounts.length && template?.agent_missing)
       throw new InvalidArgumentError(
         `mounts on a clone of ${template.name}, which is restored: it has no svc-agent to mount them as it wakes; clone it stopped, or deploy the agent into it first`,
@@ -147,6 +151,23 @@ export class CreateService {
     return { name: rec.name, events: queue, done };
   }
 
+  /**
+   * The VM `from` as its snapshot `name` holds it: the snapshot's shape on the VM's record (a
+   * copy), and how VmDisks.clone is told of it. NotFoundError for either.
+   */
+  private namedSnapshot(from: string, name: string): { template: VmRecord; source: string; memory: boolean } {
+    const rec = this.vms.get(from);
+    if (rec.pool) throw new NotFoundError(`vm ${from} not found`);
+    const snap = rec.snapshots?.find((s) => s.name === name);
+    // (A driver that keeps no snapshots has none to find.)
+    if (!snap) throw new NotFoundError(`vm ${from} has no snapshot ${name}`);
+    return {
+      template: { ...rec, cpus: snap.cpus, memory_mb: snap.memory_mb, disk_gb: snap.disk_gb },
+      source: snapshotSource(name),
+      memory: snap.memory,
+    };
+  }
+
   private async runCreate(
     rec: VmRecord,
     req: CreateRequest,
@@ -189,7 +210,7 @@ export class CreateService {
       this.keeper.applyHandle(rec, handle);
       // A fork that came up cold-booted has lost what it was forked for (its processes, its memory).
       // What QEMU said is the error; a fork again may load (QEMU 7.2 dies now and then restoring).
-      if (capture && !handle.restored_from_snapshot)
+      if (capture && !snapshotOfSource(capture) && !handle.restored_from_snapshot)
         throw new UnavailableError(
           `fork ${rec.name} could not be restored from the capture of ${template?.name}: ${handle.cold_boot_reason ?? 'QEMU could not load it'}; fork again`,
         );

@@ -1,6 +1,7 @@
 import { parseDuration } from './duration.js';
 import { parseEgressSecretSpecs, type EgressSecretSpec } from './egress-secrets.js';
 import { parseEgressPolicy, type EgressPolicy } from './egress.js';
+import { assertSnapshotName } from './snapshots.js';
 import { InvalidArgumentError, shown } from './errors.js';
 import { mountTag, type Mount, type PortForward } from './vm.js';
 import { assertNewVmName, assertVmName, isObject } from './names.js';
@@ -22,6 +23,8 @@ export interface CreateRequest {
   metrics_enabled?: boolean;
   /** Clone this template (a persistent VM, stopped or suspended) instead of booting the image. */
   from?: string;
+  /** With `from`: the VM as it was at this named snapshot of it (docs/snapshots.md), whatever it does now. */
+  snapshot?: string;
   /** Claim a member of the warm pool instead of creating one. */
   from_pool?: boolean;
   /** What the guest may reach (docs/network.md); omitted: the template's (clones), else the config's `egress`. */
@@ -68,6 +71,7 @@ const FIELDS = new Set([
   'mounts',
   'metrics_enabled',
   'from',
+  'snapshot',
   'from_pool',
   'egress',
   'egress_secrets',
@@ -206,6 +210,10 @@ export function parseCreateRequest(body: unknown): CreateRequest {
   if (b.metrics_enabled !== undefined) req.metrics_enabled = bool(b.metrics_enabled, 'metrics_enabled');
   if (b.from !== undefined) req.from = assertVmName(b.from);
   if (b.from_pool !== undefined) req.from_pool = bool(b.from_pool, 'from_pool');
+  if (b.snapshot !== undefined) {
+    if (req.from === undefined) throw new InvalidArgumentError('snapshot needs from: the VM whose snapshot it is');
+    req.snapshot = assertSnapshotName(b.snapshot);
+  }
   if (b.egress !== undefined) req.egress = parseEgressPolicy(b.egress, 'egress');
   if (b.egress_secrets !== undefined) req.egress_secrets = parseEgressSecretSpecs(b.egress_secrets);
   if (b.ttl !== undefined && b.ttl !== null) req.ttl_ms = parseTtl(b.ttl);

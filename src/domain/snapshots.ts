@@ -69,3 +69,11 @@ export function nextSnapshotName(existing: readonly VmSnapshot[]): string {
   }
   return `snap-${max + 1}`;
 }
+
+/** How a create from a named snapshot names it to VmDisks.clone, where a fork names its capture. */
+export const SNAPSHOT_SOURCE = 'snapshot:';
+export const snapshotSource = (name: string) => `${SNAPSHOT_SOURCE}${name}`;
+/** The snapshot a clone source names, or undefined for a fork's capture. */
+export function snapshotOfSource(source: string | undefined): string | undefined {
+  return source?.startsWith(SNAPSHOT_SOURCE) ? source.slice(SNAPSHOT_SOURCE.length) : undefined;
+}

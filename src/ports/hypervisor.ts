@@ -167,7 +167,9 @@ export interface VmDisks {
   /**
    * Gives `spec` a disk with the template's content (its saved state included) and writes the new
    * VM's own seed: a copy, or shared files that outlive the template (QEMU shares them; see
-   * docs/suspend-and-clones.md). Resolves with whether the new VM has a saved state a
+   * docs/suspend-and-clones.md). `capture`: a capture of the running template (a fork), or
+   * `snapshot:<name>` (domain/snapshots.ts) for the template as its named snapshot holds it,
+   * whatever the template does now. Resolves with whether the new VM has a saved state a
    * `launch(spec, {restore: true})` will start from. The template must not run meanwhile (the
    * caller holds its lock), and its later deletion must not affect the clone. Not idempotent.
    */

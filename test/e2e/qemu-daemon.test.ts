@@ -349,6 +349,18 @@ describe('svcd with QEMU: real guests end to end', function () {
     const fwd = (await d.call('GET', '/vms/main')).json.forwards.find((f: { kind: string }) => f.kind === 'live');
     expect(await httpGet(fwd.host_port)).to.equal('hello from the guest\n');
     expect(readdirSync(join(d.config.data_dir, 'vms', 'main', 'snapshots'))).to.deep.equal(['live']);
+    // A new VM from the snapshot: the guest as it was then, its own machine, while main runs on.
+    const kid = await d.call('POST', '/vms', { name: 'snapkid', from: 'main', snapshot: 'live' });
+    expect(kid.status, kid.text).to.equal(201);
+    expect(kid.json).to.include({ from: 'main', status: 'running' });
+    expect(kid.json.warning, 'the new VM cold-booted').to.equal(undefined);
+    const inKid = await d.call(
+      'POST',
+      `/vms/snapkid/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/snap-a; ${cmd(pidA)}; hostname`] })}`,
+    );
+    const [kidA, kidProc, kidHost] = inKid.json.stdout.trim().split('\n');
+    expect([kidA, kidProc.trim(), kidHost]).to.deep.equal(['one', 'sleep 100000', 'snapkid']);
+    expect((await d.call('DELETE', '/vms/snapkid')).status).to.equal(200);
   });
 
   it('survives a daemon restart with VMs running', async () => {

@@ -368,6 +368,42 @@ describe('daemon over HTTP (fake hypervisor)', function () {
       expect(hv2.keptSnapshots(join(d.config.data_dir, 'vms', 'sn'))).to.deep.equal([]);
     });
 
+    it("creates a vm from a named snapshot of another, whatever that one does now, with the snapshot's shape", async () => {
+      const hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+      await d.call('POST', '/vms', { name: 'base', cpus: 1, memory_mb: 256 }); // ephemeral, running
+      expect((await d.call('POST', '/vms/base/snapshots', { name: 'warm' })).status).to.equal(201);
+      const made = await d.call('POST', '/vms', { name: 'kid', from: 'base', snapshot: 'warm', tags: { t: '1' } });
+      expect(made.status, made.text).to.equal(201);
+      expect(made.json).to.include({ name: 'kid', from: 'base', status: 'running', cpus: 1, memory_mb: 256 });
+      expect(made.json.tags).to.deep.equal({ t: '1' });
+      expect((await d.call('GET', '/vms/kid/logs')).text).to.match(/\[fake\] kid restored from snapshot\n$/);
+      // A snapshot without memory: the new VM boots; its shape is the snapshot's, not the VM's now.
+      await d.call('POST', '/vms', { name: 'base2', persistent: true, cpus: 1, memory_mb: 256 });
+      await d.call('POST', '/vms/base2/shutdown');
+      await d.call('POST', '/vms/base2/snapshots', { name: 'cold' });
+      await d.call('PATCH', '/vms/base2', { cpus: 2, memory_mb: 512 });
+      await d.call('POST', '/vms/base2/start');
+      const booted = await d.call('POST', '/vms/base2/clone', { name: 'kid2', snapshot: 'cold' });
+      expect(booted.status, booted.text).to.equal(201);
+      expect(booted.json).to.include({ from: 'base2', status: 'running', cpus: 1, memory_mb: 256 });
+      expect(hv.launchedWith('kid2')).to.include({ cpus: 1, memory_mb: 256 });
+      expect((await d.call('GET', '/vms/kid2/logs')).text).to.match(/\[fake\] kid2 booted\n$/);
+      // Refusals: before anything is made.
+      const refused = async (body: unknown, status: number, re: RegExp) => {
+        const r = await d.call('POST', '/vms', body);
+        expect(r.status, r.text).to.equal(status);
+        expect(r.json.error).to.match(re);
+      };
+      await refused({ name: 'kid3', from: 'base', snapshot: 'nope' }, 404, /vm base has no snapshot nope/);
+      await refused({ name: 'kid3', from: 'ghost', snapshot: 'warm' }, 404, /vm ghost not found/);
+      await refused({ name: 'kid3', from: 'base', snapshot: 'warm', memory_mb: 512 }, 400, /cannot be set on a clone/);
+      expect((await d.call('GET', '/vms/kid3')).status).to.equal(404);
+      // The new VM is its own: the source and its snapshot can go.
+      await d.call('DELETE', '/vms/base');
+      expect((await d.call('POST', '/vms/kid/exec?cmd=true')).status).to.not.equal(404);
+      expect((await d.call('GET', '/vms/kid')).json.status).to.equal('running');
+    });
+
     it('keeps at most 32 snapshots of a vm', async () => {
       await d.call('POST', '/vms', { name: 'many', persistent: true });
       await d.call('POST', '/vms/many/shutdown');

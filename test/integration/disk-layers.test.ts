@@ -13,7 +13,12 @@ import {
 } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { clearSaved, processOwner, readSaved, writeSaved } from '../../src/adapters/hypervisor/qemu/saved-state.js';
 import { growOverlay } from '../../src/adapters/images/overlay.js';
-import { dropSnapshot, keepSnapshot, revertTo } from '../../src/adapters/hypervisor/qemu/vm-snapshots.js';
+import {
+  dropSnapshot,
+  keepSnapshot,
+  revertTo,
+  shareSnapshot,
+} from '../../src/adapters/hypervisor/qemu/vm-snapshots.js';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
 import { tempDir } from '../helpers/daemon.js';
 
@@ -348,6 +353,16 @@ describe("a VM's named snapshots on its layers (vm-snapshots.ts)", () => {
     expect(readFileSync(join(dir, (saved as { file: string }).file), 'utf8')).to.equal('ram of b');
     expect(firstByte(join(clone, 'disk.qcow2'))).to.equal('62');
     expect(img('check', '-q', disk())).to.equal('');
+    // A new VM made from a snapshot stands on its own links to the snapshot's layers and state.
+    const kid = join(root, 'vms', 'kid');
+    mkdirSync(kid);
+    expect(await shareSnapshot(dir, 's2', kid)).to.deep.equal({ snapshot: true });
+    expect(firstByte(join(kid, 'disk.qcow2'))).to.equal('62');
+    expect(readFileSync(join(kid, ((await readSaved(kid)) as { file: string }).file), 'utf8')).to.equal('ram of b');
+    const kid2 = join(root, 'vms', 'kid2');
+    mkdirSync(kid2);
+    expect(await shareSnapshot(dir, 's1', kid2)).to.deep.equal({ snapshot: false });
+    expect(firstByte(join(kid2, 'disk.qcow2'))).to.equal('61');
 
     // A revert leaves each snapshot as it was: back to s1 again, then s1 goes; s2 still works.
     await revertTo(dir, 's1');

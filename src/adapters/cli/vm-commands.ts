@@ -113,7 +113,11 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       collect,
       [],
     )
-    .description('clone a stopped or suspended persistent VM')
+    .option(
+      '-s, --snapshot <name>',
+      'the VM as this named snapshot of it holds it, whatever it does now (docs/snapshots.md)',
+    )
+    .description('clone a stopped or suspended persistent VM, or one of its named snapshots')
     .addHelpText(
       'after',
       '\nA clone may take a QEMU started ahead for its template: ps then shows it as svc-spare-<hex>,\n' +
@@ -122,6 +126,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .action(async (template: string, name: string | undefined, o) => {
       const inst = await client().clone(template, {
         ...(name ? { name } : {}),
+        ...(o.snapshot ? { snapshot: o.snapshot } : {}),
         persistent: !!o.persistent,
         ...(o.mount.length ? { mounts: mountsFromFlags(o.mount) } : {}),
       });

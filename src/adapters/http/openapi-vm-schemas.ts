@@ -115,6 +115,11 @@ export const VM_SCHEMAS: Record<string, Schema> = {
       },
       from: { type: 'string', description: 'clone this template (a persistent vm, stopped or suspended)' },
       from_pool: { type: 'boolean', description: 'claim a warm pool member' },
+      snapshot: {
+        type: 'string',
+        description:
+          'with from: the VM as this named snapshot of it holds it (its shape, disk, and memory when it has one), whatever the VM does now (docs/snapshots.md)',
+      },
       egress: ref('EgressPolicy'),
       egress_secrets: { type: 'array', maxItems: 32, items: ref('EgressSecret') },
       ttl: ref('Ttl'),

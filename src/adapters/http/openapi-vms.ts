@@ -108,7 +108,7 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
   },
   '/vms/{name}/clone': {
     post: op(
-      'Clone a stopped or suspended persistent VM (from its snapshot when it has one)',
+      'Clone a stopped or suspended persistent VM (from its saved state when it has one), or any VM as one of its named snapshots holds it',
       {
         '201': json('the ready clone', ref('Instance')),
         '200': {
@@ -132,6 +132,10 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
               tags: { type: 'object', additionalProperties: { type: 'string' } },
               forwards: { type: 'array', items: ref('PortForward') },
               metrics_enabled: { type: 'boolean' },
+              snapshot: {
+                type: 'string',
+                description: 'the VM as this named snapshot of it holds it, whatever it does now',
+              },
             },
           },
           false,

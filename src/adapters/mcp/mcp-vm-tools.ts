@@ -137,19 +137,24 @@ export function registerVmTools(server: McpServer, client: SvcClient, policy: Mc
     'clone_vm',
     {
       title: 'Clone a VM',
-      description: 'A new VM from a stopped or suspended persistent VM (from its snapshot when it has one: seconds).',
+      description:
+        'A new VM from a stopped or suspended persistent VM (from its saved state when it has one: seconds), or from any VM as one of its named snapshots holds it (snapshot_vm).',
       inputSchema: {
         template: vmName.describe('the VM to clone'),
         name: vmName.optional(),
         persistent: z.boolean().optional(),
+        snapshot: z
+          .string()
+          .optional()
+          .describe("one of the VM's named snapshots: the new VM is the VM as it was then, whatever it does now"),
       },
       annotations: CHANGES,
     },
-    ({ template, name, persistent }) =>
+    ({ template, name, persistent, snapshot }) =>
       tool(async () => {
         await checkTemplate(template);
         await checkCap();
-        return json(await client.clone(template, { name, persistent, tags: { [MCP_TAG]: 'mcp' } }));
+        return json(await client.clone(template, { name, persistent, snapshot, tags: { [MCP_TAG]: 'mcp' } }));
       }),
   );
   server.registerTool(

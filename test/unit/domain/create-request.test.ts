@@ -94,6 +94,10 @@ describe('domain/create-request', () => {
       /unique/,
     ],
     ['bad image', { image: '../etc' }, /invalid image/],
+    ['a snapshot without from', { snapshot: 'snap-1' }, /snapshot needs from: the VM whose snapshot it is/],
+    ['a snapshot with from_pool', { from_pool: true, snapshot: 'snap-1' }, /snapshot needs from/],
+    ['a bad snapshot name', { from: 'web', snapshot: '../x' }, /invalid snapshot name/],
+    ['a shape on a snapshot clone', { from: 'web', snapshot: 's', cpus: 2 }, /cpus cannot be set on a clone/],
   ];
   for (const [what, body, re] of bad) {
     it(`rejects ${what}`, () => {

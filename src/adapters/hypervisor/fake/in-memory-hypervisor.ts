@@ -3,6 +3,7 @@ import { appendFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, InvalidStateError } from '../../../domain/errors.js';
 import { mountTag, type Mount, type PortForward } from '../../../domain/vm.js';
+import { snapshotOfSource } from '../../../domain/snapshots.js';
 import { checkHostDirs } from '../host-dirs.js';
 import { portFree } from '../free-port.js';
 import type {
@@ -214,6 +215,12 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
   async clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }> {
     this.maybeFail('clone');
     if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
+    const named = snapshotOfSource(capture);
+    if (named !== undefined) {
+      const snapshot = (await this.keptSnapshot(template, named)).memory;
+      this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
+      return { snapshot };
+    }
     if (capture !== undefined && !this.captures.get(template.name)?.has(capture))
       throw new InternalError(`vm ${template.name} has no capture ${capture}`);
     const snapshot = capture !== undefined || (this.vms.get(template.name)?.snapshot ?? false);
@@ -366,9 +373,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
 
   async revert(ref: VmRef, name: string): Promise<{ memory: boolean }> {
     this.maybeFail('revert');
-    const text = await readFile(join(ref.dir, FAKE_SNAPSHOTS, `${name}.json`), 'utf8').catch(() => undefined);
-    if (!text) throw new InternalError(`vm ${ref.name} has no snapshot ${name}`);
-    const snap = JSON.parse(text) as { memory: boolean; diskGb?: number };
+    const snap = await this.keptSnapshot(ref, name);
     let vm = this.vms.get(ref.name);
     if (vm?.state === 'running' || vm?.state === 'paused')
       throw new InvalidStateError(`vm ${ref.name} is running: it is stopped before a revert`);
@@ -380,6 +385,12 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     if (snap.diskGb !== undefined) this.grownDisks.set(ref.name, snap.diskGb);
     this.reverted.set(ref.name, name);
     return { memory: snap.memory };
+  }
+
+  private async keptSnapshot(ref: VmRef, name: string): Promise<{ memory: boolean; diskGb?: number }> {
+    const text = await readFile(join(ref.dir, FAKE_SNAPSHOTS, `${name}.json`), 'utf8').catch(() => undefined);
+    if (!text) throw new InternalError(`vm ${ref.name} has no snapshot ${name}`);
+    return JSON.parse(text) as { memory: boolean; diskGb?: number };
   }
 
   async dropSnapshot(ref: VmRef, name: string): Promise<void> {

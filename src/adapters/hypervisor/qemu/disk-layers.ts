@@ -213,12 +213,13 @@ async function flatten(dir: string, chain: string[], layer: string): Promise<voi
 }
 
 /**
- * Gives the clone in `to` its own links to every layer of the template in `from` and a thin
+ * Gives the clone in `to` its own links to every layer of the template in `from` under `top` and a thin
  * overlay on the top one; with a saved state, a link to it and a marker. A layer's file lives
  * as long as one VM directory links it, so a template can go while its clones live on.
  */
 export async function shareInto(from: string, to: string, top: Frozen): Promise<{ snapshot: boolean }> {
-  for (const name of await layersOf(from)) await linkOrCopy(join(from, name), join(to, name));
+  // What the new overlay stands on: the top and the layers under it (a VM captured since stands on more).
+  for (const name of await chainFrom(from, top.layer)) await linkOrCopy(join(from, name), join(to, name));
   await overlay(to, DISK, top.layer);
   if (!top.state) return { snapshot: false };
   for (const f of savedFiles(top.state)) await linkOrCopy(join(from, f), join(to, f));

@@ -12,7 +12,8 @@ import type { RamImages } from './ram-image.js';
 import { readSaved, savedFiles, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
 import { captureTop, isCaptureId } from './vm-capture.js';
-import { keepSnapshot } from './vm-snapshots.js';
+import { keepSnapshot, shareSnapshot } from './vm-snapshots.js';
+import { snapshotOfSource } from '../../../domain/snapshots.js';
 
 export interface VmDiskOptions {
   images: ImageCatalog;
@@ -58,6 +59,8 @@ export class QemuVmDisks {
    * suspended by an older daemon (an internal snapshot in its disk) is still copied whole.
    */
   async clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }> {
+    const named = snapshotOfSource(capture);
+    if (named !== undefined) return this.fromSnapshot(template, spec, named);
     if (capture !== undefined) return this.fork(template, spec, capture);
     const saved = await readSaved(template.dir);
     await this.o.spares.sweep(template.dir);
@@ -107,6 +110,19 @@ export class QemuVmDisks {
       throw new InternalError(`cannot keep snapshot ${name} of vm ${vm.name}: ${(err as Error).message}`);
     }
     return { memory: !!top.state };
+  }
+
+  /** A VM as one of its named snapshots holds it: links to the snapshot's layers and saved state. */
+  private async fromSnapshot(source: VmRef, spec: VmSpec, name: string): Promise<{ snapshot: boolean }> {
+    try {
+      const [{ snapshot }] = await Promise.all([
+        shareSnapshot(source.dir, name, spec.dir),
+        writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver)),
+      ]);
+      return { snapshot };
+    } catch (err) {
+      throw new InternalError(`cannot share snapshot ${name} of vm ${source.name}: ${(err as Error).message}`);
+    }
   }
 
   /**

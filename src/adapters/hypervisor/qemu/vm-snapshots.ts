@@ -1,6 +1,6 @@
 import { access, mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, type Frozen } from './disk-layers.js';
+import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, shareInto, type Frozen } from './disk-layers.js';
 import { clearSaved, savedFiles, SHARED_STATE, writeSaved, type Saved } from './saved-state.js';
 
 /**
@@ -84,6 +84,12 @@ export async function revertTo(dir: string, name: string): Promise<{ memory: boo
   const kept = new Set(await layersOf(dir));
   for (const f of await readdir(dir)) if (LAYER.test(f) && !kept.has(f)) await rm(join(dir, f), { force: true });
   return { memory: !!top.state };
+}
+
+/** Gives a new VM in `to` the snapshot `name` of the VM in `dir`, as a clone is given its template's top. */
+export async function shareSnapshot(dir: string, name: string, to: string): Promise<{ snapshot: boolean }> {
+  const folder = folderOf(dir, name);
+  return shareInto(folder, to, await topOf(folder));
 }
 
 /** Forgets the snapshot `name` of the VM in `dir` (and the folder of snapshots once empty). Idempotent. */
