@@ -552,6 +552,10 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['new', 'c10', '-p'])).code).to.equal(0);
     const took = await svc(['snapshot', 'create', 'c10', 'clean', '-d', 'fresh box']);
     expect(took.stdout).to.equal('snapshot clean of vm c10 taken (disk and memory)\n');
+    const kid = await svc(['clone', 'c10', 'c11', '--snapshot', 'clean', '--json']);
+    expect(kid.code, kid.stderr).to.equal(0);
+    expect(JSON.parse(kid.stdout)).to.include({ name: 'c11', from: 'c10', status: 'running' });
+    expect((await svc(['rm', 'c11'])).code).to.equal(0);
     expect((await svc(['stop', 'c10'])).code).to.equal(0);
     expect((await svc(['snapshot', 'take', 'c10'])).stdout).to.equal('snapshot snap-1 of vm c10 taken (disk)\n');
     const ls = (await svc(['snapshot', 'ls', 'c10'])).stdout.split('\n');
