@@ -10,6 +10,13 @@ const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
 type ToolResult = { isError?: boolean; content: { type: string; text: string }[] };
 const textOf = (r: unknown) => (r as ToolResult).content.map((c) => c.text).join('');
+/** Calls a tool that must succeed, and reads its JSON answer (any shape: the tests check it). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function callOk(c: Client, name: string, args: Record<string, unknown>): Promise<any> {
+  const r = (await c.callTool({ name, arguments: args })) as ToolResult;
+  expect(r.isError, textOf(r)).to.not.equal(true);
+  return JSON.parse(textOf(r));
+}
 const resourceText = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
 
 /** The MCP server on both transports, driven by the SDK's own Client, on the fake hypervisor with real local agents. */
@@ -124,11 +131,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
   it('starts a process that outlives the call and reads its output from offsets, each byte once (HTTP)', async () => {
     const c = await httpClient();
     try {
-      const call = async (name: string, args: Record<string, unknown>) => {
-        const r = (await c.callTool({ name, arguments: args })) as ToolResult;
-        expect(r.isError, textOf(r)).to.not.equal(true);
-        return JSON.parse(textOf(r));
-      };
+      const call = (name: string, args: Record<string, unknown>) => callOk(c, name, args);
       const p = await call('start_process', {
         name: 'm1',
         cmd: 'sh',
@@ -249,11 +252,7 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
     expect((await d.call('POST', '/vms', { name: 'ms', persistent: true })).status).to.equal(201);
     const c = await httpClient();
     try {
-      const call = async (name: string, args: Record<string, unknown>) => {
-        const r = (await c.callTool({ name, arguments: args })) as ToolResult;
-        expect(r.isError, textOf(r)).to.not.equal(true);
-        return JSON.parse(textOf(r));
-      };
+      const call = (name: string, args: Record<string, unknown>) => callOk(c, name, args);
       const taken = await call('snapshot_vm', { name: 'ms', snapshot: 'before', description: 'risky step next' });
       expect(taken).to.include({ name: 'before', memory: true, taken_from: 'running', description: 'risky step next' });
       expect((await call('list_snapshots', { name: 'ms' })).map((s: { name: string }) => s.name)).to.deep.equal([
