@@ -361,6 +361,19 @@ describe('svcd with QEMU: real guests end to end', function () {
     const [kidA, kidProc, kidHost] = inKid.json.stdout.trim().split('\n');
     expect([kidA, kidProc.trim(), kidHost]).to.deep.equal(['one', 'sleep 100000', 'snapkid']);
     expect((await d.call('DELETE', '/vms/snapkid')).status).to.equal(200);
+    // A suspended VM's snapshot holds its saved state: a revert resumes the guest as it was saved.
+    expect((await d.call('POST', '/vms/main/suspend')).status).to.equal(200);
+    const asleep = await d.call('POST', '/vms/main/snapshots', { name: 'asleep' });
+    expect(asleep.json).to.include({ memory: true, taken_from: 'suspended' });
+    expect((await d.call('GET', '/vms/main')).json.status).to.equal('suspended');
+    expect((await d.call('POST', '/vms/main/restore')).json.status).to.equal('running');
+    await sh('echo later > /root/snap-c; sync');
+    const woke = await d.call('POST', '/vms/main/snapshots/asleep/revert');
+    expect(woke.json).to.include({ status: 'running' });
+    expect(woke.json.warning).to.equal(undefined);
+    expect(await sh(`test -e /root/snap-c && echo c-kept || echo c-gone; ${cmd(pidA)}`)).to.equal(
+      'c-gone\nsleep 100000',
+    );
   });
 
   it('survives a daemon restart with VMs running', async () => {
