@@ -13,6 +13,7 @@ import {
 } from '../../domain/errors.js';
 import type { GuestFiles, WriteOptions } from '../../ports/agent/guest-files.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { exists as existsAt } from '../fs-kit/exists.js';
 import { extractTree, packTree } from '../fs-kit/tar-tree.js';
 
 /** Maps Node fs errors to domain errors with the path in the message. */
@@ -172,10 +173,7 @@ export class NodeGuestFiles implements GuestFiles {
     return out;
   }
 
-  async exists(path: string): Promise<boolean> {
-    return lstat(path).then(
-      () => true,
-      () => false,
-    );
+  exists(path: string): Promise<boolean> {
+    return existsAt(path);
   }
 }

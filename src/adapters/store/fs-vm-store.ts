@@ -10,6 +10,7 @@ import { Logger } from '../../ports/logger.js';
 import { AlreadyExistsError } from '../../domain/errors.js';
 import type { VmFile, VmStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
+import { exists } from '../fs-kit/exists.js';
 import { capDir } from '../fs-kit/log-cap.js';
 import { DiskReserve } from './disk-reserve.js';
 
@@ -141,11 +142,4 @@ export class FsVmStore implements VmStore {
     }
     await capDir(logs, this.config.logs_dir_max_mb * 1024 * 1024);
   }
-}
-
-function exists(path: string): Promise<boolean> {
-  return lstat(path).then(
-    () => true,
-    () => false,
-  );
 }

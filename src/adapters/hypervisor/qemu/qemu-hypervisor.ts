@@ -42,7 +42,7 @@ import { SpareQemus, spareDisk } from './spare-qemus.js';
 import { LiveVms } from './live-vms.js';
 import { QemuVmDisks } from './vm-disks.js';
 import { QemuCaptures } from './qemu-captures.js';
-import { dropSnapshot, dropSnapshots, revertTo } from './vm-snapshots.js';
+import { QemuSnapshots } from './qemu-snapshots.js';
 import { findQemu, savedNic } from './qemu-state.js';
 import { NicLinks } from './nic-links.js';
 import { QemuLauncher } from './qemu-launcher.js';
@@ -84,6 +84,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
   private readonly launcher: QemuLauncher;
   private readonly shares: QemuShares;
   private readonly captures: QemuCaptures;
+  private readonly snapshots: QemuSnapshots;
 
   constructor(private readonly o: QemuOptions) {
     super(o.images);
@@ -136,6 +137,12 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       shares: this.shares,
       log: o.log,
       failpoints: o.failpoints,
+      maxLayers: o.maxDiskLayers,
+    });
+    this.snapshots = new QemuSnapshots({
+      live: this.live,
+      captures: this.captures,
+      spares: this.spares,
       maxLayers: o.maxDiskLayers,
     });
   }
@@ -406,31 +413,22 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     await growOverlay(layout(vm.dir).disk, gb, vm.name);
   }
 
-  async snapshot(vm: VmRef, name: string, capture?: string): Promise<{ memory: boolean }> {
-    if (capture === undefined && this.live.has(vm.name))
-      throw new InvalidStateError(`vm ${vm.name} is running: its snapshot is taken from a capture`);
-    return this.disks.snapshot(vm, name, capture);
+  snapshot(vm: VmRef, name: string, capture?: string): Promise<{ memory: boolean }> {
+    return this.snapshots.take(vm, name, capture);
   }
 
-  async revert(vm: VmRef, name: string): Promise<{ memory: boolean }> {
-    if (this.live.has(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running: it is stopped before a revert`);
-    if (this.captures.busy(vm.name))
-      throw new InvalidStateError(`forks of vm ${vm.name} are being made from it; revert it once they are ready`);
-    // Its next clone's QEMU, started ahead, holds the state it is leaving.
-    await this.spares.drop(vm.name);
-    return revertTo(vm.dir, name).catch((err: Error) => {
-      throw new InternalError(`cannot revert vm ${vm.name} to snapshot ${name}: ${err.message}`);
-    });
+  revert(vm: VmRef, name: string): Promise<{ memory: boolean }> {
+    return this.snapshots.revert(vm, name);
   }
 
   dropSnapshot(vm: VmRef, name: string): Promise<void> {
-    return dropSnapshot(vm.dir, name);
+    return this.snapshots.drop(vm, name);
   }
 
   async destroy(vm: VmRef): Promise<void> {
     await this.spares.drop(vm.name, vm.dir);
     await this.kill(vm);
-    await dropSnapshots(vm.dir);
+    await this.snapshots.dropAll(vm);
     const l = layout(vm.dir);
     await clearSaved(vm.dir);
     // Its links to shared layers: a layer's file goes with the last directory that links it.

@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { copyFile, link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { InternalError, NotSupportedError } from '../../../domain/errors.js';
+import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
@@ -12,7 +12,7 @@ import type { RamImages } from './ram-image.js';
 import { readSaved, savedFiles, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
 import { captureTop, isCaptureId } from './vm-capture.js';
-import { keepSnapshot, shareSnapshot } from './vm-snapshots.js';
+import { shareSnapshot } from './vm-snapshots.js';
 import { snapshotOfSource } from '../../../domain/snapshots.js';
 
 export interface VmDiskOptions {
@@ -86,30 +86,6 @@ export class QemuVmDisks {
     // Two child processes (qemu-img, genisoimage) that do not depend on each other: side by side.
     const [snapshot] = await Promise.all([disk(), writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver))]);
     return { snapshot };
-  }
-
-  /**
-   * Keeps the VM as the snapshot `name` (vm-snapshots.ts): the capture just taken of it while it
-   * runs (its memory included), or else its disk frozen as a clone's template's is, with its saved
-   * state when it is suspended.
-   */
-  async snapshot(vm: VmRef, name: string, capture?: string): Promise<{ memory: boolean }> {
-    if (capture !== undefined && !isCaptureId(capture)) throw new InternalError(`not a capture: ${capture}`);
-    let top = capture === undefined ? undefined : captureTop(capture);
-    if (!top) {
-      const saved = await readSaved(vm.dir);
-      if (saved?.kind === 'snapshot')
-        throw new NotSupportedError(
-          `vm ${vm.name} was suspended by an older svcd (a snapshot inside its disk): restore it once, then take snapshots`,
-        );
-      top = await freeze(vm.dir, saved, this.o.maxLayers);
-    }
-    try {
-      await keepSnapshot(vm.dir, name, top);
-    } catch (err) {
-      throw new InternalError(`cannot keep snapshot ${name} of vm ${vm.name}: ${(err as Error).message}`);
-    }
-    return { memory: !!top.state };
   }
 
   /** A VM as one of its named snapshots holds it: links to the snapshot's layers and saved state. */

@@ -1,5 +1,6 @@
-import { access, mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { exists } from '../../fs-kit/exists.js';
 import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, shareInto, type Frozen } from './disk-layers.js';
 import { clearSaved, savedFiles, SHARED_STATE, writeSaved, type Saved } from './saved-state.js';
 
@@ -17,12 +18,6 @@ const DISK = 'disk.qcow2';
 const IMAGE_BASE = /^base-[0-9a-f]{16}$/;
 
 const folderOf = (dir: string, name: string) => join(dir, SNAPSHOTS, name);
-
-const exists = (path: string) =>
-  access(path).then(
-    () => true,
-    () => false,
-  );
 
 /** Links `name` from `from` into `to` unless `to` has it (layers and states are never rewritten: same name, same bytes). */
 async function linkIn(from: string, to: string, name: string): Promise<void> {
