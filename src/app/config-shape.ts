@@ -26,6 +26,8 @@ export interface Config {
   ready_timeout_ms: number;
   /** A cold-booting guest whose console is silent and CPU idle this long hangs (0: never said). */
   boot_stall_timeout_ms: number;
+  /** How many times a cold boot that hangs is killed and booted again before it fails (0: never). */
+  boot_stall_retries: number;
   create_buffer_ms: number;
   shutdown_timeout_ms: number;
   cpus: number;

@@ -23,6 +23,7 @@ const KEYS: Record<string, [keyof Config, ConfigKind, unknown]> = {
   hypervisor: ['hypervisor', 'string', 'qemu'],
   ready_timeout: ['ready_timeout_ms', 'duration', '120s'],
   boot_stall_timeout: ['boot_stall_timeout_ms', 'duration', '30s'],
+  boot_stall_retries: ['boot_stall_retries', 'int', 1],
   create_buffer: ['create_buffer_ms', 'duration', '60s'],
   shutdown_timeout: ['shutdown_timeout_ms', 'duration', '30s'],
   cpus: ['cpus', 'int', 1],

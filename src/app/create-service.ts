@@ -237,7 +237,7 @@ export class CreateService {
               userdata: copy && restored ? rec.userdata : undefined,
             }
           : undefined,
-        handle.pid,
+        { pid: handle.pid, again: () => this.keeper.bootAgain(rec, spec) },
       );
       this.failpoints.hit('create.ready');
       const inst = await this.outcomes.created(

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import type { WaitMode } from '../domain/create-request.js';
-import { AgentUnavailableError, errorMessage } from '../domain/errors.js';
+import { AgentUnavailableError, errorMessage, InternalError } from '../domain/errors.js';
 import type { CreatePhase } from '../domain/events.js';
 import type { VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
@@ -38,6 +38,15 @@ export interface Identity {
 }
 
 /**
+ * The QEMU process of a guest that cold-booted (`pid`), and how to boot it again in a new one when
+ * it hangs (boot-stall.ts): kill it, launch it cold, answer the new pid.
+ */
+export interface ColdBoot {
+  pid?: number;
+  again?: () => Promise<number | undefined>;
+}
+
+/**
  * A booted or restored guest becoming ready: the wait under the create's mode, and the identity a
  * guest restored from a snapshot needs (its name, clock and, for a clone, machine id).
  */
@@ -69,7 +78,9 @@ export class GuestReadiness {
    * a restore of the VM itself, whose failure to set the clock is only logged). A guest `restored`
    * from a snapshot already runs its agent: the identity is the first agent call, in place of the
    * health probe; otherwise it follows the wait, within the deadline. A guest that was cold-booted
-   * by process `pid` and hangs before it is first reached ends the wait within boot_stall_timeout.
+   * by process `boot.pid` and hangs before it is first reached is booted again (`boot.again`,
+   * boot_stall_retries times, within the deadline: a guest kernel under TCG on a busy host hangs
+   * now and then in its timer checks), and then ends the wait within boot_stall_timeout.
    */
   async awaitReady(
     rec: VmRecord,
@@ -78,12 +89,12 @@ export class GuestReadiness {
     phase: (p: CreatePhase, m: string) => void,
     image?: Pick<ImageInfo, 'agent_ready' | 'ssh_user'>,
     identity?: Identity,
-    pid?: number,
+    boot: ColdBoot = {},
   ): Promise<void> {
     this.crashes.forget(rec.name);
     const viaAgent = identity !== undefined && !!image?.agent_ready;
     const folded = viaAgent && identity.restored && mode !== 'ssh';
-    const stall =
+    const watch = (pid: number | undefined) =>
       this.consoles && this.meter && pid !== undefined && !identity?.restored && this.config.boot_stall_timeout_ms > 0
         ? watchBootStall(
             { consoles: this.consoles, meter: this.meter, clock: this.clock },
@@ -92,25 +103,41 @@ export class GuestReadiness {
             this.config.boot_stall_timeout_ms,
           )
         : undefined;
-    try {
-      await waitReady(
-        { agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock },
-        {
-          record: rec,
-          mode,
-          deadline,
-          phase: (p, m) => {
-            // Past its first answer a guest may idle in silence (userdata, bootstrap): it is not hanging.
-            if (p === 'userdata' || p === 'bootstrap') stall?.stop();
-            phase(p, m);
+    let pid = boot.pid;
+    for (let tries = 0; ; tries++) {
+      const stall = watch(pid);
+      try {
+        await waitReady(
+          { agent: this.agent, ssh: this.ssh, remote: this.remote, clock: this.clock },
+          {
+            record: rec,
+            mode,
+            deadline,
+            phase: (p, m) => {
+              // Past its first answer a guest may idle in silence (userdata, bootstrap): it is not hanging.
+              if (p === 'userdata' || p === 'bootstrap') stall?.stop();
+              phase(p, m);
+            },
+            died: () => this.crashes.died(rec.name) ?? stall?.verdict(),
+            sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
+            firstCall: folded ? () => this.setIdentity(rec, identity.fresh, identity) : undefined,
           },
-          died: () => this.crashes.died(rec.name) ?? stall?.verdict(),
-          sshUser: image && !image.agent_ready ? image.ssh_user : undefined,
-          firstCall: folded ? () => this.setIdentity(rec, identity.fresh, identity) : undefined,
-        },
-      );
-    } finally {
-      stall?.stop();
+        );
+        break;
+      } catch (err) {
+        const hung = stall?.verdict();
+        // Another try needs a boot's worth of time before the deadline: a stall's wait at least.
+        const room = deadline - this.clock.now() > this.config.boot_stall_timeout_ms;
+        if (!hung || this.crashes.died(rec.name) || !boot.again || tries >= this.config.boot_stall_retries || !room)
+          throw tries > 0 && hung
+            ? new InternalError(`${errorMessage(err)}, at each of its ${tries + 1} boots (config boot_stall_retries)`)
+            : err;
+        this.log.warn({ vm: rec.name, why: hung, try: tries + 1 }, 'guest hung while booting; booting it again');
+        phase('boot', `the guest hung while booting; booting it again (config boot_stall_retries): ${hung}`);
+        pid = await boot.again();
+      } finally {
+        stall?.stop();
+      }
     }
     if (viaAgent && !folded)
       await beforeDeadline(this.clock, deadline, this.setIdentity(rec, identity.fresh, identity));

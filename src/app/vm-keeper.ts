@@ -46,7 +46,8 @@ export class VmKeeper {
    * cold-booted instead (its guest's processes ended) resolves with why.
    */
   async boot(rec: VmRecord, restore: boolean): Promise<string | undefined> {
-    const handle = await this.hv.launch(await this.bootSpec(rec), { restore });
+    const spec = await this.bootSpec(rec);
+    const handle = await this.hv.launch(spec, { restore });
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     changeStatus(rec, { to: 'running' });
@@ -64,7 +65,7 @@ export class VmKeeper {
         () => undefined,
         image,
         handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined,
-        handle.pid,
+        { pid: handle.pid, again: () => this.bootAgain(rec, spec) },
       );
     } catch (err) {
       // What the console said last goes with the error (a guest that never came up says why).
@@ -82,6 +83,18 @@ export class VmKeeper {
     }
     await this.events.emit('up', rec);
     return restore ? coldBootReason(handle) : undefined;
+  }
+
+  /**
+   * Kills the VM's QEMU and boots it cold again from `spec` (a guest that hung while it booted:
+   * guest-readiness.ts); answers the new process's pid.
+   */
+  async bootAgain(rec: VmRecord, spec: VmSpec): Promise<number | undefined> {
+    await this.crashes.expectExit(rec, () => this.hv.kill(this.ref(rec)));
+    const handle = await this.hv.launch(spec, { restore: false });
+    this.applyHandle(rec, handle);
+    await this.vms.save(rec);
+    return handle.pid;
   }
 
   /** Removes every trace of a VM: process, disk, directory, record. With keepLogs, logs survive. */

@@ -57,7 +57,7 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
    * A streamed create of `image` that must fail long before the 150 s agent timeout and leave
    * nothing behind but the logs; resolves with its error.
    */
-  const failsFast = async (name: string, image: string): Promise<string> => {
+  const failsFast = async (name: string, image: string): Promise<{ error: string; progress: string }> => {
     const t0 = Date.now();
     const r = await d.call('POST', '/vms?stream=1', { name, image, memory_mb: 256 });
     const took = Date.now() - t0;
@@ -69,7 +69,7 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     expect(last.phase, r.text).to.equal('error');
     expect(took, 'long before the 150 s agent timeout').to.be.below(60_000);
     expect((await d.call('GET', `/vms/${name}`)).status, 'nothing left but the logs').to.equal(404);
-    return last.error!;
+    return { error: last.error!, progress: r.text };
   };
 
   it('refuses at once a VM with less memory than its image boots in', async () => {
@@ -82,16 +82,23 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
   });
 
   it("fails a kernel panic within seconds with the console's last lines, and keeps the log", async () => {
-    const error = await failsFast('panics', 'panics');
+    const { error } = await failsFast('panics', 'panics');
     expect(error).to.match(/stopped while waiting for the guest agent/);
     expect(error).to.match(/the console's last lines:\n(  \| .*\n)*  \| .*Kernel panic/);
     expect(error).to.contain(`(the console log is kept in ${d.config.data_dir}/logs)`);
   });
 
   it("fails a guest that hangs (silent, idle) within seconds of its last sign of life, with the console's last lines", async () => {
-    const error = await failsFast('hangs', 'hangs');
+    const { error, progress } = await failsFast('hangs', 'hangs');
+    // It was killed and booted again once (boot_stall_retries), and hung again.
+    const again = progress
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { phase: string; message: string })
+      .filter((e) => e.phase === 'boot' && e.message.startsWith('the guest hung while booting; booting it again'));
+    expect(again, progress).to.have.length(1);
     expect(error).to.match(
-      /stopped while waiting for the guest agent: the guest hangs: its console printed nothing and it used almost no CPU for \d+ s \(config boot_stall_timeout\)/,
+      /stopped while waiting for the guest agent: the guest hangs: its console printed nothing and it used almost no CPU for \d+ s \(config boot_stall_timeout\), at each of its 2 boots \(config boot_stall_retries\)/,
     );
     expect(error).to.match(
       /the console's last lines:\n(  \| .*\n)*  \| svc-initramfs: cannot mount \/dev\/nonexistent/,

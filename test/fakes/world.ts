@@ -23,6 +23,7 @@ import { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory
 import { InMemorySshProbe } from '../../src/adapters/hypervisor/fake/in-memory-ssh-probe.js';
 import { appModule } from '../../src/main.js';
 import { Clock } from '../../src/ports/clock.js';
+import { ProcessMeter } from '../../src/ports/process-meter.js';
 import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { HostLinks, Hypervisor, VmDisks } from '../../src/ports/hypervisor.js';
 import { GuestImages } from '../../src/ports/guest-images.js';
@@ -81,6 +82,8 @@ export function world(
   hv = new InMemoryHypervisor({ bootDelayMs: 5 }),
   /** What the guests' consoles said (a failed boot tells its last lines); none by default. */
   consoles?: ConsoleLogs,
+  /** How busy the guests' processes are (a cold boot that hangs is told by it); none by default. */
+  meter?: ProcessMeter,
 ): World {
   // Snapshot creates have their own tests (test/integration/snapshot-creates.test.ts).
   const config = buildConfig(
@@ -124,6 +127,7 @@ export function world(
       bind(CloneSpeedUps).toConstantValue(speedUpsOf(hv) as CloneSpeedUps);
       bind(LifecycleContribution).toConstantValue(testFollower);
       if (consoles) bind(ConsoleLogs).toConstantValue(consoles);
+      if (meter) bind(ProcessMeter).toConstantValue(meter);
       bind(RemoteShell).toConstantValue({ exec: async () => ({ code: 0, stdout: 'status: done\n', stderr: '' }) });
       bind(AgentInstaller).toConstantValue({
         probe: async () => ({ node: true }),
