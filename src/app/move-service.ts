@@ -97,7 +97,8 @@ export class MoveService {
       from: this.cluster.self,
       record: { ...rec },
       image_digest: await this.images.digest(rec.image),
-      state_key: rec.status === 'suspended' ? await this.hv.savedStateKey?.() : undefined,
+      // A saved guest loads only where the same hypervisor runs: the VM's own, or a snapshot's.
+      state_key: savesGuest(rec) ? await this.hv.savedStateKey?.() : undefined,
     };
     const files = await this.store.files(rec.name);
     rec.leaving = node;
@@ -147,7 +148,7 @@ export class MoveService {
         );
       if (offer.state_key !== undefined && offer.state_key !== (await this.hv.savedStateKey?.()))
         throw new InvalidStateError(
-          `vm ${name} was suspended by a hypervisor that node ${this.cluster.self} does not match (another QEMU, machine or accelerator); shut it down to move it`,
+          `vm ${name} ${rec.status === 'suspended' ? 'was suspended' : 'has snapshots with memory saved'} by a hypervisor that node ${this.cluster.self} does not match (another QEMU, machine or accelerator); ${rec.status === 'suspended' ? 'shut it down' : 'delete them'} to move it`,
         );
       const kept: VmRecord = { ...rec, arriving: offer.from, updated_at: new Date().toISOString() };
       await this.store.receive(kept, fill);
@@ -194,6 +195,11 @@ export class MoveService {
     rec.deleting = true; // not saved: `leaving` or `arriving` already says what a restart does
     await this.keeper.purge(rec);
   }
+}
+
+/** Does the VM hold a saved guest: suspended, or a snapshot with its memory? */
+function savesGuest(rec: VmRecord): boolean {
+  return rec.status === 'suspended' || !!rec.snapshots?.some((s) => s.memory);
 }
 
 /** The offer as it is sent: the record without what only this node's hypervisor reads. */

@@ -1,5 +1,6 @@
 import { assertNodeName } from './cluster.js';
 import { InvalidArgumentError, InvalidStateError } from './errors.js';
+import { MAX_SNAPSHOTS, type VmSnapshot } from './snapshots.js';
 import { clearRuntime, type VmRecord } from './vm.js';
 
 /**
@@ -37,10 +38,6 @@ export function assertMovable(rec: VmRecord): void {
     );
   if (rec.overlay_ip)
     throw new InvalidStateError(`vm ${rec.name} has an address on this node's overlay network; it cannot move`);
-  if (rec.snapshots?.length)
-    throw new InvalidStateError(
-      `vm ${rec.name} has snapshots (${rec.snapshots.map((s) => s.name).join(', ')}), which stay on this node; delete them to move it`,
-    );
 }
 
 /** What a drain did with each VM of the node (POST /nodes/{node}/drain). */
@@ -58,7 +55,7 @@ export interface MoveOffer {
   record: VmRecord;
   /** The content digest of its image on the sending node: the disk stands on those bytes. */
   image_digest: string;
-  /** Suspended: the key of the hypervisor that saved its state (Hypervisor.savedStateKey). */
+  /** Suspended, or with snapshots that hold memory: the key of the hypervisor that saved them (Hypervisor.savedStateKey). */
   state_key?: string;
 }
 
@@ -66,16 +63,32 @@ export interface MoveOffer {
 export const MAX_OFFER_BYTES = 1024 * 1024;
 /** The most files a VM's directory may send. */
 export const MAX_MOVE_FILES = 256;
+/** The most hard links (a second name of a file sent before: a disk layer its snapshots share). */
+export const MAX_MOVE_LINKS = 4096;
 /** A file name in a VM's directory as a move carries it: one plain name, no directory part. */
 export const MOVE_FILE_NAME = /^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$/;
+/** The folder of a VM's directory that holds its named snapshots (any hypervisor's), which move with it. */
+export const SNAPSHOTS_FOLDER = 'snapshots';
+
+/**
+ * Is `path` one a move carries: a plain name in the VM's directory, or one in its snapshots
+ * folder, at most two folders down (`snapshots/NAME/FILE`)? Every part a plain name.
+ */
+export function isMovePath(path: string): boolean {
+  const parts = path.split('/');
+  if (parts.length === 1) return MOVE_FILE_NAME.test(path);
+  return parts.length <= 3 && parts[0] === SNAPSHOTS_FOLDER && parts.slice(1).every((p) => MOVE_FILE_NAME.test(p));
+}
 
 /**
  * The most bytes a VM's files may hold on the way in: its disk at full size, its memory twice
- * (a saved stream, or a RAM image and its devices) and 256 MiB for its seed, logs and history.
+ * (a saved stream, or a RAM image and its devices) and 256 MiB for its seed, logs and history;
+ * and each of its snapshots' disk and memory as they were taken (docs/snapshots.md).
  */
-export function moveByteLimit(rec: Pick<VmRecord, 'disk_gb' | 'memory_mb'>): number {
+export function moveByteLimit(rec: Pick<VmRecord, 'disk_gb' | 'memory_mb' | 'snapshots'>): number {
   const MiB = 1024 * 1024;
-  return rec.disk_gb * 1024 * MiB + 2 * rec.memory_mb * MiB + 256 * MiB;
+  const held = (s: { disk_gb: number; memory_mb: number }) => s.disk_gb * 1024 * MiB + 2 * s.memory_mb * MiB;
+  return held(rec) + 256 * MiB + (rec.snapshots ?? []).reduce((sum, s) => sum + held(s), 0);
 }
 
 /** The offer's record as the taking node keeps it: checked to be a record at all, its runtime dropped. */
@@ -95,10 +108,22 @@ export function offeredRecord(offer: unknown): MoveOffer {
     typeof r.disk_gb !== 'number' ||
     !Array.isArray(r.mounts) ||
     !Array.isArray(r.forwards) ||
-    typeof r.egress !== 'object'
+    typeof r.egress !== 'object' ||
+    !snapshotsOk(r.snapshots)
   )
     throw new InvalidArgumentError('a move offer must carry from, image_digest and the vm record');
   const record = { ...(r as VmRecord) };
   clearRuntime(record);
   return { from: o.from, image_digest: o.image_digest, state_key: o.state_key, record };
+}
+
+/** The snapshots a record lists, as many as a VM may keep, each with a shape (the byte limit counts them). */
+function snapshotsOk(list: unknown): boolean {
+  if (list === undefined) return true;
+  const whole = (n: unknown) => Number.isSafeInteger(n) && (n as number) > 0;
+  return (
+    Array.isArray(list) &&
+    list.length <= MAX_SNAPSHOTS &&
+    list.every((s: Partial<VmSnapshot> | null) => !!s && whole(s.disk_gb) && whole(s.memory_mb) && whole(s.cpus))
+  );
 }

@@ -18,7 +18,10 @@ export interface VmStore {
   dir(name: string): string;
   /** Copies files worth keeping after a failed create (hypervisor logs) to the logs directory. */
   keepLogs(name: string): Promise<void>;
-  /** The regular files in the VM's directory but its record (what a move carries), with their sizes. */
+  /**
+   * What a move carries: the regular files in the VM's directory but its record, then those in its
+   * `snapshots` folder (to two folders down; names are paths there), with their sizes.
+   */
   files(name: string): Promise<VmFile[]>;
   /**
    * Takes in a VM from elsewhere (a move): `fill` writes its files into a fresh directory, the
@@ -29,7 +32,7 @@ export interface VmStore {
   receive(record: VmRecord, fill: (dir: string) => Promise<void>): Promise<void>;
 }
 
-/** One file of a VM's directory. */
+/** One file of a VM's directory (`name`: its path within it). */
 export interface VmFile {
   name: string;
   path: string;

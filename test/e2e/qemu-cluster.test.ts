@@ -98,7 +98,14 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     expect(again.json.stdout).to.equal(`${body.length} /root/kept\n`);
   });
 
-  it('moves the VM suspended to the first node with its file and a running process, every line kept; and back stopped', async () => {
+  it('moves the VM suspended to the first node with its file, a running process (every line kept) and a snapshot; and back stopped', async () => {
+    // A snapshot of the running guest (its memory too), taken on q2: it moves with the VM, there and back.
+    const mark = (text: string) =>
+      call(at[0], 'POST', `/vms/far/exec?cmd=sh&args=-c&args=${encodeURIComponent(`echo ${text} > /root/mark`)}`);
+    expect((await mark('early')).status).to.equal(200);
+    const snap = await call(at[0], 'POST', '/vms/far/snapshots', { name: 'early' });
+    expect(snap.status, snap.text).to.equal(201);
+    expect(snap.json).to.include({ name: 'early', memory: true });
     const P = '/vms/far/processes';
     const script = 'i=0; while [ $i -lt 150 ]; do i=$((i+1)); echo "n $i"; sleep 0.1; done';
     const p = await call(at[0], 'POST', P, { cmd: 'sh', args: ['-c', script], tag: 'count' });
@@ -133,6 +140,15 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     expect(qemuProcesses(dataDirs[1], ['far'])).to.have.length(1);
     const after = await call(at[0], 'POST', '/vms/far/exec?cmd=wc&args=-c&args=/root/kept');
     expect(after.json.stdout).to.equal(`${4096 * 'through q1\n'.length} /root/kept\n`);
+
+    // Back on q2 after two moves, the snapshot resumes the guest as it was taken: the old mark.
+    expect((await mark('late')).status).to.equal(200);
+    const reverted = await call(at[1], 'POST', '/vms/far/snapshots/early/revert');
+    expect(reverted.status, reverted.text).to.equal(200);
+    expect(reverted.json).to.include({ status: 'running' });
+    expect(reverted.json, 'resumed, not cold-booted').not.to.have.property('warning');
+    const marked = await call(at[0], 'POST', '/vms/far/exec?cmd=cat&args=/root/mark');
+    expect(marked.json.stdout).to.equal('early\n');
 
     expect((await call(at[0], 'DELETE', '/vms/far')).status).to.equal(200);
     expect((await call(at[1], 'GET', '/vms/far')).status).to.equal(404);

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
@@ -476,6 +476,14 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(await memory()).to.equal(memBefore + 64);
     expect((await api(n2, 'PATCH', '/vms/mv-susp', { memory_mb: 320 })).json.error).to.match(/is suspended/);
     const [on1, on2] = [await allocated('n1'), await allocated('n2')];
+    // Snapshots go with their VM (docs/snapshots.md): one of the stopped VM, one of the suspended (its memory).
+    for (const [vm, snap] of [
+      ['mv-stopped', 'before'],
+      ['mv-susp', 'held'],
+    ]) {
+      const taken = await api(n3, 'POST', `/vms/${vm}/snapshots`, { name: snap });
+      expect(taken.status, taken.text).to.equal(201);
+    }
 
     // Refused, each with its reason, and nothing changes.
     const refusals: [string, unknown, number, RegExp][] = [
@@ -501,6 +509,16 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(() => readFileSync(join(vmDir(n1, 'mv-stopped'), 'serial.log'))).to.throw(/ENOENT/);
     for (const n of nodes) expect((await api(n, 'GET', '/vms/mv-stopped')).json).to.include({ node: 'n2' });
     expect([await allocated('n1'), await allocated('n2')]).to.deep.equal([on1 - 1, on2 + 1]);
+    // Its snapshot came along, files and all: listed through another node, reverted to on n2.
+    const listed = await api(n1, 'GET', '/vms/mv-stopped/snapshots');
+    expect(
+      (listed.json as { name: string }[]).map((x) => x.name),
+      listed.text,
+    ).to.deep.equal(['before']);
+    expect(readdirSync(join(vmDir(n2, 'mv-stopped'), 'snapshots'))).to.deep.equal(['before.json']);
+    const reverted = await api(n3, 'POST', '/vms/mv-stopped/snapshots/before/revert');
+    expect(reverted.status, reverted.text).to.equal(200);
+    expect(reverted.json).to.include({ status: 'stopped', memory_mb: 320 });
     const started = await api(n1, 'POST', '/vms/mv-stopped/start');
     expect(started.status, started.text).to.equal(200);
     expect((await api(n1, 'GET', '/vms/mv-stopped')).json).to.include({ node: 'n2', status: 'running' });
@@ -513,6 +531,11 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const restored = await api(n3, 'POST', '/vms/mv-susp/restore');
     expect(restored.status, restored.text).to.equal(200);
     expect(readFileSync(join(vmDir(n2, 'mv-susp'), 'serial.log'), 'utf8')).to.match(/restored from snapshot\n$/);
+    // Its snapshot holds its memory on n2 as it did on n1: a revert resumes the guest.
+    const held = await api(n1, 'POST', '/vms/mv-susp/snapshots/held/revert');
+    expect(held.status, held.text).to.equal(200);
+    expect(held.json).to.include({ status: 'running' });
+    expect(held.json).not.to.have.property('warning');
 
     // Only a node sends a VM, and only plain files of it.
     const put = (token: string, hop: boolean) =>

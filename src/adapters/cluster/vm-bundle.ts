@@ -1,14 +1,15 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { link, mkdir, rm, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import { InvalidArgumentError, isDomainError, PayloadTooLargeError } from '../../domain/errors.js';
 import {
+  isMovePath,
   MAX_MOVE_FILES,
+  MAX_MOVE_LINKS,
   MAX_OFFER_BYTES,
-  MOVE_FILE_NAME,
   moveByteLimit,
   offeredRecord,
   type MoveOffer,
@@ -30,7 +31,11 @@ async function holey(path: string, size: number): Promise<boolean> {
   return st.blocks * 512 < size;
 }
 
-/** A moved VM as one tar stream: the offer, then each of its files, flat. */
+/**
+ * A moved VM as one tar stream: the offer, then each of its files (the VM directory's, and its
+ * snapshots folder's: a path). A file that is a second name of one sent before (a disk layer the
+ * VM and its snapshots share, as hard links) goes as a hard link to the first name, no bytes.
+ */
 export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
   const pack = tar.pack();
   void (async () => {
@@ -39,7 +44,20 @@ export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
       await new Promise<void>((res, rej) =>
         pack.entry({ name: OFFER, size: head.length }, head, (e) => (e ? rej(e) : res())),
       );
+      const sent = new Map<string, string>();
       for (const f of files) {
+        const st = await stat(f.path);
+        const inode = `${st.dev}:${st.ino}`;
+        const first = sent.get(inode);
+        if (first !== undefined) {
+          await new Promise<void>((res, rej) =>
+            pack.entry({ name: f.name, type: 'link', linkname: first, size: 0, mode: 0o600 }, (e) =>
+              e ? rej(e) : res(),
+            ),
+          );
+          continue;
+        }
+        sent.set(inode, f.name);
         const header = { name: f.name, size: f.size, mode: 0o600, type: 'file' as const };
         if (f.size === 0) {
           await new Promise<void>((res, rej) => pack.entry(header, Buffer.alloc(0), (e) => (e ? rej(e) : res())));
@@ -68,8 +86,10 @@ export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
 /**
  * Reads a moved VM's tar: its offer first (bounded, checked), then `take(offer, fill)` decides, and
  * `fill(dir)` writes the files into `dir` as they come, held to what a move may carry: plain
- * files with plain names, at most MAX_MOVE_FILES of them, no more bytes than the VM's disk and
- * memory can hold (moveByteLimit). Anything else is refused before a byte of it is written.
+ * files with plain names (or paths in its snapshots folder: isMovePath), at most MAX_MOVE_FILES of
+ * them, hard links to files written before in this tar (MAX_MOVE_LINKS), no more bytes than the
+ * VM's disk and memory and its snapshots' can hold (moveByteLimit). Anything else is refused
+ * before a byte of it is written.
  */
 export async function unpackVm<T>(
   body: Readable,
@@ -104,15 +124,33 @@ export async function unpackVm<T>(
     const limit = moveByteLimit(offer.record);
     return await take(offer, async (dir) => {
       let count = 0;
+      let links = 0;
       let bytes = 0;
+      const written = new Set<string>();
       for (;;) {
         const next = await entries.next();
         if (next.done) return;
         const { header } = next.value;
-        if (header.type !== 'file' || !MOVE_FILE_NAME.test(header.name) || header.name === OFFER)
+        if ((header.type !== 'file' && header.type !== 'link') || !isMovePath(header.name) || header.name === OFFER)
           throw new InvalidArgumentError(
             `a moved vm's tar holds only plain files with plain names; refused ${JSON.stringify(header.name)} (${header.type})`,
           );
+        if (written.has(header.name)) throw new InvalidArgumentError(`a moved vm's tar names ${header.name} twice`);
+        const path = join(dir, header.name);
+        if (header.name.includes('/')) await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+        if (header.type === 'link') {
+          const to = header.linkname ?? '';
+          if (!written.has(to))
+            throw new InvalidArgumentError(
+              `a moved vm's tar links ${header.name} only to a file it sent before; refused ${JSON.stringify(to)}`,
+            );
+          if (++links > MAX_MOVE_LINKS)
+            throw new InvalidArgumentError(`a moved vm has at most ${MAX_MOVE_LINKS} links`);
+          next.value.resume();
+          await link(join(dir, to), path);
+          written.add(header.name);
+          continue;
+        }
         if (++count > MAX_MOVE_FILES) throw new InvalidArgumentError(`a moved vm has at most ${MAX_MOVE_FILES} files`);
         const sparse = (header.pax as Record<string, string> | undefined)?.[SPARSE_KEY];
         const real = sparse === undefined ? 0 : Number(sparse);
@@ -124,7 +162,7 @@ export async function unpackVm<T>(
           throw new PayloadTooLargeError(
             `vm ${offer.record.name}'s files pass ${limit} bytes, more than its disk and memory can hold`,
           );
-        const path = join(dir, header.name);
+        written.add(header.name);
         if (sparse === undefined) await pipeline(next.value, createWriteStream(path, { flags: 'wx', mode: 0o600 }));
         else
           await writeSparse(next.value as AsyncIterable<Buffer>, path, real).catch(async (err: unknown) => {

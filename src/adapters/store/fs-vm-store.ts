@@ -8,6 +8,7 @@ import type { Config } from '../../app/config.js';
 import { AppConfig } from '../../app/tokens.js';
 import { Logger } from '../../ports/logger.js';
 import { AlreadyExistsError } from '../../domain/errors.js';
+import { SNAPSHOTS_FOLDER } from '../../domain/move.js';
 import type { VmFile, VmStore } from '../../ports/stores.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { exists } from '../fs-kit/exists.js';
@@ -109,11 +110,18 @@ export class FsVmStore implements VmStore {
   async files(name: string): Promise<VmFile[]> {
     const dir = this.dir(name);
     const out: VmFile[] = [];
-    for (const f of (await readdir(dir)).sort()) {
-      if (f === RECORD) continue;
-      const st = await lstat(join(dir, f));
-      if (st.isFile()) out.push({ name: f, path: join(dir, f), size: st.size });
-    }
+    // Its own files, then its snapshots' (a folder each, or files: as the hypervisor keeps them).
+    const walk = async (rel: string, depth: number): Promise<void> => {
+      for (const f of (await readdir(join(dir, rel))).sort()) {
+        const path = rel ? `${rel}/${f}` : f;
+        // A snapshot's folder is filled under a hidden name first: one not finished is not sent.
+        if (path === RECORD || (rel && f.startsWith('.'))) continue;
+        const st = await lstat(join(dir, path));
+        if (st.isFile()) out.push({ name: path, path: join(dir, path), size: st.size });
+        else if (st.isDirectory() && (rel || f === SNAPSHOTS_FOLDER) && depth < 2) await walk(path, depth + 1);
+      }
+    };
+    await walk('', 0);
     return out;
   }
 

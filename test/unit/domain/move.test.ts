@@ -1,12 +1,15 @@
 import { expect } from 'chai';
 import {
   assertMovable,
+  isMovePath,
   MOVE_FILE_NAME,
   moveByteLimit,
   offeredRecord,
   parseMoveRequest,
 } from '../../../src/domain/move.js';
 import type { VmRecord } from '../../../src/domain/vm.js';
+
+const snap = { created_at: '', memory: false, taken_from: 'stopped' as const, cpus: 1, memory_mb: 512, disk_gb: 4 };
 
 const rec = (o: Partial<VmRecord> = {}): VmRecord =>
   ({
@@ -54,17 +57,8 @@ describe('domain/move', () => {
       /shares host folders \(\/srv\/data\)/,
     );
     expect(() => assertMovable(rec({ overlay_ip: '10.1.0.5/24' }))).to.throw(/overlay network/);
-    const snap = { created_at: '', memory: false, taken_from: 'stopped' as const, cpus: 1, memory_mb: 512, disk_gb: 4 };
-    expect(() =>
-      assertMovable(
-        rec({
-          snapshots: [
-            { name: 'a', ...snap },
-            { name: 'b', ...snap },
-          ],
-        }),
-      ),
-    ).to.throw(/has snapshots \(a, b\), which stay on this node; delete them to move it/);
+    // Snapshots move with their VM (docs/snapshots.md).
+    assertMovable(rec({ snapshots: [{ name: 'a', ...snap }] }));
   });
 
   it('takes an offer only with its fields, and drops what belonged to the sending host', () => {
@@ -82,12 +76,39 @@ describe('domain/move', () => {
       {},
       { from: 'n1', image_digest: 1, record: rec() },
       { from: 'n1', image_digest: 'x', record: { name: 'x' } },
+      { from: 'n1', image_digest: 'x', record: rec({ snapshots: {} as never }) },
+      { from: 'n1', image_digest: 'x', record: rec({ snapshots: [{ ...snap, name: 'a', disk_gb: 1e300 }] }) },
+      { from: 'n1', image_digest: 'x', record: rec({ snapshots: [{ ...snap, name: 'a', memory_mb: -1 }] }) },
+      { from: 'n1', image_digest: 'x', record: rec({ snapshots: Array(33).fill({ ...snap, name: 'a' }) }) },
     ])
       expect(() => offeredRecord(bad)).to.throw(/a move offer must carry/);
   });
 
   it('bounds what a move may carry', () => {
     expect(moveByteLimit({ disk_gb: 4, memory_mb: 512 })).to.equal((4 * 1024 + 2 * 512 + 256) * 1024 * 1024);
+    // Each snapshot may hold a disk and a memory of its own shape.
+    expect(
+      moveByteLimit({
+        disk_gb: 4,
+        memory_mb: 512,
+        snapshots: [
+          { name: 'a', ...snap, disk_gb: 2, memory_mb: 256 },
+          { name: 'b', ...snap },
+        ],
+      }),
+    ).to.equal((4 * 1024 + 2 * 512 + 256 + (2 * 1024 + 2 * 256) + (4 * 1024 + 2 * 512)) * 1024 * 1024);
+    for (const ok of ['disk.qcow2', 'snapshots/a/snapshot.json', 'snapshots/a.json', 'snapshots/s-1/base-0a.ram'])
+      expect(isMovePath(ok), ok).to.equal(true);
+    for (const bad of [
+      'a/b',
+      'snapshots/../x',
+      'snapshots/a/b/c',
+      'snapshots/./x',
+      'snapshots//x',
+      '/x',
+      'snapshots/a/',
+    ])
+      expect(isMovePath(bad), bad).to.equal(false);
     for (const ok of ['disk.qcow2', 'base-0123456789abcdef.qcow2', 'serial.log', '.hidden'])
       expect(MOVE_FILE_NAME.test(ok), ok).to.equal(true);
     for (const bad of ['.', '..', 'a/b', '../x', '', 'x'.repeat(129), 'sp ace'])

@@ -22,9 +22,11 @@ import type { GuestStandIns } from '../driver.js';
 import type { FakeGuests } from './fake-guests.js';
 import { InMemoryGuestAgent } from './in-memory-guest-agent.js';
 import { InMemorySshProbe } from './in-memory-ssh-probe.js';
+import { SNAPSHOTS_FOLDER } from '../../../domain/move.js';
 
 /** Where the fake keeps a VM's named snapshots, in its directory. */
-const FAKE_SNAPSHOTS = 'fake-snapshots';
+/** Its snapshots' files: the folder a move carries (domain/move.ts). */
+const FAKE_SNAPSHOTS = SNAPSHOTS_FOLDER;
 
 type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
 

@@ -83,15 +83,19 @@ export async function chainFrom(dir: string, first: string | undefined): Promise
  */
 export async function restandOn(dir: string, image: string): Promise<void> {
   const chain = await layersOf(dir);
-  const bottom = join(dir, chain.length ? chain[chain.length - 1] : DISK);
-  const mode = (await stat(bottom)).mode & 0o777;
-  await chmod(bottom, mode | 0o200);
+  await rebaseOnto(join(dir, chain.length ? chain[chain.length - 1] : DISK), image);
+}
+
+/** Gives the qcow2 `file` the backing `image` without touching its data (`qemu-img rebase -u`). */
+export async function rebaseOnto(file: string, image: string): Promise<void> {
+  const mode = (await stat(file)).mode & 0o777;
+  await chmod(file, mode | 0o200);
   try {
-    await run('qemu-img', ['rebase', '-q', '-u', '-f', 'qcow2', '-b', image, '-F', 'qcow2', bottom], {
+    await run('qemu-img', ['rebase', '-q', '-u', '-f', 'qcow2', '-b', image, '-F', 'qcow2', file], {
       env: childEnv(),
     });
   } finally {
-    await chmod(bottom, mode);
+    await chmod(file, mode);
   }
 }
 

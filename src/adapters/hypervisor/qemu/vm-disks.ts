@@ -12,7 +12,7 @@ import type { RamImages } from './ram-image.js';
 import { readSaved, savedFiles, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
 import { captureTop, isCaptureId } from './vm-capture.js';
-import { shareSnapshot } from './vm-snapshots.js';
+import { restandSnapshots, shareSnapshot } from './vm-snapshots.js';
 import { snapshotOfSource } from '../../../domain/snapshots.js';
 
 export interface VmDiskOptions {
@@ -49,6 +49,7 @@ export class QemuVmDisks {
   async takeIn(spec: VmSpec, suspended: boolean): Promise<void> {
     const image = await this.o.images.get(spec.image);
     await restandOn(spec.dir, join(image.dir, image.disk));
+    await restandSnapshots(spec.dir, join(image.dir, image.disk));
     if (!suspended) await writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver));
   }
 

@@ -1,7 +1,7 @@
 import { mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { exists } from '../../fs-kit/exists.js';
-import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, shareInto, type Frozen } from './disk-layers.js';
+import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, rebaseOnto, shareInto, type Frozen } from './disk-layers.js';
 import { clearSaved, savedFiles, SHARED_STATE, writeSaved, type Saved } from './saved-state.js';
 
 /**
@@ -91,6 +91,21 @@ export async function shareSnapshot(dir: string, name: string, to: string): Prom
 export async function dropSnapshot(dir: string, name: string): Promise<void> {
   await rm(folderOf(dir, name), { recursive: true, force: true });
   await rmdir(join(dir, SNAPSHOTS)).catch(() => undefined);
+}
+
+/**
+ * Makes the snapshots of the VM in `dir` (a VM from another node: a move) stand on `image`, this
+ * node's copy of its image, as restandOn does its disk: the bottom layer of each one's chain. A
+ * layer the disk or another snapshot also stands on is one file (a link), given the same name.
+ */
+export async function restandSnapshots(dir: string, image: string): Promise<void> {
+  const names = await readdir(join(dir, SNAPSHOTS)).catch(() => [] as string[]);
+  for (const name of names) {
+    if (name.startsWith('.')) continue;
+    const folder = folderOf(dir, name);
+    const chain = await chainFrom(folder, (await topOf(folder)).layer);
+    if (chain.length) await rebaseOnto(join(folder, chain[chain.length - 1]), image);
+  }
 }
 
 /** Forgets every snapshot of the VM in `dir` (its destroy). */

@@ -2,6 +2,9 @@ import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import {
   closeSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
   ftruncateSync,
   openSync,
   readdirSync,
@@ -69,6 +72,66 @@ describe('adapters/cluster/vm-bundle: a moved VM as one tar', () => {
     expect(got.record.name).to.equal('box');
     expect(readdirSync(dst).sort()).to.deep.equal(['disk.qcow2', 'empty', 'serial.log']);
     for (const f of files) expect(readFileSync(join(dst, f.name)).equals(readFileSync(f.path))).to.equal(true);
+  });
+
+  it('carries the snapshots folder as paths, a file it holds twice (hard links) once, and links it again', async () => {
+    const src = tempDir('svc-bundle-src-');
+    mkdirSync(join(src, 'snapshots', 'before'), { recursive: true });
+    writeFileSync(join(src, 'disk.qcow2'), randomBytes(200_000));
+    writeFileSync(join(src, 'layer-1.qcow2'), randomBytes(300_000));
+    linkSync(join(src, 'layer-1.qcow2'), join(src, 'snapshots', 'before', 'layer-1.qcow2'));
+    writeFileSync(join(src, 'snapshots', 'before', 'snapshot.json'), '{"layer":"layer-1.qcow2"}');
+    const files = [
+      'disk.qcow2',
+      'layer-1.qcow2',
+      'snapshots/before/layer-1.qcow2',
+      'snapshots/before/snapshot.json',
+    ].map((name) => ({ name, path: join(src, name), size: statSync(join(src, name)).size }));
+    let sent = 0;
+    const counted = Readable.from(
+      (async function* () {
+        for await (const c of packVm(offer(), files) as unknown as AsyncIterable<Buffer>) {
+          sent += c.length;
+          yield c;
+        }
+      })(),
+    );
+    const dst = tempDir('svc-bundle-dst-');
+    await unpackVm(counted, (_o, fill) => fill(dst));
+    for (const f of files) expect(readFileSync(join(dst, f.name)).equals(readFileSync(f.path)), f.name).to.equal(true);
+    expect(sent, 'the layer crossed once').to.be.below(200_000 + 300_000 + 64 * 1024);
+    const [a, b] = ['layer-1.qcow2', 'snapshots/before/layer-1.qcow2'].map((n) => statSync(join(dst, n)));
+    expect(a.ino, 'one file, two names, as it was').to.equal(b.ino);
+    expect(a.nlink).to.equal(2);
+  });
+
+  it('refuses links to what it did not send, paths outside the snapshots folder and a name twice', async () => {
+    const file = (name: string) => ({ header: { name, size: 1 }, body: Buffer.from('x') });
+    const link = (name: string, linkname: string) => ({ header: { name, type: 'link' as const, linkname } });
+    const cases: [Readable, RegExp][] = [
+      [
+        tarOf([offerEntry(), link('snapshots/a/x', '/etc/passwd')]),
+        /links snapshots\/a\/x only to a file it sent before/,
+      ],
+      [
+        tarOf([offerEntry(), link('snapshots/a/x', 'disk.qcow2')]),
+        /only to a file it sent before; refused "disk.qcow2"/,
+      ],
+      [tarOf([offerEntry(), file('snapshots/a/b/c')]), /plain files with plain names/],
+      [tarOf([offerEntry(), file('other/a')]), /plain files with plain names/],
+      [tarOf([offerEntry(), file('snapshots/../a')]), /plain files with plain names/],
+      [tarOf([offerEntry(), file('disk.qcow2'), file('disk.qcow2')]), /names disk.qcow2 twice/],
+      [tarOf([offerEntry(), file('disk.qcow2'), link('disk.qcow2', 'disk.qcow2')]), /names disk.qcow2 twice/],
+    ];
+    for (const [body, msg] of cases) {
+      const dst = tempDir('svc-bundle-bad-');
+      const err = await unpackVm(body, (_o, fill) => fill(dst)).then(
+        () => undefined,
+        (e: Error) => e,
+      );
+      expect(err?.message, String(msg)).to.match(msg);
+      expect(existsSync(join(dst, 'snapshots', 'a', 'x')), 'no link made').to.equal(false);
+    }
   });
 
   it('refuses what is not a moved VM before writing a byte of it', async () => {
