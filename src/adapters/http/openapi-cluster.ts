@@ -74,7 +74,7 @@ const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'strin
 export const CLUSTER_PATHS: Record<string, Schema> = {
   '/vms/{name}/move': {
     post: op(
-      'Move a stopped or suspended VM to another node (its disk and saved state go with it)',
+      'Move a stopped or suspended VM to another node (its disk, saved state and snapshots go with it)',
       {
         '200': json('the vm on its new node', ref('Instance')),
         '400': err(
