@@ -361,6 +361,30 @@ describe('svcd with QEMU: real guests end to end', function () {
     const [kidA, kidProc, kidHost] = inKid.json.stdout.trim().split('\n');
     expect([kidA, kidProc.trim(), kidHost]).to.deep.equal(['one', 'sleep 100000', 'snapkid']);
     expect((await d.call('DELETE', '/vms/snapkid')).status).to.equal(200);
+    // The first new VM made the snapshot's memory a RAM image, in the stream's place: the next maps it.
+    const live = readdirSync(join(d.config.data_dir, 'vms', 'main', 'snapshots', 'live'));
+    expect(
+      live.filter((f) => /\.(ram|dev)$/.test(f)),
+      live.join(' '),
+    ).to.have.length(2);
+    expect(
+      live.filter((f) => /\.state$/.test(f)),
+      live.join(' '),
+    ).to.deep.equal([]);
+    const kid2 = await d.call('POST', '/vms', { name: 'snapkid2', from: 'main', snapshot: 'live' });
+    expect(kid2.status, kid2.text).to.equal(201);
+    expect(kid2.json.warning, 'the second new VM cold-booted').to.equal(undefined);
+    const inKid2 = await d.call(
+      'POST',
+      `/vms/snapkid2/exec?${qs({ cmd: 'sh', args: ['-c', `cat /root/snap-a; ${cmd(pidA)}; hostname`] })}`,
+    );
+    expect(
+      inKid2.json.stdout
+        .trim()
+        .split('\n')
+        .map((l: string) => l.trim()),
+    ).to.deep.equal(['one', 'sleep 100000', 'snapkid2']);
+    expect((await d.call('DELETE', '/vms/snapkid2')).status).to.equal(200);
     // A suspended VM's snapshot holds its saved state: a revert resumes the guest as it was saved.
     expect((await d.call('POST', '/vms/main/suspend')).status).to.equal(200);
     const asleep = await d.call('POST', '/vms/main/snapshots', { name: 'asleep' });

@@ -17,6 +17,7 @@ import {
   dropSnapshot,
   keepSnapshot,
   revertTo,
+  replaceSnapshotState,
   shareSnapshot,
 } from '../../src/adapters/hypervisor/qemu/vm-snapshots.js';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
@@ -356,12 +357,29 @@ describe("a VM's named snapshots on its layers (vm-snapshots.ts)", () => {
     // A new VM made from a snapshot stands on its own links to the snapshot's layers and state.
     const kid = join(root, 'vms', 'kid');
     mkdirSync(kid);
-    expect(await shareSnapshot(dir, 's2', kid)).to.deep.equal({ snapshot: true });
+    const sharedS2 = await shareSnapshot(dir, 's2', kid);
+    expect(sharedS2).to.deep.include({ snapshot: true });
+    expect(sharedS2.state?.kind).to.equal('stream');
     expect(firstByte(join(kid, 'disk.qcow2'))).to.equal('62');
-    expect(readFileSync(join(kid, ((await readSaved(kid)) as { file: string }).file), 'utf8')).to.equal('ram of b');
+    const stream = (await readSaved(kid)) as { file: string };
+    expect(readFileSync(join(kid, stream.file), 'utf8')).to.equal('ram of b');
+    // The RAM image the first new VM made of the stream goes into the snapshot in its place.
+    const base = stream.file.replace(/\.state$/, '');
+    writeFileSync(join(kid, `${base}.ram`), 'ram image of b');
+    writeFileSync(join(kid, `${base}.dev`), 'devices of b');
+    await replaceSnapshotState(dir, 's2', kid, { kind: 'image', base });
+    const s2 = join(dir, 'snapshots', 's2');
+    expect(readdirSync(s2))
+      .to.include.members([`${base}.ram`, `${base}.dev`])
+      .and.not.include(stream.file);
+    expect(JSON.parse(readFileSync(join(s2, 'snapshot.json'), 'utf8')).state).to.deep.equal({ kind: 'image', base });
+    expect(statSync(join(s2, `${base}.ram`)).mode & 0o777, 'read-only').to.equal(0o444);
+    expect(statSync(join(s2, `${base}.ram`)).ino, 'one file with the new VM').to.equal(
+      statSync(join(kid, `${base}.ram`)).ino,
+    );
     const kid2 = join(root, 'vms', 'kid2');
     mkdirSync(kid2);
-    expect(await shareSnapshot(dir, 's1', kid2)).to.deep.equal({ snapshot: false });
+    expect(await shareSnapshot(dir, 's1', kid2)).to.deep.include({ snapshot: false, state: undefined });
     expect(firstByte(join(kid2, 'disk.qcow2'))).to.equal('61');
 
     // A revert leaves each snapshot as it was: back to s1 again, then s1 goes; s2 still works.
@@ -381,6 +399,9 @@ describe("a VM's named snapshots on its layers (vm-snapshots.ts)", () => {
     write(disk(), 'z');
     await revertTo(dir, 's2');
     expect(firstByte(disk())).to.equal('62');
+    // It resumes from the RAM image now.
+    expect(await readSaved(dir)).to.deep.equal({ kind: 'image', base });
+    expect(readFileSync(join(dir, `${base}.ram`), 'utf8')).to.equal('ram image of b');
     await dropSnapshot(dir, 's2');
     expect(readdirSync(dir)).to.not.include('snapshots');
   });

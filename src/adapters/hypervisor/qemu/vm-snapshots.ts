@@ -1,5 +1,6 @@
-import { mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { writeFileAtomic } from '../../fs-kit/atomic-file.js';
 import { exists } from '../../fs-kit/exists.js';
 import { chainFrom, LAYER, layersOf, linkOrCopy, overlay, rebaseOnto, shareInto, type Frozen } from './disk-layers.js';
 import { clearSaved, savedFiles, SHARED_STATE, writeSaved, type Saved } from './saved-state.js';
@@ -82,9 +83,33 @@ export async function revertTo(dir: string, name: string): Promise<{ memory: boo
 }
 
 /** Gives a new VM in `to` the snapshot `name` of the VM in `dir`, as a clone is given its template's top. */
-export async function shareSnapshot(dir: string, name: string, to: string): Promise<{ snapshot: boolean }> {
+export async function shareSnapshot(
+  dir: string,
+  name: string,
+  to: string,
+): Promise<{ snapshot: boolean; state?: Saved }> {
   const folder = folderOf(dir, name);
-  return shareInto(folder, to, await topOf(folder));
+  const top = await topOf(folder);
+  return { ...(await shareInto(folder, to, top)), state: top.state };
+}
+
+/**
+ * Puts `next`, a saved state in `from` made of the snapshot's own (a RAM image made of its
+ * stream), in the snapshot `name` in its place: its files linked in, `snapshot.json` rewritten in
+ * one step, then the old state's files dropped. A daemon that dies in it leaves the snapshot with
+ * one state or the other, and at worst a file it no longer names.
+ */
+export async function replaceSnapshotState(dir: string, name: string, from: string, next: Saved): Promise<void> {
+  const folder = folderOf(dir, name);
+  const top = await topOf(folder);
+  for (const f of savedFiles(next)) {
+    // Read-only, as a template's: every guest that restores from it maps it privately.
+    await chmod(join(from, f), 0o444);
+    await rm(join(folder, f), { force: true });
+    await linkOrCopy(join(from, f), join(folder, f));
+  }
+  await writeFileAtomic(join(folder, TOP), JSON.stringify({ layer: top.layer, state: next }) + '\n');
+  for (const f of savedFiles(top.state)) if (!savedFiles(next).includes(f)) await rm(join(folder, f), { force: true });
 }
 
 /** Forgets the snapshot `name` of the VM in `dir` (and the folder of snapshots once empty). Idempotent. */
