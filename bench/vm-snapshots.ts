@@ -5,12 +5,15 @@ import { join } from 'node:path';
 import { diskUse, fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_VM_SNAPSHOT_ROUNDS ?? 5);
+/** New VMs made one after the other from one snapshot. */
+const FAN = 4;
 
 /**
  * What a named snapshot costs, in one run on a minimal guest of 512 MB: taking one of the running
  * guest (the call, and how long the guest was held, read from the daemon's capture log) against a
  * suspend of the same VM; a revert to it, to a guest that answers again, against a restore of the
- * suspend and a cold boot; and the disk each snapshot adds, against the VM's own files.
+ * suspend and a cold boot; new VMs from one snapshot (the first makes its RAM image); and the
+ * disk each snapshot adds, against the VM's own files.
  */
 export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-vmsnap-'));
@@ -44,6 +47,16 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       await c.exec('vm', { cmd: 'true', args: [] });
       restore.push(performance.now() - t0);
     }
+    // New VMs from one snapshot: the first makes a RAM image of its memory stream, the next map it.
+    await c.takeSnapshot('vm', { name: 'fan' });
+    const fan: number[] = [];
+    for (let i = 0; i < FAN; i++) {
+      t0 = performance.now();
+      await c.create({ name: `fan${i}`, from: 'vm', snapshot: 'fan' });
+      await c.exec(`fan${i}`, { cmd: 'true', args: [] });
+      fan.push(performance.now() - t0);
+      await c.delete(`fan${i}`);
+    }
     // Cold boots beside them, in the same run.
     for (let i = 0; i < 2; i++) {
       t0 = performance.now();
@@ -76,6 +89,12 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       `p50 ${fmt(rv.p50, 0)} ms, p95 ${fmt(rv.p95, 0)} ms`,
       `a restore of the suspend p50 ${fmt(rs.p50, 0)} ms; a cold boot p50 ${fmt(cb.p50, 0)} ms (${fmt(cb.p50 / rv.p50, 1)}x the revert)`,
     );
+    const later = stats(fan.slice(1));
+    row(
+      `${FAN} new VMs from one snapshot, one after the other, each to its first exec`,
+      `the first ${fmt(fan[0], 0)} ms, the others p50 ${fmt(later.p50, 0)} ms`,
+      `the first makes a RAM image of the snapshot's memory stream and puts it in the snapshot; the others (and a revert) map it`,
+    );
     row(
       `disk of ${ROUNDS} snapshots of the running guest (links counted once)`,
       `${fmt(perSnapshot / 2 ** 20, 1)} MiB per snapshot`,
@@ -90,6 +109,7 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       restore_ms: rs,
       cold_boot_ms: cb,
       disk_bytes: use,
+      from_snapshot_ms: { first: fan[0], later },
     };
   } finally {
     if (d) {
