@@ -12,7 +12,7 @@ const FAN = 4;
  * What a named snapshot costs, in one run on a minimal guest of 512 MB: taking one of the running
  * guest (the call, and how long the guest was held, read from the daemon's capture log) against a
  * suspend of the same VM; a revert to it, to a guest that answers again, against a restore of the
- * suspend and a cold boot; new VMs from one snapshot (the first makes its RAM image); and the
+ * suspend and a cold boot; new VMs from one snapshot (the second makes its RAM image); and the
  * disk each snapshot adds, against the VM's own files.
  */
 export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
@@ -89,11 +89,11 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       `p50 ${fmt(rv.p50, 0)} ms, p95 ${fmt(rv.p95, 0)} ms`,
       `a restore of the suspend p50 ${fmt(rs.p50, 0)} ms; a cold boot p50 ${fmt(cb.p50, 0)} ms (${fmt(cb.p50 / rv.p50, 1)}x the revert)`,
     );
-    const later = stats(fan.slice(1));
+    const later = stats(fan.slice(2));
     row(
       `${FAN} new VMs from one snapshot, one after the other, each to its first exec`,
-      `the first ${fmt(fan[0], 0)} ms, the others p50 ${fmt(later.p50, 0)} ms`,
-      `the first makes a RAM image of the snapshot's memory stream and puts it in the snapshot; the others (and a revert) map it`,
+      `the first ${fmt(fan[0], 0)} ms, the second ${fmt(fan[1], 0)} ms, the others p50 ${fmt(later.p50, 0)} ms`,
+      `the first loads the snapshot's memory stream; the second makes a RAM image of it and puts it in the snapshot; the others (and a revert) map it`,
     );
     row(
       `disk of ${ROUNDS} snapshots of the running guest (links counted once)`,
@@ -109,7 +109,7 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       restore_ms: rs,
       cold_boot_ms: cb,
       disk_bytes: use,
-      from_snapshot_ms: { first: fan[0], later },
+      from_snapshot_ms: { first: fan[0], second: fan[1], later },
     };
   } finally {
     if (d) {

@@ -1,5 +1,12 @@
 import { inject, injectable } from 'inversify';
-import { roomCheck, type ClusterInstance, type NodeInfo, type NodeView, type VmEntry } from '../domain/cluster.js';
+import {
+  roomCheck,
+  type ClusterInstance,
+  type NodeInfo,
+  type NodeView,
+  type VmEntry,
+  type VmShape,
+} from '../domain/cluster.js';
 import { errorMessage, NotFoundError, UnavailableError } from '../domain/errors.js';
 import type { VmChange } from '../domain/events.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
@@ -190,6 +197,31 @@ export class ClusterService implements LifecycleContribution {
   async takeOver(name: string, from: string): Promise<void> {
     const shape = this.store.vm(name)?.shape;
     await this.store.transfer(name, from, this.self, shape ? roomCheck(shape, `vm ${name}`) : () => undefined);
+  }
+
+  /**
+   * This node's VM `rec` is about to take the shape `next` (an edit, a revert to a snapshot taken
+   * at another shape): when it grows, the node must have room for it beside what else is placed
+   * there (429 otherwise, and nothing changes); its entry and the node's room hold the new shape
+   * before the change is made. Answers what gives the old shape back when the change then fails.
+   */
+  async reshape(rec: VmRecord, next: VmShape): Promise<() => Promise<void>> {
+    const was: VmShape = { cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb };
+    if (was.cpus === next.cpus && was.memory_mb === next.memory_mb && was.disk_gb === next.disk_gb)
+      return async () => undefined;
+    const grows = next.cpus > was.cpus || next.memory_mb > was.memory_mb || next.disk_gb > was.disk_gb;
+    const what = `vm ${rec.name} at ${next.cpus} cpu(s), ${next.memory_mb} MB and ${next.disk_gb} GB`;
+    await this.store.reshape(rec.name, next, grows ? roomCheck(next, what) : () => undefined);
+    return () =>
+      this.store
+        .reshape(rec.name, was, () => undefined)
+        .catch((err: unknown) => {
+          // The next change of its record publishes the shape it has.
+          this.log.warn(
+            { vm: rec.name, err: errorMessage(err) },
+            'cluster: cannot give a failed change its shape back',
+          );
+        });
   }
 
   /** What this node says of itself in its lease. */

@@ -1,4 +1,4 @@
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { ShapeChange } from '../domain/create-request.js';
 import { InvalidArgumentError, InvalidStateError, NotFoundError, NotSupportedError } from '../domain/errors.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
@@ -6,6 +6,7 @@ import { Clock } from '../ports/clock.js';
 import { GuestImages } from '../ports/guest-images.js';
 import { Hypervisor } from '../ports/hypervisor.js';
 import { Activity } from './activity.js';
+import { ClusterService } from './cluster-service.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
@@ -25,6 +26,7 @@ export class VmEdit {
     @inject(GuestImages) private readonly images: GuestImages,
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
+    @inject(ClusterService) @optional() private readonly cluster: ClusterService | undefined,
   ) {}
 
   async edit(name: string, change: ShapeChange): Promise<Instance> {
@@ -42,14 +44,20 @@ export class VmEdit {
           throw new InvalidArgumentError(
             `disk_gb ${next.disk_gb} is smaller than the disk of vm ${name} (${rec.disk_gb} GB): a disk only grows`,
           );
-        if (next.disk_gb > rec.disk_gb) {
-          if (!this.hv.growDisk) throw new NotSupportedError(`the ${this.hv.kind} hypervisor cannot grow a VM's disk`);
+        if (next.disk_gb > rec.disk_gb && !this.hv.growDisk)
+          throw new NotSupportedError(`the ${this.hv.kind} hypervisor cannot grow a VM's disk`);
+        // In a cluster, the node's room for the new shape first (docs/cluster.md).
+        const giveBack = await this.cluster?.reshape(rec, next);
+        try {
           // The disk first: a daemon that dies between the two finds a disk larger than its
           // record, which a start takes as it is (the guest grows into what it finds).
-          await this.hv.growDisk(this.keeper.ref(rec), next.disk_gb);
+          if (next.disk_gb > rec.disk_gb) await this.hv.growDisk!(this.keeper.ref(rec), next.disk_gb);
+          Object.assign(rec, next, { updated_at: new Date(this.clock.now()).toISOString() });
+          await this.vms.save(rec);
+        } catch (err) {
+          await giveBack?.();
+          throw err;
         }
-        Object.assign(rec, next, { updated_at: new Date(this.clock.now()).toISOString() });
-        await this.vms.save(rec);
         return toPublic(rec);
       }),
     );

@@ -1,4 +1,4 @@
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import {
   AlreadyExistsError,
   InvalidStateError,
@@ -20,6 +20,7 @@ import { Clock } from '../ports/clock.js';
 import { Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
+import { ClusterService } from './cluster-service.js';
 import { CrashWatch } from './crash-watch.js';
 import { GuestShares } from './guest-shares.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -53,6 +54,7 @@ export class VmSnapshots {
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(ClusterService) @optional() private readonly cluster: ClusterService | undefined,
   ) {}
 
   list(name: string): VmSnapshot[] {
@@ -122,6 +124,9 @@ export class VmSnapshots {
           const snap = this.find(rec, snapshot);
           if (!this.disks.revert) throw new NotSupportedError(`the ${this.hv.kind} hypervisor keeps no snapshots`);
           if (rec.status === 'creating') throw new InvalidStateError(`vm ${name} is being created; wait for it`);
+          // In a cluster, the node's room for the snapshot's shape first (docs/cluster.md): a
+          // revert refused for it leaves the VM as it was.
+          const giveBack = await this.cluster?.reshape(rec, snap);
           if (rec.status === 'running' || rec.status === 'paused') {
             await this.events.emit('down', rec);
             await this.crashes.expectExit(rec, () => this.hv.kill(this.keeper.ref(rec)));
@@ -130,7 +135,10 @@ export class VmSnapshots {
           if (rec.status !== 'stopped') changeStatus(rec, { to: 'stopped' });
           clearRuntime(rec);
           await this.vms.save(rec);
-          const { memory } = await this.disks.revert(this.keeper.ref(rec), snap.name);
+          const { memory } = await this.disks.revert(this.keeper.ref(rec), snap.name).catch(async (err: unknown) => {
+            await giveBack?.();
+            throw err;
+          });
           Object.assign(rec, { cpus: snap.cpus, memory_mb: snap.memory_mb, disk_gb: snap.disk_gb });
           rec.updated_at = new Date(this.clock.now()).toISOString();
           if (!memory) {

@@ -52,6 +52,14 @@ export interface ClusterStore {
    */
   release(names: string | readonly string[], owner?: string): Promise<void>;
   /**
+   * This node's VM `name` takes `shape` (an edit, a revert to a snapshot of another shape): its
+   * entry and the node's room move by the difference in one transaction, after `check` approved
+   * the node without the VM's old shape (tried again when something was placed meanwhile). A VM
+   * with no entry (a warm pool member, not placed): nothing. InvalidStateError when the entry is
+   * another node's; whatever `check` throws.
+   */
+  reshape(name: string, shape: VmShape, check: (n: NodeView) => void): Promise<void>;
+  /**
    * Hands the VM's entry from node `from` to node `to` with its shape, in one transaction, after
    * `check` approved `to` as it is now (tried again when something was placed meanwhile). Done
    * already (the entry is `to`'s): nothing. InvalidStateError when the entry is another node's;

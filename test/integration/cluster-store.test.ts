@@ -178,6 +178,52 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     expect(load()).to.deep.include(before);
   });
 
+  it('reshapes a VM ahead of its change (an edit, a revert): checked without its old shape, all or nothing', async () => {
+    const [a, b] = stores;
+    const load = () => a.nodes().find((n) => n.node === 'a')!.allocated;
+    const waitFor = async (ok: () => boolean) => {
+      const end = Date.now() + 20_000;
+      while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    };
+    const before = { ...load() };
+    await a.reserve(['rs1'], 'a', SHAPE, () => undefined);
+    await waitFor(() => load().vms === before.vms + 1);
+    const grown = { cpus: 4, memory_mb: 2048, disk_gb: 8 };
+    // The check sees the node as it would be without the VM: what the new shape must fit beside.
+    const seen: unknown[] = [];
+    await a.reshape('rs1', grown, (n) => void seen.push({ ...n.allocated }));
+    expect(seen).to.deep.equal([before]);
+    await waitFor(() => load().cpus === before.cpus + grown.cpus);
+    expect(load()).to.deep.include({
+      vms: before.vms + 1,
+      cpus: before.cpus + grown.cpus,
+      memory_mb: before.memory_mb + grown.memory_mb,
+      disk_gb: before.disk_gb + grown.disk_gb,
+    });
+    expect((await b.look('rs1'))?.shape).to.deep.equal(grown);
+    // A check that refuses: nothing changes.
+    let err: unknown;
+    await a
+      .reshape('rs1', { ...grown, cpus: 64 }, () => {
+        throw new Error('no room');
+      })
+      .catch((e: unknown) => (err = e));
+    expect(String(err)).to.match(/no room/);
+    expect((await b.look('rs1'))?.shape).to.deep.equal(grown);
+    // The same shape, or a VM with no entry: nothing to do, nothing checked.
+    await a.reshape('rs1', grown, () => expect.fail('checked'));
+    await a.reshape('never-placed', grown, () => expect.fail('checked'));
+    // Only the VM's node reshapes it.
+    err = undefined;
+    await b.reshape('rs1', SHAPE, () => undefined).catch((e: unknown) => (err = e));
+    expect(String(err)).to.match(/vm rs1 is on node a, not on node b/);
+    // Back to the old shape, then released: the node's load is what it was.
+    await a.reshape('rs1', SHAPE, () => undefined);
+    await a.release('rs1');
+    await waitFor(() => load().vms === before.vms);
+    expect(load()).to.deep.include(before);
+  });
+
   it('keeps the newer of a look and a watch event whichever comes first', async () => {
     const [a, b] = stores;
     const raw = new Etcd3({ hosts: etcd.endpoints });

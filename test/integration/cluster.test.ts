@@ -474,6 +474,12 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(edited.json).to.include({ name: 'mv-stopped', memory_mb: 320 });
     for (let i = 0; i < 100 && (await memory()) !== memBefore + 64; i++) await new Promise((r) => setTimeout(r, 100));
     expect(await memory()).to.equal(memBefore + 64);
+    // An edit its node has no room for is refused before anything changes (n1 has 65536 MB).
+    const tooBig = await api(n3, 'PATCH', '/vms/mv-stopped', { memory_mb: 70_000 });
+    expect(tooBig.status, tooBig.text).to.equal(429);
+    expect(tooBig.json.error).to.match(/node n1 has no room left for vm mv-stopped at 1 cpu\(s\), 70000 MB/);
+    expect((await api(n1, 'GET', '/vms/mv-stopped')).json).to.include({ memory_mb: 320 });
+    expect(await memory()).to.equal(memBefore + 64);
     expect((await api(n2, 'PATCH', '/vms/mv-susp', { memory_mb: 320 })).json.error).to.match(/is suspended/);
     const [on1, on2] = [await allocated('n1'), await allocated('n2')];
     // Snapshots go with their VM (docs/snapshots.md): one of the stopped VM, one of the suspended (its memory).

@@ -19,6 +19,7 @@ import {
   revertTo,
   replaceSnapshotState,
   shareSnapshot,
+  sharedBefore,
 } from '../../src/adapters/hypervisor/qemu/vm-snapshots.js';
 import { InvalidArgumentError } from '../../src/domain/errors.js';
 import { tempDir } from '../helpers/daemon.js';
@@ -363,7 +364,10 @@ describe("a VM's named snapshots on its layers (vm-snapshots.ts)", () => {
     expect(firstByte(join(kid, 'disk.qcow2'))).to.equal('62');
     const stream = (await readSaved(kid)) as { file: string };
     expect(readFileSync(join(kid, stream.file), 'utf8')).to.equal('ram of b');
-    // The RAM image the first new VM made of the stream goes into the snapshot in its place.
+    // The second new VM from it makes a RAM image of its stream (the first only notes it was used).
+    expect(await sharedBefore(dir, 's2')).to.equal(false);
+    expect(await sharedBefore(dir, 's2')).to.equal(true);
+    // The RAM image made of the stream goes into the snapshot in its place.
     const base = stream.file.replace(/\.state$/, '');
     writeFileSync(join(kid, `${base}.ram`), 'ram image of b');
     writeFileSync(join(kid, `${base}.dev`), 'devices of b');

@@ -216,6 +216,33 @@ export class EtcdClusterStore implements ClusterStore {
     });
   }
 
+  async reshape(name: string, shape: VmShape, check: (n: NodeView) => void): Promise<void> {
+    const self = this.s.node;
+    await this.write(`reshape vm ${name}`, async () => {
+      for (let i = 0; i < TXN_TRIES; i++) {
+        const vm = await this.get(`vms/${name}`);
+        const e = parse<VmEntry>(vm?.value.toString());
+        if (!vm || !e || sameShape(e.shape, shape)) return;
+        if (e.node !== self) throw new InvalidStateError(`vm ${name} is on node ${e.node}, not on node ${self}`);
+        const alloc = await this.get(`alloc/${self}`);
+        const without = addLoad(parse<NodeLoad>(alloc?.value.toString()) ?? { ...NO_LOAD }, e.shape, -1);
+        const view = this.node(self);
+        if (view) check({ ...view, allocated: without });
+        const r = await this.client
+          .if(this.key(`vms/${name}`), 'Mod', '==', vm.mod_revision)
+          .and(this.key(`alloc/${self}`), 'Mod', '==', alloc?.mod_revision ?? 0)
+          .then(
+            this.client.put(this.key(`vms/${name}`)).value(JSON.stringify({ ...e, shape })),
+            this.client.put(this.key(`alloc/${self}`)).value(JSON.stringify(addLoad(without, shape, 1))),
+          )
+          .commit();
+        if (r.succeeded) return;
+        await pause();
+      }
+      throw new UnavailableError(`reshaping vm ${name} lost ${TXN_TRIES} races in a row; try again`);
+    });
+  }
+
   async transfer(name: string, from: string, to: string, check: (n: NodeView) => void): Promise<void> {
     await this.write(`move vm ${name}`, async () => {
       for (let i = 0; i < TXN_TRIES; i++) {

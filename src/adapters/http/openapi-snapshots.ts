@@ -88,6 +88,7 @@ export const SNAPSHOT_PATHS: Record<string, Record<string, Schema>> = {
         ),
         '400': err('a VM being created, or one whose forks are being made'),
         '404': noSuch,
+        '429': err("in a cluster, its node has no room for the snapshot's shape"),
         '501': err('the hypervisor keeps no snapshots'),
       },
       { parameters: [nameParam, snapshotParam] },

@@ -60,6 +60,7 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
         '200': json('the vm', ref('Instance')),
         '400': err('not a shape; a disk smaller than it is; or the VM is not stopped, or has a saved state'),
         '404': err('no such vm'),
+        '429': err('in a cluster, its node has no room for the new shape'),
         '501': err('the hypervisor cannot grow a disk'),
       },
       { parameters: [nameParam], requestBody: jsonBody(ref('ShapeChange')) },

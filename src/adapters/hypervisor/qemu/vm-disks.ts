@@ -12,7 +12,7 @@ import type { RamImages } from './ram-image.js';
 import { readSaved, savedFiles, writeSaved } from './saved-state.js';
 import { spareDir, type SpareQemus } from './spare-qemus.js';
 import { captureTop, isCaptureId } from './vm-capture.js';
-import { replaceSnapshotState, restandSnapshots, shareSnapshot } from './vm-snapshots.js';
+import { replaceSnapshotState, restandSnapshots, shareSnapshot, sharedBefore } from './vm-snapshots.js';
 import { snapshotOfSource } from '../../../domain/snapshots.js';
 
 export interface VmDiskOptions {
@@ -91,11 +91,12 @@ export class QemuVmDisks {
 
   /**
    * A VM as one of its named snapshots holds it: links to the snapshot's layers and saved state.
-   * The first one made from a snapshot whose memory is a migration stream makes a RAM image of it
+   * The second one made from a snapshot whose memory is a migration stream makes a RAM image of it
    * (as the first fork of a capture for several does) and puts it in the snapshot in the stream's
-   * place, so it and every later one (and a revert) map one memory file rather than each load the
-   * stream. When the image cannot be made, the stream stays and is loaded. The caller holds the
-   * VM's lock: two makers never race.
+   * place, so it and every later one (and a revert) map one memory file and share its pages,
+   * rather than each load the stream. The first does not: one new VM from a snapshot is the common
+   * case, and making the image costs it seconds. When the image cannot be made, the stream stays
+   * and is loaded. The caller holds the VM's lock: two makers never race.
    */
   private async fromSnapshot(source: VmRef, spec: VmSpec, name: string): Promise<{ snapshot: boolean }> {
     try {
@@ -104,7 +105,7 @@ export class QemuVmDisks {
         writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver)),
       ]);
       const stream = shared.state?.kind === 'stream' ? shared.state.file : undefined;
-      if (stream) {
+      if (stream && (await sharedBefore(source.dir, name))) {
         const saved = await this.o.ramImages.make(spec, stream, stream.replace(/\.state$/, ''));
         if (saved) {
           await replaceSnapshotState(source.dir, name, spec.dir, saved);

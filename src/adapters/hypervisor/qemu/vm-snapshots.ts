@@ -93,6 +93,17 @@ export async function shareSnapshot(
   return { ...(await shareInto(folder, to, top)), state: top.state };
 }
 
+/** A note in a snapshot's folder: a new VM was made from it before (the next makes its RAM image). */
+const SHARED_ONCE = '.shared-once';
+
+/** Was a new VM made from the snapshot `name` before? Notes that one is now. */
+export async function sharedBefore(dir: string, name: string): Promise<boolean> {
+  const note = join(folderOf(dir, name), SHARED_ONCE);
+  if (await exists(note)) return true;
+  await writeFile(note, '');
+  return false;
+}
+
 /**
  * Puts `next`, a saved state in `from` made of the snapshot's own (a RAM image made of its
  * stream), in the snapshot `name` in its place: its files linked in, `snapshot.json` rewritten in
