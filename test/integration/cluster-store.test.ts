@@ -55,6 +55,14 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     return store;
   };
 
+  /** What `store` says is placed on `node` now. */
+  const loadOf = (store: EtcdClusterStore, node: string) => store.nodes().find((n) => n.node === node)!.allocated;
+  /** Until `ok` holds (a watch brings what was written), or 20 s. */
+  const waitFor = async (ok: () => boolean) => {
+    const end = Date.now() + 20_000;
+    while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  };
+
   before(async () => {
     etcd = await startEtcd(tempDir('svc-etcd-store-'), 1);
   });
@@ -153,11 +161,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
 
   it("holds a VM's new shape when its node publishes it changed (an edit): the node's load moves by the difference", async () => {
     const [a, b] = stores;
-    const load = () => b.nodes().find((n) => n.node === 'a')!.allocated;
-    const waitFor = async (ok: () => boolean) => {
-      const end = Date.now() + 20_000;
-      while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-    };
+    const load = () => loadOf(b, 'a');
     const before = { ...load() };
     await a.reserve(['sh1'], 'a', SHAPE, () => undefined);
     await waitFor(() => load().vms === before.vms + 1);
@@ -180,11 +184,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
 
   it('reshapes a VM ahead of its change (an edit, a revert): checked without its old shape, all or nothing', async () => {
     const [a, b] = stores;
-    const load = () => a.nodes().find((n) => n.node === 'a')!.allocated;
-    const waitFor = async (ok: () => boolean) => {
-      const end = Date.now() + 20_000;
-      while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-    };
+    const load = () => loadOf(a, 'a');
     const before = { ...load() };
     await a.reserve(['rs1'], 'a', SHAPE, () => undefined);
     await waitFor(() => load().vms === before.vms + 1);
