@@ -522,6 +522,20 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       listed.text,
     ).to.deep.equal(['before']);
     expect(readdirSync(join(vmDir(n2, 'mv-stopped'), 'snapshots'))).to.deep.equal(['before.json']);
+    // Made smaller, it goes back to the snapshot's 320 MB only where n2 has room for that.
+    const n2Memory = async () =>
+      ((await api(n3, 'GET', '/nodes/n2')).json as { allocated: { memory_mb: number } }).allocated.memory_mb;
+    const n2Before = await n2Memory();
+    expect((await api(n3, 'PATCH', '/vms/mv-stopped', { memory_mb: 256 })).status).to.equal(200);
+    await until('n2 holds the smaller shape', 10_000, async () => (await n2Memory()) === n2Before - 64);
+    const free = 65_536 - (await n2Memory());
+    const filler = await api(n3, 'POST', '/vms', { name: 'mv-filler', node: 'n2', memory_mb: free - 32 });
+    expect(filler.status, filler.text).to.equal(201);
+    const noRoom = await api(n3, 'POST', '/vms/mv-stopped/snapshots/before/revert');
+    expect(noRoom.status, noRoom.text).to.equal(429);
+    expect(noRoom.json.error).to.match(/node n2 has no room left for vm mv-stopped at 1 cpu\(s\), 320 MB/);
+    expect((await api(n2, 'GET', '/vms/mv-stopped')).json).to.include({ status: 'stopped', memory_mb: 256 });
+    expect((await api(n3, 'DELETE', '/vms/mv-filler')).status).to.equal(200);
     const reverted = await api(n3, 'POST', '/vms/mv-stopped/snapshots/before/revert');
     expect(reverted.status, reverted.text).to.equal(200);
     expect(reverted.json).to.include({ status: 'stopped', memory_mb: 320 });
