@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from '
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
-import { ensureImage } from './image.js';
+import { ensureImage, qemuProcesses } from './image.js';
 
 /**
  * What a new user meets first, on real guests. Boots that cannot succeed fail fast and say why:
@@ -49,7 +49,8 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
   });
   after(async () => {
-    for (const n of ['tinymem', 'panics', 'hangs', 'box']) await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
+    for (const n of ['tinymem', 'panics', 'hangs', 'frozen', 'box'])
+      await d.call('DELETE', `/vms/${n}`).catch(() => undefined);
     await d.stop();
   });
 
@@ -103,6 +104,31 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
     expect(error).to.match(
       /the console's last lines:\n(  \| .*\n)*  \| svc-initramfs: cannot mount \/dev\/nonexistent/,
     );
+  });
+
+  it('boots again a guest whose first boot hangs (its QEMU stopped mid-boot), and it comes up', async () => {
+    const made = d.call('POST', '/vms?stream=1', { name: 'frozen', memory_mb: 256 });
+    // Its QEMU frozen from outside (SIGSTOP) as soon as it runs: a console that says nothing more
+    // and no CPU, as a guest kernel stuck early in its boot looks from the host.
+    let pid = 0;
+    for (let i = 0; i < 600 && !pid; i++) {
+      pid = parseInt(qemuProcesses(d.config.data_dir, ['frozen'])[0] ?? '0', 10);
+      if (!pid) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(pid, 'its QEMU started').to.be.above(0);
+    process.kill(pid, 'SIGSTOP');
+    const r = await made;
+    const events = r.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { phase: string; message: string });
+    expect(events.at(-1)!.phase, r.text).to.equal('ready');
+    const again = events.filter((e) => e.phase === 'boot' && e.message.includes('booting it again'));
+    expect(again, r.text).to.have.length(1);
+    expect(qemuProcesses(d.config.data_dir, ['frozen']).map((l) => parseInt(l, 10))).to.not.include(pid);
+    const x = await d.call('POST', '/vms/frozen/exec?cmd=hostname');
+    expect(x.json.stdout).to.equal('frozen\n');
+    expect((await d.call('DELETE', '/vms/frozen')).status).to.equal(200);
   });
 
   it('creates from the CLI in a terminal with its progress, then runs commands with their exit codes', async () => {
