@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
@@ -108,14 +108,16 @@ describe('svcd with QEMU: a boot that fails says why, fast; the CLI in a termina
 
   it('boots again a guest whose first boot hangs (its QEMU stopped mid-boot), and it comes up', async () => {
     const made = d.call('POST', '/vms?stream=1', { name: 'frozen', memory_mb: 256 });
-    // Its QEMU frozen from outside (SIGSTOP) as soon as it runs: a console that says nothing more
-    // and no CPU, as a guest kernel stuck early in its boot looks from the host.
+    // Its QEMU frozen from outside (SIGSTOP) once its guest has begun to print: a console that
+    // says nothing more and no CPU, as a guest kernel stuck early in its boot looks from the host.
+    const console = join(d.config.data_dir, 'vms', 'frozen', 'serial.log');
     let pid = 0;
-    for (let i = 0; i < 600 && !pid; i++) {
-      pid = parseInt(qemuProcesses(d.config.data_dir, ['frozen'])[0] ?? '0', 10);
+    for (let i = 0; i < 1500 && !pid; i++) {
+      const printed = existsSync(console) && statSync(console).size > 0;
+      if (printed) pid = parseInt(qemuProcesses(d.config.data_dir, ['frozen'])[0] ?? '0', 10);
       if (!pid) await new Promise((r) => setTimeout(r, 20));
     }
-    expect(pid, 'its QEMU started').to.be.above(0);
+    expect(pid, 'its guest began to boot').to.be.above(0);
     process.kill(pid, 'SIGSTOP');
     const r = await made;
     const events = r.text
