@@ -115,7 +115,7 @@ export class FsVmStore implements VmStore {
       for (const f of (await readdir(join(dir, rel))).sort()) {
         const path = rel ? `${rel}/${f}` : f;
         // A snapshot's folder is filled under a hidden name first: one not finished is not sent.
-        if (path === RECORD || (rel && f.startsWith('.'))) continue;
+        if (path === RECORD || (rel === SNAPSHOTS_FOLDER && f.startsWith('.'))) continue;
         const st = await lstat(join(dir, path));
         if (st.isFile()) out.push({ name: path, path: join(dir, path), size: st.size });
         else if (st.isDirectory() && (rel || f === SNAPSHOTS_FOLDER) && depth < 2) await walk(path, depth + 1);
