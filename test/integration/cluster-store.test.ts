@@ -57,6 +57,21 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
 
   /** What `store` says is placed on `node` now. */
   const loadOf = (store: EtcdClusterStore, node: string) => store.nodes().find((n) => n.node === node)!.allocated;
+  /** Places `name` on node a; once `seenBy` shows it, the load before it and a reader of the load now. */
+  const placeOnA = async (name: string, seenBy: EtcdClusterStore) => {
+    const load = () => loadOf(seenBy, 'a');
+    const before = { ...load() };
+    await stores[0].reserve([name], 'a', SHAPE, () => undefined);
+    await waitFor(() => load().vms === before.vms + 1);
+    return { load, before };
+  };
+  /** A node's load with one more VM of `shape` on it. */
+  const oneMore = (l: { vms: number; cpus: number; memory_mb: number; disk_gb: number }, shape: typeof SHAPE) => ({
+    vms: l.vms + 1,
+    cpus: l.cpus + shape.cpus,
+    memory_mb: l.memory_mb + shape.memory_mb,
+    disk_gb: l.disk_gb + shape.disk_gb,
+  });
   /** Until `ok` holds (a watch brings what was written), or 20 s. */
   const waitFor = async (ok: () => boolean) => {
     const end = Date.now() + 20_000;
@@ -161,19 +176,11 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
 
   it("holds a VM's new shape when its node publishes it changed (an edit): the node's load moves by the difference", async () => {
     const [a, b] = stores;
-    const load = () => loadOf(b, 'a');
-    const before = { ...load() };
-    await a.reserve(['sh1'], 'a', SHAPE, () => undefined);
-    await waitFor(() => load().vms === before.vms + 1);
+    const { load, before } = await placeOnA('sh1', b);
     const grown = { cpus: 3, memory_mb: 1024, disk_gb: 5 };
     await a.publish({ name: 'sh1', status: 'stopped', ...grown } as Instance);
     await waitFor(() => load().memory_mb === before.memory_mb + grown.memory_mb);
-    expect(load()).to.deep.include({
-      vms: before.vms + 1,
-      cpus: before.cpus + grown.cpus,
-      memory_mb: before.memory_mb + grown.memory_mb,
-      disk_gb: before.disk_gb + grown.disk_gb,
-    });
+    expect(load()).to.deep.include(oneMore(before, grown));
     expect(b.vm('sh1')).to.deep.include({ shape: grown });
     // Published again unchanged: the load stays; released: all of the new shape is given back.
     await a.publish({ name: 'sh1', status: 'running', ...grown } as Instance);
@@ -184,22 +191,14 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
 
   it('reshapes a VM ahead of its change (an edit, a revert): checked without its old shape, all or nothing', async () => {
     const [a, b] = stores;
-    const load = () => loadOf(a, 'a');
-    const before = { ...load() };
-    await a.reserve(['rs1'], 'a', SHAPE, () => undefined);
-    await waitFor(() => load().vms === before.vms + 1);
+    const { load, before } = await placeOnA('rs1', a);
     const grown = { cpus: 4, memory_mb: 2048, disk_gb: 8 };
     // The check sees the node as it would be without the VM: what the new shape must fit beside.
     const seen: unknown[] = [];
     await a.reshape('rs1', grown, (n) => void seen.push({ ...n.allocated }));
     expect(seen).to.deep.equal([before]);
     await waitFor(() => load().cpus === before.cpus + grown.cpus);
-    expect(load()).to.deep.include({
-      vms: before.vms + 1,
-      cpus: before.cpus + grown.cpus,
-      memory_mb: before.memory_mb + grown.memory_mb,
-      disk_gb: before.disk_gb + grown.disk_gb,
-    });
+    expect(load()).to.deep.include(oneMore(before, grown));
     expect((await b.look('rs1'))?.shape).to.deep.equal(grown);
     // A check that refuses: nothing changes.
     let err: unknown;
