@@ -1,6 +1,9 @@
 import { inject, injectable } from 'inversify';
 import {
+  grows,
   roomCheck,
+  sameShape,
+  shapeOf,
   type ClusterInstance,
   type NodeInfo,
   type NodeView,
@@ -206,12 +209,10 @@ export class ClusterService implements LifecycleContribution {
    * before the change is made. Answers what gives the old shape back when the change then fails.
    */
   async reshape(rec: VmRecord, next: VmShape): Promise<() => Promise<void>> {
-    const was: VmShape = { cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb };
-    if (was.cpus === next.cpus && was.memory_mb === next.memory_mb && was.disk_gb === next.disk_gb)
-      return async () => undefined;
-    const grows = next.cpus > was.cpus || next.memory_mb > was.memory_mb || next.disk_gb > was.disk_gb;
+    const was = shapeOf(rec);
+    if (sameShape(was, next)) return async () => undefined;
     const what = `vm ${rec.name} at ${next.cpus} cpu(s), ${next.memory_mb} MB and ${next.disk_gb} GB`;
-    await this.store.reshape(rec.name, next, grows ? roomCheck(next, what) : () => undefined);
+    await this.store.reshape(rec.name, next, grows(was, next) ? roomCheck(next, what) : () => undefined);
     return () =>
       this.store
         .reshape(rec.name, was, () => undefined)

@@ -67,6 +67,18 @@ export interface VmShape {
   disk_gb: number;
 }
 
+/** The capacity a VM (its record or its Instance) holds of its node. */
+export function shapeOf(v: VmShape): VmShape {
+  return { cpus: v.cpus, memory_mb: v.memory_mb, disk_gb: v.disk_gb };
+}
+
+export const sameShape = (a: VmShape, b: VmShape) =>
+  a.cpus === b.cpus && a.memory_mb === b.memory_mb && a.disk_gb === b.disk_gb;
+
+/** Does `next` need more of any capacity than `was`? */
+export const grows = (was: VmShape, next: VmShape) =>
+  next.cpus > was.cpus || next.memory_mb > was.memory_mb || next.disk_gb > was.disk_gb;
+
 /** A VM as any node lists it: its node named, `node_unreachable` while that node's lease is gone. */
 export type ClusterInstance = Omit<Instance, 'status'> & {
   status: VmStatus | 'node_unreachable';

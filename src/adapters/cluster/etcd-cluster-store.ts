@@ -3,6 +3,8 @@ import { Etcd3, type IKeyValue, type Lease, type Watcher } from 'etcd3';
 import {
   addLoad,
   NO_LOAD,
+  sameShape,
+  shapeOf,
   type NodeInfo,
   type NodeLoad,
   type NodeView,
@@ -398,10 +400,3 @@ export class EtcdClusterStore implements ClusterStore {
     }
   }
 }
-
-export function shapeOf(i: Pick<Instance, 'cpus' | 'memory_mb' | 'disk_gb'>): VmShape {
-  return { cpus: i.cpus, memory_mb: i.memory_mb, disk_gb: i.disk_gb };
-}
-
-const sameShape = (a: VmShape, b: VmShape) =>
-  a.cpus === b.cpus && a.memory_mb === b.memory_mb && a.disk_gb === b.disk_gb;
