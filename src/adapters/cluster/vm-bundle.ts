@@ -83,6 +83,12 @@ export function packVm(offer: MoveOffer, files: VmFile[]): tar.Pack {
   return pack;
 }
 
+/** The folders a path in a move's tar stands in: `snapshots/a/disk` -> `snapshots`, `snapshots/a`. */
+function foldersOf(name: string): string[] {
+  const parts = name.split('/');
+  return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join('/'));
+}
+
 /**
  * Reads a moved VM's tar: its offer first (bounded, checked), then `take(offer, fill)` decides, and
  * `fill(dir)` writes the files into `dir` as they come, held to what a move may carry: plain
@@ -127,6 +133,7 @@ export async function unpackVm<T>(
       let links = 0;
       let bytes = 0;
       const written = new Set<string>();
+      const folders = new Set<string>();
       for (;;) {
         const next = await entries.next();
         if (next.done) return;
@@ -136,8 +143,14 @@ export async function unpackVm<T>(
             `a moved vm's tar holds only plain files with plain names; refused ${JSON.stringify(header.name)} (${header.type})`,
           );
         if (written.has(header.name)) throw new InvalidArgumentError(`a moved vm's tar names ${header.name} twice`);
+        const inside = foldersOf(header.name);
+        if (folders.has(header.name) || inside.some((f) => written.has(f)))
+          throw new InvalidArgumentError(`a moved vm's tar names ${header.name} both as a file and as a folder`);
         const path = join(dir, header.name);
-        if (header.name.includes('/')) await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+        if (inside.length) {
+          await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+          for (const f of inside) folders.add(f);
+        }
         if (header.type === 'link') {
           const to = header.linkname ?? '';
           if (!written.has(to))

@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tar from 'tar-stream';
 import { packVm, unpackVm } from '../../../../src/adapters/cluster/vm-bundle.js';
+import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 import type { MoveOffer } from '../../../../src/domain/move.js';
 import type { VmRecord } from '../../../../src/domain/vm.js';
 import { tempDir } from '../../../helpers/daemon.js';
@@ -122,6 +123,13 @@ describe('adapters/cluster/vm-bundle: a moved VM as one tar', () => {
       [tarOf([offerEntry(), file('snapshots/../a')]), /plain files with plain names/],
       [tarOf([offerEntry(), file('disk.qcow2'), file('disk.qcow2')]), /names disk.qcow2 twice/],
       [tarOf([offerEntry(), file('disk.qcow2'), link('disk.qcow2', 'disk.qcow2')]), /names disk.qcow2 twice/],
+      // A name that is a file and a folder: refused as the sender's fault, not failed on the disk.
+      [tarOf([offerEntry(), file('snapshots'), file('snapshots/a/x')]), /names snapshots\/a\/x both as a file and/],
+      [tarOf([offerEntry(), file('snapshots/a/y'), file('snapshots/a')]), /names snapshots\/a both as a file and/],
+      [
+        tarOf([offerEntry(), file('snapshots/a'), link('snapshots/a/x', 'snapshots/a')]),
+        /names snapshots\/a\/x both as a file and/,
+      ],
     ];
     for (const [body, msg] of cases) {
       const dst = tempDir('svc-bundle-bad-');
@@ -130,6 +138,7 @@ describe('adapters/cluster/vm-bundle: a moved VM as one tar', () => {
         (e: Error) => e,
       );
       expect(err?.message, String(msg)).to.match(msg);
+      expect(err, String(msg)).to.be.instanceOf(InvalidArgumentError);
       expect(existsSync(join(dst, 'snapshots', 'a', 'x')), 'no link made').to.equal(false);
     }
   });
