@@ -1,10 +1,10 @@
 // BENCH_ONLY=forks: forks of a running guest (docs/forks.md), through the daemon.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SvcClient } from '../src/adapters/client/svc-client.js';
 import { MAX_LAYERS } from '../src/adapters/hypervisor/qemu/disk-layers.js';
-import { fmt, memoryKiB, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
+import { fmt, memoryKiB, minimalQemu, qemuPidOf, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_FORK_ROUNDS ?? 5);
 /** How many forks, clones and cold boots the "N at once" rows make. */
@@ -22,12 +22,7 @@ export async function forkBenchmarks(row: Row, results: Record<string, unknown>)
   try {
     d = await startSvcd(dir, minimalQemu({ memory_mb: 512, max_vms: 4 * N }));
     const c = d.client;
-    const qemuPid = (vm: string) =>
-      (
-        JSON.parse(readFileSync(join(dir, 'data', 'vms', vm, 'instance.json'), 'utf8')) as {
-          runtime?: { pid?: number };
-        }
-      ).runtime?.pid ?? 0;
+    const qemuPid = (vm: string) => qemuPidOf(dir, vm);
     let t0 = performance.now();
     await c.create({ name: 'src', persistent: true });
     const boot = performance.now() - t0;

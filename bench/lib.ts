@@ -69,6 +69,14 @@ export function memoryKiB(pid: number): { rss: number; pss: number; anon: number
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc (clock ticks of 1/100 s). */
+/** The pid of a VM's QEMU, from the record in a daemon's data dir (0 when it runs none). */
+export function qemuPidOf(dir: string, vm: string): number {
+  const rec = JSON.parse(readFileSync(join(dir, 'data', 'vms', vm, 'instance.json'), 'utf8')) as {
+    runtime?: { pid?: number };
+  };
+  return rec.runtime?.pid ?? 0;
+}
+
 export function cpuSeconds(pid: number, withChildren = false): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

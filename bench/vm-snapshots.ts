@@ -2,18 +2,21 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { diskUse, fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
+import { diskUse, fmt, memoryKiB, minimalQemu, qemuPidOf, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const ROUNDS = Number(process.env.BENCH_VM_SNAPSHOT_ROUNDS ?? 5);
 /** New VMs made one after the other from one snapshot. */
 const FAN = 4;
+/** VMs up at once for the memory rows: from the shared snapshot, and each from a snapshot of its own. */
+const MEM_N = Number(process.env.BENCH_VM_SNAPSHOT_MEM_N ?? 3);
 
 /**
  * What a named snapshot costs, in one run on a minimal guest of 512 MB: taking one of the running
  * guest (the call, and how long the guest was held, read from the daemon's capture log) against a
  * suspend of the same VM; a revert to it, to a guest that answers again, against a restore of the
  * suspend and a cold boot; new VMs from one snapshot (the second makes its RAM image); and the
- * disk each snapshot adds, against the VM's own files.
+ * disk each snapshot adds, against the VM's own files; and the memory of VMs up at once that map
+ * one snapshot's RAM image, against as many each loaded from a memory stream of its own.
  */
 export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-vmsnap-'));
@@ -57,6 +60,24 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       fan.push(performance.now() - t0);
       await c.delete(`fan${i}`);
     }
+    // Memory: VMs from `fan` (its RAM image made by now) map one file and share its pages; a VM
+    // from a snapshot of its own (its first, so a stream) holds the guest's memory by itself.
+    const mapped = Array.from({ length: MEM_N }, (_, i) => `map${i}`);
+    for (const n of mapped) await c.create({ name: n, from: 'vm', snapshot: 'fan' });
+    const loaded = Array.from({ length: MEM_N }, (_, i) => `load${i}`);
+    for (const [i, n] of loaded.entries()) {
+      await c.takeSnapshot('vm', { name: `solo${i}` });
+      await c.create({ name: n, from: 'vm', snapshot: `solo${i}` });
+    }
+    await new Promise((r) => setTimeout(r, 5000)); // let them settle
+    const memOf = (names: string[]) => {
+      const ms = names.map((n) => memoryKiB(qemuPidOf(dir, n)));
+      const sum = (k: 'rss' | 'pss' | 'anon') => ms.reduce((a, m) => a + m[k], 0) / 1024;
+      return { rss: sum('rss'), pss: sum('pss'), anon: sum('anon') };
+    };
+    const [memMapped, memLoaded] = [memOf(mapped), memOf(loaded)];
+    for (const n of [...mapped, ...loaded]) await c.delete(n);
+    for (let i = 0; i < MEM_N; i++) await c.deleteSnapshot('vm', `solo${i}`);
     // Cold boots beside them, in the same run.
     for (let i = 0; i < 2; i++) {
       t0 = performance.now();
@@ -95,6 +116,12 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       `the first ${fmt(fan[0], 0)} ms, the second ${fmt(fan[1], 0)} ms, the others p50 ${fmt(later.p50, 0)} ms`,
       `the first loads the snapshot's memory stream; the second makes a RAM image of it and puts it in the snapshot; the others (and a revert) map it`,
     );
+    // Pss counts a page N processes share as 1/N in each: summed, the shared RAM image counts once.
+    row(
+      `memory of ${MEM_N} idle VMs from one snapshot (its RAM image) against ${MEM_N} each from a stream of its own (QEMUs' Pss summed)`,
+      `${fmt(memMapped.pss, 0)} MiB against ${fmt(memLoaded.pss, 0)} MiB (${fmt((memMapped.pss / memLoaded.pss) * 100, 0)}%)`,
+      `anonymous ${fmt(memMapped.anon, 0)} against ${fmt(memLoaded.anon, 0)} MiB; Rss ${fmt(memMapped.rss, 0)} against ${fmt(memLoaded.rss, 0)} MiB (Rss counts a shared page in each VM)`,
+    );
     row(
       `disk of ${ROUNDS} snapshots of the running guest (links counted once)`,
       `${fmt(perSnapshot / 2 ** 20, 1)} MiB per snapshot`,
@@ -110,6 +137,7 @@ export async function vmSnapshotBenchmarks(row: Row, results: Record<string, unk
       cold_boot_ms: cb,
       disk_bytes: use,
       from_snapshot_ms: { first: fan[0], second: fan[1], later },
+      memory_mib: { n: MEM_N, mapped: memMapped, loaded: memLoaded },
     };
   } finally {
     if (d) {
