@@ -1,6 +1,7 @@
 /** The schemas of a VM, its create and its lifetime in the OpenAPI description (openapi.ts). */
 import { ref, type Schema } from './openapi-kit.js';
 import { LIMITS } from '../../domain/create-request.js';
+import { CREATE_PHASES } from '../../domain/events.js';
 
 export const VM_SCHEMAS: Record<string, Schema> = {
   Mount: {
@@ -175,23 +176,7 @@ export const VM_SCHEMAS: Record<string, Schema> = {
     type: 'object',
     required: ['phase', 'message', 'name', 't', 'elapsed_ms'],
     properties: {
-      phase: {
-        type: 'string',
-        enum: [
-          'capture',
-          'accepted',
-          'image',
-          'disk',
-          'boot',
-          'restore',
-          'wait_ssh',
-          'wait_agent',
-          'userdata',
-          'bootstrap',
-          'ready',
-          'error',
-        ],
-      },
+      phase: { type: 'string', enum: [...CREATE_PHASES] },
       message: { type: 'string' },
       name: { type: 'string' },
       t: { type: 'string', format: 'date-time' },
