@@ -4,7 +4,9 @@ import { InvalidArgumentError } from '../domain/errors.js';
 import {
   assertProcessRef,
   assertWatchId,
+  isProcessId,
   parseCursor,
+  parseFrom,
   parseProcessStart,
   parseSignal,
   termSize,
@@ -13,8 +15,10 @@ import {
   type WatchEvent,
   type WatchInfo,
 } from '../domain/processes.js';
+import { formatFrom, isTimelineId, resumeOn, timelineOf } from '../domain/timeline.js';
 import { GuestProcesses } from '../ports/guest-processes.js';
 import { GuestProxy } from './guest-proxy.js';
+import { Vms } from './vms.js';
 
 /**
  * Durable processes and watches through the daemon (docs/processes.md): what a caller sends is
@@ -26,29 +30,57 @@ export class ProcessProxy {
   constructor(
     @inject(GuestProxy) private readonly guest: GuestProxy,
     @inject(GuestProcesses) private readonly processes: GuestProcesses,
+    @inject(Vms) private readonly vms: Vms,
   ) {}
+
+  /** The timeline the VM's processes' offsets are on now (domain/timeline.ts). */
+  timeline(vm: string): string {
+    return timelineOf(this.vms.get(vm).timeline);
+  }
 
   start(vm: string, body: unknown): Promise<ProcessInfo> {
     const req = parseProcessStart(body);
     return this.processes.start(this.guest.endpoint(vm), req);
   }
 
-  list(vm: string): Promise<ProcessInfo[]> {
-    return this.processes.list(this.guest.endpoint(vm));
+  async list(vm: string): Promise<ProcessInfo[]> {
+    const timeline = this.timeline(vm);
+    return (await this.processes.list(this.guest.endpoint(vm))).map((p) => ({ ...p, timeline }));
   }
 
-  get(vm: string, ref: string): Promise<ProcessInfo> {
-    return this.processes.get(this.guest.endpoint(vm), assertProcessRef(ref));
+  async get(vm: string, ref: string): Promise<ProcessInfo> {
+    const timeline = this.timeline(vm);
+    return { ...(await this.processes.get(this.guest.endpoint(vm), assertProcessRef(ref))), timeline };
   }
 
-  /** `from` as the API takes it (`N` or `stdout:N,stderr:M`) or `tail`, checked by the caller's parseOutputStart. */
-  output(
+  /**
+   * `from` as the API takes it (`N` or `stdout:N,stderr:M`) or `tail`, checked by the caller's
+   * parseOutputStart. `timeline`: the one the reader's offsets are on; when the VM has left it (a
+   * revert), the read starts no later than what the two share, and says so first.
+   */
+  async output(
     vm: string,
     ref: string,
-    o: { from?: string; tail?: number; follow: boolean },
+    o: { from?: string; tail?: number; follow: boolean; timeline?: string },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<OutputFrame>> {
-    return this.processes.output(this.guest.endpoint(vm), assertProcessRef(ref), o, signal);
+    const { timeline: seen, ...read } = o;
+    if (seen !== undefined && !isTimelineId(seen))
+      throw new InvalidArgumentError('timeline must be what a process or an output answer named (t0, t1a2b...)');
+    const ep = this.guest.endpoint(vm);
+    const now = this.vms.get(vm).timeline;
+    if (seen === undefined || read.tail !== undefined || seen === timelineOf(now))
+      return this.processes.output(ep, assertProcessRef(ref), read, signal);
+    // What a revert kept is noted by id: a tag is asked for the process it names.
+    const id = isProcessId(ref) ? ref : (await this.processes.get(ep, assertProcessRef(ref))).id;
+    const r = resumeOn(now, seen, id, parseFrom({ from: read.from }));
+    const frames = await this.processes.output(ep, id, { ...read, from: formatFrom(r.from) }, signal);
+    if (!r.reverted) return frames;
+    const first: OutputFrame = { reverted: { timeline: timelineOf(now), from: r.reverted } };
+    return (async function* () {
+      yield first;
+      yield* frames;
+    })();
   }
 
   stdin(vm: string, ref: string, body: Readable, eof: boolean): Promise<void> {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { inject, injectable, optional } from 'inversify';
 import {
   AlreadyExistsError,
@@ -12,21 +13,28 @@ import {
   assertSnapshotName,
   MAX_SNAPSHOTS,
   nextSnapshotName,
+  publicSnapshot,
   type SnapshotRequest,
   type VmSnapshot,
 } from '../domain/snapshots.js';
+import { keptOutputOf, revertedTimeline, type KeptOutput } from '../domain/timeline.js';
 import { changeStatus, clearRuntime, toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
+import { GuestProcesses } from '../ports/guest-processes.js';
 import { Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
 import { ClusterService } from './cluster-service.js';
 import { CrashWatch } from './crash-watch.js';
+import { GuestProxy } from './guest-proxy.js';
 import { GuestShares } from './guest-shares.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { VmCaptures } from './vm-captures.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
+
+/** How long a snapshot waits for the guest to list its processes' bytes. */
+const KEPT_OUTPUT_MS = 5000;
 
 export interface SnapshotRemoved {
   message: string;
@@ -54,15 +62,16 @@ export class VmSnapshots {
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
+    @inject(GuestProcesses) private readonly processes: GuestProcesses,
     @inject(ClusterService) @optional() private readonly cluster: ClusterService | undefined,
   ) {}
 
   list(name: string): VmSnapshot[] {
-    return (this.record(name).snapshots ?? []).map((s) => ({ ...s }));
+    return (this.record(name).snapshots ?? []).map(publicSnapshot);
   }
 
   get(name: string, snapshot: string): VmSnapshot {
-    return { ...this.find(this.record(name), snapshot) };
+    return publicSnapshot(this.find(this.record(name), snapshot));
   }
 
   async take(name: string, req: SnapshotRequest): Promise<VmSnapshot> {
@@ -83,6 +92,8 @@ export class VmSnapshots {
               `vm ${name} has ${MAX_SNAPSHOTS} snapshots, the most a vm keeps: delete one first (svc snapshot rm ${name} SNAPSHOT)`,
             );
           const from = this.takeable(rec);
+          // Before the guest is held: bytes its processes wrote by then are the snapshot's too.
+          const kept = from === 'running' ? await this.keptOutput(rec) : undefined;
           const memory =
             from === 'running' || from === 'paused' ? await this.ofRunning(rec, snap) : await this.ofStopped(rec, snap);
           const made: VmSnapshot = {
@@ -94,12 +105,14 @@ export class VmSnapshots {
             memory_mb: rec.memory_mb,
             disk_gb: rec.disk_gb,
             ...(req.description !== undefined ? { description: req.description } : {}),
+            ...(kept && memory ? { kept_output: kept } : {}),
+            ...(rec.timeline ? { timeline: rec.timeline.id } : {}),
           };
           // The files first: a daemon that dies between leaves a folder no record names, which a
           // snapshot of the same name replaces and the VM's delete removes.
           rec.snapshots = [...list, made];
           await this.vms.save(rec);
-          return { ...made };
+          return publicSnapshot(made);
         }),
       { noteOf: (s) => s.name },
     );
@@ -140,6 +153,12 @@ export class VmSnapshots {
             throw err;
           });
           Object.assign(rec, { cpus: snap.cpus, memory_mb: snap.memory_mb, disk_gb: snap.disk_gb });
+          // Another history of the guest from here: readers of the one it leaves are told (docs/processes.md).
+          rec.timeline = revertedTimeline(
+            snap.timeline,
+            memory ? snap.kept_output : undefined,
+            randomBytes(6).toString('hex'),
+          );
           rec.updated_at = new Date(this.clock.now()).toISOString();
           if (!memory) {
             await this.vms.save(rec);
@@ -202,6 +221,24 @@ export class VmSnapshots {
         );
     }
     return rec.status;
+  }
+
+  /**
+   * What the guest's processes have written so far (domain/timeline.ts), asked for a few seconds
+   * at most: a guest that does not say leaves its readers to read again from 0 after a revert.
+   */
+  private async keptOutput(rec: VmRecord): Promise<KeptOutput | undefined> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), KEPT_OUTPUT_MS)));
+    try {
+      const list = await Promise.race([this.processes.list(GuestProxy.endpointOf(rec)), late]);
+      return list && keptOutputOf(list);
+    } catch (err) {
+      this.log.debug({ vm: rec.name, err: errorMessage(err) }, 'no process list for a snapshot');
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** A running guest is captured (held for a moment), and the capture kept under the name. */

@@ -2,6 +2,7 @@ import { assertNodeName } from './cluster.js';
 import { InvalidArgumentError, InvalidStateError } from './errors.js';
 import { MAX_SNAPSHOTS, type VmSnapshot } from './snapshots.js';
 import { clearRuntime, type VmRecord } from './vm.js';
+import { isTimelineId, offeredKept, offeredTimeline } from './timeline.js';
 
 /**
  * Moving a VM between the nodes of a cluster (docs/cluster.md, "Moving a VM"): what may move, what
@@ -114,6 +115,17 @@ export function offeredRecord(offer: unknown): MoveOffer {
     throw new InvalidArgumentError('a move offer must carry from, image_digest and the vm record');
   const record = { ...(r as VmRecord) };
   clearRuntime(record);
+  // What only readers' offsets lean on is kept when well formed, else dropped: they read again.
+  const timeline = offeredTimeline(r.timeline);
+  if (timeline) record.timeline = timeline;
+  else delete record.timeline;
+  if (record.snapshots)
+    record.snapshots = record.snapshots.map(({ kept_output, timeline, ...s }) => {
+      const kept = offeredKept(kept_output);
+      const on = typeof timeline === 'string' && isTimelineId(timeline) ? timeline : undefined;
+      // Bytes without the timeline they were noted on would be shared with the first: not kept.
+      return kept && (on || timeline === undefined) ? { ...s, kept_output: kept, ...(on ? { timeline: on } : {}) } : s;
+    });
   return { from: o.from, image_digest: o.image_digest, state_key: o.state_key, record };
 }
 

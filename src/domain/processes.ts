@@ -69,6 +69,11 @@ export interface ProcessInfo {
   restart?: RestartPolicy;
   max_restarts?: number;
   restarts?: number;
+  /**
+   * The VM's timeline these offsets are on (domain/timeline.ts): a reader passes it back with its
+   * offsets (`timeline=`) so that a revert between its reads is said, not skipped. Set by the daemon.
+   */
+  timeline?: string;
 }
 
 /** A process's state in a word or three, as `svc ps` and the dashboard show it. */
@@ -79,13 +84,21 @@ export function processState(p: ProcessInfo): string {
   return `ended (${p.reason})`;
 }
 
+/** The header of an output answer that names the timeline its offsets are on (domain/timeline.ts). */
+export const TIMELINE_HEADER = 'x-svc-timeline';
+
 /** One line of GET .../processes/{id}/output. */
 export type OutputFrame =
   | { stream: ProcessStream; offset: number; data: string; encoding?: 'base64' }
   | { truncated: { stream: ProcessStream; before: number } }
   | { reason: EndReason; exit_code?: number; signal?: string; ended_at: string }
   /** The first line of a `tail` read: where each stream's last lines start (what a reconnect reads on from). */
-  | { start: Partial<Record<ProcessStream, number>> };
+  | { start: Partial<Record<ProcessStream, number>> }
+  /**
+   * The first line of a read whose `timeline` the VM has left (a revert): the guest now writes
+   * other bytes from these offsets on than the reader may have read; the read starts there.
+   */
+  | { reverted: { timeline: string; from: OutputOffsets } };
 
 /**
  * The most bytes one unencoded piece of output carries between the agent and the daemon

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
+import type { KeptOutput } from './timeline.js';
 
 /**
  * A named snapshot of one VM (docs/snapshots.md): its disk as it was, and with `memory` its
@@ -17,6 +18,19 @@ export interface VmSnapshot {
   memory_mb: number;
   disk_gb: number;
   description?: string;
+  /**
+   * Its processes' bytes when it was taken (of a running guest), which a revert's timeline keeps
+   * (domain/timeline.ts). The daemon's own: not in the API's answers (publicSnapshot).
+   */
+  kept_output?: KeptOutput;
+  /** The VM's timeline when it was taken (none: the first): what a revert to it shares `kept_output` with. */
+  timeline?: string;
+}
+
+/** A snapshot as the API shows it. */
+export function publicSnapshot(s: VmSnapshot): VmSnapshot {
+  const { kept_output: _k, timeline: _t, ...pub } = s;
+  return pub;
 }
 
 /** What POST /vms/{name}/snapshots takes. */

@@ -3,6 +3,7 @@ import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
 import type { EntrypointChoice } from './restart-policy.js';
 import type { VmSnapshot } from './snapshots.js';
+import type { VmTimeline } from './timeline.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
@@ -133,6 +134,8 @@ export interface VmRecord extends Instance {
   saving?: boolean;
   /** Its named snapshots, oldest first (docs/snapshots.md); their files are the hypervisor's. */
   snapshots?: VmSnapshot[];
+  /** Which history of its guest it is on, once reverted (domain/timeline.ts); none: the first. */
+  timeline?: VmTimeline;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -150,6 +153,7 @@ export function toPublic(record: VmRecord): Instance {
     shares_out: _h,
     saving: _g,
     snapshots: _n,
+    timeline: _t,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { guestSh, restoreWarm, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
@@ -94,6 +95,52 @@ for (const image of ['minimal', 'debian'] as const) {
       const back = await readWithReconnects(d.unix, `${P}/${p.id}`, { reconnects: 3, maxMs: 1000, timeoutMs: 300_000 });
       expectNumbered(back.text.stdout, 200, back.end);
       expect(back.end.exit_code).to.equal(0);
+    });
+
+    it('tells the typed client where the reverted guest’s lines begin after a revert to a snapshot: each line once', async () => {
+      const c = new SvcClient({ socket: d.config.socket, token: 'test-token', env: {} });
+      const p = (await d.call('POST', P, numbered(5000, 50))).json;
+      let out = Buffer.alloc(0);
+      const told: { timeline: string; from: { stdout?: number; all?: number } }[] = [];
+      const ac = new AbortController();
+      const lines = () => out.toString().split('\n').length - 1;
+      const reading = (async () => {
+        for await (const f of c.processOutput(vm, p.id, { signal: ac.signal, retryMs: 180_000 })) {
+          if ('stream' in f) {
+            expect(f.offset, 'a frame where the last one ended').to.equal(out.length);
+            out = Buffer.concat([out, f.encoding === 'base64' ? Buffer.from(f.data, 'base64') : Buffer.from(f.data)]);
+          } else if ('reverted' in f) {
+            told.push(f.reverted);
+            out = out.subarray(0, f.reverted.from.stdout ?? f.reverted.from.all ?? 0);
+          }
+        }
+      })().then(
+        () => undefined,
+        (err: Error) => err,
+      );
+      const linesAt = (n: number) => until(`${n} lines read`, 180_000, async () => (lines() >= n ? true : undefined));
+      await linesAt(10);
+      const atSnapshot = out.length;
+      const taken = await d.call('POST', `/vms/${vm}/snapshots`, { name: 'lines' });
+      expect(taken.status, taken.text).to.equal(201);
+      await linesAt(lines() + 20);
+      const beforeRevert = out.length;
+      const back = await d.call('POST', `/vms/${vm}/snapshots/lines/revert`);
+      expect(back.status, back.text).to.equal(200);
+      expect(back.json.warning, 'the revert cold-booted').to.equal(undefined);
+      await until('the reader to be told of the revert', 180_000, async () => (told.length ? true : undefined));
+      await linesAt(lines() + 20);
+      ac.abort();
+      const failed = await reading;
+      if (failed) throw failed;
+      expect(told, 'told once').to.have.length(1);
+      expect(told[0].from.stdout, 'the bytes the snapshot noted').to.be.within(atSnapshot, beforeRevert - 1);
+      // What the reader holds is the reverted guest's output: n 1, n 2, ... each once, in order.
+      const got = out.toString().split('\n');
+      got.pop(); // a line not ended yet
+      got.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`n ${i + 1}`));
+      await d.call('DELETE', `${P}/${p.id}`);
+      await d.call('DELETE', `/vms/${vm}/snapshots/lines`);
     });
 
     it('continues a process in a clone of a suspended template, which says where it was started', async () => {

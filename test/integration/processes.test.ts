@@ -239,6 +239,49 @@ describe('durable processes and watches through the daemon (real local agents)',
     expect(kept).to.be.at.most(16 * 1024 * 1024);
   });
 
+  it('tells a reader that comes back after a revert where the reverted guest’s bytes begin (its timeline)', async () => {
+    const made = await d.call('POST', P, numbered(100_000, 10));
+    expect(made.status, made.text).to.equal(201);
+    const id = String(made.json.id);
+    const bytesAt = (least: number) =>
+      waitFor(`${least} bytes of output`, 20_000, async () => {
+        const j = (await d.call('GET', `${P}/${id}`)).json;
+        return j.bytes.stdout >= least ? j : undefined;
+      });
+    const early = await bytesAt(40);
+    expect(early.timeline, 'a VM never reverted').to.equal('t0');
+    const taken = await d.call('POST', '/vms/pv/snapshots', { name: 'lines' });
+    expect(taken.status, taken.text).to.equal(201);
+    expect(taken.json, 'the noted bytes are the daemon’s').to.not.have.any.keys('kept_output', 'timeline');
+    const late = await bytesAt(early.bytes.stdout + 300);
+    const back = await d.call('POST', '/vms/pv/snapshots/lines/revert');
+    expect(back.status, back.text).to.equal(200);
+    const now = String((await d.call('GET', `${P}/${id}`)).json.timeline);
+    expect(now).to.match(/^t[0-9a-f]{12}$/);
+    // A reader of the first timeline, past what the snapshot noted: told, and read from there.
+    const old = await d.call('GET', `${P}/${id}/output?from=stdout:${late.bytes.stdout}&timeline=t0`);
+    expect(old.status, old.text).to.equal(200);
+    expect(old.headers['x-svc-timeline']).to.equal(now);
+    const [told, first] = ndjson(old.text) as [{ reverted: { timeline: string; from: { stdout: number } } }, never];
+    expect(told.reverted.timeline).to.equal(now);
+    const at = told.reverted.from.stdout;
+    expect(at, 'what the snapshot noted').to.be.within(early.bytes.stdout, late.bytes.stdout - 1);
+    expect(first).to.include({ stream: 'stdout', offset: at });
+    // From the timeline now, or below what was shared: read on, nothing said.
+    for (const q of [`from=stdout:${at}&timeline=${now}`, `from=stdout:${early.bytes.stdout}&timeline=t0`]) {
+      const [f] = ndjson((await d.call('GET', `${P}/${id}/output?${q}`)).text);
+      expect(f, q).to.have.property('stream', 'stdout');
+    }
+    // A timeline it never was on shares nothing: from 0.
+    const [fromZero] = ndjson((await d.call('GET', `${P}/${id}/output?from=9&timeline=t1234`)).text);
+    expect(fromZero).to.deep.equal({ reverted: { timeline: now, from: { all: 0 } } });
+    const bad = await d.call('GET', `${P}/${id}/output?from=9&timeline=../x`);
+    expect(bad.status, bad.text).to.equal(400);
+    expect(bad.json.error).to.match(/timeline must be/);
+    await d.call('DELETE', `${P}/${id}`);
+    await d.call('DELETE', '/vms/pv/snapshots/lines');
+  });
+
   it('reports exit codes and signals', async () => {
     const seven = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'exit 7'] });
     const sleeper = await d.call('POST', P, { cmd: 'sleep', args: ['100'], tag: 'sleeper' });

@@ -43,7 +43,7 @@ function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
             setText((t) => (t + data).slice(-KEEP_CHARS));
           } else if ('truncated' in f)
             setText((t) => `${t}[${f.truncated.stream}: output before byte ${f.truncated.before} is no longer kept]\n`);
-          else
+          else if ('reason' in f)
             setEnd(
               f.reason === 'exit'
                 ? `exited ${f.exit_code}`

@@ -6,6 +6,7 @@ import {
   type ProcessStream,
   type WatchEvent,
 } from '../../domain/processes.js';
+import { formatFrom } from '../../domain/timeline.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { collect, print, restartOption } from './cli-kit.js';
 import { table } from './format.js';
@@ -52,6 +53,10 @@ function writeFrame(f: OutputFrame): void {
     (f.stream === 'stderr' ? process.stderr : process.stdout).write(bytes);
   } else if ('truncated' in f) {
     process.stderr.write(`svc: ${f.truncated.stream} before byte ${f.truncated.before} is no longer kept\n`);
+  } else if ('reverted' in f) {
+    process.stderr.write(
+      `svc: the vm was reverted to a snapshot; its output from ${formatFrom(f.reverted.from)} on is the reverted guest's\n`,
+    );
   }
 }
 

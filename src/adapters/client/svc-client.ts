@@ -22,13 +22,14 @@ import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
-import type {
-  OutputFrame,
-  ProcessInfo,
-  ProcessStart,
-  ProcessStream,
-  WatchEvent,
-  WatchInfo,
+import {
+  TIMELINE_HEADER,
+  type OutputFrame,
+  type ProcessInfo,
+  type ProcessStart,
+  type ProcessStream,
+  type WatchEvent,
+  type WatchInfo,
 } from '../../domain/processes.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
@@ -309,14 +310,20 @@ export class SvcClient extends SvcTransport {
    * everything kept), then, with `follow` (the default), as it comes, until the process ends.
    * When the connection breaks (the daemon restarts, the VM is restored, the network blips) it
    * comes back on its own with the offsets it has seen, for up to `retryMs` (60 s) without
-   * news: no byte twice, none skipped but what a `truncated` frame says. `signal` stops reading
-   * (the process runs on).
+   * news: no byte twice, none skipped but what a `truncated` frame says. If the VM was reverted to
+   * a snapshot in between, a `reverted` frame says from which offsets the reverted guest's bytes
+   * come again (what was read from there on is not its history). `timeline` goes with `from`, as
+   * a process or an earlier read named it. `signal` stops reading (the process runs on).
    */
   async *processOutput(
     name: string,
     ref: string,
     o: {
       from?: number | Partial<Record<ProcessStream, number>>;
+      /** The timeline `from` is on (ProcessInfo.timeline). */
+      timeline?: string;
+      /** Told the timeline each answer's offsets are on (what a later read gives as `timeline`). */
+      onTimeline?: (timeline: string) => void;
       /** Instead of `from`: each stream's last N lines (the first frame says where they start). */
       tail?: number;
       follow?: boolean;
@@ -325,13 +332,14 @@ export class SvcClient extends SvcTransport {
     } = {},
   ): AsyncIterable<OutputFrame> {
     const pos: Partial<Record<ProcessStream, number>> = typeof o.from === 'object' ? { ...o.from } : {};
-    const all = typeof o.from === 'number' ? o.from : undefined;
+    let all = typeof o.from === 'number' ? o.from : undefined;
+    let timeline = o.timeline;
     // A tail is asked for until its start is known; a reconnect after that reads on from offsets.
     let tail = o.tail;
     const where = () => {
       if (tail !== undefined) return { tail: String(tail) };
       const parts = Object.entries(pos).map(([s, n]) => `${s}:${n}`);
-      return { from: parts.length ? parts.join(',') : all !== undefined ? String(all) : undefined };
+      return { from: parts.length ? parts.join(',') : all !== undefined ? String(all) : undefined, timeline };
     };
     const follow = o.follow ?? true;
     yield* this.resumable(o, async function* (this: SvcClient) {
@@ -340,8 +348,20 @@ export class SvcClient extends SvcTransport {
         `/vms/${enc(name)}/processes/${enc(ref)}/output${qs({ ...where(), follow: follow ? '1' : '0' })}`,
       );
       this.endOnAbort(res, o.signal);
+      const on = res.headers[TIMELINE_HEADER];
+      if (typeof on === 'string' && res.statusCode === 200) {
+        timeline = on;
+        o.onTimeline?.(on);
+      }
       for await (const f of this.lines<OutputFrame>(res)) {
-        if ('start' in f) {
+        if ('reverted' in f) {
+          const { all: every, ...streams } = f.reverted.from;
+          if (every !== undefined) {
+            for (const s of Object.keys(pos)) delete pos[s as ProcessStream];
+            all = every;
+          }
+          Object.assign(pos, streams);
+        } else if ('start' in f) {
           if (tail === undefined) continue; // only a tail's first frame; not asked for again
           Object.assign(pos, f.start);
           tail = undefined;

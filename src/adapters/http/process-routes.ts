@@ -1,6 +1,6 @@
 import type { Request } from 'express';
 import type { ProcessProxy } from '../../app/process-proxy.js';
-import { parseOutputStart } from '../../domain/processes.js';
+import { parseOutputStart, TIMELINE_HEADER } from '../../domain/processes.js';
 import { parseBool, queryOne, type Query } from '../../domain/query.js';
 import { followNdjson } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -29,7 +29,12 @@ export function processRoutes(p: ProcessProxy): RouteDef[] {
         const { tail } = parseOutputStart(q(req));
         const from = queryOne(q(req), 'from') || undefined;
         const follows = parseBool(q(req), 'follow', false);
-        await followNdjson(res, (signal) => p.output(vm(req), id(req), { from, tail, follow: follows }, signal));
+        const timeline = queryOne(q(req), 'timeline') || undefined;
+        // The timeline these offsets are on, for the reader's next `timeline=` (docs/processes.md).
+        res.setHeader(TIMELINE_HEADER, p.timeline(vm(req)));
+        await followNdjson(res, (signal) =>
+          p.output(vm(req), id(req), { from, tail, follow: follows, timeline }, signal),
+        );
       },
     },
     {

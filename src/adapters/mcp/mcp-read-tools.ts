@@ -14,6 +14,7 @@ import {
 } from './mcp-kit.js';
 import { z } from 'zod';
 import { MAX_TAIL_LINES } from '../../domain/processes.js';
+import { formatFrom } from '../../domain/timeline.js';
 
 /** The tools that only look: VMs, files, images, stats, egress, processes and their output. */
 export function registerReadTools(server: McpServer, client: SvcClient, policy: McpPolicy): void {
@@ -145,7 +146,7 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
     'process_output',
     {
       title: "Read a process's output",
-      description: `A durable process's output from a byte offset (what it printed while nobody read is kept, ${'16 MiB'} per stream). Give \`from\` as the \`next_from\` of the last read to get only what is new, or \`tail_lines\` for what it printed lately; \`wait_ms\` waits that long for news when there is none yet. At most ${MCP_LIMITS.execOutputBytes} bytes a call (next_from says where to go on).`,
+      description: `A durable process's output from a byte offset (what it printed while nobody read is kept, ${'16 MiB'} per stream). Give \`from\` as the \`next_from\` of the last read (and \`timeline\` as its \`timeline\`: a VM reverted to a snapshot in between is then said, and the read starts where the reverted guest's bytes begin) to get only what is new, or \`tail_lines\` for what it printed lately; \`wait_ms\` waits that long for news when there is none yet. At most ${MCP_LIMITS.execOutputBytes} bytes a call (next_from says where to go on).`,
       inputSchema: {
         name: vmName,
         id: z.string().max(64).describe('process id (p3) or tag'),
@@ -154,6 +155,7 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
           .max(100)
           .optional()
           .describe('byte offset N, or stdout:N,stderr:M (next_from of the last read); default 0'),
+        timeline: z.string().max(32).optional().describe('the timeline of the last read, with its next_from'),
         tail_lines: z
           .number()
           .int()
@@ -171,7 +173,7 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
       },
       annotations: READS,
     },
-    ({ name, id, from, tail_lines, wait_ms }) =>
+    ({ name, id, from, timeline, tail_lines, wait_ms }) =>
       tool(async () => {
         if (from !== undefined && tail_lines !== undefined) throw new Error('give from or tail_lines, not both');
         const pos: Record<string, number> = {};
@@ -182,11 +184,15 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
         const notes: string[] = [];
         let ended: unknown = null;
         let size = 0;
+        let on = timeline;
+        let reverted: string | undefined;
         const ac = new AbortController();
         const timer = wait_ms ? setTimeout(() => ac.abort(), wait_ms) : undefined;
         try {
           const frames = client.processOutput(name, id, {
             from: all ?? (Object.keys(pos).length ? pos : undefined),
+            timeline,
+            onTimeline: (t) => (on = t),
             tail: tail_lines,
             follow: !!wait_ms,
             signal: ac.signal,
@@ -203,6 +209,14 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
             } else if ('truncated' in f) {
               notes.push(`${f.truncated.stream} before byte ${f.truncated.before} is no longer kept`);
               pos[f.truncated.stream] = f.truncated.before;
+            } else if ('reverted' in f) {
+              const { all: every, ...streams } = f.reverted.from;
+              reverted = `the vm was reverted to a snapshot: its output from ${formatFrom(f.reverted.from)} on is the reverted guest's (what you read there before is not its history)`;
+              if (every !== undefined) {
+                for (const s of Object.keys(pos)) delete pos[s];
+                all = every;
+              }
+              Object.assign(pos, streams);
             } else {
               ended = f;
               break;
@@ -216,7 +230,14 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
           Object.entries(pos)
             .map(([s, n]) => `${s}:${n}`)
             .join(',') || String(all ?? 0);
-        return json({ output: out, next_from: next, ended, ...(notes.length ? { truncated: notes } : {}) });
+        return json({
+          output: out,
+          next_from: next,
+          ...(on ? { timeline: on } : {}),
+          ended,
+          ...(reverted ? { reverted } : {}),
+          ...(notes.length ? { truncated: notes } : {}),
+        });
       }),
   );
 }

@@ -1,0 +1,100 @@
+import { expect } from 'chai';
+import type { ProcessInfo } from '../../../src/domain/processes.js';
+import {
+  FIRST_TIMELINE,
+  MAX_KEPT_PROCESSES,
+  formatFrom,
+  keptOutputOf,
+  offeredKept,
+  offeredTimeline,
+  resumeOn,
+  revertedTimeline,
+  timelineOf,
+} from '../../../src/domain/timeline.js';
+
+const info = (id: string, bytes: ProcessInfo['bytes']): ProcessInfo => ({
+  id,
+  pid: 1,
+  cmd: 'sh',
+  args: [],
+  pty: false,
+  stdin: false,
+  started_at: '2026-12-04T00:00:00Z',
+  state: 'running',
+  bytes,
+});
+
+describe('timelines: where a reader reads on after a revert', () => {
+  const t1 = revertedTimeline(undefined, { p1: { stdout: 100, stderr: 7 } }, '0123456789ab');
+
+  it('a revert starts a new timeline that shares the noted bytes with the one its snapshot was on', () => {
+    expect(timelineOf(undefined)).to.equal(FIRST_TIMELINE);
+    expect(t1).to.deep.equal({ id: 't0123456789ab', before: 't0', kept: { p1: { stdout: 100, stderr: 7 } } });
+    expect(revertedTimeline('t0123456789ab', undefined, 'ffffffffffff')).to.deep.equal({
+      id: 'tffffffffffff',
+      before: 't0123456789ab',
+    });
+  });
+
+  it('reads on where it is for a reader on the timeline now, or one that names none', () => {
+    expect(resumeOn(t1, 't0123456789ab', 'p1', { stdout: 500 })).to.deep.equal({ from: { stdout: 500 } });
+    expect(resumeOn(t1, undefined, 'p1', { all: 500 })).to.deep.equal({ from: { all: 500 } });
+    expect(resumeOn(undefined, 't0', 'p1', { all: 5 })).to.deep.equal({ from: { all: 5 } });
+  });
+
+  it('moves a reader of the timeline left back to the shared bytes, and says so', () => {
+    expect(resumeOn(t1, 't0', 'p1', { stdout: 500, stderr: 3 })).to.deep.equal({
+      from: { stdout: 100, stderr: 3 },
+      reverted: { stdout: 100 },
+    });
+    // `all` reads every stream from one offset: each stream then from its own.
+    expect(resumeOn(t1, 't0', 'p1', { all: 50 })).to.deep.equal({
+      from: { stdout: 50, stderr: 7 },
+      reverted: { stderr: 7 },
+    });
+    expect(resumeOn(t1, 't0', 'p1', { all: 500 })).to.deep.equal({
+      from: { stdout: 100, stderr: 7 },
+      reverted: { stdout: 100, stderr: 7 },
+    });
+    // Below what is shared: nothing to say, the bytes it read are the reverted guest's too.
+    expect(resumeOn(t1, 't0', 'p1', { stdout: 90, stderr: 7 })).to.deep.equal({ from: { stdout: 90, stderr: 7 } });
+  });
+
+  it('reads again from 0 what it cannot know was shared: another process, another timeline', () => {
+    expect(resumeOn(t1, 't0', 'p2', { stdout: 40 })).to.deep.equal({ from: { stdout: 0 }, reverted: { stdout: 0 } });
+    expect(resumeOn(t1, 't0', 'p2', { all: 40 })).to.deep.equal({ from: { all: 0 }, reverted: { all: 0 } });
+    expect(resumeOn(t1, 'tabc', 'p1', { stdout: 40 })).to.deep.equal({
+      from: { stdout: 0 },
+      reverted: { stdout: 0 },
+    });
+    expect(resumeOn(t1, 'tabc', 'p1', {})).to.deep.equal({ from: {} });
+  });
+
+  it('notes the newest processes that wrote, at most MAX_KEPT_PROCESSES', () => {
+    expect(keptOutputOf([])).to.equal(undefined);
+    expect(keptOutputOf([info('p1', {}), info('p2', { pty: 3 })])).to.deep.equal({ p2: { pty: 3 } });
+    const many = Array.from({ length: MAX_KEPT_PROCESSES + 6 }, (_, i) => info(`p${i + 1}`, { stdout: i }));
+    const kept = keptOutputOf(many)!;
+    expect(Object.keys(kept)).to.have.length(MAX_KEPT_PROCESSES);
+    expect(kept).to.have.property(`p${MAX_KEPT_PROCESSES + 6}`);
+    expect(kept).to.not.have.property('p6');
+  });
+
+  it('formats a from as the agent takes it', () => {
+    expect(formatFrom({ stdout: 1, stderr: 2 })).to.equal('stdout:1,stderr:2');
+    expect(formatFrom({ all: 9 })).to.equal('9');
+    expect(formatFrom({})).to.equal(undefined);
+  });
+
+  it('keeps what a peer offers only when well formed', () => {
+    expect(offeredTimeline(t1)).to.deep.equal(t1);
+    expect(offeredTimeline({ id: '../x' })).to.equal(undefined);
+    expect(offeredTimeline({ id: 't1', before: 7 })).to.deep.equal({ id: 't1' });
+    expect(offeredTimeline({ id: 't1', kept: { p1: { stdout: -1 } } })).to.deep.equal({ id: 't1' });
+    expect(offeredKept({ p1: { stdout: 1, other: 2 } })).to.equal(undefined);
+    expect(offeredKept({ x: { stdout: 1 } })).to.equal(undefined);
+    expect(offeredKept([1])).to.equal(undefined);
+    const many = Object.fromEntries(Array.from({ length: MAX_KEPT_PROCESSES + 1 }, (_, i) => [`p${i + 1}`, {}]));
+    expect(offeredKept(many)).to.equal(undefined);
+  });
+});
