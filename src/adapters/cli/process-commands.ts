@@ -160,7 +160,7 @@ export function processCommands(program: Command, client: () => SvcClient): void
       try {
         // From where its output was when attach began, before any key was sent (what answers the
         // first keys is shown however fast it comes); what it printed before is `svc logs`'s.
-        for await (const f of c.processOutput(name, p.id, { from: p.bytes, signal: ac.signal })) {
+        for await (const f of c.processOutput(name, p.id, { from: p.bytes, timeline: p.timeline, signal: ac.signal })) {
           writeFrame(f);
           if ('reason' in f) code = exitCode(f);
         }

@@ -77,11 +77,16 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
       restart: { type: 'string', enum: ['always', 'on-failure'], description: 'its restart policy, when it has one' },
       max_restarts: { type: 'integer' },
       restarts: { type: 'integer', description: 'times it was started again so far (`pid` is the current run’s)' },
+      timeline: {
+        type: 'string',
+        description:
+          'the VM’s timeline `bytes` are on (t0 until a revert to a snapshot starts another): give it back with from as timeline=',
+      },
     },
   },
   OutputFrame: {
     description:
-      'One line of output: bytes of a stream at a byte offset (UTF-8 text, or base64 with `encoding`); a `truncated` marker where bytes are no longer kept; or, last, how it ended. A `tail` read begins with `start`',
+      'One line of output: bytes of a stream at a byte offset (UTF-8 text, or base64 with `encoding`); a `truncated` marker where bytes are no longer kept; or, last, how it ended. A `tail` read begins with `start`; a read whose timeline the VM has left begins with `reverted`',
     oneOf: [
       {
         type: 'object',
@@ -113,6 +118,22 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
         required: ['start'],
         description: "a tail read's first line: the byte offset each stream's last lines start at",
         properties: { start: { type: 'object', additionalProperties: { type: 'integer' } } },
+      },
+      {
+        type: 'object',
+        required: ['reverted'],
+        description:
+          'the first line of a read whose timeline the VM has left (a revert to a snapshot): from these offsets (per stream, or `all`) on the guest wrote other bytes than the reader may have read; the read starts there',
+        properties: {
+          reverted: {
+            type: 'object',
+            required: ['timeline', 'from'],
+            properties: {
+              timeline: { type: 'string' },
+              from: { type: 'object', additionalProperties: { type: 'integer' } },
+            },
+          },
+        },
       },
     ],
   },
@@ -181,13 +202,27 @@ export const PROCESS_PATHS: Record<string, Record<string, Schema>> = {
     get: op(
       'Its output from a byte offset per stream, or from its last lines (NDJSON), following while follow=1 until it ends',
       {
-        '200': { description: 'frames', content: { 'application/x-ndjson': { schema: ref('OutputFrame') } } },
+        '200': {
+          description: 'frames',
+          headers: {
+            'x-svc-timeline': {
+              description: 'the timeline the offsets of these frames are on (the next read’s timeline=)',
+              schema: { type: 'string' },
+            },
+          },
+          content: { 'application/x-ndjson': { schema: ref('OutputFrame') } },
+        },
         ...errors,
       },
       {
         parameters: [
           nameParam,
           idParam,
+          q(
+            'timeline',
+            { type: 'string' },
+            'the timeline `from` is on (a ProcessInfo’s, or an earlier answer’s x-svc-timeline): when the VM has left it, the read starts no later than what the two share, and says so with a `reverted` line',
+          ),
           q(
             'from',
             { type: 'string' },
