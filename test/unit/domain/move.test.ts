@@ -84,6 +84,39 @@ describe('domain/move', () => {
       expect(() => offeredRecord(bad)).to.throw(/a move offer must carry/);
   });
 
+  it('carries a timeline and the bytes snapshots noted when well formed, and drops them else', () => {
+    const kept = { p1: { stdout: 10 } };
+    const carried = offeredRecord({
+      from: 'n1',
+      image_digest: 'x',
+      record: rec({
+        timeline: { id: 't0a', before: 't0', kept },
+        snapshots: [
+          { name: 'a', ...snap, kept_output: kept, timeline: 't0a' },
+          { name: 'b', ...snap, kept_output: kept },
+        ],
+      }),
+    }).record;
+    expect(carried.timeline).to.deep.equal({ id: 't0a', before: 't0', kept });
+    expect(carried.snapshots!.map((s) => [s.kept_output, s.timeline])).to.deep.equal([
+      [kept, 't0a'],
+      [kept, undefined],
+    ]);
+    const dropped = offeredRecord({
+      from: 'n1',
+      image_digest: 'x',
+      record: rec({
+        timeline: { id: '../x' },
+        snapshots: [
+          { name: 'a', ...snap, kept_output: { p1: { stdout: -5 } } },
+          { name: 'b', ...snap, kept_output: kept, timeline: 'nope' },
+        ],
+      }),
+    }).record;
+    expect(dropped).to.not.have.property('timeline');
+    for (const s of dropped.snapshots!) expect(s).to.not.have.any.keys('kept_output', 'timeline');
+  });
+
   it('bounds what a move may carry', () => {
     expect(moveByteLimit({ disk_gb: 4, memory_mb: 512 })).to.equal((4 * 1024 + 2 * 512 + 256) * 1024 * 1024);
     // Each snapshot may hold a disk and a memory of its own shape.
