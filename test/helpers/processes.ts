@@ -1,4 +1,7 @@
 import { expect } from 'chai';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TestDaemon } from './daemon.js';
 import { followNdjson, type Target } from './http.js';
 
 export interface ReadBack {
@@ -67,4 +70,18 @@ export function expectNumbered(out: string, count: number, end?: Record<string, 
   const lines = out.split('\n').filter(Boolean);
   expect(lines.length, `lines read${end ? ` (end: ${JSON.stringify(end)})` : ''}`).to.equal(count);
   lines.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`n ${i + 1}`));
+}
+
+/** The local agent process of a fake VM (its stand-in guest runs it and starts it again when it dies). */
+export function agentPid(d: Pick<TestDaemon, 'config'>, vm: string): number {
+  const state = join(d.config.data_dir, 'vms', vm, 'guest', 'var', 'lib', 'svc');
+  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+      if (cmd.some((a) => /svc-agent\.c?js$/.test(a)) && cmd.includes(state)) return Number(p);
+    } catch {
+      // gone
+    }
+  }
+  return 0;
 }

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'puppeteer-core';
 import { launchBrowser, screenshot, until } from '../helpers/browser.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { agentPid } from '../helpers/processes.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
@@ -407,6 +408,31 @@ describe('dashboard in a real browser (chromium)', function () {
     const shown = await text('[data-test=process-output] pre');
     expect(shown.startsWith('row 501\n'), shown.slice(0, 40)).to.equal(true);
     expect(shown.endsWith('row 2500\n')).to.equal(true);
+  });
+
+  it('follows a process on when its read breaks off (the agent killed and started again): each line once', async () => {
+    const made = await d.call('POST', `/vms/${vm}/processes`, {
+      cmd: 'sh',
+      args: ['-c', 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo "tick $i"; sleep 0.02; done'],
+    });
+    expect(made.status, made.text).to.equal(201);
+    const id = String(made.json.id);
+    await page.goto(`${base}/ui/#/vm/${vm}/processes`);
+    await page.waitForSelector(`[data-test=process-${id}] a`, { timeout: 10_000 });
+    await page.click(`[data-test=process-${id}] a`);
+    const ticks = async () => (await text('[data-test=process-output] pre')).split('\n').filter(Boolean);
+    await until(page, `/tick 20\\n/.test(document.querySelector('[data-test=process-output] pre')?.textContent ?? '')`);
+    const agent = agentPid(d, vm);
+    expect(agent).to.be.above(0);
+    process.kill(agent, 'SIGKILL');
+    const atKill = (await ticks()).length;
+    // Its stand-in guest starts the agent again; the page reads on from where it was.
+    for (let i = 0; i < 200 && (await ticks()).length < atKill + 100; i++) await new Promise((r) => setTimeout(r, 100));
+    const shown = await ticks();
+    expect(shown.length).to.be.at.least(atKill + 100);
+    shown.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`tick ${i + 1}`));
+    expect(await page.$('[data-test=process-end]'), 'still running').to.equal(null);
+    await d.call('DELETE', `/vms/${vm}/processes/${id}`);
   });
 
   it("edits a VM's egress policy (a bad rule is refused with the daemon's words) and lists its decisions", async () => {

@@ -6,27 +6,13 @@ import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import type { OutputFrame } from '../../src/domain/processes.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
-import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
+import { agentPid, expectNumbered, readWithReconnects } from '../helpers/processes.js';
 
 /** A printer of `n 1`..`n COUNT`, one line every `ms` ms. */
 const numbered = (count: number, ms: number) => ({
   cmd: 'sh',
   args: ['-c', `i=0; while [ $i -lt ${count} ]; do i=$((i+1)); echo "n $i"; sleep ${ms / 1000}; done`],
 });
-
-/** The local agent process of a fake VM (its stand-in guest runs it and starts it again when it dies). */
-function agentPid(d: TestDaemon, vm: string): number {
-  const state = join(d.config.data_dir, 'vms', vm, 'guest', 'var', 'lib', 'svc');
-  for (const p of readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
-    try {
-      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      if (cmd.some((a) => /svc-agent\.c?js$/.test(a)) && cmd.includes(state)) return Number(p);
-    } catch {
-      // gone
-    }
-  }
-  return 0;
-}
 
 async function waitFor<T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined): Promise<T> {
   const end = Date.now() + ms;

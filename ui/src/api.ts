@@ -61,6 +61,8 @@ export interface CallOptions {
   raw?: Blob;
   signal?: AbortSignal;
   accept?: string;
+  /** Told of the answer before its body is read (its headers). */
+  onResponse?: (res: Response) => void;
 }
 
 export async function request(method: string, path: string, o: CallOptions = {}): Promise<Response> {
@@ -114,6 +116,7 @@ export async function* ndjson<T = Record<string, unknown>>(
   o: CallOptions = {},
 ): AsyncGenerator<T> {
   const res = await request(method, path, { ...o, accept: 'application/x-ndjson' });
+  o.onResponse?.(res);
   if (!res.body) return;
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';

@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, enc, ndjson, type OutputFrame, type ProcessInfo } from './api.js';
-import { processState } from '../../src/domain/processes.js';
+import { processState, TIMELINE_HEADER } from '../../src/domain/processes.js';
 import { ErrorLine, html, message, useLoad, when } from './ui.js';
 
 /** Characters of output the page keeps for the process on show (older ones scroll out). */
@@ -9,19 +9,63 @@ const KEEP_CHARS = 200_000;
 /** Lines of each stream the page shows first: what a process printed lately, not all that is kept. */
 const TAIL_LINES = 2000;
 
+/** How long the page waits before it reads again after a read broke off, at most. */
+const RETRY_MS = 2000;
+
 /**
- * A process's output frames from its last TAIL_LINES lines on, followed; from its first kept byte
- * in a VM whose agent cannot read by lines (an image built before that answers 501).
+ * A process's output frames from its last TAIL_LINES lines on (from its first kept byte in a VM
+ * whose agent cannot read by lines: an image built before that answers 501), followed until it
+ * ends. A read that breaks off (the daemon restarted, the VM suspended and restored or reverted)
+ * is made again from the offsets seen, on their timeline (docs/processes.md, "After a revert").
  */
 async function* recentOutput(vm: string, id: string, signal: AbortSignal): AsyncGenerator<OutputFrame> {
-  const read = (start: string) =>
-    ndjson<OutputFrame>('GET', `/vms/${enc(vm)}/processes/${enc(id)}/output?${start}&follow=1`, { signal });
-  try {
-    yield* read(`tail=${TAIL_LINES}`);
-  } catch (err) {
-    if ((err as { status?: number }).status !== 501) throw err;
-    yield* read('from=0');
+  const pos: Record<string, number> = {};
+  let all: number | undefined;
+  let timeline: string | undefined;
+  let start = `tail=${TAIL_LINES}`;
+  let wait = 250;
+  // Until a first frame came, a read broken off is asked for as it was (the tail again).
+  let read = false;
+  while (!signal.aborted) {
+    try {
+      const path = `/vms/${enc(vm)}/processes/${enc(id)}/output?${start}&follow=1`;
+      const onResponse = (res: Response) => (timeline = res.headers.get(TIMELINE_HEADER) ?? timeline);
+      for await (const f of ndjson<OutputFrame>('GET', path, { signal, onResponse })) {
+        if ('start' in f) Object.assign(pos, f.start);
+        else if ('stream' in f) pos[f.stream] = f.offset + byteLength(f);
+        else if ('truncated' in f) pos[f.truncated.stream] = Math.max(pos[f.truncated.stream] ?? 0, f.truncated.before);
+        else if ('reverted' in f) {
+          const { all: every, ...streams } = f.reverted.from;
+          if (every !== undefined) for (const s of Object.keys(pos)) delete pos[s];
+          all = every ?? all;
+          Object.assign(pos, streams);
+        }
+        wait = 250;
+        read = true;
+        yield f;
+        if ('reason' in f) return;
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      const status = (err as { status?: number }).status;
+      if (status === 501 && start.startsWith('tail=')) {
+        start = 'from=0';
+        continue;
+      }
+      // A bad request, a process gone: not made better by asking again.
+      if (status !== undefined && status < 500) throw err;
+    }
+    const seen = Object.entries(pos).map(([s, n]) => `${s}:${n}`);
+    if (read)
+      start = `from=${seen.length ? seen.join(',') : (all ?? 0)}${timeline ? `&timeline=${enc(timeline)}` : ''}`;
+    await new Promise((r) => setTimeout(r, wait));
+    wait = Math.min(wait * 2, RETRY_MS);
   }
+}
+
+/** How many bytes a frame carries. */
+function byteLength(f: { data: string; encoding?: 'base64' }): number {
+  return f.encoding === 'base64' ? atob(f.data).length : new TextEncoder().encode(f.data).length;
 }
 
 /** One process's output, followed live (docs/processes.md). */
@@ -43,6 +87,15 @@ function Output({ vm, p }: { vm: string; p: ProcessInfo }) {
             setText((t) => (t + data).slice(-KEEP_CHARS));
           } else if ('truncated' in f)
             setText((t) => `${t}[${f.truncated.stream}: output before byte ${f.truncated.before} is no longer kept]\n`);
+          else if ('reverted' in f)
+            setText(
+              (t) =>
+                `${t}\n[the VM was reverted to a snapshot: what follows is the reverted guest's output from ${Object.entries(
+                  f.reverted.from,
+                )
+                  .map(([s, n]) => `${s} byte ${n}`)
+                  .join(', ')}]\n`,
+            );
           else if ('reason' in f)
             setEnd(
               f.reason === 'exit'
