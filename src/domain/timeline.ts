@@ -60,7 +60,7 @@ export function keptOutputOf(list: ProcessInfo[]): KeptOutput | undefined {
  * Where a reader that read up to `from` on timeline `seen` reads on, now that the VM is on `now`:
  * where it is now, when that is the timeline it read on (or it names none); else each stream from
  * no further than the bytes the two timelines share (nothing, unless `seen` is the one the last
- * revert left), and `reverted` says the offsets it was moved back to.
+ * revert's snapshot was taken on), and `reverted` says the offsets it was moved back to.
  */
 export function resumeOn(
   now: VmTimeline | undefined,
