@@ -26,6 +26,7 @@ import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
 import { ClusterService } from './cluster-service.js';
 import { CrashWatch } from './crash-watch.js';
+import { beforeDeadline } from './deadline.js';
 import { GuestProxy } from './guest-proxy.js';
 import { GuestShares } from './guest-shares.js';
 import { LifecycleEvents } from './lifecycle-events.js';
@@ -228,16 +229,17 @@ export class VmSnapshots {
    * at most: a guest that does not say leaves its readers to read again from 0 after a revert.
    */
   private async keptOutput(rec: VmRecord): Promise<KeptOutput | undefined> {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), KEPT_OUTPUT_MS)));
     try {
-      const list = await Promise.race([this.processes.list(GuestProxy.endpointOf(rec)), late]);
-      return list && keptOutputOf(list);
+      const list = await beforeDeadline(
+        this.clock,
+        this.clock.now() + KEPT_OUTPUT_MS,
+        this.processes.list(GuestProxy.endpointOf(rec)),
+        `the guest did not list its processes within ${KEPT_OUTPUT_MS} ms`,
+      );
+      return keptOutputOf(list);
     } catch (err) {
       this.log.debug({ vm: rec.name, err: errorMessage(err) }, 'no process list for a snapshot');
       return undefined;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
