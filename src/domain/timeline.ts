@@ -83,6 +83,21 @@ export function resumeOn(
   return Object.keys(reverted).length ? { from: next, reverted } : { from };
 }
 
+/**
+ * A reader's offsets after a `reverted` frame: each stream it names is moved to its offset; `all`
+ * (every stream from one offset) forgets the streams' own. Changes `pos`; answers the new `all`.
+ */
+export function movedBack(
+  pos: Partial<Record<ProcessStream, number>>,
+  all: number | undefined,
+  from: OutputOffsets,
+): number | undefined {
+  const { all: every, ...streams } = from;
+  if (every !== undefined) for (const s of Object.keys(pos)) delete pos[s as ProcessStream];
+  Object.assign(pos, streams);
+  return every ?? all;
+}
+
 /** The `from` of an output read as the agent takes it. */
 export function formatFrom(from: OutputOffsets): string | undefined {
   const parts = STREAMS.filter((s) => from[s] !== undefined).map((s) => `${s}:${from[s]}`);

@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, enc, ndjson, type OutputFrame, type ProcessInfo } from './api.js';
 import { processState, TIMELINE_HEADER } from '../../src/domain/processes.js';
+import { movedBack } from '../../src/domain/timeline.js';
 import { ErrorLine, html, message, useLoad, when } from './ui.js';
 
 /** Characters of output the page keeps for the process on show (older ones scroll out). */
@@ -34,12 +35,7 @@ async function* recentOutput(vm: string, id: string, signal: AbortSignal): Async
         if ('start' in f) Object.assign(pos, f.start);
         else if ('stream' in f) pos[f.stream] = f.offset + byteLength(f);
         else if ('truncated' in f) pos[f.truncated.stream] = Math.max(pos[f.truncated.stream] ?? 0, f.truncated.before);
-        else if ('reverted' in f) {
-          const { all: every, ...streams } = f.reverted.from;
-          if (every !== undefined) for (const s of Object.keys(pos)) delete pos[s];
-          all = every ?? all;
-          Object.assign(pos, streams);
-        }
+        else if ('reverted' in f) all = movedBack(pos, all, f.reverted.from);
         wait = 250;
         read = true;
         yield f;

@@ -31,6 +31,7 @@ import {
   type WatchEvent,
   type WatchInfo,
 } from '../../domain/processes.js';
+import { movedBack } from '../../domain/timeline.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
 import type { DrainResult } from '../../domain/move.js';
@@ -354,14 +355,8 @@ export class SvcClient extends SvcTransport {
         o.onTimeline?.(on);
       }
       for await (const f of this.lines<OutputFrame>(res)) {
-        if ('reverted' in f) {
-          const { all: every, ...streams } = f.reverted.from;
-          if (every !== undefined) {
-            for (const s of Object.keys(pos)) delete pos[s as ProcessStream];
-            all = every;
-          }
-          Object.assign(pos, streams);
-        } else if ('start' in f) {
+        if ('reverted' in f) all = movedBack(pos, all, f.reverted.from);
+        else if ('start' in f) {
           if (tail === undefined) continue; // only a tail's first frame; not asked for again
           Object.assign(pos, f.start);
           tail = undefined;

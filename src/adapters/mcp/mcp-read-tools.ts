@@ -14,7 +14,7 @@ import {
 } from './mcp-kit.js';
 import { z } from 'zod';
 import { MAX_TAIL_LINES } from '../../domain/processes.js';
-import { formatFrom } from '../../domain/timeline.js';
+import { formatFrom, movedBack } from '../../domain/timeline.js';
 
 /** The tools that only look: VMs, files, images, stats, egress, processes and their output. */
 export function registerReadTools(server: McpServer, client: SvcClient, policy: McpPolicy): void {
@@ -210,13 +210,8 @@ export function registerReadTools(server: McpServer, client: SvcClient, policy: 
               notes.push(`${f.truncated.stream} before byte ${f.truncated.before} is no longer kept`);
               pos[f.truncated.stream] = f.truncated.before;
             } else if ('reverted' in f) {
-              const { all: every, ...streams } = f.reverted.from;
               reverted = `the vm was reverted to a snapshot: its output from ${formatFrom(f.reverted.from)} on is the reverted guest's (what you read there before is not its history)`;
-              if (every !== undefined) {
-                for (const s of Object.keys(pos)) delete pos[s];
-                all = every;
-              }
-              Object.assign(pos, streams);
+              all = movedBack(pos, all, f.reverted.from);
             } else {
               ended = f;
               break;

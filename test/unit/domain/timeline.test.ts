@@ -5,6 +5,7 @@ import {
   MAX_KEPT_PROCESSES,
   formatFrom,
   keptOutputOf,
+  movedBack,
   offeredKept,
   offeredTimeline,
   resumeOn,
@@ -78,6 +79,14 @@ describe('timelines: where a reader reads on after a revert', () => {
     expect(Object.keys(kept)).to.have.length(MAX_KEPT_PROCESSES);
     expect(kept).to.have.property(`p${MAX_KEPT_PROCESSES + 6}`);
     expect(kept).to.not.have.property('p6');
+  });
+
+  it("moves a reader's offsets as a reverted frame says", () => {
+    const pos = { stdout: 50, stderr: 9 };
+    expect(movedBack(pos, undefined, { stdout: 40 })).to.equal(undefined);
+    expect(pos).to.deep.equal({ stdout: 40, stderr: 9 });
+    expect(movedBack(pos, 7, { all: 0 })).to.equal(0);
+    expect(pos).to.deep.equal({});
   });
 
   it('formats a from as the agent takes it', () => {
