@@ -4,6 +4,7 @@ import { InvalidArgumentError } from '../domain/errors.js';
 import {
   assertProcessRef,
   assertWatchId,
+  isAgentCursor,
   isProcessId,
   parseCursor,
   parseFrom,
@@ -15,7 +16,7 @@ import {
   type WatchEvent,
   type WatchInfo,
 } from '../domain/processes.js';
-import { formatFrom, isTimelineId, resumeOn, timelineOf } from '../domain/timeline.js';
+import { FIRST_TIMELINE, formatCursor, formatFrom, isTimelineId, resumeOn, timelineOf } from '../domain/timeline.js';
 import { GuestProcesses } from '../ports/guest-processes.js';
 import { GuestProxy } from './guest-proxy.js';
 import { Vms } from './vms.js';
@@ -106,20 +107,47 @@ export class ProcessProxy {
     return this.processes.remove(this.guest.endpoint(vm), assertProcessRef(ref));
   }
 
-  watch(
+  /**
+   * A watch's events, their cursors on the VM's timeline (`w3:1200@t1a2b...` after a revert). A
+   * cursor of a timeline the VM has left reads on from no later than what the two share, and a
+   * `reverted` event with that cursor comes first (as for output, "After a revert").
+   */
+  async watch(
     vm: string,
     o: { path?: string; recursive?: boolean; from?: string },
     signal?: AbortSignal,
   ): Promise<AsyncIterable<WatchEvent>> {
-    if (o.from) parseCursor(o.from);
-    else if (!o.path)
+    const c = o.from ? parseCursor(o.from) : undefined;
+    if (!c && !o.path)
       throw new InvalidArgumentError('path (what to watch) or from (a cursor to resume at) is required');
-    else if (!o.path.startsWith('/')) throw new InvalidArgumentError('path must be absolute');
-    return this.processes.watch(this.guest.endpoint(vm), o, signal);
+    if (!c && !o.path!.startsWith('/')) throw new InvalidArgumentError('path must be absolute');
+    const now = this.vms.get(vm).timeline;
+    const on = timelineOf(now);
+    let first: WatchEvent | undefined;
+    let from = o.from;
+    if (c) {
+      const r = resumeOn(now, c.timeline ?? FIRST_TIMELINE, c.watch, { stdout: c.offset });
+      const at = r.from.stdout ?? c.offset;
+      from = formatCursor(c.watch, at, undefined);
+      if (r.reverted) first = { type: 'reverted', cursor: formatCursor(c.watch, at, on) };
+    }
+    const events = await this.processes.watch(this.guest.endpoint(vm), { ...o, from }, signal);
+    return (async function* () {
+      if (first) yield first;
+      for await (const e of events) {
+        const at = parseCursor(e.cursor);
+        yield { ...e, cursor: formatCursor(at.watch, at.offset, on) };
+      }
+    })();
   }
 
-  watches(vm: string): Promise<WatchInfo[]> {
-    return this.processes.watches(this.guest.endpoint(vm));
+  async watches(vm: string): Promise<WatchInfo[]> {
+    const on = this.timeline(vm);
+    return (await this.processes.watches(this.guest.endpoint(vm))).map(({ cursor, ...w }) => {
+      // what an agent says is checked: a cursor that is not one is left out, not a 400 of the list
+      const at = isAgentCursor(cursor ?? '') ? parseCursor(cursor!) : undefined;
+      return at ? { ...w, cursor: formatCursor(at.watch, at.offset, on) } : w;
+    });
   }
 
   removeWatch(vm: string, id: string): Promise<void> {

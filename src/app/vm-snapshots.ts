@@ -230,13 +230,15 @@ export class VmSnapshots {
    */
   private async keptOutput(rec: VmRecord): Promise<KeptOutput | undefined> {
     try {
-      const list = await beforeDeadline(
+      const ep = GuestProxy.endpointOf(rec);
+      // An agent that lists no watches (one from before them) still has its processes noted.
+      const [list, watches] = await beforeDeadline(
         this.clock,
         this.clock.now() + KEPT_OUTPUT_MS,
-        this.processes.list(GuestProxy.endpointOf(rec)),
-        `the guest did not list its processes within ${KEPT_OUTPUT_MS} ms`,
+        Promise.all([this.processes.list(ep), this.processes.watches(ep).catch(() => [])]),
+        `the guest did not list its processes and watches within ${KEPT_OUTPUT_MS} ms`,
       );
-      return keptOutputOf(list);
+      return keptOutputOf(list, watches);
     } catch (err) {
       this.log.debug({ vm: rec.name, err: errorMessage(err) }, 'no process list for a snapshot');
       return undefined;

@@ -113,7 +113,7 @@ export const PIECE_MAX_BYTES = 1024 * 1024;
 export type OutputPiece =
   { stream: ProcessStream; offset: number; bytes: Uint8Array } | Exclude<OutputFrame, { stream: ProcessStream }>;
 
-export type WatchEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow' | 'watching';
+export type WatchEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow' | 'watching' | 'reverted';
 
 export interface WatchEntry {
   type: 'file' | 'directory' | 'symlink' | 'other';
@@ -138,6 +138,8 @@ export interface WatchInfo {
   recursive: boolean;
   started_at: string;
   state: 'running' | 'ended';
+  /** Where its journal ends now: a reader that wants only the events to come resumes there. */
+  cursor?: string;
 }
 
 export const MAX_TAG = 64;
@@ -283,11 +285,19 @@ export function parseFrom(q: Query): OutputOffsets {
   return out;
 }
 
-/** A watch cursor `w3:1200`: the watch and the byte offset of its journal to read on from. */
-export function parseCursor(s: string): { watch: string; offset: number } {
-  const m = /^(w[1-9][0-9]{0,15}):(\d{1,15})$/.exec(s);
+/**
+ * A watch cursor `w3:1200`: the watch and the byte offset of its journal to read on from; after a
+ * revert the daemon says the timeline it is on too, `w3:1200@t1a2b...` (docs/processes.md).
+ */
+export function parseCursor(s: string): { watch: string; offset: number; timeline?: string } {
+  const m = /^(w[1-9][0-9]{0,15}):(\d{1,15})(?:@(t[0-9a-f]{1,24}))?$/.exec(s);
   if (!m) throw new InvalidArgumentError(`cursor ${JSON.stringify(s)} is not valid (w3:1200)`);
-  return { watch: m[1], offset: Number(m[2]) };
+  return { watch: m[1], offset: Number(m[2]), ...(m[3] ? { timeline: m[3] } : {}) };
+}
+
+/** A cursor as an agent says it: no timeline (an agent knows none; the daemon adds it). */
+export function isAgentCursor(s: string): boolean {
+  return /^w[1-9][0-9]{0,15}:[0-9]{1,15}$/.test(s);
 }
 
 /** Linux's signals by name (x86-64 numbers). */

@@ -1,4 +1,12 @@
-import type { OutputOffsets, ProcessInfo, ProcessStream } from './processes.js';
+import {
+  isProcessId,
+  isWatchId,
+  parseCursor,
+  type OutputOffsets,
+  type ProcessInfo,
+  type ProcessStream,
+  type WatchInfo,
+} from './processes.js';
 
 /**
  * Each stream's bytes of each process, by id, as a snapshot found them just before it was taken:
@@ -21,7 +29,7 @@ export interface VmTimeline {
 
 /** The timeline of a VM that was never reverted. */
 export const FIRST_TIMELINE = 't0';
-/** The most processes a snapshot notes the bytes of (the newest): the others are read again from 0. */
+/** The most processes (and watches) a snapshot notes the bytes of (the newest): the others are read again from 0. */
 export const MAX_KEPT_PROCESSES = 64;
 
 const STREAMS: ProcessStream[] = ['stdout', 'stderr', 'pty'];
@@ -48,12 +56,29 @@ export function revertedTimeline(
   return { id: `t${random}`, before: taken_on ?? FIRST_TIMELINE, ...(kept ? { kept } : {}) };
 }
 
-/** What a snapshot notes of the processes a guest lists just before it is taken. */
-export function keptOutputOf(list: ProcessInfo[]): KeptOutput | undefined {
+/**
+ * What a snapshot notes of the processes and watches a guest lists just before it is taken: each
+ * process's bytes, and each watch's journal as the `stdout` of its id (a watch is a process whose
+ * output is its events, docs/processes.md); the newest MAX_KEPT_PROCESSES of each.
+ */
+export function keptOutputOf(list: ProcessInfo[], watches: WatchInfo[] = []): KeptOutput | undefined {
   const kept: KeptOutput = {};
-  const newest = [...list].sort((a, b) => Number(b.id.slice(1)) - Number(a.id.slice(1)));
-  for (const p of newest.slice(0, MAX_KEPT_PROCESSES)) if (Object.keys(p.bytes).length) kept[p.id] = { ...p.bytes };
+  const newest = <T extends { id: string }>(xs: T[]) =>
+    [...xs].sort((a, b) => Number(b.id.slice(1)) - Number(a.id.slice(1))).slice(0, MAX_KEPT_PROCESSES);
+  for (const p of newest(list)) if (Object.keys(p.bytes).length) kept[p.id] = { ...p.bytes };
+  for (const w of newest(watches)) {
+    const c = w.cursor ? parseCursorOrNull(w.cursor) : null;
+    if (c?.watch === w.id) kept[w.id] = { stdout: c.offset };
+  }
   return Object.keys(kept).length ? kept : undefined;
+}
+
+function parseCursorOrNull(s: string): ReturnType<typeof parseCursor> | null {
+  try {
+    return parseCursor(s);
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -98,6 +123,11 @@ export function movedBack(
   return every ?? all;
 }
 
+/** The cursor of a watch's offset on a timeline (parseCursor's syntax): the first is not said. */
+export function formatCursor(watch: string, offset: number, timeline: string | undefined): string {
+  return timeline && timeline !== FIRST_TIMELINE ? `${watch}:${offset}@${timeline}` : `${watch}:${offset}`;
+}
+
 /** The `from` of an output read as the agent takes it. */
 export function formatFrom(from: OutputOffsets): string | undefined {
   const parts = STREAMS.filter((s) => from[s] !== undefined).map((s) => `${s}:${from[s]}`);
@@ -114,14 +144,15 @@ export function offeredTimeline(t: unknown): VmTimeline | undefined {
   return { id: o.id, ...(o.before ? { before: o.before } : {}), ...(kept ? { kept } : {}) };
 }
 
-/** Noted bytes from a peer: at most MAX_KEPT_PROCESSES process ids, whole offsets of known streams. */
+/** Noted bytes from a peer: at most MAX_KEPT_PROCESSES process and watch ids each, whole offsets of known streams. */
 export function offeredKept(k: unknown): KeptOutput | undefined {
   if (!k || typeof k !== 'object' || Array.isArray(k)) return undefined;
   const entries = Object.entries(k as Record<string, unknown>);
-  if (entries.length > MAX_KEPT_PROCESSES) return undefined;
+  const processes = entries.filter(([id]) => isProcessId(id)).length;
+  const watches = entries.filter(([id]) => isWatchId(id)).length;
+  if (processes + watches !== entries.length || Math.max(processes, watches) > MAX_KEPT_PROCESSES) return undefined;
   const ok = entries.every(
-    ([id, b]) =>
-      /^p[1-9][0-9]{0,15}$/.test(id) &&
+    ([, b]) =>
       !!b &&
       typeof b === 'object' &&
       Object.entries(b as Record<string, unknown>).every(

@@ -97,12 +97,33 @@ for (const image of ['minimal', 'debian'] as const) {
       expect(back.end.exit_code).to.equal(0);
     });
 
-    it('tells the typed client where the reverted guest’s lines begin after a revert to a snapshot: each line once', async () => {
+    it('tells the typed client where the reverted guest’s lines and file events begin after a revert to a snapshot: each once', async () => {
       const c = new SvcClient({ socket: d.config.socket, token: 'test-token', env: {} });
+      const ac = new AbortController();
+      await sh('rm -rf /root/rv; mkdir -p /root/rv');
+      // A watch read the same way: what a reverted event moves it back past is no longer true.
+      let events: { offset: number; e: string }[] = [];
+      const revertedEvents: string[] = [];
+      const offsetOf = (cursor: string) => Number(/^w\d+:(\d+)/.exec(cursor)![1]);
+      const watching = (async () => {
+        for await (const e of c.watch(vm, { path: '/root/rv' }, { signal: ac.signal, retryMs: 180_000 })) {
+          if (e.type === 'reverted') {
+            revertedEvents.push(e.cursor);
+            events = events.filter((x) => x.offset <= offsetOf(e.cursor));
+          } else if (e.type !== 'watching') events.push({ offset: offsetOf(e.cursor), e: `${e.type} ${e.path}` });
+        }
+      })().then(
+        () => undefined,
+        (err: Error) => err,
+      );
+      const seen = (what: string) =>
+        until(`the watch to see ${what}`, 180_000, async () => (events.some((x) => x.e === what) ? true : undefined));
+      await until('the watch to begin', 60_000, async () => ((await c.watches(vm)).length ? true : undefined));
+      await sh('echo 1 > /root/rv/before');
+      await seen('write /root/rv/before');
       const p = (await d.call('POST', P, numbered(5000, 50))).json;
       let out = Buffer.alloc(0);
       const told: { timeline: string; from: { stdout?: number; all?: number } }[] = [];
-      const ac = new AbortController();
       const lines = () => out.toString().split('\n').length - 1;
       const reading = (async () => {
         for await (const f of c.processOutput(vm, p.id, { signal: ac.signal, retryMs: 180_000 })) {
@@ -124,15 +145,27 @@ for (const image of ['minimal', 'debian'] as const) {
       const taken = await d.call('POST', `/vms/${vm}/snapshots`, { name: 'lines' });
       expect(taken.status, taken.text).to.equal(201);
       await linesAt(lines() + 20);
+      await sh('echo 2 > /root/rv/lost');
+      await seen('write /root/rv/lost');
       const beforeRevert = out.length;
       const back = await d.call('POST', `/vms/${vm}/snapshots/lines/revert`);
       expect(back.status, back.text).to.equal(200);
       expect(back.json.warning, 'the revert cold-booted').to.equal(undefined);
       await until('the reader to be told of the revert', 180_000, async () => (told.length ? true : undefined));
       await linesAt(lines() + 20);
+      await sh('echo 3 > /root/rv/after');
+      await seen('write /root/rv/after');
       ac.abort();
-      const failed = await reading;
-      if (failed) throw failed;
+      for (const failed of await Promise.all([reading, watching])) if (failed) throw failed;
+      // The watch was told once, and holds what the reverted guest's files went through.
+      expect(revertedEvents, 'the watch told once').to.have.length(1);
+      expect(revertedEvents[0]).to.match(new RegExp(`@${told[0].timeline}$`));
+      expect(events.map((x) => x.e)).to.deep.equal([
+        'create /root/rv/before',
+        'write /root/rv/before',
+        'create /root/rv/after',
+        'write /root/rv/after',
+      ]);
       expect(told, 'told once').to.have.length(1);
       expect(told[0].from.stdout, 'the bytes the snapshot noted').to.be.within(atSnapshot, beforeRevert - 1);
       // What the reader holds is the reverted guest's output: n 1, n 2, ... each once, in order.
@@ -140,6 +173,7 @@ for (const image of ['minimal', 'debian'] as const) {
       got.pop(); // a line not ended yet
       got.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`n ${i + 1}`));
       await d.call('DELETE', `${P}/${p.id}`);
+      for (const w of await c.watches(vm)) await c.removeWatch(vm, w.id);
       await d.call('DELETE', `/vms/${vm}/snapshots/lines`);
     });
 

@@ -342,7 +342,7 @@ describe('durable processes and watches through the daemon (real local agents)',
     const dir = tempDir('svc-watch-');
     const f = followNdjson(d.unix, `/vms/pv/watch?path=${encodeURIComponent(dir)}&recursive=1`);
     const watching = await f.until((l) => l.type === 'watching', 10_000);
-    expect(watching.cursor).to.match(/^w\d+:0$/);
+    expect(watching.cursor).to.match(/^w\d+:0(@t[0-9a-f]+)?$/); // the VM's timeline after a revert
     writeFileSync(join(dir, 'a'), 'one');
     await f.until((l) => l.type === 'write', 10_000);
     f.close();
@@ -361,7 +361,7 @@ describe('durable processes and watches through the daemon (real local agents)',
       // c may be written before sub's own watch is in place: then its creation is all there is to see
       .filter((e) => e !== 'write /sub/c');
     expect(all).to.deep.equal(['create /a', 'write /a', 'rename /a /b', 'create /sub', 'create /sub/c', 'remove /b']);
-    const cursors = [...seen, ...g.lines].map((l) => Number(String(l.cursor).split(':')[1]));
+    const cursors = [...seen, ...g.lines].map((l) => Number(/^w\d+:(\d+)/.exec(String(l.cursor))![1]));
     expect(cursors).to.deep.equal([...cursors].sort((a, b) => a - b));
     expect(new Set(cursors).size).to.equal(cursors.length);
     const watchId = String(watching.watch);
@@ -370,6 +370,53 @@ describe('durable processes and watches through the daemon (real local agents)',
     expect(((await d.call('GET', '/vms/pv/watches')).json as { id: string }[]).map((w) => w.id)).not.to.include(
       watchId,
     );
+  });
+
+  it('moves a watch’s cursor of the timeline a revert left back to what the snapshot noted, and says so', async () => {
+    const dir = tempDir('svc-watch-revert-');
+    const f = followNdjson(d.unix, `/vms/pv/watch?path=${encodeURIComponent(dir)}`);
+    const watching = await f.until((l) => l.type === 'watching', 10_000);
+    const w = String(watching.watch);
+    writeFileSync(join(dir, 'a'), 'one');
+    await f.until((l) => l.type === 'write', 10_000);
+    f.close();
+    const offsetOf = (c: unknown) => Number(/^w\d+:(\d+)/.exec(String(c))![1]);
+    const listed = async () =>
+      ((await d.call('GET', '/vms/pv/watches')).json as { id: string; cursor: string }[]).find((x) => x.id === w)!;
+    const early = (await listed()).cursor;
+    // the first timeline is not said; this VM was reverted by a test before
+    const [, before] = /^w\d+:\d+(?:@(t[0-9a-f]+))?$/.exec(early)!;
+    expect(offsetOf(early)).to.be.at.least(offsetOf(f.lines.at(-1)!.cursor));
+    expect((await d.call('POST', '/vms/pv/snapshots', { name: 'events' })).status).to.equal(201);
+    writeFileSync(join(dir, 'b'), 'two');
+    const g = followNdjson(d.unix, `/vms/pv/watch?from=${encodeURIComponent(early)}`);
+    await g.until((l) => l.type === 'write' && l.path === join(dir, 'b'), 10_000);
+    g.close();
+    const late = String(g.lines.at(-1)!.cursor);
+    const back = await d.call('POST', '/vms/pv/snapshots/events/revert');
+    expect(back.status, back.text).to.equal(200);
+    const [, now] = /^w\d+:\d+@(t[0-9a-f]{12})$/.exec((await listed()).cursor)!;
+    expect(now, 'the list says the timeline now').to.not.equal(before);
+    // The reader of the first timeline, past what the snapshot noted: told, then the events from there.
+    const h = followNdjson(d.unix, `/vms/pv/watch?from=${encodeURIComponent(late)}`);
+    const b = await h.until((l) => l.type === 'write' && l.path === join(dir, 'b'), 10_000);
+    h.close();
+    const told = h.lines[0];
+    expect(told.type).to.equal('reverted');
+    const on = String(told.cursor).split('@')[1];
+    expect(on).to.equal(now);
+    expect(offsetOf(told.cursor), 'what the snapshot noted').to.be.within(offsetOf(early), offsetOf(late) - 1);
+    expect(h.lines[1]).to.include({ type: 'create', path: join(dir, 'b') });
+    expect(String(b.cursor)).to.match(new RegExp(`@${on}$`));
+    // From a cursor on the timeline now: read on, nothing said. One of a timeline never seen: from 0.
+    const i = followNdjson(d.unix, `/vms/pv/watch?from=${encodeURIComponent(String(told.cursor))}`);
+    expect(await i.until(() => true, 10_000)).to.include({ type: 'create', path: join(dir, 'b') });
+    i.close();
+    const j = followNdjson(d.unix, `/vms/pv/watch?from=${w}:5@t1234`);
+    expect(await j.until(() => true, 10_000)).to.deep.equal({ type: 'reverted', cursor: `${w}:0@${on}` });
+    j.close();
+    expect((await d.call('DELETE', `/vms/pv/watches/${w}`)).status).to.equal(200);
+    await d.call('DELETE', '/vms/pv/snapshots/events');
   });
 
   it('kills what a VM kept when it is deleted (the stand-in guest is this host)', async () => {

@@ -210,6 +210,8 @@ function watchLine(e: WatchEvent): string {
   if (e.type === 'watching')
     return `watching ${e.path}${e.recursive ? ' (recursive)' : ''} as ${e.watch}; resume with --from ${e.cursor}`;
   if (e.type === 'overflow') return `overflow: events were dropped (${e.cursor})`;
+  if (e.type === 'reverted')
+    return `reverted: the VM went back to a snapshot; the events from here are its guest's (${e.cursor})`;
   return `${e.type.padEnd(6)} ${e.path}${e.to ? ` -> ${e.to}` : ''}`;
 }
 

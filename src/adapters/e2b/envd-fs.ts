@@ -121,7 +121,7 @@ export function filesystemService(client: SvcClient, vmOf: (req: Request) => Pro
             } else if (e.type === 'rename') {
               yield { filesystem: { name: rel(e.path), type: 'EVENT_TYPE_RENAME' } };
               if (e.to) yield { filesystem: { name: rel(e.to), type: 'EVENT_TYPE_CREATE' } };
-            } else if (e.type !== 'overflow') {
+            } else if (e.type !== 'overflow' && e.type !== 'reverted') {
               yield { filesystem: { name: rel(e.path), type: `EVENT_TYPE_${e.type.toUpperCase()}` } };
             }
           }

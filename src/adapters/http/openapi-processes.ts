@@ -141,8 +141,16 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
     type: 'object',
     required: ['cursor', 'type'],
     properties: {
-      cursor: { type: 'string', description: 'resume after this event with from=CURSOR' },
-      type: { type: 'string', enum: ['watching', 'create', 'write', 'remove', 'rename', 'chmod', 'overflow'] },
+      cursor: {
+        type: 'string',
+        description: 'resume after this event with from=CURSOR (w3:1200; w3:1200@t1a2b... after a revert)',
+      },
+      type: {
+        type: 'string',
+        enum: ['watching', 'create', 'write', 'remove', 'rename', 'chmod', 'overflow', 'reverted'],
+        description:
+          'reverted: first, for a cursor of a timeline the VM has left (a revert); events go on from its cursor',
+      },
       path: { type: 'string' },
       to: { type: 'string' },
       watch: { type: 'string' },
@@ -162,6 +170,7 @@ export const PROCESS_SCHEMAS: Record<string, Schema> = {
       recursive: { type: 'boolean' },
       started_at: { type: 'string' },
       state: { type: 'string', enum: ['running', 'ended'] },
+      cursor: { type: 'string', description: 'where its events end now: resume there for only those to come' },
     },
   },
 };

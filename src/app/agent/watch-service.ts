@@ -70,7 +70,7 @@ export class WatchService {
       await this.kept.remove(rec.id);
       throw err;
     }
-    return this.info(rec, false);
+    return this.info(rec, false, 0);
   }
 
   /**
@@ -111,7 +111,9 @@ export class WatchService {
   async list(): Promise<WatchInfo[]> {
     this.available();
     const recs = await this.kept.list('watch');
-    return Promise.all(recs.map(async (r) => this.info(r, !!(await this.kept.end(r.id)))));
+    return Promise.all(
+      recs.map(async (r) => this.info(r, !!(await this.kept.end(r.id)), (await this.kept.range(r.id, 'stdout')).end)),
+    );
   }
 
   async remove(id: string): Promise<void> {
@@ -126,13 +128,15 @@ export class WatchService {
     return rec;
   }
 
-  private info(r: KeptRecord, ended: boolean): WatchInfo {
+  /** `end`: where its journal ends, the cursor of the events to come. */
+  private info(r: KeptRecord, ended: boolean, end: number): WatchInfo {
     return {
       id: r.id,
       path: r.watch?.path ?? '',
       recursive: !!r.watch?.recursive,
       started_at: r.started_at,
       state: ended ? 'ended' : 'running',
+      cursor: `${r.id}:${end}`,
     };
   }
 
@@ -151,6 +155,7 @@ export class WatchService {
     let first: WatchEvent | undefined;
     if (o.cursor) {
       const c = parseCursor(o.cursor);
+      if (c.timeline) throw new InvalidArgumentError(`cursor ${o.cursor}: its timeline is the daemon's to read`);
       const rec = await this.need(c.watch);
       if (o.path && o.path !== rec.watch?.path)
         throw new InvalidArgumentError(`cursor ${o.cursor} is of a watch on ${rec.watch?.path}, not ${o.path}`);

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
-import type { ProcessInfo } from '../../../src/domain/processes.js';
+import { parseCursor, type ProcessInfo, type WatchInfo } from '../../../src/domain/processes.js';
 import {
   FIRST_TIMELINE,
   MAX_KEPT_PROCESSES,
+  formatCursor,
   formatFrom,
   keptOutputOf,
   movedBack,
@@ -23,6 +24,15 @@ const info = (id: string, bytes: ProcessInfo['bytes']): ProcessInfo => ({
   started_at: '2026-12-04T00:00:00Z',
   state: 'running',
   bytes,
+});
+
+const watch = (id: string, cursor?: string): WatchInfo => ({
+  id,
+  path: '/srv',
+  recursive: false,
+  started_at: '2026-12-04T00:00:00Z',
+  state: 'running',
+  ...(cursor ? { cursor } : {}),
 });
 
 describe('timelines: where a reader reads on after a revert', () => {
@@ -81,6 +91,34 @@ describe('timelines: where a reader reads on after a revert', () => {
     expect(kept).to.not.have.property('p6');
   });
 
+  it('notes each watch’s journal as its stdout, the newest MAX_KEPT_PROCESSES of them', () => {
+    expect(keptOutputOf([], [watch('w1', 'w1:120'), watch('w2')])).to.deep.equal({ w1: { stdout: 120 } });
+    // a cursor of another watch, or none that parses, notes nothing
+    expect(keptOutputOf([info('p1', { stdout: 4 })], [watch('w3', 'w4:9'), watch('w5', 'x')])).to.deep.equal({
+      p1: { stdout: 4 },
+    });
+    const many = Array.from({ length: MAX_KEPT_PROCESSES + 2 }, (_, i) => watch(`w${i + 1}`, `w${i + 1}:${i}`));
+    const kept = keptOutputOf([info('p1', { stdout: 1 })], many)!;
+    expect(Object.keys(kept)).to.have.length(MAX_KEPT_PROCESSES + 1);
+    expect(kept).to.not.have.property('w2');
+  });
+
+  it('says a watch cursor’s timeline after the first, and reads it back', () => {
+    expect(formatCursor('w3', 1200, FIRST_TIMELINE)).to.equal('w3:1200');
+    expect(formatCursor('w3', 1200, undefined)).to.equal('w3:1200');
+    expect(formatCursor('w3', 1200, t1.id)).to.equal('w3:1200@t0123456789ab');
+    expect(parseCursor(formatCursor('w3', 1200, t1.id))).to.deep.equal({
+      watch: 'w3',
+      offset: 1200,
+      timeline: 't0123456789ab',
+    });
+    expect(() => parseCursor('w3:1@../x')).to.throw(/not valid/);
+    // a cursor of the first timeline, moved back as an output offset is
+    expect(
+      resumeOn(revertedTimeline(undefined, { w3: { stdout: 80 } }, 'aa'), 't0', 'w3', { stdout: 200 }),
+    ).to.deep.equal({ from: { stdout: 80 }, reverted: { stdout: 80 } });
+  });
+
   it("moves a reader's offsets as a reverted frame says", () => {
     const pos = { stdout: 50, stderr: 9 };
     expect(movedBack(pos, undefined, { stdout: 40 })).to.equal(undefined);
@@ -105,5 +143,12 @@ describe('timelines: where a reader reads on after a revert', () => {
     expect(offeredKept([1])).to.equal(undefined);
     const many = Object.fromEntries(Array.from({ length: MAX_KEPT_PROCESSES + 1 }, (_, i) => [`p${i + 1}`, {}]));
     expect(offeredKept(many)).to.equal(undefined);
+    // as many watches again as processes, each counted apart
+    const both = {
+      ...Object.fromEntries(Array.from({ length: MAX_KEPT_PROCESSES }, (_, i) => [`p${i + 1}`, { stdout: 1 }])),
+      ...Object.fromEntries(Array.from({ length: MAX_KEPT_PROCESSES }, (_, i) => [`w${i + 1}`, { stdout: 2 }])),
+    };
+    expect(offeredKept(both)).to.deep.equal(both);
+    expect(offeredKept({ ...both, w999: { stdout: 1 } })).to.equal(undefined);
   });
 });
