@@ -9,6 +9,7 @@ import { CreateOutcomes } from './app/create-outcome.js';
 import { PoolClaims } from './app/pool-claims.js';
 import { ForkService } from './app/fork-service.js';
 import { VmCaptures } from './app/vm-captures.js';
+import { KeptOutputs } from './app/kept-output.js';
 import { VmSnapshots } from './app/vm-snapshots.js';
 import { Activity } from './app/activity.js';
 import { RecoveryService } from './app/recovery-service.js';
@@ -222,6 +223,7 @@ export function appModule(): ContainerModule {
     bind(PoolClaims).toSelf().inSingletonScope();
     bind(ForkService).toSelf().inSingletonScope();
     bind(VmCaptures).toSelf().inSingletonScope();
+    bind(KeptOutputs).toSelf().inSingletonScope();
     bind(VmSnapshots).toSelf().inSingletonScope();
     bind(SecretService).toSelf().inSingletonScope();
     bind(GuestProxy).toSelf().inSingletonScope();

@@ -15,6 +15,8 @@ import { Failpoints } from '../ports/failpoints.js';
 import { CrashWatch } from './crash-watch.js';
 import { GuestWarmUp } from './guest-warm-up.js';
 import { GuestShares } from './guest-shares.js';
+import { KeptOutputs } from './kept-output.js';
+import type { KeptOutput } from '../domain/timeline.js';
 
 export interface MessageResult {
   message: string;
@@ -40,6 +42,7 @@ export class VmLifecycle {
     @inject(CrashWatch) private readonly crashes: CrashWatch,
     @inject(GuestWarmUp) private readonly warmUp: GuestWarmUp,
     @inject(GuestShares) private readonly shares: GuestShares,
+    @inject(KeptOutputs) private readonly keptOutputs: KeptOutputs,
   ) {}
 
   async delete(name: string): Promise<MessageResult> {
@@ -133,8 +136,12 @@ export class VmLifecycle {
       await this.vms.save(rec);
       let sharesReleased = false;
       let snapshot: boolean;
+      let kept: KeptOutput | undefined;
       try {
-        if (rec.status === 'running') await this.warmUp.beforeSave(rec);
+        if (rec.status === 'running') {
+          await this.warmUp.beforeSave(rec);
+          kept = await this.keptOutputs.note(rec);
+        }
         // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
         sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
         this.failpoints.hit('suspend.saving');
@@ -150,6 +157,8 @@ export class VmLifecycle {
       }
       this.failpoints.hit('suspend.saved');
       changeStatus(rec, { to: 'suspended', at: new Date(this.clock.now()).toISOString() });
+      if (kept && snapshot) rec.saved_output = kept;
+      else delete rec.saved_output;
       clearRuntime(rec);
       await this.vms.save(rec);
       return { message: `vm ${name} suspended${snapshot ? '' : ' (no snapshot: restore will cold-boot)'}`, name };

@@ -17,17 +17,15 @@ import {
   type SnapshotRequest,
   type VmSnapshot,
 } from '../domain/snapshots.js';
-import { keptOutputOf, revertedTimeline, type KeptOutput } from '../domain/timeline.js';
+import { revertedTimeline } from '../domain/timeline.js';
 import { changeStatus, clearRuntime, toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
-import { GuestProcesses } from '../ports/guest-processes.js';
 import { Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { Logger } from '../ports/logger.js';
 import { Activity } from './activity.js';
 import { ClusterService } from './cluster-service.js';
 import { CrashWatch } from './crash-watch.js';
-import { beforeDeadline } from './deadline.js';
-import { GuestProxy } from './guest-proxy.js';
+import { KeptOutputs } from './kept-output.js';
 import { GuestShares } from './guest-shares.js';
 import { LifecycleEvents } from './lifecycle-events.js';
 import { VmCaptures } from './vm-captures.js';
@@ -35,7 +33,6 @@ import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
 /** How long a snapshot waits for the guest to list its processes' bytes. */
-const KEPT_OUTPUT_MS = 5000;
 
 export interface SnapshotRemoved {
   message: string;
@@ -63,7 +60,7 @@ export class VmSnapshots {
     @inject(Activity) private readonly activity: Activity,
     @inject(Clock) private readonly clock: Clock,
     @inject(Logger) private readonly log: Logger,
-    @inject(GuestProcesses) private readonly processes: GuestProcesses,
+    @inject(KeptOutputs) private readonly keptOutputs: KeptOutputs,
     @inject(ClusterService) @optional() private readonly cluster: ClusterService | undefined,
   ) {}
 
@@ -93,8 +90,10 @@ export class VmSnapshots {
               `vm ${name} has ${MAX_SNAPSHOTS} snapshots, the most a vm keeps: delete one first (svc snapshot rm ${name} SNAPSHOT)`,
             );
           const from = this.takeable(rec);
-          // Before the guest is held: bytes its processes wrote by then are the snapshot's too.
-          const kept = from === 'running' ? await this.keptOutput(rec) : undefined;
+          // Before the guest is held: bytes its processes wrote by then are the snapshot's too; a
+          // suspended guest's were noted before it was saved.
+          const kept =
+            from === 'running' ? await this.keptOutputs.note(rec) : from === 'suspended' ? rec.saved_output : undefined;
           const memory =
             from === 'running' || from === 'paused' ? await this.ofRunning(rec, snap) : await this.ofStopped(rec, snap);
           const made: VmSnapshot = {
@@ -166,6 +165,8 @@ export class VmSnapshots {
             return toPublic(rec);
           }
           changeStatus(rec, { to: 'suspended', at: rec.updated_at });
+          // Left suspended if its boot fails: the saved guest is the snapshot's, its bytes noted.
+          if (snap.kept_output) rec.saved_output = snap.kept_output;
           await this.vms.save(rec);
           cold = await this.keeper.boot(rec, true);
           if (!cold) return toPublic(rec);
@@ -228,23 +229,6 @@ export class VmSnapshots {
    * What the guest's processes have written so far (domain/timeline.ts), asked for a few seconds
    * at most: a guest that does not say leaves its readers to read again from 0 after a revert.
    */
-  private async keptOutput(rec: VmRecord): Promise<KeptOutput | undefined> {
-    try {
-      const ep = GuestProxy.endpointOf(rec);
-      // An agent that lists no watches (one from before them) still has its processes noted.
-      const [list, watches] = await beforeDeadline(
-        this.clock,
-        this.clock.now() + KEPT_OUTPUT_MS,
-        Promise.all([this.processes.list(ep), this.processes.watches(ep).catch(() => [])]),
-        `the guest did not list its processes and watches within ${KEPT_OUTPUT_MS} ms`,
-      );
-      return keptOutputOf(list, watches);
-    } catch (err) {
-      this.log.debug({ vm: rec.name, err: errorMessage(err) }, 'no process list for a snapshot');
-      return undefined;
-    }
-  }
-
   /** A running guest is captured (held for a moment), and the capture kept under the name. */
   private async ofRunning(rec: VmRecord, snap: string): Promise<boolean> {
     const { id } = await this.captures.take(rec, 1);

@@ -119,6 +119,10 @@ export function offeredRecord(offer: unknown): MoveOffer {
   const timeline = offeredTimeline(r.timeline);
   if (timeline) record.timeline = timeline;
   else delete record.timeline;
+  // Bytes noted at a suspend are on the record's timeline: not kept when it was not.
+  const saved = offeredKept(r.saved_output);
+  if (saved && (timeline || r.timeline === undefined)) record.saved_output = saved;
+  else delete record.saved_output;
   if (record.snapshots)
     record.snapshots = record.snapshots.map(({ kept_output, timeline, ...s }) => {
       const kept = offeredKept(kept_output);

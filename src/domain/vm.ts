@@ -3,7 +3,7 @@ import type { EgressSecretBinding } from './egress-secrets.js';
 import type { EgressPolicy } from './egress.js';
 import type { EntrypointChoice } from './restart-policy.js';
 import type { VmSnapshot } from './snapshots.js';
-import type { VmTimeline } from './timeline.js';
+import type { KeptOutput, VmTimeline } from './timeline.js';
 import { InternalError, InvalidStateError } from './errors.js';
 
 export const VM_STATUSES = ['creating', 'running', 'paused', 'suspended', 'stopped', 'error'] as const;
@@ -136,6 +136,11 @@ export interface VmRecord extends Instance {
   snapshots?: VmSnapshot[];
   /** Which history of its guest it is on, once reverted (domain/timeline.ts); none: the first. */
   timeline?: VmTimeline;
+  /**
+   * While suspended: what its processes and watches had written when it was saved, as a snapshot
+   * of a running guest notes it (a snapshot of the saved guest takes it).
+   */
+  saved_output?: KeptOutput;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -154,6 +159,7 @@ export function toPublic(record: VmRecord): Instance {
     saving: _g,
     snapshots: _n,
     timeline: _t,
+    saved_output: _k,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -249,7 +255,7 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
  * not allow: a bug, never a caller's mistake.
  */
 export function changeStatus(
-  record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error'>,
+  record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error' | 'saved_output'>,
   change: StatusChange,
 ): void {
   if (!NEXT[record.status].includes(change.to))
@@ -257,6 +263,7 @@ export function changeStatus(
   record.status = change.to;
   if (change.to === 'suspended') record.suspended_at = change.at;
   else delete record.suspended_at;
+  if (change.to !== 'suspended') delete record.saved_output;
   if (change.to === 'error') record.error = change.error;
   else delete record.error;
 }

@@ -1,3 +1,5 @@
+import { NoGuestProcesses } from '../../src/adapters/guest-link/http-guest-processes.js';
+import { GuestProcesses } from '../../src/ports/guest-processes.js';
 import 'reflect-metadata';
 import { FsSecretStore } from '../../src/adapters/store/fs-secret-store.js';
 import { Container, ContainerModule } from 'inversify';
@@ -121,6 +123,8 @@ export function world(
       bind(Failpoints).toConstantValue(NO_FAILPOINTS);
       for (const port of [Hypervisor, VmDisks, GuestImages, HostLinks]) bind(port).toConstantValue(hv);
       bind(GuestAgent).toConstantValue(new InMemoryGuestAgent(hv));
+      // The in-memory agent keeps no processes, as the daemon's own binding says of it.
+      bind(GuestProcesses).toConstantValue(new NoGuestProcesses());
       bind(SshProbe).toConstantValue(new InMemorySshProbe(hv));
       bind(Tunnels).toConstantValue(tunnels);
       bind(GuestNetwork).toConstantValue(network);

@@ -268,6 +268,36 @@ describe('durable processes and watches through the daemon (real local agents)',
     await d.call('DELETE', '/vms/pv/snapshots/lines');
   });
 
+  it('moves a reader back to the bytes noted at a suspend, after a revert to a snapshot of the suspended VM', async () => {
+    expect((await d.call('POST', '/vms', { name: 'sv', persistent: true })).status).to.equal(201);
+    const S = '/vms/sv/processes';
+    const id = String((await d.call('POST', S, numbered(100_000, 10))).json.id);
+    const early = await waitFor('40 bytes of output', 20_000, async () => {
+      const j = (await d.call('GET', `${S}/${id}`)).json;
+      return j?.bytes?.stdout >= 40 ? j : undefined;
+    });
+    // The fake's suspend ends its stand-in processes (the guest is this host): the bytes stop there.
+    expect((await d.call('POST', '/vms/sv/suspend')).status).to.equal(200);
+    const taken = await d.call('POST', '/vms/sv/snapshots', { name: 'held' });
+    expect(taken.status, taken.text).to.equal(201);
+    expect(taken.json).to.include({ taken_from: 'suspended', memory: true });
+    expect((await d.call('GET', '/vms/sv')).json, 'the noted bytes are the daemon’s').to.not.have.property(
+      'saved_output',
+    );
+    expect((await d.call('POST', '/vms/sv/restore')).status).to.equal(200);
+    const end = Number((await d.call('GET', `${S}/${id}`)).json.bytes.stdout);
+    expect((await d.call('POST', '/vms/sv/snapshots/held/revert')).status).to.equal(200);
+    const [first] = ndjson((await d.call('GET', `${S}/${id}/output?from=stdout:${end}&timeline=t0`)).text) as [
+      { reverted?: { from: { stdout: number } } },
+    ];
+    // Noted at the suspend: the reader stays (all it read was noted) or goes back no further than
+    // what was there before it; without the note it would go back to 0.
+    if (first.reverted)
+      expect(first.reverted.from.stdout, 'the bytes noted at the suspend').to.be.within(early.bytes.stdout, end - 1);
+    else expect(first, 'the end, read from where it ended').to.have.property('reason');
+    expect((await d.call('DELETE', '/vms/sv')).status).to.equal(200);
+  });
+
   it('reports exit codes and signals', async () => {
     const seven = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'exit 7'] });
     const sleeper = await d.call('POST', P, { cmd: 'sleep', args: ['100'], tag: 'sleeper' });

@@ -91,6 +91,7 @@ describe('domain/move', () => {
       image_digest: 'x',
       record: rec({
         timeline: { id: 't0a', before: 't0', kept },
+        saved_output: { ...kept, w2: { stdout: 40 } },
         snapshots: [
           { name: 'a', ...snap, kept_output: kept, timeline: 't0a' },
           { name: 'b', ...snap, kept_output: kept },
@@ -98,6 +99,7 @@ describe('domain/move', () => {
       }),
     }).record;
     expect(carried.timeline).to.deep.equal({ id: 't0a', before: 't0', kept });
+    expect(carried.saved_output).to.deep.equal({ p1: { stdout: 10 }, w2: { stdout: 40 } });
     expect(carried.snapshots!.map((s) => [s.kept_output, s.timeline])).to.deep.equal([
       [kept, 't0a'],
       [kept, undefined],
@@ -107,13 +109,20 @@ describe('domain/move', () => {
       image_digest: 'x',
       record: rec({
         timeline: { id: '../x' },
+        saved_output: kept, // on a timeline that was not kept
         snapshots: [
           { name: 'a', ...snap, kept_output: { p1: { stdout: -5 } } },
           { name: 'b', ...snap, kept_output: kept, timeline: 'nope' },
         ],
       }),
     }).record;
-    expect(dropped).to.not.have.property('timeline');
+    expect(dropped).to.not.have.any.keys('timeline', 'saved_output');
+    const garbled = offeredRecord({
+      from: 'n1',
+      image_digest: 'x',
+      record: rec({ saved_output: { p1: 'x' } as never }),
+    });
+    expect(garbled.record).to.not.have.property('saved_output');
     for (const s of dropped.snapshots!) expect(s).to.not.have.any.keys('kept_output', 'timeline');
   });
 

@@ -4,6 +4,7 @@ import {
   ALLOWED_SOURCES,
   VM_STATUSES,
   assertTransition,
+  changeStatus,
   toPublic,
   type VmRecord,
   type LifecycleVerb,
@@ -45,6 +46,14 @@ describe('domain/instance state machine', () => {
     );
   });
 
+  it('keeps the bytes noted at a suspend only while suspended', () => {
+    const rec: Parameters<typeof changeStatus>[0] = { name: 'web', status: 'running' };
+    changeStatus(rec, { to: 'suspended', at: 'x' });
+    rec.saved_output = { p1: { stdout: 3 } };
+    changeStatus(rec, { to: 'running' });
+    expect(rec).to.not.have.any.keys('saved_output', 'suspended_at');
+  });
+
   it('never exposes userdata or runtime, and shows suspended_at/error only in their states', () => {
     const rec: VmRecord = {
       name: 'a',
@@ -70,8 +79,8 @@ describe('domain/instance state machine', () => {
       error: 'old',
       egress: { default: 'allow', allow: [], deny: [] },
     };
-    const pub = toPublic(rec) as unknown as Record<string, unknown>;
-    expect(pub).not.to.have.any.keys('userdata', 'runtime', 'suspended_at', 'error');
+    const pub = toPublic({ ...rec, saved_output: { p1: { stdout: 3 } } }) as unknown as Record<string, unknown>;
+    expect(pub).not.to.have.any.keys('userdata', 'runtime', 'suspended_at', 'error', 'saved_output');
     expect(toPublic({ ...rec, status: 'suspended' }).suspended_at).to.equal('x');
   });
 });
