@@ -402,6 +402,46 @@ describe('durable processes and watches through the daemon (real local agents)',
     );
   });
 
+  it('the typed client’s watch comes back by itself after the agent is killed with -9: nothing missing or repeated', async () => {
+    const dir = tempDir('svc-watch-kill-');
+    const c = new SvcClient({ socket: d.unix.socketPath!, token: 'test-token', env: {} });
+    const ac = new AbortController();
+    const got: { type: string; path?: string; cursor: string }[] = [];
+    const reading = (async () => {
+      for await (const e of c.watch('pv', { path: dir }, { signal: ac.signal, retryMs: 20_000 })) got.push(e);
+    })().then(
+      () => 'ended',
+      (err: Error) => err,
+    );
+    const seen = (type: string, name: string) =>
+      waitFor(`${type} ${name}`, 15_000, () =>
+        got.some((e) => e.type === type && e.path === join(dir, name)) ? true : undefined,
+      );
+    await waitFor('the watch', 10_000, () => (got.length ? true : undefined));
+    writeFileSync(join(dir, 'a'), 'one');
+    await seen('write', 'a');
+    const before = agentPid(d, 'pv');
+    process.kill(before, 'SIGKILL');
+    await waitFor('a new agent', 10_000, () => {
+      const now = agentPid(d, 'pv');
+      return now && now !== before ? now : undefined;
+    });
+    writeFileSync(join(dir, 'b'), 'two');
+    // Until 2026-12-04 the daemon ended the answer cleanly when the agent's broke off, and the
+    // client took that for the watch's end: it never saw b.
+    await seen('write', 'b');
+    ac.abort();
+    expect(await reading).to.not.be.instanceOf(Error);
+    expect(got.map((e) => `${e.type} ${e.path === undefined ? '' : e.path.slice(dir.length)}`)).to.deep.equal([
+      'watching ',
+      'create /a',
+      'write /a',
+      'create /b',
+      'write /b',
+    ]);
+    await c.removeWatch('pv', String((got[0] as { watch?: string }).watch));
+  });
+
   it('moves a watch’s cursor of the timeline a revert left back to what the snapshot noted, and says so', async () => {
     const dir = tempDir('svc-watch-revert-');
     const f = followNdjson(d.unix, `/vms/pv/watch?path=${encodeURIComponent(dir)}`);

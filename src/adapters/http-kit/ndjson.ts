@@ -5,7 +5,7 @@ import { onceGone } from './streams.js';
 /**
  * Writes chunks to a response with backpressure (the one write loop both servers use). When the
  * client goes away it stops reading and calls `onGone` (for example to kill a command). Ends the
- * response when the chunks end.
+ * response when the chunks end; when they fail, leaves it for the caller's error handling to cut.
  */
 export async function pumpTo(
   res: Response,
@@ -13,6 +13,7 @@ export async function pumpTo(
   onGone?: () => void,
 ): Promise<void> {
   let gone = false;
+  let failed = false;
   const unhook = onceGone(res, () => {
     gone = true;
     onGone?.();
@@ -34,10 +35,15 @@ export async function pumpTo(
         });
       }
     }
+  } catch (err) {
+    // Not ended: an answer that ends cleanly reads as whole. Cut, it says it broke off, and a
+    // reader that resumes (a watch, a process's output) comes back (answerError cuts it).
+    failed = true;
+    throw err;
   } finally {
     unhook();
     if (gone) onGone?.();
-    if (!res.writableEnded) res.end();
+    if (!failed && !res.writableEnded) res.end();
   }
 }
 
