@@ -32,8 +32,6 @@ import { VmCaptures } from './vm-captures.js';
 import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
-/** How long a snapshot waits for the guest to list its processes' bytes. */
-
 export interface SnapshotRemoved {
   message: string;
   name: string;
@@ -225,10 +223,6 @@ export class VmSnapshots {
     return rec.status;
   }
 
-  /**
-   * What the guest's processes have written so far (domain/timeline.ts), asked for a few seconds
-   * at most: a guest that does not say leaves its readers to read again from 0 after a revert.
-   */
   /** A running guest is captured (held for a moment), and the capture kept under the name. */
   private async ofRunning(rec: VmRecord, snap: string): Promise<boolean> {
     const { id } = await this.captures.take(rec, 1);
