@@ -2,9 +2,9 @@ import type { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import { InvalidArgumentError } from '../domain/errors.js';
 import {
+  agentCursor,
   assertProcessRef,
   assertWatchId,
-  isAgentCursor,
   isProcessId,
   parseCursor,
   parseFrom,
@@ -145,7 +145,7 @@ export class ProcessProxy {
     const on = this.timeline(vm);
     return (await this.processes.watches(this.guest.endpoint(vm))).map(({ cursor, ...w }) => {
       // what an agent says is checked: a cursor that is not one is left out, not a 400 of the list
-      const at = isAgentCursor(cursor ?? '') ? parseCursor(cursor!) : undefined;
+      const at = agentCursor(cursor);
       return at ? { ...w, cursor: formatCursor(at.watch, at.offset, on) } : w;
     });
   }

@@ -285,19 +285,25 @@ export function parseFrom(q: Query): OutputOffsets {
   return out;
 }
 
+const CURSOR = /^(w[1-9][0-9]{0,15}):(\d{1,15})(?:@(t[0-9a-f]{1,24}))?$/;
+
 /**
  * A watch cursor `w3:1200`: the watch and the byte offset of its journal to read on from; after a
  * revert the daemon says the timeline it is on too, `w3:1200@t1a2b...` (docs/processes.md).
  */
 export function parseCursor(s: string): { watch: string; offset: number; timeline?: string } {
-  const m = /^(w[1-9][0-9]{0,15}):(\d{1,15})(?:@(t[0-9a-f]{1,24}))?$/.exec(s);
+  const m = CURSOR.exec(s);
   if (!m) throw new InvalidArgumentError(`cursor ${JSON.stringify(s)} is not valid (w3:1200)`);
   return { watch: m[1], offset: Number(m[2]), ...(m[3] ? { timeline: m[3] } : {}) };
 }
 
-/** A cursor as an agent says it: no timeline (an agent knows none; the daemon adds it). */
-export function isAgentCursor(s: string): boolean {
-  return /^w[1-9][0-9]{0,15}:[0-9]{1,15}$/.test(s);
+/**
+ * A cursor as an agent says it (no timeline: an agent knows none; the daemon adds it), read from
+ * what an agent sent; undefined for anything else.
+ */
+export function agentCursor(s: unknown): { watch: string; offset: number } | undefined {
+  const m = typeof s === 'string' ? CURSOR.exec(s) : null;
+  return m && !m[3] ? { watch: m[1], offset: Number(m[2]) } : undefined;
 }
 
 /** Linux's signals by name (x86-64 numbers). */

@@ -1,7 +1,7 @@
 import {
+  agentCursor,
   isProcessId,
   isWatchId,
-  parseCursor,
   type OutputOffsets,
   type ProcessInfo,
   type ProcessStream,
@@ -67,18 +67,10 @@ export function keptOutputOf(list: ProcessInfo[], watches: WatchInfo[] = []): Ke
     [...xs].sort((a, b) => Number(b.id.slice(1)) - Number(a.id.slice(1))).slice(0, MAX_KEPT_PROCESSES);
   for (const p of newest(list)) if (Object.keys(p.bytes).length) kept[p.id] = { ...p.bytes };
   for (const w of newest(watches)) {
-    const c = w.cursor ? parseCursorOrNull(w.cursor) : null;
+    const c = agentCursor(w.cursor);
     if (c?.watch === w.id) kept[w.id] = { stdout: c.offset };
   }
   return Object.keys(kept).length ? kept : undefined;
-}
-
-function parseCursorOrNull(s: string): ReturnType<typeof parseCursor> | null {
-  try {
-    return parseCursor(s);
-  } catch {
-    return null;
-  }
 }
 
 /**

@@ -262,8 +262,10 @@ export function changeStatus(
     throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
   record.status = change.to;
   if (change.to === 'suspended') record.suspended_at = change.at;
-  else delete record.suspended_at;
-  if (change.to !== 'suspended') delete record.saved_output;
+  else {
+    delete record.suspended_at;
+    delete record.saved_output; // noted for the saved guest only
+  }
   if (change.to === 'error') record.error = change.error;
   else delete record.error;
 }

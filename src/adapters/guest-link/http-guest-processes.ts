@@ -1,7 +1,7 @@
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import {
-  isAgentCursor,
+  agentCursor,
   PIECE_MAX_BYTES,
   type OutputFrame,
   type ProcessInfo,
@@ -202,7 +202,7 @@ export function isWatchEvent(v: unknown): v is WatchEvent {
   const e = v as Record<string, unknown>;
   return (
     typeof e.cursor === 'string' &&
-    isAgentCursor(e.cursor) &&
+    agentCursor(e.cursor) !== undefined &&
     WATCH_TYPES.has(e.type as string) &&
     (e.path === undefined || typeof e.path === 'string')
   );
