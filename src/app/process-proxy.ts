@@ -2,20 +2,16 @@ import type { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import { InvalidArgumentError } from '../domain/errors.js';
 import {
-  agentCursor,
   assertProcessRef,
-  assertWatchId,
   isProcessId,
-  parseCursor,
   parseFrom,
   parseProcessStart,
   parseSignal,
   termSize,
   type OutputFrame,
   type ProcessInfo,
-  type WatchEvent,
-  type WatchInfo,
 } from '../domain/processes.js';
+import { agentCursor, assertWatchId, parseCursor, type WatchEvent, type WatchInfo } from '../domain/watches.js';
 import { FIRST_TIMELINE, formatCursor, formatFrom, isTimelineId, resumeOn, timelineOf } from '../domain/timeline.js';
 import { GuestProcesses } from '../ports/guest-processes.js';
 import { GuestProxy } from './guest-proxy.js';

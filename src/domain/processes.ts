@@ -3,8 +3,8 @@ import { queryInt, queryOne, type Query } from './query.js';
 import { parseRestart, type EntrypointChoice, type RestartPolicy } from './restart-policy.js';
 
 /**
- * Durable processes and file watches (docs/processes.md): shapes shared by the agent, the daemon
- * and the client, and the rules that check what a caller sends.
+ * Durable processes (docs/processes.md): shapes shared by the agent, the daemon and the client, and
+ * the rules that check what a caller sends. File watches are in domain/watches.ts.
  */
 
 export type ProcessStream = 'stdout' | 'stderr' | 'pty';
@@ -113,58 +113,20 @@ export const PIECE_MAX_BYTES = 1024 * 1024;
 export type OutputPiece =
   { stream: ProcessStream; offset: number; bytes: Uint8Array } | Exclude<OutputFrame, { stream: ProcessStream }>;
 
-export type WatchEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow' | 'watching' | 'reverted';
-
-export interface WatchEntry {
-  type: 'file' | 'directory' | 'symlink' | 'other';
-  size: number;
-  mode: string;
-}
-
-/** One line of GET .../watch. The first line of a new watch is `watching` (its id and first cursor). */
-export interface WatchEvent {
-  cursor: string;
-  type: WatchEventType;
-  path?: string;
-  to?: string;
-  entry?: WatchEntry;
-  watch?: string;
-  recursive?: boolean;
-}
-
-export interface WatchInfo {
-  id: string;
-  path: string;
-  recursive: boolean;
-  started_at: string;
-  state: 'running' | 'ended';
-  /** Where its journal ends now: a reader that wants only the events to come resumes there. */
-  cursor?: string;
-}
-
 export const MAX_TAG = 64;
-const ID = /^[pw][1-9][0-9]{0,15}$/;
+const ID = /^p[1-9][0-9]{0,15}$/;
 const TAG = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const MAX_ARGS = 4096;
 const MAX_ARG_BYTES = 1 << 20;
 
 export function isProcessId(s: string): boolean {
-  return ID.test(s) && s.startsWith('p');
-}
-
-export function isWatchId(s: string): boolean {
-  return ID.test(s) && s.startsWith('w');
+  return ID.test(s);
 }
 
 /** A process id (`p12`) or tag; InvalidArgument for anything else. */
 export function assertProcessRef(s: string): string {
   if (!isProcessId(s) && !TAG.test(s))
     throw new InvalidArgumentError(`${JSON.stringify(s)} is not a process id or tag`);
-  return s;
-}
-
-export function assertWatchId(s: string): string {
-  if (!isWatchId(s)) throw new InvalidArgumentError(`${JSON.stringify(s)} is not a watch id`);
   return s;
 }
 
@@ -283,27 +245,6 @@ export function parseFrom(q: Query): OutputOffsets {
     out[m[1] as ProcessStream] = Number(m[2]);
   }
   return out;
-}
-
-const CURSOR = /^(w[1-9][0-9]{0,15}):(\d{1,15})(?:@(t[0-9a-f]{1,24}))?$/;
-
-/**
- * A watch cursor `w3:1200`: the watch and the byte offset of its journal to read on from; after a
- * revert the daemon says the timeline it is on too, `w3:1200@t1a2b...` (docs/processes.md).
- */
-export function parseCursor(s: string): { watch: string; offset: number; timeline?: string } {
-  const m = CURSOR.exec(s);
-  if (!m) throw new InvalidArgumentError(`cursor ${JSON.stringify(s)} is not valid (w3:1200)`);
-  return { watch: m[1], offset: Number(m[2]), ...(m[3] ? { timeline: m[3] } : {}) };
-}
-
-/**
- * A cursor as an agent says it (no timeline: an agent knows none; the daemon adds it), read from
- * what an agent sent; undefined for anything else.
- */
-export function agentCursor(s: unknown): { watch: string; offset: number } | undefined {
-  const m = typeof s === 'string' ? CURSOR.exec(s) : null;
-  return m && !m[3] ? { watch: m[1], offset: Number(m[2]) } : undefined;
 }
 
 /** Linux's signals by name (x86-64 numbers). */

@@ -1,12 +1,5 @@
-import {
-  agentCursor,
-  isProcessId,
-  isWatchId,
-  type OutputOffsets,
-  type ProcessInfo,
-  type ProcessStream,
-  type WatchInfo,
-} from './processes.js';
+import { isProcessId, type OutputOffsets, type ProcessInfo, type ProcessStream } from './processes.js';
+import { agentCursor, isWatchId, type WatchInfo } from './watches.js';
 
 /**
  * Each stream's bytes of each process, by id, as a snapshot found them just before it was taken:

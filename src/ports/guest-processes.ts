@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
-import type { OutputFrame, ProcessInfo, ProcessStart, WatchEvent, WatchInfo } from '../domain/processes.js';
+import type { OutputFrame, ProcessInfo, ProcessStart } from '../domain/processes.js';
+import type { WatchEvent, WatchInfo } from '../domain/watches.js';
 import type { AgentEndpoint } from './guest-agent.js';
 
 export const GuestProcesses = Symbol('GuestProcesses');

@@ -28,9 +28,8 @@ import {
   type ProcessInfo,
   type ProcessStart,
   type ProcessStream,
-  type WatchEvent,
-  type WatchInfo,
 } from '../../domain/processes.js';
+import { type WatchEvent, type WatchInfo } from '../../domain/watches.js';
 import { movedBack } from '../../domain/timeline.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';

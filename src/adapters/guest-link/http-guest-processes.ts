@@ -1,15 +1,13 @@
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import {
-  agentCursor,
   PIECE_MAX_BYTES,
   type OutputFrame,
   type ProcessInfo,
   type ProcessStart,
   type ProcessStream,
-  type WatchEvent,
-  type WatchInfo,
 } from '../../domain/processes.js';
+import { agentCursor, type WatchEvent, type WatchInfo } from '../../domain/watches.js';
 import type { AgentEndpoint } from '../../ports/guest-agent.js';
 import type { GuestProcesses } from '../../ports/guest-processes.js';
 import { AgentHttp, linesOf } from './agent-http.js';

@@ -7,7 +7,7 @@ import {
   NotSupportedError,
   ResourceExhaustedError,
 } from '../../domain/errors.js';
-import { assertWatchId, parseCursor, type WatchEvent, type WatchInfo } from '../../domain/processes.js';
+import { assertWatchId, parseCursor, type WatchEvent, type WatchInfo } from '../../domain/watches.js';
 import { GuestFiles } from '../../ports/agent/guest-files.js';
 import { KeptProcesses, type KeptRecord } from '../../ports/agent/kept-processes.js';
 import { AgentService } from './agent-service.js';

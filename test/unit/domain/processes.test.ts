@@ -3,7 +3,6 @@ import fc from 'fast-check';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
 import {
   assertProcessRef,
-  parseCursor,
   parseFrom,
   parseOutputStart,
   parseProcessStart,
@@ -123,12 +122,10 @@ describe('domain/processes', () => {
     refused(() => parseOutputStart({ tail: 'all' }), /tail must be/);
   });
 
-  it('names ids, tags, cursors and signals', () => {
+  it('names ids, tags and signals', () => {
     expect(assertProcessRef('p12')).to.equal('p12');
     expect(assertProcessRef('web.1')).to.equal('web.1');
     refused(() => assertProcessRef('../x'), /not a process id or tag/);
-    expect(parseCursor('w3:1200')).to.deep.equal({ watch: 'w3', offset: 1200 });
-    refused(() => parseCursor('p3:1'), /cursor/);
     expect(parseSignal('TERM')).to.equal('SIGTERM');
     expect(parseSignal('sigkill')).to.equal('SIGKILL');
     expect(parseSignal(2)).to.equal('SIGINT');

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { parseCursor, type ProcessInfo, type WatchInfo } from '../../../src/domain/processes.js';
+import { type ProcessInfo } from '../../../src/domain/processes.js';
+import { parseCursor, type WatchInfo } from '../../../src/domain/watches.js';
 import {
   FIRST_TIMELINE,
   MAX_KEPT_PROCESSES,
