@@ -40,7 +40,7 @@ export class LinuxSystemIdentity implements SystemIdentity {
   private readonly userdataStarted = new Set<string>();
 
   /**
-   * `renewKeys` makes a clone's SSH host keys anew; by default it runs RENEW_HOST_KEYS on the real
+   * `renewKeys` makes a clone's SSH host keys anew; by default it runs renewHostKeysScript() on the real
    * root only (a test's root must never reach the host's own keys or daemons). `growRoot` grows
    * the root filesystem once its disk has `bytes` (the same rule: by default on the real root only).
    */
@@ -228,25 +228,40 @@ export class LinuxSystemIdentity implements SystemIdentity {
 }
 
 /**
- * Makes a guest's SSH host keys anew (a clone or fork has its template's): OpenSSH's with
- * `ssh-keygen -A`, then its service restarted; dropbear's removed and its listener (a child of
- * init, which starts it again) ended, so it makes new ones on the first connection (`-R`). Under
- * TCG an RSA key takes seconds: it runs detached, after the identity has answered, and sessions
- * that are open stay (each has its own process).
+ * Makes a guest's SSH host keys anew (a clone or fork has its template's). OpenSSH's: each type it
+ * had, made into a new file that replaces the old one only once whole (a type ssh-keygen cannot make
+ * keeps its key), ed25519 and ECDSA when it had none; then its service restarted. The debian image
+ * has no RSA key (docs/image.md), whose making took 7 s of a TCG guest's CPU: every restore, clone
+ * and fork of it paid that before. dropbear's are removed and its listener (a child of init, which
+ * starts it again) ended, so it makes new ones on the first connection (`-R`). It runs detached,
+ * after the identity has answered, and sessions that are open stay (each has its own process).
+ * `system: false` (a test's folder) touches neither services nor processes.
  */
-export const RENEW_HOST_KEYS = [
-  'if [ -d /etc/ssh ] && command -v ssh-keygen >/dev/null 2>&1; then',
-  '  rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub; ssh-keygen -A >/dev/null 2>&1',
-  '  systemctl try-restart ssh.service >/dev/null 2>&1',
-  'fi',
-  'if [ -d /etc/dropbear ]; then',
-  '  rm -f /etc/dropbear/dropbear_*_host_key',
-  '  for p in $(pidof dropbear); do [ "$(cut -d" " -f4 /proc/$p/stat)" = 1 ] && kill "$p"; done',
-  'fi',
-].join('\n');
+export function renewHostKeysScript(sshDir = '/etc/ssh', system = true): string {
+  const d = shellWord(sshDir);
+  return [
+    `if [ -d ${d} ] && command -v ssh-keygen >/dev/null 2>&1; then`,
+    `  types=$(for k in ${d}/ssh_host_*_key; do [ -f "$k" ] && { t=\${k##*/ssh_host_}; echo "\${t%_key}"; }; done)`,
+    '  for t in ${types:-ed25519 ecdsa}; do',
+    `    k=${d}/ssh_host_\${t}_key; rm -f "$k.new" "$k.new.pub"`,
+    '    ssh-keygen -q -t "$t" -N "" -f "$k.new" </dev/null >/dev/null 2>&1 && mv -f "$k.new.pub" "$k.pub" && mv -f "$k.new" "$k"',
+    '    rm -f "$k.new" "$k.new.pub"',
+    '  done',
+    ...(system ? ['  systemctl try-restart ssh.service >/dev/null 2>&1'] : []),
+    'fi',
+    ...(system
+      ? [
+          'if [ -d /etc/dropbear ]; then',
+          '  rm -f /etc/dropbear/dropbear_*_host_key',
+          '  for p in $(pidof dropbear); do [ "$(cut -d" " -f4 /proc/$p/stat)" = 1 ] && kill "$p"; done',
+          'fi',
+        ]
+      : []),
+  ].join('\n');
+}
 
 function renewHostKeys(sh: string): void {
-  const child = spawn(sh, ['-c', RENEW_HOST_KEYS], { detached: true, stdio: 'ignore' });
+  const child = spawn(sh, ['-c', renewHostKeysScript()], { detached: true, stdio: 'ignore' });
   child.on('error', () => undefined);
   child.unref();
 }

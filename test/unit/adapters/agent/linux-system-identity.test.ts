@@ -4,6 +4,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   symlinkSync,
@@ -11,7 +12,8 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LinuxSystemIdentity } from '../../../../src/adapters/agent/linux-system-identity.js';
+import { execFileSync } from 'node:child_process';
+import { LinuxSystemIdentity, renewHostKeysScript } from '../../../../src/adapters/agent/linux-system-identity.js';
 import type { SysCalls } from '../../../../src/adapters/agent/sys-calls.js';
 
 describe('adapters/agent/linux-system-identity', () => {
@@ -156,6 +158,33 @@ describe('adapters/agent/linux-system-identity', () => {
     }
     // The default is bound to the real root only: this one (a temporary root) has none to call.
     expect((identity as unknown as { renewKeys?: unknown }).renewKeys).to.equal(undefined);
+  });
+
+  it("makes a clone's SSH host keys anew, of the types it had; ed25519 and ECDSA when it had none", () => {
+    const ssh = join(dir, 'etc ssh');
+    mkdirSync(ssh);
+    const key = (t: string) => join(ssh, `ssh_host_${t}_key`);
+    const renew = () => execFileSync('sh', ['-c', renewHostKeysScript(ssh, false)]);
+    const keys = () =>
+      Object.fromEntries(
+        ['rsa', 'ecdsa', 'ed25519', 'bogus']
+          .filter((t) => existsSync(key(t)))
+          .map((t) => [t, readFileSync(key(t), 'utf8') + readFileSync(`${key(t)}.pub`, 'utf8')]),
+      );
+    renew();
+    const first = keys();
+    expect(Object.keys(first).sort()).to.deep.equal(['ecdsa', 'ed25519']);
+    expect(first.ed25519).to.include('ssh-ed25519 ');
+    // One of a type ssh-keygen cannot make is kept as it was, and none of another type is added.
+    writeFileSync(key('bogus'), 'old private\n');
+    writeFileSync(`${key('bogus')}.pub`, 'old public\n');
+    renew();
+    const second = keys();
+    expect(Object.keys(second).sort()).to.deep.equal(['bogus', 'ecdsa', 'ed25519']);
+    expect(second.ecdsa).to.not.equal(first.ecdsa);
+    expect(second.ed25519).to.not.equal(first.ed25519);
+    expect(second.bogus).to.equal('old private\nold public\n');
+    expect(readdirSync(ssh).filter((f) => f.includes('.new'))).to.deep.equal([]);
   });
 
   it('without the addon: mixes the entropy into the pool through its file', async () => {
