@@ -34,7 +34,9 @@ export interface WatchInfo {
   cursor?: string;
 }
 
-const ID = /^w[1-9][0-9]{0,15}$/;
+/** A watch id, `w` and a number the agent gives (never reused within a VM's life). */
+const ID_PART = 'w[1-9][0-9]{0,15}';
+const ID = new RegExp(`^${ID_PART}$`);
 
 export function isWatchId(s: string): boolean {
   return ID.test(s);
@@ -45,7 +47,7 @@ export function assertWatchId(s: string): string {
   return s;
 }
 
-const CURSOR = /^(w[1-9][0-9]{0,15}):(\d{1,15})(?:@(t[0-9a-f]{1,24}))?$/;
+const CURSOR = new RegExp(`^(${ID_PART}):(\\d{1,15})(?:@(t[0-9a-f]{1,24}))?$`);
 
 /**
  * A watch cursor `w3:1200`: the watch and the byte offset of its journal to read on from; after a

@@ -235,7 +235,7 @@ export class LinuxSystemIdentity implements SystemIdentity {
  * and fork of it paid that before. dropbear's are removed and its listener (a child of init, which
  * starts it again) ended, so it makes new ones on the first connection (`-R`). It runs detached,
  * after the identity has answered, and sessions that are open stay (each has its own process).
- * `system: false` (a test's folder) touches neither services nor processes.
+ * With `system` false (a test's folder) it touches neither services nor processes.
  */
 export function renewHostKeysScript(sshDir = '/etc/ssh', system = true): string {
   const d = shellWord(sshDir);

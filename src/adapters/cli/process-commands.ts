@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { processState, type OutputFrame, type ProcessStart, type ProcessStream } from '../../domain/processes.js';
-import { type WatchEvent } from '../../domain/watches.js';
+import type { WatchEvent } from '../../domain/watches.js';
 import { formatFrom } from '../../domain/timeline.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { collect, print, restartOption } from './cli-kit.js';

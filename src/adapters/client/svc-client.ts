@@ -29,7 +29,7 @@ import {
   type ProcessStart,
   type ProcessStream,
 } from '../../domain/processes.js';
-import { type WatchEvent, type WatchInfo } from '../../domain/watches.js';
+import type { WatchEvent, WatchInfo } from '../../domain/watches.js';
 import { movedBack } from '../../domain/timeline.js';
 import type { ImageDetails } from '../../ports/guest-images.js';
 import type { ClusterInstance, NodeView, PlacementAsk } from '../../domain/cluster.js';
