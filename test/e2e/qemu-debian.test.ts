@@ -8,6 +8,7 @@ import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from
 import { e2bOptions } from '../helpers/e2b.js';
 import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
 import { Sandbox, Template } from 'e2b';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
@@ -228,6 +229,20 @@ describe('svcd with QEMU: the debian image', function () {
       expect(l[3]).to.match(/^(running|degraded)$/);
     }
     expect(new Set(seen.map((l) => l[2])).size, seen.map((l) => l[2]).join(' ')).to.equal(3);
+    // SSH host keys: ed25519 and ECDSA, no RSA (docs/image.md); each fork's made anew of those
+    // types in the background after its identity, so within seconds three different keys.
+    const sshPort = async (vm: string) => (await d.call('GET', `/vms/${vm}`)).json.ssh_port as number;
+    const port = await sshPort('deb');
+    expect(await sshHostKeyOnce(port, ['ssh-ed25519']), 'an ed25519 key').to.be.a('string');
+    expect(await sshHostKeyOnce(port, ['ecdsa-sha2-nistp256']), 'an ECDSA key').to.be.a('string');
+    expect(await sshHostKeyOnce(port, ['rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa']), 'an RSA key').to.equal(undefined);
+    const srcKey = await sshHostKey(port, 'deb');
+    let keys: string[] = [];
+    for (const until = Date.now() + 60_000; Date.now() < until; await new Promise((r) => setTimeout(r, 1000))) {
+      keys = await Promise.all(names.map(async (vm) => sshHostKey(await sshPort(vm), vm)));
+      if (new Set([srcKey, ...keys]).size === 3) break;
+    }
+    expect(new Set([srcKey, ...keys]).size, [srcKey, ...keys].join(' ')).to.equal(3);
     for (const n of names) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
   });
 
