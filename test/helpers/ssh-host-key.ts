@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
-import { Client } from 'ssh2';
+import { Client, type ServerHostKeyAlgorithm } from 'ssh2';
 
 /**
  * One try: the SHA-256 of the SSH host key the server on 127.0.0.1:`port` shows (ssh2 is told to
  * refuse it once seen), of one of the algorithms `types` when given; undefined when it offers none
  * of them or does not answer.
  */
-export function sshHostKeyOnce(port: number, types?: string[]): Promise<string | undefined> {
+export function sshHostKeyOnce(port: number, types?: ServerHostKeyAlgorithm[]): Promise<string | undefined> {
   return new Promise<string | undefined>((resolve) => {
     const c = new Client();
     let seen: string | undefined;
@@ -17,7 +17,7 @@ export function sshHostKeyOnce(port: number, types?: string[]): Promise<string |
       port,
       username: 'root',
       readyTimeout: 10_000,
-      ...(types ? { algorithms: { serverHostKey: types as never } } : {}),
+      ...(types ? { algorithms: { serverHostKey: types } } : {}),
       hostVerifier: (k: Buffer) => {
         seen = createHash('sha256').update(k).digest('base64');
         return false;
