@@ -339,11 +339,21 @@ for (const image of ['minimal', 'debian'] as const) {
     });
 
     if (image === 'minimal') {
-      it('lists 200 processes', async () => {
-        for (let i = 0; i < 200; i++)
-          expect((await d.call('POST', P, { cmd: 'true', tag: `t${i}` })).status).to.equal(201);
-        const tags = new Set(((await d.call('GET', P)).json as { tag?: string }[]).map((p) => p.tag));
-        for (let i = 0; i < 200; i++) expect(tags.has(`t${i}`), `t${i}`).to.equal(true);
+      it('lists 200 processes, started 8 at a time, each with an id of its own', async () => {
+        const ids: string[] = [];
+        for (let i = 0; i < 200; i += 8) {
+          const starts = await Promise.all(
+            Array.from({ length: Math.min(8, 200 - i) }, (_, k) =>
+              d.call('POST', P, { cmd: 'true', tag: `t${i + k}` }),
+            ),
+          );
+          for (const r of starts) expect(r.status, r.text).to.equal(201);
+          ids.push(...starts.map((r) => (r.json as { id: string }).id));
+        }
+        expect(new Set(ids).size, 'no id given twice').to.equal(200);
+        const listed = (await d.call('GET', P)).json as { id: string; tag?: string }[];
+        const tags = new Map(listed.map((p) => [p.tag, p.id]));
+        for (let i = 0; i < 200; i++) expect(tags.get(`t${i}`), `t${i}`).to.equal(ids[i]);
       });
 
       it('ends its processes with the boot they ran in, and says so', async () => {
