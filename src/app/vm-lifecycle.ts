@@ -15,7 +15,7 @@ import { Failpoints } from '../ports/failpoints.js';
 import { CrashWatch } from './crash-watch.js';
 import { GuestWarmUp } from './guest-warm-up.js';
 import { GuestShares } from './guest-shares.js';
-import { KeptOutputs } from './kept-output.js';
+import { KeptOutputs, PAUSE_LIST_MS } from './kept-output.js';
 import type { KeptOutput } from '../domain/timeline.js';
 
 export interface MessageResult {
@@ -112,8 +112,11 @@ export class VmLifecycle {
 
   async pause(name: string): Promise<MessageResult> {
     return this.transition(name, 'pause', async (rec) => {
+      // Asked now: held, the guest cannot say it to a snapshot or a suspend of the paused VM.
+      const kept = rec.status === 'running' ? await this.keptOutputs.note(rec, PAUSE_LIST_MS) : undefined;
       await this.hv.pause(this.keeper.ref(rec));
       changeStatus(rec, { to: 'paused' });
+      if (kept) rec.saved_output = kept;
       await this.vms.save(rec);
       return { message: `vm ${name} paused`, name };
     });
@@ -141,7 +144,7 @@ export class VmLifecycle {
         if (rec.status === 'running') {
           await this.warmUp.beforeSave(rec);
           kept = await this.keptOutputs.note(rec);
-        }
+        } else kept = rec.saved_output; // noted at its pause
         // Its shares are let go of, or it is not saved (a paused guest cannot be asked: guest-shares.ts).
         sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
         this.failpoints.hit('suspend.saving');

@@ -89,9 +89,8 @@ export class VmSnapshots {
             );
           const from = this.takeable(rec);
           // Before the guest is held: bytes its processes wrote by then are the snapshot's too; a
-          // suspended guest's were noted before it was saved.
-          const kept =
-            from === 'running' ? await this.keptOutputs.note(rec) : from === 'suspended' ? rec.saved_output : undefined;
+          // suspended guest's were noted before it was saved, a paused one's before its pause.
+          const kept = from === 'running' ? await this.keptOutputs.note(rec) : rec.saved_output;
           const memory =
             from === 'running' || from === 'paused' ? await this.ofRunning(rec, snap) : await this.ofStopped(rec, snap);
           const made: VmSnapshot = {

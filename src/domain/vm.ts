@@ -137,8 +137,8 @@ export interface VmRecord extends Instance {
   /** Which history of its guest it is on, once reverted (domain/timeline.ts); none: the first. */
   timeline?: VmTimeline;
   /**
-   * While suspended: what its processes and watches had written when it was saved, as a snapshot
-   * of a running guest notes it (a snapshot of the saved guest takes it).
+   * While suspended or paused: what its processes and watches had written when it was saved or
+   * paused, as a snapshot of a running guest notes it (a snapshot of the held guest takes it).
    */
   saved_output?: KeptOutput;
 }
@@ -262,10 +262,9 @@ export function changeStatus(
     throw new InternalError(`vm ${record.name}: no change from ${record.status} to ${change.to}`);
   record.status = change.to;
   if (change.to === 'suspended') record.suspended_at = change.at;
-  else {
-    delete record.suspended_at;
-    delete record.saved_output; // noted for the saved guest only
-  }
+  else delete record.suspended_at;
+  // Noted for a held guest only: one that runs again writes on.
+  if (change.to !== 'suspended' && change.to !== 'paused') delete record.saved_output;
   if (change.to === 'error') record.error = change.error;
   else delete record.error;
 }

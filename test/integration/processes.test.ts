@@ -298,6 +298,41 @@ describe('durable processes and watches through the daemon (real local agents)',
     expect((await d.call('DELETE', '/vms/sv')).status).to.equal(200);
   });
 
+  it('moves a reader back to the bytes noted at a pause, after a revert to a snapshot of the paused VM and of it suspended', async () => {
+    expect((await d.call('POST', '/vms', { name: 'pz', persistent: true })).status).to.equal(201);
+    const S = '/vms/pz/processes';
+    const id = String((await d.call('POST', S, numbered(100_000, 10))).json.id);
+    const bytes = async () => Number((await d.call('GET', `${S}/${id}`)).json.bytes.stdout);
+    const early = await waitFor('40 bytes of output', 20_000, async () =>
+      (await bytes()) >= 40 ? bytes() : undefined,
+    );
+    // A paused guest cannot be asked: its processes' bytes are noted as it pauses. (The fake's
+    // pause holds nothing, its stand-in process writes on: the noted bytes are a lower bound.)
+    expect((await d.call('POST', '/vms/pz/pause')).status).to.equal(200);
+    const paused = await d.call('POST', '/vms/pz/snapshots', { name: 'held' });
+    expect(paused.json).to.include({ taken_from: 'paused', memory: true });
+    // Suspended while paused: the suspend takes what the pause noted.
+    expect((await d.call('POST', '/vms/pz/suspend')).status).to.equal(200);
+    expect((await d.call('POST', '/vms/pz/snapshots', { name: 'saved' })).json).to.include({
+      taken_from: 'suspended',
+    });
+    expect((await d.call('POST', '/vms/pz/restore')).status).to.equal(200);
+    // Both snapshots were taken on t0 and noted what the pause did: a reader of t0 from the last
+    // bytes it saw is moved back to them (without the note, to 0).
+    for (const snap of ['held', 'saved']) {
+      const end = await bytes();
+      expect(end, 'its output went on past the pause').to.be.above(early);
+      const back = await d.call('POST', `/vms/pz/snapshots/${snap}/revert`);
+      expect(back.status, back.text).to.equal(200);
+      const [first] = ndjson((await d.call('GET', `${S}/${id}/output?from=stdout:${end}&timeline=t0`)).text) as [
+        { reverted?: { from: { stdout?: number; all?: number } } },
+      ];
+      expect(first.reverted?.from, `${snap}: told where the reverted bytes begin`).to.have.property('stdout');
+      expect(first.reverted!.from.stdout, snap).to.be.within(early, end - 1);
+    }
+    expect((await d.call('DELETE', '/vms/pz')).status).to.equal(200);
+  });
+
   it('reports exit codes and signals', async () => {
     const seven = await d.call('POST', P, { cmd: 'sh', args: ['-c', 'exit 7'] });
     const sleeper = await d.call('POST', P, { cmd: 'sleep', args: ['100'], tag: 'sleeper' });

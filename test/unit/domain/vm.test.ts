@@ -46,12 +46,21 @@ describe('domain/instance state machine', () => {
     );
   });
 
-  it('keeps the bytes noted at a suspend only while suspended', () => {
+  it('keeps the bytes noted at a suspend or a pause only while the guest is held', () => {
     const rec: Parameters<typeof changeStatus>[0] = { name: 'web', status: 'running' };
     changeStatus(rec, { to: 'suspended', at: 'x' });
     rec.saved_output = { p1: { stdout: 3 } };
     changeStatus(rec, { to: 'running' });
     expect(rec).to.not.have.any.keys('saved_output', 'suspended_at');
+    changeStatus(rec, { to: 'paused' });
+    rec.saved_output = { p1: { stdout: 5 } };
+    changeStatus(rec, { to: 'suspended', at: 'y' });
+    expect(rec.saved_output, 'a suspend of the paused guest').to.deep.equal({ p1: { stdout: 5 } });
+    changeStatus(rec, { to: 'running' });
+    changeStatus(rec, { to: 'paused' });
+    rec.saved_output = { p1: { stdout: 7 } };
+    changeStatus(rec, { to: 'running' });
+    expect(rec, 'resumed').to.not.have.property('saved_output');
   });
 
   it('never exposes userdata or runtime, and shows suspended_at/error only in their states', () => {
