@@ -19,8 +19,9 @@ rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 const version = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version;
 
-await build({
+const bundled = await build({
   entryPoints: [join(root, 'src', 'bin', 'svc-agent.ts')],
+  metafile: true,
   bundle: true,
   platform: 'node',
   target: 'node20',
@@ -40,6 +41,15 @@ await build({
     ].join('\n'),
   },
 });
+// The guest agent serves no metrics: a module of the daemon's that pulls prom-client into the agent
+// costs every guest its load at each start (http-kit/request-metrics.ts is kept apart for this).
+const daemonOnly = Object.keys(bundled.metafile.inputs).filter((f) =>
+  /node_modules\/(prom-client|@opentelemetry)\//.test(f),
+);
+if (daemonOnly.length) {
+  console.error(`build-agent: the agent bundle would carry the daemon's metrics: ${daemonOnly.slice(0, 3).join(', ')}`);
+  process.exit(1);
+}
 const bundlePath = join(out, 'svc-agent.cjs');
 writeFileSync(
   bundlePath,
