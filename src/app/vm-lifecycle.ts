@@ -112,8 +112,8 @@ export class VmLifecycle {
 
   async pause(name: string): Promise<MessageResult> {
     return this.transition(name, 'pause', async (rec) => {
-      // Asked now: held, the guest cannot say it to a snapshot or a suspend of the paused VM.
-      const kept = rec.status === 'running' ? await this.keptOutputs.note(rec, PAUSE_LIST_MS) : undefined;
+      // Asked now (a pause is of a running guest): held, it cannot say it to a snapshot or a suspend.
+      const kept = await this.keptOutputs.note(rec, PAUSE_LIST_MS);
       await this.hv.pause(this.keeper.ref(rec));
       changeStatus(rec, { to: 'paused' });
       if (kept) rec.saved_output = kept;

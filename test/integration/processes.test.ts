@@ -303,9 +303,10 @@ describe('durable processes and watches through the daemon (real local agents)',
     const S = '/vms/pz/processes';
     const id = String((await d.call('POST', S, numbered(100_000, 10))).json.id);
     const bytes = async () => Number((await d.call('GET', `${S}/${id}`)).json.bytes.stdout);
-    const early = await waitFor('40 bytes of output', 20_000, async () =>
-      (await bytes()) >= 40 ? bytes() : undefined,
-    );
+    const early = await waitFor('40 bytes of output', 20_000, async () => {
+      const b = await bytes();
+      return b >= 40 ? b : undefined;
+    });
     // A paused guest cannot be asked: its processes' bytes are noted as it pauses. (The fake's
     // pause holds nothing, its stand-in process writes on: the noted bytes are a lower bound.)
     expect((await d.call('POST', '/vms/pz/pause')).status).to.equal(200);
