@@ -606,6 +606,11 @@ describe('durable processes with a restart policy (real local agents)', function
     });
     expect(r.status, r.text).to.equal(201);
     const first = r.json.pid as number;
+    // Each run's line before its signal: one that came before the shell's echo would end the run
+    // with nothing said (a clean-clone CI run saw the first run's line missing).
+    await waitFor('the first run’s line', 10_000, async () =>
+      (await stdout(r.json.id)) === `run ${first}\n` ? true : undefined,
+    );
     expect((await d.call('POST', `${P}/${r.json.id}/signal`, { signal: 'HUP' })).status).to.equal(204);
     const again = await waitFor('the second run', 10_000, async () => {
       const j = (await d.call('GET', `${P}/${r.json.id}`)).json;
@@ -614,6 +619,9 @@ describe('durable processes with a restart policy (real local agents)', function
     expect(again).to.include({ state: 'running', restart: 'always' });
     expect(() => process.kill(first, 0), 'the first run is gone').to.throw();
     expect(() => process.kill(again.pid, 0)).not.to.throw();
+    await waitFor('the second run’s line', 10_000, async () =>
+      (await stdout(r.json.id)) === `run ${first}\nrun ${again.pid}\n` ? true : undefined,
+    );
     expect((await d.call('POST', `${P}/${r.json.id}/signal`, { signal: 'TERM' })).status).to.equal(204);
     expect(await ended(r.json.id)).to.include({ reason: 'signal', signal: 'SIGTERM', restarts: 1 });
     expect(await stdout(r.json.id)).to.equal(`run ${first}\nrun ${again.pid}\n`);
