@@ -11,6 +11,7 @@ import {
 import type { VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import type { HypervisorAdapter } from '../../src/ports/hypervisor-adapter.js';
 import { tempDir } from '../helpers/daemon.js';
+import { poll } from '../helpers/wait.js';
 
 export interface ContractSubject {
   hv: HypervisorAdapter;
@@ -328,7 +329,7 @@ export function hypervisorContract(
       const sp = spec('c1');
       const h = await s.hv.launch(sp);
       await s.crash('c1', h);
-      for (let i = 0; i < 50 && !exits.some(([n]) => n === 'c1'); i++) await new Promise((r) => setTimeout(r, 100));
+      await poll(() => exits.some(([n]) => n === 'c1'), { ms: 5000, every: 100 });
       expect(exits.find(([n]) => n === 'c1')?.[1]).to.be.a('string');
       expect(s.live()).not.to.include('c1');
       await s.hv.destroy(sp);

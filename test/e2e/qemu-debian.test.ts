@@ -10,6 +10,7 @@ import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
 import { Sandbox, Template } from 'e2b';
+import { poll } from '../helpers/wait.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -238,19 +239,22 @@ describe('svcd with QEMU: the debian image', function () {
     expect(await sshHostKeyOnce(port, ['rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa']), 'an RSA key').to.equal(undefined);
     const srcKey = await sshHostKey(port, 'deb');
     let keys: string[] = [];
-    for (const until = Date.now() + 60_000; Date.now() < until; await new Promise((r) => setTimeout(r, 1000))) {
-      keys = await Promise.all(names.map(async (vm) => sshHostKey(await sshPort(vm), vm)));
-      if (new Set([srcKey, ...keys]).size === 3) break;
-    }
+    await poll(
+      async () => {
+        keys = await Promise.all(names.map(async (vm) => sshHostKey(await sshPort(vm), vm)));
+        return new Set([srcKey, ...keys]).size === 3;
+      },
+      { ms: 60_000, every: 1000 },
+    );
     expect(new Set([srcKey, ...keys]).size, [srcKey, ...keys].join(' ')).to.equal(3);
     for (const n of names) expect((await d.call('DELETE', `/vms/${n}`)).status).to.equal(200);
   });
 
   it("restores creates from the image's snapshot: each its own machine, disk, randomness and userdata", async () => {
-    for (let i = 0; i < 300; i++) {
-      if (((await d.call('GET', '/images/debian')).json.snapshots as unknown[]).length) break;
-      await new Promise((r) => setTimeout(r, 1000));
-    }
+    await poll(async () => ((await d.call('GET', '/images/debian')).json.snapshots as unknown[]).length > 0, {
+      ms: 300_000,
+      every: 1000,
+    });
     const ud = '#!/bin/bash\nsystemctl is-system-running > /root/ud-ran 2>&1\n';
     const made = await Promise.all(
       ['snap1', 'snap2'].map((name) =>

@@ -8,6 +8,7 @@ import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
 import { main as codeAgent } from '../../examples/e2b/code-agent.js';
+import { poll } from '../helpers/wait.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -64,7 +65,7 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     const events: string[] = [];
     const w = await s.files.watchDir('/srv/www', (e) => void events.push(`${e.type} ${e.name}`));
     await s.files.write('/srv/www/new.txt', 'new');
-    for (let i = 0; i < 100 && !events.includes('write new.txt'); i++) await sleep(100);
+    await poll(() => events.includes('write new.txt'), { ms: 10_000, every: 100 });
     await w.stop();
     expect(events).to.include('create new.txt');
     expect((await s.files.list('/srv/www')).map((e) => e.name).sort()).to.deep.equal(['index.html', 'new.txt']);
@@ -162,7 +163,7 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
   it('kills a sandbox when its timeout passes', async () => {
     const s = await Sandbox.create({ ...opts(), timeoutMs: 60_000 });
     await s.setTimeout(1_000);
-    for (let i = 0; i < 100 && (await d.call('GET', `/vms/${s.sandboxId}`)).status !== 404; i++) await sleep(200);
+    await poll(async () => (await d.call('GET', `/vms/${s.sandboxId}`)).status === 404, { ms: 20_000, every: 200 });
     expect((await d.call('GET', `/vms/${s.sandboxId}`)).status).to.equal(404);
   });
 

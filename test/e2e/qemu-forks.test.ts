@@ -8,6 +8,7 @@ import { sshHostKey } from '../helpers/ssh-host-key.js';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { ensureImage, forkOk, qemuProcesses, withConsoles } from './image.js';
 import { LAYER, layersOf, MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
+import { waitUntil } from '../helpers/wait.js';
 
 describe('svcd with QEMU: forks of a running vm', function () {
   this.timeout(240_000);
@@ -115,10 +116,7 @@ describe('svcd with QEMU: forks of a running vm', function () {
         seen.push(...lines.map(Number));
       }
     })();
-    const until = async (ok: () => boolean, what: string) => {
-      for (let i = 0; i < 300 && !ok(); i++) await new Promise((r) => setTimeout(r, 100));
-      expect(ok(), what).to.equal(true);
-    };
+    const until = (ok: () => boolean, what: string) => waitUntil(what, ok, { ms: 30_000, every: 100 });
     await until(() => seen.length >= 5, 'the follower reads the count');
     await forkOk(d, 'src', { names: ['cnt-1', 'cnt-2'] });
     const atFork = seen.length;

@@ -8,6 +8,7 @@ import { dirname } from 'node:path';
 import { guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
 import { ensureFixture, ensureImage } from './image.js';
+import { waitUntil } from '../helpers/wait.js';
 
 /**
  * A cloud disk people bring (issue 15): built in the test from Debian packages (syslinux, the
@@ -20,15 +21,16 @@ describe('svcd with QEMU: an imported cloud disk (SSH, cloud-init user-data, age
   let d: TestDaemon;
   let disk: string;
   const sh = (vm: string, script: string) => guestSh(d, vm, script, { shell: '/bin/sh' });
-  const agentUp = async (vm: string, ms: number) => {
-    const until = Date.now() + ms;
-    for (;;) {
-      const r = await d.call('GET', `/vms/${vm}/agent/health`);
-      if (r.status === 200) return;
-      if (Date.now() > until) throw new Error(`agent of ${vm} did not answer: ${r.status} ${r.text}`);
-      await new Promise((res) => setTimeout(res, 1000));
-    }
-  };
+  const agentUp = (vm: string, ms: number) =>
+    waitUntil(
+      `the agent of ${vm} answers`,
+      async () => {
+        const r = await d.call('GET', `/vms/${vm}/agent/health`);
+        if (r.status !== 200) throw new Error(`${r.status} ${r.text}`);
+        return true;
+      },
+      { ms, every: 1000 },
+    );
 
   before(async () => {
     disk = ensureFixture('make-cloud-disk.sh', 'qcow2');

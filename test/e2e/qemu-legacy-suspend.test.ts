@@ -10,6 +10,7 @@ import type { VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ensureImage } from './image.js';
+import { poll } from '../helpers/wait.js';
 
 /**
  * Daemons before the migration-stream suspend saved an internal qcow2 snapshot (`savevm
@@ -60,7 +61,7 @@ describe('QEMU: a VM suspended by an older daemon (internal snapshot)', function
     }
   };
   const gone = async (pid: number) => {
-    for (let i = 0; i < 200 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+    await poll(() => !alive(pid), { ms: 10_000 });
     expect(alive(pid)).to.equal(false);
   };
 

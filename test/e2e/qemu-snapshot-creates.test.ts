@@ -6,6 +6,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { ndjson } from '../helpers/http.js';
 import { sshHostKey } from '../helpers/ssh-host-key.js';
 import { ensureImage, qemuProcesses, snapshotQemus } from './image.js';
+import { poll } from '../helpers/wait.js';
 
 interface Line {
   phase: string;
@@ -27,7 +28,7 @@ describe('svcd with QEMU: creates restored from the image snapshot', function ()
   };
   const snapshots = async () => (await d.call('GET', '/images/minimal')).json.snapshots as Record<string, number>[];
   const captured = async () => {
-    for (let i = 0; i < 240 && (await snapshots()).length === 0; i++) await new Promise((r) => setTimeout(r, 500));
+    await poll(async () => (await snapshots()).length !== 0, { ms: 120_000, every: 500 });
     expect(await snapshots()).to.have.length(1);
   };
   const names = ['first', 'a', 'b', 'mounted', 'c', 'a-clone'];

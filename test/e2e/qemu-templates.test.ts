@@ -6,6 +6,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { call, ndjson } from '../helpers/http.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { ensureImage, qemuOfVm, qemuProcesses, qemuUnder, waitingSpares } from './image.js';
+import { poll } from '../helpers/wait.js';
 
 /**
  * Deletes every VM and pool member and stops the daemon. A refill still in flight would add a
@@ -45,7 +46,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
    */
   const spareOf = async (template: string) => {
     const find = () => waitingSpares(d.config.data_dir).find((l) => l.includes(`${dirOf(template)}/spare-`));
-    for (let i = 0; i < 300 && !find(); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => find() !== undefined, { ms: 30_000, every: 100 });
     await d.daemon.container.get(QemuHypervisor).sparesSettled();
     return find() ?? '';
   };
@@ -101,7 +102,7 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
           l.msg === 'spare qemu warmed and paused for the next clone' &&
           (l.obj as { pid?: number }).pid === Number(spare.split(' ')[0]),
       );
-    for (let i = 0; i < 600 && warmed().length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => warmed().length !== 0, { ms: 60_000, every: 100 });
     expect(warmed(), 'the spare was warmed').to.have.length(1);
     const c2 = await d.call('POST', '/vms/tpl/clone', { name: 'c2', persistent: true });
     expect(c2.status, c2.text).to.equal(201);

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import type { Sandbox } from 'e2b';
+import { poll } from './wait.js';
 
 /**
  * Opens an E2B terminal of 100x30 (in `cwd` when given), checks `stty size` before and after a
@@ -9,7 +10,7 @@ export async function expectPtyFollowsResize(s: Sandbox, cwd?: string): Promise<
   let seen = '';
   const t = await s.pty.create({ cols: 100, rows: 30, onData: (d) => void (seen += Buffer.from(d).toString()), cwd });
   const until = async (re: RegExp) => {
-    for (let i = 0; i < 150 && !re.test(seen); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => re.test(seen), { ms: 15_000, every: 100 });
     expect(seen).to.match(re);
   };
   await s.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'));

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pty from 'node-pty';
+import { poll } from './wait.js';
 
 /** The built CLI, run as a user runs it. */
 export const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -52,7 +53,7 @@ export function inTerminal(
     write: (keys) => term.write(keys),
     resize: (cols, rows) => term.resize(cols, rows),
     waitFor: async (re, ms = 10_000) => {
-      for (const t0 = Date.now(); !re.test(out) && Date.now() - t0 < ms;) await new Promise((r) => setTimeout(r, 100));
+      await poll(() => re.test(out), { ms, every: 100 });
       expect(out).to.match(re);
     },
     exit,

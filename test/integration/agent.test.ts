@@ -28,6 +28,7 @@ import { call, type Target, qs } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { makeTar, readTar } from '../helpers/tar.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { poll } from '../helpers/wait.js';
 
 const isRoot = process.getuid?.() === 0;
 
@@ -253,7 +254,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
         }
       };
       const settle = async (secs: number, n: number) => {
-        for (let i = 0; i < 300 && sleeping(secs) !== n; i++) await new Promise((r) => setTimeout(r, 50));
+        await poll(() => sleeping(secs) === n, { ms: 15_000 });
         return sleeping(secs);
       };
       const leave = new AbortController();
@@ -696,7 +697,7 @@ describe('svc-agent over HTTP (real agent process)', function () {
           new Promise((r) => setTimeout(r, 10_000, 'open')),
         ]);
         expect(closed).to.equal('closed');
-        for (let i = 0; i < 100 && alive(own.pid); i++) await new Promise((r) => setTimeout(r, 50));
+        await poll(() => !alive(own.pid), { ms: 5000 });
         expect(alive(own.pid), 'the agent exited').to.equal(false);
       } finally {
         sh.ws.terminate();

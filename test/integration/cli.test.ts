@@ -14,6 +14,7 @@ import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-m
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
+import { poll } from '../helpers/wait.js';
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
@@ -75,7 +76,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     let out = '';
     p.stdout.on('data', (c) => (out += c));
     const until = async (re: RegExp) => {
-      for (let i = 0; i < 300 && !re.test(out); i++) await new Promise((r) => setTimeout(r, 50));
+      await poll(() => re.test(out), { ms: 15_000 });
       expect(out).to.match(re);
     };
     await until(/^c1 running$/m);
@@ -343,9 +344,9 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const w = spawn(process.execPath, [SVC, 'watch', '--json', 'c1', dir], { env });
     let wout = '';
     w.stdout.on('data', (c) => (wout += c));
-    for (let i = 0; i < 150 && !wout.includes('watching'); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => wout.includes('watching'), { ms: 15_000, every: 100 });
     writeFileSync(join(dir, 'f'), 'x');
-    for (let i = 0; i < 150 && !wout.includes('"write"'); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => wout.includes('"write"'), { ms: 15_000, every: 100 });
     w.kill('SIGINT');
     const events = wout
       .trim()

@@ -8,6 +8,7 @@ import type { ClusterChange } from '../../src/ports/cluster.js';
 import type { Logger } from '../../src/ports/logger.js';
 import { tempDir } from '../helpers/daemon.js';
 import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { poll } from '../helpers/wait.js';
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => quiet };
 const CAPACITY = { cpus: 8, memory_mb: 8192, disk_gb: 100, vm_slots: 10 };
@@ -72,11 +73,8 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     memory_mb: l.memory_mb + shape.memory_mb,
     disk_gb: l.disk_gb + shape.disk_gb,
   });
-  /** Until `ok` holds (a watch brings what was written), or 20 s. */
-  const waitFor = async (ok: () => boolean) => {
-    const end = Date.now() + 20_000;
-    while (!ok() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
-  };
+  /** Until `ok` holds (a watch brings what was written), or 20 s: the `expect` after it says what is not so. */
+  const waitFor = (ok: () => boolean) => poll(ok, { ms: 20_000, every: 20 });
 
   before(async () => {
     etcd = await startEtcd(tempDir('svc-etcd-store-'), 1);
@@ -105,8 +103,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     );
     // A delete reaches b's copy, and a later look does not bring the entry back.
     await a.release('v0');
-    const end = Date.now() + 20_000;
-    while (b.vm('v0') && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => !b.vm('v0'));
     expect(b.vm('v0')).to.equal(undefined);
     expect(await b.look('v0')).to.equal(undefined);
     expect(

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { launchBrowser } from '../helpers/browser.js';
+import { poll, waitUntil } from '../helpers/wait.js';
 
 const TOKEN = 'user-token';
 const SVC = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -25,14 +26,9 @@ interface Node {
   t: Target;
 }
 
-const until = async (what: string, ms: number, ok: () => Promise<boolean>) => {
-  const end = Date.now() + ms;
-  // a node not answering yet (starting, or restarted by the test) is waited for too
-  while (!(await ok().catch(() => false))) {
-    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-};
+// A node not answering yet (starting, or restarted by the test) is waited for too: a check that
+// throws is a "not yet" to waitUntil.
+const until = (what: string, ms: number, ok: () => Promise<boolean>) => waitUntil(what, ok, { ms, every: 100 });
 
 /**
  * Three svcd nodes (processes of their own, the fake hypervisor) on a real three-member etcd
@@ -472,7 +468,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const edited = await api(n3, 'PATCH', '/vms/mv-stopped', { memory_mb: 320 });
     expect(edited.status, edited.text).to.equal(200);
     expect(edited.json).to.include({ name: 'mv-stopped', memory_mb: 320 });
-    for (let i = 0; i < 100 && (await memory()) !== memBefore + 64; i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(async () => (await memory()) === memBefore + 64, { every: 100 });
     expect(await memory()).to.equal(memBefore + 64);
     // An edit its node has no room for is refused before anything changes (n1 has 65536 MB).
     const tooBig = await api(n3, 'PATCH', '/vms/mv-stopped', { memory_mb: 70_000 });

@@ -13,6 +13,7 @@ import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memory-guest-network.js';
+import { poll } from '../helpers/wait.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -258,7 +259,7 @@ describe('dashboard in a real browser (chromium)', function () {
       (
         (await d.call('GET', '/activity?limit=20')).json.events as { action: string; target: string; status: string }[]
       ).some((e) => e.action === 'revert' && e.target === 'snappy' && e.status === 'ok');
-    for (let i = 0; i < 100 && !(await reverted()); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(reverted, { ms: 10_000, every: 100 });
     expect(await reverted()).to.equal(true);
     expect((await d.call('GET', '/vms/snappy')).json.status).to.equal('running');
     expect((await d.call('DELETE', '/vms/snappy')).status).to.equal(200);
@@ -427,7 +428,7 @@ describe('dashboard in a real browser (chromium)', function () {
     process.kill(agent, 'SIGKILL');
     const atKill = (await ticks()).length;
     // Its stand-in guest starts the agent again; the page reads on from where it was.
-    for (let i = 0; i < 200 && (await ticks()).length < atKill + 100; i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(async () => (await ticks()).length >= atKill + 100, { ms: 20_000, every: 100 });
     const shown = await ticks();
     expect(shown.length).to.be.at.least(atKill + 100);
     shown.forEach((l, i) => expect(l, `line ${i + 1}`).to.equal(`tick ${i + 1}`));
@@ -536,7 +537,7 @@ describe('dashboard in a real browser (chromium)', function () {
         if (res.url().startsWith(`${base}/vms`)) answers.push(res.status());
       });
       await other.goto(`http://127.0.0.1:${port}/`);
-      for (let i = 0; i < 150 && answers.length < 1; i++) await new Promise((r) => setTimeout(r, 100));
+      await poll(() => answers.length >= 1, { ms: 15_000, every: 100 });
       await new Promise((r) => setTimeout(r, 500));
       await other.close();
       expect(answers.length).to.be.greaterThan(0);

@@ -11,6 +11,7 @@ import { e2bOptions } from '../helpers/e2b.js';
 import type { Instance } from '../../src/domain/vm.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { poll } from '../helpers/wait.js';
 
 /**
  * E2B's template builds through the official SDK (`Template.build`) against svcd on the fake
@@ -545,8 +546,7 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     );
     const running = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 60'), 'cut-off', opts());
     const runningVm = async () => (await vms()).find((v) => v.tags['e2b/tpl_build'] === running.buildId);
-    for (const until = Date.now() + 20_000; !(await runningVm()) && Date.now() < until;)
-      await new Promise((r) => setTimeout(r, 100));
+    await poll(async () => (await runningVm()) !== undefined, { ms: 20_000, every: 100 });
     expect(await runningVm(), 'the build under way has its VM').to.not.equal(undefined);
     expect((await Template.getBuildStatus(running, opts())).status).to.equal('building');
     await d.restart();
@@ -562,16 +562,14 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     const cutOff = await Template.getBuildStatus(running, opts());
     expect(cutOff.status, 'a build the stop cut off').to.equal('error');
     // the sweep runs after the daemon listens: VMs first, then the tags' files, then the records
-    const end = Date.now() + 10_000;
     const swept = async () =>
       !(await vms()).some((v) => v.name === 'e2b-tpl-cut0ff' || v.name === 'e2b-tpl-stray0') &&
       !existsSync(join(tagFiles, 'tpl-00000000000000ff.json')) &&
       !existsSync(join(records, 'e2b-tpl-deleted.json'));
-    while (!(await swept()) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+    await poll(swept, { every: 100 });
     const names = (await vms()).map((v) => v.name);
     expect(names).to.not.include('e2b-tpl-cut0ff');
-    for (const until = Date.now() + 10_000; (await runningVm()) && Date.now() < until;)
-      await new Promise((r) => setTimeout(r, 100));
+    await poll(async () => (await runningVm()) === undefined, { every: 100 });
     expect(await runningVm(), 'the VM of the build the stop cut off').to.equal(undefined);
     expect(names, 'a build no tag names').to.not.include('e2b-tpl-stray0');
     expect(names, 'the builds tags name').to.include.members(taggedBuilds.map((v) => v.name));

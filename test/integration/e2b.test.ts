@@ -16,16 +16,9 @@ import type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
 import type { EgressPolicy } from '../../src/domain/egress.js';
 import { GuestNetwork } from '../../src/ports/guest-network.js';
 import { SecretStore } from '../../src/ports/stores.js';
+import { poll, waitUntil } from '../helpers/wait.js';
 
 /** Asks `ok` until it holds (10 s at most; the sweep of rule secrets runs after the answer). */
-async function waitFor(ok: () => Promise<boolean>, what: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  while (!(await ok())) {
-    if (Date.now() > end) throw new Error(`not so after 10 s: ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 /**
  * The official `e2b` SDK (pinned in package.json), unchanged, against svcd's E2B front door on the
  * fake hypervisor with local agents. Those "guests" are this host: every command here is harmless
@@ -88,7 +81,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     await other.commands.sendStdin(h.pid, 'there\n');
     const out: string[] = [];
     const again = await other.commands.connect(h.pid, { onStdout: (x) => void out.push(x) });
-    for (let i = 0; i < 150 && !out.join('').includes('got there'); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => out.join('').includes('got there'), { ms: 15_000, every: 100 });
     expect(out.join('')).to.equal('started\ngot there\n'); // all it printed, from before the connect too
     expect(await other.commands.kill(h.pid)).to.equal(true);
     const end = await again.wait().catch((e: unknown) => e);
@@ -155,7 +148,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
       s.files.watchDir(dir, (e) => void events.push(`${e.type} ${e.name}`)),
     );
     await named('the watched write', s.files.write(join(dir, 'watched.txt'), 'x'));
-    for (let i = 0; i < 150 && !events.includes('write watched.txt'); i++) await new Promise((r) => setTimeout(r, 100));
+    await poll(() => events.includes('write watched.txt'), { ms: 15_000, every: 100 });
     await named('the watch stop', w.stop());
     expect(events, JSON.stringify(events)).to.deep.equal(['create watched.txt', 'write watched.txt']);
   });
@@ -313,7 +306,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(after.map((b) => b.secret)).to.include('own');
     const rule = after.filter((b) => b.always);
     expect(rule.map((b) => b.header)).to.deep.equal(['Authorization']);
-    await waitFor(async () => (await ruleSecrets()).length === 1, 'the replaced rules removed');
+    await waitUntil('the replaced rules removed', async () => (await ruleSecrets()).length === 1);
     expect(await ruleSecrets()).to.deep.equal([rule[0].secret]);
     // Bad rules: 400 (or 501 for an address), and nothing made.
     for (const [rules, why] of [
@@ -334,7 +327,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect(await ruleSecrets(), 'kept for the fork').to.deep.equal([rule[0].secret]);
     expect(Object.keys((await fork.getInfo()).network?.rules ?? {})).to.deep.equal(['api.example.com']);
     await fork.kill();
-    await waitFor(async () => (await ruleSecrets()).length === 0, 'the rules removed with the last sandbox');
+    await waitUntil('the rules removed with the last sandbox', async () => (await ruleSecrets()).length === 0);
   });
 
   it("tunnels a sandbox's egress through its SOCKS5 proxy (network.egressProxy): the password kept as a secret, never answered, replaced live, removed with the sandbox", async () => {
@@ -359,7 +352,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     // An update replaces it: the old password goes; a proxy without credentials keeps none.
     await s.updateNetwork({ egressProxy: { address: '203.0.113.9:1080' } });
     expect((await policy()).proxy).to.deep.equal({ address: '203.0.113.9:1080' });
-    await waitFor(async () => (await kept()).length === 0, 'the replaced password removed');
+    await waitUntil('the replaced password removed', async () => (await kept()).length === 0);
     await s.updateNetwork({ egressProxy: { address: 'p.example.net:1080', username: 'u2', password: 'pw-2' } });
     const p2 = (await policy()).proxy!;
     expect((await store.get(p2.secret!)).value.toString()).to.equal('pw-2');
@@ -384,7 +377,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     expect((await named.json()).message).to.match(/unknown field "secret"/);
     expect(await kept()).to.deep.equal([p2.secret]);
     await s.kill();
-    await waitFor(async () => (await kept()).length === 0, 'the password removed with the sandbox');
+    await waitUntil('the password removed with the sandbox', async () => (await kept()).length === 0);
   });
 
   it('serves signed file URLs (uploadUrl, downloadUrl) and refuses forged, crossed and expired ones', async () => {
@@ -491,8 +484,7 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
     const s = await create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } });
     expect((await s.getInfo()).lifecycle).to.deep.equal({ onTimeout: 'pause', autoResume: true });
     await s.setTimeout(1_000);
-    for (let i = 0; i < 100 && (await s.getInfo()).state !== 'paused'; i++)
-      await new Promise((r) => setTimeout(r, 200));
+    await poll(async () => (await s.getInfo()).state === 'paused', { ms: 20_000, every: 200 });
     expect((await s.getInfo()).state).to.equal('paused');
     // no connect: the command wakes it, with the time it had left set again
     expect((await s.commands.run('echo awake')).stdout).to.equal('awake\n');
@@ -524,8 +516,8 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
   it('kills a sandbox when its timeout passes', async () => {
     const s = await create({ timeoutMs: 60_000 });
     await s.setTimeout(1_000);
-    for (let i = 0; i < 60 && (await Sandbox.list(opts()).nextItems()).some((x) => x.sandboxId === s.sandboxId); i++)
-      await new Promise((r) => setTimeout(r, 200));
+    const listed = async () => (await Sandbox.list(opts()).nextItems()).some((x) => x.sandboxId === s.sandboxId);
+    await poll(async () => !(await listed()), { ms: 12_000, every: 200 });
     expect((await d.call('GET', `/vms/${s.sandboxId}`)).status).to.equal(404);
   });
 

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { toReply, type Reply } from '../helpers/http.js';
+import { poll } from '../helpers/wait.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Processes on this host whose command line is exactly `sleep <secs>` (fake_agent runs guests' commands here). */
@@ -19,10 +20,6 @@ const sleepers = (secs: string) => {
     return 0;
   }
 };
-async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
-  for (const t0 = Date.now(); Date.now() - t0 < ms; await sleep(50)) if (ok()) return true;
-  return ok();
-}
 
 /** Hung execs, clients that leave, and aborted shell upgrades on a daemon with small caps. */
 describe('execs and shells: caps, cancellation and aborted upgrades (real local agents)', function () {
@@ -55,7 +52,7 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
       );
       req.on('error', () => undefined);
       req.end();
-      void until(() => sleepers(secs) > 0).then(() => resolve(() => req.destroy()));
+      void poll(() => sleepers(secs) > 0, { ms: 5000 }).then(() => resolve(() => req.destroy()));
     });
 
   it('refuses an exec past the per-VM and total caps with 429 and Retry-After, and frees the slot when a client leaves', async () => {
@@ -71,7 +68,7 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
     // Clients that leave kill their commands in the guest, streamed and buffered alike.
     for (const h of hang) h();
     expect(
-      await until(() => sleepers('301') + sleepers('302') + sleepers('303') === 0),
+      await poll(() => sleepers('301') + sleepers('302') + sleepers('303') === 0, { ms: 5000 }),
       `commands killed: ${sleepers('301')} ${sleepers('302')} ${sleepers('303')}`,
     ).to.equal(true);
     await sleep(100);
@@ -113,7 +110,7 @@ describe('execs and shells: caps, cancellation and aborted upgrades (real local 
         return 0;
       }
     };
-    expect(await until(() => yesCount() === 0), 'yes killed').to.equal(true);
+    expect(await poll(() => yesCount() === 0, { ms: 5000 }), 'yes killed').to.equal(true);
     await sleep(200);
     const r = await Promise.all([d.call('POST', '/vms/a/exec?cmd=true'), d.call('POST', '/vms/a/exec?cmd=true')]);
     expect(r.map((x) => x.status)).to.deep.equal([200, 200]);

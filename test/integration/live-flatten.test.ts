@@ -8,6 +8,7 @@ import { flattenRunning, LiveFlattens } from '../../src/adapters/hypervisor/qemu
 import { QmpClient, type QmpEvent } from '../../src/adapters/hypervisor/qemu/qmp-client.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
+import { poll } from '../helpers/wait.js';
 
 const img = (...args: string[]) => execFileSync('qemu-img', args, { stdio: 'pipe' });
 const io = (file: string, cmd: string) => execFileSync('qemu-io', ['-f', 'qcow2', '-c', cmd, file], { stdio: 'pipe' });
@@ -65,7 +66,7 @@ describe('live flatten: a running QEMU put back on its image', function () {
       ],
       { stdio: 'ignore' },
     );
-    for (let i = 0; i < 300 && !existsSync(sock); i++) await new Promise((r) => setTimeout(r, 50));
+    await poll(() => existsSync(sock), { ms: 15_000 });
     qmp = await QmpClient.connect(sock);
   };
 

@@ -7,12 +7,13 @@ import { alive } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import type { VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 import { installFakeQemu, qemuOn, type FakeQemu } from '../helpers/fake-qemu.js';
+import { poll } from '../helpers/wait.js';
 
 /** A spare's directory in a template's. */
 const sparesIn = (dir: string) => readdirSync(dir).filter((n) => /^spare-[0-9a-f]{8}$/.test(n));
 const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
 const waitGone = async (pid: number) => {
-  for (let i = 0; i < 300 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  await poll(() => !alive(pid), { ms: 15_000 });
   return !alive(pid);
 };
 
@@ -296,7 +297,7 @@ describe('QEMU clones: a spare QEMU started ahead for the next clone of a templa
       expect(cmdline(h.pid!).join(' ')).to.match(/process=svc-spare-[0-9a-f]{8}/);
       // c2 is up: the template's next spare starts though the old warm-up still runs.
       hv.cloneReady(c2);
-      for (let i = 0; i < 500 && q.calls().length < 5; i++) await new Promise((r) => setTimeout(r, 20));
+      await poll(() => q.calls().length >= 5, { ms: 10_000, every: 20 });
       expect(q.calls(), 'a fifth QEMU, the next spare').to.have.length(5);
       expect(commandDone).to.equal(false);
       command.open();

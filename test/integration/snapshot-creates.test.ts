@@ -8,6 +8,7 @@ import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson } from '../helpers/http.js';
+import { poll } from '../helpers/wait.js';
 
 interface Line {
   phase: string;
@@ -32,8 +33,7 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     (await d.call('GET', `/images/${image}`)).json.snapshots as Record<string, number>[];
   /** Waits for the background capture the last create started (a loaded CI machine took over 5 s). */
   const captured = async (image: string, n: number) => {
-    const until = Date.now() + 40_000;
-    while (Date.now() < until && (await snapshotsOf(image)).length < n) await new Promise((r) => setTimeout(r, 25));
+    await poll(async () => (await snapshotsOf(image)).length >= n, { ms: 40_000, every: 25 });
     expect(await snapshotsOf(image)).to.have.length(n);
   };
 
@@ -235,8 +235,7 @@ describe('a capture under way (fake hypervisor, 2 s boots)', function () {
   const bootThenCapture = async (image: string) => {
     expect((await d.call('POST', '/vms', { name: 'first', image })).status).to.equal(201);
     expect((await d.call('DELETE', '/vms/first')).status).to.equal(200);
-    const until = Date.now() + 20_000;
-    while (captureGuests().length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    await poll(() => captureGuests().length > 0, { ms: 20_000, every: 10 });
     expect(captureGuests()).to.have.length(1);
   };
 

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 import { LIVE_HEAP_ARGS, LiveHeap } from '../helpers/live-heap.js';
+import { poll } from '../helpers/wait.js';
 
 const SECONDS = Number(process.env.SVC_SOAK_SECONDS ?? 60);
 const CLIENTS = 200;
@@ -141,7 +142,7 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
         end = Date.now() + (SECONDS / 3) * 1000;
         await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
         agent.destroy();
-        for (let i = 0; i < 40 && fds(proc.pid!) > base.fds + 4; i++) await new Promise((r) => setTimeout(r, 500));
+        await poll(() => fds(proc.pid!) <= base.fds + 4, { ms: 20_000, every: 500 });
         return { rss: rssMiB(proc.pid!), fds: fds(proc.pid!), heap: await live.mib() };
       };
       // The first round brings the daemon to its working size. A leak grows what is live after full

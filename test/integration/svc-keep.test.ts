@@ -6,6 +6,7 @@ import { findHelpers } from '../../src/adapters/agent/fs-kept-processes.js';
 import { startLocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
 import { tempDir } from '../helpers/daemon.js';
 import { call, ndjson } from '../helpers/http.js';
+import { poll } from '../helpers/wait.js';
 
 const MIB = 1 << 20;
 
@@ -23,7 +24,7 @@ async function keep(dir: string, cap: number, segment: number, cmd: string, code
     child.stdout.once('close', () => resolve(text));
   });
   expect(answer).to.match(/^ok \d+ \d+\n/);
-  for (let i = 0; i < 300 && !existsSync(join(dir, 'exit.json')); i++) await new Promise((r) => setTimeout(r, 50));
+  await poll(() => existsSync(join(dir, 'exit.json')), { ms: 15_000 });
   expect(JSON.parse(readFileSync(join(dir, 'exit.json'), 'utf8'))).to.include({ code });
 }
 

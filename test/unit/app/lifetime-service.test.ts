@@ -4,13 +4,9 @@ import { parseCreateRequest } from '../../../src/domain/create-request.js';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
 import { parseLifetimeChange, parseTtl } from '../../../src/domain/lifetime.js';
 import { world } from '../../fakes/world.js';
+import { waitUntil } from '../../helpers/wait.js';
 
-const until = async (what: string, ok: () => boolean, ms = 5000) => {
-  for (const t0 = Date.now(); !ok();) {
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
+const until = (what: string, ok: () => boolean, ms = 5000) => waitUntil(what, ok, { ms, every: 20 });
 
 describe("a VM's lifetime (ttl)", function () {
   this.timeout(10_000);

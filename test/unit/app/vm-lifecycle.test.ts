@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GuestAgent } from '../../../src/ports/guest-agent.js';
 import { GuestShares } from '../../../src/app/guest-shares.js';
+import { poll } from '../../helpers/wait.js';
 
 /** The world, with the reads the daemon's routes make (list, get) as the API answers them. */
 function world(...args: Parameters<typeof appWorld>): World & {
@@ -308,7 +309,7 @@ describe('app/VmLifecycle', () => {
     };
     void w.svc.suspend('p');
     void w.svc.suspend('q');
-    for (let i = 0; i < 100 && Object.keys(marked).length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    await poll(() => Object.keys(marked).length >= 2, { ms: 1000, every: 10 });
     w.hv.suspend = suspend;
     expect(marked, 'marked before the save').to.deep.equal({ p: true, q: true });
     const w2 = world({}, w.store, w.hv);

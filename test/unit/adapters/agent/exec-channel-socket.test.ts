@@ -5,6 +5,7 @@ import WebSocket from 'ws';
 import { ExecChannelSocket } from '../../../../src/adapters/agent/exec-channel-socket.js';
 import type { ExecService } from '../../../../src/app/agent/exec-service.js';
 import type { ExecRequest } from '../../../../src/domain/agent.js';
+import { poll } from '../../../helpers/wait.js';
 
 /** An exec that takes `ms` from its `sleep` argument (0 without), and records what it was asked and whether it was killed. */
 function slowExec() {
@@ -53,13 +54,13 @@ describe('adapters/agent/ExecChannelSocket', () => {
       c.ws.send(JSON.stringify({ id: 1, query: 'cmd=sleep&args=5000' }));
       c.ws.send(JSON.stringify({ id: 2, query: 'cmd=echo&args=40&args=b' }));
       c.ws.send(JSON.stringify({ id: 3, query: 'cmd=x&cwd=relative' }));
-      for (let i = 0; i < 100 && c.answers.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+      await poll(() => c.answers.length >= 2, { ms: 1000, every: 10 });
       expect(c.answers).to.deep.equal([
         { id: 3, status: 400, error: { error: 'cwd must be an absolute path', code: 'invalid_argument' } },
         { id: 2, result: { stdout: '40 b', stderr: '', exit_code: 0 } },
       ]);
       c.ws.send(JSON.stringify({ id: 1, cancel: true }));
-      for (let i = 0; i < 100 && c.answers.length < 3; i++) await new Promise((r) => setTimeout(r, 10));
+      await poll(() => c.answers.length >= 3, { ms: 1000, every: 10 });
       expect(seen[0].killed).to.equal(true);
       expect(c.answers[2]).to.deep.include({ id: 1 });
     } finally {
@@ -88,7 +89,7 @@ describe('adapters/agent/ExecChannelSocket', () => {
       leaving.ws.send(JSON.stringify({ id: 9, query: 'cmd=sleep&args=60000' }));
       await new Promise((r) => setTimeout(r, 50));
       leaving.ws.terminate();
-      for (let i = 0; i < 100 && !seen[1].killed; i++) await new Promise((r) => setTimeout(r, 10));
+      await poll(() => seen[1].killed, { ms: 1000, every: 10 });
       expect(seen.map((s) => s.killed)).to.deep.equal([false, true]);
     } finally {
       srv.close();

@@ -6,6 +6,7 @@ import { BuildRecords } from '../../../../src/adapters/e2b/build-records.js';
 import type { Build, BuildStatus } from '../../../../src/adapters/e2b/template-run.js';
 import { TemplateBuilds } from '../../../../src/adapters/e2b/templates.js';
 import type { SvcClient } from '../../../../src/adapters/client/svc-client.js';
+import { poll } from '../../../helpers/wait.js';
 
 function build(id: string, status: BuildStatus): Build {
   return {
@@ -84,8 +85,7 @@ describe('E2B template builds requested and never started (TemplateBuilds)', () 
       const builds = new TemplateBuilds({} as SvcClient, dir);
       const asked = Array.from({ length: 105 }, (_, i) => builds.request({ name: `app${i}` }));
       const files = () => (existsSync(join(dir, 'builds')) ? readdirSync(join(dir, 'builds')) : []);
-      for (const until = Date.now() + 10_000; Date.now() < until; await new Promise((r) => setTimeout(r, 20)))
-        if (files().length === 101 && !files().some((f) => f.endsWith('.tmp'))) break;
+      await poll(() => files().length === 101 && !files().some((f) => f.endsWith('.tmp')), { every: 20 });
       expect(files()).to.have.length(101);
       const again = new TemplateBuilds({} as SvcClient, dir);
       await again.open();

@@ -25,6 +25,7 @@ import { dnsQuery, TestDns } from '../../../helpers/dns-server.js';
 import { DNS_IP, FrameGuest, GUEST_IP, GUEST_MAC, GW_IP, GW_MAC, type Seen } from '../../../helpers/frame-guest.js';
 import { tempDir } from '../../../helpers/daemon.js';
 import { TestSocks } from '../../../helpers/socks-server.js';
+import { poll } from '../../../helpers/wait.js';
 
 const link = { dstMac: GW_MAC, srcMac: GUEST_MAC };
 /** Public-looking addresses the tests' route sends to local servers. */
@@ -285,7 +286,7 @@ describe('adapters/netd/guest-lan: a guest network against a scripted guest', fu
       { srcPort: 8080, dstPort: gwPort, seq: 5001, ack: (data.tcp!.seq + 4) >>> 0, flags: TCP_ACK | TCP_PSH },
       Buffer.from('pong'),
     );
-    for (let i = 0; i < 50 && !received.length; i++) await new Promise((r) => setTimeout(r, 20));
+    await poll(() => received.length > 0, { ms: 1000, every: 20 });
     expect(Buffer.concat(received).toString()).to.equal('pong');
     client.destroy();
     expect(lan.forwards.remove(fwd.host_port, 'tcp')).to.equal(true);

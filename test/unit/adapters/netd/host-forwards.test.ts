@@ -3,6 +3,7 @@ import { createSocket, type Socket as DgramSocket } from 'node:dgram';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { HostForwards } from '../../../../src/adapters/netd/host-forwards.js';
+import { waitUntil } from '../../../helpers/wait.js';
 
 describe('adapters/netd/host-forwards: host ports into a guest, and the gateway ports they come from', () => {
   const tcpIn: { guestPort: number; sock: Socket }[] = [];
@@ -39,10 +40,7 @@ describe('adapters/netd/host-forwards: host ports into a guest, and the gateway 
     await new Promise<void>((r) => c.bind(0, '127.0.0.1', () => r()));
     return c;
   };
-  const until = async (cond: () => boolean) => {
-    for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
-    expect(cond()).to.equal(true);
-  };
+  const until = (cond: () => boolean) => waitUntil(cond.toString(), cond, { ms: 1000, every: 5 });
 
   it('binds a TCP forward, hands its connections over for the guest port, and lets it go', async () => {
     const [f] = await fw.add([{ host_port: 0, guest_port: 8080, proto: 'tcp' }]);

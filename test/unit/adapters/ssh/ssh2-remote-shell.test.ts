@@ -12,14 +12,9 @@ import {
 } from '../../../../src/domain/errors.js';
 import type { SshTarget } from '../../../../src/ports/tunnels.js';
 import { daemonConnections, SshPeer } from '../../../helpers/ssh-peer.js';
+import { waitUntil } from '../../../helpers/wait.js';
 
-const until = async (what: string, ok: () => boolean, ms = 3000) => {
-  const end = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
+const until = (what: string, ok: () => boolean, ms = 3000) => waitUntil(what, ok, { ms, every: 20 });
 
 /** Writes `chunk` to the channel until it closes, waiting for the window like a real guest would. */
 function flood(stream: NodeJS.WritableStream & { destroyed?: boolean }, chunk: Buffer): void {
