@@ -223,9 +223,14 @@ export class ProcessService {
     if (sayStart) yield { start: { ...pos } };
     const readers = new Map(streams.map((s) => [s, this.kept.reader(rec.id, s)] as const));
     try {
+      // Looked at before reading: an end seen means every byte was written before the reads after
+      // it. While the reads find bytes it is not looked at again, only once they find none: a look
+      // is two files and two of /proc read, and under TCG it was a piece's cost again.
+      let end = await this.kept.end(rec.id);
+      // Bytes at a stream's position that are only the start of a character, held back until its
+      // rest comes: the wait below is for bytes after them, or it would wake at once, again and again.
+      const held = {} as Record<ProcessStream, number>;
       while (!signal?.aborted) {
-        // Looked at before reading: an end seen here means every byte was written before the reads.
-        const end = await this.kept.end(rec.id);
         const piece = end ? ENDED_PIECE_BYTES : PIECE_BYTES;
         let progressed = false;
         for (const [s, reader] of readers) {
@@ -235,27 +240,30 @@ export class ProcessService {
               yield { truncated: { stream: s, before: r.offset } };
               pos[s] = r.offset;
             }
-            if (!r.data.length) break;
-            const used = wholeCharacters(r.data, !!end);
-            if (!used) break; // only part of a character so far
+            const used = r.data.length ? wholeCharacters(r.data, !!end) : 0;
+            held[s] = used ? 0 : r.data.length;
+            if (!used) break; // nothing, or only part of a character so far
             yield { stream: s, offset: r.offset, bytes: r.data.subarray(0, used) };
             pos[s] += used;
             progressed = true;
             if (r.data.length < piece) break;
           }
         }
-        if (end && !progressed) {
+        if (progressed) continue;
+        if (end) {
           yield { ...endFields(end), ended_at: new Date(end.ended_at_ms).toISOString() } as OutputPiece;
           return;
         }
-        if (!progressed && !follow) return;
-        if (!progressed) {
-          const moved = async () => {
-            for (const [s, reader] of readers) if ((await reader.read(pos[s], 1)).data.length) return true;
-            return !!(await this.kept.end(rec.id));
-          };
-          await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal, moved);
-        }
+        // Caught up with a process not known to have ended: has it? Then one more round of reads.
+        end = await this.kept.end(rec.id);
+        if (end) continue;
+        if (!follow) return;
+        const moved = async () => {
+          for (const [s, reader] of readers)
+            if ((await reader.read(pos[s] + (held[s] ?? 0), 1)).data.length) return true;
+          return !!(await this.kept.end(rec.id));
+        };
+        await this.kept.changed(rec.id, FOLLOW_POLL_MS, signal, moved);
       }
     } finally {
       for (const reader of readers.values()) await reader.close();
