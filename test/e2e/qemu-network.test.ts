@@ -11,20 +11,17 @@ import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../help
 import { TestDns } from '../helpers/dns-server.js';
 import { followNdjson } from '../helpers/http.js';
 import { ensureImage } from './image.js';
-import { poll } from '../helpers/wait.js';
+import { poll, waitUntil } from '../helpers/wait.js';
 
 /** Waits for something to listen on a loopback port (a process just started). */
-async function waitForPort(port: number): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const ok = await new Promise<boolean>((r) => {
+function waitForPort(port: number): Promise<void> {
+  const listens = () =>
+    new Promise<boolean>((r) => {
       const s = connect(port, '127.0.0.1');
       s.once('connect', () => (s.destroy(), r(true)));
       s.once('error', () => r(false));
     });
-    if (ok) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`nothing listens on 127.0.0.1:${port}`);
+  return waitUntil(`something listens on 127.0.0.1:${port}`, listens, { ms: 5000 });
 }
 
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/net-probe.cjs', import.meta.url)));

@@ -63,7 +63,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     const load = () => loadOf(seenBy, 'a');
     const before = { ...load() };
     await stores[0].reserve([name], 'a', SHAPE, () => undefined);
-    await waitFor(() => load().vms === before.vms + 1);
+    await until(() => load().vms === before.vms + 1);
     return { load, before };
   };
   /** A node's load with one more VM of `shape` on it. */
@@ -74,7 +74,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     disk_gb: l.disk_gb + shape.disk_gb,
   });
   /** Until `ok` holds (a watch brings what was written), or 20 s: the `expect` after it says what is not so. */
-  const waitFor = (ok: () => boolean) => poll(ok, { ms: 20_000, every: 20 });
+  const until = (ok: () => boolean) => poll(ok, { ms: 20_000, every: 20 });
 
   before(async () => {
     etcd = await startEtcd(tempDir('svc-etcd-store-'), 1);
@@ -103,7 +103,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     );
     // A delete reaches b's copy, and a later look does not bring the entry back.
     await a.release('v0');
-    await waitFor(() => !b.vm('v0'));
+    await until(() => !b.vm('v0'));
     expect(b.vm('v0')).to.equal(undefined);
     expect(await b.look('v0')).to.equal(undefined);
     expect(
@@ -176,13 +176,13 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     const { load, before } = await placeOnA('sh1', b);
     const grown = { cpus: 3, memory_mb: 1024, disk_gb: 5 };
     await a.publish({ name: 'sh1', status: 'stopped', ...grown } as Instance);
-    await waitFor(() => load().memory_mb === before.memory_mb + grown.memory_mb);
+    await until(() => load().memory_mb === before.memory_mb + grown.memory_mb);
     expect(load()).to.deep.include(oneMore(before, grown));
     expect(b.vm('sh1')).to.deep.include({ shape: grown });
     // Published again unchanged: the load stays; released: all of the new shape is given back.
     await a.publish({ name: 'sh1', status: 'running', ...grown } as Instance);
     await a.release('sh1');
-    await waitFor(() => load().vms === before.vms);
+    await until(() => load().vms === before.vms);
     expect(load()).to.deep.include(before);
   });
 
@@ -194,7 +194,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     const seen: unknown[] = [];
     await a.reshape('rs1', grown, (n) => void seen.push({ ...n.allocated }));
     expect(seen).to.deep.equal([before]);
-    await waitFor(() => load().cpus === before.cpus + grown.cpus);
+    await until(() => load().cpus === before.cpus + grown.cpus);
     expect(load()).to.deep.include(oneMore(before, grown));
     expect((await b.look('rs1'))?.shape).to.deep.equal(grown);
     // A check that refuses: nothing changes.
@@ -216,7 +216,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
     // Back to the old shape, then released: the node's load is what it was.
     await a.reshape('rs1', SHAPE, () => undefined);
     await a.release('rs1');
-    await waitFor(() => load().vms === before.vms);
+    await until(() => load().vms === before.vms);
     expect(load()).to.deep.include(before);
   });
 

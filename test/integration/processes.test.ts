@@ -7,6 +7,7 @@ import type { OutputFrame } from '../../src/domain/processes.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { agentPid, expectNumbered, readWithReconnects } from '../helpers/processes.js';
+import { waitFor as waitForValue } from '../helpers/wait.js';
 
 /** A printer of `n 1`..`n COUNT`, one line every `ms` ms. */
 const numbered = (count: number, ms: number) => ({
@@ -14,15 +15,8 @@ const numbered = (count: number, ms: number) => ({
   args: ['-c', `i=0; while [ $i -lt ${count} ]; do i=$((i+1)); echo "n $i"; sleep ${ms / 1000}; done`],
 });
 
-async function waitFor<T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`${what} within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const waitFor = <T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined) =>
+  waitForValue(what, f, { ms });
 
 /** `n 1\n` .. `n N\n`, as numbered() prints them. */
 const expectedUpTo = (n: number) => Array.from({ length: n }, (_, i) => `n ${i + 1}\n`).join('');
