@@ -4,6 +4,7 @@ import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervis
 import { SilentLogger } from '../fakes/fakes.js';
 import { hypervisorContract } from '../contract/hypervisor-contract.js';
 import { ensureImage } from './image.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const agent = new HttpGuestAgent();
 let hv: QemuHypervisor;
@@ -27,18 +28,12 @@ hypervisorContract(
       hv,
       image: 'minimal',
       bootMs: 90_000,
-      waitUp: async (_name, h, ms) => {
-        const end = Date.now() + ms;
-        for (;;) {
-          const ok = await agent.health({ host: '127.0.0.1', port: h.agent_port }, 500).then(
-            () => true,
-            () => false,
-          );
-          if (ok) return;
-          if (Date.now() > end) throw new Error('guest did not answer');
-          await new Promise((r) => setTimeout(r, 200));
-        }
-      },
+      waitUp: (_name, h, ms) =>
+        waitUntil(
+          'the guest answers',
+          async () => (await agent.health({ host: '127.0.0.1', port: h.agent_port }, 500), true),
+          { ms, every: 200 },
+        ),
       answers: (_name, h) =>
         agent.health({ host: '127.0.0.1', port: h.agent_port }, 1500).then(
           () => true,

@@ -16,6 +16,7 @@ import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from
 import { e2bOptions } from '../helpers/e2b.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { ensureImage } from './image.js';
+import { poll } from '../helpers/wait.js';
 
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/secret-probe.cjs', import.meta.url)));
 const VALUE = 'sk-e2e-7f3a9c1d5b2e8f40';
@@ -287,15 +288,12 @@ describe('egress secrets on real QEMU guests', function () {
     } finally {
       await sbx.kill();
     }
-    const left = (await d.call('GET', '/secrets')).json as { name: string }[];
-    const deadline = Date.now() + 10_000;
-    let names = left.map((x) => x.name).filter((n) => n.startsWith('e2b.'));
-    while (names.length && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-      names = ((await d.call('GET', '/secrets')).json as { name: string }[])
+    const ruleValues = async () =>
+      ((await d.call('GET', '/secrets')).json as { name: string }[])
         .map((x) => x.name)
         .filter((n) => n.startsWith('e2b.'));
-    }
+    let names: string[] = [];
+    await poll(async () => (names = await ruleValues()).length === 0, { ms: 10_000, every: 100 });
     expect(names, "the rule's value is removed with the sandbox").to.deep.equal([]);
   });
 

@@ -10,7 +10,7 @@ import type { VmHandle, VmSpec } from '../../src/ports/hypervisor.js';
 import { tempDir } from '../helpers/daemon.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { ensureImage } from './image.js';
-import { poll } from '../helpers/wait.js';
+import { poll, waitUntil } from '../helpers/wait.js';
 
 /**
  * Daemons before the migration-stream suspend saved an internal qcow2 snapshot (`savevm
@@ -47,19 +47,12 @@ describe('QEMU: a VM suspended by an older daemon (internal snapshot)', function
   };
   const sh = async (h: VmHandle, script: string) =>
     (await agent.exec({ host: '127.0.0.1', port: h.agent_port }, { cmd: 'sh', args: ['-c', script] })).stdout.trim();
-  const waitUp = async (h: VmHandle, ms: number) => {
-    for (const end = Date.now() + ms; ;) {
-      if (
-        await agent.health({ host: '127.0.0.1', port: h.agent_port }, 1000).then(
-          () => true,
-          () => false,
-        )
-      )
-        return;
-      if (Date.now() > end) throw new Error('the guest did not answer');
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  };
+  const waitUp = (h: VmHandle, ms: number) =>
+    waitUntil(
+      'the guest answers',
+      async () => (await agent.health({ host: '127.0.0.1', port: h.agent_port }, 1000), true),
+      { ms, every: 200 },
+    );
   const gone = async (pid: number) => {
     await poll(() => !alive(pid), { ms: 10_000 });
     expect(alive(pid)).to.equal(false);

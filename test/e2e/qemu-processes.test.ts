@@ -4,6 +4,7 @@ import { guestSh, restoreWarm, startTestDaemon, type TestDaemon } from '../helpe
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
 import { ensureImage } from './image.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** A printer of `n 1`..`n COUNT`, a line every `ms` ms (more under TCG: each sleep is a fork). */
 const numbered = (count: number, ms: number) => ({
@@ -13,15 +14,8 @@ const numbered = (count: number, ms: number) => ({
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function until<T>(what: string, ms: number, f: () => Promise<T | undefined>): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await f().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`${what} within ${ms} ms`);
-    await sleep(200);
-  }
-}
+/** The first value `f` has within `ms` (a check that throws is a "not yet"). */
+const until = <T>(what: string, ms: number, f: () => Promise<T | undefined>) => waitFor(what, f, { ms, every: 200 });
 
 for (const image of ['minimal', 'debian'] as const) {
   describe(`durable processes and watches on real QEMU guests (${image})`, function () {

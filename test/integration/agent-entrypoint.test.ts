@@ -5,6 +5,7 @@ import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/
 import type { ProcessInfo } from '../../src/domain/processes.js';
 import { tempDir } from '../helpers/daemon.js';
 import { call, type Target } from '../helpers/http.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * The real agent with `--entrypoint FILE` (what svc's init passes for an image with one): the
@@ -38,14 +39,7 @@ describe('svc-agent --entrypoint (real agent process)', function () {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  async function until<T>(what: string, f: () => Promise<T | undefined>): Promise<T> {
-    for (let i = 0; i < 200; i++) {
-      const v = await f();
-      if (v !== undefined) return v;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`${what}: not within 10 s`);
-  }
+  const until = <T>(what: string, f: () => Promise<T | undefined>) => waitFor(what, f, { ms: 10_000, every: 50 });
 
   it('starts the entrypoint once per boot, its output kept like any durable process', async () => {
     agent = await startLocalAgent(dir, {}, flags());

@@ -624,14 +624,16 @@ describe('svc-agent over HTTP (real agent process)', function () {
         return sizes;
       };
       let running: number[] = [];
-      for (let i = 0; i < 300 && running.reduce((a, b) => a + b, 0) < 3 * MiB; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        running = await pieces();
-      }
+      await poll(async () => (running = await pieces()).reduce((a, b) => a + b, 0) >= 3 * MiB, {
+        ms: 15_000,
+        every: 50,
+      });
       expect(running).to.deep.equal(Array(12).fill(256 * 1024));
       expect((await call(t, 'POST', `/processes/${made.json.id}/signal`, { signal: 'KILL' })).status).to.equal(204);
-      for (let i = 0; i < 200 && (await call(t, 'GET', `/processes/${made.json.id}`)).json.state !== 'ended'; i++)
-        await new Promise((r) => setTimeout(r, 50));
+      await poll(async () => (await call(t, 'GET', `/processes/${made.json.id}`)).json.state === 'ended', {
+        ms: 10_000,
+        every: 50,
+      });
       expect(await pieces()).to.deep.equal([MiB, MiB, MiB]);
       expect((await call(t, 'DELETE', `/processes/${made.json.id}`)).status).to.equal(204);
     });

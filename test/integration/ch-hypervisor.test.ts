@@ -13,6 +13,7 @@ import { hypervisorContract } from '../contract/hypervisor-contract.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { installFakeCh, type FakeCh } from '../helpers/fake-cloud-hypervisor.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const agent = new HttpGuestAgent(hybridVsockConnector);
 const at = (h: VmHandle) => ({ host: '', port: h.agent_port, socket: h.agent_socket });
@@ -31,18 +32,8 @@ hypervisorContract(
       image: 'tiny',
       bootMs: 10_000,
       features: { forwards: false, mounts: false, fork: false },
-      waitUp: async (_name, h, ms) => {
-        const end = Date.now() + ms;
-        while (
-          !(await agent.health(at(h), 500).then(
-            () => true,
-            () => false,
-          ))
-        ) {
-          if (Date.now() > end) throw new Error('the stand-in guest did not answer');
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      },
+      waitUp: (_name, h, ms) =>
+        waitUntil('the stand-in guest answers', async () => (await agent.health(at(h), 500), true), { ms, every: 50 }),
       answers: (_name, h) =>
         agent.health(at(h), 800).then(
           () => true,

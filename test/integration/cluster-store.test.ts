@@ -138,9 +138,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       // 99 at once (a fork's most, with the one above: 100).
       const many = Array.from({ length: 99 }, (_, i) => `f${i}`);
       await a.reserve(many, 'a', SHAPE, () => undefined);
-      const end = Date.now() + 20_000;
-      while (b.nodes().find((n) => n.node === 'a')!.allocated.vms < before + 100 && Date.now() < end)
-        await new Promise((r) => setTimeout(r, 20));
+      await until(() => b.nodes().find((n) => n.node === 'a')!.allocated.vms >= before + 100);
       expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({
         vms: before + 100,
         memory_mb: (before + 100) * SHAPE.memory_mb,
@@ -156,9 +154,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
       expect(a.nodes().find((n) => n.node === 'a')!.allocated.vms).to.equal(before + 100);
       await a.release(['m1', ...many, 'never-placed']);
       await a.release(['m1', ...many]); // again: nothing left to give back
-      const gone = Date.now() + 20_000;
-      while (b.nodes().find((n) => n.node === 'a')!.allocated.vms > before && Date.now() < gone)
-        await new Promise((r) => setTimeout(r, 20));
+      await until(() => b.nodes().find((n) => n.node === 'a')!.allocated.vms <= before);
       expect(b.nodes().find((n) => n.node === 'a')!.allocated).to.deep.include({
         vms: before,
         memory_mb: before * SHAPE.memory_mb,

@@ -9,6 +9,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { call, type Target } from '../helpers/http.js';
 import { tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
+import { poll } from '../helpers/wait.js';
 
 /** The steps that lead to a failpoint, then how to retry what was cut off. */
 const MATRIX: {
@@ -88,8 +89,7 @@ const MATRIX: {
       expect((await call(t, 'POST', '/vms/tpl/suspend')).status).to.equal(200);
     },
     run: async (t) => {
-      for (let i = 0; i < 400 && (await call(t, 'GET', '/pool')).json.ready < 1; i++)
-        await new Promise((r) => setTimeout(r, 25));
+      await poll(async () => (await call(t, 'GET', '/pool')).json.ready >= 1, { ms: 10_000, every: 25 });
       expect((await call(t, 'GET', '/pool')).json.ready).to.equal(1);
       return call(t, 'POST', '/vms', { name: 'claimed', from_pool: true });
     },

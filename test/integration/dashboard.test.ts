@@ -317,8 +317,7 @@ describe('dashboard in a real browser (chromium)', function () {
     await (input as unknown as { uploadFile(p: string): Promise<void> }).uploadFile(src);
     await page.waitForSelector('tr[data-file="blob.bin"]', { timeout: 20_000 });
     const up = join(dir, 'blob.bin');
-    for (let i = 0; i < 300 && !(existsSync(up) && statSync(up).size === data.length); i++)
-      await new Promise((r) => setTimeout(r, 100));
+    await poll(() => existsSync(up) && statSync(up).size === data.length, { ms: 30_000, every: 100 });
     expect(sha(readFileSync(up))).to.equal(sha(data));
 
     const downloads = join(work, 'downloads');
@@ -377,19 +376,22 @@ describe('dashboard in a real browser (chromium)', function () {
     await page.type('[data-test=processes] input[name=process_cmd]', 'echo crash-loop; sleep 0.2; exit 3');
     await page.click('[data-test=process-start]');
     let id = '';
-    for (let i = 0; i < 100 && !id; i++) {
-      const all = (await d.call('GET', `/vms/${vm}/processes`)).json as { id: string; args: string[] }[];
-      id = all.find((x) => x.args.join(' ').includes('crash-loop'))?.id ?? '';
-      if (!id) await new Promise((r) => setTimeout(r, 100));
-    }
+    await poll(
+      async () => {
+        const all = (await d.call('GET', `/vms/${vm}/processes`)).json as { id: string; args: string[] }[];
+        id = all.find((x) => x.args.join(' ').includes('crash-loop'))?.id ?? '';
+        return !!id;
+      },
+      { ms: 10_000, every: 100 },
+    );
     expect((await d.call('GET', `/vms/${vm}/processes/${id}`)).json).to.include({ restart: 'on-failure' });
     await until(page, `/restarts [1-9]/.test(document.querySelector('[data-test=process-${id}]')?.textContent ?? '')`);
     await page.click(`[data-test=process-${id}] button`);
     let ended: { state?: string; restarts?: number } = {};
-    for (let i = 0; i < 100 && ended.state !== 'ended'; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      ended = (await d.call('GET', `/vms/${vm}/processes/${id}`)).json;
-    }
+    await poll(async () => (ended = (await d.call('GET', `/vms/${vm}/processes/${id}`)).json).state === 'ended', {
+      ms: 10_000,
+      every: 100,
+    });
     expect(ended).to.include({ state: 'ended' });
     expect(ended.restarts).to.be.above(0);
     // One that printed 2,500 lines before the page looked: it shows the last 2,000 (a tail read).

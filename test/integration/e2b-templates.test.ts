@@ -279,9 +279,7 @@ describe('E2B API: templates built with the official SDK (local agents)', functi
     expect((await d.call('GET', `/images/${first}`)).status).to.equal(200);
     // and goes once nothing stands on it
     await build('on-ruby-2');
-    const deadline = Date.now() + 10_000;
-    while ((await d.call('GET', `/images/${first}`)).status !== 404 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 50));
+    await poll(async () => (await d.call('GET', `/images/${first}`)).status === 404, { ms: 10_000, every: 50 });
     expect((await d.call('GET', `/images/${first}`)).status, 'the older version pruned').to.equal(404);
     expect((await d.call('GET', `/images/${second}`)).status, 'the newest kept').to.equal(200);
     hv.registryDown = true;

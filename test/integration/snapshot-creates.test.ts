@@ -164,11 +164,13 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     expect(lines.find((l) => l.phase === 'boot')!.message).to.match(
       /no snapshot of image minimal with 1 cpu\(s\) and 256 MB yet/,
     );
-    for (let i = 0; i < 200; i++) {
-      const now = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256);
-      if (now && now.created_at !== before.created_at) break;
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    await poll(
+      async () => {
+        const now = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256);
+        return !!now && now.created_at !== before.created_at;
+      },
+      { ms: 5000, every: 25 },
+    );
     const after = (await snapshotsOf('minimal')).filter((s) => s.memory_mb === 256);
     expect(after).to.have.length(1);
     expect(after[0].created_at).to.not.equal(before.created_at);

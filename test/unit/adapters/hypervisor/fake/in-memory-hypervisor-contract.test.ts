@@ -1,15 +1,10 @@
 import { InMemoryHypervisor } from '../../../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { hypervisorContract } from '../../../../contract/hypervisor-contract.js';
+import { waitUntil } from '../../../../helpers/wait.js';
 
 hypervisorContract('InMemoryHypervisor', async () => {
   const hv = new InMemoryHypervisor({ bootDelayMs: 5 });
-  const wait = async (name: string, ms: number) => {
-    const end = Date.now() + ms;
-    while (!hv.guestUp(name)) {
-      if (Date.now() > end) throw new Error(`${name} not up`);
-      await new Promise((r) => setTimeout(r, 5));
-    }
-  };
+  const wait = (name: string, ms: number) => waitUntil(`${name} up`, () => hv.guestUp(name), { ms, every: 5 });
   return {
     hv,
     image: 'minimal',
