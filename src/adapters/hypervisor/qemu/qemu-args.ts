@@ -163,6 +163,17 @@ function netdev(nic: GuestNic): string {
   return `user,id=net0,${fwd.join(',')}`;
 }
 
+/**
+ * The command line of a kernel QEMU boots: the image's, with `no_timer_check`. At boot a kernel
+ * checks that the timer interrupt comes within a few ticks of a busy loop; under TCG on a busy host
+ * it may come late, and the kernel then reroutes the timer (`..MP-BIOS bug: 8254 timer not connected
+ * to IO-APIC`) and can hang for good (seen in CI). Linux skips the check itself in the guests it
+ * recognises (KVM, VMware, Hyper-V set `no_timer_check`); a TCG guest it cannot recognise is told.
+ */
+export function kernelCmdline(cmdline: string): string {
+  return /(^|\s)no_timer_check(\s|$)/.test(cmdline) ? cmdline : `${cmdline} no_timer_check`.trim();
+}
+
 /** The QEMU command line for one VM. Pure, so it is unit-tested; every path comes from the layout. */
 export function qemuArgs(l: QemuLaunch): string[] {
   const args = [
@@ -196,7 +207,7 @@ export function qemuArgs(l: QemuLaunch): string[] {
           `${l.image.dir}/${l.image.kernel}`,
           ...(l.image.initrd ? ['-initrd', `${l.image.dir}/${l.image.initrd}`] : []),
           '-append',
-          l.image.cmdline,
+          kernelCmdline(l.image.cmdline),
         ]),
     ...disk(l),
     '-drive',

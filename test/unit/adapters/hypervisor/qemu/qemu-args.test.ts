@@ -1,5 +1,10 @@
 import { expect } from 'chai';
-import { qemuArgs, sharesToAdd, type QemuLaunch } from '../../../../../src/adapters/hypervisor/qemu/qemu-args.js';
+import {
+  kernelCmdline,
+  qemuArgs,
+  sharesToAdd,
+  type QemuLaunch,
+} from '../../../../../src/adapters/hypervisor/qemu/qemu-args.js';
 import { addedMountScript, cloudInitMounts, mountScript } from '../../../../../src/adapters/hypervisor/guest-mounts.js';
 import { shellWord } from '../../../../../src/adapters/process-kit/shell-word.js';
 import { execFileSync } from 'node:child_process';
@@ -48,6 +53,19 @@ const userNic: QemuLaunch['nic'] = {
 const opt = (args: string[], flag: string) => args.filter((_, i) => args[i - 1] === flag);
 
 describe('adapters/hypervisor/qemu-args', () => {
+  it("boots the image's kernel with its command line and no_timer_check (a TCG guest's timer check can hang it), once", () => {
+    expect(opt(qemuArgs(base), '-append')).to.deep.equal(['console=ttyS0 no_timer_check']);
+    expect(kernelCmdline('console=ttyS0 no_timer_check root=/dev/vda')).to.equal(
+      'console=ttyS0 no_timer_check root=/dev/vda',
+    );
+    expect(kernelCmdline('no_timer_check_x=1')).to.equal('no_timer_check_x=1 no_timer_check');
+    expect(kernelCmdline('')).to.equal('no_timer_check');
+    // A disk that boots through the firmware has its bootloader's command line: nothing is appended.
+    const firmware = qemuArgs({ ...base, image: { ...base.image, boot: 'firmware' } });
+    expect(firmware).to.not.include('-append');
+    expect(firmware).to.not.include('-kernel');
+  });
+
   it("hands the NIC to svc-netd on a socket QEMU listens on, with the MAC saved guests know; forwards on loopback only with QEMU's own network", () => {
     expect(opt(qemuArgs(base), '-netdev')[0]).to.equal(
       'stream,id=net0,server=on,addr.type=unix,addr.path=/vm/net.sock',
