@@ -32,7 +32,14 @@ const bundled = await build({
   sourcemap: false,
   legalComments: 'none',
   // version.ts reads package.json relative to import.meta.url; in the bundle the version is baked in.
-  define: { 'import.meta.url': '__svcImportMetaUrl', 'process.env.SVC_BAKED_VERSION': JSON.stringify(version) },
+  // ws's optional native helpers are not shipped: ws is told so (node's own isUtf8 and its JS masking
+  // serve), rather than asking for them at each start, which a single executable warns about.
+  define: {
+    'import.meta.url': '__svcImportMetaUrl',
+    'process.env.SVC_BAKED_VERSION': JSON.stringify(version),
+    'process.env.WS_NO_BUFFER_UTIL': '"1"',
+    'process.env.WS_NO_UTF_8_VALIDATE': '"1"',
+  },
   banner: {
     js: [
       'const __svcImportMetaUrl = require("node:url").pathToFileURL(__filename).href;',
@@ -131,6 +138,9 @@ if (process.env.SVC_SKIP_SEA !== '1') {
   const exe = join(out, 'svc-agent');
   copyFileSync(process.execPath, exe);
   chmodSync(exe, 0o755);
+  // Without the debug symbols a node build may carry (12 of its 99 MB here), as the images' node
+  // is: less for agent deploy to send a guest. The blob goes in after; a host without strip skips it.
+  spawnSync('strip', ['--strip-unneeded', exe], { stdio: 'ignore' });
   execFileSync(
     process.execPath,
     [
