@@ -22,7 +22,7 @@ export class DistAgentArtifact implements AgentArtifact {
   async tar(opts: { executable?: boolean } = {}): Promise<Readable> {
     if (!existsSync(`${this.dir}/svc-agent.cjs`))
       throw new NotSupportedError(`the agent artifact is not built (${this.dir}); run npm run build:agent`);
-    // Guests get the bundled script and the PTY addon; the 100 MB single executable only when they have no node.
+    // Guests get the bundled script and the PTY addon; the single executable (node itself, 88 MB) only when they have no node.
     if (opts.executable && !existsSync(`${this.dir}/svc-agent`))
       throw new NotSupportedError(
         `the agent's single executable is not built (${this.dir}/svc-agent); run npm run build:agent`,
