@@ -55,9 +55,9 @@ export const CLOUD_INIT_POLL = [
 
 /** The poll's answer: done, failed (with cloud-init's errors), or still going. */
 export function cloudInitState(out: string): { done: true } | { failed: string } | undefined {
-  const at = out.indexOf('result:\n');
-  if (at === 0 || (at > 0 && out[at - 1] === '\n')) {
-    const text = out.slice(at + 'result:\n'.length);
+  const marker = /(?:^|\n)result:\n/.exec(out);
+  if (marker) {
+    const text = out.slice(marker.index + marker[0].length);
     let errors: unknown;
     try {
       errors = (JSON.parse(text) as { v1?: { errors?: unknown } }).v1?.errors;

@@ -68,6 +68,7 @@ describe('app/readiness: wait=userdata on an image without an agent (cloud-init 
     });
     // what a login shell printed first does not hide the result
     expect(cloudInitState('welcome\nresult:\n{"v1":{"errors":[]}}')).to.deep.equal({ done: true });
+    expect(cloudInitState('no result:\nresult:\n{"v1":{"errors":[]}}')).to.deep.equal({ done: true });
     expect(cloudInitState('status: running\n')).to.equal(undefined);
     expect(cloudInitState('')).to.equal(undefined);
     const failed = cloudInitState(
