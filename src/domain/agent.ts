@@ -20,11 +20,27 @@ export interface ExecRequest {
   cmd: string;
   args: string[];
   cwd?: string;
+  /** A user of the guest by name or number: its uid, gid, HOME, USER, LOGNAME, SHELL, and its home as the cwd. */
+  user?: string;
   uid?: number;
   gid?: number;
   timeoutMs?: number;
   encoding?: 'utf8' | 'base64';
   env?: Record<string, string>;
+}
+
+const GUEST_USER = /^[a-z_][a-z0-9_.-]{0,31}\$?$|^\d{1,10}$/i;
+
+/** `user` as a user name (as useradd takes one) or a number; InvalidArgumentError otherwise. */
+export function checkGuestUser(user: string, what = 'user'): string {
+  if (!GUEST_USER.test(user))
+    throw new InvalidArgumentError(`${what} must be a user name or number, got ${JSON.stringify(user.slice(0, 40))}`);
+  return user;
+}
+
+/** A passwd login shell that lets a user log in (absolute, not nologin or false); undefined otherwise. */
+export function loginShell(shell: string): string | undefined {
+  return shell.startsWith('/') && !/\/(nologin|false)$/.test(shell) ? shell : undefined;
 }
 
 export interface ExecResult {

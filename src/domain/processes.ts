@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
+import { checkGuestUser } from './agent.js';
 import { queryInt, queryOne, type Query } from './query.js';
 import { parseRestart, type EntrypointChoice, type RestartPolicy } from './restart-policy.js';
 
@@ -169,10 +170,7 @@ export function parseProcessStart(body: unknown): ProcessStart {
     out.cwd = cwd;
   }
   if (b.user !== undefined) {
-    const user = typeof b.user === 'number' ? String(b.user) : str(b.user, 'user');
-    if (!/^[a-z_][a-z0-9_.-]{0,31}\$?$|^\d{1,10}$/i.test(user))
-      throw new InvalidArgumentError(`user ${JSON.stringify(user)} is not valid`);
-    out.user = user;
+    out.user = checkGuestUser(typeof b.user === 'number' ? String(b.user) : str(b.user, 'user'));
   }
   if (b.tag !== undefined) {
     const tag = str(b.tag, 'tag');

@@ -1,4 +1,4 @@
-import type { CopyMode, ExecRequest } from './agent.js';
+import { checkGuestUser, type CopyMode, type ExecRequest } from './agent.js';
 import { parseDuration } from './duration.js';
 import { InvalidArgumentError } from './errors.js';
 
@@ -49,7 +49,7 @@ export function parseBool(q: Query, key: string, def: boolean): boolean {
   throw new InvalidArgumentError(`${key} must be true or false`);
 }
 
-/** The exec query: cmd, repeated args, buffered, cwd, uid, gid, timeout, encoding. */
+/** The exec query: cmd, repeated args, buffered, cwd, user, uid, gid, timeout, encoding. */
 export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   const cmd = queryOne(q, 'cmd');
   if (!cmd) throw new InvalidArgumentError('cmd is required');
@@ -63,8 +63,11 @@ export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
     if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
     req.cwd = cwd;
   }
+  const user = queryOne(q, 'user');
+  if (user) req.user = checkGuestUser(user);
   req.uid = optUint(q, 'uid');
   req.gid = optUint(q, 'gid');
+  if (req.user !== undefined && req.uid !== undefined) throw new InvalidArgumentError('give user or uid, not both');
   const timeout = queryOne(q, 'timeout');
   if (timeout) req.timeoutMs = parseDuration(timeout, 'timeout');
   const enc = queryOne(q, 'encoding');

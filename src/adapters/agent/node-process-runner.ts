@@ -18,14 +18,13 @@ const EXIT_GRACE_MS = 300;
 @injectable()
 export class NodeProcessRunner implements ProcessRunner {
   async spawn(req: SpawnRequest): Promise<RunningProcess> {
-    if (req.cwd) {
-      const st = await stat(req.cwd).catch(() => undefined);
-      if (!st?.isDirectory()) throw new SpawnError(`cwd ${req.cwd} is not a directory`);
-    }
+    const isDir = async (p: string) => !!(await stat(p).catch(() => undefined))?.isDirectory();
+    if (req.cwd && !(await isDir(req.cwd))) throw new SpawnError(`cwd ${req.cwd} is not a directory`);
+    const cwd = req.cwd ?? (req.home === undefined ? undefined : (await isDir(req.home)) ? req.home : '/');
     let child;
     try {
       child = spawn(req.cmd, req.args, {
-        cwd: req.cwd,
+        cwd,
         uid: req.uid,
         gid: req.gid,
         env: { ...process.env, ...req.env },

@@ -73,6 +73,7 @@ function execQuery(r: ExecRequest, buffered: boolean): string {
     args: r.args,
     buffered: String(buffered),
     cwd: r.cwd,
+    user: r.user,
     uid: r.uid,
     gid: r.gid,
     timeout: r.timeoutMs ? formatDuration(r.timeoutMs) : undefined,

@@ -38,6 +38,7 @@ function execQuery(req: ExecRequest, buffered: boolean): string {
   const p = new URLSearchParams({ cmd: req.cmd, buffered: String(buffered) });
   for (const a of req.args) p.append('args', a);
   if (req.cwd) p.set('cwd', req.cwd);
+  if (req.user !== undefined) p.set('user', req.user);
   if (req.uid !== undefined) p.set('uid', String(req.uid));
   if (req.gid !== undefined) p.set('gid', String(req.gid));
   if (req.timeoutMs) p.set('timeout', formatDuration(req.timeoutMs));

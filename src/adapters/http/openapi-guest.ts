@@ -155,7 +155,12 @@ export const GUEST_PATHS: Record<string, Record<string, Schema>> = {
           },
           q('buffered', { type: 'string', enum: ['true', 'false'], default: 'true' }),
           q('cwd', { type: 'string' }),
-          q('uid', { type: 'integer' }),
+          q(
+            'user',
+            { type: 'string' },
+            'a user of the guest (name or number): its uid, gid, HOME, USER, LOGNAME, SHELL, and its home as the cwd; not with uid',
+          ),
+          q('uid', { type: 'integer' }, "run as this uid (its passwd user's gid, HOME, USER, LOGNAME, SHELL)"),
           q('gid', { type: 'integer' }),
           q('timeout', { type: 'string' }),
           q('encoding', { type: 'string', enum: ['utf8', 'base64'] }),

@@ -1,7 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Readable } from 'node:stream';
 import { inject, injectable, optional } from 'inversify';
-import type { ExecFrame, ExecRequest, ExecResult } from '../../domain/agent.js';
+import { loginShell, type ExecFrame, type ExecRequest, type ExecResult } from '../../domain/agent.js';
 import { AsyncQueue } from '../async-queue.js';
 import { GuestUsers } from '../../ports/agent/kept-processes.js';
 import { ProcessRunner, SpawnError, type RunningProcess } from '../../ports/agent/process-runner.js';
@@ -25,14 +25,29 @@ export class ExecService {
   ) {}
 
   /**
-   * A command run as another uid gets that user's HOME, USER and LOGNAME (from the guest's
-   * passwd), as `su` would give them, unless the request sets them; its own env wins.
+   * A command run as another user (`user`, or `uid` alone) gets that user's gid unless the request
+   * sets one, and its HOME, USER, LOGNAME and SHELL (from the guest's passwd), as `su` would give
+   * them; the request's own env wins. `user` also starts it in the user's home (/ when it has none)
+   * unless `cwd` says where, as a login does; a `user` the guest does not have cannot start (exit 127).
    */
   private async spawn(req: ExecRequest): Promise<RunningProcess> {
-    if (req.uid === undefined || !this.users) return this.runner.spawn(req);
-    const user = await this.users.find(String(req.uid)).catch(() => null);
-    const env: Record<string, string> = user ? { HOME: user.home, USER: user.name, LOGNAME: user.name } : {};
-    return this.runner.spawn({ ...req, env: { ...env, ...req.env } });
+    const who = req.user ?? (req.uid === undefined ? undefined : String(req.uid));
+    if (who === undefined) return this.runner.spawn(req);
+    const user = this.users ? await this.users.find(who).catch(() => null) : null;
+    if (!user) {
+      if (req.user !== undefined) throw new SpawnError(`no user ${req.user} in the guest`);
+      return this.runner.spawn(req);
+    }
+    const shell = loginShell(user.shell);
+    const env: Record<string, string> = { HOME: user.home, USER: user.name, LOGNAME: user.name };
+    if (shell) env.SHELL = shell;
+    return this.runner.spawn({
+      ...req,
+      uid: user.uid,
+      gid: req.gid ?? user.gid,
+      home: req.user === undefined ? undefined : user.home,
+      env: { ...env, ...req.env },
+    });
   }
 
   /** `signal` is the caller leaving: the process group is killed. */

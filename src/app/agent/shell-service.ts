@@ -1,10 +1,8 @@
 import { inject, injectable, optional } from 'inversify';
 import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
 import { GuestUsers } from '../../ports/agent/kept-processes.js';
+import { checkGuestUser, loginShell } from '../../domain/agent.js';
 import { PtyFactory, type PtySession } from '../../ports/agent/pty.js';
-
-/** Login shells that refuse a login: a user with one of these gets the default shell instead. */
-const NO_LOGIN = /\/(nologin|false)$/;
 
 /**
  * Opens a terminal for /shell with checked size and shell; with `user`, as that user of the guest
@@ -29,13 +27,12 @@ export class ShellService {
     const rows = dim(q.rows, 24, 'rows');
     if (q.shell && !q.shell.startsWith('/')) throw new InvalidArgumentError('shell must be an absolute path');
     if (!q.user) return this.pty.open({ shell: q.shell || this.pty.defaultShell(), cols, rows });
-    if (!/^[a-z_][a-z0-9_.-]{0,31}\$?$|^\d{1,10}$/i.test(q.user))
-      throw new InvalidArgumentError(`user must be a user name or number, got ${JSON.stringify(q.user.slice(0, 40))}`);
+    checkGuestUser(q.user);
     if (!this.users) throw new NotSupportedError('this agent cannot open a shell as another user');
     const u = await this.users.find(q.user);
     if (!u) throw new InvalidArgumentError(`no user ${q.user} in the guest`);
-    const own = u.shell.startsWith('/') && !NO_LOGIN.test(u.shell) ? u.shell : undefined;
-    const shell = q.shell || own || this.pty.defaultShell();
+    // a login shell that refuses a login (nologin, false) gives way to the default shell
+    const shell = q.shell || loginShell(u.shell) || this.pty.defaultShell();
     return this.pty.open({
       shell,
       cols,

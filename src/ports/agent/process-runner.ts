@@ -4,6 +4,8 @@ export interface SpawnRequest {
   cmd: string;
   args: string[];
   cwd?: string;
+  /** Without `cwd`: start here when it is a directory, else in / (as a login starts in its home). */
+  home?: string;
   uid?: number;
   gid?: number;
   env?: Record<string, string>;

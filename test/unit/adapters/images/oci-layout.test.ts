@@ -154,7 +154,9 @@ describe('adapters/hypervisor/oci-layout and import checks', () => {
     // The agent takes it as a POST /processes body, which refuses a User it cannot name rather than
     // running the command as root.
     expect(parseProcessStart(imageEntrypoint({ Cmd: ['x'], User: 'app' }))).to.include({ user: 'app' });
-    expect(() => parseProcessStart(imageEntrypoint({ Cmd: ['x'], User: 'a b' }))).to.throw(/user "a b" is not valid/);
+    expect(() => parseProcessStart(imageEntrypoint({ Cmd: ['x'], User: 'a b' }))).to.throw(
+      /user must be a user name or number, got "a b"/,
+    );
   });
 
   it('reads only regular files inside import_dirs, links resolved', async () => {

@@ -107,10 +107,52 @@ describe('app/agent/ExecService', () => {
     };
     const svc = new ExecService(runner, users);
     await svc.buffered({ cmd: 'x', args: [], uid: 1000 });
-    expect(runner.asked[0].env).to.deep.equal({ HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc' });
+    expect(runner.asked[0].env).to.deep.equal({ HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' });
     await svc.buffered({ cmd: 'x', args: [], uid: 1000, env: { HOME: '/tmp' } });
     expect(runner.asked[1].env).to.include({ HOME: '/tmp', USER: 'svc' });
     await svc.buffered({ cmd: 'x', args: [] });
     expect(runner.asked[2].env, 'as the agent runs').to.equal(undefined);
+  });
+
+  it('runs as a user by name or number: its ids, its home as the cwd, its login shell as SHELL', async () => {
+    const runner = new ScriptedRunner(({ exit }) => exit({ code: 0, signal: null }));
+    const passwd = [
+      { uid: 1000, gid: 1001, groups: [], home: '/home/svc', name: 'svc', shell: '/bin/bash' },
+      { uid: 65534, gid: 65534, groups: [], home: '/nonexistent', name: 'nobody', shell: '/usr/sbin/nologin' },
+    ];
+    const users = { find: async (u: string) => passwd.find((p) => p.name === u || String(p.uid) === u) ?? null };
+    const svc = new ExecService(runner, users);
+    await svc.buffered({ cmd: 'x', args: [], user: 'svc' });
+    expect(runner.asked[0]).to.deep.include({ uid: 1000, gid: 1001, home: '/home/svc' });
+    expect(runner.asked[0].env).to.deep.equal({ HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' });
+    await svc.buffered({ cmd: 'x', args: [], user: '1000', gid: 0, cwd: '/tmp' });
+    expect(runner.asked[1], 'the request says where and which group').to.deep.include({
+      uid: 1000,
+      gid: 0,
+      cwd: '/tmp',
+    });
+    // a uid alone takes its user's gid (it took the agent's, root's), and stays where the agent is
+    await svc.buffered({ cmd: 'x', args: [], uid: 1000 });
+    expect(runner.asked[2]).to.deep.include({ uid: 1000, gid: 1001, home: undefined });
+    await svc.buffered({ cmd: 'x', args: [], user: 'nobody' });
+    expect(runner.asked[3].env, 'nologin is no shell').to.deep.equal({
+      HOME: '/nonexistent',
+      USER: 'nobody',
+      LOGNAME: 'nobody',
+    });
+  });
+
+  it('reports a user the guest does not have as a command that cannot start (buffered and streamed)', async () => {
+    const runner = new ScriptedRunner(({ exit }) => exit({ code: 0, signal: null }));
+    const svc = new ExecService(runner, { find: async () => null });
+    const r = await svc.buffered({ cmd: 'x', args: [], user: 'ghost' });
+    expect(r).to.deep.include({ exit_code: 127, error: 'no user ghost in the guest' });
+    const frames = [];
+    for await (const f of svc.stream({ cmd: 'x', args: [], user: 'ghost' })) frames.push(f);
+    expect(frames.at(-1)).to.deep.include({ type: 'exit', exit_code: 127, error: 'no user ghost in the guest' });
+    expect(runner.asked, 'nothing ran').to.deep.equal([]);
+    // an agent without the guest's users runs no command as a named user either
+    const bare = await new ExecService(runner).buffered({ cmd: 'x', args: [], user: 'svc' });
+    expect(bare).to.deep.include({ exit_code: 127, error: 'no user svc in the guest' });
   });
 });
