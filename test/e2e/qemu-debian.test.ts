@@ -8,6 +8,7 @@ import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from
 import { e2bOptions } from '../helpers/e2b.js';
 import { ensureImage, forkOk, withConsoles } from './image.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { runSvc } from '../helpers/svc-cli.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
 import { Sandbox, Template } from 'e2b';
 import { poll } from '../helpers/wait.js';
@@ -145,12 +146,20 @@ describe('svcd with QEMU: the debian image', function () {
     expect((await d.call('PUT', '/vms/deb/egress', policy)).status).to.equal(200);
   });
 
-  it('has a svc user with passwordless sudo, and exec runs as it with uid and gid', async () => {
+  it('has a svc user with passwordless sudo; exec runs as it by uid and gid or by name, and svc sh --user svc takes a script', async () => {
     const id = await sh('deb', 'id -u svc; id -g svc');
     const [uid, gid] = id.stdout.trim().split('\n').map(Number);
     expect(uid).to.be.above(999);
     const as = await sh('deb', 'id -un; sudo -n id -un', `&uid=${uid}&gid=${gid}`);
     expect(as.stdout.trim().split('\n')).to.deep.equal(['svc', 'root']);
+    // by name: its ids, its home as the cwd and its login shell; a uid alone takes its group
+    const named = await sh('deb', 'id -un; id -gn; pwd; echo "$SHELL"', '&user=svc');
+    expect(named.stdout, named.stderr).to.equal('svc\nsvc\n/home/svc\n/bin/bash\n');
+    expect((await sh('deb', 'id -gn', `&uid=${uid}`)).stdout).to.equal('svc\n');
+    // piped input to svc sh: the script's own output in the user's login shell, no terminal
+    const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
+    const piped = await runSvc(env, ['sh', 'deb', '--user', 'svc'], 'echo "$0 $(id -un) $PWD"; [[ -t 0 ]] || exit 7\n');
+    expect(piped).to.deep.include({ code: 7, stdout: '/bin/bash svc /home/svc\n', stderr: '' });
   });
 
   it('opens a shell as the svc user (svc sh --user svc): its ids, home and login shell', async () => {

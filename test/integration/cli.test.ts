@@ -575,15 +575,40 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['rm', 'c10'])).code).to.equal(0);
   });
 
-  it("ends svc sh at the end of piped input with the shell's own status", async () => {
+  it("runs piped input to svc sh as a script, no terminal (-t gives one): its own output, the shell's status", async () => {
     expect((await d.call('POST', '/vms', { name: 'c8', persistent: true })).status).to.equal(201);
-    const r = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo piped-$((40+2))\nexit 3\n');
-    expect(r.code, r.stderr).to.equal(3);
-    expect(r.stdout).to.contain('piped-42');
+    const r = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo piped-$((40+2))\necho apart >&2\nexit 3\n');
+    expect(r).to.deep.include({ code: 3, stdout: 'piped-42\n', stderr: 'apart\n' });
     // Without a last newline and without an exit: the end of input alone ends it.
     const eof = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo no-exit-$((6*7))');
-    expect(eof.code, eof.stderr).to.equal(0);
-    expect(eof.stdout).to.contain('no-exit-42');
+    expect(eof).to.deep.include({ code: 0, stdout: 'no-exit-42\n', stderr: '' });
+    // No --shell: the login shell of the user (root, here this host's), in its home.
+    const root = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('root:'))!
+      .split(':');
+    const login = await svc(['sh', 'c8'], 'echo "$0"; pwd; echo "$USER"');
+    expect(login.stdout, login.stderr).to.equal(`${root[6]}\n${root[5]}\nroot\n`);
+    // -t: a terminal as with ssh -tt; what was typed is echoed back, and the end of input ends it.
+    const tty = await svc(['sh', 'c8', '--shell', '/bin/sh', '-t'], 'echo piped-$((40+2))\nexit 3\n');
+    expect(tty.code, tty.stderr).to.equal(3);
+    expect(tty.stdout).to.contain('piped-42').and.contain('echo piped-$((40+2))');
+  });
+
+  it('runs svc x as a user of the guest by name (--user): its ids, home and login shell', async () => {
+    const root = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('root:'))!
+      .split(':');
+    const r = await svc(['x', 'c8', '--user', 'root', '--', 'sh', '-c', 'id -u; id -g; pwd; echo "$SHELL"']);
+    expect(r.stdout, r.stderr).to.equal(`0\n0\n${root[5]}\n${root[6]}\n`);
+    const ghost = await svc(['x', 'c8', '--user', 'svc-no-such-user', '--', 'true']);
+    expect(ghost).to.deep.include({ code: 127, stderr: 'svc: no user svc-no-such-user in the guest\n' });
+    const bad = await svc(['x', 'c8', '--user', 'a;b', '--', 'true']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.equal('svc: user must be a user name or number, got "a;b"\n');
+    const both = await svc(['x', 'c8', '--user', 'root', '--uid', '0', '--', 'true']);
+    expect(both.stderr).to.equal('svc: give user or uid, not both\n');
   });
 
   it('answers a usage mistake in one line and a hint, naming the flag and what was typed', async () => {

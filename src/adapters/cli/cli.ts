@@ -1,4 +1,6 @@
+import type { Readable } from 'node:stream';
 import { Command } from 'commander';
+import type { ExecRequest } from '../../domain/agent.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
@@ -22,6 +24,18 @@ function helpHints(cmd: Command, path: string[] = []): void {
   const here = [...path, ...(cmd.parent ? [cmd.name()] : [])];
   cmd.showHelpAfterError(`(see: svc${here.length ? ` ${here.join(' ')}` : ''} --help)`);
   for (const sub of cmd.commands) helpHints(sub, here);
+}
+
+/** An exec streamed to this terminal: stdout and stderr as they come; its exit code (-1: timed out). */
+async function streamExec(client: SvcClient, name: string, req: ExecRequest, stdin?: Readable): Promise<number> {
+  let code = 0;
+  for await (const f of client.execStream(name, req, stdin)) {
+    if (f.type === 'stdout') process.stdout.write(f.data ?? '');
+    else if (f.type === 'stderr') process.stderr.write(f.data ?? '');
+    else if (f.type === 'error') process.stderr.write(`svc: ${f.error}\n`);
+    else if (f.type === 'exit') code = f.exit_code ?? 1;
+  }
+  return code;
 }
 
 export function buildCli(): Command {
@@ -48,29 +62,28 @@ export function buildCli(): Command {
     .argument('[args...]')
     .description('run a command in a VM: svc x NAME -- CMD ARGS...')
     .option('--cwd <dir>')
-    .option('--uid <n>', 'user id (HOME and USER follow it when the guest knows the user)', whole('a numeric user id'))
+    .option(
+      '-u, --user <user>',
+      'a user of the guest by name or number: its ids, HOME, USER, SHELL, and its home as the cwd',
+    )
+    .option('--uid <n>', "user id (its passwd user's gid, HOME and USER follow it)", whole('a numeric user id'))
     .option('--gid <n>', 'group id', whole('a numeric group id'))
     .option('--timeout <duration>')
     .action(async (name: string, cmd: string, args: string[], o) => {
-      const stdin = process.stdin.isTTY ? undefined : process.stdin;
-      let code = 0;
-      for await (const f of client().execStream(
+      const code = await streamExec(
+        client(),
         name,
         {
           cmd,
           args,
           cwd: o.cwd,
+          user: o.user,
           uid: o.uid,
           gid: o.gid,
           timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined,
         },
-        stdin,
-      )) {
-        if (f.type === 'stdout') process.stdout.write(f.data ?? '');
-        else if (f.type === 'stderr') process.stderr.write(f.data ?? '');
-        else if (f.type === 'error') process.stderr.write(`svc: ${f.error}\n`);
-        else if (f.type === 'exit') code = f.exit_code ?? 1;
-      }
+        process.stdin.isTTY ? undefined : process.stdin,
+      );
       if (code < 0) {
         process.stderr.write(
           `svc: ${cmd} did not end within ${o.timeout ?? 'its timeout'}; it was killed (exit 124)\n`,
@@ -85,9 +98,18 @@ export function buildCli(): Command {
     .argument('<name>')
     .option('--shell <path>')
     .option('-u, --user <user>', "a user of the guest to log in as (such as svc, the debian image's); default root")
-    .description('open an interactive shell in a VM')
+    .option('-t, --tty', 'a terminal even when the input is not one (as ssh -tt): prompts and echo included')
+    .description('open an interactive shell in a VM; with piped input, run it as a script (no terminal)')
     .action(async (name: string, o) => {
-      throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user }));
+      if (process.stdin.isTTY || o.tty)
+        throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user }));
+      // Input that is not a terminal is a script, as `ssh host < script` takes it: the user's
+      // login shell (SHELL, from the guest's passwd) reads it with no terminal, so the output is
+      // the script's own (no prompt, no echo, stderr apart) and the exit code the shell's.
+      const script = o.shell
+        ? { cmd: o.shell, args: [] }
+        : { cmd: '/bin/sh', args: ['-c', 'exec "${SHELL:-/bin/sh}"'] };
+      throw new Exit(await streamExec(client(), name, { ...script, user: o.user ?? 'root' }, process.stdin));
     });
 
   program

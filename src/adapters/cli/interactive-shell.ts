@@ -1,6 +1,6 @@
 import type { SvcClient } from '../client/svc-client.js';
 
-/** svc sh NAME: the terminal in raw mode, resizes on SIGWINCH, exits with the shell's code. */
+/** svc sh NAME in a terminal (or -t): the terminal in raw mode, resizes on SIGWINCH, exits with the shell's code. */
 export async function interactiveShell(
   client: SvcClient,
   name: string,
@@ -18,9 +18,9 @@ export async function interactiveShell(
     sh.write(d);
   };
   input.on('data', onInput);
-  // Piped input (`echo 'exit 3' | svc sh box`) ends: the terminal gets end-of-file (^D at the
-  // start of a line, as a person would type it; a last line without its newline gets one first),
-  // so the shell exits at EOF with its own status, as with ssh -tt.
+  // Piped input given a terminal anyway (`svc sh -t`) ends: the terminal gets end-of-file (^D at
+  // the start of a line, as a person would type it; a last line without its newline gets one
+  // first), so the shell exits at EOF with its own status, as with ssh -tt.
   const onEnd = () => sh.write(Buffer.from(last === 0x0a ? [4] : [0x0a, 4]));
   if (!input.isTTY) input.once('end', onEnd);
   const onResize = () => sh.resize(out.columns || 80, out.rows || 24);
