@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -118,6 +119,16 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         },
       });
       expect(JSON.parse(textOf(out))).to.deep.equal({ exit_code: 3, stdout: 'hi from /tmp\n', stderr: 'oops\n' });
+      // as a user by name: its ids and its home (root's, on this host's local agent)
+      const home = readFileSync('/etc/passwd', 'utf8')
+        .split('\n')
+        .find((l) => l.startsWith('root:'))!
+        .split(':')[5];
+      const as = await c.callTool({
+        name: 'exec',
+        arguments: { name: 'm1', cmd: 'sh', args: ['-c', 'id -u; pwd'], user: 'root' },
+      });
+      expect(JSON.parse(textOf(as))).to.deep.equal({ exit_code: 0, stdout: `0\n${home}\n`, stderr: '' });
       const big = await c.callTool({
         name: 'exec',
         arguments: { name: 'm1', cmd: 'sh', args: ['-c', "head -c 100000 /dev/zero | tr '\\0' a"] },

@@ -16,6 +16,13 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
         cmd: z.string().min(1),
         args: z.array(z.string()).optional(),
         cwd: guestPath.optional(),
+        user: z
+          .string()
+          .max(41)
+          .optional()
+          .describe(
+            'a user of the guest (name or number) to run as, in its home with its ids and login SHELL; default root',
+          ),
         env: z.record(z.string(), z.string()).optional().describe('extra environment variables'),
         stdin: z.string().optional(),
         timeout_s: z
@@ -28,7 +35,7 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
       },
       annotations: { readOnlyHint: false, destructiveHint: true, openWorldHint: true },
     },
-    ({ name, cmd, args, cwd, env, stdin, timeout_s }) =>
+    ({ name, cmd, args, cwd, user, env, stdin, timeout_s }) =>
       tool(async () => {
         const argv =
           env && Object.keys(env).length
@@ -36,7 +43,7 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
             : [cmd, ...(args ?? [])];
         const r = await client.exec(
           name,
-          { cmd: argv[0], args: argv.slice(1), cwd, timeoutMs: (timeout_s ?? 300) * 1000 },
+          { cmd: argv[0], args: argv.slice(1), cwd, user, timeoutMs: (timeout_s ?? 300) * 1000 },
           stdin === undefined ? undefined : Buffer.from(stdin),
         );
         const out = {
