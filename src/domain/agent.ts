@@ -14,7 +14,15 @@ export interface AgentHealth {
   agent_uptime_sec: number;
   userdata_ran: boolean;
   readiness: Readiness;
+  /** What this agent does that an older one did not (AGENT_FEATURES); absent from agents before them. */
+  features?: string[];
 }
+
+/**
+ * What an agent tells the daemon it does beyond what every agent did, in its health, so that a
+ * request an older agent would misread is refused instead (an exec as a named user run as root).
+ */
+export const AGENT_FEATURES = ['exec_user'] as const;
 
 export interface ExecRequest {
   cmd: string;

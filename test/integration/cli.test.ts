@@ -582,12 +582,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     // Without a last newline and without an exit: the end of input alone ends it.
     const eof = await svc(['sh', 'c8', '--shell', '/bin/sh'], 'echo no-exit-$((6*7))');
     expect(eof).to.deep.include({ code: 0, stdout: 'no-exit-42\n', stderr: '' });
-    // No --shell: the login shell of the user (root, here this host's), in its home.
+    // No --shell: the shell a terminal gets; with --user, that user's login shell, in its home.
+    const plain = await svc(['sh', 'c8'], '[ -t 0 ] || echo no-terminal');
+    expect(plain).to.deep.include({ code: 0, stdout: 'no-terminal\n', stderr: '' });
     const root = readFileSync('/etc/passwd', 'utf8')
       .split('\n')
       .find((l) => l.startsWith('root:'))!
       .split(':');
-    const login = await svc(['sh', 'c8'], 'echo "$0"; pwd; echo "$USER"');
+    const login = await svc(['sh', 'c8', '--user', 'root'], 'echo "$0"; pwd; echo "$USER"');
     expect(login.stdout, login.stderr).to.equal(`${root[6]}\n${root[5]}\nroot\n`);
     // -t: a terminal as with ssh -tt; what was typed is echoed back, and the end of input ends it.
     const tty = await svc(['sh', 'c8', '--shell', '/bin/sh', '-t'], 'echo piped-$((40+2))\nexit 3\n');

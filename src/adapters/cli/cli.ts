@@ -26,6 +26,10 @@ function helpHints(cmd: Command, path: string[] = []): void {
   for (const sub of cmd.commands) helpHints(sub, here);
 }
 
+/** `svc sh` with piped input and no --shell: the agent's own choice for a terminal, in HOME. */
+const PIPED_SHELL =
+  'cd "${HOME:-/}" 2>/dev/null; for s in "$SHELL" /bin/bash /bin/sh; do [ -n "$s" ] && [ -x "$s" ] && exec "$s"; done; exit 127';
+
 /** An exec streamed to this terminal: stdout and stderr as they come; its exit code (-1: timed out). */
 async function streamExec(client: SvcClient, name: string, req: ExecRequest, stdin?: Readable): Promise<number> {
   let code = 0;
@@ -103,13 +107,12 @@ export function buildCli(): Command {
     .action(async (name: string, o) => {
       if (process.stdin.isTTY || o.tty)
         throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user }));
-      // Input that is not a terminal is a script, as `ssh host < script` takes it: the user's
-      // login shell (SHELL, from the guest's passwd) reads it with no terminal, so the output is
-      // the script's own (no prompt, no echo, stderr apart) and the exit code the shell's.
-      const script = o.shell
-        ? { cmd: o.shell, args: [] }
-        : { cmd: '/bin/sh', args: ['-c', 'exec "${SHELL:-/bin/sh}"'] };
-      throw new Exit(await streamExec(client(), name, { ...script, user: o.user ?? 'root' }, process.stdin));
+      // Input that is not a terminal is a script, as `ssh host < script` takes it: the shell the
+      // terminal would get reads it with no terminal, so the output is the script's own (no
+      // prompt, no echo, stderr apart) and the exit code the shell's. That shell: --shell, else
+      // SHELL (with --user, that user's login shell from the guest's passwd), /bin/bash, /bin/sh.
+      const script = o.shell ? { cmd: o.shell, args: [] } : { cmd: '/bin/sh', args: ['-c', PIPED_SHELL] };
+      throw new Exit(await streamExec(client(), name, { ...script, user: o.user }, process.stdin));
     });
 
   program

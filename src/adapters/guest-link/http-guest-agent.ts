@@ -15,7 +15,7 @@ import type {
 } from '../../domain/agent.js';
 import { PORT_PATH, PORT_UPGRADE } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
-import { AgentFailureError, AgentUnavailableError, isDomainError } from '../../domain/errors.js';
+import { AgentFailureError, AgentUnavailableError, isDomainError, NotSupportedError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
 import { AgentHttp, boundedLines, CONNECT_TIMEOUT_MS, IDLE_SOCKET_MS } from './agent-http.js';
@@ -95,8 +95,22 @@ export class HttpGuestAgent implements GuestAgent {
     return this.http.json(ep, { method: 'GET', path: '/stats', timeoutMs: 5000 });
   }
 
+  /**
+   * An exec as a named user goes only to an agent that says it knows `user`: one before it would
+   * ignore the key and run the command as root.
+   */
+  private async checkUser(ep: AgentEndpoint, req: ExecRequest): Promise<void> {
+    if (req.user === undefined) return;
+    const h = await this.health(ep, 5000);
+    if (!h.features?.includes('exec_user'))
+      throw new NotSupportedError(
+        "this VM's agent runs commands as a user only by uid (an older agent): use uid, or deploy this svc's agent (svc agent deploy NAME)",
+      );
+  }
+
   /** Without stdin over the agent's exec channel (exec-channel.ts); with stdin, or an agent without one, over HTTP. */
   async exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
+    await this.checkUser(ep, req);
     const timeoutMs = req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined;
     if (!stdin) {
       const r = await this.channels.call(ep, { query: execQuery(req, true), timeoutMs, signal });
@@ -119,6 +133,7 @@ export class HttpGuestAgent implements GuestAgent {
     stdin?: Readable,
     signal?: AbortSignal,
   ): AsyncIterable<ExecFrame> {
+    await this.checkUser(ep, req);
     const { res, req: creq } = await this.http.open(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, false)}`,

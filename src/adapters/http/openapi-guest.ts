@@ -12,6 +12,7 @@ export const GUEST_SCHEMAS: Record<string, Schema> = {
       agent_uptime_sec: { type: 'number' },
       userdata_ran: { type: 'boolean' },
       readiness: { type: 'object', additionalProperties: { type: 'string' } },
+      features: { type: 'array', items: { type: 'string' }, description: 'what this agent does beyond older ones' },
     },
   },
   Stats: {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { inject, injectable } from 'inversify';
 import type { AgentHealth, GuestIdentity, GuestStats, MaterializeRequest, Readiness } from '../../domain/agent.js';
-import { USERDATA_MAX_BYTES } from '../../domain/agent.js';
+import { AGENT_FEATURES, USERDATA_MAX_BYTES } from '../../domain/agent.js';
 import { SystemIdentity } from '../../ports/agent/system-identity.js';
 import { formatMode, parseMode } from '../../domain/agent.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
@@ -36,6 +36,7 @@ export class AgentService {
       agent_uptime_sec: Math.round((Date.now() - this.started) / 100) / 10,
       userdata_ran: await this.files.exists(join(this.opts.stateDir, 'userdata-ran')),
       readiness: await this.readiness(),
+      features: [...AGENT_FEATURES],
     };
   }
 

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-agent.js';
 import { pickConnector, type Connector } from '../../../../src/adapters/guest-link/transport.js';
 import {
@@ -9,6 +10,7 @@ import {
   AlreadyExistsError,
   InvalidArgumentError,
   NotFoundError,
+  NotSupportedError,
 } from '../../../../src/domain/errors.js';
 
 function server(handler: Parameters<typeof createServer>[1]): Promise<{ port: number; srv: Server }> {
@@ -49,6 +51,53 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
       expect(await agent.health(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
       expect(await agent.readiness(ep).catch((e) => e)).to.be.instanceOf(AgentFailureError);
     } finally {
+      srv.close();
+      agent.close();
+    }
+  });
+
+  it('sends an exec as a named user only to an agent whose health says it knows user (an older one would run it as root)', async () => {
+    let features: string[] | undefined;
+    let healths = 0;
+    const execs: string[] = [];
+    const { port, srv } = await server((req, res) => {
+      if (req.url === '/health' && ++healths)
+        return void res.end(
+          JSON.stringify({
+            hostname: 'g',
+            agent_version: '0',
+            agent_uptime_sec: 1,
+            userdata_ran: true,
+            readiness: {},
+            features,
+          }),
+        );
+      execs.push(req.url ?? '');
+      req.resume();
+      res.end(JSON.stringify({ stdout: 'svc\n', stderr: '', exit_code: 0 }));
+    });
+    const agent = new HttpGuestAgent();
+    const ep = { host: '127.0.0.1', port };
+    const req = { cmd: 'id', args: ['-un'], user: 'svc' };
+    try {
+      const old = await agent.exec(ep, req, Readable.from([])).catch((e) => e);
+      expect(old)
+        .to.be.instanceOf(NotSupportedError)
+        .with.property('message')
+        .that.matches(/only by uid .*svc agent deploy/);
+      const frames = agent.execStream(ep, req)[Symbol.asyncIterator]();
+      expect(await frames.next().catch((e) => e)).to.be.instanceOf(NotSupportedError);
+      expect(execs, 'nothing was run').to.deep.equal([]);
+      features = ['exec_user'];
+      expect((await agent.exec(ep, req, Readable.from([]))).stdout).to.equal('svc\n');
+      expect(execs[0]).to.match(/^\/exec\?.*&user=svc/);
+      // without a user, no health is asked first
+      const asked = healths;
+      await agent.exec(ep, { cmd: 'true', args: [] }, Readable.from([]));
+      expect(execs).to.have.length(2);
+      expect(healths).to.equal(asked);
+    } finally {
+      srv.closeAllConnections();
       srv.close();
       agent.close();
     }
