@@ -33,6 +33,7 @@ export class ExecService {
   private async spawn(req: ExecRequest): Promise<RunningProcess> {
     const who = req.user ?? (req.uid === undefined ? undefined : String(req.uid));
     if (who === undefined) return this.runner.spawn(req);
+    if (!this.users && req.user !== undefined) throw new SpawnError('this agent cannot run a command as another user');
     const user = this.users ? await this.users.find(who).catch(() => null) : null;
     if (!user) {
       if (req.user !== undefined) throw new SpawnError(`no user ${req.user} in the guest`);

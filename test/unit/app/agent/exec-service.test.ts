@@ -153,6 +153,6 @@ describe('app/agent/ExecService', () => {
     expect(runner.asked, 'nothing ran').to.deep.equal([]);
     // an agent without the guest's users runs no command as a named user either
     const bare = await new ExecService(runner).buffered({ cmd: 'x', args: [], user: 'svc' });
-    expect(bare).to.deep.include({ exit_code: 127, error: 'no user svc in the guest' });
+    expect(bare).to.deep.include({ exit_code: 127, error: 'this agent cannot run a command as another user' });
   });
 });
