@@ -23,6 +23,7 @@ export interface AgentHealth {
  * request an older agent would misread is refused instead (an exec as a named user run as root).
  */
 export const AGENT_FEATURES = ['exec_user'] as const;
+export type AgentFeature = (typeof AGENT_FEATURES)[number];
 
 export interface ExecRequest {
   cmd: string;
@@ -40,9 +41,9 @@ export interface ExecRequest {
 const GUEST_USER = /^[a-z_][a-z0-9_.-]{0,31}\$?$|^\d{1,10}$/i;
 
 /** `user` as a user name (as useradd takes one) or a number; InvalidArgumentError otherwise. */
-export function checkGuestUser(user: string, what = 'user'): string {
+export function checkGuestUser(user: string): string {
   if (!GUEST_USER.test(user))
-    throw new InvalidArgumentError(`${what} must be a user name or number, got ${JSON.stringify(user.slice(0, 40))}`);
+    throw new InvalidArgumentError(`user must be a user name or number, got ${JSON.stringify(user.slice(0, 40))}`);
   return user;
 }
 

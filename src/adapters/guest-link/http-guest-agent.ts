@@ -13,7 +13,7 @@ import type {
   MaterializeRequest,
   Readiness,
 } from '../../domain/agent.js';
-import { PORT_PATH, PORT_UPGRADE } from '../../domain/agent.js';
+import { PORT_PATH, PORT_UPGRADE, type AgentFeature } from '../../domain/agent.js';
 import { formatDuration } from '../../domain/duration.js';
 import { AgentFailureError, AgentUnavailableError, isDomainError, NotSupportedError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
@@ -102,7 +102,8 @@ export class HttpGuestAgent implements GuestAgent {
   private async checkUser(ep: AgentEndpoint, req: ExecRequest): Promise<void> {
     if (req.user === undefined) return;
     const h = await this.health(ep, 5000);
-    if (!h.features?.includes('exec_user'))
+    const feature: AgentFeature = 'exec_user';
+    if (!h.features?.includes(feature))
       throw new NotSupportedError(
         "this VM's agent runs commands as a user only by uid (an older agent): use uid, or deploy this svc's agent (svc agent deploy NAME)",
       );

@@ -33,11 +33,13 @@ export class ExecService {
   private async spawn(req: ExecRequest): Promise<RunningProcess> {
     const who = req.user ?? (req.uid === undefined ? undefined : String(req.uid));
     if (who === undefined) return this.runner.spawn(req);
-    if (!this.users && req.user !== undefined) throw new SpawnError('this agent cannot run a command as another user');
     const user = this.users ? await this.users.find(who).catch(() => null) : null;
     if (!user) {
-      if (req.user !== undefined) throw new SpawnError(`no user ${req.user} in the guest`);
-      return this.runner.spawn(req);
+      // a uid the guest's users do not answer for runs as that uid, as it always did
+      if (req.user === undefined) return this.runner.spawn(req);
+      throw new SpawnError(
+        this.users ? `no user ${req.user} in the guest` : 'this agent cannot run a command as another user',
+      );
     }
     const shell = loginShell(user.shell);
     const env: Record<string, string> = { HOME: user.home, USER: user.name, LOGNAME: user.name };
