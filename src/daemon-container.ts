@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { Container, ContainerModule } from 'inversify';
 import { ConfigError, type Config } from './app/config.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
+import { SshAccess } from './app/ssh-access.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestProxy } from './app/guest-proxy.js';
 import { CreateService } from './app/create-service.js';
@@ -47,6 +48,7 @@ import { Ssh2RemoteShell } from './adapters/ssh/ssh2-remote-shell.js';
 import { Ssh2Tunnels } from './adapters/ssh/ssh2-tunnels.js';
 import { SshAgentInstaller } from './adapters/ssh/ssh-agent-installer.js';
 import { TcpSshProbe } from './adapters/ssh/tcp-ssh-probe.js';
+import { Ssh2HostKeys } from './adapters/ssh/ssh2-host-keys.js';
 import { FsMetricsHistory } from './adapters/store/fs-metrics-history.js';
 import { FsConsoleLogs } from './adapters/store/fs-console-logs.js';
 import { ProcMeter } from './adapters/process-kit/proc-meter.js';
@@ -68,7 +70,15 @@ import { GuestImages } from './ports/guest-images.js';
 import { Logger } from './ports/logger.js';
 import { ControlMetrics } from './ports/metrics.js';
 import { ActivityLog, ConsoleLogs, VmStore, MetricsHistory, SecretStore, SnapshotStore } from './ports/stores.js';
-import { AgentArtifact, AgentInstaller, RemoteShell, SshKeys, SshProbe, Tunnels } from './ports/tunnels.js';
+import {
+  AgentArtifact,
+  AgentInstaller,
+  RemoteShell,
+  SshHostKeys,
+  SshKeys,
+  SshProbe,
+  Tunnels,
+} from './ports/tunnels.js';
 import { VERSION } from './version.js';
 import { FAILPOINTS, Failpoints, NO_FAILPOINTS } from './ports/failpoints.js';
 import { KillFailpoints } from './adapters/process-kit/kill-failpoints.js';
@@ -153,6 +163,7 @@ function sshModule(o: DaemonOverrides): ContainerModule {
       .toDynamicValue((ctx) => new SshAgentInstaller(ctx.get<RemoteShell>(RemoteShell)))
       .inSingletonScope();
     bind(AgentArtifact).toConstantValue(new DistAgentArtifact());
+    bind(SshHostKeys).to(Ssh2HostKeys).inSingletonScope();
   });
 }
 
@@ -231,6 +242,7 @@ export function appModule(): ContainerModule {
     bind(ForwardService).toSelf().inSingletonScope();
     bind(MetricsSampler).toSelf().inSingletonScope();
     bind(AgentDeployService).toSelf().inSingletonScope();
+    bind(SshAccess).toSelf().inSingletonScope();
     bind(PoolService).toSelf().inSingletonScope();
     bind(ImageService).toSelf().inSingletonScope();
     bind(ImageSnapshots).toSelf().inSingletonScope();

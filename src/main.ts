@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { Container } from 'inversify';
 import { mkdirSync } from 'node:fs';
 import { type Config } from './app/config.js';
+import { SshAccess } from './app/ssh-access.js';
 import { AgentDeployService } from './app/agent-deploy-service.js';
 import { ForwardService } from './app/forward-service.js';
 import { GuestProxy } from './app/guest-proxy.js';
@@ -155,6 +156,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       secrets,
       sampler,
       deploy: container.get(AgentDeployService),
+      ssh: container.get(SshAccess),
     }),
     ...systemRoutes({
       version: VERSION,

@@ -31,6 +31,18 @@ export interface SshProbe {
   ready(host: string, port: number, timeoutMs: number): Promise<boolean>;
 }
 
+export const SshHostKeys = Symbol('SshHostKeys');
+/** The host key a guest's SSH server shows, for clients to pin (POST /vms/{name}/ssh/keys). */
+export interface SshHostKeys {
+  /**
+   * Starts an SSH handshake over `stream` (a byte stream to the guest's port 22, through its
+   * agent), takes the host key the server sends, and ends the connection before any login:
+   * `TYPE BASE64`, ed25519 first when the server has one. AgentFailureError when no key came
+   * within `timeoutMs` (default 15 s) or the peer is not an SSH server. The stream is destroyed.
+   */
+  read(stream: import('node:stream').Duplex, timeoutMs?: number): Promise<string>;
+}
+
 export const SshKeys = Symbol('SshKeys');
 /** The daemon's own key pair, used to log into guests. */
 export interface SshKeys {

@@ -1,29 +1,21 @@
 import { createHash } from 'node:crypto';
-import { Client, type ServerHostKeyAlgorithm } from 'ssh2';
+import { connect } from 'node:net';
+import type { ServerHostKeyAlgorithm } from 'ssh2';
+import { Ssh2HostKeys } from '../../src/adapters/ssh/ssh2-host-keys.js';
 
 /**
- * One try: the SHA-256 of the SSH host key the server on 127.0.0.1:`port` shows (ssh2 is told to
- * refuse it once seen), of one of the algorithms `types` when given; undefined when it offers none
- * of them or does not answer.
+ * One try: the SHA-256 of the SSH host key the server on 127.0.0.1:`port` shows (the daemon's own
+ * reader, which refuses it once seen), of one of the algorithms `types` when given; undefined when
+ * it offers none of them or does not answer.
  */
-export function sshHostKeyOnce(port: number, types?: ServerHostKeyAlgorithm[]): Promise<string | undefined> {
-  return new Promise<string | undefined>((resolve) => {
-    const c = new Client();
-    let seen: string | undefined;
-    c.on('error', () => resolve(seen));
-    c.on('close', () => resolve(seen));
-    c.connect({
-      host: '127.0.0.1',
-      port,
-      username: 'root',
-      readyTimeout: 10_000,
-      ...(types ? { algorithms: { serverHostKey: types } } : {}),
-      hostVerifier: (k: Buffer) => {
-        seen = createHash('sha256').update(k).digest('base64');
-        return false;
-      },
-    });
-  });
+export async function sshHostKeyOnce(port: number, types?: ServerHostKeyAlgorithm[]): Promise<string | undefined> {
+  const line = await new Ssh2HostKeys().read(connect(port, '127.0.0.1'), 10_000, types).catch(() => undefined);
+  return (
+    line &&
+    createHash('sha256')
+      .update(Buffer.from(line.split(' ')[1], 'base64'))
+      .digest('base64')
+  );
 }
 
 /** The SHA-256 of the SSH host key the server on 127.0.0.1:`port` shows, tried every half second for 30 s until it answers. */

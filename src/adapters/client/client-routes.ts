@@ -49,6 +49,8 @@ export const CLIENT_ROUTES = [
   'post /vms/{name}/secrets/{secretName}',
   'get /vms/{name}/agent/health',
   'post /vms/{name}/agent/deploy',
+  'get /vms/{name}/ssh',
+  'post /vms/{name}/ssh/keys',
   'get /vms/{name}/stats',
   'post /vms/{name}/exec',
   'put /vms/{name}/cp',

@@ -469,6 +469,17 @@ export class SvcClient extends SvcTransport {
   deployAgent(name: string): Promise<{ name: string; agent_version: string }> {
     return this.call('POST', `/vms/${enc(name)}/agent/deploy`);
   }
+  /** The host key of the VM's SSH server, read through its agent (for known_hosts). */
+  sshInfo(name: string): Promise<{ host_keys: string[] }> {
+    return this.call('GET', `/vms/${enc(name)}/ssh`);
+  }
+  /** Lets `public_key` (a .pub line) log in as `user` (default root); answers the host key to pin. */
+  sshAuthorize(
+    name: string,
+    r: { public_key: string; user?: string },
+  ): Promise<{ user: string; added: boolean; host_keys: string[] }> {
+    return this.call('POST', `/vms/${enc(name)}/ssh/keys`, r);
+  }
   stats(name: string): Promise<GuestStats> {
     return this.call('GET', `/vms/${enc(name)}/stats`);
   }

@@ -4,6 +4,7 @@ import type { GuestProxy } from '../../app/guest-proxy.js';
 import type { MetricsSampler } from '../../app/metrics-sampler.js';
 import type { Vms } from '../../app/vms.js';
 import type { SecretService } from '../../app/secret-service.js';
+import type { SshAccess } from '../../app/ssh-access.js';
 import type { ConsoleLogs } from '../../ports/stores.js';
 import { parseBool, queryInt, requiredPath, type Query } from '../../domain/query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
@@ -19,9 +20,10 @@ export interface GuestRouteDeps {
   secrets: SecretService;
   sampler: MetricsSampler;
   deploy: AgentDeployService;
+  ssh: SshAccess;
 }
 
-/** Agent proxy, live forwards, secret injection, stats history and deploy: /vms/{name}/... */
+/** Agent proxy, live forwards, secret injection, stats history, deploy and SSH access: /vms/{name}/... */
 export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
   const name = (p: Record<string, unknown>) => String(p.name);
   const q = (r: { query: unknown }) => r.query as Query;
@@ -113,6 +115,16 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
         });
         res.status(204).end();
       },
+    },
+    {
+      method: 'get',
+      path: '/vms/:name/ssh',
+      handler: async (req, res) => void res.json(await d.ssh.info(name(req.params))),
+    },
+    {
+      method: 'post',
+      path: '/vms/:name/ssh/keys',
+      handler: async (req, res) => void res.json(await d.ssh.authorize(name(req.params), req.body)),
     },
     {
       method: 'post',

@@ -1,5 +1,17 @@
 import { err, json, nameParam, op, pathQ, proxyErrors, q, ref, jsonBody, type Schema } from './openapi-kit.js';
 
+const sshInfo = {
+  type: 'object',
+  required: ['host_keys'],
+  properties: {
+    host_keys: {
+      type: 'array',
+      items: { type: 'string' },
+      description: 'as known_hosts takes them: TYPE BASE64 (ed25519 when the server has one)',
+    },
+  },
+};
+
 /** The OpenAPI description of what the daemon does in a guest through its agent: health, stats, exec, cp, fs, shell, ports. */
 
 export const GUEST_SCHEMAS: Record<string, Schema> = {
@@ -121,6 +133,50 @@ export const GUEST_PATHS: Record<string, Record<string, Schema>> = {
         ...proxyErrors,
       },
       { parameters: [nameParam] },
+    ),
+  },
+  '/vms/{name}/ssh': {
+    get: op(
+      "The host key of the guest's SSH server, read through its agent, for a client to pin",
+      {
+        '200': json('its host key', sshInfo),
+        ...proxyErrors,
+        '409': err('nothing listens on port 22 in the guest'),
+      },
+      { parameters: [nameParam] },
+    ),
+  },
+  '/vms/{name}/ssh/keys': {
+    post: op(
+      "Let a public key log in as a user of the guest: added once to the user's ~/.ssh/authorized_keys, through the agent",
+      {
+        '200': json('the key may log in; the host key to pin', {
+          type: 'object',
+          required: ['user', 'added', 'host_keys'],
+          properties: {
+            user: { type: 'string' },
+            added: { type: 'boolean', description: 'false when the key was there already' },
+            ...sshInfo.properties,
+          },
+        }),
+        ...proxyErrors,
+        '409': err('nothing listens on port 22 in the guest'),
+      },
+      {
+        parameters: [nameParam],
+        requestBody: jsonBody({
+          type: 'object',
+          required: ['public_key'],
+          additionalProperties: false,
+          properties: {
+            public_key: {
+              type: 'string',
+              description: 'one line of a .pub file: TYPE BASE64 [COMMENT], without options',
+            },
+            user: { type: 'string', description: 'a user of the guest, by name or number (default root)' },
+          },
+        }),
+      },
     ),
   },
   '/vms/{name}/stats': {
