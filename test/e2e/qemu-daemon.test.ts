@@ -11,6 +11,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson, qs } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
+import { runSvc } from '../helpers/svc-cli.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -246,6 +247,46 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect((await svc(['cp', local, 'main:/root/cli.txt'])).code).to.equal(0);
     expect((await svc(['cp', 'main:/root/cli.txt', join(d.dir, 'cli-back.txt')])).code).to.equal(0);
     expect(readFileSync(join(d.dir, 'cli-back.txt'), 'utf8')).to.equal('via cli');
+  });
+
+  it("logs in with OpenSSH's ssh (svc ssh, ssh-config): a key svc makes, added once; the host key pinned and held to (dropbear)", async () => {
+    const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
+    // no ~/.ssh in this HOME: svc makes a key of its own with ssh-keygen
+    const first = await runSvc(env, ['ssh', 'main', '--', 'id -un; hostname; exit 3']);
+    expect(first, first.stderr).to.deep.include({ code: 3, stdout: 'root\nmain\n' });
+    const dir = join(d.dir, '.config', 'svc');
+    const pub = readFileSync(join(dir, 'id_ed25519.pub'), 'utf8').trim();
+    expect((await runSvc(env, ['ssh', 'main', '--', 'true'])).code).to.equal(0);
+    const keys = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'cat', args: ['/root/.ssh/authorized_keys'] })}`);
+    expect(
+      keys.json.stdout.split('\n').filter((l: string) => l === pub),
+      keys.json.stdout,
+    ).to.have.length(1);
+    // the key pinned is the one the guest's server shows, read through the agent
+    const hostKey = (await d.call('GET', '/vms/main/ssh')).json.host_keys[0];
+    expect(hostKey).to.match(/^ssh-ed25519 [A-Za-z0-9+/]+=*$/);
+    expect(readFileSync(join(dir, 'known_hosts'), 'utf8')).to.equal(`svc-main ${hostKey}\n`);
+    // ssh-config: plain ssh reaches it as svc-main; a key that is not the guest's is refused
+    const cfg = join(d.dir, 'ssh_config');
+    const block = await runSvc(env, ['ssh-config', 'main']);
+    expect(block.stdout).to.match(/^Host svc-main\n {2}User root\n {2}ProxyCommand .* fwd stdio main 22\n/);
+    writeFileSync(cfg, block.stdout);
+    const ssh = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        const p = spawn('ssh', ['-F', cfg, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+        let stdout = '';
+        let stderr = '';
+        p.stdout.on('data', (c) => (stdout += c));
+        p.stderr.on('data', (c) => (stderr += c));
+        p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+      });
+    expect(await ssh(['svc-main', 'hostname'])).to.deep.include({ code: 0, stdout: 'main\n' });
+    const other = execFileSync('ssh-keygen', ['-y', '-f', join(dir, 'id_ed25519')], { encoding: 'utf8' }).trim();
+    writeFileSync(join(dir, 'known_hosts'), `svc-main ${other}\n`);
+    const refused = await ssh(['svc-main', 'hostname']);
+    expect(refused.code).to.equal(255);
+    expect(refused.stderr).to.match(/REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed/);
+    expect(refused.stdout).to.equal('');
   });
 
   it('carries a live forward to a server in the guest and materializes a secret', async () => {

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
@@ -175,6 +177,28 @@ describe('svcd with QEMU: the debian image', function () {
       authorization: `Bearer ${d.config.api_token}`,
     }).catch((e: { status?: number }) => e);
     expect((refused as { status?: number }).status).to.equal(400);
+  });
+
+  it("logs in as the svc user with OpenSSH's ssh (svc ssh --user svc), and scp copies as it (svc ssh-config)", async () => {
+    const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
+    const login = await runSvc(env, [
+      'ssh',
+      '--user',
+      'svc',
+      'deb',
+      '--',
+      'id -un; pwd; stat -c %U:%a .ssh/authorized_keys',
+    ]);
+    expect(login, login.stderr).to.deep.include({ code: 0, stdout: 'svc\n/home/svc\nsvc:600\n' });
+    const cfg = join(d.dir, 'ssh_config_svc');
+    writeFileSync(cfg, (await runSvc(env, ['ssh-config', '--user', 'svc', 'deb'])).stdout);
+    const local = join(d.dir, 'to-guest.txt');
+    writeFileSync(local, 'by scp');
+    // not execFileSync: the daemon runs in this process and must answer the ProxyCommand meanwhile
+    await promisify(execFile)('scp', ['-q', '-F', cfg, local, 'svc-deb:'], { env, timeout: 60_000 });
+    expect((await sh('deb', 'stat -c %U /home/svc/to-guest.txt; cat /home/svc/to-guest.txt')).stdout).to.equal(
+      'svc\nby scp',
+    );
   });
 
   it('starts a systemd service installed in the guest', async () => {

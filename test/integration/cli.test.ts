@@ -257,9 +257,21 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const bash = (await svc(['completion', 'bash'])).stdout;
     expect(bash).to.contain('complete -F _svc svc');
     // Every command is completed (read from the program), and a VM's name after those that take one.
-    const [all, vms] = [...bash.matchAll(/"([a-z ]+)"|" ([a-z ]+) "/g)].map((m) => (m[1] ?? m[2]).split(' '));
-    expect(all).to.include.members(['edit', 'ttl', 'run', 'ps', 'logs', 'nodes', 'exec']);
-    expect(vms).to.include.members(['edit', 'get', 'x', 'exec', 'logs', 'ps', 'kill', 'move', 'fork', 'clone']);
+    const [all, vms] = [...bash.matchAll(/"([a-z -]+)"|" ([a-z -]+) "/g)].map((m) => (m[1] ?? m[2]).split(' '));
+    expect(all).to.include.members(['edit', 'ttl', 'run', 'ps', 'logs', 'nodes', 'exec', 'ssh', 'ssh-config']);
+    expect(vms).to.include.members([
+      'edit',
+      'get',
+      'x',
+      'exec',
+      'logs',
+      'ps',
+      'kill',
+      'move',
+      'fork',
+      'clone',
+      'ssh-config',
+    ]);
     expect(vms).to.not.include.members(['new', 'ls', 'nodes']);
     expect((await svc(['completion', 'zsh'])).stdout).to.contain('compdef _svc svc');
   });

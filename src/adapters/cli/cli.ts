@@ -15,6 +15,7 @@ import { Exit, print, whole } from './cli-kit.js';
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
 import { imageCommands } from './image-commands.js';
+import { sshCommands } from './ssh-commands.js';
 
 /**
  * Every command's usage error ends with one line that names its own help, never the whole help
@@ -126,6 +127,16 @@ export function buildCli(): Command {
 
   guestFileCommands(program, client);
   forwardCommands(program, client);
+  sshCommands(program, client, () => {
+    // as the client finds the daemon: a flag, else the environment (a ProxyCommand in ~/.ssh/config has neither)
+    const o = program.opts<{ socket?: string; api?: string; config?: string }>();
+    const env = process.env;
+    return {
+      socket: o.socket ?? env.SVC_SOCKET,
+      api: o.api ?? env.SVC_API,
+      config: o.config ?? env.SVC_CONFIG,
+    };
+  });
   secretCommands(program, client);
 
   program
