@@ -232,11 +232,15 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     );
   }
   pool.refill();
-  // A first start builds the default image now, so the first create does not wait for it.
-  container
-    .get(ImageService)
+  // A first start builds the default image now, so the first create does not wait for it; a start
+  // after an upgrade builds again the built-in images the svc before it built.
+  const imageService = container.get(ImageService);
+  imageService
     .prebuildDefault()
     .catch((err: Error) => log.warn({ err: err.message }, 'could not start building the default image'));
+  imageService
+    .refreshOutdated()
+    .catch((err: Error) => log.warn({ err: err.message }, 'could not look for images built by an older svc'));
 
   let stopped: Promise<void> | undefined;
   return {

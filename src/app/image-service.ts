@@ -51,6 +51,46 @@ export class ImageService {
   }
 
   /**
+   * After an upgrade of svc, the built-in images built by the svc before it run the agent of then
+   * (`outdated`): each that no VM stands on is built again now in the background (config
+   * `build_default_image`), its snapshots dropped; creates of it meanwhile wait for the
+   * new one, as for a first build. One that VMs stand on is left as it is, with a warning that says
+   * what to do. Returns the rebuilds under way (undefined when there are none).
+   */
+  async refreshOutdated(): Promise<{ done: Promise<void> } | undefined> {
+    if (!this.config.build_default_image || !this.images.rebuildImage) return undefined;
+    const outdated = (await this.images.listImages(this.inUse)).filter((i) => i.outdated);
+    const rebuilds: Promise<void>[] = [];
+    for (const image of outdated) {
+      // Checked and started with no wait between: a create from now on waits for the new image.
+      const on = this.inUse(image.id);
+      if (on.length) {
+        this.log.warn(
+          { image: image.id, in_use_by: on },
+          `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); to build it anew, delete the VMs on it and svc image rm ${image.id} (or bring one VM's agent up to date with svc agent deploy NAME)`,
+        );
+        continue;
+      }
+      const started = this.images.rebuildImage(image.id);
+      this.log.info({ image: image.id }, 'building the image again: it was built by an older svc');
+      const t0 = Date.now();
+      const done = Promise.all([this.snapshots.removeImage(image.id), started]).then(
+        () => {
+          this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the image is built anew');
+          this.snapshotDefaultShape(image.id);
+        },
+        (err: unknown) =>
+          this.log.warn(
+            { image: image.id, err: errorMessage(err) },
+            'the image did not build again; it stays as it was',
+          ),
+      );
+      rebuilds.push(done);
+    }
+    return rebuilds.length ? { done: Promise.all(rebuilds).then(() => undefined) } : undefined;
+  }
+
+  /**
    * POST /images/resolve: what a pull of a registry's reference would take now, the digest of its
    * linux/amd64 manifest, so a caller that keeps pulled images by digest (E2B's builds) sees a
    * tag that moved. The login, if any, goes to the registry alone.

@@ -24,6 +24,11 @@ export interface ImageInfo {
   /** Changes whenever the image is built again (its manifest's time and agent version); built images only. */
   revision?: string;
   /**
+   * A built-in image built by another svc than this one (its recipe or its agent changed since):
+   * its guests run the agent of then, which may lack what this daemon asks of it.
+   */
+  outdated?: boolean;
+  /**
    * What its guest's agent starts at each cold boot, as a process tagged `entrypoint` (a
    * container image's Entrypoint and Cmd); none for images that name no command.
    */
@@ -79,6 +84,13 @@ export interface GuestImages {
    */
   ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void>;
 
+  /**
+   * Builds a built-in image again from this daemon's inputs (an `outdated` one); the new one
+   * replaces it when complete, and creates of it meanwhile wait for it as for a first build. No VM
+   * may stand on it. InvalidArgumentError for an image that is not built-in. Optional: an adapter
+   * whose images are never `outdated` needs none.
+   */
+  rebuildImage?(image: string): Promise<void>;
   /** Every built image; `inUse` says which VMs stand on an image id. */
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]>;
 

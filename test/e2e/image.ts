@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { tempDir, type TestDaemon } from '../helpers/daemon.js';
 import type { Reply } from '../helpers/http.js';
+import { builtinInputs } from '../../src/adapters/images/image-builds.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 /** The built images, shared by runs and by the e2e workers of one run (keyed by their inputs). */
@@ -23,18 +24,11 @@ export const E2E_IMAGES = join(REPO, '.svc-test', 'images');
 const built = new Set<string>();
 let mine: string | undefined;
 
-function files(dir: string): string[] {
-  return readdirSync(dir)
-    .sort()
-    .flatMap((n) => (statSync(join(dir, n)).isDirectory() ? files(join(dir, n)) : [join(dir, n)]));
-}
-
-/** What an image is built from: the build scripts and rootfs, the agent bundle and its addons, the kernel, node. */
+/** What an image is built from: the daemon's own inputs (the recipes, the agent bundle and its addons), the kernel, node. */
 function inputsKey(kind: string): string {
-  const h = createHash('sha256').update(kind);
-  const agent = join(REPO, 'dist', 'agent');
-  for (const f of [...files(join(REPO, 'image')), join(agent, 'svc-agent.cjs'), ...files(join(agent, 'node_modules'))])
-    h.update(f.slice(REPO.length)).update(readFileSync(f));
+  const inputs = builtinInputs();
+  if (!inputs) throw new Error('run npm run build:agent first');
+  const h = createHash('sha256').update(kind).update(inputs);
   h.update(readdirSync('/lib/modules').sort().join(',')).update(process.version);
   return h.digest('hex');
 }
@@ -95,6 +89,9 @@ export function ensureImage(kind: 'minimal' | 'debian' = 'minimal'): string {
         stdio: ['ignore', 'ignore', 'inherit'],
       });
       writeFileSync(join(tmp, '.inputs'), key);
+      // stamped as the daemon stamps its own builds, so a daemon sees it current (not outdated)
+      const manifest = JSON.parse(readFileSync(join(tmp, 'manifest.json'), 'utf8')) as Record<string, unknown>;
+      writeFileSync(join(tmp, 'manifest.json'), JSON.stringify({ ...manifest, inputs_digest: builtinInputs() }));
       rmSync(out, { recursive: true, force: true });
       renameSync(tmp, out);
     });

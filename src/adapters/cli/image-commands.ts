@@ -18,7 +18,7 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
       print(o.json, list, () =>
         table(
           list.map((i) => [
-            i.id,
+            i.outdated ? `${i.id} (outdated)` : i.id,
             i.os,
             bytes(i.size_bytes),
             `${i.min_disk_gb} GB`,

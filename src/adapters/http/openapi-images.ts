@@ -92,6 +92,11 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       ssh_user: { type: 'string' },
       built: { type: 'boolean' },
       revision: { type: 'string', description: 'changes whenever the image is built again' },
+      outdated: {
+        type: 'boolean',
+        description:
+          'a built-in image built by an older svc (its recipe or agent changed since): its VMs run the agent of then; built again at start when no VM stands on it',
+      },
       entrypoint: {
         allOf: [ref('ProcessStart')],
         description:

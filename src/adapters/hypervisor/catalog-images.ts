@@ -26,6 +26,10 @@ export abstract class CatalogImages {
     return this.images.ensure(image, progress);
   }
 
+  rebuildImage(image: string): Promise<void> {
+    return this.images.rebuild(image);
+  }
+
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
     return this.images.list(inUse);
   }

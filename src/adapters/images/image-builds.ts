@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { readdir, rename, rm } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,34 @@ import { alive } from '../process-kit/pid-alive.js';
 const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
 export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
 export const AGENT_DIR = join(REPO, 'dist', 'agent');
+const RECIPES_DIR = join(REPO, 'image');
+
+/** Every file below `dir`, by name. */
+function filesIn(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true })
+    .sort((a, b) => a.name.localeCompare(b.name))
+    .flatMap((e) => (e.isDirectory() ? filesIn(join(dir, e.name)) : [join(dir, e.name)]));
+}
+
+let inputs: string | undefined;
+/**
+ * What this daemon builds its built-in images from: the digest of every file of image/ (the
+ * recipes) and of the agent a guest gets (the bundle and its node_modules; not the single
+ * executable, which only agent/deploy sends). A built image whose manifest names another was built
+ * by another svc: its guests run the agent of then. Undefined when the agent is not built.
+ */
+export function builtinInputs(): string | undefined {
+  if (inputs) return inputs;
+  try {
+    const h = createHash('sha256');
+    const agent = [join(AGENT_DIR, 'svc-agent.cjs'), ...filesIn(join(AGENT_DIR, 'node_modules'))];
+    for (const f of [...filesIn(RECIPES_DIR), ...agent])
+      h.update(f.slice(REPO.length)).update('\0').update(readFileSync(f));
+    return (inputs = `sha256:${h.digest('hex')}`);
+  } catch {
+    return undefined;
+  }
+}
 
 /** The images the project builds itself from Debian packages, on first use. */
 export const BUILTIN_IMAGES: Record<
@@ -54,10 +83,14 @@ const TEMP_NAME = /^\.build-.+-(\d+)-\d+(?:\.work)?$/;
 export class ImageBuilds {
   private readonly building = new Map<string, Build>();
 
-  /** `root` is the images' directory; `dir(id)` an image's own. */
+  /**
+   * `root` is the images' directory; `dir(id)` an image's own; `script` what builds a built-in
+   * image (`script OUT_DIR AGENT_DIR ID`: image/build-image.sh; a test's stand-in).
+   */
   constructor(
     private readonly root: string,
     private readonly dir: (id: string) => string,
+    private readonly script = BUILD_SCRIPT,
   ) {}
 
   /**
@@ -106,7 +139,11 @@ export class ImageBuilds {
     }
   }
 
-  /** Builds built-in image `id`, or joins its build under way; `progress` hears how far it is. */
+  /**
+   * Builds built-in image `id`, or joins its build under way; `progress` hears how far it is. A
+   * built one is built again (the daemon's inputs changed since): the new one replaces it when
+   * complete, so it must not be in use (image-service.ts checks).
+   */
   async ensure(id: string, progress?: (p: ImageProgress) => void): Promise<void> {
     let b = this.building.get(id);
     if (!b) {
@@ -142,7 +179,8 @@ export class ImageBuilds {
     const t0 = Date.now();
     progress({ percent: 0, message: `building image ${id} from Debian packages` });
     try {
-      await runBuild(['bash', BUILD_SCRIPT, tmp, AGENT_DIR, id], progress);
+      await runBuild(['bash', this.script, tmp, AGENT_DIR, id], progress);
+      await stampInputs(tmp);
       await rm(this.dir(id), { recursive: true, force: true });
       await rename(tmp, this.dir(id));
       // What the next build of it (after an image rm, on this host) can be expected to take.
@@ -169,6 +207,15 @@ export class ImageBuilds {
       return {};
     }
   }
+}
+
+/** Writes what the image was built from into its manifest (`inputs_digest`, builtinInputs). */
+async function stampInputs(dir: string): Promise<void> {
+  const digest = builtinInputs();
+  if (!digest) return;
+  const path = join(dir, 'manifest.json');
+  const m = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  await writeFileAtomic(path, `${JSON.stringify({ ...m, inputs_digest: digest }, null, 2)}\n`);
 }
 
 /** Runs a build, turning its `svc-progress N message` lines into progress; fails with its last lines. */

@@ -13,7 +13,7 @@ import { archiveSource, importContainer, importDisk, type ImportMeta } from './i
 import { registrySource } from './registry-pull.js';
 import { readyDisk } from './disk-unpack.js';
 import { imageEntrypoint, type OciImageConfig } from './oci-layout.js';
-import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, ImageBuilds, runBuild } from './image-builds.js';
+import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, builtinInputs, ImageBuilds, runBuild } from './image-builds.js';
 
 /** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
 export interface ImageManifest {
@@ -31,6 +31,8 @@ export interface ImageManifest {
   boot?: 'kernel' | 'firmware';
   source?: string;
   agent_version?: string;
+  /** What a built-in image was built from (image-builds.ts, builtinInputs); none before 2026-12-05. */
+  inputs_digest?: string;
   /** The least memory it boots in (DEFAULT_MIN_MEMORY_MB, or its base image's, when not said). */
   min_memory_mb?: number;
   /** A container image's config (images imported from one, and those baked from their VMs). */
@@ -77,8 +79,12 @@ export class ImageCatalog {
   /** The start's sweep of temporary directories crashed makers left (its names, for tests). */
   readonly swept: Promise<string[]>;
 
-  constructor(readonly root: string) {
-    this.builds = new ImageBuilds(root, (id) => this.dir(id));
+  /** `buildScript`: what builds a built-in image (image/build-image.sh; a test's stand-in). */
+  constructor(
+    readonly root: string,
+    buildScript = BUILD_SCRIPT,
+  ) {
+    this.builds = new ImageBuilds(root, (id) => this.dir(id), buildScript);
     // What a daemon killed while making an image left: gone in the background.
     this.swept = this.builds.sweep();
   }
@@ -111,7 +117,8 @@ export class ImageCatalog {
   info(name: string): ImageInfo {
     const id = this.canonical(name);
     const m = this.manifest(id);
-    if (m)
+    // A built-in image being built again is not built for creates: they wait for the new one.
+    if (m && !this.rebuilding(id))
       return {
         id,
         agent_ready: m.agent_ready,
@@ -120,6 +127,7 @@ export class ImageCatalog {
         min_memory_mb: minMemory(m),
         built: true,
         revision: `${statSync(join(this.dir(id), 'manifest.json')).mtimeMs}/${m.agent_version ?? ''}`,
+        ...this.outdated(id, m),
         ...entrypointOf(m),
       };
     const b = BUILTIN_IMAGES[id];
@@ -138,10 +146,21 @@ export class ImageCatalog {
     };
   }
 
-  /** A built image's files; builds a built-in image that is missing. */
+  /** True while a built-in image that is built is being built again. */
+  private rebuilding(id: string): boolean {
+    return !!BUILTIN_IMAGES[id] && this.builds.has(id);
+  }
+
+  /** `{outdated: true}` for a built-in image built from other inputs than this daemon's. */
+  private outdated(id: string, m: ImageManifest): { outdated?: true } {
+    const now = BUILTIN_IMAGES[id] ? builtinInputs() : undefined;
+    return now && m.inputs_digest !== now ? { outdated: true } : {};
+  }
+
+  /** A built image's files; builds a built-in image that is missing (or joins its build again). */
   async get(name: string): Promise<ResolvedImage> {
     const id = this.canonical(name);
-    if (!this.manifest(id)) await this.ensure(id);
+    if (!this.manifest(id) || this.rebuilding(id)) await this.ensure(id);
     const m = this.manifest(id);
     if (!m) throw new InvalidArgumentError(`unknown image "${name}"`);
     const dir = this.dir(id);
@@ -154,9 +173,19 @@ export class ImageCatalog {
   /** Makes sure the image is built; a built-in one that is missing is built, once, with progress. */
   async ensure(name: string, progress?: (p: ImageProgress) => void): Promise<void> {
     const id = this.canonical(name);
-    if (this.manifest(id)) return;
+    if (this.manifest(id) && !this.rebuilding(id)) return;
     if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`unknown image "${name}"`);
     await this.builds.ensure(id, progress);
+  }
+
+  /**
+   * Builds a built-in image again from this daemon's inputs; the new one replaces it when complete,
+   * and creates of it wait for that meanwhile. No VM may stand on it (the caller checks).
+   */
+  rebuild(name: string): Promise<void> {
+    const id = this.canonical(name);
+    if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`image ${id} is not built-in: only those are built again`);
+    return this.builds.ensure(id);
   }
 
   /** Every built image. */
@@ -220,6 +249,7 @@ export class ImageCatalog {
       min_memory_mb: minMemory(m),
       ssh_user: m.ssh_user,
       built: true,
+      ...this.outdated(id, m),
       in_use_by: inUse(id),
       ...entrypointOf(m),
     };

@@ -3,6 +3,8 @@ import { ImageService } from '../../../src/app/image-service.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import type { CreateProgressEvent } from '../../../src/domain/events.js';
 import { world } from '../../fakes/world.js';
+import type { SilentLogger } from '../../fakes/fakes.js';
+import { Logger } from '../../../src/ports/logger.js';
 
 describe('app/ImageService: the default image on a first start', () => {
   it('builds it in the background, and a create that comes meanwhile joins that build with its progress', async () => {
@@ -44,10 +46,34 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(phases).to.not.include('boot');
   });
 
+  it('builds again the built-in images an older svc built that no VM stands on; one that VMs stand on stays, with a warning', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['debian', 'minimal'], buildDelayMs: 20 });
+    const w = world({}, undefined, hv);
+    await (
+      await w.creates.create({ name: 'on-debian' }, {})
+    ).done;
+    const images = w.container.get(ImageService);
+    expect((await images.list()).filter((i) => i.outdated).map((i) => i.id)).to.deep.equal(['debian', 'minimal']);
+    const refresh = await images.refreshOutdated();
+    await refresh!.done;
+    expect(hv.builds).to.deep.equal(['minimal']);
+    expect((await images.list()).filter((i) => i.outdated).map((i) => i.id)).to.deep.equal(['debian']);
+    const log = JSON.stringify(w.container.get<SilentLogger>(Logger).lines);
+    expect(log).to.match(/image debian was built by an older svc: .*delete the VMs on it and svc image rm debian/);
+    expect(log).to.match(/"in_use_by":\["on-debian"\]/);
+    expect(log).to.match(/building the image again: it was built by an older svc/);
+    // nothing more to do now
+    expect(await images.refreshOutdated()).to.equal(undefined);
+  });
+
   it('builds nothing when build_default_image is off', async () => {
     const hv = new InMemoryHypervisor({ unbuilt: ['debian'] });
     const w = world({ build_default_image: false }, undefined, hv);
     expect(await w.container.get(ImageService).prebuildDefault()).to.equal(undefined);
     expect(hv.builds).to.deep.equal([]);
+    const older = new InMemoryHypervisor({ outdated: ['debian'] });
+    const w2 = world({ build_default_image: false }, undefined, older);
+    expect(await w2.container.get(ImageService).refreshOutdated()).to.equal(undefined);
+    expect(older.builds).to.deep.equal([]);
   });
 });

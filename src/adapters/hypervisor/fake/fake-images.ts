@@ -58,10 +58,15 @@ export abstract class FakeImages {
 
   private readonly buildDelayMs: number;
 
-  /** `unbuilt` start not built: the first ensureImage builds them, taking `buildDelayMs`. */
-  constructor(options: { unbuilt?: string[]; buildDelayMs?: number }) {
+  /**
+   * `unbuilt` start not built: the first ensureImage builds them, taking `buildDelayMs`. `outdated`
+   * start built by an older svc, until rebuildImage.
+   */
+  constructor(options: { unbuilt?: string[]; outdated?: string[]; buildDelayMs?: number }) {
     this.buildDelayMs = options.buildDelayMs ?? 0;
     for (const id of options.unbuilt ?? []) if (this.images[id]) this.images[id] = { ...this.images[id], built: false };
+    for (const id of options.outdated ?? [])
+      if (this.images[id]) this.images[id] = { ...this.images[id], outdated: true };
   }
 
   /** Whether the VM runs now (a running VM is not baked). */
@@ -81,6 +86,16 @@ export abstract class FakeImages {
 
   rebuild(image: string): void {
     this.revisions.set(image, (this.revisions.get(image) ?? 1) + 1);
+  }
+
+  /** An outdated image (options.outdated) built again: a build taking `buildDelayMs`, a new revision. */
+  async rebuildImage(image: string): Promise<void> {
+    const info = await this.resolveImage(image);
+    this.builds.push(info.id);
+    await new Promise((r) => setTimeout(r, this.buildDelayMs));
+    const { outdated: _was, ...now } = this.images[info.id];
+    this.images[info.id] = now;
+    this.rebuild(info.id);
   }
 
   /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */

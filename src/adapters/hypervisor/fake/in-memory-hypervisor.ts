@@ -62,6 +62,8 @@ export interface InMemoryHypervisorOptions {
   sidecar?: (spec: VmSpec) => Promise<Sidecar>;
   /** Images that start not built: the first ensureImage builds them, taking `buildDelayMs`. */
   unbuilt?: string[];
+  /** Images built by an older svc (`outdated`), until rebuildImage. */
+  outdated?: string[];
   buildDelayMs?: number;
 }
 

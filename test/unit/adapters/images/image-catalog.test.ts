@@ -1,8 +1,9 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AGENT_DIR, BUILD_SCRIPT } from '../../../../src/adapters/images/image-builds.js';
+import { AGENT_DIR, BUILD_SCRIPT, builtinInputs } from '../../../../src/adapters/images/image-builds.js';
+import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 import { ImageCatalog } from '../../../../src/adapters/images/image-catalog.js';
 
 describe('adapters/images/image-catalog', () => {
@@ -37,6 +38,57 @@ describe('adapters/images/image-catalog', () => {
     expect(existsSync(dead) || existsSync(deadWork)).to.equal(false);
     for (const f of [live, join(root, '.fetch-shared'), join(root, 'kept'), join(root, '.build-times.json')])
       expect(existsSync(f), f).to.equal(true);
+  });
+
+  it('stamps what a built-in image is built from; one built from other inputs is outdated, and is built again while creates wait for the new one', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    made.push(root);
+    // A stand-in for image/build-image.sh: counts its builds, and waits for `release` to finish one.
+    const release = join(root, '..', `${root.split('/').pop()}.release`);
+    made.push(release);
+    const script = join(root, '..', `${root.split('/').pop()}.build.sh`);
+    made.push(script);
+    writeFileSync(
+      script,
+      [
+        'OUT=$1; ID=$3; COUNT=$(dirname "$OUT")/.count',
+        'n=$(( $(cat "$COUNT" 2>/dev/null || echo 0) + 1 )); echo $n > "$COUNT"',
+        `while [ ! -e '${release}' ]; do sleep 0.02; done`,
+        'mkdir -p "$OUT"; printf k > "$OUT/vmlinux"; printf i > "$OUT/initrd.img"; printf d > "$OUT/disk.qcow2"',
+        'printf \'{"id":"%s","format":1,"description":"build %s","kernel":"vmlinux","initrd":"initrd.img","disk":"disk.qcow2","disk_gb":1,"cmdline":"","ssh_user":"root","agent_ready":true}\' "$ID" "$n" > "$OUT/manifest.json"',
+      ].join('\n'),
+    );
+    const c = new ImageCatalog(root, script);
+    writeFileSync(release, '');
+    await c.ensure('minimal');
+    const manifest = join(root, 'minimal', 'manifest.json');
+    const stamped = JSON.parse(readFileSync(manifest, 'utf8')) as Record<string, unknown>;
+    expect(stamped.inputs_digest)
+      .to.equal(builtinInputs())
+      .and.to.match(/^sha256:[0-9a-f]{64}$/);
+    expect(c.info('minimal')).to.include({ built: true }).and.not.to.have.property('outdated');
+    expect(await c.details('minimal')).not.to.have.property('outdated');
+    // as an older svc left it
+    const { inputs_digest: _older, ...old } = stamped;
+    writeFileSync(manifest, JSON.stringify(old));
+    expect(c.info('minimal')).to.include({ built: true, outdated: true });
+    expect(await c.details('minimal')).to.include({ outdated: true });
+
+    rmSync(release);
+    const rebuilt = c.rebuild('minimal');
+    expect(c.info('minimal').built, 'a create waits for the new one').to.equal(false);
+    let resolved = false;
+    const got = c.get('minimal').then((r) => ((resolved = true), r));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(resolved).to.equal(false);
+    // the old one stays whole until the new one is complete
+    expect(JSON.parse(readFileSync(manifest, 'utf8')).description).to.equal('build 1');
+    writeFileSync(release, '');
+    await rebuilt;
+    expect((await got).description).to.equal('build 2');
+    expect(c.info('minimal')).to.include({ built: true }).and.not.to.have.property('outdated');
+    expect(readFileSync(join(root, '.count'), 'utf8').trim()).to.equal('2');
+    expect(() => c.rebuild('cloud')).to.throw(InvalidArgumentError, /not built-in/);
   });
 
   it('tells a create how much memory an image boots in and how long its last build took here', () => {
