@@ -51,7 +51,7 @@ export interface SshAuthorized extends SshAccessInfo {
 }
 
 /**
- * People's own SSH clients into a VM (docs/api.md, "SSH"): their public key added for a user of
+ * People's own SSH clients into a VM (docs/api.md, "SSH for people's own clients"): their public key added for a user of
  * the guest through its agent, and the guest's host key read through the agent too, so a client
  * can pin it (StrictHostKeyChecking) rather than trust the first key it sees.
  */
@@ -63,17 +63,25 @@ export class SshAccess {
     @inject(Clock) private readonly clock: Clock,
   ) {}
 
-  /** The host key of the VM's SSH server. 409 when nothing listens on its port 22 within SSH_SERVER_WAIT_MS. */
+  /**
+   * The host key of the VM's SSH server. 409 when nothing listens on its port 22 within
+   * SSH_SERVER_WAIT_MS; 502 when what listens there shows no key within it.
+   */
   async info(name: string): Promise<SshAccessInfo> {
     const until = this.clock.now() + SSH_SERVER_WAIT_MS;
     for (;;) {
       try {
         return { host_keys: [await this.hostKeys.read(await this.guest.openPort(name, GUEST_SSH_PORT))] };
       } catch (err) {
-        if (!(err instanceof NotFoundError)) throw err;
-        if (this.clock.now() >= until)
-          throw new InvalidStateError(`vm ${name} has no SSH server: nothing listens on port ${GUEST_SSH_PORT} in it`);
-        await this.clock.sleep(250);
+        // nothing listening, or a server that went before its key (one restarting): tried again
+        const absent = err instanceof NotFoundError;
+        if (!absent && !(err instanceof AgentFailureError)) throw err;
+        if (this.clock.now() < until) {
+          await this.clock.sleep(250);
+          continue;
+        }
+        if (!absent) throw err;
+        throw new InvalidStateError(`vm ${name} has no SSH server: nothing listens on port ${GUEST_SSH_PORT} in it`);
       }
     }
   }

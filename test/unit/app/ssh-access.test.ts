@@ -7,6 +7,7 @@ import { SSH_SERVER_WAIT_MS, SshAccess } from '../../../src/app/ssh-access.js';
 import type { ExecRequest, ExecResult } from '../../../src/domain/agent.js';
 import {
   AgentFailureError,
+  AgentUnavailableError,
   InvalidArgumentError,
   InvalidStateError,
   NotFoundError,
@@ -133,8 +134,12 @@ describe('app/SshAccess: a person’s key into a guest, and the host key to pin'
     expect(await access.info('web')).to.deep.equal({ host_keys: [HOST_KEY] });
     expect(guest.ports).to.deep.equal([22, 22, 22, 22]);
     expect(now).to.equal(750);
-    // any other failure is the answer at once
-    guest.portError = new AgentFailureError('the agent said no');
+    // a server that shows no key is tried again as long, then is the answer; any other failure at once
+    guest.portError = new AgentFailureError('no SSH host key from the guest: the connection closed');
+    now = 0;
+    expect(await access.info('web').catch((e: Error) => e)).to.equal(guest.portError);
+    expect(now).to.equal(SSH_SERVER_WAIT_MS);
+    guest.portError = new AgentUnavailableError('vm web is suspended');
     now = 0;
     expect(await access.info('web').catch((e: Error) => e)).to.equal(guest.portError);
     expect(now).to.equal(0);
