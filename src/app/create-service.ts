@@ -190,7 +190,7 @@ export class CreateService {
         const took = image.build_estimate_ms;
         emit(
           'image',
-          `building image ${image.id} first (its first use here; ${took ? `the last build took ${Math.round(took / 1000)} s` : 'a minute or two'}), then the vm`,
+          `building image ${image.id} ${image.outdated ? 'again (an older svc built it' : 'first (its first use here'}; ${took ? `the last build took ${Math.round(took / 1000)} s` : 'a minute or two'}), then the vm`,
           { percent: 0 },
         );
         await this.images.ensureImage(image.id, (p) => emit('image', p.message, { percent: p.percent }));

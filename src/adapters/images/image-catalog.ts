@@ -143,6 +143,8 @@ export class ImageCatalog {
       min_memory_mb: b.min_memory_mb,
       build_estimate_ms: this.builds.estimate(id),
       built: false,
+      // the one here is being built again
+      ...(m ? { outdated: true } : {}),
     };
   }
 

@@ -66,6 +66,22 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(await images.refreshOutdated()).to.equal(undefined);
   });
 
+  it('has a create that comes during such a build wait for the new image, and say why', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['minimal'], buildDelayMs: 150 });
+    const w = world({}, undefined, hv);
+    const refresh = await w.container.get(ImageService).refreshOutdated();
+    const job = await w.creates.create({ name: 'during', image: 'minimal' }, {});
+    const said: string[] = [];
+    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) said.push(`${e.phase} ${e.message}`);
+    expect(said[1]).to.equal(
+      'image building image minimal again (an older svc built it; a minute or two), then the vm',
+    );
+    expect(said.at(-1)).to.match(/^ready /);
+    await refresh!.done;
+    expect(hv.builds, 'one build, joined').to.deep.equal(['minimal']);
+    expect(w.vms.get('during').status).to.equal('running');
+  });
+
   it('builds nothing when build_default_image is off', async () => {
     const hv = new InMemoryHypervisor({ unbuilt: ['debian'] });
     const w = world({ build_default_image: false }, undefined, hv);

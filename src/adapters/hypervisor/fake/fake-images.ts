@@ -88,14 +88,23 @@ export abstract class FakeImages {
     this.revisions.set(image, (this.revisions.get(image) ?? 1) + 1);
   }
 
-  /** An outdated image (options.outdated) built again: a build taking `buildDelayMs`, a new revision. */
-  async rebuildImage(image: string): Promise<void> {
-    const info = await this.resolveImage(image);
-    this.builds.push(info.id);
-    await new Promise((r) => setTimeout(r, this.buildDelayMs));
-    const { outdated: _was, ...now } = this.images[info.id];
-    this.images[info.id] = now;
-    this.rebuild(info.id);
+  /**
+   * An outdated image (options.outdated) built again, as the catalog does it: not built meanwhile
+   * (creates join the build), then built with a new revision, after `buildDelayMs`.
+   */
+  rebuildImage(image: string): Promise<void> {
+    const id = FAKE_ALIASES[image] ?? image;
+    if (!this.images[id]) return Promise.reject(new InvalidArgumentError(`unknown image "${image}"`));
+    this.images[id] = { ...this.images[id], built: false };
+    this.builds.push(id);
+    const b = new Promise<void>((r) => setTimeout(r, this.buildDelayMs)).then(() => {
+      const { outdated: _was, ...now } = this.images[id];
+      this.images[id] = { ...now, built: true };
+      this.rebuild(id);
+      this.building.delete(id);
+    });
+    this.building.set(id, b);
+    return b;
   }
 
   /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
