@@ -34,20 +34,13 @@ export class ImageService {
     if (!this.config.build_default_image) return undefined;
     const image = await this.images.resolveImage(this.config.image).catch(() => undefined);
     if (!image || image.built) return undefined;
-    const t0 = Date.now();
     this.log.info({ image: image.id }, 'building the default image in the background (first start)');
-    const build = this.images.ensureImage(image.id).then(
-      () => {
-        this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the default image is built');
-        this.snapshotDefaultShape(image.id);
-      },
-      (err: unknown) =>
-        this.log.warn(
-          { image: image.id, err: errorMessage(err) },
-          'the default image did not build; the first create tries again',
-        ),
-    );
-    return { done: build };
+    return {
+      done: this.afterBuild(image.id, this.images.ensureImage(image.id), {
+        built: 'the default image is built',
+        failed: 'the default image did not build; the first create tries again',
+      }),
+    };
   }
 
   /**
@@ -73,21 +66,26 @@ export class ImageService {
       }
       const started = this.images.rebuildImage(image.id);
       this.log.info({ image: image.id }, 'building the image again: it was built by an older svc');
-      const t0 = Date.now();
-      const done = Promise.all([this.snapshots.removeImage(image.id), started]).then(
-        () => {
-          this.log.info({ image: image.id, took_ms: Date.now() - t0 }, 'the image is built anew');
-          this.snapshotDefaultShape(image.id);
-        },
-        (err: unknown) =>
-          this.log.warn(
-            { image: image.id, err: errorMessage(err) },
-            'the image did not build again; it stays as it was',
-          ),
+      rebuilds.push(
+        this.afterBuild(image.id, Promise.all([this.snapshots.removeImage(image.id), started]), {
+          built: 'the image is built anew',
+          failed: 'the image did not build again; it stays as it was',
+        }),
       );
-      rebuilds.push(done);
     }
     return rebuilds.length ? { done: Promise.all(rebuilds).then(() => undefined) } : undefined;
+  }
+
+  /** A background build's end, logged: the image's default shape captured after it; a failure said. */
+  private afterBuild(id: string, build: Promise<unknown>, said: { built: string; failed: string }): Promise<void> {
+    const t0 = Date.now();
+    return build.then(
+      () => {
+        this.log.info({ image: id, took_ms: Date.now() - t0 }, said.built);
+        this.snapshotDefaultShape(id);
+      },
+      (err: unknown) => this.log.warn({ image: id, err: errorMessage(err) }, said.failed),
+    );
   }
 
   /**
