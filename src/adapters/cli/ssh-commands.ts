@@ -32,7 +32,8 @@ export function sshIdentity(given: string | undefined, dir = svcConfigDir(), hom
   if (given) {
     if (!existsSync(given)) throw new Error(`no key file ${given}`);
     if (!existsSync(`${given}.pub`)) throw new Error(`no ${given}.pub beside the key: svc ssh sends the public half`);
-    return given;
+    // absolute: ssh and a printed ssh_config read it from anywhere
+    return resolve(given);
   }
   for (const n of ['id_ed25519', 'id_ecdsa', 'id_rsa']) {
     const f = join(home, '.ssh', n);

@@ -56,6 +56,13 @@ describe('svc CLI: svc ssh and svc ssh-config', () => {
     const ed = key('id_ed25519');
     expect(sshIdentity(undefined, dir, home)).to.equal(ed);
     expect(sshIdentity(rsa, dir, home)).to.equal(rsa);
+    const cwd = process.cwd();
+    try {
+      process.chdir(join(home, '.ssh'));
+      expect(sshIdentity('id_rsa', dir, home), 'made absolute').to.equal(rsa);
+    } finally {
+      process.chdir(cwd);
+    }
     expect(() => sshIdentity(join(home, 'none'), dir, home)).to.throw(/no key file/);
     const lone = join(home, 'lone');
     writeFileSync(lone, 'private');
