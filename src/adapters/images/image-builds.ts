@@ -16,10 +16,10 @@ export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
 export const AGENT_DIR = join(REPO, 'dist', 'agent');
 const RECIPES_DIR = join(REPO, 'image');
 
-/** Every file below `dir`, by name. */
+/** Every file below `dir`, by name (in code-unit order: the same digest on every host, whatever its locale). */
 function filesIn(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true })
-    .sort((a, b) => a.name.localeCompare(b.name))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     .flatMap((e) => (e.isDirectory() ? filesIn(join(dir, e.name)) : [join(dir, e.name)]));
 }
 

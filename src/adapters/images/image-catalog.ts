@@ -184,10 +184,10 @@ export class ImageCatalog {
    * Builds a built-in image again from this daemon's inputs; the new one replaces it when complete,
    * and creates of it wait for that meanwhile. No VM may stand on it (the caller checks).
    */
-  rebuild(name: string): Promise<void> {
+  async rebuild(name: string): Promise<void> {
     const id = this.canonical(name);
     if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`image ${id} is not built-in: only those are built again`);
-    return this.builds.ensure(id);
+    await this.builds.ensure(id);
   }
 
   /** Every built image. */
