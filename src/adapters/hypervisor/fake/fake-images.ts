@@ -89,37 +89,37 @@ export abstract class FakeImages {
   }
 
   /**
-   * An outdated image (options.outdated) built again, as the catalog does it: not built meanwhile
-   * (creates join the build), then built with a new revision, after `buildDelayMs`.
+   * A build of `id` for `buildDelayMs`, which creates of it join meanwhile; then it is built (and no
+   * longer outdated), and `after` runs.
    */
-  rebuildImage(image: string): Promise<void> {
-    const id = FAKE_ALIASES[image] ?? image;
-    if (!this.images[id]) return Promise.reject(new InvalidArgumentError(`unknown image "${image}"`));
-    this.images[id] = { ...this.images[id], built: false };
+  private startBuild(id: string, after?: () => void): Promise<void> {
     this.builds.push(id);
     const b = new Promise<void>((r) => setTimeout(r, this.buildDelayMs)).then(() => {
       const { outdated: _was, ...now } = this.images[id];
       this.images[id] = { ...now, built: true };
-      this.rebuild(id);
+      after?.();
       this.building.delete(id);
     });
     this.building.set(id, b);
     return b;
   }
 
+  /**
+   * An outdated image (options.outdated) built again, as the catalog does it: not built meanwhile
+   * (creates join the build), then built with a new revision.
+   */
+  rebuildImage(image: string): Promise<void> {
+    const id = FAKE_ALIASES[image] ?? image;
+    if (!this.images[id]) return Promise.reject(new InvalidArgumentError(`unknown image "${image}"`));
+    this.images[id] = { ...this.images[id], built: false };
+    return this.startBuild(id, () => this.rebuild(id));
+  }
+
   /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
   async ensureImage(image: string): Promise<void> {
     const info = await this.resolveImage(image);
     if (info.built) return;
-    let b = this.building.get(info.id);
-    if (!b) {
-      this.builds.push(info.id);
-      b = new Promise<void>((r) => setTimeout(r, this.buildDelayMs)).then(() => {
-        this.images[info.id] = { ...this.images[info.id], built: true };
-      });
-      this.building.set(info.id, b);
-    }
-    await b;
+    await (this.building.get(info.id) ?? this.startBuild(info.id));
   }
 
   async listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
