@@ -1,14 +1,14 @@
 import { expect } from 'chai';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, linkSync, mkdirSync, readdirSync } from 'node:fs';
+import { linkSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { backingName, layersOf, MAX_LAYERS } from '../../src/adapters/hypervisor/qemu/disk-layers.js';
 import { flattenRunning, LiveFlattens } from '../../src/adapters/hypervisor/qemu/live-flatten.js';
-import { QmpClient, type QmpEvent } from '../../src/adapters/hypervisor/qemu/qmp-client.js';
+import { type QmpClient, type QmpEvent } from '../../src/adapters/hypervisor/qemu/qmp-client.js';
+import { waitForQmp } from '../../src/adapters/hypervisor/qemu/qemu-files.js';
 import { SilentLogger } from '../fakes/fakes.js';
 import { tempDir } from '../helpers/daemon.js';
-import { poll } from '../helpers/wait.js';
 
 const img = (...args: string[]) => execFileSync('qemu-img', args, { stdio: 'pipe' });
 const io = (file: string, cmd: string) => execFileSync('qemu-io', ['-f', 'qcow2', '-c', cmd, file], { stdio: 'pipe' });
@@ -66,16 +66,22 @@ describe('live flatten: a running QEMU put back on its image', function () {
       ],
       { stdio: 'ignore' },
     );
-    await poll(() => existsSync(sock), { ms: 15_000 });
-    qmp = await QmpClient.connect(sock);
+    // QEMU makes its socket a moment before it listens on it: waitForQmp tries until it answers.
+    const client = await waitForQmp(qemu, sock);
+    if (client instanceof Error) throw client;
+    qmp = client;
   };
 
   const quit = async () => {
     if (!qemu) return;
     const gone = new Promise((r) => qemu!.once('exit', r));
-    await qmp?.execute('quit').catch(() => undefined);
-    qmp?.close();
-    await gone;
+    if (qemu.exitCode === null && qemu.signalCode === null) {
+      // A QEMU whose monitor never answered is killed: a quit would have nobody to hear it.
+      if (qmp) await qmp.execute('quit').catch(() => qemu!.kill('SIGKILL'));
+      else qemu.kill('SIGKILL');
+      qmp?.close();
+      await gone;
+    }
     qemu = qmp = undefined;
   };
   afterEach(quit);
