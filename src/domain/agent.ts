@@ -20,9 +20,10 @@ export interface AgentHealth {
 
 /**
  * What an agent tells the daemon it does beyond what every agent did, in its health, so that a
- * request an older agent would misread is refused instead (an exec as a named user run as root).
+ * request an older agent would misread is refused instead (an exec as a named user run as root,
+ * an exec's env dropped).
  */
-export const AGENT_FEATURES = ['exec_user'] as const;
+export const AGENT_FEATURES = ['exec_user', 'exec_env'] as const;
 export type AgentFeature = (typeof AGENT_FEATURES)[number];
 
 export interface ExecRequest {
@@ -36,6 +37,18 @@ export interface ExecRequest {
   timeoutMs?: number;
   encoding?: 'utf8' | 'base64';
   env?: Record<string, string>;
+}
+
+/** An environment variable's name, as a shell takes one. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** How many variables one command's request may set. */
+export const MAX_ENV_VARS = 256;
+
+/** `name=value` as a variable of a command's environment; InvalidArgumentError otherwise. */
+export function checkEnvVar(name: string, value: string): void {
+  if (!ENV_NAME.test(name))
+    throw new InvalidArgumentError(`env name ${JSON.stringify(name.slice(0, 64))} is not valid`);
+  if (value.includes('\0')) throw new InvalidArgumentError(`env ${name} must not contain NUL`);
 }
 
 const GUEST_USER = /^[a-z_][a-z0-9_.-]{0,31}\$?$|^\d{1,10}$/i;

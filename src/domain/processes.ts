@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from './errors.js';
-import { checkGuestUser } from './agent.js';
+import { checkEnvVar, checkGuestUser, MAX_ENV_VARS } from './agent.js';
 import { queryInt, queryOne, type Query } from './query.js';
 import { parseRestart, type EntrypointChoice, type RestartPolicy } from './restart-policy.js';
 
@@ -157,11 +157,12 @@ export function parseProcessStart(body: unknown): ProcessStart {
   if (b.env !== undefined) {
     if (!b.env || typeof b.env !== 'object' || Array.isArray(b.env))
       throw new InvalidArgumentError('env must be an object of strings');
+    const vars = Object.entries(b.env as Record<string, unknown>);
+    if (vars.length > MAX_ENV_VARS) throw new InvalidArgumentError(`at most ${MAX_ENV_VARS} env variables`);
     out.env = {};
-    for (const [k, v] of Object.entries(b.env as Record<string, unknown>)) {
-      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
-        throw new InvalidArgumentError(`env name ${JSON.stringify(k)} is not valid`);
+    for (const [k, v] of vars) {
       out.env[k] = str(v, `env.${k}`);
+      checkEnvVar(k, out.env[k]);
     }
   }
   if (b.cwd !== undefined) {

@@ -1,5 +1,5 @@
-import { checkGuestUser, type CopyMode, type ExecRequest } from './agent.js';
-import { parseDuration } from './duration.js';
+import { checkEnvVar, checkGuestUser, MAX_ENV_VARS, type CopyMode, type ExecRequest } from './agent.js';
+import { formatDuration, parseDuration } from './duration.js';
 import { InvalidArgumentError } from './errors.js';
 
 /**
@@ -49,7 +49,7 @@ export function parseBool(q: Query, key: string, def: boolean): boolean {
   throw new InvalidArgumentError(`${key} must be true or false`);
 }
 
-/** The exec query: cmd, repeated args, buffered, cwd, user, uid, gid, timeout, encoding. */
+/** The exec query: cmd, repeated args, buffered, cwd, user, uid, gid, timeout, encoding, repeated env. */
 export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   const cmd = queryOne(q, 'cmd');
   if (!cmd) throw new InvalidArgumentError('cmd is required');
@@ -74,7 +74,37 @@ export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   if (enc !== undefined && enc !== '' && enc !== 'utf8' && enc !== 'base64')
     throw new InvalidArgumentError('encoding must be utf8 or base64');
   if (enc === 'base64') req.encoding = 'base64';
+  const env = queryList(q, 'env');
+  if (env.length) req.env = parseEnvList(env);
   return req;
+}
+
+/** Repeated `NAME=VALUE` (exec's `env`): a name given twice takes its last value, as env(1) does. */
+function parseEnvList(list: string[]): Record<string, string> {
+  if (list.length > MAX_ENV_VARS) throw new InvalidArgumentError(`at most ${MAX_ENV_VARS} env variables`);
+  const env: Record<string, string> = {};
+  for (const e of list) {
+    const eq = e.indexOf('=');
+    if (eq < 0) throw new InvalidArgumentError(`env must be NAME=VALUE, got ${JSON.stringify(e.slice(0, 64))}`);
+    const [name, value] = [e.slice(0, eq), e.slice(eq + 1)];
+    checkEnvVar(name, value);
+    env[name] = value;
+  }
+  return env;
+}
+
+/** The exec query of a request, as parseExecQuery reads it: what the client and the daemon send. */
+export function formatExecQuery(req: ExecRequest, buffered: boolean): URLSearchParams {
+  const p = new URLSearchParams({ cmd: req.cmd, buffered: String(buffered) });
+  for (const a of req.args) p.append('args', a);
+  if (req.cwd) p.set('cwd', req.cwd);
+  if (req.user !== undefined) p.set('user', req.user);
+  if (req.uid !== undefined) p.set('uid', String(req.uid));
+  if (req.gid !== undefined) p.set('gid', String(req.gid));
+  if (req.timeoutMs) p.set('timeout', formatDuration(req.timeoutMs));
+  if (req.encoding) p.set('encoding', req.encoding);
+  for (const [k, v] of Object.entries(req.env ?? {})) p.append('env', `${k}=${v}`);
+  return p;
 }
 
 export function parseCopyMode(q: Query): CopyMode {

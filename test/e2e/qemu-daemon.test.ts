@@ -218,20 +218,31 @@ describe('svcd with QEMU: real guests end to end', function () {
     try {
       const r = await c.callTool({
         name: 'exec',
-        arguments: { name: 'main', cmd: 'sh', args: ['-c', 'uname -s; cat /proc/sys/kernel/hostname'] },
+        arguments: {
+          name: 'main',
+          cmd: 'sh',
+          args: ['-c', 'uname -s; cat /proc/sys/kernel/hostname; printf %s "$GREETING"'],
+          env: { GREETING: 'hi there' },
+        },
       });
       const out = JSON.parse((r as { content: { text: string }[] }).content[0].text) as {
         exit_code: number;
         stdout: string;
       };
-      expect(out).to.deep.equal({ exit_code: 0, stdout: 'Linux\nmain\n', stderr: '' });
+      expect(out).to.deep.equal({ exit_code: 0, stdout: 'Linux\nmain\nhi there', stderr: '' });
     } finally {
       await c.close();
     }
   });
 
-  it('works through the svc CLI: x with stdin and exit code, cp round trip', async () => {
-    const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: 'test-token' };
+  it('works through the svc CLI: x with stdin, env and exit code, cp round trip', async () => {
+    const env = {
+      PATH: process.env.PATH,
+      HOME: d.dir,
+      SVC_SOCKET: d.config.socket,
+      SVC_TOKEN: 'test-token',
+      API_KEY: 'from-the-shell',
+    };
     const svc = (args: string[], input?: string) =>
       new Promise<{ code: number; stdout: string }>((resolve) => {
         const p = spawn(process.execPath, [SVC_BIN, ...args], { env });
@@ -242,6 +253,20 @@ describe('svcd with QEMU: real guests end to end', function () {
       });
     const x = await svc(['x', 'main', '--', 'sh', '-c', 'tr a-z A-Z; exit 4'], 'guest\n');
     expect(x).to.deep.equal({ code: 4, stdout: 'GUEST\n' });
+    // -e NAME=VALUE, and -e NAME from svc's own environment (never on a command line)
+    const withEnv = await svc([
+      'x',
+      '-e',
+      'A=x y=z',
+      '-e',
+      'API_KEY',
+      'main',
+      '--',
+      'sh',
+      '-c',
+      'printf "%s|%s" "$A" "$API_KEY"',
+    ]);
+    expect(withEnv).to.deep.equal({ code: 0, stdout: 'x y=z|from-the-shell' });
     const local = join(d.dir, 'cli.txt');
     writeFileSync(local, 'via cli');
     expect((await svc(['cp', local, 'main:/root/cli.txt'])).code).to.equal(0);

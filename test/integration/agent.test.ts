@@ -22,6 +22,7 @@ import WebSocket from 'ws';
 import { HttpGuestAgent } from '../../src/adapters/guest-link/http-guest-agent.js';
 import { startLocalAgent, type LocalAgent } from '../../src/adapters/hypervisor/fake/local-agent-process.js';
 import type { ExecRequest } from '../../src/domain/agent.js';
+import { formatExecQuery } from '../../src/domain/query.js';
 import { AgentUnavailableError, InvalidArgumentError } from '../../src/domain/errors.js';
 import { readPieces } from '../../src/adapters/http-kit/output-pieces.js';
 import { call, type Target, qs } from '../helpers/http.js';
@@ -194,9 +195,29 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(existsSync(marker)).to.equal(false);
     });
 
+    it("sets env over the agent's own: repeated NAME=VALUE, a value with = kept whole", async () => {
+      const script = 'printf "%s|%s|%s" "$A" "$B" "$PATH"';
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'sh', args: ['-c', script], env: ['A=x y=z', 'B=ünï'] })}`);
+      expect(r.json).to.deep.include({ exit_code: 0, stdout: `x y=z|ünï|${process.env.PATH}` });
+      const streamed = await call(
+        t,
+        'POST',
+        `/exec?${qs({ cmd: 'printenv', args: ['A'], env: 'A=1', buffered: 'false' })}`,
+      );
+      const frames = streamed.text
+        .trim()
+        .split('\n')
+        .map((l: string) => JSON.parse(l));
+      expect(
+        frames.filter((f: { type: string }) => f.type === 'stdout').map((f: { data: string }) => f.data),
+      ).to.deep.equal(['1\n']);
+    });
+
     it('refuses bad exec input with 400', async () => {
       for (const path of [
         '/exec',
+        `/exec?${qs({ cmd: 'true', env: 'NOEQUALS' })}`,
+        `/exec?${qs({ cmd: 'true', env: '1A=x' })}`,
         `/exec?${qs({ cmd: 'true', buffered: 'maybe' })}`,
         `/exec?${qs({ cmd: 'true', uid: '-1' })}`,
         `/exec?${qs({ cmd: 'true', timeout: 'x' })}`,
@@ -225,13 +246,10 @@ describe('svc-agent over HTTP (real agent process)', function () {
         { cmd: 'printf', args: ['\\377\\000'], encoding: 'base64' },
         { cmd: 'sh', args: ['-c', 'sleep 30 & sleep 30'], timeoutMs: 500 },
         { cmd: 'no-such-command-svc', args: [] },
+        { cmd: 'sh', args: ['-c', 'printf %s "$A"'], env: { A: 'x y=z' } },
       ];
       for (const er of cases) {
-        const http = await call(
-          t,
-          'POST',
-          `/exec?${qs({ cmd: er.cmd, args: er.args, ...(er.cwd ? { cwd: er.cwd } : {}), ...(er.encoding ? { encoding: er.encoding } : {}), ...(er.timeoutMs ? { timeout: `${er.timeoutMs}ms` } : {}) })}`,
-        );
+        const http = await call(t, 'POST', `/exec?${formatExecQuery(er, true)}`);
         expect(await client.exec(ep, er), er.cmd).to.deep.equal(http.json);
       }
       const bad = await client.exec(ep, { cmd: 'true', args: [], cwd: 'relative' }).then(

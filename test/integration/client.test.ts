@@ -77,6 +77,11 @@ describe('SvcClient against a real daemon', function () {
         .join(''),
     ).to.equal('via stdin');
     expect((await c.exec('cl', { cmd: 'sh', args: ['-c', 'exit 9'] })).exit_code).to.equal(9);
+    // env reaches the command, on the exec channel (no stdin) and over HTTP (stdin)
+    const env = { A: 'x y=z', B: 'ünï' };
+    const show = { cmd: 'sh', args: ['-c', 'printf "%s|%s" "$A" "$B"'], env };
+    expect((await c.exec('cl', show)).stdout).to.equal('x y=z|ünï');
+    expect((await c.exec('cl', show, Buffer.from('in'))).stdout).to.equal('x y=z|ünï');
     const root = join(d.config.data_dir, 'vms', 'cl', 'guest');
     const data = randomBytes(1 << 20);
     await c.upload('cl', { path: join(root, 'x.bin') }, Readable.from([data]));

@@ -46,6 +46,27 @@ export const whole =
     return Number(v);
   };
 
+export const ENV_HELP =
+  "an environment variable (repeatable); NAME alone takes this shell's value, off the command line";
+
+/**
+ * `-e NAME=VALUE` (repeatable) as a request's env; `-e NAME` takes NAME's value from this shell's
+ * environment (docker's rule), so a secret need not be typed where `ps` and history see it. The
+ * daemon checks the names.
+ */
+export function envOption(list: string[], here: NodeJS.ProcessEnv = process.env): Record<string, string> | undefined {
+  if (!list.length) return undefined;
+  const out: Record<string, string> = {};
+  for (const kv of list) {
+    const i = kv.indexOf('=');
+    if (i === 0) throw new Error(`--env takes NAME=VALUE or NAME, not ${JSON.stringify(kv)}`);
+    if (i > 0) out[kv.slice(0, i)] = kv.slice(i + 1);
+    else if (here[kv] !== undefined) out[kv] = here[kv]!;
+    else throw new Error(`--env ${kv}: ${kv} is not set in this shell (give NAME=VALUE)`);
+  }
+  return out;
+}
+
 /** `--restart always|on-failure[:N]|no` (and `svc new --entrypoint-restart`) (docker's words) as POST /processes's fields; the daemon checks them. */
 export function restartOption(v: string): Pick<ProcessStart, 'restart' | 'max_restarts'> {
   const m = /^(no|always|on-failure)(?::(\d{1,7}))?$/.exec(v);

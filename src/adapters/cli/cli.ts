@@ -11,7 +11,7 @@ import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 import { clusterCommands } from './cluster-commands.js';
 import { snapshotCommands } from './snapshot-commands.js';
-import { Exit, print, whole } from './cli-kit.js';
+import { collect, envOption, ENV_HELP, Exit, print, whole } from './cli-kit.js';
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
 import { imageCommands } from './image-commands.js';
@@ -74,6 +74,7 @@ export function buildCli(): Command {
     .option('--uid <n>', "user id (its passwd user's gid, HOME and USER follow it)", whole('a numeric user id'))
     .option('--gid <n>', 'group id', whole('a numeric group id'))
     .option('--timeout <duration>')
+    .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
     .action(async (name: string, cmd: string, args: string[], o) => {
       const code = await streamExec(
         client(),
@@ -86,6 +87,7 @@ export function buildCli(): Command {
           uid: o.uid,
           gid: o.gid,
           timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined,
+          env: envOption(o.env),
         },
         process.stdin.isTTY ? undefined : process.stdin,
       );

@@ -3,7 +3,7 @@ import { processState, type OutputFrame, type ProcessStart, type ProcessStream }
 import type { WatchEvent } from '../../domain/watches.js';
 import { formatFrom } from '../../domain/timeline.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect, print, restartOption } from './cli-kit.js';
+import { collect, envOption, ENV_HELP, print, restartOption } from './cli-kit.js';
 import { table } from './format.js';
 
 /** Ctrl-]: leaves `svc attach` (the process runs on). */
@@ -14,17 +14,6 @@ export class ProcessExit extends Error {
   constructor(readonly code: number) {
     super(`exit ${code}`);
   }
-}
-
-function env(list: string[]): Record<string, string> | undefined {
-  if (!list.length) return undefined;
-  const out: Record<string, string> = {};
-  for (const kv of list) {
-    const i = kv.indexOf('=');
-    if (i < 1) throw new Error(`--env takes NAME=VALUE, not ${JSON.stringify(kv)}`);
-    out[kv.slice(0, i)] = kv.slice(i + 1);
-  }
-  return out;
 }
 
 /** `--from`: a byte offset, or stream:offset,... */
@@ -72,13 +61,13 @@ export function processCommands(program: Command, client: () => SvcClient): void
     .option('--tag <tag>', 'a name to find it by (one running process per tag)')
     .option('--cwd <dir>')
     .option('--user <user>', 'a user in the guest')
-    .option('-e, --env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
+    .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
     .option('-t, --tty', 'give it a terminal the size of this one')
     .option('-i, --interactive', 'keep its input open (this command passes its own stdin on)')
     .option('--restart <policy>', 'start it again when it ends: always, on-failure, or on-failure:N (N times at most)')
     .action(async (name: string, cmd: string, args: string[], o) => {
       const c = client();
-      const req: ProcessStart = { cmd, args, cwd: o.cwd, user: o.user, tag: o.tag, env: env(o.env) };
+      const req: ProcessStart = { cmd, args, cwd: o.cwd, user: o.user, tag: o.tag, env: envOption(o.env) };
       if (o.restart) Object.assign(req, restartOption(o.restart as string));
       if (o.tty) req.pty = { cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 };
       if (o.interactive) req.stdin = true;

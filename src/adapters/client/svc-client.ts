@@ -8,7 +8,7 @@ import type {
   FsInfo,
   GuestStats,
 } from '../../domain/agent.js';
-import { formatDuration } from '../../domain/duration.js';
+import { formatExecQuery } from '../../domain/query.js';
 import type { CreateRequest, ShapeChange, WaitMode } from '../../domain/create-request.js';
 import type {
   ActivityEvent,
@@ -67,19 +67,7 @@ export interface Message {
   name: string;
 }
 
-function execQuery(r: ExecRequest, buffered: boolean): string {
-  return qs({
-    cmd: r.cmd,
-    args: r.args,
-    buffered: String(buffered),
-    cwd: r.cwd,
-    user: r.user,
-    uid: r.uid,
-    gid: r.gid,
-    timeout: r.timeoutMs ? formatDuration(r.timeoutMs) : undefined,
-    encoding: r.encoding,
-  });
-}
+const execQuery = (r: ExecRequest, buffered: boolean) => `?${formatExecQuery(r, buffered)}`;
 
 /**
  * A typed client of every svcd route, over the Unix socket (default) or http(s). Streams are

@@ -14,7 +14,7 @@ import type {
   Readiness,
 } from '../../domain/agent.js';
 import { PORT_PATH, PORT_UPGRADE, type AgentFeature } from '../../domain/agent.js';
-import { formatDuration } from '../../domain/duration.js';
+import { formatExecQuery } from '../../domain/query.js';
 import { AgentFailureError, AgentUnavailableError, isDomainError, NotSupportedError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
@@ -34,17 +34,7 @@ const EXEC_GRACE_MS = 30_000;
 /** fs operations and secret writes answer in well under this, or the guest is not answering. */
 const FS_TIMEOUT_MS = 120_000;
 
-function execQuery(req: ExecRequest, buffered: boolean): string {
-  const p = new URLSearchParams({ cmd: req.cmd, buffered: String(buffered) });
-  for (const a of req.args) p.append('args', a);
-  if (req.cwd) p.set('cwd', req.cwd);
-  if (req.user !== undefined) p.set('user', req.user);
-  if (req.uid !== undefined) p.set('uid', String(req.uid));
-  if (req.gid !== undefined) p.set('gid', String(req.gid));
-  if (req.timeoutMs) p.set('timeout', formatDuration(req.timeoutMs));
-  if (req.encoding) p.set('encoding', req.encoding);
-  return p.toString();
-}
+const execQuery = (req: ExecRequest, buffered: boolean) => formatExecQuery(req, buffered).toString();
 
 /** What the daemon's config says about talking to agents. */
 export interface AgentOptions {
@@ -96,22 +86,25 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   /**
-   * An exec as a named user goes only to an agent that says it knows `user`: one before it would
-   * ignore the key and run the command as root.
+   * An exec as a named user, or with env, goes only to an agent that says it knows them: one
+   * before would ignore the key and run the command as root, or without the variables.
    */
-  private async checkUser(ep: AgentEndpoint, req: ExecRequest): Promise<void> {
-    if (req.user === undefined) return;
+  private async checkFeatures(ep: AgentEndpoint, req: ExecRequest): Promise<void> {
+    const needs: [AgentFeature, string][] = [];
+    if (req.user !== undefined)
+      needs.push(['exec_user', 'runs commands as a user only by uid (an older agent): use uid']);
+    if (req.env && Object.keys(req.env).length)
+      needs.push(['exec_env', 'sets no env for an exec (an older agent): use env in the command (env NAME=VALUE CMD)']);
+    if (!needs.length) return;
     const h = await this.health(ep, 5000);
-    const feature: AgentFeature = 'exec_user';
-    if (!h.features?.includes(feature))
-      throw new NotSupportedError(
-        "this VM's agent runs commands as a user only by uid (an older agent): use uid, or deploy this svc's agent (svc agent deploy NAME)",
-      );
+    for (const [feature, what] of needs)
+      if (!h.features?.includes(feature))
+        throw new NotSupportedError(`this VM's agent ${what}, or deploy this svc's agent (svc agent deploy NAME)`);
   }
 
   /** Without stdin over the agent's exec channel (exec-channel.ts); with stdin, or an agent without one, over HTTP. */
   async exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
-    await this.checkUser(ep, req);
+    await this.checkFeatures(ep, req);
     const timeoutMs = req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined;
     if (!stdin) {
       const r = await this.channels.call(ep, { query: execQuery(req, true), timeoutMs, signal });
@@ -134,7 +127,7 @@ export class HttpGuestAgent implements GuestAgent {
     stdin?: Readable,
     signal?: AbortSignal,
   ): AsyncIterable<ExecFrame> {
-    await this.checkUser(ep, req);
+    await this.checkFeatures(ep, req);
     const { res, req: creq } = await this.http.open(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, false)}`,

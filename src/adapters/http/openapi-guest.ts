@@ -221,6 +221,15 @@ export const GUEST_PATHS: Record<string, Record<string, Schema>> = {
           q('gid', { type: 'integer' }),
           q('timeout', { type: 'string' }),
           q('encoding', { type: 'string', enum: ['utf8', 'base64'] }),
+          {
+            name: 'env',
+            in: 'query',
+            description:
+              "NAME=VALUE, repeated: variables of the command's environment (over the agent's own; with user, over that user's HOME, USER, LOGNAME, SHELL); a name given twice takes its last value; at most 256",
+            schema: { type: 'array', items: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]*=' } },
+            style: 'form',
+            explode: true,
+          },
         ],
         requestBody: {
           required: false,

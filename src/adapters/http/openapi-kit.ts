@@ -37,7 +37,9 @@ export const proxyErrors = {
   '507': err("the guest's disk is full (insufficient_storage)"),
   '502': err('the agent answered with an error or garbage'),
   '503': err('the agent cannot be reached'),
-  '501': err("the VM's driver has no guest to do this in (the fake hypervisor without fake_agent)"),
+  '501': err(
+    "the VM's driver has no guest to do this in (the fake hypervisor without fake_agent), or its agent is older than the request (exec's user or env): svc agent deploy",
+  ),
 };
 
 export function op(summary: string, responses: Record<string, unknown>, extra: Schema = {}): Schema {

@@ -23,7 +23,10 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
           .describe(
             'a user of the guest (name or number) to run as, in its home with its ids and login SHELL; default root',
           ),
-        env: z.record(z.string(), z.string()).optional().describe('extra environment variables'),
+        env: z
+          .record(z.string(), z.string())
+          .optional()
+          .describe("extra environment variables (set in the command's environment, not on its command line)"),
         stdin: z.string().optional(),
         timeout_s: z
           .number()
@@ -37,13 +40,9 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
     },
     ({ name, cmd, args, cwd, user, env, stdin, timeout_s }) =>
       tool(async () => {
-        const argv =
-          env && Object.keys(env).length
-            ? ['env', ...Object.entries(env).map(([k, v]) => `${k}=${v}`), cmd, ...(args ?? [])]
-            : [cmd, ...(args ?? [])];
         const r = await client.exec(
           name,
-          { cmd: argv[0], args: argv.slice(1), cwd, user, timeoutMs: (timeout_s ?? 300) * 1000 },
+          { cmd, args: args ?? [], cwd, user, env, timeoutMs: (timeout_s ?? 300) * 1000 },
           stdin === undefined ? undefined : Buffer.from(stdin),
         );
         const out = {

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
-import { parseExecQuery } from '../../../src/domain/query.js';
+import { parse } from 'node:querystring';
+import { formatExecQuery, parseExecQuery } from '../../../src/domain/query.js';
+import type { ExecRequest } from '../../../src/domain/agent.js';
 
 describe('domain/query: the exec query', () => {
   it('takes a user of the guest by name or number, with a gid but not with a uid', () => {
@@ -19,5 +21,48 @@ describe('domain/query: the exec query', () => {
         .with.property('message')
         .that.matches(/^user must be a user name or number, got "/);
     expect(() => parseExecQuery({ cmd: 'id', user: ['a', 'b'] })).to.throw(/user must be given once/);
+  });
+
+  it('takes env as repeated NAME=VALUE, a value with = and newlines whole, the last of a name twice', () => {
+    const r = parseExecQuery({ cmd: 'env', env: ['A=1', 'URL=http://x/?a=b&c=d', 'EMPTY=', 'ML=one\ntwo', 'A=2'] });
+    expect(r.env).to.deep.equal({ A: '2', URL: 'http://x/?a=b&c=d', EMPTY: '', ML: 'one\ntwo' });
+    expect(parseExecQuery({ cmd: 'env' })).to.not.have.property('env');
+  });
+
+  it('refuses env that is not NAME=VALUE, a name a shell would not take, NUL, and more than 256', () => {
+    const bad: [unknown, RegExp][] = [
+      ['NOEQUALS', /^env must be NAME=VALUE, got "NOEQUALS"$/],
+      ['=x', /^env name "" is not valid$/],
+      ['1A=x', /^env name "1A" is not valid$/],
+      ['A-B=x', /^env name "A-B" is not valid$/],
+      ['A=x\0y', /^env A must not contain NUL$/],
+      [Array.from({ length: 257 }, (_, i) => `V${i}=x`), /^at most 256 env variables$/],
+    ];
+    for (const [env, message] of bad)
+      expect(() => parseExecQuery({ cmd: 'env', env }), String(env).slice(0, 20))
+        .to.throw(InvalidArgumentError)
+        .with.property('message')
+        .that.matches(message);
+  });
+
+  it('reads back every field formatExecQuery writes (what the client and the daemon send)', () => {
+    const req: ExecRequest = {
+      cmd: 'sh',
+      args: ['-c', 'echo "$A" && exit 3', 'a&b=c', ''],
+      cwd: '/tmp/a b',
+      user: 'svc',
+      gid: 7,
+      timeoutMs: 90_000,
+      encoding: 'base64',
+      env: { A: 'x=y&z', B: 'ünï\ncode', C: '' },
+    };
+    for (const buffered of [true, false])
+      expect(parseExecQuery(parse(formatExecQuery(req, buffered).toString()))).to.deep.equal({
+        ...req,
+        uid: undefined,
+        buffered,
+      });
+    const plain = parseExecQuery(parse(formatExecQuery({ cmd: 'true', args: [] }, true).toString()));
+    expect(plain).to.deep.equal({ cmd: 'true', args: [], buffered: true, uid: undefined, gid: undefined });
   });
 });

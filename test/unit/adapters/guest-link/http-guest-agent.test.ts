@@ -56,7 +56,7 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
     }
   });
 
-  it('sends an exec as a named user only to an agent whose health says it knows user (an older one would run it as root)', async () => {
+  it('sends an exec as a named user, or with env, only to an agent whose health says it knows them (an older one would run it as root, or without the variables)', async () => {
     let features: string[] | undefined;
     let healths = 0;
     const execs: string[] = [];
@@ -96,6 +96,16 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
       await agent.exec(ep, { cmd: 'true', args: [] }, Readable.from([]));
       expect(execs).to.have.length(2);
       expect(healths).to.equal(asked);
+      // env goes only to an agent that says exec_env: an older one would run the command without it
+      const withEnv = { cmd: 'printenv', args: ['A'], env: { A: 'x=1&y' } };
+      expect(await agent.exec(ep, withEnv, Readable.from([])).catch((e) => e))
+        .to.be.instanceOf(NotSupportedError)
+        .with.property('message')
+        .that.matches(/sets no env for an exec .*svc agent deploy/);
+      expect(execs).to.have.length(2);
+      features = ['exec_user', 'exec_env'];
+      await agent.exec(ep, withEnv, Readable.from([]));
+      expect(new URL(execs[2], 'http://a').searchParams.getAll('env')).to.deep.equal(['A=x=1&y']);
     } finally {
       srv.closeAllConnections();
       srv.close();
