@@ -6,12 +6,14 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { request } from 'node:http';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { SilentLogger } from '../fakes/fakes.js';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
 import { ndjson, qs } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
+import { waitFor } from '../helpers/wait.js';
 import { ensureImage, qemuProcesses } from './image.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -282,6 +284,26 @@ describe('svcd with QEMU: real guests end to end', function () {
     const dir = join(d.dir, '.config', 'svc');
     const pub = readFileSync(join(dir, 'id_ed25519.pub'), 'utf8').trim();
     expect((await runSvc(env, ['ssh', 'main', '--', 'true'])).code).to.equal(0);
+    // -L passes on to ssh: a local port carried to the guest's own SSH server while the session lasts
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const p = (probe.address() as AddressInfo).port;
+        probe.close(() => resolve(p));
+      });
+    });
+    const session = runSvc(env, ['ssh', '-L', `127.0.0.1:${port}:127.0.0.1:22`, 'main', '--', 'sleep 8']);
+    const banner = await waitFor(
+      "the forwarded port answering with the guest's SSH banner",
+      () =>
+        new Promise<string | undefined>((resolve) => {
+          const c = connect(port, '127.0.0.1');
+          c.once('data', (b) => (c.destroy(), resolve(b.toString('latin1'))));
+          c.once('error', () => resolve(undefined));
+        }),
+      { ms: 20_000, every: 200 },
+    );
+    expect(banner).to.match(/^SSH-2\.0-dropbear/);
+    expect((await session).code).to.equal(0);
     const keys = await d.call('POST', `/vms/main/exec?${qs({ cmd: 'cat', args: ['/root/.ssh/authorized_keys'] })}`);
     expect(
       keys.json.stdout.split('\n').filter((l: string) => l === pub),

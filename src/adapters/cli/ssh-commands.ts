@@ -5,7 +5,7 @@ import { dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { Exit } from './cli-kit.js';
+import { collect, Exit } from './cli-kit.js';
 
 /** Where the CLI keeps what is its own: a key it made, and the host keys it pinned. */
 export function svcConfigDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -115,6 +115,34 @@ export function sshOptions(s: SshSetup): string[] {
   ];
 }
 
+/** What `svc ssh` passes on to ssh of its own flags: forwards, agent forwarding, a terminal, -o options. */
+export interface SshPassThrough {
+  local?: string[];
+  remote?: string[];
+  forwardAgent?: boolean;
+  tty?: boolean;
+  sshOption?: string[];
+}
+
+/**
+ * ssh's arguments for a session: svc's own `-o` options first, since ssh takes the first value it
+ * reads of an option (a `-o StrictHostKeyChecking=no` given to `svc ssh` does not unpin the key),
+ * then what the user passed on, then the host and the command.
+ */
+export function sshArgs(s: SshSetup, p: SshPassThrough, cmd: string[]): string[] {
+  return [
+    ...sshOptions(s).flatMap((x) => ['-o', x]),
+    ...(p.local ?? []).flatMap((x) => ['-L', x]),
+    ...(p.remote ?? []).flatMap((x) => ['-R', x]),
+    ...(p.forwardAgent ? ['-A'] : []),
+    ...(p.tty ? ['-t'] : []),
+    ...(p.sshOption ?? []).flatMap((x) => ['-o', x]),
+    '--',
+    s.alias,
+    ...cmd,
+  ];
+}
+
 /** A `Host` block for ~/.ssh/config (or `ssh -F`): the same options, for ssh, scp, rsync, editors. */
 export function sshConfigBlock(s: SshSetup): string {
   return [
@@ -141,13 +169,23 @@ export function sshCommands(program: Command, client: () => SvcClient, flags: ()
       '-i, --identity <file>',
       'the private key to use (its .pub beside it); default ~/.ssh/id_*, else one svc makes',
     )
+    .option(
+      '-L, --local <spec>',
+      "ssh's -L: a local port forwarded into the guest, [bind:]port:host:hostport (repeatable)",
+      collect,
+      [],
+    )
+    .option('-R, --remote <spec>', "ssh's -R: a guest port forwarded back here (repeatable)", collect, [])
+    .option('-A, --forward-agent', "ssh's -A: your ssh-agent reachable from the guest")
+    .option('-t, --tty', "ssh's -t: a terminal for a command (svc ssh -t web -- top)")
+    .option('-o, --ssh-option <option>', "an ssh -o option, after svc's own (which win) (repeatable)", collect, [])
     .description("log in with OpenSSH's ssh: your key added for the user, the VM's host key pinned (docs/cli.md)")
     .action(async (name: string, cmd: string[], o) => {
       const s = await prepareSsh(client(), name, o, flags());
       const env = { ...process.env };
       const token = program.opts<{ token?: string }>().token;
       if (token) env.SVC_TOKEN = token; // to the ProxyCommand, not onto its command line
-      const args = [...sshOptions(s).flatMap((x) => ['-o', x]), '--', s.alias, ...cmd];
+      const args = sshArgs(s, o, cmd);
       const child = spawn('ssh', args, { stdio: 'inherit', env });
       // Ctrl-C in a session without a terminal is ssh's to act on: this process waits for its end.
       const ignore = () => undefined;

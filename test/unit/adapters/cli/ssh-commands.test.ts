@@ -8,6 +8,7 @@ import {
   proxyCommand,
   sshConfigBlock,
   sshIdentity,
+  sshArgs,
   sshOptions,
   svcConfigDir,
 } from '../../../../src/adapters/cli/ssh-commands.js';
@@ -99,6 +100,26 @@ describe('svc CLI: svc ssh and svc ssh-config', () => {
       `IdentityFile=${identity}`,
       'User=svc',
     ]);
+    // what the user passes on comes after svc's own -o options (ssh keeps the first value it reads)
+    const args = sshArgs(
+      s,
+      {
+        local: ['8080:localhost:80'],
+        remote: ['9000:localhost:9000'],
+        forwardAgent: true,
+        tty: true,
+        sshOption: ['StrictHostKeyChecking=no'],
+      },
+      ['top', '-b'],
+    );
+    const pinned = args.indexOf('StrictHostKeyChecking=yes');
+    expect(pinned).to.be.above(0);
+    expect(args.slice(pinned + 1)).to.deep.equal([
+      ...['-o', `IdentityFile=${identity}`, '-o', 'IdentitiesOnly=yes', '-o', 'User=svc'],
+      ...['-L', '8080:localhost:80', '-R', '9000:localhost:9000', '-A', '-t', '-o', 'StrictHostKeyChecking=no'],
+      ...['--', 'svc-web', 'top', '-b'],
+    ]);
+    expect(sshArgs(s, {}, []).slice(-2)).to.deep.equal(['--', 'svc-web']);
     expect(sshConfigBlock({ ...s, knownHosts: '/a b/known_hosts' }).split('\n')).to.deep.equal([
       'Host svc-web',
       '  User svc',
