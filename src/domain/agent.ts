@@ -21,9 +21,9 @@ export interface AgentHealth {
 /**
  * What an agent tells the daemon it does beyond what every agent did, in its health, so that a
  * request an older agent would misread is refused instead (an exec as a named user run as root,
- * an exec's env dropped).
+ * an exec's env dropped, a terminal's command run as a login shell).
  */
-export const AGENT_FEATURES = ['exec_user', 'exec_env'] as const;
+export const AGENT_FEATURES = ['exec_user', 'exec_env', 'shell_cmd'] as const;
 export type AgentFeature = (typeof AGENT_FEATURES)[number];
 
 export interface ExecRequest {
@@ -36,6 +36,23 @@ export interface ExecRequest {
   gid?: number;
   timeoutMs?: number;
   encoding?: 'utf8' | 'base64';
+  env?: Record<string, string>;
+}
+
+/**
+ * A terminal in the guest (the agent's /shell, the daemon's): a login shell (`shell`, else the
+ * user's or the agent's), or a command run in it (`cmd` with `args`, as `svc x -t` and `docker exec
+ * -t` run one); `cwd` and `env` for either.
+ */
+export interface TerminalRequest {
+  cols?: number;
+  rows?: number;
+  shell?: string;
+  /** A user of the guest (name or number) to open it as; default: the agent's (root). */
+  user?: string;
+  cmd?: string;
+  args?: string[];
+  cwd?: string;
   env?: Record<string, string>;
 }
 

@@ -1,4 +1,11 @@
-import { checkEnvVar, checkGuestUser, MAX_ENV_VARS, type CopyMode, type ExecRequest } from './agent.js';
+import {
+  checkEnvVar,
+  checkGuestUser,
+  MAX_ENV_VARS,
+  type CopyMode,
+  type ExecRequest,
+  type TerminalRequest,
+} from './agent.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { InvalidArgumentError } from './errors.js';
 
@@ -104,6 +111,69 @@ export function formatExecQuery(req: ExecRequest, buffered: boolean): URLSearchP
   if (req.timeoutMs) p.set('timeout', formatDuration(req.timeoutMs));
   if (req.encoding) p.set('encoding', req.encoding);
   for (const [k, v] of Object.entries(req.env ?? {})) p.append('env', `${k}=${v}`);
+  return p;
+}
+
+/** A URL's query as a Query: a key given more than once as the list of its values. */
+export function queryOf(p: URLSearchParams): Query {
+  const q: Query = {};
+  for (const k of new Set(p.keys())) {
+    const all = p.getAll(k);
+    q[k] = all.length > 1 ? all : all[0];
+  }
+  return q;
+}
+
+/**
+ * The shell query: cols, rows (1 to 1000), shell (absolute), user; or cmd with repeated args (a
+ * command in the terminal, not with shell); cwd (absolute) and repeated env for either.
+ */
+export function parseShellQuery(q: Query): TerminalRequest {
+  const t: TerminalRequest = {};
+  for (const k of ['cols', 'rows'] as const) {
+    const v = queryOne(q, k);
+    if (v === undefined || v === '') continue;
+    if (!/^\d{1,4}$/.test(v) || Number(v) < 1 || Number(v) > 1000)
+      throw new InvalidArgumentError(`${k} must be an integer from 1 to 1000`);
+    t[k] = Number(v);
+  }
+  const shell = queryOne(q, 'shell');
+  if (shell) {
+    if (!shell.startsWith('/')) throw new InvalidArgumentError('shell must be an absolute path');
+    t.shell = shell;
+  }
+  const user = queryOne(q, 'user');
+  if (user) t.user = checkGuestUser(user);
+  const cmd = queryOne(q, 'cmd');
+  const args = queryList(q, 'args');
+  if (cmd) {
+    if (t.shell) throw new InvalidArgumentError('give shell or cmd, not both');
+    if ([cmd, ...args].some((a) => a.includes('\0')))
+      throw new InvalidArgumentError('cmd and args must not contain NUL');
+    t.cmd = cmd;
+    t.args = args;
+  } else if (args.length) throw new InvalidArgumentError('args go with cmd');
+  const cwd = queryOne(q, 'cwd');
+  if (cwd) {
+    if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
+    t.cwd = cwd;
+  }
+  const env = queryList(q, 'env');
+  if (env.length) t.env = parseEnvList(env);
+  return t;
+}
+
+/** The shell query of a request, as parseShellQuery reads it. */
+export function formatShellQuery(t: TerminalRequest): URLSearchParams {
+  const p = new URLSearchParams();
+  if (t.cols) p.set('cols', String(t.cols));
+  if (t.rows) p.set('rows', String(t.rows));
+  if (t.shell) p.set('shell', t.shell);
+  if (t.user) p.set('user', t.user);
+  if (t.cmd) p.set('cmd', t.cmd);
+  for (const a of t.cmd ? (t.args ?? []) : []) p.append('args', a);
+  if (t.cwd) p.set('cwd', t.cwd);
+  for (const [k, v] of Object.entries(t.env ?? {})) p.append('env', `${k}=${v}`);
   return p;
 }
 

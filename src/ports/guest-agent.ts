@@ -12,6 +12,7 @@ import type {
   GuestStats,
   MaterializeRequest,
   Readiness,
+  TerminalRequest,
 } from '../domain/agent.js';
 import type { Terminal } from './terminal.js';
 
@@ -33,13 +34,8 @@ export interface AgentEndpoint {
  */
 export type UploadOptions = UploadQuery & { size?: number };
 
-export interface ShellOptions {
-  cols?: number;
-  rows?: number;
-  shell?: string;
-  /** A user of the guest (name or number) to open it as; default: the agent's (root). */
-  user?: string;
-}
+/** A terminal's request: a shell, or a command in it (domain/agent.ts). */
+export type ShellOptions = TerminalRequest;
 
 export type FsOp =
   | { op: 'readdir'; path: string }

@@ -269,6 +269,10 @@ describe('svcd with QEMU: real guests end to end', function () {
       'printf "%s|%s" "$A" "$API_KEY"',
     ]);
     expect(withEnv).to.deep.equal({ code: 0, stdout: 'x y=z|from-the-shell' });
+    // -t: the command in a terminal of the guest (the agent's PTY), its code through
+    const inTerminal = await svc(['x', '-t', 'main', '--', 'sh', '-c', 'tty; exit 5']);
+    expect(inTerminal.code).to.equal(5);
+    expect(inTerminal.stdout).to.match(/^\/dev\/pts\/\d+\r\n$/);
     const local = join(d.dir, 'cli.txt');
     writeFileSync(local, 'via cli');
     expect((await svc(['cp', local, 'main:/root/cli.txt'])).code).to.equal(0);

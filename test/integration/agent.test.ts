@@ -351,9 +351,21 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(existsSync(`/proc/${pid}`)).to.equal(false);
     });
 
-    it('refuses bad shell parameters before upgrading', async () => {
+    it('runs a command in the terminal: its args, cwd and env, its size, its exit code', async () => {
+      const script = 'stty size; printf "%s|%s|%s\\n" "$(pwd)" "$A" "$1"; exit 6';
+      const sh = await openShell(
+        `ws://127.0.0.1:${agent.port}/shell?${qs({ cmd: 'sh', args: ['-c', script, 'sh', 'arg one'], cwd: work, env: 'A=x=y', cols: '90', rows: '20' })}`,
+      );
+      await sh.waitFor(/20 90/);
+      await sh.waitFor(new RegExp(`${work}\\|x=y\\|arg one`));
+      expect(await sh.exit).to.deep.equal({ exit_code: 6, closeCode: 1000 });
+    });
+
+    it('refuses bad shell parameters before upgrading, and says a command that is not there', async () => {
       const err = await openShell(`ws://127.0.0.1:${agent.port}/shell?cols=0`).catch((e) => e);
       expect(err.status).to.equal(400);
+      const missing = await openShell(`ws://127.0.0.1:${agent.port}/shell?cmd=no-such-command-svc`).catch((e) => e);
+      expect(missing.status).to.equal(404);
     });
   });
 

@@ -283,6 +283,31 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await term.exit).to.equal(6);
   });
 
+  it('runs svc x in a terminal when it is at one (a command that reads it, its code), apart with -T, in one with -t', async () => {
+    const reader = 'test -t 0 && printf "tty> "; read -r line; echo "got $line"; exit 4';
+    const term = inTerminal(SVC, ['x', 'c1', '--', 'sh', '-c', reader], env);
+    await term.waitFor(/tty> /);
+    term.write('hello\r');
+    await term.waitFor(/got hello/);
+    expect(await term.exit).to.equal(4);
+    const apart = inTerminal(
+      SVC,
+      ['x', '-T', 'c1', '--', 'sh', '-c', 'test -t 0 || printf "no terminal"; exit 2'],
+      env,
+    );
+    await apart.waitFor(/no terminal/);
+    expect(await apart.exit).to.equal(2);
+    // -t with pipes (as ssh -t): a terminal all the same, its output with the terminal's line ends
+    const forced = await svc(['x', '-t', '-e', 'A=1', 'c1', '--', 'sh', '-c', 'test -t 1 && echo "terminal $A"']);
+    expect(forced).to.deep.include({ code: 0, stdout: 'terminal 1\r\n' });
+    const refused = await svc(['x', '-t', '--timeout', '5s', 'c1', '--', 'true']);
+    expect(refused.code).to.equal(1);
+    expect(refused.stderr).to.match(/-t takes no --timeout, --uid or --gid/);
+    const missing = await svc(['x', '-t', 'c1', '--', 'no-such-command-svc']);
+    expect(missing.code).to.equal(1);
+    expect(missing.stderr).to.match(/no command no-such-command-svc in the guest's PATH/);
+  });
+
   it('runs durable processes: run --detach, ps, logs -f from an offset, run in the foreground, attach with a terminal, kill, watch', async () => {
     const started = await svc([
       'run',

@@ -1,8 +1,35 @@
-import { existsSync, readSync } from 'node:fs';
+import { accessSync, constants, existsSync, readSync, statSync } from 'node:fs';
 import type { Socket } from 'node:net';
+import { join, resolve } from 'node:path';
 import { injectable } from 'inversify';
 import pty, { type IPty } from 'node-pty';
 import type { PtyFactory, PtyOptions, PtySession } from '../../ports/agent/pty.js';
+import { NotFoundError } from '../../domain/errors.js';
+
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * The program as the terminal's exec would find it (a path from `cwd`, else the first in PATH
+ * that is a file it may run), or a NotFoundError before any terminal is made: in the child,
+ * node-pty's failed exec would only print a line and exit 1, like a program that ran.
+ */
+export function findProgram(file: string, path: string | undefined, cwd: string): string {
+  const runnable = (f: string) => {
+    try {
+      accessSync(f, constants.X_OK);
+      return statSync(f).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (file.includes('/')) {
+    if (runnable(resolve(cwd, file))) return file;
+    throw new NotFoundError(`no program ${file} in the guest`);
+  }
+  for (const dir of (path || DEFAULT_PATH).split(':'))
+    if (dir && runnable(resolve(cwd, join(dir, file)))) return join(dir, file);
+  throw new NotFoundError(`no command ${file} in the guest's PATH`);
+}
 
 /** Real pseudo-terminals through node-pty. */
 @injectable()
@@ -13,12 +40,16 @@ export class NodePtyFactory implements PtyFactory {
   }
 
   open(opts: PtyOptions): PtySession {
-    const p = pty.spawn(opts.shell, [], {
+    const cwd = opts.cwd ?? process.env.HOME ?? '/';
+    if (!statSync(cwd, { throwIfNoEntry: false })?.isDirectory())
+      throw new NotFoundError(`no directory ${cwd} in the guest`);
+    const env = { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>;
+    const p = pty.spawn(findProgram(opts.shell, env.PATH, cwd), opts.args ?? [], {
       name: 'xterm-256color',
       cols: opts.cols,
       rows: opts.rows,
-      cwd: opts.cwd ?? process.env.HOME ?? '/',
-      env: { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>,
+      cwd,
+      env,
       encoding: null,
       ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.gid } : {}),
     });

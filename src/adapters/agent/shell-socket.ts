@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer } from 'ws';
 import type { ShellService } from '../../app/agent/shell-service.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
+import { queryOf } from '../../domain/query.js';
 import {
   answeringUpgrade,
   isWebSocketUpgrade,
@@ -32,7 +33,7 @@ export class ShellSocket {
       );
     let session;
     try {
-      session = await this.shells.open(Object.fromEntries(url.searchParams));
+      session = await this.shells.open(queryOf(url.searchParams));
     } catch (err) {
       return rejectUpgrade(socket, err);
     }

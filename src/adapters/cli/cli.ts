@@ -75,7 +75,22 @@ export function buildCli(): Command {
     .option('--gid <n>', 'group id', whole('a numeric group id'))
     .option('--timeout <duration>')
     .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
+    .option('-t, --tty', 'in a terminal even when this one is not (as ssh -t); default: when input and output are one')
+    .option('-T, --no-tty', 'never in a terminal: stdout and stderr apart, stdin as it is')
     .action(async (name: string, cmd: string, args: string[], o) => {
+      const plain = o.timeout !== undefined || o.uid !== undefined || o.gid !== undefined;
+      if (o.tty && plain) throw new Error('-t takes no --timeout, --uid or --gid (a terminal runs as --user)');
+      // As ssh, multipass and limactl do: a person at a terminal gets the command in one (python3's
+      // prompt, top, vim), its output and its code; a script, a pipe or -T gets stdout and stderr apart.
+      if (o.tty ?? (!plain && !!process.stdin.isTTY && !!process.stdout.isTTY)) {
+        const term = { cmd, args, cwd: o.cwd, user: o.user, env: envOption(o.env) };
+        const code = await interactiveShell(client(), name, term).catch((err: unknown) => {
+          // an agent from before a command in a terminal: without -t, run it as before
+          if (o.tty === undefined && err instanceof SvcError && err.status === 501) return undefined;
+          throw err;
+        });
+        if (code !== undefined) throw new Exit(code);
+      }
       const code = await streamExec(
         client(),
         name,

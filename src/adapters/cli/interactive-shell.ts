@@ -1,11 +1,11 @@
+import type { TerminalRequest } from '../../domain/agent.js';
 import type { SvcClient } from '../client/svc-client.js';
 
-/** svc sh NAME in a terminal (or -t): the terminal in raw mode, resizes on SIGWINCH, exits with the shell's code. */
-export async function interactiveShell(
-  client: SvcClient,
-  name: string,
-  o: { shell?: string; user?: string } = {},
-): Promise<number> {
+/**
+ * svc sh NAME in a terminal (or -t), and svc x's command in one: the terminal in raw mode,
+ * resizes on SIGWINCH, exits with the shell's (the command's) code.
+ */
+export async function interactiveShell(client: SvcClient, name: string, o: TerminalRequest = {}): Promise<number> {
   const out = process.stdout;
   const sh = await client.shell(name, { cols: out.columns || 80, rows: out.rows || 24, ...o });
   const input = process.stdin;

@@ -7,6 +7,8 @@ import { createInterface } from 'node:readline';
 import type { Duplex, Readable } from 'node:stream';
 import WebSocket from 'ws';
 import { loadConfig } from '../config/yaml-config-file.js';
+import type { TerminalRequest } from '../../domain/agent.js';
+import { formatShellQuery } from '../../domain/query.js';
 
 /** An error answer of the daemon (or a failure to reach it), with the HTTP status and `{error}` text. */
 export class SvcError extends Error {
@@ -276,12 +278,10 @@ export class SvcTransport {
     }
   }
 
-  /** Opens the VM's shell (WebSocket). */
-  shell(
-    name: string,
-    o: { cols?: number; rows?: number; shell?: string; user?: string } = {},
-  ): Promise<ShellConnection> {
-    const path = `/vms/${enc(name)}/shell${qs(o)}`;
+  /** A terminal in the VM: a login shell, or `cmd` with `args` run in it (`svc x -t`). */
+  shell(name: string, o: TerminalRequest = {}): Promise<ShellConnection> {
+    const query = formatShellQuery(o).toString();
+    const path = `/vms/${enc(name)}/shell${query ? `?${query}` : ''}`;
     const headers: Record<string, string> = this.token ? { authorization: `Bearer ${this.token}` } : {};
     const url = this.api
       ? `${this.api.protocol === 'https:' ? 'wss' : 'ws'}://${this.api.host}${path}`
@@ -289,14 +289,17 @@ export class SvcTransport {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, { headers, perMessageDeflate: false });
       const listeners: ((d: Buffer) => void)[] = [];
+      const early: Buffer[] = []; // what comes before the first listener (a quick command's output)
       let code: number | null = null;
       const exited = new Promise<number | null>((r) => ws.on('close', () => r(code)));
       ws.on('unexpected-response', (_req, res) => void this.fail(res).catch(reject));
       ws.once('error', (err) => reject(new DaemonUnreachableError(this.where, err.message)));
       ws.on('message', (data, isBinary) => {
         const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
-        if (isBinary) for (const l of listeners) l(buf);
-        else {
+        if (isBinary) {
+          if (!listeners.length) early.push(buf);
+          for (const l of listeners) l(buf);
+        } else {
           try {
             const m = JSON.parse(buf.toString()) as { type?: string; exit_code?: number };
             if (m.type === 'exit') code = m.exit_code ?? null;
@@ -309,7 +312,10 @@ export class SvcTransport {
         resolve({
           write: (d) => ws.send(typeof d === 'string' ? Buffer.from(d) : d, { binary: true }),
           resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
-          onData: (l) => void listeners.push(l),
+          onData: (l) => {
+            listeners.push(l);
+            for (const b of early.splice(0)) l(b);
+          },
           exited,
           close: () => ws.close(),
         }),

@@ -14,7 +14,7 @@ import type {
   Readiness,
 } from '../../domain/agent.js';
 import { PORT_PATH, PORT_UPGRADE, type AgentFeature } from '../../domain/agent.js';
-import { formatExecQuery } from '../../domain/query.js';
+import { formatExecQuery, formatShellQuery } from '../../domain/query.js';
 import { AgentFailureError, AgentUnavailableError, isDomainError, NotSupportedError } from '../../domain/errors.js';
 import type { AgentEndpoint, FsOp, GuestAgent, ShellOptions, UploadOptions } from '../../ports/guest-agent.js';
 import { fromStatus, REPLY_LIMITS, unavailable } from './agent-replies.js';
@@ -86,15 +86,11 @@ export class HttpGuestAgent implements GuestAgent {
   }
 
   /**
-   * An exec as a named user, or with env, goes only to an agent that says it knows them: one
-   * before would ignore the key and run the command as root, or without the variables.
+   * An exec as a named user or with env, or a terminal running a command, goes only to an agent
+   * that says it knows them: one before would ignore the key and run the command as root, without
+   * the variables, or open a login shell instead.
    */
-  private async checkFeatures(ep: AgentEndpoint, req: ExecRequest): Promise<void> {
-    const needs: [AgentFeature, string][] = [];
-    if (req.user !== undefined)
-      needs.push(['exec_user', 'runs commands as a user only by uid (an older agent): use uid']);
-    if (req.env && Object.keys(req.env).length)
-      needs.push(['exec_env', 'sets no env for an exec (an older agent): use env in the command (env NAME=VALUE CMD)']);
+  private async checkFeatures(ep: AgentEndpoint, needs: [AgentFeature, string][]): Promise<void> {
     if (!needs.length) return;
     const h = await this.health(ep, 5000);
     for (const [feature, what] of needs)
@@ -102,9 +98,18 @@ export class HttpGuestAgent implements GuestAgent {
         throw new NotSupportedError(`this VM's agent ${what}, or deploy this svc's agent (svc agent deploy NAME)`);
   }
 
+  private execNeeds(req: ExecRequest): [AgentFeature, string][] {
+    const needs: [AgentFeature, string][] = [];
+    if (req.user !== undefined)
+      needs.push(['exec_user', 'runs commands as a user only by uid (an older agent): use uid']);
+    if (req.env && Object.keys(req.env).length)
+      needs.push(['exec_env', 'sets no env for an exec (an older agent): use env in the command (env NAME=VALUE CMD)']);
+    return needs;
+  }
+
   /** Without stdin over the agent's exec channel (exec-channel.ts); with stdin, or an agent without one, over HTTP. */
   async exec(ep: AgentEndpoint, req: ExecRequest, stdin?: Readable, signal?: AbortSignal): Promise<ExecResult> {
-    await this.checkFeatures(ep, req);
+    await this.checkFeatures(ep, this.execNeeds(req));
     const timeoutMs = req.timeoutMs ? req.timeoutMs + EXEC_GRACE_MS : undefined;
     if (!stdin) {
       const r = await this.channels.call(ep, { query: execQuery(req, true), timeoutMs, signal });
@@ -127,7 +132,7 @@ export class HttpGuestAgent implements GuestAgent {
     stdin?: Readable,
     signal?: AbortSignal,
   ): AsyncIterable<ExecFrame> {
-    await this.checkFeatures(ep, req);
+    await this.checkFeatures(ep, this.execNeeds(req));
     const { res, req: creq } = await this.http.open(ep, {
       method: 'POST',
       path: `/exec?${execQuery(req, false)}`,
@@ -262,12 +267,15 @@ export class HttpGuestAgent implements GuestAgent {
     return socket;
   }
 
-  shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal> {
-    const p = new URLSearchParams();
-    if (opts.cols) p.set('cols', String(opts.cols));
-    if (opts.rows) p.set('rows', String(opts.rows));
-    if (opts.shell) p.set('shell', opts.shell);
-    if (opts.user) p.set('user', opts.user);
+  async shell(ep: AgentEndpoint, opts: ShellOptions): Promise<Terminal> {
+    if (opts.cmd || opts.cwd || (opts.env && Object.keys(opts.env).length))
+      await this.checkFeatures(ep, [
+        [
+          'shell_cmd',
+          'opens only a login shell in a terminal (an older agent): use svc sh, or exec without a terminal',
+        ],
+      ]);
+    const p = formatShellQuery(opts);
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(`ws://${ep.host}:${ep.port}/shell?${p}`, {
         perMessageDeflate: false,
@@ -275,17 +283,23 @@ export class HttpGuestAgent implements GuestAgent {
         maxPayload: REPLY_LIMITS.shellMessage,
         createConnection: () => this.connector(ep) as never,
       });
+      // What comes before the terminal is joined to its client (a command quicker than the
+      // upgrade: its output, its end) is kept for the first listener, not dropped.
       const dataListeners: ((d: Buffer) => void)[] = [];
+      const early: Buffer[] = [];
       const exitListeners: ((c: number | null) => void)[] = [];
       let exitCode: number | null = null;
+      let closed = false;
       ws.on('unexpected-response', (_r, res) => {
         void this.http.readAll(res, ep).then((text) => reject(fromStatus(res.statusCode ?? 0, text)), reject);
       });
       ws.once('error', (err) => reject(unavailable(ep, err)));
       ws.on('message', (data, isBinary) => {
         const buf = Buffer.isBuffer(data) ? data : Buffer.concat(data as Buffer[]);
-        if (isBinary) for (const l of dataListeners) l(buf);
-        else {
+        if (isBinary) {
+          if (!dataListeners.length) early.push(buf);
+          for (const l of dataListeners) l(buf);
+        } else {
           try {
             const m = JSON.parse(buf.toString('utf8')) as { type?: string; exit_code?: number };
             if (m.type === 'exit') exitCode = m.exit_code ?? null;
@@ -295,7 +309,8 @@ export class HttpGuestAgent implements GuestAgent {
         }
       });
       ws.on('close', () => {
-        for (const l of exitListeners) l(exitCode);
+        closed = true;
+        for (const l of exitListeners.splice(0)) l(exitCode);
       });
       ws.once('open', () => {
         ws.on('error', () => ws.terminate());
@@ -306,8 +321,11 @@ export class HttpGuestAgent implements GuestAgent {
           resize: (cols, rows) => {
             if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows }));
           },
-          onData: (l) => void dataListeners.push(l),
-          onExit: (l) => void exitListeners.push(l),
+          onData: (l) => {
+            dataListeners.push(l);
+            for (const b of early.splice(0)) l(b);
+          },
+          onExit: (l) => (closed ? l(exitCode) : void exitListeners.push(l)),
           close: () => ws.close(),
         });
       });

@@ -4,6 +4,7 @@ import { WebSocketServer } from 'ws';
 import type { GuestProxy } from '../../app/guest-proxy.js';
 import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from '../../domain/errors.js';
 import { assertVmName } from '../../domain/names.js';
+import { parseShellQuery, queryOf } from '../../domain/query.js';
 import { parseGuestPort, PORT_UPGRADE } from '../../domain/agent.js';
 import { AUTH_CHALLENGE, type BearerAuth } from '../http-kit/auth.js';
 import { spliceUpgrade } from '../http-kit/streams.js';
@@ -65,13 +66,7 @@ export class GuestUpgrades {
     let session: Terminal;
     try {
       const name = assertVmName(decodedSegment(m[1]));
-      const dim = (k: string) => (url.searchParams.has(k) ? Number(url.searchParams.get(k)) : undefined);
-      session = await this.guest.shell(name, {
-        cols: dim('cols'),
-        rows: dim('rows'),
-        shell: url.searchParams.get('shell') ?? undefined,
-        user: url.searchParams.get('user') || undefined,
-      });
+      session = await this.guest.shell(name, parseShellQuery(queryOf(url.searchParams)));
     } catch (err) {
       return rejectUpgrade(socket, err);
     }

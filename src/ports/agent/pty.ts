@@ -1,5 +1,8 @@
 export interface PtyOptions {
+  /** The program: a path, or a name looked up in the PATH of `env` (else the agent's). */
   shell: string;
+  /** Its arguments (none for a shell). */
+  args?: string[];
   cols: number;
   rows: number;
   cwd?: string;
@@ -22,6 +25,7 @@ export interface PtySession {
 export const PtyFactory = Symbol('PtyFactory');
 /** Opens terminals. Linux guests only have real ones. */
 export interface PtyFactory {
+  /** NotFoundError when the program is not there (or not a file it can run). */
   open(opts: PtyOptions): PtySession;
   /** The shell to use when the caller names none. */
   defaultShell(): string;

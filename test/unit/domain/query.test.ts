@@ -1,8 +1,14 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '../../../src/domain/errors.js';
 import { parse } from 'node:querystring';
-import { formatExecQuery, parseExecQuery } from '../../../src/domain/query.js';
-import type { ExecRequest } from '../../../src/domain/agent.js';
+import {
+  formatExecQuery,
+  formatShellQuery,
+  parseExecQuery,
+  parseShellQuery,
+  queryOf,
+} from '../../../src/domain/query.js';
+import type { ExecRequest, TerminalRequest } from '../../../src/domain/agent.js';
 
 describe('domain/query: the exec query', () => {
   it('takes a user of the guest by name or number, with a gid but not with a uid', () => {
@@ -64,5 +70,21 @@ describe('domain/query: the exec query', () => {
       });
     const plain = parseExecQuery(parse(formatExecQuery({ cmd: 'true', args: [] }, true).toString()));
     expect(plain).to.deep.equal({ cmd: 'true', args: [], buffered: true, uid: undefined, gid: undefined });
+  });
+});
+
+describe('domain/query: the shell query', () => {
+  it('reads back every field formatShellQuery writes, repeated args and env included', () => {
+    const asked: TerminalRequest[] = [
+      { cols: 120, rows: 40, shell: '/bin/bash', user: 'svc', cwd: '/srv', env: { A: '1' } },
+      { cmd: 'python3', args: ['-c', 'print(1)', ''], env: { A: 'x=y', B: '' }, cwd: '/tmp/a b' },
+      { cmd: 'top', args: [] },
+      {},
+    ];
+    for (const t of asked) expect(parseShellQuery(queryOf(formatShellQuery(t)))).to.deep.equal(t);
+  });
+
+  it('keeps one value of a key given once and every value of one given twice', () => {
+    expect(queryOf(new URLSearchParams('a=1&b=2&b=3&c='))).to.deep.equal({ a: '1', b: ['2', '3'], c: '' });
   });
 });

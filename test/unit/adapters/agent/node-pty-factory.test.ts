@@ -1,8 +1,13 @@
 import { expect } from 'chai';
 import type { Socket } from 'node:net';
 import pty, { type IPty } from 'node-pty';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { NotFoundError } from '../../../../src/domain/errors.js';
+import { tempDir } from '../../../helpers/daemon.js';
 import {
   drainBeforeDestroy,
+  findProgram,
   HELD_TERMINAL_GRACE_MS,
   NodePtyFactory,
 } from '../../../../src/adapters/agent/node-pty-factory.js';
@@ -66,5 +71,48 @@ describe('adapters/agent/node-pty-factory', function () {
     session.write("printf '%s-%s' last line && exit 7\n");
     expect(await exit).to.equal(7);
     expect(Buffer.concat(chunks).toString()).to.include('last-line');
+  });
+
+  it('runs a command with its arguments in the terminal, found in PATH, in its cwd with its env', async () => {
+    const dir = tempDir('svc-pty-cmd-');
+    const session = new NodePtyFactory().open({
+      shell: 'sh',
+      args: ['-c', 'printf "%s|%s|" "$(pwd)" "$GREETING"; test -t 0 && printf tty; exit 5', 'x y'],
+      cols: 80,
+      rows: 24,
+      cwd: dir,
+      env: { GREETING: 'hi there' },
+    });
+    const chunks: Buffer[] = [];
+    session.onData((d) => chunks.push(d));
+    expect(await new Promise<number>((resolve) => session.onExit(resolve))).to.equal(5);
+    expect(Buffer.concat(chunks).toString()).to.equal(`${dir}|hi there|tty`);
+  });
+
+  it('says a program or a directory that is not there before any terminal is made', () => {
+    const dir = tempDir('svc-pty-find-');
+    mkdirSync(join(dir, 'bin'));
+    writeFileSync(join(dir, 'bin', 'tool'), '#!/bin/sh\n');
+    writeFileSync(join(dir, 'bin', 'data'), 'not a program');
+    chmodSync(join(dir, 'bin', 'tool'), 0o755);
+    mkdirSync(join(dir, 'bin', 'sub'));
+    const path = `/nonexistent:${join(dir, 'bin')}`;
+    expect(findProgram('tool', path, '/')).to.equal(join(dir, 'bin', 'tool'));
+    expect(findProgram('./bin/tool', undefined, dir)).to.equal('./bin/tool');
+    expect(findProgram('sh', undefined, '/')).to.match(/\/sh$/);
+    for (const [file, message] of [
+      ['data', "no command data in the guest's PATH"],
+      ['sub', "no command sub in the guest's PATH"],
+      ['no-such-tool', "no command no-such-tool in the guest's PATH"],
+      ['/no/such/program', 'no program /no/such/program in the guest'],
+    ])
+      expect(() => findProgram(file, path, '/'), file)
+        .to.throw(NotFoundError)
+        .with.property('message', message);
+    const pty = new NodePtyFactory();
+    expect(() => pty.open({ shell: 'no-such-tool', cols: 80, rows: 24 })).to.throw(NotFoundError);
+    expect(() => pty.open({ shell: '/bin/sh', cols: 80, rows: 24, cwd: join(dir, 'gone') }))
+      .to.throw(NotFoundError)
+      .with.property('message', `no directory ${join(dir, 'gone')} in the guest`);
   });
 });

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import { WebSocketServer } from 'ws';
 import { HttpGuestAgent } from '../../../../src/adapters/guest-link/http-guest-agent.js';
 import { pickConnector, type Connector } from '../../../../src/adapters/guest-link/transport.js';
 import {
@@ -106,7 +107,44 @@ describe('adapters/guest-link/HttpGuestAgent', () => {
       features = ['exec_user', 'exec_env'];
       await agent.exec(ep, withEnv, Readable.from([]));
       expect(new URL(execs[2], 'http://a').searchParams.getAll('env')).to.deep.equal(['A=x=1&y']);
+      // a command in a terminal too: an older agent would open a login shell instead
+      expect(await agent.shell(ep, { cmd: 'top' }).catch((e) => e))
+        .to.be.instanceOf(NotSupportedError)
+        .with.property('message')
+        .that.matches(/opens only a login shell in a terminal .*svc agent deploy/);
+      expect(execs, 'no terminal was asked for').to.have.length(3);
     } finally {
+      srv.closeAllConnections();
+      srv.close();
+      agent.close();
+    }
+  });
+
+  it("keeps a terminal's output and end that come before anyone listens (a command quicker than the join)", async () => {
+    const { port, srv } = await server((_req, res) => res.end());
+    const wss = new WebSocketServer({ noServer: true });
+    const asked: string[] = [];
+    srv.on('upgrade', (req, socket, head) =>
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        asked.push(req.url ?? '');
+        ws.send(Buffer.from('quick '), { binary: true });
+        ws.send(Buffer.from('output'), { binary: true });
+        ws.send(JSON.stringify({ type: 'exit', exit_code: 4 }));
+        ws.close(1000);
+      }),
+    );
+    const agent = new HttpGuestAgent();
+    try {
+      const t = await agent.shell({ host: '127.0.0.1', port }, { cols: 90, user: 'svc' });
+      await new Promise((r) => setTimeout(r, 200));
+      const got: Buffer[] = [];
+      t.onData((d) => got.push(d));
+      const code = await new Promise((r) => t.onExit(r));
+      expect(code).to.equal(4);
+      expect(Buffer.concat(got).toString()).to.equal('quick output');
+      expect(asked).to.deep.equal(['/shell?cols=90&user=svc']);
+    } finally {
+      wss.close();
       srv.closeAllConnections();
       srv.close();
       agent.close();
