@@ -56,6 +56,14 @@ export function parseBool(q: Query, key: string, def: boolean): boolean {
   throw new InvalidArgumentError(`${key} must be true or false`);
 }
 
+/** An optional absolute path (a cwd, a shell); empty means absent. */
+function optAbsolute(q: Query, key: string): string | undefined {
+  const v = queryOne(q, key);
+  if (!v) return undefined;
+  if (!v.startsWith('/')) throw new InvalidArgumentError(`${key} must be an absolute path`);
+  return v;
+}
+
 /** The exec query: cmd, repeated args, buffered, cwd, user, uid, gid, timeout, encoding, repeated env. */
 export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
   const cmd = queryOne(q, 'cmd');
@@ -65,11 +73,8 @@ export function parseExecQuery(q: Query): ExecRequest & { buffered: boolean } {
     args: queryList(q, 'args'),
     buffered: parseBool(q, 'buffered', true),
   };
-  const cwd = queryOne(q, 'cwd');
-  if (cwd) {
-    if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
-    req.cwd = cwd;
-  }
+  const cwd = optAbsolute(q, 'cwd');
+  if (cwd) req.cwd = cwd;
   const user = queryOne(q, 'user');
   if (user) req.user = checkGuestUser(user);
   req.uid = optUint(q, 'uid');
@@ -137,11 +142,8 @@ export function parseShellQuery(q: Query): TerminalRequest {
       throw new InvalidArgumentError(`${k} must be an integer from 1 to 1000`);
     t[k] = Number(v);
   }
-  const shell = queryOne(q, 'shell');
-  if (shell) {
-    if (!shell.startsWith('/')) throw new InvalidArgumentError('shell must be an absolute path');
-    t.shell = shell;
-  }
+  const shell = optAbsolute(q, 'shell');
+  if (shell) t.shell = shell;
   const user = queryOne(q, 'user');
   if (user) t.user = checkGuestUser(user);
   const cmd = queryOne(q, 'cmd');
@@ -153,11 +155,8 @@ export function parseShellQuery(q: Query): TerminalRequest {
     t.cmd = cmd;
     t.args = args;
   } else if (args.length) throw new InvalidArgumentError('args go with cmd');
-  const cwd = queryOne(q, 'cwd');
-  if (cwd) {
-    if (!cwd.startsWith('/')) throw new InvalidArgumentError('cwd must be an absolute path');
-    t.cwd = cwd;
-  }
+  const cwd = optAbsolute(q, 'cwd');
+  if (cwd) t.cwd = cwd;
   const env = queryList(q, 'env');
   if (env.length) t.env = parseEnvList(env);
   return t;

@@ -304,7 +304,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(refused.code).to.equal(1);
     expect(refused.stderr).to.match(/-t takes no --timeout, --uid or --gid/);
     const missing = await svc(['x', '-t', 'c1', '--', 'no-such-command-svc']);
-    expect(missing.code).to.equal(1);
+    expect(missing.code, 'as an exec of it, and a shell').to.equal(127);
     expect(missing.stderr).to.match(/no command no-such-command-svc in the guest's PATH/);
   });
 

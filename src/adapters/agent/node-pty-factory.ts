@@ -40,9 +40,10 @@ export class NodePtyFactory implements PtyFactory {
   }
 
   open(opts: PtyOptions): PtySession {
-    const cwd = opts.cwd ?? process.env.HOME ?? '/';
-    if (!statSync(cwd, { throwIfNoEntry: false })?.isDirectory())
-      throw new NotFoundError(`no directory ${cwd} in the guest`);
+    const isDir = (d: string) => !!statSync(d, { throwIfNoEntry: false })?.isDirectory();
+    const home = opts.home ?? process.env.HOME ?? '/';
+    const cwd = opts.cwd ?? (isDir(home) ? home : '/');
+    if (!isDir(cwd)) throw new NotFoundError(`no directory ${cwd} in the guest`);
     const env = { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>;
     const p = pty.spawn(findProgram(opts.shell, env.PATH, cwd), opts.args ?? [], {
       name: 'xterm-256color',

@@ -85,8 +85,14 @@ export function buildCli(): Command {
       if (o.tty ?? (!plain && !!process.stdin.isTTY && !!process.stdout.isTTY)) {
         const term = { cmd, args, cwd: o.cwd, user: o.user, env: envOption(o.env) };
         const code = await interactiveShell(client(), name, term).catch((err: unknown) => {
+          if (!(err instanceof SvcError)) throw err;
           // an agent from before a command in a terminal: without -t, run it as before
-          if (o.tty === undefined && err instanceof SvcError && err.status === 501) return undefined;
+          if (o.tty === undefined && err.status === 501) return undefined;
+          // a command the guest does not have exits 127, as an exec of it (and a shell) says
+          if (err.status === 404 && /^no (command|program) /.test(err.message)) {
+            process.stderr.write(`svc: ${err.message}\n`);
+            return 127;
+          }
           throw err;
         });
         if (code !== undefined) throw new Exit(code);

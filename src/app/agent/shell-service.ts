@@ -42,7 +42,7 @@ export class ShellService {
       ...size,
       uid: u.uid,
       gid: u.gid,
-      cwd: u.home,
+      home: u.home,
       ...where,
       env: { HOME: u.home, USER: u.name, LOGNAME: u.name, SHELL: shell, ...t.env },
     });

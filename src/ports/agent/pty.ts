@@ -6,6 +6,8 @@ export interface PtyOptions {
   cols: number;
   rows: number;
   cwd?: string;
+  /** Without `cwd`: start here when it is a directory, else in / (as a login starts in its home). */
+  home?: string;
   env?: Record<string, string>;
   /** Run as this uid and gid (the agent runs as root). */
   uid?: number;

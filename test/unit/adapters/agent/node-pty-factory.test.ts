@@ -115,4 +115,17 @@ describe('adapters/agent/node-pty-factory', function () {
       .to.throw(NotFoundError)
       .with.property('message', `no directory ${join(dir, 'gone')} in the guest`);
   });
+
+  it("starts in a user's home, or in / when the home is not there (as a login does)", async () => {
+    const dir = tempDir('svc-pty-home-');
+    const pwd = async (home: string) => {
+      const session = new NodePtyFactory().open({ shell: 'pwd', cols: 80, rows: 24, home });
+      const chunks: Buffer[] = [];
+      session.onData((d) => chunks.push(d));
+      await new Promise<number>((resolve) => session.onExit(resolve));
+      return Buffer.concat(chunks).toString().trim();
+    };
+    expect(await pwd(dir)).to.equal(dir);
+    expect(await pwd(join(dir, 'nonexistent'))).to.equal('/');
+  });
 });

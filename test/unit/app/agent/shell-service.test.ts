@@ -35,7 +35,7 @@ describe('app/agent/ShellService', () => {
       rows: 24,
       uid: 1000,
       gid: 1000,
-      cwd: '/home/svc',
+      home: '/home/svc',
       env: { HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' },
     });
     await shells.open({ user: '1000', shell: '/bin/sh' });
@@ -65,7 +65,7 @@ describe('app/agent/ShellService', () => {
       rows: 24,
       uid: 1000,
       gid: 1000,
-      cwd: '/home/svc',
+      home: '/home/svc',
       env: { HOME: '/srv', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' },
     });
     await shells.open({ user: 'svc', cwd: '/var' });
