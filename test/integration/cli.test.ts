@@ -281,6 +281,13 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     await expectShellFollowsResize(term, 500);
     term.write('exit 6\r');
     expect(await term.exit).to.equal(6);
+    // --cwd and -e, at a terminal and piped
+    const there = inTerminal(SVC, ['sh', 'c1', '--shell', '/bin/sh', '--cwd', '/tmp', '-e', 'A=x y'], env);
+    there.write('echo "at:$(pwd):$A"; exit 2\r');
+    await there.waitFor(/at:\/tmp:x y/);
+    expect(await there.exit).to.equal(2);
+    const piped = await svc(['sh', 'c1', '--cwd', '/tmp', '-e', 'A=x y'], 'echo "at:$(pwd):$A"\n');
+    expect(piped).to.deep.include({ code: 0, stdout: 'at:/tmp:x y\n' });
   });
 
   it('runs svc x in a terminal when it is at one (a command that reads it, its code), apart with -T, in one with -t', async () => {

@@ -27,9 +27,9 @@ function helpHints(cmd: Command, path: string[] = []): void {
   for (const sub of cmd.commands) helpHints(sub, here);
 }
 
-/** `svc sh` with piped input and no --shell: the agent's own choice for a terminal, in HOME. */
-const PIPED_SHELL =
-  'cd "${HOME:-/}" 2>/dev/null; for s in "$SHELL" /bin/bash /bin/sh; do [ -n "$s" ] && [ -x "$s" ] && exec "$s"; done; exit 127';
+/** `svc sh` with piped input and no --shell: the agent's own choice for a terminal, in HOME (unless --cwd). */
+const PIPED_SHELL = 'for s in "$SHELL" /bin/bash /bin/sh; do [ -n "$s" ] && [ -x "$s" ] && exec "$s"; done; exit 127';
+const IN_HOME = 'cd "${HOME:-/}" 2>/dev/null; ';
 
 /** An exec streamed to this terminal: stdout and stderr as they come; its exit code (-1: timed out). */
 async function streamExec(client: SvcClient, name: string, req: ExecRequest, stdin?: Readable): Promise<number> {
@@ -127,16 +127,21 @@ export function buildCli(): Command {
     .option('--shell <path>')
     .option('-u, --user <user>', "a user of the guest to log in as (such as svc, the debian image's); default root")
     .option('-t, --tty', 'a terminal even when the input is not one (as ssh -tt): prompts and echo included')
+    .option('--cwd <dir>', "start there (an absolute path), not in the user's home")
+    .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
     .description('open an interactive shell in a VM; with piped input, run it as a script (no terminal)')
     .action(async (name: string, o) => {
+      const where = { cwd: o.cwd, env: envOption(o.env) };
       if (process.stdin.isTTY || o.tty)
-        throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user }));
+        throw new Exit(await interactiveShell(client(), name, { shell: o.shell, user: o.user, ...where }));
       // Input that is not a terminal is a script, as `ssh host < script` takes it: the shell the
       // terminal would get reads it with no terminal, so the output is the script's own (no
       // prompt, no echo, stderr apart) and the exit code the shell's. That shell: --shell, else
       // SHELL (with --user, that user's login shell from the guest's passwd), /bin/bash, /bin/sh.
-      const script = o.shell ? { cmd: o.shell, args: [] } : { cmd: '/bin/sh', args: ['-c', PIPED_SHELL] };
-      throw new Exit(await streamExec(client(), name, { ...script, user: o.user }, process.stdin));
+      const script = o.shell
+        ? { cmd: o.shell, args: [] }
+        : { cmd: '/bin/sh', args: ['-c', (o.cwd ? '' : IN_HOME) + PIPED_SHELL] };
+      throw new Exit(await streamExec(client(), name, { ...script, user: o.user, ...where }, process.stdin));
     });
 
   program
