@@ -78,12 +78,13 @@ export function buildCli(): Command {
     .option('-t, --tty', 'in a terminal even when this one is not (as ssh -t); default: when input and output are one')
     .option('-T, --no-tty', 'never in a terminal: stdout and stderr apart, stdin as it is')
     .action(async (name: string, cmd: string, args: string[], o) => {
+      const env = envOption(o.env);
       const plain = o.timeout !== undefined || o.uid !== undefined || o.gid !== undefined;
       if (o.tty && plain) throw new Error('-t takes no --timeout, --uid or --gid (a terminal runs as --user)');
       // As ssh, multipass and limactl do: a person at a terminal gets the command in one (python3's
       // prompt, top, vim), its output and its code; a script, a pipe or -T gets stdout and stderr apart.
       if (o.tty ?? (!plain && !!process.stdin.isTTY && !!process.stdout.isTTY)) {
-        const term = { cmd, args, cwd: o.cwd, user: o.user, env: envOption(o.env) };
+        const term = { cmd, args, cwd: o.cwd, user: o.user, env };
         const code = await interactiveShell(client(), name, term).catch((err: unknown) => {
           if (!(err instanceof SvcError)) throw err;
           // an agent from before a command in a terminal: without -t, run it as before
@@ -108,7 +109,7 @@ export function buildCli(): Command {
           uid: o.uid,
           gid: o.gid,
           timeoutMs: o.timeout ? parseDuration(o.timeout, 'timeout') : undefined,
-          env: envOption(o.env),
+          env,
         },
         process.stdin.isTTY ? undefined : process.stdin,
       );

@@ -1,6 +1,6 @@
 import { inject, injectable, optional } from 'inversify';
 import { InvalidArgumentError, NotSupportedError } from '../../domain/errors.js';
-import { GuestUsers } from '../../ports/agent/kept-processes.js';
+import { GuestUsers, type GuestUser } from '../../ports/agent/kept-processes.js';
 import { loginShell } from '../../domain/agent.js';
 import { parseShellQuery, type Query } from '../../domain/query.js';
 import { PtyFactory, type PtySession } from '../../ports/agent/pty.js';
@@ -21,30 +21,24 @@ export class ShellService {
   /** The shell query (parseShellQuery's), checked; a command's name is found by the terminal's factory. */
   async open(q: Query): Promise<PtySession> {
     const t = parseShellQuery(q);
-    const size = { cols: t.cols ?? 80, rows: t.rows ?? 24 };
-    const run = t.cmd ? { shell: t.cmd, args: t.args ?? [] } : undefined;
-    const where = { ...(t.cwd ? { cwd: t.cwd } : {}) };
-    if (!t.user) {
-      return this.pty.open({
-        ...(run ?? { shell: t.shell || this.pty.defaultShell() }),
-        ...size,
-        ...where,
-        ...(t.env ? { env: t.env } : {}),
-      });
-    }
-    if (!this.users) throw new NotSupportedError('this agent cannot open a shell as another user');
-    const u = await this.users.find(t.user);
-    if (!u) throw new InvalidArgumentError(`no user ${t.user} in the guest`);
+    const u = t.user === undefined ? undefined : await this.user(t.user);
     // a login shell that refuses a login (nologin, false) gives way to the default shell
-    const shell = t.shell || loginShell(u.shell) || this.pty.defaultShell();
+    const shell = t.shell || (u && loginShell(u.shell)) || this.pty.defaultShell();
+    const env = u ? { HOME: u.home, USER: u.name, LOGNAME: u.name, SHELL: shell, ...t.env } : t.env;
     return this.pty.open({
-      ...(run ?? { shell }),
-      ...size,
-      uid: u.uid,
-      gid: u.gid,
-      home: u.home,
-      ...where,
-      env: { HOME: u.home, USER: u.name, LOGNAME: u.name, SHELL: shell, ...t.env },
+      ...(t.cmd ? { shell: t.cmd, args: t.args ?? [] } : { shell }),
+      cols: t.cols ?? 80,
+      rows: t.rows ?? 24,
+      ...(u ? { uid: u.uid, gid: u.gid, home: u.home } : {}),
+      ...(t.cwd ? { cwd: t.cwd } : {}),
+      ...(env ? { env } : {}),
     });
+  }
+
+  private async user(name: string): Promise<GuestUser> {
+    if (!this.users) throw new NotSupportedError('this agent cannot open a shell as another user');
+    const u = await this.users.find(name);
+    if (!u) throw new InvalidArgumentError(`no user ${name} in the guest`);
+    return u;
   }
 }
