@@ -27,6 +27,8 @@ chmod 0700 "$ROOT/root/.ssh"
 echo "$KVER" > "$ROOT/etc/svc-kernel"
 echo svc > "$ROOT/etc/hostname"
 printf '127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n' > "$ROOT/etc/hosts"
+# mmdebstrap copies these two from the host with the host's modes (0755 on some hosts).
+chmod 0644 "$ROOT/etc/hostname" "$ROOT/etc/hosts"
 rm -f "$ROOT/etc/resolv.conf"; echo "nameserver 10.0.2.3" > "$ROOT/etc/resolv.conf"
 echo "/dev/vda / ext4 rw,discard,errors=remount-ro 0 1" > "$ROOT/etc/fstab"
 # Every VM gets its own machine id (systemd makes one at first boot) and its own SSH host keys.

@@ -216,6 +216,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(readFileSync(join(d.dir, 'one-back.txt'), 'utf8')).to.equal('one file');
     const ls = JSON.parse((await svc(['fs', 'ls', 'c1', `${root}/tree`, '--json'])).stdout);
     expect(ls.map((e: { name: string }) => e.name)).to.deep.equal(['sub']);
+    // Into a directory that is there, under the source's own name (cp -r, docker cp); /. for contents.
+    expect((await svc(['cp', join(d.dir, 'one.txt'), `c1:${root}/tree`])).code).to.equal(0);
+    expect(readFileSync(join(root, 'tree', 'one.txt'), 'utf8')).to.equal('one file');
+    expect((await svc(['cp', `c1:${root}/tree`, join(d.dir, 'back')])).code).to.equal(0);
+    expect(readFileSync(join(d.dir, 'back', 'tree', 'one.txt'), 'utf8')).to.equal('one file');
+    expect((await svc(['cp', `c1:${root}/tree/.`, join(d.dir, 'back')])).code).to.equal(0);
+    expect(readFileSync(join(d.dir, 'back', 'one.txt'), 'utf8')).to.equal('one file');
+    expect((await svc(['cp', local, `c1:${root}/one.txt`])).stderr).to.match(/one\.txt: not a directory/);
     expect((await svc(['cp', 'a', 'b'])).stderr).to.match(/exactly one/);
   });
 

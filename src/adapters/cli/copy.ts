@@ -1,10 +1,11 @@
 import { createReadStream } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { extractTree, packTree } from '../fs-kit/tar-tree.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { SvcError } from '../client/svc-transport.js';
 import { progressBar } from './format.js';
 
 export interface Endpoint {
@@ -39,43 +40,76 @@ function meter(total: number | undefined, tty: boolean): Transform {
   });
 }
 
+/** What a copy's destination is now: a directory, something else, or nothing yet. */
+export type Found = 'directory' | 'other' | undefined;
+
+/**
+ * Where a copy lands, by `cp -r`'s and `docker cp`'s rules: into a destination that is a directory
+ * (or that ends with `/`) under the source's own name; a directory source ending in `/.` gives its
+ * contents instead, into the destination itself. A destination that does not exist is the copy
+ * itself; a directory onto something that is not one is refused.
+ */
+export function copyTarget(src: { path: string; directory: boolean }, dst: { path: string; found: Found }): string {
+  const contents = src.directory && /(^|\/)\.\/?$/.test(src.path);
+  if (src.directory && dst.found === 'other') throw new Error(`cp: ${dst.path}: not a directory (the source is one)`);
+  const into = dst.found === 'directory' || (!src.directory && dst.path.endsWith('/'));
+  if (!into || contents) return dst.path;
+  const name = basename(resolve(src.path));
+  return name ? join(dst.path, name) : dst.path;
+}
+
+/** A path without a trailing `/.` (a directory's contents, for copyTarget). */
+const bare = (p: string) => p.replace(/\/\.\/?$/, '') || '/';
+
 /**
  * svc cp SRC DST: one side is `NAME:/path`. Directories travel as tar (the agent packs and
- * extracts on its side, fs-kit's tar-tree on ours); files as bytes, written locally with writeFileAtomic.
+ * extracts on its side, fs-kit's tar-tree on ours); files as bytes, written locally with
+ * writeFileAtomic. Where it lands: copyTarget.
  */
 export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty: boolean): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
   if (dst.vm) {
     const st = await stat(src.path);
+    const there = await client.stat(dst.vm, dst.path).then(
+      (i): Found => (i.type === 'directory' ? 'directory' : 'other'),
+      (err: unknown) => {
+        if (err instanceof SvcError && err.status === 404) return undefined;
+        throw err;
+      },
+    );
+    const target = copyTarget({ path: src.path, directory: st.isDirectory() }, { path: dst.path, found: there });
     if (st.isDirectory()) {
       const tar = await packTree(src.path);
       await client.upload(
         dst.vm,
-        { path: dst.path, mode: 'tar' },
+        { path: target, mode: 'tar' },
         tar.pipe(meter(undefined, tty)) as unknown as Readable,
       );
     } else {
       const body = createReadStream(src.path).pipe(meter(st.size, tty));
       await client.upload(
         dst.vm,
-        { path: dst.path, permissions: (st.mode & 0o777).toString(8).padStart(4, '0') },
+        { path: target, permissions: (st.mode & 0o777).toString(8).padStart(4, '0') },
         body,
         st.size,
       );
     }
     return;
   }
-  const info = await client.stat(src.vm!, src.path);
-  if (info.type === 'directory') {
-    const { body } = await client.download(src.vm!, src.path, 'tar');
-    await mkdir(dst.path, { recursive: true });
-    await extractTree(dst.path, body.pipe(meter(undefined, tty)));
+  const info = await client.stat(src.vm!, bare(src.path));
+  const directory = info.type === 'directory';
+  const there = await stat(dst.path).then(
+    (s): Found => (s.isDirectory() ? 'directory' : 'other'),
+    () => undefined,
+  );
+  const target = copyTarget({ path: src.path, directory }, { path: dst.path, found: there });
+  if (directory) {
+    const { body } = await client.download(src.vm!, bare(src.path), 'tar');
+    await mkdir(target, { recursive: true });
+    await extractTree(target, body.pipe(meter(undefined, tty)));
     return;
   }
-  const target = await stat(dst.path).then(
-    (s) => (s.isDirectory() ? join(dst.path, info.name) : dst.path),
-    () => dst.path,
-  );
+  await mkdir(dirname(target), { recursive: true });
   const { body, size } = await client.download(src.vm!, src.path, 'binary');
   await writeFileAtomic(target, body.pipe(meter(size, tty)), { mode: parseInt(info.mode, 8) & 0o777 });
 }
