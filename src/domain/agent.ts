@@ -82,6 +82,20 @@ export function loginShell(shell: string): string | undefined {
   return shell.startsWith('/') && !/\/(nologin|false)$/.test(shell) ? shell : undefined;
 }
 
+/** Commands of the shell itself: no program of that name exists to run (`cd`, `export`, `source`). */
+const SHELL_BUILTINS = new Set(['cd', 'export', 'source', '.', 'alias', 'unset', 'set', 'ulimit', 'umask', 'eval']);
+
+/**
+ * What an exec or a terminal says of a command the guest lacks, with a hint when the command is
+ * a shell's (a builtin, or a whole line given as one word: `svc x web 'ls | wc -l'`).
+ */
+export function commandNotFound(cmd: string): string {
+  const what = cmd.includes('/') ? `no program ${cmd} in the guest` : `no command ${cmd} in the guest's PATH`;
+  if (SHELL_BUILTINS.has(cmd)) return `${what} (${cmd} is part of the shell: run it in one, sh -c '${cmd} ...')`;
+  if (/[\s;&|<>$`*?(){}'"]/.test(cmd)) return `${what} (a shell line? run it in a shell: sh -c '...')`;
+  return what;
+}
+
 export interface ExecResult {
   stdout: string;
   stderr: string;

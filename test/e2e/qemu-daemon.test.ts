@@ -278,6 +278,9 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect((await svc(['cp', local, 'main:/root/cli.txt'])).code).to.equal(0);
     expect((await svc(['cp', 'main:/root/cli.txt', join(d.dir, 'cli-back.txt')])).code).to.equal(0);
     expect(readFileSync(join(d.dir, 'cli-back.txt'), 'utf8')).to.equal('via cli');
+    // into a directory of the guest under its own name, as cp does (it said "is a directory")
+    expect((await svc(['cp', local, 'main:/tmp'])).code).to.equal(0);
+    expect(await svc(['x', 'main', '--', 'cat', '/tmp/cli.txt'])).to.deep.include({ code: 0, stdout: 'via cli' });
   });
 
   it("logs in with OpenSSH's ssh (svc ssh, ssh-config): a key svc makes, added once; the host key pinned and held to (dropbear)", async () => {

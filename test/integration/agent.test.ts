@@ -93,7 +93,17 @@ describe('svc-agent over HTTP (real agent process)', function () {
       const nf = await call(t, 'POST', `/exec?${qs({ cmd: '/no/such/binary' })}`);
       expect(nf.status).to.equal(200);
       expect(nf.json.exit_code).to.equal(127);
-      expect(nf.json.error).to.match(/cannot start/);
+      expect(nf.json.error).to.equal('no program /no/such/binary in the guest');
+      // a shell's own command, and a whole shell line as one word: said so, with what to do
+      const cd = await call(t, 'POST', `/exec?${qs({ cmd: 'cd', args: '/tmp' })}`);
+      expect(cd.json).to.deep.include({ exit_code: 127 });
+      expect(cd.json.error).to.match(
+        /^no command cd in the guest's PATH \(cd is part of the shell: run it in one, sh -c/,
+      );
+      const line = await call(t, 'POST', `/exec?${qs({ cmd: 'ls | wc -l' })}`);
+      expect(line.json.error).to.match(
+        /^no command ls \| wc -l in the guest's PATH \(a shell line\? run it in a shell/,
+      );
       const badCwd = await call(t, 'POST', `/exec?${qs({ cmd: 'true', cwd: '/no/such/dir' })}`);
       expect(badCwd.json.exit_code).to.equal(127);
     });

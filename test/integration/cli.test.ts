@@ -199,6 +199,9 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const cat = await svc(['x', 'c1', '--', 'tr', 'a-z', 'A-Z'], 'piped in\n');
     expect(cat.stdout).to.equal('PIPED IN\n');
     expect(cat.code).to.equal(0);
+    // no -- needed: the command's flags are its own (-e here is sh's, not svc x's --env)
+    const flags = await svc(['x', 'c1', 'sh', '-e', '-c', 'echo "$0 $1"', 'a', '-t']);
+    expect(flags).to.deep.equal({ code: 0, stdout: 'a -t\n', stderr: '' });
   });
 
   it('copies files and directories both ways', async () => {

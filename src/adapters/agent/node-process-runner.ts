@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { injectable } from 'inversify';
+import { commandNotFound } from '../../domain/agent.js';
 import {
   SpawnError,
   type ProcessExit,
@@ -38,7 +39,12 @@ export class NodeProcessRunner implements ProcessRunner {
       child.once('spawn', () => resolve(undefined));
       child.once('error', resolve);
     });
-    if (started) throw new SpawnError(`cannot start ${req.cmd}: ${started.message}`);
+    if (started)
+      throw new SpawnError(
+        (started as NodeJS.ErrnoException).code === 'ENOENT'
+          ? commandNotFound(req.cmd)
+          : `cannot start ${req.cmd}: ${started.message}`,
+      );
     const pid = child.pid!;
     let done = false;
     // Normally 'close' follows 'exit' once the pipes drain. A background child that inherited the

@@ -4,6 +4,7 @@ import { join, resolve } from 'node:path';
 import { injectable } from 'inversify';
 import pty, { type IPty } from 'node-pty';
 import type { PtyFactory, PtyOptions, PtySession } from '../../ports/agent/pty.js';
+import { commandNotFound } from '../../domain/agent.js';
 import { NotFoundError } from '../../domain/errors.js';
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -24,11 +25,11 @@ export function findProgram(file: string, path: string | undefined, cwd: string)
   };
   if (file.includes('/')) {
     if (runnable(resolve(cwd, file))) return file;
-    throw new NotFoundError(`no program ${file} in the guest`);
+    throw new NotFoundError(commandNotFound(file));
   }
   for (const dir of (path || DEFAULT_PATH).split(':'))
     if (dir && runnable(resolve(cwd, join(dir, file)))) return join(dir, file);
-  throw new NotFoundError(`no command ${file} in the guest's PATH`);
+  throw new NotFoundError(commandNotFound(file));
 }
 
 /** Real pseudo-terminals through node-pty. */

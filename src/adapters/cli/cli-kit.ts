@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import type { CreateProgressEvent, ImageBuildEvent } from '../../domain/events.js';
 import type { ProcessStart } from '../../domain/processes.js';
 import { ms } from './format.js';
@@ -73,4 +73,34 @@ export function restartOption(v: string): Pick<ProcessStart, 'restart' | 'max_re
   if (!m || (m[1] === 'no' && m[2])) throw new Error(`--restart must be always, on-failure or on-failure:N (not ${v})`);
   if (m[1] === 'no') return {};
   return { restart: m[1] as 'always' | 'on-failure', ...(m[2] ? { max_restarts: Number(m[2]) } : {}) };
+}
+
+/** Does the option `token` names take the next word as its value? (`--opt=v` and `-ov` carry their own.) */
+function takesNext(command: Command, token: string): boolean {
+  if (token.includes('=') || (!token.startsWith('--') && token.length > 2)) return false;
+  const o = command.options.find((x) => x.long === token || x.short === token);
+  return !!o && (o.required || o.optional);
+}
+
+/**
+ * The guest's command line begins at a command's operand `at` (`svc x NAME CMD ARGS...`): a `--`
+ * is put before it, so that its flags are the command's (`svc x web ls -la`, as `docker exec`
+ * takes them), while svc's own options before it still count (`svc x web --user svc id -u`).
+ * argv as node gives it; unchanged when it has a `--` already or no such command.
+ */
+export function guestCommandLine(program: Command, argv: string[], starts: Record<string, number>): string[] {
+  let i = 2;
+  while (i < argv.length && argv[i].startsWith('-') && argv[i] !== '--') i += takesNext(program, argv[i]) ? 2 : 1;
+  const sub = program.commands.find((c) => c.name() === argv[i] || c.aliases().includes(argv[i]));
+  const at = sub && starts[sub.name()];
+  if (!sub || at === undefined) return argv;
+  let operand = 0;
+  for (let j = i + 1; j < argv.length; j++) {
+    const t = argv[j];
+    if (t === '--') return argv;
+    if (t.startsWith('-') && t.length > 1) {
+      if (takesNext(sub, t)) j++;
+    } else if (operand++ === at) return [...argv.slice(0, j), '--', ...argv.slice(j)];
+  }
+  return argv;
 }

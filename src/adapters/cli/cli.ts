@@ -11,7 +11,7 @@ import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 import { clusterCommands } from './cluster-commands.js';
 import { snapshotCommands } from './snapshot-commands.js';
-import { collect, envOption, ENV_HELP, Exit, print, whole } from './cli-kit.js';
+import { collect, envOption, ENV_HELP, Exit, guestCommandLine, print, whole } from './cli-kit.js';
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
 import { imageCommands } from './image-commands.js';
@@ -349,7 +349,8 @@ export async function runCli(argv: string[]): Promise<number> {
   const program = buildCli().exitOverride();
   helpHints(program);
   try {
-    await program.parseAsync(argv);
+    // svc x NAME CMD ARGS..., svc run NAME CMD ARGS..., svc ssh NAME CMD...: the command's own flags are its
+    await program.parseAsync(guestCommandLine(program, argv, { x: 1, run: 1, ssh: 1 }));
     return 0;
   } catch (err) {
     if (err instanceof Exit || err instanceof ProcessExit) return err.code;

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { envOption, restartOption } from '../../../../src/adapters/cli/cli-kit.js';
+import { buildCli } from '../../../../src/adapters/cli/cli.js';
+import { envOption, guestCommandLine, restartOption } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
   it("takes docker's words for a restart policy", () => {
@@ -29,5 +30,63 @@ describe('svc CLI: -e/--env of svc x and svc run', () => {
       '--env MISSING: MISSING is not set in this shell (give NAME=VALUE)',
     );
     expect(() => envOption(['=x'], {})).to.throw('--env takes NAME=VALUE or NAME, not "=x"');
+  });
+});
+
+describe('svc CLI: the guest command line of svc x, svc run and svc ssh', () => {
+  const program = buildCli();
+  const line = (...words: string[]) =>
+    guestCommandLine(program, ['node', 'svc', ...words], { x: 1, run: 1, ssh: 1 }).slice(2);
+
+  it('puts -- before the command, so its flags are its own (svc x web ls -la)', () => {
+    expect(line('x', 'web', 'ls', '-la', '/srv')).to.deep.equal(['x', 'web', '--', 'ls', '-la', '/srv']);
+    expect(line('exec', 'web', 'python3', '-c', 'print(1)')).to.deep.equal([
+      'exec',
+      'web',
+      '--',
+      'python3',
+      '-c',
+      'print(1)',
+    ]);
+    // a command's flag that is also one of svc x's (-e, -t) is the command's after its name
+    expect(line('x', 'web', 'grep', '-e', 'x', 'f')).to.deep.equal(['x', 'web', '--', 'grep', '-e', 'x', 'f']);
+    expect(line('ssh', 'web', 'ls', '-t')).to.deep.equal(['ssh', 'web', '--', 'ls', '-t']);
+    expect(line('run', '-d', 'web', 'sleep', '9')).to.deep.equal(['run', '-d', 'web', '--', 'sleep', '9']);
+  });
+
+  it("keeps svc's own options before the command, values and all, and global ones before the verb", () => {
+    expect(line('x', '-e', 'A=1', 'web', '--user', 'svc', '--cwd=/tmp', 'id', '-u')).to.deep.equal([
+      'x',
+      '-e',
+      'A=1',
+      'web',
+      '--user',
+      'svc',
+      '--cwd=/tmp',
+      '--',
+      'id',
+      '-u',
+    ]);
+    expect(line('--socket', '/tmp/s', 'x', 'web', 'ls', '-l')).to.deep.equal([
+      '--socket',
+      '/tmp/s',
+      'x',
+      'web',
+      '--',
+      'ls',
+      '-l',
+    ]);
+  });
+
+  it('leaves a line that has its -- already, one with no command yet, and other verbs as they are', () => {
+    for (const words of [
+      ['x', 'web', '--', 'ls', '-la'],
+      ['x', '--help'],
+      ['x', 'web'],
+      ['ssh', 'web'],
+      ['cp', 'a', 'web:/b'],
+      ['fwd', 'add', 'web', '8080'],
+    ])
+      expect(line(...words)).to.deep.equal(words);
   });
 });
