@@ -1,7 +1,7 @@
 import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
-import { parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
+import { checkCpus, parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
 import { InvalidArgumentError, NotFoundError, NotSupportedError, UnavailableError } from '../domain/errors.js';
 import { snapshotOfSource, snapshotSource } from '../domain/snapshots.js';
 import type { CreateProgressEvent } from '../domain/events.js';
@@ -109,6 +109,7 @@ export class CreateService {
       throw new InvalidArgumentError(
         `disk_gb ${diskGb} is smaller than image ${image.id}: it needs at least ${image.min_disk_gb}`,
       );
+    if (!template) checkCpus(req.cpus ?? this.config.cpus, this.hv.maxCpus);
     // A plain create restores its image's snapshot when one fits (image-snapshots.ts).
     const start =
       template || internal.pool

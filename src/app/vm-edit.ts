@@ -1,5 +1,5 @@
 import { inject, injectable, optional } from 'inversify';
-import type { ShapeChange } from '../domain/create-request.js';
+import { checkCpus, type ShapeChange } from '../domain/create-request.js';
 import { InvalidArgumentError, InvalidStateError, NotFoundError, NotSupportedError } from '../domain/errors.js';
 import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { Clock } from '../ports/clock.js';
@@ -35,6 +35,7 @@ export class VmEdit {
         if (rec.pool) throw new NotFoundError(`vm ${name} not found`);
         await this.assertStopped(rec);
         const next = { cpus: rec.cpus, memory_mb: rec.memory_mb, disk_gb: rec.disk_gb, ...change };
+        if (change.cpus !== undefined) checkCpus(next.cpus, this.hv.maxCpus);
         const image = await this.images.resolveImage(rec.image).catch(() => undefined);
         if (image?.min_memory_mb && next.memory_mb < image.min_memory_mb)
           throw new InvalidArgumentError(

@@ -46,6 +46,14 @@ export interface CreateRequest {
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
 export type WaitMode = (typeof WAIT_MODES)[number];
 
+/** A VM's vCPUs against the most the hypervisor gives one (Hypervisor.maxCpus); 400 past it. */
+export function checkCpus(cpus: number, max: number | undefined): void {
+  if (max && cpus > max)
+    throw new InvalidArgumentError(
+      `cpus ${cpus} is more than this host gives one vm (${max}: its CPUs, or the config's qemu.max_vm_cpus)`,
+    );
+}
+
 export const LIMITS = {
   cpus: [1, 64],
   memory_mb: [64, 262_144],

@@ -81,6 +81,12 @@ export const Hypervisor = Symbol('Hypervisor');
 export interface Hypervisor {
   /** Adapter name reported by /info ("qemu", "fake"). */
   readonly kind: string;
+  /**
+   * The most vCPUs one VM may have here (QEMU: the host's CPUs unless configured, as docker's
+   * `--cpus` is held to them); a create or an edit asking for more is refused. Unset: no limit
+   * beyond the request's own.
+   */
+  readonly maxCpus?: number;
 
   /**
    * Starts the VM process, detached so it outlives the daemon (where the adapter can). Resolves

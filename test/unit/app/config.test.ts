@@ -64,6 +64,7 @@ describe('app/config', () => {
       ram_images: true,
       ram_image_staging: '/dev/shm',
       max_disk_layers: 8,
+      max_vm_cpus: 0,
     });
     expect(build({ qemu: { binary: '/opt/qemu', accel: 'tcg' } }, {}).sections.qemu).to.include({
       binary: '/opt/qemu',
@@ -111,6 +112,11 @@ describe('app/config', () => {
       /"qemu.max_disk_layers": 1 is out of range.*2 to 64/,
     ],
     ['a disk chain of 65 layers', { qemu: { max_disk_layers: 65 } }, /"qemu.max_disk_layers": 65 is out of range/],
+    [
+      '65 vCPUs for one VM',
+      { qemu: { max_vm_cpus: 65 } },
+      /"qemu.max_vm_cpus": 65 is out of range; 0 \(this host's CPUs\) to 64/,
+    ],
     ['fake_agent with qemu', { hypervisor: 'qemu', fake_agent: true, test_mode: true }, /needs hypervisor: fake/],
     [
       'a mount_dirs that is not a list',

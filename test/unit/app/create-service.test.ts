@@ -20,6 +20,7 @@ import { DeadlineExceededError } from '../../../src/domain/errors.js';
 import type { VmRecord } from '../../../src/domain/vm.js';
 import type { ConsoleLogs } from '../../../src/ports/stores.js';
 import { InMemoryHypervisor } from '../../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { VmEdit } from '../../../src/app/vm-edit.js';
 
 async function phases(events: AsyncIterable<CreateProgressEvent>): Promise<string[]> {
   const out: string[] = [];
@@ -206,6 +207,20 @@ describe('app/CreateService', () => {
     expect(w.vms.find('tinymem')).to.equal(undefined);
     const ok = await (await w.creates.create({ name: 'small', image: 'minimal', memory_mb: 128 }, {})).done;
     expect(ok.memory_mb).to.equal(128);
+  });
+
+  it("refuses at once more vCPUs than the hypervisor gives one VM, at a create and at an edit; a clone is its template's", async () => {
+    const w = world({}, undefined, new InMemoryHypervisor({ bootDelayMs: 5, maxCpus: 2 }));
+    const err = await w.creates.create({ name: 'wide', cpus: 3 }, {}).catch((e: Error) => e);
+    expect(err).to.be.instanceOf(InvalidArgumentError);
+    expect((err as Error).message).to.match(/^cpus 3 is more than this host gives one vm \(2: its CPUs/);
+    expect(w.vms.find('wide')).to.equal(undefined);
+    const ok = await (await w.creates.create({ name: 'two', cpus: 2, persistent: true }, {})).done;
+    expect(ok.cpus).to.equal(2);
+    await w.svc.shutdown('two');
+    const edits = w.container.get(VmEdit);
+    expect(await edits.edit('two', { cpus: 3 }).catch((e: Error) => e.message)).to.match(/^cpus 3 is more than/);
+    expect((await edits.edit('two', { cpus: 1 })).cpus).to.equal(1);
   });
 
   it("reads a console's last lines as a person would: no escapes, no blank lines, no stack dump but the faulting function", () => {

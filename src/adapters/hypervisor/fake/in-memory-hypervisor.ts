@@ -65,6 +65,8 @@ export interface InMemoryHypervisorOptions {
   /** Images built by an older svc (`outdated`), until rebuildImage. */
   outdated?: string[];
   buildDelayMs?: number;
+  /** The most vCPUs one VM may have (Hypervisor.maxCpus); unset: no limit. */
+  maxCpus?: number;
 }
 
 /** As with real VMs, an explicit host port must be free on loopback (the fake binds nothing itself). */
@@ -85,6 +87,7 @@ function copyHandle(h: VmHandle): VmHandle {
  */
 export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter, FakeGuests {
   readonly kind = 'fake';
+  readonly maxCpus: number | undefined;
   private readonly vms = new Map<string, FakeVm>();
   /** Disks grown by growDisk, by VM name. */
   private readonly grownDisks = new Map<string, number>();
@@ -96,6 +99,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
   constructor(private readonly options: InMemoryHypervisorOptions = {}) {
     super(options);
     this.bootDelayMs = options.bootDelayMs ?? 0;
+    this.maxCpus = options.maxCpus;
   }
 
   /** True when each VM gets a stand-in guest (a local agent); else the in-memory agent answers. */

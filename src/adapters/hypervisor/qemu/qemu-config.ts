@@ -1,4 +1,5 @@
 import { ConfigError, type Config, type ConfigSection } from '../../../app/config.js';
+import { LIMITS } from '../../../domain/create-request.js';
 import { LAYERS_RANGE, MAX_LAYERS } from './disk-layers.js';
 
 /** The `qemu:` section of the config (docs/config.md). */
@@ -25,6 +26,8 @@ export interface QemuSection {
   ram_image_staging: string;
   /** A template's or forked VM's disk chain past this many layers is written back into one (docs/suspend-and-clones.md). */
   max_disk_layers: number;
+  /** The most vCPUs one VM may have; 0: this host's CPUs (a create or edit asking for more is 400). */
+  max_vm_cpus: number;
 }
 
 export const QEMU_SECTION: ConfigSection = {
@@ -42,6 +45,7 @@ export const QEMU_SECTION: ConfigSection = {
     ram_images: ['bool', true],
     ram_image_staging: ['string', '/dev/shm'],
     max_disk_layers: ['int', MAX_LAYERS],
+    max_vm_cpus: ['int', 0],
   },
   aliases: {
     qemu_binary: 'binary',
@@ -58,6 +62,10 @@ export const QEMU_SECTION: ConfigSection = {
     if (typeof s.max_disk_layers === 'number' && (s.max_disk_layers < lo || s.max_disk_layers > hi))
       throw new ConfigError(
         `config key "qemu.max_disk_layers": ${s.max_disk_layers} is out of range; a disk chain may have ${lo} to ${hi} layers before it is flattened`,
+      );
+    if (typeof s.max_vm_cpus === 'number' && (s.max_vm_cpus < 0 || s.max_vm_cpus > LIMITS.cpus[1]))
+      throw new ConfigError(
+        `config key "qemu.max_vm_cpus": ${s.max_vm_cpus} is out of range; 0 (this host's CPUs) to ${LIMITS.cpus[1]}`,
       );
     if (s.net === 'qemu-user' && !config.test_mode) {
       throw new ConfigError(

@@ -54,6 +54,7 @@ export const qemuDriver: HypervisorDriver = {
                 }
               : undefined,
             maxDiskLayers: q.max_disk_layers,
+            maxVmCpus: q.max_vm_cpus,
             network:
               q.net === 'netd'
                 ? new NetdGuestNetwork(

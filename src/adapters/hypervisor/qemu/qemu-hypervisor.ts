@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -70,6 +71,7 @@ const LOG_CHECK_MS = 10_000;
  */
 export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, CloneSpeedUps {
   readonly kind = 'qemu';
+  readonly maxCpus: number;
   private readonly live = new LiveVms();
   private accel: Promise<Accel> | undefined;
   private version: Promise<string> | undefined;
@@ -88,6 +90,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   constructor(private readonly o: QemuOptions) {
     super(o.images);
+    this.maxCpus = o.maxVmCpus || availableParallelism();
     this.logTimer = setInterval(() => void this.capLogs(), LOG_CHECK_MS).unref();
     this.staging = o.ramStaging && new RamStaging({ ...o.ramStaging, log: o.log });
     sweepMigrationSockets().then(

@@ -34,6 +34,8 @@ export interface QemuOptions {
   ramStaging?: { root: string; tag: string };
   /** A disk chain past this many layers is put back on one (disk-layers.ts, live-flatten.ts); default MAX_LAYERS. */
   maxDiskLayers?: number;
+  /** The most vCPUs one VM may have (Hypervisor.maxCpus); unset: this host's CPUs. */
+  maxVmCpus?: number;
   /**
    * The guests' networks in svc-netd (docs/network.md); without it guests get QEMU's own user-mode
    * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
