@@ -27,6 +27,12 @@ cp -r "$HERE/minimal/rootfs/." "$ROOT/"
 chmod 0755 "$ROOT"/etc/svc/* "$ROOT/etc/acpi/PWRF/00000080"
 ln -sf /bin/busybox "$ROOT/sbin/init"
 echo "$KVER" > "$ROOT/etc/svc/kernel"
+# What a program reads to know the system (os-release(5)): scripts, Python's platform, installers.
+BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static)
+UPSTREAM=${BUSYBOX_VERSION#*:}
+printf '%s\n' 'NAME="svc minimal"' 'ID=svc-minimal' "VERSION_ID=${UPSTREAM%%[-+~]*}" \
+  "PRETTY_NAME=\"svc minimal (busybox $BUSYBOX_VERSION)\"" > "$ROOT/usr/lib/os-release"
+ln -sf ../usr/lib/os-release "$ROOT/etc/os-release"
 progress 70 "disk image"
 make_disk "$ROOT" 1024
 AGENT_VERSION=$(node "$AGENT/svc-agent.cjs" --version)
@@ -34,7 +40,7 @@ publish "$(cat <<JSON
 {
   "id": "$(basename "$OUT")",
   "format": 1,
-  "os": "svc minimal (busybox $(dpkg-query -W -f='${Version}' busybox-static))",
+  "os": "svc minimal (busybox $BUSYBOX_VERSION)",
   "description": "The small image: busybox init, dropbear and the agent; the fastest boots",
   "kernel": "vmlinux",
   "initrd": "initrd.img",

@@ -78,6 +78,12 @@ describe('svcd with QEMU: real guests end to end', function () {
     expect(ud.status, ud.text).to.equal(201);
     const udFile = await d.call('POST', `/vms/ud/exec?${qs({ cmd: 'cat', args: ['/root/ud'] })}`);
     expect(udFile.json.stdout).to.equal('done\n');
+    // the system says what it is, as os-release(5) asks (scripts and Python's platform read it)
+    const os = await d.call(
+      'POST',
+      `/vms/ud/exec?${qs({ cmd: 'sh', args: ['-c', '. /etc/os-release; echo $ID $VERSION_ID'] })}`,
+    );
+    expect(os.json.stdout).to.match(/^svc-minimal \d+\.\d+(\.\d+)?\n$/);
     const health = (await d.call('GET', '/vms/main/agent/health')).json;
     expect(health).to.include({ hostname: 'main', userdata_ran: true });
     expect(health.readiness.state).to.equal('ready');
