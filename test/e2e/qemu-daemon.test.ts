@@ -287,6 +287,9 @@ describe('svcd with QEMU: real guests end to end', function () {
     // into a directory of the guest under its own name, as cp does (it said "is a directory")
     expect((await svc(['cp', local, 'main:/tmp'])).code).to.equal(0);
     expect(await svc(['x', 'main', '--', 'cat', '/tmp/cli.txt'])).to.deep.include({ code: 0, stdout: 'via cli' });
+    // NAME:file, as scp takes it: in root's home
+    expect((await svc(['cp', local, 'main:in-home.txt'])).code).to.equal(0);
+    expect(await svc(['x', 'main', 'cat', '/root/in-home.txt'])).to.deep.include({ code: 0, stdout: 'via cli' });
   });
 
   it("logs in with OpenSSH's ssh (svc ssh, ssh-config): a key svc makes, added once; the host key pinned and held to (dropbear)", async () => {

@@ -13,10 +13,29 @@ export interface Endpoint {
   path: string;
 }
 
-/** `NAME:/path` is a guest path; anything else (including `./a:b`) is local. */
+/**
+ * `NAME:/path` is a guest path; `NAME:`, `NAME:file` and `NAME:~/file` are in root's home there, as
+ * scp takes them (homeRelative). Anything else (including `./a:b`) is local.
+ */
 export function parseEndpoint(s: string): Endpoint {
-  const m = /^([a-z][a-z0-9-]{0,62}):(\/.*)$/.exec(s);
+  const m = /^([a-z][a-z0-9-]{0,62}):(.*)$/.exec(s);
   return m ? { vm: m[1], path: m[2] } : { path: s };
+}
+
+/** A guest path as scp reads it: absolute as it is, else under `home` (`~` and `~/` included). */
+export function homeRelative(path: string, home: string): string {
+  if (path.startsWith('/')) return path;
+  const rest = path === '~' ? '' : path.startsWith('~/') ? path.slice(2) : path;
+  return `${home.replace(/\/$/, '')}/${rest}`;
+}
+
+/** root's home in the guest (an exec as root runs there), for a path that is not absolute. */
+async function guestPath(client: SvcClient, e: Endpoint): Promise<Endpoint> {
+  if (e.path.startsWith('/')) return e;
+  // an agent from before exec's `user` (501) runs as root anyway: root's home is /root there
+  const r = await client.exec(e.vm!, { cmd: 'pwd', args: [], user: 'root' }).catch(() => undefined);
+  const home = r?.exit_code === 0 && r.stdout.startsWith('/') ? r.stdout.trim() : '/root';
+  return { vm: e.vm, path: homeRelative(e.path, home) };
 }
 
 /** Counts bytes going through, drawing a progress bar on a terminal. */
@@ -68,6 +87,8 @@ const bare = (p: string) => p.replace(/\/\.\/?$/, '') || '/';
  */
 export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty: boolean): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
+  if (src.vm) src = await guestPath(client, src);
+  else dst = await guestPath(client, dst);
   if (dst.vm) {
     const st = await stat(src.path);
     const there = await client.stat(dst.vm, dst.path).then(

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { copyTarget } from '../../../../src/adapters/cli/copy.js';
+import { copyTarget, homeRelative, parseEndpoint } from '../../../../src/adapters/cli/copy.js';
 
 describe('svc cp: where a copy lands (cp -r and docker cp)', () => {
   const file = (path: string) => ({ path, directory: false });
@@ -31,5 +31,23 @@ describe('svc cp: where a copy lands (cp -r and docker cp)', () => {
     expect(() => copyTarget(dir('site'), { path: '/srv/file', found: 'other' })).to.throw(
       /\/srv\/file: not a directory/,
     );
+  });
+});
+
+describe('svc cp: NAME:PATH as scp takes it', () => {
+  it('reads NAME:/path, NAME:, NAME:file and NAME:~/file as guest paths, ./a:b as a local one', () => {
+    expect(parseEndpoint('web:/srv/a')).to.deep.equal({ vm: 'web', path: '/srv/a' });
+    expect(parseEndpoint('web:')).to.deep.equal({ vm: 'web', path: '' });
+    expect(parseEndpoint('web:notes.txt')).to.deep.equal({ vm: 'web', path: 'notes.txt' });
+    for (const local of ['./web:x', 'Web:/x', 'notes.txt', '/tmp/a:b'])
+      expect(parseEndpoint(local)).to.deep.equal({ path: local });
+  });
+
+  it('puts a path that is not absolute in the home, as a directory when it names the home itself', () => {
+    expect(homeRelative('/etc/hosts', '/root')).to.equal('/etc/hosts');
+    expect(homeRelative('notes.txt', '/root')).to.equal('/root/notes.txt');
+    expect(homeRelative('~/src/a', '/home/svc/')).to.equal('/home/svc/src/a');
+    for (const home of ['', '~']) expect(homeRelative(home, '/root')).to.equal('/root/');
+    expect(homeRelative('x', '/')).to.equal('/x');
   });
 });
