@@ -30,6 +30,7 @@ echo "$KVER" > "$ROOT/etc/svc/kernel"
 # What a program reads to know the system (os-release(5)): scripts, Python's platform, installers.
 BUSYBOX_VERSION=$(dpkg-query -W -f='${Version}' busybox-static)
 UPSTREAM=${BUSYBOX_VERSION#*:}
+mkdir -p "$ROOT/usr/lib"
 printf '%s\n' 'NAME="svc minimal"' 'ID=svc-minimal' "VERSION_ID=${UPSTREAM%%[-+~]*}" \
   "PRETTY_NAME=\"svc minimal (busybox $BUSYBOX_VERSION)\"" > "$ROOT/usr/lib/os-release"
 ln -sf ../usr/lib/os-release "$ROOT/etc/os-release"
