@@ -241,6 +241,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   imageService
     .refreshOutdated()
     .catch((err: Error) => log.warn({ err: err.message }, 'could not look for images built by an older svc'));
+  const stopRebuilds = imageService.rebuildWhenFreed();
 
   let stopped: Promise<void> | undefined;
   return {
@@ -255,6 +256,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
         unwatchRules();
         await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
         lifetimes.stop();
+        stopRebuilds();
         // Captures are called off first: one that ends while the listeners close (they wait for
         // open requests) would leave a snapshot the stop did not mean to make.
         await snapshots.stop();

@@ -23,6 +23,9 @@ export class ImageService {
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
   ) {}
 
+  /** Images being built anew now (refreshOutdated), so that two removals start one build. */
+  private readonly rebuilding = new Set<string>();
+
   /**
    * On a daemon's first start the default image is not built yet: it is built now, in the
    * background (config `build_default_image`), so the first `svc new` does not wait a minute or
@@ -50,30 +53,47 @@ export class ImageService {
    * new one, as for a first build. One that VMs stand on is left as it is, with a warning that says
    * what to do. Returns the rebuilds under way (undefined when there are none).
    */
-  async refreshOutdated(): Promise<{ done: Promise<void> } | undefined> {
+  async refreshOutdated(o: { warn: boolean } = { warn: true }): Promise<{ done: Promise<void> } | undefined> {
     if (!this.config.build_default_image || !this.images.rebuildImage) return undefined;
     const outdated = (await this.images.listImages(this.inUse)).filter((i) => i.outdated);
     const rebuilds: Promise<void>[] = [];
     for (const image of outdated) {
+      if (this.rebuilding.has(image.id)) continue;
       // Checked and started with no wait between: a create from now on waits for the new image.
       const on = this.inUse(image.id);
       if (on.length) {
-        this.log.warn(
-          { image: image.id, in_use_by: on },
-          `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); to build it anew, delete the VMs on it and svc image rm ${image.id} (or bring one VM's agent up to date with svc agent deploy NAME)`,
-        );
+        if (o.warn)
+          this.log.warn(
+            { image: image.id, in_use_by: on },
+            `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); to build it anew, delete the VMs on it and svc image rm ${image.id} (or bring one VM's agent up to date with svc agent deploy NAME); it is built anew by itself when the last of them is deleted`,
+          );
         continue;
       }
       const started = this.images.rebuildImage(image.id);
+      this.rebuilding.add(image.id);
       this.log.info({ image: image.id }, 'building the image again: it was built by an older svc');
       rebuilds.push(
         this.afterBuild(image.id, Promise.all([this.snapshots.removeImage(image.id), started]), {
           built: 'the image is built anew',
           failed: 'the image did not build again; it stays as it was',
-        }),
+        }).finally(() => this.rebuilding.delete(image.id)),
       );
     }
     return rebuilds.length ? { done: Promise.all(rebuilds).then(() => undefined) } : undefined;
+  }
+
+  /**
+   * From now on, an outdated built-in image is built anew as soon as the last VM that stood on it
+   * is deleted (refreshOutdated at each removal, without its warnings), not at the daemon's next
+   * start. Returns the unsubscribe.
+   */
+  rebuildWhenFreed(): () => void {
+    return this.vms.watch((change) => {
+      if (change.event !== 'removed') return;
+      this.refreshOutdated({ warn: false }).catch((err: unknown) =>
+        this.log.warn({ err: errorMessage(err) }, 'could not look for images built by an older svc'),
+      );
+    });
   }
 
   /** A background build's end, logged: the image's default shape captured after it; a failure said. */

@@ -66,6 +66,28 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(await images.refreshOutdated()).to.equal(undefined);
   });
 
+  it('builds an outdated image anew once the last VM on it is deleted, once for two deletes', async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['debian'], buildDelayMs: 50 });
+    const w = world({}, undefined, hv);
+    for (const name of ['a', 'b']) await (await w.creates.create({ name }, {})).done;
+    const images = w.container.get(ImageService);
+    const stop = images.rebuildWhenFreed();
+    await w.svc.delete('a');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(hv.builds, 'b still stands on it').to.deep.equal([]);
+    // two removals at once (b, then a VM that never stood on it): one build
+    await w.creates.create({ name: 'c', image: 'minimal' }, {}).then((j) => j.done);
+    await Promise.all([w.svc.delete('b'), w.svc.delete('c')]);
+    const t0 = Date.now();
+    while ((await images.list()).some((i) => i.outdated) && Date.now() - t0 < 3000)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(hv.builds).to.deep.equal(['debian']);
+    expect((await images.list()).filter((i) => i.outdated)).to.deep.equal([]);
+    stop();
+    const log = JSON.stringify(w.container.get<SilentLogger>(Logger).lines);
+    expect(log, 'no warning at a removal').to.not.match(/was built by an older svc: VMs made from it/);
+  });
+
   it('has a create that comes during such a build wait for the new image, and say why', async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['minimal'], buildDelayMs: 150 });
     const w = world({}, undefined, hv);
