@@ -51,7 +51,8 @@ export class ImageService {
    * (`outdated`): each that no VM stands on is built again now in the background (config
    * `build_default_image`), its snapshots dropped; creates of it meanwhile wait for the
    * new one, as for a first build. One that VMs stand on is left as it is, with a warning that says
-   * what to do. Returns the rebuilds under way (undefined when there are none).
+   * what to do (`warn`: false at a removal, rebuildWhenFreed). Returns the rebuilds under way
+   * (undefined when there are none).
    */
   async refreshOutdated(o: { warn: boolean } = { warn: true }): Promise<{ done: Promise<void> } | undefined> {
     if (!this.config.build_default_image || !this.images.rebuildImage) return undefined;
@@ -65,7 +66,7 @@ export class ImageService {
         if (o.warn)
           this.log.warn(
             { image: image.id, in_use_by: on },
-            `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); to build it anew, delete the VMs on it and svc image rm ${image.id} (or bring one VM's agent up to date with svc agent deploy NAME); it is built anew by itself when the last of them is deleted`,
+            `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); it is built anew as soon as the last VM on it is deleted (or bring one VM's agent up to date with svc agent deploy NAME)`,
           );
         continue;
       }

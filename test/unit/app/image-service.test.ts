@@ -59,7 +59,9 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(hv.builds).to.deep.equal(['minimal']);
     expect((await images.list()).filter((i) => i.outdated).map((i) => i.id)).to.deep.equal(['debian']);
     const log = JSON.stringify(w.container.get<SilentLogger>(Logger).lines);
-    expect(log).to.match(/image debian was built by an older svc: .*delete the VMs on it and svc image rm debian/);
+    expect(log).to.match(
+      /image debian was built by an older svc: .*built anew as soon as the last VM on it is deleted/,
+    );
     expect(log).to.match(/"in_use_by":\["on-debian"\]/);
     expect(log).to.match(/building the image again: it was built by an older svc/);
     // nothing more to do now
