@@ -50,7 +50,7 @@ export type WaitMode = (typeof WAIT_MODES)[number];
 export function checkCpus(cpus: number, max: number | undefined): void {
   if (max && cpus > max)
     throw new InvalidArgumentError(
-      `cpus ${cpus} is more than this host gives one vm (${max}: its CPUs, or the config's qemu.max_vm_cpus)`,
+      `cpus ${cpus} is more than one vm may have on this host (${max}: its CPUs, unless the hypervisor's config sets max_vm_cpus)`,
     );
 }
 

@@ -349,7 +349,7 @@ export async function runCli(argv: string[]): Promise<number> {
   const program = buildCli().exitOverride();
   helpHints(program);
   try {
-    // svc x NAME CMD ARGS..., svc run NAME CMD ARGS..., svc ssh NAME CMD...: the command's own flags are its
+    // svc x NAME CMD ARGS..., svc run NAME CMD ARGS..., svc ssh NAME CMD...: the command's flags are its own
     await program.parseAsync(guestCommandLine(program, argv, { x: 1, run: 1, ssh: 1 }));
     return 0;
   } catch (err) {
