@@ -90,10 +90,16 @@ const SHELL_BUILTINS = new Set(['cd', 'export', 'source', '.', 'alias', 'unset',
  * a shell's (a builtin, or a whole line given as one word: `svc x web 'ls | wc -l'`).
  */
 export function commandNotFound(cmd: string): string {
+  // isCommandNotFound reads these two openings back
   const what = cmd.includes('/') ? `no program ${cmd} in the guest` : `no command ${cmd} in the guest's PATH`;
   if (SHELL_BUILTINS.has(cmd)) return `${what} (${cmd} is part of the shell: run it in one, sh -c '${cmd} ...')`;
   if (/[\s;&|<>$`*?(){}'"]/.test(cmd)) return `${what} (a shell line? run it in a shell: sh -c '...')`;
   return what;
+}
+
+/** Is this error text commandNotFound's (a client told by a terminal's 404, which also means no cwd)? */
+export function isCommandNotFound(message: string): boolean {
+  return /^no (command|program) /.test(message);
 }
 
 export interface ExecResult {

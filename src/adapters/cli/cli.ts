@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import { Command } from 'commander';
-import type { ExecRequest } from '../../domain/agent.js';
+import { isCommandNotFound, type ExecRequest } from '../../domain/agent.js';
 import { parseDuration } from '../../domain/duration.js';
 import { SvcClient, SvcError } from '../client/svc-client.js';
 import { completionScript } from './completion.js';
@@ -90,7 +90,7 @@ export function buildCli(): Command {
           // an agent from before a command in a terminal: without -t, run it as before
           if (o.tty === undefined && err.status === 501) return undefined;
           // a command the guest does not have exits 127, as an exec of it (and a shell) says
-          if (err.status === 404 && /^no (command|program) /.test(err.message)) {
+          if (err.status === 404 && isCommandNotFound(err.message)) {
             process.stderr.write(`svc: ${err.message}\n`);
             return 127;
           }

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { commandNotFound } from '../../../src/domain/agent.js';
+import { commandNotFound, isCommandNotFound } from '../../../src/domain/agent.js';
 
 describe('agent: a command the guest lacks', () => {
   it('names it, by PATH or as a path', () => {
@@ -16,5 +16,11 @@ describe('agent: a command the guest lacks', () => {
       expect(commandNotFound(cmd)).to.match(/ \(a shell line\? run it in a shell: sh -c '\.\.\.'\)$/);
     // a program named with dashes, dots, pluses and digits is only a name
     expect(commandNotFound('g++-12.2')).to.equal("no command g++-12.2 in the guest's PATH");
+  });
+
+  it('knows its own text again (the CLI turns a terminal that says so into exit 127), and no other', () => {
+    for (const cmd of ['jq', '/opt/x/run', 'cd', 'ls | wc -l'])
+      expect(isCommandNotFound(commandNotFound(cmd))).to.equal(true);
+    expect(isCommandNotFound('no directory /srv in the guest')).to.equal(false);
   });
 });
