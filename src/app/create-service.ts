@@ -99,8 +99,10 @@ export class CreateService {
         `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,
       );
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
-    const diskGb = template?.disk_gb ?? req.disk_gb ?? this.config.disk_gb;
-    const memoryMb = template?.memory_mb ?? req.memory_mb ?? this.config.memory_mb;
+    // A size left out is the config's, or the image's least when that is more (an image baked from a
+    // VM is as large as that VM's disk); one asked for below the image's least is refused.
+    const diskGb = template?.disk_gb ?? req.disk_gb ?? Math.max(this.config.disk_gb, image.min_disk_gb);
+    const memoryMb = template?.memory_mb ?? req.memory_mb ?? Math.max(this.config.memory_mb, image.min_memory_mb ?? 0);
     if (image.min_memory_mb && memoryMb < image.min_memory_mb)
       throw new InvalidArgumentError(
         `memory_mb ${memoryMb} is too little for image ${image.id}: it boots in at least ${image.min_memory_mb} MB`,
@@ -137,7 +139,7 @@ export class CreateService {
             egress_secrets: req.egress_secrets ?? template.egress_secrets,
             entrypoint: template.entrypoint,
           }
-        : req,
+        : { ...req, disk_gb: diskGb, memory_mb: memoryMb },
       image,
       internal.pool,
     );

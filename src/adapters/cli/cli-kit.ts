@@ -38,6 +38,19 @@ export class Exit extends Error {
   }
 }
 
+/**
+ * An error of this host's files as `PATH: what went wrong`, as cp and ls say it; Node's own text
+ * (`ENOENT: no such file or directory, stat '/x'`) names the system call. Other errors: their message.
+ */
+export function errorText(err: unknown): string {
+  const e = err as Partial<NodeJS.ErrnoException> | undefined;
+  if (typeof e?.code === 'string' && typeof e.syscall === 'string' && typeof e.path === 'string') {
+    const what = /^E[A-Z0-9]+: (.+?), [a-z_]+ '/.exec(e.message ?? '')?.[1] ?? e.code;
+    return `${e.path}: ${what}`;
+  }
+  return (err as { message?: string } | undefined)?.message ?? String(err);
+}
+
 /** A flag's whole number: commander then says which flag and echoes what was typed. */
 export const whole =
   (what: string) =>

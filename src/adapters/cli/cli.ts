@@ -11,7 +11,7 @@ import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
 import { clusterCommands } from './cluster-commands.js';
 import { snapshotCommands } from './snapshot-commands.js';
-import { collect, envOption, ENV_HELP, Exit, guestCommandLine, print, whole } from './cli-kit.js';
+import { collect, envOption, ENV_HELP, errorText, Exit, guestCommandLine, print, whole } from './cli-kit.js';
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
 import { imageCommands } from './image-commands.js';
@@ -66,14 +66,14 @@ export function buildCli(): Command {
     .argument('<cmd>')
     .argument('[args...]')
     .description('run a command in a VM: svc x NAME -- CMD ARGS...')
-    .option('--cwd <dir>')
+    .option('-w, --cwd <dir>', "start there (an absolute path; docker exec's -w), not in the user's home")
     .option(
       '-u, --user <user>',
       'a user of the guest by name or number: its ids, HOME, USER, SHELL, and its home as the cwd',
     )
     .option('--uid <n>', "user id (its passwd user's gid, HOME and USER follow it)", whole('a numeric user id'))
     .option('--gid <n>', 'group id', whole('a numeric group id'))
-    .option('--timeout <duration>')
+    .option('--timeout <duration>', 'kill it after this long (30s, 5m): exit 124, as timeout(1)')
     .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
     .option('-t, --tty', 'in a terminal even when this one is not (as ssh -t); default: when input and output are one')
     .option('-T, --no-tty', 'never in a terminal: stdout and stderr apart, stdin as it is')
@@ -128,7 +128,7 @@ export function buildCli(): Command {
     .option('--shell <path>')
     .option('-u, --user <user>', "a user of the guest to log in as (such as svc, the debian image's); default root")
     .option('-t, --tty', 'a terminal even when the input is not one (as ssh -tt): prompts and echo included')
-    .option('--cwd <dir>', "start there (an absolute path), not in the user's home")
+    .option('-w, --cwd <dir>', "start there (an absolute path), not in the user's home")
     .option('-e, --env <NAME=VALUE>', ENV_HELP, collect, [])
     .description('open an interactive shell in a VM; with piped input, run it as a script (no terminal)')
     .action(async (name: string, o) => {
@@ -356,7 +356,7 @@ export async function runCli(argv: string[]): Promise<number> {
     if (err instanceof Exit || err instanceof ProcessExit) return err.code;
     const e = err as { code?: string; exitCode?: number; message?: string };
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) return e.exitCode ?? 2;
-    process.stderr.write(`svc: ${e.message ?? String(err)}\n`);
+    process.stderr.write(`svc: ${errorText(err)}\n`);
     return err instanceof SvcError ? (err.status === 0 ? 3 : 1) : 1;
   }
 }

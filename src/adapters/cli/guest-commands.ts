@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { parseGuestPort } from '../../domain/agent.js';
-import type { SvcClient } from '../client/svc-client.js';
+import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { print, readStdin, whole } from './cli-kit.js';
 import { table } from './format.js';
 
@@ -50,7 +50,16 @@ export function guestFileCommands(program: Command, client: () => SvcClient): vo
     .argument('<path>')
     .option('-r, --recursive', 'a folder and everything in it')
     .description('remove a file or an empty folder in the VM')
-    .action(async (name: string, path: string, o) => client().remove(name, path, { recursive: !!o.recursive }));
+    .action(async (name: string, path: string, o) =>
+      client()
+        .remove(name, path, { recursive: !!o.recursive })
+        .catch((err: unknown) => {
+          // the API's answer names its query parameter; here the option is -r
+          if (err instanceof SvcError && err.status === 409 && !o.recursive)
+            throw new Error(`${path}: directory not empty (svc fs rm -r removes it and everything in it)`);
+          throw err;
+        }),
+    );
   fs.command('ln')
     .argument('<name>')
     .argument('<target>')

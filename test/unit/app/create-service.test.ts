@@ -80,6 +80,23 @@ describe('app/CreateService', () => {
     ).done;
   });
 
+  it("gives a create that names no size the image's least when the config's default is less, and refuses less asked for", async () => {
+    // the fake's debian needs 2 GB of disk and 256 MB of memory (an image baked from a VM: that VM's disk)
+    const w = world({ disk_gb: 1, memory_mb: 128 });
+    const vm = await (await w.creates.create({ name: 'big', image: 'debian' }, {})).done;
+    expect(vm).to.include({ disk_gb: 2, memory_mb: 256 });
+    expect(await (await w.creates.create({ name: 'small', image: 'minimal' }, {})).done).to.include({
+      disk_gb: 1,
+      memory_mb: 128,
+    });
+    const err = await w.creates.create({ name: 'no', image: 'debian', disk_gb: 1 }, {}).catch((e) => e);
+    expect(err)
+      .to.be.instanceOf(InvalidArgumentError)
+      .with.property('message')
+      .that.matches(/at least 2/);
+    expect(w.vms.find('no')).to.equal(undefined);
+  });
+
   it('refuses a second create of the same name while the first is still booting', async () => {
     const w = world();
     const first = await w.creates.create({ name: 'dup' }, {});

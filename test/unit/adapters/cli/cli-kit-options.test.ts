@@ -1,6 +1,10 @@
 import { expect } from 'chai';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { buildCli } from '../../../../src/adapters/cli/cli.js';
-import { envOption, guestCommandLine, restartOption } from '../../../../src/adapters/cli/cli-kit.js';
+import { envOption, errorText, guestCommandLine, restartOption } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
   it("takes docker's words for a restart policy", () => {
@@ -88,5 +92,34 @@ describe('svc CLI: the guest command line of svc x, svc run and svc ssh', () => 
       ['fwd', 'add', 'web', '8080'],
     ])
       expect(line(...words)).to.deep.equal(words);
+  });
+});
+
+describe("svc CLI: an error of this host's files", () => {
+  it('is said as PATH: what went wrong, not as the system call Node names', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-cli-errors-'));
+    try {
+      const missing = join(dir, 'nope');
+      const caught = (f: () => unknown) => {
+        try {
+          f();
+        } catch (err) {
+          return err;
+        }
+        throw new Error('no error');
+      };
+      expect(errorText(caught(() => statSync(missing)))).to.equal(`${missing}: no such file or directory`);
+      const file = join(dir, 'f');
+      writeFileSync(file, 'x');
+      expect(errorText(await readFile(join(file, 'x')).catch((e: unknown) => e))).to.equal(
+        `${join(file, 'x')}: not a directory`,
+      );
+      // an error without a path (reading a directory) keeps Node's words
+      expect(errorText(await readFile(dir).catch((e: unknown) => e))).to.match(/^EISDIR: /);
+      expect(errorText(new Error('vm a not found'))).to.equal('vm a not found');
+      expect(errorText('plain')).to.equal('plain');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
