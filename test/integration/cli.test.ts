@@ -265,6 +265,13 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     );
     expect(JSON.parse((await svc(['info', '--json'])).stdout).hypervisor).to.equal('fake');
     expect((await svc(['logs', 'c1'])).stdout).to.contain('[fake] c1 booted');
+    // an empty console (a guest restored from a snapshot has printed nothing yet) is said, on stderr
+    const serial = join(d.config.data_dir, 'vms', 'c1', 'serial.log');
+    const kept = readFileSync(serial);
+    writeFileSync(serial, '');
+    expect(await svc(['logs', 'c1'])).to.deep.include({ code: 0, stdout: '' });
+    expect((await svc(['logs', 'c1'])).stderr).to.match(/vm c1's console log is empty/);
+    writeFileSync(serial, kept);
     const bash = (await svc(['completion', 'bash'])).stdout;
     expect(bash).to.contain('complete -F _svc svc');
     // Every command is completed (read from the program), and a VM's name after those that take one.
@@ -299,6 +306,8 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await there.exit).to.equal(2);
     const piped = await svc(['sh', 'c1', '--cwd', '/tmp', '-e', 'A=x y'], 'echo "at:$(pwd):$A"\n');
     expect(piped).to.deep.include({ code: 0, stdout: 'at:/tmp:x y\n' });
+    // -w is docker exec's name for it, on svc x too
+    expect(await svc(['x', 'c1', '-w', '/tmp', 'pwd'])).to.deep.include({ code: 0, stdout: '/tmp\n' });
   });
 
   it('runs svc x in a terminal when it is at one (a command that reads it, its code), apart with -T, in one with -t', async () => {

@@ -299,8 +299,16 @@ export function buildCli(): Command {
         throw new Error("-n and --from read a durable process's output: svc logs NAME ID");
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
-      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal }))
+      let bytes = 0;
+      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal })) {
+        bytes += c.length;
         process.stdout.write(c);
+      }
+      // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
+      if (bytes === 0 && !o.follow)
+        process.stderr.write(
+          `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
+        );
     });
 
   program
