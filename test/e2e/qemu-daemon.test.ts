@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { request } from 'node:http';
 import { connect, createServer, type AddressInfo } from 'node:net';
@@ -290,6 +290,34 @@ describe('svcd with QEMU: real guests end to end', function () {
     // NAME:file, as scp takes it: in root's home
     expect((await svc(['cp', local, 'main:in-home.txt'])).code).to.equal(0);
     expect(await svc(['x', 'main', 'cat', '/root/in-home.txt'])).to.deep.include({ code: 0, stdout: 'via cli' });
+    // --user: what lands in the guest is that user's, the folders made on the way too; a tree without
+    // it is root's (as docker cp), not this host's owners
+    const tree = join(d.dir, 'owned-tree');
+    mkdirSync(join(tree, 'sub'), { recursive: true });
+    writeFileSync(join(tree, 'sub', 'f'), 'f');
+    chownSync(join(tree, 'sub', 'f'), 1234, 1234);
+    expect((await svc(['cp', '-u', 'nobody', tree, 'main:/tmp/nb/tree'])).code).to.equal(0);
+    expect((await svc(['cp', '-u', 'nobody', local, 'main:/tmp/nb2/deep/'])).code).to.equal(0);
+    expect((await svc(['cp', tree, 'main:/tmp/rt'])).code).to.equal(0);
+    const owners = await svc([
+      'x',
+      'main',
+      'stat',
+      '-c',
+      '%u:%g %n',
+      '/tmp/nb',
+      '/tmp/nb/tree/sub/f',
+      '/tmp/nb2/deep/cli.txt',
+      '/tmp/nb2',
+      '/tmp/rt/sub/f',
+    ]);
+    expect(owners.stdout.trim().split('\n')).to.deep.equal([
+      '65534:65534 /tmp/nb',
+      '65534:65534 /tmp/nb/tree/sub/f',
+      '65534:65534 /tmp/nb2/deep/cli.txt',
+      '65534:65534 /tmp/nb2',
+      '0:0 /tmp/rt/sub/f',
+    ]);
   });
 
   it("logs in with OpenSSH's ssh (svc ssh, ssh-config): a key svc makes, added once; the host key pinned and held to (dropbear)", async () => {

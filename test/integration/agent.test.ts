@@ -423,6 +423,30 @@ describe('svc-agent over HTTP (real agent process)', function () {
         'content-type': 'application/octet-stream',
       });
       expect(statSync(path).uid).to.equal(65534);
+      // the folders a write makes on the way are the same user's, and so is every entry of a tar
+      const nested = join(work, 'owned-dir', 'x', 'f');
+      await call(t, 'PUT', `/cp?${qs({ path: nested, uid: '65534', gid: '65534' })}`, Buffer.from('x'), {
+        'content-type': 'application/octet-stream',
+      });
+      for (const p of [join(work, 'owned-dir'), join(work, 'owned-dir', 'x'), nested])
+        expect(statSync(p), p).to.include({ uid: 65534, gid: 65534 });
+      const tree = join(work, 'owned-tree', 'new');
+      const body = await makeTar([
+        { name: 'd/', type: 'directory', mode: 0o755 },
+        { name: 'd/f', data: 'f' },
+        { name: 'e/h', data: 'h' },
+        { name: 'l', type: 'symlink', linkname: 'd/f' },
+      ]);
+      const put = await call(t, 'PUT', `/cp?${qs({ path: tree, mode: 'tar', uid: '65534', gid: '65534' })}`, body, {
+        'content-type': 'application/x-tar',
+      });
+      expect(put.status).to.equal(204);
+      for (const p of ['', 'd', 'd/f', 'e', 'e/h', 'l'].map((n) => join(tree, n)).concat(join(work, 'owned-tree')))
+        expect(lstatSync(p), p).to.include({ uid: 65534, gid: 65534 });
+      // without an owner, a tar's entries are as the archive says (root's here)
+      const plain = join(work, 'plain-tree');
+      await call(t, 'PUT', `/cp?${qs({ path: plain, mode: 'tar' })}`, body, { 'content-type': 'application/x-tar' });
+      expect(lstatSync(join(plain, 'd', 'f'))).to.include({ uid: 0, gid: 0 });
     });
 
     it('copies a 200 MiB file both ways with bounded agent memory', async () => {

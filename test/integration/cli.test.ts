@@ -3,7 +3,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
@@ -228,6 +228,17 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(readFileSync(join(d.dir, 'back', 'one.txt'), 'utf8')).to.equal('one file');
     expect((await svc(['cp', local, `c1:${root}/one.txt`])).stderr).to.match(/one\.txt: not a directory/);
     expect((await svc(['cp', 'a', 'b'])).stderr).to.match(/exactly one/);
+    // --user: what lands is that user's, the folders made on the way too (chown: as root, as CI runs)
+    if (process.getuid?.() === 0) {
+      expect((await svc(['cp', '-u', 'nobody', local, `c1:${root}/nb/tree`])).code).to.equal(0);
+      for (const p of ['nb', 'nb/tree', 'nb/tree/sub/f.txt']) expect(statSync(join(root, p)).uid, p).to.equal(65534);
+      // and out here it is this user's, not the guest's owner (as docker cp)
+      expect((await svc(['cp', `c1:${root}/nb`, join(d.dir, 'nb-back')])).code).to.equal(0);
+      expect(statSync(join(d.dir, 'nb-back', 'tree', 'sub', 'f.txt')).uid).to.equal(0);
+    }
+    expect((await svc(['cp', '-u', 'no-such-user', local, `c1:${root}/x`])).stderr).to.match(
+      /cp --user no-such-user: no user no-such-user/,
+    );
   });
 
   it('manages secrets from stdin (never argv), forwards and shows history, activity, info and logs', async () => {

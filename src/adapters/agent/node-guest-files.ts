@@ -14,7 +14,7 @@ import {
 import type { GuestFiles, WriteOptions } from '../../ports/agent/guest-files.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { exists as existsAt } from '../fs-kit/exists.js';
-import { extractTree, packTree } from '../fs-kit/tar-tree.js';
+import { extractTree, mkdirOwned, packTree } from '../fs-kit/tar-tree.js';
 
 /** Maps Node fs errors to domain errors with the path in the message. */
 function fsError(err: unknown, path: string): Error {
@@ -116,7 +116,7 @@ export class NodeGuestFiles implements GuestFiles {
 
   async writeFile(path: string, body: Readable, opts: WriteOptions): Promise<void> {
     const dir = dirname(path);
-    await mkdir(dir, { recursive: true }).catch((e) => {
+    await mkdirOwned(dir, opts).catch((e) => {
       throw fsError(e, dir);
     });
     const existing = await stat(path).catch(() => undefined);
@@ -142,11 +142,11 @@ export class NodeGuestFiles implements GuestFiles {
     return { size: st.size, body: createReadStream(path, { highWaterMark: 1 << 20 }) };
   }
 
-  async extractTar(dir: string, body: Readable): Promise<void> {
-    await mkdir(dir, { recursive: true }).catch((e) => {
+  async extractTar(dir: string, body: Readable, owner?: { uid?: number; gid?: number }): Promise<void> {
+    await mkdirOwned(dir, owner).catch((e) => {
       throw fsError(e, dir);
     });
-    await extractTree(dir, body);
+    await extractTree(dir, body, owner ? { uid: owner.uid ?? -1, gid: owner.gid ?? -1 } : 'archive');
   }
 
   /** `keep` (adapter-only) filters entries by their name in the archive. */

@@ -150,8 +150,12 @@ export function buildCli(): Command {
     .argument('<src>')
     .argument('<dst>')
     .description('copy files: NAME:/path on one side; directories go as tar')
-    .action(async (src: string, dst: string) =>
-      copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY),
+    .option(
+      '-u, --user <user>',
+      "the guest's side as this user: what is written there is theirs (else root's), NAME:path is in their home",
+    )
+    .action(async (src: string, dst: string, o) =>
+      copy(client(), parseEndpoint(src), parseEndpoint(dst), !!process.stderr.isTTY, o.user),
     );
 
   guestFileCommands(program, client);

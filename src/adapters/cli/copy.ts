@@ -29,13 +29,30 @@ export function homeRelative(path: string, home: string): string {
   return `${home.replace(/\/$/, '')}/${rest}`;
 }
 
-/** root's home in the guest (an exec as root runs there), for a path that is not absolute. */
-async function guestPath(client: SvcClient, e: Endpoint): Promise<Endpoint> {
-  if (e.path.startsWith('/')) return e;
+/** The guest's side of a copy: where a relative path starts, and whose what is written there is. */
+interface GuestSide {
+  endpoint: Endpoint;
+  uid: number;
+  gid: number;
+}
+
+/**
+ * `user`'s ids and home in the guest (an exec as that user runs in its home), the path made
+ * absolute under that home; without a user, root's (an exec only for a relative path).
+ */
+async function guestSide(client: SvcClient, e: Endpoint, user?: string): Promise<GuestSide> {
+  if (user !== undefined) {
+    const r = await client.exec(e.vm!, { cmd: 'sh', args: ['-c', 'id -u; id -g; pwd'], user });
+    const [uid, gid, home] = r.stdout.trim().split('\n');
+    if (r.exit_code !== 0 || !/^\d+$/.test(uid ?? '') || !/^\d+$/.test(gid ?? '') || !home?.startsWith('/'))
+      throw new Error(`cp --user ${user}: ${r.error ?? (r.stderr.trim() || 'the guest did not say who that is')}`);
+    return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) }, uid: Number(uid), gid: Number(gid) };
+  }
+  if (e.path.startsWith('/')) return { endpoint: e, uid: 0, gid: 0 };
   // an agent from before exec's `user` (501) runs as root anyway: root's home is /root there
   const r = await client.exec(e.vm!, { cmd: 'pwd', args: [], user: 'root' }).catch(() => undefined);
   const home = r?.exit_code === 0 && r.stdout.startsWith('/') ? r.stdout.trim() : '/root';
-  return { vm: e.vm, path: homeRelative(e.path, home) };
+  return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) }, uid: 0, gid: 0 };
 }
 
 /** Counts bytes going through, drawing a progress bar on a terminal. */
@@ -83,12 +100,22 @@ const bare = (p: string) => p.replace(/\/\.\/?$/, '') || '/';
 /**
  * svc cp SRC DST: one side is `NAME:/path`. Directories travel as tar (the agent packs and
  * extracts on its side, fs-kit's tar-tree on ours); files as bytes, written locally with
- * writeFileAtomic. Where it lands: copyTarget.
+ * writeFileAtomic. Where it lands: copyTarget. Whose it is, as docker cp has it: in the guest,
+ * root's or `user`'s (relative paths in that user's home too); here, this process's user's.
  */
-export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty: boolean): Promise<void> {
+export async function copy(
+  client: SvcClient,
+  src: Endpoint,
+  dst: Endpoint,
+  tty: boolean,
+  user?: string,
+): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
-  if (src.vm) src = await guestPath(client, src);
-  else dst = await guestPath(client, dst);
+  const guest = await guestSide(client, src.vm ? src : dst, user);
+  if (src.vm) src = guest.endpoint;
+  else dst = guest.endpoint;
+  // a file the agent writes is its user's (root's) unless given; a tree would keep this host's owners
+  const owner = user !== undefined ? { uid: guest.uid, gid: guest.gid } : undefined;
   if (dst.vm) {
     const st = await stat(src.path);
     const there = await client.stat(dst.vm, dst.path).then(
@@ -103,14 +130,14 @@ export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty:
       const tar = await packTree(src.path);
       await client.upload(
         dst.vm,
-        { path: target, mode: 'tar' },
+        { path: target, mode: 'tar', ...(owner ?? { uid: 0, gid: 0 }) },
         tar.pipe(meter(undefined, tty)) as unknown as Readable,
       );
     } else {
       const body = createReadStream(src.path).pipe(meter(st.size, tty));
       await client.upload(
         dst.vm,
-        { path: target, permissions: (st.mode & 0o777).toString(8).padStart(4, '0') },
+        { path: target, permissions: (st.mode & 0o777).toString(8).padStart(4, '0'), ...owner },
         body,
         st.size,
       );
@@ -127,7 +154,7 @@ export async function copy(client: SvcClient, src: Endpoint, dst: Endpoint, tty:
   if (directory) {
     const { body } = await client.download(src.vm!, bare(src.path), 'tar');
     await mkdir(target, { recursive: true });
-    await extractTree(target, body.pipe(meter(undefined, tty)));
+    await extractTree(target, body.pipe(meter(undefined, tty)), 'self');
     return;
   }
   await mkdir(dirname(target), { recursive: true });

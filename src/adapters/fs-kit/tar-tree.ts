@@ -1,6 +1,6 @@
 import { constants as fsConstants, createReadStream, readlinkSync } from 'node:fs';
 import { lchown, link, lstat, mkdir, open, readdir, realpath, rm, symlink } from 'node:fs/promises';
-import { basename, join, relative } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
@@ -30,21 +30,58 @@ export function entryParts(name: string, dir: string): string[] {
 }
 
 /**
+ * Whose extracted entries are: `archive`, as the archive says (when this process may give files
+ * away: as tar does for root); `self`, this process's user (as tar does for others, and docker cp
+ * on the receiving host); or one uid and gid for them all (-1 keeps that half, as chown(2)).
+ */
+export type TarOwner = 'archive' | 'self' | { uid: number; gid: number };
+
+/** The owner an entry gets, or undefined to leave it the extracting process's. */
+function ownerOf(h: { uid?: number; gid?: number }, owner: TarOwner): { uid: number; gid: number } | undefined {
+  if (owner === 'self' || process.getuid?.() !== 0) return undefined;
+  if (owner !== 'archive') return owner;
+  return h.uid === undefined && h.gid === undefined ? undefined : { uid: h.uid ?? 0, gid: h.gid ?? 0 };
+}
+
+/**
+ * Makes `dir` and its missing parents (mkdir -p); those it made get `owner` (when this process may
+ * give them away), so a copy as a user of a file into new folders leaves no folder of root's.
+ */
+export async function mkdirOwned(dir: string, owner?: { uid?: number; gid?: number }): Promise<void> {
+  const first = await mkdir(dir, { recursive: true });
+  if (first === undefined || !owner || (owner.uid === undefined && owner.gid === undefined)) return;
+  if (process.getuid?.() !== 0) return;
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    await lchown(d, owner.uid ?? -1, owner.gid ?? -1);
+    if (d === first || d === dirname(d)) break;
+  }
+}
+
+/**
  * The directory an entry lands in, made where missing, walking one component at a time from the
  * root and never through a link: a symlink on the way, whether the archive made it or it was there
- * before, is refused, so nothing is ever written outside the root.
+ * before, is refused, so nothing is ever written outside the root. A fixed owner is given to what it makes.
  */
-async function parentOf(root: string, parts: string[], name: string, dir: string, make = true): Promise<string> {
+async function parentOf(
+  root: string,
+  parts: string[],
+  name: string,
+  dir: string,
+  make: TarOwner | false = 'archive',
+): Promise<string> {
   let cur = root;
   for (const p of parts.slice(0, -1)) {
     cur = join(cur, p);
     const st = await lstat(cur).catch(() => undefined);
-    if (st === undefined && !make)
-      throw new InvalidArgumentError(
-        `tar entry ${JSON.stringify(name)} links to a file that was not extracted in ${dir}`,
-      );
-    if (st === undefined) await mkdir(cur, { mode: 0o755 });
-    else if (st.isSymbolicLink())
+    if (st === undefined) {
+      if (make === false)
+        throw new InvalidArgumentError(
+          `tar entry ${JSON.stringify(name)} links to a file that was not extracted in ${dir}`,
+        );
+      await mkdir(cur, { mode: 0o755 });
+      const given = typeof make === 'object' ? ownerOf({}, make) : undefined;
+      if (given) await lchown(cur, given.uid, given.gid);
+    } else if (st.isSymbolicLink())
       throw new InvalidArgumentError(
         `tar entry ${JSON.stringify(name)} goes through the link ${relative(root, cur)} in ${dir}; entries are never written through links`,
       );
@@ -64,13 +101,17 @@ async function clear(target: string, keepDir: boolean): Promise<void> {
 }
 
 /** Sets times and owner through a descriptor opened without following links. */
-async function setMeta(target: string, h: tar.Header, mode?: number): Promise<void> {
+async function setMeta(
+  target: string,
+  h: tar.Header,
+  owner: { uid: number; gid: number } | undefined,
+  mode?: number,
+): Promise<void> {
   const fh = await open(target, NOFOLLOW).catch(() => undefined);
   if (!fh) return;
   try {
     if (mode !== undefined) await fh.chmod(mode);
-    if (process.getuid?.() === 0 && (h.uid !== undefined || h.gid !== undefined))
-      await fh.chown(h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
+    if (owner) await fh.chown(owner.uid, owner.gid).catch(() => undefined);
     if (h.mtime && mode === undefined) await fh.utimes(h.mtime, h.mtime).catch(() => undefined);
   } finally {
     await fh.close();
@@ -91,7 +132,7 @@ function notExtracted(err: unknown): Error {
  * the archive made the link or it was already there, and metadata calls never follow links.
  * Anything else (a name outside, a hard link out, a device, not a tar stream) is InvalidArgument.
  */
-export async function extractTree(dir: string, body: Readable): Promise<void> {
+export async function extractTree(dir: string, body: Readable, owner: TarOwner = 'archive'): Promise<void> {
   const root = await realpath(dir);
   const ex = tar.extract();
   const dirTimes: [string, Date][] = [];
@@ -106,23 +147,24 @@ export async function extractTree(dir: string, body: Readable): Promise<void> {
           entry.resume();
           continue;
         }
-        const target = join(await parentOf(root, parts, h.name, dir), parts[parts.length - 1]);
+        const target = join(await parentOf(root, parts, h.name, dir, owner), parts[parts.length - 1]);
         if (h.type === 'directory') {
           await clear(target, true);
           await mkdir(target, { mode }).catch((e: NodeJS.ErrnoException) => {
             if (e.code !== 'EEXIST') throw e;
           });
-          await setMeta(target, h, mode);
+          await setMeta(target, h, ownerOf(h, owner), mode);
           if (h.mtime) dirTimes.push([target, h.mtime]);
           entry.resume();
         } else if (h.type === 'file' || h.type === 'contiguous-file') {
           await clear(target, false);
           await writeFileAtomic(target, entry as unknown as Readable, { mode, durable: false });
-          await setMeta(target, h);
+          await setMeta(target, h, ownerOf(h, owner));
         } else if (h.type === 'symlink') {
           await clear(target, false);
           await symlink(h.linkname ?? '', target);
-          if (process.getuid?.() === 0) await lchown(target, h.uid ?? 0, h.gid ?? 0).catch(() => undefined);
+          const given = ownerOf(h, owner);
+          if (given) await lchown(target, given.uid, given.gid).catch(() => undefined);
           entry.resume();
         } else if (h.type === 'link') {
           const from = entryParts(h.linkname ?? '', dir);

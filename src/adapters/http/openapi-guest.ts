@@ -249,8 +249,12 @@ export const GUEST_PATHS: Record<string, Record<string, Schema>> = {
           pathQ,
           q('mode', { type: 'string', enum: ['binary', 'tar'] }),
           q('permissions', { type: 'string' }),
-          q('uid', { type: 'integer' }),
-          q('gid', { type: 'integer' }),
+          q(
+            'uid',
+            { type: 'integer' },
+            'the owner of what is written and of the folders made for it; every entry of a tar',
+          ),
+          q('gid', { type: 'integer' }, 'its group, likewise'),
         ],
         requestBody: {
           required: true,

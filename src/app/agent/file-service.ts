@@ -16,7 +16,12 @@ export class FileService {
 
   async put(o: PutOptions, body: Readable): Promise<void> {
     const path = absolutePath(o.path);
-    if (o.mode === 'tar') return this.files.extractTar(path, body);
+    if (o.mode === 'tar')
+      return this.files.extractTar(
+        path,
+        body,
+        o.uid !== undefined || o.gid !== undefined ? { uid: o.uid, gid: o.gid } : undefined,
+      );
     const mode = parseMode(o.permissions, 0o644);
     if (Number.isNaN(mode)) throw new InvalidArgumentError('permissions must be an octal string such as "0644"');
     await this.files.writeFile(path, body, { mode, uid: o.uid, gid: o.gid });

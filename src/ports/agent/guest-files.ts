@@ -25,8 +25,12 @@ export interface GuestFiles {
   writeFile(path: string, body: Readable, opts: WriteOptions): Promise<void>;
   /** A stream of a regular file. InvalidArgumentError for a directory. */
   readFile(path: string): Promise<{ size: number; body: Readable }>;
-  /** Extracts a tar stream into directory `dir`; refuses entries that would land outside it. */
-  extractTar(dir: string, body: Readable): Promise<void>;
+  /**
+   * Extracts a tar stream into directory `dir` (made, with missing parents, where absent); refuses
+   * entries that would land outside it. With `owner`, everything it makes is that uid's and gid's;
+   * without, entries keep the archive's owners.
+   */
+  extractTar(dir: string, body: Readable, owner?: { uid?: number; gid?: number }): Promise<void>;
   /** A tar of a directory's contents (relative to it), or of one file under its base name. */
   packTar(path: string): Promise<Readable>;
   /** Small text files of a directory as name -> trimmed content; `{}` when the directory is absent. */
