@@ -5,7 +5,7 @@ import type { WaitMode } from '../../domain/create-request.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { Instance } from '../../domain/vm.js';
 import { SvcError, type CreateInput, type SvcClient } from '../client/svc-client.js';
-import { collect, print, progress, restartOption, whole } from './cli-kit.js';
+import { collect, Exit, print, progress, restartOption, whole } from './cli-kit.js';
 import { egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { table } from './format.js';
 
@@ -209,7 +209,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
               p.members.map((m) => [m.name, m.status]),
               ['MEMBER', 'STATUS'],
             )}`
-          : 'no warm pool configured',
+          : "no warm pool configured (warm_pool: {template: NAME, size: N} in the daemon's config keeps N clones of a persistent VM ready for svc new --pool; docs/config.md)",
       );
     });
 
@@ -228,7 +228,18 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .argument('<names...>')
     .description('delete VMs, whatever their state')
     .action(async (names: string[]) => {
-      for (const n of names) console.log((await client().delete(n)).message);
+      // as docker rm: one that fails is said and the others are still deleted; the exit code says any failed
+      let failed = 0;
+      for (const n of names) {
+        try {
+          console.log((await client().delete(n)).message);
+        } catch (err) {
+          if (names.length === 1 || (err instanceof SvcError && err.status === 0)) throw err;
+          process.stderr.write(`svc: ${(err as Error).message}\n`);
+          failed++;
+        }
+      }
+      if (failed) throw new Exit(1);
     });
 
   for (const [verb, desc] of [
