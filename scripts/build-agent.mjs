@@ -109,12 +109,14 @@ if (cc.error || cc.status !== 0) {
 }
 
 // The durable processes' keeper and the file watch (native/svc-keep.c, native/svc-watch.c;
-// docs/processes.md), linked static so they run in any guest the agent runs in (an OCI image's
-// libc is not the host's). Without them the agent answers 501 to processes and watches.
+// docs/processes.md), and the start as a user with supplementary groups (native/svc-as.c), linked
+// static so they run in any guest the agent runs in (an OCI image's libc is not the host's).
+// Without the first two the agent answers 501 to processes and watches; without svc-as, commands
+// and shells as a user run without the user's supplementary groups.
 const binOut = join(out, 'node_modules', 'svc-bin');
 mkdirSync(binOut, { recursive: true });
 writeFileSync(join(binOut, 'package.json'), `${JSON.stringify({ name: 'svc-bin', private: true })}\n`);
-for (const name of ['svc-keep', 'svc-watch']) {
+for (const name of ['svc-keep', 'svc-watch', 'svc-as']) {
   const r = spawnSync(
     process.env.CC || 'cc',
     ['-O2', '-Wall', '-Wextra', '-static', '-s', '-o', join(binOut, name), join(root, 'native', `${name}.c`)],
@@ -122,7 +124,7 @@ for (const name of ['svc-keep', 'svc-watch']) {
   );
   if (r.error || r.status !== 0) {
     console.warn(
-      `build-agent: native/${name}.c not built (${r.error?.message ?? `exit ${r.status}`}); the agent has no durable processes or watches`,
+      `build-agent: native/${name}.c not built (${r.error?.message ?? `exit ${r.status}`}); ${name === 'svc-as' ? "commands as a user run without the user's supplementary groups" : 'the agent has no durable processes or watches'}`,
     );
   }
 }

@@ -21,6 +21,7 @@ import { identityFirst } from './adapters/agent/identity-request.js';
 import { NodeGuestFiles } from './adapters/agent/node-guest-files.js';
 import { NodeProcessRunner } from './adapters/agent/node-process-runner.js';
 import { NodePtyFactory } from './adapters/agent/node-pty-factory.js';
+import { findRunAs } from './adapters/agent/run-as.js';
 import { ProcStatsSource } from './adapters/agent/proc-stats-source.js';
 import { ExecChannelSocket } from './adapters/agent/exec-channel-socket.js';
 import { ShellSocket } from './adapters/agent/shell-socket.js';
@@ -58,10 +59,10 @@ export function buildAgentContainer(opts: AgentOptions, o: AgentOverrides = {}):
   c.load(
     new ContainerModule(({ bind }) => {
       bind(AgentOptions).toConstantValue(opts);
-      if (o.runner) bind(ProcessRunner).toConstantValue(o.runner);
-      else bind(ProcessRunner).to(NodeProcessRunner).inSingletonScope();
-      if (o.pty) bind(PtyFactory).toConstantValue(o.pty);
-      else bind(PtyFactory).to(NodePtyFactory).inSingletonScope();
+      // a user's supplementary groups are set through native/svc-as (run-as.ts)
+      const runAs = findRunAs(opts.helpersDir);
+      bind(ProcessRunner).toConstantValue(o.runner ?? new NodeProcessRunner(runAs));
+      bind(PtyFactory).toConstantValue(o.pty ?? new NodePtyFactory(runAs));
       if (o.files) bind(GuestFiles).toConstantValue(o.files);
       else bind(GuestFiles).to(NodeGuestFiles).inSingletonScope();
       bind(StatsSource).toConstantValue(o.stats ?? new ProcStatsSource());

@@ -158,10 +158,15 @@ describe('svcd with QEMU: the debian image', function () {
     const named = await sh('deb', 'id -un; id -gn; pwd; echo "$SHELL"', '&user=svc');
     expect(named.stdout, named.stderr).to.equal('svc\nsvc\n/home/svc\n/bin/bash\n');
     expect((await sh('deb', 'id -gn', `&uid=${uid}`)).stdout).to.equal('svc\n');
+    // with its supplementary groups, as login gives them (libuv's spawn alone drops them: svc-as)
+    expect((await sh('deb', 'id -Gn', '&user=svc')).stdout).to.equal('svc sudo\n');
     // piped input to svc sh: the script's own output in the user's login shell, no terminal
     const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
     const piped = await runSvc(env, ['sh', 'deb', '--user', 'svc'], 'echo "$0 $(id -un) $PWD"; [[ -t 0 ]] || exit 7\n');
     expect(piped).to.deep.include({ code: 7, stdout: '/bin/bash svc /home/svc\n', stderr: '' });
+    // a terminal's shell too
+    const groups = await runSvc(env, ['sh', '-t', 'deb', '--user', 'svc'], 'id -Gn; exit\n');
+    expect(groups.stdout).to.match(/\bsvc sudo\r?\n/);
   });
 
   it('opens a shell as the svc user (svc sh --user svc): its ids, home and login shell', async () => {

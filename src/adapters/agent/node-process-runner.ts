@@ -2,6 +2,9 @@ import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { injectable } from 'inversify';
 import { commandNotFound } from '../../domain/agent.js';
+import { NotFoundError } from '../../domain/errors.js';
+import { findProgram } from './node-pty-factory.js';
+import { startAs } from './run-as.js';
 import {
   SpawnError,
   type ProcessExit,
@@ -18,21 +21,30 @@ const EXIT_GRACE_MS = 300;
  */
 @injectable()
 export class NodeProcessRunner implements ProcessRunner {
+  /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
+  constructor(private readonly runAs: string | null = null) {}
+
   async spawn(req: SpawnRequest): Promise<RunningProcess> {
     const isDir = async (p: string) => !!(await stat(p).catch(() => undefined))?.isDirectory();
     if (req.cwd && !(await isDir(req.cwd))) throw new SpawnError(`cwd ${req.cwd} is not a directory`);
     const cwd = req.cwd ?? (req.home === undefined ? undefined : (await isDir(req.home)) ? req.home : '/');
+    const env = { ...process.env, ...req.env };
     let child;
     try {
-      child = spawn(req.cmd, req.args, {
+      // svc-as execs what it is given: the program is found here first, so a missing one is said as spawn's ENOENT is
+      const start = startAs(this.runAs, req.cmd, req.args, req, () =>
+        findProgram(req.cmd, env.PATH, cwd ?? process.cwd()),
+      );
+      child = spawn(start.file, start.args, {
         cwd,
-        uid: req.uid,
-        gid: req.gid,
-        env: { ...process.env, ...req.env },
+        uid: start.uid,
+        gid: start.gid,
+        env,
         detached: true,
         stdio: 'pipe',
       });
     } catch (err) {
+      if (err instanceof NotFoundError) throw new SpawnError(err.message);
       throw new SpawnError(`cannot start ${req.cmd}: ${(err as Error).message}`);
     }
     const started = await new Promise<Error | undefined>((resolve) => {

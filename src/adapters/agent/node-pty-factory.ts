@@ -6,6 +6,7 @@ import pty, { type IPty } from 'node-pty';
 import type { PtyFactory, PtyOptions, PtySession } from '../../ports/agent/pty.js';
 import { commandNotFound } from '../../domain/agent.js';
 import { NotFoundError } from '../../domain/errors.js';
+import { startAs } from './run-as.js';
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
@@ -35,6 +36,9 @@ export function findProgram(file: string, path: string | undefined, cwd: string)
 /** Real pseudo-terminals through node-pty. */
 @injectable()
 export class NodePtyFactory implements PtyFactory {
+  /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
+  constructor(private readonly runAs: string | null = null) {}
+
   defaultShell(): string {
     for (const s of [process.env.SHELL, '/bin/bash', '/bin/sh']) if (s && existsSync(s)) return s;
     return '/bin/sh';
@@ -46,14 +50,16 @@ export class NodePtyFactory implements PtyFactory {
     const cwd = opts.cwd ?? (isDir(home) ? home : '/');
     if (!isDir(cwd)) throw new NotFoundError(`no directory ${cwd} in the guest`);
     const env = { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>;
-    const p = pty.spawn(findProgram(opts.shell, env.PATH, cwd), opts.args ?? [], {
+    const program = findProgram(opts.shell, env.PATH, cwd);
+    const start = startAs(this.runAs, program, opts.args ?? [], opts, () => program);
+    const p = pty.spawn(start.file, start.args, {
       name: 'xterm-256color',
       cols: opts.cols,
       rows: opts.rows,
       cwd,
       env,
       encoding: null,
-      ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.gid } : {}),
+      ...(start.uid !== undefined ? { uid: start.uid, gid: start.gid } : {}),
     });
     drainBeforeDestroy(p);
     let dead = false;

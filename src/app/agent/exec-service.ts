@@ -48,6 +48,7 @@ export class ExecService {
       ...req,
       uid: user.uid,
       gid: req.gid ?? user.gid,
+      groups: user.groups,
       home: req.user === undefined ? undefined : user.home,
       env: { ...env, ...req.env },
     });

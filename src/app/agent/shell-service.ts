@@ -29,7 +29,7 @@ export class ShellService {
       ...(t.cmd ? { shell: t.cmd, args: t.args ?? [] } : { shell }),
       cols: t.cols ?? 80,
       rows: t.rows ?? 24,
-      ...(u ? { uid: u.uid, gid: u.gid, home: u.home } : {}),
+      ...(u ? { uid: u.uid, gid: u.gid, groups: u.groups, home: u.home } : {}),
       ...(t.cwd ? { cwd: t.cwd } : {}),
       ...(env ? { env } : {}),
     });

@@ -8,6 +8,8 @@ export interface SpawnRequest {
   home?: string;
   uid?: number;
   gid?: number;
+  /** With `uid`: the user's supplementary groups, its gid among them (as login sets them). */
+  groups?: number[];
   env?: Record<string, string>;
 }
 

@@ -9,9 +9,10 @@ export interface PtyOptions {
   /** Without `cwd`: start here when it is a directory, else in / (as a login starts in its home). */
   home?: string;
   env?: Record<string, string>;
-  /** Run as this uid and gid (the agent runs as root). */
+  /** Run as this uid and gid (the agent runs as root), with these supplementary groups. */
   uid?: number;
   gid?: number;
+  groups?: number[];
 }
 
 export interface PtySession {

@@ -117,13 +117,14 @@ describe('app/agent/ExecService', () => {
   it('runs as a user by name or number: its ids, its home as the cwd, its login shell as SHELL', async () => {
     const runner = new ScriptedRunner(({ exit }) => exit({ code: 0, signal: null }));
     const passwd = [
-      { uid: 1000, gid: 1001, groups: [], home: '/home/svc', name: 'svc', shell: '/bin/bash' },
+      { uid: 1000, gid: 1001, groups: [1001, 27], home: '/home/svc', name: 'svc', shell: '/bin/bash' },
       { uid: 65534, gid: 65534, groups: [], home: '/nonexistent', name: 'nobody', shell: '/usr/sbin/nologin' },
     ];
     const users = { find: async (u: string) => passwd.find((p) => p.name === u || String(p.uid) === u) ?? null };
     const svc = new ExecService(runner, users);
     await svc.buffered({ cmd: 'x', args: [], user: 'svc' });
     expect(runner.asked[0]).to.deep.include({ uid: 1000, gid: 1001, home: '/home/svc' });
+    expect(runner.asked[0].groups, 'its supplementary groups, as login sets them').to.deep.equal([1001, 27]);
     expect(runner.asked[0].env).to.deep.equal({ HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' });
     await svc.buffered({ cmd: 'x', args: [], user: '1000', gid: 0, cwd: '/tmp' });
     expect(runner.asked[1], 'the request says where and which group').to.deep.include({

@@ -35,6 +35,7 @@ describe('app/agent/ShellService', () => {
       rows: 24,
       uid: 1000,
       gid: 1000,
+      groups: [1000, 27],
       home: '/home/svc',
       env: { HOME: '/home/svc', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' },
     });
@@ -65,6 +66,7 @@ describe('app/agent/ShellService', () => {
       rows: 24,
       uid: 1000,
       gid: 1000,
+      groups: [1000, 27],
       home: '/home/svc',
       env: { HOME: '/srv', USER: 'svc', LOGNAME: 'svc', SHELL: '/bin/bash' },
     });
