@@ -450,6 +450,15 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     );
     expect((await svc(['rm', 'cl3'])).code).to.equal(0);
     expect((await svc(['pool'])).stdout).to.match(/^no warm pool configured \(warm_pool: /);
+    // the lifecycle verbs take several names too, --json an array of them
+    const paused = await svc(['pause', 'cl1', 'cl2', '--json']);
+    expect(JSON.parse(paused.stdout), paused.stderr).to.have.length(2);
+    for (const n of ['cl1', 'cl2']) expect((await d.call('GET', `/vms/${n}`)).json.status).to.equal('paused');
+    expect(await svc(['resume', 'cl1', 'nope', 'cl2'])).to.deep.equal({
+      code: 1,
+      stdout: 'vm cl1 resumed\nvm cl2 resumed\n',
+      stderr: 'svc: vm nope not found\n',
+    });
     // several at once, as docker rm: one that is not there is said, the others still go, exit 1
     expect(await svc(['rm', 'cl1', 'nope', 'cl2'])).to.deep.equal({
       code: 1,

@@ -5,7 +5,7 @@ import type { WaitMode } from '../../domain/create-request.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { Instance } from '../../domain/vm.js';
 import { SvcError, type CreateInput, type SvcClient } from '../client/svc-client.js';
-import { collect, Exit, print, progress, restartOption, whole } from './cli-kit.js';
+import { collect, errorText, Exit, print, progress, restartOption, whole } from './cli-kit.js';
 import { egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { table } from './format.js';
 
@@ -227,20 +227,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .command('rm')
     .argument('<names...>')
     .description('delete VMs, whatever their state')
-    .action(async (names: string[]) => {
-      // as docker rm: one that fails is said and the others are still deleted; the exit code says any failed
-      let failed = 0;
-      for (const n of names) {
-        try {
-          console.log((await client().delete(n)).message);
-        } catch (err) {
-          if (names.length === 1 || (err instanceof SvcError && err.status === 0)) throw err;
-          process.stderr.write(`svc: ${(err as Error).message}\n`);
-          failed++;
-        }
-      }
-      if (failed) throw new Exit(1);
-    });
+    .action(async (names: string[]) => eachName(names, async (n) => console.log((await client().delete(n)).message)));
 
   for (const [verb, desc] of [
     ['start', 'start a stopped VM'],
@@ -252,14 +239,22 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
   ] as const) {
     program
       .command(verb)
-      .argument('<name>')
-      .option('--json')
-      .description(desc)
-      .action(async (name: string, o) => {
+      .argument('<names...>')
+      .option('--json', 'print the VM as JSON (an array of them for several)')
+      .description(`${desc} (several: each in turn)`)
+      .action(async (names: string[], o) => {
         const c = client();
-        const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
-        print(o.json, out, () => ('message' in out ? out.message : `vm ${out.name} is ${out.status}`));
-        warn(out);
+        const outs: object[] = [];
+        try {
+          await eachName(names, async (name) => {
+            const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
+            if (o.json) outs.push(out);
+            else console.log('message' in out ? out.message : `vm ${out.name} is ${out.status}`);
+            warn(out);
+          });
+        } finally {
+          if (o.json && outs.length) print(true, names.length === 1 ? outs[0] : outs, () => '');
+        }
       });
   }
 }
@@ -352,6 +347,25 @@ function vmDetails(i: Instance): string {
 }
 
 /** What the daemon says of a call that worked but not as asked (a restore or clone that cold-booted): on stderr, whatever the output's form. */
+/**
+ * `act` for each VM named, in turn, as docker rm and docker stop take several: one that fails is
+ * said and the others still go, and the exit code is 1 if any failed. One name alone fails as any
+ * command does, and so does a daemon that cannot be reached (exit 3), which no later name reaches.
+ */
+async function eachName(names: string[], act: (name: string) => Promise<void>): Promise<void> {
+  let failed = 0;
+  for (const name of names) {
+    try {
+      await act(name);
+    } catch (err) {
+      if (names.length === 1 || (err instanceof SvcError && err.status === 0)) throw err;
+      process.stderr.write(`svc: ${errorText(err)}\n`);
+      failed++;
+    }
+  }
+  if (failed) throw new Exit(1);
+}
+
 function warn(out: object): void {
   if ('warning' in out && typeof out.warning === 'string') console.error(`warning: ${out.warning}`);
 }
