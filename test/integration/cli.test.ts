@@ -3,7 +3,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
@@ -239,6 +239,12 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['cp', '-u', 'no-such-user', local, `c1:${root}/x`])).stderr).to.match(
       /cp --user no-such-user: no user no-such-user/,
     );
+    // a folder with things in it goes with -r, which its refusal names (the API's words are recursive=true)
+    const full = await svc(['fs', 'rm', 'c1', `${root}/tree`]);
+    expect(full).to.deep.include({ code: 1 });
+    expect(full.stderr).to.match(/tree: directory not empty \(svc fs rm -r removes it/);
+    expect((await svc(['fs', 'rm', '-r', 'c1', `${root}/tree`])).code).to.equal(0);
+    expect(existsSync(join(root, 'tree'))).to.equal(false);
   });
 
   it('manages secrets from stdin (never argv), forwards and shows history, activity, info and logs', async () => {

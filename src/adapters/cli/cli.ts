@@ -309,7 +309,7 @@ export function buildCli(): Command {
         process.stdout.write(c);
       }
       // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
-      if (bytes === 0 && !o.follow)
+      if (bytes === 0 && !o.follow && o.tail !== 0)
         process.stderr.write(
           `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
         );

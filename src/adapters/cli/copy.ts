@@ -29,11 +29,10 @@ export function homeRelative(path: string, home: string): string {
   return `${home.replace(/\/$/, '')}/${rest}`;
 }
 
-/** The guest's side of a copy: where a relative path starts, and whose what is written there is. */
+/** The guest's side of a copy: its path made absolute, and with a user whose what is written there is. */
 interface GuestSide {
   endpoint: Endpoint;
-  uid: number;
-  gid: number;
+  owner?: { uid: number; gid: number };
 }
 
 /**
@@ -46,13 +45,13 @@ async function guestSide(client: SvcClient, e: Endpoint, user?: string): Promise
     const [uid, gid, home] = r.stdout.trim().split('\n');
     if (r.exit_code !== 0 || !/^\d+$/.test(uid ?? '') || !/^\d+$/.test(gid ?? '') || !home?.startsWith('/'))
       throw new Error(`cp --user ${user}: ${r.error ?? (r.stderr.trim() || 'the guest did not say who that is')}`);
-    return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) }, uid: Number(uid), gid: Number(gid) };
+    return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) }, owner: { uid: Number(uid), gid: Number(gid) } };
   }
-  if (e.path.startsWith('/')) return { endpoint: e, uid: 0, gid: 0 };
+  if (e.path.startsWith('/')) return { endpoint: e };
   // an agent from before exec's `user` (501) runs as root anyway: root's home is /root there
   const r = await client.exec(e.vm!, { cmd: 'pwd', args: [], user: 'root' }).catch(() => undefined);
   const home = r?.exit_code === 0 && r.stdout.startsWith('/') ? r.stdout.trim() : '/root';
-  return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) }, uid: 0, gid: 0 };
+  return { endpoint: { vm: e.vm, path: homeRelative(e.path, home) } };
 }
 
 /** Counts bytes going through, drawing a progress bar on a terminal. */
@@ -115,7 +114,7 @@ export async function copy(
   if (src.vm) src = guest.endpoint;
   else dst = guest.endpoint;
   // a file the agent writes is its user's (root's) unless given; a tree would keep this host's owners
-  const owner = user !== undefined ? { uid: guest.uid, gid: guest.gid } : undefined;
+  const owner = guest.owner;
   if (dst.vm) {
     const st = await stat(src.path);
     const there = await client.stat(dst.vm, dst.path).then(

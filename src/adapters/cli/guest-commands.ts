@@ -55,7 +55,7 @@ export function guestFileCommands(program: Command, client: () => SvcClient): vo
         .remove(name, path, { recursive: !!o.recursive })
         .catch((err: unknown) => {
           // the API's answer names its query parameter; here the option is -r
-          if (err instanceof SvcError && err.status === 409 && !o.recursive)
+          if (err instanceof SvcError && err.status === 409 && /directory not empty/.test(err.message))
             throw new Error(`${path}: directory not empty (svc fs rm -r removes it and everything in it)`);
           throw err;
         }),
