@@ -240,7 +240,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     program
       .command(verb)
       .argument('<names...>')
-      .option('--json', 'print the VM as JSON (an array of them for several)')
+      .option('--json', "print the daemon's answer as JSON (an array of them for several)")
       .description(`${desc} (several: each in turn)`)
       .action(async (names: string[], o) => {
         const c = client();
@@ -346,7 +346,6 @@ function vmDetails(i: Instance): string {
   return rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join('\n');
 }
 
-/** What the daemon says of a call that worked but not as asked (a restore or clone that cold-booted): on stderr, whatever the output's form. */
 /**
  * `act` for each VM named, in turn, as docker rm and docker stop take several: one that fails is
  * said and the others still go, and the exit code is 1 if any failed. One name alone fails as any
@@ -366,6 +365,7 @@ async function eachName(names: string[], act: (name: string) => Promise<void>): 
   if (failed) throw new Exit(1);
 }
 
+/** What the daemon says of a call that worked but not as asked (a restore or clone that cold-booted): on stderr, whatever the output's form. */
 function warn(out: object): void {
   if ('warning' in out && typeof out.warning === 'string') console.error(`warning: ${out.warning}`);
 }
