@@ -1,7 +1,13 @@
 import { inject, injectable, optional } from 'inversify';
 import { assertSecretsExist } from './egress-service.js';
 import type { CreateRequest, WaitMode } from '../domain/create-request.js';
-import { checkCpus, parseCreateRequest, parseCreateTimeout, parseWaitMode } from '../domain/create-request.js';
+import {
+  checkCpus,
+  defaultDiskGb,
+  parseCreateRequest,
+  parseCreateTimeout,
+  parseWaitMode,
+} from '../domain/create-request.js';
 import { InvalidArgumentError, NotFoundError, NotSupportedError, UnavailableError } from '../domain/errors.js';
 import { snapshotOfSource, snapshotSource } from '../domain/snapshots.js';
 import type { CreateProgressEvent } from '../domain/events.js';
@@ -99,9 +105,9 @@ export class CreateService {
         `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,
       );
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
-    // A size left out is the config's, or the image's least when that is more (an image baked from a
-    // VM is as large as that VM's disk); one asked for below the image's least is refused.
-    const diskGb = template?.disk_gb ?? req.disk_gb ?? Math.max(this.config.disk_gb, image.min_disk_gb);
+    // A size left out is the config's, or the image's least when that is more (defaultDiskGb); one
+    // asked for below the image's least is refused.
+    const diskGb = template?.disk_gb ?? req.disk_gb ?? defaultDiskGb(this.config.disk_gb, image);
     const memoryMb = template?.memory_mb ?? req.memory_mb ?? Math.max(this.config.memory_mb, image.min_memory_mb ?? 0);
     if (image.min_memory_mb && memoryMb < image.min_memory_mb)
       throw new InvalidArgumentError(

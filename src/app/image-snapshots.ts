@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
-import type { CreateRequest } from '../domain/create-request.js';
+import { defaultDiskGb, type CreateRequest } from '../domain/create-request.js';
 import { bootEntrypoint } from '../domain/processes.js';
 import { entrypointWord, type EntrypointChoice } from '../domain/restart-policy.js';
 import { errorMessage, InternalError } from '../domain/errors.js';
@@ -222,11 +222,11 @@ export class ImageSnapshots {
   }
 
   /**
-   * The disk a snapshot's guest boots with: the config's `disk_gb` (the image's smallest when
-   * larger), so a create of the default size restores with nothing to grow; a larger one grows.
+   * The disk a snapshot's guest boots with: a create's default (defaultDiskGb), so a create of the
+   * default size restores with nothing to grow; a larger one grows.
    */
   private diskOf(image: ImageInfo): number {
-    return Math.max(image.min_disk_gb, this.config.disk_gb);
+    return defaultDiskGb(this.config.disk_gb, image);
   }
 
   /** The key of a snapshot of `image` in `shape` made now: a digest of every input of its guest. */

@@ -46,6 +46,15 @@ export interface CreateRequest {
 export const WAIT_MODES = ['auto', 'ssh', 'agent', 'userdata', 'bootstrap'] as const;
 export type WaitMode = (typeof WAIT_MODES)[number];
 
+/**
+ * The disk of a create that names none: the config's `disk_gb`, or the image's least when that is
+ * more (an image baked from a VM is as large as that VM's disk). Image snapshots boot with it too,
+ * so such a create restores one with nothing to grow.
+ */
+export function defaultDiskGb(configured: number, image: { min_disk_gb: number }): number {
+  return Math.max(configured, image.min_disk_gb);
+}
+
 /** A VM's vCPUs against the most the hypervisor gives one (Hypervisor.maxCpus); 400 past it. */
 export function checkCpus(cpus: number, max: number | undefined): void {
   if (max && cpus > max)
