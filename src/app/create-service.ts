@@ -4,6 +4,7 @@ import type { CreateRequest, WaitMode } from '../domain/create-request.js';
 import {
   checkCpus,
   defaultDiskGb,
+  defaultMemoryMb,
   parseCreateRequest,
   parseCreateTimeout,
   parseWaitMode,
@@ -105,10 +106,10 @@ export class CreateService {
         `mounts on a clone of ${template?.name}, which is restored: the ${this.hv.kind} hypervisor, as configured, attaches host folders only when a guest boots (QEMU's mount_driver 9p adds them to a restored one)`,
       );
     const image = await this.images.resolveImage(template?.image ?? req.image ?? this.config.image);
-    // A size left out is the config's, or the image's least when that is more (defaultDiskGb); one
-    // asked for below the image's least is refused.
+    // A size left out is the config's, or the image's least when that is more (defaultDiskGb,
+    // defaultMemoryMb); one asked for below the image's least is refused.
     const diskGb = template?.disk_gb ?? req.disk_gb ?? defaultDiskGb(this.config.disk_gb, image);
-    const memoryMb = template?.memory_mb ?? req.memory_mb ?? Math.max(this.config.memory_mb, image.min_memory_mb ?? 0);
+    const memoryMb = template?.memory_mb ?? req.memory_mb ?? defaultMemoryMb(this.config.memory_mb, image);
     if (image.min_memory_mb && memoryMb < image.min_memory_mb)
       throw new InvalidArgumentError(
         `memory_mb ${memoryMb} is too little for image ${image.id}: it boots in at least ${image.min_memory_mb} MB`,

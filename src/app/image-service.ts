@@ -121,11 +121,12 @@ export class ImageService {
   }
 
   /**
-   * A built image gets its snapshot in the default shape (config `cpus`, `memory_mb`) in the
-   * background, so the first create of it restores instead of booting (docs/snapshot-creates.md).
+   * A built image gets its snapshot in the default shape (config `cpus`, and `memory_mb` or the
+   * image's least when that is more) in the background, so the first create of it restores
+   * instead of booting (docs/snapshot-creates.md).
    */
   snapshotDefaultShape(id: string): void {
-    void this.snapshots.prepareImage(id, this.config);
+    void this.snapshots.prepareImage(id, 'default');
   }
 
   /** VMs (templates and warm pool members included) whose disk stands on the image. */

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
-import { defaultDiskGb, type CreateRequest } from '../domain/create-request.js';
+import { defaultDiskGb, defaultMemoryMb, type CreateRequest } from '../domain/create-request.js';
 import { bootEntrypoint } from '../domain/processes.js';
 import { entrypointWord, type EntrypointChoice } from '../domain/restart-policy.js';
 import { errorMessage, InternalError } from '../domain/errors.js';
@@ -117,12 +117,18 @@ export class ImageSnapshots {
   }
 
   /**
-   * `prepare` for an image by name, as it is built now (after a build, or a create that built it);
-   * an image that went meanwhile has nothing to capture. Never rejects.
+   * `prepare` for an image by name, as it is built now (after a build, or a create that built it),
+   * in `shape` or in the shape of a create that names none; an image that went meanwhile has
+   * nothing to capture. Never rejects.
    */
-  async prepareImage(id: string, shape: Shape): Promise<void> {
+  async prepareImage(id: string, shape: Shape | 'default'): Promise<void> {
     const image = await this.images.resolveImage(id).catch(() => undefined);
-    if (image) await this.prepare(image, shape);
+    if (image) await this.prepare(image, shape === 'default' ? this.defaultShape(image) : shape);
+  }
+
+  /** The shape of a create of `image` that names none: config `cpus`, and its memory (defaultMemoryMb). */
+  private defaultShape(image: ImageInfo): Shape {
+    return { cpus: this.config.cpus, memory_mb: defaultMemoryMb(this.config.memory_mb, image) };
   }
 
   /**

@@ -55,6 +55,14 @@ export function defaultDiskGb(configured: number, image: { min_disk_gb: number }
   return Math.max(configured, image.min_disk_gb);
 }
 
+/**
+ * The memory of a create that names none: the config's `memory_mb`, or the image's least when that
+ * is more. An image's snapshot in the default shape is made with it, so such a create restores it.
+ */
+export function defaultMemoryMb(configured: number, image: { min_memory_mb?: number }): number {
+  return Math.max(configured, image.min_memory_mb ?? 0);
+}
+
 /** A VM's vCPUs against the most the hypervisor gives one (Hypervisor.maxCpus); 400 past it. */
 export function checkCpus(cpus: number, max: number | undefined): void {
   if (max && cpus > max)

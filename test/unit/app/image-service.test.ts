@@ -46,6 +46,22 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(phases).to.not.include('boot');
   });
 
+  it("captures the default shape in the image's least memory when the config's is less, so the first create restores", async () => {
+    const hv = new InMemoryHypervisor({ bootDelayMs: 5, unbuilt: ['debian'], buildDelayMs: 20 });
+    // debian boots in at least 256 MB (fake-images.ts): a create that names no memory gets that
+    const w = world({ create_from_snapshot: true, cpus: 1, memory_mb: 128 }, undefined, hv);
+    const images = w.container.get(ImageService);
+    await (await images.prebuildDefault())!.done;
+    for (let i = 0; i < 200 && !(await images.get('debian')).snapshots?.length; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect((await images.get('debian')).snapshots?.map((s) => s.memory_mb)).to.deep.equal([256]);
+    const job = await w.creates.create({ name: 'first' }, {});
+    const phases: string[] = [];
+    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    expect(phases).to.include('restore');
+    expect(w.vms.get('first').memory_mb).to.equal(256);
+  });
+
   it('builds again the built-in images an older svc built that no VM stands on; one that VMs stand on stays, with a warning', async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['debian', 'minimal'], buildDelayMs: 20 });
     const w = world({}, undefined, hv);
