@@ -15,6 +15,7 @@ import type { InMemoryGuestNetwork } from '../../src/adapters/guest-net/in-memor
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
 import { poll } from '../helpers/wait.js';
+import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
@@ -35,7 +36,9 @@ describe('svc CLI as a subprocess against a real daemon', function () {
   after(async () => d.stop());
 
   it('creates with progress lines, lists with --json and as a table', async () => {
-    const r = await svc(['new', 'c1', '-p', '--tag', 'team=a', '-P', '18080:80', '--cpus', '2']);
+    // a free port: a fixed one may be taken by a VM of the developer's own
+    const port = await freePort();
+    const r = await svc(['new', 'c1', '-p', '--tag', 'team=a', '-P', `${port}:80`, '--cpus', '2']);
     expect(r.code, r.stderr).to.equal(0);
     expect(
       r.stderr
@@ -48,12 +51,12 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const list = JSON.parse(j.stdout);
     expect(list[0]).to.include({ name: 'c1', status: 'running', cpus: 2, persistent: true });
     expect(list[0].tags).to.deep.equal({ team: 'a' });
-    expect(list[0].forwards[0]).to.include({ host_port: 18080, guest_port: 80 });
+    expect(list[0].forwards[0]).to.include({ host_port: port, guest_port: 80 });
     expect((await svc(['get', 'c1', '--json'])).stdout).to.contain('"name": "c1"');
     // get shows every field, a line each (ls is the one-line table).
     const got = (await svc(['get', 'c1'])).stdout;
     expect(got).to.match(/^name +c1$/m);
-    expect(got).to.match(/^forwards +127\.0\.0\.1:18080 -> 80\/tcp$/m);
+    expect(got).to.match(new RegExp(`^forwards +127\\.0\\.0\\.1:${port} -> 80/tcp$`, 'm'));
     expect(got).to.match(/^tags +team=a$/m);
     expect(got).to.match(/^egress +allow/m);
     expect(got).to.match(/^memory +\d+ MB$/m);
