@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { promisify } from 'node:util';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,6 +17,8 @@ import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js'
 import { expectShellFollowsResize, inTerminal, runSvc, SHELL_SIZE, SVC, type CliRun } from '../helpers/svc-cli.js';
 import { poll } from '../helpers/wait.js';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+
+const run = promisify(execFile);
 
 describe('svc CLI as a subprocess against a real daemon', function () {
   this.timeout(60000);
@@ -242,6 +245,20 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['cp', '-u', 'no-such-user', local, `c1:${root}/x`])).stderr).to.match(
       /cp --user no-such-user: no user no-such-user/,
     );
+    // - is a tar archive on stdout or stdin, as docker cp takes it: a directory under its own name,
+    // DIR/. its contents, a file its one entry; from stdin, extracted into a directory
+    // (a shell's pipe, run without blocking: the daemon answers from this process)
+    const sh = async (script: string, ...args: string[]) =>
+      (await run('sh', ['-c', script, 'sh', process.execPath, SVC, ...args], { env, encoding: 'utf8' })).stdout;
+    const listed = async (src: string) =>
+      (await sh('"$1" "$2" cp "$3" - | tar -t', src)).split('\n').filter(Boolean).sort();
+    expect(await listed(`c1:${root}/tree`)).to.deep.equal(['tree', 'tree/one.txt', 'tree/sub', 'tree/sub/f.txt']);
+    expect(await listed(`c1:${root}/tree/.`)).to.deep.equal(['one.txt', 'sub', 'sub/f.txt']);
+    expect(await sh('"$1" "$2" cp "$3" - | tar -xO', `c1:${root}/tree/one.txt`)).to.equal('one file');
+    await sh('tar -C "$3" -c . | "$1" "$2" cp - "$4"', local, `c1:${root}/from-tar`);
+    expect(readFileSync(join(root, 'from-tar', 'sub', 'f.txt'), 'utf8')).to.equal('tree file');
+    expect((await svc(['cp', '-', `c1:${root}/one.txt`], '')).stderr).to.match(/one\.txt: not a directory/);
+    expect(existsSync(join(d.dir, '-')), 'no file named -').to.equal(false);
     // a folder with things in it goes with -r, which its refusal names (the API's words are recursive=true)
     const full = await svc(['fs', 'rm', 'c1', `${root}/tree`]);
     expect(full).to.deep.include({ code: 1 });

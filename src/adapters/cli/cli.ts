@@ -149,7 +149,9 @@ export function buildCli(): Command {
     .command('cp')
     .argument('<src>')
     .argument('<dst>')
-    .description('copy files: NAME:/path on one side; directories go as tar')
+    .description(
+      'copy files: NAME:/path on one side; directories go as tar; - for the other side is a tar archive on stdin or stdout (as docker cp)',
+    )
     .option(
       '-u, --user <user>',
       "the guest's side as this user: what is written there is theirs (else root's), NAME:path is in their home",

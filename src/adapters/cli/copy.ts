@@ -1,9 +1,10 @@
 import { createReadStream } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { Transform, type Readable } from 'node:stream';
+import { Transform, type Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
-import { extractTree, packTree } from '../fs-kit/tar-tree.js';
+import { extractTree, packTree, underFolder } from '../fs-kit/tar-tree.js';
 import type { SvcClient } from '../client/svc-client.js';
 import { SvcError } from '../client/svc-transport.js';
 import { progressBar } from './format.js';
@@ -96,11 +97,18 @@ export function copyTarget(src: { path: string; directory: boolean }, dst: { pat
 /** A path without a trailing `/.` (a directory's contents, for copyTarget). */
 const bare = (p: string) => p.replace(/\/\.\/?$/, '') || '/';
 
+/** Where `-` for SRC or DST reads or writes its tar archive (the process's stdin and stdout). */
+export interface CopyStdio {
+  stdin: Readable;
+  stdout: Writable;
+}
+
 /**
  * svc cp SRC DST: one side is `NAME:/path`. Directories travel as tar (the agent packs and
  * extracts on its side, fs-kit's tar-tree on ours); files as bytes, written locally with
  * writeFileAtomic. Where it lands: copyTarget. Whose it is, as docker cp has it: in the guest,
  * root's or `user`'s (relative paths in that user's home too); here, this process's user's.
+ * `-` as the local side is a tar archive on stdin or stdout, as docker cp takes it (tarStdio).
  */
 export async function copy(
   client: SvcClient,
@@ -108,6 +116,7 @@ export async function copy(
   dst: Endpoint,
   tty: boolean,
   user?: string,
+  stdio: CopyStdio = { stdin: process.stdin, stdout: process.stdout },
 ): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
   const guest = await guestSide(client, src.vm ? src : dst, user);
@@ -115,6 +124,7 @@ export async function copy(
   else dst = guest.endpoint;
   // a file the agent writes is its user's (root's) unless given; a tree would keep this host's owners
   const owner = guest.owner;
+  if (src.path === '-' || dst.path === '-') return tarStdio(client, src, dst, owner, stdio);
   if (dst.vm) {
     const st = await stat(src.path);
     const there = await client.stat(dst.vm, dst.path).then(
@@ -159,4 +169,35 @@ export async function copy(
   await mkdir(dirname(target), { recursive: true });
   const { body, size } = await client.download(src.vm!, src.path, 'binary');
   await writeFileAtomic(target, body.pipe(meter(size, tty)), { mode: parseInt(info.mode, 8) & 0o777 });
+}
+
+/**
+ * `svc cp - NAME:DIR` extracts a tar archive from stdin into the directory DIR (made when missing),
+ * its entries root's or the user's; `svc cp NAME:PATH -` writes one of PATH to stdout: a file as
+ * its one entry, a directory under its own name (its contents alone for `DIR/.`), as docker cp.
+ */
+async function tarStdio(
+  client: SvcClient,
+  src: Endpoint,
+  dst: Endpoint,
+  owner: GuestSide['owner'],
+  stdio: CopyStdio,
+): Promise<void> {
+  if (dst.vm) {
+    const there = await client.stat(dst.vm, dst.path).catch((err: unknown) => {
+      if (err instanceof SvcError && err.status === 404) return undefined;
+      throw err;
+    });
+    if (there && there.type !== 'directory')
+      throw new Error(`cp: ${dst.path}: not a directory (a tar archive from stdin is extracted into one)`);
+    await client.upload(dst.vm, { path: dst.path, mode: 'tar', ...(owner ?? { uid: 0, gid: 0 }) }, stdio.stdin);
+    return;
+  }
+  const path = bare(src.path);
+  const info = await client.stat(src.vm!, path);
+  const { body } = await client.download(src.vm!, path, 'tar');
+  const name = basename(path);
+  const whole = info.type === 'directory' && name && !/(^|\/)\.\/?$/.test(src.path);
+  const mode = parseInt(info.mode, 8) & 0o7777;
+  await pipeline(whole ? underFolder(body, name, { mode, mtime: new Date(info.mtime) }) : body, stdio.stdout);
 }

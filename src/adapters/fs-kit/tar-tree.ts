@@ -241,3 +241,29 @@ export async function packTree(path: string, keep: (name: string) => boolean = (
   })();
   return pack as unknown as Readable;
 }
+
+/**
+ * A tar of a directory's contents (packTree's, names relative to it) as a tar of the directory
+ * itself, as `docker cp NAME:/dir -` streams one: its own entry first, then every entry under
+ * `name/` (a hard link's target too; a symlink's is a path in the guest and stays).
+ */
+export function underFolder(contents: Readable, name: string, dir: { mode: number; mtime: Date }): Readable {
+  const ex = tar.extract();
+  const pack = tar.pack();
+  pack.entry({ name, type: 'directory', mode: dir.mode, mtime: dir.mtime });
+  ex.on('entry', (h, body, next) => {
+    const header = { ...h, name: `${name}/${h.name}` };
+    if (h.type === 'link' && h.linkname) header.linkname = `${name}/${h.linkname}`;
+    const done = (err?: Error | null) => (err ? ex.destroy(err) : next());
+    if (h.type === 'file' || h.type === 'contiguous-file') body.pipe(pack.entry(header, done));
+    else {
+      body.resume();
+      pack.entry(header, done);
+    }
+  });
+  ex.on('finish', () => pack.finalize());
+  ex.on('error', (err) => pack.destroy(err));
+  contents.on('error', (err) => ex.destroy(err));
+  contents.pipe(ex);
+  return pack as unknown as Readable;
+}

@@ -1,9 +1,18 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { entryParts, extractTree } from '../../../../src/adapters/fs-kit/tar-tree.js';
+import { entryParts, extractTree, underFolder } from '../../../../src/adapters/fs-kit/tar-tree.js';
 import { InvalidArgumentError } from '../../../../src/domain/errors.js';
 import { tempDir } from '../../../helpers/daemon.js';
 import { makeTar, type TarEntry } from '../../../helpers/tar.js';
@@ -75,5 +84,29 @@ describe('adapters/fs-kit/tar-tree', () => {
     );
     expect(runs).to.be.above(300);
     rmSync(sandbox, { recursive: true, force: true });
+  });
+
+  it("puts a tar of a directory's contents under the directory's own name, links kept (underFolder)", async () => {
+    const contents = await makeTar([
+      { name: 'a.txt', data: 'a' },
+      { name: 'sub', type: 'directory' },
+      { name: 'sub/b.txt', data: 'bb' },
+      { name: 'hard', type: 'link', linkname: 'a.txt' },
+      { name: 'soft', type: 'symlink', linkname: 'sub/b.txt' },
+    ]);
+    const out = tempDir('svc-tar-under-');
+    const mtime = new Date('2026-01-02T03:04:05Z');
+    await extractTree(out, underFolder(Readable.from([contents]), 'app', { mode: 0o750, mtime }), 'self');
+    expect(listing(out)).to.deep.equal(['app', 'app/a.txt', 'app/hard', 'app/soft', 'app/sub', 'app/sub/b.txt']);
+    expect(lstatSync(join(out, 'app')).mode & 0o777).to.equal(0o750);
+    expect(lstatSync(join(out, 'app')).mtime.getTime()).to.equal(mtime.getTime());
+    expect(lstatSync(join(out, 'app', 'hard')).ino).to.equal(lstatSync(join(out, 'app', 'a.txt')).ino);
+    expect(readlinkSync(join(out, 'app', 'soft'))).to.equal('sub/b.txt');
+    expect(readFileSync(join(out, 'app', 'sub', 'b.txt'), 'utf8')).to.equal('bb');
+    // an archive that is not one fails the stream, not the process
+    const bad = underFolder(Readable.from([Buffer.alloc(1024, 7)]), 'app', { mode: 0o755, mtime });
+    const err = await new Promise<unknown>((res) => bad.on('error', res).resume());
+    expect(err).to.be.instanceOf(Error);
+    rmSync(out, { recursive: true, force: true });
   });
 });
