@@ -70,6 +70,9 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     );
     expect((await svc(['get', 'c1'])).stdout).to.match(/^expires +\S+Z, then suspend \(svc ttl c1 none: never\)$/m);
     expect((await svc(['ttl', 'c1', 'none'])).stdout).to.equal('vm c1 lives until deleted\n');
+    // as a user might say it too
+    expect((await svc(['ttl', 'c1', '1h'])).code).to.equal(0);
+    expect((await svc(['ttl', 'c1', 'never'])).stdout).to.equal('vm c1 lives until deleted\n');
     const bad = await svc(['ttl', 'c1', 'soon']);
     expect(bad.code).to.equal(1);
     expect(bad.stderr).to.equal(
@@ -673,6 +676,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(kid.code, kid.stderr).to.equal(0);
     expect(JSON.parse(kid.stdout)).to.include({ name: 'c11', from: 'c10', status: 'running' });
     expect((await svc(['rm', 'c11'])).code).to.equal(0);
+    // VM:SNAPSHOT names it too, as an image's tag is written: for clone and for new --from
+    const tagged = await svc(['clone', 'c10:clean', 'c12', '--json']);
+    expect(JSON.parse(tagged.stdout), tagged.stderr).to.include({ name: 'c12', from: 'c10', status: 'running' });
+    const made = await svc(['new', 'c13', '--from', 'c10:clean']);
+    expect(made.code, made.stderr).to.equal(0);
+    expect((await svc(['rm', 'c12', 'c13'])).code).to.equal(0);
+    expect((await svc(['clone', 'c10:nope', 'c14'])).stderr).to.equal('svc: vm c10 has no snapshot nope\n');
+    expect((await svc(['clone', 'c10:clean', 'c14', '-s', 'other'])).stderr).to.match(/give one/);
     expect((await svc(['stop', 'c10'])).code).to.equal(0);
     expect((await svc(['snapshot', 'take', 'c10'])).stdout).to.equal('snapshot snap-1 of vm c10 taken (disk)\n');
     const ls = (await svc(['snapshot', 'ls', 'c10'])).stdout.split('\n');

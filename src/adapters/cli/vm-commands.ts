@@ -9,6 +9,19 @@ import { collect, errorText, Exit, print, progress, restartOption, whole } from 
 import { egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { table } from './format.js';
 
+/**
+ * A clone's template as the command line names it: `VM`, or `VM:SNAPSHOT` for one of its named
+ * snapshots (as an image's tag is written); `--snapshot` says the same, and the two must agree.
+ */
+export function templateRef(ref: string, flag?: string): { from: string; snapshot?: string } {
+  const at = ref.indexOf(':');
+  const snapshot = at < 0 ? flag : ref.slice(at + 1);
+  if (at >= 0 && flag !== undefined && flag !== snapshot)
+    throw new Error(`${ref} names snapshot ${snapshot}, and --snapshot ${flag}: give one`);
+  if (snapshot === '') throw new Error(`${ref}: no snapshot after the colon (VM:SNAPSHOT)`);
+  return { from: at < 0 ? ref : ref.slice(0, at), ...(snapshot !== undefined ? { snapshot } : {}) };
+}
+
 /** The VMs' commands: ls, new, clone, ttl, fork, pool, get, rm and the lifecycle verbs. */
 export function vmCommands(program: Command, client: () => SvcClient): void {
   program
@@ -40,7 +53,10 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       '--entrypoint-restart <policy>',
       'start the entrypoint again when it ends: always, on-failure or on-failure:N',
     )
-    .option('--from <template>', 'clone a stopped or suspended persistent VM (from its snapshot)')
+    .option(
+      '--from <template>',
+      'clone a stopped or suspended persistent VM (from its snapshot); VM:SNAPSHOT, one of its named snapshots',
+    )
     .option('--pool', 'claim a warm pool member')
     .option('--node <node>', 'in a cluster: the node to create it on')
     .option('--node-selector <k=v>', 'in a cluster: only nodes with this tag (repeatable)', collect, [])
@@ -65,7 +81,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
         const r = restartOption(o.entrypointRestart as string);
         if (r.restart) req.entrypoint = { restart: r.restart, max_restarts: r.max_restarts };
       }
-      if (o.from) req.from = o.from;
+      if (o.from) Object.assign(req, templateRef(o.from as string));
       if (o.pool) req.from_pool = true;
       if (o.ttl) req.ttl = o.ttl;
       if (o.onExpire) req.on_expire = o.onExpire as OnExpire;
@@ -117,16 +133,17 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
       '-s, --snapshot <name>',
       'the VM as this named snapshot of it holds it, whatever it does now (docs/snapshots.md)',
     )
-    .description('clone a stopped or suspended persistent VM, or one of its named snapshots')
+    .description('clone a stopped or suspended persistent VM, or one of its named snapshots (VM:SNAPSHOT or -s)')
     .addHelpText(
       'after',
       '\nA clone may take a QEMU started ahead for its template: ps then shows it as svc-spare-<hex>,\n' +
         "since a running process cannot be renamed. svc get NAME names the clone's process (pid).",
     )
-    .action(async (template: string, name: string | undefined, o) => {
+    .action(async (ref: string, name: string | undefined, o) => {
+      const { from: template, snapshot } = templateRef(ref, o.snapshot as string | undefined);
       const inst = await client().clone(template, {
         ...(name ? { name } : {}),
-        ...(o.snapshot ? { snapshot: o.snapshot } : {}),
+        ...(snapshot ? { snapshot } : {}),
         persistent: !!o.persistent,
         ...(o.mount.length ? { mounts: mountsFromFlags(o.mount) } : {}),
       });
@@ -156,7 +173,10 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
   program
     .command('ttl')
     .argument('<name>')
-    .argument('<duration>', "a lifetime from now, e.g. 30m or 2h; 'none' to keep the VM until deleted")
+    .argument(
+      '<duration>',
+      "a lifetime from now, e.g. 30m or 2h; 'none' (or 'never', 'off') to keep the VM until deleted",
+    )
     .addOption(
       new Option('--on-expire <action>', 'what its end does (default: as before, delete at first)').choices([
         'delete',
@@ -168,7 +188,7 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .action(async (name: string, duration: string, o) => {
       const inst = await client().setTtl(
         name,
-        duration === 'none' ? null : duration,
+        /^(none|never|off)$/i.test(duration) ? null : duration,
         o.onExpire as OnExpire | undefined,
       );
       print(o.json, inst, () =>
