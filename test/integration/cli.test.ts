@@ -544,6 +544,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const set = await svc(['egress', 'set', 'eg1', '--allow', '*.github.com']);
     expect(set.code, set.stderr).to.equal(0);
     expect(set.stdout).to.equal('default allow\nallow   *.github.com\n');
+    expect((await svc(['egress', 'get', 'eg1'])).stdout, 'get: as show').to.equal(set.stdout);
     const bad = await svc(['egress', 'set', 'eg1', '--allow', 'a b']);
     expect(bad.code).to.equal(1);
     expect(bad.stderr).to.match(
@@ -744,7 +745,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const disk = await svc(['new', 'x1', '--disk', 'abc']);
     expect(disk.code).to.equal(1);
     expect(disk.stderr).to.equal(
-      "error: option '--disk <gb>' argument 'abc' is invalid. expected a whole number of GB, such as 10\n(see: svc new --help)\n",
+      "error: option '--disk <gb>' argument 'abc' is invalid. expected a whole number of GB, such as 10 or 20G\n(see: svc new --help)\n",
     );
     const unknown = await svc(['bogus']);
     expect(unknown.stderr).to.match(

@@ -59,6 +59,24 @@ export const whole =
     return Number(v);
   };
 
+const UNIT_MB: Record<string, number> = { k: 1 / 1024, m: 1, g: 1024, t: 1024 * 1024 };
+
+/**
+ * A size flag in `unit` (MB or GB): a whole number in that unit, or with a unit of its own as
+ * docker's `-m 1g` and Multipass's `--disk 10G` write it (k, m, g, t; with or without `i` and `b`,
+ * any case; binary, as docker reads them), when that is a whole number of `unit`.
+ */
+export const size =
+  (unit: 'MB' | 'GB', example: string) =>
+  (v: string): number => {
+    const m = /^(\d+(?:\.\d+)?)\s*(?:([kmgt])i?b?)?$/i.exec(v.trim());
+    const inUnit =
+      m && (m[2] ? (Number(m[1]) * UNIT_MB[m[2].toLowerCase()]) / (unit === 'GB' ? 1024 : 1) : Number(m[1]));
+    if (inUnit === null || !Number.isInteger(inUnit))
+      throw new InvalidArgumentError(`expected a whole number of ${unit}, such as ${example}`);
+    return inUnit;
+  };
+
 export const ENV_HELP =
   "an environment variable (repeatable); NAME alone takes this shell's value, off the command line";
 

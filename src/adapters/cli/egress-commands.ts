@@ -137,6 +137,7 @@ function logLine(e: EgressEvent): string[] {
 export function egressCommands(program: Command, client: () => SvcClient): void {
   const eg = program.command('egress').description('what a VM may reach: its egress policy and log');
   eg.command('show')
+    .alias('get')
     .argument('<name>')
     .option('--json')
     .description("a VM's egress policy: its mode, what it allows and denies, its proxy")

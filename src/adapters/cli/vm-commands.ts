@@ -5,7 +5,7 @@ import type { WaitMode } from '../../domain/create-request.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { Instance } from '../../domain/vm.js';
 import { SvcError, type CreateInput, type SvcClient } from '../client/svc-client.js';
-import { collect, errorText, Exit, print, progress, restartOption, whole } from './cli-kit.js';
+import { collect, errorText, Exit, print, progress, restartOption, size, whole } from './cli-kit.js';
 import { egressFlags, egressSecretFlag, policyFromFlags, secretsFromFlags } from './egress-commands.js';
 import { table } from './format.js';
 
@@ -41,8 +41,8 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .description('create a VM and wait until it is ready')
     .option('-p, --persistent', 'keep the VM (and its disk) across shutdowns')
     .option('--cpus <n>', 'vCPUs', whole('a whole number of vCPUs'))
-    .option('--memory <mb>', 'memory in MB', whole('a whole number of MB, such as 1024'))
-    .option('--disk <gb>', 'disk in GB', whole('a whole number of GB, such as 10'))
+    .option('--memory <mb>', 'memory in MB, or with a unit: 2g', size('MB', '1024 or 2g'))
+    .option('--disk <gb>', 'disk in GB, or with a unit: 20G', size('GB', '10 or 20G'))
     .option('--image <id>')
     .option('--tag <k=v>', 'tag (repeatable)', collect, [])
     .option('--userdata <file>', 'userdata script or cloud-config file')
@@ -155,11 +155,11 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     .command('edit')
     .argument('<name>')
     .option('--cpus <n>', 'vCPUs', whole('a whole number of vCPUs'))
-    .option('--memory <mb>', 'memory in MB', whole('a whole number of MB, such as 1024'))
+    .option('--memory <mb>', 'memory in MB, or with a unit: 2g', size('MB', '1024 or 2g'))
     .option(
       '--disk <gb>',
-      'disk in GB, at least what it has (a disk only grows)',
-      whole('a whole number of GB, such as 10'),
+      'disk in GB (or with a unit: 20G), at least what it has (a disk only grows)',
+      size('GB', '10 or 20G'),
     )
     .option('--json')
     .description("change a stopped VM's CPUs, memory or disk for its next boot (svc stop NAME first)")

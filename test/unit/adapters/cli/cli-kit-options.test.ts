@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCli } from '../../../../src/adapters/cli/cli.js';
-import { envOption, errorText, guestCommandLine, restartOption } from '../../../../src/adapters/cli/cli-kit.js';
+import { envOption, errorText, guestCommandLine, restartOption, size } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
   it("takes docker's words for a restart policy", () => {
@@ -121,5 +121,19 @@ describe("svc CLI: an error of this host's files", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('svc CLI: --memory and --disk', () => {
+  it("take a number in their unit, or one with docker's and Multipass's units, when it is whole in theirs", () => {
+    const mb = size('MB', '1024');
+    const gb = size('GB', '10');
+    expect(['1024', '1g', '1G', '1GiB', '1gb', '1.5g', '512m', '512MB', '2048k', ' 2g '].map(mb)).to.deep.equal([
+      1024, 1024, 1024, 1024, 1024, 1536, 512, 512, 2, 2048,
+    ]);
+    expect(['10', '10G', '10g', '10GiB', '1t', '2048m', '0.5t'].map(gb)).to.deep.equal([10, 10, 10, 10, 1024, 2, 512]);
+    for (const bad of ['', 'g', '1x', '-1', '1.5', '1 gigabyte', '100k'])
+      expect(() => mb(bad), bad).to.throw(/expected a whole number of MB, such as 1024/);
+    for (const bad of ['1.5', '1500m', '1g5']) expect(() => gb(bad), bad).to.throw(/whole number of GB/);
   });
 });
