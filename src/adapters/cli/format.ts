@@ -25,8 +25,15 @@ export function snapshotList(list: { cpus: number; memory_mb: number; size_bytes
   return list.map((s) => `${s.cpus} cpu/${s.memory_mb} MB (${bytes(s.size_bytes)})`).join(', ');
 }
 
+/** A duration as people read one: `850 ms`, `4.2 s`, then `21m14s`, `2h03m`, `3d04h`. */
 export function ms(n: number): string {
-  return n < 1000 ? `${n} ms` : `${(n / 1000).toFixed(1)} s`;
+  if (n < 1000) return `${n} ms`;
+  if (n < 60_000) return `${(n / 1000).toFixed(1)} s`;
+  const s = Math.floor(n / 1000);
+  const two = (v: number) => String(v).padStart(2, '0');
+  if (s < 3600) return `${Math.floor(s / 60)}m${two(s % 60)}s`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h${two(Math.floor(s / 60) % 60)}m`;
+  return `${Math.floor(s / 86_400)}d${two(Math.floor(s / 3600) % 24)}h`;
 }
 
 const BLOCKS = '▁▂▃▄▅▆▇█';

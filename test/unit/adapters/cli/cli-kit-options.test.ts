@@ -4,6 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCli } from '../../../../src/adapters/cli/cli.js';
+import { ms } from '../../../../src/adapters/cli/format.js';
 import { envOption, errorText, guestCommandLine, restartOption, size } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
@@ -135,5 +136,13 @@ describe('svc CLI: --memory and --disk', () => {
     for (const bad of ['', 'g', '1x', '-1', '1.5', '1 gigabyte', '100k'])
       expect(() => mb(bad), bad).to.throw(/expected a whole number of MB, such as 1024/);
     for (const bad of ['1.5', '1500m', '1g5']) expect(() => gb(bad), bad).to.throw(/whole number of GB/);
+  });
+});
+
+describe('svc CLI: durations (svc stats, svc activity, progress)', () => {
+  it('says short ones in ms and s, longer ones in minutes, hours and days', () => {
+    expect([850, 4200, 59_949, 60_000, 1_274_300, 3_600_000, 7_380_000, 86_400_000, 273_600_000].map(ms)).to.deep.equal(
+      ['850 ms', '4.2 s', '59.9 s', '1m00s', '21m14s', '1h00m', '2h03m', '1d00h', '3d04h'],
+    );
   });
 });
