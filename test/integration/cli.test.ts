@@ -764,6 +764,10 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     const slow = await svc(['x', 'c8', '--timeout', '1s', '--', 'sleep', '5']);
     expect(slow.code).to.equal(124);
     expect(slow.stderr).to.equal('svc: sleep did not end within 1s; it was killed (exit 124)\n');
+    const bare = await svc(['x', 'c8', '--timeout', '1', '--', 'sleep', '5']);
+    expect(bare.stderr, 'whole seconds, said with their unit').to.equal(
+      'svc: sleep did not end within 1 s; it was killed (exit 124)\n',
+    );
     expect((await d.call('POST', '/vms', { name: 'c9', persistent: true })).status).to.equal(201);
     expect((await d.call('POST', '/vms/c9/suspend')).status).to.equal(200);
     const asleep = await svc(['x', 'c9', '--', 'true']);

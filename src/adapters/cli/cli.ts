@@ -114,9 +114,9 @@ export function buildCli(): Command {
         process.stdin.isTTY ? undefined : process.stdin,
       );
       if (code < 0) {
-        process.stderr.write(
-          `svc: ${cmd} did not end within ${o.timeout ?? 'its timeout'}; it was killed (exit 124)\n`,
-        );
+        // --timeout as typed: 30s, 5m, or whole seconds (said with their unit)
+        const within = /^\d+$/.test(o.timeout ?? '') ? `${o.timeout} s` : (o.timeout ?? 'its timeout');
+        process.stderr.write(`svc: ${cmd} did not end within ${within}; it was killed (exit 124)\n`);
         throw new Exit(124);
       }
       throw new Exit(code);
