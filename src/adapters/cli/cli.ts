@@ -15,6 +15,7 @@ import { collect, envOption, ENV_HELP, errorText, Exit, guestCommandLine, print,
 import { vmCommands } from './vm-commands.js';
 import { forwardCommands, guestFileCommands, secretCommands } from './guest-commands.js';
 import { imageCommands } from './image-commands.js';
+import { printConsole } from './console-logs.js';
 import { sshCommands } from './ssh-commands.js';
 
 /**
@@ -286,11 +287,11 @@ export function buildCli(): Command {
     .argument('<name>')
     .argument('[process]', "a durable process's id or tag: its output instead of the console's")
     .option('-f, --follow', 'keep printing as the log grows')
-    .option('--tail <bytes>', 'last N bytes (the console log)', whole('a whole number of bytes'))
+    .option('--tail <bytes>', "the console log's last N bytes", whole('a whole number of bytes'))
     .option('--from <offset>', "a process's output from this byte (N, or stdout:N,stderr:M)")
     .option(
       '-n, --lines <n>',
-      "a process's output: the last N lines of each stream (0: only what it prints next)",
+      "the last N lines (a process's output: of each stream; 0: only what comes next)",
       whole('a whole number of lines'),
     )
     .description("the guest serial console log, or a durable process's output")
@@ -301,20 +302,11 @@ export function buildCli(): Command {
         if (o.lines !== undefined && o.from !== undefined) throw new Error('give --from or -n, not both');
         throw new Exit(await processLogs(client(), name, proc, o));
       }
-      if (o.lines !== undefined || o.from !== undefined)
-        throw new Error("-n and --from read a durable process's output: svc logs NAME ID");
+      if (o.from !== undefined) throw new Error("--from reads a durable process's output: svc logs NAME ID");
+      if (o.lines !== undefined && o.tail !== undefined) throw new Error('give --tail or -n, not both');
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
-      let bytes = 0;
-      for await (const c of client().logs(name, { follow: !!o.follow, tail: o.tail, signal: ac.signal })) {
-        bytes += c.length;
-        process.stdout.write(c);
-      }
-      // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
-      if (bytes === 0 && !o.follow && o.tail !== 0)
-        process.stderr.write(
-          `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
-        );
+      await printConsole(client(), name, o, ac.signal);
     });
 
   program

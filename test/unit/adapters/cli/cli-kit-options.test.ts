@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildCli } from '../../../../src/adapters/cli/cli.js';
 import { ms } from '../../../../src/adapters/cli/format.js';
+import { lastLinesStart } from '../../../../src/adapters/cli/console-logs.js';
 import { envOption, errorText, guestCommandLine, restartOption, size } from '../../../../src/adapters/cli/cli-kit.js';
 
 describe('svc CLI: svc run --restart', () => {
@@ -144,5 +145,22 @@ describe('svc CLI: durations (svc stats, svc activity, progress)', () => {
     expect([850, 4200, 59_949, 60_000, 1_274_300, 3_600_000, 7_380_000, 86_400_000, 273_600_000].map(ms)).to.deep.equal(
       ['850 ms', '4.2 s', '59.9 s', '1m00s', '21m14s', '1h00m', '2h03m', '1d00h', '3d04h'],
     );
+  });
+});
+
+describe('svc logs -n: the console log', () => {
+  it('finds where its last N lines start, as tail -n counts them, or says it cannot tell from the bytes read', () => {
+    const b = Buffer.from('cut\na\nb\nc\n');
+    expect(b.subarray(lastLinesStart(b, 2)).toString()).to.equal('b\nc\n');
+    expect(b.subarray(lastLinesStart(b, 3)).toString()).to.equal('a\nb\nc\n');
+    expect(lastLinesStart(b, 0)).to.equal(b.length);
+    expect(lastLinesStart(b, 4), 'its first line may be cut: more must be read').to.equal(undefined);
+    const open = Buffer.from('x\ny\nno newline yet');
+    expect(open.subarray(lastLinesStart(open, 1)).toString()).to.equal('no newline yet');
+    expect(open.subarray(lastLinesStart(open, 2)).toString()).to.equal('y\nno newline yet');
+    expect(lastLinesStart(Buffer.alloc(0), 1)).to.equal(undefined);
+    // a newline first: nothing before it to count
+    expect(lastLinesStart(Buffer.from('\na\nb\n'), 3)).to.equal(undefined);
+    expect(lastLinesStart(Buffer.from('\na\nb\n'), 2)).to.equal(1);
   });
 });

@@ -1,0 +1,57 @@
+import type { SvcClient } from '../client/svc-client.js';
+
+/** The most of the console log `-n` reads back to find its lines (the daemon's own bound on a tail). */
+const MAX_WINDOW = 64 * 1024 * 1024;
+
+/**
+ * Where the last `n` lines of `buf` start, as `tail -n` counts them (a last line without its
+ * newline is one); undefined when `buf` holds fewer than `n` whole lines after its first newline,
+ * so a read that began mid-log may have cut the first of them.
+ */
+export function lastLinesStart(buf: Buffer, n: number): number | undefined {
+  if (n === 0) return buf.length;
+  let i = buf.length - (buf.at(-1) === 0x0a ? 1 : 0);
+  for (let seen = 0; ;) {
+    // (i - 1 below 0 would search from the end)
+    const nl = i > 0 ? buf.lastIndexOf(0x0a, i - 1) : -1;
+    if (nl < 0) return undefined;
+    if (++seen === n) return nl + 1;
+    i = nl;
+  }
+}
+
+/**
+ * svc logs NAME: the guest's serial console log; `tail` its last bytes, `lines` its last lines
+ * (read back from the end in growing windows until they hold them, or the whole log does), then
+ * with `follow` what comes next. Says on stderr when there is nothing to print.
+ */
+export async function printConsole(
+  client: SvcClient,
+  name: string,
+  o: { follow?: boolean; tail?: number; lines?: number },
+  signal: AbortSignal,
+): Promise<void> {
+  let tail = o.tail;
+  if (o.lines !== undefined) {
+    for (let window = 64 * 1024; ; window *= 4) {
+      const parts: Buffer[] = [];
+      for await (const c of client.logs(name, { tail: window })) parts.push(c);
+      const buf = Buffer.concat(parts);
+      const start = lastLinesStart(buf, o.lines);
+      if (start !== undefined || buf.length < window || window >= MAX_WINDOW) {
+        tail = buf.length - (start ?? 0);
+        break;
+      }
+    }
+  }
+  let bytes = 0;
+  for await (const c of client.logs(name, { follow: !!o.follow, tail, signal })) {
+    bytes += c.length;
+    process.stdout.write(c);
+  }
+  // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
+  if (bytes === 0 && !o.follow && tail !== 0)
+    process.stderr.write(
+      `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
+    );
+}
