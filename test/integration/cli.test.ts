@@ -211,6 +211,27 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     // no -- needed: the command's flags are its own (-e here is sh's, not svc x's --env)
     const flags = await svc(['x', 'c1', 'sh', '-e', '-c', 'echo "$0 $1"', 'a', '-t']);
     expect(flags).to.deep.equal({ code: 0, stdout: 'a -t\n', stderr: '' });
+    // a reader that goes away ends svc quietly, with SIGPIPE's status, as it ends seq in a pipe
+    const piped = await run(
+      'bash',
+      [
+        '-c',
+        '"$1" "$2" x c1 -- seq 1 1000000 | head -1; echo "status ${PIPESTATUS[0]}"',
+        'bash',
+        process.execPath,
+        SVC,
+      ],
+      { env, encoding: 'utf8' },
+    );
+    expect(piped.stderr + piped.stdout).to.equal('1\nstatus 141\n');
+    // a stdin that stays open and quiet (a parent that never writes): the command runs at once and
+    // svc ends with it (it waited for the first byte of stdin to send the request, and for its end)
+    const quiet = spawn(process.execPath, [SVC, 'x', 'c1', '--', 'echo', 'hi'], { env });
+    let said = '';
+    quiet.stdout.on('data', (c) => (said += c));
+    const ended = await new Promise<number | null>((res) => quiet.on('close', res));
+    expect({ ended, said }).to.deep.equal({ ended: 0, said: 'hi\n' });
+    quiet.stdin.destroy();
   });
 
   it('copies files and directories both ways', async () => {
@@ -311,6 +332,14 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     writeFileSync(serial, '');
     expect(await svc(['logs', 'c1'])).to.deep.include({ code: 0, stdout: '' });
     expect((await svc(['logs', 'c1'])).stderr).to.match(/vm c1's console log is empty/);
+    // -n: the console's last lines, as tail -n (a log longer than the first window read back included)
+    const long = Array.from({ length: 5000 }, (_, i) => `line ${i} ${'x'.repeat(40)}`).join('\n') + '\n';
+    writeFileSync(serial, long);
+    expect((await svc(['logs', '-n', '2', 'c1'])).stdout).to.equal(long.split('\n').slice(-3).join('\n'));
+    expect((await svc(['logs', '-n', '4000', 'c1'])).stdout).to.equal(long.split('\n').slice(-4001).join('\n'));
+    expect((await svc(['logs', '-n', '9999', 'c1'])).stdout).to.equal(long);
+    expect((await svc(['logs', '-n', '0', 'c1'])).stdout).to.equal('');
+    expect((await svc(['logs', '-n', '2', '--tail', '9', 'c1'])).stderr).to.match(/--tail or -n, not both/);
     writeFileSync(serial, kept);
     const bash = (await svc(['completion', 'bash'])).stdout;
     expect(bash).to.contain('complete -F _svc svc');
@@ -399,7 +428,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await svc(['logs', '-n', '1', 'c1', id])).to.deep.include({ code: 3, stdout: 'three\n', stderr: 'two\n' });
     expect((await svc(['logs', '--lines', '0', 'c1', id])).stdout).to.equal('');
     expect((await svc(['logs', '--tail', '5', 'c1', id])).stderr).to.match(/-n LINES/);
-    expect((await svc(['logs', '-n', '5', 'c1'])).stderr).to.match(/svc logs NAME ID/);
+    expect((await svc(['logs', '--from', '5', 'c1'])).stderr).to.match(/svc logs NAME ID/);
     const ps = await svc(['ps', 'c1']);
     expect(ps.stdout).to.match(new RegExp(`${id}\\s+cli-job\\s+\\d+\\s+exited 3`));
     // --restart in docker's words: started again once, then ended; logs has both runs.

@@ -136,6 +136,10 @@ export class SvcTransport {
           reject(err);
           req.destroy();
         });
+        // Headers go now, not with the body's first bytes: a command whose stdin is a pipe that
+        // stays quiet (sleep 9 | svc x ..., a parent that never writes) starts at once, and a
+        // daemon does not call the request's headers late (408).
+        req.flushHeaders();
         body.pipe(req);
       }
     });

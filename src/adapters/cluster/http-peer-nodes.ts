@@ -104,6 +104,7 @@ export class HttpPeerNodes implements PeerNodes {
       });
       if (o.body) {
         o.body.on('error', (err) => req.destroy(err));
+        req.flushHeaders();
         o.body.pipe(req);
       } else req.end(json);
     });

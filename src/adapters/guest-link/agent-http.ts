@@ -126,6 +126,8 @@ export class AgentHttp {
         body.on('close', () => {
           if (!body.readableEnded) fail(new AgentFailureError('the upload was cut off by the client'));
         });
+        // headers now, not with the body's first bytes: an exec whose stdin is quiet starts at once
+        req.flushHeaders();
         body.pipe(req);
       }
     });

@@ -201,7 +201,11 @@ function relay(
     if (o.feed) o.feed(out);
     else if (o.body) out.end(o.body);
     else if (!hasBody(req)) out.end();
-    else req.pipe(out);
+    else {
+      // headers now, not with the body's first bytes: an exec whose stdin is quiet starts at once
+      out.flushHeaders();
+      req.pipe(out);
+    }
   });
 }
 
