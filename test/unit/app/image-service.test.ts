@@ -29,35 +29,39 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(await w.container.get(ImageService).prebuildDefault()).to.equal(undefined);
   });
 
-  it('captures the default shape after that build, so the first create restores', async () => {
+  /**
+   * The default image built on a first start with `config`; once its default shape is captured,
+   * the phases of a create that names no shape (as `first`), and the snapshots made.
+   */
+  async function firstCreateAfterBuild(config: Parameters<typeof world>[0]) {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5, unbuilt: ['debian'], buildDelayMs: 20 });
-    const w = world({ create_from_snapshot: true, cpus: 2, memory_mb: 1024 }, undefined, hv);
+    const w = world(config, undefined, hv);
     const images = w.container.get(ImageService);
     await (await images.prebuildDefault())!.done;
     for (let i = 0; i < 200 && !(await images.get('debian')).snapshots?.length; i++)
       await new Promise((r) => setTimeout(r, 10));
-    expect((await images.get('debian')).snapshots).to.deep.include.members([
-      { ...(await images.get('debian')).snapshots![0], cpus: 2, memory_mb: 1024, disk_gb: 4 },
-    ]);
+    const snapshots = (await images.get('debian')).snapshots ?? [];
     const job = await w.creates.create({ name: 'first' }, {});
     const phases: string[] = [];
     for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    return { w, snapshots, phases };
+  }
+
+  it('captures the default shape after that build, so the first create restores', async () => {
+    const { snapshots, phases } = await firstCreateAfterBuild({ create_from_snapshot: true, cpus: 2, memory_mb: 1024 });
+    expect(snapshots).to.deep.include.members([{ ...snapshots[0], cpus: 2, memory_mb: 1024, disk_gb: 4 }]);
     expect(phases).to.include('restore');
     expect(phases).to.not.include('boot');
   });
 
   it("captures the default shape in the image's least memory when the config's is less, so the first create restores", async () => {
-    const hv = new InMemoryHypervisor({ bootDelayMs: 5, unbuilt: ['debian'], buildDelayMs: 20 });
     // debian boots in at least 256 MB (fake-images.ts): a create that names no memory gets that
-    const w = world({ create_from_snapshot: true, cpus: 1, memory_mb: 128 }, undefined, hv);
-    const images = w.container.get(ImageService);
-    await (await images.prebuildDefault())!.done;
-    for (let i = 0; i < 200 && !(await images.get('debian')).snapshots?.length; i++)
-      await new Promise((r) => setTimeout(r, 10));
-    expect((await images.get('debian')).snapshots?.map((s) => s.memory_mb)).to.deep.equal([256]);
-    const job = await w.creates.create({ name: 'first' }, {});
-    const phases: string[] = [];
-    for await (const e of job.events as AsyncIterable<CreateProgressEvent>) phases.push(e.phase);
+    const { w, snapshots, phases } = await firstCreateAfterBuild({
+      create_from_snapshot: true,
+      cpus: 1,
+      memory_mb: 128,
+    });
+    expect(snapshots.map((s) => s.memory_mb)).to.deep.equal([256]);
     expect(phases).to.include('restore');
     expect(w.vms.get('first').memory_mb).to.equal(256);
   });
