@@ -332,6 +332,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     writeFileSync(serial, '');
     expect(await svc(['logs', 'c1'])).to.deep.include({ code: 0, stdout: '' });
     expect((await svc(['logs', 'c1'])).stderr).to.match(/vm c1's console log is empty/);
+    expect((await svc(['logs', '-n', '5', 'c1'])).stderr).to.match(/vm c1's console log is empty/);
     // -n: the console's last lines, as tail -n (a log longer than the first window read back included)
     const long = Array.from({ length: 5000 }, (_, i) => `line ${i} ${'x'.repeat(40)}`).join('\n') + '\n';
     writeFileSync(serial, long);

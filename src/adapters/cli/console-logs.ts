@@ -50,7 +50,7 @@ export async function printConsole(
     process.stdout.write(c);
   }
   // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
-  if (bytes === 0 && !o.follow && tail !== 0)
+  if (bytes === 0 && !o.follow && o.tail !== 0 && o.lines !== 0)
     process.stderr.write(
       `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
     );
