@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { Transform, type Readable, type Writable } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { extractTree, packTree, underFolder } from '../fs-kit/tar-tree.js';
@@ -94,14 +94,19 @@ export function copyTarget(src: { path: string; directory: boolean }, dst: { pat
   return name ? join(dst.path, name) : dst.path;
 }
 
+/** What a guest path is now, for a copy into it (404: nothing yet). */
+async function foundInGuest(client: SvcClient, vm: string, path: string): Promise<Found> {
+  return client.stat(vm, path).then(
+    (i): Found => (i.type === 'directory' ? 'directory' : 'other'),
+    (err: unknown) => {
+      if (err instanceof SvcError && err.status === 404) return undefined;
+      throw err;
+    },
+  );
+}
+
 /** A path without a trailing `/.` (a directory's contents, for copyTarget). */
 const bare = (p: string) => p.replace(/\/\.\/?$/, '') || '/';
-
-/** Where `-` for SRC or DST reads or writes its tar archive (the process's stdin and stdout). */
-export interface CopyStdio {
-  stdin: Readable;
-  stdout: Writable;
-}
 
 /**
  * svc cp SRC DST: one side is `NAME:/path`. Directories travel as tar (the agent packs and
@@ -116,7 +121,6 @@ export async function copy(
   dst: Endpoint,
   tty: boolean,
   user?: string,
-  stdio: CopyStdio = { stdin: process.stdin, stdout: process.stdout },
 ): Promise<void> {
   if (!!src.vm === !!dst.vm) throw new Error('cp: exactly one of SRC and DST must be NAME:/path');
   const guest = await guestSide(client, src.vm ? src : dst, user);
@@ -124,16 +128,10 @@ export async function copy(
   else dst = guest.endpoint;
   // a file the agent writes is its user's (root's) unless given; a tree would keep this host's owners
   const owner = guest.owner;
-  if (src.path === '-' || dst.path === '-') return tarStdio(client, src, dst, owner, stdio);
+  if (src.path === '-' || dst.path === '-') return tarStdio(client, src, dst, owner);
   if (dst.vm) {
     const st = await stat(src.path);
-    const there = await client.stat(dst.vm, dst.path).then(
-      (i): Found => (i.type === 'directory' ? 'directory' : 'other'),
-      (err: unknown) => {
-        if (err instanceof SvcError && err.status === 404) return undefined;
-        throw err;
-      },
-    );
+    const there = await foundInGuest(client, dst.vm, dst.path);
     const target = copyTarget({ path: src.path, directory: st.isDirectory() }, { path: dst.path, found: there });
     if (st.isDirectory()) {
       const tar = await packTree(src.path);
@@ -176,21 +174,11 @@ export async function copy(
  * its entries root's or the user's; `svc cp NAME:PATH -` writes one of PATH to stdout: a file as
  * its one entry, a directory under its own name (its contents alone for `DIR/.`), as docker cp.
  */
-async function tarStdio(
-  client: SvcClient,
-  src: Endpoint,
-  dst: Endpoint,
-  owner: GuestSide['owner'],
-  stdio: CopyStdio,
-): Promise<void> {
+async function tarStdio(client: SvcClient, src: Endpoint, dst: Endpoint, owner: GuestSide['owner']): Promise<void> {
   if (dst.vm) {
-    const there = await client.stat(dst.vm, dst.path).catch((err: unknown) => {
-      if (err instanceof SvcError && err.status === 404) return undefined;
-      throw err;
-    });
-    if (there && there.type !== 'directory')
+    if ((await foundInGuest(client, dst.vm, dst.path)) === 'other')
       throw new Error(`cp: ${dst.path}: not a directory (a tar archive from stdin is extracted into one)`);
-    await client.upload(dst.vm, { path: dst.path, mode: 'tar', ...(owner ?? { uid: 0, gid: 0 }) }, stdio.stdin);
+    await client.upload(dst.vm, { path: dst.path, mode: 'tar', ...(owner ?? { uid: 0, gid: 0 }) }, process.stdin);
     return;
   }
   const path = bare(src.path);
@@ -199,5 +187,5 @@ async function tarStdio(
   const name = basename(path);
   const whole = info.type === 'directory' && name && !/(^|\/)\.\/?$/.test(src.path);
   const mode = parseInt(info.mode, 8) & 0o7777;
-  await pipeline(whole ? underFolder(body, name, { mode, mtime: new Date(info.mtime) }) : body, stdio.stdout);
+  await pipeline(whole ? underFolder(body, name, { mode, mtime: new Date(info.mtime) }) : body, process.stdout);
 }
