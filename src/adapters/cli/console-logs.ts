@@ -21,9 +21,22 @@ export function lastLinesStart(buf: Buffer, n: number): number | undefined {
 }
 
 /**
+ * The console log's last `n` lines: read back from the end in growing windows until they hold
+ * them, or the whole log (or the daemon's most) does.
+ */
+async function lastLines(client: SvcClient, name: string, n: number): Promise<Buffer> {
+  for (let window = 64 * 1024; ; window *= 4) {
+    const parts: Buffer[] = [];
+    for await (const c of client.logs(name, { tail: window })) parts.push(c);
+    const buf = Buffer.concat(parts);
+    const start = lastLinesStart(buf, n);
+    if (start !== undefined || buf.length < window || window >= MAX_WINDOW) return buf.subarray(start ?? 0);
+  }
+}
+
+/**
  * svc logs NAME: the guest's serial console log; `tail` its last bytes, `lines` its last lines
- * (read back from the end in growing windows until they hold them, or the whole log does), then
- * with `follow` what comes next. Says on stderr when there is nothing to print.
+ * (lastLines), then with `follow` what comes next. Says on stderr when there is nothing to print.
  */
 export async function printConsole(
   client: SvcClient,
@@ -31,24 +44,20 @@ export async function printConsole(
   o: { follow?: boolean; tail?: number; lines?: number },
   signal: AbortSignal,
 ): Promise<void> {
-  let tail = o.tail;
-  if (o.lines !== undefined) {
-    for (let window = 64 * 1024; ; window *= 4) {
-      const parts: Buffer[] = [];
-      for await (const c of client.logs(name, { tail: window })) parts.push(c);
-      const buf = Buffer.concat(parts);
-      const start = lastLinesStart(buf, o.lines);
-      if (start !== undefined || buf.length < window || window >= MAX_WINDOW) {
-        tail = buf.length - (start ?? 0);
-        break;
-      }
-    }
-  }
   let bytes = 0;
-  for await (const c of client.logs(name, { follow: !!o.follow, tail, signal })) {
+  const print = (c: Buffer) => {
     bytes += c.length;
     process.stdout.write(c);
+  };
+  let tail = o.tail;
+  if (o.lines !== undefined) {
+    const last = await lastLines(client, name, o.lines);
+    // without -f those lines are all there is to print; with it, the follow starts where they do
+    if (o.follow) tail = last.length;
+    else print(last);
   }
+  if (o.lines === undefined || o.follow)
+    for await (const c of client.logs(name, { follow: !!o.follow, tail, signal })) print(c);
   // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
   if (bytes === 0 && !o.follow && o.tail !== 0 && o.lines !== 0)
     process.stderr.write(
