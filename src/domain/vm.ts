@@ -284,3 +284,9 @@ export function clearRuntime(record: VmRecord): void {
   delete record.shares_out;
   delete record.saving;
 }
+
+/**
+ * The header of a console log answer (`GET /vms/{name}/logs`) that gives the byte of the log it
+ * starts at: a reader comes back with `from=` that plus what it read, and nothing is shown twice.
+ */
+export const LOG_OFFSET_HEADER = 'X-Svc-Log-Offset';

@@ -82,10 +82,13 @@ export const ConsoleLogs = Symbol('ConsoleLogs');
 /** A VM's console (serial) log. */
 export interface ConsoleLogs {
   /**
-   * The last `tail` bytes (all when omitted), then, with `follow`, what is appended until `signal`
-   * aborts. An absent log reads as empty.
+   * From byte `from` of the log, or its last `tail` bytes (all when neither is given), then, with
+   * `follow`, what is appended until `signal` aborts. An absent log reads as empty.
    */
-  read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer>;
+  read(
+    vm: string,
+    opts: { from?: number; tail?: number; follow?: boolean; signal?: AbortSignal },
+  ): AsyncIterable<Buffer>;
   /** How many bytes the console has printed so far (0 when there is no log): cheap, for watching it grow. */
   size(vm: string): Promise<number>;
 }

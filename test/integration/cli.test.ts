@@ -4,7 +4,16 @@ import { promisify } from 'node:util';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { gzipSync } from 'node:zlib';
@@ -340,7 +349,20 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['logs', '-n', '4000', 'c1'])).stdout).to.equal(long.split('\n').slice(-4001).join('\n'));
     expect((await svc(['logs', '-n', '9999', 'c1'])).stdout).to.equal(long);
     expect((await svc(['logs', '-n', '0', 'c1'])).stdout).to.equal('');
-    expect((await svc(['logs', '-n', '2', '--tail', '9', 'c1'])).stderr).to.match(/--tail or -n, not both/);
+    expect((await svc(['logs', '-n', '2', '--tail', '9', 'c1'])).stderr).to.match(/one of --tail, -n and --from/);
+    // --from: from a byte of the log (what an earlier read ended at)
+    expect((await svc(['logs', '--from', String(long.length - 12), 'c1'])).stdout).to.equal(long.slice(-12));
+    expect((await svc(['logs', '--from', '1x', 'c1'])).stderr).to.match(/console log takes a byte/);
+    // -n with -f: the follow goes on from the byte after the last lines, nothing shown twice
+    const follower = spawn(process.execPath, [SVC, 'logs', '-n', '1', '-f', 'c1'], { env });
+    let fout = '';
+    follower.stdout.on('data', (c) => (fout += c));
+    const lastLine = long.split('\n').at(-2) + '\n';
+    await poll(() => fout === lastLine, { ms: 15_000, every: 50 });
+    appendFileSync(serial, 'after 1\nafter 2\n');
+    await poll(() => fout.includes('after 2'), { ms: 15_000, every: 50 });
+    follower.kill('SIGINT');
+    expect(fout).to.equal(lastLine + 'after 1\nafter 2\n');
     writeFileSync(serial, kept);
     const bash = (await svc(['completion', 'bash'])).stdout;
     expect(bash).to.contain('complete -F _svc svc');
@@ -429,7 +451,7 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect(await svc(['logs', '-n', '1', 'c1', id])).to.deep.include({ code: 3, stdout: 'three\n', stderr: 'two\n' });
     expect((await svc(['logs', '--lines', '0', 'c1', id])).stdout).to.equal('');
     expect((await svc(['logs', '--tail', '5', 'c1', id])).stderr).to.match(/-n LINES/);
-    expect((await svc(['logs', '--from', '5', 'c1'])).stderr).to.match(/svc logs NAME ID/);
+    expect((await svc(['logs', '--from', 'stdout:4', 'c1'])).stderr).to.match(/svc logs NAME ID/);
     const ps = await svc(['ps', 'c1']);
     expect(ps.stdout).to.match(new RegExp(`${id}\\s+cli-job\\s+\\d+\\s+exited 3`));
     // --restart in docker's words: started again once, then ended; logs has both runs.

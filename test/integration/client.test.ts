@@ -110,6 +110,16 @@ describe('SvcClient against a real daemon', function () {
     const log: Buffer[] = [];
     for await (const b of c.logs('cl')) log.push(b);
     expect(Buffer.concat(log).toString()).to.match(/\[fake\] cl booted/);
+    // a read says which byte of the log it starts at, and from= goes on from there
+    const whole = Buffer.concat(log);
+    const end = await c.logsAt('cl', { tail: 5 });
+    expect(end.offset).to.equal(whole.length - 5);
+    const rest: Buffer[] = [];
+    for await (const b of (await c.logsAt('cl', { from: end.offset + 2 })).chunks) rest.push(b);
+    expect(Buffer.concat(rest)).to.deep.equal(whole.subarray(-3));
+    expect((await c.logsAt('cl', { tail: 5, from: 1 }).catch((e) => e)).message).to.match(
+      /give from or tail, not both/,
+    );
     expect((await c.agentHealth('cl')).userdata_ran).to.equal(true);
     expect((await c.stats('cl')).cpus).to.be.at.least(1);
     expect((await c.metricsHistory('cl')).name).to.equal('cl');

@@ -288,7 +288,7 @@ export function buildCli(): Command {
     .argument('[process]', "a durable process's id or tag: its output instead of the console's")
     .option('-f, --follow', 'keep printing as the log grows')
     .option('--tail <bytes>', "the console log's last N bytes", whole('a whole number of bytes'))
-    .option('--from <offset>', "a process's output from this byte (N, or stdout:N,stderr:M)")
+    .option('--from <offset>', 'from this byte (a process: N, or stdout:N,stderr:M)')
     .option(
       '-n, --lines <n>',
       "the last N lines (a process's output: of each stream; 0: only what comes next)",
@@ -302,11 +302,13 @@ export function buildCli(): Command {
         if (o.lines !== undefined && o.from !== undefined) throw new Error('give --from or -n, not both');
         throw new Exit(await processLogs(client(), name, proc, o));
       }
-      if (o.from !== undefined) throw new Error("--from reads a durable process's output: svc logs NAME ID");
-      if (o.lines !== undefined && o.tail !== undefined) throw new Error('give --tail or -n, not both');
+      if ([o.lines, o.tail, o.from].filter((v) => v !== undefined).length > 1)
+        throw new Error('give one of --tail, -n and --from');
+      if (o.from !== undefined && !/^\d+$/.test(o.from))
+        throw new Error(`--from ${o.from}: the console log takes a byte; streams are a process's (svc logs NAME ID)`);
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
-      await printConsole(client(), name, o, ac.signal);
+      await printConsole(client(), name, { ...o, from: o.from === undefined ? undefined : Number(o.from) }, ac.signal);
     });
 
   program

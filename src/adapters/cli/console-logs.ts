@@ -22,26 +22,29 @@ export function lastLinesStart(buf: Buffer, n: number): number | undefined {
 
 /**
  * The console log's last `n` lines: read back from the end in growing windows until they hold
- * them, or the whole log (or the daemon's most) does.
+ * them, or the whole log (or the daemon's most) does. `end` is the byte of the log after them.
  */
-async function lastLines(client: SvcClient, name: string, n: number): Promise<Buffer> {
+async function lastLines(client: SvcClient, name: string, n: number): Promise<{ lines: Buffer; end: number }> {
   for (let window = 64 * 1024; ; window *= 4) {
     const parts: Buffer[] = [];
-    for await (const c of client.logs(name, { tail: window })) parts.push(c);
+    const read = await client.logsAt(name, { tail: window });
+    for await (const c of read.chunks) parts.push(c);
     const buf = Buffer.concat(parts);
     const start = lastLinesStart(buf, n);
-    if (start !== undefined || buf.length < window || window >= MAX_WINDOW) return buf.subarray(start ?? 0);
+    if (start !== undefined || buf.length < window || window >= MAX_WINDOW)
+      return { lines: buf.subarray(start ?? 0), end: read.offset + buf.length };
   }
 }
 
 /**
  * svc logs NAME: the guest's serial console log; `tail` its last bytes, `lines` its last lines
- * (lastLines), then with `follow` what comes next. Says on stderr when there is nothing to print.
+ * (lastLines), `from` from a byte of it, then with `follow` what comes next. Says on stderr when
+ * there is nothing to print.
  */
 export async function printConsole(
   client: SvcClient,
   name: string,
-  o: { follow?: boolean; tail?: number; lines?: number },
+  o: { follow?: boolean; tail?: number; lines?: number; from?: number },
   signal: AbortSignal,
 ): Promise<void> {
   let bytes = 0;
@@ -49,17 +52,17 @@ export async function printConsole(
     bytes += c.length;
     process.stdout.write(c);
   };
-  let tail = o.tail;
+  let from = o.from;
   if (o.lines !== undefined) {
     const last = await lastLines(client, name, o.lines);
-    // without -f those lines are all there is to print; with it, the follow starts where they do
-    if (o.follow) tail = last.length;
-    else print(last);
+    print(last.lines);
+    // the follow goes on from the byte after them: a line written since is neither cut nor shown twice
+    from = last.end;
   }
   if (o.lines === undefined || o.follow)
-    for await (const c of client.logs(name, { follow: !!o.follow, tail, signal })) print(c);
+    for await (const c of client.logs(name, { follow: !!o.follow, tail: o.tail, from, signal })) print(c);
   // an empty answer reads as a broken command without a word on why (stderr: a pipe gets nothing)
-  if (bytes === 0 && !o.follow && o.tail !== 0 && o.lines !== 0)
+  if (bytes === 0 && !o.follow && o.tail !== 0 && o.lines !== 0 && o.from === undefined)
     process.stderr.write(
       `svc: vm ${name}'s console log is empty (a VM made from a snapshot starts with none: its boot was the snapshot's)\n`,
     );

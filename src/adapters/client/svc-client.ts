@@ -18,7 +18,7 @@ import type {
   SecretRecord,
   VmEvent,
 } from '../../domain/events.js';
-import type { Forward, Instance, Mount, PortForward } from '../../domain/vm.js';
+import { LOG_OFFSET_HEADER, type Forward, type Instance, type Mount, type PortForward } from '../../domain/vm.js';
 import type { EgressEvent, EgressPolicy } from '../../domain/egress.js';
 import type { OnExpire } from '../../domain/lifetime.js';
 import type { EgressSecretBinding, EgressSecretSpec } from '../../domain/egress-secrets.js';
@@ -213,18 +213,36 @@ export class SvcClient extends SvcTransport {
   metricsHistory(name: string, o: { since?: number; limit?: number } = {}): Promise<MetricsHistoryResponse> {
     return this.call('GET', `/vms/${enc(name)}/metrics${qs(o)}`);
   }
-  async *logs(name: string, o: { follow?: boolean; tail?: number; signal?: AbortSignal } = {}): AsyncIterable<Buffer> {
+  async *logs(
+    name: string,
+    o: { follow?: boolean; tail?: number; from?: number; signal?: AbortSignal } = {},
+  ): AsyncIterable<Buffer> {
+    yield* (await this.logsAt(name, o)).chunks;
+  }
+
+  /**
+   * The console log as `logs` reads it, with `offset`, the byte of the log its first chunk is:
+   * `from: offset + bytes read` later goes on right after what was read.
+   */
+  async logsAt(
+    name: string,
+    o: { follow?: boolean; tail?: number; from?: number; signal?: AbortSignal } = {},
+  ): Promise<{ offset: number; chunks: AsyncIterable<Buffer> }> {
     const res = await this.raw(
       'GET',
-      `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail })}`,
+      `/vms/${enc(name)}/logs${qs({ follow: o.follow ? 'true' : undefined, tail: o.tail, from: o.from })}`,
     );
     if ((res.statusCode ?? 0) >= 300) await this.fail(res);
     this.endOnAbort(res, o.signal);
-    try {
-      for await (const c of res) yield c as Buffer;
-    } catch (err) {
-      if (!o.signal?.aborted) throw err;
+    const offset = Number(res.headers[LOG_OFFSET_HEADER.toLowerCase()] ?? o.from ?? 0);
+    async function* chunks(): AsyncIterable<Buffer> {
+      try {
+        for await (const c of res) yield c as Buffer;
+      } catch (err) {
+        if (!o.signal?.aborted) throw err;
+      }
     }
+    return { offset, chunks: chunks() };
   }
 
   /** Changes a stopped VM's CPUs, memory or disk (a disk only grows) for its next boot. */

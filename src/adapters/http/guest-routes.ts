@@ -8,6 +8,7 @@ import type { SshAccess } from '../../app/ssh-access.js';
 import type { ConsoleLogs } from '../../ports/stores.js';
 import { parseBool, queryInt, requiredPath, type Query } from '../../domain/query.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
+import { LOG_OFFSET_HEADER } from '../../domain/vm.js';
 import { downloadHandler, execHandler, uploadHandler } from '../http-kit/guest-handlers.js';
 import { pumpTo } from '../http-kit/ndjson.js';
 import type { RouteDef } from '../http-kit/route.js';
@@ -159,13 +160,18 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
       handler: async (req, res) => {
         d.vms.get(name(req.params));
         const tail = queryInt(q(req), 'tail', 64 * 1024 * 1024);
+        let from = queryInt(q(req), 'from', Number.MAX_SAFE_INTEGER);
+        if (from !== undefined && tail !== undefined) throw new InvalidArgumentError('give from or tail, not both');
         const follow = parseBool(q(req), 'follow', false);
+        // where the answer starts, so a reader can come back for what follows it (from=)
+        from ??= tail === undefined ? 0 : Math.max(0, (await d.logs.size(name(req.params))) - tail);
         const ac = new AbortController();
         res.on('close', () => ac.abort());
         res.status(200).type('text/plain; charset=utf-8');
         res.setHeader('Cache-Control', 'no-store');
+        res.setHeader(LOG_OFFSET_HEADER, String(from));
         res.flushHeaders();
-        await pumpTo(res, d.logs.read(name(req.params), { tail, follow, signal: ac.signal }), () => ac.abort());
+        await pumpTo(res, d.logs.read(name(req.params), { from, follow, signal: ac.signal }), () => ac.abort());
       },
     },
     {

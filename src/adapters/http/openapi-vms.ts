@@ -201,14 +201,22 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
       {
         '200': {
           description: 'log text; with follow=true it streams until the client goes away',
+          headers: {
+            'X-Svc-Log-Offset': {
+              description: 'the byte of the log the answer starts at: come back with from= it plus the bytes read',
+              schema: { type: 'integer' },
+            },
+          },
           content: { 'text/plain': { schema: { type: 'string' } } },
         },
+        '400': err('tail and from together, or not a whole number'),
         '404': err('no such vm'),
       },
       {
         parameters: [
           nameParam,
           q('tail', { type: 'integer' }, 'last N bytes'),
+          q('from', { type: 'integer' }, 'from this byte of the log (not with tail)'),
           q('follow', { type: 'boolean', default: false }),
         ],
       },

@@ -16,10 +16,12 @@ export class FsConsoleLogs implements ConsoleLogs {
     );
   }
 
-  async *read(vm: string, opts: { tail?: number; follow?: boolean; signal?: AbortSignal }): AsyncIterable<Buffer> {
+  async *read(
+    vm: string,
+    opts: { from?: number; tail?: number; follow?: boolean; signal?: AbortSignal },
+  ): AsyncIterable<Buffer> {
     const path = join(this.store.dir(vm), 'serial.log');
-    const size = await this.size(vm);
-    let pos = opts.tail !== undefined ? Math.max(0, size - opts.tail) : 0;
+    let pos = opts.from ?? (opts.tail !== undefined ? Math.max(0, (await this.size(vm)) - opts.tail) : 0);
     for (;;) {
       const fh = await open(path, 'r').catch(() => undefined);
       if (fh) {
