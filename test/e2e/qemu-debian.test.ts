@@ -13,6 +13,7 @@ import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
 import { Sandbox, Template } from 'e2b';
+import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 import { poll } from '../helpers/wait.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
@@ -329,6 +330,34 @@ describe('svcd with QEMU: the debian image', function () {
       expect(Number(f[5])).to.be.within(Math.floor(before) - 1, after + 1);
     }
     for (const vm of ['snap1', 'snap2']) await d.call('DELETE', `/vms/${vm}`);
+  });
+
+  it("runs E2B's code interpreter SDK on it: runCode keeps state across cells and a pause, streams output, says errors; contexts", async () => {
+    const opts = e2bOptions(d);
+    // `code-interpreter-v1`, the SDK's default template: the default image with svc's server in it
+    const s = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000 });
+    try {
+      const printed: string[] = [];
+      const first = await s.runCode('import sys\nx = 6\nprint(sys.version_info[0])\nx * 7', {
+        onStdout: (m) => void printed.push(m.line),
+      });
+      expect(first.text).to.equal('42');
+      expect(printed).to.deep.equal(['3\n']);
+      const failed = await s.runCode('x / 0');
+      expect(failed.error).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
+      expect((await s.runCode('import os\nos.environ["K"]', { envs: { K: 'v' } })).text).to.equal("'v'");
+      // a context of its own: its folder, none of the default context's variables
+      const ctx = await s.createCodeContext({ cwd: '/tmp' });
+      expect((await s.runCode('import os\nos.getcwd()', { context: ctx })).text).to.equal("'/tmp'");
+      expect((await s.runCode('x', { context: ctx })).error?.name).to.equal('NameError');
+      expect((await s.runCode('echo $((x=2+3))', { language: 'bash' })).logs.stdout).to.deep.equal(['5\n']);
+      // a pause keeps the interpreter's memory: the variable is there after the connect
+      await s.pause();
+      const back = await CodeInterpreter.connect(s.sandboxId, opts);
+      expect((await back.runCode('x + 1')).text).to.equal('7');
+    } finally {
+      await s.kill();
+    }
   });
 
   it("runs E2B's SDK on it: bash -l with python3, envs, a file both ways, a background command connected to, a template built with aptInstall", async () => {

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CommandExitError, Sandbox, Template, Volume } from 'e2b';
+import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
@@ -158,6 +159,15 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     expect((await s.getInfo()).allowInternetAccess).to.equal(false);
     expect((await d.call('GET', `/vms/${s.sandboxId}/egress`)).json).to.include({ default: 'deny' });
     await s.kill();
+  });
+
+  it("refuses the code interpreter's template on an image without python3, leaving no sandbox behind", async () => {
+    const before = ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+    const err = await CodeInterpreter.create(opts()).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(Error);
+    expect((err as Error).message).to.match(/needs \/usr\/bin\/python3 in the sandbox's image/);
+    const after = ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
+    expect(after.filter((n) => !before.includes(n) && n.startsWith('e2b-'))).to.deep.equal([]);
   });
 
   it('kills a sandbox when its timeout passes', async () => {

@@ -461,6 +461,29 @@ describe('E2B API: the official SDK against svcd (local agents)', function () {
       expect(ok.status).to.equal(200);
       expect(JSON.parse(ok.body)).to.not.have.property('token');
       expect((await p.getInfo()).network?.allowPublicTraffic).to.equal(false);
+      // Under E2B_SANDBOX_URL, the headers that name a sandbox and a port other than envd's (what
+      // the code interpreter SDK sends) reach that port, the path without the envd prefix.
+      const byHeaders = async (id: string, headers: Record<string, string> = {}) => {
+        const r = await call({ port: d.tcp.port }, 'GET', '/e2b/envd/contexts?x=1', undefined, {
+          'e2b-sandbox-id': id,
+          'e2b-sandbox-port': String(port),
+          ...headers,
+        });
+        return { status: r.status, body: r.text };
+      };
+      const routed = await byHeaders(s.sandboxId);
+      expect(routed.status, routed.body).to.equal(200);
+      expect(JSON.parse(routed.body).url).to.equal('/contexts?x=1');
+      expect((await byHeaders(p.sandboxId)).status).to.equal(401);
+      const routedPrivate = await byHeaders(p.sandboxId, { 'e2b-traffic-access-token': p.trafficAccessToken! });
+      expect(JSON.parse(routedPrivate.body)).to.deep.include({ url: '/contexts?x=1' });
+      expect((await byHeaders('e2b-000000000000')).status).to.equal(404);
+      // envd's own port stays svc's envd routes (its health answers 204 without reaching an app)
+      const envd = await call({ port: d.tcp.port }, 'GET', '/e2b/envd/health', undefined, {
+        'e2b-sandbox-id': s.sandboxId,
+        'e2b-sandbox-port': '49983',
+      });
+      expect(envd.status).to.equal(204);
       // svc's own route under it: a byte stream to the port, through the daemon's token.
       const client = new SvcClient({ socket: d.config.socket, token: d.config.api_token, env: {} });
       const raw = await client.openPort(s.sandboxId, port);

@@ -6,6 +6,7 @@ import type { EgressPolicy } from '../../domain/egress.js';
 import type { Instance } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
+import { CODE_INTERPRETER_TEMPLATE, startCodeInterpreter } from './code-interpreter.js';
 import { e2bRouter, page } from './e2b-route.js';
 import { buildsOf, parseRef } from './template-tags.js';
 import type { TeamSecrets } from './team-secrets.js';
@@ -87,18 +88,20 @@ export function e2bControlRoutes(
 
   /**
    * A template id as svc's create: `base` the default image; a built template or a snapshot to
-   * clone (a template's environment and working folder go with it); a VM to clone; else an image
-   * (whose entrypoint E2B does not run: a sandbox runs what its template's start command started).
+   * clone (a template's environment and working folder go with it); a VM to clone; the code
+   * interpreter's template; else an image (whose entrypoint E2B does not run: a sandbox runs what
+   * its template's start command started).
    */
-  const source = async (template: string): Promise<RunBase> => {
+  const source = async (template: string): Promise<RunBase & { codeInterpreter?: true }> => {
     if (!template || template === 'base') return { create: {} };
     if (template === o.poolTemplate) return { create: { from_pool: true } };
     const all = await client.list();
     const clone = await o.templates.cloneOf(all, template);
     if (clone) return clone;
-    return all.some((vm) => vm.name === template)
-      ? { create: { from: template } }
-      : { create: { image: template, entrypoint: false } };
+    if (all.some((vm) => vm.name === template)) return { create: { from: template } };
+    // the code interpreter SDK's default: the default image, with svc's server (code-interpreter.ts)
+    if (template === CODE_INTERPRETER_TEMPLATE) return { create: {}, codeInterpreter: true };
+    return { create: { image: template, entrypoint: false } };
   };
 
   const list = async (req: Request, res: Response, v2: boolean) => {
@@ -176,6 +179,12 @@ export function e2bControlRoutes(
       });
       // Values left by a daemon that stopped before it could remove them go too.
       if (rules.length || proxy?.password !== undefined) void o.rules.sweep().catch(() => undefined);
+      if (from.codeInterpreter)
+        await startCodeInterpreter(client, vm.name).catch(async (err: unknown) => {
+          // a create that failed leaves nothing behind
+          await client.delete(vm.name).catch(() => undefined);
+          throw err;
+        });
       res.status(201).json(sandbox(vm));
     }),
     route('get', '/v2/sandboxes', (req, res) => list(req, res, true)),

@@ -4,6 +4,9 @@ import { InvalidArgumentError } from '../../domain/errors.js';
 import type { Instance } from '../../domain/vm.js';
 import { E2B_HOME, guestUser } from './sandboxes.js';
 
+/** Where E2B_SANDBOX_URL points on the daemon's listener: E2B's in-sandbox API (envd-routes.ts). */
+export const ENVD_BASE = '/e2b/envd';
+
 /** What the envd services need of a call: its sandbox, running (envd-routes.ts). */
 export interface EnvdCalls {
   /** The running sandbox an envd call names (`E2b-Sandbox-Id`), woken when it auto-resumes. */

@@ -10,7 +10,7 @@ import { sendStream, type RouteDef } from '../http-kit/route.js';
 import { drainBody } from '../http-kit/http-app.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
 import { connectRoutes, RpcError } from './connect-rpc.js';
-import { abs, type EnvdCalls } from './envd-common.js';
+import { abs, ENVD_BASE, type EnvdCalls } from './envd-common.js';
 import { filesystemService } from './envd-fs.js';
 import { processService } from './envd-process.js';
 import { E2B_HOME, type Sandboxes } from './sandboxes.js';
@@ -23,7 +23,7 @@ import { E2B_HOME, type Sandboxes } from './sandboxes.js';
  */
 
 export function e2bEnvdRoutes(client: SvcClient, boxes: Sandboxes): RouteDef[] {
-  const base = '/e2b/envd';
+  const base = ENVD_BASE;
   /** The sandbox of an envd call, which must be running: one created with `lifecycle.autoResume` is woken. */
   const running = async (id: string): Promise<Instance> => {
     const vm = await boxes.forCall(await boxes.get(id));

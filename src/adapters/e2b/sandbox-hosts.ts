@@ -5,12 +5,17 @@ import type { VirtualHosts } from '../http-kit/virtual-hosts.js';
 import { proxyRequest, proxyUpgrade, type ProxyTarget } from '../http-kit/node-proxy.js';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { SvcError, type SvcClient } from '../client/svc-client.js';
+import { ENVD_BASE } from './envd-common.js';
 import { metaOf, type Sandboxes } from './sandboxes.js';
 
 /** The domain the SDK is told when the config gives none: `localhost` and the daemon's port. */
 export function defaultSandboxDomain(tcpPort: number | undefined): string {
   return tcpPort && tcpPort !== 80 ? `localhost:${tcpPort}` : 'localhost';
 }
+
+/** envd's port in a sandbox: the SDK's calls to it are svc's envd routes, not a sandbox's app. */
+const ENVD_PORT = 49983;
+const SANDBOX_ID = /^e2b-[0-9a-f]{12}$/;
 
 class PortError extends Error {
   constructor(
@@ -29,8 +34,9 @@ class PortError extends Error {
  * The request is the sandbox app's own, passed on whole (its Host, cookies, Authorization,
  * Origin): as E2B's public URLs, it needs neither the daemon's token nor its browser guard, and a
  * sandbox created with `network.allowPublicTraffic: false` takes only requests that carry its
- * traffic token (`e2b-traffic-access-token`, which is not passed on). A Host that names no sandbox
- * of this form is the daemon's own API, with every check of it.
+ * traffic token (`e2b-traffic-access-token`, which is not passed on). A call under E2B_SANDBOX_URL
+ * that names a sandbox's port other than envd's in its headers (what the SDK's code interpreter
+ * sends) goes the same way. Any other request is the daemon's own API, with every check of it.
  */
 export class SandboxHosts implements VirtualHosts {
   private readonly host: RegExp;
@@ -46,7 +52,7 @@ export class SandboxHosts implements VirtualHosts {
       );
     const name = domain.toLowerCase().replace(/:\d+$/, '');
     this.host = new RegExp(
-      `^(\\d{1,5})-(e2b-[0-9a-f]{12})\\.${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?::\\d{1,5})?$`,
+      `^(\\d{1,5})-(${SANDBOX_ID.source.slice(1, -1)})\\.${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?::\\d{1,5})?$`,
     );
   }
 
@@ -54,10 +60,20 @@ export class SandboxHosts implements VirtualHosts {
     return this.target(req) !== undefined;
   }
 
-  /** The sandbox and port a Host names, or undefined for any other Host. */
-  private target(req: IncomingMessage): { port: number; id: string } | undefined {
+  /**
+   * The sandbox and port a Host names, or a call under E2B_SANDBOX_URL (`/e2b/envd`) names in its
+   * `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers when the port is not envd's own (the code
+   * interpreter's 49999, say: E2B's proxy routes by those headers too); undefined for the rest.
+   * `path` is the path the sandbox's app is asked for.
+   */
+  private target(req: IncomingMessage): { port: number; id: string; path?: string } | undefined {
     const m = this.host.exec(String(req.headers.host ?? '').toLowerCase());
-    return m ? { port: Number(m[1]), id: m[2] } : undefined;
+    if (m) return { port: Number(m[1]), id: m[2] };
+    const port = req.headers['e2b-sandbox-port'];
+    if (typeof port !== 'string' || port === String(ENVD_PORT) || !req.url?.startsWith(`${ENVD_BASE}/`)) return;
+    const id = String(req.headers['e2b-sandbox-id'] ?? '');
+    if (!/^\d{1,5}$/.test(port) || !SANDBOX_ID.test(id)) return;
+    return { port: Number(port), id, path: req.url.slice(ENVD_BASE.length) };
   }
 
   request(req: IncomingMessage, res: ServerResponse): void {
@@ -87,6 +103,7 @@ export class SandboxHosts implements VirtualHosts {
     if (!t) throw new PortError(404, 'no sandbox port is named by this Host');
     const { port, id } = t;
     if (port < 1 || port > 65535) throw new PortError(400, `invalid port ${port}`);
+    if (t.path !== undefined) req.url = t.path;
     const asked = await this.boxes.get(id);
     if (metaOf(asked).privateTraffic) await this.boxes.checkTraffic(req, id);
     delete req.headers['e2b-traffic-access-token'];

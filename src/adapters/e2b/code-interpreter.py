@@ -1,0 +1,509 @@
+#!/usr/bin/env python3
+"""svc's code interpreter: what E2B's `@e2b/code-interpreter` SDK calls on a sandbox's port 49999.
+
+The Python standard library alone (no Jupyter): the guest needs python3 and nothing else.
+
+  GET  /health                     "OK"
+  POST /execute                    {code, context_id?, language?, env_vars?} -> NDJSON, one object a
+                                   line: stdout, stderr, result, error, number_of_executions,
+                                   end_of_execution (the SDK's messaging.ts reads them)
+  POST /contexts                   {language?, cwd?} -> {id, language, cwd}
+  GET  /contexts                   [{id, language, cwd}]
+  DELETE /contexts/{id}
+  POST /contexts/{id}/restart
+
+A Python context is a kernel: a child `python3` that keeps its globals from one execution to the
+next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
+kernel that dies is started again, and the execution says so. A bash context runs each cell as
+its own `bash -c` in the context's folder (killed when the caller goes away): no state is kept between
+cells. docs/e2b.md.
+"""
+
+import ast
+import base64
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LANGUAGES = ("python", "bash")
+# the most of a request body this server reads (a cell's code and its env_vars)
+MAX_BODY = 16 * 1024 * 1024
+
+
+# ------------------------------------------------------------------------------------------ kernel
+
+
+def kernel_main(fd):
+    """
+    The child: reads one JSON request a line on stdin, answers with JSON events on descriptor
+    `fd`. Its own 1 and 2 are what processes it starts print (os.system, subprocess), which the
+    server forwards as stdout and stderr.
+    """
+    events = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+    # an interrupt is a KeyboardInterrupt even when the kernel was started with SIGINT ignored (as a
+    # shell's background job is)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    lock = threading.Lock()
+
+    def send(obj):
+        with lock:
+            events.write(json.dumps(obj) + "\n")
+            events.flush()
+
+    def emit(obj):
+        """An event other than output: what was printed before it goes first."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send(obj)
+
+    class Stream:
+        """sys.stdout and sys.stderr: an event a line (what is left at a flush), as Jupyter sends them."""
+
+        def __init__(self, name):
+            self.name = name
+            self.pending = ""
+
+        def write(self, text):
+            text = str(text)
+            self.pending += text
+            if "\n" in self.pending:
+                cut = self.pending.rindex("\n") + 1
+                out, self.pending = self.pending[:cut], self.pending[cut:]
+                send({"type": self.name, "text": out})
+            return len(text)
+
+        def flush(self):
+            if self.pending:
+                out, self.pending = self.pending, ""
+                send({"type": self.name, "text": out})
+
+        def isatty(self):
+            return False
+
+        @property
+        def encoding(self):
+            return "utf-8"
+
+        def fileno(self):
+            return 1 if self.name == "stdout" else 2
+
+    def formats(value):
+        """A value as Jupyter's display data: text always, and what its _repr_*_ methods give."""
+        out = {"text": repr(value)}
+        for key, method in (
+            ("html", "_repr_html_"),
+            ("markdown", "_repr_markdown_"),
+            ("svg", "_repr_svg_"),
+            ("png", "_repr_png_"),
+            ("jpeg", "_repr_jpeg_"),
+            ("latex", "_repr_latex_"),
+            ("json", "_repr_json_"),
+            ("javascript", "_repr_javascript_"),
+        ):
+            fn = getattr(value, method, None)
+            if not callable(fn):
+                continue
+            try:
+                data = fn()
+            except Exception:
+                continue
+            if data is None:
+                continue
+            if isinstance(data, bytes):
+                data = base64.b64encode(data).decode("ascii")
+            out[key] = data
+        return out
+
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+
+    def display(*objs):
+        for obj in objs:
+            emit({"type": "result", "is_main_result": False, **formats(obj)})
+
+    namespace["display"] = display
+    sys.stdout = Stream("stdout")
+    sys.stderr = Stream("stderr")
+    count = 0
+
+    def run(code):
+        tree = ast.parse(code, "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, "<cell>", "eval"), namespace)
+            if value is not None:
+                namespace["_"] = value
+                emit({"type": "result", "is_main_result": True, **formats(value)})
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        env = req.get("env") or {}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        count += 1
+        try:
+            run(req["code"])
+        except KeyboardInterrupt:
+            emit({"type": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": ""})
+        except BaseException as e:  # noqa: BLE001 - a cell's SystemExit is its error too
+            tb = traceback.extract_tb(e.__traceback__)
+            # the frames of the cell, not of this kernel
+            tb = [f for f in tb if f.filename == "<cell>"] or tb
+            lines = ["Traceback (most recent call last):\n"] if tb else []
+            lines += traceback.format_list(tb) + traceback.format_exception_only(type(e), e)
+            emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(lines)})
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            sys.stdout.flush()
+        emit({"type": "number_of_executions", "execution_count": count})
+        emit({"type": "done"})
+
+
+# ------------------------------------------------------------------------------------------ server
+
+
+class Gone(Exception):
+    """The caller went away."""
+
+
+class Context:
+    def __init__(self, language, cwd):
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()
+        self.kernel = None
+
+    def describe(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def start(self):
+        if self.language != "python":
+            return
+        r, w = os.pipe()
+        self.kernel = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w)],
+            cwd=self.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(w,),
+        )
+        os.close(w)
+        self.events = os.fdopen(r, "rb", buffering=0)
+        self.buffered = b""
+
+    def stop(self):
+        if self.kernel is not None:
+            self.kernel.kill()
+            self.kernel.wait()
+            for f in (self.kernel.stdin, self.kernel.stdout, self.kernel.stderr, self.events):
+                f.close()
+            self.kernel = None
+
+    def execute(self, code, env, send, gone):
+        """Runs one cell, giving its events to `send`; `gone()` says the caller went away."""
+        with self.lock:
+            if self.language == "bash":
+                return self.execute_bash(code, env, send, gone)
+            if self.kernel is None or self.kernel.poll() is not None:
+                self.stop()
+                self.start()
+            self.kernel.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+            self.kernel.stdin.flush()
+            sel = selectors.DefaultSelector()
+            sel.register(self.events, selectors.EVENT_READ, "events")
+            sel.register(self.kernel.stdout, selectors.EVENT_READ, "stdout")
+            sel.register(self.kernel.stderr, selectors.EVENT_READ, "stderr")
+            interrupted = False
+            try:
+                while True:
+                    for key, _ in sel.select(timeout=0.5):
+                        data = os.read(key.fileobj.fileno(), 65536)
+                        if key.data != "events":
+                            if data:
+                                send({"type": key.data, "text": data.decode("utf-8", "replace")})
+                            continue
+                        if not data:
+                            # the kernel died (os._exit, a crash, the OOM killer): a new one next time
+                            self.drain(send)
+                            send({
+                                "type": "error",
+                                "name": "KernelDied",
+                                "value": "the context's Python process ended; it starts again, without its variables",
+                                "traceback": "",
+                            })
+                            self.stop()
+                            return
+                        self.buffered += data
+                        while b"\n" in self.buffered:
+                            line, self.buffered = self.buffered.split(b"\n", 1)
+                            event = json.loads(line)
+                            # what the kernel's processes printed before this event comes first
+                            self.drain(send)
+                            if event["type"] == "done":
+                                self.drain(send)
+                                return
+                            send(event)
+                    if not interrupted and gone():
+                        interrupted = True
+                        self.kernel.send_signal(signal.SIGINT)
+            finally:
+                sel.close()
+
+    def drain(self, send):
+        """What the kernel's processes printed and is still in the pipes."""
+        for name, f in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr)):
+            os.set_blocking(f.fileno(), False)
+            try:
+                while True:
+                    data = os.read(f.fileno(), 65536)
+                    if not data:
+                        break
+                    send({"type": name, "text": data.decode("utf-8", "replace")})
+            except BlockingIOError:
+                pass
+            finally:
+                os.set_blocking(f.fileno(), True)
+
+    def execute_bash(self, code, env, send, gone):
+        p = subprocess.Popen(
+            ["bash", "-c", code],
+            cwd=self.cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(p.stderr, selectors.EVENT_READ, "stderr")
+        open_pipes = 2
+        try:
+            while open_pipes:
+                for key, _ in sel.select(timeout=0.5):
+                    data = os.read(key.fileobj.fileno(), 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        open_pipes -= 1
+                        continue
+                    send({"type": key.data, "text": data.decode("utf-8", "replace")})
+                if gone() and p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            code = p.wait()
+        finally:
+            sel.close()
+        if code != 0:
+            send({"type": "error", "name": "ExitError", "value": f"exit status {code}", "traceback": ""})
+
+
+class Interpreter:
+    def __init__(self, cwd):
+        self.cwd = cwd
+        self.contexts = {}
+        self.defaults = {}
+        self.lock = threading.Lock()
+        self.making = threading.Lock()
+
+    def create(self, language, cwd):
+        language = (language or "python").lower()
+        if language not in LANGUAGES:
+            raise ValueError(f"language {language!r} is not one svc's code interpreter runs ({', '.join(LANGUAGES)})")
+        cwd = cwd or self.cwd
+        if not os.path.isdir(cwd):
+            raise ValueError(f"cwd {cwd!r} is not a directory in the sandbox")
+        ctx = Context(language, cwd)
+        ctx.start()
+        with self.lock:
+            self.contexts[ctx.id] = ctx
+        return ctx
+
+    def default(self, language):
+        """The context of a language that executions naming none run in, made at first use."""
+        language = (language or "python").lower()
+        with self.making:
+            ctx = self.defaults.get(language)
+            if ctx is None:
+                ctx = self.defaults[language] = self.create(language, None)
+        return ctx
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "svc-code-interpreter"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body=None):
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def fail(self, status, message):
+        self.answer(status, {"code": status, "message": message})
+
+    def body(self):
+        obj = json.loads(self.raw or b"{}")
+        if not isinstance(obj, dict):
+            raise ValueError("the request body must be a JSON object")
+        return obj
+
+    def context(self, parts):
+        ctx = self.server.interpreter.contexts.get(parts[1]) if len(parts) > 1 else None
+        if ctx is None:
+            self.fail(404, f"no context {parts[1] if len(parts) > 1 else ''}")
+        return ctx
+
+    def route(self):
+        path = self.path.split("?", 1)[0]
+        parts = [p for p in path.split("/") if p]
+        interp = self.server.interpreter
+        # every request's body is read, whether its route wants it or not: what is left of one
+        # would be taken for the next request on the connection
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            return self.fail(413, f"a request body is at most {MAX_BODY} bytes, with its length given")
+        self.raw = self.rfile.read(length) if length else b""
+        try:
+            if self.command == "GET" and parts == ["health"]:
+                data = b"OK"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.command == "POST" and parts == ["execute"]:
+                self.execute(self.body())
+            elif self.command == "POST" and parts == ["contexts"]:
+                b = self.body()
+                self.answer(200, interp.create(b.get("language"), b.get("cwd")).describe())
+            elif self.command == "GET" and parts == ["contexts"]:
+                self.answer(200, [c.describe() for c in list(interp.contexts.values())])
+            elif self.command == "DELETE" and len(parts) == 2 and parts[0] == "contexts":
+                ctx = self.context(parts)
+                if ctx:
+                    with interp.lock:
+                        interp.contexts.pop(ctx.id, None)
+                        for lang, d in list(interp.defaults.items()):
+                            if d is ctx:
+                                del interp.defaults[lang]
+                    ctx.stop()
+                    self.answer(204)
+            elif self.command == "POST" and len(parts) == 3 and parts[0] == "contexts" and parts[2] == "restart":
+                ctx = self.context(parts)
+                if ctx:
+                    with ctx.lock:
+                        ctx.stop()
+                        ctx.start()
+                    self.answer(204)
+            else:
+                self.fail(404, f"no route {self.command} {path}")
+        except (ValueError, KeyError, TypeError) as e:
+            self.fail(400, str(e))
+
+    do_GET = do_POST = do_DELETE = route
+
+    def execute(self, b):
+        code = b.get("code")
+        if not isinstance(code, str):
+            raise ValueError("code must be a string")
+        env = b.get("env_vars") or {}
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ValueError("env_vars must map names to strings")
+        interp = self.server.interpreter
+        if b.get("context_id"):
+            ctx = interp.contexts.get(b["context_id"])
+            if ctx is None:
+                return self.fail(404, f"no context {b['context_id']}")
+        else:
+            ctx = interp.default(b.get("language"))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        conn = self.connection
+        lost = []
+
+        def send(obj):
+            if lost:
+                return
+            data = (json.dumps(obj) + "\n").encode()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            except OSError:
+                lost.append(True)
+
+        def gone():
+            if lost:
+                return True
+            # a caller that closed its side reads as end of file (nothing else is sent on it)
+            try:
+                conn.setblocking(False)
+                try:
+                    if conn.recv(1, socket.MSG_PEEK) == b"":
+                        lost.append(True)
+                except BlockingIOError:
+                    pass
+                finally:
+                    conn.setblocking(True)
+            except OSError:
+                lost.append(True)
+            return bool(lost)
+
+        ctx.execute(code, env, send, gone)
+        send({"type": "end_of_execution"})
+        if not lost:
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
+
+
+def main():
+    if sys.argv[1:2] == ["--kernel"]:
+        return kernel_main(int(sys.argv[2]))
+    port = 49999
+    host = "127.0.0.1"
+    args = sys.argv[1:]
+    while args:
+        flag = args.pop(0)
+        if flag == "--port":
+            port = int(args.pop(0))
+        elif flag == "--host":
+            host = args.pop(0)
+        else:
+            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N]")
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    server.interpreter = Interpreter(os.getcwd())
+    # the default Python kernel starts now, not at the first execution
+    threading.Thread(target=server.interpreter.default, args=("python",), daemon=True).start()
+    print(f"svc code interpreter on {host}:{port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+import { expect } from 'chai';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../src/adapters/hypervisor/free-port.js';
+import { tempDir } from '../helpers/daemon.js';
+import { poll } from '../helpers/wait.js';
+
+const SERVER = fileURLToPath(new URL('../../../src/adapters/e2b/code-interpreter.py', import.meta.url));
+
+interface Event {
+  type: string;
+  text?: string;
+  name?: string;
+  value?: string;
+  traceback?: string;
+  is_main_result?: boolean;
+  execution_count?: number;
+  html?: string;
+}
+
+/**
+ * svc's code interpreter server (src/adapters/e2b/code-interpreter.py), the one a sandbox of E2B's
+ * `code-interpreter-v1` template runs, as a real python3 process on this host: the cells here only
+ * print, compute and sleep, in the test's own folder. The SDK through the daemon and a guest is
+ * test/e2e/qemu-debian.test.ts's.
+ */
+describe('E2B code interpreter server (python3 on this host)', function () {
+  this.timeout(60_000);
+  let server: ChildProcess;
+  let base: string;
+  let dir: string;
+
+  before(async () => {
+    dir = tempDir('svc-code-interpreter-');
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    server = spawn('python3', [SERVER, '--port', String(port)], { cwd: dir, stdio: 'ignore' });
+    await poll(
+      () =>
+        fetch(`${base}/health`).then(
+          (r) => r.ok,
+          () => false,
+        ),
+      { ms: 15_000, every: 100 },
+    );
+  });
+  after(() => void server?.kill());
+
+  const execute = async (body: Record<string, unknown>, signal?: AbortSignal): Promise<Event[]> => {
+    const r = await fetch(`${base}/execute`, { method: 'POST', body: JSON.stringify(body), signal });
+    expect(r.status).to.equal(200);
+    const events = (await r.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Event);
+    expect(events.at(-1)).to.deep.equal({ type: 'end_of_execution' });
+    return events;
+  };
+  const post = (path: string, body: unknown = {}) =>
+    fetch(`${base}${path}`, { method: 'POST', body: JSON.stringify(body) });
+
+  it('runs Python cells that keep their state, stream what they print in order, and give the last value', async () => {
+    const first = await execute({ code: 'import os\nx = 41\nprint("one")\nos.system("echo two")\nx + 1' });
+    expect(first.slice(0, 3)).to.deep.equal([
+      { type: 'stdout', text: 'one\n' },
+      { type: 'stdout', text: 'two\n' },
+      { type: 'result', is_main_result: true, text: '42' },
+    ]);
+    expect(first.find((e) => e.type === 'number_of_executions')?.execution_count).to.be.a('number');
+    expect((await execute({ code: 'x * 2' }))[0]).to.include({ type: 'result', text: '82' });
+    // a value's _repr_html_ is a format of the result; display() gives results that are not the main one
+    const rich = await execute({
+      code: 'class T:\n  def _repr_html_(self): return "<b>t</b>"\ndisplay(1)\nT()',
+    });
+    expect(rich.filter((e) => e.type === 'result').map((e) => [e.is_main_result, e.html])).to.deep.equal([
+      [false, undefined],
+      [true, '<b>t</b>'],
+    ]);
+    // a statement gives no result, a None neither
+    expect((await execute({ code: 'y = 1\nNone' })).map((e) => e.type)).to.not.include('result');
+  });
+
+  it('says an error with its name, value and the cell’s traceback, and runs on after it', async () => {
+    const err = (await execute({ code: 'def f():\n  return 1 / 0\nf()' })).find((e) => e.type === 'error')!;
+    expect(err).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
+    expect(err.traceback).to.match(/File "<cell>", line 2, in f/);
+    expect(err.traceback).to.not.match(/code-interpreter\.py/);
+    expect((await execute({ code: 'syntax error here' })).find((e) => e.type === 'error')?.name).to.equal(
+      'SyntaxError',
+    );
+    expect((await execute({ code: '"still here"' }))[0].text).to.equal("'still here'");
+  });
+
+  it('gives a cell its env_vars and puts the environment back after it', async () => {
+    const env = await execute({ code: 'import os\nos.environ["SVC_T"]', env_vars: { SVC_T: 'v' } });
+    expect(env[0].text).to.equal("'v'");
+    expect((await execute({ code: 'os.environ.get("SVC_T")' })).map((e) => e.type)).to.not.include('result');
+    expect((await post('/execute', { code: '1', env_vars: { A: 1 } })).status).to.equal(400);
+  });
+
+  it('keeps contexts apart, each in its folder; restarts and removes them', async () => {
+    const made = await post('/contexts', { cwd: '/' });
+    const ctx = (await made.json()) as { id: string; language: string; cwd: string };
+    expect(ctx).to.include({ language: 'python', cwd: '/' });
+    const own = await execute({ code: 'import os\nos.getcwd()', context_id: ctx.id });
+    expect(own[0].text).to.equal("'/'");
+    expect((await execute({ code: 'x', context_id: ctx.id })).find((e) => e.type === 'error')?.name).to.equal(
+      'NameError',
+    );
+    await execute({ code: 'z = 5', context_id: ctx.id });
+    expect((await post(`/contexts/${ctx.id}/restart`)).status).to.equal(204);
+    expect((await execute({ code: 'z', context_id: ctx.id })).find((e) => e.type === 'error')?.name).to.equal(
+      'NameError',
+    );
+    const ids = ((await (await fetch(`${base}/contexts`)).json()) as { id: string }[]).map((c) => c.id);
+    expect(ids).to.include(ctx.id);
+    expect((await fetch(`${base}/contexts/${ctx.id}`, { method: 'DELETE' })).status).to.equal(204);
+    expect((await post('/execute', { code: '1', context_id: ctx.id })).status).to.equal(404);
+    expect((await post('/contexts', { language: 'cobol' })).status).to.equal(400);
+    expect((await post('/contexts', { cwd: '/no/such/folder' })).status).to.equal(400);
+  });
+
+  it('runs bash cells, with an exit status other than 0 as an error', async () => {
+    const ok = await execute({ code: 'echo $((6 * 7)); echo err >&2', language: 'bash' });
+    expect(ok.filter((e) => e.type !== 'end_of_execution')).to.have.deep.members([
+      { type: 'stdout', text: '42\n' },
+      { type: 'stderr', text: 'err\n' },
+    ]);
+    const failed = await execute({ code: 'exit 3', language: 'bash' });
+    expect(failed[0]).to.include({ type: 'error', value: 'exit status 3' });
+  });
+
+  it('interrupts a cell whose caller went away, and starts a kernel again after it died', async () => {
+    const ac = new AbortController();
+    const started = Date.now();
+    const slow = execute({ code: 'import time\ntime.sleep(30)' }, ac.signal).catch((e: Error) => e);
+    setTimeout(() => ac.abort(), 500);
+    expect(await slow).to.be.instanceOf(Error);
+    // the next cell runs at once: the sleeping one was interrupted, not waited for
+    expect((await execute({ code: '"next"' }))[0].text).to.equal("'next'");
+    expect(Date.now() - started).to.be.below(15_000);
+    const died = await execute({ code: 'import os\nos._exit(1)' });
+    expect(died[0]).to.include({ type: 'error', name: 'KernelDied' });
+    expect((await execute({ code: 'x' })).find((e) => e.type === 'error')?.name).to.equal('NameError');
+  });
+
+  it('answers 404 to a path it does not serve and 400 to a body that is not an object', async () => {
+    expect((await fetch(`${base}/nope`)).status).to.equal(404);
+    expect((await post('/execute', [1])).status).to.equal(400);
+    expect((await post('/execute', { code: 7 })).status).to.equal(400);
+  });
+});
