@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { extractTree, packTree, underFolder } from '../fs-kit/tar-tree.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { SvcError } from '../client/svc-transport.js';
+import { noneOn404 } from '../client/svc-transport.js';
 import { progressBar } from './format.js';
 
 export interface Endpoint {
@@ -96,13 +96,7 @@ export function copyTarget(src: { path: string; directory: boolean }, dst: { pat
 
 /** What a guest path is now, for a copy into it (404: nothing yet). */
 async function foundInGuest(client: SvcClient, vm: string, path: string): Promise<Found> {
-  return client.stat(vm, path).then(
-    (i): Found => (i.type === 'directory' ? 'directory' : 'other'),
-    (err: unknown) => {
-      if (err instanceof SvcError && err.status === 404) return undefined;
-      throw err;
-    },
-  );
+  return client.stat(vm, path).then((i): Found => (i.type === 'directory' ? 'directory' : 'other'), noneOn404);
 }
 
 /** A path without a trailing `/.` (a directory's contents, for copyTarget). */

@@ -40,6 +40,7 @@ import { enc, qs, SvcTransport } from './svc-transport.js';
 export {
   apiUrl,
   DaemonUnreachableError,
+  noneOn404,
   SvcError,
   type ShellConnection,
   type SvcClientOptions,

@@ -22,6 +22,12 @@ export class SvcError extends Error {
   }
 }
 
+/** For `.catch`: a 404 answer (nothing there) as undefined; any other failure is thrown on. */
+export function noneOn404(err: unknown): undefined {
+  if (err instanceof SvcError && err.status === 404) return undefined;
+  throw err;
+}
+
 /** The daemon is not there: the socket or port refused or does not exist. */
 export class DaemonUnreachableError extends SvcError {
   constructor(where: string, cause: string) {

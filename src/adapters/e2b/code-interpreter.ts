@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { SvcError, type SvcClient } from '../client/svc-client.js';
+import { noneOn404, type SvcClient } from '../client/svc-client.js';
 import { E2B_HOME } from './sandboxes.js';
 
 /** The template `@e2b/code-interpreter`'s `Sandbox.create()` asks for when given none. */
@@ -26,7 +26,7 @@ const LISTEN_TIMEOUT_MS = 30_000;
  * python3 (the default debian image has it). docs/e2b.md, "Code interpreter".
  */
 export async function startCodeInterpreter(client: SvcClient, vm: string): Promise<void> {
-  const python = await client.stat(vm, PYTHON).catch(() => undefined);
+  const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
     throw new InvalidArgumentError(
       `the ${CODE_INTERPRETER_TEMPLATE} template needs ${PYTHON} in the sandbox's image (the default debian image has it)`,
@@ -42,10 +42,7 @@ export async function startCodeInterpreter(client: SvcClient, vm: string): Promi
     restart: 'on-failure',
   });
   for (const until = Date.now() + LISTEN_TIMEOUT_MS; ;) {
-    const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch((err: unknown) => {
-      if (err instanceof SvcError && err.status === 404) return undefined;
-      throw err;
-    });
+    const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch(noneOn404);
     if (open) return void open.destroy();
     const now = await client.process(vm, p.id);
     if (now.state === 'ended' || Date.now() > until)
