@@ -80,11 +80,31 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect((await execute({ code: 'y = 1\nNone' })).map((e) => e.type)).to.not.include('result');
   });
 
+  it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {
+    const text = (events: Event[]) =>
+      events
+        .filter((e) => e.type === 'stdout')
+        .map((e) => e.text)
+        .join('');
+    const long = await execute({ code: 'print("x" * 200000, end="")' });
+    expect(text(long)).to.equal('x'.repeat(200_000));
+    expect(Math.max(...long.map((e) => e.text?.length ?? 0))).to.be.at.most(64 * 1024);
+    // two-byte characters from a process the cell starts, read from its pipe 64 KiB at a time
+    const wide = await execute({
+      code: 'import subprocess, sys\nsubprocess.run([sys.executable, "-c", "import sys; sys.stdout.write(chr(233) * 70001)"])',
+    });
+    expect(text(wide)).to.equal('é'.repeat(70_001));
+  });
+
   it('says an error with its name, value and the cell’s traceback, and runs on after it', async () => {
     const err = (await execute({ code: 'def f():\n  return 1 / 0\nf()' })).find((e) => e.type === 'error')!;
     expect(err).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
     expect(err.traceback).to.match(/File "<cell>", line 2, in f/);
     expect(err.traceback).to.not.match(/code-interpreter\.py/);
+    // what the cell called is in it too
+    const deep = (await execute({ code: 'import json\njson.loads("{")' })).find((e) => e.type === 'error')!;
+    expect(deep.name).to.equal('JSONDecodeError');
+    expect(deep.traceback).to.match(/File "<cell>", line 2[\s\S]*json/);
     expect((await execute({ code: 'syntax error here' })).find((e) => e.type === 'error')?.name).to.equal(
       'SyntaxError',
     );

@@ -21,6 +21,7 @@ cells. docs/e2b.md.
 
 import ast
 import base64
+import codecs
 import json
 import os
 import selectors
@@ -34,6 +35,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LANGUAGES = ("python", "bash")
+# the most of a cell's output one event carries (a long line without its end comes in pieces)
+PIECE = 64 * 1024
 # the most of a request body this server reads (a cell's code and its env_vars)
 MAX_BODY = 16 * 1024 * 1024
 
@@ -48,6 +51,7 @@ def kernel_main(fd):
     server forwards as stdout and stderr.
     """
     events = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+    kernel_file = os.path.abspath(__file__)
     # an interrupt is a KeyboardInterrupt even when the kernel was started with SIGINT ignored (as a
     # shell's background job is)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -74,16 +78,18 @@ def kernel_main(fd):
         def write(self, text):
             text = str(text)
             self.pending += text
-            if "\n" in self.pending:
+            if len(self.pending) >= PIECE:
+                self.flush()
+            elif "\n" in self.pending:
                 cut = self.pending.rindex("\n") + 1
                 out, self.pending = self.pending[:cut], self.pending[cut:]
                 send({"type": self.name, "text": out})
             return len(text)
 
         def flush(self):
-            if self.pending:
-                out, self.pending = self.pending, ""
-                send({"type": self.name, "text": out})
+            out, self.pending = self.pending, ""
+            for i in range(0, len(out), PIECE):
+                send({"type": self.name, "text": out[i : i + PIECE]})
 
         def isatty(self):
             return False
@@ -156,9 +162,8 @@ def kernel_main(fd):
         except KeyboardInterrupt:
             emit({"type": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": ""})
         except BaseException as e:  # noqa: BLE001 - a cell's SystemExit is its error too
-            tb = traceback.extract_tb(e.__traceback__)
-            # the frames of the cell, not of this kernel
-            tb = [f for f in tb if f.filename == "<cell>"] or tb
+            # the frames of the cell and what it called, not of this kernel
+            tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != kernel_file]
             lines = ["Traceback (most recent call last):\n"] if tb else []
             lines += traceback.format_list(tb) + traceback.format_exception_only(type(e), e)
             emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(lines)})
@@ -176,10 +181,6 @@ def kernel_main(fd):
 # ------------------------------------------------------------------------------------------ server
 
 
-class Gone(Exception):
-    """The caller went away."""
-
-
 class Context:
     def __init__(self, language, cwd):
         self.id = str(uuid.uuid4())
@@ -192,6 +193,8 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self):
+        # what the kernel's processes print, decoded across reads (a character cut by one is whole)
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
         if self.language != "python":
             return
         r, w = os.pipe()
@@ -223,8 +226,11 @@ class Context:
             if self.kernel is None or self.kernel.poll() is not None:
                 self.stop()
                 self.start()
-            self.kernel.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
-            self.kernel.stdin.flush()
+            try:
+                self.kernel.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+                self.kernel.stdin.flush()
+            except BrokenPipeError:
+                pass  # it died just now: its events' end of file below says so
             sel = selectors.DefaultSelector()
             sel.register(self.events, selectors.EVENT_READ, "events")
             sel.register(self.kernel.stdout, selectors.EVENT_READ, "stdout")
@@ -235,8 +241,7 @@ class Context:
                     for key, _ in sel.select(timeout=0.5):
                         data = os.read(key.fileobj.fileno(), 65536)
                         if key.data != "events":
-                            if data:
-                                send({"type": key.data, "text": data.decode("utf-8", "replace")})
+                            self.forward(key.data, data, send)
                             continue
                         if not data:
                             # the kernel died (os._exit, a crash, the OOM killer): a new one next time
@@ -265,6 +270,12 @@ class Context:
             finally:
                 sel.close()
 
+    def forward(self, name, data, send):
+        """Bytes a process printed on `name`, as text events."""
+        text = self.decoders[name].decode(data, final=not data)
+        if text:
+            send({"type": name, "text": text})
+
     def drain(self, send):
         """What the kernel's processes printed and is still in the pipes."""
         for name, f in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr)):
@@ -274,7 +285,7 @@ class Context:
                     data = os.read(f.fileno(), 65536)
                     if not data:
                         break
-                    send({"type": name, "text": data.decode("utf-8", "replace")})
+                    self.forward(name, data, send)
             except BlockingIOError:
                 pass
             finally:
@@ -298,11 +309,10 @@ class Context:
             while open_pipes:
                 for key, _ in sel.select(timeout=0.5):
                     data = os.read(key.fileobj.fileno(), 65536)
+                    self.forward(key.data, data, send)
                     if not data:
                         sel.unregister(key.fileobj)
                         open_pipes -= 1
-                        continue
-                    send({"type": key.data, "text": data.decode("utf-8", "replace")})
                 if gone() and p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
             code = p.wait()
