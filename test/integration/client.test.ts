@@ -117,6 +117,10 @@ describe('SvcClient against a real daemon', function () {
     const rest: Buffer[] = [];
     for await (const b of (await c.logsAt('cl', { from: end.offset + 2 })).chunks) rest.push(b);
     expect(Buffer.concat(rest)).to.deep.equal(whole.subarray(-3));
+    // past the end: the log was cut since (rotated at its cap), so it is read from its start, and said so
+    const past = await c.logsAt('cl', { from: whole.length + 100 });
+    expect(past.offset).to.equal(0);
+    for await (const b of past.chunks) void b;
     expect((await c.logsAt('cl', { tail: 5, from: 1 }).catch((e) => e)).message).to.match(
       /give from or tail, not both/,
     );
