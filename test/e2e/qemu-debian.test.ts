@@ -335,7 +335,7 @@ describe('svcd with QEMU: the debian image', function () {
   it("runs E2B's code interpreter SDK on it: runCode keeps state across cells and a pause, streams output, says errors; contexts", async () => {
     const opts = e2bOptions(d);
     // `code-interpreter-v1`, the SDK's default template: the default image with svc's server in it
-    const s = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000 });
+    const s = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000, envs: { STAGE: 'global' } });
     try {
       const printed: string[] = [];
       const first = await s.runCode('import sys\nx = 6\nprint(sys.version_info[0])\nx * 7', {
@@ -346,6 +346,9 @@ describe('svcd with QEMU: the debian image', function () {
       const failed = await s.runCode('x / 0');
       expect(failed.error).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
       expect((await s.runCode('import os\nos.environ["K"]', { envs: { K: 'v' } })).text).to.equal("'v'");
+      // the sandbox's envs are every cell's; a cell's own win
+      expect((await s.runCode('os.environ["STAGE"]')).text).to.equal("'global'");
+      expect((await s.runCode('os.environ["STAGE"]', { envs: { STAGE: 'cell' } })).text).to.equal("'cell'");
       // a context of its own: its folder, none of the default context's variables
       const ctx = await s.createCodeContext({ cwd: '/tmp' });
       expect((await s.runCode('import os\nos.getcwd()', { context: ctx })).text).to.equal("'/tmp'");

@@ -2,7 +2,8 @@ import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../domain/errors.js';
 import { noneOn404, type SvcClient } from '../client/svc-client.js';
-import { E2B_HOME } from './sandboxes.js';
+import type { Instance } from '../../domain/vm.js';
+import { E2B_HOME, metaOf } from './sandboxes.js';
 
 /** The template `@e2b/code-interpreter`'s `Sandbox.create()` asks for when given none. */
 export const CODE_INTERPRETER_TEMPLATE = 'code-interpreter-v1';
@@ -25,7 +26,8 @@ const LISTEN_TIMEOUT_MS = 30_000;
  * durable process goes on across pauses, forks and snapshots with the sandbox. The guest needs
  * python3 (the default debian image has it). docs/e2b.md, "Code interpreter".
  */
-export async function startCodeInterpreter(client: SvcClient, vm: string): Promise<void> {
+export async function startCodeInterpreter(client: SvcClient, sandbox: Instance): Promise<void> {
+  const vm = sandbox.name;
   const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
     throw new InvalidArgumentError(
@@ -38,6 +40,8 @@ export async function startCodeInterpreter(client: SvcClient, vm: string): Promi
     cmd: PYTHON,
     args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT)],
     cwd: E2B_HOME,
+    // the sandbox's envs, as its commands get them: each context and cell starts with them
+    env: metaOf(sandbox).envs,
     tag: CODE_INTERPRETER_TAG,
     restart: 'on-failure',
   });

@@ -180,7 +180,7 @@ export function e2bControlRoutes(
       // Values left by a daemon that stopped before it could remove them go too.
       if (rules.length || proxy?.password !== undefined) void o.rules.sweep().catch(() => undefined);
       if (from.codeInterpreter)
-        await startCodeInterpreter(client, vm.name).catch(async (err: unknown) => {
+        await startCodeInterpreter(client, vm).catch(async (err: unknown) => {
           // a create that failed leaves nothing behind
           await client.delete(vm.name).catch(() => undefined);
           throw err;
