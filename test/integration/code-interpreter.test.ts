@@ -76,6 +76,11 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       [false, undefined],
       [true, '<b>t</b>'],
     ]);
+    // what a cell reads from its input is an end of file, not the kernel's next request
+    const read = await execute({
+      code: 'import subprocess\ntry:\n  input()\nexcept EOFError:\n  print("eof")\nsubprocess.run(["cat"]).returncode',
+    });
+    expect(read.map((e) => e.text).slice(0, 2)).to.deep.equal(['eof\n', '0']);
     // a statement gives no result, a None neither
     expect((await execute({ code: 'y = 1\nNone' })).map((e) => e.type)).to.not.include('result');
   });
@@ -159,7 +164,8 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     // the next cell runs at once: the sleeping one was interrupted, not waited for
     expect((await execute({ code: '"next"' }))[0].text).to.equal("'next'");
     expect(Date.now() - started).to.be.below(15_000);
-    const died = await execute({ code: 'import os\nos._exit(1)' });
+    // (a process it started lives on: it holds nothing that would hide the kernel's end)
+    const died = await execute({ code: 'import os\nos.system("sleep 100 &")\nos._exit(1)' });
     expect(died[0]).to.include({ type: 'error', name: 'KernelDied' });
     expect((await execute({ code: 'x' })).find((e) => e.type === 'error')?.name).to.equal('NameError');
   });

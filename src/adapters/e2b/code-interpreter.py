@@ -50,7 +50,15 @@ def kernel_main(fd):
     `fd`. Its own 1 and 2 are what processes it starts print (os.system, subprocess), which the
     server forwards as stdout and stderr.
     """
+    # the events' pipe is not passed on to what a cell starts (a process that outlives the kernel
+    # would hide its end); requests come on a descriptor of their own, and what the cell reads from
+    # its standard input (input(), a child's stdin) is /dev/null's end of file, not the requests
+    os.set_inheritable(fd, False)
     events = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     kernel_file = os.path.abspath(__file__)
     # an interrupt is a KeyboardInterrupt even when the kernel was started with SIGINT ignored (as a
     # shell's background job is)
@@ -151,7 +159,7 @@ def kernel_main(fd):
                 namespace["_"] = value
                 emit({"type": "result", "is_main_result": True, **formats(value)})
 
-    for line in sys.stdin:
+    for line in requests:
         req = json.loads(line)
         env = req.get("env") or {}
         saved = {k: os.environ.get(k) for k in env}
