@@ -269,7 +269,6 @@ class Context:
                             # what the kernel's processes printed before this event comes first
                             self.drain(send)
                             if event["type"] == "done":
-                                self.drain(send)
                                 return
                             send(event)
                     if not interrupted and gone():
