@@ -35,26 +35,38 @@ function inputsKey(kind: string): string {
 
 const sleep = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 
+/** Takes `lock` (a directory: made by one process at a time) if it is free; a lock older than an hour is a dead run's. */
+function tryLock(lock: string): boolean {
+  mkdirSync(dirname(lock), { recursive: true });
+  try {
+    mkdirSync(lock);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    const age = Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now());
+    if (age > 3600_000) rmSync(lock, { recursive: true, force: true });
+    return false;
+  }
+}
+
 /**
- * Runs `fn` holding `lock` (a directory: made by one process at a time), so e2e workers running in
- * parallel build a thing once and never remove it under one another. A lock older than an hour is
- * a dead run's and is taken over.
+ * Runs `fn` holding `lock`, so e2e workers running in parallel build a thing once and never remove
+ * it under one another.
  */
 function locked<T>(lock: string, fn: () => T): T {
-  mkdirSync(dirname(lock), { recursive: true });
-  for (;;) {
-    try {
-      mkdirSync(lock);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const age = Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now());
-      if (age > 3600_000) rmSync(lock, { recursive: true, force: true });
-      else sleep(500);
-    }
-  }
+  while (!tryLock(lock)) sleep(500);
   try {
     return fn();
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+/** `locked` for work that awaits. */
+export async function lockedAsync<T>(lock: string, fn: () => Promise<T>): Promise<T> {
+  while (!tryLock(lock)) await new Promise((r) => setTimeout(r, 500));
+  try {
+    return await fn();
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }

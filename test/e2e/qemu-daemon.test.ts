@@ -9,12 +9,13 @@ import { request } from 'node:http';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { SilentLogger } from '../fakes/fakes.js';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import type { TestDaemon } from '../helpers/daemon.js';
 import { ndjson, qs } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
 import { waitFor } from '../helpers/wait.js';
 import { ensureImage, qemuProcesses } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
 
@@ -34,9 +35,9 @@ describe('svcd with QEMU: real guests end to end', function () {
   const names = ['main', 'eph', 'ud'];
 
   before(async () => {
-    d = await startTestDaemon(
+    d = await startSeededDaemon(
+      { kind: 'minimal', memory_mb: 512 },
       {
-        hypervisor: 'qemu',
         images_dir: ensureImage(),
         image: 'minimal',
         sandbox_metrics_interval: '1s',

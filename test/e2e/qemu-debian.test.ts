@@ -6,9 +6,10 @@ import { promisify } from 'node:util';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
-import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { egressLogged, guestSh, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { ensureImage, forkOk, withConsoles } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
@@ -38,18 +39,17 @@ describe('svcd with QEMU: the debian image', function () {
     await new Promise<void>((r) => upstream!.listen(0, '127.0.0.1', () => r()));
     upstreamPort = (upstream.address() as AddressInfo).port;
     shared = tempDir('svc-deb-share-');
-    d = await startTestDaemon({
-      egress_upstream_ca: join(upstreamDir, 'ca.crt'),
-      hypervisor: 'qemu',
-      images_dir: ensureImage('debian'),
-      sandbox_metrics_enabled: false,
-      ready_timeout: '240s',
-      memory_mb: 768,
-      // The first create boots and the shape's snapshot is captured behind the tests that follow;
-      // later creates restore it (docs/snapshot-creates.md).
-      create_from_snapshot: true,
-      mount_dirs: [shared],
-    });
+    // Creates restore the image's snapshot, made once per run (snapshot-seeds.ts; docs/snapshot-creates.md).
+    d = await startSeededDaemon(
+      { kind: 'debian', memory_mb: 768 },
+      {
+        egress_upstream_ca: join(upstreamDir, 'ca.crt'),
+        images_dir: ensureImage('debian'),
+        sandbox_metrics_enabled: false,
+        ready_timeout: '240s',
+        mount_dirs: [shared],
+      },
+    );
   });
   after(async () => {
     for (const vm of ['deb', 'deb2', 'snap1', 'snap2', 'withjq', 'frombaked']) await d.call('DELETE', `/vms/${vm}`);
@@ -59,7 +59,7 @@ describe('svcd with QEMU: the debian image', function () {
     for (const s of upstreamSockets) s.destroy();
   });
 
-  it('is the default image: a create without an image boots debian, with a disk as large as asked for', async () => {
+  it('is the default image: a create without an image is a debian guest, with a disk as large as asked for', async () => {
     const r = await d.call('POST', '/vms', { name: 'deb', disk_gb: 5, persistent: true });
     expect(r.status, r.text).to.equal(201);
     expect(r.json).to.include({ image: 'debian', disk_gb: 5 });
@@ -398,9 +398,6 @@ describe('svcd with QEMU: the debian image', function () {
       await t.kill();
     }
     expect((await d.call('DELETE', `/e2b/templates/${tpl.templateId}`)).status).to.equal(204);
-    // The images this suite builds next are not captured: a debian capture is 45 s of TCG, which
-    // the other e2e worker's guests would wait on (the rule is tested with minimal and the fake).
-    d.config.create_from_snapshot = false;
   });
 
   it('lists the images it has built, and refuses to delete one in use with 409', async () => {
@@ -439,8 +436,6 @@ describe('svcd with QEMU: the debian image', function () {
       'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment',
     );
     expect(out.stdout.trim().split('\n')).to.deep.equal(['jq-1.6', '7', '640', 'APP_MODE="test"']);
-    // Its first create started a snapshot capture of deb-jq (another debian boot) that no test
-    // uses: deleting the image calls it off, so it does not take a core from the tests after.
     expect((await d.call('DELETE', '/vms/withjq')).status).to.equal(200);
     const gone = await d.call('DELETE', '/images/deb-jq');
     expect(gone.status, gone.text).to.equal(200);

@@ -3,11 +3,12 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CommandExitError, Sandbox, Template, Volume } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
-import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
 import { ensureImage } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { main as codeAgent } from '../../examples/e2b/code-agent.js';
 import { poll } from '../helpers/wait.js';
 
@@ -24,15 +25,16 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
   const opts = () => e2bOptions(d);
 
   before(async () => {
-    d = await startTestDaemon({
-      hypervisor: 'qemu',
-      images_dir: ensureImage('minimal'),
-      image: 'minimal',
-      memory_mb: 384,
-      warm_pool: { template: 'tpl', size: 2 },
-      sandbox_metrics_enabled: false,
-      ready_timeout: '240s',
-    });
+    d = await startSeededDaemon(
+      { kind: 'minimal', memory_mb: 384 },
+      {
+        images_dir: ensureImage('minimal'),
+        image: 'minimal',
+        warm_pool: { template: 'tpl', size: 2 },
+        sandbox_metrics_enabled: false,
+        ready_timeout: '240s',
+      },
+    );
   });
   after(async () => {
     for (const vm of (await d.call('GET', '/vms')).json as { name: string }[])

@@ -12,10 +12,11 @@ import type { EgressEvent } from '../../src/domain/egress.js';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import type { QmpClient } from '../../src/adapters/hypervisor/qemu/qmp-client.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
-import { egressLogged, guestSh, startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
+import { egressLogged, guestSh, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { ensureImage } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { poll } from '../helpers/wait.js';
 
 const PROBE = readFileSync(fileURLToPath(new URL('../../../test/e2e/fixtures/secret-probe.cjs', import.meta.url)));
@@ -112,16 +113,17 @@ describe('egress secrets on real QEMU guests', function () {
     other.on('connection', (s: Socket) => s.on('data', (b: Buffer) => otherRaw.push(b.toString('latin1'))));
     otherPort = await listen(other, '0.0.0.0');
     dns = await new TestDns({ 'other.test': [HOST] }).start();
-    d = await startTestDaemon({
-      hypervisor: 'qemu',
-      images_dir: ensureImage(),
-      image: 'minimal',
-      memory_mb: 384,
-      sandbox_metrics_enabled: false,
-      ready_timeout: '180s',
-      guest_dns: [`127.0.0.1:${dns.port}`],
-      egress_upstream_ca: join(dir, 'upstream-ca.crt'),
-    });
+    d = await startSeededDaemon(
+      { kind: 'minimal', memory_mb: 384 },
+      {
+        images_dir: ensureImage(),
+        image: 'minimal',
+        sandbox_metrics_enabled: false,
+        ready_timeout: '180s',
+        guest_dns: [`127.0.0.1:${dns.port}`],
+        egress_upstream_ca: join(dir, 'upstream-ca.crt'),
+      },
+    );
     await setValue(VALUE);
     const r = await d.call('POST', '/vms', {
       name: 'es',

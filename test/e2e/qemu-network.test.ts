@@ -7,10 +7,11 @@ import { createServer as httpServer, type Server as HttpServer } from 'node:http
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { EgressEvent } from '../../src/domain/egress.js';
-import { egressLogged, guestSh, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { egressLogged, guestSh, type TestDaemon } from '../helpers/daemon.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { followNdjson } from '../helpers/http.js';
 import { ensureImage } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
 /** Waits for something to listen on a loopback port (a process just started). */
@@ -83,15 +84,16 @@ describe('the network boundary on real QEMU guests', function () {
     widePort = await listen(wide, '0.0.0.0');
     tricklePort = await listen(trickle);
     dns = await new TestDns({ 'denied.test': [HOST], 'other.test': ['198.51.100.7'] }).start();
-    d = await startTestDaemon({
-      hypervisor: 'qemu',
-      images_dir: ensureImage(),
-      image: 'minimal',
-      memory_mb: 384,
-      sandbox_metrics_enabled: false,
-      ready_timeout: '180s',
-      guest_dns: [`127.0.0.1:${dns.port}`],
-    });
+    d = await startSeededDaemon(
+      { kind: 'minimal', memory_mb: 384 },
+      {
+        images_dir: ensureImage(),
+        image: 'minimal',
+        sandbox_metrics_enabled: false,
+        ready_timeout: '180s',
+        guest_dns: [`127.0.0.1:${dns.port}`],
+      },
+    );
     const [a, b] = await Promise.all([
       d.call('POST', '/vms', { name: 'a', persistent: true }),
       d.call('POST', '/vms', { name: 'b' }),

@@ -1,9 +1,10 @@
 import { expect } from 'chai';
 import { SvcClient } from '../../src/adapters/client/svc-client.js';
-import { guestSh, restoreWarm, startTestDaemon, type TestDaemon } from '../helpers/daemon.js';
+import { guestSh, restoreWarm, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
 import { ensureImage } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { waitFor } from '../helpers/wait.js';
 
 /** A printer of `n 1`..`n COUNT`, a line every `ms` ms (more under TCG: each sleep is a fork). */
@@ -35,15 +36,16 @@ for (const image of ['minimal', 'debian'] as const) {
       });
 
     before(async () => {
-      d = await startTestDaemon({
-        hypervisor: 'qemu',
-        images_dir: ensureImage(image),
-        image,
-        memory_mb: image === 'debian' ? 768 : 384,
-        sandbox_metrics_enabled: false,
-        ready_timeout: '240s',
-        shutdown_timeout: '30s',
-      });
+      d = await startSeededDaemon(
+        { kind: image, memory_mb: image === 'debian' ? 768 : 384 },
+        {
+          images_dir: ensureImage(image),
+          image,
+          sandbox_metrics_enabled: false,
+          ready_timeout: '240s',
+          shutdown_timeout: '30s',
+        },
+      );
       const r = await d.call('POST', '/vms', { name: vm, persistent: true });
       expect(r.status, r.text).to.equal(201);
     });

@@ -6,6 +6,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { call, ndjson } from '../helpers/http.js';
 import { QemuHypervisor } from '../../src/adapters/hypervisor/qemu/qemu-hypervisor.js';
 import { ensureImage, qemuOfVm, qemuProcesses, qemuUnder, waitingSpares } from './image.js';
+import { startSeededDaemon } from './snapshot-seeds.js';
 import { poll } from '../helpers/wait.js';
 
 /**
@@ -52,9 +53,9 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
   };
 
   before(async () => {
-    d = await startTestDaemon(
+    d = await startSeededDaemon(
+      { kind: 'minimal', memory_mb: 512 },
       {
-        hypervisor: 'qemu',
         images_dir: ensureImage(),
         image: 'minimal',
         warm_pool: { template: 'tpl', size: 2 },
