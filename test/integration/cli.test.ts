@@ -182,6 +182,58 @@ describe('svc CLI as a subprocess against a real daemon', function () {
     expect((await svc(['rm', 'cl'])).code).to.equal(0);
   });
 
+  it('builds an image from a recipe file (-f), its flags after it, and names a bad one’s mistake', async () => {
+    // The local agents' "guest" is this host: the recipe writes and runs only in this test's folder
+    // (no packages, no env: those would be apt-get and /etc/environment here).
+    const dir = join(d.dir, 'recipe');
+    const out = join(dir, 'out');
+    mkdirSync(out, { recursive: true });
+    writeFileSync(join(dir, 'motd.txt'), 'from a local file\n');
+    const recipe = join(dir, 'recipe.yaml');
+    writeFileSync(
+      recipe,
+      [
+        'from: debian',
+        'description: made from a file',
+        'files:',
+        `  - path: ${out}/motd`,
+        '    source: ./motd.txt',
+        '    mode: "0640"',
+        `  - path: ${out}/inline`,
+        '    content: "inline text\\n"',
+        'run:',
+        `  - test -s ${out}/motd`,
+      ].join('\n'),
+    );
+    const r = await svc(['image', 'build', 'fromfile', '-f', recipe, '--run', `cat ${out}/inline > ${out}/copied`]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr).to.match(/^files .*\/out\/inline/m);
+    expect(r.stdout.trim()).to.equal('image fromfile built');
+    expect(readFileSync(join(out, 'motd'), 'utf8')).to.equal('from a local file\n');
+    expect(statSync(join(out, 'motd')).mode & 0o777).to.equal(0o640);
+    // the files were written before the recipe's lines ran, and the flag's line after them
+    expect(readFileSync(join(out, 'copied'), 'utf8')).to.equal('inline text\n');
+    expect((await d.call('GET', '/images/fromfile')).json).to.include({ description: 'made from a file' });
+    const bad = async (text: string, want: RegExp, args: string[] = []) => {
+      writeFileSync(recipe, text);
+      const b = await svc(['image', 'build', 'bad', '-f', recipe, ...args]);
+      expect(b.code, b.stderr).to.not.equal(0);
+      expect(b.stderr).to.match(want);
+    };
+    await bad('from: debian\npackage: [jq]\n', /recipe\.yaml: unknown field "package" \(fields: from, packages/);
+    await bad(
+      `from: debian\nfiles:\n  - {path: ${out}/m, content: x, mode: 0640}\n`,
+      /files\[0\]\.mode: write it quoted, as an octal string such as "0640"/,
+    );
+    await bad(
+      `from: debian\nfiles:\n  - {path: ${out}/m, source: ./gone}\n`,
+      /files\[0\]\.source: .*gone is not a file/,
+    );
+    await bad('run: [true]\n', /give the base image: --from IMAGE, or from: in a recipe file/);
+    await bad('from: debian\n', /--env =x: |--env takes NAME=VALUE or NAME/, ['--env', '=x']);
+    expect((await d.call('GET', '/images/bad')).status, 'nothing was built').to.equal(404);
+  });
+
   it('says what a tag in a registry is now (svc image resolve), with a login from the environment', async () => {
     const r = await svc(['image', 'resolve', 'python:3.12']);
     expect(r.code, r.stderr).to.equal(0);

@@ -3,10 +3,11 @@ import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { ImageBuildEvent } from '../../domain/events.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { collect, print, progress } from './cli-kit.js';
+import { collect, envOption, print, progress } from './cli-kit.js';
+import { readRecipe } from './recipe-file.js';
 import { bytes, snapshotList, table } from './format.js';
 
-/** `svc image ls|inspect|build|bake|import|resolve|rm`: guest images (docs/images.md). */
+/** `svc image ls|inspect|build|bake|import|resolve|rm`: guest images (docs/image.md). */
 export function imageCommands(program: Command, client: () => SvcClient): void {
   const image = program.command('image').description('guest images');
   image
@@ -59,25 +60,34 @@ export function imageCommands(program: Command, client: () => SvcClient): void {
   image
     .command('build')
     .argument('<name>')
-    .requiredOption('--from <image>', 'base image, such as debian')
-    .option('--package <name>', 'a Debian package to install (repeat)', collect, [])
-    .option('--run <line>', 'a shell line to run, in order (repeat)', collect, [])
+    .option('-f, --recipe <file>', 'a recipe file (YAML or JSON: from, packages, files, env, run, description)')
+    .option('--from <image>', "base image, such as debian (instead of the recipe's)")
+    .option('--package <name>', "a Debian package to install (repeat; after the recipe's)", collect, [])
+    .option('--run <line>', "a shell line to run, in order (repeat; after the recipe's)", collect, [])
     .option('--file <local:guest[:mode]>', 'copy a local file into the image (repeat)', collect, [])
     .option('--env <KEY=VALUE>', 'an environment variable for /etc/environment (repeat)', collect, [])
     .option('--description <text>')
     .option('--json')
     .description('build an image from a recipe, with live progress')
     .action(async (name: string, o) => {
+      const recipe = o.recipe ? readRecipe(o.recipe as string) : undefined;
+      const from = (o.from as string | undefined) ?? recipe?.from;
+      if (!from) throw new Error('give the base image: --from IMAGE, or from: in a recipe file (-f)');
       const files = (o.file as string[]).map((spec) => {
         const [local, guest, mode] = spec.split(':');
         if (!local || !guest) throw new Error(`--file ${spec}: give LOCAL:GUEST[:MODE]`);
         return { path: guest, content: readFileSync(local).toString('base64'), mode: mode ?? '0644' };
       });
-      const env = Object.fromEntries(
-        (o.env as string[]).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-      );
       await buildOrBake(
-        { name, from: o.from, packages: o.package, run: o.run, files, env, description: o.description },
+        {
+          name,
+          from,
+          packages: [...(recipe?.packages ?? []), ...(o.package as string[])],
+          run: [...(recipe?.run ?? []), ...(o.run as string[])],
+          files: [...(recipe?.files ?? []), ...files],
+          env: { ...recipe?.env, ...envOption(o.env as string[]) },
+          description: (o.description as string | undefined) ?? recipe?.description,
+        },
         !!o.json,
       );
     });

@@ -50,6 +50,8 @@ export abstract class FakeImages {
   private readonly removed = new Set<string>();
   /** When images were baked, imported or fetched here (the fixed ones: never, the epoch). */
   private readonly madeAt = new Map<string, number>();
+  /** What a bake said its image is, as the QEMU adapter keeps it in the image's manifest. */
+  private readonly described = new Map<string, string>();
   /** This instance's images: the fixed ones plus those baked. */
   private readonly images: Record<string, ImageInfo> = { ...FAKE_IMAGES };
   /** Builds of unbuilt images started (one per image, shared by whoever waits for it). */
@@ -133,7 +135,7 @@ export abstract class FakeImages {
     return {
       ...info,
       os: 'fake',
-      description: `the fake hypervisor's ${info.id} image`,
+      description: this.described.get(info.id) ?? `the fake hypervisor's ${info.id} image`,
       size_bytes: 0,
       created_at: new Date(this.madeAt.get(info.id) ?? 0).toISOString(),
       boot: 'kernel',
@@ -143,11 +145,12 @@ export abstract class FakeImages {
   }
 
   /** A baked image is the base image's info under a new id; the VM must be stopped, as on QEMU. */
-  async bakeImage(id: string, vm: VmRef, meta: { from_image: string }): Promise<void> {
+  async bakeImage(id: string, vm: VmRef, meta: { from_image: string; description: string }): Promise<void> {
     if (this.runs(vm.name)) throw new InvalidStateError(`vm ${vm.name} is running; bake a stopped vm`);
     if (this.images[id] && !this.removed.has(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     const base = await this.resolveImage(meta.from_image);
     this.add({ ...base, id });
+    this.described.set(id, meta.description);
   }
 
   /**
@@ -269,6 +272,7 @@ export abstract class FakeImages {
     this.images[info.id] = info;
     this.madeAt.set(info.id, Date.now());
     this.removed.delete(info.id);
+    this.described.delete(info.id);
   }
 
   async removeImage(image: string): Promise<void> {
