@@ -433,9 +433,10 @@ describe('svcd with QEMU: the debian image', function () {
     expect((await d.call('POST', '/vms', { name: 'withjq', image: 'deb-jq' })).status).to.equal(201);
     const out = await sh(
       'withjq',
-      'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment',
+      'jq --version; cat /srv/n; stat -c %a /etc/app.json; grep APP_MODE /etc/environment; echo "$APP_MODE"',
     );
-    expect(out.stdout.trim().split('\n')).to.deep.equal(['jq-1.6', '7', '640', 'APP_MODE="test"']);
+    // the recipe's env is in /etc/environment, which the agent's commands start with (as ssh's do)
+    expect(out.stdout.trim().split('\n')).to.deep.equal(['jq-1.6', '7', '640', 'APP_MODE="test"', 'test']);
     expect((await d.call('DELETE', '/vms/withjq')).status).to.equal(200);
     const gone = await d.call('DELETE', '/images/deb-jq');
     expect(gone.status, gone.text).to.equal(200);

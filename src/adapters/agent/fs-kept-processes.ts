@@ -21,6 +21,7 @@ import type {
 import { SpawnError } from '../../ports/agent/process-runner.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { segmentsOf, SegmentReader } from './journal-reader.js';
+import { etcEnvironment } from './etc-environment.js';
 
 /** The most of an answer svc-keep gives on starting ("ok PID" or "error ..."). */
 const START_ANSWER_MAX = 4096;
@@ -58,6 +59,8 @@ export class FsKeptProcesses implements KeptProcesses {
   constructor(
     private readonly root: string,
     private readonly helpers: string | null,
+    /** What every process starts with under its own env (the guest's /etc/environment). */
+    private readonly systemEnv: () => Record<string, string> = etcEnvironment,
   ) {}
 
   unavailable(): string | null {
@@ -111,7 +114,7 @@ export class FsKeptProcesses implements KeptProcesses {
       const child = spawn(join(this.helpers!, 'svc-keep'), args, {
         detached: true,
         stdio: ['ignore', 'pipe', 'ignore'],
-        env: { ...process.env, ...s.env },
+        env: { ...process.env, ...this.systemEnv(), ...s.env },
       });
       let text = '';
       child.stdout.on('data', (d: Buffer) => {

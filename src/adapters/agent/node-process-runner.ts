@@ -12,6 +12,7 @@ import {
   type RunningProcess,
   type SpawnRequest,
 } from '../../ports/agent/process-runner.js';
+import { etcEnvironment } from './etc-environment.js';
 
 const EXIT_GRACE_MS = 300;
 
@@ -22,13 +23,17 @@ const EXIT_GRACE_MS = 300;
 @injectable()
 export class NodeProcessRunner implements ProcessRunner {
   /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
-  constructor(private readonly runAs: string | null = null) {}
+  /** `systemEnv`: what every command starts with under its own env (the guest's /etc/environment). */
+  constructor(
+    private readonly runAs: string | null = null,
+    private readonly systemEnv: () => Record<string, string> = etcEnvironment,
+  ) {}
 
   async spawn(req: SpawnRequest): Promise<RunningProcess> {
     const isDir = async (p: string) => !!(await stat(p).catch(() => undefined))?.isDirectory();
     if (req.cwd && !(await isDir(req.cwd))) throw new SpawnError(`cwd ${req.cwd} is not a directory`);
     const cwd = req.cwd ?? (req.home === undefined ? undefined : (await isDir(req.home)) ? req.home : '/');
-    const env = { ...process.env, ...req.env };
+    const env = { ...process.env, ...this.systemEnv(), ...req.env };
     let child;
     try {
       // svc-as execs what it is given: the program is found here first, so a missing one is said as spawn's ENOENT is

@@ -7,6 +7,7 @@ import type { PtyFactory, PtyOptions, PtySession } from '../../ports/agent/pty.j
 import { commandNotFound } from '../../domain/agent.js';
 import { NotFoundError } from '../../domain/errors.js';
 import { startAs } from './run-as.js';
+import { etcEnvironment } from './etc-environment.js';
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
@@ -37,7 +38,11 @@ export function findProgram(file: string, path: string | undefined, cwd: string)
 @injectable()
 export class NodePtyFactory implements PtyFactory {
   /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
-  constructor(private readonly runAs: string | null = null) {}
+  /** `systemEnv`: what every shell starts with under its own env (the guest's /etc/environment). */
+  constructor(
+    private readonly runAs: string | null = null,
+    private readonly systemEnv: () => Record<string, string> = etcEnvironment,
+  ) {}
 
   defaultShell(): string {
     for (const s of [process.env.SHELL, '/bin/bash', '/bin/sh']) if (s && existsSync(s)) return s;
@@ -49,7 +54,7 @@ export class NodePtyFactory implements PtyFactory {
     const home = opts.home ?? process.env.HOME ?? '/';
     const cwd = opts.cwd ?? (isDir(home) ? home : '/');
     if (!isDir(cwd)) throw new NotFoundError(`no directory ${cwd} in the guest`);
-    const env = { ...process.env, TERM: 'xterm-256color', ...opts.env } as Record<string, string>;
+    const env = { ...process.env, ...this.systemEnv(), TERM: 'xterm-256color', ...opts.env } as Record<string, string>;
     const program = findProgram(opts.shell, env.PATH, cwd);
     const start = startAs(this.runAs, program, opts.args ?? [], opts, () => program);
     const p = pty.spawn(start.file, start.args, {

@@ -154,4 +154,26 @@ describe('adapters/agent/fs-kept-processes with the real svc-keep: the end of in
     expect(end).to.include({ code: 0 });
     expect((await readOnce(kept, rec.id, 'stdout', 0, 100)).data.toString()).to.equal('piped in\n');
   });
+
+  it("starts a process with the system's environment (/etc/environment) under its own env", async () => {
+    const kept = new FsKeptProcesses(tempDir('svc-kept-env-'), findHelpers(), () => ({
+      APP_ENV: 'prod',
+      WHO: 'system',
+    }));
+    const rec = await kept.start({
+      kind: 'process',
+      cmd: 'sh',
+      args: ['-c', 'printf "%s/%s" "$APP_ENV" "$WHO"'],
+      env: { WHO: 'request' },
+      stdin: false,
+      host: 'h',
+      capBytes: 1 << 20,
+    });
+    let end = await kept.end(rec.id);
+    for (let i = 0; i < 100 && !end; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      end = await kept.end(rec.id);
+    }
+    expect((await readOnce(kept, rec.id, 'stdout', 0, 100)).data.toString()).to.equal('prod/request');
+  });
 });
