@@ -141,6 +141,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
       poolTemplate: config.warm_pool.template,
     },
     auth.throttle,
+    log.child({ part: 'e2b' }),
   );
   await e2b.open();
   const unwatchRules = vms.watch((c) => void (c.event === 'removed' && e2b.vmRemoved()));

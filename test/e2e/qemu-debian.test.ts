@@ -15,7 +15,7 @@ import { runSvc } from '../helpers/svc-cli.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
 import { Sandbox, Template } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
-import { poll } from '../helpers/wait.js';
+import { poll, waitFor } from '../helpers/wait.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
@@ -53,6 +53,8 @@ describe('svcd with QEMU: the debian image', function () {
   });
   after(async () => {
     for (const vm of ['deb', 'deb2', 'snap1', 'snap2', 'withjq', 'frombaked']) await d.call('DELETE', `/vms/${vm}`);
+    for (const vm of (await d.call('GET', '/vms')).json as { name: string }[])
+      if (vm.name.startsWith('e2b-code-interpreter-')) await d.call('DELETE', `/vms/${vm.name}`);
     for (const img of ['deb-jq', 'deb-baked']) await d.call('DELETE', `/images/${img}`);
     await d.stop();
     upstream?.close();
@@ -360,6 +362,28 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await back.runCode('x + 1')).text).to.equal('7');
     } finally {
       await s.kill();
+    }
+    // After the first create, a VM with the server and its kernel running is made and suspended;
+    // the creates after it clone that VM, and each clone's cells have its own envs.
+    const prepared = await waitFor(
+      "the code interpreter's prepared VM",
+      async () =>
+        ((await d.call('GET', '/vms')).json as { name: string; status: string }[]).find(
+          (v) => v.name.startsWith('e2b-code-interpreter-') && v.status === 'suspended',
+        ),
+      { ms: 240_000, every: 1000 },
+    );
+    const t0 = Date.now();
+    const c = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000, envs: { STAGE: 'clone' } });
+    const took = Date.now() - t0;
+    try {
+      const first = Date.now();
+      expect((await c.runCode('import os\nos.environ["STAGE"]')).text).to.equal("'clone'");
+      console.log(`      a create that clones took ${took} ms, its first cell ${Date.now() - first} ms`);
+      expect((await d.call('GET', `/vms/${c.sandboxId}`)).json).to.include({ from: prepared.name });
+      expect((await c.runCode('x = 5\nx * 2')).text).to.equal('10');
+    } finally {
+      await c.kill();
     }
   });
 

@@ -1,5 +1,7 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
@@ -29,12 +31,14 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   let server: ChildProcess;
   let base: string;
   let dir: string;
+  let envsFile: string;
 
   before(async () => {
     dir = tempDir('svc-code-interpreter-');
     const port = await freePort();
     base = `http://127.0.0.1:${port}`;
-    server = spawn('python3', [SERVER, '--port', String(port)], { cwd: dir, stdio: 'ignore' });
+    envsFile = join(dir, 'envs.json');
+    server = spawn('python3', [SERVER, '--port', String(port), '--envs', envsFile], { cwd: dir, stdio: 'ignore' });
     await poll(
       () =>
         fetch(`${base}/health`).then(
@@ -121,6 +125,27 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect(env[0].text).to.equal("'v'");
     expect((await execute({ code: 'os.environ.get("SVC_T")' })).map((e) => e.type)).to.not.include('result');
     expect((await post('/execute', { code: '1', env_vars: { A: 1 } })).status).to.equal(400);
+  });
+
+  it("runs every cell with the sandbox's envs from --envs, read again when the file changes, under the cell's", async () => {
+    const both = 'import os, subprocess\nprint(os.environ.get("SVC_A"), os.environ.get("SVC_B"))';
+    const shell = { code: 'echo "$SVC_A"', language: 'bash' };
+    const text = async (body: Record<string, unknown>) =>
+      (await execute(body))
+        .filter((e) => e.type === 'stdout')
+        .map((e) => e.text)
+        .join('');
+    expect(await text({ code: both })).to.equal('None None\n');
+    writeFileSync(envsFile, JSON.stringify({ SVC_A: 'one', SVC_B: 'sandbox' }));
+    expect(await text({ code: both, env_vars: { SVC_B: 'cell' } })).to.equal('one cell\n');
+    expect(await text(shell)).to.equal('one\n');
+    // written anew (another size, as svc's upload replaces it)
+    writeFileSync(envsFile, JSON.stringify({ SVC_A: 'changed' }));
+    expect(await text({ code: both })).to.equal('changed None\n');
+    // a file that is not an object of strings is no envs
+    writeFileSync(envsFile, '["SVC_A"]');
+    expect(await text({ code: both })).to.equal('None None\n');
+    rmSync(envsFile);
   });
 
   it('keeps contexts apart, each in its folder; restarts and removes them', async () => {

@@ -16,7 +16,10 @@ A Python context is a kernel: a child `python3` that keeps its globals from one 
 next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
 kernel that dies is started again, and the execution says so. A bash context runs each cell as
 its own `bash -c` in the context's folder (killed when the caller goes away): no state is kept between
-cells. docs/e2b.md.
+cells. With `--envs FILE`, every cell runs with the JSON object of names and values in FILE (the
+sandbox's envs, which svc writes there when it makes the sandbox), under the cell's own env_vars;
+the file is read again when it changes, so a server started before its sandbox existed (in a
+template the sandbox is a clone of) runs cells with that sandbox's envs. docs/e2b.md.
 """
 
 import ast
@@ -329,9 +332,40 @@ class Context:
             send({"type": "error", "name": "ExitError", "value": f"exit status {code}", "traceback": ""})
 
 
+class SandboxEnvs:
+    """The sandbox's envs: the JSON object in `path`, read again when the file changes; none without one."""
+
+    def __init__(self, path):
+        self.path = path
+        self.seen = None
+        self.envs = {}
+        self.lock = threading.Lock()
+
+    def get(self):
+        if not self.path:
+            return {}
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            return {}
+        with self.lock:
+            if stamp != self.seen:
+                try:
+                    with open(self.path, "rb") as f:
+                        obj = json.loads(f.read(MAX_BODY))
+                    ok = isinstance(obj, dict) and all(isinstance(v, str) for v in obj.values())
+                    self.envs = {str(k): v for k, v in obj.items()} if ok else {}
+                except (OSError, ValueError):
+                    self.envs = {}
+                self.seen = stamp
+            return dict(self.envs)
+
+
 class Interpreter:
-    def __init__(self, cwd):
+    def __init__(self, cwd, envs_file=None):
         self.cwd = cwd
+        self.envs = SandboxEnvs(envs_file)
         self.contexts = {}
         self.defaults = {}
         self.lock = threading.Lock()
@@ -489,7 +523,7 @@ class Handler(BaseHTTPRequestHandler):
                 lost.append(True)
             return bool(lost)
 
-        ctx.execute(code, env, send, gone)
+        ctx.execute(code, {**interp.envs.get(), **env}, send, gone)
         send({"type": "end_of_execution"})
         if not lost:
             try:
@@ -504,6 +538,7 @@ def main():
         return kernel_main(int(sys.argv[2]))
     port = 49999
     host = "127.0.0.1"
+    envs_file = None
     args = sys.argv[1:]
     while args:
         flag = args.pop(0)
@@ -511,11 +546,13 @@ def main():
             port = int(args.pop(0))
         elif flag == "--host":
             host = args.pop(0)
+        elif flag == "--envs":
+            envs_file = args.pop(0)
         else:
-            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N]")
+            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N] [--envs FILE]")
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    server.interpreter = Interpreter(os.getcwd())
+    server.interpreter = Interpreter(os.getcwd(), envs_file)
     # the default Python kernel starts now, not at the first execution
     threading.Thread(target=server.interpreter.default, args=("python",), daemon=True).start()
     print(f"svc code interpreter on {host}:{port}", flush=True)

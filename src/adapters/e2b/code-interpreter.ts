@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { InvalidArgumentError } from '../../domain/errors.js';
+import { errorMessage, InvalidArgumentError } from '../../domain/errors.js';
+import type { Logger } from '../../ports/logger.js';
 import { noneOn404, type SvcClient } from '../client/svc-client.js';
 import type { Instance } from '../../domain/vm.js';
 import { E2B_HOME, metaOf } from './sandboxes.js';
@@ -19,15 +21,113 @@ const PYTHON = '/usr/bin/python3';
 /** How long the server has to listen after it starts (python3's start, under TCG too). */
 const LISTEN_TIMEOUT_MS = 30_000;
 
+/** What a create clones once it is ready: a suspended VM with the server running (`e2b-code-interpreter-<hash>`). */
+export const CODE_INTERPRETER_VM_PREFIX = 'e2b-code-interpreter-';
+/** The sandbox's envs, which every cell runs with (the server's `--envs`): written at each create. */
+const GUEST_ENVS = `${GUEST_DIR}/code-interpreter-envs.json`;
+/** After a prepared VM failed to be made, the next try waits this long. */
+const RETRY_AFTER_MS = 10 * 60_000;
+
+/** The svc create of a sandbox of the template: a clone of the prepared VM, or a create of the default image. */
+export interface CodeInterpreterSource {
+  create: { from?: string };
+  cloned: boolean;
+}
+
 /**
- * Makes a new sandbox a code interpreter: puts svc's server (code-interpreter.py beside this file, the
- * Python standard library alone) in the guest and starts it as a durable process that listens on
- * CODE_INTERPRETER_PORT, as E2B's `code-interpreter-v1` template runs its Jupyter server. A
- * durable process goes on across pauses, forks and snapshots with the sandbox. The guest needs
- * python3 (the default debian image has it). docs/e2b.md, "Code interpreter".
+ * E2B's `code-interpreter-v1` template on svc (docs/e2b.md, "Code interpreter"): a sandbox of the
+ * default image running svc's server (code-interpreter.py beside this file, the Python standard
+ * library alone) as a durable process that listens on CODE_INTERPRETER_PORT, as E2B's template runs
+ * its Jupyter server. The first create boots the image and starts the server in it (python3 and
+ * the server's first kernel take seconds under TCG); after it, a VM of the same is made and
+ * suspended with the server and its kernel running, and later creates clone it: the clone wakes
+ * with both running. The prepared VM is named by a hash of the server and the default image's
+ * build, so a new svc or a rebuilt image makes it again (and the older one goes). Each sandbox's
+ * envs go in a file the server reads before every cell, so a clone's cells have its own.
  */
-export async function startCodeInterpreter(client: SvcClient, sandbox: Instance): Promise<void> {
-  const vm = sandbox.name;
+export class CodeInterpreters {
+  private making: Promise<void> | undefined;
+  private failedAt = 0;
+
+  constructor(
+    private readonly client: SvcClient,
+    private readonly log?: Logger,
+  ) {}
+
+  /** The name the prepared VM has for the server and default image of now. */
+  private async preparedName(): Promise<string> {
+    const image = await this.client.getImage('default');
+    const h = createHash('sha256')
+      .update(await readFile(SCRIPT))
+      .update(JSON.stringify([image.id, image.revision ?? '']))
+      .digest('hex');
+    return `${CODE_INTERPRETER_VM_PREFIX}${h.slice(0, 12)}`;
+  }
+
+  /** What a create of the template starts from among the VMs `all`. */
+  async source(all: Instance[]): Promise<CodeInterpreterSource> {
+    const name = await this.preparedName();
+    return all.some((vm) => vm.name === name && vm.status === 'suspended')
+      ? { create: { from: name }, cloned: true }
+      : { create: {}, cloned: false };
+  }
+
+  /**
+   * Makes the new `sandbox` a code interpreter: a clone's server runs already and is given the
+   * sandbox's envs; otherwise the server is put in and started (and a prepared VM is made for the
+   * creates after it, in the background).
+   */
+  async start(sandbox: Instance, cloned: boolean): Promise<void> {
+    const envs = metaOf(sandbox).envs;
+    if (cloned) {
+      await writeEnvs(this.client, sandbox.name, envs);
+      return waitListening(this.client, sandbox.name);
+    }
+    await install(this.client, sandbox.name, envs);
+    this.prepare();
+  }
+
+  /** Makes the prepared VM unless it is there, being made, or failed lately. Never rejects. */
+  prepare(): Promise<void> {
+    if (this.making || Date.now() - this.failedAt < RETRY_AFTER_MS) return this.making ?? Promise.resolve();
+    this.making = this.makePrepared()
+      .catch((err: unknown) => {
+        this.failedAt = Date.now();
+        this.log?.warn(
+          { err: errorMessage(err) },
+          `the code interpreter's prepared VM could not be made; creates start the server themselves, and it is tried again in ${RETRY_AFTER_MS / 60_000} min`,
+        );
+      })
+      .finally(() => (this.making = undefined));
+    return this.making;
+  }
+
+  private async makePrepared(): Promise<void> {
+    const name = await this.preparedName();
+    const all = await this.client.list();
+    const had = all.find((vm) => vm.name === name);
+    // one a stop cut off while it was made runs still: made again
+    if (had?.status !== 'suspended') {
+      if (had) await this.client.delete(name);
+      await this.client.create({ name, persistent: true }, { wait: 'agent' });
+      try {
+        await install(this.client, name, {});
+        await this.client.suspend(name);
+      } catch (err) {
+        await this.client.delete(name).catch(() => undefined);
+        throw err;
+      }
+      this.log?.info({ vm: name }, "the code interpreter's prepared VM is made: creates clone it");
+    }
+    // what older servers or images made is never cloned again (clones of it keep their disks)
+    for (const vm of all)
+      if (vm.name.startsWith(CODE_INTERPRETER_VM_PREFIX) && vm.name !== name)
+        await this.client.delete(vm.name).catch(() => undefined);
+  }
+}
+
+/** Puts the server in `vm` and starts it, with `envs` for its cells; resolves once it listens. */
+async function install(client: SvcClient, vm: string, envs: Record<string, string>): Promise<void> {
   const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
     throw new InvalidArgumentError(
@@ -36,19 +136,28 @@ export async function startCodeInterpreter(client: SvcClient, sandbox: Instance)
   const script = await readFile(SCRIPT);
   await client.mkdir(vm, GUEST_DIR, { recursive: true });
   await client.upload(vm, { path: GUEST_SCRIPT, permissions: '0644' }, script, script.length);
-  const p = await client.startProcess(vm, {
+  await writeEnvs(client, vm, envs);
+  await client.startProcess(vm, {
     cmd: PYTHON,
-    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT)],
+    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS],
     cwd: E2B_HOME,
-    // the sandbox's envs, as its commands get them: each context and cell starts with them
-    env: metaOf(sandbox).envs,
     tag: CODE_INTERPRETER_TAG,
     restart: 'on-failure',
   });
+  await waitListening(client, vm);
+}
+
+/** The sandbox's envs, as each cell starts with them (and each context's processes). */
+async function writeEnvs(client: SvcClient, vm: string, envs: Record<string, string>): Promise<void> {
+  const data = Buffer.from(JSON.stringify(envs));
+  await client.upload(vm, { path: GUEST_ENVS, permissions: '0600' }, data, data.length);
+}
+
+async function waitListening(client: SvcClient, vm: string): Promise<void> {
   for (const until = Date.now() + LISTEN_TIMEOUT_MS; ;) {
     const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch(noneOn404);
     if (open) return void open.destroy();
-    const now = await client.process(vm, p.id);
+    const now = await client.process(vm, CODE_INTERPRETER_TAG);
     if (now.state === 'ended' || Date.now() > until)
       throw new Error(
         `svc's code interpreter did not listen on port ${CODE_INTERPRETER_PORT}` +

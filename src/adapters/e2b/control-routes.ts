@@ -6,7 +6,7 @@ import type { EgressPolicy } from '../../domain/egress.js';
 import type { Instance } from '../../domain/vm.js';
 import type { RouteDef } from '../http-kit/route.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { CODE_INTERPRETER_TEMPLATE, startCodeInterpreter } from './code-interpreter.js';
+import { CODE_INTERPRETER_TEMPLATE, type CodeInterpreters, type CodeInterpreterSource } from './code-interpreter.js';
 import { e2bRouter, page } from './e2b-route.js';
 import { buildsOf, parseRef } from './template-tags.js';
 import type { TeamSecrets } from './team-secrets.js';
@@ -49,6 +49,7 @@ export function e2bControlRoutes(
     templates: TemplateBuilds;
     volumes: Volumes;
     secrets: TeamSecrets;
+    codeInterpreters: CodeInterpreters;
   },
 ): RouteDef[] {
   const id = (req: Request) => String(req.params.id);
@@ -92,15 +93,18 @@ export function e2bControlRoutes(
    * interpreter's template; else an image (whose entrypoint E2B does not run: a sandbox runs what
    * its template's start command started).
    */
-  const source = async (template: string): Promise<RunBase & { codeInterpreter?: true }> => {
+  const source = async (template: string): Promise<RunBase & { codeInterpreter?: CodeInterpreterSource }> => {
     if (!template || template === 'base') return { create: {} };
     if (template === o.poolTemplate) return { create: { from_pool: true } };
     const all = await client.list();
     const clone = await o.templates.cloneOf(all, template);
     if (clone) return clone;
     if (all.some((vm) => vm.name === template)) return { create: { from: template } };
-    // the code interpreter SDK's default: the default image, with svc's server (code-interpreter.ts)
-    if (template === CODE_INTERPRETER_TEMPLATE) return { create: {}, codeInterpreter: true };
+    // the code interpreter SDK's default: svc's server on the default image (code-interpreter.ts)
+    if (template === CODE_INTERPRETER_TEMPLATE) {
+      const ci = await o.codeInterpreters.source(all);
+      return { create: ci.create, codeInterpreter: ci };
+    }
     return { create: { image: template, entrypoint: false } };
   };
 
@@ -180,7 +184,7 @@ export function e2bControlRoutes(
       // Values left by a daemon that stopped before it could remove them go too.
       if (rules.length || proxy?.password !== undefined) void o.rules.sweep().catch(() => undefined);
       if (from.codeInterpreter)
-        await startCodeInterpreter(client, vm).catch(async (err: unknown) => {
+        await o.codeInterpreters.start(vm, from.codeInterpreter.cloned).catch(async (err: unknown) => {
           // a create that failed leaves nothing behind
           await client.delete(vm.name).catch(() => undefined);
           throw err;

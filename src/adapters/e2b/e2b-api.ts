@@ -2,6 +2,8 @@ import { join } from 'node:path';
 import type { SvcClient } from '../client/svc-client.js';
 import type { AuthThrottle } from '../http-kit/auth.js';
 import type { RouteDef } from '../http-kit/route.js';
+import type { Logger } from '../../ports/logger.js';
+import { CodeInterpreters } from './code-interpreter.js';
 import { e2bControlRoutes } from './control-routes.js';
 import { e2bEnvdRoutes } from './envd-routes.js';
 import { RuleSecrets } from './rule-secrets.js';
@@ -37,12 +39,14 @@ export class E2bApi {
   private readonly templates: TemplateBuilds;
   private readonly volumes: Volumes;
   private readonly secrets: TeamSecrets;
+  private readonly codeInterpreters: CodeInterpreters;
   private domain: string;
 
   constructor(
     private readonly client: SvcClient,
     private readonly o: E2bSettings,
     throttle: AuthThrottle,
+    log?: Logger,
   ) {
     this.boxes = new Sandboxes(client, o.apiToken, throttle);
     // the values of header rules, removed once no VM binds them (a sandbox deleted any way)
@@ -52,6 +56,7 @@ export class E2bApi {
     this.volumes = new Volumes(o.volumesDir);
     this.secrets = new TeamSecrets(client, join(o.dataDir, 'e2b', 'secrets.json'));
     this.hosts = new SandboxHosts(client, this.boxes, o.domain || 'localhost');
+    this.codeInterpreters = new CodeInterpreters(client, log);
     this.domain = o.domain;
   }
 
@@ -76,6 +81,7 @@ export class E2bApi {
         templates: this.templates,
         volumes: this.volumes,
         secrets: this.secrets,
+        codeInterpreters: this.codeInterpreters,
       }),
     ];
   }
