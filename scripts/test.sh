@@ -125,8 +125,8 @@ settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
   if [ "$jobs" -gt 1 ]; then
     # Longest first, so the workers end close together (mocha hands files out in the order given):
-    # by their seconds in a CI run of 2026-11-28 13:00, the rest after them by name.
-    mapfile -t files < <(ordered dist/test/e2e qemu- debian import-disk processes crash e2b templates forks daemon mounts snapshot-creates contract)
+    # by their seconds in the CI run of 2026-12-06 06:57 (E2B's moved down: its creates restore a snapshot since), the rest by name.
+    mapfile -t files < <(ordered dist/test/e2e qemu- debian import-disk processes crash mounts templates daemon forks e2b contract snapshot-creates)
     tier "e2e ($jobs workers)" env SVC_FILE_TIMES="$LOGS/e2e.times" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
   else
     tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
