@@ -19,7 +19,9 @@ its own `bash -c` in the context's folder (killed when the caller goes away): no
 cells. With `--envs FILE`, every cell runs with the JSON object of names and values in FILE (the
 sandbox's envs, which svc writes there when it makes the sandbox), under the cell's own env_vars;
 the file is read again when it changes, so a server started before its sandbox existed (in a
-template the sandbox is a clone of) runs cells with that sandbox's envs. docs/e2b.md.
+template the sandbox is a clone of) runs cells with that sandbox's envs. The default Python kernel
+starts with the server and runs an empty cell, so the first cell finds it warm; with `--warm FILE`
+the server writes FILE then (svc suspends a template once it is there). docs/e2b.md.
 """
 
 import ast
@@ -167,7 +169,8 @@ def kernel_main(fd):
         env = req.get("env") or {}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
-        count += 1
+        # the server's own warm-up cell is no execution of the user's
+        count += 1 if req.get("counted", True) else 0
         try:
             run(req["code"])
         except KeyboardInterrupt:
@@ -229,7 +232,7 @@ class Context:
                 f.close()
             self.kernel = None
 
-    def execute(self, code, env, send, gone):
+    def execute(self, code, env, send, gone, counted=True):
         """Runs one cell, giving its events to `send`; `gone()` says the caller went away."""
         with self.lock:
             if self.language == "bash":
@@ -238,7 +241,7 @@ class Context:
                 self.stop()
                 self.start()
             try:
-                self.kernel.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+                self.kernel.stdin.write((json.dumps({"code": code, "env": env, "counted": counted}) + "\n").encode())
                 self.kernel.stdin.flush()
             except BrokenPipeError:
                 pass  # it died just now: its events' end of file below says so
@@ -533,12 +536,20 @@ class Handler(BaseHTTPRequestHandler):
                 pass
 
 
+def warm_up(interp, warm_file):
+    interp.default("python").execute("None", {}, lambda event: None, lambda: False, counted=False)
+    if warm_file:
+        with open(warm_file, "w") as f:
+            f.write("warm\n")
+
+
 def main():
     if sys.argv[1:2] == ["--kernel"]:
         return kernel_main(int(sys.argv[2]))
     port = 49999
     host = "127.0.0.1"
     envs_file = None
+    warm_file = None
     args = sys.argv[1:]
     while args:
         flag = args.pop(0)
@@ -548,13 +559,15 @@ def main():
             host = args.pop(0)
         elif flag == "--envs":
             envs_file = args.pop(0)
+        elif flag == "--warm":
+            warm_file = args.pop(0)
         else:
-            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N] [--envs FILE]")
+            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N] [--envs FILE] [--warm FILE]")
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     server.interpreter = Interpreter(os.getcwd(), envs_file)
-    # the default Python kernel starts now, not at the first execution
-    threading.Thread(target=server.interpreter.default, args=("python",), daemon=True).start()
+    # the default Python kernel starts now, not at the first execution, and runs an empty cell
+    threading.Thread(target=warm_up, args=(server.interpreter, warm_file), daemon=True).start()
     print(f"svc code interpreter on {host}:{port}", flush=True)
     server.serve_forever()
 

@@ -25,6 +25,8 @@ const LISTEN_TIMEOUT_MS = 30_000;
 export const CODE_INTERPRETER_VM_PREFIX = 'e2b-code-interpreter-';
 /** The sandbox's envs, which every cell runs with (the server's `--envs`): written at each create. */
 const GUEST_ENVS = `${GUEST_DIR}/code-interpreter-envs.json`;
+/** Written by the server once its default kernel ran a first (empty) cell. */
+const GUEST_WARM = '/run/svc-code-interpreter-warm';
 /** After a prepared VM failed to be made, the next try waits this long. */
 const RETRY_AFTER_MS = 10 * 60_000;
 
@@ -112,6 +114,8 @@ export class CodeInterpreters {
       await this.client.create({ name, persistent: true }, { wait: 'agent' });
       try {
         await install(this.client, name, {});
+        // its clones find the kernel started and warm, not starting
+        await waitWarm(this.client, name);
         await this.client.suspend(name);
       } catch (err) {
         await this.client.delete(name).catch(() => undefined);
@@ -139,7 +143,7 @@ async function install(client: SvcClient, vm: string, envs: Record<string, strin
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,
-    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS],
+    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM],
     cwd: E2B_HOME,
     tag: CODE_INTERPRETER_TAG,
     restart: 'on-failure',
@@ -151,6 +155,14 @@ async function install(client: SvcClient, vm: string, envs: Record<string, strin
 async function writeEnvs(client: SvcClient, vm: string, envs: Record<string, string>): Promise<void> {
   const data = Buffer.from(JSON.stringify(envs));
   await client.upload(vm, { path: GUEST_ENVS, permissions: '0600' }, data, data.length);
+}
+
+async function waitWarm(client: SvcClient, vm: string): Promise<void> {
+  for (const until = Date.now() + LISTEN_TIMEOUT_MS; !(await client.stat(vm, GUEST_WARM).catch(noneOn404));) {
+    if (Date.now() > until)
+      throw new Error(`svc's code interpreter kernel did not start in ${LISTEN_TIMEOUT_MS / 1000} s`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
 }
 
 async function waitListening(client: SvcClient, vm: string): Promise<void> {
