@@ -68,8 +68,9 @@ export class CodeInterpreters {
 
   /** What a create of the template starts from among the VMs `all`. */
   async source(all: Instance[]): Promise<CodeInterpreterSource> {
-    const name = await this.preparedName();
-    return all.some((vm) => vm.name === name && vm.status === 'suspended')
+    // a default image not built yet (the create builds it) has no prepared VM either
+    const name = await this.preparedName().catch(() => undefined);
+    return name && all.some((vm) => vm.name === name && vm.status === 'suspended')
       ? { create: { from: name }, cloned: true }
       : { create: {}, cloned: false };
   }
@@ -86,7 +87,7 @@ export class CodeInterpreters {
       return waitListening(this.client, sandbox.name);
     }
     await install(this.client, sandbox.name, envs);
-    this.prepare();
+    void this.prepare();
   }
 
   /** Makes the prepared VM unless it is there, being made, or failed lately. Never rejects. */
