@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, Template } from 'e2b';
+import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
+import { ensureImage } from '../test/e2e/image.js';
 import { fmt, minimalQemu, startSvcd, stats, type Daemon, type Row } from './lib.js';
 
 const N = Number(process.env.BENCH_E2B_N ?? 4);
@@ -104,6 +106,66 @@ export async function e2bBenchmarks(row: Row, results: Record<string, unknown>):
       );
     }
     results.e2b = { n: N, cold, pool, template: { build_ms: buildMs, cached_build_ms: cachedMs, create: built } };
+  } finally {
+    if (d) {
+      for (const vm of await d.client.list().catch(() => [])) await d.client.delete(vm.name).catch(() => undefined);
+      await d.stop();
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * BENCH_ONLY=code-interpreter: `@e2b/code-interpreter`'s create to its first `runCode` result on
+ * the default debian image (restored from the image's snapshot), in one run: the first create,
+ * which starts svc's server in its VM, against the creates after it, which clone the VM prepared
+ * with the server and its kernel running (docs/e2b.md, "Code interpreter").
+ */
+export async function codeInterpreterBenchmarks(row: Row, results: Record<string, unknown>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-ci-'));
+  let d: Daemon | undefined;
+  try {
+    d = await startSvcd(dir, {
+      hypervisor: 'qemu',
+      images_dir: ensureImage('debian'),
+      image: 'debian',
+      memory_mb: 768,
+      sandbox_metrics_enabled: false,
+      ready_timeout: '240s',
+    });
+    const opts = {
+      apiUrl: `http://127.0.0.1:${d.port}/e2b`,
+      sandboxUrl: `http://127.0.0.1:${d.port}/e2b/envd`,
+      apiKey: 'any',
+    };
+    const once = async () => {
+      const t0 = performance.now();
+      const s = await CodeInterpreter.create(opts);
+      const created = performance.now() - t0;
+      const r = await s.runCode('6 * 7');
+      if (r.text !== '42') throw new Error(`runCode answered ${JSON.stringify(r.text)}`);
+      const total = performance.now() - t0;
+      await s.kill();
+      return { created, total };
+    };
+    // the image's snapshot is captured after its first create: the creates measured restore it
+    await d.client.create({ name: 'warm-up' }, { wait: 'agent' });
+    await d.client.delete('warm-up');
+    for (let i = 0; i < 600 && !(await d.client.getImage('debian')).snapshots?.length; i++)
+      await new Promise((r) => setTimeout(r, 500));
+    const first = await once();
+    const prepared = async () =>
+      (await d!.client.list()).some((v) => v.name.startsWith('e2b-code-interpreter-') && v.status === 'suspended');
+    for (let i = 0; i < 600 && !(await prepared()); i++) await new Promise((r) => setTimeout(r, 500));
+    const clones: { created: number; total: number }[] = [];
+    for (let i = 0; i < N; i++) clones.push(await once());
+    const c = stats(clones.map((x) => x.total));
+    row(
+      "CodeInterpreter.create to the first runCode result, debian under TCG: the first create (starts svc's server) / creates cloning the prepared VM",
+      `${fmt(first.total, 0)} ms (create ${fmt(first.created, 0)}) / p50 ${fmt(c.p50, 0)} ms, p95 ${fmt(c.p95, 0)} ms (create p50 ${fmt(stats(clones.map((x) => x.created)).p50, 0)}, n=${N})`,
+      `${fmt(first.total / c.p50, 1)}x faster from the prepared VM`,
+    );
+    results.code_interpreter = { first, clones };
   } finally {
     if (d) {
       for (const vm of await d.client.list().catch(() => [])) await d.client.delete(vm.name).catch(() => undefined);

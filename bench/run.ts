@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { ensureFixture, ensureImage } from '../test/e2e/image.js';
 import { netBenchmarks } from './net.js';
 import { processBenchmarks } from './processes.js';
-import { e2bBenchmarks } from './e2b.js';
+import { codeInterpreterBenchmarks, e2bBenchmarks } from './e2b.js';
 import { forkBenchmarks } from './forks.js';
 import { vmSnapshotBenchmarks } from './vm-snapshots.js';
 import { snapshotCreateBenchmarks } from './snapshot-creates.js';
@@ -49,7 +49,7 @@ const CP_ROUNDS = Number(process.env.BENCH_CP_ROUNDS ?? 7);
 const CLONES = Number(process.env.BENCH_CLONES ?? 20);
 const only = (
   process.env.BENCH_ONLY ??
-  'boot,debian,exec,cp,net,processes,forks,vm-snapshots,snapshots,egress-secrets,cluster,moves,e2b,control,memory,import'
+  'boot,debian,exec,cp,net,processes,forks,vm-snapshots,snapshots,egress-secrets,cluster,moves,e2b,code-interpreter,control,memory,import'
 ).split(',');
 const results: Record<string, unknown> = {};
 const rows: string[][] = [];
@@ -835,6 +835,7 @@ if (only.includes('egress-secrets')) await egressSecretBenchmarks(row, results);
 if (only.includes('cluster')) await clusterBenchmarks(row, results);
 if (only.includes('moves')) await moveBenchmarks(row, results);
 if (only.includes('e2b')) await e2bBenchmarks(row, results);
+if (only.includes('code-interpreter')) await codeInterpreterBenchmarks(row, results);
 if (only.includes('import')) await importBenchmarks();
 if (only.includes('control')) await controlBenchmarks();
 const w = [Math.max(...rows.map((r) => r[0].length)), Math.max(...rows.map((r) => r[1].length))];
