@@ -14,7 +14,7 @@ import { ndjson, qs } from '../helpers/http.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
 import { waitFor } from '../helpers/wait.js';
-import { ensureImage, qemuProcesses } from './image.js';
+import { qemuProcesses } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 
 const SVC_BIN = fileURLToPath(new URL('../../src/bin/svc.js', import.meta.url));
@@ -38,8 +38,6 @@ describe('svcd with QEMU: real guests end to end', function () {
     d = await startSeededDaemon(
       { kind: 'minimal', memory_mb: 512 },
       {
-        images_dir: ensureImage(),
-        image: 'minimal',
         sandbox_metrics_interval: '1s',
         shutdown_timeout: '30s',
         ready_timeout: '180s',

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
-import { ensureImage, forkOk, withConsoles } from './image.js';
+import { forkOk, withConsoles } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
@@ -44,7 +44,6 @@ describe('svcd with QEMU: the debian image', function () {
       { kind: 'debian', memory_mb: 768 },
       {
         egress_upstream_ca: join(upstreamDir, 'ca.crt'),
-        images_dir: ensureImage('debian'),
         sandbox_metrics_enabled: false,
         ready_timeout: '240s',
         mount_dirs: [shared],

@@ -7,7 +7,6 @@ import { tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { expectPtyFollowsResize } from '../helpers/e2b-pty.js';
 import { call } from '../helpers/http.js';
-import { ensureImage } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 import { main as codeAgent } from '../../examples/e2b/code-agent.js';
 import { poll } from '../helpers/wait.js';
@@ -28,8 +27,6 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     d = await startSeededDaemon(
       { kind: 'minimal', memory_mb: 384 },
       {
-        images_dir: ensureImage('minimal'),
-        image: 'minimal',
         warm_pool: { template: 'tpl', size: 2 },
         sandbox_metrics_enabled: false,
         ready_timeout: '240s',

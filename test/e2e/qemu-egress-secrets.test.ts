@@ -15,7 +15,6 @@ import { Hypervisor } from '../../src/ports/hypervisor.js';
 import { egressLogged, guestSh, tempDir, type TestDaemon } from '../helpers/daemon.js';
 import { e2bOptions } from '../helpers/e2b.js';
 import { TestDns } from '../helpers/dns-server.js';
-import { ensureImage } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 import { poll } from '../helpers/wait.js';
 
@@ -116,8 +115,6 @@ describe('egress secrets on real QEMU guests', function () {
     d = await startSeededDaemon(
       { kind: 'minimal', memory_mb: 384 },
       {
-        images_dir: ensureImage(),
-        image: 'minimal',
         sandbox_metrics_enabled: false,
         ready_timeout: '180s',
         guest_dns: [`127.0.0.1:${dns.port}`],

@@ -10,7 +10,6 @@ import type { EgressEvent } from '../../src/domain/egress.js';
 import { egressLogged, guestSh, type TestDaemon } from '../helpers/daemon.js';
 import { TestDns } from '../helpers/dns-server.js';
 import { followNdjson } from '../helpers/http.js';
-import { ensureImage } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
@@ -87,8 +86,6 @@ describe('the network boundary on real QEMU guests', function () {
     d = await startSeededDaemon(
       { kind: 'minimal', memory_mb: 384 },
       {
-        images_dir: ensureImage(),
-        image: 'minimal',
         sandbox_metrics_enabled: false,
         ready_timeout: '180s',
         guest_dns: [`127.0.0.1:${dns.port}`],

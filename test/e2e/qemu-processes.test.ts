@@ -3,7 +3,6 @@ import { SvcClient } from '../../src/adapters/client/svc-client.js';
 import { guestSh, restoreWarm, type TestDaemon } from '../helpers/daemon.js';
 import { followNdjson, ndjson } from '../helpers/http.js';
 import { expectNumbered, readWithReconnects } from '../helpers/processes.js';
-import { ensureImage } from './image.js';
 import { startSeededDaemon } from './snapshot-seeds.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -39,8 +38,6 @@ for (const image of ['minimal', 'debian'] as const) {
       d = await startSeededDaemon(
         { kind: image, memory_mb: image === 'debian' ? 768 : 384 },
         {
-          images_dir: ensureImage(image),
-          image,
           sandbox_metrics_enabled: false,
           ready_timeout: '240s',
           shutdown_timeout: '30s',

@@ -56,8 +56,6 @@ describe('svcd with QEMU: templates, clones and the warm pool', function () {
     d = await startSeededDaemon(
       { kind: 'minimal', memory_mb: 512 },
       {
-        images_dir: ensureImage(),
-        image: 'minimal',
         warm_pool: { template: 'tpl', size: 2 },
         sandbox_metrics_enabled: false,
         // The fewest rounds the config allows for the flatten test (the default is 8); the rule is the same (docs/config.md).

@@ -104,7 +104,8 @@ export function seeded(shapes: SeedShape[], dir = tempDir()): string {
 
 /**
  * A QEMU test daemon (startTestDaemon) whose creates of `shape` restore its seed: the seed made
- * first if this run has none yet, `memory_mb` and `create_from_snapshot` set to match.
+ * first if this run has none yet, its image the default one, `memory_mb` and
+ * `create_from_snapshot` set to match.
  */
 export async function startSeededDaemon(
   shape: SeedShape,
@@ -113,7 +114,14 @@ export async function startSeededDaemon(
 ): Promise<TestDaemon> {
   await ensureSeed(shape);
   const d = await startTestDaemon(
-    { hypervisor: 'qemu', ...raw, memory_mb: shape.memory_mb, create_from_snapshot: true },
+    {
+      hypervisor: 'qemu',
+      images_dir: ensureImage(shape.kind),
+      image: shape.kind,
+      ...raw,
+      memory_mb: shape.memory_mb,
+      create_from_snapshot: true,
+    },
     overrides,
     seeded([shape]),
   );
