@@ -135,8 +135,8 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   });
 
   it("runs every cell with the sandbox's envs from --envs, read again when the file changes, under the cell's", async () => {
-    const both = 'import os, subprocess\nprint(os.environ.get("SVC_A"), os.environ.get("SVC_B"))';
-    const shell = { code: 'echo "$SVC_A"', language: 'bash' };
+    const both = 'import os\nprint(os.environ.get("SVC_A"), os.environ.get("SVC_B"))';
+    const shell = { code: 'echo "$SVC_A $SVC_B"', language: 'bash' };
     const text = async (body: Record<string, unknown>) =>
       (await execute(body))
         .filter((e) => e.type === 'stdout')
@@ -145,13 +145,16 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect(await text({ code: both })).to.equal('None None\n');
     writeFileSync(envsFile, JSON.stringify({ SVC_A: 'one', SVC_B: 'sandbox' }));
     expect(await text({ code: both, env_vars: { SVC_B: 'cell' } })).to.equal('one cell\n');
-    expect(await text(shell)).to.equal('one\n');
+    // the sandbox's envs stay the kernel's after a cell (what it left running sees them); the cell's do not
+    expect(await text({ code: both })).to.equal('one sandbox\n');
+    expect(await text(shell)).to.equal('one sandbox\n');
     // written anew (another size, as svc's upload replaces it)
     writeFileSync(envsFile, JSON.stringify({ SVC_A: 'changed' }));
-    expect(await text({ code: both })).to.equal('changed None\n');
+    expect(await text({ code: both })).to.equal('changed sandbox\n');
+    expect(await text(shell)).to.equal('changed \n');
     // a file that is not an object of strings is no envs
     writeFileSync(envsFile, '["SVC_A"]');
-    expect(await text({ code: both })).to.equal('None None\n');
+    expect(await text(shell)).to.equal(' \n');
     rmSync(envsFile);
   });
 

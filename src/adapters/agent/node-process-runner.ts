@@ -22,8 +22,10 @@ const EXIT_GRACE_MS = 300;
  */
 @injectable()
 export class NodeProcessRunner implements ProcessRunner {
-  /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
-  /** `systemEnv`: what every command starts with under its own env (the guest's /etc/environment). */
+  /**
+   * `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set).
+   * `systemEnv`: what every command starts with under its own env (the guest's /etc/environment).
+   */
   constructor(
     private readonly runAs: string | null = null,
     private readonly systemEnv: () => Record<string, string> = etcEnvironment,

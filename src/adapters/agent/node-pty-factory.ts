@@ -37,8 +37,10 @@ export function findProgram(file: string, path: string | undefined, cwd: string)
 /** Real pseudo-terminals through node-pty. */
 @injectable()
 export class NodePtyFactory implements PtyFactory {
-  /** `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set). */
-  /** `systemEnv`: what every shell starts with under its own env (the guest's /etc/environment). */
+  /**
+   * `runAs`: native/svc-as, for a user with supplementary groups (null: they are not set).
+   * `systemEnv`: what every shell starts with under its own env (the guest's /etc/environment).
+   */
   constructor(
     private readonly runAs: string | null = null,
     private readonly systemEnv: () => Record<string, string> = etcEnvironment,

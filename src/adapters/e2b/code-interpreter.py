@@ -166,6 +166,9 @@ def kernel_main(fd):
 
     for line in requests:
         req = json.loads(line)
+        # the sandbox's envs are the kernel's own from now on (what a cell leaves running sees
+        # them after it); the cell's env_vars are put back after it
+        os.environ.update(req.get("base") or {})
         env = req.get("env") or {}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -232,16 +235,18 @@ class Context:
                 f.close()
             self.kernel = None
 
-    def execute(self, code, env, send, gone, counted=True):
-        """Runs one cell, giving its events to `send`; `gone()` says the caller went away."""
+    def execute(self, code, env, send, gone, base=None, counted=True):
+        """Runs one cell, giving its events to `send`; `gone()` says the caller went away.
+
+        `base` is the sandbox's envs, under the cell's `env`."""
         with self.lock:
             if self.language == "bash":
-                return self.execute_bash(code, env, send, gone)
+                return self.execute_bash(code, {**(base or {}), **env}, send, gone)
             if self.kernel is None or self.kernel.poll() is not None:
                 self.stop()
                 self.start()
             try:
-                self.kernel.stdin.write((json.dumps({"code": code, "env": env, "counted": counted}) + "\n").encode())
+                self.kernel.stdin.write((json.dumps({"code": code, "env": env, "base": base or {}, "counted": counted}) + "\n").encode())
                 self.kernel.stdin.flush()
             except BrokenPipeError:
                 pass  # it died just now: its events' end of file below says so
@@ -526,7 +531,7 @@ class Handler(BaseHTTPRequestHandler):
                 lost.append(True)
             return bool(lost)
 
-        ctx.execute(code, {**interp.envs.get(), **env}, send, gone)
+        ctx.execute(code, env, send, gone, base=interp.envs.get())
         send({"type": "end_of_execution"})
         if not lost:
             try:
