@@ -21,6 +21,16 @@ const PYTHON = '/usr/bin/python3';
 /** How long the server has to listen after it starts (python3's start, under TCG too). */
 const LISTEN_TIMEOUT_MS = 30_000;
 
+let script: Promise<Buffer> | undefined;
+/** The server's source, read once: each create names the prepared VM by it and may put it in a guest. */
+function serverScript(): Promise<Buffer> {
+  script ??= readFile(SCRIPT).catch((err: unknown) => {
+    script = undefined;
+    throw err;
+  });
+  return script;
+}
+
 /** What a create clones once it is ready: a suspended VM with the server running (`e2b-code-interpreter-<hash>`). */
 export const CODE_INTERPRETER_VM_PREFIX = 'e2b-code-interpreter-';
 /** The sandbox's envs, which every cell runs with (the server's `--envs`): written at each create. */
@@ -60,7 +70,7 @@ export class CodeInterpreters {
   private async preparedName(): Promise<string> {
     const image = await this.client.getImage('default');
     const h = createHash('sha256')
-      .update(await readFile(SCRIPT))
+      .update(await serverScript())
       .update(JSON.stringify([image.id, image.revision ?? '']))
       .digest('hex');
     return `${CODE_INTERPRETER_VM_PREFIX}${h.slice(0, 12)}`;
@@ -138,7 +148,7 @@ async function install(client: SvcClient, vm: string, envs: Record<string, strin
     throw new InvalidArgumentError(
       `the ${CODE_INTERPRETER_TEMPLATE} template needs ${PYTHON} in the sandbox's image (the default debian image has it)`,
     );
-  const script = await readFile(SCRIPT);
+  const script = await serverScript();
   await client.mkdir(vm, GUEST_DIR, { recursive: true });
   await client.upload(vm, { path: GUEST_SCRIPT, permissions: '0644' }, script, script.length);
   await writeEnvs(client, vm, envs);
@@ -158,22 +168,16 @@ async function writeEnvs(client: SvcClient, vm: string, envs: Record<string, str
   await client.upload(vm, { path: GUEST_ENVS, permissions: '0600' }, data, data.length);
 }
 
-async function waitWarm(client: SvcClient, vm: string): Promise<void> {
-  for (const until = Date.now() + LISTEN_TIMEOUT_MS; !(await client.stat(vm, GUEST_WARM).catch(noneOn404));) {
-    if (Date.now() > until)
-      throw new Error(`svc's code interpreter kernel did not start in ${LISTEN_TIMEOUT_MS / 1000} s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function waitListening(client: SvcClient, vm: string): Promise<void> {
-  for (const until = Date.now() + LISTEN_TIMEOUT_MS; ;) {
-    const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch(noneOn404);
-    if (open) return void open.destroy();
+/**
+ * Waits until `ready()`, while the server's process runs: a server that ended, or that has not
+ * done `what` in LISTEN_TIMEOUT_MS, fails the wait, saying which.
+ */
+async function waitServer(client: SvcClient, vm: string, what: string, ready: () => Promise<boolean>): Promise<void> {
+  for (const until = Date.now() + LISTEN_TIMEOUT_MS; !(await ready());) {
     const now = await client.process(vm, CODE_INTERPRETER_TAG);
     if (now.state === 'ended' || Date.now() > until)
       throw new Error(
-        `svc's code interpreter did not listen on port ${CODE_INTERPRETER_PORT}` +
+        `svc's code interpreter did not ${what}` +
           (now.state === 'ended'
             ? ` (it ended: svc logs ${vm} ${CODE_INTERPRETER_TAG})`
             : ` in ${LISTEN_TIMEOUT_MS / 1000} s`),
@@ -181,3 +185,14 @@ async function waitListening(client: SvcClient, vm: string): Promise<void> {
     await new Promise((r) => setTimeout(r, 200));
   }
 }
+
+const waitListening = (client: SvcClient, vm: string) =>
+  waitServer(client, vm, `listen on port ${CODE_INTERPRETER_PORT}`, async () => {
+    const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch(noneOn404);
+    open?.destroy();
+    return !!open;
+  });
+
+/** Its default kernel ran the warm-up cell (the server's --warm file is there). */
+const waitWarm = (client: SvcClient, vm: string) =>
+  waitServer(client, vm, 'start its kernel', async () => !!(await client.stat(vm, GUEST_WARM).catch(noneOn404)));
