@@ -163,10 +163,11 @@ export function guestRoutes(d: GuestRouteDeps): RouteDef[] {
         let from = queryInt(q(req), 'from', Number.MAX_SAFE_INTEGER);
         if (from !== undefined && tail !== undefined) throw new InvalidArgumentError('give from or tail, not both');
         const follow = parseBool(q(req), 'follow', false);
-        // where the answer starts, so a reader can come back for what follows it (from=); a `from`
-        // past the end is of a log that was cut since (it is rotated at its cap): this one from its start
+        // where the answer starts, so a reader can come back for what follows it (from=)
         const size = await d.logs.size(name(req.params));
-        from = from === undefined ? (tail === undefined ? 0 : Math.max(0, size - tail)) : from > size ? 0 : from;
+        if (from === undefined) from = tail === undefined ? 0 : Math.max(0, size - tail);
+        // a `from` past the end is of a log that was cut since (it is rotated at its cap): this one from its start
+        else if (from > size) from = 0;
         const ac = new AbortController();
         res.on('close', () => ac.abort());
         res.status(200).type('text/plain; charset=utf-8');
