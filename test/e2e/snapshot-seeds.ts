@@ -1,4 +1,14 @@
-import { copyFileSync, existsSync, linkSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { ImageSnapshots } from '../../src/app/image-snapshots.js';
 import type { DaemonOverrides } from '../../src/main.js';
@@ -34,11 +44,6 @@ const seedDir = (s: SeedShape) => {
   return join(SEEDS, `${s.kind}-${s.memory_mb}-${inputs}`);
 };
 
-const copyDir = (from: string, to: string) => {
-  mkdirSync(to, { recursive: true, mode: 0o700 });
-  for (const f of readdirSync(from)) copyFileSync(join(from, f), join(to, f));
-};
-
 /**
  * Captures the seed of `shape` unless it is there: scripts/test.sh has the e2e images step make
  * them before the tier; a test file run alone makes its own once (e2e workers take turns).
@@ -50,7 +55,7 @@ export async function ensureSeed(shape: SeedShape): Promise<void> {
   await lockedAsync(join(SEEDS, '.lock'), async () => {
     if (existsSync(out)) return;
     const work = tempDir('svc-seed-');
-    if (existsSync(SEED_SSH)) copyDir(SEED_SSH, join(work, 'data', 'ssh'));
+    if (existsSync(SEED_SSH)) cpSync(SEED_SSH, join(work, 'data', 'ssh'), { recursive: true });
     // The snapshot's disk names its image by full path: the built images, which outlive this process.
     const d = await startTestDaemon(
       { hypervisor: 'qemu', images_dir: E2E_IMAGES, memory_mb: shape.memory_mb, create_from_snapshot: true },
@@ -66,7 +71,7 @@ export async function ensureSeed(shape: SeedShape): Promise<void> {
       existsSync(join(work, 'data', 'snapshots', k, 'snapshot.json')),
     );
     if (made.length !== 1) throw new Error(`the capture of ${shape.kind} (${shape.memory_mb} MB) made no snapshot`);
-    if (!existsSync(SEED_SSH)) copyDir(join(work, 'data', 'ssh'), SEED_SSH);
+    if (!existsSync(SEED_SSH)) cpSync(join(work, 'data', 'ssh'), SEED_SSH, { recursive: true });
     // Seeds of this shape made of older inputs are never used again.
     const prefix = `${shape.kind}-${shape.memory_mb}-`;
     for (const old of readdirSync(SEEDS)) if (old.startsWith(prefix)) rmSync(join(SEEDS, old), { recursive: true });
@@ -86,7 +91,7 @@ export function seeded(shapes: SeedShape[], dir = tempDir()): string {
   for (const s of shapes) {
     const from = seedDir(s);
     if (!existsSync(from)) throw new Error(`no seed of ${s.kind} (${s.memory_mb} MB): await ensureSeed first`);
-    if (!existsSync(join(data, 'ssh'))) copyDir(SEED_SSH, join(data, 'ssh'));
+    if (!existsSync(join(data, 'ssh'))) cpSync(SEED_SSH, join(data, 'ssh'), { recursive: true });
     for (const key of readdirSync(from)) {
       const to = join(data, 'snapshots', key);
       mkdirSync(to, { recursive: true, mode: 0o700 });
