@@ -242,7 +242,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
   imageService
     .refreshOutdated()
     .catch((err: Error) => log.warn({ err: err.message }, 'could not look for images built by an older svc'));
-  const stopRebuilds = imageService.rebuildWhenFreed();
+  const stopForgetting = imageService.forgetOlderBuildsWhenFreed();
 
   let stopped: Promise<void> | undefined;
   return {
@@ -257,7 +257,7 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
         unwatchRules();
         await cluster?.stop().catch((err: Error) => log.warn({ err: err.message }, 'cluster: could not leave'));
         lifetimes.stop();
-        stopRebuilds();
+        stopForgetting();
         // Captures are called off first: one that ends while the listeners close (they wait for
         // open requests) would leave a snapshot the stop did not mean to make.
         await snapshots.stop();

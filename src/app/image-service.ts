@@ -23,7 +23,7 @@ export class ImageService {
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
   ) {}
 
-  /** Images being built anew now (refreshOutdated), so that two removals start one build. */
+  /** Images being built anew now (refreshOutdated), so that two refreshes start one build. */
   private readonly rebuilding = new Set<string>();
 
   /**
@@ -48,53 +48,57 @@ export class ImageService {
 
   /**
    * After an upgrade of svc, the built-in images built by the svc before it run the agent of then
-   * (`outdated`): each that no VM stands on is built again now in the background (config
-   * `build_default_image`), its snapshots dropped; creates of it meanwhile wait for the
-   * new one, as for a first build. One that VMs stand on is left as it is, with a warning that says
-   * what to do (`warn`: false at a removal, rebuildWhenFreed). Returns the rebuilds under way
+   * (`outdated`): each is built again now in the background (config `build_default_image`), its
+   * snapshots dropped; creates of it meanwhile wait for the new one, as for a first build. VMs
+   * that stand on the old build keep it (their disks and kernel) until the last of them is
+   * deleted (`forgetOlderBuildsWhenFreed`). Also removes the older builds no VM stands on any
+   * more (those of VMs deleted while the daemon was down). Returns the rebuilds under way
    * (undefined when there are none).
    */
-  async refreshOutdated(o: { warn: boolean } = { warn: true }): Promise<{ done: Promise<void> } | undefined> {
+  async refreshOutdated(): Promise<{ done: Promise<void> } | undefined> {
+    await this.forgetOlderBuilds();
     if (!this.config.build_default_image || !this.images.rebuildImage) return undefined;
     const outdated = (await this.images.listImages(this.inUse)).filter((i) => i.outdated);
     const rebuilds: Promise<void>[] = [];
     for (const image of outdated) {
       if (this.rebuilding.has(image.id)) continue;
-      // Checked and started with no wait between: a create from now on waits for the new image.
-      const on = this.inUse(image.id);
-      if (on.length) {
-        if (o.warn)
-          this.log.warn(
-            { image: image.id, in_use_by: on },
-            `image ${image.id} was built by an older svc: VMs made from it run its older agent, which may lack what this svcd asks of it (answers 501 say so); it is built anew as soon as the last VM on it is deleted (or bring one VM's agent up to date with svc agent deploy NAME)`,
-          );
-        continue;
-      }
       const started = this.images.rebuildImage(image.id);
       this.rebuilding.add(image.id);
-      this.log.info({ image: image.id }, 'building the image again: it was built by an older svc');
+      const on = this.inUse(image.id);
+      this.log.info(
+        { image: image.id, ...(on.length ? { in_use_by: on } : {}) },
+        `building the image again: it was built by an older svc${on.length ? '; the VMs on it keep the build they stand on, new VMs get the new one' : ''}`,
+      );
       rebuilds.push(
         this.afterBuild(image.id, Promise.all([this.snapshots.removeImage(image.id), started]), {
           built: 'the image is built anew',
           failed: 'the image did not build again; it stays as it was',
-        }).finally(() => this.rebuilding.delete(image.id)),
+        })
+          .then(() => this.forgetOlderBuilds())
+          .finally(() => this.rebuilding.delete(image.id)),
       );
     }
     return rebuilds.length ? { done: Promise.all(rebuilds).then(() => undefined) } : undefined;
   }
 
   /**
-   * From now on, an outdated built-in image is built anew as soon as the last VM that stood on it
-   * is deleted (refreshOutdated at each removal, without its warnings), not at the daemon's next
-   * start. Returns the unsubscribe.
+   * From now on, the older builds of an image (refreshOutdated) are removed as soon as the last VM
+   * that stood on them is deleted, not at the daemon's next start. Returns the unsubscribe.
    */
-  rebuildWhenFreed(): () => void {
+  forgetOlderBuildsWhenFreed(): () => void {
     return this.vms.watch((change) => {
-      if (change.event !== 'removed') return;
-      this.refreshOutdated({ warn: false }).catch((err: unknown) =>
-        this.log.warn({ err: errorMessage(err) }, 'could not look for images built by an older svc'),
-      );
+      if (change.event === 'removed') void this.forgetOlderBuilds();
     });
+  }
+
+  /** The older builds of the images no VM stands on any more, removed (a failure is logged). */
+  private async forgetOlderBuilds(): Promise<void> {
+    try {
+      for (const id of (await this.images.forgetOlderBuilds?.(this.inUse)) ?? [])
+        this.log.info({ image: id }, 'removed the older builds of the image: no VM stands on them any more');
+    } catch (err) {
+      this.log.warn({ err: errorMessage(err) }, 'could not remove the older builds of images');
+    }
   }
 
   /** A background build's end, logged: the image's default shape captured after it; a failure said. */

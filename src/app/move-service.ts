@@ -96,7 +96,8 @@ export class MoveService {
     const offer: MoveOffer = {
       from: this.cluster.self,
       record: { ...rec },
-      image_digest: await this.images.digest(rec.image),
+      // of the build its disk stands on: one the image was built anew since is on no other node
+      image_digest: await this.images.digest(rec.image, this.keeper.ref(rec)),
       // A saved guest loads only where the same hypervisor runs: the VM's own, or a snapshot's.
       state_key: savesGuest(rec) ? await this.hv.savedStateKey?.() : undefined,
     };

@@ -47,6 +47,8 @@ export interface ImageDetails extends ImageInfo {
   source: string;
   /** VMs (templates and warm pool members included) whose disks stand on this image. */
   in_use_by: string[];
+  /** Older builds of it kept for the VMs that stand on them (it was built anew since); none when 0. */
+  older_builds?: number;
   /** Its snapshots (the daemon adds them; an adapter leaves this out). */
   snapshots?: ImageSnapshotInfo[];
 }
@@ -85,12 +87,18 @@ export interface GuestImages {
   ensureImage(image: string, progress?: (p: ImageProgress) => void): Promise<void>;
 
   /**
-   * Builds a built-in image again from this daemon's inputs (an `outdated` one); the new one
-   * replaces it when complete, and creates of it meanwhile wait for it as for a first build. No VM
-   * may stand on it. InvalidArgumentError for an image that is not built-in. Optional: an adapter
-   * whose images are never `outdated` needs none.
+   * Builds a built-in image again from this daemon's inputs (an `outdated` one); the new one is
+   * the image when complete, and creates of it meanwhile wait for it as for a first build. VMs
+   * that stand on the build it replaces keep theirs (their disks and kernels) until
+   * `forgetOlderBuilds`. InvalidArgumentError for an image that is not built-in. Optional: an
+   * adapter whose images are never `outdated` needs none.
    */
   rebuildImage?(image: string): Promise<void>;
+  /**
+   * Removes the builds kept for VMs (rebuildImage) of each image no VM stands on any more
+   * (`inUse` says which VMs stand on an image id). Returns the ids of the images it cleaned.
+   */
+  forgetOlderBuilds?(inUse: (id: string) => string[]): Promise<string[]>;
   /** Every built image; `inUse` says which VMs stand on an image id. */
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]>;
 
@@ -100,9 +108,10 @@ export interface GuestImages {
   /**
    * The content digest of a built image (`sha256:` of its disk, kernel and initrd): two nodes whose
    * digests agree have the same bytes, so a VM's disk made on one stands on the other's copy.
-   * NotFoundError when it is not built.
+   * With `vm`: of the build that VM's disk stands on (an older one, when the image was built anew
+   * since). NotFoundError when it is not built.
    */
-  digest(image: string): Promise<string>;
+  digest(image: string, vm?: VmRef): Promise<string>;
 
   /**
    * A built image as this node offers it to another (docs/cluster.md, "Images across nodes"): its

@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { backingName } from '../../src/adapters/images/qcow2-backing.js';
 import {
-  backingName,
   freeze,
   layersOf,
   MAX_LAYERS,

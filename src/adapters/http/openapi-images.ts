@@ -95,7 +95,12 @@ export const IMAGE_SCHEMAS: Record<string, Schema> = {
       outdated: {
         type: 'boolean',
         description:
-          'a built-in image built by an older svc (its recipe or agent changed since): its VMs run the agent of then; built again at start when no VM stands on it',
+          'a built-in image built by an older svc (its recipe or agent changed since): its VMs run the agent of then; built again in the background at start',
+      },
+      older_builds: {
+        type: 'integer',
+        description:
+          'older builds of the image kept for the VMs that stand on them (it was built anew since); removed when none does',
       },
       entrypoint: {
         allOf: [ref('ProcessStart')],

@@ -30,6 +30,10 @@ export abstract class CatalogImages {
     return this.images.rebuild(image);
   }
 
+  forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
+    return this.images.forgetOlderBuilds(inUse);
+  }
+
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {
     return this.images.list(inUse);
   }
@@ -38,8 +42,8 @@ export abstract class CatalogImages {
     return this.images.details(image, inUse);
   }
 
-  digest(image: string): Promise<string> {
-    return this.images.digest(image);
+  digest(image: string, vm?: VmRef): Promise<string> {
+    return this.images.digest(image, vm && this.diskOf(vm));
   }
 
   bundle(image: string): Promise<ImageBundle & { paths: Record<string, string> }> {

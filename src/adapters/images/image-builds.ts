@@ -10,6 +10,8 @@ import type { ImageDetails, ImageProgress } from '../../ports/guest-images.js';
 import { writeFileAtomic } from '../fs-kit/atomic-file.js';
 import { childEnv } from '../process-kit/child-env.js';
 import { alive } from '../process-kit/pid-alive.js';
+import type { ImageManifest } from './image-manifest.js';
+import { addBuild } from './older-builds.js';
 
 const REPO = fileURLToPath(new URL('../../../../', import.meta.url));
 export const BUILD_SCRIPT = join(REPO, 'image', 'build-image.sh');
@@ -21,6 +23,15 @@ function filesIn(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     .flatMap((e) => (e.isDirectory() ? filesIn(join(dir, e.name)) : [join(dir, e.name)]));
+}
+
+/** The manifest of the image built in `dir`, if one is (an unreadable one counts as none). */
+function builtManifest(dir: string): ImageManifest | undefined {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as ImageManifest;
+  } catch {
+    return undefined;
+  }
 }
 
 let inputs: string | undefined;
@@ -141,8 +152,8 @@ export class ImageBuilds {
 
   /**
    * Builds built-in image `id`, or joins its build under way; `progress` hears how far it is. A
-   * built one is built again (the daemon's inputs changed since): the new one replaces it when
-   * complete, so it must not be in use (image-service.ts checks).
+   * built one is built again (the daemon's inputs changed since): the new one becomes the image
+   * when complete, and the one it replaces is kept for the VMs that stand on it (older-builds.ts).
    */
   async ensure(id: string, progress?: (p: ImageProgress) => void): Promise<void> {
     let b = this.building.get(id);
@@ -181,8 +192,14 @@ export class ImageBuilds {
     try {
       await runBuild(['bash', this.script, tmp, AGENT_DIR, id], progress);
       await stampInputs(tmp);
-      await rm(this.dir(id), { recursive: true, force: true });
-      await rename(tmp, this.dir(id));
+      const current = builtManifest(this.dir(id));
+      if (current) {
+        // VMs may stand on the build it replaces: that one stays beside it (older-builds.ts).
+        await addBuild(this.dir(id), tmp, current);
+      } else {
+        await rm(this.dir(id), { recursive: true, force: true });
+        await rename(tmp, this.dir(id));
+      }
       // What the next build of it (after an image rm, on this host) can be expected to take.
       await writeFileAtomic(this.timesFile(), JSON.stringify({ ...this.times(), [id]: Date.now() - t0 })).catch(
         () => undefined,

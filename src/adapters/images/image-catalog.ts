@@ -12,37 +12,11 @@ import type { ImageBundle } from '../../domain/image-fetch.js';
 import { archiveSource, importContainer, importDisk, type ImportMeta } from './image-import.js';
 import { registrySource } from './registry-pull.js';
 import { readyDisk } from './disk-unpack.js';
-import { imageEntrypoint, type OciImageConfig } from './oci-layout.js';
+import { imageEntrypoint } from './oci-layout.js';
+import type { ImageManifest } from './image-manifest.js';
 import { AGENT_DIR, BUILD_SCRIPT, BUILTIN_IMAGES, builtinInputs, ImageBuilds, runBuild } from './image-builds.js';
-
-/** `images_dir/<id>/manifest.json` as image/build-image.sh writes it. */
-export interface ImageManifest {
-  id: string;
-  format: number;
-  os?: string;
-  description?: string;
-  kernel: string;
-  initrd: string;
-  disk: string;
-  disk_gb: number;
-  cmdline: string;
-  ssh_user: string;
-  agent_ready: boolean;
-  boot?: 'kernel' | 'firmware';
-  source?: string;
-  agent_version?: string;
-  /** What a built-in image was built from (image-builds.ts, builtinInputs); none before 2026-12-05. */
-  inputs_digest?: string;
-  /** The least memory it boots in (DEFAULT_MIN_MEMORY_MB, or its base image's, when not said). */
-  min_memory_mb?: number;
-  /** A container image's config (images imported from one, and those baked from their VMs). */
-  image_config?: OciImageConfig;
-  /**
-   * Its init hands the entrypoint to the agent (images imported since 2026-12-03, and those baked
-   * from their VMs); an older one's does not, so none is shown or sent.
-   */
-  runs_entrypoint?: boolean;
-}
+import { buildWithDisk, dropOlderBuilds, OLDER_BUILDS, olderBuilds } from './older-builds.js';
+import { backingIn } from './qcow2-backing.js';
 
 const entrypointOf = (m: ImageManifest) => {
   const entrypoint = m.runs_entrypoint ? imageEntrypoint(m.image_config) : undefined;
@@ -159,13 +133,19 @@ export class ImageCatalog {
     return now && m.inputs_digest !== now ? { outdated: true } : {};
   }
 
-  /** A built image's files; builds a built-in image that is missing (or joins its build again). */
-  async get(name: string): Promise<ResolvedImage> {
+  /**
+   * A built image's files; builds a built-in image that is missing (or joins its build again).
+   * `standing`, a VM's disk: the build of the image that disk stands on (older-builds.ts), which
+   * is there, even while a newer one is being built.
+   */
+  async get(name: string, standing?: string): Promise<ResolvedImage> {
     const id = this.canonical(name);
-    if (!this.manifest(id) || this.rebuilding(id)) await this.ensure(id);
-    const m = this.manifest(id);
-    if (!m) throw new InvalidArgumentError(`unknown image "${name}"`);
     const dir = this.dir(id);
+    const on = standing && this.manifest(id) ? await backingIn(standing, dir) : undefined;
+    if (!on && (!this.manifest(id) || this.rebuilding(id))) await this.ensure(id);
+    const current = this.manifest(id);
+    if (!current) throw new InvalidArgumentError(`unknown image "${name}"`);
+    const m = on ? buildWithDisk(dir, current, on) : current;
     for (const f of m.boot === 'firmware' ? [m.disk] : [m.kernel, m.disk]) {
       if (!existsSync(join(dir, f))) throw new InternalError(`image ${id} is incomplete: ${f} missing`);
     }
@@ -181,13 +161,29 @@ export class ImageCatalog {
   }
 
   /**
-   * Builds a built-in image again from this daemon's inputs; the new one replaces it when complete,
-   * and creates of it wait for that meanwhile. No VM may stand on it (the caller checks).
+   * Builds a built-in image again from this daemon's inputs; the new one is the image when
+   * complete, and creates of it wait for that meanwhile. VMs that stand on the one it replaces
+   * keep it (older-builds.ts) until `forgetOlderBuilds`.
    */
   async rebuild(name: string): Promise<void> {
     const id = this.canonical(name);
     if (!BUILTIN_IMAGES[id]) throw new InvalidArgumentError(`image ${id} is not built-in: only those are built again`);
     await this.builds.ensure(id);
+  }
+
+  /**
+   * Removes the older builds kept of each image no VM stands on any more (`inUse` says which
+   * VMs stand on an image id). Returns the ids it cleaned.
+   */
+  async forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
+    const cleaned: string[] = [];
+    for (const id of await readdir(this.root).catch(() => [] as string[])) {
+      const m = id.startsWith('.') ? undefined : this.manifest(id);
+      if (!m || inUse(id).length || this.builds.has(id) || !existsSync(join(this.dir(id), OLDER_BUILDS))) continue;
+      await dropOlderBuilds(this.dir(id), m);
+      cleaned.push(id);
+    }
+    return cleaned;
   }
 
   /** Every built image. */
@@ -202,12 +198,16 @@ export class ImageCatalog {
     return out;
   }
 
-  /** The content digest of a built image's disk, kernel and initrd (image-digest.ts). */
-  async digest(name: string): Promise<string> {
+  /**
+   * The content digest of a built image's disk, kernel and initrd (image-digest.ts); with
+   * `standing`, a VM's disk, of the build it stands on.
+   */
+  async digest(name: string, standing?: string): Promise<string> {
     const id = this.canonical(name);
     const m = this.manifest(id);
     if (!m) throw new NotFoundError(`image ${name} is not built`);
-    return imageDigest(this.dir(id), m);
+    const on = standing && (await backingIn(standing, this.dir(id)));
+    return imageDigest(this.dir(id), on ? buildWithDisk(this.dir(id), m, on) : m);
   }
 
   /** A built image's files for another node: its manifest and what it boots from. */
@@ -238,6 +238,7 @@ export class ImageCatalog {
     const dir = this.dir(id);
     let size = 0;
     for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
+    const older = olderBuilds(dir);
     return {
       id,
       os: m.os ?? 'unknown',
@@ -254,6 +255,7 @@ export class ImageCatalog {
       ...this.outdated(id, m),
       in_use_by: inUse(id),
       ...entrypointOf(m),
+      ...(older.length ? { older_builds: older.length } : {}),
     };
   }
 
@@ -270,7 +272,8 @@ export class ImageCatalog {
     const id = this.canonical(name);
     if (this.manifest(id)) throw new AlreadyExistsError(`image ${id} already exists`);
     await this.builds.holding(id, async () => {
-      const base = await this.get(meta.from_image);
+      // the build the VM stands on: its kernel goes with its disk
+      const base = await this.get(meta.from_image, vmDisk);
       const tmp = this.builds.tempDir(id);
       try {
         await mkdir(tmp, { recursive: true });

@@ -147,12 +147,13 @@ export class ChHypervisor extends CatalogImages implements HypervisorAdapter {
       throw new NotSupportedError(
         'cloud-hypervisor: host folder shares are not supported yet (docs/cloud-hypervisor.md)',
       );
-    const img = await this.o.images.get(spec.image);
+    const l = chLayout(spec.dir);
+    // the build of the image its disk stands on (one built anew since keeps it)
+    const img = await this.o.images.get(spec.image, l.disk);
     if (img.boot === 'firmware')
       throw new NotSupportedError(
         `cloud-hypervisor: image ${img.id} boots through firmware, which this driver does not carry`,
       );
-    const l = chLayout(spec.dir);
     const restoring = !!options.restore && existsSync(join(l.snapshot, 'config.json'));
     for (const s of [l.api, l.vsock]) await rm(s, { force: true });
     const args = [

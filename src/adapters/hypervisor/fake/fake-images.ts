@@ -108,13 +108,26 @@ export abstract class FakeImages {
 
   /**
    * An outdated image (options.outdated) built again, as the catalog does it: not built meanwhile
-   * (creates join the build), then built with a new revision.
+   * (creates join the build), then built with a new revision, the build it replaced kept until
+   * forgetOlderBuilds.
    */
   rebuildImage(image: string): Promise<void> {
     const id = FAKE_ALIASES[image] ?? image;
     if (!this.images[id]) return Promise.reject(new InvalidArgumentError(`unknown image "${image}"`));
     this.images[id] = { ...this.images[id], built: false };
-    return this.startBuild(id, () => this.rebuild(id));
+    return this.startBuild(id, () => {
+      this.rebuild(id);
+      this.olderBuilds.set(id, (this.olderBuilds.get(id) ?? 0) + 1);
+    });
+  }
+
+  /** Older builds kept per image (rebuildImage), until no VM stands on it. */
+  private readonly olderBuilds = new Map<string, number>();
+
+  async forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
+    const cleaned = [...this.olderBuilds.keys()].filter((id) => !inUse(id).length && !this.building.has(id));
+    for (const id of cleaned) this.olderBuilds.delete(id);
+    return cleaned;
   }
 
   /** An unbuilt image (options.unbuilt) is built once, however many wait for it. */
@@ -141,6 +154,7 @@ export abstract class FakeImages {
       boot: 'kernel',
       source: info.id,
       in_use_by: inUse(info.id),
+      ...(this.olderBuilds.get(info.id) ? { older_builds: this.olderBuilds.get(info.id) } : {}),
     };
   }
 

@@ -1,9 +1,10 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, copyFile, link, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, link, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { childEnv } from '../../process-kit/child-env.js';
+import { backingName } from '../../images/qcow2-backing.js';
 import { savedFiles, writeSaved, type Saved } from './saved-state.js';
 
 const run = promisify(execFile);
@@ -35,28 +36,6 @@ interface Note {
 export interface Frozen {
   layer: string;
   state?: Saved;
-}
-
-/**
- * The backing file name a qcow2 image records (header: magic, version, then the name's offset and
- * length), or undefined when it has none. Read directly: no process per link of the chain.
- */
-export async function backingName(file: string): Promise<string | undefined> {
-  const fh = await open(file, 'r');
-  try {
-    const head = Buffer.alloc(20);
-    await fh.read(head, 0, 20, 0);
-    if (head.readUInt32BE(0) !== 0x514649fb) throw new Error(`${file} is not a qcow2 image`);
-    const offset = Number(head.readBigUInt64BE(8));
-    const size = head.readUInt32BE(16);
-    if (!offset || !size) return undefined;
-    if (size > 4096) throw new Error(`${file} records an oversized backing file name`);
-    const name = Buffer.alloc(size);
-    await fh.read(name, 0, size, offset);
-    return name.toString('utf8');
-  } finally {
-    await fh.close();
-  }
 }
 
 /** The frozen layers, in `dir`, that `dir`'s disk stands on (top first); the image's disk is not one. */

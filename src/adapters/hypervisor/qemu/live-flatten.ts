@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../../ports/logger.js';
-import { backingName, layersOf, LAYER, MAX_LAYERS } from './disk-layers.js';
+import { layersOf, LAYER, MAX_LAYERS } from './disk-layers.js';
+import { backingName } from '../../images/qcow2-backing.js';
 import type { QmpClient, QmpEvent } from './qmp-client.js';
 
 const DISK = 'disk.qcow2';

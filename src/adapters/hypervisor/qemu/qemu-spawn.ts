@@ -3,7 +3,7 @@ import { closeSync, openSync, readdirSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { childEnv } from '../../process-kit/child-env.js';
-import { backingName } from './disk-layers.js';
+import { backingName } from '../../images/qcow2-backing.js';
 import type { QemuLaunch } from './qemu-args.js';
 import { tail, waitForQmp } from './qemu-files.js';
 import type { QmpClient } from './qmp-client.js';

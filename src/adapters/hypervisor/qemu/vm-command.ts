@@ -76,7 +76,7 @@ export class VmCommand {
       cpus: spec.cpus,
       memory_mb: spec.memory_mb,
       accel: await this.o.accelerator(),
-      image: await this.o.images.get(spec.image),
+      image: await this.o.images.get(spec.image, l.disk),
       layout: l,
       nic: extra.nic ?? (await this.nic(spec, l)),
       mounts: await startMounts(spec, this.o.mountDriver),

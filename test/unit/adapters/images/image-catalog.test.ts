@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENT_DIR, BUILD_SCRIPT, builtinInputs } from '../../../../src/adapters/images/image-builds.js';
@@ -40,24 +40,93 @@ describe('adapters/images/image-catalog', () => {
       expect(existsSync(f), f).to.equal(true);
   });
 
-  it('stamps what a built-in image is built from; one built from other inputs is outdated, and is built again while creates wait for the new one', async () => {
-    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
-    made.push(root);
-    // A stand-in for image/build-image.sh: counts its builds, and waits for `release` to finish one.
+  /**
+   * A stand-in for image/build-image.sh over `root`: counts its builds (`build N` in the
+   * description, N in every file), and waits for `release` to exist to finish one.
+   */
+  function standIn(root: string): { script: string; release: string } {
     const release = join(root, '..', `${root.split('/').pop()}.release`);
-    made.push(release);
     const script = join(root, '..', `${root.split('/').pop()}.build.sh`);
-    made.push(script);
+    made.push(release, script);
     writeFileSync(
       script,
       [
         'OUT=$1; ID=$3; COUNT=$(dirname "$OUT")/.count',
         'n=$(( $(cat "$COUNT" 2>/dev/null || echo 0) + 1 )); echo $n > "$COUNT"',
         `while [ ! -e '${release}' ]; do sleep 0.02; done`,
-        'mkdir -p "$OUT"; printf k > "$OUT/vmlinux"; printf i > "$OUT/initrd.img"; printf d > "$OUT/disk.qcow2"',
+        'mkdir -p "$OUT"; printf "k$n" > "$OUT/vmlinux"; printf "i$n" > "$OUT/initrd.img"; printf "d$n" > "$OUT/disk.qcow2"',
         'printf \'{"id":"%s","format":1,"description":"build %s","kernel":"vmlinux","initrd":"initrd.img","disk":"disk.qcow2","disk_gb":1,"cmdline":"","ssh_user":"root","agent_ready":true}\' "$ID" "$n" > "$OUT/manifest.json"',
       ].join('\n'),
     );
+    return { script, release };
+  }
+
+  /** A qcow2 header naming `backing` as its backing file (all that the catalog reads of a disk). */
+  function qcow2On(path: string, backing: string): void {
+    const name = Buffer.from(backing);
+    const head = Buffer.alloc(512 + name.length);
+    head.writeUInt32BE(0x514649fb, 0);
+    head.writeUInt32BE(3, 4);
+    head.writeBigUInt64BE(512n, 8);
+    head.writeUInt32BE(name.length, 16);
+    name.copy(head, 512);
+    writeFileSync(path, head);
+  }
+
+  it('keeps the build a VM stands on when it builds the image anew: the VM boots its own, new VMs the new one, and it goes when no VM stands on it', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    const vms = mkdtempSync(join(tmpdir(), 'svc-catalog-vms-'));
+    made.push(root, vms);
+    const { script, release } = standIn(root);
+    writeFileSync(release, '');
+    const c = new ImageCatalog(root, script);
+    await c.ensure('minimal');
+    const first = await c.get('minimal');
+    // one VM on the image's disk, one on a template's layer (a relative name) on it
+    const dir = join(root, 'minimal');
+    mkdirSync(join(vms, 'a'));
+    qcow2On(join(vms, 'a', 'disk.qcow2'), join(dir, 'disk.qcow2'));
+    mkdirSync(join(vms, 'b'));
+    qcow2On(join(vms, 'b', 'base-0123456789abcdef.qcow2'), join(dir, 'disk.qcow2'));
+    qcow2On(join(vms, 'b', 'disk.qcow2'), 'base-0123456789abcdef.qcow2');
+
+    await c.rebuild('minimal');
+    const now = await c.get('minimal');
+    expect(now.description).to.equal('build 2');
+    expect(now.disk).to.match(/^build-[0-9a-z]+-disk\.qcow2$/);
+    expect(readFileSync(join(dir, now.kernel), 'utf8')).to.equal('k2');
+    for (const vm of ['a', 'b']) {
+      const theirs = await c.get('minimal', join(vms, vm, 'disk.qcow2'));
+      expect(theirs, vm).to.deep.equal(first);
+      expect(readFileSync(join(dir, theirs.kernel), 'utf8')).to.equal('k1');
+    }
+    // a disk that stands on nothing of the image's (a new VM's, not made yet): the current build
+    expect((await c.get('minimal', join(vms, 'none.qcow2'))).description).to.equal('build 2');
+    expect(await c.details('minimal')).to.include({ older_builds: 1 });
+    expect(c.info('minimal')).not.to.have.property('outdated');
+
+    // a third build keeps both older ones; a VM on the second gets the second
+    mkdirSync(join(vms, 'c'));
+    qcow2On(join(vms, 'c', 'disk.qcow2'), join(dir, now.disk));
+    await c.rebuild('minimal');
+    expect((await c.get('minimal')).description).to.equal('build 3');
+    expect((await c.get('minimal', join(vms, 'c', 'disk.qcow2'))).description).to.equal('build 2');
+    expect((await c.get('minimal', join(vms, 'a', 'disk.qcow2'))).description).to.equal('build 1');
+    expect(await c.details('minimal')).to.include({ older_builds: 2 });
+
+    expect(await c.forgetOlderBuilds(() => ['a'])).to.deep.equal([]);
+    expect(await c.forgetOlderBuilds(() => [])).to.deep.equal(['minimal']);
+    const left = (await c.get('minimal'))!;
+    expect(readdirSync(dir).sort()).to.deep.equal([left.disk, left.initrd, left.kernel, 'manifest.json'].sort());
+    expect(await c.details('minimal')).not.to.have.property('older_builds');
+    expect(await c.forgetOlderBuilds(() => [])).to.deep.equal([]);
+  });
+
+  it('stamps what a built-in image is built from; one built from other inputs is outdated, and is built again while creates wait for the new one', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'svc-catalog-'));
+    made.push(root);
+    // A stand-in for image/build-image.sh: counts its builds, and waits for `release` to finish one.
+    const { script, release } = standIn(root);
     const c = new ImageCatalog(root, script);
     writeFileSync(release, '');
     await c.ensure('minimal');
