@@ -9,6 +9,7 @@ import { Activity } from './activity.js';
 import type { Config } from './config.js';
 import { AppConfig } from './tokens.js';
 import { ImageSnapshots } from './image-snapshots.js';
+import { VmKeeper } from './vm-keeper.js';
 import { Vms } from './vms.js';
 
 /** GET/DELETE /images: the built images, what stands on each, and removing one nothing uses. */
@@ -21,6 +22,7 @@ export class ImageService {
     @inject(AppConfig) private readonly config: Config,
     @inject(Logger) private readonly log: Logger,
     @inject(ImageSnapshots) private readonly snapshots: ImageSnapshots,
+    @inject(VmKeeper) private readonly keeper: VmKeeper,
   ) {}
 
   /** Images being built anew now (refreshOutdated), so that two refreshes start one build. */
@@ -82,8 +84,8 @@ export class ImageService {
   }
 
   /**
-   * From now on, the older builds of an image (refreshOutdated) are removed as soon as the last VM
-   * that stood on them is deleted, not at the daemon's next start. Returns the unsubscribe.
+   * From now on, an older build of an image (refreshOutdated) is removed as soon as the last VM
+   * that stood on it is deleted, not at the daemon's next start. Returns the unsubscribe.
    */
   forgetOlderBuildsWhenFreed(): () => void {
     return this.vms.watch((change) => {
@@ -94,8 +96,13 @@ export class ImageService {
   /** The older builds of the images no VM stands on any more, removed (a failure is logged). */
   private async forgetOlderBuilds(): Promise<void> {
     try {
-      for (const id of (await this.images.forgetOlderBuilds?.(this.inUse)) ?? [])
-        this.log.info({ image: id }, 'removed the older builds of the image: no VM stands on them any more');
+      const standing = (id: string) =>
+        this.vms
+          .all()
+          .filter((r) => r.image === id)
+          .map((r) => this.keeper.ref(r));
+      for (const id of (await this.images.forgetOlderBuilds?.(standing)) ?? [])
+        this.log.info({ image: id }, 'removed older builds of the image that no VM stands on any more');
     } catch (err) {
       this.log.warn({ err: errorMessage(err) }, 'could not remove the older builds of images');
     }

@@ -95,10 +95,11 @@ export interface GuestImages {
    */
   rebuildImage?(image: string): Promise<void>;
   /**
-   * Removes the builds kept for VMs (rebuildImage) of each image no VM stands on any more
-   * (`inUse` says which VMs stand on an image id). Returns the ids of the images it cleaned.
+   * Removes the builds kept for VMs (rebuildImage) that no VM stands on any more (`standing`: the
+   * VMs made from an image id, templates and pool members included). Returns the ids of the
+   * images it removed builds of.
    */
-  forgetOlderBuilds?(inUse: (id: string) => string[]): Promise<string[]>;
+  forgetOlderBuilds?(standing: (id: string) => VmRef[]): Promise<string[]>;
   /** Every built image; `inUse` says which VMs stand on an image id. */
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]>;
 

@@ -30,8 +30,8 @@ export abstract class CatalogImages {
     return this.images.rebuild(image);
   }
 
-  forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
-    return this.images.forgetOlderBuilds(inUse);
+  forgetOlderBuilds(standing: (id: string) => VmRef[]): Promise<string[]> {
+    return this.images.forgetOlderBuilds((id) => standing(id).map((vm) => this.diskOf(vm)));
   }
 
   listImages(inUse: (id: string) => string[]): Promise<ImageDetails[]> {

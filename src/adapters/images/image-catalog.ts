@@ -2,7 +2,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { execFile } from 'node:child_process';
 import { copyFile, mkdir, mkdtemp, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError } from '../../domain/errors.js';
 import type { ImageDetails, ImageInfo, ImageProgress } from '../../ports/guest-images.js';
 import type { ImageSource, ImportRules, RegistrySource } from '../../domain/image-request.js';
@@ -172,16 +172,20 @@ export class ImageCatalog {
   }
 
   /**
-   * Removes the older builds kept of each image no VM stands on any more (`inUse` says which
-   * VMs stand on an image id). Returns the ids it cleaned.
+   * Removes the older builds of images that no VM stands on any more. `standing(id)`: the disks of
+   * the VMs made from image `id`; an image with a disk whose build cannot be told keeps them all.
+   * Returns the ids of the images it removed builds of.
    */
-  async forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
+  async forgetOlderBuilds(standing: (id: string) => string[]): Promise<string[]> {
     const cleaned: string[] = [];
     for (const id of await readdir(this.root).catch(() => [] as string[])) {
       const m = id.startsWith('.') ? undefined : this.manifest(id);
-      if (!m || inUse(id).length || this.builds.has(id) || !existsSync(join(this.dir(id), OLDER_BUILDS))) continue;
-      await dropOlderBuilds(this.dir(id), m);
-      cleaned.push(id);
+      const dir = this.dir(id);
+      if (!m || this.builds.has(id) || !existsSync(join(dir, OLDER_BUILDS))) continue;
+      const on = await Promise.all(standing(id).map((disk) => backingIn(disk, dir)));
+      if (on.some((f) => f === undefined)) continue;
+      const used = new Set(on.map((f) => basename(f!)));
+      if ((await dropOlderBuilds(dir, m, used)).length) cleaned.push(id);
     }
     return cleaned;
   }

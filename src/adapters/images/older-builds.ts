@@ -68,19 +68,30 @@ export async function addBuild(dir: string, stage: string, current: ImageManifes
 }
 
 /**
- * Removes the older builds kept in `dir` (no VM stands on the image any more): the files they
- * name that the current build does not, the moved-in files of a build cut short, and their
- * manifests. Returns the files removed.
+ * Removes the older builds kept in `dir` whose disks are not in `used` (the image's disk files
+ * that VMs stand on): the files they name that no build kept names, the moved-in files of a build
+ * cut short, and their manifests. Returns the files removed.
  */
-export async function dropOlderBuilds(dir: string, current: ImageManifest): Promise<string[]> {
-  const keep = new Set(filesOf(current));
-  const named = new Set(olderBuilds(dir).flatMap(filesOf));
+export async function dropOlderBuilds(dir: string, current: ImageManifest, used: Set<string>): Promise<string[]> {
+  const kept = join(dir, OLDER_BUILDS);
+  const all: { file: string; m?: ImageManifest }[] = [];
+  for (const file of existsSync(kept) ? await readdir(kept) : []) {
+    try {
+      all.push({ file, m: JSON.parse(await readFile(join(kept, file), 'utf8')) as ImageManifest });
+    } catch {
+      all.push({ file }); // cut short by a crash: nothing stands on what it names
+    }
+  }
+  const stays = (b: { file: string; m?: ImageManifest }) => !!b.m && b.file.endsWith('.json') && used.has(b.m.disk);
+  const keep = new Set([current, ...all.filter(stays).map((b) => b.m!)].flatMap(filesOf));
+  const named = new Set(all.flatMap((b) => (b.m ? filesOf(b.m) : [])));
   const gone: string[] = [];
   for (const f of await readdir(dir)) {
     if (keep.has(f) || !(named.has(f) || BUILD_FILE.test(f))) continue;
     await rm(join(dir, f), { force: true });
     gone.push(f);
   }
-  await rm(join(dir, OLDER_BUILDS), { recursive: true, force: true });
+  for (const b of all) if (!stays(b)) await rm(join(kept, b.file), { force: true });
+  if (!all.some(stays)) await rm(kept, { recursive: true, force: true });
   return gone;
 }

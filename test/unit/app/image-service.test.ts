@@ -86,7 +86,7 @@ describe('app/ImageService: the default image on a first start', () => {
       /building the image again: it was built by an older svc; the VMs on it keep the build they stand on/,
     );
     expect(log).to.match(/"in_use_by":\["on-debian"\]/);
-    expect(log).to.match(/"image":"minimal".*removed the older builds of the image/);
+    expect(log).to.match(/"image":"minimal".*removed older builds of the image that no VM stands on any more/);
     // nothing more to do now
     expect(await images.refreshOutdated()).to.equal(undefined);
     // a new VM comes up from the new build
@@ -96,7 +96,7 @@ describe('app/ImageService: the default image on a first start', () => {
     expect(w.vms.get('new-one').status).to.equal('running');
   });
 
-  it("removes an image's older build once the last VM on it is deleted", async () => {
+  it("removes an image's older build once the last VM on it is deleted, while VMs on its new build stay", async () => {
     const hv = new InMemoryHypervisor({ bootDelayMs: 5, outdated: ['debian'], buildDelayMs: 10 });
     const w = world({}, undefined, hv);
     for (const name of ['a', 'b']) await (await w.creates.create({ name }, {})).done;
@@ -105,6 +105,9 @@ describe('app/ImageService: the default image on a first start', () => {
     await (await images.refreshOutdated())!.done;
     const olderOf = async () => (await images.list()).find((i) => i.id === 'debian')!.older_builds;
     expect(await olderOf()).to.equal(1);
+    await (
+      await w.creates.create({ name: 'on-new' }, {})
+    ).done;
     await w.svc.delete('a');
     await new Promise((r) => setTimeout(r, 20));
     expect(await olderOf(), 'b still stands on it').to.equal(1);
@@ -112,6 +115,7 @@ describe('app/ImageService: the default image on a first start', () => {
     const t0 = Date.now();
     while ((await olderOf()) && Date.now() - t0 < 3000) await new Promise((r) => setTimeout(r, 10));
     expect(await olderOf()).to.equal(undefined);
+    expect(w.vms.get('on-new').status).to.equal('running');
     stop();
   });
 

@@ -116,17 +116,32 @@ export abstract class FakeImages {
     if (!this.images[id]) return Promise.reject(new InvalidArgumentError(`unknown image "${image}"`));
     this.images[id] = { ...this.images[id], built: false };
     return this.startBuild(id, () => {
+      this.olderBuilds.set(id, new Set([...(this.olderBuilds.get(id) ?? []), this.buildOf(id)]));
       this.rebuild(id);
-      this.olderBuilds.set(id, (this.olderBuilds.get(id) ?? 0) + 1);
     });
   }
 
-  /** Older builds kept per image (rebuildImage), until no VM stands on it. */
-  private readonly olderBuilds = new Map<string, number>();
+  /** Older builds (revisions) kept per image (rebuildImage), until no VM stands on them. */
+  private readonly olderBuilds = new Map<string, Set<number>>();
 
-  async forgetOlderBuilds(inUse: (id: string) => string[]): Promise<string[]> {
-    const cleaned = [...this.olderBuilds.keys()].filter((id) => !inUse(id).length && !this.building.has(id));
-    for (const id of cleaned) this.olderBuilds.delete(id);
+  /** The current build (revision) of an image. */
+  protected buildOf(image: string): number {
+    return this.revisions.get(FAKE_ALIASES[image] ?? image) ?? 1;
+  }
+
+  /** The build of its image the VM's disk was made from (undefined: not known). */
+  protected abstract builtOn(name: string): number | undefined;
+
+  async forgetOlderBuilds(standing: (id: string) => VmRef[]): Promise<string[]> {
+    const cleaned: string[] = [];
+    for (const [id, kept] of this.olderBuilds) {
+      const on = standing(id).map((vm) => this.builtOn(vm.name));
+      if (this.building.has(id) || on.some((b) => b === undefined)) continue;
+      const gone = [...kept].filter((b) => !on.includes(b));
+      for (const b of gone) kept.delete(b);
+      if (!kept.size) this.olderBuilds.delete(id);
+      if (gone.length) cleaned.push(id);
+    }
     return cleaned;
   }
 
@@ -154,7 +169,7 @@ export abstract class FakeImages {
       boot: 'kernel',
       source: info.id,
       in_use_by: inUse(info.id),
-      ...(this.olderBuilds.get(info.id) ? { older_builds: this.olderBuilds.get(info.id) } : {}),
+      ...(this.olderBuilds.get(info.id)?.size ? { older_builds: this.olderBuilds.get(info.id)!.size } : {}),
     };
   }
 

@@ -35,6 +35,8 @@ interface FakeVm {
   state: FakeState;
   snapshot: boolean;
   bootedAt: number;
+  /** The build of its image its disk was made from (FakeImages' revision; a clone's: its template's). */
+  build?: number;
   /** The last launch asked for a lower CPU priority. */
   background?: boolean;
   handle?: VmHandle;
@@ -180,6 +182,10 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     return 'fake';
   }
 
+  protected builtOn(name: string): number | undefined {
+    return this.vms.get(name)?.build;
+  }
+
   protected runs(name: string): boolean {
     const state = this.vms.get(name)?.state;
     return state === 'running' || state === 'paused';
@@ -217,7 +223,13 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     this.maybeFail('provision');
     if (spec.image === 'fail-provision') throw new InternalError('injected disk failure (image fail-provision)');
     if (this.vms.has(spec.name)) throw new InternalError(`vm ${spec.name} is already provisioned`);
-    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot: false, bootedAt: 0 });
+    this.vms.set(spec.name, {
+      spec,
+      state: 'provisioned',
+      snapshot: false,
+      bootedAt: 0,
+      build: this.buildOf(spec.image),
+    });
   }
 
   async clone(template: VmRef, spec: VmSpec, capture?: string): Promise<{ snapshot: boolean }> {
@@ -226,13 +238,19 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     const named = snapshotOfSource(capture);
     if (named !== undefined) {
       const snapshot = (await this.keptSnapshot(template, named)).memory;
-      this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
+      this.vms.set(spec.name, {
+        spec,
+        state: 'provisioned',
+        snapshot,
+        bootedAt: 0,
+        build: this.builtOn(template.name),
+      });
       return { snapshot };
     }
     if (capture !== undefined && !this.captures.get(template.name)?.has(capture))
       throw new InternalError(`vm ${template.name} has no capture ${capture}`);
     const snapshot = capture !== undefined || (this.vms.get(template.name)?.snapshot ?? false);
-    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0 });
+    this.vms.set(spec.name, { spec, state: 'provisioned', snapshot, bootedAt: 0, build: this.builtOn(template.name) });
     return { snapshot };
   }
 

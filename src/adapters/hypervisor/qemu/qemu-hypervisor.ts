@@ -229,7 +229,9 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
-    await this.o.images.get(spec.image); // an unknown image fails here, before any port is held
+    // An unknown image fails here, before any port is held; a disk on a build of it is not kept
+    // waiting for a newer build under way.
+    await this.o.images.get(spec.image, layout(spec.dir).disk);
     // A template that runs again changes: the QEMU started for its next clone would restore the old
     // one. (One a crashed daemon left was swept when this daemon started: the template was stopped.)
     await this.spares.drop(spec.name);

@@ -105,16 +105,31 @@ describe('adapters/images/image-catalog', () => {
     expect(await c.details('minimal')).to.include({ older_builds: 1 });
     expect(c.info('minimal')).not.to.have.property('outdated');
 
-    // a third build keeps both older ones; a VM on the second gets the second
+    // a third build keeps both older ones; a VM on the second gets the second, and while it is
+    // being built a VM's disk resolves to its build at once (a start does not wait for it)
     mkdirSync(join(vms, 'c'));
     qcow2On(join(vms, 'c', 'disk.qcow2'), join(dir, now.disk));
-    await c.rebuild('minimal');
+    rmSync(release);
+    const third = c.rebuild('minimal');
+    expect(c.info('minimal')).to.include({ built: false });
+    expect((await c.get('minimal', join(vms, 'c', 'disk.qcow2'))).description).to.equal('build 2');
+    expect((await c.get('minimal', join(vms, 'a', 'disk.qcow2'))).description).to.equal('build 1');
+    writeFileSync(release, '');
+    await third;
     expect((await c.get('minimal')).description).to.equal('build 3');
     expect((await c.get('minimal', join(vms, 'c', 'disk.qcow2'))).description).to.equal('build 2');
     expect((await c.get('minimal', join(vms, 'a', 'disk.qcow2'))).description).to.equal('build 1');
     expect(await c.details('minimal')).to.include({ older_builds: 2 });
 
-    expect(await c.forgetOlderBuilds(() => ['a'])).to.deep.equal([]);
+    const disk = (vm: string) => join(vms, vm, 'disk.qcow2');
+    expect(await c.forgetOlderBuilds(() => ['a', 'b', 'c'].map(disk))).to.deep.equal([]);
+    // a disk whose build cannot be told keeps them all
+    expect(await c.forgetOlderBuilds(() => [disk('c'), join(vms, 'gone.qcow2')])).to.deep.equal([]);
+    // a and b deleted: the first build goes, c's stays
+    expect(await c.forgetOlderBuilds(() => [disk('c')])).to.deep.equal(['minimal']);
+    for (const f of ['vmlinux', 'initrd.img', 'disk.qcow2']) expect(existsSync(join(dir, f)), f).to.equal(false);
+    expect(await c.details('minimal')).to.include({ older_builds: 1 });
+    expect((await c.get('minimal', disk('c'))).description).to.equal('build 2');
     expect(await c.forgetOlderBuilds(() => [])).to.deep.equal(['minimal']);
     const left = (await c.get('minimal'))!;
     expect(readdirSync(dir).sort()).to.deep.equal([left.disk, left.initrd, left.kernel, 'manifest.json'].sort());
