@@ -55,6 +55,7 @@ export class CreateDisks {
       const { snapshot } = await within(
         this.snapshots.using(start.snapshot.key, () => this.disks.clone(start.ref, spec)),
       );
+      this.failpoints.hit('create.disk');
       emit(snapshot ? 'restore' : 'boot', snapshot ? `restoring ${what}` : `cold-booting a copy of ${what}`);
       return snapshot;
     }

@@ -10,9 +10,17 @@ import { call, type Target } from '../helpers/http.js';
 import { guestSh, tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
 import { ensureImage, qemuProcesses } from './image.js';
+import { ensureSeed, seeded, type SeedShape } from './snapshot-seeds.js';
 
-/** The configuration of the daemons (one killed, one started after it) over `dir`. */
+const CRASH_SHAPE: SeedShape = { kind: 'minimal', memory_mb: 384 };
+
+/**
+ * The configuration of the daemons (one killed, one started after it) over `dir`. Their creates
+ * restore the seeded snapshot of the minimal image (as a user's daemon restores one by default);
+ * a VM with a host folder, a start and a cold boot of a half-made VM boot.
+ */
 function daemonConfig(dir: string) {
+  seeded([CRASH_SHAPE], dir);
   return {
     data_dir: join(dir, 'data'),
     socket: join(dir, 'svc.sock'),
@@ -24,7 +32,7 @@ function daemonConfig(dir: string) {
     test_mode: true,
     log_level: 'warn',
     sandbox_metrics_enabled: false,
-    create_from_snapshot: false,
+    create_from_snapshot: true,
     ready_timeout: '180s',
   };
 }
@@ -32,6 +40,7 @@ function daemonConfig(dir: string) {
 /** The QEMU steps of the crash matrix: after a SIGKILL of the daemon, no QEMU runs without a record that holds it. */
 describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made booted', function () {
   this.timeout(300_000);
+  before(() => ensureSeed(CRASH_SHAPE));
   const vm = `crash${process.pid % 10_000}`;
   const tpl = `${vm}-tpl`;
   /** `settles`: the status the VM must have after the restart, where only one is right. */
