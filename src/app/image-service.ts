@@ -1,5 +1,6 @@
 import { inject, injectable } from 'inversify';
 import { AlreadyExistsError } from '../domain/errors.js';
+import type { VmRecord } from '../domain/vm.js';
 import { assertImageId, parseRegistryResolve } from '../domain/image-request.js';
 import type { ImageDetails } from '../ports/guest-images.js';
 import { GuestImages } from '../ports/guest-images.js';
@@ -69,7 +70,7 @@ export class ImageService {
       const on = this.inUse(image.id);
       this.log.info(
         { image: image.id, ...(on.length ? { in_use_by: on } : {}) },
-        `building the image again: it was built by an older svc${on.length ? '; the VMs on it keep the build they stand on, new VMs get the new one' : ''}`,
+        `building the image again: it was built by an older svc${on.length ? "; the VMs on it keep the build they stand on (svc agent deploy NAME brings one's agent up to date), new VMs get the new one" : ''}`,
       );
       rebuilds.push(
         this.afterBuild(image.id, Promise.all([this.snapshots.removeImage(image.id), started]), {
@@ -96,11 +97,7 @@ export class ImageService {
   /** The older builds of the images no VM stands on any more, removed (a failure is logged). */
   private async forgetOlderBuilds(): Promise<void> {
     try {
-      const standing = (id: string) =>
-        this.vms
-          .all()
-          .filter((r) => r.image === id)
-          .map((r) => this.keeper.ref(r));
+      const standing = (id: string) => this.onImage(id).map((r) => this.keeper.ref(r));
       for (const id of (await this.images.forgetOlderBuilds?.(standing)) ?? [])
         this.log.info({ image: id }, 'removed older builds of the image that no VM stands on any more');
     } catch (err) {
@@ -140,11 +137,14 @@ export class ImageService {
     void this.snapshots.prepareImage(id, 'default');
   }
 
-  /** VMs (templates and warm pool members included) whose disk stands on the image. */
+  /** The records of the VMs (templates and warm pool members included) whose disks stand on the image. */
+  private onImage(id: string): VmRecord[] {
+    return this.vms.all().filter((r) => r.image === id);
+  }
+
+  /** The names of the VMs whose disks stand on the image. */
   private readonly inUse = (id: string): string[] =>
-    this.vms
-      .all()
-      .filter((r) => r.image === id)
+    this.onImage(id)
       .map((r) => r.name)
       .sort();
 

@@ -242,7 +242,7 @@ export class ImageCatalog {
     const dir = this.dir(id);
     let size = 0;
     for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
-    const older = olderBuilds(dir);
+    const older = olderBuilds(dir).filter((b) => b.disk !== m.disk);
     return {
       id,
       os: m.os ?? 'unknown',

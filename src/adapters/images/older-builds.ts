@@ -82,7 +82,9 @@ export async function dropOlderBuilds(dir: string, current: ImageManifest, used:
       all.push({ file }); // cut short by a crash: nothing stands on what it names
     }
   }
-  const stays = (b: { file: string; m?: ImageManifest }) => !!b.m && b.file.endsWith('.json') && used.has(b.m.disk);
+  // (a copy of the current build's manifest is what a crash in addBuild leaves: not an older build)
+  const stays = (b: { file: string; m?: ImageManifest }) =>
+    !!b.m && b.file.endsWith('.json') && b.m.disk !== current.disk && used.has(b.m.disk);
   const keep = new Set([current, ...all.filter(stays).map((b) => b.m!)].flatMap(filesOf));
   const named = new Set(all.flatMap((b) => (b.m ? filesOf(b.m) : [])));
   const gone: string[] = [];

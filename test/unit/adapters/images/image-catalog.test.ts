@@ -135,6 +135,14 @@ describe('adapters/images/image-catalog', () => {
     expect(readdirSync(dir).sort()).to.deep.equal([left.disk, left.initrd, left.kernel, 'manifest.json'].sort());
     expect(await c.details('minimal')).not.to.have.property('older_builds');
     expect(await c.forgetOlderBuilds(() => [])).to.deep.equal([]);
+    // what a crash in the middle of a new build's install leaves: the current manifest kept as an
+    // older build, and a moved-in file no manifest names; neither counts, and both go
+    mkdirSync(join(dir, 'older-builds'));
+    writeFileSync(join(dir, 'older-builds', 'x.json'), readFileSync(join(dir, 'manifest.json')));
+    writeFileSync(join(dir, 'build-zz9-disk.qcow2'), 'half');
+    expect(await c.details('minimal')).not.to.have.property('older_builds');
+    expect(await c.forgetOlderBuilds(() => [])).to.deep.equal(['minimal']);
+    expect(readdirSync(dir).sort()).to.deep.equal([left.disk, left.initrd, left.kernel, 'manifest.json'].sort());
   });
 
   it('stamps what a built-in image is built from; one built from other inputs is outdated, and is built again while creates wait for the new one', async () => {
