@@ -98,7 +98,9 @@ export class ImageSnapshots {
   /**
    * Loads the snapshots a previous daemon made: an unfinished one (its daemon stopped mid-capture)
    * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU) goes, and
-   * its image and shape are captured again in the background.
+   * its image and shape are captured again in the background. What a daemon killed with a
+   * snapshot in use left running (the QEMUs it started ahead for the snapshot's next copies) is
+   * stopped.
    */
   async init(): Promise<void> {
     for (const key of await this.store.unfinished()) await this.discard(key);
@@ -106,8 +108,14 @@ export class ImageSnapshots {
     for (const rec of await this.store.list()) {
       const image = await this.images.resolveImage(rec.image).catch(() => undefined);
       const now = image?.built ? await this.keyOf(image, rec).catch(() => undefined) : undefined;
-      if (now === rec.key) this.known.set(rec.key, rec);
-      else stale.push(rec);
+      if (now !== rec.key) {
+        stale.push(rec);
+        continue;
+      }
+      this.known.set(rec.key, rec);
+      await this.hv
+        .kill(this.refOf(rec.key))
+        .catch((err: Error) => this.log.warn({ key: rec.key, err: err.message }, 'cannot stop what a snapshot left'));
     }
     for (const rec of stale) {
       await this.discard(rec.key);

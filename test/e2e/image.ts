@@ -148,6 +148,11 @@ export function qemuUnder(dataDir: string): string[] {
   return pgrepLines('process=svc-').filter((l) => l.includes(`${join(dataDir, 'vms')}/`));
 }
 
+/** Every QEMU process whose files are under `dataDir`: VMs, spares, image snapshots' guests. */
+export function qemusUnder(dataDir: string): string[] {
+  return pgrepLines('process=svc-').filter((l) => l.includes(`${dataDir}/`));
+}
+
 /** The QEMU processes of image snapshots (their guests being captured) under `dataDir`. */
 export function snapshotQemus(dataDir: string): string[] {
   return pgrepLines('process=svc-svc-snapshot-').filter((l) => l.includes(`${join(dataDir, 'snapshots')}/`));
