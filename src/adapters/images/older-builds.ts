@@ -6,13 +6,13 @@ import type { ImageManifest } from './image-manifest.js';
 
 /**
  * The builds of a built-in image that VMs still stand on after it was built anew (docs/image.md,
- * "An image built anew"). A VM's disk is an overlay that names its image's disk by path, and a
+ * "After an upgrade of svc"). A VM's disk is an overlay that names its image's disk by path, and a
  * VM boots the kernel and initramfs of the build its disk was made from (a kernel's modules live
  * on the disk), so a new build cannot replace the files of one that VMs use. It goes in beside
  * them instead, under names of its own (`build-<stamp>-disk.qcow2`), and becomes the image's
  * manifest; the manifest it replaces is kept in `older-builds/<stamp>.json`, its files where
- * they were. A VM launches with the build its disk stands on; the older builds go once no VM
- * stands on the image.
+ * they were. A VM launches with the build its disk stands on; an older build goes once no VM
+ * stands on it.
  */
 export const OLDER_BUILDS = 'older-builds';
 const BUILD_FILE = /^build-[0-9a-z]+-/;
