@@ -141,9 +141,12 @@ export class ImageCatalog {
   async get(name: string, standing?: string): Promise<ResolvedImage> {
     const id = this.canonical(name);
     const dir = this.dir(id);
-    const on = standing && this.manifest(id) ? await backingIn(standing, dir) : undefined;
-    if (!on && (!this.manifest(id) || this.rebuilding(id))) await this.ensure(id);
-    const current = this.manifest(id);
+    let current = this.manifest(id);
+    const on = standing && current ? await backingIn(standing, dir) : undefined;
+    if (!on && (!current || this.rebuilding(id))) {
+      await this.ensure(id);
+      current = this.manifest(id);
+    }
     if (!current) throw new InvalidArgumentError(`unknown image "${name}"`);
     const m = on ? buildWithDisk(dir, current, on) : current;
     for (const f of m.boot === 'firmware' ? [m.disk] : [m.kernel, m.disk]) {
@@ -242,7 +245,7 @@ export class ImageCatalog {
     const dir = this.dir(id);
     let size = 0;
     for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
-    const older = olderBuilds(dir).filter((b) => b.disk !== m.disk);
+    const older = olderBuilds(dir, m);
     return {
       id,
       os: m.os ?? 'unknown',

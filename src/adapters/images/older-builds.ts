@@ -22,27 +22,35 @@ export function filesOf(m: ImageManifest): string[] {
   return [m.disk, m.kernel, m.initrd].filter((f): f is string => typeof f === 'string' && f !== '');
 }
 
-/** The manifests of the older builds kept in `dir` (none when there are none). */
-export function olderBuilds(dir: string): ImageManifest[] {
+/**
+ * The files kept in `dir`'s `older-builds/`, each with the older build it describes: none for one
+ * cut short by a crash, or for a copy of `current` (what a crash in addBuild leaves).
+ */
+function keptBuilds(dir: string, current: ImageManifest): { file: string; m?: ImageManifest }[] {
   const kept = join(dir, OLDER_BUILDS);
   if (!existsSync(kept)) return [];
   return readdirSync(kept)
-    .filter((f) => f.endsWith('.json'))
     .sort()
-    .flatMap((f) => {
+    .map((file) => {
       try {
-        return [JSON.parse(readFileSync(join(kept, f), 'utf8')) as ImageManifest];
+        const m = JSON.parse(readFileSync(join(kept, file), 'utf8')) as ImageManifest;
+        return file.endsWith('.json') && m.disk !== current.disk ? { file, m } : { file };
       } catch {
-        return []; // one cut short by a crash: its files go with the next cleanup
+        return { file };
       }
     });
+}
+
+/** The manifests of the older builds kept in `dir` beside `current` (none when there are none). */
+export function olderBuilds(dir: string, current: ImageManifest): ImageManifest[] {
+  return keptBuilds(dir, current).flatMap((b) => (b.m ? [b.m] : []));
 }
 
 /** The build of the image in `dir` whose disk is `disk` (a path in `dir`): the current one, or a kept older one. */
 export function buildWithDisk(dir: string, current: ImageManifest, disk: string): ImageManifest {
   const name = basename(disk);
   if (name === current.disk) return current;
-  return olderBuilds(dir).find((m) => m.disk === name) ?? current;
+  return olderBuilds(dir, current).find((m) => m.disk === name) ?? current;
 }
 
 /**
@@ -74,17 +82,8 @@ export async function addBuild(dir: string, stage: string, current: ImageManifes
  */
 export async function dropOlderBuilds(dir: string, current: ImageManifest, used: Set<string>): Promise<string[]> {
   const kept = join(dir, OLDER_BUILDS);
-  const all: { file: string; m?: ImageManifest }[] = [];
-  for (const file of existsSync(kept) ? await readdir(kept) : []) {
-    try {
-      all.push({ file, m: JSON.parse(await readFile(join(kept, file), 'utf8')) as ImageManifest });
-    } catch {
-      all.push({ file }); // cut short by a crash: nothing stands on what it names
-    }
-  }
-  // (a copy of the current build's manifest is what a crash in addBuild leaves: not an older build)
-  const stays = (b: { file: string; m?: ImageManifest }) =>
-    !!b.m && b.file.endsWith('.json') && b.m.disk !== current.disk && used.has(b.m.disk);
+  const all = keptBuilds(dir, current);
+  const stays = (b: { m?: ImageManifest }) => !!b.m && used.has(b.m.disk);
   const keep = new Set([current, ...all.filter(stays).map((b) => b.m!)].flatMap(filesOf));
   const named = new Set(all.flatMap((b) => (b.m ? filesOf(b.m) : [])));
   const gone: string[] = [];
