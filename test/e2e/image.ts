@@ -149,7 +149,7 @@ export function qemuUnder(dataDir: string): string[] {
 }
 
 /** Every QEMU process whose files are under `dataDir`: VMs, spares, image snapshots' guests. */
-export function qemusUnder(dataDir: string): string[] {
+export function everyQemuUnder(dataDir: string): string[] {
   return pgrepLines('process=svc-').filter((l) => l.includes(`${dataDir}/`));
 }
 

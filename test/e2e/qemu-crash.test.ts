@@ -9,7 +9,7 @@ import { SilentLogger } from '../fakes/fakes.js';
 import { call, type Target } from '../helpers/http.js';
 import { guestSh, tempDir } from '../helpers/daemon.js';
 import { spawnSvcd } from '../helpers/svcd-process.js';
-import { ensureImage, qemuProcesses, qemusUnder } from './image.js';
+import { ensureImage, qemuProcesses, everyQemuUnder } from './image.js';
 import { ensureSeed, seeded, type SeedShape } from './snapshot-seeds.js';
 
 const CRASH_SHAPE: SeedShape = { kind: 'minimal', memory_mb: 384 };
@@ -140,7 +140,7 @@ describe('crash matrix on QEMU: no QEMU left without a record, nothing half-made
         await d.stop();
       }
       // nor one the killed daemon started ahead for the snapshot's next copy
-      expect(qemusUnder(raw.data_dir), 'no QEMU left').to.deep.equal([]);
+      expect(everyQemuUnder(raw.data_dir), 'no QEMU left').to.deep.equal([]);
     });
   }
 
