@@ -96,6 +96,23 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect((await execute({ code: 'y = 1\nNone' })).map((e) => e.type)).to.not.include('result');
   });
 
+  it('gives what a cell prints and what the processes it starts print in the order they printed it', async () => {
+    // each stream one pipe: the kernel's own prints do not overtake a process's printed before them
+    const lines = (events: Event[], type: string) =>
+      events
+        .filter((e) => e.type === type)
+        .map((e) => e.text)
+        .join('');
+    const both = await execute({
+      code: 'import os, sys\nfor i in range(60):\n  print(f"p{i}")\n  os.system(f"echo s{i}")\n  print(f"e{i}", file=sys.stderr)\n  os.system(f"echo t{i} >&2")',
+    });
+    const want = (a: string, b: string) => Array.from({ length: 60 }, (_, i) => `${a}${i}\n${b}${i}\n`).join('');
+    expect(lines(both, 'stdout')).to.equal(want('p', 's'));
+    expect(lines(both, 'stderr')).to.equal(want('e', 't'));
+    // an event a line (each line was one write)
+    expect(both.filter((e) => e.type === 'stdout').every((e) => /^[ps]\d+\n$/.test(e.text!))).to.equal(true);
+  });
+
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {
     const text = (events: Event[]) =>
       events

@@ -82,10 +82,15 @@ def kernel_main(fd):
         send(obj)
 
     class Stream:
-        """sys.stdout and sys.stderr: an event a line (what is left at a flush), as Jupyter sends them."""
+        """
+        sys.stdout and sys.stderr: what a cell prints goes, a line at a time (what is left at a
+        flush), to the kernel's own descriptor 1 or 2, the pipe that what the cell starts prints on
+        too, so the two come out in the order they were printed.
+        """
 
-        def __init__(self, name):
+        def __init__(self, name, fd):
             self.name = name
+            self.fd = fd
             self.pending = ""
 
         def write(self, text):
@@ -96,13 +101,17 @@ def kernel_main(fd):
             elif "\n" in self.pending:
                 cut = self.pending.rindex("\n") + 1
                 out, self.pending = self.pending[:cut], self.pending[cut:]
-                send({"type": self.name, "text": out})
+                self.put(out)
             return len(text)
 
         def flush(self):
             out, self.pending = self.pending, ""
-            for i in range(0, len(out), PIECE):
-                send({"type": self.name, "text": out[i : i + PIECE]})
+            self.put(out)
+
+        def put(self, text):
+            data = text.encode("utf-8", "replace")
+            while data:
+                data = data[os.write(self.fd, data) :]
 
         def isatty(self):
             return False
@@ -112,7 +121,7 @@ def kernel_main(fd):
             return "utf-8"
 
         def fileno(self):
-            return 1 if self.name == "stdout" else 2
+            return self.fd
 
     def formats(value):
         """A value as Jupyter's display data: text always, and what its _repr_*_ methods give."""
@@ -148,8 +157,8 @@ def kernel_main(fd):
             emit({"type": "result", "is_main_result": False, **formats(obj)})
 
     namespace["display"] = display
-    sys.stdout = Stream("stdout")
-    sys.stderr = Stream("stderr")
+    sys.stdout = Stream("stdout", 1)
+    sys.stderr = Stream("stderr", 2)
     count = 0
 
     def run(code):
@@ -289,13 +298,16 @@ class Context:
                 sel.close()
 
     def forward(self, name, data, send):
-        """Bytes a process printed on `name`, as text events."""
+        """Bytes the kernel or a process it started printed on `name`, as text events: one a line."""
         text = self.decoders[name].decode(data, final=not data)
-        if text:
-            send({"type": name, "text": text})
+        start = 0
+        while start < len(text):
+            end = text.find("\n", start) + 1 or len(text)
+            send({"type": name, "text": text[start:end]})
+            start = end
 
     def drain(self, send):
-        """What the kernel's processes printed and is still in the pipes."""
+        """What the kernel and the processes it started printed that is still in the pipes."""
         for name, f in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr)):
             os.set_blocking(f.fileno(), False)
             try:
