@@ -111,6 +111,14 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect(lines(both, 'stderr')).to.equal(want('e', 't'));
     // an event a line (each line was one write)
     expect(both.filter((e) => e.type === 'stdout').every((e) => /^[ps]\d+\n$/.test(e.text!))).to.equal(true);
+    // results and prints back to back: the server's drain before an event takes what made the
+    // stdout pipe ready in the same round, and its read of that pipe after must not wait for more
+    // (it did, with the context's lock held: every later cell of the context hung)
+    for (let round = 0; round < 5; round++) {
+      const mixed = await execute({ code: 'for i in range(3000):\n  display(i)\n  print(i)' });
+      expect(mixed.filter((e) => e.type === 'result')).to.have.length(3000);
+      expect(lines(mixed, 'stdout')).to.equal(Array.from({ length: 3000 }, (_, i) => `${i}\n`).join(''));
+    }
   });
 
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {

@@ -233,6 +233,9 @@ class Context:
             pass_fds=(w,),
         )
         os.close(w)
+        # never waited on: a drain before an event may take what made a pipe ready in the same round
+        os.set_blocking(self.kernel.stdout.fileno(), False)
+        os.set_blocking(self.kernel.stderr.fileno(), False)
         self.events = os.fdopen(r, "rb", buffering=0)
         self.buffered = b""
 
@@ -267,10 +270,14 @@ class Context:
             try:
                 while True:
                     for key, _ in sel.select(timeout=0.5):
-                        data = os.read(key.fileobj.fileno(), 65536)
                         if key.data != "events":
-                            self.forward(key.data, data, send)
+                            data = read_now(key.fileobj)
+                            if data is not None:
+                                self.forward(key.data, data, send)
+                            if data == b"":
+                                sel.unregister(key.fileobj)  # a cell closed it (os.close(1))
                             continue
+                        data = os.read(key.fileobj.fileno(), 65536)
                         if not data:
                             # the kernel died (os._exit, a crash, the OOM killer): a new one next time
                             self.drain(send)
@@ -309,17 +316,10 @@ class Context:
     def drain(self, send):
         """What the kernel and the processes it started printed that is still in the pipes."""
         for name, f in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr)):
-            os.set_blocking(f.fileno(), False)
-            try:
-                while True:
-                    data = os.read(f.fileno(), 65536)
-                    if not data:
-                        break
-                    self.forward(name, data, send)
-            except BlockingIOError:
-                pass
-            finally:
-                os.set_blocking(f.fileno(), True)
+            while (data := read_now(f)) is not None:
+                self.forward(name, data, send)
+                if not data:
+                    break
 
     def execute_bash(self, code, env, send, gone):
         p = subprocess.Popen(
@@ -350,6 +350,14 @@ class Context:
             sel.close()
         if code != 0:
             send({"type": "error", "name": "ExitError", "value": f"exit status {code}", "traceback": ""})
+
+
+def read_now(f):
+    """What a pipe that does not block holds now (b"" at its end), or None when it holds nothing."""
+    try:
+        return os.read(f.fileno(), 65536)
+    except BlockingIOError:
+        return None
 
 
 class SandboxEnvs:
