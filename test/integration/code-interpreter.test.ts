@@ -111,14 +111,23 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect(lines(both, 'stderr')).to.equal(want('e', 't'));
     // an event a line (each line was one write)
     expect(both.filter((e) => e.type === 'stdout').every((e) => /^[ps]\d+\n$/.test(e.text!))).to.equal(true);
-    // results and prints back to back: the server's drain before an event takes what made the
-    // stdout pipe ready in the same round, and its read of that pipe after must not wait for more
-    // (it did, with the context's lock held: every later cell of the context hung)
-    for (let round = 0; round < 5; round++) {
+    // results and prints back to back: each in its place, and the server's read of the stdout
+    // pipe after an event's took what made it ready must not wait for more (it did, with the
+    // context's lock held: every later cell of the context hung)
+    const order = (events: Event[]) =>
+      events.flatMap((e) => (e.type === 'stdout' ? [e.text!.trim()] : e.type === 'result' ? [`r${e.text}`] : []));
+    for (let round = 0; round < 3; round++) {
       const mixed = await execute({ code: 'for i in range(3000):\n  display(i)\n  print(i)' });
-      expect(mixed.filter((e) => e.type === 'result')).to.have.length(3000);
-      expect(lines(mixed, 'stdout')).to.equal(Array.from({ length: 3000 }, (_, i) => `${i}\n`).join(''));
+      expect(order(mixed)).to.deep.equal(Array.from({ length: 3000 }, (_, i) => [`r${i}`, `${i}`]).flat());
     }
+    const three = await execute({
+      code: 'import os\nfor i in range(200):\n  print(f"a{i}")\n  display(i)\n  os.system(f"echo b{i}")',
+    });
+    expect(order(three)).to.deep.equal(Array.from({ length: 200 }, (_, i) => [`a${i}`, `r${i}`, `b${i}`]).flat());
+    // output that looks like the kernel's marks (NUL, RS, "svc-mark-") is output
+    const like = 'x\0\x1esvc-mark-0123:1\0y\0\x1esvc-mark-';
+    const same = await execute({ code: `import sys\nsys.stdout.write(${JSON.stringify(like)})` });
+    expect(lines(same, 'stdout')).to.equal(like);
   });
 
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {

@@ -49,17 +49,27 @@ MAX_BODY = 16 * 1024 * 1024
 # ------------------------------------------------------------------------------------------ kernel
 
 
-def kernel_main(fd):
+def mark_of(nonce):
+    """The start of the kernel's marks: NUL, RS and a nonce of the server's (no output makes one by chance)."""
+    return b"\0\x1esvc-mark-" + nonce.encode() + b":"
+
+
+def kernel_main(fd, nonce):
     """
     The child: reads one JSON request a line on stdin, answers with JSON events on descriptor
-    `fd`. Its own 1 and 2 are what processes it starts print (os.system, subprocess), which the
-    server forwards as stdout and stderr.
+    `fd`. Its own 1 and 2 are where its prints and the processes it starts (os.system, subprocess)
+    print, which the server forwards as stdout and stderr. Before each event it writes a mark
+    (mark_of(nonce), the event's number, NUL) to both, so the server keeps what was printed before an event
+    before it, and what was printed after it after it (Printed).
     """
     # the events' pipe is not passed on to what a cell starts (a process that outlives the kernel
     # would hide its end); requests come on a descriptor of their own, and what the cell reads from
     # its standard input (input(), a child's stdin) is /dev/null's end of file, not the requests
     os.set_inheritable(fd, False)
     events = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+    # the marks go to the server's pipes whatever a cell does with descriptors 1 and 2 (dup2 to a file)
+    marked = (os.dup(1), os.dup(2))
+    mark = mark_of(nonce)
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -69,17 +79,21 @@ def kernel_main(fd):
     # shell's background job is)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     lock = threading.Lock()
-
-    def send(obj):
-        with lock:
-            events.write(json.dumps(obj) + "\n")
-            events.flush()
+    seq = [0]
 
     def emit(obj):
-        """An event other than output: what was printed before it goes first."""
+        """An event: its mark on both pipes after what was printed before it, then the event."""
         sys.stdout.flush()
         sys.stderr.flush()
-        send(obj)
+        with lock:
+            seq[0] += 1
+            for out in marked:
+                try:
+                    os.write(out, mark + b"%d\0" % seq[0])
+                except OSError:
+                    pass  # a pipe the server no longer reads: it sends what it has
+            events.write(json.dumps({**obj, "seq": seq[0]}) + "\n")
+            events.flush()
 
     class Stream:
         """
@@ -219,13 +233,12 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self):
-        # what the kernel's processes print, decoded across reads (a character cut by one is whole)
-        self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
         if self.language != "python":
             return
         r, w = os.pipe()
+        nonce = uuid.uuid4().hex
         self.kernel = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w)],
+            [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w), nonce],
             cwd=self.cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -233,11 +246,11 @@ class Context:
             pass_fds=(w,),
         )
         os.close(w)
-        # never waited on: a drain before an event may take what made a pipe ready in the same round
-        os.set_blocking(self.kernel.stdout.fileno(), False)
-        os.set_blocking(self.kernel.stderr.fileno(), False)
+        self.printed = [Printed(name, pipe, mark_of(nonce)) for name, pipe in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr))]
         self.events = os.fdopen(r, "rb", buffering=0)
         self.buffered = b""
+        # the number of the last event sent
+        self.sent = 0
 
     def stop(self):
         if self.kernel is not None:
@@ -264,23 +277,23 @@ class Context:
                 pass  # it died just now: its events' end of file below says so
             sel = selectors.DefaultSelector()
             sel.register(self.events, selectors.EVENT_READ, "events")
-            sel.register(self.kernel.stdout, selectors.EVENT_READ, "stdout")
-            sel.register(self.kernel.stderr, selectors.EVENT_READ, "stderr")
+            for out in self.printed:
+                if not out.ended:
+                    sel.register(out.pipe, selectors.EVENT_READ, out)
             interrupted = False
             try:
                 while True:
                     for key, _ in sel.select(timeout=0.5):
                         if key.data != "events":
-                            data = read_now(key.fileobj)
-                            if data is not None:
-                                self.forward(key.data, data, send)
-                            if data == b"":
+                            key.data.read(send, self.sent)
+                            if key.data.ended:
                                 sel.unregister(key.fileobj)  # a cell closed it (os.close(1))
                             continue
                         data = os.read(key.fileobj.fileno(), 65536)
                         if not data:
                             # the kernel died (os._exit, a crash, the OOM killer): a new one next time
-                            self.drain(send)
+                            for out in self.printed:
+                                out.read(send, float("inf"), whole=True)
                             send({
                                 "type": "error",
                                 "name": "KernelDied",
@@ -293,33 +306,23 @@ class Context:
                         while b"\n" in self.buffered:
                             line, self.buffered = self.buffered.split(b"\n", 1)
                             event = json.loads(line)
-                            # what the kernel's processes printed before this event comes first
-                            self.drain(send)
+                            seq = event.pop("seq", self.sent + 1)
+                            # what was printed before this event goes first (up to its mark; the mark
+                            # is in the pipe, written before the event)
+                            for out in self.printed:
+                                out.read(send, seq - 1, whole=True)
+                            if event["type"] != "done":
+                                send(event)
+                            self.sent = seq
+                            for out in self.printed:
+                                out.read(send, seq, whole=True)
                             if event["type"] == "done":
                                 return
-                            send(event)
                     if not interrupted and gone():
                         interrupted = True
                         self.kernel.send_signal(signal.SIGINT)
             finally:
                 sel.close()
-
-    def forward(self, name, data, send):
-        """Bytes the kernel or a process it started printed on `name`, as text events: one a line."""
-        text = self.decoders[name].decode(data, final=not data)
-        start = 0
-        while start < len(text):
-            end = text.find("\n", start) + 1 or len(text)
-            send({"type": name, "text": text[start:end]})
-            start = end
-
-    def drain(self, send):
-        """What the kernel and the processes it started printed that is still in the pipes."""
-        for name, f in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr)):
-            while (data := read_now(f)) is not None:
-                self.forward(name, data, send)
-                if not data:
-                    break
 
     def execute_bash(self, code, env, send, gone):
         p = subprocess.Popen(
@@ -334,12 +337,13 @@ class Context:
         sel = selectors.DefaultSelector()
         sel.register(p.stdout, selectors.EVENT_READ, "stdout")
         sel.register(p.stderr, selectors.EVENT_READ, "stderr")
+        decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
         open_pipes = 2
         try:
             while open_pipes:
                 for key, _ in sel.select(timeout=0.5):
                     data = os.read(key.fileobj.fileno(), 65536)
-                    self.forward(key.data, data, send)
+                    send_lines(key.data, decoders[key.data].decode(data, final=not data), send)
                     if not data:
                         sel.unregister(key.fileobj)
                         open_pipes -= 1
@@ -350,6 +354,81 @@ class Context:
             sel.close()
         if code != 0:
             send({"type": "error", "name": "ExitError", "value": f"exit status {code}", "traceback": ""})
+
+
+def send_lines(name, text, send):
+    """What was printed on `name` as output events: one a line."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start) + 1 or len(text)
+        send({"type": name, "text": text[start:end]})
+        start = end
+
+
+class Printed:
+    """
+    A kernel's stdout or stderr pipe, which its prints and the processes it starts share. What
+    comes after the kernel's mark N is held until event N has been sent, so output and events
+    come in the order they happened in. The pipe is never waited on: a read for an event may take
+    what made it ready for the select loop in the same round.
+    """
+
+    def __init__(self, name, pipe, mark):
+        self.name = name
+        self.pipe = pipe
+        self.mark = mark
+        self.raw = b""
+        self.ended = False
+        # a character cut by a read is put back together
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        os.set_blocking(pipe.fileno(), False)
+
+    def read(self, send, sent, whole=False):
+        """
+        Reads what the pipe holds (one read, or until it is empty when `whole`), and sends what may
+        go once the events up to number `sent` have been sent.
+        """
+        while not self.ended:
+            data = read_now(self.pipe)
+            if data is None:
+                break
+            self.raw += data
+            self.ended = not data
+            if not whole:
+                break
+        # an empty pipe holds no part of a mark (one is written whole): a part at the end is output
+        settled = whole or self.ended
+        out = []
+        while True:
+            i = self.raw.find(self.mark)
+            if i < 0:
+                keep = 0 if settled else overlap(self.raw, self.mark)
+                out.append(self.raw[: len(self.raw) - keep])
+                self.raw = self.raw[len(self.raw) - keep :]
+                break
+            out.append(self.raw[:i])
+            j = self.raw.find(b"\0", i + len(self.mark))
+            number = self.raw[i + len(self.mark) : j]
+            if j < 0 and not settled:
+                self.raw = self.raw[i:]  # cut by a read
+                break
+            if j < 0 or not number.isdigit():
+                out.append(self.raw[i : i + len(self.mark)])  # no mark: output that looks like one
+                self.raw = self.raw[i + len(self.mark) :]
+                continue
+            if int(number) > sent:
+                self.raw = self.raw[i:]
+                break
+            self.raw = self.raw[j + 1 :]
+        send_lines(self.name, self.decoder.decode(b"".join(out), final=self.ended and not self.raw), send)
+
+
+def overlap(data, mark):
+    """How many bytes at the end of `data` are the start of `mark`."""
+    for n in range(min(len(data), len(mark) - 1), 0, -1):
+        if data.endswith(mark[:n]):
+            return n
+    return 0
 
 
 def read_now(f):
@@ -570,7 +649,7 @@ def warm_up(interp, warm_file):
 
 def main():
     if sys.argv[1:2] == ["--kernel"]:
-        return kernel_main(int(sys.argv[2]))
+        return kernel_main(int(sys.argv[2]), sys.argv[3])
     port = 49999
     host = "127.0.0.1"
     envs_file = None
