@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
@@ -128,6 +128,48 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     const like = 'x\0\x1esvc-mark-0123:1\0y\0\x1esvc-mark-';
     const same = await execute({ code: `import sys\nsys.stdout.write(${JSON.stringify(like)})` });
     expect(lines(same, 'stdout')).to.equal(like);
+  });
+
+  it("runs a top-level await and IPython's escapes (!command, %cd, %env, %%bash, %%writefile); Python is never rewritten", async () => {
+    // a context of its own, in a folder of the test's: %cd changes its kernel's folder
+    const ctx = (await (await post('/contexts', { cwd: dir })).json()) as { id: string };
+    const run = (code: string) => execute({ code, context_id: ctx.id });
+    const said = (events: Event[]) =>
+      events.flatMap((e) =>
+        e.type === 'stdout' || e.type === 'stderr' || e.type === 'result'
+          ? [`${e.type} ${e.text}`]
+          : e.type === 'error'
+            ? [`error ${e.name}: ${e.value}`]
+            : [],
+      );
+    expect(
+      said(await run('import asyncio\nasync def f():\n  await asyncio.sleep(0.05)\n  return 41\n(await f()) + 1')),
+    ).to.deep.equal(['result 42']);
+    expect(said(await run('!echo one; echo two >&2\nnames = !printf "a\\\\nb\\\\n"\nnames'))).to.deep.equal([
+      'stdout one\n',
+      'stderr two\n',
+      "result ['a', 'b']",
+    ]);
+    expect(said(await run('for i in range(2):\n    !exit 3\n_exit_code'))).to.deep.equal(['result 3']);
+    expect(said(await run('%mkdir -p sub'))[0]).to.match(/^error UsageError: Line magic function `%mkdir` not found/);
+    await run('import os\nos.makedirs("sub", exist_ok=True)');
+    expect(said(await run('%cd sub\n%pwd'))).to.deep.equal([`stdout ${dir}/sub\n`, `result '${dir}/sub'`]);
+    expect(said(await run('%env SVC_MAGIC=on\nos.environ["SVC_MAGIC"]'))).to.deep.equal([
+      'stdout env: SVC_MAGIC=on\n',
+      "result 'on'",
+    ]);
+    expect(said(await run('%%writefile notes.txt\nline one\nline two'))).to.deep.equal([`stdout Writing notes.txt\n`]);
+    expect(readFileSync(join(dir, 'sub', 'notes.txt'), 'utf8')).to.equal('line one\nline two\n');
+    expect(said(await run('%%bash\necho "$SVC_MAGIC" from bash\nexit 4'))).to.deep.equal([
+      'stdout on from bash\n',
+      "error CalledProcessError: Command 'bash' returned non-zero exit status 4.",
+    ]);
+    // a cell that is Python runs as written: a line of a string, or a continued expression
+    expect(said(await run('s = """\n!not run\n"""\nt = (1\n  != 2)\n(s, t)'))).to.deep.equal([
+      "result ('\\n!not run\\n', True)",
+    ]);
+    // and one with a syntax error beside an escape says its own error
+    expect(said(await run('!true\nx = 1 +'))[0]).to.match(/^error SyntaxError: invalid syntax \(<cell>, line 2\)/);
   });
 
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {

@@ -14,7 +14,8 @@ The Python standard library alone (no Jupyter): the guest needs python3 and noth
 
 A Python context is a kernel: a child `python3` that keeps its globals from one execution to the
 next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
-kernel that dies is started again, and the execution says so. A bash context runs each cell as
+cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, `%%bash` and a few
+other magics (Magics). A kernel that dies is started again, and the execution says so. A bash context runs each cell as
 its own `bash -c` in the context's folder (killed when the caller goes away): no state is kept between
 cells. With `--envs FILE`, every cell runs with the JSON object of names and values in FILE (the
 sandbox's envs, which svc writes there when it makes the sandbox), under the cell's own env_vars;
@@ -27,9 +28,12 @@ the server writes FILE then (svc suspends a template once it is there). docs/e2b
 import ast
 import base64
 import codecs
+import inspect
 import json
 import os
+import re
 import selectors
+import shlex
 import signal
 import socket
 import subprocess
@@ -175,14 +179,44 @@ def kernel_main(fd, nonce):
     sys.stderr = Stream("stderr", 2)
     count = 0
 
+    magics = Magics(namespace)
+    namespace["__svc_magics__"] = magics
+    loop = []
+
+    def run_code(code_object):
+        """Runs compiled cell code; a cell with a top-level `await` runs on the kernel's event loop."""
+        value = eval(code_object, namespace)
+        if code_object.co_flags & inspect.CO_COROUTINE:
+            if not loop:
+                import asyncio
+
+                loop.append(asyncio.new_event_loop())
+            value = loop[0].run_until_complete(value)
+        return value
+
     def run(code):
-        tree = ast.parse(code, "<cell>", "exec")
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+        except SyntaxError as error:
+            # IPython's escapes (`!ls`, `%cd`, `%%bash`) are no Python: as IPython, they are taken
+            # only where they are not (a cell that is Python is never rewritten)
+            escaped = escapes(code)
+            if escaped == code:
+                raise
+            try:
+                tree = ast.parse(escaped, "<cell>", "exec")
+            except SyntaxError as other:
+                # the error of a line that was not rewritten is the cell's own (a `!ls` above it is no error)
+                n = (other.lineno or 0) - 1
+                if 0 <= n < len(lines := code.split("\n")) and lines[n] == escaped.split("\n")[n]:
+                    raise other from None
+                raise error from None
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
-        exec(compile(tree, "<cell>", "exec"), namespace)
+        run_code(compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT))
         if last is not None:
-            value = eval(compile(last, "<cell>", "eval"), namespace)
+            value = run_code(compile(last, "<cell>", "eval", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT))
             if value is not None:
                 namespace["_"] = value
                 emit({"type": "result", "is_main_result": True, **formats(value)})
@@ -216,6 +250,105 @@ def kernel_main(fd, nonce):
             sys.stdout.flush()
         emit({"type": "number_of_executions", "execution_count": count})
         emit({"type": "done"})
+
+
+# ------------------------------------------------------------------------------------------ IPython's escapes
+
+# `!cmd`, `name = !cmd`, `%magic args` at the start of a line (not `!=` or `%=`)
+ESCAPE = re.compile(r"^(\s*)(?:([A-Za-z_]\w*)\s*=\s*)?(!|%)(?![=!%])(.*)$")
+
+
+def escapes(code):
+    """
+    The cell with IPython's escapes as calls of the kernel's Magics: a line `!cmd` (`x = !cmd`: its
+    lines), `%name args`, and a first line `%%name args` that makes the cell that magic's. One line
+    stays one line, so an error's line number is the cell's.
+    """
+    lines = code.split("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        name, _, arg = lines[first].strip()[2:].partition(" ")
+        body = "\n".join(lines[first + 1 :])
+        return "\n" * first + f"__svc_magics__.cell({name!r}, {arg.strip()!r}, {body!r})"
+    out = []
+    for line in lines:
+        m = ESCAPE.match(line)
+        if m is None:
+            out.append(line)
+            continue
+        indent, target, kind, rest = m.groups()
+        if kind == "!":
+            call = f"__svc_magics__.shell({rest.strip()!r}, capture={bool(target)})"
+        else:
+            name, _, arg = rest.strip().partition(" ")
+            call = f"__svc_magics__.line({name!r}, {arg.strip()!r})"
+        out.append(f"{indent}{target + ' = ' if target else ''}{call}")
+    return "\n".join(out)
+
+
+class UsageError(Exception):
+    """A magic this kernel does not have, or one used wrongly (IPython's name for it)."""
+
+
+class Magics:
+    """The IPython escapes people's notebooks use most, run as IPython runs them."""
+
+    SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    def shell(self, cmd, capture=False):
+        """`!cmd`: through the shell, its output as it comes; `x = !cmd`: its lines. `_exit_code` is its status."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if capture:
+            r = subprocess.run([self.SHELL, "-c", cmd], stdout=subprocess.PIPE, text=True, errors="replace")
+            self.namespace["_exit_code"] = r.returncode
+            return r.stdout.splitlines()
+        self.namespace["_exit_code"] = subprocess.call([self.SHELL, "-c", cmd])
+        return None
+
+    def line(self, name, arg):
+        if name == "pip":
+            return self.shell(f"{shlex.quote(sys.executable)} -m pip {arg}")
+        if name == "cd":
+            os.chdir(os.path.expanduser(arg or "~"))
+            print(os.getcwd())
+            return None
+        if name == "pwd":
+            return os.getcwd()
+        if name == "env":
+            if not arg:
+                return dict(os.environ)
+            key, sep, value = arg.partition("=") if "=" in arg else arg.partition(" ")
+            if not sep:
+                return os.environ.get(key)
+            os.environ[key.strip()] = value.strip()
+            print(f"env: {key.strip()}={value.strip()}")
+            return None
+        if name in ("sx", "system"):
+            return self.shell(arg, capture=True)
+        raise UsageError(f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx and !command).")
+
+    def cell(self, name, arg, body):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if name in ("bash", "sh"):
+            code = subprocess.call(["/bin/bash" if name == "bash" else "/bin/sh", "-c", body])
+            if code != 0:
+                raise subprocess.CalledProcessError(code, name)
+            return None
+        if name == "writefile":
+            append = arg.startswith("-a ") or arg.startswith("--append ")
+            path = os.path.expanduser(arg.split(" ", 1)[1].strip() if append else arg)
+            if not path:
+                raise UsageError("%%writefile needs a file name")
+            print(f"{'Appending to' if append else 'Overwriting' if os.path.exists(path) else 'Writing'} {path}")
+            with open(path, "a" if append else "w", encoding="utf-8") as f:
+                f.write(body if body.endswith("\n") or not body else body + "\n")
+            return None
+        raise UsageError(f"Cell magic `%%{name}` not found (this kernel has %%bash, %%sh and %%writefile).")
 
 
 # ------------------------------------------------------------------------------------------ server
