@@ -15,14 +15,15 @@ The Python standard library alone (no Jupyter): the guest needs python3 and noth
 A Python context is a kernel: a child `python3` that keeps its globals from one execution to the
 next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
 cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, `%%bash` and a few
-other magics (Magics). A kernel that dies is started again, and the execution says so. A bash context runs each cell as
-its own `bash -c` in the context's folder (killed when the caller goes away): no state is kept between
-cells. With `--envs FILE`, every cell runs with the JSON object of names and values in FILE (the
-sandbox's envs, which svc writes there when it makes the sandbox), under the cell's own env_vars;
-the file is read again when it changes, so a server started before its sandbox existed (in a
-template the sandbox is a clone of) runs cells with that sandbox's envs. The default Python kernel
-starts with the server and runs an empty cell, so the first cell finds it warm; with `--warm FILE`
-the server writes FILE then (svc suspends a template once it is there). docs/e2b.md.
+other magics (Magics). A kernel that dies is started again, and the execution says so. A bash
+context runs each cell as its own `bash -c` in the context's folder (killed when the caller goes
+away): no state is kept between cells. With `--envs FILE`, every cell runs with the JSON object
+of names and values in FILE (the sandbox's envs, which svc writes there when it makes the
+sandbox), under the cell's own env_vars; the file is read again when it changes, so a server
+started before its sandbox existed (in a template the sandbox is a clone of) runs cells with that
+sandbox's envs. The default Python kernel starts with the server and runs an empty cell, so the
+first cell finds it warm; with `--warm FILE` the server writes FILE then (svc suspends a template
+once it is there). docs/e2b.md.
 """
 
 import ast
@@ -63,8 +64,8 @@ def kernel_main(fd, nonce):
     The child: reads one JSON request a line on stdin, answers with JSON events on descriptor
     `fd`. Its own 1 and 2 are where its prints and the processes it starts (os.system, subprocess)
     print, which the server forwards as stdout and stderr. Before each event it writes a mark
-    (mark_of(nonce), the event's number, NUL) to both, so the server keeps what was printed before an event
-    before it, and what was printed after it after it (Printed).
+    (mark_of(nonce), the event's number, NUL) to both, so the server sends what was printed before
+    the event before it, and what was printed after it after it (Printed).
     """
     # the events' pipe is not passed on to what a cell starts (a process that outlives the kernel
     # would hide its end); requests come on a descriptor of their own, and what the cell reads from
@@ -379,7 +380,8 @@ class Context:
             pass_fds=(w,),
         )
         os.close(w)
-        self.printed = [Printed(name, pipe, mark_of(nonce)) for name, pipe in (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr))]
+        pipes = (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr))
+        self.printed = [Printed(name, pipe, mark_of(nonce)) for name, pipe in pipes]
         self.events = os.fdopen(r, "rb", buffering=0)
         self.buffered = b""
         # the number of the last event sent
