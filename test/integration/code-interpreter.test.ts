@@ -151,10 +151,11 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       "result ['a', 'b']",
     ]);
     expect(said(await run('for i in range(2):\n    !exit 3\n_exit_code'))).to.deep.equal(['result 3']);
-    expect(said(await run('%mkdir -p sub'))[0]).to.match(/^error UsageError: Line magic function `%mkdir` not found/);
-    await run('import os\nos.makedirs("sub", exist_ok=True)');
+    expect(said(await run('%timeit 1'))[0]).to.match(/^error UsageError: Line magic function `%timeit` not found/);
+    // IPython's aliases of shell commands
+    expect(said(await run('%mkdir sub\n%ls -d sub'))).to.deep.equal(['stdout sub/\n']);
     expect(said(await run('%cd sub\n%pwd'))).to.deep.equal([`stdout ${dir}/sub\n`, `result '${dir}/sub'`]);
-    expect(said(await run('%env SVC_MAGIC=on\nos.environ["SVC_MAGIC"]'))).to.deep.equal([
+    expect(said(await run('%env SVC_MAGIC=on\nimport os\nos.environ["SVC_MAGIC"]'))).to.deep.equal([
       'stdout env: SVC_MAGIC=on\n',
       "result 'on'",
     ]);

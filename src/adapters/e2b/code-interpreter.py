@@ -295,6 +295,17 @@ class Magics:
     """The IPython escapes people's notebooks use most, run as IPython runs them."""
 
     SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    # IPython's aliases of shell commands (its defaults on Linux)
+    ALIASES = {
+        "cat": "cat",
+        "cp": "cp",
+        "ls": "ls -F",
+        "ll": "ls -F -l",
+        "mkdir": "mkdir",
+        "mv": "mv",
+        "rm": "rm",
+        "rmdir": "rmdir",
+    }
 
     def __init__(self, namespace):
         self.namespace = namespace
@@ -330,7 +341,12 @@ class Magics:
             return None
         if name in ("sx", "system"):
             return self.shell(arg, capture=True)
-        raise UsageError(f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx and !command).")
+        if name in self.ALIASES:
+            return self.shell(f"{self.ALIASES[name]} {arg}")
+        raise UsageError(
+            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx, "
+            f"%{', %'.join(self.ALIASES)} and !command)."
+        )
 
     def cell(self, name, arg, body):
         sys.stdout.flush()
