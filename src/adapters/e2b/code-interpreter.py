@@ -29,7 +29,6 @@ once it is there). docs/e2b.md.
 import ast
 import base64
 import codecs
-import inspect
 import json
 import os
 import re
@@ -47,6 +46,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LANGUAGES = ("python", "bash")
 # the most of a cell's output one event carries (a long line without its end comes in pieces)
 PIECE = 64 * 1024
+# a code object's flag for a coroutine (inspect.CO_COROUTINE, without importing inspect at each kernel's start)
+CO_COROUTINE = 0x80
 # the most of a request body this server reads (a cell's code and its env_vars)
 MAX_BODY = 16 * 1024 * 1024
 
@@ -187,7 +188,7 @@ def kernel_main(fd, nonce):
     def run_code(code_object):
         """Runs compiled cell code; a cell with a top-level `await` runs on the kernel's event loop."""
         value = eval(code_object, namespace)
-        if code_object.co_flags & inspect.CO_COROUTINE:
+        if code_object.co_flags & CO_COROUTINE:
             if not loop:
                 import asyncio
 
