@@ -44,9 +44,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LANGUAGES = ("python", "bash")
-# the most of a cell's output one event carries (a long line without its end comes in pieces)
+# the most of a cell's output one event carries (a long line without its end comes in pieces): what
+# the kernel's prints hold before they are written, and what the server reads of a pipe at once
 PIECE = 64 * 1024
-# a code object's flag for a coroutine (inspect.CO_COROUTINE, without importing inspect at each kernel's start)
+# a code object's flag for a coroutine (inspect.CO_COROUTINE: inspect is not imported at a kernel's
+# start for it)
 CO_COROUTINE = 0x80
 # the most of a request body this server reads (a cell's code and its env_vars)
 MAX_BODY = 16 * 1024 * 1024
@@ -494,7 +496,7 @@ class Context:
         try:
             while open_pipes:
                 for key, _ in sel.select(timeout=0.5):
-                    data = os.read(key.fileobj.fileno(), 65536)
+                    data = os.read(key.fileobj.fileno(), PIECE)
                     send_lines(key.data, decoders[key.data].decode(data, final=not data), send)
                     if not data:
                         sel.unregister(key.fileobj)
@@ -586,7 +588,7 @@ def overlap(data, mark):
 def read_now(f):
     """What a pipe that does not block holds now (b"" at its end), or None when it holds nothing."""
     try:
-        return os.read(f.fileno(), 65536)
+        return os.read(f.fileno(), PIECE)
     except BlockingIOError:
         return None
 
