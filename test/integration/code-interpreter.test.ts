@@ -67,6 +67,12 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   };
   const post = (path: string, body: unknown = {}) =>
     fetch(`${base}${path}`, { method: 'POST', body: JSON.stringify(body) });
+  /** What an execution printed on one stream, whole. */
+  const printed = (events: Event[], type = 'stdout') =>
+    events
+      .filter((e) => e.type === type)
+      .map((e) => e.text)
+      .join('');
 
   it('runs Python cells that keep their state, stream what they print in order, and give the last value', async () => {
     // the default kernel ran its empty warm-up cell, which is not counted as an execution
@@ -98,17 +104,12 @@ describe('E2B code interpreter server (python3 on this host)', function () {
 
   it('gives what a cell prints and what the processes it starts print in the order they printed it', async () => {
     // each stream one pipe: the kernel's own prints do not overtake a process's printed before them
-    const lines = (events: Event[], type: string) =>
-      events
-        .filter((e) => e.type === type)
-        .map((e) => e.text)
-        .join('');
     const both = await execute({
       code: 'import os, sys\nfor i in range(60):\n  print(f"p{i}")\n  os.system(f"echo s{i}")\n  print(f"e{i}", file=sys.stderr)\n  os.system(f"echo t{i} >&2")',
     });
     const want = (a: string, b: string) => Array.from({ length: 60 }, (_, i) => `${a}${i}\n${b}${i}\n`).join('');
-    expect(lines(both, 'stdout')).to.equal(want('p', 's'));
-    expect(lines(both, 'stderr')).to.equal(want('e', 't'));
+    expect(printed(both, 'stdout')).to.equal(want('p', 's'));
+    expect(printed(both, 'stderr')).to.equal(want('e', 't'));
     // an event a line (each line was one write)
     expect(both.filter((e) => e.type === 'stdout').every((e) => /^[ps]\d+\n$/.test(e.text!))).to.equal(true);
     // results and prints back to back: each in its place, and the server's read of the stdout
@@ -127,7 +128,7 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     // output that looks like the kernel's marks (NUL, RS, "svc-mark-") is output
     const like = 'x\0\x1esvc-mark-0123:1\0y\0\x1esvc-mark-';
     const same = await execute({ code: `import sys\nsys.stdout.write(${JSON.stringify(like)})` });
-    expect(lines(same, 'stdout')).to.equal(like);
+    expect(printed(same, 'stdout')).to.equal(like);
   });
 
   it("runs a top-level await and IPython's escapes (!command, %cd, %env, %%bash, %%writefile); Python is never rewritten", async () => {
@@ -174,19 +175,14 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   });
 
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {
-    const text = (events: Event[]) =>
-      events
-        .filter((e) => e.type === 'stdout')
-        .map((e) => e.text)
-        .join('');
     const long = await execute({ code: 'print("x" * 200000, end="")' });
-    expect(text(long)).to.equal('x'.repeat(200_000));
+    expect(printed(long)).to.equal('x'.repeat(200_000));
     expect(Math.max(...long.map((e) => e.text?.length ?? 0))).to.be.at.most(64 * 1024);
     // two-byte characters from a process the cell starts, read from its pipe 64 KiB at a time
     const wide = await execute({
       code: 'import subprocess, sys\nsubprocess.run([sys.executable, "-c", "import sys; sys.stdout.write(chr(233) * 70001)"])',
     });
-    expect(text(wide)).to.equal('é'.repeat(70_001));
+    expect(printed(wide)).to.equal('é'.repeat(70_001));
   });
 
   it('says an error with its name, value and the cell’s traceback, and runs on after it', async () => {
@@ -214,11 +210,7 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   it("runs every cell with the sandbox's envs from --envs, read again when the file changes, under the cell's", async () => {
     const both = 'import os\nprint(os.environ.get("SVC_A"), os.environ.get("SVC_B"))';
     const shell = { code: 'echo "$SVC_A $SVC_B"', language: 'bash' };
-    const text = async (body: Record<string, unknown>) =>
-      (await execute(body))
-        .filter((e) => e.type === 'stdout')
-        .map((e) => e.text)
-        .join('');
+    const text = async (body: Record<string, unknown>) => printed(await execute(body));
     expect(await text({ code: both })).to.equal('None None\n');
     writeFileSync(envsFile, JSON.stringify({ SVC_A: 'one', SVC_B: 'sandbox' }));
     expect(await text({ code: both, env_vars: { SVC_B: 'cell' } })).to.equal('one cell\n');
