@@ -244,7 +244,8 @@ export class ImageCatalog {
     if (!m) throw new NotFoundError(`image ${name} is not built`);
     const dir = this.dir(id);
     let size = 0;
-    for (const f of await readdir(dir)) size += (await stat(join(dir, f))).size;
+    // (a file an older build's cleanup removes meanwhile counts for nothing, not as an error)
+    for (const f of await readdir(dir)) size += (await stat(join(dir, f)).catch(() => undefined))?.size ?? 0;
     const older = olderBuilds(dir, m);
     return {
       id,
