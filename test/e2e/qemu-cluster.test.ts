@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
-import { nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { etcdTempDir, nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, type Target } from '../helpers/http.js';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
@@ -25,7 +25,7 @@ describe('a cluster of two QEMU nodes on etcd', function () {
   const ports: number[] = [];
 
   before(async () => {
-    etcd = await startEtcd(tempDir('svc-e2e-etcd-'), 1);
+    etcd = await startEtcd(etcdTempDir('svc-e2e-etcd-'), 1);
     for (const node of ['q1', 'q2']) {
       const dir = tempDir(`svc-e2e-${node}-`);
       const port = await freePort('tcp');

@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePorts } from '../../src/adapters/hypervisor/free-port.js';
+import { tempDir } from './temp-dirs.js';
 
 /** A member of a test's etcd: Debian's etcd-server, on loopback ports of its own. */
 export interface EtcdMember {
@@ -30,6 +31,22 @@ function healthy(url: string): Promise<boolean> {
     req.on('timeout', () => req.destroy());
     req.end();
   });
+}
+
+/**
+ * A folder for a test's etcd data on tmpfs (`/dev/shm`) where there is one: etcd fsyncs its log at
+ * every write and vote, and beside the image builds of a CI run an fsync took seconds, so a leader
+ * election outlasted a call's 5 s deadline (a CI run failed so). The tests are about svc, not about
+ * the disk under etcd; the benchmarks keep theirs on disk.
+ */
+export function etcdTempDir(prefix: string): string {
+  try {
+    if (!statSync('/dev/shm').isDirectory()) throw new Error('not a folder');
+    accessSync('/dev/shm', constants.W_OK);
+    return tempDir(prefix, '/dev/shm');
+  } catch {
+    return tempDir(prefix);
+  }
 }
 
 /**

@@ -6,12 +6,12 @@ const made = new Set<string>();
 let atExit = false;
 
 /**
- * A fresh directory under the system's temp dir, removed once the test file that made it has run
+ * A fresh directory under the system's temp dir (or `base`), removed once the test file that made it has run
  * (the root hook of root-hooks.ts), and at the latest when the test process exits. SVC_TEST_KEEP=1
  * keeps them to look at.
  */
-export function tempDir(prefix = 'svc-test-'): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
+export function tempDir(prefix = 'svc-test-', base = tmpdir()): string {
+  const dir = mkdtempSync(join(base, prefix));
   if (!atExit) {
     atExit = true;
     process.once('exit', removeTempDirs);

@@ -6,8 +6,7 @@ import type { NodeInfo } from '../../src/domain/cluster.js';
 import type { Instance } from '../../src/domain/vm.js';
 import type { ClusterChange } from '../../src/ports/cluster.js';
 import type { Logger } from '../../src/ports/logger.js';
-import { tempDir } from '../helpers/daemon.js';
-import { startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { etcdTempDir, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { poll } from '../helpers/wait.js';
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {}, child: () => quiet };
@@ -77,7 +76,7 @@ describe('the cluster store on a real etcd: reading a VM another node placed a m
   const until = (ok: () => boolean) => poll(ok, { ms: 20_000, every: 20 });
 
   before(async () => {
-    etcd = await startEtcd(tempDir('svc-etcd-store-'), 1);
+    etcd = await startEtcd(etcdTempDir('svc-etcd-store-'), 1);
   });
 
   after(async () => {

@@ -5,7 +5,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
-import { CLUSTER_TEST_TOKEN, nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
+import { CLUSTER_TEST_TOKEN, etcdTempDir, nodeConfig, startEtcd, type TestEtcd } from '../helpers/etcd.js';
 import { call, ndjson, type Reply, type Target } from '../helpers/http.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -67,7 +67,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     });
 
   before(async () => {
-    etcd = await startEtcd(tempDir('svc-etcd-'));
+    etcd = await startEtcd(etcdTempDir('svc-etcd-'));
     for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
       const dir = tempDir(`svc-${name}-`);
       const port = await freePort('tcp');
