@@ -174,6 +174,34 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect(said(await run('!true\nx = 1 +'))[0]).to.match(/^error SyntaxError: invalid syntax \(<cell>, line 2\)/);
   });
 
+  it('expands {expr} and $name in escapes as IPython does, and runs a command it cannot expand as written', async () => {
+    const ctx = (await (await post('/contexts', { cwd: dir })).json()) as { id: string };
+    const run = async (code: string) => {
+      const events = await execute({ code, context_id: ctx.id });
+      expect(
+        events.filter((e) => e.type === 'error'),
+        JSON.stringify(events),
+      ).to.deep.equal([]);
+      return events;
+    };
+    await run('x = "hi"\nn = 3');
+    expect(printed(await run('!echo {x} $x {x.upper()} {n*2:03d} {{x}}'))).to.equal('hi hi HI 006 {x}\n');
+    // `$$` is the shell's dollar; a `$name` in single quotes is the shell's
+    expect(printed(await run("%env SVC_D=from-shell\n!echo $$SVC_D '$x'"))).to.equal(
+      'env: SVC_D=from-shell\nfrom-shell $x\n',
+    );
+    // a name it does not have, or a brace that is no expression: the command as written, for the shell
+    expect(printed(await run('!for j in 1 2; do printf "$j"; done; echo {1..2}'))).to.equal('121 2\n');
+    // in a function, its own variables; and in a line magic
+    const inF = await run('def f(v):\n    out = !echo got $v\n    return out\nf("arg")');
+    expect(inF.find((e) => e.type === 'result')?.text).to.equal("['got arg']");
+    const made = await run(
+      'sub = "expanded-dir"\n%mkdir {sub}\nimport os\nos.path.isdir(os.path.join(os.getcwd(), sub))',
+    );
+    expect(made.find((e) => e.type === 'result')?.text).to.equal('True');
+    expect(existsSync(join(dir, 'expanded-dir'))).to.equal(true);
+  });
+
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {
     const long = await execute({ code: 'print("x" * 200000, end="")' });
     expect(printed(long)).to.equal('x'.repeat(200_000));

@@ -36,6 +36,7 @@ import selectors
 import shlex
 import signal
 import socket
+import string
 import subprocess
 import sys
 import threading
@@ -282,12 +283,39 @@ def escapes(code):
             continue
         indent, target, kind, rest = m.groups()
         if kind == "!":
-            call = f"__svc_magics__.shell({rest.strip()!r}, capture={bool(target)})"
+            call = f"__svc_magics__.shell(__svc_magics__.expand({rest.strip()!r}), capture={bool(target)})"
         else:
             name, _, arg = rest.strip().partition(" ")
-            call = f"__svc_magics__.line({name!r}, {arg.strip()!r})"
+            call = f"__svc_magics__.line({name!r}, __svc_magics__.expand({arg.strip()!r}))"
         out.append(f"{indent}{target + ' = ' if target else ''}{call}")
     return "\n".join(out)
+
+
+class Expander(string.Formatter):
+    """
+    IPython's expansion of a shell escape's or a line magic's text: `{expr}` is a Python expression's
+    value (with `!r` and a format spec), `$name` (or `$name.attr`) a variable's, outside single quotes;
+    `$$` and `{{`, `}}` are a dollar and braces.
+    """
+
+    # a `$` with a name after it (`$$name`: a dollar kept), an even number of single quotes after it
+    DOLLAR = re.compile(r"\$(\$?[\w.]+)(?=(?:[^']*'[^']*')*[^']*$)")
+
+    def parse(self, format_string):
+        for literal, field, spec, conversion in super().parse(format_string):
+            kept = ""
+            at = 0
+            for m in self.DOLLAR.finditer(literal):
+                if m.group(1).startswith("$"):
+                    kept += literal[at : m.start()] + m.group(1)
+                else:
+                    yield kept + literal[at : m.start()], m.group(1), "", None
+                    kept = ""
+                at = m.end()
+            yield kept + literal[at:], field, spec, conversion
+
+    def get_field(self, field_name, args, kwargs):
+        return eval(field_name, kwargs), field_name
 
 
 class UsageError(Exception):
@@ -312,6 +340,18 @@ class Magics:
 
     def __init__(self, namespace):
         self.namespace = namespace
+
+    def expand(self, text):
+        """
+        `text` with its `{expr}` and `$name` made values in the namespace of the cell or function it
+        stands in; as IPython, left whole when one of them cannot be (a shell's `$HOME`, `{1..3}`).
+        """
+        frame = sys._getframe(1)
+        names = {**self.namespace, **frame.f_globals, **frame.f_locals}
+        try:
+            return Expander().vformat(text, (), names)
+        except Exception:  # noqa: BLE001 - any error of any expression: the text as it was
+            return text
 
     def shell(self, cmd, capture=False):
         """`!cmd`: through the shell, its output as it comes; `x = !cmd`: its lines. `_exit_code` is its status."""
