@@ -355,12 +355,15 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await s.runCode('import os\nos.getcwd()', { context: ctx })).text).to.equal("'/tmp'");
       expect((await s.runCode('x', { context: ctx })).error?.name).to.equal('NameError');
       expect((await s.runCode('echo $((x=2+3))', { language: 'bash' })).logs.stdout).to.deep.equal(['5\n']);
-      // notebook code in the guest's python3: a shell escape between prints, a top-level await
+      // notebook code in the guest's python3: a shell escape (with a variable's value) between prints, a top-level await
       const seen: string[] = [];
-      const nb = await s.runCode('import asyncio\nprint("a")\n!echo b\nprint("c")\nawait asyncio.sleep(0.01)\nx', {
-        onStdout: (m) => void seen.push(m.line),
-      });
-      expect([seen, nb.text]).to.deep.equal([['a\n', 'b\n', 'c\n'], '6']);
+      const nb = await s.runCode(
+        'import asyncio\nprint("a")\n!echo b{x} $x\nprint("c")\nawait asyncio.sleep(0.01)\nx',
+        {
+          onStdout: (m) => void seen.push(m.line),
+        },
+      );
+      expect([seen, nb.text]).to.deep.equal([['a\n', 'b6 6\n', 'c\n'], '6']);
       // a pause keeps the interpreter's memory: the variable is there after the connect
       await s.pause();
       const back = await CodeInterpreter.connect(s.sandboxId, opts);
