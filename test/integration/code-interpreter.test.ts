@@ -152,7 +152,9 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       "result ['a', 'b']",
     ]);
     expect(said(await run('for i in range(2):\n    !exit 3\n_exit_code'))).to.deep.equal(['result 3']);
-    expect(said(await run('%timeit 1'))[0]).to.match(/^error UsageError: Line magic function `%timeit` not found/);
+    expect(said(await run('%matplotlib inline'))[0]).to.match(
+      /^error UsageError: Line magic function `%matplotlib` not found/,
+    );
     // IPython's aliases of shell commands
     expect(said(await run('%mkdir sub\n%ls -d sub'))).to.deep.equal(['stdout sub/\n']);
     expect(said(await run('%cd sub\n%pwd'))).to.deep.equal([`stdout ${dir}/sub\n`, `result '${dir}/sub'`]);
@@ -200,6 +202,32 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     );
     expect(made.find((e) => e.type === 'result')?.text).to.equal('True');
     expect(existsSync(join(dir, 'expanded-dir'))).to.equal(true);
+  });
+
+  it('times code with %time, %timeit, %%time and %%timeit, saying it as IPython does', async () => {
+    const ctx = (await (await post('/contexts', { cwd: dir })).json()) as { id: string };
+    const run = (code: string) => execute({ code, context_id: ctx.id });
+    const result = (events: Event[]) => events.find((e) => e.type === 'result')?.text;
+    const cpu =
+      /^CPU times: user [\d.]+ [mµn]?s, sys: [\d.]+ [mµn]?s, total: [\d.]+ [mµn]?s\nWall time: [\d.]+ [mµn]?s\n$/;
+    const once = await run('%time y = sum(range(1000))\ny');
+    expect([printed(once), result(once)]).to.satisfy(([out, value]: string[]) => cpu.test(out) && value === '499500');
+    const last = await run('%time 6 * 7');
+    expect([printed(last), result(last)]).to.satisfy(([out, value]: string[]) => cpu.test(out) && value === '42');
+    const cell = await run('%%time\nz = 3\nz + 1');
+    expect([printed(cell), result(cell)]).to.satisfy(([out, value]: string[]) => cpu.test(out) && value === '4');
+    // its statement is Python, not expanded: a dict's braces stay braces
+    expect(printed(await run("%timeit -n 3 -r 2 d = {'a': 1}"))).to.match(
+      /^[\d.]+ [mµn]?s ± [\d.]+ [mµn]?s per loop \(mean ± std\. dev\. of 2 runs, 3 loops each\)\n$/,
+    );
+    expect(printed(await run('%%timeit -n 2 -r 1 base = 5\nbase * 2'))).to.match(
+      /per loop \(mean ± std\. dev\. of 1 run, 2 loops each\)\n$/,
+    );
+    // without -n, loops until a run takes 0.2 s; -q says nothing
+    const quiet = await run('%timeit -r 1 -q x = 1');
+    expect(quiet.filter((e) => e.type === 'stdout' || e.type === 'error')).to.deep.equal([]);
+    const bad = (await run('%timeit -x 1')).find((e) => e.type === 'error');
+    expect(bad?.name).to.equal('UsageError');
   });
 
   it('gives long output whole: in pieces of at most 64 KiB, a character cut by a read put back together', async () => {

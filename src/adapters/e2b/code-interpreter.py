@@ -40,6 +40,7 @@ import string
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -286,7 +287,8 @@ def escapes(code):
             call = f"__svc_magics__.shell(__svc_magics__.expand({rest.strip()!r}), capture={bool(target)})"
         else:
             name, _, arg = rest.strip().partition(" ")
-            call = f"__svc_magics__.line({name!r}, __svc_magics__.expand({arg.strip()!r}))"
+            arg = repr(arg.strip()) if name in Magics.PYTHON else f"__svc_magics__.expand({arg.strip()!r})"
+            call = f"__svc_magics__.line({name!r}, {arg})"
         out.append(f"{indent}{target + ' = ' if target else ''}{call}")
     return "\n".join(out)
 
@@ -338,6 +340,9 @@ class Magics:
         "rmdir": "rmdir",
     }
 
+    # magics whose argument is Python, not expanded
+    PYTHON = ("time", "timeit")
+
     def __init__(self, namespace):
         self.namespace = namespace
 
@@ -365,6 +370,10 @@ class Magics:
         return None
 
     def line(self, name, arg):
+        if name == "time":
+            return self.time(arg, sys._getframe(1))
+        if name == "timeit":
+            return self.timeit(arg, None, sys._getframe(1))
         if name == "pip":
             return self.shell(f"{shlex.quote(sys.executable)} -m pip {arg}")
         if name == "cd":
@@ -387,8 +396,8 @@ class Magics:
         if name in self.ALIASES:
             return self.shell(f"{self.ALIASES[name]} {arg}")
         raise UsageError(
-            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx, "
-            f"%{', %'.join(self.ALIASES)} and !command)."
+            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx, %time, "
+            f"%timeit, %{', %'.join(self.ALIASES)} and !command)."
         )
 
     def cell(self, name, arg, body):
@@ -399,6 +408,10 @@ class Magics:
             if code != 0:
                 raise subprocess.CalledProcessError(code, name)
             return None
+        if name == "time":
+            return self.time(body, sys._getframe(1))
+        if name == "timeit":
+            return self.timeit(arg, body, sys._getframe(1))
         if name == "writefile":
             append = arg.startswith("-a ") or arg.startswith("--append ")
             path = os.path.expanduser(arg.split(" ", 1)[1].strip() if append else arg)
@@ -408,7 +421,76 @@ class Magics:
             with open(path, "a" if append else "w", encoding="utf-8") as f:
                 f.write(body if body.endswith("\n") or not body else body + "\n")
             return None
-        raise UsageError(f"Cell magic `%%{name}` not found (this kernel has %%bash, %%sh and %%writefile).")
+        raise UsageError(
+            f"Cell magic `%%{name}` not found (this kernel has %%bash, %%sh, %%time, %%timeit and %%writefile)."
+        )
+
+    @staticmethod
+    def run_in(code, frame):
+        """Runs `code` in `frame`'s namespace as a cell runs: the value of its last line if that is an expression."""
+        tree = ast.parse(code, "<magic>", "exec")
+        last = tree.body.pop().value if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, "<magic>", "exec"), frame.f_globals, frame.f_locals)
+        if last is None:
+            return None
+        return eval(compile(ast.Expression(last), "<magic>", "eval"), frame.f_globals, frame.f_locals)
+
+    def time(self, code, frame):
+        """`%time CODE`, `%%time`: runs it once and says its CPU and wall time, as IPython does; returns its value."""
+        cpu, wall = os.times(), time.perf_counter()
+        try:
+            return self.run_in(code, frame)
+        finally:
+            took, end = time.perf_counter() - wall, os.times()
+            user, system = end.user - cpu.user, end.system - cpu.system
+            print(f"CPU times: user {span(user)}, sys: {span(system)}, total: {span(user + system)}")
+            print(f"Wall time: {span(took)}")
+
+    def timeit(self, arg, body, frame):
+        """
+        `%timeit [-n N] [-r R] [-q] STATEMENT`, `%%timeit [options] [SETUP]` over a cell: the mean and
+        deviation of R runs of N loops (N the first power of ten that takes 0.2 s), as IPython says them.
+        """
+        words = arg.split(" ")
+        number, repeat, quiet = 0, 7, False
+        while words and words[0].startswith("-"):
+            option = words.pop(0)
+            if option == "-q":
+                quiet = True
+            elif option in ("-n", "-r") and words and words[0].isdigit() and int(words[0]) > 0:
+                value = int(words.pop(0))
+                number, repeat = (value, repeat) if option == "-n" else (number, value)
+            elif option:
+                raise UsageError(f"%timeit: option {option} is not one this kernel has (-n N, -r R, -q)")
+        rest = " ".join(words).strip()
+        statement, setup = (body, rest or "pass") if body is not None else (rest, "pass")
+        if not statement.strip():
+            raise UsageError("%timeit needs a statement")
+        import timeit  # 3 ms of every kernel's start otherwise
+
+        timer = timeit.Timer(statement, setup, globals={**frame.f_globals, **frame.f_locals})
+        if not number:
+            number = 1
+            while timer.timeit(number) < 0.2 and number < 10**9:
+                number *= 10
+        runs = [t / number for t in timer.repeat(repeat=repeat, number=number)]
+        if not quiet:
+            mean = sum(runs) / len(runs)
+            deviation = (sum((t - mean) ** 2 for t in runs) / len(runs)) ** 0.5
+            runs_said = f"{repeat} run{'s' if repeat > 1 else ''}, {number:,} loop{'s' if number > 1 else ''} each"
+            print(f"{span(mean)} ± {span(deviation)} per loop (mean ± std. dev. of {runs_said})")
+        return None
+
+
+def span(seconds):
+    """A time as IPython says it: three digits and a unit (`1.23 ms`), minutes past a minute."""
+    if seconds >= 60:
+        minutes, rest = divmod(seconds, 60)
+        return f"{int(minutes)}min {rest:.0f}s"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
 
 
 # ------------------------------------------------------------------------------------------ server
