@@ -425,21 +425,17 @@ class Magics:
             f"Cell magic `%%{name}` not found (this kernel has %%bash, %%sh, %%time, %%timeit and %%writefile)."
         )
 
-    @staticmethod
-    def run_in(code, frame):
-        """Runs `code` in `frame`'s namespace as a cell runs: the value of its last line if that is an expression."""
-        tree = ast.parse(code, "<magic>", "exec")
-        last = tree.body.pop().value if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<magic>", "exec"), frame.f_globals, frame.f_locals)
-        if last is None:
-            return None
-        return eval(compile(ast.Expression(last), "<magic>", "eval"), frame.f_globals, frame.f_locals)
-
     def time(self, code, frame):
         """`%time CODE`, `%%time`: runs it once and says its CPU and wall time, as IPython does; returns its value."""
+        # compiled before the clock starts: a syntax error is no run
+        tree = ast.parse(code, "<magic>", "exec")
+        last = tree.body.pop().value if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        body = compile(tree, "<magic>", "exec")
+        value = None if last is None else compile(ast.Expression(last), "<magic>", "eval")
         cpu, wall = os.times(), time.perf_counter()
         try:
-            return self.run_in(code, frame)
+            exec(body, frame.f_globals, frame.f_locals)
+            return None if value is None else eval(value, frame.f_globals, frame.f_locals)
         finally:
             took, end = time.perf_counter() - wall, os.times()
             user, system = end.user - cpu.user, end.system - cpu.system
@@ -451,18 +447,17 @@ class Magics:
         `%timeit [-n N] [-r R] [-q] STATEMENT`, `%%timeit [options] [SETUP]` over a cell: the mean and
         deviation of R runs of N loops (N the first power of ten that takes 0.2 s), as IPython says them.
         """
-        words = arg.split(" ")
         number, repeat, quiet = 0, 7, False
-        while words and words[0].startswith("-"):
-            option = words.pop(0)
-            if option == "-q":
-                quiet = True
-            elif option in ("-n", "-r") and words and words[0].isdigit() and int(words[0]) > 0:
-                value = int(words.pop(0))
-                number, repeat = (value, repeat) if option == "-n" else (number, value)
-            elif option:
-                raise UsageError(f"%timeit: option {option} is not one this kernel has (-n N, -r R, -q)")
-        rest = " ".join(words).strip()
+        rest = arg.strip()
+        # the options before the statement, which is taken as written
+        while rest.startswith("-"):
+            m = re.match(r"(-q|-n\s*([1-9]\d*)|-r\s*([1-9]\d*))(\s+|$)", rest)
+            if m is None:
+                raise UsageError(f"%timeit: {rest.split()[0]} is not an option this kernel has (-n N, -r R, -q)")
+            quiet = quiet or m.group(1) == "-q"
+            number = int(m.group(2)) if m.group(2) else number
+            repeat = int(m.group(3)) if m.group(3) else repeat
+            rest = rest[m.end() :]
         statement, setup = (body, rest or "pass") if body is not None else (rest, "pass")
         if not statement.strip():
             raise UsageError("%timeit needs a statement")
