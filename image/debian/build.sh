@@ -8,7 +8,7 @@ for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.l
   [ -s "$f" ] && grep -qv '^[[:space:]]*\(#\|$\)' "$f" && sources+=("$f")
 done
 [ ${#sources[@]} -gt 0 ] || { echo "build-image: the host has no apt sources to build from" >&2; exit 1; }
-PACKAGES=${SVC_DEBIAN_PACKAGES:-systemd,systemd-sysv,udev,dbus,kmod,apt,bash,coreutils,python3,ca-certificates,curl,git,sudo,openssh-server,iproute2,iputils-ping,procps,less,e2fsprogs,netbase,util-linux}
+PACKAGES=${SVC_DEBIAN_PACKAGES:-systemd,systemd-sysv,udev,dbus,kmod,apt,bash,coreutils,python3,python3-pip,python3-venv,ca-certificates,curl,git,sudo,openssh-server,iproute2,iputils-ping,procps,less,e2fsprogs,netbase,util-linux}
 progress 5 "debian $SUITE packages with mmdebstrap"
 mmdebstrap --variant=minbase --include="$PACKAGES" --skip=cleanup/apt/lists \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -48,7 +48,7 @@ publish "$(cat <<JSON
   "id": "$(basename "$OUT")",
   "format": 1,
   "os": "Debian GNU/Linux $DEB_VERSION ($SUITE)",
-  "description": "Debian $SUITE with systemd, apt, python3, git, curl, sudo and openssh-server; the default image",
+  "description": "Debian $SUITE with systemd, apt, python3 with pip and venv, git, curl, sudo and openssh-server; the default image",
   "kernel": "vmlinux",
   "initrd": "initrd.img",
   "disk": "disk.qcow2",

@@ -69,7 +69,7 @@ describe('svcd with QEMU: the debian image', function () {
     expect(Math.abs(size - 5 * 2 ** 30) / (5 * 2 ** 30), `df / says ${size}`).to.be.below(0.05);
   });
 
-  it('is a normal Debian: python3, bash, apt, git, curl, the FHS, systemd running', async () => {
+  it('is a normal Debian: python3 with pip and venv, bash, apt, git, curl, the FHS, systemd running', async () => {
     const py = await sh(
       'deb',
       'python3 -c \'import sys, json; print(json.dumps({"v": sys.version_info[0], "sum": sum(range(10))}))\'',
@@ -95,6 +95,28 @@ describe('svcd with QEMU: the debian image', function () {
       '&timeout=300s',
     );
     expect(apt.stdout.trim().split('\n'), apt.stdout + apt.stderr).to.deep.equal(['0', '[1,2]']);
+    // pip installs into the system's Python (/etc/pip.conf): a wheel made here, offline (a build of a
+    // source folder would spend half a minute of TCG in setuptools); venv makes an environment
+    const wheel = [
+      'import base64, hashlib, zipfile',
+      'files = {"svcdemo/__init__.py": b"ANSWER = 42\\n",',
+      '  "svcdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: svcdemo\\nVersion: 1.0\\n",',
+      '  "svcdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}',
+      'digest = lambda b: base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()',
+      'record = "".join(f"{n},sha256={digest(b)},{len(b)}\\n" for n, b in files.items())',
+      'with zipfile.ZipFile("/tmp/svcdemo-1.0-py3-none-any.whl", "w") as z:',
+      '    [z.writestr(n, b) for n, b in files.items()]',
+      '    z.writestr("svcdemo-1.0.dist-info/RECORD", record + "svcdemo-1.0.dist-info/RECORD,,\\n")',
+    ].join('\n');
+    const pip = await sh(
+      'deb',
+      `python3 - <<'PY'\n${wheel}\nPY\n` +
+        'pip install -q --no-index /tmp/svcdemo-1.0-py3-none-any.whl > /tmp/pip.log 2>&1; r=$?; ' +
+        '[ $r = 0 ] || cat /tmp/pip.log >&2; echo $r; cd / && python3 -c "import svcdemo; print(svcdemo.ANSWER)"; ' +
+        'python3 -m venv --without-pip /tmp/venv && /tmp/venv/bin/python -c "import sys; print(sys.prefix)"',
+      '&timeout=300s',
+    );
+    expect(pip.stdout.trim().split('\n'), pip.stdout + pip.stderr).to.deep.equal(['0', '42', '/tmp/venv']);
   });
 
   it('reaches the archive through its egress policy (logged) and none of the host: the API at 10.0.2.2 is refused', async () => {
