@@ -33,6 +33,17 @@ function healthy(url: string): Promise<boolean> {
   });
 }
 
+const SHM = '/dev/shm';
+
+function writableFolder(path: string): boolean {
+  try {
+    accessSync(path, constants.W_OK);
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
 /**
  * A folder for a test's etcd data on tmpfs (`/dev/shm`) where there is one: etcd fsyncs its log at
  * every write and vote, and beside the image builds of a CI run an fsync took seconds, so a leader
@@ -40,13 +51,7 @@ function healthy(url: string): Promise<boolean> {
  * the disk under etcd; the benchmarks keep theirs on disk.
  */
 export function etcdTempDir(prefix: string): string {
-  try {
-    if (!statSync('/dev/shm').isDirectory()) throw new Error('not a folder');
-    accessSync('/dev/shm', constants.W_OK);
-    return tempDir(prefix, '/dev/shm');
-  } catch {
-    return tempDir(prefix);
-  }
+  return tempDir(prefix, writableFolder(SHM) ? SHM : undefined);
 }
 
 /**

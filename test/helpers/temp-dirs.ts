@@ -6,9 +6,9 @@ const made = new Set<string>();
 let atExit = false;
 
 /**
- * A fresh directory under the system's temp dir (or `base`), removed once the test file that made it has run
- * (the root hook of root-hooks.ts), and at the latest when the test process exits. SVC_TEST_KEEP=1
- * keeps them to look at.
+ * A fresh directory under the system's temp dir (or `base`), removed once the test file that made
+ * it has run (the root hook of root-hooks.ts), and at the latest when the test process exits.
+ * SVC_TEST_KEEP=1 keeps them to look at.
  */
 export function tempDir(prefix = 'svc-test-', base = tmpdir()): string {
   const dir = mkdtempSync(join(base, prefix));
