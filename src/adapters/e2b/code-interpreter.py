@@ -351,10 +351,8 @@ class Magics:
         `text` with its `{expr}` and `$name` made values in the namespace of the cell or function it
         stands in; as IPython, left whole when one of them cannot be (a shell's `$HOME`, `{1..3}`).
         """
-        frame = sys._getframe(1)
-        names = {**self.namespace, **frame.f_globals, **frame.f_locals}
         try:
-            return Expander().vformat(text, (), names)
+            return Expander().vformat(text, (), names_at(sys._getframe(1)))
         except Exception:  # noqa: BLE001 - any error of any expression: the text as it was
             return text
 
@@ -463,7 +461,7 @@ class Magics:
             raise UsageError("%timeit needs a statement")
         import timeit  # 3 ms of every kernel's start otherwise
 
-        timer = timeit.Timer(statement, setup, globals={**frame.f_globals, **frame.f_locals})
+        timer = timeit.Timer(statement, setup, globals=names_at(frame))
         if not number:
             number = 1
             while timer.timeit(number) < 0.2 and number < 10**9:
@@ -475,6 +473,11 @@ class Magics:
             runs_said = f"{repeat} run{'s' if repeat > 1 else ''}, {number:,} loop{'s' if number > 1 else ''} each"
             print(f"{span(mean)} ± {span(deviation)} per loop (mean ± std. dev. of {runs_said})")
         return None
+
+
+def names_at(frame):
+    """What a name means where `frame` runs: its locals over its globals (a cell's are the kernel's namespace)."""
+    return {**frame.f_globals, **frame.f_locals}
 
 
 def span(seconds):
