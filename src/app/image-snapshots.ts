@@ -97,19 +97,21 @@ export class ImageSnapshots {
 
   /**
    * Loads the snapshots a previous daemon made: an unfinished one (its daemon stopped mid-capture)
-   * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU) goes, and
+   * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU), or whose
+   * disk no longer opens (the images folder moved: its disk names its image by path), goes, and
    * its image and shape are captured again in the background. What a daemon killed with a
    * snapshot in use left running (the QEMUs it started ahead for the snapshot's next copies) is
    * stopped.
    */
   async init(): Promise<void> {
     for (const key of await this.store.unfinished()) await this.discard(key);
-    const stale: ImageSnapshotRecord[] = [];
+    const stale: { rec: ImageSnapshotRecord; why: string }[] = [];
     for (const rec of await this.store.list()) {
       const image = await this.images.resolveImage(rec.image).catch(() => undefined);
       const now = image?.built ? await this.keyOf(image, rec).catch(() => undefined) : undefined;
-      if (now !== rec.key) {
-        stale.push(rec);
+      const fault = now === rec.key ? await this.disks.diskFault?.(this.refOf(rec.key)) : undefined;
+      if (now !== rec.key || fault) {
+        stale.push({ rec, why: fault ? `its disk does not open: ${fault}` : 'its image or hypervisor changed' });
         continue;
       }
       this.known.set(rec.key, rec);
@@ -117,9 +119,9 @@ export class ImageSnapshots {
         .kill(this.refOf(rec.key))
         .catch((err: Error) => this.log.warn({ key: rec.key, err: err.message }, 'cannot stop what a snapshot left'));
     }
-    for (const rec of stale) {
+    for (const { rec, why } of stale) {
       await this.discard(rec.key);
-      this.log.info({ image: rec.image, cpus: rec.cpus, memory_mb: rec.memory_mb }, 'image snapshot is stale');
+      this.log.info({ image: rec.image, cpus: rec.cpus, memory_mb: rec.memory_mb, why }, 'image snapshot is stale');
       void this.prepareImage(rec.image, rec);
     }
   }
@@ -185,11 +187,27 @@ export class ImageSnapshots {
     return boot(`no snapshot of ${what} yet: one is made after this vm boots`, true);
   }
 
-  /** Runs `fn` while snapshot `key` cannot go (a copy is taken from it). */
+  /**
+   * Runs `fn` while snapshot `key` cannot go (a copy is taken from it). When `fn` fails, the
+   * snapshot goes (its files may be what failed: a layer or the image its disk stands on gone), so
+   * the next create of its shape boots and a new one is made after it; the error says so.
+   */
   using<T>(key: string, fn: () => Promise<T>): Promise<T> {
     return this.locks.run(key, async () => {
-      if (!this.known.has(key)) throw new InternalError('the image snapshot was removed meanwhile');
-      return fn();
+      const rec = this.known.get(key);
+      if (!rec) throw new InternalError('the image snapshot was removed meanwhile');
+      try {
+        return await fn();
+      } catch (err) {
+        await this.discard(key);
+        this.log.warn(
+          { image: rec.image, cpus: rec.cpus, memory_mb: rec.memory_mb, err: errorMessage(err) },
+          'image snapshot dropped: a copy of it failed',
+        );
+        throw new InternalError(
+          `${errorMessage(err)} (the snapshot of image ${rec.image} is dropped: the next create of this shape boots, and a new one is made after it)`,
+        );
+      }
     });
   }
 

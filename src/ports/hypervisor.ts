@@ -233,6 +233,13 @@ export interface VmDisks {
    * its seed is written for this node (its SSH key). `suspended`: it holds a saved state to load.
    */
   takeIn(spec: VmSpec, suspended: boolean): Promise<void>;
+
+  /**
+   * Why the VM's disk would not open as it is (a file its chain of layers stands on is gone: the
+   * image it was made on moved or was removed), or undefined when it opens. Only reads; the VM
+   * may run. Absent: the driver cannot tell.
+   */
+  diskFault?(vm: VmRef): Promise<string | undefined>;
 }
 
 /** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */

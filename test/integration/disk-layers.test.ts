@@ -4,6 +4,7 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, wri
 import { join } from 'node:path';
 import { backingName } from '../../src/adapters/images/qcow2-backing.js';
 import {
+  chainFault,
   freeze,
   layersOf,
   MAX_LAYERS,
@@ -166,7 +167,7 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     shows(join(before, 'disk.qcow2'), MAX_LAYERS - 1);
   });
 
-  it('re-stands a moved chain on the image where it lands: the bottom layer names the new path, data untouched', async () => {
+  it('re-stands a moved chain on the image where it lands: the bottom layer names the new path, data untouched; a chain that does not open says why', async () => {
     const tpl = vm('tpl');
     img('create', '-q', '-f', 'qcow2', '-b', golden, '-F', 'qcow2', join(tpl, 'disk.qcow2'));
     write(join(tpl, 'disk.qcow2'), 't');
@@ -180,8 +181,14 @@ describe('qemu disk layers: clones share a frozen template instead of copying it
     expect(await backingName(join(there, layer))).to.equal(golden);
     const image2 = join(root, 'images2');
     mkdirSync(image2);
+    expect(await chainFault(join(there, 'disk.qcow2'))).to.equal(undefined);
     renameSync(golden, join(image2, 'disk.qcow2'));
+    // Its image moved: the chain does not open, and the fault names the file that is gone.
+    expect(await chainFault(join(there, 'disk.qcow2'))).to.match(
+      new RegExp(`^Could not open '${golden}': No such file`),
+    );
     await restandOn(there, join(image2, 'disk.qcow2'));
+    expect(await chainFault(join(there, 'disk.qcow2'))).to.equal(undefined);
     expect(await backingName(join(there, layer))).to.equal(join(image2, 'disk.qcow2'));
     expect(await layersOf(there)).to.deep.equal([layer]);
     expect(firstByte(join(there, 'disk.qcow2'))).to.equal('74'); // 't', the template's write, through the chain

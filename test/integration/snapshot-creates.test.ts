@@ -1,9 +1,9 @@
 import { expect } from 'chai';
-import { existsSync, readdirSync, realpathSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, realpathSync, writeFileSync } from 'node:fs';
 import type { ExecRequest, ExecResult } from '../../src/domain/agent.js';
 import { join } from 'node:path';
 import type { InMemoryGuestAgent } from '../../src/adapters/hypervisor/fake/in-memory-guest-agent.js';
-import type { InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
+import { FAKE_DISK_FAULT, type InMemoryHypervisor } from '../../src/adapters/hypervisor/fake/in-memory-hypervisor.js';
 import { GuestAgent } from '../../src/ports/guest-agent.js';
 import { Hypervisor } from '../../src/ports/hypervisor.js';
 import { startTestDaemon, tempDir, type TestDaemon } from '../helpers/daemon.js';
@@ -182,6 +182,57 @@ describe('creates from image snapshots (fake hypervisor)', function () {
     agent = d.daemon.container.get<InMemoryGuestAgent>(GuestAgent);
     expect((await snapshotsOf('minimal')).map((s) => s.memory_mb)).to.deep.equal([512]);
     await captured('minimal', 2);
+  });
+
+  /** The 256 MB snapshot of minimal (1 cpu) once it is there, when `made` says it is the one looked for. */
+  const recaptured = async (made: (s: Record<string, number>) => boolean) =>
+    poll(
+      async () => {
+        const now = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256);
+        return !!now && made(now);
+      },
+      { ms: 10_000, every: 25 },
+    );
+
+  it('drops a snapshot a copy of which fails, saying so: the next create of its shape boots and captures it again', async () => {
+    const before = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256)!;
+    hv.failNext('clone', "Could not open '/gone/minimal/disk.qcow2' (injected)");
+    const r = await d.call('POST', '/vms?stream=1', { name: 'unshared', image: 'minimal', memory_mb: 256 });
+    const last = (ndjson(r.text) as unknown as Line[]).at(-1)!;
+    expect(last.phase, r.text).to.equal('error');
+    expect(last.message).to.equal(
+      "Could not open '/gone/minimal/disk.qcow2' (injected) (the snapshot of image minimal is dropped: the next create of this shape boots, and a new one is made after it)",
+    );
+    expect((await d.call('GET', '/vms/unshared')).status).to.equal(404);
+    const lines = await create({ name: 'after-unshared', image: 'minimal', memory_mb: 256 });
+    expect(lines.find((l) => l.phase === 'boot')!.message).to.match(
+      /no snapshot of image minimal with 1 cpu\(s\) and 256 MB yet: one is made after this vm boots/,
+    );
+    await recaptured((s) => s.created_at !== before.created_at);
+    expect((await d.call('DELETE', '/vms/after-unshared')).status).to.equal(200);
+  });
+
+  it('drops at its start a snapshot whose disk does not open (its image moved), and captures its shape again', async () => {
+    const dir = join(d.config.data_dir, 'snapshots');
+    const is256 = (key: string) => {
+      const rec = JSON.parse(readFileSync(join(dir, key, 'snapshot.json'), 'utf8')) as Record<string, unknown>;
+      return rec.image === 'minimal' && rec.cpus === 1 && rec.memory_mb === 256;
+    };
+    const key = readdirSync(dir).find(is256)!;
+    const before = (await snapshotsOf('minimal')).find((s) => s.memory_mb === 256)!;
+    writeFileSync(join(dir, key, FAKE_DISK_FAULT), "Could not open '/gone/minimal/disk.qcow2'");
+    await d.restart();
+    hv = d.daemon.container.get<InMemoryHypervisor>(Hypervisor);
+    agent = d.daemon.container.get<InMemoryGuestAgent>(GuestAgent);
+    // Made again of the same inputs: the same key, a new capture, without the fault.
+    await recaptured((s) => s.created_at !== before.created_at);
+    expect(readdirSync(dir).filter(is256)).to.deep.equal([key]);
+    expect(existsSync(join(dir, key, FAKE_DISK_FAULT))).to.equal(false);
+    // The 512 MB one, whose disk opens, stayed as it was.
+    expect((await snapshotsOf('minimal')).map((s) => s.memory_mb).sort()).to.deep.equal([256, 512]);
+    const lines = await create({ name: 'after-moved', image: 'minimal', memory_mb: 256 });
+    expect(lines.map((l) => l.phase)).to.include('restore');
+    expect((await d.call('DELETE', '/vms/after-moved')).status).to.equal(200);
   });
 
   it('captures an image it bakes in the default shape, so its first create restores', async () => {

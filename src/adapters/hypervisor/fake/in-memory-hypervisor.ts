@@ -24,9 +24,10 @@ import { InMemoryGuestAgent } from './in-memory-guest-agent.js';
 import { InMemorySshProbe } from './in-memory-ssh-probe.js';
 import { SNAPSHOTS_FOLDER } from '../../../domain/move.js';
 
-/** Where the fake keeps a VM's named snapshots, in its directory. */
-/** Its snapshots' files: the folder a move carries (domain/move.ts). */
+/** Where the fake keeps a VM's named snapshots, in its directory: the folder a move carries (domain/move.ts). */
 const FAKE_SNAPSHOTS = SNAPSHOTS_FOLDER;
+/** A file in a VM's directory that makes its fake disk one that does not open (diskFault). */
+export const FAKE_DISK_FAULT = 'disk-fault';
 
 type FakeState = 'provisioned' | 'running' | 'paused' | 'stopped';
 
@@ -462,6 +463,14 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     vm.spec = { ...vm.spec, name: to.name, dir: to.dir };
     this.vms.set(to.name, vm);
     await vm.sidecar?.relocate?.(to.dir);
+  }
+
+  /**
+   * A fake disk does not open when its VM directory holds `disk-fault` (a test writes it, as a QEMU
+   * disk's image might go): the file's text is the fault. It outlives a restart of the daemon.
+   */
+  async diskFault(vm: VmRef): Promise<string | undefined> {
+    return readFile(join(vm.dir, FAKE_DISK_FAULT), 'utf8').catch(() => undefined);
   }
 
   /** A VM from another node: known as stopped, with its saved state when it was suspended. */

@@ -65,6 +65,24 @@ export async function restandOn(dir: string, image: string): Promise<void> {
   await rebaseOnto(join(dir, chain.length ? chain[chain.length - 1] : DISK), image);
 }
 
+/**
+ * Why the qcow2 `file` and the chain it stands on do not open (qemu-img's words: a backing file
+ * gone, say), or undefined when they do. Shares the lock of a QEMU that has it open (`-U`).
+ */
+export async function chainFault(file: string): Promise<string | undefined> {
+  try {
+    await run('qemu-img', ['info', '-U', '--backing-chain', '-f', 'qcow2', file], { env: childEnv() });
+    return undefined;
+  } catch (err) {
+    const said = (err as { stderr?: string }).stderr?.trim();
+    // qemu-img says a missing backing file's name twice ("Could not open 'X': Could not open 'X': ...").
+    return (said || (err as Error).message)
+      .split('\n')[0]
+      .replace(/^qemu-img: /, '')
+      .replace(/(Could not open '[^']*': )\1+/g, '$1');
+  }
+}
+
 /** Gives the qcow2 `file` the backing `image` without touching its data (`qemu-img rebase -u`). */
 export async function rebaseOnto(file: string, image: string): Promise<void> {
   const mode = (await stat(file)).mode & 0o777;

@@ -398,6 +398,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.disks.takeIn(spec, suspended);
   }
 
+  diskFault(vm: VmRef): Promise<string | undefined> {
+    return this.disks.diskFault(vm);
+  }
+
   async rename(from: VmRef, to: VmRef): Promise<void> {
     await this.spares.drop(from.name, to.dir);
     const v = this.live.get(from.name);

@@ -3,7 +3,7 @@ import { copyFile, link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
-import { freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
+import { chainFault, freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { makeOverlay } from '../../images/overlay.js';
@@ -51,6 +51,10 @@ export class QemuVmDisks {
     await restandOn(spec.dir, join(image.dir, image.disk));
     await restandSnapshots(spec.dir, join(image.dir, image.disk));
     if (!suspended) await writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver));
+  }
+
+  diskFault(vm: VmRef): Promise<string | undefined> {
+    return chainFault(layout(vm.dir).disk);
   }
 
   /**
