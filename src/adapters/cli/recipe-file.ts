@@ -1,7 +1,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { RECIPE_LIMITS } from '../../domain/image-request.js';
+import { parseYaml } from '../config/yaml-config-file.js';
 
 /** A recipe as POST /images takes it, without its name (the command's argument gives it). */
 export interface RecipeBody {

@@ -5,7 +5,6 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Duplex, Readable } from 'node:stream';
-import WebSocket from 'ws';
 import { loadConfig } from '../config/yaml-config-file.js';
 import type { TerminalRequest } from '../../domain/agent.js';
 import { formatShellQuery } from '../../domain/query.js';
@@ -289,7 +288,9 @@ export class SvcTransport {
   }
 
   /** A terminal in the VM: a login shell, or `cmd` with `args` run in it (`svc x -t`). */
-  shell(name: string, o: TerminalRequest = {}): Promise<ShellConnection> {
+  async shell(name: string, o: TerminalRequest = {}): Promise<ShellConnection> {
+    // Loaded here: only terminals need it, and every other command starts 30 ms sooner without it.
+    const { default: WebSocket } = await import('ws');
     const query = formatShellQuery(o).toString();
     const path = `/vms/${enc(name)}/shell${query ? `?${query}` : ''}`;
     const headers: Record<string, string> = this.token ? { authorization: `Bearer ${this.token}` } : {};
