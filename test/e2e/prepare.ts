@@ -13,6 +13,8 @@ import { ensureSeed, SEED_SHAPES } from './snapshot-seeds.js';
  * mmdebstraps wait on the archive and on dpkg's scripts as much as they compute, and on an idle
  * two-core host the debian image and the cloud disk took 164 s together against 238 s one after
  * the other. An image's seeds are captured as soon as it is built, while the others still build.
+ * Beside the integration tier on two cores (CI) it gains nothing: both cores are busy either way
+ * (test/README.md, the run of 2026-12-06 21:11).
  */
 const TARGETS = {
   minimal: () => ensureImage('minimal'),
