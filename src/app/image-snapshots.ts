@@ -111,7 +111,12 @@ export class ImageSnapshots {
       const now = image?.built ? await this.keyOf(image, rec).catch(() => undefined) : undefined;
       const fault = now === rec.key ? await this.disks.diskFault?.(this.refOf(rec.key)) : undefined;
       if (now !== rec.key || fault) {
-        stale.push({ rec, why: fault ? `its disk does not open: ${fault}` : 'its image or hypervisor changed' });
+        const why = fault
+          ? `its disk does not open: ${fault}`
+          : image?.built
+            ? "it was made of other inputs (the image's build, the disk size, the SSH key or the hypervisor)"
+            : `image ${rec.image} is gone or not built`;
+        stale.push({ rec, why });
         continue;
       }
       this.known.set(rec.key, rec);
