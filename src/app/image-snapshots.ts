@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import { defaultDiskGb, defaultMemoryMb, type CreateRequest } from '../domain/create-request.js';
 import { bootEntrypoint } from '../domain/processes.js';
-import { entrypointWord, type EntrypointChoice } from '../domain/restart-policy.js';
+import { entrypointWord } from '../domain/restart-policy.js';
 import { errorMessage, InternalError } from '../domain/errors.js';
 import { RESERVED_VM_PREFIX } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
@@ -18,37 +18,8 @@ import { SshKeys } from '../ports/tunnels.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { agentEndpoint } from './readiness.js';
+import { entrypointSaid, sameShape, shapeFor, type Shape } from './snapshot-shape.js';
 import { AppConfig } from './tokens.js';
-
-/** A machine shape: what a snapshot is made for besides its image. */
-export interface Shape {
-  cpus: number;
-  memory_mb: number;
-  /**
-   * Its guest runs no image entrypoint, or runs it with a restart policy (CreateRequest.entrypoint):
-   * a snapshot apart.
-   */
-  entrypoint?: EntrypointChoice;
-}
-
-/**
- * Only the shape of `s` (a VM's record, say, has more), for `image`: a create that asks for no
- * entrypoint of an image that has none is the same guest as any other.
- */
-const shapeFor = (image: ImageInfo, s: Shape): Shape => ({
-  cpus: s.cpus,
-  memory_mb: s.memory_mb,
-  ...(s.entrypoint !== undefined && image.entrypoint ? { entrypoint: s.entrypoint } : {}),
-});
-
-/** How a shape's entrypoint reads after "image X with N cpu(s) and M MB". */
-function entrypointSaid(e?: EntrypointChoice): string {
-  if (e === false) return ', its entrypoint not run';
-  return e ? `, its entrypoint restarted ${e.restart}` : '';
-}
-
-const sameShape = (a: Shape, b: Shape) =>
-  a.cpus === b.cpus && a.memory_mb === b.memory_mb && entrypointWord(a.entrypoint) === entrypointWord(b.entrypoint);
 
 /** What a create starts from: a snapshot to restore a copy of, or why it boots instead. */
 export type SnapshotChoice =
@@ -268,6 +239,7 @@ export class ImageSnapshots {
 
   /** The key of a snapshot of `image` in `shape` made now: a digest of every input of its guest. */
   private async keyOf(image: ImageInfo, shape: Shape): Promise<string> {
+    const { entrypoint } = shapeFor(image, shape);
     const inputs = [
       image.id,
       image.revision ?? '',
@@ -277,7 +249,7 @@ export class ImageSnapshots {
       await this.keys.publicKey(),
       (await this.hv.savedStateKey?.()) ?? '',
       // Only when set, so the keys of snapshots made before it was a choice stay as they were.
-      ...(shapeFor(image, shape).entrypoint !== undefined ? [entrypointWord(shapeFor(image, shape).entrypoint)] : []),
+      ...(entrypoint !== undefined ? [entrypointWord(entrypoint)] : []),
     ];
     return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 24);
   }
