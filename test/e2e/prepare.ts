@@ -63,7 +63,14 @@ if (one) {
   const minimal = build('minimal').then(seeded('minimal'));
   const debian = Promise.all([build('debian'), minimal]).then(([took]) => seeded('debian')(took));
   const ready = await Promise.all([minimal, debian, build('cloud disk')]).catch((err: Error) => {
-    for (const child of children) process.kill(-child.pid!); // a failed run leaves no build behind
+    // A failed run leaves no build behind; a group that has ended meanwhile is no reason to hide `err`.
+    for (const child of children) {
+      try {
+        process.kill(-child.pid!);
+      } catch {
+        // ESRCH: nothing of it is left
+      }
+    }
     throw err;
   });
   console.log(
