@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { join } from 'node:path';
 import { ContainerModule } from 'inversify';
 import { CloneSpeedUps } from '../../../ports/clone-speed-ups.js';
 import { Failpoints } from '../../../ports/failpoints.js';
@@ -17,6 +18,7 @@ import { ImageCatalog } from '../../images/image-catalog.js';
 import { TcpSshProbe } from '../../ssh/tcp-ssh-probe.js';
 import type { HypervisorDriver } from '../driver.js';
 import { QEMU_SECTION, qemuSection } from './qemu-config.js';
+import { IMAGE_BASES_FILE, ImageBases } from './image-bases.js';
 import { QemuHypervisor } from './qemu-hypervisor.js';
 
 /**
@@ -55,6 +57,7 @@ export const qemuDriver: HypervisorDriver = {
               : undefined,
             maxDiskLayers: q.max_disk_layers,
             maxVmCpus: q.max_vm_cpus,
+            imageBases: new ImageBases(join(config.data_dir, IMAGE_BASES_FILE)),
             network:
               q.net === 'netd'
                 ? new NetdGuestNetwork(

@@ -133,6 +133,8 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       vsock: () => this.vsockCid() > 0,
       useSpares: o.spares ?? true,
       maxLayers: o.maxDiskLayers,
+      bases: o.imageBases,
+      log: o.log,
     });
     this.captures = new QemuCaptures({
       live: this.live,
@@ -230,8 +232,8 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
   async launch(spec: VmSpec, options: LaunchOptions = {}): Promise<VmHandle> {
     if (this.live.has(spec.name)) throw new InvalidStateError(`vm ${spec.name} is already running`);
     // An unknown image fails here, before any port is held; a disk on a build of it is not kept
-    // waiting for a newer build under way.
-    await this.o.images.get(spec.image, layout(spec.dir).disk);
+    // waiting for a newer build under way; one whose image folder moved stands on it again.
+    await this.disks.standing(spec);
     // A template that runs again changes: the QEMU started for its next clone would restore the old
     // one. (One a crashed daemon left was swept when this daemon started: the template was stopped.)
     await this.spares.drop(spec.name);

@@ -1,6 +1,7 @@
 import type { Failpoints } from '../../../ports/failpoints.js';
 import type { Logger } from '../../../ports/logger.js';
 import type { ImageCatalog } from '../../images/image-catalog.js';
+import type { ImageBases } from './image-bases.js';
 import type { NetdGuestNetwork } from '../../guest-net/netd-guest-network.js';
 
 /** What the QEMU adapter (qemu-hypervisor.ts) is built with: the daemon's `qemu` config, resolved. */
@@ -41,4 +42,9 @@ export interface QemuOptions {
    * network (`guest_net: qemu-user`, test_mode only: no egress policy, the host's loopback open).
    */
   network?: NetdGuestNetwork;
+  /**
+   * The record of the image files VMs' disks stand on (image-bases.ts): with it, a VM whose image
+   * folder moved is put on the same file at its new path when it starts. None: not recorded.
+   */
+  imageBases?: ImageBases;
 }

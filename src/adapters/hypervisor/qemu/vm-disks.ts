@@ -4,7 +4,9 @@ import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { chainFault, freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
-import type { ImageCatalog } from '../../images/image-catalog.js';
+import type { ImageCatalog, ResolvedImage } from '../../images/image-catalog.js';
+import type { Logger } from '../../../ports/logger.js';
+import type { ImageBases } from './image-bases.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
 import { makeOverlay } from '../../images/overlay.js';
 import { layout } from './qemu-files.js';
@@ -26,6 +28,9 @@ export interface VmDiskOptions {
   useSpares: boolean;
   /** A template's chain past this many layers is written into one at its next freeze (`max_disk_layers`). */
   maxLayers?: number;
+  /** Where the image files disks are put on are recorded (image-bases.ts). */
+  bases?: ImageBases;
+  log?: Logger;
 }
 
 /** The files a QEMU VM starts from: a new VM's disk and seed, a clone's shared ones (the VmDisks port). */
@@ -37,8 +42,24 @@ export class QemuVmDisks {
 
   async provision(spec: VmSpec): Promise<void> {
     const l = layout(spec.dir);
-    await makeOverlay(await this.o.images.get(spec.image), l.disk, spec.disk_gb, spec.name);
+    const image = await this.o.images.get(spec.image);
+    await makeOverlay(image, l.disk, spec.disk_gb, spec.name);
+    await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
     await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
+  }
+
+  /**
+   * Before a start: a disk whose image file moved with the images folder is put on it at its new
+   * path (image-bases.ts), and the image build the disk stands on is returned, recorded.
+   */
+  async standing(spec: VmSpec): Promise<ResolvedImage> {
+    const disk = layout(spec.dir).disk;
+    const moved = await this.o.bases?.restand(spec.name, disk, async () => (await this.o.images.get(spec.image)).dir);
+    if (moved)
+      this.o.log?.info({ vm: spec.name, ...moved }, 'the image file of the disk moved: the disk stands on it again');
+    const image = await this.o.images.get(spec.image, disk);
+    await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
+    return image;
   }
 
   /**
@@ -50,6 +71,7 @@ export class QemuVmDisks {
     const image = await this.o.images.get(spec.image);
     await restandOn(spec.dir, join(image.dir, image.disk));
     await restandSnapshots(spec.dir, join(image.dir, image.disk));
+    await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
     if (!suspended) await writeSeed(layout(spec.dir).seed, seedFor(spec, this.o.mountDriver));
   }
 
