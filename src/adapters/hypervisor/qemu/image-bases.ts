@@ -98,20 +98,15 @@ export class ImageBases {
   }
 
   /**
-   * Puts the disk in `dir` (its chain's bottom) back on its image when the image's file moved:
-   * `imageFolder` gives where the VM's image is now. Nothing to do when every file of the chain is
-   * there; the file of the same name in `imageDir` when it is the recorded one (returned, for the
-   * log); an error that says what is missing and why it is not replaced otherwise.
+   * Puts `disk` (a VM's: the bottom of its chain) back on its image when the image's file moved:
+   * `imageDir` is where the VM's image's folder is now. Nothing to do when every file of the chain
+   * is there; the file of the same name in `imageDir` when it is the recorded one (returned, for
+   * the log); an error that says what is missing and why it is not replaced otherwise.
    */
-  async restand(
-    vm: string,
-    disk: string,
-    imageFolder: () => Promise<string>,
-  ): Promise<{ from: string; to: string } | undefined> {
+  async restand(vm: string, disk: string, imageDir: string): Promise<{ from: string; to: string } | undefined> {
     const gone = await missingBase(disk);
     // A layer of its own gone is not a move: QEMU's words say which.
     if (!gone || dirname(gone.base) === dirname(disk)) return undefined;
-    const imageDir = await imageFolder();
     const to = join(imageDir, basename(gone.base));
     const refuse = (why: string) =>
       new InvalidStateError(

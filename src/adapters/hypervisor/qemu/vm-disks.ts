@@ -54,7 +54,9 @@ export class QemuVmDisks {
    */
   async standing(spec: VmSpec): Promise<ResolvedImage> {
     const disk = layout(spec.dir).disk;
-    const moved = await this.o.bases?.restand(spec.name, disk, async () => (await this.o.images.get(spec.image)).dir);
+    // Where the image's folder is now, without building a built-in one that is missing there.
+    const folder = this.o.images.dir(this.o.images.canonical(spec.image));
+    const moved = await this.o.bases?.restand(spec.name, disk, folder);
     if (moved)
       this.o.log?.info({ vm: spec.name, ...moved }, 'the image file of the disk moved: the disk stands on it again');
     const image = await this.o.images.get(spec.image, disk);
