@@ -27,17 +27,30 @@ export async function backingName(file: string): Promise<string | undefined> {
 const CHAIN_LIMIT = 128;
 
 /**
+ * The files the qcow2 `disk` stands on, nearest first (its backing file, that one's, and on), each
+ * by its full path: a relative name is beside the file that gives it. A file of the chain is read
+ * only when the caller goes on past the one before it; one that cannot be read throws.
+ */
+export async function* backingChain(disk: string): AsyncGenerator<string> {
+  let file = disk;
+  for (let i = 0; i < CHAIN_LIMIT; i++) {
+    const name = await backingName(file);
+    if (!name) return;
+    file = isAbsolute(name) ? name : join(dirname(file), name);
+    yield file;
+  }
+}
+
+/**
  * The file under `dir` (an image's folder) that the qcow2 `disk` stands on, through its chain of
  * backing files (a VM's disk, a template's layers, the image's disk): its path, or undefined when
  * the chain does not reach `dir` or a file of it cannot be read.
  */
 export async function backingIn(disk: string, dir: string): Promise<string | undefined> {
-  let file = disk;
-  for (let i = 0; i < CHAIN_LIMIT; i++) {
-    const name = await backingName(file).catch(() => undefined);
-    if (!name) return undefined;
-    file = isAbsolute(name) ? name : join(dirname(file), name);
-    if (dirname(file) === dir) return file;
+  try {
+    for await (const file of backingChain(disk)) if (dirname(file) === dir) return file;
+  } catch {
+    // a file of the chain cannot be read: its build cannot be told
   }
   return undefined;
 }

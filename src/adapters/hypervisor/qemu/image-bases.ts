@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { open, readFile, stat } from 'node:fs/promises';
-import { basename, dirname, isAbsolute, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { InvalidStateError } from '../../../domain/errors.js';
 import { writeFileAtomic } from '../../fs-kit/atomic-file.js';
-import { backingName } from '../../images/qcow2-backing.js';
+import { backingChain } from '../../images/qcow2-backing.js';
 import { rebaseOnto } from './disk-layers.js';
 
 /** The image file a VM's disk stands on, as recorded when a disk was put on it. */
@@ -23,8 +23,6 @@ export interface MissingBase {
 /** Its file in the data directory. */
 export const IMAGE_BASES_FILE = 'image-bases.json';
 
-/** More links than any chain svc makes (as qcow2-backing.ts). */
-const CHAIN_LIMIT = 128;
 /** Pieces read to fingerprint a file: a head, a tail and evenly spaced samples between. */
 const SAMPLES = 64;
 const SAMPLE_BYTES = 64 * 1024;
@@ -56,10 +54,7 @@ export async function fingerprintOf(file: string): Promise<Base> {
 /** The first link of `disk`'s chain whose backing file does not exist, or undefined when every one does. */
 export async function missingBase(disk: string): Promise<MissingBase | undefined> {
   let file = disk;
-  for (let i = 0; i < CHAIN_LIMIT; i++) {
-    const name = await backingName(file);
-    if (!name) return undefined;
-    const base = isAbsolute(name) ? name : join(dirname(file), name);
+  for await (const base of backingChain(disk)) {
     if (!existsSync(base)) return { file, base };
     file = base;
   }
