@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { InternalError } from '../../../domain/errors.js';
 import type { VmRef, VmSpec } from '../../../ports/hypervisor.js';
 import { chainFault, freeze, restandOn, shareInto, type Frozen } from './disk-layers.js';
-import type { ImageCatalog, ResolvedImage } from '../../images/image-catalog.js';
+import type { ImageCatalog } from '../../images/image-catalog.js';
 import type { Logger } from '../../../ports/logger.js';
 import type { ImageBases } from './image-bases.js';
 import { seedFor, writeSeed } from '../guest-seed.js';
@@ -42,17 +42,16 @@ export class QemuVmDisks {
 
   async provision(spec: VmSpec): Promise<void> {
     const l = layout(spec.dir);
-    const image = await this.o.images.get(spec.image);
-    await makeOverlay(image, l.disk, spec.disk_gb, spec.name);
-    await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
+    await makeOverlay(await this.o.images.get(spec.image), l.disk, spec.disk_gb, spec.name);
     await writeSeed(l.seed, seedFor(spec, this.o.mountDriver));
   }
 
   /**
-   * Before a start: a disk whose image file moved with the images folder is put on it at its new
-   * path (image-bases.ts), and the image build the disk stands on is returned, recorded.
+   * Before a start (a create's first one too): a disk whose image file moved with the images folder
+   * is put on it at its new path (image-bases.ts), and the image build the disk stands on is
+   * recorded. An unknown image fails here.
    */
-  async standing(spec: VmSpec): Promise<ResolvedImage> {
+  async standing(spec: VmSpec): Promise<void> {
     const disk = layout(spec.dir).disk;
     // Where the image's folder is now, without building a built-in one that is missing there.
     const folder = this.o.images.dir(this.o.images.canonical(spec.image));
@@ -61,7 +60,6 @@ export class QemuVmDisks {
       this.o.log?.info({ vm: spec.name, ...moved }, 'the image file of the disk moved: the disk stands on it again');
     const image = await this.o.images.get(spec.image, disk);
     await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
-    return image;
   }
 
   /**
