@@ -52,13 +52,11 @@ describe('svcd with QEMU: a VM made before its images folder moved', function ()
 
   it('refuses to start it on another build of the image that has the name, with 400 (invalid_state) saying why', async () => {
     expect((await d.call('POST', '/vms/kept/shutdown')).status).to.equal(200);
-    renameSync(folder('b'), folder('c'));
+    await moveTo(folder('c'));
     // Another disk under the name the VM's stands on (the manifest and kernel stay).
     const disk = join(folder('c'), 'minimal', 'disk.qcow2');
     rmSync(disk);
     execFileSync('qemu-img', ['create', '-q', '-f', 'qcow2', disk, '1G']);
-    d.config.images_dir = folder('c');
-    await d.restart();
     const refused = await d.call('POST', '/vms/kept/start');
     expect(refused.status, refused.text).to.equal(400);
     expect(refused.json.code).to.equal('invalid_state');
