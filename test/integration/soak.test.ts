@@ -125,6 +125,9 @@ describe(`soak: ${CLIENTS} concurrent clients for ${SECONDS} s (fake hypervisor,
             );
             r = await req('GET', `/vms/${vm}/cp?path=${encodeURIComponent(path)}`);
             ok = up.status === 204 && r.status === 200 && r.text === `${c}:${n}`;
+            // what failed: the write (its answer), or the read of what was written (`c:n` expected)
+            if (!ok)
+              r = { status: r.status, text: `PUT ${up.status} ${up.text.slice(0, 150)}; GET of ${c}:${n}: ${r.text}` };
           } else {
             route = 'POST+DELETE vm';
             const name = `e${c}-${n}`;
