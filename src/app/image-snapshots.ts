@@ -69,8 +69,9 @@ export class ImageSnapshots {
   /**
    * Loads the snapshots a previous daemon made: an unfinished one (its daemon stopped mid-capture)
    * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU), or whose
-   * disk no longer opens (the images folder moved: its disk names its image by path), goes, and
-   * its image and shape are captured again in the background. What a daemon killed with a
+   * disk no longer opens (its disk names its image's file by path, and the images folder moved
+   * where the same build cannot be found), goes, and its image and shape are captured again in the
+   * background. One whose image's file moved with the folder stands on it there and stays. What a daemon killed with a
    * snapshot in use left running (the QEMUs it started ahead for the snapshot's next copies) is
    * stopped.
    */
@@ -80,7 +81,7 @@ export class ImageSnapshots {
     for (const rec of await this.store.list()) {
       const image = await this.images.resolveImage(rec.image).catch(() => undefined);
       const now = image?.built ? await this.keyOf(image, rec).catch(() => undefined) : undefined;
-      const fault = now === rec.key ? await this.disks.diskFault?.(this.refOf(rec.key)) : undefined;
+      const fault = now === rec.key ? await this.faultOf(rec) : undefined;
       if (now !== rec.key || fault) {
         const why = fault
           ? `its disk does not open: ${fault}`
@@ -223,6 +224,16 @@ export class ImageSnapshots {
     for (const [key, run] of [...this.capturing]) if (run.image === image) this.calledOff.add(key);
     if (this.current?.image === image) await this.callOff(this.current.key);
     for (const rec of this.of(image)) await this.locks.run(rec.key, () => this.discard(rec.key));
+  }
+
+  /** Why a snapshot's disk does not open, once it stands on its image again if the image's file moved. */
+  private async faultOf(rec: ImageSnapshotRecord): Promise<string | undefined> {
+    const ref = this.refOf(rec.key);
+    const refused = await this.disks.restand?.(ref, rec.image).then(
+      () => undefined,
+      (err: Error) => err.message,
+    );
+    return refused ?? (await this.disks.diskFault?.(ref));
   }
 
   private refOf(key: string): VmRef {

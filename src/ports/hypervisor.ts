@@ -240,6 +240,15 @@ export interface VmDisks {
    * may run. Absent: the driver cannot tell.
    */
   diskFault?(vm: VmRef): Promise<string | undefined>;
+
+  /**
+   * Puts the VM's disk back on its image (`image`, an id) when the image's file moved with the
+   * images folder: the same build, found at the image's path now. Nothing when its chain is whole;
+   * InvalidStateError saying why when it cannot (another build there, or none that it knows). The
+   * VM must not run. Absent: the driver's disks do not name their image's file. (`launch` does this
+   * itself; this is for a disk a launch does not start first, as an image snapshot's.)
+   */
+  restand?(vm: VmRef, image: string): Promise<void>;
 }
 
 /** Which host folders may be shared: inside one of `allowed`, and clear of every `forbidden` one. */

@@ -404,6 +404,10 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     return this.disks.diskFault(vm);
   }
 
+  restand(vm: VmRef, image: string): Promise<void> {
+    return this.disks.restand(vm, image);
+  }
+
   async rename(from: VmRef, to: VmRef): Promise<void> {
     await this.spares.drop(from.name, to.dir);
     const v = this.live.get(from.name);

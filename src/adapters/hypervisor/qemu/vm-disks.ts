@@ -52,14 +52,18 @@ export class QemuVmDisks {
    * recorded. An unknown image fails here.
    */
   async standing(spec: VmSpec): Promise<void> {
-    const disk = layout(spec.dir).disk;
-    // Where the image's folder is now, without building a built-in one that is missing there.
-    const folder = this.o.images.dir(this.o.images.canonical(spec.image));
-    const moved = await this.o.bases?.restand(spec.name, disk, folder);
-    if (moved)
-      this.o.log?.info({ vm: spec.name, ...moved }, 'the image file of the disk moved: the disk stands on it again');
-    const image = await this.o.images.get(spec.image, disk);
+    await this.restand(spec, spec.image);
+    const image = await this.o.images.get(spec.image, layout(spec.dir).disk);
     await this.o.bases?.note(join(image.dir, image.disk)).catch(() => undefined);
+  }
+
+  /** A disk whose image file moved with the images folder stands on it at its new path (image-bases.ts). */
+  async restand(vm: VmRef, image: string): Promise<void> {
+    // Where the image's folder is now, without building a built-in one that is missing there.
+    const folder = this.o.images.dir(this.o.images.canonical(image));
+    const moved = await this.o.bases?.restand(vm.name, layout(vm.dir).disk, folder);
+    if (moved)
+      this.o.log?.info({ vm: vm.name, ...moved }, 'the image file of the disk moved: the disk stands on it again');
   }
 
   /**
