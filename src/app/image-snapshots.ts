@@ -71,9 +71,9 @@ export class ImageSnapshots {
    * goes, with its guest; one whose inputs changed since (a rebuilt image, another QEMU), or whose
    * disk no longer opens (its disk names its image's file by path, and the images folder moved
    * where the same build cannot be found), goes, and its image and shape are captured again in the
-   * background. One whose image's file moved with the folder stands on it there and stays. What a daemon killed with a
-   * snapshot in use left running (the QEMUs it started ahead for the snapshot's next copies) is
-   * stopped.
+   * background. One whose image's file moved with the folder stands on it there and stays. What a
+   * daemon killed with a snapshot in use left running (the QEMUs it started ahead for the
+   * snapshot's next copies) is stopped.
    */
   async init(): Promise<void> {
     for (const key of await this.store.unfinished()) await this.discard(key);
