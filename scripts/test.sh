@@ -2,9 +2,10 @@
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
 # integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
 # packages and unit; the e2e images built beside integration, which waits on sockets more than it
-# computes, where unit slowed six-fold beside them (and e2e not beside integration's last files: the
-# 200-client soak then failed copies, and the run was no shorter); unit, integration and e2e files on SVC_E2E_JOBS
-# workers, default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
+# computes, where unit slowed six-fold beside them (and e2e not beside integration's last files:
+# the 200-client soak then failed copies, and the run was no shorter); unit, integration and e2e
+# files on SVC_E2E_JOBS workers, default: 2 on two cores or more). Each tier's time is printed at
+# the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -126,8 +127,8 @@ settle "e2e images"
 if ls dist/test/e2e/*.test.js >/dev/null 2>&1; then
   if [ "$jobs" -gt 1 ]; then
     # Longest first, so the workers end close together (mocha hands files out in the order given):
-    # by their seconds in the CI runs of 2026-12-07 01:21 and 02:25, the rest by name.
-    mapfile -t files < <(ordered dist/test/e2e qemu- debian processes import-disk mounts daemon templates forks crash contract e2b import-oci)
+    # by their seconds in the CI run of 2026-12-07 03:58 (processes' printer no longer forks), the rest by name.
+    mapfile -t files < <(ordered dist/test/e2e qemu- debian import-disk mounts processes templates daemon forks crash contract e2b import-oci)
     tier "e2e ($jobs workers)" env SVC_FILE_TIMES="$LOGS/e2e.times" npx mocha --reporter spec --timeout 300000 --parallel --jobs "$jobs" "${files[@]}"
   else
     tier e2e npx mocha --reporter spec --timeout 300000 'dist/test/e2e/**/*.test.js'
