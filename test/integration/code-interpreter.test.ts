@@ -8,6 +8,9 @@ import { tempDir } from '../helpers/daemon.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
 const SERVER = fileURLToPath(new URL('../../../src/adapters/e2b/code-interpreter.py', import.meta.url));
+// Debian's, as in a debian guest: its matplotlib is python3-matplotlib, a package of the tests'
+// (scripts/ensure-host-deps.sh --tests), where another python3 on the PATH would not see it
+const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
 interface Event {
   type: string;
@@ -18,7 +21,22 @@ interface Event {
   is_main_result?: boolean;
   execution_count?: number;
   html?: string;
+  png?: string;
+  chart?: Chart;
 }
+
+interface Chart {
+  type: string;
+  title: string;
+  x_label?: string;
+  y_label?: string;
+  x_scale?: string;
+  x_ticks?: (number | string)[];
+  x_tick_labels?: string[];
+  elements: Record<string, unknown>[];
+}
+
+const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
 /**
  * svc's code interpreter server (src/adapters/e2b/code-interpreter.py), the one a sandbox of E2B's
@@ -40,7 +58,7 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     base = `http://127.0.0.1:${port}`;
     envsFile = join(dir, 'envs.json');
     warmFile = join(dir, 'warm');
-    server = spawn('python3', [SERVER, '--port', String(port), '--envs', envsFile, '--warm', warmFile], {
+    server = spawn(PYTHON, [SERVER, '--port', String(port), '--envs', envsFile, '--warm', warmFile], {
       cwd: dir,
       stdio: 'ignore',
     });
@@ -152,8 +170,8 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       "result ['a', 'b']",
     ]);
     expect(said(await run('for i in range(2):\n    !exit 3\n_exit_code'))).to.deep.equal(['result 3']);
-    expect(said(await run('%matplotlib inline'))[0]).to.match(
-      /^error UsageError: Line magic function `%matplotlib` not found/,
+    expect(said(await run('%load_ext autoreload'))[0]).to.match(
+      /^error UsageError: Line magic function `%load_ext` not found/,
     );
     // IPython's aliases of shell commands
     expect(said(await run('%mkdir sub\n%ls -d sub'))).to.deep.equal(['stdout sub/\n']);
@@ -328,6 +346,150 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     const died = await execute({ code: 'import os\nos.system("sleep 100 &")\nos._exit(1)' });
     expect(died[0]).to.include({ type: 'error', name: 'KernelDied' });
     expect((await execute({ code: 'x' })).find((e) => e.type === 'error')?.name).to.equal('NameError');
+  });
+
+  it("gives matplotlib's figures as results, a PNG and E2B's chart: at plt.show(), and those a cell leaves open after it", async () => {
+    const shown = await execute({
+      code: [
+        'import matplotlib.pyplot as plt',
+        'plt.plot([1, 2, 3], [1, 4, 9], label="squares")',
+        'plt.title("growth"); plt.xlabel("n"); plt.ylabel("n squared")',
+        'plt.show()',
+        'print("after")',
+      ].join('\n'),
+    });
+    // the figure when plt.show() ran: before what the cell printed after it
+    expect(shown.map((e) => e.type)).to.deep.equal(['result', 'stdout', 'number_of_executions', 'end_of_execution']);
+    const [figure] = shown;
+    expect(figure).to.include({ is_main_result: false, text: '<Figure size 640x480 with 1 Axes>' });
+    expect(Buffer.from(figure.png!, 'base64').subarray(0, 8).equals(PNG), 'a PNG').to.equal(true);
+    expect(figure.chart).to.deep.include({
+      type: 'line',
+      title: 'growth',
+      x_label: 'n',
+      y_label: 'n squared',
+      x_scale: 'linear',
+      elements: [
+        {
+          label: 'squares',
+          points: [
+            [1, 1],
+            [2, 4],
+            [3, 9],
+          ],
+        },
+      ],
+    });
+    expect(figure.chart!.x_ticks!.length).to.equal(figure.chart!.x_tick_labels!.length).and.above(1);
+    expect(
+      figure.chart!.x_tick_labels!.some((t) => /^2\.0*$/.test(t)),
+      'the tick labels as drawn',
+    ).to.equal(true);
+
+    // a figure the cell leaves open comes after the cell's value, once: the next cell has none
+    const left = await execute({
+      code: 'fig, ax = plt.subplots()\nax.bar(["a", "b", "c"], [3, 1, 2.5], label="n")\n7',
+    });
+    const results = left.filter((e) => e.type === 'result');
+    expect(results.map((e) => [e.is_main_result, e.text])).to.deep.equal([
+      [true, '7'],
+      [false, '<Figure size 640x480 with 1 Axes>'],
+    ]);
+    expect(results[1].chart).to.deep.include({
+      type: 'bar',
+      elements: [
+        { label: 'a', value: '3', group: 'n' },
+        { label: 'b', value: '1', group: 'n' },
+        { label: 'c', value: '2.5', group: 'n' },
+      ],
+    });
+    expect((await execute({ code: 'len(plt.get_fignums())' }))[0].text).to.equal('0');
+    // a figure as the cell's value is its main result, with its picture
+    const value = await execute({
+      code: 'import matplotlib.figure\nf = matplotlib.figure.Figure()\nf.add_subplot().plot([0, 1])\nf',
+    });
+    expect(value[0]).to.include({ type: 'result', is_main_result: true });
+    expect(Buffer.from(value[0].png!, 'base64').subarray(0, 8).equals(PNG)).to.equal(true);
+    expect(value[0].chart?.elements).to.deep.equal([
+      {
+        label: '',
+        points: [
+          [0, 0],
+          [1, 1],
+        ],
+      },
+    ]);
+  });
+
+  it("reads pies, scatters, dates and several axes as E2B's chart types; %matplotlib inline is the default, and a program a cell starts has its own backend", async () => {
+    const chart = async (code: string): Promise<Chart> => {
+      const events = await execute({ code: `import matplotlib.pyplot as plt\n${code}` });
+      const figures = events.filter((e) => e.type === 'result' && e.chart);
+      expect(figures, JSON.stringify(events).slice(0, 500)).to.have.length(1);
+      return figures[0].chart!;
+    };
+    expect(await chart('plt.pie([1, 1, 2], labels=["x", "y", "z"]); plt.title("share")')).to.deep.equal({
+      type: 'pie',
+      title: 'share',
+      elements: [
+        { label: 'x', angle: 90, radius: 1 },
+        { label: 'y', angle: 90, radius: 1 },
+        { label: 'z', angle: 180, radius: 1 },
+      ],
+    });
+    const dots = await chart('plt.scatter([1, 2], [3, 4], label="dots")');
+    expect(dots).to.deep.include({
+      type: 'scatter',
+      elements: [
+        {
+          label: 'dots',
+          points: [
+            [1, 3],
+            [2, 4],
+          ],
+        },
+      ],
+    });
+    const dated = await chart(
+      'import datetime\nplt.plot([datetime.date(2024, 1, 1), datetime.date(2024, 1, 3)], [5, 6])',
+    );
+    expect(dated).to.deep.include({
+      x_scale: 'datetime',
+      elements: [
+        {
+          label: '',
+          points: [
+            ['2024-01-01', 5],
+            ['2024-01-03', 6],
+          ],
+        },
+      ],
+    });
+    expect(String(dated.x_ticks![0])).to.match(/^2024-01-0\dT/);
+    const both = await chart(
+      'fig, (a, b) = plt.subplots(1, 2)\na.plot([0, 1], [0, 1])\nb.barh(["p", "q"], [2, 3])\nfig.suptitle("two")',
+    );
+    expect(both.type).to.equal('superchart');
+    expect(both.title).to.equal('two');
+    expect(both.elements.map((c) => c.type)).to.deep.equal(['line', 'bar']);
+    expect(both.elements[1].elements).to.deep.equal([
+      { label: 'p', value: '2', group: '' },
+      { label: 'q', value: '3', group: '' },
+    ]);
+
+    expect((await execute({ code: '%matplotlib inline' })).map((e) => e.type)).to.deep.equal([
+      'number_of_executions',
+      'end_of_execution',
+    ]);
+    const refused = (await execute({ code: '%matplotlib qt' })).find((e) => e.type === 'error');
+    expect(refused).to.include({ name: 'UsageError' });
+    expect(refused!.value).to.match(/no screen/);
+    // MPLBACKEND is not set for what the cell starts: a program's pyplot does not look for the kernel's backend
+    const child = await execute({
+      code: 'import subprocess, sys\nsubprocess.run([sys.executable, "-c", "import matplotlib.pyplot as p; p.plot([1]); print(p.get_backend())"]).returncode',
+    });
+    expect(printed(child).toLowerCase()).to.equal('agg\n');
+    expect(child.find((e) => e.type === 'result')?.text).to.equal('0');
   });
 
   it('answers 404 to a path it does not serve and 400 to a body that is not an object', async () => {

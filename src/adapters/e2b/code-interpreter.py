@@ -29,7 +29,12 @@ once it is there). docs/e2b.md.
 import ast
 import base64
 import codecs
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
 import json
+import math
 import os
 import re
 import selectors
@@ -172,6 +177,10 @@ def kernel_main(fd, nonce):
             if isinstance(data, bytes):
                 data = base64.b64encode(data).decode("ascii")
             out[key] = data
+        # a figure given as the cell's value or to display(): its picture and chart (Jupyter's inline backend's)
+        figure = sys.modules.get("matplotlib.figure")
+        if figure is not None and isinstance(value, figure.Figure):
+            out.update(figure_formats(value))
         return out
 
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -181,6 +190,12 @@ def kernel_main(fd, nonce):
             emit({"type": "result", "is_main_result": False, **formats(obj)})
 
     namespace["display"] = display
+
+    def show_figures():
+        for result in open_figures():
+            emit({"type": "result", "is_main_result": False, **result})
+
+    sys.meta_path.insert(0, InlineBackend(show_figures))
     sys.stdout = Stream("stdout", 1)
     sys.stderr = Stream("stderr", 2)
     count = 0
@@ -227,6 +242,15 @@ def kernel_main(fd, nonce):
                 namespace["_"] = value
                 emit({"type": "result", "is_main_result": True, **formats(value)})
 
+    def error(e):
+        if isinstance(e, KeyboardInterrupt):
+            return emit({"type": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": ""})
+        # the frames of the cell and what it called, not of this kernel
+        tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != kernel_file]
+        lines = ["Traceback (most recent call last):\n"] if tb else []
+        lines += traceback.format_list(tb) + traceback.format_exception_only(type(e), e)
+        emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(lines)})
+
     for line in requests:
         req = json.loads(line)
         # the sandbox's envs are the kernel's own from now on (what a cell leaves running sees
@@ -239,14 +263,8 @@ def kernel_main(fd, nonce):
         count += 1 if req.get("counted", True) else 0
         try:
             run(req["code"])
-        except KeyboardInterrupt:
-            emit({"type": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": ""})
         except BaseException as e:  # noqa: BLE001 - a cell's SystemExit is its error too
-            # the frames of the cell and what it called, not of this kernel
-            tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != kernel_file]
-            lines = ["Traceback (most recent call last):\n"] if tb else []
-            lines += traceback.format_list(tb) + traceback.format_exception_only(type(e), e)
-            emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(lines)})
+            error(e)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -254,8 +272,230 @@ def kernel_main(fd, nonce):
                 else:
                     os.environ[k] = v
             sys.stdout.flush()
+        # the figures the cell left open, after its value (Jupyter's inline backend's post-execute)
+        try:
+            show_figures()
+        except BaseException as e:  # noqa: BLE001 - a figure that cannot be drawn: the cell's error
+            error(e)
         emit({"type": "number_of_executions", "execution_count": count})
         emit({"type": "done"})
+
+
+# ------------------------------------------------------------------------------------------ matplotlib's figures
+
+# the backend a kernel's matplotlib gets (unless MPLBACKEND says another): Agg's canvas, whose
+# `plt.show()` gives the open figures as results, as Jupyter's inline backend does
+INLINE_BACKEND = "module://svc_inline"
+
+
+class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """
+    Finds `svc_inline`, the backend, for matplotlib, and when a cell first imports matplotlib sets it
+    as the backend (rcParams, not MPLBACKEND: a Python program the cell starts must not look for a
+    module only the kernel has). `show` gives the open figures as results.
+    """
+
+    def __init__(self, show):
+        self.show = show
+
+    def find_spec(self, name, path, target=None):
+        if name == "svc_inline":
+            return importlib.util.spec_from_loader(name, self)
+        if name != "matplotlib" or "MPLBACKEND" in os.environ:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        loaded = spec.loader.exec_module
+
+        def exec_module(module):
+            loaded(module)
+            module.rcParams["backend"] = INLINE_BACKEND
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        from matplotlib.backend_bases import FigureManagerBase
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        module.FigureCanvas = FigureCanvasAgg
+        module.FigureManager = FigureManagerBase
+        module.show = lambda *args, **kwargs: self.show()
+        module.draw_if_interactive = lambda *args, **kwargs: None
+
+
+def open_figures():
+    """
+    pyplot's open figures as results, then closed, as Jupyter's inline backend gives them at
+    `plt.show()` and after each cell: a figure is shown once, and the next cell starts with none.
+    """
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None or pyplot.rcParams["backend"] != INLINE_BACKEND:
+        return []
+    from matplotlib._pylab_helpers import Gcf
+
+    figures = [m.canvas.figure for m in Gcf.get_all_fig_managers()]
+    pyplot.close("all")
+    return [{"text": repr(f), **figure_formats(f)} for f in figures]
+
+
+def figure_formats(figure):
+    """A figure as E2B's code interpreter gives it: a PNG, and its data as a `chart` where it has one."""
+    png = io.BytesIO()
+    figure.canvas.print_figure(png, format="png", bbox_inches="tight")
+    out = {"png": base64.b64encode(png.getvalue()).decode("ascii")}
+    # drawn now, the tick labels have their text
+    try:
+        chart = chart_of(figure)
+    except Exception:  # noqa: BLE001 - a figure this reading does not know: its picture alone
+        chart = None
+    if chart is not None:
+        out["chart"] = chart
+    return out
+
+
+def chart_of(figure):
+    """E2B's `chart` of a figure: one axes' chart, a `superchart` of several, None when no axes has one."""
+    charts = [c for c in (axes_chart(ax) for ax in figure.axes) if c is not None]
+    if len(charts) <= 1:
+        return charts[0] if charts else None
+    title = figure._suptitle.get_text() if getattr(figure, "_suptitle", None) is not None else ""
+    return {"type": "superchart", "title": title, "elements": charts}
+
+
+def axes_chart(ax):
+    """One axes as E2B's chart types (`pie`, `bar`, `line`, `scatter`), by what is drawn on it."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer
+    from matplotlib.patches import Wedge
+
+    title = ax.get_title()
+    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+    if wedges:
+        elements = [{"label": w.get_label(), "angle": abs(w.theta2 - w.theta1), "radius": w.r} for w in wedges]
+        return {"type": "pie", "title": title, "elements": elements}
+    axes2d = {"title": title, "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel()}
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    if bars:
+        elements = []
+        for c in bars:
+            horizontal = getattr(c, "orientation", None) == "horizontal"
+            axis = ax.yaxis if horizontal else ax.xaxis
+            group = label_of(c)
+            for rect in c.patches:
+                at = rect.get_y() + rect.get_height() / 2 if horizontal else rect.get_x() + rect.get_width() / 2
+                value = rect.get_width() if horizontal else rect.get_height()
+                elements.append({"label": tick_text(axis, at), "value": number_text(value), "group": group})
+        return {"type": "bar", **axes2d, "elements": elements}
+    lines = [line for line in ax.get_lines() if len(line.get_xdata())]
+    dots = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+    if not lines and not dots:
+        return None
+    x, y = Scale(ax.xaxis), Scale(ax.yaxis)
+    if lines:
+        kind = "line"
+        elements = [
+            {"label": label_of(line), "points": points(line.get_xdata(), line.get_ydata(), x, y)} for line in lines
+        ]
+    else:
+        kind = "scatter"
+        elements = [
+            {"label": label_of(c), "points": points(c.get_offsets()[:, 0], c.get_offsets()[:, 1], x, y)} for c in dots
+        ]
+    x_ticks, x_labels = ticks(ax.xaxis, x)
+    y_ticks, y_labels = ticks(ax.yaxis, y)
+    return {
+        "type": kind,
+        **axes2d,
+        "x_scale": x.kind,
+        "x_ticks": x_ticks,
+        "x_tick_labels": x_labels,
+        "y_scale": y.kind,
+        "y_ticks": y_ticks,
+        "y_tick_labels": y_labels,
+        "elements": elements,
+    }
+
+
+def ticks(axis, scale):
+    """An axis's ticks in its view (its locator gives some beyond) as the data had them, and their labels as drawn."""
+    low, high = sorted(axis.get_view_interval())
+    slack = (high - low) * 1e-9
+    kept = [
+        (t, text.get_text())
+        for t, text in zip(axis.get_ticklocs(), axis.get_ticklabels())
+        if low - slack <= t <= high + slack
+    ]
+    return [scale.value(t) for t, _ in kept], [label for _, label in kept]
+
+
+class Scale:
+    """An axis's scale as E2B names it, and its values as the data had them: dates, categories, numbers."""
+
+    def __init__(self, axis):
+        units = axis.get_units()
+        converter = type(axis.get_converter() if hasattr(axis, "get_converter") else axis.converter).__name__
+        self.names = {}
+        if units is not None and hasattr(units, "_mapping"):
+            self.kind = "categorical"
+            self.names = {v: k for k, v in units._mapping.items()}
+        elif "Date" in converter:
+            self.kind = "datetime"
+        else:
+            self.kind = axis.get_scale()
+
+    def value(self, v):
+        """A value on the axis (a tick, a scatter's offset) as the data had it; None where it is no number."""
+        if isinstance(v, str):
+            return v
+        if hasattr(v, "isoformat"):
+            return v.isoformat()
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return str(v)
+        if not math.isfinite(v):
+            return None
+        if self.kind == "datetime":
+            from matplotlib.dates import num2date
+
+            return num2date(v).isoformat()
+        if self.kind == "categorical":
+            return self.names.get(round(v), v)
+        return v
+
+
+def points(xs, ys, x, y):
+    """A line's or a scatter's points, [x, y] each; those with a coordinate that is no finite number left out."""
+    out = []
+    for a, b in zip(xs, ys):
+        a, b = x.value(a), y.value(b)
+        if a is not None and b is not None:
+            out.append([a, b])
+    return out
+
+
+def tick_text(axis, at):
+    """The label of the tick at `at` (a bar's middle), or the number itself where no tick is there."""
+    for tick, text in zip(axis.get_ticklocs(), axis.get_ticklabels()):
+        if abs(tick - at) < 1e-9 and text.get_text():
+            return text.get_text()
+    return number_text(at)
+
+
+def number_text(v):
+    v = float(v)
+    return str(int(v)) if v.is_integer() else repr(v)
+
+
+def label_of(artist):
+    """An artist's label; matplotlib's own names for unlabeled ones (`_child0`) are no label."""
+    label = artist.get_label()
+    return "" if label is None or str(label).startswith("_") else str(label)
 
 
 # ------------------------------------------------------------------------------------------ IPython's escapes
@@ -393,10 +633,25 @@ class Magics:
             return self.shell(arg, capture=True)
         if name in self.ALIASES:
             return self.shell(f"{self.ALIASES[name]} {arg}")
+        if name == "matplotlib":
+            return self.matplotlib(arg.strip())
         raise UsageError(
-            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %pip, %pwd, %sx, %time, "
-            f"%timeit, %{', %'.join(self.ALIASES)} and !command)."
+            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %matplotlib, %pip, %pwd, %sx, "
+            f"%time, %timeit, %{', %'.join(self.ALIASES)} and !command)."
         )
+
+    def matplotlib(self, backend):
+        """`%matplotlib [inline]`: figures as results (the default already); a sandbox has no screen for others."""
+        if backend not in ("", "inline"):
+            raise UsageError(
+                f"%matplotlib {backend}: a sandbox has no screen; `%matplotlib inline` (the default) gives "
+                "figures as results"
+            )
+        import matplotlib
+
+        matplotlib.use(INLINE_BACKEND)
+        if not backend:
+            print(f"Using matplotlib backend: {INLINE_BACKEND}")
 
     def cell(self, name, arg, body):
         sys.stdout.flush()
