@@ -29,15 +29,15 @@
 #   openssl           a certificate of the tests' own making, which a download from its URL must not trust
 #   openssh-client    ssh-keygen: the unit test of a clone's SSH host keys made anew
 #   python3           running svc's E2B code interpreter server (src/adapters/e2b/code-interpreter.py) on this host
-#   python3-matplotlib, python3-munkres
-#                     that server's figures and charts, with Debian's matplotlib as a debian guest has it
-#                     (munkres: fonttools then takes it instead of scipy, which it does not need here)
+#   python3-matplotlib, python3-munkres, python3-pandas
+#                     that server's figures, charts and DataFrames, with Debian's packages as a debian guest
+#                     has them (munkres: fonttools then takes it instead of scipy, which it does not need here)
 # No service a package ships is started by its install (a policy-rc.d for the install's length,
 # where the host has none): svc and its tests start etcd and the registry themselves, when needed.
 set -euo pipefail
 pkgs=(qemu-system-x86 qemu-utils linux-image-amd64 busybox-static dropbear-bin e2fsprogs genisoimage kmod cpio xz-utils zstd bzip2 fakeroot socat mmdebstrap
   skopeo umoci gcc libc6-dev etcd-server)
-[ "${1:-}" = --tests ] && pkgs+=(libarchive-tools syslinux syslinux-common mtools dosfstools fdisk microsocks docker-registry openssl openssh-client python3 python3-matplotlib python3-munkres)
+[ "${1:-}" = --tests ] && pkgs+=(libarchive-tools syslinux syslinux-common mtools dosfstools fdisk microsocks docker-registry openssl openssh-client python3 python3-matplotlib python3-munkres python3-pandas)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@ interface Event {
   html?: string;
   png?: string;
   chart?: Chart;
+  data?: Record<string, unknown[]>;
 }
 
 interface Chart {
@@ -490,6 +491,38 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     });
     expect(printed(child).toLowerCase()).to.equal('agg\n');
     expect(child.find((e) => e.type === 'result')?.text).to.equal('0');
+  });
+
+  it("gives a pandas DataFrame's columns as E2B's data, beside its HTML table, and its plot as a figure", async () => {
+    const events = await execute({
+      code: [
+        'import pandas as pd, numpy as np',
+        'df = pd.DataFrame({"n": [1, 2, 3], "x": [0.5, np.nan, 2.0], "s": ["a", None, "c"],',
+        '                   "t": pd.to_datetime(["2024-01-01", None, "2024-03-01"]), "b": [True, False, True]})',
+        'df.plot(x="n", y="x", title="by n")',
+        'df',
+      ].join('\n'),
+    });
+    const [value, figure] = events.filter((e) => e.type === 'result');
+    expect(value.is_main_result).to.equal(true);
+    expect(value.html).to.match(/^<div>[\s\S]*<table/);
+    expect(value.data).to.deep.equal({
+      n: [1, 2, 3],
+      x: [0.5, null, 2],
+      s: ['a', null, 'c'],
+      t: ['2024-01-01T00:00:00', null, '2024-03-01T00:00:00'],
+      b: [true, false, true],
+    });
+    expect(figure.chart).to.deep.include({ type: 'line', title: 'by n', x_label: 'n' });
+    expect(figure.chart!.elements).to.deep.equal([
+      {
+        label: 'x',
+        points: [
+          [1, 0.5],
+          [3, 2],
+        ],
+      },
+    ]);
   });
 
   it('answers 404 to a path it does not serve and 400 to a body that is not an object', async () => {

@@ -181,6 +181,10 @@ def kernel_main(fd, nonce):
         figure = sys.modules.get("matplotlib.figure")
         if figure is not None and isinstance(value, figure.Figure):
             out.update(figure_formats(value))
+        # a DataFrame's columns as E2B's `data` (beside its HTML table)
+        pandas = sys.modules.get("pandas")
+        if pandas is not None and isinstance(value, pandas.DataFrame):
+            out["data"] = frame_data(value)
         return out
 
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -496,6 +500,31 @@ def label_of(artist):
     """An artist's label; matplotlib's own names for unlabeled ones (`_child0`) are no label."""
     label = artist.get_label()
     return "" if label is None or str(label).startswith("_") else str(label)
+
+
+def frame_data(frame):
+    """A DataFrame as E2B's `data`: its columns' values by name, as JSON has them (dates ISO 8601, missing null)."""
+    return {str(name): [json_value(v) for v in values] for name, values in frame.to_dict(orient="list").items()}
+
+
+def json_value(v):
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if type(v).__name__ in ("NaTType", "NAType"):
+        return None
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    item = getattr(v, "item", None)
+    if callable(item):
+        try:
+            v = item()
+        except (TypeError, ValueError):
+            return str(v)
+        if v is None or isinstance(v, (bool, int, str, float)):
+            return json_value(v)
+    return str(v)
 
 
 # ------------------------------------------------------------------------------------------ IPython's escapes
