@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): install, build, then the tiers: lint and layers, unit,
-# integration, e2e. Independent tiers run side by side where the cores allow (lint beside the host
-# packages and unit; the e2e images built beside integration, which waits on sockets more than it
-# computes, where unit slowed six-fold beside them (and e2e not beside integration's last files:
-# the 200-client soak then failed copies, and the run was no shorter); unit, integration and e2e
-# files on SVC_E2E_JOBS workers, default: 2 on two cores or more). Each tier's time is printed at
-# the end, pass or fail.
+# integration, e2e. Independent tiers run side by side where the cores allow (the host packages
+# beside npm's install and the build; lint beside what is left of them and unit; the e2e images
+# built beside integration, which waits on sockets more than it computes, where unit slowed
+# six-fold beside them (and e2e not beside integration's last files: the 200-client soak then
+# failed copies, and the run was no shorter); unit, integration and e2e files on SVC_E2E_JOBS
+# workers, default: 2 on two cores or more). Each tier's time is printed at the end, pass or fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -98,10 +98,13 @@ build() {
 
 jobs=${SVC_E2E_JOBS:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
 
+# The host's packages (apt: downloads and dpkg) beside npm's install and the build, which do not
+# need them (the base system's C compiler builds the native helpers; without one they are skipped)
+spawn "host packages" host_deps
 tier install install
 tier build build
 spawn lint lint
-tier "host packages" host_deps
+settle "host packages"
 # Unit files on the same workers (75 s to 40 s on two cores; each file builds its own world).
 tier unit npx mocha --reporter dot $([ "$jobs" -gt 1 ] && echo "--parallel --jobs $jobs") 'dist/test/unit/**/*.test.js'
 spawn "e2e images" node dist/test/e2e/prepare.js
