@@ -422,7 +422,7 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     ]);
   });
 
-  it("reads pies, scatters, dates and several axes as E2B's chart types; %matplotlib inline is the default, and a program a cell starts has its own backend", async () => {
+  it("reads pies, scatters, dates, box plots and several axes as E2B's chart types; a cell that ends with `;` shows no value; %matplotlib inline is the default, and a program a cell starts has its own backend", async () => {
     const chart = async (code: string): Promise<Chart> => {
       const events = await execute({ code: `import matplotlib.pyplot as plt\n${code}` });
       const figures = events.filter((e) => e.type === 'result' && e.chart);
@@ -477,6 +477,21 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       { label: 'p', value: '2', group: '' },
       { label: 'q', value: '3', group: '' },
     ]);
+
+    // a box plot's numbers, from the statistics it was drawn from
+    expect(await chart('plt.boxplot([[1, 2, 3, 4, 20], [2, 3, 4]], labels=["a", "b"])')).to.deep.include({
+      type: 'box_and_whisker',
+      elements: [
+        { label: 'a', min: 1, first_quartile: 2, median: 3, third_quartile: 4, max: 4, outliers: [20] },
+        { label: 'b', min: 2, first_quartile: 2.5, median: 3, third_quartile: 3.5, max: 4, outliers: [] },
+      ],
+    });
+    // a cell that ends with `;` shows no value, as in IPython: its figure alone
+    const quiet = await execute({ code: 'plt.plot([1, 2]);  # the line' });
+    expect(quiet.filter((e) => e.type === 'result').map((e) => e.text)).to.deep.equal([
+      '<Figure size 640x480 with 1 Axes>',
+    ]);
+    expect((await execute({ code: 'z = "a;"\nz' }))[0].text).to.equal("'a;'");
 
     expect((await execute({ code: '%matplotlib inline' })).map((e) => e.type)).to.deep.equal([
       'number_of_executions',

@@ -242,7 +242,8 @@ def kernel_main(fd, nonce):
         run_code(compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT))
         if last is not None:
             value = run_code(compile(last, "<cell>", "eval", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT))
-            if value is not None:
+            # a cell that ends with `;` shows no value (IPython's way to keep `plt.plot(...);` quiet)
+            if value is not None and not quiet(code):
                 namespace["_"] = value
                 emit({"type": "result", "is_main_result": True, **formats(value)})
 
@@ -283,6 +284,19 @@ def kernel_main(fd, nonce):
             error(e)
         emit({"type": "number_of_executions", "execution_count": count})
         emit({"type": "done"})
+
+
+def quiet(code):
+    """IPython's rule: a cell whose last token, comments aside, is `;` shows no value."""
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    skip = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    last = next((t for t in reversed(tokens) if t.type not in skip), None)
+    return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
 # ------------------------------------------------------------------------------------------ matplotlib's figures
@@ -326,10 +340,41 @@ class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         from matplotlib.backend_bases import FigureManagerBase
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+        keep_box_stats()
         module.FigureCanvas = FigureCanvasAgg
         module.FigureManager = FigureManagerBase
         module.show = lambda *args, **kwargs: self.show()
         module.draw_if_interactive = lambda *args, **kwargs: None
+
+
+def keep_box_stats():
+    """
+    Box plots keep their statistics on their axes (`_svc_boxes`): what is drawn of them is lines that
+    do not say which is a whisker, and E2B's `box_and_whisker` chart gives the numbers.
+    """
+    import inspect
+
+    from matplotlib.axes import Axes
+
+    drawn = Axes.bxp
+    if getattr(drawn, "svc_keeps", False):
+        return
+    signature = inspect.signature(drawn)
+
+    def bxp(self, bxpstats, *args, **kwargs):
+        artists = drawn(self, bxpstats, *args, **kwargs)
+        given = signature.bind(self, bxpstats, *args, **kwargs).arguments
+        horizontal = given.get("orientation") == "horizontal" or given.get("vert", True) is False
+        stats = list(bxpstats)
+        positions = given.get("positions")
+        positions = list(positions) if positions is not None else list(range(1, len(stats) + 1))
+        boxes = getattr(self, "_svc_boxes", [])
+        boxes.append({"stats": stats, "positions": positions, "horizontal": horizontal, "artists": artists})
+        self._svc_boxes = boxes
+        return artists
+
+    bxp.svc_keeps = True
+    Axes.bxp = bxp
 
 
 def open_figures():
@@ -372,7 +417,7 @@ def chart_of(figure):
 
 
 def axes_chart(ax):
-    """One axes as E2B's chart types (`pie`, `bar`, `line`, `scatter`), by what is drawn on it."""
+    """One axes as E2B's chart types (`pie`, `box_and_whisker`, `bar`, `line`, `scatter`), by what is drawn on it."""
     from matplotlib.collections import PathCollection
     from matplotlib.container import BarContainer
     from matplotlib.patches import Wedge
@@ -383,6 +428,23 @@ def axes_chart(ax):
         elements = [{"label": w.get_label(), "angle": abs(w.theta2 - w.theta1), "radius": w.r} for w in wedges]
         return {"type": "pie", "title": title, "elements": elements}
     axes2d = {"title": title, "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel()}
+    # box plots whose lines are still on the axes (not cleared since)
+    boxes = [b for b in getattr(ax, "_svc_boxes", []) if any(line in ax.lines for line in b["artists"]["medians"])]
+    if boxes:
+        elements = []
+        for b in boxes:
+            axis = ax.yaxis if b["horizontal"] else ax.xaxis
+            for stat, at in zip(b["stats"], b["positions"]):
+                elements.append({
+                    "label": str(stat["label"]) if "label" in stat else tick_text(axis, at),
+                    "min": float(stat["whislo"]),
+                    "first_quartile": float(stat["q1"]),
+                    "median": float(stat["med"]),
+                    "third_quartile": float(stat["q3"]),
+                    "max": float(stat["whishi"]),
+                    "outliers": [float(v) for v in stat.get("fliers", [])],
+                })
+        return {"type": "box_and_whisker", **axes2d, "elements": elements}
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     if bars:
         elements = []
