@@ -493,6 +493,27 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     ]);
     expect((await execute({ code: 'z = "a;"\nz' }))[0].text).to.equal("'a;'");
 
+    // %config InlineBackend.figure_format(s): twice the pixels for 'retina', SVG's text, JPEG
+    const width = async (): Promise<number> => {
+      const [r] = (await execute({ code: 'plt.figure(); plt.plot([1, 2]);' })).filter((e) => e.type === 'result');
+      return Buffer.from(r.png!, 'base64').readUInt32BE(16);
+    };
+    const plain = await width();
+    await execute({ code: '%config InlineBackend.figure_format = "retina"' });
+    expect(await width()).to.be.within(plain * 2 - 4, plain * 2 + 4);
+    await execute({ code: '%config InlineBackend.figure_formats = {"svg", "jpeg"}' });
+    const [formats] = (await execute({ code: 'plt.plot([1, 2]);' })).filter((e) => e.type === 'result');
+    expect(formats).to.not.have.property('png');
+    expect((formats as { svg?: string }).svg).to.match(/<svg[\s\S]*<\/svg>/);
+    expect(
+      Buffer.from((formats as { jpeg?: string }).jpeg!, 'base64')
+        .subarray(0, 2)
+        .toString('hex'),
+    ).to.equal('ffd8');
+    const unknown = await execute({ code: '%config InlineBackend.figure_format = "gif"' });
+    expect(unknown[0]).to.include({ type: 'error', name: 'UsageError' });
+    await execute({ code: '%config InlineBackend.figure_format = "png"' });
+
     expect((await execute({ code: '%matplotlib inline' })).map((e) => e.type)).to.deep.equal([
       'number_of_executions',
       'end_of_execution',

@@ -392,11 +392,29 @@ def open_figures():
     return [{"text": repr(f), **figure_formats(f)} for f in figures]
 
 
+# the formats figures are given in (`%config InlineBackend.figure_formats`): a result's key and
+# matplotlib's format and resolution for each of the names the inline backend takes
+FIGURE_FORMATS = {
+    "png": ("png", "png", 1),
+    "retina": ("png", "png", 2),
+    "png2x": ("png", "png", 2),
+    "jpeg": ("jpeg", "jpeg", 1),
+    "jpg": ("jpeg", "jpeg", 1),
+    "svg": ("svg", "svg", 1),
+    "pdf": ("pdf", "pdf", 1),
+}
+figure_formats_chosen = ["png"]
+
+
 def figure_formats(figure):
-    """A figure as E2B's code interpreter gives it: a PNG, and its data as a `chart` where it has one."""
-    png = io.BytesIO()
-    figure.canvas.print_figure(png, format="png", bbox_inches="tight")
-    out = {"png": base64.b64encode(png.getvalue()).decode("ascii")}
+    """A figure as E2B's code interpreter gives it: a PNG (or the formats chosen), and its data as a `chart`."""
+    out = {}
+    for name in figure_formats_chosen:
+        key, fmt, scale = FIGURE_FORMATS[name]
+        data = io.BytesIO()
+        figure.canvas.print_figure(data, format=fmt, bbox_inches="tight", dpi=figure.dpi * scale)
+        value = data.getvalue()
+        out[key] = value.decode("utf-8") if fmt == "svg" else base64.b64encode(value).decode("ascii")
     # drawn now, the tick labels have their text
     try:
         chart = chart_of(figure)
@@ -726,10 +744,29 @@ class Magics:
             return self.shell(f"{self.ALIASES[name]} {arg}")
         if name == "matplotlib":
             return self.matplotlib(arg.strip())
+        if name == "config":
+            return self.config(arg.strip())
         raise UsageError(
-            f"Line magic function `%{name}` not found (this kernel has %cd, %env, %matplotlib, %pip, %pwd, %sx, "
-            f"%time, %timeit, %{', %'.join(self.ALIASES)} and !command)."
+            f"Line magic function `%{name}` not found (this kernel has %cd, %config, %env, %matplotlib, %pip, "
+            f"%pwd, %sx, %time, %timeit, %{', %'.join(self.ALIASES)} and !command)."
         )
+
+    def config(self, arg):
+        """`%config InlineBackend.figure_format = 'retina'` (or `figure_formats = {'png', 'svg'}`): how figures come."""
+        global figure_formats_chosen
+        key, sep, value = arg.partition("=")
+        key = key.strip()
+        if not sep or key not in ("InlineBackend.figure_format", "InlineBackend.figure_formats"):
+            raise UsageError(
+                "%config: this kernel sets InlineBackend.figure_format (or figure_formats) alone, "
+                f"as `%config InlineBackend.figure_format = 'retina'`; not {arg!r}"
+            )
+        chosen = ast.literal_eval(value.strip())
+        chosen = [chosen] if isinstance(chosen, str) else sorted(chosen)
+        unknown = [c for c in chosen if c not in FIGURE_FORMATS]
+        if unknown or not chosen:
+            raise UsageError(f"%config {key}: {unknown or chosen} is not among {', '.join(FIGURE_FORMATS)}")
+        figure_formats_chosen = chosen
 
     def matplotlib(self, backend):
         """`%matplotlib [inline]`: figures as results (the default already); a sandbox has no screen for others."""
