@@ -405,6 +405,11 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       ],
     });
     expect((await execute({ code: 'len(plt.get_fignums())' }))[0].text).to.equal('0');
+    // a figure that cannot be drawn (bad TeX) is the cell's error; the other figure is still shown
+    const bad = await execute({ code: 'plt.figure(); plt.text(0, 0, r"$\\frac{a}{$")\nplt.figure(); plt.plot([1]);' });
+    expect(bad.map((e) => e.type)).to.deep.equal(['result', 'error', 'number_of_executions', 'end_of_execution']);
+    expect(bad[1]).to.include({ name: 'ValueError' });
+    expect((await execute({ code: 'len(plt.get_fignums())' }))[0].text).to.equal('0');
     // a figure as the cell's value is its main result, with its picture
     const value = await execute({
       code: 'import matplotlib.figure\nf = matplotlib.figure.Figure()\nf.add_subplot().plot([0, 1])\nf',

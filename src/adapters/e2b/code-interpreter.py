@@ -196,8 +196,15 @@ def kernel_main(fd, nonce):
     namespace["display"] = display
 
     def show_figures():
-        for result in open_figures():
-            emit({"type": "result", "is_main_result": False, **result})
+        """Each open figure as a result; one that cannot be drawn keeps no other back (its error is raised after)."""
+        failed = None
+        for figure in open_figures():
+            try:
+                emit({"type": "result", "is_main_result": False, "text": repr(figure), **figure_formats(figure)})
+            except Exception as e:  # noqa: BLE001 - raised once the others are shown
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     sys.meta_path.insert(0, InlineBackend(show_figures))
     sys.stdout = Stream("stdout", 1)
@@ -362,10 +369,10 @@ def keep_box_stats():
     signature = inspect.signature(drawn)
 
     def bxp(self, bxpstats, *args, **kwargs):
-        artists = drawn(self, bxpstats, *args, **kwargs)
-        given = signature.bind(self, bxpstats, *args, **kwargs).arguments
-        horizontal = given.get("orientation") == "horizontal" or given.get("vert", True) is False
         stats = list(bxpstats)
+        artists = drawn(self, stats, *args, **kwargs)
+        given = signature.bind(self, stats, *args, **kwargs).arguments
+        horizontal = given.get("orientation") == "horizontal" or given.get("vert", True) is False
         positions = given.get("positions")
         positions = list(positions) if positions is not None else list(range(1, len(stats) + 1))
         boxes = getattr(self, "_svc_boxes", [])
@@ -379,7 +386,7 @@ def keep_box_stats():
 
 def open_figures():
     """
-    pyplot's open figures as results, then closed, as Jupyter's inline backend gives them at
+    pyplot's open figures, closed, to be shown as Jupyter's inline backend shows them at
     `plt.show()` and after each cell: a figure is shown once, and the next cell starts with none.
     """
     pyplot = sys.modules.get("matplotlib.pyplot")
@@ -389,7 +396,7 @@ def open_figures():
 
     figures = [m.canvas.figure for m in Gcf.get_all_fig_managers()]
     pyplot.close("all")
-    return [{"text": repr(f), **figure_formats(f)} for f in figures]
+    return figures
 
 
 # the formats figures are given in (`%config InlineBackend.figure_formats`): a result's key and
