@@ -566,6 +566,17 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     ]);
   });
 
+  it("says how to get a package E2B's template has and the sandbox has not", async () => {
+    // scikit-learn is in E2B's template, not in the debian image, and not among this host's test packages
+    const [missing] = await execute({ code: 'from sklearn import datasets' });
+    expect(missing).to.include({ type: 'error', name: 'ModuleNotFoundError' });
+    expect(missing.value).to.equal(
+      "No module named 'sklearn' (not in this sandbox: `!apt-get install -y python3-sklearn` or `%pip install scikit-learn` puts it there)",
+    );
+    const [other] = await execute({ code: 'import svc_no_such_module' });
+    expect(other.value).to.equal("No module named 'svc_no_such_module'");
+  });
+
   it('answers 404 to a path it does not serve and 400 to a body that is not an object', async () => {
     expect((await fetch(`${base}/nope`)).status).to.equal(404);
     expect((await post('/execute', [1])).status).to.equal(400);

@@ -261,7 +261,8 @@ def kernel_main(fd, nonce):
         tb = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != kernel_file]
         lines = ["Traceback (most recent call last):\n"] if tb else []
         lines += traceback.format_list(tb) + traceback.format_exception_only(type(e), e)
-        emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(lines)})
+        value = str(e) + missing_hint(e)
+        emit({"type": "error", "name": type(e).__name__, "value": value, "traceback": "".join(lines)})
 
     for line in requests:
         req = json.loads(line)
@@ -291,6 +292,33 @@ def kernel_main(fd, nonce):
             error(e)
         emit({"type": "number_of_executions", "execution_count": count})
         emit({"type": "done"})
+
+
+# packages E2B's code interpreter template has and the debian image does not, by the name a cell
+# imports: Debian's package and pip's
+MISSING_PACKAGES = {
+    "bs4": ("python3-bs4", "beautifulsoup4"),
+    "matplotlib": ("python3-matplotlib", "matplotlib"),
+    "numpy": ("python3-numpy", "numpy"),
+    "openpyxl": ("python3-openpyxl", "openpyxl"),
+    "pandas": ("python3-pandas", "pandas"),
+    "PIL": ("python3-pil", "pillow"),
+    "requests": ("python3-requests", "requests"),
+    "scipy": ("python3-scipy", "scipy"),
+    "seaborn": ("python3-seaborn", "seaborn"),
+    "sklearn": ("python3-sklearn", "scikit-learn"),
+    "sympy": ("python3-sympy", "sympy"),
+    "yaml": ("python3-yaml", "pyyaml"),
+}
+
+
+def missing_hint(e):
+    """How to get a package E2B's template has and the sandbox has not, for a cell's ModuleNotFoundError."""
+    name = (getattr(e, "name", None) or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+    if name not in MISSING_PACKAGES:
+        return ""
+    debian, pip = MISSING_PACKAGES[name]
+    return f" (not in this sandbox: `!apt-get install -y {debian}` or `%pip install {pip}` puts it there)"
 
 
 def quiet(code):
