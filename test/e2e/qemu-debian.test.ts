@@ -368,6 +368,10 @@ describe('svcd with QEMU: the debian image', function () {
       expect(printed).to.deep.equal(['3\n']);
       const failed = await s.runCode('x / 0');
       expect(failed.error).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
+      // E2B's template has pandas, the debian image not: the error says how to get it
+      const missing = await s.runCode('import pandas as pd');
+      expect(missing.error?.name).to.equal('ModuleNotFoundError');
+      expect(missing.error?.value).to.include('`!apt-get install -y python3-pandas`');
       expect((await s.runCode('import os\nos.environ["K"]', { envs: { K: 'v' } })).text).to.equal("'v'");
       // the sandbox's envs are every cell's; a cell's own win
       expect((await s.runCode('os.environ["STAGE"]')).text).to.equal("'global'");
