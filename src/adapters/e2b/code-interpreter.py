@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """svc's code interpreter: what E2B's `@e2b/code-interpreter` SDK calls on a sandbox's port 49999.
 
-The Python standard library alone (no Jupyter): the guest needs python3 and nothing else.
+The Python standard library alone (no Jupyter): the guest needs python3 and nothing else. Where
+the guest has matplotlib and pandas, figures come as results (PNG and E2B's `chart`) as Jupyter's
+inline backend gives them, and DataFrames with E2B's `data` (InlineBackend, chart_of, frame_data).
 
   GET  /health                     "OK"
   POST /execute                    {code, context_id?, language?, env_vars?} -> NDJSON, one object a
