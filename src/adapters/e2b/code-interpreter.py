@@ -202,7 +202,7 @@ def kernel_main(fd, nonce):
         failed = None
         for figure in open_figures():
             try:
-                emit({"type": "result", "is_main_result": False, "text": repr(figure), **figure_formats(figure)})
+                display(figure)
             except Exception as e:  # noqa: BLE001 - raised once the others are shown
                 failed = failed or e
         if failed is not None:
