@@ -77,6 +77,13 @@ describe('svc-agent over HTTP (real agent process)', function () {
       expect(r.json).to.deep.equal({ stdout: 'out\n', stderr: 'err\n', exit_code: 7 });
     });
 
+    it("gives what it runs the stand-in guest's HOME, whose dotfiles a login shell reads (never this host user's)", async () => {
+      const home = join(dir, 'guest', 'root');
+      writeFileSync(join(home, '.profile'), 'echo "stand-in profile"\n');
+      const r = await call(t, 'POST', `/exec?${qs({ cmd: 'bash', args: ['-l', '-c', 'echo "HOME=$HOME"'] })}`);
+      expect(r.json).to.deep.equal({ stdout: `stand-in profile\nHOME=${home}\n`, stderr: '', exit_code: 0 });
+    });
+
     it('keeps arguments intact (spaces, quotes, unicode)', async () => {
       const args = ['a b', '"q"', 'ünï', '$HOME', ''];
       const r = await call(t, 'POST', `/exec?${qs({ cmd: 'printf', args: ['%s|', ...args] })}`);

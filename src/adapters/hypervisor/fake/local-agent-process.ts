@@ -44,6 +44,12 @@ export interface AgentSpawn {
   runDir: string;
   /** File descriptor the agent's stderr goes to. */
   log: number;
+  /**
+   * The HOME it and what it runs get: a directory of the stand-in guest (made if missing), never
+   * this host user's, whose dotfiles a login or interactive shell would run (a `pyenv init` that
+   * waits a minute on its lock, say: then every `bash -l` of a test waits with it).
+   */
+  home: string;
   env?: Record<string, string>;
   /** More of its flags (`--entrypoint FILE`, say). */
   flags?: string[];
@@ -55,6 +61,7 @@ export interface AgentSpawn {
  * (it starts in 0.25-0.65 s on an idle 2-core host, and took over 10 s beside a soak of 200 clients).
  */
 export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; port: number }> {
+  mkdirSync(o.home, { recursive: true });
   const child = spawn(
     process.execPath,
     [
@@ -72,7 +79,7 @@ export async function spawnAgent(o: AgentSpawn): Promise<{ child: ChildProcess; 
     ],
     {
       stdio: ['ignore', 'pipe', o.log],
-      env: childEnv(o.env),
+      env: childEnv({ HOME: o.home, ...o.env }),
     },
   );
   // An agent that did not start is killed, not left running without an owner.
@@ -119,6 +126,7 @@ export async function startLocalAgent(
     stateDir,
     runDir,
     log: openSync(join(dir, 'agent.log'), 'a'),
+    home: join(dir, 'guest', 'root'),
     env: extraEnv,
     flags,
   });

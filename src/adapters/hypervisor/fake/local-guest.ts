@@ -14,7 +14,7 @@ let hostKey: string | undefined;
 
 /**
  * A stand-in guest for the fake hypervisor's `fake_agent` mode: a directory tree laid out like a
- * guest (`<dir>/guest/{var/lib/svc,run/svc,opt/svc}`), the real svc-agent supervised on a fixed
+ * guest (`<dir>/guest/{var/lib/svc,run/svc,opt/svc,root}`, the last the HOME of all it runs), the real svc-agent supervised on a fixed
  * loopback port (restarted when it exits, from `opt/svc/agent/` once a deploy put one there), a
  * real SSH server (ssh2) that accepts only the daemon's key and runs exec and direct-tcpip on
  * this host, and the userdata run with `userdata-ran` written when it finishes.
@@ -38,7 +38,14 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   const startAgentOnce = async (): Promise<number> => {
     const deployed = join(root, 'opt', 'svc', 'agent', 'svc-agent.cjs');
     const script = existsSync(deployed) ? deployed : agentScript();
-    const { child: c, port: bound } = await spawnAgent({ script, listen: `127.0.0.1:${port}`, stateDir, runDir, log });
+    const { child: c, port: bound } = await spawnAgent({
+      script,
+      listen: `127.0.0.1:${port}`,
+      stateDir,
+      runDir,
+      log,
+      home: join(root, 'root'),
+    });
     child = c;
     c.once('exit', () => {
       if (!stopping && !relocating) setTimeout(() => void startAgentOnce().catch(() => undefined), 100);
@@ -51,7 +58,11 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   if (spec.userdata) {
     const file = join(stateDir, 'userdata');
     writeFileSync(file, spec.userdata, { mode: 0o700 });
-    const u = spawn('/bin/sh', [file], { cwd: root, stdio: ['ignore', log, log], env: childEnv() });
+    const u = spawn('/bin/sh', [file], {
+      cwd: root,
+      stdio: ['ignore', log, log],
+      env: childEnv({ HOME: join(root, 'root') }),
+    });
     u.once('exit', () => {
       if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), '');
     });
@@ -185,7 +196,7 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
           const p = spawn('/bin/sh', ['-c', info.command], {
             cwd: cwd(),
             stdio: 'pipe',
-            env: childEnv({ SVC_GUEST_ROOT: cwd() }),
+            env: childEnv({ SVC_GUEST_ROOT: cwd(), HOME: join(cwd(), 'root') }),
           });
           ch.pipe(p.stdin);
           p.stdin.on('error', () => undefined);
