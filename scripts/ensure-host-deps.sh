@@ -28,7 +28,7 @@
 #   docker-registry   the tests' container registry on loopback: images pulled with docker://REF
 #   openssl           a certificate of the tests' own making, which a download from its URL must not trust
 #   openssh-client    ssh-keygen: the unit test of a clone's SSH host keys made anew
-#   python3           running svc's E2B code interpreter server (src/adapters/e2b/code-interpreter.py) on this host
+#   python3           running svc's E2B code interpreter server (src/adapters/code-interpreter/code-interpreter.py) on this host
 #   python3-matplotlib, python3-munkres, python3-pandas
 #                     that server's figures, charts and DataFrames, with Debian's packages as a debian guest
 #                     has them (munkres: fonttools then takes it instead of scipy, which it does not need here)

@@ -164,7 +164,7 @@ describe('E2B API on real QEMU guests: the official SDK', function () {
     const before = ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
     const err = await CodeInterpreter.create(opts()).catch((e: unknown) => e);
     expect(err).to.be.instanceOf(Error);
-    expect((err as Error).message).to.match(/needs \/usr\/bin\/python3 in the sandbox's image/);
+    expect((err as Error).message).to.match(/needs \/usr\/bin\/python3 in the VM's image/);
     const after = ((await d.call('GET', '/vms')).json as { name: string }[]).map((v) => v.name);
     expect(after.filter((n) => !before.includes(n) && n.startsWith('e2b-'))).to.deep.equal([]);
   });

@@ -7,7 +7,7 @@ import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
-const SERVER = fileURLToPath(new URL('../../../src/adapters/e2b/code-interpreter.py', import.meta.url));
+const SERVER = fileURLToPath(new URL('../../../src/adapters/code-interpreter/code-interpreter.py', import.meta.url));
 // Debian's, as in a debian guest: its matplotlib is python3-matplotlib, a package of the tests'
 // (scripts/ensure-host-deps.sh --tests), where another python3 on the PATH would not see it
 const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
@@ -40,7 +40,7 @@ interface Chart {
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
 /**
- * svc's code interpreter server (src/adapters/e2b/code-interpreter.py), the one a sandbox of E2B's
+ * svc's code interpreter server (src/adapters/code-interpreter/code-interpreter.py), the one a sandbox of E2B's
  * `code-interpreter-v1` template runs, as a real python3 process on this host: the cells here only
  * print, compute and sleep, in the test's own folder. The SDK through the daemon and a guest is
  * test/e2e/qemu-debian.test.ts's.
@@ -491,6 +491,17 @@ describe('E2B code interpreter server (python3 on this host)', function () {
         { label: 'b', min: 2, first_quartile: 2.5, median: 3, third_quartile: 3.5, max: 4, outliers: [] },
       ],
     });
+    // the same on a figure made without pyplot, in a kernel that never imports it
+    const bare = ((await (await post('/contexts')).json()) as { id: string }).id;
+    const made = await execute({
+      code: 'from matplotlib.figure import Figure\nf = Figure()\nf.add_subplot().boxplot([[1, 2, 3, 4, 20]])\nf',
+      context_id: bare,
+    });
+    expect(made.find((e) => e.type === 'result')?.chart).to.deep.include({
+      type: 'box_and_whisker',
+      elements: [{ label: '1', min: 1, first_quartile: 2, median: 3, third_quartile: 4, max: 4, outliers: [20] }],
+    });
+    expect((await fetch(`${base}/contexts/${bare}`, { method: 'DELETE' })).status).to.equal(204);
     // a cell that ends with `;` shows no value, as in IPython: its figure alone
     const quiet = await execute({ code: 'plt.plot([1, 2]);  # the line' });
     expect(quiet.filter((e) => e.type === 'result').map((e) => e.text)).to.deep.equal([

@@ -347,7 +347,8 @@ class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """
     Finds `svc_inline`, the backend, for matplotlib, and when a cell first imports matplotlib sets it
     as the backend (rcParams, not MPLBACKEND: a Python program the cell starts must not look for a
-    module only the kernel has). `show` gives the open figures as results.
+    module only the kernel has). `show` gives the open figures as results. When matplotlib's axes
+    load, their box plots start keeping their statistics (for any figure, pyplot's or not).
     """
 
     def __init__(self, show):
@@ -356,19 +357,11 @@ class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
         if name == "svc_inline":
             return importlib.util.spec_from_loader(name, self)
-        if name != "matplotlib" or "MPLBACKEND" in os.environ:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        loaded = spec.loader.exec_module
-
-        def exec_module(module):
-            loaded(module)
-            module.rcParams["backend"] = INLINE_BACKEND
-
-        spec.loader.exec_module = exec_module
-        return spec
+        if name == "matplotlib.axes":
+            return loaded_then(name, path, lambda module: keep_box_stats(module.Axes))
+        if name == "matplotlib" and "MPLBACKEND" not in os.environ:
+            return loaded_then(name, path, lambda module: module.rcParams.__setitem__("backend", INLINE_BACKEND))
+        return None
 
     def create_module(self, spec):
         return None
@@ -377,21 +370,34 @@ class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         from matplotlib.backend_bases import FigureManagerBase
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        keep_box_stats()
         module.FigureCanvas = FigureCanvasAgg
         module.FigureManager = FigureManagerBase
         module.show = lambda *args, **kwargs: self.show()
         module.draw_if_interactive = lambda *args, **kwargs: None
 
 
-def keep_box_stats():
+def loaded_then(name, path, then):
+    """The spec Python's own finders give `name`, its module handed to `then` once it has run."""
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
+    if spec is None or spec.loader is None:
+        return None
+    run = spec.loader.exec_module
+
+    def exec_module(module):
+        run(module)
+        then(module)
+
+    spec.loader.exec_module = exec_module
+    return spec
+
+
+def keep_box_stats(Axes):
     """
-    Box plots keep their statistics on their axes (`_svc_boxes`): what is drawn of them is lines that
-    do not say which is a whisker, and E2B's `box_and_whisker` chart gives the numbers.
+    Box plots keep their statistics on their axes (`_svc_boxes`), whatever figure they are on: what is
+    drawn of them is lines that do not say which is a whisker, and E2B's `box_and_whisker` chart gives
+    the numbers.
     """
     import inspect
-
-    from matplotlib.axes import Axes
 
     drawn = Axes.bxp
     if getattr(drawn, "svc_keeps", False):

@@ -1,0 +1,183 @@
+import { readFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { InvalidArgumentError } from '../../domain/errors.js';
+import { noneOn404, type SvcClient } from '../client/svc-client.js';
+
+/**
+ * svc's code interpreter server in a VM (code-interpreter.py beside this file, on the Python
+ * standard library alone): put in the guest, started as a durable process that listens on
+ * CODE_INTERPRETER_PORT of the guest's loopback, and driven through the daemon's port stream
+ * (`openPort`). E2B's `code-interpreter-v1` template (adapters/e2b) and the MCP server's
+ * `run_code` (adapters/mcp) both run cells in it. docs/e2b.md, "Code interpreter".
+ */
+
+/** Where the server listens in the guest (E2B's JUPYTER_PORT, which the SDK's `runCode` reaches). */
+export const CODE_INTERPRETER_PORT = 49999;
+/** The durable process it runs as (its name since E2B's template was its first user). */
+export const CODE_INTERPRETER_TAG = 'e2b-code-interpreter';
+/** The home its cells start in. */
+export const CODE_INTERPRETER_HOME = '/root';
+
+const SCRIPT = fileURLToPath(new URL('../../../../src/adapters/code-interpreter/code-interpreter.py', import.meta.url));
+const GUEST_DIR = '/usr/local/lib/svc';
+const GUEST_SCRIPT = `${GUEST_DIR}/code-interpreter.py`;
+const PYTHON = '/usr/bin/python3';
+/** The VM's envs, which every cell runs with (the server's `--envs`). */
+const GUEST_ENVS = `${GUEST_DIR}/code-interpreter-envs.json`;
+/** Written by the server once its default kernel ran a first (empty) cell. */
+const GUEST_WARM = '/run/svc-code-interpreter-warm';
+/** How long the server has to listen after it starts (python3's start, under TCG too). */
+const LISTEN_TIMEOUT_MS = 30_000;
+
+let script: Promise<Buffer> | undefined;
+/** The server's source, read once: E2B names its prepared VM by it, and each start may put it in a guest. */
+export function serverScript(): Promise<Buffer> {
+  script ??= readFile(SCRIPT).catch((err: unknown) => {
+    script = undefined;
+    throw err;
+  });
+  return script;
+}
+
+/**
+ * Puts the server in `vm` and starts it, with `envs` for its cells; resolves once it listens.
+ * `needs` says what wants it, for the error of a guest without python3.
+ */
+export async function installServer(
+  client: SvcClient,
+  vm: string,
+  envs: Record<string, string>,
+  needs: string,
+): Promise<void> {
+  const python = await client.stat(vm, PYTHON).catch(noneOn404);
+  if (!python)
+    throw new InvalidArgumentError(`${needs} needs ${PYTHON} in the VM's image (the default debian image has it)`);
+  const source = await serverScript();
+  await client.mkdir(vm, GUEST_DIR, { recursive: true });
+  await client.upload(vm, { path: GUEST_SCRIPT, permissions: '0644' }, source, source.length);
+  await writeEnvs(client, vm, envs);
+  await client.startProcess(vm, {
+    cmd: PYTHON,
+    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM],
+    cwd: CODE_INTERPRETER_HOME,
+    tag: CODE_INTERPRETER_TAG,
+    restart: 'on-failure',
+  });
+  await waitListening(client, vm);
+}
+
+/** The envs every cell starts with (and each context's processes). */
+export async function writeEnvs(client: SvcClient, vm: string, envs: Record<string, string>): Promise<void> {
+  const data = Buffer.from(JSON.stringify(envs));
+  await client.upload(vm, { path: GUEST_ENVS, permissions: '0600' }, data, data.length);
+}
+
+/**
+ * Waits until `ready()`, while the server's process runs: a server that ended, or that has not
+ * done `what` in LISTEN_TIMEOUT_MS, fails the wait, saying which.
+ */
+async function waitServer(client: SvcClient, vm: string, what: string, ready: () => Promise<boolean>): Promise<void> {
+  for (const until = Date.now() + LISTEN_TIMEOUT_MS; !(await ready());) {
+    const now = await client.process(vm, CODE_INTERPRETER_TAG);
+    if (now.state === 'ended' || Date.now() > until)
+      throw new Error(
+        `svc's code interpreter did not ${what}` +
+          (now.state === 'ended'
+            ? ` (it ended: svc logs ${vm} ${CODE_INTERPRETER_TAG})`
+            : ` in ${LISTEN_TIMEOUT_MS / 1000} s`),
+      );
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Resolves once the server listens in `vm`. */
+export const waitListening = (client: SvcClient, vm: string) =>
+  waitServer(client, vm, `listen on port ${CODE_INTERPRETER_PORT}`, async () => {
+    const open = await client.openPort(vm, CODE_INTERPRETER_PORT).catch(noneOn404);
+    open?.destroy();
+    return !!open;
+  });
+
+/** Resolves once its default kernel ran the warm-up cell (the server's --warm file is there). */
+export const waitWarm = (client: SvcClient, vm: string) =>
+  waitServer(client, vm, 'start its kernel', async () => !!(await client.stat(vm, GUEST_WARM).catch(noneOn404)));
+
+/** What the server answers an execution with, one object a line (E2B's messaging). */
+export interface CellEvent {
+  type: 'stdout' | 'stderr' | 'result' | 'error' | 'number_of_executions' | 'end_of_execution' | string;
+  text?: string;
+  name?: string;
+  value?: string;
+  traceback?: string;
+  png?: string;
+  jpeg?: string;
+  is_main_result?: boolean;
+  chart?: { type?: string; title?: string };
+}
+
+export interface Cell {
+  code: string;
+  language?: string;
+  context_id?: string;
+  env_vars?: Record<string, string>;
+}
+
+export interface CellRun {
+  events: CellEvent[];
+  /** The answer passed `maxBytes` and the rest was not read: the server stops the cell then. */
+  cut: boolean;
+}
+
+/**
+ * Runs `cell` on the server in `vm` and reads its events, at most `maxBytes` of them (a cell whose
+ * caller goes away is interrupted by the server: so is one aborted by `signal`, or cut).
+ */
+export async function runCell(
+  client: SvcClient,
+  vm: string,
+  cell: Cell,
+  o: { maxBytes: number; signal?: AbortSignal },
+): Promise<CellRun> {
+  const socket = await client.openPort(vm, CODE_INTERPRETER_PORT);
+  const body = Buffer.from(JSON.stringify(cell));
+  return new Promise<CellRun>((resolve, reject) => {
+    const req = request(
+      {
+        createConnection: () => socket,
+        method: 'POST',
+        path: '/execute',
+        headers: { 'content-type': 'application/json', 'content-length': body.length },
+        signal: o.signal,
+      },
+      (res) => {
+        const parts: Buffer[] = [];
+        let size = 0;
+        res.on('data', (b: Buffer) => {
+          size += b.length;
+          if (size <= o.maxBytes) return void parts.push(b);
+          res.destroy();
+          resolve({ events: lines(Buffer.concat(parts), false), cut: true });
+        });
+        res.on('end', () => {
+          const data = Buffer.concat(parts);
+          if (res.statusCode !== 200)
+            return reject(
+              new InvalidArgumentError(`the code interpreter refused the cell: ${data.toString().slice(0, 500)}`),
+            );
+          resolve({ events: lines(data, true), cut: false });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** The NDJSON objects in `data`; a last line cut short (`whole` false) is left out. */
+function lines(data: Buffer, whole: boolean): CellEvent[] {
+  const all = data.toString('utf8').split('\n');
+  if (!whole) all.pop();
+  return all.filter((l) => l.trim()).map((l) => JSON.parse(l) as CellEvent);
+}
