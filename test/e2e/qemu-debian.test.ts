@@ -13,6 +13,8 @@ import { startSeededDaemon } from './snapshot-seeds.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { runSvc } from '../helpers/svc-cli.js';
 import { sshHostKey, sshHostKeyOnce } from '../helpers/ssh-host-key.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Sandbox, Template } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 import { poll, waitFor } from '../helpers/wait.js';
@@ -238,6 +240,44 @@ describe('svcd with QEMU: the debian image', function () {
       `printf '${unit}' > /etc/systemd/system/web.service && echo ok > /srv/index.txt && systemctl daemon-reload && systemctl enable --now web.service && for i in $(seq 50); do curl -fsS localhost:8099/index.txt && break; sleep 0.2; done; systemctl is-active web.service`,
     );
     expect(r.stdout.trim().split('\n')).to.deep.equal(['ok', 'active']);
+  });
+
+  it("runs Python through MCP's run_code (the SDK's client): a kernel that keeps its state between calls, errors, bash", async () => {
+    const c = new Client({ name: 'svc-e2e', version: '1.0.0' });
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${d.config.api_token}` } },
+      }),
+    );
+    type Cell = {
+      stdout: string;
+      stderr: string;
+      results: { text?: string; main?: boolean }[];
+      error?: { name: string };
+    };
+    const run = async (args: Record<string, unknown>): Promise<Cell> => {
+      const r = (await c.callTool({ name: 'run_code', arguments: { name: 'deb', ...args } })) as {
+        isError?: boolean;
+        content: { text: string }[];
+      };
+      expect(r.isError, r.content[0].text).to.not.equal(true);
+      return JSON.parse(r.content[0].text) as Cell;
+    };
+    try {
+      // the first call starts the interpreter in the guest; the second finds its kernel with x in it
+      expect(await run({ code: 'import socket\nx = 6\nprint(socket.gethostname())' })).to.deep.equal({
+        stdout: 'deb\n',
+        stderr: '',
+        results: [],
+      });
+      expect((await run({ code: 'x * 7' })).results).to.deep.equal([{ text: '42', main: true }]);
+      expect((await run({ code: 'import os\nos.environ["K"]', env: { K: 'v' } })).results[0].text).to.equal("'v'");
+      expect((await run({ code: 'x / 0' })).error?.name).to.equal('ZeroDivisionError');
+      expect((await run({ code: 'echo $((2 + 3)) >&2', language: 'bash' })).stderr).to.equal('5\n');
+    } finally {
+      await c.close();
+      expect((await d.call('DELETE', '/vms/deb/processes/e2b-code-interpreter')).status).to.equal(200);
+    }
   });
 
   it('refuses a disk smaller than the image with 400 naming the minimum', async () => {

@@ -2,6 +2,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { VERSION } from '../../version.js';
 import type { SvcClient } from '../client/svc-client.js';
 import type { McpPolicy } from './mcp-kit.js';
+import { registerCodeTools } from './mcp-code-tools.js';
 import { registerGuestTools } from './mcp-guest-tools.js';
 import { registerReadTools } from './mcp-read-tools.js';
 import { registerResources } from './mcp-resources.js';
@@ -18,7 +19,7 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
     { name: 'svc', version: VERSION },
     {
       instructions:
-        'svc runs Linux VMs (QEMU) on this host. Create a VM with create_vm (image "debian" has apt, python3 and systemd), run commands with exec, move files with read_file and write_file, and delete the VM when done.' +
+        'svc runs Linux VMs (QEMU) on this host. Create a VM with create_vm (image "debian" has apt, python3 and systemd), run commands with exec, Python with run_code (a notebook kernel: state kept, figures as images), move files with read_file and write_file, and delete the VM when done.' +
         (policy.readOnly ? ' This server is read-only: it can look, not change.' : ''),
     },
   );
@@ -28,6 +29,7 @@ export function buildMcpServer(client: SvcClient, policy: McpPolicy): McpServer 
   if (policy.readOnly) return server;
   registerVmTools(server, client, policy);
   registerGuestTools(server, client);
+  registerCodeTools(server, client);
   registerEgressTools(server, client, policy);
   return server;
 }
