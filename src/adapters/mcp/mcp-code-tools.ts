@@ -9,7 +9,7 @@ import {
   waitListening,
   type CellEvent,
 } from '../code-interpreter/guest-server.js';
-import { bounded, MCP_LIMITS, tool, vmName } from './mcp-kit.js';
+import { bounded, DEFAULT_TIMEOUT_S, MCP_LIMITS, timeoutSeconds, tool, vmName } from './mcp-kit.js';
 
 /** What one run_code answer carries at most: its text as exec's output, and this many pictures. */
 export const RUN_CODE_LIMITS = { images: 8, readBytes: 32 * 1024 * 1024 } as const;
@@ -48,27 +48,24 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
           .record(z.string(), z.string())
           .optional()
           .describe("environment variables for this cell only (os.environ while it runs, and its commands')"),
-        timeout_s: z
-          .number()
-          .int()
-          .min(1)
-          .max(3600)
-          .optional()
-          .describe('interrupt the cell after this many seconds (default 300); the kernel and its state stay'),
+        timeout_s: timeoutSeconds(
+          `interrupt the cell after this many seconds (default ${DEFAULT_TIMEOUT_S}); the kernel and its state stay`,
+        ),
       },
       annotations: { readOnlyHint: false, destructiveHint: true, openWorldHint: true },
     },
     ({ name, code, language, env, timeout_s }) =>
       tool(async () => {
         await ensure(name);
-        const signal = AbortSignal.timeout((timeout_s ?? 300) * 1000);
+        const seconds = timeout_s ?? DEFAULT_TIMEOUT_S;
+        const signal = AbortSignal.timeout(seconds * 1000);
         const run = await runCell(
           client,
           name,
           { code, ...(language ? { language } : {}), ...(env ? { env_vars: env } : {}) },
           { maxBytes: RUN_CODE_LIMITS.readBytes, signal },
         ).catch((err: Error) => {
-          if (signal.aborted) throw new Error(`the cell ran past ${timeout_s ?? 300} s and was interrupted`);
+          if (signal.aborted) throw new Error(`the cell ran past ${seconds} s and was interrupted`);
           throw err;
         });
         return cellResult(run.events, run.cut);

@@ -1,6 +1,18 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { bounded, CHANGES, DESTROYS, guestPath, json, MCP_LIMITS, text, tool, vmName } from './mcp-kit.js';
+import {
+  bounded,
+  CHANGES,
+  DEFAULT_TIMEOUT_S,
+  DESTROYS,
+  guestPath,
+  json,
+  MCP_LIMITS,
+  text,
+  timeoutSeconds,
+  tool,
+  vmName,
+} from './mcp-kit.js';
 import { z } from 'zod';
 import { MAX_RESTARTS } from '../../domain/restart-policy.js';
 
@@ -28,13 +40,7 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
           .optional()
           .describe("extra environment variables (set in the command's environment, not on its command line)"),
         stdin: z.string().optional(),
-        timeout_s: z
-          .number()
-          .int()
-          .min(1)
-          .max(3600)
-          .optional()
-          .describe('kill the command after this many seconds (default 300)'),
+        timeout_s: timeoutSeconds(`kill the command after this many seconds (default ${DEFAULT_TIMEOUT_S})`),
       },
       annotations: { readOnlyHint: false, destructiveHint: true, openWorldHint: true },
     },
@@ -42,7 +48,7 @@ export function registerGuestTools(server: McpServer, client: SvcClient): void {
       tool(async () => {
         const r = await client.exec(
           name,
-          { cmd, args: args ?? [], cwd, user, env, timeoutMs: (timeout_s ?? 300) * 1000 },
+          { cmd, args: args ?? [], cwd, user, env, timeoutMs: (timeout_s ?? DEFAULT_TIMEOUT_S) * 1000 },
           stdin === undefined ? undefined : Buffer.from(stdin),
         );
         const out = {

@@ -88,6 +88,10 @@ export const vmName = z
   .regex(/^[a-z][a-z0-9-]{0,62}$/)
   .describe('the VM name');
 export const guestPath = z.string().startsWith('/').describe('an absolute path in the guest');
+/** How long a tool that runs something in a guest gives it unless told (`timeout_s`). */
+export const DEFAULT_TIMEOUT_S = 300;
+/** A tool's `timeout_s`: whole seconds up to an hour; `what` says what happens then (and the default). */
+export const timeoutSeconds = (what: string) => z.number().int().min(1).max(3600).optional().describe(what);
 
 /** Tool annotations: reads, changes, and changes that destroy. */
 export const READS = { readOnlyHint: true, openWorldHint: false } as const;
