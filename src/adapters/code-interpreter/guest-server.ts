@@ -153,19 +153,24 @@ export async function runCell(
       (res) => {
         const parts: Buffer[] = [];
         let size = 0;
+        // a line that is not an event rejects, never throws out of a stream's handler
+        const done = (cut: boolean) => {
+          try {
+            resolve({ events: lines(Buffer.concat(parts), !cut), cut });
+          } catch (err) {
+            reject(err as Error);
+          }
+        };
         res.on('data', (b: Buffer) => {
           size += b.length;
           if (size <= o.maxBytes) return void parts.push(b);
           res.destroy();
-          resolve({ events: lines(Buffer.concat(parts), false), cut: true });
+          done(true);
         });
         res.on('end', () => {
-          const data = Buffer.concat(parts);
-          if (res.statusCode !== 200)
-            return reject(
-              new InvalidArgumentError(`the code interpreter refused the cell: ${data.toString().slice(0, 500)}`),
-            );
-          resolve({ events: lines(data, true), cut: false });
+          if (res.statusCode === 200) return done(false);
+          const said = Buffer.concat(parts).toString().slice(0, 500);
+          reject(new InvalidArgumentError(`the code interpreter refused the cell: ${said}`));
         });
         res.on('error', reject);
       },
@@ -179,5 +184,17 @@ export async function runCell(
 function lines(data: Buffer, whole: boolean): CellEvent[] {
   const all = data.toString('utf8').split('\n');
   if (!whole) all.pop();
-  return all.filter((l) => l.trim()).map((l) => JSON.parse(l) as CellEvent);
+  return all
+    .filter((l) => l.trim())
+    .map((l) => {
+      let e: unknown;
+      try {
+        e = JSON.parse(l);
+      } catch {
+        e = undefined;
+      }
+      if (typeof e !== 'object' || e === null || typeof (e as CellEvent).type !== 'string')
+        throw new Error(`the code interpreter answered a line that is not one of its events: ${l.slice(0, 200)}`);
+      return e as CellEvent;
+    });
 }

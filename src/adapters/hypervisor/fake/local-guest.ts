@@ -14,10 +14,11 @@ let hostKey: string | undefined;
 
 /**
  * A stand-in guest for the fake hypervisor's `fake_agent` mode: a directory tree laid out like a
- * guest (`<dir>/guest/{var/lib/svc,run/svc,opt/svc,root}`, the last the HOME of all it runs), the real svc-agent supervised on a fixed
- * loopback port (restarted when it exits, from `opt/svc/agent/` once a deploy put one there), a
- * real SSH server (ssh2) that accepts only the daemon's key and runs exec and direct-tcpip on
- * this host, and the userdata run with `userdata-ran` written when it finishes.
+ * guest (`<dir>/guest/{var/lib/svc,run/svc,opt/svc,root}`, the last the HOME of all it runs), the
+ * real svc-agent supervised on a fixed loopback port (restarted when it exits, from
+ * `opt/svc/agent/` once a deploy put one there), a real SSH server (ssh2) that accepts only the
+ * daemon's key and runs exec and direct-tcpip on this host, and the userdata run with
+ * `userdata-ran` written when it finishes.
  */
 export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
   let root = join(spec.dir, 'guest');

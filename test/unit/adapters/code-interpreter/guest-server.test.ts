@@ -1,0 +1,72 @@
+import { expect } from 'chai';
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { runCell } from '../../../../src/adapters/code-interpreter/guest-server.js';
+import type { SvcClient } from '../../../../src/adapters/client/svc-client.js';
+
+describe('the code interpreter in a VM: a cell run over the port stream', () => {
+  let server: Server;
+  let answer: (body: string, res: import('node:http').ServerResponse) => void;
+  let client: SvcClient;
+  let closed: Promise<void>;
+
+  before(async () => {
+    server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => answer(body, res));
+      closed = new Promise((r) => res.on('close', () => r()));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as AddressInfo).port;
+    // the daemon's port stream, as a plain TCP connection to the stand-in server
+    client = { openPort: async () => connect(port, '127.0.0.1') } as unknown as SvcClient;
+  });
+  after(() => server.close());
+
+  it('posts the cell to /execute and reads its events in order', async () => {
+    let got = '';
+    answer = (body, res) => {
+      got = body;
+      res.end(
+        '{"type":"stdout","text":"a\\n"}\n{"type":"result","text":"42","is_main_result":true}\n{"type":"end_of_execution"}\n',
+      );
+    };
+    const run = await runCell(client, 'vm', { code: 'x * 7', env_vars: { K: 'v' } }, { maxBytes: 1 << 20 });
+    expect(JSON.parse(got)).to.deep.equal({ code: 'x * 7', env_vars: { K: 'v' } });
+    expect(run).to.deep.equal({
+      cut: false,
+      events: [
+        { type: 'stdout', text: 'a\n' },
+        { type: 'result', text: '42', is_main_result: true },
+        { type: 'end_of_execution' },
+      ],
+    });
+  });
+
+  it('stops reading past maxBytes, keeps the whole lines before it, and goes away (the server interrupts the cell)', async () => {
+    const line = `${JSON.stringify({ type: 'stdout', text: 'x'.repeat(1000) })}\n`;
+    answer = (_body, res) => {
+      res.write(line.repeat(3));
+      setTimeout(() => res.write(line.repeat(50)), 20);
+    };
+    const run = await runCell(client, 'vm', { code: 'spam()' }, { maxBytes: 10_000 });
+    expect(run.cut).to.equal(true);
+    expect(run.events.length).to.be.within(3, 9);
+    expect(run.events.every((e) => e.text === 'x'.repeat(1000))).to.equal(true);
+    await closed; // the caller went away
+  });
+
+  it('fails on a refusal (its message) and on a line that is not an event', async () => {
+    answer = (_body, res) => void res.writeHead(400).end('{"error": "bad body"}');
+    await runCell(client, 'vm', { code: '' }, { maxBytes: 1 << 20 }).then(
+      () => expect.fail('a refusal resolved'),
+      (err: Error) => expect(err.message).to.equal('the code interpreter refused the cell: {"error": "bad body"}'),
+    );
+    answer = (_body, res) => void res.end('{"type":"stdout","text":"a"}\nnot json\n');
+    await runCell(client, 'vm', { code: '1' }, { maxBytes: 1 << 20 }).then(
+      () => expect.fail('a bad line resolved'),
+      (err: Error) => expect(err.message).to.match(/a line that is not one of its events: not json/),
+    );
+  });
+});
