@@ -1,7 +1,7 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { noneOn404, type SvcClient } from '../client/svc-client.js';
+import { noneOn404, SvcError, type SvcClient } from '../client/svc-client.js';
 import {
   CODE_INTERPRETER_TAG,
   installServer,
@@ -20,17 +20,6 @@ export const RUN_CODE_LIMITS = { images: 8, readBytes: 32 * 1024 * 1024 } as con
  * its variables from one call to the next), its figures as MCP images.
  */
 export function registerCodeTools(server: McpServer, client: SvcClient): void {
-  /** A server being started, per VM: two first calls at once start one. */
-  const starting = new Map<string, Promise<void>>();
-  const ensure = (vm: string): Promise<void> => {
-    let p = starting.get(vm);
-    if (!p) {
-      p = ensureServer(client, vm).finally(() => starting.delete(vm));
-      starting.set(vm, p);
-    }
-    return p;
-  };
-
   server.registerTool(
     'run_code',
     {
@@ -56,7 +45,7 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
     },
     ({ name, code, language, env, timeout_s }) =>
       tool(async () => {
-        await ensure(name);
+        await ensureServer(client, name);
         const seconds = timeout_s ?? DEFAULT_TIMEOUT_S;
         const signal = AbortSignal.timeout(seconds * 1000);
         const run = await runCell(
@@ -73,11 +62,18 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
   );
 }
 
-/** Starts the server in `vm` unless it runs there (its kernel then keeps its state). */
-async function ensureServer(client: SvcClient, vm: string): Promise<void> {
+/**
+ * Starts the server in `vm` unless it runs there (its kernel then keeps its state). Of two first
+ * calls at once (each /mcp request has a server of its own), one starts it: the other's start is
+ * refused (a running process has its tag), and it waits for that one.
+ */
+export async function ensureServer(client: SvcClient, vm: string): Promise<void> {
   const now = await client.process(vm, CODE_INTERPRETER_TAG).catch(noneOn404);
   if (now && now.state !== 'ended') return waitListening(client, vm);
-  await installServer(client, vm, {}, 'run_code');
+  await installServer(client, vm, {}, 'run_code').catch((err: unknown) => {
+    if (err instanceof SvcError && err.status === 409) return waitListening(client, vm);
+    throw err;
+  });
 }
 
 /**
