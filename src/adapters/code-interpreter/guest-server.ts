@@ -1,8 +1,9 @@
 import { readFile } from 'node:fs/promises';
 import { request } from 'node:http';
+import { StringDecoder } from 'node:string_decoder';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../domain/errors.js';
-import { noneOn404, type SvcClient } from '../client/svc-client.js';
+import { noneOn404, SvcError, type SvcClient } from '../client/svc-client.js';
 
 /**
  * svc's code interpreter server in a VM (code-interpreter.py beside this file, on the Python
@@ -65,6 +66,21 @@ export async function installServer(
     restart: 'on-failure',
   });
   await waitListening(client, vm);
+}
+
+/**
+ * Starts the server in `vm` unless it runs there (its kernel then keeps its state). Of two first
+ * callers at once (two /mcp requests, each with a server of its own; two `svc code`), one starts it:
+ * the other's start is refused (a running process has its tag), and it waits for that one. `needs`
+ * names the caller for the error of a guest without python3.
+ */
+export async function ensureServer(client: SvcClient, vm: string, needs: string): Promise<void> {
+  const now = await client.process(vm, CODE_INTERPRETER_TAG).catch(noneOn404);
+  if (now && now.state !== 'ended') return waitListening(client, vm);
+  await installServer(client, vm, {}, needs).catch((err: unknown) => {
+    if (err instanceof SvcError && err.status === 409) return waitListening(client, vm);
+    throw err;
+  });
 }
 
 /** The envs every cell starts with (and each context's processes). */
@@ -130,14 +146,15 @@ export interface CellRun {
 }
 
 /**
- * Runs `cell` on the server in `vm` and reads its events, at most `maxBytes` of them (a cell whose
- * caller goes away is interrupted by the server: so is one aborted by `signal`, or cut).
+ * Runs `cell` on the server in `vm` and reads its events, each handed to `onEvent` as it comes, at
+ * most `maxBytes` of them (a cell whose caller goes away is interrupted by the server: so is one
+ * aborted by `signal`, or cut).
  */
 export async function runCell(
   client: SvcClient,
   vm: string,
   cell: Cell,
-  o: { maxBytes: number; signal?: AbortSignal },
+  o: { maxBytes: number; signal?: AbortSignal; onEvent?: (e: CellEvent) => void },
 ): Promise<CellRun> {
   const socket = await client.openPort(vm, CODE_INTERPRETER_PORT);
   const body = Buffer.from(JSON.stringify(cell));
@@ -151,26 +168,42 @@ export async function runCell(
         signal: o.signal,
       },
       (res) => {
-        const parts: Buffer[] = [];
+        const events: CellEvent[] = [];
+        let pending = '';
         let size = 0;
-        // a line that is not an event rejects, never throws out of a stream's handler
-        const done = (cut: boolean) => {
+        const decoder = new StringDecoder('utf8');
+        // a line that is not an event (or an onEvent that throws) ends the run with an error,
+        // never throws out of a stream's handler
+        const take = (lines: string[]): boolean => {
           try {
-            resolve({ events: lines(Buffer.concat(parts), !cut), cut });
+            for (const l of lines) {
+              if (!l.trim()) continue;
+              const e = event(l);
+              events.push(e);
+              o.onEvent?.(e);
+            }
+            return true;
           } catch (err) {
+            res.destroy();
             reject(err as Error);
+            return false;
           }
         };
         res.on('data', (b: Buffer) => {
           size += b.length;
-          if (size <= o.maxBytes) return void parts.push(b);
-          res.destroy();
-          done(true);
+          if (res.statusCode !== 200) return void (pending.length < 500 && (pending += decoder.write(b)));
+          if (size > o.maxBytes) {
+            res.destroy();
+            return void resolve({ events, cut: true });
+          }
+          const lines = (pending + decoder.write(b)).split('\n');
+          pending = lines.pop() ?? '';
+          take(lines);
         });
         res.on('end', () => {
-          if (res.statusCode === 200) return done(false);
-          const said = Buffer.concat(parts).toString().slice(0, 500);
-          reject(new InvalidArgumentError(`the code interpreter refused the cell: ${said}`));
+          if (res.statusCode !== 200)
+            return reject(new InvalidArgumentError(`the code interpreter refused the cell: ${pending.slice(0, 500)}`));
+          if (take([pending + decoder.end()])) resolve({ events, cut: false });
         });
         res.on('error', reject);
       },
@@ -180,21 +213,15 @@ export async function runCell(
   });
 }
 
-/** The NDJSON objects in `data`; a last line cut short (`whole` false) is left out. */
-function lines(data: Buffer, whole: boolean): CellEvent[] {
-  const all = data.toString('utf8').split('\n');
-  if (!whole) all.pop();
-  return all
-    .filter((l) => l.trim())
-    .map((l) => {
-      let e: unknown;
-      try {
-        e = JSON.parse(l);
-      } catch {
-        e = undefined;
-      }
-      if (typeof e !== 'object' || e === null || typeof (e as CellEvent).type !== 'string')
-        throw new Error(`the code interpreter answered a line that is not one of its events: ${l.slice(0, 200)}`);
-      return e as CellEvent;
-    });
+/** One line of the answer as an event. */
+function event(line: string): CellEvent {
+  let e: unknown;
+  try {
+    e = JSON.parse(line);
+  } catch {
+    e = undefined;
+  }
+  if (typeof e !== 'object' || e === null || typeof (e as CellEvent).type !== 'string')
+    throw new Error(`the code interpreter answered a line that is not one of its events: ${line.slice(0, 200)}`);
+  return e as CellEvent;
 }

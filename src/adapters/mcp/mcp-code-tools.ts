@@ -1,14 +1,8 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { noneOn404, SvcError, type SvcClient } from '../client/svc-client.js';
-import {
-  CODE_INTERPRETER_TAG,
-  installServer,
-  runCell,
-  waitListening,
-  type CellEvent,
-} from '../code-interpreter/guest-server.js';
+import type { SvcClient } from '../client/svc-client.js';
+import { ensureServer, runCell, type CellEvent } from '../code-interpreter/guest-server.js';
 import { bounded, DEFAULT_TIMEOUT_S, MCP_LIMITS, timeoutSeconds, tool, vmName } from './mcp-kit.js';
 
 /** What one run_code answer carries at most: its text as exec's output, and this many pictures. */
@@ -45,7 +39,7 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
     },
     ({ name, code, language, env, timeout_s }) =>
       tool(async () => {
-        await ensureServer(client, name);
+        await ensureServer(client, name, 'run_code');
         const seconds = timeout_s ?? DEFAULT_TIMEOUT_S;
         const signal = AbortSignal.timeout(seconds * 1000);
         const run = await runCell(
@@ -60,20 +54,6 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
         return cellResult(run.events, run.cut);
       }),
   );
-}
-
-/**
- * Starts the server in `vm` unless it runs there (its kernel then keeps its state). Of two first
- * calls at once (each /mcp request has a server of its own), one starts it: the other's start is
- * refused (a running process has its tag), and it waits for that one.
- */
-export async function ensureServer(client: SvcClient, vm: string): Promise<void> {
-  const now = await client.process(vm, CODE_INTERPRETER_TAG).catch(noneOn404);
-  if (now && now.state !== 'ended') return waitListening(client, vm);
-  await installServer(client, vm, {}, 'run_code').catch((err: unknown) => {
-    if (err instanceof SvcError && err.status === 409) return waitListening(client, vm);
-    throw err;
-  });
 }
 
 /**

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
-import { runCell } from '../../../../src/adapters/code-interpreter/guest-server.js';
-import type { SvcClient } from '../../../../src/adapters/client/svc-client.js';
+import { ensureServer, runCell } from '../../../../src/adapters/code-interpreter/guest-server.js';
+import { SvcError, type SvcClient } from '../../../../src/adapters/client/svc-client.js';
 
 describe('the code interpreter in a VM: a cell run over the port stream', () => {
   let server: Server;
@@ -28,16 +28,30 @@ describe('the code interpreter in a VM: a cell run over the port stream', () => 
     let got = '';
     answer = (body, res) => {
       got = body;
-      res.end(
-        '{"type":"stdout","text":"a\\n"}\n{"type":"result","text":"42","is_main_result":true}\n{"type":"end_of_execution"}\n',
+      // in pieces of 5 bytes, a line and a character (é) cut between them
+      const sent = Buffer.from(
+        '{"type":"stdout","text":"é\\n"}\n{"type":"result","text":"42","is_main_result":true}\n{"type":"end_of_execution"}\n',
       );
+      const piece = (at: number): void => {
+        if (at >= sent.length) return void res.end();
+        res.write(sent.subarray(at, at + 5));
+        setTimeout(() => piece(at + 5), 1);
+      };
+      piece(0);
     };
-    const run = await runCell(client, 'vm', { code: 'x * 7', env_vars: { K: 'v' } }, { maxBytes: 1 << 20 });
+    const seen: unknown[] = [];
+    const run = await runCell(
+      client,
+      'vm',
+      { code: 'x * 7', env_vars: { K: 'v' } },
+      { maxBytes: 1 << 20, onEvent: (e) => seen.push(e) },
+    );
     expect(JSON.parse(got)).to.deep.equal({ code: 'x * 7', env_vars: { K: 'v' } });
+    expect(seen).to.deep.equal(run.events);
     expect(run).to.deep.equal({
       cut: false,
       events: [
-        { type: 'stdout', text: 'a\n' },
+        { type: 'stdout', text: 'é\n' },
         { type: 'result', text: '42', is_main_result: true },
         { type: 'end_of_execution' },
       ],
@@ -68,5 +82,57 @@ describe('the code interpreter in a VM: a cell run over the port stream', () => 
       () => expect.fail('a bad line resolved'),
       (err: Error) => expect(err.message).to.match(/a line that is not one of its events: not json/),
     );
+  });
+});
+
+describe('the code interpreter in a VM: started once', () => {
+  /** A client whose VM has no interpreter yet; `started` answers its process start. */
+  const clientWith = (started: () => Promise<unknown>, calls: string[]) =>
+    ({
+      process: async () => {
+        calls.push('process');
+        throw new SvcError(404, 'no process tagged e2b-code-interpreter', 'not_found');
+      },
+      stat: async () => ({ type: 'file' }),
+      mkdir: async () => undefined,
+      upload: async () => undefined,
+      startProcess: async () => {
+        calls.push('start');
+        return started();
+      },
+      openPort: async () => {
+        calls.push('open');
+        return { destroy: () => undefined };
+      },
+    }) as unknown as SvcClient;
+
+  it('starts it when none runs, and waits for the one another call started (its own start refused with 409)', async () => {
+    const calls: string[] = [];
+    await ensureServer(
+      clientWith(async () => ({ id: 'p1' }), calls),
+      'vm',
+      'run_code',
+    );
+    expect(calls).to.deep.equal(['process', 'start', 'open']);
+    const raced: string[] = [];
+    await ensureServer(
+      clientWith(async () => {
+        throw new SvcError(409, 'a running process already has tag e2b-code-interpreter', 'already_exists');
+      }, raced),
+      'vm',
+      'run_code',
+    );
+    expect(raced).to.deep.equal(['process', 'start', 'open']);
+  });
+
+  it('fails with the daemon’s word on any other refusal', async () => {
+    const err = await ensureServer(
+      clientWith(async () => {
+        throw new SvcError(400, 'bad cwd', 'invalid_argument');
+      }, []),
+      'vm',
+      'run_code',
+    ).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(SvcError).and.to.have.property('message', 'bad cwd');
   });
 });

@@ -1,6 +1,5 @@
 import { expect } from 'chai';
-import { cellResult, ensureServer, RUN_CODE_LIMITS } from '../../../../src/adapters/mcp/mcp-code-tools.js';
-import { SvcError, type SvcClient } from '../../../../src/adapters/client/svc-client.js';
+import { cellResult, RUN_CODE_LIMITS } from '../../../../src/adapters/mcp/mcp-code-tools.js';
 import { MCP_LIMITS } from '../../../../src/adapters/mcp/mcp-kit.js';
 import type { CellEvent } from '../../../../src/adapters/code-interpreter/guest-server.js';
 
@@ -49,54 +48,5 @@ describe('MCP run_code: a cell’s events as a tool result', () => {
       out.stdout.startsWith(`${'x'.repeat(MCP_LIMITS.execOutputBytes)}\n[stdout truncated: 10 more bytes`),
     ).to.equal(true);
     expect(out.cut).to.match(/passed 32 MiB: the rest was not read and the cell was stopped/);
-  });
-});
-
-describe('MCP run_code: the interpreter started in a VM once', () => {
-  /** A client whose VM has no interpreter yet; `started` answers its process start. */
-  const clientWith = (started: () => Promise<unknown>, calls: string[]) =>
-    ({
-      process: async () => {
-        calls.push('process');
-        throw new SvcError(404, 'no process tagged e2b-code-interpreter', 'not_found');
-      },
-      stat: async () => ({ type: 'file' }),
-      mkdir: async () => undefined,
-      upload: async () => undefined,
-      startProcess: async () => {
-        calls.push('start');
-        return started();
-      },
-      openPort: async () => {
-        calls.push('open');
-        return { destroy: () => undefined };
-      },
-    }) as unknown as SvcClient;
-
-  it('starts it when none runs, and waits for the one another call started (its own start refused with 409)', async () => {
-    const calls: string[] = [];
-    await ensureServer(
-      clientWith(async () => ({ id: 'p1' }), calls),
-      'vm',
-    );
-    expect(calls).to.deep.equal(['process', 'start', 'open']);
-    const raced: string[] = [];
-    await ensureServer(
-      clientWith(async () => {
-        throw new SvcError(409, 'a running process already has tag e2b-code-interpreter', 'already_exists');
-      }, raced),
-      'vm',
-    );
-    expect(raced).to.deep.equal(['process', 'start', 'open']);
-  });
-
-  it('fails with the daemon’s word on any other refusal', async () => {
-    const err = await ensureServer(
-      clientWith(async () => {
-        throw new SvcError(400, 'bad cwd', 'invalid_argument');
-      }, []),
-      'vm',
-    ).catch((e: unknown) => e);
-    expect(err).to.be.instanceOf(SvcError).and.to.have.property('message', 'bad cwd');
   });
 });
