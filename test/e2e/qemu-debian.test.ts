@@ -3,7 +3,7 @@ import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressCa } from '../../src/adapters/netd/egress-ca.js';
 import { egressLogged, guestSh, tempDir, type TestDaemon } from '../helpers/daemon.js';
@@ -242,7 +242,7 @@ describe('svcd with QEMU: the debian image', function () {
     expect(r.stdout.trim().split('\n')).to.deep.equal(['ok', 'active']);
   });
 
-  it("runs Python through MCP's run_code (the SDK's client): a kernel that keeps its state between calls, errors, bash", async () => {
+  it("runs Python through MCP's run_code (the SDK's client) and svc code: one kernel that keeps its state between calls, errors, bash", async () => {
     const c = new Client({ name: 'svc-e2e', version: '1.0.0' });
     await c.connect(
       new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
@@ -274,6 +274,33 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await run({ code: 'import os\nos.environ["K"]', env: { K: 'v' } })).results[0].text).to.equal("'v'");
       expect((await run({ code: 'x / 0' })).error?.name).to.equal('ZeroDivisionError');
       expect((await run({ code: 'echo $((2 + 3)) >&2', language: 'bash' })).stderr).to.equal('5\n');
+      // svc code: the same kernel from the command line, the cell on stdin or -c, an error's status 1
+      const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
+      const piped = await runSvc(env, ['code', 'deb'], 'print("x is", x)\nx + 1\n');
+      expect(piped).to.deep.equal({ code: 0, stdout: 'x is 6\n7\n', stderr: '' });
+      const failed = await runSvc(env, ['code', 'deb', '-c', 'undefined_name']);
+      expect(failed.code).to.equal(1);
+      expect(failed.stderr).to.include("NameError: name 'undefined_name' is not defined");
+      // a value with a picture (as a matplotlib figure has): an MCP image, a file of svc code --figures
+      const png = Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), Buffer.from('svc')]);
+      const pic = [
+        'class Pic:',
+        '    def _repr_png_(self):',
+        `        return bytes(${JSON.stringify([...png])})`,
+        '    def __repr__(self):',
+        '        return "<Pic>"',
+        'Pic()',
+      ].join('\n');
+      const shown = (await c.callTool({ name: 'run_code', arguments: { name: 'deb', code: pic } })) as {
+        content: { type: string; data?: string; mimeType?: string }[];
+      };
+      expect(shown.content.slice(1)).to.deep.equal([
+        { type: 'image', data: png.toString('base64'), mimeType: 'image/png' },
+      ]);
+      const figures = join(d.dir, 'figures');
+      const saved = await runSvc(env, ['code', 'deb', '--figures', figures, '-'], pic);
+      expect(saved).to.deep.equal({ code: 0, stdout: '', stderr: `svc: <Pic> saved as ${figures}/figure-1.png\n` });
+      expect(readFileSync(join(figures, 'figure-1.png'))).to.deep.equal(png);
     } finally {
       await c.close();
       expect((await d.call('DELETE', '/vms/deb/processes/e2b-code-interpreter')).status).to.equal(200);

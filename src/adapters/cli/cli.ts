@@ -9,6 +9,7 @@ import { copy, parseEndpoint } from './copy.js';
 import { bytes, ms, sparkline, table } from './format.js';
 import { interactiveShell } from './interactive-shell.js';
 import { processCommands, processLogs, ProcessExit } from './process-commands.js';
+import { codeCommands } from './code-commands.js';
 import { clusterCommands } from './cluster-commands.js';
 import { snapshotCommands } from './snapshot-commands.js';
 import { collect, envOption, ENV_HELP, errorText, Exit, guestCommandLine, print, whole } from './cli-kit.js';
@@ -341,6 +342,7 @@ export function buildCli(): Command {
 
   egressCommands(program, client);
   processCommands(program, client);
+  codeCommands(program, client);
   clusterCommands(program, client);
   snapshotCommands(program, client);
 

@@ -1,0 +1,98 @@
+import type { Command } from 'commander';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { SvcClient } from '../client/svc-client.js';
+import { ensureServer, runCell, type CellEvent } from '../code-interpreter/guest-server.js';
+import { collect, envOption, ENV_HELP, readStdin, whole } from './cli-kit.js';
+import { ProcessExit } from './process-commands.js';
+
+/** What `svc code` reads of an answer at most (figures included). */
+const READ_BYTES = 256 * 1024 * 1024;
+
+interface CodeOptions {
+  code?: string;
+  bash?: boolean;
+  env: string[];
+  figures?: string;
+  timeout?: number;
+  json?: boolean;
+}
+
+/**
+ * `svc code NAME [FILE]`: a cell of Python (or bash) in the VM's code interpreter, the server
+ * MCP's `run_code` and E2B's code interpreter template use (docs/cli.md): its kernel keeps its
+ * state from one run to the next, what the cell prints comes as it prints it.
+ */
+export function codeCommands(program: Command, client: () => SvcClient): void {
+  program
+    .command('code')
+    .argument('<name>')
+    .argument('[file]', "the cell's code (- or none: stdin)")
+    .description(
+      "run a cell of Python in the VM's code interpreter, a kernel that keeps its variables between runs (started at the first): what it prints, its value, its error (exit status 1); figures with --figures",
+    )
+    .option('-c, --code <code>', "the cell's code")
+    .option('--bash', 'run the cell with bash (no state kept)')
+    .option('-e, --env <NAME=VALUE>', `${ENV_HELP}, for this cell only`, collect, [])
+    .option('--figures <dir>', 'save the PNG of each figure shown in DIR (figure-1.png, ...)')
+    .option(
+      '--timeout <seconds>',
+      'interrupt the cell after this long (the kernel stays)',
+      whole('a number of seconds'),
+    )
+    .option('--json', 'print its events, one JSON object a line (E2B code interpreter messages)')
+    .action(async (name: string, file: string | undefined, o: CodeOptions) => {
+      const code = await cellCode(o.code, file);
+      const env = envOption(o.env);
+      await ensureServer(client(), name, 'svc code');
+      let figures = 0;
+      let failed = false;
+      const show = async (e: CellEvent): Promise<void> => {
+        if (e.type === 'error') failed = true;
+        if (o.json) return void process.stdout.write(`${JSON.stringify(e)}\n`);
+        if (e.type === 'stdout') process.stdout.write(e.text ?? '');
+        else if (e.type === 'stderr') process.stderr.write(e.text ?? '');
+        else if (e.type === 'result' && e.png && o.figures) {
+          const saved = join(o.figures, `figure-${++figures}.png`);
+          await writeFile(saved, Buffer.from(e.png, 'base64'));
+          process.stderr.write(`svc: ${e.text ?? 'a figure'} saved as ${saved}\n`);
+        } else if (e.type === 'result' && e.text !== undefined) process.stdout.write(`${e.text}\n`);
+        else if (e.type === 'error') process.stderr.write(`${e.traceback || `${e.name}: ${e.value}`}\n`);
+      };
+      if (o.figures) await mkdir(o.figures, { recursive: true });
+      // events are shown in order, a figure's file written before what comes after it
+      let shown = Promise.resolve();
+      const run = await runCell(
+        client(),
+        name,
+        { code, ...(o.bash ? { language: 'bash' } : {}), ...(env ? { env_vars: env } : {}) },
+        {
+          maxBytes: READ_BYTES,
+          ...(o.timeout ? { signal: AbortSignal.timeout(o.timeout * 1000) } : {}),
+          onEvent: (e) => {
+            shown = shown.then(() => show(e));
+            shown.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+          },
+        },
+      ).catch((err: Error) => {
+        if (err.name === 'TimeoutError' || err.name === 'AbortError')
+          throw new Error(`the cell ran past ${o.timeout} s and was interrupted`);
+        throw err;
+      });
+      await shown;
+      if (run.cut)
+        throw new Error(
+          `the cell's output passed ${READ_BYTES >> 20} MiB: the rest was not read and the cell was stopped`,
+        );
+      if (failed) throw new ProcessExit(1);
+    });
+}
+
+/** The cell: `-c`, else the file, else stdin (`-` or no file). */
+async function cellCode(code: string | undefined, file: string | undefined): Promise<string> {
+  if (code !== undefined && file !== undefined) throw new Error('give the cell with -c or as a file, not both');
+  if (code !== undefined) return code;
+  if (file !== undefined && file !== '-') return readFile(file, 'utf8');
+  if (process.stdin.isTTY) throw new Error('give the cell with -c CODE, a FILE, or on stdin');
+  return (await readStdin()).toString('utf8');
+}
