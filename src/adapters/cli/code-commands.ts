@@ -44,7 +44,8 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
     .action(async (name: string, file: string | undefined, o: CodeOptions) => {
       const code = await cellCode(o.code, file);
       const env = envOption(o.env);
-      await ensureServer(client(), name, 'svc code');
+      const svc = client();
+      await ensureServer(svc, name, 'svc code');
       let figures = 0;
       let failed = false;
       const show = async (e: CellEvent): Promise<void> => {
@@ -63,7 +64,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       // events are shown in order, a figure's file written before what comes after it
       let shown = Promise.resolve();
       const run = await runCell(
-        client(),
+        svc,
         name,
         { code, ...(o.bash ? { language: 'bash' } : {}), ...(env ? { env_vars: env } : {}) },
         {
