@@ -66,20 +66,16 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       const run = await runCell(
         svc,
         name,
-        { code, ...(o.bash ? { language: 'bash' } : {}), ...(env ? { env_vars: env } : {}) },
+        { code, language: o.bash ? 'bash' : undefined, env_vars: env },
         {
           maxBytes: READ_BYTES,
-          ...(o.timeout ? { signal: AbortSignal.timeout(o.timeout * 1000) } : {}),
+          timeoutS: o.timeout,
           onEvent: (e) => {
             shown = shown.then(() => show(e));
             shown.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
           },
         },
-      ).catch((err: Error) => {
-        if (err.name === 'TimeoutError' || err.name === 'AbortError')
-          throw new Error(`the cell ran past ${o.timeout} s and was interrupted`);
-        throw err;
-      });
+      );
       await shown;
       if (run.cut)
         throw new Error(

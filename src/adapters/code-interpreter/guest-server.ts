@@ -147,25 +147,26 @@ export interface CellRun {
 
 /**
  * Runs `cell` on the server in `vm` and reads its events, each handed to `onEvent` as it comes, at
- * most `maxBytes` of them (a cell whose caller goes away is interrupted by the server: so is one
- * aborted by `signal`, or cut).
+ * most `maxBytes` of them. A cell whose caller goes away is interrupted by the server (its kernel
+ * and state stay): so is one cut, or one that runs past `timeoutS` (the run then fails saying so).
  */
 export async function runCell(
   client: SvcClient,
   vm: string,
   cell: Cell,
-  o: { maxBytes: number; signal?: AbortSignal; onEvent?: (e: CellEvent) => void },
+  o: { maxBytes: number; timeoutS?: number; onEvent?: (e: CellEvent) => void },
 ): Promise<CellRun> {
   const socket = await client.openPort(vm, CODE_INTERPRETER_PORT);
   const body = Buffer.from(JSON.stringify(cell));
-  return new Promise<CellRun>((resolve, reject) => {
+  const signal = o.timeoutS ? AbortSignal.timeout(o.timeoutS * 1000) : undefined;
+  const run = new Promise<CellRun>((resolve, reject) => {
     const req = request(
       {
         createConnection: () => socket,
         method: 'POST',
         path: '/execute',
         headers: { 'content-type': 'application/json', 'content-length': body.length },
-        signal: o.signal,
+        signal,
       },
       (res) => {
         const events: CellEvent[] = [];
@@ -210,6 +211,9 @@ export async function runCell(
     );
     req.on('error', reject);
     req.end(body);
+  });
+  return run.catch((err: unknown) => {
+    throw signal?.aborted ? new Error(`the cell ran past ${o.timeoutS} s and was interrupted`) : err;
   });
 }
 

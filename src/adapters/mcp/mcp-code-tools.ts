@@ -40,17 +40,12 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
     ({ name, code, language, env, timeout_s }) =>
       tool(async () => {
         await ensureServer(client, name, 'run_code');
-        const seconds = timeout_s ?? DEFAULT_TIMEOUT_S;
-        const signal = AbortSignal.timeout(seconds * 1000);
         const run = await runCell(
           client,
           name,
-          { code, ...(language ? { language } : {}), ...(env ? { env_vars: env } : {}) },
-          { maxBytes: RUN_CODE_LIMITS.readBytes, signal },
-        ).catch((err: Error) => {
-          if (signal.aborted) throw new Error(`the cell ran past ${seconds} s and was interrupted`);
-          throw err;
-        });
+          { code, language, env_vars: env },
+          { maxBytes: RUN_CODE_LIMITS.readBytes, timeoutS: timeout_s ?? DEFAULT_TIMEOUT_S },
+        );
         return cellResult(run.events, run.cut);
       }),
   );

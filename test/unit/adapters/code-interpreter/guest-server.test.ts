@@ -71,6 +71,15 @@ describe('the code interpreter in a VM: a cell run over the port stream', () => 
     await closed; // the caller went away
   });
 
+  it('goes away from a cell that runs past its timeout, saying so (the server interrupts it)', async () => {
+    answer = (_body, res) => void res.write('{"type":"stdout","text":"working"}\n');
+    const err = await runCell(client, 'vm', { code: 'while True: pass' }, { maxBytes: 1 << 20, timeoutS: 1 }).catch(
+      (e: unknown) => e,
+    );
+    expect(err).to.be.instanceOf(Error).and.to.have.property('message', 'the cell ran past 1 s and was interrupted');
+    await closed; // the caller went away
+  });
+
   it('fails on a refusal (its message) and on a line that is not an event', async () => {
     answer = (_body, res) => void res.writeHead(400).end('{"error": "bad body"}');
     await runCell(client, 'vm', { code: '' }, { maxBytes: 1 << 20 }).then(
