@@ -435,16 +435,16 @@ def open_figures():
     return figures
 
 
-# the formats figures are given in (`%config InlineBackend.figure_formats`): a result's key and
-# matplotlib's format and resolution for each of the names the inline backend takes
+# the formats figures are given in (`%config InlineBackend.figure_formats`): matplotlib's format
+# (also the result's key) and resolution for each of the names the inline backend takes
 FIGURE_FORMATS = {
-    "png": ("png", "png", 1),
-    "retina": ("png", "png", 2),
-    "png2x": ("png", "png", 2),
-    "jpeg": ("jpeg", "jpeg", 1),
-    "jpg": ("jpeg", "jpeg", 1),
-    "svg": ("svg", "svg", 1),
-    "pdf": ("pdf", "pdf", 1),
+    "png": ("png", 1),
+    "retina": ("png", 2),
+    "png2x": ("png", 2),
+    "jpeg": ("jpeg", 1),
+    "jpg": ("jpeg", 1),
+    "svg": ("svg", 1),
+    "pdf": ("pdf", 1),
 }
 figure_formats_chosen = ["png"]
 
@@ -453,11 +453,11 @@ def figure_formats(figure):
     """A figure as E2B's code interpreter gives it: a PNG (or the formats chosen), and its data as a `chart`."""
     out = {}
     for name in figure_formats_chosen:
-        key, fmt, scale = FIGURE_FORMATS[name]
+        fmt, scale = FIGURE_FORMATS[name]
         data = io.BytesIO()
         figure.canvas.print_figure(data, format=fmt, bbox_inches="tight", dpi=figure.dpi * scale)
         value = data.getvalue()
-        out[key] = value.decode("utf-8") if fmt == "svg" else base64.b64encode(value).decode("ascii")
+        out[fmt] = value.decode("utf-8") if fmt == "svg" else base64.b64encode(value).decode("ascii")
     # drawn now, the tick labels have their text
     try:
         chart = chart_of(figure)
