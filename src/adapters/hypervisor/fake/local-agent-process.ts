@@ -31,6 +31,9 @@ export function agentScript(): string {
   return AGENT_BIN;
 }
 
+/** The HOME of what a stand-in guest runs: its `root` folder, as a guest's root user has `/root`. */
+export const standInHome = (guestRoot: string): string => join(guestRoot, 'root');
+
 /**
  * Runs the real svc-agent as a local child process on a free loopback port, with its state and
  * run directories under `dir`. Used by the fake hypervisor's `fake_agent` mode and by tests.
@@ -126,7 +129,7 @@ export async function startLocalAgent(
     stateDir,
     runDir,
     log: openSync(join(dir, 'agent.log'), 'a'),
-    home: join(dir, 'guest', 'root'),
+    home: standInHome(join(dir, 'guest')),
     env: extraEnv,
     flags,
   });

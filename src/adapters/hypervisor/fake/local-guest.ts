@@ -7,7 +7,7 @@ import ssh2 from 'ssh2';
 import type { VmSpec } from '../../../ports/hypervisor.js';
 import type { Sidecar } from './in-memory-hypervisor.js';
 import { generateEd25519 } from '../../ssh/keygen.js';
-import { agentScript, spawnAgent } from './local-agent-process.js';
+import { agentScript, spawnAgent, standInHome } from './local-agent-process.js';
 import { childEnv } from '../../process-kit/child-env.js';
 
 let hostKey: string | undefined;
@@ -45,7 +45,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
       stateDir,
       runDir,
       log,
-      home: join(root, 'root'),
+      home: standInHome(root),
     });
     child = c;
     c.once('exit', () => {
@@ -62,7 +62,7 @@ export async function startLocalGuest(spec: VmSpec): Promise<Sidecar> {
     const u = spawn('/bin/sh', [file], {
       cwd: root,
       stdio: ['ignore', log, log],
-      env: childEnv({ HOME: join(root, 'root') }),
+      env: childEnv({ HOME: standInHome(root) }),
     });
     u.once('exit', () => {
       if (!stopping) writeFileSync(join(stateDir, 'userdata-ran'), '');
@@ -197,7 +197,7 @@ async function startSshServer(authorizedKey: string, cwd: () => string): Promise
           const p = spawn('/bin/sh', ['-c', info.command], {
             cwd: cwd(),
             stdio: 'pipe',
-            env: childEnv({ SVC_GUEST_ROOT: cwd(), HOME: join(cwd(), 'root') }),
+            env: childEnv({ SVC_GUEST_ROOT: cwd(), HOME: standInHome(cwd()) }),
           });
           ch.pipe(p.stdin);
           p.stdin.on('error', () => undefined);
