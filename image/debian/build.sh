@@ -8,7 +8,10 @@ for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.l
   [ -s "$f" ] && grep -qv '^[[:space:]]*\(#\|$\)' "$f" && sources+=("$f")
 done
 [ ${#sources[@]} -gt 0 ] || { echo "build-image: the host has no apt sources to build from" >&2; exit 1; }
-PACKAGES=${SVC_DEBIAN_PACKAGES:-systemd,systemd-sysv,udev,dbus,kmod,apt,bash,coreutils,python3,python3-pip,python3-venv,ca-certificates,curl,git,sudo,openssh-server,iproute2,iputils-ping,procps,less,e2fsprogs,netbase,util-linux}
+# Python's data packages are those E2B's code interpreter template has that Debian has without a
+# compiler: python3-munkres stands for fonttools' other choice, scipy, which brings g++ and boost.
+PYDATA=python3-numpy,python3-pandas,python3-matplotlib,python3-munkres,python3-pil,python3-requests,python3-bs4,python3-openpyxl,python3-yaml
+PACKAGES=${SVC_DEBIAN_PACKAGES:-systemd,systemd-sysv,udev,dbus,kmod,apt,bash,coreutils,python3,python3-pip,python3-venv,$PYDATA,ca-certificates,curl,git,sudo,openssh-server,iproute2,iputils-ping,procps,less,e2fsprogs,netbase,util-linux}
 progress 5 "debian $SUITE packages with mmdebstrap"
 mmdebstrap --variant=minbase --include="$PACKAGES" --skip=cleanup/apt/lists \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -36,6 +39,11 @@ echo "/dev/vda / ext4 rw,discard,errors=remount-ro 0 1" > "$ROOT/etc/fstab"
 rm -f "$ROOT"/etc/ssh/ssh_host_*
 chroot "$ROOT" useradd -m -s /bin/bash -G sudo -c "svc user" svc
 chroot "$ROOT" passwd -l root >/dev/null
+# matplotlib's font list, which its first import makes (seconds under TCG), made now for both users
+if [ -d "$ROOT/usr/lib/python3/dist-packages/matplotlib" ]; then
+  for home in /root /home/svc; do chroot "$ROOT" env HOME=$home python3 -c 'import matplotlib.font_manager'; done
+  chroot "$ROOT" chown -R svc:svc /home/svc/.cache
+fi
 chroot "$ROOT" systemctl enable -q svc-seed.service svc-growfs.service svc-agent.service svc-userdata.service systemd-networkd.service
 chroot "$ROOT" systemctl mask -q systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer e2scrub_reap.service
 rm -rf "$ROOT/var/cache/apt/archives/"*.deb "$ROOT/var/log/"*.log "$ROOT/var/log/apt/"* "$ROOT/tmp/"* "$ROOT/var/tmp/"*
@@ -48,7 +56,7 @@ publish "$(cat <<JSON
   "id": "$(basename "$OUT")",
   "format": 1,
   "os": "Debian GNU/Linux $DEB_VERSION ($SUITE)",
-  "description": "Debian $SUITE with systemd, apt, python3 with pip and venv, git, curl, sudo and openssh-server; the default image",
+  "description": "Debian $SUITE with systemd, apt, python3 with pip, venv, numpy, pandas and matplotlib, git, curl, sudo and openssh-server; the default image",
   "kernel": "vmlinux",
   "initrd": "initrd.img",
   "disk": "disk.qcow2",

@@ -422,7 +422,7 @@ describe('svcd with QEMU: the debian image', function () {
     for (const vm of ['snap1', 'snap2']) await d.call('DELETE', `/vms/${vm}`);
   });
 
-  it("runs E2B's code interpreter SDK on it: runCode keeps state across cells and a pause, streams output, says errors; contexts", async () => {
+  it("runs E2B's code interpreter SDK on it: runCode keeps state across cells and a pause, streams output, says errors; contexts; pandas and matplotlib in a clone", async () => {
     const opts = e2bOptions(d);
     // `code-interpreter-v1`, the SDK's default template: the default image with svc's server in it
     const s = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000, envs: { STAGE: 'global' } });
@@ -435,10 +435,10 @@ describe('svcd with QEMU: the debian image', function () {
       expect(printed).to.deep.equal(['3\n']);
       const failed = await s.runCode('x / 0');
       expect(failed.error).to.include({ name: 'ZeroDivisionError', value: 'division by zero' });
-      // E2B's template has pandas, the debian image not: the error says how to get it
-      const missing = await s.runCode('import pandas as pd');
+      // E2B's template has scikit-learn, the debian image not: the error says how to get it
+      const missing = await s.runCode('from sklearn import datasets');
       expect(missing.error?.name).to.equal('ModuleNotFoundError');
-      expect(missing.error?.value).to.include('`!apt-get install -y python3-pandas`');
+      expect(missing.error?.value).to.include('`!apt-get install -y python3-sklearn`');
       expect((await s.runCode('import os\nos.environ["K"]', { envs: { K: 'v' } })).text).to.equal("'v'");
       // the sandbox's envs are every cell's; a cell's own win
       expect((await s.runCode('os.environ["STAGE"]')).text).to.equal("'global'");
@@ -466,6 +466,7 @@ describe('svcd with QEMU: the debian image', function () {
     }
     // After the first create, a VM with the server and its kernel running is made and suspended;
     // the creates after it clone that VM, and each clone's cells have its own envs.
+    const waited = Date.now();
     const prepared = await waitFor(
       "the code interpreter's prepared VM",
       async () =>
@@ -480,9 +481,26 @@ describe('svcd with QEMU: the debian image', function () {
     try {
       const first = Date.now();
       expect((await c.runCode('import os\nos.environ["STAGE"]')).text).to.equal("'clone'");
-      console.log(`      a create that clones took ${took} ms, its first cell ${Date.now() - first} ms`);
+      console.log(
+        `      the prepared VM was waited for ${t0 - waited} ms; a create that clones took ${took} ms, its first cell ${Date.now() - first} ms`,
+      );
       expect((await d.call('GET', `/vms/${c.sandboxId}`)).json).to.include({ from: prepared.name });
       expect((await c.runCode('x = 5\nx * 2')).text).to.equal('10');
+      // E2B's example: pandas and matplotlib, which the debian image has and the prepared VM's
+      // kernel imported before it was suspended (a clone finds them loaded); a figure and the value
+      const plotted = Date.now();
+      const plot = await c.runCode(
+        'import sys\nloaded = [m in sys.modules for m in ("pandas", "matplotlib.pyplot")]\n' +
+          'import pandas as pd, matplotlib.pyplot as plt\n' +
+          'df = pd.DataFrame({"x": [1, 2, 3], "y": [2, 4, 8]})\ndf.plot(x="x", y="y", title="growth")\nplt.show()\n' +
+          '[loaded, int(df.y.sum())]',
+      );
+      expect(plot.error, JSON.stringify(plot.error)).to.equal(undefined);
+      expect(plot.text).to.equal('[[True, True], 14]');
+      const [figure] = plot.results.filter((r) => r.png);
+      expect(Buffer.from(figure.png!, 'base64').subarray(1, 4).toString()).to.equal('PNG');
+      expect(figure.chart).to.include({ type: 'line', title: 'growth' });
+      console.log(`      the cell with pandas and a plot took ${Date.now() - plotted} ms`);
     } finally {
       await c.kill();
     }

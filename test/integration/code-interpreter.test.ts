@@ -53,29 +53,32 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   let envsFile: string;
   let warmFile: string;
 
-  before(async () => {
-    dir = tempDir('svc-code-interpreter-');
+  /** A server in `dir` with `args`; resolves with its base URL once it answers. */
+  const serve = async (args: string[]): Promise<[ChildProcess, string]> => {
     const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    envsFile = join(dir, 'envs.json');
-    warmFile = join(dir, 'warm');
-    server = spawn(PYTHON, [SERVER, '--port', String(port), '--envs', envsFile, '--warm', warmFile], {
-      cwd: dir,
-      stdio: 'ignore',
-    });
+    const child = spawn(PYTHON, [SERVER, '--port', String(port), ...args], { cwd: dir, stdio: 'ignore' });
+    const url = `http://127.0.0.1:${port}`;
     await poll(
       () =>
-        fetch(`${base}/health`).then(
+        fetch(`${url}/health`).then(
           (r) => r.ok,
           () => false,
         ),
       { ms: 15_000, every: 100 },
     );
+    return [child, url];
+  };
+
+  before(async () => {
+    dir = tempDir('svc-code-interpreter-');
+    envsFile = join(dir, 'envs.json');
+    warmFile = join(dir, 'warm');
+    [server, base] = await serve(['--envs', envsFile, '--warm', warmFile]);
   });
   after(() => void server?.kill());
 
-  const execute = async (body: Record<string, unknown>, signal?: AbortSignal): Promise<Event[]> => {
-    const r = await fetch(`${base}/execute`, { method: 'POST', body: JSON.stringify(body), signal });
+  const execute = async (body: Record<string, unknown>, signal?: AbortSignal, at = base): Promise<Event[]> => {
+    const r = await fetch(`${at}/execute`, { method: 'POST', body: JSON.stringify(body), signal });
     expect(r.status).to.equal(200);
     const events = (await r.text())
       .trim()
@@ -586,6 +589,27 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     );
     const [other] = await execute({ code: 'import svc_no_such_module' });
     expect(other.value).to.equal("No module named 'svc_no_such_module'");
+  });
+
+  it('imports the --preload modules it has in the warm-up cell, binding no name, and skips those it has not', async () => {
+    // modules of the standard library that neither the server nor its kernel imports itself
+    const warm = join(dir, 'warm-preload');
+    const [other, url] = await serve(['--warm', warm, '--preload', 'wave,svc_no_such_module,xml.dom.minidom']);
+    try {
+      await waitUntil('the warm-up cell ran', () => existsSync(warm), { ms: 15_000 });
+      const [seen] = await execute(
+        {
+          code: 'import sys\n[m in sys.modules for m in ("wave", "xml.dom.minidom", "tarfile")] + [n in globals() for n in ("wave", "xml", "_")]',
+        },
+        undefined,
+        url,
+      );
+      expect(seen).to.include({ type: 'result', text: '[True, True, False, False, False, False]' });
+      const [count] = (await execute({ code: '1' }, undefined, url)).filter((e) => e.type === 'number_of_executions');
+      expect(count.execution_count, 'the warm-up cell is not counted').to.equal(2);
+    } finally {
+      other.kill();
+    }
   });
 
   it('answers 404 to a path it does not serve and 400 to a body that is not an object', async () => {

@@ -23,9 +23,9 @@ away): no state is kept between cells. With `--envs FILE`, every cell runs with 
 of names and values in FILE (the sandbox's envs, which svc writes there when it makes the
 sandbox), under the cell's own env_vars; the file is read again when it changes, so a server
 started before its sandbox existed (in a template the sandbox is a clone of) runs cells with that
-sandbox's envs. The default Python kernel starts with the server and runs an empty cell, so the
-first cell finds it warm; with `--warm FILE` the server writes FILE then (svc suspends a template
-once it is there). docs/e2b.md.
+sandbox's envs. The default Python kernel starts with the server and runs an empty cell (with
+`--preload numpy,pandas`, one that imports those), so the first cell finds it warm; with `--warm
+FILE` the server writes FILE then (svc suspends a template once it is there). docs/e2b.md.
 """
 
 import ast
@@ -1340,8 +1340,14 @@ class Handler(BaseHTTPRequestHandler):
                 pass
 
 
-def warm_up(interp, warm_file):
-    interp.default("python").execute("None", {}, lambda event: None, lambda: False, counted=False)
+def warm_up(interp, warm_file, preload=()):
+    """
+    Starts the default kernel and runs a first cell in it: an empty one, or one that imports the
+    `preload` modules that are there (binding no name: a cell's own `import pandas` then finds it
+    loaded). svc preloads the heavy ones in the VM that E2B's template clones, so each clone has them.
+    """
+    code = "\n".join(f"try:\n    __import__({m!r})\nexcept Exception:\n    pass" for m in preload) or "None"
+    interp.default("python").execute(code, {}, lambda event: None, lambda: False, counted=False)
     if warm_file:
         with open(warm_file, "w") as f:
             f.write("warm\n")
@@ -1354,6 +1360,7 @@ def main():
     host = "127.0.0.1"
     envs_file = None
     warm_file = None
+    preload = []
     args = sys.argv[1:]
     while args:
         flag = args.pop(0)
@@ -1365,13 +1372,15 @@ def main():
             envs_file = args.pop(0)
         elif flag == "--warm":
             warm_file = args.pop(0)
+        elif flag == "--preload":
+            preload = [m for m in args.pop(0).split(",") if m]
         else:
-            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N] [--envs FILE] [--warm FILE]")
+            sys.exit(f"usage: {sys.argv[0]} [--host H] [--port N] [--envs FILE] [--warm FILE] [--preload MODULE,...]")
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     server.interpreter = Interpreter(os.getcwd(), envs_file)
     # the default Python kernel starts now, not at the first execution, and runs an empty cell
-    threading.Thread(target=warm_up, args=(server.interpreter, warm_file), daemon=True).start()
+    threading.Thread(target=warm_up, args=(server.interpreter, warm_file, preload), daemon=True).start()
     print(f"svc code interpreter on {host}:{port}", flush=True)
     server.serve_forever()
 

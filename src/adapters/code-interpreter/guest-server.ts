@@ -43,13 +43,15 @@ export function serverScript(): Promise<Buffer> {
 
 /**
  * Puts the server in `vm` and starts it, with `envs` for its cells; resolves once it listens.
- * `needs` says what wants it, for the error of a guest without python3.
+ * `needs` says what wants it, for the error of a guest without python3. The `preload` modules that
+ * the guest has are imported by the kernel's warm-up cell (binding no name), before `waitWarm`.
  */
 export async function installServer(
   client: SvcClient,
   vm: string,
   envs: Record<string, string>,
   needs: string,
+  preload: readonly string[] = [],
 ): Promise<void> {
   const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
@@ -60,7 +62,11 @@ export async function installServer(
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,
-    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM],
+    args: [
+      GUEST_SCRIPT,
+      ...['--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM],
+      ...(preload.length ? ['--preload', preload.join(',')] : []),
+    ],
     cwd: CODE_INTERPRETER_HOME,
     tag: CODE_INTERPRETER_TAG,
     restart: 'on-failure',
@@ -91,17 +97,21 @@ export async function writeEnvs(client: SvcClient, vm: string, envs: Record<stri
 
 /**
  * Waits until `ready()`, while the server's process runs: a server that ended, or that has not
- * done `what` in LISTEN_TIMEOUT_MS, fails the wait, saying which.
+ * done `what` in `ms`, fails the wait, saying which.
  */
-async function waitServer(client: SvcClient, vm: string, what: string, ready: () => Promise<boolean>): Promise<void> {
-  for (const until = Date.now() + LISTEN_TIMEOUT_MS; !(await ready());) {
+async function waitServer(
+  client: SvcClient,
+  vm: string,
+  what: string,
+  ready: () => Promise<boolean>,
+  ms = LISTEN_TIMEOUT_MS,
+): Promise<void> {
+  for (const until = Date.now() + ms; !(await ready());) {
     const now = await client.process(vm, CODE_INTERPRETER_TAG);
     if (now.state === 'ended' || Date.now() > until)
       throw new Error(
         `svc's code interpreter did not ${what}` +
-          (now.state === 'ended'
-            ? ` (it ended: svc logs ${vm} ${CODE_INTERPRETER_TAG})`
-            : ` in ${LISTEN_TIMEOUT_MS / 1000} s`),
+          (now.state === 'ended' ? ` (it ended: svc logs ${vm} ${CODE_INTERPRETER_TAG})` : ` in ${ms / 1000} s`),
       );
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -115,9 +125,12 @@ export const waitListening = (client: SvcClient, vm: string) =>
     return !!open;
   });
 
-/** Resolves once its default kernel ran the warm-up cell (the server's --warm file is there). */
-export const waitWarm = (client: SvcClient, vm: string) =>
-  waitServer(client, vm, 'start its kernel', async () => !!(await client.stat(vm, GUEST_WARM).catch(noneOn404)));
+/**
+ * Resolves once its default kernel ran the warm-up cell (the server's --warm file is there), in
+ * `ms` at most (a warm-up that imports modules takes longer).
+ */
+export const waitWarm = (client: SvcClient, vm: string, ms = LISTEN_TIMEOUT_MS) =>
+  waitServer(client, vm, 'start its kernel', async () => !!(await client.stat(vm, GUEST_WARM).catch(noneOn404)), ms);
 
 /** What the server answers an execution with, one object a line (E2B's messaging). */
 export interface CellEvent {

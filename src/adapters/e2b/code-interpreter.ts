@@ -13,6 +13,14 @@ export const CODE_INTERPRETER_TEMPLATE = 'code-interpreter-v1';
 export const CODE_INTERPRETER_VM_PREFIX = 'e2b-code-interpreter-';
 /** After a prepared VM failed to be made, the next try waits this long. */
 const RETRY_AFTER_MS = 10 * 60_000;
+/**
+ * What the prepared VM's kernel imports before it is suspended (those the image has: the debian
+ * image has all three), so that a clone's `import pandas` finds it loaded: under TCG each takes
+ * seconds to import.
+ */
+const PRELOAD = ['numpy', 'pandas', 'matplotlib.pyplot'];
+/** How long the prepared VM's kernel has for its warm-up cell (PRELOAD's imports, under TCG). */
+const PRELOAD_TIMEOUT_MS = 120_000;
 
 /** The svc create of a sandbox of the template: a clone of the prepared VM, or a create of the default image. */
 export interface CodeInterpreterSource {
@@ -98,9 +106,9 @@ export class CodeInterpreters {
       if (had) await this.client.delete(name);
       await this.client.create({ name, persistent: true }, { wait: 'agent' });
       try {
-        await installServer(this.client, name, {}, `the ${CODE_INTERPRETER_TEMPLATE} template`);
-        // its clones find the kernel started and warm, not starting
-        await waitWarm(this.client, name);
+        await installServer(this.client, name, {}, `the ${CODE_INTERPRETER_TEMPLATE} template`, PRELOAD);
+        // its clones find the kernel started and warm (PRELOAD imported), not starting
+        await waitWarm(this.client, name, PRELOAD_TIMEOUT_MS);
         await this.client.suspend(name);
       } catch (err) {
         await this.client.delete(name).catch(() => undefined);

@@ -62,7 +62,7 @@ export const BUILTIN_IMAGES: Record<
   debian: {
     os: "Debian GNU/Linux (the host's release)",
     description:
-      'Debian with systemd, apt, python3 with pip and venv, git, curl, sudo and openssh-server; the default image',
+      'Debian with systemd, apt, python3 with pip, venv, numpy, pandas and matplotlib, git, curl, sudo and openssh-server; the default image',
     min_disk_gb: 2,
     min_memory_mb: 256,
   },

@@ -19,7 +19,7 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
     {
       title: 'Run code in a VM, keeping state',
       description:
-        "Runs a cell of Python in a running VM's code interpreter, as a Jupyter notebook would: variables, imports and the working folder stay from one call to the next (per VM). Returns what it printed, the value of its last line, the error with its traceback, and each matplotlib figure shown (plt.show(), or left open) as a PNG image. IPython's `!command`, `%cd`, `%pip` and `%%bash` work. language \"bash\" runs the cell with bash instead (no state kept). The VM's image needs python3 (debian has it; add packages with `!apt-get install -y python3-pandas`). The first call in a VM starts the interpreter (a few seconds).",
+        "Runs a cell of Python in a running VM's code interpreter, as a Jupyter notebook would: variables, imports and the working folder stay from one call to the next (per VM). Returns what it printed, the value of its last line, the error with its traceback, and each matplotlib figure shown (plt.show(), or left open) as a PNG image. IPython's `!command`, `%cd`, `%pip` and `%%bash` work. language \"bash\" runs the cell with bash instead (no state kept). The VM's image needs python3 (debian has it, with numpy, pandas and matplotlib; add packages with `!apt-get install -y python3-scipy` or `%pip install`). The first call in a VM starts the interpreter (a few seconds).",
       inputSchema: {
         name: vmName,
         code: z
