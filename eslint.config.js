@@ -11,8 +11,9 @@ export default tseslint.config(
     },
   },
   {
-    // Programs the tests run inside guests, with the guest's own node (CommonJS).
-    files: ['test/e2e/fixtures/**/*.cjs'],
+    // Programs that run inside guests, with the guest's own node (CommonJS): the tests' and the
+    // code interpreter's JavaScript kernel.
+    files: ['test/e2e/fixtures/**/*.cjs', 'src/adapters/code-interpreter/*.cjs'],
     languageOptions: { sourceType: 'commonjs' },
     rules: { '@typescript-eslint/no-require-imports': 'off', 'no-console': 'off' },
   },

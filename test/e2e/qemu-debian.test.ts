@@ -242,7 +242,7 @@ describe('svcd with QEMU: the debian image', function () {
     expect(r.stdout.trim().split('\n')).to.deep.equal(['ok', 'active']);
   });
 
-  it("runs Python through MCP's run_code (the SDK's client) and svc code: one kernel that keeps its state between calls, errors, bash", async () => {
+  it("runs Python through MCP's run_code (the SDK's client) and svc code: one kernel that keeps its state between calls, errors, bash, JavaScript", async () => {
     const c = new Client({ name: 'svc-e2e', version: '1.0.0' });
     await c.connect(
       new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${d.tcp.port}/mcp`), {
@@ -274,10 +274,17 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await run({ code: 'import os\nos.environ["K"]', env: { K: 'v' } })).results[0].text).to.equal("'v'");
       expect((await run({ code: 'x / 0' })).error?.name).to.equal('ZeroDivisionError');
       expect((await run({ code: 'echo $((2 + 3)) >&2', language: 'bash' })).stderr).to.equal('5\n');
+      // JavaScript in a node kernel of its own (the guest's node), which keeps its state too
+      expect((await run({ code: 'const os = require("os")\nlet n = 20', language: 'js' })).error).to.equal(undefined);
       // svc code: the same kernel from the command line, the cell on stdin or -c, an error's status 1
       const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
       const piped = await runSvc(env, ['code', 'deb'], 'print("x is", x)\nx + 1\n');
       expect(piped).to.deep.equal({ code: 0, stdout: 'x is 6\n7\n', stderr: '' });
+      expect(await runSvc(env, ['code', 'deb', '--js', '-c', '[os.hostname(), n + 1]'])).to.deep.equal({
+        code: 0,
+        stdout: "[ 'deb', 21 ]\n",
+        stderr: '',
+      });
       const failed = await runSvc(env, ['code', 'deb', '-c', 'undefined_name']);
       expect(failed.code).to.equal(1);
       expect(failed.stderr).to.include("NameError: name 'undefined_name' is not defined");
@@ -448,6 +455,11 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await s.runCode('import os\nos.getcwd()', { context: ctx })).text).to.equal("'/tmp'");
       expect((await s.runCode('x', { context: ctx })).error?.name).to.equal('NameError');
       expect((await s.runCode('echo $((x=2+3))', { language: 'bash' })).logs.stdout).to.deep.equal(['5\n']);
+      // E2B's `js`: a node kernel, with its own variables (not the Python kernel's x)
+      expect((await s.runCode('const a = [1, 2, 3];\na.map((v) => v * 2)', { language: 'js' })).text).to.equal(
+        '[ 2, 4, 6 ]',
+      );
+      expect((await s.runCode('[a.length, typeof x]', { language: 'js' })).text).to.equal("[ 3, 'undefined' ]");
       // notebook code in the guest's python3: a shell escape (with a variable's value) between prints, a top-level await
       const seen: string[] = [];
       const nb = await s.runCode(

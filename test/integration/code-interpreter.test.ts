@@ -327,6 +327,59 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect((await post('/contexts', { cwd: '/no/such/folder' })).status).to.equal(400);
   });
 
+  it("runs JavaScript cells in a node kernel (E2B's `js`): state kept, a top-level await, output in order, errors, an interrupt", async () => {
+    const js = (code: string, more: Record<string, unknown> = {}, signal?: AbortSignal) =>
+      execute({ code, language: 'js', ...more }, signal);
+    const first = await js(
+      'const xs = [1, 2, 3]\nconsole.log("one")\nrequire("child_process").execSync("echo two", { stdio: "inherit" })\nconsole.error("three")\nxs.map((v) => v * 2)',
+    );
+    expect(first.slice(0, 4)).to.deep.equal([
+      { type: 'stdout', text: 'one\n' },
+      { type: 'stdout', text: 'two\n' },
+      { type: 'stderr', text: 'three\n' },
+      { type: 'result', is_main_result: true, text: '[ 2, 4, 6 ]' },
+    ]);
+    // `const` and `let` stay for the next cell, as an await's value does; a cell's env_vars are its own
+    const later = await js(
+      'const n = await new Promise((r) => setTimeout(() => r(xs.length), 20));\n[n, process.env.K]',
+      {
+        env_vars: { K: 'v' },
+      },
+    );
+    expect(later[0]).to.include({ type: 'result', text: "[ 3, 'v' ]" });
+    expect((await js('[n, process.env.K]'))[0]).to.include({ text: '[ 3, undefined ]' });
+    // an error: its name, message and the cell's frames; a cell cut short is a SyntaxError
+    const [failed] = await js('let y = 1\nnull.foo');
+    expect(failed).to.include({
+      type: 'error',
+      name: 'TypeError',
+      value: "Cannot read properties of null (reading 'foo')",
+    });
+    expect(failed.traceback)
+      .to.match(/at cell:2:/)
+      .and.not.match(/code-interpreter-js|node:repl/);
+    expect((await js('function f() {'))[0]).to.include({ type: 'error', name: 'SyntaxError' });
+    // a caller that goes away interrupts a loop and an await alike; the kernel and its variables stay
+    for (const code of ['while (true) {}', 'await new Promise(() => {})']) {
+      const ac = new AbortController();
+      const stuck = js(code, {}, ac.signal).catch((e: Error) => e);
+      setTimeout(() => ac.abort(), 500);
+      expect(await stuck).to.be.instanceOf(Error);
+      expect((await js('xs.length + y'))[0]).to.include({ type: 'result', text: '4' });
+    }
+    // a context of its own (`javascript` names it too), in its folder, without the default's variables
+    const made = (await (await post('/contexts', { language: 'javascript', cwd: dir })).json()) as {
+      id: string;
+      language: string;
+    };
+    expect(made.language).to.equal('js');
+    expect((await execute({ code: 'process.cwd()', context_id: made.id }))[0].text).to.equal(`'${dir}'`);
+    expect((await execute({ code: 'xs', context_id: made.id }))[0]).to.include({
+      type: 'error',
+      name: 'ReferenceError',
+    });
+  });
+
   it('runs bash cells, with an exit status other than 0 as an error', async () => {
     const ok = await execute({ code: 'echo $((6 * 7)); echo err >&2', language: 'bash' });
     expect(ok.filter((e) => e.type !== 'end_of_execution')).to.have.deep.members([

@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SvcClient } from '../client/svc-client.js';
@@ -12,6 +12,7 @@ const READ_BYTES = 256 * 1024 * 1024;
 interface CodeOptions {
   code?: string;
   bash?: boolean;
+  js?: boolean;
   env: string[];
   figures?: string;
   timeout?: number;
@@ -19,7 +20,7 @@ interface CodeOptions {
 }
 
 /**
- * `svc code NAME [FILE]`: a cell of Python (or bash) in the VM's code interpreter, the server
+ * `svc code NAME [FILE]`: a cell of Python (or JavaScript, or bash) in the VM's code interpreter, the server
  * MCP's `run_code` and E2B's code interpreter template use (docs/cli.md): its kernel keeps its
  * state from one run to the next, what the cell prints comes as it prints it.
  */
@@ -33,6 +34,9 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
     )
     .option('-c, --code <code>', "the cell's code")
     .option('--bash', 'run the cell with bash (no state kept)')
+    .addOption(
+      new Option('--js', 'run the cell as JavaScript, in a node kernel that keeps its state').conflicts('bash'),
+    )
     .option('-e, --env <NAME=VALUE>', `${ENV_HELP}, for this cell only`, collect, [])
     .option('--figures <dir>', 'save the PNG of each figure shown in DIR (figure-1.png, ...)')
     .option(
@@ -66,7 +70,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       const run = await runCell(
         svc,
         name,
-        { code, language: o.bash ? 'bash' : undefined, env_vars: env },
+        { code, language: o.bash ? 'bash' : o.js ? 'js' : undefined, env_vars: env },
         {
           maxBytes: READ_BYTES,
           timeoutS: o.timeout,

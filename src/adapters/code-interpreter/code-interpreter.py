@@ -16,6 +16,8 @@ inline backend gives them, and DataFrames with E2B's `data` (InlineBackend, char
 
 A Python context is a kernel: a child `python3` that keeps its globals from one execution to the
 next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
+JavaScript one (`js`, E2B's name; `javascript`) is the same in a child `node`
+(code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`). A
 cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, `%%bash` and a few
 other magics (Magics). A kernel that dies is started again, and the execution says so. A bash
 context runs each cell as its own `bash -c` in the context's folder (killed when the caller goes
@@ -52,7 +54,13 @@ import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-LANGUAGES = ("python", "bash")
+LANGUAGES = ("python", "js", "bash")
+# what runs a language's cells, by name
+KERNEL_NAMES = {"python": "Python", "js": "node"}
+# other names of a language, as E2B's SDK and people write them
+LANGUAGE_NAMES = {"javascript": "js", "node": "js"}
+# the JavaScript kernel, beside this file (in a guest too: svc puts both there)
+JS_KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code-interpreter-js.cjs")
 # the most of a cell's output one event carries (a long line without its end comes in pieces): what
 # the kernel's prints hold before they are written, and what the server reads of a pipe at once
 PIECE = 64 * 1024
@@ -296,8 +304,8 @@ def kernel_main(fd, nonce):
         emit({"type": "done"})
 
 
-# packages E2B's code interpreter template has and the debian image does not, by the name a cell
-# imports: Debian's package and pip's
+# packages E2B's code interpreter template has, by the name a cell imports: Debian's package and
+# pip's (the debian image has all of them but scipy, seaborn and sklearn; another image may have none)
 MISSING_PACKAGES = {
     "bs4": ("python3-bs4", "beautifulsoup4"),
     "matplotlib": ("python3-matplotlib", "matplotlib"),
@@ -932,19 +940,28 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self):
-        if self.language != "python":
+        if self.language == "bash":
             return
         r, w = os.pipe()
         nonce = uuid.uuid4().hex
-        self.kernel = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w), nonce],
-            cwd=self.cwd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(w,),
-        )
-        os.close(w)
+        if self.language == "js":
+            argv = ["node", JS_KERNEL, str(w), nonce]
+        else:
+            argv = [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w), nonce]
+        try:
+            self.kernel = subprocess.Popen(
+                argv,
+                cwd=self.cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(w,),
+            )
+        except FileNotFoundError:
+            os.close(r)
+            raise ValueError(f"language {self.language!r} needs {argv[0]} on the sandbox's PATH") from None
+        finally:
+            os.close(w)
         pipes = (("stdout", self.kernel.stdout), ("stderr", self.kernel.stderr))
         self.printed = [Printed(name, pipe, mark_of(nonce)) for name, pipe in pipes]
         self.events = os.fdopen(r, "rb", buffering=0)
@@ -997,7 +1014,7 @@ class Context:
                             send({
                                 "type": "error",
                                 "name": "KernelDied",
-                                "value": "the context's Python process ended; it starts again, without its variables",
+                                "value": f"the context's {KERNEL_NAMES[self.language]} process ended; it starts again, without its variables",
                                 "traceback": "",
                             })
                             self.stop()
@@ -1169,6 +1186,12 @@ class SandboxEnvs:
             return dict(self.envs)
 
 
+def language_of(name):
+    """A language as the contexts know it: python when none is named."""
+    name = (name or "python").lower()
+    return LANGUAGE_NAMES.get(name, name)
+
+
 class Interpreter:
     def __init__(self, cwd, envs_file=None):
         self.cwd = cwd
@@ -1179,7 +1202,7 @@ class Interpreter:
         self.making = threading.Lock()
 
     def create(self, language, cwd):
-        language = (language or "python").lower()
+        language = language_of(language)
         if language not in LANGUAGES:
             raise ValueError(f"language {language!r} is not one svc's code interpreter runs ({', '.join(LANGUAGES)})")
         cwd = cwd or self.cwd
@@ -1193,7 +1216,7 @@ class Interpreter:
 
     def default(self, language):
         """The context of a language that executions naming none run in, made at first use."""
-        language = (language or "python").lower()
+        language = language_of(language)
         with self.making:
             ctx = self.defaults.get(language)
             if ctx is None:

@@ -20,9 +20,11 @@ export const CODE_INTERPRETER_TAG = 'e2b-code-interpreter';
 /** The home its cells start in. */
 export const CODE_INTERPRETER_HOME = '/root';
 
-const SCRIPT = fileURLToPath(new URL('../../../../src/adapters/code-interpreter/code-interpreter.py', import.meta.url));
+const SOURCE_DIR = fileURLToPath(new URL('../../../../src/adapters/code-interpreter/', import.meta.url));
 const GUEST_DIR = '/usr/local/lib/svc';
-const GUEST_SCRIPT = `${GUEST_DIR}/code-interpreter.py`;
+/** The server, and the JavaScript kernel it starts for a context of language `js`, beside it. */
+const FILES = ['code-interpreter.py', 'code-interpreter-js.cjs'];
+const GUEST_SCRIPT = `${GUEST_DIR}/${FILES[0]}`;
 const PYTHON = '/usr/bin/python3';
 /** The VM's envs, which every cell runs with (the server's `--envs`). */
 const GUEST_ENVS = `${GUEST_DIR}/code-interpreter-envs.json`;
@@ -31,14 +33,14 @@ const GUEST_WARM = '/run/svc-code-interpreter-warm';
 /** How long the server has to listen after it starts (python3's start, under TCG too). */
 const LISTEN_TIMEOUT_MS = 30_000;
 
-let script: Promise<Buffer> | undefined;
-/** The server's source, read once: E2B names its prepared VM by it, and each start may put it in a guest. */
-export function serverScript(): Promise<Buffer> {
-  script ??= readFile(SCRIPT).catch((err: unknown) => {
-    script = undefined;
+let sources: Promise<Buffer[]> | undefined;
+/** The server's files (FILES), read once: E2B names its prepared VM by them, and each start may put them in a guest. */
+export function serverSources(): Promise<Buffer[]> {
+  sources ??= Promise.all(FILES.map((f) => readFile(SOURCE_DIR + f))).catch((err: unknown) => {
+    sources = undefined;
     throw err;
   });
-  return script;
+  return sources;
 }
 
 /**
@@ -56,9 +58,10 @@ export async function installServer(
   const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
     throw new InvalidArgumentError(`${needs} needs ${PYTHON} in the VM's image (the default debian image has it)`);
-  const source = await serverScript();
+  const files = await serverSources();
   await client.mkdir(vm, GUEST_DIR, { recursive: true });
-  await client.upload(vm, { path: GUEST_SCRIPT, permissions: '0644' }, source, source.length);
+  for (const [i, data] of files.entries())
+    await client.upload(vm, { path: `${GUEST_DIR}/${FILES[i]}`, permissions: '0644' }, data, data.length);
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,

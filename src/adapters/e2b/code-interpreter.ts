@@ -4,7 +4,7 @@ import type { Logger } from '../../ports/logger.js';
 import type { SvcClient } from '../client/svc-client.js';
 import type { Instance } from '../../domain/vm.js';
 import { metaOf } from './sandboxes.js';
-import { installServer, serverScript, waitListening, waitWarm, writeEnvs } from '../code-interpreter/guest-server.js';
+import { installServer, serverSources, waitListening, waitWarm, writeEnvs } from '../code-interpreter/guest-server.js';
 
 /** The template `@e2b/code-interpreter`'s `Sandbox.create()` asks for when given none. */
 export const CODE_INTERPRETER_TEMPLATE = 'code-interpreter-v1';
@@ -51,11 +51,10 @@ export class CodeInterpreters {
   /** The name the prepared VM has for the server and default image of now. */
   private async preparedName(): Promise<string> {
     const image = await this.client.getImage('default');
-    const h = createHash('sha256')
-      .update(await serverScript())
-      .update(JSON.stringify([image.id, image.revision ?? '']))
-      .digest('hex');
-    return `${CODE_INTERPRETER_VM_PREFIX}${h.slice(0, 12)}`;
+    const h = createHash('sha256');
+    for (const source of await serverSources()) h.update(source);
+    h.update(JSON.stringify([image.id, image.revision ?? '']));
+    return `${CODE_INTERPRETER_VM_PREFIX}${h.digest('hex').slice(0, 12)}`;
   }
 
   /** What a create of the template starts from among the VMs `all`. */

@@ -1,0 +1,129 @@
+'use strict';
+/*
+ * svc's JavaScript kernel: a context of language "js" in code-interpreter.py (E2B's `language: 'js'`)
+ * runs its cells here, in one node process that keeps their state, as the Python kernel does and
+ * speaking its protocol: `node js-kernel.cjs FD NONCE`; one JSON request a line on stdin ({code,
+ * env, base, counted}); JSON events on descriptor FD, each after a mark (NUL, RS, `svc-mark-NONCE:`,
+ * its number, NUL) on descriptors 1 and 2, so the server sends what a cell printed before an event
+ * before it. Cells are evaluated as Node's REPL evaluates a line (its own eval: a top-level `await`,
+ * `const` and `let` kept for the next cell, `require`), with what `console.log` and the processes a
+ * cell starts print as stdout and stderr, the value of the last expression as the result
+ * (util.inspect's text), and a SIGINT from the server interrupting a cell. JavaScript only: E2B's
+ * Deno kernel also takes TypeScript, which Node 20 does not run.
+ */
+const fs = require('node:fs');
+const readline = require('node:readline');
+const repl = require('node:repl');
+const { PassThrough } = require('node:stream');
+const util = require('node:util');
+
+const events = Number(process.argv[2]);
+const mark = Buffer.concat([Buffer.from([0, 0x1e]), Buffer.from(`svc-mark-${process.argv[3]}:`)]);
+let seq = 0;
+let count = 0;
+
+/** Writes all of `data` to descriptor `fd`. */
+function writeAll(fd, data) {
+  for (let at = 0; at < data.length;) at += fs.writeSync(fd, data, at);
+}
+
+/** An event: its mark on both pipes after what was printed before it, then the event. */
+function emit(event) {
+  seq += 1;
+  for (const fd of [1, 2]) {
+    try {
+      writeAll(fd, Buffer.concat([mark, Buffer.from(`${seq}\0`)]));
+    } catch {
+      // a pipe the server no longer reads: it sends what it has
+    }
+  }
+  writeAll(events, Buffer.from(`${JSON.stringify({ ...event, seq })}\n`));
+}
+
+/** An error as E2B's: its name, its message and its stack without the REPL's own frames. */
+function errorEvent(err) {
+  if (err instanceof repl.Recoverable) err = err.err; // input that ended too soon: a SyntaxError
+  if (!(err instanceof Error)) return { type: 'error', name: 'Error', value: util.inspect(err), traceback: '' };
+  const interrupted = err.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
+  // the cell's frames and what it called: those of this kernel and the REPL's below them go
+  const lines = String(err.stack ?? '').split('\n');
+  const own = lines.findIndex(
+    (line) => line.includes(__filename) || /[( ]node:(vm|internal\/vm|repl|domain):/.test(line),
+  );
+  const stack = (own < 0 ? lines : lines.slice(0, own)).join('\n');
+  return {
+    type: 'error',
+    name: interrupted ? 'KeyboardInterrupt' : err.name,
+    value: interrupted ? 'interrupted' : err.message,
+    traceback: interrupted ? '' : stack,
+  };
+}
+
+// The REPL reads nothing (cells come as requests) and prints no prompt; its eval is what runs a cell.
+const server = repl.start({
+  input: new PassThrough(),
+  output: process.stdout,
+  prompt: '',
+  terminal: false,
+  useGlobal: true,
+  ignoreUndefined: true,
+  breakEvalOnSigint: true,
+});
+/** How the running cell ends: with its error, or with its value. Undefined between cells. */
+let finish;
+
+// A SIGINT while a cell's code runs is the REPL's (its eval breaks out of the code: the cell's
+// error); one while the cell awaits ends the cell here (what it awaited is left to itself); one
+// between cells is no reason to end. A listener of the process's own while the code runs would
+// keep the REPL's from breaking out of it, so there is one only while none runs.
+const interrupted = () => Object.assign(new Error('interrupted'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' });
+const onSigint = () => finish?.(interrupted());
+process.on('SIGINT', onSigint);
+// The REPL's eval gives what a cell throws (or its await rejects with) to the REPL's domain, which
+// would print it and call nobody back: it is the cell's error, or, between cells (a timer's), said
+// on stderr as Node's REPL says it.
+const domain = server._domain;
+if (typeof domain?.on !== 'function') throw new Error("svc's JavaScript kernel: this node's REPL has no domain");
+domain.removeAllListeners('error');
+domain.on('error', (err) => {
+  if (finish) finish(err);
+  else process.stderr.write(`Uncaught ${err instanceof Error ? err.stack : util.inspect(err)}\n`);
+});
+
+/** Runs one request's cell; resolves when its events are sent. */
+function run(req) {
+  Object.assign(process.env, req.base ?? {});
+  const env = req.env ?? {};
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  if (req.counted !== false) count += 1;
+  return new Promise((resolve) => {
+    const mine = (err, value) => {
+      if (finish !== mine) return; // the end of a cell that was interrupted while it awaited
+      finish = undefined;
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      if (err) emit(errorEvent(err));
+      else if (value !== undefined) emit({ type: 'result', is_main_result: true, text: util.inspect(value) });
+      emit({ type: 'number_of_executions', execution_count: count });
+      emit({ type: 'done' });
+      resolve();
+    };
+    finish = mine;
+    process.removeListener('SIGINT', onSigint);
+    try {
+      server.eval(req.code, server.context, 'cell', mine);
+    } finally {
+      process.on('SIGINT', onSigint);
+    }
+  });
+}
+
+// one cell at a time, in the order they came
+let last = Promise.resolve();
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  const req = JSON.parse(line);
+  last = last.then(() => run(req));
+});
