@@ -1,5 +1,5 @@
 import { Option, type Command } from 'commander';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SvcClient } from '../client/svc-client.js';
 import { ensureServer, runCell, type CellEvent } from '../code-interpreter/guest-server.js';
@@ -17,6 +17,20 @@ interface CodeOptions {
   figures?: string;
   timeout?: number;
   json?: boolean;
+}
+
+/**
+ * Makes `dir` unless it is there; resolves with the highest N of its `figure-N.png` files (0 for
+ * none), so that the figures of one run go after those of the runs before it, as a notebook's do.
+ */
+export async function lastFigure(dir: string): Promise<number> {
+  await mkdir(dir, { recursive: true });
+  let last = 0;
+  for (const name of await readdir(dir)) {
+    const n = /^figure-([1-9]\d{0,8})\.png$/.exec(name)?.[1];
+    if (n) last = Math.max(last, Number(n));
+  }
+  return last;
 }
 
 /**
@@ -38,7 +52,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       new Option('--js', 'run the cell as JavaScript, in a node kernel that keeps its state').conflicts('bash'),
     )
     .option('-e, --env <NAME=VALUE>', `${ENV_HELP}, for this cell only`, collect, [])
-    .option('--figures <dir>', 'save the PNG of each figure shown in DIR (figure-1.png, ...)')
+    .option('--figures <dir>', 'save the PNG of each figure shown in DIR (figure-1.png, ..., after those there)')
     .option(
       '--timeout <seconds>',
       'interrupt the cell after this long (the kernel stays)',
@@ -50,7 +64,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       const env = envOption(o.env);
       const svc = client();
       await ensureServer(svc, name, 'svc code');
-      let figures = 0;
+      let figures = o.figures ? await lastFigure(o.figures) : 0;
       let failed = false;
       const show = async (e: CellEvent): Promise<void> => {
         if (e.type === 'error') failed = true;
@@ -64,7 +78,6 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
         } else if (e.type === 'result' && e.text !== undefined) process.stdout.write(`${e.text}\n`);
         else if (e.type === 'error') process.stderr.write(`${e.traceback || `${e.name}: ${e.value}`}\n`);
       };
-      if (o.figures) await mkdir(o.figures, { recursive: true });
       // events are shown in order, a figure's file written before what comes after it
       let shown = Promise.resolve();
       const run = await runCell(
