@@ -16,10 +16,10 @@ inline backend gives them, and DataFrames with E2B's `data` (InlineBackend, char
 
 A Python context is a kernel: a child `python3` that keeps its globals from one execution to the
 next, runs one at a time, and is interrupted (SIGINT) when the caller goes away mid-execution. A
-JavaScript one (`js`, E2B's name; `javascript`) is the same in a child `node`
-(code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`). A
 cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, `%%bash` and a few
-other magics (Magics). A kernel that dies is started again, and the execution says so. A bash
+other magics (Magics). A kernel that dies is started again, and the execution says so. A
+JavaScript context (`js`, E2B's name; `javascript`) is the same with a child `node`
+(code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`). A bash
 context runs each cell as its own `bash -c` in the context's folder (killed when the caller goes
 away): no state is kept between cells. With `--envs FILE`, every cell runs with the JSON object
 of names and values in FILE (the sandbox's envs, which svc writes there when it makes the
@@ -1014,7 +1014,8 @@ class Context:
                             send({
                                 "type": "error",
                                 "name": "KernelDied",
-                                "value": f"the context's {KERNEL_NAMES[self.language]} process ended; it starts again, without its variables",
+                                "value": f"the context's {KERNEL_NAMES[self.language]} process ended; "
+                                "it starts again, without its variables",
                                 "traceback": "",
                             })
                             self.stop()

@@ -65,11 +65,9 @@ export async function installServer(
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,
-    args: [
-      GUEST_SCRIPT,
-      ...['--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM],
-      ...(preload.length ? ['--preload', preload.join(',')] : []),
-    ],
+    args: [GUEST_SCRIPT, '--port', String(CODE_INTERPRETER_PORT), '--envs', GUEST_ENVS, '--warm', GUEST_WARM].concat(
+      preload.length ? ['--preload', preload.join(',')] : [],
+    ),
     cwd: CODE_INTERPRETER_HOME,
     tag: CODE_INTERPRETER_TAG,
     restart: 'on-failure',
