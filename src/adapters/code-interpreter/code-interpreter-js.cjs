@@ -2,7 +2,7 @@
 /*
  * svc's JavaScript kernel: a context of language "js" in code-interpreter.py (E2B's `language: 'js'`)
  * runs its cells here, in one node process that keeps their state, as the Python kernel does and
- * speaking its protocol: `node js-kernel.cjs FD NONCE`; one JSON request a line on stdin ({code,
+ * speaking its protocol: `node code-interpreter-js.cjs FD NONCE`; one JSON request a line on stdin ({code,
  * env, base, counted}); JSON events on descriptor FD, each after a mark (NUL, RS, `svc-mark-NONCE:`,
  * its number, NUL) on descriptors 1 and 2, so the server sends what a cell printed before an event
  * before it. Cells are evaluated as Node's REPL evaluates a line (its own eval: a top-level `await`,
@@ -76,8 +76,8 @@ let finish;
 // error); one while the cell awaits ends the cell here (what it awaited is left to itself); one
 // between cells is no reason to end. A listener of the process's own while the code runs would
 // keep the REPL's from breaking out of it, so there is one only while none runs.
-const interrupted = () => Object.assign(new Error('interrupted'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' });
-const onSigint = () => finish?.(interrupted());
+const interruption = () => Object.assign(new Error('interrupted'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' });
+const onSigint = () => finish?.(interruption());
 process.on('SIGINT', onSigint);
 // The REPL's eval gives what a cell throws (or its await rejects with) to the REPL's domain, which
 // would print it and call nobody back: it is the cell's error, or, between cells (a timer's), said

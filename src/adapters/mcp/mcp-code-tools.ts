@@ -9,7 +9,7 @@ import { bounded, DEFAULT_TIMEOUT_S, MCP_LIMITS, timeoutSeconds, tool, vmName } 
 export const RUN_CODE_LIMITS = { images: 8, readBytes: 32 * 1024 * 1024 } as const;
 
 /**
- * `run_code`: a cell of Python (or bash) in a VM's code interpreter, the server E2B's code
+ * `run_code`: a cell of Python (or JavaScript, or bash) in a VM's code interpreter, the server E2B's code
  * interpreter template runs (started in the VM at the first call, kept running, its kernel keeping
  * its variables from one call to the next), its figures as MCP images.
  */
