@@ -427,6 +427,21 @@ export async function moveBenchmarks(row: Row, results: Record<string, unknown>)
       `${fmt(rt.p50, 0)} ms`,
       `a restore on the node it was suspended on p50 ${fmt(rh.p50, 0)} ms (${fmt(rt.p50 / rh.p50, 2)}x)`,
     );
+    // A running guest moved in one call (suspended, carried, restored there): its time away, and
+    // then an exec's answer from it on its new node.
+    const live: number[] = [];
+    const firstExec: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const to = (await call('GET', '/vms/m')).node === 'q1' ? 'q2' : 'q1';
+      live.push(await timed(() => call('POST', '/vms/m/move', { node: to })));
+      firstExec.push(await timed(() => call('POST', '/vms/m/exec?cmd=true')));
+    }
+    const [lv, fe] = [stats(live), stats(firstExec)];
+    row(
+      `move a running guest in one call (its time away), p50 of ${rounds}`,
+      `${fmt(lv.p50, 0)} ms, then an exec ${fmt(fe.p50, 0)} ms`,
+      `its suspend + move + restore as three calls p50 ${fmt(sh.p50 + mv.p50 + rt.p50, 0)} ms (${fmt(lv.p50 / (sh.p50 + mv.p50 + rt.p50), 2)}x)`,
+    );
     await call('POST', '/vms/m/shutdown');
     const at = (await call('GET', '/vms/m')).node as string;
     const stoppedBytes = bytes(at, 'm');
@@ -444,6 +459,8 @@ export async function moveBenchmarks(row: Row, results: Record<string, unknown>)
       restore_after_move_ms: rt,
       restore_same_node_ms: rh,
       suspend_ms: sh,
+      running_move_ms: lv,
+      exec_after_running_move_ms: fe,
       stopped_move_ms: stoppedMove,
       stopped_bytes: stoppedBytes,
       boot_after_move_ms: bootThere,

@@ -14,13 +14,15 @@ import { AppConfig } from './tokens.js';
 import { ClusterService } from './cluster-service.js';
 import { ImageFetchService } from './image-fetch-service.js';
 import { VmKeeper } from './vm-keeper.js';
+import { VmLifecycle } from './vm-lifecycle.js';
 import { Vms } from './vms.js';
 
 /**
  * Moving VMs between the nodes of a cluster (docs/cluster.md, "Moving a VM"). The node that has a
  * stopped or suspended VM sends its record and files to the node asked for; that node takes them
  * in whole, makes its disk stand on its own copy of the image (the digests agree), and then makes
- * the VM its own in etcd, the one step that decides. Then the sender forgets its copy. Each side
+ * the VM its own in etcd, the one step that decides. Then the sender forgets its copy. A running
+ * VM is suspended for its move and restored there (here again when the move fails). Each side
  * marks its record first (`leaving`, `arriving`), so a daemon that dies between two steps asks
  * etcd at its next start who has the VM and keeps or drops its copy by that: nothing is lost and
  * nothing is left twice.
@@ -32,6 +34,7 @@ export class MoveService {
     @inject(PeerNodes) private readonly peers: PeerNodes,
     @inject(ImageFetchService) private readonly fetches: ImageFetchService,
     @inject(Vms) private readonly vms: Vms,
+    @inject(VmLifecycle) private readonly lifecycle: VmLifecycle,
     @inject(VmKeeper) private readonly keeper: VmKeeper,
     @inject(VmStore) private readonly store: VmStore,
     @inject(Hypervisor) private readonly hv: Hypervisor,
@@ -47,14 +50,40 @@ export class MoveService {
     return this.moveTo(name, parseMoveRequest(body).node);
   }
 
-  /** One move, under the VM's lock, in the activity log. */
-  private moveTo(name: string, node: string): Promise<ClusterInstance> {
-    return this.activity.timed('move', name, () => this.vms.withVm(name, (rec) => this.send(rec, node)));
+  /**
+   * One move, in the activity log: a stopped or suspended VM is carried under its lock. A running
+   * one is checked first, then suspended, carried and restored on `node`; a move that fails after
+   * the suspend restores it here. When it moved but did not restore there, the answer is the VM
+   * suspended there with a `warning` saying why (the move happened: a caller restores it).
+   */
+  private async moveTo(name: string, node: string): Promise<ClusterInstance> {
+    const carry = () => this.activity.timed('move', name, () => this.vms.withVm(name, (rec) => this.send(rec, node)));
+    const rec = this.vms.get(name);
+    const target = this.checkSend(rec, node, { running: true });
+    if (rec.status !== 'running') return carry();
+    await this.lifecycle.suspend(name);
+    let moved: ClusterInstance;
+    try {
+      moved = await carry();
+    } catch (err) {
+      await this.lifecycle.restore(name).catch((e: unknown) => {
+        this.log.warn({ vm: name, err: errorMessage(e) }, 'move: not moved, and not restored here: it stays suspended');
+      });
+      throw err;
+    }
+    try {
+      return { ...(await this.peers.restoreVm(target, name)), node };
+    } catch (err) {
+      const warning = `moved to node ${node} but not restored there: ${errorMessage(err)}; it is suspended there (restore it)`;
+      this.log.warn({ vm: name, node, err: errorMessage(err) }, 'move: the vm moved but did not restore there');
+      return { ...moved, warning };
+    }
   }
 
   /**
-   * `POST /nodes/{node}/drain` on that node: every stopped or suspended VM goes to the node the
-   * placement rule picks among the others; a running one is refused, saying why. One VM at a time.
+   * `POST /nodes/{node}/drain` on that node: every VM that can move goes to the node the placement
+   * rule picks among the others (a running one suspended for its move and restored there); what
+   * cannot is refused, saying why. One VM at a time.
    */
   async drain(): Promise<DrainResult> {
     const out: DrainResult = { node: this.cluster.self, moved: [], refused: [] };
@@ -62,10 +91,10 @@ export class MoveService {
     const mine = this.vms.all().filter((r) => !r.pool);
     for (const rec of mine.sort((a, b) => a.name.localeCompare(b.name))) {
       try {
-        assertMovable(rec);
+        assertMovable(rec, { running: true });
         const to = this.pick(rec);
-        await this.moveTo(rec.name, to.node);
-        out.moved.push({ name: rec.name, node: to.node });
+        const moved = await this.moveTo(rec.name, to.node);
+        out.moved.push({ name: rec.name, node: to.node, ...(moved.warning ? { warning: moved.warning } : {}) });
       } catch (err) {
         out.refused.push({ name: rec.name, reason: errorMessage(err) });
       }
@@ -84,8 +113,9 @@ export class MoveService {
     );
   }
 
-  private async send(rec: VmRecord, node: string): Promise<ClusterInstance> {
-    assertMovable(rec);
+  /** Throws when `rec` cannot go to `node` (as it is, or running with `running`); else that node. */
+  private checkSend(rec: VmRecord, node: string, o: { running?: boolean } = {}): NodeView {
+    assertMovable(rec, o);
     if (this.config.warm_pool.size > 0 && rec.name === this.config.warm_pool.template)
       throw new InvalidStateError(
         `vm ${rec.name} is the template of node ${this.cluster.self}'s warm pool (warm_pool.template); it stays`,
@@ -93,6 +123,11 @@ export class MoveService {
     if (node === this.cluster.self) throw new InvalidArgumentError(`vm ${rec.name} is on node ${node} already`);
     const target = this.cluster.node(node);
     if (target.state !== 'ready') throw new InvalidStateError(`node ${node} is unreachable: its lease is gone`);
+    return target;
+  }
+
+  private async send(rec: VmRecord, node: string): Promise<ClusterInstance> {
+    const target = this.checkSend(rec, node);
     const offer: MoveOffer = {
       from: this.cluster.self,
       record: { ...rec },

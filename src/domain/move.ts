@@ -23,15 +23,24 @@ export function parseMoveRequest(body: unknown): { node: string } {
 }
 
 /**
- * Throws when the VM cannot move as it is: it must be stopped or suspended (a running guest's
- * memory and disk change under a copy), and nothing of it may belong to this host alone.
+ * Throws when the VM cannot move as it is. A stopped or suspended VM is carried as it is; with
+ * `running`, a running one may move too (its node suspends it for the move and the taking node
+ * restores it: a running guest's memory and disk change under a copy). Nothing of it may belong to
+ * this host alone.
  */
-export function assertMovable(rec: VmRecord): void {
+export function assertMovable(rec: VmRecord, o: { running?: boolean } = {}): void {
   if (rec.pool) throw new InvalidStateError(`vm ${rec.name} is a warm pool member; pool members do not move`);
   if (rec.deleting) throw new InvalidStateError(`vm ${rec.name} is being deleted`);
-  if (rec.status !== 'stopped' && rec.status !== 'suspended')
+  const carried = rec.status === 'stopped' || rec.status === 'suspended';
+  if (!carried && !(o.running && rec.status === 'running'))
     throw new InvalidStateError(
-      `vm ${rec.name} is ${rec.status}; a vm moves stopped or suspended: shut it down or suspend it first`,
+      o.running
+        ? `vm ${rec.name} is ${rec.status}; a vm moves running (suspended for the move, restored there), stopped or suspended${rec.status === 'paused' ? ': resume it or suspend it first' : ''}`
+        : `vm ${rec.name} is ${rec.status}; a vm is carried stopped or suspended`,
+    );
+  if (rec.status === 'running' && !rec.persistent)
+    throw new InvalidStateError(
+      `vm ${rec.name} is ephemeral: it cannot be suspended for a move, and is removed when stopped; it stays`,
     );
   if (rec.mounts.length)
     throw new InvalidStateError(
@@ -44,7 +53,8 @@ export function assertMovable(rec: VmRecord): void {
 /** What a drain did with each VM of the node (POST /nodes/{node}/drain). */
 export interface DrainResult {
   node: string;
-  moved: { name: string; node: string }[];
+  /** `warning`: a running VM that moved but was not restored there (it is suspended there). */
+  moved: { name: string; node: string; warning?: string }[];
   refused: { name: string; reason: string }[];
 }
 

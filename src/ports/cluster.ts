@@ -84,6 +84,11 @@ export interface PeerNodes {
    * node's error (a domain error with its message) or UnavailableError when it cannot be reached.
    */
   sendVm(node: NodeView, offer: MoveOffer, files: VmFile[]): Promise<Instance>;
+  /**
+   * Asks `node` to restore its suspended VM `name` (a running VM's move: POST /vms/{name}/restore
+   * there). Resolves with the VM as it answers it (a `warning` when it cold-booted); rejects as sendVm.
+   */
+  restoreVm(node: NodeView, name: string): Promise<Instance>;
   /** What `node` offers of image `image` (unchecked: the caller checks it with checkBundle). */
   imageBundle(node: NodeView, image: string): Promise<unknown>;
   /**

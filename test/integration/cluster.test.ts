@@ -487,9 +487,10 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect(taken.status, taken.text).to.equal(201);
     }
 
-    // Refused, each with its reason, and nothing changes.
+    // Refused, each with its reason, and nothing changes (a paused VM: resumed, it moves running).
+    expect((await api(n3, 'POST', '/vms/mv-run/pause')).status).to.equal(200);
     const refusals: [string, unknown, number, RegExp][] = [
-      ['mv-run', { node: 'n2' }, 400, /is running; a vm moves stopped or suspended: shut it down or suspend it first/],
+      ['mv-run', { node: 'n2' }, 400, /is paused; a vm moves running .* or suspended: resume it or suspend it first/],
       ['mv-stopped', { node: 'n1' }, 400, /is on node n1 already/],
       ['mv-stopped', { node: 'nowhere' }, 404, /no node nowhere/],
       ['mv-stopped', {}, 400, /move needs node/],
@@ -501,6 +502,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect(r.status, `${vm} ${JSON.stringify(body)}: ${r.text}`).to.equal(status);
       expect(r.json.error).to.match(msg);
     }
+    expect((await api(n3, 'POST', '/vms/mv-run/resume')).status).to.equal(200);
 
     // Through n3, which has neither: the stopped VM goes from n1 to n2 with its files.
     const log = readFileSync(join(vmDir(n1, 'mv-stopped'), 'serial.log'), 'utf8');
@@ -565,7 +567,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(bad.status, bad.text).to.equal(400);
     expect(existsSync(vmDir(n2, 'intruder'))).to.equal(false);
 
-    // Drained, n1 sends what can move elsewhere, keeps the running one (saying why) and takes no create.
+    // Drained, n1 sends what can move elsewhere (the running one suspended, and restored where it
+    // went), keeps its ephemeral VMs (saying why) and takes no create.
     expect((await api(n3, 'POST', '/vms/mv-stopped/shutdown')).status).to.equal(200);
     const back = await svc(['move', 'mv-stopped', 'n1']);
     expect(back.code, back.stderr).to.equal(0);
@@ -576,10 +579,17 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     const went = (drained.json.moved as { name: string; node: string }[]).find((m) => m.name === 'mv-stopped');
     expect(went?.node).to.be.oneOf(['n2', 'n3']);
     expect((await api(n1, 'GET', '/vms/mv-stopped')).json).to.include({ node: went!.node, status: 'stopped' });
-    expect(drained.json.refused).to.deep.include({
-      name: 'mv-run',
-      reason: 'vm mv-run is running; a vm moves stopped or suspended: shut it down or suspend it first',
-    });
+    const ran = (drained.json.moved as { name: string; node: string }[]).find((m) => m.name === 'mv-run');
+    expect(ran, drained.text).to.deep.equal({ name: 'mv-run', node: ran?.node });
+    expect(ran?.node).to.be.oneOf(['n2', 'n3']);
+    expect((await api(n1, 'GET', '/vms/mv-run')).json).to.include({ node: ran!.node, status: 'running' });
+    expect(
+      readFileSync(join(vmDir(nodes[['n1', 'n2', 'n3'].indexOf(ran!.node)], 'mv-run'), 'serial.log'), 'utf8'),
+    ).to.match(/restored from snapshot\n$/);
+    for (const r of drained.json.refused as { name: string; reason: string }[])
+      expect(r.reason).to.equal(
+        `vm ${r.name} is ephemeral: it cannot be suspended for a move, and is removed when stopped; it stays`,
+      );
     await until(
       'n1 says it is drained',
       10_000,

@@ -10,11 +10,15 @@ export function clusterCommands(program: Command, client: () => SvcClient): void
     .command('move')
     .argument('<name>')
     .argument('<node>')
-    .description('move a stopped or suspended vm to another node of the cluster')
+    .description('move a vm to another node of the cluster (a running one is suspended for it and restored there)')
     .option('--json')
     .action(async (name: string, node: string, o: { json?: boolean }) => {
       const vm = await client().move(name, node);
-      print(o.json, vm, () => `${vm.name} moved to node ${vm.node} (${vm.status})`);
+      print(o.json, vm, () =>
+        [`${vm.name} moved to node ${vm.node} (${vm.status})`, ...(vm.warning ? [`warning: ${vm.warning}`] : [])].join(
+          '\n',
+        ),
+      );
     });
   program
     .command('drain')
@@ -31,7 +35,7 @@ export function clusterCommands(program: Command, client: () => SvcClient): void
       print(o.json, r, () =>
         [
           `node ${r.node} drained: nothing new is placed on it`,
-          ...r.moved.map((m) => `moved    ${m.name} to ${m.node}`),
+          ...r.moved.map((m) => `moved    ${m.name} to ${m.node}${m.warning ? ` (warning: ${m.warning})` : ''}`),
           ...r.refused.map((m) => `kept     ${m.name}: ${m.reason}`),
         ].join('\n'),
       );

@@ -118,6 +118,13 @@ export class HttpPeerNodes implements PeerNodes {
     return readJson<Instance>(node.node, res);
   }
 
+  async restoreVm(node: NodeView, name: string): Promise<Instance> {
+    return readJson<Instance>(
+      node.node,
+      await this.open(node, 'POST', `/vms/${encodeURIComponent(name)}/restore`, { json: {} }),
+    );
+  }
+
   async imageBundle(node: NodeView, image: string): Promise<unknown> {
     return readJson(node.node, await this.open(node, 'GET', `/cluster/images/${encodeURIComponent(image)}`));
   }

@@ -50,11 +50,21 @@ export const CLUSTER_SCHEMAS: Record<string, Schema> = {
       node: { type: 'string' },
       moved: {
         type: 'array',
-        items: { type: 'object', properties: { name: { type: 'string' }, node: { type: 'string' } } },
+        items: {
+          type: 'object',
+          properties: {
+            name: { type: 'string' },
+            node: { type: 'string' },
+            warning: {
+              type: 'string',
+              description: 'a running vm that moved but did not restore there (suspended there)',
+            },
+          },
+        },
       },
       refused: {
         type: 'array',
-        description: 'what stays on the node, and why (a running vm: shut it down or suspend it first)',
+        description: 'what stays on the node, and why (a paused vm, an ephemeral one running, one with host folders)',
         items: { type: 'object', properties: { name: { type: 'string' }, reason: { type: 'string' } } },
       },
     },
@@ -74,11 +84,14 @@ const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'strin
 export const CLUSTER_PATHS: Record<string, Schema> = {
   '/vms/{name}/move': {
     post: op(
-      'Move a stopped or suspended VM to another node (its disk, saved state and snapshots go with it)',
+      'Move a VM to another node (its disk, saved state and snapshots go with it); a running one is suspended for the move and restored there',
       {
-        '200': json('the vm on its new node', ref('Instance')),
+        '200': json(
+          'the vm on its new node (`warning` when it moved but did not restore there: it is suspended there)',
+          ref('Instance'),
+        ),
         '400': err(
-          'running, or sharing host folders, or on that node already; or the node has another build of its image',
+          'paused, or ephemeral and running, or sharing host folders, or on that node already; or the node has another build of its image',
         ),
         '404': err('no such vm or node'),
         '429': err('no room left on the node'),
@@ -93,7 +106,7 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
   },
   '/nodes/{node}/drain': {
     post: op(
-      'Drain a node: its stopped and suspended VMs move to the others, nothing new is placed on it',
+      'Drain a node: its VMs move to the others (running ones suspended for it and restored there), nothing new is placed on it',
       { '200': json('what moved and what stayed', ref('DrainResult')), '404': err('no such node') },
       { parameters: [nodeParam], 'x-svc-cluster': true },
     ),

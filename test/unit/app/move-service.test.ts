@@ -22,6 +22,8 @@ describe('app/MoveService', () => {
   let sent: MoveOffer[];
   let answer: (o: MoveOffer) => Promise<Instance>;
   let takenOver: string[];
+  let restoredThere: string[];
+  let restoreThere: (name: string) => Promise<Instance>;
   let moves: MoveService;
 
   beforeEach(async () => {
@@ -30,8 +32,18 @@ describe('app/MoveService', () => {
     stale = false;
     sent = [];
     takenOver = [];
+    restoredThere = [];
     answer = async (o) => ({ ...o.record }) as Instance;
-    const node = (name: string): NodeView => ({ node: name, state: 'ready', images: [] }) as unknown as NodeView;
+    restoreThere = async (name) => ({ name, status: 'running' }) as Instance;
+    const node = (name: string): NodeView =>
+      ({
+        node: name,
+        state: 'ready',
+        images: ['debian'],
+        tags: {},
+        capacity: { cpus: 64, memory_mb: 65_536, disk_gb: 1024, vm_slots: 64 },
+        allocated: { vms: 0, cpus: 0, memory_mb: 0, disk_gb: 0 },
+      }) as unknown as NodeView;
     const cluster = {
       self: 'n2',
       get stale() {
@@ -52,6 +64,10 @@ describe('app/MoveService', () => {
         sent.push(o);
         return answer(o);
       },
+      restoreVm: async (_n, name) => {
+        restoredThere.push(name);
+        return restoreThere(name);
+      },
       imageBundle: async () => {
         throw new Error('no other node has images here');
       },
@@ -63,6 +79,7 @@ describe('app/MoveService', () => {
       peers,
       new ImageFetchService(cluster, peers, w.hv, new SilentLogger()),
       w.vms,
+      w.svc,
       w.keeper,
       w.store,
       w.hv,
@@ -115,6 +132,81 @@ describe('app/MoveService', () => {
     expect(w.vms.find('a')).to.equal(undefined);
   });
 
+  it('moves a running VM suspended and has it restored there; restores it here when the move fails', async () => {
+    const running = async (name: string) => {
+      await (
+        await w.creates.create({ name, persistent: true }, {})
+      ).done;
+      owners.set(name, 'n2');
+    };
+    await running('r');
+    const moved = await moves.move('r', { node: 'n3' });
+    expect(moved).to.include({ name: 'r', node: 'n3', status: 'running' });
+    expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([['r', 'suspended']]);
+    expect(sent[0].state_key, 'its saved state is offered with its key').to.equal('fake');
+    expect(restoredThere).to.deep.equal(['r']);
+    expect(w.vms.find('r')).to.equal(undefined);
+
+    // The other node refuses it: it is restored here, running on as before, and the error said.
+    await running('s');
+    answer = async () => {
+      throw new UnavailableError('node n3 did not answer');
+    };
+    expect(await moves.move('s', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
+    expect(w.vms.get('s')).to.include({ status: 'running' });
+    expect(w.store.records.get('s')).not.to.have.property('leaving');
+
+    // It moved but did not restore there: the answer says so, the VM suspended on its new node.
+    answer = async (o) => ({ ...o.record }) as Instance;
+    restoreThere = async () => {
+      throw new UnavailableError('node n3 did not answer POST /vms/s/restore');
+    };
+    const half = await moves.move('s', { node: 'n3' });
+    expect(half).to.include({ name: 's', node: 'n3', status: 'suspended' });
+    expect(half.warning).to.equal(
+      'moved to node n3 but not restored there: node n3 did not answer POST /vms/s/restore; it is suspended there (restore it)',
+    );
+    expect(w.vms.find('s')).to.equal(undefined);
+
+    // What cannot move is refused before it is suspended: paused, ephemeral, on that node already.
+    await running('t');
+    await w.svc.pause('t');
+    expect(await moves.move('t', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
+      'vm t is paused; a vm moves running (suspended for the move, restored there), stopped or suspended: resume it or suspend it first',
+    );
+    await w.svc.resume('t');
+    expect(await moves.move('t', { node: 'n2' }).catch((e: Error) => e.message)).to.equal('vm t is on node n2 already');
+    await (
+      await w.creates.create({ name: 'e' }, {})
+    ).done;
+    expect(await moves.move('e', { node: 'n3' }).catch((e: Error) => e.message)).to.match(
+      /vm e is ephemeral: it cannot be suspended for a move/,
+    );
+    expect(['t', 'e'].map((n) => w.vms.get(n).status)).to.deep.equal(['running', 'running']);
+    expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's']);
+  });
+
+  it('drains every VM that can move, a running one restored where it went', async () => {
+    await (
+      await w.creates.create({ name: 'r', persistent: true }, {})
+    ).done;
+    owners.set('r', 'n2');
+    await w.svc.start('b');
+    await w.svc.suspend('b');
+    const drained = await moves.drain();
+    expect(drained.moved.map((m) => m.name)).to.deep.equal(['a', 'b', 'c', 'r']);
+    expect(drained.refused).to.deep.equal([
+      { name: 'd', reason: "vm d is the template of node n2's warm pool (warm_pool.template); it stays" },
+    ]);
+    expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([
+      ['a', 'stopped'],
+      ['b', 'suspended'],
+      ['c', 'stopped'],
+      ['r', 'suspended'],
+    ]);
+    expect(restoredThere, 'only the one that ran is restored there').to.deep.equal(['r']);
+  });
+
   it('finishes at start what a stop cut off, by what etcd says, and waits while etcd cannot be read', async () => {
     const mark = async (name: string, o: { leaving?: string; arriving?: string }) => {
       const rec = w.vms.get(name);
@@ -162,7 +254,7 @@ describe('app/MoveService', () => {
     expect(await refused(offer({ state_key: 'other-qemu' }, { status: 'suspended' }))).to.match(
       /suspended by a hypervisor that node n2 does not match/,
     );
-    expect(await refused(offer({}, { status: 'running' }))).to.match(/a vm moves stopped or suspended/);
+    expect(await refused(offer({}, { status: 'running' }))).to.match(/a vm is carried stopped or suspended/);
     expect(await refused(offer({}, { name: 'a' }))).to.match(/vm a already exists on node n2/);
     expect(w.vms.find('x')).to.equal(undefined);
     expect(takenOver).to.deep.equal([]);

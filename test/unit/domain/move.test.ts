@@ -44,13 +44,30 @@ describe('domain/move', () => {
     expect(() => parseMoveRequest({ node: 'n2', live: true })).to.throw(/unknown move field\(s\): live/);
   });
 
-  it('moves stopped and suspended VMs only, and none with what is its host’s alone', () => {
+  it('carries stopped and suspended VMs, moves a running one when asked, and none with what is its host’s alone', () => {
     assertMovable(rec());
     assertMovable(rec({ status: 'suspended' }));
     for (const status of ['running', 'paused', 'creating', 'error'] as const)
       expect(() => assertMovable(rec({ status }))).to.throw(
-        new RegExp(`is ${status}; a vm moves stopped or suspended`),
+        new RegExp(`is ${status}; a vm is carried stopped or suspended`),
       );
+    // Its node suspends a running VM for the move (persistent: an ephemeral one cannot be suspended).
+    assertMovable(rec({ status: 'running', persistent: true }), { running: true });
+    assertMovable(rec({ status: 'stopped' }), { running: true });
+    expect(() => assertMovable(rec({ status: 'running', persistent: false }), { running: true })).to.throw(
+      /is ephemeral: it cannot be suspended for a move/,
+    );
+    expect(() => assertMovable(rec({ status: 'paused' }), { running: true })).to.throw(
+      /is paused; a vm moves running \(suspended for the move, restored there\), stopped or suspended: resume it or suspend it first$/,
+    );
+    expect(() => assertMovable(rec({ status: 'creating' }), { running: true })).to.throw(
+      /is creating; a vm moves running \(suspended for the move, restored there\), stopped or suspended$/,
+    );
+    expect(() =>
+      assertMovable(rec({ status: 'running', persistent: true, mounts: [{ host: '/srv', guest: '/s' }] }), {
+        running: true,
+      }),
+    ).to.throw(/shares host folders/);
     expect(() => assertMovable(rec({ pool: 'tpl' }))).to.throw(/warm pool member/);
     expect(() => assertMovable(rec({ deleting: true }))).to.throw(/being deleted/);
     expect(() => assertMovable(rec({ mounts: [{ host: '/srv/data', guest: '/data' }] }))).to.throw(
