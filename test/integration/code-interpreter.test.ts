@@ -367,6 +367,19 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       expect(await stuck).to.be.instanceOf(Error);
       expect((await js('xs.length + y'))[0]).to.include({ type: 'result', text: '4' });
     }
+    // an await interrupted goes on unwatched: its later rejection ends no other cell, said on stderr
+    const ac = new AbortController();
+    const late = js('await new Promise((_, no) => setTimeout(() => no(new Error("late")), 600))', {}, ac.signal);
+    setTimeout(() => ac.abort(), 200);
+    expect(await late.catch((e: Error) => e)).to.be.instanceOf(Error);
+    const after = await js('await new Promise((r) => setTimeout(r, 1200)); xs.length');
+    expect(after.filter((e) => e.type === 'error')).to.deep.equal([]);
+    const stderr = after
+      .filter((e) => e.type === 'stderr')
+      .map((e) => e.text)
+      .join('');
+    expect(stderr).to.match(/^Uncaught Error: late\n {4}at Timeout._onTimeout \(cell:1:\d+\)\n/);
+    expect(after.find((e) => e.type === 'result')).to.include({ text: '3' });
     // a context of its own (`javascript` names it too), in its folder, without the default's variables
     const made = (await (await post('/contexts', { language: 'javascript', cwd: dir })).json()) as {
       id: string;

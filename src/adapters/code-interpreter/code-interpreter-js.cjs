@@ -11,6 +11,7 @@
  * (util.inspect's text), and a SIGINT from the server interrupting a cell. JavaScript only: E2B's
  * Deno kernel also takes TypeScript, which Node 20 does not run.
  */
+const { AsyncLocalStorage } = require('node:async_hooks');
 const fs = require('node:fs');
 const readline = require('node:readline');
 const repl = require('node:repl');
@@ -21,6 +22,10 @@ const events = Number(process.argv[2]);
 const mark = Buffer.concat([Buffer.from([0, 0x1e]), Buffer.from(`svc-mark-${process.argv[3]}:`)]);
 let seq = 0;
 let count = 0;
+/** Which cell's code an error came from: each cell runs in a context of its own number. */
+const cells = new AsyncLocalStorage();
+/** The number of the cell running now (the last one run, between cells). */
+let current = 0;
 
 /** Writes all of `data` to descriptor `fd`. */
 function writeAll(fd, data) {
@@ -45,18 +50,21 @@ function errorEvent(err) {
   if (err instanceof repl.Recoverable) err = err.err; // input that ended too soon: a SyntaxError
   if (!(err instanceof Error)) return { type: 'error', name: 'Error', value: util.inspect(err), traceback: '' };
   const interrupted = err.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
-  // the cell's frames and what it called: those of this kernel and the REPL's below them go
-  const lines = String(err.stack ?? '').split('\n');
-  const own = lines.findIndex(
-    (line) => line.includes(__filename) || /[( ]node:(vm|internal\/vm|repl|domain):/.test(line),
-  );
-  const stack = (own < 0 ? lines : lines.slice(0, own)).join('\n');
   return {
     type: 'error',
     name: interrupted ? 'KeyboardInterrupt' : err.name,
     value: interrupted ? 'interrupted' : err.message,
-    traceback: interrupted ? '' : stack,
+    traceback: interrupted ? '' : cellStack(err),
   };
+}
+
+/** An error's stack, the cell's frames and what it called: those of this kernel and the REPL's below them go. */
+function cellStack(err) {
+  const lines = String(err.stack ?? '').split('\n');
+  const own = lines.findIndex(
+    (line) => line.includes(__filename) || /[( ]node:(vm|internal\/vm|repl|domain):/.test(line),
+  );
+  return (own < 0 ? lines : lines.slice(0, own)).join('\n');
 }
 
 // The REPL reads nothing (cells come as requests) and prints no prompt; its eval is what runs a cell.
@@ -80,14 +88,16 @@ const interruption = () => Object.assign(new Error('interrupted'), { code: 'ERR_
 const onSigint = () => finish?.(interruption());
 process.on('SIGINT', onSigint);
 // The REPL's eval gives what a cell throws (or its await rejects with) to the REPL's domain, which
-// would print it and call nobody back: it is the cell's error, or, between cells (a timer's), said
-// on stderr as Node's REPL says it.
+// would print it and call nobody back: it is the running cell's error when it came from that
+// cell's code (or from nowhere known), else (a timer's between cells, the await of a cell that
+// was interrupted rejecting later) said on stderr as Node's REPL says it, ending no cell.
 const domain = server._domain;
 if (typeof domain?.on !== 'function') throw new Error("svc's JavaScript kernel: this node's REPL has no domain");
 domain.removeAllListeners('error');
 domain.on('error', (err) => {
-  if (finish) finish(err);
-  else process.stderr.write(`Uncaught ${err instanceof Error ? err.stack : util.inspect(err)}\n`);
+  const from = cells.getStore();
+  if (finish && (from === undefined || from === current)) finish(err);
+  else process.stderr.write(`Uncaught ${err instanceof Error ? cellStack(err) : util.inspect(err)}\n`);
 });
 
 /** Runs one request's cell; resolves when its events are sent. */
@@ -112,9 +122,10 @@ function run(req) {
       resolve();
     };
     finish = mine;
+    current += 1;
     process.removeListener('SIGINT', onSigint);
     try {
-      server.eval(req.code, server.context, 'cell', mine);
+      cells.run(current, () => server.eval(req.code, server.context, 'cell', mine));
     } finally {
       process.on('SIGINT', onSigint);
     }
