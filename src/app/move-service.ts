@@ -68,6 +68,9 @@ export class MoveService {
     } catch (err) {
       await this.lifecycle.restore(name).catch((e: unknown) => {
         this.log.warn({ vm: name, err: errorMessage(e) }, 'move: not moved, and not restored here: it stays suspended');
+        // The caller hears where its VM is: here, suspended.
+        if (err instanceof Error)
+          err.message += `; vm ${name} stays here suspended (its restore failed: ${errorMessage(e)})`;
       });
       throw err;
     }

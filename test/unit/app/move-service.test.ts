@@ -155,6 +155,13 @@ describe('app/MoveService', () => {
     expect(await moves.move('s', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
     expect(w.vms.get('s')).to.include({ status: 'running' });
     expect(w.store.records.get('s')).not.to.have.property('leaving');
+    // And when its restore here fails too, the error says where it is.
+    w.hv.failNext('launch', 'no room for its QEMU');
+    expect(await moves.move('s', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
+      'node n3 did not answer; vm s stays here suspended (its restore failed: no room for its QEMU)',
+    );
+    expect(w.vms.get('s')).to.include({ status: 'suspended' });
+    await w.svc.restore('s');
 
     // It moved but did not restore there: the answer says so, the VM suspended on its new node.
     answer = async (o) => ({ ...o.record }) as Instance;
@@ -183,7 +190,7 @@ describe('app/MoveService', () => {
       /vm e is ephemeral: it cannot be suspended for a move/,
     );
     expect(['t', 'e'].map((n) => w.vms.get(n).status)).to.deep.equal(['running', 'running']);
-    expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's']);
+    expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's', 's']);
   });
 
   it('drains every VM that can move, a running one restored where it went', async () => {
