@@ -440,6 +440,29 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       await page.waitForSelector('[data-test=fields]');
       const fields = await page.$eval('[data-test=fields]', (el) => el.textContent ?? '');
       expect(fields).to.match(/noden3/);
+      // Moved from its page: a running persistent VM on n3 goes to n2 (suspended for it, restored there).
+      const made = await api(nodes[2], 'POST', '/vms', { name: 'ui-mv', node: 'n3', persistent: true, memory_mb: 256 });
+      expect(made.status, made.text).to.equal(201);
+      await page.evaluate(() => (location.hash = '#/vm/ui-mv'));
+      await page.waitForSelector('[data-test=do-move]');
+      await page.click('[data-test=do-move]');
+      await page.waitForSelector('[data-test=move-node]');
+      const offered = await page.$$eval('[data-test=move-node] option', (os) => os.map((o) => o.textContent));
+      expect(offered).to.deep.equal(['n1', 'n2']);
+      await page.select('[data-test=move-node]', 'n2');
+      await page.click('[data-test=confirm-ok]');
+      // The page follows the cluster's changes: on n2, then running there, and the move's answer in.
+      await page.waitForFunction(
+        () => {
+          const text = document.querySelector('[data-test=fields]')?.textContent ?? '';
+          const button = document.querySelector('[data-test=do-move]');
+          return /noden2/.test(text) && /statusrunning/.test(text) && button?.textContent === 'move';
+        },
+        { timeout: 20_000 },
+      );
+      expect((await api(nodes[0], 'GET', '/vms/ui-mv')).json).to.include({ node: 'n2', status: 'running' });
+      expect(await page.$('[data-test=warning]')).to.equal(null);
+      expect((await api(nodes[0], 'DELETE', '/vms/ui-mv')).status).to.equal(200);
     } finally {
       await browser.close();
     }

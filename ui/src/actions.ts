@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { api, enc, type Instance } from './api.js';
+import { api, enc, type Instance, type NodeView } from './api.js';
 import { Confirm, html, message } from './ui.js';
 
 /** The lifecycle verbs a VM in this state accepts (the daemon checks again). */
@@ -20,6 +20,18 @@ export function verbsFor(vm: Instance): string[] {
   }
 }
 
+/** On a node of a cluster (the VM names its node): may it move, as it is now? A running one is suspended for it. */
+export function movable(vm: Instance & { node?: string }): boolean {
+  return (
+    !!vm.node && (vm.status === 'stopped' || vm.status === 'suspended' || (vm.status === 'running' && vm.persistent))
+  );
+}
+
+/** The nodes a VM may be moved to: the ready ones that are not drained, but its own. */
+export function moveTargets(nodes: NodeView[], from: string | undefined): string[] {
+  return nodes.filter((n) => n.state === 'ready' && !n.draining && n.node !== from).map((n) => n.node);
+}
+
 /**
  * The buttons for a VM's lifecycle: each verb posts to the daemon; the list and page update from
  * the change feed, not from the answer. Delete, clone and fork ask first.
@@ -29,7 +41,9 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
   const [error, setError] = useState<string>();
   // what the daemon says of a verb that worked but not as asked (a restore or a clone that cold-booted)
   const [warning, setWarning] = useState<string>();
-  const [asking, setAsking] = useState<'delete' | 'clone' | 'fork'>();
+  const [asking, setAsking] = useState<'delete' | 'clone' | 'fork' | 'move'>();
+  const [targets, setTargets] = useState<string[]>([]);
+  const [moveTo, setMoveTo] = useState('');
   const [cloneName, setCloneName] = useState('');
   const [forks, setForks] = useState('1');
   const [forkNames, setForkNames] = useState('');
@@ -54,6 +68,18 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
       (v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
       onClick=${() => (v === 'clone' || v === 'fork' ? setAsking(v) : verb(v))}>${busy === v ? `${v}…` : v}</button>`,
     )}
+    ${
+      movable(vm)
+        ? html`<button type="button" disabled=${busy !== undefined} data-test="do-move" onClick=${() =>
+            run('move', async () => {
+              const list = moveTargets(await api<NodeView[]>('GET', '/nodes'), (vm as { node?: string }).node);
+              if (!list.length) throw new Error('no other node is ready to take it');
+              setTargets(list);
+              setMoveTo(list[0]);
+              setAsking('move');
+            })}>${busy === 'move' ? 'move…' : 'move'}</button>`
+        : null
+    }
     <button type="button" class="danger" disabled=${busy !== undefined} data-test="do-delete" onClick=${() => setAsking('delete')}>${busy === 'delete' ? 'deleting…' : 'delete'}</button>
     ${error ? html`<span class="error" role="alert">${error}</span>` : null}
     ${warning ? html`<span class="warning" role="status" data-test="warning">${warning}</span>` : null}
@@ -78,6 +104,25 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
           void run('clone', async () => {
             const body = cloneName ? { name: cloneName } : {};
             setWarning((await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/clone`, { body }))?.warning);
+          });
+        }} />`
+        : null
+    }
+    ${
+      asking === 'move'
+        ? html`<${Confirm} title=${`Move ${vm.name}`} action="Move"
+        body=${html`<p>${vm.name} goes to another node with its disk${vm.status === 'running' ? ', suspended for the move and restored there' : ''}.</p>
+          <label>To node <select data-test="move-node" value=${moveTo} onChange=${(e: Event) => setMoveTo((e.target as HTMLSelectElement).value)}>
+            ${targets.map((t) => html`<option value=${t}>${t}</option>`)}
+          </select></label>`}
+        onCancel=${() => setAsking(undefined)}
+        onConfirm=${() => {
+          setAsking(undefined);
+          void run('move', async () => {
+            setWarning(
+              (await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/move`, { body: { node: moveTo } }))
+                ?.warning,
+            );
           });
         }} />`
         : null
