@@ -1,5 +1,5 @@
 import { inject, injectable } from 'inversify';
-import { placeVm, type ClusterInstance, type NodeView } from '../domain/cluster.js';
+import { placeVm, roomCheck, shapeOf, type ClusterInstance, type NodeView } from '../domain/cluster.js';
 import { errorMessage, InvalidArgumentError, InvalidStateError } from '../domain/errors.js';
 import { assertMovable, offeredRecord, parseMoveRequest, type DrainResult, type MoveOffer } from '../domain/move.js';
 import { toPublic, type VmRecord } from '../domain/vm.js';
@@ -116,7 +116,7 @@ export class MoveService {
     );
   }
 
-  /** Throws when `rec` cannot go to `node` (as it is, or running with `running`); else that node. */
+  /** Throws when `rec` cannot go to `node` (as it is, or running with `running`), or has no room there; else that node. */
   private checkSend(rec: VmRecord, node: string, o: { running?: boolean } = {}): NodeView {
     assertMovable(rec, o);
     if (this.config.warm_pool.size > 0 && rec.name === this.config.warm_pool.template)
@@ -126,6 +126,9 @@ export class MoveService {
     if (node === this.cluster.self) throw new InvalidArgumentError(`vm ${rec.name} is on node ${node} already`);
     const target = this.cluster.node(node);
     if (target.state !== 'ready') throw new InvalidStateError(`node ${node} is unreachable: its lease is gone`);
+    // As the cluster saw it last: the hand-over checks again, but a full node is told before
+    // anything is carried (or a running VM suspended).
+    roomCheck(shapeOf(rec), `vm ${rec.name}`)(target);
     return target;
   }
 

@@ -25,6 +25,8 @@ describe('app/MoveService', () => {
   let restoredThere: string[];
   let restoreThere: (name: string) => Promise<Instance>;
   let moves: MoveService;
+  /** What is placed on n1 already (MB of its 65,536). */
+  let n1Memory: number;
 
   beforeEach(async () => {
     w = world();
@@ -33,6 +35,7 @@ describe('app/MoveService', () => {
     sent = [];
     takenOver = [];
     restoredThere = [];
+    n1Memory = 0;
     answer = async (o) => ({ ...o.record }) as Instance;
     restoreThere = async (name) => ({ name, status: 'running' }) as Instance;
     const node = (name: string): NodeView =>
@@ -42,7 +45,7 @@ describe('app/MoveService', () => {
         images: ['debian'],
         tags: {},
         capacity: { cpus: 64, memory_mb: 65_536, disk_gb: 1024, vm_slots: 64 },
-        allocated: { vms: 0, cpus: 0, memory_mb: 0, disk_gb: 0 },
+        allocated: { vms: 0, cpus: 0, memory_mb: name === 'n1' ? n1Memory : 0, disk_gb: 0 },
       }) as unknown as NodeView;
     const cluster = {
       self: 'n2',
@@ -175,7 +178,7 @@ describe('app/MoveService', () => {
     );
     expect(w.vms.find('s')).to.equal(undefined);
 
-    // What cannot move is refused before it is suspended: paused, ephemeral, on that node already.
+    // What cannot move is refused before it is suspended: paused, ephemeral, on that node already, no room there.
     await running('t');
     await w.svc.pause('t');
     expect(await moves.move('t', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
@@ -188,6 +191,10 @@ describe('app/MoveService', () => {
     ).done;
     expect(await moves.move('e', { node: 'n3' }).catch((e: Error) => e.message)).to.match(
       /vm e is ephemeral: it cannot be suspended for a move/,
+    );
+    n1Memory = 65_536 - 100;
+    expect(await moves.move('t', { node: 'n1' }).catch((e: Error) => e.message)).to.match(
+      /^node n1 has no room left for vm t$/,
     );
     expect(['t', 'e'].map((n) => w.vms.get(n).status)).to.deep.equal(['running', 'running']);
     expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's', 's']);
