@@ -45,9 +45,13 @@ export class MoveService {
     @inject(Logger) private readonly log: Logger,
   ) {}
 
-  /** `POST /vms/{name}/move` on the node that has the VM: sends it to `node`, answers it as it is there. */
+  /**
+   * `POST /vms/{name}/move` on the node that has the VM: sends it to `node` (without one, to the
+   * node the placement rule picks among the others, as a drain does), answers it as it is there.
+   */
   async move(name: string, body: unknown): Promise<ClusterInstance> {
-    return this.moveTo(name, parseMoveRequest(body).node);
+    const { node } = parseMoveRequest(body);
+    return this.moveTo(name, node ?? this.pick(this.vms.get(name)).node);
   }
 
   /**
@@ -105,7 +109,7 @@ export class MoveService {
     return out;
   }
 
-  /** Where a drained VM goes: the placement rule over the ready nodes but this one. */
+  /** Where a drained VM (or one moved without a node) goes: the placement rule over the ready nodes but this one. */
   private pick(rec: VmRecord): NodeView {
     const others = this.cluster.nodes().filter((n) => n.node !== this.cluster.self);
     return placeVm(

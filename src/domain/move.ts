@@ -10,14 +10,15 @@ import { isTimelineId, offeredKept, offeredTimeline } from './timeline.js';
  * Pure: the move service decides with these, the HTTP adapters carry them.
  */
 
-/** `POST /vms/{name}/move` `{node}`. */
-export function parseMoveRequest(body: unknown): { node: string } {
+/** `POST /vms/{name}/move` `{node?}`: without a node (or a body), the placement rule picks one of the others. */
+export function parseMoveRequest(body: unknown): { node?: string } {
+  if (body === undefined) return {};
   if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new InvalidArgumentError('move body must be a JSON object: {"node": "<node>"}');
+    throw new InvalidArgumentError('move body must be a JSON object: {"node": "<node>"}, or {} for any other node');
   const b = body as Record<string, unknown>;
   const extra = Object.keys(b).filter((k) => k !== 'node');
   if (extra.length) throw new InvalidArgumentError(`unknown move field(s): ${extra.join(', ')}; give only node`);
-  if (b.node === undefined) throw new InvalidArgumentError('move needs node: the node to move the vm to');
+  if (b.node === undefined) return {};
   assertNodeName(b.node);
   return { node: b.node };
 }

@@ -516,7 +516,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       ['mv-run', { node: 'n2' }, 400, /is paused; a vm moves running .* or suspended: resume it or suspend it first/],
       ['mv-stopped', { node: 'n1' }, 400, /is on node n1 already/],
       ['mv-stopped', { node: 'nowhere' }, 404, /no node nowhere/],
-      ['mv-stopped', {}, 400, /move needs node/],
+      ['mv-stopped', { node: 7 }, 400, /node must be a node name/],
       ['mv-stopped', { node: 'n2', now: true }, 400, /unknown move field/],
       ['ghost', { node: 'n2' }, 404, /ghost not found/],
     ];
@@ -628,6 +628,10 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       10_000,
       async () => (await api(n3, 'GET', '/nodes/n1')).json.draining === undefined,
     );
+    // Without a node, the VM goes where the placement rule puts it among the others (running, as it was).
+    const anywhere = await svc(['move', 'mv-susp']);
+    expect(anywhere.code, anywhere.stderr).to.equal(0);
+    expect(anywhere.stdout).to.match(/^mv-susp moved to node n[13] \(running\)\n$/);
     for (const vm of ['mv-stopped', 'mv-susp', 'mv-run'])
       expect((await api(n3, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
   });

@@ -9,10 +9,10 @@ export function clusterCommands(program: Command, client: () => SvcClient): void
   program
     .command('move')
     .argument('<name>')
-    .argument('<node>')
+    .argument('[node]', 'where to (default: the node the placement rule picks among the others)')
     .description('move a vm to another node of the cluster (a running one is suspended for it and restored there)')
     .option('--json')
-    .action(async (name: string, node: string, o: { json?: boolean }) => {
+    .action(async (name: string, node: string | undefined, o: { json?: boolean }) => {
       const vm = await client().move(name, node);
       print(o.json, vm, () =>
         [`${vm.name} moved to node ${vm.node} (${vm.status})`, ...(vm.warning ? [`warning: ${vm.warning}`] : [])].join(

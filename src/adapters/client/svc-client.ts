@@ -181,9 +181,9 @@ export class SvcClient extends SvcTransport {
   node(node: string): Promise<NodeView> {
     return this.call('GET', `/nodes/${enc(node)}`);
   }
-  /** Moves a stopped or suspended VM to another node of the cluster. */
-  move(name: string, node: string): Promise<ClusterInstance> {
-    return this.call('POST', `/vms/${enc(name)}/move`, { node });
+  /** Moves a VM to another node of the cluster (without `node`, the one the placement rule picks); a running one is suspended for it and restored there. */
+  move(name: string, node?: string): Promise<ClusterInstance> {
+    return this.call('POST', `/vms/${enc(name)}/move`, node === undefined ? {} : { node });
   }
   /** Drains a node: what can move goes to the others, nothing new is placed on it. */
   drain(node: string): Promise<DrainResult> {

@@ -99,7 +99,15 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
       },
       {
         parameters: [{ name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
-        requestBody: jsonBody({ type: 'object', required: ['node'], properties: { node: { type: 'string' } } }),
+        requestBody: jsonBody({
+          type: 'object',
+          properties: {
+            node: {
+              type: 'string',
+              description: 'where to; without it, the node the placement rule picks among the others (as a drain does)',
+            },
+          },
+        }),
         'x-svc-cluster': true,
       },
     ),

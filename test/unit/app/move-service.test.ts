@@ -111,6 +111,14 @@ describe('app/MoveService', () => {
     expect(w.store.records.has('a')).to.equal(false);
   });
 
+  it('sends a VM moved without a node where the placement rule puts it among the others', async () => {
+    n1Memory = 1024; // n1 fuller than n3: n3 takes it
+    expect(await moves.move('a', {})).to.include({ name: 'a', node: 'n3' });
+    n1Memory = 0;
+    expect(await moves.move('b', undefined)).to.include({ name: 'b', node: 'n1' });
+    expect(sent.map((o) => o.record.name)).to.deep.equal(['a', 'b']);
+  });
+
   it("keeps this node's warm pool template, saying why", async () => {
     const err = await moves.move('d', { node: 'n3' }).catch((e: Error) => e.message);
     expect(err).to.equal("vm d is the template of node n2's warm pool (warm_pool.template); it stays");

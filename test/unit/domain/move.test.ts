@@ -37,9 +37,10 @@ const rec = (o: Partial<VmRecord> = {}): VmRecord =>
 describe('domain/move', () => {
   it('reads {node} and nothing else', () => {
     expect(parseMoveRequest({ node: 'n2' })).to.deep.equal({ node: 'n2' });
-    expect(() => parseMoveRequest(undefined)).to.throw(/move body must be a JSON object/);
     expect(() => parseMoveRequest([])).to.throw(/move body must be a JSON object/);
-    expect(() => parseMoveRequest({})).to.throw(/move needs node/);
+    // Without a node the placement rule picks one.
+    expect(parseMoveRequest({})).to.deep.equal({});
+    expect(parseMoveRequest(undefined)).to.deep.equal({});
     expect(() => parseMoveRequest({ node: 'N 2' })).to.throw(/node must be a node name/);
     expect(() => parseMoveRequest({ node: 'n2', live: true })).to.throw(/unknown move field\(s\): live/);
   });
