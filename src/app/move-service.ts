@@ -50,19 +50,22 @@ export class MoveService {
    * node the placement rule picks among the others, as a drain does), answers it as it is there.
    */
   async move(name: string, body: unknown): Promise<ClusterInstance> {
-    const { node } = parseMoveRequest(body);
-    return this.moveTo(name, node ?? this.pick(this.vms.get(name)).node);
+    return this.moveTo(name, parseMoveRequest(body).node);
   }
 
   /**
-   * One move, in the activity log: a stopped or suspended VM is carried under its lock. A running
-   * one is checked first, then suspended, carried and restored on `node`; a move that fails after
-   * the suspend restores it here. When it moved but did not restore there, the answer is the VM
-   * suspended there with a `warning` saying why (the move happened: a caller restores it).
+   * One move, in the activity log, to `node` or (without one) to the node the placement rule picks
+   * among the others once the VM is known to be movable: a stopped or suspended VM is carried under
+   * its lock. A running one is checked first, then suspended, carried and restored there; a move
+   * that fails after the suspend restores it here. When it moved but did not restore there, the
+   * answer is the VM suspended there with a `warning` saying why (the move happened: a caller
+   * restores it).
    */
-  private async moveTo(name: string, node: string): Promise<ClusterInstance> {
-    const carry = () => this.activity.timed('move', name, () => this.vms.withVm(name, (rec) => this.send(rec, node)));
+  private async moveTo(name: string, asked?: string): Promise<ClusterInstance> {
     const rec = this.vms.get(name);
+    if (asked === undefined) assertMovable(rec, { running: true });
+    const node = asked ?? this.pick(rec).node;
+    const carry = () => this.activity.timed('move', name, () => this.vms.withVm(name, (r) => this.send(r, node)));
     const target = this.checkSend(rec, node, { running: true });
     if (rec.status !== 'running') return carry();
     await this.lifecycle.suspend(name);
@@ -98,10 +101,8 @@ export class MoveService {
     const mine = this.vms.all().filter((r) => !r.pool);
     for (const rec of mine.sort((a, b) => a.name.localeCompare(b.name))) {
       try {
-        assertMovable(rec, { running: true });
-        const to = this.pick(rec);
-        const moved = await this.moveTo(rec.name, to.node);
-        out.moved.push({ name: rec.name, node: to.node, ...(moved.warning ? { warning: moved.warning } : {}) });
+        const moved = await this.moveTo(rec.name);
+        out.moved.push({ name: rec.name, node: moved.node, ...(moved.warning ? { warning: moved.warning } : {}) });
       } catch (err) {
         out.refused.push({ name: rec.name, reason: errorMessage(err) });
       }

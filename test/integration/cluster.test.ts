@@ -607,7 +607,16 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(ran?.node).to.be.oneOf(['n2', 'n3']);
     expect((await api(n1, 'GET', '/vms/mv-run')).json).to.include({ node: ran!.node, status: 'running' });
     expect(
-      readFileSync(join(vmDir(nodes[['n1', 'n2', 'n3'].indexOf(ran!.node)], 'mv-run'), 'serial.log'), 'utf8'),
+      readFileSync(
+        join(
+          vmDir(
+            nodes.find((x) => x.name === ran!.node)!,
+            'mv-run',
+          ),
+          'serial.log',
+        ),
+        'utf8',
+      ),
     ).to.match(/restored from snapshot\n$/);
     for (const r of drained.json.refused as { name: string; reason: string }[])
       expect(r.reason).to.equal(

@@ -36,7 +36,7 @@ export function moveTargets(nodes: NodeView[], from: string | undefined): string
  * The buttons for a VM's lifecycle: each verb posts to the daemon; the list and page update from
  * the change feed, not from the answer. Delete, clone and fork ask first.
  */
-export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => void }) {
+export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string }; onDeleted?: () => void }) {
   const [busy, setBusy] = useState<string>();
   const [error, setError] = useState<string>();
   // what the daemon says of a verb that worked but not as asked (a restore or a clone that cold-booted)
@@ -72,7 +72,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance; onDeleted?: () => v
       movable(vm)
         ? html`<button type="button" disabled=${busy !== undefined} data-test="do-move" onClick=${() =>
             run('move', async () => {
-              const list = moveTargets(await api<NodeView[]>('GET', '/nodes'), (vm as { node?: string }).node);
+              const list = moveTargets(await api<NodeView[]>('GET', '/nodes'), vm.node);
               if (!list.length) throw new Error('no other node is ready to take it');
               setTargets(list);
               setMoveTo(list[0]);
