@@ -185,12 +185,17 @@ export async function startDaemon(config: Config, overrides: DaemonOverrides = {
     // E2B's API, translated onto the daemon's own (docs/e2b.md).
     ...e2b.routes(),
     // MCP tools call the daemon's own API over its socket, as `svc mcp` does from outside.
-    ...mcpRoutes(new SvcClient({ socket: config.socket, token: config.api_token, env: {} }), {
-      readOnly: config.mcp_read_only,
-      images: config.mcp_images,
-      maxVms: config.mcp_max_vms,
-      egress: config.mcp_egress,
-    }),
+    ...mcpRoutes(
+      new SvcClient({ socket: config.socket, token: config.api_token, env: {} }),
+      {
+        readOnly: config.mcp_read_only,
+        images: config.mcp_images,
+        maxVms: config.mcp_max_vms,
+        egress: config.mcp_egress,
+        nodes: config.mcp_nodes,
+      },
+      { cluster: !!front },
+    ),
     ...uiRoutes(auth, sessions),
     ...(front ? front.routes() : []),
   ];

@@ -81,6 +81,8 @@ export interface Config {
   mcp_max_vms: number;
   /** MCP clients may change VMs' egress policies (set_egress); off by default. */
   mcp_egress: boolean;
+  /** On a node of a cluster: MCP clients may drain nodes (docs/mcp.md). */
+  mcp_nodes: boolean;
   /** The domain E2B's SDK puts after `PORT-ID.` in a sandbox's URLs (docs/e2b.md); empty: `localhost` and the API's port. */
   e2b_domain: string;
   /**

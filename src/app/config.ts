@@ -58,6 +58,7 @@ const KEYS: Record<string, [keyof Config, ConfigKind, unknown]> = {
   mcp_images: ['mcp_images', 'list', []],
   mcp_max_vms: ['mcp_max_vms', 'int', 0],
   mcp_egress: ['mcp_egress', 'bool', false],
+  mcp_nodes: ['mcp_nodes', 'bool', false],
   e2b_domain: ['e2b_domain', 'string', ''],
   e2b_volumes_dir: ['e2b_volumes_dir', 'string', ''],
   'warm_pool.template': ['warm_pool' as keyof Config, 'string', ''],

@@ -90,6 +90,9 @@ describe('MCP: Streamable HTTP at /mcp and stdio (svc mcp)', function () {
         'list_processes',
         'signal_process',
       ]);
+      // One host, not a node of a cluster: no node tools, and a create takes no node.
+      expect(names).to.not.include.members(['list_nodes', 'move_vm', 'drain_node']);
+      expect(tools.find((t) => t.name === 'create_vm')!.inputSchema.properties).to.not.have.property('node');
       const exec = tools.find((t) => t.name === 'exec')!;
       expect(exec.description).to.match(/stdout, stderr and the exit code/);
       expect(exec.inputSchema.required).to.include.members(['name', 'cmd']);

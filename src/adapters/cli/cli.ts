@@ -329,16 +329,26 @@ export function buildCli(): Command {
       0,
     )
     .option('--allow-egress-changes', "let the MCP client change VMs' egress policies (set_egress)")
-    .action(async (o: { readOnly?: boolean; allowImage: string[]; maxVms: number; allowEgressChanges?: boolean }) => {
-      // loaded here: the SDK is not every command's start-up cost
-      const { serveMcpStdio } = await import('../mcp/mcp-stdio.js');
-      await serveMcpStdio(client(), {
-        readOnly: !!o.readOnly,
-        images: o.allowImage,
-        maxVms: o.maxVms,
-        egress: !!o.allowEgressChanges,
-      });
-    });
+    .option('--allow-node-changes', 'on a node of a cluster: let the MCP client drain nodes (drain_node, undrain_node)')
+    .action(
+      async (o: {
+        readOnly?: boolean;
+        allowImage: string[];
+        maxVms: number;
+        allowEgressChanges?: boolean;
+        allowNodeChanges?: boolean;
+      }) => {
+        // loaded here: the SDK is not every command's start-up cost
+        const { serveMcpStdio } = await import('../mcp/mcp-stdio.js');
+        await serveMcpStdio(client(), {
+          readOnly: !!o.readOnly,
+          images: o.allowImage,
+          maxVms: o.maxVms,
+          egress: !!o.allowEgressChanges,
+          nodes: !!o.allowNodeChanges,
+        });
+      },
+    );
 
   egressCommands(program, client);
   processCommands(program, client);

@@ -1,7 +1,7 @@
 import type { RouteDef } from '../http-kit/route.js';
 import { onceGone } from '../http-kit/streams.js';
 import type { SvcClient } from '../client/svc-client.js';
-import type { McpPolicy } from './mcp-server.js';
+import type { McpDaemon, McpPolicy } from './mcp-server.js';
 
 /** The SDK (and zod, ajv) load on the first MCP request, so a daemon nobody uses MCP with stays small. */
 const sdk = async () => {
@@ -17,7 +17,7 @@ const sdk = async () => {
  * POST gets its own server and transport (no session to keep or leak), answered as JSON or an
  * SSE stream (progress notifications of a create). GET and DELETE, which only sessions use, are 405.
  */
-export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
+export function mcpRoutes(client: SvcClient, policy: McpPolicy, daemon: McpDaemon): RouteDef[] {
   const noSessions: RouteDef['handler'] = (_req, res) => {
     res.setHeader('Allow', 'POST');
     res
@@ -30,7 +30,7 @@ export function mcpRoutes(client: SvcClient, policy: McpPolicy): RouteDef[] {
       path: '/mcp',
       handler: async (req, res) => {
         const { StreamableHTTPServerTransport, buildMcpServer } = await sdk();
-        const server = buildMcpServer(client, policy);
+        const server = buildMcpServer(client, policy, daemon);
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
         // Registered after the SDK's import: a caller gone by then is gone already.
         onceGone(res, () => {

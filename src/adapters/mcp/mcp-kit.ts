@@ -26,6 +26,17 @@ export interface McpPolicy {
    * other end is often the code the policy contains. Reading the policy and its log is always allowed.
    */
   egress?: boolean;
+  /**
+   * On a node of a cluster: may MCP clients drain a node and end a drain (`drain_node`,
+   * `undrain_node`)? Off by default: a drain moves every user's VMs, not the client's own.
+   */
+  nodes?: boolean;
+}
+
+/** What the daemon on the other end is, found out before the tools are offered. */
+export interface McpDaemon {
+  /** A node of a cluster (docs/cluster.md): the node tools exist, and a create may name its node. */
+  cluster: boolean;
 }
 
 /** How much output a tool result carries: more is cut and the result says so. */

@@ -1,15 +1,26 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { SvcClient } from '../client/svc-client.js';
-import { CHANGES, DESTROYS, type Extra, json, MCP_TAG, tool, vmName, type McpPolicy } from './mcp-kit.js';
+import {
+  CHANGES,
+  DESTROYS,
+  type Extra,
+  json,
+  MCP_TAG,
+  tool,
+  vmName,
+  type McpDaemon,
+  type McpPolicy,
+} from './mcp-kit.js';
+import { placementArgs } from './mcp-cluster-tools.js';
 import { z } from 'zod';
 import { WAIT_MODES } from '../../domain/create-request.js';
 import { specOf } from '../../domain/egress-secrets.js';
 
 /**
  * The tools that make, change and remove VMs: create (within the policy's images and cap), delete,
- * the lifecycle verbs, clone, fork.
+ * the lifecycle verbs, clone, fork. On a node of a cluster a create may say where it goes.
  */
-export function registerVmTools(server: McpServer, client: SvcClient, policy: McpPolicy): void {
+export function registerVmTools(server: McpServer, client: SvcClient, policy: McpPolicy, daemon: McpDaemon): void {
   let creating = 0;
   const checkImage = (image: string | undefined) => {
     if (!policy.images.length) return;
@@ -66,6 +77,7 @@ export function registerVmTools(server: McpServer, client: SvcClient, policy: Mc
           .optional()
           .describe('its lifetime: whole seconds or a duration such as 30m; then it is deleted (or suspended)'),
         on_expire: z.enum(['delete', 'suspend']).optional().describe('what the end of ttl does (default delete)'),
+        ...(daemon.cluster ? placementArgs : {}),
       },
       annotations: CHANGES,
     },
