@@ -56,10 +56,11 @@ export class MoveService {
   /**
    * One move, in the activity log, to `node` or (without one) to the node the placement rule picks
    * among the others once the VM is known to be movable: a stopped or suspended VM is carried under
-   * its lock. A running one is checked first, then suspended, carried and restored there; a move
-   * that fails after the suspend restores it here. When it moved but did not restore there, the
-   * answer is the VM suspended there with a `warning` saying why (the move happened: a caller
-   * restores it).
+   * its lock. A running or paused one is checked first, then suspended, carried and restored there
+   * (a paused one paused again there: its guest runs for the restore's readiness check only); a
+   * move that fails after the suspend puts it back here as it was. When it moved but did not
+   * restore (or pause) there, the answer is the VM as it is there with a `warning` saying why (the
+   * move happened: a caller finishes it).
    */
   private async moveTo(name: string, asked?: string): Promise<ClusterInstance> {
     const rec = this.vms.get(name);
@@ -67,32 +68,53 @@ export class MoveService {
     const node = asked ?? this.pick(rec).node;
     const carry = () => this.activity.timed('move', name, () => this.vms.withVm(name, (r) => this.send(r, node)));
     const target = this.checkSend(rec, node, { running: true });
-    if (rec.status !== 'running') return carry();
+    if (rec.status !== 'running' && rec.status !== 'paused') return carry();
+    const paused = rec.status === 'paused';
     await this.lifecycle.suspend(name);
     let moved: ClusterInstance;
     try {
       moved = await carry();
     } catch (err) {
-      await this.lifecycle.restore(name).catch((e: unknown) => {
-        this.log.warn({ vm: name, err: errorMessage(e) }, 'move: not moved, and not restored here: it stays suspended');
-        // The caller hears where its VM is: here, suspended.
-        if (err instanceof Error)
-          err.message += `; vm ${name} stays here suspended (its restore failed: ${errorMessage(e)})`;
-      });
+      await this.putBack(name, paused, err);
       throw err;
     }
+    let restored: ClusterInstance;
     try {
-      return { ...(await this.peers.restoreVm(target, name)), node };
+      restored = { ...(await this.peers.restoreVm(target, name)), node };
     } catch (err) {
       const warning = `moved to node ${node} but not restored there: ${errorMessage(err)}; it is suspended there (restore it)`;
       this.log.warn({ vm: name, node, err: errorMessage(err) }, 'move: the vm moved but did not restore there');
       return { ...moved, warning };
     }
+    if (!paused) return restored;
+    try {
+      await this.peers.pauseVm(target, name);
+      return { ...restored, status: 'paused' };
+    } catch (err) {
+      const warning = `moved to node ${node} and restored there, but not paused again: ${errorMessage(err)}; it runs there`;
+      this.log.warn({ vm: name, node, err: errorMessage(err) }, 'move: the vm moved but was not paused there');
+      return { ...restored, warning: restored.warning ? `${restored.warning}; ${warning}` : warning };
+    }
+  }
+
+  /** A move that failed after its VM was suspended: restored here (and paused, if it was); `err` says where it is when not. */
+  private async putBack(name: string, paused: boolean, err: unknown): Promise<void> {
+    // The caller hears where its VM is when it is not as it was.
+    const tell = (where: string, why: string, e: unknown) => {
+      this.log.warn({ vm: name, err: errorMessage(e) }, `move: not moved, and it ${where}`);
+      if (err instanceof Error) err.message += `; vm ${name} ${where} (${why}: ${errorMessage(e)})`;
+    };
+    try {
+      await this.lifecycle.restore(name);
+    } catch (e) {
+      return tell('stays here suspended', 'its restore failed', e);
+    }
+    if (paused) await this.lifecycle.pause(name).catch((e: unknown) => tell('runs here', 'its pause failed', e));
   }
 
   /**
    * `POST /nodes/{node}/drain` on that node: every VM that can move goes to the node the placement
-   * rule picks among the others (a running one suspended for its move and restored there); what
+   * rule picks among the others (a running or paused one suspended for its move and restored there); what
    * cannot is refused, saying why. One VM at a time.
    */
   async drain(): Promise<DrainResult> {

@@ -25,21 +25,22 @@ export function parseMoveRequest(body: unknown): { node?: string } {
 
 /**
  * Throws when the VM cannot move as it is. A stopped or suspended VM is carried as it is; with
- * `running`, a running one may move too (its node suspends it for the move and the taking node
- * restores it: a running guest's memory and disk change under a copy). Nothing of it may belong to
- * this host alone.
+ * `running`, a running or paused one may move too (its node suspends it for the move and the taking
+ * node restores it, and pauses a paused one again: a running guest's memory and disk change under a
+ * copy). Nothing of it may belong to this host alone.
  */
 export function assertMovable(rec: VmRecord, o: { running?: boolean } = {}): void {
   if (rec.pool) throw new InvalidStateError(`vm ${rec.name} is a warm pool member; pool members do not move`);
   if (rec.deleting) throw new InvalidStateError(`vm ${rec.name} is being deleted`);
   const carried = rec.status === 'stopped' || rec.status === 'suspended';
-  if (!carried && !(o.running && rec.status === 'running'))
+  const live = rec.status === 'running' || rec.status === 'paused';
+  if (!carried && !(o.running && live))
     throw new InvalidStateError(
       o.running
-        ? `vm ${rec.name} is ${rec.status}; a vm moves running (suspended for the move, restored there), stopped or suspended${rec.status === 'paused' ? ': resume it or suspend it first' : ''}`
+        ? `vm ${rec.name} is ${rec.status}; a vm moves running or paused (suspended for the move, restored there), stopped or suspended`
         : `vm ${rec.name} is ${rec.status}; a vm is carried stopped or suspended`,
     );
-  if (rec.status === 'running' && !rec.persistent)
+  if (live && !rec.persistent)
     throw new InvalidStateError(
       `vm ${rec.name} is ephemeral: it cannot be suspended for a move, and is removed when stopped; it stays`,
     );
@@ -54,7 +55,7 @@ export function assertMovable(rec: VmRecord, o: { running?: boolean } = {}): voi
 /** What a drain did with each VM of the node (POST /nodes/{node}/drain). */
 export interface DrainResult {
   node: string;
-  /** `warning`: a running VM that moved but was not restored there (it is suspended there). */
+  /** `warning`: a running or paused VM that moved but was not restored there (it is suspended there) or not paused again (it runs there). */
   moved: { name: string; node: string; warning?: string }[];
   refused: { name: string; reason: string }[];
 }

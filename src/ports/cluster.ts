@@ -89,6 +89,8 @@ export interface PeerNodes {
    * there). Resolves with the VM as it answers it (a `warning` when it cold-booted); rejects as sendVm.
    */
   restoreVm(node: NodeView, name: string): Promise<Instance>;
+  /** Asks `node` to pause its running VM `name` (a paused VM's move, after its restore there); rejects as sendVm. */
+  pauseVm(node: NodeView, name: string): Promise<void>;
   /** What `node` offers of image `image` (unchecked: the caller checks it with checkBundle). */
   imageBundle(node: NodeView, image: string): Promise<unknown>;
   /**

@@ -12,6 +12,9 @@ import { fileURLToPath } from 'node:url';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
 import { launchBrowser } from '../helpers/browser.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
 const TOKEN = 'user-token';
@@ -79,6 +82,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
           fake: { boot_delay: '20ms', agent: name === 'n3' },
           log_level: 'warn',
           build_default_image: false,
+          // n2's MCP clients may drain nodes; the others' may not (the default).
+          ...(name === 'n2' ? { mcp_nodes: true } : {}),
         },
         {
           lease_ttl: '2s',
@@ -510,10 +515,20 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect(taken.status, taken.text).to.equal(201);
     }
 
-    // Refused, each with its reason, and nothing changes (a paused VM: resumed, it moves running).
+    // A paused VM moves paused: suspended, restored on n2 and paused again there; and back, running.
     expect((await api(n3, 'POST', '/vms/mv-run/pause')).status).to.equal(200);
+    const pausedMove = await api(n3, 'POST', '/vms/mv-run/move', { node: 'n2' });
+    expect(pausedMove.status, pausedMove.text).to.equal(200);
+    expect(pausedMove.json).to.include({ name: 'mv-run', node: 'n2', status: 'paused' });
+    expect(pausedMove.json).not.to.have.property('warning');
+    expect((await api(n1, 'GET', '/vms/mv-run')).json).to.include({ node: 'n2', status: 'paused' });
+    expect(readFileSync(join(vmDir(n2, 'mv-run'), 'serial.log'), 'utf8')).to.match(/restored from snapshot\n$/);
+    expect((await api(n3, 'POST', '/vms/mv-run/resume')).status).to.equal(200);
+    const home = await api(n3, 'POST', '/vms/mv-run/move', { node: 'n1' });
+    expect(home.json, home.text).to.include({ node: 'n1', status: 'running' });
+
+    // Refused, each with its reason, and nothing changes.
     const refusals: [string, unknown, number, RegExp][] = [
-      ['mv-run', { node: 'n2' }, 400, /is paused; a vm moves running .* or suspended: resume it or suspend it first/],
       ['mv-stopped', { node: 'n1' }, 400, /is on node n1 already/],
       ['mv-stopped', { node: 'nowhere' }, 404, /no node nowhere/],
       ['mv-stopped', { node: 7 }, 400, /node must be a node name/],
@@ -525,7 +540,6 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect(r.status, `${vm} ${JSON.stringify(body)}: ${r.text}`).to.equal(status);
       expect(r.json.error).to.match(msg);
     }
-    expect((await api(n3, 'POST', '/vms/mv-run/resume')).status).to.equal(200);
 
     // Through n3, which has neither: the stopped VM goes from n1 to n2 with its files.
     const log = readFileSync(join(vmDir(n1, 'mv-stopped'), 'serial.log'), 'utf8');
@@ -643,6 +657,147 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     expect(anywhere.stdout).to.match(/^mv-susp moved to node n[13] \(running\)\n$/);
     for (const vm of ['mv-stopped', 'mv-susp', 'mv-run'])
       expect((await api(n3, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
+  });
+
+  it('offers an AI agent the cluster through MCP on any node: its nodes, a create on one, a move, a drain only where allowed', async () => {
+    const [n1, n2] = nodes;
+    type ToolResult = { isError?: boolean; content: { text: string }[] };
+    const textOf = (r: unknown) => (r as ToolResult).content.map((c) => c.text).join('');
+    const mcp = async (n: Node) => {
+      const c = new Client({ name: 'svc-test', version: '1.0.0' });
+      await c.connect(
+        new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${n.port}/mcp`), {
+          requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } },
+        }),
+      );
+      return c;
+    };
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const ok = async (c: Client, name: string, args: Record<string, unknown> = {}): Promise<any> => {
+      const r = await c.callTool({ name, arguments: args });
+      expect((r as ToolResult).isError, textOf(r)).to.not.equal(true);
+      return JSON.parse(textOf(r));
+    };
+    const on1 = await mcp(n1);
+    const on2 = await mcp(n2);
+    try {
+      const names = (await on1.listTools()).tools.map((t) => t.name);
+      expect(names).to.include.members(['list_nodes', 'move_vm', 'create_vm']);
+      expect(names, 'drains are for mcp_nodes: true only').to.not.include.members(['drain_node', 'undrain_node']);
+      expect((await on2.listTools()).tools.map((t) => t.name)).to.include.members(['drain_node', 'undrain_node']);
+      const listed = (await ok(on1, 'list_nodes')) as { node: string; state: string }[];
+      expect(listed.map((x) => [x.node, x.state])).to.deep.equal([
+        ['n1', 'ready'],
+        ['n2', 'ready'],
+        ['n3', 'ready'],
+      ]);
+
+      // Made on the node it names, moved running to another through a third node's MCP.
+      const made = await ok(on2, 'create_vm', { name: 'mcp-mv', node: 'n1', persistent: true, memory_mb: 256 });
+      expect(made).to.include({ name: 'mcp-mv', status: 'running' });
+      expect(await ok(on2, 'get_vm', { name: 'mcp-mv' })).to.include({ node: 'n1' });
+      const moved = await ok(on2, 'move_vm', { name: 'mcp-mv', node: 'n2' });
+      expect(moved).to.include({ name: 'mcp-mv', node: 'n2', status: 'running' });
+      expect((await api(n1, 'GET', '/vms/mcp-mv')).json).to.include({ node: 'n2', status: 'running' });
+      const again = await on1.callTool({ name: 'move_vm', arguments: { name: 'mcp-mv', node: 'n2' } });
+      expect((again as ToolResult).isError).to.equal(true);
+      expect(textOf(again)).to.match(/is on node n2 already .*HTTP 400/);
+
+      // A drain through n2's MCP: n1 sends its persistent VMs away and takes no create; undone, it does.
+      const drained = await ok(on2, 'drain_node', { node: 'n1' });
+      expect(drained.node).to.equal('n1');
+      for (const m of drained.moved as { name: string; node: string }[]) {
+        expect(m.node).to.be.oneOf(['n2', 'n3']);
+        expect((await api(n1, 'GET', `/vms/${m.name}`)).json).to.include({ node: m.node });
+      }
+      await until('n1 is drained', 10_000, async () =>
+        ((await ok(on1, 'list_nodes')) as { node: string; draining?: boolean }[]).some(
+          (x) => x.node === 'n1' && x.draining === true,
+        ),
+      );
+      expect(await ok(on2, 'undrain_node', { node: 'n1' })).to.include({ node: 'n1' });
+      await until(
+        'n1 takes creates again',
+        10_000,
+        async () => (await api(n1, 'GET', '/nodes/n1')).json.draining === undefined,
+      );
+
+      // `svc mcp` (stdio) finds out that its daemon is a node, and offers drains only when told.
+      const stdio = new Client({ name: 'svc-test', version: '1.0.0' });
+      await stdio.connect(
+        new StdioClientTransport({
+          command: process.execPath,
+          args: [SVC, '--api', `127.0.0.1:${n1.port}`, '--token', TOKEN, 'mcp', '--allow-node-changes'],
+          stderr: 'ignore',
+        }),
+      );
+      try {
+        const tools = (await stdio.listTools()).tools;
+        expect(tools.map((t) => t.name)).to.include.members(['list_nodes', 'move_vm', 'drain_node']);
+        expect(tools.find((t) => t.name === 'create_vm')!.inputSchema.properties).to.have.property('node_selector');
+        expect((await ok(stdio, 'get_vm', { name: 'mcp-mv' })).node).to.equal('n2');
+      } finally {
+        await stdio.close();
+      }
+      expect((await ok(on1, 'delete_vm', { name: 'mcp-mv' })).name).to.equal('mcp-mv');
+    } finally {
+      await on1.close();
+      await on2.close();
+    }
+  });
+
+  it("drains a node and ends its drain from the dashboard's Nodes page (a real browser)", async () => {
+    const [n1, n2] = nodes;
+    for (const [name, persistent] of [
+      ['ui-drain', true],
+      ['ui-stay', false],
+    ] as const) {
+      const made = await api(n1, 'POST', '/vms', { name, node: 'n2', persistent, memory_mb: 256 });
+      expect(made.status, made.text).to.equal(201);
+    }
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`http://127.0.0.1:${n1.port}/ui/#/nodes`);
+      await page.waitForSelector('[data-test=login]');
+      await page.type('[data-test=token]', TOKEN);
+      await page.click('[data-test=login-submit]');
+      await page.waitForSelector('[data-test=nodes] tr[data-node=n3]');
+      const rows = (await page.$$eval('[data-test=nodes] tbody tr', (trs) =>
+        trs.map((tr) => [tr.getAttribute('data-node'), tr.querySelector('[data-test=state]')?.textContent]),
+      )) as [string, string][];
+      expect(rows).to.deep.equal([
+        ['n1', 'ready'],
+        ['n2', 'ready'],
+        ['n3', 'ready'],
+      ]);
+      const navs = await page.$$eval('nav a', (as) => as.map((a) => a.textContent));
+      expect(navs).to.include('Nodes');
+      await page.click('tr[data-node=n2] [data-test=do-drain]');
+      await page.waitForSelector('[data-test=confirm-ok]');
+      await page.click('[data-test=confirm-ok]');
+      await page.waitForSelector('[data-test=drain-result]', { timeout: 30_000 });
+      const moved = await page.$$eval('[data-test=moved]', (lis) => lis.map((li) => li.textContent ?? ''));
+      const stayed = await page.$$eval('[data-test=stayed]', (lis) => lis.map((li) => li.textContent ?? ''));
+      const went = moved.find((m) => m.startsWith('ui-drain to '));
+      expect(went, moved.join('; ')).to.match(/^ui-drain to n[13]$/);
+      expect((await api(n2, 'GET', '/vms/ui-drain')).json).to.include({ node: went!.slice('ui-drain to '.length) });
+      expect(stayed).to.include(
+        'ui-stay stayed: vm ui-stay is ephemeral: it cannot be suspended for a move, and is removed when stopped; it stays',
+      );
+      // The table follows: n2 drained, with an undrain button that ends it.
+      await page.waitForFunction(
+        () => document.querySelector('tr[data-node=n2] [data-test=state]')?.textContent === 'ready, drained',
+        { timeout: 10_000 },
+      );
+      expect((await api(n1, 'GET', '/nodes/n2')).json.draining).to.equal(true);
+      await page.click('tr[data-node=n2] [data-test=do-undrain]');
+      await page.waitForSelector('tr[data-node=n2] [data-test=do-drain]', { timeout: 10_000 });
+      expect((await api(n1, 'GET', '/nodes/n2')).json.draining).to.equal(undefined);
+    } finally {
+      await browser.close();
+    }
+    for (const vm of ['ui-drain', 'ui-stay']) expect((await api(n1, 'DELETE', `/vms/${vm}`)).status).to.equal(200);
   });
 
   it('fetches an image baked on one node the first time another needs it: a create placed there, a VM moved there', async () => {

@@ -20,11 +20,10 @@ export function verbsFor(vm: Instance): string[] {
   }
 }
 
-/** On a node of a cluster (the VM names its node): may it move, as it is now? A running one is suspended for it. */
+/** On a node of a cluster (the VM names its node): may it move, as it is now? A running or paused one is suspended for it. */
 export function movable(vm: Instance & { node?: string }): boolean {
-  return (
-    !!vm.node && (vm.status === 'stopped' || vm.status === 'suspended' || (vm.status === 'running' && vm.persistent))
-  );
+  const live = vm.status === 'running' || vm.status === 'paused';
+  return !!vm.node && (vm.status === 'stopped' || vm.status === 'suspended' || (live && vm.persistent));
 }
 
 /** The nodes a VM may be moved to: the ready ones that are not drained, but its own. */
@@ -111,7 +110,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string };
     ${
       asking === 'move'
         ? html`<${Confirm} title=${`Move ${vm.name}`} action="Move"
-        body=${html`<p>${vm.name} goes to another node with its disk${vm.status === 'running' ? ', suspended for the move and restored there' : ''}.</p>
+        body=${html`<p>${vm.name} goes to another node with its disk${vm.status === 'running' ? ', suspended for the move and restored there' : vm.status === 'paused' ? ', suspended for the move, restored there and paused again' : ''}.</p>
           <label>To node <select data-test="move-node" value=${moveTo} onChange=${(e: Event) => setMoveTo((e.target as HTMLSelectElement).value)}>
             ${targets.map((t) => html`<option value=${t}>${t}</option>`)}
           </select></label>`}

@@ -143,3 +143,4 @@ export type { EgressEvent, EgressPolicy } from '../../src/domain/egress.js';
 export type { EgressSecretBinding } from '../../src/domain/egress-secrets.js';
 export type { OutputFrame, ProcessInfo } from '../../src/domain/processes.js';
 export type { NodeView } from '../../src/domain/cluster.js';
+export type { DrainResult } from '../../src/domain/move.js';

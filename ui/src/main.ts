@@ -3,9 +3,10 @@ import { useEffect, useState } from 'preact/hooks';
 import { api, onUnauthenticated, session } from './api.js';
 import { feed } from './feed.js';
 import { ActivityLog, Images, Secrets } from './lists.js';
+import { Nodes } from './nodes.js';
 import { VmList } from './vm-list.js';
 import { VmPage } from './vm-page.js';
-import { ErrorLine, html, message } from './ui.js';
+import { ErrorLine, html, message, useLoad } from './ui.js';
 import './style.css';
 
 interface Session {
@@ -51,6 +52,17 @@ function App() {
   const [error, setError] = useState<string>();
   const hash = useHash();
   const check = () => api<Session>('GET', '/ui/session').then(setSession, (err) => setError(message(err)));
+  // A node of a cluster has nodes to show (`GET /nodes` answers only there), asked once logged in.
+  const cluster = useLoad(
+    () =>
+      state?.authenticated
+        ? api('GET', '/nodes').then(
+            () => true,
+            () => false,
+          )
+        : Promise.resolve(false),
+    [state?.authenticated],
+  ).data;
   useEffect(() => {
     void check();
     return onUnauthenticated(() => {
@@ -74,6 +86,7 @@ function App() {
     ['images', '#/images', 'Images'],
     ['secrets', '#/secrets', 'Secrets'],
     ['activity', '#/activity', 'Activity'],
+    ...(cluster ? [['nodes', '#/nodes', 'Nodes']] : []),
   ];
   const current = page === 'vm' ? 'vms' : page;
   return html`<div class="app">
@@ -92,7 +105,9 @@ function App() {
               ? html`<${Secrets} />`
               : page === 'activity'
                 ? html`<${ActivityLog} />`
-                : html`<${VmList} />`
+                : page === 'nodes'
+                  ? html`<${Nodes} />`
+                  : html`<${VmList} />`
       }
     </main>
   </div>`;

@@ -10,7 +10,9 @@ export function clusterCommands(program: Command, client: () => SvcClient): void
     .command('move')
     .argument('<name>')
     .argument('[node]', 'where to (default: the node the placement rule picks among the others)')
-    .description('move a vm to another node of the cluster (a running one is suspended for it and restored there)')
+    .description(
+      'move a vm to another node of the cluster (a running or paused one is suspended for it and restored there, a paused one paused again)',
+    )
     .option('--json')
     .action(async (name: string, node: string | undefined, o: { json?: boolean }) => {
       const vm = await client().move(name, node);

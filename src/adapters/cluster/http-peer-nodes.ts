@@ -125,6 +125,10 @@ export class HttpPeerNodes implements PeerNodes {
     );
   }
 
+  async pauseVm(node: NodeView, name: string): Promise<void> {
+    await readJson(node.node, await this.open(node, 'POST', `/vms/${encodeURIComponent(name)}/pause`, { json: {} }));
+  }
+
   async imageBundle(node: NodeView, image: string): Promise<unknown> {
     return readJson(node.node, await this.open(node, 'GET', `/cluster/images/${encodeURIComponent(image)}`));
   }

@@ -57,7 +57,8 @@ export const CLUSTER_SCHEMAS: Record<string, Schema> = {
             node: { type: 'string' },
             warning: {
               type: 'string',
-              description: 'a running vm that moved but did not restore there (suspended there)',
+              description:
+                'a running or paused vm that moved but did not restore there (suspended there) or was not paused again there (running there)',
             },
           },
         },
@@ -84,10 +85,10 @@ const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'strin
 export const CLUSTER_PATHS: Record<string, Schema> = {
   '/vms/{name}/move': {
     post: op(
-      'Move a VM to another node (its disk, saved state and snapshots go with it); a running one is suspended for the move and restored there',
+      'Move a VM to another node (its disk, saved state and snapshots go with it); a running one is suspended for the move and restored there, a paused one restored and paused again there',
       {
         '200': json(
-          'the vm on its new node (`warning` when it moved but did not restore there: it is suspended there)',
+          'the vm on its new node (`warning` when it moved but did not restore there, suspended there, or a paused one was not paused again there)',
           ref('Instance'),
         ),
         '400': err(
@@ -114,7 +115,7 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
   },
   '/nodes/{node}/drain': {
     post: op(
-      'Drain a node: its VMs move to the others (running ones suspended for it and restored there), nothing new is placed on it',
+      'Drain a node: its VMs move to the others (running and paused ones suspended for it and restored there, paused ones paused again), nothing new is placed on it',
       { '200': json('what moved and what stayed', ref('DrainResult')), '404': err('no such node') },
       { parameters: [nodeParam], 'x-svc-cluster': true },
     ),

@@ -24,6 +24,8 @@ describe('app/MoveService', () => {
   let takenOver: string[];
   let restoredThere: string[];
   let restoreThere: (name: string) => Promise<Instance>;
+  let pausedThere: string[];
+  let pauseThere: (name: string) => Promise<void>;
   let moves: MoveService;
   /** What is placed on n1 already (MB of its 65,536). */
   let n1Memory: number;
@@ -38,6 +40,8 @@ describe('app/MoveService', () => {
     n1Memory = 0;
     answer = async (o) => ({ ...o.record }) as Instance;
     restoreThere = async (name) => ({ name, status: 'running' }) as Instance;
+    pausedThere = [];
+    pauseThere = async () => undefined;
     const node = (name: string): NodeView =>
       ({
         node: name,
@@ -70,6 +74,10 @@ describe('app/MoveService', () => {
       restoreVm: async (_n, name) => {
         restoredThere.push(name);
         return restoreThere(name);
+      },
+      pauseVm: async (_n, name) => {
+        pausedThere.push(name);
+        return pauseThere(name);
       },
       imageBundle: async () => {
         throw new Error('no other node has images here');
@@ -186,13 +194,8 @@ describe('app/MoveService', () => {
     );
     expect(w.vms.find('s')).to.equal(undefined);
 
-    // What cannot move is refused before it is suspended: paused, ephemeral, on that node already, no room there.
+    // What cannot move is refused before it is suspended: ephemeral, on that node already, no room there.
     await running('t');
-    await w.svc.pause('t');
-    expect(await moves.move('t', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
-      'vm t is paused; a vm moves running (suspended for the move, restored there), stopped or suspended: resume it or suspend it first',
-    );
-    await w.svc.resume('t');
     expect(await moves.move('t', { node: 'n2' }).catch((e: Error) => e.message)).to.equal('vm t is on node n2 already');
     await (
       await w.creates.create({ name: 'e' }, {})
@@ -206,6 +209,56 @@ describe('app/MoveService', () => {
     );
     expect(['t', 'e'].map((n) => w.vms.get(n).status)).to.deep.equal(['running', 'running']);
     expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's', 's']);
+  });
+
+  it('moves a paused VM suspended, restored and paused again there; puts it back paused when the move fails', async () => {
+    await (
+      await w.creates.create({ name: 'p', persistent: true }, {})
+    ).done;
+    owners.set('p', 'n2');
+    await w.svc.pause('p');
+    // The other node refuses it: restored here and paused again, as it was.
+    answer = async () => {
+      throw new UnavailableError('node n3 did not answer');
+    };
+    expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
+    expect(w.vms.get('p')).to.include({ status: 'paused' });
+    expect(pausedThere).to.deep.equal([]);
+
+    answer = async (o) => ({ ...o.record }) as Instance;
+    const moved = await moves.move('p', { node: 'n3' });
+    expect(moved).to.include({ name: 'p', node: 'n3', status: 'paused' });
+    expect(moved).not.to.have.property('warning');
+    expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([
+      ['p', 'suspended'],
+      ['p', 'suspended'],
+    ]);
+    expect([restoredThere, pausedThere]).to.deep.equal([['p'], ['p']]);
+    expect(w.vms.find('p')).to.equal(undefined);
+
+    // Restored there but its pause refused: it runs there, and the answer says so.
+    await (
+      await w.creates.create({ name: 'q', persistent: true }, {})
+    ).done;
+    owners.set('q', 'n2');
+    await w.svc.pause('q');
+    pauseThere = async () => {
+      throw new UnavailableError('connection reset');
+    };
+    const half = await moves.move('q', {});
+    expect(half).to.include({ name: 'q', status: 'running' });
+    expect(half.warning).to.equal(
+      `moved to node ${half.node} and restored there, but not paused again: connection reset; it runs there`,
+    );
+    // An ephemeral paused VM cannot be suspended: it stays, paused.
+    await (
+      await w.creates.create({ name: 'e' }, {})
+    ).done;
+    await w.svc.pause('e');
+    expect(await moves.move('e', { node: 'n3' }).catch((e: Error) => e.message)).to.match(
+      /vm e is ephemeral: it cannot be suspended for a move/,
+    );
+    expect(w.vms.get('e')).to.include({ status: 'paused' });
   });
 
   it('drains every VM that can move, a running one restored where it went', async () => {

@@ -45,7 +45,7 @@ describe('domain/move', () => {
     expect(() => parseMoveRequest({ node: 'n2', live: true })).to.throw(/unknown move field\(s\): live/);
   });
 
-  it('carries stopped and suspended VMs, moves a running one when asked, and none with what is its host’s alone', () => {
+  it('carries stopped and suspended VMs, moves a running or paused one when asked, and none with what is its host’s alone', () => {
     assertMovable(rec());
     assertMovable(rec({ status: 'suspended' }));
     for (const status of ['running', 'paused', 'creating', 'error'] as const)
@@ -58,11 +58,13 @@ describe('domain/move', () => {
     expect(() => assertMovable(rec({ status: 'running', persistent: false }), { running: true })).to.throw(
       /is ephemeral: it cannot be suspended for a move/,
     );
-    expect(() => assertMovable(rec({ status: 'paused' }), { running: true })).to.throw(
-      /is paused; a vm moves running \(suspended for the move, restored there\), stopped or suspended: resume it or suspend it first$/,
+    // A paused one too (suspended, restored there and paused again), when persistent.
+    assertMovable(rec({ status: 'paused', persistent: true }), { running: true });
+    expect(() => assertMovable(rec({ status: 'paused', persistent: false }), { running: true })).to.throw(
+      /is ephemeral: it cannot be suspended for a move/,
     );
     expect(() => assertMovable(rec({ status: 'creating' }), { running: true })).to.throw(
-      /is creating; a vm moves running \(suspended for the move, restored there\), stopped or suspended$/,
+      /is creating; a vm moves running or paused \(suspended for the move, restored there\), stopped or suspended$/,
     );
     expect(() =>
       assertMovable(rec({ status: 'running', persistent: true, mounts: [{ host: '/srv', guest: '/s' }] }), {
