@@ -98,7 +98,7 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     expect(again.json.stdout).to.equal(`${body.length} /root/kept\n`);
   });
 
-  it('moves the VM running to the first node (suspended for it, restored there) with its file, a running process (every line kept) and a snapshot; and back stopped', async () => {
+  it('moves the VM running to the first node (suspended for it, restored there) with its file, a running process (every line kept) and a snapshot; back stopped; and paused, paused again there', async () => {
     // A snapshot of the running guest (its memory too), taken on q2: it moves with the VM, there and back.
     const mark = (text: string) =>
       call(at[0], 'POST', `/vms/far/exec?cmd=sh&args=-c&args=${encodeURIComponent(`echo ${text} > /root/mark`)}`);
@@ -149,8 +149,21 @@ describe('a cluster of two QEMU nodes on etcd', function () {
     const marked = await call(at[0], 'POST', '/vms/far/exec?cmd=cat&args=/root/mark');
     expect(marked.json.stdout).to.equal('early\n');
 
+    // Paused, it moves paused: suspended on q2, restored on q1 and paused again there; resumed, it runs on.
+    expect((await call(at[0], 'POST', '/vms/far/pause')).status).to.equal(200);
+    const paused = await call(at[1], 'POST', '/vms/far/move', { node: 'q1' });
+    expect(paused.status, paused.text).to.equal(200);
+    expect(paused.json).to.include({ name: 'far', node: 'q1', status: 'paused' });
+    expect(paused.json).not.to.have.property('warning');
+    expect((await call(at[1], 'GET', '/vms/far')).json).to.include({ node: 'q1', status: 'paused' });
+    expect(qemuProcesses(dataDirs[0], ['far'])).to.have.length(1);
+    expect((await call(at[1], 'POST', '/vms/far/resume')).status).to.equal(200);
+    const still = await call(at[1], 'POST', '/vms/far/exec?cmd=cat&args=/root/mark');
+    expect(still.json.stdout).to.equal('early\n');
+
     expect((await call(at[0], 'DELETE', '/vms/far')).status).to.equal(200);
     expect((await call(at[1], 'GET', '/vms/far')).status).to.equal(404);
+    expect(qemuProcesses(dataDirs[0], ['far'])).to.deep.equal([]);
     expect(qemuProcesses(dataDirs[1], ['far'])).to.deep.equal([]);
     const nodes = (await call(at[1], 'GET', '/nodes')).json as { node: string; allocated: { vms: number } }[];
     expect(nodes.map((n) => [n.node, n.allocated.vms])).to.deep.equal([
