@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import { api, enc, type Instance, type NodeView } from './api.js';
-import { Confirm, html, message } from './ui.js';
+import { Confirm, html, useAction } from './ui.js';
 
 /** The lifecycle verbs a VM in this state accepts (the daemon checks again). */
 export function verbsFor(vm: Instance): string[] {
@@ -36,10 +36,8 @@ export function moveTargets(nodes: NodeView[], from: string | undefined): string
  * the change feed, not from the answer. Delete, clone and fork ask first.
  */
 export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string }; onDeleted?: () => void }) {
-  const [busy, setBusy] = useState<string>();
-  const [error, setError] = useState<string>();
-  // what the daemon says of a verb that worked but not as asked (a restore or a clone that cold-booted)
-  const [warning, setWarning] = useState<string>();
+  // `warning`: what the daemon says of a verb that worked but not as asked (a restore or a clone that cold-booted)
+  const { busy, error, warning, run } = useAction();
   const [asking, setAsking] = useState<'delete' | 'clone' | 'fork' | 'move'>();
   const [targets, setTargets] = useState<string[]>([]);
   const [moveTo, setMoveTo] = useState('');
@@ -48,20 +46,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string };
   const [forkNames, setForkNames] = useState('');
   const [forkKept, setForkKept] = useState(false);
   const [forkTags, setForkTags] = useState('');
-  const run = async (label: string, fn: () => Promise<unknown>) => {
-    setBusy(label);
-    setError(undefined);
-    setWarning(undefined);
-    try {
-      await fn();
-    } catch (err) {
-      setError(message(err));
-    } finally {
-      setBusy(undefined);
-    }
-  };
-  const verb = (v: string) =>
-    run(v, async () => setWarning((await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/${v}`))?.warning));
+  const verb = (v: string) => run(v, () => api('POST', `/vms/${enc(vm.name)}/${v}`));
   return html`<div class="actions" data-test=${`actions-${vm.name}`}>
     ${verbsFor(vm).map(
       (v) => html`<button type="button" disabled=${busy !== undefined} data-test=${`do-${v}`}
@@ -100,10 +85,9 @@ export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string };
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           setAsking(undefined);
-          void run('clone', async () => {
-            const body = cloneName ? { name: cloneName } : {};
-            setWarning((await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/clone`, { body }))?.warning);
-          });
+          void run('clone', () =>
+            api('POST', `/vms/${enc(vm.name)}/clone`, { body: cloneName ? { name: cloneName } : {} }),
+          );
         }} />`
         : null
     }
@@ -117,12 +101,7 @@ export function VmActions({ vm, onDeleted }: { vm: Instance & { node?: string };
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           setAsking(undefined);
-          void run('move', async () => {
-            setWarning(
-              (await api<{ warning?: string }>('POST', `/vms/${enc(vm.name)}/move`, { body: { node: moveTo } }))
-                ?.warning,
-            );
-          });
+          void run('move', () => api('POST', `/vms/${enc(vm.name)}/move`, { body: { node: moveTo } }));
         }} />`
         : null
     }

@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import { api, enc, type DrainResult, type NodeView } from './api.js';
-import { Confirm, ErrorLine, html, message, useLoad } from './ui.js';
+import { Confirm, ErrorLine, html, useAction, useLoad } from './ui.js';
 
 /** "used/offered" of one figure of a node's capacity. */
 const of = (used: number, offered: number, unit = '') => `${used}${unit}/${offered}${unit}`;
@@ -12,29 +12,16 @@ const of = (used: number, offered: number, unit = '') => `${used}${unit}/${offer
  */
 export function Nodes() {
   const l = useLoad(() => api<NodeView[]>('GET', '/nodes'), [], 3000);
-  const [busy, setBusy] = useState<string>();
+  const { busy, error, run } = useAction();
   const [asking, setAsking] = useState<string>();
-  const [error, setError] = useState<string>();
   const [drained, setDrained] = useState<DrainResult>();
-  const run = async (node: string, fn: () => Promise<void>) => {
-    setBusy(node);
-    setError(undefined);
-    try {
-      await fn();
-    } catch (err) {
-      setError(message(err));
-    } finally {
-      setBusy(undefined);
-      l.reload();
-    }
-  };
   const drain = (node: string) =>
-    run(node, async () => setDrained(await api<DrainResult>('POST', `/nodes/${enc(node)}/drain`)));
+    run(node, async () => setDrained(await api<DrainResult>('POST', `/nodes/${enc(node)}/drain`))).then(l.reload);
   const undrain = (node: string) =>
     run(node, async () => {
       setDrained(undefined);
       await api('DELETE', `/nodes/${enc(node)}/drain`);
-    });
+    }).then(l.reload);
   return html`<section class="card"><h2>Nodes</h2><${ErrorLine} error=${l.error ?? error} />
     <table data-test="nodes"><thead><tr><th>Node</th><th>State</th><th>VMs</th><th>CPUs</th><th>Memory</th><th>Disk</th><th>Hypervisor</th><th>Tags</th><th>Actions</th></tr></thead>
     <tbody>${(l.data ?? []).map(

@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks';
 import { api, enc, type Instance } from './api.js';
-import { Confirm, ErrorLine, html, message, useLoad, when } from './ui.js';
+import { Confirm, ErrorLine, html, useAction, useLoad, when } from './ui.js';
 
 /** A VM's named snapshot, as GET /vms/{name}/snapshots lists it (docs/snapshots.md). */
 interface VmSnapshot {
@@ -22,24 +22,10 @@ interface VmSnapshot {
 export function Snapshots({ vm }: { vm: Instance }) {
   const list = useLoad(() => api<VmSnapshot[]>('GET', `/vms/${enc(vm.name)}/snapshots`), [vm.name]);
   const [name, setName] = useState('');
-  const [busy, setBusy] = useState<string>();
   const [asking, setAsking] = useState<string>();
-  const [error, setError] = useState<string>();
-  const [warning, setWarning] = useState<string>();
-  const run = async (what: string, fn: () => Promise<unknown>) => {
-    setBusy(what);
-    setError(undefined);
-    setWarning(undefined);
-    try {
-      const out = (await fn()) as { warning?: string } | undefined;
-      if (out?.warning) setWarning(out.warning);
-    } catch (err) {
-      setError(message(err));
-    } finally {
-      setBusy(undefined);
-      list.reload();
-    }
-  };
+  const action = useAction();
+  const { busy, error, warning } = action;
+  const run = (what: string, fn: () => Promise<unknown>) => action.run(what, fn).then(list.reload);
   const take = (e: Event) => {
     e.preventDefault();
     void run('take', async () => {

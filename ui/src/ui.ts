@@ -47,6 +47,34 @@ export function Confirm(p: {
   </dialog>`;
 }
 
+/**
+ * A page's actions, one at a time: which one runs (`busy`, its label), the error of the last, and
+ * the `warning` its answer carried (a verb that worked but not as asked: a restore that cold-booted).
+ */
+export function useAction(): {
+  busy?: string;
+  error?: string;
+  warning?: string;
+  run: (label: string, fn: () => Promise<unknown>) => Promise<void>;
+} {
+  const [busy, setBusy] = useState<string>();
+  const [error, setError] = useState<string>();
+  const [warning, setWarning] = useState<string>();
+  const run = async (label: string, fn: () => Promise<unknown>) => {
+    setBusy(label);
+    setError(undefined);
+    setWarning(undefined);
+    try {
+      setWarning(((await fn()) as { warning?: string } | undefined)?.warning);
+    } catch (err) {
+      setError(message(err));
+    } finally {
+      setBusy(undefined);
+    }
+  };
+  return { busy, error, warning, run };
+}
+
 /** Loads `fn` now and every `everyMs` (if given); re-runs when `deps` change. */
 export function useLoad<T>(
   fn: () => Promise<T>,
