@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import { bindEgressSecrets } from '../domain/egress-secrets.js';
 import { lifetimeOf } from '../domain/lifetime.js';
 import type { CreateRequest } from '../domain/create-request.js';
@@ -21,7 +21,8 @@ import type { ImageInfo } from '../ports/guest-images.js';
 import { VmStore } from '../ports/stores.js';
 import type { Config } from './config.js';
 import { KeyedMutex } from './keyed-mutex.js';
-import { AppConfig } from './tokens.js';
+import type { ClusterSettings } from './cluster-config.js';
+import { AppConfig, ClusterConfig } from './tokens.js';
 
 /**
  * The unit of work for VMs that every use case goes through: the records, in memory (the store
@@ -42,7 +43,18 @@ export class Vms {
     @inject(AppConfig) private readonly config: Config,
     @inject(Clock) private readonly clock: Clock,
     @inject(VmStore) private readonly store: VmStore,
+    @inject(ClusterConfig) @optional() private readonly cluster?: ClusterSettings,
   ) {}
+
+  /**
+   * A record this node holds from now on names the node on a node of a cluster, so every answer
+   * about it does (a create's, a verb's, the feed's); without a cluster, none does.
+   */
+  private held(rec: VmRecord): VmRecord {
+    if (this.cluster) rec.node = this.cluster.node;
+    else delete rec.node;
+    return rec;
+  }
 
   /** The VM's record. InvalidArgumentError for a bad name, NotFoundError for an unknown one. */
   get(name: string): VmRecord {
@@ -119,7 +131,7 @@ export class Vms {
     for (const rec of await this.store.list()) {
       // A record from before egress policies gets the config's default.
       rec.egress ??= this.config.egress;
-      this.records.set(rec.name, rec);
+      this.records.set(rec.name, this.held(rec));
     }
     return [...this.records.values()];
   }
@@ -131,7 +143,7 @@ export class Vms {
   admit(rec: VmRecord): void {
     if (this.records.has(rec.name)) throw new AlreadyExistsError(`vm ${rec.name} already exists here`);
     this.checkRoom(1, 0, 0);
-    this.records.set(rec.name, rec);
+    this.records.set(rec.name, this.held(rec));
     this.changed(rec);
   }
 
@@ -235,7 +247,7 @@ export class Vms {
     if (!image.agent_ready) rec.agent_missing = true;
     if (req.entrypoint !== undefined && req.entrypoint !== true) rec.entrypoint = req.entrypoint;
     if (pool) rec.pool = pool;
-    this.records.set(name, rec);
+    this.records.set(name, this.held(rec));
     this.changed(rec);
     return rec;
   }

@@ -72,6 +72,8 @@ export interface Instance {
   error?: string;
   /** The template this VM was cloned from. */
   from?: string;
+  /** In a cluster: the node it is on (docs/cluster.md); the node that has it says so. */
+  node?: string;
   /** When its lifetime ends (docs/api.md, "Lifetime"), and what that does; absent: it lives until deleted. */
   expires_at?: string;
   on_expire?: OnExpire;

@@ -286,6 +286,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect((await api(nodes[0], 'DELETE', `/vms/${v.name}`)).status).to.equal(200);
     const made = await api(nodes[0], 'POST', '/vms', { name: 'g', node: 'n3' });
     expect(made.status, made.text).to.equal(201);
+    // The create's answer names its node, as every answer about a VM does.
+    expect(made.json).to.include({ name: 'g', node: 'n3' });
     expect((await api(nodes[1], 'GET', '/vms/g')).json).to.include({ name: 'g', status: 'running' });
 
     const x = await api(nodes[0], 'POST', `/vms/g/exec?cmd=echo&args=${encodeURIComponent('through n1')}`);
@@ -585,6 +587,8 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     });
     const restored = await api(n3, 'POST', '/vms/mv-susp/restore');
     expect(restored.status, restored.text).to.equal(200);
+    // A verb's answer names the node the VM is on now (moved: n2's record of it, not n1's).
+    expect(restored.json).to.include({ name: 'mv-susp', node: 'n2', status: 'running' });
     expect(readFileSync(join(vmDir(n2, 'mv-susp'), 'serial.log'), 'utf8')).to.match(/restored from snapshot\n$/);
     // Its snapshot holds its memory on n2 as it did on n1: a revert resumes the guest.
     const held = await api(n1, 'POST', '/vms/mv-susp/snapshots/held/revert');
@@ -694,8 +698,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
 
       // Made on the node it names, moved running to another through a third node's MCP.
       const made = await ok(on2, 'create_vm', { name: 'mcp-mv', node: 'n1', persistent: true, memory_mb: 256 });
-      expect(made).to.include({ name: 'mcp-mv', status: 'running' });
-      expect(await ok(on2, 'get_vm', { name: 'mcp-mv' })).to.include({ node: 'n1' });
+      expect(made).to.include({ name: 'mcp-mv', node: 'n1', status: 'running' });
       const moved = await ok(on2, 'move_vm', { name: 'mcp-mv', node: 'n2' });
       expect(moved).to.include({ name: 'mcp-mv', node: 'n2', status: 'running' });
       expect((await api(n1, 'GET', '/vms/mcp-mv')).json).to.include({ node: 'n2', status: 'running' });
