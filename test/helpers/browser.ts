@@ -44,3 +44,13 @@ export async function screenshot(page: Page, name: string): Promise<void> {
 export async function until(page: Page, fn: string, timeout = 15_000): Promise<void> {
   await page.waitForFunction(fn, { timeout, polling: 100 });
 }
+
+/** Opens the dashboard at `url` in a new page of `browser` and logs in with `token`. */
+export async function loggedIn(browser: Browser, url: string, token: string): Promise<Page> {
+  const page = await browser.newPage();
+  await page.goto(url);
+  await page.waitForSelector('[data-test=login]');
+  await page.type('[data-test=token]', token);
+  await page.click('[data-test=login-submit]');
+  return page;
+}

@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { spawnSvcd, type SvcdProcess } from '../helpers/svcd-process.js';
 import { openShell } from '../helpers/ws-shell.js';
-import { launchBrowser } from '../helpers/browser.js';
+import { launchBrowser, loggedIn } from '../helpers/browser.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -426,11 +426,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
   it("shows every node's VMs with their node in the dashboard of any node (a real browser)", async () => {
     const browser = await launchBrowser();
     try {
-      const page = await browser.newPage();
-      await page.goto(`http://127.0.0.1:${nodes[0].port}/ui/`);
-      await page.waitForSelector('[data-test=login]');
-      await page.type('[data-test=token]', TOKEN);
-      await page.click('[data-test=login-submit]');
+      const page = await loggedIn(browser, `http://127.0.0.1:${nodes[0].port}/ui/`, TOKEN);
       await page.waitForSelector('[data-test=vm-table] [data-test=node]');
       const rows = (await page.$$eval('[data-test=vm-table] tbody tr', (trs) =>
         trs.map((tr) => [tr.getAttribute('data-vm'), tr.querySelector('[data-test=node]')?.textContent]),
@@ -760,11 +756,7 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
     }
     const browser = await launchBrowser();
     try {
-      const page = await browser.newPage();
-      await page.goto(`http://127.0.0.1:${n1.port}/ui/#/nodes`);
-      await page.waitForSelector('[data-test=login]');
-      await page.type('[data-test=token]', TOKEN);
-      await page.click('[data-test=login-submit]');
+      const page = await loggedIn(browser, `http://127.0.0.1:${n1.port}/ui/#/nodes`, TOKEN);
       await page.waitForSelector('[data-test=nodes] tr[data-node=n3]');
       const rows = (await page.$$eval('[data-test=nodes] tbody tr', (trs) =>
         trs.map((tr) => [tr.getAttribute('data-node'), tr.querySelector('[data-test=state]')?.textContent]),
