@@ -45,7 +45,7 @@ export function Nodes() {
     ${
       asking
         ? html`<${Confirm} title=${`Drain ${asking}?`} action="Drain"
-        body=${html`<p>Nothing new is placed on ${asking}, and its VMs go to the other nodes: running ones are suspended for the move and restored there. What cannot move stays, with its reason.</p>`}
+        body=${html`<p>Nothing new is placed on ${asking}, and its VMs go to the other nodes: running and paused ones are suspended for the move and restored there (paused ones paused again). What cannot move stays, with its reason.</p>`}
         onCancel=${() => setAsking(undefined)}
         onConfirm=${() => {
           const node = asking;

@@ -224,12 +224,20 @@ describe('app/MoveService', () => {
     expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
     expect(w.vms.get('p')).to.include({ status: 'paused' });
     expect(pausedThere).to.deep.equal([]);
+    // And when its pause here fails after its restore, the error says it runs here.
+    w.hv.failNext('pause', 'the monitor did not answer');
+    expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
+      'node n3 did not answer; vm p runs here (its pause failed: the monitor did not answer)',
+    );
+    expect(w.vms.get('p')).to.include({ status: 'running' });
+    await w.svc.pause('p');
 
     answer = async (o) => ({ ...o.record }) as Instance;
     const moved = await moves.move('p', { node: 'n3' });
     expect(moved).to.include({ name: 'p', node: 'n3', status: 'paused' });
     expect(moved).not.to.have.property('warning');
     expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([
+      ['p', 'suspended'],
       ['p', 'suspended'],
       ['p', 'suspended'],
     ]);
