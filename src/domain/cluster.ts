@@ -91,7 +91,8 @@ export interface PlacementAsk {
   node_selector?: Record<string, string>;
 }
 
-const NODE_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+/** A node's name: lowercase letters, digits and '-', 1 to 63, not starting or ending with '-'. */
+export const NODE_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
 export function assertNodeName(name: unknown, field = 'node'): asserts name is string {
   if (typeof name !== 'string' || !NODE_NAME.test(name))

@@ -1,13 +1,11 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
 import type { SvcClient } from '../client/svc-client.js';
+import { NODE_NAME } from '../../domain/cluster.js';
 import { CHANGES, json, READS, tool, vmName, type McpPolicy } from './mcp-kit.js';
 
-/** A node's name as the cluster spells it (domain/cluster.ts checks it again). */
-export const nodeName = z
-  .string()
-  .regex(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/)
-  .describe('a node of the cluster (list_nodes)');
+/** A node's name, as the daemon checks it (domain/cluster.ts). */
+export const nodeName = z.string().regex(NODE_NAME).describe('a node of the cluster (list_nodes)');
 
 /** What `create_vm` takes on a node of a cluster: where the VM goes (docs/cluster.md, "Placement"). */
 export const placementArgs = {

@@ -109,6 +109,14 @@ describe('app/MoveService', () => {
     }
   });
 
+  /** A persistent VM made here (n2), running and n2's in etcd. */
+  const persistentHere = async (name: string) => {
+    await (
+      await w.creates.create({ name, persistent: true }, {})
+    ).done;
+    owners.set(name, 'n2');
+  };
+
   it('sends a stopped VM without what only its host reads, and forgets its copy', async () => {
     const moved = await moves.move('a', { node: 'n3' });
     expect(moved).to.include({ name: 'a', node: 'n3' });
@@ -152,13 +160,7 @@ describe('app/MoveService', () => {
   });
 
   it('moves a running VM suspended and has it restored there; restores it here when the move fails', async () => {
-    const running = async (name: string) => {
-      await (
-        await w.creates.create({ name, persistent: true }, {})
-      ).done;
-      owners.set(name, 'n2');
-    };
-    await running('r');
+    await persistentHere('r');
     const moved = await moves.move('r', { node: 'n3' });
     expect(moved).to.include({ name: 'r', node: 'n3', status: 'running' });
     expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([['r', 'suspended']]);
@@ -167,7 +169,7 @@ describe('app/MoveService', () => {
     expect(w.vms.find('r')).to.equal(undefined);
 
     // The other node refuses it: it is restored here, running on as before, and the error said.
-    await running('s');
+    await persistentHere('s');
     answer = async () => {
       throw new UnavailableError('node n3 did not answer');
     };
@@ -195,7 +197,7 @@ describe('app/MoveService', () => {
     expect(w.vms.find('s')).to.equal(undefined);
 
     // What cannot move is refused before it is suspended: ephemeral, on that node already, no room there.
-    await running('t');
+    await persistentHere('t');
     expect(await moves.move('t', { node: 'n2' }).catch((e: Error) => e.message)).to.equal('vm t is on node n2 already');
     await (
       await w.creates.create({ name: 'e' }, {})
@@ -212,10 +214,7 @@ describe('app/MoveService', () => {
   });
 
   it('moves a paused VM suspended, restored and paused again there; puts it back paused when the move fails', async () => {
-    await (
-      await w.creates.create({ name: 'p', persistent: true }, {})
-    ).done;
-    owners.set('p', 'n2');
+    await persistentHere('p');
     await w.svc.pause('p');
     // The other node refuses it: restored here and paused again, as it was.
     answer = async () => {
@@ -245,10 +244,7 @@ describe('app/MoveService', () => {
     expect(w.vms.find('p')).to.equal(undefined);
 
     // Restored there but its pause refused: it runs there, and the answer says so.
-    await (
-      await w.creates.create({ name: 'q', persistent: true }, {})
-    ).done;
-    owners.set('q', 'n2');
+    await persistentHere('q');
     await w.svc.pause('q');
     pauseThere = async () => {
       throw new UnavailableError('connection reset');
@@ -270,10 +266,7 @@ describe('app/MoveService', () => {
   });
 
   it('drains every VM that can move, a running one restored where it went', async () => {
-    await (
-      await w.creates.create({ name: 'r', persistent: true }, {})
-    ).done;
-    owners.set('r', 'n2');
+    await persistentHere('r');
     await w.svc.start('b');
     await w.svc.suspend('b');
     const drained = await moves.drain();
