@@ -18,6 +18,8 @@ describe('svcd with QEMU: forks of a running vm', function () {
   const sh = async (vm: string, script: string) => (await withConsoles(d, [vm], guestSh(d, vm, script))).stdout.trim();
 
   const shared = tempDir('svc-fork-share-');
+  /** The daemon's log, kept: a failure says what it warned of. */
+  const log = new SilentLogger();
   const hostKeyOf = async (vm: string) => sshHostKey((await d.call('GET', `/vms/${vm}`)).json.ssh_port as number, vm);
 
   before(async () => {
@@ -29,7 +31,7 @@ describe('svcd with QEMU: forks of a running vm', function () {
         sandbox_metrics_enabled: false,
         mount_dirs: [shared],
       },
-      { logger: new SilentLogger() },
+      { logger: log },
     );
     const r = await d.call('POST', '/vms', { name: 'src', persistent: true });
     expect(r.status, r.text).to.equal(201);
@@ -195,7 +197,8 @@ describe('svcd with QEMU: forks of a running vm', function () {
       const ram = maps.find((l) => /\/base-[0-9a-f]{16}\.ram( \(deleted\))?$/.test(l));
       // A fork that came up some other way says why in its answer (a restore that failed: cold-booted).
       const said = made.find((v) => v.name === n)?.warning ?? 'no warning in its answer';
-      expect(ram, `fork ${n} maps no RAM image (${said})`).to.be.a('string');
+      const warned = JSON.stringify(log.lines.filter((l) => l.level === 'warn' && /ram image/.test(l.msg ?? '')));
+      expect(ram, `fork ${n} maps no RAM image (${said}; the daemon warned ${warned})`).to.be.a('string');
       inodes.add(ram!.trim().split(/\s+/)[4]);
     }
     expect([...inodes]).to.have.length(1);

@@ -124,18 +124,32 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     expect(readdirSync(root), 'its folder goes with the daemon').to.deep.equal(['svc-ram-t2-other']);
   });
 
-  it('keeps the stream when the image cannot be made, and restores from it', async () => {
+  it('makes the image with a second QEMU when the first dies loading the stream', async () => {
+    const spec = q.vm('r');
+    await hv.launch(spec);
+    q.failing({ 2: 'qemu-system-x86_64: load of migration failed: Input/output error' });
+    expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
+    expect(await readSaved(spec.dir)).to.deep.equal({ kind: 'image', base: 'state' });
+    expect(savedFiles(spec.dir)).to.deep.equal(['state.dev', 'state.ram']);
+    expect(readFileSync(join(spec.dir, 'state.ram'), 'utf8')).to.equal('memory of start 3');
+    expect(q.calls()).to.have.length(3);
+    await hv.kill(spec);
+  });
+
+  it('keeps the stream when no try makes the image, and restores from it', async () => {
     const spec = q.vm('f');
     await hv.launch(spec);
-    q.failing({ 2: 'qemu-system-x86_64: Unknown savevm section or instance' });
+    const says = 'qemu-system-x86_64: Unknown savevm section or instance';
+    q.failing({ 2: says, 3: says });
     expect(await hv.suspend(spec)).to.deep.equal({ snapshot: true });
     expect(await readSaved(spec.dir)).to.deep.equal({ kind: 'stream', file: 'state.mig' });
     expect(savedFiles(spec.dir), 'nothing half-made is left').to.deep.equal(['state.mig']);
     expect(readFileSync(join(spec.dir, 'state.mig'), 'utf8')).to.equal('state of start 1');
+    expect(q.calls(), 'two tries, then no more').to.have.length(3);
     const h = await hv.launch(spec, { restore: true });
     expect(h.restored_from_snapshot).to.equal(true);
-    expect(opt(q.calls()[2], '-incoming')).to.equal('fd:3');
-    expect(q.calls()[2].some((a) => a.startsWith('memory-backend-file'))).to.equal(false);
+    expect(opt(q.calls()[3], '-incoming')).to.equal('fd:3');
+    expect(q.calls()[3].some((a) => a.startsWith('memory-backend-file'))).to.equal(false);
     await hv.kill(spec);
   });
 

@@ -120,6 +120,9 @@ export async function makeRamImage(
   return { saved, ms };
 }
 
+/** How many QEMUs try to make one RAM image before its VM keeps the stream. */
+const MAKE_TRIES = 2;
+
 /** Makes RAM images for VMs set up as their specs say, or tells why a VM keeps its stream. */
 export class RamImages {
   constructor(
@@ -160,10 +163,27 @@ export class RamImages {
   /**
    * Makes a RAM image `<base>.ram`/`<base>.dev` in `spec.dir` from the migration stream `stream`
    * there, with QEMU set up as for `spec`; undefined (and the stream stays what restores) when the
-   * VM cannot use one or it fails.
+   * VM cannot use one or each of its tries fails.
    */
   async make(spec: VmSpec, stream: string, base: string): Promise<Saved | undefined> {
     if (!this.fits(spec)) return undefined;
+    // QEMU dies now and then loading a stream on a busy host (as a restore may): one more try
+    // before the VM (or every fork of a capture) falls back to loading the stream.
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.makeOnce(spec, stream, base);
+      } catch (err) {
+        const last = tries >= MAKE_TRIES;
+        this.o.log.warn(
+          { vm: spec.name, err: (err as Error).message, try: tries },
+          last ? 'cannot make a ram image; the saved stream restores' : 'cannot make a ram image; trying again',
+        );
+        if (last) return undefined;
+      }
+    }
+  }
+
+  private async makeOnce(spec: VmSpec, stream: string, base: string): Promise<Saved> {
     const t0 = Date.now();
     const qmp = qmpPath(spec.dir, 'ram-image.sock');
     const pidfile = join(spec.dir, MAKER_PIDFILE);
@@ -193,12 +213,6 @@ export class RamImages {
       });
       this.o.log.info({ vm: spec.name, ms: Date.now() - t0, steps_ms: ms }, 'ram image made');
       return saved;
-    } catch (err) {
-      this.o.log.warn(
-        { vm: spec.name, err: (err as Error).message },
-        'cannot make a ram image; the saved stream restores',
-      );
-      return undefined;
     } finally {
       staged?.release();
       await rm(qmp, { force: true });
