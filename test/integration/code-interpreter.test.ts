@@ -2,12 +2,11 @@ import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/adapters/hypervisor/free-port.js';
 import { tempDir } from '../helpers/daemon.js';
+import { serverFiles } from '../../src/adapters/code-interpreter/guest-server.js';
 import { poll, waitUntil } from '../helpers/wait.js';
 
-const SERVER = fileURLToPath(new URL('../../../src/adapters/code-interpreter/code-interpreter.py', import.meta.url));
 // Debian's, as in a debian guest: its matplotlib is python3-matplotlib, a package of the tests'
 // (scripts/ensure-host-deps.sh --tests), where another python3 on the PATH would not see it
 const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
@@ -52,11 +51,13 @@ describe('E2B code interpreter server (python3 on this host)', function () {
   let dir: string;
   let envsFile: string;
   let warmFile: string;
+  /** The server, in a folder with its files as a guest has them (svc's own, `serverFiles`). */
+  let serverPy: string;
 
   /** A server in `dir` with `args`; resolves with its base URL once it answers. */
   const serve = async (args: string[]): Promise<[ChildProcess, string]> => {
     const port = await freePort();
-    const child = spawn(PYTHON, [SERVER, '--port', String(port), ...args], { cwd: dir, stdio: 'ignore' });
+    const child = spawn(PYTHON, [serverPy, '--port', String(port), ...args], { cwd: dir, stdio: 'ignore' });
     const url = `http://127.0.0.1:${port}`;
     await poll(
       () =>
@@ -73,6 +74,9 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     dir = tempDir('svc-code-interpreter-');
     envsFile = join(dir, 'envs.json');
     warmFile = join(dir, 'warm');
+    const kit = tempDir('svc-code-interpreter-kit-');
+    for (const f of await serverFiles()) writeFileSync(join(kit, f.name), f.data);
+    serverPy = join(kit, 'code-interpreter.py');
     [server, base] = await serve(['--envs', envsFile, '--warm', warmFile]);
   });
   after(() => void server?.kill());
@@ -390,6 +394,53 @@ describe('E2B code interpreter server (python3 on this host)', function () {
     expect((await execute({ code: 'xs', context_id: made.id }))[0]).to.include({
       type: 'error',
       name: 'ReferenceError',
+    });
+  });
+
+  it("runs TypeScript cells (the SDK's `typescript`, `ts`): types stripped, not checked; state kept; lines kept for errors", async () => {
+    const ts = (code: string, more: Record<string, unknown> = {}) => execute({ code, language: 'ts', ...more });
+    const first = await ts(
+      [
+        'interface Point { x: number; y: number }',
+        'enum Color { Red = 1, Green }',
+        'type Pair<T> = [T, T]',
+        'const p: Point = { x: 3, y: 4 }',
+        'function norm(q: Point): number { return Math.hypot(q.x, q.y) }',
+        'const pair: Pair<string> = ["a", "b"]',
+        'console.log(pair.join("") as string);',
+        '[norm(p), Color.Green, Color[1]] as const',
+      ].join('\n'),
+    );
+    expect(first.slice(0, 2)).to.deep.equal([
+      { type: 'stdout', text: 'ab\n' },
+      { type: 'result', is_main_result: true, text: "[ 5, 2, 'Red' ]" },
+    ]);
+    // the next cell sees the last one's names; a top-level await with a generic; a class with typed fields
+    const later = await ts(
+      'class Box<T> { constructor(private readonly v: T) {} get(): T { return this.v } }\n' +
+        'const b = new Box<number>(await Promise.resolve<number>(norm(p)))\nb.get() + Color.Red',
+    );
+    expect(later[0]).to.include({ type: 'result', text: '6' });
+    // types are not checked (as Deno's kernel does not): a wrong one runs as JavaScript would
+    expect((await ts('const s: number = "not a number" as any\ntypeof s'))[0]).to.include({ text: "'string'" });
+    // an error thrown on line 3 of a cell says line 3: the stripped cell keeps its lines
+    const [thrown] = await ts('type N = number\nconst k: N = 1\nthrow new RangeError("no " + k)');
+    expect(thrown).to.include({ type: 'error', name: 'RangeError', value: 'no 1' });
+    expect(thrown.traceback).to.match(/at cell:3:/);
+    // what does not parse as TypeScript is the cell's SyntaxError, with where
+    const [bad] = await ts('const q: = 1');
+    expect(bad).to.include({ type: 'error', name: 'SyntaxError' });
+    expect(bad.value).to.match(/\(1:\d+\)/);
+    // a context of its own (`typescript` names it too); a JavaScript context does not take types
+    const made = (await (await post('/contexts', { language: 'typescript' })).json()) as {
+      id: string;
+      language: string;
+    };
+    expect(made.language).to.equal('ts');
+    expect((await execute({ code: 'let t: string = "x"; t', context_id: made.id }))[0]).to.include({ text: "'x'" });
+    expect((await execute({ code: 'let t: string = "x"', language: 'js' }))[0]).to.include({
+      type: 'error',
+      name: 'SyntaxError',
     });
   });
 

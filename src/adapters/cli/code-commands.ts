@@ -13,6 +13,7 @@ interface CodeOptions {
   code?: string;
   bash?: boolean;
   js?: boolean;
+  ts?: boolean;
   env: string[];
   figures?: string;
   timeout?: number;
@@ -51,6 +52,12 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
     .addOption(
       new Option('--js', 'run the cell as JavaScript, in a node kernel that keeps its state').conflicts('bash'),
     )
+    .addOption(
+      new Option(
+        '--ts',
+        'run the cell as TypeScript (its types stripped, not checked) in a node kernel of its own',
+      ).conflicts(['bash', 'js']),
+    )
     .option('-e, --env <NAME=VALUE>', `${ENV_HELP}, for this cell only`, collect, [])
     .option('--figures <dir>', 'save the PNG of each figure shown in DIR (figure-1.png, ..., after those there)')
     .option(
@@ -83,7 +90,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       const run = await runCell(
         svc,
         name,
-        { code, language: o.bash ? 'bash' : o.js ? 'js' : undefined, env_vars: env },
+        { code, language: o.bash ? 'bash' : o.js ? 'js' : o.ts ? 'ts' : undefined, env_vars: env },
         {
           maxBytes: READ_BYTES,
           timeoutS: o.timeout,

@@ -8,8 +8,10 @@
  * before it. Cells are evaluated as Node's REPL evaluates a line (its own eval: a top-level `await`,
  * `const` and `let` kept for the next cell, `require`), with what `console.log` and the processes a
  * cell starts print as stdout and stderr, the value of the last expression as the result
- * (util.inspect's text), and a SIGINT from the server interrupting a cell. JavaScript only: E2B's
- * Deno kernel also takes TypeScript, which Node 20 does not run.
+ * (util.inspect's text), and a SIGINT from the server interrupting a cell. With `--typescript`
+ * after the nonce it is a TypeScript context's kernel: each cell's types are stripped first by
+ * sucrase (code-interpreter-ts.cjs beside this file, bundled by `npm run build`), which keeps the
+ * cell's lines where they were and checks no type (as Deno's kernel in E2B's template does not).
  */
 const { AsyncLocalStorage } = require('node:async_hooks');
 const fs = require('node:fs');
@@ -19,6 +21,8 @@ const { PassThrough } = require('node:stream');
 const util = require('node:util');
 
 const events = Number(process.argv[2]);
+/** A TypeScript context's type stripper: sucrase's `transform`. */
+const sucrase = process.argv[4] === '--typescript' ? require('./code-interpreter-ts.cjs') : undefined;
 const mark = Buffer.concat([Buffer.from([0, 0x1e]), Buffer.from(`svc-mark-${process.argv[3]}:`)]);
 let seq = 0;
 let count = 0;
@@ -100,6 +104,19 @@ domain.on('error', (err) => {
   else process.stderr.write(`Uncaught ${err instanceof Error ? cellStack(err) : util.inspect(err)}\n`);
 });
 
+/**
+ * A TypeScript cell as JavaScript: its types, interfaces and `import type`s gone, its enums made
+ * objects, everything else (a top-level await, `const`, the last expression) as it was. What does
+ * not parse is the cell's SyntaxError, with sucrase's line and column.
+ */
+function stripTypes(code) {
+  try {
+    return sucrase.transform(code, { transforms: ['typescript'], disableESTransforms: true }).code;
+  } catch (err) {
+    throw new SyntaxError(err instanceof Error ? err.message : String(err));
+  }
+}
+
 /** Runs one request's cell; resolves when its events are sent. */
 function run(req) {
   Object.assign(process.env, req.base ?? {});
@@ -125,7 +142,10 @@ function run(req) {
     current += 1;
     process.removeListener('SIGINT', onSigint);
     try {
-      cells.run(current, () => server.eval(req.code, server.context, 'cell', mine));
+      const code = sucrase ? stripTypes(req.code) : req.code;
+      cells.run(current, () => server.eval(code, server.context, 'cell', mine));
+    } catch (err) {
+      mine(err);
     } finally {
       process.on('SIGINT', onSigint);
     }

@@ -19,7 +19,9 @@ next, runs one at a time, and is interrupted (SIGINT) when the caller goes away 
 cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, `%%bash` and a few
 other magics (Magics). A kernel that dies is started again, and the execution says so. A
 JavaScript context (`js`, E2B's name; `javascript`) is the same with a child `node`
-(code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`). A bash
+(code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`); a TypeScript
+one (`ts`; `typescript`, the SDK's name) is a JavaScript context whose cells have their types stripped first
+(code-interpreter-ts.cjs, sucrase: no type checking, as Deno's kernel in E2B's template). A bash
 context runs each cell as its own `bash -c` in the context's folder (killed when the caller goes
 away): no state is kept between cells. With `--envs FILE`, every cell runs with the JSON object
 of names and values in FILE (the sandbox's envs, which svc writes there when it makes the
@@ -54,12 +56,13 @@ import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-LANGUAGES = ("python", "js", "bash")
+LANGUAGES = ("python", "js", "ts", "bash")
 # what runs a language's cells, by name
-KERNEL_NAMES = {"python": "Python", "js": "node"}
+KERNEL_NAMES = {"python": "Python", "js": "node", "ts": "node"}
 # other names of a language, as E2B's SDK and people write them
-LANGUAGE_NAMES = {"javascript": "js", "node": "js"}
-# the JavaScript kernel, beside this file (in a guest too: svc puts both there)
+LANGUAGE_NAMES = {"javascript": "js", "node": "js", "typescript": "ts"}
+# the JavaScript kernel, beside this file (in a guest too: svc puts both there); a TypeScript
+# context's is the same, told to strip each cell's types first (with code-interpreter-ts.cjs)
 JS_KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code-interpreter-js.cjs")
 # the most of a cell's output one event carries (a long line without its end comes in pieces): what
 # the kernel's prints hold before they are written, and what the server reads of a pipe at once
@@ -944,8 +947,8 @@ class Context:
             return
         r, w = os.pipe()
         nonce = uuid.uuid4().hex
-        if self.language == "js":
-            argv = ["node", JS_KERNEL, str(w), nonce]
+        if self.language in ("js", "ts"):
+            argv = ["node", JS_KERNEL, str(w), nonce] + (["--typescript"] if self.language == "ts" else [])
         else:
             argv = [sys.executable, "-u", os.path.abspath(__file__), "--kernel", str(w), nonce]
         try:

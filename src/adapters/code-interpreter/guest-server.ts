@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { request } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import { fileURLToPath } from 'node:url';
@@ -21,10 +22,19 @@ export const CODE_INTERPRETER_TAG = 'e2b-code-interpreter';
 export const CODE_INTERPRETER_HOME = '/root';
 
 const SOURCE_DIR = fileURLToPath(new URL('../../../../src/adapters/code-interpreter/', import.meta.url));
+/** What `npm run build` bundles for the server (scripts/build-code-interpreter.mjs). */
+const BUILT_DIR = fileURLToPath(new URL('../../../code-interpreter/', import.meta.url));
 const GUEST_DIR = '/usr/local/lib/svc';
-/** The server, and the JavaScript kernel it starts for a context of language `js`, beside it. */
-const FILES = ['code-interpreter.py', 'code-interpreter-js.cjs'];
-const GUEST_SCRIPT = `${GUEST_DIR}/${FILES[0]}`;
+/**
+ * The server, the JavaScript kernel it starts for a context of language `js` or `ts`, and the
+ * TypeScript kernel's type stripper (sucrase, bundled), all in one folder of the guest.
+ */
+const FILES = [
+  join(SOURCE_DIR, 'code-interpreter.py'),
+  join(SOURCE_DIR, 'code-interpreter-js.cjs'),
+  join(BUILT_DIR, 'code-interpreter-ts.cjs'),
+];
+const GUEST_SCRIPT = `${GUEST_DIR}/${basename(FILES[0])}`;
 const PYTHON = '/usr/bin/python3';
 /** The VM's envs, which every cell runs with (the server's `--envs`). */
 const GUEST_ENVS = `${GUEST_DIR}/code-interpreter-envs.json`;
@@ -36,11 +46,16 @@ const LISTEN_TIMEOUT_MS = 30_000;
 let sources: Promise<Buffer[]> | undefined;
 /** The server's files (FILES), read once: E2B names its prepared VM by them, and each start may put them in a guest. */
 export function serverSources(): Promise<Buffer[]> {
-  sources ??= Promise.all(FILES.map((f) => readFile(SOURCE_DIR + f))).catch((err: unknown) => {
+  sources ??= Promise.all(FILES.map((f) => readFile(f))).catch((err: unknown) => {
     sources = undefined;
     throw err;
   });
   return sources;
+}
+
+/** The server's files by the names they have in a guest's folder (a test puts them in one of its own). */
+export async function serverFiles(): Promise<{ name: string; data: Buffer }[]> {
+  return (await serverSources()).map((data, i) => ({ name: basename(FILES[i]), data }));
 }
 
 /**
@@ -61,7 +76,7 @@ export async function installServer(
   const files = await serverSources();
   await client.mkdir(vm, GUEST_DIR, { recursive: true });
   for (const [i, data] of files.entries())
-    await client.upload(vm, { path: `${GUEST_DIR}/${FILES[i]}`, permissions: '0644' }, data, data.length);
+    await client.upload(vm, { path: `${GUEST_DIR}/${basename(FILES[i])}`, permissions: '0644' }, data, data.length);
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,

@@ -19,14 +19,14 @@ export function registerCodeTools(server: McpServer, client: SvcClient): void {
     {
       title: 'Run code in a VM, keeping state',
       description:
-        'Runs a cell of Python in a running VM\'s code interpreter, as a Jupyter notebook would: variables, imports and the working folder stay from one call to the next (per VM). Returns what it printed, the value of its last line, the error with its traceback, and each matplotlib figure shown (plt.show(), or left open) as a PNG image. IPython\'s `!command`, `%cd`, `%pip` and `%%bash` work. language "js" runs JavaScript in a node kernel of its own (state kept, top-level await, require); "bash" runs the cell with bash (no state kept). The VM\'s image needs python3 (debian has it, with numpy, pandas and matplotlib; add packages with `!apt-get install -y python3-scipy` or `%pip install`). The first call in a VM starts the interpreter (a few seconds).',
+        'Runs a cell of Python in a running VM\'s code interpreter, as a Jupyter notebook would: variables, imports and the working folder stay from one call to the next (per VM). Returns what it printed, the value of its last line, the error with its traceback, and each matplotlib figure shown (plt.show(), or left open) as a PNG image. IPython\'s `!command`, `%cd`, `%pip` and `%%bash` work. language "js" runs JavaScript in a node kernel of its own (state kept, top-level await, require), "ts" TypeScript in another (its types stripped, not checked); "bash" runs the cell with bash (no state kept). The VM\'s image needs python3 (debian has it, with numpy, pandas and matplotlib; add packages with `!apt-get install -y python3-scipy` or `%pip install`). The first call in a VM starts the interpreter (a few seconds).',
       inputSchema: {
         name: vmName,
         code: z
           .string()
           .min(1)
           .max(1024 * 1024),
-        language: z.enum(['python', 'js', 'bash']).optional().describe('default python'),
+        language: z.enum(['python', 'js', 'ts', 'bash']).optional().describe('default python'),
         env: z
           .record(z.string(), z.string())
           .optional()
