@@ -70,7 +70,7 @@ export class MoveService {
     const target = this.checkSend(rec, node, { running: true });
     if (rec.status !== 'running' && rec.status !== 'paused') return carry();
     const paused = rec.status === 'paused';
-    await this.lifecycle.suspend(name);
+    await this.lifecycle.suspend(name, { forMove: true });
     let moved: ClusterInstance;
     try {
       moved = await carry();

@@ -3,7 +3,7 @@ import type { Instance, VmRecord, LifecycleVerb } from '../domain/vm.js';
 import { assertTransition, changeStatus, clearRuntime, toPublic } from '../domain/vm.js';
 import { assertVmName } from '../domain/names.js';
 import { Clock } from '../ports/clock.js';
-import { Hypervisor } from '../ports/hypervisor.js';
+import { Hypervisor, type SaveOptions } from '../ports/hypervisor.js';
 import { ControlMetrics } from '../ports/metrics.js';
 import { Activity } from './activity.js';
 import type { Config } from './config.js';
@@ -131,7 +131,8 @@ export class VmLifecycle {
     });
   }
 
-  async suspend(name: string): Promise<MessageResult> {
+  /** `forMove`: the move service's, whose other node restores the VM (SaveOptions). */
+  async suspend(name: string, options: Pick<SaveOptions, 'forMove'> = {}): Promise<MessageResult> {
     return this.transition(name, 'suspend', async (rec) => {
       await this.events.emit('down', rec);
       // Marked first: a daemon that dies in the save has the guest run on (recovery-service.ts).
@@ -149,7 +150,7 @@ export class VmLifecycle {
         sharesReleased = rec.mounts.length > 0 && rec.status === 'running' && (await this.shares.release(rec));
         this.failpoints.hit('suspend.saving');
         ({ snapshot } = await this.crashes.expectExit(rec, () =>
-          this.hv.suspend(this.keeper.ref(rec), { sharesReleased }),
+          this.hv.suspend(this.keeper.ref(rec), { sharesReleased, ...options }),
         ));
       } catch (err) {
         delete rec.saving;

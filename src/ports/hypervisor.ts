@@ -162,6 +162,11 @@ export interface Hypervisor {
 export interface SaveOptions {
   /** Its guest let go of its shares (HostLinks `releaseMounts` ran and succeeded). */
   sharesReleased?: boolean;
+  /**
+   * A suspend for a move: the saved state is kept as it is saved, made into nothing a later
+   * restore here would load faster (QEMU's RAM image), as the node it goes to restores it once.
+   */
+  forMove?: boolean;
 }
 
 export const VmDisks = Symbol('VmDisks');

@@ -276,6 +276,10 @@ describe('svcd with QEMU: the debian image', function () {
       expect((await run({ code: 'echo $((2 + 3)) >&2', language: 'bash' })).stderr).to.equal('5\n');
       // JavaScript in a node kernel of its own (the guest's node), which keeps its state too
       expect((await run({ code: 'const os = require("os")\nlet n = 20', language: 'js' })).error).to.equal(undefined);
+      // TypeScript in another, its types stripped: MCP's `ts` and svc code --ts share its state
+      expect((await run({ code: 'const half = (v: number): number => v / 2', language: 'ts' })).error).to.equal(
+        undefined,
+      );
       // svc code: the same kernel from the command line, the cell on stdin or -c, an error's status 1
       const env = { PATH: process.env.PATH, HOME: d.dir, SVC_SOCKET: d.config.socket, SVC_TOKEN: d.config.api_token };
       const piped = await runSvc(env, ['code', 'deb'], 'print("x is", x)\nx + 1\n');
@@ -283,6 +287,11 @@ describe('svcd with QEMU: the debian image', function () {
       expect(await runSvc(env, ['code', 'deb', '--js', '-c', '[os.hostname(), n + 1]'])).to.deep.equal({
         code: 0,
         stdout: "[ 'deb', 21 ]\n",
+        stderr: '',
+      });
+      expect(await runSvc(env, ['code', 'deb', '--ts', '-c', 'half(84 as number)'])).to.deep.equal({
+        code: 0,
+        stdout: '42\n',
         stderr: '',
       });
       const failed = await runSvc(env, ['code', 'deb', '-c', 'undefined_name']);

@@ -153,6 +153,16 @@ describe('QEMU suspend: the saved state made a RAM image, and what is left when 
     await hv.kill(spec);
   });
 
+  it('keeps the stream of a suspend for a move: the other node loads it once', async () => {
+    const spec = q.vm('mv');
+    await hv.launch(spec);
+    expect(await hv.suspend(spec, { forMove: true })).to.deep.equal({ snapshot: true });
+    expect(await readSaved(spec.dir)).to.deep.equal({ kind: 'stream', file: 'state.mig' });
+    expect(savedFiles(spec.dir)).to.deep.equal(['state.mig']);
+    expect(q.calls(), 'no QEMU made an image').to.have.length(1);
+    await hv.kill(spec);
+  });
+
   it('keeps streams with qemu.ram_images: false', async () => {
     const streams = qemuOn(q, { ramImages: false });
     const spec = q.vm('o');

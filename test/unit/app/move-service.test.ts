@@ -165,6 +165,9 @@ describe('app/MoveService', () => {
     expect(moved).to.include({ name: 'r', node: 'n3', status: 'running' });
     expect(sent.map((o) => [o.record.name, o.record.status])).to.deep.equal([['r', 'suspended']]);
     expect(sent[0].state_key, 'its saved state is offered with its key').to.equal('fake');
+    expect(w.hv.suspends.get('r'), 'saved for the other node: nothing made for a restore here').to.include({
+      forMove: true,
+    });
     expect(restoredThere).to.deep.equal(['r']);
     expect(w.vms.find('r')).to.equal(undefined);
 

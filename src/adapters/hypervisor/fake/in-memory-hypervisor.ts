@@ -355,6 +355,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     if (!vm || (vm.state !== 'running' && vm.state !== 'paused'))
       throw new InvalidStateError(`vm ${ref.name} is not running`);
     await this.halt(vm);
+    this.suspends.set(ref.name, options);
     // As QEMU's: a guest sharing host folders is saved only once it let go of them.
     vm.snapshot = !vm.spec.mounts.length || !!options.sharesReleased;
     return { snapshot: vm.snapshot };
@@ -373,6 +374,9 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
       throw new InvalidArgumentError(`disk_gb ${gb} is smaller than the disk of vm ${ref.name}: a disk only grows`);
     this.grownDisks.set(ref.name, gb);
   }
+
+  /** What each VM's last suspend was told (tests). */
+  readonly suspends = new Map<string, SaveOptions>();
 
   /** The snapshot each VM was last reverted to (tests). */
   readonly reverted = new Map<string, string>();

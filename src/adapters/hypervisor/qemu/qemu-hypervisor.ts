@@ -345,9 +345,11 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
     this.o.log.info({ vm: vm.name, snapshot, save_ms: Date.now() - t0 }, 'suspend timing');
     await v.qmp.execute('quit').catch(() => undefined);
     if (!(await this.live.waitGone(v, 10_000))) await this.kill(vm);
-    // Restores (a pool's claims among them) map a RAM image instead of loading the stream.
+    // Restores (a pool's claims among them) map a RAM image instead of loading the stream; a VM
+    // suspended for a move keeps the stream: the other node loads it once, and under TCG making the
+    // image is a second or more of the guest's time away.
     const image =
-      snapshot && v.spec
+      snapshot && v.spec && !options.forMove
         ? await this.ramImages.make({ ...v.spec, name: vm.name, dir: vm.dir }, OWN_STATE, OWN_IMAGE)
         : undefined;
     if (image) {
