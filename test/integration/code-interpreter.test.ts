@@ -384,6 +384,17 @@ describe('E2B code interpreter server (python3 on this host)', function () {
       .join('');
     expect(stderr).to.match(/^Uncaught Error: late\n {4}at Timeout._onTimeout \(cell:1:\d+\)\n/);
     expect(after.find((e) => e.type === 'result')).to.include({ text: '3' });
+    // static imports (which Node's REPL refuses) run as dynamic ones, on their lines; their names stay
+    const imported = await js(
+      "import { join as j } from 'node:path'\nimport * as os2 from 'node:os'\nimport fs, {\n  existsSync,\n} from 'node:fs';\nj('a', 'b')",
+    );
+    expect(imported.find((e) => e.type !== 'stdout' && e.type !== 'stderr')).to.include({ text: "'a/b'" });
+    expect((await js('[typeof os2.hostname, typeof fs.readFileSync, existsSync("/")]'))[0]).to.include({
+      text: "[ 'function', 'function', true ]",
+    });
+    const [missing] = await js("import 'node:path'\n\nimport { nope } from './no-such-module.mjs'");
+    expect(missing).to.include({ type: 'error' });
+    expect(missing.value).to.match(/no-such-module/);
     // a context of its own (`javascript` names it too), in its folder, without the default's variables
     const made = (await (await post('/contexts', { language: 'javascript', cwd: dir })).json()) as {
       id: string;
@@ -421,6 +432,11 @@ describe('E2B code interpreter server (python3 on this host)', function () {
         'const b = new Box<number>(await Promise.resolve<number>(norm(p)))\nb.get() + Color.Red',
     );
     expect(later[0]).to.include({ type: 'result', text: '6' });
+    // an import, its type-only names gone with the types
+    const named = await ts(
+      "import { basename, type ParsedPath } from 'node:path'\nconst leaf: string = basename('/x/y.ts')\nleaf",
+    );
+    expect(named[0]).to.include({ type: 'result', text: "'y.ts'" });
     // types are not checked (as Deno's kernel does not): a wrong one runs as JavaScript would
     expect((await ts('const s: number = "not a number" as any\ntypeof s'))[0]).to.include({ text: "'string'" });
     // an error thrown on line 3 of a cell says line 3: the stripped cell keeps its lines

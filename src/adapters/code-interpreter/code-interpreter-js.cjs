@@ -6,8 +6,9 @@
  * env, base, counted}); JSON events on descriptor FD, each after a mark (NUL, RS, `svc-mark-NONCE:`,
  * its number, NUL) on descriptors 1 and 2, so the server sends what a cell printed before an event
  * before it. Cells are evaluated as Node's REPL evaluates a line (its own eval: a top-level `await`,
- * `const` and `let` kept for the next cell, `require`), with what `console.log` and the processes a
- * cell starts print as stdout and stderr, the value of the last expression as the result
+ * `const` and `let` kept for the next cell, `require`; static imports made dynamic first), with
+ * what `console.log` and the processes a cell starts print as stdout and stderr, the value of the
+ * last expression as the result
  * (util.inspect's text), and a SIGINT from the server interrupting a cell. With `--typescript`
  * after the nonce it is a TypeScript context's kernel: each cell's types are stripped first by
  * sucrase (code-interpreter-ts.cjs beside this file, bundled by `npm run build`), which keeps the
@@ -117,6 +118,45 @@ function stripTypes(code) {
   }
 }
 
+/**
+ * A static `import` at the start of a line, as far as its module's name: what comes between is its
+ * clause (`X`, `* as NS`, `{ a, b as c }`, `X, { a }`, or nothing), over lines too.
+ */
+const STATIC_IMPORT = /^([ \t]*)import\b([^'"`;]*?)(['"][^'"\n]+['"])[ \t]*;?/gm;
+const NAME = '[A-Za-z_$][\\w$]*';
+const CLAUSE = new RegExp(`^(?:(${NAME})\\s*(?:,\\s*)?)?(?:\\*\\s*as\\s+(${NAME})|\\{([^}]*)\\})?$`);
+const SPECIFIER = new RegExp(`^(${NAME})(?:\\s+as\\s+(${NAME}))?$`);
+
+/**
+ * A cell's static imports as the dynamic ones Node's REPL runs (it refuses `import` statements):
+ * `import X, { a, b as c } from 'm'` is `const { default: X, a, b: c } = await import('m');`,
+ * `import * as NS from 'm'` is `const NS = await import('m');`, `import 'm'` is `await import('m');`,
+ * each on the lines it took, so the names stay for the next cell as a `const`'s do. What is not
+ * one of these forms is left as it is (and is the REPL's error).
+ */
+function dynamicImports(code) {
+  return code.replace(STATIC_IMPORT, (whole, indent, clause, module) => {
+    let c = clause.trim();
+    if (c && !/\bfrom$/.test(c)) return whole;
+    c = c.replace(/\s*\bfrom$/, '');
+    const parts = CLAUSE.exec(c);
+    if (!parts) return whole;
+    const [, def, ns, named] = parts;
+    const lines = '\n'.repeat(whole.split('\n').length - 1);
+    const load = `await import(${module})`;
+    if (!c) return `${indent}${load};${lines}`;
+    if (ns) return `${indent}const ${ns} = ${load}${def ? `, ${def} = ${ns}.default` : ''};${lines}`;
+    const fields = def ? [`default: ${def}`] : [];
+    for (const spec of (named ?? '').split(',').map((x) => x.trim())) {
+      if (!spec) continue;
+      const m = SPECIFIER.exec(spec);
+      if (!m) return whole;
+      fields.push(m[2] ? `${m[1]}: ${m[2]}` : m[1]);
+    }
+    return `${indent}const { ${fields.join(', ')} } = ${load};${lines}`;
+  });
+}
+
 /** Runs one request's cell; resolves when its events are sent. */
 function run(req) {
   Object.assign(process.env, req.base ?? {});
@@ -142,7 +182,7 @@ function run(req) {
     current += 1;
     process.removeListener('SIGINT', onSigint);
     try {
-      const code = sucrase ? stripTypes(req.code) : req.code;
+      const code = dynamicImports(sucrase ? stripTypes(req.code) : req.code);
       cells.run(current, () => server.eval(code, server.context, 'cell', mine));
     } catch (err) {
       mine(err);
