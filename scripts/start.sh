@@ -15,4 +15,5 @@ done
 hv=${SVC_HYPERVISOR:-$( { sed -n 's/^hypervisor: *\([a-z]*\).*/\1/p' "$config" 2>/dev/null || true; } | head -1)}
 [ "${hv:-qemu}" = qemu ] && bash scripts/ensure-host-deps.sh
 [ -x dist/native/svc-splice ] || node scripts/build-native.mjs
+[ -f dist/code-interpreter/code-interpreter-ts.cjs ] || node scripts/build-code-interpreter.mjs
 exec node dist/src/bin/svcd.js "$@"
