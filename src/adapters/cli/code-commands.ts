@@ -34,8 +34,28 @@ export async function lastFigure(dir: string): Promise<number> {
   return last;
 }
 
+/** A cell file's language by its name's ending, where it says one. */
+const LANGUAGE_OF_FILE: [RegExp, string][] = [
+  [/\.(m|c)?js$/, 'js'],
+  [/\.(m|c)?ts$/, 'ts'],
+  [/\.(ba)?sh$/, 'bash'],
+  [/\.py$/, 'python'],
+];
+
 /**
- * `svc code NAME [FILE]`: a cell of Python (or JavaScript, or bash) in the VM's code interpreter, the server
+ * The language `svc code` asks for: its flag's, else the cell file's by its ending
+ * (`analysis.ts` is TypeScript), else none (the server's default, Python).
+ */
+export function cellLanguage(o: Pick<CodeOptions, 'bash' | 'js' | 'ts'>, file?: string): string | undefined {
+  if (o.bash) return 'bash';
+  if (o.js) return 'js';
+  if (o.ts) return 'ts';
+  if (!file || file === '-') return undefined;
+  return LANGUAGE_OF_FILE.find(([ending]) => ending.test(file))?.[1];
+}
+
+/**
+ * `svc code NAME [FILE]`: a cell of Python (or JavaScript, TypeScript, or bash) in the VM's code interpreter, the server
  * MCP's `run_code` and E2B's code interpreter template use (docs/cli.md): its kernel keeps its
  * state from one run to the next, what the cell prints comes as it prints it.
  */
@@ -43,7 +63,10 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
   program
     .command('code')
     .argument('<name>')
-    .argument('[file]', "the cell's code (- or none: stdin)")
+    .argument(
+      '[file]',
+      "the cell's code (- or none: stdin); its ending picks the language unless a flag does (.js, .ts, .sh)",
+    )
     .description(
       "run a cell of Python in the VM's code interpreter, a kernel that keeps its variables between runs (started at the first): what it prints, its value, its error (exit status 1); figures with --figures",
     )
@@ -90,7 +113,7 @@ export function codeCommands(program: Command, client: () => SvcClient): void {
       const run = await runCell(
         svc,
         name,
-        { code, language: o.bash ? 'bash' : o.js ? 'js' : o.ts ? 'ts' : undefined, env_vars: env },
+        { code, language: cellLanguage(o, file), env_vars: env },
         {
           maxBytes: READ_BYTES,
           timeoutS: o.timeout,
