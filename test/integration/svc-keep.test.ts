@@ -138,12 +138,14 @@ describe('svc-keep: the journal of a durable process', function () {
     });
 
     it('says how the process ended when the disk stays full, in the page it reserved, its output kept', async () => {
-      // the process fills the disk and leaves it full: exit.json's page was taken at the start
+      // the process fills the disk and leaves it full: exit.json's page was taken at the start; it
+      // fills it once its output is in the journal (svc-keep may read the pipe after the disk filled)
+      const written = `i=0; while [ "$(cat ${dir}/stdout.* 2>/dev/null | wc -c)" -lt 3 ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done`;
       await keep(
         dir,
         16 * MIB,
         64 * 1024,
-        `printf out; head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; exit 7`,
+        `printf out; ${written}; head -c 600k /dev/zero > ${join(dir, 'filler')} 2>/dev/null; exit 7`,
         7,
       );
       expect(segments(dir).map((s) => [s.start, s.size])).to.deep.equal([[0, 3]]);
