@@ -8,11 +8,11 @@
  * before it. Cells are evaluated as Node's REPL evaluates a line (its own eval: a top-level `await`,
  * `const` and `let` kept for the next cell, `require`; static imports made dynamic first), with
  * what `console.log` and the processes a cell starts print as stdout and stderr, the value of the
- * last expression as the result
- * (util.inspect's text), and a SIGINT from the server interrupting a cell. With `--typescript`
- * after the nonce it is a TypeScript context's kernel: each cell's types are stripped first by
- * sucrase (code-interpreter-ts.cjs beside this file, bundled by `npm run build`), which keeps the
- * cell's lines where they were and checks no type (as Deno's kernel in E2B's template does not).
+ * last expression as the result (util.inspect's text), and a SIGINT from the server interrupting a
+ * cell. With `--typescript` after the nonce it is a TypeScript context's kernel: each cell's types
+ * are stripped first by sucrase (code-interpreter-ts.cjs beside this file, bundled by `npm run
+ * build`), which keeps the cell's lines where they were and checks no type (as Deno's kernel in
+ * E2B's template does not).
  */
 const { AsyncLocalStorage } = require('node:async_hooks');
 const fs = require('node:fs');

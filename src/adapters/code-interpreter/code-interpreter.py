@@ -20,8 +20,9 @@ cell may `await` at its top level, and use IPython's `!command`, `%cd`, `%env`, 
 other magics (Magics). A kernel that dies is started again, and the execution says so. A
 JavaScript context (`js`, E2B's name; `javascript`) is the same with a child `node`
 (code-interpreter-js.cjs: Node's REPL's evaluation, a top-level await, `require`); a TypeScript
-one (`ts`; `typescript`, the SDK's name) is a JavaScript context whose cells have their types stripped first
-(code-interpreter-ts.cjs, sucrase: no type checking, as Deno's kernel in E2B's template). A bash
+one (`ts`; `typescript`, the SDK's name) is a JavaScript context whose cells have their types
+stripped first (code-interpreter-ts.cjs, sucrase: no type checking, as Deno's kernel in E2B's
+template does not check them). A bash
 context runs each cell as its own `bash -c` in the context's folder (killed when the caller goes
 away): no state is kept between cells. With `--envs FILE`, every cell runs with the JSON object
 of names and values in FILE (the sandbox's envs, which svc writes there when it makes the

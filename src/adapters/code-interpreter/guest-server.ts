@@ -53,7 +53,7 @@ export function serverSources(): Promise<Buffer[]> {
   return sources;
 }
 
-/** The server's files by the names they have in a guest's folder (a test puts them in one of its own). */
+/** The server's files by the names they have in the guest's folder (a test puts them in one of its own). */
 export async function serverFiles(): Promise<{ name: string; data: Buffer }[]> {
   return (await serverSources()).map((data, i) => ({ name: basename(FILES[i]), data }));
 }
@@ -73,10 +73,9 @@ export async function installServer(
   const python = await client.stat(vm, PYTHON).catch(noneOn404);
   if (!python)
     throw new InvalidArgumentError(`${needs} needs ${PYTHON} in the VM's image (the default debian image has it)`);
-  const files = await serverSources();
   await client.mkdir(vm, GUEST_DIR, { recursive: true });
-  for (const [i, data] of files.entries())
-    await client.upload(vm, { path: `${GUEST_DIR}/${basename(FILES[i])}`, permissions: '0644' }, data, data.length);
+  for (const { name, data } of await serverFiles())
+    await client.upload(vm, { path: `${GUEST_DIR}/${name}`, permissions: '0644' }, data, data.length);
   await writeEnvs(client, vm, envs);
   await client.startProcess(vm, {
     cmd: PYTHON,
