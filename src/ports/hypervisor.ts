@@ -163,8 +163,8 @@ export interface SaveOptions {
   /** Its guest let go of its shares (HostLinks `releaseMounts` ran and succeeded). */
   sharesReleased?: boolean;
   /**
-   * A suspend for a move: the saved state is kept as it is saved, made into nothing a later
-   * restore here would load faster (QEMU's RAM image), as the node it goes to restores it once.
+   * A suspend for a move: the saved state stays as it was saved. Nothing that only speeds up later
+   * restores here is made of it (QEMU's RAM image): the node it goes to restores it once.
    */
   forMove?: boolean;
 }
