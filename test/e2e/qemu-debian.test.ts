@@ -18,12 +18,15 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { Sandbox, Template } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 import { poll, waitFor } from '../helpers/wait.js';
+import { SilentLogger } from '../fakes/fakes.js';
 
 /** The default image, a normal Debian with systemd, on real QEMU guests. */
 describe('svcd with QEMU: the debian image', function () {
   this.timeout(600_000);
   let d: TestDaemon;
   let shared = '';
+  /** The daemon's log, read where a test waits on something it does in the background. */
+  const logs = new SilentLogger();
   const sh = (vm: string, script: string, query = '') => guestSh(d, vm, script, { shell: '/bin/bash', query });
   /** An HTTPS upstream on the host's loopback with a CA of its own, for the egress secrets test: it answers what it got, as a word. */
   const upstreamDir = tempDir();
@@ -50,6 +53,7 @@ describe('svcd with QEMU: the debian image', function () {
         ready_timeout: '240s',
         mount_dirs: [shared],
       },
+      { logger: logs },
     );
   });
   after(async () => {
@@ -496,15 +500,21 @@ describe('svcd with QEMU: the debian image', function () {
     }
     // After the first create, a VM with the server and its kernel running is made and suspended;
     // the creates after it clone that VM, and each clone's cells have its own envs.
+    // It is made in the background, with minutes for its kernel's warm-up under TCG on a busy
+    // host; a make the daemon gave up on fails the wait at once, with the daemon's warning.
     const waited = Date.now();
+    const gaveUp = () =>
+      logs.lines.find((l) => l.level === 'warn' && /prepared VM could not be made/.test(l.msg ?? ''));
     const prepared = await waitFor(
       "the code interpreter's prepared VM",
       async () =>
+        gaveUp() ??
         ((await d.call('GET', '/vms')).json as { name: string; status: string }[]).find(
           (v) => v.name.startsWith('e2b-code-interpreter-') && v.status === 'suspended',
         ),
-      { ms: 240_000, every: 1000 },
+      { ms: 480_000, every: 1000 }, // within the test's 10 min
     );
+    if (!('name' in prepared)) expect.fail(`the daemon gave up on the prepared VM: ${JSON.stringify(prepared.obj)}`);
     const t0 = Date.now();
     const c = await CodeInterpreter.create({ ...opts, timeoutMs: 300_000, envs: { STAGE: 'clone' } });
     const took = Date.now() - t0;
