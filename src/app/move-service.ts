@@ -57,8 +57,9 @@ export class MoveService {
    * One move, in the activity log, to `node` or (without one) to the node the placement rule picks
    * among the others once the VM is known to be movable: a stopped or suspended VM is carried under
    * its lock. A running or paused one is checked first, then suspended, carried and restored there
-   * (a paused one paused again there: its guest runs for the restore's readiness check only); a
-   * move that fails after the suspend puts it back here as it was. When it moved but did not
+   * (a paused one restored paused: its guest does not run there until it is resumed; paused after
+   * its restore when that cold-booted it); a move that fails after the suspend puts it back here as
+   * it was. When it moved but did not
    * restore (or pause) there, the answer is the VM as it is there with a `warning` saying why (the
    * move happened: a caller finishes it).
    */
@@ -80,13 +81,13 @@ export class MoveService {
     }
     let restored: ClusterInstance;
     try {
-      restored = { ...(await this.peers.restoreVm(target, name)), node };
+      restored = { ...(await this.peers.restoreVm(target, name, paused ? { paused } : {})), node };
     } catch (err) {
       const warning = `moved to node ${node} but not restored there: ${errorMessage(err)}; it is suspended there (restore it)`;
       this.log.warn({ vm: name, node, err: errorMessage(err) }, 'move: the vm moved but did not restore there');
       return { ...moved, warning };
     }
-    if (!paused) return restored;
+    if (!paused || restored.status === 'paused') return restored;
     try {
       await this.peers.pauseVm(target, name);
       return { ...restored, status: 'paused' };
@@ -97,19 +98,21 @@ export class MoveService {
     }
   }
 
-  /** A move that failed after its VM was suspended: restored here (and paused, if it was); `err` says where it is when not. */
+  /** A move that failed after its VM was suspended: restored here (paused, if it was); `err` says where it is when not. */
   private async putBack(name: string, paused: boolean, err: unknown): Promise<void> {
     // The caller hears where its VM is when it is not as it was.
     const tell = (where: string, why: string, e: unknown) => {
       this.log.warn({ vm: name, err: errorMessage(e) }, `move: not moved, and it ${where}`);
       if (err instanceof Error) err.message += `; vm ${name} ${where} (${why}: ${errorMessage(e)})`;
     };
+    let back;
     try {
-      await this.lifecycle.restore(name);
+      back = await this.lifecycle.restore(name, paused ? { paused } : {});
     } catch (e) {
       return tell('stays here suspended', 'its restore failed', e);
     }
-    if (paused) await this.lifecycle.pause(name).catch((e: unknown) => tell('runs here', 'its pause failed', e));
+    if (paused && back.status !== 'paused')
+      await this.lifecycle.pause(name).catch((e: unknown) => tell('runs here', 'its pause failed', e));
   }
 
   /**

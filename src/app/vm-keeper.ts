@@ -43,19 +43,39 @@ export class VmKeeper {
   /**
    * Boots a stopped, suspended or failed VM (start, restore) and waits for its guest; on failure
    * the process is killed and the VM is left `error`, and the error is thrown. A restore that
-   * cold-booted instead (its guest's processes ended) resolves with why.
+   * cold-booted instead (its guest's processes ended) resolves with why. A restore `paused` whose
+   * state loaded leaves the guest paused, not waited for: it wakes at its resume (`wake`).
    */
-  async boot(rec: VmRecord, restore: boolean): Promise<string | undefined> {
+  async boot(rec: VmRecord, restore: boolean, paused = false): Promise<string | undefined> {
     const spec = await this.bootSpec(rec);
-    const handle = await this.hv.launch(spec, { restore });
+    const handle = await this.hv.launch(spec, paused ? { restore, paused } : { restore });
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
-    changeStatus(rec, { to: 'running' });
+    const held = paused && handle.restored_from_snapshot;
+    changeStatus(rec, { to: held ? 'paused' : 'running' });
+    if (held) rec.woke_paused = true;
     // A guest that woke mounts its folders once it answers (guest-readiness.ts): a daemon that dies
     // before then gives them at its start (guest-shares.ts).
-    if (handle.restored_from_snapshot && rec.mounts.length) rec.shares_out = true;
+    else if (handle.restored_from_snapshot && rec.mounts.length) rec.shares_out = true;
     await this.vms.save(rec);
     if (restore) this.failpoints.hit('restore.running');
+    if (!held) await this.awaitGuest(rec, handle.restored_from_snapshot, handle.pid, spec);
+    await this.events.emit('up', rec);
+    return restore ? coldBootReason(handle) : undefined;
+  }
+
+  /**
+   * The wake of a guest restored paused (`woke_paused`), its CPUs just resumed: what a restore
+   * does as its guest wakes (its folders, its clock, the readiness wait), and as a restore fails.
+   */
+  async wake(rec: VmRecord): Promise<void> {
+    if (rec.mounts.length) rec.shares_out = true;
+    await this.vms.save(rec);
+    await this.awaitGuest(rec, true, rec.pid, await this.bootSpec(rec));
+  }
+
+  /** Waits for the guest of a VM just booted or restored; one that never comes up is killed, and the VM left `error`. */
+  private async awaitGuest(rec: VmRecord, restored: boolean, pid: number | undefined, spec: VmSpec): Promise<void> {
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
       await this.readiness.awaitReady(
@@ -64,8 +84,8 @@ export class VmKeeper {
         this.clock.now() + this.config.ready_timeout_ms,
         () => undefined,
         image,
-        handle.restored_from_snapshot ? { fresh: false, restored: true } : undefined,
-        { pid: handle.pid, again: () => this.bootAgain(rec, spec) },
+        restored ? { fresh: false, restored: true } : undefined,
+        { pid, again: () => this.bootAgain(rec, spec) },
       );
     } catch (err) {
       // What the console said last goes with the error (a guest that never came up says why).
@@ -81,8 +101,6 @@ export class VmKeeper {
       await this.vms.save(rec);
       throw told;
     }
-    await this.events.emit('up', rec);
-    return restore ? coldBootReason(handle) : undefined;
   }
 
   /**

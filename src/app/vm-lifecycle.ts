@@ -77,14 +77,16 @@ export class VmLifecycle {
   /**
    * A restore whose saved state does not load cold-boots the VM rather than failing it: the
    * activity log's entry says so, and why (the guest's processes ended: docs/processes.md).
+   * `paused`: the guest stays paused once its state is loaded (a paused VM's move: its guest does
+   * not run on the new node until it is resumed there); a restore that cold-boots runs it.
    */
-  async restore(name: string): Promise<Instance> {
+  async restore(name: string, options: { paused?: boolean } = {}): Promise<Instance> {
     let cold: string | undefined;
     return this.transition(
       name,
       'restore',
       async (rec) => {
-        cold = await this.keeper.boot(rec, true);
+        cold = await this.keeper.boot(rec, true, options.paused);
         if (!cold) return toPublic(rec);
         return { ...toPublic(rec), warning: `cold-booted, its processes ended: ${cold}` };
       },
@@ -124,9 +126,12 @@ export class VmLifecycle {
 
   async resume(name: string): Promise<MessageResult> {
     return this.transition(name, 'resume', async (rec) => {
+      const woke = rec.woke_paused;
       await this.hv.resume(this.keeper.ref(rec));
       changeStatus(rec, { to: 'running' });
-      await this.vms.save(rec);
+      // Restored paused: it wakes now, as a restore's guest does.
+      if (woke) await this.keeper.wake(rec);
+      else await this.vms.save(rec);
       return { message: `vm ${name} resumed`, name };
     });
   }

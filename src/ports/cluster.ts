@@ -85,11 +85,12 @@ export interface PeerNodes {
    */
   sendVm(node: NodeView, offer: MoveOffer, files: VmFile[]): Promise<Instance>;
   /**
-   * Asks `node` to restore its suspended VM `name` (a running VM's move: POST /vms/{name}/restore
-   * there). Resolves with the VM as it answers it (a `warning` when it cold-booted); rejects as sendVm.
+   * Asks `node` to restore its suspended VM `name` (a running or paused VM's move: POST
+   * /vms/{name}/restore there, `paused` a paused one's, whose guest stays paused). Resolves with the
+   * VM as it answers it (a `warning` when it cold-booted: it runs then); rejects as sendVm.
    */
-  restoreVm(node: NodeView, name: string): Promise<Instance>;
-  /** Asks `node` to pause its running VM `name` (a paused VM's move, after its restore there); rejects as sendVm. */
+  restoreVm(node: NodeView, name: string, options?: { paused?: boolean }): Promise<Instance>;
+  /** Asks `node` to pause its running VM `name` (a paused VM's move whose restore there ran it); rejects as sendVm. */
   pauseVm(node: NodeView, name: string): Promise<void>;
   /** What `node` offers of image `image` (unchecked: the caller checks it with checkBundle). */
   imageBundle(node: NodeView, image: string): Promise<unknown>;

@@ -58,6 +58,12 @@ export interface LaunchOptions {
   /** Start from the `svc-suspend` snapshot when one exists (restore); otherwise cold boot. */
   restore?: boolean;
   /**
+   * With `restore`: the loaded guest stays paused (its CPUs run at `resume`), as a paused VM moved
+   * to another node was. A launch that cold-boots instead runs its guest (`restored_from_snapshot`
+   * false says so).
+   */
+  paused?: boolean;
+  /**
    * Nobody waits on this VM yet (a warm pool member being filled): the adapter may run it at a
    * lower CPU priority, so VMs people are waiting on get the host's CPU first.
    */

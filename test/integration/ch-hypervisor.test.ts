@@ -225,6 +225,18 @@ describe('svcd with hypervisor: cloud-hypervisor (a stand-in binary)', function 
     const back = await d.call('POST', '/vms/chv/restore');
     expect(back.status, back.text).to.equal(200);
     expect((await d.call('GET', '/vms/chv/agent/health')).status).to.equal(200);
+    // restored paused: cloud-hypervisor's restored VM is not resumed until the VM's resume
+    expect((await d.call('POST', '/vms/chv/suspend')).status).to.equal(200);
+    const bad = await d.call('POST', '/vms/chv/restore?paused=yes');
+    expect([bad.status, bad.json.error]).to.deep.equal([400, 'paused must be true or false']);
+    const held = await d.call('POST', '/vms/chv/restore?paused=true');
+    expect(held.status, held.text).to.equal(200);
+    expect(held.json.status).to.equal('paused');
+    const resumes = () => ch.api().filter(([, , action]) => action === 'vm.resume').length;
+    const before = resumes();
+    expect((await d.call('POST', '/vms/chv/resume')).status).to.equal(200);
+    expect(resumes()).to.equal(before + 1);
+    expect((await d.call('GET', '/vms/chv/agent/health')).status).to.equal(200);
     expect((await d.call('DELETE', '/vms/chv')).status).to.equal(200);
     expect((await d.call('GET', '/vms/chv')).status).to.equal(404);
     expect(ch.api().filter(([pid]) => alive(pid))).to.deep.equal([]);

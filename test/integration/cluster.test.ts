@@ -513,12 +513,18 @@ describe('a cluster of svcd nodes on etcd (fake hypervisor, real etcd)', functio
       expect(taken.status, taken.text).to.equal(201);
     }
 
-    // A paused VM moves paused: suspended, restored on n2 and paused again there; and back, running.
+    // A paused VM moves paused: suspended, restored paused on n2 (no pause there: its guest never
+    // ran); and back, running.
     expect((await api(n3, 'POST', '/vms/mv-run/pause')).status).to.equal(200);
     const pausedMove = await api(n3, 'POST', '/vms/mv-run/move', { node: 'n2' });
     expect(pausedMove.status, pausedMove.text).to.equal(200);
     expect(pausedMove.json).to.include({ name: 'mv-run', node: 'n2', status: 'paused' });
     expect(pausedMove.json).not.to.have.property('warning');
+    const onN2 = ((await api(n2, 'GET', '/activity?limit=100')).json.events as { action: string; target: string }[])
+      .filter((e) => e.target === 'mv-run')
+      .map((e) => e.action);
+    expect(onN2.slice(-1)).to.deep.equal(['restore']);
+    expect(onN2).not.to.include('pause');
     expect((await api(n1, 'GET', '/vms/mv-run')).json).to.include({ node: 'n2', status: 'paused' });
     expect(readFileSync(join(vmDir(n2, 'mv-run'), 'serial.log'), 'utf8')).to.match(/restored from snapshot\n$/);
     expect((await api(n3, 'POST', '/vms/mv-run/resume')).status).to.equal(200);

@@ -11,7 +11,7 @@ export function clusterCommands(program: Command, client: () => SvcClient): void
     .argument('<name>')
     .argument('[node]', 'where to (default: the node the placement rule picks among the others)')
     .description(
-      'move a vm to another node of the cluster (a running or paused one is suspended for it and restored there, a paused one paused again)',
+      'move a vm to another node of the cluster (a running or paused one is suspended for it and restored there, a paused one restored paused)',
     )
     .option('--json')
     .action(async (name: string, node: string | undefined, o: { json?: boolean }) => {

@@ -257,25 +257,31 @@ export function vmCommands(program: Command, client: () => SvcClient): void {
     ['suspend', 'save state and stop'],
     ['restore', 'start from the saved state'],
   ] as const) {
-    program
+    const cmd = program
       .command(verb)
       .argument('<names...>')
       .option('--json', "print the daemon's answer as JSON (an array of them for several)")
-      .description(`${desc} (several: each in turn)`)
-      .action(async (names: string[], o) => {
-        const c = client();
-        const outs: object[] = [];
-        try {
-          await eachName(names, async (name) => {
-            const out = verb === 'stop' ? await c.shutdown(name) : await c[verb](name);
-            if (o.json) outs.push(out);
-            else console.log('message' in out ? out.message : `vm ${out.name} is ${out.status}`);
-            warn(out);
-          });
-        } finally {
-          if (o.json && outs.length) print(true, names.length === 1 ? outs[0] : outs, () => '');
-        }
-      });
+      .description(`${desc} (several: each in turn)`);
+    if (verb === 'restore') cmd.option('--paused', 'keep the guest paused once loaded (it wakes at svc resume)');
+    cmd.action(async (names: string[], o: { json?: boolean; paused?: boolean }) => {
+      const c = client();
+      const outs: object[] = [];
+      try {
+        await eachName(names, async (name) => {
+          const out =
+            verb === 'stop'
+              ? await c.shutdown(name)
+              : verb === 'restore'
+                ? await c.restore(name, { paused: o.paused })
+                : await c[verb](name);
+          if (o.json) outs.push(out);
+          else console.log('message' in out ? out.message : `vm ${out.name} is ${out.status}`);
+          warn(out);
+        });
+      } finally {
+        if (o.json && outs.length) print(true, names.length === 1 ? outs[0] : outs, () => '');
+      }
+    });
   }
 }
 

@@ -208,8 +208,9 @@ export class SvcClient extends SvcTransport {
   suspend(name: string): Promise<Message> {
     return this.call('POST', `/vms/${enc(name)}/suspend`);
   }
-  restore(name: string): Promise<Instance> {
-    return this.call('POST', `/vms/${enc(name)}/restore`);
+  /** `paused`: the guest stays paused once loaded, and wakes at its resume. */
+  restore(name: string, options: { paused?: boolean } = {}): Promise<Instance> {
+    return this.call('POST', `/vms/${enc(name)}/restore${options.paused ? '?paused=true' : ''}`);
   }
   metricsHistory(name: string, o: { since?: number; limit?: number } = {}): Promise<MetricsHistoryResponse> {
     return this.call('GET', `/vms/${enc(name)}/metrics${qs(o)}`);

@@ -118,10 +118,11 @@ export class HttpPeerNodes implements PeerNodes {
     return readJson<Instance>(node.node, res);
   }
 
-  async restoreVm(node: NodeView, name: string): Promise<Instance> {
+  async restoreVm(node: NodeView, name: string, options: { paused?: boolean } = {}): Promise<Instance> {
+    const query = options.paused ? '?paused=true' : '';
     return readJson<Instance>(
       node.node,
-      await this.open(node, 'POST', `/vms/${encodeURIComponent(name)}/restore`, { json: {} }),
+      await this.open(node, 'POST', `/vms/${encodeURIComponent(name)}/restore${query}`, { json: {} }),
     );
   }
 

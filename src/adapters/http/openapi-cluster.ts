@@ -85,10 +85,10 @@ const idParam = { name: 'id', in: 'path', required: true, schema: { type: 'strin
 export const CLUSTER_PATHS: Record<string, Schema> = {
   '/vms/{name}/move': {
     post: op(
-      'Move a VM to another node (its disk, saved state and snapshots go with it); a running one is suspended for the move and restored there, a paused one restored and paused again there',
+      'Move a VM to another node (its disk, saved state and snapshots go with it); a running one is suspended for the move and restored there, a paused one restored paused there',
       {
         '200': json(
-          'the vm on its new node (`warning` when it moved but did not restore there, suspended there, or a paused one was not paused again there)',
+          'the vm on its new node (`warning` when it moved but did not restore there, suspended there, or a paused one that cold-booted there was not paused again)',
           ref('Instance'),
         ),
         '400': err(
@@ -115,7 +115,7 @@ export const CLUSTER_PATHS: Record<string, Schema> = {
   },
   '/nodes/{node}/drain': {
     post: op(
-      'Drain a node: its VMs move to the others (running and paused ones suspended for it and restored there, paused ones paused again), nothing new is placed on it',
+      'Drain a node: its VMs move to the others (running and paused ones suspended for it and restored there, paused ones restored paused), nothing new is placed on it',
       { '200': json('what moved and what stayed', ref('DrainResult')), '404': err('no such node') },
       { parameters: [nodeParam], 'x-svc-cluster': true },
     ),

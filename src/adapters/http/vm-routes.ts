@@ -9,6 +9,7 @@ import { parseShapeChange } from '../../domain/create-request.js';
 import type { Vms } from '../../app/vms.js';
 import { AcceptedCreateFailedError, InvalidArgumentError, isDomainError } from '../../domain/errors.js';
 import { toPublic } from '../../domain/vm.js';
+import { parseBool, type Query } from '../../domain/query.js';
 import type { RouteDef } from '../http-kit/route.js';
 import { wantsNdjson, writeNdjson } from '../http-kit/ndjson.js';
 
@@ -127,6 +128,14 @@ export function vmRoutes({
     verb('/vms/:name/pause', (n) => lifecycle.pause(n)),
     verb('/vms/:name/resume', (n) => lifecycle.resume(n)),
     verb('/vms/:name/suspend', (n) => lifecycle.suspend(n)),
-    verb('/vms/:name/restore', (n) => lifecycle.restore(n)),
+    {
+      // ?paused=true: the guest stays paused once loaded (a paused VM's move).
+      method: 'post',
+      path: '/vms/:name/restore',
+      handler: async (req, res) => {
+        const paused = parseBool(req.query as Query, 'paused', false);
+        res.json(await lifecycle.restore(String(req.params.name), paused ? { paused } : {}));
+      },
+    },
   ];
 }

@@ -37,7 +37,7 @@ export function registerNodeTools(server: McpServer, client: SvcClient, policy: 
     {
       title: 'Move a VM to another node',
       description:
-        'Carries a VM with its disk and saved state to another node of the cluster: a stopped or suspended one as it is, a running or paused one suspended for the move and restored there (its processes go on; a paused one is paused again there). Without node, the placement rule picks one of the others. Its name, files and snapshots go with it.',
+        'Carries a VM with its disk and saved state to another node of the cluster: a stopped or suspended one as it is, a running or paused one suspended for the move and restored there (its processes go on; a paused one is restored paused there). Without node, the placement rule picks one of the others. Its name, files and snapshots go with it.',
       inputSchema: { name: vmName, node: nodeName.optional() },
       annotations: CHANGES,
     },
@@ -49,7 +49,7 @@ export function registerNodeTools(server: McpServer, client: SvcClient, policy: 
     {
       title: 'Drain a node',
       description:
-        'Places nothing new on the node and moves its VMs to the others (running and paused ones suspended for the move and restored there, paused ones paused again); what cannot move stays and is named with its reason. undrain_node ends the drain.',
+        'Places nothing new on the node and moves its VMs to the others (running and paused ones suspended for the move and restored there, paused ones restored paused); what cannot move stays and is named with its reason. undrain_node ends the drain.',
       inputSchema: { node: nodeName },
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     },

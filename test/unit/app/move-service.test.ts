@@ -23,7 +23,7 @@ describe('app/MoveService', () => {
   let answer: (o: MoveOffer) => Promise<Instance>;
   let takenOver: string[];
   let restoredThere: string[];
-  let restoreThere: (name: string) => Promise<Instance>;
+  let restoreThere: (name: string, options: { paused?: boolean }) => Promise<Instance>;
   let pausedThere: string[];
   let pauseThere: (name: string) => Promise<void>;
   let moves: MoveService;
@@ -39,7 +39,7 @@ describe('app/MoveService', () => {
     restoredThere = [];
     n1Memory = 0;
     answer = async (o) => ({ ...o.record }) as Instance;
-    restoreThere = async (name) => ({ name, status: 'running' }) as Instance;
+    restoreThere = async (name, o) => ({ name, status: o.paused ? 'paused' : 'running' }) as Instance;
     pausedThere = [];
     pauseThere = async () => undefined;
     const node = (name: string): NodeView =>
@@ -71,9 +71,9 @@ describe('app/MoveService', () => {
         sent.push(o);
         return answer(o);
       },
-      restoreVm: async (_n, name) => {
-        restoredThere.push(name);
-        return restoreThere(name);
+      restoreVm: async (_n, name, options = {}) => {
+        restoredThere.push(options.paused ? `${name} paused` : name);
+        return restoreThere(name, options);
       },
       pauseVm: async (_n, name) => {
         pausedThere.push(name);
@@ -216,17 +216,19 @@ describe('app/MoveService', () => {
     expect(sent.map((o) => o.record.name)).to.deep.equal(['r', 's', 's', 's']);
   });
 
-  it('moves a paused VM suspended, restored and paused again there; puts it back paused when the move fails', async () => {
+  it('moves a paused VM suspended and restored paused there; puts it back paused when the move fails', async () => {
     await persistentHere('p');
     await w.svc.pause('p');
-    // The other node refuses it: restored here and paused again, as it was.
+    // The other node refuses it: restored here paused, as it was, its guest not run.
     answer = async () => {
       throw new UnavailableError('node n3 did not answer');
     };
     expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
-    expect(w.vms.get('p')).to.include({ status: 'paused' });
+    expect(w.vms.get('p')).to.include({ status: 'paused', woke_paused: true });
+    expect(w.hv.state('p')).to.equal('paused');
     expect(pausedThere).to.deep.equal([]);
-    // And when its pause here fails after its restore, the error says it runs here.
+    // A restore that cold-boots runs the guest: paused after it, and when that pause fails the error says it runs here.
+    w.hv.failNext('restore');
     w.hv.failNext('pause', 'the monitor did not answer');
     expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal(
       'node n3 did not answer; vm p runs here (its pause failed: the monitor did not answer)',
@@ -243,12 +245,13 @@ describe('app/MoveService', () => {
       ['p', 'suspended'],
       ['p', 'suspended'],
     ]);
-    expect([restoredThere, pausedThere]).to.deep.equal([['p'], ['p']]);
+    expect([restoredThere, pausedThere]).to.deep.equal([['p paused'], []]);
     expect(w.vms.find('p')).to.equal(undefined);
 
-    // Restored there but its pause refused: it runs there, and the answer says so.
+    // Restored there running (it cold-booted there) and its pause refused: it runs there, and the answer says so.
     await persistentHere('q');
     await w.svc.pause('q');
+    restoreThere = async (name) => ({ name, status: 'running' }) as Instance;
     pauseThere = async () => {
       throw new UnavailableError('connection reset');
     };

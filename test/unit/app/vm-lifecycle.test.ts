@@ -206,6 +206,51 @@ describe('app/VmLifecycle', () => {
     expect(warm).not.to.have.property('warning');
   });
 
+  it('restores paused: the guest is not asked anything until its resume, which wakes it as a restore does', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'svc-paused-restore-'));
+    try {
+      const w = world({ mount_dirs: [folder] });
+      const agent = w.container.get<GuestAgent>(GuestAgent);
+      const asked: string[] = [];
+      agent.setIdentity = async (_ep, id) => void asked.push(`identity ${id.hostname}`);
+      agent.exec = async (_ep, req) => {
+        asked.push(`exec ${req.args[1]}`);
+        return { stdout: '', stderr: '', exit_code: 0 };
+      };
+      const mounts = [{ host: folder, guest: '/mnt/data', tag: 'data' }];
+      const inst = await (await w.creates.create({ name: 'p', persistent: true, mounts }, {})).done;
+      await w.svc.suspend('p');
+      asked.length = 0;
+      const held = await w.svc.restore('p', { paused: true });
+      expect([held.status, held.warning, w.hv.state('p'), asked]).to.deep.equal(['paused', undefined, 'paused', []]);
+      expect(w.vms.get('p')).to.include({ woke_paused: true });
+      expect(held).not.to.have.property('woke_paused');
+      // its resume wakes it: its folders and its clock, as a restore's guest
+      await w.svc.resume('p');
+      expect(w.vms.get('p').status).to.equal('running');
+      expect(w.vms.get('p')).not.to.have.property('woke_paused');
+      expect(asked).to.deep.equal(['identity p', `exec ${w.hv.mountsAfterRestore(inst.mounts)}`]);
+      // a pause and resume after it asks nothing
+      await w.svc.pause('p');
+      await w.svc.resume('p');
+      expect(asked).to.have.length(2);
+      // suspended again while held, it is no longer (a paused guest with folders is saved without its state)
+      await w.svc.suspend('p');
+      await w.svc.restore('p', { paused: true });
+      await w.svc.suspend('p');
+      expect(w.vms.get('p')).not.to.have.property('woke_paused');
+      expect((await w.svc.restore('p', { paused: true })).status).to.equal('running');
+      // a saved state that does not load cold-boots: it runs, saying so
+      await w.svc.suspend('p');
+      w.hv.failNext('restore');
+      const cold = await w.svc.restore('p', { paused: true });
+      expect([cold.status, w.hv.state('p')]).to.deep.equal(['running', 'running']);
+      expect(cold.warning).to.match(/^cold-booted/);
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
+  });
+
   it('saves a vm with host folders once its guest let go of them, and has it mount them as it wakes; one in use is not saved', async () => {
     const folder = mkdtempSync(join(tmpdir(), 'svc-suspend-share-'));
     try {

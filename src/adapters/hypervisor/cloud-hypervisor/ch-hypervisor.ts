@@ -187,8 +187,9 @@ export class ChHypervisor extends CatalogImages implements HypervisorAdapter {
     try {
       await api.ready(10_000);
       if (restoring) {
-        // A restored VM waits paused; the restored state no longer matches a disk that runs on.
-        await api.put('vm.resume');
+        // A restored VM waits paused (and stays so when asked); the restored state no longer
+        // matches a disk that runs on.
+        if (!options.paused) await api.put('vm.resume');
         await rm(l.snapshot, { recursive: true, force: true });
       } else {
         await rm(l.snapshot, { recursive: true, force: true });

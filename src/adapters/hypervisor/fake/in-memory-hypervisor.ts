@@ -298,7 +298,7 @@ export class InMemoryHypervisor extends FakeImages implements HypervisorAdapter,
     vm.snapshot = false;
     const sidecar = this.options.sidecar ? await this.options.sidecar(spec) : undefined;
     vm.sidecar = sidecar;
-    vm.state = 'running';
+    vm.state = fromSnapshot && options.paused ? 'paused' : 'running';
     // A console log, as a real guest leaves one (read by GET /vms/{name}/logs).
     await appendFile(
       join(spec.dir, 'serial.log'),

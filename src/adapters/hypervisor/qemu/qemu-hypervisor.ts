@@ -242,7 +242,7 @@ export class QemuHypervisor extends CatalogImages implements HypervisorAdapter, 
       if (f.host_port && !(await portFree(f.host_port, f.proto)))
         throw new AlreadyExistsError(`host port ${f.host_port}/${f.proto} is busy`);
     }
-    const held = await this.spares.start(spec.name, !!options.restore);
+    const held = await this.spares.start(spec.name, !!options.restore, !options.paused);
     const handle = held
       ? await this.launcher.adopt(spec, held, accel, options)
       : await this.launcher.spawn(spec, options, accel);

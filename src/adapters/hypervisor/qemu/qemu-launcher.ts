@@ -161,11 +161,10 @@ export class QemuLauncher {
         throw err;
       }
       if (loading) {
-        // The loaded guest runs now that its network is there; a QEMU that dies at this point is
-        // one that died restoring (the state is kept for the next try).
+        // The loaded guest runs now that its network is there (unless it is to stay paused); a QEMU
+        // that dies at this point is one that died restoring (the state is kept for the next try).
         // Then its shares are plugged in (share-plug.ts): no saved state holds one.
-        const failed = await qmp
-          .execute('cont')
+        const failed = await (options.paused ? Promise.resolve() : qmp.execute('cont'))
           .then(() => plugShares(qmp, spec.mounts))
           .then(
             () => undefined,

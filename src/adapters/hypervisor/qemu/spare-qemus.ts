@@ -161,11 +161,11 @@ export class SpareQemus {
   }
 
   /**
-   * The spare clone `name` holds, its saved state loaded and the guest running; undefined when it
-   * holds none, or (the spare stopped, the clone's files left for a QEMU of its own) when it is not
-   * to restore or the load fails.
+   * The spare clone `name` holds, its saved state loaded and the guest running (paused when not
+   * `run`); undefined when it holds none, or (the spare stopped, the clone's files left for a QEMU
+   * of its own) when it is not to restore or the load fails.
    */
-  async start(name: string, restore: boolean): Promise<HeldQemu | undefined> {
+  async start(name: string, restore: boolean, run = true): Promise<HeldQemu | undefined> {
     const q = this.held.get(name);
     this.held.delete(name);
     if (!q) return undefined;
@@ -174,11 +174,13 @@ export class SpareQemus {
     const failed = !restore
       ? new Error('asked to cold-boot')
       : q.loaded
-        ? await q.qmp.execute('cont').then(
-            () => undefined,
-            (err: Error) => err,
-          )
-        : await loadHeld(q.qmp);
+        ? run
+          ? await q.qmp.execute('cont').then(
+              () => undefined,
+              (err: Error) => err,
+            )
+          : undefined
+        : await loadHeld(q.qmp, run);
     if (!failed) return q;
     this.o.log.warn({ vm: name, err: failed.message }, 'the spare qemu did not restore the clone; starting another');
     await this.kill(q);
