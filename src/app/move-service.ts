@@ -2,7 +2,7 @@ import { inject, injectable } from 'inversify';
 import { placeVm, roomCheck, shapeOf, type ClusterInstance, type NodeView } from '../domain/cluster.js';
 import { errorMessage, InvalidArgumentError, InvalidStateError } from '../domain/errors.js';
 import { assertMovable, offeredRecord, parseMoveRequest, type DrainResult, type MoveOffer } from '../domain/move.js';
-import { toPublic, type VmRecord } from '../domain/vm.js';
+import { toPublic, type Instance, type VmRecord } from '../domain/vm.js';
 import { PeerNodes } from '../ports/cluster.js';
 import { Hypervisor, VmDisks } from '../ports/hypervisor.js';
 import { GuestImages } from '../ports/guest-images.js';
@@ -59,9 +59,8 @@ export class MoveService {
    * its lock. A running or paused one is checked first, then suspended, carried and restored there
    * (a paused one restored paused: its guest does not run there until it is resumed; paused after
    * its restore when that cold-booted it); a move that fails after the suspend puts it back here as
-   * it was. When it moved but did not
-   * restore (or pause) there, the answer is the VM as it is there with a `warning` saying why (the
-   * move happened: a caller finishes it).
+   * it was. When it moved but did not restore (or pause) there, the answer is the VM as it is there
+   * with a `warning` saying why (the move happened: a caller finishes it).
    */
   private async moveTo(name: string, asked?: string): Promise<ClusterInstance> {
     const rec = this.vms.get(name);
@@ -105,7 +104,7 @@ export class MoveService {
       this.log.warn({ vm: name, err: errorMessage(e) }, `move: not moved, and it ${where}`);
       if (err instanceof Error) err.message += `; vm ${name} ${where} (${why}: ${errorMessage(e)})`;
     };
-    let back;
+    let back: Instance;
     try {
       back = await this.lifecycle.restore(name, paused ? { paused } : {});
     } catch (e) {

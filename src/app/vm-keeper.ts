@@ -53,7 +53,7 @@ export class VmKeeper {
     this.applyHandle(rec, handle);
     const held = paused && handle.restored_from_snapshot;
     changeStatus(rec, { to: held ? 'paused' : 'running' });
-    if (held) rec.woke_paused = true;
+    if (held) rec.wake_at_resume = true;
     // A guest that woke mounts its folders once it answers (guest-readiness.ts): a daemon that dies
     // before then gives them at its start (guest-shares.ts).
     else if (handle.restored_from_snapshot && rec.mounts.length) rec.shares_out = true;
@@ -65,7 +65,7 @@ export class VmKeeper {
   }
 
   /**
-   * The wake of a guest restored paused (`woke_paused`), its CPUs just resumed: what a restore
+   * The wake of a guest restored paused (`wake_at_resume`), its CPUs just resumed: what a restore
    * does as its guest wakes (its folders, its clock, the readiness wait), and as a restore fails.
    */
   async wake(rec: VmRecord): Promise<void> {

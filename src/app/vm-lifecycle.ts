@@ -126,7 +126,7 @@ export class VmLifecycle {
 
   async resume(name: string): Promise<MessageResult> {
     return this.transition(name, 'resume', async (rec) => {
-      const woke = rec.woke_paused;
+      const woke = rec.wake_at_resume;
       await this.hv.resume(this.keeper.ref(rec));
       changeStatus(rec, { to: 'running' });
       // Restored paused: it wakes now, as a restore's guest does.

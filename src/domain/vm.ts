@@ -144,11 +144,11 @@ export interface VmRecord extends Instance {
    */
   saved_output?: KeptOutput;
   /**
-   * Restored paused (a paused VM moved here): its guest has not run since its saved state loaded,
-   * and what a restore does as the guest wakes (its clock, its folders, the readiness wait) is done
-   * at its resume.
+   * Restored paused (a paused VM moved here) and not resumed since: its guest has not run since its
+   * saved state loaded, and what a restore does as the guest wakes (its clock, its folders, the
+   * readiness wait) is done at its resume.
    */
-  woke_paused?: boolean;
+  wake_at_resume?: boolean;
 }
 
 export function toPublic(record: VmRecord): Instance {
@@ -168,7 +168,7 @@ export function toPublic(record: VmRecord): Instance {
     snapshots: _n,
     timeline: _t,
     saved_output: _k,
-    woke_paused: _w,
+    wake_at_resume: _w,
     ...pub
   } = record;
   if (pub.status !== 'suspended') delete pub.suspended_at;
@@ -252,7 +252,7 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
   creating: ['running', 'error'],
   running: ['paused', 'stopped', 'suspended', 'error', 'creating'],
   paused: ['running', 'stopped', 'suspended', 'error'],
-  // A restore may leave the guest paused (a paused VM's move: woke_paused).
+  // A restore may leave the guest paused (a paused VM's move: wake_at_resume).
   suspended: ['running', 'paused', 'stopped', 'error', 'creating'],
   // A revert to a snapshot lays its saved state on a stopped VM (docs/snapshots.md).
   stopped: ['running', 'error', 'suspended'],
@@ -265,7 +265,7 @@ const NEXT: Record<VmStatus, readonly VmStatus[]> = {
  * not allow: a bug, never a caller's mistake.
  */
 export function changeStatus(
-  record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error' | 'saved_output' | 'woke_paused'>,
+  record: Pick<VmRecord, 'name' | 'status' | 'suspended_at' | 'error' | 'saved_output' | 'wake_at_resume'>,
   change: StatusChange,
 ): void {
   if (!NEXT[record.status].includes(change.to))
@@ -275,7 +275,7 @@ export function changeStatus(
   else delete record.suspended_at;
   // Noted for a held guest only: one that runs again writes on.
   if (change.to !== 'suspended' && change.to !== 'paused') delete record.saved_output;
-  if (change.to !== 'paused') delete record.woke_paused;
+  if (change.to !== 'paused') delete record.wake_at_resume;
   if (change.to === 'error') record.error = change.error;
   else delete record.error;
 }
@@ -294,7 +294,7 @@ export function clearRuntime(record: VmRecord): void {
   delete record.agent_socket;
   delete record.shares_out;
   delete record.saving;
-  delete record.woke_paused;
+  delete record.wake_at_resume;
 }
 
 /**

@@ -224,7 +224,7 @@ describe('app/MoveService', () => {
       throw new UnavailableError('node n3 did not answer');
     };
     expect(await moves.move('p', { node: 'n3' }).catch((e: Error) => e.message)).to.equal('node n3 did not answer');
-    expect(w.vms.get('p')).to.include({ status: 'paused', woke_paused: true });
+    expect(w.vms.get('p')).to.include({ status: 'paused', wake_at_resume: true });
     expect(w.hv.state('p')).to.equal('paused');
     expect(pausedThere).to.deep.equal([]);
     // A restore that cold-boots runs the guest: paused after it, and when that pause fails the error says it runs here.

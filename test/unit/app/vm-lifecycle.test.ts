@@ -223,12 +223,12 @@ describe('app/VmLifecycle', () => {
       asked.length = 0;
       const held = await w.svc.restore('p', { paused: true });
       expect([held.status, held.warning, w.hv.state('p'), asked]).to.deep.equal(['paused', undefined, 'paused', []]);
-      expect(w.vms.get('p')).to.include({ woke_paused: true });
-      expect(held).not.to.have.property('woke_paused');
+      expect(w.vms.get('p')).to.include({ wake_at_resume: true });
+      expect(held).not.to.have.property('wake_at_resume');
       // its resume wakes it: its folders and its clock, as a restore's guest
       await w.svc.resume('p');
       expect(w.vms.get('p').status).to.equal('running');
-      expect(w.vms.get('p')).not.to.have.property('woke_paused');
+      expect(w.vms.get('p')).not.to.have.property('wake_at_resume');
       expect(asked).to.deep.equal(['identity p', `exec ${w.hv.mountsAfterRestore(inst.mounts)}`]);
       // a pause and resume after it asks nothing
       await w.svc.pause('p');
@@ -238,7 +238,7 @@ describe('app/VmLifecycle', () => {
       await w.svc.suspend('p');
       await w.svc.restore('p', { paused: true });
       await w.svc.suspend('p');
-      expect(w.vms.get('p')).not.to.have.property('woke_paused');
+      expect(w.vms.get('p')).not.to.have.property('wake_at_resume');
       expect((await w.svc.restore('p', { paused: true })).status).to.equal('running');
       // a saved state that does not load cold-boots: it runs, saying so
       await w.svc.suspend('p');
