@@ -80,7 +80,7 @@ export class MoveService {
     }
     let restored: ClusterInstance;
     try {
-      restored = { ...(await this.peers.restoreVm(target, name, paused ? { paused } : {})), node };
+      restored = { ...(await this.peers.restoreVm(target, name, { paused })), node };
     } catch (err) {
       const warning = `moved to node ${node} but not restored there: ${errorMessage(err)}; it is suspended there (restore it)`;
       this.log.warn({ vm: name, node, err: errorMessage(err) }, 'move: the vm moved but did not restore there');
@@ -106,7 +106,7 @@ export class MoveService {
     };
     let back: Instance;
     try {
-      back = await this.lifecycle.restore(name, paused ? { paused } : {});
+      back = await this.lifecycle.restore(name, { paused });
     } catch (e) {
       return tell('stays here suspended', 'its restore failed', e);
     }

@@ -48,7 +48,7 @@ export class VmKeeper {
    */
   async boot(rec: VmRecord, restore: boolean, paused = false): Promise<string | undefined> {
     const spec = await this.bootSpec(rec);
-    const handle = await this.hv.launch(spec, paused ? { restore, paused } : { restore });
+    const handle = await this.hv.launch(spec, { restore, paused });
     if (restore) this.failpoints.hit('restore.launched');
     this.applyHandle(rec, handle);
     const held = paused && handle.restored_from_snapshot;
@@ -71,11 +71,15 @@ export class VmKeeper {
   async wake(rec: VmRecord): Promise<void> {
     if (rec.mounts.length) rec.shares_out = true;
     await this.vms.save(rec);
-    await this.awaitGuest(rec, true, rec.pid, await this.bootSpec(rec));
+    await this.awaitGuest(rec, true, rec.pid);
   }
 
-  /** Waits for the guest of a VM just booted or restored; one that never comes up is killed, and the VM left `error`. */
-  private async awaitGuest(rec: VmRecord, restored: boolean, pid: number | undefined, spec: VmSpec): Promise<void> {
+  /**
+   * Waits for the guest of a VM just booted or restored; one that never comes up is killed, and the
+   * VM left `error`. A cold boot that hangs is booted again from `spec` (made then when not given:
+   * a restored guest is never booted again).
+   */
+  private async awaitGuest(rec: VmRecord, restored: boolean, pid: number | undefined, spec?: VmSpec): Promise<void> {
     const image = await this.images.resolveImage(rec.image).catch(() => ({ agent_ready: false, ssh_user: 'root' }));
     try {
       await this.readiness.awaitReady(
@@ -85,7 +89,7 @@ export class VmKeeper {
         () => undefined,
         image,
         restored ? { fresh: false, restored: true } : undefined,
-        { pid, again: () => this.bootAgain(rec, spec) },
+        { pid, again: async () => this.bootAgain(rec, spec ?? (await this.bootSpec(rec))) },
       );
     } catch (err) {
       // What the console said last goes with the error (a guest that never came up says why).

@@ -126,11 +126,11 @@ export class VmLifecycle {
 
   async resume(name: string): Promise<MessageResult> {
     return this.transition(name, 'resume', async (rec) => {
-      const woke = rec.wake_at_resume;
+      const wake = rec.wake_at_resume;
       await this.hv.resume(this.keeper.ref(rec));
       changeStatus(rec, { to: 'running' });
       // Restored paused: it wakes now, as a restore's guest does.
-      if (woke) await this.keeper.wake(rec);
+      if (wake) await this.keeper.wake(rec);
       else await this.vms.save(rec);
       return { message: `vm ${name} resumed`, name };
     });

@@ -8,13 +8,14 @@ const createParams = [
   q('timeout', { type: 'string' }, 'duration such as 90s or 3m'),
 ];
 
-/** A lifecycle verb: POST with the VM's name, `ok` its answer. */
-const lifecycle = (summary: string, ok: unknown) => ({
-  post: op(
-    summary,
-    { '200': ok, '400': err('not allowed from the current state'), '404': err('no such vm') },
-    { parameters: [nameParam] },
-  ),
+/** A lifecycle verb: POST with the VM's name (and `query`), `ok` its answer, `bad` its 400. */
+const lifecycle = (
+  summary: string,
+  ok: unknown,
+  query: unknown[] = [],
+  bad = 'not allowed from the current state',
+) => ({
+  post: op(summary, { '200': ok, '400': err(bad), '404': err('no such vm') }, { parameters: [nameParam, ...query] }),
 });
 
 export const VM_PATHS: Record<string, Record<string, Schema>> = {
@@ -168,26 +169,18 @@ export const VM_PATHS: Record<string, Record<string, Schema>> = {
   '/vms/{name}/pause': lifecycle('Pause the guest CPUs', message),
   '/vms/{name}/resume': lifecycle('Resume a paused VM', message),
   '/vms/{name}/suspend': lifecycle('Save state and stop the process (persistent VMs)', message),
-  '/vms/{name}/restore': {
-    post: op(
-      'Start a suspended VM from its saved state',
-      {
-        '200': json('the running VM (paused with paused=true)', ref('Instance')),
-        '400': err('not allowed from the current state, or paused not true or false'),
-        '404': err('no such vm'),
-      },
-      {
-        parameters: [
-          nameParam,
-          q(
-            'paused',
-            { type: 'string', enum: ['true', 'false', '1', '0'] },
-            'true: the guest stays paused once its state is loaded, and wakes at its resume (a restore that cold-boots runs it)',
-          ),
-        ],
-      },
-    ),
-  },
+  '/vms/{name}/restore': lifecycle(
+    'Start a suspended VM from its saved state',
+    json('the running VM (paused with paused=true)', ref('Instance')),
+    [
+      q(
+        'paused',
+        { type: 'string', enum: ['true', 'false', '1', '0'] },
+        'true: the guest stays paused once its state is loaded, and wakes at its resume (a restore that cold-boots runs it)',
+      ),
+    ],
+    'not allowed from the current state, or paused not true or false',
+  ),
   '/vms/{name}/metrics': {
     get: op(
       'Guest stats history (metrics.ring), oldest first',

@@ -45,10 +45,10 @@ export function vmRoutes({
   lifetimes: LifetimeService;
   edits: VmEdit;
 }): RouteDef[] {
-  const verb = (path: string, fn: (name: string) => Promise<unknown>): RouteDef => ({
+  const verb = (path: string, fn: (name: string, query: Query) => Promise<unknown>): RouteDef => ({
     method: 'post',
     path,
-    handler: async (req, res) => void res.json(await fn(String(req.params.name))),
+    handler: async (req, res) => void res.json(await fn(String(req.params.name), req.query as Query)),
   });
   return [
     { method: 'get', path: '/vms', handler: (_req, res) => void res.json(vms.list()) },
@@ -128,14 +128,7 @@ export function vmRoutes({
     verb('/vms/:name/pause', (n) => lifecycle.pause(n)),
     verb('/vms/:name/resume', (n) => lifecycle.resume(n)),
     verb('/vms/:name/suspend', (n) => lifecycle.suspend(n)),
-    {
-      // ?paused=true: the guest stays paused once loaded (a paused VM's move).
-      method: 'post',
-      path: '/vms/:name/restore',
-      handler: async (req, res) => {
-        const paused = parseBool(req.query as Query, 'paused', false);
-        res.json(await lifecycle.restore(String(req.params.name), paused ? { paused } : {}));
-      },
-    },
+    // ?paused=true: the guest stays paused once loaded (a paused VM's move).
+    verb('/vms/:name/restore', (n, q) => lifecycle.restore(n, { paused: parseBool(q, 'paused', false) })),
   ];
 }

@@ -171,16 +171,14 @@ export class SpareQemus {
     if (!q) return undefined;
     // Its guest is one people wait on now (a daemon that is not root cannot raise it back: it stays nice).
     runInBackground(q.pid, 0);
-    const failed = !restore
-      ? new Error('asked to cold-boot')
-      : q.loaded
-        ? run
-          ? await q.qmp.execute('cont').then(
-              () => undefined,
-              (err: Error) => err,
-            )
-          : undefined
-        : await loadHeld(q.qmp, run);
+    let failed: Error | undefined;
+    if (!restore) failed = new Error('asked to cold-boot');
+    else if (!q.loaded) failed = await loadHeld(q.qmp, run);
+    else if (run)
+      failed = await q.qmp.execute('cont').then(
+        () => undefined,
+        (err: Error) => err,
+      );
     if (!failed) return q;
     this.o.log.warn({ vm: name, err: failed.message }, 'the spare qemu did not restore the clone; starting another');
     await this.kill(q);
