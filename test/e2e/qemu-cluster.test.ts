@@ -163,6 +163,8 @@ describe('a cluster of two QEMU nodes on etcd', function () {
       .filter((e) => e.target === 'far')
       .map((e) => e.action);
     expect(onQ1.slice(-1)).to.deep.equal(['restore']);
+    // held 5 s at least (a quick move takes 3-4 s here): a clock not set at the wake is that far behind
+    await new Promise((r) => setTimeout(r, Math.max(0, pausedAt + 5000 - Date.now())));
     const heldMs = Date.now() - pausedAt;
     expect((await call(at[1], 'POST', '/vms/far/resume')).status).to.equal(200);
     const still = await call(at[1], 'POST', '/vms/far/exec?cmd=cat&args=/root/mark');
